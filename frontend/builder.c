@@ -1,0 +1,357 @@
+#include "frontend/builder.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *grow(void *p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    int c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    p = realloc(p, (size_t)c * elem);
+    CT_ASSERT(p != NULL);
+    *cap = c;
+    return p;
+}
+
+static int module_add(Builder *b, const char *path, int parent)
+{
+    b->modules = grow(b->modules, &b->cap_modules, b->nmodules + 1, sizeof *b->modules);
+    b->modules[b->nmodules] = (BModule){arena_strdup(&b->g->arena, path), parent};
+    return b->nmodules++;
+}
+
+void b_init(Builder *b, Graph *g, int training)
+{
+    memset(b, 0, sizeof *b);
+    b->g = g;
+    b->training = training;
+    module_add(b, "", -1);
+}
+
+int b_fail(Builder *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return -1;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    b->failed = 1;
+    ct_fail(&b->err, "building '%s': %s", b->scope, msg);
+    return -1;
+}
+
+void b_push(Builder *b, const char *fmt, ...)
+{
+    CT_ASSERT(b->depth < B_MAX_DEPTH);
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(b->scope);
+    b->scope_len[b->depth] = (int)len;
+    snprintf(b->scope + len, sizeof b->scope - len, len ? ".%s" : "%s", name);
+    int parent = b->depth ? b->module_at[b->depth - 1] : 0, m = -1;
+    for (int i = 0; i < b->nmodules && m < 0; i++)
+        if (b->modules[i].parent == parent && strcmp(b->modules[i].path, b->scope) == 0)
+            m = i;
+    b->module_at[b->depth++] = m >= 0 ? m : module_add(b, b->scope, parent);
+}
+
+void b_pop(Builder *b)
+{
+    CT_ASSERT(b->depth > 0);
+    b->scope[b->scope_len[--b->depth]] = '\0';
+}
+
+static ValueId add_state(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtRole role, CtInit init)
+{
+    if (b->failed)
+        return -1;
+    char name[600];
+    snprintf(name, sizeof name, b->scope[0] ? "%s.%s" : "%s%s", b->scope, leaf);
+    for (int i = 0; i < b->g->nvalues; i++)
+        if (b->g->values[i].name && strcmp(b->g->values[i].name, name) == 0)
+            return b_fail(b, "'%s' is created twice", name);
+    ValueId v = graph_add_value(b->g, (CtType){shape, dtype}, role, name);
+    CT_ASSERT(init.kind != CT_INIT_DEFAULT);
+    b->g->values[v].init = init;
+    b->value_module = grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
+    b->value_module[v] = b->depth ? b->module_at[b->depth - 1] : 0;
+    return v;
+}
+
+ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype)
+{
+    if (b->failed)
+        return -1;
+    ValueId v = graph_add_value(b->g, (CtType){shape, dtype}, CT_ROLE_INPUT, name);
+    b->value_module = grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
+    b->value_module[v] = -1;
+    return v;
+}
+
+ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init)
+{
+    return add_state(b, leaf, shape, CT_F32, CT_ROLE_PARAM, init);
+}
+
+ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init)
+{
+    return add_state(b, leaf, shape, dtype, CT_ROLE_BUFFER, init);
+}
+
+ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
+               const double *fattr, int nfattr, int which)
+{
+    if (b->failed)
+        return -1;
+    Node n = {.op = op, .nin = nin};
+    CT_ASSERT(nin <= CT_MAX_IN && niattr <= CT_MAX_IATTR && nfattr <= CT_MAX_FATTR);
+    for (int i = 0; i < nin; i++) {
+        if (in[i] < 0)
+            return b_fail(b, "%s given an invalid input", op_def(op)->name);
+        n.in[i] = in[i];
+    }
+    for (int i = 0; i < niattr; i++)
+        n.iattr[i] = iattr[i];
+    for (int i = 0; i < nfattr; i++)
+        n.fattr[i] = fattr[i];
+    CtErr err;
+    int idx = graph_add_node(b->g, &n, b->scope, &err);
+    if (idx < 0)
+        return b_fail(b, "%s", err.msg);
+    if (which >= b->g->nodes[idx].nout)
+        return -1;
+    return b->g->nodes[idx].out[which];
+}
+
+/* Depth-first over the module tree: a module's own params, then its own
+ * buffers, then its children in first-seen order (torch's state_dict()). */
+static void order_module(Builder *b, int m, ValueId *out, int *k)
+{
+    for (int role = CT_ROLE_PARAM; role <= CT_ROLE_BUFFER; role++)
+        for (int v = 0; v < b->g->nvalues; v++)
+            if ((int)b->g->values[v].role == role && b->value_module[v] == m)
+                out[(*k)++] = v;
+    for (int c = 0; c < b->nmodules; c++)
+        if (b->modules[c].parent == m)
+            order_module(b, c, out, k);
+}
+
+int b_finish(Builder *b, CtErr *err)
+{
+    int rc = 0;
+    if (b->failed) {
+        *err = b->err;
+        rc = -1;
+        goto free_builder;
+    }
+    Graph *g = b->g;
+    free(g->state);
+    g->state = malloc(sizeof *g->state * (size_t)(g->nvalues ? g->nvalues : 1));
+    CT_ASSERT(g->state != NULL);
+    g->nstate = 0;
+    order_module(b, 0, g->state, &g->nstate);
+    rc = graph_verify(g, err);
+free_builder:
+    free(b->modules);
+    free(b->value_module);
+    b->modules = NULL;
+    b->value_module = NULL;
+    return rc;
+}
+
+CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
+
+/* nn.Conv2d / nn.Linear reset_parameters(): kaiming_uniform_(a=sqrt(5)) for
+ * the weight and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias, which both
+ * come to a bound of 1/sqrt(fan_in). */
+static CtInit torch_default(CtInit given, int64_t fan_in)
+{
+    return given.kind == CT_INIT_DEFAULT ? init_uniform(1.0 / sqrt((double)fan_in)) : given;
+}
+
+ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o)
+{
+    if (b->failed || x < 0)
+        return -1;
+    int stride = o.stride ? o.stride : 1, dil = o.dilation ? o.dilation : 1, groups = o.groups ? o.groups : 1;
+    int64_t in_ch = b_shape(b, x)->d[1];
+    if (b_shape(b, x)->ndim != 4 || in_ch % groups)
+        return b_fail(b, "%s: input must be [N,C,H,W] with C divisible by groups=%d", name, groups);
+    b_push(b, "%s", name);
+    int64_t fan_in = in_ch / groups * kernel * kernel;
+    ValueId in[3] = {x, b_param(b, "weight", (CtShape){4, {out_ch, in_ch / groups, kernel, kernel}},
+                                torch_default(o.weight_init, fan_in))};
+    if (o.bias)
+        in[2] = b_param(b, "bias", (CtShape){1, {out_ch}}, torch_default(o.bias_init, fan_in));
+    int64_t a[] = {stride, stride, o.padding, o.padding, dil, dil, groups};
+    ValueId y = b_node(b, CT_OP_conv2d, o.bias ? 3 : 2, in, a, 7, NULL, 0, 0);
+    b_pop(b);
+    return y;
+}
+
+ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
+{
+    if (b->failed || x < 0)
+        return -1;
+    CtShape c = {1, {b_shape(b, x)->d[1]}};
+    b_push(b, "%s", name);
+    ValueId in[5] = {x, b_param(b, "weight", c, o.zero_weight ? init_zeros() : init_ones()),
+                     b_param(b, "bias", c, init_zeros()), b_buffer(b, "running_mean", c, CT_F32, init_zeros()),
+                     b_buffer(b, "running_var", c, CT_F32, init_ones())};
+    ValueId nbt = b_buffer(b, "num_batches_tracked", (CtShape){0}, CT_I64, init_zeros());
+    int64_t training = b->training;
+    double f[2] = {o.momentum ? o.momentum : 0.1, o.eps ? o.eps : 1e-5};
+    ValueId y = b_node(b, CT_OP_batch_norm, 5, in, &training, 1, f, 2, 0);
+    if (b->training && !b->failed) {
+        const Node *n = &b->g->nodes[b->g->nnodes - 1];
+        ValueId mean = n->out[1], var = n->out[2];
+        b_node(b, CT_OP_assign, 2, (ValueId[]){in[3], mean}, NULL, 0, NULL, 0, 0);
+        b_node(b, CT_OP_assign, 2, (ValueId[]){in[4], var}, NULL, 0, NULL, 0, 0);
+        b_node(b, CT_OP_assign, 2, (ValueId[]){nbt, f_scale_shift(b, nbt, 1, 1)}, NULL, 0, NULL, 0, 0);
+    }
+    b_pop(b);
+    return y;
+}
+
+ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o)
+{
+    if (b->failed || x < 0)
+        return -1;
+    const CtShape *s = b_shape(b, x);
+    int64_t in_features = s->d[s->ndim - 1];
+    b_push(b, "%s", name);
+    ValueId in[3] = {x, b_param(b, "weight", (CtShape){2, {out_features, in_features}},
+                                torch_default(o.weight_init, in_features))};
+    if (!o.no_bias)
+        in[2] = b_param(b, "bias", (CtShape){1, {out_features}}, torch_default(o.bias_init, in_features));
+    ValueId y = b_node(b, CT_OP_linear, o.no_bias ? 2 : 3, in, NULL, 0, NULL, 0, 0);
+    b_pop(b);
+    return y;
+}
+
+ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
+{
+    if (b->failed || x < 0)
+        return -1;
+    const CtShape *s = b_shape(b, x);
+    CtShape d = {1, {s->d[s->ndim - 1]}};
+    b_push(b, "%s", name);
+    ValueId in[3] = {x, b_param(b, "weight", d, init_ones()), b_param(b, "bias", d, init_zeros())};
+    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
+    b_pop(b);
+    return y;
+}
+
+static ValueId unary(Builder *b, CtOp op, ValueId x) { return b_node(b, op, 1, &x, NULL, 0, NULL, 0, 0); }
+
+ValueId f_relu(Builder *b, ValueId x) { return unary(b, CT_OP_relu, x); }
+ValueId f_silu(Builder *b, ValueId x) { return unary(b, CT_OP_silu, x); }
+ValueId f_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_sigmoid, x); }
+ValueId f_hard_swish(Builder *b, ValueId x) { return unary(b, CT_OP_hard_swish, x); }
+ValueId f_hard_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_hard_sigmoid, x); }
+
+ValueId f_gelu(Builder *b, ValueId x, int tanh_approx)
+{
+    int64_t a = tanh_approx;
+    return b_node(b, CT_OP_gelu, 1, &x, &a, 1, NULL, 0, 0);
+}
+
+ValueId f_add(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_add, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
+ValueId f_mul(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_mul, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
+
+ValueId f_scale_shift(Builder *b, ValueId x, double a, double c)
+{
+    return b_node(b, CT_OP_scale_shift, 1, &x, NULL, 0, (double[]){a, c}, 2, 0);
+}
+
+ValueId f_avg_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding, int ceil_mode, int count_include_pad)
+{
+    int64_t a[] = {kernel, kernel, stride, stride, padding, padding, ceil_mode, count_include_pad};
+    return b_node(b, CT_OP_avg_pool2d, 1, &x, a, 8, NULL, 0, 0);
+}
+
+ValueId f_max_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding)
+{
+    int64_t a[] = {kernel, kernel, stride, stride, padding, padding, 0};
+    return b_node(b, CT_OP_max_pool2d, 1, &x, a, 7, NULL, 0, 0);
+}
+
+ValueId f_adaptive_avg_pool2d(Builder *b, ValueId x, int oh, int ow)
+{
+    int64_t a[] = {oh, ow};
+    return b_node(b, CT_OP_adaptive_avg_pool2d, 1, &x, a, 2, NULL, 0, 0);
+}
+
+ValueId f_global_avg_pool(Builder *b, ValueId x)
+{
+    ValueId y = f_adaptive_avg_pool2d(b, x, 1, 1);
+    if (y < 0)
+        return -1;
+    const CtShape *s = b_shape(b, y);
+    return f_reshape(b, y, 2, (int64_t[]){s->d[0], s->d[1]});
+}
+
+static ValueId with_dims(Builder *b, CtOp op, ValueId x, int ndim, const int64_t *dims)
+{
+    int64_t a[1 + CT_MAX_DIMS] = {ndim};
+    if (ndim < 0 || ndim > CT_MAX_DIMS)
+        return b_fail(b, "%s: %d dims is out of range", op_def(op)->name, ndim);
+    for (int i = 0; i < ndim; i++)
+        a[1 + i] = dims[i];
+    return b_node(b, op, 1, &x, a, 1 + ndim, NULL, 0, 0);
+}
+
+ValueId f_reshape(Builder *b, ValueId x, int ndim, const int64_t *dims) { return with_dims(b, CT_OP_reshape, x, ndim, dims); }
+ValueId f_permute(Builder *b, ValueId x, int ndim, const int64_t *perm) { return with_dims(b, CT_OP_permute, x, ndim, perm); }
+ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims) { return with_dims(b, CT_OP_expand, x, ndim, dims); }
+
+ValueId f_slice(Builder *b, ValueId x, int dim, int64_t start, int64_t end, int64_t step)
+{
+    int64_t a[] = {dim, start, end, step};
+    return b_node(b, CT_OP_slice, 1, &x, a, 4, NULL, 0, 0);
+}
+
+ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim)
+{
+    int64_t a = dim;
+    if (n < 2 || n > CT_MAX_IN)
+        return b_fail(b, "concat of %d tensors (2..%d supported)", n, CT_MAX_IN);
+    return b_node(b, CT_OP_concat, n, xs, &a, 1, NULL, 0, 0);
+}
+
+ValueId f_matmul(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_matmul, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
+
+ValueId f_softmax(Builder *b, ValueId x, int dim)
+{
+    int64_t a = dim;
+    return b_node(b, CT_OP_softmax, 1, &x, &a, 1, NULL, 0, 0);
+}
+
+ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale)
+{
+    return b_node(b, CT_OP_sdpa, 3, (ValueId[]){q, k, v}, NULL, 0, &scale, 1, 0);
+}
+
+static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)
+{
+    if (p < 0 || p >= 1)
+        return b_fail(b, "%s rate %g must be in [0, 1)", op_def(op)->name, p);
+    if (!b->training || p == 0)
+        return x;
+    int64_t seed = ++b->next_seed;
+    return b_node(b, op, 1, &x, &seed, 1, &p, 1, 0);
+}
+
+ValueId f_dropout(Builder *b, ValueId x, double p) { return stochastic(b, CT_OP_dropout, x, p); }
+ValueId f_drop_path(Builder *b, ValueId x, double p) { return stochastic(b, CT_OP_drop_path, x, p); }

@@ -1,0 +1,121 @@
+/*
+ * The builder API: model code reads like timm's module code.
+ *
+ *   b_push(b, "layer%d", i + 1);
+ *   x = nn_conv2d(b, "conv1", x, planes, 3, (ConvOpts){.stride = 2, .padding = 1});
+ *   x = nn_batch_norm(b, "bn1", x, (BNOpts){0});
+ *   x = f_relu(b, x);
+ *   b_pop(b);
+ *
+ * Name scopes give parameters and buffers timm's state_dict names. Errors are
+ * sticky: the first failure is recorded in the builder, every later call
+ * returns -1 and does nothing, and b_finish reports it. So model code need
+ * not check each call, and a message still names the first module that failed.
+ */
+#ifndef CTIMM_BUILDER_H
+#define CTIMM_BUILDER_H
+
+#include "ir/ir.h"
+
+#define B_MAX_DEPTH 32
+
+typedef struct BModule {
+    const char *path;
+    int parent;
+} BModule;
+
+typedef struct Builder {
+    Graph *g;
+    int training;
+    char scope[512];
+    int scope_len[B_MAX_DEPTH];
+    int module_at[B_MAX_DEPTH];
+    int depth;
+    BModule *modules; /* module tree in first-seen order, for state_dict order */
+    int nmodules, cap_modules;
+    int *value_module; /* module of each param/buffer value (-1 otherwise) */
+    int cap_value_module;
+    int64_t next_seed;
+    int failed;
+    CtErr err;
+} Builder;
+
+void b_init(Builder *b, Graph *g, int training);
+/* Orders the state_dict, verifies the graph and releases the builder's
+ * bookkeeping; returns the first error of the whole build, if any. */
+int b_finish(Builder *b, CtErr *err);
+
+void b_push(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void b_pop(Builder *b);
+/* Records a failure (sticky) and returns -1. */
+int b_fail(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype);
+ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init);
+ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init);
+/* Appends one node; returns output `which` of it. */
+ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
+               const double *fattr, int nfattr, int which);
+
+static inline CtInit init_zeros(void) { return (CtInit){CT_INIT_ZEROS, 0}; }
+static inline CtInit init_ones(void) { return (CtInit){CT_INIT_ONES, 0}; }
+static inline CtInit init_normal(double std) { return (CtInit){CT_INIT_NORMAL, std}; }
+static inline CtInit init_trunc_normal(double std) { return (CtInit){CT_INIT_TRUNC_NORMAL, std}; }
+static inline CtInit init_uniform(double bound) { return (CtInit){CT_INIT_UNIFORM, bound}; }
+/* kaiming_normal_(mode='fan_out', nonlinearity='relu'): std = sqrt(2/fan_out). */
+CtInit init_kaiming_normal_fan_out(int64_t fan_out);
+
+/* Modules: create their parameters under the current scope + name. */
+typedef struct ConvOpts {
+    int stride, padding, dilation, groups; /* 0 means PyTorch's default (1, 0, 1, 1) */
+    int bias;
+    CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Conv2d's reset_parameters */
+} ConvOpts;
+ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o);
+
+typedef struct BNOpts {
+    double eps, momentum; /* 0 means 1e-5 and 0.1 */
+    int zero_weight;      /* timm's zero_init_last on the residual's last BN */
+} BNOpts;
+ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o);
+
+typedef struct LinearOpts {
+    int no_bias;
+    CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Linear's reset_parameters */
+} LinearOpts;
+ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
+ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps);
+
+/* Functional ops (no parameters). */
+ValueId f_relu(Builder *b, ValueId x);
+ValueId f_gelu(Builder *b, ValueId x, int tanh_approx);
+ValueId f_silu(Builder *b, ValueId x);
+ValueId f_sigmoid(Builder *b, ValueId x);
+ValueId f_hard_swish(Builder *b, ValueId x);
+ValueId f_hard_sigmoid(Builder *b, ValueId x);
+ValueId f_add(Builder *b, ValueId x, ValueId y);
+ValueId f_mul(Builder *b, ValueId x, ValueId y);
+ValueId f_scale_shift(Builder *b, ValueId x, double a, double c);
+ValueId f_avg_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding, int ceil_mode, int count_include_pad);
+ValueId f_max_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding);
+ValueId f_adaptive_avg_pool2d(Builder *b, ValueId x, int oh, int ow);
+/* [N,C,H,W] -> [N,C]: timm's SelectAdaptivePool2d('avg', flatten=True). */
+ValueId f_global_avg_pool(Builder *b, ValueId x);
+ValueId f_reshape(Builder *b, ValueId x, int ndim, const int64_t *dims);
+ValueId f_permute(Builder *b, ValueId x, int ndim, const int64_t *perm);
+ValueId f_slice(Builder *b, ValueId x, int dim, int64_t start, int64_t end, int64_t step);
+ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim);
+ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
+ValueId f_matmul(Builder *b, ValueId x, ValueId y);
+ValueId f_softmax(Builder *b, ValueId x, int dim);
+ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
+/* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. */
+ValueId f_dropout(Builder *b, ValueId x, double p);
+ValueId f_drop_path(Builder *b, ValueId x, double p);
+
+static inline const CtShape *b_shape(const Builder *b, ValueId v)
+{
+    return &b->g->values[v].type.shape;
+}
+
+#endif

@@ -1,0 +1,120 @@
+#include "ir/ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *grow(void *p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    int c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    p = realloc(p, (size_t)c * elem);
+    CT_ASSERT(p != NULL);
+    *cap = c;
+    return p;
+}
+
+void graph_init(Graph *g) { memset(g, 0, sizeof *g); }
+
+void graph_free(Graph *g)
+{
+    free(g->values);
+    free(g->nodes);
+    free(g->outputs);
+    free(g->state);
+    arena_free(&g->arena);
+    memset(g, 0, sizeof *g);
+}
+
+ValueId graph_add_value(Graph *g, CtType type, CtRole role, const char *name)
+{
+    g->values = grow(g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values);
+    Value *v = &g->values[g->nvalues];
+    memset(v, 0, sizeof *v);
+    v->type = type;
+    v->role = role;
+    v->layout = CT_LAYOUT_CONTIG;
+    v->name = name ? arena_strdup(&g->arena, name) : NULL;
+    v->producer = -1;
+    return g->nvalues++;
+}
+
+int graph_add_node(Graph *g, const Node *proto, const char *scope, CtErr *err)
+{
+    const OpDef *def = op_def(proto->op);
+    if (proto->nin < def->min_in || proto->nin > def->max_in)
+        return ct_fail(err, "%s at '%s': takes %d..%d inputs, got %d", def->name, scope ? scope : "",
+                       def->min_in, def->max_in, proto->nin);
+    CtType out[CT_MAX_OUT];
+    int nout = def->infer(g, proto, out, err);
+    if (nout < 0)
+        return ct_failctx(err, "%s at '%s'", def->name, scope ? scope : "");
+    g->nodes = grow(g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof *g->nodes);
+    int idx = g->nnodes++;
+    Node *n = &g->nodes[idx];
+    *n = *proto;
+    n->scope = scope ? arena_strdup(&g->arena, scope) : "";
+    n->nout = nout;
+    for (int i = 0; i < nout; i++) {
+        ValueId v = graph_add_value(g, out[i], CT_ROLE_ACTIVATION, NULL);
+        g->values[v].producer = idx;
+        g->nodes[idx].out[i] = v;
+    }
+    return idx;
+}
+
+void graph_mark_output(Graph *g, ValueId v)
+{
+    g->outputs = grow(g->outputs, &g->cap_outputs, g->noutputs + 1, sizeof *g->outputs);
+    g->outputs[g->noutputs++] = v;
+}
+
+int shape_equal(const CtShape *a, const CtShape *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i])
+            return 0;
+    return 1;
+}
+
+const char *shape_str(const CtShape *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    len += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < s->ndim && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, i ? ",%lld" : "%lld", (long long)s->d[i]);
+    if (len < n)
+        snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+CtShape shape_make(int ndim, const int64_t *d)
+{
+    CtShape s = {.ndim = ndim};
+    CT_ASSERT(ndim >= 0 && ndim <= CT_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        s.d[i] = d[i];
+    return s;
+}
+
+const char *ct_role_name(CtRole r)
+{
+    static const char *const names[] = {"input", "param", "buffer", "act", "grad", "state"};
+    return names[r];
+}
+
+const char *ct_layout_name(CtLayout l) { return l == CT_LAYOUT_CHANNELS_LAST ? "nhwc" : "contig"; }
+
+int64_t graph_param_count(const Graph *g)
+{
+    int64_t n = 0;
+    for (int i = 0; i < g->nvalues; i++)
+        if (g->values[i].role == CT_ROLE_PARAM)
+            n += shape_numel(&g->values[i].type.shape);
+    return n;
+}

@@ -1,0 +1,42 @@
+/*
+ * Op definitions: every op kind is one OpDef that holds its name, attribute
+ * names, shape/dtype rule and reference kernel, in ir/ops/<family>.c. The
+ * kinds are listed once in ir/ops.def. Later stages (VJP, codegen) add their
+ * rule as a field here, beside the others.
+ */
+#ifndef CTIMM_OPS_H
+#define CTIMM_OPS_H
+
+#include "ir/status.h"
+
+typedef enum CtOp {
+#define OP(name) CT_OP_##name,
+#include "ir/ops.def"
+#undef OP
+    CT_NOPS
+} CtOp;
+
+struct Graph;
+struct Node;
+struct CtType;
+
+typedef struct OpDef {
+    const char *name;
+    int min_in, max_in;
+    /* Attribute names in Node.iattr / Node.fattr order, NULL-terminated;
+     * the dump prints them as name=value. */
+    const char *iattr[11];
+    const char *fattr[5];
+    /* Shape rule: fills out[] from the inputs and attributes; returns the
+     * number of outputs, or -1 with a message (without the node's name). */
+    int (*infer)(const struct Graph *g, const struct Node *n, struct CtType *out, CtErr *err);
+    /* Reference kernel. Every tensor is a dense row-major array of doubles;
+     * the ref backend rounds results to each value's dtype afterwards. */
+    void (*ref)(const struct Graph *g, const struct Node *n, double *const *in, double *const *out);
+} OpDef;
+
+const OpDef *op_def(CtOp op);
+/* -1 when no op has this name. */
+int op_from_name(const char *name);
+
+#endif

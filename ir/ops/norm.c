@@ -1,0 +1,117 @@
+/*
+ * Normalisations.
+ * batch_norm: x [N,C,...], weight [C], bias [C], running_mean [C],
+ *   running_var [C]. Eval: one output normalised by the running stats.
+ *   Train (iattr training=1): outputs y (normalised by the batch's biased
+ *   variance), new running_mean and new running_var, the latter updated with
+ *   the unbiased variance and `momentum`, exactly as PyTorch; the model writes
+ *   them back with assign nodes.
+ * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
+ */
+#include <math.h>
+
+#include "ops_impl.h"
+
+static int infer_batch_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, -1, err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    if (x->ndim < 2)
+        return ct_fail(err, "input must have a channel dim (at least 2 dims)");
+    CtShape c = {1, {x->d[1]}};
+    for (int i = 1; i < 5; i++)
+        if (require_shape(g, n, i, &c, err))
+            return -1;
+    out[0] = *in_type(g, n, 0);
+    if (!n->iattr[0])
+        return 1;
+    if (shape_numel(x) / x->d[1] < 2)
+        return ct_fail(err, "training needs more than one value per channel, got input %s",
+                       shape_str(x, (char[96]){0}, 96));
+    out[1] = *in_type(g, n, 3);
+    out[2] = *in_type(g, n, 4);
+    return 3;
+}
+
+static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
+    int training = (int)n->iattr[0];
+    double momentum = n->fattr[0], eps = n->fattr[1];
+    for (int64_t c = 0; c < C; c++) {
+        double mean = in[3][c], var = in[4][c];
+        if (training) {
+            double sum = 0, sq = 0, count = (double)(N * S);
+            for (int64_t b = 0; b < N; b++)
+                for (int64_t s = 0; s < S; s++)
+                    sum += in[0][(b * C + c) * S + s];
+            mean = sum / count;
+            for (int64_t b = 0; b < N; b++)
+                for (int64_t s = 0; s < S; s++) {
+                    double d = in[0][(b * C + c) * S + s] - mean;
+                    sq += d * d;
+                }
+            var = sq / count;
+            out[1][c] = (1 - momentum) * in[3][c] + momentum * mean;
+            out[2][c] = (1 - momentum) * in[4][c] + momentum * sq / (count - 1);
+        }
+        double inv = 1 / sqrt(var + eps);
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t s = 0; s < S; s++) {
+                int64_t i = (b * C + c) * S + s;
+                out[0][i] = (in[0][i] - mean) * inv * in[1][c] + in[2][c];
+            }
+    }
+}
+
+const OpDef op_batch_norm = {
+    .name = "batch_norm",
+    .min_in = 5,
+    .max_in = 5,
+    .iattr = {"training"},
+    .fattr = {"momentum", "eps"},
+    .infer = infer_batch_norm,
+    .ref = batch_norm_ref,
+};
+
+static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, -1, err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    if (x->ndim < 1)
+        return ct_fail(err, "input must have at least one dim");
+    CtShape d = {1, {x->d[x->ndim - 1]}};
+    if (require_shape(g, n, 1, &d, err) || require_shape(g, n, 2, &d, err))
+        return -1;
+    return infer_like_input0(g, n, out, err);
+}
+
+static void layer_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = in[0] + r * D;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < D; i++)
+            mean += xr[i];
+        mean /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        double inv = 1 / sqrt(var / (double)D + n->fattr[0]);
+        for (int64_t i = 0; i < D; i++)
+            out[0][r * D + i] = (xr[i] - mean) * inv * in[1][i] + in[2][i];
+    }
+}
+
+const OpDef op_layer_norm = {
+    .name = "layer_norm",
+    .min_in = 3,
+    .max_in = 3,
+    .fattr = {"eps"},
+    .infer = infer_layer_norm,
+    .ref = layer_norm_ref,
+};

@@ -1,0 +1,197 @@
+/*
+ * Data movement: reshape (row-major, same element count), permute (dims
+ * reordered), slice (one dim, start:end:step), concat (along one dim) and
+ * expand (size-1 dims broadcast, new leading dims allowed; torch.expand).
+ * iattr for reshape/expand: ndim, then the dims; for permute: ndim, then the
+ * source dim of each output dim.
+ */
+#include "ops_impl.h"
+
+static int infer_reshape(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int nd = (int)n->iattr[0];
+    if (nd < 0 || nd > CT_MAX_DIMS)
+        return ct_fail(err, "ndim %d out of range", nd);
+    CtShape s = shape_make(nd, &n->iattr[1]);
+    char a[96], b[96];
+    for (int i = 0; i < nd; i++)
+        if (s.d[i] < 0)
+            return ct_fail(err, "negative dim in %s", shape_str(&s, a, sizeof a));
+    if (shape_numel(&s) != shape_numel(x))
+        return ct_fail(err, "cannot reshape %s to %s", shape_str(x, a, sizeof a), shape_str(&s, b, sizeof b));
+    out[0].dtype = in_type(g, n, 0)->dtype;
+    out[0].shape = s;
+    return 1;
+}
+
+static void copy_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = in[0][i];
+}
+
+const OpDef op_reshape = {.name = "reshape", .min_in = 1, .max_in = 1,
+                          .iattr = {"ndim", "d0", "d1", "d2", "d3", "d4", "d5"},
+                          .infer = infer_reshape, .ref = copy_ref};
+
+static int infer_permute(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    if (n->iattr[0] != x->ndim)
+        return ct_fail(err, "permutation has %lld dims, input has %d", (long long)n->iattr[0], x->ndim);
+    int seen[CT_MAX_DIMS] = {0};
+    out[0] = *in_type(g, n, 0);
+    for (int i = 0; i < x->ndim; i++) {
+        int64_t p = n->iattr[1 + i];
+        if (p < 0 || p >= x->ndim || seen[p]++)
+            return ct_fail(err, "not a permutation of %d dims", x->ndim);
+        out[0].shape.d[i] = x->d[p];
+    }
+    return 1;
+}
+
+static void permute_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
+    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
+    int64_t s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        xstride[i] = s;
+        s *= x->d[i];
+    }
+    for (int i = 0; i < y->ndim; i++)
+        stride[i] = xstride[n->iattr[1 + i]];
+    int64_t count = shape_numel(y);
+    for (int64_t o = 0; o < count; o++) {
+        int64_t src = 0;
+        for (int d = 0; d < y->ndim; d++)
+            src += idx[d] * stride[d];
+        out[0][o] = in[0][src];
+        for (int d = y->ndim - 1; d >= 0 && ++idx[d] == y->d[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+const OpDef op_permute = {.name = "permute", .min_in = 1, .max_in = 1,
+                          .iattr = {"ndim", "p0", "p1", "p2", "p3", "p4", "p5"},
+                          .infer = infer_permute, .ref = permute_ref};
+
+enum { SL_DIM, SL_START, SL_END, SL_STEP };
+
+static int infer_slice(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    if (a[SL_DIM] < 0 || a[SL_DIM] >= x->ndim)
+        return ct_fail(err, "dim %lld out of range for %d dims", (long long)a[SL_DIM], x->ndim);
+    if (a[SL_STEP] < 1 || a[SL_START] < 0 || a[SL_END] > x->d[a[SL_DIM]] || a[SL_START] >= a[SL_END])
+        return ct_fail(err, "slice %lld:%lld:%lld is empty or outside dim of size %lld", (long long)a[SL_START],
+                       (long long)a[SL_END], (long long)a[SL_STEP], (long long)x->d[a[SL_DIM]]);
+    out[0] = *in_type(g, n, 0);
+    out[0].shape.d[a[SL_DIM]] = (a[SL_END] - a[SL_START] + a[SL_STEP] - 1) / a[SL_STEP];
+    return 1;
+}
+
+static void slice_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < a[SL_DIM]; i++)
+        outer *= x->d[i];
+    for (int i = (int)a[SL_DIM] + 1; i < x->ndim; i++)
+        inner *= x->d[i];
+    int64_t D = x->d[a[SL_DIM]], OD = y->d[a[SL_DIM]];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < OD; j++)
+            for (int64_t i = 0; i < inner; i++)
+                out[0][(o * OD + j) * inner + i] = in[0][(o * D + a[SL_START] + j * a[SL_STEP]) * inner + i];
+}
+
+const OpDef op_slice = {.name = "slice", .min_in = 1, .max_in = 1, .iattr = {"dim", "start", "end", "step"},
+                        .infer = infer_slice, .ref = slice_ref};
+
+static int infer_concat(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtType *t0 = in_type(g, n, 0);
+    int64_t dim = n->iattr[0];
+    if (dim < 0 || dim >= t0->shape.ndim)
+        return ct_fail(err, "dim %lld out of range for %d dims", (long long)dim, t0->shape.ndim);
+    out[0] = *t0;
+    for (int k = 1; k < n->nin; k++) {
+        const CtType *t = in_type(g, n, k);
+        int ok = t->dtype == t0->dtype && t->shape.ndim == t0->shape.ndim;
+        for (int i = 0; ok && i < t0->shape.ndim; i++)
+            ok = i == dim || t->shape.d[i] == t0->shape.d[i];
+        if (!ok)
+            return ct_fail(err, "input %d does not match input 0 outside dim %lld", k, (long long)dim);
+        out[0].shape.d[dim] += t->shape.d[dim];
+    }
+    return 1;
+}
+
+static void concat_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *y = out_shape(g, n, 0);
+    int64_t dim = n->iattr[0], outer = 1, inner = 1;
+    for (int i = 0; i < dim; i++)
+        outer *= y->d[i];
+    for (int i = (int)dim + 1; i < y->ndim; i++)
+        inner *= y->d[i];
+    int64_t at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int64_t D = in_shape(g, n, k)->d[dim];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < D * inner; j++)
+                out[0][(o * y->d[dim] + at) * inner + j] = in[k][o * D * inner + j];
+        at += D;
+    }
+}
+
+const OpDef op_concat = {.name = "concat", .min_in = 2, .max_in = CT_MAX_IN, .iattr = {"dim"},
+                         .infer = infer_concat, .ref = concat_ref};
+
+static int infer_expand(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int nd = (int)n->iattr[0];
+    char a[96], b[96];
+    if (nd < x->ndim || nd > CT_MAX_DIMS)
+        return ct_fail(err, "cannot expand %d dims to %d", x->ndim, nd);
+    CtShape s = shape_make(nd, &n->iattr[1]);
+    for (int i = 0; i < nd; i++) {
+        int j = i - (nd - x->ndim);
+        if (j >= 0 && x->d[j] != 1 && x->d[j] != s.d[i])
+            return ct_fail(err, "cannot expand %s to %s", shape_str(x, a, sizeof a), shape_str(&s, b, sizeof b));
+    }
+    out[0].dtype = in_type(g, n, 0)->dtype;
+    out[0].shape = s;
+    return 1;
+}
+
+static void expand_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
+    int64_t stride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0}, s = 1;
+    for (int i = y->ndim - 1; i >= 0; i--) {
+        int j = i - (y->ndim - x->ndim);
+        int64_t d = j >= 0 ? x->d[j] : 1;
+        stride[i] = d == 1 ? 0 : s;
+        s *= d;
+    }
+    int64_t count = shape_numel(y);
+    for (int64_t o = 0; o < count; o++) {
+        int64_t src = 0;
+        for (int d = 0; d < y->ndim; d++)
+            src += idx[d] * stride[d];
+        out[0][o] = in[0][src];
+        for (int d = y->ndim - 1; d >= 0 && ++idx[d] == y->d[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1,
+                         .iattr = {"ndim", "d0", "d1", "d2", "d3", "d4", "d5"},
+                         .infer = infer_expand, .ref = expand_ref};

@@ -1,0 +1,69 @@
+/*
+ * The model registry: timm's model names with their default cfgs, create by
+ * name with overrides, listing with a filter and close-match suggestions.
+ * Each family (resnet.c, vit.c, ...) contributes a table of entries.
+ */
+#ifndef CTIMM_REGISTRY_H
+#define CTIMM_REGISTRY_H
+
+#include "frontend/builder.h"
+
+/* timm's pretrained/default cfg of a model. */
+typedef struct ModelCfg {
+    int input_size[3];
+    double mean[3], std[3];
+    double crop_pct;
+    const char *crop_mode, *interpolation;
+    int num_classes;
+    const char *first_conv, *classifier;
+    int fixed_input_size;
+} ModelCfg;
+
+/* Overrides of create_model(); 0 / negative keeps the model's default. */
+typedef struct ModelArgs {
+    int num_classes; /* -1: default; 0: no classifier (features) */
+    int img_size;
+    double drop_rate, drop_path_rate;
+} ModelArgs;
+
+struct ModelEntry;
+/* Builds the forward graph from input x [B,3,H,W]; returns the logits. */
+typedef ValueId (*ModelBuildFn)(Builder *b, const struct ModelEntry *m, const ModelArgs *a, ValueId x);
+
+typedef struct ModelEntry {
+    const char *name;
+    ModelBuildFn build;
+    const void *arch; /* the family's architecture parameters */
+    ModelCfg cfg;
+    /* fnmatch patterns of model.no_weight_decay(); NULL-terminated */
+    const char *const *no_weight_decay;
+} ModelEntry;
+
+typedef struct ModelFamily {
+    const ModelEntry *entries;
+    int n;
+} ModelFamily;
+
+extern const ModelFamily resnet_family, vit_family;
+
+const ModelEntry *model_find(const char *name);
+/* Calls fn for every model whose name contains `filter` (all when NULL),
+ * in name order. Returns the number listed. */
+int model_list(const char *filter, void (*fn)(const ModelEntry *m, void *ctx), void *ctx);
+/* Up to `max` registered names closest to `name` (edit distance), best first. */
+int model_suggest(const char *name, const char **out, int max);
+
+typedef struct ModelSpec {
+    int batch_size; /* 0: 1 */
+    int training;
+    ModelArgs args;
+} ModelSpec;
+
+static inline ModelArgs model_args_default(void) { return (ModelArgs){.num_classes = -1}; }
+/* Input [B,3,H,W] f32 named "input"; one output, the logits. Verified. */
+int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err);
+/* Input size the model is built for under these overrides. */
+int model_img_size(const ModelEntry *m, const ModelArgs *a);
+int model_num_classes(const ModelEntry *m, const ModelArgs *a);
+
+#endif
