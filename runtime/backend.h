@@ -1,0 +1,28 @@
+/*
+ * Backends: every backend runs the same graph behind this small table
+ * (ref now; cpu and cuda later). supports() says whether a node can run, so a
+ * caller learns up front, with the node named, what a backend cannot do.
+ */
+#ifndef CTIMM_BACKEND_H
+#define CTIMM_BACKEND_H
+
+#include "runtime/state.h"
+#include "runtime/tensor.h"
+
+typedef struct CtBackend {
+    const char *name;
+    int (*supports)(const Graph *g, const Node *n);
+    /* inputs: one per input value of g, in value order. outputs: one per
+     * graph output, allocated here and owned by the caller. Assign nodes
+     * update `state` in place. */
+    int (*run)(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err);
+} CtBackend;
+
+extern const CtBackend ct_backend_ref;
+
+/* NULL when no backend has this name. */
+const CtBackend *backend_find(const char *name);
+/* Fails naming the first node the backend cannot run. */
+int backend_check(const CtBackend *be, const Graph *g, CtErr *err);
+
+#endif

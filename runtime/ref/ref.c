@@ -1,0 +1,115 @@
+/*
+ * The reference backend: interprets the graph node by node with each op's
+ * ref kernel. Every tensor is held as doubles and rounded to its value's
+ * dtype after the node that writes it, so f32 graphs see f32 storage while
+ * each kernel accumulates in double. Slow and obviously correct: the oracle
+ * the other backends are checked against.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+
+static int ref_supports(const Graph *g, const Node *n)
+{
+    for (int k = 0; k < n->nin; k++) {
+        CtDType dt = g->values[n->in[k]].type.dtype;
+        if (dt == CT_F16 || dt == CT_BF16)
+            return 0;
+    }
+    for (int k = 0; k < n->nout; k++) {
+        CtDType dt = g->values[n->out[k]].type.dtype;
+        if (dt == CT_F16 || dt == CT_BF16)
+            return 0;
+    }
+    return 1;
+}
+
+static double *alloc_doubles(int64_t n)
+{
+    double *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    CT_ASSERT(p != NULL);
+    return p;
+}
+
+static int ref_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    int rc = -1, in_k = 0;
+    double **buf = calloc((size_t)g->nvalues, sizeof *buf);
+    int *slot = malloc((size_t)g->nvalues * sizeof *slot), *last_use = malloc((size_t)g->nvalues * sizeof *last_use);
+    CT_ASSERT(buf && slot && last_use);
+    if (backend_check(&ct_backend_ref, g, err))
+        goto free_buffers;
+    for (int v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        int64_t n = shape_numel(&val->type.shape);
+        slot[v] = -1;
+        last_use[v] = -1;
+        if (val->role == CT_ROLE_INPUT) {
+            if (in_k >= ninputs || !shape_equal(&inputs[in_k].type.shape, &val->type.shape) ||
+                inputs[in_k].type.dtype != val->type.dtype) {
+                ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", in_k, val->name);
+                goto free_buffers;
+            }
+            buf[v] = alloc_doubles(n);
+            if (elems_to_double(inputs[in_k++].data, val->type.dtype, n, buf[v])) {
+                ct_fail(err, "input '%s': dtype %s unsupported by ref", val->name, ct_dtype_name(val->type.dtype));
+                goto free_buffers;
+            }
+        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER) {
+            int s = slot[v] = state_find(state, val->name);
+            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape)) {
+                ct_fail(err, "state has no tensor '%s' of the graph's shape", val->name);
+                goto free_buffers;
+            }
+            buf[v] = alloc_doubles(n);
+            elems_to_double(state_data(state, s), val->type.dtype, n, buf[v]);
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            last_use[g->nodes[i].in[k]] = i;
+    for (int k = 0; k < g->noutputs; k++)
+        last_use[g->outputs[k]] = g->nnodes;
+
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        double *in[CT_MAX_IN], *out[CT_MAX_OUT];
+        for (int k = 0; k < n->nin; k++)
+            in[k] = buf[n->in[k]];
+        for (int k = 0; k < n->nout; k++)
+            out[k] = buf[n->out[k]] = alloc_doubles(shape_numel(&g->values[n->out[k]].type.shape));
+        op_def(n->op)->ref(g, n, in, out);
+        for (int k = 0; k < n->nout; k++) {
+            const Value *o = &g->values[n->out[k]];
+            elems_round(out[k], o->type.dtype, shape_numel(&o->type.shape));
+        }
+        /* Activations die after their last reader; state stays to be written back. */
+        for (int k = 0; k < n->nin; k++) {
+            ValueId v = n->in[k];
+            if (last_use[v] == i && g->values[v].role == CT_ROLE_ACTIVATION) {
+                free(buf[v]);
+                buf[v] = NULL;
+            }
+        }
+    }
+    for (int v = 0; v < g->nvalues; v++)
+        if (slot[v] >= 0)
+            elems_from_double(buf[v], g->values[v].type.dtype, shape_numel(&g->values[v].type.shape),
+                              state_data(state, slot[v]));
+    for (int k = 0; k < g->noutputs; k++) {
+        const Value *o = &g->values[g->outputs[k]];
+        tensor_alloc(&outputs[k], o->type);
+        elems_from_double(buf[g->outputs[k]], o->type.dtype, shape_numel(&o->type.shape), outputs[k].data);
+    }
+    rc = 0;
+free_buffers:
+    for (int v = 0; v < g->nvalues; v++)
+        free(buf[v]);
+    free(buf);
+    free(slot);
+    free(last_use);
+    return rc;
+}
+
+const CtBackend ct_backend_ref = {.name = "ref", .supports = ref_supports, .run = ref_run};

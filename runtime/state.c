@@ -1,0 +1,129 @@
+#include "runtime/state.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/tensor.h"
+
+void state_create(CtState *s, const Graph *g)
+{
+    memset(s, 0, sizeof *s);
+    s->e = calloc((size_t)(g->nstate ? g->nstate : 1), sizeof *s->e);
+    CT_ASSERT(s->e != NULL);
+    size_t off = 0;
+    for (int k = 0; k < g->nstate; k++) {
+        const Value *v = &g->values[g->state[k]];
+        StateEntry *e = &s->e[s->n++];
+        e->name = strdup(v->name);
+        CT_ASSERT(e->name != NULL);
+        e->type = v->type;
+        e->role = v->role;
+        e->init = v->init;
+        e->offset = off;
+        off += ((size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype) + 63) & ~(size_t)63;
+    }
+    s->nbytes = off;
+    s->data = calloc(off ? off : 1, 1);
+    CT_ASSERT(s->data != NULL);
+}
+
+void state_free(CtState *s)
+{
+    for (int i = 0; i < s->n; i++)
+        free(s->e[i].name);
+    free(s->e);
+    free(s->data);
+    memset(s, 0, sizeof *s);
+}
+
+int state_find(const CtState *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* splitmix64: a small, well-mixed generator; one stream per tensor. */
+static uint64_t next_u64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double next_uniform(uint64_t *x) { return ((double)(next_u64(x) >> 11) + 0.5) * 0x1.0p-53; }
+
+static double next_normal(uint64_t *x)
+{
+    double u = next_uniform(x), v = next_uniform(x);
+    return sqrt(-2 * log(u)) * cos(2 * 3.14159265358979323846 * v);
+}
+
+static uint64_t name_hash(const char *s, uint64_t seed)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static double draw(const CtInit *init, uint64_t *rng)
+{
+    switch (init->kind) {
+    case CT_INIT_ONES: return 1;
+    case CT_INIT_NORMAL: return init->a * next_normal(rng);
+    case CT_INIT_TRUNC_NORMAL:
+        /* timm's trunc_normal_(std, a=-2, b=2): the bounds are absolute values */
+        for (;;) {
+            double v = init->a * next_normal(rng);
+            if (v >= -2 && v <= 2)
+                return v;
+        }
+    case CT_INIT_UNIFORM: return init->a * (2 * next_uniform(rng) - 1);
+    default: return 0;
+    }
+}
+
+void state_init(CtState *s, uint64_t seed)
+{
+    for (int i = 0; i < s->n; i++) {
+        StateEntry *e = &s->e[i];
+        uint64_t rng = name_hash(e->name, seed);
+        int64_t n = shape_numel(&e->type.shape);
+        for (int64_t j = 0; j < n; j++) {
+            double v = draw(&e->init, &rng);
+            elems_from_double(&v, e->type.dtype, 1, (unsigned char *)state_data(s, i) + j * ct_dtype_size(e->type.dtype));
+        }
+    }
+}
+
+int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
+{
+    size_t plen = strlen(prefix);
+    char name[600], a[96], b[96];
+    for (int i = 0; i < s->n; i++) {
+        StateEntry *e = &s->e[i];
+        snprintf(name, sizeof name, "%s%s", prefix, e->name);
+        const StTensor *t = st_find(f, name);
+        if (!t)
+            return ct_fail(err, "'%s' is missing from the file", name);
+        CtShape ts = shape_make(t->ndim, t->shape);
+        if (!shape_equal(&ts, &e->type.shape))
+            return ct_fail(err, "'%s' has shape %s in the file but the model needs %s", name,
+                           shape_str(&ts, a, sizeof a), shape_str(&e->type.shape, b, sizeof b));
+        if (t->dtype != e->type.dtype)
+            return ct_fail(err, "'%s' is %s in the file but the model needs %s", name, ct_dtype_st_name(t->dtype),
+                           ct_dtype_st_name(e->type.dtype));
+        memcpy(state_data(s, i), t->data, t->nbytes);
+    }
+    for (int k = 0; k < f->ntensors; k++) {
+        const char *n = f->tensors[k].name;
+        if (strncmp(n, prefix, plen) == 0 && state_find(s, n + plen) < 0)
+            return ct_fail(err, "'%s' in the file is not part of the model", n);
+    }
+    return 0;
+}

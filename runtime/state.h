@@ -1,0 +1,43 @@
+/*
+ * Model state: every parameter and buffer of a graph, in state_dict order,
+ * in one flat block (so zeroing, checkpoints and optimizer steps are one
+ * loop). Keyed by timm's names, so graphs of the same model (eval, train)
+ * share one state, and timm checkpoints load by name.
+ */
+#ifndef CTIMM_STATE_H
+#define CTIMM_STATE_H
+
+#include "ir/ir.h"
+#include "runtime/safetensors.h"
+
+typedef struct StateEntry {
+    char *name;
+    CtType type;
+    CtRole role;
+    CtInit init;
+    size_t offset;
+} StateEntry;
+
+typedef struct CtState {
+    StateEntry *e;
+    int n;
+    unsigned char *data;
+    size_t nbytes;
+} CtState;
+
+/* Entries for g->state, zero-filled. */
+void state_create(CtState *s, const Graph *g);
+void state_free(CtState *s);
+int state_find(const CtState *s, const char *name);
+static inline void *state_data(const CtState *s, int i) { return s->data + s->e[i].offset; }
+
+/* timm's initialisation scheme per tensor (each value's CtInit), from one
+ * seed; each tensor draws from its own stream keyed by its name, so the
+ * result does not depend on the order tensors are created in. */
+void state_init(CtState *s, uint64_t seed);
+
+/* Loads every entry from tensors named prefix+name. A missing, extra (under
+ * the prefix) or mis-shaped tensor is an error naming it. */
+int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
+
+#endif

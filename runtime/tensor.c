@@ -1,0 +1,64 @@
+#include "runtime/tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tensor_alloc(CtTensor *t, CtType type)
+{
+    t->type = type;
+    size_t n = (size_t)shape_numel(&type.shape) * ct_dtype_size(type.dtype);
+    t->data = calloc(n ? n : 1, 1);
+    CT_ASSERT(t->data != NULL);
+}
+
+void tensor_free(CtTensor *t)
+{
+    free(t->data);
+    t->data = NULL;
+}
+
+size_t tensor_nbytes(const CtTensor *t)
+{
+    return (size_t)shape_numel(&t->type.shape) * ct_dtype_size(t->type.dtype);
+}
+
+int elems_to_double(const void *src, CtDType dt, int64_t n, double *dst)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case CT_F32: dst[i] = ((const float *)src)[i]; break;
+        case CT_F64: dst[i] = ((const double *)src)[i]; break;
+        case CT_I32: dst[i] = ((const int32_t *)src)[i]; break;
+        case CT_I64: dst[i] = (double)((const int64_t *)src)[i]; break;
+        case CT_U8: dst[i] = ((const uint8_t *)src)[i]; break;
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
+int elems_from_double(const double *src, CtDType dt, int64_t n, void *dst)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case CT_F32: ((float *)dst)[i] = (float)src[i]; break;
+        case CT_F64: ((double *)dst)[i] = src[i]; break;
+        case CT_I32: ((int32_t *)dst)[i] = (int32_t)llround(src[i]); break;
+        case CT_I64: ((int64_t *)dst)[i] = llround(src[i]); break;
+        case CT_U8: ((uint8_t *)dst)[i] = (uint8_t)llround(src[i]); break;
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
+void elems_round(double *x, CtDType dt, int64_t n)
+{
+    if (dt == CT_F32)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)x[i];
+    else if (dt != CT_F64)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = nearbyint(x[i]);
+}

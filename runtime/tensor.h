@@ -1,0 +1,24 @@
+/* Host tensors at the runtime's edges (inputs, outputs, files), and the
+ * conversions between element types and the ref backend's doubles. */
+#ifndef CTIMM_TENSOR_H
+#define CTIMM_TENSOR_H
+
+#include "ir/ir.h"
+
+/* Dense, row-major; data is malloc'd and owned by whoever holds the tensor. */
+typedef struct CtTensor {
+    CtType type;
+    void *data;
+} CtTensor;
+
+void tensor_alloc(CtTensor *t, CtType type);
+void tensor_free(CtTensor *t);
+size_t tensor_nbytes(const CtTensor *t);
+
+/* Element conversions; f16/bf16 are not handled yet (-1). */
+int elems_to_double(const void *src, CtDType dt, int64_t n, double *dst);
+int elems_from_double(const double *src, CtDType dt, int64_t n, void *dst);
+/* Rounds doubles in place to what dtype dt can hold. */
+void elems_round(double *x, CtDType dt, int64_t n);
+
+#endif
