@@ -15,18 +15,24 @@ static void dump_node(const Graph *g, const Node *n, CtBuf *out)
     const OpDef *def = op_def(n->op);
     for (int k = 0; k < n->nout; k++)
         buf_printf(out, k ? ", %%%d" : "%%%d", n->out[k]);
-    buf_printf(out, " = %s(", def->name);
+    buf_printf(out, n->nout ? " = %s(" : "%s(", def->name);
     for (int k = 0; k < n->nin; k++)
         buf_printf(out, k ? ", %%%d" : "%%%d", n->in[k]);
     buf_printf(out, ")");
+    if (def->list_attr) {
+        buf_printf(out, " %s=[", def->list_attr);
+        for (int k = 0; k < n->iattr[0]; k++)
+            buf_printf(out, k ? ",%lld" : "%lld", (long long)n->iattr[1 + k]);
+        buf_printf(out, "]");
+    }
     for (int k = 0; def->iattr[k]; k++)
         buf_printf(out, " %s=%lld", def->iattr[k], (long long)n->iattr[k]);
     for (int k = 0; def->fattr[k]; k++)
         buf_printf(out, " %s=%.9g", def->fattr[k], n->fattr[k]);
-    buf_printf(out, " : ");
+    if (n->nout)
+        buf_printf(out, " :");
     for (int k = 0; k < n->nout; k++) {
-        if (k)
-            buf_printf(out, ", ");
+        buf_printf(out, k ? ", " : " ");
         dump_type(&g->values[n->out[k]], out);
     }
     if (n->scope && n->scope[0])

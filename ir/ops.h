@@ -27,6 +27,9 @@ typedef struct OpDef {
      * the dump prints them as name=value. */
     const char *iattr[11];
     const char *fattr[5];
+    /* Set for ops whose attributes are one list (reshape's shape, permute's
+     * order): iattr[0] is its length and iattr[1..] its items. */
+    const char *list_attr;
     /* Shape rule: fills out[] from the inputs and attributes; returns the
      * number of outputs, or -1 with a message (without the node's name). */
     int (*infer)(const struct Graph *g, const struct Node *n, struct CtType *out, CtErr *err);

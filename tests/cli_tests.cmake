@@ -1,0 +1,48 @@
+# Command-line tests: parity with timm through ctimm-run, ctimm-compile's
+# summary and errors, and golden IR dumps.
+set(DATA ${CMAKE_CURRENT_SOURCE_DIR}/data)
+set(FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
+set(RUN $<TARGET_FILE:ctimm-run>)
+set(COMPILE $<TARGET_FILE:ctimm-compile>)
+
+foreach(model test_resnet test_vit)
+  add_test(NAME parity_${model} COMMAND sh -c
+    "${RUN} --model ${model} --vectors ${DATA}/${model}.safetensors --out ${model}.out.safetensors && \
+     ${RUN} --compare ${model}.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4")
+endforeach()
+# --compare must fail on different tensors (test_vit's logits against test_resnet's).
+set_tests_properties(parity_test_vit PROPERTIES FIXTURES_SETUP vit_out)
+set_tests_properties(parity_test_resnet PROPERTIES FIXTURES_SETUP resnet_out)
+add_test(NAME compare_detects_difference COMMAND ${FAIL} "logits.eval .*FAIL"
+  ${RUN} --compare test_vit.out.safetensors ${DATA}/test_resnet.safetensors)
+set_tests_properties(compare_detects_difference PROPERTIES FIXTURES_REQUIRED vit_out)
+add_test(NAME run_names_missing_weight COMMAND ${FAIL} "'state.cls_token' is missing"
+  ${RUN} --model test_vit --vectors ${DATA}/test_resnet.safetensors --out bad.safetensors)
+add_test(NAME run_unknown_backend COMMAND ${FAIL} "unknown backend 'gpu'"
+  ${RUN} --model test_vit --backend gpu --vectors ${DATA}/test_vit.safetensors --out bad.safetensors)
+
+add_test(NAME compile_summary COMMAND ${COMPILE} --model vit_base_patch32_384)
+set_tests_properties(compile_summary PROPERTIES PASS_REGULAR_EXPRESSION "params \\(M\\): 88\\.30")
+add_test(NAME compile_dump_ir COMMAND ${COMPILE} --model vit_base_patch32_384 --dump-ir)
+set_tests_properties(compile_dump_ir PROPERTIES PASS_REGULAR_EXPRESSION "= sdpa\\(.*outputs: %[0-9]+")
+add_test(NAME compile_unknown_model COMMAND ${FAIL} "unknown model 'vit_base_patch32'; closest: vit_base_patch32_384"
+  ${COMPILE} --model vit_base_patch32)
+add_test(NAME compile_bad_number COMMAND ${FAIL} "--img-size expects a whole number"
+  ${COMPILE} --model resnet50 --img-size 22x)
+add_test(NAME compile_bad_patch_multiple COMMAND ${FAIL} "not a multiple of the patch size"
+  ${COMPILE} --model vit_base_patch32_384 --img-size 100)
+add_test(NAME compile_list_models COMMAND ${COMPILE} --list-models resnet5)
+set_tests_properties(compile_list_models PROPERTIES PASS_REGULAR_EXPRESSION "^resnet50\nresnet50d\n$")
+
+# Golden IR dumps: regenerate with tools/update_golden.sh after an intended change.
+foreach(golden test_resnet.eval test_resnet.train test_vit.eval)
+  string(REPLACE "." ";" parts ${golden})
+  list(GET parts 0 model)
+  list(GET parts 1 mode)
+  set(flags "")
+  if(mode STREQUAL "train")
+    set(flags "--train")
+  endif()
+  add_test(NAME golden_${golden} COMMAND sh -c
+    "${COMPILE} --model ${model} --batch-size 2 ${flags} --dump-ir | diff -u ${DATA}/golden/${golden}.ir -")
+endforeach()

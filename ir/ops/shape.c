@@ -2,8 +2,8 @@
  * Data movement: reshape (row-major, same element count), permute (dims
  * reordered), slice (one dim, start:end:step), concat (along one dim) and
  * expand (size-1 dims broadcast, new leading dims allowed; torch.expand).
- * iattr for reshape/expand: ndim, then the dims; for permute: ndim, then the
- * source dim of each output dim.
+ * Their attribute is one list (OpDef.list_attr): the target shape for
+ * reshape/expand, the source dim of each output dim for permute.
  */
 #include "ops_impl.h"
 
@@ -33,7 +33,7 @@ static void copy_ref(const Graph *g, const Node *n, double *const *in, double *c
 }
 
 const OpDef op_reshape = {.name = "reshape", .min_in = 1, .max_in = 1,
-                          .iattr = {"ndim", "d0", "d1", "d2", "d3", "d4", "d5"},
+                          .list_attr = "shape",
                           .infer = infer_reshape, .ref = copy_ref};
 
 static int infer_permute(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -75,7 +75,7 @@ static void permute_ref(const Graph *g, const Node *n, double *const *in, double
 }
 
 const OpDef op_permute = {.name = "permute", .min_in = 1, .max_in = 1,
-                          .iattr = {"ndim", "p0", "p1", "p2", "p3", "p4", "p5"},
+                          .list_attr = "perm",
                           .infer = infer_permute, .ref = permute_ref};
 
 enum { SL_DIM, SL_START, SL_END, SL_STEP };
@@ -193,5 +193,5 @@ static void expand_ref(const Graph *g, const Node *n, double *const *in, double 
 }
 
 const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1,
-                         .iattr = {"ndim", "d0", "d1", "d2", "d3", "d4", "d5"},
+                         .list_attr = "shape",
                          .infer = infer_expand, .ref = expand_ref};

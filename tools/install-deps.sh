@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian packages ctimm builds and tests with, when any is
+# missing (so it is quick on a machine that has them). Needs root for apt-get.
+set -eu
+packages="cmake make gcc pkg-config libcjson-dev"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq $missing
