@@ -170,6 +170,12 @@ free_builder:
     return rc;
 }
 
+const CtShape *b_shape(const Builder *b, ValueId v)
+{
+    static const CtShape none;
+    return v >= 0 && v < b->g->nvalues ? &b->g->values[v].type.shape : &none;
+}
+
 CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
 
 /* nn.Conv2d / nn.Linear reset_parameters(): kaiming_uniform_(a=sqrt(5)) for

@@ -113,9 +113,8 @@ ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
 ValueId f_dropout(Builder *b, ValueId x, double p);
 ValueId f_drop_path(Builder *b, ValueId x, double p);
 
-static inline const CtShape *b_shape(const Builder *b, ValueId v)
-{
-    return &b->g->values[v].type.shape;
-}
+/* Shape of v; an empty shape for the -1 of a failed build, so model code
+ * can go on to the end without checking. */
+const CtShape *b_shape(const Builder *b, ValueId v);
 
 #endif

@@ -73,6 +73,8 @@ static int verify_state_list(const Graph *g, CtErr *err)
         const Value *val = &g->values[v];
         if (val->role != CT_ROLE_PARAM && val->role != CT_ROLE_BUFFER)
             return ct_fail(err, "state entry %d (%%%d) is a %s, not a param or buffer", k, v, ct_role_name(val->role));
+        if (!val->name)
+            return ct_fail(err, "state entry %d (%%%d) has no state_dict name", k, v);
         for (int j = 0; j < k; j++)
             if (g->state[j] == v || strcmp(g->values[g->state[j]].name, val->name) == 0)
                 return ct_fail(err, "'%s' appears twice in the state_dict", val->name);
@@ -89,6 +91,11 @@ static int verify_state_list(const Graph *g, CtErr *err)
 
 int graph_verify(const Graph *g, CtErr *err)
 {
+    if (verify_state_list(g, err))
+        return -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (verify_node(g, i, err))
+            return -1;
     for (int v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int produced = val->role == CT_ROLE_ACTIVATION || val->role == CT_ROLE_GRAD;
@@ -111,11 +118,6 @@ int graph_verify(const Graph *g, CtErr *err)
         if ((val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER) && !val->name)
             return ct_fail(err, "value %%%d: a %s needs a state_dict name", v, ct_role_name(val->role));
     }
-    if (verify_state_list(g, err))
-        return -1;
-    for (int i = 0; i < g->nnodes; i++)
-        if (verify_node(g, i, err))
-            return -1;
     for (int k = 0; k < g->noutputs; k++)
         if (g->outputs[k] < 0 || g->outputs[k] >= g->nvalues)
             return ct_fail(err, "graph output %d refers to a value that does not exist", k);

@@ -1,0 +1,147 @@
+/* Model state: timm's init scheme per tensor (statistics of each draw),
+ * determinism, and loading by name with every mismatch refused by name. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "models/registry.h"
+#include "runtime/state.h"
+
+static void moments(const CtState *s, const char *name, double *mean, double *std, double *maxabs)
+{
+    int i = state_find(s, name);
+    CHECKF(i >= 0, "no %s", name);
+    if (i < 0)
+        return;
+    const float *p = state_data(s, i);
+    int64_t n = shape_numel(&s->e[i].type.shape);
+    double sum = 0, sq = 0, mx = 0;
+    for (int64_t k = 0; k < n; k++) {
+        sum += p[k];
+        sq += (double)p[k] * p[k];
+        mx = fabs(p[k]) > mx ? fabs(p[k]) : mx;
+    }
+    *mean = sum / (double)n;
+    *std = sqrt(sq / (double)n - *mean * *mean);
+    *maxabs = mx;
+}
+
+static void build(const char *model, Graph *g)
+{
+    ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
+    CtErr err;
+    CHECKF(model_build(model_find(model), &spec, g, &err) == 0, "%s", err.msg);
+}
+
+static void test_resnet_init(void)
+{
+    Graph g;
+    CtState s;
+    double mean, std, mx;
+    build("resnet18", &g);
+    state_create(&s, &g);
+    state_init(&s, 42);
+    /* conv1 [64,3,7,7]: kaiming_normal fan_out = 64*49 */
+    moments(&s, "conv1.weight", &mean, &std, &mx);
+    CHECKF(fabs(std - sqrt(2.0 / (64 * 49))) < 0.05 * sqrt(2.0 / (64 * 49)), "conv1 std %g", std);
+    CHECK(fabs(mean) < 0.01);
+    /* zero_init_last: the residual branch's last BN weight is 0, the others 1 */
+    moments(&s, "layer1.0.bn2.weight", &mean, &std, &mx);
+    CHECK(mx == 0);
+    moments(&s, "layer1.0.bn1.weight", &mean, &std, &mx);
+    CHECK(mean == 1 && std == 0);
+    moments(&s, "layer1.0.bn1.running_var", &mean, &std, &mx);
+    CHECK(mean == 1);
+    /* fc: nn.Linear default, U(-1/sqrt(512), 1/sqrt(512)) */
+    moments(&s, "fc.weight", &mean, &std, &mx);
+    CHECKF(mx <= 1 / sqrt(512.0) && mx > 0.95 / sqrt(512.0), "fc max %g", mx);
+    CHECKF(fabs(std - 1 / sqrt(3 * 512.0)) < 0.02 / sqrt(512.0), "fc std %g", std);
+
+    CtState s2;
+    state_create(&s2, &g);
+    state_init(&s2, 42);
+    CHECK(memcmp(s.data, s2.data, s.nbytes) == 0);
+    state_init(&s2, 43);
+    CHECK(memcmp(s.data, s2.data, s.nbytes) != 0);
+    state_free(&s2);
+    state_free(&s);
+    graph_free(&g);
+}
+
+static void test_vit_init(void)
+{
+    Graph g;
+    CtState s;
+    double mean, std, mx;
+    build("vit_tiny_patch16_224", &g);
+    state_create(&s, &g);
+    state_init(&s, 7);
+    moments(&s, "blocks.0.attn.qkv.weight", &mean, &std, &mx);
+    CHECKF(fabs(std - 0.02) < 0.001, "qkv std %g", std);
+    moments(&s, "blocks.0.attn.qkv.bias", &mean, &std, &mx);
+    CHECK(mx == 0);
+    moments(&s, "pos_embed", &mean, &std, &mx);
+    CHECKF(fabs(std - 0.02) < 0.002, "pos_embed std %g", std);
+    moments(&s, "cls_token", &mean, &std, &mx);
+    CHECK(mx > 0 && mx < 1e-5);
+    moments(&s, "patch_embed.proj.weight", &mean, &std, &mx);
+    CHECKF(mx <= 1 / sqrt(768.0), "patch conv bound %g", mx);
+    state_free(&s);
+    graph_free(&g);
+}
+
+static void expect_load_fails(CtState *s, StTensor *t, int n, const char *needle)
+{
+    StFile f = {.tensors = t, .ntensors = n};
+    CtErr err = {{0}};
+    CHECKF(state_load(s, &f, "state.", &err) == -1, "load accepted: %s", needle);
+    CHECKF(strstr(err.msg, needle) != NULL, "'%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_load_errors(void)
+{
+    Graph g;
+    CtState s;
+    build("test_vit", &g);
+    state_create(&s, &g);
+    StTensor *t = calloc((size_t)s.n + 1, sizeof *t);
+    char names[100][80];
+    for (int i = 0; i < s.n; i++) {
+        snprintf(names[i], sizeof names[i], "state.%s", s.e[i].name);
+        t[i].name = names[i];
+        t[i].dtype = s.e[i].type.dtype;
+        t[i].ndim = s.e[i].type.shape.ndim;
+        memcpy(t[i].shape, s.e[i].type.shape.d, sizeof(int64_t) * (size_t)t[i].ndim);
+        t[i].nbytes = (size_t)shape_numel(&s.e[i].type.shape) * 4;
+        t[i].data = state_data(&s, i);
+    }
+    StFile ok = {.tensors = t, .ntensors = s.n};
+    CtErr err;
+    CHECKF(state_load(&s, &ok, "state.", &err) == 0, "%s", err.msg);
+
+    t[3].name = "state.blocks.9.norm1.weight";
+    expect_load_fails(&s, t, s.n, names[3]);
+    t[3].name = names[3];
+
+    t[s.n].name = "state.extra.weight";
+    t[s.n].dtype = CT_F32;
+    expect_load_fails(&s, t, s.n + 1, "'state.extra.weight' in the file is not part of the model");
+
+    t[1].shape[1] = 50;
+    expect_load_fails(&s, t, s.n, "'state.pos_embed' has shape [1,50,64] in the file but the model needs [1,101,64]");
+    t[1].shape[1] = 101;
+    t[1].dtype = CT_F64;
+    expect_load_fails(&s, t, s.n, "'state.pos_embed' is F64");
+    free(t);
+    state_free(&s);
+    graph_free(&g);
+}
+
+int main(void)
+{
+    test_resnet_init();
+    test_vit_init();
+    test_load_errors();
+    return check_done("test_state");
+}
