@@ -5,18 +5,42 @@
 
 #include "cli/common.h"
 #include "ir/buf.h"
+#include "runtime/state.h"
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
+    "                     [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
 static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name); }
+
+/* The model's initial weights by timm's init scheme, as a checkpoint that
+ * timm's load_state_dict accepts. */
+static int save_weights(const ModelEntry *m, const Graph *g, const char *path, int seed)
+{
+    CtState st;
+    CtErr err;
+    char seed_s[32];
+    snprintf(seed_s, sizeof seed_s, "%d", seed);
+    const char *keys[] = {"model", "seed", "format"}, *vals[] = {m->name, seed_s, "pt"};
+    state_create(&st, g);
+    state_init(&st, (uint64_t)seed);
+    int rc = state_save(&st, path, keys, vals, 3, &err);
+    state_free(&st);
+    if (rc) {
+        fprintf(stderr, "ctimm-compile: %s\n", err.msg);
+        return 1;
+    }
+    printf("weights: %s\n", path);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
     const char *prog = "ctimm-compile", *name = NULL;
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
-    int dump = 0;
+    const char *save = NULL;
+    int dump = 0, seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -30,6 +54,12 @@ int main(int argc, char **argv)
             dump = 1;
         } else if (!strcmp(a, "--train")) {
             spec.training = 1;
+        } else if (!strcmp(a, "--save-weights")) {
+            if (!(save = cli_value(prog, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = cli_value(prog, argc, argv, &i)) || cli_int(prog, a, v, 0, 1 << 30, &seed))
+                return 2;
         } else if (!strcmp(a, "--model")) {
             if (!(name = cli_value(prog, argc, argv, &i)))
                 return 2;
@@ -70,6 +100,7 @@ int main(int argc, char **argv)
     buf_printf(&out, "params (M): %.2f (%lld)\n", (double)graph_param_count(&g) / 1e6, (long long)graph_param_count(&g));
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);
+    int rc = save ? save_weights(m, &g, save, seed) : 0;
     graph_free(&g);
-    return 0;
+    return rc;
 }

@@ -2,10 +2,11 @@
  * ctimm-run: runs a model on a reference-vector file and writes its outputs
  * under the same tensor names, or compares two such files.
  *
- *   ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] --vectors FILE --out OUT
+ *   ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] [--weights CKPT] --vectors FILE --out OUT
  *   ctimm-run --compare A B [--tol T]
  *
- * The run reads `state.<name>` (weights and buffers) and `input`, then writes
+ * The run reads `state.<name>` (weights and buffers; or, with --weights, a
+ * plain timm/ctimm checkpoint of state_dict names) and `input`, then writes
  * logits.eval (eval forward), logits.train (train forward) and
  * state_after_fwd.<buffer> (BN running stats after that train forward), in
  * the order timm's reference generator produces them.
@@ -20,7 +21,8 @@
 
 static const char *const prog = "ctimm-run";
 static const char *const usage =
-    "usage: ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] --vectors FILE --out OUT\n"
+    "usage: ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] [--weights CKPT]\n"
+    "                 --vectors FILE --out OUT\n"
     "       ctimm-run --compare A B [--tol T]\n";
 
 typedef struct Outputs {
@@ -60,7 +62,19 @@ static int forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be, CtS
     return rc;
 }
 
-static int run(const ModelEntry *m, ModelArgs args, const char *backend, const char *vectors, const char *out_path)
+/* Loads state from a plain checkpoint (names without a prefix). */
+static int load_weights(CtState *state, const char *path, CtErr *err)
+{
+    StFile f;
+    if (st_read(path, &f, err))
+        return -1;
+    int rc = state_load(state, &f, "", err);
+    st_free(&f);
+    return rc ? ct_failctx(err, "%s", path) : 0;
+}
+
+static int run(const ModelEntry *m, ModelArgs args, const char *backend, const char *weights, const char *vectors,
+               const char *out_path)
 {
     StFile f;
     CtErr err;
@@ -95,8 +109,8 @@ static int run(const ModelEntry *m, ModelArgs args, const char *backend, const c
     }
     state_create(&state, &g);
     graph_free(&g);
-    if (state_load(&state, &f, "state.", &err)) {
-        fprintf(stderr, "%s: %s: %s\n", prog, vectors, err.msg);
+    if (weights ? load_weights(&state, weights, &err) : state_load(&state, &f, "state.", &err)) {
+        fprintf(stderr, "%s: %s%s%s\n", prog, weights ? "" : vectors, weights ? "" : ": ", err.msg);
         goto free_state;
     }
     CtTensor input = {{shape_make(in->ndim, in->shape), CT_F32}, in->data};
@@ -180,13 +194,14 @@ static int compare(const char *pa, const char *pb, double tol)
 
 int main(int argc, char **argv)
 {
-    const char *model = NULL, *vectors = NULL, *out = NULL, *backend = "ref", *ca = NULL, *cb = NULL;
+    const char *model = NULL, *vectors = NULL, *out = NULL, *backend = "ref", *weights = NULL, *ca = NULL, *cb = NULL;
     ModelArgs args = model_args_default();
     double tol = 1e-4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--vectors") ? &vectors
-                         : !strcmp(a, "--out") ? &out : !strcmp(a, "--backend") ? &backend : NULL;
+                         : !strcmp(a, "--out") ? &out : !strcmp(a, "--backend") ? &backend
+                         : !strcmp(a, "--weights") ? &weights : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
             return 0;
@@ -224,5 +239,5 @@ int main(int argc, char **argv)
         return 2;
     }
     const ModelEntry *m = cli_model(prog, model);
-    return m ? run(m, args, backend, vectors, out) : 2;
+    return m ? run(m, args, backend, weights, vectors, out) : 2;
 }

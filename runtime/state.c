@@ -127,3 +127,24 @@ int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
     }
     return 0;
 }
+
+int state_save(const CtState *s, const char *path, const char *const *meta_keys, const char *const *meta_vals,
+               int nmeta, CtErr *err)
+{
+    StTensor *t = calloc((size_t)(s->n ? s->n : 1), sizeof *t);
+    CT_ASSERT(t != NULL);
+    int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        const StateEntry *e = &s->e[i];
+        if (e->role != CT_ROLE_PARAM && e->role != CT_ROLE_BUFFER)
+            continue;
+        t[n] = (StTensor){.name = e->name, .dtype = e->type.dtype, .ndim = e->type.shape.ndim,
+                          .nbytes = (size_t)shape_numel(&e->type.shape) * ct_dtype_size(e->type.dtype),
+                          .data = state_data(s, i)};
+        memcpy(t[n].shape, e->type.shape.d, sizeof(int64_t) * (size_t)e->type.shape.ndim);
+        n++;
+    }
+    int rc = st_write(path, t, n, meta_keys, meta_vals, nmeta, err);
+    free(t);
+    return rc;
+}

@@ -40,4 +40,10 @@ void state_init(CtState *s, uint64_t seed);
  * the prefix) or mis-shaped tensor is an error naming it. */
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
 
+/* Writes the params and buffers as a safetensors checkpoint under their
+ * state_dict names (timm's torch.load_state_dict / safetensors.torch.load_file
+ * reads it), with string metadata pairs. */
+int state_save(const CtState *s, const char *path, const char *const *meta_keys, const char *const *meta_vals,
+               int nmeta, CtErr *err);
+
 #endif

@@ -21,6 +21,16 @@ add_test(NAME run_names_missing_weight COMMAND ${FAIL} "'state.cls_token' is mis
 add_test(NAME run_unknown_backend COMMAND ${FAIL} "unknown backend 'gpu'"
   ${RUN} --model test_vit --backend gpu --vectors ${DATA}/test_vit.safetensors --out bad.safetensors)
 
+# A ctimm checkpoint (timm's init scheme, state_dict names) loads back by name,
+# and one of another model is refused naming the first missing weight.
+add_test(NAME checkpoint_roundtrip COMMAND sh -c
+  "${COMPILE} --model test_vit --save-weights vit_init.safetensors --seed 5 && \
+   ${COMPILE} --model test_resnet --save-weights resnet_init.safetensors && \
+   ${RUN} --model test_vit --weights vit_init.safetensors --vectors ${DATA}/test_vit.safetensors --out init.out.safetensors")
+set_tests_properties(checkpoint_roundtrip PROPERTIES FIXTURES_SETUP ckpt)
+add_test(NAME run_weights_of_other_model COMMAND ${FAIL} "resnet_init.safetensors: 'cls_token' is missing"
+  ${RUN} --model test_vit --weights resnet_init.safetensors --vectors ${DATA}/test_vit.safetensors --out x.safetensors)
+set_tests_properties(run_weights_of_other_model PROPERTIES FIXTURES_REQUIRED ckpt)
 add_test(NAME compile_summary COMMAND ${COMPILE} --model vit_base_patch32_384)
 set_tests_properties(compile_summary PROPERTIES PASS_REGULAR_EXPRESSION "params \\(M\\): 88\\.30")
 add_test(NAME compile_dump_ir COMMAND ${COMPILE} --model vit_base_patch32_384 --dump-ir)
