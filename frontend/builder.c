@@ -31,21 +31,18 @@ void b_init(Builder *b, Graph *g, int training)
     memset(b, 0, sizeof *b);
     b->g = g;
     b->training = training;
+    b->e = (Emitter){.g = g, .scope = b->scope};
     module_add(b, "", -1);
 }
 
 int b_fail(Builder *b, const char *fmt, ...)
 {
-    if (b->failed)
-        return -1;
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    b->failed = 1;
-    ct_fail(&b->err, "building '%s': %s", b->scope, msg);
-    return -1;
+    return emit_fail(&b->e, "%s", msg);
 }
 
 void b_push(Builder *b, const char *fmt, ...)
@@ -74,7 +71,7 @@ void b_pop(Builder *b)
 
 static ValueId add_state(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtRole role, CtInit init)
 {
-    if (b->failed)
+    if (b->e.failed)
         return -1;
     char name[600];
     snprintf(name, sizeof name, b->scope[0] ? "%s.%s" : "%s%s", b->scope, leaf);
@@ -91,7 +88,7 @@ static ValueId add_state(Builder *b, const char *leaf, CtShape shape, CtDType dt
 
 ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype)
 {
-    if (b->failed)
+    if (b->e.failed)
         return -1;
     ValueId v = graph_add_value(b->g, (CtType){shape, dtype}, CT_ROLE_INPUT, name);
     b->value_module = grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
@@ -112,26 +109,7 @@ ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtI
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
                const double *fattr, int nfattr, int which)
 {
-    if (b->failed)
-        return -1;
-    Node n = {.op = op, .nin = nin};
-    CT_ASSERT(nin <= CT_MAX_IN && niattr <= CT_MAX_IATTR && nfattr <= CT_MAX_FATTR);
-    for (int i = 0; i < nin; i++) {
-        if (in[i] < 0)
-            return b_fail(b, "%s given an invalid input", op_def(op)->name);
-        n.in[i] = in[i];
-    }
-    for (int i = 0; i < niattr; i++)
-        n.iattr[i] = iattr[i];
-    for (int i = 0; i < nfattr; i++)
-        n.fattr[i] = fattr[i];
-    CtErr err;
-    int idx = graph_add_node(b->g, &n, b->scope, &err);
-    if (idx < 0)
-        return b_fail(b, "%s", err.msg);
-    if (which >= b->g->nodes[idx].nout)
-        return -1;
-    return b->g->nodes[idx].out[which];
+    return emit(&b->e, op, nin, in, iattr, niattr, fattr, nfattr, which);
 }
 
 /* Depth-first over the module tree: a module's own params, then its own
@@ -150,8 +128,8 @@ static void order_module(Builder *b, int m, ValueId *out, int *k)
 int b_finish(Builder *b, CtErr *err)
 {
     int rc = 0;
-    if (b->failed) {
-        *err = b->err;
+    if (b->e.failed) {
+        *err = b->e.err;
         rc = -1;
         goto free_builder;
     }
@@ -170,11 +148,7 @@ free_builder:
     return rc;
 }
 
-const CtShape *b_shape(const Builder *b, ValueId v)
-{
-    static const CtShape none;
-    return v >= 0 && v < b->g->nvalues ? &b->g->values[v].type.shape : &none;
-}
+const CtShape *b_shape(const Builder *b, ValueId v) { return emit_shape(&b->e, v); }
 
 CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
 
@@ -188,12 +162,12 @@ static CtInit torch_default(CtInit given, int64_t fan_in)
 
 ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o)
 {
-    if (b->failed || x < 0)
+    if (b->e.failed || x < 0)
         return -1;
     int stride = o.stride ? o.stride : 1, dil = o.dilation ? o.dilation : 1, groups = o.groups ? o.groups : 1;
     int64_t in_ch = b_shape(b, x)->d[1];
     if (b_shape(b, x)->ndim != 4 || in_ch % groups)
-        return b_fail(b, "%s: input must be [N,C,H,W] with C divisible by groups=%d", name, groups);
+        return b_fail(b, "conv2d '%s': input must be [N,C,H,W] with C divisible by groups=%d", name, groups);
     b_push(b, "%s", name);
     int64_t fan_in = in_ch / groups * kernel * kernel;
     ValueId in[3] = {x, b_param(b, "weight", (CtShape){4, {out_ch, in_ch / groups, kernel, kernel}},
@@ -208,7 +182,7 @@ ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int k
 
 ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
 {
-    if (b->failed || x < 0)
+    if (b->e.failed || x < 0)
         return -1;
     CtShape c = {1, {b_shape(b, x)->d[1]}};
     b_push(b, "%s", name);
@@ -219,7 +193,7 @@ ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
     int64_t training = b->training;
     double f[2] = {o.momentum ? o.momentum : 0.1, o.eps ? o.eps : 1e-5};
     ValueId y = b_node(b, CT_OP_batch_norm, 5, in, &training, 1, f, 2, 0);
-    if (b->training && !b->failed) {
+    if (b->training && !b->e.failed) {
         const Node *n = &b->g->nodes[b->g->nnodes - 1];
         ValueId mean = n->out[1], var = n->out[2];
         b_node(b, CT_OP_assign, 2, (ValueId[]){in[3], mean}, NULL, 0, NULL, 0, 0);
@@ -232,7 +206,7 @@ ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
 
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o)
 {
-    if (b->failed || x < 0)
+    if (b->e.failed || x < 0)
         return -1;
     const CtShape *s = b_shape(b, x);
     int64_t in_features = s->d[s->ndim - 1];
@@ -248,7 +222,7 @@ ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features,
 
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
 {
-    if (b->failed || x < 0)
+    if (b->e.failed || x < 0)
         return -1;
     const CtShape *s = b_shape(b, x);
     CtShape d = {1, {s->d[s->ndim - 1]}};

@@ -15,7 +15,7 @@
 #ifndef CTIMM_BUILDER_H
 #define CTIMM_BUILDER_H
 
-#include "ir/ir.h"
+#include "ir/emit.h"
 
 #define B_MAX_DEPTH 32
 
@@ -36,8 +36,7 @@ typedef struct Builder {
     int *value_module; /* module of each param/buffer value (-1 otherwise) */
     int cap_value_module;
     int64_t next_seed;
-    int failed;
-    CtErr err;
+    Emitter e; /* its scope points at `scope`; its sticky error is the build's */
 } Builder;
 
 void b_init(Builder *b, Graph *g, int training);

@@ -104,7 +104,7 @@ CtShape shape_make(int ndim, const int64_t *d)
 
 const char *ct_role_name(CtRole r)
 {
-    static const char *const names[] = {"input", "param", "buffer", "act", "grad", "state"};
+    static const char *const names[] = {"input", "param", "buffer", "activation", "grad", "state"};
     return names[r];
 }
 

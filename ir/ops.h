@@ -19,6 +19,7 @@ typedef enum CtOp {
 struct Graph;
 struct Node;
 struct CtType;
+struct Emitter;
 
 typedef struct OpDef {
     const char *name;
@@ -36,6 +37,14 @@ typedef struct OpDef {
     /* Reference kernel. Every tensor is a dense row-major array of doubles;
      * the ref backend rounds results to each value's dtype afterwards. */
     void (*ref)(const struct Graph *g, const struct Node *n, double *const *in, double *const *out);
+    /* VJP rule (reverse-mode autodiff): emits into din[k] the gradient of
+     * each input k with need[k] set, given dout[j], the gradient of output j
+     * (-1 where none flows back). n is a copy: emitting moves the node array.
+     * NULL for ops that are not differentiated (backward and update ops). */
+    void (*vjp)(struct Emitter *e, const struct Node *n, const int *dout, const int *need, int *din);
+    /* Inputs that are never differentiable (integer targets, running
+     * statistics, the step count): bit k set for input k. */
+    unsigned nondiff;
 } OpDef;
 
 const OpDef *op_def(CtOp op);

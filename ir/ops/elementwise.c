@@ -8,13 +8,6 @@
 
 #include "ops_impl.h"
 
-static void unary_ref(const Graph *g, const Node *n, double *const *in, double *const *out, double (*f)(double))
-{
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    for (int64_t i = 0; i < count; i++)
-        out[0][i] = f(in[0][i]);
-}
-
 static int infer_unary(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     if (require_float(g, n, 0, -1, err))
@@ -22,40 +15,102 @@ static int infer_unary(const Graph *g, const Node *n, CtType *out, CtErr *err)
     return infer_like_input0(g, n, out, err);
 }
 
-static double relu_f(double x) { return x > 0 ? x : 0; }
 static double sigmoid_f(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double silu_f(double x) { return x * sigmoid_f(x); }
-static double relu6_f(double x) { return x < 0 ? 0 : x > 6 ? 6 : x; }
-static double hard_sigmoid_f(double x) { return relu6_f(x + 3) / 6; }
-static double hard_swish_f(double x) { return x * hard_sigmoid_f(x); }
+static double relu_f(double x, int approx) { return x > 0 ? x : 0; }
+static double relu_df(double x, int approx) { return x > 0 ? 1 : 0; }
+static double sigmoid_fa(double x, int approx) { return sigmoid_f(x); }
+static double sigmoid_df(double x, int approx) { return sigmoid_f(x) * (1 - sigmoid_f(x)); }
+static double silu_f(double x, int approx) { return x * sigmoid_f(x); }
+static double silu_df(double x, int approx) { return sigmoid_f(x) * (1 + x * (1 - sigmoid_f(x))); }
+static double hard_sigmoid_f(double x, int approx) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5; }
+static double hard_sigmoid_df(double x, int approx) { return x > -3 && x < 3 ? 1.0 / 6 : 0; }
+static double hard_swish_f(double x, int approx) { return x * hard_sigmoid_f(x, 0); }
+/* PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 up to 3 inclusive, then 1. */
+static double hard_swish_df(double x, int approx) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }
 
-#define UNARY_OP(op)                                                                                    \
-    static void op##_ref(const Graph *g, const Node *n, double *const *in, double *const *out)        \
-    {                                                                                                   \
-        unary_ref(g, n, in, out, op##_f);                                                               \
-    }                                                                                                   \
-    const OpDef op_##op = {.name = #op, .min_in = 1, .max_in = 1, .infer = infer_unary, .ref = op##_ref};
-
-UNARY_OP(relu)
-UNARY_OP(sigmoid)
-UNARY_OP(silu)
-UNARY_OP(hard_sigmoid)
-UNARY_OP(hard_swish)
-
-/* gelu: approximate=0 is the exact erf form (nn.GELU()), 1 the tanh form. */
-static void gelu_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+/* gelu: approx=0 is the exact erf form (nn.GELU()), 1 the tanh form. */
+static double gelu_f(double x, int approx)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    for (int64_t i = 0; i < count; i++) {
-        double x = in[0][i];
-        if (n->iattr[0])
-            out[0][i] = 0.5 * x * (1 + tanh(sqrt(2 / CT_PI) * (x + 0.044715 * x * x * x)));
-        else
-            out[0][i] = 0.5 * x * (1 + erf(x / sqrt(2)));
-    }
+    if (approx)
+        return 0.5 * x * (1 + tanh(sqrt(2 / CT_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2)));
 }
-const OpDef op_gelu = {.name = "gelu", .min_in = 1, .max_in = 1, .iattr = {"approximate"},
-                       .infer = infer_unary, .ref = gelu_ref};
+
+static double gelu_df(double x, int approx)
+{
+    if (approx) {
+        double k = sqrt(2 / CT_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+    }
+    return 0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * CT_PI);
+}
+
+/* The activations: value and derivative, the latter used by act_grad. */
+static const struct {
+    CtOp op;
+    double (*f)(double, int), (*df)(double, int);
+} acts[] = {
+    {CT_OP_relu, relu_f, relu_df},
+    {CT_OP_sigmoid, sigmoid_fa, sigmoid_df},
+    {CT_OP_silu, silu_f, silu_df},
+    {CT_OP_hard_sigmoid, hard_sigmoid_f, hard_sigmoid_df},
+    {CT_OP_hard_swish, hard_swish_f, hard_swish_df},
+    {CT_OP_gelu, gelu_f, gelu_df},
+};
+enum { NACTS = sizeof acts / sizeof acts[0] };
+
+static int act_index(int64_t op)
+{
+    for (int i = 0; i < NACTS; i++)
+        if ((int64_t)acts[i].op == op)
+            return i;
+    return -1;
+}
+
+static void act_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int a = act_index(n->op), approx = n->op == CT_OP_gelu && n->iattr[0];
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = acts[a].f(in[0][i], approx);
+}
+
+static void act_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t a[2] = {n->op, n->op == CT_OP_gelu ? n->iattr[0] : 0};
+    din[0] = emit(e, CT_OP_act_grad, 2, (ValueId[]){n->in[0], dout[0]}, a, 2, NULL, 0, 0);
+}
+
+#define ACT_OP(op, ...) \
+    const OpDef op_##op = {.name = #op, .min_in = 1, .max_in = 1, .infer = infer_unary, .ref = act_ref, \
+                           .vjp = act_vjp, __VA_ARGS__};
+ACT_OP(relu)
+ACT_OP(sigmoid)
+ACT_OP(silu)
+ACT_OP(hard_sigmoid)
+ACT_OP(hard_swish)
+ACT_OP(gelu, .iattr = {"approximate"})
+
+/* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act. */
+static int infer_act_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (act_index(n->iattr[0]) < 0)
+        return ct_fail(err, "op kind %lld is not an activation", (long long)n->iattr[0]);
+    if (require_float(g, n, 0, -1, err) || require_shape(g, n, 1, in_shape(g, n, 0), err))
+        return -1;
+    return infer_like_input0(g, n, out, err);
+}
+
+static void act_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int a = act_index(n->iattr[0]);
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = in[1][i] * acts[a].df(in[0][i], (int)n->iattr[1]);
+}
+
+const OpDef op_act_grad = {.name = "act_grad", .min_in = 2, .max_in = 2, .iattr = {"act", "approximate"},
+                           .infer = infer_act_grad, .ref = act_grad_ref};
 
 static void scale_shift_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -63,8 +118,13 @@ static void scale_shift_ref(const Graph *g, const Node *n, double *const *in, do
     for (int64_t i = 0; i < count; i++)
         out[0][i] = n->fattr[0] * in[0][i] + n->fattr[1];
 }
+static void scale_shift_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    din[0] = emit(e, CT_OP_scale_shift, 1, dout, NULL, 0, (double[]){n->fattr[0], 0}, 2, 0);
+}
+
 const OpDef op_scale_shift = {.name = "scale_shift", .min_in = 1, .max_in = 1, .fattr = {"a", "b"},
-                              .infer = infer_like_input0, .ref = scale_shift_ref};
+                              .infer = infer_like_input0, .ref = scale_shift_ref, .vjp = scale_shift_vjp};
 
 static int infer_broadcast(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -119,8 +179,27 @@ static void binary_ref(const Graph *g, const Node *n, double *const *in, double 
 
 static void add_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, 0); }
 static void mul_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, 1); }
-const OpDef op_add = {.name = "add", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = add_ref};
-const OpDef op_mul = {.name = "mul", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = mul_ref};
+
+static void add_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    for (int k = 0; k < 2; k++)
+        if (need[k])
+            din[k] = emit_sum_to(e, dout[0], emit_shape(e, n->in[k]));
+}
+
+static void mul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    for (int k = 0; k < 2; k++)
+        if (need[k]) {
+            ValueId p = emit(e, CT_OP_mul, 2, (ValueId[]){dout[0], n->in[1 - k]}, NULL, 0, NULL, 0, 0);
+            din[k] = emit_sum_to(e, p, emit_shape(e, n->in[k]));
+        }
+}
+
+const OpDef op_add = {.name = "add", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = add_ref,
+                      .vjp = add_vjp};
+const OpDef op_mul = {.name = "mul", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = mul_ref,
+                      .vjp = mul_vjp};
 
 /* A counter-based uniform draw in [0,1): the same (seed, index) always gives
  * the same number, whichever backend evaluates it. */
@@ -163,7 +242,70 @@ static int infer_dropout(const Graph *g, const Node *n, CtType *out, CtErr *err)
     return infer_unary(g, n, out, err);
 }
 
+/* The mask depends on (seed, index) alone, so the gradient is the same op,
+ * with the same seed, applied to dy. */
+static void dropout_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    din[0] = emit(e, n->op, 1, dout, n->iattr, 1, n->fattr, 1, 0);
+}
+
 const OpDef op_dropout = {.name = "dropout", .min_in = 1, .max_in = 1, .iattr = {"seed"}, .fattr = {"p"},
-                          .infer = infer_dropout, .ref = dropout_ref};
+                          .infer = infer_dropout, .ref = dropout_ref, .vjp = dropout_vjp};
 const OpDef op_drop_path = {.name = "drop_path", .min_in = 1, .max_in = 1, .iattr = {"seed"}, .fattr = {"p"},
-                            .infer = infer_dropout, .ref = drop_path_ref};
+                            .infer = infer_dropout, .ref = drop_path_ref, .vjp = dropout_vjp};
+
+/* reduce_sum: sums over the dims whose bit is set in iattr mask; keepdim=1
+ * leaves them as size 1, keepdim=0 drops them. */
+static int infer_reduce_sum(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    if (n->iattr[0] <= 0 || n->iattr[0] >= ((int64_t)1 << x->ndim))
+        return ct_fail(err, "dims mask %lld does not fit %d dims", (long long)n->iattr[0], x->ndim);
+    out[0].dtype = in_type(g, n, 0)->dtype;
+    out[0].shape.ndim = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        int reduced = (n->iattr[0] >> i) & 1;
+        if (!reduced || n->iattr[1])
+            out[0].shape.d[out[0].shape.ndim++] = reduced ? 1 : x->d[i];
+    }
+    return 1;
+}
+
+static void reduce_sum_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t ostride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0}, s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        int reduced = (n->iattr[0] >> i) & 1;
+        ostride[i] = reduced ? 0 : s;
+        s *= reduced ? 1 : x->d[i];
+    }
+    for (int64_t o = 0; o < s; o++)
+        out[0][o] = 0;
+    int64_t count = shape_numel(x);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < x->ndim; d++)
+            o += idx[d] * ostride[d];
+        out[0][o] += in[0][i];
+        for (int d = x->ndim - 1; d >= 0 && ++idx[d] == x->d[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+static void reduce_sum_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    const CtShape *x = emit_shape(e, n->in[0]);
+    CtShape kept = *x;
+    int64_t a[1 + CT_MAX_DIMS] = {x->ndim};
+    for (int i = 0; i < x->ndim; i++) {
+        if ((n->iattr[0] >> i) & 1)
+            kept.d[i] = 1;
+        a[1 + i] = x->d[i];
+    }
+    ValueId r = emit_reshape(e, dout[0], &kept);
+    din[0] = emit(e, CT_OP_expand, 1, &r, a, 1 + x->ndim, NULL, 0, 0);
+}
+
+const OpDef op_reduce_sum = {.name = "reduce_sum", .min_in = 1, .max_in = 1, .iattr = {"mask", "keepdim"},
+                             .infer = infer_reduce_sum, .ref = reduce_sum_ref, .vjp = reduce_sum_vjp};

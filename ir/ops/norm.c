@@ -7,6 +7,9 @@
  *   the unbiased variance and `momentum`, exactly as PyTorch; the model writes
  *   them back with assign nodes.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
+ * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy)
+ * and layer_norm_grad(x, weight, dy) -> dx, dweight, dbias; in training BN
+ * differentiates through the batch statistics, as PyTorch does.
  */
 #include <math.h>
 
@@ -66,6 +69,17 @@ static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, dou
     }
 }
 
+static void batch_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    if (dout[0] < 0)
+        return;
+    ValueId in[5] = {n->in[0], n->in[1], n->in[3], n->in[4], dout[0]};
+    if (emit(e, CT_OP_batch_norm_grad, 5, in, n->iattr, 1, &n->fattr[1], 1, 0) < 0)
+        return;
+    for (int k = 0; k < 3; k++)
+        din[k] = need[k] ? emit_last(e)->out[k] : -1;
+}
+
 const OpDef op_batch_norm = {
     .name = "batch_norm",
     .min_in = 5,
@@ -74,6 +88,73 @@ const OpDef op_batch_norm = {
     .fattr = {"momentum", "eps"},
     .infer = infer_batch_norm,
     .ref = batch_norm_ref,
+    .vjp = batch_norm_vjp,
+    .nondiff = 1u << 3 | 1u << 4,
+};
+
+static int infer_batch_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, -1, err) || require_shape(g, n, 4, in_shape(g, n, 0), err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    if (x->ndim < 2)
+        return ct_fail(err, "input must have a channel dim (at least 2 dims)");
+    CtShape c = {1, {x->d[1]}};
+    for (int i = 1; i < 4; i++)
+        if (require_shape(g, n, i, &c, err))
+            return -1;
+    out[0] = *in_type(g, n, 0);
+    out[1] = out[2] = *in_type(g, n, 1);
+    return 3;
+}
+
+static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
+    double M = (double)(N * S);
+    const double *dy = in[4];
+    for (int64_t c = 0; c < C; c++) {
+        double mean = in[2][c], var = in[3][c];
+        if (n->iattr[0]) {
+            double sum = 0, sq = 0;
+            for (int64_t b = 0; b < N; b++)
+                for (int64_t s = 0; s < S; s++)
+                    sum += in[0][(b * C + c) * S + s];
+            mean = sum / M;
+            for (int64_t b = 0; b < N; b++)
+                for (int64_t s = 0; s < S; s++) {
+                    double d = in[0][(b * C + c) * S + s] - mean;
+                    sq += d * d;
+                }
+            var = sq / M;
+        }
+        double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dw = 0;
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t s = 0; s < S; s++) {
+                int64_t i = (b * C + c) * S + s;
+                db += dy[i];
+                dw += dy[i] * (in[0][i] - mean) * inv;
+            }
+        out[1][c] = dw;
+        out[2][c] = db;
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t s = 0; s < S; s++) {
+                int64_t i = (b * C + c) * S + s;
+                double xhat = (in[0][i] - mean) * inv;
+                out[0][i] = n->iattr[0] ? in[1][c] * inv / M * (M * dy[i] - db - xhat * dw) : dy[i] * in[1][c] * inv;
+            }
+    }
+}
+
+const OpDef op_batch_norm_grad = {
+    .name = "batch_norm_grad",
+    .min_in = 5,
+    .max_in = 5,
+    .iattr = {"training"},
+    .fattr = {"eps"},
+    .infer = infer_batch_norm_grad,
+    .ref = batch_norm_grad_ref,
 };
 
 static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -107,6 +188,15 @@ static void layer_norm_ref(const Graph *g, const Node *n, double *const *in, dou
     }
 }
 
+static void layer_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    ValueId in[3] = {n->in[0], n->in[1], dout[0]};
+    if (emit(e, CT_OP_layer_norm_grad, 3, in, NULL, 0, n->fattr, 1, 0) < 0)
+        return;
+    for (int k = 0; k < 3; k++)
+        din[k] = need[k] ? emit_last(e)->out[k] : -1;
+}
+
 const OpDef op_layer_norm = {
     .name = "layer_norm",
     .min_in = 3,
@@ -114,4 +204,51 @@ const OpDef op_layer_norm = {
     .fattr = {"eps"},
     .infer = infer_layer_norm,
     .ref = layer_norm_ref,
+    .vjp = layer_norm_vjp,
+};
+
+static int infer_layer_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_shape(g, n, 2, in_shape(g, n, 0), err) || infer_layer_norm(g, n, out, err) < 0)
+        return -1;
+    out[1] = out[2] = *in_type(g, n, 1);
+    return 3;
+}
+
+static void layer_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+    for (int64_t i = 0; i < D; i++)
+        out[1][i] = out[2][i] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = in[0] + r * D, *dy = in[2] + r * D;
+        double mean = 0, var = 0, mg = 0, mgx = 0;
+        for (int64_t i = 0; i < D; i++)
+            mean += xr[i];
+        mean /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        double inv = 1 / sqrt(var / (double)D + n->fattr[0]);
+        for (int64_t i = 0; i < D; i++) {
+            double xhat = (xr[i] - mean) * inv, gi = dy[i] * in[1][i];
+            mg += gi;
+            mgx += gi * xhat;
+            out[1][i] += dy[i] * xhat;
+            out[2][i] += dy[i];
+        }
+        mg /= (double)D;
+        mgx /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            out[0][r * D + i] = inv * (dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx);
+    }
+}
+
+const OpDef op_layer_norm_grad = {
+    .name = "layer_norm_grad",
+    .min_in = 3,
+    .max_in = 3,
+    .fattr = {"eps"},
+    .infer = infer_layer_norm_grad,
+    .ref = layer_norm_grad_ref,
 };

@@ -3,6 +3,7 @@
 #ifndef CTIMM_OPS_IMPL_H
 #define CTIMM_OPS_IMPL_H
 
+#include "ir/emit.h"
 #include "ir/ir.h"
 
 #define CT_PI 3.14159265358979323846

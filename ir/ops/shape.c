@@ -32,7 +32,12 @@ static void copy_ref(const Graph *g, const Node *n, double *const *in, double *c
         out[0][i] = in[0][i];
 }
 
-const OpDef op_reshape = {.name = "reshape", .min_in = 1, .max_in = 1,
+static void reshape_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    din[0] = emit_reshape(e, dout[0], emit_shape(e, n->in[0]));
+}
+
+const OpDef op_reshape = {.name = "reshape", .min_in = 1, .max_in = 1, .vjp = reshape_vjp,
                           .list_attr = "shape",
                           .infer = infer_reshape, .ref = copy_ref};
 
@@ -74,7 +79,15 @@ static void permute_ref(const Graph *g, const Node *n, double *const *in, double
     }
 }
 
-const OpDef op_permute = {.name = "permute", .min_in = 1, .max_in = 1,
+static void permute_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t inv[CT_MAX_DIMS];
+    for (int i = 0; i < n->iattr[0]; i++)
+        inv[n->iattr[1 + i]] = i;
+    din[0] = emit_permute(e, dout[0], (int)n->iattr[0], inv);
+}
+
+const OpDef op_permute = {.name = "permute", .min_in = 1, .max_in = 1, .vjp = permute_vjp,
                           .list_attr = "perm",
                           .infer = infer_permute, .ref = permute_ref};
 
@@ -110,8 +123,51 @@ static void slice_ref(const Graph *g, const Node *n, double *const *in, double *
                 out[0][(o * OD + j) * inner + i] = in[0][(o * D + a[SL_START] + j * a[SL_STEP]) * inner + i];
 }
 
+static void slice_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t a[5] = {n->iattr[0], n->iattr[1], n->iattr[2], n->iattr[3], emit_shape(e, n->in[0])->d[n->iattr[0]]};
+    din[0] = emit(e, CT_OP_slice_grad, 1, dout, a, 5, NULL, 0, 0);
+}
+
 const OpDef op_slice = {.name = "slice", .min_in = 1, .max_in = 1, .iattr = {"dim", "start", "end", "step"},
-                        .infer = infer_slice, .ref = slice_ref};
+                        .infer = infer_slice, .ref = slice_ref, .vjp = slice_vjp};
+
+/* slice_grad(dy): dy placed back where the slice took it from, zeros
+ * elsewhere; iattr as slice's plus the sliced dim's full size. */
+static int infer_slice_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    const CtShape *dy = in_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    if (a[SL_DIM] < 0 || a[SL_DIM] >= dy->ndim || a[SL_STEP] < 1 || a[SL_START] < 0 || a[SL_END] > a[4] ||
+        a[SL_START] >= a[SL_END] || dy->d[a[SL_DIM]] != (a[SL_END] - a[SL_START] + a[SL_STEP] - 1) / a[SL_STEP])
+        return ct_fail(err, "slice %lld:%lld:%lld of %lld does not give dy's shape", (long long)a[SL_START],
+                       (long long)a[SL_END], (long long)a[SL_STEP], (long long)a[4]);
+    out[0] = *in_type(g, n, 0);
+    out[0].shape.d[a[SL_DIM]] = a[4];
+    return 1;
+}
+
+static void slice_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = out_shape(g, n, 0), *y = in_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < a[SL_DIM]; i++)
+        outer *= x->d[i];
+    for (int i = (int)a[SL_DIM] + 1; i < x->ndim; i++)
+        inner *= x->d[i];
+    int64_t D = x->d[a[SL_DIM]], OD = y->d[a[SL_DIM]];
+    for (int64_t i = 0; i < shape_numel(x); i++)
+        out[0][i] = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < OD; j++)
+            for (int64_t i = 0; i < inner; i++)
+                out[0][(o * D + a[SL_START] + j * a[SL_STEP]) * inner + i] = in[0][(o * OD + j) * inner + i];
+}
+
+const OpDef op_slice_grad = {.name = "slice_grad", .min_in = 1, .max_in = 1,
+                             .iattr = {"dim", "start", "end", "step", "size"},
+                             .infer = infer_slice_grad, .ref = slice_grad_ref};
 
 static int infer_concat(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -150,8 +206,19 @@ static void concat_ref(const Graph *g, const Node *n, double *const *in, double 
     }
 }
 
+static void concat_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t dim = n->iattr[0], at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int64_t size = emit_shape(e, n->in[k])->d[dim];
+        if (need[k])
+            din[k] = emit(e, CT_OP_slice, 1, dout, (int64_t[]){dim, at, at + size, 1}, 4, NULL, 0, 0);
+        at += size;
+    }
+}
+
 const OpDef op_concat = {.name = "concat", .min_in = 2, .max_in = CT_MAX_IN, .iattr = {"dim"},
-                         .infer = infer_concat, .ref = concat_ref};
+                         .infer = infer_concat, .ref = concat_ref, .vjp = concat_vjp};
 
 static int infer_expand(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -192,6 +259,11 @@ static void expand_ref(const Graph *g, const Node *n, double *const *in, double 
     }
 }
 
-const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1,
+static void expand_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    din[0] = emit_sum_to(e, dout[0], emit_shape(e, n->in[0]));
+}
+
+const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1, .vjp = expand_vjp,
                          .list_attr = "shape",
                          .infer = infer_expand, .ref = expand_ref};

@@ -1,0 +1,160 @@
+/*
+ * Losses over logits [B, C], each a scalar mean over the batch, and their
+ * gradients (op_grad(logits, target, dloss) -> dlogits), computed with
+ * log-sum-exp so large logits stay finite.
+ * cross_entropy(logits, target i64 [B]), fattr smoothing: timm's
+ *   LabelSmoothingCrossEntropy; smoothing 0 is nn.CrossEntropyLoss.
+ * soft_target_cross_entropy(logits, target [B, C]): timm's
+ *   SoftTargetCrossEntropy, for mixup/cutmix targets.
+ * binary_cross_entropy(logits, target i64 [B]), fattr smoothing, threshold:
+ *   timm's BinaryCrossEntropy: one-hot targets smoothed to smoothing/C off
+ *   and 1 - smoothing + smoothing/C on, binarised by `threshold` when it is
+ *   >= 0, then the mean of BCE-with-logits over all B*C elements.
+ * Targets outside [0, C) are rejected before a graph runs (the runtime checks
+ * its inputs); kernels assume valid ones.
+ */
+#include <math.h>
+
+#include "ops_impl.h"
+
+static int infer_loss(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, 2, err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    const CtType *t = in_type(g, n, 1);
+    if (n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad) {
+        if (require_shape(g, n, 1, x, err))
+            return -1;
+    } else if (t->dtype != CT_I64 || t->shape.ndim != 1 || t->shape.d[0] != x->d[0]) {
+        return ct_fail(err, "target must be i64 [%lld] class indices", (long long)x->d[0]);
+    }
+    out[0] = (CtType){{0}, in_type(g, n, 0)->dtype};
+    return 1;
+}
+
+static int infer_loss_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (infer_loss(g, n, out, err) < 0 || require_shape(g, n, 2, &(CtShape){0}, err))
+        return -1;
+    return infer_like_input0(g, n, out, err);
+}
+
+static double log_sum_exp(const double *x, int64_t C)
+{
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < C; c++)
+        m = x[c] > m ? x[c] : m;
+    for (int64_t c = 0; c < C; c++)
+        s += exp(x[c] - m);
+    return m + log(s);
+}
+
+static void cross_entropy_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double s = n->fattr[0], total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const double *row = in[0] + b * C;
+        double lse = log_sum_exp(row, C), mean_logp = 0;
+        for (int64_t c = 0; c < C; c++)
+            mean_logp += (row[c] - lse) / (double)C;
+        total += (1 - s) * (lse - row[(int64_t)in[1][b]]) - s * mean_logp;
+    }
+    out[0][0] = total / (double)B;
+}
+
+static void cross_entropy_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double s = n->fattr[0], scale = in[2][0] / (double)B;
+    for (int64_t b = 0; b < B; b++) {
+        const double *row = in[0] + b * C;
+        double lse = log_sum_exp(row, C);
+        for (int64_t c = 0; c < C; c++)
+            out[0][b * C + c] = scale * (exp(row[c] - lse) - s / (double)C - (c == (int64_t)in[1][b] ? 1 - s : 0));
+    }
+}
+
+static void soft_target_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        double lse = log_sum_exp(in[0] + b * C, C);
+        for (int64_t c = 0; c < C; c++)
+            total -= in[1][b * C + c] * (in[0][b * C + c] - lse);
+    }
+    out[0][0] = total / (double)B;
+}
+
+static void soft_target_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double scale = in[2][0] / (double)B;
+    for (int64_t b = 0; b < B; b++) {
+        double lse = log_sum_exp(in[0] + b * C, C), tsum = 0;
+        for (int64_t c = 0; c < C; c++)
+            tsum += in[1][b * C + c];
+        for (int64_t c = 0; c < C; c++)
+            out[0][b * C + c] = scale * (exp(in[0][b * C + c] - lse) * tsum - in[1][b * C + c]);
+    }
+}
+
+/* The smoothed (and maybe binarised) target of class c for label t. */
+static double bce_target(const Node *n, int64_t c, int64_t t, int64_t C)
+{
+    double off = n->fattr[0] / (double)C, v = c == t ? 1 - n->fattr[0] + off : off;
+    return n->fattr[1] >= 0 ? (v > n->fattr[1] ? 1 : 0) : v;
+}
+
+static void bce_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double total = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++) {
+            double v = in[0][b * C + c], t = bce_target(n, c, (int64_t)in[1][b], C);
+            total += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs(v)));
+        }
+    out[0][0] = total / (double)(B * C);
+}
+
+static void bce_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t B = x->d[0], C = x->d[1];
+    double scale = in[2][0] / (double)(B * C);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++) {
+            double v = in[0][b * C + c];
+            out[0][b * C + c] = scale * (1 / (1 + exp(-v)) - bce_target(n, c, (int64_t)in[1][b], C));
+        }
+}
+
+/* Every loss's gradient op is the next op kind in ops.def, with the same
+ * attributes, and takes (logits, target, dloss). */
+static void loss_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    din[0] = emit(e, n->op + 1, 3, (ValueId[]){n->in[0], n->in[1], dout[0]}, NULL, 0, n->fattr, 2, 0);
+}
+
+#define LOSS_OPS(op, ref_fn, grad_ref_fn, ...)                                                                   \
+    const OpDef op_##op = {.name = #op, .min_in = 2, .max_in = 2, .infer = infer_loss, .ref = ref_fn,           \
+                           .vjp = loss_vjp, .nondiff = 1u << 1, __VA_ARGS__};                                   \
+    const OpDef op_##op##_grad = {.name = #op "_grad", .min_in = 3, .max_in = 3, .infer = infer_loss_grad,      \
+                                  .ref = grad_ref_fn, __VA_ARGS__};
+
+LOSS_OPS(cross_entropy, cross_entropy_ref, cross_entropy_grad_ref, .fattr = {"smoothing"})
+LOSS_OPS(soft_target_cross_entropy, soft_target_ref, soft_target_grad_ref)
+LOSS_OPS(binary_cross_entropy, bce_ref, bce_grad_ref, .fattr = {"smoothing", "threshold"})
+
+_Static_assert(CT_OP_cross_entropy_grad == CT_OP_cross_entropy + 1 &&
+                   CT_OP_soft_target_cross_entropy_grad == CT_OP_soft_target_cross_entropy + 1 &&
+                   CT_OP_binary_cross_entropy_grad == CT_OP_binary_cross_entropy + 1,
+               "loss_vjp relies on each loss's gradient op following it in ops.def");

@@ -1,0 +1,734 @@
+/*
+ * Every op's shape rule and ref kernel against PyTorch. Each test builds a
+ * tiny graph with the builder, runs it on the ref backend and compares the
+ * outputs with values PyTorch computed in float64 from the same inputs,
+ * by relative error ||got - want|| / ||want||. Shape rules that must reject
+ * their inputs are checked to fail the build with a message naming the op.
+ *
+ * Inputs: graph input k (in value order) holds amp * sin(0.7 i + 0.3 + 1.1 k)
+ * and f32 state_dict entry j holds 0.5 * sin(0.7 i + 0.3 + 1.1 (10 + j)),
+ * both rounded to each tensor's dtype; gen() below and in the snippet.
+ * The want_* arrays are the output of this Python (torch 1.13, Debian's
+ * /usr/bin/python3); to regenerate, save it as gen.py, run it and replace
+ * the arrays with what it prints:
+ *
+    import math, torch, torch.nn.functional as F
+    D = torch.float64
+    def gen(shape, k, amp=1.0, f32=True):  # input k: amp*sin(0.7i+0.3+1.1k), rounded to f32
+        t = torch.tensor([amp * math.sin(0.7 * i + 0.3 + 1.1 * k) for i in range(math.prod(shape))], dtype=D)
+        return (t.float().double() if f32 else t).reshape(shape)
+    par = lambda shape, j: gen(shape, 10 + j, 0.5)  # state_dict entry j
+    sdpa = getattr(F, 'scaled_dot_product_attention', None) or (lambda *qkv: F._scaled_dot_product_attention(*qkv)[0])
+    E = {}
+    x, w, b = gen((2, 4, 5, 7), 0), par((4, 2, 3, 3), 0), par((4,), 1)
+    E['conv'], E['conv_bias'] = F.conv2d(x, w, None, 2, 1, 2, 2), F.conv2d(x, w, b, 2, 1, 2, 2)
+    x, w, b = (gen(s, k, 1.0, False) for k, s in enumerate([(2, 4, 5, 7), (4, 2, 3, 3), (4,)]))
+    E['conv_f64'] = F.conv2d(x, w, b, 2, 1, 2, 2)
+    x, w, b, rm = gen((2, 3, 2, 2), 0), par((3,), 0), par((3,), 1), par((3,), 2)
+    rv = 0.5 + 0.25 * torch.arange(3, dtype=D)  # running_var: set by the test
+    E['bn_eval'] = F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5)
+    E['bn_train'] = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)  # updates rm, rv in place
+    E['bn_mean'], E['bn_var'] = rm, rv
+    E['layer_norm'] = F.layer_norm(gen((2, 3, 5), 0), (5,), par((5,), 0), par((5,), 1), 1e-6)
+    E['linear'] = F.linear(gen((2, 3, 4), 0), par((5, 4), 0), par((5,), 1))
+    E['matmul'] = gen((2, 3, 4), 0) @ gen((2, 4, 2), 1)
+    E['matmul_shared'] = gen((2, 3, 4), 0) @ gen((4, 2), 1)
+    x = gen((16,), 0, 4.0)
+    E['act'] = torch.stack([F.relu(x), F.gelu(x), F.gelu(x, approximate='tanh'), F.silu(x), torch.sigmoid(x),
+                            F.hardswish(x), F.hardsigmoid(x)])
+    E['add'], E['mul'] = gen((2, 3, 1), 0) + gen((4,), 1), gen((2, 3, 1), 0) * gen((4,), 1)
+    E['scale_shift'] = 1.5 * gen((6,), 0) - 0.25
+    x = gen((1, 2, 5, 7), 0)
+    E['avg_ceil'], E['avg_pad'] = F.avg_pool2d(x, 2, 2, 0, True, False), F.avg_pool2d(x, 3, 2, 1, False, True)
+    E['max_pool'], E['adaptive'] = F.max_pool2d(x, 3, 2, 1), F.adaptive_avg_pool2d(x, (3, 2))
+    E['global_pool'] = x.mean((2, 3))
+    E['avg_ceil_pad'] = F.avg_pool2d(gen((1, 1, 6, 8), 0), 3, 2, 1, True, True)
+    E['reshape'] = gen((2, 3, 4), 0).reshape(4, 6)
+    E['permute'] = gen((2, 3, 4), 0).permute(2, 0, 1)
+    E['slice'] = gen((2, 5, 3), 0)[:, 1:5:2]
+    E['concat'] = torch.cat([gen((2, 1, 3), 0), gen((2, 2, 3), 1), gen((2, 3, 3), 2)], 1)
+    E['expand'] = gen((1, 1, 4), 0).expand(2, 3, 4)
+    E['softmax'] = gen((2, 3, 4), 0, 2.0).softmax(1)
+    E['sdpa'] = sdpa(*(gen((1, 2, 3, 4), k) for k in range(3)))
+    for name, t in E.items():
+        f, per = ('%.17g', 4) if name.endswith('f64') else ('%.9g', 6)
+        v = [f % e for e in t.flatten().tolist()]
+        rows = [', '.join(v[i:i + per]) for i in range(0, len(v), per)]
+        print('static const double want_%s[] = {\n    %s,\n};' % (name, ',\n    '.join(rows)))
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/builder.h"
+#include "runtime/backend.h"
+#include "tests/check.h"
+
+#define TOL_F32 1e-5
+#define TOL_F64 1e-12
+#define NELEM(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+
+static const double want_conv[] = {
+    0.500768978, 1.80158919, 1.39197876, 0.054241932, -0.693726929, -2.22644333,
+    0.488525733, 1.79216495, 1.45054202, 0.0747834546, -0.636802324, -2.21474681,
+    -1.93438577, 0.197190379, 0.799576782, 1.38681752, 1.46830109, -0.607326157,
+    -1.94927182, 0.13600921, 0.807057608, 1.33795758, 1.50402488, -0.587780935,
+    -1.6418607, -1.60992235, -0.921904926, 0.835379158, 1.53052514, 1.83907881,
+    -1.64118524, -1.6369698, -0.974889342, 0.787381568, 1.49704815, 1.83829397,
+    0.949251468, -1.19645987, -1.41685638, -0.942846178, -0.589441661, 1.71075949,
+    0.966773312, -1.14929635, -1.45482983, -0.923879019, -0.647302924, 1.68824491,
+};
+static const double want_conv_bias[] = {
+    0.417966891, 1.71878711, 1.30917668, -0.0285601551, -0.776529016, -2.30924541,
+    0.742856457, 2.04649568, 1.70487274, 0.329114179, -0.3824716, -1.96041608,
+    -1.46253794, 0.669038212, 1.27142461, 1.85866535, 1.94014893, -0.135478324,
+    -1.4818243, 0.603456729, 1.27450513, 1.8054051, 1.9714724, -0.120333416,
+    -1.72466279, -1.69272444, -1.00470701, 0.752577071, 1.44772305, 1.75627673,
+    -1.38685452, -1.38263907, -0.720558618, 1.04171229, 1.75137888, 2.09262469,
+    1.4210993, -0.724612038, -0.945008548, -0.470998346, -0.117593829, 2.18260733,
+    1.43422083, -0.681848826, -0.987382309, -0.456431499, -0.179855405, 2.15569243,
+};
+static const double want_conv_f64[] = {
+    -0.61758772523640637, -2.8342059253167515, -0.26174423860747048, 1.0618939313874654,
+    3.3707469596648068, 4.8420068239415883, -1.2678842274817672, -3.5295933427887687,
+    -1.066479338206028, 0.36653151342962764, 2.6331412567373147, 4.2327011300828774,
+    2.3174126456207791, -2.700495993527503, -1.8938201621382234, -4.4624694573332313,
+    -2.3041269509348719, 0.91488053911390599, 2.0977229470523318, -2.9027445516885906,
+    -2.2377718237600344, -4.7234318313655592, -2.7193208483767348, 0.59258730547303384,
+    3.5114459648853353, 2.7006437010132389, 0.78178213942809294, -2.1805802889791006,
+    -3.0109317647346536, -2.6651728911116828, 2.9039183062509526, 2.1418615864222263,
+    0.24835044625357108, -2.7770397145654857, -3.6548317596809721, -3.3772112292955732,
+    -1.8844231718199416, 2.7051715004663821, 0.77667258387050542, 1.4906678715006962,
+    -1.223313929201276, -4.3165725890982447, -2.2509925443906664, 2.3514685062607912,
+    0.58246885845485363, 1.1797375959788929, -1.4073081551523292, -4.6347621719700882,
+};
+static const double want_bn_eval[] = {
+    -0.0110449478, -0.379336075, -0.480654867, -0.267349444, 0.396038089, 0.598465813,
+    0.711746851, 0.682603365, 0.422864161, 0.468523753, 0.504422633, 0.513676992,
+    -0.258921179, 0.171595897, 0.609973426, 0.850035637, 0.680124277, 0.519894596,
+    0.307471493, 0.142760887, 0.513504704, 0.491089586, 0.448300685, 0.405262295,
+};
+static const double want_bn_train[] = {
+    -0.125413198, -0.514513554, -0.621557073, -0.396199441, 0.102518817, 0.384842341,
+    0.542834049, 0.502187977, 0.390174119, 0.467717824, 0.528684907, 0.544401589,
+    -0.387294962, 0.0675472406, 0.530694028, 0.784320263, 0.498730423, 0.275260005,
+    -0.0210039528, -0.250723863, 0.544108991, 0.506041387, 0.433372979, 0.360280863,
+};
+static const double want_bn_mean[] = {
+    0.385276206, 0.418133161, 0.360101318,
+};
+static const double want_bn_var[] = {
+    0.501194134, 0.719064981, 0.939623673,
+};
+static const double want_layer_norm[] = {
+    0.288691212, 0.0463743618, 0.551961634, 0.579475577, -0.507070758, 0.0256990966,
+    0.528240182, 0.417434665, 0.57441365, 1.1307296, -0.455477989, -0.0172372292,
+    0.503131562, 0.248526398, -0.592093916, 0.44117753, 0.508940592, 0.457442536,
+    0.747025006, 0.99692969, -0.712028157, 0.0216714937, 0.472151383, 0.147930579,
+    -0.420215131, 0.633129722, 0.458461986, 0.485590282, 0.817550752, 0.797669871,
+};
+static const double want_linear[] = {
+    -0.13341425, 0.676455829, -0.273011431, 1.4489685, -0.86156336, -0.330646705,
+    0.141725189, 0.931891361, -0.28687353, 1.2046321, 0.434859545, 0.0444045208,
+    0.349780522, 0.907402818, -0.463804765, -0.810462181, 0.76253058, 0.241833397,
+    0.392697143, 0.614076742, 0.770771465, -0.493417572, 1.0273646, 0.168355187,
+    0.251305515, -0.963654163, 1.1552212, -0.344978388, 1.10582087, -0.142953682,
+};
+static const double want_matmul[] = {
+    -0.717605317, -1.00298463, 1.24569756, 1.19604502, -1.62984283, -1.25089605,
+    1.64632118, 1.81925603, -1.8425873, -1.79856208, 1.82593274, 1.57003474,
+};
+static const double want_matmul_shared[] = {
+    -0.717605317, -1.00298463, 1.24569756, 1.19604502, -1.62984283, -1.25089605,
+    1.82565107, 1.16119937, -1.81049564, -0.937319951, 1.58612784, 0.605128192,
+};
+static const double want_act[] = {
+    1.18208086, 3.36588383, 3.96665931, 2.7018528, 0.166322649, 0,
+    0, 0, 0, 1.24616539, 3.40174651, 3.95743299,
+    2.65187693, 0.0991016999, 0, 0, 1.04190167, 3.36459976,
+    3.96651475, 2.69253758, 0.0941466821, -0.0176066325, -0.000180354492, -0.000723729441,
+    -0.100783888, 1.11363341, 3.40060766, 3.95728308, 2.64126336, 0.0534625168,
+    -0.0155135402, -0.000171042017, 1.04169228, 3.36485439, 3.96657703, 2.69301081,
+    0.0941464351, -0.0171870359, -0.000107089871, -0.000538990757, -0.101002576, 1.11341049,
+    3.40084662, 3.95734706, 2.6417348, 0.0534624853, -0.0150735468, -0.000100550584,
+    0.904672187, 3.25353446, 3.8929403, 2.53200321, 0.0900612313, -0.194880598,
+    -0.0768121641, -0.100237304, -0.273822254, 0.967816119, 3.29207105, 3.88321651,
+    2.47718872, 0.0520041292, -0.189617367, -0.0760569798, 0.765321743, 0.966621139,
+    0.981415341, 0.937135885, 0.541485072, 0.0796265769, 0.0196444494, 0.0283651518,
+    0.183096648, 0.776635367, 0.967759074, 0.98124631, 0.93412658, 0.524755168,
+    0.0758383763, 0.0193837728, 0.823926294, 3.36588383, 3.96665931, 2.56759449,
+    0.0877718615, -0.225395572, -0, -0, -0.374996635, 0.881904063,
+    3.40174651, 3.95743299, 2.49801367, 0.0511877078, -0.208239145, -0,
+    0.697013477, 1, 1, 0.9503088, 0.527720441, 0.0920947393,
+    0, 0, 0.250748893, 0.707694232, 1, 1,
+    0.941979488, 0.51651695, 0.0832862457, 0,
+};
+static const double want_add[] = {
+    1.28096995, 1.15872958, 0.630508363, -0.0552630126, 1.82692069, 1.70468032,
+    1.1764591, 0.490687728, 1.97711456, 1.85487419, 1.32665297, 0.640881598,
+    1.66091293, 1.53867257, 1.01045135, 0.324679971, 1.02703039, 0.904790029,
+    0.376568809, -0.309202567, 0.37359184, 0.251351476, -0.276869744, -0.96264112,
+};
+static const double want_mul[] = {
+    0.291220318, 0.255095819, 0.0989957696, -0.103663536, 0.829227328, 0.726365612,
+    0.281882797, -0.295173899, 0.977235837, 0.856014367, 0.332195963, -0.34785939,
+    0.665635029, 0.583066161, 0.226272166, -0.236941162, 0.0409756523, 0.035892817,
+    0.013929029, -0.0145857989, -0.602955194, -0.528161463, -0.204965141, 0.214629487,
+};
+static const double want_scale_shift[] = {
+    0.193280324, 1.01220644, 1.23749724, 0.763194799, -0.187629007, -1.16778684,
+};
+static const double want_avg_ceil[] = {
+    -0.0300850421, 0.707276501, 0.270512562, -0.476377348, -0.236938953, -0.713963285,
+    -0.00576163828, 0.665043429, 0.925775379, 0.314285656, -0.818938911, -0.858707011,
+    -0.451758228, 0.480161831, 0.614981685, -0.0262393653, 0.213204989, -0.645110259,
+    -0.432500087, 0.306523621, 0.652379572, 0.776934832, -0.388272755, -0.995520592,
+};
+static const double want_avg_pad[] = {
+    -0.0133711298, 0.366300033, 0.289772231, -0.100182595, -0.245009684, -0.337858319,
+    0.126380364, 0.28161252, 0.278866868, -0.000192279824, -0.426719658, -0.204976473,
+    -0.200781435, 0.158859627, 0.423932253, 0.0999111618, -0.109626243, -0.382751615,
+    -0.113720953, 0.19555626, 0.319573886, 0.255895101, -0.300702729, -0.311818527,
+};
+static const double want_max_pool[] = {
+    0.841470957, 0.991664827, 0.989358246, 0.662969232, 0.650287867, 0.850436628,
+    0.989358246, 0.986771941, 0.983906686, 0.983906686, -0.00885130931, 0.343314916,
+    0.35905835, 0.980763257, 0.980763257, 0.977342486, 0.973645449, 0.597760379,
+    0.977342486, 0.977342486, 0.973645449, 0.969673097, 0.584196568, -0.278562605,
+};
+static const double want_adaptive[] = {
+    0.338595729, 0.206899422, -0.324913526, 0.207690463, 0.189525177, -0.544483627,
+    0.0142018013, 0.470363943, -0.291922852, 0.0167261511, 0.460295404, -0.49755097,
+};
+static const double want_global_pool[] = {
+    0.00928657076, 0.0218014556,
+};
+static const double want_avg_ceil_pad[] = {
+    0.119406207, 0.517770578, 0.198032097, -0.450452681, -0.310731818, -0.349698212,
+    0.234819478, 0.707576687, 0.00571010096, -0.271315707, -0.464271351, -0.615746174,
+    0.257467104, 0.703268072, 0.265478051, -0.114882864, -0.417181671, -0.13099434,
+    0.372652198, 0.244335622,
+};
+static const double want_reshape[] = {
+    0.295520216, 0.841470957, 0.991664827, 0.6754632, 0.0415806621, -0.611857891,
+    -0.977530122, -0.88345468, -0.373876661, 0.311541349, 0.850436628, 0.989358246,
+    0.662969232, 0.024775425, -0.625070632, -0.980936229, -0.875452161, -0.35822928,
+    0.327474445, 0.859161794, 0.986771941, 0.650287867, 0.00796318334, -0.638106704,
+};
+static const double want_permute[] = {
+    0.295520216, 0.0415806621, -0.373876661, 0.662969232, -0.875452161, 0.986771941,
+    0.841470957, -0.611857891, 0.311541349, 0.024775425, -0.35822928, 0.650287867,
+    0.991664827, -0.977530122, 0.850436628, -0.625070632, 0.327474445, 0.00796318334,
+    0.6754632, -0.88345468, 0.989358246, -0.980936229, 0.859161794, -0.638106704,
+};
+static const double want_slice[] = {
+    0.6754632, 0.0415806621, -0.611857891, 0.311541349, 0.850436628, 0.989358246,
+    0.327474445, 0.859161794, 0.986771941, -0.984064996, -0.867202163, -0.34248063,
+};
+static const double want_concat[] = {
+    0.295520216, 0.841470957, 0.991664827, 0.985449731, 0.863209367, 0.334988147,
+    -0.350783229, -0.871575773, -0.982452631, 0.598472118, -0.0583741441, -0.687766135,
+    -0.993691027, -0.832267463, -0.279415488, 0.404849917, 0.898708105, 0.96988982,
+    0.6754632, 0.0415806621, -0.611857891, -0.631266654, 0.0168139003, 0.656986594,
+    0.98816824, 0.85459888, 0.319098353, 0.584917188, -0.0751511231, -0.699874699,
+    -0.995436251, -0.822828591, -0.263231784, 0.420167029, 0.905954719, 0.965657771,
+};
+static const double want_expand[] = {
+    0.295520216, 0.841470957, 0.991664827, 0.6754632, 0.295520216, 0.841470957,
+    0.991664827, 0.6754632, 0.295520216, 0.841470957, 0.991664827, 0.6754632,
+    0.295520216, 0.841470957, 0.991664827, 0.6754632, 0.295520216, 0.841470957,
+    0.991664827, 0.6754632, 0.295520216, 0.841470957, 0.991664827, 0.6754632,
+};
+static const double want_softmax[] = {
+    0.536500194, 0.713692993, 0.563885692, 0.342733525, 0.322849999, 0.0390091094,
+    0.0109842416, 0.0151669314, 0.140649808, 0.247297897, 0.425130066, 0.642099544,
+    0.33817327, 0.201662244, 0.08875563, 0.0234525717, 0.0155913397, 0.0937456092,
+    0.596439026, 0.929992205, 0.64623539, 0.704592147, 0.314805344, 0.0465552234,
+};
+static const double want_sdpa[] = {
+    0.686940437, 0.287366589, -0.247360252, -0.665749727, -0.203842348, -0.0985683527,
+    0.0530638566, 0.179739302, 0.462142702, 0.216616479, -0.13078786, -0.416680643,
+    -0.634814042, -0.715875575, -0.460249631, 0.0118389171, 0.022691535, 0.0540266488,
+    0.0599521748, 0.0376812644, -0.279234479, -0.346008209, -0.250048871, -0.0364876284,
+};
+
+/* Input k's element i, as gen() in the snippet (before rounding to a dtype). */
+static double gen(int64_t i, int k, double amp) { return amp * sin(0.7 * (double)i + 0.3 + 1.1 * k); }
+
+/* One tiny graph: built, given state and inputs, run on the ref backend. */
+typedef struct Case {
+    Graph g;
+    Builder b;
+    CtState s;
+    CtTensor out[8];
+    int nout;
+} Case;
+
+static void case_begin(Case *c, int training)
+{
+    memset(c, 0, sizeof *c);
+    graph_init(&c->g);
+    b_init(&c->b, &c->g, training);
+}
+
+/* Marks the outputs, finishes the build and creates the state, every f32
+ * entry j filled as par(j) in the snippet. 0 on success. */
+static int case_build(Case *c, const char *what, int nout, const ValueId *outs)
+{
+    CtErr err;
+    for (int k = 0; k < nout; k++)
+        if (outs[k] >= 0)
+            graph_mark_output(&c->g, outs[k]);
+    if (b_finish(&c->b, &err)) {
+        CHECKF(0, "%s: build failed: %s", what, err.msg);
+        return -1;
+    }
+    state_create(&c->s, &c->g);
+    for (int j = 0; j < c->s.n; j++) {
+        if (c->s.e[j].type.dtype != CT_F32)
+            continue;
+        float *p = state_data(&c->s, j);
+        for (int64_t i = 0; i < shape_numel(&c->s.e[j].type.shape); i++)
+            p[i] = (float)gen(i, 10 + j, 0.5);
+    }
+    return 0;
+}
+
+/* Runs with input k = gen(k, amp) in its dtype. 0 on success. */
+static int case_run(Case *c, const char *what, double amp)
+{
+    CtTensor in[8];
+    int nin = 0, rc;
+    CtErr err;
+    for (int v = 0; v < c->g.nvalues; v++) {
+        const Value *val = &c->g.values[v];
+        if (val->role != CT_ROLE_INPUT)
+            continue;
+        CT_ASSERT(nin < 8);
+        int64_t n = shape_numel(&val->type.shape);
+        double *x = malloc((size_t)n * sizeof *x);
+        CT_ASSERT(x != NULL);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = gen(i, nin, amp);
+        tensor_alloc(&in[nin], val->type);
+        elems_from_double(x, val->type.dtype, n, in[nin++].data);
+        free(x);
+    }
+    rc = ct_backend_ref.run(&c->g, &c->s, in, nin, c->out, &err);
+    if (rc == 0)
+        c->nout = c->g.noutputs;
+    else
+        CHECKF(0, "%s: run failed: %s", what, err.msg);
+    for (int k = 0; k < nin; k++)
+        tensor_free(&in[k]);
+    return rc;
+}
+
+static void case_end(Case *c)
+{
+    for (int k = 0; k < c->nout; k++)
+        tensor_free(&c->out[k]);
+    state_free(&c->s);
+    graph_free(&c->g);
+}
+
+/* Checks a tensor's shape, then ||got - want|| / ||want|| <= tol. */
+static void expect_data(const char *what, const void *data, CtType type, CtShape shape, const double *want,
+                        int64_t n, double tol)
+{
+    char a[96], b[96];
+    if (!shape_equal(&type.shape, &shape) || shape_numel(&shape) != n) {
+        CHECKF(0, "%s: shape %s, want %s (%lld values)", what, shape_str(&type.shape, a, sizeof a),
+               shape_str(&shape, b, sizeof b), (long long)n);
+        return;
+    }
+    double *got = malloc((size_t)n * sizeof *got), num = 0, den = 0;
+    CT_ASSERT(got != NULL);
+    elems_to_double(data, type.dtype, n, got);
+    for (int64_t i = 0; i < n; i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECKF(rel <= tol, "%s: relative error %.3g > %.3g", what, rel, tol);
+    free(got);
+}
+
+static void expect(const Case *c, int k, const char *what, CtShape shape, const double *want, int64_t n, double tol)
+{
+    if (k >= c->nout) {
+        CHECKF(0, "%s: no output %d", what, k);
+        return;
+    }
+    expect_data(what, c->out[k].data, c->out[k].type, shape, want, n, tol);
+}
+
+/* conv2d with stride 2, padding 1, dilation 2, groups 2 on a 5x7 input. */
+static void test_conv2d(void)
+{
+    for (int bias = 0; bias < 2; bias++) {
+        Case c;
+        case_begin(&c, 0);
+        ValueId x = b_input(&c.b, "x", (CtShape){4, {2, 4, 5, 7}}, CT_F32);
+        ValueId y = nn_conv2d(&c.b, "conv", x, 4, 3,
+                              (ConvOpts){.stride = 2, .padding = 1, .dilation = 2, .groups = 2, .bias = bias});
+        if (case_build(&c, "conv2d", 1, &y) == 0 && case_run(&c, "conv2d", 1) == 0)
+            expect(&c, 0, bias ? "conv2d with bias" : "conv2d", (CtShape){4, {2, 4, 2, 3}},
+                   bias ? want_conv_bias : want_conv, NELEM(want_conv), TOL_F32);
+        case_end(&c);
+    }
+}
+
+/* The same conv in f64 throughout: x, weight and bias are f64 graph inputs. */
+static void test_conv2d_f64(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId in[3] = {b_input(&c.b, "x", (CtShape){4, {2, 4, 5, 7}}, CT_F64),
+                     b_input(&c.b, "w", (CtShape){4, {4, 2, 3, 3}}, CT_F64),
+                     b_input(&c.b, "bias", (CtShape){1, {4}}, CT_F64)};
+    int64_t a[] = {2, 2, 1, 1, 2, 2, 2};
+    ValueId y = b_node(&c.b, CT_OP_conv2d, 3, in, a, 7, NULL, 0, 0);
+    if (case_build(&c, "conv2d f64", 1, &y) == 0 && case_run(&c, "conv2d f64", 1) == 0) {
+        CHECK(c.out[0].type.dtype == CT_F64);
+        expect(&c, 0, "conv2d f64", (CtShape){4, {2, 4, 2, 3}}, want_conv_f64, NELEM(want_conv_f64), TOL_F64);
+    }
+    case_end(&c);
+}
+
+/* batch_norm in eval and in training; training also writes the running
+ * stats back through assign nodes and counts the batch. */
+static void test_batch_norm(void)
+{
+    for (int training = 0; training < 2; training++) {
+        Case c;
+        const char *what = training ? "batch_norm train" : "batch_norm eval";
+        case_begin(&c, training);
+        ValueId x = b_input(&c.b, "x", (CtShape){4, {2, 3, 2, 2}}, CT_F32);
+        ValueId y = nn_batch_norm(&c.b, "bn", x, (BNOpts){0});
+        if (case_build(&c, what, 1, &y)) {
+            case_end(&c);
+            continue;
+        }
+        int mean = state_find(&c.s, "bn.running_mean"), var = state_find(&c.s, "bn.running_var");
+        int nbt = state_find(&c.s, "bn.num_batches_tracked");
+        CHECK(mean == 2 && var == 3 && nbt == 4);
+        if (mean < 0 || var < 0 || nbt < 0) {
+            case_end(&c);
+            continue;
+        }
+        for (int i = 0; i < 3; i++)
+            ((float *)state_data(&c.s, var))[i] = 0.5f + 0.25f * (float)i;
+        if (case_run(&c, what, 1) == 0) {
+            CtShape ch = {1, {3}};
+            float *m = state_data(&c.s, mean);
+            expect(&c, 0, what, (CtShape){4, {2, 3, 2, 2}}, training ? want_bn_train : want_bn_eval,
+                   NELEM(want_bn_eval), TOL_F32);
+            if (training) {
+                expect_data("batch_norm train running_mean", m, (CtType){ch, CT_F32}, ch, want_bn_mean, 3, TOL_F32);
+                expect_data("batch_norm train running_var", state_data(&c.s, var), (CtType){ch, CT_F32}, ch,
+                            want_bn_var, 3, TOL_F32);
+            } else {
+                for (int i = 0; i < 3; i++)
+                    CHECK(m[i] == (float)gen(i, 12, 0.5));
+            }
+            CHECKF(*(int64_t *)state_data(&c.s, nbt) == training, "%s: num_batches_tracked %lld", what,
+                   (long long)*(int64_t *)state_data(&c.s, nbt));
+        }
+        case_end(&c);
+    }
+}
+
+static void test_layer_norm_linear(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){3, {2, 3, 5}}, CT_F32);
+    ValueId y = nn_layer_norm(&c.b, "norm", x, 1e-6);
+    if (case_build(&c, "layer_norm", 1, &y) == 0 && case_run(&c, "layer_norm", 1) == 0)
+        expect(&c, 0, "layer_norm", (CtShape){3, {2, 3, 5}}, want_layer_norm, NELEM(want_layer_norm), TOL_F32);
+    case_end(&c);
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32);
+    y = nn_linear(&c.b, "fc", x, 5, (LinearOpts){0});
+    if (case_build(&c, "linear", 1, &y) == 0 && case_run(&c, "linear", 1) == 0)
+        expect(&c, 0, "linear", (CtShape){3, {2, 3, 5}}, want_linear, NELEM(want_linear), TOL_F32);
+    case_end(&c);
+}
+
+/* matmul with batched [2,4,2] and shared 2-D [4,2] right-hand sides. */
+static void test_matmul(void)
+{
+    for (int shared = 0; shared < 2; shared++) {
+        Case c;
+        const char *what = shared ? "matmul shared rhs" : "matmul batched";
+        case_begin(&c, 0);
+        ValueId a = b_input(&c.b, "a", (CtShape){3, {2, 3, 4}}, CT_F32);
+        ValueId b = b_input(&c.b, "b", shared ? (CtShape){2, {4, 2}} : (CtShape){3, {2, 4, 2}}, CT_F32);
+        ValueId y = f_matmul(&c.b, a, b);
+        if (case_build(&c, what, 1, &y) == 0 && case_run(&c, what, 1) == 0)
+            expect(&c, 0, what, (CtShape){3, {2, 3, 2}}, shared ? want_matmul_shared : want_matmul,
+                   NELEM(want_matmul), TOL_F32);
+        case_end(&c);
+    }
+}
+
+/* The activations on 16 values in [-4, 4]; want_act holds one row each. */
+static void test_activations(void)
+{
+    static const char *names[] = {"relu", "gelu", "gelu tanh", "silu", "sigmoid", "hard_swish", "hard_sigmoid"};
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){1, {16}}, CT_F32);
+    ValueId y[7] = {f_relu(&c.b, x),    f_gelu(&c.b, x, 0),       f_gelu(&c.b, x, 1),        f_silu(&c.b, x),
+                    f_sigmoid(&c.b, x), f_hard_swish(&c.b, x), f_hard_sigmoid(&c.b, x)};
+    if (case_build(&c, "activations", 7, y) == 0 && case_run(&c, "activations", 4) == 0)
+        for (int k = 0; k < 7; k++)
+            expect(&c, k, names[k], (CtShape){1, {16}}, want_act + 16 * k, 16, TOL_F32);
+    case_end(&c);
+}
+
+/* add and mul broadcasting [2,3,1] with [4]; scale_shift 1.5 x - 0.25. */
+static void test_binary(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId a = b_input(&c.b, "a", (CtShape){3, {2, 3, 1}}, CT_F32);
+    ValueId b = b_input(&c.b, "b", (CtShape){1, {4}}, CT_F32);
+    ValueId y[2] = {f_add(&c.b, a, b), f_mul(&c.b, a, b)};
+    if (case_build(&c, "add/mul", 2, y) == 0 && case_run(&c, "add/mul", 1) == 0) {
+        expect(&c, 0, "add", (CtShape){3, {2, 3, 4}}, want_add, NELEM(want_add), TOL_F32);
+        expect(&c, 1, "mul", (CtShape){3, {2, 3, 4}}, want_mul, NELEM(want_mul), TOL_F32);
+    }
+    case_end(&c);
+
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){1, {6}}, CT_F32);
+    ValueId s = f_scale_shift(&c.b, x, 1.5, -0.25);
+    if (case_build(&c, "scale_shift", 1, &s) == 0 && case_run(&c, "scale_shift", 1) == 0)
+        expect(&c, 0, "scale_shift", (CtShape){1, {6}}, want_scale_shift, NELEM(want_scale_shift), TOL_F32);
+    case_end(&c);
+}
+
+/* Pools of one odd 5x7 input, and a ceil-mode window that overhangs the
+ * padding of a 6x8 input (divisor counts only up to the padded edge). */
+static void test_pools(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){4, {1, 2, 5, 7}}, CT_F32);
+    ValueId y[5] = {f_avg_pool2d(&c.b, x, 2, 2, 0, 1, 0), f_avg_pool2d(&c.b, x, 3, 2, 1, 0, 1),
+                    f_max_pool2d(&c.b, x, 3, 2, 1), f_adaptive_avg_pool2d(&c.b, x, 3, 2),
+                    f_global_avg_pool(&c.b, x)};
+    if (case_build(&c, "pools", 5, y) == 0 && case_run(&c, "pools", 1) == 0) {
+        expect(&c, 0, "avg_pool2d k2 s2 ceil", (CtShape){4, {1, 2, 3, 4}}, want_avg_ceil, NELEM(want_avg_ceil),
+               TOL_F32);
+        expect(&c, 1, "avg_pool2d k3 s2 p1 count_include_pad", (CtShape){4, {1, 2, 3, 4}}, want_avg_pad,
+               NELEM(want_avg_pad), TOL_F32);
+        expect(&c, 2, "max_pool2d k3 s2 p1", (CtShape){4, {1, 2, 3, 4}}, want_max_pool, NELEM(want_max_pool),
+               TOL_F32);
+        expect(&c, 3, "adaptive_avg_pool2d 3x2", (CtShape){4, {1, 2, 3, 2}}, want_adaptive, NELEM(want_adaptive),
+               TOL_F32);
+        expect(&c, 4, "global avg pool", (CtShape){2, {1, 2}}, want_global_pool, NELEM(want_global_pool), TOL_F32);
+    }
+    case_end(&c);
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){4, {1, 1, 6, 8}}, CT_F32);
+    y[0] = f_avg_pool2d(&c.b, x, 3, 2, 1, 1, 1);
+    if (case_build(&c, "avg_pool2d ceil pad", 1, y) == 0 && case_run(&c, "avg_pool2d ceil pad", 1) == 0)
+        expect(&c, 0, "avg_pool2d k3 s2 p1 ceil count_include_pad", (CtShape){4, {1, 1, 4, 5}}, want_avg_ceil_pad,
+               NELEM(want_avg_ceil_pad), TOL_F32);
+    case_end(&c);
+}
+
+static void test_data_movement(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32);
+    ValueId y[2] = {f_reshape(&c.b, x, 2, (int64_t[]){4, 6}), f_permute(&c.b, x, 3, (int64_t[]){2, 0, 1})};
+    if (case_build(&c, "reshape/permute", 2, y) == 0 && case_run(&c, "reshape/permute", 1) == 0) {
+        expect(&c, 0, "reshape", (CtShape){2, {4, 6}}, want_reshape, NELEM(want_reshape), TOL_F32);
+        expect(&c, 1, "permute", (CtShape){3, {4, 2, 3}}, want_permute, NELEM(want_permute), TOL_F32);
+    }
+    case_end(&c);
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){3, {2, 5, 3}}, CT_F32);
+    y[0] = f_slice(&c.b, x, 1, 1, 5, 2);
+    if (case_build(&c, "slice", 1, y) == 0 && case_run(&c, "slice", 1) == 0)
+        expect(&c, 0, "slice 1:5:2", (CtShape){3, {2, 2, 3}}, want_slice, NELEM(want_slice), TOL_F32);
+    case_end(&c);
+
+    case_begin(&c, 0);
+    ValueId parts[3];
+    for (int k = 0; k < 3; k++)
+        parts[k] = b_input(&c.b, "x", (CtShape){3, {2, k + 1, 3}}, CT_F32);
+    y[0] = f_concat(&c.b, 3, parts, 1);
+    if (case_build(&c, "concat", 1, y) == 0 && case_run(&c, "concat", 1) == 0)
+        expect(&c, 0, "concat", (CtShape){3, {2, 6, 3}}, want_concat, NELEM(want_concat), TOL_F32);
+    case_end(&c);
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){3, {1, 1, 4}}, CT_F32);
+    y[0] = f_expand(&c.b, x, 3, (int64_t[]){2, 3, 4});
+    if (case_build(&c, "expand", 1, y) == 0 && case_run(&c, "expand", 1) == 0)
+        expect(&c, 0, "expand", (CtShape){3, {2, 3, 4}}, want_expand, NELEM(want_expand), TOL_F32);
+    case_end(&c);
+}
+
+static void test_attention(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32);
+    ValueId y = f_softmax(&c.b, x, 1);
+    if (case_build(&c, "softmax", 1, &y) == 0 && case_run(&c, "softmax", 2) == 0)
+        expect(&c, 0, "softmax dim 1", (CtShape){3, {2, 3, 4}}, want_softmax, NELEM(want_softmax), TOL_F32);
+    case_end(&c);
+
+    case_begin(&c, 0);
+    CtShape s = {4, {1, 2, 3, 4}};
+    ValueId q = b_input(&c.b, "q", s, CT_F32), k = b_input(&c.b, "k", s, CT_F32), v = b_input(&c.b, "v", s, CT_F32);
+    y = f_sdpa(&c.b, q, k, v, 1 / sqrt(4.0));
+    if (case_build(&c, "sdpa", 1, &y) == 0 && case_run(&c, "sdpa", 1) == 0)
+        expect(&c, 0, "sdpa", s, want_sdpa, NELEM(want_sdpa), TOL_F32);
+    case_end(&c);
+}
+
+/* dropout and drop_path: no node in eval mode or at rate 0; in training at
+ * rate 0.5 each element (dropout) or sample (drop_path) is 0 or 2x. */
+static void test_stochastic(void)
+{
+    for (int op = 0; op < 2; op++) {
+        ValueId (*f)(Builder *, ValueId, double) = op ? f_drop_path : f_dropout;
+        const char *name = op ? "drop_path" : "dropout";
+        for (int training = 0; training < 2; training++)
+            for (int p = 0; p < 2; p++) {
+                if (training && p)
+                    continue; /* the stochastic case, below */
+                Case c;
+                CtErr err;
+                case_begin(&c, training);
+                ValueId x = b_input(&c.b, "x", (CtShape){2, {50, 20}}, CT_F32);
+                ValueId y = f(&c.b, x, p ? 0.5 : 0.0);
+                CHECKF(y == x && c.g.nnodes == 0, "%s training=%d p=%s is not the identity", name, training,
+                       p ? "0.5" : "0");
+                CHECK(b_finish(&c.b, &err) == 0);
+                case_end(&c);
+            }
+
+        Case c;
+        case_begin(&c, 1);
+        ValueId x = b_input(&c.b, "x", (CtShape){2, {50, 20}}, CT_F32);
+        ValueId y = f(&c.b, x, 0.5);
+        CHECKF(y != x && c.g.nnodes == 1, "%s: training at p=0.5 gives no node", name);
+        if (case_build(&c, name, 1, &y) || case_run(&c, name, 1)) {
+            case_end(&c);
+            continue;
+        }
+        const float *out = c.out[0].data;
+        int kept = 0, samples_kept = 0, bad = 0;
+        for (int s = 0; s < 50; s++) {
+            int kept_here = 0;
+            for (int i = 0; i < 20; i++) {
+                float xi = (float)gen(s * 20 + i, 0, 1), yi = out[s * 20 + i];
+                if (yi == 2 * xi)
+                    kept_here++;
+                else if (yi != 0)
+                    bad++;
+            }
+            kept += kept_here;
+            samples_kept += kept_here == 20;
+            if (op)
+                bad += kept_here != 0 && kept_here != 20;
+        }
+        CHECKF(bad == 0, "%s: %d outputs (or samples) neither 0 nor 2x", name, bad);
+        CHECKF(kept >= 400 && kept <= 600, "%s: kept %d of 1000", name, kept);
+        if (op)
+            CHECKF(samples_kept >= 15 && samples_kept <= 35, "drop_path: kept %d of 50 samples", samples_kept);
+        case_end(&c);
+    }
+}
+
+/* Finishes a build that must fail, with a message naming `op`. */
+static void expect_reject(Case *c, const char *op, const char *what)
+{
+    CtErr err = {{0}};
+    int rc = b_finish(&c->b, &err);
+    CHECKF(rc == -1, "%s: built", what);
+    if (rc == -1)
+        CHECKF(strstr(err.msg, op) != NULL, "%s: message does not name %s: %s", what, op, err.msg);
+    case_end(c);
+}
+
+static void test_rejections(void)
+{
+    Case c;
+    case_begin(&c, 0);
+    ValueId x = b_input(&c.b, "x", (CtShape){4, {1, 4, 5, 5}}, CT_F32);
+    ValueId w = b_input(&c.b, "w", (CtShape){4, {4, 2, 3, 3}}, CT_F32);
+    b_node(&c.b, CT_OP_conv2d, 2, (ValueId[]){x, w}, (int64_t[]){1, 1, 0, 0, 1, 1, 3}, 7, NULL, 0, 0);
+    expect_reject(&c, "conv2d", "conv2d groups=3 on 4 channels");
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){4, {1, 4, 5, 5}}, CT_F32);
+    w = b_input(&c.b, "w", (CtShape){4, {3, 2, 3, 3}}, CT_F32);
+    b_node(&c.b, CT_OP_conv2d, 2, (ValueId[]){x, w}, (int64_t[]){1, 1, 0, 0, 1, 1, 2}, 7, NULL, 0, 0);
+    expect_reject(&c, "conv2d", "conv2d groups=2 on 3 out channels");
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){4, {1, 4, 5, 5}}, CT_F32);
+    nn_conv2d(&c.b, "stem", x, 6, 3, (ConvOpts){.groups = 3});
+    expect_reject(&c, "stem", "nn_conv2d groups=3 on 4 channels");
+
+    case_begin(&c, 0);
+    f_matmul(&c.b, b_input(&c.b, "a", (CtShape){3, {2, 3, 4}}, CT_F32),
+             b_input(&c.b, "b", (CtShape){3, {2, 5, 2}}, CT_F32));
+    expect_reject(&c, "matmul", "matmul K 4 vs 5");
+
+    case_begin(&c, 0);
+    f_reshape(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32), 2, (int64_t[]){5, 5});
+    expect_reject(&c, "reshape", "reshape 24 to 25 elements");
+
+    case_begin(&c, 0);
+    f_add(&c.b, b_input(&c.b, "a", (CtShape){2, {2, 3}}, CT_F32), b_input(&c.b, "b", (CtShape){1, {4}}, CT_F32));
+    expect_reject(&c, "add", "add [2,3] + [4]");
+
+    case_begin(&c, 0);
+    f_slice(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 5, 3}}, CT_F32), 1, 0, 6, 1);
+    expect_reject(&c, "slice", "slice 0:6 of 5");
+
+    case_begin(&c, 0);
+    f_concat(&c.b, 2,
+             (ValueId[]){b_input(&c.b, "a", (CtShape){3, {2, 1, 3}}, CT_F32),
+                         b_input(&c.b, "b", (CtShape){3, {2, 2, 4}}, CT_F32)},
+             1);
+    expect_reject(&c, "concat", "concat [2,1,3] with [2,2,4]");
+
+    case_begin(&c, 0);
+    x = b_input(&c.b, "x", (CtShape){1, {4}}, CT_F32);
+    b_node(&c.b, CT_OP_assign, 2, (ValueId[]){f_relu(&c.b, x), x}, NULL, 0, NULL, 0, 0);
+    expect_reject(&c, "assign", "assign to an activation");
+}
+
+int main(void)
+{
+    test_conv2d();
+    test_conv2d_f64();
+    test_batch_norm();
+    test_layer_norm_linear();
+    test_matmul();
+    test_activations();
+    test_binary();
+    test_pools();
+    test_data_movement();
+    test_attention();
+    test_stochastic();
+    test_rejections();
+    return check_done("test_ops");
+}
