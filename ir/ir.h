@@ -91,8 +91,9 @@ typedef struct Graph {
     int nnodes, cap_nodes;
     ValueId *outputs;
     int noutputs, cap_outputs;
-    /* Params and buffers in timm's state_dict order (module tree, depth
-     * first, a module's own params then buffers before its children). */
+    /* Persistent tensors: params and buffers in timm's state_dict order
+     * (module tree, depth first, a module's own params then buffers before
+     * its children), then optimizer state in a training graph. */
     ValueId *state;
     int nstate;
 } Graph;

@@ -71,8 +71,9 @@ static int verify_state_list(const Graph *g, CtErr *err)
         if (v < 0 || v >= g->nvalues)
             return ct_fail(err, "state entry %d refers to a value that does not exist", k);
         const Value *val = &g->values[v];
-        if (val->role != CT_ROLE_PARAM && val->role != CT_ROLE_BUFFER)
-            return ct_fail(err, "state entry %d (%%%d) is a %s, not a param or buffer", k, v, ct_role_name(val->role));
+        if (val->role != CT_ROLE_PARAM && val->role != CT_ROLE_BUFFER && val->role != CT_ROLE_STATE)
+            return ct_fail(err, "state entry %d (%%%d) is a %s, not a param, buffer or optimizer state", k, v,
+                           ct_role_name(val->role));
         if (!val->name)
             return ct_fail(err, "state entry %d (%%%d) has no state_dict name", k, v);
         for (int j = 0; j < k; j++)
@@ -82,10 +83,10 @@ static int verify_state_list(const Graph *g, CtErr *err)
     }
     for (int v = 0; v < g->nvalues; v++) {
         CtRole r = g->values[v].role;
-        listed -= r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER;
+        listed -= r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE;
     }
     if (listed)
-        return ct_fail(err, "the state_dict list misses %d params or buffers", -listed);
+        return ct_fail(err, "the state list misses %d params, buffers or optimizer state", -listed);
     return 0;
 }
 
@@ -115,7 +116,7 @@ int graph_verify(const Graph *g, CtErr *err)
                 return ct_fail(err, "value %%%d: node %d is named as its producer but does not write it", v,
                                val->producer);
         }
-        if ((val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER) && !val->name)
+        if ((val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) && !val->name)
             return ct_fail(err, "value %%%d: a %s needs a state_dict name", v, ct_role_name(val->role));
     }
     for (int k = 0; k < g->noutputs; k++)

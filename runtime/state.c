@@ -107,6 +107,8 @@ int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
     char name[600], a[96], b[96];
     for (int i = 0; i < s->n; i++) {
         StateEntry *e = &s->e[i];
+        if (e->role == CT_ROLE_STATE)
+            continue;
         snprintf(name, sizeof name, "%s%s", prefix, e->name);
         const StTensor *t = st_find(f, name);
         if (!t)

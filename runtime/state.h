@@ -36,8 +36,9 @@ static inline void *state_data(const CtState *s, int i) { return s->data + s->e[
  * result does not depend on the order tensors are created in. */
 void state_init(CtState *s, uint64_t seed);
 
-/* Loads every entry from tensors named prefix+name. A missing, extra (under
- * the prefix) or mis-shaped tensor is an error naming it. */
+/* Loads every param and buffer from tensors named prefix+name (optimizer
+ * state is left as it is). A missing, extra (under the prefix) or
+ * mis-shaped tensor is an error naming it. */
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
 
 /* Writes the params and buffers as a safetensors checkpoint under their

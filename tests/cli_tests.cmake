@@ -5,10 +5,19 @@ set(FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
 set(RUN $<TARGET_FILE:ctimm-run>)
 set(COMPILE $<TARGET_FILE:ctimm-compile>)
 
+# Every tensor of timm's reference step (logits, loss, BN stats, grad.*, sgd.*,
+# adamw.*) within 1e-4 relative error, but adamw.* within 1e-3: AdamW's first
+# step is lr*g/(|g|+1e-8), so an element whose gradient is float32 noise
+# (~1e-9, where the tensor's gradients are ~1e-3) moves by up to lr either
+# way. test_vit has two such elements (blocks.5.attn.proj.weight[2048],
+# blocks.1.mlp.fc1.weight[8849]; float64 timm puts their gradients at 1.7e-9
+# and 7.6e-10, ctimm's at 1.8e-9 and 7.4e-10, timm's float32 at 5.8e-9 and
+# -1.4e-9), which give adamw errors of 1.7e-4. test_train checks the AdamW
+# rule itself on timm's own gradients to 1e-6.
 foreach(model test_resnet test_vit)
   add_test(NAME parity_${model} COMMAND sh -c
     "${RUN} --model ${model} --vectors ${DATA}/${model}.safetensors --out ${model}.out.safetensors && \
-     ${RUN} --compare ${model}.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4")
+     ${RUN} --compare ${model}.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
 # --compare must fail on different tensors (test_vit's logits against test_resnet's).
 set_tests_properties(parity_test_vit PROPERTIES FIXTURES_SETUP vit_out)

@@ -209,8 +209,12 @@ const OpDef op_layer_norm = {
 
 static int infer_layer_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    if (require_shape(g, n, 2, in_shape(g, n, 0), err) || infer_layer_norm(g, n, out, err) < 0)
+    if (require_float(g, n, 0, -1, err) || require_shape(g, n, 2, in_shape(g, n, 0), err))
         return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    if (x->ndim < 1 || require_shape(g, n, 1, &(CtShape){1, {x->d[x->ndim - 1]}}, err))
+        return -1;
+    out[0] = *in_type(g, n, 0);
     out[1] = out[2] = *in_type(g, n, 1);
     return 3;
 }

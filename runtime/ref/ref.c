@@ -56,7 +56,7 @@ static int ref_run(const Graph *g, CtState *state, const CtTensor *inputs, int n
                 ct_fail(err, "input '%s': dtype %s unsupported by ref", val->name, ct_dtype_name(val->type.dtype));
                 goto free_buffers;
             }
-        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER) {
+        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
             int s = slot[v] = state_find(state, val->name);
             if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape)) {
                 ct_fail(err, "state has no tensor '%s' of the graph's shape", val->name);

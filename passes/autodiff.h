@@ -1,0 +1,55 @@
+/*
+ * Reverse-mode autodiff and the training step built on it.
+ *
+ * autodiff: appends to g the gradient of the scalar `loss` with respect to
+ * each of wrt[], by walking the nodes that lead to the loss backwards and
+ * calling each op's VJP rule (defined beside the op). Gradients of a value
+ * read by several nodes are summed; nothing is built for values no wrt[]
+ * depends on, nor for inputs an op declares non-differentiable.
+ *
+ * train_step_build: forward graph + loss + backward + optimizer update, one
+ * graph: adds the inputs `target` and `lr`, the loss op, the gradients of
+ * every parameter, the update ops and their assign nodes (parameters and
+ * optimizer state, which joins g->state after the params and buffers).
+ */
+#ifndef CTIMM_AUTODIFF_H
+#define CTIMM_AUTODIFF_H
+
+#include "ir/ir.h"
+
+/* grads[k]: the gradient value of wrt[k] (zeros when loss does not depend on it). */
+int autodiff(Graph *g, ValueId loss, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err);
+
+typedef enum CtLossKind { CT_LOSS_CROSS_ENTROPY, CT_LOSS_SOFT_TARGET, CT_LOSS_BCE } CtLossKind;
+
+typedef struct LossSpec {
+    CtLossKind kind;
+    double smoothing;
+    double bce_threshold; /* < 0: none */
+} LossSpec;
+
+/* timm's names: 'sgd' is SGD with nesterov momentum, 'momentum' without. */
+typedef enum CtOptKind { CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW } CtOptKind;
+
+typedef struct OptimSpec {
+    CtOptKind kind;
+    double momentum, weight_decay;
+    double beta1, beta2, eps;
+    /* fnmatch patterns exempt from weight decay besides timm's rule
+     * (1-D params and names ending ".bias"): model.no_weight_decay() */
+    const char *const *no_weight_decay;
+} OptimSpec;
+
+typedef struct TrainStep {
+    ValueId target, lr, loss;
+    int nparams;
+    ValueId *params, *grads; /* parallel, in state_dict order; owned here */
+} TrainStep;
+
+int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const OptimSpec *opt, TrainStep *out,
+                     CtErr *err);
+void train_step_free(TrainStep *t);
+/* timm's grouping: 1 when param `name` of `ndim` dims gets no weight decay. */
+int optim_no_decay(const char *name, int ndim, const char *const *patterns);
+
+#endif
