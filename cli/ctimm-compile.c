@@ -1,15 +1,18 @@
 /* ctimm-compile: builds a model's graph, verifies it and prints a summary
- * (and with --dump-ir the whole IR). */
+ * (and with --dump-ir the whole IR). With --train the graph is the whole
+ * training step: forward, loss, backward and optimizer update. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/common.h"
 #include "ir/buf.h"
+#include "passes/autodiff.h"
 #include "runtime/state.h"
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
-    "                     [--save-weights FILE [--seed N]]\n"
+    "                     [--opt sgd|momentum|adamw] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
 static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name); }
@@ -35,11 +38,30 @@ static int save_weights(const ModelEntry *m, const Graph *g, const char *path, i
     return 0;
 }
 
+/* timm's optimizer names with its train.py defaults (momentum 0.9, weight
+ * decay 2e-5 for SGD; AdamW betas (0.9, 0.999), eps 1e-8, wd 0.05). */
+static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
+{
+    *o = (OptimSpec){.momentum = 0.9, .weight_decay = 2e-5, .no_weight_decay = m->no_weight_decay};
+    if (!strcmp(name, "sgd") || !strcmp(name, "nesterov")) {
+        o->kind = CT_OPT_SGD;
+    } else if (!strcmp(name, "momentum")) {
+        o->kind = CT_OPT_MOMENTUM;
+    } else if (!strcmp(name, "adamw")) {
+        *o = (OptimSpec){.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05,
+                         .no_weight_decay = m->no_weight_decay};
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *prog = "ctimm-compile", *name = NULL;
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
-    const char *save = NULL;
+    const char *save = NULL, *opt = "sgd";
+    double smoothing = 0.1;
     int dump = 0, seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -57,6 +79,16 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--save-weights")) {
             if (!(save = cli_value(prog, argc, argv, &i)))
                 return 2;
+        } else if (!strcmp(a, "--opt")) {
+            if (!(opt = cli_value(prog, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--smoothing")) {
+            char *end;
+            if (!(v = cli_value(prog, argc, argv, &i)) || (smoothing = strtod(v, &end), *end) ||
+                !(smoothing >= 0 && smoothing < 1)) {
+                fprintf(stderr, "%s: --smoothing expects a number in [0, 1)\n", prog);
+                return 2;
+            }
         } else if (!strcmp(a, "--seed")) {
             if (!(v = cli_value(prog, argc, argv, &i)) || cli_int(prog, a, v, 0, 1 << 30, &seed))
                 return 2;
@@ -79,10 +111,19 @@ int main(int argc, char **argv)
     const ModelEntry *m = cli_model(prog, name);
     if (!m)
         return 2;
+    OptimSpec os;
+    if (optim_from_name(opt, m, &os)) {
+        fprintf(stderr, "%s: unknown optimizer '%s' (sgd, momentum, adamw)\n", prog, opt);
+        return 2;
+    }
     Graph g;
     CtErr err;
-    if (model_build(m, &spec, &g, &err)) {
+    TrainStep ts = {0};
+    if (model_build(m, &spec, &g, &err) ||
+        (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1}, &os,
+                                           &ts, &err))) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
+        graph_free(&g);
         return 1;
     }
     CtBuf out = {0};
@@ -93,14 +134,20 @@ int main(int argc, char **argv)
     buf_printf(&out, "input: %s f32\n", shape_str(&g.values[0].type.shape, s, sizeof s));
     buf_printf(&out, "output: %s\n", shape_str(&g.values[g.outputs[0]].type.shape, s, sizeof s));
     buf_printf(&out, "nodes: %d\n", g.nnodes);
-    int nparams = 0;
+    if (spec.training)
+        buf_printf(&out, "training step: loss %%%d, %d gradients, optimizer %s\n", ts.loss, ts.nparams, opt);
+    int count[CT_ROLE_STATE + 1] = {0};
     for (int k = 0; k < g.nstate; k++)
-        nparams += g.values[g.state[k]].role == CT_ROLE_PARAM;
-    buf_printf(&out, "param tensors: %d (state_dict entries: %d)\n", nparams, g.nstate);
+        count[g.values[g.state[k]].role]++;
+    buf_printf(&out, "param tensors: %d (state_dict entries: %d)\n", count[CT_ROLE_PARAM],
+               count[CT_ROLE_PARAM] + count[CT_ROLE_BUFFER]);
+    if (count[CT_ROLE_STATE])
+        buf_printf(&out, "optimizer state tensors: %d\n", count[CT_ROLE_STATE]);
     buf_printf(&out, "params (M): %.2f (%lld)\n", (double)graph_param_count(&g) / 1e6, (long long)graph_param_count(&g));
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);
     int rc = save ? save_weights(m, &g, save, seed) : 0;
+    train_step_free(&ts);
     graph_free(&g);
     return rc;
 }

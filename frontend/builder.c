@@ -31,6 +31,7 @@ void b_init(Builder *b, Graph *g, int training)
     memset(b, 0, sizeof *b);
     b->g = g;
     b->training = training;
+    b->param_dtype = CT_F32;
     b->e = (Emitter){.g = g, .scope = b->scope};
     module_add(b, "", -1);
 }
@@ -98,7 +99,7 @@ ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype)
 
 ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init)
 {
-    return add_state(b, leaf, shape, CT_F32, CT_ROLE_PARAM, init);
+    return add_state(b, leaf, shape, b->param_dtype, CT_ROLE_PARAM, init);
 }
 
 ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init)
@@ -187,8 +188,8 @@ ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
     CtShape c = {1, {b_shape(b, x)->d[1]}};
     b_push(b, "%s", name);
     ValueId in[5] = {x, b_param(b, "weight", c, o.zero_weight ? init_zeros() : init_ones()),
-                     b_param(b, "bias", c, init_zeros()), b_buffer(b, "running_mean", c, CT_F32, init_zeros()),
-                     b_buffer(b, "running_var", c, CT_F32, init_ones())};
+                     b_param(b, "bias", c, init_zeros()), b_buffer(b, "running_mean", c, b->param_dtype, init_zeros()),
+                     b_buffer(b, "running_var", c, b->param_dtype, init_ones())};
     ValueId nbt = b_buffer(b, "num_batches_tracked", (CtShape){0}, CT_I64, init_zeros());
     int64_t training = b->training;
     double f[2] = {o.momentum ? o.momentum : 0.1, o.eps ? o.eps : 1e-5};

@@ -27,6 +27,7 @@ typedef struct BModule {
 typedef struct Builder {
     Graph *g;
     int training;
+    CtDType param_dtype; /* of params and float buffers: f32, or f64 for gradient checks */
     char scope[512];
     int scope_len[B_MAX_DEPTH];
     int module_at[B_MAX_DEPTH];

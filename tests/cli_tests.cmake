@@ -44,6 +44,9 @@ add_test(NAME compile_summary COMMAND ${COMPILE} --model vit_base_patch32_384)
 set_tests_properties(compile_summary PROPERTIES PASS_REGULAR_EXPRESSION "params \\(M\\): 88\\.30")
 add_test(NAME compile_dump_ir COMMAND ${COMPILE} --model vit_base_patch32_384 --dump-ir)
 set_tests_properties(compile_dump_ir PROPERTIES PASS_REGULAR_EXPRESSION "= sdpa\\(.*outputs: %[0-9]+")
+add_test(NAME compile_train_dump_ir COMMAND ${COMPILE} --model resnet50 --train --dump-ir)
+set_tests_properties(compile_train_dump_ir PROPERTIES PASS_REGULAR_EXPRESSION
+  "= cross_entropy\\(.* = conv2d_grad_weight\\(.* = sgd_update\\(.*assign\\(.*161 gradients, optimizer sgd")
 add_test(NAME compile_unknown_model COMMAND ${FAIL} "unknown model 'vit_base_patch32'; closest: vit_base_patch32_384"
   ${COMPILE} --model vit_base_patch32)
 add_test(NAME compile_bad_number COMMAND ${FAIL} "--img-size expects a whole number"
