@@ -1,0 +1,236 @@
+/* The training step: timm's weight-decay grouping for every model, the SGD
+ * and AdamW update rules on timm's own gradients, and a short training run
+ * of test_resnet on the ref backend whose loss must really go down. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "runtime/backend.h"
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("CTIMM_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static int in_list(const cJSON *list, const char *name)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, list) if (cJSON_IsString(it) && strcmp(it->valuestring, name) == 0) return 1;
+    return 0;
+}
+
+/* optim_no_decay must reproduce optimizer_grouping.no_weight_decay_params,
+ * which timm's create_optimizer_v2 made for each model. */
+static void test_weight_decay_groups(void)
+{
+    static const char *const models[] = {"resnet18", "resnet50d", "test_resnet", "test_vit",
+                                         "deit_tiny_patch16_224", "vit_base_patch32_384"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/models/%s.json", data_dir(), models[i]);
+        char *text = read_text(path);
+        cJSON *j = text ? cJSON_Parse(text) : NULL;
+        CHECKF(j != NULL, "cannot read %s", path);
+        if (!j) {
+            free(text);
+            continue;
+        }
+        const cJSON *list = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "optimizer_grouping"), "no_weight_decay_params");
+        const ModelEntry *m = model_find(models[i]);
+        ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
+        Graph g;
+        CtErr err;
+        CHECK(model_build(m, &spec, &g, &err) == 0);
+        int mismatches = 0;
+        for (int k = 0; k < g.nstate; k++) {
+            const Value *v = &g.values[g.state[k]];
+            if (v->role != CT_ROLE_PARAM)
+                continue;
+            int ours = optim_no_decay(v->name, v->type.shape.ndim, m->no_weight_decay);
+            if (ours != in_list(list, v->name) && mismatches++ < 3)
+                fprintf(stderr, "%s: %s: ctimm says no_decay=%d\n", models[i], v->name, ours);
+        }
+        CHECKF(mismatches == 0, "%s: %d params grouped differently from timm", models[i], mismatches);
+        graph_free(&g);
+        cJSON_Delete(j);
+        free(text);
+    }
+}
+
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* One update op on (param, grad) from a reference file, against timm's step. */
+static double update_error(const StFile *f, const char *name, const ModelEntry *m, int adamw)
+{
+    char key[600];
+    snprintf(key, sizeof key, "state.%s", name);
+    const StTensor *p = st_find(f, key);
+    snprintf(key, sizeof key, "grad.%s", name);
+    const StTensor *gr = st_find(f, key);
+    snprintf(key, sizeof key, "%s.%s", adamw ? "adamw" : "sgd", name);
+    const StTensor *want = st_find(f, key);
+    CHECKF(p && gr && want, "%s: missing reference tensors", name);
+    if (!p || !gr || !want)
+        return INFINITY;
+    CtShape s = shape_make(p->ndim, p->shape);
+    int no_decay = optim_no_decay(name, p->ndim, m->no_weight_decay);
+    Graph g;
+    graph_init(&g);
+    Emitter e = {.g = &g, .scope = "update"};
+    ValueId pv = graph_add_value(&g, (CtType){s, CT_F32}, CT_ROLE_INPUT, "p");
+    ValueId gv = graph_add_value(&g, (CtType){s, CT_F32}, CT_ROLE_INPUT, "g");
+    ValueId m1 = graph_add_value(&g, (CtType){s, CT_F32}, CT_ROLE_INPUT, "m");
+    ValueId m2 = adamw ? graph_add_value(&g, (CtType){s, CT_F32}, CT_ROLE_INPUT, "v") : -1;
+    ValueId lr = graph_add_value(&g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "lr");
+    ValueId step = adamw ? graph_add_value(&g, (CtType){{0}, CT_I64}, CT_ROLE_INPUT, "step") : -1;
+    ValueId out = adamw ? emit(&e, CT_OP_adamw_update, 6, (ValueId[]){pv, gv, m1, m2, lr, step}, NULL, 0,
+                               (double[]){0.9, 0.999, 1e-8, no_decay ? 0 : 0.05}, 4, 0)
+                        : emit(&e, CT_OP_sgd_update, 4, (ValueId[]){pv, gv, m1, lr}, (int64_t[]){1}, 1,
+                               (double[]){0.9, no_decay ? 0 : 1e-4}, 2, 0);
+    CHECKF(!e.failed, "%s", e.err.msg);
+    graph_mark_output(&g, out);
+    float *zeros = calloc((size_t)st_numel(p) + 1, sizeof *zeros), lrv = adamw ? 1e-3f : 0.1f;
+    int64_t step0 = 0;
+    CtTensor in[6] = {{{s, CT_F32}, p->data}, {{s, CT_F32}, gr->data}, {{s, CT_F32}, zeros}};
+    int nin = 3;
+    if (adamw)
+        in[nin++] = (CtTensor){{s, CT_F32}, zeros};
+    in[nin++] = (CtTensor){{{0}, CT_F32}, &lrv};
+    if (adamw)
+        in[nin++] = (CtTensor){{{0}, CT_I64}, &step0};
+    CtState none = {0};
+    CtTensor res;
+    CtErr err;
+    double r = INFINITY;
+    if (ct_backend_ref.run(&g, &none, in, nin, &res, &err) == 0) {
+        r = rel_err(res.data, want->data, st_numel(p));
+        tensor_free(&res);
+    }
+    free(zeros);
+    graph_free(&g);
+    return r;
+}
+
+/* The update rules alone, fed timm's gradients: they must give timm's
+ * sgd.* and adamw.* almost exactly (what is left is float32 rounding). */
+static void test_update_rules(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        StFile f;
+        CtErr err;
+        snprintf(path, sizeof path, "%s/%s.safetensors", data_dir(), models[i]);
+        CHECKF(st_read(path, &f, &err) == 0, "%s", err.msg);
+        const ModelEntry *m = model_find(models[i]);
+        double worst[2] = {0, 0};
+        int n = 0;
+        for (int k = 0; k < f.ntensors; k++) {
+            const char *name = f.tensors[k].name;
+            if (strncmp(name, "grad.", 5) != 0)
+                continue;
+            n++;
+            for (int adamw = 0; adamw < 2; adamw++) {
+                double r = update_error(&f, name + 5, m, adamw);
+                worst[adamw] = r > worst[adamw] ? r : worst[adamw];
+            }
+        }
+        CHECKF(n > 40, "%s: only %d gradients", models[i], n);
+        CHECKF(worst[0] < 1e-6 && worst[1] < 1e-6, "%s: sgd %.2e adamw %.2e", models[i], worst[0], worst[1]);
+        printf("%s: update rules on timm's %d gradients: sgd %.1e, adamw %.1e\n", models[i], n, worst[0], worst[1]);
+        st_free(&f);
+    }
+}
+
+/* Training test_resnet (10 classes, 32x32) on four fixed batches whose class
+ * shows in the image: the loss must fall well below where it starts. */
+static void test_loss_goes_down(void)
+{
+    enum { B = 4, H = 32, CLASSES = 10, BATCHES = 4, EPOCHS = 5 };
+    const ModelEntry *m = model_find("test_resnet");
+    ModelSpec spec = {.batch_size = B, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
+    OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4};
+    Graph g;
+    TrainStep ts;
+    CtErr err;
+    CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1}, &opt, &ts, &err) == 0,
+           "%s", err.msg);
+    CtState state;
+    state_create(&state, &g);
+    state_init(&state, 1);
+    static float images[BATCHES][B * 3 * H * H];
+    static int64_t labels[BATCHES][B];
+    uint32_t rng = 12345;
+    for (int bt = 0; bt < BATCHES; bt++)
+        for (int i = 0; i < B; i++) {
+            int c = labels[bt][i] = (bt * B + i) % CLASSES;
+            for (int k = 0; k < 3 * H * H; k++) {
+                rng = rng * 1664525u + 1013904223u;
+                int ch = k / (H * H), y = k / H % H, x = k % H;
+                double pattern = sin(0.3 * (c + 1) * x + ch) * cos(0.2 * (c % 3 + 1) * y);
+                images[bt][i * 3 * H * H + k] = (float)(pattern + 0.3 * ((rng >> 8) / 16777216.0 - 0.5));
+            }
+        }
+    float lr = 0.05f;
+    double first = 0, last = 0;
+    for (int ep = 0; ep < EPOCHS; ep++)
+        for (int bt = 0; bt < BATCHES; bt++) {
+            CtTensor in[3] = {{{{4, {B, 3, H, H}}, CT_F32}, images[bt]},
+                              {{{1, {B}}, CT_I64}, labels[bt]},
+                              {{{0}, CT_F32}, &lr}};
+            CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
+            CHECKF(ct_backend_ref.run(&g, &state, in, 3, out, &err) == 0, "%s", err.msg);
+            double loss = out[1].data ? *(float *)out[1].data : NAN;
+            for (int k = 0; k < g.noutputs; k++)
+                tensor_free(&out[k]);
+            free(out);
+            if (ep == 0)
+                first += loss / BATCHES;
+            if (ep == EPOCHS - 1)
+                last += loss / BATCHES;
+        }
+    printf("test_resnet, SGD: mean loss %.3f in the first epoch, %.3f in the fifth\n", first, last);
+    CHECKF(first > 2.0 && last < 0.6 * first, "loss %.3f -> %.3f", first, last);
+    state_free(&state);
+    train_step_free(&ts);
+    graph_free(&g);
+}
+
+int main(void)
+{
+    test_weight_decay_groups();
+    test_update_rules();
+    test_loss_goes_down();
+    return check_done("test_train");
+}
