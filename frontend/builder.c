@@ -149,7 +149,11 @@ free_builder:
     return rc;
 }
 
-const CtShape *b_shape(const Builder *b, ValueId v) { return emit_shape(&b->e, v); }
+const CtShape *b_shape(const Builder *b, ValueId v)
+{
+    static const CtShape none;
+    return v >= 0 && v < b->g->nvalues ? &b->g->values[v].type.shape : &none;
+}
 
 CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
 

@@ -114,7 +114,8 @@ ValueId f_dropout(Builder *b, ValueId x, double p);
 ValueId f_drop_path(Builder *b, ValueId x, double p);
 
 /* Shape of v; an empty shape for the -1 of a failed build, so model code
- * can go on to the end without checking. */
+ * can go on to the end without checking. Valid until the next node is
+ * added: copy what is needed across calls. */
 const CtShape *b_shape(const Builder *b, ValueId v);
 
 #endif

@@ -45,20 +45,20 @@ const Node *emit_last(const Emitter *e)
     return e->failed || !e->g->nnodes ? NULL : &e->g->nodes[e->g->nnodes - 1];
 }
 
-const CtShape *emit_shape(const Emitter *e, ValueId v)
+CtShape emit_shape(const Emitter *e, ValueId v)
 {
-    static const CtShape none;
-    return v >= 0 && v < e->g->nvalues ? &e->g->values[v].type.shape : &none;
+    return v >= 0 && v < e->g->nvalues ? e->g->values[v].type.shape : (CtShape){0};
 }
 
-ValueId emit_reshape(Emitter *e, ValueId x, const CtShape *to)
+ValueId emit_reshape(Emitter *e, ValueId x, CtShape to)
 {
-    if (shape_equal(emit_shape(e, x), to))
+    CtShape s = emit_shape(e, x);
+    if (shape_equal(&s, &to))
         return x;
-    int64_t a[1 + CT_MAX_DIMS] = {to->ndim};
-    for (int i = 0; i < to->ndim; i++)
-        a[1 + i] = to->d[i];
-    return emit(e, CT_OP_reshape, 1, &x, a, 1 + to->ndim, NULL, 0, 0);
+    int64_t a[1 + CT_MAX_DIMS] = {to.ndim};
+    for (int i = 0; i < to.ndim; i++)
+        a[1 + i] = to.d[i];
+    return emit(e, CT_OP_reshape, 1, &x, a, 1 + to.ndim, NULL, 0, 0);
 }
 
 ValueId emit_permute(Emitter *e, ValueId x, int ndim, const int64_t *perm)
@@ -69,15 +69,15 @@ ValueId emit_permute(Emitter *e, ValueId x, int ndim, const int64_t *perm)
     return emit(e, CT_OP_permute, 1, &x, a, 1 + ndim, NULL, 0, 0);
 }
 
-ValueId emit_sum_to(Emitter *e, ValueId x, const CtShape *to)
+ValueId emit_sum_to(Emitter *e, ValueId x, CtShape to)
 {
-    const CtShape *s = emit_shape(e, x);
-    if (e->failed || shape_equal(s, to))
+    CtShape s = emit_shape(e, x);
+    if (e->failed || shape_equal(&s, &to))
         return x;
     int64_t mask = 0;
-    for (int i = 0; i < s->ndim; i++) {
-        int j = i - (s->ndim - to->ndim);
-        if (j < 0 || (to->d[j] == 1 && s->d[i] != 1))
+    for (int i = 0; i < s.ndim; i++) {
+        int j = i - (s.ndim - to.ndim);
+        if (j < 0 || (to.d[j] == 1 && s.d[i] != 1))
             mask |= (int64_t)1 << i;
     }
     int64_t a[2] = {mask, 1};

@@ -23,14 +23,15 @@ ValueId emit(Emitter *e, CtOp op, int nin, const ValueId *in, const int64_t *iat
 const Node *emit_last(const Emitter *e);
 /* Records a failure (if none yet) and returns -1. */
 int emit_fail(Emitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Shape of v; an empty shape for -1, so emitting code can run to its end
- * after a failure without checking each value. */
-const CtShape *emit_shape(const Emitter *e, ValueId v);
+/* Shape of v, by value (emitting moves the value array, so a pointer into
+ * it would not survive the next emit); an empty shape for -1, so emitting
+ * code can run to its end after a failure without checking each value. */
+CtShape emit_shape(const Emitter *e, ValueId v);
 
 /* Shorthands for the shape ops, used wherever gradients are reshaped. */
-ValueId emit_reshape(Emitter *e, ValueId x, const CtShape *to);
+ValueId emit_reshape(Emitter *e, ValueId x, CtShape to);
 ValueId emit_permute(Emitter *e, ValueId x, int ndim, const int64_t *perm);
 /* Sums x over the dims broadcasting made, back to shape `to`. */
-ValueId emit_sum_to(Emitter *e, ValueId x, const CtShape *to);
+ValueId emit_sum_to(Emitter *e, ValueId x, CtShape to);
 
 #endif

@@ -79,18 +79,18 @@ static void conv2d_ref(const Graph *g, const Node *n, double *const *in, double 
 
 static void conv2d_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    const CtShape *x = emit_shape(e, n->in[0]), *w = emit_shape(e, n->in[1]);
+    CtShape x = emit_shape(e, n->in[0]), w = emit_shape(e, n->in[1]);
     int64_t a[9];
     for (int i = 0; i < 7; i++)
         a[i] = n->iattr[i];
     if (need[0]) {
-        a[EXTRA_H] = x->d[2];
-        a[EXTRA_W] = x->d[3];
+        a[EXTRA_H] = x.d[2];
+        a[EXTRA_W] = x.d[3];
         din[0] = emit(e, CT_OP_conv2d_grad_input, 2, (ValueId[]){dout[0], n->in[1]}, a, 9, NULL, 0, 0);
     }
     if (need[1]) {
-        a[EXTRA_H] = w->d[2];
-        a[EXTRA_W] = w->d[3];
+        a[EXTRA_H] = w.d[2];
+        a[EXTRA_W] = w.d[3];
         din[1] = emit(e, CT_OP_conv2d_grad_weight, 2, (ValueId[]){n->in[0], dout[0]}, a, 9, NULL, 0, 0);
     }
     if (n->nin == 3 && need[2])

@@ -295,16 +295,15 @@ static void reduce_sum_ref(const Graph *g, const Node *n, double *const *in, dou
 
 static void reduce_sum_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    const CtShape *x = emit_shape(e, n->in[0]);
-    CtShape kept = *x;
-    int64_t a[1 + CT_MAX_DIMS] = {x->ndim};
-    for (int i = 0; i < x->ndim; i++) {
+    CtShape x = emit_shape(e, n->in[0]), kept = x;
+    int64_t a[1 + CT_MAX_DIMS] = {x.ndim};
+    for (int i = 0; i < x.ndim; i++) {
         if ((n->iattr[0] >> i) & 1)
             kept.d[i] = 1;
-        a[1 + i] = x->d[i];
+        a[1 + i] = x.d[i];
     }
-    ValueId r = emit_reshape(e, dout[0], &kept);
-    din[0] = emit(e, CT_OP_expand, 1, &r, a, 1 + x->ndim, NULL, 0, 0);
+    ValueId r = emit_reshape(e, dout[0], kept);
+    din[0] = emit(e, CT_OP_expand, 1, &r, a, 1 + x.ndim, NULL, 0, 0);
 }
 
 const OpDef op_reduce_sum = {.name = "reduce_sum", .min_in = 1, .max_in = 1, .iattr = {"mask", "keepdim"},

@@ -36,15 +36,15 @@ static void linear_ref(const Graph *g, const Node *n, double *const *in, double 
 /* Over rows R = all leading dims: dx = dy W, dW = dy^T x, db = sum_rows dy. */
 static void linear_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    const CtShape *x = emit_shape(e, n->in[0]), *w = emit_shape(e, n->in[1]);
-    int64_t N = w->d[0], K = w->d[1], R = shape_numel(x) / (K ? K : 1);
+    CtShape x = emit_shape(e, n->in[0]), w = emit_shape(e, n->in[1]);
+    int64_t N = w.d[0], K = w.d[1], R = shape_numel(&x) / (K ? K : 1);
     CtShape rn = {2, {R, N}}, rk = {2, {R, K}};
-    ValueId dy = emit_reshape(e, dout[0], &rn);
+    ValueId dy = emit_reshape(e, dout[0], rn);
     if (need[0])
         din[0] = emit_reshape(e, emit(e, CT_OP_matmul, 2, (ValueId[]){dy, n->in[1]}, NULL, 0, NULL, 0, 0), x);
     if (need[1]) {
         ValueId dyt = emit_permute(e, dy, 2, (int64_t[]){1, 0});
-        din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){dyt, emit_reshape(e, n->in[0], &rk)}, NULL, 0, NULL, 0, 0);
+        din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){dyt, emit_reshape(e, n->in[0], rk)}, NULL, 0, NULL, 0, 0);
     }
     if (n->nin == 3 && need[2])
         din[2] = emit(e, CT_OP_reduce_sum, 1, &dy, (int64_t[]){1, 0}, 2, NULL, 0, 0);
@@ -97,7 +97,7 @@ static void matmul_ref(const Graph *g, const Node *n, double *const *in, double 
 /* The last two dims swapped. */
 static ValueId transpose(Emitter *e, ValueId x)
 {
-    int nd = emit_shape(e, x)->ndim;
+    int nd = emit_shape(e, x).ndim;
     int64_t p[CT_MAX_DIMS];
     for (int i = 0; i < nd; i++)
         p[i] = i;
@@ -109,16 +109,16 @@ static ValueId transpose(Emitter *e, ValueId x)
 /* da = dc b^T; db = a^T dc, summed over the batch when b is shared. */
 static void matmul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    const CtShape *a = emit_shape(e, n->in[0]), *b = emit_shape(e, n->in[1]);
+    CtShape a = emit_shape(e, n->in[0]), b = emit_shape(e, n->in[1]);
     if (need[0])
         din[0] = emit(e, CT_OP_matmul, 2, (ValueId[]){dout[0], transpose(e, n->in[1])}, NULL, 0, NULL, 0, 0);
     if (!need[1])
         return;
     ValueId lhs = n->in[0], rhs = dout[0];
-    if (b->ndim == 2 && a->ndim > 2) {
-        int64_t K = a->d[a->ndim - 1], N = b->d[1], R = shape_numel(a) / K;
-        lhs = emit_reshape(e, lhs, &(CtShape){2, {R, K}});
-        rhs = emit_reshape(e, rhs, &(CtShape){2, {R, N}});
+    if (b.ndim == 2 && a.ndim > 2) {
+        int64_t K = a.d[a.ndim - 1], N = b.d[1], R = shape_numel(&a) / K;
+        lhs = emit_reshape(e, lhs, (CtShape){2, {R, K}});
+        rhs = emit_reshape(e, rhs, (CtShape){2, {R, N}});
     }
     din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){transpose(e, lhs), rhs}, NULL, 0, NULL, 0, 0);
 }

@@ -121,8 +121,8 @@ static void avg_pool2d_vjp(Emitter *e, const Node *n, const ValueId *dout, const
     int64_t a[10];
     for (int i = 0; i < 8; i++)
         a[i] = n->iattr[i];
-    a[IN_H] = emit_shape(e, n->in[0])->d[2];
-    a[IN_W] = emit_shape(e, n->in[0])->d[3];
+    a[IN_H] = emit_shape(e, n->in[0]).d[2];
+    a[IN_W] = emit_shape(e, n->in[0]).d[3];
     din[0] = emit(e, CT_OP_avg_pool2d_grad, 1, dout, a, 10, NULL, 0, 0);
 }
 
@@ -234,8 +234,8 @@ static void adaptive_avg_pool2d_ref(const Graph *g, const Node *n, double *const
 
 static void adaptive_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    const CtShape *x = emit_shape(e, n->in[0]);
-    int64_t a[4] = {n->iattr[0], n->iattr[1], x->d[2], x->d[3]};
+    CtShape x = emit_shape(e, n->in[0]);
+    int64_t a[4] = {n->iattr[0], n->iattr[1], x.d[2], x.d[3]};
     din[0] = emit(e, CT_OP_adaptive_avg_pool2d_grad, 1, dout, a, 4, NULL, 0, 0);
 }
 

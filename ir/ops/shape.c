@@ -125,7 +125,7 @@ static void slice_ref(const Graph *g, const Node *n, double *const *in, double *
 
 static void slice_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    int64_t a[5] = {n->iattr[0], n->iattr[1], n->iattr[2], n->iattr[3], emit_shape(e, n->in[0])->d[n->iattr[0]]};
+    int64_t a[5] = {n->iattr[0], n->iattr[1], n->iattr[2], n->iattr[3], emit_shape(e, n->in[0]).d[n->iattr[0]]};
     din[0] = emit(e, CT_OP_slice_grad, 1, dout, a, 5, NULL, 0, 0);
 }
 
@@ -210,7 +210,7 @@ static void concat_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
 {
     int64_t dim = n->iattr[0], at = 0;
     for (int k = 0; k < n->nin; k++) {
-        int64_t size = emit_shape(e, n->in[k])->d[dim];
+        int64_t size = emit_shape(e, n->in[k]).d[dim];
         if (need[k])
             din[k] = emit(e, CT_OP_slice, 1, dout, (int64_t[]){dim, at, at + size, 1}, 4, NULL, 0, 0);
         at += size;
