@@ -104,11 +104,11 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
     }
     state_create(&state, &g);
     CtTensor *res = calloc((size_t)g.noutputs, sizeof *res);
-    float lr32 = (float)lr;
-    CtTensor inputs[3] = {io[0], io[1], {{{0}, CT_F32}, &lr32}};
+    float lr32 = (float)lr, scale = 1;
+    CtTensor inputs[4] = {io[0], io[1], {{{0}, CT_F32}, &lr32}, {{{0}, CT_F32}, &scale}};
     rc = load_state(&state, weights, f, err);
     if (rc == 0)
-        rc = be->run(&g, &state, inputs, 3, res, err);
+        rc = be->run(&g, &state, inputs, 4, res, err);
     if (rc == 0) {
         if (report) {
             add_output(out, "logits.train", res[0].type, res[0].data);

@@ -254,6 +254,7 @@ ValueId f_gelu(Builder *b, ValueId x, int tanh_approx)
 
 ValueId f_add(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_add, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
 ValueId f_mul(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_mul, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
+ValueId f_div(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_div, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
 
 ValueId f_scale_shift(Builder *b, ValueId x, double a, double c)
 {

@@ -95,6 +95,7 @@ ValueId f_hard_swish(Builder *b, ValueId x);
 ValueId f_hard_sigmoid(Builder *b, ValueId x);
 ValueId f_add(Builder *b, ValueId x, ValueId y);
 ValueId f_mul(Builder *b, ValueId x, ValueId y);
+ValueId f_div(Builder *b, ValueId x, ValueId y);
 ValueId f_scale_shift(Builder *b, ValueId x, double a, double c);
 ValueId f_avg_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding, int ceil_mode, int count_include_pad);
 ValueId f_max_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding);

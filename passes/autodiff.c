@@ -13,10 +13,13 @@ static ValueId accumulate(Emitter *e, ValueId have, ValueId add)
     return emit(e, CT_OP_add, 2, (ValueId[]){have, add}, NULL, 0, NULL, 0, 0);
 }
 
-int autodiff(Graph *g, ValueId loss, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err)
+int autodiff(Graph *g, ValueId loss, ValueId seed, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err)
 {
     if (nwrt <= 0)
         return ct_fail(err, "autodiff: nothing to differentiate (no parameters)");
+    if (seed >= 0 && (seed >= g->nvalues || g->values[seed].type.shape.ndim != 0 ||
+                      g->values[seed].type.dtype != g->values[loss < 0 || loss >= g->nvalues ? seed : loss].type.dtype))
+        return ct_fail(err, "autodiff: the gradient seed must be a scalar of the loss's dtype");
     if (loss < 0 || loss >= g->nvalues || g->values[loss].type.shape.ndim != 0 ||
         !ct_dtype_is_float(g->values[loss].type.dtype))
         return ct_fail(err, "autodiff: the loss must be a float scalar");
@@ -48,7 +51,7 @@ int autodiff(Graph *g, ValueId loss, const ValueId *wrt, int nwrt, ValueId *grad
     }
 
     Emitter e = {.g = g, .scope = "loss"};
-    grad[loss] = emit(&e, CT_OP_scale_shift, 1, &loss, NULL, 0, (double[]){0, 1}, 2, 0);
+    grad[loss] = seed >= 0 ? seed : emit(&e, CT_OP_scale_shift, 1, &loss, NULL, 0, (double[]){0, 1}, 2, 0);
     for (int i = n0 - 1; i >= 0 && !e.failed; i--) {
         Node n = g->nodes[i];
         const OpDef *def = op_def(n.op);

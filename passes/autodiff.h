@@ -8,17 +8,21 @@
  * depends on, nor for inputs an op declares non-differentiable.
  *
  * train_step_build: forward graph + loss + backward + optimizer update, one
- * graph: adds the inputs `target` and `lr`, the loss op, the gradients of
- * every parameter, the update ops and their assign nodes (parameters and
- * optimizer state, which joins g->state after the params and buffers).
+ * graph: adds the inputs `target`, `lr` and `loss_scale` (runtime scalars,
+ * so a schedule or a scaler never recompiles the graph), the loss op, the
+ * gradients of every parameter (of loss * loss_scale, then unscaled), the
+ * update ops and their assign nodes (parameters and optimizer state, which
+ * joins g->state after the params and buffers).
  */
 #ifndef CTIMM_AUTODIFF_H
 #define CTIMM_AUTODIFF_H
 
 #include "ir/ir.h"
 
-/* grads[k]: the gradient value of wrt[k] (zeros when loss does not depend on it). */
-int autodiff(Graph *g, ValueId loss, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err);
+/* grads[k]: the gradient value of wrt[k] (zeros when loss does not depend on
+ * it), of loss times `seed`: a scalar value of the loss's dtype (the loss
+ * scale of mixed precision), or -1 for 1. */
+int autodiff(Graph *g, ValueId loss, ValueId seed, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err);
 
 typedef enum CtLossKind { CT_LOSS_CROSS_ENTROPY, CT_LOSS_SOFT_TARGET, CT_LOSS_BCE } CtLossKind;
 
@@ -41,7 +45,7 @@ typedef struct OptimSpec {
 } OptimSpec;
 
 typedef struct TrainStep {
-    ValueId target, lr, loss;
+    ValueId target, lr, loss_scale, loss;
     int nparams;
     ValueId *params, *grads; /* parallel, in state_dict order; owned here */
 } TrainStep;

@@ -85,6 +85,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     CtShape tshape = loss->kind == CT_LOSS_SOFT_TARGET ? *ls : (CtShape){1, {ls->d[0]}};
     out->target = add_input(g, "target", tshape, loss->kind == CT_LOSS_SOFT_TARGET ? CT_F32 : CT_I64);
     out->lr = add_input(g, "lr", (CtShape){0}, CT_F32);
+    out->loss_scale = add_input(g, "loss_scale", (CtShape){0}, CT_F32);
 
     Emitter e = {.g = g, .scope = "loss"};
     out->loss = add_loss(&e, logits, out->target, loss);
@@ -100,8 +101,18 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int k = 0, j = 0; k < g->nstate; k++)
         if (g->values[g->state[k]].role == CT_ROLE_PARAM)
             out->params[j++] = g->state[k];
-    if (autodiff(g, out->loss, out->params, out->nparams, out->grads, err))
+    if (autodiff(g, out->loss, out->loss_scale, out->params, out->nparams, out->grads, err))
         goto fail;
+    e.scope = "unscale";
+    for (int k = 0; k < out->nparams; k++) {
+        out->grads[k] = emit(&e, CT_OP_div, 2, (ValueId[]){out->grads[k], out->loss_scale}, NULL, 0, NULL, 0, 0);
+        if (out->grads[k] >= 0)
+            g->values[out->grads[k]].role = CT_ROLE_GRAD;
+    }
+    if (e.failed) {
+        *err = e.err;
+        goto fail;
+    }
     for (int k = 0; k < out->nparams; k++)
         graph_mark_output(g, out->grads[k]);
     if (opt->kind == CT_OPT_NONE)

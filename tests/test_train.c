@@ -202,15 +202,16 @@ static void test_loss_goes_down(void)
                 images[bt][i * 3 * H * H + k] = (float)(pattern + 0.3 * ((rng >> 8) / 16777216.0 - 0.5));
             }
         }
-    float lr = 0.05f;
+    float lr = 0.05f, loss_scale = 256;
     double first = 0, last = 0;
     for (int ep = 0; ep < EPOCHS; ep++)
         for (int bt = 0; bt < BATCHES; bt++) {
-            CtTensor in[3] = {{{{4, {B, 3, H, H}}, CT_F32}, images[bt]},
+            CtTensor in[4] = {{{{4, {B, 3, H, H}}, CT_F32}, images[bt]},
                               {{{1, {B}}, CT_I64}, labels[bt]},
-                              {{{0}, CT_F32}, &lr}};
+                              {{{0}, CT_F32}, &lr},
+                              {{{0}, CT_F32}, &loss_scale}};
             CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
-            CHECKF(ct_backend_ref.run(&g, &state, in, 3, out, &err) == 0, "%s", err.msg);
+            CHECKF(ct_backend_ref.run(&g, &state, in, 4, out, &err) == 0, "%s", err.msg);
             double loss = out[1].data ? *(float *)out[1].data : NAN;
             for (int k = 0; k < g.noutputs; k++)
                 tensor_free(&out[k]);

@@ -158,7 +158,11 @@ static void broadcast_strides(const CtShape *in, const CtShape *out, int64_t *st
     }
 }
 
-static void binary_ref(const Graph *g, const Node *n, double *const *in, double *const *out, int is_mul)
+static double add_f(double a, double b) { return a + b; }
+static double mul_f(double a, double b) { return a * b; }
+static double div_f(double a, double b) { return a / b; }
+
+static void binary_ref(const Graph *g, const Node *n, double *const *in, double *const *out, double (*f)(double, double))
 {
     const CtShape *os = out_shape(g, n, 0);
     int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
@@ -171,14 +175,15 @@ static void binary_ref(const Graph *g, const Node *n, double *const *in, double 
             ia += idx[d] * sa[d];
             ib += idx[d] * sb[d];
         }
-        out[0][i] = is_mul ? in[0][ia] * in[1][ib] : in[0][ia] + in[1][ib];
+        out[0][i] = f(in[0][ia], in[1][ib]);
         for (int d = os->ndim - 1; d >= 0 && ++idx[d] == os->d[d]; d--)
             idx[d] = 0;
     }
 }
 
-static void add_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, 0); }
-static void mul_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, 1); }
+static void add_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, add_f); }
+static void mul_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, mul_f); }
+static void div_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, div_f); }
 
 static void add_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
@@ -200,6 +205,22 @@ const OpDef op_add = {.name = "add", .min_in = 2, .max_in = 2, .infer = infer_br
                       .vjp = add_vjp};
 const OpDef op_mul = {.name = "mul", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = mul_ref,
                       .vjp = mul_vjp};
+
+/* y = a / b: da = dy / b, db = -dy * y / b. */
+static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    ValueId q = emit(e, CT_OP_div, 2, (ValueId[]){dout[0], n->in[1]}, NULL, 0, NULL, 0, 0);
+    if (need[0])
+        din[0] = emit_sum_to(e, q, emit_shape(e, n->in[0]));
+    if (need[1]) {
+        ValueId p = emit(e, CT_OP_mul, 2, (ValueId[]){q, n->out[0]}, NULL, 0, NULL, 0, 0);
+        din[1] = emit_sum_to(e, emit(e, CT_OP_scale_shift, 1, &p, NULL, 0, (double[]){-1, 0}, 2, 0),
+                             emit_shape(e, n->in[1]));
+    }
+}
+
+const OpDef op_div = {.name = "div", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = div_ref,
+                      .vjp = div_vjp};
 
 /* A counter-based uniform draw in [0,1): the same (seed, index) always gives
  * the same number, whichever backend evaluates it. */
