@@ -6,22 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *grow(void *p, int *cap, int need, size_t elem)
-{
-    if (need <= *cap)
-        return p;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    p = realloc(p, (size_t)c * elem);
-    CT_ASSERT(p != NULL);
-    *cap = c;
-    return p;
-}
-
 static int module_add(Builder *b, const char *path, int parent)
 {
-    b->modules = grow(b->modules, &b->cap_modules, b->nmodules + 1, sizeof *b->modules);
+    b->modules = ct_grow(b->modules, &b->cap_modules, b->nmodules + 1, sizeof *b->modules);
     b->modules[b->nmodules] = (BModule){arena_strdup(&b->g->arena, path), parent};
     return b->nmodules++;
 }
@@ -82,7 +69,7 @@ static ValueId add_state(Builder *b, const char *leaf, CtShape shape, CtDType dt
     ValueId v = graph_add_value(b->g, (CtType){shape, dtype}, role, name);
     CT_ASSERT(init.kind != CT_INIT_DEFAULT);
     b->g->values[v].init = init;
-    b->value_module = grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
+    b->value_module = ct_grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
     b->value_module[v] = b->depth ? b->module_at[b->depth - 1] : 0;
     return v;
 }
@@ -92,7 +79,7 @@ ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype)
     if (b->e.failed)
         return -1;
     ValueId v = graph_add_value(b->g, (CtType){shape, dtype}, CT_ROLE_INPUT, name);
-    b->value_module = grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
+    b->value_module = ct_grow(b->value_module, &b->cap_value_module, v + 1, sizeof *b->value_module);
     b->value_module[v] = -1;
     return v;
 }

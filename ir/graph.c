@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *grow(void *p, int *cap, int need, size_t elem)
+void *ct_grow(void *p, int *cap, int need, size_t elem)
 {
     if (need <= *cap)
         return p;
@@ -31,7 +31,7 @@ void graph_free(Graph *g)
 
 ValueId graph_add_value(Graph *g, CtType type, CtRole role, const char *name)
 {
-    g->values = grow(g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values);
+    g->values = ct_grow(g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values);
     Value *v = &g->values[g->nvalues];
     memset(v, 0, sizeof *v);
     v->type = type;
@@ -52,7 +52,7 @@ int graph_add_node(Graph *g, const Node *proto, const char *scope, CtErr *err)
     int nout = def->infer(g, proto, out, err);
     if (nout < 0)
         return ct_failctx(err, "%s at '%s'", def->name, scope ? scope : "");
-    g->nodes = grow(g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof *g->nodes);
+    g->nodes = ct_grow(g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof *g->nodes);
     int idx = g->nnodes++;
     Node *n = &g->nodes[idx];
     *n = *proto;
@@ -68,7 +68,7 @@ int graph_add_node(Graph *g, const Node *proto, const char *scope, CtErr *err)
 
 void graph_mark_output(Graph *g, ValueId v)
 {
-    g->outputs = grow(g->outputs, &g->cap_outputs, g->noutputs + 1, sizeof *g->outputs);
+    g->outputs = ct_grow(g->outputs, &g->cap_outputs, g->noutputs + 1, sizeof *g->outputs);
     g->outputs[g->noutputs++] = v;
 }
 

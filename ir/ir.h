@@ -98,6 +98,10 @@ typedef struct Graph {
     int nstate;
 } Graph;
 
+/* Grows a malloc'd array to hold `need` elements (doubling); aborts when
+ * memory runs out. */
+void *ct_grow(void *p, int *cap, int need, size_t elem);
+
 void graph_init(Graph *g);
 void graph_free(Graph *g);
 

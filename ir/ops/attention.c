@@ -34,11 +34,8 @@ static void softmax_line(const double *x, double *y, int64_t count, int64_t stri
 static void softmax_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
-    int64_t dim = n->iattr[0], outer = 1, inner = 1, D = x->d[dim];
-    for (int i = 0; i < dim; i++)
-        outer *= x->d[i];
-    for (int i = (int)dim + 1; i < x->ndim; i++)
-        inner *= x->d[i];
+    int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
+    split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++)
             softmax_line(in[0] + o * D * inner + i, out[0] + o * D * inner + i, D, inner);
@@ -62,11 +59,8 @@ static int infer_softmax_grad(const Graph *g, const Node *n, CtType *out, CtErr 
 static void softmax_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
-    int64_t dim = n->iattr[0], outer = 1, inner = 1, D = x->d[dim];
-    for (int i = 0; i < dim; i++)
-        outer *= x->d[i];
-    for (int i = (int)dim + 1; i < x->ndim; i++)
-        inner *= x->d[i];
+    int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
+    split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const double *y = in[0] + o * D * inner + i, *dy = in[1] + o * D * inner + i;

@@ -37,6 +37,22 @@ static int infer_batch_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
     return 3;
 }
 
+/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
+static void channel_stats(const double *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+{
+    double sum = 0, sq = 0, count = (double)(N * S);
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t s = 0; s < S; s++)
+            sum += x[(b * C + c) * S + s];
+    *mean = sum / count;
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t s = 0; s < S; s++) {
+            double d = x[(b * C + c) * S + s] - *mean;
+            sq += d * d;
+        }
+    *var = sq / count;
+}
+
 static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
@@ -46,19 +62,10 @@ static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, dou
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (training) {
-            double sum = 0, sq = 0, count = (double)(N * S);
-            for (int64_t b = 0; b < N; b++)
-                for (int64_t s = 0; s < S; s++)
-                    sum += in[0][(b * C + c) * S + s];
-            mean = sum / count;
-            for (int64_t b = 0; b < N; b++)
-                for (int64_t s = 0; s < S; s++) {
-                    double d = in[0][(b * C + c) * S + s] - mean;
-                    sq += d * d;
-                }
-            var = sq / count;
+            double count = (double)(N * S);
+            channel_stats(in[0], N, C, S, c, &mean, &var);
             out[1][c] = (1 - momentum) * in[3][c] + momentum * mean;
-            out[2][c] = (1 - momentum) * in[4][c] + momentum * sq / (count - 1);
+            out[2][c] = (1 - momentum) * in[4][c] + momentum * var * count / (count - 1);
         }
         double inv = 1 / sqrt(var + eps);
         for (int64_t b = 0; b < N; b++)
@@ -116,19 +123,8 @@ static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in
     const double *dy = in[4];
     for (int64_t c = 0; c < C; c++) {
         double mean = in[2][c], var = in[3][c];
-        if (n->iattr[0]) {
-            double sum = 0, sq = 0;
-            for (int64_t b = 0; b < N; b++)
-                for (int64_t s = 0; s < S; s++)
-                    sum += in[0][(b * C + c) * S + s];
-            mean = sum / M;
-            for (int64_t b = 0; b < N; b++)
-                for (int64_t s = 0; s < S; s++) {
-                    double d = in[0][(b * C + c) * S + s] - mean;
-                    sq += d * d;
-                }
-            var = sq / M;
-        }
+        if (n->iattr[0])
+            channel_stats(in[0], N, C, S, c, &mean, &var);
         double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dw = 0;
         for (int64_t b = 0; b < N; b++)
             for (int64_t s = 0; s < S; s++) {
@@ -170,19 +166,27 @@ static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
     return infer_like_input0(g, n, out, err);
 }
 
+/* Mean and 1/sqrt(biased variance + eps) of one row of D values. */
+static void row_stats(const double *x, int64_t D, double eps, double *mean, double *inv)
+{
+    double m = 0, var = 0;
+    for (int64_t i = 0; i < D; i++)
+        m += x[i];
+    m /= (double)D;
+    for (int64_t i = 0; i < D; i++)
+        var += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *inv = 1 / sqrt(var / (double)D + eps);
+}
+
 static void layer_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
     for (int64_t r = 0; r < rows; r++) {
         const double *xr = in[0] + r * D;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < D; i++)
-            mean += xr[i];
-        mean /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        double inv = 1 / sqrt(var / (double)D + n->fattr[0]);
+        double mean, inv;
+        row_stats(xr, D, n->fattr[0], &mean, &inv);
         for (int64_t i = 0; i < D; i++)
             out[0][r * D + i] = (xr[i] - mean) * inv * in[1][i] + in[2][i];
     }
@@ -227,13 +231,8 @@ static void layer_norm_grad_ref(const Graph *g, const Node *n, double *const *in
         out[1][i] = out[2][i] = 0;
     for (int64_t r = 0; r < rows; r++) {
         const double *xr = in[0] + r * D, *dy = in[2] + r * D;
-        double mean = 0, var = 0, mg = 0, mgx = 0;
-        for (int64_t i = 0; i < D; i++)
-            mean += xr[i];
-        mean /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        double inv = 1 / sqrt(var / (double)D + n->fattr[0]);
+        double mean, inv, mg = 0, mgx = 0;
+        row_stats(xr, D, n->fattr[0], &mean, &inv);
         for (int64_t i = 0; i < D; i++) {
             double xhat = (xr[i] - mean) * inv, gi = dy[i] * in[1][i];
             mg += gi;
