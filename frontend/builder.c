@@ -19,6 +19,7 @@ void b_init(Builder *b, Graph *g, int training)
     b->g = g;
     b->training = training;
     b->param_dtype = CT_F32;
+    b->rng = -1;
     b->e = (Emitter){.g = g, .scope = b->scope};
     module_add(b, "", -1);
 }
@@ -122,11 +123,22 @@ int b_finish(Builder *b, CtErr *err)
         goto free_builder;
     }
     Graph *g = b->g;
+    if (b->rng >= 0) {
+        ValueId next = f_scale_shift(b, b->rng, 1, 1);
+        b_node(b, CT_OP_assign, 2, (ValueId[]){b->rng, next}, NULL, 0, NULL, 0, 0);
+        if (b->e.failed) {
+            *err = b->e.err;
+            rc = -1;
+            goto free_builder;
+        }
+    }
     free(g->state);
     g->state = malloc(sizeof *g->state * (size_t)(g->nvalues ? g->nvalues : 1));
     CT_ASSERT(g->state != NULL);
     g->nstate = 0;
     order_module(b, 0, g->state, &g->nstate);
+    if (b->rng >= 0)
+        g->state[g->nstate++] = b->rng;
     rc = graph_verify(g, err);
 free_builder:
     free(b->modules);
@@ -322,8 +334,12 @@ static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)
         return b_fail(b, "%s rate %g must be in [0, 1)", op_def(op)->name, p);
     if (!b->training || p == 0)
         return x;
-    int64_t seed = ++b->next_seed;
-    return b_node(b, op, 1, &x, &seed, 1, &p, 1, 0);
+    if (b->rng < 0) {
+        b->rng = graph_add_value(b->g, (CtType){{0}, CT_I64}, CT_ROLE_STATE, "rng.counter");
+        b->g->values[b->rng].init = init_zeros();
+    }
+    int64_t node = ++b->next_node_seed;
+    return b_node(b, op, 2, (ValueId[]){x, b->rng}, &node, 1, &p, 1, 0);
 }
 
 ValueId f_dropout(Builder *b, ValueId x, double p) { return stochastic(b, CT_OP_dropout, x, p); }

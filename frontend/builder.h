@@ -36,7 +36,8 @@ typedef struct Builder {
     int nmodules, cap_modules;
     int *value_module; /* module of each param/buffer value (-1 otherwise) */
     int cap_value_module;
-    int64_t next_seed;
+    int64_t next_node_seed;
+    ValueId rng; /* the RNG counter state, made by the first stochastic node */
     Emitter e; /* its scope points at `scope`; its sticky error is the build's */
 } Builder;
 
@@ -110,7 +111,11 @@ ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_matmul(Builder *b, ValueId x, ValueId y);
 ValueId f_softmax(Builder *b, ValueId x, int dim);
 ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
-/* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. */
+/* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. In
+ * training the mask is a counter-based draw from (RNG counter, node, index):
+ * the graph's state value "rng.counter" (i64) is read by every stochastic
+ * node and incremented once per run, so each step draws new masks, the same
+ * state gives the same masks, and the backward pass regenerates them. */
 ValueId f_dropout(Builder *b, ValueId x, double p);
 ValueId f_drop_path(Builder *b, ValueId x, double p);
 

@@ -2,6 +2,7 @@
  * promised (SSA, topological order, shapes and dtypes by each op's rule) and
  * names the first node that breaks it. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/ir.h"
@@ -62,6 +63,29 @@ static int verify_node(const Graph *g, int i, CtErr *err)
     return 0;
 }
 
+/* assign writes its destination in place, so nothing may read a value after
+ * the node that assigns it, and each value is assigned at most once. */
+static int verify_assign_order(const Graph *g, CtErr *err)
+{
+    int *assigned_by = malloc(sizeof *assigned_by * (size_t)(g->nvalues ? g->nvalues : 1)), rc = 0;
+    CT_ASSERT(assigned_by != NULL);
+    for (int v = 0; v < g->nvalues; v++)
+        assigned_by[v] = -1;
+    for (int i = 0; i < g->nnodes && rc == 0; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = n->op == CT_OP_assign; k < n->nin && rc == 0; k++)
+            if (assigned_by[n->in[k]] >= 0)
+                rc = fail_node(g, i, err, "reads a value after an assign wrote it; assigns must come after every reader");
+        if (n->op == CT_OP_assign && rc == 0) {
+            if (assigned_by[n->in[0]] >= 0)
+                rc = fail_node(g, i, err, "assigns a value that an earlier node already assigned");
+            assigned_by[n->in[0]] = i;
+        }
+    }
+    free(assigned_by);
+    return rc;
+}
+
 /* Every param and buffer appears once in the state_dict list, nothing else. */
 static int verify_state_list(const Graph *g, CtErr *err)
 {
@@ -97,6 +121,8 @@ int graph_verify(const Graph *g, CtErr *err)
     for (int i = 0; i < g->nnodes; i++)
         if (verify_node(g, i, err))
             return -1;
+    if (verify_assign_order(g, err))
+        return -1;
     for (int v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int produced = val->role == CT_ROLE_ACTIVATION || val->role == CT_ROLE_GRAD;

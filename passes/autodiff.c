@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "ir/emit.h"
+#include "passes/schedule.h"
 
 static ValueId accumulate(Emitter *e, ValueId have, ValueId add)
 {
@@ -93,6 +94,7 @@ int autodiff(Graph *g, ValueId loss, ValueId seed, const ValueId *wrt, int nwrt,
         *err = e.err;
         goto free_marks;
     }
+    schedule_assigns_last(g);
     rc = graph_verify(g, err);
 free_marks:
     free(depends);

@@ -8,6 +8,7 @@
 
 #include "ir/emit.h"
 #include "passes/autodiff.h"
+#include "passes/schedule.h"
 
 int optim_no_decay(const char *name, int ndim, const char *const *patterns)
 {
@@ -139,6 +140,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         *err = e.err;
         goto fail;
     }
+    schedule_assigns_last(g);
     if (graph_verify(g, err))
         goto fail;
     return 0;

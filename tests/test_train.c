@@ -228,8 +228,106 @@ static void test_loss_goes_down(void)
     graph_free(&g);
 }
 
+/* drop_path in a model: the same state (hence RNG counter) gives the same
+ * loss twice; another counter draws other masks and another loss. */
+static void test_drop_path_reproducible(void)
+{
+    const ModelEntry *m = model_find("test_resnet");
+    ModelSpec spec = {.batch_size = 4, .training = 1, .args = {.num_classes = 10, .img_size = 32, .drop_path_rate = 0.5}};
+    OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9};
+    Graph g;
+    TrainStep ts;
+    CtErr err;
+    CtState state;
+    CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1}, &opt, &ts, &err) == 0, "%s",
+           err.msg);
+    state_create(&state, &g);
+    state_init(&state, 3);
+    /* zero_init_last makes every residual branch 0 at init, and dropping a
+     * zero path changes nothing: give those BN weights 1. */
+    for (int i = 0; i < state.n; i++)
+        if (state.e[i].role == CT_ROLE_PARAM && state.e[i].init.kind == CT_INIT_ZEROS && strstr(state.e[i].name, "weight"))
+            for (int64_t j = 0; j < shape_numel(&state.e[i].type.shape); j++)
+                ((float *)state_data(&state, i))[j] = 1;
+    unsigned char *start = malloc(state.nbytes);
+    memcpy(start, state.data, state.nbytes);
+    static float x[4 * 3 * 32 * 32];
+    int64_t y[4] = {1, 2, 3, 4};
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = (float)sin(0.37 * (double)i);
+    float lr = 0.1f, scale = 1;
+    double loss[3];
+    int counter = state_find(&state, "rng.counter");
+    CHECK(counter >= 0);
+    for (int run = 0; run < 3 && counter >= 0; run++) {
+        memcpy(state.data, start, state.nbytes);
+        if (run == 2)
+            *(int64_t *)state_data(&state, counter) = 7;
+        CtTensor in[4] = {{{{4, {4, 3, 32, 32}}, CT_F32}, x}, {{{1, {4}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
+                          {{{0}, CT_F32}, &scale}};
+        CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
+        CHECKF(ct_backend_ref.run(&g, &state, in, 4, out, &err) == 0, "%s", err.msg);
+        loss[run] = out[1].data ? *(float *)out[1].data : NAN;
+        for (int k = 0; k < g.noutputs; k++)
+            tensor_free(&out[k]);
+        free(out);
+    }
+    CHECK(counter >= 0 && *(int64_t *)state_data(&state, counter) == 8); /* one step from 7 */
+    CHECKF(loss[0] == loss[1], "same state, losses %.9g and %.9g", loss[0], loss[1]);
+    CHECKF(loss[2] != loss[0], "another RNG counter, the same loss %.9g", loss[0]);
+    free(start);
+    state_free(&state);
+    train_step_free(&ts);
+    graph_free(&g);
+}
+
+/* Over many steps drop_path drops the expected fraction of samples: 64
+ * samples x 60 steps at p = 0.3, within 4 standard deviations (0.032). */
+static void test_drop_path_rate(void)
+{
+    enum { N = 64, STEPS = 60 };
+    Graph g;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 1);
+    ValueId x = b_input(&b, "x", (CtShape){2, {N, 3}}, CT_F32);
+    graph_mark_output(&g, f_drop_path(&b, x, 0.3));
+    CHECKF(b_finish(&b, &err) == 0, "%s", err.msg);
+    CtState state;
+    state_create(&state, &g);
+    float ones[N * 3];
+    for (int i = 0; i < N * 3; i++)
+        ones[i] = 1;
+    int dropped = 0, changed = 0;
+    unsigned char prev[N] = {0};
+    for (int step = 0; step < STEPS; step++) {
+        CtTensor in = {{{2, {N, 3}}, CT_F32}, ones}, out;
+        CHECKF(ct_backend_ref.run(&g, &state, &in, 1, &out, &err) == 0, "%s", err.msg);
+        const float *y = out.data;
+        for (int s = 0; s < N; s++) {
+            unsigned char d = y[s * 3] == 0;
+            CHECK(y[s * 3] == y[s * 3 + 1] && y[s * 3] == y[s * 3 + 2]);
+            dropped += d;
+            changed += step > 0 && d != prev[s];
+            prev[s] = d;
+        }
+        tensor_free(&out);
+    }
+    double frac = (double)dropped / (N * STEPS);
+    printf("drop_path p=0.3: dropped %.3f of %d sample-steps; %d masks changed between steps\n", frac, N * STEPS,
+           changed);
+    CHECKF(fabs(frac - 0.3) < 0.032, "dropped fraction %.4f", frac);
+    CHECKF(changed > N * (STEPS - 1) / 5, "masks barely change between steps (%d)", changed);
+    state_free(&state);
+    graph_free(&g);
+}
+
 int main(void)
 {
+    test_drop_path_reproducible();
+    test_drop_path_rate();
     test_weight_decay_groups();
     test_update_rules();
     test_loss_goes_down();

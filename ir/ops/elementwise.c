@@ -222,25 +222,33 @@ static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 const OpDef op_div = {.name = "div", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = div_ref,
                       .vjp = div_vjp};
 
-/* A counter-based uniform draw in [0,1): the same (seed, index) always gives
- * the same number, whichever backend evaluates it. */
-static double hash_uniform(uint64_t seed, uint64_t i)
+/* splitmix64's finaliser: a bijective mix of 64 bits. */
+static uint64_t mix64(uint64_t z)
 {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
+    return z ^ (z >> 31);
 }
 
-/* dropout: iattr seed; fattr p. Zeroes each element with probability p and
- * scales the rest by 1/(1-p), as nn.Dropout in training. */
+/* A counter-based draw in [0,1) for element i of stochastic node `node` at
+ * RNG counter `counter`: no generator state, so the backward pass (and any
+ * backend) regenerates the same mask from (counter, node, i) instead of
+ * storing it, and every training step (the counter) draws a new one. */
+static double rng_uniform(uint64_t counter, uint64_t node, uint64_t i)
+{
+    uint64_t key = mix64(mix64(counter + 0x632BE59BD9B4E019ull) ^ (node * 0x9E3779B97F4A7C15ull));
+    return (double)(mix64(key + (i + 1) * 0xD1B54A32D192ED03ull) >> 11) * 0x1.0p-53;
+}
+
+/* dropout(x, counter): iattr node; fattr p. Zeroes each element with
+ * probability p and scales the rest by 1/(1-p), as nn.Dropout in training. */
 static void dropout_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     int64_t count = shape_numel(in_shape(g, n, 0));
     double p = n->fattr[0];
+    uint64_t counter = (uint64_t)(int64_t)in[1][0], node = (uint64_t)n->iattr[0];
     for (int64_t i = 0; i < count; i++)
-        out[0][i] = hash_uniform((uint64_t)n->iattr[0], (uint64_t)i) < p ? 0 : in[0][i] / (1 - p);
+        out[0][i] = rng_uniform(counter, node, (uint64_t)i) < p ? 0 : in[0][i] / (1 - p);
 }
 
 /* drop_path: the same per sample (dim 0), as timm's DropPath (scale_by_keep). */
@@ -249,8 +257,9 @@ static void drop_path_ref(const Graph *g, const Node *n, double *const *in, doub
     const CtShape *s = in_shape(g, n, 0);
     int64_t per = shape_numel(s) / s->d[0];
     double p = n->fattr[0];
+    uint64_t counter = (uint64_t)(int64_t)in[1][0], node = (uint64_t)n->iattr[0];
     for (int64_t b = 0; b < s->d[0]; b++) {
-        double keep = hash_uniform((uint64_t)n->iattr[0], (uint64_t)b) < p ? 0 : 1 / (1 - p);
+        double keep = rng_uniform(counter, node, (uint64_t)b) < p ? 0 : 1 / (1 - p);
         for (int64_t i = 0; i < per; i++)
             out[0][b * per + i] = in[0][b * per + i] * keep;
     }
@@ -260,20 +269,22 @@ static int infer_dropout(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     if (!(n->fattr[0] > 0 && n->fattr[0] < 1))
         return ct_fail(err, "drop rate %g must be in (0, 1); rate 0 is no node at all", n->fattr[0]);
+    if (in_type(g, n, 1)->dtype != CT_I64 || in_shape(g, n, 1)->ndim != 0)
+        return ct_fail(err, "input 1 must be the i64 scalar RNG counter");
     return infer_unary(g, n, out, err);
 }
 
-/* The mask depends on (seed, index) alone, so the gradient is the same op,
- * with the same seed, applied to dy. */
+/* The mask depends on (counter, node, index) alone, so the gradient is the
+ * same op, node and counter applied to dy. */
 static void dropout_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    din[0] = emit(e, n->op, 1, dout, n->iattr, 1, n->fattr, 1, 0);
+    din[0] = emit(e, n->op, 2, (ValueId[]){dout[0], n->in[1]}, n->iattr, 1, n->fattr, 1, 0);
 }
 
-const OpDef op_dropout = {.name = "dropout", .min_in = 1, .max_in = 1, .iattr = {"seed"}, .fattr = {"p"},
-                          .infer = infer_dropout, .ref = dropout_ref, .vjp = dropout_vjp};
-const OpDef op_drop_path = {.name = "drop_path", .min_in = 1, .max_in = 1, .iattr = {"seed"}, .fattr = {"p"},
-                            .infer = infer_dropout, .ref = drop_path_ref, .vjp = dropout_vjp};
+const OpDef op_dropout = {.name = "dropout", .min_in = 2, .max_in = 2, .iattr = {"node"}, .fattr = {"p"},
+                          .infer = infer_dropout, .ref = dropout_ref, .vjp = dropout_vjp, .nondiff = 1u << 1};
+const OpDef op_drop_path = {.name = "drop_path", .min_in = 2, .max_in = 2, .iattr = {"node"}, .fattr = {"p"},
+                            .infer = infer_dropout, .ref = drop_path_ref, .vjp = dropout_vjp, .nondiff = 1u << 1};
 
 /* reduce_sum: sums over the dims whose bit is set in iattr mask; keepdim=1
  * leaves them as size 1, keepdim=0 drops them. */
