@@ -46,6 +46,7 @@ typedef enum CtInitKind {
     CT_INIT_NORMAL,       /* N(0, a^2) */
     CT_INIT_TRUNC_NORMAL, /* N(0, a^2) truncated to [-2, 2] absolute, as timm's trunc_normal_ */
     CT_INIT_UNIFORM,      /* U(-a, a) */
+    CT_INIT_CONSTANT,     /* a (layer-scale gammas) */
 } CtInitKind;
 
 typedef struct CtInit {

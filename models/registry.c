@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const ModelFamily *const families[] = {&resnet_family, &vit_family};
+static const ModelFamily *const families[] = {&resnet_family, &vit_family, &convnext_family, &efficientnet_family,
+                                              &mobilenetv3_family};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 const ModelEntry *model_find(const char *name)

@@ -44,7 +44,7 @@ typedef struct ModelFamily {
     int n;
 } ModelFamily;
 
-extern const ModelFamily resnet_family, vit_family;
+extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family;
 
 const ModelEntry *model_find(const char *name);
 /* Calls fn for every model whose name contains `filter` (all when NULL),

@@ -84,6 +84,7 @@ static double draw(const CtInit *init, uint64_t *rng)
                 return v;
         }
     case CT_INIT_UNIFORM: return init->a * (2 * next_uniform(rng) - 1);
+    case CT_INIT_CONSTANT: return init->a;
     default: return 0;
     }
 }

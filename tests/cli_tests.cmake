@@ -14,7 +14,7 @@ set(COMPILE $<TARGET_FILE:ctimm-compile>)
 # and 7.6e-10, ctimm's at 1.8e-9 and 7.4e-10, timm's float32 at 5.8e-9 and
 # -1.4e-9), which give adamw errors of 1.7e-4. test_train checks the AdamW
 # rule itself on timm's own gradients to 1e-6.
-foreach(model test_resnet test_vit)
+foreach(model test_resnet test_vit test_efficientnet test_convnext)
   add_test(NAME parity_${model} COMMAND sh -c
     "${RUN} --model ${model} --vectors ${DATA}/${model}.safetensors --out ${model}.out.safetensors && \
      ${RUN} --compare ${model}.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")

@@ -2,8 +2,9 @@
  * Every model recorded from timm in tests/data/models/<name>.json is built
  * here and compared with the record: state_dict names, shapes, dtypes and
  * param/buffer roles in order, param_count, the output shape of every
- * parameterised leaf layer (Conv2d, Linear, LayerNorm, BatchNorm2d) matched
- * to the node with the same module scope, and the logits shape. The
+ * parameterised leaf layer (Conv2d, Linear, LayerNorm, LayerNorm2d,
+ * BatchNorm2d, BatchNormAct2d) matched to the node with the same module scope, and the
+ * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
  * Only graphs are built; nothing executes.
  */
@@ -22,7 +23,7 @@
 #include "models/registry.h"
 #include "tests/check.h"
 
-#define MIN_MODEL_FILES 12
+#define MIN_MODEL_FILES 14
 
 /* A failed check whose message says it all (CHECKF would print "0"). */
 #define MISMATCH(...) do { check_failures++; fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
@@ -70,7 +71,11 @@ static const char *sstr(const CtShape *s, char *buf, size_t n) { return shape_st
 static const char *layer_op(const char *cls)
 {
     static const char *const map[][2] = {
-        {"Conv2d", "conv2d"}, {"Linear", "linear"}, {"LayerNorm", "layer_norm"}, {"BatchNorm2d", "batch_norm"}};
+        {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
+        {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"},
+        /* timm's BatchNormAct2d (norm + act, one module): its output is the
+         * act's, the same shape as the batch_norm node with its scope. */
+        {"BatchNormAct2d", "batch_norm"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(cls, map[i][0]) == 0)
             return map[i][1];
@@ -154,6 +159,10 @@ static int check_layers(const char *model, const Graph *g, const cJSON *layers, 
             (*bad)++;
             continue;
         }
+        /* timm's LayerNorm2d normalises NCHW over C through channels-last: its
+         * layer_norm node gives the NHWC form of the recorded NCHW output. */
+        if (strcmp(cls, "LayerNorm2d") == 0 && want.ndim == 4)
+            want = (CtShape){4, {want.d[0], want.d[2], want.d[3], want.d[1]}};
         const CtShape *got = &graph_value(g, found->out[0])->type.shape;
         if (!shape_equal(got, &want)) {
             MISMATCH("%s: layer %s (%s): output %s, expected %s", model, lname, cls, sstr(got, b1, sizeof b1),

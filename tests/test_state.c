@@ -89,6 +89,15 @@ static void test_vit_init(void)
     CHECKF(mx <= 1 / sqrt(768.0), "patch conv bound %g", mx);
     state_free(&s);
     graph_free(&g);
+
+    /* ConvNeXt's layer scale starts at ls_init_value = 1e-6 */
+    build("test_convnext", &g);
+    state_create(&s, &g);
+    state_init(&s, 7);
+    moments(&s, "stages.0.blocks.0.gamma", &mean, &std, &mx);
+    CHECKF(mean == (float)1e-6 && std < 1e-12, "gamma mean %g std %g", mean, std);
+    state_free(&s);
+    graph_free(&g);
 }
 
 static void expect_load_fails(CtState *s, StTensor *t, int n, const char *needle)

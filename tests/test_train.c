@@ -46,7 +46,8 @@ static int in_list(const cJSON *list, const char *name)
 static void test_weight_decay_groups(void)
 {
     static const char *const models[] = {"resnet18", "resnet50d", "test_resnet", "test_vit",
-                                         "deit_tiny_patch16_224", "vit_base_patch32_384"};
+                                         "deit_tiny_patch16_224", "vit_base_patch32_384",
+                                         "test_efficientnet", "efficientnet_b0", "mobilenetv3_large_100"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/models/%s.json", data_dir(), models[i]);

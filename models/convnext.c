@@ -1,0 +1,139 @@
+/*
+ * ConvNeXt family (timm/models/convnext.py), the default path: patchify stem
+ * (conv 4x4/4 + LayerNorm2d), four stages with a LayerNorm2d + conv 2x2/2
+ * downsample from stage 1 on, ConvNeXtBlock with the channels-last MLP
+ * (dw conv 7x7 -> NHWC -> LayerNorm -> fc1 -> GELU -> fc2 -> NCHW -> * gamma,
+ * drop_path, residual), and NormMlpClassifierHead (avg pool -> LayerNorm2d ->
+ * flatten -> dropout -> fc).
+ * Shapes: [B,3,H,W] -> stem [B,C0,H/4,W/4] -> stage s [B,Cs,H/2^(s+2),W/2^(s+2)]
+ * -> logits [B,classes] (the normed pooled features [B,C3] when classes = 0).
+ * Init as timm's _init_weights: trunc_normal(.02) conv and linear weights with
+ * zero bias (head_init_scale is 1 for every model here), LayerNorm weight 1 /
+ * bias 0, layer scale gamma = ls_init_value 1e-6.
+ */
+#include "models/registry.h"
+
+typedef struct ConvNeXtArch {
+    int depths[4], dims[4];
+    double norm_eps;    /* timm's LayerNorm/LayerNorm2d default 1e-6; test_convnext 1e-5 */
+    int gelu_tanh;      /* act_layer 'gelu_tanh' instead of 'gelu' (erf) */
+} ConvNeXtArch;
+
+static const double LS_INIT_VALUE = 1e-6;
+
+static ValueId cx_conv(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int pad, int groups)
+{
+    return nn_conv2d(b, name, x, out, k,
+                     (ConvOpts){.stride = stride, .padding = pad, .groups = groups, .bias = 1,
+                                .weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+}
+
+static ValueId cx_linear(Builder *b, const char *name, ValueId x, int64_t out)
+{
+    return nn_linear(b, name, x, out, (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+}
+
+/* timm's LayerNorm2d: layer norm over C of [N,C,H,W], through channels-last. */
+static ValueId layer_norm_2d(Builder *b, const char *name, ValueId x, double eps)
+{
+    x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
+    x = nn_layer_norm(b, name, x, eps);
+    return f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2});
+}
+
+static ValueId mlp(Builder *b, const ConvNeXtArch *c, ValueId x, int64_t hidden)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t C = s->d[s->ndim - 1];
+    b_push(b, "mlp");
+    x = f_gelu(b, cx_linear(b, "fc1", x, hidden), c->gelu_tanh);
+    x = cx_linear(b, "fc2", x, C);
+    b_pop(b);
+    return x;
+}
+
+/* ConvNeXtBlock with conv_mlp=False: in and out [B,C,H,W]. */
+static ValueId block(Builder *b, const ConvNeXtArch *c, ValueId x, double drop_path)
+{
+    int64_t C = b_shape(b, x)->d[1];
+    ValueId shortcut = x;
+    x = cx_conv(b, "conv_dw", x, C, 7, 1, 3, (int)C);
+    x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
+    x = nn_layer_norm(b, "norm", x, c->norm_eps);
+    x = mlp(b, c, x, 4 * C);
+    x = f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2});
+    ValueId gamma = b_param(b, "gamma", (CtShape){1, {C}}, init_constant(LS_INIT_VALUE));
+    x = f_mul(b, x, f_reshape(b, gamma, 4, (int64_t[]){1, C, 1, 1}));
+    return f_add(b, f_drop_path(b, x, drop_path), shortcut);
+}
+
+/* NormMlpClassifierHead without hidden layer: pool -> norm -> flatten -> drop -> fc. */
+static ValueId head(Builder *b, const ConvNeXtArch *c, ValueId x, int classes, double drop_rate)
+{
+    b_push(b, "head");
+    x = f_adaptive_avg_pool2d(b, x, 1, 1);
+    x = layer_norm_2d(b, "norm", x, c->norm_eps);
+    const CtShape *s = b_shape(b, x);
+    x = f_reshape(b, x, 2, (int64_t[]){s->d[0], s->d[1]});
+    x = f_dropout(b, x, drop_rate);
+    if (classes > 0)
+        x = cx_linear(b, "fc", x, classes);
+    b_pop(b);
+    return x;
+}
+
+static ValueId build_convnext(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
+{
+    const ConvNeXtArch *c = m->arch;
+    int total = 0, idx = 0;
+    for (int s = 0; s < 4; s++)
+        total += c->depths[s];
+    b_push(b, "stem");
+    x = cx_conv(b, "0", x, c->dims[0], 4, 4, 0, 1);
+    x = layer_norm_2d(b, "1", x, c->norm_eps);
+    b_pop(b);
+    b_push(b, "stages");
+    for (int s = 0; s < 4; s++) {
+        b_push(b, "%d", s);
+        if (s > 0) {
+            b_push(b, "downsample");
+            x = layer_norm_2d(b, "0", x, c->norm_eps);
+            x = cx_conv(b, "1", x, c->dims[s], 2, 2, 0, 1);
+            b_pop(b);
+        }
+        b_push(b, "blocks");
+        for (int i = 0; i < c->depths[s]; i++, idx++) {
+            /* calculate_drop_path_rates(stagewise): linspace(0, rate, total) split by stage */
+            double dpr = total > 1 ? a->drop_path_rate * idx / (total - 1) : 0;
+            b_push(b, "%d", i);
+            x = block(b, c, x, dpr);
+            b_pop(b);
+        }
+        b_pop(b);
+        b_pop(b);
+    }
+    b_pop(b);
+    return head(b, c, x, model_num_classes(m, a), a->drop_rate);
+}
+
+#define CONVNEXT_CFG(size, crop, m0, m1, m2, s0, s1, s2)                                                       \
+    {.input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2}, .crop_pct = crop,               \
+     .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000, .first_conv = "stem.0",           \
+     .classifier = "head.fc"}
+#define IMAGENET(crop) CONVNEXT_CFG(224, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+
+static const ConvNeXtArch tiny = {{3, 3, 9, 3}, {96, 192, 384, 768}, 1e-6, 0};
+static const ConvNeXtArch small = {{3, 3, 27, 3}, {96, 192, 384, 768}, 1e-6, 0};
+static const ConvNeXtArch base = {{3, 3, 27, 3}, {128, 256, 512, 1024}, 1e-6, 0};
+static const ConvNeXtArch ctest = {{1, 2, 4, 2}, {24, 32, 48, 64}, 1e-5, 1};
+
+/* ConvNeXt defines no no_weight_decay(): gamma, norms and biases are exempt
+ * by timm's ndim <= 1 / ".bias" rule alone. */
+static const ModelEntry entries[] = {
+    {"convnext_base", build_convnext, &base, IMAGENET(0.875), NULL},
+    {"convnext_small", build_convnext, &small, IMAGENET(0.95), NULL},
+    {"convnext_tiny", build_convnext, &tiny, IMAGENET(0.95), NULL},
+    {"test_convnext", build_convnext, &ctest, CONVNEXT_CFG(160, 0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), NULL},
+};
+
+const ModelFamily convnext_family = {entries, sizeof entries / sizeof entries[0]};

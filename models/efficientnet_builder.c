@@ -1,0 +1,398 @@
+/*
+ * Arch-string decoding and the blocks of the EfficientNet family; see
+ * efficientnet_builder.h. Block inputs and outputs are [N,C,H,W].
+ */
+#include "models/efficientnet_builder.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- numbers ---------------------------------------------------------- */
+
+/* Python's round() of a float: to nearest, ties to even (the default
+ * floating-point rounding mode). */
+static int py_round(double v) { return (int)nearbyint(v); }
+
+int eb_make_divisible(double v, int divisor, double round_limit)
+{
+    int new_v = (int)(v + divisor / 2.0) / divisor * divisor;
+    if (new_v < divisor)
+        new_v = divisor;
+    if (new_v < round_limit * v)
+        new_v += divisor;
+    return new_v;
+}
+
+int eb_round_channels(int channels, EbRound r)
+{
+    if (r.multiplier == 0)
+        return channels;
+    return eb_make_divisible(channels * r.multiplier, r.divisor ? r.divisor : 8, r.round_limit);
+}
+
+/* ---- decoding --------------------------------------------------------- */
+
+typedef struct BlockOpts {
+    const char *str; /* the whole block string, for messages */
+    struct {
+        const char *key, *val;
+        size_t klen;
+    } o[32];
+    int n;
+} BlockOpts;
+
+/* The value of option `key`; a later occurrence wins, as in timm's dict. */
+static const char *opt(const BlockOpts *o, const char *key)
+{
+    size_t len = strlen(key);
+    for (int i = o->n - 1; i >= 0; i--)
+        if (o->o[i].klen == len && strncmp(o->o[i].key, key, len) == 0)
+            return o->o[i].val;
+    return NULL;
+}
+
+static int opt_int(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, int *out)
+{
+    const char *v = opt(o, key);
+    if (!v) {
+        *out = dflt;
+        return required ? b_fail(b, "block '%s': option '%s' is missing", o->str, key) : 0;
+    }
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < 0 || x > 1 << 20)
+        return b_fail(b, "block '%s': option '%s%s' is not a count", o->str, key, v);
+    *out = (int)x;
+    return 0;
+}
+
+static int opt_float(Builder *b, const BlockOpts *o, const char *key, double dflt, int required, double *out)
+{
+    const char *v = opt(o, key);
+    if (!v) {
+        *out = dflt;
+        return required ? b_fail(b, "block '%s': option '%s' is missing", o->str, key) : 0;
+    }
+    char *end;
+    *out = strtod(v, &end);
+    if (end == v || *end || !(*out >= 0))
+        return b_fail(b, "block '%s': option '%s%s' is not a ratio", o->str, key, v);
+    return 0;
+}
+
+/* A kernel size option; "3.5.7" (MixedConv2d's kernel lists) is not supported. */
+static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, int *out)
+{
+    const char *v = opt(o, key);
+    if (v && strchr(v, '.'))
+        return b_fail(b, "block '%s': mixed kernel sizes '%s%s' (MixedConv2d) are not supported", o->str, key, v);
+    return opt_int(b, o, key, dflt, required, out);
+}
+
+/* Splits the options after the block type: skip / noskip, the activation
+ * ('n' + re/sw/hs) and "<key><number>" pairs; other tokens are ignored, as
+ * timm ignores them. Tokens point into `ops`, which strtok_r cuts up. */
+static int split_options(Builder *b, char *ops, BlockOpts *o, int *skip, EbAct *act)
+{
+    char *save = NULL;
+    for (char *op = strtok_r(ops, "_", &save); op; op = strtok_r(NULL, "_", &save)) {
+        if (strcmp(op, "noskip") == 0) {
+            *skip = 0;
+        } else if (strcmp(op, "skip") == 0) {
+            *skip = 1;
+        } else if (op[0] == 'n') {
+            if (strcmp(op, "nre") == 0)
+                *act = EB_ACT_RELU;
+            else if (strcmp(op, "nsw") == 0)
+                *act = EB_ACT_SILU;
+            else if (strcmp(op, "nhs") == 0)
+                *act = EB_ACT_HARD_SWISH;
+            else if (strcmp(op, "nr6") == 0 || strcmp(op, "nmi") == 0)
+                return b_fail(b, "block '%s': activation '%s' (relu6 / mish) is not supported", o->str, op + 1);
+        } else {
+            size_t k = 0;
+            while (op[k] && !isdigit((unsigned char)op[k]))
+                k++;
+            if (!op[k])
+                continue;
+            if (o->n == (int)(sizeof o->o / sizeof o->o[0]))
+                return b_fail(b, "block '%s': too many options", o->str);
+            o->o[o->n].key = op;
+            o->o[o->n].klen = k;
+            o->o[o->n++].val = op + k;
+        }
+    }
+    return 0;
+}
+
+/* _decode_block_str: "<type>_<opt>_<opt>..." into block args and a repeat count. */
+static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeats)
+{
+    char buf[160];
+    BlockOpts o = {.str = str};
+    int skip = -1; /* -1 unset, 0 noskip, 1 skip */
+    if (strlen(str) >= sizeof buf)
+        return b_fail(b, "block string '%.40s...' is too long", str);
+    strcpy(buf, str);
+    memset(a, 0, sizeof *a);
+    char *sep = strchr(buf, '_'), *type = buf;
+    if (sep)
+        *sep = '\0';
+    if (sep && split_options(b, sep + 1, &o, &skip, &a->act))
+        return -1;
+
+    static const char *const known[] = {"ir", "ds", "dsa", "er", "cn", "uir", "mha", "mqa"};
+    size_t t = 0;
+    while (t < sizeof known / sizeof known[0] && strcmp(type, known[t]) != 0)
+        t++;
+    if (t == sizeof known / sizeof known[0])
+        return b_fail(b, "block '%s': unknown block type '%s'", str, type);
+    if (t >= 5)
+        return b_fail(b, "block '%s': type '%s' (MobileNetV4) is not supported", str, type);
+
+    int s2d = 0, cc = 0;
+    if (opt_int(b, &o, "r", 0, 1, repeats) || opt_int(b, &o, "c", 0, 1, &a->out_chs) ||
+        opt_int(b, &o, "s", 0, 1, &a->stride) || opt_kernel(b, &o, "a", 1, 0, &a->exp_kernel) ||
+        opt_kernel(b, &o, "p", 1, 0, &a->pw_kernel) || opt_int(b, &o, "fc", 0, 0, &a->force_in_chs) ||
+        opt_int(b, &o, "gs", -1, 0, &a->group_size) || opt_float(b, &o, "se", 0, 0, &a->se_ratio) ||
+        opt_int(b, &o, "d", 0, 0, &s2d) || opt_int(b, &o, "cc", 0, 0, &cc))
+        return -1;
+    if (*repeats < 1)
+        return b_fail(b, "block '%s': repeat count must be at least 1", str);
+    a->exp_ratio = 1;
+    if (strcmp(type, "ir") == 0) {
+        a->type = EB_IR;
+        a->noskip = skip == 0;
+        if (opt_kernel(b, &o, "k", 0, 1, &a->kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
+            return -1;
+    } else if (strcmp(type, "ds") == 0 || strcmp(type, "dsa") == 0) {
+        a->type = type[2] ? EB_DSA : EB_DS;
+        a->noskip = a->type == EB_DSA || skip == 0;
+        if (opt_kernel(b, &o, "k", 0, 1, &a->kernel))
+            return -1;
+    } else if (strcmp(type, "er") == 0) {
+        a->type = EB_ER;
+        a->noskip = skip == 0;
+        if (opt_kernel(b, &o, "k", 0, 1, &a->kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
+            return -1;
+    } else {
+        a->type = EB_CN;
+        a->skip = skip == 1;
+        a->se_ratio = 0; /* ConvBnAct has no SE */
+        if (opt_kernel(b, &o, "k", 0, 1, &a->kernel))
+            return -1;
+    }
+    if ((a->type == EB_IR || a->type == EB_DS || a->type == EB_DSA) && s2d > 0)
+        return b_fail(b, "block '%s': space-to-depth ('d') is not supported", str);
+    if (a->type == EB_IR && cc > 0)
+        return b_fail(b, "block '%s': CondConv ('cc') is not supported", str);
+    return 0;
+}
+
+/* _scale_stage_depth: the stage's total repeats scaled, then handed back to
+ * its block definitions last first, so the first is the least likely to grow. */
+static int scale_depth(const int *repeats, int n, double mult, int round_depth, int *scaled)
+{
+    int num = 0;
+    for (int i = 0; i < n; i++)
+        num += repeats[i];
+    int num_scaled = round_depth ? py_round(num * mult) : (int)ceil(num * mult);
+    if (round_depth && num_scaled < 1)
+        num_scaled = 1;
+    int total = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        int rs = py_round((double)repeats[i] / num * num_scaled);
+        scaled[i] = rs < 1 ? 1 : rs;
+        num -= repeats[i];
+        num_scaled -= scaled[i];
+        total += scaled[i];
+    }
+    return total;
+}
+
+int eb_decode_arch(Builder *b, const EbArchDef *def, double depth_multiplier, int round_depth, EbBlocks *out)
+{
+    out->n = 0;
+    out->nstages = def->nstages;
+    if (def->nstages < 1 || def->nstages > EB_MAX_STAGES)
+        return b_fail(b, "arch def has %d stages (1..%d supported)", def->nstages, EB_MAX_STAGES);
+    for (int s = 0; s < def->nstages; s++) {
+        EbBlockArgs args[EB_MAX_STAGE_DEFS];
+        int repeats[EB_MAX_STAGE_DEFS], scaled[EB_MAX_STAGE_DEFS], n = 0;
+        for (; n < EB_MAX_STAGE_DEFS && def->stages[s][n]; n++)
+            if (decode_block(b, def->stages[s][n], &args[n], &repeats[n]))
+                return -1;
+        if (n == 0)
+            return b_fail(b, "arch def stage %d is empty", s);
+        if (out->n + scale_depth(repeats, n, depth_multiplier, round_depth, scaled) > EB_MAX_BLOCKS)
+            return b_fail(b, "arch def scales to more than %d blocks", EB_MAX_BLOCKS);
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < scaled[i]; r++) {
+                out->b[out->n] = args[i];
+                out->b[out->n++].stage = s;
+            }
+    }
+    return 0;
+}
+
+/* ---- layers ----------------------------------------------------------- */
+
+ValueId eb_act(Builder *b, EbAct act, ValueId x)
+{
+    switch (act) {
+    case EB_ACT_RELU: return f_relu(b, x);
+    case EB_ACT_SILU: return f_silu(b, x);
+    case EB_ACT_HARD_SWISH: return f_hard_swish(b, x);
+    case EB_ACT_NONE: return x;
+    case EB_ACT_DEFAULT: break;
+    }
+    return b_fail(b, "activation not resolved");
+}
+
+ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias)
+{
+    int64_t fan_out = (int64_t)kernel * kernel * out / groups;
+    return nn_conv2d(b, name, x, out, kernel,
+                     (ConvOpts){.stride = stride, .padding = (stride - 1 + kernel - 1) / 2, .groups = groups,
+                                .bias = bias, .weight_init = init_kaiming_normal_fan_out(fan_out),
+                                .bias_init = init_zeros()});
+}
+
+ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act)
+{
+    return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
+}
+
+ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out)
+{
+    return nn_linear(b, name, x, out,
+                     (LinearOpts){.weight_init = init_uniform(1.0 / sqrt((double)out)), .bias_init = init_zeros()});
+}
+
+/* ---- blocks ----------------------------------------------------------- */
+
+/* num_groups: group_size channels a group; -1 takes the block's default
+ * (`dflt`: 1 depthwise, 0 a plain conv). */
+static int num_groups(Builder *b, int group_size, int dflt, int64_t channels)
+{
+    int gs = group_size < 0 ? dflt : group_size;
+    if (!gs)
+        return 1;
+    if (channels % gs)
+        return b_fail(b, "group size %d does not divide %lld channels", gs, (long long)channels);
+    return (int)(channels / gs);
+}
+
+/* SqueezeExcite: x * gate(conv_expand(act(conv_reduce(mean_hw(x))))). */
+static ValueId squeeze_excite(Builder *b, const EbConfig *cfg, ValueId x, double rd_ratio, EbAct block_act)
+{
+    int64_t chs = b_shape(b, x)->d[1];
+    double v = (double)chs * rd_ratio;
+    int rd = cfg->se_round_channels ? eb_make_divisible(v, 8, 0.9) : py_round(v);
+    b_push(b, "se");
+    ValueId s = f_adaptive_avg_pool2d(b, x, 1, 1);
+    s = eb_conv(b, "conv_reduce", s, rd, 1, 1, 1, 1);
+    s = eb_act(b, cfg->se_force_relu ? EB_ACT_RELU : block_act, s);
+    s = eb_conv(b, "conv_expand", s, chs, 1, 1, 1, 1);
+    s = cfg->se_hard_gate ? f_hard_sigmoid(b, s) : f_sigmoid(b, s);
+    b_pop(b);
+    return f_mul(b, x, s);
+}
+
+/* One block under the current scope; the resolved arguments are timm's
+ * _make_block: rounded channels, the model's act, the SE ratio. */
+typedef struct Resolved {
+    int in, out, stride;
+    EbAct act;
+    double se_ratio;
+} Resolved;
+
+static ValueId depthwise_separable(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r,
+                                   ValueId x, int *has_skip)
+{
+    *has_skip = r->stride == 1 && r->in == r->out && !a->noskip;
+    x = eb_conv(b, "conv_dw", x, r->in, a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in), 0);
+    x = eb_bn_act(b, "bn1", x, r->act);
+    if (r->se_ratio > 0)
+        x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
+    x = eb_conv(b, "conv_pw", x, r->out, a->pw_kernel, 1, 1, 0);
+    return eb_bn_act(b, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
+}
+
+static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r,
+                                 ValueId x, int *has_skip)
+{
+    int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
+    *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
+    x = eb_conv(b, "conv_pw", x, mid, a->exp_kernel, 1, 1, 0);
+    x = eb_bn_act(b, "bn1", x, r->act);
+    x = eb_conv(b, "conv_dw", x, mid, a->kernel, r->stride, num_groups(b, a->group_size, 1, mid), 0);
+    x = eb_bn_act(b, "bn2", x, r->act);
+    if (r->se_ratio > 0)
+        x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
+    x = eb_conv(b, "conv_pwl", x, r->out, a->pw_kernel, 1, 1, 0);
+    return eb_bn_act(b, "bn3", x, EB_ACT_NONE);
+}
+
+static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r, ValueId x,
+                             int *has_skip)
+{
+    int base = a->force_in_chs > 0 ? eb_round_channels(a->force_in_chs, cfg->round) : r->in;
+    int mid = eb_make_divisible(base * a->exp_ratio, 8, 0.9);
+    *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
+    x = eb_conv(b, "conv_exp", x, mid, a->kernel, r->stride, num_groups(b, a->group_size, 0, mid), 0);
+    x = eb_bn_act(b, "bn1", x, r->act);
+    if (r->se_ratio > 0)
+        x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
+    x = eb_conv(b, "conv_pwl", x, r->out, a->pw_kernel, 1, 1, 0);
+    return eb_bn_act(b, "bn2", x, EB_ACT_NONE);
+}
+
+static ValueId conv_bn_act(Builder *b, const EbBlockArgs *a, const Resolved *r, ValueId x, int *has_skip)
+{
+    *has_skip = a->skip && r->stride == 1 && r->in == r->out;
+    x = eb_conv(b, "conv", x, r->out, a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in), 0);
+    return eb_bn_act(b, "bn1", x, r->act);
+}
+
+ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks, ValueId x, int *out_chs)
+{
+    int in = (int)b_shape(b, x)->d[1];
+    b_push(b, "blocks");
+    for (int k = 0, first = 0; k < blocks->n; k++) {
+        const EbBlockArgs *a = &blocks->b[k];
+        if (k > 0 && a->stage != blocks->b[k - 1].stage)
+            first = k;
+        if (a->stride != 1 && a->stride != 2) {
+            x = b_fail(b, "block %d: stride %d (1 or 2 supported)", k, a->stride);
+            break;
+        }
+        /* Only the first block of a stage strides. */
+        Resolved r = {in, eb_round_channels(a->out_chs, cfg->round), k == first ? a->stride : 1,
+                      a->act ? a->act : cfg->act, a->se_ratio};
+        if (r.se_ratio > 0 && !cfg->se_from_exp)
+            r.se_ratio /= a->exp_ratio;
+        double dpr = cfg->drop_path_rate * k / blocks->n;
+        int has_skip = 0;
+        ValueId shortcut = x;
+        b_push(b, "%d", a->stage);
+        b_push(b, "%d", k - first);
+        switch (a->type) {
+        case EB_DS:
+        case EB_DSA: x = depthwise_separable(b, cfg, a, &r, x, &has_skip); break;
+        case EB_IR: x = inverted_residual(b, cfg, a, &r, x, &has_skip); break;
+        case EB_ER: x = edge_residual(b, cfg, a, &r, x, &has_skip); break;
+        case EB_CN: x = conv_bn_act(b, a, &r, x, &has_skip); break;
+        }
+        if (has_skip)
+            x = f_add(b, f_drop_path(b, x, dpr), shortcut);
+        b_pop(b);
+        b_pop(b);
+        in = r.out;
+    }
+    b_pop(b);
+    *out_chs = in;
+    return x;
+}

@@ -1,0 +1,91 @@
+/*
+ * The EfficientNet / MobileNetV3 trunk builder (timm/models/_efficientnet_builder.py
+ * and _efficientnet_blocks.py): architecture strings such as
+ * "ir_r2_k3_s2_e6_c24_se0.25" decoded into block arguments, stage depths scaled
+ * by a depth multiplier, channels rounded by a channel multiplier, and the
+ * blocks (DepthwiseSeparableConv, InvertedResidual, EdgeResidual, ConvBnAct,
+ * SqueezeExcite) built under timm's names: blocks.<stage>.<block>.<module>.
+ *
+ * Init is timm's _init_weight_goog: conv weight normal(0, sqrt(2 / fan_out))
+ * with fan_out = k*k*out_ch // groups and zero bias, BN weight 1 / bias 0,
+ * linear weight uniform(+-1/sqrt(out_features)) and zero bias.
+ */
+#ifndef CTIMM_EFFICIENTNET_BUILDER_H
+#define CTIMM_EFFICIENTNET_BUILDER_H
+
+#include "frontend/builder.h"
+
+#define EB_MAX_STAGES 12
+#define EB_MAX_STAGE_DEFS 6 /* block strings in one stage */
+#define EB_MAX_BLOCKS 256   /* blocks after depth scaling */
+
+/* Activations the arch strings and models name; EB_ACT_DEFAULT: the model's. */
+typedef enum EbAct { EB_ACT_DEFAULT, EB_ACT_NONE, EB_ACT_RELU, EB_ACT_SILU, EB_ACT_HARD_SWISH } EbAct;
+
+typedef enum EbBlockType { EB_DS, EB_DSA, EB_IR, EB_ER, EB_CN } EbBlockType;
+
+/* A model's arch_def: stages of block strings, each stage ended by NULL. */
+typedef struct EbArchDef {
+    int nstages;
+    const char *stages[EB_MAX_STAGES][EB_MAX_STAGE_DEFS + 1];
+} EbArchDef;
+
+/* One block's arguments, as timm's _decode_block_str leaves them. */
+typedef struct EbBlockArgs {
+    EbBlockType type;
+    int stage;
+    int out_chs, stride;
+    int kernel;                /* depthwise (ds, ir), expansion (er) or the conv's (cn) */
+    int exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p' */
+    double exp_ratio;          /* 1 where the type has none */
+    double se_ratio;           /* 0: no SqueezeExcite */
+    int noskip, skip;          /* skip: cn's forced residual */
+    int force_in_chs;          /* er's 'fc' */
+    int group_size;            /* 'gs'; -1: the block's default */
+    EbAct act;
+} EbBlockArgs;
+
+typedef struct EbBlocks {
+    int n, nstages;
+    EbBlockArgs b[EB_MAX_BLOCKS];
+} EbBlocks;
+
+/* decode_arch_def: depth_multiplier scales each stage's repeats with 'ceil'
+ * (or 'round' when round_depth) truncation. Fails through the builder. */
+int eb_decode_arch(Builder *b, const EbArchDef *def, double depth_multiplier, int round_depth, EbBlocks *out);
+
+/* timm's make_divisible (min_value = divisor) and round_channels. */
+int eb_make_divisible(double v, int divisor, double round_limit);
+
+typedef struct EbRound {
+    double multiplier; /* 0 leaves channels as they are */
+    int divisor;       /* 0: 8 */
+    double round_limit;
+} EbRound;
+int eb_round_channels(int channels, EbRound r);
+
+/* The model-level settings the blocks are built with (EfficientNetBuilder). */
+typedef struct EbConfig {
+    EbRound round;
+    EbAct act;
+    int se_from_exp;       /* SE ratio relative to the expanded channels (MobileNetV3) */
+    int se_hard_gate;      /* hard_sigmoid gate, else sigmoid */
+    int se_force_relu;     /* SE's act is ReLU whatever the block's */
+    int se_round_channels; /* SE channels by round_channels, else Python's round() */
+    double drop_path_rate;
+} EbConfig;
+
+/* Builds the stages under "blocks" from x with in_chs channels; *out_chs
+ * gets the channels of the last block. */
+ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks, ValueId x, int *out_chs);
+
+/* The pieces the model classes share with the blocks. */
+ValueId eb_act(Builder *b, EbAct act, ValueId x);
+/* create_conv2d with timm's symmetric padding and goog init. */
+ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias);
+/* BatchNormAct2d: BatchNorm2d (eps 1e-5, momentum 0.1) then act. */
+ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act);
+/* nn.Linear with goog init. */
+ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out);
+
+#endif
