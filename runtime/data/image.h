@@ -1,0 +1,46 @@
+/*
+ * Images on the host: 8-bit RGB, HWC, as the loader hands them to the
+ * transforms. Decoding (JPEG through libjpeg-turbo's TurboJPEG API, with its
+ * DCT-domain downscaling; PNG through libpng; greyscale and CMYK become RGB
+ * like PIL's convert('RGB')) and the geometric primitives the transforms
+ * are built from (crop + resize in one pass, PIL's resampling filters).
+ */
+#ifndef CTIMM_IMAGE_H
+#define CTIMM_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/status.h"
+
+typedef struct CtImage {
+    int w, h;    /* pixels */
+    uint8_t *px; /* w * h * 3 bytes, RGB, row-major; owned (image_free) */
+} CtImage;
+
+typedef enum CtInterp { CT_INTERP_NEAREST, CT_INTERP_BILINEAR, CT_INTERP_BICUBIC } CtInterp;
+
+/* A box in source pixel coordinates (PIL's resize `box`): x0, y0, x1, y1. */
+typedef struct CtBox {
+    double x0, y0, x1, y1;
+} CtBox;
+
+/* Allocates a w x h image (contents undefined). */
+int image_alloc(CtImage *img, int w, int h, CtErr *err);
+void image_free(CtImage *img);
+
+/* Width and height of an encoded JPEG or PNG without decoding it. */
+int image_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err);
+
+/* Decodes a JPEG or PNG (told apart by their magic bytes). `shrink` (1, 2, 4
+ * or 8) lets a JPEG be decoded at 1/shrink of its size in the DCT domain,
+ * which is much faster; the result is ceil(w/shrink) x ceil(h/shrink), so a
+ * caller maps boxes by out->w / w. PNGs are always decoded at full size. */
+int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err);
+
+/* Resamples `box` of src to an out_w x out_h image, as PIL's
+ * Image.resize((out_w, out_h), filter, box=box): separable filters whose
+ * support widens when downscaling (antialiasing). */
+int image_resize(const CtImage *src, CtBox box, int out_w, int out_h, CtInterp interp, CtImage *dst, CtErr *err);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * timm's image transforms (timm/data/transforms_factory.py semantics), from
+ * an encoded image to a uint8 HWC RGB crop of img_size x img_size, the form
+ * the loader batches. The train transform decides its crop before decoding,
+ * so a JPEG is decoded at the smallest DCT scale that still covers it.
+ * Normalisation by mean/std is not here: it runs on the device, on the batch.
+ */
+#ifndef CTIMM_TRANSFORMS_H
+#define CTIMM_TRANSFORMS_H
+
+#include "runtime/data/image.h"
+#include "runtime/data/rng.h"
+
+typedef struct TrainTransform {
+    int img_size;
+    double scale[2], ratio[2]; /* RandomResizedCrop: (0.08, 1), (3/4, 4/3) */
+    CtInterp interp;
+    int random_interp;         /* timm's 'random': bilinear or bicubic per sample */
+    double hflip, vflip;       /* probabilities: 0.5, 0 */
+    double color_jitter;       /* brightness = contrast = saturation = cj, hue = 0 unless set */
+    double jitter_hue;
+    const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", ... or "original" */
+} TrainTransform;
+
+typedef enum CtCropMode { CT_CROP_CENTER, CT_CROP_SQUASH, CT_CROP_BORDER } CtCropMode;
+
+typedef struct EvalTransform {
+    int img_size;
+    double crop_pct;
+    CtCropMode crop_mode;
+    CtInterp interp;
+} EvalTransform;
+
+/* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4, bilinear). */
+TrainTransform train_transform_default(int img_size);
+
+/* Decodes `data` and writes img_size * img_size * 3 bytes to out. */
+int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
+int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);
+
+/* timm's RandomErasing on a normalised float batch x [N, C, H, W]: with
+ * probability `prob` per image, `count` boxes (area 2%..1/3 of the image,
+ * log-uniform aspect 0.3..3.3) filled by mode: 'const' zeros, 'rand' one
+ * normal value per channel, 'pixel' normal per pixel. */
+typedef enum CtEraseMode { CT_ERASE_CONST, CT_ERASE_RAND, CT_ERASE_PIXEL } CtEraseMode;
+typedef struct RandomErasing {
+    double prob;
+    CtEraseMode mode;
+    int min_count, max_count;
+} RandomErasing;
+void random_erasing_apply(const RandomErasing *re, float *x, int n, int c, int h, int w, CtRng *rng);
+
+#endif
