@@ -8,6 +8,7 @@
 #include "cli/common.h"
 #include "ir/buf.h"
 #include "passes/autodiff.h"
+#include "passes/plan.h"
 #include "runtime/state.h"
 
 static const char *const usage =
@@ -144,6 +145,15 @@ int main(int argc, char **argv)
     if (count[CT_ROLE_STATE])
         buf_printf(&out, "optimizer state tensors: %d\n", count[CT_ROLE_STATE]);
     buf_printf(&out, "params (M): %.2f (%lld)\n", (double)graph_param_count(&g) / 1e6, (long long)graph_param_count(&g));
+    MemPlan plan;
+    if (plan_memory(&g, &plan, &err) == 0) {
+        const double mib = 1024.0 * 1024.0;
+        buf_printf(&out, "memory plan: arena %.1f MiB peak (%.1f MiB if nothing were reused), params %.1f MiB, "
+                         "buffers + optimizer state %.1f MiB, inputs %.1f MiB, outputs %.1f MiB\n",
+                   plan.arena_bytes / mib, plan.naive_bytes / mib, plan.param_bytes / mib, plan.state_bytes / mib,
+                   plan.input_bytes / mib, plan.output_bytes / mib);
+        plan_free(&plan);
+    }
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);
     int rc = save ? save_weights(m, &g, save, seed) : 0;

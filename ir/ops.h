@@ -45,6 +45,9 @@ typedef struct OpDef {
     /* Inputs that are never differentiable (integer targets, running
      * statistics, the step count): bit k set for input k. */
     unsigned nondiff;
+    /* Inputs whose space output 0 may take when it is their last read
+     * (elementwise ops, element for element): bit k for input k. */
+    unsigned inplace;
 } OpDef;
 
 const OpDef *op_def(CtOp op);

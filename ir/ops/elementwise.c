@@ -83,7 +83,7 @@ static void act_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 
 #define ACT_OP(op, ...) \
     const OpDef op_##op = {.name = #op, .min_in = 1, .max_in = 1, .infer = infer_unary, .ref = act_ref, \
-                           .vjp = act_vjp, __VA_ARGS__};
+                           .vjp = act_vjp, .inplace = 1, __VA_ARGS__};
 ACT_OP(relu)
 ACT_OP(sigmoid)
 ACT_OP(silu)
@@ -110,7 +110,7 @@ static void act_grad_ref(const Graph *g, const Node *n, double *const *in, doubl
 }
 
 const OpDef op_act_grad = {.name = "act_grad", .min_in = 2, .max_in = 2, .iattr = {"act", "approximate"},
-                           .infer = infer_act_grad, .ref = act_grad_ref};
+                           .infer = infer_act_grad, .ref = act_grad_ref, .inplace = 2};
 
 static void scale_shift_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -124,7 +124,8 @@ static void scale_shift_vjp(Emitter *e, const Node *n, const ValueId *dout, cons
 }
 
 const OpDef op_scale_shift = {.name = "scale_shift", .min_in = 1, .max_in = 1, .fattr = {"a", "b"},
-                              .infer = infer_like_input0, .ref = scale_shift_ref, .vjp = scale_shift_vjp};
+                              .infer = infer_like_input0, .ref = scale_shift_ref, .vjp = scale_shift_vjp,
+                              .inplace = 1};
 
 static int infer_broadcast(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -202,9 +203,9 @@ static void mul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 }
 
 const OpDef op_add = {.name = "add", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = add_ref,
-                      .vjp = add_vjp};
+                      .vjp = add_vjp, .inplace = 3};
 const OpDef op_mul = {.name = "mul", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = mul_ref,
-                      .vjp = mul_vjp};
+                      .vjp = mul_vjp, .inplace = 3};
 
 /* y = a / b: da = dy / b, db = -dy * y / b. */
 static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -220,7 +221,7 @@ static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 }
 
 const OpDef op_div = {.name = "div", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = div_ref,
-                      .vjp = div_vjp};
+                      .vjp = div_vjp, .inplace = 3};
 
 /* splitmix64's finaliser: a bijective mix of 64 bits. */
 static uint64_t mix64(uint64_t z)

@@ -1,0 +1,230 @@
+/* Contract: plan_memory(g) assigns arena offsets to g's activations and
+ * gradients without changing g; plan_check verifies any plan independently. */
+#include "passes/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t value_bytes(const Value *v)
+{
+    size_t n = (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype);
+    return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+}
+
+static int in_arena(const Graph *g, ValueId v, const char *is_output)
+{
+    CtRole r = g->values[v].role;
+    return (r == CT_ROLE_ACTIVATION || r == CT_ROLE_GRAD) && !is_output[v];
+}
+
+/* Free space of the arena: sorted, coalesced [offset, offset + size) runs. */
+typedef struct FreeList {
+    size_t *off, *size;
+    int n, cap;
+    size_t end; /* the arena's current size */
+} FreeList;
+
+static void free_insert(FreeList *f, size_t off, size_t size)
+{
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 64;
+        f->off = realloc(f->off, sizeof *f->off * (size_t)f->cap);
+        f->size = realloc(f->size, sizeof *f->size * (size_t)f->cap);
+        CT_ASSERT(f->off && f->size);
+    }
+    int i = 0;
+    while (i < f->n && f->off[i] < off)
+        i++;
+    memmove(f->off + i + 1, f->off + i, sizeof *f->off * (size_t)(f->n - i));
+    memmove(f->size + i + 1, f->size + i, sizeof *f->size * (size_t)(f->n - i));
+    f->off[i] = off;
+    f->size[i] = size;
+    f->n++;
+    if (i + 1 < f->n && f->off[i] + f->size[i] == f->off[i + 1]) { /* merge right */
+        f->size[i] += f->size[i + 1];
+        memmove(f->off + i + 1, f->off + i + 2, sizeof *f->off * (size_t)(f->n - i - 2));
+        memmove(f->size + i + 1, f->size + i + 2, sizeof *f->size * (size_t)(f->n - i - 2));
+        f->n--;
+    }
+    if (i > 0 && f->off[i - 1] + f->size[i - 1] == f->off[i]) { /* merge left */
+        f->size[i - 1] += f->size[i];
+        memmove(f->off + i, f->off + i + 1, sizeof *f->off * (size_t)(f->n - i - 1));
+        memmove(f->size + i, f->size + i + 1, sizeof *f->size * (size_t)(f->n - i - 1));
+        f->n--;
+    }
+    if (f->n && f->off[f->n - 1] + f->size[f->n - 1] == f->end) { /* give the tail back */
+        f->end = f->off[f->n - 1];
+        f->n--;
+    }
+}
+
+/* Best fit among the free runs, else the end of the arena. */
+static size_t free_take(FreeList *f, size_t size)
+{
+    int best = -1;
+    for (int i = 0; i < f->n; i++)
+        if (f->size[i] >= size && (best < 0 || f->size[i] < f->size[best]))
+            best = i;
+    if (best < 0) {
+        size_t off = f->end;
+        f->end += size;
+        return off;
+    }
+    size_t off = f->off[best];
+    f->off[best] += size;
+    f->size[best] -= size;
+    if (f->size[best] == 0) {
+        memmove(f->off + best, f->off + best + 1, sizeof *f->off * (size_t)(f->n - best - 1));
+        memmove(f->size + best, f->size + best + 1, sizeof *f->size * (size_t)(f->n - best - 1));
+        f->n--;
+    }
+    return off;
+}
+
+/* The input of node n whose space output 0 may take: an arena value of the
+ * same size read for the last time here, by an op that allows it. */
+static int inplace_input(const Graph *g, const MemPlan *p, int i, const char *is_output)
+{
+    const Node *n = &g->nodes[i];
+    if (!op_def(n->op)->inplace || n->nout != 1)
+        return -1;
+    size_t want = value_bytes(&g->values[n->out[0]]);
+    for (int k = 0; k < n->nin; k++) {
+        ValueId v = n->in[k];
+        int read_twice = 0;
+        for (int j = 0; j < k; j++)
+            read_twice |= n->in[j] == v;
+        if (!read_twice && in_arena(g, v, is_output) && p->last[v] == i && value_bytes(&g->values[v]) == want &&
+            (op_def(n->op)->inplace >> k & 1))
+            return v;
+    }
+    return -1;
+}
+
+int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
+{
+    memset(p, 0, sizeof *p);
+    int nv = g->nvalues;
+    p->offset = malloc(sizeof *p->offset * (size_t)(nv ? nv : 1));
+    p->alias_of = malloc(sizeof *p->alias_of * (size_t)(nv ? nv : 1));
+    p->first = malloc(sizeof *p->first * (size_t)(nv ? nv : 1));
+    p->last = malloc(sizeof *p->last * (size_t)(nv ? nv : 1));
+    char *is_output = calloc((size_t)(nv ? nv : 1), 1);
+    CT_ASSERT(p->offset && p->alias_of && p->first && p->last && is_output);
+    for (int k = 0; k < g->noutputs; k++)
+        is_output[g->outputs[k]] = 1;
+    for (ValueId v = 0; v < nv; v++) {
+        const Value *val = &g->values[v];
+        p->offset[v] = PLAN_NONE;
+        p->alias_of[v] = -1;
+        p->first[v] = val->producer >= 0 ? val->producer : 0;
+        p->last[v] = is_output[v] ? g->nnodes : p->first[v];
+        size_t bytes = (size_t)shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype);
+        if (val->role == CT_ROLE_INPUT)
+            p->input_bytes += bytes;
+        else if (val->role == CT_ROLE_PARAM)
+            p->param_bytes += bytes;
+        else if (val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE)
+            p->state_bytes += bytes;
+        else if (is_output[v])
+            p->output_bytes += bytes;
+        else
+            p->naive_bytes += value_bytes(val);
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            if (p->last[g->nodes[i].in[k]] < i)
+                p->last[g->nodes[i].in[k]] = i;
+
+    FreeList fl = {0};
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int alias = inplace_input(g, p, i, is_output);
+        for (int k = 0; k < n->nout; k++) {
+            ValueId v = n->out[k];
+            if (!in_arena(g, v, is_output))
+                continue;
+            if (k == 0 && alias >= 0) {
+                p->offset[v] = p->offset[alias];
+                p->alias_of[v] = alias;
+            } else {
+                p->offset[v] = free_take(&fl, value_bytes(&g->values[v]));
+            }
+        }
+        /* Inputs read for the last time here give their space back, unless
+         * an output took it; so do outputs nothing reads. */
+        for (int k = 0; k < n->nin; k++) {
+            ValueId v = n->in[k];
+            int seen = 0;
+            for (int j = 0; j < k; j++)
+                seen |= n->in[j] == v;
+            if (!seen && in_arena(g, v, is_output) && p->last[v] == i && v != alias)
+                free_insert(&fl, p->offset[v], value_bytes(&g->values[v]));
+        }
+        for (int k = 0; k < n->nout; k++) {
+            ValueId v = n->out[k];
+            if (in_arena(g, v, is_output) && p->last[v] == i)
+                free_insert(&fl, p->offset[v], value_bytes(&g->values[v]));
+        }
+        if (fl.end > p->arena_bytes)
+            p->arena_bytes = fl.end;
+    }
+    if (fl.end > p->arena_bytes)
+        p->arena_bytes = fl.end;
+    free(fl.off);
+    free(fl.size);
+    free(is_output);
+    (void)err;
+    return 0;
+}
+
+void plan_free(MemPlan *p)
+{
+    free(p->offset);
+    free(p->alias_of);
+    free(p->first);
+    free(p->last);
+    memset(p, 0, sizeof *p);
+}
+
+/* Sorting by offset keeps the check near linear: only values whose arena
+ * ranges overlap are compared for liveness. */
+static const MemPlan *sort_plan;
+static const Graph *sort_graph;
+static int by_offset(const void *a, const void *b)
+{
+    size_t oa = sort_plan->offset[*(const int *)a], ob = sort_plan->offset[*(const int *)b];
+    return oa < ob ? -1 : oa > ob;
+}
+
+int plan_check(const Graph *g, const MemPlan *p, CtErr *err)
+{
+    int *vs = malloc(sizeof *vs * (size_t)(g->nvalues ? g->nvalues : 1)), n = 0, rc = 0;
+    CT_ASSERT(vs != NULL);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (p->offset[v] != PLAN_NONE) {
+            if (p->offset[v] + value_bytes(&g->values[v]) > p->arena_bytes) {
+                free(vs);
+                return ct_fail(err, "plan: value %%%d ends past the arena", v);
+            }
+            vs[n++] = v;
+        }
+    sort_plan = p;
+    sort_graph = g;
+    qsort(vs, (size_t)n, sizeof *vs, by_offset);
+    for (int a = 0; a < n && rc == 0; a++) {
+        ValueId va = vs[a];
+        size_t end_a = p->offset[va] + value_bytes(&g->values[va]);
+        for (int b = a + 1; b < n && p->offset[vs[b]] < end_a && rc == 0; b++) {
+            ValueId vb = vs[b];
+            int disjoint_time = p->last[va] < p->first[vb] || p->last[vb] < p->first[va];
+            int in_place = (p->alias_of[vb] == va && p->last[va] == p->first[vb]) ||
+                           (p->alias_of[va] == vb && p->last[vb] == p->first[va]);
+            if (!disjoint_time && !in_place)
+                rc = ct_fail(err, "plan: values %%%d and %%%d are live together (nodes %d-%d and %d-%d) and overlap",
+                             va, vb, p->first[va], p->last[va], p->first[vb], p->last[vb]);
+        }
+    }
+    free(vs);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/*
+ * Memory planning: liveness over the scheduled graph and an offset for every
+ * activation and gradient in one arena, reusing the space of values that
+ * have died (best fit), and letting an elementwise op write over an input it
+ * reads for the last time. Graph inputs, outputs and the persistent state
+ * (params, buffers, optimizer state) are not in the arena: inputs and state
+ * have their own blocks and outputs are never overwritten.
+ */
+#ifndef CTIMM_PLAN_H
+#define CTIMM_PLAN_H
+
+#include <stddef.h>
+
+#include "ir/ir.h"
+
+#define PLAN_ALIGN 256
+#define PLAN_NONE ((size_t)-1)
+
+typedef struct MemPlan {
+    size_t *offset;   /* per value: byte offset in the arena, PLAN_NONE if not there */
+    int *alias_of;    /* per value: the input whose space it took in place, or -1 */
+    int *first, *last; /* per value: live from node first to node last (inclusive) */
+    size_t arena_bytes; /* peak: the arena's size */
+    size_t naive_bytes; /* every arena value in its own space */
+    size_t input_bytes, output_bytes, state_bytes, param_bytes;
+} MemPlan;
+
+int plan_memory(const Graph *g, MemPlan *plan, CtErr *err);
+void plan_free(MemPlan *plan);
+/* An independent check of a plan: no two values live at the same time
+ * overlap in the arena, except an in-place output and the input it took. */
+int plan_check(const Graph *g, const MemPlan *plan, CtErr *err);
+
+#endif
