@@ -8,11 +8,13 @@
 #include "cli/common.h"
 #include "ir/buf.h"
 #include "passes/autodiff.h"
+#include "passes/passes.h"
 #include "passes/plan.h"
 #include "runtime/state.h"
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
+    "                     [--passes none|PASS,...] [--dump-ir-after build|PASS]\n"
     "                     [--opt sgd|momentum|adamw] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -57,12 +59,54 @@ static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
     return 0;
 }
 
+/* Whether `name` is in the comma-separated `list`. */
+static int listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* Runs the pipeline's passes that `list` names (all that apply when NULL,
+ * none for "none") on *g, replacing it; dumps the IR after `dump_after`. */
+static int run_passes(Graph *g, const char *list, int training, const char *dump_after, CtBuf *out, CtErr *err)
+{
+    if (list && strcmp(list, "none")) {
+        for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(strchr(p, ',') ? strchr(p, ',') - p : (long)strlen(p)), p);
+            if (!pass_find(name))
+                return ct_fail(err, "unknown pass '%s' in --passes", name);
+        }
+    }
+    if (dump_after && strcmp(dump_after, "build") && !pass_find(dump_after))
+        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build or a pass name)", dump_after);
+    if (dump_after && !strcmp(dump_after, "build"))
+        graph_dump(g, out);
+    for (int i = 0; i < pass_count(); i++) {
+        const PassDef *p = pass_at(i);
+        if ((list && (!strcmp(list, "none") || !listed(list, p->name))) || (p->eval_only && training))
+            continue;
+        Graph next;
+        if (p->run(g, &next, err))
+            return ct_failctx(err, "pass %s", p->name);
+        graph_free(g);
+        *g = next;
+        if (dump_after && !strcmp(dump_after, p->name))
+            graph_dump(g, out);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *prog = "ctimm-compile", *name = NULL;
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
+    const char *passes = NULL, *dump_after = NULL;
     int dump = 0, seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -75,6 +119,10 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--dump-ir")) {
             dump = 1;
+        } else if (!strcmp(a, "--passes") || !strcmp(a, "--dump-ir-after")) {
+            if (!(v = cli_value(prog, argc, argv, &i)))
+                return 2;
+            *(a[2] == 'p' ? &passes : &dump_after) = v;
         } else if (!strcmp(a, "--train")) {
             spec.training = 1;
         } else if (!strcmp(a, "--save-weights")) {
@@ -129,6 +177,13 @@ int main(int argc, char **argv)
     }
     CtBuf out = {0};
     char s[96];
+    if (run_passes(&g, passes, spec.training, dump_after, &out, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        buf_free(&out);
+        train_step_free(&ts);
+        graph_free(&g);
+        return 2;
+    }
     if (dump)
         graph_dump(&g, &out);
     buf_printf(&out, "model: %s (%s)\n", m->name, spec.training ? "train" : "eval");

@@ -244,6 +244,7 @@ ValueId f_silu(Builder *b, ValueId x) { return unary(b, CT_OP_silu, x); }
 ValueId f_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_sigmoid, x); }
 ValueId f_hard_swish(Builder *b, ValueId x) { return unary(b, CT_OP_hard_swish, x); }
 ValueId f_hard_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_hard_sigmoid, x); }
+ValueId f_rsqrt(Builder *b, ValueId x) { return unary(b, CT_OP_rsqrt, x); }
 
 ValueId f_gelu(Builder *b, ValueId x, int tanh_approx)
 {

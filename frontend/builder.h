@@ -95,6 +95,7 @@ ValueId f_silu(Builder *b, ValueId x);
 ValueId f_sigmoid(Builder *b, ValueId x);
 ValueId f_hard_swish(Builder *b, ValueId x);
 ValueId f_hard_sigmoid(Builder *b, ValueId x);
+ValueId f_rsqrt(Builder *b, ValueId x);
 ValueId f_add(Builder *b, ValueId x, ValueId y);
 ValueId f_mul(Builder *b, ValueId x, ValueId y);
 ValueId f_div(Builder *b, ValueId x, ValueId y);

@@ -245,7 +245,8 @@ static ValueId case_activation(GradCase *c, int v)
     case 3: return f_silu(c->b, x);
     case 4: return f_sigmoid(c->b, x);
     case 5: return f_hard_swish(c->b, x);
-    default: return f_hard_sigmoid(c->b, x);
+    case 6: return f_hard_sigmoid(c->b, x);
+    default: return f_rsqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5)); /* on x*x + 0.5 > 0 */
     }
 }
 
@@ -414,6 +415,7 @@ static const CaseDef cases[] = {
     {"sigmoid", case_activation, 4, 0, TOL_SMOOTH, 0},
     {"hard_swish", case_activation, 5, 0, TOL_SMOOTH, 0},
     {"hard_sigmoid", case_activation, 6, 0, TOL_SMOOTH, 0},
+    {"rsqrt", case_activation, 7, 0, TOL_SMOOTH, 0},
     {"add [2,3,4]+[4]", case_add, 0, 0, TOL_LINEAR, 0},
     {"add [4]+[2,3,4]", case_add, 1, 0, TOL_LINEAR, 0},
     {"add [2,1,4]+[1,3,1]", case_add, 2, 0, TOL_LINEAR, 0},

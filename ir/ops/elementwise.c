@@ -28,6 +28,9 @@ static double hard_swish_f(double x, int approx) { return x * hard_sigmoid_f(x, 
 /* PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 up to 3 inclusive, then 1. */
 static double hard_swish_df(double x, int approx) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }
 
+static double rsqrt_f(double x, int approx) { return 1 / sqrt(x); }
+static double rsqrt_df(double x, int approx) { return -0.5 / (x * sqrt(x)); }
+
 /* gelu: approx=0 is the exact erf form (nn.GELU()), 1 the tanh form. */
 static double gelu_f(double x, int approx)
 {
@@ -56,6 +59,7 @@ static const struct {
     {CT_OP_hard_sigmoid, hard_sigmoid_f, hard_sigmoid_df},
     {CT_OP_hard_swish, hard_swish_f, hard_swish_df},
     {CT_OP_gelu, gelu_f, gelu_df},
+    {CT_OP_rsqrt, rsqrt_f, rsqrt_df},
 };
 enum { NACTS = sizeof acts / sizeof acts[0] };
 
@@ -90,6 +94,7 @@ ACT_OP(silu)
 ACT_OP(hard_sigmoid)
 ACT_OP(hard_swish)
 ACT_OP(gelu, .iattr = {"approximate"})
+ACT_OP(rsqrt)
 
 /* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act. */
 static int infer_act_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
