@@ -14,7 +14,7 @@
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
-    "                     [--passes none|PASS,...] [--dump-ir-after build|PASS]\n"
+    "                     [--channels-last] [--passes none|PASS,...] [--dump-ir-after build|PASS]\n"
     "                     [--opt sgd|momentum|adamw] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -69,9 +69,11 @@ static int listed(const char *list, const char *name)
     return 0;
 }
 
-/* Runs the pipeline's passes that `list` names (all that apply when NULL,
- * none for "none") on *g, replacing it; dumps the IR after `dump_after`. */
-static int run_passes(Graph *g, const char *list, int training, const char *dump_after, CtBuf *out, CtErr *err)
+/* Runs the pipeline's passes that `list` names (when NULL: all that apply
+ * and are not opt-in; "none": none) on *g, replacing it, plus the layout
+ * pass with --channels-last; dumps the IR after `dump_after`. */
+static int run_passes(Graph *g, const char *list, int training, int channels_last, const char *dump_after, CtBuf *out,
+                      CtErr *err)
 {
     if (list && strcmp(list, "none")) {
         for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
@@ -87,7 +89,9 @@ static int run_passes(Graph *g, const char *list, int training, const char *dump
         graph_dump(g, out);
     for (int i = 0; i < pass_count(); i++) {
         const PassDef *p = pass_at(i);
-        if ((list && (!strcmp(list, "none") || !listed(list, p->name))) || (p->eval_only && training))
+        int named = list && listed(list, p->name);
+        if ((list && !named && !(channels_last && !strcmp(p->name, "layout"))) || (p->eval_only && training) ||
+            (!list && p->opt_in && !(channels_last && !strcmp(p->name, "layout"))))
             continue;
         Graph next;
         if (p->run(g, &next, err))
@@ -107,7 +111,7 @@ int main(int argc, char **argv)
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
     const char *passes = NULL, *dump_after = NULL;
-    int dump = 0, seed = 0;
+    int dump = 0, seed = 0, channels_last = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -123,6 +127,8 @@ int main(int argc, char **argv)
             if (!(v = cli_value(prog, argc, argv, &i)))
                 return 2;
             *(a[2] == 'p' ? &passes : &dump_after) = v;
+        } else if (!strcmp(a, "--channels-last")) {
+            channels_last = 1;
         } else if (!strcmp(a, "--train")) {
             spec.training = 1;
         } else if (!strcmp(a, "--save-weights")) {
@@ -177,7 +183,7 @@ int main(int argc, char **argv)
     }
     CtBuf out = {0};
     char s[96];
-    if (run_passes(&g, passes, spec.training, dump_after, &out, &err)) {
+    if (run_passes(&g, passes, spec.training, channels_last, dump_after, &out, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         buf_free(&out);
         train_step_free(&ts);

@@ -25,11 +25,12 @@
 
 #include "cli/common.h"
 #include "passes/autodiff.h"
+#include "passes/passes.h"
 #include "runtime/backend.h"
 
 static const char *const prog = "ctimm-run";
 static const char *const usage =
-    "usage: ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] [--weights CKPT]\n"
+    "usage: ctimm-run --model NAME [--num-classes N] [--img-size N] [--backend ref] [--weights CKPT] [--channels-last]\n"
     "                 [--smoothing 0.1] [--sgd-lr 0.1] [--momentum 0.9] [--sgd-wd 1e-4] [--adamw-lr 1e-3]\n"
     "                 [--adamw-wd 0.05] --vectors FILE --out OUT\n"
     "       ctimm-run --compare A B [--tol T] [--tol-for NAME_PREFIX T]...\n";
@@ -42,6 +43,7 @@ typedef struct Outputs {
 /* The reference files' settings (their __metadata__ spells them out). */
 typedef struct RunSettings {
     double smoothing, sgd_lr, momentum, sgd_wd, adamw_lr, adamw_wd;
+    int channels_last;
 } RunSettings;
 
 static void add_output(Outputs *o, const char *name, CtType type, void *data)
@@ -58,12 +60,25 @@ static void add_output(Outputs *o, const char *name, CtType type, void *data)
     memcpy(t->data, data, t->nbytes);
 }
 
+/* With --channels-last, the graph after the layout pass. */
+static int maybe_channels_last(Graph *g, int on, CtErr *err)
+{
+    Graph l;
+    if (!on)
+        return 0;
+    if (layout_channels_last(g, &l, err))
+        return -1;
+    graph_free(g);
+    *g = l;
+    return 0;
+}
+
 /* Loads params and buffers into `state` from --weights or the vectors' state.*. */
 static int load_state(CtState *state, const char *weights, const StFile *vectors, CtErr *err);
 
 /* The eval forward: logits.eval. */
 static int eval_forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be, const char *weights,
-                        const StFile *f, const CtTensor *input, Outputs *out, CtErr *err)
+                        const StFile *f, const CtTensor *input, int channels_last, Outputs *out, CtErr *err)
 {
     Graph g;
     CtState state;
@@ -71,6 +86,10 @@ static int eval_forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be
     spec.training = 0;
     if (model_build(m, &spec, &g, err))
         return -1;
+    if (maybe_channels_last(&g, channels_last, err)) {
+        graph_free(&g);
+        return -1;
+    }
     state_create(&state, &g);
     int rc = load_state(&state, weights, f, err);
     if (rc == 0)
@@ -88,7 +107,7 @@ static int eval_forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be
  * `report`, also writes logits.train, loss.train, grad.* and
  * state_after_fwd.*; always writes <prefix>.<param> after the update. */
 static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, const char *weights, const StFile *f,
-                      const CtTensor *io, const OptimSpec *opt, double lr, double smoothing, const char *prefix,
+                      const CtTensor *io, const OptimSpec *opt, double lr, const RunSettings *rs, const char *prefix,
                       int report, Outputs *out, CtErr *err)
 {
     Graph g;
@@ -98,7 +117,9 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
     spec.training = 1;
     if (model_build(m, &spec, &g, err))
         return -1;
-    int rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1}, opt, &ts, err);
+    int rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, rs->smoothing, -1}, opt, &ts, err);
+    if (rc == 0 && (rc = maybe_channels_last(&g, rs->channels_last, err)))
+        train_step_free(&ts);
     if (rc) {
         graph_free(&g);
         return rc;
@@ -114,10 +135,13 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
         if (report) {
             add_output(out, "logits.train", res[0].type, res[0].data);
             add_output(out, "loss.train", res[1].type, res[1].data);
-            for (int k = 0; k < ts.nparams; k++) {
-                snprintf(name, sizeof name, "grad.%s", g.values[ts.params[k]].name);
-                add_output(out, name, res[2 + k].type, res[2 + k].data);
-            }
+            /* grads follow the params in state order (value ids change under passes) */
+            for (int i = 0, k = 0; i < state.n; i++)
+                if (state.e[i].role == CT_ROLE_PARAM) {
+                    snprintf(name, sizeof name, "grad.%s", state.e[i].name);
+                    add_output(out, name, res[2 + k].type, res[2 + k].data);
+                    k++;
+                }
         }
         for (int i = 0; i < state.n; i++) {
             int param = state.e[i].role == CT_ROLE_PARAM;
@@ -192,9 +216,9 @@ static int run(const ModelEntry *m, ModelArgs args, const RunSettings *rs, const
                      .no_weight_decay = m->no_weight_decay};
     OptimSpec adamw = {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = rs->adamw_wd,
                        .no_weight_decay = m->no_weight_decay};
-    if (eval_forward(m, spec, be, weights, &f, io, out, &err) ||
-        train_step(m, spec, be, weights, &f, io, &sgd, rs->sgd_lr, rs->smoothing, "sgd", 1, out, &err) ||
-        train_step(m, spec, be, weights, &f, io, &adamw, rs->adamw_lr, rs->smoothing, "adamw", 0, out, &err)) {
+    if (eval_forward(m, spec, be, weights, &f, io, rs->channels_last, out, &err) ||
+        train_step(m, spec, be, weights, &f, io, &sgd, rs->sgd_lr, rs, "sgd", 1, out, &err) ||
+        train_step(m, spec, be, weights, &f, io, &adamw, rs->adamw_lr, rs, "adamw", 0, out, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         goto free_outputs;
     }
@@ -347,6 +371,8 @@ int main(int argc, char **argv)
         } else if (dst) {
             if (!(*dst = cli_value(prog, argc, argv, &i)))
                 return 2;
+        } else if (!strcmp(a, "--channels-last")) {
+            rs.channels_last = 1;
         } else if (!strcmp(a, "--compare")) {
             if (i + 2 >= argc) {
                 fprintf(stderr, "%s: --compare needs two files\n", prog);

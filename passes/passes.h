@@ -10,11 +10,13 @@
 #include "ir/ir.h"
 
 int bn_fold(const Graph *g, Graph *out, CtErr *err);
+int layout_channels_last(const Graph *g, Graph *out, CtErr *err);
 
 typedef struct PassDef {
     const char *name;
     int (*run)(const Graph *g, Graph *out, CtErr *err);
     int eval_only; /* runs on eval graphs only (skipped for training graphs) */
+    int opt_in;    /* runs only when asked for (--channels-last, or named in --passes) */
 } PassDef;
 
 const PassDef *pass_find(const char *name);

@@ -3,7 +3,8 @@
 #include "passes/passes.h"
 
 static const PassDef passes[] = {
-    {"bn_fold", bn_fold, 1},
+    {"bn_fold", bn_fold, 1, 0},
+    {"layout", layout_channels_last, 0, 1},
 };
 
 const PassDef *pass_find(const char *name)

@@ -19,6 +19,10 @@ foreach(model test_resnet test_vit test_efficientnet test_convnext)
     "${RUN} --model ${model} --vectors ${DATA}/${model}.safetensors --out ${model}.out.safetensors && \
      ${RUN} --compare ${model}.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
+# The same step through the channels_last layout pass.
+add_test(NAME parity_test_resnet_channels_last COMMAND sh -c
+  "${RUN} --model test_resnet --channels-last --vectors ${DATA}/test_resnet.safetensors --out cl.out.safetensors && \
+   ${RUN} --compare cl.out.safetensors ${DATA}/test_resnet.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 # --compare must fail on different tensors (test_vit's logits against test_resnet's).
 set_tests_properties(parity_test_vit PROPERTIES FIXTURES_SETUP vit_out)
 set_tests_properties(parity_test_resnet PROPERTIES FIXTURES_SETUP resnet_out)

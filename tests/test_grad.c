@@ -293,6 +293,14 @@ static ValueId case_pool(GradCase *c, int v)
     }
 }
 
+/* to_layout is the identity on the logical tensor, both ways. */
+static ValueId case_to_layout(GradCase *c, int v)
+{
+    ValueId x = in_x(c, "x", (CtShape){4, {2, 3, 2, 3}});
+    int64_t to = CT_LAYOUT_CHANNELS_LAST;
+    return b_node(c->b, CT_OP_to_layout, 1, &x, &to, 1, NULL, 0, 0);
+}
+
 static ValueId case_reshape(GradCase *c, int v)
 {
     return f_reshape(c->b, in_x(c, "x", (CtShape){3, {2, 3, 4}}), 2, (int64_t[]){4, 6});
@@ -436,6 +444,7 @@ static const CaseDef cases[] = {
     {"global avg pool", case_pool, 4, 0, TOL_LINEAR, 0},
     {"avg_pool2d 3x3/2 pad 1 ceil count_include_pad 6x8", case_pool, 5, 0, TOL_LINEAR, 0},
     {"reshape", case_reshape, 0, 0, TOL_LINEAR, 0},
+    {"to_layout", case_to_layout, 0, 0, TOL_LINEAR, 0},
     {"permute", case_permute, 0, 0, TOL_LINEAR, 0},
     {"slice 1:5:2 on dim 1", case_slice, 0, 0, TOL_LINEAR, 0},
     {"concat of 3", case_concat, 0, 0, TOL_LINEAR, 0},

@@ -1,12 +1,15 @@
 /* Graph-to-graph passes: bn_fold keeps every model's eval logits (within
  * 1e-5 relative on the ref backend, with BN statistics and affine
- * parameters made non-trivial) and leaves no foldable batch_norm. */
+ * parameters made non-trivial) and leaves no foldable batch_norm; layout
+ * makes conv activations NHWC with at most two transposes on resnet50 and
+ * keeps the training step's loss and gradients. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "models/registry.h"
+#include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
 
@@ -83,8 +86,98 @@ static void test_bn_fold(const char *model, int size, int expect_fold)
     graph_free(&g);
 }
 
+static int count_layout(const Graph *g, CtLayout l, int ndim)
+{
+    int n = 0;
+    for (int v = 0; v < g->nvalues; v++)
+        n += g->values[v].layout == l && g->values[v].type.shape.ndim == ndim;
+    return n;
+}
+
+static void test_layout_counts(const char *model, int training)
+{
+    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
+    Graph g, l;
+    CtErr err;
+    TrainStep ts;
+    CHECK(model_build(model_find(model), &spec, &g, &err) == 0);
+    if (training)
+        CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1},
+                               &(OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9}, &ts, &err) == 0);
+    CHECKF(layout_channels_last(&g, &l, &err) == 0, "%s", err.msg);
+    int transposes = count_op(&l, CT_OP_to_layout);
+    printf("%s %s: %d transposes, %d NHWC activations\n", model, training ? "train" : "eval", transposes,
+           count_layout(&l, CT_LAYOUT_CHANNELS_LAST, 4));
+    CHECKF(transposes <= 2, "%s: %d transposes", model, transposes);
+    CHECK(count_layout(&l, CT_LAYOUT_CHANNELS_LAST, 4) > 50);
+    for (int i = 0; i < l.nnodes; i++)
+        if (l.nodes[i].op == CT_OP_conv2d)
+            CHECK(l.values[l.nodes[i].out[0]].layout == CT_LAYOUT_CHANNELS_LAST);
+    if (training)
+        train_step_free(&ts);
+    graph_free(&l);
+    graph_free(&g);
+}
+
+/* The training step (loss, every gradient, the updated parameters) with
+ * and without the layout pass. */
+static void test_layout_same_step(const char *model)
+{
+    ModelSpec spec = {.batch_size = 2, .training = 1, .args = {.num_classes = 10, .img_size = 32}};
+    Graph g, l;
+    CtErr err;
+    TrainStep ts;
+    CHECK(model_build(model_find(model), &spec, &g, &err) == 0);
+    CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1},
+                           &(OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9}, &ts, &err) == 0);
+    CHECKF(layout_channels_last(&g, &l, &err) == 0, "%s", err.msg);
+    CtState s1, s2;
+    state_create(&s1, &g);
+    state_init(&s1, 5);
+    perturb(&s1);
+    state_create(&s2, &l);
+    memcpy(s2.data, s1.data, s1.nbytes);
+    static float x[2 * 3 * 32 * 32];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = (float)cos(0.3 * (double)i);
+    int64_t y[2] = {3, 7};
+    float lr = 0.1f, scale = 1;
+    CtTensor in[4] = {{{{4, {2, 3, 32, 32}}, CT_F32}, x}, {{{1, {2}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
+                      {{{0}, CT_F32}, &scale}};
+    CtTensor *a = calloc((size_t)g.noutputs, sizeof *a), *b = calloc((size_t)l.noutputs, sizeof *b);
+    CHECK(ct_backend_ref.run(&g, &s1, in, 4, a, &err) == 0);
+    CHECKF(ct_backend_ref.run(&l, &s2, in, 4, b, &err) == 0, "%s", err.msg);
+    double worst = 0;
+    for (int k = 0; k < g.noutputs && k < l.noutputs; k++) {
+        int64_t n = shape_numel(&a[k].type.shape);
+        double d = 0, r = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double u = ((float *)a[k].data)[i], v = ((float *)b[k].data)[i];
+            d += (u - v) * (u - v);
+            r += u * u;
+        }
+        worst = fmax(worst, r > 0 ? sqrt(d / r) : sqrt(d));
+        tensor_free(&a[k]);
+        tensor_free(&b[k]);
+    }
+    CHECKF(worst < 1e-5 && memcmp(s1.data, s2.data, s1.nbytes) == 0, "%s: outputs differ by %.2e", model, worst);
+    free(a);
+    free(b);
+    state_free(&s1);
+    state_free(&s2);
+    train_step_free(&ts);
+    graph_free(&l);
+    graph_free(&g);
+}
+
 int main(void)
 {
+    test_layout_counts("resnet50", 0);
+    test_layout_counts("resnet50", 1);
+    test_layout_counts("efficientnet_b0", 1);
+    test_layout_counts("convnext_tiny", 1);
+    test_layout_same_step("test_resnet");
+    test_layout_same_step("test_convnext");
     test_bn_fold("test_resnet", 64, 1);
     test_bn_fold("resnet50d", 32, 1);
     test_bn_fold("test_efficientnet", 64, 1);

@@ -2,6 +2,8 @@
  * Data movement: reshape (row-major, same element count), permute (dims
  * reordered), slice (one dim, start:end:step), concat (along one dim) and
  * expand (size-1 dims broadcast, new leading dims allowed; torch.expand).
+ * to_layout changes only a value's memory layout (NCHW <-> NHWC): the
+ * logical tensor, and so the ref kernel, is the identity.
  * Their attribute is one list (OpDef.list_attr): the target shape for
  * reshape/expand, the source dim of each output dim for permute.
  */
@@ -254,6 +256,27 @@ static void expand_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
 {
     din[0] = emit_sum_to(e, dout[0], emit_shape(e, n->in[0]));
 }
+
+static int infer_to_layout(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (n->iattr[0] != CT_LAYOUT_CONTIG && n->iattr[0] != CT_LAYOUT_CHANNELS_LAST)
+        return ct_fail(err, "unknown layout %lld", (long long)n->iattr[0]);
+    if (in_shape(g, n, 0)->ndim != 4)
+        return ct_fail(err, "layouts apply to 4-D tensors");
+    return infer_like_input0(g, n, out, err);
+}
+
+/* The gradient goes back to the input's layout. */
+static void to_layout_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t back = e->g->values[n->in[0]].layout;
+    din[0] = emit(e, CT_OP_to_layout, 1, dout, &back, 1, NULL, 0, 0);
+    if (din[0] >= 0)
+        e->g->values[din[0]].layout = (CtLayout)back;
+}
+
+const OpDef op_to_layout = {.name = "to_layout", .min_in = 1, .max_in = 1, .iattr = {"layout"},
+                            .infer = infer_to_layout, .ref = copy_ref, .vjp = to_layout_vjp};
 
 const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1, .vjp = expand_vjp,
                          .list_attr = "shape",
