@@ -10,11 +10,13 @@
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/plan.h"
+#include "passes/stats.h"
 #include "runtime/state.h"
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
-    "                     [--channels-last] [--passes none|PASS,...] [--dump-ir-after build|PASS]\n"
+    "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
+    "                     [--dump-ir-after build|PASS]\n"
     "                     [--opt sgd|momentum|adamw] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -56,6 +58,17 @@ static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
     } else {
         return -1;
     }
+    return 0;
+}
+
+/* The forward graph under autocast (before the training step is built on it). */
+static int with_amp(Graph *g, CtDType dt, CtErr *err)
+{
+    Graph a;
+    if (amp_cast(g, dt, &a, err))
+        return ct_failctx(err, "pass amp");
+    graph_free(g);
+    *g = a;
     return 0;
 }
 
@@ -111,7 +124,8 @@ int main(int argc, char **argv)
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
     const char *passes = NULL, *dump_after = NULL;
-    int dump = 0, seed = 0, channels_last = 0;
+    int dump = 0, seed = 0, channels_last = 0, amp = 0;
+    CtDType amp_dtype = CT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -129,6 +143,16 @@ int main(int argc, char **argv)
             *(a[2] == 'p' ? &passes : &dump_after) = v;
         } else if (!strcmp(a, "--channels-last")) {
             channels_last = 1;
+        } else if (!strcmp(a, "--amp")) {
+            amp = 1;
+        } else if (!strcmp(a, "--amp-dtype")) {
+            if (!(v = cli_value(prog, argc, argv, &i)))
+                return 2;
+            if (strcmp(v, "float16") && strcmp(v, "bfloat16")) {
+                fprintf(stderr, "%s: --amp-dtype is float16 or bfloat16, got '%s'\n", prog, v);
+                return 2;
+            }
+            amp_dtype = v[0] == 'f' ? CT_F16 : CT_BF16;
         } else if (!strcmp(a, "--train")) {
             spec.training = 1;
         } else if (!strcmp(a, "--save-weights")) {
@@ -174,7 +198,7 @@ int main(int argc, char **argv)
     Graph g;
     CtErr err;
     TrainStep ts = {0};
-    if (model_build(m, &spec, &g, &err) ||
+    if (model_build(m, &spec, &g, &err) || (amp && with_amp(&g, amp_dtype, &err)) ||
         (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1}, &os,
                                            &ts, &err))) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -183,6 +207,10 @@ int main(int argc, char **argv)
     }
     CtBuf out = {0};
     char s[96];
+    /* timm's MACs and activations are of the model as built: count before
+     * passes fold ops away (bn_fold removes BN's). */
+    GraphStats stats;
+    int have_stats = !spec.training && graph_stats(&g, &(StatsOptions){.count_attention = 1}, &stats, &err) == 0;
     if (run_passes(&g, passes, spec.training, channels_last, dump_after, &out, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         buf_free(&out);
@@ -206,6 +234,9 @@ int main(int argc, char **argv)
     if (count[CT_ROLE_STATE])
         buf_printf(&out, "optimizer state tensors: %d\n", count[CT_ROLE_STATE]);
     buf_printf(&out, "params (M): %.2f (%lld)\n", (double)graph_param_count(&g) / 1e6, (long long)graph_param_count(&g));
+    if (have_stats)
+        buf_printf(&out, "GMACs: %.2f, activations (M): %.2f (per image, fvcore's counts as in timm's benchmark.py)\n",
+                   (double)stats.macs / spec.batch_size / 1e9, (double)stats.activations / spec.batch_size / 1e6);
     MemPlan plan;
     if (plan_memory(&g, &plan, &err) == 0) {
         const double mib = 1024.0 * 1024.0;

@@ -44,10 +44,14 @@ typedef struct OptimSpec {
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
+    /* f16 training: a step whose gradients are not all finite changes
+     * nothing (GradScaler's skip); TrainStep.finite says which it was */
+    int skip_nonfinite;
 } OptimSpec;
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;
+    ValueId finite; /* with skip_nonfinite: a graph output, 1 when the step applied */
     int nparams;
     ValueId *params, *grads; /* parallel, in state_dict order; owned here */
 } TrainStep;

@@ -17,6 +17,7 @@ static int layout_free(CtOp op)
     case CT_OP_scale_shift: case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_avg_pool2d:
     case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad:
     case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_conv2d_grad_weight: case CT_OP_reduce_sum: case CT_OP_to_layout:
+    case CT_OP_cast:
         return 1;
     default:
         return 0;

@@ -11,6 +11,8 @@
 
 int bn_fold(const Graph *g, Graph *out, CtErr *err);
 int layout_channels_last(const Graph *g, Graph *out, CtErr *err);
+/* On a forward graph, before autodiff (the backward follows its dtypes). */
+int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err);
 
 typedef struct PassDef {
     const char *name;

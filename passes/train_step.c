@@ -49,8 +49,8 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
     return emit_fail(e, "unknown loss kind %d", (int)l->kind);
 }
 
-static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, const OptimSpec *o,
-                       ValueId *state, int *nstate)
+static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId apply,
+                       const OptimSpec *o, ValueId *state, int *nstate)
 {
     Graph *g = e->g;
     Value pv = g->values[p];
@@ -58,7 +58,7 @@ static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId 
     ValueId out;
     if (o->kind == CT_OPT_ADAMW) {
         ValueId m = add_slot(g, &pv, "exp_avg", state, nstate), v = add_slot(g, &pv, "exp_avg_sq", state, nstate);
-        out = emit(e, CT_OP_adamw_update, 6, (ValueId[]){p, grad, m, v, lr, step}, NULL, 0,
+        out = emit(e, CT_OP_adamw_update, apply >= 0 ? 7 : 6, (ValueId[]){p, grad, m, v, lr, step, apply}, NULL, 0,
                    (double[]){o->beta1, o->beta2, o->eps, wd}, 4, 0);
         if (out >= 0) {
             Node u = *emit_last(e);
@@ -68,7 +68,7 @@ static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId 
     } else {
         ValueId buf = add_slot(g, &pv, "momentum_buffer", state, nstate);
         int64_t nesterov = o->kind == CT_OPT_SGD;
-        out = emit(e, CT_OP_sgd_update, 4, (ValueId[]){p, grad, buf, lr}, &nesterov, 1,
+        out = emit(e, CT_OP_sgd_update, apply >= 0 ? 5 : 4, (ValueId[]){p, grad, buf, lr, apply}, &nesterov, 1,
                    (double[]){o->momentum, wd}, 2, 0);
         if (out >= 0)
             emit(e, CT_OP_assign, 2, (ValueId[]){buf, emit_last(e)->out[1]}, NULL, 0, NULL, 0, 0);
@@ -80,6 +80,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
                      CtErr *err)
 {
     memset(out, 0, sizeof *out);
+    out->finite = -1;
     const CtShape *ls = &g->values[logits].type.shape;
     if (ls->ndim != 2)
         return ct_fail(err, "train step: logits must be [B, classes], got %d dims", ls->ndim);
@@ -131,11 +132,25 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         g->state[g->nstate++] = step;
     }
     e.scope = "optimizer";
+    ValueId apply = -1;
+    if (opt->skip_nonfinite) {
+        for (int k = 0; k < out->nparams; k++) {
+            ValueId ok = emit(&e, CT_OP_all_finite, 1, &out->grads[k], NULL, 0, NULL, 0, 0);
+            apply = apply < 0 ? ok : emit(&e, CT_OP_mul, 2, (ValueId[]){apply, ok}, NULL, 0, NULL, 0, 0);
+        }
+        if (apply >= 0)
+            graph_mark_output(g, apply);
+        out->finite = apply;
+    }
     for (int k = 0; k < out->nparams; k++)
-        add_update(&e, out->params[k], out->grads[k], out->lr, step, opt, g->state, &g->nstate);
-    if (step >= 0)
-        emit(&e, CT_OP_assign, 2, (ValueId[]){step, emit(&e, CT_OP_scale_shift, 1, &step, NULL, 0, (double[]){1, 1}, 2, 0)},
-             NULL, 0, NULL, 0, 0);
+        add_update(&e, out->params[k], out->grads[k], out->lr, step, apply, opt, g->state, &g->nstate);
+    if (step >= 0) {
+        ValueId next = apply < 0 ? emit(&e, CT_OP_scale_shift, 1, &step, NULL, 0, (double[]){1, 1}, 2, 0)
+                                 : emit(&e, CT_OP_add, 2, (ValueId[]){step, emit(&e, CT_OP_cast, 1, &apply,
+                                                                                   (int64_t[]){CT_I64}, 1, NULL, 0, 0)},
+                                        NULL, 0, NULL, 0, 0);
+        emit(&e, CT_OP_assign, 2, (ValueId[]){step, next}, NULL, 0, NULL, 0, 0);
+    }
     if (e.failed) {
         *err = e.err;
         goto fail;

@@ -53,12 +53,35 @@ int elems_from_double(const double *src, CtDType dt, int64_t n, void *dst)
     return 0;
 }
 
+/* x rounded to nearest-even in a binary format with `bits` significant
+ * bits, smallest normal exponent emin (of frexp) and largest finite value
+ * vmax, overflowing to infinity as IEEE rounding does. */
+static double round_format(double x, int bits, int emin, double vmax)
+{
+    if (isnan(x) || isinf(x) || x == 0)
+        return x;
+    double a = fabs(x);
+    int e;
+    frexp(a, &e);
+    if (e < emin)
+        e = emin;
+    double q = ldexp(1.0, e - bits), r = nearbyint(a / q) * q;
+    return copysign(r > vmax ? INFINITY : r, x);
+}
+
+/* IEEE half: 11 significant bits, normals from 2^-14; bfloat16: 8 bits,
+ * float32's exponent range. */
+static double round_f16(double x) { return round_format(x, 11, -13, 65504.0); }
+static double round_bf16(double x) { return round_format(x, 8, -125, ldexp(255.0, 120)); }
+
 void elems_round(double *x, CtDType dt, int64_t n)
 {
-    if (dt == CT_F32)
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)x[i];
-    else if (dt != CT_F64)
-        for (int64_t i = 0; i < n; i++)
-            x[i] = nearbyint(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        switch (dt) {
+        case CT_F32: x[i] = (float)x[i]; break;
+        case CT_F64: break;
+        case CT_F16: x[i] = round_f16(x[i]); break;
+        case CT_BF16: x[i] = round_bf16(x[i]); break;
+        default: x[i] = nearbyint(x[i]); break;
+        }
 }

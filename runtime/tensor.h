@@ -15,10 +15,12 @@ void tensor_alloc(CtTensor *t, CtType type);
 void tensor_free(CtTensor *t);
 size_t tensor_nbytes(const CtTensor *t);
 
-/* Element conversions; f16/bf16 are not handled yet (-1). */
+/* Element conversions for storage; f16/bf16 live only inside graphs (the
+ * ref backend holds every value as doubles), so these refuse them (-1). */
 int elems_to_double(const void *src, CtDType dt, int64_t n, double *dst);
 int elems_from_double(const double *src, CtDType dt, int64_t n, void *dst);
-/* Rounds doubles in place to what dtype dt can hold. */
+/* Rounds doubles in place to what dtype dt can hold (round to nearest even,
+ * overflow to infinity), so f16/bf16 graphs run on the ref backend. */
 void elems_round(double *x, CtDType dt, int64_t n);
 
 #endif

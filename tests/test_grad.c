@@ -301,6 +301,15 @@ static ValueId case_to_layout(GradCase *c, int v)
     return b_node(c->b, CT_OP_to_layout, 1, &x, &to, 1, NULL, 0, 0);
 }
 
+/* cast's gradient is the cast back; checked f64 -> f64, since FD steps
+ * of 1e-6 are below the resolution of narrower formats. */
+static ValueId case_cast(GradCase *c, int v)
+{
+    ValueId x = in_x(c, "x", (CtShape){2, {3, 4}});
+    int64_t to = CT_F64;
+    return f_relu(c->b, b_node(c->b, CT_OP_cast, 1, &x, &to, 1, NULL, 0, 0));
+}
+
 static ValueId case_reshape(GradCase *c, int v)
 {
     return f_reshape(c->b, in_x(c, "x", (CtShape){3, {2, 3, 4}}), 2, (int64_t[]){4, 6});
@@ -445,6 +454,7 @@ static const CaseDef cases[] = {
     {"avg_pool2d 3x3/2 pad 1 ceil count_include_pad 6x8", case_pool, 5, 0, TOL_LINEAR, 0},
     {"reshape", case_reshape, 0, 0, TOL_LINEAR, 0},
     {"to_layout", case_to_layout, 0, 0, TOL_LINEAR, 0},
+    {"cast", case_cast, 0, 0, TOL_LINEAR, 0},
     {"permute", case_permute, 0, 0, TOL_LINEAR, 0},
     {"slice 1:5:2 on dim 1", case_slice, 0, 0, TOL_LINEAR, 0},
     {"concat of 3", case_concat, 0, 0, TOL_LINEAR, 0},

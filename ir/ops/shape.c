@@ -278,6 +278,24 @@ static void to_layout_vjp(Emitter *e, const Node *n, const ValueId *dout, const 
 const OpDef op_to_layout = {.name = "to_layout", .min_in = 1, .max_in = 1, .iattr = {"layout"},
                             .infer = infer_to_layout, .ref = copy_ref, .vjp = to_layout_vjp};
 
+/* cast(x): iattr dtype; the ref backend rounds to it like every output. */
+static int infer_cast(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (n->iattr[0] < 0 || n->iattr[0] >= CT_NDTYPE)
+        return ct_fail(err, "unknown dtype %lld", (long long)n->iattr[0]);
+    out[0] = (CtType){*in_shape(g, n, 0), (CtDType)n->iattr[0]};
+    return 1;
+}
+
+static void cast_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t back = e->g->values[n->in[0]].type.dtype;
+    din[0] = emit(e, CT_OP_cast, 1, dout, &back, 1, NULL, 0, 0);
+}
+
+const OpDef op_cast = {.name = "cast", .min_in = 1, .max_in = 1, .iattr = {"dtype"}, .infer = infer_cast,
+                       .ref = copy_ref, .vjp = cast_vjp};
+
 const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1, .vjp = expand_vjp,
                          .list_attr = "shape",
                          .infer = infer_expand, .ref = expand_ref};

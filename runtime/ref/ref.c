@@ -10,20 +10,8 @@
 
 #include "runtime/backend.h"
 
-static int ref_supports(const Graph *g, const Node *n)
-{
-    for (int k = 0; k < n->nin; k++) {
-        CtDType dt = g->values[n->in[k]].type.dtype;
-        if (dt == CT_F16 || dt == CT_BF16)
-            return 0;
-    }
-    for (int k = 0; k < n->nout; k++) {
-        CtDType dt = g->values[n->out[k]].type.dtype;
-        if (dt == CT_F16 || dt == CT_BF16)
-            return 0;
-    }
-    return 1;
-}
+/* Every op in every dtype: f16/bf16 results are rounded to their format. */
+static int ref_supports(const Graph *g, const Node *n) { return 1; }
 
 static double *alloc_doubles(int64_t n)
 {

@@ -1,0 +1,19 @@
+#include "runtime/scaler.h"
+
+LossScaler scaler_default(void)
+{
+    return (LossScaler){.scale = 65536.0, .growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 2000};
+}
+
+void scaler_update(LossScaler *s, int finite)
+{
+    if (!finite) {
+        s->scale *= s->backoff_factor;
+        s->growth_tracker = 0;
+        return;
+    }
+    if (++s->growth_tracker == s->growth_interval) {
+        s->scale *= s->growth_factor;
+        s->growth_tracker = 0;
+    }
+}

@@ -1,0 +1,20 @@
+/*
+ * The dynamic loss scale of f16 training, with torch.cuda.amp.GradScaler's
+ * rules: the loss is multiplied by `scale` (a runtime input of the graph);
+ * a step whose gradients are not finite is skipped (inside the graph) and
+ * halves the scale; `growth_interval` finite steps in a row double it.
+ */
+#ifndef CTIMM_SCALER_H
+#define CTIMM_SCALER_H
+
+typedef struct LossScaler {
+    double scale, growth_factor, backoff_factor;
+    int growth_interval, growth_tracker;
+} LossScaler;
+
+/* GradScaler's defaults: 2^16, x2, x0.5, every 2000 steps. */
+LossScaler scaler_default(void);
+/* After a step: `finite` is the graph's flag (0 when the step was skipped). */
+void scaler_update(LossScaler *s, int finite);
+
+#endif
