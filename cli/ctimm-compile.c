@@ -61,6 +61,14 @@ static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
     return 0;
 }
 
+/* Dumps g when it is the graph `after` names; never fails (returns 0). */
+static int dump_if(const Graph *g, const char *after, const char *stage, CtBuf *out)
+{
+    if (after && !strcmp(after, stage))
+        graph_dump(g, out);
+    return 0;
+}
+
 /* The forward graph under autocast (before the training step is built on it). */
 static int with_amp(Graph *g, CtDType dt, CtErr *err)
 {
@@ -96,10 +104,9 @@ static int run_passes(Graph *g, const char *list, int training, int channels_las
                 return ct_fail(err, "unknown pass '%s' in --passes", name);
         }
     }
-    if (dump_after && strcmp(dump_after, "build") && !pass_find(dump_after))
-        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build or a pass name)", dump_after);
-    if (dump_after && !strcmp(dump_after, "build"))
-        graph_dump(g, out);
+    if (dump_after && strcmp(dump_after, "build") && strcmp(dump_after, "amp") && strcmp(dump_after, "autodiff") &&
+        !pass_find(dump_after))
+        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build, amp, autodiff or a pass name)", dump_after);
     for (int i = 0; i < pass_count(); i++) {
         const PassDef *p = pass_at(i);
         int named = list && listed(list, p->name);
@@ -195,17 +202,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: unknown optimizer '%s' (sgd, momentum, adamw)\n", prog, opt);
         return 2;
     }
+    CtBuf out = {0};
     Graph g;
     CtErr err;
     TrainStep ts = {0};
-    if (model_build(m, &spec, &g, &err) || (amp && with_amp(&g, amp_dtype, &err)) ||
+    if (model_build(m, &spec, &g, &err) || dump_if(&g, dump_after, "build", &out) ||
+        (amp && with_amp(&g, amp_dtype, &err)) || dump_if(&g, dump_after, amp ? "amp" : "", &out) ||
         (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1}, &os,
-                                           &ts, &err))) {
+                                           &ts, &err)) ||
+        dump_if(&g, dump_after, spec.training ? "autodiff" : "", &out)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
+        buf_free(&out);
         graph_free(&g);
         return 1;
     }
-    CtBuf out = {0};
     char s[96];
     /* timm's MACs and activations are of the model as built: count before
      * passes fold ops away (bn_fold removes BN's). */

@@ -77,4 +77,10 @@ foreach(golden test_resnet.eval test_resnet.train test_vit.eval test_resnet.eval
   add_test(NAME golden_${golden} COMMAND sh -c
     "${COMPILE} --model ${model} --batch-size 2 ${flags} | diff -u ${DATA}/golden/${golden}.ir -")
 endforeach()
+# The whole pipeline composes: amp, the training step, layout, the memory plan.
+add_test(NAME compile_full_pipeline COMMAND ${COMPILE} --model resnet50 --train --amp --channels-last --dump-ir)
+set_tests_properties(compile_full_pipeline PROPERTIES PASS_REGULAR_EXPRESSION
+  "= cast\\(.* f16 nhwc.* = conv2d_grad_weight\\(.* = sgd_update\\(.*memory plan: arena")
+add_test(NAME compile_dump_after_amp COMMAND ${COMPILE} --model test_vit --amp --amp-dtype bfloat16 --dump-ir-after amp)
+set_tests_properties(compile_dump_after_amp PROPERTIES PASS_REGULAR_EXPRESSION "= linear\\([^\n]* bf16 contig")
 add_test(NAME compile_unknown_pass COMMAND ${FAIL} "unknown pass 'bogus'" ${COMPILE} --model test_resnet --passes bogus)
