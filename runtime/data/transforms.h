@@ -20,6 +20,7 @@ typedef struct TrainTransform {
     double color_jitter;       /* brightness = contrast = saturation = cj, hue = 0 unless set */
     double jitter_hue;
     const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", ... or "original" */
+    double mean[3];            /* the model's mean: auto_augment's fill colour, round(255 * mean) */
 } TrainTransform;
 
 typedef enum CtCropMode { CT_CROP_CENTER, CT_CROP_SQUASH, CT_CROP_BORDER } CtCropMode;
@@ -29,10 +30,13 @@ typedef struct EvalTransform {
     double crop_pct;
     CtCropMode crop_mode;
     CtInterp interp;
+    double mean[3];            /* the model's mean: 'border' mode pads with round(255 * mean) */
 } EvalTransform;
 
 /* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4, bilinear). */
 TrainTransform train_transform_default(int img_size);
+/* timm's eval defaults: crop_pct 0.875, center crop, bilinear, ImageNet mean. */
+EvalTransform eval_transform_default(int img_size);
 
 /* Decodes `data` and writes img_size * img_size * 3 bytes to out. */
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);

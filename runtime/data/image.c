@@ -1,0 +1,99 @@
+/*
+ * Host images: allocation, and probe/decode dispatch to the JPEG and PNG
+ * codecs by their magic bytes (never by file name: ImageNet has PNGs and
+ * CMYK JPEGs behind .JPEG names).
+ */
+#include "runtime/data/image.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/data/image_codec.h"
+
+typedef enum { FMT_UNKNOWN, FMT_JPEG, FMT_PNG } Format;
+
+static Format sniff(const uint8_t *data, size_t n)
+{
+    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
+        return FMT_JPEG;
+    if (n >= 8 && memcmp(data, png_sig, 8) == 0)
+        return FMT_PNG;
+    return FMT_UNKNOWN;
+}
+
+/* One line naming what the bytes are not, with the first bytes as a hint. */
+static int fail_format(const uint8_t *data, size_t n, CtErr *err)
+{
+    if (n == 0)
+        return ct_fail(err, "image: empty input (0 bytes)");
+    char hex[3 * 8 + 1] = "";
+    for (size_t i = 0, len = 0; i < n && i < 8; i++, len = strlen(hex))
+        snprintf(hex + len, sizeof hex - len, "%s%02x", i ? " " : "", data[i]);
+    return ct_fail(err, "image: not a JPEG or PNG (%zu bytes, starting %s)", n, hex);
+}
+
+int image_check_size(int w, int h, CtErr *err)
+{
+    if (w < 1 || h < 1)
+        return ct_fail(err, "invalid image size %dx%d", w, h);
+    if (w > CT_IMAGE_MAX_SIDE || h > CT_IMAGE_MAX_SIDE)
+        return ct_fail(err, "a %dx%d image is larger than %d pixels on a side; refusing it", w, h,
+                       CT_IMAGE_MAX_SIDE);
+    if ((long)w * h > CT_IMAGE_MAX_PIXELS)
+        return ct_fail(err, "a %dx%d image has more than %ld pixels (a decompression bomb?); refusing it", w, h,
+                       (long)CT_IMAGE_MAX_PIXELS);
+    return 0;
+}
+
+int image_alloc(CtImage *img, int w, int h, CtErr *err)
+{
+    img->w = img->h = 0;
+    img->px = NULL;
+    if (image_check_size(w, h, err))
+        return ct_failctx(err, "image");
+    size_t bytes = (size_t)w * (size_t)h * 3;
+    img->px = malloc(bytes);
+    if (!img->px)
+        return ct_fail(err, "image: out of memory for a %dx%d RGB image (%zu bytes)", w, h, bytes);
+    img->w = w;
+    img->h = h;
+    return 0;
+}
+
+void image_free(CtImage *img)
+{
+    if (!img)
+        return;
+    free(img->px);
+    img->px = NULL;
+    img->w = img->h = 0;
+}
+
+int image_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err)
+{
+    *w = *h = 0;
+    if (!data && n)
+        return ct_fail(err, "image: NULL data with %zu bytes", n);
+    switch (sniff(data, n)) {
+    case FMT_JPEG: return codec_jpeg_probe(data, n, w, h, err);
+    case FMT_PNG: return codec_png_probe(data, n, w, h, err);
+    default: return fail_format(data, n, err);
+    }
+}
+
+int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err)
+{
+    out->w = out->h = 0;
+    out->px = NULL;
+    if (!data && n)
+        return ct_fail(err, "image: NULL data with %zu bytes", n);
+    if (shrink != 1 && shrink != 2 && shrink != 4 && shrink != 8)
+        return ct_fail(err, "image: shrink must be 1, 2, 4 or 8, not %d", shrink);
+    switch (sniff(data, n)) {
+    case FMT_JPEG: return codec_jpeg_decode(data, n, shrink, out, err);
+    case FMT_PNG: return codec_png_decode(data, n, out, err);
+    default: return fail_format(data, n, err);
+    }
+}

@@ -1,0 +1,269 @@
+/*
+ * timm's train and eval transforms (transforms_factory.py) from encoded
+ * bytes to an img_size x img_size RGB crop.
+ *
+ * Train: RandomResizedCropAndInterpolation -> RandomHorizontalFlip ->
+ * RandomVerticalFlip -> RandAugment/AutoAugment, or ColorJitter when there is
+ * no auto_augment (timm disables jitter under AA). The crop box is drawn on
+ * image_probe's size before decoding, so a JPEG is decoded at the coarsest
+ * DCT scale whose shrunk crop still covers the output (then the result is
+ * close to, not bit-identical with, timm's full decode).
+ *
+ * Eval: resize to scale_size = floor(img_size / crop_pct) per crop mode
+ * ('center': shorter side, 'squash': both sides, 'border': longer side),
+ * then a centre crop, padding where the image is smaller.
+ */
+#include "runtime/data/transforms.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "runtime/data/augment.h"
+
+#define IMAGENET_MEAN {0.485, 0.456, 0.406}
+
+TrainTransform train_transform_default(int img_size)
+{
+    return (TrainTransform){
+        .img_size = img_size,
+        .scale = {0.08, 1.0},
+        .ratio = {3.0 / 4.0, 4.0 / 3.0},
+        .interp = CT_INTERP_BILINEAR,
+        .hflip = 0.5,
+        .color_jitter = 0.4,
+        .mean = IMAGENET_MEAN,
+    };
+}
+
+EvalTransform eval_transform_default(int img_size)
+{
+    return (EvalTransform){
+        .img_size = img_size,
+        .crop_pct = 0.875,
+        .crop_mode = CT_CROP_CENTER,
+        .interp = CT_INTERP_BILINEAR,
+        .mean = IMAGENET_MEAN,
+    };
+}
+
+/* Python's int(round(x)): halves to even. */
+static int round_even(double x) { return (int)nearbyint(x); }
+
+/* round(255 * mean), clipped to a byte (timm's img_mean and border fill). */
+static void mean_fill(const double mean[3], uint8_t fill[3])
+{
+    for (int c = 0; c < 3; c++) {
+        int v = round_even(255 * mean[c]);
+        fill[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+CropBox rrc_sample(int w, int h, const double scale[2], const double ratio[2], CtRng *rng)
+{
+    double area = (double)w * h, log_lo = log(ratio[0]), log_hi = log(ratio[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target_area = rng_range(rng, scale[0], scale[1]) * area;
+        double aspect = exp(rng_range(rng, log_lo, log_hi));
+        int tw = round_even(sqrt(target_area * aspect)), th = round_even(sqrt(target_area / aspect));
+        /* (timm would go on to crash on an empty box; it counts as a miss here) */
+        if (tw <= w && th <= h && tw > 0 && th > 0) {
+            int y = (int)rng_below(rng, (uint64_t)(h - th + 1));
+            int x = (int)rng_below(rng, (uint64_t)(w - tw + 1));
+            return (CropBox){x, y, tw, th};
+        }
+    }
+    /* fallback: the central crop clipped to the ratio range */
+    double in_ratio = (double)w / h, rmin = fmin(ratio[0], ratio[1]), rmax = fmax(ratio[0], ratio[1]);
+    int tw = w, th = h;
+    if (in_ratio < rmin)
+        th = round_even(tw / rmin);
+    else if (in_ratio > rmax)
+        tw = round_even(th * rmax);
+    tw = tw < 1 ? 1 : tw;
+    th = th < 1 ? 1 : th;
+    return (CropBox){(w - tw) / 2, (h - th) / 2, tw, th};
+}
+
+void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample *s)
+{
+    s->box = rrc_sample(w, h, t->scale, t->ratio, rng);
+    s->interp = t->interp;
+    if (t->random_interp)
+        s->interp = rng_below(rng, 2) ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+    s->hflip = t->hflip > 0 && rng_uniform(rng) < t->hflip;
+    s->vflip = t->vflip > 0 && rng_uniform(rng) < t->vflip;
+}
+
+/* Copies the x0..x1, y0..y1 rectangle of src into a new image. */
+static int crop_copy(const CtImage *src, int x0, int y0, int x1, int y1, CtImage *dst, CtErr *err)
+{
+    if (image_alloc(dst, x1 - x0, y1 - y0, err))
+        return -1;
+    size_t row = (size_t)dst->w * 3;
+    for (int y = y0; y < y1; y++)
+        memcpy(dst->px + (size_t)(y - y0) * row, src->px + ((size_t)y * src->w + x0) * 3, row);
+    return 0;
+}
+
+int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box, int out_w, int out_h, CtInterp interp,
+                       int allow_shrink, CtImage *out, CtErr *err)
+{
+    out->w = out->h = 0;
+    out->px = NULL;
+    if (box.w < 1 || box.h < 1 || box.x < 0 || box.y < 0 || box.x + box.w > w || box.y + box.h > h)
+        return ct_fail(err, "crop: box %d,%d %dx%d is outside the %dx%d image", box.x, box.y, box.w, box.h, w, h);
+    int shrink = 1;
+    for (int s = 8; allow_shrink && s > 1; s /= 2) {
+        if (box.w >= out_w * s && box.h >= out_h * s) {
+            shrink = s;
+            break;
+        }
+    }
+    CtImage dec, crop = {0};
+    if (image_decode(data, n, shrink, &dec, err))
+        return -1;
+    /* the box on the decoded image (identical unless it was shrunk), then
+     * the pixels that cover it: torchvision crops before it resizes, so the
+     * filters must not reach past the crop */
+    double sx = (double)dec.w / w, sy = (double)dec.h / h;
+    double bx0 = box.x * sx, by0 = box.y * sy, bx1 = (box.x + box.w) * sx, by1 = (box.y + box.h) * sy;
+    int cx0 = (int)floor(bx0), cy0 = (int)floor(by0), cx1 = (int)ceil(bx1), cy1 = (int)ceil(by1);
+    cx1 = cx1 > dec.w ? dec.w : cx1;
+    cy1 = cy1 > dec.h ? dec.h : cy1;
+    const CtImage *src = &dec;
+    if (cx0 != 0 || cy0 != 0 || cx1 != dec.w || cy1 != dec.h) {
+        if (crop_copy(&dec, cx0, cy0, cx1, cy1, &crop, err))
+            goto fail;
+        image_free(&dec);
+        src = &crop;
+    }
+    CtBox rbox = {bx0 - cx0, by0 - cy0, bx1 - cx0, by1 - cy0};
+    if (src->w == out_w && src->h == out_h && rbox.x0 == 0 && rbox.y0 == 0 && rbox.x1 == out_w && rbox.y1 == out_h) {
+        /* PIL's resize to the same size is a copy */
+        *out = src == &crop ? crop : dec;
+        return 0;
+    }
+    if (image_resize(src, rbox, out_w, out_h, interp, out, err))
+        goto fail;
+    image_free(&dec);
+    image_free(&crop);
+    return 0;
+fail:
+    image_free(&dec);
+    image_free(&crop);
+    return ct_failctx(err, "crop %d,%d %dx%d of a %dx%d image", box.x, box.y, box.w, box.h, w, h);
+}
+
+int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
+{
+    int size = t->img_size;
+    if (size < 1 || !(t->scale[0] >= 0 && t->scale[0] <= t->scale[1]) ||
+        !(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1]))
+        return ct_fail(err, "train transform: bad settings (img_size %d, scale %g..%g, ratio %g..%g)", size,
+                       t->scale[0], t->scale[1], t->ratio[0], t->ratio[1]);
+    int use_aa = t->auto_augment && *t->auto_augment;
+    AugPolicy policy;
+    if (use_aa && aug_parse(t->auto_augment, &policy, err))
+        return -1;
+    int w, h;
+    if (image_probe(data, n, &w, &h, err))
+        return -1;
+    TrainSample s;
+    train_sample(t, w, h, rng, &s);
+    CtImage img, tmp = {0};
+    if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, &img, err))
+        return -1;
+    if (s.hflip)
+        aug_hflip(&img);
+    if (s.vflip)
+        aug_vflip(&img);
+    if (use_aa) {
+        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp};
+        mean_fill(t->mean, env.fill);
+        if (image_alloc(&tmp, size, size, err)) {
+            image_free(&img);
+            return -1;
+        }
+        aug_policy_apply(&policy, &env, &img, &tmp, rng);
+    } else if (t->color_jitter > 0 || t->jitter_hue > 0) {
+        double cj = t->color_jitter > 0 ? t->color_jitter : 0;
+        color_jitter(&img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
+    }
+    memcpy(out, img.px, (size_t)size * size * 3);
+    image_free(&img);
+    image_free(&tmp);
+    return 0;
+}
+
+/* torchvision's center_crop / timm's center_crop_or_pad on one axis: where
+ * the crop starts in the image (negative: padding (crop - in) // 2 first). */
+static int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
+
+static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], uint8_t *out)
+{
+    int ox = crop_offset(src->w, cw), oy = crop_offset(src->h, ch);
+    int x_lo = ox < 0 ? -ox : 0, x_hi = src->w - ox < cw ? src->w - ox : cw;
+    for (int y = 0; y < ch; y++) {
+        uint8_t *o = out + (size_t)y * cw * 3;
+        int sy = y + oy;
+        if (sy < 0 || sy >= src->h || x_hi <= x_lo) {
+            for (int x = 0; x < cw; x++)
+                memcpy(o + 3 * x, fill, 3);
+            continue;
+        }
+        for (int x = 0; x < x_lo; x++)
+            memcpy(o + 3 * x, fill, 3);
+        memcpy(o + 3 * x_lo, src->px + ((size_t)sy * src->w + x_lo + ox) * 3, (size_t)(x_hi - x_lo) * 3);
+        for (int x = x_hi; x < cw; x++)
+            memcpy(o + 3 * x, fill, 3);
+    }
+}
+
+int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err)
+{
+    int size = t->img_size;
+    double crop_pct = t->crop_pct == 0 ? 0.875 : t->crop_pct; /* timm: crop_pct or DEFAULT_CROP_PCT */
+    if (size < 1 || !(crop_pct > 0))
+        return ct_fail(err, "eval transform: bad settings (img_size %d, crop_pct %g)", size, t->crop_pct);
+    int scale_size = (int)floor(size / crop_pct);
+    if (scale_size < 1)
+        return ct_fail(err, "eval transform: img_size %d / crop_pct %g leaves nothing to resize to", size, crop_pct);
+    CtImage img, resized;
+    if (image_decode(data, n, 1, &img, err))
+        return -1;
+    int rw, rh;
+    uint8_t fill[3] = {0, 0, 0};
+    switch (t->crop_mode) {
+    case CT_CROP_SQUASH: rw = rh = scale_size; break;
+    case CT_CROP_BORDER: {
+        /* ResizeKeepRatio(longest=1): the longer side to scale_size */
+        double ratio = fmax((double)img.h / scale_size, (double)img.w / scale_size);
+        rw = round_even(img.w / ratio);
+        rh = round_even(img.h / ratio);
+        mean_fill(t->mean, fill);
+        break;
+    }
+    default: {
+        /* Resize(int): the shorter side to scale_size, the longer int(s * long / short) */
+        int w_short = img.w <= img.h, shorter = w_short ? img.w : img.h, longer = w_short ? img.h : img.w;
+        int l = (int)((double)((long long)scale_size * longer) / shorter);
+        rw = w_short ? scale_size : l;
+        rh = w_short ? l : scale_size;
+        break;
+    }
+    }
+    rw = rw < 1 ? 1 : rw;
+    rh = rh < 1 ? 1 : rh;
+    if (rw == img.w && rh == img.h) {
+        resized = img; /* PIL's resize to the same size is a copy */
+    } else {
+        CtBox box = {0, 0, img.w, img.h};
+        int rc = image_resize(&img, box, rw, rh, t->interp, &resized, err);
+        image_free(&img);
+        if (rc)
+            return ct_failctx(err, "eval transform: resize to %dx%d", rw, rh);
+    }
+    center_crop_or_pad(&resized, size, size, fill, out);
+    image_free(&resized);
+    return 0;
+}

@@ -1,0 +1,560 @@
+/*
+ * timm's transforms against PIL 9.4 / torchvision 0.14 / timm outputs made by
+ * tools/make_transform_fixtures.py (tests/data/transforms/), plus the
+ * statistics and determinism of the random parts.
+ *
+ * Tolerances, one table (max |diff| per byte against the reference):
+ *   ImageOps / ImageEnhance / affine / rotate / hue / flips   0 (bit-exact)
+ *   eval transform and fixed-box resized_crop                 TOL_RESIZE = 0
+ *       (image_resize reproduces PIL's resample bit for bit; the crop
+ *        sizes, offsets, padding and rounding here are timm's exactly)
+ *   scaled (DCT) decode vs full decode of the same crop       mean |diff| <= TOL_SCALED_MEAN,
+ *                                                             max <= TOL_SCALED_MAX
+ *       (libjpeg's 1/s IDCT is a box-like filter, PIL's resize antialias a
+ *        triangle/cubic one: they agree on smooth content, not on hard
+ *        edges. Measured: mean 0.5..1.2, max 29. A box mapped one decoded
+ *        pixel off would cost a mean of 3.2..8 on this image.)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime/data/augment.h"
+#include "runtime/data/transforms.h"
+
+#define TOL_RESIZE 0
+#define TOL_SCALED_MEAN 2.0
+#define TOL_SCALED_MAX 40
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("CTIMM_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+static uint8_t *read_file(const char *name, size_t *n)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/transforms/%s", data_dir(), name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(buf, 1, (size_t)len, f);
+    fclose(f);
+    return buf;
+}
+
+/* Binary PPM (P6, maxval 255) as written by the fixture script. */
+static int read_ppm(const char *name, CtImage *img)
+{
+    size_t n;
+    uint8_t *buf = read_file(name, &n);
+    img->px = NULL;
+    if (!buf)
+        return -1;
+    int w, h, maxval, off = 0;
+    if (sscanf((const char *)buf, "P6 %d %d %d%n", &w, &h, &maxval, &off) != 3 || maxval != 255 ||
+        (size_t)off + 1 + (size_t)w * h * 3 > n) {
+        free(buf);
+        return -1;
+    }
+    CtErr err;
+    if (image_alloc(img, w, h, &err)) {
+        free(buf);
+        return -1;
+    }
+    memcpy(img->px, buf + off + 1, (size_t)w * h * 3);
+    free(buf);
+    return 0;
+}
+
+/* Max |a - b| over the bytes; -1 when the sizes differ. Also the mean. */
+static int max_diff(const uint8_t *a, const uint8_t *b, size_t n, double *mean)
+{
+    int worst = 0;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)a[i] - (int)b[i]);
+        worst = d > worst ? d : worst;
+        sum += d;
+    }
+    if (mean)
+        *mean = n ? sum / n : 0;
+    return worst;
+}
+
+static int compare_image(const char *what, const CtImage *got, const char *expected_file, int tol)
+{
+    CtImage want;
+    if (read_ppm(expected_file, &want)) {
+        CHECKF(0, "%s: cannot read %s", what, expected_file);
+        return -1;
+    }
+    CHECKF(got->w == want.w && got->h == want.h, "%s: %dx%d vs %dx%d", what, got->w, got->h, want.w, want.h);
+    if (got->w == want.w && got->h == want.h) {
+        double mean;
+        int d = max_diff(got->px, want.px, (size_t)got->w * got->h * 3, &mean);
+        CHECKF(d <= tol, "%s: max |diff| %d (mean %.3f) > %d against %s", what, d, mean, tol, expected_file);
+    }
+    image_free(&want);
+    return 0;
+}
+
+static CtInterp interp_by_name(const char *s)
+{
+    return !strcmp(s, "nearest") ? CT_INTERP_NEAREST : !strcmp(s, "bicubic") ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+}
+
+static void copy_image(const CtImage *src, CtImage *dst)
+{
+    CtErr err;
+    CT_ASSERT(!image_alloc(dst, src->w, src->h, &err));
+    memcpy(dst->px, src->px, (size_t)src->w * src->h * 3);
+}
+
+/* Every RandAugment / AutoAugment op at fixed magnitudes: bit-exact. */
+static void test_ops(void)
+{
+    static const uint8_t fill[3] = {124, 116, 104}; /* timm's img_mean for the ImageNet mean */
+    CtImage src, low;
+    size_t n;
+    char *list = (char *)read_file("ops.txt", &n);
+    CHECK(list && !read_ppm("src.ppm", &src) && !read_ppm("src_low.ppm", &low));
+    if (!list || !src.px || !low.px)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int cases = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char op[64], interp[16], file[128], input[128];
+        double mag;
+        int neg;
+        if (line[0] == '#' || sscanf(line, "%63s %lf %d %15s %127s %127s", op, &mag, &neg, interp, file, input) != 6)
+            continue;
+        const CtImage *in = strcmp(input, "src_low.ppm") ? &src : &low;
+        int k = aug_op_by_name(op);
+        CHECKF(k >= 0, "unknown op %s", op);
+        if (k < 0)
+            continue;
+        CtImage img, tmp;
+        copy_image(in, &img);
+        copy_image(in, &tmp);
+        memset(tmp.px, 0x5a, (size_t)tmp.w * tmp.h * 3); /* ops may not rely on tmp's contents */
+        aug_op_apply(&img, &tmp, (AugOpKind)k, mag, neg, interp_by_name(interp), fill);
+        char what[384];
+        snprintf(what, sizeof what, "%s m=%g neg=%d %s on %s", op, mag, neg, interp, input);
+        compare_image(what, &img, file, 0);
+        image_free(&img);
+        image_free(&tmp);
+        cases++;
+    }
+    CHECKF(cases == 45, "%d op cases", cases);
+    free(list);
+    image_free(&src);
+    image_free(&low);
+}
+
+/* torchvision's adjust_brightness/contrast/saturation/hue and flips: bit-exact. */
+static void test_color(void)
+{
+    CtImage src;
+    size_t n;
+    char *list = (char *)read_file("color.txt", &n);
+    CHECK(list && !read_ppm("src.ppm", &src));
+    if (!list || !src.px)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int cases = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[32], file[128];
+        double f;
+        if (line[0] == '#' || sscanf(line, "%31s %lf %127s", name, &f, file) != 3)
+            continue;
+        CtImage img;
+        copy_image(&src, &img);
+        if (!strcmp(name, "brightness"))
+            enhance_brightness(&img, f);
+        else if (!strcmp(name, "contrast"))
+            enhance_contrast(&img, f);
+        else if (!strcmp(name, "saturation"))
+            enhance_color(&img, f);
+        else if (!strcmp(name, "hue"))
+            adjust_hue(&img, f);
+        else if (!strcmp(name, "hflip"))
+            aug_hflip(&img);
+        else if (!strcmp(name, "vflip"))
+            aug_vflip(&img);
+        char what[64];
+        snprintf(what, sizeof what, "%s %g", name, f);
+        compare_image(what, &img, file, 0);
+        image_free(&img);
+        cases++;
+    }
+    CHECKF(cases == 11, "%d colour cases", cases);
+    free(list);
+    image_free(&src);
+
+    /* ColorJitter with nothing to jitter leaves the image alone */
+    CtImage a, b;
+    CT_ASSERT(!read_ppm("src.ppm", &a));
+    copy_image(&a, &b);
+    CtRng rng = rng_for(1, 2, 3);
+    color_jitter(&b, 0, 0, 0, 0, &rng);
+    CHECK(!memcmp(a.px, b.px, (size_t)a.w * a.h * 3));
+    image_free(&a);
+    image_free(&b);
+}
+
+/* timm's eval transform per crop mode / interpolation on a PNG. */
+static void test_eval(void)
+{
+    size_t n, png_n;
+    char *list = (char *)read_file("eval.txt", &n);
+    uint8_t *png = read_file("eval_src.png", &png_n);
+    CHECK(list && png);
+    if (!list || !png)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int cases = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char mode[16], interp[16], file[128];
+        int size;
+        double pct;
+        if (line[0] == '#' || sscanf(line, "%15s %15s %d %lf %127s", mode, interp, &size, &pct, file) != 5)
+            continue;
+        EvalTransform t = eval_transform_default(size);
+        t.crop_pct = pct;
+        t.interp = interp_by_name(interp);
+        t.crop_mode = !strcmp(mode, "squash") ? CT_CROP_SQUASH : !strcmp(mode, "border") ? CT_CROP_BORDER : CT_CROP_CENTER;
+        CtImage got;
+        CtErr err;
+        CT_ASSERT(!image_alloc(&got, size, size, &err));
+        int rc = transform_eval(&t, png, png_n, got.px, &err);
+        CHECKF(rc == 0, "eval %s %s: %s", mode, interp, err.msg);
+        char what[96];
+        snprintf(what, sizeof what, "eval %s %s %d %g", mode, interp, size, pct);
+        if (rc == 0)
+            compare_image(what, &got, file, TOL_RESIZE);
+        image_free(&got);
+        cases++;
+    }
+    CHECKF(cases == 12, "%d eval cases", cases);
+    free(list);
+    free(png);
+}
+
+/* RandomResizedCrop's resize with a fixed box: torchvision's resized_crop. */
+static void test_rrc_fixed(void)
+{
+    size_t n, png_n;
+    char *list = (char *)read_file("rrc.txt", &n);
+    uint8_t *png = read_file("eval_src.png", &png_n);
+    CHECK(list && png);
+    if (!list || !png)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int w, h, cases = 0;
+    CtErr err;
+    CHECK(image_probe(png, png_n, &w, &h, &err) == 0 && w == 61 && h == 45);
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        CropBox box;
+        char interp[16], file[128];
+        int size;
+        if (line[0] == '#' ||
+            sscanf(line, "%d %d %d %d %15s %d %127s", &box.x, &box.y, &box.w, &box.h, interp, &size, file) != 7)
+            continue;
+        CtImage got;
+        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, &got, &err);
+        CHECKF(rc == 0, "rrc: %s", err.msg);
+        char what[96];
+        snprintf(what, sizeof what, "resized_crop %d,%d %dx%d %s", box.x, box.y, box.w, box.h, interp);
+        if (rc == 0)
+            compare_image(what, &got, file, TOL_RESIZE);
+        image_free(&got);
+        cases++;
+    }
+    CHECKF(cases == 5, "%d rrc cases", cases);
+    free(list);
+    free(png);
+}
+
+/* The DCT-scaled decode gives nearly the crop the full decode gives. */
+static void test_scaled_decode(void)
+{
+    size_t n;
+    uint8_t *jpg = read_file("photo.jpg", &n);
+    CHECK(jpg != NULL);
+    if (!jpg)
+        return;
+    int w, h;
+    CtErr err;
+    CHECK(image_probe(jpg, n, &w, &h, &err) == 0 && w == 320 && h == 240);
+    static const CropBox boxes[] = {{0, 0, 320, 240}, {37, 21, 250, 190}, {101, 50, 130, 97}, {10, 120, 66, 70}};
+    static const CtInterp interps[] = {CT_INTERP_BILINEAR, CT_INTERP_BICUBIC};
+    for (size_t b = 0; b < sizeof boxes / sizeof boxes[0]; b++) {
+        for (int i = 0; i < 2; i++) {
+            CtImage full, scaled;
+            int r1 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 0, &full, &err);
+            int r2 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 1, &scaled, &err);
+            CHECKF(r1 == 0 && r2 == 0, "scaled decode: %s", err.msg);
+            if (r1 == 0 && r2 == 0) {
+                double mean;
+                int d = max_diff(full.px, scaled.px, 32 * 32 * 3, &mean);
+                CHECKF(mean <= TOL_SCALED_MEAN && d <= TOL_SCALED_MAX,
+                       "box %d,%d %dx%d interp %d: scaled vs full decode mean |diff| %.3f, max %d", boxes[b].x,
+                       boxes[b].y, boxes[b].w, boxes[b].h, interps[i], mean, d);
+            }
+            image_free(&full);
+            image_free(&scaled);
+        }
+    }
+    free(jpg);
+}
+
+/* RandomResizedCrop's box sampling: inside the image, area and aspect in range. */
+static void test_rrc_sampling(void)
+{
+    const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+    CtRng rng = rng_for(7, 0, 0);
+    int W = 500, H = 375, draws = 20000, bad = 0, fallback = 0;
+    double area_sum = 0;
+    for (int i = 0; i < draws; i++) {
+        CropBox b = rrc_sample(W, H, scale, ratio, &rng);
+        if (b.x < 0 || b.y < 0 || b.w < 1 || b.h < 1 || b.x + b.w > W || b.y + b.h > H)
+            bad++;
+        double frac = (double)b.w * b.h / (W * H), ar = (double)b.w / b.h;
+        /* the rounding of w and h moves area and ratio by at most ~1 px each */
+        double slack = 1.0 / b.w + 1.0 / b.h;
+        if (frac < scale[0] * (1 - 2 * slack) || frac > scale[1] * (1 + 2 * slack) || ar < ratio[0] * (1 - slack) ||
+            ar > ratio[1] * (1 + slack))
+            bad++;
+        if (b.w == W && b.h == H)
+            fallback++;
+        area_sum += frac;
+    }
+    CHECKF(bad == 0, "%d boxes out of range", bad);
+    /* E[area] over the accepted draws is a little below the uniform's 0.54 */
+    CHECKF(area_sum / draws > 0.40 && area_sum / draws < 0.56, "mean area fraction %.3f", area_sum / draws);
+    CHECKF(fallback < draws / 50, "%d whole-image fallbacks", fallback);
+
+    /* A strip no box of ratio <= 4/3 fits at scale >= 0.5: the central
+     * fallback, clipped to the ratio range. */
+    const double big[2] = {0.5, 1.0};
+    CropBox b = rrc_sample(1000, 50, big, ratio, &rng);
+    CHECKF(b.h == 50 && b.w == 67 && b.x == (1000 - 67) / 2 && b.y == 0, "fallback %d,%d %dx%d", b.x, b.y, b.w, b.h);
+    b = rrc_sample(40, 900, big, ratio, &rng);
+    CHECKF(b.w == 40 && b.h == 53 && b.y == (900 - 53) / 2, "fallback %d,%d %dx%d", b.x, b.y, b.w, b.h);
+
+    /* determinism */
+    CtRng r1 = rng_for(3, 1, 4), r2 = rng_for(3, 1, 4);
+    for (int i = 0; i < 100; i++) {
+        CropBox p = rrc_sample(W, H, scale, ratio, &r1), q = rrc_sample(W, H, scale, ratio, &r2);
+        CHECK(p.x == q.x && p.y == q.y && p.w == q.w && p.h == q.h);
+    }
+}
+
+static void test_flip_rates(void)
+{
+    TrainTransform t = train_transform_default(224);
+    t.random_interp = 1;
+    CtRng rng = rng_for(11, 0, 0);
+    int draws = 20000, h = 0, v = 0, bicubic = 0;
+    for (int i = 0; i < draws; i++) {
+        TrainSample s;
+        train_sample(&t, 640, 480, &rng, &s);
+        h += s.hflip;
+        v += s.vflip;
+        bicubic += s.interp == CT_INTERP_BICUBIC;
+    }
+    CHECKF(fabs((double)h / draws - 0.5) < 0.02, "hflip rate %.4f", (double)h / draws);
+    CHECKF(v == 0, "vflip with p = 0: %d", v);
+    CHECKF(fabs((double)bicubic / draws - 0.5) < 0.02, "random interpolation: bicubic rate %.4f",
+           (double)bicubic / draws);
+    t.vflip = 0.25;
+    v = 0;
+    for (int i = 0; i < draws; i++) {
+        TrainSample s;
+        train_sample(&t, 640, 480, &rng, &s);
+        v += s.vflip;
+    }
+    CHECKF(fabs((double)v / draws - 0.25) < 0.02, "vflip rate %.4f", (double)v / draws);
+}
+
+static void test_parse(void)
+{
+    AugPolicy p;
+    CtErr err;
+    CHECK(aug_parse("rand-m9-mstd0.5-inc1", &p, &err) == 0);
+    CHECK(p.rand && p.num_layers == 2 && p.n_ops == 15 && p.magnitude_std == 0.5 && p.magnitude_max == 10);
+    CHECK(p.ops[4].kind == AUG_POSTERIZE_INC && p.ops[4].magnitude == 9 && p.ops[4].prob == 0.5);
+    CHECK(aug_parse("rand-m9-n3-mstd0.5", &p, &err) == 0);
+    CHECK(p.num_layers == 3 && p.ops[4].kind == AUG_POSTERIZE && p.ops[7].kind == AUG_COLOR);
+    CHECK(aug_parse("rand-m7-inc0-p0.8-mmax15-mstd101", &p, &err) == 0);
+    CHECK(p.ops[0].prob == 0.8 && p.magnitude_max == 15 && isinf(p.magnitude_std) && p.ops[5].kind == AUG_SOLARIZE);
+    CHECK(aug_parse("rand-mstd1-tweights", &p, &err) == 0);
+    CHECK(p.weighted && p.n_ops == 15 && p.ops[0].kind == AUG_ROTATE && p.weights[0] == 3 && p.ops[0].magnitude == 10);
+    CHECK(aug_parse("original", &p, &err) == 0);
+    CHECK(!p.rand && p.n_ops == 50 && p.ops[0].kind == AUG_POSTERIZE_ORIG && p.ops[0].prob == 0.4);
+    CHECK(aug_parse("originalr-mstd0.5", &p, &err) == 0);
+    CHECK(p.ops[0].kind == AUG_POSTERIZE_INC && p.magnitude_std == 0.5);
+    CHECK(aug_parse("v0r", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE_INC);
+    CHECK(aug_parse("v0", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE && p.ops[31].kind == AUG_TRANSLATE_Y_REL);
+    static const char *bad[] = {"rand-q3", "rand-m9.5", "augmix-m5", "v1", "original-foo3", "rand-t3a", "", "rand-n99-tweights"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = 0;
+        CHECKF(aug_parse(bad[i], &p, &err) == -1 && err.msg[0], "'%s' accepted", bad[i]);
+    }
+    for (int k = 0; k < AUG_N_OPS; k++)
+        CHECK(aug_op_by_name(aug_op_name((AugOpKind)k)) == k);
+}
+
+/* Whole train transforms: same rng, same bytes; the random paths run clean
+ * (under the sanitizers too) on odd sizes. */
+static void test_train_determinism(void)
+{
+    size_t n;
+    uint8_t *jpg = read_file("photo.jpg", &n);
+    uint8_t *png = NULL;
+    size_t png_n;
+    png = read_file("eval_src.png", &png_n);
+    CHECK(jpg && png);
+    if (!jpg || !png)
+        return;
+    static const char *aa[] = {NULL, "rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5", "original", "v0r-mstd0.5",
+                               "rand-m10-mstd101-tweights-n4", "rand-m30-mmax30-n4-p1.0"};
+    enum { S = 37 };
+    uint8_t a[S * S * 3], b[S * S * 3], c[S * S * 3];
+    for (size_t k = 0; k < sizeof aa / sizeof aa[0]; k++) {
+        TrainTransform t = train_transform_default(S);
+        t.auto_augment = aa[k];
+        t.random_interp = k % 2;
+        t.vflip = 0.3;
+        t.jitter_hue = 0.2;
+        for (int src = 0; src < 2; src++) {
+            const uint8_t *d = src ? png : jpg;
+            size_t dn = src ? png_n : n;
+            int differ = 0;
+            for (uint64_t idx = 0; idx < 12; idx++) {
+                CtErr err;
+                CtRng r1 = rng_for(5, 1, idx), r2 = rng_for(5, 1, idx), r3 = rng_for(5, 2, idx);
+                int rc = transform_train(&t, d, dn, &r1, a, &err);
+                CHECKF(rc == 0, "train %s: %s", aa[k] ? aa[k] : "(jitter)", err.msg);
+                CHECK(transform_train(&t, d, dn, &r2, b, &err) == 0);
+                CHECK(transform_train(&t, d, dn, &r3, c, &err) == 0);
+                CHECKF(!memcmp(a, b, sizeof a), "%s: same rng, different output", aa[k] ? aa[k] : "(jitter)");
+                differ += memcmp(a, c, sizeof a) != 0;
+            }
+            CHECKF(differ >= 10, "%s: other epochs gave the same output %d/12 times", aa[k] ? aa[k] : "(jitter)",
+                   12 - differ);
+        }
+    }
+    /* errors are reported, not fatal */
+    TrainTransform t = train_transform_default(S);
+    CtErr err;
+    CtRng r = rng_for(1, 1, 1);
+    t.auto_augment = "rand-x9";
+    CHECK(transform_train(&t, jpg, n, &r, a, &err) == -1 && strstr(err.msg, "rand-x9"));
+    t.auto_augment = NULL;
+    CHECK(transform_train(&t, jpg, 10, &r, a, &err) == -1);
+    EvalTransform e = eval_transform_default(S);
+    CHECK(transform_eval(&e, png, 20, a, &err) == -1);
+    e.crop_pct = -1;
+    CHECK(transform_eval(&e, png, png_n, a, &err) == -1);
+    free(jpg);
+    free(png);
+}
+
+static void test_random_erasing(void)
+{
+    enum { N = 400, C = 3, H = 24, W = 20 };
+    float *x = malloc(sizeof(float) * N * C * H * W);
+    RandomErasing re = {.prob = 0.25, .mode = CT_ERASE_CONST, .min_count = 1, .max_count = 1};
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        x[i] = 1.0f;
+    CtRng rng = rng_for(9, 0, 0);
+    random_erasing_apply(&re, x, N, C, H, W, &rng);
+    int erased = 0, bad = 0;
+    for (int i = 0; i < N; i++) {
+        const float *img = x + (size_t)i * C * H * W;
+        int zeros = 0, x0 = W, x1 = -1, y0 = H, y1 = -1;
+        for (int y = 0; y < H; y++)
+            for (int xx = 0; xx < W; xx++)
+                if (img[y * W + xx] == 0.0f) {
+                    zeros++;
+                    x0 = xx < x0 ? xx : x0, x1 = xx > x1 ? xx : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
+                }
+        if (!zeros)
+            continue;
+        erased++;
+        /* one rectangle, the same on every channel, area within 2%..1/3 (+ rounding) */
+        int bw = x1 - x0 + 1, bh = y1 - y0 + 1;
+        double frac = (double)bw * bh / (H * W), slack = 1.0 / bw + 1.0 / bh;
+        if (zeros != bw * bh || frac < 0.02 * (1 - 2 * slack) || frac > (1.0 / 3) * (1 + 2 * slack) || bw >= W ||
+            bh >= H)
+            bad++;
+        for (int c = 1; c < C; c++)
+            if (memcmp(img, img + (size_t)c * H * W, sizeof(float) * H * W))
+                bad++;
+    }
+    CHECKF(fabs((double)erased / N - 0.25) < 0.07, "erased %d of %d at p = 0.25", erased, N);
+    CHECKF(bad == 0, "%d malformed erasures", bad);
+
+    /* 'rand': one normal value per channel; 'pixel': per element; same rng, same result */
+    float *y = malloc(sizeof(float) * N * C * H * W);
+    for (int mode = CT_ERASE_RAND; mode <= CT_ERASE_PIXEL; mode++) {
+        RandomErasing r2 = {.prob = 1.0, .mode = (CtEraseMode)mode, .min_count = 1, .max_count = 3};
+        for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+            x[i] = y[i] = 100.0f;
+        CtRng a = rng_for(2, 0, 0), b = rng_for(2, 0, 0);
+        random_erasing_apply(&r2, x, N, C, H, W, &a);
+        random_erasing_apply(&r2, y, N, C, H, W, &b);
+        CHECK(!memcmp(x, y, sizeof(float) * N * C * H * W));
+        int touched = 0;
+        double sum = 0, sum2 = 0;
+        size_t cnt = 0;
+        for (int i = 0; i < N; i++) {
+            const float *img = x + (size_t)i * C * H * W;
+            int any = 0;
+            for (int k = 0; k < C * H * W; k++) {
+                if (img[k] != 100.0f) {
+                    any = 1;
+                    sum += img[k];
+                    sum2 += (double)img[k] * img[k];
+                    cnt++;
+                }
+            }
+            touched += any;
+        }
+        CHECKF(touched == N, "mode %d: %d of %d images erased at p = 1", mode, touched, N);
+        double mu = sum / cnt, var = sum2 / cnt - mu * mu;
+        CHECKF(fabs(mu) < 0.1 && fabs(var - 1) < 0.15, "mode %d: fill mean %.3f var %.3f", mode, mu, var);
+    }
+    free(x);
+    free(y);
+}
+
+int main(void)
+{
+    test_ops();
+    test_color();
+    test_parse();
+    test_rrc_sampling();
+    test_flip_rates();
+    test_random_erasing();
+    test_eval();
+    test_rrc_fixed();
+    test_scaled_decode();
+    test_train_determinism();
+    return check_done("test_transforms");
+}

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Regenerate tests/data/transforms/: inputs and expected outputs for tests/test_transforms.c.
+
+Every expected output is made by the real code ctimm reproduces: timm's auto_augment.py ops
+(through timm's own AugmentOp, magnitude std 0, prob 1, the random sign pinned), torchvision
+0.14's functional_pil colour adjustments and resized_crop, and timm's transforms_imagenet_eval.
+Images are PPM (P6) so the C test reads them without a decoder; the transform inputs are PNG and
+JPEG because those go through image_decode.
+
+Usage (Debian's PIL 9.4 / torchvision 0.14 belong to /usr/bin/python3):
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_transform_fixtures.py [--out tests/data/transforms]
+"""
+
+import argparse
+import math
+import os
+
+import numpy as np
+import PIL
+from PIL import Image
+import torchvision
+import torchvision.transforms.functional as TF
+from torchvision.transforms import InterpolationMode
+
+import timm
+from timm.data import auto_augment as aa
+from timm.data.transforms_factory import transforms_imagenet_eval
+
+PIL_INTERP = {'nearest': Image.NEAREST, 'bilinear': Image.BILINEAR, 'bicubic': Image.BICUBIC}
+TV_INTERP = {'nearest': InterpolationMode.NEAREST, 'bilinear': InterpolationMode.BILINEAR,
+             'bicubic': InterpolationMode.BICUBIC}
+IMG_MEAN = tuple(min(255, round(255 * x)) for x in (0.485, 0.456, 0.406))  # timm's img_mean
+
+
+def synthetic(w, h, seed, noise=6.0):
+    """A photo-like test card: smooth colour fields, edges, saturated disks, a little noise."""
+    rng = np.random.RandomState(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    u, v = x / w, y / h
+    r = 128 + 90 * np.sin(2 * math.pi * (1.3 * u + 0.4 * v)) + 30 * v
+    g = 110 + 80 * np.cos(2 * math.pi * (0.7 * u - 1.1 * v)) - 20 * u
+    b = 90 + 100 * u * v + 40 * np.sin(6 * math.pi * v)
+    img = np.stack([r, g, b], -1)
+    for cx, cy, rad, col in ((0.3, 0.35, 0.18, (250, 30, 20)), (0.72, 0.6, 0.2, (20, 200, 60)),
+                             (0.55, 0.2, 0.1, (40, 40, 230)), (0.15, 0.8, 0.12, (250, 250, 240))):
+        m = (u - cx) ** 2 + ((v - cy) * h / w) ** 2 < rad ** 2
+        img[m] = col
+    img[:, int(0.85 * w):int(0.9 * w)] *= 0.25  # a dark bar: a hard vertical edge
+    img += rng.normal(0, noise, img.shape)
+    return Image.fromarray(np.clip(img, 0, 255).round().astype(np.uint8), 'RGB')
+
+
+def save_ppm(path, img):
+    img = img.convert('RGB')
+    with open(path, 'wb') as f:
+        f.write(b'P6\n%d %d\n255\n' % img.size)
+        f.write(np.asarray(img, dtype=np.uint8).tobytes())
+
+
+# (op, magnitude, negate, interpolation) for one AugmentOp call each.
+OP_CASES = [
+    ('AutoContrast', 0, 0, 'bilinear'), ('Equalize', 0, 0, 'bilinear'), ('Invert', 0, 0, 'bilinear'),
+    ('Rotate', 9, 0, 'nearest'), ('Rotate', 9, 0, 'bilinear'), ('Rotate', 9, 0, 'bicubic'),
+    ('Rotate', 3, 1, 'bilinear'), ('Rotate', 6.3, 1, 'bicubic'), ('Rotate', 0, 0, 'bilinear'),
+    ('Posterize', 3, 0, 'bilinear'), ('Posterize', 9, 0, 'bilinear'),
+    ('PosterizeIncreasing', 2, 0, 'bilinear'), ('PosterizeIncreasing', 10, 0, 'bilinear'),
+    ('PosterizeOriginal', 5, 0, 'bilinear'), ('Posterize', 6.3, 0, 'bilinear'),
+    ('Solarize', 5, 0, 'bilinear'), ('Solarize', 9, 0, 'bilinear'), ('SolarizeIncreasing', 3, 0, 'bilinear'),
+    ('SolarizeAdd', 4, 0, 'bilinear'), ('SolarizeAdd', 9, 0, 'bilinear'),
+    ('Color', 2, 0, 'bilinear'), ('Color', 9, 0, 'bilinear'), ('ColorIncreasing', 7, 1, 'bilinear'),
+    ('Contrast', 2, 0, 'bilinear'), ('Contrast', 9, 0, 'bilinear'), ('ContrastIncreasing', 7, 0, 'bilinear'),
+    ('Brightness', 2, 0, 'bilinear'), ('Brightness', 9, 0, 'bilinear'),
+    ('BrightnessIncreasing', 7, 1, 'bilinear'),
+    ('Sharpness', 2, 0, 'bilinear'), ('Sharpness', 9, 0, 'bilinear'), ('SharpnessIncreasing', 7, 1, 'bilinear'),
+    ('ShearX', 9, 0, 'nearest'), ('ShearX', 9, 0, 'bilinear'), ('ShearX', 9, 0, 'bicubic'),
+    ('ShearY', 5, 1, 'bilinear'), ('ShearY', 5, 1, 'bicubic'),
+    ('TranslateXRel', 9, 1, 'nearest'), ('TranslateXRel', 9, 1, 'bilinear'), ('TranslateXRel', 9, 1, 'bicubic'),
+    ('TranslateYRel', 4, 0, 'bicubic'), ('TranslateYRel', 7.5, 1, 'nearest'),
+    # on a low-contrast input, where the histogram ops have work to do
+    ('AutoContrast', 0, 0, 'bilinear', 'src_low.ppm'), ('Equalize', 0, 0, 'bilinear', 'src_low.ppm'),
+    ('Contrast', 9, 0, 'bilinear', 'src_low.ppm'),
+]
+
+# torchvision.transforms.functional (PIL backend) at fixed factors: what ColorJitter applies.
+COLOR_CASES = [('brightness', 0.6), ('brightness', 1.37), ('contrast', 0.65), ('contrast', 1.4),
+               ('saturation', 0.0), ('saturation', 1.33), ('hue', -0.3), ('hue', 0.12), ('hue', 0.5),
+               ('hflip', 0), ('vflip', 0)]
+
+# timm's eval transform: (crop_mode, interpolation, img_size, crop_pct)
+EVAL_CASES = [(m, i, 32, 0.875) for m in ('center', 'squash', 'border')
+              for i in ('nearest', 'bilinear', 'bicubic')]
+EVAL_CASES += [('center', 'bicubic', 32, 1.0), ('border', 'bilinear', 32, 0.95), ('center', 'bilinear', 40, 1.25)]
+
+# torchvision resized_crop (RandomResizedCropAndInterpolation's output) with a fixed box:
+# (top, left, height, width, interpolation, size)
+RRC_CASES = [(5, 9, 30, 41, 'bilinear', 32), (5, 9, 30, 41, 'bicubic', 32), (5, 9, 30, 41, 'nearest', 32),
+             (0, 0, 45, 61, 'bilinear', 24), (20, 30, 12, 10, 'bicubic', 16)]
+
+
+def fmt(x):
+    return repr(float(x))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', default=os.path.join(os.path.dirname(__file__), '..', 'tests', 'data', 'transforms'))
+    args = ap.parse_args()
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+
+    src = synthetic(32, 24, 1)
+    save_ppm(os.path.join(out, 'src.ppm'), src)
+    low = np.asarray(src).astype(np.float64) * np.array([0.35, 0.5, 0.2]) + np.array([70, 40, 120])
+    inputs = {'src.ppm': src, 'src_low.ppm': Image.fromarray(low.round().astype(np.uint8), 'RGB')}
+    save_ppm(os.path.join(out, 'src_low.ppm'), inputs['src_low.ppm'])
+
+    lines = []
+    for k, case in enumerate(OP_CASES):
+        name, mag, neg, interp = case[:4]
+        input_name = case[4] if len(case) > 4 else 'src.ppm'
+        aa._randomly_negate = (lambda v: -v) if neg else (lambda v: v)
+        hp = dict(translate_const=int(32 * 0.45), img_mean=IMG_MEAN, interpolation=PIL_INTERP[interp])
+        op = aa.AugmentOp(name, prob=1.0, magnitude=mag, hparams=hp)
+        res = op(inputs[input_name])
+        fn = 'op%02d_%s.ppm' % (k, name)
+        save_ppm(os.path.join(out, fn), res)
+        lines.append('%s %s %d %s %s %s' % (name, fmt(mag), neg, interp, fn, input_name))
+    with open(os.path.join(out, 'ops.txt'), 'w') as f:
+        f.write('# op magnitude negate interpolation expected input (fill %d %d %d)\n' % IMG_MEAN)
+        f.write('\n'.join(lines) + '\n')
+
+    lines = []
+    for k, (name, factor) in enumerate(COLOR_CASES):
+        fn = {'brightness': TF.adjust_brightness, 'contrast': TF.adjust_contrast,
+              'saturation': TF.adjust_saturation, 'hue': TF.adjust_hue}
+        if name == 'hflip':
+            res = TF.hflip(src)
+        elif name == 'vflip':
+            res = TF.vflip(src)
+        else:
+            res = fn[name](src, factor)
+        f_name = 'color%02d_%s.ppm' % (k, name)
+        save_ppm(os.path.join(out, f_name), res)
+        lines.append('%s %s %s' % (name, fmt(factor), f_name))
+    with open(os.path.join(out, 'color.txt'), 'w') as f:
+        f.write('# adjustment factor expected (input src.ppm; torchvision.transforms.functional on PIL)\n')
+        f.write('\n'.join(lines) + '\n')
+
+    eval_src = synthetic(61, 45, 2)
+    eval_src.save(os.path.join(out, 'eval_src.png'))
+    lines = []
+    for k, (mode, interp, size, pct) in enumerate(EVAL_CASES):
+        tf = transforms_imagenet_eval(size, crop_pct=pct, crop_mode=mode, interpolation=interp,
+                                      use_prefetcher=True)
+        res = np.asarray(tf(eval_src)).transpose(1, 2, 0)  # MaybePILToTensor gives CHW uint8
+        fn = 'eval%02d_%s_%s.ppm' % (k, mode, interp)
+        save_ppm(os.path.join(out, fn), Image.fromarray(np.ascontiguousarray(res)))
+        lines.append('%s %s %d %s %s' % (mode, interp, size, fmt(pct), fn))
+    with open(os.path.join(out, 'eval.txt'), 'w') as f:
+        f.write('# crop_mode interpolation img_size crop_pct expected (input eval_src.png; mean imagenet)\n')
+        f.write('\n'.join(lines) + '\n')
+
+    lines = []
+    for k, (top, left, h, w, interp, size) in enumerate(RRC_CASES):
+        res = TF.resized_crop(eval_src, top, left, h, w, [size, size], TV_INTERP[interp])
+        fn = 'rrc%02d_%s.ppm' % (k, interp)
+        save_ppm(os.path.join(out, fn), res)
+        lines.append('%d %d %d %d %s %d %s' % (left, top, w, h, interp, size, fn))
+    with open(os.path.join(out, 'rrc.txt'), 'w') as f:
+        f.write('# x y w h interpolation size expected (input eval_src.png; torchvision resized_crop)\n')
+        f.write('\n'.join(lines) + '\n')
+
+    # A larger JPEG for the scaled-decode path (DCT downscaling), compared to the full decode in C.
+    synthetic(320, 240, 3, noise=2.0).save(os.path.join(out, 'photo.jpg'), quality=90)
+
+    with open(os.path.join(out, 'VERSIONS'), 'w') as f:
+        f.write('PIL %s\ntorchvision %s\ntimm %s\nnumpy %s\n' % (
+            PIL.__version__, torchvision.__version__, timm.__version__, np.__version__))
+
+
+if __name__ == '__main__':
+    main()
