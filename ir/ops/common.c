@@ -25,3 +25,16 @@ int require_shape(const Graph *g, const Node *n, int i, const CtShape *s, CtErr 
                        shape_str(in_shape(g, n, i), a, sizeof a), shape_str(s, b, sizeof b));
     return 0;
 }
+
+void strided_gather(const double *src, double *dst, const CtShape *out, const int64_t *stride)
+{
+    int64_t idx[CT_MAX_DIMS] = {0}, count = shape_numel(out);
+    for (int64_t o = 0; o < count; o++) {
+        int64_t at = 0;
+        for (int d = 0; d < out->ndim; d++)
+            at += idx[d] * stride[d];
+        dst[o] = src[at];
+        for (int d = out->ndim - 1; d >= 0 && ++idx[d] == out->d[d]; d--)
+            idx[d] = 0;
+    }
+}

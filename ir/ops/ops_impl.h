@@ -27,6 +27,10 @@ static inline void split_at_dim(const CtShape *s, int64_t dim, int64_t *outer, i
         *inner *= s->d[i];
 }
 
+/* dst[o] = src[sum of o's index times stride] for every element o of a
+ * tensor of shape `out`: permutes and broadcasts are gathers like this. */
+void strided_gather(const double *src, double *dst, const CtShape *out, const int64_t *stride);
+
 /* Shape rule of ops whose single output has the type of input 0. */
 int infer_like_input0(const Graph *g, const Node *n, CtType *out, CtErr *err);
 /* Fails unless input i is a floating tensor of exactly ndim dims (ndim<0: any). */

@@ -62,7 +62,7 @@ static int infer_permute(const Graph *g, const Node *n, CtType *out, CtErr *err)
 static void permute_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
-    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
+    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS];
     int64_t s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) {
         xstride[i] = s;
@@ -70,15 +70,7 @@ static void permute_ref(const Graph *g, const Node *n, double *const *in, double
     }
     for (int i = 0; i < y->ndim; i++)
         stride[i] = xstride[n->iattr[1 + i]];
-    int64_t count = shape_numel(y);
-    for (int64_t o = 0; o < count; o++) {
-        int64_t src = 0;
-        for (int d = 0; d < y->ndim; d++)
-            src += idx[d] * stride[d];
-        out[0][o] = in[0][src];
-        for (int d = y->ndim - 1; d >= 0 && ++idx[d] == y->d[d]; d--)
-            idx[d] = 0;
-    }
+    strided_gather(in[0], out[0], y, stride);
 }
 
 static void permute_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -234,22 +226,14 @@ static int infer_expand(const Graph *g, const Node *n, CtType *out, CtErr *err)
 static void expand_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
-    int64_t stride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0}, s = 1;
+    int64_t stride[CT_MAX_DIMS], s = 1;
     for (int i = y->ndim - 1; i >= 0; i--) {
         int j = i - (y->ndim - x->ndim);
         int64_t d = j >= 0 ? x->d[j] : 1;
         stride[i] = d == 1 ? 0 : s;
         s *= d;
     }
-    int64_t count = shape_numel(y);
-    for (int64_t o = 0; o < count; o++) {
-        int64_t src = 0;
-        for (int d = 0; d < y->ndim; d++)
-            src += idx[d] * stride[d];
-        out[0][o] = in[0][src];
-        for (int d = y->ndim - 1; d >= 0 && ++idx[d] == y->d[d]; d--)
-            idx[d] = 0;
-    }
+    strided_gather(in[0], out[0], y, stride);
 }
 
 static void expand_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
