@@ -2,7 +2,9 @@
 
 #include <string.h>
 
-static const CtBackend *const backends[] = {&ct_backend_ref};
+extern const CtBackend ct_backend_cpu; /* runtime/cpu: f32 graphs, BLAS for GEMM and convolution */
+
+static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu};
 
 const CtBackend *backend_find(const char *name)
 {

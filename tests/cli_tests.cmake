@@ -84,3 +84,10 @@ set_tests_properties(compile_full_pipeline PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME compile_dump_after_amp COMMAND ${COMPILE} --model test_vit --amp --amp-dtype bfloat16 --dump-ir-after amp)
 set_tests_properties(compile_dump_after_amp PROPERTIES PASS_REGULAR_EXPRESSION "= linear\\([^\n]* bf16 contig")
 add_test(NAME compile_unknown_pass COMMAND ${FAIL} "unknown pass 'bogus'" ${COMPILE} --model test_resnet --passes bogus)
+
+# The cpu backend (f32, BLAS) against timm's reference step, like the ref backend.
+foreach(model test_resnet test_vit)
+  add_test(NAME parity_cpu_${model} COMMAND sh -c
+    "${RUN} --model ${model} --backend cpu --vectors ${DATA}/${model}.safetensors --out ${model}.cpu.out.safetensors && \
+     ${RUN} --compare ${model}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+endforeach()

@@ -1,0 +1,113 @@
+/*
+ * Kernel cache: content-addressed storage of compiled kernels. Compiling is
+ * not done here: cache_get takes a compile callback and calls it on a miss.
+ *
+ * Key: XXH3-128 over everything that shapes the binary (rendered source,
+ * target, compiler identity and version, compile options, codegen version),
+ * each part length-prefixed so different splits cannot collide.
+ *
+ * Two levels: an in-process map (key -> blob, owned by the KernelCache) in
+ * front of a directory with one file per entry, named by the hex key:
+ *
+ *   header (64 bytes, little-endian):
+ *     0  magic "CTIMMKC\0"        8  u32 format version   12 u32 header size
+ *     16 key (XXH128 canonical)   32 u64 material length  40 u64 payload length
+ *     48 XXH3-128 of the payload (canonical)
+ *   material: the hashed key parts themselves (so the source is stored, and a
+ *     hit is checked byte for byte against what was asked for)
+ *   payload: the compiled binary
+ *
+ * Entries are written to a mkstemp file in the same directory, fsynced and
+ * renamed into place, so readers (other threads, other processes) only ever
+ * see whole files; two writers of one key both rename valid files, last wins.
+ * A file that fails any check (magic, version, key vs name and request,
+ * material, sizes, payload hash) is never trusted: it is recompiled, replaced
+ * and counted in stats.corrupt.
+ *
+ * Thread safety: cache_get may be called from many threads at once. A key
+ * being compiled by one thread is waited for by the others (one compile per
+ * key per process).
+ */
+#ifndef CTIMM_CACHE_H
+#define CTIMM_CACHE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/status.h"
+
+/* Bump whenever codegen changes what it emits for the same inputs. */
+#define CACHE_CODEGEN_VERSION "ctimm-codegen-1"
+/* Bump whenever the entry file layout changes. */
+#define CACHE_FORMAT_VERSION 1u
+
+/* Everything that shapes the binary. All are NUL-terminated strings; NULL
+ * is taken as "". codegen_version NULL means CACHE_CODEGEN_VERSION. */
+typedef struct CacheKeyParts {
+    const char *source;           /* rendered CUDA C or host C */
+    const char *target;           /* "sm_90", "host-x86_64" */
+    const char *compiler;         /* "nvrtc", "cc" */
+    const char *compiler_version; /* full version string */
+    const char *options;          /* compile options, as passed */
+    const char *codegen_version;
+} CacheKeyParts;
+
+typedef struct CacheKey {
+    uint8_t bytes[16]; /* XXH128 canonical (big-endian) form */
+} CacheKey;
+
+/* Fills *blob with a malloc'd binary of *n > 0 bytes (the cache takes it
+ * and frees it), or returns -1 with err set. */
+typedef int (*CacheCompileFn)(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err);
+
+typedef struct CacheOptions {
+    const char *dir;    /* NULL: resolved from the environment (cache_dir_from_env) */
+    int no_cache;       /* --no-cache: compile every time, touch no disk */
+    int forbid_compile; /* a compile is an error (tests assert "nothing compiled") */
+} CacheOptions;
+
+typedef struct CacheStats {
+    uint64_t mem_hits, disk_hits, compiles;
+    uint64_t corrupt;        /* bad disk entries recompiled and replaced */
+    uint64_t write_failures; /* entries that could not be stored (the get still succeeded) */
+} CacheStats;
+
+typedef struct CacheEntry CacheEntry;
+
+typedef struct KernelCache {
+    char *dir;          /* NULL when no_cache */
+    int no_cache;
+    int forbid_compile; /* may be flipped between calls to cache_get */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;  /* a pending compile finished */
+    CacheEntry *slots;  /* open addressing, power-of-two capacity */
+    size_t cap, used;
+    void **loose;       /* blobs compiled under no_cache, freed at close */
+    size_t nloose, loose_cap;
+    CacheStats stats;
+    CtErr write_err;    /* the first write failure, for --cache-stats */
+} KernelCache;
+
+/* opt NULL: defaults (dir from the environment). Creates the directory
+ * (and its parents) unless no_cache. */
+int cache_open(KernelCache *c, const CacheOptions *opt, CtErr *err);
+void cache_close(KernelCache *c);
+
+/* The cache directory from the environment: $CTIMM_CACHE_DIR, else
+ * $XDG_CACHE_HOME/ctimm (when absolute), else $HOME/.cache/ctimm. */
+int cache_dir_from_env(char *out, size_t cap, CtErr *err);
+
+int cache_key(const CacheKeyParts *parts, CacheKey *key, CtErr *err);
+/* 32 lowercase hex digits and a NUL. */
+void cache_key_hex(const CacheKey *key, char out[33]);
+
+/* *blob stays valid, owned by c, until cache_close. */
+int cache_get(KernelCache *c, const CacheKeyParts *parts, CacheCompileFn compile, void *ctx, const void **blob,
+              size_t *n, CtErr *err);
+
+CacheStats cache_stats(KernelCache *c);
+void cache_stats_print(KernelCache *c, FILE *f);
+
+#endif

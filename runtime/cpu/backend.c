@@ -1,0 +1,181 @@
+/*
+ * The cpu backend: runs an f32 graph node by node in f32, activations and
+ * gradients in one arena laid out by the memory plan (passes/plan.h), state
+ * read and written in place in the CtState block, inputs read where the
+ * caller holds them, graph outputs written straight into the caller's
+ * tensors. GEMMs and convolutions go through BLAS (gemm_ops.c); the other
+ * ops are plain f32 loops (their files). An op without an f32 kernel, or a
+ * node on integer values (the AdamW step count, casts of it), runs its ref
+ * kernel through doubles, which is exact for those. f16/bf16/f64 nodes are
+ * not supported: the amp pass's graphs need the compiled path.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/plan.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu.h"
+
+extern const CtBackend ct_backend_cpu;
+
+static const CpuKernel kernels[CT_NOPS] = {
+#define X(op) [CT_OP_##op] = cpu_##op,
+    CPU_KERNELS(X)
+#undef X
+};
+
+float *cpu_floats(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    CT_ASSERT(p != NULL);
+    return p;
+}
+
+static int storable(CtDType t) { return t == CT_F32 || t == CT_I64 || t == CT_I32 || t == CT_U8; }
+
+static int cpu_supports(const Graph *g, const Node *n)
+{
+    for (int k = 0; k < n->nin; k++)
+        if (!storable(g->values[n->in[k]].type.dtype))
+            return 0;
+    for (int k = 0; k < n->nout; k++)
+        if (!storable(g->values[n->out[k]].type.dtype))
+            return 0;
+    return 1;
+}
+
+/* Whether node n may take its f32 kernel: one exists and every value is f32,
+ * except the integer inputs the kernel reads as such. */
+static int fast_path(const Graph *g, const Node *n)
+{
+    if (!kernels[n->op])
+        return 0;
+    for (int k = 0; k < n->nin; k++) {
+        int int_ok = n->op == CT_OP_adamw_update && k == 5;
+        if (g->values[n->in[k]].type.dtype != CT_F32 && !int_ok)
+            return 0;
+    }
+    for (int k = 0; k < n->nout; k++)
+        if (g->values[n->out[k]].type.dtype != CT_F32)
+            return 0;
+    return 1;
+}
+
+/* The op's ref kernel on doubles converted from and back to the storage. */
+static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *const *out)
+{
+    double *din[CT_MAX_IN] = {0}, *dout[CT_MAX_OUT] = {0};
+    for (int k = 0; k < n->nin; k++) {
+        const Value *v = &g->values[n->in[k]];
+        int64_t cnt = shape_numel(&v->type.shape);
+        din[k] = malloc((size_t)(cnt ? cnt : 1) * sizeof(double));
+        CT_ASSERT(din[k] != NULL);
+        elems_to_double(in[k], v->type.dtype, cnt, din[k]);
+    }
+    for (int k = 0; k < n->nout; k++) {
+        int64_t cnt = shape_numel(&g->values[n->out[k]].type.shape);
+        dout[k] = malloc((size_t)(cnt ? cnt : 1) * sizeof(double));
+        CT_ASSERT(dout[k] != NULL);
+    }
+    op_def(n->op)->ref(g, n, din, dout);
+    for (int k = 0; k < n->nout; k++) {
+        const Value *v = &g->values[n->out[k]];
+        int64_t cnt = shape_numel(&v->type.shape);
+        elems_round(dout[k], v->type.dtype, cnt);
+        elems_from_double(dout[k], v->type.dtype, cnt, out[k]);
+        free(dout[k]);
+    }
+    for (int k = 0; k < n->nin; k++)
+        free(din[k]);
+}
+
+static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
+
+static int cpu_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    int rc = -1, in_k = 0, nout_done = 0;
+    MemPlan plan;
+    unsigned char *arena = NULL;
+    void **ptr = calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof *ptr);
+    char *owned = calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+    CT_ASSERT(ptr && owned);
+    if (backend_check(&ct_backend_cpu, g, err) || plan_memory(g, &plan, err))
+        goto free_ptrs;
+    arena = malloc(plan.arena_bytes ? plan.arena_bytes : 1);
+    CT_ASSERT(arena != NULL);
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        if (val->role == CT_ROLE_INPUT) {
+            if (in_k >= ninputs || !shape_equal(&inputs[in_k].type.shape, &val->type.shape) ||
+                inputs[in_k].type.dtype != val->type.dtype) {
+                ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", in_k, val->name);
+                goto free_plan;
+            }
+            ptr[v] = inputs[in_k++].data;
+        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
+            int s = state_find(state, val->name);
+            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
+                state->e[s].type.dtype != val->type.dtype) {
+                ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", val->name);
+                goto free_plan;
+            }
+            ptr[v] = state_data(state, s);
+        } else if (plan.offset[v] != PLAN_NONE) {
+            ptr[v] = arena + plan.offset[v];
+        }
+    }
+    /* Outputs computed by a node are written in the caller's tensor. */
+    for (int k = 0; k < g->noutputs; k++) {
+        ValueId v = g->outputs[k];
+        tensor_alloc(&outputs[k], g->values[v].type);
+        nout_done = k + 1;
+        if (!ptr[v] && g->values[v].producer >= 0) {
+            ptr[v] = outputs[k].data;
+            owned[v] = 2;
+        }
+    }
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (!ptr[v]) { /* not in the plan (nothing reads it): scratch of its own */
+            ptr[v] = malloc(value_nbytes(&g->values[v]) + 1);
+            CT_ASSERT(ptr[v] != NULL);
+            owned[v] = 1;
+        }
+
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        void *in[CT_MAX_IN], *out[CT_MAX_OUT];
+        for (int k = 0; k < n->nin; k++)
+            in[k] = ptr[n->in[k]];
+        for (int k = 0; k < n->nout; k++)
+            out[k] = ptr[n->out[k]];
+        if (n->op == CT_OP_assign) {
+            if (in[0] != in[1])
+                memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
+        } else if (fast_path(g, n)) {
+            kernels[n->op](g, n, (float *const *)in, (float *const *)out);
+        } else {
+            run_via_ref(g, n, in, out);
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        ValueId v = g->outputs[k];
+        if (ptr[v] != outputs[k].data)
+            memcpy(outputs[k].data, ptr[v], value_nbytes(&g->values[v]));
+    }
+    rc = 0;
+free_plan:
+    if (rc)
+        for (int k = 0; k < nout_done; k++)
+            tensor_free(&outputs[k]);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (owned[v] == 1)
+            free(ptr[v]);
+    free(arena);
+    plan_free(&plan);
+free_ptrs:
+    free(ptr);
+    free(owned);
+    return rc;
+}
+
+const CtBackend ct_backend_cpu = {.name = "cpu", .supports = cpu_supports, .run = cpu_run};

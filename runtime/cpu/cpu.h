@@ -1,0 +1,37 @@
+/*
+ * Private to the cpu backend: the f32 kernels. A kernel has the ref kernel's
+ * signature with f32 storage: in[k] and out[k] point at each value's dense
+ * row-major elements (state, inputs, the arena or a caller's output). An
+ * output may share its space with an elementwise op's input (the memory
+ * plan's in-place rule), so elementwise kernels read element i before they
+ * write it. Integer inputs (targets, step counts) keep their own type; the
+ * kernels that take one say so in the backend's table.
+ */
+#ifndef CTIMM_CPU_H
+#define CTIMM_CPU_H
+
+#include "ir/ir.h"
+
+typedef void (*CpuKernel)(const Graph *g, const Node *n, float *const *in, float *const *out);
+
+static inline const CtShape *cpu_in_shape(const Graph *g, const Node *n, int i) { return &g->values[n->in[i]].type.shape; }
+static inline const CtShape *cpu_out_shape(const Graph *g, const Node *n, int i) { return &g->values[n->out[i]].type.shape; }
+static inline int64_t cpu_in_numel(const Graph *g, const Node *n, int i) { return shape_numel(cpu_in_shape(g, n, i)); }
+
+/* malloc that aborts when memory runs out (kernels have no error path). */
+float *cpu_floats(int64_t n);
+
+#define CPU_KERNELS(X)                                                                                    \
+    X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(linear) X(matmul) X(sdpa) X(sdpa_grad)         \
+    X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(act_grad) X(add) X(mul)  \
+    X(div) X(scale_shift) X(reduce_sum) X(softmax) X(softmax_grad)                                       \
+    X(batch_norm) X(batch_norm_grad) X(layer_norm) X(layer_norm_grad)                                     \
+    X(avg_pool2d) X(max_pool2d) X(adaptive_avg_pool2d) X(avg_pool2d_grad) X(max_pool2d_grad)             \
+    X(adaptive_avg_pool2d_grad) X(reshape) X(permute) X(slice) X(slice_grad) X(concat) X(expand)          \
+    X(to_layout) X(cast) X(sgd_update) X(adamw_update)
+
+#define X(op) void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out);
+CPU_KERNELS(X)
+#undef X
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * The cpu backend's normalisations: batch_norm over x [N,C,S...] per
+ * channel and layer_norm over the last dim, forward and gradient, as f32
+ * loops with statistics and sums in double (the ref kernels' formulas).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "runtime/cpu/cpu.h"
+
+/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
+static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+{
+    double sum = 0, sq = 0, cnt = (double)(N * S);
+    for (int64_t b = 0; b < N; b++) {
+        const float *p = x + (b * C + c) * S;
+        for (int64_t s = 0; s < S; s++)
+            sum += p[s];
+    }
+    *mean = sum / cnt;
+    for (int64_t b = 0; b < N; b++) {
+        const float *p = x + (b * C + c) * S;
+        for (int64_t s = 0; s < S; s++) {
+            double d = p[s] - *mean;
+            sq += d * d;
+        }
+    }
+    *var = sq / cnt;
+}
+
+void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
+    int training = (int)n->iattr[0];
+    double momentum = n->fattr[0], eps = n->fattr[1];
+    for (int64_t c = 0; c < C; c++) {
+        double mean = in[3][c], var = in[4][c];
+        if (training) {
+            double cnt = (double)(N * S);
+            channel_stats(in[0], N, C, S, c, &mean, &var);
+            out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
+            out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
+        }
+        double inv = 1 / sqrt(var + eps);
+        float scale = (float)(inv * in[1][c]), shift = (float)(in[2][c] - mean * inv * in[1][c]);
+        for (int64_t b = 0; b < N; b++) {
+            const float *xp = in[0] + (b * C + c) * S;
+            float *yp = out[0] + (b * C + c) * S;
+            for (int64_t s = 0; s < S; s++)
+                yp[s] = xp[s] * scale + shift;
+        }
+    }
+}
+
+void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
+    double M = (double)(N * S);
+    const float *dy = in[4];
+    for (int64_t c = 0; c < C; c++) {
+        double mean = in[2][c], var = in[3][c];
+        if (n->iattr[0])
+            channel_stats(in[0], N, C, S, c, &mean, &var);
+        double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dxy = 0;
+        for (int64_t b = 0; b < N; b++) {
+            const float *xp = in[0] + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+            for (int64_t s = 0; s < S; s++) {
+                db += dp[s];
+                dxy += (double)dp[s] * xp[s];
+            }
+        }
+        double dw = (dxy - mean * db) * inv; /* sum dy * xhat */
+        out[1][c] = (float)dw;
+        out[2][c] = (float)db;
+        double w = in[1][c];
+        /* training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k */
+        double a = w * inv;
+        double bx = n->iattr[0] ? -w * inv / M * dw * inv : 0;
+        double k = n->iattr[0] ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
+        for (int64_t b = 0; b < N; b++) {
+            const float *xp = in[0] + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+            float *o = out[0] + (b * C + c) * S;
+            for (int64_t s = 0; s < S; s++)
+                o[s] = (float)(a * dp[s] + bx * xp[s] + k);
+        }
+    }
+}
+
+/* Mean and 1/sqrt(biased variance + eps) of one row of D values. */
+static void row_stats(const float *x, int64_t D, double eps, double *mean, double *inv)
+{
+    double m = 0, var = 0;
+    for (int64_t i = 0; i < D; i++)
+        m += x[i];
+    m /= (double)D;
+    for (int64_t i = 0; i < D; i++)
+        var += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *inv = 1 / sqrt(var / (double)D + eps);
+}
+
+void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = in[0] + r * D;
+        double mean, inv;
+        row_stats(xr, D, n->fattr[0], &mean, &inv);
+        for (int64_t i = 0; i < D; i++)
+            out[0][r * D + i] = (float)((xr[i] - mean) * inv * in[1][i] + in[2][i]);
+    }
+}
+
+void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+    double *dw = calloc((size_t)(2 * D), sizeof *dw), *db = dw + D;
+    CT_ASSERT(dw != NULL);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = in[0] + r * D, *dy = in[2] + r * D;
+        double mean, inv, mg = 0, mgx = 0;
+        row_stats(xr, D, n->fattr[0], &mean, &inv);
+        for (int64_t i = 0; i < D; i++) {
+            double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
+            mg += gi;
+            mgx += gi * xhat;
+            dw[i] += dy[i] * xhat;
+            db[i] += dy[i];
+        }
+        mg /= (double)D;
+        mgx /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
+    }
+    for (int64_t i = 0; i < D; i++) {
+        out[1][i] = (float)dw[i];
+        out[2][i] = (float)db[i];
+    }
+    free(dw);
+}

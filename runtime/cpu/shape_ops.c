@@ -1,0 +1,118 @@
+/*
+ * The cpu backend's data movement: reshape, to_layout and f32->f32 cast as
+ * copies (the logical tensor is unchanged), permute and expand as strided
+ * gathers, slice / slice_grad / concat as block copies.
+ */
+#include <string.h>
+
+#include "runtime/cpu/cpu.h"
+
+static void copy(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    if (out[0] != in[0])
+        memcpy(out[0], in[0], (size_t)cpu_in_numel(g, n, 0) * sizeof(float));
+}
+
+void cpu_reshape(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
+void cpu_to_layout(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
+void cpu_cast(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
+
+/* out[o] = in[sum idx_d * stride_d] over out's shape, innermost dim a loop. */
+static void gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
+{
+    int nd = y->ndim;
+    int64_t cnt = shape_numel(y), idx[CT_MAX_DIMS] = {0};
+    if (nd == 0) {
+        out[0] = in[0];
+        return;
+    }
+    int64_t inner = y->d[nd - 1], s0 = stride[nd - 1];
+    for (int64_t o = 0; o < cnt; o += inner) {
+        int64_t src = 0;
+        for (int d = 0; d < nd - 1; d++)
+            src += idx[d] * stride[d];
+        if (s0 == 1)
+            memcpy(out + o, in + src, (size_t)inner * sizeof *out);
+        else
+            for (int64_t j = 0; j < inner; j++)
+                out[o + j] = in[src + j * s0];
+        for (int d = nd - 2; d >= 0 && ++idx[d] == y->d[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
+    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        xstride[i] = s;
+        s *= x->d[i];
+    }
+    for (int i = 0; i < y->ndim; i++)
+        stride[i] = xstride[n->iattr[1 + i]];
+    gather(in[0], out[0], y, stride);
+}
+
+void cpu_expand(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
+    int64_t stride[CT_MAX_DIMS], s = 1;
+    for (int i = y->ndim - 1; i >= 0; i--) {
+        int j = i - (y->ndim - x->ndim);
+        int64_t d = j >= 0 ? x->d[j] : 1;
+        stride[i] = d == 1 ? 0 : s;
+        s *= d;
+    }
+    gather(in[0], out[0], y, stride);
+}
+
+enum { SL_DIM, SL_START, SL_END, SL_STEP };
+
+/* Slice (grad = 0) or its gradient (grad = 1) between the full tensor
+ * `full` and the sliced one `part`. */
+static void slice_move(const int64_t *a, const CtShape *full, const CtShape *part, const float *src, float *dst,
+                       int grad)
+{
+    int64_t outer = 1, inner = 1, dim = a[SL_DIM], D = full->d[dim], OD = part->d[dim];
+    for (int64_t i = 0; i < dim; i++)
+        outer *= full->d[i];
+    for (int64_t i = dim + 1; i < full->ndim; i++)
+        inner *= full->d[i];
+    if (grad)
+        memset(dst, 0, (size_t)shape_numel(full) * sizeof *dst);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < OD; j++) {
+            int64_t fi = (o * D + a[SL_START] + j * a[SL_STEP]) * inner, pi = (o * OD + j) * inner;
+            if (grad)
+                memcpy(dst + fi, src + pi, (size_t)inner * sizeof *dst);
+            else
+                memcpy(dst + pi, src + fi, (size_t)inner * sizeof *dst);
+        }
+}
+
+void cpu_slice(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    slice_move(n->iattr, cpu_in_shape(g, n, 0), cpu_out_shape(g, n, 0), in[0], out[0], 0);
+}
+
+void cpu_slice_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    slice_move(n->iattr, cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 0), in[0], out[0], 1);
+}
+
+void cpu_concat(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *y = cpu_out_shape(g, n, 0);
+    int64_t dim = n->iattr[0], outer = 1, inner = 1, at = 0;
+    for (int64_t i = 0; i < dim; i++)
+        outer *= y->d[i];
+    for (int64_t i = dim + 1; i < y->ndim; i++)
+        inner *= y->d[i];
+    for (int k = 0; k < n->nin; k++) {
+        int64_t D = cpu_in_shape(g, n, k)->d[dim];
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out[0] + (o * y->d[dim] + at) * inner, in[k] + o * D * inner, (size_t)(D * inner) * sizeof(float));
+        at += D;
+    }
+}

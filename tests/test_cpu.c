@@ -1,0 +1,270 @@
+/* The cpu backend against the ref backend: each test model's eval logits
+ * and one whole SGD training step (logits, loss, every gradient, every
+ * updated parameter, buffer and momentum buffer) on the reference vectors'
+ * weights, and the GEMM paths of convolution (stride, padding, dilation,
+ * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa on
+ * random inputs. All within 1e-4 relative error (||a-b|| / ||b||). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "runtime/backend.h"
+
+#define TOL 1e-4
+
+static const CtBackend *cpu, *ref;
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("CTIMM_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+/* ||a-b|| / ||b|| of two f32 arrays; where b is at most 1e-6 everywhere
+ * (a gradient that is structurally zero, so float32 noise, as the reference
+ * files' grad_structurally_zero), max |a-b| / 1e-2 instead, which passes
+ * when the noise agrees to 1e-6 as ctimm-run --compare requires. */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double diff = 0, norm = 0, maxb = 0, maxd = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        diff += d * d;
+        norm += (double)b[i] * b[i];
+        maxb = fabs(b[i]) > maxb ? fabs(b[i]) : maxb;
+        maxd = fabs(d) > maxd || isnan(d) ? fabs(d) : maxd;
+    }
+    if (maxb <= 1e-6)
+        return maxd / 1e-2;
+    return sqrt(diff / norm);
+}
+
+/* Runs g on both backends from copies of `state` and compares every output
+ * and every state tensor afterwards. */
+static void compare_run(const char *what, const Graph *g, const CtState *state, const CtTensor *in, int nin)
+{
+    CtState s[2];
+    CtTensor *out[2];
+    CtErr err;
+    const CtBackend *be[2] = {cpu, ref};
+    for (int b = 0; b < 2; b++) {
+        state_create(&s[b], g);
+        if (state)
+            memcpy(s[b].data, state->data, state->nbytes);
+        out[b] = calloc((size_t)g->noutputs, sizeof *out[b]);
+        int rc = be[b]->run(g, &s[b], in, nin, out[b], &err);
+        CHECKF(rc == 0, "%s on %s: %s", what, be[b]->name, err.msg);
+        if (rc)
+            goto free_runs;
+    }
+    double worst = 0;
+    for (int k = 0; k < g->noutputs; k++) {
+        const CtType *t = &g->values[g->outputs[k]].type;
+        if (t->dtype != CT_F32)
+            continue;
+        double e = rel_err(out[0][k].data, out[1][k].data, shape_numel(&t->shape));
+        CHECKF(e <= TOL, "%s: output %d: %.3e", what, k, e);
+        worst = e > worst ? e : worst;
+    }
+    for (int i = 0; i < s[0].n; i++)
+        if (s[0].e[i].type.dtype == CT_F32) {
+            double e = rel_err(state_data(&s[0], i), state_data(&s[1], i), shape_numel(&s[0].e[i].type.shape));
+            CHECKF(e <= TOL, "%s: state '%s': %.3e", what, s[0].e[i].name, e);
+            worst = e > worst ? e : worst;
+        } else {
+            CHECKF(memcmp(state_data(&s[0], i), state_data(&s[1], i),
+                          (size_t)shape_numel(&s[0].e[i].type.shape) * ct_dtype_size(s[0].e[i].type.dtype)) == 0,
+                   "%s: state '%s' differs", what, s[0].e[i].name);
+        }
+    printf("%s: %d outputs, %d state tensors, worst rel err %.2e\n", what, g->noutputs, s[0].n, worst);
+free_runs:
+    for (int b = 0; b < 2; b++) {
+        if (out[b])
+            for (int k = 0; k < g->noutputs; k++)
+                tensor_free(&out[b][k]);
+        free(out[b]);
+        state_free(&s[b]);
+    }
+}
+
+/* Eval logits and one SGD step of `model` on its reference vectors. */
+static void test_model(const char *model)
+{
+    char path[512], what[128];
+    StFile f;
+    CtErr err;
+    snprintf(path, sizeof path, "%s/%s.safetensors", data_dir(), model);
+    CHECKF(st_read(path, &f, &err) == 0, "%s", err.msg);
+    if (check_failures)
+        return;
+    const StTensor *x = st_find(&f, "input"), *t = st_find(&f, "target");
+    const ModelEntry *m = model_find(model);
+    ModelArgs args = model_args_default();
+    if (st_meta(&f, "num_classes"))
+        args.num_classes = atoi(st_meta(&f, "num_classes"));
+    args.img_size = (int)x->shape[2];
+    float lr = 0.1f, scale = 1;
+    CtTensor in[4] = {{{shape_make(4, x->shape), CT_F32}, x->data},
+                      {{shape_make(1, t->shape), CT_I64}, t->data},
+                      {{{0}, CT_F32}, &lr},
+                      {{{0}, CT_F32}, &scale}};
+    for (int training = 0; training < 2; training++) {
+        ModelSpec spec = {.batch_size = (int)x->shape[0], .training = training, .args = args};
+        OptimSpec sgd = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
+                         .no_weight_decay = m->no_weight_decay};
+        Graph g;
+        TrainStep ts;
+        CtState state;
+        int built = model_build(m, &spec, &g, &err) == 0;
+        CHECKF(built, "%s: %s", model, err.msg);
+        if (!built)
+            continue;
+        if (training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1}, &sgd, &ts,
+                                         &err)) {
+            CHECKF(0, "%s: %s", model, err.msg);
+            graph_free(&g);
+            continue;
+        }
+        state_create(&state, &g);
+        CHECKF(state_load(&state, &f, "state.", &err) == 0, "%s: %s", model, err.msg);
+        snprintf(what, sizeof what, "%s %s", model, training ? "sgd step" : "eval");
+        compare_run(what, &g, &state, in, training ? 4 : 1);
+        state_free(&state);
+        if (training)
+            train_step_free(&ts);
+        graph_free(&g);
+    }
+    st_free(&f);
+}
+
+static float *random_floats(int64_t n, uint32_t *rng)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) {
+        *rng = *rng * 1664525u + 1013904223u;
+        p[i] = (float)((*rng >> 8) / 16777216.0 * 2 - 1);
+    }
+    return p;
+}
+
+/* A graph of one node (plus its conv gradients) on random inputs. */
+typedef struct OpCase {
+    const char *name;
+    CtOp op;
+    int nin;
+    CtShape shape[3];
+    int64_t iattr[CT_MAX_IATTR];
+    double fattr[CT_MAX_FATTR];
+} OpCase;
+
+static void test_op(const OpCase *c)
+{
+    Graph g;
+    CtErr err;
+    CtTensor in[3];
+    ValueId v[3];
+    uint32_t rng = 7;
+    graph_init(&g);
+    for (int k = 0; k < c->nin; k++) {
+        v[k] = graph_add_value(&g, (CtType){c->shape[k], CT_F32}, CT_ROLE_INPUT, NULL);
+        in[k] = (CtTensor){{c->shape[k], CT_F32}, random_floats(shape_numel(&c->shape[k]), &rng)};
+    }
+    Node n = {.op = c->op, .nin = c->nin};
+    memcpy(n.in, v, sizeof v);
+    memcpy(n.iattr, c->iattr, sizeof n.iattr);
+    memcpy(n.fattr, c->fattr, sizeof n.fattr);
+    int id = graph_add_node(&g, &n, c->name, &err);
+    CHECKF(id >= 0, "%s: %s", c->name, err.msg);
+    if (id >= 0) {
+        ValueId y = g.nodes[id].out[0];
+        graph_mark_output(&g, y);
+        if (c->op == CT_OP_conv2d) { /* both gradients, with dy = y * y */
+            ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
+                             .out[0];
+            Node gi = {.op = CT_OP_conv2d_grad_input, .nin = 2, .in = {dy, v[1]}};
+            Node gw = {.op = CT_OP_conv2d_grad_weight, .nin = 2, .in = {v[0], dy}};
+            memcpy(gi.iattr, c->iattr, 7 * sizeof(int64_t));
+            memcpy(gw.iattr, c->iattr, 7 * sizeof(int64_t));
+            gi.iattr[7] = c->shape[0].d[2];
+            gi.iattr[8] = c->shape[0].d[3];
+            gw.iattr[7] = c->shape[1].d[2];
+            gw.iattr[8] = c->shape[1].d[3];
+            int a = graph_add_node(&g, &gi, c->name, &err), b = a >= 0 ? graph_add_node(&g, &gw, c->name, &err) : -1;
+            CHECKF(b >= 0, "%s: %s", c->name, err.msg);
+            if (b >= 0) {
+                graph_mark_output(&g, g.nodes[a].out[0]);
+                graph_mark_output(&g, g.nodes[b].out[0]);
+            }
+        } else if (c->op == CT_OP_sdpa) {
+            ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
+                             .out[0];
+            Node gr = {.op = CT_OP_sdpa_grad, .nin = 4, .in = {v[0], v[1], v[2], dy}, .fattr = {c->fattr[0]}};
+            int a = graph_add_node(&g, &gr, c->name, &err);
+            CHECKF(a >= 0, "%s: %s", c->name, err.msg);
+            for (int k = 0; a >= 0 && k < 3; k++)
+                graph_mark_output(&g, g.nodes[a].out[k]);
+        }
+        compare_run(c->name, &g, NULL, in, c->nin);
+    }
+    for (int k = 0; k < c->nin; k++)
+        free(in[k].data);
+    graph_free(&g);
+}
+
+static void test_gemm_ops(void)
+{
+    static const OpCase cases[] = {
+        {"conv 3x3 s1 p1", CT_OP_conv2d, 3, {{4, {2, 5, 9, 9}}, {4, {7, 5, 3, 3}}, {1, {7}}}, {1, 1, 1, 1, 1, 1, 1}, {0}},
+        {"conv 3x3 s2 p1", CT_OP_conv2d, 2, {{4, {2, 4, 10, 11}}, {4, {6, 4, 3, 3}}}, {2, 2, 1, 1, 1, 1, 1}, {0}},
+        {"conv 5x3 s(2,1) p(2,0) dil(1,2)", CT_OP_conv2d, 2, {{4, {1, 3, 12, 13}}, {4, {4, 3, 5, 3}}},
+         {2, 1, 2, 0, 1, 2, 1}, {0}},
+        {"conv dil 2 p2", CT_OP_conv2d, 2, {{4, {2, 3, 11, 11}}, {4, {5, 3, 3, 3}}}, {1, 1, 2, 2, 2, 2, 1}, {0}},
+        {"conv groups 2", CT_OP_conv2d, 3, {{4, {2, 6, 8, 8}}, {4, {4, 3, 3, 3}}, {1, {4}}}, {1, 1, 1, 1, 1, 1, 2}, {0}},
+        {"conv depthwise 7x7 p3", CT_OP_conv2d, 3, {{4, {2, 8, 9, 9}}, {4, {8, 1, 7, 7}}, {1, {8}}},
+         {1, 1, 3, 3, 1, 1, 8}, {0}},
+        {"conv depthwise 3x3 s2", CT_OP_conv2d, 2, {{4, {2, 6, 9, 10}}, {4, {6, 1, 3, 3}}}, {2, 2, 1, 1, 1, 1, 6}, {0}},
+        {"conv 1x1", CT_OP_conv2d, 3, {{4, {2, 16, 5, 5}}, {4, {8, 16, 1, 1}}, {1, {8}}}, {1, 1, 0, 0, 1, 1, 1}, {0}},
+        {"conv 1x1 s2", CT_OP_conv2d, 2, {{4, {2, 8, 6, 6}}, {4, {12, 8, 1, 1}}}, {2, 2, 0, 0, 1, 1, 1}, {0}},
+        {"conv 4x4 patchify s4", CT_OP_conv2d, 3, {{4, {2, 3, 16, 16}}, {4, {8, 3, 4, 4}}, {1, {8}}},
+         {4, 4, 0, 0, 1, 1, 1}, {0}},
+        {"linear", CT_OP_linear, 3, {{3, {2, 5, 12}}, {2, {7, 12}}, {1, {7}}}, {0}, {0}},
+        {"matmul batched", CT_OP_matmul, 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 6, 4}}}, {0}, {0}},
+        {"matmul shared b", CT_OP_matmul, 2, {{3, {2, 5, 6}}, {2, {6, 4}}}, {0}, {0}},
+        {"sdpa", CT_OP_sdpa, 3, {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}}, {0}, {0.35}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        test_op(&cases[i]);
+}
+
+/* f16 nodes are refused up front, naming the node. */
+static void test_refuses_f16(void)
+{
+    Graph g;
+    CtErr err;
+    graph_init(&g);
+    ValueId x = graph_add_value(&g, (CtType){{1, {4}}, CT_F16}, CT_ROLE_INPUT, NULL);
+    int id = graph_add_node(&g, &(Node){.op = CT_OP_relu, .nin = 1, .in = {x}}, "blocks.0.act", &err);
+    graph_mark_output(&g, g.nodes[id].out[0]);
+    CHECK(backend_check(cpu, &g, &err) != 0);
+    CHECKF(strstr(err.msg, "cpu backend cannot run node 0 (relu at 'blocks.0.act')") != NULL, "%s", err.msg);
+    graph_free(&g);
+}
+
+int main(void)
+{
+    cpu = backend_find("cpu");
+    ref = backend_find("ref");
+    CHECK(cpu != NULL && ref != NULL);
+    if (!cpu || !ref)
+        return check_done("test_cpu");
+    test_refuses_f16();
+    test_gemm_ops();
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        test_model(models[i]);
+    return check_done("test_cpu");
+}
