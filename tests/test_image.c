@@ -7,7 +7,9 @@
  *     BILINEAR and BICUBIC over up/down scales and float boxes: byte for byte;
  *   - broken inputs (truncated, garbage, empty, bad CRC, huge sizes, every
  *     prefix and seeded byte flips of good files) fail with a message;
- *   - four threads decoding at once agree with one.
+ *   - four threads decoding at once agree with one;
+ *   - image_decode_region (the crop-only JPEG decode) equals the same
+ *     rectangle of image_decode on every fixture and scale, random boxes.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -323,12 +325,84 @@ static void test_threads(void)
     free(png);
 }
 
+/* Every fixture at every scale in decode.txt: random rectangles, and the
+ * edge cases (whole image, single pixels at the corners, full rows and
+ * columns), decoded alone must equal that rectangle of the full decode. */
+static void test_decode_region(void)
+{
+    size_t n;
+    char *manifest = (char *)read_file("decode.txt", &n);
+    if (!manifest)
+        return;
+    manifest = realloc(manifest, n + 1);
+    manifest[n] = 0;
+    int cases = 0;
+    uint64_t lcg = 12345;
+    char *save = NULL;
+    for (char *line = strtok_r(manifest, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char input[128], expect[160];
+        int shrink, w, h;
+        if (sscanf(line, "%127s %d %d %d %159s", input, &shrink, &w, &h, expect) != 5)
+            continue;
+        size_t dn;
+        uint8_t *data = read_file(input, &dn);
+        CtImage full;
+        CtErr err = {""};
+        int pw, ph, dw, dh;
+        if (!data || image_probe(data, dn, &pw, &ph, &err) || image_decode(data, dn, shrink, &full, &err)) {
+            CHECKF(0, "%s at 1/%d: %s", input, shrink, err.msg);
+            free(data);
+            continue;
+        }
+        image_decoded_size(data, dn, pw, ph, shrink, &dw, &dh);
+        CHECKF(dw == full.w && dh == full.h, "%s at 1/%d: decoded size %dx%d, predicted %dx%d", input, shrink,
+               full.w, full.h, dw, dh);
+        for (int b = 0; b < 120 && dw == full.w && dh == full.h; b++) {
+            int x0, y0, x1, y1;
+            if (b < 8) {
+                int fixed[8][4] = {{0, 0, dw, dh},          {0, 0, 1, 1},          {dw - 1, dh - 1, dw, dh},
+                                   {dw - 1, 0, dw, 1},      {0, dh - 1, 1, dh},    {0, dh / 2, dw, dh},
+                                   {dw / 2, 0, dw, dh / 2}, {dw / 3, 0, dw / 3 + 1, dh}};
+                x0 = fixed[b][0], y0 = fixed[b][1], x1 = fixed[b][2], y1 = fixed[b][3];
+            } else {
+                lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+                x0 = (int)((lcg >> 33) % (uint64_t)dw);
+                y0 = (int)((lcg >> 13) % (uint64_t)dh);
+                lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+                x1 = x0 + 1 + (int)((lcg >> 33) % (uint64_t)(dw - x0));
+                y1 = y0 + 1 + (int)((lcg >> 13) % (uint64_t)(dh - y0));
+            }
+            if (x1 <= x0 || y1 <= y0)
+                continue;
+            CtImage reg;
+            int rc = image_decode_region(data, dn, shrink, pw, ph, x0, y0, x1, y1, &reg, &err);
+            CHECKF(rc == 0, "%s at 1/%d region %d,%d..%d,%d: %s", input, shrink, x0, y0, x1, y1, err.msg);
+            if (rc)
+                continue;
+            int same = reg.w == x1 - x0 && reg.h == y1 - y0;
+            for (int y = y0; same && y < y1; y++)
+                same = !memcmp(reg.px + (size_t)(y - y0) * reg.w * 3, full.px + ((size_t)y * full.w + x0) * 3,
+                               (size_t)reg.w * 3);
+            CHECKF(same, "%s at 1/%d region %d,%d..%d,%d differs from the full decode", input, shrink, x0, y0, x1,
+                   y1);
+            image_free(&reg);
+            cases++;
+        }
+        image_free(&full);
+        free(data);
+    }
+    free(manifest);
+    CHECKF(cases >= 2000, "only %d region cases", cases);
+    printf("decode region: %d rectangles equal the full decode's\n", cases);
+}
+
 int main(void)
 {
     data_dir = getenv("CTIMM_TEST_DATA");
     if (!data_dir)
         data_dir = "tests/data";
     test_decode_fixtures();
+    test_decode_region();
     test_resize_fixtures();
     test_bad_inputs();
     test_corruption();

@@ -203,6 +203,54 @@ void adjust_hue(CtImage *img, double hue_factor)
     }
 }
 
+/* blend_const's table (the identity when alpha is 1: the blend is skipped). */
+static void blend_const_lut(int d, double factor, uint8_t lut[256])
+{
+    float alpha = (float)factor;
+    int ex = blend_extrapolates(alpha);
+    for (int v = 0; v < 256; v++)
+        lut[v] = alpha == 1.0f ? (uint8_t)v : alpha == 0.0f ? (uint8_t)d : blend_u8(d, v, alpha, ex);
+}
+
+/* enhance_contrast's degenerate value for lut applied to img. */
+static int mean_luma_lut(const CtImage *img, const uint8_t lut[256])
+{
+    size_t n = (size_t)img->w * img->h;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = img->px + 3 * i;
+        uint8_t q[3] = {lut[p[0]], lut[p[1]], lut[p[2]]};
+        sum += (uint64_t)luma(q);
+    }
+    return n ? (int)((double)sum / (double)n + 0.5) : 0;
+}
+
+/* enhance_color of lut applied to img (alpha != 1), in one pass. */
+#define BLEND_WITH_LUMA_LUT(ex)                                                                             \
+    for (size_t i = 0; i < n; i++) {                                                                       \
+        uint8_t *p = img->px + 3 * i, q[3] = {lut[p[0]], lut[p[1]], lut[p[2]]};                            \
+        int l = luma(q);                                                                                   \
+        p[0] = blend_u8(l, q[0], alpha, ex);                                                               \
+        p[1] = blend_u8(l, q[1], alpha, ex);                                                               \
+        p[2] = blend_u8(l, q[2], alpha, ex);                                                               \
+    }
+
+static void enhance_color_lut(CtImage *img, float alpha, const uint8_t lut[256])
+{
+    size_t n = (size_t)img->w * img->h;
+    if (alpha == 0.0f) {
+        for (size_t i = 0; i < n; i++) {
+            uint8_t *p = img->px + 3 * i, q[3] = {lut[p[0]], lut[p[1]], lut[p[2]]};
+            p[0] = p[1] = p[2] = (uint8_t)luma(q);
+        }
+    } else if (blend_extrapolates(alpha)) {
+        BLEND_WITH_LUMA_LUT(1)
+    } else {
+        BLEND_WITH_LUMA_LUT(0)
+    }
+}
+#undef BLEND_WITH_LUMA_LUT
+
 void color_jitter(CtImage *img, double brightness, double contrast, double saturation, double hue, CtRng *rng)
 {
     /* torch.randperm(4), then the four factors, as ColorJitter.get_params */
@@ -216,15 +264,53 @@ void color_jitter(CtImage *img, double brightness, double contrast, double satur
     for (int k = 0; k < 3; k++)
         factor[k] = rng_range(rng, fmax(0.0, 1.0 - amount[k]), 1.0 + amount[k]);
     factor[3] = rng_range(rng, -hue, hue);
+    /* Brightness and contrast are per-byte tables (contrast's after one pass
+     * for its mean): consecutive ones compose into `pending`, which is
+     * applied when the next step reads the image (saturation reads through
+     * it) or at the end: the same bytes as one pass per step. */
+    uint8_t pending[256], lut[256];
+    int have = 0;
     for (int i = 0; i < 4; i++) {
         int k = order[i];
         if (amount[k] <= 0)
             continue;
         switch (k) {
-        case 0: enhance_brightness(img, factor[0]); break;
-        case 1: enhance_contrast(img, factor[1]); break;
-        case 2: enhance_color(img, factor[2]); break;
-        default: adjust_hue(img, factor[3] < -0.5 ? -0.5 : factor[3] > 0.5 ? 0.5 : factor[3]); break;
+        case 0:
+        case 1:
+            if (k == 0)
+                blend_const_lut(0, factor[0], lut);
+            else if (have)
+                blend_const_lut(mean_luma_lut(img, pending), factor[1], lut);
+            else if ((float)factor[1] == 1.0f)
+                break;
+            else {
+                size_t n = (size_t)img->w * img->h;
+                uint64_t sum = 0;
+                for (size_t p = 0; p < n; p++)
+                    sum += (uint64_t)luma(img->px + 3 * p);
+                blend_const_lut(n ? (int)((double)sum / (double)n + 0.5) : 0, factor[1], lut);
+            }
+            for (int v = 0; v < 256; v++)
+                pending[v] = have ? lut[pending[v]] : lut[v];
+            have = 1;
+            break;
+        case 2:
+            if ((float)factor[2] == 1.0f)
+                break;
+            if (have)
+                enhance_color_lut(img, (float)factor[2], pending);
+            else
+                enhance_color(img, factor[2]);
+            have = 0;
+            break;
+        default:
+            if (have)
+                apply_lut(img, pending);
+            have = 0;
+            adjust_hue(img, factor[3] < -0.5 ? -0.5 : factor[3] > 0.5 ? 0.5 : factor[3]);
+            break;
         }
     }
+    if (have)
+        apply_lut(img, pending);
 }

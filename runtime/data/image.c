@@ -97,3 +97,43 @@ int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr 
     default: return fail_format(data, n, err);
     }
 }
+
+void image_decoded_size(const uint8_t *data, size_t n, int w, int h, int shrink, int *dw, int *dh)
+{
+    int s = sniff(data, n) == FMT_JPEG && shrink > 1 ? shrink : 1;
+    *dw = (w + s - 1) / s;
+    *dh = (h + s - 1) / s;
+}
+
+int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
+                        CtImage *out, CtErr *err)
+{
+    out->w = out->h = 0;
+    out->px = NULL;
+    if (!data && n)
+        return ct_fail(err, "image: NULL data with %zu bytes", n);
+    if (shrink != 1 && shrink != 2 && shrink != 4 && shrink != 8)
+        return ct_fail(err, "image: shrink must be 1, 2, 4 or 8, not %d", shrink);
+    if (sniff(data, n) == FMT_JPEG)
+        return codec_jpeg_decode_region(data, n, shrink, w, h, x0, y0, x1, y1, out, err);
+    CtImage full;
+    if (image_decode(data, n, shrink, &full, err))
+        return -1;
+    if (x0 < 0 || y0 < 0 || x1 > full.w || y1 > full.h || x0 >= x1 || y0 >= y1) {
+        image_free(&full);
+        return ct_fail(err, "image: region %d,%d..%d,%d is outside the %dx%d image", x0, y0, x1, y1, full.w, full.h);
+    }
+    if (x0 == 0 && y0 == 0 && x1 == full.w && y1 == full.h) {
+        *out = full;
+        return 0;
+    }
+    if (image_alloc(out, x1 - x0, y1 - y0, err)) {
+        image_free(&full);
+        return -1;
+    }
+    size_t row = (size_t)out->w * 3;
+    for (int y = y0; y < y1; y++)
+        memcpy(out->px + (size_t)(y - y0) * row, full.px + ((size_t)y * full.w + x0) * 3, row);
+    image_free(&full);
+    return 0;
+}

@@ -38,6 +38,17 @@ int image_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err);
  * caller maps boxes by out->w / w. PNGs are always decoded at full size. */
 int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err);
 
+/* The size image_decode(data, n, shrink) gives an image that probes as
+ * w x h: ceil(w/shrink) x ceil(h/shrink) for a JPEG, w x h for a PNG. */
+void image_decoded_size(const uint8_t *data, size_t n, int w, int h, int shrink, int *dw, int *dh);
+
+/* The x0..x1, y0..y1 rectangle (in image_decoded_size's coordinates) of
+ * image_decode(data, n, shrink), pixel for pixel, without decoding all of a
+ * JPEG: only the rectangle's columns and the rows down to its last. w, h:
+ * the size image_probe gave. */
+int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
+                        CtImage *out, CtErr *err);
+
 /* Resamples `box` of src to an out_w x out_h image, as PIL's
  * Image.resize((out_w, out_h), filter, box=box): separable filters whose
  * support widens when downscaling (antialiasing). */

@@ -23,6 +23,10 @@ int image_check_size(int w, int h, CtErr *err);
 
 int codec_jpeg_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err);
 int codec_jpeg_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err);
+/* The x0..x1, y0..y1 rectangle of the decode at 1/shrink of a w x h JPEG
+ * (w, h as probed), with the same pixels as that rectangle of the full decode. */
+int codec_jpeg_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1,
+                             int y1, CtImage *out, CtErr *err);
 int codec_png_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err);
 int codec_png_decode(const uint8_t *data, size_t n, CtImage *out, CtErr *err);
 

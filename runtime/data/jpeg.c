@@ -8,9 +8,13 @@
  * decompressor handle per call: no shared state between loader threads.
  */
 #include <limits.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+/* jpeglib.h needs stdio.h's FILE first */
+#include <jpeglib.h>
 
 #include "runtime/data/image_codec.h"
 
@@ -189,4 +193,133 @@ destroy:
     free(cmyk);
     tjDestroy(tj);
     return rc;
+}
+
+/*
+ * Region decode (the train transform's crop box) through libjpeg's own API:
+ * jpeg_crop_scanline limits the IDCT, upsampling and colour conversion to the
+ * box's iMCU columns, jpeg_skip_scanlines skips the rows above it (entropy
+ * decoding only), and decoding stops after the box's last row. libjpeg-turbo
+ * treats the cropped columns' edges as image edges when upsampling chroma, so
+ * the decode reaches REGION_MARGIN pixels past the box on every side (more
+ * than one iMCU of 16 pixels at full scale) and cuts the box out of that:
+ * the box's pixels then equal the full decode's (tests/test_image.c checks
+ * this on random boxes). Anything outside the plain case (CMYK/YCCK, a
+ * progressive or multi-scan file, any libjpeg warning or error) falls back
+ * to codec_jpeg_decode and a copy, so its pixels and errors are unchanged.
+ */
+#ifndef REGION_MARGIN
+#define REGION_MARGIN 4
+#endif
+
+typedef struct RegionErr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+} RegionErr;
+
+static void region_error_exit(j_common_ptr c) { longjmp(((RegionErr *)c->err)->jb, 1); }
+
+/* A warning (level < 0) abandons the fast path: the fallback handles warnings as above. */
+static void region_emit(j_common_ptr c, int level)
+{
+    if (level < 0)
+        longjmp(((RegionErr *)c->err)->jb, 1);
+}
+
+static void region_output(j_common_ptr c) { (void)c; }
+
+/* 0: out holds the box; 1: take the fallback (nothing allocated). */
+static int region_fast(const uint8_t *data, size_t n, int shrink, int sw, int sh, int x0, int y0, int x1, int y1,
+                       CtImage *out)
+{
+    struct jpeg_decompress_struct cinfo;
+    RegionErr em;
+    uint8_t *volatile scratch = NULL;
+    out->px = NULL;
+    out->w = out->h = 0;
+    cinfo.err = jpeg_std_error(&em.pub);
+    em.pub.error_exit = region_error_exit;
+    em.pub.emit_message = region_emit;
+    em.pub.output_message = region_output;
+    if (setjmp(em.jb)) {
+        jpeg_destroy_decompress(&cinfo);
+        free(scratch);
+        image_free(out);
+        return 1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)n);
+    if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK ||
+        (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_GRAYSCALE) ||
+        jpeg_has_multiple_scans(&cinfo) || cinfo.progressive_mode)
+        longjmp(em.jb, 1);
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = (unsigned)shrink;
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.out_color_space = JCS_EXT_RGB;
+    jpeg_start_decompress(&cinfo);
+    if ((int)cinfo.output_width != sw || (int)cinfo.output_height != sh || cinfo.output_components != 3)
+        longjmp(em.jb, 1);
+    int mx0 = x0 - REGION_MARGIN < 0 ? 0 : x0 - REGION_MARGIN;
+    int mx1 = x1 + REGION_MARGIN > sw ? sw : x1 + REGION_MARGIN;
+    int my0 = y0 - REGION_MARGIN < 0 ? 0 : y0 - REGION_MARGIN;
+    JDIMENSION xoff = (JDIMENSION)mx0, cw = (JDIMENSION)(mx1 - mx0);
+    if (mx0 != 0 || mx1 != sw)
+        jpeg_crop_scanline(&cinfo, &xoff, &cw);
+    if ((int)xoff > mx0 || (int)(xoff + cw) < mx1 || cinfo.output_width != cw)
+        longjmp(em.jb, 1);
+    if (my0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)my0) != (JDIMENSION)my0)
+        longjmp(em.jb, 1);
+    int full_rows = (int)xoff == x0 && (int)cw == x1 - x0;
+    scratch = malloc((size_t)cw * 3);
+    out->px = malloc((size_t)(x1 - x0) * (y1 - y0) * 3);
+    if (!scratch || !out->px)
+        longjmp(em.jb, 1);
+    out->w = x1 - x0;
+    out->h = y1 - y0;
+    size_t row = (size_t)out->w * 3;
+    for (int y = my0; y < y1; y++) {
+        if ((int)cinfo.output_scanline != y)
+            longjmp(em.jb, 1);
+        JSAMPROW dst = full_rows && y >= y0 ? out->px + (size_t)(y - y0) * row : scratch;
+        if (jpeg_read_scanlines(&cinfo, &dst, 1) != 1)
+            longjmp(em.jb, 1);
+        if (!full_rows && y >= y0)
+            memcpy(out->px + (size_t)(y - y0) * row, scratch + (size_t)(x0 - (int)xoff) * 3, row);
+    }
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    free(scratch);
+    return 0;
+}
+
+int codec_jpeg_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1,
+                             int y1, CtImage *out, CtErr *err)
+{
+    int sw = (w + shrink - 1) / shrink, sh = (h + shrink - 1) / shrink;
+    if (x0 < 0 || y0 < 0 || x1 > sw || y1 > sh || x0 >= x1 || y0 >= y1)
+        return ct_fail(err, "JPEG: region %d,%d..%d,%d is outside the %dx%d decode", x0, y0, x1, y1, sw, sh);
+    if ((x0 != 0 || y0 != 0 || x1 != sw || y1 != sh) && n <= ULONG_MAX &&
+        region_fast(data, n, shrink, sw, sh, x0, y0, x1, y1, out) == 0)
+        return 0;
+    CtImage full;
+    if (codec_jpeg_decode(data, n, shrink, &full, err))
+        return -1;
+    if (full.w != sw || full.h != sh) {
+        image_free(&full);
+        return ct_fail(err, "JPEG: decoded %dx%d, expected %dx%d", full.w, full.h, sw, sh);
+    }
+    if (x0 == 0 && y0 == 0 && x1 == sw && y1 == sh) {
+        *out = full;
+        return 0;
+    }
+    if (image_alloc(out, x1 - x0, y1 - y0, err)) {
+        image_free(&full);
+        return -1;
+    }
+    size_t row = (size_t)out->w * 3;
+    for (int y = y0; y < y1; y++)
+        memcpy(out->px + (size_t)(y - y0) * row, full.px + ((size_t)y * sw + x0) * 3, row);
+    image_free(&full);
+    return 0;
 }

@@ -94,17 +94,6 @@ void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample
     s->vflip = t->vflip > 0 && rng_uniform(rng) < t->vflip;
 }
 
-/* Copies the x0..x1, y0..y1 rectangle of src into a new image. */
-static int crop_copy(const CtImage *src, int x0, int y0, int x1, int y1, CtImage *dst, CtErr *err)
-{
-    if (image_alloc(dst, x1 - x0, y1 - y0, err))
-        return -1;
-    size_t row = (size_t)dst->w * 3;
-    for (int y = y0; y < y1; y++)
-        memcpy(dst->px + (size_t)(y - y0) * row, src->px + ((size_t)y * src->w + x0) * 3, row);
-    return 0;
-}
-
 int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box, int out_w, int out_h, CtInterp interp,
                        int allow_shrink, CtImage *out, CtErr *err)
 {
@@ -119,39 +108,30 @@ int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box,
             break;
         }
     }
-    CtImage dec, crop = {0};
-    if (image_decode(data, n, shrink, &dec, err))
-        return -1;
     /* the box on the decoded image (identical unless it was shrunk), then
      * the pixels that cover it: torchvision crops before it resizes, so the
-     * filters must not reach past the crop */
-    double sx = (double)dec.w / w, sy = (double)dec.h / h;
+     * filters must not reach past the crop. Only those pixels are decoded. */
+    int dw, dh;
+    image_decoded_size(data, n, w, h, shrink, &dw, &dh);
+    double sx = (double)dw / w, sy = (double)dh / h;
     double bx0 = box.x * sx, by0 = box.y * sy, bx1 = (box.x + box.w) * sx, by1 = (box.y + box.h) * sy;
     int cx0 = (int)floor(bx0), cy0 = (int)floor(by0), cx1 = (int)ceil(bx1), cy1 = (int)ceil(by1);
-    cx1 = cx1 > dec.w ? dec.w : cx1;
-    cy1 = cy1 > dec.h ? dec.h : cy1;
-    const CtImage *src = &dec;
-    if (cx0 != 0 || cy0 != 0 || cx1 != dec.w || cy1 != dec.h) {
-        if (crop_copy(&dec, cx0, cy0, cx1, cy1, &crop, err))
-            goto fail;
-        image_free(&dec);
-        src = &crop;
-    }
+    cx1 = cx1 > dw ? dw : cx1;
+    cy1 = cy1 > dh ? dh : cy1;
+    CtImage src;
+    if (image_decode_region(data, n, shrink, w, h, cx0, cy0, cx1, cy1, &src, err))
+        return -1;
     CtBox rbox = {bx0 - cx0, by0 - cy0, bx1 - cx0, by1 - cy0};
-    if (src->w == out_w && src->h == out_h && rbox.x0 == 0 && rbox.y0 == 0 && rbox.x1 == out_w && rbox.y1 == out_h) {
+    if (src.w == out_w && src.h == out_h && rbox.x0 == 0 && rbox.y0 == 0 && rbox.x1 == out_w && rbox.y1 == out_h) {
         /* PIL's resize to the same size is a copy */
-        *out = src == &crop ? crop : dec;
+        *out = src;
         return 0;
     }
-    if (image_resize(src, rbox, out_w, out_h, interp, out, err))
-        goto fail;
-    image_free(&dec);
-    image_free(&crop);
+    int rc = image_resize(&src, rbox, out_w, out_h, interp, out, err);
+    image_free(&src);
+    if (rc)
+        return ct_failctx(err, "crop %d,%d %dx%d of a %dx%d image", box.x, box.y, box.w, box.h, w, h);
     return 0;
-fail:
-    image_free(&dec);
-    image_free(&crop);
-    return ct_failctx(err, "crop %d,%d %dx%d of a %dx%d image", box.x, box.y, box.w, box.h, w, h);
 }
 
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
