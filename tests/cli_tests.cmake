@@ -91,3 +91,18 @@ foreach(model test_resnet test_vit)
     "${RUN} --model ${model} --backend cpu --vectors ${DATA}/${model}.safetensors --out ${model}.cpu.out.safetensors && \
      ${RUN} --compare ${model}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
+
+# ctimm-train: a short run on the embedded shapes dataset (generated into the
+# build tree), and its refusals.
+add_test(NAME train_embedded_short COMMAND sh -c
+  "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 --lr 0.1 -j 2 --log-interval 100 --output train-out && \
+   grep -q '^epoch,train_loss,eval_loss,eval_top1,eval_top5,lr' train-out/summary.csv && \
+   grep -q '^0,' train-out/summary.csv")
+set_tests_properties(train_embedded_short PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+  PASS_REGULAR_EXPRESSION "Acc@1: [0-9.]+  Acc@5")
+add_test(NAME train_refuses_unimplemented_flag COMMAND ${FAIL} "--mixup .* is not implemented in ctimm-train yet"
+  ${CMAKE_BINARY_DIR}/ctimm-train --mixup 0.2)
+add_test(NAME train_missing_folder COMMAND ${FAIL} "/nonexistent"
+  ${CMAKE_BINARY_DIR}/ctimm-train /nonexistent/imagenet)
+add_test(NAME train_bad_number COMMAND ${FAIL} "--batch-size expects a whole number" ${CMAKE_BINARY_DIR}/ctimm-train -b x)
+add_test(NAME train_unknown_model COMMAND ${FAIL} "unknown model 'resnet5'" ${CMAKE_BINARY_DIR}/ctimm-train --model resnet5)
