@@ -8,8 +8,9 @@
 #include <math.h>
 
 #include "ops_impl.h"
+#include "pool_window.h"
 
-enum { KH, KW, SH, SW, PH, PW, CEIL, COUNT_PAD, IN_H, IN_W };
+enum { IN_H = POOL_IN_H, IN_W = POOL_IN_W };
 
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int ceil_mode)
 {
@@ -23,13 +24,13 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int ceil_mo
 /* The output shape of pooling x by attributes a. */
 static int pool_rule(const int64_t *a, const CtShape *x, CtShape *y, CtErr *err)
 {
-    if (a[KH] < 1 || a[KW] < 1 || a[SH] < 1 || a[SW] < 1 || a[PH] < 0 || a[PW] < 0)
+    if (a[POOL_KH] < 1 || a[POOL_KW] < 1 || a[POOL_SH] < 1 || a[POOL_SW] < 1 || a[POOL_PH] < 0 || a[POOL_PW] < 0)
         return ct_fail(err, "kernel and stride must be >= 1, padding >= 0");
-    if (2 * a[PH] > a[KH] || 2 * a[PW] > a[KW])
+    if (2 * a[POOL_PH] > a[POOL_KH] || 2 * a[POOL_PW] > a[POOL_KW])
         return ct_fail(err, "padding must be at most half the kernel size");
-    int64_t oh = pool_out(x->d[2], a[KH], a[SH], a[PH], (int)a[CEIL]);
-    int64_t ow = pool_out(x->d[3], a[KW], a[SW], a[PW], (int)a[CEIL]);
-    if (x->d[2] + 2 * a[PH] < a[KH] || x->d[3] + 2 * a[PW] < a[KW] || oh < 1 || ow < 1)
+    int64_t oh = pool_out(x->d[2], a[POOL_KH], a[POOL_SH], a[POOL_PH], (int)a[POOL_CEIL]);
+    int64_t ow = pool_out(x->d[3], a[POOL_KW], a[POOL_SW], a[POOL_PW], (int)a[POOL_CEIL]);
+    if (x->d[2] + 2 * a[POOL_PH] < a[POOL_KH] || x->d[3] + 2 * a[POOL_PW] < a[POOL_KW] || oh < 1 || ow < 1)
         return ct_fail(err, "window larger than the padded input");
     *y = (CtShape){4, {x->d[0], x->d[1], oh, ow}};
     return 0;
@@ -41,27 +42,6 @@ static int infer_pool(const Graph *g, const Node *n, CtType *out, CtErr *err)
         return -1;
     out[0].dtype = in_type(g, n, 0)->dtype;
     return pool_rule(n->iattr, in_shape(g, n, 0), &out[0].shape, err) ? -1 : 1;
-}
-
-/* One output window of the pooling: its clamped bounds and divisor. */
-typedef struct Window {
-    int64_t h0, h1, w0, w1;
-    double divisor;
-} Window;
-
-static Window window(const int64_t *a, int64_t oh, int64_t ow, int64_t H, int64_t W)
-{
-    Window r;
-    int64_t h0 = oh * a[SH] - a[PH], w0 = ow * a[SW] - a[PW];
-    int64_t h1 = h0 + a[KH] < H + a[PH] ? h0 + a[KH] : H + a[PH];
-    int64_t w1 = w0 + a[KW] < W + a[PW] ? w0 + a[KW] : W + a[PW];
-    double padded_count = (double)((h1 - h0) * (w1 - w0));
-    r.h0 = h0 < 0 ? 0 : h0;
-    r.w0 = w0 < 0 ? 0 : w0;
-    r.h1 = h1 > H ? H : h1;
-    r.w1 = w1 > W ? W : w1;
-    r.divisor = a[COUNT_PAD] ? padded_count : (double)((r.h1 - r.h0) * (r.w1 - r.w0));
-    return r;
 }
 
 /* Index (within the plane) of the window's maximum; NaN wins, as in PyTorch. */
@@ -86,7 +66,7 @@ static void pool_apply(const int64_t *a, const CtShape *x, const CtShape *y, dou
     for (int64_t p = 0; p < x->d[0] * x->d[1]; p++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                Window r = window(a, oh, ow, H, W);
+                Window r = pool_window(a, oh, ow, H, W);
                 int64_t yi = (p * OH + oh) * OW + ow;
                 if (mode == 1) {
                     out[yi] = in[0][p * H * W + window_argmax(in[0] + p * H * W, W, &r)];

@@ -6,29 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ir/ops/pool_window.h"
 #include "runtime/cpu/cpu.h"
-
-enum { KH, KW, SH, SW, PH, PW, CEIL, COUNT_PAD };
-
-typedef struct Window {
-    int64_t h0, h1, w0, w1;
-    float inv_divisor;
-} Window;
-
-static Window window(const int64_t *a, int64_t oh, int64_t ow, int64_t H, int64_t W)
-{
-    Window r;
-    int64_t h0 = oh * a[SH] - a[PH], w0 = ow * a[SW] - a[PW];
-    int64_t h1 = h0 + a[KH] < H + a[PH] ? h0 + a[KH] : H + a[PH];
-    int64_t w1 = w0 + a[KW] < W + a[PW] ? w0 + a[KW] : W + a[PW];
-    double padded = (double)((h1 - h0) * (w1 - w0));
-    r.h0 = h0 < 0 ? 0 : h0;
-    r.w0 = w0 < 0 ? 0 : w0;
-    r.h1 = h1 > H ? H : h1;
-    r.w1 = w1 > W ? W : w1;
-    r.inv_divisor = (float)(1 / (a[COUNT_PAD] ? padded : (double)((r.h1 - r.h0) * (r.w1 - r.w0))));
-    return r;
-}
 
 /* Index in the plane of the window's maximum; NaN wins, as in PyTorch. */
 static int64_t window_argmax(const float *xp, int64_t W, const Window *r)
@@ -51,7 +30,8 @@ static void pool(const int64_t *a, const CtShape *x, const CtShape *y, const flo
     for (int64_t p = 0; p < planes; p++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                Window r = window(a, oh, ow, H, W);
+                Window r = pool_window(a, oh, ow, H, W);
+                float inv_divisor = (float)(1 / r.divisor);
                 int64_t yi = (p * OH + oh) * OW + ow;
                 if (mode == 1) {
                     dst[yi] = src[p * H * W + window_argmax(src + p * H * W, W, &r)];
@@ -62,9 +42,9 @@ static void pool(const int64_t *a, const CtShape *x, const CtShape *y, const flo
                     for (int64_t h = r.h0; h < r.h1; h++)
                         for (int64_t w = r.w0; w < r.w1; w++)
                             acc += src[p * H * W + h * W + w];
-                    dst[yi] = (float)(acc * r.inv_divisor);
+                    dst[yi] = (float)(acc * inv_divisor);
                 } else {
-                    float share = src[yi] * r.inv_divisor;
+                    float share = src[yi] * inv_divisor;
                     for (int64_t h = r.h0; h < r.h1; h++)
                         for (int64_t w = r.w0; w < r.w1; w++)
                             dst[p * H * W + h * W + w] += share;
