@@ -10,13 +10,19 @@
  *     point; the horizontal pass (over just the rows the vertical one reads)
  *     rounds to uint8, then the vertical pass does.
  * Integer sums are exact in any order, so the vertical pass runs tap by tap
- * over whole rows (vectorisable) and still matches Pillow's per-pixel loop.
+ * over whole rows (vectorisable) and still matches Pillow's per-pixel loop;
+ * on SSE2 both passes take two taps per pmaddwd (see "SSE2 passes").
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/data/image_codec.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define RESIZE_SSE2 1
+#endif
 
 /* Pillow's fixed point: 8 bits of result, 2 of headroom for the overshoot
  * of negative lobes, the rest (22) fraction, in 32-bit sums. */
@@ -154,6 +160,7 @@ static void pass_h(const CtImage *src, int y0, int rows, const Taps *t, uint8_t 
     }
 }
 
+#if !RESIZE_SSE2
 /* Vertical pass: rows of `n` bytes from src (row r of src is source row
  * r + row0), into out_h rows of dst, tap by tap over whole rows. The rows
  * go in blocks of 16 bytes, a fixed count every compiler vectorises at -O2. */
@@ -182,6 +189,197 @@ static void pass_v(const uint8_t *src, int row0, size_t n, const Taps *t, uint8_
             o[i] = clip8(acc[i]);
     }
 }
+
+#endif
+
+#if RESIZE_SSE2
+/* SSE2 passes. Each 22-bit weight k is split as kh * 2^15 + kl (kl in
+ * 0..32767, kh small), so that pixel x weight products come from pmaddwd on
+ * 16-bit lanes, two taps per instruction: sum = (sum_hi << 15) + sum_lo.
+ * That is Pillow's int32 sum to the bit (integer sums wrap the same way in
+ * any order), then the same rounding, shift and clamp to 0..255. */
+static inline __m128i kpair(int32_t k0, int32_t k1, int hi)
+{
+    int32_t a = hi ? k0 >> 15 : k0 & 0x7fff, b = hi ? k1 >> 15 : k1 & 0x7fff;
+    return _mm_set1_epi32((int32_t)(((uint32_t)b << 16) | ((uint32_t)a & 0xffff)));
+}
+
+static inline __m128i combine(__m128i lo, __m128i hi)
+{
+    __m128i s = _mm_add_epi32(_mm_add_epi32(lo, _mm_slli_epi32(hi, 15)), _mm_set1_epi32(1 << (PRECISION_BITS - 1)));
+    return _mm_srai_epi32(s, PRECISION_BITS);
+}
+
+static inline __m128i load3(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return _mm_cvtsi32_si128((int)v);
+}
+
+static inline void store_px(uint8_t *o, __m128i s, int last)
+{
+    uint32_t v = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(s, s), s));
+    if (!last)
+        memcpy(o, &v, 4); /* the 4th byte is the next pixel's, written next */
+    else
+        memcpy(o, &v, 3);
+}
+
+/* Horizontal taps as pairs: output i reads pixels first[i] .. + 2 * np[i],
+ * an odd count widened by one zero-weight pixel inside the row; k holds
+ * (lo, hi) per pair. Returns 0 when some pixel cannot be widened (its taps
+ * cover the whole row: tiny sources), and the scalar pass runs instead. */
+typedef struct HPairs {
+    int maxp;
+    int *first, *np;
+    __m128i *k;
+} HPairs;
+
+static int hpairs_init(HPairs *h, const Taps *t, int in_size, int out_w)
+{
+    h->maxp = (t->ksize + 1) / 2;
+    h->first = malloc((size_t)out_w * sizeof *h->first);
+    h->np = malloc((size_t)out_w * sizeof *h->np);
+    h->k = malloc((size_t)out_w * h->maxp * 2 * sizeof *h->k);
+    if (!h->first || !h->np || !h->k)
+        return 0;
+    for (int i = 0; i < out_w; i++) {
+        const int32_t *k = t->k + (size_t)i * t->ksize;
+        int first = t->first[i], n = t->count[i], shift = 0;
+        if (n & 1) {
+            if (first + n < in_size)
+                ;
+            else if (first > 0)
+                first--, shift = 1;
+            else
+                return 0;
+        }
+        int np = (n + 1) / 2;
+        __m128i *kv = h->k + (size_t)i * h->maxp * 2;
+        for (int j = 0; j < np; j++) {
+            int x0 = 2 * j - shift, x1 = x0 + 1;
+            int32_t k0 = x0 >= 0 && x0 < n ? k[x0] : 0, k1 = x1 >= 0 && x1 < n ? k[x1] : 0;
+            kv[2 * j] = kpair(k0, k1, 0);
+            kv[2 * j + 1] = kpair(k0, k1, 1);
+        }
+        h->first[i] = first;
+        h->np[i] = np;
+    }
+    return 1;
+}
+
+static void hpairs_free(HPairs *h)
+{
+    free(h->first);
+    free(h->np);
+    free(h->k);
+}
+
+/* Pixels x and x + 1 as 16-bit lanes R0 R1 G0 G1 B0 B1 X X. */
+static inline __m128i px_pair(const uint8_t *p, __m128i zero)
+{
+    return _mm_unpacklo_epi8(_mm_unpacklo_epi8(load3(p), load3(p + 3)), zero);
+}
+
+/* Rows y0 .. y0 + rows - 1; a row whose 4-byte loads could pass the end of
+ * the image (its last row) takes the scalar pass. */
+static void pass_h_sse2(const CtImage *src, int y0, int rows, const HPairs *h, const Taps *t, uint8_t *dst, int out_w)
+{
+    size_t in_row = (size_t)src->w * 3, out_row = (size_t)out_w * 3;
+    const __m128i zero = _mm_setzero_si128();
+    int safe = src->h - 1 - y0; /* rows 0 .. safe - 1 may be read with loads */
+    if (safe > rows)
+        safe = rows;
+    int y = 0;
+    for (; y + 2 <= safe; y += 2) {
+        const uint8_t *in = src->px + (size_t)(y0 + y) * in_row;
+        uint8_t *o = dst + (size_t)y * out_row;
+        for (int i = 0; i < out_w; i++) {
+            const uint8_t *p = in + (size_t)h->first[i] * 3, *q = p + in_row;
+            const __m128i *k = h->k + (size_t)i * h->maxp * 2;
+            __m128i alo = zero, ahi = zero, blo = zero, bhi = zero;
+            for (int j = 0, n = h->np[i]; j < n; j++, p += 6, q += 6, k += 2) {
+                __m128i a = px_pair(p, zero), b = px_pair(q, zero);
+                alo = _mm_add_epi32(alo, _mm_madd_epi16(a, k[0]));
+                ahi = _mm_add_epi32(ahi, _mm_madd_epi16(a, k[1]));
+                blo = _mm_add_epi32(blo, _mm_madd_epi16(b, k[0]));
+                bhi = _mm_add_epi32(bhi, _mm_madd_epi16(b, k[1]));
+            }
+            store_px(o + 3 * i, combine(alo, ahi), i == out_w - 1);
+            store_px(o + out_row + 3 * i, combine(blo, bhi), i == out_w - 1);
+        }
+    }
+    for (; y < safe; y++) {
+        const uint8_t *in = src->px + (size_t)(y0 + y) * in_row;
+        uint8_t *o = dst + (size_t)y * out_row;
+        for (int i = 0; i < out_w; i++) {
+            const uint8_t *p = in + (size_t)h->first[i] * 3;
+            const __m128i *k = h->k + (size_t)i * h->maxp * 2;
+            __m128i alo = zero, ahi = zero;
+            for (int j = 0, n = h->np[i]; j < n; j++, p += 6, k += 2) {
+                __m128i a = px_pair(p, zero);
+                alo = _mm_add_epi32(alo, _mm_madd_epi16(a, k[0]));
+                ahi = _mm_add_epi32(ahi, _mm_madd_epi16(a, k[1]));
+            }
+            store_px(o + 3 * i, combine(alo, ahi), i == out_w - 1);
+        }
+    }
+    if (y < rows)
+        pass_h(src, y0 + y, rows - y, t, dst + (size_t)y * out_row, out_w);
+}
+
+/* Vertical pass, two source rows per pmaddwd: for each 16-byte column
+ * block the sums stay in registers over all the taps. kv: scratch for
+ * 2 * ((ksize + 1) / 2) vectors, rp: for as many row pointers. */
+static void pass_v_sse2(const uint8_t *src, int row0, size_t n, const Taps *t, uint8_t *dst, int out_h, __m128i *kv,
+                        const uint8_t **rp)
+{
+    const __m128i zero = _mm_setzero_si128();
+    size_t nb = n / 16 * 16;
+    for (int j = 0; j < out_h; j++) {
+        const int32_t *k = t->k + (size_t)j * t->ksize;
+        int c = t->count[j], np = (c + 1) / 2;
+        const uint8_t *base = src + (size_t)(t->first[j] - row0) * n;
+        for (int p = 0; p < np; p++) {
+            int32_t k0 = k[2 * p], k1 = 2 * p + 1 < c ? k[2 * p + 1] : 0;
+            kv[2 * p] = kpair(k0, k1, 0);
+            kv[2 * p + 1] = kpair(k0, k1, 1);
+            rp[2 * p] = base + (size_t)(2 * p) * n;
+            rp[2 * p + 1] = 2 * p + 1 < c ? rp[2 * p] + n : rp[2 * p];
+        }
+        uint8_t *o = dst + (size_t)j * n;
+        for (size_t i = 0; i < nb; i += 16) {
+            __m128i l0 = zero, l1 = zero, l2 = zero, l3 = zero, h0 = zero, h1 = zero, h2 = zero, h3 = zero;
+            for (int p = 0; p < np; p++) {
+                __m128i a = _mm_loadu_si128((const __m128i *)(rp[2 * p] + i));
+                __m128i b = _mm_loadu_si128((const __m128i *)(rp[2 * p + 1] + i));
+                __m128i lo = _mm_unpacklo_epi8(a, b), hi = _mm_unpackhi_epi8(a, b);
+                __m128i w0 = _mm_unpacklo_epi8(lo, zero), w1 = _mm_unpackhi_epi8(lo, zero);
+                __m128i w2 = _mm_unpacklo_epi8(hi, zero), w3 = _mm_unpackhi_epi8(hi, zero);
+                __m128i kl = kv[2 * p], kh = kv[2 * p + 1];
+                l0 = _mm_add_epi32(l0, _mm_madd_epi16(w0, kl));
+                l1 = _mm_add_epi32(l1, _mm_madd_epi16(w1, kl));
+                l2 = _mm_add_epi32(l2, _mm_madd_epi16(w2, kl));
+                l3 = _mm_add_epi32(l3, _mm_madd_epi16(w3, kl));
+                h0 = _mm_add_epi32(h0, _mm_madd_epi16(w0, kh));
+                h1 = _mm_add_epi32(h1, _mm_madd_epi16(w1, kh));
+                h2 = _mm_add_epi32(h2, _mm_madd_epi16(w2, kh));
+                h3 = _mm_add_epi32(h3, _mm_madd_epi16(w3, kh));
+            }
+            __m128i s01 = _mm_packs_epi32(combine(l0, h0), combine(l1, h1));
+            __m128i s23 = _mm_packs_epi32(combine(l2, h2), combine(l3, h3));
+            _mm_storeu_si128((__m128i *)(o + i), _mm_packus_epi16(s01, s23));
+        }
+        for (size_t i = nb; i < n; i++) {
+            int32_t s = 1 << (PRECISION_BITS - 1);
+            for (int y = 0; y < c; y++)
+                s += base[(size_t)y * n + i] * k[y];
+            o[i] = clip8(s);
+        }
+    }
+}
+#endif
 
 /* BILINEAR/BICUBIC as ImagingResampleInner: each pass only when it is not
  * the identity, the horizontal one over the rows the vertical one reads. */
@@ -214,18 +412,42 @@ static int resample(const CtImage *src, const float b[4], CtInterp interp, CtIma
             }
             hout = tmp;
         }
-        pass_h(src, y_first, need_v ? y_last - y_first : out_h, &th, hout, out_w);
+        int hrows = need_v ? y_last - y_first : out_h;
+#if RESIZE_SSE2
+        HPairs hp = {0};
+        if (hpairs_init(&hp, &th, src->w, out_w))
+            pass_h_sse2(src, y_first, hrows, &hp, &th, hout, out_w);
+        else
+            pass_h(src, y_first, hrows, &th, hout, out_w);
+        hpairs_free(&hp);
+#else
+        pass_h(src, y_first, hrows, &th, hout, out_w);
+#endif
         rows = tmp;
         row0 = y_first;
     }
     if (need_v) {
         size_t n = (size_t)out_w * 3;
+#if RESIZE_SSE2
+        size_t np = (size_t)(tv.ksize + 1) / 2 * 2;
+        __m128i *kv = malloc(np * sizeof *kv);
+        const uint8_t **rp = malloc(np * sizeof *rp);
+        if (kv && rp)
+            pass_v_sse2(rows, row0, n, &tv, dst->px, out_h, kv, rp);
+        free(kv);
+        free(rp);
+        if (!kv || !rp) {
+            ct_fail(err, "resize: out of memory for %d filter taps", tv.ksize);
+            goto free_taps;
+        }
+#else
         acc = malloc(n * sizeof *acc);
         if (!acc) {
             ct_fail(err, "resize: out of memory for a %d-pixel row", out_w);
             goto free_taps;
         }
         pass_v(rows, row0, n, &tv, dst->px, out_h, acc);
+#endif
     }
     rc = 0;
 free_taps:
