@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-extern const CtBackend ct_backend_cpu; /* runtime/cpu: f32 graphs, BLAS for GEMM and convolution */
 
 static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu};
 

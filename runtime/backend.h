@@ -1,6 +1,6 @@
 /*
  * Backends: every backend runs the same graph behind this small table
- * (ref now; cpu and cuda later). supports() says whether a node can run, so a
+ * (ref and cpu now; cuda later). supports() says whether a node can run, so a
  * caller learns up front, with the node named, what a backend cannot do.
  */
 #ifndef CTIMM_BACKEND_H
@@ -19,6 +19,7 @@ typedef struct CtBackend {
 } CtBackend;
 
 extern const CtBackend ct_backend_ref;
+extern const CtBackend ct_backend_cpu; /* runtime/cpu: f32 graphs, BLAS for GEMM and convolution */
 
 /* NULL when no backend has this name. */
 const CtBackend *backend_find(const char *name);

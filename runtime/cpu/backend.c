@@ -16,8 +16,6 @@
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu.h"
 
-extern const CtBackend ct_backend_cpu;
-
 static const CpuKernel kernels[CT_NOPS] = {
 #define X(op) [CT_OP_##op] = cpu_##op,
     CPU_KERNELS(X)
