@@ -3,12 +3,15 @@
  * the training loop of timm's train_one_epoch and validate on the cpu (or
  * ref) backend: loader batch -> normalise -> the compiled step (forward,
  * loss, backward, update) -> LR schedule; validation each epoch with top-1,
- * top-5 and loss; timm's log lines and summary.csv. timm flags it does not
- * implement yet are refused by name, never silently ignored.
+ * top-5 and loss; timm's log lines and summary.csv; with --output, timm's
+ * checkpoints (last, model_best, the best --checkpoint-hist checkpoint-<epoch>;
+ * cli/train_checkpoint.h) and --resume, bit for bit on the cpu backend. timm
+ * flags it does not implement yet are refused by name, never silently ignored.
  *
  * With no data folder it trains on the embedded default: a generated
  * 10-class JPEG ImageFolder of drawn shapes (runtime/data/shapes.h).
  */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -17,8 +20,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
 
 #include "cli/common.h"
+#include "cli/train_checkpoint.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
@@ -30,7 +37,9 @@ static const char *const prog = "ctimm-train";
 
 typedef struct Args {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
+    const char *resume, *initial_checkpoint, *eval_metric;
     int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;
+    int no_resume_opt, checkpoint_hist;
     double lr, lr_base, lr_base_size, momentum, weight_decay, smoothing, warmup_lr, min_lr, warmup_epochs, drop,
         drop_path, opt_eps;
     int seed;
@@ -43,20 +52,22 @@ static const char *const usage =
     "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps 1e-8]\n"
     "                   [--sched cosine|none] [--warmup-epochs 0] [--warmup-lr 1e-5] [--min-lr 0]\n"
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
-    "                   [--log-interval 50] [--device cpu|ref] [--output DIR]\n"
+    "                   [--log-interval 50] [--device cpu|ref] [--output DIR] [--resume CKPT]\n"
+    "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
+    "                   [--eval-metric top1|top5|loss]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data).\n";
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
 static const char *const not_yet[] = {
-    "class-map", "initial-checkpoint", "resume", "no-resume-opt", "input-size", "crop-pct", "mean", "std",
+    "class-map", "input-size", "crop-pct", "mean", "std",
     "interpolation", "opt-betas", "clip-grad", "clip-mode", "sched-on-updates", "decay-epochs",
     "decay-milestones", "warmup-prefix", "cooldown-epochs", "patience-epochs", "decay-rate", "lr-noise",
     "lr-noise-pct", "lr-noise-std", "lr-cycle-mul", "lr-cycle-decay", "lr-cycle-limit", "lr-k-decay",
     "no-aug", "scale", "ratio", "hflip", "vflip", "color-jitter", "aa", "reprob", "remode", "recount",
     "mixup", "cutmix", "cutmix-minmax", "mixup-prob", "mixup-switch-prob", "mixup-mode", "mixup-off-epoch",
     "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema", "model-ema-decay", "recovery-interval",
-    "checkpoint-hist", "experiment", "eval-metric", "epoch-repeats", "start-epoch", "lr-base-scale", "config",
+    "experiment", "epoch-repeats", "start-epoch", "lr-base-scale", "config",
     NULL};
 
 enum { OPT_BASE = 1000 };
@@ -86,11 +97,14 @@ static int parse_args(int argc, char **argv, Args *a)
         {"warmup-lr", 1, 0, 'R'}, {"min-lr", 1, 0, 'N'}, {"smoothing", 1, 0, 'x'}, {"drop", 1, 0, 'd'},
         {"drop-path", 1, 0, 'p'}, {"channels-last", 0, 0, 'c'}, {"seed", 1, 0, 'r'}, {"workers", 1, 0, 'j'},
         {"log-interval", 1, 0, 'I'}, {"device", 1, 0, 'G'}, {"output", 1, 0, 'O'}, {"help", 0, 0, 'h'},
+        {"resume", 1, 0, 'U'}, {"no-resume-opt", 0, 0, 'P'}, {"initial-checkpoint", 1, 0, 'C'},
+        {"checkpoint-hist", 1, 0, 'H'}, {"eval-metric", 1, 0, 'K'},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
                 .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256, .momentum = 0.9,
-                .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = 1e-8, .seed = 42};
+                .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = 1e-8, .seed = 42,
+                .checkpoint_hist = 10, .eval_metric = "top1"};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -120,6 +134,11 @@ static int parse_args(int argc, char **argv, Args *a)
         case 'G': a->device = optarg; break;
         case 'O': a->output = optarg; break;
         case 'c': a->channels_last = 1; break;
+        case 'U': a->resume = optarg; break;
+        case 'P': a->no_resume_opt = 1; break;
+        case 'C': a->initial_checkpoint = optarg; break;
+        case 'K': a->eval_metric = optarg; break;
+        case 'H': bad = cli_int(prog, "--checkpoint-hist", optarg, 1, 64, &a->checkpoint_hist); break;
         case 'n': bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
         case 'i': bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->img_size); break;
         case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
@@ -409,13 +428,70 @@ static void run_free(Run *r)
     free(r->x);
 }
 
+/* The arguments as a JSON object, for the checkpoint's metadata. */
+static char *args_json(const Args *a)
+{
+    cJSON *o = cJSON_CreateObject();
+    CT_ASSERT(o != NULL);
+    const char *str[][2] = {{"data_dir", a->data_dir}, {"dataset", a->dataset}, {"train_split", a->train_split},
+                            {"val_split", a->val_split}, {"model", a->model}, {"opt", a->opt},
+                            {"sched", a->sched}, {"device", a->device}, {"output", a->output},
+                            {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
+                            {"eval_metric", a->eval_metric}};
+    for (size_t k = 0; k < sizeof str / sizeof *str; k++)
+        if (str[k][1])
+            cJSON_AddStringToObject(o, str[k][0], str[k][1]);
+    const struct { const char *k; double v; } num[] = {
+        {"num_classes", a->num_classes}, {"img_size", a->img_size}, {"batch_size", a->batch_size},
+        {"validation_batch_size", a->val_batch_size}, {"epochs", a->epochs}, {"workers", a->workers},
+        {"channels_last", a->channels_last}, {"no_resume_opt", a->no_resume_opt},
+        {"checkpoint_hist", a->checkpoint_hist}, {"seed", a->seed}, {"lr", a->lr}, {"lr_base", a->lr_base},
+        {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},
+        {"smoothing", a->smoothing}, {"warmup_lr", a->warmup_lr}, {"min_lr", a->min_lr},
+        {"warmup_epochs", a->warmup_epochs}, {"drop", a->drop}, {"drop_path", a->drop_path},
+        {"opt_eps", a->opt_eps}};
+    for (size_t k = 0; k < sizeof num / sizeof *num; k++)
+        cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    CT_ASSERT(j != NULL);
+    return j;
+}
+
+/* mkdir -p. */
+static int make_dirs(const char *dir, CtErr *err)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return ct_fail(err, "--output %s: the path is too long", dir);
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            if (mkdir(p, 0755) && errno != EEXIST)
+                return ct_fail(err, "cannot create %s: %s", p, strerror(errno));
+            *c = '/';
+        }
+    if (mkdir(p, 0755) && errno != EEXIST)
+        return ct_fail(err, "cannot create %s: %s", p, strerror(errno));
+    return 0;
+}
+
+/* The metric --eval-metric names. */
+static double pick_metric(const Args *a, double loss, double top1, double top5)
+{
+    return !strcmp(a->eval_metric, "loss") ? loss : !strcmp(a->eval_metric, "top5") ? top5 : top1;
+}
+
 int main(int argc, char **argv)
 {
     Run r = {0};
     CtErr err = {{0}};
     char root[1000];
     FILE *summary = NULL;
-    int rc = 1;
+    Saver saver = {0};
+    Resumed res = {0};
+    char *json = NULL;
+    int rc = 1, start_epoch = 0;
     int parsed = parse_args(argc, argv, &r.a);
     if (parsed)
         return parsed > 0 ? 0 : 2;
@@ -433,6 +509,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: --sched %s is not implemented yet (cosine, none)\n", prog, r.a.sched);
         return 2;
     }
+    if (strcmp(r.a.eval_metric, "top1") && strcmp(r.a.eval_metric, "top5") && strcmp(r.a.eval_metric, "loss")) {
+        fprintf(stderr, "%s: --eval-metric %s is not one of top1, top5, loss\n", prog, r.a.eval_metric);
+        return 2;
+    }
+    int decreasing = !strcmp(r.a.eval_metric, "loss");
     r.vb = r.a.val_batch_size > 0 ? r.a.val_batch_size : r.a.batch_size;
     if (r.a.lr < 0) /* timm: lr = lr_base * batch / lr_base_size, sqrt scaling for adaptive optimizers */
         r.a.lr = r.a.lr_base * (strstr(r.a.opt, "ada") ? sqrt(r.a.batch_size / r.a.lr_base_size)
@@ -443,27 +524,64 @@ int main(int argc, char **argv)
     }
     state_create(&r.state, &r.train);
     state_init(&r.state, (uint64_t)r.a.seed);
+    if (r.a.initial_checkpoint && ckpt_load_weights(r.a.initial_checkpoint, &r.state, &err)) {
+        fprintf(stderr, "%s: --initial-checkpoint %s\n", prog, err.msg);
+        goto free_run;
+    }
+    if (r.a.resume) {
+        if (ckpt_resume(r.a.resume, &r.state, r.m->name, !r.a.no_resume_opt, &res, &err)) {
+            fprintf(stderr, "%s: %s\n", prog, err.msg);
+            goto free_run;
+        }
+        start_epoch = res.epoch + 1;
+        if (start_epoch >= r.a.epochs) {
+            fprintf(stderr, "%s: --resume %s: the checkpoint is of epoch %d, so --epochs %d leaves nothing to train\n",
+                    prog, r.a.resume, res.epoch, r.a.epochs);
+            goto free_run;
+        }
+    }
     int big = r.a.batch_size > r.vb ? r.a.batch_size : r.vb;
     r.x = malloc(sizeof *r.x * (size_t)big * 3 * (size_t)r.img * (size_t)r.img);
     printf("Model %s created, param count: %lld\n", r.m->name, (long long)graph_param_count(&r.train));
     printf("Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", root,
            dataset_len(r.train_ds), dataset_len(r.val_ds), r.classes, r.img, r.img, r.be->name);
+    if (r.a.resume)
+        printf("Resumed from %s (epoch %d%s); starting at epoch %d\n", r.a.resume, res.epoch,
+               r.a.no_resume_opt ? ", weights only" : "", start_epoch);
+    double best = NAN;
+    int best_epoch = -1;
+    /* Everything is validated: only now does the output folder appear. */
     if (r.a.output) {
-        mkdir(r.a.output, 0755);
         char path[1100];
         snprintf(path, sizeof path, "%s/summary.csv", r.a.output);
-        if (!(summary = fopen(path, "w"))) {
+        int append = r.a.resume && access(path, F_OK) == 0;
+        if (make_dirs(r.a.output, &err)) {
+            fprintf(stderr, "%s: %s\n", prog, err.msg);
+            goto free_run;
+        }
+        if (!(summary = fopen(path, append ? "a" : "w"))) {
             fprintf(stderr, "%s: cannot write %s: %s\n", prog, path, strerror(errno));
             goto free_run;
         }
-        fprintf(summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+        if (!append)
+            fprintf(summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+        saver_init(&saver, r.a.output, r.a.checkpoint_hist, decreasing);
+        char *real = realpath(r.a.output, NULL);
+        /* continuing in the same folder, ranked by the same metric */
+        if (r.a.resume && real && !strcmp(real, res.dir) && !strcmp(res.eval_metric, r.a.eval_metric)) {
+            saver_restore(&saver, &res);
+            best = res.best_epoch >= 0 ? res.best : NAN;
+            best_epoch = res.best_epoch;
+        }
+        free(real);
+        json = args_json(&r.a);
     }
     LrSchedule sched = {.kind = strcmp(r.a.sched, "cosine") ? CT_SCHED_NONE : CT_SCHED_COSINE, .base_lr = r.a.lr,
                         .min_lr = r.a.min_lr, .warmup_lr = r.a.warmup_lr, .warmup_epochs = r.a.warmup_epochs,
                         .t_initial = r.a.epochs};
-    double best = -1;
-    int best_epoch = -1;
-    for (int epoch = 0; epoch < r.a.epochs; epoch++) {
+    CkptInfo info = {.model = r.m->name, .eval_metric = r.a.eval_metric, .args_json = json,
+                     .num_classes = r.classes};
+    for (int epoch = start_epoch; epoch < r.a.epochs; epoch++) {
         double lr = sched_lr(&sched, epoch), el = 0, t1 = 0, t5 = 0;
         double tl = train_epoch(&r, epoch, lr, &err);
         if (isnan(tl) || validate(&r, epoch, &el, &t1, &t5, &err)) {
@@ -474,8 +592,13 @@ int main(int argc, char **argv)
             fprintf(summary, "%d,%.6f,%.6f,%.4f,%.4f,%.6g\n", epoch, tl, el, t1, t5, lr);
             fflush(summary);
         }
-        if (t1 > best) {
-            best = t1;
+        double metric = pick_metric(&r.a, el, t1, t5);
+        if (summary && saver_save(&saver, &r.state, &info, epoch, metric, &err)) {
+            fprintf(stderr, "%s: saving the checkpoint of epoch %d: %s\n", prog, epoch, err.msg);
+            goto free_run;
+        }
+        if (best_epoch < 0 || (decreasing ? metric < best : metric > best)) {
+            best = metric;
             best_epoch = epoch;
         }
     }
@@ -484,6 +607,8 @@ int main(int argc, char **argv)
 free_run:
     if (summary)
         fclose(summary);
+    saver_free(&saver);
+    free(json);
     run_free(&r);
     return rc;
 }

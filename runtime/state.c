@@ -102,13 +102,23 @@ void state_init(CtState *s, uint64_t seed)
     }
 }
 
-int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
+/* Which entries a load or save covers: the model (params and buffers), or
+ * the training state (optimizer state and rng counter; optimizer state only
+ * when `optim` is set). */
+static int in_part(const StateEntry *e, int model, int optim)
+{
+    if (model)
+        return e->role == CT_ROLE_PARAM || e->role == CT_ROLE_BUFFER;
+    return e->role == CT_ROLE_STATE && (optim || strncmp(e->name, "optim.", 6) != 0);
+}
+
+static int load_part(CtState *s, const StFile *f, const char *prefix, int model, int optim, CtErr *err)
 {
     size_t plen = strlen(prefix);
     char name[600], a[96], b[96];
     for (int i = 0; i < s->n; i++) {
         StateEntry *e = &s->e[i];
-        if (e->role == CT_ROLE_STATE)
+        if (!in_part(e, model, optim))
             continue;
         snprintf(name, sizeof name, "%s%s", prefix, e->name);
         const StTensor *t = st_find(f, name);
@@ -125,21 +135,34 @@ int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
     }
     for (int k = 0; k < f->ntensors; k++) {
         const char *n = f->tensors[k].name;
-        if (strncmp(n, prefix, plen) == 0 && state_find(s, n + plen) < 0)
-            return ct_fail(err, "'%s' in the file is not part of the model", n);
+        if (strncmp(n, prefix, plen) != 0 || (!model && !optim && strncmp(n + plen, "optim.", 6) == 0))
+            continue;
+        int i = state_find(s, n + plen);
+        if (i < 0 || !in_part(&s->e[i], model, 1))
+            return ct_fail(err, "'%s' in the file is not part of the %s", n, model ? "model" : "training state");
     }
     return 0;
 }
 
-int state_save(const CtState *s, const char *path, const char *const *meta_keys, const char *const *meta_vals,
-               int nmeta, CtErr *err)
+int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
+{
+    return load_part(s, f, prefix, 1, 0, err);
+}
+
+int state_load_training(CtState *s, const StFile *f, int optim, CtErr *err)
+{
+    return load_part(s, f, "", 0, optim, err);
+}
+
+static int save_part(const CtState *s, int model, const char *path, const char *const *meta_keys,
+                     const char *const *meta_vals, int nmeta, CtErr *err)
 {
     StTensor *t = calloc((size_t)(s->n ? s->n : 1), sizeof *t);
     CT_ASSERT(t != NULL);
     int n = 0;
     for (int i = 0; i < s->n; i++) {
         const StateEntry *e = &s->e[i];
-        if (e->role != CT_ROLE_PARAM && e->role != CT_ROLE_BUFFER)
+        if (!in_part(e, model, 1))
             continue;
         t[n] = (StTensor){.name = e->name, .dtype = e->type.dtype, .ndim = e->type.shape.ndim,
                           .nbytes = (size_t)shape_numel(&e->type.shape) * ct_dtype_size(e->type.dtype),
@@ -150,4 +173,16 @@ int state_save(const CtState *s, const char *path, const char *const *meta_keys,
     int rc = st_write(path, t, n, meta_keys, meta_vals, nmeta, err);
     free(t);
     return rc;
+}
+
+int state_save(const CtState *s, const char *path, const char *const *meta_keys, const char *const *meta_vals,
+               int nmeta, CtErr *err)
+{
+    return save_part(s, 1, path, meta_keys, meta_vals, nmeta, err);
+}
+
+int state_save_training(const CtState *s, const char *path, const char *const *meta_keys,
+                        const char *const *meta_vals, int nmeta, CtErr *err)
+{
+    return save_part(s, 0, path, meta_keys, meta_vals, nmeta, err);
 }

@@ -47,4 +47,12 @@ int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
 int state_save(const CtState *s, const char *path, const char *const *meta_keys, const char *const *meta_vals,
                int nmeta, CtErr *err);
 
+/* The training state beside a checkpoint: every optimizer-state tensor
+ * ("optim.*") and the rng counter, under those names. Loading takes the rng
+ * counter always and the optimizer state only when `optim` is set; a
+ * missing, extra or mis-shaped tensor is an error naming it. */
+int state_save_training(const CtState *s, const char *path, const char *const *meta_keys,
+                        const char *const *meta_vals, int nmeta, CtErr *err);
+int state_load_training(CtState *s, const StFile *f, int optim, CtErr *err);
+
 #endif

@@ -106,3 +106,54 @@ add_test(NAME train_missing_folder COMMAND ${FAIL} "/nonexistent"
   ${CMAKE_BINARY_DIR}/ctimm-train /nonexistent/imagenet)
 add_test(NAME train_bad_number COMMAND ${FAIL} "--batch-size expects a whole number" ${CMAKE_BINARY_DIR}/ctimm-train -b x)
 add_test(NAME train_unknown_model COMMAND ${FAIL} "unknown model 'resnet5'" ${CMAKE_BINARY_DIR}/ctimm-train --model resnet5)
+
+# ctimm-train checkpoints and --resume. Two epochs in one run equal one epoch,
+# then --resume for the second, bit for bit (cpu backend, one OpenBLAS thread,
+# -j 1): the same summary.csv line and the same weights file.
+set(TRAIN ${CMAKE_BINARY_DIR}/ctimm-train)
+set(TRAIN_SHORT "${TRAIN} -b 16 --img-size 32 --lr 0.1 -j 1 --log-interval 1000")
+set_tests_properties(train_embedded_short PROPERTIES FIXTURES_SETUP shapes_data)
+add_test(NAME train_resume_bit_exact COMMAND sh -c
+  "rm -rf ckpt-a ckpt-b && ${TRAIN_SHORT} --epochs 2 --checkpoint-hist 1 --output ckpt-a && \
+   ${TRAIN_SHORT} --epochs 1 --output ckpt-b && \
+   ${TRAIN_SHORT} --epochs 2 --output ckpt-b --resume ckpt-b/last.safetensors > resume.log && \
+   grep -q 'starting at epoch 1' resume.log && \
+   grep '^1,' ckpt-a/summary.csv > a.line && grep '^1,' ckpt-b/summary.csv > b.line && \
+   test -s a.line && cmp a.line b.line && test $(grep -c . ckpt-b/summary.csv) -eq 3 && \
+   cmp ckpt-a/last.safetensors ckpt-b/last.safetensors")
+# model_best and last exist; --checkpoint-hist 1 keeps one checkpoint-<epoch>
+# pair, the best epoch's, which model_best is.
+add_test(NAME train_checkpoint_files COMMAND sh -c
+  "cd ckpt-a && test -f last.safetensors && test -f last.state.safetensors && \
+   test -f model_best.safetensors && test -f model_best.state.safetensors && \
+   test $(ls checkpoint-*.safetensors | wc -l) -eq 2 && \
+   best=$(sort -t, -k4,4g summary.csv | tail -1 | cut -d, -f1) && \
+   cmp model_best.safetensors checkpoint-$best.safetensors")
+# Refusals: one line, a non-zero exit, and no output folder left behind.
+set(TRAIN_REFUSALS
+  "mismatched_model|a checkpoint of test_resnet, not of --model test_vit|--model test_vit --resume ckpt-b/last.safetensors"
+  "mismatched_classes|'fc.weight' has shape .10,96. in the file but the model needs .5,96.|--num-classes 5 --resume ckpt-b/last.safetensors"
+  "initial_other_model|--initial-checkpoint ckpt-b/last.safetensors: 'cls_token' is missing|--model test_vit --initial-checkpoint ckpt-b/last.safetensors"
+  "truncated|trunc.safetensors: tensor .* out of range|--resume trunc.safetensors"
+  "missing_state|training state lonely.state.safetensors is missing|--resume lonely.safetensors"
+  "mixed_epochs|weights are of epoch 0 but mix.state.safetensors is of epoch 1|--resume mix.safetensors"
+  "nothing_left|epoch 1, so --epochs 2 leaves nothing to train|--epochs 2 --resume ckpt-b/last.safetensors")
+add_test(NAME train_refusal_files COMMAND sh -c
+  "head -c 100000 ckpt-b/last.safetensors > trunc.safetensors && cp ckpt-b/last.state.safetensors trunc.state.safetensors && \
+   cp ckpt-b/last.safetensors lonely.safetensors && rm -f lonely.state.safetensors && \
+   cp ckpt-b/checkpoint-0.safetensors mix.safetensors && cp ckpt-b/checkpoint-1.state.safetensors mix.state.safetensors")
+set_tests_properties(train_refusal_files PROPERTIES FIXTURES_REQUIRED train_ckpt FIXTURES_SETUP train_refusal_files)
+foreach(refusal ${TRAIN_REFUSALS})
+  string(REPLACE "|" ";" parts "${refusal}")
+  list(GET parts 0 name)
+  list(GET parts 1 pattern)
+  list(GET parts 2 flags)
+  add_test(NAME train_refuses_${name} COMMAND sh -c
+    "rm -rf refused-${name} && ${FAIL} \"${pattern}\" ${TRAIN_SHORT} ${flags} --output refused-${name} && \
+     test ! -e refused-${name}")
+  set_tests_properties(train_refuses_${name} PROPERTIES FIXTURES_REQUIRED "train_ckpt;train_refusal_files"
+    ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+endforeach()
+set_tests_properties(train_resume_bit_exact PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP train_ckpt
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
+set_tests_properties(train_checkpoint_files PROPERTIES FIXTURES_REQUIRED train_ckpt)
