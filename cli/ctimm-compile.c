@@ -17,7 +17,7 @@ static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
     "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
     "                     [--dump-ir-after build|PASS]\n"
-    "                     [--opt sgd|momentum|adamw] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
+    "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
 static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name); }
@@ -43,21 +43,14 @@ static int save_weights(const ModelEntry *m, const Graph *g, const char *path, i
     return 0;
 }
 
-/* timm's optimizer names with its train.py defaults (momentum 0.9, weight
- * decay 2e-5 for SGD; AdamW betas (0.9, 0.999), eps 1e-8, wd 0.05). */
+/* timm's optimizer names (optim_defaults) with train.py's defaults on top:
+ * momentum 0.9, weight decay 2e-5 (0.05 for AdamW). */
 static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
 {
-    *o = (OptimSpec){.momentum = 0.9, .weight_decay = 2e-5, .no_weight_decay = m->no_weight_decay};
-    if (!strcmp(name, "sgd") || !strcmp(name, "nesterov")) {
-        o->kind = CT_OPT_SGD;
-    } else if (!strcmp(name, "momentum")) {
-        o->kind = CT_OPT_MOMENTUM;
-    } else if (!strcmp(name, "adamw")) {
-        *o = (OptimSpec){.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05,
-                         .no_weight_decay = m->no_weight_decay};
-    } else {
+    if (optim_defaults(name, o))
         return -1;
-    }
+    o->weight_decay = o->kind == CT_OPT_ADAMW ? 0.05 : 2e-5;
+    o->no_weight_decay = m->no_weight_decay;
     return 0;
 }
 
@@ -202,7 +195,7 @@ int main(int argc, char **argv)
         return 2;
     OptimSpec os;
     if (optim_from_name(opt, m, &os)) {
-        fprintf(stderr, "%s: unknown optimizer '%s' (sgd, momentum, adamw)\n", prog, opt);
+        fprintf(stderr, "%s: unknown optimizer '%s' (%s)\n", prog, opt, optim_names);
         return 2;
     }
     CtBuf out = {0};

@@ -41,16 +41,25 @@ typedef struct Args {
     int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;
     int no_resume_opt, checkpoint_hist;
     double lr, lr_base, lr_base_size, momentum, weight_decay, smoothing, warmup_lr, min_lr, warmup_epochs, drop,
-        drop_path, opt_eps;
+        drop_path, opt_eps, opt_betas[2];
+    int n_betas; /* --opt-betas given: 1 or 2 values, else 0 */
     int seed;
+    SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
 } Args;
 
 static const char *const usage =
     "usage: ctimm-train [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--train-split train]\n"
     "                   [--val-split validation] [--model test_resnet] [--num-classes N] [--img-size N]\n"
-    "                   [-b 32] [-vb N] [--epochs 5] [--opt sgd|momentum|adamw] [--lr LR] [--lr-base 0.1]\n"
-    "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps 1e-8]\n"
-    "                   [--sched cosine|none] [--warmup-epochs 0] [--warmup-lr 1e-5] [--min-lr 0]\n"
+    "                   [-b 32] [-vb N] [--epochs 5] [--lr LR] [--lr-base 0.1]\n"
+    "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps EPS]\n"
+    "                   [--opt-betas B1 B2] [--opt sgd|momentum|adam|adamw|nadam|radam|lamb|lambc|lars|larc|\n"
+    "                   rmsprop|rmsproptf|adabelief|adagrad]\n"
+    "                   [--sched cosine|tanh|step|multistep|plateau|poly|none] [--sched-on-updates]\n"
+    "                   [--warmup-epochs 0] [--warmup-lr 1e-5] [--warmup-prefix] [--min-lr 0]\n"
+    "                   [--decay-epochs 90] [--decay-milestones 90 180 270] [--decay-rate 0.1]\n"
+    "                   [--patience-epochs 10] [--cooldown-epochs 0] [--lr-noise PCT [PCT]]\n"
+    "                   [--lr-noise-pct 0.67] [--lr-noise-std 1] [--lr-cycle-mul 1] [--lr-cycle-decay 0.5]\n"
+    "                   [--lr-cycle-limit 1] [--lr-k-decay 1]\n"
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
@@ -61,9 +70,7 @@ static const char *const usage =
 /* timm train.py flags that this version does not implement yet: refused by name. */
 static const char *const not_yet[] = {
     "class-map", "input-size", "crop-pct", "mean", "std",
-    "interpolation", "opt-betas", "clip-grad", "clip-mode", "sched-on-updates", "decay-epochs",
-    "decay-milestones", "warmup-prefix", "cooldown-epochs", "patience-epochs", "decay-rate", "lr-noise",
-    "lr-noise-pct", "lr-noise-std", "lr-cycle-mul", "lr-cycle-decay", "lr-cycle-limit", "lr-k-decay",
+    "interpolation", "clip-grad", "clip-mode",
     "no-aug", "scale", "ratio", "hflip", "vflip", "color-jitter", "aa", "reprob", "remode", "recount",
     "mixup", "cutmix", "cutmix-minmax", "mixup-prob", "mixup-switch-prob", "mixup-mode", "mixup-off-epoch",
     "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema", "model-ema-decay", "recovery-interval",
@@ -71,6 +78,40 @@ static const char *const not_yet[] = {
     NULL};
 
 enum { OPT_BASE = 1000 };
+
+/* Scheduler flags, long only. */
+enum {
+    OPT_SCHED_ON_UPDATES = 2000, OPT_DECAY_EPOCHS, OPT_DECAY_MILESTONES, OPT_DECAY_RATE, OPT_PATIENCE,
+    OPT_COOLDOWN, OPT_WARMUP_PREFIX, OPT_NOISE, OPT_NOISE_PCT, OPT_NOISE_STD, OPT_CYCLE_MUL, OPT_CYCLE_DECAY,
+    OPT_CYCLE_LIMIT, OPT_K_DECAY
+};
+
+/* A flag of argparse's nargs='+': values in optarg (commas allowed) and in the
+ * numeric words that follow it, which are consumed. */
+static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
+{
+    *n = 0;
+    for (const char *w = arg;;) {
+        char *end;
+        double v = strtod(w, &end);
+        if (end == w || (*end && *end != ',')) {
+            fprintf(stderr, "%s: --%s expects numbers, not '%s'\n", prog, opt, w);
+            return -1;
+        }
+        if (*n == max) {
+            fprintf(stderr, "%s: --%s takes at most %d values\n", prog, opt, max);
+            return -1;
+        }
+        out[(*n)++] = v;
+        if (*end == ',') {
+            w = end + 1;
+            continue;
+        }
+        if (optind >= argc || argv[optind][0] == '-' || (strtod(argv[optind], &end), end == argv[optind] || *end))
+            return 0;
+        w = argv[optind++];
+    }
+}
 
 static int parse_double(const char *opt, const char *v, double *out)
 {
@@ -93,18 +134,25 @@ static int parse_args(int argc, char **argv, Args *a)
         {"model", 1, 0, 'm'}, {"num-classes", 1, 0, 'n'}, {"img-size", 1, 0, 'i'}, {"batch-size", 1, 0, 'b'},
         {"validation-batch-size", 1, 0, 'v'}, {"epochs", 1, 0, 'e'}, {"opt", 1, 0, 'o'}, {"lr", 1, 0, 'l'},
         {"lr-base", 1, 0, 'L'}, {"lr-base-size", 1, 0, 'Z'}, {"momentum", 1, 0, 'M'},
-        {"weight-decay", 1, 0, 'w'}, {"opt-eps", 1, 0, 'E'}, {"sched", 1, 0, 's'}, {"warmup-epochs", 1, 0, 'W'},
+        {"weight-decay", 1, 0, 'w'}, {"opt-eps", 1, 0, 'E'}, {"opt-betas", 1, 0, 'B'}, {"sched", 1, 0, 's'}, {"warmup-epochs", 1, 0, 'W'},
         {"warmup-lr", 1, 0, 'R'}, {"min-lr", 1, 0, 'N'}, {"smoothing", 1, 0, 'x'}, {"drop", 1, 0, 'd'},
         {"drop-path", 1, 0, 'p'}, {"channels-last", 0, 0, 'c'}, {"seed", 1, 0, 'r'}, {"workers", 1, 0, 'j'},
         {"log-interval", 1, 0, 'I'}, {"device", 1, 0, 'G'}, {"output", 1, 0, 'O'}, {"help", 0, 0, 'h'},
         {"resume", 1, 0, 'U'}, {"no-resume-opt", 0, 0, 'P'}, {"initial-checkpoint", 1, 0, 'C'},
         {"checkpoint-hist", 1, 0, 'H'}, {"eval-metric", 1, 0, 'K'},
+        {"sched-on-updates", 0, 0, OPT_SCHED_ON_UPDATES}, {"decay-epochs", 1, 0, OPT_DECAY_EPOCHS},
+        {"decay-milestones", 1, 0, OPT_DECAY_MILESTONES}, {"decay-rate", 1, 0, OPT_DECAY_RATE},
+        {"dr", 1, 0, OPT_DECAY_RATE}, {"patience-epochs", 1, 0, OPT_PATIENCE},
+        {"cooldown-epochs", 1, 0, OPT_COOLDOWN}, {"warmup-prefix", 0, 0, OPT_WARMUP_PREFIX},
+        {"lr-noise", 1, 0, OPT_NOISE}, {"lr-noise-pct", 1, 0, OPT_NOISE_PCT}, {"lr-noise-std", 1, 0, OPT_NOISE_STD},
+        {"lr-cycle-mul", 1, 0, OPT_CYCLE_MUL}, {"lr-cycle-decay", 1, 0, OPT_CYCLE_DECAY},
+        {"lr-cycle-limit", 1, 0, OPT_CYCLE_LIMIT}, {"lr-k-decay", 1, 0, OPT_K_DECAY},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
                 .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256, .momentum = 0.9,
-                .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = 1e-8, .seed = 42,
-                .checkpoint_hist = 10, .eval_metric = "top1"};
+                .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1, .seed = 42,
+                .checkpoint_hist = 10, .eval_metric = "top1", .sch = sched_args_default()};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -153,12 +201,38 @@ static int parse_args(int argc, char **argv, Args *a)
         case 'M': bad = parse_double("momentum", optarg, &a->momentum); break;
         case 'w': bad = parse_double("weight-decay", optarg, &a->weight_decay); break;
         case 'E': bad = parse_double("opt-eps", optarg, &a->opt_eps); break;
+        case 'B': bad = parse_list("opt-betas", optarg, argv, argc, a->opt_betas, 2, &a->n_betas); break;
         case 'W': bad = parse_double("warmup-epochs", optarg, &a->warmup_epochs); break;
         case 'R': bad = parse_double("warmup-lr", optarg, &a->warmup_lr); break;
         case 'N': bad = parse_double("min-lr", optarg, &a->min_lr); break;
         case 'x': bad = parse_double("smoothing", optarg, &d) || (a->smoothing = d, d < 0 || d >= 1); break;
         case 'd': bad = parse_double("drop", optarg, &d) || (a->drop = d, d < 0 || d >= 1); break;
         case 'p': bad = parse_double("drop-path", optarg, &d) || (a->drop_path = d, d < 0 || d >= 1); break;
+        case OPT_SCHED_ON_UPDATES: a->sch.on_updates = 1; break;
+        case OPT_WARMUP_PREFIX: a->sch.warmup_prefix = 1; break;
+        case OPT_DECAY_EPOCHS: bad = parse_double("decay-epochs", optarg, &a->sch.decay_epochs); break;
+        case OPT_DECAY_RATE: bad = parse_double("decay-rate", optarg, &a->sch.decay_rate); break;
+        case OPT_NOISE_PCT: bad = parse_double("lr-noise-pct", optarg, &a->sch.noise_pct); break;
+        case OPT_NOISE_STD: bad = parse_double("lr-noise-std", optarg, &a->sch.noise_std); break;
+        case OPT_CYCLE_MUL: bad = parse_double("lr-cycle-mul", optarg, &a->sch.cycle_mul); break;
+        case OPT_CYCLE_DECAY: bad = parse_double("lr-cycle-decay", optarg, &a->sch.cycle_decay); break;
+        case OPT_K_DECAY: bad = parse_double("lr-k-decay", optarg, &a->sch.k_decay); break;
+        case OPT_PATIENCE: bad = cli_int(prog, "--patience-epochs", optarg, 0, 1 << 20, &a->sch.patience_epochs); break;
+        case OPT_COOLDOWN: bad = cli_int(prog, "--cooldown-epochs", optarg, 0, 1 << 20, &a->sch.cooldown_epochs); break;
+        case OPT_CYCLE_LIMIT: bad = cli_int(prog, "--lr-cycle-limit", optarg, 0, 1 << 20, &a->sch.cycle_limit); break;
+        case OPT_NOISE: bad = parse_list("lr-noise", optarg, argv, argc, a->sch.noise, 2, &a->sch.n_noise); break;
+        case OPT_DECAY_MILESTONES: {
+            double m[SCHED_MAX_MILESTONES];
+            bad = parse_list("decay-milestones", optarg, argv, argc, m, SCHED_MAX_MILESTONES, &a->sch.n_milestones);
+            for (int k = 0; !bad && k < a->sch.n_milestones; k++)
+                if (m[k] != (int)m[k]) {
+                    fprintf(stderr, "%s: --decay-milestones expects whole numbers\n", prog);
+                    bad = 1;
+                } else {
+                    a->sch.decay_milestones[k] = (int)m[k];
+                }
+            break;
+        }
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -254,16 +328,22 @@ static int build_graphs(Run *r, CtErr *err)
     ModelSpec spec = {.batch_size = r->a.batch_size, .training = 1,
                       .args = {.num_classes = r->classes, .img_size = r->img, .drop_rate = r->a.drop,
                                .drop_path_rate = r->a.drop_path}};
-    OptimSpec opt = {.momentum = r->a.momentum, .weight_decay = r->a.weight_decay, .beta1 = 0.9, .beta2 = 0.999,
-                     .eps = r->a.opt_eps, .no_weight_decay = r->m->no_weight_decay};
-    if (!strcmp(r->a.opt, "sgd") || !strcmp(r->a.opt, "nesterov"))
-        opt.kind = CT_OPT_SGD;
-    else if (!strcmp(r->a.opt, "momentum"))
-        opt.kind = CT_OPT_MOMENTUM;
-    else if (!strcmp(r->a.opt, "adamw"))
-        opt.kind = CT_OPT_ADAMW;
-    else
-        return ct_fail(err, "--opt %s is not implemented yet (sgd, momentum, adamw)", r->a.opt);
+    /* timm's create_optimizer_v2: the optimizer's own defaults, then the
+     * flags train.py passes (momentum where it has one, eps and betas when
+     * given, weight decay with timm's grouping) */
+    OptimSpec opt;
+    if (optim_defaults(r->a.opt, &opt))
+        return ct_fail(err, "--opt %s is not implemented (%s)", r->a.opt, optim_names);
+    if (opt.momentum != 0)
+        opt.momentum = r->a.momentum;
+    if (r->a.opt_eps >= 0)
+        opt.eps = r->a.opt_eps;
+    if (r->a.n_betas > 0)
+        opt.beta1 = r->a.opt_betas[0];
+    if (r->a.n_betas > 1)
+        opt.beta2 = r->a.opt_betas[1];
+    opt.weight_decay = r->a.weight_decay;
+    opt.no_weight_decay = r->m->no_weight_decay;
     if (model_build(r->m, &spec, &r->train, err))
         return -1;
     if (train_step_build(&r->train, r->train.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, r->a.smoothing, -1},
@@ -321,12 +401,14 @@ static int open_data(Run *r, const char *root, CtErr *err)
     return 0;
 }
 
-/* One epoch of train_one_epoch: returns the mean loss, or NAN on error. */
-static double train_epoch(Run *r, int epoch, double lr, CtErr *err)
+/* One epoch of train_one_epoch: returns the mean loss, or NAN on error. The
+ * LR is the schedule's, stepped after every update with --sched-on-updates. */
+static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
 {
     size_t nb = loader_epoch_batches(r->train_ld);
     double sum = 0, t0 = now(), data_time = 0;
-    float lr32 = (float)lr, scale = 1;
+    long num_updates = (long)epoch * (long)nb;
+    float lr32 = 0, scale = 1;
     CtTensor *out = calloc((size_t)r->train.noutputs, sizeof *out);
     if (loader_start_epoch(r->train_ld, (uint64_t)epoch, err))
         goto fail;
@@ -340,6 +422,8 @@ static double train_epoch(Run *r, int epoch, double lr, CtErr *err)
         }
         normalise(bt, r->a.batch_size, &r->m->cfg, r->x);
         data_time += now() - td;
+        double lr = sched_lr(sched);
+        lr32 = (float)lr;
         CtTensor in[4] = {{{{4, {r->a.batch_size, 3, r->img, r->img}}, CT_F32}, r->x},
                           {{{1, {r->a.batch_size}}, CT_I64}, bt->labels},
                           {{{0}, CT_F32}, &lr32},
@@ -354,6 +438,7 @@ static double train_epoch(Run *r, int epoch, double lr, CtErr *err)
             goto fail;
         }
         sum += loss;
+        sched_step_update(sched, ++num_updates);
         if (i % (size_t)r->a.log_interval == 0 || i + 1 == nb) {
             double el = now() - t0;
             printf("Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  Data: %.3f\n",
@@ -449,9 +534,23 @@ static char *args_json(const Args *a)
         {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},
         {"smoothing", a->smoothing}, {"warmup_lr", a->warmup_lr}, {"min_lr", a->min_lr},
         {"warmup_epochs", a->warmup_epochs}, {"drop", a->drop}, {"drop_path", a->drop_path},
-        {"opt_eps", a->opt_eps}};
+        {"opt_eps", a->opt_eps}, {"sched_on_updates", a->sch.on_updates},
+        {"decay_epochs", a->sch.decay_epochs}, {"decay_rate", a->sch.decay_rate},
+        {"patience_epochs", a->sch.patience_epochs}, {"cooldown_epochs", a->sch.cooldown_epochs},
+        {"warmup_prefix", a->sch.warmup_prefix}, {"lr_noise_pct", a->sch.noise_pct},
+        {"lr_noise_std", a->sch.noise_std}, {"lr_cycle_mul", a->sch.cycle_mul},
+        {"lr_cycle_decay", a->sch.cycle_decay}, {"lr_cycle_limit", a->sch.cycle_limit},
+        {"lr_k_decay", a->sch.k_decay}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+    cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
+    for (int k = 0; ms && k < a->sch.n_milestones; k++)
+        cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));
+    if (a->sch.n_noise) {
+        cJSON *nz = cJSON_AddArrayToObject(o, "lr_noise");
+        for (int k = 0; nz && k < a->sch.n_noise; k++)
+            cJSON_AddItemToArray(nz, cJSON_CreateNumber(a->sch.noise[k]));
+    }
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     CT_ASSERT(j != NULL);
@@ -505,8 +604,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: unknown --device '%s' (cpu, ref)\n", prog, r.a.device);
         return 2;
     }
-    if (strcmp(r.a.sched, "cosine") && strcmp(r.a.sched, "none")) {
-        fprintf(stderr, "%s: --sched %s is not implemented yet (cosine, none)\n", prog, r.a.sched);
+    if (sched_kind_parse(r.a.sched) < 0) {
+        fprintf(stderr, "%s: --sched %s is not one of cosine, tanh, step, multistep, plateau, poly, none\n", prog,
+                r.a.sched);
         return 2;
     }
     if (strcmp(r.a.eval_metric, "top1") && strcmp(r.a.eval_metric, "top5") && strcmp(r.a.eval_metric, "loss")) {
@@ -515,13 +615,28 @@ int main(int argc, char **argv)
     }
     int decreasing = !strcmp(r.a.eval_metric, "loss");
     r.vb = r.a.val_batch_size > 0 ? r.a.val_batch_size : r.a.batch_size;
-    if (r.a.lr < 0) /* timm: lr = lr_base * batch / lr_base_size, sqrt scaling for adaptive optimizers */
-        r.a.lr = r.a.lr_base * (strstr(r.a.opt, "ada") ? sqrt(r.a.batch_size / r.a.lr_base_size)
-                                                       : r.a.batch_size / r.a.lr_base_size);
+    if (r.a.lr < 0) { /* timm: lr = lr_base * batch / lr_base_size, sqrt scaling for ada* and lamb */
+        double ratio = r.a.batch_size / r.a.lr_base_size;
+        r.a.lr = r.a.lr_base * (strstr(r.a.opt, "ada") || strstr(r.a.opt, "lamb") ? sqrt(ratio) : ratio);
+    }
     if (resolve_data(&r.a, root, sizeof root, &err) || open_data(&r, root, &err) || build_graphs(&r, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         goto free_run;
     }
+    /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */
+    LrSched sched;
+    r.a.sch.kind = (CtSchedKind)sched_kind_parse(r.a.sched);
+    r.a.sch.epochs = r.a.epochs;
+    r.a.sch.warmup_epochs = r.a.warmup_epochs;
+    r.a.sch.warmup_lr = r.a.warmup_lr;
+    r.a.sch.min_lr = r.a.min_lr;
+    r.a.sch.noise_seed = r.a.seed;
+    r.a.sch.plateau_min = decreasing;
+    if (sched_init(&sched, &r.a.sch, r.a.lr, (int)loader_epoch_batches(r.train_ld), &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        goto free_run;
+    }
+    int num_epochs = sched.num_epochs;
     state_create(&r.state, &r.train);
     state_init(&r.state, (uint64_t)r.a.seed);
     if (r.a.initial_checkpoint && ckpt_load_weights(r.a.initial_checkpoint, &r.state, &err)) {
@@ -534,11 +649,15 @@ int main(int argc, char **argv)
             goto free_run;
         }
         start_epoch = res.epoch + 1;
-        if (start_epoch >= r.a.epochs) {
+        if (start_epoch >= num_epochs) {
             fprintf(stderr, "%s: --resume %s: the checkpoint is of epoch %d, so --epochs %d leaves nothing to train\n",
                     prog, r.a.resume, res.epoch, r.a.epochs);
             goto free_run;
         }
+        if (r.a.sch.on_updates) /* train.py: the schedule moved to the start epoch */
+            sched_step_update(&sched, (long)start_epoch * (long)loader_epoch_batches(r.train_ld));
+        else
+            sched_step(&sched, start_epoch);
     }
     int big = r.a.batch_size > r.vb ? r.a.batch_size : r.vb;
     r.x = malloc(sizeof *r.x * (size_t)big * 3 * (size_t)r.img * (size_t)r.img);
@@ -576,14 +695,14 @@ int main(int argc, char **argv)
         free(real);
         json = args_json(&r.a);
     }
-    LrSchedule sched = {.kind = strcmp(r.a.sched, "cosine") ? CT_SCHED_NONE : CT_SCHED_COSINE, .base_lr = r.a.lr,
-                        .min_lr = r.a.min_lr, .warmup_lr = r.a.warmup_lr, .warmup_epochs = r.a.warmup_epochs,
-                        .t_initial = r.a.epochs};
     CkptInfo info = {.model = r.m->name, .eval_metric = r.a.eval_metric, .args_json = json,
                      .num_classes = r.classes};
-    for (int epoch = start_epoch; epoch < r.a.epochs; epoch++) {
-        double lr = sched_lr(&sched, epoch), el = 0, t1 = 0, t5 = 0;
-        double tl = train_epoch(&r, epoch, lr, &err);
+    if (num_epochs != r.a.epochs)
+        printf("Scheduled epochs: %d (--epochs %d with the schedule's cooldown, warmup prefix or cycles)\n",
+               num_epochs, r.a.epochs);
+    for (int epoch = start_epoch; epoch < num_epochs; epoch++) {
+        double el = 0, t1 = 0, t5 = 0;
+        double tl = train_epoch(&r, epoch, &sched, &err), lr = sched_lr(&sched);
         if (isnan(tl) || validate(&r, epoch, &el, &t1, &t5, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
@@ -601,6 +720,7 @@ int main(int argc, char **argv)
             best = metric;
             best_epoch = epoch;
         }
+        sched_step_metric(&sched, epoch + 1, metric); /* the LR of the next epoch */
     }
     printf("*** Best metric: %.4f (epoch %d)\n", best, best_epoch);
     rc = 0;

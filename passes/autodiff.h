@@ -34,13 +34,22 @@ typedef struct LossSpec {
     double bce_threshold; /* < 0: none */
 } LossSpec;
 
-/* timm's names: 'sgd' is SGD with nesterov momentum, 'momentum' without. */
-typedef enum CtOptKind { CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW } CtOptKind;
+/* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'
+ * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping. */
+typedef enum CtOptKind {
+    CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
+    CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD
+} CtOptKind;
 
 typedef struct OptimSpec {
     CtOptKind kind;
     double momentum, weight_decay;
     double beta1, beta2, eps;
+    double alpha;                    /* rmsprop, rmsproptf: smoothing of the square average */
+    double trust_coeff;              /* lars */
+    int trust_clip, always_adapt;    /* lamb, lars */
+    double max_grad_norm;            /* lamb: global gradient-norm clipping, <= 0 none */
+    int nadam_legacy;                /* nadam: torch < 2.0's mu_product rule (tests) */
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
@@ -48,6 +57,29 @@ typedef struct OptimSpec {
      * nothing (GradScaler's skip); TrainStep.finite says which it was */
     int skip_nonfinite;
 } OptimSpec;
+
+/* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the
+ * defaults create_optimizer_v2 gives it (momentum 0.9 where it has one, the
+ * optimizer class's betas, eps, alpha, trust settings, Lamb's
+ * max_grad_norm 1.0) and weight_decay 0; -1 for a name not supported. */
+int optim_defaults(const char *name, OptimSpec *o);
+/* The comma-separated list of names optim_defaults knows. */
+extern const char optim_names[];
+
+/* The update op of one parameter under o (weight decay `wd`, already
+ * filtered): op, attributes, and its inputs' layout: `nslot` state tensors
+ * shaped like the param (named slot[k], starting at slot_init[k]), `nscalar`
+ * f32 scalar states (scalar[k], starting at scalar_init[k]), whether it
+ * reads the step count and the LAMB clip input. */
+typedef struct OptimOp {
+    CtOp op;
+    int64_t iattr[3];
+    double fattr[4];
+    int niattr, nfattr, nslot, nscalar, step, clip;
+    const char *slot[2], *scalar[1];
+    double slot_init[2], scalar_init[1];
+} OptimOp;
+void optim_op(const OptimSpec *o, double wd, OptimOp *out);
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;

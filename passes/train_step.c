@@ -26,15 +26,101 @@ static ValueId add_input(Graph *g, const char *name, CtShape shape, CtDType dt)
     return graph_add_value(g, (CtType){shape, dt}, CT_ROLE_INPUT, name);
 }
 
-/* A zero-initialised optimizer-state tensor "optim.<param>.<what>". */
-static ValueId add_slot(Graph *g, const Value *p, const char *what, ValueId *state, int *nstate)
+/* An optimizer-state tensor "optim.<param>.<what>" of type t, starting at
+ * `init` (0 or 1). */
+static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, double init, ValueId *state,
+                        int *nstate)
 {
     char name[600];
     snprintf(name, sizeof name, "optim.%s.%s", p->name, what);
-    ValueId v = graph_add_value(g, p->type, CT_ROLE_STATE, name);
-    g->values[v].init = (CtInit){CT_INIT_ZEROS, 0};
+    ValueId v = graph_add_value(g, t, CT_ROLE_STATE, name);
+    g->values[v].init = (CtInit){init == 1 ? CT_INIT_ONES : CT_INIT_ZEROS, 0};
     state[(*nstate)++] = v;
     return v;
+}
+
+const char optim_names[] = "sgd, momentum, adam, adamw, nadam, radam, lamb, lambc, lars, larc, rmsprop, rmsproptf, "
+                           "adabelief, adagrad";
+
+int optim_defaults(const char *name, OptimSpec *o)
+{
+    static const struct {
+        const char *name;
+        OptimSpec spec;
+    } table[] = {
+        {"sgd", {.kind = CT_OPT_SGD, .momentum = 0.9}},
+        {"nesterov", {.kind = CT_OPT_SGD, .momentum = 0.9}},
+        {"momentum", {.kind = CT_OPT_MOMENTUM, .momentum = 0.9}},
+        {"adam", {.kind = CT_OPT_ADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"adamw", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"nadam", {.kind = CT_OPT_NADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"radam", {.kind = CT_OPT_RADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"lamb", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1}},
+        {"lambc", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1, .trust_clip = 1}},
+        {"lars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8}},
+        {"larc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1}},
+        {"rmsprop", {.kind = CT_OPT_RMSPROP, .momentum = 0.9, .alpha = 0.9, .eps = 1e-8}},
+        {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
+        {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
+        {"adagrad", {.kind = CT_OPT_ADAGRAD, .eps = 1e-8}},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].name, name) == 0) {
+            *o = table[i].spec;
+            return 0;
+        }
+    return -1;
+}
+
+void optim_op(const OptimSpec *o, double wd, OptimOp *u)
+{
+    CtOptKind k = o->kind;
+    *u = (OptimOp){.nfattr = 4, .nslot = 2, .slot = {"exp_avg", "exp_avg_sq"}, .step = 1};
+    switch (k) {
+    case CT_OPT_NONE:
+    case CT_OPT_SGD:
+    case CT_OPT_MOMENTUM:
+        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD}, .niattr = 1,
+                       .fattr = {o->momentum, wd}, .nfattr = 2, .nslot = 1, .slot = {"momentum_buffer"}};
+        break;
+    case CT_OPT_ADAMW:
+    case CT_OPT_ADAM:
+    case CT_OPT_RADAM:
+    case CT_OPT_ADABELIEF:
+        u->op = CT_OP_adamw_update;
+        u->iattr[0] = k == CT_OPT_ADAMW ? 0 : k == CT_OPT_ADAM ? 1 : k == CT_OPT_RADAM ? 2 : 3;
+        u->niattr = 1;
+        u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        if (k == CT_OPT_ADABELIEF)
+            u->slot[1] = "exp_avg_var";
+        break;
+    case CT_OPT_NADAM:
+        u->op = CT_OP_nadam_update;
+        u->iattr[0] = o->nadam_legacy, u->niattr = 1;
+        u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->nscalar = 1, u->scalar[0] = "mu_product", u->scalar_init[0] = 1;
+        break;
+    case CT_OPT_LAMB:
+        u->op = CT_OP_lamb_update;
+        u->clip = o->max_grad_norm > 0;
+        u->iattr[0] = o->trust_clip, u->iattr[1] = o->always_adapt, u->iattr[2] = u->clip, u->niattr = 3;
+        u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        break;
+    case CT_OPT_LARS:
+        *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {0, o->trust_clip, o->always_adapt}, .niattr = 3,
+                       .fattr = {o->momentum, wd, o->trust_coeff, o->eps}, .nfattr = 4, .nslot = 1,
+                       .slot = {"momentum_buffer"}};
+        break;
+    case CT_OPT_RMSPROP:
+    case CT_OPT_RMSPROPTF:
+        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF}, .niattr = 1,
+                       .fattr = {o->alpha, o->eps, wd, o->momentum}, .nfattr = 4, .nslot = 2,
+                       .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0}};
+        break;
+    case CT_OPT_ADAGRAD:
+        *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
+        break;
+    }
 }
 
 static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSpec *l)
@@ -49,31 +135,50 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
     return emit_fail(e, "unknown loss kind %d", (int)l->kind);
 }
 
-static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId apply,
+/* The update of param p and its assign nodes; clip: LAMB's clip input or -1. */
+static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId clip, ValueId apply,
                        const OptimSpec *o, ValueId *state, int *nstate)
 {
     Graph *g = e->g;
     Value pv = g->values[p];
-    double wd = optim_no_decay(pv.name, pv.type.shape.ndim, o->no_weight_decay) ? 0 : o->weight_decay;
-    ValueId out;
-    if (o->kind == CT_OPT_ADAMW) {
-        ValueId m = add_slot(g, &pv, "exp_avg", state, nstate), v = add_slot(g, &pv, "exp_avg_sq", state, nstate);
-        out = emit(e, CT_OP_adamw_update, apply >= 0 ? 7 : 6, (ValueId[]){p, grad, m, v, lr, step, apply}, NULL, 0,
-                   (double[]){o->beta1, o->beta2, o->eps, wd}, 4, 0);
-        if (out >= 0) {
-            Node u = *emit_last(e);
-            emit(e, CT_OP_assign, 2, (ValueId[]){m, u.out[1]}, NULL, 0, NULL, 0, 0);
-            emit(e, CT_OP_assign, 2, (ValueId[]){v, u.out[2]}, NULL, 0, NULL, 0, 0);
-        }
-    } else {
-        ValueId buf = add_slot(g, &pv, "momentum_buffer", state, nstate);
-        int64_t nesterov = o->kind == CT_OPT_SGD;
-        out = emit(e, CT_OP_sgd_update, apply >= 0 ? 5 : 4, (ValueId[]){p, grad, buf, lr, apply}, &nesterov, 1,
-                   (double[]){o->momentum, wd}, 2, 0);
-        if (out >= 0)
-            emit(e, CT_OP_assign, 2, (ValueId[]){buf, emit_last(e)->out[1]}, NULL, 0, NULL, 0, 0);
+    OptimOp u;
+    optim_op(o, optim_no_decay(pv.name, pv.type.shape.ndim, o->no_weight_decay) ? 0 : o->weight_decay, &u);
+    ValueId in[CT_MAX_IN], st[3];
+    int nin = 0, ns = 0;
+    in[nin++] = p;
+    in[nin++] = grad;
+    for (int k = 0; k < u.nslot; k++)
+        in[nin++] = st[ns++] = add_slot(g, &pv, pv.type, u.slot[k], u.slot_init[k], state, nstate);
+    for (int k = 0; k < u.nscalar; k++)
+        in[nin++] = st[ns++] = add_slot(g, &pv, (CtType){{0}, CT_F32}, u.scalar[k], u.scalar_init[k], state, nstate);
+    in[nin++] = lr;
+    if (u.step)
+        in[nin++] = step;
+    if (u.clip)
+        in[nin++] = clip;
+    if (apply >= 0)
+        in[nin++] = apply;
+    ValueId out = emit(e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);
+    if (out >= 0) {
+        Node n = *emit_last(e);
+        for (int k = 0; k < ns; k++)
+            emit(e, CT_OP_assign, 2, (ValueId[]){st[k], n.out[1 + k]}, NULL, 0, NULL, 0, 0);
     }
     emit(e, CT_OP_assign, 2, (ValueId[]){p, out}, NULL, 0, NULL, 0, 0);
+}
+
+/* LAMB's clip input: (global gradient norm / max_grad_norm)^2. */
+static ValueId add_grad_norm_sq(Emitter *e, const ValueId *grads, int n, double max_norm)
+{
+    ValueId total = -1;
+    for (int k = 0; k < n; k++) {
+        int ndim = e->g->values[grads[k]].type.shape.ndim;
+        ValueId sq = emit(e, CT_OP_mul, 2, (ValueId[]){grads[k], grads[k]}, NULL, 0, NULL, 0, 0);
+        if (ndim > 0)
+            sq = emit(e, CT_OP_reduce_sum, 1, &sq, (int64_t[]){((int64_t)1 << ndim) - 1, 0}, 2, NULL, 0, 0);
+        total = total < 0 ? sq : emit(e, CT_OP_add, 2, (ValueId[]){total, sq}, NULL, 0, NULL, 0, 0);
+    }
+    return emit(e, CT_OP_scale_shift, 1, &total, NULL, 0, (double[]){1 / (max_norm * max_norm), 0}, 2, 0);
 }
 
 int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const OptimSpec *opt, TrainStep *out,
@@ -121,12 +226,14 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         return 0;
 
     /* Optimizer state follows the params and buffers in g->state. */
-    int cap = g->nstate + 2 * out->nparams + 1;
+    int cap = g->nstate + 3 * out->nparams + 1;
     ValueId *state = realloc(g->state, sizeof *state * (size_t)cap);
     CT_ASSERT(state != NULL);
     g->state = state;
     ValueId step = -1;
-    if (opt->kind == CT_OPT_ADAMW) {
+    OptimOp kind_op;
+    optim_op(opt, 0, &kind_op);
+    if (kind_op.step) {
         step = graph_add_value(g, (CtType){{0}, CT_I64}, CT_ROLE_STATE, "optim.step");
         g->values[step].init = (CtInit){CT_INIT_ZEROS, 0};
         g->state[g->nstate++] = step;
@@ -142,8 +249,9 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
             graph_mark_output(g, apply);
         out->finite = apply;
     }
+    ValueId clip = kind_op.clip ? add_grad_norm_sq(&e, out->grads, out->nparams, opt->max_grad_norm) : -1;
     for (int k = 0; k < out->nparams; k++)
-        add_update(&e, out->params[k], out->grads[k], out->lr, step, apply, opt, g->state, &g->nstate);
+        add_update(&e, out->params[k], out->grads[k], out->lr, step, clip, apply, opt, g->state, &g->nstate);
     if (step >= 0) {
         ValueId next = apply < 0 ? emit(&e, CT_OP_scale_shift, 1, &step, NULL, 0, (double[]){1, 1}, 2, 0)
                                  : emit(&e, CT_OP_add, 2, (ValueId[]){step, emit(&e, CT_OP_cast, 1, &apply,

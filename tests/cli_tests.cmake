@@ -157,3 +157,23 @@ endforeach()
 set_tests_properties(train_resume_bit_exact PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP train_ckpt
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
 set_tests_properties(train_checkpoint_files PROPERTIES FIXTURES_REQUIRED train_ckpt)
+# The LR schedule in a real run: --sched step halves the LR every epoch, in
+# the log (the LR column) and in summary.csv; with --sched-on-updates and
+# --decay-epochs 0.5 it halves in the middle of the epoch.
+add_test(NAME train_sched_step COMMAND sh -c
+  "rm -rf sched-step && ${TRAIN_SHORT} --epochs 2 --sched step --decay-epochs 1 --decay-rate 0.5 \
+     --warmup-epochs 0 --output sched-step > sched-step.log && \
+   grep -q '^Train: 0 .*LR: 1.000e-01' sched-step.log && grep -q '^Train: 1 .*LR: 5.000e-02' sched-step.log && \
+   ! grep -q '^Train: 0 .*LR: 5.000e-02' sched-step.log && \
+   grep -q '^0,.*,0.1$' sched-step/summary.csv && grep -q '^1,.*,0.05$' sched-step/summary.csv && \
+   ${TRAIN_SHORT} --epochs 1 --sched step --decay-epochs 0.5 --decay-rate 0.5 --warmup-epochs 0 \
+     --sched-on-updates --log-interval 1 > sched-upd.log && \
+   grep '^Train: 0 ' sched-upd.log | head -1 | grep -q 'LR: 1.000e-01' && \
+   grep '^Train: 0 ' sched-upd.log | tail -1 | grep -q 'LR: 5.000e-02'")
+set_tests_properties(train_sched_step PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME train_sched_plateau_per_update COMMAND ${FAIL} "plateau steps per epoch only"
+  ${CMAKE_BINARY_DIR}/ctimm-train --sched plateau --sched-on-updates)
+set_tests_properties(train_sched_plateau_per_update PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME train_sched_unknown COMMAND ${FAIL} "--sched wsd is not one of" ${CMAKE_BINARY_DIR}/ctimm-train --sched wsd)

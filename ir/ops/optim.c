@@ -1,52 +1,116 @@
 /*
  * Optimizer updates of one parameter; lr is a runtime scalar input so a
  * schedule never recompiles the graph, and the results are written back
- * with assign nodes.
- * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov ->
- *   p', buf': torch.optim.SGD with dampening 0. A zero momentum buffer gives
- *   exactly torch's first step (buf = d), so no step count is needed.
- * adamw_update(p, g, m, v, lr, step i64 []), fattr beta1, beta2, eps,
- *   weight_decay -> p', m', v': torch.optim.AdamW (amsgrad off); `step` is
- *   the number of updates before this one.
- * Both take an optional last input `apply` (a scalar, 1 or 0): at 0 the
- * outputs are the state unchanged, which is how a step whose gradients are
- * not finite is skipped (GradScaler's rule) without leaving the graph.
+ * with assign nodes. Every update op reads
+ *   (p, g, state tensors shaped like p..., [scalar state], lr, [step i64 []],
+ *    [extra], [apply])
+ * and returns (p', state'...). `step` is the number of updates before this
+ * one. The optional last input `apply` (a scalar, 1 or 0): at 0 the outputs
+ * are the state unchanged, which is how a step whose gradients are not
+ * finite is skipped (GradScaler's rule) without leaving the graph.
+ *
+ * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov:
+ *   torch.optim.SGD with dampening 0. A zero momentum buffer gives exactly
+ *   torch's first step (buf = d), so no step count is needed.
+ * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay;
+ *   iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
+ *   decay, variance rectification), 3 timm AdaBelief (decoupled decay, v of
+ *   (g - m)^2 + eps, rectify off). amsgrad off.
+ * nadam_update(p, g, m, v, mu_product [], lr, step), fattr beta1, beta2,
+ *   eps, weight_decay -> p', m', v', mu_product': torch NAdam (L2 decay,
+ *   momentum_decay 4e-3, torch's default, fixed for want of an attribute);
+ *   iattr legacy: torch < 2.0's mu_product * mu * mu_next for the next
+ *   product (torch >= 2.0: mu_product * mu_next).
+ * lamb_update(p, g, m, v, lr, step, [clip_sq]), fattr beta1, beta2, eps,
+ *   weight_decay; iattr trust_clip, always_adapt, has_clip: timm Lamb with
+ *   bias correction and grad averaging. With has_clip, input clip_sq is
+ *   (global grad norm / max_grad_norm)^2 and g is divided by
+ *   max(sqrt(clip_sq), 1). The trust ratio takes the norms of p and of the
+ *   update over this whole tensor.
+ * lars_update(p, g, buf, lr), fattr momentum, weight_decay, trust_coeff,
+ *   eps; iattr nesterov, trust_clip, always_adapt: timm Lars, dampening 0.
+ * rmsprop_update(p, g, square_avg, buf, lr), fattr alpha, eps,
+ *   weight_decay, momentum; iattr tf: 0 torch RMSprop (eps outside the
+ *   sqrt), 1 timm RMSpropTF (eps inside, lr inside the momentum buffer,
+ *   square_avg starts at ones: the caller's initialisation). Not centered.
+ * adagrad_update(p, g, sum, lr), fattr eps, weight_decay: torch Adagrad,
+ *   lr_decay 0.
  * all_finite(x) -> scalar 1 when every element of x is finite, else 0.
  */
 #include <math.h>
 
 #include "ops_impl.h"
 
+/* Where an update op's inputs sit: `nstate` tensors shaped like p after
+ * (p, g), `nscalar` f32 scalar states, then lr, the step when `step`, one
+ * more scalar when `extra`, and apply when `apply`. */
+typedef struct UpdLayout {
+    int nstate, nscalar, step, extra, lr, apply;
+} UpdLayout;
+
+static UpdLayout upd_layout(const Node *n)
+{
+    UpdLayout l = {1, 0, 0, 0, 0, 0};
+    switch (n->op) {
+    case CT_OP_adamw_update: l.nstate = 2, l.step = 1; break;
+    case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
+    case CT_OP_lamb_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[2] != 0; break;
+    case CT_OP_rmsprop_update: l.nstate = 2; break;
+    default: break;
+    }
+    l.lr = 2 + l.nstate + l.nscalar;
+    l.apply = n->nin == l.lr + 1 + l.step + l.extra + 1;
+    return l;
+}
+
 static int infer_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    int nstate = n->op == CT_OP_sgd_update ? 1 : 2;
-    if (n->nin == 4 + 2 * (nstate - 1) + 1 && (in_shape(g, n, n->nin - 1)->ndim != 0))
-        return ct_fail(err, "the apply flag must be a scalar");
+    UpdLayout l = upd_layout(n);
+    int base = l.lr + 1 + l.step + l.extra;
+    if (n->nin != base && n->nin != base + 1)
+        return ct_fail(err, "%s takes %d inputs (+ apply), got %d", op_def(n->op)->name, base, n->nin);
     if (require_float(g, n, 0, -1, err))
         return -1;
-    for (int k = 1; k <= 1 + nstate; k++)
+    for (int k = 1; k < 2 + l.nstate; k++)
         if (require_shape(g, n, k, in_shape(g, n, 0), err))
             return -1;
-    if (require_shape(g, n, 2 + nstate, &(CtShape){0}, err))
-        return -1;
-    if (n->op == CT_OP_adamw_update && (in_type(g, n, 5)->dtype != CT_I64 || in_shape(g, n, 5)->ndim != 0))
-        return ct_fail(err, "step must be an i64 scalar");
-    for (int k = 0; k <= nstate; k++)
+    for (int k = 2 + l.nstate; k < n->nin; k++) {
+        if (require_shape(g, n, k, &(CtShape){0}, err))
+            return -1;
+        int is_step = l.step && k == l.lr + 1;
+        if (is_step != (in_type(g, n, k)->dtype == CT_I64))
+            return ct_fail(err, is_step ? "step must be an i64 scalar" : "input %d must be a float scalar", k);
+    }
+    for (int k = 0; k <= l.nstate; k++)
         out[k] = *in_type(g, n, 0);
-    return 1 + nstate;
+    for (int k = 0; k < l.nscalar; k++)
+        out[1 + l.nstate + k] = *in_type(g, n, 2 + l.nstate + k);
+    return 1 + l.nstate + l.nscalar;
+}
+
+/* With apply == 0: every output is its input state unchanged; returns 1. */
+static int update_skipped(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    UpdLayout l = upd_layout(n);
+    if (!l.apply || in[n->nin - 1][0] != 0)
+        return 0;
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    for (int64_t i = 0; i < count; i++) {
+        out[0][i] = in[0][i];
+        for (int k = 0; k < l.nstate; k++)
+            out[1 + k][i] = in[2 + k][i];
+    }
+    for (int k = 0; k < l.nscalar; k++)
+        out[1 + l.nstate + k][0] = in[2 + l.nstate + k][0];
+    return 1;
 }
 
 static void sgd_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     int64_t count = shape_numel(in_shape(g, n, 0));
     double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1];
-    if (n->nin == 5 && in[4][0] == 0) {
-        for (int64_t i = 0; i < count; i++) {
-            out[0][i] = in[0][i];
-            out[1][i] = in[2][i];
-        }
+    if (update_skipped(g, n, in, out))
         return;
-    }
     for (int64_t i = 0; i < count; i++) {
         double d = in[1][i] + wd * in[0][i];
         double buf = m * in[2][i] + d;
@@ -60,31 +124,200 @@ static void sgd_update_ref(const Graph *g, const Node *n, double *const *in, dou
 const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov"},
                              .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sgd_update_ref};
 
+/* RAdam's rectification at step t (1-based): the factor on the adaptive
+ * step, or 0 when the variance is not yet tractable (rho_t <= 5: an SGD
+ * step with momentum). */
+static double radam_rect(double b2, double t)
+{
+    double rho_inf = 2 / (1 - b2) - 1, bt = pow(b2, t);
+    double rho = rho_inf - 2 * t * bt / (1 - bt);
+    if (rho <= 5)
+        return 0;
+    return sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho));
+}
+
 static void adamw_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     int64_t count = shape_numel(in_shape(g, n, 0));
     double lr = in[4][0], t = in[5][0] + 1, b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2];
     double wd = n->fattr[3], bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
-    if (n->nin == 7 && in[6][0] == 0) {
-        for (int64_t i = 0; i < count; i++) {
-            out[0][i] = in[0][i];
-            out[1][i] = in[2][i];
-            out[2][i] = in[3][i];
-        }
+    int rule = (int)n->iattr[0];
+    double rect = rule == 2 ? radam_rect(b2, t) : 1;
+    if (update_skipped(g, n, in, out))
         return;
-    }
     for (int64_t i = 0; i < count; i++) {
-        double p = in[0][i] * (1 - lr * wd), g1 = in[1][i];
-        double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
-        out[0][i] = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
+        double p = in[0][i], g1 = in[1][i];
+        if (rule == 0 || rule == 3)
+            p *= 1 - lr * wd;
+        else
+            g1 += wd * p;
+        double m = b1 * in[2][i] + (1 - b1) * g1, v;
+        if (rule == 3) {
+            double r = g1 - m;
+            v = b2 * in[3][i] + (1 - b2) * r * r + eps;
+        } else {
+            v = b2 * in[3][i] + (1 - b2) * g1 * g1;
+        }
+        if (rule == 2 && rect == 0)
+            out[0][i] = p - lr / bc1 * m;
+        else if (rule == 2)
+            out[0][i] = p - lr / bc1 * m * rect * sqrt(bc2) / (sqrt(v) + eps);
+        else
+            out[0][i] = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
         out[1][i] = m;
         out[2][i] = v;
     }
 }
 
-const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7,
+const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7, .iattr = {"rule"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
                                .ref = adamw_update_ref};
+
+static void nadam_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    double lr = in[5][0], t = in[6][0] + 1, b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2];
+    double wd = n->fattr[3], bc2 = 1 - pow(b2, t), decay = 4e-3;
+    double mu = b1 * (1 - 0.5 * pow(0.96, t * decay)), mu_next = b1 * (1 - 0.5 * pow(0.96, (t + 1) * decay));
+    /* torch keeps mu_product as a float32 tensor */
+    double prod = (float)(in[4][0] * mu), prod_next = n->iattr[0] ? (float)(prod * mu) * mu_next : prod * mu_next;
+    if (update_skipped(g, n, in, out))
+        return;
+    for (int64_t i = 0; i < count; i++) {
+        double p = in[0][i], g1 = in[1][i] + wd * p;
+        double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
+        double denom = sqrt(v / bc2) + eps;
+        out[0][i] = p - lr * (1 - mu) / (1 - prod) * g1 / denom - lr * mu_next / (1 - prod_next) * m / denom;
+        out[1][i] = m;
+        out[2][i] = v;
+    }
+    out[3][0] = prod;
+}
+
+const OpDef op_nadam_update = {.name = "nadam_update", .min_in = 7, .max_in = 8, .iattr = {"legacy"},
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+                               .ref = nadam_update_ref};
+
+/* timm's trust-ratio guard: 1 unless both norms are positive. */
+static double trust_or_one(double w_norm, double u_norm, double ratio)
+{
+    return w_norm > 0 && u_norm > 0 ? ratio : 1;
+}
+
+static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    double lr = in[4][0], t = in[5][0] + 1, b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2];
+    double wd = n->fattr[3], bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t), clip = 1;
+    if (n->iattr[2] && sqrt(in[6][0]) > 1)
+        clip = sqrt(in[6][0]);
+    if (update_skipped(g, n, in, out))
+        return;
+    double w2 = 0, u2 = 0;
+    for (int64_t i = 0; i < count; i++) {
+        double g1 = in[1][i] / clip;
+        double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
+        double u = m / bc1 / (sqrt(v) / sqrt(bc2) + eps) + wd * in[0][i];
+        out[0][i] = u; /* the update, until the trust ratio is known */
+        out[1][i] = m;
+        out[2][i] = v;
+        w2 += in[0][i] * in[0][i];
+        u2 += u * u;
+    }
+    double ratio = 1;
+    if (wd != 0 || n->iattr[1]) {
+        ratio = trust_or_one(w2, u2, sqrt(w2) / sqrt(u2));
+        if (n->iattr[0] && ratio > 1)
+            ratio = 1;
+    }
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = in[0][i] - lr * ratio * out[0][i];
+}
+
+const OpDef op_lamb_update = {.name = "lamb_update", .min_in = 6, .max_in = 8,
+                              .iattr = {"trust_clip", "always_adapt", "has_clip"},
+                              .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+                              .ref = lamb_update_ref};
+
+static void lars_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    double lr = in[3][0], mom = n->fattr[0], wd = n->fattr[1], coeff = n->fattr[2], eps = n->fattr[3];
+    if (update_skipped(g, n, in, out))
+        return;
+    double ratio = 1;
+    if (wd != 0 || n->iattr[2]) {
+        double w2 = 0, g2 = 0;
+        for (int64_t i = 0; i < count; i++) {
+            w2 += in[0][i] * in[0][i];
+            g2 += in[1][i] * in[1][i];
+        }
+        double wn = sqrt(w2), gn = sqrt(g2);
+        ratio = trust_or_one(wn, gn, coeff * wn / (gn + wn * wd + eps));
+        if (n->iattr[1] && ratio / lr < 1)
+            ratio /= lr;
+        else if (n->iattr[1])
+            ratio = 1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        double d = (in[1][i] + wd * in[0][i]) * ratio, buf = d;
+        if (mom != 0) {
+            buf = mom * in[2][i] + d;
+            d = n->iattr[0] ? d + mom * buf : buf;
+        }
+        out[0][i] = in[0][i] - lr * d;
+        out[1][i] = buf;
+    }
+}
+
+const OpDef op_lars_update = {.name = "lars_update", .min_in = 4, .max_in = 5,
+                              .iattr = {"nesterov", "trust_clip", "always_adapt"},
+                              .fattr = {"momentum", "weight_decay", "trust_coeff", "eps"}, .infer = infer_update,
+                              .ref = lars_update_ref};
+
+static void rmsprop_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    double lr = in[4][0], alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
+    int tf = (int)n->iattr[0];
+    if (update_skipped(g, n, in, out))
+        return;
+    for (int64_t i = 0; i < count; i++) {
+        double p = in[0][i], g1 = in[1][i] + wd * p;
+        double sq = alpha * in[2][i] + (1 - alpha) * g1 * g1;
+        double avg = tf ? sqrt(sq + eps) : sqrt(sq) + eps, buf = in[3][i];
+        if (mom > 0) {
+            buf = mom * buf + (tf ? lr : 1) * g1 / avg;
+            p -= tf ? buf : lr * buf;
+        } else {
+            p -= lr * g1 / avg;
+        }
+        out[0][i] = p;
+        out[1][i] = sq;
+        out[2][i] = buf;
+    }
+}
+
+const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf"},
+                                 .fattr = {"alpha", "eps", "weight_decay", "momentum"}, .infer = infer_update,
+                                 .ref = rmsprop_update_ref};
+
+static void adagrad_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    double lr = in[3][0], eps = n->fattr[0], wd = n->fattr[1];
+    if (update_skipped(g, n, in, out))
+        return;
+    for (int64_t i = 0; i < count; i++) {
+        double g1 = in[1][i] + wd * in[0][i], sum = in[2][i] + g1 * g1;
+        out[0][i] = in[0][i] - lr * g1 / (sqrt(sum) + eps);
+        out[1][i] = sum;
+    }
+}
+
+const OpDef op_adagrad_update = {.name = "adagrad_update", .min_in = 4, .max_in = 5,
+                                 .fattr = {"eps", "weight_decay"}, .infer = infer_update,
+                                 .ref = adagrad_update_ref};
 
 static int infer_all_finite(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {

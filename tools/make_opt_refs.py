@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Regenerate tests/data/opt_refs.safetensors: two steps of each timm optimizer on test_resnet.
+
+The parameters (state.*) and gradients (grad.*) of tests/data/test_resnet.safetensors go into
+timm.create_model('test_resnet'); for each optimizer below, timm.optim.create_optimizer_v2(model,
+name, lr=LR, weight_decay=WD) with everything else at timm's defaults (timm's weight-decay groups
+too) takes one step, then a second with the same gradients, from the original parameters and a
+fresh optimizer. Written: <name>.step1.<param> and <name>.step2.<param> for the fixed subset
+PARAMS (conv weights, BN weights and biases, which get no decay, and fc.bias: all parameters would
+make a 40 MB file), and grad_norm, the global gradient norm over ALL parameters (Lamb's clipping).
+
+Usage (Debian's torch belongs to /usr/bin/python3; see tools/make_vectors.py for the setup):
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_opt_refs.py [--out tests/data/opt_refs.safetensors]
+
+Note: torch 1.13's NAdam (what timm's 'nadam' is there) takes mu_product * mu * mu_next for the
+next-step product where torch >= 2.0 takes mu_product * mu_next; the metadata records the torch
+version and tests/test_optim.c selects the matching rule.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_vectors  # noqa: E402  (pins the CPU kernels before torch is imported)
+from make_vectors import save_safetensors  # noqa: E402
+
+import torch  # noqa: E402
+import timm  # noqa: E402
+from timm.optim import create_optimizer_v2  # noqa: E402
+
+# name -> (lr, weight_decay): train.py-like values that make every term visible
+OPTIMIZERS = {
+    "sgd": (0.1, 1e-4), "momentum": (0.1, 1e-4), "adamw": (1e-3, 0.05), "adam": (1e-3, 1e-4),
+    "nadam": (2e-3, 1e-4), "radam": (1e-3, 1e-4), "lamb": (5e-3, 0.02), "lambc": (5e-3, 0.02),
+    "lars": (0.1, 1e-4), "larc": (0.1, 1e-4), "rmsprop": (1e-3, 1e-5), "rmsproptf": (1e-3, 1e-5),
+    "adabelief": (1e-3, 0.05), "adagrad": (1e-2, 1e-4),
+}
+PARAMS = ["conv1.0.weight", "conv1.1.weight", "conv1.1.bias", "layer1.0.conv1.weight", "layer1.0.bn1.weight",
+          "layer1.0.bn1.bias", "layer2.0.downsample.1.weight", "layer3.0.conv1.weight", "layer3.0.bn3.weight",
+          "layer3.0.bn3.bias", "layer3.0.downsample.1.weight", "fc.bias"]
+_DT = {"F32": torch.float32, "I64": torch.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    out = {}
+    for k, v in header.items():
+        a, b = v["data_offsets"]
+        out[k] = torch.frombuffer(bytearray(data[a:b]), dtype=_DT[v["dtype"]]).reshape(v["shape"]).clone()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--vectors", default=os.path.join(here, "..", "tests", "data", "test_resnet.safetensors"))
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "opt_refs.safetensors"))
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    ref = read_safetensors(args.vectors)
+    model = timm.create_model("test_resnet")
+    model.load_state_dict({k[6:]: v for k, v in ref.items() if k.startswith("state.")})
+    params = dict(model.named_parameters())
+    start = {n: p.detach().clone() for n, p in params.items()}
+    grads = {n: ref["grad." + n] for n in params}
+    tensors = [("grad_norm", torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()])))]
+    for name, (lr, wd) in OPTIMIZERS.items():
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(start[n])
+                p.grad = grads[n].clone()
+        opt = create_optimizer_v2(model, name, lr=lr, weight_decay=wd)
+        for step in (1, 2):
+            opt.step()
+            tensors += [(f"{name}.step{step}.{n}", params[n].detach().clone()) for n in PARAMS]
+    meta = {"optimizers": json.dumps({k: {"lr": v[0], "weight_decay": v[1]} for k, v in OPTIMIZERS.items()}),
+            "params": json.dumps(PARAMS), "torch_version": torch.__version__, "timm_version": timm.__version__,
+            "generator": "tools/make_opt_refs.py"}
+    save_safetensors(args.out, tensors, meta)
+
+
+if __name__ == "__main__":
+    main()
