@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cJSON.h>
+#include <yaml.h>
 
 #include "cli/common.h"
 #include "cli/train_checkpoint.h"
@@ -30,6 +31,7 @@
 #include "passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/mixup.h"
 #include "runtime/data/shapes.h"
 #include "runtime/sched.h"
 
@@ -44,6 +46,13 @@ typedef struct Args {
         drop_path, opt_eps, opt_betas[2];
     int n_betas; /* --opt-betas given: 1 or 2 values, else 0 */
     int seed;
+    double clip_grad, model_ema_decay; /* clip_grad < 0: no clipping */
+    const char *clip_mode;
+    int model_ema, model_ema_warmup;
+    /* timm's mixup / cutmix and random erasing flags */
+    double mixup, cutmix, cutmix_minmax[2], mixup_prob, mixup_switch_prob, reprob;
+    int n_minmax, mixup_off_epoch, recount;
+    const char *mixup_mode, *remode, *config;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
 } Args;
 
@@ -63,18 +72,22 @@ static const char *const usage =
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
-    "                   [--eval-metric top1|top5|loss]\n"
+    "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
+    "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
+    "                   [--model-ema-warmup]\n"
+    "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
+    "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
+    "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data).\n";
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
 static const char *const not_yet[] = {
     "class-map", "input-size", "crop-pct", "mean", "std",
-    "interpolation", "clip-grad", "clip-mode",
-    "no-aug", "scale", "ratio", "hflip", "vflip", "color-jitter", "aa", "reprob", "remode", "recount",
-    "mixup", "cutmix", "cutmix-minmax", "mixup-prob", "mixup-switch-prob", "mixup-mode", "mixup-off-epoch",
-    "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema", "model-ema-decay", "recovery-interval",
-    "experiment", "epoch-repeats", "start-epoch", "lr-base-scale", "config",
+    "interpolation",
+    "no-aug", "scale", "ratio", "hflip", "vflip", "color-jitter", "aa",
+    "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema-force-cpu", "recovery-interval",
+    "experiment", "epoch-repeats", "start-epoch", "lr-base-scale",
     NULL};
 
 enum { OPT_BASE = 1000 };
@@ -85,6 +98,15 @@ enum {
     OPT_COOLDOWN, OPT_WARMUP_PREFIX, OPT_NOISE, OPT_NOISE_PCT, OPT_NOISE_STD, OPT_CYCLE_MUL, OPT_CYCLE_DECAY,
     OPT_CYCLE_LIMIT, OPT_K_DECAY
 };
+
+/* Mixup, random erasing and config flags, long only. */
+enum {
+    OPT_MIXUP = 3000, OPT_CUTMIX, OPT_CUTMIX_MINMAX, OPT_MIXUP_PROB, OPT_MIXUP_SWITCH_PROB, OPT_MIXUP_MODE,
+    OPT_MIXUP_OFF_EPOCH, OPT_REPROB, OPT_REMODE, OPT_RECOUNT, OPT_CONFIG
+};
+
+/* Gradient clipping and model EMA flags, long only. */
+enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
 /* A flag of argparse's nargs='+': values in optarg (commas allowed) and in the
  * numeric words that follow it, which are consumed. */
@@ -126,6 +148,140 @@ static int parse_double(const char *opt, const char *v, double *out)
     return 0;
 }
 
+/* -c/--config FILE: train.py's YAML of argparse dest names (batch_size,
+ * mixup, ...), whose values become the defaults the command line overrides.
+ * Each key k becomes the words --k-with-dashes VALUE... placed before the
+ * command line's own, so getopt reads them first and the command line wins.
+ * An unknown key, or the key of a flag not implemented yet, is refused by
+ * name. The words live as long as the process: Args points into them. */
+static char **config_argv;
+
+static int yaml_plain_is(const yaml_node_t *v, const char *const *words)
+{
+    if (v->type != YAML_SCALAR_NODE || v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    for (int k = 0; words[k]; k++)
+        if (!strcmp((const char *)v->data.scalar.value, words[k]))
+            return 1;
+    return 0;
+}
+
+static char *dup_word(const char *prefix, const char *s)
+{
+    size_t n = strlen(prefix) + strlen(s) + 1;
+    char *w = malloc(n);
+    CT_ASSERT(w != NULL);
+    snprintf(w, n, "%s%s", prefix, s);
+    return w;
+}
+
+/* The flags of argparse's nargs='+' (a YAML list). */
+static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milestones", "cutmix-minmax", NULL};
+
+static int load_config(const char *path, const struct option *longs, int *argc, char ***argv)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
+    static const char *const null[] = {"", "~", "null", "Null", "NULL", NULL};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: --config %s: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    CT_ASSERT(yaml_parser_initialize(&parser));
+    yaml_parser_set_input_file(&parser, f);
+    int loaded = yaml_parser_load(&parser, &doc);
+    fclose(f);
+    if (!loaded) {
+        fprintf(stderr, "%s: --config %s: line %zu: %s\n", prog, path, parser.problem_mark.line + 1,
+                parser.problem ? parser.problem : "not YAML");
+        yaml_parser_delete(&parser);
+        return -1;
+    }
+    yaml_parser_delete(&parser);
+    int rc = -1, n = 1;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    size_t cap = (size_t)*argc + 1;
+    if (root && root->type != YAML_MAPPING_NODE) {
+        fprintf(stderr, "%s: --config %s: not a mapping of train.py argument names to values\n", prog, path);
+        goto free_doc;
+    }
+    for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
+         pr++) {
+        yaml_node_t *v = yaml_document_get_node(&doc, pr->value);
+        cap += 1 + (v->type == YAML_SEQUENCE_NODE ? (size_t)(v->data.sequence.items.top - v->data.sequence.items.start)
+                                                  : 1);
+    }
+    char **w = calloc(cap, sizeof *w);
+    CT_ASSERT(w != NULL);
+    config_argv = w;
+    w[0] = (*argv)[0];
+    for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
+         pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
+        const char *key = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "(not a name)";
+        char name[64];
+        snprintf(name, sizeof name, "%s", !strcmp(key, "data") ? "data_dir" : key);
+        for (char *c = name; *c; c++)
+            *c = *c == '_' ? '-' : *c;
+        for (int q = 0; not_yet[q]; q++)
+            if (!strcmp(name, not_yet[q])) {
+                fprintf(stderr, "%s: --config %s: '%s' (--%s, timm's train.py flag) is not implemented in ctimm-train yet\n",
+                        prog, path, key, name);
+                goto free_doc;
+            }
+        const struct option *o = longs;
+        while (o->name && (strcmp(o->name, name) || !strcmp(name, "dr") || !strcmp(name, "help") ||
+                           !strcmp(name, "config") || strchr(key, '-')))
+            o++;
+        if (!o->name) {
+            fprintf(stderr, "%s: --config %s: unknown key '%s' (not a train.py argument ctimm-train knows)\n", prog,
+                    path, key);
+            goto free_doc;
+        }
+        int is_list = 0;
+        for (int q = 0; list_flags[q]; q++)
+            is_list |= !strcmp(name, list_flags[q]);
+        if (o->has_arg == no_argument) {
+            if (yaml_plain_is(v, yes)) {
+                w[n++] = dup_word("--", name);
+            } else if (!yaml_plain_is(v, no)) {
+                fprintf(stderr, "%s: --config %s: '%s' expects true or false\n", prog, path, key);
+                goto free_doc;
+            }
+        } else if (yaml_plain_is(v, null)) {
+            continue; /* None: the default */
+        } else if (v->type == YAML_SCALAR_NODE) {
+            w[n++] = dup_word("--", name);
+            w[n++] = dup_word("", (const char *)v->data.scalar.value);
+        } else if (v->type == YAML_SEQUENCE_NODE && is_list) {
+            w[n++] = dup_word("--", name);
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(&doc, *it);
+                if (e->type != YAML_SCALAR_NODE) {
+                    fprintf(stderr, "%s: --config %s: '%s' expects a list of numbers\n", prog, path, key);
+                    goto free_doc;
+                }
+                w[n++] = dup_word("", (const char *)e->data.scalar.value);
+            }
+        } else {
+            fprintf(stderr, "%s: --config %s: '%s' expects a single value\n", prog, path, key);
+            goto free_doc;
+        }
+    }
+    for (int q = 1; q < *argc; q++)
+        w[n++] = (*argv)[q];
+    w[n] = NULL;
+    *argc = n;
+    *argv = w;
+    rc = 0;
+free_doc:
+    yaml_document_delete(&doc);
+    return rc;
+}
+
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
 static int parse_args(int argc, char **argv, Args *a)
 {
@@ -147,17 +303,28 @@ static int parse_args(int argc, char **argv, Args *a)
         {"lr-noise", 1, 0, OPT_NOISE}, {"lr-noise-pct", 1, 0, OPT_NOISE_PCT}, {"lr-noise-std", 1, 0, OPT_NOISE_STD},
         {"lr-cycle-mul", 1, 0, OPT_CYCLE_MUL}, {"lr-cycle-decay", 1, 0, OPT_CYCLE_DECAY},
         {"lr-cycle-limit", 1, 0, OPT_CYCLE_LIMIT}, {"lr-k-decay", 1, 0, OPT_K_DECAY},
+        {"clip-grad", 1, 0, OPT_CLIP_GRAD}, {"clip-mode", 1, 0, OPT_CLIP_MODE}, {"model-ema", 0, 0, OPT_MODEL_EMA},
+        {"model-ema-decay", 1, 0, OPT_MODEL_EMA_DECAY}, {"model-ema-warmup", 0, 0, OPT_MODEL_EMA_WARMUP},
+        {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
+        {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
+        {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
+        {"reprob", 1, 0, OPT_REPROB}, {"remode", 1, 0, OPT_REMODE}, {"recount", 1, 0, OPT_RECOUNT},
+        {"config", 1, 0, OPT_CONFIG},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
                 .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256, .momentum = 0.9,
                 .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1, .seed = 42,
-                .checkpoint_hist = 10, .eval_metric = "top1", .sch = sched_args_default()};
+                .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1, .clip_mode = "norm", .model_ema_decay = 0.9998,
+                .sch = sched_args_default(),
+                .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-vb"))
             argv[i] = "--validation-batch-size";
+        else if (!strcmp(argv[i], "-c")) /* timm's -c FILE */
+            argv[i] = "--config";
     for (int i = 1; i < argc; i++)
         for (int k = 0; not_yet[k]; k++)
             if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, not_yet[k], strlen(not_yet[k])) &&
@@ -166,6 +333,12 @@ static int parse_args(int argc, char **argv, Args *a)
                         not_yet[k]);
                 return -1;
             }
+    for (int i = 1; i < argc; i++) /* the config's words go first: the command line overrides them */
+        if (!strncmp(argv[i], "--config", 8) && (argv[i][8] == '=' || (!argv[i][8] && i + 1 < argc))) {
+            if (load_config(argv[i][8] ? argv[i] + 9 : argv[i + 1], longs, &argc, &argv))
+                return -1;
+            break;
+        }
     opterr = 0;
     int c, idx;
     while ((c = getopt_long(argc, argv, ":b:j:h", longs, &idx)) != -1) {
@@ -217,6 +390,22 @@ static int parse_args(int argc, char **argv, Args *a)
         case OPT_CYCLE_MUL: bad = parse_double("lr-cycle-mul", optarg, &a->sch.cycle_mul); break;
         case OPT_CYCLE_DECAY: bad = parse_double("lr-cycle-decay", optarg, &a->sch.cycle_decay); break;
         case OPT_K_DECAY: bad = parse_double("lr-k-decay", optarg, &a->sch.k_decay); break;
+        case OPT_CLIP_GRAD:
+            if (!(bad = parse_double("clip-grad", optarg, &a->clip_grad)) && a->clip_grad < 0) {
+                fprintf(stderr, "%s: --clip-grad must not be negative\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_CLIP_MODE: a->clip_mode = optarg; break;
+        case OPT_MODEL_EMA: a->model_ema = 1; break;
+        case OPT_MODEL_EMA_WARMUP: a->model_ema_warmup = 1; break;
+        case OPT_MODEL_EMA_DECAY:
+            if (!(bad = parse_double("model-ema-decay", optarg, &a->model_ema_decay)) &&
+                (a->model_ema_decay < 0 || a->model_ema_decay > 1)) {
+                fprintf(stderr, "%s: --model-ema-decay must be in [0, 1]\n", prog);
+                bad = 1;
+            }
+            break;
         case OPT_PATIENCE: bad = cli_int(prog, "--patience-epochs", optarg, 0, 1 << 20, &a->sch.patience_epochs); break;
         case OPT_COOLDOWN: bad = cli_int(prog, "--cooldown-epochs", optarg, 0, 1 << 20, &a->sch.cooldown_epochs); break;
         case OPT_CYCLE_LIMIT: bad = cli_int(prog, "--lr-cycle-limit", optarg, 0, 1 << 20, &a->sch.cycle_limit); break;
@@ -233,6 +422,21 @@ static int parse_args(int argc, char **argv, Args *a)
                 }
             break;
         }
+        case OPT_MIXUP: bad = parse_double("mixup", optarg, &a->mixup); break;
+        case OPT_CUTMIX: bad = parse_double("cutmix", optarg, &a->cutmix); break;
+        case OPT_CUTMIX_MINMAX:
+            bad = parse_list("cutmix-minmax", optarg, argv, argc, a->cutmix_minmax, 2, &a->n_minmax);
+            break;
+        case OPT_MIXUP_PROB: bad = parse_double("mixup-prob", optarg, &a->mixup_prob); break;
+        case OPT_MIXUP_SWITCH_PROB: bad = parse_double("mixup-switch-prob", optarg, &a->mixup_switch_prob); break;
+        case OPT_MIXUP_MODE: a->mixup_mode = optarg; break;
+        case OPT_MIXUP_OFF_EPOCH:
+            bad = cli_int(prog, "--mixup-off-epoch", optarg, 0, 1 << 20, &a->mixup_off_epoch);
+            break;
+        case OPT_REPROB: bad = parse_double("reprob", optarg, &a->reprob); break;
+        case OPT_REMODE: a->remode = optarg; break;
+        case OPT_RECOUNT: bad = cli_int(prog, "--recount", optarg, 1, 1000, &a->recount); break;
+        case OPT_CONFIG: a->config = optarg; break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -310,10 +514,14 @@ typedef struct Run {
     Graph train, eval;
     TrainStep ts;
     CtState state;
+    CtState ema_state; /* --model-ema: the eval graph's state, filled from "ema.*" to validate */
     Dataset *train_ds, *val_ds;
     Loader *train_ld, *val_ld;
     int classes, img, vb;
     float *x;
+    Mixup mix;          /* used when mixup_active(&mix): soft targets, r->soft [B, classes] */
+    float *soft;
+    RandomErasing re;   /* --reprob > 0: on the normalised training batch */
 } Run;
 
 static double now(void)
@@ -344,10 +552,23 @@ static int build_graphs(Run *r, CtErr *err)
         opt.beta2 = r->a.opt_betas[1];
     opt.weight_decay = r->a.weight_decay;
     opt.no_weight_decay = r->m->no_weight_decay;
+    if (r->a.clip_grad >= 0) { /* train.py: dispatch_clip_grad(value=clip_grad, mode=clip_mode) */
+        static const char *const modes[] = {"norm", "value", "agc"};
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(r->a.clip_mode, modes[k]))
+                opt.clip_mode = (CtClipMode)(CT_CLIP_NORM + k);
+        if (opt.clip_mode == CT_CLIP_NONE)
+            return ct_fail(err, "--clip-mode %s is not one of norm, value, agc", r->a.clip_mode);
+        opt.clip_grad = r->a.clip_grad;
+    }
+    opt.model_ema = r->a.model_ema;
     if (model_build(r->m, &spec, &r->train, err))
         return -1;
-    if (train_step_build(&r->train, r->train.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, r->a.smoothing, -1},
-                         &opt, &r->ts, err))
+    /* train.py: with mixup the smoothing is in the targets, the loss SoftTargetCrossEntropy */
+    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, r->a.smoothing, -1};
+    if (mixup_active(&r->mix))
+        loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1};
+    if (train_step_build(&r->train, r->train.outputs[0], &loss, &opt, &r->ts, err))
         return -1;
     spec.training = 0;
     spec.batch_size = r->vb;
@@ -362,6 +583,45 @@ static int build_graphs(Run *r, CtErr *err)
         *gs[k] = l;
     }
     return backend_check(r->be, &r->train, err) || backend_check(r->be, &r->eval, err) ? -1 : 0;
+}
+
+/* train.py's Mixup arguments and RandomErasing (re_count is its max_count).
+ * Mixup runs on the normalised batch (timm's Mixup), then random erasing (the
+ * prefetcher's order; --no-prefetcher's transform erases before mixing). */
+static int setup_augment(Run *r, CtErr *err)
+{
+    const Args *a = &r->a;
+    int mode = mixup_mode_parse(a->mixup_mode);
+    if (mode < 0)
+        return ct_fail(err, "--mixup-mode %s is not one of batch, pair, elem", a->mixup_mode);
+    if (a->n_minmax == 1)
+        return ct_fail(err, "--cutmix-minmax takes two values, MIN MAX");
+    const double probs[] = {a->mixup_prob, a->mixup_switch_prob, a->reprob};
+    const char *pnames[] = {"mixup-prob", "mixup-switch-prob", "reprob"};
+    for (int k = 0; k < 3; k++)
+        if (!(probs[k] >= 0 && probs[k] <= 1))
+            return ct_fail(err, "--%s must be in [0, 1], not %g", pnames[k], probs[k]);
+    if (a->mixup < 0 || a->cutmix < 0)
+        return ct_fail(err, "--mixup and --cutmix are Beta alphas: >= 0");
+    if (a->n_minmax && !(a->cutmix_minmax[0] >= 0 && a->cutmix_minmax[0] < a->cutmix_minmax[1] &&
+                         a->cutmix_minmax[1] <= 1))
+        return ct_fail(err, "--cutmix-minmax %g %g: needs 0 <= MIN < MAX <= 1", a->cutmix_minmax[0],
+                       a->cutmix_minmax[1]);
+    r->mix = (Mixup){.mixup_alpha = a->mixup, .cutmix_alpha = a->cutmix, .has_minmax = a->n_minmax == 2,
+                     .cutmix_minmax = {a->cutmix_minmax[0], a->cutmix_minmax[1]}, .prob = a->mixup_prob,
+                     .switch_prob = a->mixup_switch_prob, .mode = (CtMixupMode)mode, .correct_lam = 1,
+                     .label_smoothing = a->smoothing, .num_classes = r->classes, .enabled = 1};
+    if (mixup_active(&r->mix) && a->batch_size % 2)
+        return ct_fail(err, "mixup/cutmix needs an even --batch-size, not %d (timm asserts it)", a->batch_size);
+    CtEraseMode em = CT_ERASE_PIXEL;
+    if (!strcmp(a->remode, "const"))
+        em = CT_ERASE_CONST;
+    else if (!strcmp(a->remode, "rand"))
+        em = CT_ERASE_RAND;
+    else if (strcmp(a->remode, "pixel"))
+        return ct_fail(err, "--remode %s is not one of pixel, rand, const", a->remode);
+    r->re = (RandomErasing){.prob = a->reprob, .mode = em, .min_count = 1, .max_count = a->recount};
+    return 0;
 }
 
 static int open_data(Run *r, const char *root, CtErr *err)
@@ -401,6 +661,50 @@ static int open_data(Run *r, const char *root, CtErr *err)
     return 0;
 }
 
+/* ModelEmaV3.get_decay(step) for update number `step` (from 1): 0 at the
+ * first (a copy of the model), then the decay, or with --model-ema-warmup
+ * 1 - (1 + s)^(-2/3) up to it (warmup_gamma 1, warmup_power 2/3). */
+static double ema_decay(const Args *a, long step)
+{
+    long s = step - 1;
+    if (s <= 0)
+        return 0;
+    if (!a->model_ema_warmup)
+        return a->model_ema_decay;
+    double d = 1 - pow(1 + (double)s, -2.0 / 3);
+    return d < a->model_ema_decay ? (d > 0 ? d : 0) : a->model_ema_decay;
+}
+
+/* ModelEmaV3's deepcopy: every "ema.<name>" state value set to <name>'s. */
+static void ema_from_model(CtState *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!strncmp(s->e[i].name, "ema.", 4)) {
+            int m = state_find(s, s->e[i].name + 4);
+            if (m >= 0)
+                memcpy(state_data(s, i), state_data(s, m), ct_dtype_size(s->e[i].type.dtype) *
+                                                               (size_t)shape_numel(&s->e[i].type.shape));
+        }
+}
+
+/* The eval graph's state for validating the EMA: each value from "ema.<name>". */
+static void ema_view(Run *r)
+{
+    if (!r->ema_state.e)
+        state_create(&r->ema_state, &r->eval);
+    for (int i = 0; i < r->ema_state.n; i++) {
+        char name[600];
+        snprintf(name, sizeof name, "ema.%s", r->ema_state.e[i].name);
+        int k = state_find(&r->state, name);
+        if (k < 0)
+            k = state_find(&r->state, r->ema_state.e[i].name);
+        if (k >= 0)
+            memcpy(state_data(&r->ema_state, i), state_data(&r->state, k), r->state.e[k].type.dtype ==
+                   r->ema_state.e[i].type.dtype ? ct_dtype_size(r->state.e[k].type.dtype) *
+                   (size_t)shape_numel(&r->state.e[k].type.shape) : 0);
+    }
+}
+
 /* One epoch of train_one_epoch: returns the mean loss, or NAN on error. The
  * LR is the schedule's, stepped after every update with --sched-on-updates. */
 static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
@@ -421,14 +725,28 @@ static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
             goto fail;
         }
         normalise(bt, r->a.batch_size, &r->m->cfg, r->x);
+        /* mixup, then random erasing: one generator per (seed, epoch, batch) */
+        CtRng rng = rng_for((uint64_t)r->a.seed ^ 0x6d69787570ull, (uint64_t)epoch, i);
+        int mixing = mixup_active(&r->mix);
+        if (mixing) {
+            r->mix.enabled = !(r->a.mixup_off_epoch && epoch >= r->a.mixup_off_epoch);
+            if (mixup_apply(&r->mix, r->x, r->a.batch_size, 3, r->img, r->img, bt->labels, r->soft, NULL, &rng,
+                            err))
+                goto fail;
+        }
+        random_erasing_apply(&r->re, r->x, r->a.batch_size, 3, r->img, r->img, &rng);
         data_time += now() - td;
         double lr = sched_lr(sched);
         lr32 = (float)lr;
-        CtTensor in[4] = {{{{4, {r->a.batch_size, 3, r->img, r->img}}, CT_F32}, r->x},
+        float decay = (float)ema_decay(&r->a, num_updates + 1);
+        CtTensor in[5] = {{{{4, {r->a.batch_size, 3, r->img, r->img}}, CT_F32}, r->x},
                           {{{1, {r->a.batch_size}}, CT_I64}, bt->labels},
                           {{{0}, CT_F32}, &lr32},
-                          {{{0}, CT_F32}, &scale}};
-        if (r->be->run(&r->train, &r->state, in, 4, out, err))
+                          {{{0}, CT_F32}, &scale},
+                          {{{0}, CT_F32}, &decay}};
+        if (mixing)
+            in[1] = (CtTensor){{{2, {r->a.batch_size, r->classes}}, CT_F32}, r->soft};
+        if (r->be->run(&r->train, &r->state, in, r->ts.ema_decay >= 0 ? 5 : 4, out, err))
             goto fail;
         double loss = *(float *)out[1].data;
         for (int k = 0; k < r->train.noutputs; k++)
@@ -456,7 +774,8 @@ fail:
 }
 
 /* validate(): top-1, top-5 and cross-entropy over the whole split. */
-static int validate(Run *r, int epoch, double *loss, double *top1, double *top5, CtErr *err)
+static int validate(Run *r, CtState *st, const char *log_name, int epoch, double *loss, double *top1, double *top5,
+                    CtErr *err)
 {
     size_t nb = loader_epoch_batches(r->val_ld), seen = 0;
     double sum = 0, c1 = 0, c5 = 0, t0 = now();
@@ -469,7 +788,7 @@ static int validate(Run *r, int epoch, double *loss, double *top1, double *top5,
             return bt ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
         normalise(bt, r->vb, &r->m->cfg, r->x);
         CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
-        if (r->be->run(&r->eval, &r->state, &in, 1, &logits, err))
+        if (r->be->run(&r->eval, st, &in, 1, &logits, err))
             return -1;
         const float *z = logits.data;
         int C = r->classes;
@@ -494,8 +813,8 @@ static int validate(Run *r, int epoch, double *loss, double *top1, double *top5,
     *loss = sum / (double)seen;
     *top1 = 100 * c1 / (double)seen;
     *top5 = 100 * c5 / (double)seen;
-    printf("Test: [%zu/%zu]  Time: %.3fs  Loss: %.4f  Acc@1: %.4f  Acc@5: %.4f\n", nb, nb, now() - t0, *loss, *top1,
-           *top5);
+    printf("%s: [%zu/%zu]  Time: %.3fs  Loss: %.4f  Acc@1: %.4f  Acc@5: %.4f\n", log_name, nb, nb, now() - t0, *loss,
+           *top1, *top5);
     (void)epoch;
     return 0;
 }
@@ -507,10 +826,13 @@ static void run_free(Run *r)
     dataset_close(r->train_ds);
     dataset_close(r->val_ds);
     state_free(&r->state);
+    if (r->ema_state.e)
+        state_free(&r->ema_state);
     train_step_free(&r->ts);
     graph_free(&r->train);
     graph_free(&r->eval);
     free(r->x);
+    free(r->soft);
 }
 
 /* The arguments as a JSON object, for the checkpoint's metadata. */
@@ -522,7 +844,8 @@ static char *args_json(const Args *a)
                             {"val_split", a->val_split}, {"model", a->model}, {"opt", a->opt},
                             {"sched", a->sched}, {"device", a->device}, {"output", a->output},
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
-                            {"eval_metric", a->eval_metric}};
+                            {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
+                            {"remode", a->remode}, {"config", a->config}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);
@@ -530,7 +853,9 @@ static char *args_json(const Args *a)
         {"num_classes", a->num_classes}, {"img_size", a->img_size}, {"batch_size", a->batch_size},
         {"validation_batch_size", a->val_batch_size}, {"epochs", a->epochs}, {"workers", a->workers},
         {"channels_last", a->channels_last}, {"no_resume_opt", a->no_resume_opt},
-        {"checkpoint_hist", a->checkpoint_hist}, {"seed", a->seed}, {"lr", a->lr}, {"lr_base", a->lr_base},
+        {"checkpoint_hist", a->checkpoint_hist}, {"seed", a->seed}, {"clip_grad", a->clip_grad},
+        {"model_ema", a->model_ema}, {"model_ema_decay", a->model_ema_decay},
+        {"model_ema_warmup", a->model_ema_warmup}, {"lr", a->lr}, {"lr_base", a->lr_base},
         {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},
         {"smoothing", a->smoothing}, {"warmup_lr", a->warmup_lr}, {"min_lr", a->min_lr},
         {"warmup_epochs", a->warmup_epochs}, {"drop", a->drop}, {"drop_path", a->drop_path},
@@ -540,12 +865,19 @@ static char *args_json(const Args *a)
         {"warmup_prefix", a->sch.warmup_prefix}, {"lr_noise_pct", a->sch.noise_pct},
         {"lr_noise_std", a->sch.noise_std}, {"lr_cycle_mul", a->sch.cycle_mul},
         {"lr_cycle_decay", a->sch.cycle_decay}, {"lr_cycle_limit", a->sch.cycle_limit},
-        {"lr_k_decay", a->sch.k_decay}};
+        {"lr_k_decay", a->sch.k_decay}, {"mixup", a->mixup}, {"cutmix", a->cutmix},
+        {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
+        {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));
+    if (a->n_minmax) {
+        cJSON *mm = cJSON_AddArrayToObject(o, "cutmix_minmax");
+        for (int k = 0; mm && k < a->n_minmax; k++)
+            cJSON_AddItemToArray(mm, cJSON_CreateNumber(a->cutmix_minmax[k]));
+    }
     if (a->sch.n_noise) {
         cJSON *nz = cJSON_AddArrayToObject(o, "lr_noise");
         for (int k = 0; nz && k < a->sch.n_noise; k++)
@@ -619,7 +951,8 @@ int main(int argc, char **argv)
         double ratio = r.a.batch_size / r.a.lr_base_size;
         r.a.lr = r.a.lr_base * (strstr(r.a.opt, "ada") || strstr(r.a.opt, "lamb") ? sqrt(ratio) : ratio);
     }
-    if (resolve_data(&r.a, root, sizeof root, &err) || open_data(&r, root, &err) || build_graphs(&r, &err)) {
+    if (resolve_data(&r.a, root, sizeof root, &err) || open_data(&r, root, &err) || setup_augment(&r, &err) ||
+        build_graphs(&r, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         goto free_run;
     }
@@ -643,6 +976,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: --initial-checkpoint %s\n", prog, err.msg);
         goto free_run;
     }
+    ema_from_model(&r.state);
     if (r.a.resume) {
         if (ckpt_resume(r.a.resume, &r.state, r.m->name, !r.a.no_resume_opt, &res, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -661,6 +995,8 @@ int main(int argc, char **argv)
     }
     int big = r.a.batch_size > r.vb ? r.a.batch_size : r.vb;
     r.x = malloc(sizeof *r.x * (size_t)big * 3 * (size_t)r.img * (size_t)r.img);
+    if (mixup_active(&r.mix))
+        r.soft = malloc(sizeof *r.soft * (size_t)r.a.batch_size * (size_t)r.classes);
     printf("Model %s created, param count: %lld\n", r.m->name, (long long)graph_param_count(&r.train));
     printf("Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", root,
            dataset_len(r.train_ds), dataset_len(r.val_ds), r.classes, r.img, r.img, r.be->name);
@@ -703,9 +1039,16 @@ int main(int argc, char **argv)
     for (int epoch = start_epoch; epoch < num_epochs; epoch++) {
         double el = 0, t1 = 0, t5 = 0;
         double tl = train_epoch(&r, epoch, &sched, &err), lr = sched_lr(&sched);
-        if (isnan(tl) || validate(&r, epoch, &el, &t1, &t5, &err)) {
+        if (isnan(tl) || validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
+        }
+        if (r.a.model_ema) { /* train.py: the EMA's metrics replace the model's from here on */
+            ema_view(&r);
+            if (validate(&r, &r.ema_state, "Test (EMA)", epoch, &el, &t1, &t5, &err)) {
+                fprintf(stderr, "%s: %s\n", prog, err.msg);
+                goto free_run;
+            }
         }
         if (summary) {
             fprintf(summary, "%d,%.6f,%.6f,%.4f,%.4f,%.6g\n", epoch, tl, el, t1, t5, lr);

@@ -14,7 +14,10 @@
  * so a schedule or a scaler never recompiles the graph), the loss op, the
  * gradients of every parameter (of loss * loss_scale, then unscaled), the
  * update ops and their assign nodes (parameters and optimizer state, which
- * joins g->state after the params and buffers).
+ * joins g->state after the params and buffers). With clipping, the update
+ * reads the clipped gradients (timm's dispatch_clip_grad between backward and
+ * optimizer.step); with model_ema, after the update every param and buffer
+ * has an EMA copy "ema.<name>" (ModelEmaV3) moved towards its new value.
  */
 #ifndef CTIMM_AUTODIFF_H
 #define CTIMM_AUTODIFF_H
@@ -41,6 +44,11 @@ typedef enum CtOptKind {
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD
 } CtOptKind;
 
+/* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
+ * gradient), clip_grad_value_, timm's adaptive_clip_grad (unit-wise, eps
+ * 1e-3, every param but the last two: train.py's exclude_head). */
+typedef enum CtClipMode { CT_CLIP_NONE, CT_CLIP_NORM, CT_CLIP_VALUE, CT_CLIP_AGC } CtClipMode;
+
 typedef struct OptimSpec {
     CtOptKind kind;
     double momentum, weight_decay;
@@ -56,6 +64,12 @@ typedef struct OptimSpec {
     /* f16 training: a step whose gradients are not all finite changes
      * nothing (GradScaler's skip); TrainStep.finite says which it was */
     int skip_nonfinite;
+    CtClipMode clip_mode;            /* on the unscaled gradients, before the update */
+    double clip_grad;                /* max norm, max |value| or AGC's clip factor */
+    /* ModelEmaV3: state "ema.<name>" for every param and buffer, updated
+     * after the step with the runtime scalar input "ema_decay": float values
+     * ema = decay * ema + (1 - decay) * new, integer ones copied. */
+    int model_ema;
 } OptimSpec;
 
 /* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the
@@ -84,6 +98,8 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *out);
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;
     ValueId finite; /* with skip_nonfinite: a graph output, 1 when the step applied */
+    ValueId grad_norm_sq; /* with CT_CLIP_NORM: a graph output, the total squared gradient norm */
+    ValueId ema_decay;    /* with model_ema: the input, the decay of this step (0: copy) */
     int nparams;
     ValueId *params, *grads; /* parallel, in state_dict order; owned here */
 } TrainStep;

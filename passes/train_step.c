@@ -135,8 +135,9 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
     return emit_fail(e, "unknown loss kind %d", (int)l->kind);
 }
 
-/* The update of param p and its assign nodes; clip: LAMB's clip input or -1. */
-static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId clip, ValueId apply,
+/* The update of param p and its assign nodes; clip: LAMB's clip input or -1.
+ * Returns p's new value. */
+static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId clip, ValueId apply,
                        const OptimSpec *o, ValueId *state, int *nstate)
 {
     Graph *g = e->g;
@@ -165,27 +166,125 @@ static void add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId 
             emit(e, CT_OP_assign, 2, (ValueId[]){st[k], n.out[1 + k]}, NULL, 0, NULL, 0, 0);
     }
     emit(e, CT_OP_assign, 2, (ValueId[]){p, out}, NULL, 0, NULL, 0, 0);
+    return out;
+}
+
+/* The squared L2 norm of x: over every element, or with `unitwise` over
+ * all dims but the first, kept as [d0, 1, ...] (timm's unitwise_norm; a
+ * tensor of at most 1 dim is one unit). */
+static ValueId add_norm_sq(Emitter *e, ValueId x, int unitwise)
+{
+    int ndim = emit_shape(e, x).ndim;
+    ValueId sq = emit(e, CT_OP_mul, 2, (ValueId[]){x, x}, NULL, 0, NULL, 0, 0);
+    if (ndim == 0)
+        return sq;
+    int64_t mask = ((int64_t)1 << ndim) - 1;
+    if (unitwise && ndim > 1)
+        return emit(e, CT_OP_reduce_sum, 1, &sq, (int64_t[]){mask & ~(int64_t)1, 1}, 2, NULL, 0, 0);
+    return emit(e, CT_OP_reduce_sum, 1, &sq, (int64_t[]){mask, 0}, 2, NULL, 0, 0);
+}
+
+/* The total squared norm of every gradient. */
+static ValueId add_total_norm_sq(Emitter *e, const ValueId *grads, int n)
+{
+    ValueId total = -1;
+    for (int k = 0; k < n; k++) {
+        ValueId sq = add_norm_sq(e, grads[k], 0);
+        total = total < 0 ? sq : emit(e, CT_OP_add, 2, (ValueId[]){total, sq}, NULL, 0, NULL, 0, 0);
+    }
+    return total;
 }
 
 /* LAMB's clip input: (global gradient norm / max_grad_norm)^2. */
 static ValueId add_grad_norm_sq(Emitter *e, const ValueId *grads, int n, double max_norm)
 {
-    ValueId total = -1;
-    for (int k = 0; k < n; k++) {
-        int ndim = e->g->values[grads[k]].type.shape.ndim;
-        ValueId sq = emit(e, CT_OP_mul, 2, (ValueId[]){grads[k], grads[k]}, NULL, 0, NULL, 0, 0);
-        if (ndim > 0)
-            sq = emit(e, CT_OP_reduce_sum, 1, &sq, (int64_t[]){((int64_t)1 << ndim) - 1, 0}, 2, NULL, 0, 0);
-        total = total < 0 ? sq : emit(e, CT_OP_add, 2, (ValueId[]){total, sq}, NULL, 0, NULL, 0, 0);
-    }
+    ValueId total = add_total_norm_sq(e, grads, n);
     return emit(e, CT_OP_scale_shift, 1, &total, NULL, 0, (double[]){1 / (max_norm * max_norm), 0}, 2, 0);
+}
+
+/* timm's dispatch_clip_grad: clipped[k] from grads[k] (params[k]'s).
+ * Returns the total squared norm for CT_CLIP_NORM, else -1. */
+static ValueId add_clip(Emitter *e, const OptimSpec *o, const ValueId *params, const ValueId *grads, int n,
+                        ValueId *clipped)
+{
+    double v = o->clip_grad;
+    ValueId total = -1;
+    switch (o->clip_mode) {
+    case CT_CLIP_NONE:
+        memcpy(clipped, grads, sizeof *grads * (size_t)n);
+        break;
+    case CT_CLIP_NORM: {
+        total = add_total_norm_sq(e, grads, n);
+        ValueId coef = emit(e, CT_OP_clip_coef, 1, &total, NULL, 0, (double[]){v, 0, 1e-6, 0}, 4, 0);
+        for (int k = 0; k < n; k++)
+            clipped[k] = emit(e, CT_OP_mul, 2, (ValueId[]){grads[k], coef}, NULL, 0, NULL, 0, 0);
+        break;
+    }
+    case CT_CLIP_VALUE:
+        for (int k = 0; k < n; k++)
+            clipped[k] = emit(e, CT_OP_clamp, 1, &grads[k], NULL, 0, (double[]){-v, v}, 2, 0);
+        break;
+    case CT_CLIP_AGC:
+        /* train.py: get_clip_parameters(exclude_head=True), all but the last two */
+        for (int k = 0; k < n; k++) {
+            if (k >= n - 2) {
+                clipped[k] = grads[k];
+                continue;
+            }
+            ValueId sq[2] = {add_norm_sq(e, grads[k], 1), add_norm_sq(e, params[k], 1)};
+            ValueId coef = emit(e, CT_OP_clip_coef, 2, sq, NULL, 0, (double[]){v, 1e-3, 0, 1e-6}, 4, 0);
+            clipped[k] = emit(e, CT_OP_mul, 2, (ValueId[]){grads[k], coef}, NULL, 0, NULL, 0, 0);
+        }
+        break;
+    }
+    return total;
+}
+
+/* ModelEmaV3.apply_update_: for every param (new value fresh[k]) and buffer
+ * (its value after the forward's assign), state "ema.<name>" and its
+ * assign: float ema * decay + new * (1 - decay), integer ones copied. */
+static void add_ema(Emitter *e, const TrainStep *t, const ValueId *fresh, int nmodel, ValueId *state, int *nstate)
+{
+    Graph *g = e->g;
+    ValueId decay = t->ema_decay;
+    ValueId keep = emit(e, CT_OP_scale_shift, 1, &decay, NULL, 0, (double[]){-1, 1}, 2, 0);
+    for (int k = 0, j = 0; k < nmodel; k++) {
+        ValueId v = state[k], now = v;
+        if (g->values[v].role != CT_ROLE_PARAM && g->values[v].role != CT_ROLE_BUFFER)
+            continue; /* the rng counter */
+        if (g->values[v].role == CT_ROLE_PARAM)
+            now = fresh[j++];
+        else
+            for (int i = 0; i < g->nnodes; i++) /* the buffer's last assign */
+                if (g->nodes[i].op == CT_OP_assign && g->nodes[i].in[0] == v)
+                    now = g->nodes[i].in[1];
+        Value pv = g->values[v];
+        char name[600];
+        snprintf(name, sizeof name, "ema.%s", pv.name);
+        ValueId ema = graph_add_value(g, pv.type, CT_ROLE_STATE, name);
+        g->values[ema].init = (CtInit){CT_INIT_ZEROS, 0};
+        state[(*nstate)++] = ema;
+        ValueId next = now;
+        if (ct_dtype_is_float(pv.type.dtype)) {
+            ValueId d = decay, w = keep;
+            if (pv.type.dtype != CT_F32) {
+                d = emit(e, CT_OP_cast, 1, &decay, (int64_t[]){pv.type.dtype}, 1, NULL, 0, 0);
+                w = emit(e, CT_OP_cast, 1, &keep, (int64_t[]){pv.type.dtype}, 1, NULL, 0, 0);
+            }
+            next = emit(e, CT_OP_add, 2,
+                        (ValueId[]){emit(e, CT_OP_mul, 2, (ValueId[]){ema, d}, NULL, 0, NULL, 0, 0),
+                                    emit(e, CT_OP_mul, 2, (ValueId[]){now, w}, NULL, 0, NULL, 0, 0)},
+                        NULL, 0, NULL, 0, 0);
+        }
+        emit(e, CT_OP_assign, 2, (ValueId[]){ema, next}, NULL, 0, NULL, 0, 0);
+    }
 }
 
 int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const OptimSpec *opt, TrainStep *out,
                      CtErr *err)
 {
     memset(out, 0, sizeof *out);
-    out->finite = -1;
+    out->finite = out->grad_norm_sq = out->ema_decay = -1;
     const CtShape *ls = &g->values[logits].type.shape;
     if (ls->ndim != 2)
         return ct_fail(err, "train step: logits must be [B, classes], got %d dims", ls->ndim);
@@ -193,6 +292,8 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     out->target = add_input(g, "target", tshape, loss->kind == CT_LOSS_SOFT_TARGET ? CT_F32 : CT_I64);
     out->lr = add_input(g, "lr", (CtShape){0}, CT_F32);
     out->loss_scale = add_input(g, "loss_scale", (CtShape){0}, CT_F32);
+    if (opt->model_ema && opt->kind != CT_OPT_NONE)
+        out->ema_decay = add_input(g, "ema_decay", (CtShape){0}, CT_F32);
 
     Emitter e = {.g = g, .scope = "loss"};
     out->loss = add_loss(&e, logits, out->target, loss);
@@ -226,7 +327,8 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         return 0;
 
     /* Optimizer state follows the params and buffers in g->state. */
-    int cap = g->nstate + 3 * out->nparams + 1;
+    int nmodel = g->nstate;
+    int cap = g->nstate + 3 * out->nparams + 1 + (opt->model_ema ? nmodel : 0);
     ValueId *state = realloc(g->state, sizeof *state * (size_t)cap);
     CT_ASSERT(state != NULL);
     g->state = state;
@@ -249,9 +351,21 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
             graph_mark_output(g, apply);
         out->finite = apply;
     }
-    ValueId clip = kind_op.clip ? add_grad_norm_sq(&e, out->grads, out->nparams, opt->max_grad_norm) : -1;
+    ValueId *upd = malloc(sizeof *upd * (size_t)(2 * out->nparams + 1)), *fresh = upd + out->nparams;
+    CT_ASSERT(upd != NULL);
+    e.scope = "clip";
+    out->grad_norm_sq = add_clip(&e, opt, out->params, out->grads, out->nparams, upd);
+    if (out->grad_norm_sq >= 0)
+        graph_mark_output(g, out->grad_norm_sq);
+    e.scope = "optimizer";
+    ValueId clip = kind_op.clip ? add_grad_norm_sq(&e, upd, out->nparams, opt->max_grad_norm) : -1;
     for (int k = 0; k < out->nparams; k++)
-        add_update(&e, out->params[k], out->grads[k], out->lr, step, clip, apply, opt, g->state, &g->nstate);
+        fresh[k] = add_update(&e, out->params[k], upd[k], out->lr, step, clip, apply, opt, g->state, &g->nstate);
+    if (out->ema_decay >= 0) {
+        e.scope = "ema";
+        add_ema(&e, out, fresh, nmodel, g->state, &g->nstate);
+    }
+    free(upd);
     if (step >= 0) {
         ValueId next = apply < 0 ? emit(&e, CT_OP_scale_shift, 1, &step, NULL, 0, (double[]){1, 1}, 2, 0)
                                  : emit(&e, CT_OP_add, 2, (ValueId[]){step, emit(&e, CT_OP_cast, 1, &apply,

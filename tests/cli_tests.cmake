@@ -100,8 +100,8 @@ add_test(NAME train_embedded_short COMMAND sh -c
    grep -q '^0,' train-out/summary.csv")
 set_tests_properties(train_embedded_short PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   PASS_REGULAR_EXPRESSION "Acc@1: [0-9.]+  Acc@5")
-add_test(NAME train_refuses_unimplemented_flag COMMAND ${FAIL} "--mixup .* is not implemented in ctimm-train yet"
-  ${CMAKE_BINARY_DIR}/ctimm-train --mixup 0.2)
+add_test(NAME train_refuses_unimplemented_flag COMMAND ${FAIL} "--bce-loss .* is not implemented in ctimm-train yet"
+  ${CMAKE_BINARY_DIR}/ctimm-train --bce-loss)
 add_test(NAME train_missing_folder COMMAND ${FAIL} "/nonexistent"
   ${CMAKE_BINARY_DIR}/ctimm-train /nonexistent/imagenet)
 add_test(NAME train_bad_number COMMAND ${FAIL} "--batch-size expects a whole number" ${CMAKE_BINARY_DIR}/ctimm-train -b x)
@@ -177,3 +177,44 @@ add_test(NAME train_sched_plateau_per_update COMMAND ${FAIL} "plateau steps per 
 set_tests_properties(train_sched_plateau_per_update PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME train_sched_unknown COMMAND ${FAIL} "--sched wsd is not one of" ${CMAKE_BINARY_DIR}/ctimm-train --sched wsd)
+
+# Mixup / CutMix (soft targets, SoftTargetCrossEntropy) and random erasing in
+# a real run; their refusals.
+add_test(NAME train_mixup_cutmix_reprob COMMAND sh -c
+  "rm -rf mixup-out && ${TRAIN_SHORT} --epochs 1 --mixup 0.2 --cutmix 1.0 --reprob 0.25 --output mixup-out && \
+   grep -q '^0,' mixup-out/summary.csv")
+set_tests_properties(train_mixup_cutmix_reprob PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data" PASS_REGULAR_EXPRESSION "Acc@1: [0-9.]+  Acc@5")
+add_test(NAME train_mixup_odd_batch COMMAND ${FAIL} "mixup/cutmix needs an even --batch-size, not 15"
+  ${CMAKE_BINARY_DIR}/ctimm-train --cutmix 1 -b 15)
+add_test(NAME train_mixup_bad_mode COMMAND ${FAIL} "--mixup-mode mixed is not one of batch, pair, elem"
+  ${CMAKE_BINARY_DIR}/ctimm-train --mixup 0.2 --mixup-mode mixed)
+set_tests_properties(train_mixup_odd_batch train_mixup_bad_mode PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# -c/--config: the YAML's values (train.py's argument names) apply, and the
+# command line overrides them: batch 32 (93 batches) and LR 0.05 from the
+# file, then --lr 0.02 given on the command line; an unknown key and the key
+# of a flag not implemented are refused by name. The checkpoint's args hold
+# the file's values.
+add_test(NAME train_config_yaml COMMAND sh -c
+  "rm -rf cfg-out && printf 'batch_size: 32\\nimg_size: 32\\nepochs: 1\\nlr: 0.05\\nmixup: 0.2\\nmixup_mode: pair\\nlog_interval: 1000\\nsched: cosine\\nwarmup_prefix: false\\n' > cfg.yaml && \
+   ${TRAIN} -c cfg.yaml --output cfg-out > cfg.log && \
+   grep -q '^Train: 0 \\[  93/93 .*LR: 5.000e-02' cfg.log && \
+   ${TRAIN} --config cfg.yaml --lr 0.02 > cfg2.log && grep -q '^Train: 0 \\[  93/93 .*LR: 2.000e-02' cfg2.log && \
+   grep -aq 'mixup_mode[^,]*pair' cfg-out/last.state.safetensors")
+set_tests_properties(train_config_yaml PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME train_config_unknown_key COMMAND sh -c
+  "printf 'batch_size: 16\\npretrained: true\\n' > cfg-bad.yaml && \
+   ${FAIL} \"cfg-bad.yaml: unknown key 'pretrained'\" ${TRAIN} -c cfg-bad.yaml && \
+   printf 'amp: true\\n' > cfg-amp.yaml && \
+   ${FAIL} \"cfg-amp.yaml: 'amp' .--amp, timm's train.py flag. is not implemented\" ${TRAIN} -c cfg-amp.yaml")
+# --clip-grad and --model-ema: an epoch with the clipped step and the EMA
+# copies, validated twice (train.py's "Test (EMA)" block), the EMA saved in
+# the training state.
+add_test(NAME train_clip_grad_model_ema COMMAND sh -c
+  "rm -rf clip-ema-out && ${TRAIN_SHORT} --epochs 1 --clip-grad 1 --model-ema --output clip-ema-out > clip-ema.log && \
+   grep -q '^Test: \\[' clip-ema.log && grep -q '^Test (EMA): \\[.*Acc@1: [0-9.]*  Acc@5' clip-ema.log && \
+   grep -q 'ema.fc.weight' clip-ema-out/last.state.safetensors")
+set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
