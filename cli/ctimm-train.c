@@ -53,6 +53,10 @@ typedef struct Args {
     double mixup, cutmix, cutmix_minmax[2], mixup_prob, mixup_switch_prob, reprob;
     int n_minmax, mixup_off_epoch, recount;
     const char *mixup_mode, *remode, *config;
+    /* data and augmentation: timm's train.py defaults; n_* = 0 means the model's */
+    const char *class_map, *interpolation, *train_interpolation, *aa, *experiment, *lr_base_scale;
+    double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
+    int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
 } Args;
 
@@ -83,11 +87,8 @@ static const char *const usage =
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
 static const char *const not_yet[] = {
-    "class-map", "input-size", "crop-pct", "mean", "std",
-    "interpolation",
-    "no-aug", "scale", "ratio", "hflip", "vflip", "color-jitter", "aa",
     "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema-force-cpu", "recovery-interval",
-    "experiment", "epoch-repeats", "start-epoch", "lr-base-scale",
+    "start-epoch",
     NULL};
 
 enum { OPT_BASE = 1000 };
@@ -103,6 +104,13 @@ enum {
 enum {
     OPT_MIXUP = 3000, OPT_CUTMIX, OPT_CUTMIX_MINMAX, OPT_MIXUP_PROB, OPT_MIXUP_SWITCH_PROB, OPT_MIXUP_MODE,
     OPT_MIXUP_OFF_EPOCH, OPT_REPROB, OPT_REMODE, OPT_RECOUNT, OPT_CONFIG
+};
+
+/* Data, augmentation and output flags, long only. */
+enum {
+    OPT_CLASS_MAP = 5000, OPT_INPUT_SIZE, OPT_CROP_PCT, OPT_MEAN, OPT_STD, OPT_INTERPOLATION, OPT_TRAIN_INTERP,
+    OPT_NO_AUG, OPT_SCALE, OPT_RATIO, OPT_HFLIP, OPT_VFLIP, OPT_COLOR_JITTER, OPT_AA, OPT_EXPERIMENT,
+    OPT_EPOCH_REPEATS, OPT_LR_BASE_SCALE
 };
 
 /* Gradient clipping and model EMA flags, long only. */
@@ -310,6 +318,12 @@ static int parse_args(int argc, char **argv, Args *a)
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
         {"reprob", 1, 0, OPT_REPROB}, {"remode", 1, 0, OPT_REMODE}, {"recount", 1, 0, OPT_RECOUNT},
         {"config", 1, 0, OPT_CONFIG},
+        {"class-map", 1, 0, OPT_CLASS_MAP}, {"input-size", 1, 0, OPT_INPUT_SIZE}, {"crop-pct", 1, 0, OPT_CROP_PCT},
+        {"mean", 1, 0, OPT_MEAN}, {"std", 1, 0, OPT_STD}, {"interpolation", 1, 0, OPT_INTERPOLATION},
+        {"train-interpolation", 1, 0, OPT_TRAIN_INTERP}, {"no-aug", 0, 0, OPT_NO_AUG}, {"scale", 1, 0, OPT_SCALE},
+        {"ratio", 1, 0, OPT_RATIO}, {"hflip", 1, 0, OPT_HFLIP}, {"vflip", 1, 0, OPT_VFLIP},
+        {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"aa", 1, 0, OPT_AA}, {"experiment", 1, 0, OPT_EXPERIMENT},
+        {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
@@ -317,7 +331,9 @@ static int parse_args(int argc, char **argv, Args *a)
                 .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1, .seed = 42,
                 .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1, .clip_mode = "norm", .model_ema_decay = 0.9998,
                 .sch = sched_args_default(),
-                .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1};
+                .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1,
+                .train_interpolation = "random", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
+                .color_jitter = 0.4, .crop_pct = -1};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -437,6 +453,23 @@ static int parse_args(int argc, char **argv, Args *a)
         case OPT_REMODE: a->remode = optarg; break;
         case OPT_RECOUNT: bad = cli_int(prog, "--recount", optarg, 1, 1000, &a->recount); break;
         case OPT_CONFIG: a->config = optarg; break;
+        case OPT_CLASS_MAP: a->class_map = optarg; break;
+        case OPT_INTERPOLATION: a->interpolation = optarg; break;
+        case OPT_TRAIN_INTERP: a->train_interpolation = optarg; break;
+        case OPT_AA: a->aa = optarg; break;
+        case OPT_EXPERIMENT: a->experiment = optarg; break;
+        case OPT_LR_BASE_SCALE: a->lr_base_scale = optarg; break;
+        case OPT_NO_AUG: a->no_aug = 1; break;
+        case OPT_INPUT_SIZE: bad = parse_list("input-size", optarg, argv, argc, a->input_size, 3, &a->n_input_size); break;
+        case OPT_MEAN: bad = parse_list("mean", optarg, argv, argc, a->mean, 3, &a->n_mean); break;
+        case OPT_STD: bad = parse_list("std", optarg, argv, argc, a->std, 3, &a->n_std); break;
+        case OPT_SCALE: bad = parse_list("scale", optarg, argv, argc, a->scale, 2, &a->n_scale); break;
+        case OPT_RATIO: bad = parse_list("ratio", optarg, argv, argc, a->ratio, 2, &a->n_ratio); break;
+        case OPT_CROP_PCT: bad = parse_double("crop-pct", optarg, &a->crop_pct); break;
+        case OPT_HFLIP: bad = parse_double("hflip", optarg, &a->hflip); break;
+        case OPT_VFLIP: bad = parse_double("vflip", optarg, &a->vflip); break;
+        case OPT_COLOR_JITTER: bad = parse_double("color-jitter", optarg, &a->color_jitter); break;
+        case OPT_EPOCH_REPEATS: bad = parse_double("epoch-repeats", optarg, &a->epoch_repeats); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -495,7 +528,7 @@ static int resolve_data(Args *a, char *root, size_t n, CtErr *err)
 
 /* uint8 NHWC batch -> normalised f32 NCHW, (x / 255 - mean) / std; the rows
  * past n (a short last eval batch) are zeros. */
-static void normalise(const Batch *bt, int batch, const ModelCfg *cfg, float *x)
+static void normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x)
 {
     int s = bt->img_size;
     size_t plane = (size_t)s * s;
@@ -504,7 +537,7 @@ static void normalise(const Batch *bt, int batch, const ModelCfg *cfg, float *x)
         for (size_t p = 0; p < plane; p++)
             for (int c = 0; c < 3; c++)
                 x[((size_t)b * 3 + c) * plane + p] =
-                    (float)((bt->images[((size_t)b * plane + p) * 3 + c] / 255.0 - cfg->mean[c]) / cfg->std[c]);
+                    (float)((bt->images[((size_t)b * plane + p) * 3 + c] / 255.0 - mean[c]) / std[c]);
 }
 
 typedef struct Run {
@@ -518,6 +551,7 @@ typedef struct Run {
     Dataset *train_ds, *val_ds;
     Loader *train_ld, *val_ld;
     int classes, img, vb;
+    double mean[3], std[3]; /* --mean/--std, else the model's */
     float *x;
     Mixup mix;          /* used when mixup_active(&mix): soft targets, r->soft [B, classes] */
     float *soft;
@@ -626,7 +660,7 @@ static int setup_augment(Run *r, CtErr *err)
 
 static int open_data(Run *r, const char *root, CtErr *err)
 {
-    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = r->a.train_split};
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = r->a.train_split, .class_map = r->a.class_map};
     if (r->a.dataset && !strcmp(r->a.dataset, "tar"))
         dc.kind = CT_DS_TAR;
     else if (r->a.dataset && !strcmp(r->a.dataset, "folder"))
@@ -639,16 +673,55 @@ static int open_data(Run *r, const char *root, CtErr *err)
     if (dataset_open(&r->val_ds, &dc, err))
         return -1;
     r->classes = r->a.num_classes > 0 ? r->a.num_classes : dataset_num_classes(r->train_ds);
-    r->img = r->a.img_size > 0 ? r->a.img_size : r->m->cfg.input_size[1];
+    const Args *a = &r->a;
+    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
+        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
+    r->img = a->n_input_size ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : r->m->cfg.input_size[1];
+    for (int c = 0; c < 3; c++) { /* one value stands for all three channels, as in timm */
+        r->mean[c] = a->n_mean ? a->mean[a->n_mean == 3 ? c : 0] : r->m->cfg.mean[c];
+        r->std[c] = a->n_std ? a->std[a->n_std == 3 ? c : 0] : r->m->cfg.std[c];
+    }
+    if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
+        return ct_fail(err, "--mean and --std take 1 or 3 values");
+    const char *interp = a->interpolation ? a->interpolation : r->m->cfg.interpolation;
+    CtInterp eval_interp = !strcmp(interp, "bicubic") ? CT_INTERP_BICUBIC
+                         : !strcmp(interp, "bilinear") ? CT_INTERP_BILINEAR
+                         : !strcmp(interp, "nearest") ? CT_INTERP_NEAREST : (CtInterp)-1;
+    if ((int)eval_interp < 0)
+        return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
     TrainTransform tt = train_transform_default(r->img);
-    EvalTransform et = eval_transform_default(r->img);
-    tt.random_interp = 1; /* train.py's --train-interpolation default: random */
-    et.crop_pct = r->m->cfg.crop_pct;
-    et.interp = !strcmp(r->m->cfg.interpolation, "bicubic") ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+    EvalTransform et = eval_transform_default(r->img), noaug = et;
+    if (!strcmp(a->train_interpolation, "random"))
+        tt.random_interp = 1;
+    else if (!strcmp(a->train_interpolation, "bilinear") || !strcmp(a->train_interpolation, "bicubic") ||
+             !strcmp(a->train_interpolation, "nearest"))
+        tt.interp = a->train_interpolation[2] == 'c' ? CT_INTERP_BICUBIC
+                  : a->train_interpolation[0] == 'n' ? CT_INTERP_NEAREST : CT_INTERP_BILINEAR;
+    else
+        return ct_fail(err, "--train-interpolation %s is not one of random, bilinear, bicubic, nearest",
+                       a->train_interpolation);
+    if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2))
+        return ct_fail(err, "--scale and --ratio take two values");
+    for (int k = 0; k < 2; k++) {
+        tt.scale[k] = a->scale[k];
+        tt.ratio[k] = a->ratio[k];
+    }
+    tt.hflip = a->hflip;
+    tt.vflip = a->vflip;
+    tt.color_jitter = a->color_jitter;
+    tt.auto_augment = a->aa;
+    et.crop_pct = a->crop_pct > 0 ? a->crop_pct : r->m->cfg.crop_pct;
+    et.interp = eval_interp;
+    /* --no-aug: timm's transforms_noaug_train, a resize and a center crop */
+    noaug.crop_pct = 1.0;
+    noaug.interp = eval_interp;
     for (int c = 0; c < 3; c++)
-        tt.mean[c] = et.mean[c] = r->m->cfg.mean[c];
-    LoaderConfig lc = {.batch_size = r->a.batch_size, .num_workers = r->a.workers, .train = &tt,
-                       .seed = (uint64_t)r->a.seed, .shuffle = 1, .drop_last = 1, .world_size = 1};
+        tt.mean[c] = et.mean[c] = noaug.mean[c] = r->mean[c];
+    if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
+        return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
+    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
+                       .eval = a->no_aug ? &noaug : NULL, .seed = (uint64_t)a->seed, .shuffle = 1, .drop_last = 1,
+                       .world_size = 1, .repeats = (int)a->epoch_repeats};
     if (loader_create(&r->train_ld, r->train_ds, &lc, err))
         return -1;
     lc = (LoaderConfig){.batch_size = r->vb, .num_workers = r->a.workers, .eval = &et, .seed = (uint64_t)r->a.seed,
@@ -724,7 +797,7 @@ static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
                 ct_fail(err, "epoch %d ended after %zu of %zu batches", epoch, i, nb);
             goto fail;
         }
-        normalise(bt, r->a.batch_size, &r->m->cfg, r->x);
+        normalise(bt, r->a.batch_size, r->mean, r->std, r->x);
         /* mixup, then random erasing: one generator per (seed, epoch, batch) */
         CtRng rng = rng_for((uint64_t)r->a.seed ^ 0x6d69787570ull, (uint64_t)epoch, i);
         int mixing = mixup_active(&r->mix);
@@ -786,7 +859,7 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
         CtTensor logits;
         if (loader_next(r->val_ld, &bt, err) != 1)
             return bt ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
-        normalise(bt, r->vb, &r->m->cfg, r->x);
+        normalise(bt, r->vb, r->mean, r->std, r->x);
         CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
         if (r->be->run(&r->eval, st, &in, 1, &logits, err))
             return -1;
@@ -928,6 +1001,15 @@ int main(int argc, char **argv)
         return parsed > 0 ? 0 : 2;
     if (!(r.m = cli_model(prog, r.a.model)))
         return 2;
+    char out_dir[1200];
+    if (r.a.experiment) { /* timm: the run's folder is <output or ./output/train>/<experiment> */
+        snprintf(out_dir, sizeof out_dir, "%s/%s", r.a.output ? r.a.output : "./output/train", r.a.experiment);
+        r.a.output = out_dir;
+    }
+    if (r.a.lr_base_scale && strcmp(r.a.lr_base_scale, "sqrt") && strcmp(r.a.lr_base_scale, "linear")) {
+        fprintf(stderr, "%s: --lr-base-scale is sqrt or linear, got '%s'\n", prog, r.a.lr_base_scale);
+        return 2;
+    }
     if (!strcmp(r.a.device, "cuda")) {
         fprintf(stderr, "%s: --device cuda: the CUDA backend is not built yet; use --device cpu\n", prog);
         return 2;
@@ -949,7 +1031,9 @@ int main(int argc, char **argv)
     r.vb = r.a.val_batch_size > 0 ? r.a.val_batch_size : r.a.batch_size;
     if (r.a.lr < 0) { /* timm: lr = lr_base * batch / lr_base_size, sqrt scaling for ada* and lamb */
         double ratio = r.a.batch_size / r.a.lr_base_size;
-        r.a.lr = r.a.lr_base * (strstr(r.a.opt, "ada") || strstr(r.a.opt, "lamb") ? sqrt(ratio) : ratio);
+        int use_sqrt = r.a.lr_base_scale ? !strcmp(r.a.lr_base_scale, "sqrt")
+                                         : strstr(r.a.opt, "ada") || strstr(r.a.opt, "lamb");
+        r.a.lr = r.a.lr_base * (use_sqrt ? sqrt(ratio) : ratio);
     }
     if (resolve_data(&r.a, root, sizeof root, &err) || open_data(&r, root, &err) || setup_augment(&r, &err) ||
         build_graphs(&r, &err)) {

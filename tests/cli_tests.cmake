@@ -218,3 +218,19 @@ add_test(NAME train_clip_grad_model_ema COMMAND sh -c
    grep -q 'ema.fc.weight' clip-ema-out/last.state.safetensors")
 set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# timm's data and augmentation flags reach the transforms.
+add_test(NAME train_aug_flags COMMAND ${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --input-size 3 32 32 --lr 0.1
+  --scale 0.5 1.0 --ratio 0.8 1.25 --hflip 0.3 --vflip 0.1 --color-jitter 0.2 --aa rand-m9-mstd0.5-inc1
+  --train-interpolation bicubic --interpolation bilinear --crop-pct 0.9 --mean 0.5 --std 0.5 --log-interval 1000)
+set_tests_properties(train_aug_flags PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+  FIXTURES_REQUIRED shapes_data PASS_REGULAR_EXPRESSION "32x32.*Acc@1")
+add_test(NAME train_no_aug_experiment COMMAND sh -c
+  "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 --lr 0.1 --no-aug --output runs --experiment exp1 \
+     --log-interval 1000 && test -f runs/exp1/summary.csv")
+set_tests_properties(train_no_aug_experiment PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+  FIXTURES_REQUIRED shapes_data)
+add_test(NAME train_bad_interpolation COMMAND ${FAIL} "--interpolation lanczos is not one of"
+  ${CMAKE_BINARY_DIR}/ctimm-train --interpolation lanczos --img-size 32)
+set_tests_properties(train_bad_interpolation PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+  FIXTURES_REQUIRED shapes_data)
