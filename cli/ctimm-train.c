@@ -57,6 +57,8 @@ typedef struct Args {
     const char *class_map, *interpolation, *train_interpolation, *aa, *experiment, *lr_base_scale;
     double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
+    char **cfg_words, **cfg_argv; /* -c FILE: the words made from it, and the argv they sit in */
+    int n_cfg_words;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
 } Args;
 
@@ -161,8 +163,8 @@ static int parse_double(const char *opt, const char *v, double *out)
  * Each key k becomes the words --k-with-dashes VALUE... placed before the
  * command line's own, so getopt reads them first and the command line wins.
  * An unknown key, or the key of a flag not implemented yet, is refused by
- * name. The words live as long as the process: Args points into them. */
-static char **config_argv;
+ * name. The words are the Args' (cfg_words, cfg_argv): its strings point
+ * into them, so they live until args_free. */
 
 static int yaml_plain_is(const yaml_node_t *v, const char *const *words)
 {
@@ -186,7 +188,7 @@ static char *dup_word(const char *prefix, const char *s)
 /* The flags of argparse's nargs='+' (a YAML list). */
 static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milestones", "cutmix-minmax", NULL};
 
-static int load_config(const char *path, const struct option *longs, int *argc, char ***argv)
+static int load_config(const char *path, const struct option *longs, int *argc, char ***argv, Args *a)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
@@ -209,7 +211,7 @@ static int load_config(const char *path, const struct option *longs, int *argc, 
         return -1;
     }
     yaml_parser_delete(&parser);
-    int rc = -1, n = 1;
+    int rc = -1, n = 1, first_word = 1;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     size_t cap = (size_t)*argc + 1;
     if (root && root->type != YAML_MAPPING_NODE) {
@@ -223,8 +225,9 @@ static int load_config(const char *path, const struct option *longs, int *argc, 
                                                   : 1);
     }
     char **w = calloc(cap, sizeof *w);
-    CT_ASSERT(w != NULL);
-    config_argv = w;
+    a->cfg_words = calloc(cap, sizeof *a->cfg_words);
+    CT_ASSERT(w != NULL && a->cfg_words != NULL);
+    a->cfg_argv = w;
     w[0] = (*argv)[0];
     for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
          pr++) {
@@ -279,6 +282,8 @@ static int load_config(const char *path, const struct option *longs, int *argc, 
             goto free_doc;
         }
     }
+    for (int q = first_word; q < n; q++) /* the words this config made */
+        a->cfg_words[a->n_cfg_words++] = w[q];
     for (int q = 1; q < *argc; q++)
         w[n++] = (*argv)[q];
     w[n] = NULL;
@@ -286,6 +291,9 @@ static int load_config(const char *path, const struct option *longs, int *argc, 
     *argv = w;
     rc = 0;
 free_doc:
+    if (rc) /* words made before the error are the Args' too */
+        for (int q = first_word; q < n; q++)
+            a->cfg_words[a->n_cfg_words++] = w[q];
     yaml_document_delete(&doc);
     return rc;
 }
@@ -351,7 +359,7 @@ static int parse_args(int argc, char **argv, Args *a)
             }
     for (int i = 1; i < argc; i++) /* the config's words go first: the command line overrides them */
         if (!strncmp(argv[i], "--config", 8) && (argv[i][8] == '=' || (!argv[i][8] && i + 1 < argc))) {
-            if (load_config(argv[i][8] ? argv[i] + 9 : argv[i + 1], longs, &argc, &argv))
+            if (load_config(argv[i][8] ? argv[i] + 9 : argv[i + 1], longs, &argc, &argv, a))
                 return -1;
             break;
         }
@@ -986,9 +994,10 @@ static double pick_metric(const Args *a, double loss, double top1, double top5)
     return !strcmp(a->eval_metric, "loss") ? loss : !strcmp(a->eval_metric, "top5") ? top5 : top1;
 }
 
-int main(int argc, char **argv)
+/* The run: everything after the arguments. 0, or the exit status. */
+static int train(const Args *args)
 {
-    Run r = {0};
+    Run r = {.a = *args};
     CtErr err = {{0}};
     char root[1000];
     FILE *summary = NULL;
@@ -996,9 +1005,6 @@ int main(int argc, char **argv)
     Resumed res = {0};
     char *json = NULL;
     int rc = 1, start_epoch = 0;
-    int parsed = parse_args(argc, argv, &r.a);
-    if (parsed)
-        return parsed > 0 ? 0 : 2;
     if (!(r.m = cli_model(prog, r.a.model)))
         return 2;
     char out_dir[1200];
@@ -1157,5 +1163,22 @@ free_run:
     saver_free(&saver);
     free(json);
     run_free(&r);
+    return rc;
+}
+
+static void args_free(Args *a)
+{
+    for (int i = 0; i < a->n_cfg_words; i++)
+        free(a->cfg_words[i]);
+    free(a->cfg_words);
+    free(a->cfg_argv);
+}
+
+int main(int argc, char **argv)
+{
+    Args a;
+    int parsed = parse_args(argc, argv, &a);
+    int rc = parsed ? (parsed > 0 ? 0 : 2) : train(&a);
+    args_free(&a);
     return rc;
 }
