@@ -102,6 +102,26 @@ CtShape shape_make(int ndim, const int64_t *d)
     return s;
 }
 
+void shape_split_at_dim(const CtShape *s, int64_t dim, int64_t *outer, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int64_t i = 0; i < dim; i++)
+        *outer *= s->d[i];
+    for (int64_t i = dim + 1; i < s->ndim; i++)
+        *inner *= s->d[i];
+}
+
+void shape_broadcast_strides(const CtShape *in, const CtShape *out, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int j = i - (out->ndim - in->ndim);
+        int64_t d = j >= 0 ? in->d[j] : 1;
+        strides[i] = d == 1 ? 0 : s;
+        s *= d;
+    }
+}
+
 const char *ct_role_name(CtRole r)
 {
     static const char *const names[] = {"input", "param", "buffer", "activation", "grad", "state"};

@@ -125,6 +125,10 @@ int shape_equal(const CtShape *a, const CtShape *b);
 /* "[2,3,160,160]" into buf. */
 const char *shape_str(const CtShape *s, char *buf, size_t n);
 CtShape shape_make(int ndim, const int64_t *d);
+/* The element counts before and after dim: s viewed as [outer, d[dim], inner]. */
+void shape_split_at_dim(const CtShape *s, int64_t dim, int64_t *outer, int64_t *inner);
+/* Strides of `in` read through its broadcast to `out` (0 on broadcast dims). */
+void shape_broadcast_strides(const CtShape *in, const CtShape *out, int64_t *strides);
 
 const char *ct_role_name(CtRole r);
 const char *ct_layout_name(CtLayout l);

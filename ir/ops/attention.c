@@ -35,7 +35,7 @@ static void softmax_ref(const Graph *g, const Node *n, double *const *in, double
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
-    split_at_dim(x, dim, &outer, &inner);
+    shape_split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++)
             softmax_line(in[0] + o * D * inner + i, out[0] + o * D * inner + i, D, inner);
@@ -60,7 +60,7 @@ static void softmax_grad_ref(const Graph *g, const Node *n, double *const *in, d
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
-    split_at_dim(x, dim, &outer, &inner);
+    shape_split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const double *y = in[0] + o * D * inner + i, *dy = in[1] + o * D * inner + i;

@@ -152,18 +152,6 @@ static int infer_broadcast(const Graph *g, const Node *n, CtType *out, CtErr *er
     return 1;
 }
 
-/* Strides of `in` seen through the broadcast to `out` (0 on broadcast dims). */
-static void broadcast_strides(const CtShape *in, const CtShape *out, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int i = out->ndim - 1; i >= 0; i--) {
-        int j = i - (out->ndim - in->ndim);
-        int64_t d = j >= 0 ? in->d[j] : 1;
-        strides[i] = d == 1 ? 0 : s;
-        s *= d;
-    }
-}
-
 static double add_f(double a, double b) { return a + b; }
 static double mul_f(double a, double b) { return a * b; }
 static double div_f(double a, double b) { return a / b; }
@@ -172,8 +160,8 @@ static void binary_ref(const Graph *g, const Node *n, double *const *in, double 
 {
     const CtShape *os = out_shape(g, n, 0);
     int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
-    broadcast_strides(in_shape(g, n, 0), os, sa);
-    broadcast_strides(in_shape(g, n, 1), os, sb);
+    shape_broadcast_strides(in_shape(g, n, 0), os, sa);
+    shape_broadcast_strides(in_shape(g, n, 1), os, sb);
     int64_t count = shape_numel(os);
     for (int64_t i = 0; i < count; i++) {
         int64_t ia = 0, ib = 0;

@@ -16,17 +16,6 @@ static inline const CtType *in_type(const Graph *g, const Node *n, int i) { retu
 static inline const CtShape *in_shape(const Graph *g, const Node *n, int i) { return &g->values[n->in[i]].type.shape; }
 static inline const CtShape *out_shape(const Graph *g, const Node *n, int i) { return &g->values[n->out[i]].type.shape; }
 
-/* The element counts before and after dim: a tensor viewed as
- * [outer, d[dim], inner]. */
-static inline void split_at_dim(const CtShape *s, int64_t dim, int64_t *outer, int64_t *inner)
-{
-    *outer = *inner = 1;
-    for (int64_t i = 0; i < dim; i++)
-        *outer *= s->d[i];
-    for (int64_t i = dim + 1; i < s->ndim; i++)
-        *inner *= s->d[i];
-}
-
 /* dst[o] = src[sum of o's index times stride] for every element o of a
  * tensor of shape `out`: permutes and broadcasts are gathers like this. */
 void strided_gather(const double *src, double *dst, const CtShape *out, const int64_t *stride);

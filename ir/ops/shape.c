@@ -106,7 +106,7 @@ static void slice_ref(const Graph *g, const Node *n, double *const *in, double *
     const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
     const int64_t *a = n->iattr;
     int64_t outer, inner;
-    split_at_dim(x, a[SL_DIM], &outer, &inner);
+    shape_split_at_dim(x, a[SL_DIM], &outer, &inner);
     int64_t D = x->d[a[SL_DIM]], OD = y->d[a[SL_DIM]];
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < OD; j++)
@@ -143,7 +143,7 @@ static void slice_grad_ref(const Graph *g, const Node *n, double *const *in, dou
     const CtShape *x = out_shape(g, n, 0), *y = in_shape(g, n, 0);
     const int64_t *a = n->iattr;
     int64_t outer, inner;
-    split_at_dim(x, a[SL_DIM], &outer, &inner);
+    shape_split_at_dim(x, a[SL_DIM], &outer, &inner);
     int64_t D = x->d[a[SL_DIM]], OD = y->d[a[SL_DIM]];
     for (int64_t i = 0; i < shape_numel(x); i++)
         out[0][i] = 0;
@@ -180,7 +180,7 @@ static void concat_ref(const Graph *g, const Node *n, double *const *in, double 
 {
     const CtShape *y = out_shape(g, n, 0);
     int64_t dim = n->iattr[0], outer, inner;
-    split_at_dim(y, dim, &outer, &inner);
+    shape_split_at_dim(y, dim, &outer, &inner);
     int64_t at = 0;
     for (int k = 0; k < n->nin; k++) {
         int64_t D = in_shape(g, n, k)->d[dim];

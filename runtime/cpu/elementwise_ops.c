@@ -97,18 +97,6 @@ void cpu_scale_shift(const Graph *g, const Node *n, float *const *in, float *con
         out[0][i] = (float)(a * in[0][i] + b);
 }
 
-/* Strides of `in` seen through the broadcast to `out` (0 on broadcast dims). */
-static void broadcast_strides(const CtShape *in, const CtShape *out, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int i = out->ndim - 1; i >= 0; i--) {
-        int j = i - (out->ndim - in->ndim);
-        int64_t d = j >= 0 ? in->d[j] : 1;
-        strides[i] = d == 1 ? 0 : s;
-        s *= d;
-    }
-}
-
 enum { ADD, MUL, DIV };
 
 static void binary(const Graph *g, const Node *n, float *const *in, float *const *out, int kind)
@@ -123,8 +111,8 @@ static void binary(const Graph *g, const Node *n, float *const *in, float *const
         return;
     }
     int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
-    broadcast_strides(cpu_in_shape(g, n, 0), os, sa);
-    broadcast_strides(cpu_in_shape(g, n, 1), os, sb);
+    shape_broadcast_strides(cpu_in_shape(g, n, 0), os, sa);
+    shape_broadcast_strides(cpu_in_shape(g, n, 1), os, sb);
     int nd = os->ndim;
     int64_t inner = nd ? os->d[nd - 1] : 1, ia0 = nd ? sa[nd - 1] : 0, ib0 = nd ? sb[nd - 1] : 0;
     for (int64_t i = 0; i < cnt; i += inner) {
@@ -183,11 +171,8 @@ void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *cons
 void cpu_softmax(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t dim = n->iattr[0], outer = 1, inner = 1, D = x->d[dim];
-    for (int64_t i = 0; i < dim; i++)
-        outer *= x->d[i];
-    for (int64_t i = dim + 1; i < x->ndim; i++)
-        inner *= x->d[i];
+    int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
+    shape_split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *xs = in[0] + o * D * inner + i;
@@ -205,11 +190,8 @@ void cpu_softmax(const Graph *g, const Node *n, float *const *in, float *const *
 void cpu_softmax_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t dim = n->iattr[0], outer = 1, inner = 1, D = x->d[dim];
-    for (int64_t i = 0; i < dim; i++)
-        outer *= x->d[i];
-    for (int64_t i = dim + 1; i < x->ndim; i++)
-        inner *= x->d[i];
+    int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
+    shape_split_at_dim(x, dim, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *y = in[0] + o * D * inner + i, *dy = in[1] + o * D * inner + i;

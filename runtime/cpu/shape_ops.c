@@ -74,11 +74,8 @@ enum { SL_DIM, SL_START, SL_END, SL_STEP };
 static void slice_move(const int64_t *a, const CtShape *full, const CtShape *part, const float *src, float *dst,
                        int grad)
 {
-    int64_t outer = 1, inner = 1, dim = a[SL_DIM], D = full->d[dim], OD = part->d[dim];
-    for (int64_t i = 0; i < dim; i++)
-        outer *= full->d[i];
-    for (int64_t i = dim + 1; i < full->ndim; i++)
-        inner *= full->d[i];
+    int64_t outer, inner, dim = a[SL_DIM], D = full->d[dim], OD = part->d[dim];
+    shape_split_at_dim(full, dim, &outer, &inner);
     if (grad)
         memset(dst, 0, (size_t)shape_numel(full) * sizeof *dst);
     for (int64_t o = 0; o < outer; o++)
@@ -104,11 +101,8 @@ void cpu_slice_grad(const Graph *g, const Node *n, float *const *in, float *cons
 void cpu_concat(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *y = cpu_out_shape(g, n, 0);
-    int64_t dim = n->iattr[0], outer = 1, inner = 1, at = 0;
-    for (int64_t i = 0; i < dim; i++)
-        outer *= y->d[i];
-    for (int64_t i = dim + 1; i < y->ndim; i++)
-        inner *= y->d[i];
+    int64_t dim = n->iattr[0], outer, inner, at = 0;
+    shape_split_at_dim(y, dim, &outer, &inner);
     for (int k = 0; k < n->nin; k++) {
         int64_t D = cpu_in_shape(g, n, k)->d[dim];
         for (int64_t o = 0; o < outer; o++)

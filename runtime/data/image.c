@@ -123,17 +123,21 @@ int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h,
         image_free(&full);
         return ct_fail(err, "image: region %d,%d..%d,%d is outside the %dx%d image", x0, y0, x1, y1, full.w, full.h);
     }
-    if (x0 == 0 && y0 == 0 && x1 == full.w && y1 == full.h) {
-        *out = full;
+    return image_take_box(&full, x0, y0, x1, y1, out, err);
+}
+
+int image_take_box(CtImage *full, int x0, int y0, int x1, int y1, CtImage *out, CtErr *err)
+{
+    if (x0 == 0 && y0 == 0 && x1 == full->w && y1 == full->h) {
+        *out = *full;
         return 0;
     }
-    if (image_alloc(out, x1 - x0, y1 - y0, err)) {
-        image_free(&full);
-        return -1;
+    int rc = image_alloc(out, x1 - x0, y1 - y0, err);
+    if (rc == 0) {
+        size_t row = (size_t)out->w * 3;
+        for (int y = y0; y < y1; y++)
+            memcpy(out->px + (size_t)(y - y0) * row, full->px + ((size_t)y * full->w + x0) * 3, row);
     }
-    size_t row = (size_t)out->w * 3;
-    for (int y = y0; y < y1; y++)
-        memcpy(out->px + (size_t)(y - y0) * row, full.px + ((size_t)y * full.w + x0) * 3, row);
-    image_free(&full);
-    return 0;
+    image_free(full);
+    return rc;
 }

@@ -309,17 +309,5 @@ int codec_jpeg_decode_region(const uint8_t *data, size_t n, int shrink, int w, i
         image_free(&full);
         return ct_fail(err, "JPEG: decoded %dx%d, expected %dx%d", full.w, full.h, sw, sh);
     }
-    if (x0 == 0 && y0 == 0 && x1 == sw && y1 == sh) {
-        *out = full;
-        return 0;
-    }
-    if (image_alloc(out, x1 - x0, y1 - y0, err)) {
-        image_free(&full);
-        return -1;
-    }
-    size_t row = (size_t)out->w * 3;
-    for (int y = y0; y < y1; y++)
-        memcpy(out->px + (size_t)(y - y0) * row, full.px + ((size_t)y * sw + x0) * 3, row);
-    image_free(&full);
-    return 0;
+    return image_take_box(&full, x0, y0, x1, y1, out, err);
 }
