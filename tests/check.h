@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int check_failures;
 
@@ -14,6 +15,31 @@ static int check_failures;
     fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 #define CHECK_NEAR(a, b, tol) CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g", (double)(a), (double)(b))
+
+/* The test data folder (CTIMM_TEST_DATA, set by ctest). */
+static inline const char *test_data_dir(void)
+{
+    const char *d = getenv("CTIMM_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+/* A whole file as a NUL-terminated string (malloc'd), or NULL. */
+static inline char *test_read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (n < 0 || !s || fread(s, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    if (s)
+        s[n] = 0;
+    fclose(f);
+    return s;
+}
 
 static inline int check_done(const char *name)
 {

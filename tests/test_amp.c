@@ -13,12 +13,6 @@
 #include "runtime/backend.h"
 #include "runtime/scaler.h"
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
 static CtDType out_dtype(const Graph *g, CtOp op)
 {
     for (int i = 0; i < g->nnodes; i++)
@@ -65,7 +59,7 @@ static void test_logits(const char *model, CtDType low)
     char path[512];
     StFile f;
     CtErr err;
-    snprintf(path, sizeof path, "%s/%s.safetensors", data_dir(), model);
+    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
     if (st_read(path, &f, &err)) {
         CHECKF(0, "%s", err.msg);
         return;

@@ -18,12 +18,6 @@
 
 static const CtBackend *cpu, *ref;
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
 /* ||a-b|| / ||b|| of two f32 arrays; where b is at most 1e-6 everywhere
  * (a gradient that is structurally zero, so float32 noise, as the reference
  * files' grad_structurally_zero), max |a-b| / 1e-2 instead, which passes
@@ -97,7 +91,7 @@ static void test_model(const char *model)
     char path[512], what[128];
     StFile f;
     CtErr err;
-    snprintf(path, sizeof path, "%s/%s.safetensors", data_dir(), model);
+    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
     CHECKF(st_read(path, &f, &err) == 0, "%s", err.msg);
     if (check_failures)
         return;

@@ -29,26 +29,6 @@
 #define MISMATCH(...) do { check_failures++; fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } while (0)
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    long n;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1))) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[n] = '\0';
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 /* A JSON array of integers into a shape; 0 when it is not one. */
 static int json_shape(const cJSON *a, CtShape *s)
 {
@@ -200,7 +180,7 @@ static void check_training(const char *model, const ModelEntry *m, const Graph *
 static void check_model(const char *path, const char *file)
 {
     int before = check_failures;
-    char *text = read_text(path);
+    char *text = test_read_text(path);
     if (!text) {
         MISMATCH("%s: cannot read", path);
         return;

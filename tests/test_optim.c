@@ -15,12 +15,6 @@
 #include "passes/autodiff.h"
 #include "runtime/backend.h"
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
 static double rel_err(const float *a, const float *b, int64_t n)
 {
     double d = 0, r = 0;
@@ -156,12 +150,12 @@ int main(void)
     char path[512];
     StFile ref, vec;
     CtErr err;
-    snprintf(path, sizeof path, "%s/opt_refs.safetensors", data_dir());
+    snprintf(path, sizeof path, "%s/opt_refs.safetensors", test_data_dir());
     if (st_read(path, &ref, &err)) {
         CHECKF(0, "%s", err.msg);
         return check_done("test_optim");
     }
-    snprintf(path, sizeof path, "%s/test_resnet.safetensors", data_dir());
+    snprintf(path, sizeof path, "%s/test_resnet.safetensors", test_data_dir());
     if (st_read(path, &vec, &err)) {
         CHECKF(0, "%s", err.msg);
         st_free(&ref);

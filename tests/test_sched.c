@@ -12,28 +12,6 @@
 #include "check.h"
 #include "runtime/sched.h"
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static double num(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItem(o, key);
@@ -146,8 +124,8 @@ static void test_refusals(void)
 int main(void)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/sched_refs.json", data_dir());
-    char *text = read_text(path);
+    snprintf(path, sizeof path, "%s/sched_refs.json", test_data_dir());
+    char *text = test_read_text(path);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     CHECKF(cJSON_IsArray(j), "cannot read %s", path);
     const cJSON *c;

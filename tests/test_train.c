@@ -12,28 +12,6 @@
 #include "passes/autodiff.h"
 #include "runtime/backend.h"
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static int in_list(const cJSON *list, const char *name)
 {
     const cJSON *it;
@@ -50,8 +28,8 @@ static void test_weight_decay_groups(void)
                                          "test_efficientnet", "efficientnet_b0", "mobilenetv3_large_100"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/models/%s.json", data_dir(), models[i]);
-        char *text = read_text(path);
+        snprintf(path, sizeof path, "%s/models/%s.json", test_data_dir(), models[i]);
+        char *text = test_read_text(path);
         cJSON *j = text ? cJSON_Parse(text) : NULL;
         CHECKF(j != NULL, "cannot read %s", path);
         if (!j) {
@@ -151,7 +129,7 @@ static void test_update_rules(void)
         char path[512];
         StFile f;
         CtErr err;
-        snprintf(path, sizeof path, "%s/%s.safetensors", data_dir(), models[i]);
+        snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), models[i]);
         CHECKF(st_read(path, &f, &err) == 0, "%s", err.msg);
         const ModelEntry *m = model_find(models[i]);
         double worst[2] = {0, 0};

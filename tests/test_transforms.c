@@ -28,16 +28,10 @@
 #define TOL_SCALED_MEAN 2.0
 #define TOL_SCALED_MAX 40
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("CTIMM_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
 static uint8_t *read_file(const char *name, size_t *n)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/transforms/%s", data_dir(), name);
+    snprintf(path, sizeof path, "%s/transforms/%s", test_data_dir(), name);
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "cannot open %s\n", path);
