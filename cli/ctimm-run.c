@@ -117,7 +117,7 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
     spec.training = 1;
     if (model_build(m, &spec, &g, err))
         return -1;
-    int rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, rs->smoothing, -1}, opt, &ts, err);
+    int rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, rs->smoothing, -1, 0}, opt, &ts, err);
     if (rc == 0 && (rc = maybe_channels_last(&g, rs->channels_last, err)))
         train_step_free(&ts);
     if (rc) {

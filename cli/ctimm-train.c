@@ -14,6 +14,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/mixup.h"
 #include "runtime/data/shapes.h"
+#include "runtime/scaler.h"
 #include "runtime/sched.h"
 
 static const char *const prog = "ctimm-train";
@@ -60,6 +62,9 @@ typedef struct Args {
     char **cfg_words, **cfg_argv; /* -c FILE: the words made from it, and the argv they sit in */
     int n_cfg_words;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
+    int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
+    const char *amp_dtype;
+    double bce_target_thresh; /* < 0: none */
 } Args;
 
 static const char *const usage =
@@ -84,14 +89,13 @@ static const char *const usage =
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
+                   "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
+                   "                   [--recovery-interval N] [--start-epoch N]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data).\n";
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
-static const char *const not_yet[] = {
-    "bce-loss", "bce-target-thresh", "amp", "amp-dtype", "model-ema-force-cpu", "recovery-interval",
-    "start-epoch",
-    NULL};
+static const char *const not_yet[] = {"model-ema-force-cpu", NULL};
 
 enum { OPT_BASE = 1000 };
 
@@ -114,6 +118,9 @@ enum {
     OPT_NO_AUG, OPT_SCALE, OPT_RATIO, OPT_HFLIP, OPT_VFLIP, OPT_COLOR_JITTER, OPT_AA, OPT_EXPERIMENT,
     OPT_EPOCH_REPEATS, OPT_LR_BASE_SCALE
 };
+
+/* AMP, BCE, recovery and start-epoch flags, long only. */
+enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
 
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
@@ -332,6 +339,9 @@ static int parse_args(int argc, char **argv, Args *a)
         {"ratio", 1, 0, OPT_RATIO}, {"hflip", 1, 0, OPT_HFLIP}, {"vflip", 1, 0, OPT_VFLIP},
         {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"aa", 1, 0, OPT_AA}, {"experiment", 1, 0, OPT_EXPERIMENT},
         {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
+        {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
+        {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"recovery-interval", 1, 0, OPT_RECOVERY},
+        {"start-epoch", 1, 0, OPT_START_EPOCH},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
@@ -341,7 +351,8 @@ static int parse_args(int argc, char **argv, Args *a)
                 .sch = sched_args_default(),
                 .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1,
                 .train_interpolation = "random", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
-                .color_jitter = 0.4, .crop_pct = -1};
+                .color_jitter = 0.4, .crop_pct = -1, .amp_dtype = "float16", .bce_target_thresh = -1,
+                .start_epoch = -1};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -478,6 +489,18 @@ static int parse_args(int argc, char **argv, Args *a)
         case OPT_VFLIP: bad = parse_double("vflip", optarg, &a->vflip); break;
         case OPT_COLOR_JITTER: bad = parse_double("color-jitter", optarg, &a->color_jitter); break;
         case OPT_EPOCH_REPEATS: bad = parse_double("epoch-repeats", optarg, &a->epoch_repeats); break;
+        case OPT_AMP: a->amp = 1; break;
+        case OPT_AMP_DTYPE: a->amp_dtype = optarg; break;
+        case OPT_BCE_LOSS: a->bce_loss = 1; break;
+        case OPT_BCE_THRESH:
+            if (!(bad = parse_double("bce-target-thresh", optarg, &a->bce_target_thresh)) &&
+                !(a->bce_target_thresh >= 0 && a->bce_target_thresh < 1)) {
+                fprintf(stderr, "%s: --bce-target-thresh must be in [0, 1)\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_RECOVERY: bad = cli_int(prog, "--recovery-interval", optarg, 0, 1 << 30, &a->recovery_interval); break;
+        case OPT_START_EPOCH: bad = cli_int(prog, "--start-epoch", optarg, 0, 1 << 20, &a->start_epoch); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -564,6 +587,16 @@ typedef struct Run {
     Mixup mix;          /* used when mixup_active(&mix): soft targets, r->soft [B, classes] */
     float *soft;
     RandomErasing re;   /* --reprob > 0: on the normalised training batch */
+    CtDType amp;        /* --amp: CT_F16 or CT_BF16; else CT_F32 */
+    LossScaler scaler;  /* --amp f16: the dynamic loss scale */
+    int finite_out;     /* --amp f16: the graph output that says the step was applied; else -1 */
+    Saver *saver;       /* with --output: for recovery checkpoints */
+    double loss_sum;    /* the epoch's losses so far (carried over by a recovery checkpoint) */
+    size_t first_batch; /* where the first epoch run starts (a recovery checkpoint's next batch) */
+    long skipped;       /* --amp f16: steps skipped for a non-finite gradient */
+    long loss_count;    /* the finite losses in loss_sum */
+    CkptInfo info;      /* what checkpoints record beside the tensors */
+    char scaler_str[64], sched_str[160];
 } Run;
 
 static double now(void)
@@ -604,19 +637,36 @@ static int build_graphs(Run *r, CtErr *err)
         opt.clip_grad = r->a.clip_grad;
     }
     opt.model_ema = r->a.model_ema;
+    /* a step with a non-finite gradient is skipped in the graph (GradScaler) */
+    opt.skip_nonfinite = r->amp == CT_F16;
+    Graph *gs[2] = {&r->train, &r->eval};
     if (model_build(r->m, &spec, &r->train, err))
-        return -1;
-    /* train.py: with mixup the smoothing is in the targets, the loss SoftTargetCrossEntropy */
-    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, r->a.smoothing, -1};
-    if (mixup_active(&r->mix))
-        loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1};
-    if (train_step_build(&r->train, r->train.outputs[0], &loss, &opt, &r->ts, err))
         return -1;
     spec.training = 0;
     spec.batch_size = r->vb;
     if (model_build(r->m, &spec, &r->eval, err))
         return -1;
-    Graph *gs[2] = {&r->train, &r->eval};
+    for (int k = 0; k < 2 && r->amp != CT_F32; k++) { /* train.py: forward and validation under autocast */
+        Graph a;
+        if (amp_cast(gs[k], r->amp, &a, err))
+            return -1;
+        graph_free(gs[k]);
+        *gs[k] = a;
+    }
+    /* train.py: with mixup the smoothing is in the targets, the loss
+     * SoftTargetCrossEntropy, or BinaryCrossEntropy without smoothing */
+    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, r->a.smoothing, -1, 0};
+    int mixing = mixup_active(&r->mix);
+    if (r->a.bce_loss)
+        loss = (LossSpec){CT_LOSS_BCE, mixing ? 0 : r->a.smoothing, r->a.bce_target_thresh, mixing};
+    else if (mixing)
+        loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1, 1};
+    if (train_step_build(&r->train, r->train.outputs[0], &loss, &opt, &r->ts, err))
+        return -1;
+    r->finite_out = -1;
+    for (int k = 0; k < r->train.noutputs; k++)
+        if (r->ts.finite >= 0 && r->train.outputs[k] == r->ts.finite)
+            r->finite_out = k;
     for (int k = 0; k < 2 && r->a.channels_last; k++) {
         Graph l;
         if (layout_channels_last(gs[k], &l, err))
@@ -786,24 +836,72 @@ static void ema_view(Run *r)
     }
 }
 
-/* One epoch of train_one_epoch: returns the mean loss, or NAN on error. The
- * LR is the schedule's, stepped after every update with --sched-on-updates. */
-static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
+/* Set by SIGINT/SIGTERM: the loop stops after the step it is in. */
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) { interrupted = sig; }
+
+/* Ctrl-C (or a SIGTERM) asks the run to stop cleanly; a second one kills. */
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The loss scaler's state, as the checkpoint's "ctimm.amp_scaler" holds it. */
+static void sync_scaler(Run *r)
+{
+    snprintf(r->scaler_str, sizeof r->scaler_str, "%.17g,%d", r->scaler.scale, r->scaler.growth_tracker);
+}
+
+/* The plateau schedule's state (the others are functions of the epoch or
+ * update), as the checkpoint's "ctimm.sched" holds it. */
+static void sync_sched(Run *r, const LrSched *s)
+{
+    snprintf(r->sched_str, sizeof r->sched_str, "%.17g,%.17g,%.17g,%d,%d,%d", s->lr, s->best, s->restore_lr,
+             s->num_bad, s->cooldown_counter, s->has_restore);
+}
+
+/* A resumed plateau schedule: exactly where the checkpoint left it. */
+static int restore_sched(LrSched *s, const char *str)
+{
+    LrSched t = *s;
+    if (sscanf(str, "%lf,%lf,%lf,%d,%d,%d", &t.lr, &t.best, &t.restore_lr, &t.num_bad, &t.cooldown_counter,
+               &t.has_restore) != 6)
+        return -1;
+    *s = t;
+    return 0;
+}
+
+/* One epoch of train_one_epoch, from batch `first` (0, or a recovery
+ * checkpoint's next batch): 0 and the mean of the finite losses in *mean,
+ * 1 when interrupted (after the recovery checkpoint, with --output), -1 on
+ * error. The LR is the schedule's, stepped after every update with
+ * --sched-on-updates. With --amp f16 the loss is scaled, a step whose
+ * gradient is not finite is skipped in the graph and the scale follows
+ * GradScaler's rules; without it a non-finite loss stops the run. */
+static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *mean, CtErr *err)
 {
     size_t nb = loader_epoch_batches(r->train_ld);
-    double sum = 0, t0 = now(), data_time = 0;
-    long num_updates = (long)epoch * (long)nb;
+    double t0 = now(), data_time = 0;
+    long num_updates = (long)epoch * (long)nb + (long)first;
     float lr32 = 0, scale = 1;
+    int rc = -1;
     CtTensor *out = calloc((size_t)r->train.noutputs, sizeof *out);
-    if (loader_start_epoch(r->train_ld, (uint64_t)epoch, err))
-        goto fail;
-    for (size_t i = 0; i < nb; i++) {
+    if (loader_start_epoch_at(r->train_ld, (uint64_t)epoch, first, err))
+        goto done;
+    for (size_t i = first; i < nb; i++) {
         const Batch *bt = NULL;
         double td = now();
         if (loader_next(r->train_ld, &bt, err) != 1) {
             if (bt == NULL && !err->msg[0])
                 ct_fail(err, "epoch %d ended after %zu of %zu batches", epoch, i, nb);
-            goto fail;
+            goto done;
         }
         normalise(bt, r->a.batch_size, r->mean, r->std, r->x);
         /* mixup, then random erasing: one generator per (seed, epoch, batch) */
@@ -813,12 +911,13 @@ static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
             r->mix.enabled = !(r->a.mixup_off_epoch && epoch >= r->a.mixup_off_epoch);
             if (mixup_apply(&r->mix, r->x, r->a.batch_size, 3, r->img, r->img, bt->labels, r->soft, NULL, &rng,
                             err))
-                goto fail;
+                goto done;
         }
         random_erasing_apply(&r->re, r->x, r->a.batch_size, 3, r->img, r->img, &rng);
         data_time += now() - td;
         double lr = sched_lr(sched);
         lr32 = (float)lr;
+        scale = r->finite_out >= 0 ? (float)r->scaler.scale : 1;
         float decay = (float)ema_decay(&r->a, num_updates + 1);
         CtTensor in[5] = {{{{4, {r->a.batch_size, 3, r->img, r->img}}, CT_F32}, r->x},
                           {{{1, {r->a.batch_size}}, CT_I64}, bt->labels},
@@ -828,30 +927,59 @@ static double train_epoch(Run *r, int epoch, LrSched *sched, CtErr *err)
         if (mixing)
             in[1] = (CtTensor){{{2, {r->a.batch_size, r->classes}}, CT_F32}, r->soft};
         if (r->be->run(&r->train, &r->state, in, r->ts.ema_decay >= 0 ? 5 : 4, out, err))
-            goto fail;
+            goto done;
         double loss = *(float *)out[1].data;
+        int applied = r->finite_out < 0 || *(float *)out[r->finite_out].data != 0;
         for (int k = 0; k < r->train.noutputs; k++)
             tensor_free(&out[k]);
-        if (!isfinite(loss)) {
-            ct_fail(err, "epoch %d, batch %zu: the loss is %g; stopping", epoch, i, loss);
-            goto fail;
+        if (r->finite_out >= 0) {
+            scaler_update(&r->scaler, applied);
+            r->skipped += !applied;
+        } else if (!isfinite(loss)) {
+            ct_fail(err, "epoch %d, batch %zu: the loss is %g; stopping (the last checkpoint is kept)", epoch, i,
+                    loss);
+            goto done;
         }
-        sum += loss;
+        if (isfinite(loss)) {
+            r->loss_sum += loss;
+            r->loss_count++;
+        }
         sched_step_update(sched, ++num_updates);
+        double avg = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
         if (i % (size_t)r->a.log_interval == 0 || i + 1 == nb) {
             double el = now() - t0;
-            printf("Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  Data: %.3f\n",
-                   epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, sum / (double)(i + 1),
-                   el / (double)(i + 1), (double)((i + 1) * (size_t)r->a.batch_size) / el, lr,
-                   data_time / (double)(i + 1));
+            size_t done_here = i + 1 - first;
+            printf("Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  Data: %.3f",
+                   epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
+                   (double)(done_here * (size_t)r->a.batch_size) / el, lr, data_time / (double)done_here);
+            if (r->finite_out >= 0)
+                printf("  Scale: %g%s", r->scaler.scale, applied ? "" : " (step skipped)");
+            printf("\n");
             fflush(stdout);
         }
+        /* timm's recovery checkpoint: every --recovery-interval batches and at
+         * the epoch's last; and on Ctrl-C */
+        int every = r->a.recovery_interval && ((i + 1) % (size_t)r->a.recovery_interval == 0 || i + 1 == nb);
+        if (r->saver && (every || interrupted)) {
+            sync_scaler(r);
+            if (saver_save_recovery(r->saver, &r->state, &r->info, epoch, (int)i, r->loss_sum, r->loss_count, err))
+                goto done;
+        }
+        if (interrupted) {
+            printf("Interrupted at epoch %d, batch %zu of %zu", epoch, i + 1, nb);
+            if (r->saver)
+                printf("; resume with --resume %s/%s.safetensors\n", r->saver->dir, r->saver->recovery);
+            else
+                printf("; nothing saved (no --output)\n");
+            rc = 1;
+            goto done;
+        }
     }
+    *mean = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
+    rc = 0;
+done:
     free(out);
-    return sum / (double)nb;
-fail:
-    free(out);
-    return NAN;
+    return rc;
 }
 
 /* validate(): top-1, top-5 and cross-entropy over the whole split. */
@@ -926,7 +1054,7 @@ static char *args_json(const Args *a)
                             {"sched", a->sched}, {"device", a->device}, {"output", a->output},
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
-                            {"remode", a->remode}, {"config", a->config}};
+                            {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);
@@ -948,7 +1076,9 @@ static char *args_json(const Args *a)
         {"lr_cycle_decay", a->sch.cycle_decay}, {"lr_cycle_limit", a->sch.cycle_limit},
         {"lr_k_decay", a->sch.k_decay}, {"mixup", a->mixup}, {"cutmix", a->cutmix},
         {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
-        {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount}};
+        {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
+        {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
+        {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
@@ -1024,6 +1154,16 @@ static int train(const Args *args)
         fprintf(stderr, "%s: unknown --device '%s' (cpu, ref)\n", prog, r.a.device);
         return 2;
     }
+    r.amp = CT_F32;
+    r.scaler = scaler_default();
+    if (r.a.amp && !strcmp(r.a.amp_dtype, "float16"))
+        r.amp = CT_F16;
+    else if (r.a.amp && !strcmp(r.a.amp_dtype, "bfloat16"))
+        r.amp = CT_BF16;
+    else if (r.a.amp) {
+        fprintf(stderr, "%s: --amp-dtype %s is not one of float16, bfloat16\n", prog, r.a.amp_dtype);
+        return 2;
+    }
     if (sched_kind_parse(r.a.sched) < 0) {
         fprintf(stderr, "%s: --sched %s is not one of cosine, tanh, step, multistep, plateau, poly, none\n", prog,
                 r.a.sched);
@@ -1072,14 +1212,44 @@ static int train(const Args *args)
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
         }
+        if (res.ema_missing) /* timm: an EMA the checkpoint lacks starts from its weights */
+            ema_from_model(&r.state);
         start_epoch = res.epoch + 1;
-        if (start_epoch >= num_epochs) {
+        if (res.batches_done >= 0) { /* a recovery checkpoint: the rest of its epoch */
+            start_epoch = res.epoch;
+            r.first_batch = (size_t)res.batches_done;
+            r.loss_sum = res.loss_sum;
+            r.loss_count = res.loss_count;
+        }
+        if (res.has_scaler && r.amp == CT_F16) {
+            r.scaler.scale = res.scale;
+            r.scaler.growth_tracker = res.growth_tracker;
+        }
+        if (start_epoch >= num_epochs && r.a.start_epoch < 0) {
             fprintf(stderr, "%s: --resume %s: the checkpoint is of epoch %d, so --epochs %d leaves nothing to train\n",
                     prog, r.a.resume, res.epoch, r.a.epochs);
             goto free_run;
         }
-        if (r.a.sch.on_updates) /* train.py: the schedule moved to the start epoch */
-            sched_step_update(&sched, (long)start_epoch * (long)loader_epoch_batches(r.train_ld));
+    }
+    if (r.a.start_epoch >= 0) { /* train.py: --start-epoch wins over the checkpoint's epoch */
+        start_epoch = r.a.start_epoch;
+        r.first_batch = 0;
+        r.loss_sum = 0;
+        r.loss_count = 0;
+        if (start_epoch >= num_epochs) {
+            fprintf(stderr, "%s: --start-epoch %d: the schedule has %d epochs\n", prog, start_epoch, num_epochs);
+            goto free_run;
+        }
+    }
+    int plateau_resumed = r.a.resume && r.a.start_epoch < 0 && r.a.sch.kind == CT_SCHED_PLATEAU;
+    if (plateau_resumed && restore_sched(&sched, res.sched)) {
+        fprintf(stderr, "%s: --resume %s: its plateau schedule state is missing or malformed\n", prog, r.a.resume);
+        goto free_run;
+    }
+    if ((start_epoch > 0 || r.first_batch > 0) && !plateau_resumed) { /* train.py: the schedule moved on */
+        if (r.a.sch.on_updates)
+            sched_step_update(&sched, (long)start_epoch * (long)loader_epoch_batches(r.train_ld) +
+                                          (long)r.first_batch);
         else
             sched_step(&sched, start_epoch);
     }
@@ -1090,9 +1260,15 @@ static int train(const Args *args)
     printf("Model %s created, param count: %lld\n", r.m->name, (long long)graph_param_count(&r.train));
     printf("Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", root,
            dataset_len(r.train_ds), dataset_len(r.val_ds), r.classes, r.img, r.img, r.be->name);
-    if (r.a.resume)
+    if (r.a.resume && r.first_batch)
+        printf("Resumed from %s (epoch %d, %zu batches done%s); starting at epoch %d, batch %zu\n", r.a.resume,
+               res.epoch, r.first_batch, r.a.no_resume_opt ? ", weights only" : "", start_epoch, r.first_batch);
+    else if (r.a.resume)
         printf("Resumed from %s (epoch %d%s); starting at epoch %d\n", r.a.resume, res.epoch,
                r.a.no_resume_opt ? ", weights only" : "", start_epoch);
+    if (r.amp != CT_F32)
+        printf("AMP: %s autocast%s\n", r.amp == CT_F16 ? "float16" : "bfloat16",
+               r.amp == CT_F16 ? ", dynamic loss scaling" : "");
     double best = NAN;
     int best_epoch = -1;
     /* Everything is validated: only now does the output folder appear. */
@@ -1111,6 +1287,7 @@ static int train(const Args *args)
         if (!append)
             fprintf(summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
         saver_init(&saver, r.a.output, r.a.checkpoint_hist, decreasing);
+        r.saver = &saver;
         char *real = realpath(r.a.output, NULL);
         /* continuing in the same folder, ranked by the same metric */
         if (r.a.resume && real && !strcmp(real, res.dir) && !strcmp(res.eval_metric, r.a.eval_metric)) {
@@ -1121,15 +1298,25 @@ static int train(const Args *args)
         free(real);
         json = args_json(&r.a);
     }
-    CkptInfo info = {.model = r.m->name, .eval_metric = r.a.eval_metric, .args_json = json,
-                     .num_classes = r.classes};
+    r.info = (CkptInfo){.model = r.m->name, .eval_metric = r.a.eval_metric, .args_json = json,
+                        .num_classes = r.classes, .amp_scaler = r.amp == CT_F16 ? r.scaler_str : NULL,
+                        .sched = r.sched_str};
+    sync_sched(&r, &sched);
+    catch_interrupts();
     if (num_epochs != r.a.epochs)
         printf("Scheduled epochs: %d (--epochs %d with the schedule's cooldown, warmup prefix or cycles)\n",
                num_epochs, r.a.epochs);
     for (int epoch = start_epoch; epoch < num_epochs; epoch++) {
-        double el = 0, t1 = 0, t5 = 0;
-        double tl = train_epoch(&r, epoch, &sched, &err), lr = sched_lr(&sched);
-        if (isnan(tl) || validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err)) {
+        double el = 0, t1 = 0, t5 = 0, tl = NAN;
+        int st = train_epoch(&r, epoch, epoch == start_epoch ? r.first_batch : 0, &sched, &tl, &err);
+        double lr = sched_lr(&sched);
+        r.loss_sum = 0;
+        r.loss_count = 0;
+        if (st == 1) {
+            rc = 130;
+            goto free_run;
+        }
+        if (st < 0 || validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
         }
@@ -1145,7 +1332,10 @@ static int train(const Args *args)
             fflush(summary);
         }
         double metric = pick_metric(&r.a, el, t1, t5);
-        if (summary && saver_save(&saver, &r.state, &info, epoch, metric, &err)) {
+        sched_step_metric(&sched, epoch + 1, metric); /* the LR of the next epoch, saved with the checkpoint */
+        sync_scaler(&r);
+        sync_sched(&r, &sched);
+        if (summary && saver_save(&saver, &r.state, &r.info, epoch, metric, &err)) {
             fprintf(stderr, "%s: saving the checkpoint of epoch %d: %s\n", prog, epoch, err.msg);
             goto free_run;
         }
@@ -1153,8 +1343,15 @@ static int train(const Args *args)
             best = metric;
             best_epoch = epoch;
         }
-        sched_step_metric(&sched, epoch + 1, metric); /* the LR of the next epoch */
+        if (interrupted && epoch + 1 < num_epochs) { /* during validation: the epoch's checkpoint is the place */
+            printf("Interrupted after epoch %d%s\n", epoch,
+                   summary ? "; resume with --resume on its checkpoint, last.safetensors" : "; nothing saved (no --output)");
+            rc = 130;
+            goto free_run;
+        }
     }
+    if (r.skipped)
+        printf("AMP: %ld steps skipped for a non-finite gradient\n", r.skipped);
     printf("*** Best metric: %.4f (epoch %d)\n", best, best_epoch);
     rc = 0;
 free_run:

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,68 @@ static void remove_pair(const Saver *sv, int epoch)
     }
 }
 
+/* Writes the pair `name`: the state file (with the saver's best metric and
+ * list, and for a recovery checkpoint the batches done and their loss sum),
+ * then the weights. */
+static int write_pair(const Saver *sv, const CtState *s, const CkptInfo *info, const char *name, int epoch,
+                      int batches_done, double metric, double loss_sum, long loss_count, CtErr *err)
+{
+    char ep[24], nc[24], me[40], be[40], bep[24], hist[64 * 48] = "", bd[24], ls[64], p[PATH_N];
+    snprintf(ep, sizeof ep, "%d", epoch);
+    snprintf(nc, sizeof nc, "%d", info->num_classes);
+    snprintf(me, sizeof me, "%.17g", metric);
+    snprintf(be, sizeof be, "%.17g", sv->best);
+    snprintf(bep, sizeof bep, "%d", sv->best_epoch);
+    snprintf(bd, sizeof bd, "%d", batches_done);
+    snprintf(ls, sizeof ls, "%.17g,%ld", loss_sum, loss_count);
+    for (int i = 0; i < sv->nfiles && i < 64; i++)
+        snprintf(hist + strlen(hist), sizeof hist - strlen(hist), "%s%d:%.17g", i ? "," : "", sv->files[i].epoch,
+                 sv->files[i].metric);
+    const char *sk[13] = {"ctimm.epoch", "ctimm.model", "ctimm.num_classes", "ctimm.eval_metric", "ctimm.metric",
+                          "ctimm.best_metric", "ctimm.best_epoch", "ctimm.checkpoints", "ctimm.args"};
+    const char *svv[13] = {ep, info->model, nc, info->eval_metric, me, be, bep, hist, info->args_json};
+    int nk = 9;
+    if (info->amp_scaler) {
+        sk[nk] = "ctimm.amp_scaler";
+        svv[nk++] = info->amp_scaler;
+    }
+    if (info->sched) {
+        sk[nk] = "ctimm.sched";
+        svv[nk++] = info->sched;
+    }
+    if (batches_done >= 0) {
+        sk[nk] = "ctimm.batches_done";
+        svv[nk++] = bd;
+        sk[nk] = "ctimm.loss_sum";
+        svv[nk++] = ls;
+    }
+    const char *wk[] = {"format", "ctimm.epoch", "ctimm.model", "ctimm.num_classes"};
+    const char *wv[] = {"pt", ep, info->model, nc};
+    pair_path(p, sizeof p, sv->dir, name, 1);
+    if (state_save_training(s, p, sk, svv, nk, err))
+        return -1;
+    pair_path(p, sizeof p, sv->dir, name, 0);
+    return state_save(s, p, wk, wv, 4, err);
+}
+
+int saver_save_recovery(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, int batch, double loss_sum,
+                        long loss_count, CtErr *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "recovery-%d-%d", epoch, batch);
+    if (write_pair(sv, s, info, name, epoch, batch + 1, NAN, loss_sum, loss_count, err))
+        return -1;
+    if (sv->recovery[0] && strcmp(sv->recovery, name)) { /* timm keeps the newest recovery checkpoint only */
+        char p[PATH_N];
+        for (int state = 0; state < 2; state++) {
+            pair_path(p, sizeof p, sv->dir, sv->recovery, state);
+            unlink(p);
+        }
+    }
+    snprintf(sv->recovery, sizeof sv->recovery, "%s", name);
+    return 0;
+}
+
 int saver_save(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, double metric, CtErr *err)
 {
     /* timm's rule: keep this epoch if the list has room or it beats the worst
@@ -133,25 +196,7 @@ int saver_save(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, dou
             sv->best_epoch = epoch;
         }
     }
-    char ep[24], nc[24], me[40], be[40], bep[24], hist[64 * 48] = "", p[PATH_N];
-    snprintf(ep, sizeof ep, "%d", epoch);
-    snprintf(nc, sizeof nc, "%d", info->num_classes);
-    snprintf(me, sizeof me, "%.17g", metric);
-    snprintf(be, sizeof be, "%.17g", sv->best);
-    snprintf(bep, sizeof bep, "%d", sv->best_epoch);
-    for (int i = 0; i < sv->nfiles && i < 64; i++)
-        snprintf(hist + strlen(hist), sizeof hist - strlen(hist), "%s%d:%.17g", i ? "," : "", sv->files[i].epoch,
-                 sv->files[i].metric);
-    const char *sk[] = {"ctimm.epoch", "ctimm.model", "ctimm.num_classes", "ctimm.eval_metric", "ctimm.metric",
-                        "ctimm.best_metric", "ctimm.best_epoch", "ctimm.checkpoints", "ctimm.args"};
-    const char *svv[] = {ep, info->model, nc, info->eval_metric, me, be, bep, hist, info->args_json};
-    const char *wk[] = {"format", "ctimm.epoch", "ctimm.model", "ctimm.num_classes"};
-    const char *wv[] = {"pt", ep, info->model, nc};
-    pair_path(p, sizeof p, sv->dir, "last", 1);
-    if (state_save_training(s, p, sk, svv, 9, err))
-        return -1;
-    pair_path(p, sizeof p, sv->dir, "last", 0);
-    if (state_save(s, p, wk, wv, 4, err))
+    if (write_pair(sv, s, info, "last", epoch, -1, metric, 0, 0, err))
         return -1;
     if (!keep)
         return 0;
@@ -243,10 +288,21 @@ int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resu
         ct_failctx(err, "--resume %s", wpath);
         goto done;
     }
-    if (state_load_training(s, &st, optim, err)) {
+    if (state_load_training(s, &st, optim, &out->ema_missing, err)) {
         ct_failctx(err, "--resume %s%s", spath, optim ? " (--no-resume-opt restores the weights only)" : "");
         goto done;
     }
+    const char *bd = st_meta(&st, "ctimm.batches_done"), *ls = st_meta(&st, "ctimm.loss_sum");
+    const char *sc = st_meta(&st, "ctimm.amp_scaler"), *sch = st_meta(&st, "ctimm.sched");
+    snprintf(out->sched, sizeof out->sched, "%s", sch ? sch : "");
+    out->batches_done = -1;
+    if (bd && meta_int(&st, spath, "ctimm.batches_done", &out->batches_done, err))
+        goto done;
+    if (bd && (!ls || sscanf(ls, "%lf,%ld", &out->loss_sum, &out->loss_count) != 2)) {
+        ct_fail(err, "%s: metadata 'ctimm.loss_sum' is missing or malformed", spath);
+        goto done;
+    }
+    out->has_scaler = sc && sscanf(sc, "%lf,%d", &out->scale, &out->growth_tracker) == 2;
     const char *b = st_meta(&st, "ctimm.best_metric");
     const char *em = st_meta(&st, "ctimm.eval_metric");
     snprintf(out->eval_metric, sizeof out->eval_metric, "%s", em ? em : "");

@@ -9,7 +9,14 @@
  *                           "rng.counter", and metadata (epoch, model, classes,
  *                           eval metric, best metric and epoch, the kept
  *                           checkpoint-<epoch> list, the arguments as JSON).
- * Both carry "ctimm.epoch"; a pair whose epochs differ is refused. Each file
+ * Both carry "ctimm.epoch"; a pair whose epochs differ is refused. With
+ * --amp f16 the state file also holds the loss scaler ("ctimm.amp_scaler":
+ * scale,growth tracker) and every state file the LR schedule's state after
+ * the epoch's step ("ctimm.sched"; the plateau schedule resumes from it). A recovery checkpoint, recovery-<epoch>-<batch>
+ * (timm's name: the index of the last batch done), is written mid-epoch
+ * every --recovery-interval batches and on Ctrl-C; its state file also has
+ * "ctimm.batches_done" and "ctimm.loss_sum" (sum,count), so a resume goes on from the
+ * next batch of that epoch with the epoch's running loss. Each file
  * is written atomically (st_write), the state file first and the weights
  * last; checkpoint-<epoch> and model_best are hard links to last, put in
  * place by rename, so no earlier checkpoint is ever half-replaced.
@@ -27,6 +34,8 @@ typedef struct CkptEntry {
 /* What a checkpoint records beside the tensors. */
 typedef struct CkptInfo {
     const char *model, *eval_metric, *args_json;
+    const char *amp_scaler; /* "scale,growth_tracker", or NULL without a loss scaler */
+    const char *sched;      /* the LR schedule's state for the next step ("ctimm.sched") */
     int num_classes;
 } CkptInfo;
 
@@ -38,6 +47,7 @@ typedef struct Saver {
     int nfiles;
     int best_epoch; /* -1: none yet */
     double best;
+    char recovery[64]; /* the newest recovery checkpoint's name, "" when none */
 } Saver;
 
 /* What --resume found. */
@@ -48,6 +58,13 @@ typedef struct Resumed {
     int nhist;
     char dir[1200]; /* the checkpoint's folder, resolved (realpath) */
     char eval_metric[16]; /* what best and hist rank by */
+    int batches_done;     /* a recovery checkpoint: batches of `epoch` done; else -1 (the epoch is done) */
+    double loss_sum;      /* a recovery checkpoint: the sum of those batches' finite losses */
+    long loss_count;      /* and how many they are */
+    int ema_missing;      /* the file has no model EMA (the run starts one from the weights) */
+    char sched[160];      /* "ctimm.sched", or "" */
+    int has_scaler, growth_tracker; /* the loss scaler's state, when the run had one */
+    double scale;
 } Resumed;
 
 void saver_init(Saver *sv, const char *dir, int max_hist, int decreasing);
@@ -59,6 +76,10 @@ void saver_restore(Saver *sv, const Resumed *r);
 /* Saves epoch's state as last, and as checkpoint-<epoch> and model_best as
  * timm would (pruning the worst beyond max_hist). */
 int saver_save(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, double metric, CtErr *err);
+/* Saves recovery-<epoch>-<batch> (batch: the index of the last batch done)
+ * and removes the previous recovery pair, as timm's save_recovery does. */
+int saver_save_recovery(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, int batch, double loss_sum,
+                        long loss_count, CtErr *err);
 /* Whether `a` is a better metric than `b` for this saver. */
 int saver_better(const Saver *sv, double a, double b);
 

@@ -35,6 +35,7 @@ typedef struct LossSpec {
     CtLossKind kind;
     double smoothing;
     double bce_threshold; /* < 0: none */
+    int soft;             /* CT_LOSS_BCE: [B, C] probability targets (mixup's) instead of class indices */
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'

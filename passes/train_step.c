@@ -288,8 +288,8 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     const CtShape *ls = &g->values[logits].type.shape;
     if (ls->ndim != 2)
         return ct_fail(err, "train step: logits must be [B, classes], got %d dims", ls->ndim);
-    CtShape tshape = loss->kind == CT_LOSS_SOFT_TARGET ? *ls : (CtShape){1, {ls->d[0]}};
-    out->target = add_input(g, "target", tshape, loss->kind == CT_LOSS_SOFT_TARGET ? CT_F32 : CT_I64);
+    int soft = loss->kind == CT_LOSS_SOFT_TARGET || (loss->kind == CT_LOSS_BCE && loss->soft);
+    out->target = add_input(g, "target", soft ? *ls : (CtShape){1, {ls->d[0]}}, soft ? CT_F32 : CT_I64);
     out->lr = add_input(g, "lr", (CtShape){0}, CT_F32);
     out->loss_scale = add_input(g, "loss_scale", (CtShape){0}, CT_F32);
     if (opt->model_ema && opt->kind != CT_OPT_NONE)

@@ -112,7 +112,11 @@ static int in_part(const StateEntry *e, int model, int optim)
     return e->role == CT_ROLE_STATE && (optim || strncmp(e->name, "optim.", 6) != 0);
 }
 
-static int load_part(CtState *s, const StFile *f, const char *prefix, int model, int optim, CtErr *err)
+/* A model EMA's copy ("ema.*"): optional in a training-state file. */
+static int is_ema(const char *name) { return strncmp(name, "ema.", 4) == 0; }
+
+static int load_part(CtState *s, const StFile *f, const char *prefix, int model, int optim, int *ema_missing,
+                     CtErr *err)
 {
     size_t plen = strlen(prefix);
     char name[600], a[96], b[96];
@@ -122,6 +126,10 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
             continue;
         snprintf(name, sizeof name, "%s%s", prefix, e->name);
         const StTensor *t = st_find(f, name);
+        if (!t && ema_missing && is_ema(e->name)) {
+            *ema_missing = 1;
+            continue;
+        }
         if (!t)
             return ct_fail(err, "'%s' is missing from the file", name);
         CtShape ts = shape_make(t->ndim, t->shape);
@@ -138,6 +146,8 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
         if (strncmp(n, prefix, plen) != 0 || (!model && !optim && strncmp(n + plen, "optim.", 6) == 0))
             continue;
         int i = state_find(s, n + plen);
+        if (i < 0 && ema_missing && is_ema(n + plen))
+            continue;
         if (i < 0 || !in_part(&s->e[i], model, 1))
             return ct_fail(err, "'%s' in the file is not part of the %s", n, model ? "model" : "training state");
     }
@@ -146,12 +156,13 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
 
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
 {
-    return load_part(s, f, prefix, 1, 0, err);
+    return load_part(s, f, prefix, 1, 0, NULL, err);
 }
 
-int state_load_training(CtState *s, const StFile *f, int optim, CtErr *err)
+int state_load_training(CtState *s, const StFile *f, int optim, int *ema_missing, CtErr *err)
 {
-    return load_part(s, f, "", 0, optim, err);
+    *ema_missing = 0;
+    return load_part(s, f, "", 0, optim, ema_missing, err);
 }
 
 static int save_part(const CtState *s, int model, const char *path, const char *const *meta_keys,

@@ -50,9 +50,12 @@ int state_save(const CtState *s, const char *path, const char *const *meta_keys,
 /* The training state beside a checkpoint: every optimizer-state tensor
  * ("optim.*") and the rng counter, under those names. Loading takes the rng
  * counter always and the optimizer state only when `optim` is set; a
- * missing, extra or mis-shaped tensor is an error naming it. */
+ * missing, extra or mis-shaped tensor is an error naming it. A model EMA's
+ * copies ("ema.*") are the exception, as in timm's resume: a file without
+ * them sets *ema_missing (the caller starts the EMA from the weights), and
+ * a file's EMA that the state has no place for is ignored. */
 int state_save_training(const CtState *s, const char *path, const char *const *meta_keys,
                         const char *const *meta_vals, int nmeta, CtErr *err);
-int state_load_training(CtState *s, const StFile *f, int optim, CtErr *err);
+int state_load_training(CtState *s, const StFile *f, int optim, int *ema_missing, CtErr *err);
 
 #endif

@@ -100,8 +100,8 @@ add_test(NAME train_embedded_short COMMAND sh -c
    grep -q '^0,' train-out/summary.csv")
 set_tests_properties(train_embedded_short PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   PASS_REGULAR_EXPRESSION "Acc@1: [0-9.]+  Acc@5")
-add_test(NAME train_refuses_unimplemented_flag COMMAND ${FAIL} "--bce-loss .* is not implemented in ctimm-train yet"
-  ${CMAKE_BINARY_DIR}/ctimm-train --bce-loss)
+add_test(NAME train_refuses_unimplemented_flag COMMAND ${FAIL} "--model-ema-force-cpu .* is not implemented in ctimm-train"
+  ${CMAKE_BINARY_DIR}/ctimm-train --model-ema-force-cpu)
 add_test(NAME train_missing_folder COMMAND ${FAIL} "/nonexistent"
   ${CMAKE_BINARY_DIR}/ctimm-train /nonexistent/imagenet)
 add_test(NAME train_bad_number COMMAND ${FAIL} "--batch-size expects a whole number" ${CMAKE_BINARY_DIR}/ctimm-train -b x)
@@ -207,8 +207,9 @@ set_tests_properties(train_config_yaml PROPERTIES FIXTURES_REQUIRED shapes_data
 add_test(NAME train_config_unknown_key COMMAND sh -c
   "printf 'batch_size: 16\\npretrained: true\\n' > cfg-bad.yaml && \
    ${FAIL} \"cfg-bad.yaml: unknown key 'pretrained'\" ${TRAIN} -c cfg-bad.yaml && \
-   printf 'amp: true\\n' > cfg-amp.yaml && \
-   ${FAIL} \"cfg-amp.yaml: 'amp' .--amp, timm's train.py flag. is not implemented\" ${TRAIN} -c cfg-amp.yaml")
+   printf 'model_ema_force_cpu: true\\n' > cfg-ema.yaml && \
+   ${FAIL} \"cfg-ema.yaml: 'model_ema_force_cpu' .--model-ema-force-cpu, timm's train.py flag. is not implemented\" \
+     ${TRAIN} -c cfg-ema.yaml")
 # --clip-grad and --model-ema: an epoch with the clipped step and the EMA
 # copies, validated twice (train.py's "Test (EMA)" block), the EMA saved in
 # the training state.
@@ -234,3 +235,44 @@ add_test(NAME train_bad_interpolation COMMAND ${FAIL} "--interpolation lanczos i
   ${CMAKE_BINARY_DIR}/ctimm-train --interpolation lanczos --img-size 32)
 set_tests_properties(train_bad_interpolation PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   FIXTURES_REQUIRED shapes_data)
+
+# Ctrl-C mid-epoch under --amp (f16, dynamic loss scale): exit 130 with a
+# recovery checkpoint; resuming from it equals the uninterrupted run bit for
+# bit (tests/train_interrupt.sh).
+add_test(NAME train_interrupt_recovery COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_interrupt.sh ${TRAIN}
+  -b 16 --img-size 32 --lr 0.1 -j 1 --amp)
+set_tests_properties(train_interrupt_recovery PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
+# --amp bfloat16 with --bce-loss on mixup's soft targets binarised by
+# --bce-target-thresh; --start-epoch 1 starts the step schedule's second
+# epoch (LR halved, summary from epoch 1); a checkpoint without a model EMA
+# resumed with --model-ema (timm starts the EMA from its weights).
+add_test(NAME train_amp_bce_start_epoch COMMAND sh -c
+  "rm -rf bce-out && ${TRAIN_SHORT} --epochs 1 --amp --amp-dtype bfloat16 --bce-loss --bce-target-thresh 0.2 \
+     --mixup 0.2 --output bce-out > bce.log && grep -q '^AMP: bfloat16 autocast$' bce.log && \
+   grep -q '^Test: .*Acc@1' bce.log && grep -aq 'bce_target_thresh[^0-9]*0.2,' bce-out/last.state.safetensors && \
+   ${TRAIN_SHORT} --epochs 2 --start-epoch 1 --sched step --decay-epochs 1 --decay-rate 0.5 --output start-out \
+     > start.log && grep -q '^Train: 1 .*LR: 5.000e-02' start.log && ! grep -q '^Train: 0' start.log && \
+   test $(grep -c . start-out/summary.csv) -eq 2 && grep -q '^1,' start-out/summary.csv && \
+   ${TRAIN_SHORT} --epochs 2 --model-ema --resume ckpt-b/checkpoint-0.safetensors > ema-resume.log && \
+   grep -q '^Test (EMA): .*Acc@1' ema-resume.log")
+set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME train_amp_bad_dtype COMMAND ${FAIL} "--amp-dtype float8 is not one of float16, bfloat16"
+  ${CMAKE_BINARY_DIR}/ctimm-train --amp --amp-dtype float8)
+add_test(NAME train_start_epoch_past_end COMMAND ${FAIL} "--start-epoch 3: the schedule has 2 epochs"
+  ${CMAKE_BINARY_DIR}/ctimm-train --epochs 2 --start-epoch 3 --img-size 32)
+set_tests_properties(train_start_epoch_past_end PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# The plateau schedule's state travels with the checkpoint: four epochs in one
+# run equal two, then --resume for the other two, bit for bit; the LR halves
+# after epoch 2 only because the resumed run remembers epoch 1's best top-5.
+add_test(NAME train_resume_plateau COMMAND sh -c
+  "rm -rf plat-a plat-b && \
+   P='--sched plateau --patience-epochs 0 --decay-rate 0.5 --eval-metric top5' && \
+   ${TRAIN_SHORT} --epochs 4 $P --output plat-a && ${TRAIN_SHORT} --epochs 2 $P --output plat-b && \
+   ${TRAIN_SHORT} --epochs 4 $P --output plat-b --resume plat-b/last.safetensors && \
+   grep -q '^3,.*,0.05$' plat-a/summary.csv && cmp plat-a/summary.csv plat-b/summary.csv && \
+   cmp plat-a/last.safetensors plat-b/last.safetensors")
+set_tests_properties(train_resume_plateau PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")

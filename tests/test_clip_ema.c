@@ -47,7 +47,7 @@ static int setup(Setup *u, const OptimSpec *opt)
     ModelSpec spec = {.batch_size = B, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
     CtErr err = {{0}};
     if (model_build(m, &spec, &u->g, &err) ||
-        train_step_build(&u->g, u->g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1}, opt, &u->ts, &err)) {
+        train_step_build(&u->g, u->g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, opt, &u->ts, &err)) {
         CHECKF(0, "%s", err.msg);
         return -1;
     }

@@ -376,11 +376,12 @@ static ValueId case_soft_target(GradCase *c, int v)
 }
 
 /* binary_cross_entropy {smoothing, threshold}: plain, smoothed, smoothed and
- * binarised. */
+ * binarised; on probability targets, plain and binarised. */
 static ValueId case_bce(GradCase *c, int v)
 {
-    static const double f[][2] = {{0, -1}, {0.1, -1}, {0.1, 0.2}};
-    ValueId x = in_x(c, "logits", (CtShape){2, {3, 5}}), t = in_classes(c, "target", 3, 5);
+    static const double f[][2] = {{0, -1}, {0.1, -1}, {0.1, 0.2}, {0, -1}, {0, 0.25}};
+    ValueId x = in_x(c, "logits", (CtShape){2, {3, 5}});
+    ValueId t = v >= 3 ? in_prob(c, "target", (CtShape){2, {3, 5}}) : in_classes(c, "target", 3, 5);
     return b_node(c->b, CT_OP_binary_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, f[v], 2, 0);
 }
 
@@ -471,6 +472,8 @@ static const CaseDef cases[] = {
     {"binary_cross_entropy", case_bce, 0, 0, TOL_LOSS, 0},
     {"binary_cross_entropy smoothing 0.1", case_bce, 1, 0, TOL_LOSS, 0},
     {"binary_cross_entropy smoothing 0.1 threshold 0.2", case_bce, 2, 0, TOL_LOSS, 0},
+    {"binary_cross_entropy soft targets", case_bce, 3, 0, TOL_LOSS, 0},
+    {"binary_cross_entropy soft targets threshold 0.25", case_bce, 4, 0, TOL_LOSS, 0},
     {"conv-bn-relu-residual-pool-linear-ce", case_composite, 0, 1, TOL_COMPOSITE, 0},
     {"the same, loss seed 256", case_composite, 0, 1, TOL_COMPOSITE, 256},
     {"layer_norm, loss seed 0.125", case_layer_norm, 0, 0, TOL_NORM, 0.125},

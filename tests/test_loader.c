@@ -165,6 +165,40 @@ static void test_worker_counts(void)
     dataset_close(ds);
 }
 
+/* Starting an epoch at batch k gives the whole epoch's batches from k on,
+ * with the workers' queue refilled from there (a run resumed mid-epoch). */
+static void test_start_at(void)
+{
+    Dataset *ds = synthetic(53, 7, 16);
+    LoaderConfig c = hash_config();
+    c.num_workers = 2;
+    Run ref = run_epochs(ds, &c, 1, 2);
+    Loader *L;
+    CtErr err;
+    CHECKF(loader_create(&L, ds, &c, &err) == 0, "%s", err.msg);
+    const size_t firsts[] = {3, 0, 6, 7};
+    for (size_t i = 0; i < 4; i++) {
+        Run r = {0};
+        const Batch *b;
+        size_t expect = firsts[i];
+        CHECK(loader_start_epoch_at(L, 1, firsts[i], &err) == 0);
+        while (loader_next(L, &b, &err) == 1) {
+            CHECK(b->index == expect++);
+            run_add(&r, b);
+        }
+        size_t skip = firsts[i] * (size_t)c.batch_size, per = 4 * 4 * 3;
+        skip = skip < ref.n ? skip : ref.n;
+        CHECKF(r.n == ref.n - skip && (r.n == 0 || (!memcmp(r.images, ref.images + skip * per, r.n * per) &&
+                                                 !memcmp(r.samples, ref.samples + skip, r.n * sizeof *r.samples))),
+               "starting at batch %zu: the batches differ from the whole epoch's", firsts[i]);
+        run_free(&r);
+    }
+    CHECK(loader_start_epoch_at(L, 1, 8, &err) != 0 && strstr(err.msg, "past the epoch's 7 batches"));
+    loader_destroy(L);
+    run_free(&ref);
+    dataset_close(ds);
+}
+
 static void test_real_transforms(void)
 {
     Dataset *ds = synthetic(21, 10, 48);
@@ -500,6 +534,7 @@ int main(void)
         return 1;
     }
     test_worker_counts();
+    test_start_at();
     test_real_transforms();
     test_order();
     test_sampler();

@@ -716,6 +716,48 @@ static void test_rejections(void)
     expect_reject(&c, "assign", "assign to an activation");
 }
 
+/* binary_cross_entropy against timm's BinaryCrossEntropy on logits
+ * [[0.5,-1,2],[0,1,-0.5]]: class targets [2,0] with (smoothing, threshold)
+ * (0, none), (0.1, none), (0.1, 0.2); soft targets [[.2,.3,.5],[.7,.1,.2]]
+ * with threshold none and 0.25 (values from timm 1.0, float64). */
+static void test_bce_values(void)
+{
+    static const double logits[6] = {0.5, -1, 2, 0, 1, -0.5}, soft[6] = {0.2, 0.3, 0.5, 0.7, 0.1, 0.2};
+    static const int64_t labels[2] = {2, 0};
+    static const struct { int soft; double smoothing, threshold, want; } cases[] = {
+        {0, 0, -1, 0.6491254224999295}, {0, 0.1, -1, 0.6713476447221517}, {0, 0.1, 0.2, 0.6491254224999295},
+        {1, 0, -1, 0.8491254224999295}, {1, 0, 0.25, 0.8157920891665961}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Graph g;
+        CtErr err;
+        graph_init(&g);
+        ValueId x = graph_add_value(&g, (CtType){{2, {2, 3}}, CT_F64}, CT_ROLE_INPUT, "x");
+        ValueId t = cases[i].soft ? graph_add_value(&g, (CtType){{2, {2, 3}}, CT_F64}, CT_ROLE_INPUT, "t")
+                                  : graph_add_value(&g, (CtType){{1, {2}}, CT_I64}, CT_ROLE_INPUT, "t");
+        Node n = {.op = CT_OP_binary_cross_entropy, .nin = 2, .in = {x, t},
+                  .fattr = {cases[i].smoothing, cases[i].threshold}};
+        int id = graph_add_node(&g, &n, "loss", &err);
+        CHECKF(id >= 0, "bce case %zu: %s", i, err.msg);
+        if (id < 0) {
+            graph_free(&g);
+            continue;
+        }
+        graph_mark_output(&g, g.nodes[id].out[0]);
+        CtTensor in[2] = {{{{2, {2, 3}}, CT_F64}, (void *)logits},
+                          cases[i].soft ? (CtTensor){{{2, {2, 3}}, CT_F64}, (void *)soft}
+                                        : (CtTensor){{{1, {2}}, CT_I64}, (void *)labels}};
+        CtTensor out;
+        CtState st;
+        state_create(&st, &g);
+        CHECKF(ct_backend_ref.run(&g, &st, in, 2, &out, &err) == 0, "%s", err.msg);
+        CHECKF(fabs(*(double *)out.data - cases[i].want) < 1e-12, "bce case %zu: %.17g, timm %.17g", i,
+               *(double *)out.data, cases[i].want);
+        tensor_free(&out);
+        state_free(&st);
+        graph_free(&g);
+    }
+}
+
 int main(void)
 {
     test_conv2d();
@@ -730,5 +772,6 @@ int main(void)
     test_attention();
     test_stochastic();
     test_rejections();
+    test_bce_values();
     return check_done("test_ops");
 }

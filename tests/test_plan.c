@@ -19,7 +19,7 @@ static int build(const char *model, int batch, int training, CtOptKind opt, Grap
     }
     if (training) {
         OptimSpec o = {.kind = opt, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-        if (train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1}, &o, &ts, &err)) {
+        if (train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &o, &ts, &err)) {
             CHECKF(0, "%s: %s", model, err.msg);
             graph_free(g);
             return -1;

@@ -6,10 +6,12 @@
  *   LabelSmoothingCrossEntropy; smoothing 0 is nn.CrossEntropyLoss.
  * soft_target_cross_entropy(logits, target [B, C]): timm's
  *   SoftTargetCrossEntropy, for mixup/cutmix targets.
- * binary_cross_entropy(logits, target i64 [B]), fattr smoothing, threshold:
- *   timm's BinaryCrossEntropy: one-hot targets smoothed to smoothing/C off
- *   and 1 - smoothing + smoothing/C on, binarised by `threshold` when it is
- *   >= 0, then the mean of BCE-with-logits over all B*C elements.
+ * binary_cross_entropy(logits, target), fattr smoothing, threshold: timm's
+ *   BinaryCrossEntropy. The target is i64 [B] class indices, made one-hot
+ *   with smoothing/C off and 1 - smoothing + smoothing/C on, or [B, C]
+ *   probabilities (mixup/cutmix's, taken as they are); either is binarised
+ *   by `threshold` when it is >= 0; the loss is the mean of BCE-with-logits
+ *   over all B*C elements.
  * Targets outside [0, C) are rejected before a graph runs (the runtime checks
  * its inputs); kernels assume valid ones.
  */
@@ -23,7 +25,9 @@ static int infer_loss(const Graph *g, const Node *n, CtType *out, CtErr *err)
         return -1;
     const CtShape *x = in_shape(g, n, 0);
     const CtType *t = in_type(g, n, 1);
-    if (n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad) {
+    int bce = n->op == CT_OP_binary_cross_entropy || n->op == CT_OP_binary_cross_entropy_grad;
+    if (n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad ||
+        (bce && ct_dtype_is_float(t->dtype))) {
         if (require_shape(g, n, 1, x, err))
             return -1;
     } else if (t->dtype != CT_I64 || t->shape.ndim != 1 || t->shape.d[0] != x->d[0]) {
@@ -105,10 +109,17 @@ static void soft_target_grad_ref(const Graph *g, const Node *n, double *const *i
     }
 }
 
-/* The smoothed (and maybe binarised) target of class c for label t. */
-static double bce_target(const Node *n, int64_t c, int64_t t, int64_t C)
+/* The target of row b, class c: given, or the smoothed one-hot of the
+ * label; binarised by the threshold when there is one. */
+static double bce_target(const Graph *g, const Node *n, const double *target, int64_t b, int64_t c, int64_t C)
 {
-    double off = n->fattr[0] / (double)C, v = c == t ? 1 - n->fattr[0] + off : off;
+    double v;
+    if (ct_dtype_is_float(in_type(g, n, 1)->dtype)) {
+        v = target[b * C + c];
+    } else {
+        double off = n->fattr[0] / (double)C;
+        v = c == (int64_t)target[b] ? 1 - n->fattr[0] + off : off;
+    }
     return n->fattr[1] >= 0 ? (v > n->fattr[1] ? 1 : 0) : v;
 }
 
@@ -119,7 +130,7 @@ static void bce_ref(const Graph *g, const Node *n, double *const *in, double *co
     double total = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
-            double v = in[0][b * C + c], t = bce_target(n, c, (int64_t)in[1][b], C);
+            double v = in[0][b * C + c], t = bce_target(g, n, in[1], b, c, C);
             total += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs(v)));
         }
     out[0][0] = total / (double)(B * C);
@@ -133,7 +144,7 @@ static void bce_grad_ref(const Graph *g, const Node *n, double *const *in, doubl
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
             double v = in[0][b * C + c];
-            out[0][b * C + c] = scale * (1 / (1 + exp(-v)) - bce_target(n, c, (int64_t)in[1][b], C));
+            out[0][b * C + c] = scale * (1 / (1 + exp(-v)) - bce_target(g, n, in[1], b, c, C));
         }
 }
 

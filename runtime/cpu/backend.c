@@ -6,8 +6,10 @@
  * tensors. GEMMs and convolutions go through BLAS (gemm_ops.c); the other
  * ops are plain f32 loops (their files). An op without an f32 kernel, or a
  * node on integer values (the AdamW step count, casts of it), runs its ref
- * kernel through doubles, which is exact for those. f16/bf16/f64 nodes are
- * not supported: the amp pass's graphs need the compiled path.
+ * kernel through doubles, which is exact for those. f16 and bf16 values (the
+ * amp pass's) are stored as such and widened: their nodes run the f32 kernel
+ * on f32 copies and round the results to the output's dtype, as the ref
+ * backend rounds its doubles. f64 nodes are not supported.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,12 @@ float *cpu_floats(int64_t n)
     return p;
 }
 
-static int storable(CtDType t) { return t == CT_F32 || t == CT_I64 || t == CT_I32 || t == CT_U8; }
+static int storable(CtDType t)
+{
+    return t == CT_F32 || t == CT_F16 || t == CT_BF16 || t == CT_I64 || t == CT_I32 || t == CT_U8;
+}
+
+static int low_float(CtDType t) { return t == CT_F16 || t == CT_BF16; }
 
 static int cpu_supports(const Graph *g, const Node *n)
 {
@@ -43,20 +50,65 @@ static int cpu_supports(const Graph *g, const Node *n)
 }
 
 /* Whether node n may take its f32 kernel: one exists and every value is f32,
- * except the integer inputs the kernel reads as such. */
+ * f16 or bf16 (widened), except the integer inputs the kernel reads as such. */
 static int fast_path(const Graph *g, const Node *n)
 {
     if (!kernels[n->op])
         return 0;
     for (int k = 0; k < n->nin; k++) {
+        CtDType t = g->values[n->in[k]].type.dtype;
         int int_ok = n->op == CT_OP_adamw_update && k == 5;
-        if (g->values[n->in[k]].type.dtype != CT_F32 && !int_ok)
+        if (t != CT_F32 && !low_float(t) && !int_ok)
             return 0;
     }
-    for (int k = 0; k < n->nout; k++)
-        if (g->values[n->out[k]].type.dtype != CT_F32)
+    for (int k = 0; k < n->nout; k++) {
+        CtDType t = g->values[n->out[k]].type.dtype;
+        if (t != CT_F32 && !low_float(t))
             return 0;
+    }
     return 1;
+}
+
+/* The f32 kernel of n on f32 copies of its f16/bf16 inputs, its f16/bf16
+ * outputs rounded from f32 scratch. Inputs are copied before the kernel
+ * writes, so an output sharing an input's space is safe. */
+static void run_widened(const Graph *g, const Node *n, void *const *in, void *const *out)
+{
+    float *fin[CT_MAX_IN], *fout[CT_MAX_OUT];
+    for (int k = 0; k < n->nin; k++) {
+        const Value *v = &g->values[n->in[k]];
+        fin[k] = in[k];
+        if (low_float(v->type.dtype)) {
+            int64_t cnt = shape_numel(&v->type.shape);
+            fin[k] = cpu_floats(cnt);
+            elems_to_f32(in[k], v->type.dtype, cnt, fin[k]);
+        }
+    }
+    for (int k = 0; k < n->nout; k++)
+        fout[k] = low_float(g->values[n->out[k]].type.dtype) ? cpu_floats(shape_numel(&g->values[n->out[k]].type.shape))
+                                                            : out[k];
+    kernels[n->op](g, n, fin, fout);
+    for (int k = 0; k < n->nout; k++) {
+        const Value *v = &g->values[n->out[k]];
+        if (fout[k] != out[k]) {
+            elems_from_f32(fout[k], v->type.dtype, shape_numel(&v->type.shape), out[k]);
+            free(fout[k]);
+        }
+    }
+    for (int k = 0; k < n->nin; k++)
+        if (fin[k] != in[k])
+            free(fin[k]);
+}
+
+static int any_low(const Graph *g, const Node *n)
+{
+    for (int k = 0; k < n->nin; k++)
+        if (low_float(g->values[n->in[k]].type.dtype))
+            return 1;
+    for (int k = 0; k < n->nout; k++)
+        if (low_float(g->values[n->out[k]].type.dtype))
+            return 1;
+    return 0;
 }
 
 /* The op's ref kernel on doubles converted from and back to the storage. */
@@ -149,6 +201,8 @@ static int cpu_run(const Graph *g, CtState *state, const CtTensor *inputs, int n
         if (n->op == CT_OP_assign) {
             if (in[0] != in[1])
                 memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
+        } else if (fast_path(g, n) && any_low(g, n)) {
+            run_widened(g, n, in, out);
         } else if (fast_path(g, n)) {
             kernels[n->op](g, n, (float *const *)in, (float *const *)out);
         } else {

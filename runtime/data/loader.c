@@ -321,8 +321,12 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
 size_t loader_epoch_samples(const Loader *L) { return L->ntasks; }
 size_t loader_epoch_batches(const Loader *L) { return L->nbatches; }
 
-int loader_start_epoch(Loader *L, uint64_t epoch, CtErr *err)
+int loader_start_epoch(Loader *L, uint64_t epoch, CtErr *err) { return loader_start_epoch_at(L, epoch, 0, err); }
+
+int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
 {
+    if (first > L->nbatches)
+        return ct_fail(err, "loader: batch %zu is past the epoch's %zu batches", first, L->nbatches);
     pthread_mutex_lock(&L->mu);
     /* abandon the current epoch: no new tasks; wait for those in flight */
     L->gen++;
@@ -342,14 +346,13 @@ int loader_start_epoch(Loader *L, uint64_t epoch, CtErr *err)
             L->order[j] = tmp;
         }
     }
-    for (int s = 0; s < L->nslots; s++)
-        assign_slot(L, &L->slots[s], (size_t)s);
-    L->next_task = 0;
-    L->cur = 0;
+    for (size_t b = first; b < first + (size_t)L->nslots; b++)
+        assign_slot(L, &L->slots[b % (size_t)L->nslots], b);
+    L->next_task = first * (size_t)L->cfg.batch_size;
+    L->cur = first;
     L->active = 1;
     pthread_cond_broadcast(&L->work_cv);
     pthread_mutex_unlock(&L->mu);
-    (void)err;
     return 0;
 }
 

@@ -82,6 +82,9 @@ size_t loader_epoch_batches(const Loader *L);
 
 /* Starts epoch `epoch` (abandoning what is left of the current one). */
 int loader_start_epoch(Loader *L, uint64_t epoch, CtErr *err);
+/* The same, from batch `first` on: the batches are those the whole epoch
+ * gives from there (a run resumed mid-epoch sees what it would have seen). */
+int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err);
 /* Waits for the next batch: 1 and *batch set, 0 at the end of the epoch,
  * -1 on error. The batch stays valid until the next loader_next,
  * loader_start_epoch or loader_destroy; its buffer is then reused. */
