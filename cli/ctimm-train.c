@@ -27,6 +27,7 @@
 #include <yaml.h>
 
 #include "cli/common.h"
+#include "cli/eval.h"
 #include "cli/train_checkpoint.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
@@ -557,20 +558,6 @@ static int resolve_data(Args *a, char *root, size_t n, CtErr *err)
     return 0;
 }
 
-/* uint8 NHWC batch -> normalised f32 NCHW, (x / 255 - mean) / std; the rows
- * past n (a short last eval batch) are zeros. */
-static void normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x)
-{
-    int s = bt->img_size;
-    size_t plane = (size_t)s * s;
-    memset(x, 0, sizeof *x * (size_t)batch * 3 * plane);
-    for (int b = 0; b < bt->n; b++)
-        for (size_t p = 0; p < plane; p++)
-            for (int c = 0; c < 3; c++)
-                x[((size_t)b * 3 + c) * plane + p] =
-                    (float)((bt->images[((size_t)b * plane + p) * 3 + c] / 255.0 - mean[c]) / std[c]);
-}
-
 typedef struct Run {
     Args a;
     const ModelEntry *m;
@@ -742,9 +729,7 @@ static int open_data(Run *r, const char *root, CtErr *err)
     if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
         return ct_fail(err, "--mean and --std take 1 or 3 values");
     const char *interp = a->interpolation ? a->interpolation : r->m->cfg.interpolation;
-    CtInterp eval_interp = !strcmp(interp, "bicubic") ? CT_INTERP_BICUBIC
-                         : !strcmp(interp, "bilinear") ? CT_INTERP_BILINEAR
-                         : !strcmp(interp, "nearest") ? CT_INTERP_NEAREST : (CtInterp)-1;
+    CtInterp eval_interp = (CtInterp)eval_interp_parse(interp);
     if ((int)eval_interp < 0)
         return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
     TrainTransform tt = train_transform_default(r->img);
@@ -903,7 +888,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
                 ct_fail(err, "epoch %d ended after %zu of %zu batches", epoch, i, nb);
             goto done;
         }
-        normalise(bt, r->a.batch_size, r->mean, r->std, r->x);
+        eval_normalise(bt, r->a.batch_size, r->mean, r->std, r->x);
         /* mixup, then random erasing: one generator per (seed, epoch, batch) */
         CtRng rng = rng_for((uint64_t)r->a.seed ^ 0x6d69787570ull, (uint64_t)epoch, i);
         int mixing = mixup_active(&r->mix);
@@ -986,8 +971,9 @@ done:
 static int validate(Run *r, CtState *st, const char *log_name, int epoch, double *loss, double *top1, double *top5,
                     CtErr *err)
 {
-    size_t nb = loader_epoch_batches(r->val_ld), seen = 0;
-    double sum = 0, c1 = 0, c5 = 0, t0 = now();
+    size_t nb = loader_epoch_batches(r->val_ld);
+    EvalMeter meter = {0};
+    double t0 = now();
     if (loader_start_epoch(r->val_ld, 0, err))
         return -1;
     for (size_t i = 0; i < nb; i++) {
@@ -995,33 +981,16 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
         CtTensor logits;
         if (loader_next(r->val_ld, &bt, err) != 1)
             return bt ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
-        normalise(bt, r->vb, r->mean, r->std, r->x);
+        eval_normalise(bt, r->vb, r->mean, r->std, r->x);
         CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
         if (r->be->run(&r->eval, st, &in, 1, &logits, err))
             return -1;
-        const float *z = logits.data;
-        int C = r->classes;
-        for (int b = 0; b < bt->n; b++) {
-            const float *row = z + (size_t)b * C;
-            int64_t t = bt->labels[b];
-            double m = row[0], s = 0;
-            int above = 0;
-            for (int c = 0; c < C; c++)
-                m = row[c] > m ? row[c] : m;
-            for (int c = 0; c < C; c++) {
-                s += exp(row[c] - m);
-                above += row[c] > row[t] || (row[c] == row[t] && c < t);
-            }
-            sum += m + log(s) - row[t];
-            c1 += above < 1;
-            c5 += above < 5;
-        }
-        seen += (size_t)bt->n;
+        eval_meter_add(&meter, logits.data, r->classes, bt->labels, bt->n);
         tensor_free(&logits);
     }
-    *loss = sum / (double)seen;
-    *top1 = 100 * c1 / (double)seen;
-    *top5 = 100 * c5 / (double)seen;
+    *loss = eval_loss(&meter);
+    *top1 = eval_top1(&meter);
+    *top5 = eval_top5(&meter);
     printf("%s: [%zu/%zu]  Time: %.3fs  Loss: %.4f  Acc@1: %.4f  Acc@5: %.4f\n", log_name, nb, nb, now() - t0, *loss,
            *top1, *top5);
     (void)epoch;

@@ -276,3 +276,42 @@ add_test(NAME train_resume_plateau COMMAND sh -c
    cmp plat-a/last.safetensors plat-b/last.safetensors")
 set_tests_properties(train_resume_plateau PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
+
+# ctimm-validate: the best checkpoint of train_resume_bit_exact's run gives the
+# top-1/top-5 ctimm-train logged for that epoch (through bn_fold), in
+# validate.py's CSV columns; JSON results; --valid-labels keeping every class
+# in order changes nothing; a model list with an unknown name reports that row
+# and still validates the rest; refusals. tools/check_validate.py checks the
+# same numbers against timm's own validate.py.
+set(VALIDATE ${CMAKE_BINARY_DIR}/ctimm-validate)
+add_test(NAME validate_checkpoint COMMAND sh -c
+  "best=$(sort -t, -k4,4g ckpt-a/summary.csv | tail -1) && \
+   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 64 -j 2 --results-file val.csv > val.log && \
+   grep -q '^ \\* Acc@1 ' val.log && \
+   head -1 val.csv | grep -q '^model,top1,top1_err,top5,top5_err,param_count,img_size,crop_pct,interpolation' && \
+   grep -q '^test_resnet,.*,0.37,32,0.95,bilinear' val.csv && \
+   echo \"$best\" | awk -F, -v v=\"$(sed -n 2p val.csv)\" '{split(v, r, \",\"); exit !(r[2] == $4 && r[4] == $5)}' && \
+   seq 0 9 > all.labels && \
+   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 50 --valid-labels all.labels \
+     --results-file val.json --results-format json > val2.log && \
+   grep -q \"top1.:[[:space:]]*$(sed -n 2p val.csv | cut -d, -f2),\" val.json")
+set_tests_properties(validate_checkpoint PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME validate_model_list COMMAND sh -c
+  "printf 'test_resnet\\nresnet5\\ntest_vit\\n' > models.txt && \
+   ${VALIDATE} --model-list models.txt --img-size 32 -b 100 --results-file list.csv > list.log 2> list.err && \
+   grep -q \"unknown model 'resnet5'\" list.err && test $(grep -c '^test_' list.csv) -eq 2")
+set_tests_properties(validate_model_list PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME validate_refuses_no_ema COMMAND ${FAIL} "was the run trained with --model-ema"
+  ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --use-ema --img-size 32)
+add_test(NAME validate_refuses_other_model COMMAND ${FAIL} "--checkpoint: .*'cls_token' is missing"
+  ${VALIDATE} --model test_vit --checkpoint ckpt-a/model_best.safetensors --img-size 32)
+add_test(NAME validate_refuses_bad_label_file COMMAND sh -c
+  "printf '0\\n12\\n' > bad.labels && ${FAIL} 'bad.labels: line 2 is not a class index in .0, 10.' \
+   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --valid-labels bad.labels --img-size 32")
+set_tests_properties(validate_refuses_no_ema validate_refuses_other_model validate_refuses_bad_label_file
+  PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt" ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME validate_unknown_model COMMAND ${FAIL} "unknown model 'resnet5'" ${VALIDATE} --model resnet5)
+add_test(NAME validate_bad_format COMMAND ${FAIL} "--results-format xml is not one of csv, json"
+  ${VALIDATE} --results-format xml)

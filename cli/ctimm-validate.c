@@ -1,0 +1,575 @@
+/*
+ * ctimm-validate: timm's validate.py on compiled eval graphs. The model (its
+ * eval graph through bn_fold, and amp/channels-last when asked) is run over
+ * a split of an ImageFolder or tar (or the embedded shapes set) with timm's
+ * eval transform; it prints validate.py's log lines and its " * Acc@1 ..."
+ * summary, the results as JSON after "--result", and writes --results-file
+ * (csv or json) with validate.py's columns. --model-list FILE (or --model
+ * naming a file, as validate.py allows) validates each model in turn, sorted
+ * by top-1; a model that fails is reported and the rest still run.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cJSON.h>
+
+#include "cli/common.h"
+#include "cli/eval.h"
+#include "cli/train_checkpoint.h"
+#include "passes/passes.h"
+#include "runtime/backend.h"
+#include "runtime/data/shapes.h"
+#include "runtime/safetensors.h"
+
+static const char *const prog = "ctimm-validate";
+
+static const char *const usage =
+    "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--split validation]\n"
+    "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
+    "                      [--checkpoint CKPT] [--use-ema] [--num-classes N] [--img-size N]\n"
+    "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
+    "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
+    "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
+    "                      [--device cpu|ref] [--log-freq 10] [--valid-labels FILE]\n"
+    "                      [--results-file FILE] [--results-format csv|json]\n"
+    "With no DATA_DIR it validates on the embedded shapes dataset's val split.\n"
+    "--checkpoint takes a ctimm or timm safetensors state_dict; --use-ema takes the\n"
+    "model EMA from a ctimm-train checkpoint's .state file.\n";
+
+typedef struct Args {
+    const char *data_dir, *dataset, *split, *class_map, *model, *model_list, *checkpoint, *device, *crop_mode;
+    const char *interpolation, *amp_dtype, *results_file, *results_format, *valid_labels;
+    int use_ema, num_classes, img_size, batch_size, workers, amp, channels_last, log_freq;
+    double crop_pct, mean[3], std[3], input_size[3];
+    int n_mean, n_std, n_input_size;
+} Args;
+
+/* One model's results: validate.py's columns. */
+typedef struct Result {
+    char model[128], interpolation[16];
+    double top1, top5, param_count, crop_pct;
+    int img_size, ok;
+} Result;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Numbers for an nargs='+' flag: in optarg and the numeric words after it. */
+static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
+{
+    *n = 0;
+    for (const char *w = arg;;) {
+        char *end;
+        double v = strtod(w, &end);
+        if (end == w || *end || *n == max) {
+            fprintf(stderr, "%s: --%s expects at most %d numbers, not '%s'\n", prog, opt, max, w);
+            return -1;
+        }
+        out[(*n)++] = v;
+        if (optind >= argc || (strtod(argv[optind], &end), end == argv[optind] || *end))
+            return 0;
+        w = argv[optind++];
+    }
+}
+
+static int parse_double(const char *opt, const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(*out)) {
+        fprintf(stderr, "%s: --%s expects a number, got '%s'\n", prog, opt, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
+static int parse_args(int argc, char **argv, Args *a)
+{
+    enum { O_DATA = 1000, O_DATASET, O_SPLIT, O_CLASS_MAP, O_LIST, O_CKPT, O_EMA, O_NC, O_IMG, O_INPUT, O_CROP,
+           O_CROP_MODE, O_MEAN, O_STD, O_INTERP, O_AMP, O_AMP_DTYPE, O_CL, O_DEVICE, O_LOG, O_VALID, O_RESULTS,
+           O_FORMAT };
+    static const struct option longs[] = {
+        {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT},
+        {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
+        {"checkpoint", 1, 0, O_CKPT}, {"use-ema", 0, 0, O_EMA}, {"num-classes", 1, 0, O_NC},
+        {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT}, {"crop-pct", 1, 0, O_CROP},
+        {"crop-mode", 1, 0, O_CROP_MODE}, {"mean", 1, 0, O_MEAN}, {"std", 1, 0, O_STD},
+        {"interpolation", 1, 0, O_INTERP}, {"batch-size", 1, 0, 'b'}, {"workers", 1, 0, 'j'},
+        {"amp", 0, 0, O_AMP}, {"amp-dtype", 1, 0, O_AMP_DTYPE}, {"channels-last", 0, 0, O_CL},
+        {"device", 1, 0, O_DEVICE}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
+        {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
+                .results_format = "csv", .num_classes = -1, .batch_size = 256, .workers = 4, .log_freq = 10,
+                .crop_pct = -1};
+    opterr = 0;
+    int c, bad = 0;
+    while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
+        switch (c) {
+        case O_DATA: a->data_dir = optarg; break;
+        case O_DATASET: a->dataset = optarg; break;
+        case O_SPLIT: a->split = optarg; break;
+        case O_CLASS_MAP: a->class_map = optarg; break;
+        case 'm': a->model = optarg; break;
+        case O_LIST: a->model_list = optarg; break;
+        case O_CKPT: a->checkpoint = optarg; break;
+        case O_EMA: a->use_ema = 1; break;
+        case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
+        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->img_size); break;
+        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->input_size, 3, &a->n_input_size); break;
+        case O_CROP: bad = parse_double("crop-pct", optarg, &a->crop_pct); break;
+        case O_CROP_MODE: a->crop_mode = optarg; break;
+        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->mean, 3, &a->n_mean); break;
+        case O_STD: bad = parse_list("std", optarg, argv, argc, a->std, 3, &a->n_std); break;
+        case O_INTERP: a->interpolation = optarg; break;
+        case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
+        case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
+        case O_AMP: a->amp = 1; break;
+        case O_AMP_DTYPE: a->amp_dtype = optarg; break;
+        case O_CL: a->channels_last = 1; break;
+        case O_DEVICE: a->device = optarg; break;
+        case O_LOG: bad = cli_int(prog, "--log-freq", optarg, 1, 1 << 30, &a->log_freq); break;
+        case O_VALID: a->valid_labels = optarg; break;
+        case O_RESULTS: a->results_file = optarg; break;
+        case O_FORMAT: a->results_format = optarg; break;
+        case 'h': fputs(usage, stdout); return 1;
+        case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
+        default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
+        }
+    }
+    if (bad)
+        return -1;
+    if (optind < argc)
+        a->data_dir = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* --valid-labels: one class index a line (validate.py keeps those logits). */
+static int read_valid_labels(const char *path, int classes, int **out, int *n, CtErr *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ct_fail(err, "--valid-labels %s: %s", path, strerror(errno));
+    int cap = 64, line = 0;
+    long v;
+    *out = malloc(sizeof **out * (size_t)cap);
+    CT_ASSERT(*out != NULL);
+    *n = 0;
+    char buf[64];
+    while (fgets(buf, sizeof buf, f)) {
+        char *end;
+        line++;
+        v = strtol(buf, &end, 10);
+        while (*end == ' ' || *end == '\r' || *end == '\n')
+            end++;
+        if (end == buf || *end || v < 0 || v >= classes) {
+            fclose(f);
+            return ct_fail(err, "--valid-labels %s: line %d is not a class index in [0, %d)", path, line, classes);
+        }
+        if (*n == cap) {
+            cap *= 2;
+            *out = realloc(*out, sizeof **out * (size_t)cap);
+            CT_ASSERT(*out != NULL);
+        }
+        (*out)[(*n)++] = (int)v;
+    }
+    fclose(f);
+    return *n ? 0 : ct_fail(err, "--valid-labels %s: no class indices", path);
+}
+
+/* The data folder: the one given, or the embedded shapes set's val split. */
+static int resolve_data(const Args *a, char *root, size_t n, const char **split, CtErr *err)
+{
+    if (a->data_dir) {
+        snprintf(root, n, "%s", a->data_dir);
+        return 0;
+    }
+    if (a->dataset && strcmp(a->dataset, "shapes"))
+        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
+    const char *base = getenv("CTIMM_DATA_DIR"), *home = getenv("HOME");
+    char dir[900];
+    if (base && *base)
+        snprintf(dir, sizeof dir, "%s", base);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/ctimm/data", home && *home ? home : ".");
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
+    snprintf(root, n, "%s/shapes-64", dir);
+    ShapesConfig sc = shapes_config_default();
+    int made = 0;
+    if (shapes_generate(root, &sc, &made, err))
+        return -1;
+    *split = "val";
+    return 0;
+}
+
+/* The model's eval graph as validate.py runs it: bn_fold, then autocast and
+ * channels-last when asked. */
+static int build_eval(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
+                      CtErr *err)
+{
+    ModelSpec spec = {.batch_size = batch, .training = 0,
+                      .args = {.num_classes = classes, .img_size = img, .drop_rate = 0, .drop_path_rate = 0}};
+    if (model_build(m, &spec, g, err))
+        return -1;
+    for (int k = 0; k < 3; k++) {
+        if ((k == 1 && amp == CT_F32) || (k == 2 && !channels_last))
+            continue;
+        Graph next;
+        int rc = k == 0 ? bn_fold(g, &next, err) : k == 1 ? amp_cast(g, amp, &next, err)
+                                                          : layout_channels_last(g, &next, err);
+        if (rc)
+            return -1;
+        graph_free(g);
+        *g = next;
+    }
+    return 0;
+}
+
+/* --use-ema: the "ema.<name>" tensors of CKPT's .state file, under <name>. */
+static int load_ema(const char *ckpt, CtState *s, CtErr *err)
+{
+    char path[1200];
+    size_t n = strlen(ckpt), k = strlen(".safetensors");
+    if (n < k || strcmp(ckpt + n - k, ".safetensors"))
+        return ct_fail(err, "--use-ema: %s is not a ctimm-train checkpoint (NAME.safetensors)", ckpt);
+    snprintf(path, sizeof path, "%.*s.state.safetensors", (int)(n - k), ckpt);
+    StFile f;
+    if (st_read(path, &f, err))
+        return ct_failctx(err, "--use-ema");
+    int rc = state_load(s, &f, "ema.", err);
+    st_free(&f);
+    return rc ? ct_failctx(err, "--use-ema %s (was the run trained with --model-ema?)", path) : 0;
+}
+
+/* validate() of validate.py for one model. */
+static int validate_one(const Args *a, const char *model_name, Result *res, CtErr *err)
+{
+    const ModelEntry *m = model_find(model_name);
+    if (!m)
+        return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model_name);
+    const CtBackend *be = backend_find(a->device);
+    if (!strcmp(a->device, "cuda"))
+        return ct_fail(err, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+    if (!be)
+        return ct_fail(err, "unknown --device '%s' (cpu, ref)", a->device);
+    CtDType amp = CT_F32;
+    if (a->amp && strcmp(a->amp_dtype, "float16") && strcmp(a->amp_dtype, "bfloat16"))
+        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
+    if (a->amp)
+        amp = a->amp_dtype[0] == 'f' ? CT_F16 : CT_BF16;
+    char root[1000];
+    const char *split = a->split;
+    if (resolve_data(a, root, sizeof root, &split, err))
+        return -1;
+    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
+        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
+    if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
+        return ct_fail(err, "--mean and --std take 1 or 3 values");
+    int img = a->n_input_size ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : m->cfg.input_size[1];
+    EvalTransform et = eval_transform_default(img);
+    et.crop_pct = a->crop_pct > 0 ? a->crop_pct : m->cfg.crop_pct;
+    const char *interp = a->interpolation ? a->interpolation : m->cfg.interpolation;
+    int ip = eval_interp_parse(interp);
+    if (ip < 0)
+        return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
+    et.interp = (CtInterp)ip;
+    const char *cm = a->crop_mode ? a->crop_mode : m->cfg.crop_mode ? m->cfg.crop_mode : "center";
+    if (!strcmp(cm, "squash"))
+        et.crop_mode = CT_CROP_SQUASH;
+    else if (!strcmp(cm, "border"))
+        et.crop_mode = CT_CROP_BORDER;
+    else if (strcmp(cm, "center"))
+        return ct_fail(err, "--crop-mode %s is not one of center, squash, border", cm);
+    double mean[3], std[3];
+    for (int c = 0; c < 3; c++) {
+        mean[c] = et.mean[c] = a->n_mean ? a->mean[a->n_mean == 3 ? c : 0] : m->cfg.mean[c];
+        std[c] = a->n_std ? a->std[a->n_std == 3 ? c : 0] : m->cfg.std[c];
+    }
+
+    int rc = -1, *valid = NULL, nvalid = 0;
+    Dataset *ds = NULL;
+    Loader *ld = NULL;
+    Graph g = {0};
+    CtState st = {0};
+    float *x = NULL, *sub = NULL;
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = split, .class_map = a->class_map};
+    if (a->dataset && !strcmp(a->dataset, "tar"))
+        dc.kind = CT_DS_TAR;
+    else if (a->dataset && !strcmp(a->dataset, "folder"))
+        dc.kind = CT_DS_FOLDER;
+    else if (a->dataset && strcmp(a->dataset, "shapes"))
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", a->dataset);
+    if (dataset_open(&ds, &dc, err))
+        return -1;
+    int classes = a->num_classes > 0 ? a->num_classes : dataset_num_classes(ds);
+    if (a->valid_labels && read_valid_labels(a->valid_labels, classes, &valid, &nvalid, err))
+        goto done;
+    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .eval = &et, .world_size = 1};
+    if (loader_create(&ld, ds, &lc, err) || build_eval(m, a->batch_size, classes, img, amp, a->channels_last, &g, err) ||
+        backend_check(be, &g, err))
+        goto done;
+    state_create(&st, &g);
+    state_init(&st, 0);
+    if (a->checkpoint && ckpt_load_weights(a->checkpoint, &st, err)) {
+        ct_failctx(err, "--checkpoint");
+        goto done;
+    }
+    if (a->use_ema && (!a->checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->checkpoint, &st, err)))
+        goto done;
+    res->param_count = (double)graph_param_count(&g) / 1e6;
+    printf("Model %s created, param count: %lld\n", m->name, (long long)graph_param_count(&g));
+    if (!a->checkpoint)
+        printf("No --checkpoint: validating the model's initial weights (seed 0)\n");
+    printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(ds),
+           dataset_len(ds), classes, img, img, et.crop_pct, interp, be->name,
+           amp == CT_F32 ? "" : amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
+    x = malloc(sizeof *x * (size_t)a->batch_size * 3 * (size_t)img * (size_t)img);
+    sub = valid ? malloc(sizeof *sub * (size_t)a->batch_size * (size_t)nvalid) : NULL;
+    CT_ASSERT(x != NULL && (!valid || sub != NULL));
+    size_t nb = loader_epoch_batches(ld);
+    EvalMeter meter = {0};
+    double t0 = now(), tb = t0;
+    if (loader_start_epoch(ld, 0, err))
+        goto done;
+    for (size_t i = 0; i < nb; i++) {
+        const Batch *bt = NULL;
+        CtTensor logits;
+        if (loader_next(ld, &bt, err) != 1) {
+            if (!bt && !err->msg[0])
+                ct_fail(err, "the split ended after %zu of %zu batches", i, nb);
+            goto done;
+        }
+        eval_normalise(bt, a->batch_size, mean, std, x);
+        CtTensor in = {{{4, {a->batch_size, 3, img, img}}, CT_F32}, x};
+        if (be->run(&g, &st, &in, 1, &logits, err))
+            goto done;
+        const float *z = logits.data;
+        int C = classes;
+        if (valid) { /* output[:, valid_labels] */
+            for (int b = 0; b < bt->n; b++)
+                for (int k = 0; k < nvalid; k++)
+                    sub[(size_t)b * nvalid + k] = z[(size_t)b * classes + valid[k]];
+            z = sub;
+            C = nvalid;
+        }
+        int bad_label = -1;
+        for (int b = 0; b < bt->n; b++)
+            if (bt->labels[b] < 0 || bt->labels[b] >= C)
+                bad_label = b;
+        if (bad_label >= 0) {
+            tensor_free(&logits);
+            ct_fail(err, "label %lld is out of range for %d classes", (long long)bt->labels[bad_label], C);
+            goto done;
+        }
+        EvalBatch eb = eval_meter_add(&meter, z, C, bt->labels, bt->n);
+        tensor_free(&logits);
+        double t = now(), avg = (t - t0) / (double)(i + 1);
+        if (i % (size_t)a->log_freq == 0)
+            printf("Test: [%4zu/%zu]  Time: %.3fs (%.3fs, %7.2f/s)  Loss: %7.4f (%6.4f)  Acc@1: %7.3f (%7.3f)  "
+                   "Acc@5: %7.3f (%7.3f)\n",
+                   i, nb, t - tb, avg, bt->n / avg, eb.loss, eval_loss(&meter), eb.top1, eval_top1(&meter), eb.top5,
+                   eval_top5(&meter));
+        fflush(stdout);
+        tb = t;
+    }
+    /* validate.py rounds the results to 4 places */
+    res->top1 = round(eval_top1(&meter) * 1e4) / 1e4;
+    res->top5 = round(eval_top5(&meter) * 1e4) / 1e4;
+    res->img_size = img;
+    res->crop_pct = et.crop_pct;
+    snprintf(res->model, sizeof res->model, "%s", m->name);
+    snprintf(res->interpolation, sizeof res->interpolation, "%s", interp);
+    res->ok = 1;
+    printf(" * Acc@1 %.3f (%.3f) Acc@5 %.3f (%.3f)\n", res->top1, 100 - res->top1, res->top5, 100 - res->top5);
+    rc = 0;
+done:
+    free(x);
+    free(sub);
+    free(valid);
+    if (st.e)
+        state_free(&st);
+    graph_free(&g);
+    loader_destroy(ld);
+    dataset_close(ds);
+    return rc;
+}
+
+static cJSON *result_json(const Result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    CT_ASSERT(o != NULL);
+    cJSON_AddStringToObject(o, "model", r->model);
+    cJSON_AddNumberToObject(o, "top1", r->top1);
+    cJSON_AddNumberToObject(o, "top1_err", round((100 - r->top1) * 1e4) / 1e4);
+    cJSON_AddNumberToObject(o, "top5", r->top5);
+    cJSON_AddNumberToObject(o, "top5_err", round((100 - r->top5) * 1e4) / 1e4);
+    cJSON_AddNumberToObject(o, "param_count", round(r->param_count * 100) / 100);
+    cJSON_AddNumberToObject(o, "img_size", r->img_size);
+    cJSON_AddNumberToObject(o, "crop_pct", r->crop_pct);
+    cJSON_AddStringToObject(o, "interpolation", r->interpolation);
+    return o;
+}
+
+/* Python's str() of a float as csv.DictWriter writes it: repr, so 90.0 and 0.875. */
+static void py_float(FILE *f, double v)
+{
+    char buf[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, f);
+    if (!strpbrk(buf, ".eni"))
+        fputs(".0", f);
+}
+
+static int write_results(const char *path, const char *format, const Result *rs, int n, int list, CtErr *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ct_fail(err, "--results-file %s: %s", path, strerror(errno));
+    if (!strcmp(format, "json")) {
+        cJSON *j = list ? cJSON_CreateArray() : NULL;
+        for (int i = 0; i < n; i++)
+            if (list)
+                cJSON_AddItemToArray(j, result_json(&rs[i]));
+            else
+                j = result_json(&rs[i]);
+        char *s = cJSON_Print(j);
+        fprintf(f, "%s", s);
+        free(s);
+        cJSON_Delete(j);
+    } else {
+        fprintf(f, "model,top1,top1_err,top5,top5_err,param_count,img_size,crop_pct,interpolation\r\n");
+        for (int i = 0; i < n; i++) {
+            const double v[] = {rs[i].top1, round((100 - rs[i].top1) * 1e4) / 1e4, rs[i].top5,
+                                round((100 - rs[i].top5) * 1e4) / 1e4, round(rs[i].param_count * 100) / 100};
+            fprintf(f, "%s", rs[i].model);
+            for (int k = 0; k < 5; k++) {
+                fputc(',', f);
+                py_float(f, v[k]);
+            }
+            fprintf(f, ",%d,", rs[i].img_size);
+            py_float(f, rs[i].crop_pct);
+            fprintf(f, ",%s\r\n", rs[i].interpolation);
+        }
+    }
+    if (fclose(f))
+        return ct_fail(err, "--results-file %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int by_top1(const void *a, const void *b)
+{
+    double x = ((const Result *)a)->top1, y = ((const Result *)b)->top1;
+    return (x < y) - (x > y);
+}
+
+/* The model names of a --model-list file, one a line (blank lines skipped). */
+static char **read_list(const char *path, int *n, CtErr *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        ct_fail(err, "--model-list %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char **names = NULL, line[256];
+    *n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0])
+            continue;
+        names = realloc(names, sizeof *names * (size_t)(*n + 1));
+        CT_ASSERT(names != NULL);
+        names[(*n)++] = strdup(line);
+    }
+    fclose(f);
+    if (!*n)
+        ct_fail(err, "--model-list %s: no model names", path);
+    return names;
+}
+
+int main(int argc, char **argv)
+{
+    Args a;
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed)
+        return parsed > 0 ? 0 : 2;
+    if (strcmp(a.results_format, "csv") && strcmp(a.results_format, "json")) {
+        fprintf(stderr, "%s: --results-format %s is not one of csv, json\n", prog, a.results_format);
+        return 2;
+    }
+    CtErr err = {{0}};
+    struct stat sb;
+    /* validate.py: --model may name a file of model names */
+    const char *list = a.model_list ? a.model_list
+                     : (!model_find(a.model) && stat(a.model, &sb) == 0 && S_ISREG(sb.st_mode)) ? a.model : NULL;
+    int n = 1, failed = 0;
+    char **names = list ? read_list(list, &n, &err) : NULL;
+    if (list && !names) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return 2;
+    }
+    if (!list && !cli_model(prog, a.model))
+        return 2;
+    Result *rs = calloc((size_t)n, sizeof *rs);
+    CT_ASSERT(rs != NULL);
+    if (list)
+        printf("Running bulk validation on these models: ");
+    for (int i = 0; list && i < n; i++)
+        printf("%s%s", names[i], i + 1 < n ? ", " : "\n");
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        err.msg[0] = 0;
+        if (validate_one(&a, list ? names[i] : a.model, &rs[ok], &err)) {
+            fprintf(stderr, "%s: %s: %s\n", prog, list ? names[i] : a.model, err.msg);
+            failed++;
+            continue;
+        }
+        ok++;
+    }
+    if (list)
+        qsort(rs, (size_t)ok, sizeof *rs, by_top1);
+    int rc = failed && (!list || ok == 0) ? 1 : 0;
+    if (ok) {
+        cJSON *j = list ? cJSON_CreateArray() : result_json(&rs[0]);
+        for (int i = 0; list && i < ok; i++)
+            cJSON_AddItemToArray(j, result_json(&rs[i]));
+        char *s = cJSON_Print(j);
+        printf("--result\n%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+        if (a.results_file && write_results(a.results_file, a.results_format, rs, ok, list != NULL, &err)) {
+            fprintf(stderr, "%s: %s\n", prog, err.msg);
+            rc = 1;
+        }
+    }
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    free(rs);
+    return rc;
+}
