@@ -217,7 +217,7 @@ add_test(NAME train_clip_grad_model_ema COMMAND sh -c
   "rm -rf clip-ema-out && ${TRAIN_SHORT} --epochs 1 --clip-grad 1 --model-ema --output clip-ema-out > clip-ema.log && \
    grep -q '^Test: \\[' clip-ema.log && grep -q '^Test (EMA): \\[.*Acc@1: [0-9.]*  Acc@5' clip-ema.log && \
    grep -q 'ema.fc.weight' clip-ema-out/last.state.safetensors")
-set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP train_ema
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 
 # timm's data and augmentation flags reach the transforms.
@@ -256,7 +256,7 @@ add_test(NAME train_amp_bce_start_epoch COMMAND sh -c
    test $(grep -c . start-out/summary.csv) -eq 2 && grep -q '^1,' start-out/summary.csv && \
    ${TRAIN_SHORT} --epochs 2 --model-ema --resume ckpt-b/checkpoint-0.safetensors > ema-resume.log && \
    grep -q '^Test (EMA): .*Acc@1' ema-resume.log")
-set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt" FIXTURES_SETUP train_bce
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME train_amp_bad_dtype COMMAND ${FAIL} "--amp-dtype float8 is not one of float16, bfloat16"
   ${CMAKE_BINARY_DIR}/ctimm-train --amp --amp-dtype float8)
@@ -315,3 +315,39 @@ set_tests_properties(validate_refuses_no_ema validate_refuses_other_model valida
 add_test(NAME validate_unknown_model COMMAND ${FAIL} "unknown model 'resnet5'" ${VALIDATE} --model resnet5)
 add_test(NAME validate_bad_format COMMAND ${FAIL} "--results-format xml is not one of csv, json"
   ${VALIDATE} --results-format xml)
+
+# ctimm-avg-checkpoints and ctimm-clean-checkpoint: the average of the single
+# best checkpoint is that checkpoint (ctimm-validate gives its top-1), the
+# average of two loads and validates; an existing output is refused. The
+# cleaned EMA checkpoint validates as --use-ema does on the original; a file
+# with another model's tensors in the average is refused by name.
+set(AVG ${CMAKE_BINARY_DIR}/ctimm-avg-checkpoints)
+set(CLEAN ${CMAKE_BINARY_DIR}/ctimm-clean-checkpoint)
+add_test(NAME checkpoint_tools COMMAND sh -c
+  "rm -rf avg-out && mkdir avg-out && \
+   ${AVG} --input ckpt-b -n 1 --output avg-out/one.safetensors > avg1.log && \
+   grep -q 'checkpoint-1.safetensors' avg1.log && grep -aq 'ctimm.xxh3_128' avg-out/one.safetensors && \
+   ${VALIDATE} --checkpoint avg-out/one.safetensors --img-size 32 -b 100 --results-file avg-out/one.csv > /dev/null && \
+   ${VALIDATE} --checkpoint ckpt-b/checkpoint-1.safetensors --img-size 32 -b 100 --results-file avg-out/best.csv > /dev/null && \
+   cmp avg-out/one.csv avg-out/best.csv && \
+   ${AVG} --input ckpt-b --output avg-out/two.safetensors > avg2.log && grep -q 'average of 2 checkpoints' avg2.log && \
+   ${VALIDATE} --checkpoint avg-out/two.safetensors --img-size 32 -b 100 > /dev/null && \
+   ${FAIL} 'avg-out/two.safetensors already exists' ${AVG} --input ckpt-b --output avg-out/two.safetensors && \
+   ${CLEAN} --checkpoint clip-ema-out/last.safetensors --output avg-out/clean.safetensors > clean.log && \
+   grep -q '(model EMA weights)' clean.log && c=$(ls avg-out/clean-*.safetensors) && \
+   ${VALIDATE} --checkpoint $c --img-size 32 -b 100 --results-file avg-out/clean.csv > /dev/null && \
+   ${VALIDATE} --checkpoint clip-ema-out/last.safetensors --use-ema --img-size 32 -b 100 \
+     --results-file avg-out/ema.csv > /dev/null && cmp avg-out/clean.csv avg-out/ema.csv && \
+   ${FAIL} 'already exists' ${CLEAN} --checkpoint clip-ema-out/last.safetensors --output $c --no-hash && \
+   cp ckpt-b/checkpoint-0.safetensors avg-out/checkpoint-0.safetensors && \
+   cp ckpt-b/checkpoint-0.state.safetensors avg-out/checkpoint-0.state.safetensors && \
+   cp bce-out/last.state.safetensors avg-out/checkpoint-9.state.safetensors && \
+   ${CMAKE_BINARY_DIR}/ctimm-compile --model test_vit --num-classes 10 --save-weights avg-out/checkpoint-9.safetensors > /dev/null && \
+   ${FAIL} 'does not match|tensors but' ${AVG} --input avg-out --output avg-out/bad.safetensors --no-use-ema")
+set_tests_properties(checkpoint_tools PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt;train_ema;train_bce"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME checkpoint_tools_truncated COMMAND sh -c
+  "head -c 5000 ckpt-b/last.safetensors > short.safetensors && \
+   ${FAIL} 'short.safetensors' ${CLEAN} --checkpoint short.safetensors --output short-clean.safetensors && \
+   test ! -e short-clean.safetensors")
+set_tests_properties(checkpoint_tools_truncated PROPERTIES FIXTURES_REQUIRED train_ckpt)
