@@ -1,8 +1,11 @@
 #include "cli/common.h"
 
 #include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
 {
@@ -38,4 +41,86 @@ const ModelEntry *cli_model(const char *prog, const char *name)
         fprintf(stderr, "%s %s", i ? "," : "", close[i]);
     fprintf(stderr, " (--list-models shows all)\n");
     return NULL;
+}
+
+int cli_double(const char *prog, const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(d)) {
+        fprintf(stderr, "%s: --%s expects a number, got '%s'\n", prog, opt, s);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int cli_number_list(const char *prog, const char *opt, const char *arg, int argc, char **argv, double *out, int max,
+                    int *n)
+{
+    *n = 0;
+    for (const char *w = arg;;) {
+        char *end;
+        double v = strtod(w, &end);
+        if (end == w || (*end && *end != ',')) {
+            fprintf(stderr, "%s: --%s expects numbers, not '%s'\n", prog, opt, w);
+            return -1;
+        }
+        if (*n == max) {
+            fprintf(stderr, "%s: --%s takes at most %d values\n", prog, opt, max);
+            return -1;
+        }
+        out[(*n)++] = v;
+        if (*end == ',') {
+            w = end + 1;
+            continue;
+        }
+        if (optind >= argc || argv[optind][0] == '-' || (strtod(argv[optind], &end), end == argv[optind] || *end))
+            return 0;
+        w = argv[optind++];
+    }
+}
+
+int cli_positional(const char *prog, int argc, char **argv, const char **dir)
+{
+    if (optind < argc)
+        *dir = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+char **cli_read_lines(const char *what, const char *path, int *n, CtErr *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        ct_fail(err, "%s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    char **lines = NULL, line[1024];
+    *n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0])
+            continue;
+        lines = realloc(lines, sizeof *lines * (size_t)(*n + 1));
+        CT_ASSERT(lines != NULL);
+        lines[*n] = strdup(line);
+        CT_ASSERT(lines[*n] != NULL);
+        (*n)++;
+    }
+    fclose(f);
+    if (!*n)
+        ct_fail(err, "%s %s: no names in it", what, path);
+    return *n ? lines : NULL;
+}
+
+void cli_free_lines(char **lines, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
 }

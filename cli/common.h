@@ -9,6 +9,21 @@
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
 /* The option's value, or NULL (and a message) when it is missing. */
 const char *cli_value(const char *prog, int argc, char **argv, int *i);
+/* A finite number for option `opt` (its name without dashes). */
+int cli_double(const char *prog, const char *opt, const char *s, double *out);
+/* An argparse nargs='+' option inside a getopt_long loop: the numbers in
+ * `arg` (commas allowed) and in the numeric words after it, which are
+ * consumed (optind moves past them); at most max. */
+int cli_number_list(const char *prog, const char *opt, const char *arg, int argc, char **argv, double *out, int max,
+                    int *n);
+/* The one positional argument (a data folder) after getopt_long: *dir is
+ * set when there is one; a second is an error. */
+int cli_positional(const char *prog, int argc, char **argv, const char **dir);
+/* The non-empty lines of a text file (names: models, classes), malloc'd,
+ * freed with cli_free_lines; NULL and err set when it cannot be read or has
+ * none. `what` names the option in messages. */
+char **cli_read_lines(const char *what, const char *path, int *n, CtErr *err);
+void cli_free_lines(char **lines, int n);
 /* Finds a model or prints the closest names and returns NULL. */
 const ModelEntry *cli_model(const char *prog, const char *name);
 

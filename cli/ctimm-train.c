@@ -34,7 +34,6 @@
 #include "runtime/backend.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/mixup.h"
-#include "runtime/data/shapes.h"
 #include "runtime/scaler.h"
 #include "runtime/sched.h"
 
@@ -126,45 +125,12 @@ enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
-/* A flag of argparse's nargs='+': values in optarg (commas allowed) and in the
- * numeric words that follow it, which are consumed. */
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
-    *n = 0;
-    for (const char *w = arg;;) {
-        char *end;
-        double v = strtod(w, &end);
-        if (end == w || (*end && *end != ',')) {
-            fprintf(stderr, "%s: --%s expects numbers, not '%s'\n", prog, opt, w);
-            return -1;
-        }
-        if (*n == max) {
-            fprintf(stderr, "%s: --%s takes at most %d values\n", prog, opt, max);
-            return -1;
-        }
-        out[(*n)++] = v;
-        if (*end == ',') {
-            w = end + 1;
-            continue;
-        }
-        if (optind >= argc || argv[optind][0] == '-' || (strtod(argv[optind], &end), end == argv[optind] || *end))
-            return 0;
-        w = argv[optind++];
-    }
+    return cli_number_list(prog, opt, arg, argc, argv, out, max, n);
 }
 
-static int parse_double(const char *opt, const char *v, double *out)
-{
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(d)) {
-        fprintf(stderr, "%s: --%s expects a number, got '%s'\n", prog, opt, v);
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
+static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
 
 /* -c/--config FILE: train.py's YAML of argparse dest names (batch_size,
  * mixup, ...), whose values become the defaults the command line overrides.
@@ -512,13 +478,7 @@ static int parse_args(int argc, char **argv, Args *a)
             return -1;
         }
     }
-    if (optind < argc)
-        a->data_dir = argv[optind++];
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
-        return -1;
-    }
-    return 0;
+    return cli_positional(prog, argc, argv, &a->data_dir);
 }
 
 /* The data folder: the one given, or the embedded shapes set, made once. */
@@ -530,31 +490,12 @@ static int resolve_data(Args *a, char *root, size_t n, CtErr *err)
     }
     if (a->dataset && strcmp(a->dataset, "shapes"))
         return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
-    const char *base = getenv("CTIMM_DATA_DIR"), *home = getenv("HOME");
-    char dir[900];
-    if (base && *base)
-        snprintf(dir, sizeof dir, "%s", base);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/ctimm/data", home && *home ? home : ".");
-    char cmd[1000];
-    snprintf(cmd, sizeof cmd, "%s", dir);
-    for (char *p = cmd + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(cmd, 0755);
-            *p = '/';
-        }
-    mkdir(cmd, 0755);
-    snprintf(root, n, "%s/shapes-64", dir);
-    ShapesConfig sc = shapes_config_default();
-    int made = 0;
-    if (shapes_generate(root, &sc, &made, err))
+    int size;
+    if (eval_embedded_data(root, n, &size, err))
         return -1;
-    if (made)
-        printf("Generated the embedded shapes dataset in %s\n", root);
     a->val_split = "val";
     if (a->img_size <= 0)
-        a->img_size = sc.img_size;
+        a->img_size = size;
     return 0;
 }
 

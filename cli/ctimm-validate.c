@@ -24,7 +24,6 @@
 #include "cli/train_checkpoint.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
-#include "runtime/data/shapes.h"
 #include "runtime/safetensors.h"
 
 static const char *const prog = "ctimm-validate";
@@ -43,11 +42,10 @@ static const char *const usage =
     "model EMA from a ctimm-train checkpoint's .state file.\n";
 
 typedef struct Args {
-    const char *data_dir, *dataset, *split, *class_map, *model, *model_list, *checkpoint, *device, *crop_mode;
-    const char *interpolation, *amp_dtype, *results_file, *results_format, *valid_labels;
-    int use_ema, num_classes, img_size, batch_size, workers, amp, channels_last, log_freq;
-    double crop_pct, mean[3], std[3], input_size[3];
-    int n_mean, n_std, n_input_size;
+    const char *data_dir, *dataset, *split, *class_map, *model, *model_list, *checkpoint, *device;
+    const char *amp_dtype, *results_file, *results_format, *valid_labels;
+    int use_ema, num_classes, batch_size, workers, amp, channels_last, log_freq;
+    EvalOpts eo;
 } Args;
 
 /* One model's results: validate.py's columns. */
@@ -67,32 +65,10 @@ static double now(void)
 /* Numbers for an nargs='+' flag: in optarg and the numeric words after it. */
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
-    *n = 0;
-    for (const char *w = arg;;) {
-        char *end;
-        double v = strtod(w, &end);
-        if (end == w || *end || *n == max) {
-            fprintf(stderr, "%s: --%s expects at most %d numbers, not '%s'\n", prog, opt, max, w);
-            return -1;
-        }
-        out[(*n)++] = v;
-        if (optind >= argc || (strtod(argv[optind], &end), end == argv[optind] || *end))
-            return 0;
-        w = argv[optind++];
-    }
+    return cli_number_list(prog, opt, arg, argc, argv, out, max, n);
 }
 
-static int parse_double(const char *opt, const char *v, double *out)
-{
-    char *end;
-    errno = 0;
-    *out = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(*out)) {
-        fprintf(stderr, "%s: --%s expects a number, got '%s'\n", prog, opt, v);
-        return -1;
-    }
-    return 0;
-}
+static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
 
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
 static int parse_args(int argc, char **argv, Args *a)
@@ -113,7 +89,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {0, 0, 0, 0}};
     *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
                 .results_format = "csv", .num_classes = -1, .batch_size = 256, .workers = 4, .log_freq = 10,
-                .crop_pct = -1};
+                .eo = {.crop_pct = -1}};
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
@@ -127,13 +103,13 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_CKPT: a->checkpoint = optarg; break;
         case O_EMA: a->use_ema = 1; break;
         case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
-        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->img_size); break;
-        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->input_size, 3, &a->n_input_size); break;
-        case O_CROP: bad = parse_double("crop-pct", optarg, &a->crop_pct); break;
-        case O_CROP_MODE: a->crop_mode = optarg; break;
-        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->mean, 3, &a->n_mean); break;
-        case O_STD: bad = parse_list("std", optarg, argv, argc, a->std, 3, &a->n_std); break;
-        case O_INTERP: a->interpolation = optarg; break;
+        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->eo.img_size); break;
+        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->eo.input_size, 3, &a->eo.n_input_size); break;
+        case O_CROP: bad = parse_double("crop-pct", optarg, &a->eo.crop_pct); break;
+        case O_CROP_MODE: a->eo.crop_mode = optarg; break;
+        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->eo.mean, 3, &a->eo.n_mean); break;
+        case O_STD: bad = parse_list("std", optarg, argv, argc, a->eo.std, 3, &a->eo.n_std); break;
+        case O_INTERP: a->eo.interpolation = optarg; break;
         case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
         case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
         case O_AMP: a->amp = 1; break;
@@ -151,12 +127,8 @@ static int parse_args(int argc, char **argv, Args *a)
     }
     if (bad)
         return -1;
-    if (optind < argc)
-        a->data_dir = argv[optind++];
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+    if (cli_positional(prog, argc, argv, &a->data_dir))
         return -1;
-    }
     return 0;
 }
 
@@ -193,60 +165,6 @@ static int read_valid_labels(const char *path, int classes, int **out, int *n, C
     return *n ? 0 : ct_fail(err, "--valid-labels %s: no class indices", path);
 }
 
-/* The data folder: the one given, or the embedded shapes set's val split. */
-static int resolve_data(const Args *a, char *root, size_t n, const char **split, CtErr *err)
-{
-    if (a->data_dir) {
-        snprintf(root, n, "%s", a->data_dir);
-        return 0;
-    }
-    if (a->dataset && strcmp(a->dataset, "shapes"))
-        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
-    const char *base = getenv("CTIMM_DATA_DIR"), *home = getenv("HOME");
-    char dir[900];
-    if (base && *base)
-        snprintf(dir, sizeof dir, "%s", base);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/ctimm/data", home && *home ? home : ".");
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0755);
-            *p = '/';
-        }
-    mkdir(dir, 0755);
-    snprintf(root, n, "%s/shapes-64", dir);
-    ShapesConfig sc = shapes_config_default();
-    int made = 0;
-    if (shapes_generate(root, &sc, &made, err))
-        return -1;
-    *split = "val";
-    return 0;
-}
-
-/* The model's eval graph as validate.py runs it: bn_fold, then autocast and
- * channels-last when asked. */
-static int build_eval(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
-                      CtErr *err)
-{
-    ModelSpec spec = {.batch_size = batch, .training = 0,
-                      .args = {.num_classes = classes, .img_size = img, .drop_rate = 0, .drop_path_rate = 0}};
-    if (model_build(m, &spec, g, err))
-        return -1;
-    for (int k = 0; k < 3; k++) {
-        if ((k == 1 && amp == CT_F32) || (k == 2 && !channels_last))
-            continue;
-        Graph next;
-        int rc = k == 0 ? bn_fold(g, &next, err) : k == 1 ? amp_cast(g, amp, &next, err)
-                                                          : layout_channels_last(g, &next, err);
-        if (rc)
-            return -1;
-        graph_free(g);
-        *g = next;
-    }
-    return 0;
-}
-
 /* --use-ema: the "ema.<name>" tensors of CKPT's .state file, under <name>. */
 static int load_ema(const char *ckpt, CtState *s, CtErr *err)
 {
@@ -274,40 +192,30 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
         return ct_fail(err, "--device cuda: the CUDA backend is not built yet; use --device cpu");
     if (!be)
         return ct_fail(err, "unknown --device '%s' (cpu, ref)", a->device);
-    CtDType amp = CT_F32;
-    if (a->amp && strcmp(a->amp_dtype, "float16") && strcmp(a->amp_dtype, "bfloat16"))
+    int amp = eval_amp_dtype(a->amp, a->amp_dtype);
+    if (amp < 0)
         return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
-    if (a->amp)
-        amp = a->amp_dtype[0] == 'f' ? CT_F16 : CT_BF16;
     char root[1000];
     const char *split = a->split;
-    if (resolve_data(a, root, sizeof root, &split, err))
-        return -1;
-    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
-        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
-    if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
-        return ct_fail(err, "--mean and --std take 1 or 3 values");
-    int img = a->n_input_size ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : m->cfg.input_size[1];
-    EvalTransform et = eval_transform_default(img);
-    et.crop_pct = a->crop_pct > 0 ? a->crop_pct : m->cfg.crop_pct;
-    const char *interp = a->interpolation ? a->interpolation : m->cfg.interpolation;
-    int ip = eval_interp_parse(interp);
-    if (ip < 0)
-        return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
-    et.interp = (CtInterp)ip;
-    const char *cm = a->crop_mode ? a->crop_mode : m->cfg.crop_mode ? m->cfg.crop_mode : "center";
-    if (!strcmp(cm, "squash"))
-        et.crop_mode = CT_CROP_SQUASH;
-    else if (!strcmp(cm, "border"))
-        et.crop_mode = CT_CROP_BORDER;
-    else if (strcmp(cm, "center"))
-        return ct_fail(err, "--crop-mode %s is not one of center, squash, border", cm);
-    double mean[3], std[3];
-    for (int c = 0; c < 3; c++) {
-        mean[c] = et.mean[c] = a->n_mean ? a->mean[a->n_mean == 3 ? c : 0] : m->cfg.mean[c];
-        std[c] = a->n_std ? a->std[a->n_std == 3 ? c : 0] : m->cfg.std[c];
+    EvalOpts eo = a->eo;
+    if (a->data_dir) {
+        snprintf(root, sizeof root, "%s", a->data_dir);
+    } else if (a->dataset && strcmp(a->dataset, "shapes")) {
+        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
+    } else { /* the embedded set's val split, at its own size unless asked */
+        int size;
+        if (eval_embedded_data(root, sizeof root, &size, err))
+            return -1;
+        split = "val";
+        if (eo.img_size <= 0 && !eo.n_input_size)
+            eo.img_size = size;
     }
-
+    int img;
+    EvalTransform et;
+    double mean[3], std[3];
+    if (eval_config(m, &eo, &img, &et, mean, std, err))
+        return -1;
+    const char *interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     int rc = -1, *valid = NULL, nvalid = 0;
     Dataset *ds = NULL;
     Loader *ld = NULL;
@@ -327,7 +235,7 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     if (a->valid_labels && read_valid_labels(a->valid_labels, classes, &valid, &nvalid, err))
         goto done;
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .eval = &et, .world_size = 1};
-    if (loader_create(&ld, ds, &lc, err) || build_eval(m, a->batch_size, classes, img, amp, a->channels_last, &g, err) ||
+    if (loader_create(&ld, ds, &lc, err) || eval_graph(m, a->batch_size, classes, img, (CtDType)amp, a->channels_last, &g, err) ||
         backend_check(be, &g, err))
         goto done;
     state_create(&st, &g);
@@ -488,30 +396,6 @@ static int by_top1(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The model names of a --model-list file, one a line (blank lines skipped). */
-static char **read_list(const char *path, int *n, CtErr *err)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        ct_fail(err, "--model-list %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char **names = NULL, line[256];
-    *n = 0;
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (!line[0])
-            continue;
-        names = realloc(names, sizeof *names * (size_t)(*n + 1));
-        CT_ASSERT(names != NULL);
-        names[(*n)++] = strdup(line);
-    }
-    fclose(f);
-    if (!*n)
-        ct_fail(err, "--model-list %s: no model names", path);
-    return names;
-}
-
 int main(int argc, char **argv)
 {
     Args a;
@@ -528,7 +412,7 @@ int main(int argc, char **argv)
     const char *list = a.model_list ? a.model_list
                      : (!model_find(a.model) && stat(a.model, &sb) == 0 && S_ISREG(sb.st_mode)) ? a.model : NULL;
     int n = 1, failed = 0;
-    char **names = list ? read_list(list, &n, &err) : NULL;
+    char **names = list ? cli_read_lines("--model-list", list, &n, &err) : NULL;
     if (list && !names) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         return 2;
@@ -567,9 +451,8 @@ int main(int argc, char **argv)
             rc = 1;
         }
     }
-    for (int i = 0; names && i < n; i++)
-        free(names[i]);
-    free(names);
+    if (names)
+        cli_free_lines(names, n);
     free(rs);
     return rc;
 }

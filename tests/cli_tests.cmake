@@ -351,3 +351,27 @@ add_test(NAME checkpoint_tools_truncated COMMAND sh -c
    ${FAIL} 'short.safetensors' ${CLEAN} --checkpoint short.safetensors --output short-clean.safetensors && \
    test ! -e short-clean.safetensors")
 set_tests_properties(checkpoint_tools_truncated PROPERTIES FIXTURES_REQUIRED train_ckpt)
+
+# ctimm-infer: the top-1 class names it writes for the val split (names from
+# --class-map) are right exactly as often as ctimm-validate's top-1 says; top-3
+# with indices in json-split; refusals.
+set(INFER ${CMAKE_BINARY_DIR}/ctimm-infer)
+add_test(NAME infer_checkpoint COMMAND sh -c
+  "rm -rf infer-out && ls data/shapes-64/val > classes.txt && \
+   ${INFER} data/shapes-64/val --img-size 32 --checkpoint ckpt-a/model_best.safetensors --class-map classes.txt \
+     -b 100 --results-dir infer-out --no-console-results > infer.log && \
+   head -1 infer-out/test_resnet-32.csv | grep -qx 'filename,label,prob' && \
+   test $(grep -c jpg infer-out/test_resnet-32.csv) -eq 500 && \
+   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 100 --results-file infer-val.csv > /dev/null && \
+   tail -n +2 infer-out/test_resnet-32.csv | awk -F, -v top1=$(sed -n 2p infer-val.csv | cut -d, -f2) \
+     '{split($1, a, \"_\"); n++; c += a[1] == $2} END {exit !(n == 500 && 100 * c / n == top1)}' && \
+   ${INFER} data/shapes-64/val --img-size 32 --checkpoint ckpt-a/model_best.safetensors --topk 3 --include-index --num-classes 10 \
+     --output-type logit --results-file top3.json --results-format json-split --results-dir infer-out \
+     --no-console-results > /dev/null && \
+   grep -q '\"columns\":.*\"filename\", \"index\", \"logit\"' infer-out/top3.json")
+set_tests_properties(infer_checkpoint PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME infer_bad_format COMMAND ${FAIL} "--results-format parquet is not one of csv, json, json-split"
+  ${INFER} --results-format parquet)
+add_test(NAME infer_exclude_needs_topk COMMAND ${FAIL} "--exclude-output needs --topk > 0"
+  ${INFER} --exclude-output --topk 0)

@@ -1,0 +1,547 @@
+/*
+ * ctimm-infer: timm's inference.py. Runs the model's eval graph (bn_fold,
+ * amp, channels-last as asked) over every image of a folder or tar (class
+ * subfolders or none) with timm's eval transform and writes, per image, the
+ * top-k class indices, class names (from --class-map, the training class
+ * order) and probabilities (or logits): the columns inference.py's
+ * DataFrame has (filename, index, label, prob/logit; --results-separate-col
+ * splits them into index_0, prob_0, ...), as csv, json (by filename) or
+ * json-split, to --results-dir/--results-file (default <model>-<img>.<ext>),
+ * and as JSON after "--result" on stdout.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cJSON.h>
+
+#include "cli/common.h"
+#include "cli/eval.h"
+#include "cli/train_checkpoint.h"
+#include "runtime/backend.h"
+
+static const char *const prog = "ctimm-infer";
+
+static const char *const usage =
+    "usage: ctimm-infer [DATA_DIR] [--data-dir DIR] [--dataset folder|tar] [--split NAME] [-m|--model NAME]\n"
+    "                   [--checkpoint CKPT] [--num-classes N] [--class-map FILE] [--img-size N]\n"
+    "                   [--input-size 3 H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
+    "                   [--interpolation NAME] [-b 256] [-j 2] [--amp] [--amp-dtype float16|bfloat16]\n"
+    "                   [--channels-last] [--device cpu|ref] [--log-freq 10] [--topk 1]\n"
+    "                   [--output-type prob|logit] [--include-index] [--exclude-output] [--fullname]\n"
+    "                   [--results-dir DIR] [--results-file NAME] [--results-format csv|json|json-split ...]\n"
+    "                   [--results-separate-col] [--filename-col filename] [--index-col index]\n"
+    "                   [--label-col label] [--output-col NAME] [--no-console-results]\n"
+    "--class-map FILE names the classes (one a line, in class-index order) for the label column.\n";
+
+typedef struct Args {
+    const char *data_dir, *dataset, *split, *model, *checkpoint, *class_map, *device, *amp_dtype, *output_type;
+    const char *results_dir, *results_file, *formats[4], *filename_col, *index_col, *label_col, *output_col;
+    int nformats, num_classes, batch_size, workers, amp, channels_last, log_freq, topk, include_index;
+    int exclude_output, fullname, separate_col, no_console;
+    EvalOpts eo;
+} Args;
+
+static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
+{
+    return cli_number_list(prog, opt, arg, argc, argv, out, max, n);
+}
+
+static int parse_args(int argc, char **argv, Args *a)
+{
+    enum { O_DATA = 1000, O_DATASET, O_SPLIT, O_CKPT, O_NC, O_CLASS_MAP, O_IMG, O_INPUT, O_CROP, O_CROP_MODE,
+           O_MEAN, O_STD, O_INTERP, O_AMP, O_AMP_DTYPE, O_CL, O_DEVICE, O_LOG, O_TOPK, O_OUT_TYPE, O_INDEX,
+           O_EXCLUDE, O_FULL, O_RDIR, O_RFILE, O_RFMT, O_SEP, O_FCOL, O_ICOL, O_LCOL, O_OCOL, O_NOCON };
+    static const struct option longs[] = {
+        {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT}, {"model", 1, 0, 'm'},
+        {"checkpoint", 1, 0, O_CKPT}, {"num-classes", 1, 0, O_NC}, {"class-map", 1, 0, O_CLASS_MAP},
+        {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT}, {"crop-pct", 1, 0, O_CROP},
+        {"crop-mode", 1, 0, O_CROP_MODE}, {"mean", 1, 0, O_MEAN}, {"std", 1, 0, O_STD},
+        {"interpolation", 1, 0, O_INTERP}, {"batch-size", 1, 0, 'b'}, {"workers", 1, 0, 'j'}, {"amp", 0, 0, O_AMP},
+        {"amp-dtype", 1, 0, O_AMP_DTYPE}, {"channels-last", 0, 0, O_CL}, {"device", 1, 0, O_DEVICE},
+        {"log-freq", 1, 0, O_LOG}, {"topk", 1, 0, O_TOPK}, {"output-type", 1, 0, O_OUT_TYPE},
+        {"include-index", 0, 0, O_INDEX}, {"exclude-output", 0, 0, O_EXCLUDE}, {"fullname", 0, 0, O_FULL},
+        {"results-dir", 1, 0, O_RDIR}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
+        {"results-separate-col", 0, 0, O_SEP}, {"filename-col", 1, 0, O_FCOL}, {"index-col", 1, 0, O_ICOL},
+        {"label-col", 1, 0, O_LCOL}, {"output-col", 1, 0, O_OCOL}, {"no-console-results", 0, 0, O_NOCON},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
+                .output_type = "prob", .filename_col = "filename", .index_col = "index", .label_col = "label",
+                .num_classes = -1, .batch_size = 256, .workers = 2, .log_freq = 10, .topk = 1,
+                .eo = {.crop_pct = -1}};
+    opterr = 0;
+    int c, bad = 0;
+    char *end;
+    while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
+        switch (c) {
+        case O_DATA: a->data_dir = optarg; break;
+        case O_DATASET: a->dataset = optarg; break;
+        case O_SPLIT: a->split = optarg; break;
+        case 'm': a->model = optarg; break;
+        case O_CKPT: a->checkpoint = optarg; break;
+        case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
+        case O_CLASS_MAP: a->class_map = optarg; break;
+        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->eo.img_size); break;
+        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->eo.input_size, 3, &a->eo.n_input_size); break;
+        case O_CROP:
+            a->eo.crop_pct = strtod(optarg, &end);
+            if ((bad = end == optarg || *end || !(a->eo.crop_pct > 0)))
+                fprintf(stderr, "%s: --crop-pct expects a positive number, got '%s'\n", prog, optarg);
+            break;
+        case O_CROP_MODE: a->eo.crop_mode = optarg; break;
+        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->eo.mean, 3, &a->eo.n_mean); break;
+        case O_STD: bad = parse_list("std", optarg, argv, argc, a->eo.std, 3, &a->eo.n_std); break;
+        case O_INTERP: a->eo.interpolation = optarg; break;
+        case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
+        case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
+        case O_AMP: a->amp = 1; break;
+        case O_AMP_DTYPE: a->amp_dtype = optarg; break;
+        case O_CL: a->channels_last = 1; break;
+        case O_DEVICE: a->device = optarg; break;
+        case O_LOG: bad = cli_int(prog, "--log-freq", optarg, 1, 1 << 30, &a->log_freq); break;
+        case O_TOPK: bad = cli_int(prog, "--topk", optarg, 0, 1 << 20, &a->topk); break;
+        case O_OUT_TYPE: a->output_type = optarg; break;
+        case O_INDEX: a->include_index = 1; break;
+        case O_EXCLUDE: a->exclude_output = 1; break;
+        case O_FULL: a->fullname = 1; break;
+        case O_RDIR: a->results_dir = optarg; break;
+        case O_RFILE: a->results_file = optarg; break;
+        case O_RFMT: /* nargs='+' */
+            a->nformats = 0;
+            for (optind--; optind < argc && argv[optind][0] != '-'; optind++) {
+                if (a->nformats == 4) {
+                    fprintf(stderr, "%s: --results-format takes at most 4 formats\n", prog);
+                    return -1;
+                }
+                a->formats[a->nformats++] = argv[optind];
+            }
+            break;
+        case O_SEP: a->separate_col = 1; break;
+        case O_FCOL: a->filename_col = optarg; break;
+        case O_ICOL: a->index_col = optarg; break;
+        case O_LCOL: a->label_col = optarg; break;
+        case O_OCOL: a->output_col = optarg; break;
+        case O_NOCON: a->no_console = 1; break;
+        case 'h': fputs(usage, stdout); return 1;
+        case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
+        default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
+        }
+    }
+    if (bad)
+        return -1;
+    if (cli_positional(prog, argc, argv, &a->data_dir))
+        return -1;
+    if (!a->nformats)
+        a->formats[a->nformats++] = "csv";
+    for (int k = 0; k < a->nformats; k++)
+        if (strcmp(a->formats[k], "csv") && strcmp(a->formats[k], "json") && strcmp(a->formats[k], "json-split")) {
+            fprintf(stderr, "%s: --results-format %s is not one of csv, json, json-split (parquet needs pandas)\n",
+                    prog, a->formats[k]);
+            return -1;
+        }
+    if (strcmp(a->output_type, "prob") && strcmp(a->output_type, "logit")) {
+        fprintf(stderr, "%s: --output-type %s is not one of prob, logit\n", prog, a->output_type);
+        return -1;
+    }
+    if (a->exclude_output && !a->topk) {
+        fprintf(stderr, "%s: --exclude-output needs --topk > 0 (the indices are all that is left)\n", prog);
+        return -1;
+    }
+    return 0;
+}
+
+/* Per image: k outputs and their class indices. */
+typedef struct Preds {
+    int k, nimg;
+    int *idx;   /* [nimg, k] */
+    float *val; /* [nimg, k] */
+} Preds;
+
+/* Top-k of row (torch.topk: largest first, ties to the lower index), or all
+ * k = C outputs in class order when topk is 0. */
+static void take(const float *row, int C, int topk, int *idx, float *val)
+{
+    if (!topk) {
+        for (int c = 0; c < C; c++) {
+            idx[c] = c;
+            val[c] = row[c];
+        }
+        return;
+    }
+    for (int j = 0; j < topk; j++) {
+        int best = -1;
+        for (int c = 0; c < C; c++) {
+            int used = 0;
+            for (int q = 0; q < j && !used; q++)
+                used = idx[q] == c;
+            if (!used && (best < 0 || row[c] > row[best]))
+                best = c;
+        }
+        idx[j] = best;
+        val[j] = row[best];
+    }
+}
+
+/* Python's repr of a float32 value (numpy's str of float32): the shortest
+ * decimal that reads back as the same float. */
+static void fmt_float(char *buf, size_t n, float v)
+{
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, n, "%.*g", p, (double)v);
+        if ((float)strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eni"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+typedef struct Table {
+    const Args *a;
+    const Preds *p;
+    char **files, **names;
+    int nnames, with_index, with_label, with_output, C;
+    const char *out_col;
+} Table;
+
+static const char *label_of(const Table *t, int c)
+{
+    static char buf[32];
+    if (c < t->nnames)
+        return t->names[c];
+    snprintf(buf, sizeof buf, "<unmapped:%d>", c); /* timm's label for an index the map lacks */
+    return buf;
+}
+
+/* The columns of one row, as (name, JSON value) pairs. */
+static cJSON *row_json(const Table *t, int i, int with_filename)
+{
+    cJSON *o = cJSON_CreateObject();
+    CT_ASSERT(o != NULL);
+    int k = t->p->k;
+    const int *idx = t->p->idx + (size_t)i * k;
+    const float *val = t->p->val + (size_t)i * k;
+    char col[300];
+    if (with_filename)
+        cJSON_AddStringToObject(o, t->a->filename_col, t->files[i]);
+    if (t->a->separate_col && k > 1) {
+        for (int j = 0; t->with_index && j < k; j++) {
+            snprintf(col, sizeof col, "%s_%d", t->a->index_col, j);
+            cJSON_AddNumberToObject(o, col, idx[j]);
+        }
+        for (int j = 0; t->with_label && j < k; j++) {
+            snprintf(col, sizeof col, "%s_%d", t->a->label_col, j);
+            cJSON_AddStringToObject(o, col, label_of(t, idx[j]));
+        }
+        for (int j = 0; t->with_output && j < k; j++) {
+            snprintf(col, sizeof col, "%s_%d", t->out_col, j);
+            cJSON_AddNumberToObject(o, col, val[j]);
+        }
+        return o;
+    }
+    if (t->with_index) {
+        if (k == 1)
+            cJSON_AddNumberToObject(o, t->a->index_col, idx[0]);
+        else
+            cJSON_AddItemToObject(o, t->a->index_col, cJSON_CreateIntArray(idx, k));
+    }
+    if (t->with_label) {
+        cJSON *l = k == 1 ? cJSON_CreateString(label_of(t, idx[0])) : cJSON_CreateArray();
+        for (int j = 0; k > 1 && j < k; j++)
+            cJSON_AddItemToArray(l, cJSON_CreateString(label_of(t, idx[j])));
+        cJSON_AddItemToObject(o, t->a->label_col, l);
+    }
+    if (t->with_output) {
+        if (k == 1)
+            cJSON_AddNumberToObject(o, t->out_col, val[0]);
+        else
+            cJSON_AddItemToObject(o, t->out_col, cJSON_CreateFloatArray(val, k));
+    }
+    return o;
+}
+
+/* pandas' to_csv of the same frame: a list cell as numpy prints one ("[3 1]",
+ * "[0.5 0.25]", "['cat' 'dog']"), a string quoted when it needs to be. */
+static void csv_cell(FILE *f, const cJSON *v, int ints)
+{
+    char buf[64];
+    if (cJSON_IsString(v)) {
+        const char *s = v->valuestring;
+        if (!strpbrk(s, ",\"\r\n")) {
+            fputs(s, f);
+            return;
+        }
+        fputc('"', f);
+        for (; *s; s++) {
+            if (*s == '"')
+                fputc('"', f);
+            fputc(*s, f);
+        }
+        fputc('"', f);
+    } else if (cJSON_IsArray(v)) {
+        fputc('[', f);
+        for (const cJSON *e = v->child; e; e = e->next) {
+            if (cJSON_IsString(e))
+                fprintf(f, "'%s'", e->valuestring);
+            else if (ints)
+                fprintf(f, "%d", e->valueint);
+            else {
+                fmt_float(buf, sizeof buf, (float)e->valuedouble);
+                fputs(buf, f);
+            }
+            if (e->next)
+                fputc(' ', f);
+        }
+        fputc(']', f);
+    } else if (ints) {
+        fprintf(f, "%d", v->valueint);
+    } else {
+        fmt_float(buf, sizeof buf, (float)v->valuedouble);
+        fputs(buf, f);
+    }
+}
+
+/* Whether column `name` holds class indices. */
+static int index_column(const Table *t, const char *name)
+{
+    size_t n = strlen(t->a->index_col);
+    return !strncmp(name, t->a->index_col, n) && (!name[n] || name[n] == '_');
+}
+
+static int write_table(const Table *t, const char *format, const char *path, CtErr *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ct_fail(err, "cannot write %s: %s", path, strerror(errno));
+    if (!strcmp(format, "csv")) {
+        for (int i = 0; i < t->p->nimg; i++) {
+            cJSON *o = row_json(t, i, 1);
+            if (i == 0) {
+                for (const cJSON *e = o->child; e; e = e->next)
+                    fprintf(f, "%s%s", e->string, e->next ? "," : "\n");
+            }
+            for (const cJSON *e = o->child; e; e = e->next) {
+                csv_cell(f, e, index_column(t, e->string));
+                fputs(e->next ? "," : "\n", f);
+            }
+            cJSON_Delete(o);
+        }
+    } else {
+        cJSON *j = cJSON_CreateObject();
+        CT_ASSERT(j != NULL);
+        if (!strcmp(format, "json")) { /* orient='index': {filename: {column: value}} */
+            for (int i = 0; i < t->p->nimg; i++)
+                cJSON_AddItemToObject(j, t->files[i], row_json(t, i, 0));
+        } else { /* orient='split', index=False: {"columns": [...], "data": [[...], ...]} */
+            cJSON *cols = cJSON_AddArrayToObject(j, "columns"), *data = cJSON_AddArrayToObject(j, "data");
+            for (int i = 0; i < t->p->nimg; i++) {
+                cJSON *o = row_json(t, i, 1), *row = cJSON_CreateArray();
+                for (cJSON *e = o->child; e; e = e->next) {
+                    if (i == 0)
+                        cJSON_AddItemToArray(cols, cJSON_CreateString(e->string));
+                    cJSON_AddItemToArray(row, cJSON_Duplicate(e, 1));
+                }
+                cJSON_AddItemToArray(data, row);
+                cJSON_Delete(o);
+            }
+        }
+        char *s = cJSON_Print(j);
+        fputs(s, f);
+        fputc('\n', f);
+        free(s);
+        cJSON_Delete(j);
+    }
+    if (fclose(f))
+        return ct_fail(err, "cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int infer(const Args *a, CtErr *err)
+{
+    const ModelEntry *m = cli_model(prog, a->model);
+    if (!m)
+        return 2;
+    const CtBackend *be = backend_find(a->device);
+    if (!strcmp(a->device, "cuda"))
+        return ct_fail(err, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+    if (!be)
+        return ct_fail(err, "unknown --device '%s' (cpu, ref)", a->device);
+    int amp = eval_amp_dtype(a->amp, a->amp_dtype);
+    if (amp < 0)
+        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
+    char root[1000];
+    const char *split = a->split;
+    EvalOpts eo = a->eo;
+    if (a->data_dir) {
+        snprintf(root, sizeof root, "%s", a->data_dir);
+    } else {
+        int size;
+        if (a->dataset || eval_embedded_data(root, sizeof root, &size, err))
+            return a->dataset ? ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset)
+                              : -1;
+        split = "val";
+        if (eo.img_size <= 0 && !eo.n_input_size)
+            eo.img_size = size;
+    }
+    int img;
+    EvalTransform et;
+    double mean[3], std[3];
+    if (eval_config(m, &eo, &img, &et, mean, std, err))
+        return -1;
+    int rc = -1, nnames = 0;
+    char **names = NULL, **files = NULL;
+    Dataset *ds = NULL;
+    Loader *ld = NULL;
+    Graph g = {0};
+    CtState st = {0};
+    float *x = NULL;
+    Preds p = {0};
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = split};
+    if (a->dataset && !strcmp(a->dataset, "tar"))
+        dc.kind = CT_DS_TAR;
+    else if (a->dataset && strcmp(a->dataset, "folder"))
+        return ct_fail(err, "--dataset %s is not one of folder, tar", a->dataset);
+    if (a->class_map && !(names = cli_read_lines("--class-map", a->class_map, &nnames, err)))
+        return -1;
+    if (dataset_open(&ds, &dc, err))
+        goto done;
+    int classes = a->num_classes > 0 ? a->num_classes : nnames > 0 ? nnames : m->cfg.num_classes;
+    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .eval = &et, .world_size = 1};
+    if (loader_create(&ld, ds, &lc, err) ||
+        eval_graph(m, a->batch_size, classes, img, (CtDType)amp, a->channels_last, &g, err) ||
+        backend_check(be, &g, err))
+        goto done;
+    state_create(&st, &g);
+    state_init(&st, 0);
+    if (a->checkpoint && ckpt_load_weights(a->checkpoint, &st, err)) {
+        ct_failctx(err, "--checkpoint");
+        goto done;
+    }
+    if (!a->checkpoint)
+        fprintf(stderr, "%s: no --checkpoint: predicting with the model's initial weights (seed 0)\n", prog);
+    size_t nimg = dataset_len(ds), nb = loader_epoch_batches(ld);
+    p.k = a->topk ? (a->topk < classes ? a->topk : classes) : classes;
+    p.nimg = (int)nimg;
+    p.idx = malloc(sizeof *p.idx * nimg * (size_t)p.k + 1);
+    p.val = malloc(sizeof *p.val * nimg * (size_t)p.k + 1);
+    files = calloc(nimg + 1, sizeof *files);
+    x = malloc(sizeof *x * (size_t)a->batch_size * 3 * (size_t)img * (size_t)img);
+    CT_ASSERT(p.idx && p.val && files && x);
+    int probs = !strcmp(a->output_type, "prob");
+    double t0 = now(), tb = t0;
+    size_t done_imgs = 0;
+    if (loader_start_epoch(ld, 0, err))
+        goto done;
+    for (size_t i = 0; i < nb; i++) {
+        const Batch *bt = NULL;
+        CtTensor logits;
+        if (loader_next(ld, &bt, err) != 1) {
+            if (!bt && !err->msg[0])
+                ct_fail(err, "the images ended after %zu of %zu batches", i, nb);
+            goto done;
+        }
+        eval_normalise(bt, a->batch_size, mean, std, x);
+        CtTensor in = {{{4, {a->batch_size, 3, img, img}}, CT_F32}, x};
+        if (be->run(&g, &st, &in, 1, &logits, err))
+            goto done;
+        float *z = logits.data;
+        for (int b = 0; b < bt->n; b++, done_imgs++) {
+            float *row = z + (size_t)b * classes;
+            if (probs) { /* softmax */
+                float mx = row[0];
+                double s = 0;
+                for (int c = 0; c < classes; c++)
+                    mx = row[c] > mx ? row[c] : mx;
+                for (int c = 0; c < classes; c++)
+                    s += exp((double)row[c] - mx);
+                for (int c = 0; c < classes; c++)
+                    row[c] = (float)(exp((double)row[c] - mx) / s);
+            }
+            take(row, classes, a->topk ? p.k : 0, p.idx + done_imgs * (size_t)p.k, p.val + done_imgs * (size_t)p.k);
+            char name[1024];
+            dataset_sample_name(ds, (size_t)bt->samples[b], name, sizeof name);
+            const char *base = strrchr(name, '/');
+            files[done_imgs] = strdup(a->fullname || !base ? name : base + 1);
+        }
+        tensor_free(&logits);
+        double t = now();
+        if (i % (size_t)a->log_freq == 0)
+            printf("Predict: [%zu/%zu] Time %.3f (%.3f)\n", i, nb, t - tb, (t - t0) / (double)(i + 1));
+        tb = t;
+    }
+    Table t = {.a = a, .p = &p, .files = files, .names = names, .nnames = nnames,
+               .with_index = a->include_index || !nnames, .with_label = nnames > 0, .with_output = !a->exclude_output,
+               .C = classes, .out_col = a->output_col ? a->output_col : probs ? "prob" : "logit"};
+    if (!a->topk)
+        t.with_index = t.with_label = 0; /* timm: no top-k, just the outputs */
+    char base[1200], path[2600];
+    const char *rf = a->results_file;
+    if (rf) {
+        snprintf(base, sizeof base, "%s", rf);
+        char *dot = strrchr(base, '.');
+        if (dot && (!strcmp(dot, ".csv") || !strcmp(dot, ".json")))
+            *dot = 0; /* inference.py drops a known extension and adds the format's */
+    } else {
+        snprintf(base, sizeof base, "%s-%d", m->name, img);
+    }
+    if (a->results_dir && mkdir(a->results_dir, 0755) && errno != EEXIST) {
+        ct_fail(err, "--results-dir %s: %s", a->results_dir, strerror(errno));
+        goto done;
+    }
+    for (int k = 0; k < a->nformats; k++) {
+        snprintf(path, sizeof path, "%s%s%s%s", a->results_dir ? a->results_dir : "", a->results_dir ? "/" : "", base,
+                 strcmp(a->formats[k], "csv") ? ".json" : ".csv");
+        if (write_table(&t, a->formats[k], path, err))
+            goto done;
+        printf("Wrote %s (%s)\n", path, a->formats[k]);
+    }
+    if (!a->no_console) {
+        cJSON *j = cJSON_CreateObject();
+        for (int i = 0; i < p.nimg; i++)
+            cJSON_AddItemToObject(j, files[i], row_json(&t, i, 0));
+        char *s = cJSON_Print(j);
+        printf("--result\n%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    }
+    rc = 0;
+done:
+    for (int i = 0; files && i < p.nimg; i++)
+        free(files[i]);
+    free(files);
+    if (names)
+        cli_free_lines(names, nnames);
+    free(p.idx);
+    free(p.val);
+    free(x);
+    if (st.e)
+        state_free(&st);
+    graph_free(&g);
+    loader_destroy(ld);
+    dataset_close(ds);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    Args a;
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed)
+        return parsed > 0 ? 0 : 2;
+    CtErr err = {{0}};
+    int rc = infer(&a, &err);
+    if (rc == -1)
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+    return rc ? (rc == 2 ? 2 : 1) : 0;
+}
