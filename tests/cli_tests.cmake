@@ -375,3 +375,17 @@ add_test(NAME infer_bad_format COMMAND ${FAIL} "--results-format parquet is not 
   ${INFER} --results-format parquet)
 add_test(NAME infer_exclude_needs_topk COMMAND ${FAIL} "--exclude-output needs --topk > 0"
   ${INFER} --exclude-output --topk 0)
+# --real-labels (ImageNet ReaL's JSON, matched by ILSVRC2012_val_* file names):
+# each image's own class gives the plain top-1/top-5, every class gives 100;
+# a label file of another length is refused. (On the "mixed" set, with empty
+# lists, timm's validate.py --real-labels gives the same numbers.)
+add_test(NAME validate_real_labels COMMAND sh -c
+  "R=${CMAKE_CURRENT_SOURCE_DIR}/make_real_labels.sh && V='${VALIDATE} --split= --img-size 32 --checkpoint ckpt-a/model_best.safetensors' && \
+   sh $R data/shapes-64/val real-own own && sh $R data/shapes-64/val real-all all && \
+   $V real-own | grep 'Acc@1 ' > real-plain.txt && $V real-own --real-labels real-own.json | grep 'Acc@1 ' > real-own.txt && \
+   cmp real-plain.txt real-own.txt && \
+   $V real-all --real-labels real-all.json | grep -q '^ \\* Acc@1 100.000 (0.000) Acc@5 100.000 (0.000)' && \
+   ${FAIL} 'real-all.json has 50 entries but the split has 500 images' ${VALIDATE} data/shapes-64 --split val \
+     --img-size 32 --real-labels real-all.json")
+set_tests_properties(validate_real_labels PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
