@@ -22,6 +22,7 @@
 
 #include "cli/common.h"
 #include "cli/eval.h"
+#include "cli/progress.h"
 #include "cli/train_checkpoint.h"
 #include "runtime/backend.h"
 
@@ -407,6 +408,7 @@ static int infer(const Args *a, CtErr *err)
     CtState st = {0};
     float *x = NULL;
     Preds p = {0};
+    Progress bar = {0};
     DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = split};
     if (a->dataset && !strcmp(a->dataset, "tar"))
         dc.kind = CT_DS_TAR;
@@ -441,6 +443,7 @@ static int infer(const Args *a, CtErr *err)
     int probs = !strcmp(a->output_type, "prob");
     double t0 = now(), tb = t0;
     size_t done_imgs = 0;
+    progress_begin(&bar, "Predict", nb, -1);
     if (loader_start_epoch(ld, 0, err))
         goto done;
     for (size_t i = 0; i < nb; i++) {
@@ -476,10 +479,12 @@ static int infer(const Args *a, CtErr *err)
         }
         tensor_free(&logits);
         double t = now();
+        progress_update(&bar, i + 1);
         if (i % (size_t)a->log_freq == 0)
-            printf("Predict: [%zu/%zu] Time %.3f (%.3f)\n", i, nb, t - tb, (t - t0) / (double)(i + 1));
+            progress_log(&bar, "Predict: [%zu/%zu] Time %.3f (%.3f)\n", i, nb, t - tb, (t - t0) / (double)(i + 1));
         tb = t;
     }
+    progress_end(&bar);
     Table t = {.a = a, .p = &p, .files = files, .names = names, .nnames = nnames,
                .with_index = a->include_index || !nnames, .with_label = nnames > 0, .with_output = !a->exclude_output,
                .C = classes, .out_col = a->output_col ? a->output_col : probs ? "prob" : "logit"};
@@ -517,6 +522,7 @@ static int infer(const Args *a, CtErr *err)
     }
     rc = 0;
 done:
+    progress_end(&bar);
     for (int i = 0; files && i < p.nimg; i++)
         free(files[i]);
     free(files);

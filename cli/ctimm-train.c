@@ -28,6 +28,7 @@
 
 #include "cli/common.h"
 #include "cli/eval.h"
+#include "cli/progress.h"
 #include "cli/train_checkpoint.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
@@ -819,6 +820,11 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
     float lr32 = 0, scale = 1;
     int rc = -1;
     CtTensor *out = calloc((size_t)r->train.noutputs, sizeof *out);
+    Progress bar;
+    char label[32];
+    snprintf(label, sizeof label, "Train %d", epoch);
+    progress_begin(&bar, label, nb, -1);
+    progress_update(&bar, first);
     if (loader_start_epoch_at(r->train_ld, (uint64_t)epoch, first, err))
         goto done;
     for (size_t i = first; i < nb; i++) {
@@ -872,16 +878,20 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         }
         sched_step_update(sched, ++num_updates);
         double avg = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
+        progress_update(&bar, i + 1);
         if (i % (size_t)r->a.log_interval == 0 || i + 1 == nb) {
             double el = now() - t0;
             size_t done_here = i + 1 - first;
-            printf("Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  Data: %.3f",
-                   epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
-                   (double)(done_here * (size_t)r->a.batch_size) / el, lr, data_time / (double)done_here);
+            char scale_note[64] = "";
             if (r->finite_out >= 0)
-                printf("  Scale: %g%s", r->scaler.scale, applied ? "" : " (step skipped)");
-            printf("\n");
-            fflush(stdout);
+                snprintf(scale_note, sizeof scale_note, "  Scale: %g%s", r->scaler.scale,
+                         applied ? "" : " (step skipped)");
+            progress_log(&bar,
+                         "Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  "
+                         "Data: %.3f%s\n",
+                         epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
+                         (double)(done_here * (size_t)r->a.batch_size) / el, lr, data_time / (double)done_here,
+                         scale_note);
         }
         /* timm's recovery checkpoint: every --recovery-interval batches and at
          * the epoch's last; and on Ctrl-C */
@@ -892,6 +902,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
                 goto done;
         }
         if (interrupted) {
+            progress_end(&bar);
             printf("Interrupted at epoch %d, batch %zu of %zu", epoch, i + 1, nb);
             if (r->saver)
                 printf("; resume with --resume %s/%s.safetensors\n", r->saver->dir, r->saver->recovery);
@@ -904,6 +915,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
     *mean = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
     rc = 0;
 done:
+    progress_end(&bar);
     free(out);
     return rc;
 }
@@ -915,20 +927,30 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
     size_t nb = loader_epoch_batches(r->val_ld);
     EvalMeter meter = {0};
     double t0 = now();
-    if (loader_start_epoch(r->val_ld, 0, err))
+    Progress bar;
+    progress_begin(&bar, log_name, nb, -1);
+    if (loader_start_epoch(r->val_ld, 0, err)) {
+        progress_end(&bar);
         return -1;
+    }
     for (size_t i = 0; i < nb; i++) {
         const Batch *bt = NULL;
         CtTensor logits;
-        if (loader_next(r->val_ld, &bt, err) != 1)
-            return bt ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
-        eval_normalise(bt, r->vb, r->mean, r->std, r->x);
-        CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
-        if (r->be->run(&r->eval, st, &in, 1, &logits, err))
-            return -1;
+        int got = loader_next(r->val_ld, &bt, err);
+        if (got == 1) {
+            eval_normalise(bt, r->vb, r->mean, r->std, r->x);
+            CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
+            got = r->be->run(&r->eval, st, &in, 1, &logits, err) ? -1 : 1;
+        }
+        if (got != 1) {
+            progress_end(&bar);
+            return got < 0 ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
+        }
         eval_meter_add(&meter, logits.data, r->classes, bt->labels, bt->n);
         tensor_free(&logits);
+        progress_update(&bar, i + 1);
     }
+    progress_end(&bar);
     *loss = eval_loss(&meter);
     *top1 = eval_top1(&meter);
     *top5 = eval_top5(&meter);

@@ -21,6 +21,7 @@
 
 #include "cli/common.h"
 #include "cli/eval.h"
+#include "cli/progress.h"
 #include "cli/real_labels.h"
 #include "cli/train_checkpoint.h"
 #include "passes/passes.h"
@@ -220,6 +221,7 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
         return -1;
     const char *interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     int rc = -1, *valid = NULL, nvalid = 0;
+    Progress bar = {0};
     RealLabels real = {0};
     Dataset *ds = NULL;
     Loader *ld = NULL;
@@ -264,6 +266,7 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     size_t nb = loader_epoch_batches(ld);
     EvalMeter meter = {0};
     double t0 = now(), tb = t0;
+    progress_begin(&bar, "Validate", nb, -1);
     if (loader_start_epoch(ld, 0, err))
         goto done;
     for (size_t i = 0; i < nb; i++) {
@@ -301,14 +304,16 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
             real_labels_add(&real, (size_t)bt->samples[b], z + (size_t)b * C, C);
         tensor_free(&logits);
         double t = now(), avg = (t - t0) / (double)(i + 1);
+        progress_update(&bar, i + 1);
         if (i % (size_t)a->log_freq == 0)
-            printf("Test: [%4zu/%zu]  Time: %.3fs (%.3fs, %7.2f/s)  Loss: %7.4f (%6.4f)  Acc@1: %7.3f (%7.3f)  "
-                   "Acc@5: %7.3f (%7.3f)\n",
-                   i, nb, t - tb, avg, bt->n / avg, eb.loss, eval_loss(&meter), eb.top1, eval_top1(&meter), eb.top5,
-                   eval_top5(&meter));
-        fflush(stdout);
+            progress_log(&bar,
+                         "Test: [%4zu/%zu]  Time: %.3fs (%.3fs, %7.2f/s)  Loss: %7.4f (%6.4f)  Acc@1: %7.3f (%7.3f)  "
+                         "Acc@5: %7.3f (%7.3f)\n",
+                         i, nb, t - tb, avg, bt->n / avg, eb.loss, eval_loss(&meter), eb.top1, eval_top1(&meter),
+                         eb.top5, eval_top5(&meter));
         tb = t;
     }
+    progress_end(&bar);
     /* validate.py rounds the results to 4 places; ReaL's replace the plain ones */
     res->top1 = round((a->real_labels ? real_labels_top1(&real) : eval_top1(&meter)) * 1e4) / 1e4;
     res->top5 = round((a->real_labels ? real_labels_top5(&real) : eval_top5(&meter)) * 1e4) / 1e4;
@@ -320,6 +325,7 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     printf(" * Acc@1 %.3f (%.3f) Acc@5 %.3f (%.3f)\n", res->top1, 100 - res->top1, res->top5, 100 - res->top5);
     rc = 0;
 done:
+    progress_end(&bar);
     free(x);
     free(sub);
     free(valid);

@@ -389,3 +389,11 @@ add_test(NAME validate_real_labels COMMAND sh -c
      --img-size 32 --real-labels real-all.json")
 set_tests_properties(validate_real_labels PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# Progress bars: drawn on a terminal (script(1) gives the run one), never in
+# a pipe or a log.
+add_test(NAME progress_bar_tty_only COMMAND sh -c
+  "V='${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 20' && \
+   script -qec \"$V\" /dev/null | tr '\\r' '\\n' | grep -q '^.*Validate \\[#*\\.*\\] [0-9]*/25' && \
+   ! $V | grep -q 'Validate \\['")
+set_tests_properties(progress_bar_tty_only PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
