@@ -397,3 +397,33 @@ add_test(NAME progress_bar_tty_only COMMAND sh -c
    ! $V | grep -q 'Validate \\['")
 set_tests_properties(progress_bar_tty_only PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# ctimm-bench: benchmark.py's columns (both; --detail's train phases), the
+# 13-model set's gmacs/macts/param_count equal to timm's published CSVs
+# (bench/anchor_join.awk joins on model and image size with the unfused-
+# attention rows of tests/data/timm_stats.csv, gathered from them), an unknown model in a
+# list skipped and reported, the out-of-memory batch-size decay (the memory
+# plan against $CTIMM_MEMORY_LIMIT) and --no-retry, refusals.
+set(BENCH ${CMAKE_BINARY_DIR}/ctimm-bench)
+add_test(NAME bench_columns COMMAND sh -c
+  "${BENCH} -m test_resnet -b 4 --num-warm-iter 1 --num-bench-iter 2 --results-file both.csv > both.log && \
+   head -1 both.csv | tr -d '\\r' | grep -qx 'model,infer_samples_per_sec,infer_step_time,infer_batch_size,infer_img_size,infer_gmacs,infer_macts,train_samples_per_sec,train_step_time,train_batch_size,train_img_size,param_count' && \
+   grep -q '^test_resnet,[0-9.]*,[0-9.]*,4,160,0.1,0.64,[0-9.]*,[0-9.]*,4,160,0.47' both.csv && \
+   ${BENCH} -m test_vit --bench train --detail -b 4 --num-warm-iter 0 --num-bench-iter 2 --results-file detail.json \
+     --results-format json > /dev/null && grep -q 'train_bwd_time' detail.json && \
+   printf 'test_vit\\nresnet5\\ntest_resnet\\n' > bench-list.txt && \
+   ${BENCH} --model-list bench-list.txt --bench inference -b 2 --num-warm-iter 0 --num-bench-iter 1 \
+     --results-file bench-list.csv > bench-list.log 2> bench-list.err && \
+   grep -q \"unknown model 'resnet5'\" bench-list.err && test $(grep -c '^test_' bench-list.csv) -eq 2")
+add_test(NAME bench_anchor_stats COMMAND sh -c
+  "${BENCH} --model-list ${CMAKE_SOURCE_DIR}/bench/benchmark_set.txt --bench profile --results-file prof.csv > /dev/null && \
+   awk -f ${CMAKE_SOURCE_DIR}/bench/anchor_join.awk ${CMAKE_CURRENT_SOURCE_DIR}/data/timm_stats.csv prof.csv")
+add_test(NAME bench_oom_retry COMMAND sh -c
+  "CTIMM_MEMORY_LIMIT=40000000 ${BENCH} -m test_resnet --bench train -b 64 --num-warm-iter 0 --num-bench-iter 1 \
+     --results-file oom.csv > oom.log 2>&1 && grep -q '^Reducing batch size to 48 for retry.' oom.log && \
+   grep -q '^test_resnet,[0-9.]*,[0-9.]*,[1-9],160,' oom.csv && \
+   CTIMM_MEMORY_LIMIT=40000000 ${FAIL} 'out of memory: the plan needs' ${BENCH} -m test_resnet --bench train -b 64 --no-retry")
+add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchmark.py's flag. is not implemented"
+  ${BENCH} --torchcompile)
+add_test(NAME bench_refuses_precision COMMAND ${FAIL} "--precision float16 is not one of float32, amp, amp_bfloat16"
+  ${BENCH} --precision float16)
