@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include "runtime/cuda/driver.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -123,4 +125,18 @@ void cli_free_lines(char **lines, int n)
     for (int i = 0; i < n; i++)
         free(lines[i]);
     free(lines);
+}
+
+const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
+{
+    if (!strcmp(device, "cuda")) {
+        char why[512];
+        cuda_unavailable_reason(why, sizeof why);
+        fprintf(stderr, "%s: --device cuda: %s; running on the cpu backend\n", prog, why);
+        return backend_find("cpu");
+    }
+    const CtBackend *be = backend_find(device);
+    if (!be)
+        ct_fail(err, "unknown --device '%s' (cpu, cuda, ref)", device);
+    return be;
 }

@@ -4,6 +4,7 @@
 #define CTIMM_CLI_COMMON_H
 
 #include "models/registry.h"
+#include "runtime/backend.h"
 
 /* Parses a whole decimal integer in [lo, hi] for option `opt`. */
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
@@ -24,6 +25,10 @@ int cli_positional(const char *prog, int argc, char **argv, const char **dir);
  * none. `what` names the option in messages. */
 char **cli_read_lines(const char *what, const char *path, int *n, CtErr *err);
 void cli_free_lines(char **lines, int n);
+/* The backend --device names: cpu, ref, or cuda, which falls back to the
+ * cpu backend with a line saying why (no driver, no GPU, or the CUDA
+ * executor not built yet); NULL and err set for an unknown name. */
+const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err);
 /* Finds a model or prints the closest names and returns NULL. */
 const ModelEntry *cli_model(const char *prog, const char *name);
 

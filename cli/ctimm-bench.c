@@ -47,7 +47,7 @@ static const char *const usage =
     "                   [-b 256] [--img-size N] [--input-size 3 H W] [--num-classes N] [--channels-last]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
-    "                   [--results-file FILE] [--results-format csv|json] [--device cpu|ref]\n"
+    "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|ref]\n"
     "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n";
 
 typedef struct Args {
@@ -581,16 +581,12 @@ int main(int argc, char **argv)
                 "pure float16/bfloat16 models are not implemented)\n", prog, a.amp ? a.amp_dtype : a.precision);
         return 2;
     }
-    if (!strcmp(a.device, "cuda")) {
-        fprintf(stderr, "%s: --device cuda: the CUDA backend is not built yet; use --device cpu\n", prog);
-        return 2;
-    }
-    const CtBackend *be = backend_find(a.device);
-    if (!be) {
-        fprintf(stderr, "%s: unknown --device '%s' (cpu, ref)\n", prog, a.device);
-        return 2;
-    }
     CtErr err = {{0}};
+    const CtBackend *be = cli_backend(prog, a.device, &err);
+    if (!be) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return 2;
+    }
     int n = 1;
     char **names = NULL;
     if (a.model_list && !(names = cli_read_lines("--model-list", a.model_list, &n, &err))) {

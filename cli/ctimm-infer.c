@@ -33,7 +33,7 @@ static const char *const usage =
     "                   [--checkpoint CKPT] [--num-classes N] [--class-map FILE] [--img-size N]\n"
     "                   [--input-size 3 H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
     "                   [--interpolation NAME] [-b 256] [-j 2] [--amp] [--amp-dtype float16|bfloat16]\n"
-    "                   [--channels-last] [--device cpu|ref] [--log-freq 10] [--topk 1]\n"
+    "                   [--channels-last] [--device cpu|cuda|ref] [--log-freq 10] [--topk 1]\n"
     "                   [--output-type prob|logit] [--include-index] [--exclude-output] [--fullname]\n"
     "                   [--results-dir DIR] [--results-file NAME] [--results-format csv|json|json-split ...]\n"
     "                   [--results-separate-col] [--filename-col filename] [--index-col index]\n"
@@ -373,11 +373,9 @@ static int infer(const Args *a, CtErr *err)
     const ModelEntry *m = cli_model(prog, a->model);
     if (!m)
         return 2;
-    const CtBackend *be = backend_find(a->device);
-    if (!strcmp(a->device, "cuda"))
-        return ct_fail(err, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+    const CtBackend *be = cli_backend(prog, a->device, err);
     if (!be)
-        return ct_fail(err, "unknown --device '%s' (cpu, ref)", a->device);
+        return -1;
     int amp = eval_amp_dtype(a->amp, a->amp_dtype);
     if (amp < 0)
         return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);

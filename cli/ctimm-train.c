@@ -82,7 +82,7 @@ static const char *const usage =
     "                   [--lr-noise-pct 0.67] [--lr-noise-std 1] [--lr-cycle-mul 1] [--lr-cycle-decay 0.5]\n"
     "                   [--lr-cycle-limit 1] [--lr-k-decay 1]\n"
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
-    "                   [--log-interval 50] [--device cpu|ref] [--output DIR] [--resume CKPT]\n"
+    "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
@@ -1078,12 +1078,8 @@ static int train(const Args *args)
         fprintf(stderr, "%s: --lr-base-scale is sqrt or linear, got '%s'\n", prog, r.a.lr_base_scale);
         return 2;
     }
-    if (!strcmp(r.a.device, "cuda")) {
-        fprintf(stderr, "%s: --device cuda: the CUDA backend is not built yet; use --device cpu\n", prog);
-        return 2;
-    }
-    if (!(r.be = backend_find(r.a.device))) {
-        fprintf(stderr, "%s: unknown --device '%s' (cpu, ref)\n", prog, r.a.device);
+    if (!(r.be = cli_backend(prog, r.a.device, &err))) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
         return 2;
     }
     r.amp = CT_F32;

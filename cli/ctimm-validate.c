@@ -37,7 +37,7 @@ static const char *const usage =
     "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
-    "                      [--device cpu|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
+    "                      [--device cpu|cuda|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
     "                      [--results-file FILE] [--results-format csv|json]\n"
     "With no DATA_DIR it validates on the embedded shapes dataset's val split.\n"
     "--checkpoint takes a ctimm or timm safetensors state_dict; --use-ema takes the\n"
@@ -191,11 +191,9 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     const ModelEntry *m = model_find(model_name);
     if (!m)
         return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model_name);
-    const CtBackend *be = backend_find(a->device);
-    if (!strcmp(a->device, "cuda"))
-        return ct_fail(err, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+    const CtBackend *be = cli_backend(prog, a->device, err);
     if (!be)
-        return ct_fail(err, "unknown --device '%s' (cpu, ref)", a->device);
+        return -1;
     int amp = eval_amp_dtype(a->amp, a->amp_dtype);
     if (amp < 0)
         return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
