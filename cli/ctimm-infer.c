@@ -373,89 +373,41 @@ static int infer(const Args *a, CtErr *err)
     const ModelEntry *m = cli_model(prog, a->model);
     if (!m)
         return 2;
-    const CtBackend *be = cli_backend(prog, a->device, err);
-    if (!be)
-        return -1;
-    int amp = eval_amp_dtype(a->amp, a->amp_dtype);
-    if (amp < 0)
-        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
-    char root[1000];
-    const char *split = a->split;
-    EvalOpts eo = a->eo;
-    if (a->data_dir) {
-        snprintf(root, sizeof root, "%s", a->data_dir);
-    } else {
-        int size;
-        if (a->dataset || eval_embedded_data(root, sizeof root, &size, err))
-            return a->dataset ? ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset)
-                              : -1;
-        split = "val";
-        if (eo.img_size <= 0 && !eo.n_input_size)
-            eo.img_size = size;
-    }
-    int img;
-    EvalTransform et;
-    double mean[3], std[3];
-    if (eval_config(m, &eo, &img, &et, mean, std, err))
-        return -1;
     int rc = -1, nnames = 0;
     char **names = NULL, **files = NULL;
-    Dataset *ds = NULL;
-    Loader *ld = NULL;
-    Graph g = {0};
-    CtState st = {0};
-    float *x = NULL;
     Preds p = {0};
     Progress bar = {0};
-    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = split};
-    if (a->dataset && !strcmp(a->dataset, "tar"))
-        dc.kind = CT_DS_TAR;
-    else if (a->dataset && strcmp(a->dataset, "folder"))
-        return ct_fail(err, "--dataset %s is not one of folder, tar", a->dataset);
+    EvalSession s;
     if (a->class_map && !(names = cli_read_lines("--class-map", a->class_map, &nnames, err)))
         return -1;
-    if (dataset_open(&ds, &dc, err))
-        goto done;
-    int classes = a->num_classes > 0 ? a->num_classes : nnames > 0 ? nnames : m->cfg.num_classes;
-    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .eval = &et, .world_size = 1};
-    if (loader_create(&ld, ds, &lc, err) ||
-        eval_graph(m, a->batch_size, classes, img, (CtDType)amp, a->channels_last, &g, err) ||
-        backend_check(be, &g, err))
-        goto done;
-    state_create(&st, &g);
-    state_init(&st, 0);
-    if (a->checkpoint && ckpt_load_weights(a->checkpoint, &st, err)) {
-        ct_failctx(err, "--checkpoint");
-        goto done;
+    EvalSetup u = {.data_dir = a->data_dir, .dataset = a->dataset, .split = a->split, .checkpoint = a->checkpoint,
+                   .device = a->device, .amp_dtype = a->amp_dtype, .amp = a->amp, .channels_last = a->channels_last,
+                   .batch_size = a->batch_size, .workers = a->workers,
+                   .classes = a->num_classes > 0 ? a->num_classes : nnames > 0 ? nnames : m->cfg.num_classes,
+                   .eo = a->eo};
+    if (eval_open(&s, prog, m, &u, err)) {
+        if (names)
+            cli_free_lines(names, nnames);
+        return -1;
     }
+    int classes = s.classes;
     if (!a->checkpoint)
         fprintf(stderr, "%s: no --checkpoint: predicting with the model's initial weights (seed 0)\n", prog);
-    size_t nimg = dataset_len(ds), nb = loader_epoch_batches(ld);
+    size_t nimg = dataset_len(s.ds), nb = s.nbatches;
     p.k = a->topk ? (a->topk < classes ? a->topk : classes) : classes;
     p.nimg = (int)nimg;
     p.idx = malloc(sizeof *p.idx * nimg * (size_t)p.k + 1);
     p.val = malloc(sizeof *p.val * nimg * (size_t)p.k + 1);
     files = calloc(nimg + 1, sizeof *files);
-    x = malloc(sizeof *x * (size_t)a->batch_size * 3 * (size_t)img * (size_t)img);
-    CT_ASSERT(p.idx && p.val && files && x);
+    CT_ASSERT(p.idx && p.val && files);
     int probs = !strcmp(a->output_type, "prob");
     double t0 = now(), tb = t0;
     size_t done_imgs = 0;
     progress_begin(&bar, "Predict", nb, -1);
-    if (loader_start_epoch(ld, 0, err))
-        goto done;
-    for (size_t i = 0; i < nb; i++) {
-        const Batch *bt = NULL;
-        CtTensor logits;
-        if (loader_next(ld, &bt, err) != 1) {
-            if (!bt && !err->msg[0])
-                ct_fail(err, "the images ended after %zu of %zu batches", i, nb);
-            goto done;
-        }
-        eval_normalise(bt, a->batch_size, mean, std, x);
-        CtTensor in = {{{4, {a->batch_size, 3, img, img}}, CT_F32}, x};
-        if (be->run(&g, &st, &in, 1, &logits, err))
-            goto done;
+    const Batch *bt;
+    CtTensor logits;
+    int got;
+    for (size_t i = 0; (got = eval_next(&s, &bt, &logits, err)) == 1; i++) {
         float *z = logits.data;
         for (int b = 0; b < bt->n; b++, done_imgs++) {
             float *row = z + (size_t)b * classes;
@@ -471,7 +423,7 @@ static int infer(const Args *a, CtErr *err)
             }
             take(row, classes, a->topk ? p.k : 0, p.idx + done_imgs * (size_t)p.k, p.val + done_imgs * (size_t)p.k);
             char name[1024];
-            dataset_sample_name(ds, (size_t)bt->samples[b], name, sizeof name);
+            dataset_sample_name(s.ds, (size_t)bt->samples[b], name, sizeof name);
             const char *base = strrchr(name, '/');
             files[done_imgs] = strdup(a->fullname || !base ? name : base + 1);
         }
@@ -482,6 +434,8 @@ static int infer(const Args *a, CtErr *err)
             progress_log(&bar, "Predict: [%zu/%zu] Time %.3f (%.3f)\n", i, nb, t - tb, (t - t0) / (double)(i + 1));
         tb = t;
     }
+    if (got < 0)
+        goto done;
     progress_end(&bar);
     Table t = {.a = a, .p = &p, .files = files, .names = names, .nnames = nnames,
                .with_index = a->include_index || !nnames, .with_label = nnames > 0, .with_output = !a->exclude_output,
@@ -496,7 +450,7 @@ static int infer(const Args *a, CtErr *err)
         if (dot && (!strcmp(dot, ".csv") || !strcmp(dot, ".json")))
             *dot = 0; /* inference.py drops a known extension and adds the format's */
     } else {
-        snprintf(base, sizeof base, "%s-%d", m->name, img);
+        snprintf(base, sizeof base, "%s-%d", m->name, s.img);
     }
     if (a->results_dir && mkdir(a->results_dir, 0755) && errno != EEXIST) {
         ct_fail(err, "--results-dir %s: %s", a->results_dir, strerror(errno));
@@ -528,12 +482,7 @@ done:
         cli_free_lines(names, nnames);
     free(p.idx);
     free(p.val);
-    free(x);
-    if (st.e)
-        state_free(&st);
-    graph_free(&g);
-    loader_destroy(ld);
-    dataset_close(ds);
+    eval_close(&s);
     return rc;
 }
 

@@ -191,100 +191,44 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     const ModelEntry *m = model_find(model_name);
     if (!m)
         return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model_name);
-    const CtBackend *be = cli_backend(prog, a->device, err);
-    if (!be)
+    EvalSetup u = {.data_dir = a->data_dir, .dataset = a->dataset, .split = a->split, .class_map = a->class_map,
+                   .checkpoint = a->checkpoint, .device = a->device, .amp_dtype = a->amp_dtype, .amp = a->amp,
+                   .channels_last = a->channels_last, .batch_size = a->batch_size, .workers = a->workers,
+                   .classes = a->num_classes > 0 ? a->num_classes : 0, .eo = a->eo};
+    EvalSession s;
+    if (eval_open(&s, prog, m, &u, err))
         return -1;
-    int amp = eval_amp_dtype(a->amp, a->amp_dtype);
-    if (amp < 0)
-        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
-    char root[1000];
-    const char *split = a->split;
-    EvalOpts eo = a->eo;
-    if (a->data_dir) {
-        snprintf(root, sizeof root, "%s", a->data_dir);
-    } else if (a->dataset && strcmp(a->dataset, "shapes")) {
-        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
-    } else { /* the embedded set's val split, at its own size unless asked */
-        int size;
-        if (eval_embedded_data(root, sizeof root, &size, err))
-            return -1;
-        split = "val";
-        if (eo.img_size <= 0 && !eo.n_input_size)
-            eo.img_size = size;
-    }
-    int img;
-    EvalTransform et;
-    double mean[3], std[3];
-    if (eval_config(m, &eo, &img, &et, mean, std, err))
-        return -1;
-    const char *interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     int rc = -1, *valid = NULL, nvalid = 0;
     Progress bar = {0};
     RealLabels real = {0};
-    Dataset *ds = NULL;
-    Loader *ld = NULL;
-    Graph g = {0};
-    CtState st = {0};
-    float *x = NULL, *sub = NULL;
-    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .split = split, .class_map = a->class_map};
-    if (a->dataset && !strcmp(a->dataset, "tar"))
-        dc.kind = CT_DS_TAR;
-    else if (a->dataset && !strcmp(a->dataset, "folder"))
-        dc.kind = CT_DS_FOLDER;
-    else if (a->dataset && strcmp(a->dataset, "shapes"))
-        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", a->dataset);
-    if (dataset_open(&ds, &dc, err))
-        return -1;
-    int classes = a->num_classes > 0 ? a->num_classes : dataset_num_classes(ds);
-    if ((a->valid_labels && read_valid_labels(a->valid_labels, classes, &valid, &nvalid, err)) ||
-        (a->real_labels && real_labels_open(&real, a->real_labels, ds, err)))
+    float *sub = NULL;
+    if ((a->valid_labels && read_valid_labels(a->valid_labels, s.classes, &valid, &nvalid, err)) ||
+        (a->real_labels && real_labels_open(&real, a->real_labels, s.ds, err)))
         goto done;
-    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .eval = &et, .world_size = 1};
-    if (loader_create(&ld, ds, &lc, err) || eval_graph(m, a->batch_size, classes, img, (CtDType)amp, a->channels_last, &g, err) ||
-        backend_check(be, &g, err))
+    if (a->use_ema && (!a->checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->checkpoint, &s.st, err)))
         goto done;
-    state_create(&st, &g);
-    state_init(&st, 0);
-    if (a->checkpoint && ckpt_load_weights(a->checkpoint, &st, err)) {
-        ct_failctx(err, "--checkpoint");
-        goto done;
-    }
-    if (a->use_ema && (!a->checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->checkpoint, &st, err)))
-        goto done;
-    res->param_count = (double)graph_param_count(&g) / 1e6;
-    printf("Model %s created, param count: %lld\n", m->name, (long long)graph_param_count(&g));
+    res->param_count = (double)graph_param_count(&s.g) / 1e6;
+    printf("Model %s created, param count: %lld\n", m->name, (long long)graph_param_count(&s.g));
     if (!a->checkpoint)
         printf("No --checkpoint: validating the model's initial weights (seed 0)\n");
-    printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(ds),
-           dataset_len(ds), classes, img, img, et.crop_pct, interp, be->name,
-           amp == CT_F32 ? "" : amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
-    x = malloc(sizeof *x * (size_t)a->batch_size * 3 * (size_t)img * (size_t)img);
+    printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
+           dataset_len(s.ds), s.classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
+           s.amp == CT_F32 ? "" : s.amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
     sub = valid ? malloc(sizeof *sub * (size_t)a->batch_size * (size_t)nvalid) : NULL;
-    CT_ASSERT(x != NULL && (!valid || sub != NULL));
-    size_t nb = loader_epoch_batches(ld);
+    CT_ASSERT(!valid || sub != NULL);
     EvalMeter meter = {0};
     double t0 = now(), tb = t0;
-    progress_begin(&bar, "Validate", nb, -1);
-    if (loader_start_epoch(ld, 0, err))
-        goto done;
-    for (size_t i = 0; i < nb; i++) {
-        const Batch *bt = NULL;
-        CtTensor logits;
-        if (loader_next(ld, &bt, err) != 1) {
-            if (!bt && !err->msg[0])
-                ct_fail(err, "the split ended after %zu of %zu batches", i, nb);
-            goto done;
-        }
-        eval_normalise(bt, a->batch_size, mean, std, x);
-        CtTensor in = {{{4, {a->batch_size, 3, img, img}}, CT_F32}, x};
-        if (be->run(&g, &st, &in, 1, &logits, err))
-            goto done;
+    progress_begin(&bar, "Validate", s.nbatches, -1);
+    const Batch *bt;
+    CtTensor logits;
+    int got;
+    for (size_t i = 0; (got = eval_next(&s, &bt, &logits, err)) == 1; i++) {
         const float *z = logits.data;
-        int C = classes;
+        int C = s.classes;
         if (valid) { /* output[:, valid_labels] */
             for (int b = 0; b < bt->n; b++)
                 for (int k = 0; k < nvalid; k++)
-                    sub[(size_t)b * nvalid + k] = z[(size_t)b * classes + valid[k]];
+                    sub[(size_t)b * nvalid + k] = z[(size_t)b * s.classes + valid[k]];
             z = sub;
             C = nvalid;
         }
@@ -307,32 +251,29 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
             progress_log(&bar,
                          "Test: [%4zu/%zu]  Time: %.3fs (%.3fs, %7.2f/s)  Loss: %7.4f (%6.4f)  Acc@1: %7.3f (%7.3f)  "
                          "Acc@5: %7.3f (%7.3f)\n",
-                         i, nb, t - tb, avg, bt->n / avg, eb.loss, eval_loss(&meter), eb.top1, eval_top1(&meter),
-                         eb.top5, eval_top5(&meter));
+                         i, s.nbatches, t - tb, avg, bt->n / avg, eb.loss, eval_loss(&meter), eb.top1,
+                         eval_top1(&meter), eb.top5, eval_top5(&meter));
         tb = t;
     }
+    if (got < 0)
+        goto done;
     progress_end(&bar);
     /* validate.py rounds the results to 4 places; ReaL's replace the plain ones */
     res->top1 = round((a->real_labels ? real_labels_top1(&real) : eval_top1(&meter)) * 1e4) / 1e4;
     res->top5 = round((a->real_labels ? real_labels_top5(&real) : eval_top5(&meter)) * 1e4) / 1e4;
-    res->img_size = img;
-    res->crop_pct = et.crop_pct;
+    res->img_size = s.img;
+    res->crop_pct = s.et.crop_pct;
     snprintf(res->model, sizeof res->model, "%s", m->name);
-    snprintf(res->interpolation, sizeof res->interpolation, "%s", interp);
+    snprintf(res->interpolation, sizeof res->interpolation, "%s", s.interp);
     res->ok = 1;
     printf(" * Acc@1 %.3f (%.3f) Acc@5 %.3f (%.3f)\n", res->top1, 100 - res->top1, res->top5, 100 - res->top5);
     rc = 0;
 done:
     progress_end(&bar);
-    free(x);
     free(sub);
     free(valid);
     real_labels_free(&real);
-    if (st.e)
-        state_free(&st);
-    graph_free(&g);
-    loader_destroy(ld);
-    dataset_close(ds);
+    eval_close(&s);
     return rc;
 }
 

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/common.h"
+#include "cli/train_checkpoint.h"
 #include "passes/passes.h"
 #include "runtime/data/shapes.h"
 
@@ -145,4 +147,90 @@ int eval_amp_dtype(int amp, const char *name)
     if (!amp)
         return CT_F32;
     return !strcmp(name, "float16") ? CT_F16 : !strcmp(name, "bfloat16") ? CT_BF16 : -1;
+}
+
+int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->batch = u->batch_size;
+    if (!(s->be = cli_backend(prog, u->device, err)))
+        return -1;
+    int amp = eval_amp_dtype(u->amp, u->amp_dtype);
+    if (amp < 0)
+        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", u->amp_dtype);
+    s->amp = (CtDType)amp;
+    char root[1000];
+    const char *split = u->split;
+    EvalOpts eo = u->eo;
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = root, .class_map = u->class_map};
+    if (u->dataset && !strcmp(u->dataset, "tar"))
+        dc.kind = CT_DS_TAR;
+    else if (u->dataset && !strcmp(u->dataset, "folder"))
+        dc.kind = CT_DS_FOLDER;
+    else if (u->dataset && strcmp(u->dataset, "shapes"))
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", u->dataset);
+    if (u->data_dir) {
+        snprintf(root, sizeof root, "%s", u->data_dir);
+    } else if (u->dataset && strcmp(u->dataset, "shapes")) {
+        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", u->dataset);
+    } else { /* the embedded set's val split, at its own size unless asked */
+        int size;
+        if (eval_embedded_data(root, sizeof root, &size, err))
+            return -1;
+        split = "val";
+        if (eo.img_size <= 0 && !eo.n_input_size)
+            eo.img_size = size;
+    }
+    dc.split = split;
+    if (eval_config(m, &eo, &s->img, &s->et, s->mean, s->std, err))
+        return -1;
+    s->interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
+    if (dataset_open(&s->ds, &dc, err))
+        return -1;
+    s->classes = u->classes > 0 ? u->classes : dataset_num_classes(s->ds);
+    LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
+    if (loader_create(&s->ld, s->ds, &lc, err) ||
+        eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, &s->g, err) ||
+        backend_check(s->be, &s->g, err))
+        goto fail;
+    state_create(&s->st, &s->g);
+    state_init(&s->st, 0);
+    if (u->checkpoint && ckpt_load_weights(u->checkpoint, &s->st, err)) {
+        ct_failctx(err, "--checkpoint");
+        goto fail;
+    }
+    s->x = malloc(sizeof *s->x * (size_t)u->batch_size * 3 * (size_t)s->img * (size_t)s->img);
+    CT_ASSERT(s->x != NULL);
+    s->nbatches = loader_epoch_batches(s->ld);
+    if (loader_start_epoch(s->ld, 0, err))
+        goto fail;
+    return 0;
+fail:
+    eval_close(s);
+    return -1;
+}
+
+int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
+{
+    if (s->next == s->nbatches)
+        return 0;
+    *bt = NULL;
+    if (loader_next(s->ld, bt, err) != 1)
+        return *bt || err->msg[0] ? -1 : ct_fail(err, "the split ended after %zu of %zu batches", s->next, s->nbatches);
+    s->next++;
+    eval_normalise(*bt, s->batch, s->mean, s->std, s->x);
+    CtTensor in = {{{4, {s->batch, 3, s->img, s->img}}, CT_F32}, s->x};
+    return s->be->run(&s->g, &s->st, &in, 1, logits, err) ? -1 : 1;
+}
+
+void eval_close(EvalSession *s)
+{
+    free(s->x);
+    if (s->st.e)
+        state_free(&s->st);
+    graph_free(&s->g);
+    loader_destroy(s->ld);
+    dataset_close(s->ds);
+    memset(s, 0, sizeof *s);
 }

@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "models/registry.h"
+#include "runtime/backend.h"
+#include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/transforms.h"
 
@@ -57,6 +59,41 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform 
  * autocast (amp CT_F16/CT_BF16; CT_F32: none) and channels-last when asked. */
 int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
                CtErr *err);
+
+/* What ctimm-validate and ctimm-infer share: the flags that pick the data
+ * and build the model (validate.py's and inference.py's names). */
+typedef struct EvalSetup {
+    const char *data_dir, *dataset, *split, *class_map, *checkpoint, *device, *amp_dtype;
+    int amp, channels_last, batch_size, workers;
+    int classes; /* the classifier's outputs; 0: the dataset's class count */
+    EvalOpts eo;
+} EvalSetup;
+
+/* An open evaluation: the split's loader (timm's eval transform), the eval
+ * graph on its backend with the checkpoint's weights, and the next batch. */
+typedef struct EvalSession {
+    const ModelEntry *m;
+    const CtBackend *be;
+    Dataset *ds;
+    Loader *ld;
+    Graph g;
+    CtState st;
+    EvalTransform et;
+    double mean[3], std[3];
+    int img, classes, batch;
+    CtDType amp;
+    const char *interp;
+    float *x;
+    size_t nbatches, next;
+} EvalSession;
+
+/* Opens everything (the embedded shapes set's val split when no folder is
+ * given) and starts the pass; on failure nothing stays open. */
+int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err);
+/* The next batch through the model: 1 with *bt and *logits (the caller
+ * frees the tensor), 0 after the last, -1 on error. */
+int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err);
+void eval_close(EvalSession *s);
 
 /* "float16"/"bfloat16" under --amp -> CT_F16/CT_BF16; CT_F32 without; -1 if unknown. */
 int eval_amp_dtype(int amp, const char *name);
