@@ -2,8 +2,10 @@
  * The cpu backend's GEMM ops, through cblas_sgemm (f32 in, f32 accumulate):
  * conv2d x [N,C,H,W] * w [O,C/groups,KH,KW] and both its gradients by
  * im2col / col2im per (sample, group), 1x1 stride-1 unpadded convs straight
- * on the activations; linear, matmul (batched, or with a shared right
- * matrix as one GEMM); sdpa and its gradient per head.
+ * on the activations; depthwise convs (one input and one output channel a
+ * group) directly, a plane at a time, as one-channel GEMMs would only add
+ * the im2col copy; linear, matmul (batched, or with a shared right matrix
+ * as one GEMM); sdpa and its gradient per head.
  */
 #include <cblas.h>
 #include <math.h>
@@ -76,9 +78,67 @@ static void col2im(const ConvGeom *c, const float *col, float *dx)
             }
 }
 
+/* The output columns ow whose input column ow * stride + off is in [0, W). */
+static void valid_cols(const ConvGeom *c, int64_t off, int64_t *lo, int64_t *hi)
+{
+    int64_t s = c->a[STRIDE_W];
+    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    *hi = c->W - 1 - off >= 0 ? (c->W - 1 - off) / s + 1 : 0;
+    *hi = *hi < c->OW ? *hi : c->OW;
+    *lo = *lo < *hi ? *lo : *hi;
+}
+
+/* Depthwise plane kernels: x, dx [H, W]; y, dy [OH, OW]; w, dw [KH, KW].
+ * mode 0: y += w (*) x; 1: dx += w (*)^T dy; 2: dw += dy . x per tap. */
+static void depthwise_plane(const ConvGeom *c, int mode, const float *w, float *dw, float *x, float *y)
+{
+    const int64_t *a = c->a, sw = a[STRIDE_W];
+    for (int64_t kh = 0; kh < c->KH; kh++)
+        for (int64_t kw = 0; kw < c->KW; kw++) {
+            int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi;
+            valid_cols(c, off, &lo, &hi);
+            float wv = mode == 2 ? 0 : w[kh * c->KW + kw];
+            double acc = 0;
+            for (int64_t oh = 0; oh < c->OH; oh++) {
+                int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
+                if (ih < 0 || ih >= c->H)
+                    continue;
+                int64_t base = ih * c->W + off; /* x's index of output column 0 (before lo: out of the row) */
+                float *yr = y + oh * c->OW;
+                if (mode == 0)
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        yr[ow] += wv * x[base + ow * sw];
+                else if (mode == 1)
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        x[base + ow * sw] += wv * yr[ow];
+                else {
+                    float part = 0;
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        part += yr[ow] * x[base + ow * sw];
+                    acc += part;
+                }
+            }
+            if (mode == 2)
+                dw[kh * c->KW + kw] += (float)acc;
+        }
+}
+
+static int depthwise(const ConvGeom *c) { return c->CG == 1 && c->OG == 1 && !c->pointwise; }
+
 void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_out_shape(g, n, 0), n->iattr);
+    if (depthwise(&c)) {
+        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
+        for (int64_t b = 0; b < c.N; b++)
+            for (int64_t ch = 0; ch < c.C; ch++) {
+                float *y = out[0] + (b * c.C + ch) * P, bias = n->nin == 3 ? in[2][ch] : 0;
+                for (int64_t p = 0; p < P; p++)
+                    y[p] = bias;
+                depthwise_plane(&c, 0, in[1] + ch * K, NULL, in[0] + (b * c.C + ch) * c.H * c.W, y);
+            }
+        return;
+    }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
     float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
     for (int64_t b = 0; b < c.N; b++)
@@ -103,6 +163,15 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
 void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_in_shape(g, n, 0), n->iattr);
+    if (depthwise(&c)) {
+        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
+        memset(out[0], 0, (size_t)(c.N * c.C * c.H * c.W) * sizeof(float));
+        for (int64_t b = 0; b < c.N; b++)
+            for (int64_t ch = 0; ch < c.C; ch++)
+                depthwise_plane(&c, 1, in[1] + ch * K, NULL, out[0] + (b * c.C + ch) * c.H * c.W,
+                                in[0] + (b * c.C + ch) * P);
+        return;
+    }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
     float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
     if (!c.pointwise)
@@ -122,6 +191,15 @@ void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, floa
 void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), n->iattr);
+    if (depthwise(&c)) {
+        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
+        memset(out[0], 0, (size_t)(c.C * K) * sizeof(float));
+        for (int64_t b = 0; b < c.N; b++)
+            for (int64_t ch = 0; ch < c.C; ch++)
+                depthwise_plane(&c, 2, NULL, out[0] + ch * K, in[0] + (b * c.C + ch) * c.H * c.W,
+                                in[1] + (b * c.C + ch) * P);
+        return;
+    }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
     float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
     for (int64_t b = 0; b < c.N; b++)
