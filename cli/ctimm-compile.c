@@ -6,8 +6,13 @@
 #include <string.h>
 
 #include "cli/common.h"
+#include "cli/graph_dot.h"
+#include "codegen/host_compile.h"
+#include "codegen/nvrtc.h"
+#include "codegen/render.h"
 #include "ir/buf.h"
 #include "passes/autodiff.h"
+#include "passes/fuse.h"
 #include "passes/passes.h"
 #include "passes/plan.h"
 #include "passes/stats.h"
@@ -16,7 +21,8 @@
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
     "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
-    "                     [--dump-ir-after build|PASS]\n"
+    "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
+    "                     [--compile host|cuda [--sm 90]] [--cache-stats] [--no-cache]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -94,14 +100,17 @@ static int run_passes(Graph *g, const char *list, int training, int channels_las
             char name[64];
             snprintf(name, sizeof name, "%.*s", (int)(strchr(p, ',') ? strchr(p, ',') - p : (long)strlen(p)), p);
             /* amp runs before the training step is built (see main); plan
-             * and stats are analyses every summary prints */
-            if (!pass_find(name) && strcmp(name, "amp") && strcmp(name, "plan") && strcmp(name, "stats"))
-                return ct_fail(err, "unknown pass '%s' in --passes (amp, bn_fold, layout, plan, stats)", name);
+             * and stats are analyses every summary prints, fuse one it
+             * prints when asked for or by default */
+            if (!pass_find(name) && strcmp(name, "amp") && strcmp(name, "plan") && strcmp(name, "stats") &&
+                strcmp(name, "fuse"))
+                return ct_fail(err, "unknown pass '%s' in --passes (amp, bn_fold, fuse, layout, plan, stats)", name);
         }
     }
     if (dump_after && strcmp(dump_after, "build") && strcmp(dump_after, "amp") && strcmp(dump_after, "autodiff") &&
-        !pass_find(dump_after))
-        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build, amp, autodiff or a pass name)", dump_after);
+        strcmp(dump_after, "fuse") && !pass_find(dump_after))
+        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build, amp, autodiff, fuse or a pass name)",
+                       dump_after);
     for (int i = 0; i < pass_count(); i++) {
         const PassDef *p = pass_at(i);
         int named = list && listed(list, p->name);
@@ -119,13 +128,105 @@ static int run_passes(Graph *g, const char *list, int training, int channels_las
     return 0;
 }
 
+/* What ctimm-compile does with the fused graph besides counting. */
+typedef struct FuseOut {
+    const char *dump_after, *dump_kernels, *dot, *compile, *title;
+    int sm, cache_stats, no_cache;
+} FuseOut;
+
+/* --compile: the graph's elementwise kernels as one translation unit,
+ * through the kernel cache: host C by cc, or CUDA C by NVRTC for sm_<sm>. */
+static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o, CtBuf *out, CtErr *err)
+{
+    int cuda = !strcmp(o->compile, "cuda"), nk, rc = -1;
+    CtBuf src = {0};
+    KernelCache cache;
+    if (render_graph(g, fp, cuda, &src, &nk, err))
+        return -1;
+    if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache}, err)) {
+        buf_free(&src);
+        return -1;
+    }
+    if (!cuda) {
+        HostCompiler hc;
+        HostModule mod = {0};
+        if (host_compiler_init(&hc, err) == 0 && host_compile(&hc, &cache, src.s, &mod, err) == 0) {
+            buf_printf(out, "compiled: %d host kernels (%s)\n", nk, hc.version);
+            host_module_close(&mod);
+            rc = 0;
+        }
+    } else {
+#ifdef CTIMM_HAVE_NVRTC
+        NvrtcCompiler nc;
+        NvrtcImage img;
+        if (nvrtc_init(&nc, err) == 0 && nvrtc_compile(&nc, &cache, src.s, o->sm, &img, err) == 0) {
+            buf_printf(out, "compiled: %d CUDA kernels for sm_%d (%s, %zu bytes, NVRTC %s)\n", nk, o->sm,
+                       img.is_ptx ? "PTX" : "cubin", img.size, nc.version);
+            rc = 0;
+        }
+#else
+        ct_fail(err, "--compile cuda: this build has no NVRTC (the CUDA toolkit was not found at configure time)");
+#endif
+    }
+    if (rc == 0 && o->cache_stats) {
+        CacheStats st = cache_stats(&cache);
+        buf_printf(out, "kernel cache: %s: %llu compiled, %llu from memory, %llu from disk, %llu corrupt entries "
+                        "replaced\n",
+                   cache.dir ? cache.dir : "(--no-cache)", (unsigned long long)st.compiles,
+                   (unsigned long long)st.mem_hits, (unsigned long long)st.disk_hits, (unsigned long long)st.corrupt);
+    }
+    cache_close(&cache);
+    buf_free(&src);
+    return rc;
+}
+
+/* Writes --dot FILE: the graph with its fused kernels as clusters. */
+static int write_dot(const Graph *g, const FusePlan *fp, const FuseOut *o, CtErr *err)
+{
+    CtBuf b = {0};
+    graph_dot(g, fp, o->title, &b);
+    FILE *f = fopen(o->dot, "w");
+    int ok = f && fwrite(b.s, 1, b.len, f) == b.len;
+    if (f && fclose(f))
+        ok = 0;
+    buf_free(&b);
+    return ok ? 0 : ct_fail(err, "--dot %s: cannot write the file", o->dot);
+}
+
+/* The fusion analysis on the final graph: the kernel counts for the
+ * summary, with --dump-ir-after fuse the graph and its steps, with
+ * --dump-kernels the generated source of its elementwise kernels, --dot the
+ * picture, --compile the kernels themselves. */
+static int report_fusion(const Graph *g, const FuseOut *o, CtBuf *out, int *before, int *after, CtErr *err)
+{
+    const char *dump_after = o->dump_after, *dump_kernels = o->dump_kernels;
+    FusePlan fp;
+    int nk;
+    if (fuse_plan(g, &fp, err))
+        return -1;
+    if (dump_after && !strcmp(dump_after, "fuse")) {
+        graph_dump(g, out);
+        fuse_dump(g, &fp, out);
+    }
+    if ((dump_kernels && render_graph(g, &fp, !strcmp(dump_kernels, "cuda"), out, &nk, err)) ||
+        (o->dot && write_dot(g, &fp, o, err)) || (o->compile && compile_kernels(g, &fp, o, out, err))) {
+        fuse_free(&fp);
+        return -1;
+    }
+    *before = fp.kernels_before;
+    *after = fp.kernels_after;
+    fuse_free(&fp);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *prog = "ctimm-compile", *name = NULL;
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
-    const char *passes = NULL, *dump_after = NULL;
+    const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL;
+    FuseOut fo = {.sm = 90};
     int dump = 0, seed = 0, channels_last = 0, amp = 0;
     CtDType amp_dtype = CT_F16;
     for (int i = 1; i < argc; i++) {
@@ -143,6 +244,30 @@ int main(int argc, char **argv)
             if (!(v = cli_value(prog, argc, argv, &i)))
                 return 2;
             *(a[2] == 'p' ? &passes : &dump_after) = v;
+        } else if (!strcmp(a, "--dump-kernels")) {
+            if (!(dump_kernels = cli_value(prog, argc, argv, &i)))
+                return 2;
+            if (strcmp(dump_kernels, "c") && strcmp(dump_kernels, "cuda")) {
+                fprintf(stderr, "%s: --dump-kernels is c or cuda, got '%s'\n", prog, dump_kernels);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dot")) {
+            if (!(fo.dot = cli_value(prog, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--compile")) {
+            if (!(fo.compile = cli_value(prog, argc, argv, &i)))
+                return 2;
+            if (strcmp(fo.compile, "host") && strcmp(fo.compile, "cuda")) {
+                fprintf(stderr, "%s: --compile is host or cuda, got '%s'\n", prog, fo.compile);
+                return 2;
+            }
+        } else if (!strcmp(a, "--sm")) {
+            if (!(v = cli_value(prog, argc, argv, &i)) || cli_int(prog, a, v, 50, 200, &fo.sm))
+                return 2;
+        } else if (!strcmp(a, "--cache-stats")) {
+            fo.cache_stats = 1;
+        } else if (!strcmp(a, "--no-cache")) {
+            fo.no_cache = 1;
         } else if (!strcmp(a, "--channels-last")) {
             channels_last = 1;
         } else if (!strcmp(a, "--amp")) {
@@ -204,7 +329,7 @@ int main(int argc, char **argv)
     TrainStep ts = {0};
     if (model_build(m, &spec, &g, &err) || dump_if(&g, dump_after, "build", &out) ||
         (amp && with_amp(&g, amp_dtype, &err)) || dump_if(&g, dump_after, amp ? "amp" : "", &out) ||
-        (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1}, &os,
+        (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, &os,
                                            &ts, &err)) ||
         dump_if(&g, dump_after, spec.training ? "autodiff" : "", &out)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -226,6 +351,19 @@ int main(int argc, char **argv)
     }
     if (dump)
         graph_dump(&g, &out);
+    int fuse = !passes || listed(passes, "fuse") || (dump_after && !strcmp(dump_after, "fuse")) || dump_kernels ||
+               fo.dot || fo.compile;
+    int kernels_before = 0, kernels_after = 0;
+    fo.dump_after = dump_after;
+    fo.dump_kernels = dump_kernels;
+    fo.title = m->name;
+    if (fuse && report_fusion(&g, &fo, &out, &kernels_before, &kernels_after, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        buf_free(&out);
+        train_step_free(&ts);
+        graph_free(&g);
+        return 2;
+    }
     buf_printf(&out, "model: %s (%s)\n", m->name, spec.training ? "train" : "eval");
     buf_printf(&out, "input: %s f32\n", shape_str(&g.values[0].type.shape, s, sizeof s));
     buf_printf(&out, "output: %s\n", shape_str(&g.values[g.outputs[0]].type.shape, s, sizeof s));
@@ -252,6 +390,8 @@ int main(int argc, char **argv)
                    plan.input_bytes / mib, plan.output_bytes / mib);
         plan_free(&plan);
     }
+    if (fuse)
+        buf_printf(&out, "kernels: %d before fusion (one per node), %d after\n", kernels_before, kernels_after);
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);
     int rc = save ? save_weights(m, &g, save, seed) : 0;

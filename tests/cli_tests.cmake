@@ -434,3 +434,62 @@ add_test(NAME device_cuda_falls_back COMMAND sh -c
    grep -q 'ctimm-validate: --device cuda: .*; running on the cpu backend' cuda.err && grep -q 'backend cpu' cuda.log")
 set_tests_properties(device_cuda_falls_back PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# ctimm-plot: a picture per run folder (a PNG of the asked size: IHDR, then
+# width and height big-endian at bytes 16-23), a comparison for several
+# folders (a one-epoch run among them), and refusals that name the file and
+# the line and leave no PNG behind. Epoch 1 appears twice in plot-a, as after
+# a resume: the later row wins, and the run has 3 epochs.
+set(PLOT ${CMAKE_BINARY_DIR}/ctimm-plot)
+set(PLOT_HEADER "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr")
+add_test(NAME plot_run COMMAND sh -c
+  "rm -rf plot-a plot-b && mkdir plot-a plot-b && \
+   printf '${PLOT_HEADER}\\n0,2.3,2.2,10,50,0.1\\n1,2.1,2.0,20,60,0.05\\n1,2.0,1.9,25,65,0.05\\n2,1.9,1.8,30,70,0.01\\n' \
+     > plot-a/summary.csv && \
+   printf '${PLOT_HEADER}\\n0,2.4,2.3,12,52,0.1\\n' > plot-b/summary.csv && \
+   ${PLOT} plot-a --width 900 --height 300 > plot-a.log && grep -q 'plot-a/summary.png: 3 epochs' plot-a.log && \
+   test \"$(od -An -tu1 -j12 -N12 plot-a/summary.png | tr -s ' ')\" = ' 73 72 68 82 0 0 3 132 0 0 1 44'")
+set_tests_properties(plot_run PROPERTIES FIXTURES_SETUP plot_runs)
+add_test(NAME plot_compare COMMAND sh -c
+  "rm -f plot-cmp.png plot-b/summary.png && ${PLOT} plot-a plot-b -o plot-cmp.png > plot-cmp.log && \
+   grep -q 'plot-cmp.png: 2 runs' plot-cmp.log && test -f plot-b/summary.png && \
+   test \"$(od -An -tu1 -j16 -N8 plot-cmp.png | tr -s ' ')\" = ' 0 0 4 176 0 0 1 144'")
+set_tests_properties(plot_compare PROPERTIES FIXTURES_REQUIRED plot_runs)
+add_test(NAME plot_refuses_malformed COMMAND sh -c
+  "rm -rf plot-bad && mkdir plot-bad && \
+   printf '${PLOT_HEADER}\\n0,2.3,2.2,10,50,0.1\\n1,2.1,oops,20,60,0.05\\n' > plot-bad/summary.csv && \
+   ${FAIL} 'plot-bad/summary.csv:3: eval_loss .oops. is not a number' ${PLOT} plot-bad && \
+   test \"$(ls plot-bad)\" = summary.csv")
+add_test(NAME plot_refuses_short_row COMMAND sh -c
+  "rm -rf plot-short && mkdir plot-short && printf '${PLOT_HEADER}\\n0,2.3,2.2\\n' > plot-short/summary.csv && \
+   ${FAIL} 'plot-short/summary.csv:2: 3 fields, but the header has 6 columns' ${PLOT} plot-short && \
+   test \"$(ls plot-short)\" = summary.csv")
+add_test(NAME plot_refuses_missing COMMAND ${FAIL} "cannot read plot-none/summary.csv: No such file"
+  ${PLOT} plot-none)
+
+# ctimm-compile --compile: the graph's kernels through the kernel cache. A
+# cold cache compiles once, a second run compiles nothing (a disk hit), a
+# corrupted entry is recompiled exactly once and replaced; two processes
+# compiling into one empty cache at once leave it valid. --dot writes a
+# Graphviz picture of the fused kernels that dot parses.
+set(COMPILE_HOST "${COMPILE} --model test_resnet --train --compile host --cache-stats")
+add_test(NAME compile_kernel_cache COMMAND sh -c
+  "rm -rf kc && export CTIMM_CACHE_DIR=$PWD/kc && \
+   ${COMPILE_HOST} | grep -q 'kernel cache: .*: 1 compiled, 0 from memory, 0 from disk' && \
+   ${COMPILE_HOST} | grep -q ': 0 compiled, 0 from memory, 1 from disk, 0 corrupt' && \
+   f=$(ls kc/* | head -1) && printf 'X' | dd of=$f bs=1 seek=300 conv=notrunc 2>/dev/null && \
+   ${COMPILE_HOST} | grep -q ': 1 compiled, 0 from memory, 0 from disk, 1 corrupt' && \
+   ${COMPILE_HOST} | grep -q ': 0 compiled, 0 from memory, 1 from disk, 0 corrupt' && \
+   rm -rf kc2 && export CTIMM_CACHE_DIR=$PWD/kc2 && \
+   { ${COMPILE_HOST} > two-a.log & ${COMPILE_HOST} > two-b.log; wait; } && \
+   grep -q 'compiled: 42 host kernels' two-a.log && grep -q 'compiled: 42 host kernels' two-b.log && \
+   ${COMPILE_HOST} | grep -q ': 0 compiled, 0 from memory, 1 from disk, 0 corrupt' && \
+   ${COMPILE} --model test_resnet --no-cache --compile host --cache-stats | grep -q '(--no-cache): 1 compiled'")
+add_test(NAME compile_dot COMMAND sh -c
+  "${COMPILE} --model test_resnet --train --dot train.dot > /dev/null && grep -q 'cluster_.*' train.dot && \
+   grep -q 'library call' train.dot && grep -q 'fused elementwise ops' train.dot && dot -Tsvg train.dot -o train.svg && grep -q '<svg' train.svg")
+if(CUDAToolkit_FOUND)
+  add_test(NAME compile_cuda_kernels COMMAND sh -c
+    "CTIMM_CACHE_DIR=$PWD/kc-cuda ${COMPILE} --model test_vit --train --amp --compile cuda --sm 90 | \
+     grep -q 'compiled: [0-9]* CUDA kernels for sm_90 (cubin'")
+endif()

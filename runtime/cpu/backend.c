@@ -16,6 +16,7 @@
 
 #include "passes/plan.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/compiled.h"
 #include "runtime/cpu/cpu.h"
 
 static const CpuKernel kernels[CT_NOPS] = {
@@ -141,8 +142,25 @@ static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *co
 
 static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
+void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out)
+{
+    if (n->op == CT_OP_assign) {
+        if (in[0] != in[1])
+            memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
+    } else if (fast_path(g, n) && any_low(g, n)) {
+        run_widened(g, n, in, out);
+    } else if (fast_path(g, n)) {
+        kernels[n->op](g, n, (float *const *)in, (float *const *)out);
+    } else {
+        run_via_ref(g, n, in, out);
+    }
+}
+
 static int cpu_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
 {
+    int fused = cpu_run_fused(g, state, inputs, ninputs, outputs, err); /* elementwise work as compiled kernels */
+    if (fused != CPU_FUSED_UNAVAILABLE)
+        return fused;
     int rc = -1, in_k = 0, nout_done = 0;
     MemPlan plan;
     unsigned char *arena = NULL;
@@ -198,16 +216,7 @@ static int cpu_run(const Graph *g, CtState *state, const CtTensor *inputs, int n
             in[k] = ptr[n->in[k]];
         for (int k = 0; k < n->nout; k++)
             out[k] = ptr[n->out[k]];
-        if (n->op == CT_OP_assign) {
-            if (in[0] != in[1])
-                memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
-        } else if (fast_path(g, n) && any_low(g, n)) {
-            run_widened(g, n, in, out);
-        } else if (fast_path(g, n)) {
-            kernels[n->op](g, n, (float *const *)in, (float *const *)out);
-        } else {
-            run_via_ref(g, n, in, out);
-        }
+        cpu_run_node(g, n, in, out);
     }
     for (int k = 0; k < g->noutputs; k++) {
         ValueId v = g->outputs[k];

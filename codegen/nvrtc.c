@@ -1,0 +1,101 @@
+/* Contract: nvrtc_compile(source, sm) gives a cubin for sm_<sm>, or PTX
+ * for the newest older architecture NVRTC supports, compiling only on a
+ * cache miss; errors carry NVRTC's log. */
+#include "codegen/nvrtc.h"
+
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nvrtc_init(NvrtcCompiler *nc, CtErr *err)
+{
+    int major, minor;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+        return ct_fail(err, "NVRTC does not answer its version (is libnvrtc from the CUDA toolkit installed?)");
+    snprintf(nc->version, sizeof nc->version, "%d.%d", major, minor);
+    return 0;
+}
+
+/* The architecture to ask NVRTC for: sm itself when supported (*ptx = 0),
+ * else the newest supported one below it (*ptx = 1); -1 when none. */
+static int pick_arch(int sm, int *ptx)
+{
+    int n = 0, best = -1;
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0)
+        return -1;
+    int *archs = malloc(sizeof *archs * (size_t)n);
+    CT_ASSERT(archs != NULL);
+    if (nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS)
+        for (int k = 0; k < n; k++)
+            if (archs[k] <= sm && archs[k] > best)
+                best = archs[k];
+    free(archs);
+    *ptx = best != sm;
+    return best;
+}
+
+/* The source with line numbers, then the log, on stderr. */
+static void print_failure(const char *source, const char *log)
+{
+    int line = 1;
+    fprintf(stderr, "ctimm: NVRTC could not compile the generated CUDA C:\n%5d  ", line);
+    for (const char *p = source; *p; p++) {
+        fputc(*p, stderr);
+        if (*p == '\n' && p[1])
+            fprintf(stderr, "%5d  ", ++line);
+    }
+    fprintf(stderr, "\n%s\n", log);
+}
+
+static int compile_nvrtc(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err)
+{
+    const char *opts[1] = {parts->options};
+    int ptx = strstr(parts->options, "compute_") != NULL, rc = -1;
+    nvrtcProgram prog;
+    if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+        return ct_fail(err, "NVRTC could not create a program");
+    nvrtcResult res = nvrtcCompileProgram(prog, 1, opts);
+    size_t log_size = 0, size = 0;
+    nvrtcGetProgramLogSize(prog, &log_size);
+    char *log = calloc(log_size + 1, 1);
+    CT_ASSERT(log != NULL);
+    nvrtcGetProgramLog(prog, log);
+    if (res != NVRTC_SUCCESS) {
+        print_failure(parts->source, log);
+        ct_fail(err, "NVRTC (%s): %s: %.300s", parts->options, nvrtcGetErrorString(res), log);
+        goto free_log;
+    }
+    if ((ptx ? nvrtcGetPTXSize(prog, &size) : nvrtcGetCUBINSize(prog, &size)) != NVRTC_SUCCESS || size == 0) {
+        ct_fail(err, "NVRTC (%s) produced no %s", parts->options, ptx ? "PTX" : "cubin");
+        goto free_log;
+    }
+    *blob = malloc(size);
+    CT_ASSERT(*blob != NULL);
+    if ((ptx ? nvrtcGetPTX(prog, *blob) : nvrtcGetCUBIN(prog, *blob)) != NVRTC_SUCCESS) {
+        free(*blob);
+        ct_fail(err, "NVRTC (%s) could not hand over its output", parts->options);
+        goto free_log;
+    }
+    *n = size;
+    rc = 0;
+free_log:
+    free(log);
+    nvrtcDestroyProgram(&prog);
+    return rc;
+}
+
+int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, NvrtcImage *img,
+                  CtErr *err)
+{
+    memset(img, 0, sizeof *img);
+    int arch = pick_arch(sm, &img->is_ptx);
+    if (arch < 0)
+        return ct_fail(err, "NVRTC %s supports no architecture at or below sm_%d", nc->version, sm);
+    snprintf(img->options, sizeof img->options, "--gpu-architecture=%s_%d", img->is_ptx ? "compute" : "sm", arch);
+    char target[16];
+    snprintf(target, sizeof target, "sm_%d", sm);
+    CacheKeyParts parts = {.source = source, .target = target, .compiler = "nvrtc", .compiler_version = nc->version,
+                           .options = img->options};
+    return cache_get(cache, &parts, compile_nvrtc, NULL, &img->data, &img->size, err);
+}

@@ -1,0 +1,34 @@
+/*
+ * Renderers of kernel IR (codegen/kir.h): host C (render_c.c: a function
+ * `void ct_k<launch>(void *const *args)` per kernel, args[b] the memory of
+ * buffer b, OpenMP loops the compiler can vectorise) and CUDA C
+ * (render_cuda.c: `extern "C" __global__ void ct_k<launch>(b0, b1, ...)`,
+ * grid-stride loops). A translation unit is one prelude (includes, the
+ * f16/bf16 conversions, rounding to nearest even as runtime/tensor.c does)
+ * and any number of kernels. The loop bodies are the same text in both
+ * (render_body.c); only the wrappers differ.
+ */
+#ifndef CTIMM_RENDER_H
+#define CTIMM_RENDER_H
+
+#include "codegen/kir.h"
+#include "ir/buf.h"
+
+void render_c_prelude(CtBuf *out);
+void render_c_kernel(const KirKernel *k, CtBuf *out);
+
+void render_cuda_prelude(CtBuf *out);
+void render_cuda_kernel(const KirKernel *k, CtBuf *out);
+
+/* One translation unit holding every elementwise launch of plan p (the
+ * prelude, then the kernels in launch order): CUDA C in KIR_F32 with
+ * layouts, else host C as the cpu backend runs it (KIR_EXACT, row-major);
+ * *nkernels gets their count. */
+int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *nkernels, CtErr *err);
+
+/* Shared by both: the storage type of a dtype ("float", "unsigned short",
+ * ...) and the statements of one loop's body for element `i`. */
+const char *render_storage_type(CtDType t);
+void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf *out);
+
+#endif

@@ -1,0 +1,138 @@
+/* The loop body both renderers print: one statement per instruction, in
+ * the compute type, with the helpers their preludes define (ct_h2f,
+ * ct_f2h, ct_bf2f, ct_f2bf, CT_INF). Text that is valid C and CUDA C.
+ * And a graph's translation unit, in either language. */
+#include <math.h>
+#include <stdio.h>
+
+#include "codegen/render.h"
+
+int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *nkernels, CtErr *err)
+{
+    (cuda ? render_cuda_prelude : render_c_prelude)(out);
+    *nkernels = 0;
+    for (int launch = 0; launch < p->kernels_after; launch++) {
+        if (!kir_lowerable(p, launch))
+            continue;
+        KirKernel k;
+        KirOptions opt = cuda ? (KirOptions){KIR_F32, 1} : (KirOptions){KIR_EXACT, 0};
+        if (kir_lower(g, p, launch, opt, &k, err))
+            return -1;
+        (cuda ? render_cuda_kernel : render_c_kernel)(&k, out);
+        kir_free(&k);
+        ++*nkernels;
+    }
+    return 0;
+}
+
+const char *render_storage_type(CtDType t)
+{
+    switch (t) {
+    case CT_F32: return "float";
+    case CT_F64: return "double";
+    case CT_F16: case CT_BF16: return "unsigned short";
+    case CT_I32: return "int";
+    case CT_I64: return "long long";
+    case CT_U8: return "unsigned char";
+    default: CT_ASSERT(!"no storage type"); return "";
+    }
+}
+
+static void constant(double v, const char *type, CtBuf *out)
+{
+    if (isnan(v))
+        buf_printf(out, "((%s)(CT_INF - CT_INF))", type);
+    else if (isinf(v))
+        buf_printf(out, "((%s)(%sCT_INF))", type, v < 0 ? "-" : "");
+    else
+        buf_printf(out, "((%s)%.17g)", type, v);
+}
+
+/* Element `off` of buffer b as the compute type. */
+static void load(const KirBuf *b, int buf, const char *off, const char *type, CtBuf *out)
+{
+    const char *conv = b->dtype == CT_F16 ? "ct_h2f" : b->dtype == CT_BF16 ? "ct_bf2f" : "";
+    buf_printf(out, "(%s)%s(b%d[%s])", type, conv, buf, off);
+}
+
+static void store(const KirBuf *b, int buf, int a, CtBuf *out)
+{
+    if (b->dtype == CT_F16 || b->dtype == CT_BF16)
+        buf_printf(out, "b%d[i] = %s((float)v%d);", buf, b->dtype == CT_F16 ? "ct_f2h" : "ct_f2bf", a);
+    else
+        buf_printf(out, "b%d[i] = (%s)v%d;", buf, render_storage_type(b->dtype), a);
+}
+
+static void round_to(CtDType t, int a, int f32, CtBuf *out)
+{
+    const char *type = f32 ? "float" : "double";
+    switch (t) {
+    case CT_F16: buf_printf(out, "(%s)ct_h2f(ct_f2h((float)v%d))", type, a); break;
+    case CT_BF16: buf_printf(out, "(%s)ct_bf2f(ct_f2bf((float)v%d))", type, a); break;
+    case CT_F32: case CT_F64: buf_printf(out, "(%s)(%s)v%d", type, render_storage_type(t), a); break;
+    default: buf_printf(out, "%s(v%d)", f32 ? "nearbyintf" : "nearbyint", a); break;
+    }
+}
+
+/* The offsets of the loop's views: o<j> for view j. */
+static void offsets(const KirLoop *l, const char *indent, CtBuf *out)
+{
+    for (int j = 0; j < l->nviews; j++) {
+        const KirView *v = &l->views[j];
+        if (v->ndim == 0) {
+            buf_printf(out, "%sconst long long o%d = i;\n", indent, j);
+            continue;
+        }
+        if (v->ndim == 1 && v->stride[0] == 0) {
+            buf_printf(out, "%sconst long long o%d = 0;\n", indent, j);
+            continue;
+        }
+        buf_printf(out, "%slong long o%d = 0;\n%s{\n%s    long long r = i;\n", indent, j, indent, indent);
+        for (int d = v->ndim - 1; d > 0; d--)
+            buf_printf(out, "%s    o%d += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, j,
+                       (long long)v->size[d], (long long)v->stride[d], indent, (long long)v->size[d]);
+        buf_printf(out, "%s    o%d += r * %lldLL;\n%s}\n", indent, j, (long long)v->stride[0], indent);
+    }
+}
+
+void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf *out)
+{
+    static const char *const binop[] = {[KIR_ADD] = "+", [KIR_SUB] = "-", [KIR_MUL] = "*", [KIR_DIV] = "/",
+                                        [KIR_LT] = "<", [KIR_LE] = "<="};
+    static const char *const fn[] = {[KIR_EXP] = "exp", [KIR_SQRT] = "sqrt", [KIR_ERF] = "erf",
+                                     [KIR_TANH] = "tanh", [KIR_POW] = "pow"};
+    int f32 = l->compute == CT_F32;
+    const char *type = f32 ? "float" : "double", *sfx = f32 ? "f" : "";
+    offsets(l, indent, out);
+    for (int j = 0; j < l->nins; j++) {
+        const KirInstr *in = &l->ins[j];
+        char off[32];
+        buf_printf(out, "%s", indent);
+        if (in->op == KIR_STORE) {
+            store(&k->bufs[in->buf], in->buf, in->a, out);
+            buf_printf(out, "\n");
+            continue;
+        }
+        buf_printf(out, "const %s v%d = ", type, j);
+        switch (in->op) {
+        case KIR_LOAD:
+            snprintf(off, sizeof off, "o%d", in->view);
+            load(&k->bufs[in->buf], in->buf, off, type, out);
+            break;
+        case KIR_CONST: constant(in->imm, type, out); break;
+        case KIR_ADD: case KIR_SUB: case KIR_MUL: case KIR_DIV:
+            buf_printf(out, "v%d %s v%d", in->a, binop[in->op], in->b);
+            break;
+        case KIR_LT: case KIR_LE: buf_printf(out, "(%s)(v%d %s v%d)", type, in->a, binop[in->op], in->b); break;
+        case KIR_POW: buf_printf(out, "pow%s(v%d, v%d)", sfx, in->a, in->b); break;
+        case KIR_NEG: buf_printf(out, "-v%d", in->a); break;
+        case KIR_EXP: case KIR_SQRT: case KIR_ERF: case KIR_TANH:
+            buf_printf(out, "%s%s(v%d)", fn[in->op], sfx, in->a);
+            break;
+        case KIR_SELECT: buf_printf(out, "v%d != 0 ? v%d : v%d", in->a, in->b, in->c); break;
+        case KIR_ROUND: round_to(in->dtype, in->a, f32, out); break;
+        default: CT_ASSERT(!"unknown kernel IR op"); break;
+        }
+        buf_printf(out, ";\n");
+    }
+}

@@ -1,0 +1,536 @@
+/* Contract: fuse_plan(g) partitions g's nodes into steps (passes/fuse.h)
+ * without changing g: greedy in node order, a node joins the latest step it
+ * can (an earlier step may never read a later one, so creation order is a
+ * valid schedule), then optimizer groups are batched into one launch and
+ * assigns are taken over by the groups computing their sources. A value is
+ * written to memory iff it is read outside its step or is a graph output. */
+#include "passes/fuse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/buf.h"
+
+static int64_t numel_of(const Graph *g, ValueId v) { return shape_numel(&g->values[v].type.shape); }
+
+/* The memory order of a value: its layout when it is 4-D (the only
+ * tensors a layout applies to), else row-major. */
+static CtLayout order_of(const Graph *g, ValueId v)
+{
+    return g->values[v].type.shape.ndim == 4 ? g->values[v].layout : CT_LAYOUT_CONTIG;
+}
+
+/* Whether element i of v in memory is element i of w in memory. */
+static int same_elements(const Graph *g, ValueId v, ValueId w)
+{
+    return numel_of(g, v) == numel_of(g, w) && order_of(g, v) == order_of(g, w);
+}
+
+int fuse_is_elementwise(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case CT_OP_relu: case CT_OP_gelu: case CT_OP_silu: case CT_OP_sigmoid: case CT_OP_hard_swish:
+    case CT_OP_hard_sigmoid: case CT_OP_rsqrt: case CT_OP_add: case CT_OP_mul: case CT_OP_div:
+    case CT_OP_scale_shift: case CT_OP_clamp: case CT_OP_clip_coef: case CT_OP_cast: case CT_OP_act_grad:
+    case CT_OP_expand: case CT_OP_sgd_update:
+        return 1;
+    case CT_OP_adamw_update:
+        return n->iattr[0] != 2; /* RAdam's rectification keeps its own kernel */
+    case CT_OP_reshape: /* a view when both sides are row-major */
+        return order_of(g, n->in[0]) == CT_LAYOUT_CONTIG && order_of(g, n->out[0]) == CT_LAYOUT_CONTIG;
+    default:
+        return 0;
+    }
+}
+
+static int is_update(CtOp op) { return op == CT_OP_sgd_update || op == CT_OP_adamw_update; }
+static int is_act(CtOp op)
+{
+    return op == CT_OP_relu || op == CT_OP_gelu || op == CT_OP_silu || op == CT_OP_sigmoid ||
+           op == CT_OP_hard_swish || op == CT_OP_hard_sigmoid;
+}
+
+/* Where a scalar input of an update op starts: after p, g and the state
+ * tensors shaped like p (the inputs the batch must share from here on). */
+static int update_scalars_at(const Node *n) { return n->op == CT_OP_sgd_update ? 3 : 4; }
+
+typedef struct Builder {
+    const Graph *g;
+    FuseStep *steps; /* in creation order; at most one per node */
+    int nsteps;
+    int *tip;        /* per step: the value a library epilogue continues from, -1 */
+    int *update;     /* per step: the first update node it holds, -1 */
+    int *pos;        /* per step: where it runs (steps sort by pos, then creation) */
+    char *dead;      /* per step: emptied (an assign taken over) */
+    int *step_of;    /* per node */
+    int *nreaders, **readers; /* per value: the nodes reading it */
+} Builder;
+
+static int new_step(Builder *b, FuseKind kind, int node)
+{
+    const Node *n = &b->g->nodes[node];
+    int s = b->nsteps++;
+    /* until lay_out, `first` is the node that made the step */
+    b->steps[s] = (FuseStep){.kind = kind, .first = node, .numel = n->nout ? numel_of(b->g, n->out[0]) : 0};
+    b->tip[s] = kind == FUSE_LIBRARY && n->nout &&
+                        (n->op == CT_OP_conv2d || n->op == CT_OP_linear || n->op == CT_OP_matmul)
+                    ? n->out[0]
+                    : -1;
+    b->step_of[node] = s;
+    return s;
+}
+
+static int producer_step(const Builder *b, ValueId v)
+{
+    int p = b->g->values[v].producer;
+    return p >= 0 ? b->step_of[p] : -1;
+}
+
+/* The epilogue part node n would add to library step s, or 0: a bias add
+ * (the other operand one value per output channel), a residual add (the
+ * same shape), an activation; in that order, each at most once, each on the
+ * step's last value, its other operand from an earlier step. */
+static int epilogue_part(const Builder *b, int s, const Node *n)
+{
+    const Graph *g = b->g;
+    int epi = b->steps[s].epilogue;
+    ValueId t = b->tip[s];
+    if (t < 0 || !same_elements(g, t, n->out[0]))
+        return 0;
+    if (is_act(n->op) && n->in[0] == t && !(epi & FUSE_EPI_ACT))
+        return FUSE_EPI_ACT;
+    if (n->op != CT_OP_add || (n->in[0] != t) == (n->in[1] != t) || (epi & (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT)))
+        return 0;
+    ValueId other = n->in[0] == t ? n->in[1] : n->in[0];
+    if (producer_step(b, other) >= s)
+        return 0;
+    const CtShape *ts = &g->values[t].type.shape;
+    if (same_elements(g, other, t) && shape_equal(&g->values[other].type.shape, ts))
+        return FUSE_EPI_RESIDUAL;
+    /* a bias varies along the channel dim only: conv's dim 1, a GEMM's last */
+    int channel = g->nodes[b->steps[s].first].op == CT_OP_conv2d ? 1 : ts->ndim - 1;
+    int64_t st[CT_MAX_DIMS];
+    shape_broadcast_strides(&g->values[other].type.shape, ts, st);
+    for (int d = 0; d < ts->ndim; d++)
+        if (st[d] && d != channel)
+            return 0;
+    return epi & FUSE_EPI_BIAS ? 0 : FUSE_EPI_BIAS;
+}
+
+/* The elementwise step node n can join (the latest one that computes an
+ * input n reads element for element, in n's iteration space, when every
+ * other input comes from an earlier step), or -1. */
+static int elementwise_target(const Builder *b, const Node *n)
+{
+    const Graph *g = b->g;
+    int best = -1;
+    for (int k = 0; k < n->nin; k++) {
+        int s = producer_step(b, n->in[k]);
+        if (s > best && b->steps[s].kind == FUSE_ELEMENTWISE && same_elements(g, n->in[k], n->out[0]))
+            best = s;
+    }
+    if (best < 0)
+        return -1;
+    for (int k = 0; k < n->nin; k++) {
+        int s = producer_step(b, n->in[k]);
+        if (s > best || (s == best && !same_elements(g, n->in[k], n->out[0])))
+            return -1;
+    }
+    return best;
+}
+
+static void place_node(Builder *b, int i)
+{
+    const Graph *g = b->g;
+    const Node *n = &g->nodes[i];
+    if (n->op == CT_OP_assign) {
+        new_step(b, FUSE_COPY, i);
+        return;
+    }
+    if (!fuse_is_elementwise(g, n)) {
+        new_step(b, FUSE_LIBRARY, i);
+        return;
+    }
+    for (int k = 0; k < n->nin; k++) {
+        int s = producer_step(b, n->in[k]);
+        int part = s >= 0 && b->steps[s].kind == FUSE_LIBRARY ? epilogue_part(b, s, n) : 0;
+        if (part) {
+            b->steps[s].epilogue |= part;
+            b->tip[s] = n->out[0];
+            b->step_of[i] = s;
+            return;
+        }
+    }
+    int s = elementwise_target(b, n);
+    if (s < 0)
+        s = new_step(b, FUSE_ELEMENTWISE, i);
+    b->step_of[i] = s;
+}
+
+/* The reader lists of every value. */
+static void index_readers(Builder *b)
+{
+    const Graph *g = b->g;
+    int total = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            b->nreaders[g->nodes[i].in[k]]++, total++;
+    int *flat = malloc(sizeof *flat * (size_t)(total ? total : 1));
+    CT_ASSERT(flat != NULL);
+    for (ValueId v = 0, at = 0; v < g->nvalues; v++) {
+        b->readers[v] = flat + at;
+        at += b->nreaders[v];
+        b->nreaders[v] = 0;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            ValueId v = g->nodes[i].in[k];
+            b->readers[v][b->nreaders[v]++] = i;
+        }
+}
+
+static int same_update(const Graph *g, const Node *a, const Node *c)
+{
+    if (a->op != c->op || a->nin != c->nin || memcmp(a->iattr, c->iattr, sizeof a->iattr) ||
+        memcmp(a->fattr, c->fattr, sizeof a->fattr))
+        return 0;
+    for (int k = update_scalars_at(a); k < a->nin; k++)
+        if (a->in[k] != c->in[k])
+            return 0;
+    return 1;
+}
+
+/* Whether step s may run at position `at` (>= its own): every node of
+ * another step reading what s computes runs after `at`. */
+static int may_delay(const Builder *b, int s, int at)
+{
+    const Graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (b->step_of[i] != s)
+            continue;
+        for (int o = 0; o < g->nodes[i].nout; o++) {
+            ValueId v = g->nodes[i].out[o];
+            for (int r = 0; r < b->nreaders[v]; r++) {
+                int t = b->step_of[b->readers[v][r]];
+                if (t != s && b->pos[t] <= at)
+                    return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Elementwise steps with the same kind of update run as one launch, at the
+ * position of the last of them, when nothing in between reads them. */
+static void batch_updates(Builder *b, int *launch_of)
+{
+    const Graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        int s = b->step_of[i];
+        if (is_update(g->nodes[i].op) && b->steps[s].kind == FUSE_ELEMENTWISE && b->update[s] < 0)
+            b->update[s] = i;
+    }
+    char *done = calloc((size_t)b->nsteps + 1, 1);
+    CT_ASSERT(done != NULL);
+    for (int s = 0; s < b->nsteps; s++) {
+        if (b->update[s] < 0 || done[s])
+            continue;
+        const Node *u = &g->nodes[b->update[s]];
+        int last = s, count = 0, ok = 1;
+        for (int t = s; t < b->nsteps; t++)
+            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]]))
+                last = t, count++;
+        for (int t = s; t <= last && ok; t++)
+            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]]))
+                ok = may_delay(b, t, last);
+        for (int t = s; t <= last; t++)
+            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]])) {
+                done[t] = 1;
+                if (ok && count > 1) {
+                    b->pos[t] = b->pos[last];
+                    launch_of[t] = s;
+                }
+            }
+    }
+    free(done);
+}
+
+/* Whether node r reads v element for element in its own iteration space. */
+static int reads_in_place(const Graph *g, const Node *r, ValueId v)
+{
+    return r->nout && shape_equal(&g->values[v].type.shape, &g->values[r->out[0]].type.shape) &&
+           same_elements(g, v, r->out[0]);
+}
+
+/* Whether the step computing src may store it into dst: an elementwise
+ * step (element for element), or batch_norm writing the running statistic
+ * it read (one channel at a time). */
+static int may_store_into(const Builder *b, ValueId dst, ValueId src)
+{
+    const Graph *g = b->g;
+    int s = producer_step(b, src);
+    if (s < 0 || order_of(g, dst) != order_of(g, src))
+        return 0;
+    const Node *n = &g->nodes[g->values[src].producer];
+    return b->steps[s].kind == FUSE_ELEMENTWISE ||
+           (n->op == CT_OP_batch_norm && ((src == n->out[1] && dst == n->in[3]) || (src == n->out[2] && dst == n->in[4])));
+}
+
+/* An assign joins the step computing its source when that step may store
+ * into the destination and every other reader of the destination runs
+ * before it, or in it reading element for element (loads come before
+ * stores, element by element). */
+static void take_assigns(Builder *b)
+{
+    const Graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *a = &g->nodes[i];
+        if (a->op != CT_OP_assign)
+            continue;
+        ValueId dst = a->in[0], src = a->in[1];
+        int s = producer_step(b, src), ok = may_store_into(b, dst, src);
+        for (int r = 0; ok && r < b->nreaders[dst]; r++) {
+            int j = b->readers[dst][r], t = b->step_of[j];
+            ok = j == i || b->pos[t] < b->pos[s] ||
+                 (t == s && (b->steps[s].kind == FUSE_LIBRARY || reads_in_place(g, &g->nodes[j], dst)));
+        }
+        if (!ok)
+            continue;
+        b->dead[b->step_of[i]] = 1;
+        b->step_of[i] = s;
+    }
+}
+
+/* Steps run by position, then by creation. */
+static int by_key(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, c = *(const int64_t *)y;
+    return (a > c) - (a < c);
+}
+
+static void mark_materialised(const Graph *g, FusePlan *p)
+{
+    char *is_output = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(is_output != NULL);
+    for (int k = 0; k < g->noutputs; k++)
+        is_output[g->outputs[k]] = 1;
+    for (ValueId v = 0; v < g->nvalues; v++)
+        p->materialised[v] = g->values[v].producer >= 0 && is_output[v];
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            ValueId v = g->nodes[i].in[k];
+            int prod = g->values[v].producer;
+            if (prod >= 0 && p->step_of[prod] != p->step_of[i])
+                p->materialised[v] = 1;
+        }
+    free(is_output);
+}
+
+/* Lays the steps out in run order with their node lists, views and launch
+ * ids, from the builder's per-node steps. */
+static void lay_out(Builder *b, const int *launch_of, FusePlan *p)
+{
+    const Graph *g = b->g;
+    int64_t *key = malloc(sizeof *key * (size_t)(b->nsteps + 1));
+    int *order = malloc(sizeof *order * (size_t)(b->nsteps + 1));
+    int *final = malloc(sizeof *final * (size_t)(b->nsteps + 1));
+    int *launch_id = malloc(sizeof *launch_id * (size_t)(b->nsteps + 1));
+    CT_ASSERT(key && order && final && launch_id);
+    int n = 0;
+    for (int s = 0; s < b->nsteps; s++)
+        if (!b->dead[s])
+            key[n++] = (int64_t)b->pos[s] * b->nsteps + s;
+    qsort(key, (size_t)n, sizeof *key, by_key);
+    for (int k = 0; k < n; k++)
+        order[k] = (int)(key[k] % b->nsteps);
+    p->steps = malloc(sizeof *p->steps * (size_t)(n + 1));
+    CT_ASSERT(p->steps != NULL);
+    p->nsteps = n;
+    for (int k = 0; k < n; k++) {
+        final[order[k]] = k;
+        p->steps[k] = b->steps[order[k]];
+        p->steps[k].first = p->steps[k].n = 0;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        p->steps[p->step_of[i] = final[b->step_of[i]]].n++;
+    for (int k = 0, at = 0; k < n; k++) {
+        p->steps[k].first = at;
+        at += p->steps[k].n;
+        p->steps[k].n = 0;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        FuseStep *s = &p->steps[p->step_of[i]];
+        p->nodes[s->first + s->n++] = i;
+    }
+    for (int s = 0; s < b->nsteps; s++)
+        launch_id[s] = -1;
+    for (int k = 0; k < n; k++) {
+        FuseStep *s = &p->steps[k];
+        s->view = s->kind == FUSE_ELEMENTWISE;
+        for (int j = 0; j < s->n; j++)
+            s->view &= g->nodes[p->nodes[s->first + j]].op == CT_OP_reshape;
+        int batch = launch_of[order[k]] >= 0 ? launch_of[order[k]] : order[k];
+        if (s->view)
+            s->launch = -1;
+        else if (launch_id[batch] >= 0)
+            s->launch = launch_id[batch];
+        else
+            s->launch = launch_id[batch] = p->kernels_after++;
+    }
+    free(key);
+    free(order);
+    free(final);
+    free(launch_id);
+}
+
+int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
+{
+    memset(p, 0, sizeof *p);
+    if (graph_verify(g, err))
+        return ct_failctx(err, "fuse");
+    size_t nn = (size_t)g->nnodes + 1, nv = (size_t)g->nvalues + 1;
+    Builder b = {.g = g};
+    b.step_of = malloc(sizeof *b.step_of * nn);
+    b.steps = malloc(sizeof *b.steps * nn);
+    b.tip = malloc(sizeof *b.tip * nn);
+    b.nreaders = calloc(nv, sizeof *b.nreaders);
+    b.readers = calloc(nv, sizeof *b.readers);
+    p->nodes = malloc(sizeof *p->nodes * nn);
+    p->step_of = malloc(sizeof *p->step_of * nn);
+    p->materialised = calloc(nv, 1);
+    CT_ASSERT(b.step_of && b.steps && b.tip && b.nreaders && b.readers && p->nodes && p->step_of && p->materialised);
+    for (int i = 0; i < g->nnodes; i++)
+        place_node(&b, i);
+    size_t ns = (size_t)b.nsteps + 1;
+    b.update = malloc(sizeof *b.update * ns);
+    b.pos = malloc(sizeof *b.pos * ns);
+    b.dead = calloc(ns, 1);
+    int *launch_of = malloc(sizeof *launch_of * ns);
+    CT_ASSERT(b.update && b.pos && b.dead && launch_of);
+    for (int s = 0; s < b.nsteps; s++)
+        b.update[s] = launch_of[s] = -1, b.pos[s] = s;
+    index_readers(&b);
+    batch_updates(&b, launch_of);
+    take_assigns(&b);
+    lay_out(&b, launch_of, p);
+    p->kernels_before = g->nnodes;
+    mark_materialised(g, p);
+    free(launch_of);
+    free(b.dead);
+    free(b.pos);
+    free(b.update);
+    free(b.readers[0]);
+    free(b.readers);
+    free(b.nreaders);
+    free(b.step_of);
+    free(b.tip);
+    free(b.steps);
+    return 0;
+}
+
+void fuse_free(FusePlan *p)
+{
+    free(p->steps);
+    free(p->nodes);
+    free(p->step_of);
+    free(p->materialised);
+    memset(p, 0, sizeof *p);
+}
+
+int fuse_check(const Graph *g, const FusePlan *p, CtErr *err)
+{
+    int *seen = calloc((size_t)g->nnodes + 1, sizeof *seen);
+    char *mat = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(seen && mat);
+    int rc = -1;
+    for (int s = 0; s < p->nsteps; s++)
+        for (int j = 0; j < p->steps[s].n; j++) {
+            int i = p->nodes[p->steps[s].first + j];
+            if (seen[i]++ || p->step_of[i] != s) {
+                ct_fail(err, "node %d is in more than one step, or not where step_of says", i);
+                goto done;
+            }
+        }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int s = p->step_of[i];
+        if (!seen[i]) {
+            ct_fail(err, "node %d (%s) is in no step", i, op_def(n->op)->name);
+            goto done;
+        }
+        for (int k = 0; k < n->nin; k++) {
+            int prod = g->values[n->in[k]].producer;
+            if (prod >= 0 && p->step_of[prod] > s) {
+                ct_fail(err, "step %d reads %%%d before step %d computes it", s, n->in[k], p->step_of[prod]);
+                goto done;
+            }
+        }
+        const FuseStep *st = &p->steps[s];
+        if (st->kind == FUSE_ELEMENTWISE && n->op != CT_OP_assign &&
+            (!fuse_is_elementwise(g, n) || numel_of(g, n->out[0]) != st->numel)) {
+            ct_fail(err, "node %d (%s) does not belong in elementwise step %d", i, op_def(n->op)->name, s);
+            goto done;
+        }
+        if (n->op == CT_OP_assign && st->kind != FUSE_COPY)
+            for (int r = 0; r < g->nnodes; r++)
+                for (int k = 0; k < g->nodes[r].nin; k++)
+                    if (r != i && g->nodes[r].in[k] == n->in[0] && p->step_of[r] > s) {
+                        ct_fail(err, "step %d writes %%%d, which step %d reads later", s, n->in[0], p->step_of[r]);
+                        goto done;
+                    }
+    }
+    for (int k = 0; k < g->noutputs; k++)
+        mat[g->outputs[k]] = g->values[g->outputs[k]].producer >= 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int prod = g->values[g->nodes[i].in[k]].producer;
+            mat[g->nodes[i].in[k]] |= prod >= 0 && p->step_of[prod] != p->step_of[i];
+        }
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (mat[v] != p->materialised[v]) {
+            ct_fail(err, "%%%d is %s, against the materialisation rule", v,
+                    p->materialised[v] ? "written" : "not written");
+            goto done;
+        }
+    rc = 0;
+done:
+    free(seen);
+    free(mat);
+    return rc;
+}
+
+void fuse_dump(const Graph *g, const FusePlan *p, CtBuf *out)
+{
+    static const char *const kind[] = {"library", "elementwise", "copy"};
+    buf_printf(out, "fuse: %d steps, %d kernels (%d before fusion, one per node)\n", p->nsteps, p->kernels_after,
+               p->kernels_before);
+    for (int s = 0; s < p->nsteps; s++) {
+        const FuseStep *st = &p->steps[s];
+        if (st->view)
+            buf_printf(out, "view  ");
+        else
+            buf_printf(out, "k%-4d ", st->launch);
+        buf_printf(out, "%s", kind[st->kind]);
+        if (st->kind == FUSE_ELEMENTWISE && !st->view)
+            buf_printf(out, " x%lld", (long long)st->numel);
+        buf_printf(out, ":");
+        for (int j = 0; j < st->n; j++) {
+            const Node *n = &g->nodes[p->nodes[st->first + j]];
+            if (n->op == CT_OP_assign)
+                buf_printf(out, " assign(%%%d<-%%%d)", n->in[0], n->in[1]);
+            else
+                buf_printf(out, " %s(%%%d)", op_def(n->op)->name, n->out[0]);
+        }
+        if (st->epilogue)
+            buf_printf(out, " epilogue%s%s%s", st->epilogue & FUSE_EPI_BIAS ? " +bias" : "",
+                       st->epilogue & FUSE_EPI_RESIDUAL ? " +residual" : "", st->epilogue & FUSE_EPI_ACT ? " +act" : "");
+        buf_printf(out, " ->");
+        for (int j = 0; j < st->n; j++) {
+            const Node *n = &g->nodes[p->nodes[st->first + j]];
+            for (int o = 0; o < n->nout; o++)
+                if (p->materialised[n->out[o]])
+                    buf_printf(out, " %%%d", n->out[o]);
+        }
+        buf_printf(out, "\n");
+    }
+}

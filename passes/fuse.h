@@ -1,0 +1,82 @@
+/*
+ * Fusion: an analysis that partitions a verified graph's nodes into steps,
+ * each one kernel launch or library call (or none, for a view), in an order
+ * that is a valid schedule. The graph itself is not changed.
+ *
+ *   FUSE_LIBRARY      one node that keeps a kernel of its own: convolutions
+ *                     and their gradients, linear, matmul, sdpa (and grad),
+ *                     norms, pools, softmax, reductions, losses, data
+ *                     movement; for conv2d/linear/matmul followed by a bias
+ *                     add, a residual add and/or an activation, those nodes
+ *                     too, recorded as the call's epilogue (cuBLASLt/cuDNN
+ *                     epilogues on the GPU; an elementwise pass over the
+ *                     call's output elsewhere).
+ *   FUSE_ELEMENTWISE  elementwise and broadcast nodes (fuse_is_elementwise)
+ *                     over one iteration space: every node's output has the
+ *                     group's element count and memory order, so element i
+ *                     of each is computed from element i of the others in
+ *                     one pass; inputs from outside are read with broadcast
+ *                     strides. A group of reshapes only is a view (no kernel).
+ *   FUSE_COPY         an assign that no group could take over.
+ *
+ * Elementwise groups holding optimizer updates of one op, attributes and
+ * scalar inputs share a `launch` id: they run as one multi-tensor kernel.
+ * An assign whose source is computed in an elementwise group (or is a
+ * running statistic of the batch_norm that read it), when nothing after the
+ * step reads the destination, joins that step: the step stores the source
+ * straight into the destination (the optimizer writing parameters and state
+ * in place, batch_norm updating its running statistics).
+ *
+ * Materialisation: a value computed inside a step is written to memory iff
+ * it is read outside the step (by a node of another step, or an assign the
+ * step did not take) or is a graph output; an assign taken by the step
+ * writes its source into the destination. Nothing is recomputed: a node
+ * belongs to exactly one step.
+ */
+#ifndef CTIMM_FUSE_H
+#define CTIMM_FUSE_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+typedef enum FuseKind { FUSE_LIBRARY, FUSE_ELEMENTWISE, FUSE_COPY } FuseKind;
+
+/* Epilogue parts of a library step, as bits. */
+enum { FUSE_EPI_BIAS = 1, FUSE_EPI_RESIDUAL = 2, FUSE_EPI_ACT = 4 };
+
+typedef struct FuseStep {
+    FuseKind kind;
+    int first, n;  /* its nodes: FusePlan.nodes[first .. first + n), in graph order */
+    int epilogue;  /* FUSE_LIBRARY: FUSE_EPI_* bits */
+    int64_t numel; /* FUSE_ELEMENTWISE: elements in the iteration space */
+    int view;      /* FUSE_ELEMENTWISE of reshapes only: no kernel */
+    int launch;    /* the kernel this step runs in: steps with one launch id run as one kernel; -1 for views */
+} FuseStep;
+
+typedef struct FusePlan {
+    FuseStep *steps;
+    int nsteps;
+    int *nodes;         /* node indices, grouped by step in step order */
+    int *step_of;       /* per node: its step */
+    char *materialised; /* per value: written to its own memory */
+    int kernels_before; /* one per node: the node-by-node backends' count */
+    int kernels_after;  /* distinct launch ids */
+} FusePlan;
+
+/* Whether node n may join an elementwise group (and so has a kernel-IR
+ * lowering in codegen/kir.c). */
+int fuse_is_elementwise(const Graph *g, const Node *n);
+
+int fuse_plan(const Graph *g, FusePlan *p, CtErr *err);
+void fuse_free(FusePlan *p);
+/* An independent check: every node in exactly one step, steps in a valid
+ * order (each reads only values of earlier steps, its own, or no producer),
+ * elementwise steps in one iteration space, the materialisation rule. */
+int fuse_check(const Graph *g, const FusePlan *p, CtErr *err);
+
+struct CtBuf;
+/* One line per step: kernel number, kind, ops, values written. */
+void fuse_dump(const Graph *g, const FusePlan *p, struct CtBuf *out);
+
+#endif

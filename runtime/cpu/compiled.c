@@ -1,0 +1,343 @@
+/* Contract: cpu_run_fused(g) computes what the node-by-node cpu backend
+ * computes, running g's fused steps in plan order: one compiled host kernel
+ * per elementwise launch, node by node for the rest. Memory: the plan over
+ * g's nodes in step order (arena), state in place, inputs where the caller
+ * holds them, outputs in the caller's tensors; a kernel's stored value that
+ * the plan put over memory the same kernel reads at other elements gets
+ * memory of its own instead.
+ *
+ * What a graph compiles to (its fusion plan, memory plan and loaded
+ * kernels) depends on the graph's content alone, and the backend's run()
+ * is called once per training step with no place to keep it; so it is kept
+ * in a process-wide memo keyed by a hash of the graph's content, under a
+ * mutex, for the life of the process (a run uses a graph or two). */
+#include "runtime/cpu/compiled.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "codegen/host_compile.h"
+#include "codegen/render.h"
+#include "passes/plan.h"
+#include "runtime/backend.h"
+
+static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
+
+/* A graph compiled for this backend. */
+typedef struct Compiled {
+    XXH128_hash_t key;
+    FusePlan p;
+    Graph og;         /* g's nodes in step order (order_graph) */
+    MemPlan plan;     /* over og */
+    KirKernel *k;     /* per launch; nloops == 0 where the launch is not elementwise */
+    int nk;
+    HostModule mod;
+    char *own;        /* per value: stored over what its kernel reads elsewhere, so not in the arena */
+    /* The arena, kept from run to run: a training step's activations are
+     * hundreds of MiB, and a fresh malloc gives fresh pages that fault in
+     * again at every step. A run that finds it taken (another thread
+     * running the same graph) uses one of its own. Guarded by memo_mu. */
+    unsigned char *arena;
+    int arena_busy;
+    struct Compiled *next;
+} Compiled;
+
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static Compiled *memo;
+static int have_cc = -1; /* -1: not asked yet */
+static HostCompiler hc;
+
+/* Everything of g that its compiled form depends on (not the names). */
+static XXH128_hash_t graph_key(const Graph *g)
+{
+    XXH3_state_t *st = XXH3_createState();
+    CT_ASSERT(st != NULL);
+    XXH3_128bits_reset(st);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int head[3] = {n->op, n->nin, n->nout};
+        XXH3_128bits_update(st, head, sizeof head);
+        XXH3_128bits_update(st, n->in, sizeof *n->in * (size_t)n->nin);
+        XXH3_128bits_update(st, n->out, sizeof *n->out * (size_t)n->nout);
+        XXH3_128bits_update(st, n->iattr, sizeof n->iattr);
+        XXH3_128bits_update(st, n->fattr, sizeof n->fattr);
+    }
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        int head[4] = {val->type.dtype, val->type.shape.ndim, val->layout, val->role};
+        XXH3_128bits_update(st, head, sizeof head);
+        XXH3_128bits_update(st, val->type.shape.d, sizeof *val->type.shape.d * (size_t)val->type.shape.ndim);
+    }
+    XXH3_128bits_update(st, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+/* g with its nodes in step order, owning its arrays and nothing of g's
+ * (it outlives g in the memo): no names, scopes or state list. */
+static void order_graph(const Graph *g, const FusePlan *p, Graph *og)
+{
+    memset(og, 0, sizeof *og);
+    og->nnodes = g->nnodes;
+    og->nvalues = g->nvalues;
+    og->noutputs = g->noutputs;
+    og->nodes = malloc(sizeof *og->nodes * (size_t)(g->nnodes + 1));
+    og->values = malloc(sizeof *og->values * (size_t)(g->nvalues + 1));
+    og->outputs = malloc(sizeof *og->outputs * (size_t)(g->noutputs + 1));
+    CT_ASSERT(og->nodes && og->values && og->outputs);
+    memcpy(og->values, g->values, sizeof *og->values * (size_t)g->nvalues);
+    memcpy(og->outputs, g->outputs, sizeof *og->outputs * (size_t)g->noutputs);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        og->values[v].name = NULL;
+    for (int k = 0; k < g->nnodes; k++) {
+        og->nodes[k] = g->nodes[p->nodes[k]];
+        og->nodes[k].scope = "";
+        for (int o = 0; o < og->nodes[k].nout; o++)
+            og->values[og->nodes[k].out[o]].producer = k;
+    }
+}
+
+/* Lowers every elementwise launch and compiles them as one unit. */
+static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
+{
+    CtBuf src = {0};
+    KernelCache cache;
+    int rc = -1;
+    c->nk = c->p.kernels_after;
+    c->k = calloc((size_t)c->nk + 1, sizeof *c->k);
+    CT_ASSERT(c->k != NULL);
+    render_c_prelude(&src);
+    for (int l = 0; l < c->nk; l++)
+        if (kir_lowerable(&c->p, l)) {
+            /* the node-by-node results bit for bit, on row-major memory */
+            if (kir_lower(g, &c->p, l, (KirOptions){KIR_EXACT, 0}, &c->k[l], err))
+                goto free_src;
+            render_c_kernel(&c->k[l], &src);
+        }
+    /* no usable cache directory: compile without one */
+    if (cache_open(&cache, NULL, err) && cache_open(&cache, &(CacheOptions){.no_cache = 1}, err))
+        goto free_src;
+    rc = host_compile(&hc, &cache, src.s, &c->mod, err); /* the module is loaded: the cache may go */
+    cache_close(&cache);
+free_src:
+    buf_free(&src);
+    return rc;
+}
+
+/* Whether arena values u and w overlap other than element for element
+ * (same place, same element size, u read at element i). */
+static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int identity)
+{
+    size_t ou = plan->offset[u], ow = plan->offset[w];
+    if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
+        return 0;
+    size_t nu = value_nbytes(&g->values[u]), nw = value_nbytes(&g->values[w]);
+    if (ou + nu <= ow || ow + nw <= ou)
+        return 0;
+    return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
+}
+
+/* Stored values of kernel k that clash with a value it loads: own[w] = 1. */
+static void mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *own)
+{
+    for (int j = 0; j < k->nloops; j++) {
+        const KirLoop *l = &k->loops[j];
+        for (int a = 0; a < l->nins; a++) {
+            if (l->ins[a].op != KIR_LOAD)
+                continue;
+            ValueId u = k->bufs[l->ins[a].buf].value;
+            for (int b = 0; b < l->nins; b++)
+                if (l->ins[b].op == KIR_STORE) {
+                    ValueId w = k->bufs[l->ins[b].buf].value;
+                    if (clash(g, plan, u, w, l->views[l->ins[a].view].ndim == 0))
+                        own[w] = 1;
+                }
+        }
+    }
+}
+
+static void free_compiled(Compiled *c)
+{
+    for (int l = 0; l < c->nk; l++)
+        kir_free(&c->k[l]);
+    free(c->k);
+    host_module_close(&c->mod);
+    plan_free(&c->plan);
+    free(c->og.nodes);
+    free(c->og.values);
+    free(c->og.outputs);
+    fuse_free(&c->p);
+    free(c->own);
+    free(c->arena);
+    free(c);
+}
+
+static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtErr *err)
+{
+    Compiled *c = calloc(1, sizeof *c);
+    CT_ASSERT(c != NULL);
+    c->key = key;
+    if (fuse_plan(g, &c->p, err)) {
+        free(c);
+        return -1;
+    }
+    order_graph(g, &c->p, &c->og);
+    c->own = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(c->own != NULL);
+    if (plan_memory(&c->og, &c->plan, err) || compile_kernels(g, c, err)) {
+        free_compiled(c);
+        return -1;
+    }
+    for (int l = 0; l < c->nk; l++)
+        mark_clashes(g, &c->plan, &c->k[l], c->own);
+    *out = c;
+    return 0;
+}
+
+/* The memo's entry for g, compiled on first use; NULL with *unavailable
+ * set when there is no C compiler. */
+static Compiled *lookup(const Graph *g, int *unavailable, CtErr *err)
+{
+    XXH128_hash_t key = graph_key(g);
+    Compiled *found = NULL;
+    CtErr why;
+    pthread_mutex_lock(&memo_mu);
+    if (have_cc < 0)
+        have_cc = host_compiler_init(&hc, &why) == 0;
+    *unavailable = !have_cc;
+    for (Compiled *c = memo; have_cc && c && !found; c = c->next)
+        if (XXH128_isEqual(c->key, key))
+            found = c;
+    Compiled *fresh;
+    if (have_cc && !found && compile_graph(g, key, &fresh, err) == 0) {
+        fresh->next = memo;
+        memo = fresh;
+        found = fresh;
+    }
+    pthread_mutex_unlock(&memo_mu);
+    return found;
+}
+
+/* Every value's memory: inputs, state, outputs, the arena, own blocks
+ * (own[v] = 1: malloc'd here; 2: the caller's output). */
+static int place_values(const Graph *g, const Compiled *c, CtState *state, const CtTensor *inputs, int ninputs,
+                        CtTensor *outputs, unsigned char *arena, void **ptr, char *own, CtErr *err)
+{
+    int in_k = 0;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        if (val->role == CT_ROLE_INPUT) {
+            if (in_k >= ninputs || !shape_equal(&inputs[in_k].type.shape, &val->type.shape) ||
+                inputs[in_k].type.dtype != val->type.dtype)
+                return ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", in_k, val->name);
+            ptr[v] = inputs[in_k++].data;
+        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
+            int s = state_find(state, val->name);
+            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
+                state->e[s].type.dtype != val->type.dtype)
+                return ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", val->name);
+            ptr[v] = state_data(state, s);
+        } else if (c->plan.offset[v] != PLAN_NONE && !c->own[v]) {
+            ptr[v] = arena + c->plan.offset[v];
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        ValueId v = g->outputs[k];
+        if (!ptr[v] && g->values[v].producer >= 0) {
+            ptr[v] = outputs[k].data;
+            own[v] = 2;
+        }
+    }
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (!ptr[v]) { /* not in the arena (nothing reads it) or moved out of it */
+            ptr[v] = malloc(value_nbytes(&g->values[v]) + 1);
+            CT_ASSERT(ptr[v] != NULL);
+            own[v] = 1;
+        }
+    return 0;
+}
+
+static void run_steps(const Compiled *c, void **ptr)
+{
+    for (int s = 0, last_launch = -1; s < c->p.nsteps; s++) {
+        const FuseStep *st = &c->p.steps[s];
+        const KirKernel *k = st->launch >= 0 ? &c->k[st->launch] : NULL;
+        if (k && k->nloops) {
+            if (st->launch != last_launch) { /* a multi-tensor launch runs once for all its steps */
+                void **args = malloc(sizeof *args * (size_t)(k->nbufs + 1));
+                CT_ASSERT(args != NULL);
+                for (int b = 0; b < k->nbufs; b++)
+                    args[b] = ptr[k->bufs[b].value];
+                host_kernel(&c->mod, st->launch)(args);
+                free(args);
+            }
+            last_launch = st->launch;
+            continue;
+        }
+        for (int j = 0; j < st->n; j++) {
+            const Node *n = &c->og.nodes[st->first + j];
+            void *in[CT_MAX_IN], *out[CT_MAX_OUT];
+            for (int i = 0; i < n->nin; i++)
+                in[i] = ptr[n->in[i]];
+            for (int o = 0; o < n->nout; o++)
+                out[o] = ptr[n->out[o]];
+            cpu_run_node(&c->og, n, in, out);
+        }
+    }
+}
+
+int cpu_run_fused(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    int unavailable, rc = -1, nout_done = 0;
+    if (backend_check(&ct_backend_cpu, g, err))
+        return -1;
+    Compiled *c = lookup(g, &unavailable, err);
+    if (!c)
+        return unavailable ? CPU_FUSED_UNAVAILABLE : -1;
+    void **ptr = calloc((size_t)g->nvalues + 1, sizeof *ptr);
+    char *own = calloc((size_t)g->nvalues + 1, 1);
+    unsigned char *arena = NULL;
+    pthread_mutex_lock(&memo_mu);
+    if (!c->arena_busy) {
+        if (!c->arena)
+            c->arena = malloc(c->plan.arena_bytes ? c->plan.arena_bytes : 1);
+        c->arena_busy = 1;
+        arena = c->arena;
+    }
+    pthread_mutex_unlock(&memo_mu);
+    if (!arena)
+        arena = malloc(c->plan.arena_bytes ? c->plan.arena_bytes : 1);
+    CT_ASSERT(ptr && own && arena);
+    for (int k = 0; k < g->noutputs; k++) {
+        tensor_alloc(&outputs[k], g->values[g->outputs[k]].type);
+        nout_done = k + 1;
+    }
+    if (place_values(g, c, state, inputs, ninputs, outputs, arena, ptr, own, err))
+        goto free_memory;
+    run_steps(c, ptr);
+    for (int k = 0; k < g->noutputs; k++) {
+        ValueId v = g->outputs[k];
+        if (ptr[v] != outputs[k].data)
+            memcpy(outputs[k].data, ptr[v], value_nbytes(&g->values[v]));
+    }
+    rc = 0;
+free_memory:
+    if (rc)
+        for (int k = 0; k < nout_done; k++)
+            tensor_free(&outputs[k]);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (own[v] == 1)
+            free(ptr[v]);
+    pthread_mutex_lock(&memo_mu);
+    if (arena == c->arena)
+        c->arena_busy = 0;
+    else
+        free(arena);
+    pthread_mutex_unlock(&memo_mu);
+    free(ptr);
+    free(own);
+    return rc;
+}

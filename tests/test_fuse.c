@@ -1,0 +1,237 @@
+/* Fusion analysis: small hand-built graphs give the expected steps and
+ * materialised values (a chain in one kernel, a library epilogue, a group
+ * that may not reach past a library step), and every model's eval and
+ * training graphs (f32, amp, channels last) pass the independent check
+ * with fewer kernels than nodes, the optimizer in at most two launches
+ * writing parameters in place. */
+#include <string.h>
+
+#include "check.h"
+#include "ir/buf.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "passes/fuse.h"
+#include "passes/passes.h"
+
+static ValueId input(Graph *g, const char *name, int ndim, const int64_t *d)
+{
+    return graph_add_value(g, (CtType){shape_make(ndim, d), CT_F32}, CT_ROLE_INPUT, name);
+}
+
+/* Appends op(in...) with attributes; returns its output 0. */
+static ValueId node(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf)
+{
+    Node n = {.op = op, .nin = nin};
+    memcpy(n.in, in, sizeof *in * (size_t)nin);
+    if (na)
+        memcpy(n.iattr, a, sizeof *a * (size_t)na);
+    if (nf)
+        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
+    CtErr err;
+    int i = graph_add_node(g, &n, "t", &err);
+    CHECKF(i >= 0, "%s", err.msg);
+    return i >= 0 ? g->nodes[i].out[0] : 0;
+}
+
+static ValueId unary(Graph *g, CtOp op, ValueId x) { return node(g, op, 1, &x, NULL, 0, NULL, 0); }
+static ValueId binary(Graph *g, CtOp op, ValueId x, ValueId y)
+{
+    return node(g, op, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0);
+}
+
+static int plan_ok(const Graph *g, FusePlan *p)
+{
+    CtErr err;
+    if (fuse_plan(g, p, &err)) {
+        CHECKF(0, "fuse_plan: %s", err.msg);
+        return 0;
+    }
+    CHECKF(fuse_check(g, p, &err) == 0, "fuse_check: %s", err.msg);
+    return 1;
+}
+
+static int step_of_value(const Graph *g, const FusePlan *p, ValueId v) { return p->step_of[g->values[v].producer]; }
+
+/* relu(x + b) * 2 + 1: one kernel; only the result is written, unless the
+ * relu is an output too. */
+static void test_chain(void)
+{
+    for (int relu_out = 0; relu_out < 2; relu_out++) {
+        Graph g;
+        FusePlan p;
+        graph_init(&g);
+        ValueId x = input(&g, "x", 4, (int64_t[]){2, 3, 4, 4}), b = input(&g, "b", 3, (int64_t[]){3, 1, 1});
+        ValueId a = binary(&g, CT_OP_add, x, b), r = unary(&g, CT_OP_relu, a);
+        ValueId y = node(&g, CT_OP_scale_shift, 1, &r, NULL, 0, (double[]){2, 1}, 2);
+        graph_mark_output(&g, y);
+        if (relu_out)
+            graph_mark_output(&g, r);
+        if (plan_ok(&g, &p)) {
+            CHECK(p.nsteps == 1 && p.kernels_after == 1 && p.kernels_before == 3);
+            CHECK(p.steps[0].kind == FUSE_ELEMENTWISE && p.steps[0].n == 3 && p.steps[0].numel == 96);
+            CHECK(!p.materialised[a] && p.materialised[r] == relu_out && p.materialised[y]);
+            CtBuf dump = {0};
+            fuse_dump(&g, &p, &dump);
+            const char *want = relu_out ? "k0    elementwise x96: add(%2) relu(%3) scale_shift(%4) -> %3 %4\n"
+                                        : "k0    elementwise x96: add(%2) relu(%3) scale_shift(%4) -> %4\n";
+            CHECKF(dump.s && strstr(dump.s, "fuse: 1 steps, 1 kernels (3 before fusion, one per node)\n") &&
+                       strstr(dump.s, want),
+                   "%s", dump.s ? dump.s : "");
+            buf_free(&dump);
+            fuse_free(&p);
+        }
+        graph_free(&g);
+    }
+}
+
+/* matmul -> + bias -> gelu: one library step with a bias and activation
+ * epilogue; the pre-activation is written when something else reads it. */
+static void test_epilogue(void)
+{
+    for (int aux = 0; aux < 2; aux++) {
+        Graph g;
+        FusePlan p;
+        graph_init(&g);
+        ValueId x = input(&g, "x", 2, (int64_t[]){4, 8}), w = input(&g, "w", 2, (int64_t[]){8, 6});
+        ValueId bias = input(&g, "bias", 1, (int64_t[]){6});
+        ValueId m = binary(&g, CT_OP_matmul, x, w), a = binary(&g, CT_OP_add, m, bias);
+        ValueId y = node(&g, CT_OP_gelu, 1, &a, (int64_t[]){0}, 1, NULL, 0);
+        graph_mark_output(&g, y);
+        ValueId z = aux ? binary(&g, CT_OP_mul, a, y) : -1;
+        if (aux)
+            graph_mark_output(&g, z);
+        if (plan_ok(&g, &p)) {
+            CHECK(p.steps[0].kind == FUSE_LIBRARY && p.steps[0].n == 3);
+            CHECK(p.steps[0].epilogue == (FUSE_EPI_BIAS | FUSE_EPI_ACT));
+            CHECK(!p.materialised[m] && p.materialised[a] == aux && p.materialised[y]);
+            CHECK(p.nsteps == 1 + aux && p.kernels_after == 1 + aux);
+            fuse_free(&p);
+        }
+        graph_free(&g);
+    }
+}
+
+/* a = relu(x); s = softmax(a); y = a * s: y may not join a's group (that
+ * step would read s before the softmax runs), so a is written. */
+static void test_no_cycle(void)
+{
+    Graph g;
+    FusePlan p;
+    graph_init(&g);
+    ValueId x = input(&g, "x", 2, (int64_t[]){4, 8});
+    ValueId a = unary(&g, CT_OP_relu, x), s = node(&g, CT_OP_softmax, 1, &a, (int64_t[]){1}, 1, NULL, 0);
+    ValueId y = binary(&g, CT_OP_mul, a, s);
+    graph_mark_output(&g, y);
+    if (plan_ok(&g, &p)) {
+        CHECK(p.nsteps == 3 && p.kernels_after == 3);
+        CHECK(step_of_value(&g, &p, a) < step_of_value(&g, &p, s) &&
+              step_of_value(&g, &p, s) < step_of_value(&g, &p, y));
+        CHECK(p.materialised[a] && p.materialised[s] && p.materialised[y]);
+        fuse_free(&p);
+    }
+    graph_free(&g);
+}
+
+/* Reshapes alone are views (no kernel); a corrupted plan is caught. */
+static void test_view_and_check(void)
+{
+    Graph g;
+    FusePlan p;
+    CtErr err;
+    graph_init(&g);
+    ValueId x = input(&g, "x", 2, (int64_t[]){4, 8});
+    ValueId s = node(&g, CT_OP_softmax, 1, &x, (int64_t[]){1}, 1, NULL, 0);
+    ValueId r = node(&g, CT_OP_reshape, 1, &s, (int64_t[]){1, 32}, 2, NULL, 0);
+    ValueId t = node(&g, CT_OP_softmax, 1, &r, (int64_t[]){0}, 1, NULL, 0);
+    graph_mark_output(&g, t);
+    if (plan_ok(&g, &p)) {
+        CHECK(p.nsteps == 3 && p.kernels_after == 2 && p.steps[1].view && p.steps[1].launch == -1);
+        p.materialised[s] = 0;
+        CHECK(fuse_check(&g, &p, &err) == -1 && strstr(err.msg, "materialisation"));
+        p.materialised[s] = 1;
+        p.step_of[p.nodes[0]] = 2;
+        CHECK(fuse_check(&g, &p, &err) == -1);
+        fuse_free(&p);
+    }
+    graph_free(&g);
+}
+
+static int build(const char *model, int training, CtOptKind opt, int amp, Graph *g)
+{
+    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
+    CtErr err;
+    TrainStep ts;
+    if (model_build(model_find(model), &spec, g, &err)) {
+        CHECKF(0, "%s: %s", model, err.msg);
+        return -1;
+    }
+    if (amp) {
+        Graph a;
+        int rc = amp_cast(g, amp == 1 ? CT_F16 : CT_BF16, &a, &err);
+        graph_free(g);
+        *g = a;
+        if (rc) {
+            CHECKF(0, "%s amp: %s", model, err.msg);
+            return -1;
+        }
+    }
+    if (training) {
+        OptimSpec o = {.kind = opt, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+        LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
+        if (train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)) {
+            CHECKF(0, "%s: %s", model, err.msg);
+            graph_free(g);
+            return -1;
+        }
+        train_step_free(&ts);
+    }
+    return 0;
+}
+
+/* Every model, eval and train (SGD, AdamW), f32 and amp: a valid plan with
+ * fewer kernels than nodes; training updates in few launches, no copy left
+ * for a parameter. */
+static void test_models(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++)
+        for (int mode = 0; mode < 4; mode++) {
+            Graph g;
+            FusePlan p;
+            int training = mode > 0, amp = mode == 3 ? 1 + (m & 1) : 0;
+            if (build(models[m], training, mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, amp, &g))
+                continue;
+            if (plan_ok(&g, &p)) {
+                CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,
+                       p.kernels_after, p.kernels_before);
+                int update_launch[2] = {-1, -1}, launches = 0, param_copies = 0;
+                for (int s = 0; s < p.nsteps; s++)
+                    for (int j = 0; j < p.steps[s].n; j++) {
+                        const Node *n = &g.nodes[p.nodes[p.steps[s].first + j]];
+                        if (n->op == CT_OP_sgd_update || n->op == CT_OP_adamw_update) {
+                            int l = p.steps[s].launch;
+                            if (l != update_launch[0] && l != update_launch[1])
+                                update_launch[launches++ & 1] = l;
+                        }
+                        param_copies += n->op == CT_OP_assign && p.steps[s].kind == FUSE_COPY &&
+                                        g.values[n->in[0]].role == CT_ROLE_PARAM;
+                    }
+                CHECKF(launches <= 2 && param_copies == 0, "%s mode %d: updates in %d launches, %d param copies",
+                       models[m], mode, launches, param_copies);
+                if (m == 0)
+                    printf("%s mode %d: %d nodes -> %d kernels\n", models[m], mode, p.kernels_before, p.kernels_after);
+                fuse_free(&p);
+            }
+            graph_free(&g);
+        }
+}
+
+int main(void)
+{
+    test_chain();
+    test_epilogue();
+    test_no_cycle();
+    test_view_and_check();
+    test_models();
+    return check_done("test_fuse");
+}

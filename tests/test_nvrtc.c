@@ -1,0 +1,157 @@
+/* NVRTC (built only with the CUDA toolkit; no GPU needed): every generated
+ * CUDA kernel of test_resnet and test_vit, eval and training graphs, f32
+ * and amp f16 and bf16, compiles for sm_90 to a cubin, one translation
+ * unit per graph, two graphs at a time; an architecture past NVRTC's gets
+ * PTX; a broken source fails with NVRTC's log in the message. */
+#include <pthread.h>
+#include <string.h>
+
+#include "check.h"
+#include "codegen/nvrtc.h"
+#include "codegen/render.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+
+static int build(const char *model, int training, CtDType amp, Graph *g)
+{
+    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
+    CtErr err;
+    TrainStep ts;
+    if (model_build(model_find(model), &spec, g, &err)) {
+        CHECKF(0, "%s: %s", model, err.msg);
+        return -1;
+    }
+    if (amp != CT_F32) {
+        Graph a;
+        int rc = amp_cast(g, amp, &a, &err);
+        graph_free(g);
+        *g = a;
+        if (rc) {
+            CHECKF(0, "%s amp: %s", model, err.msg);
+            return -1;
+        }
+    }
+    if (training) {
+        OptimSpec o = {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+        LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
+        if (train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)) {
+            CHECKF(0, "%s: %s", model, err.msg);
+            graph_free(g);
+            return -1;
+        }
+        train_step_free(&ts);
+    }
+    return 0;
+}
+
+/* One graph's translation unit and what compiling it gave. */
+typedef struct Job {
+    char name[64];
+    CtBuf src;
+    int nkernels, rc;
+    NvrtcImage img;
+    CtErr err;
+} Job;
+
+typedef struct Worker {
+    const NvrtcCompiler *nc;
+    KernelCache *cache;
+    Job *jobs;
+    int njobs, first; /* jobs first, first + 2, ... */
+} Worker;
+
+static void *compile_jobs(void *arg)
+{
+    Worker *w = arg;
+    for (int j = w->first; j < w->njobs; j += 2)
+        w->jobs[j].rc = nvrtc_compile(w->nc, w->cache, w->jobs[j].src.s, 90, &w->jobs[j].img, &w->jobs[j].err);
+    return NULL;
+}
+
+/* The graphs are rendered here, then compiled on two threads (the cache is
+ * thread-safe), one per core. */
+static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
+{
+    static const char *const models[] = {"test_resnet", "test_vit"};
+    static const CtDType precisions[] = {CT_F32, CT_F16, CT_BF16};
+    Job jobs[12] = {0};
+    int n = 0;
+    for (int m = 0; m < 2; m++)
+        for (int training = 0; training < 2; training++)
+            for (int p = 0; p < 3; p++) {
+                Graph g;
+                FusePlan plan;
+                CtErr err;
+                Job *j = &jobs[n];
+                snprintf(j->name, sizeof j->name, "%s %s %s", models[m], training ? "train" : "eval",
+                         ct_dtype_name(precisions[p]));
+                if (build(models[m], training, precisions[p], &g))
+                    continue;
+                if (fuse_plan(&g, &plan, &err) == 0) {
+                    int ok = render_graph(&g, &plan, 1, &j->src, &j->nkernels, &err) == 0;
+                    CHECKF(ok, "%s: %s", j->name, err.msg);
+                    n += ok;
+                    fuse_free(&plan);
+                } else {
+                    CHECKF(0, "%s: %s", j->name, err.msg);
+                }
+                graph_free(&g);
+            }
+    CHECK(n == 12);
+    pthread_t th[2];
+    Worker w[2];
+    for (int t = 0; t < 2; t++) {
+        w[t] = (Worker){nc, cache, jobs, n, t};
+        CT_ASSERT(pthread_create(&th[t], NULL, compile_jobs, &w[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    for (int k = 0; k < n; k++) {
+        Job *j = &jobs[k];
+        CHECKF(j->rc == 0, "%s: %s", j->name, j->err.msg);
+        CHECK(j->rc || (!j->img.is_ptx && j->img.size > 4 && !memcmp(j->img.data, "\177ELF", 4)));
+        printf("%s: %d kernels, %zu-byte %s (%s)\n", j->name, j->nkernels, j->rc ? 0 : j->img.size,
+               j->img.is_ptx ? "PTX" : "cubin", j->rc ? "-" : j->img.options);
+        buf_free(&j->src);
+    }
+}
+
+/* An architecture newer than NVRTC knows: PTX of the newest it does. */
+static void test_ptx_fallback(const NvrtcCompiler *nc, KernelCache *cache)
+{
+    NvrtcImage img;
+    CtErr err;
+    int rc = nvrtc_compile(nc, cache, "extern \"C\" __global__ void k(float *x) { x[0] = 1; }\n", 999, &img, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    CHECKF(rc || (img.is_ptx && strstr(img.options, "compute_") && img.size > 0 &&
+                  strstr((const char *)img.data, ".entry k")),
+           "%s", img.options);
+}
+
+static void test_error(const NvrtcCompiler *nc, KernelCache *cache)
+{
+    NvrtcImage img;
+    CtErr err;
+    fprintf(stderr, "(a compile error on purpose follows)\n");
+    int rc = nvrtc_compile(nc, cache, "extern \"C\" __global__ void k(float *x) { x[0] = undefined_name; }\n", 90,
+                           &img, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "undefined_name"), "%s", rc ? err.msg : "compiled");
+}
+
+int main(void)
+{
+    NvrtcCompiler nc;
+    KernelCache cache;
+    CtErr err;
+    if (nvrtc_init(&nc, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return check_done("test_nvrtc");
+    }
+    CHECK(cache_open(&cache, &(CacheOptions){.no_cache = 1}, &err) == 0);
+    test_models(&nc, &cache);
+    test_ptx_fallback(&nc, &cache);
+    test_error(&nc, &cache);
+    cache_close(&cache);
+    return check_done("test_nvrtc");
+}
