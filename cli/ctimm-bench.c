@@ -39,6 +39,7 @@
 #include "passes/plan.h"
 #include "passes/stats.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/driver.h"
 
 static const char *const prog = "ctimm-bench";
 
@@ -582,6 +583,12 @@ int main(int argc, char **argv)
         return 2;
     }
     CtErr err = {{0}};
+    if (!strcmp(a.device, "cuda")) { /* a benchmark must not quietly measure another device */
+        char why[512];
+        cuda_unavailable_reason(why, sizeof why);
+        fprintf(stderr, "%s: --device cuda: %s\n", prog, why);
+        return 2;
+    }
     const CtBackend *be = cli_backend(prog, a.device, &err);
     if (!be) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);

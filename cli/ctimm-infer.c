@@ -38,11 +38,13 @@ static const char *const usage =
     "                   [--results-dir DIR] [--results-file NAME] [--results-format csv|json|json-split ...]\n"
     "                   [--results-separate-col] [--filename-col filename] [--index-col index]\n"
     "                   [--label-col label] [--output-col NAME] [--no-console-results]\n"
+    "                   [--label-type name|description|detail|none]\n"
     "--class-map FILE names the classes (one a line, in class-index order) for the label column.\n";
 
 typedef struct Args {
     const char *data_dir, *dataset, *split, *model, *checkpoint, *class_map, *device, *amp_dtype, *output_type;
     const char *results_dir, *results_file, *formats[4], *filename_col, *index_col, *label_col, *output_col;
+    const char *label_type;
     int nformats, num_classes, batch_size, workers, amp, channels_last, log_freq, topk, include_index;
     int exclude_output, fullname, separate_col, no_console;
     EvalOpts eo;
@@ -57,7 +59,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_DATA = 1000, O_DATASET, O_SPLIT, O_CKPT, O_NC, O_CLASS_MAP, O_IMG, O_INPUT, O_CROP, O_CROP_MODE,
            O_MEAN, O_STD, O_INTERP, O_AMP, O_AMP_DTYPE, O_CL, O_DEVICE, O_LOG, O_TOPK, O_OUT_TYPE, O_INDEX,
-           O_EXCLUDE, O_FULL, O_RDIR, O_RFILE, O_RFMT, O_SEP, O_FCOL, O_ICOL, O_LCOL, O_OCOL, O_NOCON };
+           O_EXCLUDE, O_FULL, O_RDIR, O_RFILE, O_RFMT, O_SEP, O_FCOL, O_ICOL, O_LCOL, O_OCOL, O_NOCON, O_LTYPE };
     static const struct option longs[] = {
         {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT}, {"model", 1, 0, 'm'},
         {"checkpoint", 1, 0, O_CKPT}, {"num-classes", 1, 0, O_NC}, {"class-map", 1, 0, O_CLASS_MAP},
@@ -70,9 +72,10 @@ static int parse_args(int argc, char **argv, Args *a)
         {"results-dir", 1, 0, O_RDIR}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
         {"results-separate-col", 0, 0, O_SEP}, {"filename-col", 1, 0, O_FCOL}, {"index-col", 1, 0, O_ICOL},
         {"label-col", 1, 0, O_LCOL}, {"output-col", 1, 0, O_OCOL}, {"no-console-results", 0, 0, O_NOCON},
+        {"label-type", 1, 0, O_LTYPE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
-                .output_type = "prob", .filename_col = "filename", .index_col = "index", .label_col = "label",
+                .output_type = "prob", .filename_col = "filename", .index_col = "index", .label_col = "label", .label_type = "description",
                 .num_classes = -1, .batch_size = 256, .workers = 2, .log_freq = 10, .topk = 1,
                 .eo = {.crop_pct = -1}};
     opterr = 0;
@@ -126,6 +129,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_FCOL: a->filename_col = optarg; break;
         case O_ICOL: a->index_col = optarg; break;
         case O_LCOL: a->label_col = optarg; break;
+        case O_LTYPE: a->label_type = optarg; break;
         case O_OCOL: a->output_col = optarg; break;
         case O_NOCON: a->no_console = 1; break;
         case 'h': fputs(usage, stdout); return 1;
@@ -145,6 +149,14 @@ static int parse_args(int argc, char **argv, Args *a)
                     prog, a->formats[k]);
             return -1;
         }
+    /* inference.py's label types name ImageNet's classes (name, description,
+     * detail); here the names are the --class-map lines, whichever is asked,
+     * and "none" leaves the label column out */
+    if (strcmp(a->label_type, "name") && strcmp(a->label_type, "description") && strcmp(a->label_type, "detail") &&
+        strcmp(a->label_type, "detailed") && strcmp(a->label_type, "none")) {
+        fprintf(stderr, "%s: --label-type %s is not one of name, description, detail, none\n", prog, a->label_type);
+        return -1;
+    }
     if (strcmp(a->output_type, "prob") && strcmp(a->output_type, "logit")) {
         fprintf(stderr, "%s: --output-type %s is not one of prob, logit\n", prog, a->output_type);
         return -1;
@@ -438,7 +450,8 @@ static int infer(const Args *a, CtErr *err)
         goto done;
     progress_end(&bar);
     Table t = {.a = a, .p = &p, .files = files, .names = names, .nnames = nnames,
-               .with_index = a->include_index || !nnames, .with_label = nnames > 0, .with_output = !a->exclude_output,
+               .with_index = a->include_index || !nnames || !strcmp(a->label_type, "none"),
+               .with_label = nnames > 0 && strcmp(a->label_type, "none"), .with_output = !a->exclude_output,
                .C = classes, .out_col = a->output_col ? a->output_col : probs ? "prob" : "logit"};
     if (!a->topk)
         t.with_index = t.with_label = 0; /* timm: no top-k, just the outputs */

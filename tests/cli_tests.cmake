@@ -493,3 +493,12 @@ if(CUDAToolkit_FOUND)
     "CTIMM_CACHE_DIR=$PWD/kc-cuda ${COMPILE} --model test_vit --train --amp --compile cuda --sm 90 | \
      grep -q 'compiled: [0-9]* CUDA kernels for sm_90 (cubin'")
 endif()
+add_test(NAME infer_label_type_none COMMAND sh -c
+  "ls data/shapes-64/val > classes-lt.txt && \
+   ${INFER} data/shapes-64/val --img-size 32 --num-classes 10 --class-map classes-lt.txt --label-type none -b 100 \
+     --results-file lt.csv --no-console-results > /dev/null && head -1 lt.csv | grep -qx 'filename,index,prob' && \
+   ${FAIL} '--label-type word is not one of' ${INFER} --label-type word")
+set_tests_properties(infer_label_type_none PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+add_test(NAME bench_refuses_unavailable_cuda COMMAND ${FAIL} "ctimm-bench: --device cuda: "
+  ${CMAKE_BINARY_DIR}/ctimm-bench -m test_vit --device cuda)

@@ -105,13 +105,33 @@ static void depthwise_plane(const ConvGeom *c, int mode, const float *w, float *
                     continue;
                 int64_t base = ih * c->W + off; /* x's index of output column 0 (before lo: out of the row) */
                 float *yr = y + oh * c->OW;
-                if (mode == 0)
+                if (sw == 1) { /* contiguous rows: loops the compiler vectorises */
+                    float *restrict xs = x + base + lo, *restrict ys = yr + lo;
+                    int64_t len = hi - lo;
+                    if (mode == 0)
+                        for (int64_t j = 0; j < len; j++)
+                            ys[j] += wv * xs[j];
+                    else if (mode == 1)
+                        for (int64_t j = 0; j < len; j++)
+                            xs[j] += wv * ys[j];
+                    else { /* eight partial sums: a dot product the compiler may vectorise */
+                        float part[8] = {0};
+                        int64_t j = 0;
+                        for (; j + 8 <= len; j += 8)
+                            for (int q = 0; q < 8; q++)
+                                part[q] += ys[j + q] * xs[j + q];
+                        for (; j < len; j++)
+                            part[0] += ys[j] * xs[j];
+                        for (int q = 0; q < 8; q++)
+                            acc += part[q];
+                    }
+                } else if (mode == 0) {
                     for (int64_t ow = lo; ow < hi; ow++)
                         yr[ow] += wv * x[base + ow * sw];
-                else if (mode == 1)
+                } else if (mode == 1) {
                     for (int64_t ow = lo; ow < hi; ow++)
                         x[base + ow * sw] += wv * yr[ow];
-                else {
+                } else {
                     float part = 0;
                     for (int64_t ow = lo; ow < hi; ow++)
                         part += yr[ow] * x[base + ow * sw];
