@@ -33,7 +33,7 @@ static const char *const prog = "ctimm-validate";
 static const char *const usage =
     "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--split validation]\n"
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
-    "                      [--checkpoint CKPT] [--use-ema] [--num-classes N] [--img-size N]\n"
+    "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--num-classes N] [--img-size N]\n"
     "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
@@ -81,7 +81,7 @@ static int parse_args(int argc, char **argv, Args *a)
     static const struct option longs[] = {
         {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT},
         {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
-        {"checkpoint", 1, 0, O_CKPT}, {"use-ema", 0, 0, O_EMA}, {"num-classes", 1, 0, O_NC},
+        {"checkpoint", 1, 0, O_CKPT}, {"pretrained-path", 1, 0, O_CKPT}, {"use-ema", 0, 0, O_EMA}, {"num-classes", 1, 0, O_NC},
         {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT}, {"crop-pct", 1, 0, O_CROP},
         {"crop-mode", 1, 0, O_CROP_MODE}, {"mean", 1, 0, O_MEAN}, {"std", 1, 0, O_STD},
         {"interpolation", 1, 0, O_INTERP}, {"batch-size", 1, 0, 'b'}, {"workers", 1, 0, 'j'},
