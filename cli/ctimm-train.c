@@ -1,12 +1,14 @@
 /*
- * ctimm-train: timm's train.py on compiled graphs. This first version runs
- * the training loop of timm's train_one_epoch and validate on the cpu (or
- * ref) backend: loader batch -> normalise -> the compiled step (forward,
- * loss, backward, update) -> LR schedule; validation each epoch with top-1,
- * top-5 and loss; timm's log lines and summary.csv; with --output, timm's
- * checkpoints (last, model_best, the best --checkpoint-hist checkpoint-<epoch>;
- * cli/train_checkpoint.h) and --resume, bit for bit on the cpu backend. timm
- * flags it does not implement yet are refused by name, never silently ignored.
+ * ctimm-train: timm's train.py on compiled graphs. It runs the training loop
+ * of timm's train_one_epoch and validate on the cpu (or ref) backend: loader
+ * batch -> normalise -> mixup/cutmix, random erasing -> the compiled step
+ * (forward under --amp's autocast, loss, backward, clipping, update, EMA)
+ * -> loss scale and LR schedule; validation each epoch with top-1, top-5 and
+ * loss; timm's log lines and summary.csv; with --output, timm's checkpoints
+ * (last, model_best, the best --checkpoint-hist checkpoint-<epoch>, recovery
+ * checkpoints; cli/train_checkpoint.h) and --resume, bit for bit on the cpu
+ * backend, also from the middle of an epoch. A timm flag it does not
+ * implement is refused by name, never silently ignored.
  *
  * With no data folder it trains on the embedded default: a generated
  * 10-class JPEG ImageFolder of drawn shapes (runtime/data/shapes.h).

@@ -95,8 +95,10 @@ free_runs:
     }
 }
 
-/* Eval logits and one SGD step of `model` on its reference vectors. */
-static void test_model(const char *model)
+/* Eval logits and one SGD step of `model` on its reference vectors, in
+ * NCHW, and with channels_last set also through the layout pass (NHWC
+ * activations inside, the same inputs and state outside). */
+static void test_model(const char *model, int channels_last)
 {
     char path[512], what[128];
     StFile f;
@@ -133,11 +135,22 @@ static void test_model(const char *model)
             graph_free(&g);
             continue;
         }
-        state_create(&state, &g);
-        CHECKF(state_load(&state, &f, "state.", &err) == 0, "%s: %s", model, err.msg);
-        snprintf(what, sizeof what, "%s %s", model, training ? "sgd step" : "eval");
-        compare_run(what, &g, &state, in, training ? 4 : 1, TOL);
-        state_free(&state);
+        for (int cl = 0; cl <= channels_last; cl++) {
+            Graph l;
+            if (cl) {
+                int laid = layout_channels_last(&g, &l, &err) == 0;
+                CHECKF(laid, "%s: %s", model, err.msg);
+                if (!laid)
+                    break;
+                graph_free(&g);
+                g = l;
+            }
+            state_create(&state, &g);
+            CHECKF(state_load(&state, &f, "state.", &err) == 0, "%s: %s", model, err.msg);
+            snprintf(what, sizeof what, "%s %s%s", model, training ? "sgd step" : "eval", cl ? " channels_last" : "");
+            compare_run(what, &g, &state, in, training ? 4 : 1, TOL);
+            state_free(&state);
+        }
         if (training)
             train_step_free(&ts);
         graph_free(&g);
@@ -363,7 +376,7 @@ int main(void)
     test_gemm_ops();
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        test_model(models[i]);
+        test_model(models[i], !strcmp(models[i], "test_resnet") || !strcmp(models[i], "test_convnext"));
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         int training = !strcmp(models[i], "test_vit");
         test_amp(models[i], training, CT_F16, 2e-3);
