@@ -32,52 +32,6 @@ static ConvGeom conv_geom(const CtShape *x, const CtShape *w, const CtShape *y, 
     return c;
 }
 
-/* col [CG*KH*KW, OH*OW] from the CG channels of one sample's group at x. */
-static void im2col(const ConvGeom *c, const float *x, float *col)
-{
-    const int64_t *a = c->a, P = c->OH * c->OW;
-    for (int64_t ch = 0; ch < c->CG; ch++)
-        for (int64_t kh = 0; kh < c->KH; kh++)
-            for (int64_t kw = 0; kw < c->KW; kw++) {
-                float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
-                const float *xp = x + ch * c->H * c->W;
-                for (int64_t oh = 0; oh < c->OH; oh++) {
-                    int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
-                    float *r = row + oh * c->OW;
-                    if (ih < 0 || ih >= c->H) {
-                        memset(r, 0, (size_t)c->OW * sizeof *r);
-                        continue;
-                    }
-                    for (int64_t ow = 0; ow < c->OW; ow++) {
-                        int64_t iw = ow * a[STRIDE_W] - a[PAD_W] + kw * a[DIL_W];
-                        r[ow] = iw >= 0 && iw < c->W ? xp[ih * c->W + iw] : 0.0f;
-                    }
-                }
-            }
-}
-
-/* The adjoint of im2col: adds col's entries into dx (one sample's group). */
-static void col2im(const ConvGeom *c, const float *col, float *dx)
-{
-    const int64_t *a = c->a, P = c->OH * c->OW;
-    for (int64_t ch = 0; ch < c->CG; ch++)
-        for (int64_t kh = 0; kh < c->KH; kh++)
-            for (int64_t kw = 0; kw < c->KW; kw++) {
-                const float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
-                float *xp = dx + ch * c->H * c->W;
-                for (int64_t oh = 0; oh < c->OH; oh++) {
-                    int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
-                    if (ih < 0 || ih >= c->H)
-                        continue;
-                    for (int64_t ow = 0; ow < c->OW; ow++) {
-                        int64_t iw = ow * a[STRIDE_W] - a[PAD_W] + kw * a[DIL_W];
-                        if (iw >= 0 && iw < c->W)
-                            xp[ih * c->W + iw] += row[oh * c->OW + ow];
-                    }
-                }
-            }
-}
-
 /* The output columns ow whose input column ow * stride + off is in [0, W). */
 static void valid_cols(const ConvGeom *c, int64_t off, int64_t *lo, int64_t *hi)
 {
@@ -86,6 +40,68 @@ static void valid_cols(const ConvGeom *c, int64_t off, int64_t *lo, int64_t *hi)
     *hi = c->W - 1 - off >= 0 ? (c->W - 1 - off) / s + 1 : 0;
     *hi = *hi < c->OW ? *hi : c->OW;
     *lo = *lo < *hi ? *lo : *hi;
+}
+
+/* col [CG*KH*KW, OH*OW] from the CG channels of one sample's group at x.
+ * Each row's in-range columns are one copy (a memcpy at stride 1), its
+ * padding zeros. */
+static void im2col(const ConvGeom *c, const float *x, float *col)
+{
+    const int64_t *a = c->a, P = c->OH * c->OW, sw = a[STRIDE_W];
+    for (int64_t ch = 0; ch < c->CG; ch++)
+        for (int64_t kh = 0; kh < c->KH; kh++)
+            for (int64_t kw = 0; kw < c->KW; kw++) {
+                float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
+                const float *xp = x + ch * c->H * c->W;
+                int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi;
+                valid_cols(c, off, &lo, &hi);
+                for (int64_t oh = 0; oh < c->OH; oh++) {
+                    int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
+                    float *r = row + oh * c->OW;
+                    if (ih < 0 || ih >= c->H) {
+                        memset(r, 0, (size_t)c->OW * sizeof *r);
+                        continue;
+                    }
+                    memset(r, 0, (size_t)lo * sizeof *r);
+                    memset(r + hi, 0, (size_t)(c->OW - hi) * sizeof *r);
+                    const float *src = xp + ih * c->W; /* input column ow * sw + off */
+                    if (sw != 1)
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            r[ow] = src[ow * sw + off];
+                    else if (hi > lo)
+                        memcpy(r + lo, src + lo + off, (size_t)(hi - lo) * sizeof *r);
+                }
+            }
+}
+
+/* The adjoint of im2col: adds col's entries into dx (one sample's group). */
+static void col2im(const ConvGeom *c, const float *col, float *dx)
+{
+    const int64_t *a = c->a, P = c->OH * c->OW, sw = a[STRIDE_W];
+    for (int64_t ch = 0; ch < c->CG; ch++)
+        for (int64_t kh = 0; kh < c->KH; kh++)
+            for (int64_t kw = 0; kw < c->KW; kw++) {
+                const float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
+                float *xp = dx + ch * c->H * c->W;
+                int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi;
+                valid_cols(c, off, &lo, &hi);
+                for (int64_t oh = 0; oh < c->OH; oh++) {
+                    int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
+                    if (ih < 0 || ih >= c->H)
+                        continue;
+                    const float *r = row + oh * c->OW;
+                    float *dst = xp + ih * c->W;
+                    if (sw == 1 && hi > lo) {
+                        float *restrict d = dst + lo + off;
+                        const float *restrict q = r + lo;
+                        for (int64_t j = 0; j < hi - lo; j++)
+                            d[j] += q[j];
+                    } else if (sw != 1) {
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow * sw + off] += r[ow];
+                    }
+                }
+            }
 }
 
 /* Depthwise plane kernels: x, dx [H, W]; y, dy [OH, OW]; w, dw [KH, KW].
