@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
 {
@@ -139,4 +140,23 @@ const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
     if (!be)
         ct_fail(err, "unknown --device '%s' (cpu, cuda, ref)", device);
     return be;
+}
+
+double cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void cli_py_repr(char *buf, size_t n, double v, int f32)
+{
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, v);
+        double back = strtod(buf, NULL);
+        if (f32 ? (float)back == (float)v : back == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eni"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
 }

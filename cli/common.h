@@ -29,6 +29,12 @@ void cli_free_lines(char **lines, int n);
  * cpu backend with a line saying why (no driver, no GPU, or the CUDA
  * executor not built yet); NULL and err set for an unknown name. */
 const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err);
+/* Monotonic seconds, for the tools' timings. */
+double cli_now(void);
+/* Python's repr() of v as the tools' results files hold it (csv.DictWriter
+ * and numpy write repr): the shortest decimal that reads back as v (as a
+ * float32 when f32), with ".0" on an integral value. */
+void cli_py_repr(char *buf, size_t n, double v, int f32);
 /* Finds a model or prints the closest names and returns NULL. */
 const ModelEntry *cli_model(const char *prog, const char *name);
 

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -83,13 +82,6 @@ static double round_to(double v, int places)
 {
     double s = pow(10, places);
     return round(v * s) / s;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -262,7 +254,7 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
                      CtDType amp, Row *row, CtErr *err)
 {
     Bench b;
-    double need = 0, t_build = now();
+    double need = 0, t_build = cli_now();
     int rc = bench_build(a, m, train, batch, img, amp, &b, &need, err);
     if (rc) {
         if (rc > 0)
@@ -281,7 +273,7 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
     for (int k = 0; k < b.ng; k++)
         inputs_make(&b.g[k], classes, &in[k]);
     printf("Built the %s graph%s in %.2fs (outside the timed region)\n", train ? "train" : "inference",
-           b.ng > 1 ? "s" : "", now() - t_build);
+           b.ng > 1 ? "s" : "", cli_now() - t_build);
     printf("Running %s benchmark on %s for %d steps w/ input size (3, %d, %d) and batch size %d.\n",
            train ? "train" : "inference", m->name, a->iters, img, img, batch);
     double *times = calloc((size_t)a->iters * 3 + 1, sizeof *times);
@@ -291,21 +283,21 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
         for (int k = 0; k < b.ng; k++)
             if (run_once(be, &b, k, in, err))
                 goto done;
-    double total[3] = {0}, t_run = now();
+    double total[3] = {0}, t_run = cli_now();
     int log_freq = a->iters / 5 > 0 ? a->iters / 5 : 1;
     for (int i = 0; i < a->iters; i++) {
         for (int k = 0; k < b.ng; k++) {
-            double t0 = now();
+            double t0 = cli_now();
             if (run_once(be, &b, k, in, err))
                 goto done;
-            times[(size_t)i * 3 + (size_t)k] = now() - t0;
+            times[(size_t)i * 3 + (size_t)k] = cli_now() - t0;
             total[k] += times[(size_t)i * 3 + (size_t)k];
         }
         if ((i + 1) % log_freq == 0)
             printf("%s [%d/%d]. %.2f samples/sec. %.3f ms/step.\n", train ? "Train" : "Infer", i + 1, a->iters,
                    (double)(i + 1) * batch / total[b.ng - 1], 1000 * total[b.ng - 1] / (i + 1));
     }
-    double elapsed = now() - t_run;
+    double elapsed = cli_now() - t_run;
     /* --detail: the full step's own runs are timed apart; their phases are
      * forward, (forward+backward) - forward, step - (forward+backward) */
     if (b.ng == 3)
@@ -402,22 +394,6 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
     put(row, "param_count", round_to((double)gs.params / 1e6, 2), 0);
 }
 
-/* Python's str() of what benchmark.py's dict holds: an int, or a float's repr. */
-static void py_value(char *buf, size_t n, double v, int is_int)
-{
-    if (is_int) {
-        snprintf(buf, n, "%.0f", v);
-        return;
-    }
-    for (int p = 1; p <= 17; p++) {
-        snprintf(buf, n, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    if (!strpbrk(buf, ".eni"))
-        strncat(buf, ".0", n - strlen(buf) - 1);
-}
-
 static cJSON *row_json(const Row *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -450,7 +426,10 @@ static int write_results(const char *path, const char *format, const Row *rows, 
             fprintf(f, "%s", rows[i].model);
             for (int k = 0; k < rows[i].n; k++) {
                 char buf[40];
-                py_value(buf, sizeof buf, rows[i].vals[k], rows[i].ints[k]);
+                if (rows[i].ints[k]) /* batch and image size: Python ints */
+                    snprintf(buf, sizeof buf, "%.0f", rows[i].vals[k]);
+                else
+                    cli_py_repr(buf, sizeof buf, rows[i].vals[k], 0);
                 fprintf(f, ",%s", buf);
             }
             fprintf(f, "\r\n");

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <cJSON.h>
 
@@ -42,71 +41,35 @@ static const char *const usage =
     "--class-map FILE names the classes (one a line, in class-index order) for the label column.\n";
 
 typedef struct Args {
-    const char *data_dir, *dataset, *split, *model, *checkpoint, *class_map, *device, *amp_dtype, *output_type;
+    EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-validate */
+    const char *model, *class_map, *output_type, *label_type;
     const char *results_dir, *results_file, *formats[4], *filename_col, *index_col, *label_col, *output_col;
-    const char *label_type;
-    int nformats, num_classes, batch_size, workers, amp, channels_last, log_freq, topk, include_index;
-    int exclude_output, fullname, separate_col, no_console;
-    EvalOpts eo;
+    int nformats, log_freq, topk, include_index, exclude_output, fullname, separate_col, no_console;
 } Args;
-
-static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
-{
-    return cli_number_list(prog, opt, arg, argc, argv, out, max, n);
-}
 
 static int parse_args(int argc, char **argv, Args *a)
 {
-    enum { O_DATA = 1000, O_DATASET, O_SPLIT, O_CKPT, O_NC, O_CLASS_MAP, O_IMG, O_INPUT, O_CROP, O_CROP_MODE,
-           O_MEAN, O_STD, O_INTERP, O_AMP, O_AMP_DTYPE, O_CL, O_DEVICE, O_LOG, O_TOPK, O_OUT_TYPE, O_INDEX,
-           O_EXCLUDE, O_FULL, O_RDIR, O_RFILE, O_RFMT, O_SEP, O_FCOL, O_ICOL, O_LCOL, O_OCOL, O_NOCON, O_LTYPE };
+    enum { O_CLASS_MAP = 1000, O_LOG, O_TOPK, O_OUT_TYPE, O_INDEX, O_EXCLUDE, O_FULL, O_RDIR, O_RFILE, O_RFMT,
+           O_SEP, O_FCOL, O_ICOL, O_LCOL, O_OCOL, O_NOCON, O_LTYPE };
     static const struct option longs[] = {
-        {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT}, {"model", 1, 0, 'm'},
-        {"checkpoint", 1, 0, O_CKPT}, {"num-classes", 1, 0, O_NC}, {"class-map", 1, 0, O_CLASS_MAP},
-        {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT}, {"crop-pct", 1, 0, O_CROP},
-        {"crop-mode", 1, 0, O_CROP_MODE}, {"mean", 1, 0, O_MEAN}, {"std", 1, 0, O_STD},
-        {"interpolation", 1, 0, O_INTERP}, {"batch-size", 1, 0, 'b'}, {"workers", 1, 0, 'j'}, {"amp", 0, 0, O_AMP},
-        {"amp-dtype", 1, 0, O_AMP_DTYPE}, {"channels-last", 0, 0, O_CL}, {"device", 1, 0, O_DEVICE},
-        {"log-freq", 1, 0, O_LOG}, {"topk", 1, 0, O_TOPK}, {"output-type", 1, 0, O_OUT_TYPE},
+        EVAL_LONG_OPTIONS, {"model", 1, 0, 'm'}, {"class-map", 1, 0, O_CLASS_MAP}, {"log-freq", 1, 0, O_LOG}, {"topk", 1, 0, O_TOPK}, {"output-type", 1, 0, O_OUT_TYPE},
         {"include-index", 0, 0, O_INDEX}, {"exclude-output", 0, 0, O_EXCLUDE}, {"fullname", 0, 0, O_FULL},
         {"results-dir", 1, 0, O_RDIR}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
         {"results-separate-col", 0, 0, O_SEP}, {"filename-col", 1, 0, O_FCOL}, {"index-col", 1, 0, O_ICOL},
         {"label-col", 1, 0, O_LCOL}, {"output-col", 1, 0, O_OCOL}, {"no-console-results", 0, 0, O_NOCON},
         {"label-type", 1, 0, O_LTYPE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
-                .output_type = "prob", .filename_col = "filename", .index_col = "index", .label_col = "label", .label_type = "description",
-                .num_classes = -1, .batch_size = 256, .workers = 2, .log_freq = 10, .topk = 1,
-                .eo = {.crop_pct = -1}};
+    *a = (Args){.u = eval_setup_default(2), .model = "test_resnet", .output_type = "prob",
+                .filename_col = "filename", .index_col = "index", .label_col = "label",
+                .label_type = "description", .log_freq = 10, .topk = 1};
     opterr = 0;
     int c, bad = 0;
-    char *end;
     while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
+        if (eval_option(prog, c, argc, argv, &a->u, &bad))
+            continue;
         switch (c) {
-        case O_DATA: a->data_dir = optarg; break;
-        case O_DATASET: a->dataset = optarg; break;
-        case O_SPLIT: a->split = optarg; break;
         case 'm': a->model = optarg; break;
-        case O_CKPT: a->checkpoint = optarg; break;
-        case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
         case O_CLASS_MAP: a->class_map = optarg; break;
-        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->eo.img_size); break;
-        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->eo.input_size, 3, &a->eo.n_input_size); break;
-        case O_CROP:
-            a->eo.crop_pct = strtod(optarg, &end);
-            if ((bad = end == optarg || *end || !(a->eo.crop_pct > 0)))
-                fprintf(stderr, "%s: --crop-pct expects a positive number, got '%s'\n", prog, optarg);
-            break;
-        case O_CROP_MODE: a->eo.crop_mode = optarg; break;
-        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->eo.mean, 3, &a->eo.n_mean); break;
-        case O_STD: bad = parse_list("std", optarg, argv, argc, a->eo.std, 3, &a->eo.n_std); break;
-        case O_INTERP: a->eo.interpolation = optarg; break;
-        case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
-        case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
-        case O_AMP: a->amp = 1; break;
-        case O_AMP_DTYPE: a->amp_dtype = optarg; break;
-        case O_CL: a->channels_last = 1; break;
-        case O_DEVICE: a->device = optarg; break;
         case O_LOG: bad = cli_int(prog, "--log-freq", optarg, 1, 1 << 30, &a->log_freq); break;
         case O_TOPK: bad = cli_int(prog, "--topk", optarg, 0, 1 << 20, &a->topk); break;
         case O_OUT_TYPE: a->output_type = optarg; break;
@@ -139,7 +102,7 @@ static int parse_args(int argc, char **argv, Args *a)
     }
     if (bad)
         return -1;
-    if (cli_positional(prog, argc, argv, &a->data_dir))
+    if (cli_positional(prog, argc, argv, &a->u.data_dir))
         return -1;
     if (!a->nformats)
         a->formats[a->nformats++] = "csv";
@@ -198,19 +161,6 @@ static void take(const float *row, int C, int topk, int *idx, float *val)
         idx[j] = best;
         val[j] = row[best];
     }
-}
-
-/* Python's repr of a float32 value (numpy's str of float32): the shortest
- * decimal that reads back as the same float. */
-static void fmt_float(char *buf, size_t n, float v)
-{
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, n, "%.*g", p, (double)v);
-        if ((float)strtod(buf, NULL) == v)
-            break;
-    }
-    if (!strpbrk(buf, ".eni"))
-        strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
 typedef struct Table {
@@ -303,7 +253,7 @@ static void csv_cell(FILE *f, const cJSON *v, int ints)
             else if (ints)
                 fprintf(f, "%d", e->valueint);
             else {
-                fmt_float(buf, sizeof buf, (float)e->valuedouble);
+                cli_py_repr(buf, sizeof buf, (float)e->valuedouble, 1);
                 fputs(buf, f);
             }
             if (e->next)
@@ -313,7 +263,7 @@ static void csv_cell(FILE *f, const cJSON *v, int ints)
     } else if (ints) {
         fprintf(f, "%d", v->valueint);
     } else {
-        fmt_float(buf, sizeof buf, (float)v->valuedouble);
+        cli_py_repr(buf, sizeof buf, (float)v->valuedouble, 1);
         fputs(buf, f);
     }
 }
@@ -373,13 +323,6 @@ static int write_table(const Table *t, const char *format, const char *path, CtE
     return 0;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int infer(const Args *a, CtErr *err)
 {
     const ModelEntry *m = cli_model(prog, a->model);
@@ -392,18 +335,16 @@ static int infer(const Args *a, CtErr *err)
     EvalSession s;
     if (a->class_map && !(names = cli_read_lines("--class-map", a->class_map, &nnames, err)))
         return -1;
-    EvalSetup u = {.data_dir = a->data_dir, .dataset = a->dataset, .split = a->split, .checkpoint = a->checkpoint,
-                   .device = a->device, .amp_dtype = a->amp_dtype, .amp = a->amp, .channels_last = a->channels_last,
-                   .batch_size = a->batch_size, .workers = a->workers,
-                   .classes = a->num_classes > 0 ? a->num_classes : nnames > 0 ? nnames : m->cfg.num_classes,
-                   .eo = a->eo};
+    EvalSetup u = a->u; /* the classes: --num-classes, else the names', else the model's */
+    if (u.classes <= 0)
+        u.classes = nnames > 0 ? nnames : m->cfg.num_classes;
     if (eval_open(&s, prog, m, &u, err)) {
         if (names)
             cli_free_lines(names, nnames);
         return -1;
     }
     int classes = s.classes;
-    if (!a->checkpoint)
+    if (!a->u.checkpoint)
         fprintf(stderr, "%s: no --checkpoint: predicting with the model's initial weights (seed 0)\n", prog);
     size_t nimg = dataset_len(s.ds), nb = s.nbatches;
     p.k = a->topk ? (a->topk < classes ? a->topk : classes) : classes;
@@ -413,7 +354,7 @@ static int infer(const Args *a, CtErr *err)
     files = calloc(nimg + 1, sizeof *files);
     CT_ASSERT(p.idx && p.val && files);
     int probs = !strcmp(a->output_type, "prob");
-    double t0 = now(), tb = t0;
+    double t0 = cli_now(), tb = t0;
     size_t done_imgs = 0;
     progress_begin(&bar, "Predict", nb, -1);
     const Batch *bt;
@@ -440,7 +381,7 @@ static int infer(const Args *a, CtErr *err)
             files[done_imgs] = strdup(a->fullname || !base ? name : base + 1);
         }
         tensor_free(&logits);
-        double t = now();
+        double t = cli_now();
         progress_update(&bar, i + 1);
         if (i % (size_t)a->log_freq == 0)
             progress_log(&bar, "Predict: [%zu/%zu] Time %.3f (%.3f)\n", i, nb, t - tb, (t - t0) / (double)(i + 1));

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -530,13 +529,6 @@ typedef struct Run {
     char scaler_str[64], sched_str[160];
 } Run;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int build_graphs(Run *r, CtErr *err)
 {
     ModelSpec spec = {.batch_size = r->a.batch_size, .training = 1,
@@ -817,7 +809,7 @@ static int restore_sched(LrSched *s, const char *str)
 static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *mean, CtErr *err)
 {
     size_t nb = loader_epoch_batches(r->train_ld);
-    double t0 = now(), data_time = 0;
+    double t0 = cli_now(), data_time = 0;
     long num_updates = (long)epoch * (long)nb + (long)first;
     float lr32 = 0, scale = 1;
     int rc = -1;
@@ -831,7 +823,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         goto done;
     for (size_t i = first; i < nb; i++) {
         const Batch *bt = NULL;
-        double td = now();
+        double td = cli_now();
         if (loader_next(r->train_ld, &bt, err) != 1) {
             if (bt == NULL && !err->msg[0])
                 ct_fail(err, "epoch %d ended after %zu of %zu batches", epoch, i, nb);
@@ -848,7 +840,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
                 goto done;
         }
         random_erasing_apply(&r->re, r->x, r->a.batch_size, 3, r->img, r->img, &rng);
-        data_time += now() - td;
+        data_time += cli_now() - td;
         double lr = sched_lr(sched);
         lr32 = (float)lr;
         scale = r->finite_out >= 0 ? (float)r->scaler.scale : 1;
@@ -882,7 +874,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         double avg = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
         progress_update(&bar, i + 1);
         if (i % (size_t)r->a.log_interval == 0 || i + 1 == nb) {
-            double el = now() - t0;
+            double el = cli_now() - t0;
             size_t done_here = i + 1 - first;
             char scale_note[64] = "";
             if (r->finite_out >= 0)
@@ -928,7 +920,7 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
 {
     size_t nb = loader_epoch_batches(r->val_ld);
     EvalMeter meter = {0};
-    double t0 = now();
+    double t0 = cli_now();
     Progress bar;
     progress_begin(&bar, log_name, nb, -1);
     if (loader_start_epoch(r->val_ld, 0, err)) {
@@ -956,7 +948,7 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
     *loss = eval_loss(&meter);
     *top1 = eval_top1(&meter);
     *top5 = eval_top5(&meter);
-    printf("%s: [%zu/%zu]  Time: %.3fs  Loss: %.4f  Acc@1: %.4f  Acc@5: %.4f\n", log_name, nb, nb, now() - t0, *loss,
+    printf("%s: [%zu/%zu]  Time: %.3fs  Loss: %.4f  Acc@1: %.4f  Acc@5: %.4f\n", log_name, nb, nb, cli_now() - t0, *loss,
            *top1, *top5);
     (void)epoch;
     return 0;

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <cJSON.h>
 
@@ -44,10 +43,9 @@ static const char *const usage =
     "model EMA from a ctimm-train checkpoint's .state file.\n";
 
 typedef struct Args {
-    const char *data_dir, *dataset, *split, *class_map, *model, *model_list, *checkpoint, *device;
-    const char *amp_dtype, *results_file, *results_format, *valid_labels, *real_labels;
-    int use_ema, num_classes, batch_size, workers, amp, channels_last, log_freq;
-    EvalOpts eo;
+    EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
+    const char *model, *model_list, *results_file, *results_format, *valid_labels, *real_labels;
+    int use_ema, log_freq;
 } Args;
 
 /* One model's results: validate.py's columns. */
@@ -57,68 +55,26 @@ typedef struct Result {
     int img_size, ok;
 } Result;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Numbers for an nargs='+' flag: in optarg and the numeric words after it. */
-static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
-{
-    return cli_number_list(prog, opt, arg, argc, argv, out, max, n);
-}
-
-static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
-
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
 static int parse_args(int argc, char **argv, Args *a)
 {
-    enum { O_DATA = 1000, O_DATASET, O_SPLIT, O_CLASS_MAP, O_LIST, O_CKPT, O_EMA, O_NC, O_IMG, O_INPUT, O_CROP,
-           O_CROP_MODE, O_MEAN, O_STD, O_INTERP, O_AMP, O_AMP_DTYPE, O_CL, O_DEVICE, O_LOG, O_VALID, O_RESULTS,
-           O_FORMAT, O_REAL };
+    enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL };
     static const struct option longs[] = {
-        {"data-dir", 1, 0, O_DATA}, {"dataset", 1, 0, O_DATASET}, {"split", 1, 0, O_SPLIT},
-        {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
-        {"checkpoint", 1, 0, O_CKPT}, {"pretrained-path", 1, 0, O_CKPT}, {"use-ema", 0, 0, O_EMA}, {"num-classes", 1, 0, O_NC},
-        {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT}, {"crop-pct", 1, 0, O_CROP},
-        {"crop-mode", 1, 0, O_CROP_MODE}, {"mean", 1, 0, O_MEAN}, {"std", 1, 0, O_STD},
-        {"interpolation", 1, 0, O_INTERP}, {"batch-size", 1, 0, 'b'}, {"workers", 1, 0, 'j'},
-        {"amp", 0, 0, O_AMP}, {"amp-dtype", 1, 0, O_AMP_DTYPE}, {"channels-last", 0, 0, O_CL},
-        {"device", 1, 0, O_DEVICE}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
-        {"real-labels", 1, 0, O_REAL},
-        {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT}, {"help", 0, 0, 'h'},
-        {0, 0, 0, 0}};
-    *a = (Args){.split = "validation", .model = "test_resnet", .device = "cpu", .amp_dtype = "float16",
-                .results_format = "csv", .num_classes = -1, .batch_size = 256, .workers = 4, .log_freq = 10,
-                .eo = {.crop_pct = -1}};
+        EVAL_LONG_OPTIONS, {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
+        {"use-ema", 0, 0, O_EMA}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
+        {"real-labels", 1, 0, O_REAL}, {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (Args){.u = eval_setup_default(4), .model = "test_resnet", .results_format = "csv", .log_freq = 10};
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
+        if (eval_option(prog, c, argc, argv, &a->u, &bad))
+            continue;
         switch (c) {
-        case O_DATA: a->data_dir = optarg; break;
-        case O_DATASET: a->dataset = optarg; break;
-        case O_SPLIT: a->split = optarg; break;
-        case O_CLASS_MAP: a->class_map = optarg; break;
+        case O_CLASS_MAP: a->u.class_map = optarg; break;
         case 'm': a->model = optarg; break;
         case O_LIST: a->model_list = optarg; break;
-        case O_CKPT: a->checkpoint = optarg; break;
         case O_EMA: a->use_ema = 1; break;
-        case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
-        case O_IMG: bad = cli_int(prog, "--img-size", optarg, 8, 4096, &a->eo.img_size); break;
-        case O_INPUT: bad = parse_list("input-size", optarg, argv, argc, a->eo.input_size, 3, &a->eo.n_input_size); break;
-        case O_CROP: bad = parse_double("crop-pct", optarg, &a->eo.crop_pct); break;
-        case O_CROP_MODE: a->eo.crop_mode = optarg; break;
-        case O_MEAN: bad = parse_list("mean", optarg, argv, argc, a->eo.mean, 3, &a->eo.n_mean); break;
-        case O_STD: bad = parse_list("std", optarg, argv, argc, a->eo.std, 3, &a->eo.n_std); break;
-        case O_INTERP: a->eo.interpolation = optarg; break;
-        case 'b': bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &a->batch_size); break;
-        case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
-        case O_AMP: a->amp = 1; break;
-        case O_AMP_DTYPE: a->amp_dtype = optarg; break;
-        case O_CL: a->channels_last = 1; break;
-        case O_DEVICE: a->device = optarg; break;
         case O_LOG: bad = cli_int(prog, "--log-freq", optarg, 1, 1 << 30, &a->log_freq); break;
         case O_VALID: a->valid_labels = optarg; break;
         case O_REAL: a->real_labels = optarg; break;
@@ -131,7 +87,7 @@ static int parse_args(int argc, char **argv, Args *a)
     }
     if (bad)
         return -1;
-    if (cli_positional(prog, argc, argv, &a->data_dir))
+    if (cli_positional(prog, argc, argv, &a->u.data_dir))
         return -1;
     return 0;
 }
@@ -191,12 +147,8 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     const ModelEntry *m = model_find(model_name);
     if (!m)
         return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model_name);
-    EvalSetup u = {.data_dir = a->data_dir, .dataset = a->dataset, .split = a->split, .class_map = a->class_map,
-                   .checkpoint = a->checkpoint, .device = a->device, .amp_dtype = a->amp_dtype, .amp = a->amp,
-                   .channels_last = a->channels_last, .batch_size = a->batch_size, .workers = a->workers,
-                   .classes = a->num_classes > 0 ? a->num_classes : 0, .eo = a->eo};
     EvalSession s;
-    if (eval_open(&s, prog, m, &u, err))
+    if (eval_open(&s, prog, m, &a->u, err))
         return -1;
     int rc = -1, *valid = NULL, nvalid = 0;
     Progress bar = {0};
@@ -205,19 +157,19 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     if ((a->valid_labels && read_valid_labels(a->valid_labels, s.classes, &valid, &nvalid, err)) ||
         (a->real_labels && real_labels_open(&real, a->real_labels, s.ds, err)))
         goto done;
-    if (a->use_ema && (!a->checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->checkpoint, &s.st, err)))
+    if (a->use_ema && (!a->u.checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->u.checkpoint, &s.st, err)))
         goto done;
     res->param_count = (double)graph_param_count(&s.g) / 1e6;
     printf("Model %s created, param count: %lld\n", m->name, (long long)graph_param_count(&s.g));
-    if (!a->checkpoint)
+    if (!a->u.checkpoint)
         printf("No --checkpoint: validating the model's initial weights (seed 0)\n");
     printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
            dataset_len(s.ds), s.classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
            s.amp == CT_F32 ? "" : s.amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
-    sub = valid ? malloc(sizeof *sub * (size_t)a->batch_size * (size_t)nvalid) : NULL;
+    sub = valid ? malloc(sizeof *sub * (size_t)a->u.batch_size * (size_t)nvalid) : NULL;
     CT_ASSERT(!valid || sub != NULL);
     EvalMeter meter = {0};
-    double t0 = now(), tb = t0;
+    double t0 = cli_now(), tb = t0;
     progress_begin(&bar, "Validate", s.nbatches, -1);
     const Batch *bt;
     CtTensor logits;
@@ -245,7 +197,7 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
         for (int b = 0; a->real_labels && b < bt->n; b++)
             real_labels_add(&real, (size_t)bt->samples[b], z + (size_t)b * C, C);
         tensor_free(&logits);
-        double t = now(), avg = (t - t0) / (double)(i + 1);
+        double t = cli_now(), avg = (t - t0) / (double)(i + 1);
         progress_update(&bar, i + 1);
         if (i % (size_t)a->log_freq == 0)
             progress_log(&bar,
@@ -293,18 +245,12 @@ static cJSON *result_json(const Result *r)
     return o;
 }
 
-/* Python's str() of a float as csv.DictWriter writes it: repr, so 90.0 and 0.875. */
+/* A float as csv.DictWriter writes it. */
 static void py_float(FILE *f, double v)
 {
     char buf[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
+    cli_py_repr(buf, sizeof buf, v, 0);
     fputs(buf, f);
-    if (!strpbrk(buf, ".eni"))
-        fputs(".0", f);
 }
 
 static int write_results(const char *path, const char *format, const Result *rs, int n, int list, CtErr *err)

@@ -1,5 +1,6 @@
 #include "cli/eval.h"
 
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,4 +234,44 @@ void eval_close(EvalSession *s)
     loader_destroy(s->ld);
     dataset_close(s->ds);
     memset(s, 0, sizeof *s);
+}
+
+EvalSetup eval_setup_default(int workers)
+{
+    return (EvalSetup){.split = "validation", .device = "cpu", .amp_dtype = "float16", .batch_size = 256,
+                       .workers = workers, .eo = {.crop_pct = -1}};
+}
+
+int eval_option(const char *prog, int c, int argc, char **argv, EvalSetup *u, int *bad)
+{
+    EvalOpts *eo = &u->eo;
+    switch (c) {
+    case EVAL_O_DATA: u->data_dir = optarg; break;
+    case EVAL_O_DATASET: u->dataset = optarg; break;
+    case EVAL_O_SPLIT: u->split = optarg; break;
+    case EVAL_O_CKPT: u->checkpoint = optarg; break;
+    case EVAL_O_NC: *bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &u->classes); break;
+    case EVAL_O_IMG: *bad = cli_int(prog, "--img-size", optarg, 8, 4096, &eo->img_size); break;
+    case EVAL_O_INPUT:
+        *bad = cli_number_list(prog, "input-size", optarg, argc, argv, eo->input_size, 3, &eo->n_input_size);
+        break;
+    case EVAL_O_CROP:
+        if (!(*bad = cli_double(prog, "crop-pct", optarg, &eo->crop_pct)) && !(eo->crop_pct > 0)) {
+            fprintf(stderr, "%s: --crop-pct must be positive, got '%s'\n", prog, optarg);
+            *bad = 1;
+        }
+        break;
+    case EVAL_O_CROP_MODE: eo->crop_mode = optarg; break;
+    case EVAL_O_MEAN: *bad = cli_number_list(prog, "mean", optarg, argc, argv, eo->mean, 3, &eo->n_mean); break;
+    case EVAL_O_STD: *bad = cli_number_list(prog, "std", optarg, argc, argv, eo->std, 3, &eo->n_std); break;
+    case EVAL_O_INTERP: eo->interpolation = optarg; break;
+    case 'b': *bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &u->batch_size); break;
+    case 'j': *bad = cli_int(prog, "--workers", optarg, 1, 256, &u->workers); break;
+    case EVAL_O_AMP: u->amp = 1; break;
+    case EVAL_O_AMP_DTYPE: u->amp_dtype = optarg; break;
+    case EVAL_O_CL: u->channels_last = 1; break;
+    case EVAL_O_DEVICE: u->device = optarg; break;
+    default: return 0;
+    }
+    return 1;
 }

@@ -69,6 +69,29 @@ typedef struct EvalSetup {
     EvalOpts eo;
 } EvalSetup;
 
+/* The flags of EvalSetup as getopt_long entries (codes EVAL_O_*, below any
+ * tool's own, and -b, -j), so the tools list and parse them once. */
+enum {
+    EVAL_O_DATA = 700, EVAL_O_DATASET, EVAL_O_SPLIT, EVAL_O_CKPT, EVAL_O_NC, EVAL_O_IMG, EVAL_O_INPUT, EVAL_O_CROP,
+    EVAL_O_CROP_MODE, EVAL_O_MEAN, EVAL_O_STD, EVAL_O_INTERP, EVAL_O_AMP, EVAL_O_AMP_DTYPE, EVAL_O_CL,
+    EVAL_O_DEVICE
+};
+#define EVAL_LONG_OPTIONS                                                                                        \
+    {"data-dir", 1, 0, EVAL_O_DATA}, {"dataset", 1, 0, EVAL_O_DATASET}, {"split", 1, 0, EVAL_O_SPLIT},          \
+        {"checkpoint", 1, 0, EVAL_O_CKPT}, {"pretrained-path", 1, 0, EVAL_O_CKPT},                              \
+        {"num-classes", 1, 0, EVAL_O_NC}, {"img-size", 1, 0, EVAL_O_IMG}, {"input-size", 1, 0, EVAL_O_INPUT},   \
+        {"crop-pct", 1, 0, EVAL_O_CROP}, {"crop-mode", 1, 0, EVAL_O_CROP_MODE}, {"mean", 1, 0, EVAL_O_MEAN},     \
+        {"std", 1, 0, EVAL_O_STD}, {"interpolation", 1, 0, EVAL_O_INTERP}, {"batch-size", 1, 0, 'b'},          \
+        {"workers", 1, 0, 'j'}, {"amp", 0, 0, EVAL_O_AMP}, {"amp-dtype", 1, 0, EVAL_O_AMP_DTYPE},               \
+        {"channels-last", 0, 0, EVAL_O_CL}, {"device", 1, 0, EVAL_O_DEVICE}
+
+/* timm's defaults: split "validation", cpu, float16 for --amp, batch 256. */
+EvalSetup eval_setup_default(int workers);
+/* Option c (with getopt's optarg, optind) when it is one of
+ * EVAL_LONG_OPTIONS: 1, and *bad set when its value is bad (a message was
+ * printed); 0 when it is not one of them. */
+int eval_option(const char *prog, int c, int argc, char **argv, EvalSetup *u, int *bad);
+
 /* An open evaluation: the split's loader (timm's eval transform), the eval
  * graph on its backend with the checkpoint's weights, and the next batch. */
 typedef struct EvalSession {

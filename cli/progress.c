@@ -1,17 +1,11 @@
 #include "cli/progress.h"
 
+#include "cli/common.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void draw(Progress *p)
 {
@@ -21,11 +15,11 @@ static void draw(Progress *p)
     for (size_t i = 0; i < WIDTH; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[WIDTH] = 0;
-    double el = seconds() - p->t0, eta = p->done ? el * (double)(p->total - p->done) / (double)p->done : 0;
+    double el = cli_now() - p->t0, eta = p->done ? el * (double)(p->total - p->done) / (double)p->done : 0;
     printf("\r\033[K%s [%s] %zu/%zu  %.0fs elapsed, %.0fs left", p->label, bar, p->done, p->total, el, eta);
     fflush(stdout);
     p->shown = 1;
-    p->last = seconds();
+    p->last = cli_now();
 }
 
 static void clear(Progress *p)
@@ -42,7 +36,7 @@ void progress_begin(Progress *p, const char *label, size_t total, int tty)
     snprintf(p->label, sizeof p->label, "%s", label);
     p->total = total;
     p->tty = tty < 0 ? isatty(STDOUT_FILENO) : tty;
-    p->t0 = seconds();
+    p->t0 = cli_now();
     if (p->tty)
         draw(p);
 }
@@ -50,7 +44,7 @@ void progress_begin(Progress *p, const char *label, size_t total, int tty)
 void progress_update(Progress *p, size_t done)
 {
     p->done = done;
-    if (p->tty && (seconds() - p->last >= 0.1 || done == p->total))
+    if (p->tty && (cli_now() - p->last >= 0.1 || done == p->total))
         draw(p);
 }
 
