@@ -95,31 +95,56 @@ free_runs:
     }
 }
 
+/* A model's reference vectors as the step's inputs: x, target, lr 0.1 and
+ * the loss scale, with the model's arguments for that batch. */
+typedef struct Vectors {
+    StFile f;
+    const ModelEntry *m;
+    ModelArgs args;
+    int batch;
+    float lr, scale;
+    CtTensor in[4];
+} Vectors;
+
+static int vectors_open(Vectors *v, const char *model, float scale)
+{
+    char path[512];
+    CtErr err;
+    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
+    int read = st_read(path, &v->f, &err) == 0;
+    CHECKF(read, "%s", err.msg);
+    if (!read)
+        return -1;
+    const StTensor *x = st_find(&v->f, "input"), *t = st_find(&v->f, "target");
+    v->m = model_find(model);
+    v->args = model_args_default();
+    if (st_meta(&v->f, "num_classes"))
+        v->args.num_classes = atoi(st_meta(&v->f, "num_classes"));
+    v->args.img_size = (int)x->shape[2];
+    v->batch = (int)x->shape[0];
+    v->lr = 0.1f;
+    v->scale = scale;
+    v->in[0] = (CtTensor){{shape_make(4, x->shape), CT_F32}, x->data};
+    v->in[1] = (CtTensor){{shape_make(1, t->shape), CT_I64}, t->data};
+    v->in[2] = (CtTensor){{{0}, CT_F32}, &v->lr};
+    v->in[3] = (CtTensor){{{0}, CT_F32}, &v->scale};
+    return 0;
+}
+
 /* Eval logits and one SGD step of `model` on its reference vectors, in
  * NCHW, and with channels_last set also through the layout pass (NHWC
  * activations inside, the same inputs and state outside). */
 static void test_model(const char *model, int channels_last)
 {
-    char path[512], what[128];
-    StFile f;
+    char what[128];
     CtErr err;
-    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
-    CHECKF(st_read(path, &f, &err) == 0, "%s", err.msg);
-    if (check_failures)
+    Vectors v;
+    if (vectors_open(&v, model, 1))
         return;
-    const StTensor *x = st_find(&f, "input"), *t = st_find(&f, "target");
-    const ModelEntry *m = model_find(model);
-    ModelArgs args = model_args_default();
-    if (st_meta(&f, "num_classes"))
-        args.num_classes = atoi(st_meta(&f, "num_classes"));
-    args.img_size = (int)x->shape[2];
-    float lr = 0.1f, scale = 1;
-    CtTensor in[4] = {{{shape_make(4, x->shape), CT_F32}, x->data},
-                      {{shape_make(1, t->shape), CT_I64}, t->data},
-                      {{{0}, CT_F32}, &lr},
-                      {{{0}, CT_F32}, &scale}};
+    const ModelEntry *m = v.m;
+    CtTensor *in = v.in;
     for (int training = 0; training < 2; training++) {
-        ModelSpec spec = {.batch_size = (int)x->shape[0], .training = training, .args = args};
+        ModelSpec spec = {.batch_size = v.batch, .training = training, .args = v.args};
         OptimSpec sgd = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
                          .no_weight_decay = m->no_weight_decay};
         Graph g;
@@ -146,7 +171,7 @@ static void test_model(const char *model, int channels_last)
                 g = l;
             }
             state_create(&state, &g);
-            CHECKF(state_load(&state, &f, "state.", &err) == 0, "%s: %s", model, err.msg);
+            CHECKF(state_load(&state, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
             snprintf(what, sizeof what, "%s %s%s", model, training ? "sgd step" : "eval", cl ? " channels_last" : "");
             compare_run(what, &g, &state, in, training ? 4 : 1, TOL);
             state_free(&state);
@@ -155,7 +180,7 @@ static void test_model(const char *model, int channels_last)
             train_step_free(&ts);
         graph_free(&g);
     }
-    st_free(&f);
+    st_free(&v.f);
 }
 
 static float *random_floats(int64_t n, uint32_t *rng)
@@ -315,26 +340,14 @@ static void test_low_float_storage(void)
  * nets are compared in eval, the ViT in training. */
 static void test_amp(const char *model, int training, CtDType low, double tol)
 {
-    char path[512], what[128];
-    StFile f;
+    char what[128];
     CtErr err;
-    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
-    int read = st_read(path, &f, &err) == 0;
-    CHECKF(read, "%s", err.msg);
-    if (!read)
+    Vectors v;
+    if (vectors_open(&v, model, low == CT_F16 ? 1024 : 1))
         return;
-    const StTensor *x = st_find(&f, "input"), *t = st_find(&f, "target");
-    const ModelEntry *m = model_find(model);
-    ModelArgs args = model_args_default();
-    if (st_meta(&f, "num_classes"))
-        args.num_classes = atoi(st_meta(&f, "num_classes"));
-    args.img_size = (int)x->shape[2];
-    float lr = 0.1f, scale = low == CT_F16 ? 1024 : 1;
-    CtTensor in[4] = {{{shape_make(4, x->shape), CT_F32}, x->data},
-                      {{shape_make(1, t->shape), CT_I64}, t->data},
-                      {{{0}, CT_F32}, &lr},
-                      {{{0}, CT_F32}, &scale}};
-    ModelSpec spec = {.batch_size = (int)x->shape[0], .training = training, .args = args};
+    const ModelEntry *m = v.m;
+    CtTensor *in = v.in;
+    ModelSpec spec = {.batch_size = v.batch, .training = training, .args = v.args};
     OptimSpec sgd = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .no_weight_decay = m->no_weight_decay,
                      .skip_nonfinite = low == CT_F16};
     Graph g, a;
@@ -344,13 +357,13 @@ static void test_amp(const char *model, int training, CtDType low, double tol)
     CHECKF(built, "%s: %s", model, err.msg);
     graph_free(&g);
     if (!built) {
-        st_free(&f);
+        st_free(&v.f);
         return;
     }
     if (!training ||
         train_step_build(&a, a.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &sgd, &ts, &err) == 0) {
         state_create(&state, &a);
-        CHECKF(state_load(&state, &f, "state.", &err) == 0, "%s: %s", model, err.msg);
+        CHECKF(state_load(&state, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
         snprintf(what, sizeof what, "%s amp %s %s", model, low == CT_F16 ? "f16" : "bf16",
                  training ? "sgd step" : "eval");
         compare_run(what, &a, &state, in, training ? 4 : 1, tol);
@@ -361,7 +374,7 @@ static void test_amp(const char *model, int training, CtDType low, double tol)
         CHECKF(0, "%s: %s", model, err.msg);
     }
     graph_free(&a);
-    st_free(&f);
+    st_free(&v.f);
 }
 
 int main(void)
