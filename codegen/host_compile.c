@@ -39,10 +39,6 @@ int host_compiler_init(HostCompiler *hc, CtErr *err)
     first_line("grep -m1 '^model name' /proc/cpuinfo 2>/dev/null", cpu, sizeof cpu);
     snprintf(hc->target, sizeof hc->target, "host-%s-%s", uname(&u) == 0 ? u.machine : "unknown",
              strchr(cpu, ':') ? strchr(cpu, ':') + 2 : "unknown");
-    /* Before the first module brings OpenMP in (it reads this once): its
-     * idle workers sleep instead of spinning, since BLAS's threads and the
-     * loader's share the cores between kernels; a user's setting stays. */
-    setenv("OMP_WAIT_POLICY", "passive", 0);
     const char *t = getenv("TMPDIR");
     /* the compile command quotes its paths with ' */
     snprintf(hc->tmpdir, sizeof hc->tmpdir, "%s", t && t[0] == '/' && !strchr(t, '\'') ? t : "/tmp");

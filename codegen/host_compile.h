@@ -22,7 +22,7 @@
 #include "codegen/cache.h"
 
 /* No FMA contraction: KIR_EXACT kernels round as the ref kernels do. */
-#define HOST_CC_OPTIONS "-O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC"
+#define HOST_CC_OPTIONS "-O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -shared -fPIC"
 
 /* The compiler's identity, read once (host_compiler_init). */
 typedef struct HostCompiler {
@@ -39,7 +39,7 @@ typedef struct HostModule {
 /* A rendered host kernel: args[b] is the memory of its buffer b. */
 typedef void (*HostKernelFn)(void *const *args);
 
-/* Also sets OMP_WAIT_POLICY=passive unless set (see host_compile.c). */
+/* Finds the compiler and names the target (the machine and CPU model). */
 int host_compiler_init(HostCompiler *hc, CtErr *err);
 /* Compiles (or finds in the cache) source and loads it into *m. On a
  * compile error the message holds the compiler's output. */

@@ -11,11 +11,13 @@
  *
  * Numbers follow the ref backend: every node's result is rounded to its
  * dtype unless that is the compute type (KIR_ROUND), as the node-by-node
- * backends store it. KIR_EXACT computes in f64, as the ref kernels and the
- * cpu backend's f32 kernels do, so a fused kernel gives their results bit
- * for bit; KIR_F32 computes in f32 (the GPU's choice), except loops that
- * compute an integer or f64 value (step counters stay exact) or hold an
- * Adam update (torch takes its bias corrections in double).
+ * backends store it. KIR_EXACT computes in f64, as the ref kernels do, so
+ * a fused kernel gives their results bit for bit (a check of the lowering);
+ * KIR_F32 computes in f32, as torch does on both devices and as the cuda
+ * and cpu backends run (twice the vector width of f64 on the host, and exp,
+ * tanh, erf in f32 vectorise), except loops that compute an integer or f64
+ * value (step counters stay exact) or hold an Adam update (torch takes its
+ * bias corrections in double).
  */
 #ifndef CTIMM_KIR_H
 #define CTIMM_KIR_H

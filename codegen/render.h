@@ -14,6 +14,9 @@
 #include "codegen/kir.h"
 #include "ir/buf.h"
 
+/* codegen/host_math.h's text (made at build time by cmake/embed_text.cmake) */
+extern const char ct_host_math_text[];
+
 void render_c_prelude(CtBuf *out);
 void render_c_kernel(const KirKernel *k, CtBuf *out);
 
@@ -21,8 +24,8 @@ void render_cuda_prelude(CtBuf *out);
 void render_cuda_kernel(const KirKernel *k, CtBuf *out);
 
 /* One translation unit holding every elementwise launch of plan p (the
- * prelude, then the kernels in launch order): CUDA C in KIR_F32 with
- * layouts, else host C as the cpu backend runs it (KIR_EXACT, row-major);
+ * prelude, then the kernels in launch order), in KIR_F32: CUDA C with
+ * layouts, else host C as the cpu backend runs it (row-major);
  * *nkernels gets their count. */
 int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *nkernels, CtErr *err);
 

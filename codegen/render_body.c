@@ -1,6 +1,7 @@
 /* The loop body both renderers print: one statement per instruction, in
  * the compute type, with the helpers their preludes define (ct_h2f,
- * ct_f2h, ct_bf2f, ct_f2bf, CT_INF). Text that is valid C and CUDA C.
+ * ct_f2h, ct_bf2f, ct_f2bf, CT_INF, and in f32 ct_expf, ct_tanhf, ct_erff:
+ * the host's vectorisable ones, CUDA's own). Text that is valid C and CUDA C.
  * And a graph's translation unit, in either language. */
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@ int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *n
         if (!kir_lowerable(p, launch))
             continue;
         KirKernel k;
-        KirOptions opt = cuda ? (KirOptions){KIR_F32, 1} : (KirOptions){KIR_EXACT, 0};
+        KirOptions opt = {KIR_F32, cuda};
         if (kir_lower(g, p, launch, opt, &k, err))
             return -1;
         (cuda ? render_cuda_kernel : render_c_kernel)(&k, out);
@@ -99,8 +100,7 @@ void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf
 {
     static const char *const binop[] = {[KIR_ADD] = "+", [KIR_SUB] = "-", [KIR_MUL] = "*", [KIR_DIV] = "/",
                                         [KIR_LT] = "<", [KIR_LE] = "<="};
-    static const char *const fn[] = {[KIR_EXP] = "exp", [KIR_SQRT] = "sqrt", [KIR_ERF] = "erf",
-                                     [KIR_TANH] = "tanh", [KIR_POW] = "pow"};
+    static const char *const fn[] = {[KIR_EXP] = "exp", [KIR_ERF] = "erf", [KIR_TANH] = "tanh"};
     int f32 = l->compute == CT_F32;
     const char *type = f32 ? "float" : "double", *sfx = f32 ? "f" : "";
     offsets(l, indent, out);
@@ -126,9 +126,10 @@ void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf
         case KIR_LT: case KIR_LE: buf_printf(out, "(%s)(v%d %s v%d)", type, in->a, binop[in->op], in->b); break;
         case KIR_POW: buf_printf(out, "pow%s(v%d, v%d)", sfx, in->a, in->b); break;
         case KIR_NEG: buf_printf(out, "-v%d", in->a); break;
-        case KIR_EXP: case KIR_SQRT: case KIR_ERF: case KIR_TANH:
-            buf_printf(out, "%s%s(v%d)", fn[in->op], sfx, in->a);
+        case KIR_EXP: case KIR_ERF: case KIR_TANH:
+            buf_printf(out, "%s%s%s(v%d)", f32 ? "ct_" : "", fn[in->op], sfx, in->a);
             break;
+        case KIR_SQRT: buf_printf(out, "sqrt%s(v%d)", sfx, in->a); break;
         case KIR_SELECT: buf_printf(out, "v%d != 0 ? v%d : v%d", in->a, in->b, in->c); break;
         case KIR_ROUND: round_to(in->dtype, in->a, f32, out); break;
         default: CT_ASSERT(!"unknown kernel IR op"); break;

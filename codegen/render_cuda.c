@@ -38,7 +38,10 @@ void render_cuda_prelude(CtBuf *out)
                "static __device__ __forceinline__ float ct_bf2f(unsigned short h)\n"
                "{\n"
                "    return __uint_as_float((unsigned int)h << 16);\n"
-               "}\n");
+               "}\n"
+               "#define ct_expf expf\n"
+               "#define ct_tanhf tanhf\n"
+               "#define ct_erff erff\n");
 }
 
 void render_cuda_kernel(const KirKernel *k, CtBuf *out)

@@ -2,8 +2,8 @@
  * and one whole SGD training step (logits, loss, every gradient, every
  * updated parameter, buffer and momentum buffer) on the reference vectors'
  * weights, and the GEMM paths of convolution (stride, padding, dilation,
- * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa on
- * random inputs. All within 1e-4 relative error (||a-b|| / ||b||). */
+ * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa, and
+ * pooling, permutes, softmax and layer norm on random inputs. All within 1e-4 relative error (||a-b|| / ||b||). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +241,35 @@ static void test_op(const OpCase *c)
                 graph_mark_output(&g, g.nodes[a].out[0]);
                 graph_mark_output(&g, g.nodes[b].out[0]);
             }
+        } else if (c->op == CT_OP_max_pool2d || c->op == CT_OP_avg_pool2d) { /* the gradient, dy = y * y */
+            ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
+                             .out[0];
+            Node gr = {.op = c->op == CT_OP_max_pool2d ? CT_OP_max_pool2d_grad : CT_OP_avg_pool2d_grad};
+            memcpy(gr.iattr, c->iattr, sizeof gr.iattr);
+            if (c->op == CT_OP_max_pool2d) {
+                gr.nin = 2;
+                gr.in[0] = v[0];
+                gr.in[1] = dy;
+            } else {
+                gr.nin = 1;
+                gr.in[0] = dy;
+                gr.iattr[8] = c->shape[0].d[2];
+                gr.iattr[9] = c->shape[0].d[3];
+            }
+            int a = graph_add_node(&g, &gr, c->name, &err);
+            CHECKF(a >= 0, "%s: %s", c->name, err.msg);
+            if (a >= 0)
+                graph_mark_output(&g, g.nodes[a].out[0]);
+        } else if (c->op == CT_OP_softmax || c->op == CT_OP_layer_norm) {
+            ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
+                             .out[0];
+            Node gr = c->op == CT_OP_softmax
+                          ? (Node){.op = CT_OP_softmax_grad, .nin = 2, .in = {y, dy}, .iattr = {c->iattr[0]}}
+                          : (Node){.op = CT_OP_layer_norm_grad, .nin = 3, .in = {v[0], v[1], dy}, .fattr = {c->fattr[0]}};
+            int a = graph_add_node(&g, &gr, c->name, &err);
+            CHECKF(a >= 0, "%s: %s", c->name, err.msg);
+            for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
+                graph_mark_output(&g, g.nodes[a].out[k]);
         } else if (c->op == CT_OP_sdpa) {
             ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
                              .out[0];
@@ -273,6 +302,17 @@ static void test_gemm_ops(void)
          {1, 2, 2, 2, 2, 2, 4}, {0}},
         {"conv depthwise 5x1 p(2,0) s(1,3)", CT_OP_conv2d, 2, {{4, {1, 3, 7, 10}}, {4, {3, 1, 5, 1}}},
          {1, 3, 2, 0, 1, 1, 3}, {0}},
+        {"conv depthwise 5x3 p(1,2)", CT_OP_conv2d, 3, {{4, {2, 3, 6, 5}}, {4, {3, 1, 5, 3}}, {1, {3}}},
+         {1, 1, 1, 2, 1, 1, 3}, {0}},
+        {"conv depthwise 3x3 p0", CT_OP_conv2d, 2, {{4, {1, 2, 5, 4}}, {4, {2, 1, 3, 3}}}, {1, 1, 0, 0, 1, 1, 2}, {0}},
+        {"conv depthwise 7x7 p3 threads", CT_OP_conv2d, 3, {{4, {3, 24, 10, 12}}, {4, {24, 1, 7, 7}}, {1, {24}}},
+         {1, 1, 3, 3, 1, 1, 24}, {0}},
+        {"conv 3x3 p1 a sample per GEMM", CT_OP_conv2d, 3, {{4, {2, 3, 48, 48}}, {4, {4, 3, 3, 3}}, {1, {4}}},
+         {1, 1, 1, 1, 1, 1, 1}, {0}},
+        {"conv 3x3 p1 two samples per GEMM, one left", CT_OP_conv2d, 2, {{4, {3, 2, 32, 40}}, {4, {3, 2, 3, 3}}},
+         {1, 1, 1, 1, 1, 1, 1}, {0}},
+        {"conv 1x1 a sample per GEMM", CT_OP_conv2d, 2, {{4, {2, 4, 46, 46}}, {4, {3, 4, 1, 1}}}, {1, 1, 0, 0, 1, 1, 1},
+         {0}},
         {"conv 1x1", CT_OP_conv2d, 3, {{4, {2, 16, 5, 5}}, {4, {8, 16, 1, 1}}, {1, {8}}}, {1, 1, 0, 0, 1, 1, 1}, {0}},
         {"conv 1x1 s2", CT_OP_conv2d, 2, {{4, {2, 8, 6, 6}}, {4, {12, 8, 1, 1}}}, {2, 2, 0, 0, 1, 1, 1}, {0}},
         {"conv 4x4 patchify s4", CT_OP_conv2d, 3, {{4, {2, 3, 16, 16}}, {4, {8, 3, 4, 4}}, {1, {8}}},
@@ -281,6 +321,32 @@ static void test_gemm_ops(void)
         {"matmul batched", CT_OP_matmul, 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 6, 4}}}, {0}, {0}},
         {"matmul shared b", CT_OP_matmul, 2, {{3, {2, 5, 6}}, {2, {6, 4}}}, {0}, {0}},
         {"sdpa", CT_OP_sdpa, 3, {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}}, {0}, {0.35}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        test_op(&cases[i]);
+}
+
+/* Pooling, permutes, softmax and layer norm with both their specialised
+ * paths (a max pool's vectorised interior columns and its edges, a
+ * transposing permute's tiles) and sizes above the threshold where the
+ * kernels split their work among threads. */
+static void test_data_ops(void)
+{
+    static const OpCase cases[] = {
+        {"max pool 3x3 s2 p1", CT_OP_max_pool2d, 1, {{4, {2, 10, 45, 41}}}, {3, 3, 2, 2, 1, 1, 0}, {0}},
+        {"max pool 2x2 s2 ceil", CT_OP_max_pool2d, 1, {{4, {2, 3, 9, 11}}}, {2, 2, 2, 2, 0, 0, 1}, {0}},
+        {"max pool 3x3 s1 p1", CT_OP_max_pool2d, 1, {{4, {1, 4, 8, 7}}}, {3, 3, 1, 1, 1, 1, 0}, {0}},
+        {"max pool 3x2 s(2,3) p1 ceil", CT_OP_max_pool2d, 1, {{4, {2, 3, 10, 17}}}, {3, 2, 2, 3, 1, 1, 1}, {0}},
+        {"avg pool 3x3 s2 p1", CT_OP_avg_pool2d, 1, {{4, {2, 10, 45, 41}}}, {3, 3, 2, 2, 1, 1, 0, 1}, {0}},
+        {"avg pool 3x3 s2 p1 ceil no pad count", CT_OP_avg_pool2d, 1, {{4, {2, 3, 10, 9}}},
+         {3, 3, 2, 2, 1, 1, 1, 0}, {0}},
+        {"permute to channels last", CT_OP_permute, 1, {{4, {2, 24, 30, 33}}}, {4, 0, 2, 3, 1}, {0}},
+        {"permute from channels last", CT_OP_permute, 1, {{4, {2, 30, 33, 24}}}, {4, 0, 3, 1, 2}, {0}},
+        {"permute 2-D", CT_OP_permute, 1, {{2, {5, 7}}}, {2, 1, 0}, {0}},
+        {"permute heads", CT_OP_permute, 1, {{4, {2, 5, 3, 8}}}, {4, 0, 2, 1, 3}, {0}},
+        {"softmax last dim", CT_OP_softmax, 1, {{3, {4, 97, 101}}}, {2}, {0}},
+        {"softmax dim 1", CT_OP_softmax, 1, {{3, {3, 50, 300}}}, {1}, {0}},
+        {"layer norm", CT_OP_layer_norm, 3, {{3, {8, 100, 48}}, {1, {48}}, {1, {48}}}, {0}, {1e-6}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);
@@ -387,6 +453,7 @@ int main(void)
     test_refuses_f64();
     test_low_float_storage();
     test_gemm_ops();
+    test_data_ops();
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         test_model(models[i], !strcmp(models[i], "test_resnet") || !strcmp(models[i], "test_convnext"));

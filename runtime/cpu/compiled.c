@@ -112,8 +112,8 @@ static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
     render_c_prelude(&src);
     for (int l = 0; l < c->nk; l++)
         if (kir_lowerable(&c->p, l)) {
-            /* the node-by-node results bit for bit, on row-major memory */
-            if (kir_lower(g, &c->p, l, (KirOptions){KIR_EXACT, 0}, &c->k[l], err))
+            /* f32 as the cpu kernels compute, on row-major memory */
+            if (kir_lower(g, &c->p, l, (KirOptions){KIR_F32, 0}, &c->k[l], err))
                 goto free_src;
             render_c_kernel(&c->k[l], &src);
         }

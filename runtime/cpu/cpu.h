@@ -18,6 +18,21 @@ static inline const CtShape *cpu_in_shape(const Graph *g, const Node *n, int i) 
 static inline const CtShape *cpu_out_shape(const Graph *g, const Node *n, int i) { return &g->values[n->out[i]].type.shape; }
 static inline int64_t cpu_in_numel(const Graph *g, const Node *n, int i) { return shape_numel(cpu_in_shape(g, n, i)); }
 
+/* A hot kernel compiled three times, for AVX-512, AVX2 and the baseline, the
+ * one for this CPU chosen when the program loads: the library is built for
+ * the baseline (it may run elsewhere), which leaves its loops 4 floats wide
+ * where the machine has 16. The helpers such a kernel calls are inlined
+ * into each copy. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+/* Elements below which a kernel stays on one thread: an OpenMP fork and join
+ * costs a few microseconds, what a core does to some 30k floats. */
+#define CPU_PARALLEL_MIN 32768
+
 /* malloc that aborts when memory runs out (kernels have no error path). */
 float *cpu_floats(int64_t n);
 

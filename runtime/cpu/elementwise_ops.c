@@ -1,68 +1,74 @@
 /*
  * The cpu backend's elementwise ops, reductions and softmax, as f32 loops
- * over the ref kernels' formulas (activations evaluated in double per
- * element, sums accumulated in double). Broadcasting follows numpy's rules
+ * over the ref kernels' formulas (activations in f32 with
+ * codegen/host_math.h's exp, tanh and erf, as the generated kernels compute
+ * them; sums accumulated in double). Broadcasting follows numpy's rules
  * as the ref kernels do; the innermost output dim runs as a strided loop.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/host_math.h"
 #include "runtime/cpu/cpu.h"
 
-#define PI 3.14159265358979323846
+#define SQRT_2_PI 0.797884560802865355f /* sqrt(2 / pi) */
+#define INV_SQRT_2 0.707106781186547524f
+#define INV_SQRT_2PI 0.398942280401432678f /* 1 / sqrt(2 pi) */
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double hsig(double x) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5; }
+static inline float sigm(float x) { return 1.0f / (1.0f + ct_expf(-x)); }
+static inline float hsig(float x) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5f; }
 
-static double act_f(CtOp op, int approx, double x)
-{
-    switch (op) {
-    case CT_OP_relu: return x > 0 ? x : 0;
-    case CT_OP_sigmoid: return sigm(x);
-    case CT_OP_silu: return x * sigm(x);
-    case CT_OP_hard_sigmoid: return hsig(x);
-    case CT_OP_hard_swish: return x * hsig(x);
-    case CT_OP_rsqrt: return 1 / sqrt(x);
-    case CT_OP_gelu:
-        return approx ? 0.5 * x * (1 + tanh(sqrt(2 / PI) * (x + 0.044715 * x * x * x)))
-                      : 0.5 * x * (1 + erf(x / sqrt(2)));
-    default: CT_ASSERT(!"not an activation"); return 0;
-    }
-}
-
-static double act_df(CtOp op, int approx, double x)
-{
-    switch (op) {
-    case CT_OP_relu: return x > 0 ? 1 : 0;
-    case CT_OP_sigmoid: return sigm(x) * (1 - sigm(x));
-    case CT_OP_silu: return sigm(x) * (1 + x * (1 - sigm(x)));
-    case CT_OP_hard_sigmoid: return x > -3 && x < 3 ? 1.0 / 6 : 0;
-    case CT_OP_hard_swish: return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1;
-    case CT_OP_rsqrt: return -0.5 / (x * sqrt(x));
-    case CT_OP_gelu:
-        if (approx) {
-            double k = sqrt(2 / PI), t = tanh(k * (x + 0.044715 * x * x * x));
-            return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-        }
-        return 0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * PI);
-    default: CT_ASSERT(!"not an activation"); return 0;
-    }
-}
-
-static void act(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* Each activation its own loop with the op chosen outside, so every loop
+ * vectorises. */
+CPU_CLONES static void act(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
-    int approx = n->op == CT_OP_gelu && n->iattr[0];
     const float *x = in[0];
     float *y = out[0];
-    if (n->op == CT_OP_relu) {
+    switch (n->op) {
+    case CT_OP_relu:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
         for (int64_t i = 0; i < cnt; i++)
             y[i] = x[i] > 0 ? x[i] : 0.0f;
-        return;
+        break;
+    case CT_OP_sigmoid:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = sigm(x[i]);
+        break;
+    case CT_OP_silu:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = x[i] * sigm(x[i]);
+        break;
+    case CT_OP_hard_sigmoid:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = hsig(x[i]);
+        break;
+    case CT_OP_hard_swish:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = x[i] * hsig(x[i]);
+        break;
+    case CT_OP_rsqrt:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = 1 / sqrtf(x[i]);
+        break;
+    case CT_OP_gelu:
+        if (n->iattr[0])
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                y[i] = 0.5f * x[i] * (1 + ct_tanhf(SQRT_2_PI * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+        else
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                y[i] = 0.5f * x[i] * (1 + ct_erff(x[i] * INV_SQRT_2));
+        break;
+    default: CT_ASSERT(!"not an activation"); break;
     }
-    for (int64_t i = 0; i < cnt; i++)
-        y[i] = (float)act_f(n->op, approx, x[i]);
 }
 
 #define ACT(op) \
@@ -75,37 +81,84 @@ ACT(hard_swish)
 ACT(hard_sigmoid)
 ACT(rsqrt)
 
-void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* dy * f'(x): in[0] x, in[1] dy */
+CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
-    CtOp op = (CtOp)n->iattr[0];
-    int approx = (int)n->iattr[1];
-    if (op == CT_OP_relu) {
+    const float *x = in[0], *dy = in[1];
+    float *y = out[0];
+    switch ((CtOp)n->iattr[0]) {
+    case CT_OP_relu:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
         for (int64_t i = 0; i < cnt; i++)
-            out[0][i] = in[0][i] > 0 ? in[1][i] : 0.0f;
-        return;
+            y[i] = x[i] > 0 ? dy[i] : 0.0f;
+        break;
+    case CT_OP_sigmoid:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++) {
+            float s = sigm(x[i]);
+            y[i] = dy[i] * (s * (1 - s));
+        }
+        break;
+    case CT_OP_silu:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++) {
+            float s = sigm(x[i]);
+            y[i] = dy[i] * (s * (1 + x[i] * (1 - s)));
+        }
+        break;
+    case CT_OP_hard_sigmoid:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = x[i] > -3 && x[i] < 3 ? dy[i] * (1.0f / 6) : 0.0f;
+        break;
+    case CT_OP_hard_swish:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = dy[i] * (x[i] < -3 ? 0.0f : x[i] <= 3 ? x[i] / 3 + 0.5f : 1.0f);
+        break;
+    case CT_OP_rsqrt:
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < cnt; i++)
+            y[i] = dy[i] * (-0.5f / (x[i] * sqrtf(x[i])));
+        break;
+    case CT_OP_gelu:
+        if (n->iattr[1])
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+            for (int64_t i = 0; i < cnt; i++) {
+                float v = x[i], t = ct_tanhf(SQRT_2_PI * (v + 0.044715f * v * v * v));
+                y[i] = dy[i] * (0.5f * (1 + t) + 0.5f * v * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715f * v * v));
+            }
+        else
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
+            for (int64_t i = 0; i < cnt; i++) {
+                float v = x[i];
+                y[i] = dy[i] * (0.5f * (1 + ct_erff(v * INV_SQRT_2)) + v * ct_expf(-0.5f * v * v) * INV_SQRT_2PI);
+            }
+        break;
+    default: CT_ASSERT(!"not an activation"); break;
     }
-    for (int64_t i = 0; i < cnt; i++)
-        out[0][i] = (float)(in[1][i] * act_df(op, approx, in[0][i]));
 }
 
-void cpu_scale_shift(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_scale_shift(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
     double a = n->fattr[0], b = n->fattr[1];
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < cnt; i++)
         out[0][i] = (float)(a * in[0][i] + b);
 }
 
 enum { ADD, MUL, DIV };
 
-static void binary(const Graph *g, const Node *n, float *const *in, float *const *out, int kind)
+CPU_CLONES static void binary(const Graph *g, const Node *n, float *const *in, float *const *out, int kind)
 {
     const CtShape *os = cpu_out_shape(g, n, 0);
     int64_t cnt = shape_numel(os);
     const float *a = in[0], *b = in[1];
     float *y = out[0];
     if (cpu_in_numel(g, n, 0) == cnt && cpu_in_numel(g, n, 1) == cnt) {
+#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
         for (int64_t i = 0; i < cnt; i++)
             y[i] = kind == ADD ? a[i] + b[i] : kind == MUL ? a[i] * b[i] : a[i] / b[i];
         return;
@@ -134,7 +187,7 @@ void cpu_add(const Graph *g, const Node *n, float *const *in, float *const *out)
 void cpu_mul(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, MUL); }
 void cpu_div(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, DIV); }
 
-void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t ostride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0}, s = 1;
@@ -168,34 +221,42 @@ void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *cons
     free(acc);
 }
 
-void cpu_softmax(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_softmax(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
     shape_split_at_dim(x, dim, &outer, &inner);
+#pragma omp parallel for collapse(2) if (outer * inner * D > CPU_PARALLEL_MIN)
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *xs = in[0] + o * D * inner + i;
             float *ys = out[0] + o * D * inner + i, m = -INFINITY;
             double sum = 0;
+#pragma omp simd reduction(max : m)
             for (int64_t j = 0; j < D; j++)
                 m = xs[j * inner] > m ? xs[j * inner] : m;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < D; j++) {
+                ys[j * inner] = ct_expf(xs[j * inner] - m);
+                sum += ys[j * inner];
+            }
+            float inv = (float)(1 / sum);
             for (int64_t j = 0; j < D; j++)
-                sum += (ys[j * inner] = expf(xs[j * inner] - m));
-            for (int64_t j = 0; j < D; j++)
-                ys[j * inner] = (float)(ys[j * inner] / sum);
+                ys[j * inner] *= inv;
         }
 }
 
-void cpu_softmax_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_softmax_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t dim = n->iattr[0], outer, inner, D = x->d[dim];
     shape_split_at_dim(x, dim, &outer, &inner);
+#pragma omp parallel for collapse(2) if (outer * inner * D > CPU_PARALLEL_MIN)
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *y = in[0] + o * D * inner + i, *dy = in[1] + o * D * inner + i;
             double dot = 0;
+#pragma omp simd reduction(+ : dot)
             for (int64_t j = 0; j < D; j++)
                 dot += (double)y[j * inner] * dy[j * inner];
             for (int64_t j = 0; j < D; j++)

@@ -3,8 +3,7 @@
  * conv2d x [N,C,H,W] * w [O,C/groups,KH,KW] and both its gradients by
  * im2col / col2im per (sample, group), 1x1 stride-1 unpadded convs straight
  * on the activations; depthwise convs (one input and one output channel a
- * group) directly, a plane at a time, as one-channel GEMMs would only add
- * the im2col copy; linear, matmul (batched, or with a shared right matrix
+ * group) directly (runtime/cpu/depthwise_ops.c); linear, matmul (batched, or with a shared right matrix
  * as one GEMM); sdpa and its gradient per head.
  */
 #include <cblas.h>
@@ -12,42 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/host_math.h"
+#include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu.h"
 
-enum { STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, GROUPS };
-
-/* One convolution's geometry, for one group. */
-typedef struct ConvGeom {
-    int64_t N, C, H, W, O, CG, OG, KH, KW, OH, OW, groups;
-    const int64_t *a;
-    int pointwise; /* 1x1, stride 1, no padding: the input is its own column matrix */
-} ConvGeom;
-
-static ConvGeom conv_geom(const CtShape *x, const CtShape *w, const CtShape *y, const int64_t *a)
+/* col [CG*KH*KW, OH*OW] (rows ld apart) from the CG channels of one
+ * sample's group at x. Each row's in-range columns are one copy (a memcpy
+ * at stride 1), its padding zeros. */
+CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int64_t ld)
 {
-    ConvGeom c = {x->d[0], x->d[1], x->d[2], x->d[3], w->d[0], w->d[1], 0, w->d[2], w->d[3], y->d[2], y->d[3],
-                  a[GROUPS], a, 0};
-    c.OG = c.O / c.groups;
-    c.pointwise = c.KH == 1 && c.KW == 1 && a[STRIDE_H] == 1 && a[STRIDE_W] == 1 && a[PAD_H] == 0 && a[PAD_W] == 0;
-    return c;
-}
-
-/* The output columns ow whose input column ow * stride + off is in [0, W). */
-static void valid_cols(const ConvGeom *c, int64_t off, int64_t *lo, int64_t *hi)
-{
-    int64_t s = c->a[STRIDE_W];
-    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
-    *hi = c->W - 1 - off >= 0 ? (c->W - 1 - off) / s + 1 : 0;
-    *hi = *hi < c->OW ? *hi : c->OW;
-    *lo = *lo < *hi ? *lo : *hi;
-}
-
-/* col [CG*KH*KW, OH*OW] from the CG channels of one sample's group at x.
- * Each row's in-range columns are one copy (a memcpy at stride 1), its
- * padding zeros. */
-static void im2col(const ConvGeom *c, const float *x, float *col)
-{
-    const int64_t *a = c->a, P = c->OH * c->OW, sw = a[STRIDE_W];
+    const int64_t *a = c->a, P = ld, sw = a[STRIDE_W];
     for (int64_t ch = 0; ch < c->CG; ch++)
         for (int64_t kh = 0; kh < c->KH; kh++)
             for (int64_t kw = 0; kw < c->KW; kw++) {
@@ -75,9 +48,9 @@ static void im2col(const ConvGeom *c, const float *x, float *col)
 }
 
 /* The adjoint of im2col: adds col's entries into dx (one sample's group). */
-static void col2im(const ConvGeom *c, const float *col, float *dx)
+CPU_CLONES static void col2im(const ConvGeom *c, const float *col, int64_t ld, float *dx)
 {
-    const int64_t *a = c->a, P = c->OH * c->OW, sw = a[STRIDE_W];
+    const int64_t *a = c->a, P = ld, sw = a[STRIDE_W];
     for (int64_t ch = 0; ch < c->CG; ch++)
         for (int64_t kh = 0; kh < c->KH; kh++)
             for (int64_t kw = 0; kw < c->KW; kw++) {
@@ -104,150 +77,148 @@ static void col2im(const ConvGeom *c, const float *col, float *dx)
             }
 }
 
-/* Depthwise plane kernels: x, dx [H, W]; y, dy [OH, OW]; w, dw [KH, KW].
- * mode 0: y += w (*) x; 1: dx += w (*)^T dy; 2: dw += dy . x per tap. */
-static void depthwise_plane(const ConvGeom *c, int mode, const float *w, float *dw, float *x, float *y)
+static int depthwise(const ConvGeom *c) { return c->CG == 1 && c->OG == 1 && !c->pointwise; }
+
+/* Columns a GEMM should have: per-sample GEMMs of a late stage's small
+ * planes (25 to 400 columns) run far below the library's speed, so samples
+ * are taken together up to about this many, at the cost of copying their
+ * outputs into place. */
+#define CONV_COLS 2048
+
+/* Samples per GEMM (1: one GEMM per sample, straight on the activations). */
+static int64_t conv_chunk(const ConvGeom *c)
 {
-    const int64_t *a = c->a, sw = a[STRIDE_W];
-    for (int64_t kh = 0; kh < c->KH; kh++)
-        for (int64_t kw = 0; kw < c->KW; kw++) {
-            int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi;
-            valid_cols(c, off, &lo, &hi);
-            float wv = mode == 2 ? 0 : w[kh * c->KW + kw];
-            double acc = 0;
-            for (int64_t oh = 0; oh < c->OH; oh++) {
-                int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
-                if (ih < 0 || ih >= c->H)
-                    continue;
-                int64_t base = ih * c->W + off; /* x's index of output column 0 (before lo: out of the row) */
-                float *yr = y + oh * c->OW;
-                if (sw == 1) { /* contiguous rows: loops the compiler vectorises */
-                    float *restrict xs = x + base + lo, *restrict ys = yr + lo;
-                    int64_t len = hi - lo;
-                    if (mode == 0)
-                        for (int64_t j = 0; j < len; j++)
-                            ys[j] += wv * xs[j];
-                    else if (mode == 1)
-                        for (int64_t j = 0; j < len; j++)
-                            xs[j] += wv * ys[j];
-                    else { /* eight partial sums: a dot product the compiler may vectorise */
-                        float part[8] = {0};
-                        int64_t j = 0;
-                        for (; j + 8 <= len; j += 8)
-                            for (int q = 0; q < 8; q++)
-                                part[q] += ys[j + q] * xs[j + q];
-                        for (; j < len; j++)
-                            part[0] += ys[j] * xs[j];
-                        for (int q = 0; q < 8; q++)
-                            acc += part[q];
-                    }
-                } else if (mode == 0) {
-                    for (int64_t ow = lo; ow < hi; ow++)
-                        yr[ow] += wv * x[base + ow * sw];
-                } else if (mode == 1) {
-                    for (int64_t ow = lo; ow < hi; ow++)
-                        x[base + ow * sw] += wv * yr[ow];
-                } else {
-                    float part = 0;
-                    for (int64_t ow = lo; ow < hi; ow++)
-                        part += yr[ow] * x[base + ow * sw];
-                    acc += part;
-                }
-            }
-            if (mode == 2)
-                dw[kh * c->KW + kw] += (float)acc;
-        }
+    int64_t P = c->OH * c->OW, nb = (CONV_COLS + P - 1) / P;
+    return nb < c->N ? nb : c->N;
 }
 
-static int depthwise(const ConvGeom *c) { return c->CG == 1 && c->OG == 1 && !c->pointwise; }
+/* col [Kc, nb*P] for samples b0..b0+nb of group gi: im2col, or for a
+ * pointwise conv the activations' rows side by side. */
+static void gather_cols(const ConvGeom *c, const float *x, int64_t b0, int64_t nb, int64_t gi, float *col)
+{
+    int64_t P = c->OH * c->OW, ld = nb * P;
+#pragma omp parallel for if (nb > 1 && nb * P * c->CG * c->KH * c->KW > CPU_PARALLEL_MIN)
+    for (int64_t j = 0; j < nb; j++) {
+        const float *xs = x + ((b0 + j) * c->C + gi * c->CG) * c->H * c->W;
+        if (!c->pointwise)
+            im2col(c, xs, col + j * P, ld);
+        else
+            for (int64_t ch = 0; ch < c->CG; ch++)
+                memcpy(col + ch * ld + j * P, xs + ch * P, sizeof *col * (size_t)P);
+    }
+}
+
+/* m [rows, nb*P] <-> t's rows for samples b0..b0+nb of group gi, t being
+ * [N, groups*rows, P]: to_t copies m out, else t's rows into m. */
+static void move_rows(float *t, int64_t rows, int64_t groups, int64_t gi, int64_t P, int64_t b0, int64_t nb, float *m,
+                      int to_t)
+{
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t r = 0; r < rows; r++) {
+            float *tr = t + ((b0 + j) * groups * rows + gi * rows + r) * P, *mr = m + r * nb * P + j * P;
+            memcpy(to_t ? tr : mr, to_t ? mr : tr, sizeof *tr * (size_t)P);
+        }
+}
 
 void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_out_shape(g, n, 0), n->iattr);
     if (depthwise(&c)) {
-        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
-        for (int64_t b = 0; b < c.N; b++)
-            for (int64_t ch = 0; ch < c.C; ch++) {
-                float *y = out[0] + (b * c.C + ch) * P, bias = n->nin == 3 ? in[2][ch] : 0;
-                for (int64_t p = 0; p < P; p++)
-                    y[p] = bias;
-                depthwise_plane(&c, 0, in[1] + ch * K, NULL, in[0] + (b * c.C + ch) * c.H * c.W, y);
-            }
+        depthwise_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
         return;
     }
-    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
-    float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
-    for (int64_t b = 0; b < c.N; b++)
+    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
+    float *col = c.pointwise && nb == 1 ? NULL : cpu_floats(Kc * nb * P);
+    float *ys = nb > 1 ? cpu_floats(c.OG * nb * P) : NULL;
+    for (int64_t b0 = 0; b0 < c.N; b0 += nb) {
+        int64_t m = c.N - b0 < nb ? c.N - b0 : nb;
         for (int64_t gi = 0; gi < c.groups; gi++) {
-            const float *x = in[0] + (b * c.C + gi * c.CG) * c.H * c.W;
-            float *y = out[0] + (b * c.O + gi * c.OG) * P;
+            const float *x = in[0] + (b0 * c.C + gi * c.CG) * c.H * c.W;
+            float *y = nb > 1 ? ys : out[0] + (b0 * c.O + gi * c.OG) * P;
             float beta = 0;
             if (n->nin == 3) {
                 for (int64_t o = 0; o < c.OG; o++)
-                    for (int64_t p = 0; p < P; p++)
-                        y[o * P + p] = in[2][gi * c.OG + o];
+                    for (int64_t p = 0; p < m * P; p++)
+                        y[o * m * P + p] = in[2][gi * c.OG + o];
                 beta = 1;
             }
-            if (!c.pointwise)
-                im2col(&c, x, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.OG, (int)P, (int)Kc, 1.0f,
-                        in[1] + gi * c.OG * Kc, (int)Kc, c.pointwise ? x : col, (int)P, beta, y, (int)P);
+            if (col)
+                gather_cols(&c, in[0], b0, m, gi, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.OG, (int)(m * P), (int)Kc, 1.0f,
+                        in[1] + gi * c.OG * Kc, (int)Kc, col ? col : x, (int)(m * P), beta, y, (int)(m * P));
+            if (nb > 1)
+                move_rows(out[0], c.OG, c.groups, gi, P, b0, m, ys, 1);
         }
+    }
     free(col);
+    free(ys);
 }
 
 void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_in_shape(g, n, 0), n->iattr);
     if (depthwise(&c)) {
-        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
-        memset(out[0], 0, (size_t)(c.N * c.C * c.H * c.W) * sizeof(float));
-        for (int64_t b = 0; b < c.N; b++)
-            for (int64_t ch = 0; ch < c.C; ch++)
-                depthwise_plane(&c, 1, in[1] + ch * K, NULL, out[0] + (b * c.C + ch) * c.H * c.W,
-                                in[0] + (b * c.C + ch) * P);
+        depthwise_conv_grad_input(&c, in[0], in[1], out[0]);
         return;
     }
-    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
-    float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
+    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
+    float *col = c.pointwise && nb == 1 ? NULL : cpu_floats(Kc * nb * P);
+    float *dys = nb > 1 ? cpu_floats(c.OG * nb * P) : NULL;
     if (!c.pointwise)
         memset(out[0], 0, (size_t)(c.N * c.C * c.H * c.W) * sizeof(float));
-    for (int64_t b = 0; b < c.N; b++)
+    for (int64_t b0 = 0; b0 < c.N; b0 += nb) {
+        int64_t m = c.N - b0 < nb ? c.N - b0 : nb;
         for (int64_t gi = 0; gi < c.groups; gi++) {
-            const float *dy = in[0] + (b * c.O + gi * c.OG) * P;
-            float *dx = out[0] + (b * c.C + gi * c.CG) * c.H * c.W;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Kc, (int)P, (int)c.OG, 1.0f,
-                        in[1] + gi * c.OG * Kc, (int)Kc, dy, (int)P, 0.0f, c.pointwise ? dx : col, (int)P);
-            if (!c.pointwise)
-                col2im(&c, col, dx);
+            const float *dy = in[0] + (b0 * c.O + gi * c.OG) * P;
+            float *dx = out[0] + (b0 * c.C + gi * c.CG) * c.H * c.W;
+            if (nb > 1)
+                move_rows(in[0], c.OG, c.groups, gi, P, b0, m, dys, 0);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Kc, (int)(m * P), (int)c.OG, 1.0f,
+                        in[1] + gi * c.OG * Kc, (int)Kc, nb > 1 ? dys : dy, (int)(m * P), 0.0f, col ? col : dx,
+                        (int)(m * P));
+            if (!col)
+                continue;
+#pragma omp parallel for if (m > 1 && m * P * Kc > CPU_PARALLEL_MIN)
+            for (int64_t j = 0; j < m; j++) {
+                float *dxs = out[0] + ((b0 + j) * c.C + gi * c.CG) * c.H * c.W;
+                if (!c.pointwise)
+                    col2im(&c, col + j * P, m * P, dxs);
+                else
+                    for (int64_t ch = 0; ch < c.CG; ch++)
+                        memcpy(dxs + ch * P, col + ch * m * P + j * P, sizeof *dxs * (size_t)P);
+            }
         }
+    }
     free(col);
+    free(dys);
 }
 
 void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), n->iattr);
     if (depthwise(&c)) {
-        int64_t P = c.OH * c.OW, K = c.KH * c.KW;
-        memset(out[0], 0, (size_t)(c.C * K) * sizeof(float));
-        for (int64_t b = 0; b < c.N; b++)
-            for (int64_t ch = 0; ch < c.C; ch++)
-                depthwise_plane(&c, 2, NULL, out[0] + ch * K, in[0] + (b * c.C + ch) * c.H * c.W,
-                                in[1] + (b * c.C + ch) * P);
+        depthwise_conv_grad_weight(&c, in[0], in[1], out[0]);
         return;
     }
-    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW;
-    float *col = c.pointwise ? NULL : cpu_floats(Kc * P);
-    for (int64_t b = 0; b < c.N; b++)
+    int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
+    float *col = c.pointwise && nb == 1 ? NULL : cpu_floats(Kc * nb * P);
+    float *dys = nb > 1 ? cpu_floats(c.OG * nb * P) : NULL;
+    for (int64_t b0 = 0; b0 < c.N; b0 += nb) {
+        int64_t m = c.N - b0 < nb ? c.N - b0 : nb;
         for (int64_t gi = 0; gi < c.groups; gi++) {
-            const float *x = in[0] + (b * c.C + gi * c.CG) * c.H * c.W;
-            const float *dy = in[1] + (b * c.O + gi * c.OG) * P;
-            if (!c.pointwise)
-                im2col(&c, x, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.OG, (int)Kc, (int)P, 1.0f, dy, (int)P,
-                        c.pointwise ? x : col, (int)P, b ? 1.0f : 0.0f, out[0] + gi * c.OG * Kc, (int)Kc);
+            const float *x = in[0] + (b0 * c.C + gi * c.CG) * c.H * c.W;
+            const float *dy = in[1] + (b0 * c.O + gi * c.OG) * P;
+            if (col)
+                gather_cols(&c, in[0], b0, m, gi, col);
+            if (nb > 1)
+                move_rows(in[1], c.OG, c.groups, gi, P, b0, m, dys, 0);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.OG, (int)Kc, (int)(m * P), 1.0f,
+                        nb > 1 ? dys : dy, (int)(m * P), col ? col : x, (int)(m * P), b0 ? 1.0f : 0.0f,
+                        out[0] + gi * c.OG * Kc, (int)Kc);
         }
+    }
     free(col);
+    free(dys);
 }
 
 void cpu_linear(const Graph *g, const Node *n, float *const *in, float *const *out)
@@ -279,15 +250,19 @@ void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *o
 }
 
 /* Row-wise softmax of s [rows, cols] in place, sums in double. */
-static void softmax_rows(float *s, int64_t rows, int64_t cols)
+CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols)
 {
     for (int64_t i = 0; i < rows; i++) {
         float *r = s + i * cols, m = -INFINITY;
         double sum = 0;
+#pragma omp simd reduction(max : m)
         for (int64_t j = 0; j < cols; j++)
             m = r[j] > m ? r[j] : m;
-        for (int64_t j = 0; j < cols; j++)
-            sum += (r[j] = expf(r[j] - m));
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < cols; j++) {
+            r[j] = ct_expf(r[j] - m);
+            sum += r[j];
+        }
         float inv = (float)(1 / sum);
         for (int64_t j = 0; j < cols; j++)
             r[j] *= inv;
@@ -306,42 +281,57 @@ void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out
 {
     const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
     int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
-    float *P = cpu_floats(N * M);
-    for (int64_t h = 0; h < BH; h++) {
-        attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], P);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, P, (int)M,
-                    in[2] + h * M * D, (int)D, 0.0f, out[0] + h * N * D, (int)D);
+    /* heads split among threads, each with its own weights buffer */
+#pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
+    {
+        float *P = cpu_floats(N * M);
+#pragma omp for
+        for (int64_t h = 0; h < BH; h++) {
+            attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], P);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, P, (int)M,
+                        in[2] + h * M * D, (int)D, 0.0f, out[0] + h * N * D, (int)D);
+        }
+        free(P);
     }
-    free(P);
 }
 
 /* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)) * scale;
- * dq = dS k; dk = dS^T q. */
+ * dq = dS k; dk = dS^T q. One head h, with buffers P and dP [N, M]. */
+CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64_t h, int64_t N, int64_t M, int64_t D,
+                                      float scale, float *P, float *dP)
+{
+    const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
+    attention_weights(Q, K, N, M, D, scale, P);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, P, (int)M, dY, (int)D, 0.0f,
+                out[2] + h * M * D, (int)D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, 1.0f, dY, (int)D, V, (int)D, 0.0f,
+                dP, (int)M);
+    for (int64_t i = 0; i < N; i++) {
+        float *p = P + i * M, *dp = dP + i * M;
+        double dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < M; j++)
+            dot += (double)dp[j] * p[j];
+        for (int64_t j = 0; j < M; j++)
+            dp[j] = p[j] * (float)(dp[j] - dot) * scale;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, dP, (int)M, K, (int)D, 0.0f,
+                out[0] + h * N * D, (int)D);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, dP, (int)M, Q, (int)D, 0.0f,
+                out[1] + h * M * D, (int)D);
+}
+
 void cpu_sdpa_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
     int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
-    float scale = (float)n->fattr[0], *P = cpu_floats(N * M), *dP = cpu_floats(N * M);
-    for (int64_t h = 0; h < BH; h++) {
-        const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
-        attention_weights(Q, K, N, M, D, scale, P);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, P, (int)M, dY, (int)D,
-                    0.0f, out[2] + h * M * D, (int)D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, 1.0f, dY, (int)D, V, (int)D,
-                    0.0f, dP, (int)M);
-        for (int64_t i = 0; i < N; i++) {
-            float *p = P + i * M, *dp = dP + i * M;
-            double dot = 0;
-            for (int64_t j = 0; j < M; j++)
-                dot += (double)dp[j] * p[j];
-            for (int64_t j = 0; j < M; j++)
-                dp[j] = p[j] * (float)(dp[j] - dot) * scale;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, dP, (int)M, K, (int)D,
-                    0.0f, out[0] + h * N * D, (int)D);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, dP, (int)M, Q, (int)D,
-                    0.0f, out[1] + h * M * D, (int)D);
+#pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
+    {
+        float *P = cpu_floats(N * M), *dP = cpu_floats(N * M);
+#pragma omp for
+        for (int64_t h = 0; h < BH; h++)
+            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], P, dP);
+        free(P);
+        free(dP);
     }
-    free(P);
-    free(dP);
 }

@@ -1,7 +1,9 @@
 /*
  * The cpu backend's normalisations: batch_norm over x [N,C,S...] per
  * channel and layer_norm over the last dim, forward and gradient, as f32
- * loops with statistics and sums in double (the ref kernels' formulas).
+ * loops with statistics and sums in double (the ref kernels' formulas),
+ * vectorised sums (several partial sums: a reordering of double additions,
+ * far below f32 rounding), channels or rows split among OpenMP threads.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -9,17 +11,19 @@
 #include "runtime/cpu/cpu.h"
 
 /* Mean and biased variance of channel c of x viewed as [N, C, S]. */
-static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
 {
     double sum = 0, sq = 0, cnt = (double)(N * S);
     for (int64_t b = 0; b < N; b++) {
         const float *p = x + (b * C + c) * S;
+#pragma omp simd reduction(+ : sum)
         for (int64_t s = 0; s < S; s++)
             sum += p[s];
     }
     *mean = sum / cnt;
     for (int64_t b = 0; b < N; b++) {
         const float *p = x + (b * C + c) * S;
+#pragma omp simd reduction(+ : sq)
         for (int64_t s = 0; s < S; s++) {
             double d = p[s] - *mean;
             sq += d * d;
@@ -28,12 +32,13 @@ static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64
     *var = sq / cnt;
 }
 
-void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double momentum = n->fattr[0], eps = n->fattr[1];
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (training) {
@@ -53,12 +58,13 @@ void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *cons
     }
 }
 
-void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     double M = (double)(N * S);
     const float *dy = in[4];
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean = in[2][c], var = in[3][c];
         if (n->iattr[0])
@@ -66,6 +72,7 @@ void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float 
         double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dxy = 0;
         for (int64_t b = 0; b < N; b++) {
             const float *xp = in[0] + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+#pragma omp simd reduction(+ : db, dxy)
             for (int64_t s = 0; s < S; s++) {
                 db += dp[s];
                 dxy += (double)dp[s] * xp[s];
@@ -89,22 +96,25 @@ void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float 
 }
 
 /* Mean and 1/sqrt(biased variance + eps) of one row of D values. */
-static void row_stats(const float *x, int64_t D, double eps, double *mean, double *inv)
+CPU_CLONES static void row_stats(const float *x, int64_t D, double eps, double *mean, double *inv)
 {
     double m = 0, var = 0;
+#pragma omp simd reduction(+ : m)
     for (int64_t i = 0; i < D; i++)
         m += x[i];
     m /= (double)D;
+#pragma omp simd reduction(+ : var)
     for (int64_t i = 0; i < D; i++)
         var += (x[i] - m) * (x[i] - m);
     *mean = m;
     *inv = 1 / sqrt(var / (double)D + eps);
 }
 
-void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+#pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = in[0] + r * D;
         double mean, inv;
@@ -114,31 +124,47 @@ void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *cons
     }
 }
 
-void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* The weight and bias gradients sum over rows: each of a fixed number of
+ * row chunks sums its own (whatever the thread count, so results do not
+ * depend on it), then the chunks are added in order. */
+#define LN_CHUNKS 32
+
+CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
-    double *dw = calloc((size_t)(2 * D), sizeof *dw), *db = dw + D;
-    CT_ASSERT(dw != NULL);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = in[0] + r * D, *dy = in[2] + r * D;
-        double mean, inv, mg = 0, mgx = 0;
-        row_stats(xr, D, n->fattr[0], &mean, &inv);
-        for (int64_t i = 0; i < D; i++) {
-            double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
-            mg += gi;
-            mgx += gi * xhat;
-            dw[i] += dy[i] * xhat;
-            db[i] += dy[i];
+    int64_t chunks = rows < LN_CHUNKS ? rows : LN_CHUNKS;
+    double *part = calloc((size_t)(2 * D * chunks + 1), sizeof *part);
+    CT_ASSERT(part != NULL);
+#pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
+    for (int64_t k = 0; k < chunks; k++) {
+        double *dw = part + 2 * D * k, *db = dw + D;
+        for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
+            const float *xr = in[0] + r * D, *dy = in[2] + r * D;
+            double mean, inv, mg = 0, mgx = 0;
+            row_stats(xr, D, n->fattr[0], &mean, &inv);
+#pragma omp simd reduction(+ : mg, mgx)
+            for (int64_t i = 0; i < D; i++) {
+                double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
+                mg += gi;
+                mgx += gi * xhat;
+                dw[i] += dy[i] * xhat;
+                db[i] += dy[i];
+            }
+            mg /= (double)D;
+            mgx /= (double)D;
+            for (int64_t i = 0; i < D; i++)
+                out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
         }
-        mg /= (double)D;
-        mgx /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
     }
     for (int64_t i = 0; i < D; i++) {
-        out[1][i] = (float)dw[i];
-        out[2][i] = (float)db[i];
+        double dw = 0, db = 0;
+        for (int64_t k = 0; k < chunks; k++) {
+            dw += part[2 * D * k + i];
+            db += part[2 * D * k + D + i];
+        }
+        out[1][i] = (float)dw;
+        out[2][i] = (float)db;
     }
-    free(dw);
+    free(part);
 }

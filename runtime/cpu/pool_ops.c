@@ -1,50 +1,116 @@
 /*
  * The cpu backend's pooling over x [N,C,H,W]: avg and max pooling with
  * PyTorch's windows and divisors (the ref kernels' rules), adaptive average
- * pooling, and their gradients, as f32 loops over each plane.
+ * pooling, and their gradients, as f32 loops over each plane (planes split
+ * among OpenMP threads: a gradient scatters only within its plane).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/ops/pool_window.h"
 #include "runtime/cpu/cpu.h"
 
-/* Index in the plane of the window's maximum; NaN wins, as in PyTorch. */
+/* Index in the plane of the window's maximum; NaN wins, as in PyTorch.
+ * The running maximum in a register and selects, not branches: which
+ * element wins is data, which a branch predictor cannot learn. */
 static int64_t window_argmax(const float *xp, int64_t W, const Window *r)
 {
     int64_t best = r->h0 * W + r->w0;
+    float bv = xp[best];
     for (int64_t h = r->h0; h < r->h1; h++)
-        for (int64_t w = r->w0; w < r->w1; w++)
-            if (xp[h * W + w] > xp[best] || isnan(xp[h * W + w]))
-                best = h * W + w;
+        for (int64_t w = r->w0; w < r->w1; w++) {
+            float v = xp[h * W + w];
+            int take = v > bv || v != v;
+            best = take ? h * W + w : best;
+            bv = take ? v : bv;
+        }
     return best;
 }
 
+/* Max pooling of one plane x [H, W], a row of outputs at a time: the running
+ * maximum of every output column whose window lies inside the row at once
+ * (a loop over columns, which vectorises; per column, the loop-carried
+ * compare of window_argmax is a chain of latencies), taps in the window's
+ * row-major order so ties and NaN resolve as window_argmax does; the edge
+ * columns through window_argmax. mode 1: y [OH, OW] = max; 3: dx [H, W] +=
+ * dy at the argmax. bv, bi: room for OW values and indices (int32, as
+ * wide as the values, so both fill the same vector lanes; a plane's index
+ * fits). */
+CPU_CLONES static void max_pool_plane(const int64_t *a, int64_t H, int64_t W, int64_t OH, int64_t OW, const float *x,
+                                      const float *dy, float *out, int mode, float *bv, int32_t *bi)
+{
+    int64_t sw = a[POOL_SW], pw = a[POOL_PW], kw_n = a[POOL_KW];
+    int64_t lo = (pw + sw - 1) / sw, hi = W >= kw_n - pw ? (W - kw_n + pw) / sw + 1 : 0;
+    hi = hi < OW ? hi : OW;
+    lo = lo < hi ? lo : hi;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        Window rows = pool_window(a, oh, 0, H, W);
+        for (int64_t ow = 0; ow < OW; ow++) {
+            Window r = pool_window(a, oh, ow, H, W);
+            if (ow >= lo && ow < hi) {
+                bi[ow] = (int32_t)(r.h0 * W + r.w0);
+                bv[ow] = x[bi[ow]];
+            } else {
+                bi[ow] = (int32_t)window_argmax(x, W, &r);
+            }
+        }
+        for (int64_t h = rows.h0; h < rows.h1; h++)
+            for (int64_t kw = 0; kw < kw_n; kw++) {
+                const float *xr = x + h * W + kw - pw;
+                int32_t i0 = (int32_t)(h * W + kw - pw), step = (int32_t)sw;
+                for (int64_t ow = lo; ow < hi; ow++) {
+                    float v = xr[ow * sw];
+                    int take = v > bv[ow] || v != v;
+                    bi[ow] = take ? i0 + (int32_t)ow * step : bi[ow];
+                    bv[ow] = take ? v : bv[ow];
+                }
+            }
+        for (int64_t ow = 0; ow < OW; ow++) {
+            if (mode == 1)
+                out[oh * OW + ow] = x[bi[ow]];
+            else
+                out[bi[ow]] += dy[oh * OW + ow];
+        }
+    }
+}
+
 /* mode 0 avg, 1 max forward; 2 avg grad (dy = src), 3 max grad (x = src, dy). */
-static void pool(const int64_t *a, const CtShape *x, const CtShape *y, const float *src, const float *dy, float *dst,
-                 int mode)
+CPU_CLONES static void pool(const int64_t *a, const CtShape *x, const CtShape *y, const float *src, const float *dy,
+                            float *dst, int mode)
 {
     int64_t H = x->d[2], W = x->d[3], OH = y->d[2], OW = y->d[3], planes = x->d[0] * x->d[1];
     if (mode >= 2)
         memset(dst, 0, (size_t)(planes * H * W) * sizeof *dst);
+    if (mode == 1 || mode == 3) {
+#pragma omp parallel if (planes * H * W > CPU_PARALLEL_MIN)
+        {
+            float *bv = cpu_floats(OW);
+            int32_t *bi = malloc(sizeof *bi * (size_t)OW);
+            CT_ASSERT(bi != NULL);
+#pragma omp for
+            for (int64_t p = 0; p < planes; p++)
+                max_pool_plane(a, H, W, OH, OW, src + p * H * W, mode == 3 ? dy + p * OH * OW : NULL,
+                               dst + (mode == 1 ? p * OH * OW : p * H * W), mode, bv, bi);
+            free(bv);
+            free(bi);
+        }
+        return;
+    }
+#pragma omp parallel for if (planes * H * W > CPU_PARALLEL_MIN)
     for (int64_t p = 0; p < planes; p++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
                 Window r = pool_window(a, oh, ow, H, W);
-                float inv_divisor = (float)(1 / r.divisor);
                 int64_t yi = (p * OH + oh) * OW + ow;
-                if (mode == 1) {
-                    dst[yi] = src[p * H * W + window_argmax(src + p * H * W, W, &r)];
-                } else if (mode == 3) {
-                    dst[p * H * W + window_argmax(src + p * H * W, W, &r)] += dy[yi];
-                } else if (mode == 0) {
+                if (mode == 0) {
                     double acc = 0;
                     for (int64_t h = r.h0; h < r.h1; h++)
                         for (int64_t w = r.w0; w < r.w1; w++)
                             acc += src[p * H * W + h * W + w];
-                    dst[yi] = (float)(acc * inv_divisor);
+                    dst[yi] = (float)(acc * (float)(1 / r.divisor));
                 } else {
-                    float share = src[yi] * inv_divisor;
+                    float share = src[yi] * (float)(1 / r.divisor);
                     for (int64_t h = r.h0; h < r.h1; h++)
                         for (int64_t w = r.w0; w < r.w1; w++)
                             dst[p * H * W + h * W + w] += share;
@@ -73,11 +139,12 @@ void cpu_max_pool2d_grad(const Graph *g, const Node *n, float *const *in, float 
 }
 
 /* Adaptive windows: [floor(i*H/OH), ceil((i+1)*H/OH)); grad spreads dy back. */
-static void adaptive(const CtShape *x, int64_t OH, int64_t OW, const float *src, float *dst, int grad)
+CPU_CLONES static void adaptive(const CtShape *x, int64_t OH, int64_t OW, const float *src, float *dst, int grad)
 {
     int64_t H = x->d[2], W = x->d[3], planes = x->d[0] * x->d[1];
     if (grad)
         memset(dst, 0, (size_t)(planes * H * W) * sizeof *dst);
+#pragma omp parallel for if (planes * H * W > CPU_PARALLEL_MIN)
     for (int64_t p = 0; p < planes; p++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {

@@ -17,8 +17,45 @@ void cpu_reshape(const Graph *g, const Node *n, float *const *in, float *const *
 void cpu_to_layout(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
 void cpu_cast(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
 
+/* A transposing gather: out's innermost dim reads in at stride s0 != 1 while
+ * out's dim a reads it at stride 1 (NCHW <-> NHWC). Copied in T x T tiles,
+ * so both sides touch whole cache lines; the other dims split among
+ * threads. */
+#define T 16
+
+CPU_CLONES static void gather_transposed(const float *in, float *out, const CtShape *y, const int64_t *stride, int a)
+{
+    int nd = y->ndim;
+    int64_t ostride[CT_MAX_DIMS] = {0}, s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        ostride[d] = s;
+        s *= y->d[d];
+    }
+    int64_t A = y->d[a], J = y->d[nd - 1], s0 = stride[nd - 1], oa = ostride[a];
+    int64_t outer = shape_numel(y) / (A * J);
+#pragma omp parallel for if (shape_numel(y) > CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < outer; r++) {
+        int64_t src = 0, dst = 0, rest = r;
+        for (int d = nd - 2; d >= 0; d--) { /* r over the dims other than a and the innermost */
+            if (d == a)
+                continue;
+            int64_t i = rest % y->d[d];
+            rest /= y->d[d];
+            src += i * stride[d];
+            dst += i * ostride[d];
+        }
+        for (int64_t i0 = 0; i0 < A; i0 += T)
+            for (int64_t j0 = 0; j0 < J; j0 += T) {
+                int64_t i1 = i0 + T < A ? i0 + T : A, j1 = j0 + T < J ? j0 + T : J;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        out[dst + i * oa + j] = in[src + i + j * s0];
+            }
+    }
+}
+
 /* out[o] = in[sum idx_d * stride_d] over out's shape, innermost dim a loop. */
-static void gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
+CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
 {
     int nd = y->ndim;
     int64_t cnt = shape_numel(y), idx[CT_MAX_DIMS] = {0};
@@ -27,6 +64,11 @@ static void gather(const float *in, float *out, const CtShape *y, const int64_t 
         return;
     }
     int64_t inner = y->d[nd - 1], s0 = stride[nd - 1];
+    for (int a = 0; a < nd - 1 && s0 != 1 && inner > 1; a++)
+        if (stride[a] == 1 && y->d[a] > 1) {
+            gather_transposed(in, out, y, stride, a);
+            return;
+        }
     for (int64_t o = 0; o < cnt; o += inner) {
         int64_t src = 0;
         for (int d = 0; d < nd - 1; d++)
@@ -44,7 +86,7 @@ static void gather(const float *in, float *out, const CtShape *y, const int64_t 
 void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
-    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS], s = 1;
+    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS] = {0}, s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) {
         xstride[i] = s;
         s *= x->d[i];
@@ -57,7 +99,7 @@ void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *
 void cpu_expand(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
-    int64_t stride[CT_MAX_DIMS], s = 1;
+    int64_t stride[CT_MAX_DIMS] = {0}, s = 1;
     for (int i = y->ndim - 1; i >= 0; i--) {
         int j = i - (y->ndim - x->ndim);
         int64_t d = j >= 0 ? x->d[j] : 1;
