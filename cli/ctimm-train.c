@@ -12,6 +12,11 @@
  *
  * With no data folder it trains on the embedded default: a generated
  * 10-class JPEG ImageFolder of drawn shapes (runtime/data/shapes.h).
+ *
+ * Data-parallel (timm's DDP): under an MPI launcher, or started as N ranks
+ * by --nproc-per-node N, each rank trains on its shard, the graph averages
+ * the gradients (allreduce_mean buckets), rank 0 alone logs and writes, and
+ * a run failing on one rank ends them all (cli/train_dist.h).
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
@@ -31,6 +36,7 @@
 #include "cli/eval.h"
 #include "cli/progress.h"
 #include "cli/train_checkpoint.h"
+#include "cli/train_dist.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
@@ -39,7 +45,7 @@
 #include "runtime/scaler.h"
 #include "runtime/sched.h"
 
-static const char *const prog = "ctimm-train";
+static const char *prog = "ctimm-train"; /* "ctimm-train (rank R)" on ranks other than 0 */
 
 typedef struct Args {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
@@ -67,6 +73,11 @@ typedef struct Args {
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
     const char *amp_dtype;
     double bce_target_thresh; /* < 0: none */
+    /* data-parallel training: ranks on this machine (0: as launched), DDP's
+     * bucket size, timm's --dist-bn, the per-step cross-rank check */
+    int nproc_per_node, dist_check_params;
+    double bucket_cap_mb;
+    const char *dist_bn;
 } Args;
 
 static const char *const usage =
@@ -93,11 +104,14 @@ static const char *const usage =
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
                    "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
                    "                   [--recovery-interval N] [--start-epoch N]\n"
+                   "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
+                   "                   [--dist-check-params]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
-    "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data).\n";
+    "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
+    "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n";
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
-static const char *const not_yet[] = {"model-ema-force-cpu", NULL};
+static const char *const not_yet[] = {"model-ema-force-cpu", "sync-bn", NULL};
 
 enum { OPT_BASE = 1000 };
 
@@ -123,6 +137,9 @@ enum {
 
 /* AMP, BCE, recovery and start-epoch flags, long only. */
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
+
+/* Data-parallel flags, long only. */
+enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK };
 
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
@@ -310,7 +327,9 @@ static int parse_args(int argc, char **argv, Args *a)
         {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
         {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
         {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"recovery-interval", 1, 0, OPT_RECOVERY},
-        {"start-epoch", 1, 0, OPT_START_EPOCH},
+        {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
+        {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
+        {"dist-check-params", 0, 0, OPT_DIST_CHECK},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
@@ -321,7 +340,7 @@ static int parse_args(int argc, char **argv, Args *a)
                 .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1,
                 .train_interpolation = "random", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
                 .color_jitter = 0.4, .crop_pct = -1, .amp_dtype = "float16", .bce_target_thresh = -1,
-                .start_epoch = -1};
+                .start_epoch = -1, .bucket_cap_mb = 25, .dist_bn = "reduce"};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -470,6 +489,15 @@ static int parse_args(int argc, char **argv, Args *a)
             break;
         case OPT_RECOVERY: bad = cli_int(prog, "--recovery-interval", optarg, 0, 1 << 30, &a->recovery_interval); break;
         case OPT_START_EPOCH: bad = cli_int(prog, "--start-epoch", optarg, 0, 1 << 20, &a->start_epoch); break;
+        case OPT_NPROC: bad = cli_int(prog, "--nproc-per-node", optarg, 1, 4096, &a->nproc_per_node); break;
+        case OPT_BUCKET_CAP:
+            if (!(bad = parse_double("bucket-cap-mb", optarg, &a->bucket_cap_mb)) && !(a->bucket_cap_mb > 0)) {
+                fprintf(stderr, "%s: --bucket-cap-mb must be above 0\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_DIST_BN: a->dist_bn = optarg; break;
+        case OPT_DIST_CHECK: a->dist_check_params = 1; break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -527,6 +555,8 @@ typedef struct Run {
     long loss_count;    /* the finite losses in loss_sum */
     CkptInfo info;      /* what checkpoints record beside the tensors */
     char scaler_str[64], sched_str[160];
+    CtDist *dist;       /* the ranks of a data-parallel run (a world of one otherwise) */
+    int rank, world;
 } Run;
 
 static int build_graphs(Run *r, CtErr *err)
@@ -562,6 +592,8 @@ static int build_graphs(Run *r, CtErr *err)
     opt.model_ema = r->a.model_ema;
     /* a step with a non-finite gradient is skipped in the graph (GradScaler) */
     opt.skip_nonfinite = r->amp == CT_F16;
+    if (r->world > 1) /* DDP: the gradients averaged over the ranks, in buckets */
+        opt.allreduce_bucket_bytes = (int64_t)(r->a.bucket_cap_mb * 1024 * 1024);
     Graph *gs[2] = {&r->train, &r->eval};
     if (model_build(r->m, &spec, &r->train, err))
         return -1;
@@ -700,11 +732,11 @@ static int open_data(Run *r, const char *root, CtErr *err)
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
                        .eval = a->no_aug ? &noaug : NULL, .seed = (uint64_t)a->seed, .shuffle = 1, .drop_last = 1,
-                       .world_size = 1, .repeats = (int)a->epoch_repeats};
+                       .rank = r->rank, .world_size = r->world, .repeats = (int)a->epoch_repeats};
     if (loader_create(&r->train_ld, r->train_ds, &lc, err))
         return -1;
     lc = (LoaderConfig){.batch_size = r->vb, .num_workers = r->a.workers, .eval = &et, .seed = (uint64_t)r->a.seed,
-                        .world_size = 1};
+                        .rank = r->rank, .world_size = r->world};
     if (loader_create(&r->val_ld, r->val_ds, &lc, err))
         return -1;
     if (loader_epoch_batches(r->train_ld) == 0)
@@ -799,6 +831,31 @@ static int restore_sched(LrSched *s, const char *str)
     return 0;
 }
 
+/* After a step: the ranks' mean loss in *loss (timm's reduce_tensor), and
+ * in *stop whether any rank was asked to stop, so that all stop after the
+ * same step; with --dist-check-params, the ranks' parameters compared. */
+static int sync_step(Run *r, double *loss, int *stop, CtErr *err)
+{
+    *stop = interrupted != 0;
+    if (r->world == 1)
+        return 0;
+    double v[2] = {*loss, *stop};
+    if (dist_allreduce_sum(r->dist, v, 2, err))
+        return -1;
+    *loss = v[0] / r->world;
+    *stop = v[1] > 0;
+    return r->a.dist_check_params ? train_check_params(r->dist, &r->state, err) : 0;
+}
+
+/* Whether any rank was asked to stop (1), agreed by all; -1 on error. */
+static int stop_agreed(Run *r, CtErr *err)
+{
+    double v = interrupted != 0;
+    if (r->world > 1 && dist_allreduce_sum(r->dist, &v, 1, err))
+        return -1;
+    return v > 0;
+}
+
 /* One epoch of train_one_epoch, from batch `first` (0, or a recovery
  * checkpoint's next batch): 0 and the mean of the finite losses in *mean,
  * 1 when interrupted (after the recovery checkpoint, with --output), -1 on
@@ -817,7 +874,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
     Progress bar;
     char label[32];
     snprintf(label, sizeof label, "Train %d", epoch);
-    progress_begin(&bar, label, nb, -1);
+    progress_begin(&bar, label, nb, r->world > 1 ? 0 : -1); /* mpirun gives every rank a pty, not the user's */
     progress_update(&bar, first);
     if (loader_start_epoch_at(r->train_ld, (uint64_t)epoch, first, err))
         goto done;
@@ -830,8 +887,9 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
             goto done;
         }
         eval_normalise(bt, r->a.batch_size, r->mean, r->std, r->x);
-        /* mixup, then random erasing: one generator per (seed, epoch, batch) */
-        CtRng rng = rng_for((uint64_t)r->a.seed ^ 0x6d69787570ull, (uint64_t)epoch, i);
+        /* mixup, then random erasing: one generator per (seed, epoch, batch),
+         * and rank (timm seeds each rank with seed + rank) */
+        CtRng rng = rng_for((uint64_t)r->a.seed ^ 0x6d69787570ull ^ ((uint64_t)r->rank << 32), (uint64_t)epoch, i);
         int mixing = mixup_active(&r->mix);
         if (mixing) {
             r->mix.enabled = !(r->a.mixup_off_epoch && epoch >= r->a.mixup_off_epoch);
@@ -855,9 +913,13 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         if (r->be->run(&r->train, &r->state, in, r->ts.ema_decay >= 0 ? 5 : 4, out, err))
             goto done;
         double loss = *(float *)out[1].data;
-        int applied = r->finite_out < 0 || *(float *)out[r->finite_out].data != 0;
+        int applied = r->finite_out < 0 || *(float *)out[r->finite_out].data != 0, stop;
         for (int k = 0; k < r->train.noutputs; k++)
             tensor_free(&out[k]);
+        if (sync_step(r, &loss, &stop, err)) {
+            ct_failctx(err, "epoch %d, batch %zu", epoch, i);
+            goto done;
+        }
         if (r->finite_out >= 0) {
             scaler_update(&r->scaler, applied);
             r->skipped += !applied;
@@ -884,18 +946,19 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
                          "Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  "
                          "Data: %.3f%s\n",
                          epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
-                         (double)(done_here * (size_t)r->a.batch_size) / el, lr, data_time / (double)done_here,
+                         (double)(done_here * (size_t)r->a.batch_size * (size_t)r->world) / el, lr,
+                         data_time / (double)done_here,
                          scale_note);
         }
         /* timm's recovery checkpoint: every --recovery-interval batches and at
          * the epoch's last; and on Ctrl-C */
         int every = r->a.recovery_interval && ((i + 1) % (size_t)r->a.recovery_interval == 0 || i + 1 == nb);
-        if (r->saver && (every || interrupted)) {
+        if (r->saver && (every || stop)) {
             sync_scaler(r);
             if (saver_save_recovery(r->saver, &r->state, &r->info, epoch, (int)i, r->loss_sum, r->loss_count, err))
                 goto done;
         }
-        if (interrupted) {
+        if (stop) {
             progress_end(&bar);
             printf("Interrupted at epoch %d, batch %zu of %zu", epoch, i + 1, nb);
             if (r->saver)
@@ -922,7 +985,7 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
     EvalMeter meter = {0};
     double t0 = cli_now();
     Progress bar;
-    progress_begin(&bar, log_name, nb, -1);
+    progress_begin(&bar, log_name, nb, r->world > 1 ? 0 : -1);
     if (loader_start_epoch(r->val_ld, 0, err)) {
         progress_end(&bar);
         return -1;
@@ -945,6 +1008,8 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
         progress_update(&bar, i + 1);
     }
     progress_end(&bar);
+    if (train_reduce_meter(r->dist, &meter, err)) /* timm's distributed validate: every rank's share */
+        return -1;
     *loss = eval_loss(&meter);
     *top1 = eval_top1(&meter);
     *top5 = eval_top5(&meter);
@@ -1050,10 +1115,25 @@ static double pick_metric(const Args *a, double loss, double top1, double top5)
     return !strcmp(a->eval_metric, "loss") ? loss : !strcmp(a->eval_metric, "top5") ? top5 : top1;
 }
 
-/* The run: everything after the arguments. 0, or the exit status. */
-static int train(const Args *args)
+/* Every rank starts from rank 0's state (DDP's broadcast at wrapping); the
+ * RNG counter of dropout and drop-path then moves apart per rank (timm
+ * seeds rank r with seed + r), far enough that no two ranks draw alike. */
+static int share_state(Run *r, CtErr *err)
 {
-    Run r = {.a = *args};
+    if (r->world == 1)
+        return 0;
+    if (dist_broadcast(r->dist, r->state.data, r->state.nbytes, 0, err))
+        return ct_failctx(err, "sharing rank 0's state");
+    int c = state_find(&r->state, "rng.counter");
+    if (c >= 0)
+        *(int64_t *)state_data(&r->state, c) += (int64_t)r->rank << 40;
+    return 0;
+}
+
+/* The run: everything after the arguments. 0, or the exit status. */
+static int train(const Args *args, CtDist *dist)
+{
+    Run r = {.a = *args, .dist = dist, .rank = dist_rank(dist), .world = dist_world_size(dist)};
     CtErr err = {{0}};
     char root[1000];
     FILE *summary = NULL;
@@ -1096,9 +1176,19 @@ static int train(const Args *args)
         return 2;
     }
     int decreasing = !strcmp(r.a.eval_metric, "loss");
+    int bn_mode = !strcmp(r.a.dist_bn, "reduce") ? 1 : !strcmp(r.a.dist_bn, "broadcast") ? 0 : -1;
+    if (bn_mode < 0 && *r.a.dist_bn && strcmp(r.a.dist_bn, "none")) {
+        fprintf(stderr, "%s: --dist-bn %s is not one of reduce, broadcast, none\n", prog, r.a.dist_bn);
+        return 2;
+    }
+    if (r.a.nproc_per_node && dist_launched() && r.a.nproc_per_node != r.world) {
+        fprintf(stderr, "%s: --nproc-per-node %d, but the MPI launcher started %d ranks\n", prog, r.a.nproc_per_node,
+                r.world);
+        return 2;
+    }
     r.vb = r.a.val_batch_size > 0 ? r.a.val_batch_size : r.a.batch_size;
-    if (r.a.lr < 0) { /* timm: lr = lr_base * batch / lr_base_size, sqrt scaling for ada* and lamb */
-        double ratio = r.a.batch_size / r.a.lr_base_size;
+    if (r.a.lr < 0) { /* timm: lr = lr_base * global batch / lr_base_size, sqrt scaling for ada* and lamb */
+        double ratio = (double)r.a.batch_size * r.world / r.a.lr_base_size;
         int use_sqrt = r.a.lr_base_scale ? !strcmp(r.a.lr_base_scale, "sqrt")
                                          : strstr(r.a.opt, "ada") || strstr(r.a.opt, "lamb");
         r.a.lr = r.a.lr_base * (use_sqrt ? sqrt(ratio) : ratio);
@@ -1163,6 +1253,10 @@ static int train(const Args *args)
             goto free_run;
         }
     }
+    if (share_state(&r, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        goto free_run;
+    }
     int plateau_resumed = r.a.resume && r.a.start_epoch < 0 && r.a.sch.kind == CT_SCHED_PLATEAU;
     if (plateau_resumed && restore_sched(&sched, res.sched)) {
         fprintf(stderr, "%s: --resume %s: its plateau schedule state is missing or malformed\n", prog, r.a.resume);
@@ -1188,13 +1282,21 @@ static int train(const Args *args)
     else if (r.a.resume)
         printf("Resumed from %s (epoch %d%s); starting at epoch %d\n", r.a.resume, res.epoch,
                r.a.no_resume_opt ? ", weights only" : "", start_epoch);
+    if (r.world > 1) {
+        int buckets = 0;
+        for (int i = 0; i < r.train.nnodes; i++)
+            buckets += r.train.nodes[i].op == CT_OP_allreduce_mean;
+        printf("Distributed: %d ranks, global batch %d, gradients averaged in %d buckets of at most %g MiB\n",
+               r.world, r.a.batch_size * r.world, buckets, r.a.bucket_cap_mb);
+    }
     if (r.amp != CT_F32)
         printf("AMP: %s autocast%s\n", r.amp == CT_F16 ? "float16" : "bfloat16",
                r.amp == CT_F16 ? ", dynamic loss scaling" : "");
     double best = NAN;
     int best_epoch = -1;
-    /* Everything is validated: only now does the output folder appear. */
-    if (r.a.output) {
+    /* Everything is validated: only now does the output folder appear. Rank
+     * 0 alone writes it (summary.csv, checkpoints), as in timm. */
+    if (r.a.output && r.rank == 0) {
         char path[1100];
         snprintf(path, sizeof path, "%s/summary.csv", r.a.output);
         int append = r.a.resume && access(path, F_OK) == 0;
@@ -1238,6 +1340,9 @@ static int train(const Args *args)
             rc = 130;
             goto free_run;
         }
+        /* timm's distribute_bn: the ranks' BN statistics made one before validating */
+        if (st == 0 && bn_mode >= 0 && train_sync_bn(r.dist, &r.state, bn_mode, &err))
+            st = -1;
         if (st < 0 || validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
@@ -1265,7 +1370,12 @@ static int train(const Args *args)
             best = metric;
             best_epoch = epoch;
         }
-        if (interrupted && epoch + 1 < num_epochs) { /* during validation: the epoch's checkpoint is the place */
+        int stop = stop_agreed(&r, &err);
+        if (stop < 0) {
+            fprintf(stderr, "%s: %s\n", prog, err.msg);
+            goto free_run;
+        }
+        if (stop && epoch + 1 < num_epochs) { /* during validation: the epoch's checkpoint is the place */
             printf("Interrupted after epoch %d%s\n", epoch,
                    summary ? "; resume with --resume on its checkpoint, last.safetensors" : "; nothing saved (no --output)");
             rc = 130;
@@ -1293,11 +1403,47 @@ static void args_free(Args *a)
     free(a->cfg_argv);
 }
 
+/* Joins the ranks (a world of one when not launched as several), trains,
+ * and leaves: together after a run every rank finished or stopped at the
+ * same step; else at once, ending the other ranks (they may be waiting for
+ * this one), with this rank's message out first. */
+static int run_ranks(int argc, char **argv, const Args *a)
+{
+    CtErr err = {{0}};
+    CtDist *dist;
+    if (a->nproc_per_node > 1 && !dist_launched()) {
+        train_launch(argc, argv, a->nproc_per_node, &err);
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return 2;
+    }
+    if (dist_init(&dist, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        if (dist)
+            dist_abort(dist, 2);
+        return 2;
+    }
+    static char rank_prog[64];
+    if (dist_rank(dist) > 0) { /* timm: the primary rank alone logs */
+        snprintf(rank_prog, sizeof rank_prog, "ctimm-train (rank %d)", dist_rank(dist));
+        prog = rank_prog;
+        if (!freopen("/dev/null", "w", stdout))
+            fprintf(stderr, "%s: cannot quiet this rank's log: %s\n", prog, strerror(errno));
+    } else if (dist_world_size(dist) > 1) {
+        setvbuf(stdout, NULL, _IOLBF, 0); /* the launcher's pipe: lines as they come */
+    }
+    dist_install(dist);
+    int rc = train(a, dist);
+    if (rc != 0 && rc != 130 && dist_world_size(dist) > 1)
+        dist_abort(dist, rc);
+    dist_finish(dist);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     Args a;
     int parsed = parse_args(argc, argv, &a);
-    int rc = parsed ? (parsed > 0 ? 0 : 2) : train(&a);
+    int rc = parsed ? (parsed > 0 ? 0 : 2) : run_ranks(argc, argv, &a);
     args_free(&a);
     return rc;
 }

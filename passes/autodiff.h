@@ -71,6 +71,10 @@ typedef struct OptimSpec {
      * after the step with the runtime scalar input "ema_decay": float values
      * ema = decay * ema + (1 - decay) * new, integer ones copied. */
     int model_ema;
+    /* Data-parallel training (world size > 1): the gradients averaged over
+     * the ranks by allreduce_mean buckets of at most this many bytes
+     * (DDP's bucket_cap_mb), between the backward and the unscale; 0: none. */
+    int64_t allreduce_bucket_bytes;
 } OptimSpec;
 
 /* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the
@@ -108,6 +112,9 @@ typedef struct TrainStep {
 int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const OptimSpec *opt, TrainStep *out,
                      CtErr *err);
 void train_step_free(TrainStep *t);
+/* passes/bucket.c: replaces grads[0..n) by their means over the ranks,
+ * bucketed by cap_bytes in the order the backward finishes them. */
+int grad_allreduce(Graph *g, ValueId *grads, int n, int64_t cap_bytes, CtErr *err);
 /* timm's grouping: 1 when param `name` of `ndim` dims gets no weight decay. */
 int optim_no_decay(const char *name, int ndim, const char *const *patterns);
 

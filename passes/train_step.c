@@ -311,6 +311,10 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
             out->params[j++] = g->state[k];
     if (autodiff(g, out->loss, out->loss_scale, out->params, out->nparams, out->grads, err))
         goto fail;
+    /* DDP averages the gradients of the scaled loss; GradScaler unscales after */
+    if (opt->allreduce_bucket_bytes > 0 &&
+        grad_allreduce(g, out->grads, out->nparams, opt->allreduce_bucket_bytes, err))
+        goto fail;
     e.scope = "unscale";
     for (int k = 0; k < out->nparams; k++) {
         out->grads[k] = emit(&e, CT_OP_div, 2, (ValueId[]){out->grads[k], out->loss_scale}, NULL, 0, NULL, 0, 0);

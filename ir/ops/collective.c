@@ -1,0 +1,44 @@
+/*
+ * Collectives inside the training graph (data-parallel training).
+ *
+ * allreduce_mean(x), iattr bucket: the mean of x over the ranks, x a flat
+ *   [n] bucket of gradients (DDP's bucket: the gradients of several params
+ *   concatenated in the order the backward finishes them, passes/bucket.c);
+ *   `bucket` numbers them, for dumps and for an executor that launches each
+ *   as soon as its inputs are final. Not differentiated. The reference
+ *   kernel calls the process's collective (ir/collective.h); without one it
+ *   is a copy. A failed collective leaves NaN in the output, so the step's
+ *   loss and update cannot pass for good; the communicator's owner reports
+ *   why.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ir/collective.h"
+#include "ops_impl.h"
+
+static const CtCollective *installed;
+
+void ct_collective_install(const CtCollective *c) { installed = c; }
+const CtCollective *ct_collective(void) { return installed; }
+
+static int infer_allreduce_mean(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, 1, err))
+        return -1;
+    return infer_like_input0(g, n, out, err);
+}
+
+static void allreduce_mean_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    int64_t count = shape_numel(in_shape(g, n, 0));
+    memcpy(out[0], in[0], sizeof(double) * (size_t)count);
+    if (!installed || installed->world_size <= 1)
+        return;
+    int failed = installed->allreduce_sum(installed->ctx, out[0], count);
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = failed ? NAN : out[0][i] / installed->world_size;
+}
+
+const OpDef op_allreduce_mean = {.name = "allreduce_mean", .min_in = 1, .max_in = 1, .iattr = {"bucket"},
+                                 .infer = infer_allreduce_mean, .ref = allreduce_mean_ref};

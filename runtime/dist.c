@@ -1,0 +1,238 @@
+/*
+ * The communicator over MPI (runtime/dist.h). Every MPI call of ctimm is in
+ * this file. Calls come from one thread (the trainer's); the loader's
+ * threads never communicate.
+ */
+#include "runtime/dist.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+#include <xxhash.h>
+
+#include "ir/collective.h"
+
+struct CtDist {
+    int rank, world, local_rank;
+    int mpi;       /* this process called MPI_Init */
+    MPI_Comm comm; /* MPI_COMM_WORLD's duplicate, errors returned */
+    CtCollective coll;
+    CtErr failed;  /* a collective inside a graph failed: why */
+    int has_failed;
+};
+
+/* Open MPI's mpirun, or a scheduler's PMIx. */
+int dist_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+
+/* A torchrun-style variable as a number, or -1 when it is not set. */
+static int env_int(const char *name, CtErr *err, int *bad)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > INT_MAX) {
+        *bad = 1;
+        ct_fail(err, "%s=%s is not a rank or a count", name, s);
+        return -1;
+    }
+    return (int)v;
+}
+
+static int mpi_fail(int code, const char *what, CtErr *err)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return ct_fail(err, "%s failed: %.*s", what, len, msg);
+}
+
+/* The torchrun variables that are set must agree with MPI's world. */
+static int check_env(const CtDist *d, CtErr *err)
+{
+    const char *names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
+    int have[] = {d->rank, d->world, d->local_rank};
+    for (int k = 0; k < 3; k++) {
+        int bad = 0, v = env_int(names[k], err, &bad);
+        if (bad)
+            return -1;
+        if (v >= 0 && v != have[k])
+            return ct_fail(err, "%s=%d but the MPI launcher made this rank %d of %d (local rank %d): "
+                           "leave the torchrun variables out, or set them as the launcher does",
+                           names[k], v, d->rank, d->world, d->local_rank);
+    }
+    return 0;
+}
+
+static int graph_allreduce(void *ctx, double *buf, int64_t n)
+{
+    CtDist *d = ctx;
+    CtErr err;
+    if (dist_allreduce_sum(d, buf, (size_t)n, &err) == 0)
+        return 0;
+    if (!d->has_failed)
+        d->failed = err;
+    d->has_failed = 1;
+    return -1;
+}
+
+static int join_mpi(CtDist *d, CtErr *err)
+{
+    int provided, rc;
+    /* MPI from the trainer's thread only */
+    if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Init_thread", err);
+    d->mpi = 1;
+    MPI_Comm local;
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &d->comm)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Comm_dup", err);
+    MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(d->comm, &d->rank);
+    MPI_Comm_size(d->comm, &d->world);
+    if ((rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Comm_split_type", err);
+    MPI_Comm_rank(local, &d->local_rank);
+    MPI_Comm_free(&local);
+    return check_env(d, err);
+}
+
+int dist_init(CtDist **out, CtErr *err)
+{
+    CtDist *d = calloc(1, sizeof *d);
+    CT_ASSERT(d != NULL);
+    d->world = 1;
+    d->comm = MPI_COMM_NULL;
+    int bad = 0;
+    if (dist_launched()) {
+        if (join_mpi(d, err))
+            goto fail;
+    } else if (env_int("WORLD_SIZE", err, &bad) > 1 || bad) {
+        if (!bad)
+            ct_fail(err, "WORLD_SIZE=%s (a torchrun-style launch) but no MPI launcher: ctimm's ranks meet "
+                    "through MPI; start them with mpirun -np N, --nproc-per-node N or tools/distributed_train.sh",
+                    getenv("WORLD_SIZE"));
+        goto fail;
+    }
+    d->coll = (CtCollective){.ctx = d, .world_size = d->world, .allreduce_sum = graph_allreduce};
+    *out = d;
+    return 0;
+fail:
+    if (d->mpi) { /* joined but unusable: the caller leaves with dist_abort */
+        *out = d;
+        return -1;
+    }
+    free(d);
+    *out = NULL;
+    return -1;
+}
+
+void dist_finish(CtDist *d)
+{
+    if (!d)
+        return;
+    if (ct_collective() == &d->coll)
+        ct_collective_install(NULL);
+    if (d->mpi) {
+        MPI_Comm_free(&d->comm);
+        MPI_Finalize();
+    }
+    free(d);
+}
+
+void dist_abort(CtDist *d, int status)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (d && d->mpi)
+        MPI_Abort(MPI_COMM_WORLD, status);
+    exit(status);
+}
+
+int dist_rank(const CtDist *d) { return d->rank; }
+int dist_world_size(const CtDist *d) { return d->world; }
+int dist_local_rank(const CtDist *d) { return d->local_rank; }
+
+/* The failure a graph's collective kept, once. */
+static int sticky(CtDist *d, CtErr *err)
+{
+    if (!d->has_failed)
+        return 0;
+    *err = d->failed;
+    return ct_failctx(err, "the gradient all-reduce");
+}
+
+int dist_allreduce_sum(CtDist *d, double *buf, size_t n, CtErr *err)
+{
+    if (sticky(d, err))
+        return -1;
+    for (size_t at = 0; d->world > 1 && at < n;) {
+        int count = n - at > (size_t)INT_MAX ? INT_MAX : (int)(n - at);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + at, count, MPI_DOUBLE, MPI_SUM, d->comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Allreduce", err);
+        at += (size_t)count;
+    }
+    return 0;
+}
+
+int dist_broadcast(CtDist *d, void *buf, size_t n, int root, CtErr *err)
+{
+    if (sticky(d, err))
+        return -1;
+    for (size_t at = 0; d->world > 1 && at < n;) {
+        int count = n - at > (size_t)INT_MAX ? INT_MAX : (int)(n - at);
+        int rc = MPI_Bcast((unsigned char *)buf + at, count, MPI_BYTE, root, d->comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Bcast", err);
+        at += (size_t)count;
+    }
+    return 0;
+}
+
+int dist_barrier(CtDist *d, CtErr *err)
+{
+    if (sticky(d, err))
+        return -1;
+    int rc = d->world > 1 ? MPI_Barrier(d->comm) : MPI_SUCCESS;
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Barrier", err);
+}
+
+int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size, int n, const char *what,
+                         CtErr *err)
+{
+    if (sticky(d, err))
+        return -1;
+    if (d->world == 1)
+        return 0;
+    XXH3_state_t *st = XXH3_createState();
+    CT_ASSERT(st != NULL);
+    XXH3_64bits_reset(st);
+    for (int i = 0; i < n; i++)
+        XXH3_64bits_update(st, chunk[i], size[i]);
+    unsigned long long mine = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    unsigned long long *all = malloc(sizeof *all * (size_t)d->world);
+    CT_ASSERT(all != NULL);
+    int rc = MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, d->comm);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mpi_fail(rc, "MPI_Allgather", err);
+    }
+    char ranks[200] = "";
+    int differ = 0;
+    for (int r = 1; r < d->world; r++)
+        if (all[r] != all[0] && differ++ < 8)
+            snprintf(ranks + strlen(ranks), sizeof ranks - strlen(ranks), "%s%d (%016llx)", differ > 1 ? ", " : "",
+                     r, all[r]);
+    if (differ)
+        ct_fail(err, "%s differ across ranks: rank 0 has XXH3 %016llx, %d other rank%s not: %s%s", what, all[0], differ,
+                differ > 1 ? "s do" : " does", ranks, differ > 8 ? ", ..." : "");
+    free(all);
+    return differ ? -1 : 0;
+}
+
+void dist_install(CtDist *d) { ct_collective_install(&d->coll); }

@@ -1,0 +1,68 @@
+/*
+ * The data-parallel communicator: which rank this process is, in a world of
+ * how many, and the collectives the trainer needs (all-reduce, broadcast,
+ * barrier, a cross-rank check that buffers are identical). This module is
+ * the only one that talks to MPI (Open MPI); nothing else includes mpi.h.
+ *
+ * Start-up: a process started by an MPI launcher (mpirun/mpiexec, or a
+ * scheduler's PMIx) joins MPI's world. Anything else is a world of one rank,
+ * without touching MPI. A torchrun-style environment (RANK, WORLD_SIZE,
+ * LOCAL_RANK, MASTER_ADDR, MASTER_PORT) is honoured under an MPI launcher
+ * (it must agree with MPI's ranks); without one, WORLD_SIZE > 1 is refused:
+ * Open MPI cannot meet at MASTER_ADDR:MASTER_PORT by itself, and ctimm does
+ * not add a transport of its own.
+ *
+ * The collectives here work on host memory (the cpu backend's gradients
+ * pass through allreduce_mean's kernel, ir/collective.h). A GPU backend
+ * keeps this as the bootstrap (ranks, local rank for the device, the
+ * broadcast of an NCCL unique id) and runs its collectives on an NCCL
+ * communicator made from it.
+ *
+ * Failures: the communicator's errors are returned (MPI_ERRORS_RETURN); one
+ * inside a graph's collective is kept and returned by the next call here. A
+ * rank that dies ends the job: the MPI launcher kills the others.
+ */
+#ifndef CTIMM_DIST_H
+#define CTIMM_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/status.h"
+
+typedef struct CtDist CtDist;
+
+/* 1 when an MPI launcher started this process. */
+int dist_launched(void);
+/* The world this process is in, as above. On failure *out is NULL, or,
+ * when MPI was joined but the world is unusable, a communicator to leave
+ * with dist_abort (the other ranks may be waiting in it). */
+int dist_init(CtDist **out, CtErr *err);
+/* Leaves the world normally (every rank must get here), and frees d. */
+void dist_finish(CtDist *d);
+/* Ends every rank of the world now with exit status `status`, after this
+ * rank's message is out: the way out of a run that failed on some ranks
+ * only, where waiting for the others would hang. Does not return. */
+void dist_abort(CtDist *d, int status) __attribute__((noreturn));
+
+int dist_rank(const CtDist *d);
+int dist_world_size(const CtDist *d);
+/* The rank among those on this machine (a GPU's index). */
+int dist_local_rank(const CtDist *d);
+
+/* Sums buf over the ranks, in place. */
+int dist_allreduce_sum(CtDist *d, double *buf, size_t n, CtErr *err);
+/* Rank `root`'s n bytes at buf to every rank. */
+int dist_broadcast(CtDist *d, void *buf, size_t n, int root, CtErr *err);
+int dist_barrier(CtDist *d, CtErr *err);
+/* Fails, naming the ranks that differ from rank 0, unless the XXH3-64 hash
+ * of the n chunks (chunk[i], size[i] bytes) is the same on every rank.
+ * `what` names the data in the message. */
+int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size, int n, const char *what,
+                         CtErr *err);
+
+/* Makes d the collective of allreduce_mean nodes (ir/collective.h) until
+ * dist_finish. */
+void dist_install(CtDist *d);
+
+#endif

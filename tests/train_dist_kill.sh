@@ -1,0 +1,50 @@
+#!/bin/sh
+# train_dist_kill.sh TRAIN [FLAGS...]: one rank of a two-rank run killed
+# (SIGKILL) after the first epoch's checkpoint ends the whole run with a
+# non-zero status and the launcher's line naming the rank, within 30 s (no
+# rank left waiting in a collective); --resume on last.safetensors then
+# trains on with two ranks to the end.
+set -e
+train=$1
+shift
+rm -rf kill-out kill.log kill-resume.log
+"$train" "$@" --nproc-per-node 2 --epochs 1000 --output kill-out > kill.log 2>&1 &
+launcher=$!
+fail() {
+    echo "train_dist_kill: $*" >&2
+    kill -9 $launcher 2>/dev/null || true
+    cat kill.log >&2
+    exit 1
+}
+tries=0
+until [ -f kill-out/last.safetensors ]; do
+    tries=$((tries + 1))
+    [ $tries -lt 1200 ] || fail "no checkpoint after 120 s"
+    sleep 0.1
+done
+# rank 1: the launcher's child whose environment says so
+victim=
+for env in /proc/[0-9]*/environ; do
+    dir=${env%/environ}
+    parent=$(awk '/^PPid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
+    [ "$parent" = "$launcher" ] && tr '\0' '\n' < "$env" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=${dir#/proc/}
+done
+[ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
+kill -9 "$victim"
+waited=0
+while kill -0 $launcher 2>/dev/null && [ $waited -lt 300 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+done
+kill -0 $launcher 2>/dev/null && fail "still running 30 s after rank 1 died"
+rc=0
+wait $launcher || rc=$?
+[ $rc -ne 0 ] || fail "exit status 0 after rank 1 died"
+grep -q 'process rank 1 .*exited on signal 9' kill.log || fail "no line naming the dead rank"
+echo "train_dist_kill: the run ended $((waited / 10)).$((waited % 10)) s after rank 1 was killed, status $rc"
+last=$(tail -1 kill-out/summary.csv | cut -d, -f1)
+"$train" "$@" --nproc-per-node 2 --epochs $((last + 2)) --output kill-out --resume kill-out/last.safetensors \
+    > kill-resume.log
+grep -q 'Resumed from kill-out/last.safetensors' kill-resume.log
+grep -q "^$((last + 1)),"  kill-out/summary.csv
+echo "train_dist_kill: resumed: $(grep '^Resumed' kill-resume.log)"
