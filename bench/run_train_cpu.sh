@@ -16,7 +16,8 @@
 # (libopenblas0-openmp) shares torch's OpenMP thread pool. When the system's
 # libblas.so.3 alternative is another one, torch's process (only) gets the
 # OpenMP build through LD_LIBRARY_PATH; the libraries it really loaded are
-# printed. ctimm uses the libopenblas.so.0 it was linked against.
+# printed. ctimm uses the libopenblas.so.0 it was linked against (the OpenMP
+# build too: CMakeLists.txt).
 #
 # Settings (environment): THREADS (the online CPUs: torch.set_num_threads,
 # OMP_NUM_THREADS, which ctimm's compiled kernels (-fopenmp) follow too, and

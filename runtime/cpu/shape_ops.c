@@ -73,8 +73,11 @@ CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, con
         int64_t src = 0;
         for (int d = 0; d < nd - 1; d++)
             src += idx[d] * stride[d];
-        if (s0 == 1)
+        if (s0 == 1 && inner >= 64)
             memcpy(out + o, in + src, (size_t)inner * sizeof *out);
+        else if (s0 == 1) /* a head's few floats: a call to memcpy would cost more than the copy */
+            for (int64_t j = 0; j < inner; j++)
+                out[o + j] = in[src + j];
         else
             for (int64_t j = 0; j < inner; j++)
                 out[o + j] = in[src + j * s0];
