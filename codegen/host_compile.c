@@ -137,7 +137,8 @@ static int load_blob(const HostCompiler *hc, const void *blob, size_t n, HostMod
     if (!m->dl)
         return ct_fail(err, "cannot load the compiled kernels: %s", done == n ? dlerror() : "short write");
     /* OpenMP's idle worker threads outlive a module: its runtime, loaded
-     * with the first one, must never be unloaded with the last */
+     * with the first one where the program does not link it, must never be
+     * unloaded with the last */
     dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     return 0;
 }
