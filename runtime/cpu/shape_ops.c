@@ -54,11 +54,13 @@ CPU_CLONES static void gather_transposed(const float *in, float *out, const CtSh
     }
 }
 
-/* out[o] = in[sum idx_d * stride_d] over out's shape, innermost dim a loop. */
+/* out[o] = in[sum idx_d * stride_d] over out's shape: the two innermost
+ * dims as loops (a row's start one add from the last), blocks of the outer
+ * dims split among threads. */
 CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
 {
     int nd = y->ndim;
-    int64_t cnt = shape_numel(y), idx[CT_MAX_DIMS] = {0};
+    int64_t cnt = shape_numel(y);
     if (nd == 0) {
         out[0] = in[0];
         return;
@@ -69,20 +71,27 @@ CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, con
             gather_transposed(in, out, y, stride, a);
             return;
         }
-    for (int64_t o = 0; o < cnt; o += inner) {
-        int64_t src = 0;
-        for (int d = 0; d < nd - 1; d++)
-            src += idx[d] * stride[d];
-        if (s0 == 1 && inner >= 64)
-            memcpy(out + o, in + src, (size_t)inner * sizeof *out);
-        else if (s0 == 1) /* a head's few floats: a call to memcpy would cost more than the copy */
-            for (int64_t j = 0; j < inner; j++)
-                out[o + j] = in[src + j];
-        else
-            for (int64_t j = 0; j < inner; j++)
-                out[o + j] = in[src + j * s0];
-        for (int d = nd - 2; d >= 0 && ++idx[d] == y->d[d]; d--)
-            idx[d] = 0;
+    int64_t mid = nd >= 2 ? y->d[nd - 2] : 1, sm = nd >= 2 ? stride[nd - 2] : 0;
+    int64_t outer = inner > 0 && mid > 0 ? cnt / (inner * mid) : 0;
+#pragma omp parallel for if (cnt > CPU_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < outer; blk++) {
+        int64_t base = 0, rest = blk;
+        for (int d = nd - 3; d >= 0; d--) {
+            base += rest % y->d[d] * stride[d];
+            rest /= y->d[d];
+        }
+        for (int64_t r = 0; r < mid; r++) {
+            const float *src = in + base + r * sm;
+            float *dst = out + (blk * mid + r) * inner;
+            if (s0 == 1 && inner >= 64)
+                memcpy(dst, src, (size_t)inner * sizeof *out);
+            else if (s0 == 1) /* a head's few floats: a call to memcpy would cost more than the copy */
+                for (int64_t j = 0; j < inner; j++)
+                    dst[j] = src[j];
+            else
+                for (int64_t j = 0; j < inner; j++)
+                    dst[j] = src[j * s0];
+        }
     }
 }
 
