@@ -1,6 +1,6 @@
 #include "cli/common.h"
 
-#include "runtime/cuda/driver.h"
+#include "runtime/cuda/backend_cuda.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -132,7 +132,8 @@ const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
 {
     if (!strcmp(device, "cuda")) {
         char why[512];
-        cuda_unavailable_reason(why, sizeof why);
+        if (cuda_backend_usable(why, sizeof why))
+            return &ct_backend_cuda;
         fprintf(stderr, "%s: --device cuda: %s; running on the cpu backend\n", prog, why);
         return backend_find("cpu");
     }

@@ -17,7 +17,8 @@
  * attention's two matmuls counted, as in timm's published CSVs from torch
  * 1.13 and 2.4 and from Debian's torch here; 2.1's fused them). Out of memory is the memory plan's
  * peak against the memory available ($CTIMM_MEMORY_LIMIT bytes, else the
- * machine's available RAM), checked before a run: then the batch size decays
+ * GPU's free memory with --device cuda, the machine's available RAM
+ * without), checked before a run: then the batch size decays
  * as benchmark.py's decay_batch_step does and the run is retried (unless
  * --no-retry).
  */
@@ -38,7 +39,7 @@
 #include "passes/plan.h"
 #include "passes/stats.h"
 #include "runtime/backend.h"
-#include "runtime/cuda/driver.h"
+#include "runtime/cuda/backend_cuda.h"
 
 static const char *const prog = "ctimm-bench";
 
@@ -102,11 +103,15 @@ static int decay_batch(int b)
     return base + ((b - base - 1) / step) * step;
 }
 
-static double memory_available(void)
+/* $CTIMM_MEMORY_LIMIT, else the device's free memory: the GPU's, or the
+ * machine's available RAM. */
+static double memory_available(const char *device)
 {
     const char *lim = getenv("CTIMM_MEMORY_LIMIT");
     if (lim && *lim)
         return strtod(lim, NULL);
+    if (!strcmp(device, "cuda"))
+        return (double)cuda_backend_free_bytes();
     return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 }
 
@@ -188,7 +193,7 @@ static int bench_build(const Args *a, const ModelEntry *m, int train, int batch,
         return -1;
     *need = (double)(plan.arena_bytes + plan.state_bytes + plan.param_bytes + plan.input_bytes + plan.output_bytes);
     plan_free(&plan);
-    if (*need > memory_available())
+    if (*need > memory_available(a->device))
         return 1;
     for (int k = 0; k < b->ng; k++) {
         state_create(&b->st[k], &b->g[k]);
@@ -259,7 +264,7 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
     if (rc) {
         if (rc > 0)
             ct_fail(err, "out of memory: the plan needs %.0f MiB at batch %d, %.0f MiB are available", need / 1048576,
-                    batch, memory_available() / 1048576);
+                    batch, memory_available(a->device) / 1048576);
         bench_free(&b);
         return rc;
     }
@@ -564,9 +569,12 @@ int main(int argc, char **argv)
     CtErr err = {{0}};
     if (!strcmp(a.device, "cuda")) { /* a benchmark must not quietly measure another device */
         char why[512];
-        cuda_unavailable_reason(why, sizeof why);
-        fprintf(stderr, "%s: --device cuda: %s\n", prog, why);
-        return 2;
+        if (!cuda_backend_usable(why, sizeof why)) {
+            fprintf(stderr, "%s: --device cuda: %s\n", prog, why);
+            return 2;
+        }
+        /* benchmark.py allows TF32 and keeps the weights on the GPU; the timed steps' outputs are not read */
+        cuda_backend_configure(1, 1, 0, 1);
     }
     const CtBackend *be = cli_backend(prog, a.device, &err);
     if (!be) {

@@ -3,7 +3,7 @@
 #include <string.h>
 
 
-static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu};
+static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu, &ct_backend_cuda};
 
 const CtBackend *backend_find(const char *name)
 {

@@ -20,6 +20,7 @@ typedef struct CtBackend {
 
 extern const CtBackend ct_backend_ref;
 extern const CtBackend ct_backend_cpu; /* runtime/cpu: f32 graphs, BLAS for GEMM and convolution */
+extern const CtBackend ct_backend_cuda; /* runtime/cuda: the GPU (runtime/cuda/backend_cuda.h) */
 
 /* NULL when no backend has this name. */
 const CtBackend *backend_find(const char *name);

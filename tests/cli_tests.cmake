@@ -427,8 +427,8 @@ add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchm
   ${BENCH} --torchcompile)
 add_test(NAME bench_refuses_precision COMMAND ${FAIL} "--precision float16 is not one of float32, amp, amp_bfloat16"
   ${BENCH} --precision float16)
-# --device cuda where it cannot run (no driver here; on a GPU machine the
-# executor is not built yet): one line saying why, then the cpu backend.
+# --device cuda where it cannot run (no driver, as on CI): one line saying
+# why, then the cpu backend.
 add_test(NAME device_cuda_falls_back COMMAND sh -c
   "${VALIDATE} --device cuda --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 100 > cuda.log 2> cuda.err && \
    grep -q 'ctimm-validate: --device cuda: .*; running on the cpu backend' cuda.err && grep -q 'backend cpu' cuda.log")

@@ -81,21 +81,3 @@ int cuda_device_info(const CudaDriver *d, int ordinal, CudaDeviceInfo *info, CtE
         r = d->DeviceTotalMem(&info->total_bytes, dev);
     return r == CU_SUCCESS ? 0 : ct_fail(err, "device %d: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
 }
-
-void cuda_unavailable_reason(char *buf, size_t n)
-{
-    CudaDriver d;
-    CtErr err;
-    if (cuda_driver_open(&d, &err)) {
-        snprintf(buf, n, "%s", err.msg);
-        return;
-    }
-    CudaDeviceInfo info;
-    memset(&info, 0, sizeof info);
-    if (cuda_device_info(&d, 0, &info, &err) == 0)
-        snprintf(buf, n, "found %s (sm_%d%d), but the CUDA executor is not built yet", info.name, info.major,
-                 info.minor);
-    else
-        snprintf(buf, n, "%s", err.msg);
-    cuda_driver_close(&d);
-}

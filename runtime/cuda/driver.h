@@ -8,7 +8,8 @@
  * cuda_driver_open fails with a message that says what is missing (no
  * driver library, a stub library, a missing entry point, no device, the
  * driver's error string) and leaves nothing open; callers then fall back to
- * the cpu backend.
+ * the cpu backend (runtime/cuda/backend_cuda.h says whether --device cuda
+ * can run).
  */
 #ifndef CTIMM_CUDA_DRIVER_H
 #define CTIMM_CUDA_DRIVER_H
@@ -53,6 +54,7 @@ enum { CU_ATTR_COMPUTE_MAJOR = 75, CU_ATTR_COMPUTE_MINOR = 76, CU_ATTR_SM_COUNT 
     X(MemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr dst, const void *src, size_t bytes))                           \
     X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, CUdeviceptr src, size_t bytes))                                 \
     X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr dst, const void *src, size_t bytes, CUstream s))     \
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s))     \
     X(ModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))                                     \
     X(ModuleUnload, "cuModuleUnload", (CUmodule m))                                                              \
     X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction * f, CUmodule m, const char *name))                  \
@@ -98,9 +100,5 @@ int cuda_device_info(const CudaDriver *d, int ordinal, CudaDeviceInfo *info, CtE
 
 /* The driver's name and text for a result, for messages. */
 const char *cuda_error_text(const CudaDriver *d, CUresult r, char *buf, size_t n);
-
-/* Why --device cuda cannot run here, for the CLIs' fallback message: the
- * driver probe's reason, or that the executor is not built yet. Fills buf. */
-void cuda_unavailable_reason(char *buf, size_t n);
 
 #endif

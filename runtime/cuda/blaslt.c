@@ -1,0 +1,160 @@
+/* Contract: blaslt_run computes D = epilogue(A B + C) for a prepared
+ * GemmDesc, all of it one cublasLtMatmul on the given stream. */
+#include "runtime/cuda/blaslt.h"
+
+#include <cublasLt.h>
+#include <string.h>
+
+static int lt_fail(CtErr *err, const char *what, cublasStatus_t s)
+{
+    return ct_fail(err, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusName(s), (int)s);
+}
+
+int blaslt_open(BlasLt *b, CtErr *err)
+{
+    cublasLtHandle_t h = NULL;
+    cublasStatus_t s = cublasLtCreate(&h);
+    b->handle = NULL;
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(err, "could not create a handle (is there a GPU and its driver?)", s);
+    b->handle = h;
+    return 0;
+}
+
+void blaslt_close(BlasLt *b)
+{
+    if (b->handle)
+        cublasLtDestroy((cublasLtHandle_t)b->handle);
+    b->handle = NULL;
+}
+
+static cudaDataType_t data_type(CtDType t)
+{
+    switch (t) {
+    case CT_F16: return CUDA_R_16F;
+    case CT_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+static cublasLtEpilogue_t epilogue(const EpiDesc *e)
+{
+    int bias = e->bias >= 0;
+    switch (e->act) {
+    case GEMM_ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case GEMM_ACT_GELU_TANH:
+        if (e->aux >= 0)
+            return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+/* A column-major rows x cols layout with leading dimension ld, batched. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, CtDType t, int64_t rows, int64_t cols, int64_t ld,
+                             int64_t batch, int64_t stride)
+{
+    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, data_type(t), (uint64_t)rows, (uint64_t)cols, ld);
+    if (s != CUBLAS_STATUS_SUCCESS || batch == 1)
+        return s;
+    int count = (int)batch;
+    s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+    return s;
+}
+
+int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t max_workspace, BlasLtCall *c,
+                   CtErr *err)
+{
+    memset(c, 0, sizeof *c);
+    cublasComputeType_t ct = d->ab_type == CT_F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t op;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(err, "matmul descriptor", s);
+    c->op = op;
+    cublasOperation_t ta = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = epilogue(&d->epi);
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (s == CUBLAS_STATUS_SUCCESS && d->bias_type != d->d_type) {
+        cudaDataType_t bt = data_type(d->bias_type);
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS && d->epi.aux >= 0) {
+        int64_t ld = d->m; /* the aux matrix is D-shaped */
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS)
+        goto fail_desc;
+    /* A is m x k (k x m stored when transposed), B k x n, C = D m x n */
+    s = layout((cublasLtMatrixLayout_t *)&c->layout[0], d->ab_type, d->trans_a ? d->k : d->m,
+               d->trans_a ? d->m : d->k, d->lda, d->batch, d->stride_a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout((cublasLtMatrixLayout_t *)&c->layout[1], d->ab_type, d->trans_b ? d->n : d->k,
+                   d->trans_b ? d->k : d->n, d->ldb, d->batch, d->stride_b);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout((cublasLtMatrixLayout_t *)&c->layout[2], d->d_type, d->m, d->n, d->ldc, d->batch, d->stride_c);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        goto fail_desc;
+    c->has_c = d->epi.residual >= 0;
+    cublasLtMatmulPreference_t pref;
+    if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+        goto fail_desc;
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                             sizeof max_workspace);
+    cublasLtMatmulHeuristicResult_t best;
+    int found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)b->handle, op, c->layout[0], c->layout[1],
+                                           c->layout[2], c->layout[2], pref, 1, &best, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        goto fail_desc;
+    if (found < 1) {
+        blaslt_call_free(c);
+        return ct_fail(err, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld) with this epilogue",
+                       (long long)d->m, (long long)d->n, (long long)d->k, (long long)d->batch);
+    }
+    _Static_assert(sizeof c->algo == sizeof best.algo, "cublasLtMatmulAlgo_t is 64 bytes");
+    memcpy(c->algo, &best.algo, sizeof c->algo);
+    c->workspace = best.workspaceSize;
+    return 0;
+fail_desc:
+    blaslt_call_free(c);
+    return lt_fail(err, "GEMM set-up", s);
+}
+
+int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err)
+{
+    cublasLtMatmulDesc_t op = c->op;
+    const float one = 1.0f, zero = 0.0f;
+    void *bias = (void *)(uintptr_t)p->bias, *aux = (void *)(uintptr_t)p->aux;
+    cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
+    if (p->bias)
+        r = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (r == CUBLAS_STATUS_SUCCESS && p->aux)
+        r = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (r != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(err, "epilogue pointers", r);
+    const void *cptr = (const void *)(uintptr_t)(c->has_c ? p->residual : p->d);
+    r = cublasLtMatmul((cublasLtHandle_t)b->handle, op, &one, (const void *)(uintptr_t)p->a, c->layout[0],
+                       (const void *)(uintptr_t)p->b, c->layout[1], c->has_c ? &one : &zero, cptr, c->layout[2],
+                       (void *)(uintptr_t)p->d, c->layout[2], (const cublasLtMatmulAlgo_t *)c->algo,
+                       (void *)(uintptr_t)workspace, c->workspace, (cudaStream_t)s);
+    return r == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(err, "matmul", r);
+}
+
+void blaslt_call_free(BlasLtCall *c)
+{
+    for (int i = 0; i < 3; i++)
+        if (c->layout[i])
+            cublasLtMatrixLayoutDestroy(c->layout[i]);
+    if (c->op)
+        cublasLtMatmulDescDestroy(c->op);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,46 @@
+/*
+ * cuBLASLt for the GEMM steps (runtime/cuda/gemm_desc.h): one handle per
+ * executor; per step, a call prepared once (operation and matrix-layout
+ * descriptors, the epilogue, the algorithm cuBLASLt's heuristic ranks
+ * first within the workspace) and run as often as the step runs, on the
+ * executor's stream (so it is captured into the step's CUDA graph).
+ *
+ * Types: f32 operands compute in f32, or in TF32 when allowed (timm's
+ * benchmark allows it; the f32 parity tests do not); f16 and bf16 operands
+ * compute in f32. Built only with the CUDA toolkit (CTIMM_HAVE_CUDA_LIBS);
+ * the handle lives in the device's primary context, current on the calling
+ * thread.
+ */
+#ifndef CTIMM_BLASLT_H
+#define CTIMM_BLASLT_H
+
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/gemm_desc.h"
+
+typedef struct BlasLt {
+    void *handle; /* cublasLtHandle_t */
+} BlasLt;
+
+/* Fails with cuBLASLt's reason (no device, no driver) and leaves nothing open. */
+int blaslt_open(BlasLt *b, CtErr *err);
+void blaslt_close(BlasLt *b);
+
+typedef struct BlasLtCall {
+    void *op;            /* cublasLtMatmulDesc_t */
+    void *layout[3];     /* A, B, C = D */
+    unsigned char algo[64]; /* cublasLtMatmulAlgo_t */
+    size_t workspace;    /* bytes the algorithm needs */
+    int has_c;           /* the residual is C (beta = 1) */
+} BlasLtCall;
+
+typedef struct GemmPtrs {
+    CUdeviceptr a, b, d, residual, bias, aux; /* 0 where the GemmDesc has none */
+} GemmPtrs;
+
+int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t max_workspace, BlasLtCall *c,
+                   CtErr *err);
+/* Aux and bias pointers are set per run: the graph capture sees the values. */
+int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err);
+void blaslt_call_free(BlasLtCall *c);
+
+#endif

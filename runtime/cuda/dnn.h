@@ -1,0 +1,64 @@
+/*
+ * cuDNN for the convolution steps (runtime/cuda/conv_desc.h): forward
+ * (with bias, residual and ReLU through cudnnConvolutionBiasActivationForward
+ * when the step's epilogue has them), backward-data and backward-filter, in
+ * the steps' own formats (NHWC activations after the layout pass) and
+ * types: f16/bf16 data computes in f32 on tensor cores, f32 in f32 (TF32
+ * tensor cores when allowed).
+ *
+ * The algorithm of each convolution is chosen once per shape (by cuDNN's
+ * heuristics, or by timing them with cudnnFind*Ex when scratch device
+ * memory is given, as torch's cudnn.benchmark does) and kept in the kernel
+ * cache on disk (codegen/cache.h), keyed by conv_desc_key, the device and
+ * cuDNN's version: the next process skips the search. Built only with the
+ * CUDA toolkit and cuDNN (CTIMM_HAVE_CUDA_LIBS).
+ */
+#ifndef CTIMM_DNN_H
+#define CTIMM_DNN_H
+
+#include "codegen/cache.h"
+#include "runtime/cuda/conv_desc.h"
+#include "runtime/cuda/driver.h"
+
+typedef struct Dnn {
+    void *handle; /* cudnnHandle_t */
+    size_t version;
+} Dnn;
+
+/* Fails with cuDNN's reason (no device, no driver) and leaves nothing open. */
+int dnn_open(Dnn *d, CUstream stream, CtErr *err);
+void dnn_close(Dnn *d);
+
+/* The algorithm choice as it is cached: small and plain. */
+typedef struct DnnAlgo {
+    int32_t algo, math; /* cudnnConvolution*Algo_t, cudnnMathType_t */
+    uint64_t workspace;
+} DnnAlgo;
+
+typedef struct DnnCall {
+    void *x, *w, *y, *conv, *bias, *act; /* descriptors; bias/act only for a fused forward */
+    int fused;                           /* cudnnConvolutionBiasActivationForward */
+    DnnAlgo algo;
+} DnnCall;
+
+/* For timing the candidates: device buffers of the convolution's three
+ * tensors and a workspace, contents to be overwritten. */
+typedef struct DnnScratch {
+    CUdeviceptr x, w, y, workspace;
+    size_t workspace_bytes;
+} DnnScratch;
+
+/* Descriptors and the cached (or newly chosen) algorithm. scratch NULL:
+ * cuDNN's heuristics; `device` names the device in the cache key. */
+int dnn_prepare(const Dnn *d, const ConvDesc *c, int allow_tf32, size_t max_workspace, KernelCache *cache,
+                const char *device, const DnnScratch *scratch, DnnCall *call, CtErr *err);
+
+typedef struct ConvPtrs {
+    CUdeviceptr x, w, y, bias, residual; /* the forward's roles; bias and residual 0 where none */
+} ConvPtrs;
+
+int dnn_run(const Dnn *d, const DnnCall *call, const ConvDesc *c, const ConvPtrs *p, CUdeviceptr workspace,
+            CtErr *err);
+void dnn_call_free(DnnCall *call);
+
+#endif

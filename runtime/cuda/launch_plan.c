@@ -1,0 +1,343 @@
+/* Contract: launch_plan(g) decides every launch, library call and copy of
+ * a run of g on the cuda backend, and where each value lives, without
+ * touching a device; launch_plan_check verifies it independently. */
+#include "runtime/cuda/launch_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ops.h"
+
+static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
+
+static int is_state(CtRole r) { return r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE; }
+
+unsigned lp_grid(long long items, int sms)
+{
+    long long blocks = (items + LP_BLOCK - 1) / LP_BLOCK, cap = (long long)(sms > 0 ? sms : 1) * LP_BLOCKS_PER_SM;
+    return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
+}
+
+/* g with its nodes in step order, owning its arrays, no names or scopes
+ * (the memory plan is over this order, as the cpu backend's). */
+static void order_graph(const Graph *g, const FusePlan *p, Graph *og)
+{
+    memset(og, 0, sizeof *og);
+    og->nnodes = g->nnodes, og->nvalues = g->nvalues, og->noutputs = g->noutputs;
+    og->nodes = malloc(sizeof *og->nodes * (size_t)(g->nnodes + 1));
+    og->values = malloc(sizeof *og->values * (size_t)(g->nvalues + 1));
+    og->outputs = malloc(sizeof *og->outputs * (size_t)(g->noutputs + 1));
+    CT_ASSERT(og->nodes && og->values && og->outputs);
+    memcpy(og->values, g->values, sizeof *og->values * (size_t)g->nvalues);
+    memcpy(og->outputs, g->outputs, sizeof *og->outputs * (size_t)g->noutputs);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        og->values[v].name = NULL;
+    for (int k = 0; k < g->nnodes; k++) {
+        og->nodes[k] = g->nodes[p->nodes[k]];
+        og->nodes[k].scope = "";
+        for (int o = 0; o < og->nodes[k].nout; o++)
+            og->values[og->nodes[k].out[o]].producer = k;
+    }
+}
+
+/* Whether arena values u and w overlap other than element for element. */
+static int clash(const Graph *g, const MemPlan *m, ValueId u, ValueId w, int identity)
+{
+    size_t ou = m->offset[u], ow = m->offset[w];
+    if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
+        return 0;
+    size_t nu = value_bytes(&g->values[u]), nw = value_bytes(&g->values[w]);
+    if (ou + nu <= ow || ow + nw <= ou)
+        return 0;
+    return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
+}
+
+/* Values kernel k stores over memory it loads at other elements: spill[w] = 1. */
+static void mark_clashes(const Graph *g, const MemPlan *m, const KirKernel *k, char *spill)
+{
+    for (int j = 0; j < k->nloops; j++) {
+        const KirLoop *l = &k->loops[j];
+        for (int a = 0; a < l->nins; a++)
+            for (int b = 0; l->ins[a].op == KIR_LOAD && b < l->nins; b++)
+                if (l->ins[b].op == KIR_STORE &&
+                    clash(g, m, k->bufs[l->ins[a].buf].value, k->bufs[l->ins[b].buf].value,
+                          l->views[l->ins[a].view].ndim == 0))
+                    spill[k->bufs[l->ins[b].buf].value] = 1;
+    }
+}
+
+static int place_values(const Graph *g, LaunchPlan *lp)
+{
+    char *spill = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(spill != NULL);
+    for (int l = 0; l < lp->nk; l++)
+        mark_clashes(g, &lp->mem, &lp->k[l], spill);
+    size_t end = lp->mem.arena_bytes;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        lp->offset[v] = PLAN_NONE;
+        if (val->role == CT_ROLE_INPUT || is_state(val->role))
+            continue;
+        if (lp->mem.offset[v] != PLAN_NONE && !spill[v]) {
+            lp->offset[v] = lp->mem.offset[v];
+            continue;
+        }
+        lp->offset[v] = end;
+        end += (value_bytes(val) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+    }
+    lp->device_bytes = end;
+    free(spill);
+    return 0;
+}
+
+static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
+{
+    LpStep *st = &lp->steps[lp->nsteps++];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    st->fuse_step = s;
+    st->launch = -1;
+    st->copy_src = st->copy_dst = -1;
+    return st;
+}
+
+/* The launches of nodes [from, st.n) of fuse step fs into step s (their
+ * kernels exist), or s becomes LP_UNSUPPORTED naming the first op that
+ * has none. An assign of a value the step computes stores it in place. */
+static int add_launches(const Graph *g, LaunchPlan *lp, const FuseStep *fs, int from, LpStep *s, CtErr *err)
+{
+    for (int j = from; j < fs->n; j++) {
+        const Node *n = &g->nodes[lp->fuse.nodes[fs->first + j]];
+        if (n->op != CT_OP_assign && !lib_supports(n->op)) {
+            s->kind = LP_UNSUPPORTED;
+            s->op = op_def(n->op)->name;
+            free(s->lib);
+            s->lib = NULL;
+            s->nlib = 0;
+            lp->unsupported++;
+            return 0;
+        }
+        if (n->op == CT_OP_assign) {
+            lp->alias[n->in[1]] = n->in[0];
+            continue;
+        }
+        s->lib = realloc(s->lib, sizeof *s->lib * (size_t)(s->nlib + LIB_MAX_LAUNCHES));
+        CT_ASSERT(s->lib != NULL);
+        int count;
+        size_t scratch;
+        if (lib_launches(g, n, s->lib + s->nlib, &count, &scratch, err))
+            return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first + j], op_def(n->op)->name);
+        s->nlib += count;
+        lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    }
+    return 0;
+}
+
+/* The filter of an NHWC convolution as an NHWC copy in scratch: read
+ * there by forward and backward-data, written there by backward-filter
+ * and copied back. */
+static void mirror_filter(const Graph *g, LaunchPlan *lp, LpStep *st)
+{
+    const Value *w = &g->values[st->conv.wt];
+    const CtShape *s = &w->type.shape;
+    int64_t kcrs[4], krsc[4] = {s->d[2] * s->d[3] * s->d[1], 1, s->d[3] * s->d[1], s->d[1]};
+    int back = st->conv.dir == CONV_BWD_FILTER;
+    LibLaunch *l = &st->mirror;
+    lib_strides(w, kcrs);
+    memset(l, 0, sizeof *l);
+    snprintf(l->kernel, sizeof l->kernel, "ct_copy_%s", ct_dtype_name(w->type.dtype));
+    l->items = shape_numel(s);
+    l->nargs = 3;
+    l->arg[back].kind = LA_VALUE; /* ct_copy(x, y): the weight is x before the call, y after it */
+    l->arg[back].v = st->conv.wt;
+    l->arg[!back].kind = LA_SCRATCH;
+    l->arg[2].kind = LA_INDEX;
+    CtIndex *ix = &l->arg[2].ix;
+    ix->n = l->items;
+    ix->nd = 4;
+    for (int d = 0; d < 4; d++) {
+        ix->dim[d] = s->d[d];
+        ix->st0[d] = back ? krsc[d] : kcrs[d];
+        ix->st1[d] = back ? kcrs[d] : krsc[d];
+    }
+    st->mirrored = 1;
+    st->conv.w_nhwc = 1;
+    size_t bytes = (size_t)l->items * ct_dtype_size(w->type.dtype);
+    lp->scratch_bytes = bytes > lp->scratch_bytes ? bytes : lp->scratch_bytes;
+}
+
+/* A library step: GEMM, convolution, or library kernels. */
+static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    CtOp op = g->nodes[lp->fuse.nodes[fs->first]].op;
+    if (op == CT_OP_linear || op == CT_OP_matmul) {
+        LpStep *st = add_step(lp, LP_GEMM, s);
+        return gemm_desc(g, &lp->fuse, fs, &st->gemm, err) || add_launches(g, lp, fs, st->gemm.epi.tail, st, err);
+    }
+    if (op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight) {
+        LpStep *st = add_step(lp, LP_CONV, s);
+        if (conv_desc(g, &lp->fuse, fs, &st->conv, err))
+            return -1;
+        if (st->conv.x_nhwc && !st->conv.w_nhwc)
+            mirror_filter(g, lp, st);
+        return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
+    }
+    return add_launches(g, lp, fs, 0, add_step(lp, LP_LIB, s), err);
+}
+
+int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
+{
+    memset(lp, 0, sizeof *lp);
+    if (fuse_plan(g, &lp->fuse, err))
+        return -1;
+    order_graph(g, &lp->fuse, &lp->og);
+    lp->nk = lp->fuse.kernels_after;
+    lp->k = calloc((size_t)lp->nk + 1, sizeof *lp->k);
+    lp->steps = calloc((size_t)lp->fuse.nsteps + 1, sizeof *lp->steps);
+    lp->offset = calloc((size_t)g->nvalues + 1, sizeof *lp->offset);
+    lp->alias = malloc(sizeof *lp->alias * (size_t)(g->nvalues + 1));
+    CT_ASSERT(lp->k && lp->steps && lp->offset && lp->alias);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        lp->alias[v] = -1;
+    if (plan_memory(&lp->og, &lp->mem, err))
+        goto fail;
+    for (int l = 0; l < lp->nk; l++)
+        if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
+            goto fail;
+    place_values(g, lp);
+    for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
+        const FuseStep *fs = &lp->fuse.steps[s];
+        if (fs->kind == FUSE_COPY) {
+            const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
+            LpStep *st = add_step(lp, LP_COPY, s);
+            st->copy_dst = n->in[0];
+            st->copy_src = n->in[1];
+        } else if (fs->kind == FUSE_LIBRARY) {
+            if (library_step(g, lp, s, err))
+                goto fail;
+        } else if (fs->view) { /* its own memory, as on the cpu backend: a copy */
+            if (add_launches(g, lp, fs, 0, add_step(lp, LP_LIB, s), err))
+                goto fail;
+        } else if (!kir_lowerable(&lp->fuse, fs->launch)) {
+            LpStep *st = add_step(lp, LP_UNSUPPORTED, s);
+            st->op = op_def(g->nodes[lp->fuse.nodes[fs->first]].op)->name;
+            lp->unsupported++;
+        } else if (fs->launch != last_launch) { /* a multi-tensor launch runs once for all its steps */
+            LpStep *st = add_step(lp, LP_KERNEL, s);
+            const KirKernel *k = &lp->k[fs->launch];
+            long long most = 0;
+            for (int j = 0; j < k->nloops; j++)
+                most = k->loops[j].numel > most ? k->loops[j].numel : most;
+            st->launch = fs->launch;
+            st->block = LP_BLOCK;
+            st->grid = lp_grid(most, sms);
+            last_launch = fs->launch;
+        }
+    }
+    return 0;
+fail:
+    launch_plan_free(lp);
+    return -1;
+}
+
+void launch_plan_free(LaunchPlan *lp)
+{
+    for (int l = 0; l < lp->nk; l++)
+        kir_free(&lp->k[l]);
+    for (int s = 0; s < lp->nsteps; s++)
+        free(lp->steps[s].lib);
+    free(lp->k);
+    free(lp->steps);
+    free(lp->offset);
+    free(lp->alias);
+    plan_free(&lp->mem);
+    free(lp->og.nodes);
+    free(lp->og.values);
+    free(lp->og.outputs);
+    fuse_free(&lp->fuse);
+    memset(lp, 0, sizeof *lp);
+}
+
+/* Value v is placed: in the input or state blocks, inside the device
+ * block, or stored into a state value of its type. */
+static int placed(const Graph *g, const LaunchPlan *lp, ValueId v, CtErr *err)
+{
+    const Value *val = &g->values[v];
+    if (lp->alias[v] >= 0)
+        return is_state(g->values[lp->alias[v]].role) && value_bytes(&g->values[lp->alias[v]]) == value_bytes(val)
+                   ? 0
+                   : ct_fail(err, "%%%d is stored into %%%d, not a state value of its size", v, lp->alias[v]);
+    if (val->role == CT_ROLE_INPUT || is_state(val->role))
+        return lp->offset[v] == PLAN_NONE ? 0 : ct_fail(err, "input or state %%%d has a device-block offset", v);
+    if (lp->offset[v] == PLAN_NONE || lp->offset[v] + value_bytes(val) > lp->device_bytes)
+        return ct_fail(err, "%%%d is not inside the %zu-byte device block", v, lp->device_bytes);
+    return 0;
+}
+
+int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
+{
+    int *seen = calloc((size_t)g->nnodes + 1, sizeof *seen), rc = -1;
+    CT_ASSERT(seen != NULL);
+    for (int i = 0; i < lp->nsteps; i++) {
+        const LpStep *st = &lp->steps[i];
+        for (int s = 0; s < lp->fuse.nsteps; s++) {
+            const FuseStep *fs = &lp->fuse.steps[s];
+            int mine = st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
+                                             : s == st->fuse_step;
+            if (mine && st->kind == LP_KERNEL && !lp->k[st->launch].nloops) {
+                ct_fail(err, "step %d: kernel ct_k%d has no loops", i, st->launch);
+                goto done;
+            }
+            for (int j = 0; mine && j < fs->n; j++)
+                seen[lp->fuse.nodes[fs->first + j]]++;
+        }
+        int tail = st->kind == LP_GEMM ? st->gemm.epi.tail : st->kind == LP_CONV ? st->conv.epi.tail : 0;
+        const FuseStep *fs = &lp->fuse.steps[st->fuse_step];
+        if ((st->kind == LP_GEMM || st->kind == LP_CONV) && st->nlib < fs->n - tail) {
+            ct_fail(err, "step %d: %d epilogue nodes but %d launches", i, fs->n - tail, st->nlib);
+            goto done;
+        }
+        for (int l = 0; l <= st->nlib; l++) {
+            const LibLaunch *ll = l < st->nlib ? &st->lib[l] : st->mirrored ? &st->mirror : NULL;
+            for (int a = 0; ll && a < ll->nargs; a++)
+                if (ll->arg[a].kind == LA_VALUE && placed(g, lp, ll->arg[a].v, err))
+                    goto done;
+        }
+        if (st->mirrored && (!st->conv.w_nhwc || !st->conv.x_nhwc ||
+                             value_bytes(&g->values[st->conv.wt]) > lp->scratch_bytes)) {
+            ct_fail(err, "step %d: the filter's NHWC copy does not match the activations or fit the scratch", i);
+            goto done;
+        }
+    }
+    for (int n = 0; n < g->nnodes; n++) {
+        if (seen[n] != 1) {
+            ct_fail(err, "node %d (%s) is in %d steps' work", n, op_def(g->nodes[n].op)->name, seen[n]);
+            goto done;
+        }
+        const Node *node = &g->nodes[n];
+        for (int i = 0; i < node->nin; i++)
+            if (placed(g, lp, node->in[i], err))
+                goto done;
+        for (int o = 0; o < node->nout; o++)
+            if (placed(g, lp, node->out[o], err))
+                goto done;
+    }
+    /* the arena by the memory plan's own check; the spill area holds values one after another */
+    if (plan_check(&lp->og, &lp->mem, err))
+        goto done;
+    for (ValueId u = 0; u < g->nvalues; u++)
+        for (ValueId w = u + 1; lp->offset[u] != PLAN_NONE && lp->offset[u] >= lp->mem.arena_bytes && w < g->nvalues;
+             w++)
+            if (lp->offset[w] != PLAN_NONE && lp->offset[w] >= lp->mem.arena_bytes &&
+                lp->offset[u] < lp->offset[w] + value_bytes(&g->values[w]) &&
+                lp->offset[w] < lp->offset[u] + value_bytes(&g->values[u])) {
+                ct_fail(err, "spilled values %%%d and %%%d overlap", u, w);
+                goto done;
+            }
+    rc = 0;
+done:
+    free(seen);
+    return rc;
+}

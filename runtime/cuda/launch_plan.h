@@ -1,0 +1,96 @@
+/*
+ * The cuda backend's launch plan: everything the executor does for one run
+ * of a graph, decided on the host before any device work, so that it is
+ * tested without a GPU. From the fusion plan (passes/fuse.h), in step order:
+ *
+ *   LP_KERNEL  a generated elementwise kernel ct_k<launch> (codegen/kir.h),
+ *              its buffers in parameter order, grid x block (grid-stride
+ *              loops: enough blocks to cover the largest loop, at most
+ *              LP_BLOCKS_PER_SM per multiprocessor); a multi-tensor launch
+ *              appears once, at its first step
+ *   LP_GEMM    one cuBLASLt call (runtime/cuda/gemm_desc.h)
+ *   LP_CONV    one cuDNN call (runtime/cuda/conv_desc.h)
+ *   LP_LIB     library kernel launches (runtime/cuda/lib_launch.h)
+ *   LP_COPY    a device-to-device copy (an assign no kernel took)
+ * A convolution of NHWC activations whose filter is stored KCRS (the
+ * parameters keep timm's layout) gets an NHWC copy of the filter in the
+ * scratch buffer, made by a copy kernel: cuDNN's NHWC tensor-core kernels
+ * want the filter in the activations' format.
+ * A view (reshapes of row-major values) is copied by library kernels, as
+ * the cpu backend copies it: the memory plan gives its output a place of
+ * its own.
+ * A GEMM or convolution step's epilogue nodes that the library does not
+ * compute follow as LP_LIB launches in the same LpStep (`lib`).
+ *
+ * Memory: graph inputs and persistent state live in their own device
+ * blocks; every other value has an offset in one device block of
+ * `device_bytes`: the memory plan's arena (passes/plan.h, over the graph
+ * in step order), then a spill area for what the arena does not hold
+ * (graph outputs, values nothing reads, and a kernel's stored value that
+ * the arena put over memory the same kernel reads at other elements).
+ *
+ * A library step's assign (batch_norm's new running statistics) stores its
+ * source straight into the destination: `alias`.
+ *
+ * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
+ * the backend refuses such graphs before running (the CLIs fall back).
+ */
+#ifndef CTIMM_LAUNCH_PLAN_H
+#define CTIMM_LAUNCH_PLAN_H
+
+#include "codegen/kir.h"
+#include "passes/plan.h"
+#include "runtime/cuda/conv_desc.h"
+#include "runtime/cuda/lib_launch.h"
+
+#define LP_BLOCK 256
+#define LP_BLOCKS_PER_SM 32
+
+typedef enum LpKind { LP_KERNEL, LP_GEMM, LP_CONV, LP_LIB, LP_COPY, LP_UNSUPPORTED } LpKind;
+
+typedef struct LpStep {
+    LpKind kind;
+    int fuse_step;          /* the step of the fusion plan */
+    int launch;             /* LP_KERNEL: the kernel ct_k<launch> */
+    unsigned grid, block;   /* LP_KERNEL */
+    GemmDesc gemm;          /* LP_GEMM */
+    ConvDesc conv;          /* LP_CONV */
+    int mirrored;           /* LP_CONV: the call's filter is an NHWC copy in scratch (below) */
+    LibLaunch mirror;       /* the copy: weight -> scratch before the call, scratch -> dweight after a
+                             * backward-filter one */
+    LibLaunch *lib;         /* LP_LIB, and the epilogue left by LP_GEMM/LP_CONV */
+    int nlib;
+    ValueId copy_src, copy_dst; /* LP_COPY */
+    const char *op;         /* LP_UNSUPPORTED: the op without a kernel */
+} LpStep;
+
+typedef struct LaunchPlan {
+    FusePlan fuse;
+    Graph og;             /* g's nodes in step order (owns its arrays; no names) */
+    MemPlan mem;          /* over og */
+    KirKernel *k;         /* per launch id; nloops == 0 where the launch is not elementwise */
+    int nk;
+    LpStep *steps;
+    int nsteps;
+    size_t *offset;       /* per value: its offset in the device block, or PLAN_NONE (input, state) */
+    ValueId *alias;       /* per value: the state it is stored into in place (an assign its step took), or -1 */
+    size_t device_bytes;  /* the arena, then the spill area */
+    size_t scratch_bytes; /* the library kernels' scratch, the most any step needs */
+    int unsupported;      /* LP_UNSUPPORTED steps */
+} LaunchPlan;
+
+/* The plan of graph g for a device of `sms` multiprocessors. */
+int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err);
+void launch_plan_free(LaunchPlan *lp);
+
+/* Blocks of LP_BLOCK threads for `items` work items of a grid-stride loop. */
+unsigned lp_grid(long long items, int sms);
+
+/* An independent check: every node in exactly one step's work (a kernel's
+ * fused step, a library call and its epilogue, launches, a copy),
+ * every value a step touches placed inside the device block or in the
+ * input/state blocks, no two values live at once overlapping, every
+ * kernel with loops. */
+int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * What the library kernels (runtime/cuda/lib_kernels.h) and the host code
+ * that launches them (runtime/cuda/lib_launch.h) share, in text that is
+ * valid C and CUDA C: the host includes this file; NVRTC gets it as text
+ * (lib_common_text.c, made at build time) before the kernels.
+ *
+ * CtIndex walks n elements of a tensor view: element i is decomposed over
+ * dim[0..nd) in row-major order, and each of two tensors gets the offset
+ * base + sum(idx[d] * st[d]) with its own strides (so one index serves a
+ * read in one layout and a write in another). Up to CT_MAXD dims.
+ */
+#ifndef CT_LIB_COMMON_H
+#define CT_LIB_COMMON_H
+
+#ifndef CT_DEVICE
+#define CT_DEVICE static inline
+#endif
+
+#define CT_MAXD 6
+#define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
+
+typedef struct CtIndex {
+    long long n;
+    long long nd;
+    long long dim[CT_MAXD];
+    long long st0[CT_MAXD], st1[CT_MAXD];
+    long long base0, base1;
+} CtIndex;
+
+CT_DEVICE void ct_offsets(const CtIndex *ix, long long i, long long *o0, long long *o1)
+{
+    long long a = ix->base0, b = ix->base1;
+    for (long long d = ix->nd - 1; d >= 0; d--) {
+        long long k = i % ix->dim[d];
+        i /= ix->dim[d];
+        a += k * ix->st0[d];
+        b += k * ix->st1[d];
+    }
+    *o0 = a;
+    *o1 = b;
+}
+
+/* A 2-D pooling window, PyTorch's rule (ir/ops/pool_window.h): mode 0
+ * average, 1 max, 2 adaptive average (window i of the output spans
+ * [floor(i*H/OH), ceil((i+1)*H/OH))). */
+typedef struct CtPool {
+    long long kh, kw, sh, sw, ph, pw, count_pad, mode;
+    long long H, W, OH, OW;
+} CtPool;
+
+typedef struct CtWindow {
+    long long h0, h1, w0, w1;
+    float divisor;
+} CtWindow;
+
+CT_DEVICE CtWindow ct_window(const CtPool *p, long long oh, long long ow)
+{
+    CtWindow r;
+    if (p->mode == 2) {
+        r.h0 = oh * p->H / p->OH, r.h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;
+        r.w0 = ow * p->W / p->OW, r.w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;
+        r.divisor = (float)((r.h1 - r.h0) * (r.w1 - r.w0));
+        return r;
+    }
+    long long h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;
+    long long h1 = h0 + p->kh < p->H + p->ph ? h0 + p->kh : p->H + p->ph;
+    long long w1 = w0 + p->kw < p->W + p->pw ? w0 + p->kw : p->W + p->pw;
+    float padded = (float)((h1 - h0) * (w1 - w0));
+    r.h0 = h0 < 0 ? 0 : h0;
+    r.w0 = w0 < 0 ? 0 : w0;
+    r.h1 = h1 > p->H ? p->H : h1;
+    r.w1 = w1 > p->W ? p->W : w1;
+    r.divisor = p->count_pad ? padded : (float)((r.h1 - r.h0) * (r.w1 - r.w0));
+    return r;
+}
+
+#endif

@@ -1,0 +1,533 @@
+/*
+ * The library kernels: the non-elementwise ops that are neither GEMM nor
+ * convolution (data movement, reductions, softmax, norms, the loss), as
+ * text that is valid C and CUDA C. NVRTC compiles it for the cuda backend
+ * (runtime/cuda/lib_source.c: embedded at build time, once per storage
+ * type); tests/test_lib_kernels.c includes it as host C and compares every
+ * kernel with the ref backend. What it needs from its includer:
+ *
+ *   CT_GLOBAL        a kernel's head: `extern "C" __global__ void` or `void`
+ *   CT_LOOP(i, n)    each of n work items once: a grid-stride loop, or a loop
+ *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name)
+ *                    the storage type, its load as float and store from
+ *                    float, the name suffix (_f32, _f16, _bf16)
+ *   lib_common.h     CtIndex and ct_offsets, before this text
+ *
+ * First versions, for correctness: one work item per output element, row
+ * or channel, with the inner sums serial in double (the ref kernels'
+ * formulas, so f32 results agree closely). Every tensor is addressed
+ * through strides, so either layout (NCHW or NHWC) works.
+ */
+
+/* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
+ * input, the inner part of slice_grad. */
+CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long a, b;
+        ct_offsets(&ix, i, &a, &b);
+        y[b] = x[a];
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
+{
+    CT_LOOP(i, n)
+    y[i] = CT_ST(v);
+}
+
+/* An activation, elementwise (a library call's epilogue that the library
+ * does not compute): act 0 relu, 1 gelu (approx: tanh form), 2 silu,
+ * 3 sigmoid, 4 hard_swish, 5 hard_sigmoid, as ir/ops/elementwise.c. */
+CT_GLOBAL CT_SFX(ct_act)(const CT_T *x, CT_T *y, long long n, int act, int approx)
+{
+    CT_LOOP(i, n)
+    {
+        float v = CT_LD(x[i]), r;
+        if (act == 0)
+            r = v > 0 ? v : 0;
+        else if (act == 1 && approx)
+            r = 0.5f * v * (1 + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        else if (act == 1)
+            r = 0.5f * v * (1 + erff(v * 0.7071067811865476f));
+        else if (act == 2)
+            r = v / (1 + expf(-v));
+        else if (act == 3)
+            r = 1 / (1 + expf(-v));
+        else if (act == 4)
+            r = v * (v <= -3 ? 0 : v >= 3 ? 1 : v / 6 + 0.5f);
+        else
+            r = v <= -3 ? 0 : v >= 3 ? 1 : v / 6 + 0.5f;
+        y[i] = CT_ST(r);
+    }
+}
+
+/* y = a + b, b broadcast: ix walks y's dims with a's strides (which y
+ * shares) and b's (0 on broadcast dims). */
+CT_GLOBAL CT_SFX(ct_add)(const CT_T *a, const CT_T *b, CT_T *y, CtIndex ix)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long oa, ob;
+        ct_offsets(&ix, i, &oa, &ob);
+        y[oa] = CT_ST(CT_LD(a[oa]) + CT_LD(b[ob]));
+    }
+}
+
+/* y[o] = sum of x over the reduced dims: `out` walks the kept dims (x's and
+ * y's strides), `red` the reduced ones (x's strides). */
+CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, CT_T *y, CtIndex out, CtIndex red)
+{
+    CT_LOOP(j, out.n)
+    {
+        long long xo, yo, xr, unused;
+        double s = 0;
+        ct_offsets(&out, j, &xo, &yo);
+        for (long long r = 0; r < red.n; r++) {
+            ct_offsets(&red, r, &xr, &unused);
+            s += CT_LD(x[xo + xr]);
+        }
+        y[yo] = CT_ST((float)s);
+    }
+}
+
+/* The window's maximum position (offset from the plane's base); NaN wins,
+ * as in PyTorch. */
+CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long long sw, CtWindow r)
+{
+    long long best = r.h0 * sh + r.w0 * sw;
+    for (long long h = r.h0; h < r.h1; h++)
+        for (long long w = r.w0; w < r.w1; w++) {
+            float v = CT_LD(x[h * sh + w * sw]);
+            if (v > CT_LD(x[best]) || v != v)
+                best = h * sh + w * sw;
+        }
+    return best;
+}
+
+/* Pooling, one output element a work item: `out` walks [N, C, OH, OW] with
+ * x's strides on N, C (0 on OH, OW) and y's on all; sh, sw step x's rows
+ * and columns. */
+CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, long long sw, CtPool p)
+{
+    CT_LOOP(i, out.n)
+    {
+        long long xo, yo, ow = i % p.OW, oh = (i / p.OW) % p.OH;
+        ct_offsets(&out, i, &xo, &yo);
+        CtWindow r = ct_window(&p, oh, ow);
+        if (p.mode == 1) {
+            y[yo] = x[xo + CT_SFX(ct_window_argmax)(x + xo, sh, sw, r)];
+            continue;
+        }
+        double acc = 0;
+        for (long long h = r.h0; h < r.h1; h++)
+            for (long long w = r.w0; w < r.w1; w++)
+                acc += CT_LD(x[xo + h * sh + w * sw]);
+        y[yo] = CT_ST((float)(acc / r.divisor));
+    }
+}
+
+/* Pooling's gradient, one input element a work item (a gather over the
+ * windows that hold it, so no atomics): `in` walks [N, C, H, W] with dy's
+ * strides on N, C (0 on H, W) and dx's on all; x (max only) shares dx's
+ * strides; dh, dw step dy, sh, sw step x and dx. */
+CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const CT_T *dy, CT_T *dx, CtIndex in, long long dh, long long dw,
+                               long long sh, long long sw, CtPool p)
+{
+    CT_LOOP(i, in.n)
+    {
+        long long yo, xo, w = i % p.W, h = (i / p.W) % p.H;
+        ct_offsets(&in, i, &yo, &xo);
+        long long plane = xo - h * sh - w * sw, oh0 = 0, oh1 = p.OH, ow0 = 0, ow1 = p.OW;
+        if (p.mode != 2) { /* only the windows that can reach (h, w) */
+            oh0 = (h + p.ph - p.kh + p.sh) / p.sh, oh1 = (h + p.ph) / p.sh + 1;
+            ow0 = (w + p.pw - p.kw + p.sw) / p.sw, ow1 = (w + p.pw) / p.sw + 1;
+            oh0 = oh0 < 0 ? 0 : oh0, ow0 = ow0 < 0 ? 0 : ow0;
+            oh1 = oh1 > p.OH ? p.OH : oh1, ow1 = ow1 > p.OW ? p.OW : ow1;
+        }
+        double acc = 0;
+        for (long long oh = oh0; oh < oh1; oh++)
+            for (long long ow = ow0; ow < ow1; ow++) {
+                CtWindow r = ct_window(&p, oh, ow);
+                if (h < r.h0 || h >= r.h1 || w < r.w0 || w >= r.w1)
+                    continue;
+                float g = CT_LD(dy[yo + oh * dh + ow * dw]);
+                if (p.mode != 1)
+                    acc += g / r.divisor;
+                else if (CT_SFX(ct_window_argmax)(x + plane, sh, sw, r) == h * sh + w * sw)
+                    acc += g;
+            }
+        dx[xo] = CT_ST((float)acc);
+    }
+}
+
+/* Softmax along one dim of length D: `rows` walks the other dims (x's and
+ * y's strides); sx, sy step along the dim. */
+CT_GLOBAL CT_SFX(ct_softmax)(const CT_T *x, CT_T *y, CtIndex rows, long long D, long long sx, long long sy)
+{
+    CT_LOOP(r, rows.n)
+    {
+        long long xo, yo;
+        ct_offsets(&rows, r, &xo, &yo);
+        float m = CT_LD(x[xo]);
+        for (long long i = 1; i < D; i++) {
+            float v = CT_LD(x[xo + i * sx]);
+            m = v > m ? v : m;
+        }
+        double sum = 0;
+        for (long long i = 0; i < D; i++)
+            sum += exp((double)CT_LD(x[xo + i * sx]) - m);
+        for (long long i = 0; i < D; i++)
+            y[yo + i * sy] = CT_ST((float)(exp((double)CT_LD(x[xo + i * sx]) - m) / sum));
+    }
+}
+
+/* dx = y * (dy - sum(dy * y)) along the dim; y and dy share strides (st0). */
+CT_GLOBAL CT_SFX(ct_softmax_grad)(const CT_T *y, const CT_T *dy, CT_T *dx, CtIndex rows, long long D, long long sy,
+                                  long long sd)
+{
+    CT_LOOP(r, rows.n)
+    {
+        long long yo, xo;
+        double dot = 0;
+        ct_offsets(&rows, r, &yo, &xo);
+        for (long long i = 0; i < D; i++)
+            dot += (double)CT_LD(dy[yo + i * sy]) * CT_LD(y[yo + i * sy]);
+        for (long long i = 0; i < D; i++)
+            dx[xo + i * sd] = CT_ST((float)(CT_LD(y[yo + i * sy]) * (CT_LD(dy[yo + i * sy]) - dot)));
+    }
+}
+
+/* layer_norm over a dim of D (the last): w and b dense [D]. */
+CT_GLOBAL CT_SFX(ct_layer_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, long long D,
+                                long long sx, long long sy, float eps)
+{
+    CT_LOOP(r, rows.n)
+    {
+        long long xo, yo;
+        double mean = 0, var = 0;
+        ct_offsets(&rows, r, &xo, &yo);
+        for (long long i = 0; i < D; i++)
+            mean += CT_LD(x[xo + i * sx]);
+        mean /= (double)D;
+        for (long long i = 0; i < D; i++) {
+            double d = CT_LD(x[xo + i * sx]) - mean;
+            var += d * d;
+        }
+        double inv = 1 / sqrt(var / (double)D + eps);
+        for (long long i = 0; i < D; i++)
+            y[yo + i * sy] = CT_ST((float)((CT_LD(x[xo + i * sx]) - mean) * inv * CT_LD(w[i]) + CT_LD(b[i])));
+    }
+}
+
+/* layer_norm's dx, one row a work item; x and dy share strides (st0). Each
+ * row's mean and 1/std go to stats[2r], stats[2r+1] for the weight kernel. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, float *stats,
+                                       CtIndex rows, long long D, long long sx, long long sd, float eps)
+{
+    CT_LOOP(r, rows.n)
+    {
+        long long xo, o;
+        double mean = 0, var = 0, mg = 0, mgx = 0;
+        ct_offsets(&rows, r, &xo, &o);
+        for (long long i = 0; i < D; i++)
+            mean += CT_LD(x[xo + i * sx]);
+        mean /= (double)D;
+        for (long long i = 0; i < D; i++) {
+            double d = CT_LD(x[xo + i * sx]) - mean;
+            var += d * d;
+        }
+        double inv = 1 / sqrt(var / (double)D + eps);
+        for (long long i = 0; i < D; i++) {
+            double gi = (double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]);
+            mg += gi;
+            mgx += gi * (CT_LD(x[xo + i * sx]) - mean) * inv;
+        }
+        mg /= (double)D;
+        mgx /= (double)D;
+        for (long long i = 0; i < D; i++) {
+            double xhat = (CT_LD(x[xo + i * sx]) - mean) * inv;
+            dx[o + i * sd] = CT_ST((float)(inv * ((double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]) - mg - xhat * mgx)));
+        }
+        stats[2 * r] = (float)mean;
+        stats[2 * r + 1] = (float)inv;
+    }
+}
+
+/* layer_norm's dweight and dbias, one column a work item, from the stats
+ * ct_layer_norm_grad_x left. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const CT_T *x, const CT_T *dy, const float *stats, CT_T *dw, CT_T *db,
+                                       CtIndex rows, long long D, long long sx)
+{
+    CT_LOOP(i, D)
+    {
+        double sw = 0, sb = 0;
+        for (long long r = 0; r < rows.n; r++) {
+            long long xo, unused;
+            ct_offsets(&rows, r, &xo, &unused);
+            double g = CT_LD(dy[xo + i * sx]);
+            sw += g * (CT_LD(x[xo + i * sx]) - stats[2 * r]) * stats[2 * r + 1];
+            sb += g;
+        }
+        dw[i] = CT_ST((float)sw);
+        db[i] = CT_ST((float)sb);
+    }
+}
+
+/* batch_norm, one channel a work item: `inner` walks the other dims (x's
+ * and y's strides), sxc and syc step between channels. Training: the
+ * batch's biased variance normalises, the running stats get PyTorch's
+ * update (unbiased variance) in nrm and nrv; else the running stats. */
+CT_GLOBAL CT_SFX(ct_batch_norm)(const CT_T *x, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv, CT_T *y,
+                                CT_T *nrm, CT_T *nrv, CtIndex inner, long long C, long long sxc, long long syc,
+                                int training, float momentum, float eps)
+{
+    CT_LOOP(c, C)
+    {
+        long long xo, yo;
+        double mean = CT_LD(rm[c]), var = CT_LD(rv[c]), cnt = (double)inner.n;
+        if (training) {
+            double s = 0, q = 0;
+            for (long long j = 0; j < inner.n; j++) {
+                ct_offsets(&inner, j, &xo, &yo);
+                s += CT_LD(x[xo + c * sxc]);
+            }
+            mean = s / cnt;
+            for (long long j = 0; j < inner.n; j++) {
+                ct_offsets(&inner, j, &xo, &yo);
+                double d = CT_LD(x[xo + c * sxc]) - mean;
+                q += d * d;
+            }
+            var = q / cnt;
+            nrm[c] = CT_ST((float)((1 - momentum) * CT_LD(rm[c]) + momentum * mean));
+            nrv[c] = CT_ST((float)((1 - momentum) * CT_LD(rv[c]) + momentum * var * cnt / (cnt - 1)));
+        }
+        double inv = 1 / sqrt(var + eps);
+        double scale = inv * CT_LD(w[c]), shift = CT_LD(b[c]) - mean * scale;
+        for (long long j = 0; j < inner.n; j++) {
+            ct_offsets(&inner, j, &xo, &yo);
+            y[yo + c * syc] = CT_ST((float)(CT_LD(x[xo + c * sxc]) * scale + shift));
+        }
+    }
+}
+
+/* batch_norm's gradients, one channel a work item; x and dy share strides
+ * (st0), dx has st1. In training through the batch statistics. */
+CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *rm, const CT_T *rv, const CT_T *dy,
+                                     CT_T *dx, CT_T *dw, CT_T *db, CtIndex inner, long long C, long long sxc,
+                                     long long sdc, int training, float eps)
+{
+    CT_LOOP(c, C)
+    {
+        long long xo, o;
+        double M = (double)inner.n, mean = CT_LD(rm[c]), var = CT_LD(rv[c]), sb = 0, sxy = 0;
+        if (training) {
+            double s = 0, q = 0;
+            for (long long j = 0; j < inner.n; j++) {
+                ct_offsets(&inner, j, &xo, &o);
+                s += CT_LD(x[xo + c * sxc]);
+            }
+            mean = s / M;
+            for (long long j = 0; j < inner.n; j++) {
+                ct_offsets(&inner, j, &xo, &o);
+                double d = CT_LD(x[xo + c * sxc]) - mean;
+                q += d * d;
+            }
+            var = q / M;
+        }
+        for (long long j = 0; j < inner.n; j++) {
+            ct_offsets(&inner, j, &xo, &o);
+            double g = CT_LD(dy[xo + c * sxc]);
+            sb += g;
+            sxy += g * CT_LD(x[xo + c * sxc]);
+        }
+        double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
+        dw[c] = CT_ST((float)sw);
+        db[c] = CT_ST((float)sb);
+        double a = wc * inv;
+        double bx = training ? -wc * inv / M * sw * inv : 0;
+        double k = training ? -wc * inv / M * sb + wc * inv / M * sw * inv * mean : 0;
+        for (long long j = 0; j < inner.n; j++) {
+            ct_offsets(&inner, j, &xo, &o);
+            dx[o + c * sdc] = CT_ST((float)(a * CT_LD(dy[xo + c * sxc]) + bx * CT_LD(x[xo + c * sxc]) + k));
+        }
+    }
+}
+
+/* cross_entropy with label smoothing s, per row into rowloss (dense [B, C]
+ * logits); ct_mean_loss then averages the rows in order. */
+CT_GLOBAL CT_SFX(ct_cross_entropy_rows)(const CT_T *x, const long long *t, float *rowloss, long long B, long long C,
+                                        float s)
+{
+    CT_LOOP(b, B)
+    {
+        const CT_T *row = x + b * C;
+        float m = CT_LD(row[0]);
+        double sum = 0, mean_x = 0;
+        for (long long c = 1; c < C; c++)
+            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
+        for (long long c = 0; c < C; c++) {
+            sum += exp((double)CT_LD(row[c]) - m);
+            mean_x += CT_LD(row[c]);
+        }
+        double lse = m + log(sum);
+        mean_x /= (double)C;
+        rowloss[b] = (float)((1 - s) * (lse - CT_LD(row[t[b]])) - s * (mean_x - lse));
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_mean_loss)(const float *rowloss, CT_T *loss, long long B)
+{
+    CT_LOOP(unused, 1)
+    {
+        double total = 0;
+        for (long long b = 0; b < B; b++)
+            total += rowloss[b];
+        loss[0] = CT_ST((float)(total / (double)B));
+    }
+}
+
+/* dlogits = dloss / B * (softmax - (1 - s) onehot - s / C), one row a work item. */
+CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const CT_T *dloss, CT_T *dx, long long B,
+                                        long long C, float s)
+{
+    CT_LOOP(b, B)
+    {
+        const CT_T *row = x + b * C;
+        float m = CT_LD(row[0]);
+        double sum = 0, scale = (double)CT_LD(dloss[0]) / (double)B;
+        for (long long c = 1; c < C; c++)
+            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
+        for (long long c = 0; c < C; c++)
+            sum += exp((double)CT_LD(row[c]) - m);
+        for (long long c = 0; c < C; c++) {
+            double p = exp((double)CT_LD(row[c]) - m) / sum;
+            dx[b * C + c] = CT_ST((float)(scale * (p - (c == t[b] ? 1 - s : 0) - s / (double)C)));
+        }
+    }
+}
+
+/* Attention without the fused library (q [BH, N, D], k and v [BH, M, D],
+ * dense; D <= CT_MAX_HEAD): one query row a work item, two passes over the
+ * keys (the scores' maximum, then the weighted sum of v). */
+CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, CT_T *y, long long rows, long long N,
+                          long long M, long long D, float scale)
+{
+    CT_LOOP(r, rows)
+    {
+        const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D;
+        float acc[CT_MAX_HEAD];
+        double m = -1e300, l = 0;
+        for (long long j = 0; j < M; j++) {
+            double s = 0;
+            for (long long d = 0; d < D; d++)
+                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+            m = s * scale > m ? s * scale : m;
+        }
+        for (long long d = 0; d < D; d++)
+            acc[d] = 0;
+        for (long long j = 0; j < M; j++) {
+            double s = 0;
+            for (long long d = 0; d < D; d++)
+                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+            float p = (float)exp(s * scale - m);
+            l += p;
+            for (long long d = 0; d < D; d++)
+                acc[d] += p * CT_LD(V[j * D + d]);
+        }
+        for (long long d = 0; d < D; d++)
+            y[r * D + d] = CT_ST((float)(acc[d] / l));
+    }
+}
+
+/* The scores' maximum and sum of exponentials of query row Q. */
+CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, long long M, long long D, float scale, double *m,
+                                     double *l)
+{
+    *m = -1e300, *l = 0;
+    for (long long j = 0; j < M; j++) {
+        double s = 0;
+        for (long long d = 0; d < D; d++)
+            s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+        *m = s * scale > *m ? s * scale : *m;
+    }
+    for (long long j = 0; j < M; j++) {
+        double s = 0;
+        for (long long d = 0; d < D; d++)
+            s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+        *l += exp(s * scale - *m);
+    }
+}
+
+/* Attention's dq, one query row a work item: with P the attention weights,
+ * dP = dy v^T and dot = rowsum(dP * P), dq = scale * sum_j P (dP - dot) k_j.
+ * The row's max, sum and dot go to stats[3r..3r+2] for ct_sdpa_grad_kv. */
+CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, CT_T *dq, float *stats,
+                                 long long rows, long long N, long long M, long long D, float scale)
+{
+    CT_LOOP(r, rows)
+    {
+        const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D, *G = dy + r * D;
+        float acc[CT_MAX_HEAD];
+        double m, l, dot = 0;
+        CT_SFX(ct_sdpa_stats)(Q, K, M, D, scale, &m, &l);
+        for (long long d = 0; d < D; d++)
+            acc[d] = 0;
+        for (long long j = 0; j < M; j++) {
+            double s = 0, dp = 0;
+            for (long long d = 0; d < D; d++) {
+                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+                dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
+            }
+            dot += exp(s * scale - m) / l * dp;
+        }
+        for (long long j = 0; j < M; j++) {
+            double s = 0, dp = 0;
+            for (long long d = 0; d < D; d++) {
+                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+                dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
+            }
+            float ds = (float)(exp(s * scale - m) / l * (dp - dot) * scale);
+            for (long long d = 0; d < D; d++)
+                acc[d] += ds * CT_LD(K[j * D + d]);
+        }
+        for (long long d = 0; d < D; d++)
+            dq[r * D + d] = CT_ST(acc[d]);
+        stats[3 * r] = (float)m, stats[3 * r + 1] = (float)l, stats[3 * r + 2] = (float)dot;
+    }
+}
+
+/* Attention's dk and dv, one key row a work item, from ct_sdpa_grad_q's
+ * stats: dv_j = sum_i P dy_i, dk_j = scale * sum_i P (dP - dot_i) q_i. */
+CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, CT_T *dk, CT_T *dv,
+                                  const float *stats, long long rows, long long N, long long M, long long D,
+                                  float scale)
+{
+    CT_LOOP(r, rows)
+    {
+        long long h = r / M;
+        const CT_T *Kj = k + r * D, *Vj = v + r * D, *Q = q + h * N * D, *G = dy + h * N * D;
+        const float *st = stats + 3 * h * N;
+        float ak[CT_MAX_HEAD], av[CT_MAX_HEAD];
+        for (long long d = 0; d < D; d++)
+            ak[d] = av[d] = 0;
+        for (long long i = 0; i < N; i++) {
+            double s = 0, dp = 0;
+            for (long long d = 0; d < D; d++) {
+                s += (double)CT_LD(Q[i * D + d]) * CT_LD(Kj[d]);
+                dp += (double)CT_LD(G[i * D + d]) * CT_LD(Vj[d]);
+            }
+            double p = exp(s * scale - st[3 * i]) / st[3 * i + 1];
+            float ds = (float)(p * (dp - st[3 * i + 2]) * scale);
+            for (long long d = 0; d < D; d++) {
+                av[d] += (float)p * CT_LD(G[i * D + d]);
+                ak[d] += ds * CT_LD(Q[i * D + d]);
+            }
+        }
+        for (long long d = 0; d < D; d++) {
+            dk[r * D + d] = CT_ST(ak[d]);
+            dv[r * D + d] = CT_ST(av[d]);
+        }
+    }
+}

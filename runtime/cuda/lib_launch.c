@@ -1,0 +1,524 @@
+/* Contract: lib_launches(n) gives the library kernel launches that compute
+ * node n's outputs from its inputs, with physical strides, or fails naming
+ * what is not supported. */
+#include "runtime/cuda/lib_launch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ops.h"
+
+void lib_strides(const Value *v, int64_t *st)
+{
+    const CtShape *s = &v->type.shape;
+    if (v->layout == CT_LAYOUT_CHANNELS_LAST && s->ndim == 4) {
+        int64_t C = s->d[1], H = s->d[2], W = s->d[3];
+        st[0] = H * W * C, st[1] = 1, st[2] = W * C, st[3] = C;
+        return;
+    }
+    int64_t k = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        st[d] = k;
+        k *= s->d[d];
+    }
+}
+
+/* Row-major strides of dims d[0..nd). */
+static void dense_strides(int nd, const int64_t *d, int64_t *st)
+{
+    int64_t k = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = k;
+        k *= d[i];
+    }
+}
+
+static CtIndex index_make(int nd, const int64_t *dim, const int64_t *st0, const int64_t *st1)
+{
+    CtIndex ix;
+    memset(&ix, 0, sizeof ix);
+    ix.n = 1;
+    ix.nd = nd;
+    for (int i = 0; i < nd; i++) {
+        ix.dim[i] = dim[i];
+        ix.st0[i] = st0[i];
+        ix.st1[i] = st1 ? st1[i] : 0;
+        ix.n *= dim[i];
+    }
+    return ix;
+}
+
+/* The index over every dim of shape s but `skip` (-1: none), with strides
+ * a and b of those dims. */
+static CtIndex index_without(const CtShape *s, int skip, const int64_t *a, const int64_t *b)
+{
+    int64_t dim[CT_MAX_DIMS], sa[CT_MAX_DIMS], sb[CT_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < s->ndim; i++)
+        if (i != skip)
+            dim[nd] = s->d[i], sa[nd] = a[i], sb[nd] = b ? b[i] : 0, nd++;
+    return index_make(nd, dim, sa, sb);
+}
+
+typedef struct Builder {
+    const Graph *g;
+    LibLaunch *l;
+    int n;
+} Builder;
+
+static LibLaunch *begin(Builder *b, const char *kernel, CtDType t, long long items)
+{
+    LibLaunch *l = &b->l[b->n++];
+    CT_ASSERT(b->n <= LIB_MAX_LAUNCHES);
+    memset(l, 0, sizeof *l);
+    snprintf(l->kernel, sizeof l->kernel, "%s_%s", kernel, ct_dtype_name(t));
+    l->items = items;
+    return l;
+}
+
+static LibArg *arg(LibLaunch *l, LibArgKind kind)
+{
+    CT_ASSERT(l->nargs < LIB_MAX_ARGS);
+    LibArg *a = &l->arg[l->nargs++];
+    a->kind = kind;
+    return a;
+}
+
+static void a_val(LibLaunch *l, ValueId v) { arg(l, LA_VALUE)->v = v; }
+static void a_i64(LibLaunch *l, long long i) { arg(l, LA_I64)->i = i; }
+static void a_i32(LibLaunch *l, int i) { arg(l, LA_I32)->i = i; }
+static void a_f32(LibLaunch *l, double f) { arg(l, LA_F32)->f = (float)f; }
+static void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix; }
+
+static const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
+static int same_strides(const Builder *b, ValueId x, ValueId y)
+{
+    return val(b, x)->layout == val(b, y)->layout || val(b, x)->type.shape.ndim != 4;
+}
+
+/* y = x through the index `ix`: one copy launch. */
+static void copy(Builder *b, ValueId x, ValueId y, CtIndex ix)
+{
+    LibLaunch *l = begin(b, "ct_copy", val(b, y)->type.dtype, ix.n);
+    a_val(l, x);
+    a_val(l, y);
+    a_index(l, ix);
+}
+
+/* reshape: the flat row-major order is kept; one side must be row-major. */
+static int plan_reshape(Builder *b, const Node *n, CtErr *err)
+{
+    const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], dense[CT_MAX_DIMS];
+    lib_strides(x, sx);
+    lib_strides(y, sy);
+    if (y->layout != CT_LAYOUT_CHANNELS_LAST || y->type.shape.ndim != 4) {
+        dense_strides(x->type.shape.ndim, x->type.shape.d, dense);
+        copy(b, n->in[0], n->out[0], index_make(x->type.shape.ndim, x->type.shape.d, sx, dense));
+    } else if (x->layout != CT_LAYOUT_CHANNELS_LAST || x->type.shape.ndim != 4) {
+        dense_strides(y->type.shape.ndim, y->type.shape.d, dense);
+        copy(b, n->in[0], n->out[0], index_make(y->type.shape.ndim, y->type.shape.d, dense, sy));
+    } else {
+        return ct_fail(err, "reshape between two channels_last shapes has no kernel");
+    }
+    return 0;
+}
+
+static int plan_data(Builder *b, const Node *n, CtErr *err)
+{
+    const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    const CtShape *ys = &y->type.shape;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], st[CT_MAX_DIMS];
+    lib_strides(x, sx);
+    lib_strides(y, sy);
+    const int64_t *a = n->iattr;
+    switch (n->op) {
+    case CT_OP_reshape:
+        return plan_reshape(b, n, err);
+    case CT_OP_to_layout:
+        copy(b, n->in[0], n->out[0], index_make(ys->ndim, ys->d, sx, sy));
+        return 0;
+    case CT_OP_permute:
+        for (int i = 0; i < ys->ndim; i++)
+            st[i] = sx[a[1 + i]];
+        copy(b, n->in[0], n->out[0], index_make(ys->ndim, ys->d, st, sy));
+        return 0;
+    case CT_OP_slice: {
+        memcpy(st, sx, sizeof st);
+        st[a[0]] *= a[3];
+        CtIndex ix = index_make(ys->ndim, ys->d, st, sy);
+        ix.base0 = a[1] * sx[a[0]];
+        copy(b, n->in[0], n->out[0], ix);
+        return 0;
+    }
+    case CT_OP_slice_grad: {
+        LibLaunch *l = begin(b, "ct_fill", y->type.dtype, shape_numel(ys));
+        a_val(l, n->out[0]);
+        a_i64(l, shape_numel(ys));
+        a_f32(l, 0);
+        memcpy(st, sy, sizeof st);
+        st[a[0]] *= a[3];
+        CtIndex ix = index_make(x->type.shape.ndim, x->type.shape.d, sx, st);
+        ix.base1 = a[1] * sy[a[0]];
+        copy(b, n->in[0], n->out[0], ix);
+        return 0;
+    }
+    case CT_OP_concat: {
+        int64_t at = 0;
+        for (int k = 0; k < n->nin; k++) {
+            const Value *xk = val(b, n->in[k]);
+            lib_strides(xk, sx);
+            CtIndex ix = index_make(xk->type.shape.ndim, xk->type.shape.d, sx, sy);
+            ix.base1 = at * sy[a[0]];
+            copy(b, n->in[k], n->out[0], ix);
+            at += xk->type.shape.d[a[0]];
+        }
+        return 0;
+    }
+    default:
+        return ct_fail(err, "no library kernel for %s", op_def(n->op)->name);
+    }
+}
+
+static int plan_reduce(Builder *b, const Node *n)
+{
+    const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    const CtShape *xs = &x->type.shape;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], kd[CT_MAX_DIMS], ks0[CT_MAX_DIMS], ks1[CT_MAX_DIMS];
+    int64_t rd[CT_MAX_DIMS], rs[CT_MAX_DIMS];
+    int nk = 0, nr = 0, yd = 0;
+    lib_strides(x, sx);
+    lib_strides(y, sy);
+    for (int i = 0; i < xs->ndim; i++) {
+        int reduced = (n->iattr[0] >> i) & 1;
+        if (reduced)
+            rd[nr] = xs->d[i], rs[nr++] = sx[i];
+        else
+            kd[nk] = xs->d[i], ks0[nk] = sx[i], ks1[nk++] = sy[yd];
+        if (!reduced || n->iattr[1])
+            yd++;
+    }
+    CtIndex out = index_make(nk, kd, ks0, ks1), red = index_make(nr, rd, rs, NULL);
+    LibLaunch *l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
+    a_val(l, n->in[0]);
+    a_val(l, n->out[0]);
+    a_index(l, out);
+    a_index(l, red);
+    return 0;
+}
+
+/* A row kernel over dim `dim` of the first input: rows walk the other dims. */
+static int plan_rows(Builder *b, const Node *n, CtErr *err)
+{
+    ValueId x = n->in[0], y = n->out[0];
+    const CtShape *xs = &val(b, x)->type.shape;
+    int dim = n->op == CT_OP_softmax || n->op == CT_OP_softmax_grad ? (int)n->iattr[0] : xs->ndim - 1;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    lib_strides(val(b, x), sx);
+    lib_strides(val(b, y), sy);
+    CtIndex rows = index_without(xs, dim, sx, sy);
+    CtDType t = val(b, y)->type.dtype;
+    LibLaunch *l;
+    switch (n->op) {
+    case CT_OP_softmax:
+        l = begin(b, "ct_softmax", t, rows.n);
+        a_val(l, x);
+        a_val(l, y);
+        break;
+    case CT_OP_softmax_grad:
+        if (!same_strides(b, n->in[0], n->in[1]))
+            return ct_fail(err, "softmax_grad of y and dy in two layouts has no kernel");
+        l = begin(b, "ct_softmax_grad", t, rows.n);
+        a_val(l, x);
+        a_val(l, n->in[1]);
+        a_val(l, y);
+        break;
+    case CT_OP_layer_norm:
+        l = begin(b, "ct_layer_norm", t, rows.n);
+        a_val(l, x);
+        a_val(l, n->in[1]);
+        a_val(l, n->in[2]);
+        a_val(l, y);
+        break;
+    default: /* layer_norm_grad: dx with the row statistics, then dweight and dbias */
+        if (!same_strides(b, n->in[0], n->in[2]))
+            return ct_fail(err, "layer_norm_grad of x and dy in two layouts has no kernel");
+        l = begin(b, "ct_layer_norm_grad_x", t, rows.n);
+        a_val(l, x);
+        a_val(l, n->in[1]);
+        a_val(l, n->in[2]);
+        a_val(l, y);
+        arg(l, LA_SCRATCH);
+        a_index(l, rows);
+        a_i64(l, xs->d[dim]);
+        a_i64(l, sx[dim]);
+        a_i64(l, sy[dim]);
+        a_f32(l, n->fattr[0]);
+        l = begin(b, "ct_layer_norm_grad_w", t, xs->d[dim]);
+        a_val(l, x);
+        a_val(l, n->in[2]);
+        arg(l, LA_SCRATCH);
+        a_val(l, n->out[1]);
+        a_val(l, n->out[2]);
+        a_index(l, rows);
+        a_i64(l, xs->d[dim]);
+        a_i64(l, sx[dim]);
+        return 0;
+    }
+    a_index(l, rows);
+    a_i64(l, xs->d[dim]);
+    a_i64(l, sx[dim]);
+    a_i64(l, sy[dim]);
+    if (n->op == CT_OP_layer_norm)
+        a_f32(l, n->fattr[0]);
+    return 0;
+}
+
+static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
+{
+    int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
+    ValueId x = n->in[0], y = n->out[0];
+    const CtShape *xs = &val(b, x)->type.shape;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    lib_strides(val(b, x), sx);
+    lib_strides(val(b, y), sy);
+    if (grad && !same_strides(b, x, n->in[4]))
+        return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
+    CtIndex inner = index_without(xs, 1, sx, sy);
+    LibLaunch *l = begin(b, grad ? "ct_batch_norm_grad" : "ct_batch_norm", val(b, y)->type.dtype, xs->d[1]);
+    for (int k = 0; k < n->nin; k++)
+        a_val(l, n->in[k]);
+    for (int k = 0; k < 3; k++)
+        if (k < n->nout)
+            a_val(l, n->out[k]);
+        else
+            arg(l, LA_NULL);
+    a_index(l, inner);
+    a_i64(l, xs->d[1]);
+    a_i64(l, sx[1]);
+    a_i64(l, sy[1]);
+    a_i32(l, training);
+    if (!grad)
+        a_f32(l, n->fattr[0]);
+    a_f32(l, n->fattr[grad ? 0 : 1]);
+    return 0;
+}
+
+static int plan_loss(Builder *b, const Node *n, size_t *scratch)
+{
+    const CtShape *xs = &val(b, n->in[0])->type.shape;
+    CtDType t = val(b, n->in[0])->type.dtype;
+    long long B = xs->d[0], C = xs->d[1];
+    LibLaunch *l;
+    if (n->op == CT_OP_cross_entropy_grad) {
+        l = begin(b, "ct_cross_entropy_grad", t, B);
+        a_val(l, n->in[0]);
+        a_val(l, n->in[1]);
+        a_val(l, n->in[2]);
+        a_val(l, n->out[0]);
+    } else {
+        l = begin(b, "ct_cross_entropy_rows", t, B);
+        a_val(l, n->in[0]);
+        a_val(l, n->in[1]);
+        arg(l, LA_SCRATCH);
+        *scratch = (size_t)B * sizeof(float);
+    }
+    a_i64(l, B);
+    a_i64(l, C);
+    a_f32(l, n->fattr[0]);
+    if (n->op == CT_OP_cross_entropy) {
+        l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
+        arg(l, LA_SCRATCH);
+        a_val(l, n->out[0]);
+        a_i64(l, B);
+    }
+    return 0;
+}
+
+static void a_pool(LibLaunch *l, CtPool p)
+{
+    LibArg *a = arg(l, LA_POOL);
+    a->pool = p;
+}
+
+/* Pooling and its gradients: x [N,C,H,W] -> y [N,C,OH,OW]. */
+static int plan_pool(Builder *b, const Node *n, CtErr *err)
+{
+    int grad = n->op == CT_OP_avg_pool2d_grad || n->op == CT_OP_max_pool2d_grad ||
+               n->op == CT_OP_adaptive_avg_pool2d_grad;
+    int max = n->op == CT_OP_max_pool2d || n->op == CT_OP_max_pool2d_grad;
+    int adaptive = n->op == CT_OP_adaptive_avg_pool2d || n->op == CT_OP_adaptive_avg_pool2d_grad;
+    ValueId x = grad ? n->out[0] : n->in[0], y = grad ? n->in[max ? 1 : 0] : n->out[0];
+    const CtShape *xs = &val(b, x)->type.shape, *ys = &val(b, y)->type.shape;
+    const int64_t *a = n->iattr;
+    CtPool p = {.mode = adaptive ? 2 : max, .H = xs->d[2], .W = xs->d[3], .OH = ys->d[2], .OW = ys->d[3]};
+    if (!adaptive)
+        p.kh = a[0], p.kw = a[1], p.sh = a[2], p.sw = a[3], p.ph = a[4], p.pw = a[5], p.count_pad = !max && a[7];
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    lib_strides(val(b, x), sx);
+    lib_strides(val(b, y), sy);
+    CtDType t = val(b, n->out[0])->type.dtype;
+    if (!grad) {
+        LibLaunch *l = begin(b, "ct_pool", t, shape_numel(ys));
+        a_val(l, x);
+        a_val(l, y);
+        a_index(l, index_make(4, ys->d, (int64_t[]){sx[0], sx[1], 0, 0}, sy));
+        a_i64(l, sx[2]);
+        a_i64(l, sx[3]);
+        a_pool(l, p);
+        return 0;
+    }
+    if (max && !same_strides(b, n->in[0], x))
+        return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
+    LibLaunch *l = begin(b, "ct_pool_grad", t, shape_numel(xs));
+    if (max)
+        a_val(l, n->in[0]);
+    else
+        arg(l, LA_NULL);
+    a_val(l, y);
+    a_val(l, x);
+    a_index(l, index_make(4, xs->d, (int64_t[]){sy[0], sy[1], 0, 0}, sx));
+    a_i64(l, sy[2]);
+    a_i64(l, sy[3]);
+    a_i64(l, sx[2]);
+    a_i64(l, sx[3]);
+    a_pool(l, p);
+    return 0;
+}
+
+/* Attention's fallback kernels: dense [B, H, N, D] operands. */
+static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+{
+    const CtShape *q = &val(b, n->in[0])->type.shape, *k = &val(b, n->in[1])->type.shape;
+    long long BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
+    for (int i = 0; i < n->nin; i++)
+        if (val(b, n->in[i])->layout != CT_LAYOUT_CONTIG)
+            return ct_fail(err, "%s of channels_last operands has no kernel", op_def(n->op)->name);
+    if (D > CT_MAX_HEAD)
+        return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
+    CtDType t = val(b, n->out[0])->type.dtype;
+    LibLaunch *l = begin(b, n->op == CT_OP_sdpa ? "ct_sdpa" : "ct_sdpa_grad_q", t, BH * N);
+    for (int i = 0; i < n->nin; i++)
+        a_val(l, n->in[i]);
+    a_val(l, n->out[0]);
+    if (n->op == CT_OP_sdpa_grad) {
+        arg(l, LA_SCRATCH);
+        *scratch = 3 * sizeof(float) * (size_t)(BH * N);
+    }
+    a_i64(l, BH * N);
+    a_i64(l, N);
+    a_i64(l, M);
+    a_i64(l, D);
+    a_f32(l, n->fattr[0]);
+    if (n->op == CT_OP_sdpa)
+        return 0;
+    l = begin(b, "ct_sdpa_grad_kv", t, BH * M);
+    for (int i = 0; i < 4; i++)
+        a_val(l, n->in[i]);
+    a_val(l, n->out[1]);
+    a_val(l, n->out[2]);
+    arg(l, LA_SCRATCH);
+    a_i64(l, BH * M);
+    a_i64(l, N);
+    a_i64(l, M);
+    a_i64(l, D);
+    a_f32(l, n->fattr[0]);
+    return 0;
+}
+
+/* The activation id of ct_act, or -1. */
+static int act_id(CtOp op)
+{
+    switch (op) {
+    case CT_OP_relu: return 0;
+    case CT_OP_gelu: return 1;
+    case CT_OP_silu: return 2;
+    case CT_OP_sigmoid: return 3;
+    case CT_OP_hard_swish: return 4;
+    case CT_OP_hard_sigmoid: return 5;
+    default: return -1;
+    }
+}
+
+/* An activation or an add: a library step's epilogue node the library
+ * call left (lib_launch.h). The output shares the first operand's layout. */
+static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
+{
+    ValueId x = n->in[0], y = n->out[0];
+    const CtShape *ys = &val(b, y)->type.shape;
+    if (!same_strides(b, x, y) || !shape_equal(&val(b, x)->type.shape, ys))
+        return ct_fail(err, "%s: its output in another layout or shape than its input has no kernel",
+                       op_def(n->op)->name);
+    if (n->op != CT_OP_add) {
+        LibLaunch *l = begin(b, "ct_act", val(b, y)->type.dtype, shape_numel(ys));
+        a_val(l, x);
+        a_val(l, y);
+        a_i64(l, shape_numel(ys));
+        a_i32(l, act_id(n->op));
+        a_i32(l, n->op == CT_OP_gelu && n->iattr[0]);
+        return 0;
+    }
+    int64_t sy[CT_MAX_DIMS], sb[CT_MAX_DIMS], bcast[CT_MAX_DIMS];
+    const Value *bv = val(b, n->in[1]);
+    lib_strides(val(b, y), sy);
+    lib_strides(bv, sb);
+    shape_broadcast_strides(&bv->type.shape, ys, bcast);
+    /* b's physical strides, 0 where it is broadcast (right-aligned dims) */
+    for (int d = 0, off = ys->ndim - bv->type.shape.ndim; d < ys->ndim; d++)
+        bcast[d] = bcast[d] && d >= off ? sb[d - off] : 0;
+    LibLaunch *l = begin(b, "ct_add", val(b, y)->type.dtype, shape_numel(ys));
+    a_val(l, x);
+    a_val(l, n->in[1]);
+    a_val(l, y);
+    a_index(l, index_make(ys->ndim, ys->d, sy, bcast));
+    return 0;
+}
+
+int lib_supports(CtOp op)
+{
+    if (act_id(op) >= 0 || op == CT_OP_add)
+        return 1;
+    switch (op) {
+    case CT_OP_reshape: case CT_OP_to_layout: case CT_OP_permute: case CT_OP_slice: case CT_OP_slice_grad:
+    case CT_OP_concat: case CT_OP_reduce_sum: case CT_OP_softmax: case CT_OP_softmax_grad: case CT_OP_layer_norm:
+    case CT_OP_layer_norm_grad: case CT_OP_batch_norm: case CT_OP_batch_norm_grad: case CT_OP_cross_entropy:
+    case CT_OP_cross_entropy_grad: case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d:
+    case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
+    case CT_OP_sdpa_grad:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    *count = 0;
+    *scratch = 0;
+    if (!lib_supports(n->op))
+        return ct_fail(err, "no library kernel for %s", op_def(n->op)->name);
+    for (int k = 0; k < n->nin; k++)
+        if (g->values[n->in[k]].type.shape.ndim > CT_MAXD)
+            return ct_fail(err, "%s: more than %d dims", op_def(n->op)->name, CT_MAXD);
+    int rc;
+    switch (n->op) {
+    case CT_OP_reduce_sum: rc = plan_reduce(&b, n); break;
+    case CT_OP_softmax: case CT_OP_softmax_grad: case CT_OP_layer_norm: case CT_OP_layer_norm_grad:
+        rc = plan_rows(&b, n, err);
+        if (!rc && n->op == CT_OP_layer_norm_grad) {
+            const CtShape *xs = &g->values[n->in[0]].type.shape;
+            *scratch = 2 * sizeof(float) * (size_t)(shape_numel(xs) / xs->d[xs->ndim - 1]);
+        }
+        break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, err); break;
+    case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: rc = plan_loss(&b, n, scratch); break;
+    case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
+    case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
+    case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
+    case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
+    default: rc = act_id(n->op) >= 0 ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
+    }
+    *count = b.n;
+    return rc;
+}

@@ -1,0 +1,59 @@
+/*
+ * Which library kernels (runtime/cuda/lib_kernels.h) run a node, and with
+ * what arguments: a pure function of the graph, built on the host and
+ * tested without a GPU (tests/test_lib_kernels.c runs the same launches on
+ * the host build of the kernels against the ref backend). The executor
+ * turns each LibLaunch into one cuLaunchKernel: value arguments become the
+ * device addresses of those values, scratch the executor's scratch buffer
+ * (at least scratch_bytes), the rest are passed by value.
+ *
+ * Activations and adds have launches too, for the epilogue nodes of a GEMM
+ * or convolution step that cuBLASLt or cuDNN does not compute (an
+ * elementwise pass over the call's output, in the call's layout).
+ *
+ * Strides are physical: a channels_last 4-D value [N,C,H,W] is stored NHWC,
+ * so its strides are (H*W*C, 1, W*C, C); everything else is row-major.
+ */
+#ifndef CTIMM_LIB_LAUNCH_H
+#define CTIMM_LIB_LAUNCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "runtime/cuda/lib_common.h"
+
+typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_INDEX, LA_POOL } LibArgKind;
+
+typedef struct LibArg {
+    LibArgKind kind;
+    ValueId v;   /* LA_VALUE */
+    long long i; /* LA_I64, LA_I32 */
+    float f;     /* LA_F32 */
+    CtIndex ix;  /* LA_INDEX */
+    CtPool pool; /* LA_POOL */
+} LibArg;
+
+#define LIB_MAX_ARGS 16
+#define LIB_MAX_LAUNCHES (CT_MAX_IN + 1)
+
+typedef struct LibLaunch {
+    char kernel[48];  /* "ct_softmax_f32": the kernel's name in the compiled module */
+    LibArg arg[LIB_MAX_ARGS];
+    int nargs;
+    long long items;  /* work items: the loop count the grid should cover */
+} LibLaunch;
+
+/* Whether op has library kernels here. */
+int lib_supports(CtOp op);
+
+/* The launches of node n, in order, into l[0..*count); *scratch gets the
+ * scratch bytes they need. Fails naming the op for what is not supported
+ * (an op without kernels, more dims than CtIndex holds, mixed layouts a
+ * kernel does not take). */
+int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+
+/* The physical strides of a value's logical dims (see above). */
+void lib_strides(const Value *v, int64_t *st);
+
+#endif

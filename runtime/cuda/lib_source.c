@@ -1,0 +1,31 @@
+/* Contract: lib_source gives one CUDA C unit defining every library kernel
+ * for f32, f16 and bf16 storage. */
+#include "runtime/cuda/lib_source.h"
+
+#include "codegen/render.h"
+
+/* made at build time from runtime/cuda/lib_common.h and lib_kernels.h */
+extern const char ct_lib_common_text[];
+extern const char ct_lib_kernels_text[];
+
+void lib_source(CtBuf *out)
+{
+    static const struct {
+        const char *type, *load, *store, *suffix;
+    } storage[] = {
+        {"float", "(v)", "(f)", "_f32"},
+        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16"},
+        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16"},
+    };
+    render_cuda_prelude(out);
+    buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
+                    "#define CT_GLOBAL extern \"C\" __global__ void\n"
+                    "#define CT_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                    "i < (n); i += (long long)blockDim.x * gridDim.x)\n");
+    buf_printf(out, "%s\n", ct_lib_common_text);
+    for (int k = 0; k < 3; k++) {
+        buf_printf(out, "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n",
+                   storage[k].type, storage[k].load, storage[k].store, storage[k].suffix);
+        buf_printf(out, "%s\n#undef CT_T\n#undef CT_LD\n#undef CT_ST\n#undef CT_SFX\n", ct_lib_kernels_text);
+    }
+}

@@ -1,0 +1,220 @@
+/* The cuda backend against the ref backend on a GPU (CTest label gpu;
+ * exits 77, a skip, where --device cuda cannot run, as on CI): for each
+ * test model on its reference vectors, eval logits and one whole SGD
+ * training step (logits, loss, every gradient, every updated parameter,
+ * buffer and momentum buffer), in f32 with TF32 off (NCHW and
+ * channels_last) within 1e-3 relative error, and with AMP f16 and bf16
+ * (channels_last) within 2e-2; and the step replayed as a CUDA graph gives
+ * what its eager run gave. As tests/test_cpu.c explains, an AMP training
+ * step of a BatchNorm net on the vectors' tiny batch is chaotic under
+ * low-precision rounding, so BN nets are compared in eval under AMP.
+ *
+ *   test_gpu_parity [MODEL [eval|train]]   (one model, one mode: for
+ *                                           compute-sanitizer's memcheck;
+ *                                           steps synchronised one by one)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/backend_cuda.h"
+#include "runtime/safetensors.h"
+
+enum { SKIP = 77 };
+
+/* ||a-b|| / ||b||; where b is at most 1e-6 everywhere (a structurally zero
+ * gradient), max |a-b| / 1e-2 instead (tests/test_cpu.c's rule). */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double diff = 0, norm = 0, maxb = 0, maxd = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        diff += d * d;
+        norm += (double)b[i] * b[i];
+        maxb = fabs(b[i]) > maxb ? fabs(b[i]) : maxb;
+        maxd = fabs(d) > maxd || isnan(d) ? fabs(d) : maxd;
+    }
+    return maxb <= 1e-6 ? maxd / 1e-2 : sqrt(diff / norm);
+}
+
+typedef struct Run {
+    CtState s;
+    CtTensor *out;
+} Run;
+
+static int run(const CtBackend *be, const char *what, const Graph *g, const CtState *init, const CtTensor *in,
+               int nin, Run *r)
+{
+    CtErr err;
+    state_create(&r->s, g);
+    memcpy(r->s.data, init->data, init->nbytes);
+    r->out = calloc((size_t)g->noutputs + 1, sizeof *r->out);
+    int rc = be->run(g, &r->s, in, nin, r->out, &err);
+    CHECKF(rc == 0, "%s on %s: %s", what, be->name, err.msg);
+    return rc;
+}
+
+static void run_free(const Graph *g, Run *r, int ran)
+{
+    for (int k = 0; ran && k < g->noutputs; k++)
+        tensor_free(&r->out[k]);
+    free(r->out);
+    state_free(&r->s);
+}
+
+/* The worst relative error of a's outputs and state against b's. */
+static double compare(const char *what, const Graph *g, const Run *a, const Run *b, double tol)
+{
+    double worst = 0;
+    for (int k = 0; k < g->noutputs; k++) {
+        const CtType *t = &g->values[g->outputs[k]].type;
+        int64_t n = shape_numel(&t->shape);
+        if (t->dtype != CT_F32 && t->dtype != CT_F16 && t->dtype != CT_BF16)
+            continue;
+        float *w[2] = {malloc(sizeof(float) * (size_t)(n + 1)), malloc(sizeof(float) * (size_t)(n + 1))};
+        CT_ASSERT(w[0] && w[1]);
+        elems_to_f32(a->out[k].data, t->dtype, n, w[0]);
+        elems_to_f32(b->out[k].data, t->dtype, n, w[1]);
+        double e = rel_err(w[0], w[1], n);
+        CHECKF(e <= tol, "%s: output %d: %.3e", what, k, e);
+        worst = e > worst ? e : worst;
+        free(w[0]);
+        free(w[1]);
+    }
+    for (int i = 0; i < a->s.n; i++) {
+        if (a->s.e[i].type.dtype != CT_F32)
+            continue;
+        double e = rel_err(state_data(&a->s, i), state_data(&b->s, i), shape_numel(&a->s.e[i].type.shape));
+        CHECKF(e <= tol, "%s: state '%s': %.3e", what, a->s.e[i].name, e);
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+/* cuda against ref, then a second cuda run (the captured CUDA graph)
+ * against the first (eager). */
+static void check_graph(const char *what, const Graph *g, const CtState *init, const CtTensor *in, int nin,
+                        double tol)
+{
+    Run ref, cu, replay;
+    int r0 = run(&ct_backend_ref, what, g, init, in, nin, &ref) == 0;
+    int r1 = run(&ct_backend_cuda, what, g, init, in, nin, &cu) == 0;
+    int r2 = r1 && run(&ct_backend_cuda, what, g, init, in, nin, &replay) == 0;
+    if (r0 && r1) {
+        double e = compare(what, g, &cu, &ref, tol), er = r2 ? compare(what, g, &replay, &cu, 1e-6) : -1;
+        printf("%s: cuda vs ref %.2e, graph replay vs eager %.2e\n", what, e, er);
+    }
+    run_free(g, &ref, r0);
+    run_free(g, &cu, r1);
+    if (r1)
+        run_free(g, &replay, r2);
+}
+
+/* The model's reference vectors: x, target, lr 0.1, loss scale. */
+typedef struct Vectors {
+    StFile f;
+    const ModelEntry *m;
+    ModelArgs args;
+    int batch;
+    float lr, scale;
+    CtTensor in[4];
+} Vectors;
+
+static int vectors_open(Vectors *v, const char *model, float scale)
+{
+    char path[512];
+    CtErr err;
+    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
+    int ok = st_read(path, &v->f, &err) == 0;
+    CHECKF(ok, "%s", err.msg);
+    if (!ok)
+        return -1;
+    const StTensor *x = st_find(&v->f, "input"), *t = st_find(&v->f, "target");
+    v->m = model_find(model);
+    v->args = model_args_default();
+    if (st_meta(&v->f, "num_classes"))
+        v->args.num_classes = atoi(st_meta(&v->f, "num_classes"));
+    v->args.img_size = (int)x->shape[2];
+    v->batch = (int)x->shape[0];
+    v->lr = 0.1f;
+    v->scale = scale;
+    v->in[0] = (CtTensor){{shape_make(4, x->shape), CT_F32}, x->data};
+    v->in[1] = (CtTensor){{shape_make(1, t->shape), CT_I64}, t->data};
+    v->in[2] = (CtTensor){{{0}, CT_F32}, &v->lr};
+    v->in[3] = (CtTensor){{{0}, CT_F32}, &v->scale};
+    return 0;
+}
+
+/* One configuration of a model: precision (f32, f16, bf16), layout, mode. */
+static void check_model(const char *model, CtDType low, int channels_last, int training)
+{
+    Vectors v;
+    CtErr err;
+    if (vectors_open(&v, model, low == CT_F16 ? 1024 : 1))
+        return;
+    ModelSpec spec = {.batch_size = v.batch, .training = training, .args = v.args};
+    OptimSpec sgd = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
+                     .no_weight_decay = v.m->no_weight_decay, .skip_nonfinite = low == CT_F16};
+    Graph g, a;
+    TrainStep ts;
+    int rc = model_build(v.m, &spec, &g, &err);
+    if (!rc && low != CT_F32) {
+        rc = amp_cast(&g, low, &a, &err);
+        graph_free(&g);
+        g = a;
+    }
+    if (!rc && training && !(rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+                                                   &sgd, &ts, &err)))
+        train_step_free(&ts);
+    if (!rc && channels_last) {
+        rc = layout_channels_last(&g, &a, &err);
+        graph_free(&g);
+        g = a;
+    }
+    CHECKF(rc == 0, "%s: %s", model, err.msg);
+    if (rc == 0) {
+        CtState init;
+        char what[160];
+        state_create(&init, &g);
+        CHECKF(state_load(&init, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
+        snprintf(what, sizeof what, "%s %s %s%s", model, training ? "sgd step" : "eval",
+                 low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
+        check_graph(what, &g, &init, v.in, training ? 4 : 1, low == CT_F32 ? 1e-3 : 2e-2);
+        state_free(&init);
+    }
+    graph_free(&g);
+    st_free(&v.f);
+}
+
+int main(int argc, char **argv)
+{
+    char why[512];
+    if (!cuda_backend_usable(why, sizeof why)) {
+        printf("test_gpu_parity: skipped: --device cuda cannot run here: %s\n", why);
+        return SKIP;
+    }
+    cuda_backend_configure(0, 1, argc > 1, 0); /* one model (memcheck): a fault names its step */
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++) {
+        if (argc > 1 && strcmp(argv[1], models[m]))
+            continue;
+        int bn = strcmp(models[m], "test_vit") != 0;
+        for (int training = 0; training < 2; training++) {
+            if (argc > 2 && strcmp(argv[2], training ? "train" : "eval"))
+                continue;
+            check_model(models[m], CT_F32, 0, training);
+            check_model(models[m], CT_F32, 1, training);
+            if (bn && training)
+                continue;
+            check_model(models[m], CT_F16, 1, training);
+            check_model(models[m], CT_BF16, 1, training);
+        }
+    }
+    return check_done("test_gpu_parity");
+}

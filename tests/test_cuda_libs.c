@@ -1,0 +1,63 @@
+/* cuBLASLt and cuDNN without a GPU (built with the CUDA toolkit and cuDNN,
+ * CTIMM_HAVE_CUDA_LIBS): when the driver cannot be opened, creating either
+ * library's handle (or, where cuBLASLt creates one without a device,
+ * preparing a GEMM on it) fails with a message naming the library, and
+ * nothing aborts. On a GPU machine the handles open; tests/gpu checks what
+ * they compute. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime/cuda/driver.h"
+#ifdef CTIMM_HAVE_CUDA_LIBS
+#include "runtime/cuda/blaslt.h"
+#include "runtime/cuda/dnn.h"
+#endif
+
+#ifdef __SANITIZE_ADDRESS__
+/* cublasLtCreate keeps 192 bytes when it fails for want of a device: its
+ * leak, not ours (LeakSanitizer reads this hook at exit). */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libcublasLt.so\n"; }
+#endif
+
+int main(void)
+{
+#ifdef CTIMM_HAVE_CUDA_LIBS
+    CudaDriver drv;
+    CtErr err;
+    int gpu = cuda_driver_open(&drv, &err) == 0;
+    if (gpu)
+        cuda_driver_close(&drv);
+    Dnn dnn;
+    int rc = dnn_open(&dnn, NULL, &err);
+    if (gpu) {
+        CHECKF(rc == 0, "%s", err.msg);
+        if (rc == 0)
+            dnn_close(&dnn);
+    } else {
+        CHECKF(rc != 0 && strstr(err.msg, "cuDNN"), "%s", rc ? err.msg : "a cuDNN handle without a GPU");
+        printf("test_cuda_libs: no GPU: %s\n", err.msg);
+    }
+    BlasLt lt;
+    rc = blaslt_open(&lt, &err);
+    if (rc == 0) {
+        GemmDesc d = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .batch = 1, .ab_type = CT_F16,
+                      .d_type = CT_F16, .bias_type = CT_F16, .epi = {.bias = -1, .residual = -1, .aux = -1}};
+        BlasLtCall call;
+        rc = blaslt_prepare(&lt, &d, 0, 1 << 20, &call, &err);
+        if (rc == 0)
+            blaslt_call_free(&call);
+        blaslt_close(&lt);
+    }
+    if (gpu) {
+        CHECKF(rc == 0, "%s", err.msg);
+    } else {
+        CHECKF(rc != 0 && strstr(err.msg, "cuBLASLt"), "%s", rc ? err.msg : "a cuBLASLt GEMM without a GPU");
+        printf("test_cuda_libs: no GPU: %s\n", err.msg);
+    }
+#else
+    printf("test_cuda_libs: built without cuBLASLt/cuDNN; nothing to check\n");
+#endif
+    return check_done("test_cuda_libs");
+}

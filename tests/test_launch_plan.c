@@ -1,0 +1,106 @@
+/* The cuda backend's launch plan (runtime/cuda/launch_plan.h), built on the
+ * host: for the four test models' training graphs (f32 NCHW, and AMP f16
+ * channels_last) and eval graphs, the independent check holds (every node
+ * in exactly one step's work, every value placed inside its block, no
+ * overlap of live values), kernel grids cover their loops, and every op
+ * has a kernel or a library call. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+#include "runtime/cuda/launch_plan.h"
+
+static int build(const char *model, int training, int amp_cl, Graph *g)
+{
+    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
+    OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9};
+    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
+    CtErr err;
+    TrainStep ts;
+    Graph a;
+    int rc = model_build(model_find(model), &spec, g, &err);
+    if (!rc && amp_cl) {
+        rc = amp_cast(g, CT_F16, &a, &err);
+        graph_free(g);
+        *g = a;
+    }
+    if (!rc && training && !(rc = train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)))
+        train_step_free(&ts);
+    if (!rc && amp_cl) {
+        rc = layout_channels_last(g, &a, &err);
+        graph_free(g);
+        *g = a;
+    }
+    CHECKF(rc == 0, "%s: %s", model, err.msg);
+    return rc;
+}
+
+static void test_models(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++)
+        for (int mode = 0; mode < 3; mode++) {
+            Graph g;
+            LaunchPlan lp;
+            CtErr err;
+            int training = mode > 0, amp_cl = mode == 2;
+            if (build(models[m], training, amp_cl, &g))
+                continue;
+            if (launch_plan(&g, 132, &lp, &err)) {
+                CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
+                graph_free(&g);
+                continue;
+            }
+            CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
+            int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0;
+            char missing[256] = "";
+            for (int s = 0; s < lp.nsteps; s++) {
+                const LpStep *st = &lp.steps[s];
+                count[st->kind]++;
+                if (st->kind == LP_KERNEL) {
+                    const KirKernel *k = &lp.k[st->launch];
+                    for (int j = 0; j < k->nloops; j++)
+                        CHECK(k->loops[j].numel <= (long long)st->grid * st->block ||
+                              st->grid == 132 * LP_BLOCKS_PER_SM);
+                }
+                if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
+                    CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
+                if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
+                    const CtShape *w = &g.values[st->conv.wt].type.shape;
+                    const CtIndex *ix = &st->mirror.arg[2].ix;
+                    int back = st->conv.dir == CONV_BWD_FILTER, bad = 0;
+                    for (long long i = 0; i < ix->n; i++) {
+                        long long o[2], k = i / (w->d[1] * w->d[2] * w->d[3]), c = i / (w->d[2] * w->d[3]) % w->d[1];
+                        long long r = i / w->d[3] % w->d[2], q = i % w->d[3];
+                        ct_offsets(ix, i, &o[0], &o[1]);
+                        bad += o[back] != i || o[!back] != ((k * w->d[2] + r) * w->d[3] + q) * w->d[1] + c;
+                    }
+                    CHECKF(!bad && st->mirror.arg[back].kind == LA_VALUE && st->mirror.arg[!back].kind == LA_SCRATCH,
+                           "%s: the filter copy of step %d", models[m], s);
+                    mirrored++;
+                }
+                if (st->kind == LP_UNSUPPORTED && !strstr(missing, st->op) &&
+                    strlen(missing) + strlen(st->op) + 2 < sizeof missing)
+                    strcat(strcat(missing, " "), st->op);
+            }
+            CHECK(count[LP_UNSUPPORTED] == lp.unsupported && lp.device_bytes >= lp.mem.arena_bytes);
+            CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
+            printf("test_launch_plan: %s %s: %d kernels, %d GEMM, %d conv (%d with an NHWC filter copy), "
+                   "%d library, %d copies; %zu device bytes; no kernel yet:%s\n",
+                   models[m], mode == 0 ? "eval" : mode == 1 ? "train f32" : "train amp channels_last",
+                   count[LP_KERNEL], count[LP_GEMM], count[LP_CONV], mirrored, count[LP_LIB], count[LP_COPY],
+                   lp.device_bytes, lp.unsupported ? missing : " none");
+            launch_plan_free(&lp);
+            graph_free(&g);
+        }
+}
+
+int main(void)
+{
+    CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
+    test_models();
+    return check_done("test_launch_plan");
+}

@@ -1,0 +1,423 @@
+/* The cuda backend's library kernels (runtime/cuda/lib_kernels.h), built
+ * here as host C from the same text NVRTC compiles, run with the launches
+ * runtime/cuda/lib_launch.c derives from each node: every supported op on
+ * small shapes, its tensors in NCHW and NHWC (channels_last) memory, equals
+ * the ref backend within 1e-5 relative (f32 storage, sums in double). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ir/ops.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/lib_launch.h"
+
+/* The host dialect of the kernel text, f32 storage. */
+#define CT_GLOBAL static void
+#define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
+#define CT_T float
+#define CT_LD(v) (v)
+#define CT_ST(f) (f)
+#define CT_SFX(name) name##_f32
+#include "runtime/cuda/lib_kernels.h"
+
+#define P(k) (mem[k])
+#define F(k) ((float *)mem[k])
+#define I(k) (l->arg[k].i)
+#define X(k) (l->arg[k].ix)
+#define R(k) (l->arg[k].f)
+
+/* Runs one launch: mem[k] is argument k's memory (value or scratch). */
+static void run_launch(const LibLaunch *l, void **mem)
+{
+    const char *k = l->kernel;
+    if (!strcmp(k, "ct_copy_f32"))
+        ct_copy_f32(F(0), F(1), X(2));
+    else if (!strcmp(k, "ct_act_f32"))
+        ct_act_f32(F(0), F(1), I(2), (int)I(3), (int)I(4));
+    else if (!strcmp(k, "ct_add_f32"))
+        ct_add_f32(F(0), F(1), F(2), X(3));
+    else if (!strcmp(k, "ct_pool_f32"))
+        ct_pool_f32(F(0), F(1), X(2), I(3), I(4), l->arg[5].pool);
+    else if (!strcmp(k, "ct_pool_grad_f32"))
+        ct_pool_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6), I(7), l->arg[8].pool);
+    else if (!strcmp(k, "ct_sdpa_f32"))
+        ct_sdpa_f32(F(0), F(1), F(2), F(3), I(4), I(5), I(6), I(7), R(8));
+    else if (!strcmp(k, "ct_sdpa_grad_q_f32"))
+        ct_sdpa_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10));
+    else if (!strcmp(k, "ct_sdpa_grad_kv_f32"))
+        ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), I(7), I(8), I(9), I(10), R(11));
+    else if (!strcmp(k, "ct_fill_f32"))
+        ct_fill_f32(F(0), I(1), R(2));
+    else if (!strcmp(k, "ct_reduce_sum_f32"))
+        ct_reduce_sum_f32(F(0), F(1), X(2), X(3));
+    else if (!strcmp(k, "ct_softmax_f32"))
+        ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
+    else if (!strcmp(k, "ct_softmax_grad_f32"))
+        ct_softmax_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6));
+    else if (!strcmp(k, "ct_layer_norm_f32"))
+        ct_layer_norm_f32(F(0), F(1), F(2), F(3), X(4), I(5), I(6), I(7), R(8));
+    else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
+        ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7), I(8), R(9));
+    else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))
+        ct_layer_norm_grad_w_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7));
+    else if (!strcmp(k, "ct_batch_norm_f32"))
+        ct_batch_norm_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), (int)I(12),
+                          R(13), R(14));
+    else if (!strcmp(k, "ct_batch_norm_grad_f32"))
+        ct_batch_norm_grad_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), (int)I(12),
+                               R(13));
+    else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
+        ct_cross_entropy_rows_f32(F(0), P(1), F(2), I(3), I(4), R(5));
+    else if (!strcmp(k, "ct_mean_loss_f32"))
+        ct_mean_loss_f32(F(0), F(1), I(2));
+    else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
+        ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
+    else
+        CHECKF(0, "no host dispatch for %s", k);
+}
+
+typedef struct Case {
+    Graph g;
+    int node;
+} Case;
+
+static ValueId input(Case *c, const char *name, int ndim, const int64_t *d, int nhwc, CtDType t)
+{
+    ValueId v = graph_add_value(&c->g, (CtType){shape_make(ndim, d), t}, CT_ROLE_INPUT, name);
+    c->g.values[v].layout = nhwc && ndim == 4 ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
+    return v;
+}
+
+/* Adds the case's node; its outputs take layout `nhwc` (4-D ones). */
+static int add_node(Case *c, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf,
+                    int nhwc)
+{
+    Node n = {.op = op, .nin = nin};
+    CtErr err;
+    memcpy(n.in, in, sizeof *in * (size_t)nin);
+    if (na)
+        memcpy(n.iattr, a, sizeof *a * (size_t)na);
+    if (nf)
+        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
+    c->node = graph_add_node(&c->g, &n, "t", &err);
+    CHECKF(c->node >= 0, "%s", err.msg);
+    if (c->node < 0)
+        return -1;
+    const Node *m = &c->g.nodes[c->node];
+    for (int k = 0; k < m->nout; k++) {
+        Value *v = &c->g.values[m->out[k]];
+        v->layout = nhwc && v->type.shape.ndim == 4 ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
+        graph_mark_output(&c->g, m->out[k]);
+    }
+    return 0;
+}
+
+/* Logical row-major element i of value v <-> its physical offset. */
+static int64_t phys(const Value *v, int64_t i)
+{
+    int64_t st[CT_MAX_DIMS], off = 0;
+    lib_strides(v, st);
+    for (int d = v->type.shape.ndim - 1; d >= 0; d--) {
+        off += (i % v->type.shape.d[d]) * st[d];
+        i /= v->type.shape.d[d];
+    }
+    return off;
+}
+
+static double gen(int64_t i, int k, const char *name)
+{
+    double u = sin(0.7 * (double)i + 1.3 * k + 0.1) * 0.9;
+    return name && !strcmp(name, "rv") ? 0.5 + fabs(u) : u;
+}
+
+/* Runs the case on ref and on the launches, and compares every output. */
+static void check_case(Case *c, const char *what)
+{
+    const Graph *g = &c->g;
+    const Node *n = &g->nodes[c->node];
+    CtTensor in[CT_MAX_IN], out[CT_MAX_OUT];
+    void **mem = calloc((size_t)g->nvalues, sizeof *mem);
+    CT_ASSERT(mem != NULL);
+    int nin = 0;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        int64_t count = shape_numel(&val->type.shape);
+        mem[v] = calloc((size_t)count + 1, 8);
+        CT_ASSERT(mem[v] != NULL);
+        if (val->role != CT_ROLE_INPUT)
+            continue;
+        tensor_alloc(&in[nin], val->type);
+        for (int64_t i = 0; i < count; i++) {
+            if (val->type.dtype == CT_I64) {
+                int64_t t = (i * 7 + 3) % g->values[n->in[0]].type.shape.d[1];
+                ((int64_t *)in[nin].data)[i] = ((int64_t *)mem[v])[i] = t;
+            } else {
+                float x = (float)gen(i, nin, val->name);
+                ((float *)in[nin].data)[i] = x;
+                ((float *)mem[v])[phys(val, i)] = x;
+            }
+        }
+        nin++;
+    }
+    CtState st;
+    CtErr err;
+    state_create(&st, g);
+    LibLaunch l[LIB_MAX_LAUNCHES];
+    int nl;
+    size_t scratch_bytes;
+    if (ct_backend_ref.run(g, &st, in, nin, out, &err)) {
+        CHECKF(0, "%s: ref: %s", what, err.msg);
+    } else if (lib_launches(g, n, l, &nl, &scratch_bytes, &err)) {
+        CHECKF(0, "%s: %s", what, err.msg);
+        for (int k = 0; k < g->noutputs; k++)
+            tensor_free(&out[k]);
+    } else {
+        float *scratch = calloc(scratch_bytes / sizeof(float) + 1, sizeof(float));
+        CT_ASSERT(scratch != NULL);
+        for (int j = 0; j < nl; j++) {
+            void *args[LIB_MAX_ARGS] = {0};
+            for (int a = 0; a < l[j].nargs; a++)
+                args[a] = l[j].arg[a].kind == LA_VALUE ? mem[l[j].arg[a].v]
+                          : l[j].arg[a].kind == LA_SCRATCH ? (void *)scratch : NULL;
+            run_launch(&l[j], args);
+        }
+        for (int k = 0; k < g->noutputs; k++) {
+            const Value *val = &g->values[g->outputs[k]];
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < shape_numel(&val->type.shape); i++) {
+                double want = ((float *)out[k].data)[i], got = ((float *)mem[g->outputs[k]])[phys(val, i)];
+                num += (got - want) * (got - want);
+                den += want * want;
+            }
+            double rel = sqrt(num / (den > 0 ? den : 1));
+            CHECKF(rel <= 1e-5, "%s output %d: relative error %.3g", what, k, rel);
+            tensor_free(&out[k]);
+        }
+        free(scratch);
+    }
+    for (int k = 0; k < nin; k++)
+        tensor_free(&in[k]);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        free(mem[v]);
+    free(mem);
+    state_free(&st);
+    graph_free(&c->g);
+}
+
+static void test_data_movement(void)
+{
+    static const int64_t x4[] = {2, 3, 4, 5};
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_permute, 1, &x, (int64_t[]){4, 0, 2, 3, 1}, 5, NULL, 0, 0))
+            check_case(&c, nhwc ? "permute from NHWC" : "permute");
+        graph_init(&c.g);
+        x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_to_layout, 1, &x, (int64_t[]){!nhwc}, 1, NULL, 0, !nhwc))
+            check_case(&c, nhwc ? "to_layout NCHW" : "to_layout NHWC");
+        graph_init(&c.g);
+        x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_slice, 1, &x, (int64_t[]){2, 1, 4, 2}, 4, NULL, 0, nhwc))
+            check_case(&c, "slice");
+        graph_init(&c.g);
+        x = input(&c, "x", 4, (int64_t[]){2, 3, 2, 5}, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_slice_grad, 1, &x, (int64_t[]){2, 1, 5, 2, 6}, 5, NULL, 0, nhwc))
+            check_case(&c, "slice_grad");
+        graph_init(&c.g);
+        x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        ValueId y = input(&c, "y", 4, (int64_t[]){2, 2, 4, 5}, !nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_concat, 2, (ValueId[]){x, y}, (int64_t[]){1}, 1, NULL, 0, nhwc))
+            check_case(&c, "concat");
+        graph_init(&c.g);
+        x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_reshape, 1, &x, (int64_t[]){2, 2, 60}, 3, NULL, 0, 0))
+            check_case(&c, "reshape");
+        for (int mask = 0; mask < 2; mask++) {
+            graph_init(&c.g);
+            x = input(&c, "x", 4, x4, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask ? 0xd : 0x1, mask ? 0 : 1}, 2, NULL, 0, nhwc))
+                check_case(&c, mask ? "reduce_sum over N, H, W" : "reduce_sum over N, keepdim");
+        }
+    }
+}
+
+static void test_rows(void)
+{
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (int dim = 1; dim < 4; dim += 2) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, (int64_t[]){2, 3, 4, 5}, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_softmax, 1, &x, (int64_t[]){dim}, 1, NULL, 0, nhwc))
+                check_case(&c, "softmax");
+            graph_init(&c.g);
+            x = input(&c, "y", 4, (int64_t[]){2, 3, 4, 5}, nhwc, CT_F32);
+            ValueId dy = input(&c, "dy", 4, (int64_t[]){2, 3, 4, 5}, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_softmax_grad, 2, (ValueId[]){x, dy}, (int64_t[]){dim}, 1, NULL, 0, nhwc))
+                check_case(&c, "softmax_grad");
+        }
+    Case c;
+    graph_init(&c.g);
+    ValueId x = input(&c, "x", 3, (int64_t[]){2, 5, 8}, 0, CT_F32), w = input(&c, "w", 1, (int64_t[]){8}, 0, CT_F32);
+    ValueId b = input(&c, "b", 1, (int64_t[]){8}, 0, CT_F32);
+    if (!add_node(&c, CT_OP_layer_norm, 3, (ValueId[]){x, w, b}, NULL, 0, (double[]){1e-6}, 1, 0))
+        check_case(&c, "layer_norm");
+    graph_init(&c.g);
+    x = input(&c, "x", 3, (int64_t[]){2, 5, 8}, 0, CT_F32), w = input(&c, "w", 1, (int64_t[]){8}, 0, CT_F32);
+    ValueId dy = input(&c, "dy", 3, (int64_t[]){2, 5, 8}, 0, CT_F32);
+    if (!add_node(&c, CT_OP_layer_norm_grad, 3, (ValueId[]){x, w, dy}, NULL, 0, (double[]){1e-6}, 1, 0))
+        check_case(&c, "layer_norm_grad");
+}
+
+static void test_batch_norm(void)
+{
+    static const int64_t x4[] = {2, 3, 4, 5}, c1[] = {3};
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (int training = 0; training < 2; training++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+            ValueId b = input(&c, "b", 1, c1, 0, CT_F32), rm = input(&c, "rm", 1, c1, 0, CT_F32);
+            ValueId rv = input(&c, "rv", 1, c1, 0, CT_F32);
+            if (!add_node(&c, CT_OP_batch_norm, 5, (ValueId[]){x, w, b, rm, rv}, (int64_t[]){training}, 1,
+                          (double[]){0.1, 1e-5}, 2, nhwc))
+                check_case(&c, training ? "batch_norm training" : "batch_norm eval");
+            graph_init(&c.g);
+            x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+            rm = input(&c, "rm", 1, c1, 0, CT_F32), rv = input(&c, "rv", 1, c1, 0, CT_F32);
+            ValueId dy = input(&c, "dy", 4, x4, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_batch_norm_grad, 5, (ValueId[]){x, w, rm, rv, dy}, (int64_t[]){training}, 1,
+                          (double[]){1e-5}, 1, nhwc))
+                check_case(&c, training ? "batch_norm_grad training" : "batch_norm_grad eval");
+        }
+}
+
+static void test_loss(void)
+{
+    for (int grad = 0; grad < 2; grad++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32), t = input(&c, "t", 1, (int64_t[]){4}, 0, CT_I64);
+        ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
+        if (!add_node(&c, grad ? CT_OP_cross_entropy_grad : CT_OP_cross_entropy, 2 + grad, (ValueId[]){x, t, dl},
+                      NULL, 0, (double[]){0.1}, 1, 0))
+            check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
+    }
+}
+
+/* A library step's epilogue left to kernels: each activation, a bias add
+ * (broadcast over the channel) and a residual add, NCHW and NHWC. */
+static void test_epilogue(void)
+{
+    static const int64_t x4[] = {2, 3, 4, 5};
+    static const CtOp acts[] = {CT_OP_relu, CT_OP_gelu, CT_OP_gelu, CT_OP_silu, CT_OP_sigmoid, CT_OP_hard_swish,
+                                CT_OP_hard_sigmoid};
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        Case c;
+        for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
+            if (!add_node(&c, acts[a], 1, &x, (int64_t[]){a == 2}, 1, NULL, 0, nhwc))
+                check_case(&c, "activation");
+        }
+        for (int bias = 0; bias < 2; bias++) {
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
+            ValueId r = bias ? input(&c, "b", 4, (int64_t[]){1, 3, 1, 1}, nhwc, CT_F32) : input(&c, "r", 4, x4, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_add, 2, (ValueId[]){x, r}, NULL, 0, NULL, 0, nhwc))
+                check_case(&c, bias ? "bias add" : "residual add");
+        }
+    }
+}
+
+/* Pooling and its gradients: 3x3 stride 2 pad 1 max (resnet's stem), 3x3
+ * stride 2 ceil_mode average with and without the padding counted, 2x2
+ * average, adaptive to 1x1 and to 3x2; NCHW and NHWC. */
+static void test_pool(void)
+{
+    static const int64_t x4[] = {2, 3, 7, 6};
+    static const struct {
+        CtOp op, grad;
+        int64_t a[8];
+        int na;
+    } cases[] = {
+        {CT_OP_max_pool2d, CT_OP_max_pool2d_grad, {3, 3, 2, 2, 1, 1, 0}, 7},
+        {CT_OP_avg_pool2d, CT_OP_avg_pool2d_grad, {3, 3, 2, 2, 1, 1, 1, 1}, 8},
+        {CT_OP_avg_pool2d, CT_OP_avg_pool2d_grad, {3, 3, 2, 2, 1, 1, 1, 0}, 8},
+        {CT_OP_avg_pool2d, CT_OP_avg_pool2d_grad, {2, 2, 2, 2, 0, 0, 0, 1}, 8},
+        {CT_OP_adaptive_avg_pool2d, CT_OP_adaptive_avg_pool2d_grad, {1, 1}, 2},
+        {CT_OP_adaptive_avg_pool2d, CT_OP_adaptive_avg_pool2d_grad, {3, 2}, 2},
+    };
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
+            if (add_node(&c, cases[i].op, 1, &x, cases[i].a, cases[i].na, NULL, 0, nhwc))
+                continue;
+            CtShape ys = c.g.values[c.g.nodes[c.node].out[0]].type.shape;
+            check_case(&c, op_def(cases[i].op)->name);
+            graph_init(&c.g);
+            int max = cases[i].op == CT_OP_max_pool2d;
+            int64_t a[10];
+            memcpy(a, cases[i].a, sizeof cases[i].a);
+            int na = cases[i].na;
+            if (!max) /* the input size after the forward's attributes */
+                a[na++] = x4[2], a[na++] = x4[3];
+            ValueId gx = max ? input(&c, "x", 4, x4, nhwc, CT_F32) : -1;
+            ValueId dy = input(&c, "dy", 4, ys.d, nhwc, CT_F32);
+            if (!add_node(&c, cases[i].grad, max ? 2 : 1, max ? (ValueId[]){gx, dy} : (ValueId[]){dy}, a, na, NULL,
+                          0, nhwc))
+                check_case(&c, op_def(cases[i].grad)->name);
+        }
+}
+
+/* Attention and its gradient, 5 queries over 7 keys. */
+static void test_sdpa(void)
+{
+    for (int grad = 0; grad < 2; grad++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId q = input(&c, "q", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
+        ValueId k = input(&c, "k", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
+        ValueId v = input(&c, "v", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
+        ValueId dy = grad ? input(&c, "dy", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32) : -1;
+        if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, 3 + grad, (ValueId[]){q, k, v, dy}, NULL, 0,
+                      (double[]){0.35}, 1, 0))
+            check_case(&c, grad ? "sdpa_grad" : "sdpa");
+    }
+}
+
+/* What has no kernel is refused by name. */
+static void test_refusals(void)
+{
+    Case c;
+    CtErr err;
+    LibLaunch l[LIB_MAX_LAUNCHES];
+    int nl;
+    size_t scratch;
+    graph_init(&c.g);
+    ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32), t = input(&c, "t", 2, (int64_t[]){4, 7}, 0, CT_F32);
+    if (!add_node(&c, CT_OP_soft_target_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, NULL, 0, 0)) {
+        CHECK(!lib_supports(CT_OP_soft_target_cross_entropy));
+        CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 &&
+              strstr(err.msg, "soft_target_cross_entropy"));
+    }
+    graph_free(&c.g);
+}
+
+int main(void)
+{
+    test_data_movement();
+    test_rows();
+    test_batch_norm();
+    test_loss();
+    test_epilogue();
+    test_pool();
+    test_sdpa();
+    test_refusals();
+    return check_done("test_lib_kernels");
+}

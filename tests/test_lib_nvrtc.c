@@ -1,0 +1,62 @@
+/* The library kernels' CUDA C unit (runtime/cuda/lib_source.c) compiles
+ * with NVRTC for sm_90 (no GPU needed; built with the CUDA toolkit), and
+ * the cubin defines every kernel lib_launch.c names, for f32, f16 and bf16
+ * storage. The compile takes ~7 s of CI's time, and NVRTC is not
+ * instrumented, so the sanitizer build checks the source only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime/cuda/lib_source.h"
+#if defined(CTIMM_HAVE_NVRTC) && !defined(__SANITIZE_ADDRESS__)
+#define COMPILE 1
+#include "codegen/nvrtc.h"
+
+static const char *const kernels[] = {"ct_copy", "ct_fill", "ct_act", "ct_add", "ct_pool", "ct_pool_grad", "ct_reduce_sum", "ct_softmax", "ct_softmax_grad",
+                                      "ct_layer_norm", "ct_layer_norm_grad_x", "ct_layer_norm_grad_w",
+                                      "ct_batch_norm", "ct_batch_norm_grad", "ct_cross_entropy_rows",
+                                      "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
+                                      "ct_sdpa_grad_kv"};
+
+/* Whether the image holds `name` followed by a NUL (a symbol name). */
+static int has_symbol(const unsigned char *img, size_t n, const char *name)
+{
+    size_t len = strlen(name) + 1;
+    for (size_t i = 0; i + len <= n; i++)
+        if (!memcmp(img + i, name, len))
+            return 1;
+    return 0;
+}
+#endif
+
+int main(void)
+{
+    CtBuf src = {0};
+    lib_source(&src);
+    CHECK(src.s && strstr(src.s, "ct_batch_norm_grad") && strstr(src.s, "CT_SFX(name) name##_bf16"));
+#ifdef COMPILE
+    NvrtcCompiler nc;
+    KernelCache cache;
+    NvrtcImage img;
+    CtErr err;
+    CacheOptions opt = {.no_cache = 1};
+    CHECKF(nvrtc_init(&nc, &err) == 0, "%s", err.msg);
+    CHECKF(cache_open(&cache, &opt, &err) == 0, "%s", err.msg);
+    int rc = nvrtc_compile(&nc, &cache, src.s, 90, &img, &err);
+    CHECKF(rc == 0 && !img.is_ptx, "%s", rc ? err.msg : "PTX where a cubin was asked for");
+    if (rc == 0)
+        for (size_t k = 0; k < sizeof kernels / sizeof *kernels; k++)
+            for (int t = 0; t < 3; t++) {
+                char name[64];
+                snprintf(name, sizeof name, "%s_%s", kernels[k], t == 0 ? "f32" : t == 1 ? "f16" : "bf16");
+                CHECKF(has_symbol(img.data, img.size, name), "%s not in the cubin", name);
+            }
+    if (rc == 0)
+        printf("test_lib_nvrtc: %zu-byte cubin for sm_90 from %zu bytes of CUDA C\n", img.size, src.len);
+    cache_close(&cache);
+#else
+    printf("test_lib_nvrtc: built without NVRTC or with the sanitizers; the source is not compiled\n");
+#endif
+    buf_free(&src);
+    return check_done("test_lib_nvrtc");
+}

@@ -1,0 +1,52 @@
+#!/bin/sh
+# Gathers, on this Debian machine, what bench/gpu_check.sh needs on the lent
+# device machine, which reaches no package registry: the .deb files of the
+# Debian packages ctimm builds with (CMakeLists.txt's pkg-config modules,
+# Open MPI's library, headers and mpiexec without its transport plugins,
+# their runtime libraries and pkg-config itself; the device image is
+# Ubuntu-like and has none of them), and timm's benchmark.py (not in timm's
+# pip package). They go to .gpu-deps/, which .git/info/exclude ignores so it
+# travels only as a carried path (about 20 MiB; the tracked tree is ~35, the limit 64).
+# The device builds ctimm itself, against its own CUDA toolkit, which matches
+# its driver; the packages are unpacked there with dpkg -x into a prefix.
+#
+# Then, with the device tool (one call, about 10 minutes of device time):
+#
+#   run  command:   bash bench/gpu_check.sh
+#        carry:     [".gpu-deps"]
+#        timeout_s: 600
+#
+# The reply's output ends with the side-by-side table; $OUT brings back
+# gpu_check.log, table.txt and logs.tar.gz (every log and CSV).
+#
+#   tools/prepare_gpu_check.sh [TIMM_REPO]   (default: the mirror in /work/.mirror)
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TIMM_REPO=${1:-/work/.mirror/huggingface+pytorch-image-models/repo}
+DEPS=$ROOT/.gpu-deps
+PACKAGES="libcjson1 libcjson-dev libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev
+libpng16-16 libpng-dev zlib1g-dev libxxhash0 libxxhash-dev libyaml-0-2 libyaml-dev libopenblas0
+libopenblas0-openmp libopenblas-openmp-dev libgfortran5 pkgconf pkgconf-bin libpkgconf3
+libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15
+libudev1"
+
+exclude=$(git -C "$ROOT" rev-parse --absolute-git-dir)/info/exclude
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >>"$exclude"
+
+rm -rf "$DEPS"
+mkdir -p "$DEPS"
+# apt-get's own status decides nothing: each package is checked below
+# shellcheck disable=SC2086
+(cd "$DEPS" && apt-get download $PACKAGES 2>&1 | grep -v -e '^Get:' -e '^Fetched' -e 'unsandboxed' >&2) || true
+for p in $PACKAGES; do
+    ls "$DEPS/${p}_"*.deb >/dev/null 2>&1 || { echo "prepare_gpu_check: apt-get could not download $p" >&2; exit 1; }
+done
+
+if [ -f "$TIMM_REPO/benchmark.py" ]; then
+    cp "$TIMM_REPO/benchmark.py" "$DEPS/benchmark.py"
+elif ! git -C "$TIMM_REPO" show HEAD:benchmark.py >"$DEPS/benchmark.py" 2>/dev/null; then
+    echo "prepare_gpu_check: timm's benchmark.py not found in $TIMM_REPO (give a timm checkout)" >&2
+    exit 1
+fi
+echo "prepare_gpu_check: $(du -sh "$DEPS" | cut -f1) in $DEPS; now the device call in this script's header" >&2
