@@ -16,8 +16,8 @@
 #include "runtime/cpu/cpu.h"
 
 /* col [CG*KH*KW, OH*OW] (rows ld apart) from the CG channels of one
- * sample's group at x. Each row's in-range columns are one copy (a memcpy
- * at stride 1), its padding zeros. */
+ * sample's group at x. Each row's in-range columns are one copy loop, its
+ * padding zeros. */
 CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int64_t ld)
 {
     const int64_t *a = c->a, P = ld, sw = a[STRIDE_W];
@@ -32,17 +32,23 @@ CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int
                     int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
                     float *r = row + oh * c->OW;
                     if (ih < 0 || ih >= c->H) {
-                        memset(r, 0, (size_t)c->OW * sizeof *r);
+                        for (int64_t ow = 0; ow < c->OW; ow++)
+                            r[ow] = 0;
                         continue;
                     }
-                    memset(r, 0, (size_t)lo * sizeof *r);
-                    memset(r + hi, 0, (size_t)(c->OW - hi) * sizeof *r);
+                    /* loops, not memset/memcpy: the pads are a few columns and
+                     * small images' rows a few dozen, less than a call costs */
+                    for (int64_t ow = 0; ow < lo; ow++)
+                        r[ow] = 0;
+                    for (int64_t ow = hi; ow < c->OW; ow++)
+                        r[ow] = 0;
                     const float *src = xp + ih * c->W; /* input column ow * sw + off */
                     if (sw != 1)
                         for (int64_t ow = lo; ow < hi; ow++)
                             r[ow] = src[ow * sw + off];
-                    else if (hi > lo)
-                        memcpy(r + lo, src + lo + off, (size_t)(hi - lo) * sizeof *r);
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            r[ow] = src[ow + off];
                 }
             }
 }
