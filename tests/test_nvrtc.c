@@ -1,8 +1,11 @@
 /* NVRTC (built only with the CUDA toolkit; no GPU needed): every generated
  * CUDA kernel of test_resnet and test_vit, eval and training graphs, f32
- * and amp f16 and bf16, compiles for sm_90 to a cubin, one translation
- * unit per graph, two graphs at a time; an architecture past NVRTC's gets
- * PTX; a broken source fails with NVRTC's log in the message. */
+ * and amp f16 and bf16, and of channels-last training graphs of the conv
+ * nets (test_resnet, test_efficientnet, test_convnext, as the GPU runs
+ * them: --amp --channels-last) and test_convnext's eval graph, compiles for
+ * sm_90 to a cubin, one translation unit per graph, two graphs at a time;
+ * an architecture past NVRTC's gets PTX; a broken source fails with NVRTC's
+ * log in the message. */
 #include <pthread.h>
 #include <string.h>
 
@@ -13,7 +16,7 @@
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 
-static int build(const char *model, int training, CtDType amp, Graph *g)
+static int build(const char *model, int training, CtDType amp, int channels_last, Graph *g)
 {
     ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
     CtErr err;
@@ -41,6 +44,16 @@ static int build(const char *model, int training, CtDType amp, Graph *g)
             return -1;
         }
         train_step_free(&ts);
+    }
+    if (channels_last) {
+        Graph l;
+        int rc = layout_channels_last(g, &l, &err);
+        graph_free(g);
+        *g = l;
+        if (rc) {
+            CHECKF(0, "%s channels_last: %s", model, err.msg);
+            return -1;
+        }
     }
     return 0;
 }
@@ -73,32 +86,46 @@ static void *compile_jobs(void *arg)
  * thread-safe), one per core. */
 static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
 {
+    typedef struct Case {
+        const char *model;
+        int training;
+        CtDType dtype;
+        int channels_last;
+    } Case;
+    enum { NCASES = 16 };
+    Case cases[NCASES] = {
+        {"test_resnet", 1, CT_F16, 1}, {"test_efficientnet", 1, CT_F16, 1}, {"test_convnext", 1, CT_BF16, 1},
+        {"test_convnext", 0, CT_F32, 0},
+    };
     static const char *const models[] = {"test_resnet", "test_vit"};
     static const CtDType precisions[] = {CT_F32, CT_F16, CT_BF16};
-    Job jobs[12] = {0};
-    int n = 0;
+    int ncases = 4;
     for (int m = 0; m < 2; m++)
         for (int training = 0; training < 2; training++)
-            for (int p = 0; p < 3; p++) {
-                Graph g;
-                FusePlan plan;
-                CtErr err;
-                Job *j = &jobs[n];
-                snprintf(j->name, sizeof j->name, "%s %s %s", models[m], training ? "train" : "eval",
-                         ct_dtype_name(precisions[p]));
-                if (build(models[m], training, precisions[p], &g))
-                    continue;
-                if (fuse_plan(&g, &plan, &err) == 0) {
-                    int ok = render_graph(&g, &plan, 1, &j->src, &j->nkernels, &err) == 0;
-                    CHECKF(ok, "%s: %s", j->name, err.msg);
-                    n += ok;
-                    fuse_free(&plan);
-                } else {
-                    CHECKF(0, "%s: %s", j->name, err.msg);
-                }
-                graph_free(&g);
-            }
-    CHECK(n == 12);
+            for (int p = 0; p < 3; p++)
+                cases[ncases++] = (Case){models[m], training, precisions[p], 0};
+    Job jobs[NCASES] = {0};
+    int n = 0;
+    for (int c = 0; c < ncases; c++) {
+        Graph g;
+        FusePlan plan;
+        CtErr err;
+        Job *j = &jobs[n];
+        snprintf(j->name, sizeof j->name, "%s %s %s%s", cases[c].model, cases[c].training ? "train" : "eval",
+                 ct_dtype_name(cases[c].dtype), cases[c].channels_last ? " channels_last" : "");
+        if (build(cases[c].model, cases[c].training, cases[c].dtype, cases[c].channels_last, &g))
+            continue;
+        if (fuse_plan(&g, &plan, &err) == 0) {
+            int ok = render_graph(&g, &plan, 1, &j->src, &j->nkernels, &err) == 0;
+            CHECKF(ok, "%s: %s", j->name, err.msg);
+            n += ok;
+            fuse_free(&plan);
+        } else {
+            CHECKF(0, "%s: %s", j->name, err.msg);
+        }
+        graph_free(&g);
+    }
+    CHECK(n == NCASES);
     pthread_t th[2];
     Worker w[2];
     for (int t = 0; t < 2; t++) {
