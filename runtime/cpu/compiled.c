@@ -20,6 +20,7 @@
 
 #include "codegen/host_compile.h"
 #include "codegen/render.h"
+#include "ir/graph_hash.h"
 #include "passes/plan.h"
 #include "runtime/backend.h"
 
@@ -48,33 +49,6 @@ static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static Compiled *memo;
 static int have_cc = -1; /* -1: not asked yet */
 static HostCompiler hc;
-
-/* Everything of g that its compiled form depends on (not the names). */
-static XXH128_hash_t graph_key(const Graph *g)
-{
-    XXH3_state_t *st = XXH3_createState();
-    CT_ASSERT(st != NULL);
-    XXH3_128bits_reset(st);
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        int head[3] = {n->op, n->nin, n->nout};
-        XXH3_128bits_update(st, head, sizeof head);
-        XXH3_128bits_update(st, n->in, sizeof *n->in * (size_t)n->nin);
-        XXH3_128bits_update(st, n->out, sizeof *n->out * (size_t)n->nout);
-        XXH3_128bits_update(st, n->iattr, sizeof n->iattr);
-        XXH3_128bits_update(st, n->fattr, sizeof n->fattr);
-    }
-    for (ValueId v = 0; v < g->nvalues; v++) {
-        const Value *val = &g->values[v];
-        int head[4] = {val->type.dtype, val->type.shape.ndim, val->layout, val->role};
-        XXH3_128bits_update(st, head, sizeof head);
-        XXH3_128bits_update(st, val->type.shape.d, sizeof *val->type.shape.d * (size_t)val->type.shape.ndim);
-    }
-    XXH3_128bits_update(st, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    return h;
-}
 
 /* g with its nodes in step order, owning its arrays and nothing of g's
  * (it outlives g in the memo): no names, scopes or state list. */
@@ -201,7 +175,7 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
  * set when there is no C compiler. */
 static Compiled *lookup(const Graph *g, int *unavailable, CtErr *err)
 {
-    XXH128_hash_t key = graph_key(g);
+    XXH128_hash_t key = graph_content_hash(g);
     Compiled *found = NULL;
     CtErr why;
     pthread_mutex_lock(&memo_mu);
