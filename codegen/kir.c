@@ -402,3 +402,28 @@ void kir_free(KirKernel *k)
     free(k->bufs);
     memset(k, 0, sizeof *k);
 }
+
+static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
+
+static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int identity)
+{
+    size_t ou = plan->offset[u], ow = plan->offset[w];
+    if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
+        return 0;
+    size_t nu = value_nbytes(&g->values[u]), nw = value_nbytes(&g->values[w]);
+    if (ou + nu <= ow || ow + nw <= ou)
+        return 0;
+    return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
+}
+
+void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *mark)
+{
+    for (int j = 0; j < k->nloops; j++) {
+        const KirLoop *l = &k->loops[j];
+        for (int a = 0; a < l->nins; a++)
+            for (int b = 0; l->ins[a].op == KIR_LOAD && b < l->nins; b++)
+                if (l->ins[b].op == KIR_STORE && clash(g, plan, k->bufs[l->ins[a].buf].value,
+                                                       k->bufs[l->ins[b].buf].value, l->views[l->ins[a].view].ndim == 0))
+                    mark[k->bufs[l->ins[b].buf].value] = 1;
+    }
+}

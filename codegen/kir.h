@@ -26,6 +26,7 @@
 
 #include "ir/ir.h"
 #include "passes/fuse.h"
+#include "passes/plan.h"
 
 typedef enum KirOp {
     KIR_LOAD,   /* buf[view(i)], converted from the buffer's dtype */
@@ -92,6 +93,10 @@ typedef struct KirOptions {
  * fails for a launch that is a library call or a copy. */
 int kir_lower(const Graph *g, const FusePlan *p, int launch, KirOptions opt, KirKernel *k, CtErr *err);
 void kir_free(KirKernel *k);
+/* The values kernel k stores over memory the plan gives to a value it loads
+ * at other elements (overlapping other than element for element with the
+ * same element size): mark[w] = 1, for the executor to place them apart. */
+void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *mark);
 /* Whether launch `launch` of p is elementwise work kir_lower takes. */
 int kir_lowerable(const FusePlan *p, int launch);
 

@@ -534,3 +534,25 @@ void fuse_dump(const Graph *g, const FusePlan *p, CtBuf *out)
         buf_printf(out, "\n");
     }
 }
+
+void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og)
+{
+    memset(og, 0, sizeof *og);
+    og->nnodes = g->nnodes;
+    og->nvalues = g->nvalues;
+    og->noutputs = g->noutputs;
+    og->nodes = malloc(sizeof *og->nodes * (size_t)(g->nnodes + 1));
+    og->values = malloc(sizeof *og->values * (size_t)(g->nvalues + 1));
+    og->outputs = malloc(sizeof *og->outputs * (size_t)(g->noutputs + 1));
+    CT_ASSERT(og->nodes && og->values && og->outputs);
+    memcpy(og->values, g->values, sizeof *og->values * (size_t)g->nvalues);
+    memcpy(og->outputs, g->outputs, sizeof *og->outputs * (size_t)g->noutputs);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        og->values[v].name = NULL;
+    for (int k = 0; k < g->nnodes; k++) {
+        og->nodes[k] = g->nodes[p->nodes[k]];
+        og->nodes[k].scope = "";
+        for (int o = 0; o < og->nodes[k].nout; o++)
+            og->values[og->nodes[k].out[o]].producer = k;
+    }
+}

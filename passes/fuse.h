@@ -70,6 +70,10 @@ int fuse_is_elementwise(const Graph *g, const Node *n);
 
 int fuse_plan(const Graph *g, FusePlan *p, CtErr *err);
 void fuse_free(FusePlan *p);
+/* og = g with its nodes in p's step order (producers renumbered), owning
+ * its arrays and nothing of g's, so it can outlive g: no names, scopes or
+ * state list. What the executors plan memory over; free with graph_free. */
+void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og);
 /* An independent check: every node in exactly one step, steps in a valid
  * order (each reads only values of earlier steps, its own, or no producer),
  * elementwise steps in one iteration space, the materialisation rule. */

@@ -30,7 +30,7 @@ static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type
 typedef struct Compiled {
     XXH128_hash_t key;
     FusePlan p;
-    Graph og;         /* g's nodes in step order (order_graph) */
+    Graph og;         /* g's nodes in step order (fuse_ordered_graph) */
     MemPlan plan;     /* over og */
     KirKernel *k;     /* per launch; nloops == 0 where the launch is not elementwise */
     int nk;
@@ -49,30 +49,6 @@ static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static Compiled *memo;
 static int have_cc = -1; /* -1: not asked yet */
 static HostCompiler hc;
-
-/* g with its nodes in step order, owning its arrays and nothing of g's
- * (it outlives g in the memo): no names, scopes or state list. */
-static void order_graph(const Graph *g, const FusePlan *p, Graph *og)
-{
-    memset(og, 0, sizeof *og);
-    og->nnodes = g->nnodes;
-    og->nvalues = g->nvalues;
-    og->noutputs = g->noutputs;
-    og->nodes = malloc(sizeof *og->nodes * (size_t)(g->nnodes + 1));
-    og->values = malloc(sizeof *og->values * (size_t)(g->nvalues + 1));
-    og->outputs = malloc(sizeof *og->outputs * (size_t)(g->noutputs + 1));
-    CT_ASSERT(og->nodes && og->values && og->outputs);
-    memcpy(og->values, g->values, sizeof *og->values * (size_t)g->nvalues);
-    memcpy(og->outputs, g->outputs, sizeof *og->outputs * (size_t)g->noutputs);
-    for (ValueId v = 0; v < g->nvalues; v++)
-        og->values[v].name = NULL;
-    for (int k = 0; k < g->nnodes; k++) {
-        og->nodes[k] = g->nodes[p->nodes[k]];
-        og->nodes[k].scope = "";
-        for (int o = 0; o < og->nodes[k].nout; o++)
-            og->values[og->nodes[k].out[o]].producer = k;
-    }
-}
 
 /* Lowers every elementwise launch and compiles them as one unit. */
 static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
@@ -101,38 +77,6 @@ free_src:
     return rc;
 }
 
-/* Whether arena values u and w overlap other than element for element
- * (same place, same element size, u read at element i). */
-static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int identity)
-{
-    size_t ou = plan->offset[u], ow = plan->offset[w];
-    if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
-        return 0;
-    size_t nu = value_nbytes(&g->values[u]), nw = value_nbytes(&g->values[w]);
-    if (ou + nu <= ow || ow + nw <= ou)
-        return 0;
-    return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
-}
-
-/* Stored values of kernel k that clash with a value it loads: own[w] = 1. */
-static void mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *own)
-{
-    for (int j = 0; j < k->nloops; j++) {
-        const KirLoop *l = &k->loops[j];
-        for (int a = 0; a < l->nins; a++) {
-            if (l->ins[a].op != KIR_LOAD)
-                continue;
-            ValueId u = k->bufs[l->ins[a].buf].value;
-            for (int b = 0; b < l->nins; b++)
-                if (l->ins[b].op == KIR_STORE) {
-                    ValueId w = k->bufs[l->ins[b].buf].value;
-                    if (clash(g, plan, u, w, l->views[l->ins[a].view].ndim == 0))
-                        own[w] = 1;
-                }
-        }
-    }
-}
-
 static void free_compiled(Compiled *c)
 {
     for (int l = 0; l < c->nk; l++)
@@ -158,7 +102,7 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
         free(c);
         return -1;
     }
-    order_graph(g, &c->p, &c->og);
+    fuse_ordered_graph(g, &c->p, &c->og);
     c->own = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(c->own != NULL);
     if (plan_memory(&c->og, &c->plan, err) || compile_kernels(g, c, err)) {
@@ -166,7 +110,7 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
         return -1;
     }
     for (int l = 0; l < c->nk; l++)
-        mark_clashes(g, &c->plan, &c->k[l], c->own);
+        kir_mark_clashes(g, &c->plan, &c->k[l], c->own);
     *out = c;
     return 0;
 }

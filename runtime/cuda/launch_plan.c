@@ -19,60 +19,12 @@ unsigned lp_grid(long long items, int sms)
     return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
-/* g with its nodes in step order, owning its arrays, no names or scopes
- * (the memory plan is over this order, as the cpu backend's). */
-static void order_graph(const Graph *g, const FusePlan *p, Graph *og)
-{
-    memset(og, 0, sizeof *og);
-    og->nnodes = g->nnodes, og->nvalues = g->nvalues, og->noutputs = g->noutputs;
-    og->nodes = malloc(sizeof *og->nodes * (size_t)(g->nnodes + 1));
-    og->values = malloc(sizeof *og->values * (size_t)(g->nvalues + 1));
-    og->outputs = malloc(sizeof *og->outputs * (size_t)(g->noutputs + 1));
-    CT_ASSERT(og->nodes && og->values && og->outputs);
-    memcpy(og->values, g->values, sizeof *og->values * (size_t)g->nvalues);
-    memcpy(og->outputs, g->outputs, sizeof *og->outputs * (size_t)g->noutputs);
-    for (ValueId v = 0; v < g->nvalues; v++)
-        og->values[v].name = NULL;
-    for (int k = 0; k < g->nnodes; k++) {
-        og->nodes[k] = g->nodes[p->nodes[k]];
-        og->nodes[k].scope = "";
-        for (int o = 0; o < og->nodes[k].nout; o++)
-            og->values[og->nodes[k].out[o]].producer = k;
-    }
-}
-
-/* Whether arena values u and w overlap other than element for element. */
-static int clash(const Graph *g, const MemPlan *m, ValueId u, ValueId w, int identity)
-{
-    size_t ou = m->offset[u], ow = m->offset[w];
-    if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
-        return 0;
-    size_t nu = value_bytes(&g->values[u]), nw = value_bytes(&g->values[w]);
-    if (ou + nu <= ow || ow + nw <= ou)
-        return 0;
-    return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
-}
-
-/* Values kernel k stores over memory it loads at other elements: spill[w] = 1. */
-static void mark_clashes(const Graph *g, const MemPlan *m, const KirKernel *k, char *spill)
-{
-    for (int j = 0; j < k->nloops; j++) {
-        const KirLoop *l = &k->loops[j];
-        for (int a = 0; a < l->nins; a++)
-            for (int b = 0; l->ins[a].op == KIR_LOAD && b < l->nins; b++)
-                if (l->ins[b].op == KIR_STORE &&
-                    clash(g, m, k->bufs[l->ins[a].buf].value, k->bufs[l->ins[b].buf].value,
-                          l->views[l->ins[a].view].ndim == 0))
-                    spill[k->bufs[l->ins[b].buf].value] = 1;
-    }
-}
-
 static int place_values(const Graph *g, LaunchPlan *lp)
 {
     char *spill = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(spill != NULL);
     for (int l = 0; l < lp->nk; l++)
-        mark_clashes(g, &lp->mem, &lp->k[l], spill);
+        kir_mark_clashes(g, &lp->mem, &lp->k[l], spill);
     size_t end = lp->mem.arena_bytes;
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
@@ -192,7 +144,7 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     memset(lp, 0, sizeof *lp);
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
-    order_graph(g, &lp->fuse, &lp->og);
+    fuse_ordered_graph(g, &lp->fuse, &lp->og);
     lp->nk = lp->fuse.kernels_after;
     lp->k = calloc((size_t)lp->nk + 1, sizeof *lp->k);
     lp->steps = calloc((size_t)lp->fuse.nsteps + 1, sizeof *lp->steps);
