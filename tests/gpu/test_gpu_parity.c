@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../check.h"
+#include "../model_vectors.h"
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
@@ -27,21 +28,6 @@
 #include "runtime/safetensors.h"
 
 enum { SKIP = 77 };
-
-/* ||a-b|| / ||b||; where b is at most 1e-6 everywhere (a structurally zero
- * gradient), max |a-b| / 1e-2 instead (tests/test_cpu.c's rule). */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double diff = 0, norm = 0, maxb = 0, maxd = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        diff += d * d;
-        norm += (double)b[i] * b[i];
-        maxb = fabs(b[i]) > maxb ? fabs(b[i]) : maxb;
-        maxd = fabs(d) > maxd || isnan(d) ? fabs(d) : maxd;
-    }
-    return maxb <= 1e-6 ? maxd / 1e-2 : sqrt(diff / norm);
-}
 
 typedef struct Run {
     CtState s;
@@ -114,41 +100,6 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
     run_free(g, &cu, r1);
     if (r1)
         run_free(g, &replay, r2);
-}
-
-/* The model's reference vectors: x, target, lr 0.1, loss scale. */
-typedef struct Vectors {
-    StFile f;
-    const ModelEntry *m;
-    ModelArgs args;
-    int batch;
-    float lr, scale;
-    CtTensor in[4];
-} Vectors;
-
-static int vectors_open(Vectors *v, const char *model, float scale)
-{
-    char path[512];
-    CtErr err;
-    snprintf(path, sizeof path, "%s/%s.safetensors", test_data_dir(), model);
-    int ok = st_read(path, &v->f, &err) == 0;
-    CHECKF(ok, "%s", err.msg);
-    if (!ok)
-        return -1;
-    const StTensor *x = st_find(&v->f, "input"), *t = st_find(&v->f, "target");
-    v->m = model_find(model);
-    v->args = model_args_default();
-    if (st_meta(&v->f, "num_classes"))
-        v->args.num_classes = atoi(st_meta(&v->f, "num_classes"));
-    v->args.img_size = (int)x->shape[2];
-    v->batch = (int)x->shape[0];
-    v->lr = 0.1f;
-    v->scale = scale;
-    v->in[0] = (CtTensor){{shape_make(4, x->shape), CT_F32}, x->data};
-    v->in[1] = (CtTensor){{shape_make(1, t->shape), CT_I64}, t->data};
-    v->in[2] = (CtTensor){{{0}, CT_F32}, &v->lr};
-    v->in[3] = (CtTensor){{{0}, CT_F32}, &v->scale};
-    return 0;
 }
 
 /* One configuration of a model: precision (f32, f16, bf16), layout, mode. */
