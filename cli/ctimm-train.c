@@ -74,8 +74,9 @@ typedef struct Args {
     const char *amp_dtype;
     double bce_target_thresh; /* < 0: none */
     /* data-parallel training: ranks on this machine (0: as launched), DDP's
-     * bucket size, timm's --dist-bn, the per-step cross-rank check */
-    int nproc_per_node, dist_check_params;
+     * bucket size, timm's --dist-bn and --sync-bn, the per-step cross-rank
+     * check */
+    int nproc_per_node, dist_check_params, sync_bn;
     double bucket_cap_mb;
     const char *dist_bn;
 } Args;
@@ -105,13 +106,13 @@ static const char *const usage =
                    "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
                    "                   [--recovery-interval N] [--start-epoch N]\n"
                    "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
-                   "                   [--dist-check-params]\n"
+                   "                   [--sync-bn] [--dist-check-params]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n";
 
 /* timm train.py flags that this version does not implement yet: refused by name. */
-static const char *const not_yet[] = {"model-ema-force-cpu", "sync-bn", NULL};
+static const char *const not_yet[] = {"model-ema-force-cpu", NULL};
 
 enum { OPT_BASE = 1000 };
 
@@ -139,7 +140,7 @@ enum {
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
 
 /* Data-parallel flags, long only. */
-enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK };
+enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN };
 
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
@@ -329,7 +330,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"recovery-interval", 1, 0, OPT_RECOVERY},
         {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
         {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
-        {"dist-check-params", 0, 0, OPT_DIST_CHECK},
+        {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
@@ -498,6 +499,7 @@ static int parse_args(int argc, char **argv, Args *a)
             break;
         case OPT_DIST_BN: a->dist_bn = optarg; break;
         case OPT_DIST_CHECK: a->dist_check_params = 1; break;
+        case OPT_SYNC_BN: a->sync_bn = 1; break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -594,6 +596,7 @@ static int build_graphs(Run *r, CtErr *err)
     opt.skip_nonfinite = r->amp == CT_F16;
     if (r->world > 1) /* DDP: the gradients averaged over the ranks, in buckets */
         opt.allreduce_bucket_bytes = (int64_t)(r->a.bucket_cap_mb * 1024 * 1024);
+    opt.sync_bn = r->world > 1 && r->a.sync_bn; /* train.py: convert_sync_batchnorm when distributed */
     Graph *gs[2] = {&r->train, &r->eval};
     if (model_build(r->m, &spec, &r->train, err))
         return -1;
@@ -1181,6 +1184,8 @@ static int train(const Args *args, CtDist *dist)
         fprintf(stderr, "%s: --dist-bn %s is not one of reduce, broadcast, none\n", prog, r.a.dist_bn);
         return 2;
     }
+    if (r.a.sync_bn && r.world > 1) /* train.py: sync BN makes the running statistics one already */
+        bn_mode = -1;
     if (r.a.nproc_per_node && dist_launched() && r.a.nproc_per_node != r.world) {
         fprintf(stderr, "%s: --nproc-per-node %d, but the MPI launcher started %d ranks\n", prog, r.a.nproc_per_node,
                 r.world);
@@ -1288,6 +1293,12 @@ static int train(const Args *args, CtDist *dist)
             buckets += r.train.nodes[i].op == CT_OP_allreduce_mean;
         printf("Distributed: %d ranks, global batch %d, gradients averaged in %d buckets of at most %g MiB\n",
                r.world, r.a.batch_size * r.world, buckets, r.a.bucket_cap_mb);
+        int synced = 0;
+        for (int i = 0; i < r.train.nnodes; i++)
+            synced += r.train.nodes[i].op == CT_OP_batch_norm && r.train.nodes[i].iattr[1];
+        if (r.a.sync_bn)
+            printf("Synchronized BatchNorm: %d batch norms normalise by the statistics of the global batch\n",
+                   synced);
     }
     if (r.amp != CT_F32)
         printf("AMP: %s autocast%s\n", r.amp == CT_F16 ? "float16" : "bfloat16",

@@ -75,6 +75,9 @@ typedef struct OptimSpec {
      * the ranks by allreduce_mean buckets of at most this many bytes
      * (DDP's bucket_cap_mb), between the backward and the unscale; 0: none. */
     int64_t allreduce_bucket_bytes;
+    /* --sync-bn: every training batch_norm normalises by the statistics of
+     * all ranks' batches (SyncBatchNorm; iattr sync, ir/ops/norm.c) */
+    int sync_bn;
 } OptimSpec;
 
 /* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the

@@ -309,6 +309,9 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int k = 0, j = 0; k < g->nstate; k++)
         if (g->values[g->state[k]].role == CT_ROLE_PARAM)
             out->params[j++] = g->state[k];
+    for (int i = 0; i < g->nnodes && opt->sync_bn; i++)
+        if (g->nodes[i].op == CT_OP_batch_norm && g->nodes[i].iattr[0])
+            g->nodes[i].iattr[1] = 1;
     if (autodiff(g, out->loss, out->loss_scale, out->params, out->nparams, out->grads, err))
         goto fail;
     /* DDP averages the gradients of the scaled loss; GradScaler unscales after */

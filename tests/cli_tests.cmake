@@ -512,6 +512,7 @@ add_test(NAME bench_refuses_unavailable_cuda COMMAND ${FAIL} "ctimm-bench: --dev
 # training and 20 validation images keeps each run a few steps.
 set(DIST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMPI_MCA_mca_base_component_disable_dlclose=1;PMIX_MCA_mca_base_component_disable_dlclose=1;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp:fast_unwind_on_malloc=0")
 set(TRAIN_DIST "${TRAIN} dist-data --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 --log-interval 1")
+string(REPLACE "test_vit" "test_resnet" TRAIN_DIST_BN "${TRAIN_DIST}")
 add_test(NAME test_dist_two_ranks COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:test_dist>)
 add_test(NAME dist_data COMMAND sh -c
   "rm -rf dist-data && for s in train:4 val:2; do for c in data/shapes-64/\${s%:*}/*; do \
@@ -528,14 +529,22 @@ add_test(NAME dist_train_equals_one_rank COMMAND sh -c
    grep -q '^Distributed: 2 ranks, global batch 8' dist-two.log && \
    test $(grep -c '^Train: 0 ' dist-two.log) -eq 5 && grep -q 'LR: 3.125e-03' dist-two.log && \
    ${RUN} --compare dist-two/last.safetensors dist-one/last.safetensors --tol 1e-5")
+# --sync-bn: 2 ranks x 4 of test_resnet == 1 rank x 8, BN running statistics
+# included (with sync BN they are the global batch's; --dist-bn is off).
+add_test(NAME dist_sync_bn_equals_one_rank COMMAND sh -c
+  "rm -rf sbn-one sbn-two && ${TRAIN_DIST_BN} -b 8 --epochs 2 --output sbn-one > sbn-one.log && \
+   ${TRAIN_DIST_BN} -b 4 --epochs 2 --output sbn-two --nproc-per-node 2 --sync-bn --dist-check-params > sbn-two.log && \
+   grep -q '^Synchronized BatchNorm: [1-9][0-9]* batch norms' sbn-two.log && \
+   ${RUN} --compare sbn-two/last.safetensors sbn-one/last.safetensors --tol 1e-5")
 # A killed rank ends the run within 30 s; --resume goes on (tests/train_dist_kill.sh).
 add_test(NAME dist_kill_resume COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_kill.sh ${TRAIN} dist-data
   --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 -b 4 --log-interval 100)
 add_test(NAME dist_refusals COMMAND sh -c
-  "${FAIL} '--sync-bn .* is not implemented' ${TRAIN} --sync-bn && \
-   WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .* but no MPI launcher' ${TRAIN} && \
+  "WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .* but no MPI launcher' ${TRAIN} && \
    ${FAIL} '--nproc-per-node 3, but the MPI launcher started 2 ranks' \
      ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe ${TRAIN_DIST} --nproc-per-node 3")
-set_tests_properties(dist_train_equals_one_rank dist_kill_resume dist_refusals PROPERTIES FIXTURES_REQUIRED dist_data)
-set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_kill_resume dist_refusals PROPERTIES
+set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_kill_resume dist_refusals PROPERTIES
+  FIXTURES_REQUIRED dist_data)
+set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_kill_resume
+  dist_refusals PROPERTIES
   ENVIRONMENT "${DIST_ENV}")

@@ -2,7 +2,8 @@
  * (passes/bucket.c), allreduce_mean as a copy in a world of one, and, run
  * under `mpirun -np 2`, the communicator (runtime/dist.h) and the step
  * itself: two ranks with half a batch each average to the gradients and
- * update of one rank with the whole batch. */
+ * update of one rank with the whole batch, with synchronised batch norm
+ * (--sync-bn) too, whose ops the ref and cpu backends compute alike. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,12 +17,13 @@
 
 enum { H = 32, CLASSES = 10, CAP = 64 << 10 };
 
-static void build(int batch, int64_t cap, Graph *g, TrainStep *ts)
+static void build(const char *model, int batch, int64_t cap, int sync_bn, Graph *g, TrainStep *ts)
 {
     ModelSpec spec = {.batch_size = batch, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
-    OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .allreduce_bucket_bytes = cap};
+    OptimSpec opt = {
+        .kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .allreduce_bucket_bytes = cap, .sync_bn = sync_bn};
     CtErr err = {{0}};
-    CHECKF(model_build(model_find("test_vit"), &spec, g, &err) == 0, "%s", err.msg);
+    CHECKF(model_build(model_find(model), &spec, g, &err) == 0, "%s", err.msg);
     CHECKF(train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &opt, ts, &err) == 0,
            "%s", err.msg);
 }
@@ -47,7 +49,7 @@ static void test_buckets(void)
 {
     Graph g;
     TrainStep ts;
-    build(4, CAP, &g, &ts);
+    build("test_vit", 4, CAP, 0, &g, &ts);
     int nbuckets = 0, first = -1, later_backward = 0;
     int64_t covered = 0;
     for (int i = 0; i < g.nnodes; i++) {
@@ -115,15 +117,20 @@ static double rel_err(const float *a, const float *b, int64_t n)
 
 /* The graph of `world` ranks with batch b against one rank with world * b:
  * in a world of one, the buckets are copies (the same outputs bit for bit);
- * in a larger world, the averaged gradients and the updated state equal
- * the whole batch's within 1e-5. */
-static void test_step_equals_whole_batch(CtDist *d)
+ * in a larger world, the averaged gradients and the updated state (BN's
+ * running statistics too, with sync_bn) equal the whole batch's within 1e-5. */
+static void test_step_equals_whole_batch(CtDist *d, const char *model, int sync_bn)
 {
     int world = dist_world_size(d), rank = dist_rank(d), b = 2;
     Graph whole, part;
     TrainStep tw, tp;
-    build(b * world, 0, &whole, &tw);
-    build(b, CAP, &part, &tp);
+    build(model, b * world, 0, 0, &whole, &tw);
+    build(model, b, CAP, sync_bn, &part, &tp);
+    int synced = 0;
+    for (int i = 0; i < part.nnodes; i++)
+        synced += (part.nodes[i].op == CT_OP_batch_norm || part.nodes[i].op == CT_OP_batch_norm_grad) &&
+                  part.nodes[i].iattr[1];
+    CHECKF(sync_bn ? synced > 0 : synced == 0, "%s: %d synchronised batch norms", model, synced);
     CtState sw, sp;
     state_create(&sw, &whole);
     state_create(&sp, &part);
@@ -147,7 +154,8 @@ static void test_step_equals_whole_batch(CtDist *d)
             double e = rel_err(state_data(&sp, i), state_data(&sw, i), shape_numel(&sw.e[i].type.shape));
             worst = e > worst ? e : worst;
         }
-    printf("rank %d of %d: gradients and state after one step within %.2g of the whole batch's\n", rank, world, worst);
+    printf("rank %d of %d, %s%s: gradients and state after one step within %.2g of the whole batch's\n", rank, world,
+           model, sync_bn ? " --sync-bn" : "", worst);
     CHECKF(worst <= 1e-5, "%g", worst);
     for (int k = 0; k < whole.noutputs; k++) {
         tensor_free(&ow[k]);
@@ -161,6 +169,94 @@ static void test_step_equals_whole_batch(CtDist *d)
     train_step_free(&tp);
     graph_free(&whole);
     graph_free(&part);
+}
+
+/* Element i of a [B, C, 5, 3] tensor of global sample s, channel c. */
+static float bn_value(int s, int c, int i, int which)
+{
+    return (float)(sin(0.7 * s + 1.3 * c + 0.37 * i + which) * (1 + c) + 0.5 * c);
+}
+
+/* batch_norm and batch_norm_grad in training of samples first, first +
+ * stride, ... (batch of them), sync as given, on backend be: out[0..6) =
+ * y, new running mean, new running var, dx, dweight, dbias. */
+static void bn_ops(const CtBackend *be, int batch, int first, int stride, int sync, CtTensor *out)
+{
+    enum { C = 4, SP = 15 };
+    Graph g;
+    CtErr err = {{0}};
+    graph_init(&g);
+    CtShape xs = {4, {batch, C, 5, 3}}, cs = {1, {C}};
+    ValueId v[6];
+    CtTensor in[6];
+    for (int k = 0; k < 6; k++) {
+        int big = k == 0 || k == 5;
+        v[k] = graph_add_value(&g, (CtType){big ? xs : cs, CT_F32}, CT_ROLE_INPUT, NULL);
+        float *p = malloc(sizeof *p * (size_t)(big ? batch * C * SP : C));
+        CHECK(p != NULL);
+        for (int j = 0; big && j < batch * C * SP; j++)
+            p[j] = bn_value(first + j / (C * SP) * stride, j / SP % C, j % SP, k);
+        for (int c = 0; !big && c < C; c++)
+            p[c] = k == 4 ? 1.0f + 0.25f * c : 0.1f * (c + k);
+        in[k] = (CtTensor){{big ? xs : cs, CT_F32}, p};
+    }
+    Node fw = {.op = CT_OP_batch_norm, .nin = 5, .in = {v[0], v[1], v[2], v[3], v[4]}, .iattr = {1, sync},
+               .fattr = {0.1, 1e-5}};
+    Node bw = {.op = CT_OP_batch_norm_grad, .nin = 5, .in = {v[0], v[1], v[3], v[4], v[5]}, .iattr = {1, sync},
+               .fattr = {1e-5}};
+    int a = graph_add_node(&g, &fw, "bn", &err), b = a >= 0 ? graph_add_node(&g, &bw, "bn", &err) : -1;
+    CHECKF(b >= 0, "%s", err.msg);
+    for (int k = 0; b >= 0 && k < 6; k++)
+        graph_mark_output(&g, k < 3 ? g.nodes[a].out[k] : g.nodes[b].out[k - 3]);
+    CHECKF(b >= 0 && be->run(&g, NULL, in, 6, out, &err) == 0, "%s: %s", be->name, err.msg);
+    for (int k = 0; k < 6; k++)
+        free(in[k].data);
+    graph_free(&g);
+}
+
+/* Synchronised batch norm on a rank's share (the ref and the cpu backend)
+ * against plain batch norm on the whole batch: y and dx of the rank's
+ * samples, the running statistics, and the weight's and bias's gradients
+ * summed over the ranks (each rank keeps its own, as SyncBatchNorm). */
+static void test_sync_bn_ops(CtDist *d)
+{
+    int world = dist_world_size(d), rank = dist_rank(d), b = 3, per = 4 * 15;
+    CtTensor whole[6];
+    bn_ops(&ct_backend_ref, b * world, 0, 1, 0, whole);
+    const CtBackend *bes[2] = {&ct_backend_ref, &ct_backend_cpu};
+    for (int e = 0; e < 2; e++) {
+        CtTensor part[6];
+        bn_ops(bes[e], b, rank, world, 1, part);
+        CtErr err = {{0}};
+        double worst = 0, sums[8];
+        for (int k = 0; k < 8; k++)
+            sums[k] = ((float *)part[4 + k / 4].data)[k % 4];
+        CHECKF(dist_allreduce_sum(d, sums, 8, &err) == 0, "%s", err.msg);
+        for (int k = 0; k < 6; k++) {
+            const float *w = whole[k].data, *p = part[k].data;
+            double e2 = 0, n2 = 0;
+            if (k == 0 || k == 3) /* the rank's samples: rank, rank + world, ... of the whole batch */
+                for (int i = 0; i < b * per; i++) {
+                    double r = w[(i / per * world + rank) * per + i % per];
+                    e2 += (p[i] - r) * (p[i] - r);
+                    n2 += r * r;
+                }
+            else
+                for (int c = 0; c < 4; c++) {
+                    double r = w[c], q = k < 3 ? p[c] : sums[(k - 4) * 4 + c];
+                    e2 += (q - r) * (q - r);
+                    n2 += r * r;
+                }
+            worst = fmax(worst, sqrt(e2 / n2));
+        }
+        printf("rank %d of %d: synchronised batch norm (%s) within %.2g of the whole batch's\n", rank, world,
+               bes[e]->name, worst);
+        CHECKF(worst <= 1e-5, "%s: %g", bes[e]->name, worst);
+        for (int k = 0; k < 6; k++)
+            tensor_free(&part[k]);
+    }
+    for (int k = 0; k < 6; k++)
+        tensor_free(&whole[k]);
 }
 
 /* The collectives, and a difference across ranks caught by name. */
@@ -202,7 +298,9 @@ int main(void)
     if (dist_rank(d) == 0)
         test_buckets();
     test_collectives(d);
-    test_step_equals_whole_batch(d);
+    test_sync_bn_ops(d);
+    test_step_equals_whole_batch(d, "test_vit", 0);
+    test_step_equals_whole_batch(d, "test_resnet", 1);
     /* one verdict for the job: every rank's failures count */
     double failed = check_failures;
     CHECKF(dist_allreduce_sum(d, &failed, 1, &err) == 0, "%s", err.msg);

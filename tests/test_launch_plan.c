@@ -13,10 +13,10 @@
 #include "passes/passes.h"
 #include "runtime/cuda/launch_plan.h"
 
-static int build(const char *model, int training, int amp_cl, Graph *g)
+static int build(const char *model, int training, int amp_cl, int sync_bn, Graph *g)
 {
     ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
-    OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9};
+    OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9, .sync_bn = sync_bn};
     LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
     CtErr err;
     TrainStep ts;
@@ -47,7 +47,7 @@ static void test_models(void)
             LaunchPlan lp;
             CtErr err;
             int training = mode > 0, amp_cl = mode == 2;
-            if (build(models[m], training, amp_cl, &g))
+            if (build(models[m], training, amp_cl, 0, &g))
                 continue;
             if (launch_plan(&g, 132, &lp, &err)) {
                 CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
@@ -98,9 +98,25 @@ static void test_models(void)
         }
 }
 
+/* Batch norm synchronised across ranks needs NCCL: refused, named. */
+static void test_sync_bn_refused(void)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err = {{0}};
+    if (build("test_resnet", 1, 0, 1, &g))
+        return;
+    int rc = launch_plan(&g, 132, &lp, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "(--sync-bn) needs NCCL"), "%s", rc ? err.msg : "planned");
+    if (!rc)
+        launch_plan_free(&lp);
+    graph_free(&g);
+}
+
 int main(void)
 {
     CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
     test_models();
+    test_sync_bn_refused();
     return check_done("test_launch_plan");
 }

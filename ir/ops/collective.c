@@ -21,6 +21,12 @@ static const CtCollective *installed;
 
 void ct_collective_install(const CtCollective *c) { installed = c; }
 const CtCollective *ct_collective(void) { return installed; }
+int ct_collective_world(void) { return installed ? installed->world_size : 1; }
+
+int ct_collective_sum(double *buf, int64_t n)
+{
+    return ct_collective_world() > 1 ? installed->allreduce_sum(installed->ctx, buf, n) : 0;
+}
 
 static int infer_allreduce_mean(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -33,11 +39,9 @@ static void allreduce_mean_ref(const Graph *g, const Node *n, double *const *in,
 {
     int64_t count = shape_numel(in_shape(g, n, 0));
     memcpy(out[0], in[0], sizeof(double) * (size_t)count);
-    if (!installed || installed->world_size <= 1)
-        return;
-    int failed = installed->allreduce_sum(installed->ctx, out[0], count);
-    for (int64_t i = 0; i < count; i++)
-        out[0][i] = failed ? NAN : out[0][i] / installed->world_size;
+    int world = ct_collective_world(), failed = ct_collective_sum(out[0], count);
+    for (int64_t i = 0; i < count && world > 1; i++)
+        out[0][i] = failed ? NAN : out[0][i] / world;
 }
 
 const OpDef op_allreduce_mean = {.name = "allreduce_mean", .min_in = 1, .max_in = 1, .iattr = {"bucket"},

@@ -5,14 +5,19 @@
  *   Train (iattr training=1): outputs y (normalised by the batch's biased
  *   variance), new running_mean and new running_var, the latter updated with
  *   the unbiased variance and `momentum`, exactly as PyTorch; the model writes
- *   them back with assign nodes.
+ *   them back with assign nodes. iattr sync=1 (SyncBatchNorm, set by the
+ *   train step for --sync-bn): the batch statistics span every rank's batch
+ *   through the process's collective (ir/collective.h), and so does its
+ *   gradient's dx.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
  * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy)
  * and layer_norm_grad(x, weight, dy) -> dx, dweight, dbias; in training BN
  * differentiates through the batch statistics, as PyTorch does.
  */
 #include <math.h>
+#include <stdlib.h>
 
+#include "ir/collective.h"
 #include "ops_impl.h"
 
 static int infer_batch_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -37,33 +42,50 @@ static int infer_batch_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
     return 3;
 }
 
-/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
-static void channel_stats(const double *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+/* The batch's statistics of x viewed as [N, C, S]: a malloc'd [2C + 1],
+ * the channels' means, then the count of values a channel has, then their
+ * biased variances. With sync (SyncBatchNorm) they span every rank's batch:
+ * the sums with the count, then the squared deviations from that mean, are
+ * summed over the ranks (two passes, as on one rank); all NaN when the
+ * collective failed. */
+static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, int sync)
 {
-    double sum = 0, sq = 0, count = (double)(N * S);
+    double *st = calloc((size_t)(2 * C + 1), sizeof *st), *var = st + C + 1;
+    CT_ASSERT(st != NULL);
     for (int64_t b = 0; b < N; b++)
-        for (int64_t s = 0; s < S; s++)
-            sum += x[(b * C + c) * S + s];
-    *mean = sum / count;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++)
+                st[c] += x[(b * C + c) * S + s];
+    st[C] = (double)(N * S);
+    int failed = sync && ct_collective_sum(st, C + 1);
+    for (int64_t c = 0; c < C; c++)
+        st[c] /= st[C];
     for (int64_t b = 0; b < N; b++)
-        for (int64_t s = 0; s < S; s++) {
-            double d = x[(b * C + c) * S + s] - *mean;
-            sq += d * d;
-        }
-    *var = sq / count;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) {
+                double d = x[(b * C + c) * S + s] - st[c];
+                var[c] += d * d;
+            }
+    failed = failed || (sync && ct_collective_sum(var, C));
+    for (int64_t c = 0; c < C; c++)
+        var[c] /= st[C];
+    for (int64_t i = 0; i < 2 * C + 1 && failed; i++)
+        st[i] = NAN;
+    return st;
 }
 
 static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    int training = (int)n->iattr[0];
     double momentum = n->fattr[0], eps = n->fattr[1];
+    double *st = n->iattr[0] ? batch_stats(in[0], N, C, S, (int)n->iattr[1]) : NULL;
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
-        if (training) {
-            double count = (double)(N * S);
-            channel_stats(in[0], N, C, S, c, &mean, &var);
+        if (st) {
+            double count = st[C];
+            mean = st[c];
+            var = st[C + 1 + c];
             out[1][c] = (1 - momentum) * in[3][c] + momentum * mean;
             out[2][c] = (1 - momentum) * in[4][c] + momentum * var * count / (count - 1);
         }
@@ -74,6 +96,7 @@ static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, dou
                 out[0][i] = (in[0][i] - mean) * inv * in[1][c] + in[2][c];
             }
     }
+    free(st);
 }
 
 static void batch_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -81,7 +104,7 @@ static void batch_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
     if (dout[0] < 0)
         return;
     ValueId in[5] = {n->in[0], n->in[1], n->in[3], n->in[4], dout[0]};
-    if (emit(e, CT_OP_batch_norm_grad, 5, in, n->iattr, 1, &n->fattr[1], 1, 0) < 0)
+    if (emit(e, CT_OP_batch_norm_grad, 5, in, n->iattr, 2, &n->fattr[1], 1, 0) < 0)
         return;
     for (int k = 0; k < 3; k++)
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
@@ -91,7 +114,7 @@ const OpDef op_batch_norm = {
     .name = "batch_norm",
     .min_in = 5,
     .max_in = 5,
-    .iattr = {"training"},
+    .iattr = {"training", "sync"},
     .fattr = {"momentum", "eps"},
     .infer = infer_batch_norm,
     .ref = batch_norm_ref,
@@ -119,35 +142,47 @@ static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    double M = (double)(N * S);
+    int training = (int)n->iattr[0], sync = training && n->iattr[1];
     const double *dy = in[4];
+    double *st = training ? batch_stats(in[0], N, C, S, sync) : NULL, M = st ? st[C] : (double)(N * S);
+    double *sums = malloc(sizeof *sums * (size_t)(3 * C)), *inv = sums + 2 * C; /* db, dw, 1/std */
+    CT_ASSERT(sums != NULL);
     for (int64_t c = 0; c < C; c++) {
-        double mean = in[2][c], var = in[3][c];
-        if (n->iattr[0])
-            channel_stats(in[0], N, C, S, c, &mean, &var);
-        double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dw = 0;
+        double mean = st ? st[c] : in[2][c], var = st ? st[C + 1 + c] : in[3][c], db = 0, dw = 0;
+        inv[c] = 1 / sqrt(var + n->fattr[0]);
         for (int64_t b = 0; b < N; b++)
             for (int64_t s = 0; s < S; s++) {
                 int64_t i = (b * C + c) * S + s;
                 db += dy[i];
-                dw += dy[i] * (in[0][i] - mean) * inv;
+                dw += dy[i] * (in[0][i] - mean) * inv[c];
             }
-        out[1][c] = dw;
-        out[2][c] = db;
+        out[1][c] = sums[c] = dw;
+        out[2][c] = sums[C + c] = db;
+    }
+    /* SyncBatchNorm: dx through every rank's statistics takes the sums over
+     * all ranks; the weight's and bias's gradients stay this rank's, which
+     * the gradient all-reduce averages like any other */
+    if (sync && ct_collective_sum(sums, 2 * C))
+        for (int64_t c = 0; c < 2 * C; c++)
+            sums[c] = NAN;
+    for (int64_t c = 0; c < C; c++) {
+        double mean = st ? st[c] : in[2][c], dw = sums[c], db = sums[C + c];
         for (int64_t b = 0; b < N; b++)
             for (int64_t s = 0; s < S; s++) {
                 int64_t i = (b * C + c) * S + s;
-                double xhat = (in[0][i] - mean) * inv;
-                out[0][i] = n->iattr[0] ? in[1][c] * inv / M * (M * dy[i] - db - xhat * dw) : dy[i] * in[1][c] * inv;
+                double xhat = (in[0][i] - mean) * inv[c];
+                out[0][i] = training ? in[1][c] * inv[c] / M * (M * dy[i] - db - xhat * dw) : dy[i] * in[1][c] * inv[c];
             }
     }
+    free(st);
+    free(sums);
 }
 
 const OpDef op_batch_norm_grad = {
     .name = "batch_norm_grad",
     .min_in = 5,
     .max_in = 5,
-    .iattr = {"training"},
+    .iattr = {"training", "sync"},
     .fattr = {"eps"},
     .infer = infer_batch_norm_grad,
     .ref = batch_norm_grad_ref,

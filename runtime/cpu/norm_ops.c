@@ -4,10 +4,13 @@
  * loops with statistics and sums in double (the ref kernels' formulas),
  * vectorised sums (several partial sums: a reordering of double additions,
  * far below f32 rounding), channels or rows split among OpenMP threads.
+ * Synchronised batch_norm (SyncBatchNorm) sums over the ranks between
+ * passes over the channels.
  */
 #include <math.h>
 #include <stdlib.h>
 
+#include "ir/collective.h"
 #include "runtime/cpu/cpu.h"
 
 /* Mean and biased variance of channel c of x viewed as [N, C, S]. */
@@ -32,18 +35,67 @@ CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64
     *var = sq / cnt;
 }
 
+/* SyncBatchNorm's statistics over every rank's batch (ir/ops/norm.c's
+ * batch_stats): a malloc'd [2C + 1], the means, the count of values a
+ * channel has, the biased variances; NaN when the collective failed. The
+ * channels' sums run on the threads, the collectives between them on one. */
+CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64_t S)
+{
+    double *st = malloc(sizeof *st * (size_t)(2 * C + 1)), *var = st + C + 1;
+    CT_ASSERT(st != NULL);
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        double sum = 0;
+        for (int64_t b = 0; b < N; b++) {
+            const float *p = x + (b * C + c) * S;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t s = 0; s < S; s++)
+                sum += p[s];
+        }
+        st[c] = sum;
+    }
+    st[C] = (double)(N * S);
+    int failed = ct_collective_sum(st, C + 1);
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        double mean = st[c] / st[C], sq = 0;
+        for (int64_t b = 0; b < N; b++) {
+            const float *p = x + (b * C + c) * S;
+#pragma omp simd reduction(+ : sq)
+            for (int64_t s = 0; s < S; s++)
+                sq += (p[s] - mean) * (p[s] - mean);
+        }
+        st[c] = mean;
+        var[c] = sq;
+    }
+    failed = failed || ct_collective_sum(var, C);
+    for (int64_t c = 0; c < C; c++)
+        var[c] = failed ? NAN : var[c] / st[C];
+    for (int64_t c = 0; c <= C && failed; c++)
+        st[c] = NAN;
+    return st;
+}
+
+static int synced(const Node *n) { return n->iattr[0] && n->iattr[1] && ct_collective_world() > 1; }
+
 CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double momentum = n->fattr[0], eps = n->fattr[1];
+    double *st = synced(n) ? sync_stats(in[0], N, C, S) : NULL;
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (training) {
-            double cnt = (double)(N * S);
-            channel_stats(in[0], N, C, S, c, &mean, &var);
+            double cnt = st ? st[C] : (double)(N * S);
+            if (st) {
+                mean = st[c];
+                var = st[C + 1 + c];
+            } else {
+                channel_stats(in[0], N, C, S, c, &mean, &var);
+            }
             out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
             out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
         }
@@ -56,43 +108,79 @@ CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, 
                 yp[s] = xp[s] * scale + shift;
         }
     }
+    free(st);
+}
+
+/* Channel c's sums of dy and dy * x, and from them the weight's gradient
+ * (sum dy * xhat) and the bias's (sum dy), written to out[1], out[2]. */
+CPU_CLONES static void bn_grad_sums(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c,
+                                    double mean, double inv, float *const *out, double *dw, double *db)
+{
+    double sdy = 0, dxy = 0;
+    for (int64_t b = 0; b < N; b++) {
+        const float *xp = x + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+#pragma omp simd reduction(+ : sdy, dxy)
+        for (int64_t s = 0; s < S; s++) {
+            sdy += dp[s];
+            dxy += (double)dp[s] * xp[s];
+        }
+    }
+    *dw = (dxy - mean * sdy) * inv;
+    *db = sdy;
+    out[1][c] = (float)*dw;
+    out[2][c] = (float)*db;
+}
+
+/* Channel c's dx from the sums db, dw over M values (every rank's with sync):
+ * training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k. */
+CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c,
+                                  int training, double M, double w, double mean, double inv, double dw, double db,
+                                  float *dx)
+{
+    double a = w * inv;
+    double bx = training ? -w * inv / M * dw * inv : 0;
+    double k = training ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
+    for (int64_t b = 0; b < N; b++) {
+        const float *xp = x + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+        float *o = dx + (b * C + c) * S;
+        for (int64_t s = 0; s < S; s++)
+            o[s] = (float)(a * dp[s] + bx * xp[s] + k);
+    }
 }
 
 CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    double M = (double)(N * S);
-    const float *dy = in[4];
+    int training = (int)n->iattr[0];
+    double eps = n->fattr[0];
+    if (!synced(n)) { /* one pass over the channels: x and dy stay in cache between the sums and dx */
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        double mean = in[2][c], var = in[3][c];
-        if (n->iattr[0])
-            channel_stats(in[0], N, C, S, c, &mean, &var);
-        double inv = 1 / sqrt(var + n->fattr[0]), db = 0, dxy = 0;
-        for (int64_t b = 0; b < N; b++) {
-            const float *xp = in[0] + (b * C + c) * S, *dp = dy + (b * C + c) * S;
-#pragma omp simd reduction(+ : db, dxy)
-            for (int64_t s = 0; s < S; s++) {
-                db += dp[s];
-                dxy += (double)dp[s] * xp[s];
-            }
+        for (int64_t c = 0; c < C; c++) {
+            double mean = in[2][c], var = in[3][c], dw, db;
+            if (training)
+                channel_stats(in[0], N, C, S, c, &mean, &var);
+            double inv = 1 / sqrt(var + eps);
+            bn_grad_sums(in[0], in[4], N, C, S, c, mean, inv, out, &dw, &db);
+            bn_grad_dx(in[0], in[4], N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw, db, out[0]);
         }
-        double dw = (dxy - mean * db) * inv; /* sum dy * xhat */
-        out[1][c] = (float)dw;
-        out[2][c] = (float)db;
-        double w = in[1][c];
-        /* training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k */
-        double a = w * inv;
-        double bx = n->iattr[0] ? -w * inv / M * dw * inv : 0;
-        double k = n->iattr[0] ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
-        for (int64_t b = 0; b < N; b++) {
-            const float *xp = in[0] + (b * C + c) * S, *dp = dy + (b * C + c) * S;
-            float *o = out[0] + (b * C + c) * S;
-            for (int64_t s = 0; s < S; s++)
-                o[s] = (float)(a * dp[s] + bx * xp[s] + k);
-        }
+        return;
     }
+    /* SyncBatchNorm: dx takes the sums over all ranks (ir/ops/norm.c) */
+    double *st = sync_stats(in[0], N, C, S), *sums = malloc(sizeof *sums * (size_t)(2 * C));
+    CT_ASSERT(sums != NULL);
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < C; c++)
+        bn_grad_sums(in[0], in[4], N, C, S, c, st[c], 1 / sqrt(st[C + 1 + c] + eps), out, &sums[c], &sums[C + c]);
+    if (ct_collective_sum(sums, 2 * C))
+        for (int64_t c = 0; c < 2 * C; c++)
+            sums[c] = NAN;
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < C; c++)
+        bn_grad_dx(in[0], in[4], N, C, S, c, 1, st[C], in[1][c], st[c], 1 / sqrt(st[C + 1 + c] + eps), sums[c],
+                   sums[C + c], out[0]);
+    free(st);
+    free(sums);
 }
 
 /* Mean and 1/sqrt(biased variance + eps) of one row of D values. */

@@ -284,6 +284,9 @@ static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
     lib_strides(val(b, y), sy);
     if (grad && !same_strides(b, x, n->in[4]))
         return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
+    if (training && n->iattr[1])
+        return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
+                       op_def(n->op)->name);
     CtIndex inner = index_without(xs, 1, sx, sy);
     LibLaunch *l = begin(b, grad ? "ct_batch_norm_grad" : "ct_batch_norm", val(b, y)->type.dtype, xs->d[1]);
     for (int k = 0; k < n->nin; k++)
