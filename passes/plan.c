@@ -81,19 +81,34 @@ static size_t free_take(FreeList *f, size_t size)
     return off;
 }
 
+static int row_major(const Graph *g, ValueId v)
+{
+    return g->values[v].type.shape.ndim != 4 || g->values[v].layout == CT_LAYOUT_CONTIG;
+}
+
+/* Whether node n's output is a view of its input: a reshape between
+ * row-major arena values (the same bytes in the same order). */
+static int is_view(const Graph *g, const Node *n, const char *is_output)
+{
+    return n->op == CT_OP_reshape && in_arena(g, n->in[0], is_output) && in_arena(g, n->out[0], is_output) &&
+           row_major(g, n->in[0]) && row_major(g, n->out[0]) &&
+           g->values[n->in[0]].type.dtype == g->values[n->out[0]].type.dtype;
+}
+
 /* The input of node n whose space output 0 may take: an arena value of the
- * same size read for the last time here, by an op that allows it. */
+ * same size read for the last time here (its whole view group), by an op
+ * that allows it, and that n reads through no other value of its group. */
 static int inplace_input(const Graph *g, const MemPlan *p, int i, const char *is_output)
 {
     const Node *n = &g->nodes[i];
-    if (!op_def(n->op)->inplace || n->nout != 1)
+    if (!op_def(n->op)->inplace || n->nout != 1 || is_view(g, n, is_output))
         return -1;
     size_t want = value_bytes(&g->values[n->out[0]]);
     for (int k = 0; k < n->nin; k++) {
         ValueId v = n->in[k];
         int read_twice = 0;
-        for (int j = 0; j < k; j++)
-            read_twice |= n->in[j] == v;
+        for (int j = 0; j < n->nin; j++) /* the same value again reads the same elements; a view may not */
+            read_twice |= (j < k && n->in[j] == v) || (n->in[j] != v && p->view_of[n->in[j]] == p->view_of[v]);
         if (!read_twice && in_arena(g, v, is_output) && p->last[v] == i && value_bytes(&g->values[v]) == want &&
             (op_def(n->op)->inplace >> k & 1))
             return v;
@@ -107,16 +122,19 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     int nv = g->nvalues;
     p->offset = malloc(sizeof *p->offset * (size_t)(nv ? nv : 1));
     p->alias_of = malloc(sizeof *p->alias_of * (size_t)(nv ? nv : 1));
+    p->view_of = malloc(sizeof *p->view_of * (size_t)(nv ? nv : 1));
     p->first = malloc(sizeof *p->first * (size_t)(nv ? nv : 1));
     p->last = malloc(sizeof *p->last * (size_t)(nv ? nv : 1));
     char *is_output = calloc((size_t)(nv ? nv : 1), 1);
-    CT_ASSERT(p->offset && p->alias_of && p->first && p->last && is_output);
+    char *freed = calloc((size_t)(nv ? nv : 1), 1); /* per view group (its first value) */
+    CT_ASSERT(p->offset && p->alias_of && p->view_of && p->first && p->last && is_output && freed);
     for (int k = 0; k < g->noutputs; k++)
         is_output[g->outputs[k]] = 1;
     for (ValueId v = 0; v < nv; v++) {
         const Value *val = &g->values[v];
         p->offset[v] = PLAN_NONE;
         p->alias_of[v] = -1;
+        p->view_of[v] = v;
         p->first[v] = val->producer >= 0 ? val->producer : 0;
         p->last[v] = is_output[v] ? g->nnodes : p->first[v];
         size_t bytes = (size_t)shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype);
@@ -131,10 +149,21 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
         else
             p->naive_bytes += value_bytes(val);
     }
-    for (int i = 0; i < g->nnodes; i++)
+    for (int i = 0; i < g->nnodes; i++) {
         for (int k = 0; k < g->nodes[i].nin; k++)
             if (p->last[g->nodes[i].in[k]] < i)
                 p->last[g->nodes[i].in[k]] = i;
+        if (is_view(g, &g->nodes[i], is_output))
+            p->view_of[g->nodes[i].out[0]] = p->view_of[g->nodes[i].in[0]];
+    }
+    /* a view group lives from its first value's birth to its last read */
+    for (ValueId v = 0; v < nv; v++)
+        if (p->last[v] > p->last[p->view_of[v]])
+            p->last[p->view_of[v]] = p->last[v];
+    for (ValueId v = 0; v < nv; v++) {
+        p->last[v] = p->last[p->view_of[v]];
+        p->first[v] = p->first[p->view_of[v]];
+    }
 
     FreeList fl = {0};
     for (int i = 0; i < g->nnodes; i++) {
@@ -144,27 +173,23 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
             ValueId v = n->out[k];
             if (!in_arena(g, v, is_output))
                 continue;
-            if (k == 0 && alias >= 0) {
+            if (p->view_of[v] != v) {
+                p->offset[v] = p->offset[p->view_of[v]];
+            } else if (k == 0 && alias >= 0) {
                 p->offset[v] = p->offset[alias];
                 p->alias_of[v] = alias;
             } else {
                 p->offset[v] = free_take(&fl, value_bytes(&g->values[v]));
             }
         }
-        /* Inputs read for the last time here give their space back, unless
+        /* Groups read for the last time here give their space back, unless
          * an output took it; so do outputs nothing reads. */
-        for (int k = 0; k < n->nin; k++) {
-            ValueId v = n->in[k];
-            int seen = 0;
-            for (int j = 0; j < k; j++)
-                seen |= n->in[j] == v;
-            if (!seen && in_arena(g, v, is_output) && p->last[v] == i && v != alias)
-                free_insert(&fl, p->offset[v], value_bytes(&g->values[v]));
-        }
-        for (int k = 0; k < n->nout; k++) {
-            ValueId v = n->out[k];
-            if (in_arena(g, v, is_output) && p->last[v] == i)
-                free_insert(&fl, p->offset[v], value_bytes(&g->values[v]));
+        for (int k = 0; k < n->nin + n->nout; k++) {
+            ValueId v = k < n->nin ? n->in[k] : n->out[k - n->nin], r = p->view_of[v];
+            if (in_arena(g, v, is_output) && p->last[v] == i && !freed[r] && (alias < 0 || r != p->view_of[alias])) {
+                free_insert(&fl, p->offset[r], value_bytes(&g->values[r]));
+                freed[r] = 1;
+            }
         }
         if (fl.end > p->arena_bytes)
             p->arena_bytes = fl.end;
@@ -174,6 +199,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     free(fl.off);
     free(fl.size);
     free(is_output);
+    free(freed);
     (void)err;
     return 0;
 }
@@ -182,6 +208,7 @@ void plan_free(MemPlan *p)
 {
     free(p->offset);
     free(p->alias_of);
+    free(p->view_of);
     free(p->first);
     free(p->last);
     memset(p, 0, sizeof *p);
@@ -218,9 +245,12 @@ int plan_check(const Graph *g, const MemPlan *p, CtErr *err)
         for (int b = a + 1; b < n && p->offset[vs[b]] < end_a && rc == 0; b++) {
             ValueId vb = vs[b];
             int disjoint_time = p->last[va] < p->first[vb] || p->last[vb] < p->first[va];
-            int in_place = (p->alias_of[vb] == va && p->last[va] == p->first[vb]) ||
-                           (p->alias_of[va] == vb && p->last[vb] == p->first[va]);
-            if (!disjoint_time && !in_place)
+            /* an in-place output (or a view of it) over the group of the input it took */
+            int ra = p->view_of[va], rb = p->view_of[vb];
+            int in_place = (p->alias_of[rb] >= 0 && p->view_of[p->alias_of[rb]] == ra && p->last[va] == p->first[vb]) ||
+                           (p->alias_of[ra] >= 0 && p->view_of[p->alias_of[ra]] == rb && p->last[vb] == p->first[va]);
+            int one_view = p->view_of[va] == p->view_of[vb] && p->offset[va] == p->offset[vb];
+            if (!disjoint_time && !in_place && !one_view)
                 rc = ct_fail(err, "plan: values %%%d and %%%d are live together (nodes %d-%d and %d-%d) and overlap",
                              va, vb, p->first[va], p->last[va], p->first[vb], p->last[vb]);
         }

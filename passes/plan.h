@@ -2,9 +2,13 @@
  * Memory planning: liveness over the scheduled graph and an offset for every
  * activation and gradient in one arena, reusing the space of values that
  * have died (best fit), and letting an elementwise op write over an input it
- * reads for the last time. Graph inputs, outputs and the persistent state
- * (params, buffers, optimizer state) are not in the arena: inputs and state
- * have their own blocks and outputs are never overwritten.
+ * reads for the last time. A reshape between row-major values is a view: its
+ * output takes its input's space (the same bytes in the same order), and the
+ * space lives until the last read of any of them, so executors skip the copy
+ * (a reshape whose output and input have one address). Graph inputs, outputs
+ * and the persistent state (params, buffers, optimizer state) are not in the
+ * arena: inputs and state have their own blocks and outputs are never
+ * overwritten.
  */
 #ifndef CTIMM_PLAN_H
 #define CTIMM_PLAN_H
@@ -19,6 +23,8 @@
 typedef struct MemPlan {
     size_t *offset;   /* per value: byte offset in the arena, PLAN_NONE if not there */
     int *alias_of;    /* per value: the input whose space it took in place, or -1 */
+    int *view_of;     /* per value: the value whose space it shares as a view (the first of a
+                       * chain of reshapes), itself if none; a view's first/last are its group's */
     int *first, *last; /* per value: live from node first to node last (inclusive) */
     size_t arena_bytes; /* peak: the arena's size */
     size_t naive_bytes; /* every arena value in its own space */
@@ -28,7 +34,8 @@ typedef struct MemPlan {
 int plan_memory(const Graph *g, MemPlan *plan, CtErr *err);
 void plan_free(MemPlan *plan);
 /* An independent check of a plan: no two values live at the same time
- * overlap in the arena, except an in-place output and the input it took. */
+ * overlap in the arena, except an in-place output and the input it took and
+ * the values of one view group, which must have one offset. */
 int plan_check(const Graph *g, const MemPlan *plan, CtErr *err);
 
 #endif

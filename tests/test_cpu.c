@@ -267,6 +267,8 @@ static void test_gemm_ops(void)
         {"matmul batched", CT_OP_matmul, 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 6, 4}}}, {0}, {0}},
         {"matmul shared b", CT_OP_matmul, 2, {{3, {2, 5, 6}}, {2, {6, 4}}}, {0}, {0}},
         {"sdpa", CT_OP_sdpa, 3, {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}}, {0}, {0.35}},
+        /* rows of 37 keys: two 16-column blocks of the softmax and a padded one */
+        {"sdpa 37 keys", CT_OP_sdpa, 3, {{4, {2, 2, 9, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 2, 37, 8}}}, {0}, {0.35}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);

@@ -55,7 +55,7 @@ static void test_models(void)
                 continue;
             }
             CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
-            int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0;
+            int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0;
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -65,6 +65,12 @@ static void test_models(void)
                     for (int j = 0; j < k->nloops; j++)
                         CHECK(k->loops[j].numel <= (long long)st->grid * st->block ||
                               st->grid == 132 * LP_BLOCKS_PER_SM);
+                }
+                if (st->kind == LP_LIB && lp.fuse.steps[st->fuse_step].view) { /* no copy where the plan made a view */
+                    const Node *r = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step].first]];
+                    int same = lp.offset[r->in[0]] == lp.offset[r->out[0]];
+                    CHECKF(same == (st->nlib == 0), "%s: view step %d has %d launches", models[m], s, st->nlib);
+                    views += same;
                 }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
@@ -87,6 +93,7 @@ static void test_models(void)
                     strcat(strcat(missing, " "), st->op);
             }
             CHECK(count[LP_UNSUPPORTED] == lp.unsupported && lp.device_bytes >= lp.mem.arena_bytes);
+            CHECKF(views > 0 || m != 1, "%s mode %d: every reshape copies", models[m], mode);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             printf("test_launch_plan: %s %s: %d kernels, %d GEMM, %d conv (%d with an NHWC filter copy), "
                    "%d library, %d copies; %zu device bytes; no kernel yet:%s\n",

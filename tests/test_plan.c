@@ -1,5 +1,6 @@
 /* Memory planning: the independent checker accepts the plans of every kind
- * of graph (eval, train with each optimizer), catches a corrupted plan, and
+ * of graph (eval, train with each optimizer), reshapes are views, it
+ * catches a corrupted plan, and
  * resnet50's training step at batch 256 fits in well under the naive sum. */
 #include <string.h>
 
@@ -47,6 +48,25 @@ static void test_plans_check(void)
             for (int v = 0; v < g.nvalues; v++)
                 aliased += p.alias_of[v] >= 0;
             CHECKF(aliased > 0, "%s mode %d: nothing computed in place", models[m], mode);
+            /* a reshape between row-major arena values is a view: its input's
+             * address, and the group's space outlives every read of each */
+            int views = 0;
+            for (int i = 0; i < g.nnodes; i++) {
+                const Node *n = &g.nodes[i];
+                ValueId x = n->in[0], y = n->out[0];
+                if (n->op != CT_OP_reshape || p.offset[x] == PLAN_NONE || p.offset[y] == PLAN_NONE ||
+                    (g.values[x].layout != CT_LAYOUT_CONTIG && g.values[x].type.shape.ndim == 4) ||
+                    (g.values[y].layout != CT_LAYOUT_CONTIG && g.values[y].type.shape.ndim == 4))
+                    continue;
+                views++;
+                CHECKF(p.offset[y] == p.offset[x] && p.view_of[y] == p.view_of[x] && p.last[x] == p.last[y],
+                       "%s mode %d: reshape %%%d -> %%%d is not a view", models[m], mode, x, y);
+                for (int j = i + 1; j < g.nnodes; j++)
+                    for (int k = 0; k < g.nodes[j].nin; k++)
+                        CHECKF(g.nodes[j].in[k] != y || j <= p.last[x], "%s: %%%d read after its view's space died",
+                               models[m], y);
+            }
+            CHECKF(views > 0 || m != 1, "%s mode %d: no views", models[m], mode);
             plan_free(&p);
             graph_free(&g);
         }

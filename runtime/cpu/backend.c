@@ -11,6 +11,7 @@
  * on f32 copies and round the results to the output's dtype, as the ref
  * backend rounds its doubles. f64 nodes are not supported.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,40 @@ float *cpu_floats(int64_t n)
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
     CT_ASSERT(p != NULL);
     return p;
+}
+
+typedef struct Scratch {
+    float *p[CPU_SCRATCH_SLOTS];
+    int64_t n[CPU_SCRATCH_SLOTS];
+} Scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *arg)
+{
+    Scratch *s = arg;
+    for (int k = 0; k < CPU_SCRATCH_SLOTS; k++)
+        free(s->p[k]);
+    free(s);
+}
+
+static void scratch_key_create(void) { CT_ASSERT(pthread_key_create(&scratch_key, scratch_free) == 0); }
+
+float *cpu_scratch(int slot, int64_t n)
+{
+    pthread_once(&scratch_once, scratch_key_create);
+    Scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        CT_ASSERT(s != NULL && pthread_setspecific(scratch_key, s) == 0);
+    }
+    if (s->n[slot] < n) {
+        free(s->p[slot]);
+        s->p[slot] = cpu_floats(n);
+        s->n[slot] = n;
+    }
+    return s->p[slot];
 }
 
 static int storable(CtDType t)

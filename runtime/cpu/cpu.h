@@ -36,6 +36,14 @@ static inline int64_t cpu_in_numel(const Graph *g, const Node *n, int i) { retur
 /* malloc that aborts when memory runs out (kernels have no error path). */
 float *cpu_floats(int64_t n);
 
+/* The calling thread's scratch buffer `slot` of at least n floats, kept
+ * between kernel calls and valid until the thread's next call for that
+ * slot; freed when the thread ends. Buffers of megabytes malloc'd and freed
+ * at every call came back as fresh pages (glibc returns the heap's top to
+ * the system), faulted in and cleared again each time. */
+enum { CPU_SCRATCH_COLS, CPU_SCRATCH_ROWS, CPU_SCRATCH_ATTN, CPU_SCRATCH_ATTN_GRAD, CPU_SCRATCH_SLOTS };
+float *cpu_scratch(int slot, int64_t n);
+
 #define CPU_KERNELS(X)                                                                                    \
     X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(linear) X(matmul) X(sdpa) X(sdpa_grad)         \
     X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(act_grad) X(add) X(mul)  \

@@ -43,6 +43,17 @@ static int place_values(const Graph *g, LaunchPlan *lp)
     return 0;
 }
 
+/* Whether every reshape of view step fs has its input's address. */
+static int same_address(const LaunchPlan *lp, const Graph *g, const FuseStep *fs)
+{
+    for (int j = 0; j < fs->n; j++) {
+        const Node *n = &g->nodes[lp->fuse.nodes[fs->first + j]];
+        if (lp->offset[n->out[0]] == PLAN_NONE || lp->offset[n->out[0]] != lp->offset[n->in[0]])
+            return 0;
+    }
+    return 1;
+}
+
 static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
 {
     LpStep *st = &lp->steps[lp->nsteps++];
@@ -169,8 +180,9 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
         } else if (fs->kind == FUSE_LIBRARY) {
             if (library_step(g, lp, s, err))
                 goto fail;
-        } else if (fs->view) { /* its own memory, as on the cpu backend: a copy */
-            if (add_launches(g, lp, fs, 0, add_step(lp, LP_LIB, s), err))
+        } else if (fs->view) { /* a copy, unless the memory plan gave it its input's address */
+            LpStep *st = add_step(lp, LP_LIB, s);
+            if (!same_address(lp, g, fs) && add_launches(g, lp, fs, 0, st, err))
                 goto fail;
         } else if (!kir_lowerable(&lp->fuse, fs->launch)) {
             LpStep *st = add_step(lp, LP_UNSUPPORTED, s);
