@@ -134,36 +134,50 @@ typedef struct FuseOut {
     int sm, cache_stats, no_cache;
 } FuseOut;
 
-/* --compile: the graph's elementwise kernels as one translation unit,
- * through the kernel cache: host C by cc, or CUDA C by NVRTC for sm_<sm>. */
+/* --compile: the graph's elementwise kernels as translation units
+ * (codegen/units.h) compiled in parallel through the kernel cache: host C
+ * by cc, or CUDA C by NVRTC for sm_<sm>. The cache counts units. */
 static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o, CtBuf *out, CtErr *err)
 {
-    int cuda = !strcmp(o->compile, "cuda"), nk, rc = -1;
-    CtBuf src = {0};
+    int cuda = !strcmp(o->compile, "cuda"), nk = fp->kernels_after, rc = -1;
+    KirKernel *k = calloc((size_t)nk + 1, sizeof *k);
+    KernelUnits units;
     KernelCache cache;
-    if (render_graph(g, fp, cuda, &src, &nk, err))
-        return -1;
-    if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache}, err)) {
-        buf_free(&src);
-        return -1;
-    }
+    CT_ASSERT(k != NULL);
+    for (int l = 0; l < nk; l++)
+        if (kir_lowerable(fp, l) && kir_lower(g, fp, l, (KirOptions){KIR_F32, cuda}, &k[l], err))
+            goto free_kernels;
+    units_make(k, nk, UNIT_LOOPS, cuda, &units);
+    if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache}, err))
+        goto free_units;
     if (!cuda) {
         HostCompiler hc;
-        HostModule mod = {0};
-        if (host_compiler_init(&hc, err) == 0 && host_compile(&hc, &cache, src.s, &mod, err) == 0) {
-            buf_printf(out, "compiled: %d host kernels (%s)\n", nk, hc.version);
-            host_module_close(&mod);
+        HostModule *mods = calloc((size_t)units.n + 1, sizeof *mods);
+        CT_ASSERT(mods != NULL);
+        if (host_compiler_init(&hc, err) == 0 && host_compile_units(&hc, &cache, &units, mods, err) == 0) {
+            buf_printf(out, "compiled: %d host kernels (%s) in %d translation unit%s\n", units.nkernels, hc.version,
+                       units.n, units.n == 1 ? "" : "s");
+            for (int j = 0; j < units.n; j++)
+                host_module_close(&mods[j]);
             rc = 0;
         }
+        free(mods);
     } else {
 #ifdef CTIMM_HAVE_NVRTC
         NvrtcCompiler nc;
-        NvrtcImage img;
-        if (nvrtc_init(&nc, err) == 0 && nvrtc_compile(&nc, &cache, src.s, o->sm, &img, err) == 0) {
-            buf_printf(out, "compiled: %d CUDA kernels for sm_%d (%s, %zu bytes, NVRTC %s)\n", nk, o->sm,
-                       img.is_ptx ? "PTX" : "cubin", img.size, nc.version);
+        NvrtcImage *imgs = calloc((size_t)units.n + 1, sizeof *imgs);
+        CT_ASSERT(imgs != NULL);
+        if (nvrtc_init(&nc, err) == 0 && nvrtc_compile_units(&nc, &cache, &units, o->sm, imgs, err) == 0) {
+            size_t bytes = 0;
+            for (int j = 0; j < units.n; j++)
+                bytes += imgs[j].size;
+            /* every unit has the same kind: the architecture is picked by sm alone */
+            buf_printf(out, "compiled: %d CUDA kernels for sm_%d (%s, %zu bytes, NVRTC %s) in %d translation unit%s\n",
+                       units.nkernels, o->sm, imgs[0].is_ptx ? "PTX" : "cubin", bytes, nc.version, units.n,
+                       units.n == 1 ? "" : "s");
             rc = 0;
         }
+        free(imgs);
 #else
         ct_fail(err, "--compile cuda: this build has no NVRTC (the CUDA toolkit was not found at configure time)");
 #endif
@@ -171,12 +185,17 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
     if (rc == 0 && o->cache_stats) {
         CacheStats st = cache_stats(&cache);
         buf_printf(out, "kernel cache: %s: %llu compiled, %llu from memory, %llu from disk, %llu corrupt entries "
-                        "replaced\n",
+                        "replaced (one entry per translation unit)\n",
                    cache.dir ? cache.dir : "(--no-cache)", (unsigned long long)st.compiles,
                    (unsigned long long)st.mem_hits, (unsigned long long)st.disk_hits, (unsigned long long)st.corrupt);
     }
     cache_close(&cache);
-    buf_free(&src);
+free_units:
+    units_free(&units);
+free_kernels:
+    for (int l = 0; l < nk; l++)
+        kir_free(&k[l]);
+    free(k);
     return rc;
 }
 

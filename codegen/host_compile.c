@@ -155,6 +155,31 @@ int host_compile(const HostCompiler *hc, KernelCache *cache, const char *source,
     return load_blob(hc, blob, n, m, err);
 }
 
+/* The pool's context: where each unit's module goes. */
+typedef struct UnitsCtx {
+    const HostCompiler *hc;
+    KernelCache *cache;
+    HostModule *mods;
+} UnitsCtx;
+
+static int compile_unit(void *ctx, int unit, const char *source, CtErr *err)
+{
+    UnitsCtx *c = ctx;
+    return host_compile(c->hc, c->cache, source, &c->mods[unit], err);
+}
+
+int host_compile_units(const HostCompiler *hc, KernelCache *cache, const KernelUnits *u, HostModule *mods, CtErr *err)
+{
+    UnitsCtx c = {hc, cache, mods};
+    for (int j = 0; j < u->n; j++)
+        mods[j].dl = NULL;
+    if (units_compile(u, compile_unit, &c, err) == 0)
+        return 0;
+    for (int j = 0; j < u->n; j++)
+        host_module_close(&mods[j]);
+    return -1;
+}
+
 HostKernelFn host_kernel(const HostModule *m, int launch)
 {
     char name[32];

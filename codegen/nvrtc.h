@@ -12,6 +12,7 @@
 #define CTIMM_NVRTC_H
 
 #include "codegen/cache.h"
+#include "codegen/units.h"
 
 typedef struct NvrtcCompiler {
     char version[32]; /* "13.0" */
@@ -30,5 +31,10 @@ int nvrtc_init(NvrtcCompiler *nc, CtErr *err);
  * with line numbers and the whole log go to stderr. */
 int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, NvrtcImage *img,
                   CtErr *err);
+/* Every unit of u compiled (or found in the cache) into imgs[unit], the
+ * units in parallel (codegen/units.h); on failure err holds the lowest
+ * failing unit's message. */
+int nvrtc_compile_units(const NvrtcCompiler *nc, KernelCache *cache, const KernelUnits *u, int sm, NvrtcImage *imgs,
+                        CtErr *err);
 
 #endif

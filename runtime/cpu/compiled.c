@@ -19,7 +19,6 @@
 #include <xxhash.h>
 
 #include "codegen/host_compile.h"
-#include "codegen/render.h"
 #include "ir/graph_hash.h"
 #include "passes/plan.h"
 #include "runtime/backend.h"
@@ -34,7 +33,9 @@ typedef struct Compiled {
     MemPlan plan;     /* over og */
     KirKernel *k;     /* per launch; nloops == 0 where the launch is not elementwise */
     int nk;
-    HostModule mod;
+    HostModule *mods; /* per translation unit (codegen/units.h) */
+    int nmods;
+    HostKernelFn *fn; /* per launch: ct_k<launch> from its unit's module, NULL where no kernel */
     char *own;        /* per value: stored over what its kernel reads elsewhere, so not in the arena */
     /* The arena, kept from run to run: a training step's activations are
      * hundreds of MiB, and a fresh malloc gives fresh pages that fault in
@@ -50,30 +51,37 @@ static Compiled *memo;
 static int have_cc = -1; /* -1: not asked yet */
 static HostCompiler hc;
 
-/* Lowers every elementwise launch and compiles them as one unit. */
+/* Lowers every elementwise launch, compiles them as translation units in
+ * parallel and finds each launch's function in its unit's module. */
 static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
 {
-    CtBuf src = {0};
+    KernelUnits units;
     KernelCache cache;
     int rc = -1;
     c->nk = c->p.kernels_after;
     c->k = calloc((size_t)c->nk + 1, sizeof *c->k);
-    CT_ASSERT(c->k != NULL);
-    render_c_prelude(&src);
+    c->fn = calloc((size_t)c->nk + 1, sizeof *c->fn);
+    CT_ASSERT(c->k && c->fn);
     for (int l = 0; l < c->nk; l++)
-        if (kir_lowerable(&c->p, l)) {
-            /* f32 as the cpu kernels compute, on row-major memory */
-            if (kir_lower(g, &c->p, l, (KirOptions){KIR_F32, 0}, &c->k[l], err))
-                goto free_src;
-            render_c_kernel(&c->k[l], &src);
-        }
+        /* f32 as the cpu kernels compute, on row-major memory */
+        if (kir_lowerable(&c->p, l) && kir_lower(g, &c->p, l, (KirOptions){KIR_F32, 0}, &c->k[l], err))
+            return -1;
+    units_make(c->k, c->nk, UNIT_LOOPS, 0, &units);
+    c->mods = calloc((size_t)units.n + 1, sizeof *c->mods);
+    CT_ASSERT(c->mods != NULL);
     /* no usable cache directory: compile without one */
     if (cache_open(&cache, NULL, err) && cache_open(&cache, &(CacheOptions){.no_cache = 1}, err))
-        goto free_src;
-    rc = host_compile(&hc, &cache, src.s, &c->mod, err); /* the module is loaded: the cache may go */
+        goto free_units;
+    rc = host_compile_units(&hc, &cache, &units, c->mods, err); /* the modules are loaded: the cache may go */
     cache_close(&cache);
-free_src:
-    buf_free(&src);
+    if (rc)
+        goto free_units;
+    c->nmods = units.n;
+    for (int l = 0; l < c->nk && !rc; l++)
+        if (units.unit[l] >= 0 && !(c->fn[l] = host_kernel(&c->mods[units.unit[l]], l)))
+            rc = ct_fail(err, "the compiled kernels have no ct_k%d (translation unit %d)", l, units.unit[l]);
+free_units:
+    units_free(&units);
     return rc;
 }
 
@@ -82,7 +90,10 @@ static void free_compiled(Compiled *c)
     for (int l = 0; l < c->nk; l++)
         kir_free(&c->k[l]);
     free(c->k);
-    host_module_close(&c->mod);
+    for (int j = 0; j < c->nmods; j++)
+        host_module_close(&c->mods[j]);
+    free(c->mods);
+    free(c->fn);
     plan_free(&c->plan);
     free(c->og.nodes);
     free(c->og.values);
@@ -189,7 +200,7 @@ static void run_steps(const Compiled *c, void **ptr)
                 CT_ASSERT(args != NULL);
                 for (int b = 0; b < k->nbufs; b++)
                     args[b] = ptr[k->bufs[b].value];
-                host_kernel(&c->mod, st->launch)(args);
+                c->fn[st->launch](args);
                 free(args);
             }
             last_launch = st->launch;

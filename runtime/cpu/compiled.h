@@ -1,8 +1,9 @@
 /*
  * The cpu backend's fused path (compiled.c): a graph runs as the steps of
  * its fusion plan (passes/fuse.h). Elementwise launches are host kernels
- * rendered from kernel IR and compiled into one shared object per graph
- * through the kernel cache (codegen/); library steps, copies and views run
+ * rendered from kernel IR and compiled into a shared object per translation
+ * unit (codegen/units.h: a few per graph, compiled in parallel) through the
+ * kernel cache (codegen/); library steps, copies and views run
  * node by node on backend.c's kernels. The memory plan is made over the
  * nodes in step order, so it matches what runs.
  */

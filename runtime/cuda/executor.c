@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "codegen/nvrtc.h"
-#include "codegen/render.h"
 #include "runtime/cuda/blaslt.h"
 #include "runtime/cuda/dnn.h"
 #include "runtime/cuda/driver.h"
@@ -38,7 +37,9 @@ struct CudaExec {
 struct CudaProgram {
     CudaExec *ex;
     LaunchPlan lp;
-    CUmodule gen, lib;
+    CUmodule *gen;       /* the generated kernels: per translation unit (codegen/units.h) */
+    int ngen;            /* of them loaded */
+    CUmodule lib;
     CUfunction *kfn;     /* per launch id */
     CUfunction **libfn;  /* per step: one per LibLaunch */
     CUfunction *mirrorfn; /* per step: its filter copy's kernel, where mirrored */
@@ -139,40 +140,59 @@ static CUdeviceptr addr(const CudaProgram *pr, ValueId v)
     return pr->block + pr->lp.offset[v];
 }
 
+/* The device's architecture as NVRTC takes it: 90 for sm_90. */
+static int device_sm(const CudaExec *ex) { return ex->info.major * 10 + ex->info.minor; }
+
+static int load_image(CudaExec *ex, const NvrtcImage *img, CUmodule *mod, CtErr *err)
+{
+    return cu_check(ex, ex->drv.ModuleLoadData(mod, img->data), err, "loading a %zu-byte %s", img->size,
+                    img->is_ptx ? "PTX module" : "cubin");
+}
+
 /* NVRTC's image of `source` for this device, loaded as a module. */
 static int load_module(CudaExec *ex, const char *source, CUmodule *mod, CtErr *err)
 {
     NvrtcImage img;
-    if (nvrtc_compile(&ex->nc, &ex->cache, source, ex->info.major * 10 + ex->info.minor, &img, err))
+    if (nvrtc_compile(&ex->nc, &ex->cache, source, device_sm(ex), &img, err))
         return -1;
-    return cu_check(ex, ex->drv.ModuleLoadData(mod, img.data), err, "loading a %zu-byte %s", img.size,
-                    img.is_ptx ? "PTX module" : "cubin");
+    return load_image(ex, &img, mod, err);
+}
+
+/* The generated kernels: their translation units compiled in parallel, one
+ * module each (loaded here, on the thread whose context is current), and
+ * every launch's function from its unit's module. */
+static int build_generated(CudaProgram *pr, CtErr *err)
+{
+    CudaExec *ex = pr->ex;
+    KernelUnits units;
+    units_make(pr->lp.k, pr->lp.nk, UNIT_LOOPS, 1, &units);
+    NvrtcImage *imgs = calloc((size_t)units.n + 1, sizeof *imgs);
+    pr->gen = calloc((size_t)units.n + 1, sizeof *pr->gen);
+    CT_ASSERT(imgs && pr->gen);
+    int rc = nvrtc_compile_units(&ex->nc, &ex->cache, &units, device_sm(ex), imgs, err);
+    for (int j = 0; !rc && j < units.n; j++)
+        if ((rc = load_image(ex, &imgs[j], &pr->gen[j], err)) == 0)
+            pr->ngen++;
+    for (int l = 0; !rc && l < pr->lp.nk; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "ct_k%d", l);
+        if (units.unit[l] >= 0)
+            rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->kfn[l], pr->gen[units.unit[l]], name), err, "kernel %s",
+                          name);
+    }
+    free(imgs);
+    units_free(&units);
+    return rc;
 }
 
 static int build_kernels(CudaProgram *pr, CtErr *err)
 {
     CudaExec *ex = pr->ex;
     CtBuf src = {0};
-    int n = 0, rc = 0;
-    render_cuda_prelude(&src);
-    for (int l = 0; l < pr->lp.nk; l++)
-        if (pr->lp.k[l].nloops) {
-            render_cuda_kernel(&pr->lp.k[l], &src);
-            n++;
-        }
-    if (n)
-        rc = load_module(ex, src.s, &pr->gen, err);
-    buf_free(&src);
-    for (int l = 0; !rc && l < pr->lp.nk; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "ct_k%d", l);
-        if (pr->lp.k[l].nloops)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->kfn[l], pr->gen, name), err, "kernel %s", name);
-    }
-    if (rc)
+    if (build_generated(pr, err))
         return -1;
     lib_source(&src);
-    rc = load_module(ex, src.s, &pr->lib, err);
+    int rc = load_module(ex, src.s, &pr->lib, err);
     buf_free(&src);
     for (int s = 0; !rc && s < pr->lp.nsteps; s++) {
         const LpStep *st = &pr->lp.steps[s];
@@ -312,8 +332,9 @@ void cuda_program_free(CudaProgram *pr)
         if (pr->conv && pr->conv[s].conv)
             dnn_call_free(&pr->conv[s]);
     }
-    if (pr->gen)
-        d->ModuleUnload(pr->gen);
+    for (int j = 0; j < pr->ngen; j++)
+        d->ModuleUnload(pr->gen[j]);
+    free(pr->gen);
     if (pr->lib)
         d->ModuleUnload(pr->lib);
     free(pr->kfn);

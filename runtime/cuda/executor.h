@@ -5,8 +5,9 @@
  *
  * CudaExec is the device: the primary context (shared with cuBLASLt and
  * cuDNN), one stream, the library handles, NVRTC and the kernel cache.
- * CudaProgram is one graph compiled for it: the generated kernels and the
- * library kernels as two modules (cuModuleLoadData of cached cubins), the
+ * CudaProgram is one graph compiled for it: the generated kernels as one
+ * module per translation unit (codegen/units.h, compiled in parallel) and
+ * the library kernels as one more (cuModuleLoadData of cached cubins), the
  * cuBLASLt and cuDNN calls prepared once, and device memory: one block for
  * the activations (the plan's arena and spill), one for the graph inputs,
  * one for the persistent state, the library kernels' scratch and the
