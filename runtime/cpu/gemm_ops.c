@@ -15,13 +15,13 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu.h"
 
-/* col [CG*KH*KW, OH*OW] (rows ld apart) from the CG channels of one
- * sample's group at x. Each row's in-range columns are one copy loop, its
- * padding zeros. */
-CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int64_t ld)
+/* col [CG*KH*KW, OH*OW] (rows ld apart) from channels ch0..ch1 of the CG
+ * of one sample's group at x. Each row's in-range columns are one copy
+ * loop, its padding zeros. */
+CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int64_t ld, int64_t ch0, int64_t ch1)
 {
     const int64_t *a = c->a, P = ld, sw = a[STRIDE_W];
-    for (int64_t ch = 0; ch < c->CG; ch++)
+    for (int64_t ch = ch0; ch < ch1; ch++)
         for (int64_t kh = 0; kh < c->KH; kh++)
             for (int64_t kw = 0; kw < c->KW; kw++) {
                 float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
@@ -53,11 +53,12 @@ CPU_CLONES static void im2col(const ConvGeom *c, const float *x, float *col, int
             }
 }
 
-/* The adjoint of im2col: adds col's entries into dx (one sample's group). */
-CPU_CLONES static void col2im(const ConvGeom *c, const float *col, int64_t ld, float *dx)
+/* The adjoint of im2col: adds col's entries into dx (one sample's group),
+ * channels ch0..ch1. */
+CPU_CLONES static void col2im(const ConvGeom *c, const float *col, int64_t ld, float *dx, int64_t ch0, int64_t ch1)
 {
     const int64_t *a = c->a, P = ld, sw = a[STRIDE_W];
-    for (int64_t ch = 0; ch < c->CG; ch++)
+    for (int64_t ch = ch0; ch < ch1; ch++)
         for (int64_t kh = 0; kh < c->KH; kh++)
             for (int64_t kw = 0; kw < c->KW; kw++) {
                 const float *row = col + ((ch * c->KH + kh) * c->KW + kw) * P;
@@ -99,15 +100,23 @@ static int64_t conv_chunk(const ConvGeom *c)
 }
 
 /* col [Kc, nb*P] for samples b0..b0+nb of group gi: im2col, or for a
- * pointwise conv the activations' rows side by side. */
+ * pointwise conv the activations' rows side by side. Samples split among
+ * threads, or one sample's channels (a big plane is a GEMM of its own). */
 static void gather_cols(const ConvGeom *c, const float *x, int64_t b0, int64_t nb, int64_t gi, float *col)
 {
     int64_t P = c->OH * c->OW, ld = nb * P;
+    if (nb == 1 && !c->pointwise) {
+        const float *xs = x + (b0 * c->C + gi * c->CG) * c->H * c->W;
+#pragma omp parallel for if (P * c->CG * c->KH * c->KW > CPU_PARALLEL_MIN)
+        for (int64_t ch = 0; ch < c->CG; ch++)
+            im2col(c, xs, col, ld, ch, ch + 1);
+        return;
+    }
 #pragma omp parallel for if (nb > 1 && nb * P * c->CG * c->KH * c->KW > CPU_PARALLEL_MIN)
     for (int64_t j = 0; j < nb; j++) {
         const float *xs = x + ((b0 + j) * c->C + gi * c->CG) * c->H * c->W;
         if (!c->pointwise)
-            im2col(c, xs, col + j * P, ld);
+            im2col(c, xs, col + j * P, ld, 0, c->CG);
         else
             for (int64_t ch = 0; ch < c->CG; ch++)
                 memcpy(col + ch * ld + j * P, xs + ch * P, sizeof *col * (size_t)P);
@@ -182,11 +191,18 @@ void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, floa
                         (int)(m * P));
             if (!col)
                 continue;
+            if (m == 1 && !c.pointwise) { /* one sample: its channels among the threads */
+                float *dxs = out[0] + (b0 * c.C + gi * c.CG) * c.H * c.W;
+#pragma omp parallel for if (P * Kc > CPU_PARALLEL_MIN)
+                for (int64_t ch = 0; ch < c.CG; ch++)
+                    col2im(&c, col, P, dxs, ch, ch + 1);
+                continue;
+            }
 #pragma omp parallel for if (m > 1 && m * P * Kc > CPU_PARALLEL_MIN)
             for (int64_t j = 0; j < m; j++) {
                 float *dxs = out[0] + ((b0 + j) * c.C + gi * c.CG) * c.H * c.W;
                 if (!c.pointwise)
-                    col2im(&c, col + j * P, m * P, dxs);
+                    col2im(&c, col + j * P, m * P, dxs, 0, c.CG);
                 else
                     for (int64_t ch = 0; ch < c.CG; ch++)
                         memcpy(dxs + ch * P, col + ch * m * P + j * P, sizeof *dxs * (size_t)P);
