@@ -8,10 +8,8 @@
 
 #include "check.h"
 #include "ir/buf.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
+#include "model_graphs.h"
 #include "passes/fuse.h"
-#include "passes/passes.h"
 
 static ValueId input(Graph *g, const char *name, int ndim, const int64_t *d)
 {
@@ -156,38 +154,6 @@ static void test_view_and_check(void)
     graph_free(&g);
 }
 
-static int build(const char *model, int training, CtOptKind opt, int amp, Graph *g)
-{
-    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
-    CtErr err;
-    TrainStep ts;
-    if (model_build(model_find(model), &spec, g, &err)) {
-        CHECKF(0, "%s: %s", model, err.msg);
-        return -1;
-    }
-    if (amp) {
-        Graph a;
-        int rc = amp_cast(g, amp == 1 ? CT_F16 : CT_BF16, &a, &err);
-        graph_free(g);
-        *g = a;
-        if (rc) {
-            CHECKF(0, "%s amp: %s", model, err.msg);
-            return -1;
-        }
-    }
-    if (training) {
-        OptimSpec o = {.kind = opt, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
-        LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
-        if (train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)) {
-            CHECKF(0, "%s: %s", model, err.msg);
-            graph_free(g);
-            return -1;
-        }
-        train_step_free(&ts);
-    }
-    return 0;
-}
-
 /* Every model, eval and train (SGD, AdamW), f32 and amp: a valid plan with
  * fewer kernels than nodes; training updates in few launches, no copy left
  * for a parameter. */
@@ -198,8 +164,10 @@ static void test_models(void)
         for (int mode = 0; mode < 4; mode++) {
             Graph g;
             FusePlan p;
-            int training = mode > 0, amp = mode == 3 ? 1 + (m & 1) : 0;
-            if (build(models[m], training, mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, amp, &g))
+            OptimSpec o = {.kind = mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
+                           .eps = 1e-8, .weight_decay = 0.05};
+            CtDType amp = mode < 3 ? CT_F32 : m & 1 ? CT_BF16 : CT_F16;
+            if (model_graph(models[m], &(GraphSpec){.training = mode > 0, .amp = amp, .opt = &o}, &g))
                 continue;
             if (plan_ok(&g, &p)) {
                 CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,

@@ -8,35 +8,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
+#include "model_graphs.h"
 #include "runtime/cuda/launch_plan.h"
-
-static int build(const char *model, int training, int amp_cl, int sync_bn, Graph *g)
-{
-    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
-    OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9, .sync_bn = sync_bn};
-    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
-    CtErr err;
-    TrainStep ts;
-    Graph a;
-    int rc = model_build(model_find(model), &spec, g, &err);
-    if (!rc && amp_cl) {
-        rc = amp_cast(g, CT_F16, &a, &err);
-        graph_free(g);
-        *g = a;
-    }
-    if (!rc && training && !(rc = train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)))
-        train_step_free(&ts);
-    if (!rc && amp_cl) {
-        rc = layout_channels_last(g, &a, &err);
-        graph_free(g);
-        *g = a;
-    }
-    CHECKF(rc == 0, "%s: %s", model, err.msg);
-    return rc;
-}
 
 static void test_models(void)
 {
@@ -47,7 +20,8 @@ static void test_models(void)
             LaunchPlan lp;
             CtErr err;
             int training = mode > 0, amp_cl = mode == 2;
-            if (build(models[m], training, amp_cl, 0, &g))
+            if (model_graph(models[m], &(GraphSpec){.training = training, .amp = amp_cl ? CT_F16 : CT_F32,
+                                                    .channels_last = amp_cl}, &g))
                 continue;
             if (launch_plan(&g, 132, &lp, &err)) {
                 CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
@@ -111,7 +85,8 @@ static void test_sync_bn_refused(void)
     Graph g;
     LaunchPlan lp;
     CtErr err = {{0}};
-    if (build("test_resnet", 1, 0, 1, &g))
+    OptimSpec sync = {.kind = CT_OPT_SGD, .momentum = 0.9, .sync_bn = 1};
+    if (model_graph("test_resnet", &(GraphSpec){.training = 1, .opt = &sync}, &g))
         return;
     int rc = launch_plan(&g, 132, &lp, &err);
     CHECKF(rc != 0 && strstr(err.msg, "(--sync-bn) needs NCCL"), "%s", rc ? err.msg : "planned");

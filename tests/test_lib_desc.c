@@ -8,9 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
+#include "model_graphs.h"
 #include "runtime/cuda/conv_desc.h"
 
 static ValueId input(Graph *g, const char *name, int ndim, const int64_t *d)
@@ -137,33 +135,6 @@ static void test_conv(void)
     graph_free(&g);
 }
 
-/* A model's training graph (SGD), optionally AMP f16 and channels_last, in
- * ctimm-bench's order: amp, the training step, layout. */
-static int build(const char *model, int amp_cl, Graph *g)
-{
-    ModelSpec spec = {.batch_size = 2, .training = 1, .args = model_args_default()};
-    OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9};
-    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .bce_threshold = -1};
-    CtErr err;
-    TrainStep ts;
-    Graph a;
-    int rc = model_build(model_find(model), &spec, g, &err);
-    if (!rc && amp_cl) {
-        rc = amp_cast(g, CT_F16, &a, &err);
-        graph_free(g);
-        *g = a;
-    }
-    if (!rc && !(rc = train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)))
-        train_step_free(&ts);
-    if (!rc && amp_cl) {
-        rc = layout_channels_last(g, &a, &err);
-        graph_free(g);
-        *g = a;
-    }
-    CHECKF(rc == 0, "%s: %s", model, err.msg);
-    return rc;
-}
-
 /* Every GEMM and convolution step translates; the sizes agree with the
  * shapes (m*n*batch elements in D, p and q by the convolution's rule). */
 static void test_models(void)
@@ -174,7 +145,8 @@ static void test_models(void)
             Graph g;
             FusePlan p;
             CtErr err;
-            if (build(models[m], amp_cl, &g))
+            if (model_graph(models[m], &(GraphSpec){.training = 1, .amp = amp_cl ? CT_F16 : CT_F32, .channels_last = amp_cl},
+                            &g))
                 continue;
             CHECK(fuse_plan(&g, &p, &err) == 0);
             int gemms = 0, convs = 0, nhwc = 0;

@@ -13,51 +13,7 @@
 #include "check.h"
 #include "codegen/nvrtc.h"
 #include "codegen/render.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
-
-static int build(const char *model, int training, CtDType amp, int channels_last, Graph *g)
-{
-    ModelSpec spec = {.batch_size = 2, .training = training, .args = model_args_default()};
-    CtErr err;
-    TrainStep ts;
-    if (model_build(model_find(model), &spec, g, &err)) {
-        CHECKF(0, "%s: %s", model, err.msg);
-        return -1;
-    }
-    if (amp != CT_F32) {
-        Graph a;
-        int rc = amp_cast(g, amp, &a, &err);
-        graph_free(g);
-        *g = a;
-        if (rc) {
-            CHECKF(0, "%s amp: %s", model, err.msg);
-            return -1;
-        }
-    }
-    if (training) {
-        OptimSpec o = {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
-        LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
-        if (train_step_build(g, g->outputs[0], &loss, &o, &ts, &err)) {
-            CHECKF(0, "%s: %s", model, err.msg);
-            graph_free(g);
-            return -1;
-        }
-        train_step_free(&ts);
-    }
-    if (channels_last) {
-        Graph l;
-        int rc = layout_channels_last(g, &l, &err);
-        graph_free(g);
-        *g = l;
-        if (rc) {
-            CHECKF(0, "%s channels_last: %s", model, err.msg);
-            return -1;
-        }
-    }
-    return 0;
-}
+#include "model_graphs.h"
 
 /* One graph's translation unit and what compiling it gave. */
 typedef struct Job {
@@ -100,6 +56,8 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
     };
     static const char *const models[] = {"test_resnet", "test_vit"};
     static const CtDType precisions[] = {CT_F32, CT_F16, CT_BF16};
+    static const OptimSpec adamw = {
+        .kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
     int ncases = 4;
 #ifdef __SANITIZE_ADDRESS__
     /* NVRTC itself is not instrumented: the sanitizer build checks ctimm's side
@@ -121,7 +79,9 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
         Job *j = &jobs[n];
         snprintf(j->name, sizeof j->name, "%s %s %s%s", cases[c].model, cases[c].training ? "train" : "eval",
                  ct_dtype_name(cases[c].dtype), cases[c].channels_last ? " channels_last" : "");
-        if (build(cases[c].model, cases[c].training, cases[c].dtype, cases[c].channels_last, &g))
+        GraphSpec gs = {.training = cases[c].training, .amp = cases[c].dtype, .channels_last = cases[c].channels_last,
+                        .opt = &adamw};
+        if (model_graph(cases[c].model, &gs, &g))
             continue;
         if (fuse_plan(&g, &plan, &err) == 0) {
             int ok = render_graph(&g, &plan, 1, &j->src, &j->nkernels, &err) == 0;

@@ -5,30 +5,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
+#include "model_graphs.h"
 #include "passes/plan.h"
-
-static int build(const char *model, int batch, int training, CtOptKind opt, Graph *g)
-{
-    ModelSpec spec = {.batch_size = batch, .training = training, .args = model_args_default()};
-    CtErr err;
-    TrainStep ts;
-    if (model_build(model_find(model), &spec, g, &err)) {
-        CHECKF(0, "%s: %s", model, err.msg);
-        return -1;
-    }
-    if (training) {
-        OptimSpec o = {.kind = opt, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-        if (train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &o, &ts, &err)) {
-            CHECKF(0, "%s: %s", model, err.msg);
-            graph_free(g);
-            return -1;
-        }
-        train_step_free(&ts);
-    }
-    return 0;
-}
 
 static void test_plans_check(void)
 {
@@ -38,7 +16,9 @@ static void test_plans_check(void)
             Graph g;
             MemPlan p;
             CtErr err;
-            if (build(models[m], 4, mode > 0, mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, &g))
+            OptimSpec o = {.kind = mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
+                           .eps = 1e-8};
+            if (model_graph(models[m], &(GraphSpec){.batch = 4, .training = mode > 0, .opt = &o}, &g))
                 continue;
             CHECK(plan_memory(&g, &p, &err) == 0);
             CHECKF(plan_check(&g, &p, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
@@ -78,7 +58,7 @@ static void test_checker_catches_overlap(void)
     Graph g;
     MemPlan p;
     CtErr err;
-    if (build("test_resnet", 2, 1, CT_OPT_SGD, &g))
+    if (model_graph("test_resnet", &(GraphSpec){.training = 1}, &g))
         return;
     CHECK(plan_memory(&g, &p, &err) == 0);
     int found = 0;
@@ -101,7 +81,7 @@ static void test_resnet50_batch256(void)
     Graph g;
     MemPlan p;
     CtErr err;
-    if (build("resnet50", 256, 1, CT_OPT_SGD, &g))
+    if (model_graph("resnet50", &(GraphSpec){.batch = 256, .training = 1}, &g))
         return;
     CHECK(plan_memory(&g, &p, &err) == 0);
     CHECKF(plan_check(&g, &p, &err) == 0, "%s", err.msg);
