@@ -10,7 +10,14 @@
  * kernels) depends on the graph's content alone, and the backend's run()
  * is called once per training step with no place to keep it; so it is kept
  * in a process-wide memo keyed by a hash of the graph's content, under a
- * mutex, for the life of the process (a run uses a graph or two). */
+ * mutex, for the life of the process (a run uses a graph or two).
+ *
+ * Attention: sdpa_grad recomputes the weights softmax(q k^T) that its sdpa
+ * computed (the IR's rule, which the GPU's kernels keep: memory is what a
+ * GPU runs out of). Here an sdpa whose gradient is in the same graph saves
+ * them instead, in the arena past the plan's values, and its sdpa_grad
+ * reads them back (as torch saves them): one GEMM and a softmax a head
+ * fewer, the same numbers. Up to ATTN_SAVE_BYTES a graph, then recomputed. */
 #include "runtime/cpu/compiled.h"
 
 #include <pthread.h>
@@ -22,8 +29,11 @@
 #include "ir/graph_hash.h"
 #include "passes/plan.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu.h"
 
 static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
+
+#define ATTN_SAVE_BYTES ((size_t)1 << 30)
 
 /* A graph compiled for this backend. */
 typedef struct Compiled {
@@ -37,6 +47,8 @@ typedef struct Compiled {
     int nmods;
     HostKernelFn *fn; /* per launch: ct_k<launch> from its unit's module, NULL where no kernel */
     char *own;        /* per value: stored over what its kernel reads elsewhere, so not in the arena */
+    size_t *attn;     /* per og node: an sdpa's or sdpa_grad's saved weights, bytes past the plan's arena; -1 none */
+    size_t attn_bytes;
     /* The arena, kept from run to run: a training step's activations are
      * hundreds of MiB, and a fresh malloc gives fresh pages that fault in
      * again at every step. A run that finds it taken (another thread
@@ -100,8 +112,37 @@ static void free_compiled(Compiled *c)
     free(c->og.outputs);
     fuse_free(&c->p);
     free(c->own);
+    free(c->attn);
     free(c->arena);
     free(c);
+}
+
+/* Pairs each f32 sdpa of og with the sdpa_grad of the same q, k, v and
+ * scale: both get one buffer of the weights [B,H,N,M] (see the top). */
+static void pair_attention(Compiled *c)
+{
+    const Graph *g = &c->og;
+    c->attn = malloc(sizeof *c->attn * (size_t)(g->nnodes + 1));
+    CT_ASSERT(c->attn != NULL);
+    for (int i = 0; i < g->nnodes; i++)
+        c->attn[i] = (size_t)-1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *f = &g->nodes[i];
+        if (f->op != CT_OP_sdpa || g->values[f->in[0]].type.dtype != CT_F32)
+            continue;
+        const CtShape *q = &g->values[f->in[0]].type.shape, *k = &g->values[f->in[1]].type.shape;
+        size_t bytes = (size_t)(q->d[0] * q->d[1] * q->d[2] * k->d[2]) * sizeof(float);
+        bytes = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+        for (int j = i + 1; j < g->nnodes && c->attn_bytes + bytes <= ATTN_SAVE_BYTES; j++) {
+            const Node *b = &g->nodes[j];
+            if (b->op == CT_OP_sdpa_grad && b->in[0] == f->in[0] && b->in[1] == f->in[1] && b->in[2] == f->in[2] &&
+                b->fattr[0] == f->fattr[0] && c->attn[j] == (size_t)-1) {
+                c->attn[i] = c->attn[j] = c->attn_bytes;
+                c->attn_bytes += bytes;
+                break;
+            }
+        }
+    }
 }
 
 static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtErr *err)
@@ -114,6 +155,7 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
         return -1;
     }
     fuse_ordered_graph(g, &c->p, &c->og);
+    pair_attention(c);
     c->own = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(c->own != NULL);
     if (plan_memory(&c->og, &c->plan, err) || compile_kernels(g, c, err)) {
@@ -189,7 +231,7 @@ static int place_values(const Graph *g, const Compiled *c, CtState *state, const
     return 0;
 }
 
-static void run_steps(const Compiled *c, void **ptr)
+static void run_steps(const Compiled *c, void **ptr, unsigned char *arena)
 {
     for (int s = 0, last_launch = -1; s < c->p.nsteps; s++) {
         const FuseStep *st = &c->p.steps[s];
@@ -208,12 +250,20 @@ static void run_steps(const Compiled *c, void **ptr)
         }
         for (int j = 0; j < st->n; j++) {
             const Node *n = &c->og.nodes[st->first + j];
+            size_t saved = c->attn[st->first + j];
             void *in[CT_MAX_IN], *out[CT_MAX_OUT];
             for (int i = 0; i < n->nin; i++)
                 in[i] = ptr[n->in[i]];
             for (int o = 0; o < n->nout; o++)
                 out[o] = ptr[n->out[o]];
-            cpu_run_node(&c->og, n, in, out);
+            if (saved == (size_t)-1)
+                cpu_run_node(&c->og, n, in, out);
+            else if (n->op == CT_OP_sdpa)
+                cpu_sdpa_saving(&c->og, n, (float *const *)in, (float *const *)out,
+                                (float *)(arena + c->plan.arena_bytes + saved));
+            else
+                cpu_sdpa_grad_saved(&c->og, n, (float *const *)in, (float *const *)out,
+                                    (const float *)(arena + c->plan.arena_bytes + saved));
         }
     }
 }
@@ -232,13 +282,13 @@ int cpu_run_fused(const Graph *g, CtState *state, const CtTensor *inputs, int ni
     pthread_mutex_lock(&memo_mu);
     if (!c->arena_busy) {
         if (!c->arena)
-            c->arena = malloc(c->plan.arena_bytes ? c->plan.arena_bytes : 1);
+            c->arena = malloc(c->plan.arena_bytes + c->attn_bytes + 1);
         c->arena_busy = 1;
         arena = c->arena;
     }
     pthread_mutex_unlock(&memo_mu);
     if (!arena)
-        arena = malloc(c->plan.arena_bytes ? c->plan.arena_bytes : 1);
+        arena = malloc(c->plan.arena_bytes + c->attn_bytes + 1);
     CT_ASSERT(ptr && own && arena);
     for (int k = 0; k < g->noutputs; k++) {
         tensor_alloc(&outputs[k], g->values[g->outputs[k]].type);
@@ -246,7 +296,7 @@ int cpu_run_fused(const Graph *g, CtState *state, const CtTensor *inputs, int ni
     }
     if (place_values(g, c, state, inputs, ninputs, outputs, arena, ptr, own, err))
         goto free_memory;
-    run_steps(c, ptr);
+    run_steps(c, ptr, arena);
     for (int k = 0; k < g->noutputs; k++) {
         ValueId v = g->outputs[k];
         if (ptr[v] != outputs[k].data)

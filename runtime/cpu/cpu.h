@@ -57,4 +57,10 @@ float *cpu_scratch(int slot, int64_t n);
 CPU_KERNELS(X)
 #undef X
 
+/* sdpa keeping its weights softmax(q k^T * scale) [B*H, N, M] in saved, and
+ * sdpa_grad reading them from there instead of recomputing them (saved
+ * NULL: as cpu_sdpa and cpu_sdpa_grad). */
+void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *const *out, float *saved);
+void cpu_sdpa_grad_saved(const Graph *g, const Node *n, float *const *in, float *const *out, const float *saved);
+
 #endif

@@ -314,16 +314,18 @@ static void attention_weights(const float *Q, const float *K, int64_t N, int64_t
     softmax_rows(P, N, M);
 }
 
-void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* saved: NULL, or the weights [BH, N, M] to keep for the gradient. */
+void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *const *out, float *saved)
 {
     const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
     int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
     /* heads split among threads, each with its own weights buffer */
 #pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
     {
-        float *P = cpu_scratch(CPU_SCRATCH_ATTN, N * M);
+        float *scratch = saved ? NULL : cpu_scratch(CPU_SCRATCH_ATTN, N * M);
 #pragma omp for
         for (int64_t h = 0; h < BH; h++) {
+            float *P = saved ? saved + h * N * M : scratch;
             attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], P);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, P, (int)M,
                         in[2] + h * M * D, (int)D, 0.0f, out[0] + h * N * D, (int)D);
@@ -331,19 +333,21 @@ void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out
     }
 }
 
+void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out) { cpu_sdpa_saving(g, n, in, out, NULL); }
+
 /* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)) * scale;
- * dq = dS k; dk = dS^T q. One head h, with buffers P and dP [N, M]. */
+ * dq = dS k; dk = dS^T q. One head h, its weights P, a buffer dP [N, M]. */
 CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64_t h, int64_t N, int64_t M, int64_t D,
-                                      float scale, float *P, float *dP)
+                                      float scale, const float *P, float *dP)
 {
     const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
-    attention_weights(Q, K, N, M, D, scale, P);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, P, (int)M, dY, (int)D, 0.0f,
                 out[2] + h * M * D, (int)D);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, 1.0f, dY, (int)D, V, (int)D, 0.0f,
                 dP, (int)M);
     for (int64_t i = 0; i < N; i++) {
-        float *p = P + i * M, *dp = dP + i * M;
+        const float *p = P + i * M;
+        float *dp = dP + i * M;
         double dot = 0;
 #pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < M; j++)
@@ -357,15 +361,25 @@ CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64
                 out[1] + h * M * D, (int)D);
 }
 
-void cpu_sdpa_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* saved: NULL, or the weights [BH, N, M] its sdpa kept. */
+void cpu_sdpa_grad_saved(const Graph *g, const Node *n, float *const *in, float *const *out, const float *saved)
 {
     const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
     int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
 #pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
     {
-        float *P = cpu_scratch(CPU_SCRATCH_ATTN, N * M), *dP = cpu_scratch(CPU_SCRATCH_ATTN_GRAD, N * M);
+        float *scratch = saved ? NULL : cpu_scratch(CPU_SCRATCH_ATTN, N * M);
+        float *dP = cpu_scratch(CPU_SCRATCH_ATTN_GRAD, N * M);
 #pragma omp for
-        for (int64_t h = 0; h < BH; h++)
-            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], P, dP);
+        for (int64_t h = 0; h < BH; h++) {
+            if (!saved)
+                attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], scratch);
+            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], saved ? saved + h * N * M : scratch, dP);
+        }
     }
+}
+
+void cpu_sdpa_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    cpu_sdpa_grad_saved(g, n, in, out, NULL);
 }
