@@ -1,12 +1,10 @@
 /* NVRTC (built only with the CUDA toolkit; no GPU needed): every generated
- * CUDA kernel of test_resnet and test_vit, eval and training graphs, f32
- * and amp f16 and bf16, and of channels-last training graphs of the conv
- * nets (test_resnet, test_efficientnet, test_convnext, as the GPU runs
- * them: --amp --channels-last) and test_convnext's eval graph, compiles for
- * sm_90 to a cubin (the sanitizer build: the four channels-last and
- * test_convnext graphs), one translation unit per graph, two graphs at a time;
- * an architecture past NVRTC's gets PTX; a broken source fails with NVRTC's
- * log in the message. */
+ * CUDA kernel of the four test models (test_resnet, test_vit,
+ * test_efficientnet, test_convnext), eval and training graphs, f32 and amp
+ * f16 and bf16, NCHW and channels-last, compiles for sm_90 to a cubin (the
+ * sanitizer build: four of the 48 graphs), one translation unit per graph,
+ * two graphs at a time; an architecture past NVRTC's gets PTX; a broken
+ * source fails with NVRTC's log in the message. */
 #include <pthread.h>
 #include <string.h>
 
@@ -49,12 +47,14 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
         CtDType dtype;
         int channels_last;
     } Case;
-    enum { NCASES = 16 };
+    enum { NCASES = 48 };
+    /* first the four the sanitizer build compiles: the conv nets' graphs as the
+     * GPU trains them (--amp --channels-last) and an eval graph */
     Case cases[NCASES] = {
         {"test_resnet", 1, CT_F16, 1}, {"test_efficientnet", 1, CT_F16, 1}, {"test_convnext", 1, CT_BF16, 1},
         {"test_convnext", 0, CT_F32, 0},
     };
-    static const char *const models[] = {"test_resnet", "test_vit"};
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     static const CtDType precisions[] = {CT_F32, CT_F16, CT_BF16};
     static const OptimSpec adamw = {
         .kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
@@ -66,10 +66,18 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
 #else
     int nall = NCASES;
 #endif
-    for (int m = 0; m < 2 && ncases < nall; m++)
+    for (int m = 0; m < 4 && ncases < nall; m++)
         for (int training = 0; training < 2; training++)
             for (int p = 0; p < 3; p++)
-                cases[ncases++] = (Case){models[m], training, precisions[p], 0};
+                for (int cl = 0; cl < 2; cl++) {
+                    Case c = {models[m], training, precisions[p], cl};
+                    int seen = 0;
+                    for (int k = 0; k < 4; k++)
+                        seen |= !strcmp(cases[k].model, c.model) && cases[k].training == training &&
+                                cases[k].dtype == c.dtype && cases[k].channels_last == cl;
+                    if (!seen)
+                        cases[ncases++] = c;
+                }
     Job jobs[NCASES] = {0};
     int n = 0;
     for (int c = 0; c < ncases; c++) {
