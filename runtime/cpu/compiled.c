@@ -107,9 +107,7 @@ static void free_compiled(Compiled *c)
     free(c->mods);
     free(c->fn);
     plan_free(&c->plan);
-    free(c->og.nodes);
-    free(c->og.values);
-    free(c->og.outputs);
+    graph_free(&c->og);
     fuse_free(&c->p);
     free(c->own);
     free(c->attn);

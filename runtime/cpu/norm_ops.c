@@ -13,26 +13,40 @@
 #include "ir/collective.h"
 #include "runtime/cpu/cpu.h"
 
-/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
-CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+/* Channel c of x viewed as [N, C, S]: the sum of its values, and the sum
+ * of their squared deviations from mean. */
+CPU_CLONES static double channel_sum(const float *x, int64_t N, int64_t C, int64_t S, int64_t c)
 {
-    double sum = 0, sq = 0, cnt = (double)(N * S);
+    double sum = 0;
     for (int64_t b = 0; b < N; b++) {
         const float *p = x + (b * C + c) * S;
 #pragma omp simd reduction(+ : sum)
         for (int64_t s = 0; s < S; s++)
             sum += p[s];
     }
-    *mean = sum / cnt;
+    return sum;
+}
+
+CPU_CLONES static double channel_sqdev(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double mean)
+{
+    double sq = 0;
     for (int64_t b = 0; b < N; b++) {
         const float *p = x + (b * C + c) * S;
 #pragma omp simd reduction(+ : sq)
         for (int64_t s = 0; s < S; s++) {
-            double d = p[s] - *mean;
+            double d = p[s] - mean;
             sq += d * d;
         }
     }
-    *var = sq / cnt;
+    return sq;
+}
+
+/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
+CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+{
+    double cnt = (double)(N * S);
+    *mean = channel_sum(x, N, C, S, c) / cnt;
+    *var = channel_sqdev(x, N, C, S, c, *mean) / cnt;
 }
 
 /* SyncBatchNorm's statistics over every rank's batch (ir/ops/norm.c's
@@ -44,29 +58,14 @@ CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64
     double *st = malloc(sizeof *st * (size_t)(2 * C + 1)), *var = st + C + 1;
     CT_ASSERT(st != NULL);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        double sum = 0;
-        for (int64_t b = 0; b < N; b++) {
-            const float *p = x + (b * C + c) * S;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t s = 0; s < S; s++)
-                sum += p[s];
-        }
-        st[c] = sum;
-    }
+    for (int64_t c = 0; c < C; c++)
+        st[c] = channel_sum(x, N, C, S, c);
     st[C] = (double)(N * S);
     int failed = ct_collective_sum(st, C + 1);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
-        double mean = st[c] / st[C], sq = 0;
-        for (int64_t b = 0; b < N; b++) {
-            const float *p = x + (b * C + c) * S;
-#pragma omp simd reduction(+ : sq)
-            for (int64_t s = 0; s < S; s++)
-                sq += (p[s] - mean) * (p[s] - mean);
-        }
-        st[c] = mean;
-        var[c] = sq;
+        st[c] /= st[C];
+        var[c] = channel_sqdev(x, N, C, S, c, st[c]);
     }
     failed = failed || ct_collective_sum(var, C);
     for (int64_t c = 0; c < C; c++)

@@ -217,9 +217,7 @@ void launch_plan_free(LaunchPlan *lp)
     free(lp->offset);
     free(lp->alias);
     plan_free(&lp->mem);
-    free(lp->og.nodes);
-    free(lp->og.values);
-    free(lp->og.outputs);
+    graph_free(&lp->og);
     fuse_free(&lp->fuse);
     memset(lp, 0, sizeof *lp);
 }

@@ -275,6 +275,25 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const CT_T *x, const CT_T *dy, const floa
     }
 }
 
+/* The batch's mean and biased variance of channel c (x's offsets from
+ * `inner`, channels sxc apart), two passes as the ref kernel. */
+CT_DEVICE void CT_SFX(ct_bn_stats)(const CT_T *x, CtIndex inner, long long c, long long sxc, double *mean, double *var)
+{
+    long long xo, o;
+    double s = 0, q = 0;
+    for (long long j = 0; j < inner.n; j++) {
+        ct_offsets(&inner, j, &xo, &o);
+        s += CT_LD(x[xo + c * sxc]);
+    }
+    *mean = s / (double)inner.n;
+    for (long long j = 0; j < inner.n; j++) {
+        ct_offsets(&inner, j, &xo, &o);
+        double d = CT_LD(x[xo + c * sxc]) - *mean;
+        q += d * d;
+    }
+    *var = q / (double)inner.n;
+}
+
 /* batch_norm, one channel a work item: `inner` walks the other dims (x's
  * and y's strides), sxc and syc step between channels. Training: the
  * batch's biased variance normalises, the running stats get PyTorch's
@@ -288,18 +307,7 @@ CT_GLOBAL CT_SFX(ct_batch_norm)(const CT_T *x, const CT_T *w, const CT_T *b, con
         long long xo, yo;
         double mean = CT_LD(rm[c]), var = CT_LD(rv[c]), cnt = (double)inner.n;
         if (training) {
-            double s = 0, q = 0;
-            for (long long j = 0; j < inner.n; j++) {
-                ct_offsets(&inner, j, &xo, &yo);
-                s += CT_LD(x[xo + c * sxc]);
-            }
-            mean = s / cnt;
-            for (long long j = 0; j < inner.n; j++) {
-                ct_offsets(&inner, j, &xo, &yo);
-                double d = CT_LD(x[xo + c * sxc]) - mean;
-                q += d * d;
-            }
-            var = q / cnt;
+            CT_SFX(ct_bn_stats)(x, inner, c, sxc, &mean, &var);
             nrm[c] = CT_ST((float)((1 - momentum) * CT_LD(rm[c]) + momentum * mean));
             nrv[c] = CT_ST((float)((1 - momentum) * CT_LD(rv[c]) + momentum * var * cnt / (cnt - 1)));
         }
@@ -322,20 +330,8 @@ CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *r
     {
         long long xo, o;
         double M = (double)inner.n, mean = CT_LD(rm[c]), var = CT_LD(rv[c]), sb = 0, sxy = 0;
-        if (training) {
-            double s = 0, q = 0;
-            for (long long j = 0; j < inner.n; j++) {
-                ct_offsets(&inner, j, &xo, &o);
-                s += CT_LD(x[xo + c * sxc]);
-            }
-            mean = s / M;
-            for (long long j = 0; j < inner.n; j++) {
-                ct_offsets(&inner, j, &xo, &o);
-                double d = CT_LD(x[xo + c * sxc]) - mean;
-                q += d * d;
-            }
-            var = q / M;
-        }
+        if (training)
+            CT_SFX(ct_bn_stats)(x, inner, c, sxc, &mean, &var);
         for (long long j = 0; j < inner.n; j++) {
             ct_offsets(&inner, j, &xo, &o);
             double g = CT_LD(dy[xo + c * sxc]);

@@ -390,6 +390,17 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
 }
 
 /* Attention's fallback kernels: dense [B, H, N, D] operands. */
+/* The attention kernels' trailing arguments: their work items, then the
+ * query and key counts, the head dim and the scale. */
+static void attention_sizes(LibLaunch *l, long long rows, long long N, long long M, long long D, double scale)
+{
+    a_i64(l, rows);
+    a_i64(l, N);
+    a_i64(l, M);
+    a_i64(l, D);
+    a_f32(l, scale);
+}
+
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     const CtShape *q = &val(b, n->in[0])->type.shape, *k = &val(b, n->in[1])->type.shape;
@@ -408,11 +419,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         arg(l, LA_SCRATCH);
         *scratch = 3 * sizeof(float) * (size_t)(BH * N);
     }
-    a_i64(l, BH * N);
-    a_i64(l, N);
-    a_i64(l, M);
-    a_i64(l, D);
-    a_f32(l, n->fattr[0]);
+    attention_sizes(l, BH * N, N, M, D, n->fattr[0]);
     if (n->op == CT_OP_sdpa)
         return 0;
     l = begin(b, "ct_sdpa_grad_kv", t, BH * M);
@@ -421,11 +428,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);
     arg(l, LA_SCRATCH);
-    a_i64(l, BH * M);
-    a_i64(l, N);
-    a_i64(l, M);
-    a_i64(l, D);
-    a_f32(l, n->fattr[0]);
+    attention_sizes(l, BH * M, N, M, D, n->fattr[0]);
     return 0;
 }
 
