@@ -261,6 +261,18 @@ static void test_gemm_ops(void)
          {0}},
         {"conv 1x1", CT_OP_conv2d, 3, {{4, {2, 16, 5, 5}}, {4, {8, 16, 1, 1}}, {1, {8}}}, {1, 1, 0, 0, 1, 1, 1}, {0}},
         {"conv 1x1 s2", CT_OP_conv2d, 2, {{4, {2, 8, 6, 6}}, {4, {12, 8, 1, 1}}}, {2, 2, 0, 0, 1, 1, 1}, {0}},
+        /* Winograd (F(2x2, 3x3) forward, F(4x4, 3x3) gradients): channels past a multiple of 16, tiles past
+         * the plane's edge, blocks of several samples (threads) and of a sample's rows (40x40) */
+        {"conv 3x3 p1 winograd bias", CT_OP_conv2d, 3, {{4, {2, 20, 9, 11}}, {4, {24, 20, 3, 3}}, {1, {24}}},
+         {1, 1, 1, 1, 1, 1, 1}, {0}},
+        {"conv 3x3 p0 winograd", CT_OP_conv2d, 2, {{4, {3, 16, 10, 8}}, {4, {17, 16, 3, 3}}}, {1, 1, 0, 0, 1, 1, 1},
+         {0}},
+        {"conv 3x3 p(2,1) winograd", CT_OP_conv2d, 2, {{4, {1, 33, 7, 13}}, {4, {16, 33, 3, 3}}},
+         {1, 1, 2, 1, 1, 1, 1}, {0}},
+        {"conv 3x3 p1 winograd threads", CT_OP_conv2d, 2, {{4, {4, 32, 20, 20}}, {4, {48, 32, 3, 3}}},
+         {1, 1, 1, 1, 1, 1, 1}, {0}},
+        {"conv 3x3 p1 winograd 40x40", CT_OP_conv2d, 2, {{4, {1, 64, 40, 40}}, {4, {64, 64, 3, 3}}},
+         {1, 1, 1, 1, 1, 1, 1}, {0}},
         {"conv 4x4 patchify s4", CT_OP_conv2d, 3, {{4, {2, 3, 16, 16}}, {4, {8, 3, 4, 4}}, {1, {8}}},
          {4, 4, 0, 0, 1, 1, 1}, {0}},
         {"linear", CT_OP_linear, 3, {{3, {2, 5, 12}}, {2, {7, 12}}, {1, {7}}}, {0}, {0}},

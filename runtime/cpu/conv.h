@@ -3,7 +3,8 @@
  * one convolution's geometry from its shapes and attributes, and the
  * depthwise convolutions (one input and one output channel a group), which
  * run directly instead of as one-channel GEMMs that would only add the
- * im2col copy.
+ * im2col copy, and the 3x3 stride-1 ones by Winograd's F(4x4, 3x3)
+ * (winograd_ops.c), as 36 GEMMs of a quarter of im2col's multiply-adds.
  */
 #ifndef CTIMM_CPU_CONV_H
 #define CTIMM_CPU_CONV_H
@@ -44,5 +45,14 @@ void depthwise_conv(const ConvGeom *c, const float *x, const float *w, const flo
 void depthwise_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
 /* dw [C,1,KH,KW] from x and dy, summed over the batch. */
 void depthwise_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);
+
+/* A 3x3, stride-1, undilated, ungrouped convolution, padding at most 2,
+ * with at least 16 channels in and out and a plane of at least 4x4: the
+ * ones the Winograd kernels below take. */
+int winograd_applies(const ConvGeom *c);
+/* As depthwise_conv and its gradients, for a convolution winograd_applies to. */
+void winograd_conv(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y);
+void winograd_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
+void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);
 
 #endif

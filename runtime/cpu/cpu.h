@@ -41,7 +41,16 @@ float *cpu_floats(int64_t n);
  * slot; freed when the thread ends. Buffers of megabytes malloc'd and freed
  * at every call came back as fresh pages (glibc returns the heap's top to
  * the system), faulted in and cleared again each time. */
-enum { CPU_SCRATCH_COLS, CPU_SCRATCH_ROWS, CPU_SCRATCH_ATTN, CPU_SCRATCH_ATTN_GRAD, CPU_SCRATCH_SLOTS };
+enum {
+    CPU_SCRATCH_COLS,
+    CPU_SCRATCH_ROWS,
+    CPU_SCRATCH_ATTN,
+    CPU_SCRATCH_ATTN_GRAD,
+    CPU_SCRATCH_WINO_IN,
+    CPU_SCRATCH_WINO_GRAD,
+    CPU_SCRATCH_WINO_U,
+    CPU_SCRATCH_SLOTS
+};
 float *cpu_scratch(int slot, int64_t n);
 
 #define CPU_KERNELS(X)                                                                                    \

@@ -3,7 +3,8 @@
  * conv2d x [N,C,H,W] * w [O,C/groups,KH,KW] and both its gradients by
  * im2col / col2im per (sample, group), 1x1 stride-1 unpadded convs straight
  * on the activations; depthwise convs (one input and one output channel a
- * group) directly (runtime/cpu/depthwise_ops.c); linear, matmul (batched, or with a shared right matrix
+ * group) directly (runtime/cpu/depthwise_ops.c), 3x3 stride-1 ones by
+ * Winograd's algorithm (runtime/cpu/winograd_ops.c); linear, matmul (batched, or with a shared right matrix
  * as one GEMM); sdpa and its gradient per head.
  */
 #include <cblas.h>
@@ -142,6 +143,10 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
         depthwise_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
         return;
     }
+    if (winograd_applies(&c)) {
+        winograd_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
+        return;
+    }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
     float *col = c.pointwise && nb == 1 ? NULL : cpu_scratch(CPU_SCRATCH_COLS, Kc * nb * P);
     float *ys = nb > 1 ? cpu_scratch(CPU_SCRATCH_ROWS, c.OG * nb * P) : NULL;
@@ -172,6 +177,10 @@ void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, floa
     ConvGeom c = conv_geom(cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_in_shape(g, n, 0), n->iattr);
     if (depthwise(&c)) {
         depthwise_conv_grad_input(&c, in[0], in[1], out[0]);
+        return;
+    }
+    if (winograd_applies(&c)) {
+        winograd_conv_grad_input(&c, in[0], in[1], out[0]);
         return;
     }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
@@ -216,6 +225,10 @@ void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, flo
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), n->iattr);
     if (depthwise(&c)) {
         depthwise_conv_grad_weight(&c, in[0], in[1], out[0]);
+        return;
+    }
+    if (winograd_applies(&c)) {
+        winograd_conv_grad_weight(&c, in[0], in[1], out[0]);
         return;
     }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
