@@ -1187,7 +1187,7 @@ static int train(const Args *args, CtDist *dist)
     if (r.a.sync_bn && r.world > 1) /* train.py: sync BN makes the running statistics one already */
         bn_mode = -1;
     if (r.a.nproc_per_node && dist_launched() && r.a.nproc_per_node != r.world) {
-        fprintf(stderr, "%s: --nproc-per-node %d, but the MPI launcher started %d ranks\n", prog, r.a.nproc_per_node,
+        fprintf(stderr, "%s: --nproc-per-node %d, but the launcher started %d ranks\n", prog, r.a.nproc_per_node,
                 r.world);
         return 2;
     }

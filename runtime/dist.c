@@ -14,6 +14,10 @@
 #include <xxhash.h>
 
 #include "ir/collective.h"
+#include "runtime/rendezvous.h"
+
+/* Seconds the ranks of a torchrun-style launch wait for each other to start. */
+#define RENDEZVOUS_TIMEOUT_S 300
 
 struct CtDist {
     int rank, world, local_rank;
@@ -22,10 +26,17 @@ struct CtDist {
     CtCollective coll;
     CtErr failed;  /* a collective inside a graph failed: why */
     int has_failed;
+    CtRendezvous *rdv; /* rank 0 of a torchrun-style launch: ompi-server */
 };
 
 /* Open MPI's mpirun, or a scheduler's PMIx. */
-int dist_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+static int mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+
+int dist_launched(void)
+{
+    const char *w = getenv("WORLD_SIZE");
+    return mpi_launched() || (w && atoi(w) > 1);
+}
 
 /* A torchrun-style variable as a number, or -1 when it is not set. */
 static int env_int(const char *name, CtErr *err, int *bad)
@@ -80,6 +91,29 @@ static int graph_allreduce(void *ctx, double *buf, int64_t n)
     return -1;
 }
 
+/* This rank's place: the communicator's, the local rank torchrun's
+ * LOCAL_RANK where it is set, else among the ranks sharing this machine's
+ * memory. */
+static int set_ranks(CtDist *d, CtErr *err)
+{
+    int rc, bad = 0, local = env_int("LOCAL_RANK", err, &bad);
+    MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(d->comm, &d->rank);
+    MPI_Comm_size(d->comm, &d->world);
+    if (bad)
+        return -1;
+    if (local >= 0 && !mpi_launched()) {
+        d->local_rank = local;
+        return 0;
+    }
+    MPI_Comm shared;
+    if ((rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &shared)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Comm_split_type", err);
+    MPI_Comm_rank(shared, &d->local_rank);
+    MPI_Comm_free(&shared);
+    return 0;
+}
+
 static int join_mpi(CtDist *d, CtErr *err)
 {
     int provided, rc;
@@ -87,17 +121,65 @@ static int join_mpi(CtDist *d, CtErr *err)
     if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
         return mpi_fail(rc, "MPI_Init_thread", err);
     d->mpi = 1;
-    MPI_Comm local;
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &d->comm)) != MPI_SUCCESS)
         return mpi_fail(rc, "MPI_Comm_dup", err);
-    MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(d->comm, &d->rank);
-    MPI_Comm_size(d->comm, &d->world);
-    if ((rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS)
-        return mpi_fail(rc, "MPI_Comm_split_type", err);
-    MPI_Comm_rank(local, &d->local_rank);
-    MPI_Comm_free(&local);
-    return check_env(d, err);
+    return set_ranks(d, err) ? -1 : check_env(d, err);
+}
+
+/* The world of a torchrun-style launch: each rank an MPI singleton, the
+ * URI of rank 0's ompi-server and its MPI port from the rendezvous
+ * (runtime/rendezvous.h); rank 0 accepts the others one at a time, the
+ * world so far taking part in each accept and growing by a merge, then the
+ * ranks are ordered by RANK. */
+static int join_torchrun(CtDist *d, int world, CtErr *err)
+{
+    int bad = 0, rank = env_int("RANK", err, &bad), port = bad ? -1 : env_int("MASTER_PORT", err, &bad), rc;
+    const char *addr = getenv("MASTER_ADDR");
+    if (bad)
+        return -1;
+    if (rank < 0 || rank >= world || port <= 0 || port > 65535 || !addr || !*addr)
+        return ct_fail(err, "WORLD_SIZE=%d (a torchrun-style launch) needs RANK (0..%d), MASTER_ADDR and MASTER_PORT "
+                       "as well, as torchrun sets them", world, world - 1);
+    char uri[1024], mpi_port[MPI_MAX_PORT_NAME];
+    const char *host_uri;
+    if (rank == 0 ? rendezvous_host(port, &d->rdv, &host_uri, err)
+                  : rendezvous_join(addr, port, RENDEZVOUS_TIMEOUT_S, uri, sizeof uri, mpi_port, sizeof mpi_port, err))
+        return -1;
+    if (setenv("OMPI_MCA_pmix_server_uri", rank == 0 ? host_uri : uri, 1))
+        return ct_fail(err, "setenv: out of memory");
+    int provided;
+    if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Init_thread", err);
+    d->mpi = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    MPI_Comm grown, inter, merged;
+    if (rank == 0) {
+        if ((rc = MPI_Open_port(MPI_INFO_NULL, mpi_port)) != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Open_port", err);
+        if (rendezvous_serve(d->rdv, world, mpi_port, RENDEZVOUS_TIMEOUT_S, err))
+            return -1;
+        MPI_Comm_dup(MPI_COMM_SELF, &grown);
+    } else {
+        if ((rc = MPI_Comm_connect(mpi_port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter)) != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Comm_connect to rank 0", err);
+        MPI_Intercomm_merge(inter, 1, &grown);
+        MPI_Comm_free(&inter);
+    }
+    int size;
+    for (MPI_Comm_size(grown, &size); size < world; MPI_Comm_size(grown, &size)) {
+        MPI_Comm_set_errhandler(grown, MPI_ERRORS_RETURN);
+        if ((rc = MPI_Comm_accept(mpi_port, MPI_INFO_NULL, 0, grown, &inter)) != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Comm_accept of the next rank", err);
+        MPI_Intercomm_merge(inter, 0, &merged);
+        MPI_Comm_free(&inter);
+        MPI_Comm_free(&grown);
+        grown = merged;
+    }
+    if (rank == 0)
+        MPI_Close_port(mpi_port);
+    rc = MPI_Comm_split(grown, 0, rank, &d->comm);
+    MPI_Comm_free(&grown);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Comm_split", err);
 }
 
 int dist_init(CtDist **out, CtErr *err)
@@ -106,17 +188,11 @@ int dist_init(CtDist **out, CtErr *err)
     CT_ASSERT(d != NULL);
     d->world = 1;
     d->comm = MPI_COMM_NULL;
-    int bad = 0;
-    if (dist_launched()) {
-        if (join_mpi(d, err))
-            goto fail;
-    } else if (env_int("WORLD_SIZE", err, &bad) > 1 || bad) {
-        if (!bad)
-            ct_fail(err, "WORLD_SIZE=%s (a torchrun-style launch) but no MPI launcher: ctimm's ranks meet "
-                    "through MPI; start them with mpirun -np N, --nproc-per-node N or tools/distributed_train.sh",
-                    getenv("WORLD_SIZE"));
+    int bad = 0, world = mpi_launched() ? 1 : env_int("WORLD_SIZE", err, &bad);
+    if (bad)
         goto fail;
-    }
+    if (mpi_launched() ? join_mpi(d, err) : world > 1 && (join_torchrun(d, world, err) || set_ranks(d, err)))
+        goto fail;
     d->coll = (CtCollective){.ctx = d, .world_size = d->world, .allreduce_sum = graph_allreduce};
     *out = d;
     return 0;
@@ -125,6 +201,7 @@ fail:
         *out = d;
         return -1;
     }
+    rendezvous_close(d->rdv);
     free(d);
     *out = NULL;
     return -1;
@@ -140,6 +217,7 @@ void dist_finish(CtDist *d)
         MPI_Comm_free(&d->comm);
         MPI_Finalize();
     }
+    rendezvous_close(d->rdv);
     free(d);
 }
 
@@ -147,8 +225,8 @@ void dist_abort(CtDist *d, int status)
 {
     fflush(stdout);
     fflush(stderr);
-    if (d && d->mpi)
-        MPI_Abort(MPI_COMM_WORLD, status);
+    if (d && d->mpi) /* a torchrun-style world is not MPI_COMM_WORLD; torchrun ends the other ranks */
+        MPI_Abort(d->comm != MPI_COMM_NULL ? d->comm : MPI_COMM_WORLD, status);
     exit(status);
 }
 

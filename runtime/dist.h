@@ -5,12 +5,13 @@
  * the only one that talks to MPI (Open MPI); nothing else includes mpi.h.
  *
  * Start-up: a process started by an MPI launcher (mpirun/mpiexec, or a
- * scheduler's PMIx) joins MPI's world. Anything else is a world of one rank,
- * without touching MPI. A torchrun-style environment (RANK, WORLD_SIZE,
- * LOCAL_RANK, MASTER_ADDR, MASTER_PORT) is honoured under an MPI launcher
- * (it must agree with MPI's ranks); without one, WORLD_SIZE > 1 is refused:
- * Open MPI cannot meet at MASTER_ADDR:MASTER_PORT by itself, and ctimm does
- * not add a transport of its own.
+ * scheduler's PMIx) joins MPI's world; a torchrun-style environment (RANK,
+ * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) set there must agree
+ * with MPI's ranks. Without an MPI launcher, WORLD_SIZE > 1 (torchrun
+ * --no_python, or a scheduler's variables) makes the ranks meet at
+ * MASTER_ADDR:MASTER_PORT (runtime/rendezvous.h: Open MPI's ompi-server,
+ * then MPI_Comm_connect/accept). Anything else is a world of one rank,
+ * without touching MPI.
  *
  * The collectives here work on host memory (the cpu backend's gradients
  * pass through allreduce_mean's kernel, ir/collective.h). A GPU backend
@@ -20,7 +21,8 @@
  *
  * Failures: the communicator's errors are returned (MPI_ERRORS_RETURN); one
  * inside a graph's collective is kept and returned by the next call here. A
- * rank that dies ends the job: the MPI launcher kills the others.
+ * rank that dies ends the job: the launcher (mpirun, torchrun) kills the
+ * others.
  */
 #ifndef CTIMM_DIST_H
 #define CTIMM_DIST_H
@@ -32,11 +34,13 @@
 
 typedef struct CtDist CtDist;
 
-/* 1 when an MPI launcher started this process. */
+/* 1 when a launcher started this process as a rank: an MPI launcher, or a
+ * torchrun-style one (WORLD_SIZE > 1). */
 int dist_launched(void);
 /* The world this process is in, as above. On failure *out is NULL, or,
  * when MPI was joined but the world is unusable, a communicator to leave
- * with dist_abort (the other ranks may be waiting in it). */
+ * with dist_abort (the other ranks may be waiting in it). A torchrun-style
+ * launch waits up to 5 minutes for its ranks to start. */
 int dist_init(CtDist **out, CtErr *err);
 /* Leaves the world normally (every rank must get here), and frees d. */
 void dist_finish(CtDist *d);

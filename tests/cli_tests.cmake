@@ -545,15 +545,22 @@ add_test(NAME dist_sync_bn_equals_one_rank COMMAND sh -c
    ${TRAIN_DIST_BN} -b 4 --epochs 2 --output sbn-two --nproc-per-node 2 --sync-bn --dist-check-params > sbn-two.log && \
    grep -q '^Synchronized BatchNorm: [1-9][0-9]* batch norms' sbn-two.log && \
    ${RUN} --compare sbn-two/last.safetensors sbn-one/last.safetensors --tol 1e-5")
+# A torchrun-style launch (torchrun --nproc_per_node 2 --no_python ctimm-train
+# sets these variables; Debian's torchrun itself fails on Python 3.11), rank 1
+# started first: the ranks meet at MASTER_ADDR:MASTER_PORT through rank 0's
+# ompi-server, and train to the weights of 1 rank x batch 8.
+add_test(NAME dist_torchrun_env_equals_one_rank COMMAND sh -c
+  "rm -rf trv-one trv-two && ${TRAIN_DIST} -b 8 --epochs 2 --output trv-one > trv-one.log &&    export WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29531 &&    (RANK=1 LOCAL_RANK=1 ${TRAIN_DIST} -b 4 --epochs 2 --output trv-two --dist-check-params > trv-1.log 2>&1 &     RANK=0 LOCAL_RANK=0 ${TRAIN_DIST} -b 4 --epochs 2 --output trv-two --dist-check-params > trv-0.log && wait $!) &&    grep -q '^Distributed: 2 ranks, global batch 8' trv-0.log &&    ${RUN} --compare trv-two/last.safetensors trv-one/last.safetensors --tol 1e-5")
 # A killed rank ends the run within 30 s; --resume goes on (tests/train_dist_kill.sh).
 add_test(NAME dist_kill_resume COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_kill.sh ${TRAIN} dist-data
   --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 -b 4 --log-interval 100)
 add_test(NAME dist_refusals COMMAND sh -c
-  "WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .* but no MPI launcher' ${TRAIN} && \
-   ${FAIL} '--nproc-per-node 3, but the MPI launcher started 2 ranks' \
+  "WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .a torchrun-style launch. needs RANK .0..1., MASTER_ADDR and MASTER_PORT' \
+     ${TRAIN} && \
+   ${FAIL} '--nproc-per-node 3, but the launcher started 2 ranks' \
      ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe ${TRAIN_DIST} --nproc-per-node 3")
-set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_kill_resume dist_refusals PROPERTIES
-  FIXTURES_REQUIRED dist_data)
-set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_kill_resume
-  dist_refusals PROPERTIES
+set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_torchrun_env_equals_one_rank
+  dist_kill_resume dist_refusals PROPERTIES FIXTURES_REQUIRED dist_data)
+set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank
+  dist_torchrun_env_equals_one_rank dist_kill_resume dist_refusals PROPERTIES
   ENVIRONMENT "${DIST_ENV}")
