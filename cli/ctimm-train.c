@@ -77,7 +77,7 @@ typedef struct Args {
      * bucket size, timm's --dist-bn and --sync-bn, the per-step cross-rank
      * check */
     int nproc_per_node, dist_check_params, sync_bn;
-    double bucket_cap_mb;
+    double bucket_cap_mb, dist_timeout;
     const char *dist_bn;
 } Args;
 
@@ -106,7 +106,7 @@ static const char *const usage =
                    "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
                    "                   [--recovery-interval N] [--start-epoch N]\n"
                    "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
-                   "                   [--sync-bn] [--dist-check-params]\n"
+                   "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n";
@@ -140,7 +140,7 @@ enum {
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
 
 /* Data-parallel flags, long only. */
-enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN };
+enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
 
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
@@ -331,6 +331,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
         {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
+        {"dist-timeout", 1, 0, OPT_DIST_TIMEOUT},
         {0, 0, 0, 0}};
     *a = (Args){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                 .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5, .workers = 2,
@@ -341,7 +342,8 @@ static int parse_args(int argc, char **argv, Args *a)
                 .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel", .recount = 1,
                 .train_interpolation = "random", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
                 .color_jitter = 0.4, .crop_pct = -1, .amp_dtype = "float16", .bce_target_thresh = -1,
-                .start_epoch = -1, .bucket_cap_mb = 25, .dist_bn = "reduce"};
+                .start_epoch = -1, .bucket_cap_mb = 25, .dist_bn = "reduce",
+                .dist_timeout = 1800};
     /* -vb is timm's short form: getopt_long_only would take it, but then
      * every long option could be abbreviated; rewrite just this one. */
     for (int i = 1; i < argc; i++)
@@ -494,6 +496,12 @@ static int parse_args(int argc, char **argv, Args *a)
         case OPT_BUCKET_CAP:
             if (!(bad = parse_double("bucket-cap-mb", optarg, &a->bucket_cap_mb)) && !(a->bucket_cap_mb > 0)) {
                 fprintf(stderr, "%s: --bucket-cap-mb must be above 0\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_DIST_TIMEOUT:
+            if (!(bad = parse_double("dist-timeout", optarg, &a->dist_timeout)) && !(a->dist_timeout > 0)) {
+                fprintf(stderr, "%s: --dist-timeout must be above 0 seconds\n", prog);
                 bad = 1;
             }
             break;
@@ -1432,6 +1440,10 @@ static int run_ranks(int argc, char **argv, const Args *a)
         if (dist)
             dist_abort(dist, 2);
         return 2;
+    }
+    if (dist_set_timeout(dist, a->dist_timeout, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        dist_abort(dist, 2);
     }
     static char rank_prog[64];
     if (dist_rank(dist) > 0) { /* timm: the primary rank alone logs */

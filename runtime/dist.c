@@ -6,9 +6,13 @@
 #include "runtime/dist.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #include <xxhash.h>
@@ -27,7 +31,55 @@ struct CtDist {
     CtErr failed;  /* a collective inside a graph failed: why */
     int has_failed;
     CtRendezvous *rdv; /* rank 0 of a torchrun-style launch: ompi-server */
+    /* The watchdog (dist_set_timeout): when this rank entered the collective
+     * it is in (ms, 0: none), and the thread checking on it. */
+    atomic_llong busy_ms;
+    atomic_int stop;
+    double timeout_s;
+    pthread_t watchdog;
+    int watching;
 };
+
+static long long now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Around every collective: the watchdog's clock. */
+static void enter(CtDist *d) { atomic_store(&d->busy_ms, now_ms()); }
+static void leave(CtDist *d) { atomic_store(&d->busy_ms, 0); }
+
+/* Ends the process once a collective has waited past the timeout: MPI
+ * gives no way out of a collective whose peer is gone, and MPI_Abort may
+ * not be called from this thread (MPI_THREAD_FUNNELED). */
+static void *watch(void *arg)
+{
+    CtDist *d = arg;
+    while (!atomic_load(&d->stop)) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        long long since = atomic_load(&d->busy_ms);
+        if (since && (double)(now_ms() - since) > 1000 * d->timeout_s) {
+            fprintf(stderr, "ctimm (rank %d of %d): a collective has waited %.0f s for the other ranks: one of them "
+                            "died or hangs; ending this rank (--dist-timeout)\n", d->rank, d->world, d->timeout_s);
+            fflush(stdout);
+            _exit(DIST_TIMEOUT_STATUS);
+        }
+    }
+    return NULL;
+}
+
+int dist_set_timeout(CtDist *d, double seconds, CtErr *err)
+{
+    if (d->watching || d->world == 1 || !(seconds > 0))
+        return 0;
+    d->timeout_s = seconds;
+    if (pthread_create(&d->watchdog, NULL, watch, d))
+        return ct_fail(err, "the collectives' watchdog thread could not start");
+    d->watching = 1;
+    return 0;
+}
 
 /* Open MPI's mpirun, or a scheduler's PMIx. */
 static int mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
@@ -213,6 +265,10 @@ void dist_finish(CtDist *d)
         return;
     if (ct_collective() == &d->coll)
         ct_collective_install(NULL);
+    if (d->watching) {
+        atomic_store(&d->stop, 1);
+        pthread_join(d->watchdog, NULL);
+    }
     if (d->mpi) {
         MPI_Comm_free(&d->comm);
         MPI_Finalize();
@@ -249,7 +305,9 @@ int dist_allreduce_sum(CtDist *d, double *buf, size_t n, CtErr *err)
         return -1;
     for (size_t at = 0; d->world > 1 && at < n;) {
         int count = n - at > (size_t)INT_MAX ? INT_MAX : (int)(n - at);
+        enter(d);
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf + at, count, MPI_DOUBLE, MPI_SUM, d->comm);
+        leave(d);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, "MPI_Allreduce", err);
         at += (size_t)count;
@@ -263,7 +321,9 @@ int dist_broadcast(CtDist *d, void *buf, size_t n, int root, CtErr *err)
         return -1;
     for (size_t at = 0; d->world > 1 && at < n;) {
         int count = n - at > (size_t)INT_MAX ? INT_MAX : (int)(n - at);
+        enter(d);
         int rc = MPI_Bcast((unsigned char *)buf + at, count, MPI_BYTE, root, d->comm);
+        leave(d);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, "MPI_Bcast", err);
         at += (size_t)count;
@@ -275,7 +335,9 @@ int dist_barrier(CtDist *d, CtErr *err)
 {
     if (sticky(d, err))
         return -1;
+    enter(d);
     int rc = d->world > 1 ? MPI_Barrier(d->comm) : MPI_SUCCESS;
+    leave(d);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Barrier", err);
 }
 
@@ -295,7 +357,9 @@ int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size
     XXH3_freeState(st);
     unsigned long long *all = malloc(sizeof *all * (size_t)d->world);
     CT_ASSERT(all != NULL);
+    enter(d);
     int rc = MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, d->comm);
+    leave(d);
     if (rc != MPI_SUCCESS) {
         free(all);
         return mpi_fail(rc, "MPI_Allgather", err);

@@ -22,7 +22,8 @@
  * Failures: the communicator's errors are returned (MPI_ERRORS_RETURN); one
  * inside a graph's collective is kept and returned by the next call here. A
  * rank that dies ends the job: the launcher (mpirun, torchrun) kills the
- * others.
+ * others; a rank that hangs, or dies without such a launcher, is caught by
+ * the watchdog (dist_set_timeout).
  */
 #ifndef CTIMM_DIST_H
 #define CTIMM_DIST_H
@@ -48,6 +49,16 @@ void dist_finish(CtDist *d);
  * rank's message is out: the way out of a run that failed on some ranks
  * only, where waiting for the others would hang. Does not return. */
 void dist_abort(CtDist *d, int status) __attribute__((noreturn));
+
+/* Exit status of a rank that the watchdog ended. */
+#define DIST_TIMEOUT_STATUS 3
+/* Starts a watchdog thread (world > 1, seconds > 0) that ends this process
+ * with DIST_TIMEOUT_STATUS, after a line on stderr, when a collective here
+ * has waited `seconds` for the other ranks: a rank that hangs, or one that
+ * died where no launcher ends the others (a torchrun-style world without
+ * torchrun), would otherwise hold every rank forever. torch's process
+ * groups time out the same way (30 minutes by default). */
+int dist_set_timeout(CtDist *d, double seconds, CtErr *err);
 
 int dist_rank(const CtDist *d);
 int dist_world_size(const CtDist *d);

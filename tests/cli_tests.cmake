@@ -554,13 +554,20 @@ add_test(NAME dist_torchrun_env_equals_one_rank COMMAND sh -c
 # A killed rank ends the run within 30 s; --resume goes on (tests/train_dist_kill.sh).
 add_test(NAME dist_kill_resume COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_kill.sh ${TRAIN} dist-data
   --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 -b 4 --log-interval 100)
+# The watchdog: a killed rank of a torchrun-style world, and a stopped
+# (hung) rank under mpirun, end the run within 20 s (tests/train_dist_hang.sh).
+foreach(mode torchrun mpirun)
+  add_test(NAME dist_watchdog_${mode} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_hang.sh ${mode} ${TRAIN}
+    dist-data --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 -b 4 --log-interval 100)
+endforeach()
 add_test(NAME dist_refusals COMMAND sh -c
   "WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .a torchrun-style launch. needs RANK .0..1., MASTER_ADDR and MASTER_PORT' \
      ${TRAIN} && \
+   ${FAIL} '--dist-timeout must be above 0 seconds' ${TRAIN} --dist-timeout 0 && \
    ${FAIL} '--nproc-per-node 3, but the launcher started 2 ranks' \
      ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe ${TRAIN_DIST} --nproc-per-node 3")
 set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_torchrun_env_equals_one_rank
-  dist_kill_resume dist_refusals PROPERTIES FIXTURES_REQUIRED dist_data)
+  dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals PROPERTIES FIXTURES_REQUIRED dist_data)
 set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank
-  dist_torchrun_env_equals_one_rank dist_kill_resume dist_refusals PROPERTIES
+  dist_torchrun_env_equals_one_rank dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals PROPERTIES
   ENVIRONMENT "${DIST_ENV}")

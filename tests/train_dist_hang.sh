@@ -1,0 +1,63 @@
+#!/bin/sh
+# train_dist_hang.sh MODE TRAIN [FLAGS...]: the watchdog (--dist-timeout 3)
+# ends a two-rank run that would otherwise wait forever, within 20 s, with
+# its line on stderr and a non-zero status:
+#   torchrun  a torchrun-style world (no launcher to end the others) whose
+#             rank 1 is killed (SIGKILL): rank 0 is left in a collective;
+#   mpirun    an mpirun world whose rank 1 is stopped (SIGSTOP, a hung rank):
+#             rank 0's watchdog ends it, and mpirun then the stopped rank.
+set -e
+mode=$1
+train=$2
+shift 2
+rm -rf hang-out-$mode hang-$mode-*.log
+fail() {
+    echo "train_dist_hang: $mode: $*" >&2
+    kill -9 $main $victim 2>/dev/null || true
+    cat hang-$mode-*.log >&2
+    exit 1
+}
+if [ "$mode" = torchrun ]; then
+    export WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29532
+    RANK=1 LOCAL_RANK=1 "$train" "$@" --epochs 1000 --dist-timeout 3 --output hang-out-$mode \
+        > hang-$mode-1.log 2>&1 &
+    victim=$!
+    RANK=0 LOCAL_RANK=0 "$train" "$@" --epochs 1000 --dist-timeout 3 --output hang-out-$mode \
+        > hang-$mode-0.log 2>&1 &
+    main=$!
+else
+    "$train" "$@" --nproc-per-node 2 --epochs 1000 --dist-timeout 3 --output hang-out-$mode > hang-$mode-0.log 2>&1 &
+    main=$!
+    victim=
+fi
+tries=0
+until [ -f hang-out-$mode/last.safetensors ]; do
+    tries=$((tries + 1))
+    [ $tries -lt 1200 ] || fail "no checkpoint after 120 s"
+    sleep 0.1
+done
+if [ "$mode" = torchrun ]; then
+    kill -9 $victim
+    wait $victim 2>/dev/null || true
+else # rank 1: mpiexec's child whose environment says so
+    for env in /proc/[0-9]*/environ; do
+        dir=${env%/environ}
+        parent=$(awk '/^PPid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
+        [ "$parent" = "$main" ] && tr '\0' '\n' < "$env" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 &&
+            victim=${dir#/proc/}
+    done
+    [ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
+    kill -STOP "$victim"
+fi
+waited=0
+while kill -0 $main 2>/dev/null && [ $waited -lt 200 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+done
+kill -0 $main 2>/dev/null && fail "still running 20 s after rank 1 was $([ $mode = torchrun ] && echo killed || echo stopped)"
+rc=0
+wait $main || rc=$?
+[ $rc -ne 0 ] || fail "exit status 0"
+grep -q 'rank 0 of 2): a collective has waited 3 s for the other ranks' hang-$mode-0.log ||
+    fail "no watchdog line from rank 0"
+echo "train_dist_hang: $mode: rank 0 ended $((waited / 10)).$((waited % 10)) s after rank 1 went, status $rc"
