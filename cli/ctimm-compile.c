@@ -155,8 +155,8 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
         HostModule *mods = calloc((size_t)units.n + 1, sizeof *mods);
         CT_ASSERT(mods != NULL);
         if (host_compiler_init(&hc, err) == 0 && host_compile_units(&hc, &cache, &units, mods, err) == 0) {
-            buf_printf(out, "compiled: %d host kernels (%s) in %d translation unit%s\n", units.nkernels, hc.version,
-                       units.n, units.n == 1 ? "" : "s");
+            buf_printf(out, "compiled: %d host kernels, %d distinct (%s) in %d translation unit%s\n", units.nkernels,
+                       units.ndistinct, hc.version, units.n, units.n == 1 ? "" : "s");
             for (int j = 0; j < units.n; j++)
                 host_module_close(&mods[j]);
             rc = 0;
@@ -172,9 +172,11 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
             for (int j = 0; j < units.n; j++)
                 bytes += imgs[j].size;
             /* every unit has the same kind: the architecture is picked by sm alone */
-            buf_printf(out, "compiled: %d CUDA kernels for sm_%d (%s, %zu bytes, NVRTC %s) in %d translation unit%s\n",
-                       units.nkernels, o->sm, imgs[0].is_ptx ? "PTX" : "cubin", bytes, nc.version, units.n,
-                       units.n == 1 ? "" : "s");
+            buf_printf(out,
+                       "compiled: %d CUDA kernels, %d distinct, for sm_%d (%s, %zu bytes, NVRTC %s) in %d translation "
+                       "unit%s\n",
+                       units.nkernels, units.ndistinct, o->sm, imgs[0].is_ptx ? "PTX" : "cubin", bytes, nc.version,
+                       units.n, units.n == 1 ? "" : "s");
             rc = 0;
         }
         free(imgs);

@@ -1,12 +1,15 @@
-/* Contract: units_make puts every kernel in exactly one unit, units in
- * launch order, by the kernels alone; units_compile runs the callback once
+/* Contract: units_make puts every distinct kernel in exactly one unit,
+ * units in launch order, by the kernels alone; units_compile runs the callback once
  * per unit on a pool of threads and returns after joining them all. */
 #include "codegen/units.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "codegen/render.h"
 
@@ -34,28 +37,78 @@ int units_split(const int *w, int n, int target, int *unit)
     return runs;
 }
 
+/* The text of kernel k under a name shared by all: what tells two
+ * launches' kernels the same. */
+static char *kernel_text(const KirKernel *k, int cuda)
+{
+    KirKernel anon = *k;
+    CtBuf b = {0};
+    anon.launch = 0;
+    (cuda ? render_cuda_kernel : render_c_kernel)(&anon, &b);
+    return b.s;
+}
+
+/* fn[l] for every launch: the first launch whose kernel has the same text,
+ * through an open-addressing table of XXH3 hashes; -1 without a kernel. */
+static int find_distinct(const KirKernel *k, int nlaunches, int cuda, int *fn)
+{
+    int size = 2, distinct = 0;
+    while (size < 2 * nlaunches)
+        size *= 2;
+    int *slot = malloc(sizeof *slot * (size_t)size);
+    char **text = calloc((size_t)nlaunches + 1, sizeof *text);
+    CT_ASSERT(slot && text);
+    for (int i = 0; i < size; i++)
+        slot[i] = -1;
+    for (int l = 0; l < nlaunches; l++) {
+        fn[l] = -1;
+        if (!k[l].nloops)
+            continue;
+        text[l] = kernel_text(&k[l], cuda);
+        unsigned h = (unsigned)XXH3_64bits(text[l], strlen(text[l])) & (unsigned)(size - 1);
+        while (slot[h] >= 0 && strcmp(text[slot[h]], text[l]))
+            h = (h + 1) & (unsigned)(size - 1);
+        if (slot[h] < 0) {
+            slot[h] = l;
+            distinct++;
+        }
+        fn[l] = slot[h];
+    }
+    for (int l = 0; l < nlaunches; l++)
+        free(text[l]);
+    free(text);
+    free(slot);
+    return distinct;
+}
+
 void units_make(const KirKernel *k, int nlaunches, int loops_per_unit, int cuda, KernelUnits *u)
 {
     u->nlaunches = nlaunches;
     u->nkernels = 0;
     u->unit = malloc(sizeof *u->unit * (size_t)(nlaunches + 1));
+    u->fn = malloc(sizeof *u->fn * (size_t)(nlaunches + 1));
     int *w = malloc(sizeof *w * (size_t)(nlaunches + 1)), *of = malloc(sizeof *of * (size_t)(nlaunches + 1));
-    CT_ASSERT(u->unit && w && of);
-    for (int l = 0; l < nlaunches; l++) {
+    CT_ASSERT(u->unit && u->fn && w && of);
+    u->ndistinct = find_distinct(k, nlaunches, cuda, u->fn);
+    for (int l = 0, i = 0; l < nlaunches; l++) {
         u->unit[l] = -1;
-        if (k[l].nloops)
-            w[u->nkernels++] = k[l].nloops;
+        u->nkernels += k[l].nloops > 0;
+        if (u->fn[l] == l)
+            w[i++] = k[l].nloops;
     }
-    u->n = units_split(w, u->nkernels, loops_per_unit, of);
+    u->n = units_split(w, u->ndistinct, loops_per_unit, of);
     u->src = calloc((size_t)u->n + 1, sizeof *u->src);
     CT_ASSERT(u->src != NULL);
     for (int j = 0; j < u->n; j++)
         (cuda ? render_cuda_prelude : render_c_prelude)(&u->src[j]);
-    for (int l = 0, i = 0; l < nlaunches; l++)
-        if (k[l].nloops) {
-            u->unit[l] = of[i++];
-            (cuda ? render_cuda_kernel : render_c_kernel)(&k[l], &u->src[u->unit[l]]);
+    for (int l = 0, i = 0; l < nlaunches; l++) {
+        if (u->fn[l] != l) {
+            u->unit[l] = u->fn[l] >= 0 ? u->unit[u->fn[l]] : -1;
+            continue;
         }
+        u->unit[l] = of[i++];
+        (cuda ? render_cuda_kernel : render_c_kernel)(&k[l], &u->src[u->unit[l]]);
+    }
     free(of);
     free(w);
 }
@@ -66,9 +119,10 @@ void units_free(KernelUnits *u)
         buf_free(&u->src[j]);
     free(u->src);
     free(u->unit);
+    free(u->fn);
     u->src = NULL;
-    u->unit = NULL;
-    u->n = u->nkernels = u->nlaunches = 0;
+    u->unit = u->fn = NULL;
+    u->n = u->nkernels = u->ndistinct = u->nlaunches = 0;
 }
 
 /* The pool's shared state. */

@@ -491,17 +491,20 @@ add_test(NAME compile_dot COMMAND sh -c
 if(CUDAToolkit_FOUND)
   add_test(NAME compile_cuda_kernels COMMAND sh -c
     "CTIMM_CACHE_DIR=$PWD/kc-cuda ${COMPILE} --model test_vit --train --amp --compile cuda --sm 90 | \
-     grep -q 'compiled: [0-9]* CUDA kernels for sm_90 (cubin'")
+     grep -q 'compiled: [0-9]* CUDA kernels, [0-9]* distinct, for sm_90 (cubin'")
 endif()
-# A graph of several translation units (codegen/units.h; test_vit's training
-# step: its SGD launch has a loop per parameter) is cached per unit: a cold
-# cache compiles each unit once, a second run compiles nothing.
+# A graph of several translation units (codegen/units.h; test_convnext's
+# training step: its SGD launch has a loop per parameter) is cached per
+# unit: a cold cache compiles each unit once, a second run compiles nothing.
+# Repeated kernels are compiled once (test_vit: 86 launches, 10 kernels).
 add_test(NAME compile_units_cache COMMAND sh -c
   "rm -rf kcu && export CTIMM_CACHE_DIR=$PWD/kcu && \
-   ${COMPILE} --model test_vit --train --compile host --cache-stats > kcu-cold.log && \
-   grep -q 'compiled: [0-9]* host kernels (.*) in 2 translation units' kcu-cold.log && \
+   ${COMPILE} --model test_convnext --train --compile host --cache-stats > kcu-cold.log && \
+   grep -q 'compiled: 37 host kernels, 25 distinct (.*) in 2 translation units' kcu-cold.log && \
    grep -q ': 2 compiled, 0 from memory, 0 from disk, 0 corrupt' kcu-cold.log && \
-   ${COMPILE} --model test_vit --train --compile host --cache-stats | grep -q ': 0 compiled, 0 from memory, 2 from disk'")
+   ${COMPILE} --model test_convnext --train --compile host --cache-stats | \
+     grep -q ': 0 compiled, 0 from memory, 2 from disk' && \
+   ${COMPILE} --model test_vit --train --compile host --cache-stats | grep -q 'compiled: 86 host kernels, 10 distinct'")
 add_test(NAME infer_label_type_none COMMAND sh -c
   "ls data/shapes-64/val > classes-lt.txt && \
    ${INFER} data/shapes-64/val --img-size 32 --num-classes 10 --class-map classes-lt.txt --label-type none -b 100 \

@@ -1,9 +1,11 @@
 /* NVRTC (built only with the CUDA toolkit; no GPU needed): every generated
  * CUDA kernel of the four test models (test_resnet, test_vit,
  * test_efficientnet, test_convnext), eval and training graphs, f32 and amp
- * f16 and bf16, NCHW and channels-last, compiles for sm_90 to a cubin (the
- * sanitizer build: four of the 48 graphs), one translation unit per graph,
- * two graphs at a time; an architecture past NVRTC's gets PTX; a broken
+ * f16 and bf16, NCHW and channels-last, and of a full-size model of each
+ * family as the GPU trains it (amp f16, channels-last), compiles for sm_90 to
+ * a cubin (the sanitizer build: four of the test models' 48 graphs), in the
+ * translation units the cuda backend makes (each distinct kernel once,
+ * codegen/units.h), two units at a time; an architecture past NVRTC's gets PTX; a broken
  * source fails with NVRTC's log in the message. */
 #include <pthread.h>
 #include <string.h>
@@ -11,13 +13,14 @@
 #include "check.h"
 #include "codegen/nvrtc.h"
 #include "codegen/render.h"
+#include "codegen/units.h"
 #include "model_graphs.h"
 
-/* One graph's translation unit and what compiling it gave. */
+/* One translation unit of a graph and what compiling it gave. */
 typedef struct Job {
-    char name[64];
+    char name[96];
     CtBuf src;
-    int nkernels, rc;
+    int rc;
     NvrtcImage img;
     CtErr err;
 } Job;
@@ -37,16 +40,71 @@ static void *compile_jobs(void *arg)
     return NULL;
 }
 
-/* The graphs are rendered here, then compiled on two threads (the cache is
- * thread-safe), one per core. */
+typedef struct Case {
+    const char *model;
+    int training;
+    CtDType dtype;
+    int channels_last;
+} Case;
+
+/* The translation units of c's graph as the cuda backend makes them (its
+ * distinct kernels, codegen/units.h), appended to jobs; the count, or -1. */
+static int add_units(const Case *c, Job **jobs, int *njobs, int *cap, int *nkernels, int *ndistinct)
+{
+    static const OptimSpec adamw = {
+        .kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+    char name[64];
+    snprintf(name, sizeof name, "%s %s %s%s", c->model, c->training ? "train" : "eval", ct_dtype_name(c->dtype),
+             c->channels_last ? " channels_last" : "");
+    GraphSpec gs = {.training = c->training, .amp = c->dtype, .channels_last = c->channels_last, .opt = &adamw};
+    Graph g;
+    FusePlan plan;
+    CtErr err;
+    int rc = -1;
+    if (model_graph(c->model, &gs, &g))
+        return -1;
+    if (fuse_plan(&g, &plan, &err) == 0) {
+        KirKernel *k = calloc((size_t)plan.kernels_after + 1, sizeof *k);
+        CT_ASSERT(k != NULL);
+        rc = 0;
+        for (int l = 0; l < plan.kernels_after && !rc; l++)
+            if (kir_lowerable(&plan, l) && kir_lower(&g, &plan, l, (KirOptions){KIR_F32, 1}, &k[l], &err))
+                rc = -1;
+        CHECKF(rc == 0, "%s: %s", name, err.msg);
+        if (rc == 0) {
+            KernelUnits u;
+            units_make(k, plan.kernels_after, UNIT_LOOPS, 1, &u);
+            for (int i = 0; i < u.n; i++) {
+                if (*njobs == *cap) {
+                    *cap = *cap ? 2 * *cap : 64;
+                    *jobs = realloc(*jobs, sizeof **jobs * (size_t)*cap);
+                    CT_ASSERT(*jobs != NULL);
+                }
+                Job *j = &(*jobs)[(*njobs)++];
+                memset(j, 0, sizeof *j);
+                snprintf(j->name, sizeof j->name, "%s, unit %d of %d", name, i + 1, u.n);
+                buf_printf(&j->src, "%s", u.src[i].s);
+            }
+            *nkernels += u.nkernels;
+            *ndistinct += u.ndistinct;
+            rc = u.n;
+            units_free(&u);
+        }
+        for (int l = 0; l < plan.kernels_after; l++)
+            kir_free(&k[l]);
+        free(k);
+        fuse_free(&plan);
+    } else {
+        CHECKF(0, "%s: %s", name, err.msg);
+    }
+    graph_free(&g);
+    return rc;
+}
+
+/* The graphs are rendered here, then their units compiled on two threads
+ * (the cache is thread-safe), one per core. */
 static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
 {
-    typedef struct Case {
-        const char *model;
-        int training;
-        CtDType dtype;
-        int channels_last;
-    } Case;
     enum { NCASES = 48 };
     /* first the four the sanitizer build compiles: the conv nets' graphs as the
      * GPU trains them (--amp --channels-last) and an eval graph */
@@ -56,15 +114,13 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
     };
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     static const CtDType precisions[] = {CT_F32, CT_F16, CT_BF16};
-    static const OptimSpec adamw = {
-        .kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
     int ncases = 4;
 #ifdef __SANITIZE_ADDRESS__
     /* NVRTC itself is not instrumented: the sanitizer build checks ctimm's side
      * (rendering, the cache from two threads, loading the results) on four graphs */
-    int nall = 4;
+    int nall = 4, zoo = 0;
 #else
-    int nall = NCASES;
+    int nall = NCASES, zoo = 1;
 #endif
     for (int m = 0; m < 4 && ncases < nall; m++)
         for (int training = 0; training < 2; training++)
@@ -78,46 +134,41 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
                     if (!seen)
                         cases[ncases++] = c;
                 }
-    Job jobs[NCASES] = {0};
-    int n = 0;
-    for (int c = 0; c < ncases; c++) {
-        Graph g;
-        FusePlan plan;
-        CtErr err;
-        Job *j = &jobs[n];
-        snprintf(j->name, sizeof j->name, "%s %s %s%s", cases[c].model, cases[c].training ? "train" : "eval",
-                 ct_dtype_name(cases[c].dtype), cases[c].channels_last ? " channels_last" : "");
-        GraphSpec gs = {.training = cases[c].training, .amp = cases[c].dtype, .channels_last = cases[c].channels_last,
-                        .opt = &adamw};
-        if (model_graph(cases[c].model, &gs, &g))
-            continue;
-        if (fuse_plan(&g, &plan, &err) == 0) {
-            int ok = render_graph(&g, &plan, 1, &j->src, &j->nkernels, &err) == 0;
-            CHECKF(ok, "%s: %s", j->name, err.msg);
-            n += ok;
-            fuse_free(&plan);
-        } else {
-            CHECKF(0, "%s: %s", j->name, err.msg);
-        }
-        graph_free(&g);
+    CHECK(ncases == nall);
+    Job *jobs = NULL;
+    int njobs = 0, cap = 0, graphs = 0, nkernels = 0, ndistinct = 0;
+    for (int c = 0; c < ncases; c++)
+        graphs += add_units(&cases[c], &jobs, &njobs, &cap, &nkernels, &ndistinct) > 0;
+    /* a full-size model of each family, as the GPU trains it (--amp,
+     * channels-last): what the test models lack (mobilenetv3's hard
+     * activations, resnet50d's average-pool shortcut, reductions over
+     * hundreds of channels); the whole zoo would take minutes */
+    static const char *const zoo_models[] = {"resnet50d", "vit_tiny_patch16_224", "efficientnet_b0",
+                                             "mobilenetv3_large_100", "convnext_tiny"};
+    for (int m = 0; zoo && m < 5; m++) {
+        Case c = {zoo_models[m], 1, CT_F16, 1};
+        graphs += add_units(&c, &jobs, &njobs, &cap, &nkernels, &ndistinct) > 0;
+        nall++;
     }
-    CHECK(n == nall);
+    CHECKF(graphs == nall, "%d of %d graphs rendered", graphs, nall);
     pthread_t th[2];
     Worker w[2];
     for (int t = 0; t < 2; t++) {
-        w[t] = (Worker){nc, cache, jobs, n, t};
+        w[t] = (Worker){nc, cache, jobs, njobs, t};
         CT_ASSERT(pthread_create(&th[t], NULL, compile_jobs, &w[t]) == 0);
     }
     for (int t = 0; t < 2; t++)
         pthread_join(th[t], NULL);
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < njobs; k++) {
         Job *j = &jobs[k];
         CHECKF(j->rc == 0, "%s: %s", j->name, j->err.msg);
         CHECK(j->rc || (!j->img.is_ptx && j->img.size > 4 && !memcmp(j->img.data, "\177ELF", 4)));
-        printf("%s: %d kernels, %zu-byte %s (%s)\n", j->name, j->nkernels, j->rc ? 0 : j->img.size,
-               j->img.is_ptx ? "PTX" : "cubin", j->rc ? "-" : j->img.options);
+        printf("%s: %zu-byte %s (%s)\n", j->name, j->rc ? 0 : j->img.size, j->img.is_ptx ? "PTX" : "cubin",
+               j->rc ? "-" : j->img.options);
         buf_free(&j->src);
     }
+    printf("%d graphs: %d kernels, %d distinct, in %d translation units\n", graphs, nkernels, ndistinct, njobs);
+    free(jobs);
 }
 
 /* An architecture newer than NVRTC knows: PTX of the newest it does. */

@@ -1,9 +1,10 @@
 /* Translation units (codegen/units.h): the split is contiguous, covers every
  * item once, follows the weights and never leaves a unit empty; a graph's
- * units hold every kernel exactly once, in launch order, each after the
- * prelude, the same text on every call; the pool runs every unit once and
- * reports the lowest failing unit (host units: with cc's log, no module
- * left open); and on the cpu backend, through the disk cache, test_vit's
+ * units hold every distinct kernel exactly once, in launch order, each after
+ * the prelude, the same text on every call, and a launch whose kernel
+ * repeats an earlier one's text runs that one; the pool runs every unit once
+ * and reports the lowest failing unit (host units: with cc's log, no module
+ * left open); and on the cpu backend, through the disk cache, test_convnext's
  * training step (two units) compiles once per unit, a second compile
  * compiles nothing, a corrupted entry recompiles that unit alone, and the
  * step run over a corrupted entry matches the ref backend. The cache lives
@@ -136,7 +137,8 @@ static void test_host_failure(const HostCompiler *hc)
         buf_free(&src[j]);
 }
 
-/* test_vit's SGD training step as test_cpu builds it, on its vectors. */
+/* test_convnext's SGD training step as test_cpu builds it, on its vectors
+ * (two units: its SGD launch has a loop per parameter). */
 static int build_step(const Vectors *v, Graph *g)
 {
     ModelSpec spec = {.batch_size = v->batch, .training = 1, .args = v->args};
@@ -172,44 +174,75 @@ static void free_kernels(KirKernel *k, int n)
     free(k);
 }
 
+/* Kernel k's text under the name ct_k0, as units_make compares them. */
+static char *anon_text(const KirKernel *k, int cuda)
+{
+    KirKernel anon = *k;
+    CtBuf b = {0};
+    anon.launch = 0;
+    (cuda ? render_cuda_kernel : render_c_kernel)(&anon, &b);
+    return b.s;
+}
+
 /* Every unit is the prelude and then its kernels; the units' kernels, in
- * unit order, are render_graph's one unit's kernels (all, once, in launch
- * order); a second split is the same. */
+ * unit order, are the distinct kernels of render_graph's one unit, each
+ * once, in the launch order of their first use; every launch runs a kernel
+ * of the same text as its own, the first such; a second split is the same. */
 static void check_units(const Graph *g, const FusePlan *p, const KirKernel *k, int cuda)
 {
     KernelUnits u, again;
-    CtBuf prelude = {0}, whole = {0}, joined = {0};
+    CtBuf prelude = {0}, whole = {0}, joined = {0}, firsts = {0};
     CtErr err;
-    int nk;
+    int nk, distinct = 0;
     units_make(k, p->kernels_after, UNIT_LOOPS, cuda, &u);
     units_make(k, p->kernels_after, UNIT_LOOPS, cuda, &again);
     (cuda ? render_cuda_prelude : render_c_prelude)(&prelude);
     CHECK(render_graph(g, p, cuda, &whole, &nk, &err) == 0);
-    CHECKF(u.n >= 2, "test_vit's training step: %d unit(s)", u.n);
+    CHECKF(u.n >= 2, "test_convnext's training step: %d unit(s)", u.n);
     CHECK(u.nkernels == nk && u.nlaunches == p->kernels_after);
     for (int j = 0; j < u.n; j++) {
         CHECKF(!strncmp(u.src[j].s, prelude.s, prelude.len), "unit %d does not start with the prelude", j);
         buf_printf(&joined, "%s", u.src[j].s + prelude.len);
     }
-    CHECK(whole.len > prelude.len && !strcmp(joined.s, whole.s + prelude.len));
     for (int l = 0, last = 0; l < p->kernels_after; l++) {
-        CHECK((u.unit[l] >= 0) == (k[l].nloops > 0));
+        CHECK((u.unit[l] >= 0) == (k[l].nloops > 0) && (u.fn[l] >= 0) == (k[l].nloops > 0));
         if (u.unit[l] < 0)
             continue;
-        char name[32];
-        snprintf(name, sizeof name, " ct_k%d(", l);
-        CHECKF(u.unit[l] >= last && strstr(u.src[u.unit[l]].s, name), "launch %d in unit %d", l, u.unit[l]);
-        last = u.unit[l];
+        int f = u.fn[l];
+        char name[32], *mine = anon_text(&k[l], cuda), *theirs = anon_text(&k[f], cuda);
+        CHECKF(f <= l && u.fn[f] == f && u.unit[l] == u.unit[f] && !strcmp(mine, theirs), "launch %d runs ct_k%d", l,
+               f);
+        snprintf(name, sizeof name, " ct_k%d(", f);
+        CHECKF(strstr(u.src[u.unit[l]].s, name) != NULL, "launch %d: no ct_k%d in unit %d", l, f, u.unit[l]);
+        if (f == l) {
+            CHECKF(u.unit[l] >= last, "launch %d in unit %d after %d", l, u.unit[l], last);
+            last = u.unit[l];
+            distinct++;
+            (cuda ? render_cuda_kernel : render_c_kernel)(&k[l], &firsts);
+            for (int e = 0; e < l; e++) /* no earlier kernel has its text */
+                if (u.fn[e] == e) {
+                    char *earlier = anon_text(&k[e], cuda);
+                    CHECKF(strcmp(earlier, mine) != 0, "launches %d and %d: the same kernel twice", e, l);
+                    free(earlier);
+                }
+        }
+        free(mine);
+        free(theirs);
     }
-    CHECK(again.n == u.n && !memcmp(again.unit, u.unit, sizeof *u.unit * (size_t)u.nlaunches));
+    CHECKF(distinct == u.ndistinct && distinct < nk, "%d distinct kernels of %d", u.ndistinct, nk);
+    CHECK(firsts.len > 0 && !strcmp(joined.s, firsts.s));
+    CHECK(again.n == u.n && !memcmp(again.unit, u.unit, sizeof *u.unit * (size_t)u.nlaunches) &&
+          !memcmp(again.fn, u.fn, sizeof *u.fn * (size_t)u.nlaunches));
     for (int j = 0; j < u.n && j < again.n; j++)
         CHECK(!strcmp(again.src[j].s, u.src[j].s));
-    printf("test_vit training step, %s: %d kernels in %d units\n", cuda ? "CUDA C" : "host C", u.nkernels, u.n);
+    printf("test_convnext training step, %s: %d kernels, %d distinct, in %d units\n", cuda ? "CUDA C" : "host C",
+           u.nkernels, u.ndistinct, u.n);
     units_free(&again);
     units_free(&u);
     buf_free(&prelude);
     buf_free(&whole);
     buf_free(&joined);
+    buf_free(&firsts);
 }
 
 /* Compiles u's units through a fresh cache on dir; its stats. */
@@ -303,7 +336,7 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-/* Through a cache in dir, which the cpu backend uses too: test_vit's step
+/* Through a cache in dir, which the cpu backend uses too: the step
  * compiles once per unit, then not at all; one corrupt entry recompiles
  * that unit alone; the backend, meeting it corrupt again, recompiles it and
  * runs the step right, leaving every entry whole. The unit corrupted is the
@@ -343,7 +376,7 @@ static void test_graph(void)
     HostCompiler hc;
     CtErr err;
     char dir[] = "/tmp/ctimm-units-XXXXXX";
-    if (vectors_open(&v, "test_vit", 1))
+    if (vectors_open(&v, "test_convnext", 1))
         return;
     if (build_step(&v, &g) == 0) {
         int planned = fuse_plan(&g, &p, &err) == 0;

@@ -90,8 +90,8 @@ static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
         goto free_units;
     c->nmods = units.n;
     for (int l = 0; l < c->nk && !rc; l++)
-        if (units.unit[l] >= 0 && !(c->fn[l] = host_kernel(&c->mods[units.unit[l]], l)))
-            rc = ct_fail(err, "the compiled kernels have no ct_k%d (translation unit %d)", l, units.unit[l]);
+        if (units.unit[l] >= 0 && !(c->fn[l] = host_kernel(&c->mods[units.unit[l]], units.fn[l])))
+            rc = ct_fail(err, "the compiled kernels have no ct_k%d (translation unit %d)", units.fn[l], units.unit[l]);
 free_units:
     units_free(&units);
     return rc;

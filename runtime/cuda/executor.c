@@ -175,7 +175,7 @@ static int build_generated(CudaProgram *pr, CtErr *err)
             pr->ngen++;
     for (int l = 0; !rc && l < pr->lp.nk; l++) {
         char name[32];
-        snprintf(name, sizeof name, "ct_k%d", l);
+        snprintf(name, sizeof name, "ct_k%d", units.fn[l]);
         if (units.unit[l] >= 0)
             rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->kfn[l], pr->gen[units.unit[l]], name), err, "kernel %s",
                           name);
