@@ -4,7 +4,7 @@
 # NVRTC for sm_90, in all twelve graphs ctimm makes of it: eval and training
 # step, f32 / --amp f16 / --amp bf16, NCHW and channels-last. No GPU needed.
 # CI's test_nvrtc compiles the four test models' 48 graphs and one full-size
-# model of each family; this is the whole matrix, 276 graphs, over an hour on
+# model of each family; this is the whole matrix, 276 graphs, about half an hour on
 # 2 cores with an empty kernel cache (its own, under the build directory, so
 # a second run, or one after a FILTER run, skips what it has compiled). Prints a
 # line per graph and a count of failures at the end; exits 1 if any failed.
