@@ -334,31 +334,39 @@ static inline void scatter(const Lanes *x, float *base, int n, int64_t s)
         memcpy(base + p * s, x[p], sizeof(Lanes));
 }
 
-static inline __attribute__((always_inline)) void input_tile(const Wino *q, const Block *k, int m, const float *xp,
-                                                              int64_t t, float *v)
+/* Tile t of block k from src, a channels-last buffer [cnt][rows][width][ch]
+ * (the tile's patch at row m*ty, column m*tx): the (m+2)-square input patch
+ * d to B^T d B (kind BT), or the m-square gradient tile dY to A dY A^T (A),
+ * into dst [P][tiles][ch]. */
+static inline __attribute__((always_inline)) void patch_tile(const Wino *q, const Block *k, int m, enum Kind kind,
+                                                              const float *src, int64_t rows, int64_t width,
+                                                              int64_t ch, int64_t t, float *dst)
 {
-    int a = m + 2;
-    int64_t j, ty, tx, rows = m * (k->ty1 - k->ty0) + 2;
+    int a = m + 2, side = kind == BT ? a : m;
+    int64_t j, ty, tx;
     tile_pos(q, k, t, &j, &ty, &tx);
-    const float *base = xp + ((j * rows + m * ty) * q->Wp + m * tx) * q->Cp;
-    for (int64_t c0 = 0; c0 < q->Cp; c0 += LANES) {
+    const float *base = src + ((j * rows + m * ty) * width + m * tx) * ch;
+    for (int64_t c0 = 0; c0 < ch; c0 += LANES) {
         Lanes x[MAX_POINTS], o[MAX_POINTS];
-        gather(x, base + c0, a, a * a, q->Wp * q->Cp, q->Cp);
-        tile2d(m, BT, x, o);
-        scatter(o, v + t * q->Cp + c0, a * a, k->tiles * q->Cp);
+        gather(x, base + c0, side, side * side, width * ch, ch);
+        tile2d(m, kind, x, o);
+        scatter(o, dst + t * ch + c0, a * a, k->tiles * ch);
     }
 }
 
-/* v [P][tiles][Cp] = B^T d B for each tile's patch d of xp, block k's
- * padded rows (pack_channels_last). */
-CPU_CLONES static void input_transform(const Wino *q, const Block *k, const float *xp, float *v)
+/* patch_tile for every tile of block k: the input transform (BT, src the
+ * block's padded input rows) or the gradient's (A, src dy's rows). */
+CPU_CLONES static void patch_transform(const Wino *q, const Block *k, enum Kind kind, const float *src, int64_t rows,
+                                       int64_t width, int64_t ch, float *dst)
 {
-#pragma omp parallel for if (k->tiles * q->P * q->Cp > CPU_PARALLEL_MIN)
+#pragma omp parallel for if (k->tiles * q->P * ch > CPU_PARALLEL_MIN)
     for (int64_t t = 0; t < k->tiles; t++) {
-        if (q->m == 2)
-            input_tile(q, k, 2, xp, t, v);
+        if (kind == BT)
+            q->m == 2 ? patch_tile(q, k, 2, BT, src, rows, width, ch, t, dst)
+                      : patch_tile(q, k, 4, BT, src, rows, width, ch, t, dst);
         else
-            input_tile(q, k, 4, xp, t, v);
+            q->m == 2 ? patch_tile(q, k, 2, A, src, rows, width, ch, t, dst)
+                      : patch_tile(q, k, 4, A, src, rows, width, ch, t, dst);
     }
 }
 
@@ -426,34 +434,6 @@ CPU_CLONES static void output_transform(const Wino *q, const Block *k, const flo
     }
 }
 
-static inline __attribute__((always_inline)) void grad_tile(const Wino *q, const Block *k, int m, const float *dyp,
-                                                             int64_t t, float *mm)
-{
-    int a = m + 2;
-    int64_t j, ty, tx, Wd = m * q->TW, rows = m * (k->ty1 - k->ty0);
-    tile_pos(q, k, t, &j, &ty, &tx);
-    const float *base = dyp + ((j * rows + m * ty) * Wd + m * tx) * q->Kp;
-    for (int64_t k0 = 0; k0 < q->Kp; k0 += LANES) {
-        Lanes x[16], o[MAX_POINTS];
-        gather(x, base + k0, m, m * m, Wd * q->Kp, q->Kp);
-        tile2d(m, A, x, o);
-        scatter(o, mm + t * q->Kp + k0, a * a, k->tiles * q->Kp);
-    }
-}
-
-/* mm [P][tiles][Kp] = A dY A^T for each m x m tile dY of dyp, block k's
- * rows of dy (pack_channels_last, unpadded). */
-CPU_CLONES static void grad_transform(const Wino *q, const Block *k, const float *dyp, float *mm)
-{
-#pragma omp parallel for if (k->tiles * q->P * q->Kp > CPU_PARALLEL_MIN)
-    for (int64_t t = 0; t < k->tiles; t++) {
-        if (q->m == 2)
-            grad_tile(q, k, 2, dyp, t, mm);
-        else
-            grad_tile(q, k, 4, dyp, t, mm);
-    }
-}
-
 static inline __attribute__((always_inline)) void weight_grad_tile(int m, const float *du, int64_t k, int64_t K,
                                                                     int64_t C, int64_t c0, int64_t Cp, float *dw)
 {
@@ -486,7 +466,7 @@ static void block_inputs(const Wino *q, const Block *k, const float *x, float *v
     int64_t r0 = q->m * k->ty0, r1 = q->m * k->ty1 + 2;
     float *xp = cpu_scratch(CPU_SCRATCH_WINO_IN, k->cnt * (r1 - r0) * q->Wp * q->Cp);
     pack_channels_last(x, k->n0, k->cnt, q->C, q->H, q->W, q->Cp, r0, r1, q->Wp, q->ph, q->pw, xp);
-    input_transform(q, k, xp, v);
+    patch_transform(q, k, BT, xp, r1 - r0, q->Wp, q->Cp, v);
 }
 
 /* Block k of y = x (*) the kernel whose transform is u [P][K][Cp] (+ bias),
@@ -552,7 +532,7 @@ void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *d
         float *dyp = cpu_scratch(CPU_SCRATCH_WINO_GRAD, k.cnt * (r1 - r0) * q.m * q.TW * q.Kp);
         block_inputs(&q, &k, x, v);
         pack_channels_last(dy, k.n0, k.cnt, q.K, q.OH, q.OW, q.Kp, r0, r1, q.m * q.TW, 0, 0, dyp);
-        grad_transform(&q, &k, dyp, m);
+        patch_transform(&q, &k, A, dyp, r1 - r0, q.m * q.TW, q.Kp, m);
 #pragma omp parallel for schedule(dynamic) if (k.tiles * q.C * q.K > CPU_PARALLEL_MIN)
         for (int p = 0; p < q.P; p++)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.K, (int)q.C, (int)k.tiles, 1.0f,
