@@ -40,13 +40,9 @@ done
 if [ "$mode" = torchrun ]; then
     kill -9 $victim
     wait $victim 2>/dev/null || true
-else # rank 1: mpiexec's child whose environment says so
-    for env in /proc/[0-9]*/environ; do
-        dir=${env%/environ}
-        parent=$(awk '/^PPid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
-        [ "$parent" = "$main" ] && tr '\0' '\n' < "$env" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 &&
-            victim=${dir#/proc/}
-    done
+else
+    . "$(dirname "$0")/dist_rank_pid.sh"
+    victim=$(rank_pid $main 1)
     [ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
     kill -STOP "$victim"
 fi

@@ -22,13 +22,8 @@ until [ -f kill-out/last.safetensors ]; do
     [ $tries -lt 1200 ] || fail "no checkpoint after 120 s"
     sleep 0.1
 done
-# rank 1: the launcher's child whose environment says so
-victim=
-for env in /proc/[0-9]*/environ; do
-    dir=${env%/environ}
-    parent=$(awk '/^PPid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
-    [ "$parent" = "$launcher" ] && tr '\0' '\n' < "$env" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=${dir#/proc/}
-done
+. "$(dirname "$0")/dist_rank_pid.sh"
+victim=$(rank_pid $launcher 1)
 [ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
 kill -9 "$victim"
 waited=0
