@@ -84,11 +84,6 @@ int dist_set_timeout(CtDist *d, double seconds, CtErr *err)
 /* Open MPI's mpirun, or a scheduler's PMIx. */
 static int mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
 
-int dist_launched(void)
-{
-    const char *w = getenv("WORLD_SIZE");
-    return mpi_launched() || (w && atoi(w) > 1);
-}
 
 /* A torchrun-style variable as a number, or -1 when it is not set. */
 static int env_int(const char *name, CtErr *err, int *bad)
@@ -104,6 +99,13 @@ static int env_int(const char *name, CtErr *err, int *bad)
         return -1;
     }
     return (int)v;
+}
+
+int dist_launched(void)
+{
+    CtErr ignored;
+    int bad = 0;
+    return mpi_launched() || env_int("WORLD_SIZE", &ignored, &bad) > 1;
 }
 
 static int mpi_fail(int code, const char *what, CtErr *err)

@@ -31,27 +31,17 @@ else
     main=$!
     victim=
 fi
-tries=0
-until [ -f hang-out-$mode/last.safetensors ]; do
-    tries=$((tries + 1))
-    [ $tries -lt 1200 ] || fail "no checkpoint after 120 s"
-    sleep 0.1
-done
+. "$(dirname "$0")/dist_helpers.sh"
+wait_for_file hang-out-$mode/last.safetensors 1200 || fail "no checkpoint after 120 s"
 if [ "$mode" = torchrun ]; then
     kill -9 $victim
     wait $victim 2>/dev/null || true
 else
-    . "$(dirname "$0")/dist_rank_pid.sh"
     victim=$(rank_pid $main 1)
     [ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
     kill -STOP "$victim"
 fi
-waited=0
-while kill -0 $main 2>/dev/null && [ $waited -lt 200 ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-done
-kill -0 $main 2>/dev/null && fail "still running 20 s after rank 1 was $([ $mode = torchrun ] && echo killed || echo stopped)"
+wait_gone $main 200 || fail "still running 20 s after rank 1 was $([ $mode = torchrun ] && echo killed || echo stopped)"
 rc=0
 wait $main || rc=$?
 [ $rc -ne 0 ] || fail "exit status 0"

@@ -16,22 +16,12 @@ fail() {
     cat kill.log >&2
     exit 1
 }
-tries=0
-until [ -f kill-out/last.safetensors ]; do
-    tries=$((tries + 1))
-    [ $tries -lt 1200 ] || fail "no checkpoint after 120 s"
-    sleep 0.1
-done
-. "$(dirname "$0")/dist_rank_pid.sh"
+. "$(dirname "$0")/dist_helpers.sh"
+wait_for_file kill-out/last.safetensors 1200 || fail "no checkpoint after 120 s"
 victim=$(rank_pid $launcher 1)
 [ -n "$victim" ] || fail "rank 1 not found among the launcher's children"
 kill -9 "$victim"
-waited=0
-while kill -0 $launcher 2>/dev/null && [ $waited -lt 300 ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-done
-kill -0 $launcher 2>/dev/null && fail "still running 30 s after rank 1 died"
+wait_gone $launcher 300 || fail "still running 30 s after rank 1 died"
 rc=0
 wait $launcher || rc=$?
 [ $rc -ne 0 ] || fail "exit status 0 after rank 1 died"

@@ -50,8 +50,8 @@ enum { LANES = 16, MAX_SIDE = 6, MAX_POINTS = 36 };
 /* x [N, C, H, W] (*) a 3x3 kernel -> [N, K, OH, OW], as m x m output tiles. */
 typedef struct Wino {
     int64_t N, C, H, W, K, OH, OW, ph, pw;
-    int m, a, P;                    /* output tile side, transformed tile side m + 2, its points a^2 */
-    int64_t TH, TW, Cp, Kp, Hp, Wp; /* tiles down and across; lane-padded channels; padded input plane */
+    int m, P;                   /* output tile side; points of a transformed tile, (m + 2)^2 */
+    int64_t TH, TW, Cp, Kp, Wp; /* tiles down and across; lane-padded channels; padded input row */
 } Wino;
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -60,13 +60,11 @@ static Wino wino_geom(int m, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
 {
     Wino q = {.N = N, .C = C, .H = H, .W = W, .K = K, .OH = H + 2 * ph - 2, .OW = W + 2 * pw - 2, .ph = ph, .pw = pw};
     q.m = m;
-    q.a = m + 2;
-    q.P = q.a * q.a;
+    q.P = (m + 2) * (m + 2);
     q.TH = (q.OH + m - 1) / m;
     q.TW = (q.OW + m - 1) / m;
     q.Cp = round_up(C, LANES);
     q.Kp = round_up(K, LANES);
-    q.Hp = m * q.TH + 2;
     q.Wp = m * q.TW + 2;
     return q;
 }
