@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ int cli_number_list(const char *prog, const char *opt, const char *arg, int argc
     for (const char *w = arg;;) {
         char *end;
         double v = strtod(w, &end);
-        if (end == w || (*end && *end != ',')) {
+        if (end == w || (*end && *end != ',') || !isfinite(v)) {
             fprintf(stderr, "%s: --%s expects numbers, not '%s'\n", prog, opt, w);
             return -1;
         }
@@ -141,6 +142,40 @@ const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
     if (!be)
         ct_fail(err, "unknown --device '%s' (cpu, cuda, ref)", device);
     return be;
+}
+
+/* The tools' stop flag: the one thing a signal handler may touch. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+const volatile sig_atomic_t *cli_catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    backend_set_stop_flag(&stop_signal);
+    return &stop_signal;
+}
+
+int cli_interrupted(void) { return stop_signal; }
+
+int cli_run(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
+            CtTensor *outputs, CtErr *err)
+{
+    int rc = stop_signal ? CT_INTERRUPTED : be->run(g, state, inputs, ninputs, outputs, err);
+    if (rc == 0 && stop_signal) {
+        for (int k = 0; k < g->noutputs; k++)
+            tensor_free(&outputs[k]);
+        rc = CT_INTERRUPTED;
+    }
+    if (rc == CT_INTERRUPTED && stop_signal)
+        ct_fail(err, "interrupted by %s", stop_signal == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
+    return rc;
 }
 
 double cli_now(void)

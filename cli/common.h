@@ -29,6 +29,17 @@ void cli_free_lines(char **lines, int n);
  * cpu backend with a line saying why (no driver, no GPU, or the CUDA
  * executor not built yet); NULL and err set for an unknown name. */
 const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err);
+/* SIGINT and SIGTERM raise the tool's stop flag instead of killing it (a
+ * second one kills), and the backends are handed it, so that a kernel
+ * compile under way ends with its compiler and files (runtime/backend.h);
+ * cli_run stops the tool at the next step. Returns the flag. */
+const volatile sig_atomic_t *cli_catch_interrupts(void);
+/* The signal that raised the stop flag, or 0. */
+int cli_interrupted(void);
+/* be->run, or CT_INTERRUPTED (err says so, outputs not kept) when the stop
+ * flag was raised before it ended or ended its compile. */
+int cli_run(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
+            CtTensor *outputs, CtErr *err);
 /* Monotonic seconds, for the tools' timings. */
 double cli_now(void);
 /* Python's repr() of v as the tools' results files hold it (csv.DictWriter

@@ -247,7 +247,7 @@ static int run_once(const CtBackend *be, Bench *b, int k, Inputs *in, CtErr *err
 {
     CtTensor *out = calloc((size_t)b->g[k].noutputs, sizeof *out);
     CT_ASSERT(out != NULL);
-    int rc = be->run(&b->g[k], &b->st[k], in[k].t, in[k].n, out, err);
+    int rc = cli_run(be, &b->g[k], &b->st[k], in[k].t, in[k].n, out, err);
     for (int o = 0; !rc && o < b->g[k].noutputs; o++)
         tensor_free(&out[o]);
     free(out);
@@ -594,8 +594,15 @@ int main(int argc, char **argv)
     Row *rows = calloc((size_t)n, sizeof *rows);
     CT_ASSERT(rows != NULL);
     int ok = 0, failed = 0;
+    cli_catch_interrupts();
     for (int i = 0; i < n; i++) {
         benchmark(&a, names ? names[i] : a.model, be, amp, &rows[ok]);
+        if (rows[ok].error[0] && cli_interrupted()) { /* no results from a part of the list */
+            if (names)
+                cli_free_lines(names, n);
+            free(rows);
+            return 130;
+        }
         if (rows[ok].error[0]) {
             fprintf(stderr, "%s: %s: %s; skipping it\n", prog, rows[ok].model, rows[ok].error);
             failed++;

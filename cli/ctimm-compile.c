@@ -148,13 +148,15 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
         if (kir_lowerable(fp, l) && kir_lower(g, fp, l, (KirOptions){KIR_F32, cuda}, &k[l], err))
             goto free_kernels;
     units_make(k, nk, UNIT_LOOPS, cuda, &units);
-    if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache}, err))
+    if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache, .memory_fallback = 1}, err))
         goto free_units;
     if (!cuda) {
         HostCompiler hc;
         HostModule *mods = calloc((size_t)units.n + 1, sizeof *mods);
         CT_ASSERT(mods != NULL);
-        if (host_compiler_init(&hc, err) == 0 && host_compile_units(&hc, &cache, &units, mods, err) == 0) {
+        int have_cc = host_compiler_init(&hc, err) == 0;
+        hc.stop = cli_catch_interrupts(); /* Ctrl-C ends cc too, and removes its files */
+        if (have_cc && host_compile_units(&hc, &cache, &units, mods, err) == 0) {
             buf_printf(out, "compiled: %d host kernels, %d distinct (%s) in %d translation unit%s\n", units.nkernels,
                        units.ndistinct, hc.version, units.n, units.n == 1 ? "" : "s");
             for (int j = 0; j < units.n; j++)
@@ -184,11 +186,14 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
         ct_fail(err, "--compile cuda: this build has no NVRTC (the CUDA toolkit was not found at configure time)");
 #endif
     }
+    int warned = 0;
+    cache_warn_disk(&cache, &warned, stderr);
     if (rc == 0 && o->cache_stats) {
         CacheStats st = cache_stats(&cache);
         buf_printf(out, "kernel cache: %s: %llu compiled, %llu from memory, %llu from disk, %llu corrupt entries "
                         "replaced (one entry per translation unit)\n",
-                   cache.dir ? cache.dir : "(--no-cache)", (unsigned long long)st.compiles,
+                   cache.dir ? cache.dir : cache.no_cache ? "(--no-cache)" : "(in memory)",
+                   (unsigned long long)st.compiles,
                    (unsigned long long)st.mem_hits, (unsigned long long)st.disk_hits, (unsigned long long)st.corrupt);
     }
     cache_close(&cache);
@@ -383,7 +388,7 @@ int main(int argc, char **argv)
         buf_free(&out);
         train_step_free(&ts);
         graph_free(&g);
-        return 2;
+        return cli_interrupted() ? 130 : 2;
     }
     buf_printf(&out, "model: %s (%s)\n", m->name, spec.training ? "train" : "eval");
     buf_printf(&out, "input: %s f32\n", shape_str(&g.values[0].type.shape, s, sizeof s));

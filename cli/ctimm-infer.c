@@ -138,7 +138,7 @@ typedef struct Preds {
     float *val; /* [nimg, k] */
 } Preds;
 
-/* Top-k of row (torch.topk: largest first, ties to the lower index), or all
+/* Top-k of row in torch.topk's order (eval_before), or all
  * k = C outputs in class order when topk is 0. */
 static void take(const float *row, int C, int topk, int *idx, float *val)
 {
@@ -155,7 +155,7 @@ static void take(const float *row, int C, int topk, int *idx, float *val)
             int used = 0;
             for (int q = 0; q < j && !used; q++)
                 used = idx[q] == c;
-            if (!used && (best < 0 || row[c] > row[best]))
+            if (!used && (best < 0 || eval_before(row[c], c, row[best], best)))
                 best = c;
         }
         idx[j] = best;
@@ -447,8 +447,9 @@ int main(int argc, char **argv)
     if (parsed)
         return parsed > 0 ? 0 : 2;
     CtErr err = {{0}};
+    cli_catch_interrupts();
     int rc = infer(&a, &err);
     if (rc == -1)
         fprintf(stderr, "%s: %s\n", prog, err.msg);
-    return rc ? (rc == 2 ? 2 : 1) : 0;
+    return rc && cli_interrupted() ? 130 : rc ? (rc == 2 ? 2 : 1) : 0;
 }

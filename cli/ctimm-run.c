@@ -93,7 +93,7 @@ static int eval_forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be
     state_create(&state, &g);
     int rc = load_state(&state, weights, f, err);
     if (rc == 0)
-        rc = be->run(&g, &state, input, 1, &logits, err);
+        rc = cli_run(be, &g, &state, input, 1, &logits, err);
     if (rc == 0) {
         add_output(out, "logits.eval", logits.type, logits.data);
         tensor_free(&logits);
@@ -130,7 +130,7 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
     CtTensor inputs[4] = {io[0], io[1], {{{0}, CT_F32}, &lr32}, {{{0}, CT_F32}, &scale}};
     rc = load_state(&state, weights, f, err);
     if (rc == 0)
-        rc = be->run(&g, &state, inputs, 4, res, err);
+        rc = cli_run(be, &g, &state, inputs, 4, res, err);
     if (rc == 0) {
         if (report) {
             add_output(out, "logits.train", res[0].type, res[0].data);
@@ -190,6 +190,7 @@ static int run(const ModelEntry *m, ModelArgs args, const RunSettings *rs, const
         free(out);
         return 1;
     }
+    cli_catch_interrupts();
     const StTensor *in = st_find(&f, "input"), *tg = st_find(&f, "target");
     if (!in || in->dtype != CT_F32 || in->ndim != 4 || in->shape[2] != in->shape[3]) {
         fprintf(stderr, "%s: %s: needs a tensor 'input', F32 [B,C,H,W] with H == W\n", prog, vectors);
@@ -220,6 +221,7 @@ static int run(const ModelEntry *m, ModelArgs args, const RunSettings *rs, const
         train_step(m, spec, be, weights, &f, io, &sgd, rs->sgd_lr, rs, "sgd", 1, out, &err) ||
         train_step(m, spec, be, weights, &f, io, &adamw, rs->adamw_lr, rs, "adamw", 0, out, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
+        rc = cli_interrupted() ? 130 : 1;
         goto free_outputs;
     }
     const char *keys[] = {"model", "backend", "vectors"}, *vals[] = {m->name, be->name, vectors};

@@ -19,6 +19,7 @@
  * a run failing on one rank ends them all (cli/train_dist.h).
  */
 #define _XOPEN_SOURCE 700 /* realpath */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -30,16 +31,17 @@
 #include <unistd.h>
 
 #include <cJSON.h>
-#include <yaml.h>
 
 #include "cli/common.h"
 #include "cli/eval.h"
 #include "cli/progress.h"
+#include "cli/train_config.h"
 #include "cli/train_checkpoint.h"
 #include "cli/train_dist.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
+#include "runtime/data/augment.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/mixup.h"
 #include "runtime/scaler.h"
@@ -68,7 +70,6 @@ typedef struct Args {
     double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
     char **cfg_words, **cfg_argv; /* -c FILE: the words made from it, and the argv they sit in */
-    int n_cfg_words;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in at setup */
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
     const char *amp_dtype;
@@ -111,9 +112,6 @@ static const char *const usage =
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n";
 
-/* timm train.py flags that this version does not implement yet: refused by name. */
-static const char *const not_yet[] = {"model-ema-force-cpu", NULL};
-
 enum { OPT_BASE = 1000 };
 
 /* Scheduler flags, long only. */
@@ -152,144 +150,105 @@ static int parse_list(const char *opt, const char *arg, char **argv, int argc, d
 
 static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
 
-/* -c/--config FILE: train.py's YAML of argparse dest names (batch_size,
- * mixup, ...), whose values become the defaults the command line overrides.
- * Each key k becomes the words --k-with-dashes VALUE... placed before the
- * command line's own, so getopt reads them first and the command line wins.
- * An unknown key, or the key of a flag not implemented yet, is refused by
- * name. The words are the Args' (cfg_words, cfg_argv): its strings point
- * into them, so they live until args_free. */
+/* The options that take a list (argparse nargs): a config's YAML list of
+ * one becomes a word of comma-joined numbers. */
+static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milestones", "cutmix-minmax", "input-size",
+                                         "mean", "std", "scale", "ratio", NULL};
 
-static int yaml_plain_is(const yaml_node_t *v, const char *const *words)
+/* -c/--config FILE: the words of train.py's YAML (cli/train_config.h) go
+ * before the command line's own, so the command line wins. They are the
+ * Args' (cfg_words, cfg_argv): its strings point into them, so they live
+ * until args_free. */
+static int load_config(const char *path, const struct option *longs, int *argc, char ***argv, Args *a)
 {
-    if (v->type != YAML_SCALAR_NODE || v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return 0;
-    for (int k = 0; words[k]; k++)
-        if (!strcmp((const char *)v->data.scalar.value, words[k]))
-            return 1;
+    const TrainConfigSpec spec = {longs, list_flags, train_py_unimplemented};
+    CtErr err;
+    int n;
+    if (!(a->cfg_words = train_config_read(path, &spec, &n, &err))) {
+        fprintf(stderr, "%s: --config %s: %s\n", prog, path, err.msg);
+        return -1;
+    }
+    char **w = calloc((size_t)*argc + (size_t)n + 1, sizeof *w);
+    CT_ASSERT(w != NULL);
+    w[0] = (*argv)[0];
+    memcpy(w + 1, a->cfg_words, (size_t)n * sizeof *w);
+    memcpy(w + 1 + n, *argv + 1, (size_t)(*argc - 1) * sizeof *w);
+    *argc += n;
+    *argv = a->cfg_argv = w;
     return 0;
 }
 
-static char *dup_word(const char *prefix, const char *s)
+/* The values no run could use, refused by name before anything starts
+ * (torch's optimizers and torchvision's transforms raise on most of them;
+ * the rest would fail image by image or train on nonsense). 0, or -1 with
+ * a message printed. */
+static int check_values(const Args *a)
 {
-    size_t n = strlen(prefix) + strlen(s) + 1;
-    char *w = malloc(n);
-    CT_ASSERT(w != NULL);
-    snprintf(w, n, "%s%s", prefix, s);
-    return w;
-}
-
-/* The flags of argparse's nargs='+' (a YAML list). */
-static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milestones", "cutmix-minmax", NULL};
-
-static int load_config(const char *path, const struct option *longs, int *argc, char ***argv, Args *a)
-{
-    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
-    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
-    static const char *const null[] = {"", "~", "null", "Null", "NULL", NULL};
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: --config %s: %s\n", prog, path, strerror(errno));
+    struct {
+        const char *flag;
+        double v;
+        int ok;
+        const char *need;
+    } c[] = {
+        {"lr-base", a->lr_base, a->lr_base > 0, "> 0"},
+        {"lr-base-size", a->lr_base_size, a->lr_base_size > 0, "> 0"},
+        {"momentum", a->momentum, a->momentum >= 0, ">= 0"},
+        {"weight-decay", a->weight_decay, a->weight_decay >= 0, ">= 0"},
+        {"warmup-lr", a->warmup_lr, a->warmup_lr >= 0, ">= 0"},
+        {"min-lr", a->min_lr, a->min_lr >= 0, ">= 0"},
+        {"warmup-epochs", a->warmup_epochs, a->warmup_epochs >= 0, ">= 0"},
+        {"decay-epochs", a->sch.decay_epochs, a->sch.decay_epochs > 0, "> 0"},
+        {"decay-rate", a->sch.decay_rate, a->sch.decay_rate >= 0, ">= 0"},
+        {"lr-noise-pct", a->sch.noise_pct, a->sch.noise_pct >= 0, ">= 0"},
+        {"lr-noise-std", a->sch.noise_std, a->sch.noise_std >= 0, ">= 0"},
+        {"lr-cycle-mul", a->sch.cycle_mul, a->sch.cycle_mul > 0, "> 0"},
+        {"lr-cycle-decay", a->sch.cycle_decay, a->sch.cycle_decay >= 0, ">= 0"},
+        {"lr-k-decay", a->sch.k_decay, a->sch.k_decay > 0, "> 0"},
+        {"hflip", a->hflip, a->hflip >= 0 && a->hflip <= 1, "in [0, 1]"},
+        {"vflip", a->vflip, a->vflip >= 0 && a->vflip <= 1, "in [0, 1]"},
+        {"color-jitter", a->color_jitter, a->color_jitter >= 0, ">= 0"},
+        {"mixup", a->mixup, a->mixup >= 0, ">= 0 (a Beta alpha)"},
+        {"cutmix", a->cutmix, a->cutmix >= 0, ">= 0 (a Beta alpha)"},
+        {"mixup-prob", a->mixup_prob, a->mixup_prob >= 0 && a->mixup_prob <= 1, "in [0, 1]"},
+        {"mixup-switch-prob", a->mixup_switch_prob, a->mixup_switch_prob >= 0 && a->mixup_switch_prob <= 1,
+         "in [0, 1]"},
+        {"reprob", a->reprob, a->reprob >= 0 && a->reprob <= 1, "in [0, 1]"},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
+        if (!c[k].ok) {
+            fprintf(stderr, "%s: --%s %g: must be %s\n", prog, c[k].flag, c[k].v, c[k].need);
+            return -1;
+        }
+    for (int k = 0; k < a->n_betas; k++)
+        if (!(a->opt_betas[k] >= 0 && a->opt_betas[k] < 1)) {
+            fprintf(stderr, "%s: --opt-betas %g: each beta must be in [0, 1)\n", prog, a->opt_betas[k]);
+            return -1;
+        }
+    for (int k = 0; k < a->n_std; k++)
+        if (!(a->std[k] > 0)) {
+            fprintf(stderr, "%s: --std %g: must be > 0 (the batch is divided by it)\n", prog, a->std[k]);
+            return -1;
+        }
+    if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2)) {
+        fprintf(stderr, "%s: --scale and --ratio take two values, MIN MAX\n", prog);
         return -1;
     }
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    CT_ASSERT(yaml_parser_initialize(&parser));
-    yaml_parser_set_input_file(&parser, f);
-    int loaded = yaml_parser_load(&parser, &doc);
-    fclose(f);
-    if (!loaded) {
-        fprintf(stderr, "%s: --config %s: line %zu: %s\n", prog, path, parser.problem_mark.line + 1,
-                parser.problem ? parser.problem : "not YAML");
-        yaml_parser_delete(&parser);
+    if (a->n_scale && !(a->scale[0] >= 0 && a->scale[0] <= a->scale[1])) {
+        fprintf(stderr, "%s: --scale %g %g: needs 0 <= MIN <= MAX (fractions of the image's area)\n", prog,
+                a->scale[0], a->scale[1]);
         return -1;
     }
-    yaml_parser_delete(&parser);
-    int rc = -1, n = 1, first_word = 1;
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    size_t cap = (size_t)*argc + 1;
-    if (root && root->type != YAML_MAPPING_NODE) {
-        fprintf(stderr, "%s: --config %s: not a mapping of train.py argument names to values\n", prog, path);
-        goto free_doc;
+    if (a->n_ratio && !(a->ratio[0] > 0 && a->ratio[0] <= a->ratio[1])) {
+        fprintf(stderr, "%s: --ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)\n", prog, a->ratio[0], a->ratio[1]);
+        return -1;
     }
-    for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
-         pr++) {
-        yaml_node_t *v = yaml_document_get_node(&doc, pr->value);
-        cap += 1 + (v->type == YAML_SEQUENCE_NODE ? (size_t)(v->data.sequence.items.top - v->data.sequence.items.start)
-                                                  : 1);
+    AugPolicy policy;
+    CtErr err;
+    if (a->aa && *a->aa && aug_parse(a->aa, &policy, &err)) {
+        fprintf(stderr, "%s: --aa %s: %s\n", prog, a->aa, err.msg);
+        return -1;
     }
-    char **w = calloc(cap, sizeof *w);
-    a->cfg_words = calloc(cap, sizeof *a->cfg_words);
-    CT_ASSERT(w != NULL && a->cfg_words != NULL);
-    a->cfg_argv = w;
-    w[0] = (*argv)[0];
-    for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
-         pr++) {
-        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
-        const char *key = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "(not a name)";
-        char name[64];
-        snprintf(name, sizeof name, "%s", !strcmp(key, "data") ? "data_dir" : key);
-        for (char *c = name; *c; c++)
-            *c = *c == '_' ? '-' : *c;
-        for (int q = 0; not_yet[q]; q++)
-            if (!strcmp(name, not_yet[q])) {
-                fprintf(stderr, "%s: --config %s: '%s' (--%s, timm's train.py flag) is not implemented in ctimm-train yet\n",
-                        prog, path, key, name);
-                goto free_doc;
-            }
-        const struct option *o = longs;
-        while (o->name && (strcmp(o->name, name) || !strcmp(name, "dr") || !strcmp(name, "help") ||
-                           !strcmp(name, "config") || strchr(key, '-')))
-            o++;
-        if (!o->name) {
-            fprintf(stderr, "%s: --config %s: unknown key '%s' (not a train.py argument ctimm-train knows)\n", prog,
-                    path, key);
-            goto free_doc;
-        }
-        int is_list = 0;
-        for (int q = 0; list_flags[q]; q++)
-            is_list |= !strcmp(name, list_flags[q]);
-        if (o->has_arg == no_argument) {
-            if (yaml_plain_is(v, yes)) {
-                w[n++] = dup_word("--", name);
-            } else if (!yaml_plain_is(v, no)) {
-                fprintf(stderr, "%s: --config %s: '%s' expects true or false\n", prog, path, key);
-                goto free_doc;
-            }
-        } else if (yaml_plain_is(v, null)) {
-            continue; /* None: the default */
-        } else if (v->type == YAML_SCALAR_NODE) {
-            w[n++] = dup_word("--", name);
-            w[n++] = dup_word("", (const char *)v->data.scalar.value);
-        } else if (v->type == YAML_SEQUENCE_NODE && is_list) {
-            w[n++] = dup_word("--", name);
-            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-                yaml_node_t *e = yaml_document_get_node(&doc, *it);
-                if (e->type != YAML_SCALAR_NODE) {
-                    fprintf(stderr, "%s: --config %s: '%s' expects a list of numbers\n", prog, path, key);
-                    goto free_doc;
-                }
-                w[n++] = dup_word("", (const char *)e->data.scalar.value);
-            }
-        } else {
-            fprintf(stderr, "%s: --config %s: '%s' expects a single value\n", prog, path, key);
-            goto free_doc;
-        }
-    }
-    for (int q = first_word; q < n; q++) /* the words this config made */
-        a->cfg_words[a->n_cfg_words++] = w[q];
-    for (int q = 1; q < *argc; q++)
-        w[n++] = (*argv)[q];
-    w[n] = NULL;
-    *argc = n;
-    *argv = w;
-    rc = 0;
-free_doc:
-    if (rc) /* words made before the error are the Args' too */
-        for (int q = first_word; q < n; q++)
-            a->cfg_words[a->n_cfg_words++] = w[q];
-    yaml_document_delete(&doc);
-    return rc;
+    return 0;
 }
 
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
@@ -352,11 +311,11 @@ static int parse_args(int argc, char **argv, Args *a)
         else if (!strcmp(argv[i], "-c")) /* timm's -c FILE */
             argv[i] = "--config";
     for (int i = 1; i < argc; i++)
-        for (int k = 0; not_yet[k]; k++)
-            if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, not_yet[k], strlen(not_yet[k])) &&
-                (argv[i][2 + strlen(not_yet[k])] == '\0' || argv[i][2 + strlen(not_yet[k])] == '=')) {
+        for (const TrainPyArg *u = train_py_unimplemented; u->flag; u++)
+            if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, u->flag, strlen(u->flag)) &&
+                (argv[i][2 + strlen(u->flag)] == '\0' || argv[i][2 + strlen(u->flag)] == '=')) {
                 fprintf(stderr, "%s: --%s (timm's train.py flag) is not implemented in ctimm-train yet\n", prog,
-                        not_yet[k]);
+                        u->flag);
                 return -1;
             }
     for (int i = 1; i < argc; i++) /* the config's words go first: the command line overrides them */
@@ -394,12 +353,22 @@ static int parse_args(int argc, char **argv, Args *a)
         case 'j': bad = cli_int(prog, "--workers", optarg, 1, 256, &a->workers); break;
         case 'I': bad = cli_int(prog, "--log-interval", optarg, 1, 1 << 30, &a->log_interval); break;
         case 'r': bad = cli_int(prog, "--seed", optarg, 0, 1 << 30, &a->seed); break;
-        case 'l': bad = parse_double("lr", optarg, &a->lr); break;
+        case 'l':
+            if (!(bad = parse_double("lr", optarg, &a->lr)) && a->lr < 0) { /* a negative one would mean "not given" */
+                fprintf(stderr, "%s: --lr %s: must be >= 0\n", prog, optarg);
+                bad = 1;
+            }
+            break;
         case 'L': bad = parse_double("lr-base", optarg, &a->lr_base); break;
         case 'Z': bad = parse_double("lr-base-size", optarg, &a->lr_base_size); break;
         case 'M': bad = parse_double("momentum", optarg, &a->momentum); break;
         case 'w': bad = parse_double("weight-decay", optarg, &a->weight_decay); break;
-        case 'E': bad = parse_double("opt-eps", optarg, &a->opt_eps); break;
+        case 'E':
+            if (!(bad = parse_double("opt-eps", optarg, &a->opt_eps)) && a->opt_eps < 0) {
+                fprintf(stderr, "%s: --opt-eps %s: must be >= 0\n", prog, optarg);
+                bad = 1;
+            }
+            break;
         case 'B': bad = parse_list("opt-betas", optarg, argv, argc, a->opt_betas, 2, &a->n_betas); break;
         case 'W': bad = parse_double("warmup-epochs", optarg, &a->warmup_epochs); break;
         case 'R': bad = parse_double("warmup-lr", optarg, &a->warmup_lr); break;
@@ -475,7 +444,12 @@ static int parse_args(int argc, char **argv, Args *a)
         case OPT_STD: bad = parse_list("std", optarg, argv, argc, a->std, 3, &a->n_std); break;
         case OPT_SCALE: bad = parse_list("scale", optarg, argv, argc, a->scale, 2, &a->n_scale); break;
         case OPT_RATIO: bad = parse_list("ratio", optarg, argv, argc, a->ratio, 2, &a->n_ratio); break;
-        case OPT_CROP_PCT: bad = parse_double("crop-pct", optarg, &a->crop_pct); break;
+        case OPT_CROP_PCT:
+            if (!(bad = parse_double("crop-pct", optarg, &a->crop_pct)) && !(a->crop_pct > 0)) {
+                fprintf(stderr, "%s: --crop-pct %s: must be > 0\n", prog, optarg);
+                bad = 1;
+            }
+            break;
         case OPT_HFLIP: bad = parse_double("hflip", optarg, &a->hflip); break;
         case OPT_VFLIP: bad = parse_double("vflip", optarg, &a->vflip); break;
         case OPT_COLOR_JITTER: bad = parse_double("color-jitter", optarg, &a->color_jitter); break;
@@ -518,6 +492,14 @@ static int parse_args(int argc, char **argv, Args *a)
             return -1;
         }
     }
+    /* train.py's '' means not given for these: their default, read as false */
+    const char **unset_if_empty[] = {&a->data_dir, &a->dataset, &a->class_map, &a->interpolation, &a->lr_base_scale,
+                                     &a->experiment, &a->output, &a->resume, &a->initial_checkpoint};
+    for (size_t i = 0; i < sizeof unset_if_empty / sizeof *unset_if_empty; i++)
+        if (*unset_if_empty[i] && !**unset_if_empty[i])
+            *unset_if_empty[i] = NULL;
+    if (check_values(a))
+        return -1;
     return cli_positional(prog, argc, argv, &a->data_dir);
 }
 
@@ -697,6 +679,14 @@ static int open_data(Run *r, const char *root, CtErr *err)
     if (dataset_open(&r->val_ds, &dc, err))
         return -1;
     r->classes = r->a.num_classes > 0 ? r->a.num_classes : dataset_num_classes(r->train_ds);
+    /* timm's loss raises on a label past the classifier; refuse before the first step */
+    const Dataset *sets[2] = {r->train_ds, r->val_ds};
+    for (int k = 0; k < 2; k++)
+        if (dataset_num_classes(sets[k]) > r->classes)
+            return ct_fail(err, "%s has %d classes but --num-classes is %d: its labels would fall outside the "
+                           "classifier (give --num-classes %d or more, or leave it out)",
+                           dataset_root(sets[k]), dataset_num_classes(sets[k]), r->classes,
+                           dataset_num_classes(sets[k]));
     const Args *a = &r->a;
     if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
         return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
@@ -815,6 +805,7 @@ static void catch_interrupts(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    backend_set_stop_flag(&interrupted); /* a kernel compile then ends at once, its cc with it */
 }
 
 /* The loss scaler's state, as the checkpoint's "ctimm.amp_scaler" holds it. */
@@ -867,6 +858,29 @@ static int stop_agreed(Run *r, CtErr *err)
     return v > 0;
 }
 
+/* Ctrl-C while the eval graph's kernels compiled, at the run's first
+ * validation: the epoch's training is done, so with --output a recovery
+ * checkpoint of all its batches keeps it (resumed, the run validates the
+ * epoch). mean, the epoch's mean loss, is saved as a sum over one batch,
+ * which gives it back to the bit. The exit status: 130, 1 when the
+ * checkpoint cannot be written. */
+static int stop_in_validation(Run *r, int epoch, double mean, CtErr *err)
+{
+    if (!r->saver) {
+        printf("Interrupted in epoch %d's validation; nothing saved (no --output)\n", epoch);
+        return 130;
+    }
+    sync_scaler(r);
+    if (saver_save_recovery(r->saver, &r->state, &r->info, epoch, (int)loader_epoch_batches(r->train_ld) - 1, mean,
+                            !isnan(mean), err)) {
+        fprintf(stderr, "%s: %s\n", prog, err->msg);
+        return 1;
+    }
+    printf("Interrupted in epoch %d's validation; resume with --resume %s/%s.safetensors\n", epoch, r->saver->dir,
+           r->saver->recovery);
+    return 130;
+}
+
 /* One epoch of train_one_epoch, from batch `first` (0, or a recovery
  * checkpoint's next batch): 0 and the mean of the finite losses in *mean,
  * 1 when interrupted (after the recovery checkpoint, with --output), -1 on
@@ -880,6 +894,7 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
     double t0 = cli_now(), data_time = 0;
     long num_updates = (long)epoch * (long)nb + (long)first;
     float lr32 = 0, scale = 1;
+    long skipped_here = 0;
     int rc = -1;
     CtTensor *out = calloc((size_t)r->train.noutputs, sizeof *out);
     Progress bar;
@@ -921,7 +936,15 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
                           {{{0}, CT_F32}, &decay}};
         if (mixing)
             in[1] = (CtTensor){{{2, {r->a.batch_size, r->classes}}, CT_F32}, r->soft};
-        if (r->be->run(&r->train, &r->state, in, r->ts.ema_decay >= 0 ? 5 : 4, out, err))
+        int ran = r->be->run(&r->train, &r->state, in, r->ts.ema_decay >= 0 ? 5 : 4, out, err);
+        if (ran == CT_INTERRUPTED) { /* Ctrl-C while the step compiled: the run's first step, nothing trained */
+            progress_end(&bar);
+            printf("Interrupted at epoch %d, batch %zu of %zu, compiling the training step; nothing trained in this "
+                   "run\n", epoch, i, nb);
+            rc = 1;
+            goto done;
+        }
+        if (ran)
             goto done;
         double loss = *(float *)out[1].data;
         int applied = r->finite_out < 0 || *(float *)out[r->finite_out].data != 0, stop;
@@ -934,6 +957,13 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         if (r->finite_out >= 0) {
             scaler_update(&r->scaler, applied);
             r->skipped += !applied;
+            skipped_here += !applied;
+            if (scaler_exhausted(&r->scaler)) {
+                ct_fail(err, "epoch %d, batch %zu: %ld steps skipped for non-finite gradients and the loss scale is "
+                        "down to %g: no scale makes them finite; stopping (the last checkpoint is kept)",
+                        epoch, i, skipped_here, r->scaler.scale);
+                goto done;
+            }
         } else if (!isfinite(loss)) {
             ct_fail(err, "epoch %d, batch %zu: the loss is %g; stopping (the last checkpoint is kept)", epoch, i,
                     loss);
@@ -981,6 +1011,9 @@ static int train_epoch(Run *r, int epoch, size_t first, LrSched *sched, double *
         }
     }
     *mean = r->loss_count ? r->loss_sum / (double)r->loss_count : NAN;
+    if (skipped_here) /* the epoch's mean loss is over the applied steps only: say so */
+        progress_log(&bar, "Train: %d: %ld of %zu steps skipped for a non-finite gradient (loss scale now %g); "
+                     "the mean loss is over the other steps\n", epoch, skipped_here, nb - first, r->scaler.scale);
     rc = 0;
 done:
     progress_end(&bar);
@@ -988,7 +1021,8 @@ done:
     return rc;
 }
 
-/* validate(): top-1, top-5 and cross-entropy over the whole split. */
+/* validate(): top-1, top-5 and cross-entropy over the whole split. 0, -1,
+ * or CT_INTERRUPTED when Ctrl-C ended the eval graph's compile. */
 static int validate(Run *r, CtState *st, const char *log_name, int epoch, double *loss, double *top1, double *top5,
                     CtErr *err)
 {
@@ -1008,11 +1042,12 @@ static int validate(Run *r, CtState *st, const char *log_name, int epoch, double
         if (got == 1) {
             eval_normalise(bt, r->vb, r->mean, r->std, r->x);
             CtTensor in = {{{4, {r->vb, 3, r->img, r->img}}, CT_F32}, r->x};
-            got = r->be->run(&r->eval, st, &in, 1, &logits, err) ? -1 : 1;
+            int ran = r->be->run(&r->eval, st, &in, 1, &logits, err);
+            got = ran ? ran : 1;
         }
         if (got != 1) {
             progress_end(&bar);
-            return got < 0 ? -1 : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
+            return got < 0 ? got : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
         }
         eval_meter_add(&meter, logits.data, r->classes, bt->labels, bt->n);
         tensor_free(&logits);
@@ -1120,6 +1155,43 @@ static int make_dirs(const char *dir, CtErr *err)
     return 0;
 }
 
+/* Whether dir holds nothing but "." and "..". */
+static int dir_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    int empty = 1;
+    while (empty && (de = readdir(d)))
+        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+/* timm's get_outdir(..., inc=True): the run's folder is `want` when it is new
+ * or empty, else the first of want-1, want-2, ... not there yet, so a run
+ * never writes over an earlier one's files (a resumed run included). mkdir
+ * claims the folder, so two runs started together get two. */
+static int new_run_dir(const char *want, char *got, size_t n, CtErr *err)
+{
+    if (make_dirs(want, err))
+        return -1;
+    if (dir_empty(want)) {
+        snprintf(got, n, "%s", want);
+        return 0;
+    }
+    for (int k = 1; k < 10000; k++) {
+        if (snprintf(got, n, "%s-%d", want, k) >= (int)n)
+            return ct_fail(err, "--output %s: the path is too long", want);
+        if (mkdir(got, 0755) == 0 || (errno == EEXIST && dir_empty(got)))
+            return 0;
+        if (errno != EEXIST)
+            return ct_fail(err, "cannot create %s: %s", got, strerror(errno));
+    }
+    return ct_fail(err, "--output %s: %s-1 to %s-9999 are all taken; choose another --output", want, want, want);
+}
+
 /* The metric --eval-metric names. */
 static double pick_metric(const Args *a, double loss, double top1, double top5)
 {
@@ -1154,7 +1226,7 @@ static int train(const Args *args, CtDist *dist)
     int rc = 1, start_epoch = 0;
     if (!(r.m = cli_model(prog, r.a.model)))
         return 2;
-    char out_dir[1200];
+    char out_dir[1200], run_dir[1100];
     if (r.a.experiment) { /* timm: the run's folder is <output or ./output/train>/<experiment> */
         snprintf(out_dir, sizeof out_dir, "%s/%s", r.a.output ? r.a.output : "./output/train", r.a.experiment);
         r.a.output = out_dir;
@@ -1233,6 +1305,19 @@ static int train(const Args *args, CtDist *dist)
     }
     ema_from_model(&r.state);
     if (r.a.resume) {
+        if (r.rank == 0) { /* what runs killed there left behind, but the checkpoint itself */
+            char dir[1100], keep[1100];
+            const char *slash = strrchr(r.a.resume, '/');
+            snprintf(dir, sizeof dir, "%.*s", !slash ? 1 : slash == r.a.resume ? 1 : (int)(slash - r.a.resume),
+                     slash ? r.a.resume : ".");
+            snprintf(keep, sizeof keep, "%s", slash ? slash + 1 : r.a.resume);
+            char *ext = strstr(keep, ".");
+            if (ext)
+                *ext = 0;
+            int fixed = ckpt_clean_dir(dir, keep);
+            if (fixed)
+                printf("Cleaned %s: %d files left by interrupted runs\n", dir, fixed);
+        }
         if (ckpt_resume(r.a.resume, &r.state, r.m->name, !r.a.no_resume_opt, &res, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
@@ -1286,6 +1371,11 @@ static int train(const Args *args, CtDist *dist)
     r.x = malloc(sizeof *r.x * (size_t)big * 3 * (size_t)r.img * (size_t)r.img);
     if (mixup_active(&r.mix))
         r.soft = malloc(sizeof *r.soft * (size_t)r.a.batch_size * (size_t)r.classes);
+    if (!r.x || (mixup_active(&r.mix) && !r.soft)) {
+        fprintf(stderr, "%s: out of memory for a batch of %d images of %dx%d; lower --batch-size or --img-size\n",
+                prog, big, r.img, r.img);
+        goto free_run;
+    }
     printf("Model %s created, param count: %lld\n", r.m->name, (long long)graph_param_count(&r.train));
     printf("Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", root,
            dataset_len(r.train_ds), dataset_len(r.val_ds), r.classes, r.img, r.img, r.be->name);
@@ -1316,29 +1406,23 @@ static int train(const Args *args, CtDist *dist)
     /* Everything is validated: only now does the output folder appear. Rank
      * 0 alone writes it (summary.csv, checkpoints), as in timm. */
     if (r.a.output && r.rank == 0) {
-        char path[1100];
-        snprintf(path, sizeof path, "%s/summary.csv", r.a.output);
-        int append = r.a.resume && access(path, F_OK) == 0;
-        if (make_dirs(r.a.output, &err)) {
+        char path[1300];
+        if (new_run_dir(r.a.output, run_dir, sizeof run_dir, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
         }
-        if (!(summary = fopen(path, append ? "a" : "w"))) {
+        if (strcmp(run_dir, r.a.output))
+            printf("Output: %s (%s holds an earlier run)\n", run_dir, r.a.output);
+        else
+            printf("Output: %s\n", run_dir);
+        snprintf(path, sizeof path, "%s/summary.csv", run_dir);
+        if (!(summary = fopen(path, "w"))) {
             fprintf(stderr, "%s: cannot write %s: %s\n", prog, path, strerror(errno));
             goto free_run;
         }
-        if (!append)
-            fprintf(summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
-        saver_init(&saver, r.a.output, r.a.checkpoint_hist, decreasing);
+        fprintf(summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+        saver_init(&saver, run_dir, r.a.checkpoint_hist, decreasing);
         r.saver = &saver;
-        char *real = realpath(r.a.output, NULL);
-        /* continuing in the same folder, ranked by the same metric */
-        if (r.a.resume && real && !strcmp(real, res.dir) && !strcmp(res.eval_metric, r.a.eval_metric)) {
-            saver_restore(&saver, &res);
-            best = res.best_epoch >= 0 ? res.best : NAN;
-            best_epoch = res.best_epoch;
-        }
-        free(real);
         json = args_json(&r.a);
     }
     r.info = (CkptInfo){.model = r.m->name, .eval_metric = r.a.eval_metric, .args_json = json,
@@ -1362,7 +1446,12 @@ static int train(const Args *args, CtDist *dist)
         /* timm's distribute_bn: the ranks' BN statistics made one before validating */
         if (st == 0 && bn_mode >= 0 && train_sync_bn(r.dist, &r.state, bn_mode, &err))
             st = -1;
-        if (st < 0 || validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err)) {
+        int vst = st < 0 ? -1 : validate(&r, &r.state, "Test", epoch, &el, &t1, &t5, &err);
+        if (vst == CT_INTERRUPTED) {
+            rc = stop_in_validation(&r, epoch, tl, &err);
+            goto free_run;
+        }
+        if (vst) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_run;
         }
@@ -1381,12 +1470,18 @@ static int train(const Args *args, CtDist *dist)
         sched_step_metric(&sched, epoch + 1, metric); /* the LR of the next epoch, saved with the checkpoint */
         sync_scaler(&r);
         sync_sched(&r, &sched);
-        if (summary && saver_save(&saver, &r.state, &r.info, epoch, metric, &err)) {
+        /* NaN outputs (a diverged model) make the eval loss NaN: whatever
+         * top-1 they score by accident of ranking, the epoch is no candidate */
+        double rank_by = isfinite(el) ? metric : NAN;
+        if (!isfinite(rank_by))
+            printf("Epoch %d: the eval %s is %g; it is not a candidate for model_best\n", epoch,
+                   isfinite(el) ? r.a.eval_metric : "loss", isfinite(el) ? metric : el);
+        if (summary && saver_save(&saver, &r.state, &r.info, epoch, rank_by, &err)) {
             fprintf(stderr, "%s: saving the checkpoint of epoch %d: %s\n", prog, epoch, err.msg);
             goto free_run;
         }
-        if (best_epoch < 0 || (decreasing ? metric < best : metric > best)) {
-            best = metric;
+        if (isfinite(rank_by) && (best_epoch < 0 || (decreasing ? rank_by < best : rank_by > best))) {
+            best = rank_by;
             best_epoch = epoch;
         }
         int stop = stop_agreed(&r, &err);
@@ -1395,8 +1490,10 @@ static int train(const Args *args, CtDist *dist)
             goto free_run;
         }
         if (stop && epoch + 1 < num_epochs) { /* during validation: the epoch's checkpoint is the place */
-            printf("Interrupted after epoch %d%s\n", epoch,
-                   summary ? "; resume with --resume on its checkpoint, last.safetensors" : "; nothing saved (no --output)");
+            if (summary)
+                printf("Interrupted after epoch %d; resume with --resume %s/last.safetensors\n", epoch, saver.dir);
+            else
+                printf("Interrupted after epoch %d; nothing saved (no --output)\n", epoch);
             rc = 130;
             goto free_run;
         }
@@ -1416,9 +1513,7 @@ free_run:
 
 static void args_free(Args *a)
 {
-    for (int i = 0; i < a->n_cfg_words; i++)
-        free(a->cfg_words[i]);
-    free(a->cfg_words);
+    train_config_free(a->cfg_words);
     free(a->cfg_argv);
 }
 

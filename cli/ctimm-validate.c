@@ -307,6 +307,7 @@ int main(int argc, char **argv)
     }
     CtErr err = {{0}};
     struct stat sb;
+    cli_catch_interrupts();
     /* validate.py: --model may name a file of model names */
     const char *list = a.model_list ? a.model_list
                      : (!model_find(a.model) && stat(a.model, &sb) == 0 && S_ISREG(sb.st_mode)) ? a.model : NULL;
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
     for (int i = 0; list && i < n; i++)
         printf("%s%s", names[i], i + 1 < n ? ", " : "\n");
     int ok = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !cli_interrupted(); i++) {
         err.msg[0] = 0;
         if (validate_one(&a, list ? names[i] : a.model, &rs[ok], &err)) {
             fprintf(stderr, "%s: %s: %s\n", prog, list ? names[i] : a.model, err.msg);
@@ -333,6 +334,12 @@ int main(int argc, char **argv)
             continue;
         }
         ok++;
+    }
+    if (cli_interrupted() && ok < n) { /* no results from a part of the list */
+        if (names)
+            cli_free_lines(names, n);
+        free(rs);
+        return 130;
     }
     if (list)
         qsort(rs, (size_t)ok, sizeof *rs, by_top1);

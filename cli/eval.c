@@ -34,11 +34,20 @@ int eval_interp_parse(const char *name)
     return -1;
 }
 
+int eval_before(float a, int ia, float b, int ib)
+{
+    /* torch.topk's order: NaN above every number, then descending; NaN ties
+     * NaN. A NaN logit is then never a hit by accident of `>` being false. */
+    if (isnan(a) || isnan(b))
+        return isnan(a) && (!isnan(b) || ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+
 int eval_rank(const float *row, int C, int64_t label)
 {
     int above = 0;
     for (int c = 0; c < C; c++)
-        above += row[c] > row[label] || (row[c] == row[label] && c < label);
+        above += eval_before(row[c], c, row[label], (int)label);
     return above;
 }
 
@@ -47,6 +56,7 @@ EvalBatch eval_meter_add(EvalMeter *m, const float *logits, int C, const int64_t
     double loss = 0, c1 = 0, c5 = 0;
     for (int b = 0; b < n; b++) {
         const float *row = logits + (size_t)b * (size_t)C;
+        CT_ASSERT(labels[b] >= 0 && labels[b] < C); /* the callers refuse such data before any batch */
         double mx = row[0], s = 0;
         for (int c = 0; c < C; c++)
             mx = row[c] > mx ? row[c] : mx;
@@ -222,7 +232,8 @@ int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
     s->next++;
     eval_normalise(*bt, s->batch, s->mean, s->std, s->x);
     CtTensor in = {{{4, {s->batch, 3, s->img, s->img}}, CT_F32}, s->x};
-    return s->be->run(&s->g, &s->st, &in, 1, logits, err) ? -1 : 1;
+    int rc = cli_run(s->be, &s->g, &s->st, &in, 1, logits, err);
+    return rc ? rc : 1;
 }
 
 void eval_close(EvalSession *s)

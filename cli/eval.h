@@ -28,9 +28,7 @@ typedef struct EvalBatch {
     double loss, top1, top5; /* this batch's mean loss and accuracies (percent) */
 } EvalBatch;
 
-/* Adds n rows of logits [n, C] with their labels. A class ranks above the
- * label's when its logit is larger, or equal with a smaller index (torch.topk
- * on CPU). */
+/* Adds n rows of logits [n, C] with their labels, ranked by eval_before. */
 EvalBatch eval_meter_add(EvalMeter *m, const float *logits, int C, const int64_t *labels, int n);
 /* Mean loss, top-1 and top-5 (percent) so far. */
 double eval_loss(const EvalMeter *m);
@@ -113,8 +111,9 @@ typedef struct EvalSession {
 /* Opens everything (the embedded shapes set's val split when no folder is
  * given) and starts the pass; on failure nothing stays open. */
 int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err);
-/* The next batch through the model: 1 with *bt and *logits (the caller
- * frees the tensor), 0 after the last, -1 on error. */
+/* The next batch through the model (cli_run): 1 with *bt and *logits (the
+ * caller frees the tensor), 0 after the last, -1 on error, CT_INTERRUPTED
+ * when the tool's stop flag was raised. */
 int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err);
 void eval_close(EvalSession *s);
 
@@ -124,6 +123,10 @@ int eval_amp_dtype(int amp, const char *name);
 /* "bilinear", "bicubic", "nearest" -> CtInterp; -1 for anything else. */
 int eval_interp_parse(const char *name);
 
+/* Whether logit a of class ia comes before logit b of class ib in torch.topk's
+ * order on CPU: larger first, equal ones by the smaller index, NaN above
+ * every number (and NaNs among themselves by index). */
+int eval_before(float a, int ia, float b, int ib);
 /* The rank of `label` among logits row[0..C) (0 = the arg max). */
 int eval_rank(const float *row, int C, int64_t label);
 

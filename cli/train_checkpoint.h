@@ -16,10 +16,12 @@
  * (timm's name: the index of the last batch done), is written mid-epoch
  * every --recovery-interval batches and on Ctrl-C; its state file also has
  * "ctimm.batches_done" and "ctimm.loss_sum" (sum,count), so a resume goes on from the
- * next batch of that epoch with the epoch's running loss. Each file
- * is written atomically (st_write), the state file first and the weights
- * last; checkpoint-<epoch> and model_best are hard links to last, put in
- * place by rename, so no earlier checkpoint is ever half-replaced.
+ * next batch of that epoch with the epoch's running loss. A pair is one
+ * unit: both files are written under NAME.*.next names and then renamed into
+ * place, the state file first; a kill between the two renames is finished by
+ * the next reader (ckpt_settle_pair), so no earlier checkpoint is ever
+ * half-replaced. checkpoint-<epoch> and model_best are hard links to last,
+ * put in place the same way. A non-finite metric is never kept nor the best.
  */
 #ifndef CTIMM_TRAIN_CHECKPOINT_H
 #define CTIMM_TRAIN_CHECKPOINT_H
@@ -52,12 +54,7 @@ typedef struct Saver {
 
 /* What --resume found. */
 typedef struct Resumed {
-    int epoch, best_epoch;
-    double best;
-    CkptEntry hist[64];
-    int nhist;
-    char dir[1200]; /* the checkpoint's folder, resolved (realpath) */
-    char eval_metric[16]; /* what best and hist rank by */
+    int epoch;
     int batches_done;     /* a recovery checkpoint: batches of `epoch` done; else -1 (the epoch is done) */
     double loss_sum;      /* a recovery checkpoint: the sum of those batches' finite losses */
     long loss_count;      /* and how many they are */
@@ -69,10 +66,6 @@ typedef struct Resumed {
 
 void saver_init(Saver *sv, const char *dir, int max_hist, int decreasing);
 void saver_free(Saver *sv);
-/* Continues a resumed run's best metric and checkpoint list (the caller
- * checks that the run writes to the folder the checkpoint came from and
- * ranks by the same --eval-metric). */
-void saver_restore(Saver *sv, const Resumed *r);
 /* Saves epoch's state as last, and as checkpoint-<epoch> and model_best as
  * timm would (pruning the worst beyond max_hist). */
 int saver_save(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, double metric, CtErr *err);
@@ -83,6 +76,14 @@ int saver_save_recovery(Saver *sv, const CtState *s, const CkptInfo *info, int e
 /* Whether `a` is a better metric than `b` for this saver. */
 int saver_better(const Saver *sv, double a, double b);
 
+/* Finishes the save of pair `name` in dir that a kill interrupted (drops
+ * its .next files, or renames the weights' into place): 1 if there was one. */
+int ckpt_settle_pair(const char *dir, const char *name);
+/* What killed runs leave in a checkpoint folder: interrupted saves finished,
+ * temporary files of processes that are gone, state halves without their
+ * weights, recovery pairs older than the newest (but `keep`, when not NULL)
+ * removed. The count of files fixed or removed. */
+int ckpt_clean_dir(const char *dir, const char *keep);
 /* --initial-checkpoint: params and buffers from a timm or ctimm state_dict file. */
 int ckpt_load_weights(const char *path, CtState *s, CtErr *err);
 /* --resume: the weights file PATH and PATH's .state file beside it; restores

@@ -4,12 +4,15 @@
  */
 #include "codegen/cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -268,11 +271,11 @@ static int disk_write(const KernelCache *c, const char *path, const CacheKey *ke
     CacheKey ph = hash128(blob, n);
     memcpy(hdr + 48, ph.bytes, 16);
 
-    size_t tlen = strlen(path) + sizeof ".tmp.XXXXXX";
+    size_t tlen = strlen(path) + sizeof ".tmp.XXXXXX" + 24;
     char *tmp = malloc(tlen);
     if (!tmp)
         return ct_fail(err, "kernel cache: out of memory");
-    snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
+    snprintf(tmp, tlen, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
     int fd = mkstemp(tmp);
     if (fd < 0) {
         ct_fail(err, "kernel cache: cannot create a file in %s: %s", c->dir, strerror(errno));
@@ -299,6 +302,36 @@ out_unlink:
 out_free:
     free(tmp);
     return -1;
+}
+
+int cache_temp_stale(long pid, const struct stat *st)
+{
+    if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return 0;
+    return difftime(time(NULL), st->st_mtime) > CACHE_STALE_SECONDS;
+}
+
+/* Removes the temp files of entries whose writers were killed. */
+static void remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        char *end;
+        if (!t)
+            continue;
+        long pid = strtol(t + 5, &end, 10);
+        char path[4200];
+        struct stat st;
+        if (end == t + 5 || *end != '.' || snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
+            continue;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && cache_temp_stale(pid, &st))
+            unlink(path);
+    }
+    closedir(d);
 }
 
 /* --- in-memory map (callers hold c->mu) -------------------------------------- */
@@ -373,13 +406,20 @@ int cache_open(KernelCache *c, const CacheOptions *opt, CtErr *err)
             if (strlen(opt->dir) >= sizeof path)
                 return ct_fail(err, "kernel cache: directory path too long (%zu bytes)", strlen(opt->dir));
             snprintf(path, sizeof path, "%s", opt->dir);
-        } else if (cache_dir_from_env(path, sizeof path, err)) {
-            return -1;
+        } else if (cache_dir_from_env(path, sizeof path, &c->disk_err)) {
+            if (!opt->memory_fallback)
+                return ct_fail(err, "%s", c->disk_err.msg);
+            path[0] = 0;
         }
-        if (make_dirs(path, err))
-            return -1;
-        if (!(c->dir = strdup(path)))
+        if (path[0] && make_dirs(path, &c->disk_err)) {
+            if (!opt->memory_fallback)
+                return ct_fail(err, "%s", c->disk_err.msg);
+            path[0] = 0;
+        }
+        if (path[0] && !(c->dir = strdup(path)))
             return ct_fail(err, "kernel cache: out of memory");
+        if (c->dir)
+            remove_stale_temps(c->dir);
     }
     if (map_grow(c, err))
         goto out_dir;
@@ -426,8 +466,11 @@ static int run_compile(KernelCache *c, const CacheKeyParts *parts, const char *h
                        parts->target ? parts->target : "");
     *blob = NULL;
     *n = 0;
-    if (compile(ctx, parts, blob, n, err))
-        return ct_failctx(err, "compiling kernel %s", hex);
+    int rc = compile(ctx, parts, blob, n, err);
+    if (rc) {
+        ct_failctx(err, "compiling kernel %s", hex);
+        return rc == CT_INTERRUPTED ? rc : -1;
+    }
     if (!*blob || !*n) {
         free(*blob);
         return ct_fail(err, "compiling kernel %s: the compiler returned an empty binary", hex);
@@ -453,7 +496,7 @@ int cache_get(KernelCache *c, const CacheKeyParts *parts, CacheCompileFn compile
     int rc = -1;
 
     if (c->no_cache) {
-        if (run_compile(c, parts, hex, compile, ctx, &b, &bn, err))
+        if ((rc = run_compile(c, parts, hex, compile, ctx, &b, &bn, err)) != 0)
             goto out_mat;
         pthread_mutex_lock(&c->mu);
         rc = keep_loose(c, b, err);
@@ -499,20 +542,20 @@ int cache_get(KernelCache *c, const CacheKeyParts *parts, CacheCompileFn compile
     }
     pthread_mutex_unlock(&c->mu);
 
-    char *path = entry_path(c, &key);
-    if (!path) {
+    char *path = NULL;
+    if (c->dir && !(path = entry_path(c, &key))) {
         ct_fail(err, "kernel cache: out of memory");
         goto out_release;
     }
-    int d = disk_read(path, &key, mat, mlen, &b, &bn);
+    int d = path ? disk_read(path, &key, mat, mlen, &b, &bn) : DISK_MISS;
     if (d != DISK_HIT) {
-        if (run_compile(c, parts, hex, compile, ctx, &b, &bn, err))
+        if ((rc = run_compile(c, parts, hex, compile, ctx, &b, &bn, err)) != 0)
             goto out_path;
         CtErr werr;
-        if (disk_write(c, path, &key, mat, mlen, b, bn, &werr)) {
+        if (path && disk_write(c, path, &key, mat, mlen, b, bn, &werr)) {
             pthread_mutex_lock(&c->mu);
-            if (!c->stats.write_failures++)
-                c->write_err = werr;
+            if (!c->stats.write_failures++ && !c->disk_err.msg[0])
+                c->disk_err = werr;
             pthread_mutex_unlock(&c->mu);
         }
     }
@@ -562,9 +605,20 @@ void cache_stats_print(KernelCache *c, FILE *f)
     fprintf(f,
             "kernel cache: %s; %" PRIu64 " memory hits, %" PRIu64 " disk hits, %" PRIu64 " compiles, %" PRIu64
             " corrupt entries recompiled, %" PRIu64 " write failures\n",
-            c->no_cache ? "disabled (--no-cache)" : c->dir, s.mem_hits, s.disk_hits, s.compiles, s.corrupt,
-            s.write_failures);
-    if (s.write_failures)
-        fprintf(f, "kernel cache: first write failure: %s\n", c->write_err.msg);
+            c->no_cache ? "disabled (--no-cache)" : c->dir ? c->dir : "in memory only", s.mem_hits, s.disk_hits,
+            s.compiles, s.corrupt, s.write_failures);
+    if (c->disk_err.msg[0])
+        fprintf(f, "kernel cache: not kept on disk: %s\n", c->disk_err.msg);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cache_warn_disk(KernelCache *c, int *warned, FILE *f)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->disk_err.msg[0] && !*warned) {
+        fprintf(f, "ctimm: warning: %s; the kernels are compiled in memory, again in every run: set "
+                   "CTIMM_CACHE_DIR to a writable directory with free space\n", c->disk_err.msg);
+        *warned = 1;
+    }
     pthread_mutex_unlock(&c->mu);
 }

@@ -17,9 +17,11 @@
  *     hit is checked byte for byte against what was asked for)
  *   payload: the compiled binary
  *
- * Entries are written to a mkstemp file in the same directory, fsynced and
- * renamed into place, so readers (other threads, other processes) only ever
- * see whole files; two writers of one key both rename valid files, last wins.
+ * Entries are written to a mkstemp file in the same directory,
+ * "<hex>.tmp.<pid>.XXXXXX", fsynced and renamed into place, so readers
+ * (other threads, other processes) only ever see whole files; two writers of
+ * one key both rename valid files, last wins. A temp file whose writer was
+ * killed is removed by a later cache_open once stale (cache_temp_stale).
  * A file that fails any check (magic, version, key vs name and request,
  * material, sizes, payload hash) is never trusted: it is recompiled, replaced
  * and counted in stats.corrupt.
@@ -35,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "ir/status.h"
 
@@ -59,13 +62,18 @@ typedef struct CacheKey {
 } CacheKey;
 
 /* Fills *blob with a malloc'd binary of *n > 0 bytes (the cache takes it
- * and frees it), or returns -1 with err set. */
+ * and frees it), or returns -1 with err set, or CT_INTERRUPTED when the
+ * caller's stop flag ended the compile (cache_get returns it as it is). */
 typedef int (*CacheCompileFn)(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err);
 
 typedef struct CacheOptions {
     const char *dir;    /* NULL: resolved from the environment (cache_dir_from_env) */
     int no_cache;       /* --no-cache: compile every time, touch no disk */
     int forbid_compile; /* a compile is an error (tests assert "nothing compiled") */
+    /* A directory that cannot be used (not a directory, under a file, no
+     * HOME to find it by) leaves the cache in memory, the reason in
+     * disk_err, instead of failing: a backend goes on compiling. */
+    int memory_fallback;
 } CacheOptions;
 
 typedef struct CacheStats {
@@ -77,7 +85,7 @@ typedef struct CacheStats {
 typedef struct CacheEntry CacheEntry;
 
 typedef struct KernelCache {
-    char *dir;          /* NULL when no_cache */
+    char *dir;          /* NULL when no_cache or in memory by memory_fallback */
     int no_cache;
     int forbid_compile; /* may be flipped between calls to cache_get */
     pthread_mutex_t mu;
@@ -87,7 +95,9 @@ typedef struct KernelCache {
     void **loose;       /* blobs compiled under no_cache, freed at close */
     size_t nloose, loose_cap;
     CacheStats stats;
-    CtErr write_err;    /* the first write failure, for --cache-stats */
+    /* Why entries are not kept on disk: the directory unusable (memory_fallback),
+     * else the first write that failed (read-only, full); "" while none. */
+    CtErr disk_err;
 } KernelCache;
 
 /* opt NULL: defaults (dir from the environment). Creates the directory
@@ -109,5 +119,19 @@ int cache_get(KernelCache *c, const CacheKeyParts *parts, CacheCompileFn compile
 
 CacheStats cache_stats(KernelCache *c);
 void cache_stats_print(KernelCache *c, FILE *f);
+
+/* When c keeps nothing on disk (disk_err), one line on f saying which
+ * directory, why, and what to do, unless *warned; then sets *warned. A
+ * caller shares one flag among its caches to say it once per process:
+ * without the line, every run would compile everything again unseen. */
+void cache_warn_disk(KernelCache *c, int *warned, FILE *f);
+
+/* Whether a temporary file or folder that process pid made (its name says
+ * which; st its lstat) was left by a kill: pid is gone as seen from here,
+ * and the file has not changed for CACHE_STALE_SECONDS. The age is for a
+ * /tmp or cache folder shared with another pid namespace (a container) or
+ * host, where a live writer's pid may name no process here. */
+#define CACHE_STALE_SECONDS 3600
+int cache_temp_stale(long pid, const struct stat *st);
 
 #endif

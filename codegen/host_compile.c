@@ -1,47 +1,287 @@
 /* Contract: host_compile(source) gives a loaded module of that source as
  * compiled by `cc HOST_CC_OPTIONS`, compiling only on a cache miss; the
- * compile runs in a private mkdtemp directory that is removed afterwards,
- * and the object is loaded from a private temporary file unlinked as soon
- * as it is mapped. */
-#define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE */
+ * compile runs in a private mkdtemp directory that is removed afterwards
+ * (at once when hc->stop is raised, cc's process group killed first), and
+ * the object is loaded from a private temporary file unlinked as soon as
+ * it is mapped. */
+#define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE, pipe2 */
 #include "codegen/host_compile.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
-/* The first line of a command's output into out ("" when none). */
-static void first_line(const char *cmd, char *out, size_t cap)
+extern char **environ;
+
+/* Words of a compiler command line: the compiler, the options, the rest. */
+#define MAX_ARGS 40
+
+static void pause_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL); }
+
+/* argv = cc, the words of options (split at spaces into buf), then extra
+ * (NULL-terminated), NULL. */
+static void make_argv(const char *cc, const char *options, char *buf, size_t cap, const char *const *extra,
+                      char **argv)
 {
-    out[0] = 0;
-    FILE *f = popen(cmd, "r");
-    if (!f)
+    int n = 0;
+    argv[n++] = (char *)cc;
+    snprintf(buf, cap, "%s", options);
+    char *save = NULL;
+    for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        CT_ASSERT(n < MAX_ARGS - 8);
+        argv[n++] = w;
+    }
+    for (; *extra; extra++) {
+        CT_ASSERT(n < MAX_ARGS - 1);
+        argv[n++] = (char *)*extra;
+    }
+    argv[n] = NULL;
+}
+
+/* Starts argv (argv[0] found in PATH; no shell) in a process group of its
+ * own, so that a terminal's Ctrl-C goes to ctimm alone, with stdin from
+ * /dev/null, stdout and stderr into out_fd (-1: /dev/null), and TMPDIR=tmp
+ * when tmp is not NULL. */
+static int spawn(char *const *argv, int out_fd, const char *tmp, pid_t *pid, CtErr *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, dfl;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out_fd >= 0)
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    else
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGINT);
+    sigaddset(&dfl, SIGTERM);
+    sigaddset(&dfl, SIGPIPE);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &dfl);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char **envp = environ, tmpvar[320];
+    if (tmp) {
+        size_t n = 0, k = 0;
+        while (environ[n])
+            n++;
+        envp = malloc(sizeof *envp * (n + 2));
+        CT_ASSERT(envp != NULL);
+        for (size_t i = 0; i < n; i++)
+            if (strncmp(environ[i], "TMPDIR=", 7))
+                envp[k++] = environ[i];
+        snprintf(tmpvar, sizeof tmpvar, "TMPDIR=%s", tmp);
+        envp[k++] = tmpvar;
+        envp[k] = NULL;
+    }
+    int e = posix_spawnp(pid, argv[0], &fa, &at, argv, envp);
+    if (envp != environ)
+        free(envp);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    return e ? ct_fail(err, "cannot run %s: %s (install gcc, or set CTIMM_CC to a C compiler)", argv[0], strerror(e))
+             : 0;
+}
+
+/* Waits for the child pid (what names it). While it runs, a raised *stop
+ * kills its process group and reaps it: CT_INTERRUPTED. 0 when it exited
+ * with status 0, else -1. */
+static int wait_child(pid_t pid, const char *what, const volatile sig_atomic_t *stop, CtErr *err)
+{
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, stop ? WNOHANG : 0);
+        if (r == pid) {
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                return 0;
+            return WIFEXITED(st) ? ct_fail(err, "%s exited with status %d", what, WEXITSTATUS(st))
+                                 : ct_fail(err, "%s was killed by signal %d", what, WTERMSIG(st));
+        }
+        if (r < 0 && errno != EINTR)
+            return ct_fail(err, "cannot wait for %s: %s", what, strerror(errno));
+        if (stop && *stop) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+            ct_fail(err, "interrupted: %s stopped", what);
+            return CT_INTERRUPTED;
+        }
+        if (r == 0)
+            pause_ms(5); /* a compile takes seconds: 5 ms of latency is nothing */
+    }
+}
+
+/* What argv prints on stdout (malloc'd, NUL-terminated), or NULL when it
+ * cannot be run or fails. */
+static char *capture(char *const *argv)
+{
+    int fds[2];
+    pid_t pid;
+    CtErr err;
+    if (pipe2(fds, O_CLOEXEC))
+        return NULL;
+    int started = spawn(argv, fds[1], NULL, &pid, &err) == 0;
+    close(fds[1]);
+    size_t n = 0, cap = 4096;
+    char *out = malloc(cap);
+    CT_ASSERT(out != NULL);
+    while (started) {
+        ssize_t r = read(fds[0], out + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n + 1 == cap) {
+            out = realloc(out, cap *= 2);
+            CT_ASSERT(out != NULL);
+        }
+    }
+    close(fds[0]);
+    out[n] = 0;
+    if (!started || wait_child(pid, argv[0], NULL, &err)) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* rm -rf dir. A process of cc's group killed a moment ago may still finish
+ * the system call that makes a file: a few tries. */
+static void remove_dir(const char *dir)
+{
+    struct stat st;
+    for (int tries = 0; tries < 100 && lstat(dir, &st) == 0; tries++) {
+        if (tries)
+            pause_ms(10);
+        nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+/* Removes what killed processes left under tmpdir: "ctimm-cc-<pid>-*"
+ * folders and "ctimm-so-<pid>-*" objects of processes gone. */
+static void remove_stale(const char *tmpdir)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d)
         return;
-    if (fgets(out, (int)cap, f))
-        out[strcspn(out, "\n")] = 0;
-    while (fgetc(f) != EOF)
-        ;
-    pclose(f);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int folder = !strncmp(e->d_name, "ctimm-cc-", 9);
+        char *end, path[600];
+        struct stat st;
+        if (!folder && strncmp(e->d_name, "ctimm-so-", 9))
+            continue;
+        long pid = strtol(e->d_name + 9, &end, 10);
+        if (end == e->d_name + 9 || *end != '-' ||
+            snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name) >= (int)sizeof path || lstat(path, &st) ||
+            !(folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) || !cache_temp_stale(pid, &st))
+            continue;
+        if (folder)
+            remove_dir(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+}
+
+static int by_string(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+void host_target_name(const char *machine, const char *cpu_model, const char *macros, char *out, size_t cap)
+{
+    char *text = strdup(macros);
+    size_t n = 0, lines = 1;
+    for (const char *p = macros; *p; p++)
+        lines += *p == '\n';
+    char **line = malloc(sizeof *line * lines);
+    CT_ASSERT(text && line);
+    char *save = NULL;
+    for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+        line[n++] = l;
+    qsort(line, n, sizeof *line, by_string); /* cc prints them in hash-table order */
+    XXH3_state_t *h = XXH3_createState();
+    CT_ASSERT(h != NULL);
+    XXH3_64bits_reset(h);
+    for (size_t i = 0; i < n; i++)
+        XXH3_64bits_update(h, line[i], strlen(line[i]) + 1);
+    snprintf(out, cap, "host-%s-%.200s-isa%016llx", machine, cpu_model, (unsigned long long)XXH3_64bits_digest(h));
+    XXH3_freeState(h);
+    free(line);
+    free(text);
+}
+
+/* The CPU model of /proc/cpuinfo ("unknown" where there is none). */
+static void cpu_model(char *out, size_t cap)
+{
+    char line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(out, cap, "unknown");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(out, cap, "%s", strchr(line, ':') + 1 + (strchr(line, ':')[1] == ' '));
+            out[strcspn(out, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
 }
 
 int host_compiler_init(HostCompiler *hc, CtErr *err)
 {
     memset(hc, 0, sizeof *hc);
-    snprintf(hc->cc, sizeof hc->cc, "cc");
-    first_line("cc --version 2>/dev/null", hc->version, sizeof hc->version);
-    if (!hc->version[0])
-        return ct_fail(err, "no C compiler: `cc --version` failed (install gcc) for the cpu backend's kernels");
-    struct utsname u;
-    char cpu[256] = "";
-    first_line("grep -m1 '^model name' /proc/cpuinfo 2>/dev/null", cpu, sizeof cpu);
-    snprintf(hc->target, sizeof hc->target, "host-%s-%s", uname(&u) == 0 ? u.machine : "unknown",
-             strchr(cpu, ':') ? strchr(cpu, ':') + 2 : "unknown");
+    const char *cc = getenv("CTIMM_CC");
+    if (cc && strlen(cc) >= sizeof hc->cc)
+        return ct_fail(err, "CTIMM_CC is %zu bytes long: name the C compiler in fewer than %zu", strlen(cc),
+                       sizeof hc->cc);
+    snprintf(hc->cc, sizeof hc->cc, "%s", cc && *cc ? cc : "cc");
     const char *t = getenv("TMPDIR");
-    /* the compile command quotes its paths with ' */
-    snprintf(hc->tmpdir, sizeof hc->tmpdir, "%s", t && t[0] == '/' && !strchr(t, '\'') ? t : "/tmp");
+    snprintf(hc->tmpdir, sizeof hc->tmpdir, "%s", t && t[0] == '/' && strlen(t) < 200 ? t : "/tmp");
+    char buf[512], *argv[MAX_ARGS];
+    make_argv(hc->cc, "--version", buf, sizeof buf, (const char *const[]){NULL}, argv);
+    char *version = capture(argv);
+    if (version)
+        snprintf(hc->version, sizeof hc->version, "%.*s", (int)strcspn(version, "\n"), version);
+    free(version);
+    if (!hc->version[0])
+        return ct_fail(err, "no C compiler: `%s --version` failed (install gcc, or set CTIMM_CC) for the cpu "
+                            "backend's kernels", hc->cc);
+    static const char *const list_macros[] = {"-dM", "-E", "-x", "c", "/dev/null", NULL};
+    make_argv(hc->cc, HOST_CC_OPTIONS, buf, sizeof buf, list_macros, argv);
+    char *macros = capture(argv);
+    if (!macros || !strstr(macros, "#define")) {
+        free(macros);
+        return ct_fail(err, "`%s " HOST_CC_OPTIONS " -dM -E -x c /dev/null` listed no predefined macros: is %s a "
+                            "C compiler like gcc?", hc->cc, hc->cc);
+    }
+    struct utsname u;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    host_target_name(uname(&u) == 0 ? u.machine : "unknown", cpu, macros, hc->target, sizeof hc->target);
+    free(macros);
+    remove_stale(hc->tmpdir);
     return 0;
 }
 
@@ -80,39 +320,45 @@ static int write_all(const char *path, const void *data, size_t n)
 static int compile_cc(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err)
 {
     const HostCompiler *hc = ctx;
-    char dir[300], src[340], obj[340], log[340], cmd[1400];
-    snprintf(dir, sizeof dir, "%s/ctimm-cc-XXXXXX", hc->tmpdir);
+    char dir[300], src[340], obj[340], log[340], buf[512], *argv[MAX_ARGS];
+    if (hc->stop && *hc->stop) {
+        ct_fail(err, "interrupted before %s started", hc->cc);
+        return CT_INTERRUPTED;
+    }
+    snprintf(dir, sizeof dir, "%s/ctimm-cc-%ld-XXXXXX", hc->tmpdir, (long)getpid());
     if (!mkdtemp(dir))
-        return ct_fail(err, "cannot make a temporary directory under %s for the C compiler", hc->tmpdir);
+        return ct_fail(err, "cannot make a temporary directory under %s for the C compiler: %s", hc->tmpdir,
+                       strerror(errno));
     snprintf(src, sizeof src, "%s/kernels.c", dir);
     snprintf(obj, sizeof obj, "%s/kernels.so", dir);
     snprintf(log, sizeof log, "%s/cc.log", dir);
-    int rc = -1;
+    int rc = -1, fd = -1;
+    pid_t pid;
     if (write_all(src, parts->source, strlen(parts->source))) {
         ct_fail(err, "cannot write %s", src);
-        goto remove_dir;
+        goto remove;
     }
-    snprintf(cmd, sizeof cmd, "%s %s -o '%s' '%s' -lm > '%s' 2>&1", hc->cc, parts->options, obj, src, log);
-    if (system(cmd) != 0) {
+    make_argv(hc->cc, parts->options, buf, sizeof buf, (const char *const[]){"-o", obj, src, "-lm", NULL}, argv);
+    if ((fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        ct_fail(err, "cannot write %s: %s", log, strerror(errno));
+        goto remove;
+    }
+    rc = spawn(argv, fd, dir, &pid, err);
+    close(fd);
+    if (rc == 0 && (rc = wait_child(pid, hc->cc, hc->stop, err)) == -1) {
         void *text = NULL;
         size_t len = 0;
         read_all(log, &text, &len);
         ct_fail(err, "%s failed on the generated kernels: %.*s", hc->cc, (int)(len < 400 ? len : 400),
                 text ? (const char *)text : "(no output)");
         free(text);
-        goto remove_files;
     }
-    if (read_all(obj, blob, n)) {
-        ct_fail(err, "%s produced no readable %s", hc->cc, obj);
-        goto remove_files;
-    }
-    rc = 0;
-remove_files:
-    unlink(obj);
-    unlink(log);
-    unlink(src);
-remove_dir:
-    rmdir(dir);
+    if (rc)
+        goto remove;
+    if (read_all(obj, blob, n))
+        rc = ct_fail(err, "%s produced no readable %s", hc->cc, obj);
+remove:
+    remove_dir(dir);
     return rc;
 }
 
@@ -120,7 +366,7 @@ remove_dir:
 static int load_blob(const HostCompiler *hc, const void *blob, size_t n, HostModule *m, CtErr *err)
 {
     char path[300];
-    snprintf(path, sizeof path, "%s/ctimm-so-XXXXXX", hc->tmpdir);
+    snprintf(path, sizeof path, "%s/ctimm-so-%ld-XXXXXX", hc->tmpdir, (long)getpid());
     int fd = mkstemp(path);
     if (fd < 0)
         return ct_fail(err, "cannot make a temporary file under %s for a kernel object", hc->tmpdir);
@@ -150,8 +396,9 @@ int host_compile(const HostCompiler *hc, KernelCache *cache, const char *source,
                            .compiler_version = hc->version, .options = HOST_CC_OPTIONS};
     const void *blob;
     size_t n;
-    if (cache_get(cache, &parts, compile_cc, (void *)hc, &blob, &n, err))
-        return -1;
+    int rc = cache_get(cache, &parts, compile_cc, (void *)hc, &blob, &n, err);
+    if (rc)
+        return rc;
     return load_blob(hc, blob, n, m, err);
 }
 
@@ -173,11 +420,12 @@ int host_compile_units(const HostCompiler *hc, KernelCache *cache, const KernelU
     UnitsCtx c = {hc, cache, mods};
     for (int j = 0; j < u->n; j++)
         mods[j].dl = NULL;
-    if (units_compile(u, compile_unit, &c, err) == 0)
+    int rc = units_compile(u, compile_unit, &c, err);
+    if (rc == 0)
         return 0;
     for (int j = 0; j < u->n; j++)
         host_module_close(&mods[j]);
-    return -1;
+    return rc;
 }
 
 HostKernelFn host_kernel(const HostModule *m, int launch)

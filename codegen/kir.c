@@ -163,10 +163,11 @@ static int gelu(KirLoop *l, int x, int approx)
     return k2(l, KIR_MUL, kmulc(l, 0.5, x), kaddc(l, inner, 1));
 }
 
+/* The activation at x; relu selects on x <= 0 so that NaN passes, as torch's. */
 static int act(KirLoop *l, CtOp op, int approx, int x)
 {
     switch (op) {
-    case CT_OP_relu: return ksel(l, k2(l, KIR_LT, k_const(l, 0), x), x, k_const(l, 0));
+    case CT_OP_relu: return ksel(l, k2(l, KIR_LE, x, k_const(l, 0)), k_const(l, 0), x);
     case CT_OP_sigmoid: return sigmoid(l, x);
     case CT_OP_silu: return k2(l, KIR_MUL, x, sigmoid(l, x));
     case CT_OP_hard_sigmoid: return hard_sigmoid(l, x);
@@ -177,30 +178,32 @@ static int act(KirLoop *l, CtOp op, int approx, int x)
     }
 }
 
-/* The activation's derivative at x (ir/ops/elementwise.c's *_df). */
-static int act_df(KirLoop *l, CtOp op, int approx, int x)
+/* The activation's gradient dy * f'(x) (ir/ops/elementwise.c's *_grad):
+ * 0 where it is flat, selected rather than multiplied, as torch's. */
+static int act_grad(KirLoop *l, CtOp op, int approx, int x, int dy)
 {
     int zero = k_const(l, 0), one = k_const(l, 1);
     switch (op) {
-    case CT_OP_relu: return ksel(l, k2(l, KIR_LT, zero, x), one, zero);
+    case CT_OP_relu: return ksel(l, k2(l, KIR_LE, x, zero), zero, dy);
     case CT_OP_sigmoid: {
         int s = sigmoid(l, x);
-        return k2(l, KIR_MUL, s, k2(l, KIR_SUB, one, s));
+        return k2(l, KIR_MUL, dy, k2(l, KIR_MUL, s, k2(l, KIR_SUB, one, s)));
     }
     case CT_OP_silu: {
         int s = sigmoid(l, x);
-        return k2(l, KIR_MUL, s, k2(l, KIR_ADD, one, k2(l, KIR_MUL, x, k2(l, KIR_SUB, one, s))));
+        return k2(l, KIR_MUL, dy, k2(l, KIR_MUL, s, k2(l, KIR_ADD, one, k2(l, KIR_MUL, x, k2(l, KIR_SUB, one, s)))));
     }
     case CT_OP_hard_sigmoid:
-        return ksel(l, k2(l, KIR_LT, k_const(l, -3), x), ksel(l, k2(l, KIR_LT, x, k_const(l, 3)), k_const(l, 1.0 / 6), zero),
-                    zero);
+        return ksel(l, k2(l, KIR_LT, k_const(l, -3), x),
+                    ksel(l, k2(l, KIR_LT, x, k_const(l, 3)), kmulc(l, 1.0 / 6, dy), zero), zero);
     case CT_OP_hard_swish: {
-        int mid = kaddc(l, k2(l, KIR_DIV, x, k_const(l, 3)), 0.5);
-        return ksel(l, k2(l, KIR_LT, x, k_const(l, -3)), zero, ksel(l, k2(l, KIR_LE, x, k_const(l, 3)), mid, one));
+        int mid = k2(l, KIR_MUL, dy, kaddc(l, k2(l, KIR_DIV, x, k_const(l, 3)), 0.5));
+        return ksel(l, k2(l, KIR_LT, x, k_const(l, -3)), zero, ksel(l, k2(l, KIR_LE, x, k_const(l, 3)), mid, dy));
     }
     case CT_OP_rsqrt:
-        return k2(l, KIR_DIV, k_const(l, -0.5), k2(l, KIR_MUL, x, k1(l, KIR_SQRT, x)));
-    case CT_OP_gelu:
+        return k2(l, KIR_MUL, dy, k2(l, KIR_DIV, k_const(l, -0.5), k2(l, KIR_MUL, x, k1(l, KIR_SQRT, x))));
+    case CT_OP_gelu: {
+        int d;
         if (approx) {
             double kk = sqrt(2 / KIR_PI);
             int x2 = k2(l, KIR_MUL, x, x);
@@ -209,12 +212,14 @@ static int act_df(KirLoop *l, CtOp op, int approx, int x)
             int sech2 = k2(l, KIR_SUB, one, k2(l, KIR_MUL, t, t));
             int right = k2(l, KIR_MUL, k2(l, KIR_MUL, kmulc(l, 0.5, x), sech2),
                            kmulc(l, kk, kaddc(l, kmulc(l, 3 * 0.044715, x2), 1)));
-            return k2(l, KIR_ADD, left, right);
+            d = k2(l, KIR_ADD, left, right);
         } else {
             int cdf = kmulc(l, 0.5, kaddc(l, k1(l, KIR_ERF, k2(l, KIR_DIV, x, k_const(l, sqrt(2)))), 1));
             int pdf = k2(l, KIR_DIV, k1(l, KIR_EXP, kmulc(l, -0.5, k2(l, KIR_MUL, x, x))), k_const(l, sqrt(2 * KIR_PI)));
-            return k2(l, KIR_ADD, cdf, k2(l, KIR_MUL, x, pdf));
+            d = k2(l, KIR_ADD, cdf, k2(l, KIR_MUL, x, pdf));
         }
+        return k2(l, KIR_MUL, dy, d);
+    }
     default: CT_ASSERT(!"not an activation"); return -1;
     }
 }
@@ -294,7 +299,7 @@ static void lower_node(Lower *w, const Node *n, int *out)
         out[0] = act(l, n->op, n->op == CT_OP_gelu && n->iattr[0], operand(w, n, 0));
         break;
     case CT_OP_act_grad:
-        out[0] = k2(l, KIR_MUL, operand(w, n, 1), act_df(l, (CtOp)n->iattr[0], (int)n->iattr[1], operand(w, n, 0)));
+        out[0] = act_grad(l, (CtOp)n->iattr[0], (int)n->iattr[1], operand(w, n, 0), operand(w, n, 1));
         break;
     case CT_OP_add: out[0] = k2(l, KIR_ADD, operand(w, n, 0), operand(w, n, 1)); break;
     case CT_OP_mul: out[0] = k2(l, KIR_MUL, operand(w, n, 0), operand(w, n, 1)); break;

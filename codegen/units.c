@@ -134,6 +134,8 @@ typedef struct Pool {
     int next;   /* the next unit to take */
     int failed; /* the lowest unit that failed, or u->n */
     CtErr err;  /* its message */
+    int interrupted;
+    CtErr interrupted_err;
 } Pool;
 
 static void *work(void *arg)
@@ -146,8 +148,13 @@ static void *work(void *arg)
         if (j >= p->u->n)
             return NULL;
         CtErr err;
-        if (p->compile(p->ctx, j, p->u->src[j].s, &err)) {
+        int rc = p->compile(p->ctx, j, p->u->src[j].s, &err);
+        if (rc) {
             pthread_mutex_lock(&p->mu);
+            if (rc == CT_INTERRUPTED && !p->interrupted) {
+                p->interrupted = 1;
+                p->interrupted_err = err;
+            }
             if (j < p->failed) {
                 p->failed = j;
                 p->err = err;
@@ -172,6 +179,11 @@ int units_compile(const KernelUnits *u, UnitCompileFn compile, void *ctx, CtErr 
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
     free(th);
+    if (p.interrupted) {
+        if (err)
+            *err = p.interrupted_err;
+        return CT_INTERRUPTED;
+    }
     if (p.failed < u->n) {
         if (err)
             *err = p.err;

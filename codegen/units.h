@@ -73,13 +73,16 @@ void units_make(const KirKernel *k, int nlaunches, int loops_per_unit, int cuda,
 void units_free(KernelUnits *u);
 
 /* Compiles unit `unit` (its source) into the caller's per-unit slot; 0, or
- * -1 with err. Called from several threads at once, for different units. */
+ * -1 with err, or CT_INTERRUPTED (the caller's stop flag ended it). Called
+ * from several threads at once, for different units. */
 typedef int (*UnitCompileFn)(void *ctx, int unit, const char *source, CtErr *err);
 
 /* Runs compile on every unit, in parallel (above). 0 when all succeeded;
- * else -1 with the message of the lowest-numbered unit that failed. After a
- * failure no further unit is started; every thread is joined before this
- * returns, so compile's results are all in place (or known failed). */
+ * CT_INTERRUPTED with its message when a unit was interrupted (the user
+ * asked to stop: that outranks any unit's error); else -1 with the message
+ * of the lowest-numbered unit that failed. After a failure no further unit
+ * is started; every thread is joined before this returns, so compile's
+ * results are all in place (or known failed). */
 int units_compile(const KernelUnits *u, UnitCompileFn compile, void *ctx, CtErr *err);
 
 #endif

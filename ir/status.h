@@ -19,6 +19,11 @@ int ct_fail(CtErr *err, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Prefixes an existing message with more context ("loading X: <old msg>"). */
 int ct_failctx(CtErr *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Returned instead of -1 by work that ended early because its caller asked
+ * it to stop (a stop flag raised by SIGINT or SIGTERM, runtime/backend.h):
+ * err says so, and a tool exits 130 rather than reporting a failure. */
+#define CT_INTERRUPTED (-2)
+
 /* Broken invariants inside ctimm, never bad user input. */
 void ct_abort(const char *file, int line, const char *expr) __attribute__((noreturn));
 #define CT_ASSERT(x) do { if (!(x)) ct_abort(__FILE__, __LINE__, #x); } while (0)

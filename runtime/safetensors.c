@@ -262,6 +262,28 @@ static int parse_tensor(const char *path, const cJSON *entry, uint64_t data_size
     return 0;
 }
 
+static int cmp_string_ptr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Refuses a repeated metadata key: sorted, so a header of many keys costs
+ * n log n, not the n^2 of comparing each with all before it. */
+static int check_meta_keys(const char *path, const StFile *f, CtErr *err)
+{
+    char **keys = malloc(((size_t)f->nmeta + 1) * sizeof *keys);
+    if (!keys)
+        return ct_fail(err, "%s: out of memory reading metadata", path);
+    memcpy(keys, f->meta_keys, (size_t)f->nmeta * sizeof *keys);
+    qsort(keys, (size_t)f->nmeta, sizeof *keys, cmp_string_ptr);
+    int rc = 0;
+    for (int i = 1; i < f->nmeta && !rc; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            rc = ct_fail(err, "%s: metadata '%s': duplicate key", path, keys[i]);
+    free(keys);
+    return rc;
+}
+
 static int parse_metadata(const char *path, const cJSON *meta, StFile *f, CtErr *err)
 {
     if (!cJSON_IsObject(meta))
@@ -275,9 +297,6 @@ static int parse_metadata(const char *path, const cJSON *meta, StFile *f, CtErr 
     cJSON_ArrayForEach(kv, meta) {
         if (!cJSON_IsString(kv))
             return ct_fail(err, "%s: metadata '%s': value is not a string", path, kv->string);
-        for (int i = 0; i < f->nmeta; i++)
-            if (strcmp(f->meta_keys[i], kv->string) == 0)
-                return ct_fail(err, "%s: metadata '%s': duplicate key", path, kv->string);
         char *k = dup_string(kv->string), *v = dup_string(kv->valuestring);
         if (!k || !v) {
             free(k);
@@ -288,7 +307,7 @@ static int parse_metadata(const char *path, const cJSON *meta, StFile *f, CtErr 
         f->meta_vals[f->nmeta] = v;
         f->nmeta++;
     }
-    return 0;
+    return check_meta_keys(path, f, err);
 }
 
 static int cmp_span_begin(const void *a, const void *b)
@@ -435,6 +454,15 @@ free_spans_and_root:
     return rc;
 }
 
+int st_parse(const char *path, const void *buf, size_t size, StFile *out, CtErr *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = parse_file(path, buf, size, out, err);
+    if (rc != 0)
+        st_free(out);
+    return rc;
+}
+
 int st_read(const char *path, StFile *out, CtErr *err)
 {
     memset(out, 0, sizeof *out);
@@ -442,10 +470,8 @@ int st_read(const char *path, StFile *out, CtErr *err)
     size_t size = 0;
     if (read_whole_file(path, &buf, &size, err) != 0)
         return -1;
-    int rc = parse_file(path, buf, size, out, err);
+    int rc = st_parse(path, buf, size, out, err);
     free(buf);
-    if (rc != 0)
-        st_free(out);
     return rc;
 }
 

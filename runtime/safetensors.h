@@ -34,6 +34,9 @@ typedef struct StFile {
 } StFile;
 
 int st_read(const char *path, StFile *out, CtErr *err);
+/* The same for a whole file's bytes in memory; path only names it in
+ * messages. */
+int st_parse(const char *path, const void *buf, size_t size, StFile *out, CtErr *err);
 void st_free(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
 const char *st_meta(const StFile *f, const char *key);

@@ -1,5 +1,7 @@
 #include "runtime/scaler.h"
 
+#include <math.h>
+
 LossScaler scaler_default(void)
 {
     return (LossScaler){.scale = 65536.0, .growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 2000};
@@ -17,3 +19,5 @@ void scaler_update(LossScaler *s, int finite)
         s->growth_tracker = 0;
     }
 }
+
+int scaler_exhausted(const LossScaler *s) { return s->scale < ldexp(1.0, -24); }

@@ -16,5 +16,10 @@ typedef struct LossScaler {
 LossScaler scaler_default(void);
 /* After a step: `finite` is the graph's flag (0 when the step was skipped). */
 void scaler_update(LossScaler *s, int finite);
+/* Whether the scale has fallen below 2^-24, f16's smallest subnormal: from
+ * the default 2^16 that takes at least 40 skipped steps with no run of
+ * growth_interval good ones between them, so no scale makes the gradients
+ * finite. GradScaler would skip steps forever; a run stops there instead. */
+int scaler_exhausted(const LossScaler *s);
 
 #endif

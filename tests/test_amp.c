@@ -187,6 +187,13 @@ static void test_scaler(void)
         scaler_update(&s, finite[i]);
         CHECKF(s.scale == want[i], "after step %d: scale %g, want %g", i, s.scale, want[i]);
     }
+    /* 40 skipped steps in a row from 2^16 leave 2^-24: not yet given up; one more is */
+    s = scaler_default();
+    for (int i = 0; i < 40; i++)
+        scaler_update(&s, 0);
+    CHECK(s.scale == ldexp(1, -24) && !scaler_exhausted(&s));
+    scaler_update(&s, 0);
+    CHECK(scaler_exhausted(&s));
 }
 
 int main(void)

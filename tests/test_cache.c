@@ -1,7 +1,8 @@
 /* Kernel cache: memory and disk hits with zero compiles, every key part
  * counted, corrupt entries recompiled and replaced, env-var resolution,
- * --no-cache, the forbid-compile switch, threads and two processes sharing
- * one directory. Works in a mkdtemp directory under /tmp, removed at the end. */
+ * --no-cache, an unusable directory (in memory, said once), the
+ * forbid-compile switch, threads and two processes sharing one directory.
+ * Works in a mkdtemp directory under /tmp, removed at the end. */
 #include "codegen/cache.h"
 
 #include <dirent.h>
@@ -360,6 +361,77 @@ static void test_forbid_and_errors(const char *dir)
     cache_close(&c);
 }
 
+/* What cache_warn_disk prints for c with the flag *warned. */
+static char *warning_of(KernelCache *c, int *warned)
+{
+    static char text[2048];
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    text[0] = 0;
+    if (!f)
+        return text;
+    cache_warn_disk(c, warned, f);
+    rewind(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return text;
+}
+
+/* A cache folder that cannot be used (a regular file, a path under one; a
+ * folder where writes fail, read-only or full, simulated by a file put in
+ * its place after the open) keeps the kernels in memory and says so in one
+ * line, once for all the caches that share one flag; a usable folder and
+ * --no-cache say nothing. */
+static void test_unusable_dir(const char *root)
+{
+    char file[4200], under[4300], gone[4200];
+    snprintf(file, sizeof file, "%s/a-file", root);
+    snprintf(under, sizeof under, "%s/sub", file);
+    snprintf(gone, sizeof gone, "%s/replaced", root);
+    write_file(file, (const unsigned char *)"x", 1);
+    KernelCache c;
+    CtErr err;
+    int warned = 0;
+    CacheKeyParts p = parts_for("void unusable(void) {}");
+
+    setenv("CTIMM_CACHE_DIR", file, 1);
+    CHECK(cache_open(&c, NULL, &err) == -1 && strstr(err.msg, "is not a directory")); /* without the fallback */
+    CHECK(cache_open(&c, &(CacheOptions){.memory_fallback = 1}, &err) == 0);
+    unsetenv("CTIMM_CACHE_DIR");
+    CHECK(c.dir == NULL && strstr(c.disk_err.msg, file) && strstr(c.disk_err.msg, "is not a directory"));
+    CHECK(get_count(&c, &p) == 1);
+    CHECK(get_count(&c, &p) == 0); /* in memory */
+    char *w = warning_of(&c, &warned);
+    CHECKF(strstr(w, file) && strstr(w, "CTIMM_CACHE_DIR") && strchr(w, '\n') == w + strlen(w) - 1, "%s", w);
+    CHECK(warned && !*warning_of(&c, &warned));
+    cache_close(&c);
+
+    CHECK(cache_open(&c, &(CacheOptions){.dir = under, .memory_fallback = 1}, &err) == 0);
+    CHECKF(c.dir == NULL && strstr(c.disk_err.msg, under) && strstr(c.disk_err.msg, "Not a directory"), "%s",
+           c.disk_err.msg);
+    CHECK(!*warning_of(&c, &warned)); /* said once already */
+    int fresh = 0;
+    CHECK(*warning_of(&c, &fresh));
+    cache_close(&c);
+
+    CHECK(cache_open(&c, &(CacheOptions){.dir = gone, .memory_fallback = 1}, &err) == 0 && c.dir);
+    warned = 0;
+    CHECK(!*warning_of(&c, &warned));
+    rmdir(gone);
+    write_file(gone, (const unsigned char *)"x", 1);
+    CHECK(get_count(&c, &p) == 1);
+    CHECK(cache_stats(&c).write_failures == 1);
+    w = warning_of(&c, &warned);
+    CHECKF(strstr(w, gone) && strstr(w, "CTIMM_CACHE_DIR"), "%s", w);
+    cache_close(&c);
+
+    CHECK(cache_open(&c, &(CacheOptions){.no_cache = 1}, &err) == 0);
+    warned = 0;
+    CHECK(get_count(&c, &p) == 1 && !*warning_of(&c, &warned));
+    cache_close(&c);
+}
+
 /* Threads asking for the same few keys: one compile per key. */
 #define NTHREADS 8
 #define NTKEYS 16
@@ -525,6 +597,7 @@ int main(void)
     test_processes(dir);
 
     test_no_cache(root);
+    test_unusable_dir(root);
     test_env(root); /* last: it changes HOME and friends */
 
     rm_tree(root);

@@ -228,6 +228,10 @@ static void test_class_map(void)
     cfg.class_map = "none.txt";
     rc = dataset_open(&ds, &cfg, &err);
     CHECKF(rc == -1 && strstr(err.msg, "none.txt"), "%s", err.msg);
+    put("ds/train/twice.txt", "class10\nclass2\nclass10 \n"); /* one class named twice */
+    cfg.class_map = "twice.txt";
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "'class10' is on lines 1 and 3"), "%s", err.msg);
 }
 
 typedef struct Want {

@@ -2,7 +2,10 @@
  * here as host C from the same text NVRTC compiles, run with the launches
  * runtime/cuda/lib_launch.c derives from each node: every supported op on
  * small shapes, its tensors in NCHW and NHWC (channels_last) memory, equals
- * the ref backend within 1e-5 relative (f32 storage, sums in double). */
+ * the ref backend within 1e-5 relative (f32 storage, sums in double); and
+ * again with a NaN or infinities in the first or the last float input,
+ * NaN and infinities exactly where the ref backend has them (which
+ * tests/test_nan.c holds to PyTorch's). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +134,27 @@ static double gen(int64_t i, int k, const char *name)
     return name && !strcmp(name, "rv") ? 0.5 + fabs(u) : u;
 }
 
+/* Input values put over gen()'s: element `at` of the first input (last 0)
+ * or of the last float input (last 1), where it has that many. */
+typedef struct Poison {
+    int last;
+    int64_t at;
+    double v;
+} Poison;
+
+static const Poison *poison;
+static int npoison;
+
+/* Element i of value val, input k of the case (its last float input: last_float). */
+static float input_value(const Value *val, int64_t i, int k, int last_float)
+{
+    float x = (float)gen(i, k, val->name);
+    for (int p = 0; p < npoison; p++)
+        if (poison[p].at == i && k == (poison[p].last ? last_float : 0))
+            x = (float)poison[p].v;
+    return x;
+}
+
 /* Runs the case on ref and on the launches, and compares every output. */
 static void check_case(Case *c, const char *what)
 {
@@ -139,7 +163,13 @@ static void check_case(Case *c, const char *what)
     CtTensor in[CT_MAX_IN], out[CT_MAX_OUT];
     void **mem = calloc((size_t)g->nvalues, sizeof *mem);
     CT_ASSERT(mem != NULL);
-    int nin = 0;
+    int nin = 0, ninputs = 0, last_float = 0;
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (g->values[v].role == CT_ROLE_INPUT) {
+            if (g->values[v].type.dtype != CT_I64)
+                last_float = ninputs;
+            ninputs++;
+        }
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int64_t count = shape_numel(&val->type.shape);
@@ -153,7 +183,7 @@ static void check_case(Case *c, const char *what)
                 int64_t t = (i * 7 + 3) % g->values[n->in[0]].type.shape.d[1];
                 ((int64_t *)in[nin].data)[i] = ((int64_t *)mem[v])[i] = t;
             } else {
-                float x = (float)gen(i, nin, val->name);
+                float x = input_value(val, i, nin, last_float);
                 ((float *)in[nin].data)[i] = x;
                 ((float *)mem[v])[phys(val, i)] = x;
             }
@@ -185,13 +215,20 @@ static void check_case(Case *c, const char *what)
         for (int k = 0; k < g->noutputs; k++) {
             const Value *val = &g->values[g->outputs[k]];
             double num = 0, den = 0;
+            int64_t odd = 0; /* NaN or infinite where ref has not that value */
             for (int64_t i = 0; i < shape_numel(&val->type.shape); i++) {
                 double want = ((float *)out[k].data)[i], got = ((float *)mem[g->outputs[k]])[phys(val, i)];
+                if (!isfinite(want) || !isfinite(got)) {
+                    odd += !(isnan(want) && isnan(got)) && got != want;
+                    continue;
+                }
                 num += (got - want) * (got - want);
                 den += want * want;
             }
             double rel = sqrt(num / (den > 0 ? den : 1));
             CHECKF(rel <= 1e-5, "%s output %d: relative error %.3g", what, k, rel);
+            CHECKF(odd == 0, "%s output %d: %lld NaN or infinite values unlike ref's%s", what, k, (long long)odd,
+                   npoison ? " (NaN and infinities in the inputs)" : "");
             tensor_free(&out[k]);
         }
         free(scratch);
@@ -295,17 +332,20 @@ static void test_batch_norm(void)
         }
 }
 
+/* cross_entropy and its gradient, label smoothing 0.1 and none */
 static void test_loss(void)
 {
-    for (int grad = 0; grad < 2; grad++) {
-        Case c;
-        graph_init(&c.g);
-        ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32), t = input(&c, "t", 1, (int64_t[]){4}, 0, CT_I64);
-        ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
-        if (!add_node(&c, grad ? CT_OP_cross_entropy_grad : CT_OP_cross_entropy, 2 + grad, (ValueId[]){x, t, dl},
-                      NULL, 0, (double[]){0.1}, 1, 0))
-            check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
-    }
+    for (int smoothing = 0; smoothing < 2; smoothing++)
+        for (int grad = 0; grad < 2; grad++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32);
+            ValueId t = input(&c, "t", 1, (int64_t[]){4}, 0, CT_I64);
+            ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
+            if (!add_node(&c, grad ? CT_OP_cross_entropy_grad : CT_OP_cross_entropy, 2 + grad, (ValueId[]){x, t, dl},
+                          NULL, 0, (double[]){smoothing ? 0.1 : 0}, 1, 0))
+                check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
+        }
 }
 
 /* A library step's epilogue left to kernels: each activation, a bias add
@@ -411,13 +451,25 @@ static void test_refusals(void)
 
 int main(void)
 {
-    test_data_movement();
-    test_rows();
-    test_batch_norm();
-    test_loss();
-    test_epilogue();
-    test_pool();
-    test_sdpa();
+    /* finite inputs; then a NaN and +inf in the first input; -inf alone there (NaN in a row or channel would
+     * hide what it does); a NaN in the last float input (dy of a gradient, the running variance, v) */
+    static const Poison first[] = {{0, 3, NAN}, {0, 11, INFINITY}}, minus[] = {{0, 26, -INFINITY}},
+                        last[] = {{1, 2, NAN}};
+    static const struct {
+        const Poison *p;
+        int n;
+    } rounds[] = {{NULL, 0}, {first, 2}, {minus, 1}, {last, 1}};
+    for (size_t r = 0; r < sizeof rounds / sizeof *rounds; r++) {
+        poison = rounds[r].p;
+        npoison = rounds[r].n;
+        test_data_movement();
+        test_rows();
+        test_batch_norm();
+        test_loss();
+        test_epilogue();
+        test_pool();
+        test_sdpa();
+    }
     test_refusals();
     return check_done("test_lib_kernels");
 }

@@ -2,8 +2,9 @@
  * safetensors: write->read round trip over several dtypes (scalar, empty
  * tensor, metadata), the reference file tests/data/test_resnet.safetensors,
  * and hand-crafted broken files that st_read must refuse with a message
- * naming the offending tensor or the reason. Scratch files live in a fresh
- * directory under /tmp, removed at the end.
+ * naming the offending tensor or the reason; the same parse from memory
+ * (st_parse). Scratch files live in a fresh directory under /tmp, removed
+ * at the end.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -316,8 +317,51 @@ static void test_bad_files(void)
                         "\"data_offsets\":[0]}}", 1, "offs_t");
     expect_header_fails("meta.st", "{\"__metadata__\":{\"meta_key\":3}}", 0, "meta_key");
     expect_header_fails("meta2.st", "{\"__metadata__\":[\"x\"]}", 0, "__metadata__");
+    expect_header_fails("meta3.st", "{\"__metadata__\":{\"b\":\"1\",\"dup_key\":\"2\",\"a\":\"3\",\"dup_key\":\"4\"}}",
+                        0, "metadata 'dup_key': duplicate key");
     expect_header_fails("entry.st", "{\"entry_t\":5}", 0, "entry_t");
     CHECK(count_temp_files() == 0);
+}
+
+/* st_parse reads a file's bytes from memory (the fuzz target's way in),
+ * naming them as it is told. */
+static void test_parse_memory(void)
+{
+    static const char header[] = "{\"m\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+    unsigned char buf[8 + sizeof header + 1] = {sizeof header - 1};
+    memcpy(buf + 8, header, sizeof header - 1);
+    buf[8 + sizeof header - 1] = 7;
+    buf[8 + sizeof header] = 9;
+    StFile f;
+    CtErr err = {{0}};
+    CHECKF(st_parse("mem", buf, sizeof buf, &f, &err) == 0, "st_parse: %s", err.msg);
+    const StTensor *t = st_find(&f, "m");
+    CHECK(t && t->nbytes == 2 && ((unsigned char *)t->data)[0] == 7 && ((unsigned char *)t->data)[1] == 9);
+    st_free(&f);
+    CHECK(st_parse("mem", buf, sizeof buf - 1, &f, &err) != 0 && strstr(err.msg, "mem: tensor 'm'"));
+    CHECK(f.ntensors == 0 && f.tensors == NULL);
+}
+
+/* A header of 200k metadata keys reads in well under a second (ctest's
+ * TIMEOUT): comparing each key with all before it took a minute. */
+static void test_many_metadata_keys(void)
+{
+    enum { N = 200000 };
+    size_t cap = 8 + 32 + (size_t)N * 16;
+    char *buf = malloc(cap);
+    CT_ASSERT(buf != NULL);
+    size_t at = 8 + (size_t)sprintf(buf + 8, "{\"__metadata__\":{");
+    for (int i = 0; i < N; i++)
+        at += (size_t)sprintf(buf + at, "%s\"k%d\":\"\"", i ? "," : "", i);
+    at += (size_t)sprintf(buf + at, "}}");
+    for (int i = 0; i < 8; i++)
+        buf[i] = (char)((at - 8) >> (8 * i));
+    StFile f;
+    CtErr err = {{0}};
+    CHECKF(st_parse("many", buf, at, &f, &err) == 0, "st_parse: %s", err.msg);
+    CHECK(f.nmeta == N && st_meta(&f, "k199999") != NULL);
+    st_free(&f);
+    free(buf);
 }
 
 int main(void)
@@ -330,6 +374,8 @@ int main(void)
     test_round_trip();
     test_reference_file();
     test_bad_files();
+    test_parse_memory();
+    test_many_metadata_keys();
     CHECKF(rmdir(tmpdir) == 0, "scratch dir %s not empty", tmpdir);
     return check_done("test_safetensors");
 }

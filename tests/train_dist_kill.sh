@@ -3,11 +3,11 @@
 # (SIGKILL) after the first epoch's checkpoint ends the whole run with a
 # non-zero status and the launcher's line naming the rank, within 30 s (no
 # rank left waiting in a collective); --resume on last.safetensors then
-# trains on with two ranks to the end.
+# trains on with two ranks to the end (in kill-out-1: a new run's folder).
 set -e
 train=$1
 shift
-rm -rf kill-out kill.log kill-resume.log
+rm -rf kill-out kill-out-* kill.log kill-resume.log
 "$train" "$@" --nproc-per-node 2 --epochs 1000 --output kill-out > kill.log 2>&1 &
 launcher=$!
 fail() {
@@ -31,5 +31,5 @@ last=$(tail -1 kill-out/summary.csv | cut -d, -f1)
 "$train" "$@" --nproc-per-node 2 --epochs $((last + 2)) --output kill-out --resume kill-out/last.safetensors \
     > kill-resume.log
 grep -q 'Resumed from kill-out/last.safetensors' kill-resume.log
-grep -q "^$((last + 1)),"  kill-out/summary.csv
+grep -q "^$((last + 1)),"  kill-out-1/summary.csv
 echo "train_dist_kill: resumed: $(grep '^Resumed' kill-resume.log)"

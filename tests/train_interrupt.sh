@@ -4,11 +4,12 @@
 # SIGINT mid-epoch (after batch 20 has been logged), exits 130 and leaves one
 # recovery pair, then is resumed from it (c): b's steps and c's together
 # equal a's, bit for bit (loss, running mean, LR, loss scale), and so do
-# summary.csv and the final weights. Run with -j 1 and one OpenBLAS thread.
+# summary.csv (b's and c's, the resumed run writing to intr-b-1) and the
+# final weights. Run with -j 1 and one OpenBLAS thread.
 set -e
 train=$1
 shift
-rm -rf intr-a intr-b intr-a.log intr-b.log intr-c.log
+rm -rf intr-a intr-b intr-b-* intr-a.log intr-b.log intr-c.log
 strip() { grep -E '^(Train|Test)' "$1" | sed -e 's/Time:.*LR/LR/' -e 's/  Data: [0-9.]*//' -e 's/Time: [0-9.]*s//'; }
 "$train" "$@" --epochs 2 --log-interval 1 --output intr-a > intr-a.log
 "$train" "$@" --epochs 2 --log-interval 1 --output intr-b --recovery-interval 7 > intr-b.log 2>&1 &
@@ -28,9 +29,10 @@ grep -q '^Interrupted at epoch 0, batch .*; resume with --resume intr-b/recovery
 rec=$(ls intr-b/recovery-*.state.safetensors | sed 's/\.state\.safetensors$/.safetensors/')
 "$train" "$@" --epochs 2 --log-interval 1 --output intr-b --resume "$rec" > intr-c.log
 grep -q 'batches done); starting at epoch 0, batch ' intr-c.log
+grep -q '^Output: intr-b-1 ' intr-c.log
 strip intr-a.log > intr-a.steps
 { strip intr-b.log; strip intr-c.log; } > intr-bc.steps
 diff intr-a.steps intr-bc.steps
-cmp intr-a/summary.csv intr-b/summary.csv
-cmp intr-a/last.safetensors intr-b/last.safetensors
+tail -n +2 intr-b-1/summary.csv | cat intr-b/summary.csv - | cmp intr-a/summary.csv -
+cmp intr-a/last.safetensors intr-b-1/last.safetensors
 echo "train_interrupt: resumed from $rec, equal to the uninterrupted run"

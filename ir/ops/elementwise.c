@@ -16,20 +16,28 @@ static int infer_unary(const Graph *g, const Node *n, CtType *out, CtErr *err)
 }
 
 static double sigmoid_f(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double relu_f(double x, int approx) { return x > 0 ? x : 0; }
-static double relu_df(double x, int approx) { return x > 0 ? 1 : 0; }
+
+/* Each activation's value f(x) and its gradient dy * f'(x), as torch
+ * computes them for NaN and infinities too. Where an activation is flat,
+ * torch's backward selects 0 rather than multiplying dy by 0 (relu's
+ * threshold_backward, hardsigmoid_backward, hardswish_backward), so an
+ * infinite or NaN dy there gives 0; relu's NaN input is no flat point
+ * (torch tests the result, relu(NaN) = NaN <= 0 is false) and passes dy. */
+static double relu_f(double x, int approx) { return x <= 0 ? 0 : x; }
+static double relu_grad(double x, double dy, int approx) { return x <= 0 ? 0 : dy; }
 static double sigmoid_fa(double x, int approx) { return sigmoid_f(x); }
-static double sigmoid_df(double x, int approx) { return sigmoid_f(x) * (1 - sigmoid_f(x)); }
+static double sigmoid_grad(double x, double dy, int approx) { return dy * (sigmoid_f(x) * (1 - sigmoid_f(x))); }
 static double silu_f(double x, int approx) { return x * sigmoid_f(x); }
-static double silu_df(double x, int approx) { return sigmoid_f(x) * (1 + x * (1 - sigmoid_f(x))); }
+static double silu_grad(double x, double dy, int approx) { return dy * (sigmoid_f(x) * (1 + x * (1 - sigmoid_f(x)))); }
 static double hard_sigmoid_f(double x, int approx) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5; }
-static double hard_sigmoid_df(double x, int approx) { return x > -3 && x < 3 ? 1.0 / 6 : 0; }
+static double hard_sigmoid_grad(double x, double dy, int approx) { return x > -3 && x < 3 ? dy * (1.0 / 6) : 0; }
 static double hard_swish_f(double x, int approx) { return x * hard_sigmoid_f(x, 0); }
-/* PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 up to 3 inclusive, then 1. */
-static double hard_swish_df(double x, int approx) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }
+/* PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 up to 3 inclusive, then
+ * 1, and 1 at NaN (its CUDA kernel's and scalar CPU kernel's branches). */
+static double hard_swish_grad(double x, double dy, int approx) { return x < -3 ? 0 : x <= 3 ? dy * (x / 3 + 0.5) : dy; }
 
 static double rsqrt_f(double x, int approx) { return 1 / sqrt(x); }
-static double rsqrt_df(double x, int approx) { return -0.5 / (x * sqrt(x)); }
+static double rsqrt_grad(double x, double dy, int approx) { return dy * (-0.5 / (x * sqrt(x))); }
 
 /* gelu: approx=0 is the exact erf form (nn.GELU()), 1 the tanh form. */
 static double gelu_f(double x, int approx)
@@ -39,27 +47,27 @@ static double gelu_f(double x, int approx)
     return 0.5 * x * (1 + erf(x / sqrt(2)));
 }
 
-static double gelu_df(double x, int approx)
+static double gelu_grad(double x, double dy, int approx)
 {
     if (approx) {
         double k = sqrt(2 / CT_PI), t = tanh(k * (x + 0.044715 * x * x * x));
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x));
     }
-    return 0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * CT_PI);
+    return dy * (0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * CT_PI));
 }
 
-/* The activations: value and derivative, the latter used by act_grad. */
+/* The activations: value and gradient, the latter used by act_grad. */
 static const struct {
     CtOp op;
-    double (*f)(double, int), (*df)(double, int);
+    double (*f)(double, int), (*grad)(double, double, int);
 } acts[] = {
-    {CT_OP_relu, relu_f, relu_df},
-    {CT_OP_sigmoid, sigmoid_fa, sigmoid_df},
-    {CT_OP_silu, silu_f, silu_df},
-    {CT_OP_hard_sigmoid, hard_sigmoid_f, hard_sigmoid_df},
-    {CT_OP_hard_swish, hard_swish_f, hard_swish_df},
-    {CT_OP_gelu, gelu_f, gelu_df},
-    {CT_OP_rsqrt, rsqrt_f, rsqrt_df},
+    {CT_OP_relu, relu_f, relu_grad},
+    {CT_OP_sigmoid, sigmoid_fa, sigmoid_grad},
+    {CT_OP_silu, silu_f, silu_grad},
+    {CT_OP_hard_sigmoid, hard_sigmoid_f, hard_sigmoid_grad},
+    {CT_OP_hard_swish, hard_swish_f, hard_swish_grad},
+    {CT_OP_gelu, gelu_f, gelu_grad},
+    {CT_OP_rsqrt, rsqrt_f, rsqrt_grad},
 };
 enum { NACTS = sizeof acts / sizeof acts[0] };
 
@@ -96,7 +104,8 @@ ACT_OP(hard_swish)
 ACT_OP(gelu, .iattr = {"approximate"})
 ACT_OP(rsqrt)
 
-/* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act. */
+/* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act
+ * (0 where it is flat, whatever dy). */
 static int infer_act_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     if (act_index(n->iattr[0]) < 0)
@@ -111,7 +120,7 @@ static void act_grad_ref(const Graph *g, const Node *n, double *const *in, doubl
     int a = act_index(n->iattr[0]);
     int64_t count = shape_numel(in_shape(g, n, 0));
     for (int64_t i = 0; i < count; i++)
-        out[0][i] = in[1][i] * acts[a].df(in[0][i], (int)n->iattr[1]);
+        out[0][i] = acts[a].grad(in[0][i], in[1][i], (int)n->iattr[1]);
 }
 
 const OpDef op_act_grad = {.name = "act_grad", .min_in = 2, .max_in = 2, .iattr = {"act", "approximate"},

@@ -64,7 +64,8 @@ static void cross_entropy_ref(const Graph *g, const Node *n, double *const *in, 
         double lse = log_sum_exp(row, C), mean_logp = 0;
         for (int64_t c = 0; c < C; c++)
             mean_logp += (row[c] - lse) / (double)C;
-        total += (1 - s) * (lse - row[(int64_t)in[1][b]]) - s * mean_logp;
+        /* no smoothing term at s = 0 (nn.CrossEntropyLoss): 0 * -inf, a -inf logit's, is NaN */
+        total += (1 - s) * (lse - row[(int64_t)in[1][b]]) - (s != 0 ? s * mean_logp : 0);
     }
     out[0][0] = total / (double)B;
 }

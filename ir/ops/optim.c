@@ -209,7 +209,7 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
     int64_t count = shape_numel(in_shape(g, n, 0));
     double lr = in[4][0], t = in[5][0] + 1, b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2];
     double wd = n->fattr[3], bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t), clip = 1;
-    if (n->iattr[2] && sqrt(in[6][0]) > 1)
+    if (n->iattr[2] && !(sqrt(in[6][0]) <= 1)) /* timm's clamp_(min=1.0): NaN stays NaN */
         clip = sqrt(in[6][0]);
     if (update_skipped(g, n, in, out))
         return;
@@ -254,10 +254,8 @@ static void lars_update_ref(const Graph *g, const Node *n, double *const *in, do
         }
         double wn = sqrt(w2), gn = sqrt(g2);
         ratio = trust_or_one(wn, gn, coeff * wn / (gn + wn * wd + eps));
-        if (n->iattr[1] && ratio / lr < 1)
-            ratio /= lr;
-        else if (n->iattr[1])
-            ratio = 1;
+        if (n->iattr[1]) /* timm's clamp(ratio / lr, max=1.0): NaN stays NaN */
+            ratio = ratio / lr > 1 ? 1 : ratio / lr;
     }
     for (int64_t i = 0; i < count; i++) {
         double d = (in[1][i] + wd * in[0][i]) * ratio, buf = d;

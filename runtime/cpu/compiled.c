@@ -10,7 +10,9 @@
  * kernels) depends on the graph's content alone, and the backend's run()
  * is called once per training step with no place to keep it; so it is kept
  * in a process-wide memo keyed by a hash of the graph's content, under a
- * mutex, for the life of the process (a run uses a graph or two).
+ * mutex, for the life of the process (a run uses a graph or two). The
+ * same goes for the compiler, the caller's stop flag and whether the kernel
+ * cache's "nothing kept on disk" line was printed (once a process).
  *
  * Attention: sdpa_grad recomputes the weights softmax(q k^T) that its sdpa
  * computed (the IR's rule, which the GPU's kernels keep: memory is what a
@@ -62,6 +64,15 @@ static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static Compiled *memo;
 static int have_cc = -1; /* -1: not asked yet */
 static HostCompiler hc;
+static const volatile sig_atomic_t *stop_flag; /* backend_set_stop_flag's */
+static int cache_warned;                     /* cache_warn_disk's: once per process */
+
+void backend_set_stop_flag(const volatile sig_atomic_t *stop)
+{
+    pthread_mutex_lock(&memo_mu);
+    stop_flag = stop;
+    pthread_mutex_unlock(&memo_mu);
+}
 
 /* Lowers every elementwise launch, compiles them as translation units in
  * parallel and finds each launch's function in its unit's module. */
@@ -81,10 +92,10 @@ static int compile_kernels(const Graph *g, Compiled *c, CtErr *err)
     units_make(c->k, c->nk, UNIT_LOOPS, 0, &units);
     c->mods = calloc((size_t)units.n + 1, sizeof *c->mods);
     CT_ASSERT(c->mods != NULL);
-    /* no usable cache directory: compile without one */
-    if (cache_open(&cache, NULL, err) && cache_open(&cache, &(CacheOptions){.no_cache = 1}, err))
+    if (cache_open(&cache, &(CacheOptions){.memory_fallback = 1}, err))
         goto free_units;
     rc = host_compile_units(&hc, &cache, &units, c->mods, err); /* the modules are loaded: the cache may go */
+    cache_warn_disk(&cache, &cache_warned, stderr);
     cache_close(&cache);
     if (rc)
         goto free_units;
@@ -143,6 +154,7 @@ static void pair_attention(Compiled *c)
     }
 }
 
+/* 0, -1 or CT_INTERRUPTED (compile_kernels'). */
 static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtErr *err)
 {
     Compiled *c = calloc(1, sizeof *c);
@@ -156,9 +168,12 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
     pair_attention(c);
     c->own = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(c->own != NULL);
-    if (plan_memory(&c->og, &c->plan, err) || compile_kernels(g, c, err)) {
+    int rc = plan_memory(&c->og, &c->plan, err);
+    if (rc == 0)
+        rc = compile_kernels(g, c, err);
+    if (rc) {
         free_compiled(c);
-        return -1;
+        return rc;
     }
     for (int l = 0; l < c->nk; l++)
         kir_mark_clashes(g, &c->plan, &c->k[l], c->own);
@@ -166,28 +181,29 @@ static int compile_graph(const Graph *g, XXH128_hash_t key, Compiled **out, CtEr
     return 0;
 }
 
-/* The memo's entry for g, compiled on first use; NULL with *unavailable
- * set when there is no C compiler. */
-static Compiled *lookup(const Graph *g, int *unavailable, CtErr *err)
+/* The memo's entry for g in *found, compiled on first use: 0,
+ * CPU_FUSED_UNAVAILABLE when there is no C compiler, -1 or CT_INTERRUPTED. */
+static int lookup(const Graph *g, Compiled **found, CtErr *err)
 {
     XXH128_hash_t key = graph_content_hash(g);
-    Compiled *found = NULL;
     CtErr why;
+    int rc = 0;
+    *found = NULL;
     pthread_mutex_lock(&memo_mu);
     if (have_cc < 0)
         have_cc = host_compiler_init(&hc, &why) == 0;
-    *unavailable = !have_cc;
-    for (Compiled *c = memo; have_cc && c && !found; c = c->next)
+    hc.stop = stop_flag;
+    for (Compiled *c = memo; have_cc && c && !*found; c = c->next)
         if (XXH128_isEqual(c->key, key))
-            found = c;
-    Compiled *fresh;
-    if (have_cc && !found && compile_graph(g, key, &fresh, err) == 0) {
-        fresh->next = memo;
-        memo = fresh;
-        found = fresh;
+            *found = c;
+    if (!have_cc)
+        rc = CPU_FUSED_UNAVAILABLE;
+    else if (!*found && (rc = compile_graph(g, key, found, err)) == 0) {
+        (*found)->next = memo;
+        memo = *found;
     }
     pthread_mutex_unlock(&memo_mu);
-    return found;
+    return rc;
 }
 
 /* Every value's memory: inputs, state, outputs, the arena, own blocks
@@ -268,12 +284,13 @@ static void run_steps(const Compiled *c, void **ptr, unsigned char *arena)
 
 int cpu_run_fused(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
 {
-    int unavailable, rc = -1, nout_done = 0;
+    int rc = -1, nout_done = 0;
     if (backend_check(&ct_backend_cpu, g, err))
         return -1;
-    Compiled *c = lookup(g, &unavailable, err);
-    if (!c)
-        return unavailable ? CPU_FUSED_UNAVAILABLE : -1;
+    Compiled *c;
+    int found = lookup(g, &c, err);
+    if (found)
+        return found;
     void **ptr = calloc((size_t)g->nvalues + 1, sizeof *ptr);
     char *own = calloc((size_t)g->nvalues + 1, 1);
     unsigned char *arena = NULL;

@@ -14,8 +14,9 @@
 #include "runtime/tensor.h"
 
 /* The backend's run (runtime/backend.h) on the fused path: 0 when done, -1
- * with err on failure, CPU_FUSED_UNAVAILABLE when there is no C compiler
- * (the caller runs node by node instead). */
+ * with err on failure, CT_INTERRUPTED when the stop flag ended its compile
+ * (backend_set_stop_flag), CPU_FUSED_UNAVAILABLE when there is no C
+ * compiler (the caller runs node by node instead). */
 #define CPU_FUSED_UNAVAILABLE 1
 int cpu_run_fused(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err);
 

@@ -30,7 +30,7 @@ CPU_CLONES static void act(const Graph *g, const Node *n, float *const *in, floa
     case CT_OP_relu:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
         for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] > 0 ? x[i] : 0.0f;
+            y[i] = x[i] <= 0 ? 0.0f : x[i]; /* NaN passes, as torch's */
         break;
     case CT_OP_sigmoid:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
@@ -81,7 +81,7 @@ ACT(hard_swish)
 ACT(hard_sigmoid)
 ACT(rsqrt)
 
-/* dy * f'(x): in[0] x, in[1] dy */
+/* dy * f'(x): in[0] x, in[1] dy; 0 where f is flat, whatever dy (ir/ops/elementwise.c) */
 CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
@@ -91,7 +91,7 @@ CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, fl
     case CT_OP_relu:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
         for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] > 0 ? dy[i] : 0.0f;
+            y[i] = x[i] <= 0 ? 0.0f : dy[i];
         break;
     case CT_OP_sigmoid:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
@@ -114,8 +114,10 @@ CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, fl
         break;
     case CT_OP_hard_swish:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = dy[i] * (x[i] < -3 ? 0.0f : x[i] <= 3 ? x[i] / 3 + 0.5f : 1.0f);
+        for (int64_t i = 0; i < cnt; i++) {
+            float d = dy[i]; /* read on every path: the baseline clone has no masked loads to vectorise with */
+            y[i] = x[i] < -3 ? 0.0f : x[i] <= 3 ? d * (x[i] / 3 + 0.5f) : d;
+        }
         break;
     case CT_OP_rsqrt:
 #pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)

@@ -131,19 +131,19 @@ CPU_CLONES static void bn_grad_sums(const float *x, const float *dy, int64_t N, 
 }
 
 /* Channel c's dx from the sums db, dw over M values (every rank's with sync):
- * training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k. */
+ * training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k; eval:
+ * a*dy, x left out (0 * x would be NaN where x is not finite, as torch's
+ * eval dx is not). */
 CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c,
                                   int training, double M, double w, double mean, double inv, double dw, double db,
                                   float *dx)
 {
-    double a = w * inv;
-    double bx = training ? -w * inv / M * dw * inv : 0;
-    double k = training ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
+    double a = w * inv, bx = -w * inv / M * dw * inv, k = -w * inv / M * db + w * inv / M * dw * inv * mean;
     for (int64_t b = 0; b < N; b++) {
         const float *xp = x + (b * C + c) * S, *dp = dy + (b * C + c) * S;
         float *o = dx + (b * C + c) * S;
         for (int64_t s = 0; s < S; s++)
-            o[s] = (float)(a * dp[s] + bx * xp[s] + k);
+            o[s] = (float)(training ? a * dp[s] + bx * xp[s] + k : a * dp[s]);
     }
 }
 

@@ -97,10 +97,10 @@ static cudnnStatus_t describe(const ConvDesc *c, int allow_tf32, DnnCall *call)
         return s;
     call->act = act;
     s = cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, data_type(c->bias_type), 1, (int)c->k, 1, 1);
-    if (s == CUDNN_STATUS_SUCCESS)
+    if (s == CUDNN_STATUS_SUCCESS) /* relu(NaN) = NaN, as torch's relu and the other backends' */
         s = cudnnSetActivationDescriptor(act, c->epi.act == GEMM_ACT_RELU ? CUDNN_ACTIVATION_RELU
                                                                           : CUDNN_ACTIVATION_IDENTITY,
-                                         CUDNN_NOT_PROPAGATE_NAN, 0.0);
+                                         CUDNN_PROPAGATE_NAN, 0.0);
     return s;
 }
 

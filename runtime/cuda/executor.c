@@ -31,6 +31,7 @@ struct CudaExec {
     NvrtcCompiler nc;
     KernelCache cache;
     int have_cache, have_lt, have_dnn;
+    int cache_warned; /* cache_warn_disk's: the executor lives as long as the process */
     char name[192];
 };
 
@@ -91,8 +92,7 @@ int cuda_exec_open(const CudaExecOptions *opt, CudaExec **out, CtErr *err)
     ex->have_dnn = 1;
     if (nvrtc_init(&ex->nc, err))
         goto fail;
-    /* no usable cache directory: compile without one */
-    if (cache_open(&ex->cache, NULL, err) && cache_open(&ex->cache, &(CacheOptions){.no_cache = 1}, err))
+    if (cache_open(&ex->cache, &(CacheOptions){.memory_fallback = 1}, err))
         goto fail;
     ex->have_cache = 1;
     snprintf(ex->name, sizeof ex->name, "%s (sm_%d%d, %d SMs, %zu GiB)", ex->info.name, ex->info.major,
@@ -194,6 +194,7 @@ static int build_kernels(CudaProgram *pr, CtErr *err)
     lib_source(&src);
     int rc = load_module(ex, src.s, &pr->lib, err);
     buf_free(&src);
+    cache_warn_disk(&ex->cache, &ex->cache_warned, stderr);
     for (int s = 0; !rc && s < pr->lp.nsteps; s++) {
         const LpStep *st = &pr->lp.steps[s];
         pr->libfn[s] = calloc((size_t)st->nlib + 1, sizeof **pr->libfn);

@@ -46,7 +46,7 @@ CT_GLOBAL CT_SFX(ct_act)(const CT_T *x, CT_T *y, long long n, int act, int appro
     {
         float v = CT_LD(x[i]), r;
         if (act == 0)
-            r = v > 0 ? v : 0;
+            r = v <= 0 ? 0 : v; /* NaN passes, as torch's */
         else if (act == 1 && approx)
             r = 0.5f * v * (1 + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         else if (act == 1)
@@ -341,12 +341,11 @@ CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *r
         double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
         dw[c] = CT_ST((float)sw);
         db[c] = CT_ST((float)sb);
-        double a = wc * inv;
-        double bx = training ? -wc * inv / M * sw * inv : 0;
-        double k = training ? -wc * inv / M * sb + wc * inv / M * sw * inv * mean : 0;
-        for (long long j = 0; j < inner.n; j++) {
+        double a = wc * inv, bx = -wc * inv / M * sw * inv, k = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
+        for (long long j = 0; j < inner.n; j++) { /* eval leaves x out: 0 * x is NaN where x is not finite */
             ct_offsets(&inner, j, &xo, &o);
-            dx[o + c * sdc] = CT_ST((float)(a * CT_LD(dy[xo + c * sxc]) + bx * CT_LD(x[xo + c * sxc]) + k));
+            double g = CT_LD(dy[xo + c * sxc]);
+            dx[o + c * sdc] = CT_ST((float)(training ? a * g + bx * CT_LD(x[xo + c * sxc]) + k : a * g));
         }
     }
 }
@@ -369,7 +368,8 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_rows)(const CT_T *x, const long long *t, float
         }
         double lse = m + log(sum);
         mean_x /= (double)C;
-        rowloss[b] = (float)((1 - s) * (lse - CT_LD(row[t[b]])) - s * (mean_x - lse));
+        /* no smoothing term at s = 0: 0 * -inf, a -inf logit's, is NaN */
+        rowloss[b] = (float)((1 - s) * (lse - CT_LD(row[t[b]])) - (s != 0 ? s * (mean_x - lse) : 0));
     }
 }
 

@@ -344,8 +344,7 @@ static int cmp_classref(const void *a, const void *b)
 {
     const ClassRef *x = a, *y = b;
     int c = strcmp(x->name, y->name);
-    /* equal names: the later line wins, as in timm's dict; keep it first */
-    return c ? c : (x->idx > y->idx ? -1 : x->idx < y->idx);
+    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
 }
 
 static int cmp_classref_name(const void *a, const void *b)
@@ -393,7 +392,7 @@ static int read_whole(const char *path, char **out, size_t *n, CtErr *err)
 }
 
 /* Loads a .txt class map into ds's class table and a name -> index lookup
- * (*refs, sorted by name, one per name: the last line wins as in timm). */
+ * (*refs, sorted by name); a name on two lines is refused. */
 static int load_class_map(Dataset *ds, const char *map, const char *root, ClassRef **refs, int *nrefs, CtErr *err)
 {
     const char *ext = extension(map, strlen(map));
@@ -458,11 +457,16 @@ static int load_class_map(Dataset *ds, const char *map, const char *root, ClassR
     }
     ds->nclasses = lines;
     qsort(*refs, (size_t)lines, sizeof **refs, cmp_classref);
-    int u = 0;
-    for (int i = 0; i < lines; i++)
-        if (u == 0 || strcmp((*refs)[u - 1].name, (*refs)[i].name))
-            (*refs)[u++] = (*refs)[i];
-    *nrefs = u;
+    for (int i = 1; i < lines; i++)
+        if (!strcmp((*refs)[i - 1].name, (*refs)[i].name)) {
+            /* timm's dict keeps the last line and leaves a class index that
+             * no image has: refuse the map instead */
+            rc = ct_fail(err, "class map %s: '%s' is on lines %d and %d; each class is named once", path,
+                         (*refs)[i].name, (*refs)[i - 1].idx + 1, (*refs)[i].idx + 1);
+            free(path);
+            return rc;
+        }
+    *nrefs = lines;
     free(path);
     return 0;
 }

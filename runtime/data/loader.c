@@ -240,6 +240,8 @@ static int check_config(const Dataset *ds, const LoaderConfig *c, CtErr *err)
     int size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
     if (size < 1 || size > 8192)
         return ct_fail(err, "loader: image size %d out of range", size);
+    if (c->train && train_transform_check(c->train, err))
+        return -1;
     if (dataset_len(ds) == 0)
         return ct_fail(err, "loader: dataset %s is empty", dataset_root(ds));
     if (!!c->alloc != !!c->free)

@@ -134,13 +134,39 @@ int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box,
     return 0;
 }
 
+int train_transform_check(const TrainTransform *t, CtErr *err)
+{
+    if (t->img_size < 1)
+        return ct_fail(err, "train transform: image size %d", t->img_size);
+    /* torchvision's RandomResizedCrop only warns on a reversed range, and
+     * then samples nonsense: refuse it instead */
+    if (!(t->scale[0] >= 0 && t->scale[0] <= t->scale[1] && isfinite(t->scale[1])))
+        return ct_fail(err, "scale %g %g: needs 0 <= MIN <= MAX (fractions of the image's area)", t->scale[0],
+                       t->scale[1]);
+    if (!(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1] && isfinite(t->ratio[1])))
+        return ct_fail(err, "ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", t->ratio[0], t->ratio[1]);
+    const double probs[2] = {t->hflip, t->vflip};
+    for (int k = 0; k < 2; k++)
+        if (!(probs[k] >= 0 && probs[k] <= 1))
+            return ct_fail(err, "%s %g: a probability, in [0, 1]", k ? "vflip" : "hflip", probs[k]);
+    if (!(t->color_jitter >= 0 && isfinite(t->color_jitter))) /* torchvision's ColorJitter raises */
+        return ct_fail(err, "color_jitter %g: must be a number >= 0", t->color_jitter);
+    if (!(t->jitter_hue >= 0 && t->jitter_hue <= 0.5))
+        return ct_fail(err, "color_jitter hue %g: must be in [0, 0.5]", t->jitter_hue);
+    for (int c = 0; c < 3; c++)
+        if (!isfinite(t->mean[c]))
+            return ct_fail(err, "mean %g: not a number", t->mean[c]);
+    AugPolicy policy;
+    if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, &policy, err))
+        return -1;
+    return 0;
+}
+
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
 {
     int size = t->img_size;
-    if (size < 1 || !(t->scale[0] >= 0 && t->scale[0] <= t->scale[1]) ||
-        !(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1]))
-        return ct_fail(err, "train transform: bad settings (img_size %d, scale %g..%g, ratio %g..%g)", size,
-                       t->scale[0], t->scale[1], t->ratio[0], t->ratio[1]);
+    if (train_transform_check(t, err))
+        return -1;
     int use_aa = t->auto_augment && *t->auto_augment;
     AugPolicy policy;
     if (use_aa && aug_parse(t->auto_augment, &policy, err))

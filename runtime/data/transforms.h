@@ -38,6 +38,10 @@ TrainTransform train_transform_default(int img_size);
 /* timm's eval defaults: crop_pct 0.875, center crop, bilinear, ImageNet mean. */
 EvalTransform eval_transform_default(int img_size);
 
+/* Whether t's settings are ones timm would accept (scale, ratio, flips,
+ * color_jitter, auto_augment, named as train.py's arguments), so a bad one
+ * is refused before any image, not image by image. */
+int train_transform_check(const TrainTransform *t, CtErr *err);
 /* Decodes `data` and writes img_size * img_size * 3 bytes to out. */
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);

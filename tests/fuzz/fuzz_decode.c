@@ -1,7 +1,8 @@
 /*
  * libFuzzer entry point for the image decoders: probe, decode at full size
  * and at 1/2, and resize what decoded to a small box taken from the input's
- * last bytes. Built and run by tools/fuzz_decode.sh (not part of ctest);
+ * last bytes. Built and run with libFuzzer by tools/fuzz.sh decode, and
+ * with tests/fuzz/fuzz_driver.c in the sanitizer build's ctest;
  * FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips PNG checksums and lowers the
  * pixel limit (see runtime/data/image_codec.h) so runs stay deep and fast.
  * Any crash, leak, sanitizer report or inconsistency found here is a bug.

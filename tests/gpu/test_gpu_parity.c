@@ -7,7 +7,10 @@
  * (channels_last) within 2e-2; and the step replayed as a CUDA graph gives
  * what its eager run gave. As tests/test_cpu.c explains, an AMP training
  * step of a BatchNorm net on the vectors' tiny batch is chaotic under
- * low-precision rounding, so BN nets are compared in eval under AMP.
+ * low-precision rounding, so BN nets are compared in eval under AMP. And
+ * one NaN weight in test_resnet's stem gives NaN logits through cuDNN's
+ * fused convolution and ReLU (batch norms folded), as in torch and on the
+ * other backends (tests/test_nan.c).
  *
  *   test_gpu_parity [MODEL [eval|train]]   (one model, one mode: for
  *                                           compute-sanitizer's memcheck;
@@ -143,6 +146,49 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     st_free(&v.f);
 }
 
+/* test_resnet's eval graph as ctimm-validate runs it (batch norms folded,
+ * channels last: conv + bias + ReLU in one cuDNN call) with a NaN stem
+ * weight: every logit NaN. */
+static void check_nan_weight(void)
+{
+    Vectors v;
+    CtErr err;
+    Graph g, f, l;
+    if (vectors_open(&v, "test_resnet", 1))
+        return;
+    ModelSpec spec = {.batch_size = v.batch, .args = v.args};
+    int rc = model_build(v.m, &spec, &g, &err);
+    if (!rc) {
+        rc = bn_fold(&g, &f, &err);
+        graph_free(&g);
+    }
+    if (!rc) {
+        rc = layout_channels_last(&f, &l, &err);
+        graph_free(&f);
+    }
+    CHECKF(rc == 0, "test_resnet: %s", err.msg);
+    if (rc == 0) {
+        CtState init;
+        Run cu;
+        state_create(&init, &l);
+        CHECKF(state_load(&init, &v.f, "state.", &err) == 0, "test_resnet: %s", err.msg);
+        ((float *)state_data(&init, 0))[0] = NAN; /* the stem convolution's weight, first in the state_dict */
+        int ran = run(&ct_backend_cuda, "test_resnet NaN weight", &l, &init, v.in, 1, &cu) == 0;
+        if (ran) {
+            const float *y = cu.out[0].data;
+            int64_t n = shape_numel(&cu.out[0].type.shape), finite = 0;
+            for (int64_t i = 0; i < n; i++)
+                finite += isfinite(y[i]);
+            CHECKF(finite == 0, "test_resnet with a NaN stem weight on cuda: %lld of %lld logits finite",
+                   (long long)finite, (long long)n);
+        }
+        run_free(&l, &cu, ran);
+        state_free(&init);
+        graph_free(&l);
+    }
+    st_free(&v.f);
+}
+
 int main(int argc, char **argv)
 {
     char why[512];
@@ -167,5 +213,7 @@ int main(int argc, char **argv)
             check_model(models[m], CT_BF16, 1, training);
         }
     }
+    if (argc == 1)
+        check_nan_weight();
     return check_done("test_gpu_parity");
 }

@@ -1,0 +1,175 @@
+/* What ctimm-train scores and leaves on disk (cli/eval.c, cli/train_checkpoint.c):
+ * torch.topk's order with NaN logits; a NaN metric never the best; a
+ * checkpoint pair as one unit across a kill between its two renames; the
+ * leftovers of killed runs cleaned. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli/eval.h"
+#include "cli/train_checkpoint.h"
+#include "models/registry.h"
+
+static void test_rank_nan(void)
+{
+    /* torch.topk(largest=True) on CPU puts NaN first, ties by index */
+    const float all_nan[2] = {NAN, NAN};
+    CHECK(eval_rank(all_nan, 2, 0) == 0);
+    CHECK(eval_rank(all_nan, 2, 1) == 1);
+    const float one_nan[3] = {1, NAN, 2};
+    CHECK(eval_rank(one_nan, 3, 1) == 0);
+    CHECK(eval_rank(one_nan, 3, 2) == 1);
+    CHECK(eval_rank(one_nan, 3, 0) == 2);
+    const float ties[3] = {3, 3, -INFINITY};
+    CHECK(eval_rank(ties, 3, 1) == 1 && eval_rank(ties, 3, 2) == 2);
+    /* a batch of NaN rows scores as torch's accuracy(): only label 0 hits */
+    float logits[4 * 2];
+    for (int k = 0; k < 8; k++)
+        logits[k] = NAN;
+    const int64_t labels[4] = {0, 1, 1, 1};
+    EvalMeter m = {0};
+    EvalBatch b = eval_meter_add(&m, logits, 2, labels, 4);
+    CHECKF(b.top1 == 25 && b.top5 == 100, "top1 %g top5 %g", b.top1, b.top5);
+    CHECK(isnan(b.loss) && isnan(eval_loss(&m)));
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    CHECKF(f != NULL, "%s", path);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+static char *slurp(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return test_read_text(p);
+}
+
+/* A kill between the state's rename and the weights': the weights follow.
+ * A kill before the first rename: the .next files go, the old pair stays. */
+static void test_settle(const char *dir)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/last.safetensors", dir);
+    write_file(p, "old weights");
+    snprintf(p, sizeof p, "%s/last.state.safetensors", dir);
+    write_file(p, "new state");
+    snprintf(p, sizeof p, "%s/last.safetensors.next", dir);
+    write_file(p, "new weights");
+    CHECK(ckpt_settle_pair(dir, "last") == 1);
+    char *w = slurp(dir, "last.safetensors");
+    CHECK(w && !strcmp(w, "new weights"));
+    free(w);
+    CHECK(!exists(dir, "last.safetensors.next"));
+
+    snprintf(p, sizeof p, "%s/last.state.safetensors.next", dir);
+    write_file(p, "newer state");
+    snprintf(p, sizeof p, "%s/last.safetensors.next", dir);
+    write_file(p, "newer weights");
+    CHECK(ckpt_settle_pair(dir, "last") == 1);
+    w = slurp(dir, "last.safetensors");
+    char *st = slurp(dir, "last.state.safetensors");
+    CHECK(w && st && !strcmp(w, "new weights") && !strcmp(st, "new state"));
+    free(w);
+    free(st);
+    CHECK(!exists(dir, "last.safetensors.next") && !exists(dir, "last.state.safetensors.next"));
+    CHECK(ckpt_settle_pair(dir, "last") == 0);
+}
+
+/* Leftovers of killed runs: temporary files of dead processes, old hard
+ * links, state halves without weights, older recovery pairs. */
+static void test_clean(const char *dir)
+{
+    static const char *const junk[] = {"last.safetensors.tmp.999999999", "model_best.safetensors.tmp-link",
+                                       "checkpoint-3.state.safetensors", "recovery-0-4.safetensors",
+                                       "recovery-0-4.state.safetensors", "recovery-1-2.safetensors",
+                                       "recovery-1-2.state.safetensors", NULL};
+    static const char *const kept[] = {"recovery-1-7.safetensors", "recovery-1-7.state.safetensors",
+                                       "recovery-0-9.safetensors", "recovery-0-9.state.safetensors",
+                                       "notes.state.safetensors", "averaged.safetensors", NULL};
+    char p[512];
+    for (int k = 0; junk[k]; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, junk[k]);
+        write_file(p, "x");
+    }
+    for (int k = 0; kept[k]; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, kept[k]);
+        write_file(p, "x");
+    }
+    snprintf(p, sizeof p, "%s/last.safetensors.tmp.%ld", dir, (long)getpid()); /* a live writer's: kept */
+    write_file(p, "x");
+    int fixed = ckpt_clean_dir(dir, "recovery-0-9");
+    CHECKF(fixed == 7, "%d files fixed", fixed);
+    for (int k = 0; junk[k]; k++)
+        CHECKF(!exists(dir, junk[k]), "%s is still there", junk[k]);
+    for (int k = 0; kept[k]; k++)
+        CHECKF(exists(dir, kept[k]), "%s was removed", kept[k]);
+    unlink(p);
+}
+
+/* A NaN metric is saved as last but is neither kept nor the best. */
+static void test_saver_nan(const char *dir)
+{
+    Graph g;
+    CtState s;
+    CtErr err;
+    ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
+    spec.args.num_classes = 2;
+    spec.args.img_size = 32;
+    CHECKF(model_build(model_find("test_resnet"), &spec, &g, &err) == 0, "%s", err.msg);
+    state_create(&s, &g);
+    state_init(&s, 1);
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/saver", dir);
+    mkdir(sub, 0755);
+    Saver sv;
+    saver_init(&sv, sub, 2, 0);
+    CkptInfo info = {.model = "test_resnet", .eval_metric = "top1", .args_json = "{}", .num_classes = 2};
+    CHECKF(saver_save(&sv, &s, &info, 0, NAN, &err) == 0, "%s", err.msg);
+    CHECK(exists(sub, "last.safetensors") && !exists(sub, "model_best.safetensors"));
+    CHECK(!exists(sub, "checkpoint-0.safetensors") && sv.best_epoch < 0);
+    CHECKF(saver_save(&sv, &s, &info, 1, 50, &err) == 0, "%s", err.msg);
+    CHECK(exists(sub, "model_best.safetensors") && sv.best_epoch == 1);
+    CHECKF(saver_save(&sv, &s, &info, 2, NAN, &err) == 0, "%s", err.msg);
+    CHECK(sv.best_epoch == 1 && sv.nfiles == 1 && !exists(sub, "checkpoint-2.safetensors"));
+    /* the pair on disk is one save: resumable, nothing left over */
+    Resumed r;
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.safetensors", sub);
+    CHECKF(ckpt_resume(last, &s, "test_resnet", 1, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.epoch == 2);
+    CHECK(ckpt_clean_dir(sub, NULL) == 0);
+    saver_free(&sv);
+    state_free(&s);
+    graph_free(&g);
+}
+
+int main(void)
+{
+    test_rank_nan();
+    char dir[] = "/tmp/ctimm-test-files-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    test_settle(dir);
+    test_clean(dir);
+    test_saver_nan(dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    return check_done("test_trainer_files");
+}
