@@ -39,8 +39,7 @@
 #include <time.h>
 
 #include "models/registry.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "passes/stats.h"
 #include "runtime/backend.h"
 #include "runtime/state.h"
@@ -195,23 +194,12 @@ static int build(const Opts *o, const ModelEntry *m, Graph *g, TrainStep *ts, do
     if (graph_stats(g, &(StatsOptions){.count_attention = 1}, &st, err))
         return -1;
     *gmacs = (double)st.macs / o->batch * 1e-9;
-    if (o->amp) {
-        Graph a;
-        if (amp_cast(g, CT_F16, &a, err))
-            return -1;
-        graph_free(g);
-        *g = a;
-    }
-    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, 0, -1, 0};
-    if (train_step_build(g, g->outputs[0], &loss, &opt, ts, err))
+    Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, .opt = opt, .amp = o->amp,
+                  .amp_dtype = CT_F16, .channels_last = o->channels_last, .verify = PIPELINE_VERIFY};
+    PipelineResult r;
+    if (pipeline_run(&p, g, &r, err))
         return -1;
-    if (o->channels_last) {
-        Graph l;
-        if (layout_channels_last(g, &l, err))
-            return -1;
-        graph_free(g);
-        *g = l;
-    }
+    *ts = r.ts;
     return 0;
 }
 
@@ -236,6 +224,7 @@ int main(int argc, char **argv)
     Graph g = {0};
     TrainStep ts = {0};
     CtState state = {0};
+    CtRunner run = {0};
     CtErr err = {0};
     double gmacs = 0, t0 = now();
     if (build(&o, m, &g, &ts, &gmacs, &err) || backend_check(be, &g, &err)) {
@@ -273,7 +262,8 @@ int main(int argc, char **argv)
         double ts0 = now();
         for (int b = 0; b < o.batch; b++)
             target[b] = (int64_t)(next_u64(&rng) % (uint64_t)classes);
-        if (be->run(&g, &state, in, 4, out, &err)) {
+        /* the first step compiles */
+        if ((!run.prog && backend_open(&run, be, &g, &state, NULL, &err)) || backend_step(&run, in, 4, out, &err)) {
             fprintf(stderr, "bench_train_step: %s, step %d: %s\n", o.model, i + o.warmup, err.msg);
             goto free_buffers;
         }
@@ -306,6 +296,7 @@ int main(int argc, char **argv)
     if (rc)
         fprintf(stderr, "bench_train_step: %s: the loss is %g\n", o.model, loss);
 free_buffers:
+    backend_close(&run);
     free(x);
     free(target);
     free(out);

@@ -149,6 +149,9 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop(int sig) { stop_signal = sig; }
 
+static int cache_warned;
+static ProgramOptions program_options = {.stop = &stop_signal, .cache_warned = &cache_warned};
+
 const volatile sig_atomic_t *cli_catch_interrupts(void)
 {
     struct sigaction sa;
@@ -158,23 +161,50 @@ const volatile sig_atomic_t *cli_catch_interrupts(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    backend_set_stop_flag(&stop_signal);
     return &stop_signal;
 }
 
 int cli_interrupted(void) { return stop_signal; }
 
-int cli_run(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
-            CtTensor *outputs, CtErr *err)
+ProgramOptions *cli_program_options(void) { return &program_options; }
+
+/* CT_INTERRUPTED with err saying which signal. */
+static int interrupted(CtErr *err)
 {
-    int rc = stop_signal ? CT_INTERRUPTED : be->run(g, state, inputs, ninputs, outputs, err);
-    if (rc == 0 && stop_signal) {
+    ct_fail(err, "interrupted by %s", stop_signal == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
+    return CT_INTERRUPTED;
+}
+
+int cli_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, CtErr *err)
+{
+    int rc = stop_signal ? CT_INTERRUPTED : backend_open(r, be, g, state, &program_options, err);
+    return rc == CT_INTERRUPTED && stop_signal ? interrupted(err) : rc;
+}
+
+int cli_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
+                 CtTensor *outputs, CtErr *err)
+{
+    CtRunner r;
+    int rc = cli_open(&r, be, g, state, err);
+    if (rc == 0 && (rc = cli_step(&r, inputs, ninputs, outputs, err)) == 0 && be->state_to_host(r.exec, err)) {
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&outputs[k]);
-        rc = CT_INTERRUPTED;
+        rc = -1;
     }
-    if (rc == CT_INTERRUPTED && stop_signal)
-        ct_fail(err, "interrupted by %s", stop_signal == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
+    backend_close(&r);
+    return rc;
+}
+
+int cli_step(CtRunner *r, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    if (stop_signal)
+        return interrupted(err);
+    int rc = backend_step(r, inputs, ninputs, outputs, err);
+    if (rc == 0 && stop_signal) {
+        for (int k = 0; k < r->prog->g.noutputs; k++)
+            tensor_free(&outputs[k]);
+        return interrupted(err);
+    }
     return rc;
 }
 

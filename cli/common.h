@@ -30,16 +30,25 @@ void cli_free_lines(char **lines, int n);
  * executor not built yet); NULL and err set for an unknown name. */
 const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err);
 /* SIGINT and SIGTERM raise the tool's stop flag instead of killing it (a
- * second one kills), and the backends are handed it, so that a kernel
- * compile under way ends with its compiler and files (runtime/backend.h);
- * cli_run stops the tool at the next step. Returns the flag. */
+ * second one kills); programs compiled with cli_program_options() then end
+ * a kernel compile under way with its compiler and files, and cli_step
+ * stops the tool at the next step. Returns the flag. */
 const volatile sig_atomic_t *cli_catch_interrupts(void);
 /* The signal that raised the stop flag, or 0. */
 int cli_interrupted(void);
-/* be->run, or CT_INTERRUPTED (err says so, outputs not kept) when the stop
- * flag was raised before it ended or ended its compile. */
-int cli_run(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
-            CtTensor *outputs, CtErr *err);
+/* What every tool compiles with: its stop flag, and the kernel cache's
+ * "nothing kept on disk" line said once a process. */
+ProgramOptions *cli_program_options(void);
+/* backend_open with cli_program_options(): 0, -1, or CT_INTERRUPTED with
+ * err saying so. */
+int cli_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, CtErr *err);
+/* backend_step, or CT_INTERRUPTED (err says so, outputs not kept) when the
+ * stop flag was raised before it ended. */
+int cli_step(CtRunner *r, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err);
+/* cli_open, one cli_step, the state back to the host, closed: a tool that
+ * runs a graph once. */
+int cli_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
+                 CtTensor *outputs, CtErr *err);
 /* Monotonic seconds, for the tools' timings. */
 double cli_now(void);
 /* Python's repr() of v as the tools' results files hold it (csv.DictWriter

@@ -33,12 +33,11 @@
 #include <cJSON.h>
 
 #include "cli/common.h"
-#include "cli/eval.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "passes/plan.h"
 #include "passes/stats.h"
 #include "runtime/backend.h"
+#include "train/eval_data.h"
 #include "runtime/cuda/backend_cuda.h"
 
 static const char *const prog = "ctimm-bench";
@@ -122,11 +121,13 @@ typedef struct Bench {
     TrainStep ts[3];
     int ng;
     CtState st[3];
+    CtRunner run[3]; /* each graph compiled and prepared over its state */
 } Bench;
 
 static void bench_free(Bench *b)
 {
     for (int k = 0; k < b->ng; k++) {
+        backend_close(&b->run[k]);
         if (b->st[k].e)
             state_free(&b->st[k]);
         train_step_free(&b->ts[k]);
@@ -153,14 +154,6 @@ static int bench_build(const Args *a, const ModelEntry *m, int train, int batch,
                                    .drop_path_rate = a->drop_path}};
         if (model_build(m, &spec, g, err))
             return -1;
-        if (amp != CT_F32) {
-            Graph low;
-            int rc = amp_cast(g, amp, &low, err);
-            graph_free(g);
-            if (rc)
-                return -1;
-            *g = low;
-        }
         OptimSpec opt;
         if (optim_defaults(a->opt, &opt))
             return ct_fail(err, "--opt %s is not implemented (%s)", a->opt, optim_names);
@@ -175,17 +168,13 @@ static int bench_build(const Args *a, const ModelEntry *m, int train, int batch,
         opt.skip_nonfinite = amp == CT_F16;
         if (k < 2 && b->ng == 3) /* --detail: forward only (k 0), forward + backward (k 1) */
             opt.kind = CT_OPT_NONE;
-        LossSpec loss = {CT_LOSS_CROSS_ENTROPY, 0, -1, 0};
-        if ((k > 0 || b->ng == 1) && train_step_build(g, g->outputs[0], &loss, &opt, &b->ts[k], err))
+        Pipeline p = {.training = k > 0 || b->ng == 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, .opt = opt,
+                      .amp = amp != CT_F32, .amp_dtype = amp, .channels_last = a->channels_last,
+                      .verify = PIPELINE_VERIFY};
+        PipelineResult r;
+        if (pipeline_run(&p, g, &r, err))
             return -1;
-        if (a->channels_last) {
-            Graph cl;
-            int rc = layout_channels_last(g, &cl, err);
-            graph_free(g);
-            if (rc)
-                return -1;
-            *g = cl;
-        }
+        b->ts[k] = r.ts;
     }
     MemPlan plan;
     Graph *big = &b->g[b->ng - 1];
@@ -243,11 +232,11 @@ static void inputs_free(Inputs *in)
             tensor_free(&in->t[k]);
 }
 
-static int run_once(const CtBackend *be, Bench *b, int k, Inputs *in, CtErr *err)
+static int run_once(Bench *b, int k, Inputs *in, CtErr *err)
 {
     CtTensor *out = calloc((size_t)b->g[k].noutputs, sizeof *out);
     CT_ASSERT(out != NULL);
-    int rc = cli_run(be, &b->g[k], &b->st[k], in[k].t, in[k].n, out, err);
+    int rc = cli_step(&b->run[k], in[k].t, in[k].n, out, err);
     for (int o = 0; !rc && o < b->g[k].noutputs; o++)
         tensor_free(&out[o]);
     free(out);
@@ -269,9 +258,9 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
         return rc;
     }
     for (int k = 0; k < b.ng; k++)
-        if (backend_check(be, &b.g[k], err)) {
+        if ((rc = cli_open(&b.run[k], be, &b.g[k], &b.st[k], err))) {
             bench_free(&b);
-            return -1;
+            return rc;
         }
     int classes = a->num_classes > 0 ? a->num_classes : m->cfg.num_classes;
     Inputs in[3];
@@ -286,14 +275,14 @@ static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, in
     rc = -1;
     for (int i = 0; i < a->warm; i++)
         for (int k = 0; k < b.ng; k++)
-            if (run_once(be, &b, k, in, err))
+            if (run_once(&b, k, in, err))
                 goto done;
     double total[3] = {0}, t_run = cli_now();
     int log_freq = a->iters / 5 > 0 ? a->iters / 5 : 1;
     for (int i = 0; i < a->iters; i++) {
         for (int k = 0; k < b.ng; k++) {
             double t0 = cli_now();
-            if (run_once(be, &b, k, in, err))
+            if (run_once(&b, k, in, err))
                 goto done;
             times[(size_t)i * 3 + (size_t)k] = cli_now() - t0;
             total[k] += times[(size_t)i * 3 + (size_t)k];
@@ -573,8 +562,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: --device cuda: %s\n", prog, why);
             return 2;
         }
-        /* benchmark.py allows TF32 and keeps the weights on the GPU; the timed steps' outputs are not read */
-        cuda_backend_configure(1, 1, 0, 1);
+        /* benchmark.py allows TF32; the timed steps' outputs are not read */
+        cli_program_options()->allow_tf32 = 1;
+        cli_program_options()->outputs_on_device = 1;
     }
     const CtBackend *be = cli_backend(prog, a.device, &err);
     if (!be) {

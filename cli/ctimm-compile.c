@@ -11,18 +11,18 @@
 #include "codegen/nvrtc.h"
 #include "codegen/render.h"
 #include "ir/buf.h"
-#include "passes/autodiff.h"
 #include "passes/fuse.h"
-#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "passes/plan.h"
 #include "passes/stats.h"
+#include "runtime/backend.h"
 #include "runtime/state.h"
 
 static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
     "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
     "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
-    "                     [--compile host|cuda [--sm 90]] [--cache-stats] [--no-cache]\n"
+    "                     [--compile host|cuda [--sm 90]] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -57,74 +57,6 @@ static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
         return -1;
     o->weight_decay = o->kind == CT_OPT_ADAMW ? 0.05 : 2e-5;
     o->no_weight_decay = m->no_weight_decay;
-    return 0;
-}
-
-/* Dumps g when it is the graph `after` names; never fails (returns 0). */
-static int dump_if(const Graph *g, const char *after, const char *stage, CtBuf *out)
-{
-    if (after && !strcmp(after, stage))
-        graph_dump(g, out);
-    return 0;
-}
-
-/* The forward graph under autocast (before the training step is built on it). */
-static int with_amp(Graph *g, CtDType dt, CtErr *err)
-{
-    Graph a;
-    if (amp_cast(g, dt, &a, err))
-        return ct_failctx(err, "pass amp");
-    graph_free(g);
-    *g = a;
-    return 0;
-}
-
-/* Whether `name` is in the comma-separated `list`. */
-static int listed(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0'))
-            return 1;
-    return 0;
-}
-
-/* Runs the pipeline's passes that `list` names (when NULL: all that apply
- * and are not opt-in; "none": none) on *g, replacing it, plus the layout
- * pass with --channels-last; dumps the IR after `dump_after`. */
-static int run_passes(Graph *g, const char *list, int training, int channels_last, const char *dump_after, CtBuf *out,
-                      CtErr *err)
-{
-    if (list && strcmp(list, "none")) {
-        for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-            char name[64];
-            snprintf(name, sizeof name, "%.*s", (int)(strchr(p, ',') ? strchr(p, ',') - p : (long)strlen(p)), p);
-            /* amp runs before the training step is built (see main); plan
-             * and stats are analyses every summary prints, fuse one it
-             * prints when asked for or by default */
-            if (!pass_find(name) && strcmp(name, "amp") && strcmp(name, "plan") && strcmp(name, "stats") &&
-                strcmp(name, "fuse"))
-                return ct_fail(err, "unknown pass '%s' in --passes (amp, bn_fold, fuse, layout, plan, stats)", name);
-        }
-    }
-    if (dump_after && strcmp(dump_after, "build") && strcmp(dump_after, "amp") && strcmp(dump_after, "autodiff") &&
-        strcmp(dump_after, "fuse") && !pass_find(dump_after))
-        return ct_fail(err, "unknown pass '%s' in --dump-ir-after (build, amp, autodiff, fuse or a pass name)",
-                       dump_after);
-    for (int i = 0; i < pass_count(); i++) {
-        const PassDef *p = pass_at(i);
-        int named = list && listed(list, p->name);
-        if ((list && !named && !(channels_last && !strcmp(p->name, "layout"))) || (p->eval_only && training) ||
-            (!list && p->opt_in && !(channels_last && !strcmp(p->name, "layout"))))
-            continue;
-        Graph next;
-        if (p->run(g, &next, err))
-            return ct_failctx(err, "pass %s", p->name);
-        graph_free(g);
-        *g = next;
-        if (dump_after && !strcmp(dump_after, p->name))
-            graph_dump(g, out);
-    }
     return 0;
 }
 
@@ -251,7 +183,7 @@ int main(int argc, char **argv)
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
-    const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL;
+    const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL, *dump_program = NULL;
     FuseOut fo = {.sm = 90};
     int dump = 0, seed = 0, channels_last = 0, amp = 0;
     CtDType amp_dtype = CT_F16;
@@ -275,6 +207,13 @@ int main(int argc, char **argv)
                 return 2;
             if (strcmp(dump_kernels, "c") && strcmp(dump_kernels, "cuda")) {
                 fprintf(stderr, "%s: --dump-kernels is c or cuda, got '%s'\n", prog, dump_kernels);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dump-program")) {
+            if (!(dump_program = cli_value(prog, argc, argv, &i)))
+                return 2;
+            if (strcmp(dump_program, "cpu") && strcmp(dump_program, "ref") && strcmp(dump_program, "cuda")) {
+                fprintf(stderr, "%s: --dump-program is cpu, ref or cuda, got '%s'\n", prog, dump_program);
                 return 2;
             }
         } else if (!strcmp(a, "--dot")) {
@@ -336,7 +275,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    amp |= passes && listed(passes, "amp");
     if (!name) {
         fprintf(stderr, "%s: --model NAME is required\n%s", prog, usage);
         return 2;
@@ -352,32 +290,35 @@ int main(int argc, char **argv)
     CtBuf out = {0};
     Graph g;
     CtErr err;
-    TrainStep ts = {0};
-    if (model_build(m, &spec, &g, &err) || dump_if(&g, dump_after, "build", &out) ||
-        (amp && with_amp(&g, amp_dtype, &err)) || dump_if(&g, dump_after, amp ? "amp" : "", &out) ||
-        (spec.training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, &os,
-                                           &ts, &err)) ||
-        dump_if(&g, dump_after, spec.training ? "autodiff" : "", &out)) {
+    /* bn_fold runs by default on eval graphs, layout with --channels-last;
+     * a --passes list replaces the default */
+    Pipeline p = {.training = spec.training, .loss = {CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, .opt = os, .amp = amp,
+                  .amp_dtype = amp_dtype, .bn_fold = !passes, .channels_last = channels_last, .passes = passes,
+                  .dump_after = dump_after, .dump = &out, .verify = PIPELINE_VERIFY};
+    PipelineResult res;
+    if (model_build(m, &spec, &g, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
-        buf_free(&out);
-        graph_free(&g);
         return 1;
+    }
+    if (pipeline_check(&p, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        graph_free(&g);
+        return 2;
     }
     char s[96];
     /* timm's MACs and activations are of the model as built: count before
      * passes fold ops away (bn_fold removes BN's). */
     GraphStats stats;
     int have_stats = !spec.training && graph_stats(&g, &(StatsOptions){.count_attention = 1}, &stats, &err) == 0;
-    if (run_passes(&g, passes, spec.training, channels_last, dump_after, &out, &err)) {
+    if (pipeline_run(&p, &g, &res, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         buf_free(&out);
-        train_step_free(&ts);
-        graph_free(&g);
-        return 2;
+        return 1;
     }
+    TrainStep ts = res.ts;
     if (dump)
         graph_dump(&g, &out);
-    int fuse = !passes || listed(passes, "fuse") || (dump_after && !strcmp(dump_after, "fuse")) || dump_kernels ||
+    int fuse = !passes || pipeline_named(&p, "fuse") || (dump_after && !strcmp(dump_after, "fuse")) || dump_kernels ||
                fo.dot || fo.compile;
     int kernels_before = 0, kernels_after = 0;
     fo.dump_after = dump_after;
@@ -418,6 +359,20 @@ int main(int argc, char **argv)
     }
     if (fuse)
         buf_printf(&out, "kernels: %d before fusion (one per node), %d after\n", kernels_before, kernels_after);
+    if (dump_program) { /* the Program a backend would run: compiled as ctimm-train compiles it */
+        CtProgram *pr;
+        cli_catch_interrupts();
+        int crc = program_compile(&g, backend_find(dump_program)->target, cli_program_options(), &pr, &err);
+        if (crc) {
+            fprintf(stderr, "%s: --dump-program %s: %s\n", prog, dump_program, err.msg);
+            buf_free(&out);
+            train_step_free(&ts);
+            graph_free(&g);
+            return crc == CT_INTERRUPTED ? 130 : 1;
+        }
+        program_dump(pr, &out);
+        program_free(pr);
+    }
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);
     int rc = save ? save_weights(m, &g, save, seed) : 0;

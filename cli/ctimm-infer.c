@@ -22,8 +22,8 @@
 #include "cli/common.h"
 #include "cli/eval.h"
 #include "cli/progress.h"
-#include "cli/train_checkpoint.h"
 #include "runtime/backend.h"
+#include "train/meter.h"
 
 static const char *const prog = "ctimm-infer";
 

@@ -24,8 +24,7 @@
 #include <string.h>
 
 #include "cli/common.h"
-#include "passes/autodiff.h"
-#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "runtime/backend.h"
 
 static const char *const prog = "ctimm-run";
@@ -60,19 +59,6 @@ static void add_output(Outputs *o, const char *name, CtType type, void *data)
     memcpy(t->data, data, t->nbytes);
 }
 
-/* With --channels-last, the graph after the layout pass. */
-static int maybe_channels_last(Graph *g, int on, CtErr *err)
-{
-    Graph l;
-    if (!on)
-        return 0;
-    if (layout_channels_last(g, &l, err))
-        return -1;
-    graph_free(g);
-    *g = l;
-    return 0;
-}
-
 /* Loads params and buffers into `state` from --weights or the vectors' state.*. */
 static int load_state(CtState *state, const char *weights, const StFile *vectors, CtErr *err);
 
@@ -84,16 +70,13 @@ static int eval_forward(const ModelEntry *m, ModelSpec spec, const CtBackend *be
     CtState state;
     CtTensor logits;
     spec.training = 0;
-    if (model_build(m, &spec, &g, err))
+    if (model_build(m, &spec, &g, err) ||
+        pipeline_run(&(Pipeline){.channels_last = channels_last, .verify = PIPELINE_VERIFY}, &g, NULL, err))
         return -1;
-    if (maybe_channels_last(&g, channels_last, err)) {
-        graph_free(&g);
-        return -1;
-    }
     state_create(&state, &g);
     int rc = load_state(&state, weights, f, err);
     if (rc == 0)
-        rc = cli_run(be, &g, &state, input, 1, &logits, err);
+        rc = cli_run_once(be, &g, &state, input, 1, &logits, err);
     if (rc == 0) {
         add_output(out, "logits.eval", logits.type, logits.data);
         tensor_free(&logits);
@@ -112,25 +95,19 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
 {
     Graph g;
     CtState state;
-    TrainStep ts;
     char name[600];
     spec.training = 1;
-    if (model_build(m, &spec, &g, err))
+    Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, rs->smoothing, -1, 0}, .opt = *opt,
+                  .channels_last = rs->channels_last, .verify = PIPELINE_VERIFY};
+    if (model_build(m, &spec, &g, err) || pipeline_run(&p, &g, NULL, err))
         return -1;
-    int rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, rs->smoothing, -1, 0}, opt, &ts, err);
-    if (rc == 0 && (rc = maybe_channels_last(&g, rs->channels_last, err)))
-        train_step_free(&ts);
-    if (rc) {
-        graph_free(&g);
-        return rc;
-    }
     state_create(&state, &g);
     CtTensor *res = calloc((size_t)g.noutputs, sizeof *res);
     float lr32 = (float)lr, scale = 1;
     CtTensor inputs[4] = {io[0], io[1], {{{0}, CT_F32}, &lr32}, {{{0}, CT_F32}, &scale}};
-    rc = load_state(&state, weights, f, err);
+    int rc = load_state(&state, weights, f, err);
     if (rc == 0)
-        rc = cli_run(be, &g, &state, inputs, 4, res, err);
+        rc = cli_run_once(be, &g, &state, inputs, 4, res, err);
     if (rc == 0) {
         if (report) {
             add_output(out, "logits.train", res[0].type, res[0].data);
@@ -155,7 +132,6 @@ static int train_step(const ModelEntry *m, ModelSpec spec, const CtBackend *be, 
     }
     free(res);
     state_free(&state);
-    train_step_free(&ts);
     graph_free(&g);
     return rc;
 }

@@ -22,10 +22,10 @@
 #include "cli/eval.h"
 #include "cli/progress.h"
 #include "cli/real_labels.h"
-#include "cli/train_checkpoint.h"
 #include "passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/safetensors.h"
+#include "train/meter.h"
 
 static const char *const prog = "ctimm-validate";
 

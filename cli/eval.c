@@ -1,164 +1,12 @@
 #include "cli/eval.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/common.h"
-#include "cli/train_checkpoint.h"
-#include "passes/passes.h"
-#include "runtime/data/shapes.h"
-
-void eval_normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x)
-{
-    int s = bt->img_size;
-    size_t plane = (size_t)s * s;
-    memset(x, 0, sizeof *x * (size_t)batch * 3 * plane);
-    for (int b = 0; b < bt->n; b++)
-        for (size_t p = 0; p < plane; p++)
-            for (int c = 0; c < 3; c++)
-                x[((size_t)b * 3 + c) * plane + p] =
-                    (float)((bt->images[((size_t)b * plane + p) * 3 + c] / 255.0 - mean[c]) / std[c]);
-}
-
-int eval_interp_parse(const char *name)
-{
-    static const char *const names[] = {[CT_INTERP_NEAREST] = "nearest", [CT_INTERP_BILINEAR] = "bilinear",
-                                        [CT_INTERP_BICUBIC] = "bicubic"};
-    for (int k = 0; k < 3; k++)
-        if (!strcmp(name, names[k]))
-            return k;
-    return -1;
-}
-
-int eval_before(float a, int ia, float b, int ib)
-{
-    /* torch.topk's order: NaN above every number, then descending; NaN ties
-     * NaN. A NaN logit is then never a hit by accident of `>` being false. */
-    if (isnan(a) || isnan(b))
-        return isnan(a) && (!isnan(b) || ia < ib);
-    return a > b || (a == b && ia < ib);
-}
-
-int eval_rank(const float *row, int C, int64_t label)
-{
-    int above = 0;
-    for (int c = 0; c < C; c++)
-        above += eval_before(row[c], c, row[label], (int)label);
-    return above;
-}
-
-EvalBatch eval_meter_add(EvalMeter *m, const float *logits, int C, const int64_t *labels, int n)
-{
-    double loss = 0, c1 = 0, c5 = 0;
-    for (int b = 0; b < n; b++) {
-        const float *row = logits + (size_t)b * (size_t)C;
-        CT_ASSERT(labels[b] >= 0 && labels[b] < C); /* the callers refuse such data before any batch */
-        double mx = row[0], s = 0;
-        for (int c = 0; c < C; c++)
-            mx = row[c] > mx ? row[c] : mx;
-        for (int c = 0; c < C; c++)
-            s += exp(row[c] - mx);
-        loss += mx + log(s) - row[labels[b]];
-        int r = eval_rank(row, C, labels[b]);
-        c1 += r < 1;
-        c5 += r < 5;
-    }
-    m->loss_sum += loss;
-    m->top1 += c1;
-    m->top5 += c5;
-    m->seen += (size_t)n;
-    return n ? (EvalBatch){loss / n, 100 * c1 / n, 100 * c5 / n} : (EvalBatch){0, 0, 0};
-}
-
-double eval_loss(const EvalMeter *m) { return m->seen ? m->loss_sum / (double)m->seen : NAN; }
-double eval_top1(const EvalMeter *m) { return m->seen ? 100 * m->top1 / (double)m->seen : NAN; }
-double eval_top5(const EvalMeter *m) { return m->seen ? 100 * m->top5 / (double)m->seen : NAN; }
-
-int eval_embedded_data(char *root, size_t n, int *img_size, CtErr *err)
-{
-    const char *base = getenv("CTIMM_DATA_DIR"), *home = getenv("HOME");
-    char dir[900];
-    if (base && *base)
-        snprintf(dir, sizeof dir, "%s", base);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/ctimm/data", home && *home ? home : ".");
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0755);
-            *p = '/';
-        }
-    mkdir(dir, 0755);
-    snprintf(root, n, "%s/shapes-64", dir);
-    ShapesConfig sc = shapes_config_default();
-    int made = 0;
-    if (shapes_generate(root, &sc, &made, err))
-        return -1;
-    if (made)
-        printf("Generated the embedded shapes dataset in %s\n", root);
-    *img_size = sc.img_size;
-    return 0;
-}
-
-int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform *et, double mean[3], double std[3],
-                CtErr *err)
-{
-    if (o->n_input_size && (o->n_input_size != 3 || o->input_size[0] != 3 || o->input_size[1] != o->input_size[2]))
-        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
-    if ((o->n_mean && o->n_mean != 1 && o->n_mean != 3) || (o->n_std && o->n_std != 1 && o->n_std != 3))
-        return ct_fail(err, "--mean and --std take 1 or 3 values");
-    *img = o->n_input_size ? (int)o->input_size[1] : o->img_size > 0 ? o->img_size : m->cfg.input_size[1];
-    *et = eval_transform_default(*img);
-    et->crop_pct = o->crop_pct > 0 ? o->crop_pct : m->cfg.crop_pct;
-    const char *interp = o->interpolation ? o->interpolation : m->cfg.interpolation;
-    int ip = eval_interp_parse(interp);
-    if (ip < 0)
-        return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
-    et->interp = (CtInterp)ip;
-    const char *cm = o->crop_mode ? o->crop_mode : m->cfg.crop_mode ? m->cfg.crop_mode : "center";
-    if (!strcmp(cm, "squash"))
-        et->crop_mode = CT_CROP_SQUASH;
-    else if (!strcmp(cm, "border"))
-        et->crop_mode = CT_CROP_BORDER;
-    else if (strcmp(cm, "center"))
-        return ct_fail(err, "--crop-mode %s is not one of center, squash, border", cm);
-    for (int c = 0; c < 3; c++) { /* one value stands for all three channels, as in timm */
-        mean[c] = et->mean[c] = o->n_mean ? o->mean[o->n_mean == 3 ? c : 0] : m->cfg.mean[c];
-        std[c] = o->n_std ? o->std[o->n_std == 3 ? c : 0] : m->cfg.std[c];
-    }
-    return 0;
-}
-
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
-               CtErr *err)
-{
-    ModelSpec spec = {.batch_size = batch, .training = 0, .args = {.num_classes = classes, .img_size = img}};
-    if (model_build(m, &spec, g, err))
-        return -1;
-    for (int k = 0; k < 3; k++) {
-        if ((k == 1 && amp == CT_F32) || (k == 2 && !channels_last))
-            continue;
-        Graph next;
-        int rc = k == 0 ? bn_fold(g, &next, err) : k == 1 ? amp_cast(g, amp, &next, err)
-                                                          : layout_channels_last(g, &next, err);
-        graph_free(g);
-        if (rc)
-            return -1;
-        *g = next;
-    }
-    return 0;
-}
-
-int eval_amp_dtype(int amp, const char *name)
-{
-    if (!amp)
-        return CT_F32;
-    return !strcmp(name, "float16") ? CT_F16 : !strcmp(name, "bfloat16") ? CT_BF16 : -1;
-}
+#include "train/checkpoint.h"
 
 int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err)
 {
@@ -186,9 +34,11 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     } else if (u->dataset && strcmp(u->dataset, "shapes")) {
         return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", u->dataset);
     } else { /* the embedded set's val split, at its own size unless asked */
-        int size;
-        if (eval_embedded_data(root, sizeof root, &size, err))
+        int size, made;
+        if (eval_embedded_data(root, sizeof root, &size, &made, err))
             return -1;
+        if (made)
+            printf("Generated the embedded shapes dataset in %s\n", root);
         split = "val";
         if (eo.img_size <= 0 && !eo.n_input_size)
             eo.img_size = size;
@@ -232,12 +82,16 @@ int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
     s->next++;
     eval_normalise(*bt, s->batch, s->mean, s->std, s->x);
     CtTensor in = {{{4, {s->batch, 3, s->img, s->img}}, CT_F32}, s->x};
-    int rc = cli_run(s->be, &s->g, &s->st, &in, 1, logits, err);
+    /* compiled at the first batch, after the caller's last change to the state (--use-ema) */
+    int rc = s->run.prog ? 0 : cli_open(&s->run, s->be, &s->g, &s->st, err);
+    if (rc == 0)
+        rc = cli_step(&s->run, &in, 1, logits, err);
     return rc ? rc : 1;
 }
 
 void eval_close(EvalSession *s)
 {
+    backend_close(&s->run);
     free(s->x);
     if (s->st.e)
         state_free(&s->st);

@@ -8,7 +8,7 @@
 
 #include <cJSON.h>
 
-#include "cli/eval.h"
+#include "train/meter.h"
 
 static char *read_file(const char *path, CtErr *err)
 {

@@ -1,11 +1,15 @@
 /*
  * Op definitions: every op kind is one OpDef that holds its name, attribute
- * names, shape/dtype rule and reference kernel, in ir/ops/<family>.c. The
- * kinds are listed once in ir/ops.def. Later stages (VJP, codegen) add their
- * rule as a field here, beside the others.
+ * names, shape/dtype rule, reference kernel, VJP, and every fact a pass or
+ * backend needs (fusion class, scalar expression, amp policy, layout rule,
+ * cost), in ir/ops/<family>.c. The kinds are listed once in ir/ops.def.
+ * Passes read these fields rather than keep op lists of their own; a field
+ * left unset fails tests/test_op_facts.c.
  */
 #ifndef CTIMM_OPS_H
 #define CTIMM_OPS_H
+
+#include <stdint.h>
 
 #include "ir/status.h"
 
@@ -20,6 +24,47 @@ struct Graph;
 struct Node;
 struct CtType;
 struct Emitter;
+struct Sx;
+
+/* How fusion (passes/fuse.h) and the backends treat the op. */
+typedef enum OpFusion {
+    OP_FUSION_UNSET,
+    OP_ELEMENTWISE, /* element i of each output from element i of each input (broadcast): a scalar
+                     * expression, which joins fused kernels */
+    OP_ACTIVATION,  /* elementwise y = f(x) that may also end a convolution or GEMM as its epilogue */
+    OP_VIEW,        /* reshape: elementwise (element i reads element i) where both sides are row-major */
+    OP_CONTRACTION, /* conv2d, linear, matmul: a library call taking a bias, residual, activation epilogue */
+    OP_REDUCTION,   /* sums over dims (reduce_sum, the losses, all_finite): a kernel of its own */
+    OP_LIBRARY,     /* any other computation with a kernel of its own: norms, pooling, attention, ... */
+    OP_DATA,        /* data movement: permute, slice, concat, to_layout */
+    OP_STATE,       /* assign: the in-place write of state */
+} OpFusion;
+
+/* torch.autocast's policy, for the op's inputs (passes/amp.c). */
+typedef enum OpAmp {
+    OP_AMP_UNSET,
+    OP_AMP_FOLLOW, /* the widest float input's dtype (low when every float input is low); backward
+                    * ops follow their inputs, as autograd runs them in the forward's dtypes */
+    OP_AMP_LOW,    /* the low-precision dtype: convolutions, matmuls, attention */
+    OP_AMP_F32,    /* f32: norms, softmax, losses, reductions, rsqrt */
+    OP_AMP_DEST,   /* input 0's dtype: state written in its own dtype (assign) */
+} OpAmp;
+
+/* What the op does with channels-last values (passes/layout.c). */
+typedef enum OpLayout {
+    OP_LAYOUT_UNSET,
+    OP_LAYOUT_EITHER, /* computes on 4-D values in either layout, element for element or per channel:
+                       * its 4-D outputs follow its inputs to NHWC */
+    OP_LAYOUT_NHWC,   /* has an NHWC form and takes it: a conv net's channels-last part starts here */
+    OP_LAYOUT_NCHW,   /* takes its 4-D inputs row-major (NCHW) */
+} OpLayout;
+
+/* What timm's benchmark.py counts for a node (passes/stats.h). */
+typedef struct OpCost {
+    int64_t macs, activations;
+} OpCost;
+/* OpDef.cost's flags: sdpa counted as its two matmuls (timm without fused attention). */
+#define OP_COST_ATTENTION 1u
 
 typedef struct OpDef {
     const char *name;
@@ -48,6 +93,23 @@ typedef struct OpDef {
     /* Inputs whose space output 0 may take when it is their last read
      * (elementwise ops, element for element): bit k for input k. */
     unsigned inplace;
+    OpFusion fusion;
+    /* Elementwise and view ops: builds node n's scalar expression
+     * (ir/scalar.h), its outputs in s->out. */
+    void (*scalar)(const struct Node *n, struct Sx *s);
+    /* Elementwise optimizer updates of one parameter: the updates with the
+     * same op, attributes and inputs from this one on (lr, step, apply)
+     * run as one multi-tensor launch; 0 for other ops. */
+    int batch_from;
+    OpAmp amp;
+    unsigned amp_keep; /* inputs amp leaves in their dtype (batch norm's running statistics): bit k */
+    OpLayout layout;
+    unsigned layout_keep;       /* inputs layout leaves in their storage (conv weights): bit k */
+    unsigned layout_contig_out; /* weight-shaped outputs that stay row-major: bit k */
+    /* Forward ops (and assign): the node's MACs and activations, as fvcore
+     * counts the ATen op timm calls there, flags OP_COST_*. NULL for the
+     * ops timm's counts do not define (backward and update ops). */
+    OpCost (*cost)(const struct Graph *g, const struct Node *n, unsigned flags);
 } OpDef;
 
 const OpDef *op_def(CtOp op);

@@ -1,29 +1,13 @@
-/* Contract: amp(g, dtype) returns g with torch.autocast's policy applied:
- * matrix ops compute in dtype (f16 or bf16), norms, softmax, losses and
- * reductions in f32, everything else in its inputs' dtype (the wider one
- * when they differ); f32 params stay the master copy, cast once per use
- * site per step, and graph outputs keep their dtypes. */
+/* Contract: amp(g, dtype) returns g with torch.autocast's policy applied,
+ * each op's as its OpDef states it (ir/ops.h): matrix ops compute in dtype
+ * (f16 or bf16), norms, softmax, losses and reductions in f32, everything
+ * else in its inputs' dtype (the wider one when they differ); f32 params
+ * stay the master copy, cast once per use site per step, and graph outputs
+ * keep their dtypes. */
 #include <stdlib.h>
 
 #include "ir/rewrite.h"
 #include "passes/passes.h"
-
-typedef enum Policy { FOLLOW, LOW, F32 } Policy;
-
-/* torch.autocast's lists, for the ops ctimm has. */
-static Policy policy(CtOp op)
-{
-    switch (op) {
-    case CT_OP_conv2d: case CT_OP_linear: case CT_OP_matmul: case CT_OP_sdpa:
-        return LOW;
-    case CT_OP_batch_norm: case CT_OP_layer_norm: case CT_OP_softmax: case CT_OP_reduce_sum: case CT_OP_cross_entropy:
-    case CT_OP_soft_target_cross_entropy: case CT_OP_binary_cross_entropy: case CT_OP_adaptive_avg_pool2d:
-    case CT_OP_rsqrt:
-        return F32;
-    default:
-        return FOLLOW;
-    }
-}
 
 typedef struct Amp {
     Rewriter r;
@@ -57,17 +41,19 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
     rewrite_begin(&a.r, g, out);
     for (int i = 0; i < g->nnodes && !a.r.e.failed; i++) {
         const Node *n = &g->nodes[i];
-        Policy p = policy(n->op);
+        const OpDef *d = op_def(n->op);
         CtDType want = CT_F32;
-        if (p == LOW) {
+        if (d->amp == OP_AMP_LOW) {
             want = low;
-        } else if (p == FOLLOW) {
+        } else if (d->amp == OP_AMP_DEST) {
+            want = a.r.dst->values[rewrite_value(&a.r, n->in[0])].type.dtype;
+        } else if (d->amp == OP_AMP_FOLLOW) {
             /* the widest float input; an op of low inputs alone stays low */
             int all_low = 0, any_float = 0;
             for (int k = 0; k < n->nin; k++) {
-                CtDType d = a.r.dst->values[rewrite_value(&a.r, n->in[k])].type.dtype;
-                if (ct_dtype_is_float(d) && !(n->op == CT_OP_assign && k == 0)) {
-                    all_low = any_float ? all_low && d == low : d == low;
+                CtDType t = a.r.dst->values[rewrite_value(&a.r, n->in[k])].type.dtype;
+                if (ct_dtype_is_float(t)) {
+                    all_low = any_float ? all_low && t == low : t == low;
                     any_float = 1;
                 }
             }
@@ -75,13 +61,8 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
         }
         ValueId in[CT_MAX_IN];
         a.r.e.scope = n->scope;
-        for (int k = 0; k < n->nin; k++) {
-            /* assign writes state in its own dtype; BN's running stats stay f32 */
-            int keep = n->op == CT_OP_assign || (n->op == CT_OP_batch_norm && k >= 3);
-            in[k] = keep ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
-        }
-        if (n->op == CT_OP_assign)
-            in[1] = as(&a, n->in[1], a.r.dst->values[in[0]].type.dtype);
+        for (int k = 0; k < n->nin; k++)
+            in[k] = (d->amp_keep >> k) & 1 ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
         if (emit(&a.r.e, n->op, n->nin, in, n->iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
         const Node *copy = &a.r.dst->nodes[a.r.dst->nnodes - 1];

@@ -28,31 +28,20 @@ static int same_elements(const Graph *g, ValueId v, ValueId w)
 
 int fuse_is_elementwise(const Graph *g, const Node *n)
 {
-    switch (n->op) {
-    case CT_OP_relu: case CT_OP_gelu: case CT_OP_silu: case CT_OP_sigmoid: case CT_OP_hard_swish:
-    case CT_OP_hard_sigmoid: case CT_OP_rsqrt: case CT_OP_add: case CT_OP_mul: case CT_OP_div:
-    case CT_OP_scale_shift: case CT_OP_clamp: case CT_OP_clip_coef: case CT_OP_cast: case CT_OP_act_grad:
-    case CT_OP_expand: case CT_OP_sgd_update:
+    switch (op_def(n->op)->fusion) {
+    case OP_ELEMENTWISE: case OP_ACTIVATION:
         return 1;
-    case CT_OP_adamw_update:
-        return n->iattr[0] != 2; /* RAdam's rectification keeps its own kernel */
-    case CT_OP_reshape: /* a view when both sides are row-major */
+    case OP_VIEW: /* a view when both sides are row-major */
         return order_of(g, n->in[0]) == CT_LAYOUT_CONTIG && order_of(g, n->out[0]) == CT_LAYOUT_CONTIG;
     default:
         return 0;
     }
 }
 
-static int is_update(CtOp op) { return op == CT_OP_sgd_update || op == CT_OP_adamw_update; }
-static int is_act(CtOp op)
-{
-    return op == CT_OP_relu || op == CT_OP_gelu || op == CT_OP_silu || op == CT_OP_sigmoid ||
-           op == CT_OP_hard_swish || op == CT_OP_hard_sigmoid;
-}
-
-/* Where a scalar input of an update op starts: after p, g and the state
- * tensors shaped like p (the inputs the batch must share from here on). */
-static int update_scalars_at(const Node *n) { return n->op == CT_OP_sgd_update ? 3 : 4; }
+/* An optimizer update whose launches batch (OpDef.batch_from: the first
+ * input the batch must share, after p, g and the state shaped like p). */
+static int is_update(CtOp op) { return op_def(op)->batch_from > 0; }
+static int is_act(CtOp op) { return op_def(op)->fusion == OP_ACTIVATION; }
 
 typedef struct Builder {
     const Graph *g;
@@ -72,10 +61,7 @@ static int new_step(Builder *b, FuseKind kind, int node)
     int s = b->nsteps++;
     /* until lay_out, `first` is the node that made the step */
     b->steps[s] = (FuseStep){.kind = kind, .first = node, .numel = n->nout ? numel_of(b->g, n->out[0]) : 0};
-    b->tip[s] = kind == FUSE_LIBRARY && n->nout &&
-                        (n->op == CT_OP_conv2d || n->op == CT_OP_linear || n->op == CT_OP_matmul)
-                    ? n->out[0]
-                    : -1;
+    b->tip[s] = kind == FUSE_LIBRARY && n->nout && op_def(n->op)->fusion == OP_CONTRACTION ? n->out[0] : -1;
     b->step_of[node] = s;
     return s;
 }
@@ -194,7 +180,7 @@ static int same_update(const Graph *g, const Node *a, const Node *c)
     if (a->op != c->op || a->nin != c->nin || memcmp(a->iattr, c->iattr, sizeof a->iattr) ||
         memcmp(a->fattr, c->fattr, sizeof a->fattr))
         return 0;
-    for (int k = update_scalars_at(a); k < a->nin; k++)
+    for (int k = op_def(a->op)->batch_from; k < a->nin; k++)
         if (a->in[k] != c->in[k])
             return 0;
     return 1;
@@ -368,7 +354,7 @@ static void lay_out(Builder *b, const int *launch_of, FusePlan *p)
         FuseStep *s = &p->steps[k];
         s->view = s->kind == FUSE_ELEMENTWISE;
         for (int j = 0; j < s->n; j++)
-            s->view &= g->nodes[p->nodes[s->first + j]].op == CT_OP_reshape;
+            s->view &= op_def(g->nodes[p->nodes[s->first + j]].op)->fusion == OP_VIEW;
         int batch = launch_of[order[k]] >= 0 ? launch_of[order[k]] : order[k];
         if (s->view)
             s->launch = -1;

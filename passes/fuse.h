@@ -64,8 +64,9 @@ typedef struct FusePlan {
     int kernels_after;  /* distinct launch ids */
 } FusePlan;
 
-/* Whether node n may join an elementwise group (and so has a kernel-IR
- * lowering in codegen/kir.c). */
+/* Whether node n may join an elementwise group: its op's fusion class
+ * (ir/ops.h) is elementwise or activation, or a view between row-major
+ * values. Such a node has a scalar expression, which codegen/kir.c lowers. */
 int fuse_is_elementwise(const Graph *g, const Node *n);
 
 int fuse_plan(const Graph *g, FusePlan *p, CtErr *err);

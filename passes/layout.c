@@ -1,28 +1,11 @@
 /* Contract: layout(g) returns an equivalent graph whose conv-net
  * activations are channels_last (NHWC), with to_layout nodes only where a
- * value must change layout: the edges of the conv part of the net. */
+ * value must change layout: the edges of the conv part of the net. What
+ * each op does with NHWC values is its OpDef's layout rule (ir/ops.h). */
 #include <stdlib.h>
 
 #include "ir/rewrite.h"
 #include "passes/passes.h"
-
-/* Ops that compute on 4-D tensors in either layout, element for element or
- * per channel: their 4-D outputs follow their inputs to NHWC. */
-static int layout_free(CtOp op)
-{
-    switch (op) {
-    case CT_OP_conv2d: case CT_OP_conv2d_grad_input: case CT_OP_batch_norm: case CT_OP_batch_norm_grad:
-    case CT_OP_relu: case CT_OP_gelu: case CT_OP_silu: case CT_OP_sigmoid: case CT_OP_hard_swish:
-    case CT_OP_hard_sigmoid: case CT_OP_rsqrt: case CT_OP_act_grad: case CT_OP_add: case CT_OP_mul: case CT_OP_div:
-    case CT_OP_scale_shift: case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_avg_pool2d:
-    case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad:
-    case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_conv2d_grad_weight: case CT_OP_reduce_sum: case CT_OP_to_layout:
-    case CT_OP_cast:
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 /* A 4-D value whose two layouts are the same bytes (H = W = 1, or C = 1). */
 static int either_layout(const Value *v)
@@ -64,9 +47,6 @@ static int free_permute(const Node *n, const Value *in)
     return -1;
 }
 
-/* Weight-shaped outputs (a conv weight's gradient) stay in the params' layout. */
-static int keeps_contig(const Node *n, int k) { return n->op == CT_OP_conv2d_grad_weight || (n->op == CT_OP_batch_norm_grad && k > 0); }
-
 int layout_channels_last(const Graph *g, Graph *out, CtErr *err)
 {
     Rewriter r;
@@ -77,7 +57,8 @@ int layout_channels_last(const Graph *g, Graph *out, CtErr *err)
     rewrite_begin(&r, g, out);
     for (int i = 0; i < g->nnodes && !r.e.failed; i++) {
         const Node *n = &g->nodes[i];
-        int flexible = layout_free(n->op), nhwc = n->op == CT_OP_conv2d || n->op == CT_OP_conv2d_grad_input;
+        const OpDef *d = op_def(n->op);
+        int nhwc = d->layout == OP_LAYOUT_NHWC, flexible = nhwc || d->layout == OP_LAYOUT_EITHER;
         int four_d = 0, ambiguous = 0;
         for (int k = 0; k < n->nin && flexible; k++) {
             const Value *v = &r.dst->values[rewrite_value(&r, n->in[k])];
@@ -99,12 +80,8 @@ int layout_channels_last(const Graph *g, Graph *out, CtErr *err)
             continue;
         }
         ValueId in[CT_MAX_IN];
-        for (int k = 0; k < n->nin; k++) {
-            /* the conv weight and assign destinations keep their storage */
-            int keep = (n->op == CT_OP_conv2d && k == 1) || (n->op == CT_OP_conv2d_grad_input && k == 1) ||
-                       n->op == CT_OP_assign;
-            in[k] = keep ? rewrite_value(&r, n->in[k]) : in_layout(&r, n->in[k], want, converted);
-        }
+        for (int k = 0; k < n->nin; k++)
+            in[k] = (d->layout_keep >> k) & 1 ? rewrite_value(&r, n->in[k]) : in_layout(&r, n->in[k], want, converted);
         r.e.scope = n->scope;
         if (emit(&r.e, n->op, n->nin, in, n->iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
@@ -112,7 +89,7 @@ int layout_channels_last(const Graph *g, Graph *out, CtErr *err)
         for (int k = 0; k < n->nout; k++) {
             Value *o = &r.dst->values[copy->out[k]];
             o->role = g->values[n->out[k]].role;
-            o->layout = want == CT_LAYOUT_CHANNELS_LAST && o->type.shape.ndim == 4 && !keeps_contig(n, k)
+            o->layout = want == CT_LAYOUT_CHANNELS_LAST && o->type.shape.ndim == 4 && !((d->layout_contig_out >> k) & 1)
                             ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
             rewrite_map(&r, n->out[k], copy->out[k]);
         }

@@ -215,30 +215,37 @@ void plan_free(MemPlan *p)
 }
 
 /* Sorting by offset keeps the check near linear: only values whose arena
- * ranges overlap are compared for liveness. */
-static const MemPlan *sort_plan;
-static const Graph *sort_graph;
+ * ranges overlap are compared for liveness. The offsets travel with the
+ * values, so the comparison needs no state outside its arguments. */
+typedef struct ByOffset {
+    size_t offset;
+    ValueId v;
+} ByOffset;
+
 static int by_offset(const void *a, const void *b)
 {
-    size_t oa = sort_plan->offset[*(const int *)a], ob = sort_plan->offset[*(const int *)b];
-    return oa < ob ? -1 : oa > ob;
+    const ByOffset *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : (x->v > y->v) - (x->v < y->v);
 }
 
 int plan_check(const Graph *g, const MemPlan *p, CtErr *err)
 {
+    ByOffset *sorted = malloc(sizeof *sorted * (size_t)(g->nvalues ? g->nvalues : 1));
     int *vs = malloc(sizeof *vs * (size_t)(g->nvalues ? g->nvalues : 1)), n = 0, rc = 0;
-    CT_ASSERT(vs != NULL);
+    CT_ASSERT(vs != NULL && sorted != NULL);
     for (ValueId v = 0; v < g->nvalues; v++)
         if (p->offset[v] != PLAN_NONE) {
             if (p->offset[v] + value_bytes(&g->values[v]) > p->arena_bytes) {
                 free(vs);
+                free(sorted);
                 return ct_fail(err, "plan: value %%%d ends past the arena", v);
             }
-            vs[n++] = v;
+            sorted[n++] = (ByOffset){p->offset[v], v};
         }
-    sort_plan = p;
-    sort_graph = g;
-    qsort(vs, (size_t)n, sizeof *vs, by_offset);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_offset);
+    for (int k = 0; k < n; k++)
+        vs[k] = sorted[k].v;
+    free(sorted);
     for (int a = 0; a < n && rc == 0; a++) {
         ValueId va = vs[a];
         size_t end_a = p->offset[va] + value_bytes(&g->values[va]);

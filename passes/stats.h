@@ -34,7 +34,8 @@
  *
  * Count the graph as built: passes that fold or rewrite ops (bn_fold) change
  * the counts. Every rule is linear in the batch, so per-image numbers are the
- * totals divided by the input's batch size.
+ * totals divided by the input's batch size. Each op's rule is its OpDef's
+ * cost (ir/ops/<family>.c).
  */
 #ifndef CTIMM_STATS_H
 #define CTIMM_STATS_H
@@ -58,7 +59,7 @@ typedef struct GraphStats {
 
 /* The counts of forward graph g (eval, or training mode with its BN state
  * assigns) as timm's benchmark.py reports them. Fails for a graph holding
- * backward or update ops (ops without a VJP rule), whose counts timm does
+ * backward or update ops (ops without a cost rule), whose counts timm does
  * not define. */
 int graph_stats(const Graph *g, const StatsOptions *opt, GraphStats *st, CtErr *err);
 

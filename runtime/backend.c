@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-
 static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu, &ct_backend_cuda};
 
 const CtBackend *backend_find(const char *name)
@@ -20,4 +19,46 @@ int backend_check(const CtBackend *be, const Graph *g, CtErr *err)
             return ct_fail(err, "the %s backend cannot run node %d (%s at '%s')", be->name, i,
                            op_def(g->nodes[i].op)->name, g->nodes[i].scope);
     return 0;
+}
+
+int backend_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, const ProgramOptions *o,
+                 CtErr *err)
+{
+    *r = (CtRunner){.be = be};
+    if (backend_check(be, g, err))
+        return -1;
+    int rc = program_compile(g, be->target, o, &r->prog, err);
+    if (rc)
+        return rc;
+    if (be->prepare(r->prog, state, &r->exec, err)) {
+        program_free(r->prog);
+        r->prog = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void backend_close(CtRunner *r)
+{
+    if (r->exec)
+        r->be->free(r->exec);
+    program_free(r->prog);
+    *r = (CtRunner){0};
+}
+
+int backend_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
+                     CtTensor *outputs, CtErr *err)
+{
+    CtRunner r;
+    int rc = backend_open(&r, be, g, state, NULL, err);
+    if (rc)
+        return rc;
+    rc = backend_step(&r, inputs, ninputs, outputs, err);
+    if (rc == 0 && be->state_to_host(r.exec, err)) {
+        for (int k = 0; k < g->noutputs; k++)
+            tensor_free(&outputs[k]);
+        rc = -1;
+    }
+    backend_close(&r);
+    return rc;
 }

@@ -1,6 +1,7 @@
 #include "runtime/scaler.h"
 
 #include <math.h>
+#include <stdio.h>
 
 LossScaler scaler_default(void)
 {
@@ -21,3 +22,19 @@ void scaler_update(LossScaler *s, int finite)
 }
 
 int scaler_exhausted(const LossScaler *s) { return s->scale < ldexp(1.0, -24); }
+
+void scaler_format(const LossScaler *s, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.17g,%d", s->scale, s->growth_tracker);
+}
+
+int scaler_parse(LossScaler *s, const char *str)
+{
+    double scale;
+    int tracker;
+    if (sscanf(str, "%lf,%d", &scale, &tracker) != 2)
+        return -1;
+    s->scale = scale;
+    s->growth_tracker = tracker;
+    return 0;
+}

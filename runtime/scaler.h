@@ -7,6 +7,8 @@
 #ifndef CTIMM_SCALER_H
 #define CTIMM_SCALER_H
 
+#include <stddef.h>
+
 typedef struct LossScaler {
     double scale, growth_factor, backoff_factor;
     int growth_interval, growth_tracker;
@@ -21,5 +23,11 @@ void scaler_update(LossScaler *s, int finite);
  * growth_interval good ones between them, so no scale makes the gradients
  * finite. GradScaler would skip steps forever; a run stops there instead. */
 int scaler_exhausted(const LossScaler *s);
+
+/* The state a checkpoint keeps ("scale,growth_tracker", exact decimals),
+ * and back: scaler_parse sets those two fields of *s, or returns -1 and
+ * leaves *s as it was when str is not such a pair. */
+void scaler_format(const LossScaler *s, char *buf, size_t n);
+int scaler_parse(LossScaler *s, const char *str);
 
 #endif

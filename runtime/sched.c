@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CT_PI 3.141592653589793 /* math.pi */
@@ -283,4 +284,20 @@ void sched_step_update(LrSched *s, long num_updates)
 {
     if (s->a.on_updates && s->a.kind != CT_SCHED_PLATEAU)
         s->lr = with_noise(s, sched_value(s, (double)num_updates), (double)num_updates);
+}
+
+void sched_format(const LrSched *s, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.17g,%.17g,%.17g,%d,%d,%d", s->lr, s->best, s->restore_lr, s->num_bad, s->cooldown_counter,
+             s->has_restore);
+}
+
+int sched_parse(LrSched *s, const char *str)
+{
+    LrSched t = *s;
+    if (sscanf(str, "%lf,%lf,%lf,%d,%d,%d", &t.lr, &t.best, &t.restore_lr, &t.num_bad, &t.cooldown_counter,
+               &t.has_restore) != 6)
+        return -1;
+    *s = t;
+    return 0;
 }

@@ -14,6 +14,8 @@
 #ifndef CTIMM_SCHED_H
 #define CTIMM_SCHED_H
 
+#include <stddef.h>
+
 #include "ir/status.h"
 
 typedef enum CtSchedKind {
@@ -89,6 +91,14 @@ void sched_step(LrSched *s, int epoch);
 void sched_step_update(LrSched *s, long num_updates);
 
 static inline double sched_lr(const LrSched *s) { return s->lr; }
+
+/* The state a checkpoint keeps: the plateau schedule's (the others are
+ * functions of the epoch or update), exact decimals; SCHED_STATE_LEN bytes
+ * hold it. sched_parse puts a schedule exactly where sched_format left it,
+ * or returns -1 and leaves *s as it was when str is not such a state. */
+#define SCHED_STATE_LEN 160
+void sched_format(const LrSched *s, char *buf, size_t n);
+int sched_parse(LrSched *s, const char *str);
 
 /* timm's _calculate_noise: a torch.randn draw from a generator seeded with
  * seed, redrawn until |noise| < pct; exposed for the tests. */

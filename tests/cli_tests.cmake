@@ -57,6 +57,12 @@ add_test(NAME compile_bad_number COMMAND ${FAIL} "--img-size expects a whole num
   ${COMPILE} --model resnet50 --img-size 22x)
 add_test(NAME compile_bad_patch_multiple COMMAND ${FAIL} "not a multiple of the patch size"
   ${COMPILE} --model vit_base_patch32_384 --img-size 100)
+# --dump-program: the Program the cpu backend runs (steps, compiled launches, each value's binding).
+add_test(NAME compile_dump_program COMMAND ${COMPILE} --model test_resnet --train --dump-program cpu)
+set_tests_properties(compile_dump_program PROPERTIES PASS_REGULAR_EXPRESSION
+  "program: target cpu, .* state, .*\nsteps: [0-9]+ .*step 0: .*: state 'conv1.0.weight'.*: arena \\+")
+add_test(NAME compile_dump_program_unknown COMMAND ${FAIL} "--dump-program is cpu, ref or cuda, got 'gpu'"
+  ${COMPILE} --model test_resnet --dump-program gpu)
 add_test(NAME compile_list_models COMMAND ${COMPILE} --list-models resnet5)
 set_tests_properties(compile_list_models PROPERTIES PASS_REGULAR_EXPRESSION "^resnet50\nresnet50d\n$")
 

@@ -1,7 +1,7 @@
-/* What ctimm-train scores and leaves on disk (cli/eval.c, cli/train_checkpoint.c):
- * torch.topk's order with NaN logits; a NaN metric never the best; a
- * checkpoint pair as one unit across a kill between its two renames; the
- * leftovers of killed runs cleaned. */
+/* What the trainer scores and leaves on disk (train/meter.c,
+ * train/checkpoint.c): torch.topk's order with NaN logits; a NaN metric
+ * never the best; a checkpoint pair as one unit across a kill between its
+ * two renames; the leftovers of killed runs cleaned. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "cli/eval.h"
-#include "cli/train_checkpoint.h"
 #include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/meter.h"
 
 static void test_rank_nan(void)
 {
@@ -160,6 +160,139 @@ static void test_saver_nan(const char *dir)
     graph_free(&g);
 }
 
+/* A small model's state for the savers below. */
+static int make_state(Graph *g, CtState *s)
+{
+    CtErr err;
+    ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
+    spec.args.num_classes = 2;
+    spec.args.img_size = 32;
+    if (model_build(model_find("test_resnet"), &spec, g, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    state_create(s, g);
+    state_init(s, 1);
+    return 0;
+}
+
+/* Whether dir/a and dir/b hold the same bytes. */
+static int same_file(const char *dir, const char *a, const char *b)
+{
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/%s", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", dir, b);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = getc(fa), cb = getc(fb);
+        same = ca == cb;
+        if (ca == EOF)
+            break;
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+/* timm's CheckpointSaver: the best max_hist epochs kept, a tie not
+ * replacing a kept one, model_best the best so far; lower is better for
+ * a loss. */
+static void test_saver_keep(const char *dir)
+{
+    Graph g;
+    CtState s;
+    CtErr err;
+    if (make_state(&g, &s))
+        return;
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/keep", dir);
+    mkdir(sub, 0755);
+    CkptInfo info = {.model = "test_resnet", .eval_metric = "top1", .args_json = "{}", .num_classes = 2};
+    Saver sv;
+    saver_init(&sv, sub, 2, 0);
+    const double top1[] = {10, 30, 20, 40, 30};
+    for (int e = 0; e < 5; e++) {
+        ((float *)s.data)[0] = (float)e; /* each epoch's weights differ */
+        CHECKF(saver_save(&sv, &s, &info, e, top1[e], &err) == 0, "%s", err.msg);
+    }
+    CHECK(sv.nfiles == 2 && sv.files[0].epoch == 3 && sv.files[1].epoch == 1);
+    CHECK(sv.best_epoch == 3 && sv.best == 40);
+    static const char *const gone[] = {"checkpoint-0.safetensors", "checkpoint-2.safetensors",
+                                       "checkpoint-4.safetensors", "checkpoint-0.state.safetensors", NULL};
+    for (int k = 0; gone[k]; k++)
+        CHECKF(!exists(sub, gone[k]), "%s was kept", gone[k]);
+    CHECK(exists(sub, "checkpoint-1.state.safetensors") && exists(sub, "checkpoint-3.state.safetensors"));
+    CHECK(same_file(sub, "model_best.safetensors", "checkpoint-3.safetensors"));
+    CHECK(!same_file(sub, "last.safetensors", "checkpoint-3.safetensors")); /* last is epoch 4's */
+    saver_free(&sv);
+
+    snprintf(sub, sizeof sub, "%s/keep-loss", dir);
+    mkdir(sub, 0755);
+    saver_init(&sv, sub, 3, 1);
+    const double loss[] = {2.0, 1.5, 1.5, 1.8};
+    for (int e = 0; e < 4; e++)
+        CHECKF(saver_save(&sv, &s, &info, e, loss[e], &err) == 0, "%s", err.msg);
+    /* ties in the order they came (Python's stable sort); the worst, 2.0, gave way */
+    CHECK(sv.nfiles == 3 && sv.files[0].epoch == 1 && sv.files[1].epoch == 2 && sv.files[2].epoch == 3);
+    CHECK(sv.best_epoch == 1 && !exists(sub, "checkpoint-0.safetensors"));
+    CHECK(saver_better(&sv, 1.0, 1.5) && !saver_better(&sv, 1.5, 1.5));
+    saver_free(&sv);
+    state_free(&s);
+    graph_free(&g);
+}
+
+/* What --resume reads back: a recovery checkpoint's place in its epoch,
+ * loss sum, loss scaler and schedule state; the saver's newest recovery
+ * pair only; the refusals. */
+static void test_resume_meta(const char *dir)
+{
+    Graph g;
+    CtState s;
+    CtErr err;
+    if (make_state(&g, &s))
+        return;
+    char sub[300], path[600];
+    snprintf(sub, sizeof sub, "%s/resume", dir);
+    mkdir(sub, 0755);
+    LossScaler sc = scaler_default();
+    sc.scale = 1024.0 / 3;
+    sc.growth_tracker = 7;
+    char sc_str[64], sched_str[SCHED_STATE_LEN] = "0.05,1.25,0,2,0,0";
+    scaler_format(&sc, sc_str, sizeof sc_str);
+    CkptInfo info = {.model = "test_resnet", .eval_metric = "loss", .args_json = "{}", .num_classes = 2,
+                     .amp_scaler = sc_str, .sched = sched_str};
+    Saver sv;
+    saver_init(&sv, sub, 2, 1);
+    CHECKF(saver_save_recovery(&sv, &s, &info, 3, 6, 1.5, 7, &err) == 0, "%s", err.msg);
+    CHECKF(saver_save_recovery(&sv, &s, &info, 3, 13, 0.1 + 0.2, 14, &err) == 0, "%s", err.msg);
+    CHECK(!exists(sub, "recovery-3-6.safetensors") && !exists(sub, "recovery-3-6.state.safetensors"));
+    CHECK(!strcmp(sv.recovery, "recovery-3-13"));
+    float w0 = ((float *)s.data)[0];
+    ((float *)s.data)[0] = w0 + 1;
+    Resumed r;
+    snprintf(path, sizeof path, "%s/recovery-3-13.safetensors", sub);
+    CHECKF(ckpt_resume(path, &s, "test_resnet", 1, &r, &err) == 0, "%s", err.msg);
+    CHECK(((float *)s.data)[0] == w0);
+    CHECK(r.epoch == 3 && r.batches_done == 14 && r.loss_sum == 0.1 + 0.2 && r.loss_count == 14);
+    CHECK(r.has_scaler && r.scaler.scale == sc.scale && r.scaler.growth_tracker == 7);
+    CHECK(!strcmp(r.sched, sched_str));
+    /* an epoch's checkpoint: the epoch done, no scaler without AMP */
+    info.amp_scaler = NULL;
+    CHECKF(saver_save(&sv, &s, &info, 4, 1.0, &err) == 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/last.safetensors", sub);
+    CHECKF(ckpt_resume(path, &s, "test_resnet", 0, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.epoch == 4 && r.batches_done == -1 && !r.has_scaler);
+    CHECK(ckpt_resume(path, &s, "test_vit", 1, &r, &err) == -1 && strstr(err.msg, "a checkpoint of test_resnet"));
+    snprintf(path, sizeof path, "%s/nothing.safetensors", sub);
+    CHECK(ckpt_resume(path, &s, "test_resnet", 1, &r, &err) == -1 && strstr(err.msg, "is missing"));
+    saver_free(&sv);
+    state_free(&s);
+    graph_free(&g);
+}
+
 int main(void)
 {
     test_rank_nan();
@@ -168,6 +301,8 @@ int main(void)
     test_settle(dir);
     test_clean(dir);
     test_saver_nan(dir);
+    test_saver_keep(dir);
+    test_resume_meta(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

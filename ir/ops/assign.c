@@ -23,4 +23,9 @@ static void assign_ref(const Graph *g, const Node *n, double *const *in, double 
         in[0][i] = in[1][i];
 }
 
-const OpDef op_assign = {.name = "assign", .min_in = 2, .max_in = 2, .infer = infer_assign, .ref = assign_ref};
+/* State keeps its dtype and storage: the source is cast to the destination's
+ * dtype, and neither changes layout. BN's running statistics in training
+ * mode are assigns in a forward graph: counted as nothing. */
+const OpDef op_assign = {.name = "assign", .min_in = 2, .max_in = 2, .infer = infer_assign, .ref = assign_ref,
+                         .fusion = OP_STATE, .amp = OP_AMP_DEST, .amp_keep = 1, .layout = OP_LAYOUT_NCHW,
+                         .layout_keep = 3, .cost = op_cost_none};

@@ -47,7 +47,8 @@ static void softmax_vjp(Emitter *e, const Node *n, const ValueId *dout, const in
 }
 
 const OpDef op_softmax = {.name = "softmax", .min_in = 1, .max_in = 1, .iattr = {"dim"},
-                          .infer = infer_softmax, .ref = softmax_ref, .vjp = softmax_vjp};
+                          .infer = infer_softmax, .ref = softmax_ref, .vjp = softmax_vjp, .fusion = OP_LIBRARY,
+                          .amp = OP_AMP_F32, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
 
 static int infer_softmax_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -73,7 +74,8 @@ static void softmax_grad_ref(const Graph *g, const Node *n, double *const *in, d
 }
 
 const OpDef op_softmax_grad = {.name = "softmax_grad", .min_in = 2, .max_in = 2, .iattr = {"dim"},
-                               .infer = infer_softmax_grad, .ref = softmax_grad_ref};
+                               .infer = infer_softmax_grad, .ref = softmax_grad_ref, .fusion = OP_LIBRARY,
+                               .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -123,8 +125,20 @@ static void sdpa_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
 }
 
+/* fvcore skips aten::scaled_dot_product_attention; timm without fused
+ * attention calls q@k^T [B,H,N,M] and attn@v [B,H,N,D], two matmuls. */
+static OpCost sdpa_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    if (!(flags & OP_COST_ATTENTION))
+        return (OpCost){0, 0};
+    const CtShape *q = in_shape(g, n, 0), *v = in_shape(g, n, 2);
+    int64_t scores = q->d[0] * q->d[1] * q->d[2] * in_shape(g, n, 1)->d[2];
+    return (OpCost){shape_numel(q) * v->d[2] + scores * v->d[3], scores + shape_numel(out_shape(g, n, 0))};
+}
+
 const OpDef op_sdpa = {.name = "sdpa", .min_in = 3, .max_in = 3, .fattr = {"scale"},
-                       .infer = infer_sdpa, .ref = sdpa_ref, .vjp = sdpa_vjp};
+                       .infer = infer_sdpa, .ref = sdpa_ref, .vjp = sdpa_vjp, .fusion = OP_LIBRARY,
+                       .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW, .cost = sdpa_cost};
 
 static int infer_sdpa_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -183,4 +197,5 @@ static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, doub
 }
 
 const OpDef op_sdpa_grad = {.name = "sdpa_grad", .min_in = 4, .max_in = 4, .fattr = {"scale"},
-                            .infer = infer_sdpa_grad, .ref = sdpa_grad_ref};
+                            .infer = infer_sdpa_grad, .ref = sdpa_grad_ref, .fusion = OP_LIBRARY,
+                            .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};

@@ -15,8 +15,6 @@
  *     of p, c the clip factor, ref_eps 1e-3, shift 0, floor 1e-6 (timm's
  *     where(norm < max, g, g * max / clamp(norm, 1e-6)) is this factor).
  */
-#include <math.h>
-
 #include "ops_impl.h"
 
 static int infer_clamp(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -28,18 +26,15 @@ static int infer_clamp(const Graph *g, const Node *n, CtType *out, CtErr *err)
     return infer_like_input0(g, n, out, err);
 }
 
-static void clamp_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void clamp_scalar(const Node *n, Sx *s)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double lo = n->fattr[0], hi = n->fattr[1];
-    for (int64_t i = 0; i < count; i++) {
-        double x = in[0][i];
-        out[0][i] = x < lo ? lo : x > hi ? hi : x;
-    }
+    int x = sx_in(s, 0), lo = sx_const(s, n->fattr[0]), hi = sx_const(s, n->fattr[1]);
+    s->out[0] = sx_select(s, sx_lt(s, x, lo), lo, sx_select(s, sx_lt(s, hi, x), hi, x));
 }
 
 const OpDef op_clamp = {.name = "clamp", .min_in = 1, .max_in = 1, .fattr = {"lo", "hi"}, .infer = infer_clamp,
-                        .ref = clamp_ref, .inplace = 1};
+                        .ref = sx_ref, .inplace = 1, .fusion = OP_ELEMENTWISE, .scalar = clamp_scalar,
+                        .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static int infer_clip_coef(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -50,22 +45,19 @@ static int infer_clip_coef(const Graph *g, const Node *n, CtType *out, CtErr *er
     return infer_like_input0(g, n, out, err);
 }
 
-static void clip_coef_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void clip_coef_scalar(const Node *n, Sx *s)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double c = n->fattr[0], ref_eps = n->fattr[1], shift = n->fattr[2], floor = n->fattr[3];
-    for (int64_t i = 0; i < count; i++) {
-        double num = c;
-        if (n->nin == 2) {
-            double r = sqrt(in[1][i]);
-            num = c * (r < ref_eps ? ref_eps : r);
-        }
-        double den = sqrt(in[0][i]) + shift;
-        double q = num / (den < floor ? floor : den);
-        out[0][i] = q > 1 ? 1 : q;
+    int num = sx_const(s, n->fattr[0]);
+    if (n->nin == 2) {
+        int r = sx_sqrt(s, sx_in(s, 1)), eps = sx_const(s, n->fattr[1]);
+        num = sx_mul(s, num, sx_select(s, sx_lt(s, r, eps), eps, r));
     }
+    int den = sx_add(s, sx_sqrt(s, sx_in(s, 0)), sx_const(s, n->fattr[2])), floor = sx_const(s, n->fattr[3]);
+    int q = sx_div(s, num, sx_select(s, sx_lt(s, den, floor), floor, den)), one = sx_const(s, 1);
+    s->out[0] = sx_select(s, sx_lt(s, one, q), one, q);
 }
 
 const OpDef op_clip_coef = {.name = "clip_coef", .min_in = 1, .max_in = 2,
-                            .fattr = {"c", "ref_eps", "shift", "floor"}, .infer = infer_clip_coef,
-                            .ref = clip_coef_ref};
+                            .fattr = {"c", "ref_eps", "shift", "floor"}, .infer = infer_clip_coef, .ref = sx_ref,
+                            .fusion = OP_ELEMENTWISE, .scalar = clip_coef_scalar, .amp = OP_AMP_FOLLOW,
+                            .layout = OP_LAYOUT_NCHW};

@@ -45,4 +45,5 @@ static void allreduce_mean_ref(const Graph *g, const Node *n, double *const *in,
 }
 
 const OpDef op_allreduce_mean = {.name = "allreduce_mean", .min_in = 1, .max_in = 1, .iattr = {"bucket"},
-                                 .infer = infer_allreduce_mean, .ref = allreduce_mean_ref};
+                                 .infer = infer_allreduce_mean, .ref = allreduce_mean_ref, .fusion = OP_LIBRARY,
+                                 .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};

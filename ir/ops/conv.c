@@ -97,6 +97,14 @@ static void conv2d_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
         din[2] = emit(e, CT_OP_reduce_sum, 1, dout, (int64_t[]){0xd, 0}, 2, NULL, 0, 0);
 }
 
+/* fvcore's aten::_convolution: N * O * C/groups * KH * KW * OH * OW MACs,
+ * the output's elements as activations. */
+static OpCost conv2d_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    const CtShape *y = out_shape(g, n, 0);
+    return (OpCost){in_shape(g, n, 0)->d[0] * shape_numel(in_shape(g, n, 1)) * y->d[2] * y->d[3], shape_numel(y)};
+}
+
 const OpDef op_conv2d = {
     .name = "conv2d",
     .min_in = 2,
@@ -105,6 +113,11 @@ const OpDef op_conv2d = {
     .infer = infer_conv2d,
     .ref = conv2d_ref,
     .vjp = conv2d_vjp,
+    .fusion = OP_CONTRACTION,
+    .amp = OP_AMP_LOW,
+    .layout = OP_LAYOUT_NHWC,
+    .layout_keep = 1u << 1, /* the weight keeps timm's layout */
+    .cost = conv2d_cost,
 };
 
 #define CONV_ATTRS "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "groups"
@@ -142,6 +155,10 @@ const OpDef op_conv2d_grad_input = {
     .iattr = {CONV_ATTRS, "in_h", "in_w"},
     .infer = infer_conv2d_grad_input,
     .ref = conv2d_grad_input_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_NHWC,
+    .layout_keep = 1u << 1,
 };
 
 /* dweight [O, C/groups, kh, kw] from x and dy. */
@@ -176,4 +193,8 @@ const OpDef op_conv2d_grad_weight = {
     .iattr = {CONV_ATTRS, "kh", "kw"},
     .infer = infer_conv2d_grad_weight,
     .ref = conv2d_grad_weight_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+    .layout_contig_out = 1, /* the weight's gradient, in the weight's layout */
 };

@@ -1,12 +1,13 @@
 /*
- * Elementwise ops: activations (one input), broadcasting binaries (numpy
- * rules, right-aligned), scale_shift (a*x + b with constants), and the
- * stochastic identities dropout and drop_path.
+ * Elementwise ops: activations (one input; their formulas, which backends
+ * also compile, are in ir/formulas.h), broadcasting binaries (numpy rules,
+ * right-aligned), scale_shift (a*x + b with constants), and the stochastic
+ * identities dropout and drop_path.
  */
-#include <math.h>
 #include <stdint.h>
 
 #include "ops_impl.h"
+#include "sx_algebra.h"
 
 static int infer_unary(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -15,76 +16,17 @@ static int infer_unary(const Graph *g, const Node *n, CtType *out, CtErr *err)
     return infer_like_input0(g, n, out, err);
 }
 
-static double sigmoid_f(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-/* Each activation's value f(x) and its gradient dy * f'(x), as torch
- * computes them for NaN and infinities too. Where an activation is flat,
- * torch's backward selects 0 rather than multiplying dy by 0 (relu's
- * threshold_backward, hardsigmoid_backward, hardswish_backward), so an
- * infinite or NaN dy there gives 0; relu's NaN input is no flat point
- * (torch tests the result, relu(NaN) = NaN <= 0 is false) and passes dy. */
-static double relu_f(double x, int approx) { return x <= 0 ? 0 : x; }
-static double relu_grad(double x, double dy, int approx) { return x <= 0 ? 0 : dy; }
-static double sigmoid_fa(double x, int approx) { return sigmoid_f(x); }
-static double sigmoid_grad(double x, double dy, int approx) { return dy * (sigmoid_f(x) * (1 - sigmoid_f(x))); }
-static double silu_f(double x, int approx) { return x * sigmoid_f(x); }
-static double silu_grad(double x, double dy, int approx) { return dy * (sigmoid_f(x) * (1 + x * (1 - sigmoid_f(x)))); }
-static double hard_sigmoid_f(double x, int approx) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5; }
-static double hard_sigmoid_grad(double x, double dy, int approx) { return x > -3 && x < 3 ? dy * (1.0 / 6) : 0; }
-static double hard_swish_f(double x, int approx) { return x * hard_sigmoid_f(x, 0); }
-/* PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 up to 3 inclusive, then
- * 1, and 1 at NaN (its CUDA kernel's and scalar CPU kernel's branches). */
-static double hard_swish_grad(double x, double dy, int approx) { return x < -3 ? 0 : x <= 3 ? dy * (x / 3 + 0.5) : dy; }
-
-static double rsqrt_f(double x, int approx) { return 1 / sqrt(x); }
-static double rsqrt_grad(double x, double dy, int approx) { return dy * (-0.5 / (x * sqrt(x))); }
-
-/* gelu: approx=0 is the exact erf form (nn.GELU()), 1 the tanh form. */
-static double gelu_f(double x, int approx)
+/* Whether op kind a is an activation act_grad takes (ir/formulas.h). */
+static int is_activation(int64_t a)
 {
-    if (approx)
-        return 0.5 * x * (1 + tanh(sqrt(2 / CT_PI) * (x + 0.044715 * x * x * x)));
-    return 0.5 * x * (1 + erf(x / sqrt(2)));
+#define IS(name) || a == CT_OP_##name
+    return 0 CT_ACTIVATIONS(IS);
+#undef IS
 }
 
-static double gelu_grad(double x, double dy, int approx)
+static void act_scalar(const Node *n, Sx *s)
 {
-    if (approx) {
-        double k = sqrt(2 / CT_PI), t = tanh(k * (x + 0.044715 * x * x * x));
-        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x));
-    }
-    return dy * (0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * CT_PI));
-}
-
-/* The activations: value and gradient, the latter used by act_grad. */
-static const struct {
-    CtOp op;
-    double (*f)(double, int), (*grad)(double, double, int);
-} acts[] = {
-    {CT_OP_relu, relu_f, relu_grad},
-    {CT_OP_sigmoid, sigmoid_fa, sigmoid_grad},
-    {CT_OP_silu, silu_f, silu_grad},
-    {CT_OP_hard_sigmoid, hard_sigmoid_f, hard_sigmoid_grad},
-    {CT_OP_hard_swish, hard_swish_f, hard_swish_grad},
-    {CT_OP_gelu, gelu_f, gelu_grad},
-    {CT_OP_rsqrt, rsqrt_f, rsqrt_grad},
-};
-enum { NACTS = sizeof acts / sizeof acts[0] };
-
-static int act_index(int64_t op)
-{
-    for (int i = 0; i < NACTS; i++)
-        if ((int64_t)acts[i].op == op)
-            return i;
-    return -1;
-}
-
-static void act_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
-{
-    int a = act_index(n->op), approx = n->op == CT_OP_gelu && n->iattr[0];
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    for (int64_t i = 0; i < count; i++)
-        out[0][i] = acts[a].f(in[0][i], approx);
+    s->out[0] = fx_act(s, n->op, n->op == CT_OP_gelu && n->iattr[0], sx_in(s, 0));
 }
 
 static void act_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -93,53 +35,53 @@ static void act_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
     din[0] = emit(e, CT_OP_act_grad, 2, (ValueId[]){n->in[0], dout[0]}, a, 2, NULL, 0, 0);
 }
 
-#define ACT_OP(op, ...) \
-    const OpDef op_##op = {.name = #op, .min_in = 1, .max_in = 1, .infer = infer_unary, .ref = act_ref, \
-                           .vjp = act_vjp, .inplace = 1, __VA_ARGS__};
-ACT_OP(relu)
-ACT_OP(sigmoid)
-ACT_OP(silu)
-ACT_OP(hard_sigmoid)
-ACT_OP(hard_swish)
-ACT_OP(gelu, .iattr = {"approximate"})
-ACT_OP(rsqrt)
+#define ACT_OP(op, fusion_, amp_, ...)                                                                           \
+    const OpDef op_##op = {.name = #op, .min_in = 1, .max_in = 1, .infer = infer_unary, .ref = sx_ref,           \
+                           .vjp = act_vjp, .inplace = 1, .fusion = fusion_, .scalar = act_scalar, .amp = amp_, \
+                           .layout = OP_LAYOUT_EITHER, .cost = op_cost_none, __VA_ARGS__};
+ACT_OP(relu, OP_ACTIVATION, OP_AMP_FOLLOW)
+ACT_OP(sigmoid, OP_ACTIVATION, OP_AMP_FOLLOW)
+ACT_OP(silu, OP_ACTIVATION, OP_AMP_FOLLOW)
+ACT_OP(hard_sigmoid, OP_ACTIVATION, OP_AMP_FOLLOW)
+ACT_OP(hard_swish, OP_ACTIVATION, OP_AMP_FOLLOW)
+ACT_OP(gelu, OP_ACTIVATION, OP_AMP_FOLLOW, .iattr = {"approximate"})
+/* in autocast's f32 list, and no library's epilogue */
+ACT_OP(rsqrt, OP_ELEMENTWISE, OP_AMP_F32)
 
 /* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act
  * (0 where it is flat, whatever dy). */
 static int infer_act_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    if (act_index(n->iattr[0]) < 0)
+    if (!is_activation(n->iattr[0]))
         return ct_fail(err, "op kind %lld is not an activation", (long long)n->iattr[0]);
     if (require_float(g, n, 0, -1, err) || require_shape(g, n, 1, in_shape(g, n, 0), err))
         return -1;
     return infer_like_input0(g, n, out, err);
 }
 
-static void act_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void act_grad_scalar(const Node *n, Sx *s)
 {
-    int a = act_index(n->iattr[0]);
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    for (int64_t i = 0; i < count; i++)
-        out[0][i] = acts[a].grad(in[0][i], in[1][i], (int)n->iattr[1]);
+    s->out[0] = fx_act_grad(s, (int)n->iattr[0], (int)n->iattr[1], sx_in(s, 0), sx_in(s, 1));
 }
 
 const OpDef op_act_grad = {.name = "act_grad", .min_in = 2, .max_in = 2, .iattr = {"act", "approximate"},
-                           .infer = infer_act_grad, .ref = act_grad_ref, .inplace = 2};
+                           .infer = infer_act_grad, .ref = sx_ref, .inplace = 2, .fusion = OP_ELEMENTWISE,
+                           .scalar = act_grad_scalar, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER};
 
-static void scale_shift_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void scale_shift_scalar(const Node *n, Sx *s)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    for (int64_t i = 0; i < count; i++)
-        out[0][i] = n->fattr[0] * in[0][i] + n->fattr[1];
+    s->out[0] = sx_add(s, sx_mul(s, sx_const(s, n->fattr[0]), sx_in(s, 0)), sx_const(s, n->fattr[1]));
 }
+
 static void scale_shift_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
     din[0] = emit(e, CT_OP_scale_shift, 1, dout, NULL, 0, (double[]){n->fattr[0], 0}, 2, 0);
 }
 
 const OpDef op_scale_shift = {.name = "scale_shift", .min_in = 1, .max_in = 1, .fattr = {"a", "b"},
-                              .infer = infer_like_input0, .ref = scale_shift_ref, .vjp = scale_shift_vjp,
-                              .inplace = 1};
+                              .infer = infer_like_input0, .ref = sx_ref, .vjp = scale_shift_vjp, .inplace = 1,
+                              .fusion = OP_ELEMENTWISE, .scalar = scale_shift_scalar, .amp = OP_AMP_FOLLOW,
+                              .layout = OP_LAYOUT_EITHER, .cost = op_cost_none};
 
 static int infer_broadcast(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -161,32 +103,9 @@ static int infer_broadcast(const Graph *g, const Node *n, CtType *out, CtErr *er
     return 1;
 }
 
-static double add_f(double a, double b) { return a + b; }
-static double mul_f(double a, double b) { return a * b; }
-static double div_f(double a, double b) { return a / b; }
-
-static void binary_ref(const Graph *g, const Node *n, double *const *in, double *const *out, double (*f)(double, double))
-{
-    const CtShape *os = out_shape(g, n, 0);
-    int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};
-    shape_broadcast_strides(in_shape(g, n, 0), os, sa);
-    shape_broadcast_strides(in_shape(g, n, 1), os, sb);
-    int64_t count = shape_numel(os);
-    for (int64_t i = 0; i < count; i++) {
-        int64_t ia = 0, ib = 0;
-        for (int d = 0; d < os->ndim; d++) {
-            ia += idx[d] * sa[d];
-            ib += idx[d] * sb[d];
-        }
-        out[0][i] = f(in[0][ia], in[1][ib]);
-        for (int d = os->ndim - 1; d >= 0 && ++idx[d] == os->d[d]; d--)
-            idx[d] = 0;
-    }
-}
-
-static void add_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, add_f); }
-static void mul_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, mul_f); }
-static void div_ref(const Graph *g, const Node *n, double *const *in, double *const *out) { binary_ref(g, n, in, out, div_f); }
+static void add_scalar(const Node *n, Sx *s) { s->out[0] = sx_add(s, sx_in(s, 0), sx_in(s, 1)); }
+static void mul_scalar(const Node *n, Sx *s) { s->out[0] = sx_mul(s, sx_in(s, 0), sx_in(s, 1)); }
+static void div_scalar(const Node *n, Sx *s) { s->out[0] = sx_div(s, sx_in(s, 0), sx_in(s, 1)); }
 
 static void add_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
@@ -204,10 +123,12 @@ static void mul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
         }
 }
 
-const OpDef op_add = {.name = "add", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = add_ref,
-                      .vjp = add_vjp, .inplace = 3};
-const OpDef op_mul = {.name = "mul", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = mul_ref,
-                      .vjp = mul_vjp, .inplace = 3};
+#define BINARY_OP(op)                                                                                       \
+    const OpDef op_##op = {.name = #op, .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = sx_ref,     \
+                           .vjp = op##_vjp, .inplace = 3, .fusion = OP_ELEMENTWISE, .scalar = op##_scalar,   \
+                           .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER, .cost = op_cost_none};
+BINARY_OP(add)
+BINARY_OP(mul)
 
 /* y = a / b: da = dy / b, db = -dy * y / b. */
 static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -222,8 +143,7 @@ static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
     }
 }
 
-const OpDef op_div = {.name = "div", .min_in = 2, .max_in = 2, .infer = infer_broadcast, .ref = div_ref,
-                      .vjp = div_vjp, .inplace = 3};
+BINARY_OP(div)
 
 /* splitmix64's finaliser: a bijective mix of 64 bits. */
 static uint64_t mix64(uint64_t z)
@@ -285,9 +205,13 @@ static void dropout_vjp(Emitter *e, const Node *n, const ValueId *dout, const in
 }
 
 const OpDef op_dropout = {.name = "dropout", .min_in = 2, .max_in = 2, .iattr = {"node"}, .fattr = {"p"},
-                          .infer = infer_dropout, .ref = dropout_ref, .vjp = dropout_vjp, .nondiff = 1u << 1};
+                          .infer = infer_dropout, .ref = dropout_ref, .vjp = dropout_vjp, .nondiff = 1u << 1,
+                          .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER,
+                          .cost = op_cost_none};
 const OpDef op_drop_path = {.name = "drop_path", .min_in = 2, .max_in = 2, .iattr = {"node"}, .fattr = {"p"},
-                            .infer = infer_dropout, .ref = drop_path_ref, .vjp = dropout_vjp, .nondiff = 1u << 1};
+                            .infer = infer_dropout, .ref = drop_path_ref, .vjp = dropout_vjp, .nondiff = 1u << 1,
+                            .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER,
+                            .cost = op_cost_none};
 
 /* reduce_sum: sums over the dims whose bit is set in iattr mask; keepdim=1
  * leaves them as size 1, keepdim=0 drops them. */
@@ -342,4 +266,6 @@ static void reduce_sum_vjp(Emitter *e, const Node *n, const ValueId *dout, const
 }
 
 const OpDef op_reduce_sum = {.name = "reduce_sum", .min_in = 1, .max_in = 1, .iattr = {"mask", "keepdim"},
-                             .infer = infer_reduce_sum, .ref = reduce_sum_ref, .vjp = reduce_sum_vjp};
+                             .infer = infer_reduce_sum, .ref = reduce_sum_ref, .vjp = reduce_sum_vjp,
+                             .fusion = OP_REDUCTION, .amp = OP_AMP_F32, .layout = OP_LAYOUT_EITHER,
+                             .cost = op_cost_none};

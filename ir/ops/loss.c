@@ -158,9 +158,11 @@ static void loss_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *
 
 #define LOSS_OPS(op, ref_fn, grad_ref_fn, ...)                                                                   \
     const OpDef op_##op = {.name = #op, .min_in = 2, .max_in = 2, .infer = infer_loss, .ref = ref_fn,           \
-                           .vjp = loss_vjp, .nondiff = 1u << 1, __VA_ARGS__};                                   \
+                           .vjp = loss_vjp, .nondiff = 1u << 1, .fusion = OP_REDUCTION, .amp = OP_AMP_F32,      \
+                           .layout = OP_LAYOUT_NCHW, .cost = op_cost_none, __VA_ARGS__};                        \
     const OpDef op_##op##_grad = {.name = #op "_grad", .min_in = 3, .max_in = 3, .infer = infer_loss_grad,      \
-                                  .ref = grad_ref_fn, __VA_ARGS__};
+                                  .ref = grad_ref_fn, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,              \
+                                  .layout = OP_LAYOUT_NCHW, __VA_ARGS__};
 
 LOSS_OPS(cross_entropy, cross_entropy_ref, cross_entropy_grad_ref, .fattr = {"smoothing"})
 LOSS_OPS(soft_target_cross_entropy, soft_target_ref, soft_target_grad_ref)

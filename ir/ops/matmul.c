@@ -50,8 +50,16 @@ static void linear_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
         din[2] = emit(e, CT_OP_reduce_sum, 1, &dy, (int64_t[]){1, 0}, 2, NULL, 0, 0);
 }
 
+/* fvcore's aten::linear: numel(x) * out_features MACs, the output's
+ * elements as activations. */
+static OpCost linear_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * in_shape(g, n, 1)->d[0], shape_numel(out_shape(g, n, 0))};
+}
+
 const OpDef op_linear = {.name = "linear", .min_in = 2, .max_in = 3, .infer = infer_linear, .ref = linear_ref,
-                         .vjp = linear_vjp};
+                         .vjp = linear_vjp, .fusion = OP_CONTRACTION, .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW,
+                         .cost = linear_cost};
 
 static int infer_matmul(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -123,5 +131,14 @@ static void matmul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
     din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){transpose(e, lhs), rhs}, NULL, 0, NULL, 0, 0);
 }
 
+/* fvcore's aten::matmul family: numel(a) * b[-1] MACs, the output's
+ * elements as activations. */
+static OpCost matmul_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    const CtShape *b = in_shape(g, n, 1);
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * b->d[b->ndim - 1], shape_numel(out_shape(g, n, 0))};
+}
+
 const OpDef op_matmul = {.name = "matmul", .min_in = 2, .max_in = 2, .infer = infer_matmul, .ref = matmul_ref,
-                         .vjp = matmul_vjp};
+                         .vjp = matmul_vjp, .fusion = OP_CONTRACTION, .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW,
+                         .cost = matmul_cost};

@@ -110,6 +110,18 @@ static void batch_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
 }
 
+/* A norm's affine weight is a parameter; fvcore counts one more op per
+ * element for it. */
+static int has_affine(const Graph *g, const Node *n) { return g->values[n->in[1]].role == CT_ROLE_PARAM; }
+
+/* fvcore's aten::batch_norm: per element 2 (affine) or 1 in eval; in
+ * training, normalised by the batch's statistics, 5 or 4. */
+static OpCost batch_norm_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    int per = n->iattr[0] ? (has_affine(g, n) ? 5 : 4) : (has_affine(g, n) ? 2 : 1);
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * per, 0};
+}
+
 const OpDef op_batch_norm = {
     .name = "batch_norm",
     .min_in = 5,
@@ -120,6 +132,11 @@ const OpDef op_batch_norm = {
     .ref = batch_norm_ref,
     .vjp = batch_norm_vjp,
     .nondiff = 1u << 3 | 1u << 4,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_F32,
+    .amp_keep = 1u << 3 | 1u << 4, /* the running statistics stay f32 */
+    .layout = OP_LAYOUT_EITHER,
+    .cost = batch_norm_cost,
 };
 
 static int infer_batch_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -186,6 +203,10 @@ const OpDef op_batch_norm_grad = {
     .fattr = {"eps"},
     .infer = infer_batch_norm_grad,
     .ref = batch_norm_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+    .layout_contig_out = ~1u, /* the weight's and bias's gradients */
 };
 
 static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -236,6 +257,12 @@ static void layer_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
 }
 
+/* fvcore's aten::layer_norm: per element 5 (affine) or 4. */
+static OpCost layer_norm_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * (has_affine(g, n) ? 5 : 4), 0};
+}
+
 const OpDef op_layer_norm = {
     .name = "layer_norm",
     .min_in = 3,
@@ -244,6 +271,10 @@ const OpDef op_layer_norm = {
     .infer = infer_layer_norm,
     .ref = layer_norm_ref,
     .vjp = layer_norm_vjp,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_F32,
+    .layout = OP_LAYOUT_NCHW,
+    .cost = layer_norm_cost,
 };
 
 static int infer_layer_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -289,4 +320,7 @@ const OpDef op_layer_norm_grad = {
     .fattr = {"eps"},
     .infer = infer_layer_norm_grad,
     .ref = layer_norm_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_NCHW,
 };

@@ -5,8 +5,7 @@
 
 #include "ir/emit.h"
 #include "ir/ir.h"
-
-#define CT_PI 3.14159265358979323846
+#include "ir/scalar.h"
 
 #define OP(name) extern const OpDef op_##name;
 #include "ir/ops.def"
@@ -17,8 +16,11 @@ static inline const CtShape *in_shape(const Graph *g, const Node *n, int i) { re
 static inline const CtShape *out_shape(const Graph *g, const Node *n, int i) { return &g->values[n->out[i]].type.shape; }
 
 /* dst[o] = src[sum of o's index times stride] for every element o of a
- * tensor of shape `out`: permutes and broadcasts are gathers like this. */
+ * tensor of shape `out`: a permute is a gather like this. */
 void strided_gather(const double *src, double *dst, const CtShape *out, const int64_t *stride);
+
+/* The cost rule of forward ops fvcore counts nothing for. */
+OpCost op_cost_none(const Graph *g, const Node *n, unsigned flags);
 
 /* Shape rule of ops whose single output has the type of input 0. */
 int infer_like_input0(const Graph *g, const Node *n, CtType *out, CtErr *err);

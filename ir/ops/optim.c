@@ -40,6 +40,7 @@
 #include <math.h>
 
 #include "ops_impl.h"
+#include "sx_algebra.h"
 
 /* Where an update op's inputs sit: `nstate` tensors shaped like p after
  * (p, g), `nscalar` f32 scalar states, then lr, the step when `step`, one
@@ -105,73 +106,44 @@ static int update_skipped(const Graph *g, const Node *n, double *const *in, doub
     return 1;
 }
 
-static void sgd_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+/* With an `apply` input (the last): the new state where apply != 0, else
+ * the state unchanged. */
+static int applied(Sx *s, const Node *n, int fresh, int old)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1];
-    if (update_skipped(g, n, in, out))
-        return;
-    for (int64_t i = 0; i < count; i++) {
-        double d = in[1][i] + wd * in[0][i];
-        double buf = m * in[2][i] + d;
-        if (m != 0)
-            d = n->iattr[0] ? d + m * buf : buf;
-        out[0][i] = in[0][i] - lr * d;
-        out[1][i] = buf;
-    }
+    return upd_layout(n).apply ? sx_select(s, sx_in(s, n->nin - 1), fresh, old) : fresh;
+}
+
+static void sgd_update_scalar(const Node *n, Sx *s)
+{
+    int p = sx_in(s, 0), buf = sx_in(s, 2), p1, buf1;
+    fx_sgd(s, p, sx_in(s, 1), buf, sx_in(s, 3), n->fattr[0], n->fattr[1], (int)n->iattr[0], &p1, &buf1);
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, buf1, buf);
 }
 
 const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov"},
-                             .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sgd_update_ref};
+                             .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
+                             .fusion = OP_ELEMENTWISE, .scalar = sgd_update_scalar, .batch_from = 3,
+                             .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
-/* RAdam's rectification at step t (1-based): the factor on the adaptive
- * step, or 0 when the variance is not yet tractable (rho_t <= 5: an SGD
- * step with momentum). */
-static double radam_rect(double b2, double t)
+static void adamw_update_scalar(const Node *n, Sx *s)
 {
-    double rho_inf = 2 / (1 - b2) - 1, bt = pow(b2, t);
-    double rho = rho_inf - 2 * t * bt / (1 - bt);
-    if (rho <= 5)
-        return 0;
-    return sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho));
-}
-
-static void adamw_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
-{
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double lr = in[4][0], t = in[5][0] + 1, b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2];
-    double wd = n->fattr[3], bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
-    int rule = (int)n->iattr[0];
-    double rect = rule == 2 ? radam_rect(b2, t) : 1;
-    if (update_skipped(g, n, in, out))
-        return;
-    for (int64_t i = 0; i < count; i++) {
-        double p = in[0][i], g1 = in[1][i];
-        if (rule == 0 || rule == 3)
-            p *= 1 - lr * wd;
-        else
-            g1 += wd * p;
-        double m = b1 * in[2][i] + (1 - b1) * g1, v;
-        if (rule == 3) {
-            double r = g1 - m;
-            v = b2 * in[3][i] + (1 - b2) * r * r + eps;
-        } else {
-            v = b2 * in[3][i] + (1 - b2) * g1 * g1;
-        }
-        if (rule == 2 && rect == 0)
-            out[0][i] = p - lr / bc1 * m;
-        else if (rule == 2)
-            out[0][i] = p - lr / bc1 * m * rect * sqrt(bc2) / (sqrt(v) + eps);
-        else
-            out[0][i] = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
-        out[1][i] = m;
-        out[2][i] = v;
-    }
+    double b1 = n->fattr[0], b2 = n->fattr[1];
+    int rule = (int)n->iattr[0], p = sx_in(s, 0), m = sx_in(s, 2), v = sx_in(s, 3), p1, m1, v1;
+    int t = sx_add(s, sx_in(s, 5), sx_const(s, 1));
+    int rect = rule == 2 ? fx_radam_rect(s, b2, t) : 0; /* read by rule 2 alone */
+    fx_adam(s, p, sx_in(s, 1), m, v, sx_in(s, 4), fx_bias_correction(s, b1, t), fx_bias_correction(s, b2, t), rect,
+            rule, b1, b2, n->fattr[2], n->fattr[3], &p1, &m1, &v1);
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, m1, m);
+    s->out[2] = applied(s, n, v1, v);
+    s->f64 = 1; /* torch takes the bias corrections in double */
 }
 
 const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7, .iattr = {"rule"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
-                               .ref = adamw_update_ref};
+                               .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adamw_update_scalar,
+                               .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static void nadam_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -196,7 +168,8 @@ static void nadam_update_ref(const Graph *g, const Node *n, double *const *in, d
 
 const OpDef op_nadam_update = {.name = "nadam_update", .min_in = 7, .max_in = 8, .iattr = {"legacy"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
-                               .ref = nadam_update_ref};
+                               .ref = nadam_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
+                               .layout = OP_LAYOUT_NCHW};
 
 /* timm's trust-ratio guard: 1 unless both norms are positive. */
 static double trust_or_one(double w_norm, double u_norm, double ratio)
@@ -237,7 +210,8 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
 const OpDef op_lamb_update = {.name = "lamb_update", .min_in = 6, .max_in = 8,
                               .iattr = {"trust_clip", "always_adapt", "has_clip"},
                               .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
-                              .ref = lamb_update_ref};
+                              .ref = lamb_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
+                              .layout = OP_LAYOUT_NCHW};
 
 static void lars_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -271,7 +245,8 @@ static void lars_update_ref(const Graph *g, const Node *n, double *const *in, do
 const OpDef op_lars_update = {.name = "lars_update", .min_in = 4, .max_in = 5,
                               .iattr = {"nesterov", "trust_clip", "always_adapt"},
                               .fattr = {"momentum", "weight_decay", "trust_coeff", "eps"}, .infer = infer_update,
-                              .ref = lars_update_ref};
+                              .ref = lars_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
+                              .layout = OP_LAYOUT_NCHW};
 
 static void rmsprop_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -298,7 +273,8 @@ static void rmsprop_update_ref(const Graph *g, const Node *n, double *const *in,
 
 const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf"},
                                  .fattr = {"alpha", "eps", "weight_decay", "momentum"}, .infer = infer_update,
-                                 .ref = rmsprop_update_ref};
+                                 .ref = rmsprop_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
+                                 .layout = OP_LAYOUT_NCHW};
 
 static void adagrad_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
@@ -315,7 +291,8 @@ static void adagrad_update_ref(const Graph *g, const Node *n, double *const *in,
 
 const OpDef op_adagrad_update = {.name = "adagrad_update", .min_in = 4, .max_in = 5,
                                  .fattr = {"eps", "weight_decay"}, .infer = infer_update,
-                                 .ref = adagrad_update_ref};
+                                 .ref = adagrad_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
+                                 .layout = OP_LAYOUT_NCHW};
 
 static int infer_all_finite(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -335,4 +312,5 @@ static void all_finite_ref(const Graph *g, const Node *n, double *const *in, dou
 }
 
 const OpDef op_all_finite = {.name = "all_finite", .min_in = 1, .max_in = 1, .infer = infer_all_finite,
-                             .ref = all_finite_ref};
+                             .ref = all_finite_ref, .fusion = OP_REDUCTION, .amp = OP_AMP_FOLLOW,
+                             .layout = OP_LAYOUT_NCHW};

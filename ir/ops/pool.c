@@ -6,6 +6,7 @@
  * forward input is not among their inputs.
  */
 #include <math.h>
+#include <string.h>
 
 #include "ops_impl.h"
 #include "pool_window.h"
@@ -119,6 +120,10 @@ const OpDef op_avg_pool2d = {
     .infer = infer_pool,
     .ref = avg_pool2d_ref,
     .vjp = avg_pool2d_vjp,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+    .cost = op_cost_none,
 };
 const OpDef op_max_pool2d = {
     .name = "max_pool2d",
@@ -128,6 +133,10 @@ const OpDef op_max_pool2d = {
     .infer = infer_pool,
     .ref = max_pool2d_ref,
     .vjp = max_pool2d_vjp,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+    .cost = op_cost_none,
 };
 
 /* dx [N,C,in_h,in_w] from dy; checked by the forward rule on that input. */
@@ -156,6 +165,9 @@ const OpDef op_avg_pool2d_grad = {
     .iattr = {"kh", "kw", "sh", "sw", "ph", "pw", "ceil_mode", "count_include_pad", "in_h", "in_w"},
     .infer = infer_avg_pool2d_grad,
     .ref = avg_pool2d_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
 };
 
 /* max_pool2d_grad(x, dy): dy routed to each window's argmax. */
@@ -179,6 +191,9 @@ const OpDef op_max_pool2d_grad = {
     .iattr = {"kh", "kw", "sh", "sw", "ph", "pw", "ceil_mode"},
     .infer = infer_max_pool2d_grad,
     .ref = max_pool2d_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
 };
 
 /* adaptive_avg_pool2d: output [N,C,OH,OW]; window i spans
@@ -219,6 +234,17 @@ static void adaptive_vjp(Emitter *e, const Node *n, const ValueId *dout, const i
     din[0] = emit(e, CT_OP_adaptive_avg_pool2d_grad, 1, dout, a, 4, NULL, 0, 0);
 }
 
+/* fvcore's aten::adaptive_avg_pool2d: numel(x) when it is timm's
+ * SelectAdaptivePool2d (nn.AdaptiveAvgPool2d); nothing for the squeeze of a
+ * SqueezeExcite module (scope "....se"), which timm writes as
+ * x.mean((2, 3), keepdim=True), an op fvcore does not count. */
+static OpCost adaptive_avg_pool2d_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    const char *dot = n->scope ? strrchr(n->scope, '.') : NULL;
+    int se = n->scope && strcmp(dot ? dot + 1 : n->scope, "se") == 0;
+    return (OpCost){se ? 0 : shape_numel(in_shape(g, n, 0)), 0};
+}
+
 const OpDef op_adaptive_avg_pool2d = {
     .name = "adaptive_avg_pool2d",
     .min_in = 1,
@@ -227,6 +253,10 @@ const OpDef op_adaptive_avg_pool2d = {
     .infer = infer_adaptive,
     .ref = adaptive_avg_pool2d_ref,
     .vjp = adaptive_vjp,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_F32,
+    .layout = OP_LAYOUT_EITHER,
+    .cost = adaptive_avg_pool2d_cost,
 };
 
 static int infer_adaptive_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -265,4 +295,7 @@ const OpDef op_adaptive_avg_pool2d_grad = {
     .iattr = {"oh", "ow", "in_h", "in_w"},
     .infer = infer_adaptive_grad,
     .ref = adaptive_avg_pool2d_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
 };

@@ -39,9 +39,14 @@ static void reshape_vjp(Emitter *e, const Node *n, const ValueId *dout, const in
     din[0] = emit_reshape(e, dout[0], emit_shape(e, n->in[0]));
 }
 
+/* Element i of the output is element i of the input: reshape's, where
+ * both are row-major, and cast's and expand's (a broadcast read). */
+static void identity_scalar(const Node *n, Sx *s) { s->out[0] = sx_in(s, 0); }
+
 const OpDef op_reshape = {.name = "reshape", .min_in = 1, .max_in = 1, .vjp = reshape_vjp,
                           .list_attr = "shape",
-                          .infer = infer_reshape, .ref = copy_ref};
+                          .infer = infer_reshape, .ref = copy_ref, .fusion = OP_VIEW, .scalar = identity_scalar,
+                          .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
 
 static int infer_permute(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -83,7 +88,8 @@ static void permute_vjp(Emitter *e, const Node *n, const ValueId *dout, const in
 
 const OpDef op_permute = {.name = "permute", .min_in = 1, .max_in = 1, .vjp = permute_vjp,
                           .list_attr = "perm",
-                          .infer = infer_permute, .ref = permute_ref};
+                          .infer = infer_permute, .ref = permute_ref, .fusion = OP_DATA, .amp = OP_AMP_FOLLOW,
+                          .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
 
 enum { SL_DIM, SL_START, SL_END, SL_STEP };
 
@@ -121,7 +127,8 @@ static void slice_vjp(Emitter *e, const Node *n, const ValueId *dout, const int 
 }
 
 const OpDef op_slice = {.name = "slice", .min_in = 1, .max_in = 1, .iattr = {"dim", "start", "end", "step"},
-                        .infer = infer_slice, .ref = slice_ref, .vjp = slice_vjp};
+                        .infer = infer_slice, .ref = slice_ref, .vjp = slice_vjp, .fusion = OP_DATA,
+                        .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
 
 /* slice_grad(dy): dy placed back where the slice took it from, zeros
  * elsewhere; iattr as slice's plus the sliced dim's full size. */
@@ -155,7 +162,8 @@ static void slice_grad_ref(const Graph *g, const Node *n, double *const *in, dou
 
 const OpDef op_slice_grad = {.name = "slice_grad", .min_in = 1, .max_in = 1,
                              .iattr = {"dim", "start", "end", "step", "size"},
-                             .infer = infer_slice_grad, .ref = slice_grad_ref};
+                             .infer = infer_slice_grad, .ref = slice_grad_ref, .fusion = OP_DATA,
+                             .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static int infer_concat(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -203,7 +211,8 @@ static void concat_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
 }
 
 const OpDef op_concat = {.name = "concat", .min_in = 2, .max_in = CT_MAX_IN, .iattr = {"dim"},
-                         .infer = infer_concat, .ref = concat_ref, .vjp = concat_vjp};
+                         .infer = infer_concat, .ref = concat_ref, .vjp = concat_vjp, .fusion = OP_DATA,
+                         .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
 
 static int infer_expand(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
@@ -221,19 +230,6 @@ static int infer_expand(const Graph *g, const Node *n, CtType *out, CtErr *err)
     out[0].dtype = in_type(g, n, 0)->dtype;
     out[0].shape = s;
     return 1;
-}
-
-static void expand_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
-{
-    const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
-    int64_t stride[CT_MAX_DIMS], s = 1;
-    for (int i = y->ndim - 1; i >= 0; i--) {
-        int j = i - (y->ndim - x->ndim);
-        int64_t d = j >= 0 ? x->d[j] : 1;
-        stride[i] = d == 1 ? 0 : s;
-        s *= d;
-    }
-    strided_gather(in[0], out[0], y, stride);
 }
 
 static void expand_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
@@ -260,7 +256,8 @@ static void to_layout_vjp(Emitter *e, const Node *n, const ValueId *dout, const 
 }
 
 const OpDef op_to_layout = {.name = "to_layout", .min_in = 1, .max_in = 1, .iattr = {"layout"},
-                            .infer = infer_to_layout, .ref = copy_ref, .vjp = to_layout_vjp};
+                            .infer = infer_to_layout, .ref = copy_ref, .vjp = to_layout_vjp, .fusion = OP_DATA,
+                            .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER, .cost = op_cost_none};
 
 /* cast(x): iattr dtype; the ref backend rounds to it like every output. */
 static int infer_cast(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -278,8 +275,10 @@ static void cast_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *
 }
 
 const OpDef op_cast = {.name = "cast", .min_in = 1, .max_in = 1, .iattr = {"dtype"}, .infer = infer_cast,
-                       .ref = copy_ref, .vjp = cast_vjp};
+                       .ref = sx_ref, .vjp = cast_vjp, .fusion = OP_ELEMENTWISE, .scalar = identity_scalar,
+                       .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER, .cost = op_cost_none};
 
 const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1, .vjp = expand_vjp,
                          .list_attr = "shape",
-                         .infer = infer_expand, .ref = expand_ref};
+                         .infer = infer_expand, .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = identity_scalar,
+                         .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};

@@ -1,9 +1,7 @@
 /*
- * The cpu backend: runs an f32 graph node by node in f32, activations and
- * gradients in one arena laid out by the memory plan (passes/plan.h), state
- * read and written in place in the CtState block, inputs read where the
- * caller holds them, graph outputs written straight into the caller's
- * tensors. GEMMs and convolutions go through BLAS (gemm_ops.c); the other
+ * The cpu backend's node kernels and its table; its context, which runs a
+ * program's steps over one arena, is compiled.c. GEMMs and convolutions go
+ * through BLAS (gemm_ops.c); the other
  * ops are plain f32 loops (their files). An op without an f32 kernel, or a
  * node on integer values (the AdamW step count, casts of it), runs its ref
  * kernel through doubles, which is exact for those. f16 and bf16 values (the
@@ -15,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/plan.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/compiled.h"
 #include "runtime/cpu/cpu.h"
@@ -191,87 +188,8 @@ void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *o
     }
 }
 
-static int cpu_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
-{
-    int fused = cpu_run_fused(g, state, inputs, ninputs, outputs, err); /* elementwise work as compiled kernels */
-    if (fused != CPU_FUSED_UNAVAILABLE)
-        return fused;
-    int rc = -1, in_k = 0, nout_done = 0;
-    MemPlan plan;
-    unsigned char *arena = NULL;
-    void **ptr = calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof *ptr);
-    char *owned = calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
-    CT_ASSERT(ptr && owned);
-    if (backend_check(&ct_backend_cpu, g, err) || plan_memory(g, &plan, err))
-        goto free_ptrs;
-    arena = malloc(plan.arena_bytes ? plan.arena_bytes : 1);
-    CT_ASSERT(arena != NULL);
-    for (ValueId v = 0; v < g->nvalues; v++) {
-        const Value *val = &g->values[v];
-        if (val->role == CT_ROLE_INPUT) {
-            if (in_k >= ninputs || !shape_equal(&inputs[in_k].type.shape, &val->type.shape) ||
-                inputs[in_k].type.dtype != val->type.dtype) {
-                ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", in_k, val->name);
-                goto free_plan;
-            }
-            ptr[v] = inputs[in_k++].data;
-        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
-            int s = state_find(state, val->name);
-            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
-                state->e[s].type.dtype != val->type.dtype) {
-                ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", val->name);
-                goto free_plan;
-            }
-            ptr[v] = state_data(state, s);
-        } else if (plan.offset[v] != PLAN_NONE) {
-            ptr[v] = arena + plan.offset[v];
-        }
-    }
-    /* Outputs computed by a node are written in the caller's tensor. */
-    for (int k = 0; k < g->noutputs; k++) {
-        ValueId v = g->outputs[k];
-        tensor_alloc(&outputs[k], g->values[v].type);
-        nout_done = k + 1;
-        if (!ptr[v] && g->values[v].producer >= 0) {
-            ptr[v] = outputs[k].data;
-            owned[v] = 2;
-        }
-    }
-    for (ValueId v = 0; v < g->nvalues; v++)
-        if (!ptr[v]) { /* not in the plan (nothing reads it): scratch of its own */
-            ptr[v] = malloc(value_nbytes(&g->values[v]) + 1);
-            CT_ASSERT(ptr[v] != NULL);
-            owned[v] = 1;
-        }
+static int cpu_sync(CtExec *e, CtErr *err) { return 0; }
 
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        void *in[CT_MAX_IN], *out[CT_MAX_OUT];
-        for (int k = 0; k < n->nin; k++)
-            in[k] = ptr[n->in[k]];
-        for (int k = 0; k < n->nout; k++)
-            out[k] = ptr[n->out[k]];
-        cpu_run_node(g, n, in, out);
-    }
-    for (int k = 0; k < g->noutputs; k++) {
-        ValueId v = g->outputs[k];
-        if (ptr[v] != outputs[k].data)
-            memcpy(outputs[k].data, ptr[v], value_nbytes(&g->values[v]));
-    }
-    rc = 0;
-free_plan:
-    if (rc)
-        for (int k = 0; k < nout_done; k++)
-            tensor_free(&outputs[k]);
-    for (ValueId v = 0; v < g->nvalues; v++)
-        if (owned[v] == 1)
-            free(ptr[v]);
-    free(arena);
-    plan_free(&plan);
-free_ptrs:
-    free(ptr);
-    free(owned);
-    return rc;
-}
-
-const CtBackend ct_backend_cpu = {.name = "cpu", .supports = cpu_supports, .run = cpu_run};
+const CtBackend ct_backend_cpu = {.name = "cpu", .target = CT_TARGET_CPU, .supports = cpu_supports,
+                                  .prepare = cpu_exec_prepare, .run = cpu_exec_run, .state_to_host = cpu_sync,
+                                  .state_from_host = cpu_sync, .free = cpu_exec_free};

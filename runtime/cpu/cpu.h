@@ -10,6 +10,7 @@
 #ifndef CTIMM_CPU_H
 #define CTIMM_CPU_H
 
+#include "ir/formulas.h"
 #include "ir/ir.h"
 
 typedef void (*CpuKernel)(const Graph *g, const Node *n, float *const *in, float *const *out);
@@ -53,9 +54,10 @@ enum {
 };
 float *cpu_scratch(int slot, int64_t n);
 
+/* The ops with an f32 kernel: every activation (ir/formulas.h) and these. */
 #define CPU_KERNELS(X)                                                                                    \
     X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(linear) X(matmul) X(sdpa) X(sdpa_grad)         \
-    X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(act_grad) X(add) X(mul)  \
+    CT_ACTIVATIONS(X) X(act_grad) X(add) X(mul)                                                          \
     X(div) X(scale_shift) X(reduce_sum) X(softmax) X(softmax_grad)                                       \
     X(batch_norm) X(batch_norm_grad) X(layer_norm) X(layer_norm_grad)                                     \
     X(avg_pool2d) X(max_pool2d) X(adaptive_avg_pool2d) X(avg_pool2d_grad) X(max_pool2d_grad)             \

@@ -1,9 +1,9 @@
 /*
  * The cpu backend's elementwise ops, reductions and softmax, as f32 loops
- * over the ref kernels' formulas (activations in f32 with
- * codegen/host_math.h's exp, tanh and erf, as the generated kernels compute
- * them; sums accumulated in double). Broadcasting follows numpy's rules
- * as the ref kernels do; the innermost output dim runs as a strided loop.
+ * (activations: ir/formulas.h's, in f32 with codegen/host_math.h's exp,
+ * tanh and erf, as the generated kernels compute them; sums accumulated in
+ * double). Broadcasting follows numpy's rules as the ref kernels do; the
+ * innermost output dim runs as a strided loop.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,132 +12,66 @@
 #include "codegen/host_math.h"
 #include "runtime/cpu/cpu.h"
 
-#define SQRT_2_PI 0.797884560802865355f /* sqrt(2 / pi) */
-#define INV_SQRT_2 0.707106781186547524f
-#define INV_SQRT_2PI 0.398942280401432678f /* 1 / sqrt(2 pi) */
+/* ir/formulas.h over f32 numbers, with the generated kernels' exp, tanh
+ * and erf: the values the fused kernels compute. */
+#define FX_T float
+#define FX_EXP ct_expf
+#define FX_SQRT sqrtf
+#define FX_ERF ct_erff
+#define FX_TANH ct_tanhf
+#define FX_POW powf
+#include "ir/formulas.h"
 
-static inline float sigm(float x) { return 1.0f / (1.0f + ct_expf(-x)); }
-static inline float hsig(float x) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5f; }
+/* The loop of one activation: each its own, with gelu's form a constant in
+ * it, so that every loop vectorises. */
+#define ACT_LOOP(expr)                                                 \
+    _Pragma("omp parallel for simd if (cnt > CPU_PARALLEL_MIN)")       \
+    for (int64_t i = 0; i < cnt; i++)                                  \
+        y[i] = expr;
 
-/* Each activation its own loop with the op chosen outside, so every loop
- * vectorises. */
 CPU_CLONES static void act(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
     const float *x = in[0];
     float *y = out[0];
+    int approx = n->op == CT_OP_gelu && n->iattr[0];
     switch (n->op) {
-    case CT_OP_relu:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] <= 0 ? 0.0f : x[i]; /* NaN passes, as torch's */
+#define CASE(name)                                   \
+    case CT_OP_##name:                               \
+        if (approx) {                                \
+            ACT_LOOP(fx_##name(x[i], 1))             \
+        } else {                                     \
+            ACT_LOOP(fx_##name(x[i], 0))             \
+        }                                            \
         break;
-    case CT_OP_sigmoid:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = sigm(x[i]);
-        break;
-    case CT_OP_silu:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] * sigm(x[i]);
-        break;
-    case CT_OP_hard_sigmoid:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = hsig(x[i]);
-        break;
-    case CT_OP_hard_swish:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] * hsig(x[i]);
-        break;
-    case CT_OP_rsqrt:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = 1 / sqrtf(x[i]);
-        break;
-    case CT_OP_gelu:
-        if (n->iattr[0])
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-            for (int64_t i = 0; i < cnt; i++)
-                y[i] = 0.5f * x[i] * (1 + ct_tanhf(SQRT_2_PI * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
-        else
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-            for (int64_t i = 0; i < cnt; i++)
-                y[i] = 0.5f * x[i] * (1 + ct_erff(x[i] * INV_SQRT_2));
-        break;
+        CT_ACTIVATIONS(CASE)
+#undef CASE
     default: CT_ASSERT(!"not an activation"); break;
     }
 }
 
 #define ACT(op) \
     void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out) { act(g, n, in, out); }
-ACT(relu)
-ACT(gelu)
-ACT(silu)
-ACT(sigmoid)
-ACT(hard_swish)
-ACT(hard_sigmoid)
-ACT(rsqrt)
+CT_ACTIVATIONS(ACT)
 
-/* dy * f'(x): in[0] x, in[1] dy; 0 where f is flat, whatever dy (ir/ops/elementwise.c) */
+/* dy * f'(x): in[0] x, in[1] dy; 0 where f is flat, whatever dy */
 CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
     const float *x = in[0], *dy = in[1];
     float *y = out[0];
+    int approx = (int)n->iattr[1];
     switch ((CtOp)n->iattr[0]) {
-    case CT_OP_relu:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] <= 0 ? 0.0f : dy[i];
+#define CASE(name)                                        \
+    case CT_OP_##name:                                    \
+        if (approx) {                                     \
+            ACT_LOOP(fx_##name##_grad(x[i], dy[i], 1))    \
+        } else {                                          \
+            ACT_LOOP(fx_##name##_grad(x[i], dy[i], 0))    \
+        }                                                 \
         break;
-    case CT_OP_sigmoid:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++) {
-            float s = sigm(x[i]);
-            y[i] = dy[i] * (s * (1 - s));
-        }
-        break;
-    case CT_OP_silu:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++) {
-            float s = sigm(x[i]);
-            y[i] = dy[i] * (s * (1 + x[i] * (1 - s)));
-        }
-        break;
-    case CT_OP_hard_sigmoid:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = x[i] > -3 && x[i] < 3 ? dy[i] * (1.0f / 6) : 0.0f;
-        break;
-    case CT_OP_hard_swish:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++) {
-            float d = dy[i]; /* read on every path: the baseline clone has no masked loads to vectorise with */
-            y[i] = x[i] < -3 ? 0.0f : x[i] <= 3 ? d * (x[i] / 3 + 0.5f) : d;
-        }
-        break;
-    case CT_OP_rsqrt:
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < cnt; i++)
-            y[i] = dy[i] * (-0.5f / (x[i] * sqrtf(x[i])));
-        break;
-    case CT_OP_gelu:
-        if (n->iattr[1])
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-            for (int64_t i = 0; i < cnt; i++) {
-                float v = x[i], t = ct_tanhf(SQRT_2_PI * (v + 0.044715f * v * v * v));
-                y[i] = dy[i] * (0.5f * (1 + t) + 0.5f * v * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715f * v * v));
-            }
-        else
-#pragma omp parallel for simd if (cnt > CPU_PARALLEL_MIN)
-            for (int64_t i = 0; i < cnt; i++) {
-                float v = x[i];
-                y[i] = dy[i] * (0.5f * (1 + ct_erff(v * INV_SQRT_2)) + v * ct_expf(-0.5f * v * v) * INV_SQRT_2PI);
-            }
-        break;
+        CT_ACTIVATIONS(CASE)
+#undef CASE
     default: CT_ASSERT(!"not an activation"); break;
     }
 }

@@ -1,13 +1,11 @@
-/* Contract: ct_backend_cuda runs a graph on the GPU through the executor
- * (runtime/cuda/executor.h), compiling each distinct graph once per
- * process; without the CUDA libraries at build time it says so instead. */
-#include <pthread.h>
+/* Contract: ct_backend_cuda runs a Program on the GPU through the executor
+ * (runtime/cuda/executor.h), one device context and one built program per
+ * backend context, the state resident on the device between syncs;
+ * without the CUDA libraries at build time it says so instead. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
-#include "ir/graph_hash.h"
 #include "ir/ops.h"
 #include "passes/fuse.h"
 #include "runtime/backend.h"
@@ -72,62 +70,74 @@ size_t cuda_backend_free_bytes(void)
 }
 
 #ifdef CTIMM_HAVE_CUDA_LIBS
-typedef struct Memo {
-    XXH128_hash_t key;
+struct CtExec {
+    CudaExec *ex;
     CudaProgram *pr;
-    struct Memo *next;
-} Memo;
+    const CtProgram *p;
+    CtState *state;
+};
 
-/* The process's device and its programs: a run is called once per step
- * with no place to keep them (as the cpu backend's compiled graphs). */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static CudaExec *exec_g;
-static Memo *memo;
-static CudaExecOptions options = {.graphs = 1};
-
-void cuda_backend_configure(int allow_tf32, int graphs, int sync_each, int resident)
+static void cuda_free(CtExec *e)
 {
-    pthread_mutex_lock(&mu);
-    options = (CudaExecOptions){.allow_tf32 = allow_tf32, .graphs = graphs, .sync_each = sync_each,
-                                .resident = resident};
-    pthread_mutex_unlock(&mu);
+    if (e->pr)
+        cuda_program_free(e->pr);
+    if (e->ex)
+        cuda_exec_close(e->ex);
+    free(e);
 }
 
-static int cuda_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs,
-                    CtErr *err)
+/* The device context and the program's modules, launch plan and memory,
+ * made once; the state is uploaded before the first run. */
+static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
-    if (backend_check(&ct_backend_cuda, g, err))
+    CudaExecOptions o = {.graphs = !p->opt.sync_each, .allow_tf32 = p->opt.allow_tf32,
+                         .sync_each = p->opt.sync_each, .outputs_on_device = p->opt.outputs_on_device};
+    CtExec *e = calloc(1, sizeof *e);
+    CT_ASSERT(e != NULL);
+    *e = (CtExec){.p = p, .state = state};
+    if (cuda_exec_open(&o, &e->ex, err) || cuda_program_build(e->ex, &p->g, &e->pr, err)) {
+        cuda_free(e);
         return -1;
-    XXH128_hash_t key = graph_content_hash(g);
-    int rc = -1;
-    pthread_mutex_lock(&mu);
-    if (!exec_g && cuda_exec_open(&options, &exec_g, err))
-        goto unlock;
-    CudaProgram *pr = NULL;
-    for (Memo *m = memo; m && !pr; m = m->next)
-        if (XXH128_isEqual(m->key, key))
-            pr = m->pr;
-    if (!pr) {
-        if (cuda_program_build(exec_g, g, &pr, err))
-            goto unlock;
-        Memo *m = malloc(sizeof *m);
-        CT_ASSERT(m != NULL);
-        *m = (Memo){key, pr, memo};
-        memo = m;
     }
-    rc = cuda_program_run(pr, g, state, inputs, ninputs, outputs, err);
-unlock:
-    pthread_mutex_unlock(&mu);
-    return rc;
+    *out = e;
+    return 0;
+}
+
+static int cuda_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    return cuda_program_run(e->pr, &e->p->g, e->state, inputs, ninputs, outputs, err);
+}
+
+static int cuda_to_host(CtExec *e, CtErr *err) { return cuda_program_state_to_host(e->pr, e->state, err); }
+
+static int cuda_from_host(CtExec *e, CtErr *err)
+{
+    cuda_program_state_changed(e->pr);
+    return 0;
+}
+
+void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state)
+{
+    cuda_program_moved(e->pr, in, out, state);
 }
 #else
-void cuda_backend_configure(int allow_tf32, int graphs, int sync_each, int resident) {}
-
-static int cuda_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs,
-                    CtErr *err)
+static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
     return ct_fail(err, "this ctimm was built without NVRTC, cuBLASLt and cuDNN: the cuda backend cannot run");
 }
+
+static int cuda_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    return ct_fail(err, "the cuda backend cannot run here");
+}
+
+static int cuda_to_host(CtExec *e, CtErr *err) { return ct_fail(err, "the cuda backend cannot run here"); }
+static int cuda_from_host(CtExec *e, CtErr *err) { return ct_fail(err, "the cuda backend cannot run here"); }
+static void cuda_free(CtExec *e) {}
+
+void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state) { *in = *out = *state = 0; }
 #endif
 
-const CtBackend ct_backend_cuda = {.name = "cuda", .supports = cuda_supports, .run = cuda_run};
+const CtBackend ct_backend_cuda = {.name = "cuda", .target = CT_TARGET_CUDA, .supports = cuda_supports,
+                                   .prepare = cuda_prepare, .run = cuda_run, .state_to_host = cuda_to_host,
+                                   .state_from_host = cuda_from_host, .free = cuda_free};

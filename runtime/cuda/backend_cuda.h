@@ -1,7 +1,7 @@
 /*
  * The cuda backend (ct_backend_cuda, runtime/backend.h): the executor
- * behind the backend table, one device and one compiled program per
- * distinct graph for the life of the process.
+ * behind the backend table; its options (TF32, synchronising each step,
+ * outputs left on the device) come with the Program (ProgramOptions).
  */
 #ifndef CTIMM_BACKEND_CUDA_H
 #define CTIMM_BACKEND_CUDA_H
@@ -16,11 +16,10 @@ int cuda_backend_usable(char *why, size_t n);
  * caller that sizes its work before building anything (ctimm-bench). */
 size_t cuda_backend_free_bytes(void);
 
-/* Before the first run: f32 GEMMs and convolutions on TF32 tensor cores
- * (timm's benchmark allows it; off by default, as the parity tests need),
- * CUDA graph replay (on by default), a synchronisation after every step so
- * that a fault names its step (debugging; off), and resident state with
- * the outputs left on the device (runtime/cuda/executor.h; ctimm-bench). */
-void cuda_backend_configure(int allow_tf32, int graphs, int sync_each, int resident);
+struct CtExec;
+/* Bytes the context's last run moved between host and device: its inputs
+ * in, its outputs out, the state (uploaded before the first run and after
+ * state_from_host, else 0). */
+void cuda_backend_moved(const struct CtExec *e, size_t *in, size_t *out, size_t *state);
 
 #endif

@@ -53,6 +53,8 @@ struct CudaProgram {
     CUgraph graph;
     CUgraphExec graph_exec;
     int runs;
+    int state_stale;                          /* the host's state is newer: upload before the next run */
+    size_t moved_in, moved_out, moved_state;  /* by the last run */
 };
 
 /* 0, or -1 with "what: the driver's error". */
@@ -463,9 +465,13 @@ int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTe
         return ct_fail(err, "the state has %zu bytes, the program was built for %zu", state->nbytes, pr->st_bytes);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
         return -1;
-    if ((!ex->opt.resident || pr->runs == 0) &&
-        cu_check(ex, ex->drv.MemcpyHtoD(pr->state, state->data, state->nbytes), err, "uploading the state"))
-        return -1;
+    pr->moved_in = pr->moved_out = pr->moved_state = 0;
+    if (pr->runs == 0 || pr->state_stale) {
+        if (cu_check(ex, ex->drv.MemcpyHtoD(pr->state, state->data, state->nbytes), err, "uploading the state"))
+            return -1;
+        pr->state_stale = 0;
+        pr->moved_state = state->nbytes;
+    }
     for (ValueId v = 0; v < g->nvalues; v++) {
         if (pr->in_off[v] == PLAN_NONE)
             continue;
@@ -476,6 +482,7 @@ int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTe
         if (cu_check(ex, ex->drv.MemcpyHtoD(pr->inputs + pr->in_off[v], inputs[k].data, value_bytes(val)), err,
                      "uploading input %d", k))
             return -1;
+        pr->moved_in += value_bytes(val);
         k++;
     }
     int graphs = ex->opt.graphs && !ex->opt.sync_each && pr->runs > 0;
@@ -487,20 +494,40 @@ int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTe
     for (; nout < g->noutputs; nout++) {
         const Value *val = &g->values[g->outputs[nout]];
         tensor_alloc(&outputs[nout], val->type);
-        if (!ex->opt.resident &&
-            cu_check(ex, ex->drv.MemcpyDtoH(outputs[nout].data, addr(pr, g->outputs[nout]), value_bytes(val)), err,
+        if (ex->opt.outputs_on_device)
+            continue;
+        if (cu_check(ex, ex->drv.MemcpyDtoH(outputs[nout].data, addr(pr, g->outputs[nout]), value_bytes(val)), err,
                      "downloading output %d", nout)) {
             tensor_free(&outputs[nout]);
             goto fail;
         }
+        pr->moved_out += value_bytes(val);
     }
-    if (!ex->opt.resident &&
-        cu_check(ex, ex->drv.MemcpyDtoH(state->data, pr->state, state->nbytes), err, "downloading the state"))
-        goto fail;
     rc = 0;
 fail:
     if (rc)
         for (int o = 0; o < nout; o++)
             tensor_free(&outputs[o]);
     return rc;
+}
+
+int cuda_program_state_to_host(CudaProgram *pr, CtState *state, CtErr *err)
+{
+    CudaExec *ex = pr->ex;
+    if (state->nbytes != pr->st_bytes)
+        return ct_fail(err, "the state has %zu bytes, the program was built for %zu", state->nbytes, pr->st_bytes);
+    if (pr->runs == 0 || pr->state_stale) /* the device has nothing newer */
+        return 0;
+    if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
+        return -1;
+    return cu_check(ex, ex->drv.MemcpyDtoH(state->data, pr->state, state->nbytes), err, "downloading the state");
+}
+
+void cuda_program_state_changed(CudaProgram *pr) { pr->state_stale = 1; }
+
+void cuda_program_moved(const CudaProgram *pr, size_t *in, size_t *out, size_t *state)
+{
+    *in = pr->moved_in;
+    *out = pr->moved_out;
+    *state = pr->moved_state;
 }

@@ -14,9 +14,12 @@
  * libraries' workspace; out of memory says what the plan needs against
  * what the device has free, before anything is allocated.
  *
- * A run uploads the inputs and the state, enqueues every step on the
- * stream (checked call by call, a failure naming its step and kernel), and
- * downloads the outputs and the state. With graphs on, the second run
+ * The state is uploaded before the first run and after
+ * cuda_program_state_changed, downloaded only by
+ * cuda_program_state_to_host: between them it stays on the device. A run
+ * uploads the inputs, enqueues every step on the stream (checked call by
+ * call, a failure naming its step and kernel) and downloads the outputs;
+ * it counts what it moved (cuda_program_moved). With graphs on, the second run
  * captures the steps as a CUDA graph and every later run replays it: the
  * inputs (learning rate and loss scale among them) sit at fixed device
  * addresses, so the graph never changes. With sync_each, every step is
@@ -32,9 +35,8 @@ typedef struct CudaExecOptions {
     int graphs;     /* capture and replay CUDA graphs */
     int allow_tf32; /* f32 GEMMs and convolutions on TF32 tensor cores (timm's benchmark does) */
     int sync_each;  /* synchronise after every step (debugging; no graphs) */
-    int resident;   /* the state stays on the device after a program's first upload and the outputs are
-                     * not downloaded (left unset): for a caller that reads neither, as ctimm-bench's timed
-                     * steps, which then time what timm's benchmark.py times (weights on the GPU) */
+    int outputs_on_device; /* the outputs are not downloaded (left unset): for a caller that reads none, as
+                            * ctimm-bench's timed steps, which then time what timm's benchmark.py times */
 } CudaExecOptions;
 
 typedef struct CudaExec CudaExec;
@@ -51,9 +53,15 @@ int cuda_program_build(CudaExec *ex, const Graph *g, CudaProgram **pr, CtErr *er
 void cuda_program_free(CudaProgram *pr);
 
 /* One run of g (the graph the program was built from): inputs in value
- * order; outputs allocated here, owned by the caller; state updated in
- * place. */
+ * order; outputs allocated here, owned by the caller; the state (of g's
+ * layout, state_create's) updated on the device. */
 int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
                      CtTensor *outputs, CtErr *err);
+/* The device's state into state. */
+int cuda_program_state_to_host(CudaProgram *pr, CtState *state, CtErr *err);
+/* The host changed the state: the next run uploads it first. */
+void cuda_program_state_changed(CudaProgram *pr);
+/* Bytes the last run moved: inputs in, outputs out, state either way. */
+void cuda_program_moved(const CudaProgram *pr, size_t *in, size_t *out, size_t *state);
 
 #endif

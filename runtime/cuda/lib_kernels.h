@@ -12,6 +12,7 @@
  *                    the storage type, its load as float and store from
  *                    float, the name suffix (_f32, _f16, _bf16)
  *   lib_common.h     CtIndex and ct_offsets, before this text
+ *   ir/formulas.h    over float numbers (fx_act), and the op kinds CT_OP_*
  *
  * First versions, for correctness: one work item per output element, row
  * or channel, with the inner sums serial in double (the ref kernels'
@@ -38,29 +39,11 @@ CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
 }
 
 /* An activation, elementwise (a library call's epilogue that the library
- * does not compute): act 0 relu, 1 gelu (approx: tanh form), 2 silu,
- * 3 sigmoid, 4 hard_swish, 5 hard_sigmoid, as ir/ops/elementwise.c. */
+ * does not compute): act its op kind, approx gelu's tanh form. */
 CT_GLOBAL CT_SFX(ct_act)(const CT_T *x, CT_T *y, long long n, int act, int approx)
 {
     CT_LOOP(i, n)
-    {
-        float v = CT_LD(x[i]), r;
-        if (act == 0)
-            r = v <= 0 ? 0 : v; /* NaN passes, as torch's */
-        else if (act == 1 && approx)
-            r = 0.5f * v * (1 + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        else if (act == 1)
-            r = 0.5f * v * (1 + erff(v * 0.7071067811865476f));
-        else if (act == 2)
-            r = v / (1 + expf(-v));
-        else if (act == 3)
-            r = 1 / (1 + expf(-v));
-        else if (act == 4)
-            r = v * (v <= -3 ? 0 : v >= 3 ? 1 : v / 6 + 0.5f);
-        else
-            r = v <= -3 ? 0 : v >= 3 ? 1 : v / 6 + 0.5f;
-        y[i] = CT_ST(r);
-    }
+    y[i] = CT_ST(fx_act(act, approx, CT_LD(x[i])));
 }
 
 /* y = a + b, b broadcast: ix walks y's dims with a's strides (which y

@@ -432,20 +432,6 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     return 0;
 }
 
-/* The activation id of ct_act, or -1. */
-static int act_id(CtOp op)
-{
-    switch (op) {
-    case CT_OP_relu: return 0;
-    case CT_OP_gelu: return 1;
-    case CT_OP_silu: return 2;
-    case CT_OP_sigmoid: return 3;
-    case CT_OP_hard_swish: return 4;
-    case CT_OP_hard_sigmoid: return 5;
-    default: return -1;
-    }
-}
-
 /* An activation or an add: a library step's epilogue node the library
  * call left (lib_launch.h). The output shares the first operand's layout. */
 static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
@@ -460,7 +446,7 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
         a_val(l, x);
         a_val(l, y);
         a_i64(l, shape_numel(ys));
-        a_i32(l, act_id(n->op));
+        a_i32(l, n->op);
         a_i32(l, n->op == CT_OP_gelu && n->iattr[0]);
         return 0;
     }
@@ -482,7 +468,7 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
 
 int lib_supports(CtOp op)
 {
-    if (act_id(op) >= 0 || op == CT_OP_add)
+    if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add)
         return 1;
     switch (op) {
     case CT_OP_reshape: case CT_OP_to_layout: case CT_OP_permute: case CT_OP_slice: case CT_OP_slice_grad:
@@ -523,7 +509,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
-    default: rc = act_id(n->op) >= 0 ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
+    default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
     }
     *count = b.n;
     return rc;

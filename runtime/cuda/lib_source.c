@@ -3,10 +3,12 @@
 #include "runtime/cuda/lib_source.h"
 
 #include "codegen/render.h"
+#include "ir/ops.h"
 
-/* made at build time from runtime/cuda/lib_common.h and lib_kernels.h */
+/* made at build time from runtime/cuda/lib_common.h, lib_kernels.h and ir/formulas.h */
 extern const char ct_lib_common_text[];
 extern const char ct_lib_kernels_text[];
+extern const char ct_formulas_text[];
 
 void lib_source(CtBuf *out)
 {
@@ -23,6 +25,13 @@ void lib_source(CtBuf *out)
                     "#define CT_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
                     "i < (n); i += (long long)blockDim.x * gridDim.x)\n");
     buf_printf(out, "%s\n", ct_lib_common_text);
+    /* the activations' formulas, over float as the generated kernels compute */
+    buf_printf(out, "enum {");
+    for (int op = 0; op < CT_NOPS; op++)
+        buf_printf(out, " CT_OP_%s = %d,", op_def((CtOp)op)->name, op);
+    buf_printf(out, " };\n#define FX_T float\n#define FX_FN CT_DEVICE\n#define FX_EXP ct_expf\n#define FX_SQRT sqrtf\n"
+                    "#define FX_ERF ct_erff\n#define FX_TANH ct_tanhf\n#define FX_POW powf\n%s\n",
+               ct_formulas_text);
     for (int k = 0; k < 3; k++) {
         buf_printf(out, "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n",
                    storage[k].type, storage[k].load, storage[k].store, storage[k].suffix);

@@ -20,38 +20,79 @@ static double *alloc_doubles(int64_t n)
     return p;
 }
 
-static int ref_run(const Graph *g, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+struct CtExec {
+    const CtProgram *p;
+    CtState *state;
+    int *slot; /* per value: its state tensor, or -1 */
+};
+
+/* The state tensor of every state value, found once by name. */
+static int bind_state(const CtProgram *p, CtState *state, int *slot, CtErr *err)
 {
+    const Graph *g = &p->g;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        slot[v] = -1;
+        if (!p->state_name[v])
+            continue;
+        int s = state ? state_find(state, p->state_name[v]) : -1;
+        if (s < 0 || !shape_equal(&state->e[s].type.shape, &g->values[v].type.shape) ||
+            state->e[s].type.dtype != g->values[v].type.dtype)
+            return ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", p->state_name[v]);
+        slot[v] = s;
+    }
+    return 0;
+}
+
+static int ref_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
+{
+    CtExec *e = calloc(1, sizeof *e);
+    int *slot = malloc(sizeof *slot * (size_t)(p->g.nvalues + 1));
+    CT_ASSERT(e && slot);
+    *e = (CtExec){p, state, slot};
+    if (bind_state(p, state, slot, err)) {
+        free(slot);
+        free(e);
+        return -1;
+    }
+    *out = e;
+    return 0;
+}
+
+static void ref_free(CtExec *e)
+{
+    free(e->slot);
+    free(e);
+}
+
+static int ref_sync(CtExec *e, CtErr *err) { return 0; }
+
+static int ref_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
+{
+    const Graph *g = &e->p->g;
+    CtState *state = e->state;
+    const int *slot = e->slot;
     int rc = -1, in_k = 0;
-    double **buf = calloc((size_t)g->nvalues, sizeof *buf);
-    int *slot = malloc((size_t)g->nvalues * sizeof *slot), *last_use = malloc((size_t)g->nvalues * sizeof *last_use);
-    CT_ASSERT(buf && slot && last_use);
-    if (backend_check(&ct_backend_ref, g, err))
-        goto free_buffers;
+    double **buf = calloc((size_t)g->nvalues + 1, sizeof *buf);
+    int *last_use = malloc((size_t)(g->nvalues + 1) * sizeof *last_use);
+    CT_ASSERT(buf && last_use);
     for (int v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int64_t n = shape_numel(&val->type.shape);
-        slot[v] = -1;
         last_use[v] = -1;
         if (val->role == CT_ROLE_INPUT) {
             if (in_k >= ninputs || !shape_equal(&inputs[in_k].type.shape, &val->type.shape) ||
                 inputs[in_k].type.dtype != val->type.dtype) {
-                ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", in_k, val->name);
+                ct_fail(err, "input %d is missing or has the wrong shape or dtype", in_k);
                 goto free_buffers;
             }
             buf[v] = alloc_doubles(n);
             if (elems_to_double(inputs[in_k++].data, val->type.dtype, n, buf[v])) {
-                ct_fail(err, "input '%s': dtype %s unsupported by ref", val->name, ct_dtype_name(val->type.dtype));
+                ct_fail(err, "input %d: dtype %s unsupported by ref", in_k - 1, ct_dtype_name(val->type.dtype));
                 goto free_buffers;
             }
-        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
-            int s = slot[v] = state_find(state, val->name);
-            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape)) {
-                ct_fail(err, "state has no tensor '%s' of the graph's shape", val->name);
-                goto free_buffers;
-            }
+        } else if (slot[v] >= 0) {
             buf[v] = alloc_doubles(n);
-            elems_to_double(state_data(state, s), val->type.dtype, n, buf[v]);
+            elems_to_double(state_data(state, slot[v]), val->type.dtype, n, buf[v]);
         }
     }
     for (int i = 0; i < g->nnodes; i++)
@@ -95,9 +136,10 @@ free_buffers:
     for (int v = 0; v < g->nvalues; v++)
         free(buf[v]);
     free(buf);
-    free(slot);
     free(last_use);
     return rc;
 }
 
-const CtBackend ct_backend_ref = {.name = "ref", .supports = ref_supports, .run = ref_run};
+const CtBackend ct_backend_ref = {.name = "ref", .target = CT_TARGET_REF, .supports = ref_supports,
+                                  .prepare = ref_prepare, .run = ref_run, .state_to_host = ref_sync,
+                                  .state_from_host = ref_sync, .free = ref_free};

@@ -1,9 +1,8 @@
 /*
- * ctimm-train's checkpoints: last, model_best and checkpoint-<epoch> pairs
- * (weights + training state), saved and resumed as train_checkpoint.h says.
+ * The trainer's checkpoints: last, model_best and checkpoint-<epoch> pairs
+ * (weights + training state), saved and resumed as checkpoint.h says.
  */
-#define _XOPEN_SOURCE 700 /* realpath */
-#include "cli/train_checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -429,7 +428,8 @@ int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resu
         ct_fail(err, "%s: metadata 'ctimm.loss_sum' is missing or malformed", spath);
         goto done;
     }
-    out->has_scaler = sc && sscanf(sc, "%lf,%d", &out->scale, &out->growth_tracker) == 2;
+    out->scaler = scaler_default();
+    out->has_scaler = sc && scaler_parse(&out->scaler, sc) == 0;
     out->epoch = we;
     rc = 0;
 done:

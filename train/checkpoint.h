@@ -1,5 +1,6 @@
 /*
- * ctimm-train's checkpoints, with the behaviour of timm's CheckpointSaver.
+ * The trainer's checkpoints, with the behaviour of timm's CheckpointSaver
+ * (ckpt_load_weights also loads ctimm-validate's and ctimm-infer's weights).
  *
  * A checkpoint is two safetensors files:
  *   NAME.safetensors        the model's state_dict (params and buffers under
@@ -26,6 +27,8 @@
 #ifndef CTIMM_TRAIN_CHECKPOINT_H
 #define CTIMM_TRAIN_CHECKPOINT_H
 
+#include "runtime/scaler.h"
+#include "runtime/sched.h"
 #include "runtime/state.h"
 
 typedef struct CkptEntry {
@@ -59,9 +62,9 @@ typedef struct Resumed {
     double loss_sum;      /* a recovery checkpoint: the sum of those batches' finite losses */
     long loss_count;      /* and how many they are */
     int ema_missing;      /* the file has no model EMA (the run starts one from the weights) */
-    char sched[160];      /* "ctimm.sched", or "" */
-    int has_scaler, growth_tracker; /* the loss scaler's state, when the run had one */
-    double scale;
+    char sched[SCHED_STATE_LEN]; /* "ctimm.sched", or "" */
+    int has_scaler;       /* the file has the loss scaler's state: in scaler */
+    LossScaler scaler;    /* scaler_default() with that state */
 } Resumed;
 
 void saver_init(Saver *sv, const char *dir, int max_hist, int decreasing);

@@ -1,0 +1,31 @@
+#define _XOPEN_SOURCE 700 /* readlink */
+#include "cli/train_launch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int train_launch(int argc, char **argv, int n, CtErr *err)
+{
+    char exe[4096], np[16];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0)
+        return ct_fail(err, "--nproc-per-node: cannot find this program's path: %s", strerror(errno));
+    exe[len] = 0;
+    snprintf(np, sizeof np, "%d", n);
+    /* unbound: each rank's BLAS and loader threads spread over the cores; as
+     * torchrun, N ranks whatever the core count */
+    char *head[] = {CTIMM_MPIEXEC, "-np", np, "--bind-to", "none", "--oversubscribe", exe};
+    int nhead = sizeof head / sizeof *head;
+    char **v = calloc((size_t)(nhead + argc), sizeof *v);
+    CT_ASSERT(v != NULL);
+    memcpy(v, head, sizeof head);
+    memcpy(v + nhead, argv + 1, sizeof *v * (size_t)(argc - 1));
+    fflush(stdout);
+    execv(CTIMM_MPIEXEC, v);
+    ct_fail(err, "--nproc-per-node: cannot start %s: %s", CTIMM_MPIEXEC, strerror(errno));
+    free(v);
+    return -1;
+}

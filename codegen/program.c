@@ -1,0 +1,251 @@
+/* Contract: program_compile(g, target) makes the Program a backend runs
+ * (codegen/program.h): the passes that plan the step (fuse, plan) and the
+ * codegen that compiles its kernels, run here once, not per step.
+ *
+ * cpu: an sdpa whose gradient is in the same graph saves its attention
+ * weights softmax(q k^T) (in the arena past the plan's values) and its
+ * sdpa_grad reads them back, as torch saves them: one GEMM and a softmax a
+ * head fewer, the same numbers (the IR's rule is to recompute them, which
+ * the GPU's kernels keep: memory is what a GPU runs out of). Up to
+ * ATTN_SAVE_BYTES a graph, then recomputed. */
+#include "codegen/program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/units.h"
+#include "ir/buf.h"
+
+#define ATTN_SAVE_BYTES ((size_t)1 << 30)
+
+size_t program_value_bytes(const CtProgram *p, ValueId v)
+{
+    return (size_t)shape_numel(&p->g.values[v].type.shape) * ct_dtype_size(p->g.values[v].type.dtype);
+}
+
+/* g with its own copies of every array and string. */
+static void copy_graph(const Graph *g, Graph *out)
+{
+    graph_init(out);
+    out->nvalues = out->cap_values = g->nvalues;
+    out->nnodes = out->cap_nodes = g->nnodes;
+    out->noutputs = out->cap_outputs = g->noutputs;
+    out->nstate = g->nstate;
+    out->values = malloc(sizeof *out->values * (size_t)(g->nvalues + 1));
+    out->nodes = malloc(sizeof *out->nodes * (size_t)(g->nnodes + 1));
+    out->outputs = malloc(sizeof *out->outputs * (size_t)(g->noutputs + 1));
+    out->state = malloc(sizeof *out->state * (size_t)(g->nstate + 1));
+    CT_ASSERT(out->values && out->nodes && out->outputs && out->state);
+    if (g->nvalues) /* a graph of no nodes or no state has NULL arrays, which memcpy may not read */
+        memcpy(out->values, g->values, sizeof *g->values * (size_t)g->nvalues);
+    if (g->nnodes)
+        memcpy(out->nodes, g->nodes, sizeof *g->nodes * (size_t)g->nnodes);
+    if (g->noutputs)
+        memcpy(out->outputs, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
+    if (g->nstate)
+        memcpy(out->state, g->state, sizeof *g->state * (size_t)g->nstate);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (g->values[v].name)
+            out->values[v].name = arena_strdup(&out->arena, g->values[v].name);
+    for (int i = 0; i < g->nnodes; i++)
+        out->nodes[i].scope = arena_strdup(&out->arena, g->nodes[i].scope ? g->nodes[i].scope : "");
+}
+
+static int is_state(const Value *v)
+{
+    return v->role == CT_ROLE_PARAM || v->role == CT_ROLE_BUFFER || v->role == CT_ROLE_STATE;
+}
+
+/* Pairs each f32 sdpa of the ordered graph with the sdpa_grad of the same
+ * q, k, v and scale: both get one buffer of the weights [B,H,N,M]. */
+static void pair_attention(CtProgram *p)
+{
+    const Graph *g = &p->g;
+    CpuProgram *c = &p->cpu;
+    c->attn = malloc(sizeof *c->attn * (size_t)(g->nnodes + 1));
+    CT_ASSERT(c->attn != NULL);
+    for (int i = 0; i < g->nnodes; i++)
+        c->attn[i] = (size_t)-1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *f = &g->nodes[i];
+        if (f->op != CT_OP_sdpa || g->values[f->in[0]].type.dtype != CT_F32)
+            continue;
+        const CtShape *q = &g->values[f->in[0]].type.shape, *k = &g->values[f->in[1]].type.shape;
+        size_t bytes = (size_t)(q->d[0] * q->d[1] * q->d[2] * k->d[2]) * sizeof(float);
+        bytes = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+        for (int j = i + 1; j < g->nnodes && c->attn_bytes + bytes <= ATTN_SAVE_BYTES; j++) {
+            const Node *b = &g->nodes[j];
+            if (b->op == CT_OP_sdpa_grad && b->in[0] == f->in[0] && b->in[1] == f->in[1] && b->in[2] == f->in[2] &&
+                b->fattr[0] == f->fattr[0] && c->attn[j] == (size_t)-1) {
+                c->attn[i] = c->attn[j] = c->attn_bytes;
+                c->attn_bytes += bytes;
+                break;
+            }
+        }
+    }
+}
+
+/* Lowers every elementwise launch of src, compiles them as translation
+ * units in parallel and finds each launch's function in its unit. */
+static int compile_kernels(const Graph *src, CpuProgram *c, const HostCompiler *hc, const ProgramOptions *o,
+                           CtErr *err)
+{
+    KernelUnits units;
+    KernelCache cache;
+    int rc = -1;
+    c->nk = c->p.kernels_after;
+    c->k = calloc((size_t)c->nk + 1, sizeof *c->k);
+    c->fn = calloc((size_t)c->nk + 1, sizeof *c->fn);
+    CT_ASSERT(c->k && c->fn);
+    for (int l = 0; l < c->nk; l++)
+        /* f32 as the cpu kernels compute, on row-major memory */
+        if (kir_lowerable(&c->p, l) && kir_lower(src, &c->p, l, (KirOptions){KIR_F32, 0}, &c->k[l], err))
+            return -1;
+    units_make(c->k, c->nk, UNIT_LOOPS, 0, &units);
+    c->mods = calloc((size_t)units.n + 1, sizeof *c->mods);
+    CT_ASSERT(c->mods != NULL);
+    if (cache_open(&cache, &(CacheOptions){.memory_fallback = 1}, err))
+        goto free_units;
+    rc = host_compile_units(hc, &cache, &units, c->mods, err); /* the modules are loaded: the cache may go */
+    int said = 0;
+    cache_warn_disk(&cache, o->cache_warned ? o->cache_warned : &said, stderr);
+    cache_close(&cache);
+    if (rc)
+        goto free_units;
+    c->nmods = units.n;
+    for (int l = 0; l < c->nk && !rc; l++)
+        if (units.unit[l] >= 0 && !(c->fn[l] = host_kernel(&c->mods[units.unit[l]], units.fn[l])))
+            rc = ct_fail(err, "the compiled kernels have no ct_k%d (translation unit %d)", units.fn[l], units.unit[l]);
+free_units:
+    units_free(&units);
+    return rc;
+}
+
+/* The cpu target: the fused steps with compiled kernels, or without a C
+ * compiler the graph node by node over one memory plan. */
+static int compile_cpu(const Graph *g, CtProgram *p, const ProgramOptions *o, CtErr *err)
+{
+    HostCompiler hc;
+    CtErr why;
+    CpuProgram *c = &p->cpu;
+    if (host_compiler_init(&hc, &why)) {
+        copy_graph(g, &p->g);
+        return plan_memory(&p->g, &p->plan, err);
+    }
+    hc.stop = o->stop;
+    c->fused = 1;
+    if (fuse_plan(g, &c->p, err))
+        return -1;
+    fuse_ordered_graph(g, &c->p, &p->g);
+    pair_attention(p);
+    c->own = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(c->own != NULL);
+    int rc = plan_memory(&p->g, &p->plan, err);
+    if (rc == 0)
+        rc = compile_kernels(g, c, &hc, o, err);
+    for (int l = 0; rc == 0 && l < c->nk; l++)
+        kir_mark_clashes(g, &p->plan, &c->k[l], c->own);
+    return rc;
+}
+
+int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, CtProgram **out, CtErr *err)
+{
+    static const ProgramOptions none = {0};
+    CtProgram *p = calloc(1, sizeof *p);
+    CT_ASSERT(p != NULL);
+    p->target = target;
+    if (o)
+        p->opt = (ProgramOptions){.allow_tf32 = o->allow_tf32, .sync_each = o->sync_each,
+                                  .outputs_on_device = o->outputs_on_device};
+    *out = NULL;
+    int rc = 0;
+    if (target == CT_TARGET_CPU)
+        rc = compile_cpu(g, p, o ? o : &none, err);
+    else if (target == CT_TARGET_CUDA && (rc = fuse_plan(g, &p->fuse, err)) == 0)
+        copy_graph(g, &p->g);
+    else if (target == CT_TARGET_REF)
+        copy_graph(g, &p->g);
+    if (rc) {
+        program_free(p);
+        return rc;
+    }
+    p->state_name = calloc((size_t)g->nvalues + 1, sizeof *p->state_name);
+    CT_ASSERT(p->state_name != NULL);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (is_state(&g->values[v]) && g->values[v].name)
+            p->state_name[v] = arena_strdup(&p->g.arena, g->values[v].name);
+    *out = p;
+    return 0;
+}
+
+void program_free(CtProgram *p)
+{
+    if (!p)
+        return;
+    CpuProgram *c = &p->cpu;
+    for (int l = 0; l < c->nk; l++)
+        kir_free(&c->k[l]);
+    free(c->k);
+    for (int j = 0; j < c->nmods; j++)
+        host_module_close(&c->mods[j]);
+    free(c->mods);
+    free(c->fn);
+    free(c->own);
+    free(c->attn);
+    if (c->fused)
+        fuse_free(&c->p);
+    if (p->target == CT_TARGET_CUDA)
+        fuse_free(&p->fuse);
+    if (p->target == CT_TARGET_CPU)
+        plan_free(&p->plan);
+    free(p->state_name);
+    graph_free(&p->g);
+    free(p);
+}
+
+void program_dump(const CtProgram *p, CtBuf *out)
+{
+    static const char *const targets[] = {"ref", "cpu", "cuda"};
+    const Graph *g = &p->g;
+    int ninputs = 0, nstate = 0;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        ninputs += g->values[v].role == CT_ROLE_INPUT;
+        nstate += p->state_name[v] != NULL;
+    }
+    buf_printf(out, "program: target %s, %d nodes, %d values (%d inputs, %d state, %d outputs)\n", targets[p->target],
+               g->nnodes, g->nvalues, ninputs, nstate, g->noutputs);
+    if (p->target == CT_TARGET_CPU) {
+        const CpuProgram *c = &p->cpu;
+        if (c->fused)
+            buf_printf(out, "steps: %d (%d launches, %d translation units), arena %zu bytes + %zu saved attention\n",
+                       c->p.nsteps, c->nk, c->nmods, p->plan.arena_bytes, c->attn_bytes);
+        else
+            buf_printf(out, "node by node (no C compiler), arena %zu bytes\n", p->plan.arena_bytes);
+        for (int s = 0; c->fused && s < c->p.nsteps; s++) {
+            const FuseStep *st = &c->p.steps[s];
+            static const char *const kinds[] = {"library", "elementwise", "copy"};
+            buf_printf(out, "step %d: %s, launch %d, nodes %d..%d (%s", s, kinds[st->kind], st->launch, st->first,
+                       st->first + st->n - 1, op_def(g->nodes[st->first].op)->name);
+            for (int j = 1; j < st->n; j++)
+                buf_printf(out, " %s", op_def(g->nodes[st->first + j].op)->name);
+            buf_printf(out, ")%s\n", st->view ? ", a view" : st->launch >= 0 && c->fn[st->launch] ? ", compiled" : "");
+        }
+    } else if (p->target == CT_TARGET_CUDA) {
+        buf_printf(out, "steps: %d (%d kernels after fusion, %d before)\n", p->fuse.nsteps, p->fuse.kernels_after,
+                   p->fuse.kernels_before);
+    }
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        char sh[128];
+        shape_str(&val->type.shape, sh, sizeof sh);
+        if (val->role == CT_ROLE_INPUT)
+            buf_printf(out, "%%%d %s %s: input\n", v, sh, ct_dtype_name(val->type.dtype));
+        else if (p->state_name[v])
+            buf_printf(out, "%%%d %s %s: state '%s'\n", v, sh, ct_dtype_name(val->type.dtype), p->state_name[v]);
+        else if (p->target == CT_TARGET_CPU && p->plan.offset[v] != PLAN_NONE &&
+                 !(p->cpu.fused && p->cpu.own[v]))
+            buf_printf(out, "%%%d %s %s: arena +%zu\n", v, sh, ct_dtype_name(val->type.dtype),
+                       (size_t)p->plan.offset[v]);
+    }
+}

@@ -1,0 +1,141 @@
+#include "train/args.h"
+
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "runtime/data/augment.h"
+
+TrainArgs train_args_default(void)
+{
+    return (TrainArgs){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
+                       .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5,
+                       .workers = 2, .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256,
+                       .momentum = 0.9, .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1,
+                       .seed = 42, .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1,
+                       .clip_mode = "norm", .model_ema_decay = 0.9998, .sch = sched_args_default(),
+                       .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel",
+                       .recount = 1, .train_interpolation = "random", .scale = {0.08, 1.0},
+                       .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5, .color_jitter = 0.4, .crop_pct = -1,
+                       .amp_dtype = "float16", .bce_target_thresh = -1, .start_epoch = -1, .bucket_cap_mb = 25,
+                       .dist_bn = "reduce", .dist_timeout = 1800};
+}
+
+int train_args_check(const TrainArgs *a, CtErr *err)
+{
+    struct {
+        const char *flag;
+        double v;
+        int ok;
+        const char *need;
+    } c[] = {
+        {"lr-base", a->lr_base, a->lr_base > 0, "> 0"},
+        {"lr-base-size", a->lr_base_size, a->lr_base_size > 0, "> 0"},
+        {"momentum", a->momentum, a->momentum >= 0, ">= 0"},
+        {"weight-decay", a->weight_decay, a->weight_decay >= 0, ">= 0"},
+        {"warmup-lr", a->warmup_lr, a->warmup_lr >= 0, ">= 0"},
+        {"min-lr", a->min_lr, a->min_lr >= 0, ">= 0"},
+        {"warmup-epochs", a->warmup_epochs, a->warmup_epochs >= 0, ">= 0"},
+        {"decay-epochs", a->sch.decay_epochs, a->sch.decay_epochs > 0, "> 0"},
+        {"decay-rate", a->sch.decay_rate, a->sch.decay_rate >= 0, ">= 0"},
+        {"lr-noise-pct", a->sch.noise_pct, a->sch.noise_pct >= 0, ">= 0"},
+        {"lr-noise-std", a->sch.noise_std, a->sch.noise_std >= 0, ">= 0"},
+        {"lr-cycle-mul", a->sch.cycle_mul, a->sch.cycle_mul > 0, "> 0"},
+        {"lr-cycle-decay", a->sch.cycle_decay, a->sch.cycle_decay >= 0, ">= 0"},
+        {"lr-k-decay", a->sch.k_decay, a->sch.k_decay > 0, "> 0"},
+        {"hflip", a->hflip, a->hflip >= 0 && a->hflip <= 1, "in [0, 1]"},
+        {"vflip", a->vflip, a->vflip >= 0 && a->vflip <= 1, "in [0, 1]"},
+        {"color-jitter", a->color_jitter, a->color_jitter >= 0, ">= 0"},
+        {"mixup", a->mixup, a->mixup >= 0, ">= 0 (a Beta alpha)"},
+        {"cutmix", a->cutmix, a->cutmix >= 0, ">= 0 (a Beta alpha)"},
+        {"mixup-prob", a->mixup_prob, a->mixup_prob >= 0 && a->mixup_prob <= 1, "in [0, 1]"},
+        {"mixup-switch-prob", a->mixup_switch_prob, a->mixup_switch_prob >= 0 && a->mixup_switch_prob <= 1,
+         "in [0, 1]"},
+        {"reprob", a->reprob, a->reprob >= 0 && a->reprob <= 1, "in [0, 1]"},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
+        if (!c[k].ok)
+            return ct_fail(err, "--%s %g: must be %s", c[k].flag, c[k].v, c[k].need);
+    for (int k = 0; k < a->n_betas; k++)
+        if (!(a->opt_betas[k] >= 0 && a->opt_betas[k] < 1))
+            return ct_fail(err, "--opt-betas %g: each beta must be in [0, 1)", a->opt_betas[k]);
+    for (int k = 0; k < a->n_std; k++)
+        if (!(a->std[k] > 0))
+            return ct_fail(err, "--std %g: must be > 0 (the batch is divided by it)", a->std[k]);
+    if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2))
+        return ct_fail(err, "--scale and --ratio take two values, MIN MAX");
+    if (a->n_scale && !(a->scale[0] >= 0 && a->scale[0] <= a->scale[1]))
+        return ct_fail(err, "--scale %g %g: needs 0 <= MIN <= MAX (fractions of the image's area)", a->scale[0],
+                       a->scale[1]);
+    if (a->n_ratio && !(a->ratio[0] > 0 && a->ratio[0] <= a->ratio[1]))
+        return ct_fail(err, "--ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", a->ratio[0], a->ratio[1]);
+    AugPolicy policy;
+    if (a->aa && *a->aa && aug_parse(a->aa, &policy, err))
+        return ct_failctx(err, "--aa %s", a->aa);
+    if (a->lr_base_scale && strcmp(a->lr_base_scale, "sqrt") && strcmp(a->lr_base_scale, "linear"))
+        return ct_fail(err, "--lr-base-scale is sqrt or linear, got '%s'", a->lr_base_scale);
+    if (a->amp && strcmp(a->amp_dtype, "float16") && strcmp(a->amp_dtype, "bfloat16"))
+        return ct_fail(err, "--amp-dtype %s is not one of float16, bfloat16", a->amp_dtype);
+    if (sched_kind_parse(a->sched) < 0)
+        return ct_fail(err, "--sched %s is not one of cosine, tanh, step, multistep, plateau, poly, none", a->sched);
+    if (strcmp(a->eval_metric, "top1") && strcmp(a->eval_metric, "top5") && strcmp(a->eval_metric, "loss"))
+        return ct_fail(err, "--eval-metric %s is not one of top1, top5, loss", a->eval_metric);
+    if (*a->dist_bn && strcmp(a->dist_bn, "reduce") && strcmp(a->dist_bn, "broadcast") && strcmp(a->dist_bn, "none"))
+        return ct_fail(err, "--dist-bn %s is not one of reduce, broadcast, none", a->dist_bn);
+    return 0;
+}
+
+char *train_args_json(const TrainArgs *a)
+{
+    cJSON *o = cJSON_CreateObject();
+    CT_ASSERT(o != NULL);
+    const char *str[][2] = {{"data_dir", a->data_dir}, {"dataset", a->dataset}, {"train_split", a->train_split},
+                            {"val_split", a->val_split}, {"model", a->model}, {"opt", a->opt},
+                            {"sched", a->sched}, {"device", a->device}, {"output", a->output},
+                            {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
+                            {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
+                            {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype}};
+    for (size_t k = 0; k < sizeof str / sizeof *str; k++)
+        if (str[k][1])
+            cJSON_AddStringToObject(o, str[k][0], str[k][1]);
+    const struct { const char *k; double v; } num[] = {
+        {"num_classes", a->num_classes}, {"img_size", a->img_size}, {"batch_size", a->batch_size},
+        {"validation_batch_size", a->val_batch_size}, {"epochs", a->epochs}, {"workers", a->workers},
+        {"channels_last", a->channels_last}, {"no_resume_opt", a->no_resume_opt},
+        {"checkpoint_hist", a->checkpoint_hist}, {"seed", a->seed}, {"clip_grad", a->clip_grad},
+        {"model_ema", a->model_ema}, {"model_ema_decay", a->model_ema_decay},
+        {"model_ema_warmup", a->model_ema_warmup}, {"lr", a->lr}, {"lr_base", a->lr_base},
+        {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},
+        {"smoothing", a->smoothing}, {"warmup_lr", a->warmup_lr}, {"min_lr", a->min_lr},
+        {"warmup_epochs", a->warmup_epochs}, {"drop", a->drop}, {"drop_path", a->drop_path},
+        {"opt_eps", a->opt_eps}, {"sched_on_updates", a->sch.on_updates},
+        {"decay_epochs", a->sch.decay_epochs}, {"decay_rate", a->sch.decay_rate},
+        {"patience_epochs", a->sch.patience_epochs}, {"cooldown_epochs", a->sch.cooldown_epochs},
+        {"warmup_prefix", a->sch.warmup_prefix}, {"lr_noise_pct", a->sch.noise_pct},
+        {"lr_noise_std", a->sch.noise_std}, {"lr_cycle_mul", a->sch.cycle_mul},
+        {"lr_cycle_decay", a->sch.cycle_decay}, {"lr_cycle_limit", a->sch.cycle_limit},
+        {"lr_k_decay", a->sch.k_decay}, {"mixup", a->mixup}, {"cutmix", a->cutmix},
+        {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
+        {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
+        {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
+        {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch}};
+    for (size_t k = 0; k < sizeof num / sizeof *num; k++)
+        cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+    cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
+    for (int k = 0; ms && k < a->sch.n_milestones; k++)
+        cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));
+    if (a->n_minmax) {
+        cJSON *mm = cJSON_AddArrayToObject(o, "cutmix_minmax");
+        for (int k = 0; mm && k < a->n_minmax; k++)
+            cJSON_AddItemToArray(mm, cJSON_CreateNumber(a->cutmix_minmax[k]));
+    }
+    if (a->sch.n_noise) {
+        cJSON *nz = cJSON_AddArrayToObject(o, "lr_noise");
+        for (int k = 0; nz && k < a->sch.n_noise; k++)
+            cJSON_AddItemToArray(nz, cJSON_CreateNumber(a->sch.noise[k]));
+    }
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    CT_ASSERT(j != NULL);
+    return j;
+}

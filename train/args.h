@@ -1,0 +1,57 @@
+/*
+ * timm train.py's arguments as values: what ctimm-train's command line and
+ * -c/--config fill in and the trainer (train/trainer.h) runs by. Strings
+ * point into the caller's memory (argv, the config's words) and must
+ * outlive the trainer. The defaults are train.py's but --epochs 5 and
+ * --warmup-epochs 0, so a bare run stays short.
+ */
+#ifndef CTIMM_TRAIN_ARGS_H
+#define CTIMM_TRAIN_ARGS_H
+
+#include "ir/status.h"
+#include "runtime/sched.h"
+
+typedef struct TrainArgs {
+    const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
+    const char *resume, *initial_checkpoint, *eval_metric;
+    int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;
+    int no_resume_opt, checkpoint_hist;
+    double lr, lr_base, lr_base_size, momentum, weight_decay, smoothing, warmup_lr, min_lr, warmup_epochs, drop,
+        drop_path, opt_eps, opt_betas[2];
+    int n_betas; /* --opt-betas given: 1 or 2 values, else 0 */
+    int seed;
+    double clip_grad, model_ema_decay; /* clip_grad < 0: no clipping */
+    const char *clip_mode;
+    int model_ema, model_ema_warmup;
+    /* timm's mixup / cutmix and random erasing flags */
+    double mixup, cutmix, cutmix_minmax[2], mixup_prob, mixup_switch_prob, reprob;
+    int n_minmax, mixup_off_epoch, recount;
+    const char *mixup_mode, *remode, *config;
+    /* data and augmentation: timm's train.py defaults; n_* = 0 means the model's */
+    const char *class_map, *interpolation, *train_interpolation, *aa, *experiment, *lr_base_scale;
+    double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
+    int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
+    SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in by the trainer */
+    int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
+    const char *amp_dtype;
+    double bce_target_thresh; /* < 0: none */
+    /* data-parallel training: ranks on this machine (0: as launched), DDP's
+     * bucket size, timm's --dist-bn and --sync-bn, the per-step cross-rank
+     * check */
+    int nproc_per_node, dist_check_params, sync_bn;
+    double bucket_cap_mb, dist_timeout;
+    const char *dist_bn;
+} TrainArgs;
+
+TrainArgs train_args_default(void);
+
+/* The values no run could use and the names no run knows, refused by name
+ * (the flag, the value, what it must be) before anything starts: torch's
+ * optimizers and torchvision's transforms raise on most of them; the rest
+ * would fail image by image or train on nonsense. */
+int train_args_check(const TrainArgs *a, CtErr *err);
+
+/* The arguments as a JSON object (malloc'd), the checkpoint's "ctimm.args". */
+char *train_args_json(const TrainArgs *a);
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * The data side of a pass over a split, as train.py, validate.py and
+ * inference.py set it up: timm's resolve_data_config and eval transform,
+ * the loader's uint8 NHWC batch made into the graph's normalised f32 NCHW
+ * input, the embedded default dataset, and the eval graph validate.py runs.
+ */
+#ifndef CTIMM_TRAIN_EVAL_DATA_H
+#define CTIMM_TRAIN_EVAL_DATA_H
+
+#include <stddef.h>
+
+#include "ir/ir.h"
+#include "models/registry.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/transforms.h"
+
+/* x[b, c, :, :] = (image[b, :, :, c] / 255 - mean[c]) / std[c] for the
+ * batch's n images; rows n..batch-1 (a short last batch) are zeros. */
+void eval_normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x);
+
+/* The embedded default dataset (runtime/data/shapes.h) under $CTIMM_DATA_DIR,
+ * else ~/.cache/ctimm/data, generated on first use: its root (with train/
+ * and val/ splits) and image size; *made says whether it was generated now. */
+int eval_embedded_data(char *root, size_t n, int *img_size, int *made, CtErr *err);
+
+/* timm's data-config flags of validate.py and inference.py; 0 counts and
+ * NULL names mean the model's pretrained cfg. */
+typedef struct EvalOpts {
+    int img_size, n_input_size, n_mean, n_std;
+    double input_size[3], crop_pct, mean[3], std[3];
+    const char *interpolation, *crop_mode;
+} EvalOpts;
+
+/* resolve_data_config + the eval transform: image size, transform (crop,
+ * interpolation, the mean for border fill), and the mean/std to normalise by. */
+int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform *et, double mean[3], double std[3],
+                CtErr *err);
+
+/* An eval graph as validate.py and inference.py run the model, by the pass
+ * pipeline: bn_fold, then autocast (amp CT_F16/CT_BF16; CT_F32: none) and
+ * channels-last when asked. */
+int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
+               CtErr *err);
+
+/* "float16"/"bfloat16" under --amp -> CT_F16/CT_BF16; CT_F32 without; -1 if unknown. */
+int eval_amp_dtype(int amp, const char *name);
+
+/* "bilinear", "bicubic", "nearest" -> CtInterp; -1 for anything else. */
+int eval_interp_parse(const char *name);
+
+#endif

@@ -1,0 +1,452 @@
+/*
+ * trainer_open: a training run set up from train.py's arguments, in
+ * train.py's order (train/trainer.h), and trainer_close.
+ */
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pipeline.h"
+#include "train/dist_sync.h"
+#include "train/ema.h"
+#include "train/eval_data.h"
+#include "train/run_dir.h"
+
+/* The data folder: the one given, or the embedded shapes set, made once. */
+static int resolve_data(Trainer *t, CtErr *err)
+{
+    TrainArgs *a = &t->a;
+    if (a->data_dir) {
+        snprintf(t->root, sizeof t->root, "%s", a->data_dir);
+        return 0;
+    }
+    if (a->dataset && strcmp(a->dataset, "shapes"))
+        return ct_fail(err, "--dataset %s needs a data folder (DATA_DIR or --data-dir)", a->dataset);
+    int size, made;
+    if (eval_embedded_data(t->root, sizeof t->root, &size, &made, err))
+        return -1;
+    if (made)
+        report_log(t->rep, "Generated the embedded shapes dataset in %s\n", t->root);
+    a->val_split = "val";
+    if (a->img_size <= 0)
+        a->img_size = size;
+    return 0;
+}
+
+/* The training step (forward, loss, backward, clipping, update, EMA; the
+ * gradients averaged over the ranks) and the eval graph, both over the one
+ * training state, through the pass pipeline. */
+static int build_graphs(Trainer *t, CtErr *err)
+{
+    ModelSpec spec = {.batch_size = t->a.batch_size, .training = 1,
+                      .args = {.num_classes = t->classes, .img_size = t->img, .drop_rate = t->a.drop,
+                               .drop_path_rate = t->a.drop_path}};
+    /* timm's create_optimizer_v2: the optimizer's own defaults, then the
+     * flags train.py passes (momentum where it has one, eps and betas when
+     * given, weight decay with timm's grouping) */
+    OptimSpec opt;
+    if (optim_defaults(t->a.opt, &opt))
+        return ct_fail(err, "--opt %s is not implemented (%s)", t->a.opt, optim_names);
+    if (opt.momentum != 0)
+        opt.momentum = t->a.momentum;
+    if (t->a.opt_eps >= 0)
+        opt.eps = t->a.opt_eps;
+    if (t->a.n_betas > 0)
+        opt.beta1 = t->a.opt_betas[0];
+    if (t->a.n_betas > 1)
+        opt.beta2 = t->a.opt_betas[1];
+    opt.weight_decay = t->a.weight_decay;
+    opt.no_weight_decay = t->m->no_weight_decay;
+    if (t->a.clip_grad >= 0) { /* train.py: dispatch_clip_grad(value=clip_grad, mode=clip_mode) */
+        static const char *const modes[] = {"norm", "value", "agc"};
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(t->a.clip_mode, modes[k]))
+                opt.clip_mode = (CtClipMode)(CT_CLIP_NORM + k);
+        if (opt.clip_mode == CT_CLIP_NONE)
+            return ct_fail(err, "--clip-mode %s is not one of norm, value, agc", t->a.clip_mode);
+        opt.clip_grad = t->a.clip_grad;
+    }
+    opt.model_ema = t->a.model_ema;
+    /* a step with a non-finite gradient is skipped in the graph (GradScaler) */
+    opt.skip_nonfinite = t->amp == CT_F16;
+    if (t->world > 1) /* DDP: the gradients averaged over the ranks, in buckets */
+        opt.allreduce_bucket_bytes = (int64_t)(t->a.bucket_cap_mb * 1024 * 1024);
+    opt.sync_bn = t->world > 1 && t->a.sync_bn; /* train.py: convert_sync_batchnorm when distributed */
+    /* train.py: with mixup the smoothing is in the targets, the loss
+     * SoftTargetCrossEntropy, or BinaryCrossEntropy without smoothing */
+    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, t->a.smoothing, -1, 0};
+    int mixing = mixup_active(&t->mix);
+    if (t->a.bce_loss)
+        loss = (LossSpec){CT_LOSS_BCE, mixing ? 0 : t->a.smoothing, t->a.bce_target_thresh, mixing};
+    else if (mixing)
+        loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1, 1};
+    /* train.py: forward and validation under autocast; the eval graph reads
+     * the training state, so its batch norms stay unfolded */
+    Pipeline p = {.training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32, .amp_dtype = t->amp,
+                  .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
+    PipelineResult res;
+    if (model_build(t->m, &spec, &t->train, err) || pipeline_run(&p, &t->train, &res, err))
+        return -1;
+    t->ts = res.ts;
+    t->finite_out = res.finite_out;
+    spec.training = 0;
+    spec.batch_size = t->vb;
+    p.training = 0;
+    if (model_build(t->m, &spec, &t->eval, err) || pipeline_run(&p, &t->eval, NULL, err))
+        return -1;
+    return backend_check(t->be, &t->train, err) || backend_check(t->be, &t->eval, err) ? -1 : 0;
+}
+
+/* train.py's Mixup arguments and RandomErasing (re_count is its max_count).
+ * Mixup runs on the normalised batch (timm's Mixup), then random erasing (the
+ * prefetcher's order; --no-prefetcher's transform erases before mixing). */
+static int setup_augment(Trainer *t, CtErr *err)
+{
+    const TrainArgs *a = &t->a;
+    int mode = mixup_mode_parse(a->mixup_mode);
+    if (mode < 0)
+        return ct_fail(err, "--mixup-mode %s is not one of batch, pair, elem", a->mixup_mode);
+    if (a->n_minmax == 1)
+        return ct_fail(err, "--cutmix-minmax takes two values, MIN MAX");
+    const double probs[] = {a->mixup_prob, a->mixup_switch_prob, a->reprob};
+    const char *pnames[] = {"mixup-prob", "mixup-switch-prob", "reprob"};
+    for (int k = 0; k < 3; k++)
+        if (!(probs[k] >= 0 && probs[k] <= 1))
+            return ct_fail(err, "--%s must be in [0, 1], not %g", pnames[k], probs[k]);
+    if (a->mixup < 0 || a->cutmix < 0)
+        return ct_fail(err, "--mixup and --cutmix are Beta alphas: >= 0");
+    if (a->n_minmax && !(a->cutmix_minmax[0] >= 0 && a->cutmix_minmax[0] < a->cutmix_minmax[1] &&
+                         a->cutmix_minmax[1] <= 1))
+        return ct_fail(err, "--cutmix-minmax %g %g: needs 0 <= MIN < MAX <= 1", a->cutmix_minmax[0],
+                       a->cutmix_minmax[1]);
+    t->mix = (Mixup){.mixup_alpha = a->mixup, .cutmix_alpha = a->cutmix, .has_minmax = a->n_minmax == 2,
+                     .cutmix_minmax = {a->cutmix_minmax[0], a->cutmix_minmax[1]}, .prob = a->mixup_prob,
+                     .switch_prob = a->mixup_switch_prob, .mode = (CtMixupMode)mode, .correct_lam = 1,
+                     .label_smoothing = a->smoothing, .num_classes = t->classes, .enabled = 1};
+    if (mixup_active(&t->mix) && a->batch_size % 2)
+        return ct_fail(err, "mixup/cutmix needs an even --batch-size, not %d (timm asserts it)", a->batch_size);
+    CtEraseMode em = CT_ERASE_PIXEL;
+    if (!strcmp(a->remode, "const"))
+        em = CT_ERASE_CONST;
+    else if (!strcmp(a->remode, "rand"))
+        em = CT_ERASE_RAND;
+    else if (strcmp(a->remode, "pixel"))
+        return ct_fail(err, "--remode %s is not one of pixel, rand, const", a->remode);
+    t->re = (RandomErasing){.prob = a->reprob, .mode = em, .min_count = 1, .max_count = a->recount};
+    return 0;
+}
+
+/* The splits, the classifier's class count, the image size and mean/std,
+ * timm's train transform (or --no-aug's) and eval transform, and the two
+ * loaders, each rank on its shard. */
+static int open_data(Trainer *t, CtErr *err)
+{
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = t->root, .split = t->a.train_split, .class_map = t->a.class_map};
+    if (t->a.dataset && !strcmp(t->a.dataset, "tar"))
+        dc.kind = CT_DS_TAR;
+    else if (t->a.dataset && !strcmp(t->a.dataset, "folder"))
+        dc.kind = CT_DS_FOLDER;
+    else if (t->a.dataset && strcmp(t->a.dataset, "shapes"))
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", t->a.dataset);
+    if (dataset_open(&t->train_ds, &dc, err))
+        return -1;
+    dc.split = t->a.val_split;
+    if (dataset_open(&t->val_ds, &dc, err))
+        return -1;
+    t->classes = t->a.num_classes > 0 ? t->a.num_classes : dataset_num_classes(t->train_ds);
+    /* timm's loss raises on a label past the classifier; refuse before the first step */
+    const Dataset *sets[2] = {t->train_ds, t->val_ds};
+    for (int k = 0; k < 2; k++)
+        if (dataset_num_classes(sets[k]) > t->classes)
+            return ct_fail(err, "%s has %d classes but --num-classes is %d: its labels would fall outside the "
+                           "classifier (give --num-classes %d or more, or leave it out)",
+                           dataset_root(sets[k]), dataset_num_classes(sets[k]), t->classes,
+                           dataset_num_classes(sets[k]));
+    const TrainArgs *a = &t->a;
+    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
+        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
+    t->img = a->n_input_size ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : t->m->cfg.input_size[1];
+    for (int c = 0; c < 3; c++) { /* one value stands for all three channels, as in timm */
+        t->mean[c] = a->n_mean ? a->mean[a->n_mean == 3 ? c : 0] : t->m->cfg.mean[c];
+        t->std[c] = a->n_std ? a->std[a->n_std == 3 ? c : 0] : t->m->cfg.std[c];
+    }
+    if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
+        return ct_fail(err, "--mean and --std take 1 or 3 values");
+    const char *interp = a->interpolation ? a->interpolation : t->m->cfg.interpolation;
+    CtInterp eval_interp = (CtInterp)eval_interp_parse(interp);
+    if ((int)eval_interp < 0)
+        return ct_fail(err, "--interpolation %s is not one of bilinear, bicubic, nearest", interp);
+    TrainTransform tt = train_transform_default(t->img);
+    EvalTransform et = eval_transform_default(t->img), noaug = et;
+    if (!strcmp(a->train_interpolation, "random"))
+        tt.random_interp = 1;
+    else if (!strcmp(a->train_interpolation, "bilinear") || !strcmp(a->train_interpolation, "bicubic") ||
+             !strcmp(a->train_interpolation, "nearest"))
+        tt.interp = a->train_interpolation[2] == 'c' ? CT_INTERP_BICUBIC
+                  : a->train_interpolation[0] == 'n' ? CT_INTERP_NEAREST : CT_INTERP_BILINEAR;
+    else
+        return ct_fail(err, "--train-interpolation %s is not one of random, bilinear, bicubic, nearest",
+                       a->train_interpolation);
+    if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2))
+        return ct_fail(err, "--scale and --ratio take two values");
+    for (int k = 0; k < 2; k++) {
+        tt.scale[k] = a->scale[k];
+        tt.ratio[k] = a->ratio[k];
+    }
+    tt.hflip = a->hflip;
+    tt.vflip = a->vflip;
+    tt.color_jitter = a->color_jitter;
+    tt.auto_augment = a->aa;
+    et.crop_pct = a->crop_pct > 0 ? a->crop_pct : t->m->cfg.crop_pct;
+    et.interp = eval_interp;
+    /* --no-aug: timm's transforms_noaug_train, a resize and a center crop */
+    noaug.crop_pct = 1.0;
+    noaug.interp = eval_interp;
+    for (int c = 0; c < 3; c++)
+        tt.mean[c] = et.mean[c] = noaug.mean[c] = t->mean[c];
+    if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
+        return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
+    LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
+                       .eval = a->no_aug ? &noaug : NULL, .seed = (uint64_t)a->seed, .shuffle = 1, .drop_last = 1,
+                       .rank = t->rank, .world_size = t->world, .repeats = (int)a->epoch_repeats};
+    if (loader_create(&t->train_ld, t->train_ds, &lc, err))
+        return -1;
+    lc = (LoaderConfig){.batch_size = t->vb, .num_workers = t->a.workers, .eval = &et, .seed = (uint64_t)t->a.seed,
+                        .rank = t->rank, .world_size = t->world};
+    if (loader_create(&t->val_ld, t->val_ds, &lc, err))
+        return -1;
+    if (loader_epoch_batches(t->train_ld) == 0)
+        return ct_fail(err, "%s: %zu training images make no batch of %d", t->root, dataset_len(t->train_ds),
+                       t->a.batch_size);
+    return 0;
+}
+
+/* What runs killed in --resume's folder left behind, but the checkpoint
+ * itself (rank 0 alone: the others would race it). */
+static void clean_resume_dir(Trainer *t)
+{
+    char dir[1100], keep[1100];
+    const char *path = t->a.resume, *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", !slash ? 1 : slash == path ? 1 : (int)(slash - path), slash ? path : ".");
+    snprintf(keep, sizeof keep, "%s", slash ? slash + 1 : path);
+    char *ext = strstr(keep, ".");
+    if (ext)
+        *ext = 0;
+    int fixed = ckpt_clean_dir(dir, keep);
+    if (fixed)
+        report_log(t->rep, "Cleaned %s: %d files left by interrupted runs\n", dir, fixed);
+}
+
+/* The state a run starts from: initialised from the seed, then
+ * --initial-checkpoint's weights, then --resume's checkpoint (its epoch,
+ * the place in a recovery checkpoint's epoch, the loss scale), then
+ * --start-epoch; shared from rank 0; the schedule moved to where the run
+ * starts. */
+static int start_state(Trainer *t, Resumed *res, CtErr *err)
+{
+    TrainArgs *a = &t->a;
+    state_create(&t->state, &t->train);
+    state_init(&t->state, (uint64_t)a->seed);
+    if (a->initial_checkpoint && ckpt_load_weights(a->initial_checkpoint, &t->state, err)) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return ct_fail(err, "--initial-checkpoint %s", why);
+    }
+    ema_from_model(&t->state);
+    if (a->resume) {
+        if (t->rank == 0)
+            clean_resume_dir(t);
+        if (ckpt_resume(a->resume, &t->state, t->m->name, !a->no_resume_opt, res, err))
+            return -1;
+        if (res->ema_missing) /* timm: an EMA the checkpoint lacks starts from its weights */
+            ema_from_model(&t->state);
+        t->start_epoch = res->epoch + 1;
+        if (res->batches_done >= 0) { /* a recovery checkpoint: the rest of its epoch */
+            t->start_epoch = res->epoch;
+            t->first_batch = (size_t)res->batches_done;
+            t->loss_sum = res->loss_sum;
+            t->loss_count = res->loss_count;
+        }
+        if (res->has_scaler && t->amp == CT_F16)
+            t->scaler = res->scaler;
+        if (t->start_epoch >= t->num_epochs && a->start_epoch < 0)
+            return ct_fail(err, "--resume %s: the checkpoint is of epoch %d, so --epochs %d leaves nothing to train",
+                           a->resume, res->epoch, a->epochs);
+    }
+    if (a->start_epoch >= 0) { /* train.py: --start-epoch wins over the checkpoint's epoch */
+        t->start_epoch = a->start_epoch;
+        t->first_batch = 0;
+        t->loss_sum = 0;
+        t->loss_count = 0;
+        if (t->start_epoch >= t->num_epochs)
+            return ct_fail(err, "--start-epoch %d: the schedule has %d epochs", t->start_epoch, t->num_epochs);
+    }
+    if (train_share_state(t->dist, &t->state, err))
+        return -1;
+    int plateau_resumed = a->resume && a->start_epoch < 0 && a->sch.kind == CT_SCHED_PLATEAU;
+    if (plateau_resumed && sched_parse(&t->sched, res->sched))
+        return ct_fail(err, "--resume %s: its plateau schedule state is missing or malformed", a->resume);
+    if ((t->start_epoch > 0 || t->first_batch > 0) && !plateau_resumed) { /* train.py: the schedule moved on */
+        if (a->sch.on_updates)
+            sched_step_update(&t->sched, (long)t->start_epoch * (long)loader_epoch_batches(t->train_ld) +
+                                             (long)t->first_batch);
+        else
+            sched_step(&t->sched, t->start_epoch);
+    }
+    return 0;
+}
+
+/* timm's opening lines: the model, the data, where a resumed run starts,
+ * the ranks, AMP. */
+static void say_setup(const Trainer *t, const Resumed *res)
+{
+    const TrainArgs *a = &t->a;
+    report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
+    report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", t->root,
+               dataset_len(t->train_ds), dataset_len(t->val_ds), t->classes, t->img, t->img, t->be->name);
+    if (a->resume && t->first_batch)
+        report_log(t->rep, "Resumed from %s (epoch %d, %zu batches done%s); starting at epoch %d, batch %zu\n",
+                   a->resume, res->epoch, t->first_batch, a->no_resume_opt ? ", weights only" : "", t->start_epoch,
+                   t->first_batch);
+    else if (a->resume)
+        report_log(t->rep, "Resumed from %s (epoch %d%s); starting at epoch %d\n", a->resume, res->epoch,
+                   a->no_resume_opt ? ", weights only" : "", t->start_epoch);
+    if (t->world > 1) {
+        int buckets = 0;
+        for (int i = 0; i < t->train.nnodes; i++)
+            buckets += t->train.nodes[i].op == CT_OP_allreduce_mean;
+        report_log(t->rep, "Distributed: %d ranks, global batch %d, gradients averaged in %d buckets of at most %g "
+                   "MiB\n", t->world, a->batch_size * t->world, buckets, a->bucket_cap_mb);
+        int synced = 0;
+        for (int i = 0; i < t->train.nnodes; i++)
+            synced += t->train.nodes[i].op == CT_OP_batch_norm && t->train.nodes[i].iattr[1];
+        if (a->sync_bn)
+            report_log(t->rep, "Synchronized BatchNorm: %d batch norms normalise by the statistics of the global "
+                       "batch\n", synced);
+    }
+    if (t->amp != CT_F32)
+        report_log(t->rep, "AMP: %s autocast%s\n", t->amp == CT_F16 ? "float16" : "bfloat16",
+                   t->amp == CT_F16 ? ", dynamic loss scaling" : "");
+}
+
+/* The run's folder (rank 0 alone writes, as in timm), summary.csv's
+ * header, the saver and the arguments it records. */
+static int open_output(Trainer *t, CtErr *err)
+{
+    char path[1300];
+    if (run_dir_new(t->a.output, t->run_dir, sizeof t->run_dir, err))
+        return -1;
+    if (strcmp(t->run_dir, t->a.output))
+        report_log(t->rep, "Output: %s (%s holds an earlier run)\n", t->run_dir, t->a.output);
+    else
+        report_log(t->rep, "Output: %s\n", t->run_dir);
+    snprintf(path, sizeof path, "%s/summary.csv", t->run_dir);
+    if (!(t->summary = fopen(path, "w")))
+        return ct_fail(err, "cannot write %s: %s", path, strerror(errno));
+    fprintf(t->summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+    saver_init(&t->saver, t->run_dir, t->a.checkpoint_hist, t->decreasing);
+    t->saving = &t->saver;
+    t->args_json = train_args_json(&t->a);
+    return 0;
+}
+
+/* The arguments train.py derives before building anything: the output
+ * folder of --experiment, the dtypes, the eval batch, the LR from
+ * --lr-base and the global batch, the metric's direction, --dist-bn. */
+static void resolve_args(Trainer *t)
+{
+    TrainArgs *a = &t->a;
+    if (a->experiment) { /* timm: the run's folder is <output or ./output/train>/<experiment> */
+        snprintf(t->output, sizeof t->output, "%s/%s", a->output ? a->output : "./output/train", a->experiment);
+        a->output = t->output;
+    }
+    t->amp = !a->amp ? CT_F32 : !strcmp(a->amp_dtype, "bfloat16") ? CT_BF16 : CT_F16;
+    t->scaler = scaler_default();
+    t->decreasing = !strcmp(a->eval_metric, "loss");
+    t->bn_mode = !strcmp(a->dist_bn, "reduce") ? 1 : !strcmp(a->dist_bn, "broadcast") ? 0 : -1;
+    if (a->sync_bn && t->world > 1) /* train.py: sync BN makes the running statistics one already */
+        t->bn_mode = -1;
+    t->vb = a->val_batch_size > 0 ? a->val_batch_size : a->batch_size;
+    if (a->lr < 0) { /* timm: lr = lr_base * global batch / lr_base_size, sqrt scaling for ada* and lamb */
+        double ratio = (double)a->batch_size * t->world / a->lr_base_size;
+        int use_sqrt = a->lr_base_scale ? !strcmp(a->lr_base_scale, "sqrt")
+                                        : strstr(a->opt, "ada") || strstr(a->opt, "lamb");
+        a->lr = a->lr_base * (use_sqrt ? sqrt(ratio) : ratio);
+    }
+}
+
+int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBackend *be, CtDist *dist,
+                 const ProgramOptions *opts, const TrainReport *rep, CtErr *err)
+{
+    *t = (Trainer){.a = *a, .m = m, .be = be, .dist = dist, .rank = dist_rank(dist), .world = dist_world_size(dist),
+                   .opts = opts, .rep = rep, .best = NAN, .best_epoch = -1};
+    Resumed res = {0};
+    if (train_args_check(&t->a, err))
+        return -1;
+    resolve_args(t);
+    if (resolve_data(t, err) || open_data(t, err) || setup_augment(t, err) || build_graphs(t, err))
+        goto fail;
+    /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */
+    SchedArgs *sch = &t->a.sch;
+    sch->kind = (CtSchedKind)sched_kind_parse(t->a.sched);
+    sch->epochs = t->a.epochs;
+    sch->warmup_epochs = t->a.warmup_epochs;
+    sch->warmup_lr = t->a.warmup_lr;
+    sch->min_lr = t->a.min_lr;
+    sch->noise_seed = t->a.seed;
+    sch->plateau_min = t->decreasing;
+    if (sched_init(&t->sched, sch, t->a.lr, (int)loader_epoch_batches(t->train_ld), err))
+        goto fail;
+    t->num_epochs = t->sched.num_epochs;
+    if (start_state(t, &res, err))
+        goto fail;
+    int big = t->a.batch_size > t->vb ? t->a.batch_size : t->vb;
+    t->x = malloc(sizeof *t->x * (size_t)big * 3 * (size_t)t->img * (size_t)t->img);
+    if (mixup_active(&t->mix))
+        t->soft = malloc(sizeof *t->soft * (size_t)t->a.batch_size * (size_t)t->classes);
+    if (!t->x || (mixup_active(&t->mix) && !t->soft)) {
+        ct_fail(err, "out of memory for a batch of %d images of %dx%d; lower --batch-size or --img-size", big, t->img,
+                t->img);
+        goto fail;
+    }
+    say_setup(t, &res);
+    /* Everything is validated: only now does the output folder appear. */
+    if (t->a.output && t->rank == 0 && open_output(t, err))
+        goto fail;
+    t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->a.eval_metric, .args_json = t->args_json,
+                         .num_classes = t->classes, .amp_scaler = t->amp == CT_F16 ? t->scaler_str : NULL,
+                         .sched = t->sched_str};
+    sched_format(&t->sched, t->sched_str, sizeof t->sched_str);
+    return 0;
+fail:
+    trainer_close(t);
+    return -1;
+}
+
+void trainer_close(Trainer *t)
+{
+    backend_close(&t->train_run);
+    backend_close(&t->eval_run);
+    backend_close(&t->ema_run);
+    loader_destroy(t->train_ld);
+    loader_destroy(t->val_ld);
+    dataset_close(t->train_ds);
+    dataset_close(t->val_ds);
+    if (t->state.e)
+        state_free(&t->state);
+    if (t->ema_state.e)
+        state_free(&t->ema_state);
+    train_step_free(&t->ts);
+    graph_free(&t->train);
+    graph_free(&t->eval);
+    free(t->x);
+    free(t->soft);
+    if (t->summary)
+        fclose(t->summary);
+    saver_free(&t->saver);
+    free(t->args_json);
+    memset(t, 0, sizeof *t);
+}
