@@ -335,15 +335,13 @@ static int infer(const Args *a, CtErr *err)
     EvalSession s;
     if (a->class_map && !(names = cli_read_lines("--class-map", a->class_map, &nnames, err)))
         return -1;
-    EvalSetup u = a->u; /* the classes: --num-classes, else the names', else the model's */
-    if (u.classes <= 0)
-        u.classes = nnames > 0 ? nnames : m->cfg.num_classes;
-    if (eval_open(&s, prog, m, &u, err)) {
+    if (eval_open(&s, prog, m, &a->u, err)) {
         if (names)
             cli_free_lines(names, nnames);
         return -1;
     }
     int classes = s.classes;
+    printf("classes: %d (%s)\n", classes, s.classes_from);
     if (!a->u.checkpoint)
         fprintf(stderr, "%s: no --checkpoint: predicting with the model's initial weights (seed 0)\n", prog);
     size_t nimg = dataset_len(s.ds), nb = s.nbatches;

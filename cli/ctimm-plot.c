@@ -23,14 +23,17 @@
 static const char *const prog = "ctimm-plot";
 
 static const char *const usage =
-    "usage: ctimm-plot OUTPUT_DIR [OUTPUT_DIR...] [-o compare.png] [--width 1200] [--height 400]\n"
+    "usage: ctimm-plot OUTPUT_DIR [OUTPUT_DIR...] [-o compare.png] [--labels A,B,...] [--width 1200] [--height 400]\n"
     "Draws loss, top-1/top-5 and learning-rate curves from each OUTPUT_DIR/summary.csv (as ctimm-train\n"
     "and timm's train.py write it) into OUTPUT_DIR/summary.png. With several folders (or with -o) it\n"
     "also draws one comparison image with the runs overlaid (default ./compare.png), the legend naming\n"
-    "each run by its folder's base name.\n";
+    "each run by the shortest end of its path that no other run's path shares (a/exp1 and b/exp1 stay\n"
+    "whole, x/run and y/other are run and other), or by --labels, one comma-separated label per folder.\n";
 
 enum { COL_TRAIN_LOSS, COL_EVAL_LOSS, COL_TOP1, COL_TOP5, COL_LR, NCOL };
 static const char *const col_names[NCOL] = {"train_loss", "eval_loss", "eval_top1", "eval_top5", "lr"};
+
+#define MAX_RUNS 10 /* one palette colour each */
 
 /* One run's summary, one row per epoch in increasing order. A value that is
  * missing (column absent, empty, nan) is NAN. */
@@ -196,19 +199,73 @@ close_file:
     return rc;
 }
 
-/* The folder's base name for the legend. */
-static void base_name(char *buf, size_t n, const char *dir)
+/* path without empty and "." components, so that spellings of one folder
+ * (a trailing slash, ./) give one label. A path that is only "." or that
+ * climbs with ".." is resolved instead: its components would not name the
+ * folders its label shows (".", "../exp1" beside "b/exp1"). */
+static void clean_path(char *buf, size_t n, const char *path)
 {
-    char *real = realpath(dir, NULL);
-    const char *d = real ? real : dir;
-    size_t len = strlen(d);
-    while (len > 1 && d[len - 1] == '/')
-        len--;
-    size_t start = len;
-    while (start > 0 && d[start - 1] != '/')
-        start--;
-    snprintf(buf, n, "%.*s", (int)(len - start), d + start);
+    size_t len = path[0] == '/' ? (size_t)snprintf(buf, n, "/") : (buf[0] = 0, 0);
+    int components = 0, climbs = 0;
+    for (const char *p = path + strspn(path, "/"); *p; p += strspn(p, "/")) {
+        size_t k = strcspn(p, "/");
+        if (!(k == 1 && p[0] == '.')) {
+            if (len < n)
+                len += (size_t)snprintf(buf + len, n - len, "%s%.*s", len && buf[len - 1] != '/' ? "/" : "",
+                                        (int)k, p);
+            components++;
+            climbs |= k == 2 && !strncmp(p, "..", 2);
+        }
+        p += k;
+    }
+    char *real = components && !climbs ? NULL : realpath(path, NULL);
+    if (real)
+        snprintf(buf, n, "%s", real);
     free(real);
+}
+
+/* The end of a clean path made of its last k components; the whole path
+ * when it has no more. */
+static const char *path_tail(const char *path, int k)
+{
+    for (const char *s = path + strlen(path); s > path; s--)
+        if (s[-1] == '/' && --k == 0)
+            return s;
+    return path;
+}
+
+/* Labels each run by the shortest tail of its path, in whole components,
+ * that no other run's path has as its tail of that many components: one
+ * rule for every run, so that two runs ending in one name both keep the
+ * parents that set them apart. A folder given twice is labelled whole. */
+static void label_by_path(Run *runs, int nrun)
+{
+    for (int i = 0; i < nrun; i++)
+        clean_path(runs[i].name, sizeof runs[i].name, runs[i].dir);
+    size_t start[MAX_RUNS];
+    for (int i = 0; i < nrun; i++) {
+        const char *tail;
+        for (int k = 1; (tail = path_tail(runs[i].name, k)) != runs[i].name; k++) {
+            int shared = 0;
+            for (int j = 0; j < nrun; j++)
+                shared |= j != i && !strcmp(path_tail(runs[j].name, k), tail);
+            if (!shared)
+                break;
+        }
+        start[i] = (size_t)(tail - runs[i].name);
+    }
+    for (int i = 0; i < nrun; i++)
+        memmove(runs[i].name, runs[i].name + start[i], strlen(runs[i].name + start[i]) + 1);
+}
+
+/* Labels the runs by --labels: as many comma-separated labels as runs. */
+static void label_as_given(Run *runs, int nrun, const char *labels)
+{
+    for (int i = 0; i < nrun; i++) {
+        size_t k = strcspn(labels, ",");
+        snprintf(runs[i].name, sizeof runs[i].name, "%.*s", (int)k, labels);
+        labels += k + (labels[k] == ',');
+    }
 }
 
 /* ---- drawing ---- */
@@ -566,18 +623,17 @@ static int plot_compare(const Run *runs, int nrun, const char *path, int w, int 
     return rc;
 }
 
-#define MAX_RUNS 10 /* one palette colour each */
-
 int main(int argc, char **argv)
 {
     static const struct option longs[] = {{"output", 1, 0, 'o'}, {"width", 1, 0, 'W'}, {"height", 1, 0, 'H'},
-                                          {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *output = NULL;
+                                          {"labels", 1, 0, 'L'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *output = NULL, *labels = NULL;
     int width = 1200, height = 400, c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:h", longs, NULL)) != -1) {
         switch (c) {
         case 'o': output = optarg; break;
+        case 'L': labels = optarg; break;
         case 'W':
             if (cli_int(prog, "--width", optarg, 450, 16384, &width))
                 return 2;
@@ -600,6 +656,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %d folders; at most %d fit in one comparison (one colour each)\n", prog, nrun, MAX_RUNS);
         return 2;
     }
+    if (labels) {
+        int nlabel = 1;
+        for (const char *p = labels; *p; p++)
+            nlabel += *p == ',';
+        if (nlabel != nrun) {
+            fprintf(stderr, "%s: --labels gives %d label%s for %d run%s\n", prog, nlabel, nlabel == 1 ? "" : "s",
+                    nrun, nrun == 1 ? "" : "s");
+            return 2;
+        }
+    }
     Run *runs = calloc((size_t)nrun, sizeof *runs);
     CT_ASSERT(runs != NULL);
     CtErr err;
@@ -607,7 +673,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < nrun; i++) {
         Run *r = &runs[i];
         snprintf(r->dir, sizeof r->dir, "%s", argv[optind + i]);
-        base_name(r->name, sizeof r->name, r->dir);
         char path[4200];
         snprintf(path, sizeof path, "%s/summary.csv", r->dir);
         if (read_summary(path, r, &err)) {
@@ -615,13 +680,10 @@ int main(int argc, char **argv)
             goto free_runs;
         }
     }
-    /* two folders with one base name: the legend shows the paths as given */
-    for (int i = 0; i < nrun; i++)
-        for (int j = 0; j < nrun; j++)
-            if (i != j && !strcmp(runs[i].name, runs[j].name)) {
-                snprintf(runs[i].name, sizeof runs[i].name, "%s", runs[i].dir);
-                break;
-            }
+    if (labels)
+        label_as_given(runs, nrun, labels);
+    else
+        label_by_path(runs, nrun);
     for (int i = 0; i < nrun; i++) {
         if (plot_run(&runs[i], width, height, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -636,7 +698,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: %s\n", prog, err.msg);
             goto free_runs;
         }
-        printf("%s: %d runs\n", output, nrun);
+        printf("%s: %d runs:", output, nrun);
+        for (int i = 0; i < nrun; i++)
+            printf("%s %s", i ? "," : "", runs[i].name);
+        printf("\n");
     }
     rc = 0;
 free_runs:

@@ -154,17 +154,26 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     Progress bar = {0};
     RealLabels real = {0};
     float *sub = NULL;
+    int folder_classes = dataset_num_classes(s.ds);
+    /* timm's loss would raise on a label past the classifier; refuse before the first batch */
+    if (folder_classes > s.classes) {
+        ct_fail(err, "%s has %d classes but the model has %d (%s): its labels would fall outside the classifier "
+                "(give --num-classes %d or more)", dataset_root(s.ds), folder_classes, s.classes, s.classes_from,
+                folder_classes);
+        goto done;
+    }
     if ((a->valid_labels && read_valid_labels(a->valid_labels, s.classes, &valid, &nvalid, err)) ||
         (a->real_labels && real_labels_open(&real, a->real_labels, s.ds, err)))
         goto done;
     if (a->use_ema && (!a->u.checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->u.checkpoint, &s.st, err)))
         goto done;
     res->param_count = (double)graph_param_count(&s.g) / 1e6;
-    printf("Model %s created, param count: %lld\n", m->name, (long long)graph_param_count(&s.g));
+    printf("Model %s created, param count: %lld; classes: %d (%s)\n", m->name, (long long)graph_param_count(&s.g),
+           s.classes, s.classes_from);
     if (!a->u.checkpoint)
         printf("No --checkpoint: validating the model's initial weights (seed 0)\n");
     printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
-           dataset_len(s.ds), s.classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
+           dataset_len(s.ds), folder_classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
            s.amp == CT_F32 ? "" : s.amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
     sub = valid ? malloc(sizeof *sub * (size_t)a->u.batch_size * (size_t)nvalid) : NULL;
     CT_ASSERT(!valid || sub != NULL);

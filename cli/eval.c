@@ -6,7 +6,37 @@
 #include <string.h>
 
 #include "cli/common.h"
+#include "runtime/safetensors.h"
 #include "train/checkpoint.h"
+
+/* validate.py's create_model(num_classes=args.num_classes, checkpoint_path=...):
+ * the classifier is the checkpoint's, not the folder's, so a 1000-class file
+ * scores a small labelled folder. */
+static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u)
+{
+    if (u->classes > 0) {
+        s->classes = u->classes;
+        snprintf(s->classes_from, sizeof s->classes_from, "from --num-classes");
+        return;
+    }
+    s->classes = m->cfg.num_classes;
+    snprintf(s->classes_from, sizeof s->classes_from, "the model's default");
+    StFile f;
+    CtErr unread;
+    /* a file that does not read is ckpt_load_weights' to settle (an interrupted
+     * save) or to explain (a PyTorch file) */
+    if (!u->checkpoint || st_read(u->checkpoint, &f, &unread))
+        return;
+    char name[80];
+    snprintf(name, sizeof name, "%s.weight", m->cfg.classifier);
+    const StTensor *t = st_find(&f, name);
+    /* another model's file keeps the default: ckpt_load_weights names what is missing */
+    if (t && t->ndim == 2 && t->shape[0] > 0 && t->shape[0] <= 1 << 20) {
+        s->classes = (int)t->shape[0];
+        snprintf(s->classes_from, sizeof s->classes_from, "from the checkpoint's %s", name);
+    }
+    st_free(&f);
+}
 
 int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err)
 {
@@ -49,7 +79,7 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     s->interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     if (dataset_open(&s->ds, &dc, err))
         return -1;
-    s->classes = u->classes > 0 ? u->classes : dataset_num_classes(s->ds);
+    pick_classes(s, m, u);
     LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
     if (loader_create(&s->ld, s->ds, &lc, err) ||
         eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, &s->g, err) ||

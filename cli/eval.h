@@ -22,7 +22,7 @@
 typedef struct EvalSetup {
     const char *data_dir, *dataset, *split, *class_map, *checkpoint, *device, *amp_dtype;
     int amp, channels_last, batch_size, workers;
-    int classes; /* the classifier's outputs; 0: the dataset's class count */
+    int classes; /* --num-classes; 0: the checkpoint's classifier, else the model's default */
     EvalOpts eo;
 } EvalSetup;
 
@@ -62,6 +62,7 @@ typedef struct EvalSession {
     EvalTransform et;
     double mean[3], std[3];
     int img, classes, batch;
+    char classes_from[128]; /* where classes came from, for the tools' log line */
     CtDType amp;
     const char *interp;
     float *x;

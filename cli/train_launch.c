@@ -17,11 +17,19 @@ int train_launch(int argc, char **argv, int n, CtErr *err)
     snprintf(np, sizeof np, "%d", n);
     /* unbound: each rank's BLAS and loader threads spread over the cores; as
      * torchrun, N ranks whatever the core count */
-    char *head[] = {CTIMM_MPIEXEC, "-np", np, "--bind-to", "none", "--oversubscribe", exe};
+    char *head[] = {CTIMM_MPIEXEC, "-np", np, "--bind-to", "none", "--oversubscribe"};
     int nhead = sizeof head / sizeof *head;
-    char **v = calloc((size_t)(nhead + argc), sizeof *v);
+    /* room for --allow-run-as-root, this program, its arguments and NULL */
+    char **v = calloc((size_t)(nhead + argc + 2), sizeof *v);
     CT_ASSERT(v != NULL);
     memcpy(v, head, sizeof head);
+    /* containers and cloud images run as root, and torchrun does not mind;
+     * Open MPI refuses root unless told */
+    if (geteuid() == 0) {
+        v[nhead++] = "--allow-run-as-root";
+        fprintf(stderr, "ctimm-train: running as root: mpiexec started with --allow-run-as-root\n");
+    }
+    v[nhead++] = exe;
     memcpy(v + nhead, argv + 1, sizeof *v * (size_t)(argc - 1));
     fflush(stdout);
     execv(CTIMM_MPIEXEC, v);

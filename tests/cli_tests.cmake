@@ -435,6 +435,24 @@ add_test(NAME infer_bad_format COMMAND ${FAIL} "--results-format parquet is not 
   ${INFER} --results-format parquet)
 add_test(NAME infer_exclude_needs_topk COMMAND ${FAIL} "--exclude-output needs --topk > 0"
   ${INFER} --exclude-output --topk 0)
+# The classifier is timm's, not the folder's: a 1000-class checkpoint scores
+# the 10-class val split (ctimm-infer names it from a 10-line class map), the
+# log saying where the count came from; a folder with more classes than
+# --num-classes is refused before any batch, naming both counts.
+add_test(NAME validate_infer_checkpoint_classes COMMAND sh -c
+  "ls data/shapes-64/val > classes-1k.txt && \
+   ${CMAKE_BINARY_DIR}/ctimm-compile --model test_resnet --save-weights cls1k.safetensors > /dev/null && \
+   ${VALIDATE} --checkpoint cls1k.safetensors --img-size 32 -b 100 > cls1k.log && \
+   grep -q 'classes: 1000 (from the checkpoint.s fc.weight)' cls1k.log && grep -q '^ \\* Acc@1 ' cls1k.log && \
+   ${INFER} data/shapes-64/val --img-size 32 --checkpoint cls1k.safetensors --class-map classes-1k.txt -b 100 \
+     --results-file cls1k.csv --no-console-results > cls1k-infer.log && \
+   grep -q 'classes: 1000 (from the checkpoint.s fc.weight)' cls1k-infer.log && \
+   test $(grep -c jpg cls1k.csv) -eq 500 && \
+   ${VALIDATE} --img-size 32 -b 100 | grep -q 'classes: 1000 (the model.s default)' && \
+   ${FAIL} 'has 10 classes but the model has 5 \\(from --num-classes\\).*give --num-classes 10' \
+     ${VALIDATE} --num-classes 5 --img-size 32 -b 100 > refuse.log && ! grep -q 'Test:' refuse.log")
+set_tests_properties(validate_infer_checkpoint_classes PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 # --real-labels (ImageNet ReaL's JSON, matched by ILSVRC2012_val_* file names):
 # each image's own class gives the plain top-1/top-5, every class gives 100;
 # a label file of another length is refused. (On the "mixed" set, with empty
@@ -526,6 +544,27 @@ add_test(NAME plot_refuses_short_row COMMAND sh -c
    test \"$(ls plot-short)\" = summary.csv")
 add_test(NAME plot_refuses_missing COMMAND ${FAIL} "cannot read plot-none/summary.csv: No such file"
   ${PLOT} plot-none)
+# The legend names each run by the shortest tail of its path, in whole
+# components, that no other run shares (a trailing slash and ./ aside; . and
+# paths that climb with .. resolved first); --labels names them instead, one
+# per folder, and must name them all.
+add_test(NAME plot_labels_by_path_suffix COMMAND sh -c
+  "rm -rf plot-lab && mkdir -p plot-lab/a/exp1 plot-lab/b/exp1 plot-lab/x/run plot-lab/y/other && \
+   for d in a/exp1 b/exp1 x/run y/other; do printf '${PLOT_HEADER}\\n0,2.3,2.2,10,50,0.1\\n' > plot-lab/$d/summary.csv; done && \
+   ${PLOT} plot-lab/a/exp1/ ./plot-lab/b/exp1 plot-lab/x/run -o plot-lab/abx.png | grep -q 'plot-lab/abx.png: 3 runs: a/exp1, b/exp1, run$' && \
+   ${PLOT} plot-lab/x/run plot-lab/y/other/ -o plot-lab/xy.png | grep -q ': 2 runs: run, other$' && \
+   (cd plot-lab/x/run && ${PLOT} . ../../y/other | grep -q 'compare.png: 2 runs: run, other$') && \
+   cd plot-lab/a/exp1 && ${PLOT} ../exp1 ../../b/exp1 | grep -q 'compare.png: 2 runs: a/exp1, b/exp1$'")
+set_tests_properties(plot_labels_by_path_suffix PROPERTIES FIXTURES_SETUP plot_label_runs)
+add_test(NAME plot_labels_given COMMAND sh -c
+  "${PLOT} plot-lab/a/exp1 plot-lab/b/exp1 --labels base,wide -o plot-lab/given.png | \
+   grep -q 'plot-lab/given.png: 2 runs: base, wide$'")
+set_tests_properties(plot_labels_given PROPERTIES FIXTURES_REQUIRED plot_label_runs)
+add_test(NAME plot_refuses_label_count COMMAND sh -c
+  "rm -f plot-lab/a/exp1/summary.png plot-lab/bad.png && \
+   ${FAIL} '--labels gives 3 labels for 2 runs' ${PLOT} plot-lab/a/exp1 plot-lab/b/exp1 --labels p,q,r -o plot-lab/bad.png && \
+   test ! -e plot-lab/bad.png && test ! -e plot-lab/a/exp1/summary.png")
+set_tests_properties(plot_refuses_label_count PROPERTIES FIXTURES_REQUIRED plot_label_runs)
 
 # ctimm-compile --compile: the graph's kernels through the kernel cache. A
 # cold cache compiles once, a second run compiles nothing (a disk hit), a
@@ -634,6 +673,27 @@ set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dis
 set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank
   dist_torchrun_env_equals_one_rank dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals PROPERTIES
   ENVIRONMENT "${DIST_ENV}")
+# As root (containers, cloud images) and without Open MPI's
+# OMPI_ALLOW_RUN_AS_ROOT* (unset here too, should the caller's shell have
+# them), --nproc-per-node and tools/distributed_train.sh still start the
+# ranks, as torchrun does, saying so in one line.
+set(DIST_ENV_ROOT ${DIST_ENV})
+list(FILTER DIST_ENV_ROOT EXCLUDE REGEX "^OMPI_ALLOW_RUN_AS_ROOT")
+string(REPLACE "${TRAIN} " "" TRAIN_DIST_ARGS "${TRAIN_DIST}")
+set(AS_ROOT_SAID "'^ctimm-train: running as root: mpiexec started with --allow-run-as-root$'")
+add_test(NAME dist_nproc_per_node_as_root COMMAND sh -c
+  "unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM && rm -rf droot && \
+   ${TRAIN_DIST} -b 4 --epochs 1 --output droot --nproc-per-node 2 > droot.log 2> droot.err && \
+   grep -q '^Distributed: 2 ranks, global batch 8' droot.log && \
+   { test $(id -u) -ne 0 || grep -q ${AS_ROOT_SAID} droot.err; }")
+add_test(NAME dist_train_script_as_root COMMAND sh -c
+  "unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM && rm -rf droot-sh && \
+   CTIMM_TRAIN=${TRAIN} ${CMAKE_SOURCE_DIR}/tools/distributed_train.sh 2 ${TRAIN_DIST_ARGS} -b 4 --epochs 1 \
+     --output droot-sh > droot-sh.log 2> droot-sh.err && \
+   grep -q '^Distributed: 2 ranks, global batch 8' droot-sh.log && \
+   { test $(id -u) -ne 0 || grep -q ${AS_ROOT_SAID} droot-sh.err; }")
+set_tests_properties(dist_nproc_per_node_as_root dist_train_script_as_root PROPERTIES
+  FIXTURES_REQUIRED dist_data ENVIRONMENT "${DIST_ENV_ROOT}")
 
 # Ctrl-C while the cpu backend's C compiler runs (tests/compile_interrupt.sh:
 # a cold private kernel cache, a CTIMM_CC that sleeps over its Nth compile):
