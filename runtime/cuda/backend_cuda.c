@@ -95,7 +95,7 @@ static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr 
     CtExec *e = calloc(1, sizeof *e);
     CT_ASSERT(e != NULL);
     *e = (CtExec){.p = p, .state = state};
-    if (cuda_exec_open(&o, &e->ex, err) || cuda_program_build(e->ex, &p->g, &e->pr, err)) {
+    if (cuda_exec_open(&o, &e->ex, err) || cuda_program_build(e->ex, &p->g, state, &e->pr, err)) {
         cuda_free(e);
         return -1;
     }

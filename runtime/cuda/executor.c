@@ -212,8 +212,10 @@ static int build_kernels(CudaProgram *pr, CtErr *err)
 }
 
 /* Where inputs and state go: the inputs one after another, the state as
- * the CtState lays it out (so one copy moves all of it). */
-static void place_blocks(CudaProgram *pr, const Graph *g, const CtState *state)
+ * the caller's CtState lays it out (so one copy moves all of it; an eval
+ * graph over a training state binds its tensors in the larger block).
+ * Fails naming a state tensor the caller's state lacks. */
+static int place_blocks(CudaProgram *pr, const Graph *g, const CtState *state, CtErr *err)
 {
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
@@ -222,12 +224,15 @@ static void place_blocks(CudaProgram *pr, const Graph *g, const CtState *state)
             pr->in_off[v] = pr->in_bytes;
             pr->in_bytes += (value_bytes(val) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
         } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
-            int s = state_find(state, val->name);
-            if (s >= 0)
-                pr->st_off[v] = state->e[s].offset;
+            int s = state ? state_find(state, val->name) : -1;
+            if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
+                state->e[s].type.dtype != val->type.dtype)
+                return ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", val->name);
+            pr->st_off[v] = state->e[s].offset;
         }
     }
-    pr->st_bytes = state->nbytes;
+    pr->st_bytes = state ? state->nbytes : 0;
+    return 0;
 }
 
 static int prepare_calls(CudaProgram *pr, CtErr *err)
@@ -277,7 +282,7 @@ static int alloc_memory(CudaProgram *pr, CtErr *err)
     return 0;
 }
 
-int cuda_program_build(CudaExec *ex, const Graph *g, CudaProgram **out, CtErr *err)
+int cuda_program_build(CudaExec *ex, const Graph *g, const CtState *state, CudaProgram **out, CtErr *err)
 {
     CudaProgram *pr = calloc(1, sizeof *pr);
     CT_ASSERT(pr != NULL);
@@ -301,11 +306,8 @@ int cuda_program_build(CudaExec *ex, const Graph *g, CudaProgram **out, CtErr *e
     pr->in_off = calloc((size_t)g->nvalues + 1, sizeof *pr->in_off);
     pr->st_off = calloc((size_t)g->nvalues + 1, sizeof *pr->st_off);
     CT_ASSERT(pr->kfn && pr->libfn && pr->mirrorfn && pr->gemm && pr->conv && pr->in_off && pr->st_off);
-    CtState shape; /* the state's layout, as the caller's CtState will have it */
-    state_create(&shape, g);
-    place_blocks(pr, g, &shape);
-    state_free(&shape);
-    if (build_kernels(pr, err) || prepare_calls(pr, err) || alloc_memory(pr, err))
+    if (place_blocks(pr, g, state, err) || build_kernels(pr, err) || prepare_calls(pr, err) ||
+        alloc_memory(pr, err))
         goto fail;
     *out = pr;
     return 0;
@@ -461,12 +463,13 @@ int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTe
 {
     CudaExec *ex = pr->ex;
     int k = 0, nout = 0, rc = -1;
-    if (state->nbytes != pr->st_bytes)
-        return ct_fail(err, "the state has %zu bytes, the program was built for %zu", state->nbytes, pr->st_bytes);
+    size_t st_bytes = state ? state->nbytes : 0;
+    if (st_bytes != pr->st_bytes)
+        return ct_fail(err, "the state has %zu bytes, the program was built for %zu", st_bytes, pr->st_bytes);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
         return -1;
     pr->moved_in = pr->moved_out = pr->moved_state = 0;
-    if (pr->runs == 0 || pr->state_stale) {
+    if (st_bytes && (pr->runs == 0 || pr->state_stale)) {
         if (cu_check(ex, ex->drv.MemcpyHtoD(pr->state, state->data, state->nbytes), err, "uploading the state"))
             return -1;
         pr->state_stale = 0;
@@ -514,10 +517,10 @@ fail:
 int cuda_program_state_to_host(CudaProgram *pr, CtState *state, CtErr *err)
 {
     CudaExec *ex = pr->ex;
+    if (!pr->st_bytes || pr->runs == 0 || pr->state_stale) /* the device has nothing newer */
+        return 0;
     if (state->nbytes != pr->st_bytes)
         return ct_fail(err, "the state has %zu bytes, the program was built for %zu", state->nbytes, pr->st_bytes);
-    if (pr->runs == 0 || pr->state_stale) /* the device has nothing newer */
-        return 0;
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
         return -1;
     return cu_check(ex, ex->drv.MemcpyDtoH(state->data, pr->state, state->nbytes), err, "downloading the state");

@@ -49,12 +49,14 @@ void cuda_exec_close(CudaExec *ex);
 /* "NVIDIA H200 (sm_90, 132 SMs, 143 GiB)" */
 const char *cuda_exec_device(const CudaExec *ex);
 
-int cuda_program_build(CudaExec *ex, const Graph *g, CudaProgram **pr, CtErr *err);
+/* g's program on the device, its state tensors bound by name in state's
+ * block (the caller's; a training state may hold more than g reads). */
+int cuda_program_build(CudaExec *ex, const Graph *g, const CtState *state, CudaProgram **pr, CtErr *err);
 void cuda_program_free(CudaProgram *pr);
 
 /* One run of g (the graph the program was built from): inputs in value
- * order; outputs allocated here, owned by the caller; the state (of g's
- * layout, state_create's) updated on the device. */
+ * order; outputs allocated here, owned by the caller; the state (the one
+ * the program was built over) updated on the device. */
 int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
                      CtTensor *outputs, CtErr *err);
 /* The device's state into state. */
