@@ -184,15 +184,9 @@ int cli_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, C
 int cli_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
                  CtTensor *outputs, CtErr *err)
 {
-    CtRunner r;
-    int rc = cli_open(&r, be, g, state, err);
-    if (rc == 0 && (rc = cli_step(&r, inputs, ninputs, outputs, err)) == 0 && be->state_to_host(r.exec, err)) {
-        for (int k = 0; k < g->noutputs; k++)
-            tensor_free(&outputs[k]);
-        rc = -1;
-    }
-    backend_close(&r);
-    return rc;
+    int rc = stop_signal ? CT_INTERRUPTED
+                         : backend_run_once(be, g, state, inputs, ninputs, outputs, &program_options, err);
+    return rc == CT_INTERRUPTED && stop_signal ? interrupted(err) : rc;
 }
 
 int cli_step(CtRunner *r, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)

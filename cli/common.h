@@ -45,8 +45,9 @@ int cli_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, C
 /* backend_step, or CT_INTERRUPTED (err says so, outputs not kept) when the
  * stop flag was raised before it ended. */
 int cli_step(CtRunner *r, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err);
-/* cli_open, one cli_step, the state back to the host, closed: a tool that
- * runs a graph once. */
+/* backend_run_once with cli_program_options(), or CT_INTERRUPTED (err says
+ * so) when the stop flag was raised before it or ended its compile: a tool
+ * that runs a graph once. */
 int cli_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
                  CtTensor *outputs, CtErr *err);
 /* Monotonic seconds, for the tools' timings. */

@@ -10,9 +10,9 @@
 #include "train/checkpoint.h"
 
 /* validate.py's create_model(num_classes=args.num_classes, checkpoint_path=...):
- * the classifier is the checkpoint's, not the folder's, so a 1000-class file
- * scores a small labelled folder. */
-static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u)
+ * the classifier is the checkpoint's (ck, when there is one), not the
+ * folder's, so a 1000-class file scores a small labelled folder. */
+static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u, const StFile *ck)
 {
     if (u->classes > 0) {
         s->classes = u->classes;
@@ -21,21 +21,16 @@ static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u
     }
     s->classes = m->cfg.num_classes;
     snprintf(s->classes_from, sizeof s->classes_from, "the model's default");
-    StFile f;
-    CtErr unread;
-    /* a file that does not read is ckpt_load_weights' to settle (an interrupted
-     * save) or to explain (a PyTorch file) */
-    if (!u->checkpoint || st_read(u->checkpoint, &f, &unread))
+    if (!ck)
         return;
     char name[80];
     snprintf(name, sizeof name, "%s.weight", m->cfg.classifier);
-    const StTensor *t = st_find(&f, name);
-    /* another model's file keeps the default: ckpt_load_weights names what is missing */
+    const StTensor *t = st_find(ck, name);
+    /* another model's file keeps the default: loading it names what is missing */
     if (t && t->ndim == 2 && t->shape[0] > 0 && t->shape[0] <= 1 << 20) {
         s->classes = (int)t->shape[0];
         snprintf(s->classes_from, sizeof s->classes_from, "from the checkpoint's %s", name);
     }
-    st_free(&f);
 }
 
 int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err)
@@ -79,18 +74,26 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     s->interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     if (dataset_open(&s->ds, &dc, err))
         return -1;
-    pick_classes(s, m, u);
-    LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
-    if (loader_create(&s->ld, s->ds, &lc, err) ||
-        eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, &s->g, err) ||
-        backend_check(s->be, &s->g, err))
-        goto fail;
-    state_create(&s->st, &s->g);
-    state_init(&s->st, 0);
-    if (u->checkpoint && ckpt_load_weights(u->checkpoint, &s->st, err)) {
+    StFile ck; /* read once: its classifier's size builds the model, then its tensors load */
+    if (u->checkpoint && ckpt_read_weights(u->checkpoint, &ck, err)) {
         ct_failctx(err, "--checkpoint");
         goto fail;
     }
+    pick_classes(s, m, u, u->checkpoint ? &ck : NULL);
+    LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
+    int rc = loader_create(&s->ld, s->ds, &lc, err) ||
+             eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, &s->g, err) ||
+             backend_check(s->be, &s->g, err);
+    if (!rc) {
+        state_create(&s->st, &s->g);
+        state_init(&s->st, 0);
+        if (u->checkpoint && state_load(&s->st, &ck, "", err))
+            rc = ct_failctx(err, "--checkpoint: %s", u->checkpoint);
+    }
+    if (u->checkpoint)
+        st_free(&ck);
+    if (rc)
+        goto fail;
     s->x = malloc(sizeof *s->x * (size_t)u->batch_size * 3 * (size_t)s->img * (size_t)s->img);
     CT_ASSERT(s->x != NULL);
     s->nbatches = loader_epoch_batches(s->ld);

@@ -162,9 +162,7 @@ int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, Ct
     int rc = 0;
     if (target == CT_TARGET_CPU)
         rc = compile_cpu(g, p, o ? o : &none, err);
-    else if (target == CT_TARGET_CUDA && (rc = fuse_plan(g, &p->fuse, err)) == 0)
-        copy_graph(g, &p->g);
-    else if (target == CT_TARGET_REF)
+    else
         copy_graph(g, &p->g);
     if (rc) {
         program_free(p);
@@ -195,8 +193,6 @@ void program_free(CtProgram *p)
     free(c->attn);
     if (c->fused)
         fuse_free(&c->p);
-    if (p->target == CT_TARGET_CUDA)
-        fuse_free(&p->fuse);
     if (p->target == CT_TARGET_CPU)
         plan_free(&p->plan);
     free(p->state_name);
@@ -231,9 +227,6 @@ void program_dump(const CtProgram *p, CtBuf *out)
                 buf_printf(out, " %s", op_def(g->nodes[st->first + j].op)->name);
             buf_printf(out, ")%s\n", st->view ? ", a view" : st->launch >= 0 && c->fn[st->launch] ? ", compiled" : "");
         }
-    } else if (p->target == CT_TARGET_CUDA) {
-        buf_printf(out, "steps: %d (%d kernels after fusion, %d before)\n", p->fuse.nsteps, p->fuse.kernels_after,
-                   p->fuse.kernels_before);
     }
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];

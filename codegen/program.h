@@ -10,8 +10,8 @@
  * plan, the memory plan over the ordered graph and the compiled host
  * kernels (one shared object per translation unit, through the kernel
  * cache); without a C compiler it runs node by node over the memory plan.
- * The cuda target keeps the graph as given and its fusion plan; the
- * executor builds its launch plan and device modules once per context
+ * The cuda target keeps the graph as given; the executor builds its launch
+ * plan (fusion included) and device modules once per context
  * (runtime/cuda/executor.h).
  */
 #ifndef CTIMM_PROGRAM_H
@@ -62,7 +62,6 @@ typedef struct CtProgram {
     char **state_name; /* per value: the state tensor it is (params, buffers, optimizer state), else NULL */
     MemPlan plan;      /* cpu: one arena by liveness over g */
     CpuProgram cpu;
-    FusePlan fuse;     /* cuda: the fusion plan of the source graph */
     ProgramOptions opt; /* as compiled (its pointers cleared) */
 } CtProgram;
 

@@ -47,10 +47,10 @@ void backend_close(CtRunner *r)
 }
 
 int backend_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
-                     CtTensor *outputs, CtErr *err)
+                     CtTensor *outputs, const ProgramOptions *o, CtErr *err)
 {
     CtRunner r;
-    int rc = backend_open(&r, be, g, state, NULL, err);
+    int rc = backend_open(&r, be, g, state, o, err);
     if (rc)
         return rc;
     rc = backend_step(&r, inputs, ninputs, outputs, err);

@@ -65,9 +65,9 @@ static inline int backend_step(CtRunner *r, const CtTensor *inputs, int ninputs,
 }
 void backend_close(CtRunner *r);
 
-/* Once: open, one step, the state back to the host, close. For tests and
- * tools that run a graph once. */
+/* Once: open (with o, which may be NULL), one step, the state back to the
+ * host, close. For tests and tools that run a graph once. */
 int backend_run_once(const CtBackend *be, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
-                     CtTensor *outputs, CtErr *err);
+                     CtTensor *outputs, const ProgramOptions *o, CtErr *err);
 
 #endif

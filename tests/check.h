@@ -3,9 +3,13 @@
 #ifndef CTIMM_CHECK_H
 #define CTIMM_CHECK_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int check_failures;
 
@@ -39,6 +43,31 @@ static inline char *test_read_text(const char *path)
         s[n] = 0;
     fclose(f);
     return s;
+}
+
+/* rm -rf path: a test's scratch folder (or a file in its place). */
+static inline void test_rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    char sub[4096];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub)
+            continue;
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            test_rm_tree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    rmdir(path);
 }
 
 static inline int check_done(const char *name)

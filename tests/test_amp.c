@@ -73,8 +73,8 @@ static void test_logits(const char *model, CtDType low)
     state_create(&s, &g);
     CHECK(state_load(&s, &f, "state.", &err) == 0);
     CtTensor x = {{shape_make(in->ndim, in->shape), CT_F32}, in->data}, y32, ylow;
-    CHECK(backend_run_once(&ct_backend_ref, &g, &s, &x, 1, &y32, &err) == 0);
-    CHECKF(backend_run_once(&ct_backend_ref, &a, &s, &x, 1, &ylow, &err) == 0, "%s", err.msg);
+    CHECK(backend_run_once(&ct_backend_ref, &g, &s, &x, 1, &y32, NULL, &err) == 0);
+    CHECKF(backend_run_once(&ct_backend_ref, &a, &s, &x, 1, &ylow, NULL, &err) == 0, "%s", err.msg);
     double d = 0, r = 0;
     for (int i = 0; i < 2000; i++) {
         double u = ((float *)y32.data)[i], v = ((float *)ylow.data)[i];
@@ -122,7 +122,7 @@ static void train(const char *model, CtDType low, float loss_scale, double *loss
         CtTensor in[4] = {{{{4, {B, 3, H, H}}, CT_F32}, x}, {{{1, {B}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
                           {{{0}, CT_F32}, &loss_scale}};
         CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
-        CHECKF(backend_run_once(&ct_backend_ref, &g, &s, in, 4, out, &err) == 0, "%s", err.msg);
+        CHECKF(backend_run_once(&ct_backend_ref, &g, &s, in, 4, out, NULL, &err) == 0, "%s", err.msg);
         losses[step] = out[1].data ? *(float *)out[1].data : NAN;
         applied[step] = out[g.noutputs - 1].data ? *(float *)out[g.noutputs - 1].data != 0 : -1;
         for (int k = 0; k < g.noutputs; k++)

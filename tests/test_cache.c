@@ -84,27 +84,6 @@ static int open_dir(KernelCache *c, const char *dir, int forbid)
     return 0;
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[4096];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Counts entries in dir; *bad gets the number of names that are not 32 hex
  * digits (temp files left behind, strays). */
 static int count_entries(const char *dir, int *bad)
@@ -600,6 +579,6 @@ int main(void)
     test_unusable_dir(root);
     test_env(root); /* last: it changes HOME and friends */
 
-    rm_tree(root);
+    test_rm_tree(root);
     return check_done("test_cache");
 }

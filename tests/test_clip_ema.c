@@ -73,7 +73,7 @@ static int step(Setup *u, float lr, float decay, CtTensor *out)
                       {{{0}, CT_F32}, &scale},
                       {{{0}, CT_F32}, &decay}};
     CtErr err = {{0}};
-    int rc = backend_run_once(&ct_backend_ref, &u->g, &u->s, in, u->ts.ema_decay >= 0 ? 5 : 4, out, &err);
+    int rc = backend_run_once(&ct_backend_ref, &u->g, &u->s, in, u->ts.ema_decay >= 0 ? 5 : 4, out, NULL, &err);
     CHECKF(rc == 0, "%s", err.msg);
     return rc;
 }

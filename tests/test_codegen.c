@@ -177,7 +177,7 @@ static double check_graph(const char *what, const Graph *g, KirPrecision prec, d
     }
     CtState st;
     state_create(&st, g);
-    int rc = backend_run_once(&ct_backend_ref, g, &st, in, nin, ref_out, &err);
+    int rc = backend_run_once(&ct_backend_ref, g, &st, in, nin, ref_out, NULL, &err);
     state_free(&st);
     CHECKF(rc == 0, "%s: ref: %s", what, err.msg);
     if (rc == 0) {
@@ -349,7 +349,7 @@ static void test_channels_last(KernelCache *cache)
     void **mem = calloc((size_t)g.nvalues, sizeof *mem);
     CtState st;
     state_create(&st, &g);
-    CHECK(backend_run_once(&ct_backend_ref, &g, &st, in, nin, ref_out, &err) == 0);
+    CHECK(backend_run_once(&ct_backend_ref, &g, &st, in, nin, ref_out, NULL, &err) == 0);
     state_free(&st);
     CHECK(fuse_plan(&g, &p, &err) == 0 && p.kernels_after == 1);
     if (lower_all(&g, &p, (KirOptions){KIR_F32, 1}, ks, &src) == 0 && host_compile(&hc, cache, src.s, &m, &err) == 0) {
@@ -464,26 +464,6 @@ static void test_cache_use(void)
     }
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[600];
-    while (d && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(path);
-        else
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 int main(void)
 {
     CtErr err;
@@ -503,6 +483,6 @@ int main(void)
     test_channels_last(&c);
     cache_close(&c);
     test_cache_use();
-    rm_tree(cache_dir);
+    test_rm_tree(cache_dir);
     return check_done("test_codegen");
 }

@@ -34,7 +34,7 @@ static void compare_run(const char *what, const Graph *g, const CtState *state, 
         if (state)
             memcpy(s[b].data, state->data, state->nbytes);
         out[b] = calloc((size_t)g->noutputs, sizeof *out[b]);
-        int rc = backend_run_once(be[b], g, &s[b], in, nin, out[b], &err);
+        int rc = backend_run_once(be[b], g, &s[b], in, nin, out[b], NULL, &err);
         CHECKF(rc == 0, "%s on %s: %s", what, be[b]->name, err.msg);
         if (rc)
             goto free_runs;

@@ -99,7 +99,7 @@ static void step(Graph *g, CtState *s, int batch, int first, int stride, CtTenso
                       {{{0}, CT_F32}, &lr},
                       {{{0}, CT_F32}, &scale}};
     CtErr err = {{0}};
-    CHECKF(backend_run_once(&ct_backend_ref, g, s, in, 4, out, &err) == 0, "%s", err.msg);
+    CHECKF(backend_run_once(&ct_backend_ref, g, s, in, 4, out, NULL, &err) == 0, "%s", err.msg);
     free(x);
     free(y);
 }
@@ -208,7 +208,7 @@ static void bn_ops(const CtBackend *be, int batch, int first, int stride, int sy
     CHECKF(b >= 0, "%s", err.msg);
     for (int k = 0; b >= 0 && k < 6; k++)
         graph_mark_output(&g, k < 3 ? g.nodes[a].out[k] : g.nodes[b].out[k - 3]);
-    CHECKF(b >= 0 && backend_run_once(be, &g, NULL, in, 6, out, &err) == 0, "%s: %s", be->name, err.msg);
+    CHECKF(b >= 0 && backend_run_once(be, &g, NULL, in, 6, out, NULL, &err) == 0, "%s: %s", be->name, err.msg);
     for (int k = 0; k < 6; k++)
         free(in[k].data);
     graph_free(&g);

@@ -616,7 +616,7 @@ static int run(Prepared *p, CtTensor *out, const char *name)
 {
     CtErr err;
     memcpy(p->s.data, p->base, p->s.nbytes);
-    if (backend_run_once(&ct_backend_ref, &p->g, &p->s, p->in, p->nin, out, &err)) {
+    if (backend_run_once(&ct_backend_ref, &p->g, &p->s, p->in, p->nin, out, NULL, &err)) {
         CHECKF(0, "%s: run failed: %s", name, err.msg);
         return -1;
     }

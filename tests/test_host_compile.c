@@ -34,29 +34,6 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) {
-        unlink(dir);
-        return;
-    }
-    struct dirent *e;
-    char path[1200];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int entries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -373,6 +350,6 @@ int main(void)
     test_stop(root);
     test_stale_tmp(root);
     test_stale_cache(root);
-    rm_tree(root);
+    test_rm_tree(root);
     return check_done("test_host_compile");
 }

@@ -204,7 +204,7 @@ static void check_case(Case *c, const char *what)
     LibLaunch l[LIB_MAX_LAUNCHES];
     int nl;
     size_t scratch_bytes;
-    if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, &err)) {
+    if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
     } else if (lib_launches(g, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);

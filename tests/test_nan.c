@@ -134,7 +134,7 @@ static void check_case(const NanCase *c)
             run_cpu_node(&g, node, in, out[b]);
             ran[b] = 1;
         } else {
-            ran[b] = backend_run_once(b ? cpu : ref, &g, &st, in, c->nin, out[b], &err) == 0;
+            ran[b] = backend_run_once(b ? cpu : ref, &g, &st, in, c->nin, out[b], NULL, &err) == 0;
             CHECKF(ran[b], "%s on %s: %s", c->what, names[b], err.msg);
         }
         state_free(&st);
@@ -419,7 +419,7 @@ static void test_model_nan_weight(void)
             CHECKF(!strncmp(st.e[0].name, "conv1.", 6), "test_resnet's first tensor is %s", st.e[0].name);
             ((float *)state_data(&st, 0))[0] = NAN;
             const CtBackend *be = b ? cpu : ref;
-            if (backend_run_once(be, &g, &st, v.in, training ? 4 : 1, out, &err) == 0) {
+            if (backend_run_once(be, &g, &st, v.in, training ? 4 : 1, out, NULL, &err) == 0) {
                 const CtTensor *t = &out[watch];
                 int64_t n = shape_numel(&t->type.shape), finite = 0;
                 for (int64_t i = 0; i < n; i++)

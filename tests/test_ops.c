@@ -316,7 +316,7 @@ static int case_run(Case *c, const char *what, double amp)
         elems_from_double(x, val->type.dtype, n, in[nin++].data);
         free(x);
     }
-    rc = backend_run_once(&ct_backend_ref, &c->g, &c->s, in, nin, c->out, &err);
+    rc = backend_run_once(&ct_backend_ref, &c->g, &c->s, in, nin, c->out, NULL, &err);
     if (rc == 0)
         c->nout = c->g.noutputs;
     else
@@ -749,7 +749,7 @@ static void test_bce_values(void)
         CtTensor out;
         CtState st;
         state_create(&st, &g);
-        CHECKF(backend_run_once(&ct_backend_ref, &g, &st, in, 2, &out, &err) == 0, "%s", err.msg);
+        CHECKF(backend_run_once(&ct_backend_ref, &g, &st, in, 2, &out, NULL, &err) == 0, "%s", err.msg);
         CHECKF(fabs(*(double *)out.data - cases[i].want) < 1e-12, "bce case %zu: %.17g, timm %.17g", i,
                *(double *)out.data, cases[i].want);
         tensor_free(&out);

@@ -108,7 +108,7 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
         CtTensor res[CT_MAX_OUT];
         CtErr err;
         CtState none = {0};
-        if (backend_run_once(be, &g, &none, tin, nin, res, &err)) {
+        if (backend_run_once(be, &g, &none, tin, nin, res, NULL, &err)) {
             CHECKF(0, "%s: %s", c->name, err.msg);
             goto done;
         }

@@ -68,8 +68,8 @@ static void test_bn_fold(const char *model, int size, int expect_fold)
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)sin(0.1 * (double)i);
     CtTensor in = {{{4, {1, 3, size, size}}, CT_F32}, x}, a, b;
-    CHECK(backend_run_once(&ct_backend_ref, &g, &s, &in, 1, &a, &err) == 0);
-    CHECKF(backend_run_once(&ct_backend_ref, &f, &s, &in, 1, &b, &err) == 0, "%s: %s", model, err.msg);
+    CHECK(backend_run_once(&ct_backend_ref, &g, &s, &in, 1, &a, NULL, &err) == 0);
+    CHECKF(backend_run_once(&ct_backend_ref, &f, &s, &in, 1, &b, NULL, &err) == 0, "%s: %s", model, err.msg);
     double d = 0, r = 0;
     for (int i = 0; i < 10; i++) {
         double u = ((float *)a.data)[i], v = ((float *)b.data)[i];
@@ -145,8 +145,8 @@ static void test_layout_same_step(const char *model)
     CtTensor in[4] = {{{{4, {2, 3, 32, 32}}, CT_F32}, x}, {{{1, {2}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
                       {{{0}, CT_F32}, &scale}};
     CtTensor *a = calloc((size_t)g.noutputs, sizeof *a), *b = calloc((size_t)l.noutputs, sizeof *b);
-    CHECK(backend_run_once(&ct_backend_ref, &g, &s1, in, 4, a, &err) == 0);
-    CHECKF(backend_run_once(&ct_backend_ref, &l, &s2, in, 4, b, &err) == 0, "%s", err.msg);
+    CHECK(backend_run_once(&ct_backend_ref, &g, &s1, in, 4, a, NULL, &err) == 0);
+    CHECKF(backend_run_once(&ct_backend_ref, &l, &s2, in, 4, b, NULL, &err) == 0, "%s", err.msg);
     double worst = 0;
     for (int k = 0; k < g.noutputs && k < l.noutputs; k++) {
         int64_t n = shape_numel(&a[k].type.shape);
@@ -198,8 +198,8 @@ static void test_bn_fold_other_patterns(void)
         for (int i = 0; i < 2 * 3 * 36; i++)
             xv[i] = (float)cos(0.7 * i);
         CtTensor in = {{{4, {2, 3, 6, 6}}, CT_F32}, xv}, a, c;
-        CHECK(backend_run_once(&ct_backend_ref, &g, &s, &in, 1, &a, &err) == 0);
-        CHECK(backend_run_once(&ct_backend_ref, &f, &s, &in, 1, &c, &err) == 0);
+        CHECK(backend_run_once(&ct_backend_ref, &g, &s, &in, 1, &a, NULL, &err) == 0);
+        CHECK(backend_run_once(&ct_backend_ref, &f, &s, &in, 1, &c, NULL, &err) == 0);
         double d = 0, r = 0;
         for (int i = 0; i < 8; i++) {
             double u = ((float *)a.data)[i], v = ((float *)c.data)[i];

@@ -65,7 +65,7 @@ static void test_steps(const CtBackend *be, const char *model)
         CT_ASSERT(oa && ob);
         int ra = be->run(e, in.t, 4, oa, &err) == 0;
         CHECKF(ra, "%s step %d: %s", model, s, err.msg);
-        int rb = backend_run_once(be, &copy, &b, in.t, 4, ob, &err) == 0;
+        int rb = backend_run_once(be, &copy, &b, in.t, 4, ob, NULL, &err) == 0;
         CHECKF(rb, "%s step %d: %s", model, s, err.msg);
         for (int k = 0; ra && rb && k < copy.noutputs; k++) {
             CHECKF(!memcmp(oa[k].data, ob[k].data, tensor_nbytes(&oa[k])), "%s on %s, step %d: output %d differs",

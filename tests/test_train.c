@@ -111,7 +111,7 @@ static double update_error(const StFile *f, const char *name, const ModelEntry *
     CtTensor res;
     CtErr err;
     double r = INFINITY;
-    if (backend_run_once(&ct_backend_ref, &g, &none, in, nin, &res, &err) == 0) {
+    if (backend_run_once(&ct_backend_ref, &g, &none, in, nin, &res, NULL, &err) == 0) {
         r = rel_err(res.data, want->data, st_numel(p));
         tensor_free(&res);
     }
@@ -190,7 +190,7 @@ static void test_loss_goes_down(void)
                               {{{0}, CT_F32}, &lr},
                               {{{0}, CT_F32}, &loss_scale}};
             CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
-            CHECKF(backend_run_once(&ct_backend_ref, &g, &state, in, 4, out, &err) == 0, "%s", err.msg);
+            CHECKF(backend_run_once(&ct_backend_ref, &g, &state, in, 4, out, NULL, &err) == 0, "%s", err.msg);
             double loss = out[1].data ? *(float *)out[1].data : NAN;
             for (int k = 0; k < g.noutputs; k++)
                 tensor_free(&out[k]);
@@ -246,7 +246,7 @@ static void test_drop_path_reproducible(void)
         CtTensor in[4] = {{{{4, {4, 3, 32, 32}}, CT_F32}, x}, {{{1, {4}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
                           {{{0}, CT_F32}, &scale}};
         CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
-        CHECKF(backend_run_once(&ct_backend_ref, &g, &state, in, 4, out, &err) == 0, "%s", err.msg);
+        CHECKF(backend_run_once(&ct_backend_ref, &g, &state, in, 4, out, NULL, &err) == 0, "%s", err.msg);
         loss[run] = out[1].data ? *(float *)out[1].data : NAN;
         for (int k = 0; k < g.noutputs; k++)
             tensor_free(&out[k]);
@@ -283,7 +283,7 @@ static void test_drop_path_rate(void)
     unsigned char prev[N] = {0};
     for (int step = 0; step < STEPS; step++) {
         CtTensor in = {{{2, {N, 3}}, CT_F32}, ones}, out;
-        CHECKF(backend_run_once(&ct_backend_ref, &g, &state, &in, 1, &out, &err) == 0, "%s", err.msg);
+        CHECKF(backend_run_once(&ct_backend_ref, &g, &state, &in, 1, &out, NULL, &err) == 0, "%s", err.msg);
         const float *y = out.data;
         for (int s = 0; s < N; s++) {
             unsigned char d = y[s * 3] == 0;

@@ -303,8 +303,6 @@ int main(void)
     test_saver_nan(dir);
     test_saver_keep(dir);
     test_resume_meta(dir);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    test_rm_tree(dir);
     return check_done("test_trainer_files");
 }

@@ -159,8 +159,6 @@ int main(void)
     free(resumed);
     free(recovered);
     dist_finish(dist);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    CHECK(system(cmd) == 0);
+    test_rm_tree(tmp);
     return check_done("test_trainer_run");
 }

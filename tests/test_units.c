@@ -301,7 +301,7 @@ static void compare_step(const Graph *g, const Vectors *v)
         state_create(&s[b], g);
         CHECKF(state_load(&s[b], &v->f, "state.", &err) == 0, "%s", err.msg);
         out[b] = calloc((size_t)g->noutputs + 1, sizeof *out[b]);
-        int ok = backend_run_once(be[b], g, &s[b], v->in, 4, out[b], &err) == 0;
+        int ok = backend_run_once(be[b], g, &s[b], v->in, 4, out[b], NULL, &err) == 0;
         CHECKF(ok, "%s: %s", be[b]->name, err.msg);
         ran += ok;
     }

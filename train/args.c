@@ -1,10 +1,12 @@
 #include "train/args.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <cJSON.h>
 
 #include "runtime/data/augment.h"
+#include "runtime/data/transforms.h"
 
 TrainArgs train_args_default(void)
 {
@@ -43,9 +45,6 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         {"lr-cycle-mul", a->sch.cycle_mul, a->sch.cycle_mul > 0, "> 0"},
         {"lr-cycle-decay", a->sch.cycle_decay, a->sch.cycle_decay >= 0, ">= 0"},
         {"lr-k-decay", a->sch.k_decay, a->sch.k_decay > 0, "> 0"},
-        {"hflip", a->hflip, a->hflip >= 0 && a->hflip <= 1, "in [0, 1]"},
-        {"vflip", a->vflip, a->vflip >= 0 && a->vflip <= 1, "in [0, 1]"},
-        {"color-jitter", a->color_jitter, a->color_jitter >= 0, ">= 0"},
         {"mixup", a->mixup, a->mixup >= 0, ">= 0 (a Beta alpha)"},
         {"cutmix", a->cutmix, a->cutmix >= 0, ">= 0 (a Beta alpha)"},
         {"mixup-prob", a->mixup_prob, a->mixup_prob >= 0 && a->mixup_prob <= 1, "in [0, 1]"},
@@ -64,11 +63,22 @@ int train_args_check(const TrainArgs *a, CtErr *err)
             return ct_fail(err, "--std %g: must be > 0 (the batch is divided by it)", a->std[k]);
     if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2))
         return ct_fail(err, "--scale and --ratio take two values, MIN MAX");
-    if (a->n_scale && !(a->scale[0] >= 0 && a->scale[0] <= a->scale[1]))
-        return ct_fail(err, "--scale %g %g: needs 0 <= MIN <= MAX (fractions of the image's area)", a->scale[0],
-                       a->scale[1]);
-    if (a->n_ratio && !(a->ratio[0] > 0 && a->ratio[0] <= a->ratio[1]))
-        return ct_fail(err, "--ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", a->ratio[0], a->ratio[1]);
+    /* the transform's own rule, named by the flag (its messages start with timm's argument name) */
+    TrainTransform tt = train_transform_default(1);
+    for (int k = 0; k < 2; k++) {
+        tt.scale[k] = a->scale[k];
+        tt.ratio[k] = a->ratio[k];
+    }
+    tt.hflip = a->hflip;
+    tt.vflip = a->vflip;
+    tt.color_jitter = a->color_jitter;
+    if (train_transform_check(&tt, err)) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        for (char *c = m; *c && *c != ' '; c++)
+            *c = *c == '_' ? '-' : *c;
+        return ct_fail(err, "--%s", m);
+    }
     AugPolicy policy;
     if (a->aa && *a->aa && aug_parse(a->aa, &policy, err))
         return ct_failctx(err, "--aa %s", a->aa);

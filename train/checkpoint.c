@@ -343,15 +343,20 @@ static void settle(const char *path, size_t n)
     ckpt_settle_pair(dir, name);
 }
 
-int ckpt_load_weights(const char *path, CtState *s, CtErr *err)
+int ckpt_read_weights(const char *path, StFile *f, CtErr *err)
 {
     size_t n = strlen(path);
     if (ends_with(path, weights_ext) && !ends_with(path, state_ext))
         settle(path, n - strlen(weights_ext));
     if (refuse_torch_file(path, err))
         return -1;
+    return st_read(path, f, err);
+}
+
+int ckpt_load_weights(const char *path, CtState *s, CtErr *err)
+{
     StFile f;
-    if (st_read(path, &f, err))
+    if (ckpt_read_weights(path, &f, err))
         return -1;
     int rc = state_load(s, &f, "", err);
     st_free(&f);

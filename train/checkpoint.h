@@ -87,6 +87,9 @@ int ckpt_settle_pair(const char *dir, const char *name);
  * weights, recovery pairs older than the newest (but `keep`, when not NULL)
  * removed. The count of files fixed or removed. */
 int ckpt_clean_dir(const char *dir, const char *keep);
+/* A timm or ctimm state_dict file read whole, after finishing a save a kill
+ * interrupted; a PyTorch file refused, named as such. */
+int ckpt_read_weights(const char *path, StFile *f, CtErr *err);
 /* --initial-checkpoint: params and buffers from a timm or ctimm state_dict file. */
 int ckpt_load_weights(const char *path, CtState *s, CtErr *err);
 /* --resume: the weights file PATH and PATH's .state file beside it; restores

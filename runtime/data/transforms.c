@@ -134,7 +134,8 @@ int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box,
     return 0;
 }
 
-int train_transform_check(const TrainTransform *t, CtErr *err)
+/* train_transform_check, with the auto_augment policy parsed into *policy. */
+static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
 {
     if (t->img_size < 1)
         return ct_fail(err, "train transform: image size %d", t->img_size);
@@ -150,27 +151,30 @@ int train_transform_check(const TrainTransform *t, CtErr *err)
         if (!(probs[k] >= 0 && probs[k] <= 1))
             return ct_fail(err, "%s %g: a probability, in [0, 1]", k ? "vflip" : "hflip", probs[k]);
     if (!(t->color_jitter >= 0 && isfinite(t->color_jitter))) /* torchvision's ColorJitter raises */
-        return ct_fail(err, "color_jitter %g: must be a number >= 0", t->color_jitter);
+        return ct_fail(err, "color_jitter %g: must be >= 0, a number", t->color_jitter);
     if (!(t->jitter_hue >= 0 && t->jitter_hue <= 0.5))
         return ct_fail(err, "color_jitter hue %g: must be in [0, 0.5]", t->jitter_hue);
     for (int c = 0; c < 3; c++)
         if (!isfinite(t->mean[c]))
             return ct_fail(err, "mean %g: not a number", t->mean[c]);
-    AugPolicy policy;
-    if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, &policy, err))
+    if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, policy, err))
         return -1;
     return 0;
+}
+
+int train_transform_check(const TrainTransform *t, CtErr *err)
+{
+    AugPolicy policy;
+    return check(t, &policy, err);
 }
 
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
 {
     int size = t->img_size;
-    if (train_transform_check(t, err))
+    AugPolicy policy;
+    if (check(t, &policy, err))
         return -1;
     int use_aa = t->auto_augment && *t->auto_augment;
-    AugPolicy policy;
-    if (use_aa && aug_parse(t->auto_augment, &policy, err))
-        return -1;
     int w, h;
     if (image_probe(data, n, &w, &h, err))
         return -1;
