@@ -145,7 +145,7 @@ static int bench_build(const Args *a, const ModelEntry *m, int train, int batch,
     for (int k = 0; k < b->ng; k++) {
         Graph *g = &b->g[k];
         if (!train) {
-            if (eval_graph(m, batch, classes, img, amp, a->channels_last, g, err))
+            if (eval_graph(m, batch, classes, img, amp, a->channels_last, NULL, NULL, g, err))
                 return -1;
             continue;
         }

@@ -22,7 +22,7 @@ static const char *const usage =
     "usage: ctimm-compile --model NAME [--img-size N] [--batch-size N] [--num-classes N] [--train] [--dump-ir]\n"
     "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
     "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
-    "                     [--compile host|cuda [--sm 90]] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda]\n"
+    "                     [--compile host|cuda] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda] [--sm 90]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
@@ -291,8 +291,12 @@ int main(int argc, char **argv)
     Graph g;
     CtErr err;
     /* bn_fold runs by default on eval graphs, layout with --channels-last;
-     * a --passes list replaces the default */
-    Pipeline p = {.training = spec.training, .loss = {CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, .opt = os, .amp = amp,
+     * a --passes list replaces the default; `--passes input` shows the
+     * uint8 input the trainer and validator feed, normalised by the model's
+     * mean/std */
+    InputSpec in = {.mean = {m->cfg.mean[0], m->cfg.mean[1], m->cfg.mean[2]},
+                    .std = {m->cfg.std[0], m->cfg.std[1], m->cfg.std[2]}};
+    Pipeline p = {.input = in, .training = spec.training, .loss = {CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, .opt = os, .amp = amp,
                   .amp_dtype = amp_dtype, .bn_fold = !passes, .channels_last = channels_last, .passes = passes,
                   .dump_after = dump_after, .dump = &out, .verify = PIPELINE_VERIFY};
     PipelineResult res;
@@ -359,10 +363,12 @@ int main(int argc, char **argv)
     }
     if (fuse)
         buf_printf(&out, "kernels: %d before fusion (one per node), %d after\n", kernels_before, kernels_after);
-    if (dump_program) { /* the Program a backend would run: compiled as ctimm-train compiles it */
+    if (dump_program) { /* the Program a backend would run: compiled as ctimm-train compiles it, cuda for --sm */
         CtProgram *pr;
+        ProgramOptions po = *cli_program_options();
+        po.cuda_cc = fo.sm;
         cli_catch_interrupts();
-        int crc = program_compile(&g, backend_find(dump_program)->target, cli_program_options(), &pr, &err);
+        int crc = program_compile(&g, backend_find(dump_program)->target, &po, &pr, &err);
         if (crc) {
             fprintf(stderr, "%s: --dump-program %s: %s\n", prog, dump_program, err.msg);
             buf_free(&out);

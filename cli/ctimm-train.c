@@ -479,7 +479,6 @@ static int run_ranks(int argc, char **argv, const TrainArgs *a)
     } else if (dist_world_size(dist) > 1) {
         setvbuf(stdout, NULL, _IOLBF, 0); /* the launcher's pipe: lines as they come */
     }
-    dist_install(dist);
     int rc = train(a, dist);
     if (rc != 0 && rc != 130 && dist_world_size(dist) > 1)
         dist_abort(dist, rc);

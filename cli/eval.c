@@ -82,7 +82,7 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     pick_classes(s, m, u, u->checkpoint ? &ck : NULL);
     LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
     int rc = loader_create(&s->ld, s->ds, &lc, err) ||
-             eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, &s->g, err) ||
+             eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, s->mean, s->std, &s->g, err) ||
              backend_check(s->be, &s->g, err);
     if (!rc) {
         state_create(&s->st, &s->g);
@@ -94,8 +94,6 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
         st_free(&ck);
     if (rc)
         goto fail;
-    s->x = malloc(sizeof *s->x * (size_t)u->batch_size * 3 * (size_t)s->img * (size_t)s->img);
-    CT_ASSERT(s->x != NULL);
     s->nbatches = loader_epoch_batches(s->ld);
     if (loader_start_epoch(s->ld, 0, err))
         goto fail;
@@ -113,8 +111,7 @@ int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
     if (loader_next(s->ld, bt, err) != 1)
         return *bt || err->msg[0] ? -1 : ct_fail(err, "the split ended after %zu of %zu batches", s->next, s->nbatches);
     s->next++;
-    eval_normalise(*bt, s->batch, s->mean, s->std, s->x);
-    CtTensor in = {{{4, {s->batch, 3, s->img, s->img}}, CT_F32}, s->x};
+    CtTensor in = {{{4, {s->batch, s->img, s->img, 3}}, CT_U8}, (*bt)->images};
     /* compiled at the first batch, after the caller's last change to the state (--use-ema) */
     int rc = s->run.prog ? 0 : cli_open(&s->run, s->be, &s->g, &s->st, err);
     if (rc == 0)
@@ -125,7 +122,6 @@ int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
 void eval_close(EvalSession *s)
 {
     backend_close(&s->run);
-    free(s->x);
     if (s->st.e)
         state_free(&s->st);
     graph_free(&s->g);

@@ -65,7 +65,6 @@ typedef struct EvalSession {
     char classes_from[128]; /* where classes came from, for the tools' log line */
     CtDType amp;
     const char *interp;
-    float *x;
     size_t nbatches, next;
 } EvalSession;
 

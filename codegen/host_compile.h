@@ -1,7 +1,7 @@
 /*
  * Host kernels: a translation unit of host C (codegen/render.h) compiled by
  * the system C compiler into a shared object, through the kernel cache
- * (codegen/cache.h), and loaded with dlopen.
+ * (ir/cache.h), and loaded with dlopen.
  *
  * A graph's kernels are a few translation units (codegen/units.h), each
  * its own compiler run, shared object and cache entry, compiled by a pool
@@ -34,8 +34,8 @@
 
 #include <signal.h>
 
-#include "codegen/cache.h"
 #include "codegen/units.h"
+#include "ir/cache.h"
 
 /* No FMA contraction: KIR_EXACT kernels round as the ref kernels do. */
 #define HOST_CC_OPTIONS "-O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -shared -fPIC"

@@ -1,6 +1,6 @@
 /*
  * CUDA kernels: a translation unit of CUDA C (codegen/render.h) compiled at
- * run time by NVRTC through the kernel cache (codegen/cache.h). No GPU is
+ * run time by NVRTC through the kernel cache (ir/cache.h). No GPU is
  * needed to compile. Built only with the CUDA toolkit (CTIMM_HAVE_NVRTC).
  *
  * For sm_XX that this NVRTC can target, the image is a cubin
@@ -11,8 +11,8 @@
 #ifndef CTIMM_NVRTC_H
 #define CTIMM_NVRTC_H
 
-#include "codegen/cache.h"
 #include "codegen/units.h"
+#include "ir/cache.h"
 
 typedef struct NvrtcCompiler {
     char version[32]; /* "13.0" */

@@ -1,6 +1,7 @@
 /* Contract: program_compile(g, target) makes the Program a backend runs
  * (codegen/program.h): the passes that plan the step (fuse, plan) and the
- * codegen that compiles its kernels, run here once, not per step.
+ * codegen that compiles its kernels (host C by cc, CUDA C by NVRTC), run
+ * here once, not per step.
  *
  * cpu: an sdpa whose gradient is in the same graph saves its attention
  * weights softmax(q k^T) (in the arena past the plan's values) and its
@@ -157,13 +158,19 @@ int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, Ct
     p->target = target;
     if (o)
         p->opt = (ProgramOptions){.allow_tf32 = o->allow_tf32, .sync_each = o->sync_each,
-                                  .outputs_on_device = o->outputs_on_device};
+                                  .outputs_on_device = o->outputs_on_device, .collective = o->collective};
     *out = NULL;
     int rc = 0;
-    if (target == CT_TARGET_CPU)
+    if (target == CT_TARGET_CPU) {
         rc = compile_cpu(g, p, o ? o : &none, err);
-    else
+    } else {
         copy_graph(g, &p->g);
+        if (target == CT_TARGET_CUDA) {
+            p->opt.cuda_cc = o && o->cuda_cc ? o->cuda_cc : PROGRAM_CUDA_CC;
+            p->opt.cuda_sms = o && o->cuda_sms ? o->cuda_sms : PROGRAM_CUDA_SMS;
+            rc = cuda_compile(g, p->opt.cuda_cc, p->opt.cuda_sms, o ? o->cache_warned : NULL, &p->cuda, err);
+        }
+    }
     if (rc) {
         program_free(p);
         return rc;
@@ -195,6 +202,8 @@ void program_free(CtProgram *p)
         fuse_free(&c->p);
     if (p->target == CT_TARGET_CPU)
         plan_free(&p->plan);
+    if (p->target == CT_TARGET_CUDA)
+        cuda_program_free(&p->cuda);
     free(p->state_name);
     graph_free(&p->g);
     free(p);
@@ -228,6 +237,10 @@ void program_dump(const CtProgram *p, CtBuf *out)
             buf_printf(out, ")%s\n", st->view ? ", a view" : st->launch >= 0 && c->fn[st->launch] ? ", compiled" : "");
         }
     }
+    if (p->target == CT_TARGET_CUDA) {
+        buf_printf(out, "target: sm_%d, %d SMs\n", p->opt.cuda_cc, p->opt.cuda_sms);
+        cuda_program_dump(&p->cuda, g, out);
+    }
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         char sh[128];
@@ -240,5 +253,8 @@ void program_dump(const CtProgram *p, CtBuf *out)
                  !(p->cpu.fused && p->cpu.own[v]))
             buf_printf(out, "%%%d %s %s: arena +%zu\n", v, sh, ct_dtype_name(val->type.dtype),
                        (size_t)p->plan.offset[v]);
+        else if (p->target == CT_TARGET_CUDA && p->cuda.lp.offset[v] != PLAN_NONE)
+            buf_printf(out, "%%%d %s %s: device +%zu\n", v, sh, ct_dtype_name(val->type.dtype),
+                       p->cuda.lp.offset[v]);
     }
 }

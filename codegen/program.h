@@ -4,27 +4,35 @@
  * owns it and frees it; a backend (runtime/backend.h) reads it and never
  * re-runs a pass, hashes a graph or keeps a program of its own.
  *
- * Every target's program holds the graph as it runs (for cpu and cuda its
- * nodes in the fusion plan's step order), the state names its values bind
- * to, and the graph's inputs and outputs. The cpu target adds the fusion
- * plan, the memory plan over the ordered graph and the compiled host
- * kernels (one shared object per translation unit, through the kernel
- * cache); without a C compiler it runs node by node over the memory plan.
- * The cuda target keeps the graph as given; the executor builds its launch
- * plan (fusion included) and device modules once per context
- * (runtime/cuda/executor.h).
+ * Every target's program holds the graph as it runs (for cpu its nodes in
+ * the fusion plan's step order), the state names its values bind to, and
+ * the graph's inputs and outputs. The cpu target adds the fusion plan, the
+ * memory plan over the ordered graph and the compiled host kernels (one
+ * shared object per translation unit, through the kernel cache); without a
+ * C compiler it runs node by node over the memory plan. The cuda target
+ * keeps the graph as given and adds its launch plan (fusion, memory,
+ * library call descriptors) and the NVRTC images of its kernels, for one
+ * compute capability (codegen/cuda/cuda_program.h): the executor
+ * (runtime/cuda/executor.h) loads them and compiles nothing.
  */
 #ifndef CTIMM_PROGRAM_H
 #define CTIMM_PROGRAM_H
 
 #include <signal.h>
 
+#include "codegen/cuda/cuda_program.h"
 #include "codegen/host_compile.h"
 #include "codegen/kir.h"
+#include "ir/collective.h"
 #include "passes/fuse.h"
 #include "passes/plan.h"
 
 typedef enum CtTarget { CT_TARGET_REF, CT_TARGET_CPU, CT_TARGET_CUDA } CtTarget;
+
+/* The cuda target where ProgramOptions leave it 0 and no device filled it
+ * in: the H200's (sm_90, 132 SMs). */
+#define PROGRAM_CUDA_CC 90
+#define PROGRAM_CUDA_SMS 132
 
 typedef struct ProgramOptions {
     /* The caller's stop flag, raised by its SIGINT/SIGTERM handler: a host
@@ -40,6 +48,19 @@ typedef struct ProgramOptions {
      * left on the device (a caller that reads none, as ctimm-bench's timed
      * steps). */
     int allow_tf32, sync_each, outputs_on_device;
+    /* The collective of the data-parallel ranks that allreduce_mean and
+     * synchronised batch norm reduce over when the program runs
+     * (ir/collective.h; the trainer's is its communicator's). The program
+     * keeps it: it must outlive the program. NULL: a world of one rank. */
+    const CtCollective *collective;
+    /* cuda: the target. cuda_cc is its compute capability, major * 10 +
+     * minor (90: sm_90), which the images are compiled for and a device of
+     * another one refuses; cuda_sms its multiprocessors, which size the
+     * grids of grid-stride loops (any device runs them). 0: the device's
+     * where backend_open finds one (CtBackend.target_options), else
+     * PROGRAM_CUDA_CC and PROGRAM_CUDA_SMS; a cuda program's opt holds
+     * what it was compiled for. */
+    int cuda_cc, cuda_sms;
 } ProgramOptions;
 
 /* The cpu target's compiled kernels and what runs around them. */
@@ -62,7 +83,8 @@ typedef struct CtProgram {
     char **state_name; /* per value: the state tensor it is (params, buffers, optimizer state), else NULL */
     MemPlan plan;      /* cpu: one arena by liveness over g */
     CpuProgram cpu;
-    ProgramOptions opt; /* as compiled (its pointers cleared) */
+    CudaProgram cuda;
+    ProgramOptions opt; /* as compiled (stop and cache_warned cleared: the compile's alone) */
 } CtProgram;
 
 /* Compiles g for target: 0, -1 with err, or CT_INTERRUPTED (o->stop). The
@@ -74,8 +96,8 @@ void program_free(CtProgram *p);
 size_t program_value_bytes(const CtProgram *p, ValueId v);
 
 struct CtBuf;
-/* `ctimm-compile --dump-program`: target, steps, arena, kernels and each
- * value's binding, one line each. */
+/* `ctimm-compile --dump-program`: target, steps, arena, kernels (cuda:
+ * their images) and each value's binding, one line each. */
 void program_dump(const CtProgram *p, struct CtBuf *out);
 
 #endif

@@ -14,7 +14,7 @@
 #include "codegen/kir.h"
 #include "ir/buf.h"
 
-/* codegen/host_math.h's text (made at build time by cmake/embed_text.cmake) */
+/* ir/host_math.h's text (made at build time by cmake/embed_text.cmake) */
 extern const char ct_host_math_text[];
 
 void render_c_prelude(CtBuf *out);

@@ -1,6 +1,6 @@
 /* Kernel IR as host C: a prelude with the f16/bf16 conversions (bit for
  * bit runtime/tensor.c's: round to nearest even, overflow to infinity) and
- * codegen/host_math.h (the cpu backend's exp/tanh/erf, vectorisable), and
+ * ir/host_math.h (the cpu backend's exp/tanh/erf, vectorisable), and
  * per kernel one function whose loops are `omp parallel for simd` over the
  * flat index, parallel only when a loop is long enough to pay for it (the
  * `if` names `parallel`: short loops are still vectorised). */

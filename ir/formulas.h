@@ -11,7 +11,7 @@
  *     the ref backend evaluates in double and codegen/kir.c lowers into the
  *     fused kernels of the cpu and cuda backends),
  *   f32 and f64 numbers (the cpu backend's node kernels, runtime/cpu/), and
- *   CUDA C numbers (the library kernels' ct_act, runtime/cuda/lib_source.c,
+ *   CUDA C numbers (the library kernels' ct_act, codegen/cuda/lib_source.c,
  *     which gives NVRTC this text).
  * The includer defines FX_T, the type of a value, and either
  *   the primitive operations FX_K(c) (the constant c, a double), FX_ADD,

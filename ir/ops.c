@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "ir/collective.h"
 #include "ir/ops/ops_impl.h"
 
 static const OpDef *const defs[] = {
@@ -12,6 +13,15 @@ static const OpDef *const defs[] = {
 _Static_assert(sizeof defs / sizeof defs[0] == CT_NOPS, "every op in ops.def needs an OpDef");
 
 const OpDef *op_def(CtOp op) { return defs[op]; }
+
+void op_run_ref(const Graph *g, const Node *n, double *const *in, double *const *out, const CtCollective *coll)
+{
+    const OpDef *d = defs[n->op];
+    if (d->ref_ranks)
+        d->ref_ranks(g, n, in, out, coll);
+    else
+        d->ref(g, n, in, out);
+}
 
 int op_from_name(const char *name)
 {

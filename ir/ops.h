@@ -25,6 +25,7 @@ struct Node;
 struct CtType;
 struct Emitter;
 struct Sx;
+struct CtCollective;
 
 /* How fusion (passes/fuse.h) and the backends treat the op. */
 typedef enum OpFusion {
@@ -72,7 +73,7 @@ typedef struct OpDef {
     /* Attribute names in Node.iattr / Node.fattr order, NULL-terminated;
      * the dump prints them as name=value. */
     const char *iattr[11];
-    const char *fattr[5];
+    const char *fattr[7]; /* CT_MAX_FATTR names and the NULL */
     /* Set for ops whose attributes are one list (reshape's shape, permute's
      * order): iattr[0] is its length and iattr[1..] its items. */
     const char *list_attr;
@@ -82,6 +83,13 @@ typedef struct OpDef {
     /* Reference kernel. Every tensor is a dense row-major array of doubles;
      * the ref backend rounds results to each value's dtype afterwards. */
     void (*ref)(const struct Graph *g, const struct Node *n, double *const *in, double *const *out);
+    /* In place of ref, for the ops that reduce over the data-parallel ranks
+     * (allreduce_mean, batch norm synchronised across them): the reference
+     * kernel given the collective of the program's run (ir/collective.h),
+     * NULL for a world of one rank. A field of these few ops rather than an
+     * argument of every kernel: the rest never see a rank. */
+    void (*ref_ranks)(const struct Graph *g, const struct Node *n, double *const *in, double *const *out,
+                      const struct CtCollective *coll);
     /* VJP rule (reverse-mode autodiff): emits into din[k] the gradient of
      * each input k with need[k] set, given dout[j], the gradient of output j
      * (-1 where none flows back). n is a copy: emitting moves the node array.
@@ -113,6 +121,9 @@ typedef struct OpDef {
 } OpDef;
 
 const OpDef *op_def(CtOp op);
+/* Node n's reference kernel: ref, or ref_ranks over coll. */
+void op_run_ref(const struct Graph *g, const struct Node *n, double *const *in, double *const *out,
+                const struct CtCollective *coll);
 /* -1 when no op has this name. */
 int op_from_name(const char *name);
 

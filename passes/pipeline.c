@@ -17,6 +17,12 @@ static int adopt(int rc, Graph *g, Graph *next)
     return rc;
 }
 
+static int run_input(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
+{
+    Graph next;
+    return adopt(input_image(g, &p->input, &next, err), g, &next);
+}
+
 static int run_bn_fold(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
 {
     Graph next;
@@ -48,12 +54,14 @@ static int run_layout(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err
 }
 
 static int ask_always(const Pipeline *p) { return 1; }
+static int ask_input(const Pipeline *p) { return p->input.u8; }
 static int ask_bn_fold(const Pipeline *p) { return p->bn_fold; }
 static int ask_amp(const Pipeline *p) { return p->amp; }
 static int ask_layout(const Pipeline *p) { return p->channels_last; }
 
 static const PassDef table[] = {
     {"build", NULL, ask_always, PASS_DUMP},
+    {"input", run_input, ask_input, PASS_NAMED | PASS_DUMP},
     {"bn_fold", run_bn_fold, ask_bn_fold, PASS_EVAL_ONLY | PASS_NAMED | PASS_DUMP},
     {"amp", run_amp, ask_amp, PASS_NAMED | PASS_DUMP},
     {"autodiff", run_autodiff, ask_always, PASS_TRAIN_ONLY | PASS_DUMP},

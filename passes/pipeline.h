@@ -5,6 +5,8 @@
  * --passes LIST` and `--dump-ir-after STAGE` read:
  *
  *   build     the forward graph as built: a stage to dump, nothing runs
+ *   input     the image input as the loader's uint8 batch, normalised (and
+ *             in training erased and mixed) by the graph's first nodes
  *   bn_fold   eval graphs: batch norms folded into their convs and linears
  *   amp       torch.autocast's policy, on the forward
  *   autodiff  training graphs: loss, backward and optimizer update
@@ -22,9 +24,11 @@
 
 #include "ir/buf.h"
 #include "passes/autodiff.h"
+#include "passes/passes.h"
 
 /* What a caller wants from the pipeline. */
 typedef struct Pipeline {
+    InputSpec input; /* input.u8: the "input" stage; else the f32 NCHW input as built */
     int training;  /* append the training step of loss and opt */
     LossSpec loss;
     OptimSpec opt; /* CT_OPT_NONE: loss and gradients, no update */

@@ -182,6 +182,9 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
                 p->offset[v] = free_take(&fl, value_bytes(&g->values[v]));
             }
         }
+        /* the peak: the node's outputs placed, before any space comes back */
+        if (fl.end > p->arena_bytes)
+            p->arena_bytes = fl.end;
         /* Groups read for the last time here give their space back, unless
          * an output took it; so do outputs nothing reads. */
         for (int k = 0; k < n->nin + n->nout; k++) {
@@ -191,11 +194,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
                 freed[r] = 1;
             }
         }
-        if (fl.end > p->arena_bytes)
-            p->arena_bytes = fl.end;
     }
-    if (fl.end > p->arena_bytes)
-        p->arena_bytes = fl.end;
     free(fl.off);
     free(fl.size);
     free(is_output);

@@ -25,9 +25,10 @@ int backend_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *stat
                  CtErr *err)
 {
     *r = (CtRunner){.be = be};
-    if (backend_check(be, g, err))
+    ProgramOptions t = o ? *o : (ProgramOptions){0};
+    if (backend_check(be, g, err) || (be->target_options && be->target_options(&t, err)))
         return -1;
-    int rc = program_compile(g, be->target, o, &r->prog, err);
+    int rc = program_compile(g, be->target, &t, &r->prog, err);
     if (rc)
         return rc;
     if (be->prepare(r->prog, state, &r->exec, err)) {

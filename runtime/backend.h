@@ -24,6 +24,12 @@ typedef struct CtExec CtExec;
 typedef struct CtBackend {
     const char *name;
     CtTarget target; /* what program_compile makes for it */
+    /* Optional (NULL: none): before backend_open compiles, fills the
+     * target's fields of o that the caller left 0 (ProgramOptions.cuda_cc,
+     * cuda_sms) from the device the backend runs on. Fails, with the
+     * reason, where there is no such device: the compile would be for
+     * nothing. */
+    int (*target_options)(ProgramOptions *o, CtErr *err);
     int (*supports)(const Graph *g, const Node *n);
     /* The context of program p over state (the caller's, which outlives
      * it; a superset of p's state values, bound by name). 0 or -1. */
@@ -54,7 +60,8 @@ typedef struct CtRunner {
     CtExec *exec;
 } CtRunner;
 
-/* Checks g against be, compiles it (o may be NULL) and prepares it over
+/* Checks g against be, compiles it (o may be NULL; the target's options
+ * the caller left 0 filled in by be->target_options) and prepares it over
  * state: 0, -1 or CT_INTERRUPTED (o->stop ended a compile). Nothing stays
  * open on failure. */
 int backend_open(CtRunner *r, const CtBackend *be, const Graph *g, CtState *state, const ProgramOptions *o,

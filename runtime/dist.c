@@ -17,7 +17,6 @@
 #include <mpi.h>
 #include <xxhash.h>
 
-#include "ir/collective.h"
 #include "runtime/rendezvous.h"
 
 /* Seconds the ranks of a torchrun-style launch wait for each other to start. */
@@ -265,8 +264,6 @@ void dist_finish(CtDist *d)
 {
     if (!d)
         return;
-    if (ct_collective() == &d->coll)
-        ct_collective_install(NULL);
     if (d->watching) {
         atomic_store(&d->stop, 1);
         pthread_join(d->watchdog, NULL);
@@ -379,4 +376,4 @@ int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size
     return differ ? -1 : 0;
 }
 
-void dist_install(CtDist *d) { ct_collective_install(&d->coll); }
+const CtCollective *dist_collective(CtDist *d) { return &d->coll; }

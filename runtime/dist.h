@@ -14,9 +14,9 @@
  * without touching MPI.
  *
  * The collectives here work on host memory (the cpu backend's gradients
- * pass through allreduce_mean's kernel, ir/collective.h). A GPU backend
- * keeps this as the bootstrap (ranks, local rank for the device, the
- * broadcast of an NCCL unique id) and runs its collectives on an NCCL
+ * pass through allreduce_mean's kernel, given dist_collective). A GPU
+ * backend keeps this as the bootstrap (ranks, local rank for the device,
+ * the broadcast of an NCCL unique id) and runs its collectives on an NCCL
  * communicator made from it.
  *
  * Failures: the communicator's errors are returned (MPI_ERRORS_RETURN); one
@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ir/collective.h"
 #include "ir/status.h"
 
 typedef struct CtDist CtDist;
@@ -76,8 +77,10 @@ int dist_barrier(CtDist *d, CtErr *err);
 int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size, int n, const char *what,
                          CtErr *err);
 
-/* Makes d the collective of allreduce_mean nodes (ir/collective.h) until
- * dist_finish. */
-void dist_install(CtDist *d);
+/* The collective of d's ranks that a program's allreduce_mean and
+ * synchronised batch norm reduce over (ProgramOptions.collective), valid
+ * until dist_finish. A failure inside it is kept and returned by the next
+ * call here. */
+const CtCollective *dist_collective(CtDist *d);
 
 #endif

@@ -591,6 +591,10 @@ if(CUDAToolkit_FOUND)
   add_test(NAME compile_cuda_kernels COMMAND sh -c
     "CTIMM_CACHE_DIR=$PWD/kc-cuda ${COMPILE} --model test_vit --train --amp --compile cuda --sm 90 | \
      grep -q 'compiled: [0-9]* CUDA kernels, [0-9]* distinct, for sm_90 (cubin'")
+  # The cuda Program: its launch plan and an image per translation unit and of the library kernels.
+  add_test(NAME compile_dump_program_cuda COMMAND ${COMPILE} --model test_vit --train --dump-program cuda --sm 80)
+  set_tests_properties(compile_dump_program_cuda PROPERTIES ENVIRONMENT "CTIMM_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/kc-cuda"
+    PASS_REGULAR_EXPRESSION "program: target cuda, .*\ntarget: sm_80, 132 SMs\nsteps: [0-9]+ .*\nstep 0: .*cuBLASLt GEMM.*\nimage unit 0: [0-9]+ bytes, sm_80 cubin\n.*image library: [0-9]+ bytes, sm_80 cubin\n.*: device \\+")
 endif()
 # A graph of several translation units (codegen/units.h; test_convnext's
 # training step: its SGD launch has a loop per parameter) is cached per

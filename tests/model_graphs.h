@@ -1,7 +1,8 @@
 /* Shared by the compiler tests (test_fuse, test_plan, test_launch_plan,
- * test_lib_desc, test_nvrtc): a test model's graph as ctimm-train and
- * ctimm-bench build it: the model (model_args_default) through the pass
- * pipeline, the training step's loss cross entropy with label smoothing 0.1. */
+ * test_lib_desc, test_nvrtc, test_cuda_program): a test model's graph as
+ * ctimm-train and ctimm-bench build it: the model (model_args_default)
+ * through the pass pipeline, the training step's loss cross entropy with
+ * label smoothing 0.1. */
 #ifndef CTIMM_TEST_MODEL_GRAPHS_H
 #define CTIMM_TEST_MODEL_GRAPHS_H
 
@@ -15,6 +16,7 @@ typedef struct GraphSpec {
     CtDType amp;        /* CT_F32: no cast */
     int channels_last;
     const OptimSpec *opt; /* NULL: SGD with momentum 0.9 */
+    const InputSpec *input; /* NULL: the f32 NCHW input as built */
 } GraphSpec;
 
 /* The graph of `model` under s in *g, by the pipeline with the verifier
@@ -27,6 +29,8 @@ static inline int model_graph(const char *model, const GraphSpec *s, Graph *g)
                   .loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
                   .opt = s->opt ? *s->opt : (OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9},
                   .amp = s->amp != CT_F32, .amp_dtype = s->amp, .channels_last = s->channels_last, .verify = 1};
+    if (s->input)
+        p.input = *s->input;
     CtErr err = {{0}};
     int rc = model_build(model_find(model), &spec, g, &err) || pipeline_run(&p, g, NULL, &err);
     CHECKF(rc == 0, "%s: %s", model, err.msg);

@@ -3,7 +3,7 @@
  * --no-cache, an unusable directory (in memory, said once), the
  * forbid-compile switch, threads and two processes sharing one directory.
  * Works in a mkdtemp directory under /tmp, removed at the end. */
-#include "codegen/cache.h"
+#include "ir/cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>

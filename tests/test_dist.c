@@ -1,10 +1,12 @@
 /* Data-parallel training: the gradient buckets of the training graph
- * (passes/bucket.c), allreduce_mean as a copy in a world of one, and, run
+ * (passes/bucket.c), allreduce_mean as a copy in a world of one, the
+ * collective of each program its own (ProgramOptions), and, run
  * under `mpirun -np 2`, the communicator (runtime/dist.h) and the step
  * itself: two ranks with half a batch each average to the gradients and
  * update of one rank with the whole batch, with synchronised batch norm
  * (--sync-bn) too, whose ops the ref and cpu backends compute alike. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +88,9 @@ static void fill_sample(float *img, int64_t *label, int s)
 }
 
 /* One step on the ref backend of samples first, first + stride, ... (batch
- * of them); the outputs in out (graph outputs), the state after it in s. */
-static void step(Graph *g, CtState *s, int batch, int first, int stride, CtTensor *out)
+ * of them) over the ranks of coll; the outputs in out (graph outputs), the
+ * state after it in s. */
+static void step(Graph *g, CtState *s, int batch, int first, int stride, const CtCollective *coll, CtTensor *out)
 {
     float *x = malloc(sizeof *x * (size_t)batch * 3 * H * H), lr = 0.05f, scale = 1;
     int64_t *y = malloc(sizeof *y * (size_t)batch);
@@ -99,7 +102,8 @@ static void step(Graph *g, CtState *s, int batch, int first, int stride, CtTenso
                       {{{0}, CT_F32}, &lr},
                       {{{0}, CT_F32}, &scale}};
     CtErr err = {{0}};
-    CHECKF(backend_run_once(&ct_backend_ref, g, s, in, 4, out, NULL, &err) == 0, "%s", err.msg);
+    CHECKF(backend_run_once(&ct_backend_ref, g, s, in, 4, out, &(ProgramOptions){.collective = coll}, &err) == 0, "%s",
+           err.msg);
     free(x);
     free(y);
 }
@@ -138,8 +142,9 @@ static void test_step_equals_whole_batch(CtDist *d, const char *model, int sync_
     state_init(&sp, 7);
     CtTensor *ow = calloc((size_t)whole.noutputs, sizeof *ow), *op = calloc((size_t)part.noutputs, sizeof *op);
     CHECK(ow && op && whole.noutputs == part.noutputs);
-    step(&whole, &sw, b * world, 0, 1, ow);
-    step(&part, &sp, b, rank, world, op); /* DistributedSampler's share: rank, rank + world, ... */
+    step(&whole, &sw, b * world, 0, 1, NULL, ow);
+    /* DistributedSampler's share: rank, rank + world, ... */
+    step(&part, &sp, b, rank, world, dist_collective(d), op);
     double worst = 0;
     for (int k = 1; k < whole.noutputs; k++) /* the gradients; output 0 is the logits, 1 the loss */
         if (ow[k].data && op[k].data && ow[k].type.dtype == CT_F32) {
@@ -178,9 +183,11 @@ static float bn_value(int s, int c, int i, int which)
 }
 
 /* batch_norm and batch_norm_grad in training of samples first, first +
- * stride, ... (batch of them), sync as given, on backend be: out[0..6) =
- * y, new running mean, new running var, dx, dweight, dbias. */
-static void bn_ops(const CtBackend *be, int batch, int first, int stride, int sync, CtTensor *out)
+ * stride, ... (batch of them), sync as given over the ranks of coll, on
+ * backend be: out[0..6) = y, new running mean, new running var, dx,
+ * dweight, dbias. */
+static void bn_ops(const CtBackend *be, int batch, int first, int stride, int sync, const CtCollective *coll,
+                   CtTensor *out)
 {
     enum { C = 4, SP = 15 };
     Graph g;
@@ -208,7 +215,8 @@ static void bn_ops(const CtBackend *be, int batch, int first, int stride, int sy
     CHECKF(b >= 0, "%s", err.msg);
     for (int k = 0; b >= 0 && k < 6; k++)
         graph_mark_output(&g, k < 3 ? g.nodes[a].out[k] : g.nodes[b].out[k - 3]);
-    CHECKF(b >= 0 && backend_run_once(be, &g, NULL, in, 6, out, NULL, &err) == 0, "%s: %s", be->name, err.msg);
+    CHECKF(b >= 0 && backend_run_once(be, &g, NULL, in, 6, out, &(ProgramOptions){.collective = coll}, &err) == 0,
+           "%s: %s", be->name, err.msg);
     for (int k = 0; k < 6; k++)
         free(in[k].data);
     graph_free(&g);
@@ -222,11 +230,11 @@ static void test_sync_bn_ops(CtDist *d)
 {
     int world = dist_world_size(d), rank = dist_rank(d), b = 3, per = 4 * 15;
     CtTensor whole[6];
-    bn_ops(&ct_backend_ref, b * world, 0, 1, 0, whole);
+    bn_ops(&ct_backend_ref, b * world, 0, 1, 0, NULL, whole);
     const CtBackend *bes[2] = {&ct_backend_ref, &ct_backend_cpu};
     for (int e = 0; e < 2; e++) {
         CtTensor part[6];
-        bn_ops(bes[e], b, rank, world, 1, part);
+        bn_ops(bes[e], b, rank, world, 1, dist_collective(d), part);
         CtErr err = {{0}};
         double worst = 0, sums[8];
         for (int k = 0; k < 8; k++)
@@ -284,6 +292,161 @@ static void test_collectives(CtDist *d)
     }
 }
 
+/* A stand-in for a world of two ranks where the other rank holds
+ * factor - 1 times this one's values: a sum over the ranks is factor times
+ * this rank's. calls counts the sums. */
+typedef struct FakeRanks {
+    CtCollective coll;
+    double factor;
+    int calls;
+} FakeRanks;
+
+static int fake_sum(void *ctx, double *buf, int64_t n)
+{
+    FakeRanks *f = ctx;
+    f->calls++;
+    for (int64_t i = 0; i < n; i++)
+        buf[i] *= f->factor;
+    return 0;
+}
+
+enum { FAKE_N = 2, FAKE_C = 2, FAKE_S = 3, FAKE_V = 5, FAKE_STEPS = 40 };
+
+/* batch_norm synchronised across the ranks (training, momentum 1: its new
+ * running variance is the batch's unbiased variance over every rank's
+ * values) and allreduce_mean; inputs x [N, C, S], weight, bias, running
+ * mean and variance [C], v [V]; outputs the new running variance and the
+ * mean of v. */
+static void fake_graph(Graph *g)
+{
+    CtErr err = {{0}};
+    graph_init(g);
+    CtShape xs = {3, {FAKE_N, FAKE_C, FAKE_S}}, cs = {1, {FAKE_C}}, vs = {1, {FAKE_V}};
+    ValueId v[6];
+    for (int k = 0; k < 6; k++)
+        v[k] = graph_add_value(g, (CtType){k == 0 ? xs : k == 5 ? vs : cs, CT_F32}, CT_ROLE_INPUT, NULL);
+    Node bn = {.op = CT_OP_batch_norm, .nin = 5, .in = {v[0], v[1], v[2], v[3], v[4]}, .iattr = {1, 1},
+               .fattr = {1, 1e-5}};
+    Node mean = {.op = CT_OP_allreduce_mean, .nin = 1, .in = {v[5]}};
+    int a = graph_add_node(g, &bn, "bn", &err), b = a >= 0 ? graph_add_node(g, &mean, "mean", &err) : -1;
+    CHECKF(b >= 0, "%s", err.msg);
+    if (b >= 0) {
+        graph_mark_output(g, g->nodes[a].out[2]);
+        graph_mark_output(g, g->nodes[b].out[0]);
+    }
+}
+
+/* A program opened over a collective (NULL: none), the steps it ran and
+ * how many of them gave a result other than that collective's world's. */
+typedef struct FakeRun {
+    CtRunner r;
+    const FakeRanks *ranks;
+    const CtTensor *in;
+    int steps, wrong;
+} FakeRun;
+
+static void fake_step(FakeRun *fr)
+{
+    CtTensor out[2];
+    CtErr err = {{0}};
+    fr->steps++;
+    if (backend_step(&fr->r, fr->in, 6, out, &err)) {
+        fprintf(stderr, "test_dist: %s: %s\n", fr->r.be->name, err.msg);
+        fr->wrong++;
+        return;
+    }
+    double factor = fr->ranks ? fr->ranks->factor : 1, world = fr->ranks ? 2 : 1, count = factor * FAKE_N * FAKE_S;
+    const float *x = fr->in[0].data, *v = fr->in[5].data, *var = out[0].data, *mean = out[1].data;
+    int ok = 1;
+    for (int c = 0; c < FAKE_C; c++) {
+        double sum = 0, sq = 0;
+        for (int i = 0; i < FAKE_N * FAKE_S; i++)
+            sum += x[(i / FAKE_S * FAKE_C + c) * FAKE_S + i % FAKE_S];
+        for (int i = 0; i < FAKE_N * FAKE_S; i++) {
+            double d = x[(i / FAKE_S * FAKE_C + c) * FAKE_S + i % FAKE_S] - sum / (FAKE_N * FAKE_S);
+            sq += d * d;
+        }
+        double want = sq / (FAKE_N * FAKE_S) * count / (count - 1);
+        ok = ok && fabs(var[c] - want) <= 1e-6 * want;
+    }
+    for (int i = 0; i < FAKE_V; i++)
+        ok = ok && fabs(mean[i] - v[i] * factor / world) <= 1e-6 * fabs(v[i] * factor);
+    fr->wrong += !ok;
+    tensor_free(&out[0]);
+    tensor_free(&out[1]);
+}
+
+static void *fake_steps(void *arg)
+{
+    for (int i = 0; i < FAKE_STEPS; i++)
+        fake_step(arg);
+    return NULL;
+}
+
+/* The collective reaches a program's kernels from the options it was
+ * opened with, not from the process: on the ref and the cpu backend,
+ * programs opened over two different collectives and one over none (a
+ * world of one rank) each compute their own world's result, run in turns
+ * and at once on three threads, and each collective sums for its own
+ * program's runs alone. */
+static void test_collective_per_program(void)
+{
+    Graph g;
+    fake_graph(&g);
+    float x[FAKE_N * FAKE_C * FAKE_S], w[FAKE_C], bias[FAKE_C], rm[FAKE_C], rv[FAKE_C], v[FAKE_V];
+    for (int i = 0; i < FAKE_N * FAKE_C * FAKE_S; i++)
+        x[i] = (float)(sin(0.9 * i) + 0.1 * i);
+    for (int c = 0; c < FAKE_C; c++) {
+        w[c] = 1;
+        bias[c] = rm[c] = 0;
+        rv[c] = 1;
+    }
+    for (int i = 0; i < FAKE_V; i++)
+        v[i] = 0.25f * (float)(i + 1);
+    CtShape cs = {1, {FAKE_C}};
+    CtTensor in[6] = {{{{3, {FAKE_N, FAKE_C, FAKE_S}}, CT_F32}, x}, {{cs, CT_F32}, w}, {{cs, CT_F32}, bias},
+                      {{cs, CT_F32}, rm}, {{cs, CT_F32}, rv}, {{{1, {FAKE_V}}, CT_F32}, v}};
+    const CtBackend *bes[2] = {&ct_backend_ref, &ct_backend_cpu};
+    for (int e = 0; e < 2; e++) {
+        FakeRanks ranks[2] = {{.factor = 3}, {.factor = 5}};
+        FakeRun run[3] = {{.ranks = &ranks[0]}, {.ranks = &ranks[1]}, {.ranks = NULL}};
+        CtErr err = {{0}};
+        int opened = 0;
+        for (int k = 0; k < 3; k++) {
+            if (k < 2)
+                ranks[k].coll = (CtCollective){.ctx = &ranks[k], .world_size = 2, .allreduce_sum = fake_sum};
+            run[k].in = in;
+            ProgramOptions o = {.collective = k < 2 ? &ranks[k].coll : NULL};
+            int rc = backend_open(&run[k].r, bes[e], &g, NULL, &o, &err);
+            CHECKF(rc == 0, "%s: %s", bes[e]->name, err.msg);
+            opened += rc == 0;
+        }
+        if (opened == 3) {
+            for (int turn = 0; turn < 6; turn++)
+                fake_step(&run[turn * 2 % 3]);
+            pthread_t th[2];
+            int started[2];
+            for (int k = 0; k < 2; k++)
+                started[k] = pthread_create(&th[k], NULL, fake_steps, &run[k]) == 0;
+            CHECK(started[0] && started[1]);
+            fake_steps(&run[2]);
+            for (int k = 0; k < 2; k++)
+                if (started[k])
+                    pthread_join(th[k], NULL);
+            for (int k = 0; k < 3; k++)
+                CHECKF(run[k].wrong == 0, "%s, %s: %d of %d steps computed another world's result", bes[e]->name,
+                       k == 2 ? "no collective" : k ? "factor 5" : "factor 3", run[k].wrong, run[k].steps);
+            /* a step sums three times: the batch statistics twice, the mean once */
+            for (int k = 0; k < 2; k++)
+                CHECKF(ranks[k].calls == 3 * run[k].steps, "%s: %d sums over %d steps", bes[e]->name, ranks[k].calls,
+                       run[k].steps);
+        }
+        for (int k = 0; k < 3; k++)
+            backend_close(&run[k].r);
+    }
+    graph_free(&g);
+}
+
 int main(void)
 {
     CtDist *d;
@@ -294,9 +457,10 @@ int main(void)
             dist_abort(d, 1);
         return 1;
     }
-    dist_install(d);
-    if (dist_rank(d) == 0)
+    if (dist_rank(d) == 0) {
         test_buckets();
+        test_collective_per_program();
+    }
     test_collectives(d);
     test_sync_bn_ops(d);
     test_step_equals_whole_batch(d, "test_vit", 0);

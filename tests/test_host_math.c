@@ -1,5 +1,5 @@
 /*
- * codegen/host_math.h against libm in double: every 997th f32 bit pattern
+ * ir/host_math.h against libm in double: every 997th f32 bit pattern
  * (4.3 million values of each sign and exponent), error in ulp of the true
  * value rounded to f32; infinities and NaN as libm's. The bounds are the
  * measured worst cases rounded up (exp 0.94, tanh 1.25, erf 2.46 ulp), so a
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "codegen/host_math.h"
+#include "ir/host_math.h"
 
 static double ulp_of(double v)
 {

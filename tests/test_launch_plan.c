@@ -1,15 +1,15 @@
-/* The cuda backend's launch plan (runtime/cuda/launch_plan.h), built on the
+/* The cuda backend's launch plan (codegen/cuda/launch_plan.h), built on the
  * host: for the four test models' training graphs (f32 NCHW, and AMP f16
  * channels_last) and eval graphs, the independent check holds (every node
  * in exactly one step's work, every value placed inside its block, no
  * overlap of live values), kernel grids cover their loops, and every op
- * has a kernel or a library call. */
+ * has a kernel or a library call (launch_plan_supports says so too). */
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "model_graphs.h"
-#include "runtime/cuda/launch_plan.h"
+#include "codegen/cuda/launch_plan.h"
 
 static void test_models(void)
 {
@@ -29,6 +29,9 @@ static void test_models(void)
                 continue;
             }
             CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
+            for (int i = 0; i < g.nnodes; i++) /* what the backend's supports() answers */
+                CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
+                       op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0;
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {

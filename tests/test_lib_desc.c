@@ -1,5 +1,5 @@
 /* The library calls of the cuda backend as pure descriptors
- * (runtime/cuda/gemm_desc.h, conv_desc.h): hand-built steps give the
+ * (codegen/cuda/gemm_desc.h, conv_desc.h): hand-built steps give the
  * expected cuBLASLt (m, n, k), transposes, leading dimensions, batch strides
  * and epilogue, and cuDNN sizes and formats; every GEMM and convolution
  * step of test_resnet and test_vit training graphs (f32 NCHW, and AMP f16
@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "model_graphs.h"
-#include "runtime/cuda/conv_desc.h"
+#include "codegen/cuda/conv_desc.h"
 
 static ValueId input(Graph *g, const char *name, int ndim, const int64_t *d)
 {

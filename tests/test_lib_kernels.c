@@ -1,6 +1,6 @@
-/* The cuda backend's library kernels (runtime/cuda/lib_kernels.h), built
+/* The cuda backend's library kernels (codegen/cuda/lib_kernels.h), built
  * here as host C from the same text NVRTC compiles, run with the launches
- * runtime/cuda/lib_launch.c derives from each node: every supported op on
+ * codegen/cuda/lib_launch.c derives from each node: every supported op on
  * small shapes, its tensors in NCHW and NHWC (channels_last) memory, equals
  * the ref backend within 1e-5 relative (f32 storage, sums in double); and
  * again with a NaN or infinities in the first or the last float input,
@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "codegen/cuda/lib_launch.h"
 #include "ir/ops.h"
 #include "runtime/backend.h"
-#include "runtime/cuda/lib_launch.h"
 
 /* The host dialect of the kernel text, f32 storage, with the activations'
  * formulas over float. */
@@ -24,13 +24,14 @@
 #define FX_TANH tanhf
 #define FX_POW powf
 #include "ir/formulas.h"
+#include "ir/counter_rng.h"
 #define CT_GLOBAL static void
 #define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
 #define CT_T float
 #define CT_LD(v) (v)
 #define CT_ST(f) (f)
 #define CT_SFX(name) name##_f32
-#include "runtime/cuda/lib_kernels.h"
+#include "codegen/cuda/lib_kernels.h"
 
 #define P(k) (mem[k])
 #define F(k) ((float *)mem[k])
@@ -84,6 +85,12 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_mean_loss_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
         ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
+    else if (!strcmp(k, "ct_image_normalize_f32"))
+        ct_image_normalize_f32(P(0), F(1), X(2), R(3), R(4), R(5), R(6), R(7), R(8));
+    else if (!strcmp(k, "ct_random_erase_f32"))
+        ct_random_erase_f32(F(0), P(1), F(2), X(3), I(4), (int)I(5));
+    else if (!strcmp(k, "ct_mix_images_f32"))
+        ct_mix_images_f32(F(0), F(1), F(2), X(3));
     else
         CHECKF(0, "no host dispatch for %s", k);
 }
@@ -440,6 +447,84 @@ static void test_sdpa(void)
 }
 
 /* What has no kernel is refused by name. */
+/* The input ops, on inputs of their own (gen()'s are no uint8 batch,
+ * boxes or mixing numbers): equal to the ref backend in NCHW and NHWC. */
+static void check_input_op(CtOp op, int64_t mode, int nhwc)
+{
+    enum { B = 2, C = 3, H = 6, W = 5, K = 2 };
+    static const int64_t boxes[B * K * 5] = {1, 1, 3, 3, 21, 2, 2, 3, 3, 22, 4, 3, 9, 9, 23, 0, 0, 0, 0, 0};
+    static const float params[B * 6] = {0.3f, 0, 0, 0, 0, 0, 0.5f, 1, 1, 4, 2, 5};
+    Graph g;
+    CtErr err;
+    graph_init(&g);
+    int u8 = op == CT_OP_image_normalize;
+    CtType xt = u8 ? (CtType){shape_make(4, (int64_t[]){B, H, W, C}), CT_U8}
+                   : (CtType){shape_make(4, (int64_t[]){B, C, H, W}), CT_F32};
+    Node n = {.op = op, .nin = u8 ? 1 : 2, .iattr = {mode}, .fattr = {0.4, 0.5, 0.6, 0.2, 0.25, 0.3}};
+    n.in[0] = graph_add_value(&g, xt, CT_ROLE_INPUT, "x");
+    g.values[n.in[0]].layout = nhwc && !u8 ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
+    if (!u8)
+        n.in[1] = graph_add_value(&g, op == CT_OP_random_erase
+                                          ? (CtType){shape_make(3, (int64_t[]){B, K, 5}), CT_I64}
+                                          : (CtType){shape_make(2, (int64_t[]){B, 6}), CT_F32},
+                                  CT_ROLE_INPUT, "p");
+    int at = graph_add_node(&g, &n, "t", &err);
+    CHECKF(at >= 0, "%s", err.msg);
+    if (at < 0) {
+        graph_free(&g);
+        return;
+    }
+    ValueId y = g.nodes[at].out[0];
+    g.values[y].layout = nhwc ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
+    graph_mark_output(&g, y);
+    int64_t nx = shape_numel(&xt.shape), ny = shape_numel(&g.values[y].type.shape);
+    uint8_t img[B * H * W * C];
+    float x[B * C * H * W], *xp = calloc((size_t)nx, sizeof *xp), *yp = calloc((size_t)ny, sizeof *yp);
+    for (int64_t i = 0; i < nx; i++) {
+        img[i % (B * H * W * C)] = (uint8_t)(i * 53 % 256);
+        x[i % (B * C * H * W)] = (float)gen(i, 0, NULL);
+        if (!u8)
+            xp[phys(&g.values[n.in[0]], i)] = x[i];
+    }
+    CtTensor in[2] = {{xt, u8 ? (void *)img : x}, {g.values[n.in[1]].type, (void *)(op == CT_OP_random_erase ? (void *)boxes : (void *)params)}};
+    CtTensor out;
+    LibLaunch l[LIB_MAX_LAUNCHES];
+    int nl;
+    size_t scratch;
+    CtState st;
+    state_create(&st, &g);
+    if (backend_run_once(&ct_backend_ref, &g, &st, in, n.nin, &out, NULL, &err)) {
+        CHECKF(0, "%s: ref: %s", op_def(op)->name, err.msg);
+    } else {
+        if (lib_launches(&g, &g.nodes[at], l, &nl, &scratch, &err) == 0 && nl == 1) {
+            void *args[LIB_MAX_ARGS] = {u8 ? (void *)img : (void *)xp, u8 ? (void *)yp : in[1].data, yp};
+            run_launch(&l[0], args);
+            int bad = 0;
+            for (int64_t i = 0; i < ny; i++)
+                bad += fabsf(yp[phys(&g.values[y], i)] - ((float *)out.data)[i]) > 1e-6f;
+            CHECKF(bad == 0, "%s mode %lld %s: %d values differ from ref", op_def(op)->name, (long long)mode,
+                   nhwc ? "NHWC" : "NCHW", bad);
+        } else {
+            CHECKF(0, "%s: %s", op_def(op)->name, err.msg);
+        }
+        tensor_free(&out);
+    }
+    state_free(&st);
+    free(xp);
+    free(yp);
+    graph_free(&g);
+}
+
+static void test_input_ops(void)
+{
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        check_input_op(CT_OP_image_normalize, 0, nhwc);
+        for (int64_t mode = 0; mode < 3; mode++)
+            check_input_op(CT_OP_random_erase, mode, nhwc);
+        check_input_op(CT_OP_mix_images, 0, nhwc);
+    }
+}
+
 static void test_refusals(void)
 {
     Case c;
@@ -478,6 +563,7 @@ int main(void)
         test_pool();
         test_sdpa();
     }
+    test_input_ops();
     test_refusals();
     return check_done("test_lib_kernels");
 }

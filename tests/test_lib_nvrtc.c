@@ -1,4 +1,4 @@
-/* The library kernels' CUDA C unit (runtime/cuda/lib_source.c) compiles
+/* The library kernels' CUDA C unit (codegen/cuda/lib_source.c) compiles
  * with NVRTC for sm_90 (no GPU needed; built with the CUDA toolkit), and
  * the cubin defines every kernel lib_launch.c names, for f32, f16 and bf16
  * storage. The compile takes ~7 s of CI's time, and NVRTC is not
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "runtime/cuda/lib_source.h"
+#include "codegen/cuda/lib_source.h"
 #if defined(CTIMM_HAVE_NVRTC) && !defined(__SANITIZE_ADDRESS__)
 #define COMPILE 1
 #include "codegen/nvrtc.h"

@@ -1,4 +1,5 @@
-/* timm's Mixup / CutMix (runtime/data/mixup.h): mixup_target's values for a
+/* timm's Mixup / CutMix (runtime/data/mixup.h, the pixels by the graph's
+ * mix_images on the ref and cpu backends): mixup_target's values for a
  * fixed lam, the cutmix box and its lam correction, the mixed batch as the
  * convex combination or the box paste of the flipped batch in each mode,
  * the Beta sampler's moments, determinism by (seed, epoch, batch). */
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "one_node.h"
 #include "runtime/data/mixup.h"
 
 enum { N = 8, C = 3, H = 16, W = 12, K = 5 };
@@ -25,6 +27,19 @@ static void fill(float *x)
 }
 
 static const int64_t labels[N] = {0, 1, 2, 3, 4, 0, 1, 2};
+
+/* x [n, C, H, W] mixed in place as a training step does it: the numbers
+ * drawn on the host, the pixels by mix_images. */
+static int mixup_apply(const Mixup *m, float *x, int n, const int64_t *y, float *target, double *lam, CtRng *rng,
+                       CtErr *err)
+{
+    float params[N * MIX_PARAMS];
+    if (mixup_draw(m, n, H, W, y, params, target, lam, rng, err))
+        return -1;
+    CtTensor in[2] = {{{{4, {n, C, H, W}}, CT_F32}, x}, {{{2, {n, MIX_PARAMS}}, CT_F32}, params}};
+    one_node_f32(CT_OP_mix_images, 2, in, NULL, 0, NULL, 0, x, (int64_t)n * C * H * W, 1e-5);
+    return 0;
+}
 
 static void check_targets(const float *t, const double *lam)
 {
@@ -139,7 +154,7 @@ int main(void)
                 m.cutmix_alpha = kind != 0 ? 1.0 : 0;
                 fill(x);
                 CtRng r = rng_for(42, 3, b);
-                CHECK(mixup_apply(&m, x, N, C, H, W, labels, t, lam, &r, &err) == 0);
+                CHECK(mixup_apply(&m, x, N, labels, t, lam, &r, &err) == 0);
                 check_targets(t, lam);
                 check_mixed(x, lam);
                 for (int i = 0; i < N && mode != CT_MIXUP_ELEM; i++)
@@ -147,7 +162,7 @@ int main(void)
                 /* the same (seed, epoch, batch): the same batch and targets */
                 fill(y);
                 r = rng_for(42, 3, b);
-                CHECK(mixup_apply(&m, y, N, C, H, W, labels, t2, lam2, &r, &err) == 0);
+                CHECK(mixup_apply(&m, y, N, labels, t2, lam2, &r, &err) == 0);
                 CHECK(!memcmp(x, y, sizeof *x * N * C * H * W) && !memcmp(t, t2, sizeof t) &&
                       !memcmp(lam, lam2, sizeof lam));
             }
@@ -157,8 +172,8 @@ int main(void)
         m.mixup_alpha = 1;
         CtRng r0 = rng_for(42, 0, 0), r1 = rng_for(42, 0, 1);
         fill(x);
-        CHECK(mixup_apply(&m, x, N, C, H, W, labels, t, lam, &r0, &err) == 0);
-        CHECK(mixup_apply(&m, x, N, C, H, W, labels, t, lam2, &r1, &err) == 0);
+        CHECK(mixup_apply(&m, x, N, labels, t, lam, &r0, &err) == 0);
+        CHECK(mixup_apply(&m, x, N, labels, t, lam2, &r1, &err) == 0);
         CHECK(lam[0] != lam2[0] && lam[0] != 1);
     }
     /* prob 0 or disabled (--mixup-off-epoch): untouched, smoothed one-hot */
@@ -174,7 +189,7 @@ int main(void)
         CtRng r = rng_for(1, 1, 1);
         fill(x);
         fill(y);
-        CHECK(mixup_apply(&m, x, N, C, H, W, labels, t, lam, &r, &err) == 0);
+        CHECK(mixup_apply(&m, x, N, labels, t, lam, &r, &err) == 0);
         CHECK(!memcmp(x, y, sizeof *x * N * C * H * W));
         for (int i = 0; i < N; i++)
             CHECK(lam[i] == 1);
@@ -184,7 +199,7 @@ int main(void)
         Mixup m = base();
         m.mixup_alpha = 1;
         CtRng r = rng_for(1, 1, 1);
-        CHECK(mixup_apply(&m, x, N - 1, C, H, W, labels, t, lam, &r, &err) == -1);
+        CHECK(mixup_apply(&m, x, N - 1, labels, t, lam, &r, &err) == -1);
         CHECK(strstr(err.msg, "even batch size") != NULL);
     }
     CHECK(mixup_mode_parse("pair") == CT_MIXUP_PAIR && mixup_mode_parse("Batch") == -1);

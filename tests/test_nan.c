@@ -100,7 +100,7 @@ static void run_cpu_node(const Graph *g, const Node *n, const CtTensor *in, CtTe
         tensor_alloc(&out[k], g->values[n->out[k]].type);
         pout[k] = out[k].data;
     }
-    cpu_run_node(g, n, pin, pout);
+    cpu_run_node(g, n, pin, pout, NULL);
 }
 
 static void check_case(const NanCase *c)

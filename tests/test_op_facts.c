@@ -1,6 +1,7 @@
 /* Every op states every fact a pass or backend reads from its OpDef
  * (ir/ops.h), and the facts agree: a fusion class, an amp policy and a
- * layout rule; a scalar expression exactly for the ops fusion puts into
+ * layout rule; one ref kernel (ref, or ref_ranks for an op that reduces
+ * over the ranks); a scalar expression exactly for the ops fusion puts into
  * kernels, well formed for each attribute value tried, and the ref kernel
  * of the elementwise ones; the ops ir/formulas.h lists as activations are
  * unary elementwise ops with a VJP, and every epilogue activation is one
@@ -52,6 +53,7 @@ static void check_op(CtOp op)
     CHECKF(d->fusion != OP_FUSION_UNSET, "%s: no fusion class", name);
     CHECKF(d->amp != OP_AMP_UNSET, "%s: no amp policy", name);
     CHECKF(d->layout != OP_LAYOUT_UNSET, "%s: no layout rule", name);
+    CHECKF(!d->ref != !d->ref_ranks, "%s: not one ref kernel (ref or ref_ranks)", name);
     CHECKF(fused(d->fusion) == (d->scalar != NULL), "%s: fusion class and scalar expression disagree", name);
     CHECKF((d->fusion == OP_ELEMENTWISE || d->fusion == OP_ACTIVATION) == (d->ref == sx_ref),
            "%s: an elementwise op's ref kernel is its scalar expression's, and only theirs", name);

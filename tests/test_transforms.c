@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "one_node.h"
 #include "runtime/data/augment.h"
 #include "runtime/data/transforms.h"
 
@@ -467,6 +468,20 @@ static void test_train_determinism(void)
     CHECK(transform_eval(&e, png, png_n, a, &err) == -1);
     free(jpg);
     free(png);
+}
+
+/* x [n, c, h, w] erased in place as a training step does it: the boxes
+ * drawn on the host, filled by random_erase on the ref and cpu backends. */
+static void random_erasing_apply(const RandomErasing *re, float *x, int n, int c, int h, int w, CtRng *rng)
+{
+    int K = random_erasing_boxes(re);
+    if (!K)
+        return;
+    int64_t *boxes = malloc(sizeof *boxes * (size_t)n * K * 5), mode = re->mode;
+    random_erasing_draw(re, n, h, w, boxes, rng);
+    CtTensor in[2] = {{{{4, {n, c, h, w}}, CT_F32}, x}, {{{3, {n, K, 5}}, CT_I64}, boxes}};
+    one_node_f32(CT_OP_random_erase, 2, in, &mode, 1, NULL, 0, x, (int64_t)n * c * h * w, 0);
+    free(boxes);
 }
 
 static void test_random_erasing(void)

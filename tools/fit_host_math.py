@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The polynomial coefficients of codegen/host_math.h, refitted.
+"""The polynomial coefficients of ir/host_math.h, refitted.
 
 Least squares on Chebyshev nodes (erf's weighted to relative error), with a
 few Lawson reweightings toward the minimax fit, in double; prints each

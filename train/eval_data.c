@@ -8,18 +8,6 @@
 #include "passes/pipeline.h"
 #include "runtime/data/shapes.h"
 
-void eval_normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x)
-{
-    int s = bt->img_size;
-    size_t plane = (size_t)s * s;
-    memset(x, 0, sizeof *x * (size_t)batch * 3 * plane);
-    for (int b = 0; b < bt->n; b++)
-        for (size_t p = 0; p < plane; p++)
-            for (int c = 0; c < 3; c++)
-                x[((size_t)b * 3 + c) * plane + p] =
-                    (float)((bt->images[((size_t)b * plane + p) * 3 + c] / 255.0 - mean[c]) / std[c]);
-}
-
 int eval_interp_parse(const char *name)
 {
     static const char *const names[] = {[CT_INTERP_NEAREST] = "nearest", [CT_INTERP_BILINEAR] = "bilinear",
@@ -82,12 +70,14 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform 
     return 0;
 }
 
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
-               CtErr *err)
+int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last,
+               const double *mean, const double *std, Graph *g, CtErr *err)
 {
     ModelSpec spec = {.batch_size = batch, .training = 0, .args = {.num_classes = classes, .img_size = img}};
     Pipeline p = {.amp = amp != CT_F32, .amp_dtype = amp, .bn_fold = 1, .channels_last = channels_last,
                   .verify = PIPELINE_VERIFY};
+    if (mean)
+        p.input = (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2]}, .std = {std[0], std[1], std[2]}};
     return model_build(m, &spec, g, err) || pipeline_run(&p, g, NULL, err) ? -1 : 0;
 }
 

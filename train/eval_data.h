@@ -1,8 +1,8 @@
 /*
  * The data side of a pass over a split, as train.py, validate.py and
  * inference.py set it up: timm's resolve_data_config and eval transform,
- * the loader's uint8 NHWC batch made into the graph's normalised f32 NCHW
- * input, the embedded default dataset, and the eval graph validate.py runs.
+ * the embedded default dataset, and the eval graph validate.py runs, which
+ * takes the loader's uint8 NHWC batch and normalises it itself.
  */
 #ifndef CTIMM_TRAIN_EVAL_DATA_H
 #define CTIMM_TRAIN_EVAL_DATA_H
@@ -13,10 +13,6 @@
 #include "models/registry.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/transforms.h"
-
-/* x[b, c, :, :] = (image[b, :, :, c] / 255 - mean[c]) / std[c] for the
- * batch's n images; rows n..batch-1 (a short last batch) are zeros. */
-void eval_normalise(const Batch *bt, int batch, const double *mean, const double *std, float *x);
 
 /* The embedded default dataset (runtime/data/shapes.h) under $CTIMM_DATA_DIR,
  * else ~/.cache/ctimm/data, generated on first use: its root (with train/
@@ -37,10 +33,11 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform 
                 CtErr *err);
 
 /* An eval graph as validate.py and inference.py run the model, by the pass
- * pipeline: bn_fold, then autocast (amp CT_F16/CT_BF16; CT_F32: none) and
- * channels-last when asked. */
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last, Graph *g,
-               CtErr *err);
+ * pipeline: the uint8 input normalised by mean/std (NULL: the f32 NCHW input
+ * timm's benchmark.py feeds), bn_fold, then autocast (amp CT_F16/CT_BF16;
+ * CT_F32: none) and channels-last when asked. */
+int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last,
+               const double *mean, const double *std, Graph *g, CtErr *err);
 
 /* "float16"/"bfloat16" under --amp -> CT_F16/CT_BF16; CT_F32 without; -1 if unknown. */
 int eval_amp_dtype(int amp, const char *name);

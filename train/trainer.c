@@ -22,7 +22,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int stop_raised(const Trainer *t) { return t->opts && t->opts->stop && *t->opts->stop != 0; }
+static int stop_raised(const Trainer *t) { return t->opts.stop && *t->opts.stop != 0; }
 
 /* The training state on the host, before the host reads it (checkpoints,
  * validation, the EMA, cross-rank checks): free on ref and cpu. */
@@ -95,21 +95,17 @@ typedef struct StepScalars {
     float lr, scale, decay;
 } StepScalars;
 
-/* Batch i of epoch as the step's input in t->x (and t->soft): normalised,
- * then mixup and random erasing. */
+/* The numbers batch i of epoch is erased and mixed by (the graph does the
+ * pixel work), and its soft targets: one generator per (seed, epoch,
+ * batch) and rank (timm seeds each rank with seed + rank). */
 static int prepare_batch(Trainer *t, int epoch, size_t i, const Batch *bt, CtErr *err)
 {
-    eval_normalise(bt, t->a.batch_size, t->mean, t->std, t->x);
-    /* mixup, then random erasing: one generator per (seed, epoch, batch),
-     * and rank (timm seeds each rank with seed + rank) */
     CtRng rng = rng_for((uint64_t)t->a.seed ^ 0x6d69787570ull ^ ((uint64_t)t->rank << 32), (uint64_t)epoch, i);
-    if (mixup_active(&t->mix)) {
-        t->mix.enabled = !(t->a.mixup_off_epoch && epoch >= t->a.mixup_off_epoch);
-        if (mixup_apply(&t->mix, t->x, t->a.batch_size, 3, t->img, t->img, bt->labels, t->soft, NULL, &rng, err))
-            return -1;
-    }
-    random_erasing_apply(&t->re, t->x, t->a.batch_size, 3, t->img, t->img, &rng);
-    return 0;
+    random_erasing_draw(&t->re, t->a.batch_size, t->img, t->img, t->erase_boxes, &rng);
+    if (!mixup_active(&t->mix))
+        return 0;
+    t->mix.enabled = !(t->a.mixup_off_epoch && epoch >= t->a.mixup_off_epoch);
+    return mixup_draw(&t->mix, t->a.batch_size, t->img, t->img, bt->labels, t->mix_params, t->soft, NULL, &rng, err);
 }
 
 /* The compiled step (compiled at the run's first) on the prepared batch
@@ -117,20 +113,26 @@ static int prepare_batch(Trainer *t, int epoch, size_t i, const Batch *bt, CtErr
  * or CT_INTERRUPTED when the stop flag ended the compile. */
 static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss, int *applied, CtErr *err)
 {
-    int mixing = mixup_active(&t->mix);
-    CtTensor in[5] = {{{{4, {t->a.batch_size, 3, t->img, t->img}}, CT_F32}, t->x},
-                      {{{1, {t->a.batch_size}}, CT_I64}, bt->labels},
-                      {{{0}, CT_F32}, &sc->lr},
-                      {{{0}, CT_F32}, &sc->scale},
-                      {{{0}, CT_F32}, &sc->decay}};
+    int B = t->a.batch_size, mixing = mixup_active(&t->mix), nin = 0;
+    /* the graph's inputs in order: the pipeline's input stage's, then the training step's */
+    CtTensor in[7];
+    in[nin++] = (CtTensor){{{4, {B, t->img, t->img, 3}}, CT_U8}, bt->images};
+    if (t->erase_k)
+        in[nin++] = (CtTensor){{{3, {B, t->erase_k, 5}}, CT_I64}, t->erase_boxes};
     if (mixing)
-        in[1] = (CtTensor){{{2, {t->a.batch_size, t->classes}}, CT_F32}, t->soft};
-    int ran = t->train_run.prog ? 0 : backend_open(&t->train_run, t->be, &t->train, &t->state, t->opts, err);
+        in[nin++] = (CtTensor){{{2, {B, MIX_PARAMS}}, CT_F32}, t->mix_params};
+    in[nin++] = mixing ? (CtTensor){{{2, {B, t->classes}}, CT_F32}, t->soft}
+                       : (CtTensor){{{1, {B}}, CT_I64}, bt->labels};
+    in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->lr};
+    in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->scale};
+    if (t->ts.ema_decay >= 0)
+        in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->decay};
+    int ran = t->train_run.prog ? 0 : backend_open(&t->train_run, t->be, &t->train, &t->state, &t->opts, err);
     if (ran)
         return ran;
     CtTensor *out = calloc((size_t)t->train.noutputs, sizeof *out);
     CT_ASSERT(out != NULL);
-    if ((ran = backend_step(&t->train_run, in, t->ts.ema_decay >= 0 ? 5 : 4, out, err)) == 0) {
+    if ((ran = backend_step(&t->train_run, in, nin, out, err)) == 0) {
         *loss = *(float *)out[1].data;
         *applied = t->finite_out < 0 || *(float *)out[t->finite_out].data != 0;
         for (int k = 0; k < t->train.noutputs; k++)
@@ -262,7 +264,7 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
     /* the eval graph reads the state the host has now: compiled at the first
      * validation, told of the newer state at the others */
     int opened = run->prog ? run->be->state_from_host(run->exec, err)
-                           : backend_open(run, t->be, &t->eval, st, t->opts, err);
+                           : backend_open(run, t->be, &t->eval, st, &t->opts, err);
     if (opened)
         return opened;
     size_t nb = loader_epoch_batches(t->val_ld);
@@ -278,8 +280,7 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         CtTensor logits;
         int got = loader_next(t->val_ld, &bt, err);
         if (got == 1) {
-            eval_normalise(bt, t->vb, t->mean, t->std, t->x);
-            CtTensor in = {{{4, {t->vb, 3, t->img, t->img}}, CT_F32}, t->x};
+            CtTensor in = {{{4, {t->vb, t->img, t->img, 3}}, CT_U8}, bt->images};
             int ran = backend_step(run, &in, 1, &logits, err);
             got = ran ? ran : 1;
         }

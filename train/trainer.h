@@ -46,7 +46,9 @@ typedef struct Trainer {
     const CtBackend *be;
     CtDist *dist; /* the ranks of a data-parallel run (a world of one otherwise) */
     int rank, world;
-    const ProgramOptions *opts; /* every compile's: the stop flag, the kernel cache's line said once */
+    /* every compile's: the caller's (the stop flag, the kernel cache's line
+     * said once) with the collective of dist's ranks */
+    ProgramOptions opts;
     const TrainReport *rep;
     char root[1000]; /* the data folder */
     Graph train, eval;
@@ -58,10 +60,14 @@ typedef struct Trainer {
     Loader *train_ld, *val_ld;
     int classes, img, vb;
     double mean[3], std[3]; /* --mean/--std, else the model's */
-    float *x;               /* a normalised batch, training's or validation's */
-    Mixup mix;              /* used when mixup_active(&mix): soft targets in soft [B, classes] */
-    float *soft;
-    RandomErasing re; /* --reprob > 0: on the normalised training batch */
+    /* The batch goes to the graph as the loader made it (uint8 NHWC); the
+     * graph normalises it, erases (erase_k > 0) and mixes (mixup_active)
+     * it, from the numbers drawn for the batch into these: */
+    Mixup mix;              /* mixup_active(&mix): params [B, MIX_PARAMS], soft targets [B, classes] */
+    float *mix_params, *soft;
+    RandomErasing re; /* --reprob > 0: erase_k boxes an image, boxes [B, erase_k, 5] */
+    int erase_k;
+    int64_t *erase_boxes;
     CtDType amp;      /* --amp: CT_F16 or CT_BF16; else CT_F32 */
     LossScaler scaler; /* --amp f16: the dynamic loss scale */
     LrSched sched;

@@ -85,8 +85,11 @@ static int build_graphs(Trainer *t, CtErr *err)
         loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1, 1};
     /* train.py: forward and validation under autocast; the eval graph reads
      * the training state, so its batch norms stay unfolded */
-    Pipeline p = {.training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32, .amp_dtype = t->amp,
-                  .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
+    /* the loader's batch normalised, erased and mixed by the graph */
+    InputSpec input = {.u8 = 1, .mean = {t->mean[0], t->mean[1], t->mean[2]}, .std = {t->std[0], t->std[1], t->std[2]},
+                       .erase_boxes = t->erase_k, .erase_mode = t->re.mode, .mix = mixing};
+    Pipeline p = {.input = input, .training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32,
+                  .amp_dtype = t->amp, .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
     PipelineResult res;
     if (model_build(t->m, &spec, &t->train, err) || pipeline_run(&p, &t->train, &res, err))
         return -1;
@@ -95,14 +98,16 @@ static int build_graphs(Trainer *t, CtErr *err)
     spec.training = 0;
     spec.batch_size = t->vb;
     p.training = 0;
+    p.input.erase_boxes = p.input.mix = 0;
     if (model_build(t->m, &spec, &t->eval, err) || pipeline_run(&p, &t->eval, NULL, err))
         return -1;
     return backend_check(t->be, &t->train, err) || backend_check(t->be, &t->eval, err) ? -1 : 0;
 }
 
 /* train.py's Mixup arguments and RandomErasing (re_count is its max_count).
- * Mixup runs on the normalised batch (timm's Mixup), then random erasing (the
- * prefetcher's order; --no-prefetcher's transform erases before mixing). */
+ * Random erasing runs on the normalised batch, then mixup: timm's order
+ * (the prefetcher erases as it loads, or --no-prefetcher's transform
+ * does, and train_one_epoch mixes what it gets). */
 static int setup_augment(Trainer *t, CtErr *err)
 {
     const TrainArgs *a = &t->a;
@@ -136,6 +141,7 @@ static int setup_augment(Trainer *t, CtErr *err)
     else if (strcmp(a->remode, "pixel"))
         return ct_fail(err, "--remode %s is not one of pixel, rand, const", a->remode);
     t->re = (RandomErasing){.prob = a->reprob, .mode = em, .min_count = 1, .max_count = a->recount};
+    t->erase_k = random_erasing_boxes(&t->re);
     return 0;
 }
 
@@ -382,7 +388,8 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
                  const ProgramOptions *opts, const TrainReport *rep, CtErr *err)
 {
     *t = (Trainer){.a = *a, .m = m, .be = be, .dist = dist, .rank = dist_rank(dist), .world = dist_world_size(dist),
-                   .opts = opts, .rep = rep, .best = NAN, .best_epoch = -1};
+                   .opts = opts ? *opts : (ProgramOptions){0}, .rep = rep, .best = NAN, .best_epoch = -1};
+    t->opts.collective = dist_collective(dist);
     Resumed res = {0};
     if (train_args_check(&t->a, err))
         return -1;
@@ -403,13 +410,15 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     t->num_epochs = t->sched.num_epochs;
     if (start_state(t, &res, err))
         goto fail;
-    int big = t->a.batch_size > t->vb ? t->a.batch_size : t->vb;
-    t->x = malloc(sizeof *t->x * (size_t)big * 3 * (size_t)t->img * (size_t)t->img);
-    if (mixup_active(&t->mix))
+    if (mixup_active(&t->mix)) {
         t->soft = malloc(sizeof *t->soft * (size_t)t->a.batch_size * (size_t)t->classes);
-    if (!t->x || (mixup_active(&t->mix) && !t->soft)) {
-        ct_fail(err, "out of memory for a batch of %d images of %dx%d; lower --batch-size or --img-size", big, t->img,
-                t->img);
+        t->mix_params = malloc(sizeof *t->mix_params * (size_t)t->a.batch_size * MIX_PARAMS);
+    }
+    if (t->erase_k)
+        t->erase_boxes = malloc(sizeof *t->erase_boxes * (size_t)t->a.batch_size * (size_t)t->erase_k * 5);
+    if ((mixup_active(&t->mix) && (!t->soft || !t->mix_params)) || (t->erase_k && !t->erase_boxes)) {
+        ct_fail(err, "out of memory for the mixup and erasing numbers of a batch of %d; lower --batch-size",
+                t->a.batch_size);
         goto fail;
     }
     say_setup(t, &res);
@@ -442,7 +451,8 @@ void trainer_close(Trainer *t)
     train_step_free(&t->ts);
     graph_free(&t->train);
     graph_free(&t->eval);
-    free(t->x);
+    free(t->mix_params);
+    free(t->erase_boxes);
     free(t->soft);
     if (t->summary)
         fclose(t->summary);

@@ -7,7 +7,7 @@
  *   the unbiased variance and `momentum`, exactly as PyTorch; the model writes
  *   them back with assign nodes. iattr sync=1 (SyncBatchNorm, set by the
  *   train step for --sync-bn): the batch statistics span every rank's batch
- *   through the process's collective (ir/collective.h), and so does its
+ *   through the run's collective (ir/collective.h), and so does its
  *   gradient's dx.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
  * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy)
@@ -44,11 +44,11 @@ static int infer_batch_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
 
 /* The batch's statistics of x viewed as [N, C, S]: a malloc'd [2C + 1],
  * the channels' means, then the count of values a channel has, then their
- * biased variances. With sync (SyncBatchNorm) they span every rank's batch:
- * the sums with the count, then the squared deviations from that mean, are
- * summed over the ranks (two passes, as on one rank); all NaN when the
- * collective failed. */
-static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, int sync)
+ * biased variances. With ranks (SyncBatchNorm) they span every rank's
+ * batch: the sums with the count, then the squared deviations from that
+ * mean, are summed over the ranks (two passes, as on one rank); all NaN
+ * when the collective failed. */
+static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, const CtCollective *ranks)
 {
     double *st = calloc((size_t)(2 * C + 1), sizeof *st), *var = st + C + 1;
     CT_ASSERT(st != NULL);
@@ -57,7 +57,7 @@ static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, int
             for (int64_t s = 0; s < S; s++)
                 st[c] += x[(b * C + c) * S + s];
     st[C] = (double)(N * S);
-    int failed = sync && ct_collective_sum(st, C + 1);
+    int failed = ct_collective_sum(ranks, st, C + 1);
     for (int64_t c = 0; c < C; c++)
         st[c] /= st[C];
     for (int64_t b = 0; b < N; b++)
@@ -66,7 +66,7 @@ static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, int
                 double d = x[(b * C + c) * S + s] - st[c];
                 var[c] += d * d;
             }
-    failed = failed || (sync && ct_collective_sum(var, C));
+    failed = failed || ct_collective_sum(ranks, var, C);
     for (int64_t c = 0; c < C; c++)
         var[c] /= st[C];
     for (int64_t i = 0; i < 2 * C + 1 && failed; i++)
@@ -74,12 +74,13 @@ static double *batch_stats(const double *x, int64_t N, int64_t C, int64_t S, int
     return st;
 }
 
-static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void batch_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out,
+                           const CtCollective *coll)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     double momentum = n->fattr[0], eps = n->fattr[1];
-    double *st = n->iattr[0] ? batch_stats(in[0], N, C, S, (int)n->iattr[1]) : NULL;
+    double *st = n->iattr[0] ? batch_stats(in[0], N, C, S, n->iattr[1] ? coll : NULL) : NULL;
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (st) {
@@ -129,7 +130,7 @@ const OpDef op_batch_norm = {
     .iattr = {"training", "sync"},
     .fattr = {"momentum", "eps"},
     .infer = infer_batch_norm,
-    .ref = batch_norm_ref,
+    .ref_ranks = batch_norm_ref,
     .vjp = batch_norm_vjp,
     .nondiff = 1u << 3 | 1u << 4,
     .fusion = OP_LIBRARY,
@@ -155,13 +156,15 @@ static int infer_batch_norm_grad(const Graph *g, const Node *n, CtType *out, CtE
     return 3;
 }
 
-static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out,
+                                const CtCollective *coll)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    int training = (int)n->iattr[0], sync = training && n->iattr[1];
+    int training = (int)n->iattr[0];
+    const CtCollective *ranks = training && n->iattr[1] ? coll : NULL;
     const double *dy = in[4];
-    double *st = training ? batch_stats(in[0], N, C, S, sync) : NULL, M = st ? st[C] : (double)(N * S);
+    double *st = training ? batch_stats(in[0], N, C, S, ranks) : NULL, M = st ? st[C] : (double)(N * S);
     double *sums = malloc(sizeof *sums * (size_t)(3 * C)), *inv = sums + 2 * C; /* db, dw, 1/std */
     CT_ASSERT(sums != NULL);
     for (int64_t c = 0; c < C; c++) {
@@ -179,7 +182,7 @@ static void batch_norm_grad_ref(const Graph *g, const Node *n, double *const *in
     /* SyncBatchNorm: dx through every rank's statistics takes the sums over
      * all ranks; the weight's and bias's gradients stay this rank's, which
      * the gradient all-reduce averages like any other */
-    if (sync && ct_collective_sum(sums, 2 * C))
+    if (ct_collective_sum(ranks, sums, 2 * C))
         for (int64_t c = 0; c < 2 * C; c++)
             sums[c] = NAN;
     for (int64_t c = 0; c < C; c++) {
@@ -202,7 +205,7 @@ const OpDef op_batch_norm_grad = {
     .iattr = {"training", "sync"},
     .fattr = {"eps"},
     .infer = infer_batch_norm_grad,
-    .ref = batch_norm_grad_ref,
+    .ref_ranks = batch_norm_grad_ref,
     .fusion = OP_LIBRARY,
     .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_EITHER,

@@ -23,6 +23,21 @@ static const CpuKernel kernels[CT_NOPS] = {
 #undef X
 };
 
+static const CpuRankKernel rank_kernels[CT_NOPS] = {
+#define X(op) [CT_OP_##op] = cpu_##op,
+    CPU_RANK_KERNELS(X)
+#undef X
+};
+
+/* Node n's f32 kernel, a rank kernel given coll. */
+static void run_kernel(const Graph *g, const Node *n, float *const *in, float *const *out, const CtCollective *coll)
+{
+    if (rank_kernels[n->op])
+        rank_kernels[n->op](g, n, in, out, coll);
+    else
+        kernels[n->op](g, n, in, out);
+}
+
 float *cpu_floats(int64_t n)
 {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
@@ -86,11 +101,12 @@ static int cpu_supports(const Graph *g, const Node *n)
  * f16 or bf16 (widened), except the integer inputs the kernel reads as such. */
 static int fast_path(const Graph *g, const Node *n)
 {
-    if (!kernels[n->op])
+    if (!kernels[n->op] && !rank_kernels[n->op])
         return 0;
     for (int k = 0; k < n->nin; k++) {
         CtDType t = g->values[n->in[k]].type.dtype;
-        int int_ok = n->op == CT_OP_adamw_update && k == 5;
+        int int_ok = (n->op == CT_OP_adamw_update && k == 5) || (n->op == CT_OP_image_normalize && k == 0) ||
+                     (n->op == CT_OP_random_erase && k == 1);
         if (t != CT_F32 && !low_float(t) && !int_ok)
             return 0;
     }
@@ -105,7 +121,7 @@ static int fast_path(const Graph *g, const Node *n)
 /* The f32 kernel of n on f32 copies of its f16/bf16 inputs, its f16/bf16
  * outputs rounded from f32 scratch. Inputs are copied before the kernel
  * writes, so an output sharing an input's space is safe. */
-static void run_widened(const Graph *g, const Node *n, void *const *in, void *const *out)
+static void run_widened(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
 {
     float *fin[CT_MAX_IN], *fout[CT_MAX_OUT];
     for (int k = 0; k < n->nin; k++) {
@@ -120,7 +136,7 @@ static void run_widened(const Graph *g, const Node *n, void *const *in, void *co
     for (int k = 0; k < n->nout; k++)
         fout[k] = low_float(g->values[n->out[k]].type.dtype) ? cpu_floats(shape_numel(&g->values[n->out[k]].type.shape))
                                                             : out[k];
-    kernels[n->op](g, n, fin, fout);
+    run_kernel(g, n, fin, fout, coll);
     for (int k = 0; k < n->nout; k++) {
         const Value *v = &g->values[n->out[k]];
         if (fout[k] != out[k]) {
@@ -145,7 +161,7 @@ static int any_low(const Graph *g, const Node *n)
 }
 
 /* The op's ref kernel on doubles converted from and back to the storage. */
-static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *const *out)
+static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
 {
     double *din[CT_MAX_IN] = {0}, *dout[CT_MAX_OUT] = {0};
     for (int k = 0; k < n->nin; k++) {
@@ -160,7 +176,7 @@ static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *co
         dout[k] = malloc((size_t)(cnt ? cnt : 1) * sizeof(double));
         CT_ASSERT(dout[k] != NULL);
     }
-    op_def(n->op)->ref(g, n, din, dout);
+    op_run_ref(g, n, din, dout, coll);
     for (int k = 0; k < n->nout; k++) {
         const Value *v = &g->values[n->out[k]];
         int64_t cnt = shape_numel(&v->type.shape);
@@ -174,17 +190,17 @@ static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *co
 
 static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
-void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out)
+void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
 {
     if (n->op == CT_OP_assign) {
         if (in[0] != in[1])
             memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
     } else if (fast_path(g, n) && any_low(g, n)) {
-        run_widened(g, n, in, out);
+        run_widened(g, n, in, out, coll);
     } else if (fast_path(g, n)) {
-        kernels[n->op](g, n, (float *const *)in, (float *const *)out);
+        run_kernel(g, n, (float *const *)in, (float *const *)out, coll);
     } else {
-        run_via_ref(g, n, in, out);
+        run_via_ref(g, n, in, out, coll);
     }
 }
 

@@ -119,7 +119,7 @@ static void run_steps(const CtExec *e)
             for (int o = 0; o < n->nout; o++)
                 out[o] = ptr[n->out[o]];
             if (saved == (size_t)-1)
-                cpu_run_node(&p->g, n, in, out);
+                cpu_run_node(&p->g, n, in, out, p->opt.collective);
             else if (n->op == CT_OP_sdpa)
                 cpu_sdpa_saving(&p->g, n, (float *const *)in, (float *const *)out,
                                 (float *)(e->arena + p->plan.arena_bytes + saved));
@@ -140,7 +140,7 @@ static void run_nodes(const CtExec *e)
             in[k] = e->ptr[n->in[k]];
         for (int k = 0; k < n->nout; k++)
             out[k] = e->ptr[n->out[k]];
-        cpu_run_node(g, n, in, out);
+        cpu_run_node(g, n, in, out, e->p->opt.collective);
     }
 }
 

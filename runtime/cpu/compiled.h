@@ -16,7 +16,8 @@ int cpu_exec_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outpu
 void cpu_exec_free(CtExec *e);
 
 /* backend.c: one node as the node-by-node path runs it (its f32 kernel,
- * widened for f16/bf16, or its ref kernel; an assign copies). */
-void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out);
+ * widened for f16/bf16, or its ref kernel; an assign copies), the ops that
+ * reduce over the ranks over coll (NULL: a world of one). */
+void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll);
 
 #endif

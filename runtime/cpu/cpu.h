@@ -10,6 +10,7 @@
 #ifndef CTIMM_CPU_H
 #define CTIMM_CPU_H
 
+#include "ir/collective.h"
 #include "ir/formulas.h"
 #include "ir/ir.h"
 
@@ -59,13 +60,27 @@ float *cpu_scratch(int slot, int64_t n);
     X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(linear) X(matmul) X(sdpa) X(sdpa_grad)         \
     CT_ACTIVATIONS(X) X(act_grad) X(add) X(mul)                                                          \
     X(div) X(scale_shift) X(reduce_sum) X(softmax) X(softmax_grad)                                       \
-    X(batch_norm) X(batch_norm_grad) X(layer_norm) X(layer_norm_grad)                                     \
+    X(layer_norm) X(layer_norm_grad)                                                                     \
     X(avg_pool2d) X(max_pool2d) X(adaptive_avg_pool2d) X(avg_pool2d_grad) X(max_pool2d_grad)             \
     X(adaptive_avg_pool2d_grad) X(reshape) X(permute) X(slice) X(slice_grad) X(concat) X(expand)          \
-    X(to_layout) X(cast) X(sgd_update) X(adamw_update)
+    X(to_layout) X(cast) X(sgd_update) X(adamw_update) X(image_normalize) X(random_erase) X(mix_images)
 
 #define X(op) void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out);
 CPU_KERNELS(X)
+#undef X
+
+/* The ops that reduce over the data-parallel ranks (batch norm
+ * synchronised across them): their kernels take the collective of the
+ * program's run as well (ir/collective.h; NULL: a world of one rank), as
+ * their ref kernels do (OpDef.ref_ranks). */
+#define CPU_RANK_KERNELS(X) X(batch_norm) X(batch_norm_grad)
+
+typedef void (*CpuRankKernel)(const Graph *g, const Node *n, float *const *in, float *const *out,
+                              const CtCollective *coll);
+
+#define X(op)                                                                                                   \
+    void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out, const CtCollective *coll);
+CPU_RANK_KERNELS(X)
 #undef X
 
 /* sdpa keeping its weights softmax(q k^T * scale) [B*H, N, M] in saved, and

@@ -1,6 +1,6 @@
 /*
  * The cpu backend's elementwise ops, reductions and softmax, as f32 loops
- * (activations: ir/formulas.h's, in f32 with codegen/host_math.h's exp,
+ * (activations: ir/formulas.h's, in f32 with ir/host_math.h's exp,
  * tanh and erf, as the generated kernels compute them; sums accumulated in
  * double). Broadcasting follows numpy's rules as the ref kernels do; the
  * innermost output dim runs as a strided loop.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/host_math.h"
+#include "ir/host_math.h"
 #include "runtime/cpu/cpu.h"
 
 /* ir/formulas.h over f32 numbers, with the generated kernels' exp, tanh

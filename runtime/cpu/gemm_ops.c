@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/host_math.h"
+#include "ir/host_math.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu.h"
 

@@ -53,7 +53,7 @@ CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64
  * batch_stats): a malloc'd [2C + 1], the means, the count of values a
  * channel has, the biased variances; NaN when the collective failed. The
  * channels' sums run on the threads, the collectives between them on one. */
-CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64_t S)
+CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64_t S, const CtCollective *coll)
 {
     double *st = malloc(sizeof *st * (size_t)(2 * C + 1)), *var = st + C + 1;
     CT_ASSERT(st != NULL);
@@ -61,13 +61,13 @@ CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64
     for (int64_t c = 0; c < C; c++)
         st[c] = channel_sum(x, N, C, S, c);
     st[C] = (double)(N * S);
-    int failed = ct_collective_sum(st, C + 1);
+    int failed = ct_collective_sum(coll, st, C + 1);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         st[c] /= st[C];
         var[c] = channel_sqdev(x, N, C, S, c, st[c]);
     }
-    failed = failed || ct_collective_sum(var, C);
+    failed = failed || ct_collective_sum(coll, var, C);
     for (int64_t c = 0; c < C; c++)
         var[c] = failed ? NAN : var[c] / st[C];
     for (int64_t c = 0; c <= C && failed; c++)
@@ -75,15 +75,19 @@ CPU_CLONES static double *sync_stats(const float *x, int64_t N, int64_t C, int64
     return st;
 }
 
-static int synced(const Node *n) { return n->iattr[0] && n->iattr[1] && ct_collective_world() > 1; }
+static int synced(const Node *n, const CtCollective *coll)
+{
+    return n->iattr[0] && n->iattr[1] && ct_collective_world(coll) > 1;
+}
 
-CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out,
+                               const CtCollective *coll)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double momentum = n->fattr[0], eps = n->fattr[1];
-    double *st = synced(n) ? sync_stats(in[0], N, C, S) : NULL;
+    double *st = synced(n, coll) ? sync_stats(in[0], N, C, S, coll) : NULL;
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
@@ -147,13 +151,14 @@ CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t N, in
     }
 }
 
-CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out,
+                                    const CtCollective *coll)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double eps = n->fattr[0];
-    if (!synced(n)) { /* one pass over the channels: x and dy stay in cache between the sums and dx */
+    if (!synced(n, coll)) { /* one pass over the channels: x and dy stay in cache between the sums and dx */
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
         for (int64_t c = 0; c < C; c++) {
             double mean = in[2][c], var = in[3][c], dw, db;
@@ -166,12 +171,12 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
         return;
     }
     /* SyncBatchNorm: dx takes the sums over all ranks (ir/ops/norm.c) */
-    double *st = sync_stats(in[0], N, C, S), *sums = malloc(sizeof *sums * (size_t)(2 * C));
+    double *st = sync_stats(in[0], N, C, S, coll), *sums = malloc(sizeof *sums * (size_t)(2 * C));
     CT_ASSERT(sums != NULL);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++)
         bn_grad_sums(in[0], in[4], N, C, S, c, st[c], 1 / sqrt(st[C + 1 + c] + eps), out, &sums[c], &sums[C + c]);
-    if (ct_collective_sum(sums, 2 * C))
+    if (ct_collective_sum(coll, sums, 2 * C))
         for (int64_t c = 0; c < 2 * C; c++)
             sums[c] = NAN;
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)

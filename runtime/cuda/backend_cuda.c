@@ -1,31 +1,31 @@
-/* Contract: ct_backend_cuda runs a Program on the GPU through the executor
- * (runtime/cuda/executor.h), one device context and one built program per
- * backend context, the state resident on the device between syncs;
- * without the CUDA libraries at build time it says so instead. */
+/* Contract: ct_backend_cuda runs a cuda Program on the GPU through the
+ * executor (runtime/cuda/executor.h), one device context and one loaded
+ * program per backend context, the state resident on the device between
+ * syncs; a program compiled for another compute capability, or a build
+ * without the CUDA libraries, is refused saying so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ops.h"
-#include "passes/fuse.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/backend_cuda.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda/lib_launch.h"
 #ifdef CTIMM_HAVE_CUDA_LIBS
 #include "runtime/cuda/executor.h"
 #endif
 
-/* What the launch plan has a kernel or library call for. */
-static int cuda_supports(const Graph *g, const Node *n)
+#define NO_LIBS "this ctimm was built without NVRTC, cuBLASLt and cuDNN: the cuda backend cannot run"
+
+int cuda_program_fits(const CtProgram *p, int cc, const char *device, CtErr *err)
 {
-    switch (n->op) {
-    case CT_OP_conv2d: case CT_OP_conv2d_grad_input: case CT_OP_conv2d_grad_weight: case CT_OP_linear:
-    case CT_OP_matmul: case CT_OP_assign:
-        return 1;
-    default:
-        return lib_supports(n->op) || fuse_is_elementwise(g, n);
-    }
+    if (p->target != CT_TARGET_CUDA)
+        return ct_fail(err, "the program was not compiled for the cuda target");
+    if (p->opt.cuda_cc != cc)
+        return ct_fail(err,
+                       "the program's kernels were compiled for sm_%d and cannot load on %s: compile it for sm_%d "
+                       "(ProgramOptions.cuda_cc %d, or 0 for the device's through backend_open)",
+                       p->opt.cuda_cc, device, cc, cc);
+    return 0;
 }
 
 int cuda_backend_usable(char *why, size_t n)
@@ -72,30 +72,48 @@ size_t cuda_backend_free_bytes(void)
 #ifdef CTIMM_HAVE_CUDA_LIBS
 struct CtExec {
     CudaExec *ex;
-    CudaProgram *pr;
-    const CtProgram *p;
+    CudaLoaded *ld;
     CtState *state;
 };
 
+/* Device 0's compute capability and SM count, where o leaves them 0. */
+static int cuda_target_options(ProgramOptions *o, CtErr *err)
+{
+    CudaDriver d;
+    CudaDeviceInfo info;
+    if (cuda_driver_open(&d, err))
+        return -1;
+    int rc = cuda_device_info(&d, 0, &info, err);
+    cuda_driver_close(&d);
+    if (rc)
+        return -1;
+    if (!o->cuda_cc)
+        o->cuda_cc = info.major * 10 + info.minor;
+    if (!o->cuda_sms)
+        o->cuda_sms = info.sms;
+    return 0;
+}
+
 static void cuda_free(CtExec *e)
 {
-    if (e->pr)
-        cuda_program_free(e->pr);
+    if (e->ld)
+        cuda_loaded_free(e->ld);
     if (e->ex)
         cuda_exec_close(e->ex);
     free(e);
 }
 
-/* The device context and the program's modules, launch plan and memory,
- * made once; the state is uploaded before the first run. */
+/* The device context and the program's modules, library calls and
+ * memory, made once; the state is uploaded before the first run. */
 static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
     CudaExecOptions o = {.graphs = !p->opt.sync_each, .allow_tf32 = p->opt.allow_tf32,
                          .sync_each = p->opt.sync_each, .outputs_on_device = p->opt.outputs_on_device};
     CtExec *e = calloc(1, sizeof *e);
     CT_ASSERT(e != NULL);
-    *e = (CtExec){.p = p, .state = state};
-    if (cuda_exec_open(&o, &e->ex, err) || cuda_program_build(e->ex, &p->g, state, &e->pr, err)) {
+    *e = (CtExec){.state = state};
+    if (cuda_exec_open(&o, &e->ex, err) || cuda_program_fits(p, cuda_exec_cc(e->ex), cuda_exec_device(e->ex), err) ||
+        cuda_load(e->ex, p, state, &e->ld, err)) {
         cuda_free(e);
         return -1;
     }
@@ -105,25 +123,27 @@ static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr 
 
 static int cuda_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
 {
-    return cuda_program_run(e->pr, &e->p->g, e->state, inputs, ninputs, outputs, err);
+    return cuda_loaded_run(e->ld, e->state, inputs, ninputs, outputs, err);
 }
 
-static int cuda_to_host(CtExec *e, CtErr *err) { return cuda_program_state_to_host(e->pr, e->state, err); }
+static int cuda_to_host(CtExec *e, CtErr *err) { return cuda_loaded_state_to_host(e->ld, e->state, err); }
 
 static int cuda_from_host(CtExec *e, CtErr *err)
 {
-    cuda_program_state_changed(e->pr);
+    cuda_loaded_state_changed(e->ld);
     return 0;
 }
 
 void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state)
 {
-    cuda_program_moved(e->pr, in, out, state);
+    cuda_loaded_moved(e->ld, in, out, state);
 }
 #else
+static int cuda_target_options(ProgramOptions *o, CtErr *err) { return ct_fail(err, NO_LIBS); }
+
 static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
-    return ct_fail(err, "this ctimm was built without NVRTC, cuBLASLt and cuDNN: the cuda backend cannot run");
+    return ct_fail(err, NO_LIBS);
 }
 
 static int cuda_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
@@ -138,6 +158,7 @@ static void cuda_free(CtExec *e) {}
 void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state) { *in = *out = *state = 0; }
 #endif
 
-const CtBackend ct_backend_cuda = {.name = "cuda", .target = CT_TARGET_CUDA, .supports = cuda_supports,
+const CtBackend ct_backend_cuda = {.name = "cuda", .target = CT_TARGET_CUDA, .target_options = cuda_target_options,
+                                   .supports = launch_plan_supports,
                                    .prepare = cuda_prepare, .run = cuda_run, .state_to_host = cuda_to_host,
                                    .state_from_host = cuda_from_host, .free = cuda_free};

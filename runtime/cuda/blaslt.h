@@ -1,5 +1,5 @@
 /*
- * cuBLASLt for the GEMM steps (runtime/cuda/gemm_desc.h): one handle per
+ * cuBLASLt for the GEMM steps (codegen/cuda/gemm_desc.h): one handle per
  * executor; per step, a call prepared once (operation and matrix-layout
  * descriptors, the epilogue, the algorithm cuBLASLt's heuristic ranks
  * first within the workspace) and run as often as the step runs, on the
@@ -14,8 +14,8 @@
 #ifndef CTIMM_BLASLT_H
 #define CTIMM_BLASLT_H
 
+#include "codegen/program.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda/gemm_desc.h"
 
 typedef struct BlasLt {
     void *handle; /* cublasLtHandle_t */

@@ -1,5 +1,5 @@
 /*
- * cuDNN for the convolution steps (runtime/cuda/conv_desc.h): forward
+ * cuDNN for the convolution steps (codegen/cuda/conv_desc.h): forward
  * (with bias, residual and ReLU through cudnnConvolutionBiasActivationForward
  * when the step's epilogue has them), backward-data and backward-filter, in
  * the steps' own formats (NHWC activations after the layout pass) and
@@ -9,15 +9,18 @@
  * The algorithm of each convolution is chosen once per shape (by cuDNN's
  * heuristics, or by timing them with cudnnFind*Ex when scratch device
  * memory is given, as torch's cudnn.benchmark does) and kept in the kernel
- * cache on disk (codegen/cache.h), keyed by conv_desc_key, the device and
- * cuDNN's version: the next process skips the search. Built only with the
- * CUDA toolkit and cuDNN (CTIMM_HAVE_CUDA_LIBS).
+ * cache on disk (ir/cache.h), keyed by conv_desc_key, the device and
+ * cuDNN's version: the next process skips the search. The choice is the
+ * runtime's, not the compile stage's: it needs the device (cuDNN's
+ * heuristics ask it, timing runs on it), so it cannot be in the Program;
+ * the store it goes to is the generic one in ir/, which compiles nothing.
+ * Built only with the CUDA toolkit and cuDNN (CTIMM_HAVE_CUDA_LIBS).
  */
 #ifndef CTIMM_DNN_H
 #define CTIMM_DNN_H
 
-#include "codegen/cache.h"
-#include "runtime/cuda/conv_desc.h"
+#include "codegen/program.h"
+#include "ir/cache.h"
 #include "runtime/cuda/driver.h"
 
 typedef struct Dnn {

@@ -1,5 +1,5 @@
-/* Contract: cuda_program_run computes what the ref backend computes for
- * the graph the program was built from, on the device, every driver and
+/* Contract: cuda_loaded_run computes what the ref backend computes for
+ * the graph the program was compiled from, on the device, every driver and
  * library call checked. */
 #include "runtime/cuda/executor.h"
 
@@ -8,12 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/nvrtc.h"
 #include "runtime/cuda/blaslt.h"
 #include "runtime/cuda/dnn.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda/launch_plan.h"
-#include "runtime/cuda/lib_source.h"
 
 enum { STREAM_NON_BLOCKING = 1, CAPTURE_THREAD_LOCAL = 1 };
 #define GEMM_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's advice for Hopper */
@@ -28,16 +25,15 @@ struct CudaExec {
     CUstream stream;
     BlasLt lt;
     Dnn dnn;
-    NvrtcCompiler nc;
-    KernelCache cache;
-    int have_cache, have_lt, have_dnn;
-    int cache_warned; /* cache_warn_disk's: the executor lives as long as the process */
+    KernelCache choices; /* cuDNN's algorithm choices (runtime/cuda/dnn.h) */
+    int have_choices, have_lt, have_dnn;
     char name[192];
 };
 
-struct CudaProgram {
+struct CudaLoaded {
     CudaExec *ex;
-    LaunchPlan lp;
+    const CtProgram *p;
+    const LaunchPlan *lp; /* p's */
     CUmodule *gen;       /* the generated kernels: per translation unit (codegen/units.h) */
     int ngen;            /* of them loaded */
     CUmodule lib;
@@ -92,11 +88,9 @@ int cuda_exec_open(const CudaExecOptions *opt, CudaExec **out, CtErr *err)
     if (dnn_open(&ex->dnn, ex->stream, err))
         goto fail;
     ex->have_dnn = 1;
-    if (nvrtc_init(&ex->nc, err))
+    if (cache_open(&ex->choices, &(CacheOptions){.memory_fallback = 1}, err))
         goto fail;
-    if (cache_open(&ex->cache, &(CacheOptions){.memory_fallback = 1}, err))
-        goto fail;
-    ex->have_cache = 1;
+    ex->have_choices = 1;
     snprintf(ex->name, sizeof ex->name, "%s (sm_%d%d, %d SMs, %zu GiB)", ex->info.name, ex->info.major,
              ex->info.minor, ex->info.sms, ex->info.total_bytes >> 30);
     *out = ex;
@@ -110,8 +104,8 @@ void cuda_exec_close(CudaExec *ex)
 {
     if (!ex)
         return;
-    if (ex->have_cache)
-        cache_close(&ex->cache);
+    if (ex->have_choices)
+        cache_close(&ex->choices);
     if (ex->have_dnn)
         dnn_close(&ex->dnn);
     if (ex->have_lt)
@@ -126,86 +120,61 @@ void cuda_exec_close(CudaExec *ex)
 
 const char *cuda_exec_device(const CudaExec *ex) { return ex->name; }
 
+int cuda_exec_cc(const CudaExec *ex) { return ex->info.major * 10 + ex->info.minor; }
+
 static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 /* The device address of value v. */
-static CUdeviceptr addr(const CudaProgram *pr, ValueId v)
+static CUdeviceptr addr(const CudaLoaded *ld, ValueId v)
 {
     if (v < 0)
         return 0;
-    if (pr->lp.alias[v] >= 0)
-        v = pr->lp.alias[v];
-    if (pr->in_off[v] != PLAN_NONE)
-        return pr->inputs + pr->in_off[v];
-    if (pr->st_off[v] != PLAN_NONE)
-        return pr->state + pr->st_off[v];
-    return pr->block + pr->lp.offset[v];
+    if (ld->lp->alias[v] >= 0)
+        v = ld->lp->alias[v];
+    if (ld->in_off[v] != PLAN_NONE)
+        return ld->inputs + ld->in_off[v];
+    if (ld->st_off[v] != PLAN_NONE)
+        return ld->state + ld->st_off[v];
+    return ld->block + ld->lp->offset[v];
 }
 
-/* The device's architecture as NVRTC takes it: 90 for sm_90. */
-static int device_sm(const CudaExec *ex) { return ex->info.major * 10 + ex->info.minor; }
-
-static int load_image(CudaExec *ex, const NvrtcImage *img, CUmodule *mod, CtErr *err)
+static int load_image(CudaExec *ex, const CudaImage *img, CUmodule *mod, CtErr *err)
 {
-    return cu_check(ex, ex->drv.ModuleLoadData(mod, img->data), err, "loading a %zu-byte %s", img->size,
-                    img->is_ptx ? "PTX module" : "cubin");
+    return cu_check(ex, ex->drv.ModuleLoadData(mod, img->data), err, "loading a %zu-byte %s (%s)", img->size,
+                    img->is_ptx ? "PTX module" : "cubin", img->arch);
 }
 
-/* NVRTC's image of `source` for this device, loaded as a module. */
-static int load_module(CudaExec *ex, const char *source, CUmodule *mod, CtErr *err)
+/* One module per image of the program, loaded on the thread whose context
+ * is current, and every launch's and library step's function from its
+ * module. */
+static int load_modules(CudaLoaded *ld, CtErr *err)
 {
-    NvrtcImage img;
-    if (nvrtc_compile(&ex->nc, &ex->cache, source, device_sm(ex), &img, err))
-        return -1;
-    return load_image(ex, &img, mod, err);
-}
-
-/* The generated kernels: their translation units compiled in parallel, one
- * module each (loaded here, on the thread whose context is current), and
- * every launch's function from its unit's module. */
-static int build_generated(CudaProgram *pr, CtErr *err)
-{
-    CudaExec *ex = pr->ex;
-    KernelUnits units;
-    units_make(pr->lp.k, pr->lp.nk, UNIT_LOOPS, 1, &units);
-    NvrtcImage *imgs = calloc((size_t)units.n + 1, sizeof *imgs);
-    pr->gen = calloc((size_t)units.n + 1, sizeof *pr->gen);
-    CT_ASSERT(imgs && pr->gen);
-    int rc = nvrtc_compile_units(&ex->nc, &ex->cache, &units, device_sm(ex), imgs, err);
-    for (int j = 0; !rc && j < units.n; j++)
-        if ((rc = load_image(ex, &imgs[j], &pr->gen[j], err)) == 0)
-            pr->ngen++;
-    for (int l = 0; !rc && l < pr->lp.nk; l++) {
+    CudaExec *ex = ld->ex;
+    const CudaProgram *c = &ld->p->cuda;
+    int rc = 0;
+    ld->gen = calloc((size_t)c->nunits + 1, sizeof *ld->gen);
+    CT_ASSERT(ld->gen != NULL);
+    for (int j = 0; !rc && j < c->nunits; j++)
+        if ((rc = load_image(ex, &c->units[j], &ld->gen[j], err)) == 0)
+            ld->ngen++;
+    for (int l = 0; !rc && l < ld->lp->nk; l++) {
         char name[32];
-        snprintf(name, sizeof name, "ct_k%d", units.fn[l]);
-        if (units.unit[l] >= 0)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->kfn[l], pr->gen[units.unit[l]], name), err, "kernel %s",
+        snprintf(name, sizeof name, "ct_k%d", c->fn[l]);
+        if (c->unit[l] >= 0)
+            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->kfn[l], ld->gen[c->unit[l]], name), err, "kernel %s",
                           name);
     }
-    free(imgs);
-    units_free(&units);
-    return rc;
-}
-
-static int build_kernels(CudaProgram *pr, CtErr *err)
-{
-    CudaExec *ex = pr->ex;
-    CtBuf src = {0};
-    if (build_generated(pr, err))
-        return -1;
-    lib_source(&src);
-    int rc = load_module(ex, src.s, &pr->lib, err);
-    buf_free(&src);
-    cache_warn_disk(&ex->cache, &ex->cache_warned, stderr);
-    for (int s = 0; !rc && s < pr->lp.nsteps; s++) {
-        const LpStep *st = &pr->lp.steps[s];
-        pr->libfn[s] = calloc((size_t)st->nlib + 1, sizeof **pr->libfn);
-        CT_ASSERT(pr->libfn[s] != NULL);
+    if (!rc)
+        rc = load_image(ex, &c->lib, &ld->lib, err);
+    for (int s = 0; !rc && s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
+        ld->libfn[s] = calloc((size_t)st->nlib + 1, sizeof **ld->libfn);
+        CT_ASSERT(ld->libfn[s] != NULL);
         for (int j = 0; !rc && j < st->nlib; j++)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->libfn[s][j], pr->lib, st->lib[j].kernel), err,
+            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->libfn[s][j], ld->lib, st->lib[j].kernel), err,
                           "library kernel %s", st->lib[j].kernel);
         if (!rc && st->mirrored)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&pr->mirrorfn[s], pr->lib, st->mirror.kernel), err,
+            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->mirrorfn[s], ld->lib, st->mirror.kernel), err,
                           "library kernel %s", st->mirror.kernel);
     }
     return rc;
@@ -215,56 +184,56 @@ static int build_kernels(CudaProgram *pr, CtErr *err)
  * the caller's CtState lays it out (so one copy moves all of it; an eval
  * graph over a training state binds its tensors in the larger block).
  * Fails naming a state tensor the caller's state lacks. */
-static int place_blocks(CudaProgram *pr, const Graph *g, const CtState *state, CtErr *err)
+static int place_blocks(CudaLoaded *ld, const Graph *g, const CtState *state, CtErr *err)
 {
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
-        pr->in_off[v] = pr->st_off[v] = PLAN_NONE;
+        ld->in_off[v] = ld->st_off[v] = PLAN_NONE;
         if (val->role == CT_ROLE_INPUT) {
-            pr->in_off[v] = pr->in_bytes;
-            pr->in_bytes += (value_bytes(val) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+            ld->in_off[v] = ld->in_bytes;
+            ld->in_bytes += (value_bytes(val) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
         } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
             int s = state ? state_find(state, val->name) : -1;
             if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
                 state->e[s].type.dtype != val->type.dtype)
                 return ct_fail(err, "state has no tensor '%s' of the graph's shape and dtype", val->name);
-            pr->st_off[v] = state->e[s].offset;
+            ld->st_off[v] = state->e[s].offset;
         }
     }
-    pr->st_bytes = state ? state->nbytes : 0;
+    ld->st_bytes = state ? state->nbytes : 0;
     return 0;
 }
 
-static int prepare_calls(CudaProgram *pr, CtErr *err)
+static int prepare_calls(CudaLoaded *ld, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
+    CudaExec *ex = ld->ex;
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
-    for (int s = 0; s < pr->lp.nsteps; s++) {
-        const LpStep *st = &pr->lp.steps[s];
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
         if (st->kind == LP_GEMM) {
-            if (blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &pr->gemm[s], err))
+            if (blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s], err))
                 return ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
                                   (long long)st->gemm.n, (long long)st->gemm.k);
-            if (pr->gemm[s].workspace > pr->workspace_bytes)
-                pr->workspace_bytes = pr->gemm[s].workspace;
+            if (ld->gemm[s].workspace > ld->workspace_bytes)
+                ld->workspace_bytes = ld->gemm[s].workspace;
         } else if (st->kind == LP_CONV) {
-            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->cache, device, NULL,
-                            &pr->conv[s], err))
+            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device, NULL,
+                            &ld->conv[s], err))
                 return ct_failctx(err, "step %d (convolution)", s);
-            if (pr->conv[s].algo.workspace > pr->workspace_bytes)
-                pr->workspace_bytes = pr->conv[s].algo.workspace;
+            if (ld->conv[s].algo.workspace > ld->workspace_bytes)
+                ld->workspace_bytes = ld->conv[s].algo.workspace;
         }
     }
     return 0;
 }
 
-static int alloc_memory(CudaProgram *pr, CtErr *err)
+static int alloc_memory(CudaLoaded *ld, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
+    CudaExec *ex = ld->ex;
     size_t free_bytes = 0, total = 0;
-    size_t sizes[5] = {pr->lp.device_bytes, pr->in_bytes, pr->st_bytes, pr->lp.scratch_bytes, pr->workspace_bytes};
-    CUdeviceptr *where[5] = {&pr->block, &pr->inputs, &pr->state, &pr->scratch, &pr->workspace};
+    size_t sizes[5] = {ld->lp->device_bytes, ld->in_bytes, ld->st_bytes, ld->lp->scratch_bytes, ld->workspace_bytes};
+    CUdeviceptr *where[5] = {&ld->block, &ld->inputs, &ld->state, &ld->scratch, &ld->workspace};
     size_t need = 0;
     for (int i = 0; i < 5; i++)
         need += sizes[i];
@@ -282,81 +251,72 @@ static int alloc_memory(CudaProgram *pr, CtErr *err)
     return 0;
 }
 
-int cuda_program_build(CudaExec *ex, const Graph *g, const CtState *state, CudaProgram **out, CtErr *err)
+int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded **out, CtErr *err)
 {
-    CudaProgram *pr = calloc(1, sizeof *pr);
-    CT_ASSERT(pr != NULL);
-    pr->ex = ex;
+    CudaLoaded *ld = calloc(1, sizeof *ld);
+    CT_ASSERT(ld != NULL);
+    ld->ex = ex;
+    ld->p = p;
+    ld->lp = &p->cuda.lp;
     *out = NULL;
+    ld->kfn = calloc((size_t)ld->lp->nk + 1, sizeof *ld->kfn);
+    ld->libfn = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->libfn);
+    ld->mirrorfn = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->mirrorfn);
+    ld->gemm = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->gemm);
+    ld->conv = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->conv);
+    ld->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->in_off);
+    ld->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->st_off);
+    CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->conv && ld->in_off && ld->st_off);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
-        launch_plan(g, ex->info.sms, &pr->lp, err)) {
-        free(pr);
-        return -1;
-    }
-    for (int s = 0; s < pr->lp.nsteps; s++)
-        if (pr->lp.steps[s].kind == LP_UNSUPPORTED) {
-            ct_fail(err, "the cuda backend has no kernel for %s yet", pr->lp.steps[s].op);
-            goto fail;
-        }
-    pr->kfn = calloc((size_t)pr->lp.nk + 1, sizeof *pr->kfn);
-    pr->libfn = calloc((size_t)pr->lp.nsteps + 1, sizeof *pr->libfn);
-    pr->mirrorfn = calloc((size_t)pr->lp.nsteps + 1, sizeof *pr->mirrorfn);
-    pr->gemm = calloc((size_t)pr->lp.nsteps + 1, sizeof *pr->gemm);
-    pr->conv = calloc((size_t)pr->lp.nsteps + 1, sizeof *pr->conv);
-    pr->in_off = calloc((size_t)g->nvalues + 1, sizeof *pr->in_off);
-    pr->st_off = calloc((size_t)g->nvalues + 1, sizeof *pr->st_off);
-    CT_ASSERT(pr->kfn && pr->libfn && pr->mirrorfn && pr->gemm && pr->conv && pr->in_off && pr->st_off);
-    if (place_blocks(pr, g, state, err) || build_kernels(pr, err) || prepare_calls(pr, err) ||
-        alloc_memory(pr, err))
+        place_blocks(ld, &p->g, state, err) || load_modules(ld, err) || prepare_calls(ld, err) ||
+        alloc_memory(ld, err))
         goto fail;
-    *out = pr;
+    *out = ld;
     return 0;
 fail:
-    cuda_program_free(pr);
+    cuda_loaded_free(ld);
     return -1;
 }
 
-void cuda_program_free(CudaProgram *pr)
+void cuda_loaded_free(CudaLoaded *ld)
 {
-    if (!pr)
+    if (!ld)
         return;
-    CudaDriver *d = &pr->ex->drv;
-    if (pr->graph_exec)
-        d->GraphExecDestroy(pr->graph_exec);
-    if (pr->graph)
-        d->GraphDestroy(pr->graph);
-    CUdeviceptr mem[5] = {pr->block, pr->inputs, pr->state, pr->scratch, pr->workspace};
+    CudaDriver *d = &ld->ex->drv;
+    if (ld->graph_exec)
+        d->GraphExecDestroy(ld->graph_exec);
+    if (ld->graph)
+        d->GraphDestroy(ld->graph);
+    CUdeviceptr mem[5] = {ld->block, ld->inputs, ld->state, ld->scratch, ld->workspace};
     for (int i = 0; i < 5; i++)
         if (mem[i])
             d->MemFree(mem[i]);
-    for (int s = 0; s < pr->lp.nsteps; s++) {
-        if (pr->libfn)
-            free(pr->libfn[s]);
-        if (pr->gemm && pr->gemm[s].op)
-            blaslt_call_free(&pr->gemm[s]);
-        if (pr->conv && pr->conv[s].conv)
-            dnn_call_free(&pr->conv[s]);
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        free(ld->libfn[s]);
+        if (ld->gemm[s].op)
+            blaslt_call_free(&ld->gemm[s]);
+        if (ld->conv[s].conv)
+            dnn_call_free(&ld->conv[s]);
     }
-    for (int j = 0; j < pr->ngen; j++)
-        d->ModuleUnload(pr->gen[j]);
-    free(pr->gen);
-    if (pr->lib)
-        d->ModuleUnload(pr->lib);
-    free(pr->kfn);
-    free(pr->libfn);
-    free(pr->mirrorfn);
-    free(pr->gemm);
-    free(pr->conv);
-    free(pr->in_off);
-    free(pr->st_off);
-    launch_plan_free(&pr->lp);
-    free(pr);
+    for (int j = 0; j < ld->ngen; j++)
+        d->ModuleUnload(ld->gen[j]);
+    free(ld->gen);
+    if (ld->lib)
+        d->ModuleUnload(ld->lib);
+    free(ld->kfn);
+    free(ld->libfn);
+    free(ld->mirrorfn);
+    free(ld->gemm);
+    free(ld->conv);
+    free(ld->in_off);
+    free(ld->st_off);
+    free(ld);
 }
 
 /* One library kernel launch: its arguments by value, as the kernel takes them. */
-static int launch_lib(CudaProgram *pr, CUfunction f, const LibLaunch *l, CtErr *err)
+static int launch_lib(CudaLoaded *ld, CUfunction f, const LibLaunch *l, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
+    CudaExec *ex = ld->ex;
     union {
         CUdeviceptr p;
         long long i;
@@ -369,8 +329,8 @@ static int launch_lib(CudaProgram *pr, CUfunction f, const LibLaunch *l, CtErr *
     for (int a = 0; a < l->nargs; a++) {
         const LibArg *arg = &l->arg[a];
         switch (arg->kind) {
-        case LA_VALUE: store[a].p = addr(pr, arg->v); break;
-        case LA_SCRATCH: store[a].p = pr->scratch; break;
+        case LA_VALUE: store[a].p = addr(ld, arg->v); break;
+        case LA_SCRATCH: store[a].p = ld->scratch; break;
         case LA_NULL: store[a].p = 0; break;
         case LA_I64: store[a].i = arg->i; break;
         case LA_I32: store[a].i32 = (int)arg->i; break;
@@ -380,131 +340,132 @@ static int launch_lib(CudaProgram *pr, CUfunction f, const LibLaunch *l, CtErr *
         }
         params[a] = &store[a];
     }
-    unsigned grid = lp_grid(l->items, ex->info.sms);
+    unsigned grid = lp_grid(l->items, ld->p->opt.cuda_sms); /* as the plan's kernels: the program's SMs */
     return cu_check(ex, ex->drv.LaunchKernel(f, grid, 1, 1, LP_BLOCK, 1, 1, 0, ex->stream, params, NULL), err,
                     "launching %s (%u x %d)", l->kernel, grid, LP_BLOCK);
 }
 
-static int run_step(CudaProgram *pr, int s, CtErr *err)
+static int run_step(CudaLoaded *ld, int s, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
-    const LpStep *st = &pr->lp.steps[s];
+    CudaExec *ex = ld->ex;
+    const LpStep *st = &ld->lp->steps[s];
     int rc = 0;
     if (st->kind == LP_KERNEL) {
-        const KirKernel *k = &pr->lp.k[st->launch];
+        const KirKernel *k = &ld->lp->k[st->launch];
         CUdeviceptr *ptr = malloc(sizeof *ptr * (size_t)(k->nbufs + 1));
         void **params = malloc(sizeof *params * (size_t)(k->nbufs + 1));
         CT_ASSERT(ptr && params);
         for (int b = 0; b < k->nbufs; b++) {
-            ptr[b] = addr(pr, k->bufs[b].value);
+            ptr[b] = addr(ld, k->bufs[b].value);
             params[b] = &ptr[b];
         }
-        rc = cu_check(ex, ex->drv.LaunchKernel(pr->kfn[st->launch], st->grid, 1, 1, st->block, 1, 1, 0, ex->stream,
+        rc = cu_check(ex, ex->drv.LaunchKernel(ld->kfn[st->launch], st->grid, 1, 1, st->block, 1, 1, 0, ex->stream,
                                                params, NULL),
                       err, "launching ct_k%d (%u x %u)", st->launch, st->grid, st->block);
         free(ptr);
         free(params);
     } else if (st->kind == LP_GEMM) {
         const GemmDesc *d = &st->gemm;
-        GemmPtrs p = {addr(pr, d->a), addr(pr, d->b), addr(pr, d->epi.d), addr(pr, d->epi.residual),
-                      addr(pr, d->epi.bias), addr(pr, d->epi.aux)};
-        rc = blaslt_run(&ex->lt, &pr->gemm[s], &p, pr->workspace, ex->stream, err);
+        GemmPtrs p = {addr(ld, d->a), addr(ld, d->b), addr(ld, d->epi.d), addr(ld, d->epi.residual),
+                      addr(ld, d->epi.bias), addr(ld, d->epi.aux)};
+        rc = blaslt_run(&ex->lt, &ld->gemm[s], &p, ld->workspace, ex->stream, err);
     } else if (st->kind == LP_CONV) {
         const ConvDesc *c = &st->conv;
         int back = c->dir == CONV_BWD_FILTER;
-        ConvPtrs p = {addr(pr, c->x), st->mirrored ? pr->scratch : addr(pr, c->wt),
-                      addr(pr, c->dir == CONV_FWD ? c->epi.d : c->y), addr(pr, c->epi.bias),
-                      addr(pr, c->epi.residual)};
+        ConvPtrs p = {addr(ld, c->x), st->mirrored ? ld->scratch : addr(ld, c->wt),
+                      addr(ld, c->dir == CONV_FWD ? c->epi.d : c->y), addr(ld, c->epi.bias),
+                      addr(ld, c->epi.residual)};
         if (st->mirrored && !back)
-            rc = launch_lib(pr, pr->mirrorfn[s], &st->mirror, err);
+            rc = launch_lib(ld, ld->mirrorfn[s], &st->mirror, err);
         if (!rc)
-            rc = dnn_run(&ex->dnn, &pr->conv[s], c, &p, pr->workspace, err);
+            rc = dnn_run(&ex->dnn, &ld->conv[s], c, &p, ld->workspace, err);
         if (!rc && st->mirrored && back)
-            rc = launch_lib(pr, pr->mirrorfn[s], &st->mirror, err);
+            rc = launch_lib(ld, ld->mirrorfn[s], &st->mirror, err);
     } else if (st->kind == LP_COPY) {
         rc = cu_check(ex,
-                      ex->drv.MemcpyDtoDAsync(addr(pr, st->copy_dst), addr(pr, st->copy_src),
-                                              value_bytes(&pr->lp.og.values[st->copy_src]), ex->stream),
+                      ex->drv.MemcpyDtoDAsync(addr(ld, st->copy_dst), addr(ld, st->copy_src),
+                                              value_bytes(&ld->lp->og.values[st->copy_src]), ex->stream),
                       err, "copy of %%%d into %%%d", st->copy_src, st->copy_dst);
     }
     for (int j = 0; !rc && j < st->nlib; j++)
-        rc = launch_lib(pr, pr->libfn[s][j], &st->lib[j], err);
+        rc = launch_lib(ld, ld->libfn[s][j], &st->lib[j], err);
     if (!rc && ex->opt.sync_each)
         rc = cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running step %d", s);
-    return rc ? ct_failctx(err, "step %d of %d", s, pr->lp.nsteps) : 0;
+    return rc ? ct_failctx(err, "step %d of %d", s, ld->lp->nsteps) : 0;
 }
 
-static int enqueue(CudaProgram *pr, CtErr *err)
+static int enqueue(CudaLoaded *ld, CtErr *err)
 {
-    for (int s = 0; s < pr->lp.nsteps; s++)
-        if (run_step(pr, s, err))
+    for (int s = 0; s < ld->lp->nsteps; s++)
+        if (run_step(ld, s, err))
             return -1;
     return 0;
 }
 
 /* The steps as one CUDA graph, captured on the first call. */
-static int replay(CudaProgram *pr, CtErr *err)
+static int replay(CudaLoaded *ld, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
-    if (!pr->graph_exec) {
+    CudaExec *ex = ld->ex;
+    if (!ld->graph_exec) {
         if (cu_check(ex, ex->drv.StreamBeginCapture(ex->stream, CAPTURE_THREAD_LOCAL), err, "beginning a capture"))
             return -1;
-        int rc = enqueue(pr, err);
-        CUresult r = ex->drv.StreamEndCapture(ex->stream, &pr->graph);
+        int rc = enqueue(ld, err);
+        CUresult r = ex->drv.StreamEndCapture(ex->stream, &ld->graph);
         if (rc || cu_check(ex, r, err, "ending the capture") ||
-            cu_check(ex, ex->drv.GraphInstantiate(&pr->graph_exec, pr->graph, 0), err, "instantiating the graph"))
+            cu_check(ex, ex->drv.GraphInstantiate(&ld->graph_exec, ld->graph, 0), err, "instantiating the graph"))
             return -1;
     }
-    return cu_check(ex, ex->drv.GraphLaunch(pr->graph_exec, ex->stream), err, "launching the step's graph");
+    return cu_check(ex, ex->drv.GraphLaunch(ld->graph_exec, ex->stream), err, "launching the step's graph");
 }
 
-int cuda_program_run(CudaProgram *pr, const Graph *g, CtState *state, const CtTensor *inputs, int ninputs,
-                     CtTensor *outputs, CtErr *err)
+int cuda_loaded_run(CudaLoaded *ld, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs,
+                    CtErr *err)
 {
-    CudaExec *ex = pr->ex;
+    CudaExec *ex = ld->ex;
+    const Graph *g = &ld->p->g;
     int k = 0, nout = 0, rc = -1;
     size_t st_bytes = state ? state->nbytes : 0;
-    if (st_bytes != pr->st_bytes)
-        return ct_fail(err, "the state has %zu bytes, the program was built for %zu", st_bytes, pr->st_bytes);
+    if (st_bytes != ld->st_bytes)
+        return ct_fail(err, "the state has %zu bytes, the program was loaded for %zu", st_bytes, ld->st_bytes);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
         return -1;
-    pr->moved_in = pr->moved_out = pr->moved_state = 0;
-    if (st_bytes && (pr->runs == 0 || pr->state_stale)) {
-        if (cu_check(ex, ex->drv.MemcpyHtoD(pr->state, state->data, state->nbytes), err, "uploading the state"))
+    ld->moved_in = ld->moved_out = ld->moved_state = 0;
+    if (st_bytes && (ld->runs == 0 || ld->state_stale)) {
+        if (cu_check(ex, ex->drv.MemcpyHtoD(ld->state, state->data, state->nbytes), err, "uploading the state"))
             return -1;
-        pr->state_stale = 0;
-        pr->moved_state = state->nbytes;
+        ld->state_stale = 0;
+        ld->moved_state = state->nbytes;
     }
     for (ValueId v = 0; v < g->nvalues; v++) {
-        if (pr->in_off[v] == PLAN_NONE)
+        if (ld->in_off[v] == PLAN_NONE)
             continue;
         const Value *val = &g->values[v];
         if (k >= ninputs || !shape_equal(&inputs[k].type.shape, &val->type.shape) ||
             inputs[k].type.dtype != val->type.dtype)
             return ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", k, val->name);
-        if (cu_check(ex, ex->drv.MemcpyHtoD(pr->inputs + pr->in_off[v], inputs[k].data, value_bytes(val)), err,
+        if (cu_check(ex, ex->drv.MemcpyHtoD(ld->inputs + ld->in_off[v], inputs[k].data, value_bytes(val)), err,
                      "uploading input %d", k))
             return -1;
-        pr->moved_in += value_bytes(val);
+        ld->moved_in += value_bytes(val);
         k++;
     }
-    int graphs = ex->opt.graphs && !ex->opt.sync_each && pr->runs > 0;
-    if ((graphs ? replay(pr, err) : enqueue(pr, err)) ||
-        cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running the step (%d steps%s)", pr->lp.nsteps,
+    int graphs = ex->opt.graphs && !ex->opt.sync_each && ld->runs > 0;
+    if ((graphs ? replay(ld, err) : enqueue(ld, err)) ||
+        cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running the step (%d steps%s)", ld->lp->nsteps,
                  graphs ? ", as a CUDA graph" : ""))
         return -1;
-    pr->runs++;
+    ld->runs++;
     for (; nout < g->noutputs; nout++) {
         const Value *val = &g->values[g->outputs[nout]];
         tensor_alloc(&outputs[nout], val->type);
         if (ex->opt.outputs_on_device)
             continue;
-        if (cu_check(ex, ex->drv.MemcpyDtoH(outputs[nout].data, addr(pr, g->outputs[nout]), value_bytes(val)), err,
+        if (cu_check(ex, ex->drv.MemcpyDtoH(outputs[nout].data, addr(ld, g->outputs[nout]), value_bytes(val)), err,
                      "downloading output %d", nout)) {
             tensor_free(&outputs[nout]);
             goto fail;
         }
-        pr->moved_out += value_bytes(val);
+        ld->moved_out += value_bytes(val);
     }
     rc = 0;
 fail:
@@ -514,23 +475,23 @@ fail:
     return rc;
 }
 
-int cuda_program_state_to_host(CudaProgram *pr, CtState *state, CtErr *err)
+int cuda_loaded_state_to_host(CudaLoaded *ld, CtState *state, CtErr *err)
 {
-    CudaExec *ex = pr->ex;
-    if (!pr->st_bytes || pr->runs == 0 || pr->state_stale) /* the device has nothing newer */
+    CudaExec *ex = ld->ex;
+    if (!ld->st_bytes || ld->runs == 0 || ld->state_stale) /* the device has nothing newer */
         return 0;
-    if (state->nbytes != pr->st_bytes)
-        return ct_fail(err, "the state has %zu bytes, the program was built for %zu", state->nbytes, pr->st_bytes);
+    if (state->nbytes != ld->st_bytes)
+        return ct_fail(err, "the state has %zu bytes, the program was loaded for %zu", state->nbytes, ld->st_bytes);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
         return -1;
-    return cu_check(ex, ex->drv.MemcpyDtoH(state->data, pr->state, state->nbytes), err, "downloading the state");
+    return cu_check(ex, ex->drv.MemcpyDtoH(state->data, ld->state, state->nbytes), err, "downloading the state");
 }
 
-void cuda_program_state_changed(CudaProgram *pr) { pr->state_stale = 1; }
+void cuda_loaded_state_changed(CudaLoaded *ld) { ld->state_stale = 1; }
 
-void cuda_program_moved(const CudaProgram *pr, size_t *in, size_t *out, size_t *state)
+void cuda_loaded_moved(const CudaLoaded *ld, size_t *in, size_t *out, size_t *state)
 {
-    *in = pr->moved_in;
-    *out = pr->moved_out;
-    *state = pr->moved_state;
+    *in = ld->moved_in;
+    *out = ld->moved_out;
+    *state = ld->moved_state;
 }

@@ -110,35 +110,27 @@ static double draw_params(const Mixup *m, CtRng *rng, int per_elem, int *cut)
     return per_elem ? (double)(float)lam_mix : lam_mix; /* elem lams are float32 in timm */
 }
 
-/* dst = lam * dst + (1 - lam) * src, or src's box pasted into dst. */
-static void mix_into(float *dst, const float *src, int c, int h, int w, double lam, int cut, const int box[4])
+/* Image i's mix_images parameters: mixed from its partner by lam, or the
+ * partner's box pasted in; lam 1 and no cut where it is left as it is. */
+static void set_params(float *params, int i, double lam, int cut, const int box[4])
 {
-    size_t plane = (size_t)h * w;
-    if (cut) {
-        for (int ch = 0; ch < c; ch++)
-            for (int y = box[0]; y < box[1]; y++)
-                memcpy(dst + ch * plane + (size_t)y * w + box[2], src + ch * plane + (size_t)y * w + box[2],
-                       sizeof *dst * (size_t)(box[3] - box[2]));
-        return;
-    }
-    float a = (float)lam, b = (float)(1 - lam);
-    for (size_t k = 0; k < (size_t)c * plane; k++)
-        dst[k] = dst[k] * a + src[k] * b;
+    float *p = params + (size_t)i * MIX_PARAMS;
+    p[0] = (float)lam;
+    p[1] = (float)cut;
+    for (int k = 0; k < 4; k++)
+        p[2 + k] = cut ? (float)box[k] : 0;
 }
 
-int mixup_apply(const Mixup *m, float *x, int n, int c, int h, int w, const int64_t *labels, float *target,
-                double *lam_out, CtRng *rng, CtErr *err)
+int mixup_draw(const Mixup *m, int n, int h, int w, const int64_t *labels, float *params, float *target,
+               double *lam_out, CtRng *rng, CtErr *err)
 {
     if (n % 2)
         return ct_fail(err, "mixup/cutmix needs an even batch size, not %d", n);
-    size_t img = (size_t)c * h * w;
     double *lam = malloc(sizeof *lam * (size_t)n);
     int *cut = malloc(sizeof *cut * (size_t)n);
-    float *tmp = malloc(sizeof *tmp * 2 * img);
-    if (!lam || !cut || !tmp) {
+    if (!lam || !cut) {
         free(lam);
         free(cut);
-        free(tmp);
         return ct_fail(err, "mixup: out of memory for a batch of %d", n);
     }
     /* the draws: one for the batch, one per pair, or one per element */
@@ -161,19 +153,18 @@ int mixup_apply(const Mixup *m, float *x, int n, int c, int h, int w, const int6
     for (int i = 0; i < n / 2; i++) {
         int j = n - 1 - i, mi = m->mode == CT_MIXUP_BATCH ? batch_mixed : lam[i] != 1;
         int mj = m->mode == CT_MIXUP_ELEM ? lam[j] != 1 : mi;
+        set_params(params, i, 1, 0, box);
+        set_params(params, j, 1, 0, box);
         if (!mi && !mj)
             continue;
-        float *xi = x + (size_t)i * img, *xj = x + (size_t)j * img;
-        memcpy(tmp, xi, sizeof *tmp * img);
-        memcpy(tmp + img, xj, sizeof *tmp * img);
         if (m->mode == CT_MIXUP_PAIR && cut[i]) {
             double l;
             mixup_cutmix_box(m, h, w, lam[i], rng, box, &l);
             lam[i] = lam[j] = (double)(float)l;
         }
         if (m->mode != CT_MIXUP_ELEM) { /* one lam and box for both images of the pair */
-            mix_into(xi, tmp + img, c, h, w, lam[i], cut[i], box);
-            mix_into(xj, tmp, c, h, w, lam[i], cut[i], box);
+            set_params(params, i, lam[i], cut[i], box);
+            set_params(params, j, lam[i], cut[i], box);
             continue;
         }
         int bx[4] = {0, 0, 0, 0};
@@ -183,19 +174,18 @@ int mixup_apply(const Mixup *m, float *x, int n, int c, int h, int w, const int6
             lam[i] = (double)(float)l;
         }
         if (mi)
-            mix_into(xi, tmp + img, c, h, w, lam[i], cut[i], bx);
+            set_params(params, i, lam[i], cut[i], bx);
         if (mj && cut[j]) {
             mixup_cutmix_box(m, h, w, lam[j], rng, bx, &l);
             lam[j] = (double)(float)l;
         }
         if (mj)
-            mix_into(xj, tmp, c, h, w, lam[j], cut[j], bx);
+            set_params(params, j, lam[j], cut[j], bx);
     }
     mixup_target(labels, n, m->num_classes, lam, m->label_smoothing, target);
     if (lam_out)
         memcpy(lam_out, lam, sizeof *lam * (size_t)n);
     free(lam);
     free(cut);
-    free(tmp);
     return 0;
 }

@@ -1,6 +1,7 @@
 /*
- * timm's Mixup / CutMix (timm/data/mixup.py) on a normalised float batch
- * x [N, C, H, W] with integer labels [N]: mixes each image i with image
+ * timm's Mixup / CutMix (timm/data/mixup.py) for a batch of N images with
+ * integer labels [N], as the numbers the graph's mix_images node reads
+ * (the pixel work is the graph's, ir/ops/image.c): mixes each image i with image
  * N-1-i (the batch flipped) and writes the soft targets [N, num_classes],
  * lam * smoothed_one_hot(y) + (1 - lam) * smoothed_one_hot(flip(y)), with
  * timm's smoothing (off = s / C, on = 1 - s + off). Modes: 'batch' (one lam
@@ -45,9 +46,14 @@ void mixup_target(const int64_t *labels, int n, int num_classes, const double *l
  * corrected (always with minmax). */
 void mixup_cutmix_box(const Mixup *m, int h, int w, double lam, CtRng *rng, int box[4], double *lam_out);
 
-/* Mixes x in place and writes target [n, num_classes]; lam_out [n] (may be
- * NULL) receives each image's final lam. n must be even (timm's assert). */
-int mixup_apply(const Mixup *m, float *x, int n, int c, int h, int w, const int64_t *labels, float *target,
-                double *lam_out, CtRng *rng, CtErr *err);
+/* The numbers of one batch's mixing, drawn as timm draws them: each
+ * image's MIX_PARAMS for the mix_images op (ir/ops/image.c: lam, cut and
+ * the box rows [y0, y1), columns [x0, x1) pasted from image n-1-i) in
+ * params [n, MIX_PARAMS], the soft targets [n, num_classes], and each
+ * image's final lam in lam_out [n] (may be NULL). n must be even (timm's
+ * assert). */
+#define MIX_PARAMS 6
+int mixup_draw(const Mixup *m, int n, int h, int w, const int64_t *labels, float *params, float *target,
+               double *lam_out, CtRng *rng, CtErr *err);
 
 #endif

@@ -46,16 +46,21 @@ int train_transform_check(const TrainTransform *t, CtErr *err);
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);
 
-/* timm's RandomErasing on a normalised float batch x [N, C, H, W]: with
+/* timm's RandomErasing of a normalised batch [N, C, H, W]: with
  * probability `prob` per image, `count` boxes (area 2%..1/3 of the image,
  * log-uniform aspect 0.3..3.3) filled by mode: 'const' zeros, 'rand' one
- * normal value per channel, 'pixel' normal per pixel. */
+ * normal value per channel, 'pixel' normal per pixel. The host draws the
+ * boxes; the graph's random_erase node (ir/ops/image.c) fills them. */
 typedef enum CtEraseMode { CT_ERASE_CONST, CT_ERASE_RAND, CT_ERASE_PIXEL } CtEraseMode;
 typedef struct RandomErasing {
     double prob;
     CtEraseMode mode;
     int min_count, max_count;
 } RandomErasing;
-void random_erasing_apply(const RandomErasing *re, float *x, int n, int c, int h, int w, CtRng *rng);
+/* Boxes an image may get (random_erase's K); 0 when erasing is off. */
+int random_erasing_boxes(const RandomErasing *re);
+/* The boxes of n images of h x w, boxes [n, K, 5] as random_erase reads
+ * them (top, left, height, width, fill seed; zeros for none). */
+void random_erasing_draw(const RandomErasing *re, int n, int h, int w, int64_t *boxes, CtRng *rng);
 
 #endif

@@ -2,8 +2,9 @@
  * The reference backend: interprets the graph node by node with each op's
  * ref kernel. Every tensor is held as doubles and rounded to its value's
  * dtype after the node that writes it, so f32 graphs see f32 storage while
- * each kernel accumulates in double. Slow and obviously correct: the oracle
- * the other backends are checked against.
+ * each kernel accumulates in double; the ops that reduce over the ranks
+ * reduce over the collective of the program's options. Slow and obviously
+ * correct: the oracle the other backends are checked against.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,7 @@ static int ref_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *out
             in[k] = buf[n->in[k]];
         for (int k = 0; k < n->nout; k++)
             out[k] = buf[n->out[k]] = alloc_doubles(shape_numel(&g->values[n->out[k]].type.shape));
-        op_def(n->op)->ref(g, n, in, out);
+        op_run_ref(g, n, in, out, e->p->opt.collective);
         for (int k = 0; k < n->nout; k++) {
             const Value *o = &g->values[n->out[k]];
             elems_round(out[k], o->type.dtype, shape_numel(&o->type.shape));

@@ -10,7 +10,10 @@
  * low-precision rounding, so BN nets are compared in eval under AMP. And
  * one NaN weight in test_resnet's stem gives NaN logits through cuDNN's
  * fused convolution and ReLU (batch norms folded), as in torch and on the
- * other backends (tests/test_nan.c).
+ * other backends (tests/test_nan.c). A program compiled for another
+ * compute capability than the device's is refused at prepare, naming both.
+ * The training step as ctimm-train compiles it (uint8 input, erasing,
+ * mixup, channels-last) agrees with ref and moves in only its inputs.
  *
  *   test_gpu_parity [MODEL [eval|train]]   (one model, one mode: for
  *                                           compute-sanitizer's memcheck;
@@ -26,6 +29,7 @@
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/backend_cuda.h"
 #include "runtime/safetensors.h"
@@ -155,6 +159,50 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
     run_free(g, &replay, r1);
 }
 
+/* The training step as ctimm-train compiles it: the loader's uint8 batch
+ * normalised, erased ('pixel', a box an image) and mixed in the graph,
+ * channels-last; against ref, and a step moving in only that batch and the
+ * numbers beside it (run_twice). */
+static void check_uint8_step(void)
+{
+    enum { B = 4, S = 32 };
+    InputSpec is = {.u8 = 1, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225}, .erase_boxes = 1,
+                    .erase_mode = 2, .mix = 1};
+    ModelSpec spec = {.batch_size = B, .training = 1, .args = model_args_default()};
+    spec.args.img_size = S;
+    Pipeline p = {.input = is, .training = 1, .loss = {CT_LOSS_SOFT_TARGET, 0, -1, 1},
+                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9}, .channels_last = 1, .verify = 1};
+    Graph g;
+    CtErr err;
+    if (model_build(model_find("test_resnet"), &spec, &g, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "uint8 step: %s", err.msg);
+        return;
+    }
+    int64_t classes = 0;
+    for (ValueId v = 0; v < g.nvalues; v++)
+        if (g.values[v].role == CT_ROLE_INPUT && g.values[v].type.shape.ndim == 2 &&
+            !(g.values[v].name && !strcmp(g.values[v].name, "mix_params")))
+            classes = g.values[v].type.shape.d[1]; /* the soft targets */
+    static uint8_t img[B * S * S * 3];
+    for (int i = 0; i < B * S * S * 3; i++)
+        img[i] = (uint8_t)(i * 97 + i / 7);
+    int64_t boxes[B * 5] = {2, 3, 10, 12, 101, 0, 0, 0, 0, 0, 20, 20, 30, 30, 102, 5, 5, 4, 4, 103};
+    float params[B * 6] = {0.7f, 0, 0, 0, 0, 0, 0.4f, 1, 8, 20, 4, 28, 0.4f, 1, 8, 20, 4, 28, 0.7f, 0, 0, 0, 0, 0};
+    float *soft = calloc((size_t)(B * classes), sizeof *soft), lr = 0.1f, scale = 1;
+    for (int b = 0; b < B; b++)
+        soft[b * classes + b % classes] = 1;
+    CtTensor in[6] = {{{{4, {B, S, S, 3}}, CT_U8}, img},       {{{3, {B, 1, 5}}, CT_I64}, boxes},
+                      {{{2, {B, 6}}, CT_F32}, params},        {{{2, {B, classes}}, CT_F32}, soft},
+                      {{{0}, CT_F32}, &lr},                   {{{0}, CT_F32}, &scale}};
+    CtState init;
+    state_create(&init, &g);
+    state_init(&init, 11);
+    check_graph("test_resnet uint8 step (erase, mix, channels_last)", &g, &init, in, 6, 1e-3);
+    state_free(&init);
+    free(soft);
+    graph_free(&g);
+}
+
 /* One configuration of a model: precision (f32, f16, bf16), layout, mode. */
 static void check_model(const char *model, CtDType low, int channels_last, int training)
 {
@@ -239,6 +287,33 @@ static void check_nan_weight(void)
     st_free(&v.f);
 }
 
+/* test_resnet's eval graph compiled for an architecture the device is not:
+ * prepare refuses it before loading anything. */
+static void check_other_arch(void)
+{
+    ProgramOptions device = {0};
+    CtErr err;
+    Graph g;
+    CtRunner rr;
+    ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
+    CHECKF(ct_backend_cuda.target_options(&device, &err) == 0, "%s", err.msg);
+    if (model_build(model_find("test_resnet"), &spec, &g, &err)) {
+        CHECKF(0, "test_resnet: %s", err.msg);
+        return;
+    }
+    ProgramOptions other = {.cuda_cc = device.cuda_cc == 80 ? 90 : 80};
+    CtState st;
+    state_create(&st, &g);
+    int rc = backend_open(&rr, &ct_backend_cuda, &g, &st, &other, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "cannot load on"), "sm_%d on sm_%d: %s", other.cuda_cc, device.cuda_cc,
+           rc ? err.msg : "prepared");
+    if (rc == 0)
+        backend_close(&rr);
+    printf("test_gpu_parity: sm_%d program on sm_%d: %s\n", other.cuda_cc, device.cuda_cc, err.msg);
+    state_free(&st);
+    graph_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     char why[512];
@@ -263,7 +338,10 @@ int main(int argc, char **argv)
             check_model(models[m], CT_BF16, 1, training);
         }
     }
-    if (argc == 1)
+    if (argc == 1) {
         check_nan_weight();
+        check_other_arch();
+        check_uint8_step();
+    }
     return check_done("test_gpu_parity");
 }

@@ -4,8 +4,8 @@
  * are one scalar call per element (its vector variants need -ffast-math),
  * and GELU/SiLU over every activation of a training step made them a third
  * of a ConvNeXt step. Used by the cpu backend's kernels and, as text, by the
- * generated host kernels (codegen/host_math_text.c is made from this file at
- * build time), so both compute the same values.
+ * generated host kernels (host_math_text.c is made from this file at build
+ * time), so both compute the same values.
  *
  * Accuracy (tests/test_host_math.c, against libm in double over the whole
  * f32 range): within a few ulp, or 3e-8 absolute where erf is near 1;

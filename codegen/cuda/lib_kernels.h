@@ -2,7 +2,7 @@
  * The library kernels: the non-elementwise ops that are neither GEMM nor
  * convolution (data movement, reductions, softmax, norms, the loss), as
  * text that is valid C and CUDA C. NVRTC compiles it for the cuda backend
- * (runtime/cuda/lib_source.c: embedded at build time, once per storage
+ * (codegen/cuda/lib_source.c: embedded at build time, once per storage
  * type); tests/test_lib_kernels.c includes it as host C and compares every
  * kernel with the ref backend. What it needs from its includer:
  *
@@ -13,6 +13,7 @@
  *                    float, the name suffix (_f32, _f16, _bf16)
  *   lib_common.h     CtIndex and ct_offsets, before this text
  *   ir/formulas.h    over float numbers (fx_act), and the op kinds CT_OP_*
+ *   ir/counter_rng.h random erasing's fill
  *
  * First versions, for correctness: one work item per output element, row
  * or channel, with the inner sums serial in double (the ref kernels'
@@ -508,5 +509,66 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
             dk[r * D + d] = CT_ST(ak[d]);
             dv[r * D + d] = CT_ST(av[d]);
         }
+    }
+}
+
+/* The input ops (ir/ops/image.c). ix walks the output's logical [B,C,H,W]
+ * with the input's strides and the output's, so either layout works. */
+
+/* image_normalize: the uint8 batch [B,H,W,C] (strides as read at b,c,h,w)
+ * to (x / 255 - mean_c) / std_c, in double as the ref kernel. */
+CT_GLOBAL CT_SFX(ct_image_normalize)(const unsigned char *x, CT_T *y, CtIndex ix, float m0, float m1, float m2,
+                                     float s0, float s1, float s2)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long a, o, c = i / (ix.dim[2] * ix.dim[3]) % ix.dim[1];
+        ct_offsets(&ix, i, &a, &o);
+        double m = c == 0 ? m0 : c == 1 ? m1 : m2, s = c == 0 ? s0 : c == 1 ? s1 : s2;
+        y[o] = CT_ST((float)((x[a] / 255.0 - m) / s));
+    }
+}
+
+/* random_erase: each element takes the last of its image's K boxes
+ * (top, left, height, width, seed) that covers it, filled by mode (0
+ * zeros, 1 one normal value per channel, 2 one per element of the box). */
+CT_GLOBAL CT_SFX(ct_random_erase)(const CT_T *x, const long long *boxes, CT_T *y, CtIndex ix, long long K, int mode)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long a, o, W = ix.dim[3], H = ix.dim[2], C = ix.dim[1];
+        long long q = i % W, r = i / W % H, c = i / (W * H) % C, b = i / (W * H * C);
+        const long long *hit = 0;
+        ct_offsets(&ix, i, &a, &o);
+        for (long long k = 0; k < K; k++) {
+            const long long *bx = boxes + (b * K + k) * 5;
+            if (bx[2] > 0 && bx[3] > 0 && r >= bx[0] && r < bx[0] + bx[2] && q >= bx[1] && q < bx[1] + bx[3])
+                hit = bx;
+        }
+        if (!hit) {
+            y[o] = x[a];
+        } else {
+            unsigned long long j = mode == 1 ? (unsigned long long)c
+                                             : (unsigned long long)((c * hit[2] + r - hit[0]) * hit[3] + q - hit[1]);
+            y[o] = CT_ST(mode == 0 ? 0.0f : (float)crng_normal((unsigned long long)hit[4], j));
+        }
+    }
+}
+
+/* mix_images: image b against image B-1-b by its row of p (lam, cut, y0,
+ * y1, x0, x1). */
+CT_GLOBAL CT_SFX(ct_mix_images)(const CT_T *x, const float *p, CT_T *y, CtIndex ix)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long a, o, W = ix.dim[3], H = ix.dim[2], b = i / (ix.dim[1] * H * W), q = i % W, r = i / W % H;
+        const float *pb = p + b * 6;
+        ct_offsets(&ix, i, &a, &o);
+        float own = CT_LD(x[a]), other = CT_LD(x[a + (ix.dim[0] - 1 - 2 * b) * ix.st0[0]]), v = own;
+        if (pb[1] != 0)
+            v = r >= pb[2] && r < pb[3] && q >= pb[4] && q < pb[5] ? other : own;
+        else if (pb[0] != 1)
+            v = pb[0] * own + (float)(1.0 - (double)pb[0]) * other;
+        y[o] = CT_ST(v);
     }
 }

@@ -1,14 +1,15 @@
 /* Contract: lib_source gives one CUDA C unit defining every library kernel
  * for f32, f16 and bf16 storage. */
-#include "runtime/cuda/lib_source.h"
+#include "codegen/cuda/lib_source.h"
 
 #include "codegen/render.h"
 #include "ir/ops.h"
 
-/* made at build time from runtime/cuda/lib_common.h, lib_kernels.h and ir/formulas.h */
+/* made at build time from codegen/cuda/lib_common.h, lib_kernels.h, ir/formulas.h and ir/counter_rng.h */
 extern const char ct_lib_common_text[];
 extern const char ct_lib_kernels_text[];
 extern const char ct_formulas_text[];
+extern const char ct_counter_rng_text[];
 
 void lib_source(CtBuf *out)
 {
@@ -32,6 +33,7 @@ void lib_source(CtBuf *out)
     buf_printf(out, " };\n#define FX_T float\n#define FX_FN CT_DEVICE\n#define FX_EXP ct_expf\n#define FX_SQRT sqrtf\n"
                     "#define FX_ERF ct_erff\n#define FX_TANH ct_tanhf\n#define FX_POW powf\n%s\n",
                ct_formulas_text);
+    buf_printf(out, "%s\n", ct_counter_rng_text);
     for (int k = 0; k < 3; k++) {
         buf_printf(out, "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n",
                    storage[k].type, storage[k].load, storage[k].store, storage[k].suffix);

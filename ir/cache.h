@@ -2,6 +2,13 @@
  * Kernel cache: content-addressed storage of compiled kernels. Compiling is
  * not done here: cache_get takes a compile callback and calls it on a miss.
  *
+ * It lives in ir/, the layer every other one includes, and not in codegen/,
+ * because the runtime keeps entries too: the compile stage stores the
+ * kernels it compiles (codegen/nvrtc.h, host_compile.h), the cuda runtime
+ * the cuDNN algorithm choices it times on the device (runtime/cuda/dnn.h),
+ * which cannot be made before there is a device. The runtime reads no
+ * compiler through it: a "compile" there is a measurement.
+ *
  * Key: XXH3-128 over everything that shapes the binary (rendered source,
  * target, compiler identity and version, compile options, codegen version),
  * each part length-prefixed so different splits cannot collide.

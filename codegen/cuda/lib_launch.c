@@ -1,7 +1,7 @@
 /* Contract: lib_launches(n) gives the library kernel launches that compute
  * node n's outputs from its inputs, with physical strides, or fails naming
  * what is not supported. */
-#include "runtime/cuda/lib_launch.h"
+#include "codegen/cuda/lib_launch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -466,6 +466,42 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* The input ops, over the output's logical [B,C,H,W]: image_normalize
+ * reads the uint8 batch [B,H,W,C] row-major; random_erase and mix_images
+ * read x in the output's layout. */
+static int plan_input(Builder *b, const Node *n, CtErr *err)
+{
+    const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    const CtShape *ys = &y->type.shape;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    lib_strides(y, sy);
+    if (n->op == CT_OP_image_normalize) {
+        const int64_t *d = x->type.shape.d;
+        int64_t st[4] = {d[1] * d[2] * d[3], 1, d[2] * d[3], d[3]};
+        LibLaunch *l = begin(b, "ct_image_normalize", y->type.dtype, shape_numel(ys));
+        a_val(l, n->in[0]);
+        a_val(l, n->out[0]);
+        a_index(l, index_make(4, ys->d, st, sy));
+        for (int k = 0; k < 6; k++) /* mean, then std, of each of 3 channels; 0 and 1 past C */
+            a_f32(l, k % 3 < ys->d[1] ? n->fattr[k] : k / 3);
+        return 0;
+    }
+    if (!same_strides(b, n->in[0], n->out[0]))
+        return ct_fail(err, "%s: its output in another layout than its input has no kernel", op_def(n->op)->name);
+    lib_strides(x, sx);
+    int erase = n->op == CT_OP_random_erase;
+    LibLaunch *l = begin(b, erase ? "ct_random_erase" : "ct_mix_images", y->type.dtype, shape_numel(ys));
+    a_val(l, n->in[0]);
+    a_val(l, n->in[1]);
+    a_val(l, n->out[0]);
+    a_index(l, index_make(4, ys->d, sx, sy));
+    if (erase) {
+        a_i64(l, val(b, n->in[1])->type.shape.d[1]);
+        a_i32(l, (int)n->iattr[0]);
+    }
+    return 0;
+}
+
 int lib_supports(CtOp op)
 {
     if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add)
@@ -476,7 +512,7 @@ int lib_supports(CtOp op)
     case CT_OP_layer_norm_grad: case CT_OP_batch_norm: case CT_OP_batch_norm_grad: case CT_OP_cross_entropy:
     case CT_OP_cross_entropy_grad: case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d:
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
-    case CT_OP_sdpa_grad:
+    case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
         return 1;
     default:
         return 0;
@@ -509,6 +545,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
+    case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
     }
     *count = b.n;

@@ -1,16 +1,17 @@
 /*
  * The cuda backend's launch plan: everything the executor does for one run
- * of a graph, decided on the host before any device work, so that it is
- * tested without a GPU. From the fusion plan (passes/fuse.h), in step order:
+ * of a graph, decided on the host by the compile stage (program_compile,
+ * codegen/cuda/cuda_program.h) before any device work, so that it is tested
+ * without a GPU. From the fusion plan (passes/fuse.h), in step order:
  *
  *   LP_KERNEL  a generated elementwise kernel ct_k<launch> (codegen/kir.h),
  *              its buffers in parameter order, grid x block (grid-stride
  *              loops: enough blocks to cover the largest loop, at most
  *              LP_BLOCKS_PER_SM per multiprocessor); a multi-tensor launch
  *              appears once, at its first step
- *   LP_GEMM    one cuBLASLt call (runtime/cuda/gemm_desc.h)
- *   LP_CONV    one cuDNN call (runtime/cuda/conv_desc.h)
- *   LP_LIB     library kernel launches (runtime/cuda/lib_launch.h)
+ *   LP_GEMM    one cuBLASLt call (codegen/cuda/gemm_desc.h)
+ *   LP_CONV    one cuDNN call (codegen/cuda/conv_desc.h)
+ *   LP_LIB     library kernel launches (codegen/cuda/lib_launch.h)
  *   LP_COPY    a device-to-device copy (an assign no kernel took)
  * A convolution of NHWC activations whose filter is stored KCRS (the
  * parameters keep timm's layout) gets an NHWC copy of the filter in the
@@ -38,10 +39,10 @@
 #ifndef CTIMM_LAUNCH_PLAN_H
 #define CTIMM_LAUNCH_PLAN_H
 
+#include "codegen/cuda/conv_desc.h"
+#include "codegen/cuda/lib_launch.h"
 #include "codegen/kir.h"
 #include "passes/plan.h"
-#include "runtime/cuda/conv_desc.h"
-#include "runtime/cuda/lib_launch.h"
 
 #define LP_BLOCK 256
 #define LP_BLOCKS_PER_SM 32
@@ -78,6 +79,10 @@ typedef struct LaunchPlan {
     size_t scratch_bytes; /* the library kernels' scratch, the most any step needs */
     int unsupported;      /* LP_UNSUPPORTED steps */
 } LaunchPlan;
+
+/* Whether the plan has a kernel or library call for node n: the cuda
+ * backend's supports() (runtime/backend.h). */
+int launch_plan_supports(const Graph *g, const Node *n);
 
 /* The plan of graph g for a device of `sms` multiprocessors. */
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err);

@@ -18,7 +18,7 @@
 #ifndef CTIMM_CONV_DESC_H
 #define CTIMM_CONV_DESC_H
 
-#include "runtime/cuda/gemm_desc.h"
+#include "codegen/cuda/gemm_desc.h"
 
 typedef enum ConvDir { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } ConvDir;
 

@@ -1,6 +1,6 @@
 /* Contract: conv_desc(step) gives the step's convolution in cuDNN's terms
  * and, forward, the prefix of its epilogue cuDNN's fused call computes. */
-#include "runtime/cuda/conv_desc.h"
+#include "codegen/cuda/conv_desc.h"
 
 #include <stdio.h>
 #include <string.h>

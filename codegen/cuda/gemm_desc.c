@@ -1,7 +1,7 @@
 /* Contract: gemm_desc(step) gives the column-major GEMM and the largest
  * prefix of the step's epilogue that cuBLASLt computes, storing every value
  * of that prefix the plan materialises (passes/fuse.h). */
-#include "runtime/cuda/gemm_desc.h"
+#include "codegen/cuda/gemm_desc.h"
 
 #include <string.h>
 

@@ -2,7 +2,7 @@
  * Kernel cache: in-memory map in front of a directory of verified entries.
  * File layout and guarantees are described in cache.h.
  */
-#include "codegen/cache.h"
+#include "ir/cache.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * Which library kernels (runtime/cuda/lib_kernels.h) run a node, and with
+ * Which library kernels (codegen/cuda/lib_kernels.h) run a node, and with
  * what arguments: a pure function of the graph, built on the host and
  * tested without a GPU (tests/test_lib_kernels.c runs the same launches on
  * the host build of the kernels against the ref backend). The executor
@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codegen/cuda/lib_common.h"
 #include "ir/ir.h"
-#include "runtime/cuda/lib_common.h"
 
 typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_INDEX, LA_POOL } LibArgKind;
 

@@ -1,7 +1,7 @@
 /* Contract: launch_plan(g) decides every launch, library call and copy of
  * a run of g on the cuda backend, and where each value lives, without
  * touching a device; launch_plan_check verifies it independently. */
-#include "runtime/cuda/launch_plan.h"
+#include "codegen/cuda/launch_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,17 @@
 static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 static int is_state(CtRole r) { return r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE; }
+
+int launch_plan_supports(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case CT_OP_conv2d: case CT_OP_conv2d_grad_input: case CT_OP_conv2d_grad_weight: case CT_OP_linear:
+    case CT_OP_matmul: case CT_OP_assign:
+        return 1;
+    default:
+        return lib_supports(n->op) || fuse_is_elementwise(g, n);
+    }
+}
 
 unsigned lp_grid(long long items, int sms)
 {

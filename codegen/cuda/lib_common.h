@@ -1,8 +1,9 @@
 /*
- * What the library kernels (runtime/cuda/lib_kernels.h) and the host code
- * that launches them (runtime/cuda/lib_launch.h) share, in text that is
- * valid C and CUDA C: the host includes this file; NVRTC gets it as text
- * (lib_common_text.c, made at build time) before the kernels.
+ * What the library kernels (codegen/cuda/lib_kernels.h) and the host code
+ * that plans and makes their launches (codegen/cuda/lib_launch.h, the
+ * executor) share, in text that is valid C and CUDA C: the host includes
+ * this file; NVRTC gets it as text (lib_common_text.c, made at build time)
+ * before the kernels.
  *
  * CtIndex walks n elements of a tensor view: element i is decomposed over
  * dim[0..nd) in row-major order, and each of two tensors gets the offset

@@ -1,0 +1,153 @@
+/* Contract: cuda_compile(g) makes the launch plan of g and an image of
+ * every kernel it launches for one target, or fails saying why; nothing
+ * of it refers to g afterwards. */
+#include "codegen/cuda/cuda_program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/lib_source.h"
+#include "ir/ops.h"
+#ifdef CTIMM_HAVE_NVRTC
+#include "codegen/nvrtc.h"
+
+/* The cache's image as the program keeps it. */
+static void keep_image(const NvrtcImage *img, CudaImage *out)
+{
+    const char *arch = strchr(img->options, '=');
+    out->data = malloc(img->size);
+    CT_ASSERT(out->data != NULL);
+    memcpy(out->data, img->data, img->size);
+    out->size = img->size;
+    out->is_ptx = img->is_ptx;
+    snprintf(out->arch, sizeof out->arch, "%.15s", arch ? arch + 1 : img->options);
+}
+
+/* The generated kernels' translation units, compiled in parallel, and the
+ * library kernels, for sm_<cc>. */
+static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
+{
+    NvrtcCompiler nc;
+    KernelCache cache;
+    KernelUnits units;
+    NvrtcImage lib;
+    CtBuf src = {0};
+    if (nvrtc_init(&nc, err) || cache_open(&cache, &(CacheOptions){.memory_fallback = 1}, err))
+        return -1;
+    units_make(c->lp.k, c->lp.nk, UNIT_LOOPS, 1, &units);
+    NvrtcImage *imgs = calloc((size_t)units.n + 1, sizeof *imgs);
+    CT_ASSERT(imgs != NULL);
+    lib_source(&src);
+    int rc = nvrtc_compile_units(&nc, &cache, &units, cc, imgs, err);
+    if (rc == 0)
+        rc = nvrtc_compile(&nc, &cache, src.s, cc, &lib, err);
+    if (rc == 0) {
+        c->nunits = units.n;
+        c->units = calloc((size_t)units.n + 1, sizeof *c->units);
+        c->unit = malloc(sizeof *c->unit * (size_t)(c->lp.nk + 1));
+        c->fn = malloc(sizeof *c->fn * (size_t)(c->lp.nk + 1));
+        CT_ASSERT(c->units && c->unit && c->fn);
+        for (int j = 0; j < units.n; j++)
+            keep_image(&imgs[j], &c->units[j]);
+        keep_image(&lib, &c->lib);
+        if (c->lp.nk) {
+            memcpy(c->unit, units.unit, sizeof *c->unit * (size_t)c->lp.nk);
+            memcpy(c->fn, units.fn, sizeof *c->fn * (size_t)c->lp.nk);
+        }
+    }
+    int said = 0;
+    cache_warn_disk(&cache, cache_warned ? cache_warned : &said, stderr);
+    cache_close(&cache);
+    buf_free(&src);
+    free(imgs);
+    units_free(&units);
+    return rc;
+}
+#else
+static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
+{
+    return ct_fail(err, "this ctimm was built without NVRTC (the CUDA toolkit was not found at configure time): "
+                        "nothing compiles for the cuda target");
+}
+#endif
+
+int cuda_compile(const Graph *g, int cc, int sms, int *cache_warned, CudaProgram *c, CtErr *err)
+{
+    memset(c, 0, sizeof *c);
+    if (launch_plan(g, sms, &c->lp, err))
+        return -1;
+    for (int s = 0; s < c->lp.nsteps; s++)
+        if (c->lp.steps[s].kind == LP_UNSUPPORTED)
+            return ct_fail(err, "the cuda backend has no kernel for %s yet", c->lp.steps[s].op);
+    return compile_images(c, cc, cache_warned, err);
+}
+
+void cuda_program_free(CudaProgram *c)
+{
+    for (int j = 0; j < c->nunits; j++)
+        free(c->units[j].data);
+    free(c->units);
+    free(c->unit);
+    free(c->fn);
+    free(c->lib.data);
+    launch_plan_free(&c->lp);
+    memset(c, 0, sizeof *c);
+}
+
+/* What step st runs, after "step N: ". */
+static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, CtBuf *out)
+{
+    static const char *const dirs[] = {"forward", "backward-data", "backward-filter"};
+    const FuseStep *fs = &c->lp.fuse.steps[st->fuse_step];
+    switch (st->kind) {
+    case LP_KERNEL:
+        buf_printf(out, "kernel ct_k%d of unit %d, %u x %u", c->fn[st->launch], c->unit[st->launch], st->grid,
+                   st->block);
+        break;
+    case LP_GEMM:
+        buf_printf(out, "cuBLASLt GEMM %lldx%lldx%lld, batch %lld", (long long)st->gemm.m, (long long)st->gemm.n,
+                   (long long)st->gemm.k, (long long)st->gemm.batch);
+        break;
+    case LP_CONV:
+        buf_printf(out, "cuDNN convolution %s%s", dirs[st->conv.dir], st->mirrored ? ", NHWC filter copy" : "");
+        break;
+    case LP_LIB:
+        buf_printf(out, "library");
+        break;
+    case LP_COPY:
+        buf_printf(out, "copy %%%d into %%%d", st->copy_src, st->copy_dst);
+        break;
+    case LP_UNSUPPORTED:
+        buf_printf(out, "no kernel for %s", st->op);
+        break;
+    }
+    for (int j = 0; j < st->nlib; j++)
+        buf_printf(out, "%s%s", j ? " " : st->kind == LP_LIB ? " " : ", then ", st->lib[j].kernel);
+    buf_printf(out, " (%s", op_def(g->nodes[c->lp.fuse.nodes[fs->first]].op)->name);
+    for (int j = 1; j < fs->n; j++)
+        buf_printf(out, " %s", op_def(g->nodes[c->lp.fuse.nodes[fs->first + j]].op)->name);
+    buf_printf(out, ")\n");
+}
+
+void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)
+{
+    const LaunchPlan *lp = &c->lp;
+    int kernels = 0, distinct = 0;
+    for (int l = 0; l < lp->nk; l++) {
+        kernels += c->unit[l] >= 0;
+        distinct += c->unit[l] >= 0 && c->fn[l] == l;
+    }
+    buf_printf(out, "steps: %d (%d generated kernels, %d distinct, in %d translation unit%s), device block %zu bytes, "
+                    "scratch %zu bytes\n",
+               lp->nsteps, kernels, distinct, c->nunits, c->nunits == 1 ? "" : "s", lp->device_bytes,
+               lp->scratch_bytes);
+    for (int s = 0; s < lp->nsteps; s++) {
+        buf_printf(out, "step %d: ", s);
+        dump_step(c, g, &lp->steps[s], out);
+    }
+    for (int j = 0; j < c->nunits; j++)
+        buf_printf(out, "image unit %d: %zu bytes, %s %s\n", j, c->units[j].size, c->units[j].arch,
+                   c->units[j].is_ptx ? "PTX" : "cubin");
+    buf_printf(out, "image library: %zu bytes, %s %s\n", c->lib.size, c->lib.arch, c->lib.is_ptx ? "PTX" : "cubin");
+}

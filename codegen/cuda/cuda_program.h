@@ -1,0 +1,48 @@
+/*
+ * The cuda target's part of the Program (codegen/program.h): the launch
+ * plan (codegen/cuda/launch_plan.h) and the compiled images of every kernel
+ * it launches, made once by program_compile for one compute capability and
+ * SM count, so that the executor (runtime/cuda/executor.h) only loads
+ * modules, prepares the library calls and runs.
+ *
+ * Images: one per translation unit of the generated kernels
+ * (codegen/units.h: launch l runs ct_k<fn[l]> of unit unit[l]) and one of
+ * the library kernels (codegen/cuda/lib_source.h), each NVRTC's output
+ * through the kernel cache (codegen/nvrtc.h: keyed by the source, the
+ * target, the options and NVRTC's version), copied here because the
+ * program outlives the cache. An image is a cubin for the target, or PTX
+ * of the newest older architecture where NVRTC does not know the target
+ * (the driver compiles it on load). Without NVRTC (a build without the
+ * CUDA toolkit) nothing compiles for this target.
+ */
+#ifndef CTIMM_CUDA_PROGRAM_H
+#define CTIMM_CUDA_PROGRAM_H
+
+#include "codegen/cuda/launch_plan.h"
+#include "ir/buf.h"
+
+typedef struct CudaImage {
+    void *data;    /* what cuModuleLoadData takes: a cubin, or NUL-terminated PTX */
+    size_t size;
+    int is_ptx;
+    char arch[16]; /* what NVRTC compiled for: "sm_90", or "compute_89" for PTX */
+} CudaImage;
+
+typedef struct CudaProgram {
+    LaunchPlan lp;    /* over CtProgram.g */
+    CudaImage *units; /* the generated kernels, per translation unit */
+    int nunits;
+    int *unit, *fn;   /* per launch id: the unit holding its kernel ct_k<fn>, -1 where none */
+    CudaImage lib;    /* the library kernels */
+} CudaProgram;
+
+/* The plan of g and its images for compute capability cc (90: sm_90) and
+ * `sms` multiprocessors. Fails naming an op the plan has no kernel for,
+ * or with NVRTC's log. *cache_warned as ProgramOptions.cache_warned. */
+int cuda_compile(const Graph *g, int cc, int sms, int *cache_warned, CudaProgram *c, CtErr *err);
+void cuda_program_free(CudaProgram *c);
+
+/* --dump-program's lines: the plan's steps, then the images. */
+void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * Counter-based random numbers for the input ops (ir/ops/image.c): a value
+ * is a pure function of (seed, index), so every backend, every thread and
+ * every element order draws the same numbers with no generator state. The
+ * same text compiles as C and as CUDA C (codegen/cuda/lib_source.c gives
+ * NVRTC this file before the library kernels), so the ref, cpu and cuda
+ * kernels fill random erasing's boxes alike. SplitMix64's finaliser mixes the counter; a normal value is
+ * Box-Muller's cosine branch of two 53-bit uniforms.
+ */
+#ifndef CTIMM_COUNTER_RNG_H
+#define CTIMM_COUNTER_RNG_H
+
+#ifdef __CUDACC_RTC__
+#define CRNG_FN static __device__ __forceinline__
+#else
+#include <math.h>
+#define CRNG_FN static inline
+#endif
+
+CRNG_FN unsigned long long crng_mix(unsigned long long z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]: never 0, so the logarithm below is finite. */
+CRNG_FN double crng_uniform(unsigned long long seed, unsigned long long i)
+{
+    unsigned long long bits = crng_mix(crng_mix(seed + 0x9E3779B97F4A7C15ull) + (i + 1) * 0xD1B54A32D192ED03ull);
+    return (double)((bits >> 11) + 1) * (1.0 / 9007199254740992.0); /* 2^-53 */
+}
+
+/* Standard normal value number i of the stream `seed`. */
+CRNG_FN double crng_normal(unsigned long long seed, unsigned long long i)
+{
+    double u1 = crng_uniform(seed, 2 * i), u2 = crng_uniform(seed, 2 * i + 1);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+#endif

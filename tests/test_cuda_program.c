@@ -1,0 +1,169 @@
+/* The cuda target's Program, compiled on the host (codegen/program.h,
+ * codegen/cuda/cuda_program.h; no GPU needed): test_resnet's training step
+ * for sm_90 holds a launch plan that passes launch_plan_check over the
+ * program's own graph (the source graph freed), an image for every
+ * translation unit and for the library kernels, each a cubin for sm_90
+ * that defines every kernel the plan launches from it, and
+ * --dump-program's lines. The prepare check (cuda_program_fits) refuses a
+ * program compiled for sm_80 on an sm_90 device, naming both, and accepts
+ * one whose SM count differs. The training step as ctimm-train compiles
+ * it (the uint8 input, random erasing, mixup, bf16 AMP, channels-last) has a
+ * launch for every node, and what a step moves in is the uint8 batch and
+ * a few hundred bytes beside it: no state value is an input, every one
+ * lives in the resident state block (tests/gpu/test_gpu_parity.c counts
+ * the bytes the executor moves on a device). Without NVRTC (a build
+ * without the CUDA toolkit) the compile fails saying so. */
+#include <string.h>
+
+#include "check.h"
+#include "model_graphs.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/backend_cuda.h"
+
+#ifdef CTIMM_HAVE_NVRTC
+/* Whether the image holds `name` followed by a NUL (a symbol name). */
+static int has_symbol(const CudaImage *img, const char *name)
+{
+    size_t len = strlen(name) + 1;
+    for (size_t i = 0; i + len <= img->size; i++)
+        if (!memcmp((const char *)img->data + i, name, len))
+            return 1;
+    return 0;
+}
+
+/* Every kernel the plan launches is in the image it is looked up in. */
+static void check_images(const CudaProgram *c)
+{
+    CHECK(c->nunits > 0 && c->lib.size > 0 && !c->lib.is_ptx && !strcmp(c->lib.arch, "sm_90"));
+    for (int j = 0; j < c->nunits; j++)
+        CHECKF(c->units[j].size > 0 && !c->units[j].is_ptx && !strcmp(c->units[j].arch, "sm_90"),
+               "unit %d: %zu bytes, %s", j, c->units[j].size, c->units[j].arch);
+    int kernels = 0;
+    for (int s = 0; s < c->lp.nsteps; s++) {
+        const LpStep *st = &c->lp.steps[s];
+        char name[32];
+        if (st->kind == LP_KERNEL) {
+            snprintf(name, sizeof name, "ct_k%d", c->fn[st->launch]);
+            int u = c->unit[st->launch];
+            CHECKF(u >= 0 && u < c->nunits && has_symbol(&c->units[u], name), "step %d: %s in unit %d", s, name, u);
+            kernels++;
+        }
+        for (int j = 0; j < st->nlib; j++)
+            CHECKF(has_symbol(&c->lib, st->lib[j].kernel), "step %d: %s", s, st->lib[j].kernel);
+        if (st->mirrored)
+            CHECKF(has_symbol(&c->lib, st->mirror.kernel), "step %d: %s", s, st->mirror.kernel);
+    }
+    CHECK(kernels > 0);
+}
+
+static void test_compile(void)
+{
+    Graph g;
+    if (model_graph("test_resnet", &(GraphSpec){.training = 1}, &g))
+        return;
+    CtProgram *p;
+    CtErr err;
+    int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
+    graph_free(&g); /* the program keeps nothing of it */
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    CHECK(p->opt.cuda_cc == 90 && p->opt.cuda_sms == PROGRAM_CUDA_SMS);
+    CHECKF(launch_plan_check(&p->g, &p->cuda.lp, &err) == 0, "%s", err.msg);
+    check_images(&p->cuda);
+    CtBuf b = {0};
+    program_dump(p, &b);
+    CHECKF(b.s && strstr(b.s, "program: target cuda") && strstr(b.s, "target: sm_90, 132 SMs") &&
+               strstr(b.s, "step 0: ") && strstr(b.s, "kernel ct_k") && strstr(b.s, "cuDNN convolution") &&
+               strstr(b.s, "image unit 0: ") && strstr(b.s, "image library: ") && strstr(b.s, "sm_90 cubin") &&
+               strstr(b.s, ": device +") && strstr(b.s, ": state '"),
+           "%s", b.s ? b.s : "(nothing)");
+    printf("test_cuda_program: test_resnet train: %d steps, %d units, library image %zu bytes\n", p->cuda.lp.nsteps,
+           p->cuda.nunits, p->cuda.lib.size);
+    buf_free(&b);
+    CHECKF(cuda_program_fits(p, 90, "NVIDIA H200 (sm_90, 132 SMs, 143 GiB)", &err) == 0, "%s", err.msg);
+    program_free(p);
+}
+
+static void test_step_traffic(void)
+{
+    enum { B = 8, K = 1 };
+    InputSpec in = {.u8 = 1, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225}, .erase_boxes = K,
+                    .erase_mode = 2, .mix = 1};
+    OptimSpec adamw = {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+    Graph g;
+    if (model_graph("test_resnet", &(GraphSpec){.batch = B, .training = 1, .amp = CT_BF16, .channels_last = 1,
+                                                .opt = &adamw, .input = &in},
+                    &g))
+        return;
+    CtProgram *p;
+    CtErr err;
+    int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
+    graph_free(&g);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    size_t image = 0, rest = 0, state_inputs = 0, unplaced = 0;
+    int ninputs = 0;
+    for (ValueId v = 0; v < p->g.nvalues; v++) {
+        const Value *val = &p->g.values[v];
+        if (val->role == CT_ROLE_INPUT) {
+            size_t bytes = program_value_bytes(p, v);
+            if (ninputs++ == 0) {
+                CHECK(val->type.dtype == CT_U8 && val->type.shape.ndim == 4 && val->type.shape.d[3] == 3);
+                image = bytes;
+            } else {
+                rest += bytes;
+            }
+            state_inputs += p->state_name[v] != NULL;
+        } else if (p->state_name[v]) {
+            unplaced += p->cuda.lp.offset[v] != PLAN_NONE;
+        }
+    }
+    /* boxes B*K*5 i64, mixing B*6 f32, the labels B i64, lr and loss scale */
+    CHECKF(rest == B * K * 5 * 8 + B * 6 * 4 + B * 8 + 8 && image > 10 * rest,
+           "in per step: the %zu-byte batch and %zu bytes beside it", image, rest);
+    CHECKF(state_inputs == 0 && unplaced == 0, "%zu state inputs, %zu state values in the activation block",
+           state_inputs, unplaced);
+    printf("test_cuda_program: test_resnet train step in: %zu bytes of uint8 batch, %zu beside it\n", image, rest);
+    program_free(p);
+}
+#else
+static void test_compile(void)
+{
+    Graph g;
+    if (model_graph("test_resnet", &(GraphSpec){.training = 1}, &g))
+        return;
+    CtProgram *p;
+    CtErr err;
+    CHECKF(program_compile(&g, CT_TARGET_CUDA, NULL, &p, &err) != 0 && strstr(err.msg, "without NVRTC"), "%s",
+           err.msg);
+    graph_free(&g);
+}
+#endif
+
+/* The prepare check, on programs as compiled for other targets. */
+static void test_fits(void)
+{
+    CtErr err;
+    CtProgram sm80 = {.target = CT_TARGET_CUDA, .opt = {.cuda_cc = 80, .cuda_sms = 108}};
+    CtProgram sm90 = {.target = CT_TARGET_CUDA, .opt = {.cuda_cc = 90, .cuda_sms = 78}};
+    CtProgram cpu = {.target = CT_TARGET_CPU};
+    const char *h200 = "NVIDIA H200 (sm_90, 132 SMs, 143 GiB)";
+    int rc = cuda_program_fits(&sm80, 90, h200, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "compiled for sm_80") && strstr(err.msg, h200) &&
+               strstr(err.msg, "compile it for sm_90"),
+           "%s", rc ? err.msg : "an sm_80 program accepted on sm_90");
+    CHECKF(cuda_program_fits(&sm90, 90, h200, &err) == 0, "other SM count: %s", err.msg);
+    CHECK(cuda_program_fits(&cpu, 90, h200, &err) != 0 && strstr(err.msg, "not compiled for the cuda target"));
+}
+
+int main(void)
+{
+    test_compile();
+#ifdef CTIMM_HAVE_NVRTC
+    test_step_traffic();
+#endif
+    test_fits();
+    return check_done("test_cuda_program");
+}
