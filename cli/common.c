@@ -140,7 +140,7 @@ const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
     }
     const CtBackend *be = backend_find(device);
     if (!be)
-        ct_fail(err, "unknown --device '%s' (cpu, cuda, ref)", device);
+        ct_fail(err, "unknown --device '%s' (cpu, cuda, cuda-sim, ref)", device);
     return be;
 }
 

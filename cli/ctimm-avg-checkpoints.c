@@ -1,8 +1,9 @@
 /*
  * ctimm-avg-checkpoints: timm's avg_checkpoints.py for ctimm-train's
- * checkpoints. The files matching --input/--filter are ranked by the metric
- * their .state file records (ctimm.metric, better by its ctimm.eval_metric:
- * lower for loss, where timm would take the largest), the best -n are
+ * checkpoints (and timm's own: --filter '*.pth.tar'). The files matching
+ * --input/--filter are ranked by the metric their .state file records
+ * (ctimm.metric, better by its ctimm.eval_metric: lower for loss, where timm
+ * would take the largest; a PyTorch checkpoint's 'metric'), the best -n are
  * averaged in float64 (the model EMA by default, as timm), clamped to the
  * float32 range and written as float32; integer tensors (BN's
  * num_batches_tracked) are averaged and rounded, keeping their dtype. The
@@ -22,6 +23,7 @@
 #include "cli/common.h"
 #include "cli/state_dict.h"
 #include "runtime/tensor.h"
+#include "runtime/weights_file.h"
 
 static const char *const prog = "ctimm-avg-checkpoints";
 
@@ -42,18 +44,28 @@ static int by_metric(const void *a, const void *b)
     return (u > v) - (u < v); /* worst first, like timm's sorted() */
 }
 
-/* The metric ctimm-train recorded for the checkpoint at path. */
+/* The metric ctimm-train recorded for the checkpoint at path, or a PyTorch
+ * checkpoint's 'metric' (timm's train.py's: higher is better, as timm's
+ * avg_checkpoints.py takes it). */
 static void read_metric(Ckpt *c)
 {
+    char *end;
+    StFile f;
+    CtErr err;
+    if (weights_is_torch(c->path)) {
+        if (weights_read(c->path, 0, &f, NULL, &err))
+            return;
+        const char *m = st_meta(&f, "metric");
+        c->has_metric = m && (c->metric = strtod(m, &end), end != m && !*end && isfinite(c->metric));
+        st_free(&f);
+        return;
+    }
     char spath[1200];
     size_t n = strlen(c->path), k = strlen(".safetensors");
     snprintf(spath, sizeof spath, "%.*s.state.safetensors", (int)(n - k), c->path);
-    StFile f;
-    CtErr err;
     if (access(spath, F_OK) || st_read(spath, &f, &err))
         return;
     const char *m = st_meta(&f, "ctimm.metric"), *em = st_meta(&f, "ctimm.eval_metric");
-    char *end;
     if (m && (c->metric = strtod(m, &end), end != m && !*end && isfinite(c->metric))) {
         c->has_metric = 1;
         c->lower_better = em && !strcmp(em, "loss");

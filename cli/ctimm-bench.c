@@ -47,7 +47,7 @@ static const char *const usage =
     "                   [-b 256] [--img-size N] [--input-size 3 H W] [--num-classes N] [--channels-last]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
-    "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|ref]\n"
+    "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
     "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n";
 
 typedef struct Args {

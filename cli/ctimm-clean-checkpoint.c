@@ -1,6 +1,7 @@
 /*
  * ctimm-clean-checkpoint: timm's clean_checkpoint.py. Keeps only a
- * checkpoint's state_dict (the model EMA by default when the run had one,
+ * checkpoint's state_dict (ctimm-train's, or a PyTorch file's such as timm's
+ * train.py's .pth.tar; the model EMA by default when the run had one,
  * --no-use-ema for the weights; a "module." prefix dropped; --clean-aux-bn
  * drops SplitBN's aux_bn tensors) and writes it as a minimal timm-loadable
  * safetensors file named <output or input base>-<first 8 hex digits of its
@@ -20,7 +21,7 @@
 static const char *const prog = "ctimm-clean-checkpoint";
 
 static const char *const usage =
-    "usage: ctimm-clean-checkpoint --checkpoint CKPT.safetensors [--output PATH] [--no-use-ema] [--no-hash]\n"
+    "usage: ctimm-clean-checkpoint --checkpoint CKPT [--output PATH] [--no-use-ema] [--no-hash]\n"
     "                              [--clean-aux-bn]\n";
 
 int main(int argc, char **argv)

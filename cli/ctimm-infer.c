@@ -62,6 +62,7 @@ static int parse_args(int argc, char **argv, Args *a)
     *a = (Args){.u = eval_setup_default(2), .model = "test_resnet", .output_type = "prob",
                 .filename_col = "filename", .index_col = "index", .label_col = "label",
                 .label_type = "description", .log_freq = 10, .topk = 1};
+    a->u.ema = 1; /* inference.py's create_model(checkpoint_path=...): a checkpoint's model EMA when it has one */
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {

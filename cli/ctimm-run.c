@@ -157,7 +157,7 @@ static int run(const ModelEntry *m, ModelArgs args, const RunSettings *rs, const
     int rc = 1;
     const CtBackend *be = backend_find(backend);
     if (!be) {
-        fprintf(stderr, "%s: unknown backend '%s' (available: ref)\n", prog, backend);
+        fprintf(stderr, "%s: unknown backend '%s' (ref, cpu, cuda, cuda-sim)\n", prog, backend);
         free(out);
         return 2;
     }

@@ -25,6 +25,7 @@
 #include "passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/safetensors.h"
+#include "runtime/weights_file.h"
 #include "train/meter.h"
 
 static const char *const prog = "ctimm-validate";
@@ -39,13 +40,14 @@ static const char *const usage =
     "                      [--device cpu|cuda|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
     "                      [--results-file FILE] [--results-format csv|json]\n"
     "With no DATA_DIR it validates on the embedded shapes dataset's val split.\n"
-    "--checkpoint takes a ctimm or timm safetensors state_dict; --use-ema takes the\n"
-    "model EMA from a ctimm-train checkpoint's .state file.\n";
+    "--checkpoint takes a ctimm or timm safetensors state_dict, or a PyTorch .pth/.pth.tar/.bin\n"
+    "(a state_dict or timm's train.py checkpoint); --use-ema takes the model EMA from a\n"
+    "ctimm-train checkpoint's .state file or a train.py checkpoint's state_dict_ema.\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
     const char *model, *model_list, *results_file, *results_format, *valid_labels, *real_labels;
-    int use_ema, log_freq;
+    int log_freq;
 } Args;
 
 /* One model's results: validate.py's columns. */
@@ -74,7 +76,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_CLASS_MAP: a->u.class_map = optarg; break;
         case 'm': a->model = optarg; break;
         case O_LIST: a->model_list = optarg; break;
-        case O_EMA: a->use_ema = 1; break;
+        case O_EMA: a->u.ema = 1; break;
         case O_LOG: bad = cli_int(prog, "--log-freq", optarg, 1, 1 << 30, &a->log_freq); break;
         case O_VALID: a->valid_labels = optarg; break;
         case O_REAL: a->real_labels = optarg; break;
@@ -125,7 +127,8 @@ static int read_valid_labels(const char *path, int classes, int **out, int *n, C
     return *n ? 0 : ct_fail(err, "--valid-labels %s: no class indices", path);
 }
 
-/* --use-ema: the "ema.<name>" tensors of CKPT's .state file, under <name>. */
+/* --use-ema: the "ema.<name>" tensors of CKPT's .state file, under <name>.
+ * (A PyTorch checkpoint's EMA was read with its weights: EvalSetup.ema.) */
 static int load_ema(const char *ckpt, CtState *s, CtErr *err)
 {
     char path[1200];
@@ -165,7 +168,8 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     if ((a->valid_labels && read_valid_labels(a->valid_labels, s.classes, &valid, &nvalid, err)) ||
         (a->real_labels && real_labels_open(&real, a->real_labels, s.ds, err)))
         goto done;
-    if (a->use_ema && (!a->u.checkpoint ? ct_fail(err, "--use-ema needs --checkpoint") : load_ema(a->u.checkpoint, &s.st, err)))
+    if (a->u.ema && (!a->u.checkpoint ? ct_fail(err, "--use-ema needs --checkpoint")
+                                      : !weights_is_torch(a->u.checkpoint) && load_ema(a->u.checkpoint, &s.st, err)))
         goto done;
     res->param_count = (double)graph_param_count(&s.g) / 1e6;
     printf("Model %s created, param count: %lld; classes: %d (%s)\n", m->name, (long long)graph_param_count(&s.g),

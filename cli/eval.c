@@ -75,7 +75,7 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     if (dataset_open(&s->ds, &dc, err))
         return -1;
     StFile ck; /* read once: its classifier's size builds the model, then its tensors load */
-    if (u->checkpoint && ckpt_read_weights(u->checkpoint, &ck, err)) {
+    if (u->checkpoint && ckpt_read_weights(u->checkpoint, u->ema, &ck, err)) {
         ct_failctx(err, "--checkpoint");
         goto fail;
     }

@@ -23,6 +23,7 @@ typedef struct EvalSetup {
     const char *data_dir, *dataset, *split, *class_map, *checkpoint, *device, *amp_dtype;
     int amp, channels_last, batch_size, workers;
     int classes; /* --num-classes; 0: the checkpoint's classifier, else the model's default */
+    int ema;     /* a PyTorch checkpoint's model EMA when it has one (timm's load_checkpoint use_ema) */
     EvalOpts eo;
 } EvalSetup;
 

@@ -7,12 +7,15 @@
 
 #include <xxhash.h>
 
+#include "runtime/weights_file.h"
+
 static const char *strip_module(const char *name) { return strncmp(name, "module.", 7) ? name : name + 7; }
 
 int state_dict_read(const char *path, int use_ema, StateDict *sd, CtErr *err)
 {
     memset(sd, 0, sizeof *sd);
-    if (st_read(path, &sd->weights, err))
+    int torch = weights_is_torch(path); /* its names come cleaned, its EMA with its weights */
+    if (weights_read(path, use_ema, &sd->weights, &sd->from_ema, err))
         return -1;
     int n = sd->weights.ntensors;
     sd->t = calloc((size_t)(n ? n : 1), sizeof *sd->t);
@@ -20,11 +23,11 @@ int state_dict_read(const char *path, int use_ema, StateDict *sd, CtErr *err)
     sd->n = n;
     for (int i = 0; i < n; i++) {
         sd->t[i] = sd->weights.tensors[i];
-        sd->t[i].name = (char *)strip_module(sd->t[i].name);
+        sd->t[i].name = torch ? sd->t[i].name : (char *)strip_module(sd->t[i].name);
     }
     char spath[1200];
     size_t len = strlen(path), k = strlen(".safetensors");
-    if (!use_ema || len < k || strcmp(path + len - k, ".safetensors"))
+    if (torch || !use_ema || len < k || strcmp(path + len - k, ".safetensors"))
         return 0;
     snprintf(spath, sizeof spath, "%.*s.state.safetensors", (int)(len - k), path);
     if (access(spath, F_OK))

@@ -3,7 +3,8 @@
  * ctimm-clean-checkpoint), as timm's load_state_dict(path, use_ema) gives it:
  * the weights file's tensors (a "module." prefix dropped), or with use_ema
  * the model EMA ctimm-train keeps in NAME.state.safetensors ("ema.<name>"),
- * when the run had one.
+ * when the run had one; of a PyTorch checkpoint (timm's train.py's .pth.tar),
+ * its state_dict, or with use_ema its state_dict_ema when it has one.
  */
 #ifndef CTIMM_CLI_STATE_DICT_H
 #define CTIMM_CLI_STATE_DICT_H

@@ -1,9 +1,10 @@
 /* Contract: host_compile(source) gives a loaded module of that source as
- * compiled by `cc HOST_CC_OPTIONS`, compiling only on a cache miss; the
- * compile runs in a private mkdtemp directory that is removed afterwards
- * (at once when hc->stop is raised, cc's process group killed first), and
- * the object is loaded from a private temporary file unlinked as soon as
- * it is mapped. */
+ * compiled by `cc <hc->options>` (HOST_CC_OPTIONS for C), compiling only
+ * on a cache miss; the compile runs in a private mkdtemp directory that is
+ * removed afterwards (at once when hc->stop is raised, cc's process group
+ * killed first), and the object is loaded from a private temporary file
+ * unlinked as soon as it is mapped (at host_module_close with
+ * keep_objects). */
 #define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE, pipe2 */
 #include "codegen/host_compile.h"
 
@@ -53,8 +54,8 @@ static void make_argv(const char *cc, const char *options, char *buf, size_t cap
 /* Starts argv (argv[0] found in PATH; no shell) in a process group of its
  * own, so that a terminal's Ctrl-C goes to ctimm alone, with stdin from
  * /dev/null, stdout and stderr into out_fd (-1: /dev/null), and TMPDIR=tmp
- * when tmp is not NULL. */
-static int spawn(char *const *argv, int out_fd, const char *tmp, pid_t *pid, CtErr *err)
+ * when tmp is not NULL. cxx: argv[0] is the C++ compiler (for the hint). */
+static int spawn(char *const *argv, int cxx, int out_fd, const char *tmp, pid_t *pid, CtErr *err)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -95,8 +96,12 @@ static int spawn(char *const *argv, int out_fd, const char *tmp, pid_t *pid, CtE
         free(envp);
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
-    return e ? ct_fail(err, "cannot run %s: %s (install gcc, or set CTIMM_CC to a C compiler)", argv[0], strerror(e))
-             : 0;
+    if (e)
+        return cxx ? ct_fail(err, "cannot run %s: %s (install g++, or set CTIMM_CXX to a C++ compiler)", argv[0],
+                             strerror(e))
+                   : ct_fail(err, "cannot run %s: %s (install gcc, or set CTIMM_CC to a C compiler)", argv[0],
+                             strerror(e));
+    return 0;
 }
 
 /* Waits for the child pid (what names it). While it runs, a raised *stop
@@ -129,14 +134,14 @@ static int wait_child(pid_t pid, const char *what, const volatile sig_atomic_t *
 
 /* What argv prints on stdout (malloc'd, NUL-terminated), or NULL when it
  * cannot be run or fails. */
-static char *capture(char *const *argv)
+static char *capture(char *const *argv, int cxx)
 {
     int fds[2];
     pid_t pid;
     CtErr err;
     if (pipe2(fds, O_CLOEXEC))
         return NULL;
-    int started = spawn(argv, fds[1], NULL, &pid, &err) == 0;
+    int started = spawn(argv, cxx, fds[1], NULL, &pid, &err) == 0;
     close(fds[1]);
     size_t n = 0, cap = 4096;
     char *out = malloc(cap);
@@ -249,32 +254,35 @@ static void cpu_model(char *out, size_t cap)
         fclose(f);
 }
 
-int host_compiler_init(HostCompiler *hc, CtErr *err)
+/* The compiler named by $env (else dflt), what it names for the messages
+ * ("C", "C++"), its version and its target under hc->options. */
+static int compiler_init(HostCompiler *hc, const char *env, const char *dflt, const char *what, CtErr *err)
 {
-    memset(hc, 0, sizeof *hc);
-    const char *cc = getenv("CTIMM_CC");
+    const char *cc = getenv(env);
     if (cc && strlen(cc) >= sizeof hc->cc)
-        return ct_fail(err, "CTIMM_CC is %zu bytes long: name the C compiler in fewer than %zu", strlen(cc),
+        return ct_fail(err, "%s is %zu bytes long: name the %s compiler in fewer than %zu", env, strlen(cc), what,
                        sizeof hc->cc);
-    snprintf(hc->cc, sizeof hc->cc, "%s", cc && *cc ? cc : "cc");
+    snprintf(hc->cc, sizeof hc->cc, "%s", cc && *cc ? cc : dflt);
     const char *t = getenv("TMPDIR");
     snprintf(hc->tmpdir, sizeof hc->tmpdir, "%s", t && t[0] == '/' && strlen(t) < 200 ? t : "/tmp");
     char buf[512], *argv[MAX_ARGS];
     make_argv(hc->cc, "--version", buf, sizeof buf, (const char *const[]){NULL}, argv);
-    char *version = capture(argv);
+    char *version = capture(argv, hc->cxx);
     if (version)
         snprintf(hc->version, sizeof hc->version, "%.*s", (int)strcspn(version, "\n"), version);
     free(version);
     if (!hc->version[0])
-        return ct_fail(err, "no C compiler: `%s --version` failed (install gcc, or set CTIMM_CC) for the cpu "
-                            "backend's kernels", hc->cc);
-    static const char *const list_macros[] = {"-dM", "-E", "-x", "c", "/dev/null", NULL};
-    make_argv(hc->cc, HOST_CC_OPTIONS, buf, sizeof buf, list_macros, argv);
-    char *macros = capture(argv);
+        return hc->cxx ? ct_fail(err, "no C++ compiler: `%s --version` failed (install g++, or set CTIMM_CXX) for "
+                                      "the SIMT harness's kernels", hc->cc)
+                       : ct_fail(err, "no C compiler: `%s --version` failed (install gcc, or set CTIMM_CC) for the "
+                                      "cpu backend's kernels", hc->cc);
+    const char *const list_macros[] = {"-dM", "-E", "-x", hc->cxx ? "c++" : "c", "/dev/null", NULL};
+    make_argv(hc->cc, hc->options, buf, sizeof buf, list_macros, argv);
+    char *macros = capture(argv, hc->cxx);
     if (!macros || !strstr(macros, "#define")) {
         free(macros);
-        return ct_fail(err, "`%s " HOST_CC_OPTIONS " -dM -E -x c /dev/null` listed no predefined macros: is %s a "
-                            "C compiler like gcc?", hc->cc, hc->cc);
+        return ct_fail(err, "`%s %s -dM -E -x %s /dev/null` listed no predefined macros: is %s a %s compiler like "
+                            "%s?", hc->cc, hc->options, hc->cxx ? "c++" : "c", hc->cc, what, hc->cxx ? "g++" : "gcc");
     }
     struct utsname u;
     char cpu[256];
@@ -283,6 +291,23 @@ int host_compiler_init(HostCompiler *hc, CtErr *err)
     free(macros);
     remove_stale(hc->tmpdir);
     return 0;
+}
+
+int host_compiler_init(HostCompiler *hc, CtErr *err)
+{
+    memset(hc, 0, sizeof *hc);
+    snprintf(hc->options, sizeof hc->options, "%s", HOST_CC_OPTIONS);
+    return compiler_init(hc, "CTIMM_CC", "cc", "C", err);
+}
+
+int host_cxx_init(HostCompiler *hc, const char *options, CtErr *err)
+{
+    memset(hc, 0, sizeof *hc);
+    hc->cxx = 1;
+    if (strlen(options) >= sizeof hc->options)
+        return ct_fail(err, "C++ compile options of %zu bytes: at most %zu", strlen(options), sizeof hc->options - 1);
+    snprintf(hc->options, sizeof hc->options, "%s", options);
+    return compiler_init(hc, "CTIMM_CXX", "c++", "C++", err);
 }
 
 /* A whole file into a malloc'd blob; -1 when it cannot be read. */
@@ -329,7 +354,7 @@ static int compile_cc(void *ctx, const CacheKeyParts *parts, void **blob, size_t
     if (!mkdtemp(dir))
         return ct_fail(err, "cannot make a temporary directory under %s for the C compiler: %s", hc->tmpdir,
                        strerror(errno));
-    snprintf(src, sizeof src, "%s/kernels.c", dir);
+    snprintf(src, sizeof src, "%s/kernels.%s", dir, hc->cxx ? "cc" : "c");
     snprintf(obj, sizeof obj, "%s/kernels.so", dir);
     snprintf(log, sizeof log, "%s/cc.log", dir);
     int rc = -1, fd = -1;
@@ -343,7 +368,7 @@ static int compile_cc(void *ctx, const CacheKeyParts *parts, void **blob, size_t
         ct_fail(err, "cannot write %s: %s", log, strerror(errno));
         goto remove;
     }
-    rc = spawn(argv, fd, dir, &pid, err);
+    rc = spawn(argv, hc->cxx, fd, dir, &pid, err);
     close(fd);
     if (rc == 0 && (rc = wait_child(pid, hc->cc, hc->stop, err)) == -1) {
         void *text = NULL;
@@ -379,7 +404,10 @@ static int load_blob(const HostCompiler *hc, const void *blob, size_t n, HostMod
     }
     close(fd);
     m->dl = done == n ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-    unlink(path);
+    if (m->dl && hc->keep_objects)
+        snprintf(m->path, sizeof m->path, "%s", path);
+    else
+        unlink(path);
     if (!m->dl)
         return ct_fail(err, "cannot load the compiled kernels: %s", done == n ? dlerror() : "short write");
     /* OpenMP's idle worker threads outlive a module: its runtime, loaded
@@ -392,8 +420,9 @@ static int load_blob(const HostCompiler *hc, const void *blob, size_t n, HostMod
 int host_compile(const HostCompiler *hc, KernelCache *cache, const char *source, HostModule *m, CtErr *err)
 {
     m->dl = NULL;
+    m->path[0] = 0;
     CacheKeyParts parts = {.source = source, .target = hc->target, .compiler = hc->cc,
-                           .compiler_version = hc->version, .options = HOST_CC_OPTIONS};
+                           .compiler_version = hc->version, .options = hc->options};
     const void *blob;
     size_t n;
     int rc = cache_get(cache, &parts, compile_cc, (void *)hc, &blob, &n, err);
@@ -419,7 +448,7 @@ int host_compile_units(const HostCompiler *hc, KernelCache *cache, const KernelU
 {
     UnitsCtx c = {hc, cache, mods};
     for (int j = 0; j < u->n; j++)
-        mods[j].dl = NULL;
+        mods[j] = (HostModule){0};
     int rc = units_compile(u, compile_unit, &c, err);
     if (rc == 0)
         return 0;
@@ -442,5 +471,8 @@ void host_module_close(HostModule *m)
 {
     if (m->dl)
         dlclose(m->dl);
+    if (m->path[0])
+        unlink(m->path);
     m->dl = NULL;
+    m->path[0] = 0;
 }

@@ -19,6 +19,10 @@
  * is not enough: a VM's CPU model may hide AVX-512 on the same name, and a
  * kernel cached where it had AVX-512 then dies of SIGILL.
  *
+ * The same machinery compiles C++ for the SIMT harness (runtime/cuda_sim/
+ * simt.h: CUDA C kernels built for the host): host_cxx_init names the C++
+ * compiler ($CTIMM_CXX, else c++) and the options its compiles use.
+ *
  * The compiler is run without a shell (posix_spawnp), in a process group of
  * its own, so that a terminal's Ctrl-C reaches ctimm and not cc; ctimm's
  * caller raises its stop flag (HostCompiler.stop) and the compile under way
@@ -43,16 +47,22 @@
 /* The compiler's identity, read once (host_compiler_init). */
 typedef struct HostCompiler {
     char cc[256];        /* the program: $CTIMM_CC (a name found in PATH, or a path), else "cc" */
+    int cxx;             /* C++ (host_cxx_init) rather than C */
+    char options[256];   /* of every compile: HOST_CC_OPTIONS, or host_cxx_init's */
     char version[256];   /* first line of `cc --version` */
     char target[400];    /* host_target_name's */
     char tmpdir[256];    /* where sources and objects are written: $TMPDIR or /tmp */
     /* The caller's stop flag (its SIGINT/SIGTERM handler raises it), or
      * NULL: once raised, a compile under way ends and none starts. */
     const volatile sig_atomic_t *stop;
+    /* Set by the caller: a loaded object stays on disk under tmpdir until
+     * host_module_close, so that a sanitizer's report names its functions. */
+    int keep_objects;
 } HostCompiler;
 
 typedef struct HostModule {
     void *dl;
+    char path[300]; /* the object on disk while loaded (keep_objects), else "" */
 } HostModule;
 
 /* A rendered host kernel: args[b] is the memory of its buffer b. */
@@ -61,11 +71,14 @@ typedef void (*HostKernelFn)(void *const *args);
 /* Finds the compiler, names the target and removes stale temporary files
  * under tmpdir. stop is NULL: the caller sets it. */
 int host_compiler_init(HostCompiler *hc, CtErr *err);
+/* The C++ compiler, $CTIMM_CXX else "c++", compiling with options; its
+ * target named from its predefined macros under those options. */
+int host_cxx_init(HostCompiler *hc, const char *options, CtErr *err);
 /* "host-<machine>-<cpu model>-isa<16 hex digits>": the digits hash the
  * compiler's predefined macros, macros (`cc -dM -E` output, one #define a
  * line, in any order). */
 void host_target_name(const char *machine, const char *cpu_model, const char *macros, char *out, size_t cap);
-/* Compiles (or finds in the cache) source and loads it into *m. On a
+/* Compiles (or finds in the cache) source with hc->options and loads it into *m. On a
  * compile error the message holds the compiler's output; CT_INTERRUPTED
  * when hc->stop ended it. */
 int host_compile(const HostCompiler *hc, KernelCache *cache, const char *source, HostModule *m, CtErr *err);

@@ -168,7 +168,10 @@ int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, Ct
         if (target == CT_TARGET_CUDA) {
             p->opt.cuda_cc = o && o->cuda_cc ? o->cuda_cc : PROGRAM_CUDA_CC;
             p->opt.cuda_sms = o && o->cuda_sms ? o->cuda_sms : PROGRAM_CUDA_SMS;
-            rc = cuda_compile(g, p->opt.cuda_cc, p->opt.cuda_sms, o ? o->cache_warned : NULL, &p->cuda, err);
+            p->opt.cuda_sim = o && o->cuda_sim;
+            p->opt.sim_seed = o ? o->sim_seed : 0;
+            rc = cuda_compile(g, p->opt.cuda_cc, p->opt.cuda_sms, p->opt.cuda_sim, o ? o->cache_warned : NULL,
+                              &p->cuda, err);
         }
     }
     if (rc) {
@@ -238,7 +241,8 @@ void program_dump(const CtProgram *p, CtBuf *out)
         }
     }
     if (p->target == CT_TARGET_CUDA) {
-        buf_printf(out, "target: sm_%d, %d SMs\n", p->opt.cuda_cc, p->opt.cuda_sms);
+        buf_printf(out, "target: sm_%d, %d SMs%s\n", p->opt.cuda_cc, p->opt.cuda_sms,
+                   p->opt.cuda_sim ? ", for the SIMT harness" : "");
         cuda_program_dump(&p->cuda, g, out);
     }
     for (ValueId v = 0; v < g->nvalues; v++) {

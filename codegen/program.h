@@ -61,6 +61,13 @@ typedef struct ProgramOptions {
      * PROGRAM_CUDA_CC and PROGRAM_CUDA_SMS; a cuda program's opt holds
      * what it was compiled for. */
     int cuda_cc, cuda_sms;
+    /* cuda: the images are the kernels' CUDA C sources, for the SIMT
+     * harness (the cuda-sim backend, runtime/cuda_sim/), not NVRTC's. */
+    int cuda_sim;
+    /* cuda-sim: the order of threads inside each phase of every launch
+     * (runtime/cuda_sim/simt.h; two seeds that differ expose a missing
+     * barrier); 0: 1. */
+    uint64_t sim_seed;
 } ProgramOptions;
 
 /* The cpu target's compiled kernels and what runs around them. */

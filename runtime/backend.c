@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu, &ct_backend_cuda};
+static const CtBackend *const backends[] = {&ct_backend_ref, &ct_backend_cpu, &ct_backend_cuda, &ct_backend_cuda_sim};
 
 const CtBackend *backend_find(const char *name)
 {

@@ -46,6 +46,8 @@ typedef struct CtBackend {
 extern const CtBackend ct_backend_ref;
 extern const CtBackend ct_backend_cpu; /* runtime/cpu: f32 graphs, BLAS for GEMM and convolution */
 extern const CtBackend ct_backend_cuda; /* runtime/cuda: the GPU (runtime/cuda/backend_cuda.h) */
+/* runtime/cuda_sim: the cuda backend's programs on the host, kernels through the SIMT harness (backend_sim.h) */
+extern const CtBackend ct_backend_cuda_sim;
 
 /* NULL when no backend has this name. */
 const CtBackend *backend_find(const char *name);

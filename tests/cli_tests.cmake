@@ -98,6 +98,19 @@ foreach(model test_resnet test_vit)
      ${RUN} --compare ${model}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
 
+# The cuda backend's programs on the host (--backend cuda-sim: the SIMT
+# harness runs their kernels, the library calls come from their descriptors)
+# against timm's reference step; AMP and the other layouts against ref:
+# tests/test_cuda_sim.c.
+foreach(model test_resnet test_vit test_efficientnet test_convnext)
+  add_test(NAME parity_cuda_sim_${model} COMMAND sh -c
+    "${RUN} --model ${model} --backend cuda-sim --vectors ${DATA}/${model}.safetensors --out ${model}.sim.out.safetensors && \
+     ${RUN} --compare ${model}.sim.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+endforeach()
+add_test(NAME parity_cuda_sim_test_convnext_channels_last COMMAND sh -c
+  "${RUN} --model test_convnext --backend cuda-sim --channels-last --vectors ${DATA}/test_convnext.safetensors --out cnx.sim.cl.safetensors && \
+   ${RUN} --compare cnx.sim.cl.safetensors ${DATA}/test_convnext.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+
 # ctimm-train: a short run on the embedded shapes dataset (generated into the
 # build tree), and its refusals.
 add_test(NAME train_embedded_short COMMAND sh -c
@@ -435,6 +448,33 @@ add_test(NAME infer_bad_format COMMAND ${FAIL} "--results-format parquet is not 
   ${INFER} --results-format parquet)
 add_test(NAME infer_exclude_needs_topk COMMAND ${FAIL} "--exclude-output needs --topk > 0"
   ${INFER} --exclude-output --topk 0)
+# PyTorch checkpoints (runtime/torch_file.h): the train.py checkpoint of
+# test_resnet in tests/data/torch (tools/make_torch_ckpt.py) gives ctimm-infer
+# the logits of its model EMA (inference.py's create_model loads the EMA) and
+# ctimm-validate those of its state_dict (its EMA with --use-ema), exactly as
+# the safetensors ctimm-clean-checkpoint writes of each; ctimm-avg-checkpoints
+# ranks it by its 'metric'; --initial-checkpoint reads it (naming what another
+# model misses) and --resume refuses it by name.
+add_test(NAME torch_checkpoint_cli COMMAND sh -c
+  "P=${CMAKE_CURRENT_SOURCE_DIR}/data/torch/test_resnet_views.pth.tar && rm -rf pth-out && mkdir -p pth-out/avg && \
+   I='${INFER} data/shapes-64/val --img-size 32 -b 100 --topk 5 --output-type logit --include-index --no-console-results' && \
+   V='${VALIDATE} --img-size 32 -b 100' && \
+   ${CLEAN} --checkpoint $P --no-use-ema --no-hash --output pth-out/sd.safetensors > /dev/null && \
+   ${CLEAN} --checkpoint $P --no-hash --output pth-out/ema.safetensors | grep -q '(model EMA weights)' && \
+   for w in pth ema sd; do c=$P && test $w = pth || c=pth-out/$w.safetensors; \
+     $I --checkpoint $c --results-file pth-out/$w.csv > /dev/null && \
+     $V --checkpoint $c --results-file pth-out/v-$w.csv > /dev/null || exit 1; done && \
+   cmp pth-out/pth.csv pth-out/ema.csv && ! cmp -s pth-out/sd.csv pth-out/ema.csv && cmp pth-out/v-pth.csv pth-out/v-sd.csv && \
+   $V --checkpoint $P --use-ema --results-file pth-out/v-pth-ema.csv > /dev/null && cmp pth-out/v-pth-ema.csv pth-out/v-ema.csv && \
+   cp $P pth-out/avg/a.pth.tar && \
+   ${AVG} --input pth-out/avg --filter '*.pth.tar' --output pth-out/avg.safetensors | grep -q '^12.5 ' && \
+   $I --checkpoint pth-out/avg.safetensors --results-file pth-out/avg.csv > /dev/null && cmp pth-out/avg.csv pth-out/ema.csv && \
+   ${FAIL} \"--initial-checkpoint .*'cls_token' is missing\" ${TRAIN_SHORT} --model test_vit --initial-checkpoint $P \
+     --output pth-out/t && \
+   ${FAIL} '--resume .*a PyTorch checkpoint; resuming from timm.s train.py checkpoints is not supported yet' \
+     ${TRAIN_SHORT} --resume $P --output pth-out/r")
+set_tests_properties(torch_checkpoint_cli PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 # The classifier is timm's, not the folder's: a 1000-class checkpoint scores
 # the 10-class val split (ctimm-infer names it from a 10-line class map), the
 # log saying where the count came from; a folder with more classes than
@@ -565,6 +605,8 @@ add_test(NAME plot_refuses_label_count COMMAND sh -c
    ${FAIL} '--labels gives 3 labels for 2 runs' ${PLOT} plot-lab/a/exp1 plot-lab/b/exp1 --labels p,q,r -o plot-lab/bad.png && \
    test ! -e plot-lab/bad.png && test ! -e plot-lab/a/exp1/summary.png")
 set_tests_properties(plot_refuses_label_count PROPERTIES FIXTURES_REQUIRED plot_label_runs)
+# both read and write plot-lab: one at a time
+set_tests_properties(plot_labels_given plot_refuses_label_count PROPERTIES RESOURCE_LOCK plot_lab)
 
 # ctimm-compile --compile: the graph's kernels through the kernel cache. A
 # cold cache compiles once, a second run compiles nothing (a disk hit), a

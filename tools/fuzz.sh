@@ -3,13 +3,13 @@
 # UBSan and runs it (the sanitizer build's ctest runs the same targets with
 # tests/fuzz/fuzz_driver.c instead, 20 s each). Needs clang with libFuzzer:
 # Debian's `clang` and `libclang-rt-dev` (or clang-14 / libclang-rt-14-dev).
-#   tools/fuzz.sh decode|safetensors|config [seconds, default 300] [more libFuzzer flags]
+#   tools/fuzz.sh decode|safetensors|config|torch_file [seconds, default 300] [more libFuzzer flags]
 # New inputs go to build-fuzz/TARGET/corpus (the committed seeds are only
 # read); crashes land in build-fuzz/TARGET/artifacts/. Reproduce one with:
 # build-fuzz/fuzz_TARGET build-fuzz/TARGET/artifacts/crash-...
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-target=${1:?usage: tools/fuzz.sh decode|safetensors|config [seconds] [libFuzzer flags]}
+target=${1:?usage: tools/fuzz.sh decode|safetensors|config|torch_file [seconds] [libFuzzer flags]}
 shift
 secs=${1:-300}
 [ $# -gt 0 ] && shift
@@ -28,7 +28,12 @@ safetensors)
 config)
     src="$fz/fuzz_config.c $root/cli/train_config.c $root/cli/train_py_args.c"
     pkgs=yaml-0.1 seeds=$fz/corpus_config ;;
-*) echo "tools/fuzz.sh: unknown target '$target' (decode, safetensors or config)" >&2; exit 2 ;;
+torch_file)
+    src="$fz/fuzz_torch_file.c $root/runtime/torch_file.c $root/runtime/torch_pickle.c $root/runtime/zip_archive.c
+         $root/runtime/safetensors.c $root/ir/dtype.c"
+    defs=-DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION # no zip CRC check (runtime/zip_archive.c)
+    pkgs=libcjson seeds=$root/tests/data/torch ;;
+*) echo "tools/fuzz.sh: unknown target '$target' (decode, safetensors, config or torch_file)" >&2; exit 2 ;;
 esac
 out=${FUZZ_OUT:-$root/build-fuzz}
 cc=${CC:-clang}

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/weights_file.h"
+
 enum { PATH_N = 1200 };
 
 static const char weights_ext[] = ".safetensors", state_ext[] = ".state.safetensors";
@@ -307,28 +309,6 @@ int saver_save(Saver *sv, const CtState *s, const CkptInfo *info, int epoch, dou
     return best ? place_pair(sv, "model_best", err) : 0;
 }
 
-/* torch.save's files (a zip since torch 1.6, a bare pickle before) are not
- * safetensors: say what the file is and how to convert it, instead of
- * calling it corrupt. 0 when path is not one of them. */
-static int refuse_torch_file(const char *path, CtErr *err)
-{
-    unsigned char head[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t got = fread(head, 1, sizeof head, f);
-    fclose(f);
-    int zip = got == 4 && !memcmp(head, "PK\x03\x04", 4), pickle = got >= 2 && head[0] == 0x80 && head[1] >= 2 &&
-                                                                    head[1] <= 5;
-    if (!zip && !pickle)
-        return 0;
-    return ct_fail(err, "%s is a PyTorch checkpoint (torch.save's %s), not safetensors; convert it once with: python3 "
-                   "-c \"import torch; from safetensors.torch import save_file; c = torch.load('%s', "
-                   "map_location='cpu'); sd = c.get('state_dict', c); save_file({k.removeprefix('module.'): "
-                   "v.contiguous() for k, v in sd.items()}, 'converted.safetensors')\"",
-                   path, zip ? "zip format" : "legacy pickle", path);
-}
-
 /* ckpt_settle_pair on the pair whose path without extension is path[0..n). */
 static void settle(const char *path, size_t n)
 {
@@ -343,20 +323,18 @@ static void settle(const char *path, size_t n)
     ckpt_settle_pair(dir, name);
 }
 
-int ckpt_read_weights(const char *path, StFile *f, CtErr *err)
+int ckpt_read_weights(const char *path, int use_ema, StFile *f, CtErr *err)
 {
     size_t n = strlen(path);
     if (ends_with(path, weights_ext) && !ends_with(path, state_ext))
         settle(path, n - strlen(weights_ext));
-    if (refuse_torch_file(path, err))
-        return -1;
-    return st_read(path, f, err);
+    return weights_read(path, use_ema, f, NULL, err);
 }
 
 int ckpt_load_weights(const char *path, CtState *s, CtErr *err)
 {
     StFile f;
-    if (ckpt_read_weights(path, &f, err))
+    if (ckpt_read_weights(path, 1, &f, err))
         return -1;
     int rc = state_load(s, &f, "", err);
     st_free(&f);
@@ -379,8 +357,9 @@ int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resu
 {
     char wpath[PATH_N], spath[PATH_N];
     size_t n = strlen(path), ns = strlen(state_ext), nw = strlen(weights_ext);
-    if (refuse_torch_file(path, err))
-        return ct_failctx(err, "--resume");
+    if (weights_is_torch(path))
+        return ct_fail(err, "--resume %s: a PyTorch checkpoint; resuming from timm's train.py checkpoints is not "
+                       "supported yet (--initial-checkpoint %s starts from its weights)", path, path);
     if (n >= ns && !strcmp(path + n - ns, state_ext))
         n -= ns; /* given the state file: its weights file is beside it */
     else if (n >= nw && !strcmp(path + n - nw, weights_ext))

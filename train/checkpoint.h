@@ -88,13 +88,19 @@ int ckpt_settle_pair(const char *dir, const char *name);
  * removed. The count of files fixed or removed. */
 int ckpt_clean_dir(const char *dir, const char *keep);
 /* A timm or ctimm state_dict file read whole, after finishing a save a kill
- * interrupted; a PyTorch file refused, named as such. */
-int ckpt_read_weights(const char *path, StFile *f, CtErr *err);
-/* --initial-checkpoint: params and buffers from a timm or ctimm state_dict file. */
+ * interrupted: safetensors, or a PyTorch .pth/.pth.tar/.bin (told apart by
+ * content, runtime/weights_file.h), whose model EMA use_ema prefers as
+ * timm's load_checkpoint(model, path, use_ema) does. */
+int ckpt_read_weights(const char *path, int use_ema, StFile *f, CtErr *err);
+/* --initial-checkpoint: params and buffers from a timm or ctimm state_dict
+ * file, or a PyTorch checkpoint's (its model EMA when it has one, as timm's
+ * create_model(checkpoint_path=...) loads it). */
 int ckpt_load_weights(const char *path, CtState *s, CtErr *err);
 /* --resume: the weights file PATH and PATH's .state file beside it; restores
  * the weights, the rng counter and (when optim) the optimizer state. The
- * checkpoint must be of `model` (the tensors' shapes check num_classes). */
+ * checkpoint must be of `model` (the tensors' shapes check num_classes). A
+ * PyTorch checkpoint is refused, named as such: resuming from one is not
+ * there yet. */
 int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resumed *out, CtErr *err);
 
 #endif

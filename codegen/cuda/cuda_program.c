@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/cuda/lib_source.h"
+#include "codegen/units.h"
 #include "ir/ops.h"
 #ifdef CTIMM_HAVE_NVRTC
 #include "codegen/nvrtc.h"
@@ -72,7 +73,40 @@ static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
 }
 #endif
 
-int cuda_compile(const Graph *g, int cc, int sms, int *cache_warned, CudaProgram *c, CtErr *err)
+static void keep_source(const char *text, CudaImage *out)
+{
+    out->size = strlen(text) + 1;
+    out->data = malloc(out->size);
+    CT_ASSERT(out->data != NULL);
+    memcpy(out->data, text, out->size);
+    out->is_source = 1;
+    snprintf(out->arch, sizeof out->arch, "source");
+}
+
+/* The images as the units' and the library's sources. */
+static void keep_sources(CudaProgram *c)
+{
+    KernelUnits units;
+    CtBuf src = {0};
+    units_make(c->lp.k, c->lp.nk, UNIT_LOOPS, 1, &units);
+    c->nunits = units.n;
+    c->units = calloc((size_t)units.n + 1, sizeof *c->units);
+    c->unit = malloc(sizeof *c->unit * (size_t)(c->lp.nk + 1));
+    c->fn = malloc(sizeof *c->fn * (size_t)(c->lp.nk + 1));
+    CT_ASSERT(c->units && c->unit && c->fn);
+    for (int j = 0; j < units.n; j++)
+        keep_source(units.src[j].s, &c->units[j]);
+    if (c->lp.nk) {
+        memcpy(c->unit, units.unit, sizeof *c->unit * (size_t)c->lp.nk);
+        memcpy(c->fn, units.fn, sizeof *c->fn * (size_t)c->lp.nk);
+    }
+    lib_source(&src);
+    keep_source(src.s, &c->lib);
+    buf_free(&src);
+    units_free(&units);
+}
+
+int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned, CudaProgram *c, CtErr *err)
 {
     memset(c, 0, sizeof *c);
     if (launch_plan(g, sms, &c->lp, err))
@@ -80,6 +114,10 @@ int cuda_compile(const Graph *g, int cc, int sms, int *cache_warned, CudaProgram
     for (int s = 0; s < c->lp.nsteps; s++)
         if (c->lp.steps[s].kind == LP_UNSUPPORTED)
             return ct_fail(err, "the cuda backend has no kernel for %s yet", c->lp.steps[s].op);
+    if (sources) {
+        keep_sources(c);
+        return 0;
+    }
     return compile_images(c, cc, cache_warned, err);
 }
 
@@ -130,6 +168,13 @@ static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, Ct
     buf_printf(out, ")\n");
 }
 
+/* "image unit 0: 1234 bytes, sm_90 cubin" (or compute_89 PTX, or CUDA C source) */
+static void dump_image(const char *what, const CudaImage *img, CtBuf *out)
+{
+    buf_printf(out, "image %s: %zu bytes, %s%s%s\n", what, img->size, img->is_source ? "" : img->arch,
+               img->is_source ? "" : " ", img->is_source ? "CUDA C source" : img->is_ptx ? "PTX" : "cubin");
+}
+
 void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)
 {
     const LaunchPlan *lp = &c->lp;
@@ -146,8 +191,10 @@ void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)
         buf_printf(out, "step %d: ", s);
         dump_step(c, g, &lp->steps[s], out);
     }
-    for (int j = 0; j < c->nunits; j++)
-        buf_printf(out, "image unit %d: %zu bytes, %s %s\n", j, c->units[j].size, c->units[j].arch,
-                   c->units[j].is_ptx ? "PTX" : "cubin");
-    buf_printf(out, "image library: %zu bytes, %s %s\n", c->lib.size, c->lib.arch, c->lib.is_ptx ? "PTX" : "cubin");
+    for (int j = 0; j < c->nunits; j++) {
+        char what[32];
+        snprintf(what, sizeof what, "unit %d", j);
+        dump_image(what, &c->units[j], out);
+    }
+    dump_image("library", &c->lib, out);
 }

@@ -14,6 +14,11 @@
  * of the newest older architecture where NVRTC does not know the target
  * (the driver compiles it on load). Without NVRTC (a build without the
  * CUDA toolkit) nothing compiles for this target.
+ *
+ * For the SIMT harness (runtime/cuda_sim: `--backend cuda-sim`) the images
+ * are the same units' CUDA C sources instead, which the harness compiles
+ * for the host when it loads them, as a driver compiles PTX: the plan, its
+ * launches and their arguments are the ones a GPU would run.
  */
 #ifndef CTIMM_CUDA_PROGRAM_H
 #define CTIMM_CUDA_PROGRAM_H
@@ -25,7 +30,8 @@ typedef struct CudaImage {
     void *data;    /* what cuModuleLoadData takes: a cubin, or NUL-terminated PTX */
     size_t size;
     int is_ptx;
-    char arch[16]; /* what NVRTC compiled for: "sm_90", or "compute_89" for PTX */
+    int is_source; /* the CUDA C source itself (NUL-terminated), for the SIMT harness */
+    char arch[16]; /* what NVRTC compiled for: "sm_90", or "compute_89" for PTX; "source" */
 } CudaImage;
 
 typedef struct CudaProgram {
@@ -37,9 +43,10 @@ typedef struct CudaProgram {
 } CudaProgram;
 
 /* The plan of g and its images for compute capability cc (90: sm_90) and
- * `sms` multiprocessors. Fails naming an op the plan has no kernel for,
- * or with NVRTC's log. *cache_warned as ProgramOptions.cache_warned. */
-int cuda_compile(const Graph *g, int cc, int sms, int *cache_warned, CudaProgram *c, CtErr *err);
+ * `sms` multiprocessors; with `sources`, the images are the CUDA C sources
+ * (nothing is compiled). Fails naming an op the plan has no kernel for, or
+ * with NVRTC's log. *cache_warned as ProgramOptions.cache_warned. */
+int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned, CudaProgram *c, CtErr *err);
 void cuda_program_free(CudaProgram *c);
 
 /* --dump-program's lines: the plan's steps, then the images. */

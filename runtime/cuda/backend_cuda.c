@@ -20,6 +20,9 @@ int cuda_program_fits(const CtProgram *p, int cc, const char *device, CtErr *err
 {
     if (p->target != CT_TARGET_CUDA)
         return ct_fail(err, "the program was not compiled for the cuda target");
+    if (p->opt.cuda_sim)
+        return ct_fail(err, "the program holds CUDA C sources for the SIMT harness (--backend cuda-sim), not images a "
+                            "device loads");
     if (p->opt.cuda_cc != cc)
         return ct_fail(err,
                        "the program's kernels were compiled for sm_%d and cannot load on %s: compile it for sm_%d "

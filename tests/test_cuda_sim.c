@@ -1,0 +1,162 @@
+/* The cuda backend's programs on the host (--backend cuda-sim: the SIMT
+ * harness for the kernels, the library calls from their descriptors)
+ * against the ref backend, on the test models' reference vectors: every
+ * output, gradient and updated state tensor of an SGD step within 1e-4
+ * relative in f32 (NCHW, and channels_last for the conv nets), the AMP
+ * graphs within 2e-2 (bf16 training of test_vit, f16 eval of the conv nets
+ * in channels_last: a BN net's AMP step is chaotic on the vectors' tiny
+ * batch, tests/test_cpu.c says why); a second run with another thread
+ * order gives the same bits (the kernels have no races); a step after the
+ * first moves only its inputs and outputs, no state. Together these run
+ * every kind of step the launch plan makes: generated kernels, library
+ * kernels of every family, GEMMs with epilogues, the three convolution
+ * directions in both formats and the NHWC filter copies. (ctimm-run
+ * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
+#include <string.h>
+
+#include "check.h"
+#include "model_vectors.h"
+#include "passes/pipeline.h"
+#include "runtime/backend.h"
+#include "runtime/cuda_sim/backend_sim.h"
+
+typedef struct Run {
+    CtState s;
+    CtTensor *out;
+    int ok;
+} Run;
+
+/* Two steps from init on be (the second from the state the first left,
+ * state given back between them), the first's outputs and the state after
+ * it in r; on cuda-sim, checks the second moved no state. */
+static void run(const CtBackend *be, const char *what, const Graph *g, const CtState *init, const CtTensor *in,
+                int nin, uint64_t seed, Run *r)
+{
+    CtErr err;
+    CtRunner rr;
+    state_create(&r->s, g);
+    memcpy(r->s.data, init->data, init->nbytes);
+    r->out = calloc((size_t)g->noutputs + 1, sizeof *r->out);
+    int rc = backend_open(&rr, be, g, &r->s, &(ProgramOptions){.sim_seed = seed}, &err);
+    if (rc == 0)
+        rc = backend_step(&rr, in, nin, r->out, &err);
+    if (rc == 0)
+        rc = be->state_to_host(rr.exec, &err);
+    if (rc == 0 && be == &ct_backend_cuda_sim) {
+        CtTensor *again = calloc((size_t)g->noutputs + 1, sizeof *again);
+        size_t moved[3];
+        if ((rc = backend_step(&rr, in, nin, again, &err)) == 0) {
+            cuda_sim_moved(rr.exec, &moved[0], &moved[1], &moved[2]);
+            CHECKF(moved[2] == 0 && moved[0] > 0, "%s: a second step moved %zu bytes of state", what, moved[2]);
+            for (int k = 0; k < g->noutputs; k++)
+                tensor_free(&again[k]);
+        }
+        free(again);
+    }
+    backend_close(&rr);
+    CHECKF(rc == 0, "%s on %s: %s", what, be->name, err.msg);
+    r->ok = rc == 0;
+}
+
+static void run_free(const Graph *g, Run *r)
+{
+    for (int k = 0; r->ok && k < g->noutputs; k++)
+        tensor_free(&r->out[k]);
+    free(r->out);
+    state_free(&r->s);
+}
+
+/* The worst relative error of a's outputs and f32 state against b's;
+ * exact: every byte the same. */
+static double compare(const char *what, const Graph *g, const Run *a, const Run *b, double tol, int exact)
+{
+    double worst = 0;
+    for (int k = 0; k < g->noutputs; k++) {
+        const CtType *t = &g->values[g->outputs[k]].type;
+        int64_t n = shape_numel(&t->shape);
+        if (exact) {
+            CHECKF(!memcmp(a->out[k].data, b->out[k].data, (size_t)n * ct_dtype_size(t->dtype)),
+                   "%s: output %d differs between thread orders", what, k);
+            continue;
+        }
+        if (!ct_dtype_is_float(t->dtype))
+            continue;
+        float *w[2] = {malloc(sizeof(float) * (size_t)(n + 1)), malloc(sizeof(float) * (size_t)(n + 1))};
+        CT_ASSERT(w[0] && w[1]);
+        elems_to_f32(a->out[k].data, t->dtype, n, w[0]);
+        elems_to_f32(b->out[k].data, t->dtype, n, w[1]);
+        double e = rel_err(w[0], w[1], n);
+        CHECKF(e <= tol, "%s: output %d: %.3e", what, k, e);
+        worst = e > worst ? e : worst;
+        free(w[0]);
+        free(w[1]);
+    }
+    if (exact) {
+        CHECKF(!memcmp(a->s.data, b->s.data, a->s.nbytes), "%s: the state differs between thread orders", what);
+        return 0;
+    }
+    for (int i = 0; i < a->s.n; i++) {
+        if (a->s.e[i].type.dtype != CT_F32)
+            continue;
+        double e = rel_err(state_data(&a->s, i), state_data(&b->s, i), shape_numel(&a->s.e[i].type.shape));
+        CHECKF(e <= tol, "%s: state '%s': %.3e", what, a->s.e[i].name, e);
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static void check_model(const char *model, CtDType low, int channels_last, int training)
+{
+    Vectors v;
+    CtErr err;
+    if (vectors_open(&v, model, 1))
+        return;
+    ModelSpec spec = {.batch_size = v.batch, .training = training, .args = v.args};
+    Pipeline p = {.training = training, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
+                          .no_weight_decay = v.m->no_weight_decay},
+                  .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    Graph g;
+    if (model_build(v.m, &spec, &g, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "%s: %s", model, err.msg);
+        st_free(&v.f);
+        return;
+    }
+    CtState init;
+    char what[160];
+    state_create(&init, &g);
+    CHECKF(state_load(&init, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
+    snprintf(what, sizeof what, "%s %s %s%s", model, training ? "sgd step" : "eval",
+             low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
+    Run ref, sim, other;
+    run(&ct_backend_ref, what, &g, &init, v.in, training ? 4 : 1, 0, &ref);
+    run(&ct_backend_cuda_sim, what, &g, &init, v.in, training ? 4 : 1, 1, &sim);
+    run(&ct_backend_cuda_sim, what, &g, &init, v.in, training ? 4 : 1, 77, &other);
+    if (ref.ok && sim.ok && other.ok) {
+        double e = compare(what, &g, &sim, &ref, low == CT_F32 ? 1e-4 : 2e-2, 0);
+        compare(what, &g, &other, &sim, 0, 1);
+        printf("%s: cuda-sim vs ref %.2e\n", what, e);
+    }
+    run_free(&g, &ref);
+    run_free(&g, &sim);
+    run_free(&g, &other);
+    state_free(&init);
+    graph_free(&g);
+    st_free(&v.f);
+}
+
+int main(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++) {
+        int conv = strcmp(models[m], "test_vit") != 0;
+        check_model(models[m], CT_F32, 0, 1);
+        if (conv) {
+            check_model(models[m], CT_F32, 1, 1);
+            check_model(models[m], CT_F16, 1, 0);
+        } else {
+            check_model(models[m], CT_BF16, 0, 1);
+        }
+    }
+    return check_done("test_cuda_sim");
+}
