@@ -10,9 +10,9 @@
 #ifndef CTIMM_COUNTER_RNG_H
 #define CTIMM_COUNTER_RNG_H
 
-#ifdef __CUDACC_RTC__
-#define CRNG_FN static __device__ __forceinline__
-#else
+/* How its functions are declared: the CUDA includer defines CRNG_FN
+ * (codegen/cuda/lib_source.c); C gets static inline. */
+#ifndef CRNG_FN
 #include <math.h>
 #define CRNG_FN static inline
 #endif

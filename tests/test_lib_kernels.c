@@ -85,6 +85,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_mean_loss_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
         ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
+    else if (!strcmp(k, "ct_soft_ce_rows_f32"))
+        ct_soft_ce_rows_f32(F(0), F(1), F(2), I(3), I(4));
+    else if (!strcmp(k, "ct_soft_ce_grad_f32"))
+        ct_soft_ce_grad_f32(F(0), F(1), F(2), F(3), I(4), I(5));
     else if (!strcmp(k, "ct_image_normalize_f32"))
         ct_image_normalize_f32(P(0), F(1), X(2), R(3), R(4), R(5), R(6), R(7), R(8));
     else if (!strcmp(k, "ct_random_erase_f32"))
@@ -361,6 +365,17 @@ static void test_loss(void)
                           NULL, 0, (double[]){smoothing ? 0.1 : 0}, 1, 0))
                 check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
         }
+    /* mixup's soft targets: rows of probabilities (gen()'s values made positive by exp) */
+    for (int grad = 0; grad < 2; grad++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32);
+        ValueId t = input(&c, "t", 2, (int64_t[]){4, 7}, 0, CT_F32);
+        ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
+        if (!add_node(&c, grad ? CT_OP_soft_target_cross_entropy_grad : CT_OP_soft_target_cross_entropy, 2 + grad,
+                      (ValueId[]){x, t, dl}, NULL, 0, NULL, 0, 0))
+            check_case(&c, grad ? "soft_target_cross_entropy_grad" : "soft_target_cross_entropy");
+    }
 }
 
 /* A library step's epilogue left to kernels: each activation that can be
@@ -534,10 +549,10 @@ static void test_refusals(void)
     size_t scratch;
     graph_init(&c.g);
     ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32), t = input(&c, "t", 2, (int64_t[]){4, 7}, 0, CT_F32);
-    if (!add_node(&c, CT_OP_soft_target_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, NULL, 0, 0)) {
-        CHECK(!lib_supports(CT_OP_soft_target_cross_entropy));
+    if (!add_node(&c, CT_OP_binary_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, (double[]){0, -1}, 2, 0)) {
+        CHECK(!lib_supports(CT_OP_binary_cross_entropy));
         CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 &&
-              strstr(err.msg, "soft_target_cross_entropy"));
+              strstr(err.msg, "binary_cross_entropy"));
     }
     graph_free(&c.g);
 }

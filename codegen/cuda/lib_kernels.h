@@ -388,6 +388,47 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const
     }
 }
 
+/* SoftTargetCrossEntropy (mixup's targets t [B, C]): row b's
+ * -sum_c t (x - lse) into rowloss[b], for ct_mean_loss. */
+CT_GLOBAL CT_SFX(ct_soft_ce_rows)(const CT_T *x, const CT_T *t, float *rowloss, long long B, long long C)
+{
+    CT_LOOP(b, B)
+    {
+        const CT_T *row = x + b * C, *tr = t + b * C;
+        float m = CT_LD(row[0]);
+        double sum = 0, loss = 0;
+        for (long long c = 1; c < C; c++)
+            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
+        for (long long c = 0; c < C; c++)
+            sum += exp((double)CT_LD(row[c]) - m);
+        double lse = m + log(sum);
+        for (long long c = 0; c < C; c++)
+            loss -= (double)CT_LD(tr[c]) * ((double)CT_LD(row[c]) - lse);
+        rowloss[b] = (float)loss;
+    }
+}
+
+/* dlogits = dloss / B * (softmax * sum_c t - t), one row a work item. */
+CT_GLOBAL CT_SFX(ct_soft_ce_grad)(const CT_T *x, const CT_T *t, const CT_T *dloss, CT_T *dx, long long B, long long C)
+{
+    CT_LOOP(b, B)
+    {
+        const CT_T *row = x + b * C, *tr = t + b * C;
+        float m = CT_LD(row[0]);
+        double sum = 0, tsum = 0, scale = (double)CT_LD(dloss[0]) / (double)B;
+        for (long long c = 1; c < C; c++)
+            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
+        for (long long c = 0; c < C; c++) {
+            sum += exp((double)CT_LD(row[c]) - m);
+            tsum += CT_LD(tr[c]);
+        }
+        for (long long c = 0; c < C; c++) {
+            double p = exp((double)CT_LD(row[c]) - m) / sum;
+            dx[b * C + c] = CT_ST((float)(scale * (p * tsum - CT_LD(tr[c]))));
+        }
+    }
+}
+
 /* Attention without the fused library (q [BH, N, D], k and v [BH, M, D],
  * dense; D <= CT_MAX_HEAD): one query row a work item, two passes over the
  * keys (the scores' maximum, then the weighted sum of v). */

@@ -312,7 +312,30 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
     const CtShape *xs = &val(b, n->in[0])->type.shape;
     CtDType t = val(b, n->in[0])->type.dtype;
     long long B = xs->d[0], C = xs->d[1];
+    int soft = n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad;
     LibLaunch *l;
+    if (soft) {
+        int grad = n->op == CT_OP_soft_target_cross_entropy_grad;
+        l = begin(b, grad ? "ct_soft_ce_grad" : "ct_soft_ce_rows", t, B);
+        a_val(l, n->in[0]);
+        a_val(l, n->in[1]);
+        if (grad) {
+            a_val(l, n->in[2]);
+            a_val(l, n->out[0]);
+        } else {
+            arg(l, LA_SCRATCH);
+            *scratch = (size_t)B * sizeof(float);
+        }
+        a_i64(l, B);
+        a_i64(l, C);
+        if (!grad) {
+            l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
+            arg(l, LA_SCRATCH);
+            a_val(l, n->out[0]);
+            a_i64(l, B);
+        }
+        return 0;
+    }
     if (n->op == CT_OP_cross_entropy_grad) {
         l = begin(b, "ct_cross_entropy_grad", t, B);
         a_val(l, n->in[0]);
@@ -513,6 +536,7 @@ int lib_supports(CtOp op)
     case CT_OP_cross_entropy_grad: case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d:
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
+    case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad:
         return 1;
     default:
         return 0;
@@ -540,7 +564,8 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
         }
         break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, err); break;
-    case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: rc = plan_loss(&b, n, scratch); break;
+    case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
+    case CT_OP_soft_target_cross_entropy_grad: rc = plan_loss(&b, n, scratch); break;
     case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;

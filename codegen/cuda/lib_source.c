@@ -33,7 +33,7 @@ void lib_source(CtBuf *out)
     buf_printf(out, " };\n#define FX_T float\n#define FX_FN CT_DEVICE\n#define FX_EXP ct_expf\n#define FX_SQRT sqrtf\n"
                     "#define FX_ERF ct_erff\n#define FX_TANH ct_tanhf\n#define FX_POW powf\n%s\n",
                ct_formulas_text);
-    buf_printf(out, "%s\n", ct_counter_rng_text);
+    buf_printf(out, "#define CRNG_FN CT_DEVICE\n%s\n", ct_counter_rng_text);
     for (int k = 0; k < 3; k++) {
         buf_printf(out, "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n",
                    storage[k].type, storage[k].load, storage[k].store, storage[k].suffix);
