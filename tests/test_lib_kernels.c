@@ -85,6 +85,8 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_mean_loss_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
         ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
+    else if (!strcmp(k, "ct_all_finite_f32"))
+        ct_all_finite_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_soft_ce_rows_f32"))
         ct_soft_ce_rows_f32(F(0), F(1), F(2), I(3), I(4));
     else if (!strcmp(k, "ct_soft_ce_grad_f32"))
@@ -365,7 +367,15 @@ static void test_loss(void)
                           NULL, 0, (double[]){smoothing ? 0.1 : 0}, 1, 0))
                 check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
         }
-    /* mixup's soft targets: rows of probabilities (gen()'s values made positive by exp) */
+    /* all_finite over a gradient (the poisoned rounds put NaN and infinities in it) */
+    {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32);
+        if (!add_node(&c, CT_OP_all_finite, 1, &x, NULL, 0, NULL, 0, 0))
+            check_case(&c, "all_finite");
+    }
+    /* mixup's soft targets */
     for (int grad = 0; grad < 2; grad++) {
         Case c;
         graph_init(&c.g);

@@ -388,6 +388,15 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const
     }
 }
 
+/* all_finite: y (1, from ct_fill) becomes 0 where any element of x is not
+ * finite; every writer writes the same 0, so the race is benign. */
+CT_GLOBAL CT_SFX(ct_all_finite)(const CT_T *x, float *y, long long n)
+{
+    CT_LOOP(i, n)
+    if (!isfinite(CT_LD(x[i])))
+        y[0] = 0;
+}
+
 /* SoftTargetCrossEntropy (mixup's targets t [B, C]): row b's
  * -sum_c t (x - lse) into rowloss[b], for ct_mean_loss. */
 CT_GLOBAL CT_SFX(ct_soft_ce_rows)(const CT_T *x, const CT_T *t, float *rowloss, long long B, long long C)

@@ -525,6 +525,21 @@ static int plan_input(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* all_finite: 1, then 0 written where an element is not finite. */
+static int plan_all_finite(Builder *b, const Node *n)
+{
+    long long count = shape_numel(&val(b, n->in[0])->type.shape);
+    LibLaunch *l = begin(b, "ct_fill", CT_F32, 1);
+    a_val(l, n->out[0]);
+    a_i64(l, 1);
+    a_f32(l, 1);
+    l = begin(b, "ct_all_finite", val(b, n->in[0])->type.dtype, count);
+    a_val(l, n->in[0]);
+    a_val(l, n->out[0]);
+    a_i64(l, count);
+    return 0;
+}
+
 int lib_supports(CtOp op)
 {
     if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add)
@@ -536,7 +551,7 @@ int lib_supports(CtOp op)
     case CT_OP_cross_entropy_grad: case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d:
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
-    case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad:
+    case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
         return 1;
     default:
         return 0;
@@ -571,6 +586,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
+    case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
     }
     *count = b.n;
