@@ -1,5 +1,6 @@
 /*
- * Counter-based random numbers for the input ops (ir/ops/image.c): a value
+ * Counter-based random numbers for the input ops (ir/ops/image.c) and
+ * dropout's masks (ir/ops/elementwise.c): a value
  * is a pure function of (seed, index), so every backend, every thread and
  * every element order draws the same numbers with no generator state. The
  * same text compiles as C and as CUDA C (codegen/cuda/lib_source.c gives
@@ -29,6 +30,16 @@ CRNG_FN double crng_uniform(unsigned long long seed, unsigned long long i)
 {
     unsigned long long bits = crng_mix(crng_mix(seed + 0x9E3779B97F4A7C15ull) + (i + 1) * 0xD1B54A32D192ED03ull);
     return (double)((bits >> 11) + 1) * (1.0 / 9007199254740992.0); /* 2^-53 */
+}
+
+/* Dropout's and drop_path's draw in [0, 1) for element (or sample) i of
+ * stochastic node `node` at the graph's RNG counter: the mask depends on
+ * (counter, node, i) alone, so the backward pass regenerates it and every
+ * step (the counter) draws a new one. */
+CRNG_FN double crng_mask_uniform(unsigned long long counter, unsigned long long node, unsigned long long i)
+{
+    unsigned long long key = crng_mix(crng_mix(counter + 0x632BE59BD9B4E019ull) ^ (node * 0x9E3779B97F4A7C15ull));
+    return (double)(crng_mix(key + (i + 1) * 0xD1B54A32D192ED03ull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* Standard normal value number i of the stream `seed`. */

@@ -85,6 +85,8 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_mean_loss_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
         ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
+    else if (!strcmp(k, "ct_dropout_f32"))
+        ct_dropout_f32(F(0), P(1), F(2), X(3), I(4), I(5), R(6));
     else if (!strcmp(k, "ct_all_finite_f32"))
         ct_all_finite_f32(F(0), F(1), I(2));
     else if (!strcmp(k, "ct_soft_ce_rows_f32"))
@@ -366,6 +368,17 @@ static void test_loss(void)
             if (!add_node(&c, grad ? CT_OP_cross_entropy_grad : CT_OP_cross_entropy, 2 + grad, (ValueId[]){x, t, dl},
                           NULL, 0, (double[]){smoothing ? 0.1 : 0}, 1, 0))
                 check_case(&c, grad ? "cross_entropy_grad" : "cross_entropy");
+        }
+    /* dropout and drop_path: the masks of (counter, node, logical index), in both layouts */
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (int path = 0; path < 2; path++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 4, (int64_t[]){3, 4, 5, 6}, nhwc, CT_F32);
+            ValueId k = input(&c, "k", 0, (int64_t[]){1}, 0, CT_I64);
+            if (!add_node(&c, path ? CT_OP_drop_path : CT_OP_dropout, 2, (ValueId[]){x, k}, (int64_t[]){7}, 1,
+                          (double[]){0.3}, 1, nhwc))
+                check_case(&c, path ? "drop_path" : "dropout");
         }
     /* all_finite over a gradient (the poisoned rounds put NaN and infinities in it) */
     {

@@ -388,6 +388,22 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const
     }
 }
 
+/* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
+ * elements (x's strides, y's); the draw is element i's, or with per > 1
+ * its sample's (i / per, drop_path), from the graph's RNG counter. */
+CT_GLOBAL CT_SFX(ct_dropout)(const CT_T *x, const long long *counter, CT_T *y, CtIndex ix, long long per,
+                             long long node, float p)
+{
+    CT_LOOP(i, ix.n)
+    {
+        long long a, o;
+        ct_offsets(&ix, i, &a, &o);
+        double u = crng_mask_uniform((unsigned long long)counter[0], (unsigned long long)node,
+                                     (unsigned long long)(i / per));
+        y[o] = CT_ST(u < p ? 0.0f : (float)((double)CT_LD(x[a]) / (1 - (double)p)));
+    }
+}
+
 /* all_finite: y (1, from ct_fill) becomes 0 where any element of x is not
  * finite; every writer writes the same 0, so the race is benign. */
 CT_GLOBAL CT_SFX(ct_all_finite)(const CT_T *x, float *y, long long n)

@@ -525,6 +525,27 @@ static int plan_input(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* dropout, drop_path: one pass over x's logical elements. */
+static int plan_dropout(Builder *b, const Node *n, CtErr *err)
+{
+    const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    const CtShape *s = &x->type.shape;
+    if (!same_strides(b, n->in[0], n->out[0]))
+        return ct_fail(err, "%s: its output in another layout than its input has no kernel", op_def(n->op)->name);
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    lib_strides(x, sx);
+    lib_strides(y, sy);
+    LibLaunch *l = begin(b, "ct_dropout", y->type.dtype, shape_numel(s));
+    a_val(l, n->in[0]);
+    a_val(l, n->in[1]);
+    a_val(l, n->out[0]);
+    a_index(l, index_make(s->ndim, s->d, sx, sy));
+    a_i64(l, n->op == CT_OP_drop_path ? shape_numel(s) / s->d[0] : 1);
+    a_i64(l, n->iattr[0]);
+    a_f32(l, n->fattr[0]);
+    return 0;
+}
+
 /* all_finite: 1, then 0 written where an element is not finite. */
 static int plan_all_finite(Builder *b, const Node *n)
 {
@@ -552,6 +573,7 @@ int lib_supports(CtOp op)
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
+    case CT_OP_dropout: case CT_OP_drop_path:
         return 1;
     default:
         return 0;
@@ -587,6 +609,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
+    case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
     }
     *count = b.n;

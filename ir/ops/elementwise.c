@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 
+#include "ir/counter_rng.h"
 #include "ops_impl.h"
 #include "sx_algebra.h"
 
@@ -145,33 +146,17 @@ static void div_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 
 BINARY_OP(div)
 
-/* splitmix64's finaliser: a bijective mix of 64 bits. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A counter-based draw in [0,1) for element i of stochastic node `node` at
- * RNG counter `counter`: no generator state, so the backward pass (and any
- * backend) regenerates the same mask from (counter, node, i) instead of
- * storing it, and every training step (the counter) draws a new one. */
-static double rng_uniform(uint64_t counter, uint64_t node, uint64_t i)
-{
-    uint64_t key = mix64(mix64(counter + 0x632BE59BD9B4E019ull) ^ (node * 0x9E3779B97F4A7C15ull));
-    return (double)(mix64(key + (i + 1) * 0xD1B54A32D192ED03ull) >> 11) * 0x1.0p-53;
-}
-
 /* dropout(x, counter): iattr node; fattr p. Zeroes each element with
- * probability p and scales the rest by 1/(1-p), as nn.Dropout in training. */
+ * probability p and scales the rest by 1/(1-p), as nn.Dropout in training;
+ * element i's draw is crng_mask_uniform(counter, node, i) (ir/counter_rng.h),
+ * i its logical row-major index. */
 static void dropout_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     int64_t count = shape_numel(in_shape(g, n, 0));
     double p = n->fattr[0];
     uint64_t counter = (uint64_t)(int64_t)in[1][0], node = (uint64_t)n->iattr[0];
     for (int64_t i = 0; i < count; i++)
-        out[0][i] = rng_uniform(counter, node, (uint64_t)i) < p ? 0 : in[0][i] / (1 - p);
+        out[0][i] = crng_mask_uniform(counter, node, (uint64_t)i) < p ? 0 : in[0][i] / (1 - p);
 }
 
 /* drop_path: the same per sample (dim 0), as timm's DropPath (scale_by_keep). */
@@ -182,7 +167,7 @@ static void drop_path_ref(const Graph *g, const Node *n, double *const *in, doub
     double p = n->fattr[0];
     uint64_t counter = (uint64_t)(int64_t)in[1][0], node = (uint64_t)n->iattr[0];
     for (int64_t b = 0; b < s->d[0]; b++) {
-        double keep = rng_uniform(counter, node, (uint64_t)b) < p ? 0 : 1 / (1 - p);
+        double keep = crng_mask_uniform(counter, node, (uint64_t)b) < p ? 0 : 1 / (1 - p);
         for (int64_t i = 0; i < per; i++)
             out[0][b * per + i] = in[0][b * per + i] * keep;
     }
