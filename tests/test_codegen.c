@@ -276,7 +276,9 @@ static void build_misc(Graph *g, const Ins *in, int variant)
 
 /* sgd (variants 0-3: nesterov or not, apply 0 or 1) and adamw rules 0, 1, 3
  * (4-6) and 2 (RAdam) in its warm-up and after it (7, 8); the momentum
- * buffer comes from an expand fused into the update. */
+ * buffer comes from an expand fused into the update; rmsprop (9: torch's
+ * without momentum, 10: TF's with it and an apply of 1, 11: torch's with
+ * momentum and an apply of 0) and adagrad (12). */
 static void build_update(Graph *g, const Ins *in, int variant)
 {
     ValueId lr = in->s;
@@ -289,6 +291,18 @@ static void build_update(Graph *g, const Ins *in, int variant)
             nin = 5;
         }
         node(g, CT_OP_sgd_update, nin, ins, (int64_t[]){variant & 1}, 1, (double[]){0.9, 1e-2}, 2, 0);
+    } else if (variant >= 9 && variant <= 11) {
+        ValueId sq = node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){0.5, 0.1}, 2, 0);
+        ValueId buf = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
+        ValueId ins[6] = {in->pos, in->x, sq, buf, lr, lr};
+        if (variant > 9)
+            ins[5] = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant == 10}, 2, 0);
+        node(g, CT_OP_rmsprop_update, variant > 9 ? 6 : 5, ins, (int64_t[]){variant == 10}, 1,
+             (double[]){0.9, 1e-8, 0.01, variant == 9 ? 0 : 0.9}, 4, 0);
+    } else if (variant == 12) {
+        ValueId sum = node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){2, 0}, 2, 0);
+        node(g, CT_OP_adagrad_update, 4, (ValueId[]){in->pos, in->x, sum, lr}, NULL, 0, (double[]){1e-10, 0.01}, 2,
+             0);
     } else {
         int64_t rule = variant == 4 ? 0 : variant == 5 ? 1 : variant == 6 ? 3 : 2;
         ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
@@ -397,7 +411,7 @@ static void test_ops(KernelCache *cache)
         }
     for (int v = 0; v < 11; v++)
         check_case("binary/scale/clamp/cast", build_misc, v, cache);
-    for (int v = 0; v < 9; v++)
+    for (int v = 0; v < 13; v++)
         check_case("optimizer update", build_update, v, cache);
     for (int v = 0; v < 3; v++)
         check_case("fused chain", build_chain, v, cache);

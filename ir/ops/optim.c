@@ -248,51 +248,46 @@ const OpDef op_lars_update = {.name = "lars_update", .min_in = 4, .max_in = 5,
                               .ref = lars_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
                               .layout = OP_LAYOUT_NCHW};
 
-static void rmsprop_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+/* a - b */
+static int sx_minus(Sx *s, int a, int b) { return sx_add(s, a, sx_mul(s, sx_const(s, -1), b)); }
+
+static void rmsprop_update_scalar(const Node *n, Sx *s)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double lr = in[4][0], alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
-    int tf = (int)n->iattr[0];
-    if (update_skipped(g, n, in, out))
-        return;
-    for (int64_t i = 0; i < count; i++) {
-        double p = in[0][i], g1 = in[1][i] + wd * p;
-        double sq = alpha * in[2][i] + (1 - alpha) * g1 * g1;
-        double avg = tf ? sqrt(sq + eps) : sqrt(sq) + eps, buf = in[3][i];
-        if (mom > 0) {
-            buf = mom * buf + (tf ? lr : 1) * g1 / avg;
-            p -= tf ? buf : lr * buf;
-        } else {
-            p -= lr * g1 / avg;
-        }
-        out[0][i] = p;
-        out[1][i] = sq;
-        out[2][i] = buf;
+    double alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
+    int tf = (int)n->iattr[0], p = sx_in(s, 0), sq = sx_in(s, 2), buf = sx_in(s, 3), lr = sx_in(s, 4);
+    int g1 = sx_add(s, sx_in(s, 1), sx_mul(s, sx_const(s, wd), p));
+    int sq1 = sx_add(s, sx_mul(s, sx_const(s, alpha), sq), sx_mul(s, sx_mul(s, sx_const(s, 1 - alpha), g1), g1));
+    int avg = tf ? sx_sqrt(s, sx_add(s, sq1, sx_const(s, eps))) : sx_add(s, sx_sqrt(s, sq1), sx_const(s, eps));
+    int p1, buf1 = buf;
+    if (mom > 0) { /* TF's form folds lr into the buffer */
+        buf1 = sx_add(s, sx_mul(s, sx_const(s, mom), buf), sx_div(s, tf ? sx_mul(s, lr, g1) : g1, avg));
+        p1 = sx_minus(s, p, tf ? buf1 : sx_mul(s, lr, buf1));
+    } else {
+        p1 = sx_minus(s, p, sx_div(s, sx_mul(s, lr, g1), avg));
     }
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, sq1, sq);
+    s->out[2] = applied(s, n, buf1, buf);
 }
 
 const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf"},
                                  .fattr = {"alpha", "eps", "weight_decay", "momentum"}, .infer = infer_update,
-                                 .ref = rmsprop_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
-                                 .layout = OP_LAYOUT_NCHW};
+                                 .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = rmsprop_update_scalar,
+                                 .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
-static void adagrad_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+static void adagrad_update_scalar(const Node *n, Sx *s)
 {
-    int64_t count = shape_numel(in_shape(g, n, 0));
-    double lr = in[3][0], eps = n->fattr[0], wd = n->fattr[1];
-    if (update_skipped(g, n, in, out))
-        return;
-    for (int64_t i = 0; i < count; i++) {
-        double g1 = in[1][i] + wd * in[0][i], sum = in[2][i] + g1 * g1;
-        out[0][i] = in[0][i] - lr * g1 / (sqrt(sum) + eps);
-        out[1][i] = sum;
-    }
+    int p = sx_in(s, 0), sum = sx_in(s, 2);
+    int g1 = sx_add(s, sx_in(s, 1), sx_mul(s, sx_const(s, n->fattr[1]), p)), sum1 = sx_add(s, sum, sx_mul(s, g1, g1));
+    int p1 = sx_minus(s, p, sx_div(s, sx_mul(s, sx_in(s, 3), g1), sx_add(s, sx_sqrt(s, sum1), sx_const(s, n->fattr[0]))));
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, sum1, sum);
 }
 
 const OpDef op_adagrad_update = {.name = "adagrad_update", .min_in = 4, .max_in = 5,
-                                 .fattr = {"eps", "weight_decay"}, .infer = infer_update,
-                                 .ref = adagrad_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
-                                 .layout = OP_LAYOUT_NCHW};
+                                 .fattr = {"eps", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
+                                 .fusion = OP_ELEMENTWISE, .scalar = adagrad_update_scalar, .batch_from = 3,
+                                 .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static int infer_all_finite(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
