@@ -388,6 +388,47 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const
     }
 }
 
+/* BinaryCrossEntropy's target of row b, class c: the probabilities p
+ * [B, C] (mixup's) when given, else the label's smoothed one-hot; binarised
+ * above `threshold` when it is >= 0. */
+CT_DEVICE double CT_SFX(ct_bce_target)(const long long *labels, const CT_T *p, long long b, long long c, long long C,
+                                       float s, float threshold)
+{
+    double off = s / (double)C;
+    double v = p ? (double)CT_LD(p[b * C + c]) : c == labels[b] ? 1 - s + off : off;
+    return threshold >= 0 ? (v > threshold ? 1 : 0) : v;
+}
+
+/* BCE with logits, row b's mean over its classes into rowloss[b] (so
+ * ct_mean_loss gives the mean over all B * C). */
+CT_GLOBAL CT_SFX(ct_bce_rows)(const CT_T *x, const long long *labels, const CT_T *p, float *rowloss, long long B,
+                              long long C, float s, float threshold)
+{
+    CT_LOOP(b, B)
+    {
+        double total = 0;
+        for (long long c = 0; c < C; c++) {
+            double v = CT_LD(x[b * C + c]), t = CT_SFX(ct_bce_target)(labels, p, b, c, C, s, threshold);
+            total += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs(v)));
+        }
+        rowloss[b] = (float)(total / (double)C);
+    }
+}
+
+/* dlogits = dloss / (B * C) * (sigmoid(x) - target), one row a work item. */
+CT_GLOBAL CT_SFX(ct_bce_grad)(const CT_T *x, const long long *labels, const CT_T *p, const CT_T *dloss, CT_T *dx,
+                              long long B, long long C, float s, float threshold)
+{
+    CT_LOOP(b, B)
+    {
+        double scale = (double)CT_LD(dloss[0]) / (double)(B * C);
+        for (long long c = 0; c < C; c++) {
+            double v = CT_LD(x[b * C + c]), t = CT_SFX(ct_bce_target)(labels, p, b, c, C, s, threshold);
+            dx[b * C + c] = CT_ST((float)(scale * (1 / (1 + exp(-v)) - t)));
+        }
+    }
+}
+
 /* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
  * elements (x's strides, y's); the draw is element i's, or with per > 1
  * its sample's (i / per, drop_path), from the graph's RNG counter. */

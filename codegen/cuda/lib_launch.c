@@ -313,7 +313,36 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
     CtDType t = val(b, n->in[0])->type.dtype;
     long long B = xs->d[0], C = xs->d[1];
     int soft = n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad;
+    int bce = n->op == CT_OP_binary_cross_entropy || n->op == CT_OP_binary_cross_entropy_grad;
     LibLaunch *l;
+    if (bce) { /* the target: i64 labels, or probabilities of x's dtype */
+        int grad = n->op == CT_OP_binary_cross_entropy_grad, probs = ct_dtype_is_float(val(b, n->in[1])->type.dtype);
+        l = begin(b, grad ? "ct_bce_grad" : "ct_bce_rows", t, B);
+        a_val(l, n->in[0]);
+        if (probs)
+            arg(l, LA_NULL);
+        a_val(l, n->in[1]);
+        if (!probs)
+            arg(l, LA_NULL);
+        if (grad) {
+            a_val(l, n->in[2]);
+            a_val(l, n->out[0]);
+        } else {
+            arg(l, LA_SCRATCH);
+            *scratch = (size_t)B * sizeof(float);
+        }
+        a_i64(l, B);
+        a_i64(l, C);
+        a_f32(l, n->fattr[0]);
+        a_f32(l, n->fattr[1]);
+        if (!grad) {
+            l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
+            arg(l, LA_SCRATCH);
+            a_val(l, n->out[0]);
+            a_i64(l, B);
+        }
+        return 0;
+    }
     if (soft) {
         int grad = n->op == CT_OP_soft_target_cross_entropy_grad;
         l = begin(b, grad ? "ct_soft_ce_grad" : "ct_soft_ce_rows", t, B);
@@ -573,7 +602,7 @@ int lib_supports(CtOp op)
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
-    case CT_OP_dropout: case CT_OP_drop_path:
+    case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
         return 1;
     default:
         return 0;
@@ -602,7 +631,9 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
         break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
-    case CT_OP_soft_target_cross_entropy_grad: rc = plan_loss(&b, n, scratch); break;
+    case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
+        rc = plan_loss(&b, n, scratch);
+        break;
     case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
