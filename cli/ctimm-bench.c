@@ -38,6 +38,7 @@
 #include "passes/stats.h"
 #include "runtime/backend.h"
 #include "train/eval_data.h"
+#include "train/pretrained.h"
 #include "runtime/cuda/backend_cuda.h"
 
 static const char *const prog = "ctimm-bench";
@@ -48,11 +49,15 @@ static const char *const usage =
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
     "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
-    "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n";
+    "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n"
+    "                   [--pretrained]\n"
+    "--pretrained runs timm's weights of each model (its default tag, or name one: resnet50.a1_in1k) from the\n"
+    "Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) at their input size.\n";
 
 typedef struct Args {
     const char *model, *model_list, *bench, *precision, *amp_dtype, *results_file, *results_format, *device, *opt;
     int batch_size, img_size, num_classes, channels_last, amp, warm, iters, detail, no_retry, n_input, n_betas;
+    int pretrained;
     double input_size[3], opt_eps, opt_betas[2], drop, drop_path;
 } Args;
 
@@ -135,10 +140,12 @@ static void bench_free(Bench *b)
     }
 }
 
-/* Builds the graph(s) for one run. 1 when they would not fit in memory. */
-static int bench_build(const Args *a, const ModelEntry *m, int train, int batch, int img, CtDType amp, Bench *b,
+/* Builds the graph(s) for one run, their state initialised or (--pretrained)
+ * loaded from pre. 1 when they would not fit in memory. */
+static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int img, CtDType amp, Bench *b,
                        double *need, CtErr *err)
 {
+    const ModelEntry *m = &pre->m;
     memset(b, 0, sizeof *b);
     int classes = a->num_classes > 0 ? a->num_classes : m->cfg.num_classes;
     b->ng = train && a->detail ? 3 : 1;
@@ -187,6 +194,10 @@ static int bench_build(const Args *a, const ModelEntry *m, int train, int batch,
     for (int k = 0; k < b->ng; k++) {
         state_create(&b->st[k], &b->g[k]);
         state_init(&b->st[k], 0);
+        if (pre->source != PRETRAINED_NONE && pretrained_load(pre, &b->st[k], classes, err))
+            return -1;
+        for (int i = 0; k == 0 && i < pre->nlog; i++)
+            printf("%s\n", pre->log[i]);
     }
     return 0;
 }
@@ -244,12 +255,13 @@ static int run_once(Bench *b, int k, Inputs *in, CtErr *err)
 }
 
 /* One InferenceBenchmarkRunner / TrainBenchmarkRunner run. 1: out of memory. */
-static int bench_run(const Args *a, const ModelEntry *m, const CtBackend *be, int train, int batch, int img,
+static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int train, int batch, int img,
                      CtDType amp, Row *row, CtErr *err)
 {
+    const ModelEntry *m = &pre->m;
     Bench b;
     double need = 0, t_build = cli_now();
-    int rc = bench_build(a, m, train, batch, img, amp, &b, &need, err);
+    int rc = bench_build(a, pre, train, batch, img, amp, &b, &need, err);
     if (rc) {
         if (rc > 0)
             ct_fail(err, "out of memory: the plan needs %.0f MiB at batch %d, %.0f MiB are available", need / 1048576,
@@ -351,6 +363,12 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
         snprintf(row->error, sizeof row->error, "unknown model '%s' (ctimm-compile --list-models lists them)", name);
         return;
     }
+    Pretrained pre;
+    if (pretrained_resolve(&pre, m, name, a->pretrained ? PRETRAINED_HUB : PRETRAINED_NONE, NULL, &err)) {
+        snprintf(row->error, sizeof row->error, "%s", err.msg);
+        return;
+    }
+    m = &pre.m;
     int img = a->n_input ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : m->cfg.input_size[1];
     GraphStats gs;
     if (model_stats(a, m, img, &gs, &err)) {
@@ -364,7 +382,7 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
     for (int q = 0; q < nmodes && !profile; q++) {
         int batch = a->batch_size;
         for (;;) {
-            int rc = bench_run(a, m, be, modes[q], batch, img, amp, row, &err);
+            int rc = bench_run(a, &pre, be, modes[q], batch, img, amp, row, &err);
             if (rc == 0)
                 break;
             fprintf(stderr, "%s: \"%s\" while running benchmark.\n", prog, err.msg);
@@ -454,7 +472,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_LIST = 1000, O_BENCH, O_DETAIL, O_NORETRY, O_RFILE, O_RFMT, O_WARM, O_ITERS, O_DEVICE, O_IMG, O_INPUT,
            O_NC, O_CL, O_AMP, O_AMP_DTYPE, O_PREC, O_OPT, O_EPS, O_BETAS, O_DROP, O_DROP_PATH, O_MOM, O_WD,
-           O_CLIP, O_CLIP_MODE, O_SMOOTH };
+           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED };
     static const struct option longs[] = {
         {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST}, {"bench", 1, 0, O_BENCH}, {"detail", 0, 0, O_DETAIL},
         {"no-retry", 0, 0, O_NORETRY}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
@@ -465,7 +483,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"opt-eps", 1, 0, O_EPS}, {"opt-betas", 1, 0, O_BETAS}, {"drop", 1, 0, O_DROP},
         {"drop-path", 1, 0, O_DROP_PATH}, {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD},
         {"clip-grad", 1, 0, O_CLIP}, {"clip-mode", 1, 0, O_CLIP_MODE}, {"smoothing", 1, 0, O_SMOOTH},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"pretrained", 0, 0, O_PRETRAINED}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.model = "resnet50", .bench = "both", .precision = "float32", .amp_dtype = "float16",
                 .results_format = "csv", .device = "cpu", .opt = "sgd", .batch_size = 256, .num_classes = -1,
                 .warm = 10, .iters = 40, .opt_eps = -1};
@@ -510,6 +528,7 @@ static int parse_args(int argc, char **argv, Args *a)
         /* parsed as benchmark.py parses them, and like it not passed to the optimizer or the loss */
         case O_MOM: case O_WD: case O_CLIP: case O_SMOOTH: bad = cli_double(prog, "value", optarg, &unused); break;
         case O_CLIP_MODE: break;
+        case O_PRETRAINED: a->pretrained = 1; break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;

@@ -29,7 +29,7 @@ static const char *const prog = "ctimm-infer";
 
 static const char *const usage =
     "usage: ctimm-infer [DATA_DIR] [--data-dir DIR] [--dataset folder|tar] [--split NAME] [-m|--model NAME]\n"
-    "                   [--checkpoint CKPT] [--num-classes N] [--class-map FILE] [--img-size N]\n"
+    "                   [--checkpoint CKPT] [--pretrained] [--num-classes N] [--class-map FILE] [--img-size N]\n"
     "                   [--input-size 3 H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
     "                   [--interpolation NAME] [-b 256] [-j 2] [--amp] [--amp-dtype float16|bfloat16]\n"
     "                   [--channels-last] [--device cpu|cuda|ref] [--log-freq 10] [--topk 1]\n"
@@ -38,7 +38,9 @@ static const char *const usage =
     "                   [--results-separate-col] [--filename-col filename] [--index-col index]\n"
     "                   [--label-col label] [--output-col NAME] [--no-console-results]\n"
     "                   [--label-type name|description|detail|none]\n"
-    "--class-map FILE names the classes (one a line, in class-index order) for the label column.\n";
+    "--class-map FILE names the classes (one a line, in class-index order) for the label column.\n"
+    "--pretrained loads timm's weights of --model (its default tag, or name one: resnet50.a1_in1k) from\n"
+    "the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-validate */
@@ -336,15 +338,16 @@ static int infer(const Args *a, CtErr *err)
     EvalSession s;
     if (a->class_map && !(names = cli_read_lines("--class-map", a->class_map, &nnames, err)))
         return -1;
-    if (eval_open(&s, prog, m, &a->u, err)) {
+    if (eval_open(&s, prog, a->model, &a->u, err)) {
         if (names)
             cli_free_lines(names, nnames);
         return -1;
     }
     int classes = s.classes;
     printf("classes: %d (%s)\n", classes, s.classes_from);
-    if (!a->u.checkpoint)
-        fprintf(stderr, "%s: no --checkpoint: predicting with the model's initial weights (seed 0)\n", prog);
+    if (!a->u.checkpoint && !a->u.pretrained)
+        fprintf(stderr, "%s: no --checkpoint nor --pretrained: predicting with the model's initial weights (seed 0)\n",
+                prog);
     size_t nimg = dataset_len(s.ds), nb = s.nbatches;
     p.k = a->topk ? (a->topk < classes ? a->topk : classes) : classes;
     p.nimg = (int)nimg;

@@ -54,9 +54,11 @@ static const char *const usage =
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
+    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 3]\n"
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
-    "                   [--model-ema-warmup]\n"
+    "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
+    "                   [--layer-decay-no-opt-scale S]\n"
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
@@ -66,7 +68,12 @@ static const char *const usage =
     "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
-    "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n";
+    "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n"
+    "--pretrained loads timm's weights of --model (resnet50: its default tag, resnet50.a1_in1k; or name\n"
+    "the tag) from the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub),\n"
+    "never from the network: `huggingface-cli download timm/resnet50.a1_in1k` fetches them. Another\n"
+    "--num-classes gets a new classifier, another --img-size a resampled ViT position embedding.\n"
+    "--pretrained-path FILE loads a weights file instead (with a new classifier always, as train.py).\n";
 
 /* Scheduler flags, long only. */
 enum {
@@ -91,11 +98,17 @@ enum {
 /* AMP, BCE, recovery and start-epoch flags, long only. */
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
 
+/* Pretrained weights flags, long only. */
+enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS };
+
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
 
 /* Gradient clipping and model EMA flags, long only. */
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
+
+/* Layer-wise lr decay flags, long only. */
+enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -153,6 +166,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"lr-cycle-limit", 1, 0, OPT_CYCLE_LIMIT}, {"lr-k-decay", 1, 0, OPT_K_DECAY},
         {"clip-grad", 1, 0, OPT_CLIP_GRAD}, {"clip-mode", 1, 0, OPT_CLIP_MODE}, {"model-ema", 0, 0, OPT_MODEL_EMA},
         {"model-ema-decay", 1, 0, OPT_MODEL_EMA_DECAY}, {"model-ema-warmup", 0, 0, OPT_MODEL_EMA_WARMUP},
+        {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
+        {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
         {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
@@ -169,7 +184,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
         {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
-        {"dist-timeout", 1, 0, OPT_DIST_TIMEOUT},
+        {"dist-timeout", 1, 0, OPT_DIST_TIMEOUT}, {"pretrained", 0, 0, OPT_PRETRAINED},
+        {"pretrained-path", 1, 0, OPT_PRETRAINED_PATH}, {"in-chans", 1, 0, OPT_IN_CHANS},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -261,6 +277,16 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             }
             break;
         case OPT_CLIP_MODE: a->clip_mode = optarg; break;
+        case OPT_LAYER_DECAY:
+            if (!(bad = parse_double("layer-decay", optarg, &a->layer_decay)) && a->layer_decay < 0) {
+                fprintf(stderr, "%s: --layer-decay must not be negative\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_LAYER_DECAY_MIN: bad = parse_double("layer-decay-min-scale", optarg, &a->layer_decay_min_scale); break;
+        case OPT_LAYER_DECAY_NO_OPT:
+            bad = parse_double("layer-decay-no-opt-scale", optarg, &a->layer_decay_no_opt_scale);
+            break;
         case OPT_MODEL_EMA: a->model_ema = 1; break;
         case OPT_MODEL_EMA_WARMUP: a->model_ema_warmup = 1; break;
         case OPT_MODEL_EMA_DECAY:
@@ -351,6 +377,9 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_DIST_BN: a->dist_bn = optarg; break;
         case OPT_DIST_CHECK: a->dist_check_params = 1; break;
         case OPT_SYNC_BN: a->sync_bn = 1; break;
+        case OPT_PRETRAINED: a->pretrained = 1; break;
+        case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
+        case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -363,7 +392,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
     }
     /* train.py's '' means not given for these: their default, read as false */
     const char **unset_if_empty[] = {&a->data_dir, &a->dataset, &a->class_map, &a->interpolation, &a->lr_base_scale,
-                                     &a->experiment, &a->output, &a->resume, &a->initial_checkpoint};
+                                     &a->experiment, &a->output, &a->resume, &a->initial_checkpoint,
+                                     &a->pretrained_path};
     for (size_t i = 0; i < sizeof unset_if_empty / sizeof *unset_if_empty; i++)
         if (*unset_if_empty[i] && !**unset_if_empty[i])
             *unset_if_empty[i] = NULL;

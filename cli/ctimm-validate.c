@@ -33,7 +33,8 @@ static const char *const prog = "ctimm-validate";
 static const char *const usage =
     "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--split validation]\n"
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
-    "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--num-classes N] [--img-size N]\n"
+    "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--pretrained] [--num-classes N]\n"
+    "                      [--img-size N]"
     "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
@@ -42,7 +43,10 @@ static const char *const usage =
     "With no DATA_DIR it validates on the embedded shapes dataset's val split.\n"
     "--checkpoint takes a ctimm or timm safetensors state_dict, or a PyTorch .pth/.pth.tar/.bin\n"
     "(a state_dict or timm's train.py checkpoint); --use-ema takes the model EMA from a\n"
-    "ctimm-train checkpoint's .state file or a train.py checkpoint's state_dict_ema.\n";
+    "ctimm-train checkpoint's .state file or a train.py checkpoint's state_dict_ema.\n"
+    "--pretrained loads timm's weights of --model (its default tag, or name one: resnet50.a1_in1k) from\n"
+    "the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), with\n"
+    "their config.json's data config; ctimm never downloads (huggingface-cli download timm/NAME.TAG).\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
@@ -147,12 +151,10 @@ static int load_ema(const char *ckpt, CtState *s, CtErr *err)
 /* validate() of validate.py for one model. */
 static int validate_one(const Args *a, const char *model_name, Result *res, CtErr *err)
 {
-    const ModelEntry *m = model_find(model_name);
-    if (!m)
-        return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model_name);
     EvalSession s;
-    if (eval_open(&s, prog, m, &a->u, err))
+    if (eval_open(&s, prog, model_name, &a->u, err))
         return -1;
+    const ModelEntry *m = s.m;
     int rc = -1, *valid = NULL, nvalid = 0;
     Progress bar = {0};
     RealLabels real = {0};
@@ -174,8 +176,8 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
     res->param_count = (double)graph_param_count(&s.g) / 1e6;
     printf("Model %s created, param count: %lld; classes: %d (%s)\n", m->name, (long long)graph_param_count(&s.g),
            s.classes, s.classes_from);
-    if (!a->u.checkpoint)
-        printf("No --checkpoint: validating the model's initial weights (seed 0)\n");
+    if (!a->u.checkpoint && !a->u.pretrained)
+        printf("No --checkpoint nor --pretrained: validating the model's initial weights (seed 0)\n");
     printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
            dataset_len(s.ds), folder_classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
            s.amp == CT_F32 ? "" : s.amp == CT_F16 ? ", amp float16" : ", amp bfloat16");

@@ -20,7 +20,8 @@ static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u
         return;
     }
     s->classes = m->cfg.num_classes;
-    snprintf(s->classes_from, sizeof s->classes_from, "the model's default");
+    snprintf(s->classes_from, sizeof s->classes_from, "%s",
+             s->pre.config[0] ? "the pretrained weights' config.json" : "the model's default");
     if (!ck)
         return;
     char name[80];
@@ -33,10 +34,15 @@ static void pick_classes(EvalSession *s, const ModelEntry *m, const EvalSetup *u
     }
 }
 
-int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalSetup *u, CtErr *err)
+int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSetup *u, CtErr *err)
 {
     memset(s, 0, sizeof *s);
-    s->m = m;
+    const ModelEntry *m = model_find(model);
+    if (!m)
+        return ct_fail(err, "unknown model '%s' (ctimm-compile --list-models lists them)", model);
+    if (pretrained_resolve(&s->pre, m, model, u->pretrained ? PRETRAINED_HUB : PRETRAINED_NONE, NULL, err))
+        return -1;
+    s->m = m = &s->pre.m;
     s->batch = u->batch_size;
     if (!(s->be = cli_backend(prog, u->device, err)))
         return -1;
@@ -87,7 +93,10 @@ int eval_open(EvalSession *s, const char *prog, const ModelEntry *m, const EvalS
     if (!rc) {
         state_create(&s->st, &s->g);
         state_init(&s->st, 0);
-        if (u->checkpoint && state_load(&s->st, &ck, "", err))
+        if (u->pretrained && !(rc = pretrained_load(&s->pre, &s->st, s->classes, err)))
+            for (int k = 0; k < s->pre.nlog; k++)
+                printf("%s\n", s->pre.log[k]);
+        if (!rc && u->checkpoint && state_load(&s->st, &ck, "", err))
             rc = ct_failctx(err, "--checkpoint: %s", u->checkpoint);
     }
     if (u->checkpoint)
@@ -165,6 +174,14 @@ int eval_option(const char *prog, int c, int argc, char **argv, EvalSetup *u, in
     case EVAL_O_AMP_DTYPE: u->amp_dtype = optarg; break;
     case EVAL_O_CL: u->channels_last = 1; break;
     case EVAL_O_DEVICE: u->device = optarg; break;
+    case EVAL_O_PRETRAINED: u->pretrained = 1; break;
+    case EVAL_O_IN_CHANS: /* validate.py's and inference.py's flag: only the value ctimm's models take */
+        if (strcmp(optarg, "3")) {
+            fprintf(stderr, "%s: --in-chans %s: ctimm's models and data loader take 3-channel (RGB) images only\n",
+                    prog, optarg);
+            *bad = 1;
+        }
+        break;
     default: return 0;
     }
     return 1;

@@ -11,6 +11,7 @@
  * zero bias (head_init_scale is 1 for every model here), LayerNorm weight 1 /
  * bias 0, layer scale gamma = ls_init_value 1e-6.
  */
+#include "models/layer_groups.h"
 #include "models/registry.h"
 
 typedef struct ConvNeXtArch {
@@ -116,11 +117,11 @@ static ValueId build_convnext(Builder *b, const ModelEntry *m, const ModelArgs *
     return head(b, c, x, model_num_classes(m, a), a->drop_rate);
 }
 
-#define CONVNEXT_CFG(size, crop, m0, m1, m2, s0, s1, s2)                                                       \
-    {.input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2}, .crop_pct = crop,               \
-     .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000, .first_conv = "stem.0",           \
-     .classifier = "head.fc"}
-#define IMAGENET(crop) CONVNEXT_CFG(224, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+#define CONVNEXT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                 \
+    {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
+     .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
+     .first_conv = "stem.0", .classifier = "head.fc"}
+#define IMAGENET(tag, crop) CONVNEXT_CFG(tag, 224, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
 
 static const ConvNeXtArch tiny = {{3, 3, 9, 3}, {96, 192, 384, 768}, 1e-6, 0};
 static const ConvNeXtArch small = {{3, 3, 27, 3}, {96, 192, 384, 768}, 1e-6, 0};
@@ -130,10 +131,20 @@ static const ConvNeXtArch ctest = {{1, 2, 4, 2}, {24, 32, 48, 64}, 1e-5, 1};
 /* ConvNeXt defines no no_weight_decay(): gamma, norms and biases are exempt
  * by timm's ndim <= 1 / ".bias" rule alone. */
 static const ModelEntry entries[] = {
-    {"convnext_base", build_convnext, &base, IMAGENET(0.875), NULL},
-    {"convnext_small", build_convnext, &small, IMAGENET(0.95), NULL},
-    {"convnext_tiny", build_convnext, &tiny, IMAGENET(0.95), NULL},
-    {"test_convnext", build_convnext, &ctest, CONVNEXT_CFG(160, 0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), NULL},
+    {"convnext_base", build_convnext, &base, IMAGENET("fb_in22k_ft_in1k", 0.875), NULL},
+    {"convnext_small", build_convnext, &small, IMAGENET("in12k_ft_in1k", 0.95), NULL},
+    {"convnext_tiny", build_convnext, &tiny, IMAGENET("in12k_ft_in1k", 0.95), NULL},
+    {"test_convnext", build_convnext, &ctest, CONVNEXT_CFG("r160_in1k", 160, 0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), NULL},
 };
 
-const ModelFamily convnext_family = {entries, sizeof entries / sizeof entries[0]};
+/* ConvNeXt.group_matcher(coarse=False): a stage's downsample shares its
+ * first block's layer */
+static const GroupRule groups[] = {
+    {"^stem", 0, LG_NO_SUFFIX},
+    {"^stages\\.([0-9]+)\\.downsample", 1, 0},
+    {"^stages\\.([0-9]+)\\.blocks\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {"^norm_pre", 1, LG_MATCH_PREV},
+    {NULL, 0, 0},
+};
+
+const ModelFamily convnext_family = {entries, sizeof entries / sizeof entries[0], groups};

@@ -6,6 +6,7 @@
  * _init_weight_goog (see efficientnet_builder.h).
  */
 #include "models/efficientnet_builder.h"
+#include "models/layer_groups.h"
 #include "models/registry.h"
 
 typedef struct EffNetArch {
@@ -54,19 +55,28 @@ static const EbArchDef test_def = {5,
 static const EffNetArch b0 = EFFNET(1.0, 1.0), b1 = EFFNET(1.0, 1.1), b2 = EFFNET(1.1, 1.2), b3 = EFFNET(1.2, 1.4);
 static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, EB_ACT_SILU};
 
-#define EFFNET_CFG(size, crop, m0, m1, m2, s0, s1, s2)                                                          \
-    {.input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2}, .crop_pct = crop,               \
-     .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000, .first_conv = "conv_stem",        \
-     .classifier = "classifier"}
-#define IMAGENET(size, crop) EFFNET_CFG(size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
-#define INCEPTION(size, crop) EFFNET_CFG(size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
+#define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                   \
+    {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
+     .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
+     .first_conv = "conv_stem", .classifier = "classifier"}
+#define IMAGENET(tag, size, crop) EFFNET_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+#define INCEPTION(tag, size, crop) EFFNET_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
 
 static const ModelEntry entries[] = {
-    {"efficientnet_b0", build_efficientnet, &b0, IMAGENET(224, 0.875), NULL},
-    {"efficientnet_b1", build_efficientnet, &b1, INCEPTION(240, 0.9), NULL},
-    {"efficientnet_b2", build_efficientnet, &b2, IMAGENET(256, 0.875), NULL},
-    {"efficientnet_b3", build_efficientnet, &b3, IMAGENET(288, 0.875), NULL},
-    {"test_efficientnet", build_efficientnet, &etest, IMAGENET(160, 0.95), NULL},
+    {"efficientnet_b0", build_efficientnet, &b0, IMAGENET("ra_in1k", 224, 0.875), NULL},
+    {"efficientnet_b1", build_efficientnet, &b1, INCEPTION("ra4_e3600_r240_in1k", 240, 0.9), NULL},
+    {"efficientnet_b2", build_efficientnet, &b2, IMAGENET("ra_in1k", 256, 0.875), NULL},
+    {"efficientnet_b3", build_efficientnet, &b3, IMAGENET("ra2_in1k", 288, 0.875), NULL},
+    {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95), NULL},
 };
 
-const ModelFamily efficientnet_family = {entries, sizeof entries / sizeof entries[0]};
+/* EfficientNet.group_matcher(coarse=False): the head conv joins the last
+ * block */
+static const GroupRule groups[] = {
+    {"^conv_stem|bn1", 0, LG_NO_SUFFIX},
+    {"^blocks\\.([0-9]+)\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {"conv_head|bn2", 1, LG_MATCH_PREV},
+    {NULL, 0, 0},
+};
+
+const ModelFamily efficientnet_family = {entries, sizeof entries / sizeof entries[0], groups};

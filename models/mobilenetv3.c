@@ -7,6 +7,7 @@
  * dropout, classifier. Init is _init_weight_goog (see efficientnet_builder.h).
  */
 #include "models/efficientnet_builder.h"
+#include "models/layer_groups.h"
 #include "models/registry.h"
 
 typedef struct MobileNetV3Arch {
@@ -58,14 +59,21 @@ static const EbArchDef small_def = {6,
 
 static const MobileNetV3Arch large100 = {&large_def, 1.0, 1280}, small100 = {&small_def, 1.0, 1024};
 
-#define MNV3_CFG                                                                                               \
-    {.input_size = {3, 224, 224}, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225}, .crop_pct = 0.875, \
-     .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000, .first_conv = "conv_stem",        \
-     .classifier = "classifier"}
+#define MNV3_CFG(tag_)                                                                                         \
+    {.tag = tag_, .input_size = {3, 224, 224}, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225},    \
+     .crop_pct = 0.875, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                \
+     .first_conv = "conv_stem", .classifier = "classifier"}
 
 static const ModelEntry entries[] = {
-    {"mobilenetv3_large_100", build_mobilenetv3, &large100, MNV3_CFG, NULL},
-    {"mobilenetv3_small_100", build_mobilenetv3, &small100, MNV3_CFG, NULL},
+    {"mobilenetv3_large_100", build_mobilenetv3, &large100, MNV3_CFG("ra_in1k"), NULL},
+    {"mobilenetv3_small_100", build_mobilenetv3, &small100, MNV3_CFG("lamb_in1k"), NULL},
 };
 
-const ModelFamily mobilenetv3_family = {entries, sizeof entries / sizeof entries[0]};
+/* MobileNetV3.group_matcher(coarse=False) */
+static const GroupRule groups[] = {
+    {"^conv_stem|bn1", 0, LG_NO_SUFFIX},
+    {"^blocks\\.([0-9]+)\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {NULL, 0, 0},
+};
+
+const ModelFamily mobilenetv3_family = {entries, sizeof entries / sizeof entries[0], groups};

@@ -9,11 +9,28 @@ enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 const ModelEntry *model_find(const char *name)
 {
+    size_t n = strcspn(name, ".");
     for (int f = 0; f < NFAMILIES; f++)
         for (int i = 0; i < families[f]->n; i++)
-            if (strcmp(families[f]->entries[i].name, name) == 0)
+            if (strlen(families[f]->entries[i].name) == n && strncmp(families[f]->entries[i].name, name, n) == 0)
                 return &families[f]->entries[i];
     return NULL;
+}
+
+const ModelFamily *model_family(const ModelEntry *m)
+{
+    for (int f = 0; f < NFAMILIES; f++)
+        for (int i = 0; i < families[f]->n; i++)
+            if (!strcmp(families[f]->entries[i].name, m->name))
+                return families[f];
+    CT_ASSERT(!"a registered model");
+    return NULL;
+}
+
+const char *model_tag(const char *name)
+{
+    const char *dot = strchr(name, '.');
+    return dot ? dot + 1 : NULL;
 }
 
 static int by_name(const void *a, const void *b)

@@ -8,8 +8,11 @@
 
 #include "frontend/builder.h"
 
-/* timm's pretrained/default cfg of a model. */
+/* timm's pretrained/default cfg of a model: its default pretrained tag's
+ * (timm.models.get_pretrained_cfg(name)), whose weights are timm/<name>.<tag>
+ * on the Hugging Face hub (train/pretrained.h). */
 typedef struct ModelCfg {
+    const char *tag;
     int input_size[3];
     double mean[3], std[3];
     double crop_pct;
@@ -42,11 +45,19 @@ typedef struct ModelEntry {
 typedef struct ModelFamily {
     const ModelEntry *entries;
     int n;
+    /* the class's group_matcher(coarse=False) (models/layer_groups.h) */
+    const struct GroupRule *group_matcher;
 } ModelFamily;
 
 extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family;
 
+/* The model of name, or NULL. timm's "arch.tag" names (resnet50.a1_in1k)
+ * find arch's: the tag picks pretrained weights (model_tag), not a model. */
 const ModelEntry *model_find(const char *name);
+/* The family of m (or of a copy of m: by name). */
+const ModelFamily *model_family(const ModelEntry *m);
+/* The tag of an "arch.tag" name (what follows the first '.'), or NULL. */
+const char *model_tag(const char *name);
 /* Calls fn for every model whose name contains `filter` (all when NULL),
  * in name order. Returns the number listed. */
 int model_list(const char *filter, void (*fn)(const ModelEntry *m, void *ctx), void *ctx);

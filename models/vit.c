@@ -8,6 +8,7 @@
  */
 #include <math.h>
 
+#include "models/layer_groups.h"
 #include "models/registry.h"
 
 typedef struct VitArch {
@@ -98,23 +99,31 @@ static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, Va
 
 static const char *const vit_no_wd[] = {"cls_token", "dist_token", "pos_embed", "reg_token", NULL};
 
-#define VIT_CFG(size, crop, m0, m1, m2, s0, s1, s2)                                                             \
-    {.input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2}, .crop_pct = crop,               \
-     .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000, .first_conv = "patch_embed.proj", \
-     .classifier = "head", .fixed_input_size = 1}
-#define INCEPTION(size, crop) VIT_CFG(size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
-#define IMAGENET(size, crop) VIT_CFG(size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+#define VIT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                      \
+    {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
+     .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
+     .first_conv = "patch_embed.proj", .classifier = "head", .fixed_input_size = 1}
+#define INCEPTION(tag, size, crop) VIT_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
+#define IMAGENET(tag, size, crop) VIT_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
 
 static const VitArch tiny16 = {16, 192, 12, 3, 4}, small16 = {16, 384, 12, 6, 4}, base16 = {16, 768, 12, 12, 4};
 static const VitArch base32 = {32, 768, 12, 12, 4}, vtest = {16, 64, 6, 2, 3};
 
 static const ModelEntry entries[] = {
-    {"deit_tiny_patch16_224", build_vit, &tiny16, IMAGENET(224, 0.9), vit_no_wd},
-    {"test_vit", build_vit, &vtest, INCEPTION(160, 0.95), vit_no_wd},
-    {"vit_base_patch16_224", build_vit, &base16, INCEPTION(224, 0.9), vit_no_wd},
-    {"vit_base_patch32_384", build_vit, &base32, INCEPTION(384, 1.0), vit_no_wd},
-    {"vit_small_patch16_224", build_vit, &small16, INCEPTION(224, 0.9), vit_no_wd},
-    {"vit_tiny_patch16_224", build_vit, &tiny16, INCEPTION(224, 0.9), vit_no_wd},
+    {"deit_tiny_patch16_224", build_vit, &tiny16, IMAGENET("fb_in1k", 224, 0.9), vit_no_wd},
+    {"test_vit", build_vit, &vtest, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
+    {"vit_base_patch16_224", build_vit, &base16, INCEPTION("augreg2_in21k_ft_in1k", 224, 0.9), vit_no_wd},
+    {"vit_base_patch32_384", build_vit, &base32, INCEPTION("augreg_in21k_ft_in1k", 384, 1.0), vit_no_wd},
+    {"vit_small_patch16_224", build_vit, &small16, INCEPTION("augreg_in21k_ft_in1k", 224, 0.9), vit_no_wd},
+    {"vit_tiny_patch16_224", build_vit, &tiny16, INCEPTION("augreg_in21k_ft_in1k", 224, 0.9), vit_no_wd},
 };
 
-const ModelFamily vit_family = {entries, sizeof entries / sizeof entries[0]};
+/* VisionTransformer.group_matcher: the final norm joins the last block */
+static const GroupRule groups[] = {
+    {"^cls_token|reg_token|pos_embed|patch_embed", 0, LG_NO_SUFFIX},
+    {"^blocks\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {"^norm", 1, LG_MATCH_PREV},
+    {NULL, 0, 0},
+};
+
+const ModelFamily vit_family = {entries, sizeof entries / sizeof entries[0], groups};

@@ -62,6 +62,13 @@ typedef struct OptimSpec {
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
+    /* --layer-decay (timm's param_groups_layer_decay): param k's lr is
+     * lr * lr_scale[k], k over every param in state_dict order (n_lr_scale
+     * of them); NULL: 1. A param whose scale is below no_opt_scale (when > 0)
+     * is frozen (requires_grad False): no gradient, update or state. */
+    const double *lr_scale;
+    int n_lr_scale;
+    double no_opt_scale;
     /* f16 training: a step whose gradients are not all finite changes
      * nothing (GradScaler's skip); TrainStep.finite says which it was */
     int skip_nonfinite;
@@ -109,7 +116,7 @@ typedef struct TrainStep {
     ValueId grad_norm_sq; /* with CT_CLIP_NORM: a graph output, the total squared gradient norm */
     ValueId ema_decay;    /* with model_ema: the input, the decay of this step (0: copy) */
     int nparams;
-    ValueId *params, *grads; /* parallel, in state_dict order; owned here */
+    ValueId *params, *grads; /* parallel, the trained params in state_dict order; owned here */
 } TrainStep;
 
 int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const OptimSpec *opt, TrainStep *out,

@@ -240,6 +240,53 @@ static ValueId add_clip(Emitter *e, const OptimSpec *o, const ValueId *params, c
     return total;
 }
 
+/* lr * scale: lr itself for 1, else one scalar node per distinct scale
+ * (seen[0..*nseen) with their nodes), so updates sharing a scale still
+ * batch into one launch (OpDef.batch_from compares the lr input). */
+static ValueId scaled_lr(Emitter *e, ValueId lr, double scale, double *seen, ValueId *nodes, int *nseen)
+{
+    if (scale == 1)
+        return lr;
+    for (int k = 0; k < *nseen; k++)
+        if (seen[k] == scale)
+            return nodes[k];
+    seen[*nseen] = scale;
+    return nodes[(*nseen)++] = emit(e, CT_OP_scale_shift, 1, &lr, NULL, 0, (double[]){scale, 0}, 2, 0);
+}
+
+/* out->params: the params of g the step trains, in state_dict order (those
+ * --layer-decay-no-opt-scale freezes left out), scale[k] the lr scale of
+ * out->params[k]; all[0..*nall) every param. */
+static int pick_params(const Graph *g, const OptimSpec *o, TrainStep *out, ValueId **all, int *nall, double **scale,
+                       CtErr *err)
+{
+    int n = 0;
+    for (int k = 0; k < g->nstate; k++)
+        n += g->values[g->state[k]].role == CT_ROLE_PARAM;
+    *nall = n;
+    if (o->lr_scale && o->n_lr_scale != n)
+        return ct_fail(err, "train step: %d layer-decay lr scales for %d params", o->n_lr_scale, n);
+    out->params = malloc(sizeof *out->params * (size_t)(n + 1));
+    out->grads = malloc(sizeof *out->grads * (size_t)(n + 1));
+    *all = malloc(sizeof **all * (size_t)(n + 1));
+    *scale = malloc(sizeof **scale * (size_t)(n + 1));
+    CT_ASSERT(out->params && out->grads && *all && *scale);
+    for (int k = 0, i = 0; k < g->nstate; k++) {
+        if (g->values[g->state[k]].role != CT_ROLE_PARAM)
+            continue;
+        double sc = o->lr_scale ? o->lr_scale[i] : 1;
+        (*all)[i++] = g->state[k];
+        if (o->no_opt_scale > 0 && sc < o->no_opt_scale)
+            continue;
+        (*scale)[out->nparams] = sc;
+        out->params[out->nparams++] = g->state[k];
+    }
+    if (n > 0 && out->nparams == 0)
+        return ct_fail(err, "train step: every param's layer-decay lr scale is below --layer-decay-no-opt-scale %g",
+                       o->no_opt_scale);
+    return 0;
+}
+
 /* ModelEmaV3.apply_update_: for every param (new value fresh[k]) and buffer
  * (its value after the forward's assign), state "ema.<name>" and its
  * assign: float ema * decay + new * (1 - decay), integer ones copied. */
@@ -301,14 +348,11 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         return *err = e.err, -1;
     graph_mark_output(g, out->loss);
 
-    for (int k = 0; k < g->nstate; k++)
-        out->nparams += g->values[g->state[k]].role == CT_ROLE_PARAM;
-    out->params = malloc(sizeof *out->params * (size_t)(out->nparams + 1));
-    out->grads = malloc(sizeof *out->grads * (size_t)(out->nparams + 1));
-    CT_ASSERT(out->params && out->grads);
-    for (int k = 0, j = 0; k < g->nstate; k++)
-        if (g->values[g->state[k]].role == CT_ROLE_PARAM)
-            out->params[j++] = g->state[k];
+    ValueId *all = NULL;
+    double *scale = NULL;
+    int nall;
+    if (pick_params(g, opt, out, &all, &nall, &scale, err))
+        goto fail;
     for (int i = 0; i < g->nnodes && opt->sync_bn; i++)
         if (g->nodes[i].op == CT_OP_batch_norm && g->nodes[i].iattr[0])
             g->nodes[i].iattr[1] = 1;
@@ -331,7 +375,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int k = 0; k < out->nparams; k++)
         graph_mark_output(g, out->grads[k]);
     if (opt->kind == CT_OPT_NONE)
-        return 0;
+        goto done;
 
     /* Optimizer state follows the params and buffers in g->state. */
     int nmodel = g->nstate;
@@ -358,21 +402,34 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
             graph_mark_output(g, apply);
         out->finite = apply;
     }
-    ValueId *upd = malloc(sizeof *upd * (size_t)(2 * out->nparams + 1)), *fresh = upd + out->nparams;
-    CT_ASSERT(upd != NULL);
+    /* upd: the clipped gradients; fresh: every param's value after the step;
+     * lrs: the scaled lr nodes */
+    ValueId *upd = malloc(sizeof *upd * (size_t)(2 * out->nparams + nall + 1)), *fresh = upd + out->nparams;
+    ValueId *lrs = fresh + nall;
+    double *seen = malloc(sizeof *seen * (size_t)(out->nparams + 1));
+    CT_ASSERT(upd != NULL && seen != NULL);
+    int nseen = 0;
     e.scope = "clip";
     out->grad_norm_sq = add_clip(&e, opt, out->params, out->grads, out->nparams, upd);
     if (out->grad_norm_sq >= 0)
         graph_mark_output(g, out->grad_norm_sq);
     e.scope = "optimizer";
     ValueId clip = kind_op.clip ? add_grad_norm_sq(&e, upd, out->nparams, opt->max_grad_norm) : -1;
-    for (int k = 0; k < out->nparams; k++)
-        fresh[k] = add_update(&e, out->params[k], upd[k], out->lr, step, clip, apply, opt, g->state, &g->nstate);
+    for (int i = 0, k = 0; i < nall; i++) {
+        if (k == out->nparams || out->params[k] != all[i]) {
+            fresh[i] = all[i]; /* frozen */
+            continue;
+        }
+        ValueId lr = scaled_lr(&e, out->lr, scale[k], seen, lrs, &nseen);
+        fresh[i] = add_update(&e, out->params[k], upd[k], lr, step, clip, apply, opt, g->state, &g->nstate);
+        k++;
+    }
     if (out->ema_decay >= 0) {
         e.scope = "ema";
         add_ema(&e, out, fresh, nmodel, g->state, &g->nstate);
     }
     free(upd);
+    free(seen);
     if (step >= 0) {
         ValueId next = apply < 0 ? emit(&e, CT_OP_scale_shift, 1, &step, NULL, 0, (double[]){1, 1}, 2, 0)
                                  : emit(&e, CT_OP_add, 2, (ValueId[]){step, emit(&e, CT_OP_cast, 1, &apply,
@@ -387,8 +444,13 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     schedule_assigns_last(g);
     if (graph_verify(g, err))
         goto fail;
+done:
+    free(all);
+    free(scale);
     return 0;
 fail:
+    free(all);
+    free(scale);
     train_step_free(out);
     return -1;
 }

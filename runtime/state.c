@@ -115,14 +115,31 @@ static int in_part(const StateEntry *e, int model, int optim)
 /* A model EMA's copy ("ema.*"): optional in a training-state file. */
 static int is_ema(const char *name) { return strncmp(name, "ema.", 4) == 0; }
 
+/* BatchNorm's step counter: torch's BatchNorm fills it in when a
+ * state_dict lacks it (hub weights often do), so a model file may too. */
+static int is_batch_count(const StateEntry *e)
+{
+    size_t n = strlen(e->name), k = strlen("num_batches_tracked");
+    return e->role == CT_ROLE_BUFFER && n >= k && strcmp(e->name + n - k, "num_batches_tracked") == 0 &&
+           (n == k || e->name[n - k - 1] == '.');
+}
+
+static int in_list(const char *name, const char *const *list)
+{
+    for (int k = 0; list && list[k]; k++)
+        if (strcmp(name, list[k]) == 0)
+            return 1;
+    return 0;
+}
+
 static int load_part(CtState *s, const StFile *f, const char *prefix, int model, int optim, int *ema_missing,
-                     CtErr *err)
+                     const char *const *keep, CtErr *err)
 {
     size_t plen = strlen(prefix);
     char name[600], a[96], b[96];
     for (int i = 0; i < s->n; i++) {
         StateEntry *e = &s->e[i];
-        if (!in_part(e, model, optim))
+        if (!in_part(e, model, optim) || in_list(e->name, keep))
             continue;
         snprintf(name, sizeof name, "%s%s", prefix, e->name);
         const StTensor *t = st_find(f, name);
@@ -130,6 +147,8 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
             *ema_missing = 1;
             continue;
         }
+        if (!t && model && is_batch_count(e))
+            continue;
         if (!t)
             return ct_fail(err, "'%s' is missing from the file", name);
         CtShape ts = shape_make(t->ndim, t->shape);
@@ -146,7 +165,7 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
         if (strncmp(n, prefix, plen) != 0 || (!model && !optim && strncmp(n + plen, "optim.", 6) == 0))
             continue;
         int i = state_find(s, n + plen);
-        if (i < 0 && ema_missing && is_ema(n + plen))
+        if ((i < 0 && ema_missing && is_ema(n + plen)) || in_list(n + plen, keep))
             continue;
         if (i < 0 || !in_part(&s->e[i], model, 1))
             return ct_fail(err, "'%s' in the file is not part of the %s", n, model ? "model" : "training state");
@@ -156,13 +175,18 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
 
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err)
 {
-    return load_part(s, f, prefix, 1, 0, NULL, err);
+    return load_part(s, f, prefix, 1, 0, NULL, NULL, err);
+}
+
+int state_load_keeping(CtState *s, const StFile *f, const char *const *keep, CtErr *err)
+{
+    return load_part(s, f, "", 1, 0, NULL, keep, err);
 }
 
 int state_load_training(CtState *s, const StFile *f, int optim, int *ema_missing, CtErr *err)
 {
     *ema_missing = 0;
-    return load_part(s, f, "", 0, optim, ema_missing, err);
+    return load_part(s, f, "", 0, optim, ema_missing, NULL, err);
 }
 
 static int save_part(const CtState *s, int model, const char *path, const char *const *meta_keys,

@@ -38,8 +38,14 @@ void state_init(CtState *s, uint64_t seed);
 
 /* Loads every param and buffer from tensors named prefix+name (optimizer
  * state is left as it is). A missing, extra (under the prefix) or
- * mis-shaped tensor is an error naming it. */
+ * mis-shaped tensor is an error naming it; but a missing BatchNorm
+ * num_batches_tracked, which torch's load_state_dict fills in, keeps its
+ * value. */
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
+/* state_load (no prefix) but for the entries named in keep (NULL-ended),
+ * which keep their values whether the file has them or not: a model adapted
+ * as it loads (timm's load_pretrained drops a classifier it re-initialises). */
+int state_load_keeping(CtState *s, const StFile *f, const char *const *keep, CtErr *err);
 
 /* Writes the params and buffers as a safetensors checkpoint under their
  * state_dict names (timm's torch.load_state_dict / safetensors.torch.load_file

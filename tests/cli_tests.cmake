@@ -132,7 +132,9 @@ foreach(bad "mean|--mean expects numbers, not 'nan'|--mean nan"
             "scale|--scale 2 1: needs 0 <= MIN <= MAX|--scale 2 1"
             "aa|--aa bogus: auto_augment 'bogus': unknown policy|--aa bogus"
             "lr|--lr -0.1: must be >= 0|--lr -0.1"
-            "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5")
+            "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5"
+            "layer_decay|--layer-decay must not be negative|--layer-decay -0.5"
+            "layer_decay_min|--layer-decay-min-scale -1: must be >= 0|--layer-decay-min-scale -1")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 pattern)
@@ -145,6 +147,15 @@ add_test(NAME train_refuses_fewer_classes COMMAND ${FAIL} "has 10 classes but --
   ${CMAKE_BINARY_DIR}/ctimm-train --num-classes 4 --img-size 32 --epochs 1)
 set_tests_properties(train_refuses_fewer_classes PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# --layer-decay on test_vit: timm's 8 layer groups (stem, 6 blocks, head), the
+# 16 params of the stem and block 0 below the no-opt scale left untrained.
+add_test(NAME train_layer_decay COMMAND sh -c
+  "rm -rf ld-out && ${CMAKE_BINARY_DIR}/ctimm-train --model test_vit --epochs 1 -b 16 --img-size 32 --lr 0.1 -j 2 \
+   --log-interval 1000 --layer-decay 0.75 --layer-decay-no-opt-scale 0.2 --output ld-out")
+set_tests_properties(train_layer_decay PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+  PASS_REGULAR_EXPRESSION "Layer decay 0.75: 8 layer groups, lr scales 0.2373 to 1; 16 params below 0.2 not optimized")
 
 # ctimm-train checkpoints and --resume. Two epochs in one run equal one epoch,
 # then --resume for the second, bit for bit (cpu backend, one OpenBLAS thread,
@@ -552,6 +563,63 @@ add_test(NAME device_cuda_falls_back COMMAND sh -c
    grep -q 'ctimm-validate: --device cuda: .*; running on the cpu backend' cuda.err && grep -q 'backend cpu' cuda.log")
 set_tests_properties(device_cuda_falls_back PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# --pretrained (train/pretrained.h) from a Hugging Face cache made by hand
+# (ctimm-compile's initial weights as timm/<model>.<tag>'s model.safetensors):
+# ctimm-validate and ctimm-infer give what --checkpoint of the same file
+# gives; ctimm-train fine-tunes with a new classifier for the folder's
+# classes, a test_vit at 32 with its pos_embed resampled, from a -c config's
+# `pretrained: true` too; ctimm-bench loads them; train.py's
+# --pretrained-path reads a train.py .pth.tar; a missing cache says where it
+# looked and how to download. tests/test_pretrained.c holds the rest.
+set(PRE_HUB pre-hub/models--timm--test_resnet.r160_in1k/snapshots/r1)
+set(PRE_VIT pre-hub/models--timm--test_vit.r160_in1k/snapshots/r1)
+add_test(NAME pretrained_cli COMMAND sh -c
+  "rm -rf pre-hub pre-out && mkdir -p ${PRE_HUB} ${PRE_VIT} pre-out && \
+   ${COMPILE} --model test_resnet --save-weights ${PRE_HUB}/model.safetensors --seed 3 > /dev/null && \
+   ${COMPILE} --model test_vit --save-weights ${PRE_VIT}/model.safetensors --seed 4 > /dev/null && \
+   V='${VALIDATE} --img-size 32 -b 100' && \
+   I='${INFER} data/shapes-64/val --img-size 32 -b 100 --topk 3 --no-console-results' && \
+   $V --pretrained --results-file pre-out/v-pre.csv > pre-out/v.log && \
+   grep -q '^Loading pretrained weights from Hugging Face hub (timm/test_resnet.r160_in1k): .*/snapshots/r1/model.safetensors$' pre-out/v.log && \
+   $V --checkpoint ${PRE_HUB}/model.safetensors --results-file pre-out/v-ck.csv > /dev/null && \
+   cmp pre-out/v-pre.csv pre-out/v-ck.csv && \
+   $I --model test_resnet.r160_in1k --pretrained --results-file pre-out/i-pre.csv > /dev/null && \
+   $I --checkpoint ${PRE_HUB}/model.safetensors --results-file pre-out/i-ck.csv > /dev/null && \
+   cmp pre-out/i-pre.csv pre-out/i-ck.csv && \
+   ${TRAIN_SHORT} --epochs 1 --pretrained --output pre-out/t > pre-out/t.log && \
+   grep -q '^Re-initialised the classifier (fc.weight, fc.bias) for 10 classes: the pretrained weights are for 1000$' pre-out/t.log && \
+   printf 'model: test_vit\\npretrained: true\\nin_chans: 3\\n' > pre-out/vit.yaml && \
+   ${TRAIN_SHORT} -c pre-out/vit.yaml --epochs 1 --output pre-out/v > pre-out/tv.log && \
+   grep -q '^Resized position embedding: (10, 10) to (2, 2).$' pre-out/tv.log && \
+   ${BENCH} -m test_vit --pretrained --img-size 64 --bench inference -b 2 --num-warm-iter 0 --num-bench-iter 1 | \
+     grep -q '^Resized position embedding: (10, 10) to (4, 4).$' && \
+   ${TRAIN_SHORT} --epochs 1 --pretrained-path ${CMAKE_CURRENT_SOURCE_DIR}/data/torch/test_resnet_views.pth.tar \
+     --num-classes 12 --output pre-out/p > pre-out/p.log && \
+   grep -q '^Loading pretrained weights from file (.*test_resnet_views.pth.tar)$' pre-out/p.log && \
+   grep -q '^Re-initialised the classifier (fc.weight, fc.bias) for 12 classes, as train.py.s --pretrained-path' pre-out/p.log && \
+   HF_HUB_CACHE=/nonexistent/hub ${FAIL} '^ctimm-validate: test_resnet: --pretrained: timm/test_resnet.r160_in1k is not in the Hugging Face cache /nonexistent/hub .from .HF_HUB_CACHE.: it has no models--timm--test_resnet.r160_in1k. ctimm never downloads: .huggingface-cli download timm/test_resnet.r160_in1k. puts it there$' \
+     $V --pretrained")
+set_tests_properties(pretrained_cli PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;HF_HUB_CACHE=${CMAKE_CURRENT_BINARY_DIR}/pre-hub")
+add_test(NAME pretrained_refuses_other_tag COMMAND ${FAIL}
+  "--model resnet50.a1h_in1k: the tag names pretrained weights, whose data config comes from their config.json: add --pretrained"
+  ${TRAIN} --model resnet50.a1h_in1k)
+add_test(NAME pretrained_refuses_in_chans COMMAND sh -c
+  "${FAIL} '^ctimm-train: --in-chans 1: ctimm.s models and data loader take 3-channel .RGB. images only$' ${TRAIN} --in-chans 1 && \
+   ${FAIL} '^ctimm-infer: --in-chans 4: ctimm.s models and data loader take 3-channel' ${INFER} --in-chans 4")
+
+# ctimm against timm on pretrained weights: tools/make_pretrained_cache.py
+# makes a hub cache of timm's test_resnet and test_vit (random init) with
+# timm's logits and the states its create_model(pretrained=True,
+# num_classes=7, img_size=96) loads; test_pretrained compares. Skipped
+# (77) where timm is not importable ($CTIMM_TIMM_PYTHON, else
+# PYTHONPATH=/opt/timm /usr/bin/python3).
+add_test(NAME pretrained_timm COMMAND sh -c
+  "PY=\${CTIMM_TIMM_PYTHON:-'env PYTHONPATH=/opt/timm /usr/bin/python3'} && \
+   { $PY -c 'import timm' 2> /dev/null || { echo 'timm is not importable: skipped'; exit 77; }; } && \
+   $PY ${CMAKE_SOURCE_DIR}/tools/make_pretrained_cache.py pre-timm && $<TARGET_FILE:test_pretrained> pre-timm")
+set_tests_properties(pretrained_timm PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # ctimm-plot: a picture per run folder (a PNG of the asked size: IHDR, then
 # width and height big-endian at bytes 16-23), a comparison for several

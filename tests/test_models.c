@@ -6,6 +6,8 @@
  * BatchNorm2d, BatchNormAct2d) matched to the node with the same module scope, and the
  * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
+ * The registry's cfg is the record's pretrained_cfg: the default tag, its
+ * input size, mean, std, crop_pct, interpolation and classifier.
  * Only graphs are built; nothing executes.
  */
 #ifndef _POSIX_C_SOURCE
@@ -177,6 +179,31 @@ static void check_training(const char *model, const ModelEntry *m, const Graph *
     graph_free(&g);
 }
 
+/* m's cfg against timm's pretrained_cfg of its default tag. */
+static void check_cfg(const char *model, const ModelEntry *m, const cJSON *pc)
+{
+    const ModelCfg *c = &m->cfg;
+    const char *tag = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "tag"));
+    const char *interp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "interpolation"));
+    const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "classifier"));
+    const cJSON *crop = cJSON_GetObjectItemCaseSensitive(pc, "crop_pct");
+    CHECKF(tag && c->tag && !strcmp(tag, c->tag), "%s: tag %s, timm's default %s", model, c->tag ? c->tag : "none",
+           tag ? tag : "none");
+    CHECKF(interp && !strcmp(interp, c->interpolation), "%s: interpolation %s", model, c->interpolation);
+    CHECKF(cls && !strcmp(cls, c->classifier), "%s: classifier %s", model, c->classifier);
+    CHECKF(cJSON_IsNumber(crop) && crop->valuedouble == c->crop_pct, "%s: crop_pct %g", model, c->crop_pct);
+    const char *keys[] = {"input_size", "mean", "std"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(pc, keys[k]);
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = cJSON_GetArrayItem(a, i);
+            double have = k == 0 ? c->input_size[i] : k == 1 ? c->mean[i] : c->std[i];
+            CHECKF(cJSON_IsNumber(v) && fabs(v->valuedouble - have) < 1e-9, "%s: %s[%d] %g", model, keys[k], i,
+                   have);
+        }
+    }
+}
+
 static void check_model(const char *path, const char *file)
 {
     int before = check_failures;
@@ -208,6 +235,7 @@ static void check_model(const char *path, const char *file)
         cJSON_Delete(root);
         return;
     }
+    check_cfg(model, m, cJSON_GetObjectItemCaseSensitive(root, "pretrained_cfg"));
 
     ModelSpec spec = {.batch_size = 1, .training = 0, .args = model_args_default()};
     Graph g;

@@ -92,8 +92,8 @@ static void test_refusals(void)
 static void test_unimplemented(void)
 {
     const char *const fine[] = {
-        "aug_repeats: 0\n", "aug_repeats: 0.0\n", "kd_temperature: 4\n", "pretrained: false\n",
-        "pretrained: null\n", "torchcompile: null\n", "torchscript: false\n", "fuser: ''\n", "fuser:\n",
+        "aug_repeats: 0\n", "aug_repeats: 0.0\n", "kd_temperature: 4\n", "jsd_loss: false\n",
+        "jsd_loss: null\n", "torchcompile: null\n", "torchscript: false\n", "fuser: ''\n", "fuser:\n",
         "wandb_tags: []\n", "wandb_tags: null\n", "model_kwargs: {}\n", "local_rank: 0\n",
         "naflex_train_seq_lens: [128, 256, 576, 784, 1024]\n", "naflex_train_seq_lens: [128.0, 256, 576, 784, 1024]\n",
         "kd_distill_type: logit\n", "worker_seeding: all\n", "train_size_schedule: constant\n",
@@ -103,7 +103,7 @@ static void test_unimplemented(void)
         EXPECT(fine[i], "");
     REFUSED("aug_repeats: 3\n", "'aug_repeats: 3' (--aug-repeats) is not implemented in ctimm-train; train.py's "
                                 "default is 0");
-    REFUSED("pretrained: true\n", "'pretrained: true' (--pretrained) is not implemented");
+    REFUSED("jsd_loss: true\n", "'jsd_loss: true' (--jsd-loss) is not implemented");
     REFUSED("torchcompile: inductor\n", "'torchcompile: inductor' (--torchcompile)");
     REFUSED("fuser: te\n", "'fuser: te' (--fuser)");
     REFUSED("kd_distill_type: 'logits'\n", "'kd_distill_type: logits'");

@@ -14,7 +14,7 @@ TrainArgs train_args_default(void)
                        .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5,
                        .workers = 2, .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256,
                        .momentum = 0.9, .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1,
-                       .seed = 42, .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1,
+                       .seed = 42, .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1, .layer_decay = -1,
                        .clip_mode = "norm", .model_ema_decay = 0.9998, .sch = sched_args_default(),
                        .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel",
                        .recount = 1, .train_interpolation = "random", .scale = {0.08, 1.0},
@@ -51,6 +51,8 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         {"mixup-switch-prob", a->mixup_switch_prob, a->mixup_switch_prob >= 0 && a->mixup_switch_prob <= 1,
          "in [0, 1]"},
         {"reprob", a->reprob, a->reprob >= 0 && a->reprob <= 1, "in [0, 1]"},
+        {"layer-decay-min-scale", a->layer_decay_min_scale, a->layer_decay_min_scale >= 0, ">= 0"},
+        {"layer-decay-no-opt-scale", a->layer_decay_no_opt_scale, a->layer_decay_no_opt_scale >= 0, ">= 0"},
     };
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
         if (!c[k].ok)
@@ -90,6 +92,9 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         return ct_fail(err, "--sched %s is not one of cosine, tanh, step, multistep, plateau, poly, none", a->sched);
     if (strcmp(a->eval_metric, "top1") && strcmp(a->eval_metric, "top5") && strcmp(a->eval_metric, "loss"))
         return ct_fail(err, "--eval-metric %s is not one of top1, top5, loss", a->eval_metric);
+    if (a->in_chans && a->in_chans != 3)
+        return ct_fail(err, "--in-chans %d: ctimm's models and data loader take 3-channel (RGB) images only",
+                       a->in_chans);
     if (*a->dist_bn && strcmp(a->dist_bn, "reduce") && strcmp(a->dist_bn, "broadcast") && strcmp(a->dist_bn, "none"))
         return ct_fail(err, "--dist-bn %s is not one of reduce, broadcast, none", a->dist_bn);
     return 0;
@@ -104,7 +109,8 @@ char *train_args_json(const TrainArgs *a)
                             {"sched", a->sched}, {"device", a->device}, {"output", a->output},
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
-                            {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype}};
+                            {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype},
+                            {"pretrained_path", a->pretrained_path}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);
@@ -113,6 +119,8 @@ char *train_args_json(const TrainArgs *a)
         {"validation_batch_size", a->val_batch_size}, {"epochs", a->epochs}, {"workers", a->workers},
         {"channels_last", a->channels_last}, {"no_resume_opt", a->no_resume_opt},
         {"checkpoint_hist", a->checkpoint_hist}, {"seed", a->seed}, {"clip_grad", a->clip_grad},
+        {"layer_decay", a->layer_decay}, {"layer_decay_min_scale", a->layer_decay_min_scale},
+        {"layer_decay_no_opt_scale", a->layer_decay_no_opt_scale},
         {"model_ema", a->model_ema}, {"model_ema_decay", a->model_ema_decay},
         {"model_ema_warmup", a->model_ema_warmup}, {"lr", a->lr}, {"lr_base", a->lr_base},
         {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},
@@ -128,7 +136,8 @@ char *train_args_json(const TrainArgs *a)
         {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
         {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
         {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
-        {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch}};
+        {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
+        {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");

@@ -14,6 +14,10 @@
 typedef struct TrainArgs {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
     const char *resume, *initial_checkpoint, *eval_metric;
+    /* --pretrained: the model's weights from the Hugging Face cache; --pretrained-path: from this file
+     * (train/pretrained.h); --in-chans: 0 (not given) or 3, all ctimm's models take */
+    int pretrained, in_chans;
+    const char *pretrained_path;
     int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;
     int no_resume_opt, checkpoint_hist;
     double lr, lr_base, lr_base_size, momentum, weight_decay, smoothing, warmup_lr, min_lr, warmup_epochs, drop,
@@ -21,6 +25,9 @@ typedef struct TrainArgs {
     int n_betas; /* --opt-betas given: 1 or 2 values, else 0 */
     int seed;
     double clip_grad, model_ema_decay; /* clip_grad < 0: no clipping */
+    /* --layer-decay (< 0: not given, train.py's None), its min scale and
+     * no-opt scale (0: none) */
+    double layer_decay, layer_decay_min_scale, layer_decay_no_opt_scale;
     const char *clip_mode;
     int model_ema, model_ema_warmup;
     /* timm's mixup / cutmix and random erasing flags */

@@ -225,7 +225,7 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
                        "Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  "
                        "Data: %.3f%s\n",
                        epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
-                       (double)(done_here * (size_t)t->a.batch_size * (size_t)t->world) / el, lr,
+                       (double)(done_here * (size_t)t->a.batch_size * (size_t)t->world) / el, lr * t->lr_log_scale,
                        data_time / (double)done_here, scale_note);
         }
         /* timm's recovery checkpoint: every --recovery-interval batches and at
@@ -333,7 +333,7 @@ static int end_epoch(Trainer *t, int epoch, double train_loss, CtErr *err)
             return -1;
     }
     if (t->summary) {
-        fprintf(t->summary, "%d,%.6f,%.6f,%.4f,%.4f,%.6g\n", epoch, train_loss, el, t1, t5, lr);
+        fprintf(t->summary, "%d,%.6f,%.6f,%.4f,%.4f,%.6g\n", epoch, train_loss, el, t1, t5, lr * t->lr_log_scale);
         fflush(t->summary);
     }
     double metric = pick_metric(t, el, t1, t5);

@@ -2,10 +2,11 @@
  * timm's train.py as a library. trainer_open sets a run up from its
  * arguments (train/args.h): the datasets, transforms and loaders, mixup and
  * random erasing, the training and eval graphs (the pass pipeline), the LR
- * schedule and loss scaler, the state from an initial checkpoint or a
- * resume, and last the output folder with summary.csv. trainer_run is
- * train_one_epoch and validate per epoch on the compiled graphs (a CtRunner
- * each, compiled at its first step), with timm's log lines (through
+ * schedule and loss scaler, the state from pretrained weights
+ * (train/pretrained.h), an initial checkpoint or a resume, and last the
+ * output folder with summary.csv. trainer_run is train_one_epoch and
+ * validate per epoch on the compiled graphs (a CtRunner each, compiled at
+ * its first step), with timm's log lines (through
  * train/report.h), summary.csv, the CheckpointSaver's files and recovery
  * checkpoints (train/checkpoint.h), the model EMA (train/ema.h), and the
  * ranks of a data-parallel run kept in step (train/dist_sync.h). On the cpu
@@ -34,6 +35,7 @@
 #include "runtime/sched.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
+#include "train/pretrained.h"
 #include "train/report.h"
 
 /* A run. Everything in it is the trainer's but what trainer_open borrows
@@ -42,7 +44,8 @@
  * never copied. */
 typedef struct Trainer {
     TrainArgs a; /* as given, then resolved: lr, output (--experiment), splits and size of the embedded data */
-    const ModelEntry *m;
+    const ModelEntry *m; /* &pre.m: the model with its pretrained weights' cfg */
+    Pretrained pre;      /* --pretrained / --pretrained-path's weights, or none */
     const CtBackend *be;
     CtDist *dist; /* the ranks of a data-parallel run (a world of one otherwise) */
     int rank, world;
@@ -53,6 +56,9 @@ typedef struct Trainer {
     char root[1000]; /* the data folder */
     Graph train, eval;
     TrainStep ts;
+    /* train.py logs the mean lr of the optimizer's param groups: the lr
+     * times this (--layer-decay's mean group scale, else 1) */
+    double lr_log_scale;
     int finite_out; /* --amp f16: the graph output that says the step was applied; else -1 */
     CtState state;
     CtState ema_state; /* --model-ema: the eval graph's state, filled from "ema.*" to validate */

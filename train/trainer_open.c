@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/layer_groups.h"
 #include "passes/pipeline.h"
 #include "train/dist_sync.h"
 #include "train/ema.h"
@@ -33,6 +34,53 @@ static int resolve_data(Trainer *t, CtErr *err)
     a->val_split = "val";
     if (a->img_size <= 0)
         a->img_size = size;
+    return 0;
+}
+
+/* --layer-decay: timm's param_groups_layer_decay over the training graph's
+ * params as opt's lr scales (scale[] holds t->train.nstate), the line that
+ * says so, and for the logged lr the mean scale of timm's param groups (one
+ * per layer and decay / no decay; frozen params in none). */
+static int layer_decay(Trainer *t, OptimSpec *opt, double *scale, CtErr *err)
+{
+    const TrainArgs *a = &t->a;
+    const Graph *g = &t->train;
+    int *ids = malloc(sizeof *ids * ((size_t)g->nstate + 1)), n, nlayers;
+    CT_ASSERT(ids != NULL);
+    if (layer_decay_params(g, model_family(t->m)->group_matcher, a->layer_decay, a->layer_decay_min_scale, ids, scale,
+                           &n, &nlayers, err)) {
+        free(ids);
+        return -1;
+    }
+    opt->lr_scale = scale;
+    opt->n_lr_scale = n;
+    opt->no_opt_scale = a->layer_decay_no_opt_scale;
+    char *in_group = calloc(2 * (size_t)nlayers + 1, 1);
+    CT_ASSERT(in_group != NULL);
+    double sum = 0, lo = INFINITY, hi = 0;
+    int groups = 0, frozen = 0;
+    for (int k = 0, i = 0; k < g->nstate; k++) {
+        const Value *v = &g->values[g->state[k]];
+        if (v->role != CT_ROLE_PARAM)
+            continue;
+        double sc = scale[i];
+        int group = 2 * ids[i++] + optim_no_decay(v->name, v->type.shape.ndim, opt->no_weight_decay);
+        if (opt->no_opt_scale > 0 && sc < opt->no_opt_scale) {
+            frozen++;
+            continue;
+        }
+        lo = fmin(lo, sc), hi = fmax(hi, sc);
+        if (!in_group[group])
+            in_group[group] = 1, sum += sc, groups++;
+    }
+    t->lr_log_scale = groups ? sum / groups : 1;
+    char note[96] = "";
+    if (frozen)
+        snprintf(note, sizeof note, "; %d params below %g not optimized", frozen, opt->no_opt_scale);
+    report_log(t->rep, "Layer decay %g: %d layer groups, lr scales %.4g to %.4g%s\n", a->layer_decay, nlayers, lo, hi,
+               note);
+    free(in_group);
+    free(ids);
     return 0;
 }
 
@@ -91,7 +139,14 @@ static int build_graphs(Trainer *t, CtErr *err)
     Pipeline p = {.input = input, .training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32,
                   .amp_dtype = t->amp, .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
     PipelineResult res;
-    if (model_build(t->m, &spec, &t->train, err) || pipeline_run(&p, &t->train, &res, err))
+    if (model_build(t->m, &spec, &t->train, err))
+        return -1;
+    t->lr_log_scale = 1;
+    double *scale = malloc(sizeof *scale * ((size_t)t->train.nstate + 1));
+    CT_ASSERT(scale != NULL);
+    int bad = (t->a.layer_decay >= 0 && layer_decay(t, &p.opt, scale, err)) || pipeline_run(&p, &t->train, &res, err);
+    free(scale);
+    if (bad)
         return -1;
     t->ts = res.ts;
     t->finite_out = res.finite_out;
@@ -246,7 +301,8 @@ static void clean_resume_dir(Trainer *t)
         report_log(t->rep, "Cleaned %s: %d files left by interrupted runs\n", dir, fixed);
 }
 
-/* The state a run starts from: initialised from the seed, then
+/* The state a run starts from: initialised from the seed, then the
+ * pretrained weights (adapted: train/pretrained.h), then
  * --initial-checkpoint's weights, then --resume's checkpoint (its epoch,
  * the place in a recovery checkpoint's epoch, the loss scale), then
  * --start-epoch; shared from rank 0; the schedule moved to where the run
@@ -256,6 +312,12 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
     TrainArgs *a = &t->a;
     state_create(&t->state, &t->train);
     state_init(&t->state, (uint64_t)a->seed);
+    if (t->pre.source != PRETRAINED_NONE) {
+        if (pretrained_load(&t->pre, &t->state, t->classes, err))
+            return -1;
+        for (int k = 0; k < t->pre.nlog; k++)
+            report_log(t->rep, "%s\n", t->pre.log[k]);
+    }
     if (a->initial_checkpoint && ckpt_load_weights(a->initial_checkpoint, &t->state, err)) {
         char why[sizeof err->msg];
         memcpy(why, err->msg, sizeof why);
@@ -394,6 +456,10 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     if (train_args_check(&t->a, err))
         return -1;
     resolve_args(t);
+    PretrainedSource src = a->pretrained_path ? PRETRAINED_FILE : a->pretrained ? PRETRAINED_HUB : PRETRAINED_NONE;
+    if (pretrained_resolve(&t->pre, m, a->model ? a->model : m->name, src, a->pretrained_path, err))
+        goto fail;
+    t->m = &t->pre.m;
     if (resolve_data(t, err) || open_data(t, err) || setup_augment(t, err) || build_graphs(t, err))
         goto fail;
     /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */

@@ -1,0 +1,288 @@
+#include "train/pretrained.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "runtime/weights_file.h"
+#include "train/checkpoint.h"
+#include "train/pos_embed.h"
+
+/* A hub config.json is a few KB, or a few hundred with label names. */
+#define CONFIG_MAX_BYTES (16 << 20)
+
+static char *read_text(const char *path, CtErr *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ct_fail(err, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(CONFIG_MAX_BYTES + 1);
+    CT_ASSERT(text != NULL);
+    size_t n = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > CONFIG_MAX_BYTES) {
+        ct_fail(err, "%s: %s", path, bad ? "read error" : "larger than 16 MiB; not a model's config.json");
+        free(text);
+        return NULL;
+    }
+    text[n] = 0;
+    return text;
+}
+
+/* Up to n numbers of a JSON array into out: how many, or -1 when j is not
+ * an array of numbers that long. */
+static int numbers(const cJSON *j, double *out, int n)
+{
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != n)
+        return -1;
+    int k = 0;
+    for (const cJSON *v = j->child; v; v = v->next, k++) {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return -1;
+        out[k] = v->valuedouble;
+    }
+    return k;
+}
+
+/* A string field into buf (m.cfg's pointer set to it); absent: the
+ * registry's stays. */
+static int string_field(const cJSON *pc, const char *key, char *buf, size_t n, const char **dst, const char *path,
+                        CtErr *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pc, key);
+    if (!v)
+        return 0;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
+        return ct_fail(err, "%s: pretrained_cfg.%s is not a name", path, key);
+    snprintf(buf, n, "%s", v->valuestring);
+    *dst = buf;
+    return 0;
+}
+
+/* config.json's pretrained_cfg over the registry's cfg (the fields ctimm
+ * reads; each absent one stays the registry's). */
+static int read_config(Pretrained *p, const char *path, CtErr *err)
+{
+    char *text = read_text(path, err);
+    if (!text)
+        return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return ct_fail(err, "%s is not a JSON object", path);
+    }
+    int rc = -1;
+    ModelCfg *c = &p->m.cfg;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architecture");
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "pretrained_cfg"), *v;
+    double d[3];
+    if (cJSON_IsString(arch) && strcmp(arch->valuestring, p->m.name)) {
+        ct_fail(err, "%s is the config of a %s, not of %s", path, arch->valuestring, p->m.name);
+        goto done;
+    }
+    if (!pc) {
+        rc = 0;
+        goto done;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "input_size"))) {
+        if (numbers(v, d, 3) != 3 || d[0] != 3 || d[1] != d[2] || d[1] < 1 || d[1] > 4096 || d[1] != floor(d[1])) {
+            ct_fail(err, "%s: pretrained_cfg.input_size is not [3, N, N] (ctimm takes square RGB images)", path);
+            goto done;
+        }
+        c->input_size[1] = c->input_size[2] = (int)d[1];
+    }
+    static const char *const stats[] = {"mean", "std"};
+    for (int s = 0; s < 2; s++) {
+        if (!(v = cJSON_GetObjectItemCaseSensitive(pc, stats[s])))
+            continue;
+        if (numbers(v, d, 3) != 3 || (s == 1 && !(d[0] > 0 && d[1] > 0 && d[2] > 0))) {
+            ct_fail(err, "%s: pretrained_cfg.%s is not 3 numbers%s", path, stats[s], s ? " above 0" : "");
+            goto done;
+        }
+        memcpy(s ? c->std : c->mean, d, sizeof d);
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "crop_pct"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 10)) {
+            ct_fail(err, "%s: pretrained_cfg.crop_pct is not a fraction above 0", path);
+            goto done;
+        }
+        c->crop_pct = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "num_classes"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 20) ||
+            v->valuedouble != floor(v->valuedouble)) {
+            ct_fail(err, "%s: pretrained_cfg.num_classes is not a class count", path);
+            goto done;
+        }
+        c->num_classes = (int)v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "fixed_input_size")))
+        c->fixed_input_size = cJSON_IsTrue(v);
+    /* a list of classifiers (distilled models' two heads) is no model of ctimm's: the registry's name stays */
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(pc, "classifier");
+    if (string_field(pc, "interpolation", p->interpolation, sizeof p->interpolation, &c->interpolation, path, err) ||
+        string_field(pc, "crop_mode", p->crop_mode, sizeof p->crop_mode, &c->crop_mode, path, err) ||
+        (cJSON_IsString(cls) &&
+         string_field(pc, "classifier", p->classifier, sizeof p->classifier, &c->classifier, path, err)))
+        goto done;
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pretrained_resolve(Pretrained *p, const ModelEntry *m, const char *name, PretrainedSource src, const char *path,
+                       CtErr *err)
+{
+    memset(p, 0, sizeof *p);
+    p->m = *m;
+    p->source = src;
+    const char *given = model_tag(name), *tag = given ? given : m->cfg.tag;
+    if (tag && (!*tag || strlen(tag) >= sizeof p->tag))
+        return ct_fail(err, "--model %s: the pretrained tag after '.' must be a name like %s.%s", name, m->name,
+                       m->cfg.tag ? m->cfg.tag : "in1k");
+    if (tag)
+        snprintf(p->tag, sizeof p->tag, "%s", tag);
+    p->m.cfg.tag = tag ? p->tag : NULL;
+    int other_tag = given && (!m->cfg.tag || strcmp(given, m->cfg.tag));
+    if (src == PRETRAINED_NONE)
+        return other_tag ? ct_fail(err, "--model %s: the tag names pretrained weights, whose data config comes from "
+                                   "their config.json: add --pretrained to load them from the Hugging Face cache, or "
+                                   "name the model %s", name, m->name)
+                         : 0;
+    if (src == PRETRAINED_FILE) {
+        if (other_tag)
+            return ct_fail(err, "--model %s with --pretrained-path: ctimm knows tag %s's data config only from its "
+                           "config.json in the Hugging Face cache (--pretrained); name the model %s to use %s's "
+                           "default one", name, given, m->name, m->name);
+        if (access(path, R_OK))
+            return ct_fail(err, "--pretrained-path %s: %s", path, strerror(errno));
+        snprintf(p->weights, sizeof p->weights, "%s", path);
+        return 0;
+    }
+    if (!tag)
+        return ct_fail(err, "--pretrained: %s has no pretrained weights in timm's registry", m->name);
+    snprintf(p->repo, sizeof p->repo, "timm/%s.%s", m->name, p->tag);
+    HubFiles h;
+    if (hub_find(p->repo, &h, err)) { /* all of it: ct_failctx would cut the download command off */
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return ct_fail(err, "--pretrained: %s", why);
+    }
+    snprintf(p->weights, sizeof p->weights, "%s", h.weights);
+    snprintf(p->config, sizeof p->config, "%s", h.config);
+    if (p->config[0] && read_config(p, p->config, err))
+        return ct_failctx(err, "--pretrained");
+    if (!p->config[0] && other_tag)
+        return ct_fail(err, "--pretrained: %s's snapshot has no config.json, and tag %s's data config is not "
+                       "%s's default one; download it again (`huggingface-cli download %s`)", p->repo, p->tag,
+                       m->name, p->repo);
+    return 0;
+}
+
+static void say(Pretrained *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(Pretrained *p, const char *fmt, ...)
+{
+    CT_ASSERT(p->nlog < PRETRAINED_LOG_LINES);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->log[p->nlog++], sizeof p->log[0], fmt, ap);
+    va_end(ap);
+}
+
+/* A square grid of n cells: its side, or -1. */
+static int square_side(int64_t n)
+{
+    int64_t s = (int64_t)llround(sqrt((double)n));
+    return n > 0 && s * s == n ? (int)s : -1;
+}
+
+/* ViT's checkpoint_filter_fn: the file's pos_embed [1, prefix + h*w, D]
+ * resampled to the model's grid when the token count or grid differs. The
+ * file's grid is the cfg's input size over the file's patch size when that
+ * accounts for its tokens (timm's get_pretrained_grid_size), else square. */
+static int adapt_pos_embed(Pretrained *p, const CtState *s, StFile *f, CtErr *err)
+{
+    int i = state_find(s, "pos_embed");
+    StTensor *t = NULL;
+    for (int k = 0; k < f->ntensors; k++)
+        if (!strcmp(f->tensors[k].name, "pos_embed"))
+            t = &f->tensors[k];
+    if (i < 0 || !t)
+        return 0;
+    const CtShape *want = &s->e[i].type.shape;
+    if (t->ndim != 3 || t->shape[0] != 1 || t->shape[2] != want->d[2] || t->dtype != CT_F32 ||
+        s->e[i].type.dtype != CT_F32)
+        return 0; /* not resampled: the load names the mismatch */
+    int prefix = state_find(s, "cls_token") >= 0; /* ctimm's ViTs: the class token alone */
+    int new_side = square_side(want->d[1] - prefix);
+    CT_ASSERT(new_side > 0); /* ctimm builds square grids */
+    int64_t old_tokens = t->shape[1] - prefix;
+    int old_h = -1, old_w = -1;
+    const StTensor *patch = st_find(f, "patch_embed.proj.weight");
+    if (patch && patch->ndim == 4 && patch->shape[2] > 0 && patch->shape[3] > 0) {
+        old_h = p->m.cfg.input_size[1] / (int)patch->shape[2];
+        old_w = p->m.cfg.input_size[2] / (int)patch->shape[3];
+    }
+    if ((int64_t)old_h * old_w != old_tokens)
+        old_h = old_w = square_side(old_tokens);
+    if (old_h < 0)
+        return ct_fail(err, "pos_embed has %lld grid tokens in the file, which no square grid nor the %dx%d input "
+                       "size makes", (long long)old_tokens, p->m.cfg.input_size[1], p->m.cfg.input_size[2]);
+    if (old_h == new_side && old_w == new_side)
+        return 0;
+    int dim = (int)t->shape[2];
+    size_t nbytes = sizeof(float) * (size_t)want->d[1] * (size_t)dim;
+    float *out = malloc(nbytes);
+    CT_ASSERT(out != NULL);
+    pos_embed_resample(t->data, prefix, old_h, old_w, new_side, new_side, dim, out);
+    free(t->data);
+    t->data = out;
+    t->nbytes = nbytes;
+    t->shape[1] = want->d[1];
+    say(p, "Resized position embedding: (%d, %d) to (%d, %d).", old_h, old_w, new_side, new_side);
+    return 0;
+}
+
+int pretrained_load(Pretrained *p, CtState *s, int classes, CtErr *err)
+{
+    CT_ASSERT(p->source != PRETRAINED_NONE);
+    p->nlog = 0;
+    StFile f;
+    if (p->source == PRETRAINED_HUB) {
+        say(p, "Loading pretrained weights from Hugging Face hub (%s): %s", p->repo, p->weights);
+        if (weights_read(p->weights, 0, &f, NULL, err))
+            return ct_failctx(err, "--pretrained");
+    } else {
+        say(p, "Loading pretrained weights from file (%s)", p->weights);
+        if (ckpt_read_weights(p->weights, 1, &f, err))
+            return ct_failctx(err, "--pretrained-path");
+    }
+    char head_w[80], head_b[80];
+    const char *keep[3] = {NULL};
+    snprintf(head_w, sizeof head_w, "%s.weight", p->m.cfg.classifier);
+    snprintf(head_b, sizeof head_b, "%s.bias", p->m.cfg.classifier);
+    if (p->source == PRETRAINED_FILE || classes != p->m.cfg.num_classes) {
+        keep[0] = head_w;
+        keep[1] = head_b;
+        if (p->source == PRETRAINED_FILE)
+            say(p, "Re-initialised the classifier (%s, %s) for %d classes, as train.py's --pretrained-path always "
+                "does", head_w, head_b, classes);
+        else
+            say(p, "Re-initialised the classifier (%s, %s) for %d classes: the pretrained weights are for %d",
+                head_w, head_b, classes, p->m.cfg.num_classes);
+    }
+    int rc = adapt_pos_embed(p, s, &f, err) || state_load_keeping(s, &f, keep, err);
+    st_free(&f);
+    return rc ? ct_failctx(err, "%s", p->weights) : 0;
+}
