@@ -9,6 +9,10 @@
  *
  * torch_read maps the file instead of reading it: a checkpoint of several
  * GB is then copied once (into the tensors), not twice.
+ *
+ * Over 600 lines: the metadata's str() rendering (put_*, render) belongs
+ * in a file of its own; it stays here until the reader of the optimizer
+ * state (issue 23, --resume from train.py checkpoints) reshapes this file.
  */
 #include "runtime/torch_file.h"
 

@@ -6,6 +6,9 @@
  * here for the few globals that may be called. Values come from fixed-size
  * chunks of the arena and are freed all at once with it, so the shared and
  * cyclic references a memo can make cost nothing to free.
+ *
+ * Over 600 lines: one opcode switch over one machine state, kept whole so
+ * that each opcode's checks (stack depth, types, limits) read in one place.
  */
 #include "runtime/torch_pickle.h"
 
