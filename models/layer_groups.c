@@ -106,7 +106,7 @@ void layer_decay_scales(const int *ids, int n, int nlayers, double decay, double
 int layer_decay_params(const Graph *g, const GroupRule *rules, double decay, double min_scale, int *ids,
                        double *scale, int *nparams, int *nlayers, CtErr *err)
 {
-    const char **names = malloc(sizeof *names * ((size_t)g->nstate + 1));
+    const char **names = calloc((size_t)g->nstate + 1, sizeof *names);
     CT_ASSERT(names != NULL);
     int n = 0;
     for (int k = 0; k < g->nstate; k++)
