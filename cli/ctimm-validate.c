@@ -34,7 +34,7 @@ static const char *const usage =
     "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--split validation]\n"
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
     "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--pretrained] [--num-classes N]\n"
-    "                      [--img-size N]"
+    "                      [--img-size N] [--use-train-size]"
     "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
@@ -46,7 +46,9 @@ static const char *const usage =
     "ctimm-train checkpoint's .state file or a train.py checkpoint's state_dict_ema.\n"
     "--pretrained loads timm's weights of --model (its default tag, or name one: resnet50.a1_in1k) from\n"
     "the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), with\n"
-    "their config.json's data config; ctimm never downloads (huggingface-cli download timm/NAME.TAG).\n";
+    "their config.json's data config; ctimm never downloads (huggingface-cli download timm/NAME.TAG).\n"
+    "Without --img-size, --input-size or --crop-pct the model's test-time size and crop are used where its\n"
+    "weights have them (resnet50.a1_in1k: 288, 1.0), as validate.py does; --use-train-size keeps training's.\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
@@ -64,13 +66,14 @@ typedef struct Result {
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
 static int parse_args(int argc, char **argv, Args *a)
 {
-    enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL };
+    enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL, O_TRAIN_SIZE };
     static const struct option longs[] = {
         EVAL_LONG_OPTIONS, {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
         {"use-ema", 0, 0, O_EMA}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
         {"real-labels", 1, 0, O_REAL}, {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"use-train-size", 0, 0, O_TRAIN_SIZE}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.u = eval_setup_default(4), .model = "test_resnet", .results_format = "csv", .log_freq = 10};
+    a->u.eo.use_test_size = 1; /* validate.py: the test-time size unless --use-train-size */
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":m:b:j:h", longs, NULL)) != -1) {
@@ -86,6 +89,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_REAL: a->real_labels = optarg; break;
         case O_RESULTS: a->results_file = optarg; break;
         case O_FORMAT: a->results_format = optarg; break;
+        case O_TRAIN_SIZE: a->u.eo.use_test_size = 0; break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;

@@ -117,11 +117,12 @@ static ValueId build_convnext(Builder *b, const ModelEntry *m, const ModelArgs *
     return head(b, c, x, model_num_classes(m, a), a->drop_rate);
 }
 
-#define CONVNEXT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                 \
+#define CONVNEXT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, test, test_crop)                                \
     {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
      .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
-     .first_conv = "stem.0", .classifier = "head.fc"}
-#define IMAGENET(tag, crop) CONVNEXT_CFG(tag, 224, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+     .first_conv = "stem.0", .classifier = "head.fc", .test_input_size = test, .test_crop_pct = test_crop}
+/* the ImageNet-normalised weights, evaluated at 288 with crop_pct 1.0 */
+#define IMAGENET(tag, crop) CONVNEXT_CFG(tag, 224, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225, 288, 1.0)
 
 static const ConvNeXtArch tiny = {{3, 3, 9, 3}, {96, 192, 384, 768}, 1e-6, 0};
 static const ConvNeXtArch small = {{3, 3, 27, 3}, {96, 192, 384, 768}, 1e-6, 0};
@@ -134,7 +135,7 @@ static const ModelEntry entries[] = {
     {"convnext_base", build_convnext, &base, IMAGENET("fb_in22k_ft_in1k", 0.875), NULL},
     {"convnext_small", build_convnext, &small, IMAGENET("in12k_ft_in1k", 0.95), NULL},
     {"convnext_tiny", build_convnext, &tiny, IMAGENET("in12k_ft_in1k", 0.95), NULL},
-    {"test_convnext", build_convnext, &ctest, CONVNEXT_CFG("r160_in1k", 160, 0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), NULL},
+    {"test_convnext", build_convnext, &ctest, CONVNEXT_CFG("r160_in1k", 160, 0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0, 0), NULL},
 };
 
 /* ConvNeXt.group_matcher(coarse=False): a stage's downsample shares its

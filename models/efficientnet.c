@@ -55,19 +55,21 @@ static const EbArchDef test_def = {5,
 static const EffNetArch b0 = EFFNET(1.0, 1.0), b1 = EFFNET(1.0, 1.1), b2 = EFFNET(1.1, 1.2), b3 = EFFNET(1.2, 1.4);
 static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, EB_ACT_SILU};
 
-#define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                   \
+#define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, test, test_crop)                                  \
     {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
      .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
-     .first_conv = "conv_stem", .classifier = "classifier"}
-#define IMAGENET(tag, size, crop) EFFNET_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
-#define INCEPTION(tag, size, crop) EFFNET_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
+     .first_conv = "conv_stem", .classifier = "classifier", .test_input_size = test, .test_crop_pct = test_crop}
+#define IMAGENET(tag, size, crop, test, test_crop)                                                              \
+    EFFNET_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225, test, test_crop)
+#define INCEPTION(tag, size, crop, test, test_crop)                                                             \
+    EFFNET_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, test, test_crop)
 
 static const ModelEntry entries[] = {
-    {"efficientnet_b0", build_efficientnet, &b0, IMAGENET("ra_in1k", 224, 0.875), NULL},
-    {"efficientnet_b1", build_efficientnet, &b1, INCEPTION("ra4_e3600_r240_in1k", 240, 0.9), NULL},
-    {"efficientnet_b2", build_efficientnet, &b2, IMAGENET("ra_in1k", 256, 0.875), NULL},
-    {"efficientnet_b3", build_efficientnet, &b3, IMAGENET("ra2_in1k", 288, 0.875), NULL},
-    {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95), NULL},
+    {"efficientnet_b0", build_efficientnet, &b0, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
+    {"efficientnet_b1", build_efficientnet, &b1, INCEPTION("ra4_e3600_r240_in1k", 240, 0.9, 288, 1.0), NULL},
+    {"efficientnet_b2", build_efficientnet, &b2, IMAGENET("ra_in1k", 256, 0.875, 288, 1.0), NULL},
+    {"efficientnet_b3", build_efficientnet, &b3, IMAGENET("ra2_in1k", 288, 0.875, 320, 1.0), NULL},
+    {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
 };
 
 /* EfficientNet.group_matcher(coarse=False): the head conv joins the last

@@ -20,6 +20,10 @@ typedef struct ModelCfg {
     int num_classes;
     const char *first_conv, *classifier;
     int fixed_input_size;
+    /* validate.py's test-time size and crop_pct (resolve_data_config's
+     * use_test_size); 0: the same as training's */
+    int test_input_size;
+    double test_crop_pct;
 } ModelCfg;
 
 /* Overrides of create_model(); 0 / negative keeps the model's default. */

@@ -110,10 +110,10 @@ static ValueId build_resnet(Builder *b, const ModelEntry *m, const ModelArgs *a,
 
 #define IMAGENET_MEAN {0.485, 0.456, 0.406}
 #define IMAGENET_STD {0.229, 0.224, 0.225}
-#define RESNET_CFG(tag_, size, crop, interp, first)                                                            \
+#define RESNET_CFG(tag_, size, crop, interp, first, test, test_crop)                                           \
     {.tag = tag_, .input_size = {3, size, size}, .mean = IMAGENET_MEAN, .std = IMAGENET_STD,                   \
      .crop_pct = crop, .crop_mode = "center", .interpolation = interp, .num_classes = 1000,                    \
-     .first_conv = first, .classifier = "fc"}
+     .first_conv = first, .classifier = "fc", .test_input_size = test, .test_crop_pct = test_crop}
 
 static const ResNetArch r18 = {{0, 0, 0, 0}, {2, 2, 2, 2}, {64, 128, 256, 512}, 0, 0};
 static const ResNetArch r26 = {{1, 1, 1, 1}, {2, 2, 2, 2}, {64, 128, 256, 512}, 0, 0};
@@ -123,11 +123,11 @@ static const ResNetArch r50d = {{1, 1, 1, 1}, {3, 4, 6, 3}, {64, 128, 256, 512},
 static const ResNetArch rtest = {{0, 0, 1, 0}, {1, 1, 1, 1}, {32, 48, 48, 96}, 16, 1};
 
 static const ModelEntry entries[] = {
-    {"resnet18", build_resnet, &r18, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1"), NULL},
-    {"resnet26", build_resnet, &r26, RESNET_CFG("bt_in1k", 224, 0.875, "bicubic", "conv1"), NULL},
-    {"resnet34", build_resnet, &r34, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1"), NULL},
-    {"resnet50", build_resnet, &r50, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1"), NULL},
-    {"resnet50d", build_resnet, &r50d, RESNET_CFG("ra2_in1k", 224, 0.875, "bicubic", "conv1.0"), NULL},
+    {"resnet18", build_resnet, &r18, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1", 288, 1.0), NULL},
+    {"resnet26", build_resnet, &r26, RESNET_CFG("bt_in1k", 224, 0.875, "bicubic", "conv1", 288, 0.95), NULL},
+    {"resnet34", build_resnet, &r34, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1", 288, 1.0), NULL},
+    {"resnet50", build_resnet, &r50, RESNET_CFG("a1_in1k", 224, 0.95, "bicubic", "conv1", 288, 1.0), NULL},
+    {"resnet50d", build_resnet, &r50d, RESNET_CFG("ra2_in1k", 224, 0.875, "bicubic", "conv1.0", 288, 0.95), NULL},
     {"test_resnet", build_resnet, &rtest,
      {.tag = "r160_in1k", .input_size = {3, 160, 160}, .mean = {0.5, 0.5, 0.5}, .std = {0.5, 0.5, 0.5},
       .crop_pct = 0.95, .crop_mode = "center", .interpolation = "bilinear", .num_classes = 1000,

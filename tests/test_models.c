@@ -7,7 +7,8 @@
  * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
  * The registry's cfg is the record's pretrained_cfg: the default tag, its
- * input size, mean, std, crop_pct, interpolation and classifier.
+ * input size, mean, std, crop_pct, interpolation and classifier, and the
+ * test-time size and crop_pct validate.py uses.
  * Only graphs are built; nothing executes.
  */
 #ifndef _POSIX_C_SOURCE
@@ -192,6 +193,13 @@ static void check_cfg(const char *model, const ModelEntry *m, const cJSON *pc)
     CHECKF(interp && !strcmp(interp, c->interpolation), "%s: interpolation %s", model, c->interpolation);
     CHECKF(cls && !strcmp(cls, c->classifier), "%s: classifier %s", model, c->classifier);
     CHECKF(cJSON_IsNumber(crop) && crop->valuedouble == c->crop_pct, "%s: crop_pct %g", model, c->crop_pct);
+    /* validate.py's test-time size and crop: absent (null) where the weights have none */
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(pc, "test_input_size");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(pc, "test_crop_pct");
+    int want_ts = cJSON_IsArray(ts) ? (int)cJSON_GetArrayItem(ts, 1)->valuedouble : 0;
+    double want_tc = cJSON_IsNumber(tc) ? tc->valuedouble : 0;
+    CHECKF(want_ts == c->test_input_size && want_tc == c->test_crop_pct, "%s: test size %d crop %g, timm's %d %g",
+           model, c->test_input_size, c->test_crop_pct, want_ts, want_tc);
     const char *keys[] = {"input_size", "mean", "std"};
     for (int k = 0; k < 3; k++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(pc, keys[k]);

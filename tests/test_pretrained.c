@@ -300,13 +300,15 @@ static void test_resolve(void)
     CHECK(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_HUB, NULL, &err) != 0);
     CHECKF(strstr(err.msg, "--pretrained: timm/test_resnet.r160_in1k is not in the Hugging Face cache"), "%s",
            err.msg);
-    make_cache("test_resnet.r160_in1k", &src, RESNET_CONFIG(""), NULL, weights, sizeof weights);
+    make_cache("test_resnet.r160_in1k", &src, RESNET_CONFIG(", \"test_input_size\": [3, 144, 144], \"test_crop_pct\": 1.0"),
+               NULL, weights, sizeof weights);
     CHECKF(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_HUB, NULL, &err) == 0, "%s", err.msg);
     const ModelCfg *c = &p.m.cfg;
     CHECK(!strcmp(p.weights, weights) && !strcmp(p.repo, "timm/test_resnet.r160_in1k"));
     CHECK(c->input_size[1] == 128 && c->input_size[2] == 128 && c->crop_pct == 0.875);
     CHECK(!strcmp(c->interpolation, "bicubic") && !strcmp(c->crop_mode, "squash") && !strcmp(c->classifier, "fc"));
     CHECK(c->mean[2] == 0.3 && c->std[0] == 0.4 && c->num_classes == 1000);
+    CHECK(c->test_input_size == 144 && c->test_crop_pct == 1);
     CHECK(m->cfg.input_size[1] == 160 && !strcmp(m->cfg.interpolation, "bilinear")); /* the registry's as it was */
     /* eval_config takes them as its defaults: flags still win */
     EvalOpts o = {.crop_pct = -1};
@@ -318,6 +320,15 @@ static void test_resolve(void)
     o.img_size = 96;
     o.crop_pct = 1;
     CHECK(eval_config(&p.m, &o, &img, &et, mean, std, &err) == 0 && img == 96 && et.crop_pct == 1);
+    /* validate.py's test-time size and crop (resnet50.a1_in1k's 288 and 1.0), unless flags or
+     * --use-train-size say otherwise */
+    const ModelEntry *r50 = model_find("resnet50");
+    EvalOpts v = {.crop_pct = -1, .use_test_size = 1};
+    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 288 && et.crop_pct == 1);
+    v.use_test_size = 0;
+    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 224 && et.crop_pct == 0.95);
+    v = (EvalOpts){.crop_pct = 0.9, .img_size = 256, .use_test_size = 1};
+    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 256 && et.crop_pct == 0.9);
     /* config.json refusals name the field */
     const struct { const char *json, *says; } bad[] = {
         {"{\"architecture\": \"test_vit\"}", "is the config of a test_vit, not of test_resnet"},
@@ -325,6 +336,7 @@ static void test_resolve(void)
         {"{\"pretrained_cfg\": {\"mean\": [0.5]}}", "mean is not 3 numbers"},
         {"{\"pretrained_cfg\": {\"std\": [0.5, 0, 0.5]}}", "std is not 3 numbers above 0"},
         {"{\"pretrained_cfg\": {\"num_classes\": 2.5}}", "num_classes is not a class count"},
+        {"{\"pretrained_cfg\": {\"test_input_size\": [3, 10, 12]}}", "test_input_size is not [3, N, N]"},
         {"{\"pretrained_cfg\": {\"interpolation\": 3}}", "interpolation is not a name"},
         {"[1, 2]", "is not a JSON object"},
     };

@@ -48,9 +48,14 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform 
         return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
     if ((o->n_mean && o->n_mean != 1 && o->n_mean != 3) || (o->n_std && o->n_std != 1 && o->n_std != 3))
         return ct_fail(err, "--mean and --std take 1 or 3 values");
-    *img = o->n_input_size ? (int)o->input_size[1] : o->img_size > 0 ? o->img_size : m->cfg.input_size[1];
+    int test = o->use_test_size && m->cfg.test_input_size > 0;
+    *img = o->n_input_size ? (int)o->input_size[1]
+           : o->img_size > 0 ? o->img_size
+           : test ? m->cfg.test_input_size : m->cfg.input_size[1];
     *et = eval_transform_default(*img);
-    et->crop_pct = o->crop_pct > 0 ? o->crop_pct : m->cfg.crop_pct;
+    et->crop_pct = o->crop_pct > 0                                ? o->crop_pct
+                   : o->use_test_size && m->cfg.test_crop_pct > 0 ? m->cfg.test_crop_pct
+                                                                  : m->cfg.crop_pct;
     const char *interp = o->interpolation ? o->interpolation : m->cfg.interpolation;
     int ip = eval_interp_parse(interp);
     if (ip < 0)

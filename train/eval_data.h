@@ -23,6 +23,7 @@ int eval_embedded_data(char *root, size_t n, int *img_size, int *made, CtErr *er
  * NULL names mean the model's pretrained cfg. */
 typedef struct EvalOpts {
     int img_size, n_input_size, n_mean, n_std;
+    int use_test_size; /* validate.py's default (no --use-train-size): the cfg's test_input_size and test_crop_pct */
     double input_size[3], crop_pct, mean[3], std[3];
     const char *interpolation, *crop_mode;
 } EvalOpts;

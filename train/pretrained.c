@@ -118,6 +118,20 @@ static int read_config(Pretrained *p, const char *path, CtErr *err)
         }
         c->crop_pct = v->valuedouble;
     }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "test_input_size")) && !cJSON_IsNull(v)) {
+        if (numbers(v, d, 3) != 3 || d[0] != 3 || d[1] != d[2] || d[1] < 1 || d[1] > 4096 || d[1] != floor(d[1])) {
+            ct_fail(err, "%s: pretrained_cfg.test_input_size is not [3, N, N] (ctimm takes square RGB images)", path);
+            goto done;
+        }
+        c->test_input_size = (int)d[1];
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(pc, "test_crop_pct")) && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 10)) {
+            ct_fail(err, "%s: pretrained_cfg.test_crop_pct is not a fraction above 0", path);
+            goto done;
+        }
+        c->test_crop_pct = v->valuedouble;
+    }
     if ((v = cJSON_GetObjectItemCaseSensitive(pc, "num_classes"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 20) ||
             v->valuedouble != floor(v->valuedouble)) {
