@@ -99,7 +99,8 @@ enum {
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
 
 /* Pretrained weights flags, long only. */
-enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS };
+enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPILE, OPT_COMPILE_MODE, OPT_FUSER,
+       OPT_TORCHSCRIPT };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -186,6 +187,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
         {"dist-timeout", 1, 0, OPT_DIST_TIMEOUT}, {"pretrained", 0, 0, OPT_PRETRAINED},
         {"pretrained-path", 1, 0, OPT_PRETRAINED_PATH}, {"in-chans", 1, 0, OPT_IN_CHANS},
+        {"torchcompile", 2, 0, OPT_TORCH_COMPILE}, {"torchcompile-mode", 1, 0, OPT_COMPILE_MODE},
+        {"fuser", 1, 0, OPT_FUSER}, {"torchscript", 0, 0, OPT_TORCHSCRIPT},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -378,6 +381,11 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_DIST_CHECK: a->dist_check_params = 1; break;
         case OPT_SYNC_BN: a->sync_bn = 1; break;
         case OPT_PRETRAINED: a->pretrained = 1; break;
+        case OPT_TORCH_COMPILE: case OPT_COMPILE_MODE: case OPT_FUSER: case OPT_TORCHSCRIPT:
+            if (!optarg || *optarg) /* '' is train.py's "not given" (args.yaml's fuser: '') */
+                printf("%s: --%s: nothing to choose; ctimm always compiles the whole training step\n", prog,
+                       longs[idx].name);
+            break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
         case 'h': fputs(usage, stdout); return 1;

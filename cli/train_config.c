@@ -270,6 +270,16 @@ static int option_words(const TrainConfigSpec *spec, yaml_document_t *doc, const
     if (!s)
         return ct_fail(err, v->type == YAML_SCALAR_NODE ? "'%s' holds a NUL character" : "'%s' expects a single value",
                        key);
+    if (o->has_arg == optional_argument) { /* getopt takes an optional value only as --k=VALUE */
+        char *eq = dup_word("--", o->name);
+        size_t len = strlen(eq);
+        char *word = malloc(len + strlen(s) + 2);
+        CT_ASSERT(word != NULL);
+        sprintf(word, "%s=%s", eq, s);
+        free(eq);
+        w[(*n)++] = word;
+        return 0;
+    }
     w[(*n)++] = dup_word("--", o->name);
     w[(*n)++] = dup_word("", s);
     return 0;

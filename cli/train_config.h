@@ -4,8 +4,9 @@
  * turned into command-line words that the caller puts before the command
  * line's own, so getopt reads them first and the command line wins.
  *
- * Each key k of an option ctimm-train has becomes --k-with-dashes VALUE; a
- * list (argparse nargs) one word of its numbers joined by commas; true a
+ * Each key k of an option ctimm-train has becomes --k-with-dashes VALUE
+ * (one word --k-with-dashes=VALUE where the value is optional); a list
+ * (argparse nargs) one word of its numbers joined by commas; true a
  * bare flag; false, null and an empty list nothing (the default). A key of
  * train.py's that ctimm-train lacks is accepted only at train.py's default
  * (or null, false or empty where that default is one of those), any other

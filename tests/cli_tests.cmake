@@ -273,6 +273,12 @@ add_test(NAME train_config_unknown_key COMMAND sh -c
 # config's words are read), and one written for a cheap run with every list
 # option changed trains on it, its lists reaching the checkpoint's args (''
 # strings are train.py's "not given": no --output '' folder, no --resume '').
+# train.py's compile switches are taken, each with the line that says why
+# nothing changes (ctimm compiles the whole step anyway).
+add_test(NAME train_takes_torchcompile_flags COMMAND sh -c
+  "${TRAIN} --torchcompile --fuser te --torchscript --torchcompile-mode max-autotune --help > tc.log && \
+   for f in torchcompile fuser torchscript torchcompile-mode; do \
+     grep -q \"^ctimm-train: --$f: nothing to choose; ctimm always compiles the whole training step$\" tc.log || exit 1; done")
 add_test(NAME train_config_timm_args COMMAND sh -c
   "${TRAIN} -c ${DATA}/timm_args.yaml --help > /dev/null && \
    ${TRAIN} -c ${DATA}/timm_args_v0.9.16.yaml --help > /dev/null && rm -rf cfgt-out && \
