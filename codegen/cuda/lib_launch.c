@@ -590,6 +590,22 @@ static int plan_all_finite(Builder *b, const Node *n)
     return 0;
 }
 
+void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *store, void **params)
+{
+    for (int a = 0; a < l->nargs; a++) {
+        const LibArg *arg = &l->arg[a];
+        switch (arg->kind) {
+        case LA_VALUE: case LA_SCRATCH: case LA_NULL: store[a].p = arg->kind == LA_NULL ? 0 : ptr[a]; break;
+        case LA_I64: store[a].i = arg->i; break;
+        case LA_I32: store[a].i32 = (int)arg->i; break;
+        case LA_F32: store[a].f = arg->f; break;
+        case LA_INDEX: store[a].ix = arg->ix; break;
+        case LA_POOL: store[a].pool = arg->pool; break;
+        }
+        params[a] = &store[a];
+    }
+}
+
 int lib_supports(CtOp op)
 {
     if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add)

@@ -44,6 +44,20 @@ typedef struct LibLaunch {
     long long items;  /* work items: the loop count the grid should cover */
 } LibLaunch;
 
+/* One launch's kernelParams (cuLaunchKernel's convention: params[k]
+ * points at argument k) in store: scalars, indices and pooling windows by
+ * value from l, each pointer argument (LA_VALUE, LA_SCRATCH, LA_NULL) the
+ * address ptr[k] the caller placed it at (0 for LA_NULL). */
+typedef union LibArgStore {
+    unsigned long long p;
+    long long i;
+    int i32;
+    float f;
+    CtIndex ix;
+    CtPool pool;
+} LibArgStore;
+void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *store, void **params);
+
 /* Whether op has library kernels here. */
 int lib_supports(CtOp op);
 

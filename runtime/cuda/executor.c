@@ -317,29 +317,12 @@ void cuda_loaded_free(CudaLoaded *ld)
 static int launch_lib(CudaLoaded *ld, CUfunction f, const LibLaunch *l, CtErr *err)
 {
     CudaExec *ex = ld->ex;
-    union {
-        CUdeviceptr p;
-        long long i;
-        int i32;
-        float f;
-        CtIndex ix;
-        CtPool pool;
-    } store[LIB_MAX_ARGS];
+    unsigned long long ptr[LIB_MAX_ARGS] = {0};
+    LibArgStore store[LIB_MAX_ARGS];
     void *params[LIB_MAX_ARGS];
-    for (int a = 0; a < l->nargs; a++) {
-        const LibArg *arg = &l->arg[a];
-        switch (arg->kind) {
-        case LA_VALUE: store[a].p = addr(ld, arg->v); break;
-        case LA_SCRATCH: store[a].p = ld->scratch; break;
-        case LA_NULL: store[a].p = 0; break;
-        case LA_I64: store[a].i = arg->i; break;
-        case LA_I32: store[a].i32 = (int)arg->i; break;
-        case LA_F32: store[a].f = arg->f; break;
-        case LA_INDEX: store[a].ix = arg->ix; break;
-        case LA_POOL: store[a].pool = arg->pool; break;
-        }
-        params[a] = &store[a];
-    }
+    for (int a = 0; a < l->nargs; a++)
+        ptr[a] = l->arg[a].kind == LA_VALUE ? addr(ld, l->arg[a].v) : l->arg[a].kind == LA_SCRATCH ? ld->scratch : 0;
+    lib_params(l, ptr, store, params);
     unsigned grid = lp_grid(l->items, ld->p->opt.cuda_sms); /* as the plan's kernels: the program's SMs */
     return cu_check(ex, ex->drv.LaunchKernel(f, grid, 1, 1, LP_BLOCK, 1, 1, 0, ex->stream, params, NULL), err,
                     "launching %s (%u x %d)", l->kernel, grid, LP_BLOCK);

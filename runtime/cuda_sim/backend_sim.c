@@ -220,29 +220,19 @@ static int launch(CtExec *e, SimModule *m, const char *name, unsigned grid, unsi
 
 static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
 {
-    union {
-        void *p;
-        long long i;
-        int i32;
-        float f;
-        CtIndex ix;
-        CtPool pool;
-    } store[LIB_MAX_ARGS];
+    unsigned long long ptr[LIB_MAX_ARGS] = {0};
+    LibArgStore store[LIB_MAX_ARGS];
     void *params[LIB_MAX_ARGS];
     for (int a = 0; a < l->nargs; a++) {
-        const LibArg *arg = &l->arg[a];
-        switch (arg->kind) {
-        case LA_VALUE: store[a].p = addr(e, arg->v); allow_value(e, arg->v); break;
-        case LA_SCRATCH: store[a].p = e->scratch; sim_allow(e->scratch, e->lp->scratch_bytes); break;
-        case LA_NULL: store[a].p = NULL; break;
-        case LA_I64: store[a].i = arg->i; break;
-        case LA_I32: store[a].i32 = (int)arg->i; break;
-        case LA_F32: store[a].f = arg->f; break;
-        case LA_INDEX: store[a].ix = arg->ix; break;
-        case LA_POOL: store[a].pool = arg->pool; break;
+        if (l->arg[a].kind == LA_VALUE) {
+            ptr[a] = (uintptr_t)addr(e, l->arg[a].v);
+            allow_value(e, l->arg[a].v);
+        } else if (l->arg[a].kind == LA_SCRATCH) {
+            ptr[a] = (uintptr_t)e->scratch;
+            sim_allow(e->scratch, e->lp->scratch_bytes);
         }
-        params[a] = &store[a];
     }
+    lib_params(l, ptr, store, params);
     return launch(e, e->lib, l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, params, salt, err);
 }
 
