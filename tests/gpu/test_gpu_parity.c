@@ -26,6 +26,7 @@
 
 #include "../check.h"
 #include "../model_vectors.h"
+#include "../uint8_step.h"
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
@@ -165,42 +166,11 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
  * numbers beside it (run_twice). */
 static void check_uint8_step(void)
 {
-    enum { B = 4, S = 32 };
-    InputSpec is = {.u8 = 1, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225}, .erase_boxes = 1,
-                    .erase_mode = 2, .mix = 1};
-    ModelSpec spec = {.batch_size = B, .training = 1, .args = model_args_default()};
-    spec.args.img_size = S;
-    Pipeline p = {.input = is, .training = 1, .loss = {CT_LOSS_SOFT_TARGET, 0, -1, 1},
-                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9}, .channels_last = 1, .verify = 1};
-    Graph g;
-    CtErr err;
-    if (model_build(model_find("test_resnet"), &spec, &g, &err) || pipeline_run(&p, &g, NULL, &err)) {
-        CHECKF(0, "uint8 step: %s", err.msg);
+    static Uint8Step u;
+    if (uint8_step_open(&u))
         return;
-    }
-    int64_t classes = 0;
-    for (ValueId v = 0; v < g.nvalues; v++)
-        if (g.values[v].role == CT_ROLE_INPUT && g.values[v].type.shape.ndim == 2 &&
-            !(g.values[v].name && !strcmp(g.values[v].name, "mix_params")))
-            classes = g.values[v].type.shape.d[1]; /* the soft targets */
-    static uint8_t img[B * S * S * 3];
-    for (int i = 0; i < B * S * S * 3; i++)
-        img[i] = (uint8_t)(i * 97 + i / 7);
-    int64_t boxes[B * 5] = {2, 3, 10, 12, 101, 0, 0, 0, 0, 0, 20, 20, 30, 30, 102, 5, 5, 4, 4, 103};
-    float params[B * 6] = {0.7f, 0, 0, 0, 0, 0, 0.4f, 1, 8, 20, 4, 28, 0.4f, 1, 8, 20, 4, 28, 0.7f, 0, 0, 0, 0, 0};
-    float *soft = calloc((size_t)(B * classes), sizeof *soft), lr = 0.1f, scale = 1;
-    for (int b = 0; b < B; b++)
-        soft[b * classes + b % classes] = 1;
-    CtTensor in[6] = {{{{4, {B, S, S, 3}}, CT_U8}, img},       {{{3, {B, 1, 5}}, CT_I64}, boxes},
-                      {{{2, {B, 6}}, CT_F32}, params},        {{{2, {B, classes}}, CT_F32}, soft},
-                      {{{0}, CT_F32}, &lr},                   {{{0}, CT_F32}, &scale}};
-    CtState init;
-    state_create(&init, &g);
-    state_init(&init, 11);
-    check_graph("test_resnet uint8 step (erase, mix, channels_last)", &g, &init, in, 6, 1e-3);
-    state_free(&init);
-    free(soft);
-    graph_free(&g);
+    check_graph("test_resnet uint8 step (erase, mix, channels_last)", &u.g, &u.init, u.in, 6, 1e-3);
+    uint8_step_free(&u);
 }
 
 /* One configuration of a model: precision (f32, f16, bf16), layout, mode. */
