@@ -334,6 +334,18 @@ CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *r
     }
 }
 
+/* A row of C logits' maximum *m and sum of exp(x - *m), which every
+ * softmax-based loss and its gradient start from. */
+CT_DEVICE void CT_SFX(ct_row_max_sum)(const CT_T *row, long long C, float *m, double *sum)
+{
+    *m = CT_LD(row[0]);
+    *sum = 0;
+    for (long long c = 1; c < C; c++)
+        *m = CT_LD(row[c]) > *m ? CT_LD(row[c]) : *m;
+    for (long long c = 0; c < C; c++)
+        *sum += exp((double)CT_LD(row[c]) - *m);
+}
+
 /* cross_entropy with label smoothing s, per row into rowloss (dense [B, C]
  * logits); ct_mean_loss then averages the rows in order. */
 CT_GLOBAL CT_SFX(ct_cross_entropy_rows)(const CT_T *x, const long long *t, float *rowloss, long long B, long long C,
@@ -342,14 +354,11 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_rows)(const CT_T *x, const long long *t, float
     CT_LOOP(b, B)
     {
         const CT_T *row = x + b * C;
-        float m = CT_LD(row[0]);
-        double sum = 0, mean_x = 0;
-        for (long long c = 1; c < C; c++)
-            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
-        for (long long c = 0; c < C; c++) {
-            sum += exp((double)CT_LD(row[c]) - m);
+        float m;
+        double sum, mean_x = 0;
+        CT_SFX(ct_row_max_sum)(row, C, &m, &sum);
+        for (long long c = 0; c < C; c++)
             mean_x += CT_LD(row[c]);
-        }
         double lse = m + log(sum);
         mean_x /= (double)C;
         /* no smoothing term at s = 0: 0 * -inf, a -inf logit's, is NaN */
@@ -375,12 +384,9 @@ CT_GLOBAL CT_SFX(ct_cross_entropy_grad)(const CT_T *x, const long long *t, const
     CT_LOOP(b, B)
     {
         const CT_T *row = x + b * C;
-        float m = CT_LD(row[0]);
-        double sum = 0, scale = (double)CT_LD(dloss[0]) / (double)B;
-        for (long long c = 1; c < C; c++)
-            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
-        for (long long c = 0; c < C; c++)
-            sum += exp((double)CT_LD(row[c]) - m);
+        float m;
+        double sum, scale = (double)CT_LD(dloss[0]) / (double)B;
+        CT_SFX(ct_row_max_sum)(row, C, &m, &sum);
         for (long long c = 0; c < C; c++) {
             double p = exp((double)CT_LD(row[c]) - m) / sum;
             dx[b * C + c] = CT_ST((float)(scale * (p - (c == t[b] ? 1 - s : 0) - s / (double)C)));
@@ -461,12 +467,9 @@ CT_GLOBAL CT_SFX(ct_soft_ce_rows)(const CT_T *x, const CT_T *t, float *rowloss, 
     CT_LOOP(b, B)
     {
         const CT_T *row = x + b * C, *tr = t + b * C;
-        float m = CT_LD(row[0]);
-        double sum = 0, loss = 0;
-        for (long long c = 1; c < C; c++)
-            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
-        for (long long c = 0; c < C; c++)
-            sum += exp((double)CT_LD(row[c]) - m);
+        float m;
+        double sum, loss = 0;
+        CT_SFX(ct_row_max_sum)(row, C, &m, &sum);
         double lse = m + log(sum);
         for (long long c = 0; c < C; c++)
             loss -= (double)CT_LD(tr[c]) * ((double)CT_LD(row[c]) - lse);
@@ -480,14 +483,11 @@ CT_GLOBAL CT_SFX(ct_soft_ce_grad)(const CT_T *x, const CT_T *t, const CT_T *dlos
     CT_LOOP(b, B)
     {
         const CT_T *row = x + b * C, *tr = t + b * C;
-        float m = CT_LD(row[0]);
-        double sum = 0, tsum = 0, scale = (double)CT_LD(dloss[0]) / (double)B;
-        for (long long c = 1; c < C; c++)
-            m = CT_LD(row[c]) > m ? CT_LD(row[c]) : m;
-        for (long long c = 0; c < C; c++) {
-            sum += exp((double)CT_LD(row[c]) - m);
+        float m;
+        double sum, tsum = 0, scale = (double)CT_LD(dloss[0]) / (double)B;
+        CT_SFX(ct_row_max_sum)(row, C, &m, &sum);
+        for (long long c = 0; c < C; c++)
             tsum += CT_LD(tr[c]);
-        }
         for (long long c = 0; c < C; c++) {
             double p = exp((double)CT_LD(row[c]) - m) / sum;
             dx[b * C + c] = CT_ST((float)(scale * (p * tsum - CT_LD(tr[c]))));
