@@ -309,79 +309,47 @@ static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
 
 static int plan_loss(Builder *b, const Node *n, size_t *scratch)
 {
+    /* each loss's kernels: per row into scratch then their mean, or its
+     * gradient (dloss, dx); the attributes they take */
+    static const struct {
+        CtOp op;
+        const char *rows, *grad;
+        int nfattr;
+    } kinds[] = {
+        {CT_OP_cross_entropy, "ct_cross_entropy_rows", "ct_cross_entropy_grad", 1},
+        {CT_OP_soft_target_cross_entropy, "ct_soft_ce_rows", "ct_soft_ce_grad", 0},
+        {CT_OP_binary_cross_entropy, "ct_bce_rows", "ct_bce_grad", 2},
+    };
     const CtShape *xs = &val(b, n->in[0])->type.shape;
-    CtDType t = val(b, n->in[0])->type.dtype;
     long long B = xs->d[0], C = xs->d[1];
-    int soft = n->op == CT_OP_soft_target_cross_entropy || n->op == CT_OP_soft_target_cross_entropy_grad;
-    int bce = n->op == CT_OP_binary_cross_entropy || n->op == CT_OP_binary_cross_entropy_grad;
-    LibLaunch *l;
-    if (bce) { /* the target: i64 labels, or probabilities of x's dtype */
-        int grad = n->op == CT_OP_binary_cross_entropy_grad, probs = ct_dtype_is_float(val(b, n->in[1])->type.dtype);
-        l = begin(b, grad ? "ct_bce_grad" : "ct_bce_rows", t, B);
-        a_val(l, n->in[0]);
+    int k = 0;
+    while (n->op != kinds[k].op && n->op != kinds[k].op + 1) /* a loss's gradient is the next op (ir/ops/loss.c) */
+        k++;
+    int grad = n->op == kinds[k].op + 1;
+    LibLaunch *l = begin(b, grad ? kinds[k].grad : kinds[k].rows, val(b, n->in[0])->type.dtype, B);
+    a_val(l, n->in[0]);
+    if (kinds[k].op == CT_OP_binary_cross_entropy) { /* the target: i64 labels, or probabilities of x's dtype */
+        int probs = ct_dtype_is_float(val(b, n->in[1])->type.dtype);
         if (probs)
             arg(l, LA_NULL);
         a_val(l, n->in[1]);
         if (!probs)
             arg(l, LA_NULL);
-        if (grad) {
-            a_val(l, n->in[2]);
-            a_val(l, n->out[0]);
-        } else {
-            arg(l, LA_SCRATCH);
-            *scratch = (size_t)B * sizeof(float);
-        }
-        a_i64(l, B);
-        a_i64(l, C);
-        a_f32(l, n->fattr[0]);
-        a_f32(l, n->fattr[1]);
-        if (!grad) {
-            l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
-            arg(l, LA_SCRATCH);
-            a_val(l, n->out[0]);
-            a_i64(l, B);
-        }
-        return 0;
-    }
-    if (soft) {
-        int grad = n->op == CT_OP_soft_target_cross_entropy_grad;
-        l = begin(b, grad ? "ct_soft_ce_grad" : "ct_soft_ce_rows", t, B);
-        a_val(l, n->in[0]);
+    } else {
         a_val(l, n->in[1]);
-        if (grad) {
-            a_val(l, n->in[2]);
-            a_val(l, n->out[0]);
-        } else {
-            arg(l, LA_SCRATCH);
-            *scratch = (size_t)B * sizeof(float);
-        }
-        a_i64(l, B);
-        a_i64(l, C);
-        if (!grad) {
-            l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
-            arg(l, LA_SCRATCH);
-            a_val(l, n->out[0]);
-            a_i64(l, B);
-        }
-        return 0;
     }
-    if (n->op == CT_OP_cross_entropy_grad) {
-        l = begin(b, "ct_cross_entropy_grad", t, B);
-        a_val(l, n->in[0]);
-        a_val(l, n->in[1]);
+    if (grad) {
         a_val(l, n->in[2]);
         a_val(l, n->out[0]);
     } else {
-        l = begin(b, "ct_cross_entropy_rows", t, B);
-        a_val(l, n->in[0]);
-        a_val(l, n->in[1]);
         arg(l, LA_SCRATCH);
         *scratch = (size_t)B * sizeof(float);
     }
     a_i64(l, B);
     a_i64(l, C);
-    a_f32(l, n->fattr[0]);
-    if (n->op == CT_OP_cross_entropy) {
+    for (int f = 0; f < kinds[k].nfattr; f++)
+        a_f32(l, n->fattr[f]);
+    if (!grad) {
         l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
         arg(l, LA_SCRATCH);
         a_val(l, n->out[0]);
