@@ -58,7 +58,7 @@ static const char *const usage =
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
     "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
-    "                   [--layer-decay-no-opt-scale S]\n"
+    "                   [--layer-decay-no-opt-scale S] [--grad-accum-steps 1]\n"
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
@@ -109,7 +109,7 @@ enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_B
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
 /* Layer-wise lr decay flags, long only. */
-enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT };
+enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -168,7 +168,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"clip-grad", 1, 0, OPT_CLIP_GRAD}, {"clip-mode", 1, 0, OPT_CLIP_MODE}, {"model-ema", 0, 0, OPT_MODEL_EMA},
         {"model-ema-decay", 1, 0, OPT_MODEL_EMA_DECAY}, {"model-ema-warmup", 0, 0, OPT_MODEL_EMA_WARMUP},
         {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
-        {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT},
+        {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT}, {"grad-accum-steps", 1, 0, OPT_GRAD_ACCUM},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
         {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
@@ -388,6 +388,11 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
+        case OPT_GRAD_ACCUM: /* train.py: max(1, N) */
+            if (!(bad = cli_int(prog, "--grad-accum-steps", optarg, -(1 << 30), 1 << 20, &a->grad_accum_steps)) &&
+                a->grad_accum_steps < 1)
+                a->grad_accum_steps = 1;
+            break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;

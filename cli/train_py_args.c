@@ -20,7 +20,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"target-key", "null"},
     {"dataset-trust-remote-code", "false"},
     {"gp", "null"},
-    {"grad-accum-steps", "1"},
     {"grad-checkpointing", "false"},
     {"fast-norm", "false"},
     {"model-kwargs", "{}"},

@@ -85,6 +85,12 @@ typedef struct OptimSpec {
     /* --sync-bn: every training batch_norm normalises by the statistics of
      * all ranks' batches (SyncBatchNorm; iattr sync, ir/ops/norm.c) */
     int sync_bn;
+    /* --grad-accum-steps > 1: gradients accumulate across steps in state
+     * "accum.<param>" (grad_accumulate), and only a step whose input
+     * `update` is 1 clips, updates and resets them; the gradients are
+     * divided by the input `unscale` (loss scale times the group's step
+     * count: train.py's loss /= accum_steps) instead of loss_scale. */
+    int grad_accum;
 } OptimSpec;
 
 /* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the
@@ -115,6 +121,7 @@ typedef struct TrainStep {
     ValueId finite; /* with skip_nonfinite: a graph output, 1 when the step applied */
     ValueId grad_norm_sq; /* with CT_CLIP_NORM: a graph output, the total squared gradient norm */
     ValueId ema_decay;    /* with model_ema: the input, the decay of this step (0: copy) */
+    ValueId update, unscale; /* with grad_accum: the inputs (OptimSpec.grad_accum), else -1 */
     int nparams;
     ValueId *params, *grads; /* parallel, the trained params in state_dict order; owned here */
 } TrainStep;

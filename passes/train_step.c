@@ -287,6 +287,25 @@ static int pick_params(const Graph *g, const OptimSpec *o, TrainStep *out, Value
     return 0;
 }
 
+/* --grad-accum-steps: total[k] becomes the accumulated gradient of
+ * param k, its state "accum.<name>" reset on the updating step. */
+static void add_accumulate(Emitter *e, const TrainStep *t, ValueId *total, ValueId *state, int *nstate)
+{
+    Graph *g = e->g;
+    e->scope = "accumulate";
+    for (int k = 0; k < t->nparams; k++) {
+        Value pv = g->values[t->params[k]];
+        char name[600];
+        snprintf(name, sizeof name, "accum.%s", pv.name);
+        ValueId acc = graph_add_value(g, g->values[t->grads[k]].type, CT_ROLE_STATE, name);
+        g->values[acc].init = (CtInit){CT_INIT_ZEROS, 0};
+        state[(*nstate)++] = acc;
+        total[k] = emit(e, CT_OP_grad_accumulate, 3, (ValueId[]){acc, t->grads[k], t->update}, NULL, 0, NULL, 0, 0);
+        if (total[k] >= 0)
+            emit(e, CT_OP_assign, 2, (ValueId[]){acc, emit_last(e)->out[1]}, NULL, 0, NULL, 0, 0);
+    }
+}
+
 /* ModelEmaV3.apply_update_: for every param (new value fresh[k]) and buffer
  * (its value after the forward's assign), state "ema.<name>" and its
  * assign: float ema * decay + new * (1 - decay), integer ones copied. */
@@ -331,7 +350,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
                      CtErr *err)
 {
     memset(out, 0, sizeof *out);
-    out->finite = out->grad_norm_sq = out->ema_decay = -1;
+    out->finite = out->grad_norm_sq = out->ema_decay = out->update = out->unscale = -1;
     const CtShape *ls = &g->values[logits].type.shape;
     if (ls->ndim != 2)
         return ct_fail(err, "train step: logits must be [B, classes], got %d dims", ls->ndim);
@@ -341,6 +360,11 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     out->loss_scale = add_input(g, "loss_scale", (CtShape){0}, CT_F32);
     if (opt->model_ema && opt->kind != CT_OPT_NONE)
         out->ema_decay = add_input(g, "ema_decay", (CtShape){0}, CT_F32);
+    int accum = opt->grad_accum > 1 && opt->kind != CT_OPT_NONE;
+    if (accum) {
+        out->update = add_input(g, "update", (CtShape){0}, CT_F32);
+        out->unscale = add_input(g, "unscale", (CtShape){0}, CT_F32);
+    }
 
     Emitter e = {.g = g, .scope = "loss"};
     out->loss = add_loss(&e, logits, out->target, loss);
@@ -364,7 +388,8 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         goto fail;
     e.scope = "unscale";
     for (int k = 0; k < out->nparams; k++) {
-        out->grads[k] = emit(&e, CT_OP_div, 2, (ValueId[]){out->grads[k], out->loss_scale}, NULL, 0, NULL, 0, 0);
+        ValueId by = accum ? out->unscale : out->loss_scale;
+        out->grads[k] = emit(&e, CT_OP_div, 2, (ValueId[]){out->grads[k], by}, NULL, 0, NULL, 0, 0);
         if (out->grads[k] >= 0)
             g->values[out->grads[k]].role = CT_ROLE_GRAD;
     }
@@ -379,7 +404,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
 
     /* Optimizer state follows the params and buffers in g->state. */
     int nmodel = g->nstate;
-    int cap = g->nstate + 3 * out->nparams + 1 + (opt->model_ema ? nmodel : 0);
+    int cap = g->nstate + 4 * out->nparams + 1 + (opt->model_ema ? nmodel : 0);
     ValueId *state = realloc(g->state, sizeof *state * (size_t)cap);
     CT_ASSERT(state != NULL);
     g->state = state;
@@ -391,11 +416,17 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         g->values[step].init = (CtInit){CT_INIT_ZEROS, 0};
         g->state[g->nstate++] = step;
     }
+    /* the gradients the update reads: this step's, or the group's sum */
+    ValueId *total = malloc(sizeof *total * (size_t)(out->nparams + 1));
+    CT_ASSERT(total != NULL);
+    memcpy(total, out->grads, sizeof *total * (size_t)out->nparams);
+    if (accum)
+        add_accumulate(&e, out, total, g->state, &g->nstate);
     e.scope = "optimizer";
-    ValueId apply = -1;
+    ValueId apply = accum ? out->update : -1;
     if (opt->skip_nonfinite) {
         for (int k = 0; k < out->nparams; k++) {
-            ValueId ok = emit(&e, CT_OP_all_finite, 1, &out->grads[k], NULL, 0, NULL, 0, 0);
+            ValueId ok = emit(&e, CT_OP_all_finite, 1, &total[k], NULL, 0, NULL, 0, 0);
             apply = apply < 0 ? ok : emit(&e, CT_OP_mul, 2, (ValueId[]){apply, ok}, NULL, 0, NULL, 0, 0);
         }
         if (apply >= 0)
@@ -410,7 +441,8 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     CT_ASSERT(upd != NULL && seen != NULL);
     int nseen = 0;
     e.scope = "clip";
-    out->grad_norm_sq = add_clip(&e, opt, out->params, out->grads, out->nparams, upd);
+    out->grad_norm_sq = add_clip(&e, opt, out->params, total, out->nparams, upd);
+    free(total);
     if (out->grad_norm_sq >= 0)
         graph_mark_output(g, out->grad_norm_sq);
     e.scope = "optimizer";

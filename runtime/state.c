@@ -115,6 +115,11 @@ static int in_part(const StateEntry *e, int model, int optim)
 /* A model EMA's copy ("ema.*"): optional in a training-state file. */
 static int is_ema(const char *name) { return strncmp(name, "ema.", 4) == 0; }
 
+/* --grad-accum-steps' accumulated gradients ("accum.*"): zero at every
+ * update, so a file without them resumes as one with (a run with another
+ * step count reads or ignores them). */
+static int is_accum(const char *name) { return strncmp(name, "accum.", 6) == 0; }
+
 /* BatchNorm's step counter: torch's BatchNorm fills it in when a
  * state_dict lacks it (hub weights often do), so a model file may too. */
 static int is_batch_count(const StateEntry *e)
@@ -147,7 +152,7 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
             *ema_missing = 1;
             continue;
         }
-        if (!t && model && is_batch_count(e))
+        if (!t && ((model && is_batch_count(e)) || (!model && is_accum(e->name))))
             continue;
         if (!t)
             return ct_fail(err, "'%s' is missing from the file", name);
@@ -165,7 +170,7 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
         if (strncmp(n, prefix, plen) != 0 || (!model && !optim && strncmp(n + plen, "optim.", 6) == 0))
             continue;
         int i = state_find(s, n + plen);
-        if ((i < 0 && ema_missing && is_ema(n + plen)) || in_list(n + plen, keep))
+        if ((i < 0 && ((ema_missing && is_ema(n + plen)) || (!model && is_accum(n + plen)))) || in_list(n + plen, keep))
             continue;
         if (i < 0 || !in_part(&s->e[i], model, 1))
             return ct_fail(err, "'%s' in the file is not part of the %s", n, model ? "model" : "training state");

@@ -59,7 +59,8 @@ int state_save(const CtState *s, const char *path, const char *const *meta_keys,
  * missing, extra or mis-shaped tensor is an error naming it. A model EMA's
  * copies ("ema.*") are the exception, as in timm's resume: a file without
  * them sets *ema_missing (the caller starts the EMA from the weights), and
- * a file's EMA that the state has no place for is ignored. */
+ * a file's EMA that the state has no place for is ignored. Accumulated
+ * gradients ("accum.*", --grad-accum-steps) are optional both ways. */
 int state_save_training(const CtState *s, const char *path, const char *const *meta_keys,
                         const char *const *meta_vals, int nmeta, CtErr *err);
 int state_load_training(CtState *s, const StFile *f, int optim, int *ema_missing, CtErr *err);

@@ -278,7 +278,8 @@ static void build_misc(Graph *g, const Ins *in, int variant)
  * (4-6) and 2 (RAdam) in its warm-up and after it (7, 8); the momentum
  * buffer comes from an expand fused into the update; rmsprop (9: torch's
  * without momentum, 10: TF's with it and an apply of 1, 11: torch's with
- * momentum and an apply of 0) and adagrad (12). */
+ * momentum and an apply of 0) and adagrad (12); grad_accumulate with an
+ * update of 0 and of 1 (13, 14). */
 static void build_update(Graph *g, const Ins *in, int variant)
 {
     ValueId lr = in->s;
@@ -299,6 +300,9 @@ static void build_update(Graph *g, const Ins *in, int variant)
             ins[5] = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant == 10}, 2, 0);
         node(g, CT_OP_rmsprop_update, variant > 9 ? 6 : 5, ins, (int64_t[]){variant == 10}, 1,
              (double[]){0.9, 1e-8, 0.01, variant == 9 ? 0 : 0.9}, 4, 0);
+    } else if (variant >= 13) {
+        ValueId up = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 13}, 2, 0);
+        node(g, CT_OP_grad_accumulate, 3, (ValueId[]){in->pos, in->x, up}, NULL, 0, NULL, 0, 0);
     } else if (variant == 12) {
         ValueId sum = node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){2, 0}, 2, 0);
         node(g, CT_OP_adagrad_update, 4, (ValueId[]){in->pos, in->x, sum, lr}, NULL, 0, (double[]){1e-10, 0.01}, 2,
@@ -411,7 +415,7 @@ static void test_ops(KernelCache *cache)
         }
     for (int v = 0; v < 11; v++)
         check_case("binary/scale/clamp/cast", build_misc, v, cache);
-    for (int v = 0; v < 13; v++)
+    for (int v = 0; v < 15; v++)
         check_case("optimizer update", build_update, v, cache);
     for (int v = 0; v < 3; v++)
         check_case("fused chain", build_chain, v, cache);

@@ -28,6 +28,7 @@ typedef struct TrainArgs {
     /* --layer-decay (< 0: not given, train.py's None), its min scale and
      * no-opt scale (0: none) */
     double layer_decay, layer_decay_min_scale, layer_decay_no_opt_scale;
+    int grad_accum_steps; /* >= 1: the optimizer steps once per this many batches, on their summed gradients */
     const char *clip_mode;
     int model_ema, model_ema_warmup;
     /* timm's mixup / cutmix and random erasing flags */

@@ -93,6 +93,7 @@ static int stop_in_validation(Trainer *t, int epoch, double mean, CtErr *err)
 /* The step's inputs beyond the batch and its targets. */
 typedef struct StepScalars {
     float lr, scale, decay;
+    float update, unscale; /* --grad-accum-steps: 1 on a group's last batch; scale times the group's batches */
 } StepScalars;
 
 /* The numbers batch i of epoch is erased and mixed by (the graph does the
@@ -115,7 +116,7 @@ static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss
 {
     int B = t->a.batch_size, mixing = mixup_active(&t->mix), nin = 0;
     /* the graph's inputs in order: the pipeline's input stage's, then the training step's */
-    CtTensor in[7];
+    CtTensor in[9];
     in[nin++] = (CtTensor){{{4, {B, t->img, t->img, 3}}, CT_U8}, bt->images};
     if (t->erase_k)
         in[nin++] = (CtTensor){{{3, {B, t->erase_k, 5}}, CT_I64}, t->erase_boxes};
@@ -127,6 +128,10 @@ static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss
     in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->scale};
     if (t->ts.ema_decay >= 0)
         in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->decay};
+    if (t->ts.update >= 0) {
+        in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->update};
+        in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->unscale};
+    }
     int ran = t->train_run.prog ? 0 : backend_open(&t->train_run, t->be, &t->train, &t->state, &t->opts, err);
     if (ran)
         return ran;
@@ -149,12 +154,15 @@ static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss
  * every update with --sched-on-updates. With --amp f16 the loss is scaled,
  * a step whose gradient is not finite is skipped in the graph and the
  * scale follows GradScaler's rules; without it a non-finite loss stops the
- * run. */
+ * run. With --grad-accum-steps k, batches go in groups of k (the epoch's
+ * last group has the rest), the update, the schedule's step, the EMA, the
+ * log and the recovery checkpoint at each group's end, as train.py. */
 static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr *err)
 {
-    size_t nb = loader_epoch_batches(t->train_ld);
+    size_t nb = loader_epoch_batches(t->train_ld), k = t->accum, upe = trainer_updates_per_epoch(t);
+    size_t last_group_from = nb - nb % k; /* nb when k divides it */
     double t0 = now(), data_time = 0;
-    long num_updates = (long)epoch * (long)nb + (long)first;
+    long num_updates = (long)epoch * (long)upe + (long)(first / k);
     long skipped_here = 0;
     int rc = -1;
     char label[32];
@@ -174,9 +182,14 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
         if (prepare_batch(t, epoch, i, bt, err))
             goto done;
         data_time += now() - td;
+        int last = i + 1 == nb, update = last || (i + 1) % k == 0;
+        size_t update_idx = i / k, group = i >= last_group_from ? nb % k : k;
         double lr = sched_lr(&t->sched), loss = 0;
-        StepScalars sc = {(float)lr, t->finite_out >= 0 ? (float)t->scaler.scale : 1,
-                          (float)ema_decay(t->a.model_ema_decay, t->a.model_ema_warmup, num_updates + 1)};
+        float scale = t->finite_out >= 0 ? (float)t->scaler.scale : 1;
+        /* between updates the EMA stays (decay 1), as train.py updates it after each update only */
+        StepScalars sc = {(float)lr, scale,
+                          update ? (float)ema_decay(t->a.model_ema_decay, t->a.model_ema_warmup, num_updates + 1) : 1,
+                          (float)update, scale * (float)group};
         int applied = 1, stop;
         int ran = train_step(t, bt, &sc, &loss, &applied, err);
         if (ran == CT_INTERRUPTED) { /* Ctrl-C while the step compiled: the run's first step, nothing trained */
@@ -192,7 +205,7 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
             ct_failctx(err, "epoch %d, batch %zu", epoch, i);
             goto done;
         }
-        if (t->finite_out >= 0) {
+        if (t->finite_out >= 0 && update) {
             scaler_update(&t->scaler, applied);
             t->skipped += !applied;
             skipped_here += !applied;
@@ -211,12 +224,13 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
             t->loss_sum += loss;
             t->loss_count++;
         }
-        sched_step_update(&t->sched, ++num_updates);
+        if (update)
+            sched_step_update(&t->sched, ++num_updates);
         double avg = t->loss_count ? t->loss_sum / (double)t->loss_count : NAN;
         report_pass_update(t->rep, i + 1);
-        if (i % (size_t)t->a.log_interval == 0 || i + 1 == nb) {
+        if (update && (update_idx % (size_t)t->a.log_interval == 0 || last)) {
             double el = now() - t0;
-            size_t done_here = i + 1 - first;
+            size_t done_here = i + 1 - first, ups = update_idx + 1 > first / k ? update_idx + 1 - first / k : 1;
             char scale_note[64] = "";
             if (t->finite_out >= 0)
                 snprintf(scale_note, sizeof scale_note, "  Scale: %g%s", t->scaler.scale,
@@ -224,13 +238,14 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
             report_log(t->rep,
                        "Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  "
                        "Data: %.3f%s\n",
-                       epoch, i + 1, nb, 100.0 * (double)(i + 1) / (double)nb, loss, avg, el / (double)done_here,
-                       (double)(done_here * (size_t)t->a.batch_size * (size_t)t->world) / el, lr * t->lr_log_scale,
-                       data_time / (double)done_here, scale_note);
+                       epoch, update_idx + 1, upe, 100.0 * (double)(update_idx + 1) / (double)upe, loss, avg,
+                       el / (double)ups, (double)(done_here * (size_t)t->a.batch_size * (size_t)t->world) / el,
+                       lr * t->lr_log_scale, data_time / (double)ups, scale_note);
         }
-        /* timm's recovery checkpoint: every --recovery-interval batches and at
-         * the epoch's last; and on Ctrl-C */
-        int every = t->a.recovery_interval && ((i + 1) % (size_t)t->a.recovery_interval == 0 || i + 1 == nb);
+        /* timm's recovery checkpoint: every --recovery-interval updates and at
+         * the epoch's last; and on Ctrl-C (accumulated gradients included) */
+        int every = t->a.recovery_interval && update &&
+                    ((update_idx + 1) % (size_t)t->a.recovery_interval == 0 || last);
         if (t->saving && (every || stop) && save_recovery(t, epoch, (int)i, t->loss_sum, t->loss_count, err))
             goto done;
         if (stop) {
@@ -248,7 +263,7 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
     *mean = t->loss_count ? t->loss_sum / (double)t->loss_count : NAN;
     if (skipped_here) /* the epoch's mean loss is over the applied steps only: say so */
         report_log(t->rep, "Train: %d: %ld of %zu steps skipped for a non-finite gradient (loss scale now %g); "
-                   "the mean loss is over the other steps\n", epoch, skipped_here, nb - first, t->scaler.scale);
+                   "the mean loss is over the other steps\n", epoch, skipped_here, upe - first / k, t->scaler.scale);
     rc = 0;
 done:
     report_pass_end(t->rep);

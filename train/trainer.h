@@ -79,6 +79,7 @@ typedef struct Trainer {
     LrSched sched;
     int num_epochs, start_epoch; /* the schedule's epoch count; where this run starts */
     size_t first_batch;          /* where the first epoch run starts (a recovery checkpoint's next batch) */
+    size_t accum; /* --grad-accum-steps: batches an optimizer update (the last group of an epoch may have fewer) */
     double loss_sum;             /* the epoch's finite losses so far (carried over by a recovery checkpoint) */
     long loss_count;
     long skipped; /* --amp f16: steps skipped for a non-finite gradient */
@@ -111,5 +112,7 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
  * ended the run (what was saved, and how to resume, was logged). */
 int trainer_run(Trainer *t, CtErr *err);
 void trainer_close(Trainer *t);
+/* train.py's updates_per_epoch: the epoch's batches over --grad-accum-steps, rounded up. */
+size_t trainer_updates_per_epoch(const Trainer *t);
 
 #endif

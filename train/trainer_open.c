@@ -123,6 +123,7 @@ static int build_graphs(Trainer *t, CtErr *err)
     if (t->world > 1) /* DDP: the gradients averaged over the ranks, in buckets */
         opt.allreduce_bucket_bytes = (int64_t)(t->a.bucket_cap_mb * 1024 * 1024);
     opt.sync_bn = t->world > 1 && t->a.sync_bn; /* train.py: convert_sync_batchnorm when distributed */
+    opt.grad_accum = (int)t->accum;
     /* train.py: with mixup the smoothing is in the targets, the loss
      * SoftTargetCrossEntropy, or BinaryCrossEntropy without smoothing */
     LossSpec loss = {CT_LOSS_CROSS_ENTROPY, t->a.smoothing, -1, 0};
@@ -359,8 +360,8 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
         return ct_fail(err, "--resume %s: its plateau schedule state is missing or malformed", a->resume);
     if ((t->start_epoch > 0 || t->first_batch > 0) && !plateau_resumed) { /* train.py: the schedule moved on */
         if (a->sch.on_updates)
-            sched_step_update(&t->sched, (long)t->start_epoch * (long)loader_epoch_batches(t->train_ld) +
-                                             (long)t->first_batch);
+            sched_step_update(&t->sched, (long)t->start_epoch * (long)trainer_updates_per_epoch(t) +
+                                             (long)(t->first_batch / t->accum));
         else
             sched_step(&t->sched, t->start_epoch);
     }
@@ -395,6 +396,9 @@ static void say_setup(const Trainer *t, const Resumed *res)
             report_log(t->rep, "Synchronized BatchNorm: %d batch norms normalise by the statistics of the global "
                        "batch\n", synced);
     }
+    if (t->accum > 1)
+        report_log(t->rep, "Gradient accumulation: %zu batches an update, %zu updates an epoch\n", t->accum,
+                   trainer_updates_per_epoch(t));
     if (t->amp != CT_F32)
         report_log(t->rep, "AMP: %s autocast%s\n", t->amp == CT_F16 ? "float16" : "bfloat16",
                    t->amp == CT_F16 ? ", dynamic loss scaling" : "");
@@ -438,8 +442,9 @@ static void resolve_args(Trainer *t)
     if (a->sync_bn && t->world > 1) /* train.py: sync BN makes the running statistics one already */
         t->bn_mode = -1;
     t->vb = a->val_batch_size > 0 ? a->val_batch_size : a->batch_size;
+    t->accum = a->grad_accum_steps > 1 ? (size_t)a->grad_accum_steps : 1;
     if (a->lr < 0) { /* timm: lr = lr_base * global batch / lr_base_size, sqrt scaling for ada* and lamb */
-        double ratio = (double)a->batch_size * t->world / a->lr_base_size;
+        double ratio = (double)a->batch_size * t->world * (double)t->accum / a->lr_base_size;
         int use_sqrt = a->lr_base_scale ? !strcmp(a->lr_base_scale, "sqrt")
                                         : strstr(a->opt, "ada") || strstr(a->opt, "lamb");
         a->lr = a->lr_base * (use_sqrt ? sqrt(ratio) : ratio);
@@ -471,7 +476,7 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     sch->min_lr = t->a.min_lr;
     sch->noise_seed = t->a.seed;
     sch->plateau_min = t->decreasing;
-    if (sched_init(&t->sched, sch, t->a.lr, (int)loader_epoch_batches(t->train_ld), err))
+    if (sched_init(&t->sched, sch, t->a.lr, (int)trainer_updates_per_epoch(t), err))
         goto fail;
     t->num_epochs = t->sched.num_epochs;
     if (start_state(t, &res, err))
@@ -499,6 +504,11 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
 fail:
     trainer_close(t);
     return -1;
+}
+
+size_t trainer_updates_per_epoch(const Trainer *t)
+{
+    return (loader_epoch_batches(t->train_ld) + t->accum - 1) / t->accum;
 }
 
 void trainer_close(Trainer *t)

@@ -36,6 +36,12 @@
  * adagrad_update(p, g, sum, lr), fattr eps, weight_decay: torch Adagrad,
  *   lr_decay 0.
  * all_finite(x) -> scalar 1 when every element of x is finite, else 0.
+ * grad_accumulate(acc, g, update) -> (total, acc'): --grad-accum-steps'
+ *   gradient accumulation across steps: total = acc + g, the gradient the
+ *   update reads; acc' = 0 on the step that updates (update != 0, a float
+ *   scalar), else total (torch's p.grad summed by each backward until
+ *   zero_grad). A select, not a product, so a non-finite total never
+ *   poisons the next group.
  */
 #include <math.h>
 
@@ -309,3 +315,26 @@ static void all_finite_ref(const Graph *g, const Node *n, double *const *in, dou
 const OpDef op_all_finite = {.name = "all_finite", .min_in = 1, .max_in = 1, .infer = infer_all_finite,
                              .ref = all_finite_ref, .fusion = OP_REDUCTION, .amp = OP_AMP_FOLLOW,
                              .layout = OP_LAYOUT_NCHW};
+
+static int infer_grad_accumulate(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, -1, err) || require_shape(g, n, 1, in_shape(g, n, 0), err) ||
+        require_shape(g, n, 2, &(CtShape){0}, err))
+        return -1;
+    if (in_type(g, n, 1)->dtype != in_type(g, n, 0)->dtype || !ct_dtype_is_float(in_type(g, n, 2)->dtype))
+        return ct_fail(err, "grad_accumulate: the gradient must have the accumulator's dtype, update a float scalar");
+    out[0] = out[1] = *in_type(g, n, 0);
+    return 2;
+}
+
+static void grad_accumulate_scalar(const Node *n, Sx *s)
+{
+    int total = sx_add(s, sx_in(s, 0), sx_in(s, 1));
+    s->out[0] = total;
+    s->out[1] = sx_select(s, sx_in(s, 2), sx_const(s, 0), total);
+}
+
+const OpDef op_grad_accumulate = {.name = "grad_accumulate", .min_in = 3, .max_in = 3,
+                                  .infer = infer_grad_accumulate, .ref = sx_ref, .nondiff = 7, .inplace = 2,
+                                  .fusion = OP_ELEMENTWISE, .scalar = grad_accumulate_scalar, .amp = OP_AMP_FOLLOW,
+                                  .layout = OP_LAYOUT_NCHW};
