@@ -58,7 +58,7 @@ static const char *const usage =
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
     "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
-    "                   [--layer-decay-no-opt-scale S] [--grad-accum-steps 1]\n"
+    "                   [--layer-decay-no-opt-scale S] [--grad-accum-steps 1] [--model-kwargs K=V ...]\n"
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
@@ -109,7 +109,7 @@ enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_B
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
 /* Layer-wise lr decay flags, long only. */
-enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM };
+enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -117,6 +117,23 @@ static int parse_list(const char *opt, const char *arg, char **argv, int argc, d
 }
 
 static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
+
+/* --model-kwargs KEY=VALUE ... (argparse nargs='*'): arg and the words
+ * after it up to the next option or a word without '=', added to the
+ * earlier ones (a config's, then the command line's). */
+static int parse_kwargs(const char *arg, int argc, char **argv, TrainArgs *a)
+{
+    for (const char *w = arg;;) {
+        if (a->n_model_kwargs == CT_MAX_MODEL_KWARGS) {
+            fprintf(stderr, "%s: --model-kwargs takes at most %d KEY=VALUE words\n", prog, CT_MAX_MODEL_KWARGS);
+            return -1;
+        }
+        a->model_kwargs[a->n_model_kwargs++] = w;
+        if (optind >= argc || argv[optind][0] == '-' || !strchr(argv[optind], '='))
+            return 0;
+        w = argv[optind++];
+    }
+}
 
 /* The options that take a list (argparse nargs): a config's YAML list of
  * one becomes a word of comma-joined numbers. */
@@ -127,7 +144,8 @@ static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milesto
  * before the command line's own, so the command line wins. */
 static int load_config(const char *path, const struct option *longs, int *argc, char ***argv, ConfigWords *cw)
 {
-    const TrainConfigSpec spec = {longs, list_flags, train_py_unimplemented};
+    static const char *const map_flags[] = {"model-kwargs", NULL};
+    const TrainConfigSpec spec = {longs, list_flags, train_py_unimplemented, map_flags};
     CtErr err;
     int n;
     if (!(cw->words = train_config_read(path, &spec, &n, &err))) {
@@ -169,6 +187,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"model-ema-decay", 1, 0, OPT_MODEL_EMA_DECAY}, {"model-ema-warmup", 0, 0, OPT_MODEL_EMA_WARMUP},
         {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
         {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT}, {"grad-accum-steps", 1, 0, OPT_GRAD_ACCUM},
+        {"model-kwargs", 1, 0, OPT_MODEL_KWARGS},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
         {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
@@ -388,6 +407,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
+        case OPT_MODEL_KWARGS: bad = parse_kwargs(optarg, argc, argv, a); break;
         case OPT_GRAD_ACCUM: /* train.py: max(1, N) */
             if (!(bad = cli_int(prog, "--grad-accum-steps", optarg, -(1 << 30), 1 << 20, &a->grad_accum_steps)) &&
                 a->grad_accum_steps < 1)

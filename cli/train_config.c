@@ -237,11 +237,28 @@ static char *list_word(yaml_document_t *doc, const yaml_node_t *v)
     return w;
 }
 
-static int takes_list(const TrainConfigSpec *spec, const char *name)
+static int in_names(const char *const *names, const char *name)
 {
-    for (int k = 0; spec->lists[k]; k++)
-        if (!strcmp(spec->lists[k], name))
+    for (int k = 0; names && names[k]; k++)
+        if (!strcmp(names[k], name))
             return 1;
+    return 0;
+}
+
+/* A mapping's pairs as KEY=VALUE words at w[*n]; values scalars. */
+static int map_words(yaml_document_t *doc, const char *key, const yaml_node_t *v, char **w, int *n, CtErr *err)
+{
+    for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
+        const char *k = text_of(yaml_document_get_node(doc, pr->key));
+        const yaml_node_t *x = yaml_document_get_node(doc, pr->value);
+        const char *s = x->type == YAML_SCALAR_NODE ? text_of(x) : NULL;
+        if (!k || !*k || strchr(k, '=') || !s)
+            return ct_fail(err, "'%s' expects a mapping of names to single values", key);
+        char *word = malloc(strlen(k) + strlen(s) + 2);
+        CT_ASSERT(word != NULL);
+        sprintf(word, "%s=%s", k, s);
+        w[(*n)++] = word;
+    }
     return 0;
 }
 
@@ -258,7 +275,11 @@ static int option_words(const TrainConfigSpec *spec, yaml_document_t *doc, const
     }
     if (plain_in(v, nulls) || (v->type != YAML_SCALAR_NODE && !n_items(v)))
         return 0; /* None, [], {}: the default */
-    if (v->type == YAML_SEQUENCE_NODE && takes_list(spec, o->name)) {
+    if (v->type == YAML_MAPPING_NODE && in_names(spec->maps, o->name)) {
+        w[(*n)++] = dup_word("--", o->name);
+        return map_words(doc, key, v, w, n, err);
+    }
+    if (v->type == YAML_SEQUENCE_NODE && in_names(spec->lists, o->name)) {
         char *list = list_word(doc, v);
         if (!list)
             return ct_fail(err, "'%s' expects a list of numbers", key);
@@ -300,7 +321,13 @@ static char **words_of(const TrainConfigSpec *spec, yaml_document_t *doc, int *n
         ct_fail(err, "not a mapping of train.py argument names to values");
         return NULL;
     }
-    char **w = calloc(2 * (root ? n_items(root) : 0) + 1, sizeof *w);
+    size_t cap = 1; /* a key gives at most two words, a mapping one more per pair */
+    for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
+         pr++) {
+        yaml_node_t *v = yaml_document_get_node(doc, pr->value);
+        cap += 2 + (v->type == YAML_MAPPING_NODE ? n_items(v) : 0);
+    }
+    char **w = calloc(cap, sizeof *w);
     CT_ASSERT(w != NULL);
     for (yaml_node_pair_t *pr = root ? root->data.mapping.pairs.start : NULL; pr && pr < root->data.mapping.pairs.top;
          pr++) {

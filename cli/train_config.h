@@ -7,7 +7,8 @@
  * Each key k of an option ctimm-train has becomes --k-with-dashes VALUE
  * (one word --k-with-dashes=VALUE where the value is optional); a list
  * (argparse nargs) one word of its numbers joined by commas; true a
- * bare flag; false, null and an empty list nothing (the default). A key of
+ * bare flag; false, null and an empty list nothing (the default); a
+ * mapping of an option of KEY=VALUE words one word each. A key of
  * train.py's that ctimm-train lacks is accepted only at train.py's default
  * (or null, false or empty where that default is one of those), any other
  * value of it is refused by name, and so is an unknown key. Nesting, anchors,
@@ -37,6 +38,10 @@ typedef struct TrainConfigSpec {
     const struct option *longs;
     const char *const *lists;         /* those of them that take a list of numbers; NULL ends */
     const TrainPyArg *unimplemented;  /* ended by {NULL} */
+    /* those that take KEY=VALUE words (--model-kwargs, argparse's
+     * ParseKwargs): a mapping of scalars becomes one word per pair; NULL
+     * ends, and a NULL list is none */
+    const char *const *maps;
 } TrainConfigSpec;
 
 /* The words of the YAML text (len bytes, no NUL needed): a malloc'd array of

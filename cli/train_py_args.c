@@ -22,7 +22,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"gp", "null"},
     {"grad-checkpointing", "false"},
     {"fast-norm", "false"},
-    {"model-kwargs", "{}"},
     {"head-init-scale", "null"},
     {"head-init-bias", "null"},
     {"model-dtype", "null"},

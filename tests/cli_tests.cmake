@@ -157,6 +157,30 @@ set_tests_properties(train_layer_decay PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   PASS_REGULAR_EXPRESSION "Layer decay 0.75: 8 layer groups, lr scales 0.2373 to 1; 16 params below 0.2 not optimized")
 
+# --grad-accum-steps and --model-kwargs from a train.py YAML: 3 batches of 16 an
+# update, the epoch's last group of the rest; img_size for the ViT at the data's size.
+add_test(NAME train_grad_accum_config COMMAND sh -c
+  "rm -rf accum-out && printf 'grad_accum_steps: 3\\nmodel_kwargs: {img_size: 32}\\n' > accum.yaml && \
+   ${CMAKE_BINARY_DIR}/ctimm-train -c accum.yaml --model test_vit --epochs 1 -b 16 --img-size 32 --lr 0.1 -j 2 \
+   --log-interval 1000 --output accum-out > accum.log && cat accum.log && \
+   grep -q '^Gradient accumulation: 3 batches an update, 63 updates an epoch' accum.log && \
+   grep -q '^Train: 0 \\[  63/63 (100%)\\]' accum.log")
+set_tests_properties(train_grad_accum_config PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# --model-kwargs: what train.py passes itself, an option ctimm's models lack,
+# img_size for a convnet or at another size than the data's: each refused by name.
+set(KW_TRAIN "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 -j 1")
+add_test(NAME train_model_kwargs_refused COMMAND sh -c
+  "${FAIL} 'train.py passes drop_rate to create_model itself \\(--drop\\)' ${KW_TRAIN} --model test_vit \
+     --model-kwargs drop_rate=0.1 && \
+   ${FAIL} \"ctimm's models have no option 'qkv_bias'\" ${KW_TRAIN} --model test_vit --model-kwargs img_size=32 \
+     qkv_bias=False && \
+   ${FAIL} 'test_resnet takes any input size and no img_size option' ${KW_TRAIN} --model test_resnet \
+     --model-kwargs img_size=32 && \
+   ${FAIL} 'give --img-size 48 too' ${KW_TRAIN} --model test_vit --model-kwargs 'img_size=(48, 48)'")
+set_tests_properties(train_model_kwargs_refused PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
 # ctimm-train checkpoints and --resume. Two epochs in one run equal one epoch,
 # then --resume for the second, bit for bit (cpu backend, one OpenBLAS thread,
 # -j 1): the same summary.csv line and the same weights file.

@@ -15,9 +15,10 @@
 static const struct option longs[] = {
     {"batch-size", 1, 0, 'b'}, {"mean", 1, 0, 'M'}, {"scale", 1, 0, 'S'}, {"amp", 0, 0, 'a'},
     {"decay-rate", 1, 0, 'r'}, {"dr", 1, 0, 'r'}, {"data-dir", 1, 0, 'D'}, {"model", 1, 0, 'm'},
-    {"help", 0, 0, 'h'},       {"config", 1, 0, 'c'}, {"torchcompile", 2, 0, 't'}, {0, 0, 0, 0}};
-static const char *const lists[] = {"mean", "scale", NULL};
-static const TrainConfigSpec spec = {longs, lists, train_py_unimplemented};
+    {"help", 0, 0, 'h'},       {"config", 1, 0, 'c'}, {"torchcompile", 2, 0, 't'}, {"model-kwargs", 1, 0, 'k'},
+    {0, 0, 0, 0}};
+static const char *const lists[] = {"mean", "scale", NULL}, *const maps[] = {"model-kwargs", NULL};
+static const TrainConfigSpec spec = {longs, lists, train_py_unimplemented, maps};
 
 /* The words of text, joined by '|' ("" for none), or "ERR: <message>". */
 static const char *words(const TrainConfigSpec *sp, const char *text, size_t len)
@@ -109,7 +110,10 @@ static void test_unimplemented(void)
     REFUSED("jsd_loss: true\n", "'jsd_loss: true' (--jsd-loss) is not implemented");
     REFUSED("kd_distill_type: 'logits'\n", "'kd_distill_type: logits'");
     REFUSED("wandb_tags: [a, b]\n", "'wandb_tags: [a, b]' (--wandb-tags)");
-    REFUSED("model_kwargs: {a: 1}\n", "'model_kwargs: {...}' (--model-kwargs)");
+    EXPECT("model_kwargs: {img_size: 160, a: x}\n", "--model-kwargs|img_size=160|a=x"); /* ParseKwargs' words */
+    EXPECT("model_kwargs: {}\n", "");
+    REFUSED("model_kwargs: {a: [1, 2]}\n", "'model_kwargs' expects a mapping of names to single values");
+    REFUSED("opt_kwargs: {a: 1}\n", "'opt_kwargs: {...}' (--opt-kwargs)");
     REFUSED("naflex_train_seq_lens: [128]\n", "'naflex_train_seq_lens: [128]'");
     REFUSED("local_rank: 1\n", "'local_rank: 1' (--local_rank)");
     REFUSED("amp_impl: apex\n", "'amp_impl: apex' (--amp-impl)");
@@ -188,7 +192,7 @@ static const char *timm_args(const char *name)
     }
     opts[no] = (struct option){0, 0, 0, 0};
     list_names[nl] = NULL;
-    const TrainConfigSpec all = {opts, list_names, train_py_unimplemented};
+    const TrainConfigSpec all = {opts, list_names, train_py_unimplemented, NULL};
     const char *got = words(&all, text, strlen(text));
     free(text);
     return got;

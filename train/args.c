@@ -153,6 +153,15 @@ char *train_args_json(const TrainArgs *a)
         for (int k = 0; nz && k < a->sch.n_noise; k++)
             cJSON_AddItemToArray(nz, cJSON_CreateNumber(a->sch.noise[k]));
     }
+    cJSON *kw = cJSON_AddObjectToObject(o, "model_kwargs");
+    for (int k = 0; kw && k < a->n_model_kwargs; k++) {
+        const char *eq = strchr(a->model_kwargs[k], '=');
+        char key[64];
+        if (eq && eq - a->model_kwargs[k] < (long)sizeof key) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - a->model_kwargs[k]), a->model_kwargs[k]);
+            cJSON_AddStringToObject(kw, key, eq + 1);
+        }
+    }
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     CT_ASSERT(j != NULL);

@@ -11,6 +11,8 @@
 #include "ir/status.h"
 #include "runtime/sched.h"
 
+enum { CT_MAX_MODEL_KWARGS = 16 };
+
 typedef struct TrainArgs {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
     const char *resume, *initial_checkpoint, *eval_metric;
@@ -29,6 +31,9 @@ typedef struct TrainArgs {
      * no-opt scale (0: none) */
     double layer_decay, layer_decay_min_scale, layer_decay_no_opt_scale;
     int grad_accum_steps; /* >= 1: the optimizer steps once per this many batches, on their summed gradients */
+    /* --model-kwargs KEY=VALUE words (train/model_kwargs.h) */
+    const char *model_kwargs[CT_MAX_MODEL_KWARGS];
+    int n_model_kwargs;
     const char *clip_mode;
     int model_ema, model_ema_warmup;
     /* timm's mixup / cutmix and random erasing flags */

@@ -14,6 +14,7 @@
 #include "train/dist_sync.h"
 #include "train/ema.h"
 #include "train/eval_data.h"
+#include "train/model_kwargs.h"
 #include "train/run_dir.h"
 
 /* The data folder: the one given, or the embedded shapes set, made once. */
@@ -465,7 +466,10 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     if (pretrained_resolve(&t->pre, m, a->model ? a->model : m->name, src, a->pretrained_path, err))
         goto fail;
     t->m = &t->pre.m;
-    if (resolve_data(t, err) || open_data(t, err) || setup_augment(t, err) || build_graphs(t, err))
+    int kw_img;
+    if (resolve_data(t, err) || open_data(t, err) ||
+        model_kwargs_parse(t->a.model_kwargs, t->a.n_model_kwargs, train_py_model_kwargs, "train.py", &kw_img, err) ||
+        model_kwargs_check(t->m, kw_img, t->img, err) || setup_augment(t, err) || build_graphs(t, err))
         goto fail;
     /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */
     SchedArgs *sch = &t->a.sch;
