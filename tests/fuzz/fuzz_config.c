@@ -18,8 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const struct option longs[] = {
     {"batch-size", 1, 0, 'b'}, {"mean", 1, 0, 'M'},   {"scale", 1, 0, 'S'},  {"amp", 0, 0, 'a'},
     {"decay-rate", 1, 0, 'r'}, {"dr", 1, 0, 'r'},     {"data-dir", 1, 0, 'D'}, {"model", 1, 0, 'm'},
-    {"lr", 1, 0, 'l'},         {"help", 0, 0, 'h'},   {"config", 1, 0, 'c'}, {0, 0, 0, 0}};
-static const char *const lists[] = {"mean", "scale", NULL};
+    {"lr", 1, 0, 'l'},         {"help", 0, 0, 'h'},   {"config", 1, 0, 'c'}, {"model-kwargs", 1, 0, 'k'},
+    {0, 0, 0, 0}};
+static const char *const lists[] = {"mean", "scale", NULL}, *const maps[] = {"model-kwargs", NULL};
 
 static const struct option *option_named(const char *word)
 {
@@ -31,7 +32,7 @@ static const struct option *option_named(const char *word)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const TrainConfigSpec spec = {longs, lists, train_py_unimplemented};
+    const TrainConfigSpec spec = {longs, lists, train_py_unimplemented, maps};
     CtErr err = {{0}};
     int n = -1;
     char **w = train_config_words((const char *)data, size, &spec, &n, &err);
