@@ -16,6 +16,7 @@ Setup (once; Debian's torch belongs to /usr/bin/python3, not to the python3 firs
 
 Usage:
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_model_json.py --model resnet18 --out /tmp/resnet18.json
+    (--compact: only the fields tests/test_models.c reads, for tests/data/models/ of the larger zoo)
 
 The output is json.dumps(indent=1) plus a newline, keys in the order of the shipped files.
 Nothing random is recorded (no weights, no outputs), so every field except timm_version /
@@ -264,6 +265,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="timm model name, e.g. resnet18")
     ap.add_argument("--out", required=True, help="output .json path")
+    ap.add_argument("--compact", action="store_true",
+                    help="only what tests/test_models.c reads (state_dict, param_count, cfgs, each layer's name, "
+                         "class and output shapes), without indentation: the zoo's records stay small")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for the forward (only forward_check.seconds depends on it)")
     args = ap.parse_args()
@@ -330,7 +334,14 @@ def main():
         "layers": layers,
         "containers": containers,
     }
-    text = json.dumps(doc, indent=1) + "\n"
+    if args.compact:
+        keep = ("model", "timm_version", "created_with", "model_class", "param_count", "state_dict", "cfg",
+                "pretrained_cfg", "layers")
+        doc = {k: doc[k] for k in keep}
+        doc["layers"] = [{"name": l["name"], "cls": l["cls"], "out": l["out"]} for l in layers if "out" in l]
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+    else:
+        text = json.dumps(doc, indent=1) + "\n"
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)

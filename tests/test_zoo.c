@@ -1,0 +1,215 @@
+/* The zoo's full-size models against the real timm, numerically: each
+ * model of tests/data/zoo_refs/<family>.json (tools/make_zoo_refs.py) with
+ * its weights and input filled by that tool's formula (zoo_fill, the same
+ * float32 bits on both sides), one eval-mode forward and backward on the
+ * ref backend (in double, as the reference): the loss and logits and every
+ * parameter's gradient (sum, norm, 4 elements) as timm's within 1e-4 of
+ * their scale. The sanitizer build checks the first
+ * model of each family (the ref backend is slow there). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "check.h"
+#include "models/registry.h"
+#include "passes/autodiff.h"
+#include "runtime/backend.h"
+
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 0x811C9DC5u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x01000193u;
+    return h;
+}
+
+static uint32_t mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    x *= 0xC2B2AE35u;
+    x ^= x >> 16;
+    return x;
+}
+
+static double uniform(uint32_t seed, int64_t i) { return mix((uint32_t)((uint64_t)i * 0x9E3779B1u + seed)) / 4294967296.0; }
+
+static int ends_with(const char *s, const char *end)
+{
+    size_t n = strlen(s), k = strlen(end);
+    return n >= k && !strcmp(s + n - k, end);
+}
+
+/* tools/make_zoo_refs.py's zoo_fill. */
+static double zoo_fill(const char *name, const CtShape *s, int64_t i)
+{
+    double u = uniform(fnv1a(name), i), v = 2 * u - 1;
+    if (ends_with(name, "running_var"))
+        return 1 + 0.5 * u;
+    if (ends_with(name, "running_mean"))
+        return 0.1 * v;
+    if (s->ndim >= 2)
+        return v * sqrt(3.0 / (double)(shape_numel(s) / s->d[0]));
+    if (ends_with(name, "bias"))
+        return 0.1 * v;
+    return 1 + 0.2 * v;
+}
+
+static void fill_state(CtState *st)
+{
+    for (int i = 0; i < st->n; i++) {
+        const StateEntry *e = &st->e[i];
+        int64_t n = shape_numel(&e->type.shape);
+        if (e->type.dtype == CT_I64)
+            memset(state_data(st, i), 0, (size_t)n * sizeof(int64_t));
+        else if (e->type.dtype == CT_F32)
+            for (int64_t k = 0; k < n; k++)
+                ((float *)state_data(st, i))[k] = (float)zoo_fill(e->name, &e->type.shape, k);
+    }
+}
+
+static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
+
+/* |got - want| within 1e-4 of scale (and a little absolute slack for values near 0). */
+static int close_to(double got, double want, double scale) { return fabs(got - want) <= 1e-4 * scale + 1e-7; }
+
+typedef struct Tally {
+    int checked, bad;
+} Tally;
+
+static void expect(Tally *t, const char *model, const char *what, const char *name, double got, double want,
+                   double scale)
+{
+    t->checked++;
+    if (close_to(got, want, scale))
+        return;
+    if (t->bad++ < 8)
+        fprintf(stderr, "%s: %s %s: %.9g, timm %.9g (scale %.3g)\n", model, what, name, got, want, scale);
+}
+
+static void check_model(const char *model, const cJSON *ref, int batch, int img)
+{
+    const ModelEntry *m = model_find(model);
+    CHECKF(m != NULL, "%s is not in the registry", model);
+    if (!m)
+        return;
+    Graph g;
+    TrainStep ts;
+    CtErr err = {{0}};
+    ModelSpec spec = {.batch_size = batch, .training = 0, .args = model_args_default()};
+    spec.args.img_size = img;
+    OptimSpec none = {.kind = CT_OPT_NONE};
+    if (model_build(m, &spec, &g, &err) ||
+        train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &none, &ts, &err)) {
+        CHECKF(0, "%s: %s", model, err.msg);
+        return;
+    }
+    CtState st;
+    state_create(&st, &g);
+    fill_state(&st);
+    int classes = model_num_classes(m, &spec.args);
+    float *x = malloc(sizeof *x * (size_t)batch * 3 * (size_t)img * img);
+    int64_t *target = malloc(sizeof *target * (size_t)batch);
+    CT_ASSERT(x && target);
+    uint32_t seed = fnv1a("input");
+    for (int64_t k = 0; k < (int64_t)batch * 3 * img * img; k++)
+        x[k] = (float)(2 * uniform(seed, k) - 1);
+    for (int i = 0; i < batch; i++)
+        target[i] = (i * 7) % classes;
+    float lr = 0, scale = 1;
+    CtTensor in[4] = {{{{4, {batch, 3, img, img}}, CT_F32}, x},
+                      {{{1, {batch}}, CT_I64}, target},
+                      {{{0}, CT_F32}, &lr},
+                      {{{0}, CT_F32}, &scale}};
+    CtTensor *out = calloc((size_t)g.noutputs, sizeof *out);
+    int rc = backend_run_once(&ct_backend_ref, &g, &st, in, 4, out, NULL, &err);
+    CHECKF(rc == 0, "%s: %s", model, err.msg);
+    Tally t = {0};
+    if (rc == 0) {
+        const float *logits = out[0].data, *loss = NULL;
+        for (int k = 0; k < g.noutputs; k++)
+            if (g.outputs[k] == ts.loss)
+                loss = out[k].data;
+        double lnorm = cJSON_GetObjectItem(ref, "logits_norm")->valuedouble;
+        expect(&t, model, "loss", "", loss ? *loss : NAN, cJSON_GetObjectItem(ref, "loss")->valuedouble,
+               fabs(cJSON_GetObjectItem(ref, "loss")->valuedouble));
+        const cJSON *pick;
+        cJSON_ArrayForEach(pick, cJSON_GetObjectItem(ref, "logits"))
+            expect(&t, model, "logit", "", logits[(int)num(pick, 0)], num(pick, 1),
+                   lnorm / sqrt((double)batch * classes));
+        const cJSON *grads = cJSON_GetObjectItem(ref, "grads");
+        CHECKF(cJSON_GetArraySize(grads) == ts.nparams, "%s: %d gradients, timm has %d", model, ts.nparams,
+               cJSON_GetArraySize(grads));
+        for (int k = 0; k < ts.nparams; k++) {
+            const char *name = g.values[ts.params[k]].name;
+            const cJSON *r = cJSON_GetObjectItem(grads, name);
+            int o = -1;
+            for (int j = 0; j < g.noutputs; j++)
+                if (g.outputs[j] == ts.grads[k])
+                    o = j;
+            if (!r || o < 0) {
+                CHECKF(0, "%s: no gradient of %s on one side", model, name);
+                continue;
+            }
+            const float *gr = out[o].data;
+            int64_t n = shape_numel(&out[o].type.shape);
+            double sum = 0, sq = 0;
+            for (int64_t i = 0; i < n; i++)
+                sum += gr[i], sq += (double)gr[i] * gr[i];
+            double norm = num(r, 1), rms = norm / sqrt((double)n);
+            expect(&t, model, "grad norm", name, sqrt(sq), norm, norm);
+            expect(&t, model, "grad sum", name, sum, num(r, 0), norm * sqrt((double)n));
+            for (int s = 0; s < 4; s++)
+                expect(&t, model, "grad element", name, gr[(int64_t)(s * n / 4)], num(r, 2 + s), rms);
+        }
+        printf("%s: loss %.6f, %d values checked against timm, %d off\n", model, loss ? *loss : NAN, t.checked,
+               t.bad);
+        CHECKF(t.bad == 0, "%s: %d of %d values differ from timm's", model, t.bad, t.checked);
+    }
+    for (int k = 0; k < g.noutputs; k++)
+        tensor_free(&out[k]);
+    free(out);
+    free(x);
+    free(target);
+    state_free(&st);
+    train_step_free(&ts);
+    graph_free(&g);
+}
+
+static void check_family(const char *family)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/zoo_refs/%s.json", test_data_dir(), family);
+    char *text = test_read_text(path);
+    CHECKF(text != NULL, "cannot read %s", path);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECKF(doc != NULL, "%s is not JSON", path);
+    if (!doc)
+        return;
+    int batch = cJSON_GetObjectItem(doc, "batch")->valueint, img = cJSON_GetObjectItem(doc, "img_size")->valueint;
+#ifdef __SANITIZE_ADDRESS__
+    int first_only = 1;
+#else
+    int first_only = 0;
+#endif
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItem(doc, "models"))
+    {
+        check_model(m->string, m, batch, img);
+        if (first_only)
+            break;
+    }
+    cJSON_Delete(doc);
+}
+
+int main(void)
+{
+    check_family("resnet");
+    return check_done("test_zoo");
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Write the zoo's numeric references (tests/data/zoo_refs/<family>.json) with the real timm.
+
+A full-size model's weights (tens of millions of numbers) do not fit the repository, so both sides fill
+them by one formula instead (zoo_fill below; tests/test_zoo.c has the same in C): tensor `name`, element
+i, from the FNV-1a hash of the name and a 32-bit mix of i, computed in integers and then in double, so
+that both get the same float32 bits. One training-mode forward and backward of each model at batch 2 on
+a small input, cross-entropy on fixed targets, recorded compactly: the loss, the logits' norm and 16 of
+them, and per parameter the gradient's sum, norm and 4 elements.
+
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --img-size 32 \
+        --models resnet101 resnet152 ... --out tests/data/zoo_refs/resnet.json
+"""
+
+import argparse
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+import timm
+
+MASK = 0xFFFFFFFF
+
+
+def fnv1a(name):
+    h = 0x811C9DC5
+    for c in name.encode():
+        h = ((h ^ c) * 0x01000193) & MASK
+    return h
+
+
+def mix(x):
+    """murmur3's fmix32 (of an int64 tensor holding 32-bit values)."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & MASK
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & MASK
+    x ^= x >> 16
+    return x
+
+
+def uniform(name, n):
+    """u[i] in [0, 1) for element i of tensor `name`, as doubles."""
+    seed = fnv1a(name)
+    idx = torch.arange(n, dtype=torch.int64)
+    return mix((idx * 0x9E3779B1 + seed) & MASK).to(torch.float64) / 4294967296.0
+
+
+def zoo_fill(name, shape):
+    """The value of every element of tensor `name` (float64, cast to float32 by the caller)."""
+    n = math.prod(shape) if shape else 1
+    u = uniform(name, n)
+    v = 2 * u - 1
+    if name.endswith("num_batches_tracked"):
+        return torch.zeros(n, dtype=torch.float64)
+    if name.endswith("running_var"):
+        return 1 + 0.5 * u
+    if name.endswith("running_mean"):
+        return 0.1 * v
+    if len(shape) >= 2:
+        fan_in = n // shape[0]
+        return v * math.sqrt(3.0 / fan_in)
+    if name.endswith("bias"):
+        return 0.1 * v
+    return 1 + 0.2 * v
+
+
+def g9(v):
+    """v to 9 significant digits: float32's, halving the file."""
+    return float(f"{v:.9g}")
+
+
+def record(model_name, batch, img):
+    model = timm.create_model(model_name)
+    # eval-mode batch norms (the filled running statistics): a training-mode one normalises by the
+    # statistics of a few values per channel at this size, which makes deep stacks chaotic (gradients of
+    # ~1e4, 1e-3 apart in float64 by summation order alone); the training-mode op is checked on the test
+    # models' vectors
+    model.eval()
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            vals = zoo_fill(name, list(t.shape)).reshape(t.shape)
+            t.copy_(vals.to(t.dtype))
+    # float64 from the float32 weights: the reference is then exact to ~1e-12, not torch's float32 rounding,
+    # which deep stacks of batch norms over a few values amplify to ~1e-3 (ctimm's ref backend takes doubles)
+    model.double()
+    classes = model.num_classes
+    x = (2 * uniform("input", batch * 3 * img * img) - 1).reshape(batch, 3, img, img).to(torch.float32).double()
+    target = torch.tensor([(i * 7) % classes for i in range(batch)])
+    logits = model(x)
+    loss = F.cross_entropy(logits, target)
+    loss.backward()
+    flat = logits.detach().reshape(-1).double()
+    pick = [int(k * flat.numel() / 16) for k in range(16)]
+    grads = {}
+    for name, p in model.named_parameters():
+        g = p.grad.detach().reshape(-1).double()
+        n = g.numel()
+        grads[name] = [g9(v) for v in [g.sum().item(), g.norm().item()] + [g[int(k * n / 4)].item() for k in range(4)]]
+    return {"loss": loss.item(), "logits_norm": flat.norm().item(), "logits": [[k, g9(flat[k].item())] for k in pick],
+            "grads": grads}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", required=True)
+    ap.add_argument("--models", nargs="+", required=True)
+    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--img-size", type=int, default=32)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    doc = {"family": args.family, "timm_version": timm.__version__, "torch_version": torch.__version__,
+           "batch": args.batch_size, "img_size": args.img_size, "models": {}}
+    for m in args.models:
+        doc["models"][m] = record(m, args.batch_size, args.img_size)
+        print(m, doc["models"][m]["loss"])
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(f"wrote {args.out}: {len(text)} bytes")
+
+
+if __name__ == "__main__":
+    main()
