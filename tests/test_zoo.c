@@ -211,5 +211,6 @@ static void check_family(const char *family)
 int main(void)
 {
     check_family("resnet");
+    check_family("regnet");
     return check_done("test_zoo");
 }

@@ -4,12 +4,15 @@
 A full-size model's weights (tens of millions of numbers) do not fit the repository, so both sides fill
 them by one formula instead (zoo_fill below; tests/test_zoo.c has the same in C): tensor `name`, element
 i, from the FNV-1a hash of the name and a 32-bit mix of i, computed in integers and then in double, so
-that both get the same float32 bits. One training-mode forward and backward of each model at batch 2 on
-a small input, cross-entropy on fixed targets, recorded compactly: the loss, the logits' norm and 16 of
+that both get the same float32 bits. One eval-mode forward and backward of each model in float64 on a
+small batch and input, cross-entropy on fixed targets, recorded compactly: the loss, the logits' norm and 16 of
 them, and per parameter the gradient's sum, norm and 4 elements.
 
-    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --img-size 32 \
-        --models resnet101 resnet152 ... --out tests/data/zoo_refs/resnet.json
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --batch-size 1 --img-size 32 \
+        --models seresnext26t_32x4d resnet101 ... --out tests/data/zoo_refs/resnet.json
+
+The shipped files: batch 1 at 32 px (eval-mode batch norm needs no batch), the smallest model first (the
+sanitizer build checks only the first).
 """
 
 import argparse
@@ -108,7 +111,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", required=True)
     ap.add_argument("--models", nargs="+", required=True)
-    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--img-size", type=int, default=32)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
