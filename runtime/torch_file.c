@@ -4,15 +4,14 @@
  * format's pickles), and the state_dicts made from the unpickled tree.
  * Storage references are checked once for the whole file (one type and
  * element count per key) and each storage's bytes against them when a
- * tensor of the state_dict first uses it; storages only the optimizer
- * uses are never touched.
+ * tensor made from it first uses it; storages no tensor is asked of (the
+ * optimizer's, when only the weights are read) are never touched.
  *
- * torch_read maps the file instead of reading it: a checkpoint of several
+ * torch_open maps the file instead of reading it: a checkpoint of several
  * GB is then copied once (into the tensors), not twice.
  *
  * Over 600 lines: the metadata's str() rendering (put_*, render) belongs
- * in a file of its own; it stays here until the reader of the optimizer
- * state (issue 23, --resume from train.py checkpoints) reshapes this file.
+ * in a file of its own.
  */
 #include "runtime/torch_file.h"
 
@@ -606,41 +605,110 @@ static int read_dicts(Ctx *c, const PkValue *root, int use_ema, StFile *out, int
 /* Entry points                                                        */
 /* ------------------------------------------------------------------ */
 
-int torch_parse(const char *path, const void *buf, size_t size, int use_ema, StFile *out, int *from_ema,
-                CtErr *err)
+struct TorchFile {
+    Ctx c;
+    char *path; /* c.path */
+    const PkValue *root;
+    void *map; /* the mapped file (torch_open), or NULL */
+    size_t size;
+};
+
+static void close_ctx(Ctx *c)
 {
-    int ema = 0;
-    memset(out, 0, sizeof *out);
-    if (from_ema)
-        *from_ema = 0;
+    zip_close(&c->z);
+    free(c->refs);
+    free(c->blobs);
+    pk_arena_free(c->arena);
+}
+
+/* Unpickles buf (path names it in messages) into a new *out; buf stays the caller's. */
+static int open_buf(const char *path, const void *buf, size_t size, TorchFile **out, CtErr *err)
+{
+    *out = NULL;
     if (!torch_file_sniff(buf, size))
         return ct_fail(err, "%s: not a PyTorch file (torch.save's begin with a zip header or a pickled magic number)",
                        path);
-    Ctx c = {.path = path, .err = err, .budget = 4 * (uint64_t)size + EXPAND_ALLOWANCE};
-    const PkValue *root = NULL;
-    int rc = pk_arena_create(&c.arena, err);
+    TorchFile *f = calloc(1, sizeof *f);
+    char *p = dup_string(path);
+    if (!f || !p) {
+        free(f);
+        free(p);
+        return ct_fail(err, "%s: out of memory", path);
+    }
+    f->path = p;
+    f->c = (Ctx){.path = p, .err = err, .budget = 4 * (uint64_t)size + EXPAND_ALLOWANCE};
+    int rc = pk_arena_create(&f->c.arena, err);
     if (!rc) {
         const unsigned char *b = buf;
         if (b[0] == 'P')
-            rc = load_zip(&c, buf, size, &root) || index_storages(&c);
+            rc = load_zip(&f->c, buf, size, &f->root) || index_storages(&f->c);
         else
-            rc = load_legacy(&c, buf, size, &root);
+            rc = load_legacy(&f->c, buf, size, &f->root);
     }
-    rc = rc || read_dicts(&c, root, use_ema, out, &ema);
-    if (rc)
-        st_free(out);
-    else if (from_ema)
-        *from_ema = ema;
-    zip_close(&c.z);
-    free(c.refs);
-    free(c.blobs);
-    pk_arena_free(c.arena);
-    return rc ? -1 : 0;
+    if (rc) {
+        torch_close(f);
+        return -1;
+    }
+    *out = f;
+    return 0;
 }
 
-int torch_read(const char *path, int use_ema, StFile *out, int *from_ema, CtErr *err)
+void torch_close(TorchFile *f)
 {
+    if (!f)
+        return;
+    close_ctx(&f->c);
+    if (f->map)
+        munmap(f->map, f->size);
+    free(f->path);
+    free(f);
+}
+
+const PkValue *torch_root(const TorchFile *f) { return f->root; }
+
+int torch_state_dict(TorchFile *f, int use_ema, StFile *out, int *from_ema, CtErr *err)
+{
+    int ema = 0;
     memset(out, 0, sizeof *out);
+    f->c.err = err;
+    if (read_dicts(&f->c, f->root, use_ema, out, &ema)) {
+        st_free(out);
+        return -1;
+    }
+    if (from_ema)
+        *from_ema = ema;
+    return 0;
+}
+
+int torch_tensor(TorchFile *f, const PkValue *v, const char *name, StTensor *t, CtErr *err)
+{
+    memset(t, 0, sizeof *t);
+    f->c.err = err;
+    if (make_tensor(&f->c, "checkpoint", name, v, t) == 0)
+        return 0;
+    free(t->name);
+    free(t->data);
+    memset(t, 0, sizeof *t);
+    return -1;
+}
+
+int torch_parse(const char *path, const void *buf, size_t size, int use_ema, StFile *out, int *from_ema,
+                CtErr *err)
+{
+    TorchFile *f;
+    memset(out, 0, sizeof *out);
+    if (from_ema)
+        *from_ema = 0;
+    if (open_buf(path, buf, size, &f, err))
+        return -1;
+    int rc = torch_state_dict(f, use_ema, out, from_ema, err);
+    torch_close(f);
+    return rc;
+}
+
+int torch_open(const char *path, TorchFile **out, CtErr *err)
+{
+    *out = NULL;
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return ct_fail(err, "%s: cannot open: %s", path, strerror(errno));
@@ -654,8 +722,25 @@ int torch_read(const char *path, int use_ema, StFile *out, int *from_ema, CtErr 
     close(fd);
     if (m == MAP_FAILED)
         return ct_fail(err, "%s: cannot map %zu bytes: %s", path, size, strerror(errno));
-    int rc = torch_parse(path, m ? m : "", size, use_ema, out, from_ema, err);
-    if (m)
-        munmap(m, size);
+    if (open_buf(path, m ? m : "", size, out, err)) {
+        if (m)
+            munmap(m, size);
+        return -1;
+    }
+    (*out)->map = m;
+    (*out)->size = size;
+    return 0;
+}
+
+int torch_read(const char *path, int use_ema, StFile *out, int *from_ema, CtErr *err)
+{
+    TorchFile *f;
+    memset(out, 0, sizeof *out);
+    if (from_ema)
+        *from_ema = 0;
+    if (torch_open(path, &f, err))
+        return -1;
+    int rc = torch_state_dict(f, use_ema, out, from_ema, err);
+    torch_close(f);
     return rc;
 }

@@ -19,8 +19,8 @@
  *    (train.py's argparse.Namespace) as "args.<name>", each as Python's
  *    str() prints it; a value that is not a scalar or a short list, tuple
  *    or dict of them is left out;
- *  - not read: 'optimizer' (its tensors are parsed, never copied; resuming
- *    from it is a later step).
+ *  - not read here: 'optimizer' (its tensors are parsed, never copied;
+ *    train/resume_torch.h reads it through torch_open's tree).
  * Tensors come out contiguous (any stride, offset or storage shared with
  * another tensor), in ctimm's dtypes: f32, f64, f16, bf16, i64, i32, u8
  * (torch.bool as u8); another dtype in a state_dict is refused by name.
@@ -35,6 +35,7 @@
 #include <stddef.h>
 
 #include "runtime/safetensors.h"
+#include "runtime/torch_pickle.h"
 
 /* 1 when a file's first bytes (n of them, 16 are enough) are torch.save's:
  * a zip archive, or a pickle that starts with the legacy magic number. */
@@ -46,5 +47,21 @@ int torch_file_sniff(const unsigned char *head, size_t n);
 int torch_parse(const char *path, const void *buf, size_t size, int use_ema, StFile *out, int *from_ema,
                 CtErr *err);
 int torch_read(const char *path, int use_ema, StFile *out, int *from_ema, CtErr *err);
+
+/* A file opened whole, for a reader that needs more than the state_dict
+ * (a train.py checkpoint's optimizer state): the unpickled tree, whose
+ * tensors are made on demand. */
+typedef struct TorchFile TorchFile;
+
+int torch_open(const char *path, TorchFile **out, CtErr *err);
+void torch_close(TorchFile *f);
+/* The file's object (a checkpoint dict, a state_dict), owned by f. */
+const PkValue *torch_root(const TorchFile *f);
+/* The state_dict as torch_read reads it. */
+int torch_state_dict(TorchFile *f, int use_ema, StFile *out, int *from_ema, CtErr *err);
+/* The tensor v of f's tree into t, contiguous, named `name` (which says
+ * where v is in messages); t owns its name and data. Every tensor made
+ * from one file counts towards its 4x + 64 MiB allowance. */
+int torch_tensor(TorchFile *f, const PkValue *v, const char *name, StTensor *t, CtErr *err);
 
 #endif

@@ -18,6 +18,14 @@ test_resnet one):
   - test_resnet_views.pth.tar: the same kind of checkpoint of timm's test_resnet whose every
     tensor is a strided, overlapping view into a few small storages (so the whole model takes
     ~30 KB), its EMA other views of them.
+  - resume_sgd.pth.tar, resume_adamw.pth.tar: resumable train.py checkpoints of test_resnet with
+    10 classes (tests/test_resume_torch.c and the CLI test train_resume_torch resume them): the
+    optimizer made by timm's create_optimizer_v2 ('sgd', weight decay 2e-5, so two param groups;
+    'adamw', weight decay 0.05) and stepped twice on a random batch, saved as CheckpointSaver
+    saves (version 2, epoch 2 and 1); every tensor then swapped for a view of a small storage as
+    above (optimizer slots too, each its own content), so each file takes ~30 KB. The sgd one has
+    train.py's args and a model EMA; the adamw one an amp_scaler, no EMA and no args (so its arch
+    is the model's class name, 'resnet', as CheckpointSaver writes it without args).
   - model_key.pth: DeiT's layout ('model', 'model_ema'); dup_names.pth, not_state_dict.pth,
     state_dict_list.pth: dicts that are neither a state_dict nor a checkpoint of one.
   - untyped_v3.pth: written by hand (torch >= 2's form, which torch 1.13 cannot write):
@@ -32,6 +40,12 @@ test_resnet one):
                                              CRC-32 of its contiguous little-endian bytes)
         FILE meta KEY VALUE...               a metadata string
         FILE refuse TEXT...                  the file is refused with TEXT in the message
+  - resume_expected.txt: what resuming each resumable file must give:
+        FILE optim NAME DTYPE SHAPE CRC32    an optimizer-state tensor under its ctimm name,
+                                             optim.<param>.<slot>
+        FILE step N                          optim.step (every param's 'step'), '-' for none
+        FILE epoch E                         the last epoch done: 'epoch', less one but for version 2
+        FILE scaler S GF BF GI GT            the amp_scaler's five numbers, '-' for none
 """
 
 import argparse
@@ -324,6 +338,86 @@ def resnet_views(out, exp):
     exp.checkpoint_meta(name, ckpt)
 
 
+def resumable(out, exp, rexp):
+    """Resumable train.py checkpoints: a real create_optimizer_v2 optimizer, stepped, as views."""
+    import timm
+    from timm.optim import create_optimizer_v2
+
+    g = gen(6)
+    pool = torch.randn(2048, generator=g) * 0.1
+    positive = torch.rand(512, generator=g) + 0.5  # room for every shape's overlapping view
+    counts = torch.arange(16, dtype=torch.int64) * 10
+    seen = set()
+
+    def view_of(v, k):
+        """A view standing for tensor v, the k-th asked for, unlike every other one."""
+        if v.dtype == torch.int64:
+            return counts.as_strided(v.shape, [1] * v.dim(), k % 16)
+        source = positive if v.min() >= 0 else pool
+        off = k
+        while True:
+            w = strided_view(source, v.shape, g, off % (source.numel() // 2))
+            if crc_of(w) not in seen or v.numel() <= 1:
+                seen.add(crc_of(w))
+                return w
+            off += 1
+
+    for name, opt_name, wd, epoch, ema, scaler, with_args in [
+            ('resume_sgd.pth.tar', 'sgd', 2e-5, 2, True, None, True),
+            ('resume_adamw.pth.tar', 'adamw', 0.05, 1, False, 2.0 ** 13, False)]:
+        torch.manual_seed(7)
+        model = timm.create_model('test_resnet', num_classes=10)
+        opt = create_optimizer_v2(model, opt_name, lr=0.1, weight_decay=wd, momentum=0.9)
+        batch, target = torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g)
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(batch), target).backward()
+            opt.step()
+        k = [0]
+
+        def fresh(v):
+            k[0] += 1
+            return view_of(v, 37 * k[0])
+
+        sd = collections.OrderedDict((n, fresh(v)) for n, v in model.state_dict().items())
+        ema_sd = collections.OrderedDict((n, fresh(v)) for n, v in model.state_dict().items()) if ema else None
+        opt_state = opt.state_dict()
+        names = {id(p): n for n, p in model.named_parameters()}
+        step_base = None
+        for gi, group in enumerate(opt.param_groups):
+            for p, idx in zip(group['params'], opt_state['param_groups'][gi]['params']):
+                st = opt_state['state'][idx]
+                for slot, v in list(st.items()):
+                    if slot == 'step':  # every param's step: views of one storage
+                        step_base = step_base if step_base is not None else v.reshape(1).clone()
+                        st[slot] = step_base.as_strided((), (), 0)
+                    else:
+                        st[slot] = fresh(v)
+                        rexp.append(f'{name} optim optim.{names[id(p)]}.{slot} F32 '
+                                    f'{"x".join(str(d) for d in v.shape) or "-"} {crc_of(st[slot]):08x}')
+        rexp.append(f'{name} step {int(step_base) if step_base is not None else "-"}')
+        rexp.append(f'{name} epoch {epoch}')  # version 2: 'epoch' is the last epoch done
+        # GradScaler.state_dict() of a run whose scale fell three times and grew 17 steps since
+        amp = {'scale': scaler, 'growth_factor': 2.0, 'backoff_factor': 0.5, 'growth_interval': 100,
+               '_growth_tracker': 17} if scaler else None
+        rexp.append(f'{name} scaler ' + (' '.join(str(v) for v in amp.values()) if amp else '-'))
+        ckpt = {'epoch': epoch, 'arch': type(model).__name__.lower(), 'optimizer': opt_state, 'version': 2}
+        if with_args:  # CheckpointSaver's arch is then args.model
+            ckpt['arch'] = 'test_resnet'
+            ckpt['args'] = train_args('test_resnet')
+            ckpt['args'].opt, ckpt['args'].weight_decay = opt_name, wd
+        if amp:
+            ckpt['amp_scaler'] = amp
+        ckpt['state_dict'] = sd
+        if ema:
+            ckpt['state_dict_ema'] = ema_sd
+        torch.save(ckpt, f'{out}/{name}')
+        exp.tensors(name, 'sd', sd)
+        if ema:
+            exp.tensors(name, 'ema', ema_sd)
+        exp.checkpoint_meta(name, ckpt)
+
+
 def untyped_v3(out, exp):
     """torch >= 2's _rebuild_tensor_v3 over untyped storages (both spellings of the class)."""
     g = gen(4)
@@ -433,12 +527,17 @@ def main():
         exp.tensors(f, 'sd', sd)
     small_train(out, exp)
     resnet_views(out, exp)
+    rexp = []
+    resumable(out, exp, rexp)
     untyped_v3(out, exp)
     other_layouts(out, exp)
     hostile(out, exp, f'{out}/dtypes.pth', f'{out}/dtypes_legacy.pth')
     with open(f'{out}/expected.txt', 'w') as f:
         f.write('# Written by tools/make_torch_ckpt.py: what each file of this folder must give.\n')
         f.write('\n'.join(exp.lines) + '\n')
+    with open(f'{out}/resume_expected.txt', 'w') as f:
+        f.write('# Written by tools/make_torch_ckpt.py: what resuming each resumable file must give.\n')
+        f.write('\n'.join(rexp) + '\n')
     total = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
     print(f'wrote {len(os.listdir(out))} files, {total} bytes, to {out}', file=sys.stderr)
 

@@ -357,9 +357,8 @@ int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resu
 {
     char wpath[PATH_N], spath[PATH_N];
     size_t n = strlen(path), ns = strlen(state_ext), nw = strlen(weights_ext);
-    if (weights_is_torch(path))
-        return ct_fail(err, "--resume %s: a PyTorch checkpoint; resuming from timm's train.py checkpoints is not "
-                       "supported yet (--initial-checkpoint %s starts from its weights)", path, path);
+    if (weights_is_torch(path)) /* a programmer's error: resume_torch reads those */
+        return ct_fail(err, "--resume %s: a PyTorch checkpoint, not ctimm-train's", path);
     if (n >= ns && !strcmp(path + n - ns, state_ext))
         n -= ns; /* given the state file: its weights file is beside it */
     else if (n >= nw && !strcmp(path + n - nw, weights_ext))
@@ -383,6 +382,7 @@ int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resu
     int we, se, rc = -1;
     const char *m = st_meta(&st, "ctimm.model");
     memset(out, 0, sizeof *out);
+    out->opt_lr = NAN;
     if (meta_int(&w, wpath, "ctimm.epoch", &we, err) || meta_int(&st, spath, "ctimm.epoch", &se, err))
         goto done;
     if (we != se) { /* files copied together by hand: the saver's commit never leaves such a pair */

@@ -65,6 +65,7 @@ typedef struct Resumed {
     char sched[SCHED_STATE_LEN]; /* "ctimm.sched", or "" */
     int has_scaler;       /* the file has the loss scaler's state: in scaler */
     LossScaler scaler;    /* scaler_default() with that state */
+    double opt_lr;        /* a PyTorch checkpoint's optimizer lr (resume_torch.c group_lr), else NAN */
 } Resumed;
 
 void saver_init(Saver *sv, const char *dir, int max_hist, int decreasing);
@@ -99,8 +100,8 @@ int ckpt_load_weights(const char *path, CtState *s, CtErr *err);
 /* --resume: the weights file PATH and PATH's .state file beside it; restores
  * the weights, the rng counter and (when optim) the optimizer state. The
  * checkpoint must be of `model` (the tensors' shapes check num_classes). A
- * PyTorch checkpoint is refused, named as such: resuming from one is not
- * there yet. */
+ * PyTorch checkpoint is refused, named as such: train/resume_torch.h reads
+ * those. */
 int ckpt_resume(const char *path, CtState *s, const char *model, int optim, Resumed *out, CtErr *err);
 
 #endif
