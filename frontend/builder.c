@@ -237,6 +237,24 @@ ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
     return y;
 }
 
+ValueId nn_group_norm(Builder *b, const char *name, ValueId x, GNOpts o)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    const CtShape *s = b_shape(b, x);
+    if (s->ndim < 2)
+        return b_fail(b, "group_norm '%s': input must be [N,C,...], got %d dims", name, s->ndim);
+    CtShape c = {1, {s->d[1]}};
+    int64_t g = o.groups;
+    double eps = o.eps ? o.eps : 1e-5;
+    b_push(b, "%s", name);
+    ValueId in[3] = {x, b_param(b, "weight", c, o.zero_weight ? init_zeros() : init_ones()),
+                     b_param(b, "bias", c, init_zeros())};
+    ValueId y = b_node(b, CT_OP_group_norm, 3, in, &g, 1, &eps, 1, 0);
+    b_pop(b);
+    return y;
+}
+
 static ValueId unary(Builder *b, CtOp op, ValueId x) { return b_node(b, op, 1, &x, NULL, 0, NULL, 0, 0); }
 
 ValueId f_relu(Builder *b, ValueId x) { return unary(b, CT_OP_relu, x); }
@@ -244,6 +262,7 @@ ValueId f_silu(Builder *b, ValueId x) { return unary(b, CT_OP_silu, x); }
 ValueId f_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_sigmoid, x); }
 ValueId f_hard_swish(Builder *b, ValueId x) { return unary(b, CT_OP_hard_swish, x); }
 ValueId f_hard_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_hard_sigmoid, x); }
+ValueId f_sqrt(Builder *b, ValueId x) { return unary(b, CT_OP_sqrt, x); }
 ValueId f_rsqrt(Builder *b, ValueId x) { return unary(b, CT_OP_rsqrt, x); }
 
 ValueId f_gelu(Builder *b, ValueId x, int tanh_approx)

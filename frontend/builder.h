@@ -87,6 +87,13 @@ typedef struct LinearOpts {
 } LinearOpts;
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps);
+typedef struct GNOpts {
+    int groups;
+    double eps;      /* 0 means 1e-5 */
+    int zero_weight; /* timm's zero_init_last on the residual's last norm */
+} GNOpts;
+/* torch.nn.GroupNorm(groups, C, eps) over x [N, C, ...], affine: weight ones, bias zeros. */
+ValueId nn_group_norm(Builder *b, const char *name, ValueId x, GNOpts o);
 
 /* Functional ops (no parameters). */
 ValueId f_relu(Builder *b, ValueId x);
@@ -95,6 +102,7 @@ ValueId f_silu(Builder *b, ValueId x);
 ValueId f_sigmoid(Builder *b, ValueId x);
 ValueId f_hard_swish(Builder *b, ValueId x);
 ValueId f_hard_sigmoid(Builder *b, ValueId x);
+ValueId f_sqrt(Builder *b, ValueId x);
 ValueId f_rsqrt(Builder *b, ValueId x);
 ValueId f_add(Builder *b, ValueId x, ValueId y);
 ValueId f_mul(Builder *b, ValueId x, ValueId y);

@@ -35,7 +35,7 @@
 /* The activations, y = f(x): ops with a formula fx_<name>(x, approx) and a
  * gradient fx_<name>_grad(x, dy, approx) below (approx: gelu's tanh form),
  * which act_grad computes. */
-#define CT_ACTIVATIONS(X) X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt)
+#define CT_ACTIVATIONS(X) X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(sqrt)
 
 #endif
 
@@ -147,6 +147,11 @@ FX_FN FX_T fx_hard_sigmoid_grad(FX_CTX FX_T x, FX_T dy, int approx)
 
 FX_FN FX_T fx_rsqrt(FX_CTX FX_T x, int approx) { return DIV(K(1), SQRT(x)); }
 FX_FN FX_T fx_rsqrt_grad(FX_CTX FX_T x, FX_T dy, int approx) { return MUL(dy, DIV(K(-0.5), MUL(x, SQRT(x)))); }
+
+/* torch's sqrt_backward: dy / (2 sqrt(x)), infinite at 0 as torch's (a norm's
+ * gradient at 0 is the caller's to avoid) */
+FX_FN FX_T fx_sqrt(FX_CTX FX_T x, int approx) { return SQRT(x); }
+FX_FN FX_T fx_sqrt_grad(FX_CTX FX_T x, FX_T dy, int approx) { return DIV(dy, MUL(K(2), SQRT(x))); }
 
 /* Activation `act` (its op kind) at x, and its gradient: one dispatch for
  * callers that hold the kind as a value (the CUDA kernel's argument). */

@@ -233,14 +233,14 @@ enum { NACTS = sizeof acts / sizeof *acts };
 static void build_act(Graph *g, const Ins *in, int variant)
 {
     CtOp op = acts[variant / 2];
-    ValueId x = op == CT_OP_rsqrt ? in->pos : in->x;
+    ValueId x = op == CT_OP_rsqrt || op == CT_OP_sqrt ? in->pos : in->x;
     graph_mark_output(g, node(g, op, 1, &x, (int64_t[]){variant & 1}, op == CT_OP_gelu, NULL, 0, 0));
 }
 
 static void build_act_grad(Graph *g, const Ins *in, int variant)
 {
     CtOp op = acts[variant / 2];
-    ValueId x = op == CT_OP_rsqrt ? in->pos : in->x;
+    ValueId x = op == CT_OP_rsqrt || op == CT_OP_sqrt ? in->pos : in->x;
     int64_t a[2] = {op, op == CT_OP_gelu ? variant & 1 : 0};
     graph_mark_output(g, node(g, CT_OP_act_grad, 2, (ValueId[]){x, in->pos}, a, 2, NULL, 0, 0));
 }

@@ -3,7 +3,8 @@
  * updated parameter, buffer and momentum buffer) on the reference vectors'
  * weights, and the GEMM paths of convolution (stride, padding, dilation,
  * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa, and
- * pooling, permutes, softmax and layer norm on random inputs. All within 1e-4 relative error (||a-b|| / ||b||). */
+ * pooling, permutes, softmax, layer norm and group norm on random inputs. All within 1e-4 relative error
+ * (||a-b|| / ||b||). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,12 +207,13 @@ static void test_op(const OpCase *c)
             CHECKF(a >= 0, "%s: %s", c->name, err.msg);
             if (a >= 0)
                 graph_mark_output(&g, g.nodes[a].out[0]);
-        } else if (c->op == CT_OP_softmax || c->op == CT_OP_layer_norm) {
+        } else if (c->op == CT_OP_softmax || c->op == CT_OP_layer_norm || c->op == CT_OP_group_norm) {
             ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
                              .out[0];
             Node gr = c->op == CT_OP_softmax
                           ? (Node){.op = CT_OP_softmax_grad, .nin = 2, .in = {y, dy}, .iattr = {c->iattr[0]}}
-                          : (Node){.op = CT_OP_layer_norm_grad, .nin = 3, .in = {v[0], v[1], dy}, .fattr = {c->fattr[0]}};
+                          : (Node){.op = c->op == CT_OP_layer_norm ? CT_OP_layer_norm_grad : CT_OP_group_norm_grad,
+                                   .nin = 3, .in = {v[0], v[1], dy}, .iattr = {c->iattr[0]}, .fattr = {c->fattr[0]}};
             int a = graph_add_node(&g, &gr, c->name, &err);
             CHECKF(a >= 0, "%s: %s", c->name, err.msg);
             for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
@@ -286,10 +288,10 @@ static void test_gemm_ops(void)
         test_op(&cases[i]);
 }
 
-/* Pooling, permutes, softmax and layer norm with both their specialised
- * paths (a max pool's vectorised interior columns and its edges, a
- * transposing permute's tiles) and sizes above the threshold where the
- * kernels split their work among threads. */
+/* Pooling, permutes, softmax, layer norm and group norm with their
+ * specialised paths (a max pool's vectorised interior columns and its
+ * edges, a transposing permute's tiles) and sizes above the threshold where
+ * the kernels split their work among threads. */
 static void test_data_ops(void)
 {
     static const OpCase cases[] = {
@@ -307,6 +309,10 @@ static void test_data_ops(void)
         {"softmax last dim", CT_OP_softmax, 1, {{3, {4, 97, 101}}}, {2}, {0}},
         {"softmax dim 1", CT_OP_softmax, 1, {{3, {3, 50, 300}}}, {1}, {0}},
         {"layer norm", CT_OP_layer_norm, 3, {{3, {8, 100, 48}}, {1, {48}}, {1, {48}}}, {0}, {1e-6}},
+        {"group norm 8 groups", CT_OP_group_norm, 3, {{4, {4, 32, 20, 20}}, {1, {32}}, {1, {32}}}, {8}, {1e-5}},
+        {"group norm one image, one group", CT_OP_group_norm, 3, {{4, {1, 24, 40, 40}}, {1, {24}}, {1, {24}}}, {1},
+         {1e-5}},
+        {"group norm groups = C, 3-D", CT_OP_group_norm, 3, {{3, {3, 6, 10}}, {1, {6}}, {1, {6}}}, {6}, {1e-5}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);

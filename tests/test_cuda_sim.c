@@ -12,12 +12,14 @@
  * every kind of step the launch plan makes: generated kernels, library
  * kernels of every family, GEMMs with epilogues, the three convolution
  * directions in both formats and the NHWC filter copies; and the training
- * step as ctimm-train compiles it, from the uint8 batch with random erasing
- * and mixup in the graph. (ctimm-run
+ * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
+ * random erasing and mixup in the graph. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
+#include "frontend/builder.h"
 #include "model_vectors.h"
 #include "passes/pipeline.h"
 #include "runtime/backend.h"
@@ -109,6 +111,25 @@ static double compare(const char *what, const Graph *g, const Run *a, const Run 
     return worst;
 }
 
+/* g from init on ref and on cuda-sim in two thread orders: the first within
+ * tol of ref, the second the same bits. */
+static void check_graph(const char *what, const Graph *g, const CtState *init, const CtTensor *in, int nin,
+                        double tol)
+{
+    Run ref, sim, other;
+    run(&ct_backend_ref, what, g, init, in, nin, 0, &ref);
+    run(&ct_backend_cuda_sim, what, g, init, in, nin, 1, &sim);
+    run(&ct_backend_cuda_sim, what, g, init, in, nin, 77, &other);
+    if (ref.ok && sim.ok && other.ok) {
+        double e = compare(what, g, &sim, &ref, tol, 0);
+        compare(what, g, &other, &sim, 0, 1);
+        printf("%s: cuda-sim vs ref %.2e\n", what, e);
+    }
+    run_free(g, &ref);
+    run_free(g, &sim);
+    run_free(g, &other);
+}
+
 static void check_model(const char *model, CtDType low, int channels_last, int training)
 {
     Vectors v;
@@ -132,32 +153,75 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     CHECKF(state_load(&init, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
     snprintf(what, sizeof what, "%s %s %s%s", model, training ? "sgd step" : "eval",
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
-    Run ref, sim, other;
-    run(&ct_backend_ref, what, &g, &init, v.in, training ? 4 : 1, 0, &ref);
-    run(&ct_backend_cuda_sim, what, &g, &init, v.in, training ? 4 : 1, 1, &sim);
-    run(&ct_backend_cuda_sim, what, &g, &init, v.in, training ? 4 : 1, 77, &other);
-    if (ref.ok && sim.ok && other.ok) {
-        double e = compare(what, &g, &sim, &ref, low == CT_F32 ? 1e-4 : 2e-2, 0);
-        compare(what, &g, &other, &sim, 0, 1);
-        printf("%s: cuda-sim vs ref %.2e\n", what, e);
-    }
-    run_free(&g, &ref);
-    run_free(&g, &sim);
-    run_free(&g, &other);
+    check_graph(what, &g, &init, v.in, training ? 4 : 1, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
     st_free(&v.f);
 }
 
+/* timm's GroupNorm nets (resnet50_gn) in miniature: conv, group norm of
+ * two-channel groups, relu, conv, group norm of one group, pool, linear; an
+ * SGD step on cuda-sim against ref, f32 in NCHW and channels_last and under
+ * AMP (f16 channels_last with the loss scale, bf16), where group norm runs
+ * in f32. Groups of 128 and 512 values: threads of a block idle, and take
+ * several values each. The norms' weights and biases drawn away from 1 and
+ * 0, so a weight read for the wrong channel shows. */
+static void check_group_norm_net(CtDType low, int channels_last)
+{
+    enum { B = 2, S = 8, CLASSES = 5 };
+    Graph g;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 1);
+    ValueId h = b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32);
+    h = nn_conv2d(&b, "conv1", h, 8, 3, (ConvOpts){.padding = 1});
+    h = f_relu(&b, nn_group_norm(&b, "gn1", h, (GNOpts){.groups = 4}));
+    h = nn_group_norm(&b, "gn2", nn_conv2d(&b, "conv2", h, 8, 3, (ConvOpts){.padding = 1}), (GNOpts){.groups = 1});
+    h = nn_linear(&b, "fc", f_global_avg_pool(&b, h), CLASSES, (LinearOpts){0});
+    if (h >= 0)
+        graph_mark_output(&g, h);
+    Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .skip_nonfinite = low == CT_F16},
+                  .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "group norm net: %s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    static float x[B * 3 * S * S];
+    static int64_t target[B] = {1, 3};
+    float lr = 0.1f, scale = low == CT_F16 ? 1024 : 1;
+    for (int i = 0; i < B * 3 * S * S; i++)
+        x[i] = (float)sin(0.37 * i);
+    CtTensor in[4] = {{{{4, {B, 3, S, S}}, CT_F32}, x}, {{{1, {B}}, CT_I64}, target}, {{{0}, CT_F32}, &lr},
+                      {{{0}, CT_F32}, &scale}};
+    CtState init;
+    state_create(&init, &g);
+    state_init(&init, 3);
+    for (int j = 0; j < init.n; j++)
+        if (!strncmp(init.e[j].name, "gn", 2))
+            for (int64_t i = 0; i < shape_numel(&init.e[j].type.shape); i++)
+                ((float *)state_data(&init, j))[i] += (float)(0.3 * sin(1.7 * (double)(i + 5 * j)));
+    char what[96];
+    snprintf(what, sizeof what, "group norm net sgd step %s%s",
+             low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
+    check_graph(what, &g, &init, in, 4, low == CT_F32 ? 1e-4 : 2e-2);
+    state_free(&init);
+    graph_free(&g);
+}
+
 /* The training step as ctimm-train compiles it: the loader's uint8 batch
- * normalised, erased ('pixel', up to a box an image) and mixed in the graph,
- * channels-last, against ref; and a step moving in only those inputs. */
-static void check_uint8_step(void)
+ * (RGB, or --in-chans 1's gray one) normalised, erased ('pixel', up to a
+ * box an image) and mixed in the graph, channels-last, against ref; and a
+ * step moving in only those inputs. */
+static void check_uint8_step(int chans)
 {
     static Uint8Step u;
-    if (uint8_step_open(&u))
+    if (uint8_step_open(&u, chans))
         return;
-    const char *what = "test_resnet uint8 step (erase, mix, channels_last)";
+    const char *what = chans == 1 ? "test_resnet gray uint8 step (in_chans 1, erase, mix, channels_last)"
+                                  : "test_resnet uint8 step (erase, mix, channels_last)";
     Run ref, sim;
     run(&ct_backend_ref, what, &u.g, &u.init, u.in, 6, 0, &ref);
     run(&ct_backend_cuda_sim, what, &u.g, &u.init, u.in, 6, 5, &sim);
@@ -170,7 +234,12 @@ static void check_uint8_step(void)
 
 int main(void)
 {
-    check_uint8_step();
+    check_uint8_step(3);
+    check_uint8_step(1);
+    check_group_norm_net(CT_F32, 0);
+    check_group_norm_net(CT_F32, 1);
+    check_group_norm_net(CT_F16, 1);
+    check_group_norm_net(CT_BF16, 0);
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;

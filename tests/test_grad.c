@@ -221,6 +221,17 @@ static ValueId case_layer_norm(GradCase *c, int v)
     return nn_layer_norm(c->b, "norm", in_x(c, "x", (CtShape){3, {2, 3, 5}}), 1e-5);
 }
 
+/* Groups of two channels of 4-D input, groups of one (groups = C) and one
+ * group of every channel, on 4-D, 3-D and 2-D inputs. */
+static ValueId case_group_norm(GradCase *c, int v)
+{
+    static const struct {
+        CtShape x;
+        int groups;
+    } cfg[] = {{{4, {2, 4, 2, 3}}, 2}, {{4, {2, 3, 2, 2}}, 3}, {{3, {2, 3, 5}}, 1}, {{2, {3, 4}}, 2}};
+    return nn_group_norm(c->b, "norm", in_x(c, "x", cfg[v].x), (GNOpts){.groups = cfg[v].groups});
+}
+
 /* 2-D and 3-D inputs, with and without bias. */
 static ValueId case_linear(GradCase *c, int v)
 {
@@ -246,7 +257,8 @@ static ValueId case_activation(GradCase *c, int v)
     case 4: return f_sigmoid(c->b, x);
     case 5: return f_hard_swish(c->b, x);
     case 6: return f_hard_sigmoid(c->b, x);
-    default: return f_rsqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5)); /* on x*x + 0.5 > 0 */
+    case 7: return f_rsqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5)); /* on x*x + 0.5 > 0 */
+    default: return f_sqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5));
     }
 }
 
@@ -420,6 +432,10 @@ static const CaseDef cases[] = {
     {"batch_norm train [N,C]", case_batch_norm, 1, 1, TOL_NORM, 0},
     {"batch_norm eval", case_batch_norm, 0, 0, TOL_NORM, 0},
     {"layer_norm", case_layer_norm, 0, 0, TOL_NORM, 0},
+    {"group_norm groups 2 [N,C,H,W]", case_group_norm, 0, 0, TOL_NORM, 0},
+    {"group_norm groups = C [N,C,H,W]", case_group_norm, 1, 0, TOL_NORM, 0},
+    {"group_norm groups 1 [N,C,L]", case_group_norm, 2, 0, TOL_NORM, 0},
+    {"group_norm groups 2 [N,C]", case_group_norm, 3, 0, TOL_NORM, 0},
     {"linear 2-D bias", case_linear, 0, 0, TOL_LINEAR, 0},
     {"linear 3-D bias", case_linear, 1, 0, TOL_LINEAR, 0},
     {"linear 2-D no bias", case_linear, 2, 0, TOL_LINEAR, 0},
@@ -434,6 +450,7 @@ static const CaseDef cases[] = {
     {"hard_swish", case_activation, 5, 0, TOL_SMOOTH, 0},
     {"hard_sigmoid", case_activation, 6, 0, TOL_SMOOTH, 0},
     {"rsqrt", case_activation, 7, 0, TOL_SMOOTH, 0},
+    {"sqrt", case_activation, 8, 0, TOL_SMOOTH, 0},
     {"add [2,3,4]+[4]", case_add, 0, 0, TOL_LINEAR, 0},
     {"add [4]+[2,3,4]", case_add, 1, 0, TOL_LINEAR, 0},
     {"add [2,1,4]+[1,3,1]", case_add, 2, 0, TOL_LINEAR, 0},

@@ -27,6 +27,11 @@
 #include "ir/counter_rng.h"
 #define CT_GLOBAL static void
 #define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
+#define CT_BLOCK_LOOP(i, n) for (long long i = 0; i < (n); i++)
+#define CT_TID 0
+#define CT_NTHREADS 1
+#define CT_SYNC()
+#define CT_SHARED
 #define CT_T float
 #define CT_LD(v) (v)
 #define CT_ST(f) (f)
@@ -73,6 +78,12 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7), I(8), R(9));
     else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))
         ct_layer_norm_grad_w_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7));
+    else if (!strcmp(k, "ct_group_norm_f32"))
+        ct_group_norm_f32(F(0), F(1), F(2), F(3), X(4), X(5), I(6), R(7));
+    else if (!strcmp(k, "ct_group_norm_grad_x_f32"))
+        ct_group_norm_grad_x_f32(F(0), F(1), F(2), F(3), P(4), X(5), X(6), I(7), R(8));
+    else if (!strcmp(k, "ct_group_norm_grad_w_f32"))
+        ct_group_norm_grad_w_f32(F(0), F(1), P(2), F(3), F(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_batch_norm_f32"))
         ct_batch_norm_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), (int)I(12),
                           R(13), R(14));
@@ -359,6 +370,36 @@ static void test_batch_norm(void)
         }
 }
 
+/* group_norm and its gradient in NCHW and NHWC: groups of several
+ * channels, of one (groups = C) and all channels in one group; and a 3-D
+ * input. */
+static void test_group_norm(void)
+{
+    static const struct {
+        int ndim;
+        int64_t d[4], groups;
+    } cases[] = {{4, {2, 6, 3, 4}, 3}, {4, {2, 6, 3, 4}, 6}, {4, {2, 6, 3, 4}, 1}, {3, {2, 4, 7}, 2}};
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            if (nhwc && cases[i].ndim != 4)
+                continue;
+            int64_t c1[] = {cases[i].d[1]};
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+            ValueId b = input(&c, "b", 1, c1, 0, CT_F32);
+            if (!add_node(&c, CT_OP_group_norm, 3, (ValueId[]){x, w, b}, &cases[i].groups, 1, (double[]){1e-5}, 1,
+                          nhwc))
+                check_case(&c, "group_norm");
+            graph_init(&c.g);
+            x = input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+            ValueId dy = input(&c, "dy", cases[i].ndim, cases[i].d, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_group_norm_grad, 3, (ValueId[]){x, w, dy}, &cases[i].groups, 1, (double[]){1e-5},
+                          1, nhwc))
+                check_case(&c, "group_norm_grad");
+        }
+}
+
 /* cross_entropy and its gradient, label smoothing 0.1 and none */
 static void test_loss(void)
 {
@@ -504,8 +545,9 @@ static void test_sdpa(void)
 
 /* What has no kernel is refused by name. */
 /* The input ops, on inputs of their own (gen()'s are no uint8 batch,
- * boxes or mixing numbers): equal to the ref backend in NCHW and NHWC. */
-static void check_input_op(CtOp op, int64_t mode, int nhwc)
+ * boxes or mixing numbers) of c channels (image_normalize: 3, or a gray
+ * batch's 1): equal to the ref backend in NCHW and NHWC. */
+static void check_input_op(CtOp op, int64_t mode, int nhwc, int64_t c)
 {
     enum { B = 2, C = 3, H = 6, W = 5, K = 2 };
     static const int64_t boxes[B * K * 5] = {1, 1, 3, 3, 21, 2, 2, 3, 3, 22, 4, 3, 9, 9, 23, 0, 0, 0, 0, 0};
@@ -514,8 +556,8 @@ static void check_input_op(CtOp op, int64_t mode, int nhwc)
     CtErr err;
     graph_init(&g);
     int u8 = op == CT_OP_image_normalize;
-    CtType xt = u8 ? (CtType){shape_make(4, (int64_t[]){B, H, W, C}), CT_U8}
-                   : (CtType){shape_make(4, (int64_t[]){B, C, H, W}), CT_F32};
+    CtType xt = u8 ? (CtType){shape_make(4, (int64_t[]){B, H, W, c}), CT_U8}
+                   : (CtType){shape_make(4, (int64_t[]){B, c, H, W}), CT_F32};
     Node n = {.op = op, .nin = u8 ? 1 : 2, .iattr = {mode}, .fattr = {0.4, 0.5, 0.6, 0.2, 0.25, 0.3}};
     n.in[0] = graph_add_value(&g, xt, CT_ROLE_INPUT, "x");
     g.values[n.in[0]].layout = nhwc && !u8 ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
@@ -558,8 +600,8 @@ static void check_input_op(CtOp op, int64_t mode, int nhwc)
             int bad = 0;
             for (int64_t i = 0; i < ny; i++)
                 bad += fabsf(yp[phys(&g.values[y], i)] - ((float *)out.data)[i]) > 1e-6f;
-            CHECKF(bad == 0, "%s mode %lld %s: %d values differ from ref", op_def(op)->name, (long long)mode,
-                   nhwc ? "NHWC" : "NCHW", bad);
+            CHECKF(bad == 0, "%s mode %lld %s, %lld channel(s): %d values differ from ref", op_def(op)->name,
+                   (long long)mode, nhwc ? "NHWC" : "NCHW", (long long)c, bad);
         } else {
             CHECKF(0, "%s: %s", op_def(op)->name, err.msg);
         }
@@ -574,10 +616,11 @@ static void check_input_op(CtOp op, int64_t mode, int nhwc)
 static void test_input_ops(void)
 {
     for (int nhwc = 0; nhwc < 2; nhwc++) {
-        check_input_op(CT_OP_image_normalize, 0, nhwc);
+        check_input_op(CT_OP_image_normalize, 0, nhwc, 3);
+        check_input_op(CT_OP_image_normalize, 0, nhwc, 1);
         for (int64_t mode = 0; mode < 3; mode++)
-            check_input_op(CT_OP_random_erase, mode, nhwc);
-        check_input_op(CT_OP_mix_images, 0, nhwc);
+            check_input_op(CT_OP_random_erase, mode, nhwc, 3);
+        check_input_op(CT_OP_mix_images, 0, nhwc, 3);
     }
 }
 
@@ -614,6 +657,7 @@ int main(void)
         test_data_movement();
         test_rows();
         test_batch_norm();
+        test_group_norm();
         test_loss();
         test_epilogue();
         test_pool();

@@ -14,6 +14,7 @@
 
 static const char *const kernels[] = {"ct_copy", "ct_fill", "ct_act", "ct_add", "ct_pool", "ct_pool_grad", "ct_reduce_sum", "ct_softmax", "ct_softmax_grad",
                                       "ct_layer_norm", "ct_layer_norm_grad_x", "ct_layer_norm_grad_w",
+                                      "ct_group_norm", "ct_group_norm_grad_x", "ct_group_norm_grad_w",
                                       "ct_batch_norm", "ct_batch_norm_grad", "ct_cross_entropy_rows",
                                       "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
                                       "ct_sdpa_grad_kv"};

@@ -16,8 +16,9 @@
  *   silu, gelu at -inf: -inf * 0 = NaN; clamp keeps NaN; max_pool2d: a NaN
  *     in the window wins (the last one, for the gradient's index);
  *   softmax: a row with a NaN or +inf is all NaN; -inf gives 0;
- *   norms: a NaN in a row (layer_norm) or channel (batch_norm, training)
- *     makes all of it NaN; in eval batch_norm's dx does not read x;
+ *   norms: a NaN in a row (layer_norm), channel (batch_norm, training) or
+ *     a sample's group (group_norm) makes all of it NaN; in eval
+ *     batch_norm's dx does not read x;
  *   clip_grad_norm_: a NaN gradient makes the total norm and so every
  *     clipped gradient NaN; timm's Lamb clamp_(min=1) of the norm keeps NaN.
  */
@@ -180,6 +181,7 @@ static void test_activations(void)
         {"hard_swish", CT_OP_hard_swish, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0},
          {V(N, I, N, FIN, FIN, 0)}, 1},
         {"rsqrt", CT_OP_rsqrt, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0}, {V(N, 0, N, FIN, N, I)}, 1},
+        {"sqrt", CT_OP_sqrt, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0}, {V(N, I, N, FIN, N, 0)}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);
@@ -199,6 +201,7 @@ static void test_activation_grads(void)
         {"gelu grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_gelu}, {0}, {V(N, N, N, N, N, I, N, -I)}, 1},
         {"gelu tanh grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_gelu, 1}, {0}, {V(N, N, N, N, N, I, N, -I)}, 1},
         {"rsqrt grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_rsqrt}, {0}, {V(N, N, N, N, N, -I, N, N)}, 1},
+        {"sqrt grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_sqrt}, {0}, {V(N, N, N, N, N, I, N, N)}, 1},
     };
 #undef XDY
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -340,6 +343,31 @@ static void test_norms(void)
         check_case(&cases[i]);
 }
 
+/* group_norm, two groups of two channels: a NaN or +inf makes its group
+ * NaN (x [2, 4, 1, 2], the first group of each sample); its gradient, with
+ * a NaN in x or in dy: that group's dx, and the weight's gradient of the
+ * channels it touches (and the bias's, for dy) are NaN, as in torch. */
+static void test_group_norm(void)
+{
+#define W4 {S1(4), 0, V(1, 1, 1, 1)}
+#define X1(...) {S4(1, 4, 1, 2), 0, V(__VA_ARGS__)}
+    static const NanCase cases[] = {
+        {"group_norm", CT_OP_group_norm, 3,
+         {{S4(2, 4, 1, 2), 0, V(1, N, 2, 3, 1, 2, 3, 4, I, 1, 2, 3, 1, 2, 3, 5)}, W4, {S1(4), 0, V(0, 0, 0, 0)}},
+         {2}, {1e-5}, {V(N, N, N, N, FIN, FIN, FIN, FIN, N, N, N, N, FIN, FIN, FIN, FIN)}, 1},
+        {"group_norm_grad NaN x", CT_OP_group_norm_grad, 3,
+         {X1(1, N, 2, 3, 1, 2, 3, 4), W4, X1(1, 2, 3, 1, 2, 3, 1, 2)}, {2}, {1e-5},
+         {V(N, N, N, N, FIN, FIN, FIN, FIN), V(N, N, FIN, FIN), V(3, 4, 5, 3)}, 3},
+        {"group_norm_grad NaN dy", CT_OP_group_norm_grad, 3,
+         {X1(1, 5, 2, 3, 1, 2, 3, 4), W4, X1(1, N, 3, 1, 2, 3, 1, 2)}, {2}, {1e-5},
+         {V(N, N, N, N, FIN, FIN, FIN, FIN), V(N, FIN, FIN, FIN), V(N, 4, 5, 3)}, 3},
+    };
+#undef W4
+#undef X1
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(&cases[i]);
+}
+
 /* Attention [1, 1, 3, 2]: a NaN in query 0 is NaN in output row 0 alone;
  * one in key 1 is NaN everywhere (every row weighs it); one in value 2's
  * dim 1 is NaN in that column; the gradients as the ref backend's. */
@@ -454,6 +482,7 @@ int main(void)
     test_pools();
     test_rows();
     test_norms();
+    test_group_norm();
     test_attention();
     test_model_nan_weight();
     return check_done("test_nan");

@@ -30,6 +30,8 @@
     E['bn_train'] = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)  # updates rm, rv in place
     E['bn_mean'], E['bn_var'] = rm, rv
     E['layer_norm'] = F.layer_norm(gen((2, 3, 5), 0), (5,), par((5,), 0), par((5,), 1), 1e-6)
+    E['group_norm'] = F.group_norm(gen((2, 6, 2, 3), 0), 3, par((6,), 0), par((6,), 1), 1e-5)
+    E['group_norm_3d'] = F.group_norm(gen((2, 4, 5), 0), 1, par((4,), 0), par((4,), 1), 1e-5)
     E['linear'] = F.linear(gen((2, 3, 4), 0), par((5, 4), 0), par((5,), 1))
     E['matmul'] = gen((2, 3, 4), 0) @ gen((2, 4, 2), 1)
     E['matmul_shared'] = gen((2, 3, 4), 0) @ gen((4, 2), 1)
@@ -128,6 +130,29 @@ static const double want_layer_norm[] = {
     0.503131562, 0.248526398, -0.592093916, 0.44117753, 0.508940592, 0.457442536,
     0.747025006, 0.99692969, -0.712028157, 0.0216714937, 0.472151383, 0.147930579,
     -0.420215131, 0.633129722, 0.458461986, 0.485590282, 0.817550752, 0.797669871,
+};
+static const double want_group_norm[] = {
+    -0.161931669, -0.533305437, -0.63547228, -0.420381465, 0.0108064224, 0.455296959,
+    0.696877141, 0.660885168, 0.465927611, 0.203696086, -0.00247785324, -0.0556273581,
+    0.537724983, 0.473976274, 0.409063632, 0.37351648, 0.384053205, 0.435718217,
+    0.647300162, 0.942433795, 1.01326874, 0.826490241, 0.469943074, 0.111316987,
+    -0.32662213, -0.243515451, 0.129638809, 0.617340405, 0.990215627, 1.07289546,
+    0.364671901, 0.00214410445, -0.358048484, -0.546501677, -0.474583023, -0.176116939,
+    -0.199808009, -0.550001332, -0.62106833, -0.37958506, 0.0608750971, 0.49315686,
+    0.702452023, 0.649281812, 0.443765855, 0.182561483, -0.0114827834, -0.0471048995,
+    0.533961268, 0.468682509, 0.405398536, 0.373872789, 0.388932319, 0.443494395,
+    0.690005807, 0.96826498, 1.01379422, 0.805180392, 0.440537833, 0.0913636497,
+    -0.341311411, -0.225626606, 0.169386624, 0.657947327, 1.0102778, 1.06067147,
+    0.332278526, -0.039584076, -0.391304892, -0.557464129, -0.459914524, -0.144535121,
+};
+static const double want_group_norm_3d[] = {
+    -0.244223998, -0.61722313, -0.719837119, -0.503804932, -0.0707298961, 0.512211302,
+    0.652724774, 0.616575278, 0.420764464, 0.15738525, 0.547336992, 0.56059187,
+    0.529450233, 0.468558478, 0.40655495, -0.0840718625, -0.0281429524, 0.246094783,
+    0.609663069, 0.891570038, -0.68551618, -0.461200296, -0.0329968813, 0.39770326,
+    0.628335097, 0.610481417, 0.413739895, 0.156604538, -0.0399898638, -0.083581907,
+    0.523494686, 0.463326946, 0.403546773, 0.372269716, 0.384205857, 0.255688809,
+    0.610437378, 0.877819422, 0.932080991, 0.747702004,
 };
 static const double want_linear[] = {
     -0.13341425, 0.676455829, -0.273011431, 1.4489685, -0.86156336, -0.330646705,
@@ -459,6 +484,29 @@ static void test_layer_norm_linear(void)
     case_end(&c);
 }
 
+/* group_norm: three groups of two channels of [2,6,2,3], and one group of
+ * a 3-D input. */
+static void test_group_norm(void)
+{
+    static const struct {
+        const char *what;
+        CtShape x;
+        int groups;
+        const double *want;
+        int64_t n;
+    } cases[] = {{"group_norm", {4, {2, 6, 2, 3}}, 3, want_group_norm, NELEM(want_group_norm)},
+                 {"group_norm 3-D", {3, {2, 4, 5}}, 1, want_group_norm_3d, NELEM(want_group_norm_3d)}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Case c;
+        case_begin(&c, 0);
+        ValueId x = b_input(&c.b, "x", cases[i].x, CT_F32);
+        ValueId y = nn_group_norm(&c.b, "norm", x, (GNOpts){.groups = cases[i].groups});
+        if (case_build(&c, cases[i].what, 1, &y) == 0 && case_run(&c, cases[i].what, 1) == 0)
+            expect(&c, 0, cases[i].what, cases[i].x, cases[i].want, cases[i].n, TOL_F32);
+        case_end(&c);
+    }
+}
+
 /* matmul with batched [2,4,2] and shared 2-D [4,2] right-hand sides. */
 static void test_matmul(void)
 {
@@ -711,6 +759,14 @@ static void test_rejections(void)
     expect_reject(&c, "concat", "concat [2,1,3] with [2,2,4]");
 
     case_begin(&c, 0);
+    nn_group_norm(&c.b, "gn", b_input(&c.b, "x", (CtShape){4, {1, 6, 2, 2}}, CT_F32), (GNOpts){.groups = 4});
+    expect_reject(&c, "group_norm", "group_norm 4 groups of 6 channels");
+
+    case_begin(&c, 0);
+    nn_group_norm(&c.b, "gn", b_input(&c.b, "x", (CtShape){1, {6}}, CT_F32), (GNOpts){.groups = 2});
+    expect_reject(&c, "group_norm", "group_norm of a 1-D input");
+
+    case_begin(&c, 0);
     x = b_input(&c.b, "x", (CtShape){1, {4}}, CT_F32);
     b_node(&c.b, CT_OP_assign, 2, (ValueId[]){f_relu(&c.b, x), x}, NULL, 0, NULL, 0, 0);
     expect_reject(&c, "assign", "assign to an activation");
@@ -764,6 +820,7 @@ int main(void)
     test_conv2d_f64();
     test_batch_norm();
     test_layer_norm_linear();
+    test_group_norm();
     test_matmul();
     test_activations();
     test_binary();

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/builder.h"
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "passes/stats.h"
@@ -118,6 +119,16 @@ static void check_rules(void)
         train_step_free(&ts);
         graph_free(&gt);
     }
+    /* group_norm: fvcore's norm_flop_counter, 5 per element with the affine */
+    Graph gn;
+    Builder b;
+    graph_init(&gn);
+    b_init(&b, &gn, 0);
+    ValueId gx = b_input(&b, "x", (CtShape){4, {2, 8, 3, 3}}, CT_F32);
+    graph_mark_output(&gn, nn_group_norm(&b, "gn", gx, (GNOpts){.groups = 4}));
+    CHECKF(b_finish(&b, &err) == 0 && graph_stats(&gn, &opt, &st, &err) == 0, "%s", err.msg);
+    CHECK(st.macs_by_op[CT_OP_group_norm] == 5 * 2 * 8 * 9 && st.activations == 0 && st.params == 16);
+    graph_free(&gn);
     /* The SE squeezes (x.mean in timm) are free, the head's pool is not. */
     Graph ge;
     if (build("efficientnet_b0", 224, 1, 0, &ge) == 0) {

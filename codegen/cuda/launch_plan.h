@@ -44,7 +44,7 @@
 #include "codegen/kir.h"
 #include "passes/plan.h"
 
-#define LP_BLOCK 256
+#define LP_BLOCK CT_LIB_BLOCK /* codegen/cuda/lib_common.h */
 #define LP_BLOCKS_PER_SM 32
 
 typedef enum LpKind { LP_KERNEL, LP_GEMM, LP_CONV, LP_LIB, LP_COPY, LP_UNSUPPORTED } LpKind;

@@ -18,6 +18,9 @@
 #endif
 
 #define CT_MAXD 6
+/* Threads of a library kernel's block (the launch plan's LP_BLOCK), which the
+ * kernels that reduce within a block size their shared memory to. */
+#define CT_LIB_BLOCK 256
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
 
 typedef struct CtIndex {

@@ -8,6 +8,12 @@
  *
  *   CT_GLOBAL        a kernel's head: `extern "C" __global__ void` or `void`
  *   CT_LOOP(i, n)    each of n work items once: a grid-stride loop, or a loop
+ *   CT_BLOCK_LOOP(i, n)
+ *                    each of n work items by a whole block: a block-stride
+ *                    loop, or a loop; inside it thread CT_TID of the block's
+ *                    CT_NTHREADS (0 of 1 on the host) takes its share,
+ *                    CT_SYNC() is the block's barrier (or nothing) and
+ *                    CT_SHARED makes a variable the block's (or a local)
  *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name)
  *                    the storage type, its load as float and store from
  *                    float, the name suffix (_f32, _f16, _bf16)
@@ -17,8 +23,11 @@
  *
  * First versions, for correctness: one work item per output element, row
  * or channel, with the inner sums serial in double (the ref kernels'
- * formulas, so f32 results agree closely). Every tensor is addressed
- * through strides, so either layout (NCHW or NHWC) works.
+ * formulas, so f32 results agree closely). group_norm's groups hold a
+ * whole feature map or more, so a block takes each, its sums in double
+ * reduced over the block in a fixed order (the same bits on every run).
+ * Every tensor is addressed through strides, so either layout (NCHW or
+ * NHWC) works.
  */
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
@@ -256,6 +265,128 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const CT_T *x, const CT_T *dy, const floa
         }
         dw[i] = CT_ST((float)sw);
         db[i] = CT_ST((float)sb);
+    }
+}
+
+/* The sum of every thread's v, given to all the block's threads: a tree in
+ * red[CT_LIB_BLOCK] (the block's), added in the same order on every run. */
+CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
+{
+    long long t = CT_TID, n = CT_NTHREADS, h = 1;
+    while (h < n)
+        h <<= 1;
+    CT_SYNC(); /* every thread has read the last sum out of red[0] */
+    red[t] = v;
+    CT_SYNC();
+    for (h >>= 1; h > 0; h >>= 1) {
+        if (t < h && t + h < n)
+            red[t] += red[t + h];
+        CT_SYNC();
+    }
+    return red[0];
+}
+
+/* group_norm's work items are the groups: `rows` walks [N, groups] to each
+ * one's first element, `inner` its [C / groups, S...] values (strides of x,
+ * then of y or dx); a value's channel in its group is its index over
+ * inner.n / cg, cg channels a group. */
+
+/* The mean and 1/sqrt(biased variance + eps) of the group at x, two passes
+ * as the ref kernel. */
+CT_DEVICE void CT_SFX(ct_group_stats)(const CT_T *x, const CtIndex *inner, float eps, double *red, double *mean,
+                                      double *inv)
+{
+    long long a, unused;
+    double s = 0, q = 0;
+    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
+        ct_offsets(inner, j, &a, &unused);
+        s += CT_LD(x[a]);
+    }
+    *mean = CT_SFX(ct_block_sum)(s, red) / (double)inner->n;
+    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
+        ct_offsets(inner, j, &a, &unused);
+        double d = CT_LD(x[a]) - *mean;
+        q += d * d;
+    }
+    *inv = 1 / sqrt(CT_SFX(ct_block_sum)(q, red) / (double)inner->n + eps);
+}
+
+/* group_norm, a group a block: w and b dense [C]. */
+CT_GLOBAL CT_SFX(ct_group_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, CtIndex inner,
+                                long long cg, float eps)
+{
+    CT_SHARED double red[CT_LIB_BLOCK];
+    CT_BLOCK_LOOP(r, rows.n)
+    {
+        long long xo, yo, c0 = r % rows.dim[1] * cg, S = inner.n / cg;
+        double mean, inv;
+        ct_offsets(&rows, r, &xo, &yo);
+        CT_SFX(ct_group_stats)(x + xo, &inner, eps, red, &mean, &inv);
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
+            long long a, o, c = c0 + j / S;
+            ct_offsets(&inner, j, &a, &o);
+            y[yo + o] = CT_ST((float)((CT_LD(x[xo + a]) - mean) * inv * CT_LD(w[c]) + CT_LD(b[c])));
+        }
+    }
+}
+
+/* group_norm's dx, a group a block: layer_norm's formulas over the group,
+ * the weight per channel; x and dy share strides (st0). Each group's mean
+ * and 1/std go to stats[2r], stats[2r+1] for ct_group_norm_grad_w. */
+CT_GLOBAL CT_SFX(ct_group_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, double *stats,
+                                       CtIndex rows, CtIndex inner, long long cg, float eps)
+{
+    CT_SHARED double red[CT_LIB_BLOCK];
+    CT_BLOCK_LOOP(r, rows.n)
+    {
+        long long xo, o, a, d, c0 = r % rows.dim[1] * cg, S = inner.n / cg;
+        double mean, inv, mg = 0, mgx = 0;
+        ct_offsets(&rows, r, &xo, &o);
+        CT_SFX(ct_group_stats)(x + xo, &inner, eps, red, &mean, &inv);
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
+            ct_offsets(&inner, j, &a, &d);
+            double g = (double)CT_LD(dy[xo + a]) * CT_LD(w[c0 + j / S]);
+            mg += g;
+            mgx += g * (CT_LD(x[xo + a]) - mean) * inv;
+        }
+        mg = CT_SFX(ct_block_sum)(mg, red) / (double)inner.n;
+        mgx = CT_SFX(ct_block_sum)(mgx, red) / (double)inner.n;
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
+            ct_offsets(&inner, j, &a, &d);
+            double xhat = (CT_LD(x[xo + a]) - mean) * inv, g = (double)CT_LD(dy[xo + a]) * CT_LD(w[c0 + j / S]);
+            dx[o + d] = CT_ST((float)(inv * (g - mg - xhat * mgx)));
+        }
+        if (CT_TID == 0) {
+            stats[2 * r] = mean;
+            stats[2 * r + 1] = inv;
+        }
+    }
+}
+
+/* group_norm's dweight and dbias, a channel a block, from the stats
+ * ct_group_norm_grad_x left: `outer` walks [N, S...] with x's and dy's
+ * strides, sxc steps between channels, cg channels a group. */
+CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const double *stats, CT_T *dw, CT_T *db,
+                                       CtIndex outer, long long C, long long sxc, long long cg)
+{
+    CT_SHARED double red[CT_LIB_BLOCK];
+    CT_BLOCK_LOOP(c, C)
+    {
+        long long a, unused;
+        double sw = 0, sb = 0;
+        for (long long j = CT_TID; j < outer.n; j += CT_NTHREADS) {
+            long long r = j / (outer.n / outer.dim[0]) * (C / cg) + c / cg; /* the group of j's sample */
+            ct_offsets(&outer, j, &a, &unused);
+            double g = CT_LD(dy[a + c * sxc]);
+            sw += g * (CT_LD(x[a + c * sxc]) - stats[2 * r]) * stats[2 * r + 1];
+            sb += g;
+        }
+        sw = CT_SFX(ct_block_sum)(sw, red);
+        sb = CT_SFX(ct_block_sum)(sb, red);
+        if (CT_TID == 0) {
+            dw[c] = CT_ST((float)sw);
+            db[c] = CT_ST((float)sb);
+        }
     }
 }
 

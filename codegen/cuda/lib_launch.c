@@ -274,6 +274,52 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* group_norm and its gradient: a block a group (ct_group_norm, and
+ * ct_group_norm_grad_x leaving each group's statistics in scratch), then a
+ * block a channel (ct_group_norm_grad_w). */
+static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+{
+    int grad = n->op == CT_OP_group_norm_grad;
+    ValueId x = n->in[0], y = n->out[0];
+    const CtShape *xs = &val(b, x)->type.shape;
+    CtDType t = val(b, y)->type.dtype;
+    if (val(b, n->in[1])->type.dtype != t)
+        return ct_fail(err, "%s of x and weight in two dtypes has no kernel", op_def(n->op)->name);
+    if (grad && !same_strides(b, x, n->in[2]))
+        return ct_fail(err, "group_norm_grad of x and dy in two layouts has no kernel");
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], G = n->iattr[0], cg = xs->d[1] / G;
+    lib_strides(val(b, x), sx);
+    lib_strides(val(b, y), sy);
+    CtShape group = *xs; /* a sample's group: [cg, S...] after its N dim */
+    group.d[1] = cg;
+    CtIndex rows = index_make(2, (int64_t[]){xs->d[0], G}, (int64_t[]){sx[0], cg * sx[1]},
+                              (int64_t[]){sy[0], cg * sy[1]});
+    LibLaunch *l = begin(b, grad ? "ct_group_norm_grad_x" : "ct_group_norm", t, rows.n * CT_LIB_BLOCK);
+    for (int k = 0; k < 3; k++)
+        a_val(l, n->in[k]);
+    a_val(l, y);
+    if (grad)
+        arg(l, LA_SCRATCH);
+    a_index(l, rows);
+    a_index(l, index_without(&group, 0, sx, sy));
+    a_i64(l, cg);
+    a_f32(l, n->fattr[0]);
+    if (!grad)
+        return 0;
+    *scratch = 2 * sizeof(double) * (size_t)rows.n;
+    l = begin(b, "ct_group_norm_grad_w", t, xs->d[1] * CT_LIB_BLOCK);
+    a_val(l, x);
+    a_val(l, n->in[2]);
+    arg(l, LA_SCRATCH);
+    a_val(l, n->out[1]);
+    a_val(l, n->out[2]);
+    a_index(l, index_without(xs, 1, sx, NULL));
+    a_i64(l, xs->d[1]);
+    a_i64(l, sx[1]);
+    a_i64(l, cg);
+    return 0;
+}
+
 static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
@@ -581,7 +627,8 @@ int lib_supports(CtOp op)
     switch (op) {
     case CT_OP_reshape: case CT_OP_to_layout: case CT_OP_permute: case CT_OP_slice: case CT_OP_slice_grad:
     case CT_OP_concat: case CT_OP_reduce_sum: case CT_OP_softmax: case CT_OP_softmax_grad: case CT_OP_layer_norm:
-    case CT_OP_layer_norm_grad: case CT_OP_batch_norm: case CT_OP_batch_norm_grad: case CT_OP_cross_entropy:
+    case CT_OP_layer_norm_grad: case CT_OP_group_norm: case CT_OP_group_norm_grad: case CT_OP_batch_norm:
+    case CT_OP_batch_norm_grad: case CT_OP_cross_entropy:
     case CT_OP_cross_entropy_grad: case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d:
     case CT_OP_avg_pool2d_grad: case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: case CT_OP_sdpa:
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
@@ -614,6 +661,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
         }
         break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, err); break;
+    case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
         rc = plan_loss(&b, n, scratch);

@@ -41,7 +41,8 @@ typedef struct LibLaunch {
     char kernel[48];  /* "ct_softmax_f32": the kernel's name in the compiled module */
     LibArg arg[LIB_MAX_ARGS];
     int nargs;
-    long long items;  /* work items: the loop count the grid should cover */
+    long long items;  /* work items: the loop count the grid should cover (a kernel taking a block an
+                       * item, CT_BLOCK_LOOP: CT_LIB_BLOCK times its items) */
 } LibLaunch;
 
 /* One launch's kernelParams (cuLaunchKernel's convention: params[k]

@@ -24,7 +24,10 @@ void lib_source(CtBuf *out)
     buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
                     "#define CT_GLOBAL extern \"C\" __global__ void\n"
                     "#define CT_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
-                    "i < (n); i += (long long)blockDim.x * gridDim.x)\n");
+                    "i < (n); i += (long long)blockDim.x * gridDim.x)\n"
+                    "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
+                    "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
+                    "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n");
     buf_printf(out, "%s\n", ct_lib_common_text);
     /* the activations' formulas, over float as the generated kernels compute */
     buf_printf(out, "enum {");

@@ -48,6 +48,8 @@ ACT_OP(hard_swish, OP_ACTIVATION, OP_AMP_FOLLOW)
 ACT_OP(gelu, OP_ACTIVATION, OP_AMP_FOLLOW, .iattr = {"approximate"})
 /* in autocast's f32 list, and no library's epilogue */
 ACT_OP(rsqrt, OP_ELEMENTWISE, OP_AMP_F32)
+/* no library's epilogue either; autocast runs it in its input's dtype */
+ACT_OP(sqrt, OP_ELEMENTWISE, OP_AMP_FOLLOW)
 
 /* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act
  * (0 where it is flat, whatever dy). */

@@ -10,9 +10,14 @@
  *   through the run's collective (ir/collective.h), and so does its
  *   gradient's dx.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
- * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy)
- * and layer_norm_grad(x, weight, dy) -> dx, dweight, dbias; in training BN
- * differentiates through the batch statistics, as PyTorch does.
+ * group_norm: x [N,C,...], weight [C], bias [C], iattr groups: each
+ *   sample's C / groups channels of a group (with all their positions)
+ *   normalised together by their mean and biased variance, then the
+ *   channels' affine (torch.nn.GroupNorm).
+ * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy),
+ * layer_norm_grad(x, weight, dy) and group_norm_grad(x, weight, dy) -> dx,
+ * dweight, dbias; in training BN differentiates through the batch
+ * statistics, as PyTorch does.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -260,8 +265,8 @@ static void layer_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
 }
 
-/* fvcore's aten::layer_norm: per element 5 (affine) or 4. */
-static OpCost layer_norm_cost(const Graph *g, const Node *n, unsigned flags)
+/* fvcore's aten::layer_norm and aten::group_norm: per element 5 (affine) or 4. */
+static OpCost affine_norm_cost(const Graph *g, const Node *n, unsigned flags)
 {
     return (OpCost){shape_numel(in_shape(g, n, 0)) * (has_affine(g, n) ? 5 : 4), 0};
 }
@@ -277,7 +282,7 @@ const OpDef op_layer_norm = {
     .fusion = OP_LIBRARY,
     .amp = OP_AMP_F32,
     .layout = OP_LAYOUT_NCHW,
-    .cost = layer_norm_cost,
+    .cost = affine_norm_cost,
 };
 
 static int infer_layer_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -326,4 +331,137 @@ const OpDef op_layer_norm_grad = {
     .fusion = OP_LIBRARY,
     .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_NCHW,
+};
+
+/* What group_norm and its gradient require of x (input 0), the groups and
+ * the weight (input 1). */
+static int check_groups(const Graph *g, const Node *n, CtErr *err)
+{
+    if (require_float(g, n, 0, -1, err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    if (x->ndim < 2)
+        return ct_fail(err, "input must have a channel dim (at least 2 dims)");
+    if (n->iattr[0] < 1 || x->d[1] < n->iattr[0] || x->d[1] % n->iattr[0])
+        return ct_fail(err, "%lld channels do not split into %lld groups", (long long)x->d[1],
+                       (long long)n->iattr[0]);
+    return require_shape(g, n, 1, &(CtShape){1, {x->d[1]}}, err);
+}
+
+static int infer_group_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (check_groups(g, n, err) || require_shape(g, n, 2, in_shape(g, n, 1), err))
+        return -1;
+    return infer_like_input0(g, n, out, err);
+}
+
+/* x [N, C, S...] seen as N * groups rows of D = C / groups * S values: a
+ * group's channels are adjacent in row-major order. */
+typedef struct GroupRows {
+    int64_t rows, D, groups, per_group, S;
+} GroupRows;
+
+static GroupRows group_rows(const Graph *g, const Node *n)
+{
+    const CtShape *x = in_shape(g, n, 0);
+    int64_t C = x->d[1], G = n->iattr[0], S = 1;
+    for (int k = 2; k < x->ndim; k++)
+        S *= x->d[k];
+    return (GroupRows){x->d[0] * G, C / G * S, G, C / G, S};
+}
+
+/* The channel of row r's value i. */
+static int64_t group_channel(const GroupRows *gr, int64_t r, int64_t i)
+{
+    return r % gr->groups * gr->per_group + i / gr->S;
+}
+
+static void group_norm_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    GroupRows gr = group_rows(g, n);
+    for (int64_t r = 0; r < gr.rows; r++) {
+        const double *xr = in[0] + r * gr.D;
+        double mean, inv;
+        row_stats(xr, gr.D, n->fattr[0], &mean, &inv);
+        for (int64_t i = 0; i < gr.D; i++) {
+            int64_t c = group_channel(&gr, r, i);
+            out[0][r * gr.D + i] = (xr[i] - mean) * inv * in[1][c] + in[2][c];
+        }
+    }
+}
+
+static void group_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    if (dout[0] < 0)
+        return;
+    ValueId in[3] = {n->in[0], n->in[1], dout[0]};
+    if (emit(e, CT_OP_group_norm_grad, 3, in, n->iattr, 1, n->fattr, 1, 0) < 0)
+        return;
+    for (int k = 0; k < 3; k++)
+        din[k] = need[k] ? emit_last(e)->out[k] : -1;
+}
+
+const OpDef op_group_norm = {
+    .name = "group_norm",
+    .min_in = 3,
+    .max_in = 3,
+    .iattr = {"groups"},
+    .fattr = {"eps"},
+    .infer = infer_group_norm,
+    .ref = group_norm_ref,
+    .vjp = group_norm_vjp,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_F32,
+    .layout = OP_LAYOUT_EITHER, /* statistics per sample and group of channels, affine per channel */
+    .cost = affine_norm_cost,
+};
+
+static int infer_group_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (check_groups(g, n, err) || require_shape(g, n, 2, in_shape(g, n, 0), err))
+        return -1;
+    out[0] = *in_type(g, n, 0);
+    out[1] = out[2] = *in_type(g, n, 1);
+    return 3;
+}
+
+/* layer_norm_grad's formulas over each group's row, the weight per channel. */
+static void group_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    GroupRows gr = group_rows(g, n);
+    for (int64_t c = 0; c < gr.groups * gr.per_group; c++)
+        out[1][c] = out[2][c] = 0;
+    for (int64_t r = 0; r < gr.rows; r++) {
+        const double *xr = in[0] + r * gr.D, *dy = in[2] + r * gr.D;
+        double mean, inv, mg = 0, mgx = 0;
+        row_stats(xr, gr.D, n->fattr[0], &mean, &inv);
+        for (int64_t i = 0; i < gr.D; i++) {
+            int64_t c = group_channel(&gr, r, i);
+            double xhat = (xr[i] - mean) * inv, gi = dy[i] * in[1][c];
+            mg += gi;
+            mgx += gi * xhat;
+            out[1][c] += dy[i] * xhat;
+            out[2][c] += dy[i];
+        }
+        mg /= (double)gr.D;
+        mgx /= (double)gr.D;
+        for (int64_t i = 0; i < gr.D; i++) {
+            int64_t c = group_channel(&gr, r, i);
+            out[0][r * gr.D + i] = inv * (dy[i] * in[1][c] - mg - (xr[i] - mean) * inv * mgx);
+        }
+    }
+}
+
+const OpDef op_group_norm_grad = {
+    .name = "group_norm_grad",
+    .min_in = 3,
+    .max_in = 3,
+    .iattr = {"groups"},
+    .fattr = {"eps"},
+    .infer = infer_group_norm_grad,
+    .ref = group_norm_grad_ref,
+    .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+    .layout_contig_out = ~1u, /* the weight's and bias's gradients */
 };

@@ -60,7 +60,7 @@ float *cpu_scratch(int slot, int64_t n);
     X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(linear) X(matmul) X(sdpa) X(sdpa_grad)         \
     CT_ACTIVATIONS(X) X(act_grad) X(add) X(mul)                                                          \
     X(div) X(scale_shift) X(reduce_sum) X(softmax) X(softmax_grad)                                       \
-    X(layer_norm) X(layer_norm_grad)                                                                     \
+    X(layer_norm) X(layer_norm_grad) X(group_norm) X(group_norm_grad)                                    \
     X(avg_pool2d) X(max_pool2d) X(adaptive_avg_pool2d) X(avg_pool2d_grad) X(max_pool2d_grad)             \
     X(adaptive_avg_pool2d_grad) X(reshape) X(permute) X(slice) X(slice_grad) X(concat) X(expand)          \
     X(to_layout) X(cast) X(sgd_update) X(adamw_update) X(image_normalize) X(random_erase) X(mix_images)

@@ -1,9 +1,10 @@
 /*
  * The cpu backend's normalisations: batch_norm over x [N,C,S...] per
- * channel and layer_norm over the last dim, forward and gradient, as f32
- * loops with statistics and sums in double (the ref kernels' formulas),
- * vectorised sums (several partial sums: a reordering of double additions,
- * far below f32 rounding), channels or rows split among OpenMP threads.
+ * channel, layer_norm over the last dim and group_norm per sample and group
+ * of channels, forward and gradient, as f32 loops with statistics and sums
+ * in double (the ref kernels' formulas), vectorised sums (several partial
+ * sums: a reordering of double additions, far below f32 rounding),
+ * channels, rows or planes split among OpenMP threads.
  * Synchronised batch_norm (SyncBatchNorm) sums over the ranks between
  * passes over the channels.
  */
@@ -259,4 +260,125 @@ CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const 
         out[2][i] = (float)db;
     }
     free(part);
+}
+
+/* group_norm's x [N, C, S...] as N * C planes of S values, a row of
+ * per_group planes per sample and group. Every pass goes over the planes,
+ * so one image in one group still spreads over the threads; a row's plane
+ * sums are added in order, whatever the thread count. */
+typedef struct GnDims {
+    int64_t planes, S, C, per_group, rows;
+} GnDims;
+
+static GnDims gn_dims(const Graph *g, const Node *n)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t C = x->d[1], planes = x->d[0] * C, per_group = C / n->iattr[0], S = 1;
+    for (int k = 2; k < x->ndim; k++)
+        S *= x->d[k];
+    return (GnDims){planes, S, C, per_group, planes / per_group};
+}
+
+/* Sum of the row's plane sums part[r * per_group ...]. */
+static double gn_row_sum(const GnDims *d, const double *part, int64_t r)
+{
+    double sum = 0;
+    for (int64_t k = 0; k < d->per_group; k++)
+        sum += part[r * d->per_group + k];
+    return sum;
+}
+
+/* Each row's mean and 1/sqrt(biased variance + eps) into st[2r], st[2r+1],
+ * in two passes as the ref kernel; part: scratch of one double a plane. A
+ * plane is channel p of x viewed as [1, planes, S]. */
+CPU_CLONES static void gn_stats(const float *x, const GnDims *d, double eps, double *part, double *st)
+{
+    double D = (double)(d->per_group * d->S);
+#pragma omp parallel for if (d->planes * d->S > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d->planes; p++)
+        part[p] = channel_sum(x, 1, d->planes, d->S, p);
+    for (int64_t r = 0; r < d->rows; r++)
+        st[2 * r] = gn_row_sum(d, part, r) / D;
+#pragma omp parallel for if (d->planes * d->S > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d->planes; p++)
+        part[p] = channel_sqdev(x, 1, d->planes, d->S, p, st[2 * (p / d->per_group)]);
+    for (int64_t r = 0; r < d->rows; r++)
+        st[2 * r + 1] = 1 / sqrt(gn_row_sum(d, part, r) / D + eps);
+}
+
+CPU_CLONES void cpu_group_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    GnDims d = gn_dims(g, n);
+    double *part = malloc(sizeof *part * (size_t)(d.planes + 2 * d.rows)), *st = part + d.planes;
+    CT_ASSERT(part != NULL);
+    gn_stats(in[0], &d, n->fattr[0], part, st);
+#pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d.planes; p++) {
+        int64_t c = p % d.C, r = p / d.per_group;
+        double mean = st[2 * r], scale = st[2 * r + 1] * in[1][c], shift = in[2][c];
+        const float *xp = in[0] + p * d.S;
+        float *yp = out[0] + p * d.S;
+        for (int64_t s = 0; s < d.S; s++)
+            yp[s] = (float)((xp[s] - mean) * scale + shift);
+    }
+    free(part);
+}
+
+/* Plane p's sum of dy into sdy[p] and of dy * (x - mean) into sdx[p]. */
+CPU_CLONES static void gn_plane_grad_sums(const float *x, const float *dy, int64_t S, int64_t p, double mean,
+                                          double *sdy, double *sdx)
+{
+    const float *xp = x + p * S, *dp = dy + p * S;
+    double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t s = 0; s < S; s++) {
+        a += dp[s];
+        b += dp[s] * (xp[s] - mean);
+    }
+    sdy[p] = a;
+    sdx[p] = b;
+}
+
+/* layer_norm_grad's formulas over a row: with g = dy * w, mg and mgx the
+ * row's means of g and g * xhat, dx = inv (g - mg - xhat mgx); the weight's
+ * and bias's gradients sum each channel's planes over the samples. */
+CPU_CLONES void cpu_group_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    GnDims d = gn_dims(g, n);
+    double D = (double)(d.per_group * d.S);
+    double *sdy = malloc(sizeof *sdy * (size_t)(2 * d.planes + 4 * d.rows)), *sdx = sdy + d.planes;
+    double *st = sdx + d.planes, *mg = st + 2 * d.rows; /* per row: mean, 1/std; mg, mgx */
+    CT_ASSERT(sdy != NULL);
+    gn_stats(in[0], &d, n->fattr[0], sdy, st);
+#pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d.planes; p++)
+        gn_plane_grad_sums(in[0], in[2], d.S, p, st[2 * (p / d.per_group)], sdy, sdx);
+    for (int64_t r = 0; r < d.rows; r++) {
+        double a = 0, b = 0;
+        for (int64_t p = r * d.per_group; p < (r + 1) * d.per_group; p++) {
+            a += in[1][p % d.C] * sdy[p];
+            b += in[1][p % d.C] * sdx[p];
+        }
+        mg[2 * r] = a / D;
+        mg[2 * r + 1] = b * st[2 * r + 1] / D;
+    }
+    for (int64_t c = 0; c < d.C; c++) {
+        double dw = 0, db = 0;
+        for (int64_t p = c; p < d.planes; p += d.C) {
+            dw += sdx[p] * st[2 * (p / d.per_group) + 1];
+            db += sdy[p];
+        }
+        out[1][c] = (float)dw;
+        out[2][c] = (float)db;
+    }
+#pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d.planes; p++) {
+        int64_t r = p / d.per_group;
+        double mean = st[2 * r], inv = st[2 * r + 1], w = in[1][p % d.C], m = mg[2 * r], mx = mg[2 * r + 1];
+        const float *xp = in[0] + p * d.S, *dp = in[2] + p * d.S;
+        float *o = out[0] + p * d.S;
+        for (int64_t s = 0; s < d.S; s++)
+            o[s] = (float)(inv * (dp[s] * w - m - (xp[s] - mean) * inv * mx));
+    }
+    free(sdy);
 }
