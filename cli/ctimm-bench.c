@@ -45,19 +45,22 @@ static const char *const prog = "ctimm-bench";
 
 static const char *const usage =
     "usage: ctimm-bench [-m|--model resnet50] [--model-list FILE] [--bench inference|train|both|profile]\n"
-    "                   [-b 256] [--img-size N] [--input-size 3 H W] [--num-classes N] [--channels-last]\n"
+    "                   [-b 256] [--img-size N] [--input-size C H W] [--in-chans 3] [--num-classes N]\n"
+    "                   [--channels-last]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
     "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
     "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n"
     "                   [--pretrained]\n"
     "--pretrained runs timm's weights of each model (its default tag, or name one: resnet50.a1_in1k) from the\n"
-    "Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) at their input size.\n";
+    "Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) at their input size.\n"
+    "--in-chans N (ctimm's; benchmark.py builds 3) builds each model for N-channel images, as\n"
+    "create_model(in_chans=N), its pretrained first conv adapted as timm's adapt_input_conv.\n";
 
 typedef struct Args {
     const char *model, *model_list, *bench, *precision, *amp_dtype, *results_file, *results_format, *device, *opt;
     int batch_size, img_size, num_classes, channels_last, amp, warm, iters, detail, no_retry, n_input, n_betas;
-    int pretrained;
+    int pretrained, in_chans; /* in_chans: resolved in main (--in-chans, else --input-size's, else 3) */
     double input_size[3], opt_eps, opt_betas[2], drop, drop_path;
 } Args;
 
@@ -152,13 +155,13 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
     for (int k = 0; k < b->ng; k++) {
         Graph *g = &b->g[k];
         if (!train) {
-            if (eval_graph(m, batch, classes, img, amp, a->channels_last, NULL, NULL, g, err))
+            if (eval_graph(m, batch, classes, img, a->in_chans, amp, a->channels_last, NULL, NULL, g, err))
                 return -1;
             continue;
         }
         ModelSpec spec = {.batch_size = batch, .training = 1,
-                          .args = {.num_classes = classes, .img_size = img, .drop_rate = a->drop,
-                                   .drop_path_rate = a->drop_path}};
+                          .args = {.num_classes = classes, .img_size = img, .in_chans = a->in_chans,
+                                   .drop_rate = a->drop, .drop_path_rate = a->drop_path}};
         if (model_build(m, &spec, g, err))
             return -1;
         OptimSpec opt;
@@ -280,8 +283,8 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
         inputs_make(&b.g[k], classes, &in[k]);
     printf("Built the %s graph%s in %.2fs (outside the timed region)\n", train ? "train" : "inference",
            b.ng > 1 ? "s" : "", cli_now() - t_build);
-    printf("Running %s benchmark on %s for %d steps w/ input size (3, %d, %d) and batch size %d.\n",
-           train ? "train" : "inference", m->name, a->iters, img, img, batch);
+    printf("Running %s benchmark on %s for %d steps w/ input size (%d, %d, %d) and batch size %d.\n",
+           train ? "train" : "inference", m->name, a->iters, a->in_chans, img, img, batch);
     double *times = calloc((size_t)a->iters * 3 + 1, sizeof *times);
     CT_ASSERT(times != NULL);
     rc = -1;
@@ -343,7 +346,7 @@ static int model_stats(const Args *a, const ModelEntry *m, int img, GraphStats *
     Graph g;
     ModelSpec spec = {.batch_size = 1, .training = 0,
                       .args = {.num_classes = a->num_classes > 0 ? a->num_classes : m->cfg.num_classes,
-                               .img_size = img}};
+                               .img_size = img, .in_chans = a->in_chans}};
     if (model_build(m, &spec, &g, err))
         return -1;
     StatsOptions so = {.count_attention = 1};
@@ -472,7 +475,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_LIST = 1000, O_BENCH, O_DETAIL, O_NORETRY, O_RFILE, O_RFMT, O_WARM, O_ITERS, O_DEVICE, O_IMG, O_INPUT,
            O_NC, O_CL, O_AMP, O_AMP_DTYPE, O_PREC, O_OPT, O_EPS, O_BETAS, O_DROP, O_DROP_PATH, O_MOM, O_WD,
-           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED };
+           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS };
     static const struct option longs[] = {
         {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST}, {"bench", 1, 0, O_BENCH}, {"detail", 0, 0, O_DETAIL},
         {"no-retry", 0, 0, O_NORETRY}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
@@ -483,7 +486,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"opt-eps", 1, 0, O_EPS}, {"opt-betas", 1, 0, O_BETAS}, {"drop", 1, 0, O_DROP},
         {"drop-path", 1, 0, O_DROP_PATH}, {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD},
         {"clip-grad", 1, 0, O_CLIP}, {"clip-mode", 1, 0, O_CLIP_MODE}, {"smoothing", 1, 0, O_SMOOTH},
-        {"pretrained", 0, 0, O_PRETRAINED}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"pretrained", 0, 0, O_PRETRAINED}, {"in-chans", 1, 0, O_IN_CHANS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.model = "resnet50", .bench = "both", .precision = "float32", .amp_dtype = "float16",
                 .results_format = "csv", .device = "cpu", .opt = "sgd", .batch_size = 256, .num_classes = -1,
                 .warm = 10, .iters = 40, .opt_eps = -1};
@@ -529,6 +532,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_MOM: case O_WD: case O_CLIP: case O_SMOOTH: bad = cli_double(prog, "value", optarg, &unused); break;
         case O_CLIP_MODE: break;
         case O_PRETRAINED: a->pretrained = 1; break;
+        case O_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 4096, &a->in_chans); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
@@ -561,10 +565,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: --results-format %s is not one of csv, json\n", prog, a.results_format);
         return 2;
     }
-    if (a.n_input && (a.n_input != 3 || a.input_size[0] != 3 || a.input_size[1] != a.input_size[2])) {
-        fprintf(stderr, "%s: --input-size takes 3 H W with H == W (square inputs only)\n", prog);
+    if (a.n_input && (a.n_input != 3 || a.input_size[1] != a.input_size[2] || !(a.input_size[0] >= 1) ||
+                      (a.in_chans && a.input_size[0] != a.in_chans))) {
+        fprintf(stderr, "%s: --input-size takes C H W with H == W (square inputs only), C --in-chans' count\n", prog);
         return 2;
     }
+    if (!a.in_chans) /* benchmark.py's model has 3; --input-size's count makes ctimm's */
+        a.in_chans = a.n_input ? (int)a.input_size[0] : 3;
     if (a.amp) /* benchmark.py: --amp overrides --precision */
         a.precision = !strcmp(a.amp_dtype, "float16") ? "amp" : !strcmp(a.amp_dtype, "bfloat16") ? "amp_bfloat16" : "?";
     CtDType amp = !strcmp(a.precision, "float32") ? CT_F32 : !strcmp(a.precision, "amp") ? CT_F16

@@ -30,7 +30,7 @@ static const char *const prog = "ctimm-infer";
 static const char *const usage =
     "usage: ctimm-infer [DATA_DIR] [--data-dir DIR] [--dataset folder|tar] [--split NAME] [-m|--model NAME]\n"
     "                   [--checkpoint CKPT] [--pretrained] [--num-classes N] [--class-map FILE] [--img-size N]\n"
-    "                   [--input-size 3 H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
+    "                   [--in-chans 1|3] [--input-size C H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
     "                   [--interpolation NAME] [-b 256] [-j 2] [--amp] [--amp-dtype float16|bfloat16]\n"
     "                   [--channels-last] [--device cpu|cuda|ref] [--log-freq 10] [--topk 1]\n"
     "                   [--output-type prob|logit] [--include-index] [--exclude-output] [--fullname]\n"

@@ -54,7 +54,7 @@ static const char *const usage =
     "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
-    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 3]\n"
+    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3]\n"
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
     "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
@@ -72,7 +72,8 @@ static const char *const usage =
     "--pretrained loads timm's weights of --model (resnet50: its default tag, resnet50.a1_in1k; or name\n"
     "the tag) from the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub),\n"
     "never from the network: `huggingface-cli download timm/resnet50.a1_in1k` fetches them. Another\n"
-    "--num-classes gets a new classifier, another --img-size a resampled ViT position embedding.\n"
+    "--num-classes gets a new classifier, another --img-size a resampled ViT position embedding, --in-chans 1\n"
+    "(gray 'L' images) a first conv summed over RGB, as timm's adapt_input_conv.\n"
     "--pretrained-path FILE loads a weights file instead (with a new classifier always, as train.py).\n";
 
 /* Scheduler flags, long only. */

@@ -35,7 +35,7 @@ static const char *const usage =
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
     "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--pretrained] [--num-classes N]\n"
     "                      [--img-size N] [--use-train-size]"
-    "                      [--input-size 3 H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
+    "                      [--in-chans 1|3] [--input-size C H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
     "                      [--device cpu|cuda|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
@@ -182,8 +182,9 @@ static int validate_one(const Args *a, const char *model_name, Result *res, CtEr
            s.classes, s.classes_from);
     if (!a->u.checkpoint && !a->u.pretrained)
         printf("No --checkpoint nor --pretrained: validating the model's initial weights (seed 0)\n");
-    printf("Data: %s: %zu images, %d classes; %dx%d, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
-           dataset_len(s.ds), folder_classes, s.img, s.img, s.et.crop_pct, s.interp, s.be->name,
+    printf("Data: %s: %zu images, %d classes; %dx%d%s, crop_pct %g, %s; backend %s%s\n", dataset_root(s.ds),
+           dataset_len(s.ds), folder_classes, s.img, s.img, s.chans == 1 ? " gray ('L')" : "", s.et.crop_pct, s.interp,
+           s.be->name,
            s.amp == CT_F32 ? "" : s.amp == CT_F16 ? ", amp float16" : ", amp bfloat16");
     sub = valid ? malloc(sizeof *sub * (size_t)a->u.batch_size * (size_t)nvalid) : NULL;
     CT_ASSERT(!valid || sub != NULL);

@@ -75,7 +75,7 @@ int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSet
             eo.img_size = size;
     }
     dc.split = split;
-    if (eval_config(m, &eo, &s->img, &s->et, s->mean, s->std, err))
+    if (eval_config(m, &eo, &s->img, &s->chans, &s->et, s->mean, s->std, err))
         return -1;
     s->interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
     if (dataset_open(&s->ds, &dc, err))
@@ -88,7 +88,8 @@ int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSet
     pick_classes(s, m, u, u->checkpoint ? &ck : NULL);
     LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
     int rc = loader_create(&s->ld, s->ds, &lc, err) ||
-             eval_graph(m, u->batch_size, s->classes, s->img, s->amp, u->channels_last, s->mean, s->std, &s->g, err) ||
+             eval_graph(m, u->batch_size, s->classes, s->img, s->chans, s->amp, u->channels_last, s->mean, s->std,
+                        &s->g, err) ||
              backend_check(s->be, &s->g, err);
     if (!rc) {
         state_create(&s->st, &s->g);
@@ -120,7 +121,7 @@ int eval_next(EvalSession *s, const Batch **bt, CtTensor *logits, CtErr *err)
     if (loader_next(s->ld, bt, err) != 1)
         return *bt || err->msg[0] ? -1 : ct_fail(err, "the split ended after %zu of %zu batches", s->next, s->nbatches);
     s->next++;
-    CtTensor in = {{{4, {s->batch, s->img, s->img, 3}}, CT_U8}, (*bt)->images};
+    CtTensor in = {{{4, {s->batch, s->img, s->img, s->chans}}, CT_U8}, (*bt)->images};
     /* compiled at the first batch, after the caller's last change to the state (--use-ema) */
     int rc = s->run.prog ? 0 : cli_open(&s->run, s->be, &s->g, &s->st, err);
     if (rc == 0)
@@ -175,13 +176,7 @@ int eval_option(const char *prog, int c, int argc, char **argv, EvalSetup *u, in
     case EVAL_O_CL: u->channels_last = 1; break;
     case EVAL_O_DEVICE: u->device = optarg; break;
     case EVAL_O_PRETRAINED: u->pretrained = 1; break;
-    case EVAL_O_IN_CHANS: /* validate.py's and inference.py's flag: only the value ctimm's models take */
-        if (strcmp(optarg, "3")) {
-            fprintf(stderr, "%s: --in-chans %s: ctimm's models and data loader take 3-channel (RGB) images only\n",
-                    prog, optarg);
-            *bad = 1;
-        }
-        break;
+    case EVAL_O_IN_CHANS: *bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &eo->in_chans); break;
     default: return 0;
     }
     return 1;

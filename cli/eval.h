@@ -67,7 +67,7 @@ typedef struct EvalSession {
     CtRunner run; /* g compiled and prepared over st, at the first batch */
     EvalTransform et;
     double mean[3], std[3];
-    int img, classes, batch;
+    int img, chans, classes, batch;
     char classes_from[128]; /* where classes came from, for the tools' log line */
     CtDType amp;
     const char *interp;

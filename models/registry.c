@@ -105,15 +105,21 @@ int model_num_classes(const ModelEntry *m, const ModelArgs *a)
     return a->num_classes >= 0 ? a->num_classes : m->cfg.num_classes;
 }
 
+int model_in_chans(const ModelEntry *m, const ModelArgs *a)
+{
+    return a->in_chans > 0 ? a->in_chans : m->cfg.input_size[0];
+}
+
 int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err)
 {
     Builder b;
     int batch = spec->batch_size > 0 ? spec->batch_size : 1, size = model_img_size(m, &spec->args);
+    int chans = model_in_chans(m, &spec->args);
     if (size < 1)
         return ct_fail(err, "%s: image size %d must be positive", m->name, size);
     graph_init(g);
     b_init(&b, g, spec->training);
-    ValueId x = b_input(&b, "input", (CtShape){4, {batch, m->cfg.input_size[0], size, size}}, CT_F32);
+    ValueId x = b_input(&b, "input", (CtShape){4, {batch, chans, size, size}}, CT_F32);
     ValueId y = m->build(&b, m, &spec->args, x);
     if (y >= 0)
         graph_mark_output(g, y);

@@ -30,11 +30,12 @@ typedef struct ModelCfg {
 typedef struct ModelArgs {
     int num_classes; /* -1: default; 0: no classifier (features) */
     int img_size;
+    int in_chans; /* the image's channels, the stem's input (timm's create_model(in_chans=)); 0: the cfg's 3 */
     double drop_rate, drop_path_rate;
 } ModelArgs;
 
 struct ModelEntry;
-/* Builds the forward graph from input x [B,3,H,W]; returns the logits. */
+/* Builds the forward graph from input x [B,C,H,W] (C: model_in_chans); returns the logits. */
 typedef ValueId (*ModelBuildFn)(Builder *b, const struct ModelEntry *m, const ModelArgs *a, ValueId x);
 
 typedef struct ModelEntry {
@@ -76,10 +77,11 @@ typedef struct ModelSpec {
 } ModelSpec;
 
 static inline ModelArgs model_args_default(void) { return (ModelArgs){.num_classes = -1}; }
-/* Input [B,3,H,W] f32 named "input"; one output, the logits. Verified. */
+/* Input [B,C,H,W] f32 named "input" (C: model_in_chans); one output, the logits. Verified. */
 int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err);
 /* Input size the model is built for under these overrides. */
 int model_img_size(const ModelEntry *m, const ModelArgs *a);
 int model_num_classes(const ModelEntry *m, const ModelArgs *a);
+int model_in_chans(const ModelEntry *m, const ModelArgs *a);
 
 #endif

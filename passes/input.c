@@ -25,7 +25,9 @@ int input_image(const Graph *g, const InputSpec *s, Graph *out, CtErr *err)
     ValueId x = rewrite_value(&r, x0);
     out->values[x].type = (CtType){shape_make(4, (int64_t[]){d[0], d[2], d[3], d[1]}), CT_U8};
     r.e.scope = "input";
-    double norm[6] = {s->mean[0], s->mean[1], s->mean[2], s->std[0], s->std[1], s->std[2]};
+    double norm[6]; /* mean and std of the batch's d[1] channels; 0 and 1 past them, so no stale value keys a kernel */
+    for (int k = 0; k < 6; k++)
+        norm[k] = k % 3 < d[1] ? (k < 3 ? s->mean[k] : s->std[k - 3]) : k / 3;
     ValueId y = emit(&r.e, CT_OP_image_normalize, 1, &x, NULL, 0, norm, 6, 0);
     if (s->erase_boxes > 0) {
         ValueId boxes = graph_add_value(out, (CtType){shape_make(3, (int64_t[]){d[0], s->erase_boxes, 5}), CT_I64},

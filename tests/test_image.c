@@ -9,7 +9,10 @@
  *     prefix and seeded byte flips of good files) fail with a message;
  *   - four threads decoding at once agree with one;
  *   - image_decode_region (the crop-only JPEG decode) equals the same
- *     rectangle of image_decode on every fixture and scale, random boxes.
+ *     rectangle of image_decode on every fixture and scale, random boxes;
+ *   - image_to_gray of the decoded RGB, in each channel, equals Pillow's
+ *     convert('L') of every mode it decodes (tests/data/gray, made by
+ *     tools/make_gray_fixtures.py) byte for byte.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -102,6 +105,50 @@ static void test_decode_fixtures(void)
     }
     CHECKF(cases >= 40, "only %d decode cases", cases);
     printf("decode: %d fixture/scale cases compared with Pillow\n", cases);
+    free(manifest);
+}
+
+static void test_gray_fixtures(void)
+{
+    size_t n;
+    char *manifest = (char *)read_file("../gray/decode.txt", &n);
+    if (!manifest)
+        return;
+    manifest = realloc(manifest, n + 1);
+    manifest[n] = 0;
+    int cases = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(manifest, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char input[128], expect[160], path[200];
+        int w, h;
+        if (line[0] == '#')
+            continue;
+        if (sscanf(line, "%127s %d %d %159s", input, &w, &h, expect) != 4) {
+            CHECKF(0, "bad manifest line: %s", line);
+            continue;
+        }
+        size_t dn, en;
+        snprintf(path, sizeof path, "../gray/%s", expect);
+        uint8_t *data = read_file(input, &dn), *want = read_file(path, &en);
+        CtImage img;
+        CtErr err = {""};
+        int rc = image_decode(data, dn, 1, &img, &err);
+        CHECKF(rc == 0 && img.w == w && img.h == h && en == (size_t)w * h, "%s: %s", input, err.msg);
+        if (rc == 0 && img.w == w && img.h == h && en == (size_t)w * h) {
+            image_to_gray(&img);
+            size_t bad = 0;
+            for (size_t i = 0; i < en; i++)
+                bad += img.px[3 * i] != want[i] || img.px[3 * i + 1] != want[i] || img.px[3 * i + 2] != want[i];
+            CHECKF(bad == 0, "%s: %zu of %zu pixels differ from Pillow's convert('L')", input, bad, en);
+        }
+        if (rc == 0)
+            image_free(&img);
+        free(data);
+        free(want);
+        cases++;
+    }
+    CHECKF(cases >= 9, "only %d gray cases", cases);
+    printf("gray: %d decoded modes made 'L' as Pillow does\n", cases);
     free(manifest);
 }
 
@@ -402,6 +449,7 @@ int main(void)
     if (!data_dir)
         data_dir = "tests/data";
     test_decode_fixtures();
+    test_gray_fixtures();
     test_decode_region();
     test_resize_fixtures();
     test_bad_inputs();

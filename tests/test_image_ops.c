@@ -1,6 +1,6 @@
 /* The input ops (ir/ops/image.c) and the pipeline's input stage: the uint8
- * batch normalised as timm's ToTensor + Normalize give it, bit for bit on
- * ref and cpu; random erasing's boxes clipped, later over earlier, 'rand'
+ * batch (RGB, or gray's one channel) normalised as timm's ToTensor +
+ * Normalize give it, bit for bit on ref and cpu; random erasing's boxes clipped, later over earlier, 'rand'
  * one value per channel; bad inputs refused by the shape rules; a model's
  * logits from the uint8 input the same as from the batch normalised by
  * hand; the training graph's inputs in the order the trainer feeds them;
@@ -20,25 +20,36 @@ static const double mean[3] = {0.485, 0.456, 0.406}, stdv[3] = {0.229, 0.224, 0.
 
 enum { B = 2, S = 6, C = 3 };
 
-static void test_normalize(void)
+/* A batch of `chans` channels (3: RGB; 1: gray, with a zero std past it
+ * that no kernel may read), bit for bit on ref and cpu. */
+static void check_normalize(int chans)
 {
     uint8_t x[B * S * S * C];
-    for (int i = 0; i < B * S * S * C; i++)
+    for (int i = 0; i < B * S * S * chans; i++)
         x[i] = (uint8_t)(i * 37 + (i >> 3));
     x[0] = 0;
     x[1] = 255;
     double f[6] = {mean[0], mean[1], mean[2], stdv[0], stdv[1], stdv[2]};
+    if (chans == 1)
+        f[1] = f[2] = f[4] = f[5] = 0;
     float y[B * C * S * S];
-    CtTensor in = {{{4, {B, S, S, C}}, CT_U8}, x};
-    one_node_f32(CT_OP_image_normalize, 1, &in, NULL, 0, f, 6, y, B * C * S * S, 0);
+    CtTensor in = {{{4, {B, S, S, chans}}, CT_U8}, x};
+    one_node_f32(CT_OP_image_normalize, 1, &in, NULL, 0, f, 6, y, B * chans * S * S, 0);
     int bad = 0;
     for (int b = 0; b < B; b++)
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < chans; c++)
             for (int p = 0; p < S * S; p++) {
-                float want = (float)((x[(b * S * S + p) * C + c] / 255.0 - mean[c]) / stdv[c]);
-                bad += y[(b * C + c) * S * S + p] != want;
+                float want = (float)((x[(b * S * S + p) * chans + c] / 255.0 - mean[c]) / stdv[c]);
+                bad += y[(b * chans + c) * S * S + p] != want;
             }
-    CHECKF(bad == 0, "%d values differ from (x / 255 - mean) / std", bad);
+    CHECKF(bad == 0, "%d channel(s): %d values differ from (x / 255 - mean) / std", chans, bad);
+}
+
+static void test_normalize(void)
+{
+    check_normalize(3);
+    check_normalize(1);
+    double f[6] = {mean[0], mean[1], mean[2], stdv[0], stdv[1], stdv[2]};
 
     /* the shape rule refuses what the kernels cannot take */
     Graph g;
@@ -113,9 +124,10 @@ static void test_counter_normal(void)
     CHECK(crng_normal(77, 5) != crng_normal(78, 5) && crng_normal(77, 5) != crng_normal(77, 6));
 }
 
-static int build(const char *model, int training, int batch, Graph *g)
+static int build(const char *model, int training, int batch, int chans, Graph *g)
 {
     ModelSpec spec = {.batch_size = batch, .training = training, .args = model_args_default()};
+    spec.args.in_chans = chans;
     CtErr err;
     int rc = model_build(model_find(model), &spec, g, &err);
     CHECKF(rc == 0, "%s: %s", model, err.msg);
@@ -127,35 +139,42 @@ static InputSpec spec_u8(void)
     return (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2]}, .std = {stdv[0], stdv[1], stdv[2]}};
 }
 
-/* The logits of test_resnet's eval graph from a uint8 batch against those
- * of the f32 graph from the batch normalised on the host, on cpu. */
-static void test_model_input(void)
+/* The logits of test_resnet's eval graph from a uint8 batch of `chans`
+ * channels against those of the f32 graph from the batch normalised on the
+ * host, on cpu; the normalisation's attributes past the channels are 0 and
+ * 1, whatever InputSpec holds there. */
+static void test_model_input(int chans)
 {
     Graph f, u;
     CtErr err;
-    if (build("test_resnet", 0, B, &f) || build("test_resnet", 0, B, &u))
+    if (build("test_resnet", 0, B, chans, &f) || build("test_resnet", 0, B, chans, &u))
         return;
     CHECKF(pipeline_run(&(Pipeline){.bn_fold = 1, .verify = 1}, &f, NULL, &err) == 0, "%s", err.msg);
     CHECKF(pipeline_run(&(Pipeline){.input = spec_u8(), .bn_fold = 1, .verify = 1}, &u, NULL, &err) == 0, "%s",
            err.msg);
     const CtShape *xs = &f.values[0].type.shape;
-    int64_t h = xs->d[2], w = xs->d[3], n = B * 3 * h * w;
+    int64_t h = xs->d[2], w = xs->d[3], n = B * chans * h * w;
     const Value *in = &u.values[0];
-    CHECK(in->role == CT_ROLE_INPUT && in->type.dtype == CT_U8 && in->type.shape.d[1] == h && in->type.shape.d[3] == 3);
+    CHECK(in->role == CT_ROLE_INPUT && in->type.dtype == CT_U8 && in->type.shape.d[1] == h &&
+          in->type.shape.d[3] == chans);
     CHECK(u.nodes[0].op == CT_OP_image_normalize);
+    for (int k = 0; k < 6; k++)
+        CHECKF(u.nodes[0].fattr[k] == (k % 3 < chans ? (k < 3 ? mean[k] : stdv[k - 3]) : k / 3), "fattr[%d] %g", k,
+               u.nodes[0].fattr[k]);
     uint8_t *img = malloc((size_t)n);
     float *x = malloc(sizeof *x * (size_t)n);
     CtRng r = rng_for(5, 0, 0);
     for (int64_t i = 0; i < n; i++)
         img[i] = (uint8_t)rng_below(&r, 256);
     for (int64_t b = 0; b < B; b++)
-        for (int64_t c = 0; c < 3; c++)
+        for (int64_t c = 0; c < chans; c++)
             for (int64_t p = 0; p < h * w; p++)
-                x[(b * 3 + c) * h * w + p] = (float)((img[(b * h * w + p) * 3 + c] / 255.0 - mean[c]) / stdv[c]);
+                x[(b * chans + c) * h * w + p] =
+                    (float)((img[(b * h * w + p) * chans + c] / 255.0 - mean[c]) / stdv[c]);
     CtState st;
     state_create(&st, &f);
     state_init(&st, 3);
-    CtTensor tf = {{{4, {B, 3, h, w}}, CT_F32}, x}, tu = {{{4, {B, h, w, 3}}, CT_U8}, img}, lf, lu;
+    CtTensor tf = {{{4, {B, chans, h, w}}, CT_F32}, x}, tu = {{{4, {B, h, w, chans}}, CT_U8}, img}, lf, lu;
     CHECKF(backend_run_once(&ct_backend_cpu, &f, &st, &tf, 1, &lf, NULL, &err) == 0, "%s", err.msg);
     CHECKF(backend_run_once(&ct_backend_cpu, &u, &st, &tu, 1, &lu, NULL, &err) == 0, "%s", err.msg);
     int64_t k = shape_numel(&lf.type.shape);
@@ -177,7 +196,7 @@ static void test_training_inputs(void)
 {
     Graph g;
     CtErr err;
-    if (build("test_resnet", 1, 4, &g))
+    if (build("test_resnet", 1, 4, 0, &g))
         return;
     InputSpec in = spec_u8();
     in.erase_boxes = 2;
@@ -216,7 +235,8 @@ int main(void)
     test_normalize();
     test_erase();
     test_counter_normal();
-    test_model_input();
+    test_model_input(3);
+    test_model_input(1);
     test_training_inputs();
     return check_done("test_image_ops");
 }

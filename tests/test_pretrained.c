@@ -106,14 +106,15 @@ static void write_text(const char *path, const char *text)
     fclose(f);
 }
 
-/* A state of model name (its default classes and size when <= 0) from seed. */
-static const ModelEntry *make_state(const char *name, int classes, int img, uint64_t seed, CtState *s)
+/* A state of model name (its default classes, size and input channels when <= 0) from seed. */
+static const ModelEntry *make_state(const char *name, int classes, int img, int chans, uint64_t seed, CtState *s)
 {
     const ModelEntry *m = model_find(name);
     CT_ASSERT(m != NULL);
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     spec.args.num_classes = classes > 0 ? classes : -1;
     spec.args.img_size = img;
+    spec.args.in_chans = chans;
     Graph g;
     CtErr err;
     CT_ASSERT(model_build(m, &spec, &g, &err) == 0);
@@ -288,7 +289,7 @@ static void test_resolve(void)
     setenv("HF_HUB_CACHE", hub, 1);
     const ModelEntry *m = model_find("test_resnet");
     CtState src;
-    make_state("test_resnet", 0, 0, 1, &src);
+    make_state("test_resnet", 0, 0, 0, 1, &src);
     Pretrained p;
     CtErr err = {{0}};
     CHECKF(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_NONE, NULL, &err) == 0, "%s", err.msg);
@@ -313,22 +314,38 @@ static void test_resolve(void)
     /* eval_config takes them as its defaults: flags still win */
     EvalOpts o = {.crop_pct = -1};
     EvalTransform et;
-    int img;
+    int img, chans;
     double mean[3], std[3];
-    CHECK(eval_config(&p.m, &o, &img, &et, mean, std, &err) == 0 && img == 128 && et.crop_pct == 0.875 &&
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && img == 128 && et.crop_pct == 0.875 &&
           et.interp == CT_INTERP_BICUBIC && et.crop_mode == CT_CROP_SQUASH && mean[1] == 0.2 && std[2] == 0.6);
     o.img_size = 96;
     o.crop_pct = 1;
-    CHECK(eval_config(&p.m, &o, &img, &et, mean, std, &err) == 0 && img == 96 && et.crop_pct == 1);
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && img == 96 && et.crop_pct == 1);
     /* validate.py's test-time size and crop (resnet50.a1_in1k's 288 and 1.0), unless flags or
      * --use-train-size say otherwise */
     const ModelEntry *r50 = model_find("resnet50");
     EvalOpts v = {.crop_pct = -1, .use_test_size = 1};
-    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 288 && et.crop_pct == 1);
+    CHECK(eval_config(r50, &v, &img, &chans, &et, mean, std, &err) == 0 && img == 288 && et.crop_pct == 1);
     v.use_test_size = 0;
-    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 224 && et.crop_pct == 0.95);
+    CHECK(eval_config(r50, &v, &img, &chans, &et, mean, std, &err) == 0 && img == 224 && et.crop_pct == 0.95);
     v = (EvalOpts){.crop_pct = 0.9, .img_size = 256, .use_test_size = 1};
-    CHECK(eval_config(r50, &v, &img, &et, mean, std, &err) == 0 && img == 256 && et.crop_pct == 0.9);
+    CHECK(eval_config(r50, &v, &img, &chans, &et, mean, std, &err) == 0 && img == 256 && et.crop_pct == 0.9);
+    /* --in-chans 1: gray images normalised by the mean of the cfg's three (timm's prefetcher), or by one
+     * value; three values for one channel, and the border crop's 3-value fill, are refused */
+    o = (EvalOpts){.crop_pct = -1, .in_chans = 1};
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && chans == 1 && et.gray &&
+          mean[0] == (0.1 + 0.2 + 0.3) / 3 && std[0] == (0.4 + 0.5 + 0.6) / 3);
+    o.n_mean = 1;
+    o.mean[0] = 0.25;
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && mean[0] == 0.25);
+    o.n_mean = 3;
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) != 0 &&
+          strstr(err.msg, "--mean takes 1 value for 1-channel images, got 3"));
+    o = (EvalOpts){.crop_pct = -1, .n_input_size = 3, .input_size = {1, 64, 64}, .crop_mode = "border"};
+    CHECKF(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) != 0 && strstr(err.msg, "'border' on gray"),
+           "%s", err.msg);
+    o.crop_mode = NULL;
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && chans == 1 && img == 64);
     /* config.json refusals name the field */
     const struct { const char *json, *says; } bad[] = {
         {"{\"architecture\": \"test_vit\"}", "is the config of a test_vit, not of test_resnet"},
@@ -364,13 +381,13 @@ static void test_load_resnet(void)
     char weights[1400];
     CtErr err = {{0}};
     CtState src, dst, fresh;
-    const ModelEntry *m = make_state("test_resnet", 0, 0, 1, &src);
+    const ModelEntry *m = make_state("test_resnet", 0, 0, 0, 1, &src);
     make_cache("test_resnet.r160_in1k", &src, RESNET_CONFIG(""), NULL, weights, sizeof weights);
     Pretrained p;
     for (int classes = 1000; classes >= 10; classes -= 990) {
         CHECK(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_HUB, NULL, &err) == 0);
-        make_state("test_resnet", classes, 0, 5, &dst);
-        make_state("test_resnet", classes, 0, 5, &fresh);
+        make_state("test_resnet", classes, 0, 0, 5, &dst);
+        make_state("test_resnet", classes, 0, 0, 5, &fresh);
         int nbt = state_find(&dst, "bn1.num_batches_tracked");
         *(int64_t *)state_data(&dst, nbt) = 3; /* left as it is, as torch's BatchNorm does */
         CHECKF(pretrained_load(&p, &dst, classes, &err) == 0, "%s", err.msg);
@@ -393,8 +410,8 @@ static void test_load_resnet(void)
     }
     /* train.py's --pretrained-path: a new classifier whatever the class count */
     CHECK(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_FILE, weights, &err) == 0);
-    make_state("test_resnet", 0, 0, 5, &dst);
-    make_state("test_resnet", 0, 0, 5, &fresh);
+    make_state("test_resnet", 0, 0, 0, 5, &dst);
+    make_state("test_resnet", 0, 0, 0, 5, &fresh);
     CHECKF(pretrained_load(&p, &dst, 1000, &err) == 0, "%s", err.msg);
     CHECK(same_entry(&dst, &fresh, "fc.weight") && same_entry(&dst, &src, "layer4.0.conv2.weight"));
     CHECKF(p.nlog == 2 && strstr(p.log[1], "as train.py's --pretrained-path always does"), "%s", p.log[1]);
@@ -416,12 +433,12 @@ static void test_load_vit(void)
     char weights[1400];
     CtErr err = {{0}};
     CtState src, dst, fresh;
-    const ModelEntry *m = make_state("test_vit", 0, 0, 2, &src);
+    const ModelEntry *m = make_state("test_vit", 0, 0, 0, 2, &src);
     make_cache("test_vit.r160_in1k", &src, NULL, NULL, weights, sizeof weights);
     Pretrained p;
     CHECK(pretrained_resolve(&p, m, "test_vit", PRETRAINED_HUB, NULL, &err) == 0);
-    make_state("test_vit", 7, 96, 3, &dst);
-    make_state("test_vit", 7, 96, 3, &fresh);
+    make_state("test_vit", 7, 96, 0, 3, &dst);
+    make_state("test_vit", 7, 96, 0, 3, &fresh);
     CHECKF(pretrained_load(&p, &dst, 7, &err) == 0, "%s", err.msg);
     int i = state_find(&dst, "pos_embed"), j = state_find(&src, "pos_embed");
     CHECK(dst.e[i].type.shape.d[1] == 37 && src.e[j].type.shape.d[1] == 101);
@@ -434,10 +451,58 @@ static void test_load_vit(void)
            p.log[p.nlog - 1]);
     /* the same size loads as it is */
     state_free(&dst);
-    make_state("test_vit", 0, 0, 3, &dst);
+    make_state("test_vit", 0, 0, 0, 3, &dst);
     CHECK(pretrained_load(&p, &dst, 1000, &err) == 0 && p.nlog == 1 && same_entry(&dst, &src, "pos_embed"));
     state_free(&dst);
     state_free(&fresh);
+    state_free(&src);
+}
+
+/* adapt_input_conv on test_resnet's stem: the three channels summed in
+ * float for 1 channel, repeated and scaled by 3 / C for C; the rest loaded
+ * as it is; a stem already of the model's channels loads unchanged. */
+static void test_load_in_chans(void)
+{
+    char weights[1400];
+    CtErr err = {{0}};
+    CtState src, dst;
+    const ModelEntry *m = make_state("test_resnet", 0, 0, 0, 1, &src);
+    make_cache("test_resnet.r160_in1k", &src, RESNET_CONFIG(""), NULL, weights, sizeof weights);
+    Pretrained p;
+    const float *w = state_data(&src, state_find(&src, "conv1.0.weight"));
+    enum { O = 16, JK = 9 };
+    for (int chans = 1; chans <= 5; chans += 4) {
+        CHECK(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_HUB, NULL, &err) == 0);
+        make_state("test_resnet", 0, 0, chans, 5, &dst);
+        CHECKF(pretrained_load(&p, &dst, 1000, &err) == 0, "%s", err.msg);
+        const float *got = state_data(&dst, state_find(&dst, "conv1.0.weight"));
+        int bad = 0;
+        for (int o = 0; o < O; o++)
+            for (int c = 0; c < chans; c++)
+                for (int k = 0; k < JK; k++) {
+                    const float *in = w + o * 3 * JK + k;
+                    float want = chans == 1 ? in[0] + in[JK] + in[2 * JK] : in[c % 3 * JK] * (float)(3.0 / chans);
+                    bad += got[(o * chans + c) * JK + k] != want;
+                }
+        CHECKF(bad == 0, "in_chans %d: %d stem weights differ from adapt_input_conv's", chans, bad);
+        CHECK(same_entry(&dst, &src, "conv1.1.weight") && same_entry(&dst, &src, "fc.weight"));
+        char line[128];
+        snprintf(line, sizeof line, "Converted input conv conv1.0 pretrained weights from 3 to %d channel(s)", chans);
+        CHECKF(p.nlog == 2 && !strcmp(p.log[1], line), "%s", p.log[p.nlog - 1]);
+        state_free(&dst);
+    }
+    /* a gray run's own weights: the stem already of the model's shape */
+    state_free(&src);
+    make_state("test_resnet", 0, 0, 1, 7, &src);
+    make_cache("test_resnet.r160_in1k", &src, RESNET_CONFIG(""), NULL, weights, sizeof weights);
+    make_state("test_resnet", 0, 0, 1, 6, &dst);
+    CHECK(pretrained_resolve(&p, m, "test_resnet", PRETRAINED_HUB, NULL, &err) == 0);
+    CHECKF(pretrained_load(&p, &dst, 1000, &err) == 0, "%s", err.msg);
+    CHECK(same_entry(&dst, &src, "conv1.0.weight"));
+    CHECKF(p.nlog == 2 && !strcmp(p.log[1], "Pretrained conv1.0 weights already match the model, but input_size "
+                                            "declares 3 source channels and the model has 1. Loading unchanged."),
+           "%s", p.log[p.nlog - 1]);
+    state_free(&dst);
     state_free(&src);
 }
 
@@ -448,6 +513,32 @@ static const StTensor *ref_tensor(const StFile *f, const char *name)
     const StTensor *t = st_find(f, name);
     CHECKF(t != NULL, "the reference has no %s", name);
     return t;
+}
+
+/* The stems timm's create_model(pretrained=True, in_chans=C) loads from
+ * the .pth (adapt_input_conv), bit for bit. */
+static void compare_in_chans_with_timm(const StFile *ref, const char *model, const char *pth)
+{
+    const char *list = st_meta(ref, "in_chans");
+    CHECKF(list != NULL, "%s: the reference has no in_chans (an older make_pretrained_cache.py)", model);
+    for (const char *c = list; c && *c; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL) {
+        int chans = atoi(c);
+        CtErr err = {{0}};
+        Pretrained p;
+        CtState s;
+        const ModelEntry *m = make_state(model, 0, 0, chans, 0, &s);
+        CHECK(pretrained_resolve(&p, m, model, PRETRAINED_FILE, pth, &err) == 0);
+        CHECKF(pretrained_load(&p, &s, m->cfg.num_classes, &err) == 0, "%s", err.msg);
+        char stem[96], name[160];
+        snprintf(stem, sizeof stem, "%s.weight", m->cfg.first_conv);
+        snprintf(name, sizeof name, "in%d.%s", chans, stem);
+        const StTensor *t = ref_tensor(ref, name);
+        int i = state_find(&s, stem);
+        CHECKF(t && i >= 0 && t->nbytes == entry_bytes(&s, i) && !memcmp(t->data, state_data(&s, i), t->nbytes),
+               "%s: %s differs from timm's", model, name);
+        printf("%s: the stem for in_chans=%d as timm's adapt_input_conv makes it\n", model, chans);
+        state_free(&s);
+    }
 }
 
 /* The cached weights' eval logits against timm's, then the state timm's
@@ -470,7 +561,7 @@ static void compare_with_timm(const char *dir, const char *model)
     const StTensor *x = ref_tensor(&ref, "input"), *want = ref_tensor(&ref, "logits");
     Graph g;
     CtState s;
-    CHECKF(eval_graph(&p.m, (int)x->shape[0], p.m.cfg.num_classes, (int)x->shape[2], CT_F32, 0, NULL, NULL, &g,
+    CHECKF(eval_graph(&p.m, (int)x->shape[0], p.m.cfg.num_classes, (int)x->shape[2], 3, CT_F32, 0, NULL, NULL, &g,
                       &err) == 0, "%s", err.msg);
     state_create(&s, &g);
     state_init(&s, 0);
@@ -489,7 +580,7 @@ static void compare_with_timm(const char *dir, const char *model)
     for (int file = 0; file <= 1; file++) {
         snprintf(path, sizeof path, "%s/%s.pth.tar", dir, model);
         CHECK(pretrained_resolve(&p, m, model, file ? PRETRAINED_FILE : PRETRAINED_HUB, path, &err) == 0);
-        make_state(model, classes, img, 0, &s);
+        make_state(model, classes, img, 0, 0, &s);
         CHECKF(pretrained_load(&p, &s, classes, &err) == 0, "%s", err.msg);
         int compared = 0;
         double pos_err = 0;
@@ -518,6 +609,7 @@ static void compare_with_timm(const char *dir, const char *model)
                compared, classes, img, pos_err);
         state_free(&s);
     }
+    compare_in_chans_with_timm(&ref, model, path);
     st_free(&ref);
 }
 
@@ -535,6 +627,7 @@ int main(int argc, char **argv)
     test_resolve();
     test_load_resnet();
     test_load_vit();
+    test_load_in_chans();
     test_rm_tree(root);
     if (argc > 1) {
         char hub[1100];

@@ -8,6 +8,8 @@
  *   eval transform and fixed-box resized_crop                 TOL_RESIZE = 0
  *       (image_resize reproduces PIL's resample bit for bit; the crop
  *        sizes, offsets, padding and rounding here are timm's exactly)
+ *   gray ('L') colour adjustments, eval transform and resized_crop
+ *       (tools/make_gray_fixtures.py, tests/data/gray/)       0 (bit-exact)
  *   scaled (DCT) decode vs full decode of the same crop       mean |diff| <= TOL_SCALED_MEAN,
  *                                                             max <= TOL_SCALED_MAX
  *       (libjpeg's 1/s IDCT is a box-like filter, PIL's resize antialias a
@@ -270,7 +272,7 @@ static void test_rrc_fixed(void)
             sscanf(line, "%d %d %d %d %15s %d %127s", &box.x, &box.y, &box.w, &box.h, interp, &size, file) != 7)
             continue;
         CtImage got;
-        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, &got, &err);
+        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, 0, &got, &err);
         CHECKF(rc == 0, "rrc: %s", err.msg);
         char what[96];
         snprintf(what, sizeof what, "resized_crop %d,%d %dx%d %s", box.x, box.y, box.w, box.h, interp);
@@ -282,6 +284,124 @@ static void test_rrc_fixed(void)
     CHECKF(cases == 5, "%d rrc cases", cases);
     free(list);
     free(png);
+}
+
+/* The manifest tests/data/gray/<name>, 0-terminated, or NULL. */
+static char *read_gray_list(const char *name)
+{
+    char path[160];
+    size_t n;
+    snprintf(path, sizeof path, "../gray/%s", name);
+    char *list = (char *)read_file(path, &n);
+    CHECKF(list != NULL, "cannot read tests/data/gray/%s", name);
+    if (list) {
+        list = realloc(list, n + 1);
+        list[n] = 0;
+    }
+    return list;
+}
+
+/* npx pixels of a gray image against PIL's 'L' pixels in tests/data/gray/
+ * <expected>: got's bytes `stride` apart (3: an RGB image from
+ * image_to_gray, whose three channels must all be PIL's; 1: the output). */
+static void compare_gray(const char *what, const uint8_t *got, size_t npx, int stride, const char *expected)
+{
+    char path[160];
+    size_t n;
+    snprintf(path, sizeof path, "../gray/%s", expected);
+    uint8_t *want = read_file(path, &n);
+    CHECKF(want && n == npx, "%s: %s has %zu pixels, the transform %zu", what, expected, want ? n : 0, npx);
+    size_t bad = 0;
+    for (size_t i = 0; want && n == npx && i < npx; i++)
+        for (int k = 0; k < stride; k++)
+            bad += got[i * (size_t)stride + (size_t)k] != want[i];
+    CHECKF(bad == 0, "%s: %zu bytes differ from PIL's 'L' image %s", what, bad, expected);
+    free(want);
+}
+
+/* timm's transforms on 'L' images (in_chans 1): the colour adjustments,
+ * the eval transform and resized_crop of image_to_gray'd images equal
+ * torchvision's and timm's on PIL's 'L' image; what timm cannot do with
+ * 'L' images (auto-augment's 3-value fill, the border crop's) is refused. */
+static void test_gray(void)
+{
+    CtImage src;
+    size_t png_n;
+    uint8_t *png = read_file("eval_src.png", &png_n);
+    char *color = read_gray_list("color.txt"), *eval = read_gray_list("eval.txt"), *rrc = read_gray_list("rrc.txt");
+    CHECK(!read_ppm("src.ppm", &src) && png);
+    int cases = 0, w = 0, h = 0;
+    CtErr err;
+    for (char *line = color && src.px ? strtok(color, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char name[32], file[128];
+        double f;
+        if (line[0] == '#' || sscanf(line, "%31s %lf %127s", name, &f, file) != 3)
+            continue;
+        CtImage img;
+        copy_image(&src, &img);
+        image_to_gray(&img);
+        if (!strcmp(name, "brightness"))
+            enhance_brightness(&img, f);
+        else if (!strcmp(name, "contrast"))
+            enhance_contrast(&img, f);
+        else if (!strcmp(name, "saturation"))
+            enhance_color(&img, f);
+        else
+            adjust_hue(&img, f);
+        compare_gray(name, img.px, (size_t)img.w * img.h, 3, file);
+        image_free(&img);
+        cases++;
+    }
+    for (char *line = eval && png ? strtok(eval, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char mode[16], interp[16], file[128];
+        int size;
+        double pct;
+        if (line[0] == '#' || sscanf(line, "%15s %15s %d %lf %127s", mode, interp, &size, &pct, file) != 5)
+            continue;
+        EvalTransform t = eval_transform_default(size);
+        t.crop_pct = pct;
+        t.interp = interp_by_name(interp);
+        t.crop_mode = !strcmp(mode, "squash") ? CT_CROP_SQUASH : CT_CROP_CENTER;
+        t.gray = 1;
+        uint8_t *out = malloc((size_t)size * size + 1);
+        CT_ASSERT(out != NULL);
+        out[(size_t)size * size] = 0xA5; /* one byte a pixel, not one more */
+        CHECKF(transform_eval(&t, png, png_n, out, &err) == 0, "gray eval: %s", err.msg);
+        CHECK(out[(size_t)size * size] == 0xA5);
+        compare_gray(file, out, (size_t)size * size, 1, file);
+        free(out);
+        cases++;
+    }
+    CHECK(png && image_probe(png, png_n, &w, &h, &err) == 0);
+    for (char *line = rrc && png ? strtok(rrc, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        CropBox box;
+        char interp[16], file[128];
+        int size;
+        if (line[0] == '#' ||
+            sscanf(line, "%d %d %d %d %15s %d %127s", &box.x, &box.y, &box.w, &box.h, interp, &size, file) != 7)
+            continue;
+        CtImage got;
+        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, 1, &got, &err);
+        CHECKF(rc == 0, "gray rrc: %s", err.msg);
+        if (rc == 0)
+            compare_gray(file, got.px, (size_t)size * size, 3, file);
+        image_free(&got);
+        cases++;
+    }
+    CHECKF(cases == 10, "%d gray cases", cases);
+    TrainTransform tt = train_transform_default(32);
+    tt.gray = 1;
+    tt.auto_augment = "rand-m9-mstd0.5";
+    CHECKF(train_transform_check(&tt, &err) && strstr(err.msg, "PIL refuses for 'L' images"), "%s", err.msg);
+    EvalTransform et = eval_transform_default(32);
+    et.gray = 1;
+    et.crop_mode = CT_CROP_BORDER;
+    CHECKF(eval_transform_check(&et, &err) && strstr(err.msg, "torchvision refuses"), "%s", err.msg);
+    image_free(&src);
+    free(png);
+    free(color);
+    free(eval);
+    free(rrc);
 }
 
 /* The DCT-scaled decode gives nearly the crop the full decode gives. */
@@ -300,8 +420,8 @@ static void test_scaled_decode(void)
     for (size_t b = 0; b < sizeof boxes / sizeof boxes[0]; b++) {
         for (int i = 0; i < 2; i++) {
             CtImage full, scaled;
-            int r1 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 0, &full, &err);
-            int r2 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 1, &scaled, &err);
+            int r1 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 0, 0, &full, &err);
+            int r2 = decode_crop_resize(jpg, n, w, h, boxes[b], 32, 32, interps[i], 1, 0, &scaled, &err);
             CHECKF(r1 == 0 && r2 == 0, "scaled decode: %s", err.msg);
             if (r1 == 0 && r2 == 0) {
                 double mean;
@@ -564,6 +684,7 @@ int main(void)
     test_eval();
     test_rrc_fixed();
     test_scaled_decode();
+    test_gray();
     test_train_determinism();
     return check_done("test_transforms");
 }

@@ -20,7 +20,9 @@ init (seeded, no network):
       adapted.<k>   timm's create_model(model, pretrained=True, pretrained_cfg_overlay=dict(file=<pth.tar>),
                     num_classes=K, img_size=I).state_dict(): load_pretrained's adaptation (a new classifier,
                     a resampled pos_embed), to compare tensor by tensor
-    metadata: model, tag, num_classes (K), img_size (I)
+      in<C>.<first_conv>.weight  the stem of create_model(model, pretrained=True, pretrained_cfg_overlay=
+                    dict(file=<pth.tar>), in_chans=C) for C in IN_CHANS: adapt_input_conv's weight
+    metadata: model, tag, num_classes (K), img_size (I), in_chans (the C, comma-separated)
 Only torch and timm are needed: safetensors is written by hand, as tools/make_vectors.py does.
 """
 import argparse
@@ -38,6 +40,7 @@ from timm.models._hub import save_config_for_hf
 # (model, the fine-tuning run's num_classes, its img_size: None keeps the cfg's)
 MODELS = [("test_resnet", 7, None), ("test_vit", 7, 96)]
 REVISION = "0123456789abcdef0123456789abcdef01234567"  # a commit hash's shape; any name works
+IN_CHANS = (1, 4)  # adapt_input_conv's sum (1) and repeat-and-scale (4: 3 channels then the first again)
 
 _ST_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
 
@@ -108,7 +111,12 @@ def main():
         tuned = timm.create_model(model, pretrained=True, pretrained_cfg_overlay=dict(file=pth), **kw)
         tensors = [("input", x), ("logits", logits)]
         tensors += [("adapted." + k, v) for k, v in tuned.state_dict().items()]
-        meta = {"model": model, "tag": tag, "num_classes": str(classes), "img_size": str(img or size)}
+        stem = m.pretrained_cfg["first_conv"] + ".weight"
+        for c in IN_CHANS:
+            gray = timm.create_model(model, pretrained=True, pretrained_cfg_overlay=dict(file=pth), in_chans=c)
+            tensors.append((f"in{c}.{stem}", gray.state_dict()[stem]))
+        meta = {"model": model, "tag": tag, "num_classes": str(classes), "img_size": str(img or size),
+                "in_chans": ",".join(map(str, IN_CHANS))}
         write(os.path.join(args.out, f"ref_{model}.safetensors"), safetensors_bytes(tensors, meta))
         print(f"{model}.{tag}: hub cache, {model}.pth.tar, ref_{model}.safetensors")
 

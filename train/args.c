@@ -7,6 +7,7 @@
 
 #include "runtime/data/augment.h"
 #include "runtime/data/transforms.h"
+#include "train/eval_data.h"
 
 TrainArgs train_args_default(void)
 {
@@ -84,6 +85,13 @@ int train_args_check(const TrainArgs *a, CtErr *err)
     AugPolicy policy;
     if (a->aa && *a->aa && aug_parse(a->aa, &policy, err))
         return ct_failctx(err, "--aa %s", a->aa);
+    int chans;
+    if (data_in_chans(a->in_chans, a->n_input_size, a->input_size, &chans, err))
+        return -1;
+    tt.auto_augment = a->aa;
+    tt.gray = chans == 1;
+    if (train_transform_check(&tt, err))
+        return ct_failctx(err, "--in-chans 1");
     if (a->lr_base_scale && strcmp(a->lr_base_scale, "sqrt") && strcmp(a->lr_base_scale, "linear"))
         return ct_fail(err, "--lr-base-scale is sqrt or linear, got '%s'", a->lr_base_scale);
     if (a->amp && strcmp(a->amp_dtype, "float16") && strcmp(a->amp_dtype, "bfloat16"))
@@ -92,9 +100,6 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         return ct_fail(err, "--sched %s is not one of cosine, tanh, step, multistep, plateau, poly, none", a->sched);
     if (strcmp(a->eval_metric, "top1") && strcmp(a->eval_metric, "top5") && strcmp(a->eval_metric, "loss"))
         return ct_fail(err, "--eval-metric %s is not one of top1, top5, loss", a->eval_metric);
-    if (a->in_chans && a->in_chans != 3)
-        return ct_fail(err, "--in-chans %d: ctimm's models and data loader take 3-channel (RGB) images only",
-                       a->in_chans);
     if (*a->dist_bn && strcmp(a->dist_bn, "reduce") && strcmp(a->dist_bn, "broadcast") && strcmp(a->dist_bn, "none"))
         return ct_fail(err, "--dist-bn %s is not one of reduce, broadcast, none", a->dist_bn);
     return 0;

@@ -17,7 +17,7 @@ typedef struct TrainArgs {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
     const char *resume, *initial_checkpoint, *eval_metric;
     /* --pretrained: the model's weights from the Hugging Face cache; --pretrained-path: from this file
-     * (train/pretrained.h); --in-chans: 0 (not given) or 3, all ctimm's models take */
+     * (train/pretrained.h); --in-chans: 1 (gray 'L' images) or 3, 0 when not given (--input-size's, else 3) */
     int pretrained, in_chans;
     const char *pretrained_path;
     int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;

@@ -41,18 +41,46 @@ int eval_embedded_data(char *root, size_t n, int *img_size, int *made, CtErr *er
     return 0;
 }
 
-int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform *et, double mean[3], double std[3],
-                CtErr *err)
+int data_in_chans(int in_chans, int n_input_size, const double *input_size, int *out, CtErr *err)
 {
-    if (o->n_input_size && (o->n_input_size != 3 || o->input_size[0] != 3 || o->input_size[1] != o->input_size[2]))
-        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
-    if ((o->n_mean && o->n_mean != 1 && o->n_mean != 3) || (o->n_std && o->n_std != 1 && o->n_std != 3))
-        return ct_fail(err, "--mean and --std take 1 or 3 values");
+    int from_size = n_input_size > 0 ? (int)input_size[0] : 0;
+    *out = in_chans > 0 ? in_chans : from_size > 0 ? from_size : 3;
+    if (*out != 1 && *out != 3)
+        return ct_fail(err, "%s %d: timm's data pipeline makes RGB images for 3 channels and 'L' (1-channel) "
+                       "images for any other count, which a %d-channel model refuses; give 1 or 3",
+                       in_chans > 0 ? "--in-chans" : "--input-size", *out, *out);
+    if (n_input_size > 0 && input_size[0] != *out)
+        return ct_fail(err, "--input-size %g %g %g with --in-chans %d: the images would have another channel count "
+                       "than the model", input_size[0], input_size[1], input_size[2], *out);
+    return 0;
+}
+
+int data_norm_stat(const char *flag, const double *given, int n, const double cfg[3], int chans, double out[3],
+                   CtErr *err)
+{
+    if (n && n != 1 && n != chans) /* timm's resolve_data_config asserts it */
+        return ct_fail(err, "--%s takes %s for %d-channel images, got %d", flag,
+                       chans == 1 ? "1 value" : "1 or 3 values", chans, n);
+    for (int c = 0; c < 3; c++)
+        out[c] = n ? given[n == 1 ? 0 : c] : cfg[c];
+    if (chans == 1 && !n) /* numpy's mean of the three: summed in order, then divided */
+        out[0] = out[1] = out[2] = (cfg[0] + cfg[1] + cfg[2]) / 3;
+    return 0;
+}
+
+int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, EvalTransform *et, double mean[3],
+                double std[3], CtErr *err)
+{
+    if (data_in_chans(o->in_chans, o->n_input_size, o->input_size, chans, err))
+        return -1;
+    if (o->n_input_size && (o->n_input_size != 3 || o->input_size[1] != o->input_size[2]))
+        return ct_fail(err, "--input-size takes C H W with H == W (square inputs only)");
     int test = o->use_test_size && m->cfg.test_input_size > 0;
     *img = o->n_input_size ? (int)o->input_size[1]
            : o->img_size > 0 ? o->img_size
            : test ? m->cfg.test_input_size : m->cfg.input_size[1];
     *et = eval_transform_default(*img);
+    et->gray = *chans == 1;
     et->crop_pct = o->crop_pct > 0                                ? o->crop_pct
                    : o->use_test_size && m->cfg.test_crop_pct > 0 ? m->cfg.test_crop_pct
                                                                   : m->cfg.crop_pct;
@@ -68,17 +96,20 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform 
         et->crop_mode = CT_CROP_BORDER;
     else if (strcmp(cm, "center"))
         return ct_fail(err, "--crop-mode %s is not one of center, squash, border", cm);
-    for (int c = 0; c < 3; c++) { /* one value stands for all three channels, as in timm */
-        mean[c] = et->mean[c] = o->n_mean ? o->mean[o->n_mean == 3 ? c : 0] : m->cfg.mean[c];
-        std[c] = o->n_std ? o->std[o->n_std == 3 ? c : 0] : m->cfg.std[c];
-    }
+    if (eval_transform_check(et, err))
+        return ct_failctx(err, "--crop-mode %s with --in-chans 1", cm);
+    if (data_norm_stat("mean", o->mean, o->n_mean, m->cfg.mean, *chans, mean, err) ||
+        data_norm_stat("std", o->std, o->n_std, m->cfg.std, *chans, std, err))
+        return -1;
+    memcpy(et->mean, mean, sizeof et->mean);
     return 0;
 }
 
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last,
+int eval_graph(const ModelEntry *m, int batch, int classes, int img, int chans, CtDType amp, int channels_last,
                const double *mean, const double *std, Graph *g, CtErr *err)
 {
-    ModelSpec spec = {.batch_size = batch, .training = 0, .args = {.num_classes = classes, .img_size = img}};
+    ModelSpec spec = {.batch_size = batch, .training = 0,
+                      .args = {.num_classes = classes, .img_size = img, .in_chans = chans}};
     Pipeline p = {.amp = amp != CT_F32, .amp_dtype = amp, .bn_fold = 1, .channels_last = channels_last,
                   .verify = PIPELINE_VERIFY};
     if (mean)

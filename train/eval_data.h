@@ -22,22 +22,40 @@ int eval_embedded_data(char *root, size_t n, int *img_size, int *made, CtErr *er
 /* timm's data-config flags of validate.py and inference.py; 0 counts and
  * NULL names mean the model's pretrained cfg. */
 typedef struct EvalOpts {
+    int in_chans; /* --in-chans; 0: not given (--input-size's channels, else 3) */
     int img_size, n_input_size, n_mean, n_std;
     int use_test_size; /* validate.py's default (no --use-train-size): the cfg's test_input_size and test_crop_pct */
     double input_size[3], crop_pct, mean[3], std[3];
     const char *interpolation, *crop_mode;
 } EvalOpts;
 
-/* resolve_data_config + the eval transform: image size, transform (crop,
- * interpolation, the mean for border fill), and the mean/std to normalise by. */
-int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, EvalTransform *et, double mean[3], double std[3],
-                CtErr *err);
+/* train.py's, validate.py's and inference.py's in_chans: --in-chans
+ * (in_chans > 0), else --input-size's first value (n_input_size > 0), else
+ * 3. The images are then 'L' for 1 channel, RGB for 3 (input_img_mode);
+ * other counts are refused, as timm feeds their models 'L' images, and so is
+ * an --input-size of other channels than --in-chans (timm would feed the
+ * model those). */
+int data_in_chans(int in_chans, int n_input_size, const double *input_size, int *out, CtErr *err);
+
+/* resolve_data_config's mean or std (flag "mean" or "std") for `chans`
+ * channels as the normalisation takes it: the flag's n values (one for
+ * every channel, or one a channel: timm asserts the count), else the cfg's
+ * three, which for one channel timm's PrefetchLoader averages
+ * (adapt_to_chs). out[c] for c < chans; for one channel all three hold it. */
+int data_norm_stat(const char *flag, const double *given, int n, const double cfg[3], int chans, double out[3],
+                   CtErr *err);
+
+/* resolve_data_config + the eval transform: image size, channels (1 makes
+ * the transform gray), transform (crop, interpolation, the mean for border
+ * fill), and the mean/std to normalise by. */
+int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, EvalTransform *et, double mean[3],
+                double std[3], CtErr *err);
 
 /* An eval graph as validate.py and inference.py run the model, by the pass
- * pipeline: the uint8 input normalised by mean/std (NULL: the f32 NCHW input
- * timm's benchmark.py feeds), bn_fold, then autocast (amp CT_F16/CT_BF16;
- * CT_F32: none) and channels-last when asked. */
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, CtDType amp, int channels_last,
+ * pipeline: the uint8 input of `chans` channels normalised by mean/std
+ * (NULL: the f32 NCHW input timm's benchmark.py feeds), bn_fold, then
+ * autocast (amp CT_F16/CT_BF16; CT_F32: none) and channels-last when asked. */
+int eval_graph(const ModelEntry *m, int batch, int classes, int img, int chans, CtDType amp, int channels_last,
                const double *mean, const double *std, Graph *g, CtErr *err);
 
 /* "float16"/"bfloat16" under --amp -> CT_F16/CT_BF16; CT_F32 without; -1 if unknown. */

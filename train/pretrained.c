@@ -268,6 +268,73 @@ static int adapt_pos_embed(Pretrained *p, const CtState *s, StFile *f, CtErr *er
     return 0;
 }
 
+/* f's tensor `name` (to adapt in place), or NULL. */
+static StTensor *file_tensor(StFile *f, const char *name)
+{
+    for (int k = 0; k < f->ntensors; k++)
+        if (!strcmp(f->tensors[k].name, name))
+            return &f->tensors[k];
+    return NULL;
+}
+
+/* timm's adapt_input_conv of w [O, base, JK] into out [O, chans, JK]: for
+ * one channel the sum over base (from 0, in channel order, in float: torch's
+ * sum), else the base channels repeated and cut to chans, times the float
+ * base / chans (torch's in-place multiply by a Python float). */
+static void adapt_conv_weight(const float *w, int64_t O, int base, int64_t chans, int64_t JK, float *out)
+{
+    float scale = (float)((double)base / (double)chans);
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < chans; c++)
+            for (int64_t k = 0; k < JK; k++) {
+                const float *src = w + o * base * JK + k;
+                float v = 0;
+                if (chans == 1)
+                    for (int b = 0; b < base; b++)
+                        v += src[b * JK];
+                else
+                    v = src[(c % base) * JK] * scale;
+                out[(o * chans + c) * JK + k] = v;
+            }
+}
+
+/* load_pretrained's first_conv rule: the file's stem weight [O, 3, J, K],
+ * of the cfg's input channels, made the model's [O, C, J, K]
+ * (adapt_conv_weight). A weight the model's shape already has loads as it
+ * is (timm warns of that when C is not the cfg's); another mismatch is left
+ * to the load to name. */
+static void adapt_input_conv(Pretrained *p, const CtState *s, StFile *f)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s.weight", p->m.cfg.first_conv);
+    int i = state_find(s, name), base = p->m.cfg.input_size[0];
+    StTensor *t = file_tensor(f, name);
+    if (i < 0 || !t || s->e[i].type.shape.ndim != 4)
+        return;
+    const CtShape *want = &s->e[i].type.shape;
+    int64_t chans = want->d[1];
+    CtShape have = shape_make(t->ndim, t->shape);
+    if (shape_equal(&have, want)) {
+        if (chans != base)
+            say(p, "Pretrained %s weights already match the model, but input_size declares %d source channels and "
+                "the model has %lld. Loading unchanged.", p->m.cfg.first_conv, base, (long long)chans);
+        return;
+    }
+    if (have.ndim != 4 || have.d[1] != base || have.d[0] != want->d[0] || have.d[2] != want->d[2] ||
+        have.d[3] != want->d[3] || t->dtype != CT_F32 || s->e[i].type.dtype != CT_F32)
+        return;
+    size_t n = (size_t)shape_numel(want);
+    float *out = malloc(sizeof *out * n);
+    CT_ASSERT(out != NULL);
+    adapt_conv_weight(t->data, want->d[0], base, chans, want->d[2] * want->d[3], out);
+    free(t->data);
+    t->data = out;
+    t->nbytes = sizeof *out * n;
+    t->shape[1] = chans;
+    say(p, "Converted input conv %s pretrained weights from %d to %lld channel(s)", p->m.cfg.first_conv, base,
+        (long long)chans);
+}
+
 int pretrained_load(Pretrained *p, CtState *s, int classes, CtErr *err)
 {
     CT_ASSERT(p->source != PRETRAINED_NONE);
@@ -296,7 +363,11 @@ int pretrained_load(Pretrained *p, CtState *s, int classes, CtErr *err)
             say(p, "Re-initialised the classifier (%s, %s) for %d classes: the pretrained weights are for %d",
                 head_w, head_b, classes, p->m.cfg.num_classes);
     }
-    int rc = adapt_pos_embed(p, s, &f, err) || state_load_keeping(s, &f, keep, err);
+    int rc = adapt_pos_embed(p, s, &f, err);
+    if (!rc) {
+        adapt_input_conv(p, s, &f);
+        rc = state_load_keeping(s, &f, keep, err);
+    }
     st_free(&f);
     return rc ? ct_failctx(err, "%s", p->weights) : 0;
 }

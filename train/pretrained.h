@@ -25,9 +25,11 @@
  *    overlays num_classes=-1 to force it);
  *  - a ViT of another patch grid (--img-size) gets the file's pos_embed
  *    resampled (train/pos_embed.h) from the grid of the cfg's input size;
+ *  - a model of other input channels (--in-chans) gets the cfg's
+ *    first_conv weight adapted from the file's 3 (adapt_input_conv: summed
+ *    for 1 channel; repeated and scaled by 3 / C for C);
  *  - BatchNorm's num_batches_tracked may be missing (runtime/state.h).
- * Each step is one line of the log. Other input channel counts are not
- * supported: ctimm's models and loader take RGB images.
+ * Each step is one line of the log.
  */
 #ifndef CTIMM_TRAIN_PRETRAINED_H
 #define CTIMM_TRAIN_PRETRAINED_H

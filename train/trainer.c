@@ -117,7 +117,7 @@ static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss
     int B = t->a.batch_size, mixing = mixup_active(&t->mix), nin = 0;
     /* the graph's inputs in order: the pipeline's input stage's, then the training step's */
     CtTensor in[9];
-    in[nin++] = (CtTensor){{{4, {B, t->img, t->img, 3}}, CT_U8}, bt->images};
+    in[nin++] = (CtTensor){{{4, {B, t->img, t->img, t->chans}}, CT_U8}, bt->images};
     if (t->erase_k)
         in[nin++] = (CtTensor){{{3, {B, t->erase_k, 5}}, CT_I64}, t->erase_boxes};
     if (mixing)
@@ -295,7 +295,7 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         CtTensor logits;
         int got = loader_next(t->val_ld, &bt, err);
         if (got == 1) {
-            CtTensor in = {{{4, {t->vb, t->img, t->img, 3}}, CT_U8}, bt->images};
+            CtTensor in = {{{4, {t->vb, t->img, t->img, t->chans}}, CT_U8}, bt->images};
             int ran = backend_step(run, &in, 1, &logits, err);
             got = ran ? ran : 1;
         }

@@ -65,7 +65,8 @@ typedef struct Trainer {
     Dataset *train_ds, *val_ds;
     Loader *train_ld, *val_ld;
     int classes, img, vb;
-    double mean[3], std[3]; /* --mean/--std, else the model's */
+    int chans;              /* the images' channels: 3 (RGB) or 1 (gray 'L'), the model's in_chans */
+    double mean[3], std[3]; /* --mean/--std, else the model's (averaged for 1 channel, as timm's prefetcher) */
     /* The batch goes to the graph as the loader made it (uint8 NHWC); the
      * graph normalises it, erases (erase_k > 0) and mixes (mixup_active)
      * it, from the numbers drawn for the batch into these: */

@@ -11,10 +11,12 @@
 
 #include "models/layer_groups.h"
 #include "passes/pipeline.h"
+#include "runtime/weights_file.h"
 #include "train/dist_sync.h"
 #include "train/ema.h"
 #include "train/eval_data.h"
 #include "train/model_kwargs.h"
+#include "train/resume_torch.h"
 #include "train/run_dir.h"
 
 /* The data folder: the one given, or the embedded shapes set, made once. */
@@ -91,8 +93,8 @@ static int layer_decay(Trainer *t, OptimSpec *opt, double *scale, CtErr *err)
 static int build_graphs(Trainer *t, CtErr *err)
 {
     ModelSpec spec = {.batch_size = t->a.batch_size, .training = 1,
-                      .args = {.num_classes = t->classes, .img_size = t->img, .drop_rate = t->a.drop,
-                               .drop_path_rate = t->a.drop_path}};
+                      .args = {.num_classes = t->classes, .img_size = t->img, .in_chans = t->chans,
+                               .drop_rate = t->a.drop, .drop_path_rate = t->a.drop_path}};
     /* timm's create_optimizer_v2: the optimizer's own defaults, then the
      * flags train.py passes (momentum where it has one, eps and betas when
      * given, weight decay with timm's grouping) */
@@ -229,15 +231,12 @@ static int open_data(Trainer *t, CtErr *err)
                            dataset_root(sets[k]), dataset_num_classes(sets[k]), t->classes,
                            dataset_num_classes(sets[k]));
     const TrainArgs *a = &t->a;
-    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[0] != 3 || a->input_size[1] != a->input_size[2]))
-        return ct_fail(err, "--input-size takes 3 H W with H == W (square inputs only)");
+    if (a->n_input_size && (a->n_input_size != 3 || a->input_size[1] != a->input_size[2]))
+        return ct_fail(err, "--input-size takes C H W with H == W (square inputs only)");
     t->img = a->n_input_size ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : t->m->cfg.input_size[1];
-    for (int c = 0; c < 3; c++) { /* one value stands for all three channels, as in timm */
-        t->mean[c] = a->n_mean ? a->mean[a->n_mean == 3 ? c : 0] : t->m->cfg.mean[c];
-        t->std[c] = a->n_std ? a->std[a->n_std == 3 ? c : 0] : t->m->cfg.std[c];
-    }
-    if ((a->n_mean && a->n_mean != 1 && a->n_mean != 3) || (a->n_std && a->n_std != 1 && a->n_std != 3))
-        return ct_fail(err, "--mean and --std take 1 or 3 values");
+    if (data_norm_stat("mean", a->mean, a->n_mean, t->m->cfg.mean, t->chans, t->mean, err) ||
+        data_norm_stat("std", a->std, a->n_std, t->m->cfg.std, t->chans, t->std, err))
+        return -1;
     const char *interp = a->interpolation ? a->interpolation : t->m->cfg.interpolation;
     CtInterp eval_interp = (CtInterp)eval_interp_parse(interp);
     if ((int)eval_interp < 0)
@@ -270,6 +269,7 @@ static int open_data(Trainer *t, CtErr *err)
     noaug.interp = eval_interp;
     for (int c = 0; c < 3; c++)
         tt.mean[c] = et.mean[c] = noaug.mean[c] = t->mean[c];
+    tt.gray = et.gray = noaug.gray = t->chans == 1; /* train.py's input_img_mode 'L' */
     if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
@@ -303,6 +303,29 @@ static void clean_resume_dir(Trainer *t)
         report_log(t->rep, "Cleaned %s: %d files left by interrupted runs\n", dir, fixed);
 }
 
+/* --resume's timm train.py checkpoint: its optimizer state fitted to the
+ * param groups create_optimizer_v2 would make of this run's (with
+ * --layer-decay, over the layers layer_decay gave the step). */
+static int resume_from_torch(Trainer *t, Resumed *res, CtErr *err)
+{
+    const TrainArgs *a = &t->a;
+    ResumeOptim o = {.opt = a->opt, .weight_decay = a->weight_decay, .no_weight_decay = t->m->no_weight_decay};
+    int *ids = NULL, n, nlayers, rc = 0;
+    double *scale = NULL;
+    if (a->layer_decay >= 0 && !a->no_resume_opt) {
+        ids = malloc(sizeof *ids * ((size_t)t->train.nstate + 1));
+        scale = malloc(sizeof *scale * ((size_t)t->train.nstate + 1));
+        CT_ASSERT(ids != NULL && scale != NULL);
+        rc = layer_decay_params(&t->train, model_family(t->m)->group_matcher, a->layer_decay,
+                                a->layer_decay_min_scale, ids, scale, &n, &nlayers, err);
+        o.layer_ids = ids;
+    }
+    rc = rc || resume_torch(a->resume, &t->state, t->m->name, a->no_resume_opt ? NULL : &o, res, err);
+    free(ids);
+    free(scale);
+    return rc ? -1 : 0;
+}
+
 /* The state a run starts from: initialised from the seed, then the
  * pretrained weights (adapted: train/pretrained.h), then
  * --initial-checkpoint's weights, then --resume's checkpoint (its epoch,
@@ -326,10 +349,12 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
         return ct_fail(err, "--initial-checkpoint %s", why);
     }
     ema_from_model(&t->state);
+    int torch = a->resume && weights_is_torch(a->resume);
     if (a->resume) {
         if (t->rank == 0)
             clean_resume_dir(t);
-        if (ckpt_resume(a->resume, &t->state, t->m->name, !a->no_resume_opt, res, err))
+        if (torch ? resume_from_torch(t, res, err)
+                  : ckpt_resume(a->resume, &t->state, t->m->name, !a->no_resume_opt, res, err))
             return -1;
         if (res->ema_missing) /* timm: an EMA the checkpoint lacks starts from its weights */
             ema_from_model(&t->state);
@@ -356,7 +381,8 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
     }
     if (train_share_state(t->dist, &t->state, err))
         return -1;
-    int plateau_resumed = a->resume && a->start_epoch < 0 && a->sch.kind == CT_SCHED_PLATEAU;
+    int plateau = a->resume && a->start_epoch < 0 && a->sch.kind == CT_SCHED_PLATEAU;
+    int plateau_resumed = plateau && !torch;
     if (plateau_resumed && sched_parse(&t->sched, res->sched))
         return ct_fail(err, "--resume %s: its plateau schedule state is missing or malformed", a->resume);
     if ((t->start_epoch > 0 || t->first_batch > 0) && !plateau_resumed) { /* train.py: the schedule moved on */
@@ -366,6 +392,10 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
         else
             sched_step(&t->sched, t->start_epoch);
     }
+    /* timm keeps no schedule state: its plateau schedule starts afresh, past
+     * the warmup at the lr the optimizer's param groups kept */
+    if (plateau && torch && !isnan(res->opt_lr) && t->start_epoch > t->sched.warmup_t)
+        t->sched.lr = res->opt_lr;
     return 0;
 }
 
@@ -375,8 +405,12 @@ static void say_setup(const Trainer *t, const Resumed *res)
 {
     const TrainArgs *a = &t->a;
     report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
-    report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d; backend %s\n", t->root,
-               dataset_len(t->train_ds), dataset_len(t->val_ds), t->classes, t->img, t->img, t->be->name);
+    report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s\n", t->root,
+               dataset_len(t->train_ds), dataset_len(t->val_ds), t->classes, t->img, t->img,
+               t->chans == 1 ? " gray ('L')" : "", t->be->name);
+    if (t->chans == 1 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
+        report_log(t->rep, "Normalising the 1-channel images by mean %.6g, std %.6g (the model's 3-channel values "
+                   "averaged where --mean/--std give none, as timm's PrefetchLoader does)\n", t->mean[0], t->std[0]);
     if (a->resume && t->first_batch)
         report_log(t->rep, "Resumed from %s (epoch %d, %zu batches done%s); starting at epoch %d, batch %zu\n",
                    a->resume, res->epoch, t->first_batch, a->no_resume_opt ? ", weights only" : "", t->start_epoch,
@@ -443,6 +477,9 @@ static void resolve_args(Trainer *t)
     if (a->sync_bn && t->world > 1) /* train.py: sync BN makes the running statistics one already */
         t->bn_mode = -1;
     t->vb = a->val_batch_size > 0 ? a->val_batch_size : a->batch_size;
+    /* train.py's in_chans, checked by train_args_check; the checkpoint's args record it */
+    data_in_chans(a->in_chans, a->n_input_size, a->input_size, &t->chans, NULL);
+    a->in_chans = t->chans;
     t->accum = a->grad_accum_steps > 1 ? (size_t)a->grad_accum_steps : 1;
     if (a->lr < 0) { /* timm: lr = lr_base * global batch / lr_base_size, sqrt scaling for ada* and lamb */
         double ratio = (double)a->batch_size * t->world * (double)t->accum / a->lr_base_size;

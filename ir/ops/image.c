@@ -9,7 +9,8 @@
  * their inputs are data.
  *
  * image_normalize(x), fattr mean0..2, std0..2: x the loader's uint8 batch
- *   [B, H, W, C] (C <= 3, row-major NHWC); y [B, C, H, W] f32 =
+ *   [B, H, W, C] (C <= 3, row-major NHWC: 3 for RGB, 1 for timm's 'L'
+ *   images; the fattr past C are not read); y [B, C, H, W] f32 =
  *   (x / 255 - mean_c) / std_c, computed in double and rounded once, as
  *   timm's ToTensor and Normalize give it. Its NHWC form is the plain
  *   per-element map, so the layout pass gives a channels-last net its input

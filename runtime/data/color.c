@@ -2,8 +2,8 @@
  * Colour adjustments on 8-bit RGB images, bit-exact with PIL 9.4 as
  * torchvision 0.14's functional_pil and timm's auto_augment.py call it:
  * ImageEnhance's four enhancers (each a blend of the image with a
- * "degenerate" image), adjust_hue through PIL's 8-bit HSV, and ColorJitter.
- * The float/double mix of the expressions follows PIL's C on purpose: it
+ * "degenerate" image), adjust_hue through PIL's 8-bit HSV, ColorJitter,
+ * and convert('L') (image.h's image_to_gray). The float/double mix of the expressions follows PIL's C on purpose: it
  * decides the rounding.
  */
 #include "runtime/data/augment.h"
@@ -25,6 +25,15 @@ static inline int blend_extrapolates(float alpha) { return !(alpha >= 0 && alpha
 
 /* PIL's convert("L"): ITU-R 601-2 luma in 16.16 fixed point. */
 static inline int luma(const uint8_t *p) { return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16; }
+
+void image_to_gray(CtImage *img)
+{
+    size_t n = (size_t)img->w * img->h;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *p = img->px + 3 * i;
+        p[0] = p[1] = p[2] = (uint8_t)luma(p);
+    }
+}
 
 static void apply_lut(CtImage *img, const uint8_t lut[256])
 {

@@ -49,6 +49,15 @@ void image_decoded_size(const uint8_t *data, size_t n, int w, int h, int shrink,
 int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
                         CtImage *out, CtErr *err);
 
+/* PIL's convert('L') of the decoded image (what timm's dataset does for
+ * input_img_mode 'L'): ITU-R 601-2 luma in 16.16 fixed point, L = (R * 19595
+ * + G * 38470 + B * 7471 + 0x8000) >> 16, for every mode PIL decodes (its
+ * 'P', 'CMYK', 'LA' ... go through the RGB image_decode gives). L is written
+ * to all three channels: every transform treats the channels alike and
+ * keeps equal ones equal, each what PIL makes of the 'L' image, so the RGB
+ * transforms run on it unchanged and the batch keeps one channel. */
+void image_to_gray(CtImage *img);
+
 /* Resamples `box` of src to an out_w x out_h image, as PIL's
  * Image.resize((out_w, out_h), filter, box=box): separable filters whose
  * support widens when downscaling (antialiasing). */

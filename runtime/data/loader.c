@@ -240,7 +240,7 @@ static int check_config(const Dataset *ds, const LoaderConfig *c, CtErr *err)
     int size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
     if (size < 1 || size > 8192)
         return ct_fail(err, "loader: image size %d out of range", size);
-    if (c->train && train_transform_check(c->train, err))
+    if ((c->train && train_transform_check(c->train, err)) || (c->eval && eval_transform_check(c->eval, err)))
         return -1;
     if (dataset_len(ds) == 0)
         return ct_fail(err, "loader: dataset %s is empty", dataset_root(ds));
@@ -265,7 +265,8 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     if (c->eval)
         L->eval = *c->eval;
     L->img_size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
-    L->sample_bytes = (size_t)L->img_size * (size_t)L->img_size * 3;
+    int gray = c->train ? c->train->gray : c->eval ? c->eval->gray : 0;
+    L->sample_bytes = (size_t)L->img_size * (size_t)L->img_size * (size_t)transform_channels(gray);
     L->nds = dataset_len(ds);
     size_t repeats = c->repeats ? (size_t)c->repeats : 1;
     L->nlist = L->nds * repeats;

@@ -1,6 +1,7 @@
 /*
  * The data loader: worker threads turn a dataset's samples into batches of
- * uint8 NHWC images [B, S, S, 3] and int64 labels [B], handed out in order.
+ * uint8 NHWC images [B, S, S, C] (C 3, or 1 for a gray transform's) and
+ * int64 labels [B], handed out in order.
  *
  * An epoch's order is a pure function of (seed, epoch): the dataset's
  * indices (repeated `repeats` times) are shuffled by Fisher-Yates with
@@ -64,7 +65,7 @@ typedef struct Batch {
     size_t index;     /* batch number in the epoch */
     int n;            /* samples: batch_size, or fewer in a last batch without drop_last */
     int img_size;
-    uint8_t *images;  /* [n, img_size, img_size, 3] */
+    uint8_t *images;  /* [n, img_size, img_size, C] */
     int64_t *labels;  /* [n] */
     int64_t *samples; /* [n] dataset index each image came from (after skips) */
 } Batch;

@@ -12,6 +12,11 @@
  * Eval: resize to scale_size = floor(img_size / crop_pct) per crop mode
  * ('center': shorter side, 'squash': both sides, 'border': longer side),
  * then a centre crop, padding where the image is smaller.
+ *
+ * Gray ('L') images are converted right after decoding, as timm's dataset
+ * converts before any transform, and go through the same RGB code with
+ * three equal channels (image_to_gray says why that is exact); the output
+ * keeps one.
  */
 #include "runtime/data/transforms.h"
 
@@ -44,6 +49,18 @@ EvalTransform eval_transform_default(int img_size)
         .interp = CT_INTERP_BILINEAR,
         .mean = IMAGENET_MEAN,
     };
+}
+
+/* n pixels of the RGB px as the output holds them: all three bytes, or
+ * (chans 1) the first, a gray image's channels being equal. */
+static void put_pixels(uint8_t *out, const uint8_t *px, size_t n, int chans)
+{
+    if (chans == 3) {
+        memcpy(out, px, n * 3);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = px[3 * i];
 }
 
 /* Python's int(round(x)): halves to even. */
@@ -95,7 +112,7 @@ void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample
 }
 
 int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box, int out_w, int out_h, CtInterp interp,
-                       int allow_shrink, CtImage *out, CtErr *err)
+                       int allow_shrink, int gray, CtImage *out, CtErr *err)
 {
     out->w = out->h = 0;
     out->px = NULL;
@@ -121,6 +138,8 @@ int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box,
     CtImage src;
     if (image_decode_region(data, n, shrink, w, h, cx0, cy0, cx1, cy1, &src, err))
         return -1;
+    if (gray)
+        image_to_gray(&src);
     CtBox rbox = {bx0 - cx0, by0 - cy0, bx1 - cx0, by1 - cy0};
     if (src.w == out_w && src.h == out_h && rbox.x0 == 0 && rbox.y0 == 0 && rbox.x1 == out_w && rbox.y1 == out_h) {
         /* PIL's resize to the same size is a copy */
@@ -159,6 +178,10 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
             return ct_fail(err, "mean %g: not a number", t->mean[c]);
     if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, policy, err))
         return -1;
+    if (t->gray && t->auto_augment && *t->auto_augment) /* timm raises at the first rotate, shear or translate */
+        return ct_fail(err, "auto_augment %s on gray ('L') images: timm's policies fill the corners of rotated, "
+                       "sheared and translated images with the 3-value mean colour, which PIL refuses for 'L' "
+                       "images", t->auto_augment);
     return 0;
 }
 
@@ -181,7 +204,7 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
     TrainSample s;
     train_sample(t, w, h, rng, &s);
     CtImage img, tmp = {0};
-    if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, &img, err))
+    if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, t->gray, &img, err))
         return -1;
     if (s.hflip)
         aug_hflip(&img);
@@ -199,7 +222,7 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
         double cj = t->color_jitter > 0 ? t->color_jitter : 0;
         color_jitter(&img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
     }
-    memcpy(out, img.px, (size_t)size * size * 3);
+    put_pixels(out, img.px, (size_t)size * size, transform_channels(t->gray));
     image_free(&img);
     image_free(&tmp);
     return 0;
@@ -209,24 +232,33 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
  * the crop starts in the image (negative: padding (crop - in) // 2 first). */
 static int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
 
-static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], uint8_t *out)
+/* The cw x ch crop into out, chans bytes a pixel (put_pixels). */
+static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], int chans, uint8_t *out)
 {
     int ox = crop_offset(src->w, cw), oy = crop_offset(src->h, ch);
     int x_lo = ox < 0 ? -ox : 0, x_hi = src->w - ox < cw ? src->w - ox : cw;
     for (int y = 0; y < ch; y++) {
-        uint8_t *o = out + (size_t)y * cw * 3;
+        uint8_t *o = out + (size_t)y * cw * chans;
         int sy = y + oy;
         if (sy < 0 || sy >= src->h || x_hi <= x_lo) {
             for (int x = 0; x < cw; x++)
-                memcpy(o + 3 * x, fill, 3);
+                memcpy(o + chans * x, fill, (size_t)chans);
             continue;
         }
         for (int x = 0; x < x_lo; x++)
-            memcpy(o + 3 * x, fill, 3);
-        memcpy(o + 3 * x_lo, src->px + ((size_t)sy * src->w + x_lo + ox) * 3, (size_t)(x_hi - x_lo) * 3);
+            memcpy(o + chans * x, fill, (size_t)chans);
+        put_pixels(o + chans * x_lo, src->px + ((size_t)sy * src->w + x_lo + ox) * 3, (size_t)(x_hi - x_lo), chans);
         for (int x = x_hi; x < cw; x++)
-            memcpy(o + 3 * x, fill, 3);
+            memcpy(o + chans * x, fill, (size_t)chans);
     }
+}
+
+int eval_transform_check(const EvalTransform *t, CtErr *err)
+{
+    if (t->gray && t->crop_mode == CT_CROP_BORDER) /* torchvision's pad raises on the first image it pads */
+        return ct_fail(err, "crop mode 'border' on gray ('L') images: timm pads with the 3-value mean colour, "
+                       "which torchvision refuses for 1-channel images");
+    return 0;
 }
 
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err)
@@ -238,9 +270,13 @@ int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_
     int scale_size = (int)floor(size / crop_pct);
     if (scale_size < 1)
         return ct_fail(err, "eval transform: img_size %d / crop_pct %g leaves nothing to resize to", size, crop_pct);
+    if (eval_transform_check(t, err))
+        return -1;
     CtImage img, resized;
     if (image_decode(data, n, 1, &img, err))
         return -1;
+    if (t->gray)
+        image_to_gray(&img);
     int rw, rh;
     uint8_t fill[3] = {0, 0, 0};
     switch (t->crop_mode) {
@@ -273,7 +309,7 @@ int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_
         if (rc)
             return ct_failctx(err, "eval transform: resize to %dx%d", rw, rh);
     }
-    center_crop_or_pad(&resized, size, size, fill, out);
+    center_crop_or_pad(&resized, size, size, fill, transform_channels(t->gray), out);
     image_free(&resized);
     return 0;
 }

@@ -160,16 +160,18 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
     run_free(g, &replay, r1);
 }
 
-/* The training step as ctimm-train compiles it: the loader's uint8 batch
+/* The training step as ctimm-train compiles it: the loader's uint8 batch (RGB or gray)
  * normalised, erased ('pixel', a box an image) and mixed in the graph,
  * channels-last; against ref, and a step moving in only that batch and the
  * numbers beside it (run_twice). */
-static void check_uint8_step(void)
+static void check_uint8_step(int chans)
 {
     static Uint8Step u;
-    if (uint8_step_open(&u))
+    if (uint8_step_open(&u, chans))
         return;
-    check_graph("test_resnet uint8 step (erase, mix, channels_last)", &u.g, &u.init, u.in, 6, 1e-3);
+    check_graph(chans == 1 ? "test_resnet gray uint8 step (in_chans 1, erase, mix, channels_last)"
+                           : "test_resnet uint8 step (erase, mix, channels_last)",
+                &u.g, &u.init, u.in, 6, 1e-3);
     uint8_step_free(&u);
 }
 
@@ -311,7 +313,8 @@ int main(int argc, char **argv)
     if (argc == 1) {
         check_nan_weight();
         check_other_arch();
-        check_uint8_step();
+        check_uint8_step(3);
+        check_uint8_step(1);
     }
     return check_done("test_gpu_parity");
 }
