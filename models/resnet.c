@@ -3,8 +3,9 @@
  * plain 7x7 or deep 3x3 stem (tiered: 3/4 of the width first), conv or
  * avg-pool ("d") downsampling, ResNeXt's grouped 3x3 (cardinality, base
  * width), SE or ECA attention after each block's last norm (named "se"
- * either way, as timm's create_attn). Init: kaiming_normal(fan_out) of
- * every Conv2d (SE's too; ECA's Conv1d keeps torch's default), norm weight
+ * either way, as timm's create_attn), BatchNorm2d or GroupNorm ("_gn").
+ * Init: kaiming_normal(fan_out) of every Conv2d (SE's too; ECA's Conv1d
+ * keeps torch's default), norm weight
  * 1 / bias 0 with the last of each residual branch zeroed
  * (zero_init_last), nn.Linear default fc.
  */
@@ -25,6 +26,7 @@ typedef struct ResNetArch {
     int tiered;                  /* deep_tiered stem: 3 * (stem_width / 4), stem_width, 2 * stem_width */
     int cardinality, base_width; /* 0: 1 and 64 */
     int attn;                    /* ATTN_* */
+    int group_norm;              /* timm's GroupNorm (32 groups) for every BatchNorm2d, under the same names */
 } ResNetArch;
 
 static ValueId conv(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int pad)
@@ -33,22 +35,28 @@ static ValueId conv(Builder *b, const char *name, ValueId x, int64_t out, int k,
                      (ConvOpts){.stride = stride, .padding = pad, .weight_init = init_kaiming_normal_fan_out(out * k * k)});
 }
 
-static ValueId conv_bn(Builder *b, const char *cname, const char *bname, ValueId x, int64_t out, int k, int stride,
-                       int zero_bn)
+/* The arch's norm layer (norm_layer(C)): BatchNorm2d or timm's GroupNorm. */
+static ValueId norm(Builder *b, const ResNetArch *r, const char *name, ValueId x, int zero)
 {
-    x = conv(b, cname, x, out, k, stride, k / 2);
-    return nn_batch_norm(b, bname, x, (BNOpts){.zero_weight = zero_bn});
+    return r->group_norm ? nn_group_norm(b, name, x, (GNOpts){.groups = 32, .zero_weight = zero})
+                         : nn_batch_norm(b, name, x, (BNOpts){.zero_weight = zero});
 }
 
-static ValueId downsample(Builder *b, ValueId x, int64_t out, int stride, int avg_down)
+static ValueId conv_bn(Builder *b, const ResNetArch *r, const char *cname, const char *bname, ValueId x, int64_t out,
+                       int k, int stride, int zero_bn)
+{
+    return norm(b, r, bname, conv(b, cname, x, out, k, stride, k / 2), zero_bn);
+}
+
+static ValueId downsample(Builder *b, const ResNetArch *r, ValueId x, int64_t out, int stride)
 {
     b_push(b, "downsample");
-    if (avg_down) {
+    if (r->avg_down) {
         if (stride != 1)
             x = f_avg_pool2d(b, x, 2, stride, 0, 1, 0);
-        x = conv_bn(b, "1", "2", x, out, 1, 1, 0);
+        x = conv_bn(b, r, "1", "2", x, out, 1, 1, 0);
     } else {
-        x = conv_bn(b, "0", "1", x, out, 1, stride, 0);
+        x = conv_bn(b, r, "0", "1", x, out, 1, stride, 0);
     }
     b_pop(b);
     return x;
@@ -99,20 +107,20 @@ static ValueId block(Builder *b, const ResNetArch *r, ValueId x, int bottleneck,
     int card = r->cardinality ? r->cardinality : 1, base = r->base_width ? r->base_width : 64;
     if (bottleneck) {
         int64_t width = (int64_t)floor((double)planes * base / 64) * card;
-        x = f_relu(b, conv_bn(b, "conv1", "bn1", x, width, 1, 1, 0));
+        x = f_relu(b, conv_bn(b, r, "conv1", "bn1", x, width, 1, 1, 0));
         x = nn_conv2d(b, "conv2", x, width, 3,
                       (ConvOpts){.stride = stride, .padding = 1, .groups = card,
                                  .weight_init = init_kaiming_normal_fan_out(width * 9 / card)});
-        x = f_relu(b, nn_batch_norm(b, "bn2", x, (BNOpts){0}));
-        x = conv_bn(b, "conv3", "bn3", x, planes * 4, 1, 1, 1);
+        x = f_relu(b, norm(b, r, "bn2", x, 0));
+        x = conv_bn(b, r, "conv3", "bn3", x, planes * 4, 1, 1, 1);
     } else {
-        x = f_relu(b, conv_bn(b, "conv1", "bn1", x, planes, 3, stride, 0));
-        x = conv_bn(b, "conv2", "bn2", x, planes, 3, 1, 1);
+        x = f_relu(b, conv_bn(b, r, "conv1", "bn1", x, planes, 3, stride, 0));
+        x = conv_bn(b, r, "conv2", "bn2", x, planes, 3, 1, 1);
     }
     x = attention(b, r, x);
     x = f_drop_path(b, x, drop_path);
     if (down)
-        shortcut = downsample(b, shortcut, planes * (bottleneck ? 4 : 1), stride, r->avg_down);
+        shortcut = downsample(b, r, shortcut, planes * (bottleneck ? 4 : 1), stride);
     return f_relu(b, f_add(b, x, shortcut));
 }
 
@@ -122,15 +130,15 @@ static ValueId stem(Builder *b, const ResNetArch *r, ValueId x, int64_t *inplane
         int64_t w = r->stem_width, first = r->tiered ? 3 * (w / 4) : w;
         *inplanes = 2 * w;
         b_push(b, "conv1");
-        x = f_relu(b, conv_bn(b, "0", "1", x, first, 3, 2, 0));
-        x = f_relu(b, conv_bn(b, "3", "4", x, w, 3, 1, 0));
+        x = f_relu(b, conv_bn(b, r, "0", "1", x, first, 3, 2, 0));
+        x = f_relu(b, conv_bn(b, r, "3", "4", x, w, 3, 1, 0));
         x = conv(b, "6", x, *inplanes, 3, 1, 1);
         b_pop(b);
     } else {
         *inplanes = 64;
         x = conv(b, "conv1", x, 64, 7, 2, 3);
     }
-    x = f_relu(b, nn_batch_norm(b, "bn1", x, (BNOpts){0}));
+    x = f_relu(b, norm(b, r, "bn1", x, 0));
     return f_max_pool2d(b, x, 3, 2, 1);
 }
 
@@ -191,6 +199,7 @@ static const ResNetArch ser50 = {STAGES(1, 3, 4, 6, 3), .attn = ATTN_SE};
 static const ResNetArch serx26t = {STAGES(1, 2, 2, 2, 2), .stem_width = 32, .avg_down = 1, .tiered = 1,
                                    .cardinality = 32, .base_width = 4, .attn = ATTN_SE};
 static const ResNetArch serx50 = {STAGES(1, 3, 4, 6, 3), .cardinality = 32, .base_width = 4, .attn = ATTN_SE};
+static const ResNetArch r50gn = {STAGES(1, 3, 4, 6, 3), .group_norm = 1};
 static const ResNetArch ecar50d = {STAGES(1, 3, 4, 6, 3), .stem_width = 32, .avg_down = 1, .attn = ATTN_ECA};
 
 static const ModelEntry entries[] = {
@@ -213,6 +222,7 @@ static const ModelEntry entries[] = {
      RESNET_CFG("bt_in1k", 224, 0.875, "bicubic", "conv1.0", 288, 0.95), NULL},
     {"seresnext50_32x4d", build_resnet, &serx50,
      RESNET_CFG("racm_in1k", 224, 0.875, "bicubic", "conv1", 288, 0.95), NULL},
+    {"resnet50_gn", build_resnet, &r50gn, RESNET_CFG("a1h_in1k", 224, 0.94, "bicubic", "conv1", 288, 0.95), NULL},
     {"ecaresnet50d", build_resnet, &ecar50d, RESNET_CFG("miil_in1k", 224, 0.875, "bicubic", "conv1.0", 288, 0.95),
      NULL},
     {"test_resnet", build_resnet, &rtest,

@@ -7,8 +7,11 @@
  * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
  * The registry's cfg is the record's pretrained_cfg: the default tag, its
- * input size, mean, std, crop_pct, interpolation and classifier, and the
- * test-time size and crop_pct validate.py uses.
+ * input size, mean, std, crop_pct, interpolation, first_conv and
+ * classifier, and the test-time size and crop_pct validate.py uses.
+ * Built for 1-channel images (ModelArgs.in_chans), each model's state_dict
+ * and param_count are timm's create_model(name, in_chans=1)'s, recorded in
+ * tests/data/models_in_chans1.json as the entries it changes.
  * Only graphs are built; nothing executes.
  */
 #ifndef _POSIX_C_SOURCE
@@ -55,7 +58,7 @@ static const char *layer_op(const char *cls)
 {
     static const char *const map[][2] = {
         {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
-        {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"},
+        {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"}, {"GroupNorm", "group_norm"},
         /* timm's BatchNormAct2d (norm + act, one module): its output is the
          * act's, the same shape as the batch_norm node with its scope. */
         {"BatchNormAct2d", "batch_norm"}};
@@ -192,6 +195,9 @@ static void check_cfg(const char *model, const ModelEntry *m, const cJSON *pc)
            tag ? tag : "none");
     CHECKF(interp && !strcmp(interp, c->interpolation), "%s: interpolation %s", model, c->interpolation);
     CHECKF(cls && !strcmp(cls, c->classifier), "%s: classifier %s", model, c->classifier);
+    const char *first = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "first_conv"));
+    CHECKF(first && !strcmp(first, c->first_conv), "%s: first_conv %s, timm's %s", model, c->first_conv,
+           first ? first : "none");
     CHECKF(cJSON_IsNumber(crop) && crop->valuedouble == c->crop_pct, "%s: crop_pct %g", model, c->crop_pct);
     /* validate.py's test-time size and crop: absent (null) where the weights have none */
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(pc, "test_input_size");
@@ -212,7 +218,57 @@ static void check_cfg(const char *model, const ModelEntry *m, const cJSON *pc)
     }
 }
 
-static void check_model(const char *path, const char *file)
+/* m built for rec's in_chans against timm's create_model(name, in_chans=N):
+ * the record's state_dict sd with the shapes rec changes, rec's param_count
+ * and first_conv. 0 when there is no record (a model recorded since the
+ * fixture was made: tools/make_in_chans_fixture.py adds it), else 1. */
+static int check_in_chans(const char *model, const ModelEntry *m, const cJSON *sd, const cJSON *rec, int in_chans)
+{
+    const cJSON *changed = cJSON_GetObjectItemCaseSensitive(rec, "changed");
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(rec, "param_count");
+    const char *first = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "first_conv"));
+    if (!rec) {
+        printf("%s: no in_chans=%d record in models_in_chans1.json (tools/make_in_chans_fixture.py)\n", model,
+               in_chans);
+        return 0;
+    }
+    if (!cJSON_IsObject(changed) || !cJSON_IsNumber(pc) || !first) {
+        MISMATCH("%s: the in_chans=%d record lacks changed, param_count or first_conv", model, in_chans);
+        return 1;
+    }
+    cJSON *want = cJSON_Duplicate(sd, 1), *e;
+    int found = 0;
+    cJSON_ArrayForEach(e, want)
+    {
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(
+            changed, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name")));
+        if (!shape)
+            continue;
+        found++;
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "shape", cJSON_Duplicate(shape, 1));
+    }
+    char label[160];
+    snprintf(label, sizeof label, "%s in_chans=%d", model, in_chans);
+    CHECKF(found == cJSON_GetArraySize(changed), "%s: %d of the changed entries are in its state_dict", label, found);
+    CHECKF(!strcmp(first, m->cfg.first_conv), "%s: first_conv %s, timm's %s", label, m->cfg.first_conv, first);
+    ModelSpec spec = {.batch_size = 1, .training = 0, .args = model_args_default()};
+    spec.args.in_chans = in_chans;
+    Graph g;
+    CtErr err = {{0}};
+    if (model_build(m, &spec, &g, &err) != 0) {
+        MISMATCH("%s: build failed: %s", label, err.msg);
+    } else {
+        check_state(label, &g, want);
+        CHECKF(graph_param_count(&g) == (int64_t)pc->valuedouble, "%s: param_count %lld, timm's %lld", label,
+               (long long)graph_param_count(&g), (long long)pc->valuedouble);
+        graph_free(&g);
+    }
+    cJSON_Delete(want);
+    return 1;
+}
+
+/* *in_chans_checked counts the models checked against models_in_chans1.json too. */
+static void check_model(const char *path, const char *file, const cJSON *in_chans, int *in_chans_checked)
 {
     int before = check_failures;
     char *text = test_read_text(path);
@@ -270,6 +326,9 @@ static void check_model(const char *path, const char *file)
                sstr(&want_out, b2, sizeof b2));
 
     check_training(model, m, &g);
+    int chans = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(in_chans, "in_chans"));
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(in_chans, "models"), model);
+    *in_chans_checked += check_in_chans(model, m, sd, rec, chans);
 
     if (check_failures == before)
         printf("%s: %d state entries, %lld params, %d layers checked ok\n", model, g.nstate, (long long)got_pc,
@@ -289,13 +348,20 @@ int main(void)
     if (!data)
         data = "tests/data";
     char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models_in_chans1.json", data);
+    char *text = test_read_text(dir);
+    cJSON *in_chans = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECKF(in_chans != NULL, "cannot read %s as JSON", dir);
     snprintf(dir, sizeof dir, "%s/models", data);
     DIR *d = opendir(dir);
     if (!d) {
         MISMATCH("cannot open %s (set CTIMM_TEST_DATA)", dir);
+        cJSON_Delete(in_chans);
         return check_done("test_models");
     }
     char **files = NULL;
+    int in_chans_checked = 0;
     int nfiles = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -318,10 +384,14 @@ int main(void)
     for (int i = 0; i < nfiles; i++) {
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        check_model(path, files[i]);
+        check_model(path, files[i], in_chans, &in_chans_checked);
         free(files[i]);
     }
     free(files);
+    int records = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(in_chans, "models"));
+    CHECKF(in_chans_checked == records && records >= MIN_MODEL_FILES,
+           "%d models checked against models_in_chans1.json's %d records", in_chans_checked, records);
+    cJSON_Delete(in_chans);
     CHECKF(nfiles >= MIN_MODEL_FILES, "walked %d model JSON files in %s, expected at least %d", nfiles, dir,
            MIN_MODEL_FILES);
     printf("test_models: %d model files\n", nfiles);

@@ -212,5 +212,6 @@ int main(void)
 {
     check_family("resnet");
     check_family("regnet");
+    check_family("convnext");
     return check_done("test_zoo");
 }
