@@ -237,6 +237,12 @@ ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
     return y;
 }
 
+ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double drop_rate, LinearOpts o)
+{
+    x = f_dropout(b, f_global_avg_pool(b, x), drop_rate);
+    return classes ? nn_linear(b, fc, x, classes, o) : x;
+}
+
 ValueId nn_group_norm(Builder *b, const char *name, ValueId x, GNOpts o)
 {
     if (b->e.failed || x < 0)

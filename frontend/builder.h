@@ -86,6 +86,10 @@ typedef struct LinearOpts {
     CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Linear's reset_parameters */
 } LinearOpts;
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
+/* timm's create_classifier / ClassifierHead with pool 'avg': global average
+ * pool, dropout, then the Linear `fc` (a dotted name: "head.fc") of
+ * `classes` outputs, or the pooled features when classes is 0. */
+ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double drop_rate, LinearOpts o);
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps);
 typedef struct GNOpts {
     int groups;

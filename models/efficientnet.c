@@ -5,6 +5,8 @@
  * from one arch_def; test_efficientnet mixes cn/er/ir blocks. Init is
  * _init_weight_goog (see efficientnet_builder.h).
  */
+#include <math.h>
+
 #include "models/efficientnet_builder.h"
 #include "models/layer_groups.h"
 #include "models/registry.h"
@@ -30,9 +32,9 @@ static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelAr
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     x = eb_conv(b, "conv_head", x, eb_round_channels(e->num_features, cfg.round), 1, 1, 1, 0);
     x = eb_bn_act(b, "bn2", x, e->act);
-    x = f_dropout(b, f_global_avg_pool(b, x), a->drop_rate);
     int classes = model_num_classes(m, a);
-    return classes ? eb_linear(b, "classifier", x, classes) : x;
+    return nn_classifier(b, "classifier", x, classes, a->drop_rate,
+                         (LinearOpts){.weight_init = init_uniform(1.0 / sqrt((double)classes)), .bias_init = init_zeros()});
 }
 
 static const EbArchDef effnet_def = {7,

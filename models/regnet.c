@@ -81,15 +81,8 @@ static ValueId build_regnet(Builder *b, const ModelEntry *m, const ModelArgs *a,
         }
         b_pop(b);
     }
-    x = f_global_avg_pool(b, x);
-    int classes = model_num_classes(m, a);
-    if (classes == 0)
-        return x;
-    x = f_dropout(b, x, a->drop_rate);
-    b_push(b, "head");
-    x = nn_linear(b, "fc", x, classes, (LinearOpts){.weight_init = init_normal(0.01), .bias_init = init_zeros()});
-    b_pop(b);
-    return x;
+    return nn_classifier(b, "head.fc", x, model_num_classes(m, a), a->drop_rate,
+                         (LinearOpts){.weight_init = init_normal(0.01), .bias_init = init_zeros()});
 }
 
 #define REGNET_CFG(tag_, crop, test, test_crop)                                                                    \

@@ -164,12 +164,7 @@ static ValueId build_resnet(Builder *b, const ModelEntry *m, const ModelArgs *a,
         }
         b_pop(b);
     }
-    x = f_global_avg_pool(b, x);
-    int classes = model_num_classes(m, a);
-    if (classes == 0)
-        return x;
-    x = f_dropout(b, x, a->drop_rate);
-    return nn_linear(b, "fc", x, classes, (LinearOpts){0});
+    return nn_classifier(b, "fc", x, model_num_classes(m, a), a->drop_rate, (LinearOpts){0});
 }
 
 #define IMAGENET_MEAN {0.485, 0.456, 0.406}

@@ -15,53 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
 #include "runtime/backend.h"
+#include "train_setup.h"
 
 enum { B = 4, H = 32, CLASSES = 10 };
 static float images[B * 3 * H * H];
 static int64_t labels[B];
 
-static void make_batch(void)
-{
-    uint32_t rng = 777;
-    for (int i = 0; i < B; i++)
-        labels[i] = (i * 3) % CLASSES;
-    for (int k = 0; k < B * 3 * H * H; k++) {
-        rng = rng * 1664525u + 1013904223u;
-        images[k] = (float)((rng >> 8) / 16777216.0 * 2 - 1);
-    }
-}
+static void make_batch(void) { step_batch(images, sizeof images / sizeof *images, labels, B, CLASSES, 777, 3); }
 
-typedef struct Setup {
-    Graph g;
-    TrainStep ts;
-    CtState s;
-} Setup;
+typedef StepSetup Setup;
 
-static int setup(Setup *u, const OptimSpec *opt)
-{
-    const ModelEntry *m = model_find("test_resnet");
-    ModelSpec spec = {.batch_size = B, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
-    CtErr err = {{0}};
-    if (model_build(m, &spec, &u->g, &err) ||
-        train_step_build(&u->g, u->g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, opt, &u->ts, &err)) {
-        CHECKF(0, "%s", err.msg);
-        return -1;
-    }
-    state_create(&u->s, &u->g);
-    state_init(&u->s, 3);
-    return 0;
-}
+static int setup(Setup *u, const OptimSpec *opt) { return step_setup(u, "test_resnet", B, H, CLASSES, 0, opt, 3); }
 
-static void teardown(Setup *u)
-{
-    state_free(&u->s);
-    train_step_free(&u->ts);
-    graph_free(&u->g);
-}
+static void teardown(Setup *u) { step_teardown(u); }
 
 /* One step; out must hold g.noutputs tensors. */
 static int step(Setup *u, float lr, float decay, CtTensor *out)

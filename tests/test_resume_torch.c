@@ -18,41 +18,22 @@
 
 #include "check.h"
 #include "models/layer_groups.h"
-#include "models/registry.h"
-#include "passes/autodiff.h"
 #include "train/resume_torch.h"
+#include "train_setup.h"
 
 enum { CLASSES = 10 };
 
 static char *expected, *resume_expected;
 
-typedef struct Setup {
-    Graph g;
-    TrainStep ts;
-    CtState s;
-} Setup;
+typedef StepSetup Setup;
 
 /* A test_resnet training state of `classes` classes under opt, from seed 3. */
 static int setup(Setup *u, const OptimSpec *opt, int classes)
 {
-    ModelSpec spec = {.batch_size = 2, .training = 1, .args = {.num_classes = classes, .img_size = 32}};
-    CtErr err = {{0}};
-    if (model_build(model_find("test_resnet"), &spec, &u->g, &err) ||
-        train_step_build(&u->g, u->g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, opt, &u->ts, &err)) {
-        CHECKF(0, "%s", err.msg);
-        return -1;
-    }
-    state_create(&u->s, &u->g);
-    state_init(&u->s, 3);
-    return 0;
+    return step_setup(u, "test_resnet", 2, 32, classes, 0, opt, 3);
 }
 
-static void teardown(Setup *u)
-{
-    state_free(&u->s);
-    train_step_free(&u->ts);
-    graph_free(&u->g);
-}
+static void teardown(Setup *u) { step_teardown(u); }
 
 static void data_path(char *buf, size_t n, const char *name)
 {
