@@ -53,8 +53,29 @@ static const EbArchDef test_def = {5,
                                     {"ir_r1_k3_s2_e4_c48_se0.25"},
                                     {"ir_r1_k3_s2_e4_c64_se0.25"}}};
 
+/* _gen_efficientnet_edge: EdgeResidual stages first, ReLU, no SE */
+static const EbArchDef edge_def = {6,
+                                   {{"er_r1_k3_s1_e4_c24_fc24_noskip"},
+                                    {"er_r2_k3_s2_e8_c32"},
+                                    {"er_r4_k3_s2_e8_c48"},
+                                    {"ir_r5_k5_s2_e8_c96"},
+                                    {"ir_r4_k5_s1_e8_c144"},
+                                    {"ir_r2_k5_s2_e8_c192"}}};
+
+/* _gen_efficientnetv2_s with rw=True: timm's first V2 small */
+static const EbArchDef v2_rw_s_def = {6,
+                                      {{"er_r2_k3_s1_e1_c24"},
+                                       {"er_r4_k3_s2_e4_c48"},
+                                       {"er_r4_k3_s2_e4_c64"},
+                                       {"ir_r6_k3_s2_e4_c128_se0.25"},
+                                       {"ir_r9_k3_s1_e6_c160_se0.25"},
+                                       {"ir_r15_k3_s2_e6_c272_se0.25"}}};
+
 #define EFFNET(cm, dm) {&effnet_def, cm, dm, 0.9, 32, 1280, EB_ACT_SILU}
 static const EffNetArch b0 = EFFNET(1.0, 1.0), b1 = EFFNET(1.0, 1.1), b2 = EFFNET(1.1, 1.2), b3 = EFFNET(1.2, 1.4);
+static const EffNetArch b4 = EFFNET(1.4, 1.8);
+static const EffNetArch es = {&edge_def, 1.0, 1.0, 0.9, 32, 1280, EB_ACT_RELU};
+static const EffNetArch v2_rw_s = {&v2_rw_s_def, 1.0, 1.0, 0.9, 24, 1792, EB_ACT_SILU};
 static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, EB_ACT_SILU};
 
 #define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, test, test_crop)                                  \
@@ -71,6 +92,9 @@ static const ModelEntry entries[] = {
     {"efficientnet_b1", build_efficientnet, &b1, INCEPTION("ra4_e3600_r240_in1k", 240, 0.9, 288, 1.0), NULL},
     {"efficientnet_b2", build_efficientnet, &b2, IMAGENET("ra_in1k", 256, 0.875, 288, 1.0), NULL},
     {"efficientnet_b3", build_efficientnet, &b3, IMAGENET("ra2_in1k", 288, 0.875, 320, 1.0), NULL},
+    {"efficientnet_b4", build_efficientnet, &b4, IMAGENET("ra2_in1k", 320, 0.875, 384, 1.0), NULL},
+    {"efficientnet_es", build_efficientnet, &es, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
+    {"efficientnetv2_rw_s", build_efficientnet, &v2_rw_s, IMAGENET("ra2_in1k", 288, 1.0, 384, 0), NULL},
     {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
 };
 

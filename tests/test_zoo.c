@@ -213,5 +213,6 @@ int main(void)
     check_family("resnet");
     check_family("regnet");
     check_family("convnext");
+    check_family("efficientnet");
     return check_done("test_zoo");
 }
