@@ -63,6 +63,11 @@ set_tests_properties(compile_dump_program PROPERTIES PASS_REGULAR_EXPRESSION
   "program: target cpu, .* state, .*\nsteps: [0-9]+ .*step 0: .*: state 'conv1.0.weight'.*: arena \\+")
 add_test(NAME compile_dump_program_unknown COMMAND ${FAIL} "--dump-program is cpu, ref or cuda, got 'gpu'"
   ${COMPILE} --model test_resnet --dump-program gpu)
+# README's model list is the registry's (tools/readme_models.sh rewrites it).
+add_test(NAME readme_model_list COMMAND sh -c
+  "sed -n '/<!-- models: /,/<!-- \\/models -->/p' ${CMAKE_SOURCE_DIR}/README.md | grep -v '<!--' | tr ',' '\\n' | \
+   tr -d ' ' | grep . > readme-models.txt && ${COMPILE} --list-models > registry-models.txt && \
+   diff readme-models.txt registry-models.txt")
 add_test(NAME compile_list_models COMMAND ${COMPILE} --list-models resnet1)
 set_tests_properties(compile_list_models PROPERTIES PASS_REGULAR_EXPRESSION "^resnet101\nresnet152\nresnet18\n$")
 
