@@ -16,6 +16,8 @@ typedef struct EffNetArch {
     double channel_multiplier, depth_multiplier, round_limit;
     int stem_size, num_features; /* before channel rounding */
     EbAct act;
+    int round_depth;    /* depth_trunc 'round' (MixNet-M/L/XL), else 'ceil' */
+    int fixed_features; /* num_features as given (MixNet's), else rounded by the channel multiplier */
 } EffNetArch;
 
 static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
@@ -24,13 +26,14 @@ static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelAr
     EbConfig cfg = {.round = {e->channel_multiplier, 8, e->round_limit}, .act = e->act,
                     .drop_path_rate = a->drop_path_rate};
     EbBlocks blocks;
-    if (eb_decode_arch(b, e->def, e->depth_multiplier, 0, &blocks))
+    if (eb_decode_arch(b, e->def, e->depth_multiplier, e->round_depth, &blocks))
         return -1;
     x = eb_conv(b, "conv_stem", x, eb_round_channels(e->stem_size, cfg.round), 3, 2, 1, 0);
     x = eb_bn_act(b, "bn1", x, e->act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
-    x = eb_conv(b, "conv_head", x, eb_round_channels(e->num_features, cfg.round), 1, 1, 1, 0);
+    int features = e->fixed_features ? e->num_features : eb_round_channels(e->num_features, cfg.round);
+    x = eb_conv(b, "conv_head", x, features, 1, 1, 1, 0);
     x = eb_bn_act(b, "bn2", x, e->act);
     int classes = model_num_classes(m, a);
     return nn_classifier(b, "classifier", x, classes, a->drop_rate,
@@ -71,12 +74,36 @@ static const EbArchDef v2_rw_s_def = {6,
                                        {"ir_r9_k3_s1_e6_c160_se0.25"},
                                        {"ir_r15_k3_s2_e6_c272_se0.25"}}};
 
-#define EFFNET(cm, dm) {&effnet_def, cm, dm, 0.9, 32, 1280, EB_ACT_SILU}
+/* _gen_mixnet_s: MixedConv2d kernels ('k3.5.7'), grouped pointwise ('a1.1',
+ * 'p1.1'), ReLU but where 'nsw' says swish */
+static const EbArchDef mixnet_s_def = {
+    6,
+    {{"ds_r1_k3_s1_e1_c16"},
+     {"ir_r1_k3_a1.1_p1.1_s2_e6_c24", "ir_r1_k3_a1.1_p1.1_s1_e3_c24"},
+     {"ir_r1_k3.5.7_s2_e6_c40_se0.5_nsw", "ir_r3_k3.5_a1.1_p1.1_s1_e6_c40_se0.5_nsw"},
+     {"ir_r1_k3.5.7_p1.1_s2_e6_c80_se0.25_nsw", "ir_r2_k3.5_p1.1_s1_e6_c80_se0.25_nsw"},
+     {"ir_r1_k3.5.7_a1.1_p1.1_s1_e6_c120_se0.5_nsw", "ir_r2_k3.5.7.9_a1.1_p1.1_s1_e3_c120_se0.5_nsw"},
+     {"ir_r1_k3.5.7.9.11_s2_e6_c200_se0.5_nsw", "ir_r2_k3.5.7.9_p1.1_s1_e6_c200_se0.5_nsw"}}};
+
+/* _gen_mixnet_m (mixnet_xl scales it) */
+static const EbArchDef mixnet_m_def = {
+    6,
+    {{"ds_r1_k3_s1_e1_c24"},
+     {"ir_r1_k3.5.7_a1.1_p1.1_s2_e6_c32", "ir_r1_k3_a1.1_p1.1_s1_e3_c32"},
+     {"ir_r1_k3.5.7.9_s2_e6_c40_se0.5_nsw", "ir_r3_k3.5_a1.1_p1.1_s1_e6_c40_se0.5_nsw"},
+     {"ir_r1_k3.5.7_s2_e6_c80_se0.25_nsw", "ir_r3_k3.5.7.9_a1.1_p1.1_s1_e6_c80_se0.25_nsw"},
+     {"ir_r1_k3_s1_e6_c120_se0.5_nsw", "ir_r3_k3.5.7.9_a1.1_p1.1_s1_e3_c120_se0.5_nsw"},
+     {"ir_r1_k3.5.7.9_s2_e6_c200_se0.5_nsw", "ir_r3_k3.5.7.9_p1.1_s1_e6_c200_se0.5_nsw"}}};
+
+#define EFFNET(cm, dm) {&effnet_def, cm, dm, 0.9, 32, 1280, .act = EB_ACT_SILU}
 static const EffNetArch b0 = EFFNET(1.0, 1.0), b1 = EFFNET(1.0, 1.1), b2 = EFFNET(1.1, 1.2), b3 = EFFNET(1.2, 1.4);
 static const EffNetArch b4 = EFFNET(1.4, 1.8);
-static const EffNetArch es = {&edge_def, 1.0, 1.0, 0.9, 32, 1280, EB_ACT_RELU};
-static const EffNetArch v2_rw_s = {&v2_rw_s_def, 1.0, 1.0, 0.9, 24, 1792, EB_ACT_SILU};
-static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, EB_ACT_SILU};
+static const EffNetArch es = {&edge_def, 1.0, 1.0, 0.9, 32, 1280, .act = EB_ACT_RELU};
+static const EffNetArch mixnet_s = {&mixnet_s_def, 1.0, 1.0, 0.9, 16, 1536, EB_ACT_RELU, .fixed_features = 1};
+static const EffNetArch mixnet_xl = {&mixnet_m_def, 1.6, 1.2, 0.9, 24, 1536, EB_ACT_RELU, .round_depth = 1,
+                                     .fixed_features = 1};
+static const EffNetArch v2_rw_s = {&v2_rw_s_def, 1.0, 1.0, 0.9, 24, 1792, .act = EB_ACT_SILU};
+static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU};
 
 #define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, test, test_crop)                                  \
     {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
@@ -94,6 +121,8 @@ static const ModelEntry entries[] = {
     {"efficientnet_b3", build_efficientnet, &b3, IMAGENET("ra2_in1k", 288, 0.875, 320, 1.0), NULL},
     {"efficientnet_b4", build_efficientnet, &b4, IMAGENET("ra2_in1k", 320, 0.875, 384, 1.0), NULL},
     {"efficientnet_es", build_efficientnet, &es, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
+    {"mixnet_s", build_efficientnet, &mixnet_s, IMAGENET("ft_in1k", 224, 0.875, 0, 0), NULL},
+    {"mixnet_xl", build_efficientnet, &mixnet_xl, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
     {"efficientnetv2_rw_s", build_efficientnet, &v2_rw_s, IMAGENET("ra2_in1k", 288, 1.0, 384, 0), NULL},
     {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
 };

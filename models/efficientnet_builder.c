@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- numbers ---------------------------------------------------------- */
@@ -82,13 +83,25 @@ static int opt_float(Builder *b, const BlockOpts *o, const char *key, double dfl
     return 0;
 }
 
-/* A kernel size option; "3.5.7" (MixedConv2d's kernel lists) is not supported. */
-static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, int *out)
+/* A kernel size option, or MixedConv2d's list "3.5.7" (timm's _parse_ksize). */
+static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, EbKernel *out)
 {
     const char *v = opt(o, key);
-    if (v && strchr(v, '.'))
-        return b_fail(b, "block '%s': mixed kernel sizes '%s%s' (MixedConv2d) are not supported", o->str, key, v);
-    return opt_int(b, o, key, dflt, required, out);
+    *out = (EbKernel){1, {dflt}};
+    if (!v)
+        return required ? b_fail(b, "block '%s': option '%s' is missing", o->str, key) : 0;
+    out->n = 0;
+    for (const char *at = v;; at++) {
+        char *end;
+        long k = strtol(at, &end, 10);
+        if (end == at || (*end && *end != '.') || k < 1 || k > 31 || out->n == EB_MAX_MIX)
+            return b_fail(b, "block '%s': option '%s%s' is not a kernel size or a list of at most %d", o->str, key,
+                          v, EB_MAX_MIX);
+        out->k[out->n++] = (int)k;
+        if (!*end)
+            return 0;
+        at = end;
+    }
 }
 
 /* Splits the options after the block type: skip / noskip, the activation
@@ -260,6 +273,31 @@ ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel
                                 .bias_init = init_zeros()});
 }
 
+/* timm's _split_channels: n equal parts, the first taking the rest. */
+static int64_t split_part(int64_t chans, int n, int i) { return chans / n + (i == 0 ? chans % n : 0); }
+
+ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups)
+{
+    if (k->n == 1)
+        return eb_conv(b, name, x, out, k->k[0], stride, groups, 0);
+    int64_t in = b_shape(b, x)->d[1], from = 0;
+    int depthwise = groups == in;
+    if (!depthwise && groups != 1)
+        return b_fail(b, "conv '%s': mixed kernels take groups 1 or depthwise, not %d", name, groups);
+    ValueId parts[EB_MAX_MIX];
+    b_push(b, "%s", name);
+    for (int i = 0; i < k->n; i++) {
+        int64_t cin = split_part(in, k->n, i), cout = split_part(out, k->n, i);
+        char sub[8];
+        snprintf(sub, sizeof sub, "%d", i);
+        ValueId xi = f_slice(b, x, 1, from, from + cin, 1);
+        parts[i] = eb_conv(b, sub, xi, cout, k->k[i], stride, depthwise ? (int)cin : 1, 0);
+        from += cin;
+    }
+    b_pop(b);
+    return f_concat(b, k->n, parts, 1);
+}
+
 ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act)
 {
     return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
@@ -313,11 +351,11 @@ static ValueId depthwise_separable(Builder *b, const EbConfig *cfg, const EbBloc
                                    ValueId x, int *has_skip)
 {
     *has_skip = r->stride == 1 && r->in == r->out && !a->noskip;
-    x = eb_conv(b, "conv_dw", x, r->in, a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in), 0);
+    x = eb_mixconv(b, "conv_dw", x, r->in, &a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in));
     x = eb_bn_act(b, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_conv(b, "conv_pw", x, r->out, a->pw_kernel, 1, 1, 0);
+    x = eb_mixconv(b, "conv_pw", x, r->out, &a->pw_kernel, 1, 1);
     return eb_bn_act(b, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
 }
 
@@ -326,13 +364,13 @@ static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockA
 {
     int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
-    x = eb_conv(b, "conv_pw", x, mid, a->exp_kernel, 1, 1, 0);
+    x = eb_mixconv(b, "conv_pw", x, mid, &a->exp_kernel, 1, 1);
     x = eb_bn_act(b, "bn1", x, r->act);
-    x = eb_conv(b, "conv_dw", x, mid, a->kernel, r->stride, num_groups(b, a->group_size, 1, mid), 0);
+    x = eb_mixconv(b, "conv_dw", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid));
     x = eb_bn_act(b, "bn2", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_conv(b, "conv_pwl", x, r->out, a->pw_kernel, 1, 1, 0);
+    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
     return eb_bn_act(b, "bn3", x, EB_ACT_NONE);
 }
 
@@ -342,18 +380,18 @@ static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs 
     int base = a->force_in_chs > 0 ? eb_round_channels(a->force_in_chs, cfg->round) : r->in;
     int mid = eb_make_divisible(base * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
-    x = eb_conv(b, "conv_exp", x, mid, a->kernel, r->stride, num_groups(b, a->group_size, 0, mid), 0);
+    x = eb_mixconv(b, "conv_exp", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 0, mid));
     x = eb_bn_act(b, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_conv(b, "conv_pwl", x, r->out, a->pw_kernel, 1, 1, 0);
+    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
     return eb_bn_act(b, "bn2", x, EB_ACT_NONE);
 }
 
 static ValueId conv_bn_act(Builder *b, const EbBlockArgs *a, const Resolved *r, ValueId x, int *has_skip)
 {
     *has_skip = a->skip && r->stride == 1 && r->in == r->out;
-    x = eb_conv(b, "conv", x, r->out, a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in), 0);
+    x = eb_mixconv(b, "conv", x, r->out, &a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in));
     return eb_bn_act(b, "bn1", x, r->act);
 }
 

@@ -30,13 +30,20 @@ typedef struct EbArchDef {
     const char *stages[EB_MAX_STAGES][EB_MAX_STAGE_DEFS + 1];
 } EbArchDef;
 
+/* A conv's kernel size, or MixedConv2d's list of them ("k3.5.7"): n of
+ * them, the channels split among them as timm's _split_channels. */
+enum { EB_MAX_MIX = 8 };
+typedef struct EbKernel {
+    int n, k[EB_MAX_MIX];
+} EbKernel;
+
 /* One block's arguments, as timm's _decode_block_str leaves them. */
 typedef struct EbBlockArgs {
     EbBlockType type;
     int stage;
     int out_chs, stride;
-    int kernel;                /* depthwise (ds, ir), expansion (er) or the conv's (cn) */
-    int exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p' */
+    EbKernel kernel;                /* depthwise (ds, ir), expansion (er) or the conv's (cn) */
+    EbKernel exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p' */
     double exp_ratio;          /* 1 where the type has none */
     double se_ratio;           /* 0: no SqueezeExcite */
     int noskip, skip;          /* skip: cn's forced residual */
@@ -83,6 +90,10 @@ ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks,
 ValueId eb_act(Builder *b, EbAct act, ValueId x);
 /* create_conv2d with timm's symmetric padding and goog init. */
 ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias);
+/* The same for a kernel list: with several, MixedConv2d ("<name>.<i>"
+ * convs over channel splits, concatenated), depthwise when groups is the
+ * input's channels, else (groups 1) plain. */
+ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups);
 /* BatchNormAct2d: BatchNorm2d (eps 1e-5, momentum 0.1) then act. */
 ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act);
 /* nn.Linear with goog init. */
