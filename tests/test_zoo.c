@@ -4,9 +4,10 @@
  * float32 bits on both sides), one eval-mode forward and backward on the
  * ref backend (in double, as the reference): the loss and logits and every
  * parameter's gradient (sum, norm, 4 elements) as timm's within 1e-4 of
- * their scale. The sanitizer build checks the first
+ * their scale, two models at a time. The sanitizer build checks the first
  * model of each family (the ref backend is slow there). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,7 +182,35 @@ static void check_model(const char *model, const cJSON *ref, int batch, int img)
     graph_free(&g);
 }
 
-static void check_family(const char *family)
+/* The models of the families' files, checked on two threads (the ref
+ * backend keeps no shared state; each model has its own graph and state). */
+typedef struct Job {
+    const char *model;
+    const cJSON *ref;
+    int batch, img;
+} Job;
+
+typedef struct Jobs {
+    Job *job;
+    int n, next;
+    pthread_mutex_t lock;
+} Jobs;
+
+static void *worker(void *arg)
+{
+    Jobs *js = arg;
+    for (;;) {
+        pthread_mutex_lock(&js->lock);
+        int k = js->next++;
+        pthread_mutex_unlock(&js->lock);
+        if (k >= js->n)
+            return NULL;
+        check_model(js->job[k].model, js->job[k].ref, js->job[k].batch, js->job[k].img);
+    }
+}
+
+/* The family's file, parsed (NULL with a failed check), its models added to js. */
+static cJSON *add_family(Jobs *js, const char *family)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/zoo_refs/%s.json", test_data_dir(), family);
@@ -191,28 +220,36 @@ static void check_family(const char *family)
     free(text);
     CHECKF(doc != NULL, "%s is not JSON", path);
     if (!doc)
-        return;
+        return NULL;
     int batch = cJSON_GetObjectItem(doc, "batch")->valueint, img = cJSON_GetObjectItem(doc, "img_size")->valueint;
-#ifdef __SANITIZE_ADDRESS__
-    int first_only = 1;
-#else
-    int first_only = 0;
-#endif
     const cJSON *m;
     cJSON_ArrayForEach(m, cJSON_GetObjectItem(doc, "models"))
     {
-        check_model(m->string, m, batch, img);
-        if (first_only)
-            break;
+        js->job = realloc(js->job, sizeof *js->job * (size_t)(js->n + 1));
+        CT_ASSERT(js->job != NULL);
+        js->job[js->n++] = (Job){m->string, m, batch, img};
+#ifdef __SANITIZE_ADDRESS__
+        break; /* the first model of each family */
+#endif
     }
-    cJSON_Delete(doc);
+    return doc;
 }
 
 int main(void)
 {
-    check_family("resnet");
-    check_family("regnet");
-    check_family("convnext");
-    check_family("efficientnet");
+    static const char *const families[] = {"resnet", "regnet", "convnext", "efficientnet"};
+    enum { NFAM = sizeof families / sizeof *families };
+    Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    cJSON *docs[NFAM];
+    for (int f = 0; f < NFAM; f++)
+        docs[f] = add_family(&js, families[f]);
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++)
+        CT_ASSERT(pthread_create(&th[t], NULL, worker, &js) == 0);
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    for (int f = 0; f < NFAM; f++)
+        cJSON_Delete(docs[f]);
+    free(js.job);
     return check_done("test_zoo");
 }
