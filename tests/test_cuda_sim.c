@@ -234,17 +234,30 @@ static void check_uint8_step(int chans)
 
 int main(void)
 {
+    /* The sanitizer build runs each graph once, f32 (plus the channels-last
+     * f16 eval of test_resnet): the harness and launches are ctimm's code there,
+     * the precisions' and layouts' kernels this build's */
+#ifdef __SANITIZE_ADDRESS__
+    int all = 0;
+#else
+    int all = 1;
+#endif
     check_uint8_step(3);
     check_uint8_step(1);
     check_group_norm_net(CT_F32, 0);
-    check_group_norm_net(CT_F32, 1);
-    check_group_norm_net(CT_F16, 1);
-    check_group_norm_net(CT_BF16, 0);
+    if (all) {
+        check_group_norm_net(CT_F32, 1);
+        check_group_norm_net(CT_F16, 1);
+        check_group_norm_net(CT_BF16, 0);
+    }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;
         check_model(models[m], CT_F32, 0, 1);
-        if (conv) {
+        if (!all) {
+            if (m == 0)
+                check_model(models[m], CT_F16, 1, 0);
+        } else if (conv) {
             check_model(models[m], CT_F32, 1, 1);
             check_model(models[m], CT_F16, 1, 0);
         } else {
