@@ -1,6 +1,6 @@
 #!/bin/sh
 # train_interrupt.sh TRAIN [FLAGS...]: Ctrl-C and the recovery checkpoint.
-# An uninterrupted two-epoch run (a) against the same run (b) that gets a
+# An uninterrupted one-epoch run (a) against the same run (b) that gets a
 # SIGINT mid-epoch (after batch 20 has been logged), exits 130 and leaves one
 # recovery pair, then is resumed from it (c): b's steps and c's together
 # equal a's, bit for bit (loss, running mean, LR, loss scale), and so do
@@ -11,8 +11,8 @@ train=$1
 shift
 rm -rf intr-a intr-b intr-b-* intr-a.log intr-b.log intr-c.log
 strip() { grep -E '^(Train|Test)' "$1" | sed -e 's/Time:.*LR/LR/' -e 's/  Data: [0-9.]*//' -e 's/Time: [0-9.]*s//'; }
-"$train" "$@" --epochs 2 --log-interval 1 --output intr-a > intr-a.log
-"$train" "$@" --epochs 2 --log-interval 1 --output intr-b --recovery-interval 7 > intr-b.log 2>&1 &
+"$train" "$@" --epochs 1 --log-interval 1 --output intr-a > intr-a.log
+"$train" "$@" --epochs 1 --log-interval 1 --output intr-b --recovery-interval 7 > intr-b.log 2>&1 &
 pid=$!
 tries=0
 until grep -q '^Train: 0 \[  20/' intr-b.log 2>/dev/null; do
@@ -27,7 +27,7 @@ wait $pid || rc=$?
 grep -q '^Interrupted at epoch 0, batch .*; resume with --resume intr-b/recovery-0-' intr-b.log
 [ "$(ls intr-b/recovery-*.state.safetensors | wc -l)" -eq 1 ] || { echo "train_interrupt: not exactly one recovery pair" >&2; ls intr-b; exit 1; }
 rec=$(ls intr-b/recovery-*.state.safetensors | sed 's/\.state\.safetensors$/.safetensors/')
-"$train" "$@" --epochs 2 --log-interval 1 --output intr-b --resume "$rec" > intr-c.log
+"$train" "$@" --epochs 1 --log-interval 1 --output intr-b --resume "$rec" > intr-c.log
 grep -q 'batches done); starting at epoch 0, batch ' intr-c.log
 grep -q '^Output: intr-b-1 ' intr-c.log
 strip intr-a.log > intr-a.steps
