@@ -86,6 +86,11 @@ typedef struct LinearOpts {
     CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Linear's reset_parameters */
 } LinearOpts;
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
+/* timm's SEModule (no norm, ReLU, sigmoid gate): the channel means through
+ * 1x1 convs "<name>.fc1" (to rd channels) and "<name>.fc2" (back), with
+ * biases, kaiming_normal(fan_out) weights and biases of bias_init
+ * (CT_INIT_DEFAULT: torch's); x times the gate. */
+ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit bias_init);
 /* timm's create_classifier / ClassifierHead with pool 'avg': global average
  * pool, dropout, then the Linear `fc` (a dotted name: "head.fc") of
  * `classes` outputs, or the pooled features when classes is 0. */

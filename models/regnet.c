@@ -35,19 +35,6 @@ static ValueId conv_norm_act(Builder *b, const char *name, ValueId x, int64_t ou
     return linear ? x : f_relu(b, x);
 }
 
-/* SEModule(bottleneck, rd_channels=rd): the 1x1 convs' biases zeroed by _init_weights. */
-static ValueId se(Builder *b, ValueId x, int64_t rd)
-{
-    int64_t ch = b_shape(b, x)->d[1];
-    ConvOpts o1 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(rd), .bias_init = init_zeros()};
-    ConvOpts o2 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(ch), .bias_init = init_zeros()};
-    b_push(b, "se");
-    ValueId s = f_relu(b, nn_conv2d(b, "fc1", f_adaptive_avg_pool2d(b, x, 1, 1), rd, 1, o1));
-    s = f_sigmoid(b, nn_conv2d(b, "fc2", s, ch, 1, o2));
-    b_pop(b);
-    return f_mul(b, x, s);
-}
-
 static ValueId block(Builder *b, const RegNetArch *r, ValueId x, int64_t out, int stride, int group_size,
                      double drop_path)
 {
@@ -56,7 +43,7 @@ static ValueId block(Builder *b, const RegNetArch *r, ValueId x, int64_t out, in
     x = conv_norm_act(b, "conv1", x, out, 1, 1, 1, 0, 0);
     x = conv_norm_act(b, "conv2", x, out, 3, stride, (int)(out / group_size), 0, 0);
     if (r->se)
-        x = se(b, x, (int64_t)nearbyint((double)in * 0.25)); /* Python round(): ties to even */
+        x = nn_se_module(b, "se", x, (int64_t)nearbyint((double)in * 0.25), init_zeros()); /* round(): ties to even */
     x = conv_norm_act(b, "conv3", x, out, 1, 1, 1, 1, 1);
     if (in != out || stride != 1)
         shortcut = conv_norm_act(b, "downsample", shortcut, out, 1, stride, 1, 0, 1);

@@ -62,17 +62,11 @@ static ValueId downsample(Builder *b, const ResNetArch *r, ValueId x, int64_t ou
     return x;
 }
 
-/* SEModule (rd_ratio 1/16, divisor 8): mean over H, W -> fc1 -> relu ->
- * fc2 -> sigmoid gate; its 1x1 convs carry biases of torch's default init. */
+/* SEModule (rd_ratio 1/16, divisor 8), its conv biases of torch's default init. */
 static ValueId se(Builder *b, ValueId x)
 {
-    int64_t ch = b_shape(b, x)->d[1], rd = eb_make_divisible((double)ch / 16, 8, 0);
-    b_push(b, "se");
-    ValueId s = f_adaptive_avg_pool2d(b, x, 1, 1);
-    s = f_relu(b, nn_conv2d(b, "fc1", s, rd, 1, (ConvOpts){.bias = 1, .weight_init = init_kaiming_normal_fan_out(rd)}));
-    s = nn_conv2d(b, "fc2", s, ch, 1, (ConvOpts){.bias = 1, .weight_init = init_kaiming_normal_fan_out(ch)});
-    b_pop(b);
-    return f_mul(b, x, f_sigmoid(b, s));
+    int64_t rd = eb_make_divisible((double)b_shape(b, x)->d[1] / 16, 8, 0);
+    return nn_se_module(b, "se", x, rd, (CtInit){CT_INIT_DEFAULT, 0});
 }
 
 /* EcaModule: the channel means convolved along the channels by a Conv1d of

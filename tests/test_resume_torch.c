@@ -40,18 +40,6 @@ static void data_path(char *buf, size_t n, const char *name)
     snprintf(buf, n, "%.900s/torch/%.100s", test_data_dir(), name);
 }
 
-/* CRC-32 bit by bit, apart from the zip reader's table. */
-static unsigned crc32_bits(const unsigned char *p, size_t n)
-{
-    unsigned c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    }
-    return c ^ 0xFFFFFFFFu;
-}
-
 /* The rest of the next line of text past *at that begins "FILE KIND ",
  * into buf; 0 when there is none. */
 static int next_line(const char *text, const char *file, const char *kind, const char **at, char *buf, size_t n)
@@ -95,7 +83,7 @@ static int check_tensors(const CtState *s, const char *text, const char *file, c
         CHECKF(!strcmp(shape, e->type.shape.ndim ? want_shape : "-"), "%s '%s': shape %s, file %s", file, full,
                want_shape, shape);
         CHECKF(!strcmp(dtype, ct_dtype_st_name(e->type.dtype)), "%s '%s'", file, full);
-        unsigned got = crc32_bits(state_data(s, i), nbytes);
+        unsigned got = test_crc32(state_data(s, i), nbytes);
         CHECKF(got == crc, "%s '%s': CRC %08x, want %08x", file, full, got, crc);
     }
     return n;

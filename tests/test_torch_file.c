@@ -31,19 +31,6 @@ typedef struct Line {
 static Line lines[MAX_LINES];
 static int nlines;
 
-/* CRC-32 bit by bit: apart from the zip reader's table, so one cannot hide
- * the other's mistake. */
-static unsigned crc32_bits(const unsigned char *p, size_t n)
-{
-    unsigned c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    }
-    return c ^ 0xFFFFFFFFu;
-}
-
 static void data_path(char *buf, size_t n, const char *name)
 {
     snprintf(buf, n, "%.900s/torch/%.100s", test_data_dir(), name);
@@ -115,7 +102,7 @@ static void check_part(const char *file, const char *kind, const StFile *f)
                ct_dtype_st_name(t->dtype), l->dtype);
         CHECKF(!strcmp(shape, l->shape), "%s '%s': shape %s, want %s", file, l->name, shape, l->shape);
         CHECKF(st_numel(t) * (int64_t)ct_dtype_size(t->dtype) == (int64_t)t->nbytes, "%s '%s'", file, l->name);
-        unsigned crc = t->nbytes ? crc32_bits(t->data, t->nbytes) : 0;
+        unsigned crc = t->nbytes ? test_crc32(t->data, t->nbytes) : 0;
         CHECKF(crc == l->crc, "%s '%s': bytes of CRC %08x, want %08x", file, l->name, crc, l->crc);
     }
     CHECKF(i == f->ntensors, "%s %s: %d tensors, want %d", file, kind, f->ntensors, i);
