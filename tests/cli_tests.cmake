@@ -190,8 +190,11 @@ set_tests_properties(train_model_kwargs_refused PROPERTIES FIXTURES_REQUIRED sha
 # then --resume for the second, bit for bit (cpu backend, one OpenBLAS thread,
 # -j 1): the same summary.csv line and the same weights file.
 set(TRAIN ${CMAKE_BINARY_DIR}/ctimm-train)
-set(TRAIN_SHORT "${TRAIN} -b 16 --img-size 32 --lr 0.1 -j 1 --log-interval 1000")
 set_tests_properties(train_embedded_short PROPERTIES FIXTURES_SETUP shapes_data)
+# The short runs below train on shapes-small: 40 train and 10 val images a class.
+add_test(NAME shapes_small COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/make_small_shapes.sh data/shapes-64 shapes-small 40 10)
+set_tests_properties(shapes_small PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP shapes_small)
+set(TRAIN_SHORT "${TRAIN} shapes-small -b 16 --img-size 32 --lr 0.1 -j 1 --log-interval 1000")
 # The resumed run writes to a new folder, ckpt-b-1, as timm's get_outdir(inc=True),
 # after cleaning what killed runs left in ckpt-b (temporary files of dead processes);
 # its epoch-1 checkpoint is then copied beside epoch 0's in ckpt-b, the folder
@@ -238,10 +241,10 @@ foreach(refusal ${TRAIN_REFUSALS})
   add_test(NAME train_refuses_${name} COMMAND sh -c
     "rm -rf refused-${name} && ${FAIL} \"${pattern}\" ${TRAIN_SHORT} ${flags} --output refused-${name} && \
      test ! -e refused-${name}")
-  set_tests_properties(train_refuses_${name} PROPERTIES FIXTURES_REQUIRED "train_ckpt;train_refusal_files"
+  set_tests_properties(train_refuses_${name} PROPERTIES FIXTURES_REQUIRED "shapes_small;train_ckpt;train_refusal_files"
     ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 endforeach()
-set_tests_properties(train_resume_bit_exact PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP train_ckpt
+set_tests_properties(train_resume_bit_exact PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small" FIXTURES_SETUP train_ckpt
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
 set_tests_properties(train_checkpoint_files PROPERTIES FIXTURES_REQUIRED train_ckpt)
 # The LR schedule in a real run: --sched step halves the LR every epoch, in
@@ -257,7 +260,7 @@ add_test(NAME train_sched_step COMMAND sh -c
      --sched-on-updates --log-interval 1 > sched-upd.log && \
    grep '^Train: 0 ' sched-upd.log | head -1 | grep -q 'LR: 1.000e-01' && \
    grep '^Train: 0 ' sched-upd.log | tail -1 | grep -q 'LR: 5.000e-02'")
-set_tests_properties(train_sched_step PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(train_sched_step PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME train_sched_plateau_per_update COMMAND ${FAIL} "plateau steps per epoch only"
   ${CMAKE_BINARY_DIR}/ctimm-train --sched plateau --sched-on-updates)
@@ -270,7 +273,7 @@ add_test(NAME train_sched_unknown COMMAND ${FAIL} "--sched wsd is not one of" ${
 add_test(NAME train_mixup_cutmix_reprob COMMAND sh -c
   "rm -rf mixup-out && ${TRAIN_SHORT} --epochs 1 --mixup 0.2 --cutmix 1.0 --reprob 0.25 --output mixup-out && \
    grep -q '^0,' mixup-out/summary.csv")
-set_tests_properties(train_mixup_cutmix_reprob PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(train_mixup_cutmix_reprob PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data" PASS_REGULAR_EXPRESSION "Acc@1: [0-9.]+  Acc@5")
 add_test(NAME train_mixup_odd_batch COMMAND ${FAIL} "mixup/cutmix needs an even --batch-size, not 15"
   ${CMAKE_BINARY_DIR}/ctimm-train --cutmix 1 -b 15)
@@ -333,7 +336,7 @@ add_test(NAME train_clip_grad_model_ema COMMAND sh -c
   "rm -rf clip-ema-out && ${TRAIN_SHORT} --epochs 1 --clip-grad 1 --model-ema --output clip-ema-out > clip-ema.log && \
    grep -q '^Test: \\[' clip-ema.log && grep -q '^Test (EMA): \\[.*Acc@1: [0-9.]*  Acc@5' clip-ema.log && \
    grep -q 'ema.fc.weight' clip-ema-out/last.state.safetensors")
-set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP train_ema
+set_tests_properties(train_clip_grad_model_ema PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small" FIXTURES_SETUP train_ema
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 
 # timm's data and augmentation flags reach the transforms.
@@ -372,7 +375,7 @@ add_test(NAME train_amp_bce_start_epoch COMMAND sh -c
    test $(grep -c . start-out/summary.csv) -eq 2 && grep -q '^1,' start-out/summary.csv && \
    ${TRAIN_SHORT} --epochs 2 --model-ema --resume ckpt-b/checkpoint-0.safetensors > ema-resume.log && \
    grep -q '^Test (EMA): .*Acc@1' ema-resume.log")
-set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;train_ckpt" FIXTURES_SETUP train_bce
+set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small;train_ckpt" FIXTURES_SETUP train_bce
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME train_amp_bad_dtype COMMAND ${FAIL} "--amp-dtype float8 is not one of float16, bfloat16"
   ${CMAKE_BINARY_DIR}/ctimm-train --amp --amp-dtype float8)
@@ -386,13 +389,13 @@ set_tests_properties(train_start_epoch_past_end PROPERTIES FIXTURES_REQUIRED sha
 # for the comparison to mean something.
 add_test(NAME train_resume_plateau COMMAND sh -c
   "rm -rf plat-a plat-b plat-b-* && \
-   P='--sched plateau --patience-epochs 0 --decay-rate 0.5 --eval-metric loss' && \
+   P='--sched plateau --patience-epochs 0 --decay-rate 0.5 --eval-metric top1' && \
    ${TRAIN_SHORT} --epochs 4 $P --output plat-a && ${TRAIN_SHORT} --epochs 2 $P --output plat-b && \
    ${TRAIN_SHORT} --epochs 4 $P --output plat-b --resume plat-b/last.safetensors && \
    grep -q '^[1-3],.*,0.05$' plat-a/summary.csv && \
    tail -n +2 plat-b-1/summary.csv | cat plat-b/summary.csv - | cmp plat-a/summary.csv - && \
    cmp plat-a/last.safetensors plat-b-1/last.safetensors")
-set_tests_properties(train_resume_plateau PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(train_resume_plateau PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
 
 # ctimm-validate: the best checkpoint of train_resume_bit_exact's run gives the
@@ -404,13 +407,13 @@ set_tests_properties(train_resume_plateau PROPERTIES FIXTURES_REQUIRED shapes_da
 set(VALIDATE ${CMAKE_BINARY_DIR}/ctimm-validate)
 add_test(NAME validate_checkpoint COMMAND sh -c
   "best=$(sort -t, -k4,4g ckpt-a/summary.csv | tail -1) && \
-   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 64 -j 2 --results-file val.csv > val.log && \
+   ${VALIDATE} shapes-small --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 64 -j 2 --results-file val.csv > val.log && \
    grep -q '^ \\* Acc@1 ' val.log && \
    head -1 val.csv | grep -q '^model,top1,top1_err,top5,top5_err,param_count,img_size,crop_pct,interpolation' && \
    grep -q '^test_resnet,.*,0.37,32,0.95,bilinear' val.csv && \
    echo \"$best\" | awk -F, -v v=\"$(sed -n 2p val.csv)\" '{split(v, r, \",\"); exit !(r[2] == $4 && r[4] == $5)}' && \
    seq 0 9 > all.labels && \
-   ${VALIDATE} --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 50 --valid-labels all.labels \
+   ${VALIDATE} shapes-small --checkpoint ckpt-a/model_best.safetensors --img-size 32 -b 50 --valid-labels all.labels \
      --results-file val.json --results-format json > val2.log && \
    sed -n 's/^[[:space:]]*.top1.:[[:space:]]*\\([0-9.]*\\),$/\\1/p' val.json | \
      awk -v want=\"$(sed -n 2p val.csv | cut -d, -f2)\" '{ok = $1 == want + 0} END {exit !ok}'")
@@ -444,10 +447,11 @@ set(AVG ${CMAKE_BINARY_DIR}/ctimm-avg-checkpoints)
 set(CLEAN ${CMAKE_BINARY_DIR}/ctimm-clean-checkpoint)
 add_test(NAME checkpoint_tools COMMAND sh -c
   "rm -rf avg-out && mkdir avg-out && \
+   best=$(tail -n +2 ckpt-a/summary.csv | sort -t, -k4,4g | tail -1 | cut -d, -f1) && \
    ${AVG} --input ckpt-b -n 1 --output avg-out/one.safetensors > avg1.log && \
-   grep -q 'checkpoint-1.safetensors' avg1.log && grep -aq 'ctimm.xxh3_128' avg-out/one.safetensors && \
+   grep -q \"checkpoint-$best.safetensors\" avg1.log && grep -aq 'ctimm.xxh3_128' avg-out/one.safetensors && \
    ${VALIDATE} --checkpoint avg-out/one.safetensors --img-size 32 -b 100 --results-file avg-out/one.csv > /dev/null && \
-   ${VALIDATE} --checkpoint ckpt-b/checkpoint-1.safetensors --img-size 32 -b 100 --results-file avg-out/best.csv > /dev/null && \
+   ${VALIDATE} --checkpoint ckpt-b/checkpoint-$best.safetensors --img-size 32 -b 100 --results-file avg-out/best.csv > /dev/null && \
    cmp avg-out/one.csv avg-out/best.csv && \
    ${AVG} --input ckpt-b --output avg-out/two.safetensors > avg2.log && grep -q 'average of 2 checkpoints' avg2.log && \
    ${VALIDATE} --checkpoint avg-out/two.safetensors --img-size 32 -b 100 > /dev/null && \
@@ -520,7 +524,7 @@ add_test(NAME torch_checkpoint_cli COMMAND sh -c
      --output pth-out/t && \
    ${FAIL} '--resume .*1 param group of 92 params, --opt sgd here 2 param groups of 31, 16 params.*--no-resume-opt' \
      ${TRAIN_SHORT} --num-classes 1000 --resume $P --output pth-out/r")
-set_tests_properties(torch_checkpoint_cli PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(torch_checkpoint_cli PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 # --resume from a timm train.py checkpoint (train/resume_torch.h): train.py's
 # 'sgd' run of test_resnet saved at epoch 2 (tests/data/torch/resume_sgd.pth.tar)
@@ -654,7 +658,7 @@ add_test(NAME pretrained_cli COMMAND sh -c
    grep -q '^Re-initialised the classifier (fc.weight, fc.bias) for 12 classes, as train.py.s --pretrained-path' pre-out/p.log && \
    HF_HUB_CACHE=/nonexistent/hub ${FAIL} '^ctimm-validate: test_resnet: --pretrained: timm/test_resnet.r160_in1k is not in the Hugging Face cache /nonexistent/hub .from .HF_HUB_CACHE.: it has no models--timm--test_resnet.r160_in1k. ctimm never downloads: .huggingface-cli download timm/test_resnet.r160_in1k. puts it there$' \
      $V --pretrained")
-set_tests_properties(pretrained_cli PROPERTIES FIXTURES_REQUIRED shapes_data
+set_tests_properties(pretrained_cli PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;HF_HUB_CACHE=${CMAKE_CURRENT_BINARY_DIR}/pre-hub")
 add_test(NAME pretrained_refuses_other_tag COMMAND ${FAIL}
   "--model resnet50.a1h_in1k: the tag names pretrained weights, whose data config comes from their config.json: add --pretrained"
