@@ -257,6 +257,13 @@ ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double
     return classes ? nn_linear(b, fc, x, classes, o) : x;
 }
 
+ValueId nn_layer_norm2d(Builder *b, const char *name, ValueId x, double eps)
+{
+    x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
+    x = nn_layer_norm(b, name, x, eps);
+    return f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2});
+}
+
 ValueId nn_group_norm(Builder *b, const char *name, ValueId x, GNOpts o)
 {
     if (b->e.failed || x < 0)

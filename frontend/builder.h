@@ -96,6 +96,8 @@ ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit
  * `classes` outputs, or the pooled features when classes is 0. */
 ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double drop_rate, LinearOpts o);
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps);
+/* timm's LayerNorm2d: layer norm over C of [N,C,H,W], through channels-last. */
+ValueId nn_layer_norm2d(Builder *b, const char *name, ValueId x, double eps);
 typedef struct GNOpts {
     int groups;
     double eps;      /* 0 means 1e-5 */

@@ -41,14 +41,6 @@ static ValueId cx_linear(Builder *b, const char *name, ValueId x, int64_t out)
     return nn_linear(b, name, x, out, (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
 }
 
-/* timm's LayerNorm2d: layer norm over C of [N,C,H,W], through channels-last. */
-static ValueId layer_norm_2d(Builder *b, const char *name, ValueId x, double eps)
-{
-    x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
-    x = nn_layer_norm(b, name, x, eps);
-    return f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2});
-}
-
 static ValueId act(Builder *b, const ConvNeXtArch *c, ValueId x)
 {
     return c->act == ACT_SILU ? f_silu(b, x) : f_gelu(b, x, c->act == ACT_GELU_TANH);
@@ -99,7 +91,7 @@ static ValueId block(Builder *b, const ConvNeXtArch *c, ValueId x, int kernel, d
     ValueId shortcut = x;
     x = cx_conv(b, "conv_dw", x, C, kernel, 1, kernel / 2, (int)C);
     if (c->conv_mlp) {
-        x = mlp(b, c, layer_norm_2d(b, "norm", x, c->norm_eps), C, 4 * C);
+        x = mlp(b, c, nn_layer_norm2d(b, "norm", x, c->norm_eps), C, 4 * C);
     } else {
         x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
         x = mlp(b, c, nn_layer_norm(b, "norm", x, c->norm_eps), C, 4 * C);
@@ -117,7 +109,7 @@ static ValueId head(Builder *b, const ConvNeXtArch *c, ValueId x, int classes, d
 {
     b_push(b, "head");
     x = f_adaptive_avg_pool2d(b, x, 1, 1);
-    x = layer_norm_2d(b, "norm", x, c->norm_eps);
+    x = nn_layer_norm2d(b, "norm", x, c->norm_eps);
     const CtShape *s = b_shape(b, x);
     x = f_reshape(b, x, 2, (int64_t[]){s->d[0], s->d[1]});
     x = f_dropout(b, x, drop_rate);
@@ -135,14 +127,14 @@ static ValueId build_convnext(Builder *b, const ModelEntry *m, const ModelArgs *
         total += c->depths[s];
     b_push(b, "stem");
     x = cx_conv(b, "0", x, c->dims[0], 4, 4, 0, 1);
-    x = layer_norm_2d(b, "1", x, c->norm_eps);
+    x = nn_layer_norm2d(b, "1", x, c->norm_eps);
     b_pop(b);
     b_push(b, "stages");
     for (int s = 0; s < 4; s++) {
         b_push(b, "%d", s);
         if (s > 0) {
             b_push(b, "downsample");
-            x = layer_norm_2d(b, "0", x, c->norm_eps);
+            x = nn_layer_norm2d(b, "0", x, c->norm_eps);
             x = cx_conv(b, "1", x, c->dims[s], 2, 2, 0, 1);
             b_pop(b);
         }

@@ -103,8 +103,22 @@ void layer_decay_scales(const int *ids, int n, int nlayers, double decay, double
         scale[k] = fmax(min_scale, pow(decay, nlayers - 1 - ids[k]));
 }
 
-int layer_decay_params(const Graph *g, const GroupRule *rules, double decay, double min_scale, int *ids,
-                       double *scale, int *nparams, int *nlayers, CtErr *err)
+void layer_auto_group_ids(const char *const *names, int n, const char *head_prefix, int *ids, int *nlayers)
+{
+    size_t hp = head_prefix ? strlen(head_prefix) : 0;
+    int trunk = 0;
+    for (int k = 0; k < n; k++)
+        if (hp && strncmp(names[k], head_prefix, hp) != 0)
+            ids[k] = trunk++ / LG_AUTO_PER_GROUP;
+    int head = (trunk + LG_AUTO_PER_GROUP - 1) / LG_AUTO_PER_GROUP;
+    for (int k = 0; k < n; k++)
+        if (!hp || strncmp(names[k], head_prefix, hp) == 0)
+            ids[k] = head;
+    *nlayers = head + 1;
+}
+
+int layer_decay_params(const Graph *g, const GroupRule *rules, const char *head_prefix, double decay,
+                       double min_scale, int *ids, double *scale, int *nparams, int *nlayers, CtErr *err)
 {
     const char **names = calloc((size_t)g->nstate + 1, sizeof *names);
     CT_ASSERT(names != NULL);
@@ -112,7 +126,11 @@ int layer_decay_params(const Graph *g, const GroupRule *rules, double decay, dou
     for (int k = 0; k < g->nstate; k++)
         if (g->values[g->state[k]].role == CT_ROLE_PARAM)
             names[n++] = g->values[g->state[k]].name;
-    int rc = layer_group_ids(rules, names, n, ids, nlayers, err);
+    int rc = 0;
+    if (rules)
+        rc = layer_group_ids(rules, names, n, ids, nlayers, err);
+    else
+        layer_auto_group_ids(names, n, head_prefix, ids, nlayers);
     if (rc == 0)
         layer_decay_scales(ids, n, *nlayers, decay, min_scale, scale);
     *nparams = n;

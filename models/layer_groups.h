@@ -26,12 +26,20 @@ typedef struct GroupRule {
  * names[k] (names no rule matches come last), *nlayers the max id + 1. */
 int layer_group_ids(const GroupRule *rules, const char *const *names, int n, int *ids, int *nlayers, CtErr *err);
 
+/* auto_group_layers, timm's fallback for a model without group_matcher:
+ * the params outside the head (names not starting with head_prefix, the
+ * cfg's classifier) in order, LG_AUTO_PER_GROUP a layer, then the head's as
+ * one more; with no head_prefix every param is head. */
+enum { LG_AUTO_PER_GROUP = 12 };
+void layer_auto_group_ids(const char *const *names, int n, const char *head_prefix, int *ids, int *nlayers);
+
 /* scale[k] = max(min_scale, decay ^ (nlayers - 1 - ids[k])). */
 void layer_decay_scales(const int *ids, int n, int nlayers, double decay, double min_scale, double *scale);
 
 /* Both over the params of model graph g in state_dict order (*nparams of
- * them; ids and scale hold g->nstate): OptimSpec.lr_scale of --layer-decay. */
-int layer_decay_params(const Graph *g, const GroupRule *rules, double decay, double min_scale, int *ids,
-                       double *scale, int *nparams, int *nlayers, CtErr *err);
+ * them; ids and scale hold g->nstate): OptimSpec.lr_scale of --layer-decay.
+ * rules NULL: layer_auto_group_ids with head_prefix. */
+int layer_decay_params(const Graph *g, const GroupRule *rules, const char *head_prefix, double decay,
+                       double min_scale, int *ids, double *scale, int *nparams, int *nlayers, CtErr *err);
 
 #endif

@@ -37,7 +37,7 @@ static char *check_model(char *line)
     int *ids = malloc(sizeof *ids * (size_t)g.nstate);
     double *scale = malloc(sizeof *scale * (size_t)g.nstate);
     int n = 0, nlayers = 0, row = 0, bad = 0;
-    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, decay, min_scale, ids, scale, &n, &nlayers, &err) == 0,
+    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, m->cfg.classifier, decay, min_scale, ids, scale, &n, &nlayers, &err) == 0,
            "%s", err.msg);
     CHECKF(nlayers == want_layers, "%s: %d layers, timm %d", model, nlayers, want_layers);
     const char *names[4096];
@@ -141,7 +141,7 @@ static void test_scaled_step(void)
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
     int *ids = malloc(sizeof *ids * (size_t)g.nstate), n, nlayers;
     double *scale = malloc(sizeof *scale * (size_t)g.nstate);
-    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, 0.75, 0, ids, scale, &n, &nlayers, &err) == 0, "%s",
+    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, m->cfg.classifier, 0.75, 0, ids, scale, &n, &nlayers, &err) == 0, "%s",
            err.msg);
     CtState init, plain, ld, frozen;
     TrainStep tp, tl, tf;
@@ -204,7 +204,7 @@ static void test_update_launches(void)
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
     int *ids = malloc(sizeof *ids * (size_t)g.nstate), n, nlayers;
     double *scale = malloc(sizeof *scale * (size_t)g.nstate);
-    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, 0.75, 0, ids, scale, &n, &nlayers, &err) == 0, "%s",
+    CHECKF(layer_decay_params(&g, model_family(m)->group_matcher, m->cfg.classifier, 0.75, 0, ids, scale, &n, &nlayers, &err) == 0, "%s",
            err.msg);
     OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 0.05, .no_weight_decay = m->no_weight_decay,
                      .lr_scale = scale, .n_lr_scale = n};

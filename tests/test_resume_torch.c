@@ -208,7 +208,7 @@ static void check_refusals(const OptimSpec *sgd, const OptimSpec *adamw)
         int *ids = malloc(sizeof *ids * (size_t)u.g.nstate), n, nlayers;
         double *scale = malloc(sizeof *scale * (size_t)u.g.nstate);
         CtErr err = {{0}};
-        CHECKF(layer_decay_params(&u.g, model_family(model_find("test_resnet"))->group_matcher, 0.75, 0, ids, scale,
+        CHECKF(layer_decay_params(&u.g, model_family(model_find("test_resnet"))->group_matcher, model_find("test_resnet")->cfg.classifier, 0.75, 0, ids, scale,
                                   &n, &nlayers, &err) == 0, "%s", err.msg);
         ResumeOptim o_ld = {.opt = "sgd", .weight_decay = 2e-5, .layer_ids = ids};
         check_refusal("resume_sgd.pth.tar", sgd, CLASSES, "test_resnet", &o_ld, "its optimizer has 2 param groups",

@@ -3,8 +3,8 @@
 
 For each case, timm's create_optimizer_v2 (as train.py calls it with
 --layer-decay, --layer-decay-min-scale) on the model: each parameter's layer
-id (group_parameters over group_matcher(coarse=False), as
-param_groups_layer_decay computes it) and the lr_scale of the param group the
+id (group_parameters over group_matcher(coarse=False), or auto_group_layers for a model
+without one, as param_groups_layer_decay computes it) and the lr_scale of the param group the
 optimizer put it in.
 
     PYTHONPATH=/opt/timm python3 tools/make_layer_decay_refs.py > tests/data/layer_decay_refs.txt
@@ -14,14 +14,18 @@ line per parameter in state_dict order, then "end".
 """
 import timm
 from timm.models import group_parameters
+from timm.optim._param_groups import auto_group_layers
 from timm.optim import create_optimizer_v2
 
 CASES = [('test_vit', 0.75, 0.0), ('test_resnet', 0.75, 0.0), ('test_convnext', 0.75, 0.1),
-         ('test_efficientnet', 0.75, 0.0), ('mobilenetv3_small_100', 0.75, 0.0)]
+         ('test_efficientnet', 0.75, 0.0), ('mobilenetv3_small_100', 0.75, 0.0), ('poolformer_s12', 0.75, 0.0)]
 
 for name, decay, min_scale in CASES:
     model = timm.create_model(name)
-    layer = group_parameters(model, model.group_matcher(coarse=False), reverse=True)
+    if hasattr(model, 'group_matcher'):
+        layer = group_parameters(model, model.group_matcher(coarse=False), reverse=True)
+    else:
+        layer = auto_group_layers(model)
     opt = create_optimizer_v2(model, 'sgd', lr=0.1, weight_decay=0.05, layer_decay=decay,
                               layer_decay_min_scale=min_scale)
     scale = {id(p): g['lr_scale'] for g in opt.param_groups for p in g['params']}

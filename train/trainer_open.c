@@ -50,7 +50,7 @@ static int layer_decay(Trainer *t, OptimSpec *opt, double *scale, CtErr *err)
     const Graph *g = &t->train;
     int *ids = malloc(sizeof *ids * ((size_t)g->nstate + 1)), n, nlayers;
     CT_ASSERT(ids != NULL);
-    if (layer_decay_params(g, model_family(t->m)->group_matcher, a->layer_decay, a->layer_decay_min_scale, ids, scale,
+    if (layer_decay_params(g, model_family(t->m)->group_matcher, t->m->cfg.classifier, a->layer_decay, a->layer_decay_min_scale, ids, scale,
                            &n, &nlayers, err)) {
         free(ids);
         return -1;
@@ -316,7 +316,7 @@ static int resume_from_torch(Trainer *t, Resumed *res, CtErr *err)
         ids = malloc(sizeof *ids * ((size_t)t->train.nstate + 1));
         scale = malloc(sizeof *scale * ((size_t)t->train.nstate + 1));
         CT_ASSERT(ids != NULL && scale != NULL);
-        rc = layer_decay_params(&t->train, model_family(t->m)->group_matcher, a->layer_decay,
+        rc = layer_decay_params(&t->train, model_family(t->m)->group_matcher, t->m->cfg.classifier, a->layer_decay,
                                 a->layer_decay_min_scale, ids, scale, &n, &nlayers, err);
         o.layer_ids = ids;
     }
