@@ -64,6 +64,7 @@ static inline CtInit init_normal(double std) { return (CtInit){CT_INIT_NORMAL, s
 static inline CtInit init_trunc_normal(double std) { return (CtInit){CT_INIT_TRUNC_NORMAL, std}; }
 static inline CtInit init_uniform(double bound) { return (CtInit){CT_INIT_UNIFORM, bound}; }
 static inline CtInit init_constant(double v) { return (CtInit){CT_INIT_CONSTANT, v}; }
+static inline CtInit init_trunc_normal_tf(double std) { return (CtInit){CT_INIT_TRUNC_NORMAL_TF, std}; }
 /* kaiming_normal_(mode='fan_out', nonlinearity='relu'): std = sqrt(2/fan_out). */
 CtInit init_kaiming_normal_fan_out(int64_t fan_out);
 

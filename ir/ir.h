@@ -47,6 +47,7 @@ typedef enum CtInitKind {
     CT_INIT_TRUNC_NORMAL, /* N(0, a^2) truncated to [-2, 2] absolute, as timm's trunc_normal_ */
     CT_INIT_UNIFORM,      /* U(-a, a) */
     CT_INIT_CONSTANT,     /* a (layer-scale gammas) */
+    CT_INIT_TRUNC_NORMAL_TF, /* N(0, a^2) truncated to [-2a, 2a], as timm's trunc_normal_tf_ */
 } CtInitKind;
 
 typedef struct CtInit {

@@ -1,44 +1,93 @@
 /*
- * Vision Transformer family (timm/models/vision_transformer.py, deit.py):
- * patch embedding conv, class token, learned position embedding, pre-norm
- * blocks (LayerNorm eps 1e-6, fused-qkv attention, GELU MLP), final norm and
- * class-token pooling. Init as timm's init_weights_vit_timm: trunc_normal(.02)
- * linears with zero bias, pos_embed trunc_normal(.02), cls_token normal(1e-6),
- * the patch conv left at PyTorch's default.
+ * Vision Transformer family (timm/models/vision_transformer.py, deit.py): the
+ * patch embedding conv, a class token and register tokens (either optional),
+ * learned position embedding (over the prefix tokens too, or with
+ * no_embed_class over the patches only), an optional pre-norm (CLIP), pre-norm
+ * blocks (fused-qkv attention, GELU MLP, layer scale where init_values), then
+ * the final norm and pooling: the class token, the mean of the tokens (then
+ * fc_norm), or MAP (AttentionPoolLatent: a learned latent query attending to
+ * the tokens, then an MLP). LayerNorm eps 1e-6 (CLIP's 1e-5), or RmsNorm.
+ * Init as timm's init_weights_vit_timm: trunc_normal(.02) linears with zero
+ * bias, pos_embed trunc_normal(.02), cls/reg tokens normal(1e-6), the MAP
+ * latent trunc_normal_tf(dim^-0.5), layer scales init_values, the patch conv
+ * left at PyTorch's default.
  */
 #include <math.h>
 
 #include "models/layer_groups.h"
 #include "models/registry.h"
 
+enum { POOL_TOKEN, POOL_AVG, POOL_MAP };
+enum { NORM_LN, NORM_LN_EPS5, NORM_RMS };
+
 typedef struct VitArch {
     int patch, dim, depth, heads;
     double mlp_ratio;
+    int no_class_token, reg_tokens, no_embed_class, pre_norm;
+    int pool;                /* POOL_*; POOL_AVG uses fc_norm instead of the final norm */
+    int pool_include_prefix; /* MAP / avg over the prefix tokens too */
+    double init_values;      /* layer scale; 0: none */
+    int norm;                /* NORM_* */
 } VitArch;
-
-static const double LN_EPS = 1e-6;
 
 static ValueId vit_linear(Builder *b, const char *name, ValueId x, int64_t out)
 {
     return nn_linear(b, name, x, out, (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
 }
 
+static ValueId reduce_sum(Builder *b, ValueId x, int64_t mask)
+{
+    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
+}
+
+/* timm's RmsNorm (eps 1e-6): x * rsqrt(mean(x^2) + eps) * weight over the last dim. */
+static ValueId rms_norm(Builder *b, const char *name, ValueId x)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t D = s->d[s->ndim - 1];
+    b_push(b, "%s", name);
+    ValueId w = b_param(b, "weight", (CtShape){1, {D}}, init_ones());
+    b_pop(b);
+    ValueId ms = f_scale_shift(b, reduce_sum(b, f_mul(b, x, x), (int64_t)1 << (s->ndim - 1)), 1.0 / (double)D, 1e-6);
+    return f_mul(b, f_mul(b, x, f_rsqrt(b, ms)), w);
+}
+
+static ValueId norm(Builder *b, const VitArch *v, const char *name, ValueId x)
+{
+    if (v->norm == NORM_RMS)
+        return rms_norm(b, name, x);
+    return nn_layer_norm(b, name, x, v->norm == NORM_LN_EPS5 ? 1e-5 : 1e-6);
+}
+
+/* q [B,H,Nq,hd], k and v [B,H,N,hd] -> sdpa -> [B,Nq,D]. */
+static ValueId attend(Builder *b, ValueId q, ValueId k, ValueId v)
+{
+    const CtShape *s = b_shape(b, q);
+    int64_t B = s->d[0], H = s->d[1], Nq = s->d[2], hd = s->d[3];
+    ValueId x = f_sdpa(b, q, k, v, 1.0 / sqrt((double)hd));
+    x = f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3});
+    return f_reshape(b, x, 3, (int64_t[]){B, Nq, H * hd});
+}
+
+/* Of t [B,N,n*H*hd], the n tensors [B,H,N,hd] (qkv's or kv's split). */
+static void split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out)
+{
+    const CtShape *s = b_shape(b, t);
+    int64_t B = s->d[0], N = s->d[1], hd = s->d[2] / n / heads;
+    t = f_reshape(b, t, 5, (int64_t[]){B, N, n, heads, hd});
+    t = f_permute(b, t, 5, (int64_t[]){2, 0, 3, 1, 4});
+    for (int i = 0; i < n; i++)
+        out[i] = f_reshape(b, f_slice(b, t, 0, i, i + 1, 1), 4, (int64_t[]){B, heads, N, hd});
+}
+
 /* Attention: qkv [B,N,3D] -> q,k,v [B,H,N,hd] -> sdpa -> [B,N,D] -> proj. */
 static ValueId attention(Builder *b, ValueId x, int64_t heads)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0], N = s->d[1], D = s->d[2], hd = D / heads;
+    int64_t D = b_shape(b, x)->d[2];
     b_push(b, "attn");
-    ValueId qkv = vit_linear(b, "qkv", x, 3 * D);
-    qkv = f_reshape(b, qkv, 5, (int64_t[]){B, N, 3, heads, hd});
-    qkv = f_permute(b, qkv, 5, (int64_t[]){2, 0, 3, 1, 4});
     ValueId t[3];
-    for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 4, (int64_t[]){B, heads, N, hd});
-    x = f_sdpa(b, t[0], t[1], t[2], 1.0 / sqrt((double)hd));
-    x = f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3});
-    x = f_reshape(b, x, 3, (int64_t[]){B, N, D});
-    x = vit_linear(b, "proj", x, D);
+    split_heads(b, vit_linear(b, "qkv", x, 3 * D), 3, heads, t);
+    x = vit_linear(b, "proj", attend(b, t[0], t[1], t[2]), D);
     b_pop(b);
     return x;
 }
@@ -53,43 +102,105 @@ static ValueId mlp(Builder *b, ValueId x, int64_t hidden)
     return x;
 }
 
+/* LayerScale: x * gamma over the last dim. */
+static ValueId layer_scale(Builder *b, const VitArch *v, const char *name, ValueId x)
+{
+    if (v->init_values == 0)
+        return x;
+    b_push(b, "%s", name);
+    ValueId g = b_param(b, "gamma", (CtShape){1, {v->dim}}, init_constant(v->init_values));
+    b_pop(b);
+    return f_mul(b, x, f_reshape(b, g, 3, (int64_t[]){1, 1, v->dim}));
+}
+
+static int prefix_tokens(const VitArch *v) { return !v->no_class_token + v->reg_tokens; }
+
 static ValueId embed(Builder *b, const VitArch *v, ValueId x)
 {
     int64_t B = b_shape(b, x)->d[0], D = v->dim;
     if (b_shape(b, x)->d[2] % v->patch || b_shape(b, x)->d[3] % v->patch)
         return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d",
                       (long long)b_shape(b, x)->d[2], (long long)b_shape(b, x)->d[3], v->patch);
-    ValueId cls = b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_normal(1e-6));
+    ValueId parts[3]; /* the prefix tokens, then the patches */
+    int np = 0;
+    if (!v->no_class_token)
+        parts[np++] = b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_normal(1e-6));
+    if (v->reg_tokens)
+        parts[np++] = b_param(b, "reg_token", (CtShape){3, {1, v->reg_tokens, D}}, init_normal(1e-6));
     b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
+    /* CLIP's pre-norm patch embedding has no bias */
+    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = !v->pre_norm});
     b_pop(b);
     if (x < 0)
         return -1;
     int64_t N = b_shape(b, x)->d[2] * b_shape(b, x)->d[3];
     x = f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, D, N}), 3, (int64_t[]){0, 2, 1});
-    ValueId pos = b_param(b, "pos_embed", (CtShape){3, {1, N + 1, D}}, init_trunc_normal(.02));
-    x = f_concat(b, 2, (ValueId[]){f_expand(b, cls, 3, (int64_t[]){B, 1, D}), x}, 1);
-    return f_add(b, x, pos);
+    int64_t embed_len = v->no_embed_class ? N : N + prefix_tokens(v);
+    ValueId pos = b_param(b, "pos_embed", (CtShape){3, {1, embed_len, D}}, init_trunc_normal(.02));
+    if (v->no_embed_class)
+        x = f_add(b, x, pos);
+    if (np) {
+        for (int i = 0; i < np; i++)
+            parts[i] = f_expand(b, parts[i], 3, (int64_t[]){B, b_shape(b, parts[i])->d[1], D});
+        parts[np] = x;
+        x = f_concat(b, np + 1, parts, 1);
+    }
+    return v->no_embed_class ? x : f_add(b, x, pos);
+}
+
+/* AttentionPoolLatent (one latent, q projection, pool 'token'): the latent
+ * query attends to the tokens, then proj and a pre-norm MLP residual. */
+static ValueId attn_pool(Builder *b, const VitArch *v, ValueId x)
+{
+    int64_t B = b_shape(b, x)->d[0], D = v->dim;
+    b_push(b, "attn_pool");
+    ValueId latent = b_param(b, "latent", (CtShape){3, {1, 1, D}}, init_trunc_normal_tf(1.0 / sqrt((double)D)));
+    ValueId q[1], kv[2];
+    split_heads(b, vit_linear(b, "q", f_expand(b, latent, 3, (int64_t[]){B, 1, D}), D), 1, v->heads, q);
+    split_heads(b, vit_linear(b, "kv", x, 2 * D), 2, v->heads, kv);
+    x = vit_linear(b, "proj", attend(b, q[0], kv[0], kv[1]), D);
+    x = f_add(b, x, mlp(b, norm(b, v, "norm", x), (int64_t)(D * v->mlp_ratio)));
+    b_pop(b);
+    return f_reshape(b, x, 2, (int64_t[]){B, D});
+}
+
+static ValueId pool(Builder *b, const VitArch *v, ValueId x)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0], N = s->d[1], D = s->d[2];
+    int64_t from = v->pool_include_prefix ? 0 : prefix_tokens(v);
+    if (v->pool == POOL_TOKEN)
+        return f_reshape(b, f_slice(b, x, 1, 0, 1, 1), 2, (int64_t[]){B, D});
+    if (from)
+        x = f_slice(b, x, 1, from, N, 1);
+    if (v->pool == POOL_MAP)
+        return attn_pool(b, v, x);
+    x = f_scale_shift(b, reduce_sum(b, x, 2), 1.0 / (double)(N - from), 0.0);
+    return norm(b, v, "fc_norm", f_reshape(b, x, 2, (int64_t[]){B, D}));
 }
 
 static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
     const VitArch *v = m->arch;
     x = embed(b, v, x);
+    if (v->pre_norm)
+        x = norm(b, v, "norm_pre", x);
     b_push(b, "blocks");
     for (int i = 0; i < v->depth; i++) {
         double dpr = v->depth > 1 ? a->drop_path_rate * i / (v->depth - 1) : 0;
         b_push(b, "%d", i);
-        x = f_add(b, x, f_drop_path(b, attention(b, nn_layer_norm(b, "norm1", x, LN_EPS), v->heads), dpr));
-        x = f_add(b, x, f_drop_path(b, mlp(b, nn_layer_norm(b, "norm2", x, LN_EPS), (int64_t)(v->dim * v->mlp_ratio)), dpr));
+        ValueId y = layer_scale(b, v, "ls1", attention(b, norm(b, v, "norm1", x), v->heads));
+        x = f_add(b, x, f_drop_path(b, y, dpr));
+        y = layer_scale(b, v, "ls2", mlp(b, norm(b, v, "norm2", x), (int64_t)(v->dim * v->mlp_ratio)));
+        x = f_add(b, x, f_drop_path(b, y, dpr));
         b_pop(b);
     }
     b_pop(b);
-    x = nn_layer_norm(b, "norm", x, LN_EPS);
+    if (v->pool != POOL_AVG)
+        x = norm(b, v, "norm", x);
     if (x < 0)
         return -1;
-    int64_t B = b_shape(b, x)->d[0];
-    x = f_reshape(b, f_slice(b, x, 1, 0, 1, 1), 2, (int64_t[]){B, v->dim});
+    x = pool(b, v, x);
     int classes = model_num_classes(m, a);
     if (classes == 0)
         return x;
@@ -99,21 +210,51 @@ static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, Va
 
 static const char *const vit_no_wd[] = {"cls_token", "dist_token", "pos_embed", "reg_token", NULL};
 
-#define VIT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2)                                                      \
+#define VIT_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, classes)                                             \
     {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
-     .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,                 \
+     .crop_pct = crop, .crop_mode = "center", .interpolation = "bicubic", .num_classes = classes,              \
      .first_conv = "patch_embed.proj", .classifier = "head", .fixed_input_size = 1}
-#define INCEPTION(tag, size, crop) VIT_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
-#define IMAGENET(tag, size, crop) VIT_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225)
+#define INCEPTION(tag, size, crop) VIT_CFG(tag, size, crop, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1000)
+#define IMAGENET(tag, size, crop) VIT_CFG(tag, size, crop, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225, 1000)
+#define OPENAI_CLIP(tag, size, crop)                                                                           \
+    VIT_CFG(tag, size, crop, 0.48145466, 0.4578275, 0.40821073, 0.26862954, 0.26130258, 0.27577711, 1000)
+/* image-text and self-supervised weights: no classifier (num_classes 0) */
+#define FEATURES(tag, size, crop, m0, m1, m2, s0, s1, s2) VIT_CFG(tag, size, crop, m0, m1, m2, s0, s1, s2, 0)
 
-static const VitArch tiny16 = {16, 192, 12, 3, 4}, small16 = {16, 384, 12, 6, 4}, base16 = {16, 768, 12, 12, 4};
-static const VitArch base32 = {32, 768, 12, 12, 4}, vtest = {16, 64, 6, 2, 3};
+#define VIT(p, d, n, h, r) .patch = p, .dim = d, .depth = n, .heads = h, .mlp_ratio = r
+static const VitArch tiny16 = {VIT(16, 192, 12, 3, 4)}, small16 = {VIT(16, 384, 12, 6, 4)};
+static const VitArch base16 = {VIT(16, 768, 12, 12, 4)}, base32 = {VIT(32, 768, 12, 12, 4)};
+static const VitArch vtest = {VIT(16, 64, 6, 2, 3)};
+static const VitArch deit3_small = {VIT(16, 384, 12, 6, 4), .no_embed_class = 1, .init_values = 1e-6};
+static const VitArch deit3_base = {VIT(16, 768, 12, 12, 4), .no_embed_class = 1, .init_values = 1e-6};
+static const VitArch clip_base16 = {VIT(16, 768, 12, 12, 4), .pre_norm = 1, .norm = NORM_LN_EPS5};
+static const VitArch siglip_base16 = {VIT(16, 768, 12, 12, 4), .no_class_token = 1, .pool = POOL_MAP};
+static const VitArch dinov2_small14 = {VIT(14, 384, 12, 6, 4), .init_values = 1e-5};
+static const VitArch reg4_gap_base16 = {VIT(16, 768, 12, 12, 4), .no_class_token = 1, .no_embed_class = 1,
+                                        .pool = POOL_AVG, .reg_tokens = 4};
+static const VitArch vtest2 = {VIT(16, 64, 8, 2, 3), .no_class_token = 1, .reg_tokens = 1, .pool = POOL_AVG,
+                               .init_values = 1e-5};
+static const VitArch vtest3 = {VIT(16, 96, 9, 3, 2), .no_class_token = 1, .reg_tokens = 1, .pool = POOL_MAP,
+                               .pool_include_prefix = 1, .init_values = 1e-5};
+static const VitArch vtest4 = {VIT(16, 96, 9, 3, 3), .no_class_token = 1, .reg_tokens = 1, .pool = POOL_AVG,
+                               .init_values = 1e-5, .norm = NORM_RMS};
 
 static const ModelEntry entries[] = {
+    {"deit3_base_patch16_224", build_vit, &deit3_base, IMAGENET("fb_in1k", 224, 0.9), vit_no_wd},
+    {"deit3_small_patch16_224", build_vit, &deit3_small, IMAGENET("fb_in1k", 224, 0.9), vit_no_wd},
     {"deit_tiny_patch16_224", build_vit, &tiny16, IMAGENET("fb_in1k", 224, 0.9), vit_no_wd},
     {"test_vit", build_vit, &vtest, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
+    {"test_vit2", build_vit, &vtest2, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
+    {"test_vit3", build_vit, &vtest3, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
+    {"test_vit4", build_vit, &vtest4, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
     {"vit_base_patch16_224", build_vit, &base16, INCEPTION("augreg2_in21k_ft_in1k", 224, 0.9), vit_no_wd},
+    {"vit_base_patch16_clip_224", build_vit, &clip_base16, OPENAI_CLIP("laion2b_ft_in12k_in1k", 224, 0.95), vit_no_wd},
+    {"vit_base_patch16_reg4_gap_256", build_vit, &reg4_gap_base16, INCEPTION("untrained", 256, 0.9), vit_no_wd},
+    {"vit_base_patch16_siglip_224", build_vit, &siglip_base16,
+     FEATURES("v2_webli", 224, 0.9, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), vit_no_wd},
     {"vit_base_patch32_384", build_vit, &base32, INCEPTION("augreg_in21k_ft_in1k", 384, 1.0), vit_no_wd},
+    {"vit_small_patch14_dinov2", build_vit, &dinov2_small14,
+     FEATURES("lvd142m", 518, 1.0, 0.485, 0.456, 0.406, 0.229, 0.224, 0.225), vit_no_wd},
     {"vit_small_patch16_224", build_vit, &small16, INCEPTION("augreg_in21k_ft_in1k", 224, 0.9), vit_no_wd},
     {"vit_tiny_patch16_224", build_vit, &tiny16, INCEPTION("augreg_in21k_ft_in1k", 224, 0.9), vit_no_wd},
 };

@@ -85,6 +85,12 @@ static double draw(const CtInit *init, uint64_t *rng)
         }
     case CT_INIT_UNIFORM: return init->a * (2 * next_uniform(rng) - 1);
     case CT_INIT_CONSTANT: return init->a;
+    case CT_INIT_TRUNC_NORMAL_TF:
+        for (;;) {
+            double v = next_normal(rng);
+            if (v >= -2 && v <= 2)
+                return init->a * v;
+        }
     default: return 0;
     }
 }

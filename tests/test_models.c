@@ -317,6 +317,16 @@ static void check_model(const char *path, const char *file, const cJSON *in_chan
     int nlayers = check_layers(model, &g, layers, &bad);
 
     CtShape want_out = {2, {1, (int64_t)ncls->valuedouble}};
+    /* num_classes 0 (image-text and self-supervised weights): the model ends
+     * in the features, what timm's Identity head passes on */
+    const cJSON *l;
+    if (ncls->valuedouble == 0)
+        cJSON_ArrayForEach(l, layers)
+        {
+            const char *lname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "name"));
+            if (lname && !strcmp(lname, m->cfg.classifier))
+                json_shape(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "out"), 0), &want_out);
+        }
     char b1[96], b2[96];
     if (g.noutputs != 1)
         MISMATCH("%s: graph has %d outputs, expected 1", model, g.noutputs);

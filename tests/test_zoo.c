@@ -104,6 +104,9 @@ static void check_model(const char *model, const cJSON *ref, int batch, int img)
     CtErr err = {{0}};
     ModelSpec spec = {.batch_size = batch, .training = 0, .args = model_args_default()};
     spec.args.img_size = img;
+    const cJSON *ncls = cJSON_GetObjectItem(ref, "num_classes"); /* set where the cfg has none */
+    if (cJSON_IsNumber(ncls))
+        spec.args.num_classes = (int)ncls->valuedouble;
     OptimSpec none = {.kind = CT_OPT_NONE};
     if (model_build(m, &spec, &g, &err) ||
         train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &none, &ts, &err)) {
@@ -237,7 +240,7 @@ static cJSON *add_family(Jobs *js, const char *family)
 
 int main(void)
 {
-    static const char *const families[] = {"resnet", "regnet", "convnext", "efficientnet", "metaformer"};
+    static const char *const families[] = {"resnet", "regnet", "convnext", "efficientnet", "metaformer", "vit", "vit14"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];

@@ -11,7 +11,7 @@ them, and per parameter the gradient's sum, norm and 4 elements.
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --batch-size 1 --img-size 32 \
         --models seresnext26t_32x4d resnet101 ... --out tests/data/zoo_refs/resnet.json
 
-The shipped files: batch 1 at 32 px (eval-mode batch norm needs no batch), the smallest model first (the
+The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14) (eval-mode batch norm needs no batch), the smallest model first (the
 sanitizer build checks only the first).
 """
 
@@ -77,7 +77,13 @@ def g9(v):
 
 
 def record(model_name, batch, img):
-    model = timm.create_model(model_name)
+    cfg = timm.models.get_pretrained_cfg(model_name).to_dict()
+    kwargs = {}
+    if cfg.get("fixed_input_size"):
+        kwargs["img_size"] = img  # a ViT's position embedding is for one grid
+    if cfg.get("num_classes") == 0:
+        kwargs["num_classes"] = 1000  # weights without a classifier: the check needs logits
+    model = timm.create_model(model_name, **kwargs)
     # eval-mode batch norms (the filled running statistics): a training-mode one normalises by the
     # statistics of a few values per channel at this size, which makes deep stacks chaotic (gradients of
     # ~1e4, 1e-3 apart in float64 by summation order alone); the training-mode op is checked on the test
@@ -103,7 +109,8 @@ def record(model_name, batch, img):
         g = p.grad.detach().reshape(-1).double()
         n = g.numel()
         grads[name] = [g9(v) for v in [g.sum().item(), g.norm().item()] + [g[int(k * n / 4)].item() for k in range(4)]]
-    return {"loss": loss.item(), "logits_norm": flat.norm().item(), "logits": [[k, g9(flat[k].item())] for k in pick],
+    extra = {"num_classes": 1000} if "num_classes" in kwargs else {}
+    return {**extra, "loss": loss.item(), "logits_norm": flat.norm().item(), "logits": [[k, g9(flat[k].item())] for k in pick],
             "grads": grads}
 
 
