@@ -280,14 +280,16 @@ ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
     return y;
 }
 
-ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit bias_init)
+ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, SEOpts o)
 {
     if (b->e.failed || x < 0)
         return -1;
     int64_t ch = b_shape(b, x)->d[1];
     b_push(b, "%s", name);
-    ConvOpts o1 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(rd), .bias_init = bias_init};
-    ConvOpts o2 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(ch), .bias_init = bias_init};
+    CtInit w1 = o.fc1_init.kind == CT_INIT_DEFAULT ? init_kaiming_normal_fan_out(rd) : o.fc1_init;
+    CtInit w2 = o.fc2_init.kind == CT_INIT_DEFAULT ? init_kaiming_normal_fan_out(ch) : o.fc2_init;
+    ConvOpts o1 = {.bias = 1, .weight_init = w1, .bias_init = o.bias_init};
+    ConvOpts o2 = {.bias = 1, .weight_init = w2, .bias_init = o.bias_init};
     ValueId s = f_relu(b, nn_conv2d(b, "fc1", f_adaptive_avg_pool2d(b, x, 1, 1), rd, 1, o1));
     s = nn_conv2d(b, "fc2", s, ch, 1, o2);
     b_pop(b);

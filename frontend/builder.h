@@ -103,9 +103,12 @@ typedef struct LinearOpts {
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
 /* timm's SEModule (no norm, ReLU, sigmoid gate): the channel means through
  * 1x1 convs "<name>.fc1" (to rd channels) and "<name>.fc2" (back), with
- * biases, kaiming_normal(fan_out) weights and biases of bias_init
- * (CT_INIT_DEFAULT: torch's); x times the gate. */
-ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit bias_init);
+ * biases; x times the gate. The inits are the model's: CT_INIT_DEFAULT
+ * weights kaiming_normal(fan_out), CT_INIT_DEFAULT biases torch's. */
+typedef struct SEOpts {
+    CtInit fc1_init, fc2_init, bias_init;
+} SEOpts;
+ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, SEOpts o);
 /* timm's create_classifier / ClassifierHead with pool 'avg': global average
  * pool, dropout, then the Linear `fc` (a dotted name: "head.fc") of
  * `classes` outputs, or the pooled features when classes is 0. */
