@@ -164,22 +164,65 @@ static CtInit torch_default(CtInit given, int64_t fan_in)
     return given.kind == CT_INIT_DEFAULT ? init_uniform(1.0 / sqrt((double)fan_in)) : given;
 }
 
+/* A conv module's weight (and bias) params under the current scope: in[1]
+ * (and in[2]) for the conv2d node of input in[0]; 0, or -1 after a failure. */
+static int conv_params(Builder *b, const char *name, ValueId *in, int64_t out_ch, int kernel, const ConvOpts *o)
+{
+    int groups = o->groups ? o->groups : 1;
+    int64_t in_ch = b_shape(b, in[0])->d[1];
+    if (b_shape(b, in[0])->ndim != 4 || in_ch % groups)
+        return b_fail(b, "conv2d '%s': input must be [N,C,H,W] with C divisible by groups=%d", name, groups);
+    int64_t fan_in = in_ch / groups * kernel * kernel;
+    in[1] = b_param(b, "weight", (CtShape){4, {out_ch, in_ch / groups, kernel, kernel}},
+                    torch_default(o->weight_init, fan_in));
+    if (o->bias)
+        in[2] = b_param(b, "bias", (CtShape){1, {out_ch}}, torch_default(o->bias_init, fan_in));
+    return 0;
+}
+
+static ValueId conv_node(Builder *b, const ValueId *in, const ConvOpts *o)
+{
+    int stride = o->stride ? o->stride : 1, dil = o->dilation ? o->dilation : 1, groups = o->groups ? o->groups : 1;
+    int64_t a[] = {stride, stride, o->padding, o->padding, dil, dil, groups};
+    return b_node(b, CT_OP_conv2d, o->bias ? 3 : 2, in, a, 7, NULL, 0, 0);
+}
+
 ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o)
 {
     if (b->e.failed || x < 0)
         return -1;
-    int stride = o.stride ? o.stride : 1, dil = o.dilation ? o.dilation : 1, groups = o.groups ? o.groups : 1;
-    int64_t in_ch = b_shape(b, x)->d[1];
-    if (b_shape(b, x)->ndim != 4 || in_ch % groups)
-        return b_fail(b, "conv2d '%s': input must be [N,C,H,W] with C divisible by groups=%d", name, groups);
+    ValueId in[3] = {x, -1, -1};
     b_push(b, "%s", name);
-    int64_t fan_in = in_ch / groups * kernel * kernel;
-    ValueId in[3] = {x, b_param(b, "weight", (CtShape){4, {out_ch, in_ch / groups, kernel, kernel}},
-                                torch_default(o.weight_init, fan_in))};
-    if (o.bias)
-        in[2] = b_param(b, "bias", (CtShape){1, {out_ch}}, torch_default(o.bias_init, fan_in));
-    int64_t a[] = {stride, stride, o.padding, o.padding, dil, dil, groups};
-    ValueId y = b_node(b, CT_OP_conv2d, o.bias ? 3 : 2, in, a, 7, NULL, 0, 0);
+    ValueId y = conv_params(b, name, in, out_ch, kernel, &o) ? -1 : conv_node(b, in, &o);
+    b_pop(b);
+    return y;
+}
+
+ValueId nn_std_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o,
+                      StdConvOpts s)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    if (!(s.eps > 0))
+        return b_fail(b, "std conv '%s': eps %g must be positive", name, s.eps);
+    ValueId in[3] = {x, -1, -1};
+    b_push(b, "%s", name);
+    if (conv_params(b, name, in, out_ch, kernel, &o)) {
+        b_pop(b);
+        return -1;
+    }
+    CtShape ws = *b_shape(b, in[1]);
+    int64_t fan_in = ws.d[1] * ws.d[2] * ws.d[3], groups = out_ch;
+    /* group_norm of [1, out, fan_in] in `out` groups is F.batch_norm's
+     * training-mode standardisation of each output channel's row. */
+    ValueId gn[2] = {f_reshape(b, in[1], 3, (int64_t[]){1, out_ch, fan_in}), -1};
+    if (s.scaled) {
+        ValueId gain = b_param(b, "gain", (CtShape){4, {out_ch, 1, 1, 1}}, init_constant(s.gain_init));
+        gn[1] = f_reshape(b, f_scale_shift(b, gain, s.gamma * pow((double)fan_in, -0.5), 0), 1, &out_ch);
+    }
+    in[1] = b_node(b, CT_OP_group_norm, s.scaled ? 2 : 1, gn, &groups, 1, &s.eps, 1, 0);
+    in[1] = f_reshape(b, in[1], 4, ws.d);
+    ValueId y = conv_node(b, in, &o);
     b_pop(b);
     return y;
 }
@@ -237,14 +280,16 @@ ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
     return y;
 }
 
-ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit bias_init)
+ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, SEOpts o)
 {
     if (b->e.failed || x < 0)
         return -1;
     int64_t ch = b_shape(b, x)->d[1];
     b_push(b, "%s", name);
-    ConvOpts o1 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(rd), .bias_init = bias_init};
-    ConvOpts o2 = {.bias = 1, .weight_init = init_kaiming_normal_fan_out(ch), .bias_init = bias_init};
+    CtInit w1 = o.fc1_init.kind == CT_INIT_DEFAULT ? init_kaiming_normal_fan_out(rd) : o.fc1_init;
+    CtInit w2 = o.fc2_init.kind == CT_INIT_DEFAULT ? init_kaiming_normal_fan_out(ch) : o.fc2_init;
+    ConvOpts o1 = {.bias = 1, .weight_init = w1, .bias_init = o.bias_init};
+    ConvOpts o2 = {.bias = 1, .weight_init = w2, .bias_init = o.bias_init};
     ValueId s = f_relu(b, nn_conv2d(b, "fc1", f_adaptive_avg_pool2d(b, x, 1, 1), rd, 1, o1));
     s = nn_conv2d(b, "fc2", s, ch, 1, o2);
     b_pop(b);

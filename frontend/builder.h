@@ -75,6 +75,21 @@ typedef struct ConvOpts {
     CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Conv2d's reset_parameters */
 } ConvOpts;
 ValueId nn_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o);
+/* timm's StdConv2d and ScaledStdConv2d: a conv whose weight is standardised
+ * per output channel on every forward (F.batch_norm of the weight viewed
+ * [1, out, fan_in], training: the mean and biased variance, eps inside the
+ * root), the gradient flowing to the raw weight. `scaled` adds timm's
+ * ScaledStdConv2d: a param "gain" [out,1,1,1] (after the bias) of
+ * gain_init, the standardised weight times gain * gamma / sqrt(fan_in). The
+ * conv's padding is o.padding, as nn_conv2d's (timm's default, get_padding,
+ * is the caller's to give). */
+typedef struct StdConvOpts {
+    double eps; /* StdConv2d's 1e-6, BiT's 1e-8, NFNet's 1e-5: required */
+    int scaled;
+    double gamma, gain_init;
+} StdConvOpts;
+ValueId nn_std_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, int kernel, ConvOpts o,
+                      StdConvOpts s);
 
 typedef struct BNOpts {
     double eps, momentum; /* 0 means 1e-5 and 0.1 */
@@ -89,9 +104,12 @@ typedef struct LinearOpts {
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
 /* timm's SEModule (no norm, ReLU, sigmoid gate): the channel means through
  * 1x1 convs "<name>.fc1" (to rd channels) and "<name>.fc2" (back), with
- * biases, kaiming_normal(fan_out) weights and biases of bias_init
- * (CT_INIT_DEFAULT: torch's); x times the gate. */
-ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, CtInit bias_init);
+ * biases; x times the gate. The inits are the model's: CT_INIT_DEFAULT
+ * weights kaiming_normal(fan_out), CT_INIT_DEFAULT biases torch's. */
+typedef struct SEOpts {
+    CtInit fc1_init, fc2_init, bias_init;
+} SEOpts;
+ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, SEOpts o);
 /* timm's create_classifier / ClassifierHead with pool 'avg': global average
  * pool, dropout, then the Linear `fc` (a dotted name: "head.fc") of
  * `classes` outputs, or the pooled features when classes is 0. */

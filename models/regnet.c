@@ -43,7 +43,8 @@ static ValueId block(Builder *b, const RegNetArch *r, ValueId x, int64_t out, in
     x = conv_norm_act(b, "conv1", x, out, 1, 1, 1, 0, 0);
     x = conv_norm_act(b, "conv2", x, out, 3, stride, (int)(out / group_size), 0, 0);
     if (r->se)
-        x = nn_se_module(b, "se", x, (int64_t)nearbyint((double)in * 0.25), init_zeros()); /* round(): ties to even */
+        x = nn_se_module(b, "se", x, (int64_t)nearbyint((double)in * 0.25), /* round(): ties to even */
+                         (SEOpts){.bias_init = init_zeros()});
     x = conv_norm_act(b, "conv3", x, out, 1, 1, 1, 1, 1);
     if (in != out || stride != 1)
         shortcut = conv_norm_act(b, "downsample", shortcut, out, 1, stride, 1, 0, 1);

@@ -66,7 +66,7 @@ static ValueId downsample(Builder *b, const ResNetArch *r, ValueId x, int64_t ou
 static ValueId se(Builder *b, ValueId x)
 {
     int64_t rd = eb_make_divisible((double)b_shape(b, x)->d[1] / 16, 8, 0);
-    return nn_se_module(b, "se", x, rd, (CtInit){CT_INIT_DEFAULT, 0});
+    return nn_se_module(b, "se", x, rd, (SEOpts){0});
 }
 
 /* EcaModule: the channel means convolved along the channels by a Conv1d of

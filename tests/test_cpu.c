@@ -214,6 +214,8 @@ static void test_op(const OpCase *c)
                           ? (Node){.op = CT_OP_softmax_grad, .nin = 2, .in = {y, dy}, .iattr = {c->iattr[0]}}
                           : (Node){.op = c->op == CT_OP_layer_norm ? CT_OP_layer_norm_grad : CT_OP_group_norm_grad,
                                    .nin = 3, .in = {v[0], v[1], dy}, .iattr = {c->iattr[0]}, .fattr = {c->fattr[0]}};
+            if (c->op == CT_OP_group_norm && c->nin == 1) /* no affine: group_norm_grad(x, dy) */
+                gr.nin = 2, gr.in[1] = dy;
             int a = graph_add_node(&g, &gr, c->name, &err);
             CHECKF(a >= 0, "%s: %s", c->name, err.msg);
             for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
@@ -313,6 +315,9 @@ static void test_data_ops(void)
         {"group norm one image, one group", CT_OP_group_norm, 3, {{4, {1, 24, 40, 40}}, {1, {24}}, {1, {24}}}, {1},
          {1e-5}},
         {"group norm groups = C, 3-D", CT_OP_group_norm, 3, {{3, {3, 6, 10}}, {1, {6}}, {1, {6}}}, {6}, {1e-5}},
+        /* weight standardisation: [1, out, fan_in], a group a channel */
+        {"group norm no affine, groups = C", CT_OP_group_norm, 1, {{3, {1, 64, 147}}}, {64}, {1e-8}},
+        {"group norm weight only, groups = C", CT_OP_group_norm, 2, {{3, {1, 48, 72}}, {1, {48}}}, {48}, {1e-5}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);

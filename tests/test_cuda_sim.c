@@ -159,8 +159,10 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     st_free(&v.f);
 }
 
-/* timm's GroupNorm nets (resnet50_gn) in miniature: conv, group norm of
- * two-channel groups, relu, conv, group norm of one group, pool, linear; an
+/* timm's GroupNorm nets (resnet50_gn, BiT) in miniature: a StdConv2d (its
+ * weight a group_norm without affine), group norm of two-channel groups,
+ * relu, a ScaledStdConv2d (its weight's group_norm with the gain as
+ * weight), group norm of one group, pool, linear; an
  * SGD step on cuda-sim against ref, f32 in NCHW and channels_last and under
  * AMP (f16 channels_last with the loss scale, bf16), where group norm runs
  * in f32. Groups of 128 and 512 values: threads of a block idle, and take
@@ -175,9 +177,11 @@ static void check_group_norm_net(CtDType low, int channels_last)
     graph_init(&g);
     b_init(&b, &g, 1);
     ValueId h = b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32);
-    h = nn_conv2d(&b, "conv1", h, 8, 3, (ConvOpts){.padding = 1});
+    h = nn_std_conv2d(&b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}, (StdConvOpts){.eps = 1e-8});
     h = f_relu(&b, nn_group_norm(&b, "gn1", h, (GNOpts){.groups = 4}));
-    h = nn_group_norm(&b, "gn2", nn_conv2d(&b, "conv2", h, 8, 3, (ConvOpts){.padding = 1}), (GNOpts){.groups = 1});
+    h = nn_std_conv2d(&b, "conv2", h, 8, 3, (ConvOpts){.padding = 1, .bias = 1},
+                      (StdConvOpts){.eps = 1e-5, .scaled = 1, .gamma = 1.7, .gain_init = 0.7});
+    h = nn_group_norm(&b, "gn2", h, (GNOpts){.groups = 1});
     h = nn_linear(&b, "fc", f_global_avg_pool(&b, h), CLASSES, (LinearOpts){0});
     if (h >= 0)
         graph_mark_output(&g, h);

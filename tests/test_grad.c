@@ -232,6 +232,18 @@ static ValueId case_group_norm(GradCase *c, int v)
     return nn_group_norm(c->b, "norm", in_x(c, "x", cfg[v].x), (GNOpts){.groups = cfg[v].groups});
 }
 
+/* Weight-standardised convs: group_norm without an affine (StdConv2d) and
+ * with the scaled gain as its only weight (grouped ScaledStdConv2d), the
+ * gradients reaching x, the raw weight, the bias and the gain. */
+static ValueId case_std_conv(GradCase *c, int v)
+{
+    ValueId x = in_x(c, "x", (CtShape){4, {2, 4, 4, 4}});
+    if (v == 0)
+        return nn_std_conv2d(c->b, "conv", x, 3, 3, (ConvOpts){.padding = 1}, (StdConvOpts){.eps = 1e-6});
+    return nn_std_conv2d(c->b, "conv", x, 4, 3, (ConvOpts){.stride = 2, .groups = 2, .bias = 1},
+                         (StdConvOpts){.eps = 1e-5, .scaled = 1, .gamma = 1.7, .gain_init = 0.8});
+}
+
 /* 2-D and 3-D inputs, with and without bias. */
 static ValueId case_linear(GradCase *c, int v)
 {
@@ -436,6 +448,8 @@ static const CaseDef cases[] = {
     {"group_norm groups = C [N,C,H,W]", case_group_norm, 1, 0, TOL_NORM, 0},
     {"group_norm groups 1 [N,C,L]", case_group_norm, 2, 0, TOL_NORM, 0},
     {"group_norm groups 2 [N,C]", case_group_norm, 3, 0, TOL_NORM, 0},
+    {"std conv: group_norm without affine", case_std_conv, 0, 0, TOL_NORM, 0},
+    {"scaled std conv: group_norm with a weight only", case_std_conv, 1, 0, TOL_NORM, 0},
     {"linear 2-D bias", case_linear, 0, 0, TOL_LINEAR, 0},
     {"linear 3-D bias", case_linear, 1, 0, TOL_LINEAR, 0},
     {"linear 2-D no bias", case_linear, 2, 0, TOL_LINEAR, 0},

@@ -372,7 +372,8 @@ static void test_batch_norm(void)
 
 /* group_norm and its gradient in NCHW and NHWC: groups of several
  * channels, of one (groups = C) and all channels in one group; and a 3-D
- * input. */
+ * input. Each with the affine, with a weight only and without (null
+ * pointers): the gradient of the last is group_norm_grad(x, dy). */
 static void test_group_norm(void)
 {
     static const struct {
@@ -380,24 +381,29 @@ static void test_group_norm(void)
         int64_t d[4], groups;
     } cases[] = {{4, {2, 6, 3, 4}, 3}, {4, {2, 6, 3, 4}, 6}, {4, {2, 6, 3, 4}, 1}, {3, {2, 4, 7}, 2}};
     for (int nhwc = 0; nhwc < 2; nhwc++)
-        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-            if (nhwc && cases[i].ndim != 4)
-                continue;
-            int64_t c1[] = {cases[i].d[1]};
-            Case c;
-            graph_init(&c.g);
-            ValueId x = input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
-            ValueId b = input(&c, "b", 1, c1, 0, CT_F32);
-            if (!add_node(&c, CT_OP_group_norm, 3, (ValueId[]){x, w, b}, &cases[i].groups, 1, (double[]){1e-5}, 1,
-                          nhwc))
-                check_case(&c, "group_norm");
-            graph_init(&c.g);
-            x = input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
-            ValueId dy = input(&c, "dy", cases[i].ndim, cases[i].d, nhwc, CT_F32);
-            if (!add_node(&c, CT_OP_group_norm_grad, 3, (ValueId[]){x, w, dy}, &cases[i].groups, 1, (double[]){1e-5},
-                          1, nhwc))
-                check_case(&c, "group_norm_grad");
-        }
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            for (int nin = 1; nin <= 3; nin++) {
+                if (nhwc && cases[i].ndim != 4)
+                    continue;
+                int64_t c1[] = {cases[i].d[1]};
+                Case c;
+                graph_init(&c.g);
+                ValueId in[3] = {input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32),
+                                 input(&c, "w", 1, c1, 0, CT_F32), input(&c, "b", 1, c1, 0, CT_F32)};
+                if (!add_node(&c, CT_OP_group_norm, nin, in, &cases[i].groups, 1, (double[]){1e-5}, 1, nhwc))
+                    check_case(&c, "group_norm");
+                if (nin == 2)
+                    continue;
+                graph_init(&c.g);
+                in[0] = input(&c, "x", cases[i].ndim, cases[i].d, nhwc, CT_F32);
+                in[1] = input(&c, "w", 1, c1, 0, CT_F32);
+                in[2] = input(&c, "dy", cases[i].ndim, cases[i].d, nhwc, CT_F32);
+                if (nin == 1)
+                    in[1] = in[2];
+                if (!add_node(&c, CT_OP_group_norm_grad, nin == 3 ? 3 : 2, in, &cases[i].groups, 1,
+                              (double[]){1e-5}, 1, nhwc))
+                    check_case(&c, "group_norm_grad");
+            }
 }
 
 /* cross_entropy and its gradient, label smoothing 0.1 and none */

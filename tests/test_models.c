@@ -59,9 +59,11 @@ static const char *layer_op(const char *cls)
     static const char *const map[][2] = {
         {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
         {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"}, {"GroupNorm", "group_norm"},
-        /* timm's BatchNormAct2d (norm + act, one module): its output is the
-         * act's, the same shape as the batch_norm node with its scope. */
-        {"BatchNormAct2d", "batch_norm"}};
+        /* timm's BatchNormAct2d and GroupNormAct (norm + act, one module):
+         * the act's output, the same shape as the norm node with its scope. */
+        {"BatchNormAct2d", "batch_norm"}, {"GroupNormAct", "group_norm"},
+        /* weight-standardised convs: the conv node beside their weight's group_norm */
+        {"StdConv2d", "conv2d"}, {"ScaledStdConv2d", "conv2d"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(cls, map[i][0]) == 0)
             return map[i][1];

@@ -16,7 +16,7 @@
  *     the two pt210 files. Only the ViT/DeiT rows differ between the two.
  * The pt221 CPU file has no gmacs/macts columns; the train files neither.
  *
- * Rows that cannot match, excluded by name: none. All 91 rows (the 13 models
+ * Rows that cannot match, excluded by name: none. All EXPECTED_ROWS rows (the 13 models
  * of the common benchmark set at every img_size in the CSVs, plus test_vit,
  * test_resnet, test_efficientnet and test_convnext, and the zoo's added
  * models: tools/make_timm_stats.py) match exactly.
@@ -32,7 +32,7 @@
 #include "passes/stats.h"
 #include "tests/check.h"
 
-#define EXPECTED_ROWS 104
+#define EXPECTED_ROWS 107
 
 typedef struct Row {
     char model[64];
@@ -130,6 +130,19 @@ static void check_rules(void)
     CHECKF(b_finish(&b, &err) == 0 && graph_stats(&gn, &opt, &st, &err) == 0, "%s", err.msg);
     CHECK(st.macs_by_op[CT_OP_group_norm] == 5 * 2 * 8 * 9 && st.activations == 0 && st.params == 16);
     graph_free(&gn);
+    /* Weight standardisation, F.batch_norm of the weight in training: 4 an
+     * element without an affine (StdConv2d), 5 with the gain (ScaledStdConv2d). */
+    for (int scaled = 0; scaled < 2; scaled++) {
+        graph_init(&gn);
+        b_init(&b, &gn, 0);
+        gx = b_input(&b, "x", (CtShape){4, {1, 4, 5, 5}}, CT_F32);
+        graph_mark_output(&gn, nn_std_conv2d(&b, "conv", gx, 6, 3, (ConvOpts){0},
+                                             (StdConvOpts){.eps = 1e-6, .scaled = scaled, .gamma = 1}));
+        CHECKF(b_finish(&b, &err) == 0 && graph_stats(&gn, &opt, &st, &err) == 0, "%s", err.msg);
+        CHECK(st.macs_by_op[CT_OP_group_norm] == (scaled ? 5 : 4) * 6 * 4 * 9);
+        CHECK(st.macs == st.macs_by_op[CT_OP_group_norm] + 6 * 4 * 9 * 9 && st.activations == 6 * 9);
+        graph_free(&gn);
+    }
     /* The SE squeezes (x.mean in timm) are free, the head's pool is not. */
     Graph ge;
     if (build("efficientnet_b0", 224, 1, 0, &ge) == 0) {

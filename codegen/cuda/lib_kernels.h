@@ -311,7 +311,7 @@ CT_DEVICE void CT_SFX(ct_group_stats)(const CT_T *x, const CtIndex *inner, float
     *inv = 1 / sqrt(CT_SFX(ct_block_sum)(q, red) / (double)inner->n + eps);
 }
 
-/* group_norm, a group a block: w and b dense [C]. */
+/* group_norm, a group a block: w and b dense [C], or NULL (1 and 0). */
 CT_GLOBAL CT_SFX(ct_group_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, CtIndex inner,
                                 long long cg, float eps)
 {
@@ -325,13 +325,14 @@ CT_GLOBAL CT_SFX(ct_group_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_
         for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
             long long a, o, c = c0 + j / S;
             ct_offsets(&inner, j, &a, &o);
-            y[yo + o] = CT_ST((float)((CT_LD(x[xo + a]) - mean) * inv * CT_LD(w[c]) + CT_LD(b[c])));
+            double wc = w ? (double)CT_LD(w[c]) : 1, bc = b ? (double)CT_LD(b[c]) : 0;
+            y[yo + o] = CT_ST((float)((CT_LD(x[xo + a]) - mean) * inv * wc + bc));
         }
     }
 }
 
 /* group_norm's dx, a group a block: layer_norm's formulas over the group,
- * the weight per channel; x and dy share strides (st0). Each group's mean
+ * the weight per channel (NULL: 1); x and dy share strides (st0). Each group's mean
  * and 1/std go to stats[2r], stats[2r+1] for ct_group_norm_grad_w. */
 CT_GLOBAL CT_SFX(ct_group_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, double *stats,
                                        CtIndex rows, CtIndex inner, long long cg, float eps)
@@ -345,7 +346,7 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T 
         CT_SFX(ct_group_stats)(x + xo, &inner, eps, red, &mean, &inv);
         for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
             ct_offsets(&inner, j, &a, &d);
-            double g = (double)CT_LD(dy[xo + a]) * CT_LD(w[c0 + j / S]);
+            double g = (double)CT_LD(dy[xo + a]) * (w ? (double)CT_LD(w[c0 + j / S]) : 1);
             mg += g;
             mgx += g * (CT_LD(x[xo + a]) - mean) * inv;
         }
@@ -353,7 +354,8 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T 
         mgx = CT_SFX(ct_block_sum)(mgx, red) / (double)inner.n;
         for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
             ct_offsets(&inner, j, &a, &d);
-            double xhat = (CT_LD(x[xo + a]) - mean) * inv, g = (double)CT_LD(dy[xo + a]) * CT_LD(w[c0 + j / S]);
+            double xhat = (CT_LD(x[xo + a]) - mean) * inv;
+            double g = (double)CT_LD(dy[xo + a]) * (w ? (double)CT_LD(w[c0 + j / S]) : 1);
             dx[o + d] = CT_ST((float)(inv * (g - mg - xhat * mgx)));
         }
         if (CT_TID == 0) {

@@ -275,17 +275,18 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
 }
 
 /* group_norm and its gradient: a block a group (ct_group_norm, and
- * ct_group_norm_grad_x leaving each group's statistics in scratch), then a
- * block a channel (ct_group_norm_grad_w). */
+ * ct_group_norm_grad_x leaving each group's statistics in scratch), then,
+ * with a weight, a block a channel (ct_group_norm_grad_w). An absent weight
+ * or bias is a null pointer. */
 static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
-    int grad = n->op == CT_OP_group_norm_grad;
-    ValueId x = n->in[0], y = n->out[0];
+    int grad = n->op == CT_OP_group_norm_grad, weight = grad ? n->nin == 3 : n->nin > 1;
+    ValueId x = n->in[0], y = n->out[0], dy = grad ? n->in[n->nin - 1] : -1;
     const CtShape *xs = &val(b, x)->type.shape;
     CtDType t = val(b, y)->type.dtype;
-    if (val(b, n->in[1])->type.dtype != t)
+    if (weight && val(b, n->in[1])->type.dtype != t)
         return ct_fail(err, "%s of x and weight in two dtypes has no kernel", op_def(n->op)->name);
-    if (grad && !same_strides(b, x, n->in[2]))
+    if (grad && !same_strides(b, x, dy))
         return ct_fail(err, "group_norm_grad of x and dy in two layouts has no kernel");
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], G = n->iattr[0], cg = xs->d[1] / G;
     lib_strides(val(b, x), sx);
@@ -295,8 +296,17 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     CtIndex rows = index_make(2, (int64_t[]){xs->d[0], G}, (int64_t[]){sx[0], cg * sx[1]},
                               (int64_t[]){sy[0], cg * sy[1]});
     LibLaunch *l = begin(b, grad ? "ct_group_norm_grad_x" : "ct_group_norm", t, rows.n * CT_LIB_BLOCK);
-    for (int k = 0; k < 3; k++)
-        a_val(l, n->in[k]);
+    a_val(l, x);
+    if (weight)
+        a_val(l, n->in[1]);
+    else
+        arg(l, LA_NULL);
+    if (grad)
+        a_val(l, dy);
+    else if (n->nin > 2)
+        a_val(l, n->in[2]);
+    else
+        arg(l, LA_NULL);
     a_val(l, y);
     if (grad)
         arg(l, LA_SCRATCH);
@@ -307,9 +317,11 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     if (!grad)
         return 0;
     *scratch = 2 * sizeof(double) * (size_t)rows.n;
+    if (!weight)
+        return 0;
     l = begin(b, "ct_group_norm_grad_w", t, xs->d[1] * CT_LIB_BLOCK);
     a_val(l, x);
-    a_val(l, n->in[2]);
+    a_val(l, dy);
     arg(l, LA_SCRATCH);
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);

@@ -10,14 +10,18 @@
  *   through the run's collective (ir/collective.h), and so does its
  *   gradient's dx.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
- * group_norm: x [N,C,...], weight [C], bias [C], iattr groups: each
- *   sample's C / groups channels of a group (with all their positions)
- *   normalised together by their mean and biased variance, then the
- *   channels' affine (torch.nn.GroupNorm).
+ * group_norm: x [N,C,...], then as F.group_norm's optional affine a weight
+ *   [C] and, after it, a bias [C], iattr groups: each sample's C / groups
+ *   channels of a group (with all their positions) normalised together by
+ *   their mean and biased variance, then the channels' affine (weight 1 and
+ *   bias 0 where absent). Without the affine, x [1, O, K] in O groups is
+ *   F.batch_norm(x, training=True)'s standardisation (weight
+ *   standardisation, frontend's nn_std_conv2d).
  * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy),
- * layer_norm_grad(x, weight, dy) and group_norm_grad(x, weight, dy) -> dx,
- * dweight, dbias; in training BN differentiates through the batch
- * statistics, as PyTorch does.
+ * layer_norm_grad(x, weight, dy) -> dx, dweight, dbias, and
+ * group_norm_grad(x, weight, dy) -> dx, dweight, dbias or, for a group_norm
+ * without weight, group_norm_grad(x, dy) -> dx; in training BN
+ * differentiates through the batch statistics, as PyTorch does.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -265,7 +269,7 @@ static void layer_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
 }
 
-/* fvcore's aten::layer_norm and aten::group_norm: per element 5 (affine) or 4. */
+/* fvcore's aten::layer_norm: per element 5 (affine) or 4. */
 static OpCost affine_norm_cost(const Graph *g, const Node *n, unsigned flags)
 {
     return (OpCost){shape_numel(in_shape(g, n, 0)) * (has_affine(g, n) ? 5 : 4), 0};
@@ -334,8 +338,8 @@ const OpDef op_layer_norm_grad = {
 };
 
 /* What group_norm and its gradient require of x (input 0), the groups and
- * the weight (input 1). */
-static int check_groups(const Graph *g, const Node *n, CtErr *err)
+ * the weight (input 1) where `weight`. */
+static int check_groups(const Graph *g, const Node *n, int weight, CtErr *err)
 {
     if (require_float(g, n, 0, -1, err))
         return -1;
@@ -345,12 +349,12 @@ static int check_groups(const Graph *g, const Node *n, CtErr *err)
     if (n->iattr[0] < 1 || x->d[1] < n->iattr[0] || x->d[1] % n->iattr[0])
         return ct_fail(err, "%lld channels do not split into %lld groups", (long long)x->d[1],
                        (long long)n->iattr[0]);
-    return require_shape(g, n, 1, &(CtShape){1, {x->d[1]}}, err);
+    return weight ? require_shape(g, n, 1, &(CtShape){1, {x->d[1]}}, err) : 0;
 }
 
 static int infer_group_norm(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    if (check_groups(g, n, err) || require_shape(g, n, 2, in_shape(g, n, 1), err))
+    if (check_groups(g, n, n->nin > 1, err) || (n->nin > 2 && require_shape(g, n, 2, in_shape(g, n, 1), err)))
         return -1;
     return infer_like_input0(g, n, out, err);
 }
@@ -385,7 +389,7 @@ static void group_norm_ref(const Graph *g, const Node *n, double *const *in, dou
         row_stats(xr, gr.D, n->fattr[0], &mean, &inv);
         for (int64_t i = 0; i < gr.D; i++) {
             int64_t c = group_channel(&gr, r, i);
-            out[0][r * gr.D + i] = (xr[i] - mean) * inv * in[1][c] + in[2][c];
+            out[0][r * gr.D + i] = (xr[i] - mean) * inv * (n->nin > 1 ? in[1][c] : 1) + (n->nin > 2 ? in[2][c] : 0);
         }
     }
 }
@@ -394,16 +398,23 @@ static void group_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
 {
     if (dout[0] < 0)
         return;
-    ValueId in[3] = {n->in[0], n->in[1], dout[0]};
-    if (emit(e, CT_OP_group_norm_grad, 3, in, n->iattr, 1, n->fattr, 1, 0) < 0)
+    int weight = n->nin > 1;
+    ValueId in[3] = {n->in[0], weight ? n->in[1] : dout[0], dout[0]};
+    if (emit(e, CT_OP_group_norm_grad, weight ? 3 : 2, in, n->iattr, 1, n->fattr, 1, 0) < 0)
         return;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < n->nin; k++)
         din[k] = need[k] ? emit_last(e)->out[k] : -1;
+}
+
+/* fvcore's aten::group_norm: 5 an element with an affine weight, else 4. */
+static OpCost group_norm_cost(const Graph *g, const Node *n, unsigned flags)
+{
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * (n->nin > 1 ? 5 : 4), 0};
 }
 
 const OpDef op_group_norm = {
     .name = "group_norm",
-    .min_in = 3,
+    .min_in = 1,
     .max_in = 3,
     .iattr = {"groups"},
     .fattr = {"eps"},
@@ -413,14 +424,18 @@ const OpDef op_group_norm = {
     .fusion = OP_LIBRARY,
     .amp = OP_AMP_F32,
     .layout = OP_LAYOUT_EITHER, /* statistics per sample and group of channels, affine per channel */
-    .cost = affine_norm_cost,
+    .cost = group_norm_cost,
 };
 
+/* (x, weight, dy) -> dx, dweight, dbias; (x, dy) -> dx. */
 static int infer_group_norm_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    if (check_groups(g, n, err) || require_shape(g, n, 2, in_shape(g, n, 0), err))
+    int weight = n->nin == 3;
+    if (check_groups(g, n, weight, err) || require_shape(g, n, n->nin - 1, in_shape(g, n, 0), err))
         return -1;
     out[0] = *in_type(g, n, 0);
+    if (!weight)
+        return 1;
     out[1] = out[2] = *in_type(g, n, 1);
     return 3;
 }
@@ -429,32 +444,36 @@ static int infer_group_norm_grad(const Graph *g, const Node *n, CtType *out, CtE
 static void group_norm_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     GroupRows gr = group_rows(g, n);
-    for (int64_t c = 0; c < gr.groups * gr.per_group; c++)
+    int weight = n->nin == 3;
+    const double *dyv = in[n->nin - 1];
+    for (int64_t c = 0; weight && c < gr.groups * gr.per_group; c++)
         out[1][c] = out[2][c] = 0;
     for (int64_t r = 0; r < gr.rows; r++) {
-        const double *xr = in[0] + r * gr.D, *dy = in[2] + r * gr.D;
+        const double *xr = in[0] + r * gr.D, *dy = dyv + r * gr.D;
         double mean, inv, mg = 0, mgx = 0;
         row_stats(xr, gr.D, n->fattr[0], &mean, &inv);
         for (int64_t i = 0; i < gr.D; i++) {
             int64_t c = group_channel(&gr, r, i);
-            double xhat = (xr[i] - mean) * inv, gi = dy[i] * in[1][c];
+            double xhat = (xr[i] - mean) * inv, gi = dy[i] * (weight ? in[1][c] : 1);
             mg += gi;
             mgx += gi * xhat;
-            out[1][c] += dy[i] * xhat;
-            out[2][c] += dy[i];
+            if (weight) {
+                out[1][c] += dy[i] * xhat;
+                out[2][c] += dy[i];
+            }
         }
         mg /= (double)gr.D;
         mgx /= (double)gr.D;
         for (int64_t i = 0; i < gr.D; i++) {
             int64_t c = group_channel(&gr, r, i);
-            out[0][r * gr.D + i] = inv * (dy[i] * in[1][c] - mg - (xr[i] - mean) * inv * mgx);
+            out[0][r * gr.D + i] = inv * (dy[i] * (weight ? in[1][c] : 1) - mg - (xr[i] - mean) * inv * mgx);
         }
     }
 }
 
 const OpDef op_group_norm_grad = {
     .name = "group_norm_grad",
-    .min_in = 3,
+    .min_in = 2,
     .max_in = 3,
     .iattr = {"groups"},
     .fattr = {"eps"},

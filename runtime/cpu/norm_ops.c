@@ -315,7 +315,7 @@ CPU_CLONES void cpu_group_norm(const Graph *g, const Node *n, float *const *in, 
 #pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
     for (int64_t p = 0; p < d.planes; p++) {
         int64_t c = p % d.C, r = p / d.per_group;
-        double mean = st[2 * r], scale = st[2 * r + 1] * in[1][c], shift = in[2][c];
+        double mean = st[2 * r], scale = st[2 * r + 1] * (n->nin > 1 ? in[1][c] : 1), shift = n->nin > 2 ? in[2][c] : 0;
         const float *xp = in[0] + p * d.S;
         float *yp = out[0] + p * d.S;
         for (int64_t s = 0; s < d.S; s++)
@@ -341,10 +341,12 @@ CPU_CLONES static void gn_plane_grad_sums(const float *x, const float *dy, int64
 
 /* layer_norm_grad's formulas over a row: with g = dy * w, mg and mgx the
  * row's means of g and g * xhat, dx = inv (g - mg - xhat mgx); the weight's
- * and bias's gradients sum each channel's planes over the samples. */
+ * and bias's gradients sum each channel's planes over the samples. Without
+ * a weight (inputs x, dy) w is 1 and dx the only output. */
 CPU_CLONES void cpu_group_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     GnDims d = gn_dims(g, n);
+    const float *w = n->nin == 3 ? in[1] : NULL, *dy = in[n->nin - 1];
     double D = (double)(d.per_group * d.S);
     double *sdy = malloc(sizeof *sdy * (size_t)(2 * d.planes + 4 * d.rows)), *sdx = sdy + d.planes;
     double *st = sdx + d.planes, *mg = st + 2 * d.rows; /* per row: mean, 1/std; mg, mgx */
@@ -352,17 +354,17 @@ CPU_CLONES void cpu_group_norm_grad(const Graph *g, const Node *n, float *const 
     gn_stats(in[0], &d, n->fattr[0], sdy, st);
 #pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
     for (int64_t p = 0; p < d.planes; p++)
-        gn_plane_grad_sums(in[0], in[2], d.S, p, st[2 * (p / d.per_group)], sdy, sdx);
+        gn_plane_grad_sums(in[0], dy, d.S, p, st[2 * (p / d.per_group)], sdy, sdx);
     for (int64_t r = 0; r < d.rows; r++) {
         double a = 0, b = 0;
         for (int64_t p = r * d.per_group; p < (r + 1) * d.per_group; p++) {
-            a += in[1][p % d.C] * sdy[p];
-            b += in[1][p % d.C] * sdx[p];
+            a += (w ? w[p % d.C] : 1) * sdy[p];
+            b += (w ? w[p % d.C] : 1) * sdx[p];
         }
         mg[2 * r] = a / D;
         mg[2 * r + 1] = b * st[2 * r + 1] / D;
     }
-    for (int64_t c = 0; c < d.C; c++) {
+    for (int64_t c = 0; w && c < d.C; c++) {
         double dw = 0, db = 0;
         for (int64_t p = c; p < d.planes; p += d.C) {
             dw += sdx[p] * st[2 * (p / d.per_group) + 1];
@@ -374,11 +376,11 @@ CPU_CLONES void cpu_group_norm_grad(const Graph *g, const Node *n, float *const 
 #pragma omp parallel for if (d.planes * d.S > CPU_PARALLEL_MIN)
     for (int64_t p = 0; p < d.planes; p++) {
         int64_t r = p / d.per_group;
-        double mean = st[2 * r], inv = st[2 * r + 1], w = in[1][p % d.C], m = mg[2 * r], mx = mg[2 * r + 1];
-        const float *xp = in[0] + p * d.S, *dp = in[2] + p * d.S;
+        double mean = st[2 * r], inv = st[2 * r + 1], wc = w ? w[p % d.C] : 1, m = mg[2 * r], mx = mg[2 * r + 1];
+        const float *xp = in[0] + p * d.S, *dp = dy + p * d.S;
         float *o = out[0] + p * d.S;
         for (int64_t s = 0; s < d.S; s++)
-            o[s] = (float)(inv * (dp[s] * w - m - (xp[s] - mean) * inv * mx));
+            o[s] = (float)(inv * (dp[s] * wc - m - (xp[s] - mean) * inv * mx));
     }
     free(sdy);
 }
