@@ -83,7 +83,8 @@ static int opt_float(Builder *b, const BlockOpts *o, const char *key, double dfl
     return 0;
 }
 
-/* A kernel size option, or MixedConv2d's list "3.5.7" (timm's _parse_ksize). */
+/* A kernel size option, or MixedConv2d's list "3.5.7" (timm's _parse_ksize);
+ * a lone 0 is uir's "no such conv". */
 static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, EbKernel *out)
 {
     const char *v = opt(o, key);
@@ -94,7 +95,8 @@ static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt,
     for (const char *at = v;; at++) {
         char *end;
         long k = strtol(at, &end, 10);
-        if (end == at || (*end && *end != '.') || k < 1 || k > 31 || out->n == EB_MAX_MIX)
+        int lone = at == v && !*end;
+        if (end == at || (*end && *end != '.') || k < (lone ? 0 : 1) || k > 31 || out->n == EB_MAX_MIX)
             return b_fail(b, "block '%s': option '%s%s' is not a kernel size or a list of at most %d", o->str, key,
                           v, EB_MAX_MIX);
         out->k[out->n++] = (int)k;
@@ -162,8 +164,8 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         t++;
     if (t == sizeof known / sizeof known[0])
         return b_fail(b, "block '%s': unknown block type '%s'", str, type);
-    if (t >= 5)
-        return b_fail(b, "block '%s': type '%s' (MobileNetV4) is not supported", str, type);
+    if (t >= 6)
+        return b_fail(b, "block '%s': type '%s' (MobileNetV4 attention) is not supported", str, type);
 
     int s2d = 0, cc = 0;
     if (opt_int(b, &o, "r", 0, 1, repeats) || opt_int(b, &o, "c", 0, 1, &a->out_chs) ||
@@ -190,6 +192,17 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         a->noskip = skip == 0;
         if (opt_kernel(b, &o, "k", 0, 1, &a->kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
             return -1;
+    } else if (strcmp(type, "uir") == 0) {
+        a->type = EB_UIR;
+        a->noskip = skip == 0;
+        if (opt_kernel(b, &o, "a", 0, 0, &a->exp_kernel) || opt_kernel(b, &o, "k", 0, 1, &a->kernel) ||
+            opt_kernel(b, &o, "p", 0, 0, &a->pw_kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
+            return -1;
+        /* No timm model has either; unsupported rather than unchecked. */
+        if (a->pw_kernel.k[0] || a->se_ratio > 0)
+            return b_fail(b, "block '%s': uir's end depthwise conv ('p') and SE are not supported", str);
+        if (a->stride > 1 && !a->exp_kernel.k[0] && !a->kernel.k[0])
+            return b_fail(b, "block '%s': a strided uir block needs a depthwise conv", str);
     } else {
         a->type = EB_CN;
         a->skip = skip == 1;
@@ -197,6 +210,8 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         if (opt_kernel(b, &o, "k", 0, 1, &a->kernel))
             return -1;
     }
+    if (a->type != EB_UIR && (!a->kernel.k[0] || !a->exp_kernel.k[0] || !a->pw_kernel.k[0]))
+        return b_fail(b, "block '%s': kernel size 0 (only uir blocks omit convs)", str);
     if ((a->type == EB_IR || a->type == EB_DS || a->type == EB_DSA) && s2d > 0)
         return b_fail(b, "block '%s': space-to-depth ('d') is not supported", str);
     if (a->type == EB_IR && cc > 0)
@@ -455,6 +470,38 @@ static ValueId conv_bn_act(Builder *b, const EbConfig *cfg, const EbBlockArgs *a
     return eb_norm_act(b, &cfg->norm, "bn1", x, r->act);
 }
 
+/* ConvNormAct "<name>": conv (no bias) then the model's norm + act as "bn". */
+static ValueId conv_norm_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, int64_t out,
+                             const EbKernel *k, int stride, int groups, EbAct act)
+{
+    b_push(b, "%s", name);
+    x = eb_mixconv(b, "conv", x, out, k, stride, groups);
+    x = eb_norm_act(b, &cfg->norm, "bn", x, act);
+    b_pop(b);
+    return x;
+}
+
+/* MobileNetV4's UniversalInvertedResidual: [dw_start] (no act), pw_exp,
+ * [dw_mid], pw_proj (no act); a depthwise conv exists where its kernel is
+ * not 0, and the first of them strides. timm's layer scale is the hybrid
+ * models' (with attention blocks), not built here. */
+static ValueId universal_inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a,
+                                           const Resolved *r, ValueId x, int *has_skip)
+{
+    int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
+    int dw = a->kernel.k[0] != 0;
+    const EbKernel one = {1, {1}};
+    *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
+    if (a->exp_kernel.k[0])
+        x = conv_norm_act(b, cfg, "dw_start", x, r->in, &a->exp_kernel, dw ? 1 : r->stride,
+                          num_groups(b, a->group_size, 1, r->in), EB_ACT_NONE);
+    x = conv_norm_act(b, cfg, "pw_exp", x, mid, &one, 1, 1, r->act);
+    if (dw)
+        x = conv_norm_act(b, cfg, "dw_mid", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid),
+                          r->act);
+    return conv_norm_act(b, cfg, "pw_proj", x, r->out, &one, 1, 1, EB_ACT_NONE);
+}
+
 ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks, ValueId x, int *out_chs)
 {
     int in = (int)b_shape(b, x)->d[1];
@@ -483,6 +530,7 @@ ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks,
         case EB_IR: x = inverted_residual(b, cfg, a, &r, x, &has_skip); break;
         case EB_ER: x = edge_residual(b, cfg, a, &r, x, &has_skip); break;
         case EB_CN: x = conv_bn_act(b, cfg, a, &r, x, &has_skip); break;
+        case EB_UIR: x = universal_inverted_residual(b, cfg, a, &r, x, &has_skip); break;
         }
         if (has_skip)
             x = f_add(b, f_drop_path(b, x, dpr), shortcut);

@@ -4,9 +4,9 @@
  * "ir_r2_k3_s2_e6_c24_se0.25" decoded into block arguments, stage depths scaled
  * by a depth multiplier, channels rounded by a channel multiplier, and the
  * blocks (DepthwiseSeparableConv, InvertedResidual, EdgeResidual, ConvBnAct,
- * SqueezeExcite) built under timm's names: blocks.<stage>.<block>.<module>,
- * each norm + act the model's norm layer (BatchNorm2d unless the model says
- * otherwise).
+ * MobileNetV4's UniversalInvertedResidual, SqueezeExcite) built under timm's
+ * names: blocks.<stage>.<block>.<module>, each norm + act the model's norm
+ * layer (BatchNorm2d unless the model says otherwise).
  *
  * Init is timm's _init_weight_goog: conv weight normal(0, sqrt(2 / fan_out))
  * with fan_out = k*k*out_ch // groups and zero bias, BN weight 1 / bias 0,
@@ -18,13 +18,13 @@
 #include "frontend/builder.h"
 
 #define EB_MAX_STAGES 12
-#define EB_MAX_STAGE_DEFS 6 /* block strings in one stage */
+#define EB_MAX_STAGE_DEFS 16 /* block strings in one stage (MobileNetV4 hybrid large: 15) */
 #define EB_MAX_BLOCKS 256   /* blocks after depth scaling */
 
 /* Activations the arch strings and models name; EB_ACT_DEFAULT: the model's. */
 typedef enum EbAct { EB_ACT_DEFAULT, EB_ACT_NONE, EB_ACT_RELU, EB_ACT_SILU, EB_ACT_HARD_SWISH } EbAct;
 
-typedef enum EbBlockType { EB_DS, EB_DSA, EB_IR, EB_ER, EB_CN } EbBlockType;
+typedef enum EbBlockType { EB_DS, EB_DSA, EB_IR, EB_ER, EB_CN, EB_UIR } EbBlockType;
 
 /* The norm layer of every norm + act (timm's get_norm_act_layer of the
  * model's norm_layer), each eps 1e-5 and weight 1 / bias 0 at init:
@@ -59,8 +59,9 @@ typedef struct EbBlockArgs {
     EbBlockType type;
     int stage;
     int out_chs, stride;
-    EbKernel kernel;                /* depthwise (ds, ir), expansion (er) or the conv's (cn) */
-    EbKernel exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p' */
+    EbKernel kernel;                /* depthwise (ds, ir, uir's middle), expansion (er) or the conv's (cn) */
+    EbKernel exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p'; uir's start depthwise
+                                     * ('a'). uir's 'a' and 'k' may be 0: no such conv */
     double exp_ratio;          /* 1 where the type has none */
     double se_ratio;           /* 0: no SqueezeExcite */
     int noskip, skip;          /* skip: cn's forced residual */

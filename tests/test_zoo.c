@@ -237,7 +237,7 @@ static cJSON *add_family(Jobs *js, const char *family)
 
 int main(void)
 {
-    static const char *const families[] = {"resnet", "regnet", "convnext", "efficientnet"};
+    static const char *const families[] = {"resnet", "regnet", "convnext", "efficientnet", "mobilenetv3"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];
