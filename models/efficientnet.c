@@ -31,12 +31,12 @@ static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelAr
     if (eb_decode_arch(b, e->def, e->depth_multiplier, e->round_depth, &blocks))
         return -1;
     x = eb_conv(b, "conv_stem", x, eb_round_channels(e->stem_size, cfg.round), 3, 2, 1, 0);
-    x = eb_norm_act(b, &cfg.norm, "bn1", x, e->act);
+    x = eb_bn_act(b, &cfg, "bn1", x, e->act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     int features = e->fixed_features ? e->num_features : eb_round_channels(e->num_features, cfg.round);
     x = eb_conv(b, "conv_head", x, features, 1, 1, 1, 0);
-    x = eb_norm_act(b, &cfg.norm, "bn2", x, e->act);
+    x = eb_bn_act(b, &cfg, "bn2", x, e->act);
     int classes = model_num_classes(m, a);
     return nn_classifier(b, "classifier", x, classes, a->drop_rate,
                          (LinearOpts){.weight_init = init_uniform(1.0 / sqrt((double)classes)), .bias_init = init_zeros()});

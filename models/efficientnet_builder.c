@@ -313,11 +313,6 @@ ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const E
     return f_concat(b, k->n, parts, 1);
 }
 
-ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act)
-{
-    return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
-}
-
 /* Sums over the dims of x in mask, kept as size 1. */
 static ValueId sum_keepdim(Builder *b, ValueId x, int64_t mask)
 {
@@ -356,13 +351,14 @@ static ValueId evo_norm_s0(Builder *b, const char *name, ValueId x, int group_si
     return f_add(b, f_mul(b, x, w), bias);
 }
 
-ValueId eb_norm_act(Builder *b, const EbNorm *norm, const char *name, ValueId x, EbAct act)
+ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act)
 {
     if (b->e.failed || x < 0)
         return -1;
+    const EbNorm *norm = &cfg->norm;
     int64_t C = b_shape(b, x)->d[1];
     switch (norm->type) {
-    case EB_NORM_BN: return eb_bn_act(b, name, x, act);
+    case EB_NORM_BN: return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
     case EB_NORM_GN:
         if (C % norm->group_size)
             return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, norm->group_size,
@@ -426,11 +422,11 @@ static ValueId depthwise_separable(Builder *b, const EbConfig *cfg, const EbBloc
 {
     *has_skip = r->stride == 1 && r->in == r->out && !a->noskip;
     x = eb_mixconv(b, "conv_dw", x, r->in, &a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in));
-    x = eb_norm_act(b, &cfg->norm, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pw", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_norm_act(b, &cfg->norm, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
 }
 
 static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r,
@@ -439,13 +435,13 @@ static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockA
     int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
     x = eb_mixconv(b, "conv_pw", x, mid, &a->exp_kernel, 1, 1);
-    x = eb_norm_act(b, &cfg->norm, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     x = eb_mixconv(b, "conv_dw", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid));
-    x = eb_norm_act(b, &cfg->norm, "bn2", x, r->act);
+    x = eb_bn_act(b, cfg, "bn2", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_norm_act(b, &cfg->norm, "bn3", x, EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn3", x, EB_ACT_NONE);
 }
 
 static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r, ValueId x,
@@ -455,11 +451,11 @@ static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs 
     int mid = eb_make_divisible(base * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
     x = eb_mixconv(b, "conv_exp", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 0, mid));
-    x = eb_norm_act(b, &cfg->norm, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_norm_act(b, &cfg->norm, "bn2", x, EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn2", x, EB_ACT_NONE);
 }
 
 static ValueId conv_bn_act(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r, ValueId x,
@@ -467,7 +463,7 @@ static ValueId conv_bn_act(Builder *b, const EbConfig *cfg, const EbBlockArgs *a
 {
     *has_skip = a->skip && r->stride == 1 && r->in == r->out;
     x = eb_mixconv(b, "conv", x, r->out, &a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in));
-    return eb_norm_act(b, &cfg->norm, "bn1", x, r->act);
+    return eb_bn_act(b, cfg, "bn1", x, r->act);
 }
 
 /* ConvNormAct "<name>": conv (no bias) then the model's norm + act as "bn". */
@@ -476,7 +472,7 @@ static ValueId conv_norm_act(Builder *b, const EbConfig *cfg, const char *name, 
 {
     b_push(b, "%s", name);
     x = eb_mixconv(b, "conv", x, out, k, stride, groups);
-    x = eb_norm_act(b, &cfg->norm, "bn", x, act);
+    x = eb_bn_act(b, cfg, "bn", x, act);
     b_pop(b);
     return x;
 }

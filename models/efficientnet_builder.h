@@ -113,10 +113,10 @@ ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel
  * convs over channel splits, concatenated), depthwise when groups is the
  * input's channels, else (groups 1) plain. */
 ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups);
-/* BatchNormAct2d: BatchNorm2d (eps 1e-5, momentum 0.1) then act. */
-ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act);
-/* The norm + act of `norm` (see EbNorm); EB_ACT_NONE is timm's apply_act=False. */
-ValueId eb_norm_act(Builder *b, const EbNorm *norm, const char *name, ValueId x, EbAct act);
+/* The model's norm + act (cfg->norm, see EbNorm; BatchNormAct2d by
+ * default, as timm names every one "bn*"); EB_ACT_NONE is timm's
+ * apply_act=False. */
+ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act);
 /* nn.Linear with goog init. */
 ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out);
 

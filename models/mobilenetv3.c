@@ -34,12 +34,12 @@ static ValueId build_mobilenetv3(Builder *b, const ModelEntry *m, const ModelArg
     int stem = v->v4 ? 32 : 16;
     int fix_stem = v->channel_multiplier < (v->v4 ? 1.0 : 0.75);
     x = eb_conv(b, "conv_stem", x, fix_stem ? stem : eb_round_channels(stem, cfg.round), 3, 2, 1, 0);
-    x = eb_norm_act(b, &cfg.norm, "bn1", x, cfg.act);
+    x = eb_bn_act(b, &cfg, "bn1", x, cfg.act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     x = f_adaptive_avg_pool2d(b, x, 1, 1);
     if (v->v4)
-        x = eb_norm_act(b, &cfg.norm, "norm_head", eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 0), cfg.act);
+        x = eb_bn_act(b, &cfg, "norm_head", eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 0), cfg.act);
     else
         x = eb_act(b, cfg.act, eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 1));
     if (x < 0)
