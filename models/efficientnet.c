@@ -2,8 +2,9 @@
  * EfficientNet family (timm/models/efficientnet.py, class EfficientNet):
  * conv_stem (3x3 s2) + bn1, the arch-string blocks, conv_head (1x1) + bn2,
  * global average pool, dropout, classifier. B0..B3 scale channels and depth
- * from one arch_def; test_efficientnet mixes cn/er/ir blocks. Init is
- * _init_weight_goog (see efficientnet_builder.h).
+ * from one arch_def; test_efficientnet mixes cn/er/ir blocks, its _gn, _ln
+ * and _evos variants with GroupNormAct, LayerNormAct2d or EvoNorm2dS0 for
+ * every BatchNormAct2d. Init is _init_weight_goog (see efficientnet_builder.h).
  */
 #include <math.h>
 
@@ -18,23 +19,24 @@ typedef struct EffNetArch {
     EbAct act;
     int round_depth;    /* depth_trunc 'round' (MixNet-M/L/XL), else 'ceil' */
     int fixed_features; /* num_features as given (MixNet's), else rounded by the channel multiplier */
+    EbNorm norm;
 } EffNetArch;
 
 static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
     const EffNetArch *e = m->arch;
     EbConfig cfg = {.round = {e->channel_multiplier, 8, e->round_limit}, .act = e->act,
-                    .drop_path_rate = a->drop_path_rate};
+                    .norm = e->norm, .drop_path_rate = a->drop_path_rate};
     EbBlocks blocks;
     if (eb_decode_arch(b, e->def, e->depth_multiplier, e->round_depth, &blocks))
         return -1;
     x = eb_conv(b, "conv_stem", x, eb_round_channels(e->stem_size, cfg.round), 3, 2, 1, 0);
-    x = eb_bn_act(b, "bn1", x, e->act);
+    x = eb_bn_act(b, &cfg, "bn1", x, e->act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     int features = e->fixed_features ? e->num_features : eb_round_channels(e->num_features, cfg.round);
     x = eb_conv(b, "conv_head", x, features, 1, 1, 1, 0);
-    x = eb_bn_act(b, "bn2", x, e->act);
+    x = eb_bn_act(b, &cfg, "bn2", x, e->act);
     int classes = model_num_classes(m, a);
     return nn_classifier(b, "classifier", x, classes, a->drop_rate,
                          (LinearOpts){.weight_init = init_uniform(1.0 / sqrt((double)classes)), .bias_init = init_zeros()});
@@ -104,6 +106,10 @@ static const EffNetArch mixnet_xl = {&mixnet_m_def, 1.6, 1.2, 0.9, 24, 1536, EB_
                                      .fixed_features = 1};
 static const EffNetArch v2_rw_s = {&v2_rw_s_def, 1.0, 1.0, 0.9, 24, 1792, .act = EB_ACT_SILU};
 static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU};
+static const EffNetArch etest_gn = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU, .norm = {EB_NORM_GN, 8}};
+static const EffNetArch etest_ln = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU, .norm = {EB_NORM_LN, 0}};
+static const EffNetArch etest_evos = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU,
+                                      .norm = {EB_NORM_EVO_S0, 8}};
 
 #define EFFNET_CFG(tag_, size, crop, m0, m1, m2, s0, s1, s2, test, test_crop)                                  \
     {.tag = tag_, .input_size = {3, size, size}, .mean = {m0, m1, m2}, .std = {s0, s1, s2},                    \
@@ -125,6 +131,9 @@ static const ModelEntry entries[] = {
     {"mixnet_xl", build_efficientnet, &mixnet_xl, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
     {"efficientnetv2_rw_s", build_efficientnet, &v2_rw_s, IMAGENET("ra2_in1k", 288, 1.0, 384, 0), NULL},
     {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
+    {"test_efficientnet_gn", build_efficientnet, &etest_gn, INCEPTION("r160_in1k", 160, 0.95, 0, 0), NULL},
+    {"test_efficientnet_ln", build_efficientnet, &etest_ln, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
+    {"test_efficientnet_evos", build_efficientnet, &etest_evos, INCEPTION("r160_in1k", 160, 0.95, 0, 0), NULL},
 };
 
 /* EfficientNet.group_matcher(coarse=False): the head conv joins the last

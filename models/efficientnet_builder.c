@@ -83,7 +83,8 @@ static int opt_float(Builder *b, const BlockOpts *o, const char *key, double dfl
     return 0;
 }
 
-/* A kernel size option, or MixedConv2d's list "3.5.7" (timm's _parse_ksize). */
+/* A kernel size option, or MixedConv2d's list "3.5.7" (timm's _parse_ksize);
+ * a lone 0 is uir's "no such conv". */
 static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt, int required, EbKernel *out)
 {
     const char *v = opt(o, key);
@@ -94,7 +95,8 @@ static int opt_kernel(Builder *b, const BlockOpts *o, const char *key, int dflt,
     for (const char *at = v;; at++) {
         char *end;
         long k = strtol(at, &end, 10);
-        if (end == at || (*end && *end != '.') || k < 1 || k > 31 || out->n == EB_MAX_MIX)
+        int lone = at == v && !*end;
+        if (end == at || (*end && *end != '.') || k < (lone ? 0 : 1) || k > 31 || out->n == EB_MAX_MIX)
             return b_fail(b, "block '%s': option '%s%s' is not a kernel size or a list of at most %d", o->str, key,
                           v, EB_MAX_MIX);
         out->k[out->n++] = (int)k;
@@ -162,8 +164,8 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         t++;
     if (t == sizeof known / sizeof known[0])
         return b_fail(b, "block '%s': unknown block type '%s'", str, type);
-    if (t >= 5)
-        return b_fail(b, "block '%s': type '%s' (MobileNetV4) is not supported", str, type);
+    if (t >= 6)
+        return b_fail(b, "block '%s': type '%s' (MobileNetV4 attention) is not supported", str, type);
 
     int s2d = 0, cc = 0;
     if (opt_int(b, &o, "r", 0, 1, repeats) || opt_int(b, &o, "c", 0, 1, &a->out_chs) ||
@@ -190,6 +192,17 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         a->noskip = skip == 0;
         if (opt_kernel(b, &o, "k", 0, 1, &a->kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
             return -1;
+    } else if (strcmp(type, "uir") == 0) {
+        a->type = EB_UIR;
+        a->noskip = skip == 0;
+        if (opt_kernel(b, &o, "a", 0, 0, &a->exp_kernel) || opt_kernel(b, &o, "k", 0, 1, &a->kernel) ||
+            opt_kernel(b, &o, "p", 0, 0, &a->pw_kernel) || opt_float(b, &o, "e", 0, 1, &a->exp_ratio))
+            return -1;
+        /* No timm model has either; unsupported rather than unchecked. */
+        if (a->pw_kernel.k[0] || a->se_ratio > 0)
+            return b_fail(b, "block '%s': uir's end depthwise conv ('p') and SE are not supported", str);
+        if (a->stride > 1 && !a->exp_kernel.k[0] && !a->kernel.k[0])
+            return b_fail(b, "block '%s': a strided uir block needs a depthwise conv", str);
     } else {
         a->type = EB_CN;
         a->skip = skip == 1;
@@ -197,6 +210,8 @@ static int decode_block(Builder *b, const char *str, EbBlockArgs *a, int *repeat
         if (opt_kernel(b, &o, "k", 0, 1, &a->kernel))
             return -1;
     }
+    if (a->type != EB_UIR && (!a->kernel.k[0] || !a->exp_kernel.k[0] || !a->pw_kernel.k[0]))
+        return b_fail(b, "block '%s': kernel size 0 (only uir blocks omit convs)", str);
     if ((a->type == EB_IR || a->type == EB_DS || a->type == EB_DSA) && s2d > 0)
         return b_fail(b, "block '%s': space-to-depth ('d') is not supported", str);
     if (a->type == EB_IR && cc > 0)
@@ -298,9 +313,64 @@ ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const E
     return f_concat(b, k->n, parts, 1);
 }
 
-ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act)
+/* Sums over the dims of x in mask, kept as size 1. */
+static ValueId sum_keepdim(Builder *b, ValueId x, int64_t mask)
 {
-    return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
+    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
+}
+
+/* A per-channel parameter [C] as [1,C,1,1]. */
+static ValueId channel_param(Builder *b, const char *leaf, int64_t c, CtInit init)
+{
+    return f_reshape(b, b_param(b, leaf, (CtShape){1, {c}}, init), 4, (int64_t[]){1, c, 1, 1});
+}
+
+/* EvoNorm2dS0 (eps 1e-5). group_std is sqrt(var + eps) of each sample's
+ * group of channels, the variance biased; through reduce_sum, which fvcore
+ * does not count, as it does not count timm's var. */
+static ValueId evo_norm_s0(Builder *b, const char *name, ValueId x, int group_size, int apply_act)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t N = s->d[0], C = s->d[1], H = s->d[2], W = s->d[3];
+    if (C % group_size)
+        return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, group_size, (long long)C);
+    b_push(b, "%s", name);
+    ValueId w = channel_param(b, "weight", C, init_ones()), bias = channel_param(b, "bias", C, init_zeros());
+    if (apply_act) {
+        ValueId v = channel_param(b, "v", C, init_ones());
+        int64_t grouped[4] = {N, C / group_size, group_size, H * W};
+        double inv_n = 1.0 / (double)(group_size * H * W);
+        ValueId xg = f_reshape(b, x, 4, grouped);
+        ValueId neg_mean = f_scale_shift(b, sum_keepdim(b, xg, 12), -inv_n, 0);
+        ValueId d = f_add(b, xg, neg_mean);
+        ValueId std = f_sqrt(b, f_scale_shift(b, sum_keepdim(b, f_mul(b, d, d), 12), inv_n, 1e-5));
+        ValueId num = f_reshape(b, f_mul(b, x, f_sigmoid(b, f_mul(b, x, v))), 4, grouped);
+        x = f_reshape(b, f_div(b, num, std), 4, (int64_t[]){N, C, H, W});
+    }
+    b_pop(b);
+    return f_add(b, f_mul(b, x, w), bias);
+}
+
+ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    const EbNorm *norm = &cfg->norm;
+    int64_t C = b_shape(b, x)->d[1];
+    switch (norm->type) {
+    case EB_NORM_BN: return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
+    case EB_NORM_GN:
+        if (C % norm->group_size)
+            return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, norm->group_size,
+                          (long long)C);
+        return eb_act(b, act, nn_group_norm(b, name, x, (GNOpts){.groups = (int)(C / norm->group_size)}));
+    case EB_NORM_LN:
+        x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
+        x = nn_layer_norm(b, name, x, 1e-5);
+        return eb_act(b, act, f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2}));
+    case EB_NORM_EVO_S0: return evo_norm_s0(b, name, x, norm->group_size, act != EB_ACT_NONE);
+    }
+    return b_fail(b, "norm '%s': unknown norm layer %d", name, (int)norm->type);
 }
 
 ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out)
@@ -352,11 +422,11 @@ static ValueId depthwise_separable(Builder *b, const EbConfig *cfg, const EbBloc
 {
     *has_skip = r->stride == 1 && r->in == r->out && !a->noskip;
     x = eb_mixconv(b, "conv_dw", x, r->in, &a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in));
-    x = eb_bn_act(b, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pw", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_bn_act(b, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
 }
 
 static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r,
@@ -365,13 +435,13 @@ static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockA
     int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
     x = eb_mixconv(b, "conv_pw", x, mid, &a->exp_kernel, 1, 1);
-    x = eb_bn_act(b, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     x = eb_mixconv(b, "conv_dw", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid));
-    x = eb_bn_act(b, "bn2", x, r->act);
+    x = eb_bn_act(b, cfg, "bn2", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_bn_act(b, "bn3", x, EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn3", x, EB_ACT_NONE);
 }
 
 static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r, ValueId x,
@@ -381,18 +451,51 @@ static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs 
     int mid = eb_make_divisible(base * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
     x = eb_mixconv(b, "conv_exp", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 0, mid));
-    x = eb_bn_act(b, "bn1", x, r->act);
+    x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
     x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
-    return eb_bn_act(b, "bn2", x, EB_ACT_NONE);
+    return eb_bn_act(b, cfg, "bn2", x, EB_ACT_NONE);
 }
 
-static ValueId conv_bn_act(Builder *b, const EbBlockArgs *a, const Resolved *r, ValueId x, int *has_skip)
+static ValueId conv_bn_act(Builder *b, const EbConfig *cfg, const EbBlockArgs *a, const Resolved *r, ValueId x,
+                           int *has_skip)
 {
     *has_skip = a->skip && r->stride == 1 && r->in == r->out;
     x = eb_mixconv(b, "conv", x, r->out, &a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in));
-    return eb_bn_act(b, "bn1", x, r->act);
+    return eb_bn_act(b, cfg, "bn1", x, r->act);
+}
+
+/* ConvNormAct "<name>": conv (no bias) then the model's norm + act as "bn". */
+static ValueId conv_norm_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, int64_t out,
+                             const EbKernel *k, int stride, int groups, EbAct act)
+{
+    b_push(b, "%s", name);
+    x = eb_mixconv(b, "conv", x, out, k, stride, groups);
+    x = eb_bn_act(b, cfg, "bn", x, act);
+    b_pop(b);
+    return x;
+}
+
+/* MobileNetV4's UniversalInvertedResidual: [dw_start] (no act), pw_exp,
+ * [dw_mid], pw_proj (no act); a depthwise conv exists where its kernel is
+ * not 0, and the first of them strides. timm's layer scale is the hybrid
+ * models' (with attention blocks), not built here. */
+static ValueId universal_inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs *a,
+                                           const Resolved *r, ValueId x, int *has_skip)
+{
+    int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
+    int dw = a->kernel.k[0] != 0;
+    const EbKernel one = {1, {1}};
+    *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
+    if (a->exp_kernel.k[0])
+        x = conv_norm_act(b, cfg, "dw_start", x, r->in, &a->exp_kernel, dw ? 1 : r->stride,
+                          num_groups(b, a->group_size, 1, r->in), EB_ACT_NONE);
+    x = conv_norm_act(b, cfg, "pw_exp", x, mid, &one, 1, 1, r->act);
+    if (dw)
+        x = conv_norm_act(b, cfg, "dw_mid", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid),
+                          r->act);
+    return conv_norm_act(b, cfg, "pw_proj", x, r->out, &one, 1, 1, EB_ACT_NONE);
 }
 
 ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks, ValueId x, int *out_chs)
@@ -422,7 +525,8 @@ ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks,
         case EB_DSA: x = depthwise_separable(b, cfg, a, &r, x, &has_skip); break;
         case EB_IR: x = inverted_residual(b, cfg, a, &r, x, &has_skip); break;
         case EB_ER: x = edge_residual(b, cfg, a, &r, x, &has_skip); break;
-        case EB_CN: x = conv_bn_act(b, a, &r, x, &has_skip); break;
+        case EB_CN: x = conv_bn_act(b, cfg, a, &r, x, &has_skip); break;
+        case EB_UIR: x = universal_inverted_residual(b, cfg, a, &r, x, &has_skip); break;
         }
         if (has_skip)
             x = f_add(b, f_drop_path(b, x, dpr), shortcut);

@@ -4,7 +4,9 @@
  * "ir_r2_k3_s2_e6_c24_se0.25" decoded into block arguments, stage depths scaled
  * by a depth multiplier, channels rounded by a channel multiplier, and the
  * blocks (DepthwiseSeparableConv, InvertedResidual, EdgeResidual, ConvBnAct,
- * SqueezeExcite) built under timm's names: blocks.<stage>.<block>.<module>.
+ * MobileNetV4's UniversalInvertedResidual, SqueezeExcite) built under timm's
+ * names: blocks.<stage>.<block>.<module>, each norm + act the model's norm
+ * layer (BatchNorm2d unless the model says otherwise).
  *
  * Init is timm's _init_weight_goog: conv weight normal(0, sqrt(2 / fan_out))
  * with fan_out = k*k*out_ch // groups and zero bias, BN weight 1 / bias 0,
@@ -16,13 +18,28 @@
 #include "frontend/builder.h"
 
 #define EB_MAX_STAGES 12
-#define EB_MAX_STAGE_DEFS 6 /* block strings in one stage */
+#define EB_MAX_STAGE_DEFS 16 /* block strings in one stage (MobileNetV4 hybrid large: 15) */
 #define EB_MAX_BLOCKS 256   /* blocks after depth scaling */
 
 /* Activations the arch strings and models name; EB_ACT_DEFAULT: the model's. */
 typedef enum EbAct { EB_ACT_DEFAULT, EB_ACT_NONE, EB_ACT_RELU, EB_ACT_SILU, EB_ACT_HARD_SWISH } EbAct;
 
-typedef enum EbBlockType { EB_DS, EB_DSA, EB_IR, EB_ER, EB_CN } EbBlockType;
+typedef enum EbBlockType { EB_DS, EB_DSA, EB_IR, EB_ER, EB_CN, EB_UIR } EbBlockType;
+
+/* The norm layer of every norm + act (timm's get_norm_act_layer of the
+ * model's norm_layer), each eps 1e-5 and weight 1 / bias 0 at init:
+ *   EB_NORM_BN     BatchNormAct2d (momentum 0.1)
+ *   EB_NORM_GN     GroupNormAct: group_size channels a group
+ *   EB_NORM_LN     LayerNormAct2d: layer norm over C at each pixel
+ *   EB_NORM_EVO_S0 EvoNorm2dS0: x * sigmoid(v * x) / group_std(x) * weight
+ *                  + bias (group_size channels a group, biased variance),
+ *                  its own swish-like act whatever the model's; without an
+ *                  act only the affine (no v, no normalisation). */
+typedef enum EbNormType { EB_NORM_BN, EB_NORM_GN, EB_NORM_LN, EB_NORM_EVO_S0 } EbNormType;
+typedef struct EbNorm {
+    EbNormType type;
+    int group_size; /* GN and EvoNorm */
+} EbNorm;
 
 /* A model's arch_def: stages of block strings, each stage ended by NULL. */
 typedef struct EbArchDef {
@@ -42,8 +59,9 @@ typedef struct EbBlockArgs {
     EbBlockType type;
     int stage;
     int out_chs, stride;
-    EbKernel kernel;                /* depthwise (ds, ir), expansion (er) or the conv's (cn) */
-    EbKernel exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p' */
+    EbKernel kernel;                /* depthwise (ds, ir, uir's middle), expansion (er) or the conv's (cn) */
+    EbKernel exp_kernel, pw_kernel; /* ir's 'a' and 'p'; er's and ds's 'p'; uir's start depthwise
+                                     * ('a'). uir's 'a' and 'k' may be 0: no such conv */
     double exp_ratio;          /* 1 where the type has none */
     double se_ratio;           /* 0: no SqueezeExcite */
     int noskip, skip;          /* skip: cn's forced residual */
@@ -79,6 +97,7 @@ typedef struct EbConfig {
     int se_hard_gate;      /* hard_sigmoid gate, else sigmoid */
     int se_force_relu;     /* SE's act is ReLU whatever the block's */
     int se_round_channels; /* SE channels by round_channels, else Python's round() */
+    EbNorm norm;
     double drop_path_rate;
 } EbConfig;
 
@@ -94,8 +113,10 @@ ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel
  * convs over channel splits, concatenated), depthwise when groups is the
  * input's channels, else (groups 1) plain. */
 ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups);
-/* BatchNormAct2d: BatchNorm2d (eps 1e-5, momentum 0.1) then act. */
-ValueId eb_bn_act(Builder *b, const char *name, ValueId x, EbAct act);
+/* The model's norm + act (cfg->norm, see EbNorm; BatchNormAct2d by
+ * default, as timm names every one "bn*"); EB_ACT_NONE is timm's
+ * apply_act=False. */
+ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act);
 /* nn.Linear with goog init. */
 ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out);
 

@@ -3,7 +3,7 @@
  * here and compared with the record: state_dict names, shapes, dtypes and
  * param/buffer roles in order, param_count, the output shape of every
  * parameterised leaf layer (Conv2d, Linear, LayerNorm, LayerNorm2d,
- * BatchNorm2d, BatchNormAct2d) matched to the node with the same module scope, and the
+ * BatchNorm2d, GroupNorm and their norm + act forms) matched to the node with the same module scope, and the
  * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
  * The registry's cfg is the record's pretrained_cfg: the default tag, its
@@ -59,9 +59,9 @@ static const char *layer_op(const char *cls)
     static const char *const map[][2] = {
         {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
         {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"}, {"GroupNorm", "group_norm"},
-        /* timm's BatchNormAct2d and GroupNormAct (norm + act, one module):
-         * the act's output, the same shape as the norm node with its scope. */
-        {"BatchNormAct2d", "batch_norm"}, {"GroupNormAct", "group_norm"},
+        /* timm's norm + act modules: the output is the act's, the same
+         * shape as the norm node with their scope. */
+        {"BatchNormAct2d", "batch_norm"}, {"GroupNormAct", "group_norm"}, {"LayerNormAct2d", "layer_norm"},
         /* weight-standardised convs: the conv node beside their weight's group_norm */
         {"StdConv2d", "conv2d"}, {"ScaledStdConv2d", "conv2d"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
@@ -149,7 +149,7 @@ static int check_layers(const char *model, const Graph *g, const cJSON *layers, 
         }
         /* timm's LayerNorm2d normalises NCHW over C through channels-last: its
          * layer_norm node gives the NHWC form of the recorded NCHW output. */
-        if (strcmp(cls, "LayerNorm2d") == 0 && want.ndim == 4)
+        if ((strcmp(cls, "LayerNorm2d") == 0 || strcmp(cls, "LayerNormAct2d") == 0) && want.ndim == 4)
             want = (CtShape){4, {want.d[0], want.d[2], want.d[3], want.d[1]}};
         const CtShape *got = &graph_value(g, found->out[0])->type.shape;
         if (!shape_equal(got, &want)) {

@@ -240,8 +240,8 @@ static cJSON *add_family(Jobs *js, const char *family)
 
 int main(void)
 {
-    static const char *const families[] = {"resnet", "regnet",     "convnext", "efficientnet", "metaformer",
-                                           "vit",    "vit14",      "resnetv2", "nfnet"};
+    static const char *const families[] = {"resnet", "regnet",   "convnext", "efficientnet", "mobilenetv3",
+                                           "metaformer", "vit", "vit14",   "resnetv2",     "nfnet"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];
