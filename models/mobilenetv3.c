@@ -26,12 +26,12 @@ static ValueId build_mobilenetv3(Builder *b, const ModelEntry *m, const ModelArg
     if (eb_decode_arch(b, v->def, 1.0, 0, &blocks))
         return -1;
     int fix_stem = v->channel_multiplier < 0.75;
-    x = eb_conv(b, "conv_stem", x, fix_stem ? 16 : eb_round_channels(16, cfg.round), 3, 2, 1, 0);
-    x = eb_bn_act(b, "bn1", x, cfg.act);
+    x = eb_conv(b, "conv_stem", x, fix_stem ? 16 : eb_round_channels(16, cfg.round), 3, 2, 1, 0, cfg.pad);
+    x = eb_bn_act(b, &cfg, "bn1", x, cfg.act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     x = f_adaptive_avg_pool2d(b, x, 1, 1);
-    x = eb_act(b, cfg.act, eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 1));
+    x = eb_act(b, cfg.act, eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 1, cfg.pad));
     if (x < 0)
         return -1;
     x = f_reshape(b, x, 2, (int64_t[]){b_shape(b, x)->d[0], v->num_features});
