@@ -399,6 +399,12 @@ ValueId f_slice(Builder *b, ValueId x, int dim, int64_t start, int64_t end, int6
     return b_node(b, CT_OP_slice, 1, &x, a, 4, NULL, 0, 0);
 }
 
+ValueId f_pad(Builder *b, ValueId x, int64_t top, int64_t bottom, int64_t left, int64_t right, double value)
+{
+    int64_t a[] = {top, bottom, left, right};
+    return b_node(b, CT_OP_pad, 1, &x, a, 4, &value, 1, 0);
+}
+
 ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim)
 {
     int64_t a = dim;

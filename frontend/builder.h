@@ -147,6 +147,9 @@ ValueId f_reshape(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_permute(Builder *b, ValueId x, int ndim, const int64_t *perm);
 ValueId f_slice(Builder *b, ValueId x, int dim, int64_t start, int64_t end, int64_t step);
 ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim);
+/* F.pad(x, (left, right, top, bottom), value=value) of x [N,C,H,W]: constant
+ * padding of H and W, a negative amount cropping that side. */
+ValueId f_pad(Builder *b, ValueId x, int64_t top, int64_t bottom, int64_t left, int64_t right, double value);
 ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_matmul(Builder *b, ValueId x, ValueId y);
 ValueId f_softmax(Builder *b, ValueId x, int dim);

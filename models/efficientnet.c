@@ -4,7 +4,8 @@
  * global average pool, dropout, classifier. B0..B3 scale channels and depth
  * from one arch_def; test_efficientnet mixes cn/er/ir blocks, its _gn, _ln
  * and _evos variants with GroupNormAct, LayerNormAct2d or EvoNorm2dS0 for
- * every BatchNormAct2d. Init is _init_weight_goog (see efficientnet_builder.h).
+ * every BatchNormAct2d. The tf_ ports of TensorFlow weights pad convs as TF's
+ * SAME and take BN eps 1e-3. Init is _init_weight_goog (see efficientnet_builder.h).
  */
 #include <math.h>
 
@@ -20,22 +21,24 @@ typedef struct EffNetArch {
     int round_depth;    /* depth_trunc 'round' (MixNet-M/L/XL), else 'ceil' */
     int fixed_features; /* num_features as given (MixNet's), else rounded by the channel multiplier */
     EbNorm norm;
+    int tf;             /* pad_type 'same', bn_eps BN_EPS_TF_DEFAULT (the tf_ models) */
 } EffNetArch;
 
 static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
     const EffNetArch *e = m->arch;
     EbConfig cfg = {.round = {e->channel_multiplier, 8, e->round_limit}, .act = e->act,
-                    .norm = e->norm, .drop_path_rate = a->drop_path_rate};
+                    .norm = e->norm, .drop_path_rate = a->drop_path_rate, .pad = e->tf ? EB_PAD_SAME : EB_PAD_DEFAULT,
+                    .bn_eps = e->tf ? 1e-3 : 0};
     EbBlocks blocks;
     if (eb_decode_arch(b, e->def, e->depth_multiplier, e->round_depth, &blocks))
         return -1;
-    x = eb_conv(b, "conv_stem", x, eb_round_channels(e->stem_size, cfg.round), 3, 2, 1, 0);
+    x = eb_conv(b, "conv_stem", x, eb_round_channels(e->stem_size, cfg.round), 3, 2, 1, 0, cfg.pad);
     x = eb_bn_act(b, &cfg, "bn1", x, e->act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     int features = e->fixed_features ? e->num_features : eb_round_channels(e->num_features, cfg.round);
-    x = eb_conv(b, "conv_head", x, features, 1, 1, 1, 0);
+    x = eb_conv(b, "conv_head", x, features, 1, 1, 1, 0, cfg.pad);
     x = eb_bn_act(b, &cfg, "bn2", x, e->act);
     int classes = model_num_classes(m, a);
     return nn_classifier(b, "classifier", x, classes, a->drop_rate,
@@ -76,6 +79,15 @@ static const EbArchDef v2_rw_s_def = {6,
                                        {"ir_r9_k3_s1_e6_c160_se0.25"},
                                        {"ir_r15_k3_s2_e6_c272_se0.25"}}};
 
+/* _gen_efficientnetv2_s (rw=False): the official V2 small */
+static const EbArchDef v2_s_def = {6,
+                                   {{"cn_r2_k3_s1_e1_c24_skip"},
+                                    {"er_r4_k3_s2_e4_c48"},
+                                    {"er_r4_k3_s2_e4_c64"},
+                                    {"ir_r6_k3_s2_e4_c128_se0.25"},
+                                    {"ir_r9_k3_s1_e6_c160_se0.25"},
+                                    {"ir_r15_k3_s2_e6_c256_se0.25"}}};
+
 /* _gen_mixnet_s: MixedConv2d kernels ('k3.5.7'), grouped pointwise ('a1.1',
  * 'p1.1'), ReLU but where 'nsw' says swish */
 static const EbArchDef mixnet_s_def = {
@@ -100,11 +112,13 @@ static const EbArchDef mixnet_m_def = {
 #define EFFNET(cm, dm) {&effnet_def, cm, dm, 0.9, 32, 1280, .act = EB_ACT_SILU}
 static const EffNetArch b0 = EFFNET(1.0, 1.0), b1 = EFFNET(1.0, 1.1), b2 = EFFNET(1.1, 1.2), b3 = EFFNET(1.2, 1.4);
 static const EffNetArch b4 = EFFNET(1.4, 1.8);
+static const EffNetArch tf_b0 = {&effnet_def, 1.0, 1.0, 0.9, 32, 1280, .act = EB_ACT_SILU, .tf = 1};
 static const EffNetArch es = {&edge_def, 1.0, 1.0, 0.9, 32, 1280, .act = EB_ACT_RELU};
 static const EffNetArch mixnet_s = {&mixnet_s_def, 1.0, 1.0, 0.9, 16, 1536, EB_ACT_RELU, .fixed_features = 1};
 static const EffNetArch mixnet_xl = {&mixnet_m_def, 1.6, 1.2, 0.9, 24, 1536, EB_ACT_RELU, .round_depth = 1,
                                      .fixed_features = 1};
 static const EffNetArch v2_rw_s = {&v2_rw_s_def, 1.0, 1.0, 0.9, 24, 1792, .act = EB_ACT_SILU};
+static const EffNetArch tf_v2_s = {&v2_s_def, 1.0, 1.0, 0.9, 24, 1280, .act = EB_ACT_SILU, .tf = 1};
 static const EffNetArch etest = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU};
 static const EffNetArch etest_gn = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU, .norm = {EB_NORM_GN, 8}};
 static const EffNetArch etest_ln = {&test_def, 1.0, 1.0, 0.0, 24, 256, .act = EB_ACT_SILU, .norm = {EB_NORM_LN, 0}};
@@ -130,6 +144,8 @@ static const ModelEntry entries[] = {
     {"mixnet_s", build_efficientnet, &mixnet_s, IMAGENET("ft_in1k", 224, 0.875, 0, 0), NULL},
     {"mixnet_xl", build_efficientnet, &mixnet_xl, IMAGENET("ra_in1k", 224, 0.875, 0, 0), NULL},
     {"efficientnetv2_rw_s", build_efficientnet, &v2_rw_s, IMAGENET("ra2_in1k", 288, 1.0, 384, 0), NULL},
+    {"tf_efficientnet_b0", build_efficientnet, &tf_b0, IMAGENET("ns_jft_in1k", 224, 0.875, 0, 0), NULL},
+    {"tf_efficientnetv2_s", build_efficientnet, &tf_v2_s, INCEPTION("in21k_ft_in1k", 300, 1.0, 384, 0), NULL},
     {"test_efficientnet", build_efficientnet, &etest, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},
     {"test_efficientnet_gn", build_efficientnet, &etest_gn, INCEPTION("r160_in1k", 160, 0.95, 0, 0), NULL},
     {"test_efficientnet_ln", build_efficientnet, &etest_ln, IMAGENET("r160_in1k", 160, 0.95, 0, 0), NULL},

@@ -279,22 +279,41 @@ ValueId eb_act(Builder *b, EbAct act, ValueId x)
     return b_fail(b, "activation not resolved");
 }
 
-ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias)
+/* timm's get_same_padding: the padding SAME adds to a dim of size n. */
+static int64_t same_padding(int64_t n, int kernel, int stride)
+{
+    int64_t p = ((n + stride - 1) / stride - 1) * stride + kernel - n;
+    return p > 0 ? p : 0;
+}
+
+ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias,
+                EbPad pad)
 {
     int64_t fan_out = (int64_t)kernel * kernel * out / groups;
+    int padding = (stride - 1 + kernel - 1) / 2;
+    if (pad == EB_PAD_SAME && (stride != 1 || kernel % 2 == 0)) {
+        int64_t ph = same_padding(b_shape(b, x)->d[2], kernel, stride);
+        int64_t pw = same_padding(b_shape(b, x)->d[3], kernel, stride);
+        padding = 0;
+        if (ph || pw) {
+            b_push(b, "%s", name);
+            x = f_pad(b, x, ph / 2, ph - ph / 2, pw / 2, pw - pw / 2, 0);
+            b_pop(b);
+        }
+    }
     return nn_conv2d(b, name, x, out, kernel,
-                     (ConvOpts){.stride = stride, .padding = (stride - 1 + kernel - 1) / 2, .groups = groups,
-                                .bias = bias, .weight_init = init_kaiming_normal_fan_out(fan_out),
-                                .bias_init = init_zeros()});
+                     (ConvOpts){.stride = stride, .padding = padding, .groups = groups, .bias = bias,
+                                .weight_init = init_kaiming_normal_fan_out(fan_out), .bias_init = init_zeros()});
 }
 
 /* timm's _split_channels: n equal parts, the first taking the rest. */
 static int64_t split_part(int64_t chans, int n, int i) { return chans / n + (i == 0 ? chans % n : 0); }
 
-ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups)
+ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups,
+                   EbPad pad)
 {
     if (k->n == 1)
-        return eb_conv(b, name, x, out, k->k[0], stride, groups, 0);
+        return eb_conv(b, name, x, out, k->k[0], stride, groups, 0, pad);
     int64_t in = b_shape(b, x)->d[1], from = 0;
     int depthwise = groups == in;
     if (!depthwise && groups != 1)
@@ -306,7 +325,7 @@ ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const E
         char sub[8];
         snprintf(sub, sizeof sub, "%d", i);
         ValueId xi = f_slice(b, x, 1, from, from + cin, 1);
-        parts[i] = eb_conv(b, sub, xi, cout, k->k[i], stride, depthwise ? (int)cin : 1, 0);
+        parts[i] = eb_conv(b, sub, xi, cout, k->k[i], stride, depthwise ? (int)cin : 1, 0, pad);
         from += cin;
     }
     b_pop(b);
@@ -358,7 +377,7 @@ ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, 
     const EbNorm *norm = &cfg->norm;
     int64_t C = b_shape(b, x)->d[1];
     switch (norm->type) {
-    case EB_NORM_BN: return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){0}));
+    case EB_NORM_BN: return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){.eps = cfg->bn_eps}));
     case EB_NORM_GN:
         if (C % norm->group_size)
             return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, norm->group_size,
@@ -401,9 +420,9 @@ static ValueId squeeze_excite(Builder *b, const EbConfig *cfg, ValueId x, double
     int rd = cfg->se_round_channels ? eb_make_divisible(v, 8, 0.9) : py_round(v);
     b_push(b, "se");
     ValueId s = f_adaptive_avg_pool2d(b, x, 1, 1);
-    s = eb_conv(b, "conv_reduce", s, rd, 1, 1, 1, 1);
+    s = eb_conv(b, "conv_reduce", s, rd, 1, 1, 1, 1, EB_PAD_DEFAULT);
     s = eb_act(b, cfg->se_force_relu ? EB_ACT_RELU : block_act, s);
-    s = eb_conv(b, "conv_expand", s, chs, 1, 1, 1, 1);
+    s = eb_conv(b, "conv_expand", s, chs, 1, 1, 1, 1, EB_PAD_DEFAULT);
     s = cfg->se_hard_gate ? f_hard_sigmoid(b, s) : f_sigmoid(b, s);
     b_pop(b);
     return f_mul(b, x, s);
@@ -421,11 +440,11 @@ static ValueId depthwise_separable(Builder *b, const EbConfig *cfg, const EbBloc
                                    ValueId x, int *has_skip)
 {
     *has_skip = r->stride == 1 && r->in == r->out && !a->noskip;
-    x = eb_mixconv(b, "conv_dw", x, r->in, &a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in));
+    x = eb_mixconv(b, "conv_dw", x, r->in, &a->kernel, r->stride, num_groups(b, a->group_size, 1, r->in), cfg->pad);
     x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_mixconv(b, "conv_pw", x, r->out, &a->pw_kernel, 1, 1);
+    x = eb_mixconv(b, "conv_pw", x, r->out, &a->pw_kernel, 1, 1, cfg->pad);
     return eb_bn_act(b, cfg, "bn2", x, a->type == EB_DSA ? r->act : EB_ACT_NONE);
 }
 
@@ -434,13 +453,13 @@ static ValueId inverted_residual(Builder *b, const EbConfig *cfg, const EbBlockA
 {
     int mid = eb_make_divisible(r->in * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
-    x = eb_mixconv(b, "conv_pw", x, mid, &a->exp_kernel, 1, 1);
+    x = eb_mixconv(b, "conv_pw", x, mid, &a->exp_kernel, 1, 1, cfg->pad);
     x = eb_bn_act(b, cfg, "bn1", x, r->act);
-    x = eb_mixconv(b, "conv_dw", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid));
+    x = eb_mixconv(b, "conv_dw", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 1, mid), cfg->pad);
     x = eb_bn_act(b, cfg, "bn2", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
+    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1, cfg->pad);
     return eb_bn_act(b, cfg, "bn3", x, EB_ACT_NONE);
 }
 
@@ -450,11 +469,11 @@ static ValueId edge_residual(Builder *b, const EbConfig *cfg, const EbBlockArgs 
     int base = a->force_in_chs > 0 ? eb_round_channels(a->force_in_chs, cfg->round) : r->in;
     int mid = eb_make_divisible(base * a->exp_ratio, 8, 0.9);
     *has_skip = r->in == r->out && r->stride == 1 && !a->noskip;
-    x = eb_mixconv(b, "conv_exp", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 0, mid));
+    x = eb_mixconv(b, "conv_exp", x, mid, &a->kernel, r->stride, num_groups(b, a->group_size, 0, mid), cfg->pad);
     x = eb_bn_act(b, cfg, "bn1", x, r->act);
     if (r->se_ratio > 0)
         x = squeeze_excite(b, cfg, x, r->se_ratio, r->act);
-    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1);
+    x = eb_mixconv(b, "conv_pwl", x, r->out, &a->pw_kernel, 1, 1, cfg->pad);
     return eb_bn_act(b, cfg, "bn2", x, EB_ACT_NONE);
 }
 
@@ -462,7 +481,7 @@ static ValueId conv_bn_act(Builder *b, const EbConfig *cfg, const EbBlockArgs *a
                            int *has_skip)
 {
     *has_skip = a->skip && r->stride == 1 && r->in == r->out;
-    x = eb_mixconv(b, "conv", x, r->out, &a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in));
+    x = eb_mixconv(b, "conv", x, r->out, &a->kernel, r->stride, num_groups(b, a->group_size, 0, r->in), cfg->pad);
     return eb_bn_act(b, cfg, "bn1", x, r->act);
 }
 
@@ -471,7 +490,7 @@ static ValueId conv_norm_act(Builder *b, const EbConfig *cfg, const char *name, 
                              const EbKernel *k, int stride, int groups, EbAct act)
 {
     b_push(b, "%s", name);
-    x = eb_mixconv(b, "conv", x, out, k, stride, groups);
+    x = eb_mixconv(b, "conv", x, out, k, stride, groups, cfg->pad);
     x = eb_bn_act(b, cfg, "bn", x, act);
     b_pop(b);
     return x;

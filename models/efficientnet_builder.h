@@ -41,6 +41,10 @@ typedef struct EbNorm {
     int group_size; /* GN and EvoNorm */
 } EbNorm;
 
+/* create_conv2d's padding (timm's pad_type): '' (PyTorch-style symmetric,
+ * get_padding) or 'same' (TensorFlow's SAME, the tf_ ports'). */
+typedef enum EbPad { EB_PAD_DEFAULT, EB_PAD_SAME } EbPad;
+
 /* A model's arch_def: stages of block strings, each stage ended by NULL. */
 typedef struct EbArchDef {
     int nstages;
@@ -99,6 +103,8 @@ typedef struct EbConfig {
     int se_round_channels; /* SE channels by round_channels, else Python's round() */
     EbNorm norm;
     double drop_path_rate;
+    EbPad pad;     /* every create_conv2d's */
+    double bn_eps; /* 0: 1e-5; the tf_ ports' BN_EPS_TF_DEFAULT is 1e-3 */
 } EbConfig;
 
 /* Builds the stages under "blocks" from x with in_chs channels; *out_chs
@@ -107,15 +113,21 @@ ValueId eb_build_blocks(Builder *b, const EbConfig *cfg, const EbBlocks *blocks,
 
 /* The pieces the model classes share with the blocks. */
 ValueId eb_act(Builder *b, EbAct act, ValueId x);
-/* create_conv2d with timm's symmetric padding and goog init. */
-ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias);
+/* create_conv2d(padding=pad) with goog init. 'same' is static where timm's
+ * is_static_pad says so (stride 1, odd kernel: the symmetric padding);
+ * elsewhere it is Conv2dSame: x padded as pad_same computes from x's size
+ * (a pad node under the conv's name, none where that is 0), then the conv
+ * without padding. */
+ValueId eb_conv(Builder *b, const char *name, ValueId x, int64_t out, int kernel, int stride, int groups, int bias,
+                EbPad pad);
 /* The same for a kernel list: with several, MixedConv2d ("<name>.<i>"
  * convs over channel splits, concatenated), depthwise when groups is the
  * input's channels, else (groups 1) plain. */
-ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups);
-/* The model's norm + act (cfg->norm, see EbNorm; BatchNormAct2d by
- * default, as timm names every one "bn*"); EB_ACT_NONE is timm's
- * apply_act=False. */
+ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const EbKernel *k, int stride, int groups,
+                   EbPad pad);
+/* The model's norm + act (cfg->norm, see EbNorm; BatchNormAct2d, eps
+ * cfg->bn_eps, by default, as timm names every one "bn*"); EB_ACT_NONE is
+ * timm's apply_act=False. */
 ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act);
 /* nn.Linear with goog init. */
 ValueId eb_linear(Builder *b, const char *name, ValueId x, int64_t out);

@@ -33,15 +33,15 @@ static ValueId build_mobilenetv3(Builder *b, const ModelEntry *m, const ModelArg
         return -1;
     int stem = v->v4 ? 32 : 16;
     int fix_stem = v->channel_multiplier < (v->v4 ? 1.0 : 0.75);
-    x = eb_conv(b, "conv_stem", x, fix_stem ? stem : eb_round_channels(stem, cfg.round), 3, 2, 1, 0);
+    x = eb_conv(b, "conv_stem", x, fix_stem ? stem : eb_round_channels(stem, cfg.round), 3, 2, 1, 0, cfg.pad);
     x = eb_bn_act(b, &cfg, "bn1", x, cfg.act);
     int head_in;
     x = eb_build_blocks(b, &cfg, &blocks, x, &head_in);
     x = f_adaptive_avg_pool2d(b, x, 1, 1);
     if (v->v4)
-        x = eb_bn_act(b, &cfg, "norm_head", eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 0), cfg.act);
+        x = eb_bn_act(b, &cfg, "norm_head", eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 0, cfg.pad), cfg.act);
     else
-        x = eb_act(b, cfg.act, eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 1));
+        x = eb_act(b, cfg.act, eb_conv(b, "conv_head", x, v->num_features, 1, 1, 1, 1, cfg.pad));
     if (x < 0)
         return -1;
     x = f_reshape(b, x, 2, (int64_t[]){b_shape(b, x)->d[0], v->num_features});

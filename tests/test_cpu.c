@@ -3,7 +3,7 @@
  * updated parameter, buffer and momentum buffer) on the reference vectors'
  * weights, and the GEMM paths of convolution (stride, padding, dilation,
  * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa, and
- * pooling, permutes, softmax, layer norm and group norm on random inputs. All within 1e-4 relative error
+ * pooling, permutes, pads, softmax, layer norm and group norm on random inputs. All within 1e-4 relative error
  * (||a-b|| / ||b||). */
 #include <math.h>
 #include <stdio.h>
@@ -290,7 +290,7 @@ static void test_gemm_ops(void)
         test_op(&cases[i]);
 }
 
-/* Pooling, permutes, softmax, layer norm and group norm with their
+/* Pooling, permutes, pads, softmax, layer norm and group norm with their
  * specialised paths (a max pool's vectorised interior columns and its
  * edges, a transposing permute's tiles) and sizes above the threshold where
  * the kernels split their work among threads. */
@@ -308,6 +308,9 @@ static void test_data_ops(void)
         {"permute from channels last", CT_OP_permute, 1, {{4, {2, 30, 33, 24}}}, {4, 0, 3, 1, 2}, {0}},
         {"permute 2-D", CT_OP_permute, 1, {{2, {5, 7}}}, {2, 1, 0}, {0}},
         {"permute heads", CT_OP_permute, 1, {{4, {2, 5, 3, 8}}}, {4, 0, 2, 1, 3}, {0}},
+        {"pad 0,1,0,1 (SAME's)", CT_OP_pad, 1, {{4, {2, 16, 57, 57}}}, {0, 1, 0, 1}, {0}},
+        {"pad -2,3,1,-4 value -3", CT_OP_pad, 1, {{4, {2, 3, 9, 11}}}, {-2, 3, 1, -4}, {-3}},
+        {"pad -5,6,1,1: no input row kept", CT_OP_pad, 1, {{4, {1, 2, 3, 4}}}, {-5, 6, 1, 1}, {0.5}},
         {"softmax last dim", CT_OP_softmax, 1, {{3, {4, 97, 101}}}, {2}, {0}},
         {"softmax dim 1", CT_OP_softmax, 1, {{3, {3, 50, 300}}}, {1}, {0}},
         {"layer norm", CT_OP_layer_norm, 3, {{3, {8, 100, 48}}, {1, {48}}, {1, {48}}}, {0}, {1e-6}},

@@ -159,16 +159,40 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     st_free(&v.f);
 }
 
+/* A small net's body, from the input [2, 3, 8, 8] to 8 channels. */
+typedef ValueId (*NetBody)(Builder *b, ValueId x);
+
 /* timm's GroupNorm nets (resnet50_gn, BiT) in miniature: a StdConv2d (its
  * weight a group_norm without affine), group norm of two-channel groups,
  * relu, a ScaledStdConv2d (its weight's group_norm with the gain as
- * weight), group norm of one group, pool, linear; an
- * SGD step on cuda-sim against ref, f32 in NCHW and channels_last and under
- * AMP (f16 channels_last with the loss scale, bf16), where group norm runs
- * in f32. Groups of 128 and 512 values: threads of a block idle, and take
- * several values each. The norms' weights and biases drawn away from 1 and
- * 0, so a weight read for the wrong channel shows. */
-static void check_group_norm_net(CtDType low, int channels_last)
+ * weight), group norm of one group. Groups of 128 and 512 values: threads
+ * of a block idle, and take several values each. */
+static ValueId group_norm_body(Builder *b, ValueId h)
+{
+    h = nn_std_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}, (StdConvOpts){.eps = 1e-8});
+    h = f_relu(b, nn_group_norm(b, "gn1", h, (GNOpts){.groups = 4}));
+    h = nn_std_conv2d(b, "conv2", h, 8, 3, (ConvOpts){.padding = 1, .bias = 1},
+                      (StdConvOpts){.eps = 1e-5, .scaled = 1, .gamma = 1.7, .gain_init = 0.7});
+    return nn_group_norm(b, "gn2", h, (GNOpts){.groups = 1});
+}
+
+/* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
+ * max pool after -inf padding (4x4 -> 2x2), a conv after uneven padding
+ * (-> 3x3) and a crop (-> 2x2); their gradients are crops and pads. */
+static ValueId pad_body(Builder *b, ValueId h)
+{
+    h = f_relu(b, nn_conv2d(b, "conv1", f_pad(b, h, 0, 1, 0, 1, 0), 8, 3, (ConvOpts){.stride = 2}));
+    h = f_max_pool2d(b, f_pad(b, h, 0, 1, 0, 1, -INFINITY), 3, 2, 0);
+    h = nn_conv2d(b, "conv2", f_pad(b, h, 1, 2, 2, 1, 0), 8, 3, (ConvOpts){0});
+    return f_pad(b, h, -1, 0, 0, -1, 0);
+}
+
+/* body, a global pool and a linear layer: an SGD step on cuda-sim against
+ * ref, f32 in NCHW and channels_last and under AMP (f16 channels_last with
+ * the loss scale, bf16; group norm runs in f32). The norms' weights and
+ * biases drawn away from 1 and 0, so a weight read for the wrong channel
+ * shows. */
+static void check_net(const char *name, NetBody body, CtDType low, int channels_last)
 {
     enum { B = 2, S = 8, CLASSES = 5 };
     Graph g;
@@ -176,12 +200,7 @@ static void check_group_norm_net(CtDType low, int channels_last)
     CtErr err;
     graph_init(&g);
     b_init(&b, &g, 1);
-    ValueId h = b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32);
-    h = nn_std_conv2d(&b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}, (StdConvOpts){.eps = 1e-8});
-    h = f_relu(&b, nn_group_norm(&b, "gn1", h, (GNOpts){.groups = 4}));
-    h = nn_std_conv2d(&b, "conv2", h, 8, 3, (ConvOpts){.padding = 1, .bias = 1},
-                      (StdConvOpts){.eps = 1e-5, .scaled = 1, .gamma = 1.7, .gain_init = 0.7});
-    h = nn_group_norm(&b, "gn2", h, (GNOpts){.groups = 1});
+    ValueId h = body(&b, b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32));
     h = nn_linear(&b, "fc", f_global_avg_pool(&b, h), CLASSES, (LinearOpts){0});
     if (h >= 0)
         graph_mark_output(&g, h);
@@ -189,7 +208,7 @@ static void check_group_norm_net(CtDType low, int channels_last)
                   .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .skip_nonfinite = low == CT_F16},
                   .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
     if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
-        CHECKF(0, "group norm net: %s", err.msg);
+        CHECKF(0, "%s: %s", name, err.msg);
         graph_free(&g);
         return;
     }
@@ -208,7 +227,7 @@ static void check_group_norm_net(CtDType low, int channels_last)
             for (int64_t i = 0; i < shape_numel(&init.e[j].type.shape); i++)
                 ((float *)state_data(&init, j))[i] += (float)(0.3 * sin(1.7 * (double)(i + 5 * j)));
     char what[96];
-    snprintf(what, sizeof what, "group norm net sgd step %s%s",
+    snprintf(what, sizeof what, "%s sgd step %s%s", name,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
     check_graph(what, &g, &init, in, 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
@@ -248,11 +267,17 @@ int main(void)
 #endif
     check_uint8_step(3);
     check_uint8_step(1);
-    check_group_norm_net(CT_F32, 0);
-    if (all) {
-        check_group_norm_net(CT_F32, 1);
-        check_group_norm_net(CT_F16, 1);
-        check_group_norm_net(CT_BF16, 0);
+    static const struct {
+        const char *name;
+        NetBody body;
+    } nets[] = {{"group norm net", group_norm_body}, {"pad net", pad_body}};
+    for (int i = 0; i < 2; i++) {
+        check_net(nets[i].name, nets[i].body, CT_F32, 0);
+        if (all) {
+            check_net(nets[i].name, nets[i].body, CT_F32, 1);
+            check_net(nets[i].name, nets[i].body, CT_F16, 1);
+            check_net(nets[i].name, nets[i].body, CT_BF16, 0);
+        }
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {

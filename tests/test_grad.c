@@ -349,6 +349,14 @@ static ValueId case_slice(GradCase *c, int v)
     return f_slice(c->b, in_x(c, "x", (CtShape){3, {2, 5, 3}}), 1, 1, 5, 2);
 }
 
+/* SAME padding's asymmetric zeros, a crop of every side, and both at once
+ * with a value (which has no gradient): the VJP is pad(-amounts). */
+static ValueId case_pad(GradCase *c, int v)
+{
+    static const int64_t a[][4] = {{0, 1, 1, 2}, {-1, -1, -2, -1}, {2, -1, -1, 1}};
+    return f_pad(c->b, in_x(c, "x", (CtShape){4, {2, 2, 3, 4}}), a[v][0], a[v][1], a[v][2], a[v][3], v == 2 ? -1.5 : 0);
+}
+
 static ValueId case_concat(GradCase *c, int v)
 {
     ValueId xs[3];
@@ -490,6 +498,9 @@ static const CaseDef cases[] = {
     {"permute", case_permute, 0, 0, TOL_LINEAR, 0},
     {"slice 1:5:2 on dim 1", case_slice, 0, 0, TOL_LINEAR, 0},
     {"concat of 3", case_concat, 0, 0, TOL_LINEAR, 0},
+    {"pad 0,1,1,2", case_pad, 0, 0, TOL_LINEAR, 0},
+    {"pad -1,-1,-2,-1 (crop)", case_pad, 1, 0, TOL_LINEAR, 0},
+    {"pad 2,-1,-1,1 value -1.5", case_pad, 2, 0, TOL_LINEAR, 0},
     {"expand [1,3,1] -> [2,3,4]", case_expand, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 0", case_reduce_sum, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 1", case_reduce_sum, 1, 0, TOL_LINEAR, 0},

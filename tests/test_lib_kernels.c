@@ -301,6 +301,20 @@ static void test_data_movement(void)
         x = input(&c, "x", 4, (int64_t[]){2, 3, 2, 5}, nhwc, CT_F32);
         if (!add_node(&c, CT_OP_slice_grad, 1, &x, (int64_t[]){2, 1, 5, 2, 6}, 5, NULL, 0, nhwc))
             check_case(&c, "slice_grad");
+        /* SAME's asymmetric amounts (a value other than the outputs' zeroed
+         * memory); a crop and a pad of -inf (max pooling's SAME) into the
+         * other layout; rows all of the value, with no copy */
+        static const struct {
+            int64_t a[4];
+            double value;
+            int flip;
+        } pads[] = {{{0, 1, 1, 2}, 0.25, 0}, {{-1, 2, -2, 1}, -INFINITY, 1}, {{-5, 6, 1, 1}, 0.5, 0}};
+        for (size_t i = 0; i < sizeof pads / sizeof *pads; i++) {
+            graph_init(&c.g);
+            x = input(&c, "x", 4, x4, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_pad, 1, &x, pads[i].a, 4, &pads[i].value, 1, nhwc != pads[i].flip))
+                check_case(&c, "pad");
+        }
         graph_init(&c.g);
         x = input(&c, "x", 4, x4, nhwc, CT_F32);
         ValueId y = input(&c, "y", 4, (int64_t[]){2, 2, 4, 5}, !nhwc, CT_F32);

@@ -2,7 +2,7 @@
  * Every model recorded from timm in tests/data/models/<name>.json is built
  * here and compared with the record: state_dict names, shapes, dtypes and
  * param/buffer roles in order, param_count, the output shape of every
- * parameterised leaf layer (Conv2d, Linear, LayerNorm, LayerNorm2d,
+ * parameterised leaf layer (Conv2d, Conv2dSame, Linear, LayerNorm, LayerNorm2d,
  * BatchNorm2d, GroupNorm and their norm + act forms) matched to the node with the same module scope, and the
  * logits shape. The
  * training-mode graph (batch 2) must verify and keep the same state_dict.
@@ -59,6 +59,8 @@ static const char *layer_op(const char *cls)
     static const char *const map[][2] = {
         {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
         {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"}, {"GroupNorm", "group_norm"},
+        /* timm's Conv2dSame (TF's SAME: a pad, then the conv) */
+        {"Conv2dSame", "conv2d"},
         /* timm's norm + act modules: the output is the act's, the same
          * shape as the norm node with their scope. */
         {"BatchNormAct2d", "batch_norm"}, {"GroupNormAct", "group_norm"}, {"LayerNormAct2d", "layer_norm"},

@@ -1,6 +1,6 @@
 /*
  * NaN and infinities through the ops as PyTorch propagates them: every
- * activation (forward and gradient), clamp and the clip factor, pooling,
+ * activation (forward and gradient), clamp and the clip factor, pooling, pad,
  * softmax, the losses, the norms, reductions, attention and the optimizer
  * updates, each on the ref backend, the cpu backend (compiled kernels for
  * elementwise work) and the cpu backend's node kernels, against what torch
@@ -16,6 +16,8 @@
  *   silu, gelu at -inf: -inf * 0 = NaN; clamp keeps NaN; max_pool2d: a NaN
  *     in the window wins (the last one, for the gradient's index);
  *   softmax: a row with a NaN or +inf is all NaN; -inf gives 0;
+ *   pad (constant_pad_nd): NaN and infinities move as they are, or are
+ *     cropped away; the value, -inf too, fills the rest;
  *   norms: a NaN in a row (layer_norm), channel (batch_norm, training) or
  *     a sample's group (group_norm) makes all of it NaN; in eval
  *     batch_norm's dx does not read x;
@@ -270,6 +272,10 @@ static void test_pools(void)
         {"avg_pool2d_grad", CT_OP_avg_pool2d_grad, 1, {{S4(1, 1, 2, 2), 0, V(N, 1, I, 3)}},
          {2, 2, 2, 2, 0, 0, 0, 1, 4, 4}, {0}, {V(N, N, 0.25, 0.25, N, N, 0.25, 0.25, I, I, 0.75, 0.75, I, I, 0.75, 0.75)},
          1},
+        /* pad, max pooling SAME's -inf on the left, cropping the top row (its
+         * NaN) and two right columns: the rest moves as it is */
+        {"pad -1,0,1,-2 value -inf", CT_OP_pad, 1, {{S4(1, 1, 4, 4), 0, PLANE}}, {-1, 0, 1, -2}, {-I},
+         {V(-I, 4, N, -I, I, 0, -I, 1, 2)}, 1},
         {"adaptive_avg_pool2d", CT_OP_adaptive_avg_pool2d, 1, {{S4(1, 2, 4, 4), 0, PLANE2}}, {1, 1}, {0},
          {V(N, 4.5625)}, 1},
         {"adaptive_avg_pool2d_grad", CT_OP_adaptive_avg_pool2d_grad, 1, {{S4(1, 2, 1, 1), 0, V(N, 16)}},

@@ -55,6 +55,8 @@
     E['reshape'] = gen((2, 3, 4), 0).reshape(4, 6)
     E['permute'] = gen((2, 3, 4), 0).permute(2, 0, 1)
     E['slice'] = gen((2, 5, 3), 0)[:, 1:5:2]
+    E['pad'] = F.pad(gen((1, 2, 3, 4), 0), (1, 2, 0, 1))
+    E['pad_crop'] = F.pad(gen((1, 2, 3, 4), 0), (-1, 1, 2, -1), value=-2.5)
     E['concat'] = torch.cat([gen((2, 1, 3), 0), gen((2, 2, 3), 1), gen((2, 3, 3), 2)], 1)
     E['expand'] = gen((1, 1, 4), 0).expand(2, 3, 4)
     E['softmax'] = gen((2, 3, 4), 0, 2.0).softmax(1)
@@ -330,6 +332,26 @@ static const double want_permute[] = {
 static const double want_slice[] = {
     0.6754632, 0.0415806621, -0.611857891, 0.311541349, 0.850436628, 0.989358246,
     0.327474445, 0.859161794, 0.986771941, -0.984064996, -0.867202163, -0.34248063,
+};
+static const double want_pad[] = {
+    0, 0.295520216, 0.841470957, 0.991664827, 0.6754632, 0,
+    0, 0, 0.0415806621, -0.611857891, -0.977530122, -0.88345468,
+    0, 0, 0, -0.373876661, 0.311541349, 0.850436628,
+    0.989358246, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0.662969232,
+    0.024775425, -0.625070632, -0.980936229, 0, 0, 0,
+    -0.875452161, -0.35822928, 0.327474445, 0.859161794, 0, 0,
+    0, 0.986771941, 0.650287867, 0.00796318334, -0.638106704, 0,
+    0, 0, 0, 0, 0, 0,
+    0, 0,
+};
+static const double want_pad_crop[] = {
+    -2.5, -2.5, -2.5, -2.5, -2.5, -2.5,
+    -2.5, -2.5, 0.841470957, 0.991664827, 0.6754632, -2.5,
+    -0.611857891, -0.977530122, -0.88345468, -2.5, -2.5, -2.5,
+    -2.5, -2.5, -2.5, -2.5, -2.5, -2.5,
+    0.024775425, -0.625070632, -0.980936229, -2.5, -0.35822928, 0.327474445,
+    0.859161794, -2.5,
 };
 static const double want_concat[] = {
     0.295520216, 0.841470957, 0.991664827, 0.985449731, 0.863209367, 0.334988147,
@@ -713,6 +735,27 @@ static void test_data_movement(void)
         expect(&c, 0, "slice 1:5:2", (CtShape){3, {2, 2, 3}}, want_slice, NELEM(want_slice), TOL_F32);
     case_end(&c);
 
+    /* SAME padding's zeros (right and bottom heavier); a crop of left and
+     * bottom with rows above and a column on the right of value -2.5 */
+    static const struct {
+        const char *what;
+        int64_t a[4];
+        double value;
+        CtShape y;
+        const double *want;
+        int64_t n;
+    } pads[] = {{"pad 0,1,1,2", {0, 1, 1, 2}, 0, {4, {1, 2, 4, 7}}, want_pad, NELEM(want_pad)},
+                {"pad 2,-1,-1,1 value -2.5", {2, -1, -1, 1}, -2.5, {4, {1, 2, 4, 4}}, want_pad_crop,
+                 NELEM(want_pad_crop)}};
+    for (size_t i = 0; i < sizeof pads / sizeof *pads; i++) {
+        case_begin(&c, 0);
+        x = b_input(&c.b, "x", (CtShape){4, {1, 2, 3, 4}}, CT_F32);
+        y[0] = f_pad(&c.b, x, pads[i].a[0], pads[i].a[1], pads[i].a[2], pads[i].a[3], pads[i].value);
+        if (case_build(&c, pads[i].what, 1, y) == 0 && case_run(&c, pads[i].what, 1) == 0)
+            expect(&c, 0, pads[i].what, pads[i].y, pads[i].want, pads[i].n, TOL_F32);
+        case_end(&c);
+    }
+
     case_begin(&c, 0);
     ValueId parts[3];
     for (int k = 0; k < 3; k++)
@@ -851,6 +894,14 @@ static void test_rejections(void)
     case_begin(&c, 0);
     f_slice(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 5, 3}}, CT_F32), 1, 0, 6, 1);
     expect_reject(&c, "slice", "slice 0:6 of 5");
+
+    case_begin(&c, 0);
+    f_pad(&c.b, b_input(&c.b, "x", (CtShape){4, {1, 2, 3, 4}}, CT_F32), 0, 0, -2, -2, 0);
+    expect_reject(&c, "pad", "pad cropping all 4 columns");
+
+    case_begin(&c, 0);
+    f_pad(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32), 1, 1, 1, 1, 0);
+    expect_reject(&c, "pad", "pad of a 3-D input");
 
     case_begin(&c, 0);
     f_concat(&c.b, 2,

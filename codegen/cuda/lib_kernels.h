@@ -31,7 +31,7 @@
  */
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
- * input, the inner part of slice_grad. */
+ * input, the inner part of slice_grad and of pad. */
 CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
 {
     CT_LOOP(i, ix.n)

@@ -163,6 +163,26 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
         copy(b, n->in[0], n->out[0], ix);
         return 0;
     }
+    case CT_OP_pad: {
+        /* the value where no input element lands, then the kept block of x
+         * (rows [i0, i1), columns [j0, j1) of y) copied over it */
+        int64_t i0 = a[0] > 0 ? a[0] : 0, i1 = ys->d[2] - (a[1] > 0 ? a[1] : 0);
+        int64_t j0 = a[2] > 0 ? a[2] : 0, j1 = ys->d[3] - (a[3] > 0 ? a[3] : 0);
+        int64_t rows = i1 > i0 ? i1 - i0 : 0, cols = j1 > j0 ? j1 - j0 : 0;
+        if (rows < ys->d[2] || cols < ys->d[3]) {
+            LibLaunch *l = begin(b, "ct_fill", y->type.dtype, shape_numel(ys));
+            a_val(l, n->out[0]);
+            a_i64(l, shape_numel(ys));
+            a_f32(l, n->fattr[0]);
+        }
+        if (rows && cols) {
+            CtIndex ix = index_make(4, (int64_t[]){ys->d[0], ys->d[1], rows, cols}, sx, sy);
+            ix.base0 = (i0 - a[0]) * sx[2] + (j0 - a[2]) * sx[3];
+            ix.base1 = i0 * sy[2] + j0 * sy[3];
+            copy(b, n->in[0], n->out[0], ix);
+        }
+        return 0;
+    }
     case CT_OP_concat: {
         int64_t at = 0;
         for (int k = 0; k < n->nin; k++) {
@@ -646,6 +666,7 @@ int lib_supports(CtOp op)
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
+    case CT_OP_pad:
         return 1;
     default:
         return 0;

@@ -1,7 +1,8 @@
 /*
  * Data movement: reshape (row-major, same element count), permute (dims
  * reordered), slice (one dim, start:end:step), concat (along one dim) and
- * expand (size-1 dims broadcast, new leading dims allowed; torch.expand).
+ * expand (size-1 dims broadcast, new leading dims allowed; torch.expand),
+ * pad (constant padding of H and W; negative amounts crop).
  * to_layout changes only a value's memory layout (NCHW <-> NHWC): the
  * logical tensor, and so the ref kernel, is the identity.
  * Their attribute is one list (OpDef.list_attr): the target shape for
@@ -282,3 +283,56 @@ const OpDef op_expand = {.name = "expand", .min_in = 1, .max_in = 1, .vjp = expa
                          .list_attr = "shape",
                          .infer = infer_expand, .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = identity_scalar,
                          .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW, .cost = op_cost_none};
+
+enum { PAD_TOP, PAD_BOTTOM, PAD_LEFT, PAD_RIGHT };
+
+/* pad(x [N,C,H,W]): F.pad(x, (left, right, top, bottom), value=value), a
+ * negative amount cropping that side: y[n,c,i,j] = x[n,c,i-top,j-left]
+ * where that is inside x, else value. So pad(-top, -bottom, -left, -right)
+ * with value 0 is its VJP: one op both ways, as timm's pad_same and its
+ * gradient need. */
+static int infer_pad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, 4, err))
+        return -1;
+    const CtShape *x = in_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    for (int k = 0; k < 4; k++)
+        if (a[k] < -(1 << 30) || a[k] > 1 << 30)
+            return ct_fail(err, "pad amount %lld is out of range", (long long)a[k]);
+    int64_t oh = x->d[2] + a[PAD_TOP] + a[PAD_BOTTOM], ow = x->d[3] + a[PAD_LEFT] + a[PAD_RIGHT];
+    if (oh < 1 || ow < 1)
+        return ct_fail(err, "pad %lld,%lld,%lld,%lld (top, bottom, left, right) of %lldx%lld leaves %lldx%lld",
+                       (long long)a[PAD_TOP], (long long)a[PAD_BOTTOM], (long long)a[PAD_LEFT],
+                       (long long)a[PAD_RIGHT], (long long)x->d[2], (long long)x->d[3], (long long)oh,
+                       (long long)ow);
+    out[0] = *in_type(g, n, 0);
+    out[0].shape.d[2] = oh;
+    out[0].shape.d[3] = ow;
+    return 1;
+}
+
+static void pad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *x = in_shape(g, n, 0), *y = out_shape(g, n, 0);
+    int64_t H = x->d[2], W = x->d[3], OH = y->d[2], OW = y->d[3];
+    for (int64_t p = 0; p < x->d[0] * x->d[1]; p++)
+        for (int64_t i = 0; i < OH; i++)
+            for (int64_t j = 0; j < OW; j++) {
+                int64_t h = i - n->iattr[PAD_TOP], w = j - n->iattr[PAD_LEFT];
+                int inside = h >= 0 && h < H && w >= 0 && w < W;
+                out[0][(p * OH + i) * OW + j] = inside ? in[0][(p * H + h) * W + w] : n->fattr[0];
+            }
+}
+
+static void pad_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
+{
+    int64_t a[4];
+    for (int k = 0; k < 4; k++)
+        a[k] = -n->iattr[k];
+    din[0] = emit(e, CT_OP_pad, 1, dout, a, 4, (double[]){0}, 1, 0);
+}
+
+const OpDef op_pad = {.name = "pad", .min_in = 1, .max_in = 1, .iattr = {"top", "bottom", "left", "right"},
+                      .fattr = {"value"}, .infer = infer_pad, .ref = pad_ref, .vjp = pad_vjp, .fusion = OP_DATA,
+                      .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_EITHER, .cost = op_cost_none};

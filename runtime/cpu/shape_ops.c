@@ -1,7 +1,8 @@
 /*
  * The cpu backend's data movement: reshape, to_layout and f32->f32 cast as
  * copies (the logical tensor is unchanged), permute and expand as strided
- * gathers, slice / slice_grad / concat as block copies.
+ * gathers, slice / slice_grad / concat as block copies, pad as row copies
+ * between runs of its value.
  */
 #include <string.h>
 
@@ -163,4 +164,37 @@ void cpu_concat(const Graph *g, const Node *n, float *const *in, float *const *o
             memcpy(out[0] + (o * y->d[dim] + at) * inner, in[k] + o * D * inner, (size_t)(D * inner) * sizeof(float));
         at += D;
     }
+}
+
+enum { PAD_TOP, PAD_BOTTOM, PAD_LEFT, PAD_RIGHT };
+
+static void fill(float *dst, int64_t n, float v)
+{
+    for (int64_t j = 0; j < n; j++)
+        dst[j] = v;
+}
+
+/* Each output row: the value, then columns [j0, j1) from the input row
+ * i - top (where it exists), then the value. */
+void cpu_pad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
+    const int64_t *a = n->iattr;
+    int64_t H = x->d[2], W = x->d[3], OH = y->d[2], OW = y->d[3];
+    int64_t j0 = a[PAD_LEFT] > 0 ? a[PAD_LEFT] : 0, j1 = W + a[PAD_LEFT] < OW ? W + a[PAD_LEFT] : OW;
+    float v = (float)n->fattr[0];
+    j1 = j1 > j0 ? j1 : j0;
+#pragma omp parallel for if (shape_numel(y) > CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < x->d[0] * x->d[1]; p++)
+        for (int64_t i = 0; i < OH; i++) {
+            float *dst = out[0] + (p * OH + i) * OW;
+            int64_t h = i - a[PAD_TOP];
+            if (h < 0 || h >= H || j1 == j0) {
+                fill(dst, OW, v);
+                continue;
+            }
+            fill(dst, j0, v);
+            memcpy(dst + j0, in[0] + (p * H + h) * W + j0 - a[PAD_LEFT], (size_t)(j1 - j0) * sizeof *dst);
+            fill(dst + j1, OW - j1, v);
+        }
 }
