@@ -19,60 +19,7 @@
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "runtime/backend.h"
-
-static uint32_t fnv1a(const char *s)
-{
-    uint32_t h = 0x811C9DC5u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x01000193u;
-    return h;
-}
-
-static uint32_t mix(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x85EBCA6Bu;
-    x ^= x >> 13;
-    x *= 0xC2B2AE35u;
-    x ^= x >> 16;
-    return x;
-}
-
-static double uniform(uint32_t seed, int64_t i) { return mix((uint32_t)((uint64_t)i * 0x9E3779B1u + seed)) / 4294967296.0; }
-
-static int ends_with(const char *s, const char *end)
-{
-    size_t n = strlen(s), k = strlen(end);
-    return n >= k && !strcmp(s + n - k, end);
-}
-
-/* tools/make_zoo_refs.py's zoo_fill. */
-static double zoo_fill(const char *name, const CtShape *s, int64_t i)
-{
-    double u = uniform(fnv1a(name), i), v = 2 * u - 1;
-    if (ends_with(name, "running_var"))
-        return 1 + 0.5 * u;
-    if (ends_with(name, "running_mean"))
-        return 0.1 * v;
-    if (s->ndim >= 2)
-        return v * sqrt(3.0 / (double)(shape_numel(s) / s->d[0]));
-    if (ends_with(name, "bias"))
-        return 0.1 * v;
-    return 1 + 0.2 * v;
-}
-
-static void fill_state(CtState *st)
-{
-    for (int i = 0; i < st->n; i++) {
-        const StateEntry *e = &st->e[i];
-        int64_t n = shape_numel(&e->type.shape);
-        if (e->type.dtype == CT_I64)
-            memset(state_data(st, i), 0, (size_t)n * sizeof(int64_t));
-        else if (e->type.dtype == CT_F32)
-            for (int64_t k = 0; k < n; k++)
-                ((float *)state_data(st, i))[k] = (float)zoo_fill(e->name, &e->type.shape, k);
-    }
-}
+#include "zoo_fill.h"
 
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
 
@@ -115,7 +62,7 @@ static void check_model(const char *model, const cJSON *ref, int batch, int img)
     }
     CtState st;
     state_create(&st, &g);
-    fill_state(&st);
+    zoo_fill_state(&st, NULL, NULL);
     int classes = model_num_classes(m, &spec.args);
     float *x = malloc(sizeof *x * (size_t)batch * 3 * (size_t)img * img);
     int64_t *target = malloc(sizeof *target * (size_t)batch);

@@ -1,0 +1,82 @@
+/* tools/make_zoo_refs.py's formula for a full-size model's weights and
+ * input (zoo_fill, uniform there), which both sides compute in integers
+ * and then in double, so that they get the same float32 bits: tensor
+ * `name`, element i, from the FNV-1a hash of the name and a 32-bit mix of
+ * i. Shared by test_zoo (eval mode) and test_zoo_train (training mode). */
+#ifndef CTIMM_TEST_ZOO_FILL_H
+#define CTIMM_TEST_ZOO_FILL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime/state.h"
+
+static inline uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 0x811C9DC5u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x01000193u;
+    return h;
+}
+
+static inline uint32_t mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    x *= 0xC2B2AE35u;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline double uniform(uint32_t seed, int64_t i)
+{
+    return mix((uint32_t)((uint64_t)i * 0x9E3779B1u + seed)) / 4294967296.0;
+}
+
+static inline int ends_with(const char *s, const char *end)
+{
+    size_t n = strlen(s), k = strlen(end);
+    return n >= k && !strcmp(s + n - k, end);
+}
+
+/* tools/make_zoo_refs.py's zoo_fill. */
+static inline double zoo_fill(const char *name, const CtShape *s, int64_t i)
+{
+    double u = uniform(fnv1a(name), i), v = 2 * u - 1;
+    if (ends_with(name, "running_var"))
+        return 1 + 0.5 * u;
+    if (ends_with(name, "running_mean"))
+        return 0.1 * v;
+    if (s->ndim >= 2)
+        return v * sqrt(3.0 / (double)(shape_numel(s) / s->d[0]));
+    if (ends_with(name, "bias"))
+        return 0.1 * v;
+    return 1 + 0.2 * v;
+}
+
+/* The model's params and buffers in st by the formula: integers 0, floats
+ * (f32, or f64 holding the f32 value) the formula's value times
+ * scale(name) rounded to float32; scale NULL: 1. Other state (an
+ * optimizer's) is left as it is. */
+static inline void zoo_fill_state(CtState *st, double (*scale)(const char *name, void *ctx), void *ctx)
+{
+    for (int i = 0; i < st->n; i++) {
+        const StateEntry *e = &st->e[i];
+        int64_t n = shape_numel(&e->type.shape);
+        if (e->role != CT_ROLE_PARAM && e->role != CT_ROLE_BUFFER)
+            continue;
+        double f = scale ? scale(e->name, ctx) : 1;
+        if (e->type.dtype == CT_I64)
+            memset(state_data(st, i), 0, (size_t)n * sizeof(int64_t));
+        else if (e->type.dtype == CT_F32)
+            for (int64_t k = 0; k < n; k++)
+                ((float *)state_data(st, i))[k] = (float)(zoo_fill(e->name, &e->type.shape, k) * f);
+        else if (e->type.dtype == CT_F64)
+            for (int64_t k = 0; k < n; k++)
+                ((double *)state_data(st, i))[k] = (float)(zoo_fill(e->name, &e->type.shape, k) * f);
+    }
+}
+
+#endif

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Write a zoo model's training-mode references (tests/data/zoo_train_refs/<model>.json) with the real timm.
+
+tools/make_zoo_refs.py proves the zoo's models in eval mode; this proves one model per family in
+training mode, checked by tests/test_zoo_train.c (whose header says within what). The weights and input
+are that tool's formula (zoo_fill, uniform), the model in training mode without dropout or drop path,
+everything float64 from the float32 weights. One step on a batch of --batch-size at --img-size px, with
+train.py's default loss (label smoothing 0.1) on targets (i * 7) % classes, recorded compactly (per
+tensor: sum, norm and 4 elements, 2 for the steps; 7 digits):
+  - the loss, the logits' norm and 16 of them, every parameter's gradient;
+  - every float buffer after the step (batch norms' running mean and var, timm's momentum);
+  - every parameter's change (new - old) by one step of timm's optimizer factory, create_optimizer_v2
+    (so no weight decay on biases and 1-D params): "sgd" (nesterov, momentum 0.9, lr 0.1, weight decay
+    train.py's default 2e-5) and, from the same start, "adamw" (lr 1e-3, weight decay 0.05). The change
+    rather than the new value: the old one is the formula, and the new one's first digits are only that.
+Gradients that are float64 noise (structurally zero: a per-channel shift that a training-mode batch norm
+removes) are listed in "zero_grads": AdamW's step of such a param is lr * noise / (|noise| + eps).
+
+Training-mode batch norm makes deep residual stacks chaotic when every branch starts at full scale
+(zoo_fill gives each batch norm weight ~1): regnety_016's gradients move by 3% when the input moves by
+1e-7, and float32 cannot follow. timm's models avoid that with zero_init_last (the last norm of each
+branch starts at zero, which would leave the branch without gradients), so the tensors that
+zero_init_last() would zero are --last-scale times their formula here ("last_scale", "scaled"): at 0.2
+regnety_016's gradients move by ~1e-6. The tool also runs the step in float32 and prints how far torch's
+own float32 result is, in units of the test's tolerance ("float32 torch: worst ..."): 0.2 to 0.95 for three
+of the shipped models; 20 for seresnext26t_32x4d's stem gradients, torch's float32 arithmetic rather than
+the point's conditioning (ctimm's cpu backend is within 0.25 there).
+
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_train_refs.py --model regnety_016 \
+        --batch-size 2 --img-size 64 --out tests/data/zoo_train_refs/regnety_016.json
+
+The shipped files: mixnet_s, seresnext26t_32x4d, regnety_016, batch 2 at 64 px (the last stage's batch
+norms then normalise 8 values per channel); convnext_nano, which has none, at 32 px.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+
+import torch
+
+import timm
+from timm.loss import LabelSmoothingCrossEntropy
+from timm.optim import create_optimizer_v2
+
+from make_zoo_refs import uniform, zoo_fill
+
+SMOOTHING = 0.1  # train.py's --smoothing
+# create_optimizer_v2's arguments. SGD's weight decay is train.py's default; AdamW's is its recipes' 0.05:
+# with 2e-5 its decoupled decay (lr * wd * param, ~1e-9) would vanish next to its step (~lr)
+OPTIMIZERS = {"sgd": {"opt": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 2e-5},
+              "adamw": {"opt": "adamw", "lr": 1e-3, "weight_decay": 0.05}}
+
+
+def last_tensors(model):
+    """The state_dict names zero_init_last() zeros (each block that has one)."""
+    probe = copy.deepcopy(model)
+    with torch.no_grad():
+        for t in probe.state_dict().values():
+            if t.is_floating_point():
+                t.fill_(1)
+    for m in probe.modules():
+        if hasattr(m, "zero_init_last"):
+            m.zero_init_last()
+    return [n for n, t in probe.state_dict().items() if t.is_floating_point() and not t.any()]
+
+
+def fill(model, scaled, scale):
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            v = zoo_fill(name, list(t.shape))
+            if name in scaled:
+                v = v * scale
+            t.copy_(v.reshape(t.shape).to(t.dtype))
+
+
+def compact(t, picks):
+    """sum, norm and `picks` elements (at i * n / picks) of t, as doubles."""
+    f = t.detach().reshape(-1).double()
+    n = f.numel()
+    return [f.sum().item(), f.norm().item()] + [f[int(k * n / picks)].item() for k in range(picks)]
+
+
+def g7(v):
+    """v to 7 significant digits: plenty for a test within 1e-4, and half the file of 17."""
+    return float(f"{v:.7g}")
+
+
+def run(model_name, batch, img, scaled, scale, dtype):
+    """The full record, unrounded, of the step in dtype (on float32 weights and input)."""
+    model = timm.create_model(model_name, drop_rate=0.0, drop_path_rate=0.0)
+    fill(model, scaled, scale)
+    model.to(dtype)
+    model.train()
+    classes = model.num_classes
+    x = (2 * uniform("input", batch * 3 * img * img) - 1).reshape(batch, 3, img, img).to(torch.float32).to(dtype)
+    target = torch.tensor([(i * 7) % classes for i in range(batch)])
+    logits = model(x)
+    loss = LabelSmoothingCrossEntropy(smoothing=SMOOTHING)(logits, target)
+    loss.backward()
+    flat = logits.detach().reshape(-1).double()
+    rec = {"loss": loss.item(), "logits_norm": flat.norm().item(),
+           "logits": [[k, flat[k].item()] for k in (int(j * flat.numel() / 16) for j in range(16))],
+           "grads": {n: compact(p.grad, 4) for n, p in model.named_parameters()},
+           "buffers": {n: compact(b, 4) for n, b in model.named_buffers() if b.is_floating_point()}}
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for key, o in OPTIMIZERS.items():
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(start[n])
+        create_optimizer_v2(model, **o).step()
+        rec[key] = {n: compact(p.detach() - start[n], 2) for n, p in model.named_parameters()}
+    rec["start_abs"] = {n: compact(p.abs(), 2) for n, p in start.items()}
+    return rec
+
+
+def adamw_slack(grad, e, n, lr, eps=1e-8):
+    """How far AdamW's first step of element e (of 2: the gradient's element 2 e of 4) may move when the
+    gradient is off by its tolerance d: the step is lr * g / (|g| + eps), whose slope is eps / (|g| + eps)^2;
+    anything within 2 lr once d reaches |g|."""
+    g, d = abs(grad[2 + 2 * e]), 1e-4 * grad[1] / math.sqrt(n)
+    return 2 * lr if d >= g else min(2 * lr, lr * eps * d / (g - d + eps) ** 2)
+
+
+def deviation(ref, got, numel, lr, ulp):
+    """max over the recorded numbers of |got - ref| in units of tests/test_zoo_train.c's tolerance, and which
+    number. Within 1e-4 of: the loss; the logits' rms; per tensor its rms (an element: the larger of that and
+    itself; the sum n times it, the norm sqrt(n) times). A structurally zero gradient is noise: its elements
+    within 1e-4 of the largest rms of the group, and AdamW's step of it anywhere within lr. A step is the
+    difference of two params stored in got's precision: besides, 2 ulps (ulp: relative) of the param."""
+    worst, where = 0.0, ""
+
+    def see(g, w, tol, what):
+        nonlocal worst, where
+        if abs(g - w) / tol > worst:
+            worst, where = abs(g - w) / tol, what
+    see(got["loss"], ref["loss"], 1e-4 * abs(ref["loss"]), "loss")
+    lrms = ref["logits_norm"] / math.sqrt(numel["logits"])
+    for (k, w), (_, g) in zip(ref["logits"], got["logits"]):
+        see(g, w, 1e-4 * lrms, "logit")
+    for group in ("grads", "buffers", "sgd", "adamw"):
+        top = max((v[1] / math.sqrt(numel[n]) for n, v in ref[group].items()), default=0)
+        for n, v in ref[group].items():
+            k, g = numel[n], got[group][n]
+            p = [2 * ulp * x for x in got["start_abs"][n]] if group in OPTIMIZERS else [0] * 6
+            if n in ref["zero_grads"] and group != "buffers":
+                for e in range(2, len(v)):
+                    see(g[e], 0, (lr if group == "adamw" else 1e-4 * top) + p[e], f"{group} {n} element")
+                continue
+            s = v[1] / math.sqrt(k)
+            # AdamW's first step moves each element by about lr * sign(gradient): float32's error flips the few
+            # whose gradient is below it (~1e-5 of the tensor's rms); two such anywhere move sum and norm 4 lr
+            flips = 4 * lr if group == "adamw" else 0
+            see(g[1], v[1], 1e-4 * s * math.sqrt(k) + flips + p[1], f"{group} {n} norm")
+            see(g[0], v[0], 1e-4 * s * k + flips + p[0], f"{group} {n} sum")
+            for e in range(2, len(v)):
+                slack = adamw_slack(ref["grads"][n], e - 2, numel[n], lr) if group == "adamw" else 0
+                see(g[e], v[e], 1e-4 * max(s, abs(v[e])) + slack + p[e], f"{group} {n} element")
+    return worst, where
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--img-size", type=int, default=64)
+    ap.add_argument("--last-scale", type=float, default=0.2)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    probe = timm.create_model(args.model)
+    scaled = last_tensors(probe)
+    numel = {n: p.numel() for n, p in list(probe.named_parameters()) + list(probe.named_buffers())}
+    numel["logits"] = args.batch_size * probe.num_classes
+    ref = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float64)
+    total = math.sqrt(sum(v[1] ** 2 for v in ref["grads"].values()))
+    ref["zero_grads"] = [n for n, v in ref["grads"].items() if v[1] <= 1e-12 * total]
+    f32 = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float32)
+    worst, where = deviation(ref, f32, numel, OPTIMIZERS["adamw"]["lr"], 2.0 ** -23)
+    print(f"{args.model}: loss {ref['loss']:.9g}; float32 torch: worst {worst:.3g} x the test's tolerance ({where});"
+          f" {len(ref['zero_grads'])} structurally zero gradients")
+
+    params = list(ref["grads"])
+    doc = {"model": args.model, "timm_version": timm.__version__, "torch_version": torch.__version__,
+           "batch": args.batch_size, "img_size": args.img_size, "smoothing": SMOOTHING, "optimizers": OPTIMIZERS,
+           "last_scale": args.last_scale if scaled else 1.0, "scaled": scaled,
+           "loss": ref["loss"], "logits_norm": ref["logits_norm"],
+           "logits": [[k, g7(v)] for k, v in ref["logits"]], "zero_grads": ref["zero_grads"],
+           "params": params, "buffers": [[n] + [g7(x) for x in v] for n, v in ref["buffers"].items()]}
+    for group in ("grads", "sgd", "adamw"):
+        doc[group] = [[g7(x) for x in ref[group][n]] for n in params]
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(f"wrote {args.out}: {len(text)} bytes")
+
+
+if __name__ == "__main__":
+    main()
