@@ -35,34 +35,11 @@ static ValueId norm_act(Builder *b, const char *name, ValueId x)
     return f_relu(b, nn_group_norm(b, name, x, (GNOpts){.groups = GN_GROUPS}));
 }
 
-/* y's first row along dim and, where the last window reaches the bottom
- * zero row, its last, clamped at 0 (`in`: the pool's input rows). */
-static ValueId clamp_border(Builder *b, ValueId y, int dim, int64_t in)
-{
-    int64_t n = b_shape(b, y)->d[dim];
-    /* window i covers input rows 2i-1 .. 2i+1 */
-    int64_t end = n > 1 && 2 * (n - 1) + 1 >= in ? n - 1 : n;
-    ValueId parts[3];
-    int k = 0;
-    parts[k++] = f_relu(b, f_slice(b, y, dim, 0, 1, 1));
-    if (end > 1)
-        parts[k++] = f_slice(b, y, dim, 1, end, 1);
-    if (end < n)
-        parts[k++] = f_relu(b, f_slice(b, y, dim, n - 1, n, 1));
-    return k == 1 ? parts[0] : f_concat(b, k, parts, dim);
-}
-
-/* ConstantPad2d(1, 0.) then MaxPool2d(3, 2): the pool with padding 1 takes
- * the same windows, but pads with -inf; a window that reaches the zero
- * border has max(its max, 0) instead, so those rows and columns are
- * clamped at 0. Exact (a NaN stays NaN); a stand-in for a pad op. */
+/* The 'fixed' stem's ConstantPad2d(1, 0.) then MaxPool2d(3, 2): BiT has
+ * no activation before the pool, so the zeros are values of its windows. */
 static ValueId fixed_pad_pool(Builder *b, ValueId x)
 {
-    int64_t h = b_shape(b, x)->d[2], w = b_shape(b, x)->d[3];
-    ValueId y = f_max_pool2d(b, x, 3, 2, 1);
-    if (y < 0)
-        return -1;
-    return clamp_border(b, clamp_border(b, y, 2, h), 3, w);
+    return f_max_pool2d(b, f_pad(b, x, 1, 1, 1, 1, 0.0), 3, 2, 0);
 }
 
 static ValueId block(Builder *b, ValueId x, int64_t out, int stride, int proj, double drop_path)
