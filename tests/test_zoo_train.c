@@ -43,8 +43,18 @@
 
 #define TOL 1e-4
 
-/* mixnet_s first: the cheapest, the sanitizer build's */
-static const char *const models[] = {"mixnet_s", "seresnext26t_32x4d", "regnety_016", "convnext_nano"};
+/* mixnet_s first: the cheapest, the sanitizer build's. cpu: whether the
+ * float32 backend is held to the tolerance too. Not where float32 cannot
+ * follow the float64 step at this point (the tool prints torch's own
+ * float32 error in tolerance units): mobilenetv4_conv_small's batch norms
+ * over 8 values of its expanded 1x1 convs (torch 34x, ctimm 40x), and
+ * poolformer_s12's GroupNorm1 weights deep in stage 2 (torch 7.5x, ctimm
+ * 5.4x); their float64 steps equal timm's. */
+static const struct {
+    const char *name;
+    int cpu;
+} models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 1},     {"regnety_016", 1}, {"convnext_nano", 1},
+              {"test_nfnet", 1},    {"mobilenetv4_conv_small", 0}, {"poolformer_s12", 0}};
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItem(o, key); }
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
@@ -370,11 +380,12 @@ int main(int argc, char **argv)
 {
     enum { NMODELS = sizeof models / sizeof *models };
     cJSON *docs[NMODELS];
-    int n = 0;
+    int n = 0, cpu[NMODELS];
     for (int i = 0; i < NMODELS; i++) {
-        if (argc > 1 && strcmp(argv[1], models[i]))
+        if (argc > 1 && strcmp(argv[1], models[i].name))
             continue;
-        docs[n++] = load(models[i]);
+        cpu[n] = models[i].cpu;
+        docs[n++] = load(models[i].name);
 #ifdef __SANITIZE_ADDRESS__
         break; /* the first model */
 #endif
@@ -387,7 +398,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < 2; t++)
         pthread_join(th[t], NULL);
     for (int i = 0; i < n; i++)
-        for (int o = 0; o < 2 && docs[i]; o++)
+        for (int o = 0; o < 2 && docs[i] && cpu[i]; o++)
             check_step(docs[i], &ct_backend_cpu, 0, o ? "adamw" : "sgd");
     for (int i = 0; i < n; i++)
         cJSON_Delete(docs[i]);
