@@ -58,7 +58,7 @@ static const char *const usage =
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
     "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
-    "                   [--layer-decay-no-opt-scale S] [--grad-accum-steps 1] [--model-kwargs K=V ...]\n"
+    "                   [--layer-decay-no-opt-scale S] [--grad-accum-steps 1] [--gp POOL] [--model-kwargs K=V ...]\n"
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
@@ -110,7 +110,7 @@ enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_B
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
 /* Layer-wise lr decay flags, long only. */
-enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS };
+enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS, OPT_GP };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -188,7 +188,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"model-ema-decay", 1, 0, OPT_MODEL_EMA_DECAY}, {"model-ema-warmup", 0, 0, OPT_MODEL_EMA_WARMUP},
         {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
         {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT}, {"grad-accum-steps", 1, 0, OPT_GRAD_ACCUM},
-        {"model-kwargs", 1, 0, OPT_MODEL_KWARGS},
+        {"model-kwargs", 1, 0, OPT_MODEL_KWARGS}, {"gp", 1, 0, OPT_GP},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
         {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
@@ -251,6 +251,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case 'U': a->resume = optarg; break;
         case 'P': a->no_resume_opt = 1; break;
         case 'C': a->initial_checkpoint = optarg; break;
+        case OPT_GP: a->gp = optarg; break;
         case 'K': a->eval_metric = optarg; break;
         case 'H': bad = cli_int(prog, "--checkpoint-hist", optarg, 1, 64, &a->checkpoint_hist); break;
         case 'n': bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;

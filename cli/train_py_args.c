@@ -19,7 +19,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"input-key", "null"},
     {"target-key", "null"},
     {"dataset-trust-remote-code", "false"},
-    {"gp", "null"},
     {"grad-checkpointing", "false"},
     {"fast-norm", "false"},
     {"head-init-scale", "null"},

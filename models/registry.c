@@ -111,9 +111,29 @@ int model_in_chans(const ModelEntry *m, const ModelArgs *a)
     return a->in_chans > 0 ? a->in_chans : m->cfg.input_size[0];
 }
 
+static const char *const opt_names[] = {"global_pool", "class_token", "reg_tokens", "fc_norm",
+                                        "no_embed_class", "init_values", "qkv_bias"};
+
+int model_args_check(const ModelEntry *m, const ModelArgs *a, CtErr *err)
+{
+    unsigned lacked = a->opt.set & ~(model_family(m)->opts | MODEL_OPT_GLOBAL_POOL);
+    for (int i = 0; lacked; i++)
+        if (lacked & 1u << i)
+            return ct_fail(err, "%s takes no option '%s' (timm raises TypeError: unexpected keyword argument "
+                           "'%s')", m->name, opt_names[i], opt_names[i]);
+    /* the convnets' heads pool by SelectAdaptivePool2d; of its pool types ctimm builds the default */
+    if ((a->opt.set & MODEL_OPT_GLOBAL_POOL) && !(model_family(m)->opts & MODEL_OPT_GLOBAL_POOL) &&
+        strcmp(a->opt.global_pool, "avg"))
+        return ct_fail(err, "%s: global_pool '%s' is not built (ctimm's convnets pool by 'avg', timm's default)",
+                       m->name, a->opt.global_pool);
+    return 0;
+}
+
 int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err)
 {
     Builder b;
+    if (model_args_check(m, &spec->args, err))
+        return -1;
     int batch = spec->batch_size > 0 ? spec->batch_size : 1, size = model_img_size(m, &spec->args);
     int chans = model_in_chans(m, &spec->args);
     if (size < 1)

@@ -26,12 +26,34 @@ typedef struct ModelCfg {
     double test_crop_pct;
 } ModelCfg;
 
+/* Model options a run gives create_model (--gp, --model-kwargs): which of
+ * ModelOptions' fields are set. timm drops the None ones, so an unset
+ * field is the registered model's value. */
+enum {
+    MODEL_OPT_GLOBAL_POOL = 1 << 0,
+    MODEL_OPT_CLASS_TOKEN = 1 << 1,
+    MODEL_OPT_REG_TOKENS = 1 << 2,
+    MODEL_OPT_FC_NORM = 1 << 3,
+    MODEL_OPT_NO_EMBED_CLASS = 1 << 4,
+    MODEL_OPT_INIT_VALUES = 1 << 5,
+    MODEL_OPT_QKV_BIAS = 1 << 6,
+};
+
+/* The options, MODEL_OPT_* of set saying which fields are given. */
+typedef struct ModelOptions {
+    unsigned set;
+    char global_pool[16]; /* 'token', 'avg', 'map' (ViT); convnets build 'avg' only */
+    int class_token, reg_tokens, fc_norm, no_embed_class, qkv_bias;
+    double init_values; /* layer scale's; 0: none (timm's falsy init_values) */
+} ModelOptions;
+
 /* Overrides of create_model(); 0 / negative keeps the model's default. */
 typedef struct ModelArgs {
     int num_classes; /* -1: default; 0: no classifier (features) */
     int img_size;
     int in_chans; /* the image's channels, the stem's input (timm's create_model(in_chans=)); 0: the cfg's 3 */
     double drop_rate, drop_path_rate;
+    ModelOptions opt;
 } ModelArgs;
 
 struct ModelEntry;
@@ -52,6 +74,9 @@ typedef struct ModelFamily {
     int n;
     /* the class's group_matcher(coarse=False) (models/layer_groups.h) */
     const struct GroupRule *group_matcher;
+    /* the MODEL_OPT_* options its models take; every family takes global_pool,
+     * and MODEL_OPT_GLOBAL_POOL marks one that builds other pools than 'avg' */
+    unsigned opts;
 } ModelFamily;
 
 extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family,
@@ -77,6 +102,9 @@ typedef struct ModelSpec {
 } ModelSpec;
 
 static inline ModelArgs model_args_default(void) { return (ModelArgs){.num_classes = -1}; }
+/* Whether m takes the options a gives (a before m's own checks in model_build):
+ * one its family's models lack is refused by name, as timm's TypeError. */
+int model_args_check(const ModelEntry *m, const ModelArgs *a, CtErr *err);
 /* Input [B,C,H,W] f32 named "input" (C: model_in_chans); one output, the logits. Verified. */
 int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err);
 /* Input size the model is built for under these overrides. */

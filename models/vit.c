@@ -5,14 +5,17 @@
  * no_embed_class over the patches only), an optional pre-norm (CLIP), pre-norm
  * blocks (fused-qkv attention, GELU MLP, layer scale where init_values), then
  * the final norm and pooling: the class token, the mean of the tokens (then
- * fc_norm), or MAP (AttentionPoolLatent: a learned latent query attending to
+ * fc_norm instead of the final norm, unless fc_norm says otherwise), or MAP (AttentionPoolLatent: a learned latent query attending to
  * the tokens, then an MLP). LayerNorm eps 1e-6 (CLIP's 1e-5), or RmsNorm.
  * Init as timm's init_weights_vit_timm: trunc_normal(.02) linears with zero
  * bias, pos_embed trunc_normal(.02), cls/reg tokens normal(1e-6), the MAP
  * latent trunc_normal_tf(dim^-0.5), layer scales init_values, the patch conv
- * left at PyTorch's default.
+ * left at PyTorch's default. A run's global_pool, class_token, reg_tokens,
+ * fc_norm, no_embed_class, init_values and qkv_bias (create_model's kwargs)
+ * replace the registered model's, as timm's model_args dict(model_args, **kwargs).
  */
 #include <math.h>
+#include <string.h>
 
 #include "models/layer_groups.h"
 #include "models/registry.h"
@@ -24,15 +27,23 @@ typedef struct VitArch {
     int patch, dim, depth, heads;
     double mlp_ratio;
     int no_class_token, reg_tokens, no_embed_class, pre_norm;
-    int pool;                /* POOL_*; POOL_AVG uses fc_norm instead of the final norm */
+    int pool;                /* POOL_* */
+    int fc_norm;             /* timm's fc_norm: 0 None (the final norm after avg pooling, else before), 1 True, -1 False */
+    int no_qkv_bias;
     int pool_include_prefix; /* MAP / avg over the prefix tokens too */
     double init_values;      /* layer scale; 0: none */
     int norm;                /* NORM_* */
 } VitArch;
 
+static ValueId vit_linear_opt(Builder *b, const char *name, ValueId x, int64_t out, int no_bias)
+{
+    return nn_linear(b, name, x, out,
+                     (LinearOpts){.no_bias = no_bias, .weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+}
+
 static ValueId vit_linear(Builder *b, const char *name, ValueId x, int64_t out)
 {
-    return nn_linear(b, name, x, out, (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+    return vit_linear_opt(b, name, x, out, 0);
 }
 
 static ValueId reduce_sum(Builder *b, ValueId x, int64_t mask)
@@ -81,12 +92,12 @@ static void split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *ou
 }
 
 /* Attention: qkv [B,N,3D] -> q,k,v [B,H,N,hd] -> sdpa -> [B,N,D] -> proj. */
-static ValueId attention(Builder *b, ValueId x, int64_t heads)
+static ValueId attention(Builder *b, const VitArch *v, ValueId x)
 {
     int64_t D = b_shape(b, x)->d[2];
     b_push(b, "attn");
     ValueId t[3];
-    split_heads(b, vit_linear(b, "qkv", x, 3 * D), 3, heads, t);
+    split_heads(b, vit_linear_opt(b, "qkv", x, 3 * D, v->no_qkv_bias), 3, v->heads, t);
     x = vit_linear(b, "proj", attend(b, t[0], t[1], t[2]), D);
     b_pop(b);
     return x;
@@ -176,12 +187,49 @@ static ValueId pool(Builder *b, const VitArch *v, ValueId x)
     if (v->pool == POOL_MAP)
         return attn_pool(b, v, x);
     x = f_scale_shift(b, reduce_sum(b, x, 2), 1.0 / (double)(N - from), 0.0);
-    return norm(b, v, "fc_norm", f_reshape(b, x, 2, (int64_t[]){B, D}));
+    return f_reshape(b, x, 2, (int64_t[]){B, D});
+}
+
+/* The registered arch under a run's options, with VisionTransformer.__init__'s checks. */
+static int vit_options(Builder *b, const VitArch *reg, const ModelArgs *a, VitArch *v)
+{
+    static const char *const pools[] = {[POOL_TOKEN] = "token", [POOL_AVG] = "avg", [POOL_MAP] = "map"};
+    *v = *reg;
+    if (a->opt.set & MODEL_OPT_GLOBAL_POOL) {
+        v->pool = -1;
+        for (int i = 0; i < (int)(sizeof pools / sizeof *pools); i++)
+            if (!strcmp(a->opt.global_pool, pools[i]))
+                v->pool = i;
+        if (v->pool < 0)
+            return b_fail(b, "global_pool '%s' is not built (ctimm's ViTs pool by 'token', 'avg' or 'map'; timm's "
+                          "'max', 'avgmax', 'prr' and '' are not)", a->opt.global_pool);
+    }
+    if (a->opt.set & MODEL_OPT_CLASS_TOKEN)
+        v->no_class_token = !a->opt.class_token;
+    if (a->opt.set & MODEL_OPT_REG_TOKENS)
+        v->reg_tokens = a->opt.reg_tokens;
+    if (a->opt.set & MODEL_OPT_FC_NORM)
+        v->fc_norm = a->opt.fc_norm ? 1 : -1;
+    if (a->opt.set & MODEL_OPT_NO_EMBED_CLASS)
+        v->no_embed_class = a->opt.no_embed_class;
+    if (a->opt.set & MODEL_OPT_INIT_VALUES)
+        v->init_values = a->opt.init_values;
+    if (a->opt.set & MODEL_OPT_QKV_BIAS)
+        v->no_qkv_bias = !a->opt.qkv_bias;
+    if (v->no_class_token && v->pool == POOL_TOKEN)
+        return b_fail(b, "token pooling needs the class token (timm's assertion): with class_token=False give "
+                      "global_pool 'avg' or 'map'");
+    return 0;
 }
 
 static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
-    const VitArch *v = m->arch;
+    VitArch arch;
+    if (vit_options(b, m->arch, a, &arch))
+        return -1;
+    const VitArch *v = &arch;
+    /* timm's use_fc_norm: the final norm after the pooling, not before */
+    int fc_norm = v->fc_norm ? v->fc_norm > 0 : v->pool == POOL_AVG;
     x = embed(b, v, x);
     if (v->pre_norm)
         x = norm(b, v, "norm_pre", x);
@@ -189,18 +237,20 @@ static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, Va
     for (int i = 0; i < v->depth; i++) {
         double dpr = v->depth > 1 ? a->drop_path_rate * i / (v->depth - 1) : 0;
         b_push(b, "%d", i);
-        ValueId y = layer_scale(b, v, "ls1", attention(b, norm(b, v, "norm1", x), v->heads));
+        ValueId y = layer_scale(b, v, "ls1", attention(b, v, norm(b, v, "norm1", x)));
         x = f_add(b, x, f_drop_path(b, y, dpr));
         y = layer_scale(b, v, "ls2", mlp(b, norm(b, v, "norm2", x), (int64_t)(v->dim * v->mlp_ratio)));
         x = f_add(b, x, f_drop_path(b, y, dpr));
         b_pop(b);
     }
     b_pop(b);
-    if (v->pool != POOL_AVG)
+    if (!fc_norm)
         x = norm(b, v, "norm", x);
     if (x < 0)
         return -1;
     x = pool(b, v, x);
+    if (fc_norm)
+        x = norm(b, v, "fc_norm", x);
     int classes = model_num_classes(m, a);
     if (classes == 0)
         return x;
@@ -267,4 +317,7 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily vit_family = {entries, sizeof entries / sizeof entries[0], groups};
+const ModelFamily vit_family = {entries, sizeof entries / sizeof entries[0], groups,
+                                MODEL_OPT_GLOBAL_POOL | MODEL_OPT_CLASS_TOKEN | MODEL_OPT_REG_TOKENS |
+                                    MODEL_OPT_FC_NORM | MODEL_OPT_NO_EMBED_CLASS | MODEL_OPT_INIT_VALUES |
+                                    MODEL_OPT_QKV_BIAS};

@@ -173,13 +173,23 @@ add_test(NAME train_grad_accum_config COMMAND sh -c
 set_tests_properties(train_grad_accum_config PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 # --model-kwargs: what train.py passes itself, an option ctimm's models lack,
-# img_size for a convnet or at another size than the data's: each refused by name.
+# img_size for a convnet or at another size than the data's, a ViT option for
+# a convnet, a value of the wrong kind, token pooling without the class token
+# (timm's assertion), a pool ctimm's convnets do not build: each refused by name.
 set(KW_TRAIN "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 -j 1")
 add_test(NAME train_model_kwargs_refused COMMAND sh -c
   "${FAIL} 'train.py passes drop_rate to create_model itself \\(--drop\\)' ${KW_TRAIN} --model test_vit \
      --model-kwargs drop_rate=0.1 && \
-   ${FAIL} \"ctimm's models have no option 'qkv_bias'\" ${KW_TRAIN} --model test_vit --model-kwargs img_size=32 \
-     qkv_bias=False && \
+   ${FAIL} \"ctimm's models have no option 'qk_norm'\" ${KW_TRAIN} --model test_vit --model-kwargs img_size=32 \
+     qk_norm=True && \
+   ${FAIL} 'train.py passes global_pool to create_model itself \\(--gp\\)' ${KW_TRAIN} --model test_vit \
+     --model-kwargs global_pool=avg && \
+   ${FAIL} \"test_resnet takes no option 'class_token'\" ${KW_TRAIN} --model test_resnet \
+     --model-kwargs class_token=False && \
+   ${FAIL} 'class_token takes True or False' ${KW_TRAIN} --model test_vit --model-kwargs class_token=false && \
+   ${FAIL} 'token pooling needs the class token' ${KW_TRAIN} --model test_vit --model-kwargs img_size=32 \
+     class_token=False && \
+   ${FAIL} \"global_pool 'max' is not built\" ${KW_TRAIN} --model test_resnet --gp max && \
    ${FAIL} 'test_resnet takes any input size and no img_size option' ${KW_TRAIN} --model test_resnet \
      --model-kwargs img_size=32 && \
    ${FAIL} 'give --img-size 48 too' ${KW_TRAIN} --model test_vit --model-kwargs 'img_size=(48, 48)'")
@@ -945,3 +955,13 @@ add_test(NAME cache_unusable_said_once COMMAND sh -c
      --out kc-file.safetensors 2> kc-file.err && cat kc-file.err && \
    test $(grep -c 'kernel cache' kc-file.err) -eq 1 && \
    grep -q '^ctimm: warning: kernel cache: .*/kc-file is not a directory; .*set CTIMM_CACHE_DIR' kc-file.err")
+
+# --gp and ViT --model-kwargs: test_vit without its class token, average
+# pooled with fc_norm and one register token, trains an epoch; its weights
+# hold reg_token and fc_norm and no cls_token (timm's names for these options).
+add_test(NAME train_gp_model_kwargs COMMAND sh -c
+  "rm -rf gp-out && ${TRAIN_SHORT} --model test_vit --epochs 1 --gp avg --model-kwargs img_size=32 class_token=False \
+   reg_tokens=1 fc_norm=True --output gp-out && grep -q reg_token gp-out/last.safetensors && \
+   grep -q fc_norm.weight gp-out/last.safetensors && ! grep -q cls_token gp-out/last.safetensors")
+set_tests_properties(train_gp_model_kwargs PROPERTIES FIXTURES_REQUIRED shapes_small
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")

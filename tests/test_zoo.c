@@ -4,7 +4,8 @@
  * float32 bits on both sides), one eval-mode forward and backward on the
  * ref backend (in double, as the reference): the loss and logits and every
  * parameter's gradient (sum, norm, 4 elements) as timm's within 1e-4 of
- * their scale, two models at a time. The sanitizer build checks the first
+ * their scale, two models at a time. A model's "kwargs" (create_model's,
+ * ViT options) go through --model-kwargs' parser as KEY=VALUE words. The sanitizer build checks the first
  * model of each family (the ref backend is slow there). */
 #include <math.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include "models/registry.h"
 #include "passes/autodiff.h"
 #include "runtime/backend.h"
+#include "train/model_kwargs.h"
 #include "zoo_fill.h"
 
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
@@ -40,6 +42,32 @@ static void expect(Tally *t, const char *model, const char *what, const char *na
         fprintf(stderr, "%s: %s %s: %.9g, timm %.9g (scale %.3g)\n", model, what, name, got, want, scale);
 }
 
+/* The entry's "kwargs" into a's options, through the Python literals --model-kwargs reads. */
+static int read_kwargs(const cJSON *ref, ModelArgs *a, CtErr *err)
+{
+    char words[8][64];
+    const char *kv[8];
+    int n = 0;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cJSON_GetObjectItem(ref, "kwargs"))
+    {
+        CT_ASSERT(n < 8);
+        if (cJSON_IsBool(k))
+            snprintf(words[n], sizeof words[n], "%s=%s", k->string, cJSON_IsTrue(k) ? "True" : "False");
+        else if (cJSON_IsString(k))
+            snprintf(words[n], sizeof words[n], "%s='%s'", k->string, k->valuestring);
+        else
+            snprintf(words[n], sizeof words[n], "%s=%.17g", k->string, k->valuedouble);
+        kv[n] = words[n];
+        n++;
+    }
+    int img = a->img_size;
+    if (model_kwargs_parse(kv, n, (const ScriptKwarg[]){{NULL, NULL}}, "create_model", a, err))
+        return -1;
+    a->img_size = img;
+    return 0;
+}
+
 static void check_model(const char *model, const cJSON *ref, int batch, int img)
 {
     const ModelEntry *m = model_find(model);
@@ -55,7 +83,7 @@ static void check_model(const char *model, const cJSON *ref, int batch, int img)
     if (cJSON_IsNumber(ncls))
         spec.args.num_classes = (int)ncls->valuedouble;
     OptimSpec none = {.kind = CT_OPT_NONE};
-    if (model_build(m, &spec, &g, &err) ||
+    if (read_kwargs(ref, &spec.args, &err) || model_build(m, &spec, &g, &err) ||
         train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &none, &ts, &err)) {
         CHECKF(0, "%s: %s", model, err.msg);
         return;
@@ -188,7 +216,8 @@ static cJSON *add_family(Jobs *js, const char *family)
 int main(void)
 {
     static const char *const families[] = {"resnet", "regnet",   "convnext", "efficientnet", "mobilenetv3",
-                                           "metaformer", "vit", "vit14",   "resnetv2",     "nfnet"};
+                                           "metaformer", "vit", "vit14",   "resnetv2",     "nfnet",
+                                           "vit_kwargs"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];

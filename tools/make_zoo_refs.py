@@ -11,6 +11,13 @@ them, and per parameter the gradient's sum, norm and 4 elements.
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --batch-size 1 --img-size 32 \
         --models seresnext26t_32x4d resnet101 ... --out tests/data/zoo_refs/resnet.json
 
+A model's create_model kwargs beyond those (ViT options: class_token, global_pool, fc_norm ...) come as a
+JSON object per model, recorded in its entry as "kwargs" for tests/test_zoo.c to build the same:
+
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family vit_kwargs --models vit_small_patch16_224 \
+        test_vit test_vit2 --kwargs '{"vit_small_patch16_224": {"class_token": false, "global_pool": "avg"}, ...}' \
+        --out tests/data/zoo_refs/vit_kwargs.json
+
 The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14) (eval-mode batch norm needs no batch), the smallest model first (the
 sanitizer build checks only the first).
 """
@@ -76,9 +83,9 @@ def g9(v):
     return float(f"{v:.9g}")
 
 
-def record(model_name, batch, img):
+def record(model_name, batch, img, model_kwargs):
     cfg = timm.models.get_pretrained_cfg(model_name).to_dict()
-    kwargs = {}
+    kwargs = dict(model_kwargs)
     if cfg.get("fixed_input_size"):
         kwargs["img_size"] = img  # a ViT's position embedding is for one grid
     if cfg.get("num_classes") == 0:
@@ -110,6 +117,8 @@ def record(model_name, batch, img):
         n = g.numel()
         grads[name] = [g9(v) for v in [g.sum().item(), g.norm().item()] + [g[int(k * n / 4)].item() for k in range(4)]]
     extra = {"num_classes": 1000} if "num_classes" in kwargs else {}
+    if model_kwargs:
+        extra["kwargs"] = model_kwargs
     return {**extra, "loss": loss.item(), "logits_norm": flat.norm().item(), "logits": [[k, g9(flat[k].item())] for k in pick],
             "grads": grads}
 
@@ -120,13 +129,14 @@ def main():
     ap.add_argument("--models", nargs="+", required=True)
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--img-size", type=int, default=32)
+    ap.add_argument("--kwargs", default="{}", help="JSON: model name -> its create_model kwargs")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.set_num_threads(2)
     doc = {"family": args.family, "timm_version": timm.__version__, "torch_version": torch.__version__,
            "batch": args.batch_size, "img_size": args.img_size, "models": {}}
     for m in args.models:
-        doc["models"][m] = record(m, args.batch_size, args.img_size)
+        doc["models"][m] = record(m, args.batch_size, args.img_size, json.loads(args.kwargs).get(m, {}))
         print(m, doc["models"][m]["loss"])
     text = json.dumps(doc, separators=(",", ":")) + "\n"
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -115,7 +115,7 @@ char *train_args_json(const TrainArgs *a)
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
                             {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype},
-                            {"pretrained_path", a->pretrained_path}};
+                            {"pretrained_path", a->pretrained_path}, {"gp", a->gp}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);

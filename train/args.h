@@ -31,7 +31,8 @@ typedef struct TrainArgs {
      * no-opt scale (0: none) */
     double layer_decay, layer_decay_min_scale, layer_decay_no_opt_scale;
     int grad_accum_steps; /* >= 1: the optimizer steps once per this many batches, on their summed gradients */
-    /* --model-kwargs KEY=VALUE words (train/model_kwargs.h) */
+    /* --gp (NULL: the model's) and --model-kwargs KEY=VALUE words (train/model_kwargs.h) */
+    const char *gp;
     const char *model_kwargs[CT_MAX_MODEL_KWARGS];
     int n_model_kwargs;
     const char *clip_mode;

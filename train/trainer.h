@@ -66,6 +66,7 @@ typedef struct Trainer {
     Loader *train_ld, *val_ld;
     int classes, img, vb;
     int chans;              /* the images' channels: 3 (RGB) or 1 (gray 'L'), the model's in_chans */
+    ModelArgs kw;           /* --gp's and --model-kwargs' img_size and options (train/model_kwargs.h) */
     double mean[3], std[3]; /* --mean/--std, else the model's (averaged for 1 channel, as timm's prefetcher) */
     /* The batch goes to the graph as the loader made it (uint8 NHWC); the
      * graph normalises it, erases (erase_k > 0) and mixes (mixup_active)

@@ -94,7 +94,7 @@ static int build_graphs(Trainer *t, CtErr *err)
 {
     ModelSpec spec = {.batch_size = t->a.batch_size, .training = 1,
                       .args = {.num_classes = t->classes, .img_size = t->img, .in_chans = t->chans,
-                               .drop_rate = t->a.drop, .drop_path_rate = t->a.drop_path}};
+                               .drop_rate = t->a.drop, .drop_path_rate = t->a.drop_path, .opt = t->kw.opt}};
     /* timm's create_optimizer_v2: the optimizer's own defaults, then the
      * flags train.py passes (momentum where it has one, eps and betas when
      * given, weight decay with timm's grouping) */
@@ -503,10 +503,9 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     if (pretrained_resolve(&t->pre, m, a->model ? a->model : m->name, src, a->pretrained_path, err))
         goto fail;
     t->m = &t->pre.m;
-    int kw_img;
-    if (resolve_data(t, err) || open_data(t, err) ||
-        model_kwargs_parse(t->a.model_kwargs, t->a.n_model_kwargs, train_py_model_kwargs, "train.py", &kw_img, err) ||
-        model_kwargs_check(t->m, kw_img, t->img, err) || setup_augment(t, err) || build_graphs(t, err))
+    if (resolve_data(t, err) || open_data(t, err) || model_kwargs_gp(t->a.gp, &t->kw, err) ||
+        model_kwargs_parse(t->a.model_kwargs, t->a.n_model_kwargs, train_py_model_kwargs, "train.py", &t->kw, err) ||
+        model_kwargs_check(t->m, &t->kw, t->img, err) || setup_augment(t, err) || build_graphs(t, err))
         goto fail;
     /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */
     SchedArgs *sch = &t->a.sch;
