@@ -11,8 +11,9 @@ them, and per parameter the gradient's sum, norm and 4 elements.
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_refs.py --family resnet --batch-size 1 --img-size 32 \
         --models seresnext26t_32x4d resnet101 ... --out tests/data/zoo_refs/resnet.json
 
-The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14) (eval-mode batch norm needs no batch), the smallest model first (the
-sanitizer build checks only the first).
+The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14; byobnet: 40 px, so that the shortcut's
+ceil-mode average pool meets an odd size) (eval-mode batch norm needs no batch), the smallest model first
+(the sanitizer build checks only the first).
 """
 
 import argparse
