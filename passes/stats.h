@@ -29,8 +29,9 @@
  *     else nothing (fused). Which CSVs used which: tests/test_stats.c;
  *   adaptive_avg_pool2d: counted when it is timm's SelectAdaptivePool2d
  *     (nn.AdaptiveAvgPool2d), not when it is the squeeze of a
- *     SqueezeExcite module (scope ending in "se"), which timm writes as
- *     x.mean((2, 3), keepdim=True), an op fvcore does not count.
+ *     SqueezeExcite module (scope ending in "se", "attn" or "attn_last"),
+ *     which timm writes as x.mean((2, 3), keepdim=True), an op fvcore does
+ *     not count.
  *
  * Count the graph as built: passes that fold or rewrite ops (bn_fold) change
  * the counts. Every rule is linear in the batch, so per-image numbers are the

@@ -18,8 +18,9 @@ JSON object per model, recorded in its entry as "kwargs" for tests/test_zoo.c to
         test_vit test_vit2 --kwargs '{"vit_small_patch16_224": {"class_token": false, "global_pool": "avg"}, ...}' \
         --out tests/data/zoo_refs/vit_kwargs.json
 
-The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14) (eval-mode batch norm needs no batch), the smallest model first (the
-sanitizer build checks only the first).
+The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14; byobnet: 40 px, so that the shortcut's
+ceil-mode average pool meets an odd size) (eval-mode batch norm needs no batch), the smallest model first
+(the sanitizer build checks only the first).
 """
 
 import argparse

@@ -236,13 +236,13 @@ static void adaptive_vjp(Emitter *e, const Node *n, const ValueId *dout, const i
 
 /* fvcore's aten::adaptive_avg_pool2d: numel(x) when it is timm's
  * SelectAdaptivePool2d (nn.AdaptiveAvgPool2d); nothing for the squeeze of a
- * SqueezeExcite module (scope "....se", or NormFreeBlock's "....attn_last"),
- * which timm writes as x.mean((2, 3), keepdim=True), an op fvcore does not
- * count. */
+ * SqueezeExcite module (scope "....se", NormFreeBlock's "....attn_last", or
+ * ByobNet's blocks' "....attn" / "....attn_last"), which timm writes as
+ * x.mean((2, 3), keepdim=True), an op fvcore does not count. */
 static OpCost adaptive_avg_pool2d_cost(const Graph *g, const Node *n, unsigned flags)
 {
     const char *dot = n->scope ? strrchr(n->scope, '.') : NULL, *leaf = dot ? dot + 1 : n->scope;
-    int se = n->scope && (strcmp(leaf, "se") == 0 || strcmp(leaf, "attn_last") == 0);
+    int se = n->scope && (!strcmp(leaf, "se") || !strcmp(leaf, "attn") || !strcmp(leaf, "attn_last"));
     return (OpCost){se ? 0 : shape_numel(in_shape(g, n, 0)), 0};
 }
 
