@@ -188,7 +188,8 @@ static cJSON *add_family(Jobs *js, const char *family)
 int main(void)
 {
     static const char *const families[] = {"resnet", "regnet",   "convnext", "efficientnet", "mobilenetv3",
-                                           "metaformer", "vit", "vit14",   "resnetv2",     "nfnet"};
+                                           "metaformer", "vit", "vit14",   "resnetv2",     "nfnet",
+                                           "hgnet"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];
