@@ -164,10 +164,12 @@ static const ModelEntry entries[] = {
      NULL},
 };
 
-/* HighPerfGpuNet.group_matcher(coarse=False); its "." before blocks is re's any character */
+/* HighPerfGpuNet.group_matcher(coarse=False): a stage's downsample keys as
+ * (1, stage, 0), its first block's layer */
 static const GroupRule groups[] = {
     {"^stem", 0, LG_NO_SUFFIX},
-    {"^stages\\.([0-9]+).blocks\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {"^stages\\.([0-9]+)\\.downsample", 1, 0},
+    {"^stages\\.([0-9]+)\\.blocks\\.([0-9]+)", 1, LG_NO_SUFFIX},
     {NULL, 0, 0},
 };
 
