@@ -302,6 +302,18 @@ ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double
     return classes ? nn_linear(b, fc, x, classes, o) : x;
 }
 
+ValueId nn_conv_bn_act(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int groups,
+                       int zero_bn, int linear)
+{
+    b_push(b, "%s", name);
+    x = nn_conv2d(b, "conv", x, out, k,
+                  (ConvOpts){.stride = stride, .padding = k / 2, .groups = groups,
+                             .weight_init = init_kaiming_normal_fan_out(k * k * out / groups)});
+    x = nn_batch_norm(b, "bn", x, (BNOpts){.zero_weight = zero_bn});
+    b_pop(b);
+    return linear ? x : f_relu(b, x);
+}
+
 ValueId nn_layer_norm2d(Builder *b, const char *name, ValueId x, double eps)
 {
     x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});

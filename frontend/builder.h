@@ -102,6 +102,12 @@ typedef struct LinearOpts {
     CtInit weight_init, bias_init; /* CT_INIT_DEFAULT: nn.Linear's reset_parameters */
 } LinearOpts;
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o);
+/* timm's ConvNormAct with a BatchNorm2d, as the ResNet-like families
+ * (RegNet, ByobNet) build and init it: "<name>.conv" (no bias, padding k/2,
+ * kaiming_normal fan_out weights) and "<name>.bn" (its weight zeroed with
+ * zero_bn: zero_init_last), then ReLU unless `linear`. */
+ValueId nn_conv_bn_act(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int groups,
+                       int zero_bn, int linear);
 /* timm's SEModule (no norm, ReLU, sigmoid gate): the channel means through
  * 1x1 convs "<name>.fc1" (to rd channels) and "<name>.fc2" (back), with
  * biases; x times the gate. The inits are the model's: CT_INIT_DEFAULT

@@ -37,31 +37,17 @@ typedef struct ByobArch {
     double se_rd_ratio;  /* attn_layer 'se' with this rd_ratio; 0: no attention */
 } ByobArch;
 
-/* ConvNormAct: "<name>.conv" (no bias, get_padding's k/2 for these k and
- * strides) and "<name>.bn", then ReLU unless `linear`. */
-static ValueId conv_norm_act(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int groups,
-                             int zero_bn, int linear)
-{
-    b_push(b, "%s", name);
-    x = nn_conv2d(b, "conv", x, out, k,
-                  (ConvOpts){.stride = stride, .padding = k / 2, .groups = groups,
-                             .weight_init = init_kaiming_normal_fan_out(k * k * out / groups)});
-    x = nn_batch_norm(b, "bn", x, (BNOpts){.zero_weight = zero_bn});
-    b_pop(b);
-    return linear ? x : f_relu(b, x);
-}
-
 /* create_shortcut: identity where shape stays. */
 static ValueId shortcut(Builder *b, const ByobArch *r, ValueId x, int64_t out, int stride)
 {
     if (b_shape(b, x)->d[1] == out && stride == 1)
         return x;
     if (!r->avg_down)
-        return conv_norm_act(b, "shortcut", x, out, 1, stride, 1, 0, 1);
+        return nn_conv_bn_act(b, "shortcut", x, out, 1, stride, 1, 0, 1);
     b_push(b, "shortcut");
     if (stride > 1)
         x = f_avg_pool2d(b, x, 2, stride, 0, 1, 0);
-    x = conv_norm_act(b, "conv", x, out, 1, 1, 1, 0, 1);
+    x = nn_conv_bn_act(b, "conv", x, out, 1, 1, 1, 0, 1);
     b_pop(b);
     return x;
 }
@@ -87,25 +73,25 @@ static ValueId block(Builder *b, const ByobArch *r, const ByobStage *st, ValueId
     ValueId sc = shortcut(b, r, x, out, stride);
     switch (st->type) {
     case BYOB_EDGE:
-        x = conv_norm_act(b, "conv1_kxk", x, mid, 3, stride, groups, 0, 0);
+        x = nn_conv_bn_act(b, "conv1_kxk", x, mid, 3, stride, groups, 0, 0);
         x = attn(b, r, "attn", x);
-        x = conv_norm_act(b, "conv2_1x1", x, out, 1, 1, 1, 1, 1);
+        x = nn_conv_bn_act(b, "conv2_1x1", x, out, 1, 1, 1, 1, 1);
         break;
     case BYOB_DARK:
-        x = conv_norm_act(b, "conv1_1x1", x, mid, 1, 1, 1, 0, 0);
-        x = conv_norm_act(b, "conv2_kxk", x, out, 3, stride, groups, 1, 1);
+        x = nn_conv_bn_act(b, "conv1_1x1", x, mid, 1, 1, 1, 0, 0);
+        x = nn_conv_bn_act(b, "conv2_kxk", x, out, 3, stride, groups, 1, 1);
         x = attn(b, r, "attn_last", x);
         break;
     case BYOB_BASIC:
-        x = conv_norm_act(b, "conv1_kxk", x, mid, 3, stride, 1, 0, 0);
-        x = conv_norm_act(b, "conv2_kxk", x, out, 3, 1, groups, 1, 1);
+        x = nn_conv_bn_act(b, "conv1_kxk", x, mid, 3, stride, 1, 0, 0);
+        x = nn_conv_bn_act(b, "conv2_kxk", x, out, 3, 1, groups, 1, 1);
         x = attn(b, r, "attn_last", x);
         break;
     case BYOB_BOTTLE:
-        x = conv_norm_act(b, "conv1_1x1", x, mid, 1, 1, 1, 0, 0);
-        x = conv_norm_act(b, "conv2_kxk", x, mid, 3, stride, groups, 0, 0);
+        x = nn_conv_bn_act(b, "conv1_1x1", x, mid, 1, 1, 1, 0, 0);
+        x = nn_conv_bn_act(b, "conv2_kxk", x, mid, 3, stride, groups, 0, 0);
         x = attn(b, r, "attn", x);
-        x = conv_norm_act(b, "conv3_1x1", x, out, 1, 1, 1, 1, 1);
+        x = nn_conv_bn_act(b, "conv3_1x1", x, out, 1, 1, 1, 1, 1);
         break;
     }
     return f_relu(b, f_add(b, f_drop_path(b, x, drop_path), sc));
@@ -117,7 +103,7 @@ static ValueId build_byobnet(Builder *b, const ModelEntry *m, const ModelArgs *a
     int total = 0, idx = 0;
     for (int s = 0; s < r->nstages; s++)
         total += r->stages[s].d;
-    x = conv_norm_act(b, "stem", x, r->stem_chs, 3, 2, 1, 0, 0);
+    x = nn_conv_bn_act(b, "stem", x, r->stem_chs, 3, 2, 1, 0, 0);
     for (int s = 0; s < r->nstages; s++) {
         b_push(b, "stages");
         b_push(b, "%d", s);
@@ -132,7 +118,7 @@ static ValueId build_byobnet(Builder *b, const ModelEntry *m, const ModelArgs *a
         b_pop(b);
     }
     if (r->num_features)
-        x = conv_norm_act(b, "final_conv", x, r->num_features, 1, 1, 1, 0, 0);
+        x = nn_conv_bn_act(b, "final_conv", x, r->num_features, 1, 1, 1, 0, 0);
     return nn_classifier(b, "head.fc", x, model_num_classes(m, a), a->drop_rate,
                          (LinearOpts){.weight_init = init_normal(0.01), .bias_init = init_zeros()});
 }

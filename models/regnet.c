@@ -22,32 +22,19 @@ typedef struct RegNetArch {
 
 enum { STEM_WIDTH = 32 };
 
-/* ConvNormAct: "<name>.conv" (no bias) and "<name>.bn", then ReLU unless `linear`. */
-static ValueId conv_norm_act(Builder *b, const char *name, ValueId x, int64_t out, int k, int stride, int groups,
-                             int zero_bn, int linear)
-{
-    b_push(b, "%s", name);
-    x = nn_conv2d(b, "conv", x, out, k,
-                  (ConvOpts){.stride = stride, .padding = k / 2, .groups = groups,
-                             .weight_init = init_kaiming_normal_fan_out(k * k * out / groups)});
-    x = nn_batch_norm(b, "bn", x, (BNOpts){.zero_weight = zero_bn});
-    b_pop(b);
-    return linear ? x : f_relu(b, x);
-}
-
 static ValueId block(Builder *b, const RegNetArch *r, ValueId x, int64_t out, int stride, int group_size,
                      double drop_path)
 {
     ValueId shortcut = x;
     int64_t in = b_shape(b, x)->d[1];
-    x = conv_norm_act(b, "conv1", x, out, 1, 1, 1, 0, 0);
-    x = conv_norm_act(b, "conv2", x, out, 3, stride, (int)(out / group_size), 0, 0);
+    x = nn_conv_bn_act(b, "conv1", x, out, 1, 1, 1, 0, 0);
+    x = nn_conv_bn_act(b, "conv2", x, out, 3, stride, (int)(out / group_size), 0, 0);
     if (r->se)
         x = nn_se_module(b, "se", x, (int64_t)nearbyint((double)in * 0.25), /* round(): ties to even */
                          (SEOpts){.bias_init = init_zeros()});
-    x = conv_norm_act(b, "conv3", x, out, 1, 1, 1, 1, 1);
+    x = nn_conv_bn_act(b, "conv3", x, out, 1, 1, 1, 1, 1);
     if (in != out || stride != 1)
-        shortcut = conv_norm_act(b, "downsample", shortcut, out, 1, stride, 1, 0, 1);
+        shortcut = nn_conv_bn_act(b, "downsample", shortcut, out, 1, stride, 1, 0, 1);
     return f_relu(b, f_add(b, f_drop_path(b, x, drop_path), shortcut));
 }
 
@@ -57,7 +44,7 @@ static ValueId build_regnet(Builder *b, const ModelEntry *m, const ModelArgs *a,
     int total = 0, idx = 0;
     for (int s = 0; s < 4; s++)
         total += r->depths[s];
-    x = conv_norm_act(b, "stem", x, STEM_WIDTH, 3, 2, 1, 0, 0);
+    x = nn_conv_bn_act(b, "stem", x, STEM_WIDTH, 3, 2, 1, 0, 0);
     for (int s = 0; s < 4; s++) {
         b_push(b, "s%d", s + 1);
         for (int i = 0; i < r->depths[s]; i++, idx++) {
