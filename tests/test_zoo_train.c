@@ -47,14 +47,16 @@
  * float32 backend is held to the tolerance too. Not where float32 cannot
  * follow the float64 step at this point (the tool prints torch's own
  * float32 error in tolerance units): mobilenetv4_conv_small's batch norms
- * over 8 values of its expanded 1x1 convs (torch 34x, ctimm 40x), and
+ * over 8 values of its expanded 1x1 convs (torch 34x, ctimm 40x),
  * poolformer_s12's GroupNorm1 weights deep in stage 2 (torch 7.5x, ctimm
- * 5.4x); their float64 steps equal timm's. */
+ * 5.4x) and resnetv2_50x1_bit's weight-standardised stage-1 convs (torch
+ * 502x); their float64 steps equal timm's. */
 static const struct {
     const char *name;
     int cpu;
 } models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 1},     {"regnety_016", 1}, {"convnext_nano", 1},
-              {"test_nfnet", 1},    {"mobilenetv4_conv_small", 0}, {"poolformer_s12", 0}};
+              {"test_nfnet", 1},    {"test_byobnet", 1},           {"mobilenetv4_conv_small", 0},
+              {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}};
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItem(o, key); }
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }

@@ -29,9 +29,9 @@ the point's conditioning (ctimm's cpu backend is within 0.25 there).
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_train_refs.py --model regnety_016 \
         --batch-size 2 --img-size 64 --out tests/data/zoo_train_refs/regnety_016.json
 
-The shipped files: mixnet_s, seresnext26t_32x4d, regnety_016, mobilenetv4_conv_small, test_nfnet, batch 2
-at 64 px (the last stage's batch norms then normalise 8 values per channel); convnext_nano and
-poolformer_s12, which have none, at 32 px.
+The shipped files: mixnet_s, seresnext26t_32x4d, regnety_016, mobilenetv4_conv_small, test_nfnet,
+test_byobnet, batch 2 at 64 px (the last stage's batch norms then normalise 8 values per channel);
+convnext_nano, poolformer_s12 and resnetv2_50x1_bit, which have none, at 32 px.
 """
 
 import argparse
