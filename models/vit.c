@@ -33,6 +33,7 @@ typedef struct VitArch {
     int pool_include_prefix; /* MAP / avg over the prefix tokens too */
     double init_values;      /* layer scale; 0: none */
     int norm;                /* NORM_* */
+    int quick_gelu;          /* act_layer 'quick_gelu' (OpenAI CLIP's): x * sigmoid(1.702 x) */
 } VitArch;
 
 static ValueId vit_linear_opt(Builder *b, const char *name, ValueId x, int64_t out, int no_bias)
@@ -103,11 +104,16 @@ static ValueId attention(Builder *b, const VitArch *v, ValueId x)
     return x;
 }
 
-static ValueId mlp(Builder *b, ValueId x, int64_t hidden)
+static ValueId act(Builder *b, const VitArch *v, ValueId x)
+{
+    return v->quick_gelu ? f_mul(b, x, f_sigmoid(b, f_scale_shift(b, x, 1.702, 0.0))) : f_gelu(b, x, 0);
+}
+
+static ValueId mlp(Builder *b, const VitArch *v, ValueId x, int64_t hidden)
 {
     int64_t D = b_shape(b, x)->d[2];
     b_push(b, "mlp");
-    x = f_gelu(b, vit_linear(b, "fc1", x, hidden), 0);
+    x = act(b, v, vit_linear(b, "fc1", x, hidden));
     x = vit_linear(b, "fc2", x, D);
     b_pop(b);
     return x;
@@ -170,7 +176,7 @@ static ValueId attn_pool(Builder *b, const VitArch *v, ValueId x)
     split_heads(b, vit_linear(b, "q", f_expand(b, latent, 3, (int64_t[]){B, 1, D}), D), 1, v->heads, q);
     split_heads(b, vit_linear(b, "kv", x, 2 * D), 2, v->heads, kv);
     x = vit_linear(b, "proj", attend(b, q[0], kv[0], kv[1]), D);
-    x = f_add(b, x, mlp(b, norm(b, v, "norm", x), (int64_t)(D * v->mlp_ratio)));
+    x = f_add(b, x, mlp(b, v, norm(b, v, "norm", x), (int64_t)(D * v->mlp_ratio)));
     b_pop(b);
     return f_reshape(b, x, 2, (int64_t[]){B, D});
 }
@@ -239,7 +245,7 @@ static ValueId build_vit(Builder *b, const ModelEntry *m, const ModelArgs *a, Va
         b_push(b, "%d", i);
         ValueId y = layer_scale(b, v, "ls1", attention(b, v, norm(b, v, "norm1", x)));
         x = f_add(b, x, f_drop_path(b, y, dpr));
-        y = layer_scale(b, v, "ls2", mlp(b, norm(b, v, "norm2", x), (int64_t)(v->dim * v->mlp_ratio)));
+        y = layer_scale(b, v, "ls2", mlp(b, v, norm(b, v, "norm2", x), (int64_t)(v->dim * v->mlp_ratio)));
         x = f_add(b, x, f_drop_path(b, y, dpr));
         b_pop(b);
     }
@@ -278,6 +284,8 @@ static const VitArch vtest = {VIT(16, 64, 6, 2, 3)};
 static const VitArch deit3_small = {VIT(16, 384, 12, 6, 4), .no_embed_class = 1, .init_values = 1e-6};
 static const VitArch deit3_base = {VIT(16, 768, 12, 12, 4), .no_embed_class = 1, .init_values = 1e-6};
 static const VitArch clip_base16 = {VIT(16, 768, 12, 12, 4), .pre_norm = 1, .norm = NORM_LN_EPS5};
+static const VitArch clip_quickgelu_base16 = {VIT(16, 768, 12, 12, 4), .pre_norm = 1, .norm = NORM_LN_EPS5,
+                                              .quick_gelu = 1};
 static const VitArch siglip_base16 = {VIT(16, 768, 12, 12, 4), .no_class_token = 1, .pool = POOL_MAP};
 static const VitArch dinov2_small14 = {VIT(14, 384, 12, 6, 4), .init_values = 1e-5};
 static const VitArch reg4_gap_base16 = {VIT(16, 768, 12, 12, 4), .no_class_token = 1, .no_embed_class = 1,
@@ -299,6 +307,10 @@ static const ModelEntry entries[] = {
     {"test_vit4", build_vit, &vtest4, INCEPTION("r160_in1k", 160, 0.95), vit_no_wd},
     {"vit_base_patch16_224", build_vit, &base16, INCEPTION("augreg2_in21k_ft_in1k", 224, 0.9), vit_no_wd},
     {"vit_base_patch16_clip_224", build_vit, &clip_base16, OPENAI_CLIP("laion2b_ft_in12k_in1k", 224, 0.95), vit_no_wd},
+    /* the image tower with its 512-wide projection as the head */
+    {"vit_base_patch16_clip_quickgelu_224", build_vit, &clip_quickgelu_base16,
+     VIT_CFG("metaclip_2pt5b", 224, 1.0, 0.48145466, 0.4578275, 0.40821073, 0.26862954, 0.26130258, 0.27577711, 512),
+     vit_no_wd},
     {"vit_base_patch16_reg4_gap_256", build_vit, &reg4_gap_base16, INCEPTION("untrained", 256, 0.9), vit_no_wd},
     {"vit_base_patch16_siglip_224", build_vit, &siglip_base16,
      FEATURES("v2_webli", 224, 0.9, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5), vit_no_wd},
