@@ -359,6 +359,11 @@ ValueId f_add(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_add, 2,
 ValueId f_mul(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_mul, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
 ValueId f_div(Builder *b, ValueId x, ValueId y) { return b_node(b, CT_OP_div, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0, 0); }
 
+ValueId f_reduce_sum(Builder *b, ValueId x, int64_t mask)
+{
+    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
+}
+
 ValueId f_scale_shift(Builder *b, ValueId x, double a, double c)
 {
     return b_node(b, CT_OP_scale_shift, 1, &x, NULL, 0, (double[]){a, c}, 2, 0);

@@ -144,6 +144,8 @@ ValueId f_add(Builder *b, ValueId x, ValueId y);
 ValueId f_mul(Builder *b, ValueId x, ValueId y);
 ValueId f_div(Builder *b, ValueId x, ValueId y);
 ValueId f_scale_shift(Builder *b, ValueId x, double a, double c);
+/* The sum over the dims of x whose bits are set in mask, each kept as size 1. */
+ValueId f_reduce_sum(Builder *b, ValueId x, int64_t mask);
 ValueId f_avg_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding, int ceil_mode, int count_include_pad);
 ValueId f_max_pool2d(Builder *b, ValueId x, int kernel, int stride, int padding);
 ValueId f_adaptive_avg_pool2d(Builder *b, ValueId x, int oh, int ow);

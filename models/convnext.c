@@ -46,11 +46,6 @@ static ValueId act(Builder *b, const ConvNeXtArch *c, ValueId x)
     return c->act == ACT_SILU ? f_silu(b, x) : f_gelu(b, x, c->act == ACT_GELU_TANH);
 }
 
-static ValueId reduce_sum(Builder *b, ValueId x, int64_t mask)
-{
-    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
-}
-
 /* timm's GlobalResponseNorm (weight and bias zeros, eps 1e-6): x + bias +
  * weight * x * n, n the spatial L2 norm over its mean across channels;
  * x [B,H,W,C] (channels_last) or [B,C,H,W]. */
@@ -64,8 +59,8 @@ static ValueId grn(Builder *b, ValueId x, int channels_last)
     ValueId w = f_reshape(b, b_param(b, "weight", (CtShape){1, {C}}, init_zeros()), 4, view);
     ValueId bias = f_reshape(b, b_param(b, "bias", (CtShape){1, {C}}, init_zeros()), 4, view);
     b_pop(b);
-    ValueId g = f_sqrt(b, reduce_sum(b, f_mul(b, x, x), spatial));
-    ValueId n = f_div(b, g, f_scale_shift(b, reduce_sum(b, g, channel), 1.0 / (double)C, 1e-6));
+    ValueId g = f_sqrt(b, f_reduce_sum(b, f_mul(b, x, x), spatial));
+    ValueId n = f_div(b, g, f_scale_shift(b, f_reduce_sum(b, g, channel), 1.0 / (double)C, 1e-6));
     return f_add(b, x, f_add(b, bias, f_mul(b, w, f_mul(b, x, n))));
 }
 

@@ -332,12 +332,6 @@ ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const E
     return f_concat(b, k->n, parts, 1);
 }
 
-/* Sums over the dims of x in mask, kept as size 1. */
-static ValueId sum_keepdim(Builder *b, ValueId x, int64_t mask)
-{
-    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
-}
-
 /* A per-channel parameter [C] as [1,C,1,1]. */
 static ValueId channel_param(Builder *b, const char *leaf, int64_t c, CtInit init)
 {
@@ -360,9 +354,9 @@ static ValueId evo_norm_s0(Builder *b, const char *name, ValueId x, int group_si
         int64_t grouped[4] = {N, C / group_size, group_size, H * W};
         double inv_n = 1.0 / (double)(group_size * H * W);
         ValueId xg = f_reshape(b, x, 4, grouped);
-        ValueId neg_mean = f_scale_shift(b, sum_keepdim(b, xg, 12), -inv_n, 0);
+        ValueId neg_mean = f_scale_shift(b, f_reduce_sum(b, xg, 12), -inv_n, 0);
         ValueId d = f_add(b, xg, neg_mean);
-        ValueId std = f_sqrt(b, f_scale_shift(b, sum_keepdim(b, f_mul(b, d, d), 12), inv_n, 1e-5));
+        ValueId std = f_sqrt(b, f_scale_shift(b, f_reduce_sum(b, f_mul(b, d, d), 12), inv_n, 1e-5));
         ValueId num = f_reshape(b, f_mul(b, x, f_sigmoid(b, f_mul(b, x, v))), 4, grouped);
         x = f_reshape(b, f_div(b, num, std), 4, (int64_t[]){N, C, H, W});
     }
@@ -383,10 +377,7 @@ ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, 
             return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, norm->group_size,
                           (long long)C);
         return eb_act(b, act, nn_group_norm(b, name, x, (GNOpts){.groups = (int)(C / norm->group_size)}));
-    case EB_NORM_LN:
-        x = f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1});
-        x = nn_layer_norm(b, name, x, 1e-5);
-        return eb_act(b, act, f_permute(b, x, 4, (int64_t[]){0, 3, 1, 2}));
+    case EB_NORM_LN: return eb_act(b, act, nn_layer_norm2d(b, name, x, 1e-5));
     case EB_NORM_EVO_S0: return evo_norm_s0(b, name, x, norm->group_size, act != EB_ACT_NONE);
     }
     return b_fail(b, "norm '%s': unknown norm layer %d", name, (int)norm->type);

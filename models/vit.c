@@ -47,11 +47,6 @@ static ValueId vit_linear(Builder *b, const char *name, ValueId x, int64_t out)
     return vit_linear_opt(b, name, x, out, 0);
 }
 
-static ValueId reduce_sum(Builder *b, ValueId x, int64_t mask)
-{
-    return b_node(b, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask, 1}, 2, NULL, 0, 0);
-}
-
 /* timm's RmsNorm (eps 1e-6): x * rsqrt(mean(x^2) + eps) * weight over the last dim. */
 static ValueId rms_norm(Builder *b, const char *name, ValueId x)
 {
@@ -60,7 +55,7 @@ static ValueId rms_norm(Builder *b, const char *name, ValueId x)
     b_push(b, "%s", name);
     ValueId w = b_param(b, "weight", (CtShape){1, {D}}, init_ones());
     b_pop(b);
-    ValueId ms = f_scale_shift(b, reduce_sum(b, f_mul(b, x, x), (int64_t)1 << (s->ndim - 1)), 1.0 / (double)D, 1e-6);
+    ValueId ms = f_scale_shift(b, f_reduce_sum(b, f_mul(b, x, x), (int64_t)1 << (s->ndim - 1)), 1.0 / (double)D, 1e-6);
     return f_mul(b, f_mul(b, x, f_rsqrt(b, ms)), w);
 }
 
@@ -192,7 +187,7 @@ static ValueId pool(Builder *b, const VitArch *v, ValueId x)
         x = f_slice(b, x, 1, from, N, 1);
     if (v->pool == POOL_MAP)
         return attn_pool(b, v, x);
-    x = f_scale_shift(b, reduce_sum(b, x, 2), 1.0 / (double)(N - from), 0.0);
+    x = f_scale_shift(b, f_reduce_sum(b, x, 2), 1.0 / (double)(N - from), 0.0);
     return f_reshape(b, x, 2, (int64_t[]){B, D});
 }
 
