@@ -190,13 +190,7 @@ static void *worker(void *arg)
 /* The family's file, parsed (NULL with a failed check), its models added to js. */
 static cJSON *add_family(Jobs *js, const char *family)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/zoo_refs/%s.json", test_data_dir(), family);
-    char *text = test_read_text(path);
-    CHECKF(text != NULL, "cannot read %s", path);
-    cJSON *doc = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    CHECKF(doc != NULL, "%s is not JSON", path);
+    cJSON *doc = zoo_read_refs("zoo_refs", family);
     if (!doc)
         return NULL;
     int batch = cJSON_GetObjectItem(doc, "batch")->valueint, img = cJSON_GetObjectItem(doc, "img_size")->valueint;

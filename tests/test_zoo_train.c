@@ -343,18 +343,6 @@ static void check_step(const cJSON *doc, const CtBackend *be, int f64, const cha
     graph_free(&g);
 }
 
-static cJSON *load(const char *model)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/zoo_train_refs/%s.json", test_data_dir(), model);
-    char *text = test_read_text(path);
-    CHECKF(text != NULL, "cannot read %s", path);
-    cJSON *doc = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    CHECKF(doc != NULL, "%s is not JSON", path);
-    return doc;
-}
-
 /* The ref backend's runs (single-threaded each, and sharing nothing) two at
  * a time; the cpu backend's after them, one at a time (each uses every core). */
 typedef struct Jobs {
@@ -387,7 +375,7 @@ int main(int argc, char **argv)
         if (argc > 1 && strcmp(argv[1], models[i].name))
             continue;
         cpu[n] = models[i].cpu;
-        docs[n++] = load(models[i].name);
+        docs[n++] = zoo_read_refs("zoo_train_refs", models[i].name);
 #ifdef __SANITIZE_ADDRESS__
         break; /* the first model */
 #endif

@@ -2,14 +2,18 @@
  * input (zoo_fill, uniform there), which both sides compute in integers
  * and then in double, so that they get the same float32 bits: tensor
  * `name`, element i, from the FNV-1a hash of the name and a 32-bit mix of
- * i. Shared by test_zoo (eval mode) and test_zoo_train (training mode). */
+ * i; and the reference files' loader. Shared by test_zoo (eval mode) and
+ * test_zoo_train (training mode). */
 #ifndef CTIMM_TEST_ZOO_FILL_H
 #define CTIMM_TEST_ZOO_FILL_H
 
+#include <cJSON.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "runtime/state.h"
 
 static inline uint32_t fnv1a(const char *s)
@@ -77,6 +81,19 @@ static inline void zoo_fill_state(CtState *st, double (*scale)(const char *name,
             for (int64_t k = 0; k < n; k++)
                 ((double *)state_data(st, i))[k] = (float)(zoo_fill(e->name, &e->type.shape, k) * f);
     }
+}
+
+/* tests/data/<dir>/<name>.json parsed, or NULL with a failed check. */
+static inline cJSON *zoo_read_refs(const char *dir, const char *name)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/%s.json", test_data_dir(), dir, name);
+    char *text = test_read_text(path);
+    CHECKF(text != NULL, "cannot read %s", path);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECKF(doc != NULL, "%s is not JSON", path);
+    return doc;
 }
 
 #endif
