@@ -322,7 +322,7 @@ ValueId eb_mixconv(Builder *b, const char *name, ValueId x, int64_t out, const E
     b_push(b, "%s", name);
     for (int i = 0; i < k->n; i++) {
         int64_t cin = split_part(in, k->n, i), cout = split_part(out, k->n, i);
-        char sub[8];
+        char sub[12];
         snprintf(sub, sizeof sub, "%d", i);
         ValueId xi = f_slice(b, x, 1, from, from + cin, 1);
         parts[i] = eb_conv(b, sub, xi, cout, k->k[i], stride, depthwise ? (int)cin : 1, 0, pad);

@@ -85,7 +85,7 @@ static ValueId block(Builder *b, const HgArch *r, const HgStage *s, ValueId x, i
     ValueId outs[MAX_LAYERS + 1] = {x};
     b_push(b, "layers");
     for (int i = 0; i < s->layers; i++) {
-        char name[8];
+        char name[12];
         snprintf(name, sizeof name, "%d", i);
         if (s->light) {
             b_push(b, "%s", name);
