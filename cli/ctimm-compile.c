@@ -341,7 +341,7 @@ int main(int argc, char **argv)
     buf_printf(&out, "nodes: %d\n", g.nnodes);
     if (spec.training)
         buf_printf(&out, "training step: loss %%%d, %d gradients, optimizer %s\n", ts.loss, ts.nparams, opt);
-    int count[CT_ROLE_STATE + 1] = {0};
+    int count[CT_ROLE_CONST + 1] = {0};
     for (int k = 0; k < g.nstate; k++)
         count[g.values[g.state[k]].role]++;
     buf_printf(&out, "param tensors: %d (state_dict entries: %d)\n", count[CT_ROLE_PARAM],

@@ -46,16 +46,13 @@ static void copy_graph(const Graph *g, Graph *out)
         memcpy(out->outputs, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
     if (g->nstate)
         memcpy(out->state, g->state, sizeof *g->state * (size_t)g->nstate);
-    for (ValueId v = 0; v < g->nvalues; v++)
+    for (ValueId v = 0; v < g->nvalues; v++) {
         if (g->values[v].name)
             out->values[v].name = arena_strdup(&out->arena, g->values[v].name);
+        out->values[v].init = init_in_arena(&out->arena, g->values[v].init, shape_numel(&g->values[v].type.shape));
+    }
     for (int i = 0; i < g->nnodes; i++)
         out->nodes[i].scope = arena_strdup(&out->arena, g->nodes[i].scope ? g->nodes[i].scope : "");
-}
-
-static int is_state(const Value *v)
-{
-    return v->role == CT_ROLE_PARAM || v->role == CT_ROLE_BUFFER || v->role == CT_ROLE_STATE;
 }
 
 /* Pairs each f32 sdpa of the ordered graph with the sdpa_grad of the same
@@ -181,7 +178,7 @@ int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, Ct
     p->state_name = calloc((size_t)g->nvalues + 1, sizeof *p->state_name);
     CT_ASSERT(p->state_name != NULL);
     for (ValueId v = 0; v < g->nvalues; v++)
-        if (is_state(&g->values[v]) && g->values[v].name)
+        if (role_is_state(g->values[v].role) && g->values[v].name)
             p->state_name[v] = arena_strdup(&p->g.arena, g->values[v].name);
     *out = p;
     return 0;

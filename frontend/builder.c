@@ -95,6 +95,12 @@ ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtI
     return add_state(b, leaf, shape, dtype, CT_ROLE_BUFFER, init);
 }
 
+ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data)
+{
+    CtInit init = {.kind = CT_INIT_DATA, .data = data};
+    return add_state(b, leaf, shape, dtype, CT_ROLE_CONST, init_in_arena(&b->g->arena, init, shape_numel(&shape)));
+}
+
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
                const double *fattr, int nfattr, int which)
 {
@@ -137,6 +143,9 @@ int b_finish(Builder *b, CtErr *err)
     CT_ASSERT(g->state != NULL);
     g->nstate = 0;
     order_module(b, 0, g->state, &g->nstate);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (g->values[v].role == CT_ROLE_CONST)
+            g->state[g->nstate++] = v;
     if (b->rng >= 0)
         g->state[g->nstate++] = b->rng;
     rc = graph_verify(g, err);

@@ -54,17 +54,21 @@ int b_fail(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 ValueId b_input(Builder *b, const char *name, CtShape shape, CtDType dtype);
 ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init);
 ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init);
+/* A constant computed at build time, timm's register_buffer(...,
+ * persistent=False): `data` holds its numel values (copied; ints exact),
+ * stored as dtype. It is bound like a buffer but is in no state_dict. */
+ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data);
 /* Appends one node; returns output `which` of it. */
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
                const double *fattr, int nfattr, int which);
 
-static inline CtInit init_zeros(void) { return (CtInit){CT_INIT_ZEROS, 0}; }
-static inline CtInit init_ones(void) { return (CtInit){CT_INIT_ONES, 0}; }
-static inline CtInit init_normal(double std) { return (CtInit){CT_INIT_NORMAL, std}; }
-static inline CtInit init_trunc_normal(double std) { return (CtInit){CT_INIT_TRUNC_NORMAL, std}; }
-static inline CtInit init_uniform(double bound) { return (CtInit){CT_INIT_UNIFORM, bound}; }
-static inline CtInit init_constant(double v) { return (CtInit){CT_INIT_CONSTANT, v}; }
-static inline CtInit init_trunc_normal_tf(double std) { return (CtInit){CT_INIT_TRUNC_NORMAL_TF, std}; }
+static inline CtInit init_zeros(void) { return (CtInit){.kind = CT_INIT_ZEROS, .a = 0}; }
+static inline CtInit init_ones(void) { return (CtInit){.kind = CT_INIT_ONES, .a = 0}; }
+static inline CtInit init_normal(double std) { return (CtInit){.kind = CT_INIT_NORMAL, .a = std}; }
+static inline CtInit init_trunc_normal(double std) { return (CtInit){.kind = CT_INIT_TRUNC_NORMAL, .a = std}; }
+static inline CtInit init_uniform(double bound) { return (CtInit){.kind = CT_INIT_UNIFORM, .a = bound}; }
+static inline CtInit init_constant(double v) { return (CtInit){.kind = CT_INIT_CONSTANT, .a = v}; }
+static inline CtInit init_trunc_normal_tf(double std) { return (CtInit){.kind = CT_INIT_TRUNC_NORMAL_TF, .a = std}; }
 /* kaiming_normal_(mode='fan_out', nonlinearity='relu'): std = sqrt(2/fan_out). */
 CtInit init_kaiming_normal_fan_out(int64_t fan_out);
 

@@ -124,8 +124,18 @@ void shape_broadcast_strides(const CtShape *in, const CtShape *out, int64_t *str
 
 const char *ct_role_name(CtRole r)
 {
-    static const char *const names[] = {"input", "param", "buffer", "activation", "grad", "state"};
+    static const char *const names[] = {"input", "param", "buffer", "activation", "grad", "state", "const"};
     return names[r];
+}
+
+CtInit init_in_arena(CtArena *a, CtInit init, int64_t n)
+{
+    if (init.kind != CT_INIT_DATA)
+        return init;
+    double *d = arena_alloc(a, sizeof *d * (size_t)(n ? n : 1));
+    memcpy(d, init.data, sizeof *d * (size_t)n);
+    init.data = d;
+    return init;
 }
 
 const char *ct_layout_name(CtLayout l) { return l == CT_LAYOUT_CHANNELS_LAST ? "nhwc" : "contig"; }

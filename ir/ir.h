@@ -36,7 +36,18 @@ typedef enum CtRole {
     CT_ROLE_ACTIVATION,
     CT_ROLE_GRAD,
     CT_ROLE_STATE,
+    /* A tensor the model computes when it is built: timm's non-persistent
+     * buffers (relative position indices, attention masks, RoPE tables).
+     * It rides in the state, so every backend binds it as it binds a
+     * buffer, but no checkpoint holds it and nothing assigns to it. */
+    CT_ROLE_CONST,
 } CtRole;
+
+/* Roles that live in the state between steps rather than in a step's arena. */
+static inline int role_is_state(CtRole r)
+{
+    return r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE || r == CT_ROLE_CONST;
+}
 
 /* How a parameter or buffer is initialised (timm's scheme for each module). */
 typedef enum CtInitKind {
@@ -48,11 +59,13 @@ typedef enum CtInitKind {
     CT_INIT_UNIFORM,      /* U(-a, a) */
     CT_INIT_CONSTANT,     /* a (layer-scale gammas) */
     CT_INIT_TRUNC_NORMAL_TF, /* N(0, a^2) truncated to [-2a, 2a], as timm's trunc_normal_tf_ */
+    CT_INIT_DATA,            /* a CT_ROLE_CONST's values: `data`, numel doubles in its graph's arena */
 } CtInitKind;
 
 typedef struct CtInit {
     CtInitKind kind;
     double a;
+    const double *data;
 } CtInit;
 
 typedef struct CtShape {
@@ -132,6 +145,9 @@ void shape_split_at_dim(const CtShape *s, int64_t dim, int64_t *outer, int64_t *
 void shape_broadcast_strides(const CtShape *in, const CtShape *out, int64_t *strides);
 
 const char *ct_role_name(CtRole r);
+/* init as another graph holds it: CT_INIT_DATA's values copied into the
+ * arena `a` (n of them), other kinds as they are. */
+CtInit init_in_arena(CtArena *a, CtInit init, int64_t n);
 const char *ct_layout_name(CtLayout l);
 
 /* Checks SSA, order, shapes and dtypes (re-running every shape rule), roles

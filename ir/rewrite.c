@@ -17,7 +17,7 @@ void rewrite_begin(Rewriter *r, const Graph *src, Graph *dst)
         if (val->producer >= 0)
             continue;
         ValueId w = graph_add_value(dst, val->type, val->role, val->name);
-        dst->values[w].init = val->init;
+        dst->values[w].init = init_in_arena(&dst->arena, val->init, shape_numel(&val->type.shape));
         dst->values[w].layout = val->layout;
         r->map[v] = w;
     }

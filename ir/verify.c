@@ -95,8 +95,8 @@ static int verify_state_list(const Graph *g, CtErr *err)
         if (v < 0 || v >= g->nvalues)
             return ct_fail(err, "state entry %d refers to a value that does not exist", k);
         const Value *val = &g->values[v];
-        if (val->role != CT_ROLE_PARAM && val->role != CT_ROLE_BUFFER && val->role != CT_ROLE_STATE)
-            return ct_fail(err, "state entry %d (%%%d) is a %s, not a param, buffer or optimizer state", k, v,
+        if (!role_is_state(val->role))
+            return ct_fail(err, "state entry %d (%%%d) is a %s, not a param, buffer, optimizer state or const", k, v,
                            ct_role_name(val->role));
         if (!val->name)
             return ct_fail(err, "state entry %d (%%%d) has no state_dict name", k, v);
@@ -105,12 +105,10 @@ static int verify_state_list(const Graph *g, CtErr *err)
                 return ct_fail(err, "'%s' appears twice in the state_dict", val->name);
         listed++;
     }
-    for (int v = 0; v < g->nvalues; v++) {
-        CtRole r = g->values[v].role;
-        listed -= r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE;
-    }
+    for (int v = 0; v < g->nvalues; v++)
+        listed -= role_is_state(g->values[v].role);
     if (listed)
-        return ct_fail(err, "the state list misses %d params, buffers or optimizer state", -listed);
+        return ct_fail(err, "the state list misses %d params, buffers, optimizer state or consts", -listed);
     return 0;
 }
 
@@ -142,7 +140,7 @@ int graph_verify(const Graph *g, CtErr *err)
                 return ct_fail(err, "value %%%d: node %d is named as its producer but does not write it", v,
                                val->producer);
         }
-        if ((val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) && !val->name)
+        if (role_is_state(val->role) && !val->name)
             return ct_fail(err, "value %%%d: a %s needs a state_dict name", v, ct_role_name(val->role));
     }
     for (int k = 0; k < g->noutputs; k++)

@@ -142,7 +142,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
             p->input_bytes += bytes;
         else if (val->role == CT_ROLE_PARAM)
             p->param_bytes += bytes;
-        else if (val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE)
+        else if (role_is_state(val->role))
             p->state_bytes += bytes;
         else if (is_output[v])
             p->output_bytes += bytes;

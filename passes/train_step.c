@@ -34,7 +34,7 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
     char name[600];
     snprintf(name, sizeof name, "optim.%s.%s", p->name, what);
     ValueId v = graph_add_value(g, t, CT_ROLE_STATE, name);
-    g->values[v].init = (CtInit){init == 1 ? CT_INIT_ONES : CT_INIT_ZEROS, 0};
+    g->values[v].init = (CtInit){.kind = init == 1 ? CT_INIT_ONES : CT_INIT_ZEROS, .a = 0};
     state[(*nstate)++] = v;
     return v;
 }
@@ -298,7 +298,7 @@ static void add_accumulate(Emitter *e, const TrainStep *t, ValueId *total, Value
         char name[600];
         snprintf(name, sizeof name, "accum.%s", pv.name);
         ValueId acc = graph_add_value(g, g->values[t->grads[k]].type, CT_ROLE_STATE, name);
-        g->values[acc].init = (CtInit){CT_INIT_ZEROS, 0};
+        g->values[acc].init = (CtInit){.kind = CT_INIT_ZEROS, .a = 0};
         state[(*nstate)++] = acc;
         total[k] = emit(e, CT_OP_grad_accumulate, 3, (ValueId[]){acc, t->grads[k], t->update}, NULL, 0, NULL, 0, 0);
         if (total[k] >= 0)
@@ -328,7 +328,7 @@ static void add_ema(Emitter *e, const TrainStep *t, const ValueId *fresh, int nm
         char name[600];
         snprintf(name, sizeof name, "ema.%s", pv.name);
         ValueId ema = graph_add_value(g, pv.type, CT_ROLE_STATE, name);
-        g->values[ema].init = (CtInit){CT_INIT_ZEROS, 0};
+        g->values[ema].init = (CtInit){.kind = CT_INIT_ZEROS, .a = 0};
         state[(*nstate)++] = ema;
         ValueId next = now;
         if (ct_dtype_is_float(pv.type.dtype)) {
@@ -413,7 +413,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     optim_op(opt, 0, &kind_op);
     if (kind_op.step) {
         step = graph_add_value(g, (CtType){{0}, CT_I64}, CT_ROLE_STATE, "optim.step");
-        g->values[step].init = (CtInit){CT_INIT_ZEROS, 0};
+        g->values[step].init = (CtInit){.kind = CT_INIT_ZEROS, .a = 0};
         g->state[g->nstate++] = step;
     }
     /* the gradients the update reads: this step's, or the group's sum */

@@ -21,12 +21,18 @@ void state_create(CtState *s, const Graph *g)
         e->type = v->type;
         e->role = v->role;
         e->init = v->init;
+        e->init.data = NULL; /* the graph's: its values are copied below */
         e->offset = off;
         off += ((size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype) + 63) & ~(size_t)63;
     }
     s->nbytes = off;
     s->data = calloc(off ? off : 1, 1);
     CT_ASSERT(s->data != NULL);
+    for (int k = 0; k < g->nstate; k++) {
+        const Value *v = &g->values[g->state[k]];
+        if (v->init.kind == CT_INIT_DATA)
+            elems_from_double(v->init.data, v->type.dtype, shape_numel(&v->type.shape), state_data(s, k));
+    }
 }
 
 void state_free(CtState *s)
@@ -99,6 +105,8 @@ void state_init(CtState *s, uint64_t seed)
 {
     for (int i = 0; i < s->n; i++) {
         StateEntry *e = &s->e[i];
+        if (e->init.kind == CT_INIT_DATA)
+            continue; /* filled when the state was made */
         uint64_t rng = name_hash(e->name, seed);
         int64_t n = shape_numel(&e->type.shape);
         for (int64_t j = 0; j < n; j++) {

@@ -11,7 +11,6 @@
 
 static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
-static int is_state(CtRole r) { return r == CT_ROLE_PARAM || r == CT_ROLE_BUFFER || r == CT_ROLE_STATE; }
 
 int launch_plan_supports(const Graph *g, const Node *n)
 {
@@ -40,7 +39,7 @@ static int place_values(const Graph *g, LaunchPlan *lp)
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         lp->offset[v] = PLAN_NONE;
-        if (val->role == CT_ROLE_INPUT || is_state(val->role))
+        if (val->role == CT_ROLE_INPUT || role_is_state(val->role))
             continue;
         if (lp->mem.offset[v] != PLAN_NONE && !spill[v]) {
             lp->offset[v] = lp->mem.offset[v];
@@ -239,10 +238,10 @@ static int placed(const Graph *g, const LaunchPlan *lp, ValueId v, CtErr *err)
 {
     const Value *val = &g->values[v];
     if (lp->alias[v] >= 0)
-        return is_state(g->values[lp->alias[v]].role) && value_bytes(&g->values[lp->alias[v]]) == value_bytes(val)
+        return role_is_state(g->values[lp->alias[v]].role) && value_bytes(&g->values[lp->alias[v]]) == value_bytes(val)
                    ? 0
                    : ct_fail(err, "%%%d is stored into %%%d, not a state value of its size", v, lp->alias[v]);
-    if (val->role == CT_ROLE_INPUT || is_state(val->role))
+    if (val->role == CT_ROLE_INPUT || role_is_state(val->role))
         return lp->offset[v] == PLAN_NONE ? 0 : ct_fail(err, "input or state %%%d has a device-block offset", v);
     if (lp->offset[v] == PLAN_NONE || lp->offset[v] + value_bytes(val) > lp->device_bytes)
         return ct_fail(err, "%%%d is not inside the %zu-byte device block", v, lp->device_bytes);

@@ -192,7 +192,7 @@ static int place_blocks(CudaLoaded *ld, const Graph *g, const CtState *state, Ct
         if (val->role == CT_ROLE_INPUT) {
             ld->in_off[v] = ld->in_bytes;
             ld->in_bytes += (value_bytes(val) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
-        } else if (val->role == CT_ROLE_PARAM || val->role == CT_ROLE_BUFFER || val->role == CT_ROLE_STATE) {
+        } else if (role_is_state(val->role)) {
             int s = state ? state_find(state, val->name) : -1;
             if (s < 0 || !shape_equal(&state->e[s].type.shape, &val->type.shape) ||
                 state->e[s].type.dtype != val->type.dtype)
