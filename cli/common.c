@@ -33,6 +33,31 @@ const char *cli_value(const char *prog, int argc, char **argv, int *i)
     return argv[++*i];
 }
 
+int cli_model_kwargs(const char *prog, const char *arg, int argc, char **argv, const char **kv, int *n)
+{
+    for (const char *w = arg;;) {
+        if (*n == CT_MAX_MODEL_KWARGS) {
+            fprintf(stderr, "%s: --model-kwargs takes at most %d KEY=VALUE words\n", prog, CT_MAX_MODEL_KWARGS);
+            return -1;
+        }
+        kv[(*n)++] = w;
+        if (optind >= argc || argv[optind][0] == '-' || !strchr(argv[optind], '='))
+            return 0;
+        w = argv[optind++];
+    }
+}
+
+int cli_model_options(const char *prog, const char *gp, const char *const *kv, int n, const ScriptKwarg *passed,
+                      const char *script, ModelArgs *a)
+{
+    CtErr err;
+    if (model_kwargs_gp(gp, a, &err) || model_kwargs_parse(kv, n, passed, script, a, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 const ModelEntry *cli_model(const char *prog, const char *name)
 {
     const ModelEntry *m = model_find(name);

@@ -5,6 +5,7 @@
 
 #include "models/registry.h"
 #include "runtime/backend.h"
+#include "train/model_kwargs.h"
 
 /* Parses a whole decimal integer in [lo, hi] for option `opt`. */
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
@@ -17,6 +18,17 @@ int cli_double(const char *prog, const char *opt, const char *s, double *out);
  * consumed (optind moves past them); at most max. */
 int cli_number_list(const char *prog, const char *opt, const char *arg, int argc, char **argv, double *out, int max,
                     int *n);
+/* --model-kwargs KEY=VALUE ... (argparse nargs='*', timm's ParseKwargs)
+ * inside a getopt_long loop: arg and the words after it up to the next
+ * option or a word without '=', which are consumed (optind moves past
+ * them), appended to kv[*n..CT_MAX_MODEL_KWARGS). */
+int cli_model_kwargs(const char *prog, const char *arg, int argc, char **argv, const char **kv, int *n);
+/* --gp POOL (NULL: not given) and the --model-kwargs words read into a's
+ * options and img_size (train/model_kwargs.h), the keys `script` passes
+ * create_model itself (`passed`) refused; before any model is built, as
+ * they hold for every model of a list (model_kwargs_check then checks each). */
+int cli_model_options(const char *prog, const char *gp, const char *const *kv, int n, const ScriptKwarg *passed,
+                      const char *script, ModelArgs *a);
 /* The one positional argument (a data folder) after getopt_long: *dir is
  * set when there is one; a second is an error. */
 int cli_positional(const char *prog, int argc, char **argv, const char **dir);

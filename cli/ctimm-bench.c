@@ -51,23 +51,29 @@ static const char *const usage =
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
     "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
     "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n"
-    "                   [--pretrained]\n"
+    "                   [--pretrained] [--gp POOL] [--model-kwargs K=V ...]\n"
     "--pretrained runs timm's weights of each model (its default tag, or name one: resnet50.a1_in1k) from the\n"
     "Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) at their input size.\n"
     "--in-chans N (ctimm's; benchmark.py builds 3) builds each model for N-channel images, as\n"
-    "create_model(in_chans=N), its pretrained first conv adapted as timm's adapt_input_conv.\n";
+    "create_model(in_chans=N), its pretrained first conv adapted as timm's adapt_input_conv.\n"
+    "--gp token|avg|map (convnets: avg) and --model-kwargs (Python literals: img_size of a ViT, at the bench's\n"
+    "size, and a ViT's class_token, reg_tokens, fc_norm, no_embed_class, init_values, qkv_bias) go to each model\n"
+    "as benchmark.py's create_model(global_pool=, **model_kwargs); the keys benchmark.py passes itself are refused.\n";
 
 typedef struct Args {
     const char *model, *model_list, *bench, *precision, *amp_dtype, *results_file, *results_format, *device, *opt;
     int batch_size, img_size, num_classes, channels_last, amp, warm, iters, detail, no_retry, n_input, n_betas;
     int pretrained, in_chans; /* in_chans: resolved in main (--in-chans, else --input-size's, else 3) */
     double input_size[3], opt_eps, opt_betas[2], drop, drop_path;
+    const char *gp, *model_kwargs[CT_MAX_MODEL_KWARGS];
+    int n_model_kwargs;
+    ModelArgs kw; /* --gp's and --model-kwargs' options and img_size (cli_model_options) */
 } Args;
 
 /* benchmark.py flags ctimm-bench does not implement: refused by name. */
 static const char *const refused[] = {"torchscript", "torchcompile", "aot-autograd", "fuser", "fast-norm", "reparam",
-                                      "grad-checkpointing", "model-kwargs", "torchcompile-mode", "gp",
-                                      "use-train-size", "drop-block", NULL};
+                                      "grad-checkpointing", "torchcompile-mode", "use-train-size", "drop-block",
+                                      NULL};
 
 /* One result: the ordered columns of benchmark.py's dict. */
 typedef struct Row {
@@ -155,13 +161,13 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
     for (int k = 0; k < b->ng; k++) {
         Graph *g = &b->g[k];
         if (!train) {
-            if (eval_graph(m, batch, classes, img, a->in_chans, amp, a->channels_last, NULL, NULL, g, err))
+            if (eval_graph(m, &a->kw.opt, batch, classes, img, a->in_chans, amp, a->channels_last, NULL, NULL, g, err))
                 return -1;
             continue;
         }
         ModelSpec spec = {.batch_size = batch, .training = 1,
                           .args = {.num_classes = classes, .img_size = img, .in_chans = a->in_chans,
-                                   .drop_rate = a->drop, .drop_path_rate = a->drop_path}};
+                                   .drop_rate = a->drop, .drop_path_rate = a->drop_path, .opt = a->kw.opt}};
         if (model_build(m, &spec, g, err))
             return -1;
         OptimSpec opt;
@@ -346,7 +352,7 @@ static int model_stats(const Args *a, const ModelEntry *m, int img, GraphStats *
     Graph g;
     ModelSpec spec = {.batch_size = 1, .training = 0,
                       .args = {.num_classes = a->num_classes > 0 ? a->num_classes : m->cfg.num_classes,
-                               .img_size = img, .in_chans = a->in_chans}};
+                               .img_size = img, .in_chans = a->in_chans, .opt = a->kw.opt}};
     if (model_build(m, &spec, &g, err))
         return -1;
     StatsOptions so = {.count_attention = 1};
@@ -374,10 +380,11 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
     m = &pre.m;
     int img = a->n_input ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : m->cfg.input_size[1];
     GraphStats gs;
-    if (model_stats(a, m, img, &gs, &err)) {
+    if (model_kwargs_check(m, &a->kw, img, &err) || model_stats(a, m, img, &gs, &err)) {
         snprintf(row->error, sizeof row->error, "%s", err.msg);
         return;
     }
+    printf("Model %s created, param count: %lld\n", name, (long long)gs.params);
     int profile = !strncmp(a->bench, "profile", 7);
     int modes[2] = {0, 1}, nmodes = !strcmp(a->bench, "both") ? 2 : 1;
     if (!strcmp(a->bench, "train"))
@@ -475,7 +482,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_LIST = 1000, O_BENCH, O_DETAIL, O_NORETRY, O_RFILE, O_RFMT, O_WARM, O_ITERS, O_DEVICE, O_IMG, O_INPUT,
            O_NC, O_CL, O_AMP, O_AMP_DTYPE, O_PREC, O_OPT, O_EPS, O_BETAS, O_DROP, O_DROP_PATH, O_MOM, O_WD,
-           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS };
+           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS, O_GP, O_KWARGS };
     static const struct option longs[] = {
         {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST}, {"bench", 1, 0, O_BENCH}, {"detail", 0, 0, O_DETAIL},
         {"no-retry", 0, 0, O_NORETRY}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
@@ -486,7 +493,8 @@ static int parse_args(int argc, char **argv, Args *a)
         {"opt-eps", 1, 0, O_EPS}, {"opt-betas", 1, 0, O_BETAS}, {"drop", 1, 0, O_DROP},
         {"drop-path", 1, 0, O_DROP_PATH}, {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD},
         {"clip-grad", 1, 0, O_CLIP}, {"clip-mode", 1, 0, O_CLIP_MODE}, {"smoothing", 1, 0, O_SMOOTH},
-        {"pretrained", 0, 0, O_PRETRAINED}, {"in-chans", 1, 0, O_IN_CHANS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"pretrained", 0, 0, O_PRETRAINED}, {"in-chans", 1, 0, O_IN_CHANS}, {"gp", 1, 0, O_GP},
+        {"model-kwargs", 1, 0, O_KWARGS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.model = "resnet50", .bench = "both", .precision = "float32", .amp_dtype = "float16",
                 .results_format = "csv", .device = "cpu", .opt = "sgd", .batch_size = 256, .num_classes = -1,
                 .warm = 10, .iters = 40, .opt_eps = -1};
@@ -533,12 +541,15 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_CLIP_MODE: break;
         case O_PRETRAINED: a->pretrained = 1; break;
         case O_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 4096, &a->in_chans); break;
+        case O_GP: a->gp = optarg; break;
+        case O_KWARGS: bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
         }
     }
-    if (bad)
+    if (bad || cli_model_options(prog, a->gp, a->model_kwargs, a->n_model_kwargs, benchmark_py_model_kwargs,
+                                 "benchmark.py", &a->kw))
         return -1;
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);

@@ -119,23 +119,6 @@ static int parse_list(const char *opt, const char *arg, char **argv, int argc, d
 
 static int parse_double(const char *opt, const char *v, double *out) { return cli_double(prog, opt, v, out); }
 
-/* --model-kwargs KEY=VALUE ... (argparse nargs='*'): arg and the words
- * after it up to the next option or a word without '=', added to the
- * earlier ones (a config's, then the command line's). */
-static int parse_kwargs(const char *arg, int argc, char **argv, TrainArgs *a)
-{
-    for (const char *w = arg;;) {
-        if (a->n_model_kwargs == CT_MAX_MODEL_KWARGS) {
-            fprintf(stderr, "%s: --model-kwargs takes at most %d KEY=VALUE words\n", prog, CT_MAX_MODEL_KWARGS);
-            return -1;
-        }
-        a->model_kwargs[a->n_model_kwargs++] = w;
-        if (optind >= argc || argv[optind][0] == '-' || !strchr(argv[optind], '='))
-            return 0;
-        w = argv[optind++];
-    }
-}
-
 /* The options that take a list (argparse nargs): a config's YAML list of
  * one becomes a word of comma-joined numbers. */
 static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milestones", "cutmix-minmax", "input-size",
@@ -409,7 +392,9 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
-        case OPT_MODEL_KWARGS: bad = parse_kwargs(optarg, argc, argv, a); break;
+        case OPT_MODEL_KWARGS:
+            bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
+            break;
         case OPT_GRAD_ACCUM: /* train.py: max(1, N) */
             if (!(bad = cli_int(prog, "--grad-accum-steps", optarg, -(1 << 30), 1 << 20, &a->grad_accum_steps)) &&
                 a->grad_accum_steps < 1)

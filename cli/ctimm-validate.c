@@ -39,7 +39,7 @@ static const char *const usage =
     "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
     "                      [--device cpu|cuda|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
-    "                      [--results-file FILE] [--results-format csv|json]\n"
+    "                      [--results-file FILE] [--results-format csv|json] [--gp POOL] [--model-kwargs K=V ...]\n"
     "With no DATA_DIR it validates on the embedded shapes dataset's val split.\n"
     "--checkpoint takes a ctimm or timm safetensors state_dict, or a PyTorch .pth/.pth.tar/.bin\n"
     "(a state_dict or timm's train.py checkpoint); --use-ema takes the model EMA from a\n"
@@ -48,12 +48,17 @@ static const char *const usage =
     "the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), with\n"
     "their config.json's data config; ctimm never downloads (huggingface-cli download timm/NAME.TAG).\n"
     "Without --img-size, --input-size or --crop-pct the model's test-time size and crop are used where its\n"
-    "weights have them (resnet50.a1_in1k: 288, 1.0), as validate.py does; --use-train-size keeps training's.\n";
+    "weights have them (resnet50.a1_in1k: 288, 1.0), as validate.py does; --use-train-size keeps training's.\n"
+    "--gp token|avg|map (convnets: avg) and --model-kwargs (Python literals: img_size of a ViT, at the data's\n"
+    "size, and a ViT's class_token, reg_tokens, fc_norm, no_embed_class, init_values, qkv_bias) go to the model\n"
+    "as validate.py's create_model(global_pool=, **model_kwargs); the keys validate.py passes itself are refused.\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
     const char *model, *model_list, *results_file, *results_format, *valid_labels, *real_labels;
     int log_freq;
+    const char *gp, *model_kwargs[CT_MAX_MODEL_KWARGS]; /* read into u.kw after the loop */
+    int n_model_kwargs;
 } Args;
 
 /* One model's results: validate.py's columns. */
@@ -66,12 +71,14 @@ typedef struct Result {
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
 static int parse_args(int argc, char **argv, Args *a)
 {
-    enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL, O_TRAIN_SIZE };
+    enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL, O_TRAIN_SIZE, O_GP,
+           O_KWARGS };
     static const struct option longs[] = {
         EVAL_LONG_OPTIONS, {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
         {"use-ema", 0, 0, O_EMA}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
         {"real-labels", 1, 0, O_REAL}, {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT},
-        {"use-train-size", 0, 0, O_TRAIN_SIZE}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"use-train-size", 0, 0, O_TRAIN_SIZE}, {"gp", 1, 0, O_GP}, {"model-kwargs", 1, 0, O_KWARGS},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.u = eval_setup_default(4), .model = "test_resnet", .results_format = "csv", .log_freq = 10};
     a->u.eo.use_test_size = 1; /* validate.py: the test-time size unless --use-train-size */
     opterr = 0;
@@ -90,12 +97,15 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_RESULTS: a->results_file = optarg; break;
         case O_FORMAT: a->results_format = optarg; break;
         case O_TRAIN_SIZE: a->u.eo.use_test_size = 0; break;
+        case O_GP: a->gp = optarg; break;
+        case O_KWARGS: bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
         }
     }
-    if (bad)
+    if (bad || cli_model_options(prog, a->gp, a->model_kwargs, a->n_model_kwargs, validate_py_model_kwargs,
+                                 "validate.py", &a->u.kw))
         return -1;
     if (cli_positional(prog, argc, argv, &a->u.data_dir))
         return -1;

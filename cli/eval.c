@@ -78,7 +78,7 @@ int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSet
     if (eval_config(m, &eo, &s->img, &s->chans, &s->et, s->mean, s->std, err))
         return -1;
     s->interp = eo.interpolation ? eo.interpolation : m->cfg.interpolation;
-    if (dataset_open(&s->ds, &dc, err))
+    if (model_kwargs_check(m, &u->kw, s->img, err) || dataset_open(&s->ds, &dc, err))
         return -1;
     StFile ck; /* read once: its classifier's size builds the model, then its tensors load */
     if (u->checkpoint && ckpt_read_weights(u->checkpoint, u->ema, &ck, err)) {
@@ -88,8 +88,8 @@ int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSet
     pick_classes(s, m, u, u->checkpoint ? &ck : NULL);
     LoaderConfig lc = {.batch_size = u->batch_size, .num_workers = u->workers, .eval = &s->et, .world_size = 1};
     int rc = loader_create(&s->ld, s->ds, &lc, err) ||
-             eval_graph(m, u->batch_size, s->classes, s->img, s->chans, s->amp, u->channels_last, s->mean, s->std,
-                        &s->g, err) ||
+             eval_graph(m, &u->kw.opt, u->batch_size, s->classes, s->img, s->chans, s->amp, u->channels_last, s->mean,
+                        s->std, &s->g, err) ||
              backend_check(s->be, &s->g, err);
     if (!rc) {
         state_create(&s->st, &s->g);

@@ -28,6 +28,7 @@ typedef struct EvalSetup {
     int ema;     /* a PyTorch checkpoint's model EMA when it has one (timm's load_checkpoint use_ema) */
     int pretrained; /* timm's weights from the Hugging Face cache (then --checkpoint's over them) */
     EvalOpts eo;
+    ModelArgs kw; /* --gp's and --model-kwargs' options and img_size (cli_model_options) */
 } EvalSetup;
 
 /* The flags of EvalSetup as getopt_long entries (codes EVAL_O_*, below any

@@ -447,6 +447,21 @@ set_tests_properties(validate_refuses_no_ema validate_refuses_other_model valida
 add_test(NAME validate_unknown_model COMMAND ${FAIL} "unknown model 'resnet5'" ${VALIDATE} --model resnet5)
 add_test(NAME validate_bad_format COMMAND ${FAIL} "--results-format xml is not one of csv, json"
   ${VALIDATE} --results-format xml)
+# --gp and --model-kwargs reach the model validate.py builds: test_vit at 32
+# with the attention-pool head, and without its class token, average pooled,
+# have timm's param counts for create_model('test_vit', img_size=32, ...)
+# (365096 plain); a key validate.py passes itself is refused before any model.
+add_test(NAME validate_gp_model_kwargs COMMAND sh -c
+  "${VALIDATE} --model test_vit --img-size 32 -b 200 --gp map > vkw-map.log && \
+   grep -q '^Model test_vit created, param count: 406760;' vkw-map.log && grep -q '^ \\* Acc@1 ' vkw-map.log && \
+   ${VALIDATE} --model test_vit --img-size 32 -b 200 --gp avg --model-kwargs img_size=32 class_token=False \
+     > vkw-avg.log && grep -q '^Model test_vit created, param count: 364968;' vkw-avg.log && \
+   ${FAIL} '^ctimm-validate: --model-kwargs num_classes=5: validate.py passes num_classes to create_model itself \\(--num-classes\\)' \
+     ${VALIDATE} --model test_vit --model-kwargs num_classes=5 && \
+   ${FAIL} \"^ctimm-validate: test_resnet: test_resnet takes no option 'class_token'\" \
+     ${VALIDATE} --model test_resnet --img-size 32 --model-kwargs class_token=False")
+set_tests_properties(validate_gp_model_kwargs PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 
 # ctimm-avg-checkpoints and ctimm-clean-checkpoint: the average of the single
 # best checkpoint is that checkpoint (ctimm-validate gives its top-1), the
@@ -622,6 +637,26 @@ add_test(NAME bench_oom_retry COMMAND sh -c
    CTIMM_MEMORY_LIMIT=40000000 ${FAIL} 'out of memory: the plan needs' ${BENCH} -m test_resnet --bench train -b 64 --no-retry")
 add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchmark.py's flag. is not implemented"
   ${BENCH} --torchcompile)
+# --gp and --model-kwargs reach the model benchmark.py's create_model builds
+# (the stats' graph, whose count the log shows, and the inference run's at
+# 32): timm's param counts for test_vit (371240 plain) without its class
+# token, average pooled, and at img_size 32; global_pool as a model kwarg is
+# refused as benchmark.py's create_model call raises (it passes --gp's), and
+# so are a Python literal of the wrong kind, a ViT option for a convnet and
+# an img_size other than the bench's.
+add_test(NAME bench_gp_model_kwargs COMMAND sh -c
+  "${BENCH} -m test_vit --bench profile --gp avg --model-kwargs class_token=False > bkw.log && \
+   grep -q '^Model test_vit created, param count: 371112$' bkw.log && \
+   ${BENCH} -m test_vit --bench inference -b 2 --num-warm-iter 0 --num-bench-iter 1 --img-size 32 --gp avg \
+     --model-kwargs img_size=32 class_token=False --results-file bkw.csv > bkw32.log && \
+   grep -q '^Model test_vit created, param count: 364968$' bkw32.log && grep -q '^test_vit,.*,2,32,' bkw.csv && \
+   ${FAIL} '^ctimm-bench: --model-kwargs global_pool=avg: benchmark.py passes global_pool to create_model itself \\(--gp\\)' \
+     ${BENCH} -m test_vit --model-kwargs class_token=False global_pool=avg && \
+   ${FAIL} '^ctimm-bench: --model-kwargs fc_norm=yes: fc_norm takes True or False$' \
+     ${BENCH} -m test_vit --model-kwargs fc_norm=yes && \
+   ${FAIL} \"^ctimm-bench: test_resnet: test_resnet takes no option 'reg_tokens'\" \
+     ${BENCH} -m test_resnet --bench profile --model-kwargs reg_tokens=1 && \
+   ${FAIL} 'give --img-size 48 too' ${BENCH} -m test_vit --bench profile --model-kwargs img_size=48")
 add_test(NAME bench_refuses_precision COMMAND ${FAIL} "--precision float16 is not one of float32, amp, amp_bfloat16"
   ${BENCH} --precision float16)
 # --device cuda where it cannot run (no driver, as on CI): one line saying

@@ -561,8 +561,8 @@ static void compare_with_timm(const char *dir, const char *model)
     const StTensor *x = ref_tensor(&ref, "input"), *want = ref_tensor(&ref, "logits");
     Graph g;
     CtState s;
-    CHECKF(eval_graph(&p.m, (int)x->shape[0], p.m.cfg.num_classes, (int)x->shape[2], 3, CT_F32, 0, NULL, NULL, &g,
-                      &err) == 0, "%s", err.msg);
+    CHECKF(eval_graph(&p.m, NULL, (int)x->shape[0], p.m.cfg.num_classes, (int)x->shape[2], 3, CT_F32, 0, NULL, NULL,
+                      &g, &err) == 0, "%s", err.msg);
     state_create(&s, &g);
     state_init(&s, 0);
     CHECKF(pretrained_load(&p, &s, p.m.cfg.num_classes, &err) == 0, "%s", err.msg);

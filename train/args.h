@@ -10,8 +10,7 @@
 
 #include "ir/status.h"
 #include "runtime/sched.h"
-
-enum { CT_MAX_MODEL_KWARGS = 16 };
+#include "train/model_kwargs.h"
 
 typedef struct TrainArgs {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;

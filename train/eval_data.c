@@ -105,11 +105,13 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, Ev
     return 0;
 }
 
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, int chans, CtDType amp, int channels_last,
-               const double *mean, const double *std, Graph *g, CtErr *err)
+int eval_graph(const ModelEntry *m, const ModelOptions *opt, int batch, int classes, int img, int chans, CtDType amp,
+               int channels_last, const double *mean, const double *std, Graph *g, CtErr *err)
 {
     ModelSpec spec = {.batch_size = batch, .training = 0,
                       .args = {.num_classes = classes, .img_size = img, .in_chans = chans}};
+    if (opt)
+        spec.args.opt = *opt;
     Pipeline p = {.amp = amp != CT_F32, .amp_dtype = amp, .bn_fold = 1, .channels_last = channels_last,
                   .verify = PIPELINE_VERIFY};
     if (mean)

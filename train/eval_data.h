@@ -52,11 +52,12 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, Ev
                 double std[3], CtErr *err);
 
 /* An eval graph as validate.py and inference.py run the model, by the pass
- * pipeline: the uint8 input of `chans` channels normalised by mean/std
- * (NULL: the f32 NCHW input timm's benchmark.py feeds), bn_fold, then
- * autocast (amp CT_F16/CT_BF16; CT_F32: none) and channels-last when asked. */
-int eval_graph(const ModelEntry *m, int batch, int classes, int img, int chans, CtDType amp, int channels_last,
-               const double *mean, const double *std, Graph *g, CtErr *err);
+ * pipeline: the model with options opt (--gp, --model-kwargs; NULL: its
+ * own), the uint8 input of `chans` channels normalised by mean/std (NULL:
+ * the f32 NCHW input timm's benchmark.py feeds), bn_fold, then autocast (amp
+ * CT_F16/CT_BF16; CT_F32: none) and channels-last when asked. */
+int eval_graph(const ModelEntry *m, const ModelOptions *opt, int batch, int classes, int img, int chans, CtDType amp,
+               int channels_last, const double *mean, const double *std, Graph *g, CtErr *err);
 
 /* "float16"/"bfloat16" under --amp -> CT_F16/CT_BF16; CT_F32 without; -1 if unknown. */
 int eval_amp_dtype(int amp, const char *name);

@@ -12,6 +12,16 @@ const ScriptKwarg train_py_model_kwargs[] = {
     {"global_pool", "--gp"}, {"bn_momentum", "--bn-momentum"}, {"bn_eps", "--bn-eps"},
     {"scriptable", "--torchscript"}, {"checkpoint_path", "--initial-checkpoint"}, {NULL, NULL}};
 
+const ScriptKwarg validate_py_model_kwargs[] = {
+    {"pretrained", "--pretrained"}, {"num_classes", "--num-classes"}, {"in_chans", "--in-chans"},
+    {"global_pool", "--gp"}, {"scriptable", "--torchscript"}, {NULL, NULL}};
+
+/* benchmark.py's in_chans is always 3 (ctimm-bench's --in-chans is its own) */
+const ScriptKwarg benchmark_py_model_kwargs[] = {
+    {"num_classes", "--num-classes"}, {"in_chans", "in_chans=3"}, {"global_pool", "--gp"},
+    {"scriptable", "--torchscript"}, {"drop_rate", "--drop"}, {"drop_path_rate", "--drop-path"},
+    {"drop_block_rate", "--drop-block"}, {NULL, NULL}};
+
 /* A whole positive int at *s, moving *s past it and the blanks after. */
 static int read_int(const char **s, int *out)
 {

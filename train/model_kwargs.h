@@ -16,13 +16,16 @@
 #include "ir/status.h"
 #include "models/registry.h"
 
+/* The most --model-kwargs words a command line takes. */
+enum { CT_MAX_MODEL_KWARGS = 16 };
+
 /* A keyword argument a script passes to create_model itself, and its flag. */
 typedef struct ScriptKwarg {
     const char *key, *flag;
 } ScriptKwarg;
 
-/* train.py's, ended by {NULL}. */
-extern const ScriptKwarg train_py_model_kwargs[];
+/* train.py's, validate.py's and benchmark.py's, each ended by {NULL}. */
+extern const ScriptKwarg train_py_model_kwargs[], validate_py_model_kwargs[], benchmark_py_model_kwargs[];
 
 /* The words kv[0..n) read into *a: its img_size (0: none) and the
  * MODEL_OPT_* options they give; a's other fields are left as they are. */
