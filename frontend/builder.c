@@ -431,6 +431,12 @@ ValueId f_pad(Builder *b, ValueId x, int64_t top, int64_t bottom, int64_t left, 
     return b_node(b, CT_OP_pad, 1, &x, a, 4, &value, 1, 0);
 }
 
+ValueId f_gather(Builder *b, ValueId x, int dim, ValueId index)
+{
+    int64_t a = dim;
+    return b_node(b, CT_OP_gather, 2, (ValueId[]){x, index}, &a, 1, NULL, 0, 0);
+}
+
 ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim)
 {
     int64_t a = dim;

@@ -162,6 +162,9 @@ ValueId f_concat(Builder *b, int n, const ValueId *xs, int dim);
 /* F.pad(x, (left, right, top, bottom), value=value) of x [N,C,H,W]: constant
  * padding of H and W, a negative amount cropping that side. */
 ValueId f_pad(Builder *b, ValueId x, int64_t top, int64_t bottom, int64_t left, int64_t right, double value);
+/* torch.index_select(x, dim, index) for an i32 or i64 index of any shape K:
+ * x.shape[:dim] + K + x.shape[dim+1:] (table[index] when dim is 0). */
+ValueId f_gather(Builder *b, ValueId x, int dim, ValueId index);
 ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_matmul(Builder *b, ValueId x, ValueId y);
 ValueId f_softmax(Builder *b, ValueId x, int dim);

@@ -3,7 +3,7 @@
  * updated parameter, buffer and momentum buffer) on the reference vectors'
  * weights, and the GEMM paths of convolution (stride, padding, dilation,
  * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa, and
- * pooling, permutes, pads, softmax, layer norm and group norm on random inputs. All within 1e-4 relative error
+ * pooling, permutes, pads, softmax, layer norm, group norm and gather on random inputs. All within 1e-4 relative error
  * (||a-b|| / ||b||). */
 #include <math.h>
 #include <stdio.h>
@@ -326,6 +326,64 @@ static void test_data_ops(void)
         test_op(&cases[i]);
 }
 
+/* gather and its gradient (of dy = y * y) at an index with repeats and
+ * entries outside [0, T): a bias table's [169, 6] rows at [49, 49] i32
+ * (threads), LeViT's [2, 7] biases on dim 1 at i64, and the table in f16
+ * (the index read as it is beside widened floats). */
+static void test_gather(void)
+{
+    static const struct {
+        const char *name;
+        CtShape x, index;
+        int dim;
+        CtDType dt, idt;
+        double tol;
+    } cases[] = {{"gather a bias table", {2, {169, 6}}, {2, {49, 49}}, 0, CT_F32, CT_I32, TOL},
+                 {"gather dim 1, i64", {2, {2, 7}}, {2, {5, 5}}, 1, CT_F32, CT_I64, TOL},
+                 {"gather a bias table, f16", {2, {169, 6}}, {2, {49, 49}}, 0, CT_F16, CT_I32, 1e-3}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Graph g;
+        CtErr err;
+        uint32_t rng = 11;
+        int64_t nx = shape_numel(&cases[i].x), K = shape_numel(&cases[i].index), T = cases[i].x.d[cases[i].dim];
+        graph_init(&g);
+        ValueId x = graph_add_value(&g, (CtType){cases[i].x, cases[i].dt}, CT_ROLE_INPUT, NULL);
+        ValueId ix = graph_add_value(&g, (CtType){cases[i].index, cases[i].idt}, CT_ROLE_INPUT, NULL);
+        float *xf = random_floats(nx, &rng);
+        CtTensor in[2];
+        tensor_alloc(&in[0], (CtType){cases[i].x, cases[i].dt});
+        tensor_alloc(&in[1], (CtType){cases[i].index, cases[i].idt});
+        elems_from_f32(xf, cases[i].dt, nx, in[0].data);
+        for (int64_t k = 0; k < K; k++) { /* -1 .. T, mostly in range */
+            int64_t t = (k * 7 + 3) % (T + 2) - 1;
+            if (cases[i].idt == CT_I32)
+                ((int32_t *)in[1].data)[k] = (int32_t)t;
+            else
+                ((int64_t *)in[1].data)[k] = t;
+        }
+        int a = graph_add_node(&g, &(Node){.op = CT_OP_gather, .nin = 2, .in = {x, ix}, .iattr = {cases[i].dim}},
+                               cases[i].name, &err);
+        CHECKF(a >= 0, "%s: %s", cases[i].name, err.msg);
+        if (a >= 0) {
+            ValueId y = g.nodes[a].out[0];
+            ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, "dy", &err)]
+                             .out[0];
+            int b = graph_add_node(
+                &g, &(Node){.op = CT_OP_gather_grad, .nin = 2, .in = {dy, ix}, .iattr = {cases[i].dim, T}},
+                cases[i].name, &err);
+            CHECKF(b >= 0, "%s: %s", cases[i].name, err.msg);
+            graph_mark_output(&g, y);
+            if (b >= 0)
+                graph_mark_output(&g, g.nodes[b].out[0]);
+            compare_run(cases[i].name, &g, NULL, in, 2, cases[i].tol);
+        }
+        free(xf);
+        tensor_free(&in[0]);
+        tensor_free(&in[1]);
+        graph_free(&g);
+    }
+}
+
 /* f16 nodes are refused up front, naming the node. */
 static void test_refuses_f64(void)
 {
@@ -428,6 +486,7 @@ int main(void)
     test_low_float_storage();
     test_gemm_ops();
     test_data_ops();
+    test_gather();
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         test_model(models[i], !strcmp(models[i], "test_resnet") || !strcmp(models[i], "test_convnext"));

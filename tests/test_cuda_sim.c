@@ -159,15 +159,16 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     st_free(&v.f);
 }
 
-/* A small net's body, from the input [2, 3, 8, 8] to 8 channels. */
-typedef ValueId (*NetBody)(Builder *b, ValueId x);
+/* A small net's body, from the input [2, 3, 8, 8] to 8 channels; index:
+ * the i32 [16, 16] graph input of the nets that gather (-1 in the others). */
+typedef ValueId (*NetBody)(Builder *b, ValueId x, ValueId index);
 
 /* timm's GroupNorm nets (resnet50_gn, BiT) in miniature: a StdConv2d (its
  * weight a group_norm without affine), group norm of two-channel groups,
  * relu, a ScaledStdConv2d (its weight's group_norm with the gain as
  * weight), group norm of one group. Groups of 128 and 512 values: threads
  * of a block idle, and take several values each. */
-static ValueId group_norm_body(Builder *b, ValueId h)
+static ValueId group_norm_body(Builder *b, ValueId h, ValueId index)
 {
     h = nn_std_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}, (StdConvOpts){.eps = 1e-8});
     h = f_relu(b, nn_group_norm(b, "gn1", h, (GNOpts){.groups = 4}));
@@ -179,7 +180,7 @@ static ValueId group_norm_body(Builder *b, ValueId h)
 /* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
  * max pool after -inf padding (4x4 -> 2x2), a conv after uneven padding
  * (-> 3x3) and a crop (-> 2x2); their gradients are crops and pads. */
-static ValueId pad_body(Builder *b, ValueId h)
+static ValueId pad_body(Builder *b, ValueId h, ValueId index)
 {
     h = f_relu(b, nn_conv2d(b, "conv1", f_pad(b, h, 0, 1, 0, 1, 0), 8, 3, (ConvOpts){.stride = 2}));
     h = f_max_pool2d(b, f_pad(b, h, 0, 1, 0, 1, -INFINITY), 3, 2, 0);
@@ -187,20 +188,37 @@ static ValueId pad_body(Builder *b, ValueId h)
     return f_pad(b, h, -1, 0, 0, -1, 0);
 }
 
+/* Swin's window attention in miniature: a 4x4 window of 8 channels, two
+ * heads, whose scores get the relative position bias, a table [49, 2]
+ * gathered at the window's relative position index (the graph input: each
+ * entry taken by up to 16 pairs, so its gradient sums them). */
+static ValueId gather_body(Builder *b, ValueId h, ValueId index)
+{
+    h = nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.stride = 2, .padding = 1}); /* [2, 8, 4, 4] */
+    ValueId t = f_permute(b, f_reshape(b, h, 4, (int64_t[]){2, 2, 4, 16}), 4, (int64_t[]){0, 1, 3, 2});
+    ValueId kt = f_permute(b, t, 4, (int64_t[]){0, 1, 3, 2});
+    ValueId table = b_param(b, "table", (CtShape){2, {49, 2}}, init_trunc_normal(0.5));
+    ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1}); /* [2 heads, 16, 16] */
+    ValueId a = f_softmax(b, f_add(b, f_scale_shift(b, f_matmul(b, t, kt), 0.5, 0), bias), 3);
+    ValueId o = f_permute(b, f_matmul(b, a, t), 4, (int64_t[]){0, 1, 3, 2}); /* [2, 2 heads, 4, 16] */
+    return f_reshape(b, o, 4, (int64_t[]){2, 8, 4, 4});
+}
+
 /* body, a global pool and a linear layer: an SGD step on cuda-sim against
  * ref, f32 in NCHW and channels_last and under AMP (f16 channels_last with
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
  * biases drawn away from 1 and 0, so a weight read for the wrong channel
  * shows. */
-static void check_net(const char *name, NetBody body, CtDType low, int channels_last)
+static void check_net(const char *name, NetBody body, int gathers, CtDType low, int channels_last)
 {
-    enum { B = 2, S = 8, CLASSES = 5 };
+    enum { B = 2, S = 8, CLASSES = 5, N = 16 };
     Graph g;
     Builder b;
     CtErr err;
     graph_init(&g);
     b_init(&b, &g, 1);
-    ValueId h = body(&b, b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32));
+    ValueId h = b_input(&b, "input", (CtShape){4, {B, 3, S, S}}, CT_F32);
+    h = body(&b, h, gathers ? b_input(&b, "index", (CtShape){2, {N, N}}, CT_I32) : -1);
     h = nn_linear(&b, "fc", f_global_avg_pool(&b, h), CLASSES, (LinearOpts){0});
     if (h >= 0)
         graph_mark_output(&g, h);
@@ -214,11 +232,16 @@ static void check_net(const char *name, NetBody body, CtDType low, int channels_
     }
     static float x[B * 3 * S * S];
     static int64_t target[B] = {1, 3};
+    static int32_t index[N * N];
     float lr = 0.1f, scale = low == CT_F16 ? 1024 : 1;
     for (int i = 0; i < B * 3 * S * S; i++)
         x[i] = (float)sin(0.37 * i);
-    CtTensor in[4] = {{{{4, {B, 3, S, S}}, CT_F32}, x}, {{{1, {B}}, CT_I64}, target}, {{{0}, CT_F32}, &lr},
-                      {{{0}, CT_F32}, &scale}};
+    for (int i = 0; i < N * N; i++) /* timm's relative_position_index of a 4x4 window */
+        index[i] = (i / N / 4 - i % N / 4 + 3) * 7 + (i / N % 4 - i % N % 4 + 3);
+    CtTensor in[5] = {{{{4, {B, 3, S, S}}, CT_F32}, x}, {{{2, {N, N}}, CT_I32}, index}, {{{1, {B}}, CT_I64}, target},
+                      {{{0}, CT_F32}, &lr}, {{{0}, CT_F32}, &scale}};
+    if (!gathers) /* no index among the inputs */
+        memmove(&in[1], &in[2], 3 * sizeof *in);
     CtState init;
     state_create(&init, &g);
     state_init(&init, 3);
@@ -229,7 +252,7 @@ static void check_net(const char *name, NetBody body, CtDType low, int channels_
     char what[96];
     snprintf(what, sizeof what, "%s sgd step %s%s", name,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
-    check_graph(what, &g, &init, in, 4, low == CT_F32 ? 1e-4 : 2e-2);
+    check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
 }
@@ -270,13 +293,14 @@ int main(void)
     static const struct {
         const char *name;
         NetBody body;
-    } nets[] = {{"group norm net", group_norm_body}, {"pad net", pad_body}};
-    for (int i = 0; i < 2; i++) {
-        check_net(nets[i].name, nets[i].body, CT_F32, 0);
+        int gathers;
+    } nets[] = {{"group norm net", group_norm_body, 0}, {"pad net", pad_body, 0}, {"gather net", gather_body, 1}};
+    for (int i = 0; i < 3; i++) {
+        check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0);
         if (all) {
-            check_net(nets[i].name, nets[i].body, CT_F32, 1);
-            check_net(nets[i].name, nets[i].body, CT_F16, 1);
-            check_net(nets[i].name, nets[i].body, CT_BF16, 0);
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1);
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F16, 1);
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_BF16, 0);
         }
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};

@@ -60,9 +60,10 @@ static const double kink_probes[] = {-3.3, -3.01, -2.99, -2.7, -0.3, -0.01, 0.01
 /* How the harness fills a graph input: a differentiated f64 tensor with
  * magnitudes in [lo, amp] and either sign (IN_PROBED: led by kink_probes),
  * the loss weights W in [-1, 1], probabilities in (0, 1] (soft targets, not
- * differentiated), i64 class indices in [0, classes), or the gradient seed,
- * a scalar equal to amp. */
-typedef enum InKind { IN_DIFF, IN_PROBED, IN_WEIGHT, IN_PROB, IN_CLASSES, IN_SEED } InKind;
+ * differentiated), i64 class indices in [0, classes), gather's indices
+ * (i32 or i64, each of lo .. lo + classes - 1 in turn, so repeated), or the
+ * gradient seed, a scalar equal to amp. */
+typedef enum InKind { IN_DIFF, IN_PROBED, IN_WEIGHT, IN_PROB, IN_CLASSES, IN_INDEX, IN_SEED } InKind;
 
 typedef struct InSpec {
     ValueId v;
@@ -155,6 +156,10 @@ static void fill_input(const InSpec *in, uint64_t stream, CtTensor *t)
     for (int64_t i = 0; i < n; i++) {
         if (in->kind == IN_CLASSES)
             ((int64_t *)t->data)[i] = (int64_t)(uniform01(stream, (uint64_t)i) * (double)in->classes);
+        else if (in->kind == IN_INDEX && t->type.dtype == CT_I32)
+            ((int32_t *)t->data)[i] = (int32_t)((i * 3 + 1) % in->classes + (int64_t)in->lo);
+        else if (in->kind == IN_INDEX)
+            ((int64_t *)t->data)[i] = (i * 3 + 1) % in->classes + (int64_t)in->lo;
         else
             ((double *)t->data)[i] = input_value(in, stream, i);
     }
@@ -357,6 +362,25 @@ static ValueId case_pad(GradCase *c, int v)
     return f_pad(c->b, in_x(c, "x", (CtShape){4, {2, 2, 3, 4}}), a[v][0], a[v][1], a[v][2], a[v][3], v == 2 ? -1.5 : 0);
 }
 
+/* A bias table [T=5, 3] at a [4, 4] i32 index (each row taken three or four
+ * times, so its gradient sums them); dim 1 at an i64 index of -1 .. 4 into
+ * T=4, the out-of-range -1 and 4 taking nothing; the last dim. */
+static ValueId case_gather(GradCase *c, int v)
+{
+    static const struct {
+        CtShape x, index;
+        int dim;
+        CtDType dt;
+        int64_t lo, values;
+    } k[] = {{{2, {5, 3}}, {2, {4, 4}}, 0, CT_I32, 0, 5},
+             {{3, {2, 4, 3}}, {1, {7}}, 1, CT_I64, -1, 6},
+             {{3, {2, 3, 4}}, {2, {2, 3}}, 2, CT_I32, 0, 4}};
+    ValueId x = in_x(c, "x", k[v].x);
+    ValueId i = add_input(c, "index", k[v].index, k[v].dt,
+                          (InSpec){.kind = IN_INDEX, .lo = (double)k[v].lo, .classes = k[v].values});
+    return f_gather(c->b, x, k[v].dim, i);
+}
+
 static ValueId case_concat(GradCase *c, int v)
 {
     ValueId xs[3];
@@ -501,6 +525,9 @@ static const CaseDef cases[] = {
     {"pad 0,1,1,2", case_pad, 0, 0, TOL_LINEAR, 0},
     {"pad -1,-1,-2,-1 (crop)", case_pad, 1, 0, TOL_LINEAR, 0},
     {"pad 2,-1,-1,1 value -1.5", case_pad, 2, 0, TOL_LINEAR, 0},
+    {"gather dim 0, repeated i32 indices", case_gather, 0, 0, TOL_LINEAR, 0},
+    {"gather dim 1, i64 indices out of range", case_gather, 1, 0, TOL_LINEAR, 0},
+    {"gather dim 2 (last)", case_gather, 2, 0, TOL_LINEAR, 0},
     {"expand [1,3,1] -> [2,3,4]", case_expand, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 0", case_reduce_sum, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 1", case_reduce_sum, 1, 0, TOL_LINEAR, 0},

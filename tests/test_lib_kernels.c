@@ -114,6 +114,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_random_erase_f32(F(0), P(1), F(2), X(3), I(4), (int)I(5));
     else if (!strcmp(k, "ct_mix_images_f32"))
         ct_mix_images_f32(F(0), F(1), F(2), X(3));
+    else if (!strcmp(k, "ct_gather_f32"))
+        ct_gather_f32(F(0), P(1), P(2), F(3), I(4), I(5), I(6), I(7));
+    else if (!strcmp(k, "ct_gather_grad_f32"))
+        ct_gather_grad_f32(F(0), P(1), P(2), F(3), I(4), I(5), I(6), I(7));
     else
         CHECKF(0, "no host dispatch for %s", k);
 }
@@ -193,6 +197,12 @@ static float input_value(const Value *val, int64_t i, int k, int last_float)
     return x;
 }
 
+/* T of gather and gather_grad node n: the rows its index picks from. */
+static int64_t gather_rows(const Graph *g, const Node *n)
+{
+    return n->op == CT_OP_gather ? g->values[n->in[0]].type.shape.d[n->iattr[0]] : n->iattr[1];
+}
+
 /* Runs the case on ref and on the launches, and compares every output. */
 static void check_case(Case *c, const char *what)
 {
@@ -204,7 +214,7 @@ static void check_case(Case *c, const char *what)
     int nin = 0, ninputs = 0, last_float = 0;
     for (ValueId v = 0; v < g->nvalues; v++)
         if (g->values[v].role == CT_ROLE_INPUT) {
-            if (g->values[v].type.dtype != CT_I64)
+            if (ct_dtype_is_float(g->values[v].type.dtype))
                 last_float = ninputs;
             ninputs++;
         }
@@ -217,8 +227,13 @@ static void check_case(Case *c, const char *what)
             continue;
         tensor_alloc(&in[nin], val->type);
         for (int64_t i = 0; i < count; i++) {
-            if (val->type.dtype == CT_I64) {
-                int64_t t = (i * 7 + 3) % g->values[n->in[0]].type.shape.d[1];
+            if (val->type.dtype == CT_I32) { /* gather's: -1 .. T, two of them out of range */
+                int32_t t = (int32_t)((i * 7 + 3) % (gather_rows(g, n) + 2) - 1);
+                ((int32_t *)in[nin].data)[i] = ((int32_t *)mem[v])[i] = t;
+            } else if (val->type.dtype == CT_I64) {
+                int64_t t = n->op == CT_OP_gather || n->op == CT_OP_gather_grad
+                                ? (i * 7 + 3) % (gather_rows(g, n) + 2) - 1
+                                : (i * 7 + 3) % g->values[n->in[0]].type.shape.d[1];
                 ((int64_t *)in[nin].data)[i] = ((int64_t *)mem[v])[i] = t;
             } else {
                 float x = input_value(val, i, nin, last_float);
@@ -644,6 +659,38 @@ static void test_input_ops(void)
     }
 }
 
+/* gather and gather_grad: a bias table [13, 4] at a [5, 6] i32 index, dim 1
+ * of [2, 7, 3] at an i64 one, the last dim; the index's -1 and T (out of
+ * range) give zeros and take nothing. */
+static void test_gather(void)
+{
+    static const struct {
+        int ndim, kdim, dim;
+        int64_t x[3], k[2];
+        CtDType dt;
+    } cases[] = {{2, 2, 0, {13, 4}, {5, 6}, CT_I32},
+                 {3, 1, 1, {2, 7, 3}, {9}, CT_I64},
+                 {2, 1, 1, {3, 10}, {12}, CT_I32}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int grad = 0; grad < 2; grad++) {
+            Case c;
+            int64_t y[4], ny = 0, T = cases[i].x[cases[i].dim];
+            for (int d = 0; d < cases[i].ndim; d++)
+                if (d != cases[i].dim)
+                    y[ny++] = cases[i].x[d];
+                else
+                    for (int e = 0; e < cases[i].kdim; e++)
+                        y[ny++] = cases[i].k[e];
+            graph_init(&c.g);
+            ValueId in[2] = {grad ? input(&c, "dy", (int)ny, y, 0, CT_F32)
+                                  : input(&c, "x", cases[i].ndim, cases[i].x, 0, CT_F32),
+                             input(&c, "index", cases[i].kdim, cases[i].k, 0, cases[i].dt)};
+            if (!add_node(&c, grad ? CT_OP_gather_grad : CT_OP_gather, 2, in, (int64_t[]){cases[i].dim, T},
+                          grad ? 2 : 1, NULL, 0, 0))
+                check_case(&c, grad ? "gather_grad" : "gather");
+        }
+}
+
 static void test_refusals(void)
 {
     Case c;
@@ -658,6 +705,12 @@ static void test_refusals(void)
         CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 &&
               strstr(err.msg, "allreduce_mean"));
     }
+    graph_free(&c.g);
+    /* gather's kernels take dense memory: the layout pass gives them NCHW */
+    graph_init(&c.g);
+    ValueId in[2] = {input(&c, "x", 4, (int64_t[]){2, 3, 4, 5}, 1, CT_F32), input(&c, "i", 1, (int64_t[]){2}, 0, CT_I32)};
+    if (!add_node(&c, CT_OP_gather, 2, in, (int64_t[]){1}, 1, NULL, 0, 1))
+        CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 && strstr(err.msg, "gather"));
     graph_free(&c.g);
 }
 
@@ -682,6 +735,7 @@ int main(void)
         test_epilogue();
         test_pool();
         test_sdpa();
+        test_gather();
     }
     test_input_ops();
     test_refusals();

@@ -17,7 +17,7 @@ static const char *const kernels[] = {"ct_copy", "ct_fill", "ct_act", "ct_add", 
                                       "ct_group_norm", "ct_group_norm_grad_x", "ct_group_norm_grad_w",
                                       "ct_batch_norm", "ct_batch_norm_grad", "ct_cross_entropy_rows",
                                       "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
-                                      "ct_sdpa_grad_kv"};
+                                      "ct_sdpa_grad_kv", "ct_gather", "ct_gather_grad"};
 
 /* Whether the image holds `name` followed by a NUL (a symbol name). */
 static int has_symbol(const unsigned char *img, size_t n, const char *name)

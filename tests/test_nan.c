@@ -1,6 +1,6 @@
 /*
  * NaN and infinities through the ops as PyTorch propagates them: every
- * activation (forward and gradient), clamp and the clip factor, pooling, pad,
+ * activation (forward and gradient), clamp and the clip factor, pooling, pad, gather,
  * softmax, the losses, the norms, reductions, attention and the optimizer
  * updates, each on the ref backend, the cpu backend (compiled kernels for
  * elementwise work) and the cpu backend's node kernels, against what torch
@@ -18,6 +18,9 @@
  *   softmax: a row with a NaN or +inf is all NaN; -inf gives 0;
  *   pad (constant_pad_nd): NaN and infinities move as they are, or are
  *     cropped away; the value, -inf too, fills the rest;
+ *   gather (index_select): they move as they are; its gradient (index_add_)
+ *     sums them into their rows (inf + -inf = NaN); an index out of range,
+ *     which torch rejects, gives zeros and takes nothing (ctimm's rule);
  *   norms: a NaN in a row (layer_norm), channel (batch_norm, training) or
  *     a sample's group (group_norm) makes all of it NaN; in eval
  *     batch_norm's dx does not read x;
@@ -276,6 +279,13 @@ static void test_pools(void)
          * NaN) and two right columns: the rest moves as it is */
         {"pad -1,0,1,-2 value -inf", CT_OP_pad, 1, {{S4(1, 1, 4, 4), 0, PLANE}}, {-1, 0, 1, -2}, {-I},
          {V(-I, 4, N, -I, I, 0, -I, 1, 2)}, 1},
+        /* gather: rows [inf, -inf] and [NaN, 1] move as they are, index 3 (out of range) gives zeros;
+         * gather_grad: row 0 takes inf and -inf (NaN), the row at index 3 is dropped */
+        {"gather", CT_OP_gather, 2, {{S2(3, 2), 0, V(N, 1, I, -I, 2, 3)}, {S1(4), CT_I32, V(1, 0, 3, 0)}}, {0}, {0},
+         {V(I, -I, N, 1, 0, 0, N, 1)}, 1},
+        {"gather_grad", CT_OP_gather_grad, 2,
+         {{S2(4, 2), 0, V(N, 1, I, 2, N, 4, -I, 5)}, {S1(4), CT_I32, V(1, 0, 3, 0)}}, {0, 3}, {0},
+         {V(N, 7, N, 1, 0, 0)}, 1},
         {"adaptive_avg_pool2d", CT_OP_adaptive_avg_pool2d, 1, {{S4(1, 2, 4, 4), 0, PLANE2}}, {1, 1}, {0},
          {V(N, 4.5625)}, 1},
         {"adaptive_avg_pool2d_grad", CT_OP_adaptive_avg_pool2d_grad, 1, {{S4(1, 2, 1, 1), 0, V(N, 16)}},

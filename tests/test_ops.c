@@ -57,6 +57,10 @@
     E['slice'] = gen((2, 5, 3), 0)[:, 1:5:2]
     E['pad'] = F.pad(gen((1, 2, 3, 4), 0), (1, 2, 0, 1))
     E['pad_crop'] = F.pad(gen((1, 2, 3, 4), 0), (-1, 1, 2, -1), value=-2.5)
+    idx = torch.tensor([[4, 0, 4], [2, 2, 1]])  # gather: a bias table's rows, and their gradient
+    E['gather_table'] = gen((5, 2), 0)[idx.view(-1)].view(2, 3, 2)
+    E['gather_dim1'] = gen((2, 4), 0)[:, torch.tensor([[3, 0], [1, 3]])]
+    E['gather_grad'] = torch.zeros(5, 2, dtype=D).index_add_(0, idx.view(-1), gen((6, 2), 0))
     E['concat'] = torch.cat([gen((2, 1, 3), 0), gen((2, 2, 3), 1), gen((2, 3, 3), 2)], 1)
     E['expand'] = gen((1, 1, 4), 0).expand(2, 3, 4)
     E['softmax'] = gen((2, 3, 4), 0, 2.0).softmax(1)
@@ -352,6 +356,18 @@ static const double want_pad_crop[] = {
     -2.5, -2.5, -2.5, -2.5, -2.5, -2.5,
     0.024775425, -0.625070632, -0.980936229, -2.5, -0.35822928, 0.327474445,
     0.859161794, -2.5,
+};
+static const double want_gather_table[] = {
+    -0.373876661, 0.311541349, 0.295520216, 0.841470957, -0.373876661, 0.311541349,
+    0.0415806621, -0.611857891, 0.0415806621, -0.611857891, 0.991664827, 0.6754632,
+};
+static const double want_gather_dim1[] = {
+    0.6754632, 0.295520216, 0.841470957, 0.6754632, -0.88345468, 0.0415806621,
+    -0.611857891, -0.88345468,
+};
+static const double want_gather_grad[] = {
+    0.991664827, 0.6754632, 0.850436628, 0.989358246, -1.35140678, -0.571913332,
+    0, 0, 0.337100878, 0.229613066,
 };
 static const double want_concat[] = {
     0.295520216, 0.841470957, 0.991664827, 0.985449731, 0.863209367, 0.334988147,
@@ -847,6 +863,59 @@ static void test_stochastic(void)
     }
 }
 
+/* gather(x, dim, index) at an i32 or i64 index (torch.index_select on
+ * index.view(-1), viewed back), and gather_grad (index_add_ into zeros; row
+ * 2 of the table taken twice); an index outside [0, T) gives zeros and
+ * takes no gradient (torch rejects it: this is ctimm's rule, by formula). */
+static void test_gather(void)
+{
+    static const int32_t swin[6] = {4, 0, 4, 2, 2, 1}, outside[3] = {5, -1, 1};
+    static const int64_t levit[4] = {3, 0, 1, 3};
+    static const struct {
+        const char *what;
+        int grad, dim;
+        CtShape x, index, y;
+        CtDType dt;
+        const void *index_data;
+        const double *want; /* NULL: by formula from x (outside's) */
+    } cases[] = {
+        {"gather dim 0 (a bias table)", 0, 0, {2, {5, 2}}, {2, {2, 3}}, {3, {2, 3, 2}}, CT_I32, swin,
+         want_gather_table},
+        {"gather dim 1, i64 index", 0, 1, {2, {2, 4}}, {2, {2, 2}}, {3, {2, 2, 2}}, CT_I64, levit, want_gather_dim1},
+        {"gather_grad (index_add_)", 1, 0, {3, {2, 3, 2}}, {2, {2, 3}}, {2, {5, 2}}, CT_I32, swin, want_gather_grad},
+        {"gather at indices 5, -1 of 5", 0, 0, {2, {5, 2}}, {1, {3}}, {2, {3, 2}}, CT_I32, outside, NULL},
+        {"gather_grad at indices 5, -1 of 5", 1, 0, {2, {3, 2}}, {1, {3}}, {2, {5, 2}}, CT_I32, outside, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Case c;
+        CtErr err;
+        case_begin(&c, 0);
+        ValueId in[2] = {b_input(&c.b, "x", cases[i].x, CT_F32), b_input(&c.b, "index", cases[i].index, cases[i].dt)};
+        ValueId y = cases[i].grad ? b_node(&c.b, CT_OP_gather_grad, 2, in, (int64_t[]){cases[i].dim, 5}, 2, NULL, 0, 0)
+                                  : f_gather(&c.b, in[0], cases[i].dim, in[1]);
+        if (case_build(&c, cases[i].what, 1, &y)) {
+            case_end(&c);
+            continue;
+        }
+        float x[12];
+        double want[12] = {0};
+        for (int64_t j = 0; j < shape_numel(&cases[i].x); j++)
+            x[j] = (float)gen(j, 0, 1);
+        /* outside's: y = [0, 0, 0, 0, x[2], x[3]]; dx has dy's last row at row 1 */
+        want[cases[i].grad ? 2 : 4] = x[cases[i].grad ? 4 : 2];
+        want[cases[i].grad ? 3 : 5] = x[cases[i].grad ? 5 : 3];
+        CtTensor t[2] = {{{cases[i].x, CT_F32}, x}, {{cases[i].index, cases[i].dt}, (void *)cases[i].index_data}};
+        if (backend_run_once(&ct_backend_ref, &c.g, &c.s, t, 2, c.out, NULL, &err) == 0) {
+            c.nout = 1;
+            expect(&c, 0, cases[i].what, cases[i].y, cases[i].want ? cases[i].want : want, shape_numel(&cases[i].y),
+                   TOL_F32);
+        } else {
+            CHECKF(0, "%s: run failed: %s", cases[i].what, err.msg);
+        }
+        case_end(&c);
+    }
+}
+
 /* Finishes a build that must fail, with a message naming `op`. */
 static void expect_reject(Case *c, const char *op, const char *what)
 {
@@ -902,6 +971,14 @@ static void test_rejections(void)
     case_begin(&c, 0);
     f_pad(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32), 1, 1, 1, 1, 0);
     expect_reject(&c, "pad", "pad of a 3-D input");
+
+    case_begin(&c, 0);
+    f_gather(&c.b, b_input(&c.b, "x", (CtShape){2, {5, 2}}, CT_F32), 0, b_input(&c.b, "i", (CtShape){1, {3}}, CT_F32));
+    expect_reject(&c, "gather", "gather at a float index");
+
+    case_begin(&c, 0);
+    f_gather(&c.b, b_input(&c.b, "x", (CtShape){2, {5, 2}}, CT_F32), 2, b_input(&c.b, "i", (CtShape){1, {3}}, CT_I32));
+    expect_reject(&c, "gather", "gather on dim 2 of 2");
 
     case_begin(&c, 0);
     f_concat(&c.b, 2,
@@ -979,6 +1056,7 @@ int main(void)
     test_binary();
     test_pools();
     test_data_movement();
+    test_gather();
     test_attention();
     test_stochastic();
     test_rejections();

@@ -812,3 +812,40 @@ CT_GLOBAL CT_SFX(ct_mix_images)(const CT_T *x, const float *p, CT_T *y, CtIndex 
         y[o] = CT_ST(v);
     }
 }
+
+/* gather and gather_grad (ir/ops/index.c) over dense x [O, T, I] and y
+ * [O, K, I]; the index is i32 (i32 set, i64 NULL) or i64. */
+CT_DEVICE long long CT_SFX(ct_index_at)(const int *i32, const long long *i64, long long k)
+{
+    return i32 ? (long long)i32[k] : i64[k];
+}
+
+/* y's elements from x's rows at the index, zeros where it is outside [0, T). */
+CT_GLOBAL CT_SFX(ct_gather)(const CT_T *x, const int *i32, const long long *i64, CT_T *y, long long O, long long T,
+                            long long K, long long I)
+{
+    CT_LOOP(j, O * K * I)
+    {
+        long long i = j % I, k = j / I % K, o = j / I / K, t = CT_SFX(ct_index_at)(i32, i64, k);
+        y[j] = t >= 0 && t < T ? x[(o * T + t) * I + i] : CT_ST(0.0f);
+    }
+}
+
+/* dx: each element sums, over k in order and in double, the dy elements
+ * whose index is its row, as the ref kernel: no atomics, the same bits on
+ * every run, for a scan of the whole index per element (the threads of a
+ * warp read the same entries); the position tables it serves have K some
+ * 10^3 to 10^5. */
+CT_GLOBAL CT_SFX(ct_gather_grad)(const CT_T *dy, const int *i32, const long long *i64, CT_T *dx, long long O,
+                                 long long T, long long K, long long I)
+{
+    CT_LOOP(j, O * T * I)
+    {
+        long long i = j % I, t = j / I % T, o = j / I / T;
+        double s = 0;
+        for (long long k = 0; k < K; k++)
+            if (CT_SFX(ct_index_at)(i32, i64, k) == t)
+                s += CT_LD(dy[(o * K + k) * I + i]);
+        dx[j] = CT_ST((float)s);
+    }
+}

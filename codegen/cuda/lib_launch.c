@@ -352,6 +352,38 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     return 0;
 }
 
+/* gather and gather_grad: one launch over the output's elements, x as
+ * [O, T, I] and y as [O, K, I], both dense (the op is NCHW-only). */
+static int plan_gather(Builder *b, const Node *n, CtErr *err)
+{
+    int grad = n->op == CT_OP_gather_grad;
+    const Value *x = val(b, grad ? n->out[0] : n->in[0]), *y = val(b, n->out[0]);
+    if ((x->layout == CT_LAYOUT_CHANNELS_LAST && x->type.shape.ndim == 4) ||
+        (y->layout == CT_LAYOUT_CHANNELS_LAST && y->type.shape.ndim == 4))
+        return ct_fail(err, "%s in channels_last memory has no kernel", op_def(n->op)->name);
+    const CtShape *xs = &x->type.shape;
+    int64_t dim = n->iattr[0], O = 1, I = 1, K = shape_numel(&val(b, n->in[1])->type.shape);
+    for (int i = 0; i < dim; i++)
+        O *= xs->d[i];
+    for (int i = (int)dim + 1; i < xs->ndim; i++)
+        I *= xs->d[i];
+    int i32 = val(b, n->in[1])->type.dtype == CT_I32;
+    LibLaunch *l = begin(b, grad ? "ct_gather_grad" : "ct_gather", y->type.dtype,
+                         O * (grad ? xs->d[dim] : K) * I);
+    a_val(l, n->in[0]);
+    if (!i32)
+        arg(l, LA_NULL);
+    a_val(l, n->in[1]);
+    if (i32)
+        arg(l, LA_NULL);
+    a_val(l, n->out[0]);
+    a_i64(l, O);
+    a_i64(l, xs->d[dim]);
+    a_i64(l, K);
+    a_i64(l, I);
+    return 0;
+}
+
 static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
@@ -666,7 +698,7 @@ int lib_supports(CtOp op)
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
-    case CT_OP_pad:
+    case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
         return 1;
     default:
         return 0;
@@ -705,6 +737,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
+    case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;
     case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
     }

@@ -106,7 +106,8 @@ static int fast_path(const Graph *g, const Node *n)
     for (int k = 0; k < n->nin; k++) {
         CtDType t = g->values[n->in[k]].type.dtype;
         int int_ok = (n->op == CT_OP_adamw_update && k == 5) || (n->op == CT_OP_image_normalize && k == 0) ||
-                     (n->op == CT_OP_random_erase && k == 1);
+                     (n->op == CT_OP_random_erase && k == 1) ||
+                     ((n->op == CT_OP_gather || n->op == CT_OP_gather_grad) && k == 1);
         if (t != CT_F32 && !low_float(t) && !int_ok)
             return 0;
     }

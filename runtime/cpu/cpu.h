@@ -63,7 +63,8 @@ float *cpu_scratch(int slot, int64_t n);
     X(layer_norm) X(layer_norm_grad) X(group_norm) X(group_norm_grad)                                    \
     X(avg_pool2d) X(max_pool2d) X(adaptive_avg_pool2d) X(avg_pool2d_grad) X(max_pool2d_grad)             \
     X(adaptive_avg_pool2d_grad) X(reshape) X(permute) X(slice) X(slice_grad) X(concat) X(expand)          \
-    X(pad) X(to_layout) X(cast) X(sgd_update) X(adamw_update) X(image_normalize) X(random_erase) X(mix_images)
+    X(pad) X(to_layout) X(cast) X(sgd_update) X(adamw_update) X(image_normalize) X(random_erase)          \
+    X(mix_images) X(gather) X(gather_grad)
 
 #define X(op) void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out);
 CPU_KERNELS(X)
