@@ -110,6 +110,7 @@ static ValueId attention(Builder *b, const EvaArch *v, ValueId x, ValueId rope, 
     if (!v->no_qkv_bias) {
         ValueId bias[3] = {b_param(b, "q_bias", (CtShape){1, {D}}, init_zeros()), -1,
                            b_param(b, "v_bias", (CtShape){1, {D}}, init_zeros())};
+        /* timm's F.linear(x, qkv.weight, cat(q_bias, k_bias, v_bias)), k_bias a zero buffer */
         double *zeros = calloc((size_t)D, sizeof *zeros);
         CT_ASSERT(zeros != NULL);
         bias[1] = b_const(b, "k_bias", (CtShape){1, {D}}, b->param_dtype, zeros);
