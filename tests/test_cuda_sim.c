@@ -13,7 +13,8 @@
  * kernels of every family, GEMMs with epilogues, the three convolution
  * directions in both formats and the NHWC filter copies; and the training
  * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
- * random erasing and mixup in the graph. (ctimm-run
+ * random erasing and mixup in the graph; attention with a bias on the
+ * scores. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
 #include <math.h>
 #include <string.h>
@@ -187,6 +188,24 @@ static ValueId pad_body(Builder *b, ValueId h)
     return f_pad(b, h, -1, 0, 0, -1, 0);
 }
 
+/* Attention over the 8x8 map's 1x1-conv projections viewed [B, 2 heads,
+ * 16, 16], with an additive bias: a parameter [1, H, N, M] as timm's
+ * relative-position tables (rel 1), or computed from the input [B, 1, N, M]
+ * (its gradient summed over the heads, through a conv). */
+static ValueId attention_body(Builder *b, ValueId h, int rel)
+{
+    static const int64_t heads[] = {2, 2, 16, 16};
+    ValueId qkv[3];
+    for (int i = 0; i < 3; i++)
+        qkv[i] = f_reshape(b, nn_conv2d(b, i == 0 ? "q" : i == 1 ? "k" : "v", h, 8, 1, (ConvOpts){0}), 4, heads);
+    ValueId bias = rel ? b_param(b, "rel_bias", (CtShape){4, {1, 2, 16, 16}}, init_uniform(1))
+                       : f_reshape(b, nn_conv2d(b, "mask", h, 4, 1, (ConvOpts){0}), 4, (int64_t[]){2, 1, 16, 16});
+    ValueId y = f_sdpa_bias(b, qkv[0], qkv[1], qkv[2], bias, 0.25);
+    return f_reshape(b, y, 4, (int64_t[]){2, 8, 8, 8});
+}
+static ValueId rel_bias_body(Builder *b, ValueId h) { return attention_body(b, h, 1); }
+static ValueId mask_body(Builder *b, ValueId h) { return attention_body(b, h, 0); }
+
 /* body, a global pool and a linear layer: an SGD step on cuda-sim against
  * ref, f32 in NCHW and channels_last and under AMP (f16 channels_last with
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
@@ -270,11 +289,16 @@ int main(void)
     static const struct {
         const char *name;
         NetBody body;
-    } nets[] = {{"group norm net", group_norm_body}, {"pad net", pad_body}};
-    for (int i = 0; i < 2; i++) {
+        int conv; /* a conv net's f32 step in channels_last too (attention takes NCHW) */
+    } nets[] = {{"group norm net", group_norm_body, 1},
+                {"pad net", pad_body, 1},
+                {"attention bias [1,H,N,M] net", rel_bias_body, 0},
+                {"attention bias [B,1,N,M] net", mask_body, 0}};
+    for (int i = 0; i < 4; i++) {
         check_net(nets[i].name, nets[i].body, CT_F32, 0);
         if (all) {
-            check_net(nets[i].name, nets[i].body, CT_F32, 1);
+            if (nets[i].conv)
+                check_net(nets[i].name, nets[i].body, CT_F32, 1);
             check_net(nets[i].name, nets[i].body, CT_F16, 1);
             check_net(nets[i].name, nets[i].body, CT_BF16, 0);
         }
