@@ -56,7 +56,7 @@ ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init);
 ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init);
 /* A constant computed at build time, timm's register_buffer(...,
  * persistent=False): `data` holds its numel values (copied; ints exact),
- * stored as dtype. It is bound like a buffer but is in no state_dict. */
+ * or NULL for zeros, stored as dtype. It is bound like a buffer but is in no state_dict. */
 ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data);
 /* Appends one node; returns output `which` of it. */
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
