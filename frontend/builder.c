@@ -458,6 +458,11 @@ ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale)
     return b_node(b, CT_OP_sdpa, 3, (ValueId[]){q, k, v}, NULL, 0, &scale, 1, 0);
 }
 
+ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale)
+{
+    return b_node(b, CT_OP_sdpa, 4, (ValueId[]){q, k, v, bias}, NULL, 0, &scale, 1, 0);
+}
+
 static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)
 {
     if (p < 0 || p >= 1)

@@ -169,6 +169,9 @@ ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_matmul(Builder *b, ValueId x, ValueId y);
 ValueId f_softmax(Builder *b, ValueId x, int dim);
 ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
+/* F.scaled_dot_product_attention(q, k, v, attn_mask=bias) with a float mask:
+ * softmax(q k^T * scale + bias) v, bias [B or 1, H or 1, N, M] in q's dtype. */
+ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale);
 /* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. In
  * training the mask is a counter-based draw from (RNG counter, node, index):
  * the graph's state value "rng.counter" (i64) is read by every stochastic

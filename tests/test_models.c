@@ -76,13 +76,16 @@ static const char *layer_op(const char *cls)
 
 static int check_state(const char *model, const Graph *g, const cJSON *sd)
 {
-    int nsd = cJSON_GetArraySize(sd), bad = 0, nsaved = 0;
+    int nsd = cJSON_GetArraySize(sd), bad = 0, nstate = 0;
     char b1[96], b2[96];
-    /* the constants (timm's non-persistent buffers) follow, in no state_dict */
-    while (nsaved < g->nstate && graph_value(g, g->state[nsaved])->role != CT_ROLE_CONST)
-        nsaved++;
-    CHECKF(nsaved == nsd, "%s: graph has %d state_dict entries, timm's state_dict %d", model, nsaved, nsd);
-    int n = nsaved < nsd ? nsaved : nsd;
+    /* the build-time constants (timm's non-persistent buffers) follow the state_dict's entries */
+    while (nstate < g->nstate && graph_value(g, g->state[nstate])->role != CT_ROLE_CONST)
+        nstate++;
+    for (int k = nstate; k < g->nstate; k++)
+        CHECKF(graph_value(g, g->state[k])->role == CT_ROLE_CONST, "%s: state entry %d (%s) follows a const", model,
+               k, graph_value(g, g->state[k])->name);
+    CHECKF(nstate == nsd, "%s: graph has %d state_dict entries, timm's state_dict %d", model, nstate, nsd);
+    int n = nstate < nsd ? nstate : nsd;
     for (int k = 0; k < n; k++) {
         const cJSON *e = cJSON_GetArrayItem(sd, k);
         const Value *v = graph_value(g, g->state[k]);
@@ -133,7 +136,8 @@ static int check_layers(const char *model, const Graph *g, const cJSON *layers, 
         const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "cls"));
         const char *lname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "name"));
         const char *op = cls ? layer_op(cls) : NULL;
-        if (!op)
+        /* a module timm's forward never calls (EVA's qkv Linear, whose weight F.linear reads) has no output */
+        if (!op || cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "out")) == 0)
             continue;
         checked++;
         CtShape want;

@@ -2,7 +2,7 @@
  * (tests/data/zoo_train_refs/<model>.json, tools/make_zoo_train_refs.py,
  * whose docstring says what is recorded and why), its weights and input
  * filled by zoo_fill (tests/zoo_fill.h), batch 2 at 64 px (convnext_nano,
- * without batch norm, at 32) in training mode: the loss and logits, every
+ * without batch norm, at 32; eva02_tiny_patch14_224 at 28) in training mode: the loss and logits, every
  * parameter's gradient, every batch norm's running statistics after the
  * step (and its count, 1), and each parameter's change by one step of SGD
  * (nesterov, momentum 0.9, weight decay 2e-5) and, from the same start,
@@ -56,7 +56,7 @@ static const struct {
     int cpu;
 } models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 1},     {"regnety_016", 1}, {"convnext_nano", 1},
               {"test_nfnet", 1},    {"test_byobnet", 1},           {"mobilenetv4_conv_small", 0},
-              {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}};
+              {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}, {"eva02_tiny_patch14_224", 1}};
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItem(o, key); }
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
@@ -275,6 +275,8 @@ static void check_step(const cJSON *doc, const CtBackend *be, int f64, const cha
         os.momentum = item(ospec, "momentum")->valuedouble;
     ModelSpec spec = {.batch_size = batch, .training = 1, .args = model_args_default()};
     spec.args.img_size = img;
+    if (item(doc, "num_classes")) /* set where the cfg has none */
+        spec.args.num_classes = item(doc, "num_classes")->valueint;
     LossSpec loss = {CT_LOSS_CROSS_ENTROPY, item(doc, "smoothing")->valuedouble, -1, 0};
     Graph g;
     TrainStep ts;

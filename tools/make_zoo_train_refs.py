@@ -31,7 +31,8 @@ the point's conditioning (ctimm's cpu backend is within 0.25 there).
 
 The shipped files: mixnet_s, seresnext26t_32x4d, regnety_016, mobilenetv4_conv_small, test_nfnet,
 test_byobnet, batch 2 at 64 px (the last stage's batch norms then normalise 8 values per channel);
-convnext_nano, poolformer_s12 and resnetv2_50x1_bit, which have none, at 32 px.
+convnext_nano, poolformer_s12 and resnetv2_50x1_bit, which have none, at 32 px; eva02_tiny_patch14_224 (none
+either) at 28 px, built for that size with 1000 classes ("num_classes"), as tools/make_zoo_refs.py builds it.
 """
 
 import argparse
@@ -89,9 +90,19 @@ def g7(v):
     return float(f"{v:.7g}")
 
 
+def size_kwargs(model_name, img):
+    """create_model's kwargs for the step at img px with logits, as tools/make_zoo_refs.py's: a ViT's position
+    embedding (and RoPE table) is for one grid, and weights without a classifier get one of 1000 classes."""
+    cfg = timm.models.get_pretrained_cfg(model_name).to_dict()
+    kwargs = {"img_size": img} if cfg.get("fixed_input_size") else {}
+    if cfg.get("num_classes") == 0:
+        kwargs["num_classes"] = 1000
+    return kwargs
+
+
 def run(model_name, batch, img, scaled, scale, dtype):
     """The full record, unrounded, of the step in dtype (on float32 weights and input)."""
-    model = timm.create_model(model_name, drop_rate=0.0, drop_path_rate=0.0)
+    model = timm.create_model(model_name, drop_rate=0.0, drop_path_rate=0.0, **size_kwargs(model_name, img))
     fill(model, scaled, scale)
     model.to(dtype)
     model.train()
@@ -105,7 +116,9 @@ def run(model_name, batch, img, scaled, scale, dtype):
     rec = {"loss": loss.item(), "logits_norm": flat.norm().item(),
            "logits": [[k, flat[k].item()] for k in (int(j * flat.numel() / 16) for j in range(16))],
            "grads": {n: compact(p.grad, 4) for n, p in model.named_parameters()},
-           "buffers": {n: compact(b, 4) for n, b in model.named_buffers() if b.is_floating_point()}}
+           # the state_dict's: a non-persistent buffer (a RoPE table) is a constant of the model
+           "buffers": {n: compact(b, 4) for n, b in model.named_buffers()
+                       if b.is_floating_point() and n in model.state_dict()}}
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     for key, o in OPTIMIZERS.items():
         with torch.no_grad():
@@ -171,7 +184,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    probe = timm.create_model(args.model)
+    probe = timm.create_model(args.model, **size_kwargs(args.model, args.img_size))
     scaled = last_tensors(probe)
     numel = {n: p.numel() for n, p in list(probe.named_parameters()) + list(probe.named_buffers())}
     numel["logits"] = args.batch_size * probe.num_classes
@@ -185,6 +198,7 @@ def main():
 
     params = list(ref["grads"])
     doc = {"model": args.model, "timm_version": timm.__version__, "torch_version": torch.__version__,
+           **({"num_classes": probe.num_classes} if "num_classes" in size_kwargs(args.model, args.img_size) else {}),
            "batch": args.batch_size, "img_size": args.img_size, "smoothing": SMOOTHING, "optimizers": OPTIMIZERS,
            "last_scale": args.last_scale if scaled else 1.0, "scaled": scaled,
            "loss": ref["loss"], "logits_norm": ref["logits_norm"],
