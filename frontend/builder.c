@@ -282,6 +282,22 @@ ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features,
     return y;
 }
 
+ValueId nn_patch_embed(Builder *b, const char *name, ValueId x, int64_t dim, int patch, int bias)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0], H = s->d[2], W = s->d[3];
+    if (b->e.failed || x < 0)
+        return -1;
+    if (H % patch || W % patch)
+        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)H, (long long)W,
+                      patch);
+    b_push(b, "%s", name);
+    x = nn_conv2d(b, "proj", x, dim, patch, (ConvOpts){.stride = patch, .bias = bias});
+    b_pop(b);
+    int64_t N = (H / patch) * (W / patch);
+    return f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, dim, N}), 3, (int64_t[]){0, 2, 1});
+}
+
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
 {
     if (b->e.failed || x < 0)
@@ -467,6 +483,23 @@ ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale)
 ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale)
 {
     return b_node(b, CT_OP_sdpa, 4, (ValueId[]){q, k, v, bias}, NULL, 0, &scale, 1, 0);
+}
+
+void f_split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out)
+{
+    const CtShape *s = b_shape(b, t);
+    int64_t B = s->d[0], N = s->d[1], hd = s->d[2] / n / heads;
+    t = f_reshape(b, t, 5, (int64_t[]){B, N, n, heads, hd});
+    t = f_permute(b, t, 5, (int64_t[]){2, 0, 3, 1, 4});
+    for (int i = 0; i < n; i++)
+        out[i] = f_reshape(b, f_slice(b, t, 0, i, i + 1, 1), 4, (int64_t[]){B, heads, N, hd});
+}
+
+ValueId f_merge_heads(Builder *b, ValueId x)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0], H = s->d[1], N = s->d[2], hd = s->d[3];
+    return f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){B, N, H * hd});
 }
 
 static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)

@@ -125,6 +125,11 @@ ValueId nn_se_module(Builder *b, const char *name, ValueId x, int64_t rd, SEOpts
  * `classes` outputs, or the pooled features when classes is 0. */
 ValueId nn_classifier(Builder *b, const char *fc, ValueId x, int classes, double drop_rate, LinearOpts o);
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps);
+/* timm's PatchEmbed (flattened, NLC): "<name>.proj", a patch x patch conv
+ * at stride patch to dim channels (with a bias or not, PyTorch's default
+ * init), then the tokens [B, H/patch * W/patch, dim] in row-major grid
+ * order. An image size that is not a multiple of the patch fails. */
+ValueId nn_patch_embed(Builder *b, const char *name, ValueId x, int64_t dim, int patch, int bias);
 /* timm's LayerNorm2d: layer norm over C of [N,C,H,W], through channels-last. */
 ValueId nn_layer_norm2d(Builder *b, const char *name, ValueId x, double eps);
 typedef struct GNOpts {
@@ -172,6 +177,10 @@ ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
 /* F.scaled_dot_product_attention(q, k, v, attn_mask=bias) with a float mask:
  * softmax(q k^T * scale + bias) v, bias [B or 1, H or 1, N, M] in q's dtype. */
 ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale);
+/* Of t [B, N, n*heads*hd] (a fused qkv or kv projection), the n tensors
+ * [B, heads, N, hd] into out; and back: x [B, heads, N, hd] -> [B, N, heads*hd]. */
+void f_split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out);
+ValueId f_merge_heads(Builder *b, ValueId x);
 /* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. In
  * training the mask is a counter-based draw from (RNG counter, node, index):
  * the graph's state value "rng.counter" (i64) is read by every stochastic

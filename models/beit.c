@@ -50,8 +50,7 @@ static ValueId rel_pos_index(Builder *b, int64_t gh, int64_t gw)
 /* Attention over x [B,N,D] with the grid's relative position bias. */
 static ValueId attention(Builder *b, const BeitArch *v, ValueId x, int64_t gh, int64_t gw, double proj_std)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0], N = s->d[1], D = s->d[2], H = v->heads, hd = D / H;
+    int64_t N = b_shape(b, x)->d[1], D = b_shape(b, x)->d[2], H = v->heads, hd = D / H;
     int64_t T = (2 * gh - 1) * (2 * gw - 1) + 3;
     b_push(b, "attn");
     ValueId qb = b_param(b, "q_bias", (CtShape){1, {D}}, init_zeros());
@@ -65,14 +64,11 @@ static ValueId attention(Builder *b, const BeitArch *v, ValueId x, int64_t gh, i
     ValueId w = b_param(b, "weight", (CtShape){2, {3 * D, D}}, init_trunc_normal(.02));
     ValueId qkv = b_node(b, CT_OP_linear, 3, (ValueId[]){x, w, qkv_bias}, NULL, 0, NULL, 0, 0);
     b_pop(b);
-    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){B, N, 3, H, hd}), 5, (int64_t[]){2, 0, 3, 1, 4});
     ValueId t[3];
-    for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 4, (int64_t[]){B, H, N, hd});
+    f_split_heads(b, qkv, 3, H, t);
     ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1});
     bias = f_reshape(b, bias, 4, (int64_t[]){1, H, N, N});
-    x = f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd));
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){B, N, D});
+    x = f_merge_heads(b, f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd)));
     x = beit_linear(b, "proj", x, D, proj_std);
     b_pop(b);
     return x;
@@ -85,15 +81,9 @@ static ValueId build_beit(Builder *b, const ModelEntry *m, const ModelArgs *a, V
     const BeitArch *v = m->arch;
     const CtShape *s = b_shape(b, x);
     int64_t B = s->d[0], D = v->dim;
-    if (s->d[2] % v->patch || s->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
-                      (long long)s->d[3], v->patch);
     int64_t gh = s->d[2] / v->patch, gw = s->d[3] / v->patch, N = gh * gw;
     ValueId cls = b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_trunc_normal(.02));
-    b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
-    b_pop(b);
-    x = f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, D, N}), 3, (int64_t[]){0, 2, 1});
+    x = nn_patch_embed(b, "patch_embed", x, D, v->patch, 1);
     x = f_concat(b, 2, (ValueId[]){f_expand(b, cls, 3, (int64_t[]){B, 1, D}), x}, 1);
     b_push(b, "blocks");
     for (int i = 0; i < v->depth; i++) {

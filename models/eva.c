@@ -102,8 +102,7 @@ static ValueId rope_patches(Builder *b, ValueId x, ValueId rope, int npt)
 /* EvaAttention (fused qkv, no q/k norm, no inner scale norm). */
 static ValueId attention(Builder *b, const EvaArch *v, ValueId x, ValueId rope, double proj_std)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0], N = s->d[1], D = s->d[2], hd = D / v->heads;
+    int64_t D = b_shape(b, x)->d[2], hd = D / v->heads;
     int npt = !v->no_class_token;
     b_push(b, "attn");
     ValueId qkv = linear(b, "qkv", x, 3 * D, .02, 1);
@@ -111,19 +110,13 @@ static ValueId attention(Builder *b, const EvaArch *v, ValueId x, ValueId rope, 
         ValueId bias[3] = {b_param(b, "q_bias", (CtShape){1, {D}}, init_zeros()), -1,
                            b_param(b, "v_bias", (CtShape){1, {D}}, init_zeros())};
         /* timm's F.linear(x, qkv.weight, cat(q_bias, k_bias, v_bias)), k_bias a zero buffer */
-        double *zeros = calloc((size_t)D, sizeof *zeros);
-        CT_ASSERT(zeros != NULL);
-        bias[1] = b_const(b, "k_bias", (CtShape){1, {D}}, b->param_dtype, zeros);
-        free(zeros);
+        bias[1] = b_const(b, "k_bias", (CtShape){1, {D}}, b->param_dtype, NULL);
         qkv = f_add(b, qkv, f_concat(b, 3, bias, 0));
     }
-    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){B, N, 3, v->heads, hd}), 5, (int64_t[]){2, 0, 3, 1, 4});
     ValueId t[3];
-    for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 4, (int64_t[]){B, v->heads, N, hd});
+    f_split_heads(b, qkv, 3, v->heads, t);
     ValueId q = rope_patches(b, t[0], rope, npt), k = rope_patches(b, t[1], rope, npt);
-    x = f_sdpa(b, q, k, t[2], 1.0 / sqrt((double)hd));
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){B, N, D});
+    x = f_merge_heads(b, f_sdpa(b, q, k, t[2], 1.0 / sqrt((double)hd)));
     x = linear(b, "proj", x, D, proj_std, 0);
     b_pop(b);
     return x;
@@ -152,13 +145,10 @@ static ValueId embed(Builder *b, const EvaArch *v, ValueId x)
 {
     int64_t B = b_shape(b, x)->d[0], D = v->dim;
     ValueId cls = v->no_class_token ? -1 : b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_trunc_normal(.02));
-    b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
-    b_pop(b);
+    x = nn_patch_embed(b, "patch_embed", x, D, v->patch, 1);
     if (x < 0)
         return -1;
-    int64_t N = b_shape(b, x)->d[2] * b_shape(b, x)->d[3];
-    x = f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, D, N}), 3, (int64_t[]){0, 2, 1});
+    int64_t N = b_shape(b, x)->d[1];
     ValueId pos = b_param(b, "pos_embed", (CtShape){3, {1, N + !v->no_class_token, D}}, init_trunc_normal(.02));
     if (cls >= 0)
         x = f_concat(b, 2, (ValueId[]){f_expand(b, cls, 3, (int64_t[]){B, 1, D}), x}, 1);
@@ -196,9 +186,6 @@ static ValueId build_eva(Builder *b, const ModelEntry *m, const ModelArgs *a, Va
         return -1;
     const EvaArch *v = &arch;
     const CtShape *s = b_shape(b, x);
-    if (s->d[2] % v->patch || s->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
-                      (long long)s->d[3], v->patch);
     int gh = (int)(s->d[2] / v->patch), gw = (int)(s->d[3] / v->patch);
     x = embed(b, v, x);
     ValueId rope = rope_table(b, gh, gw, v->ref_grid, v->dim / v->heads);

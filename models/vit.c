@@ -69,22 +69,7 @@ static ValueId norm(Builder *b, const VitArch *v, const char *name, ValueId x)
 /* q [B,H,Nq,hd], k and v [B,H,N,hd] -> sdpa -> [B,Nq,D]. */
 static ValueId attend(Builder *b, ValueId q, ValueId k, ValueId v)
 {
-    const CtShape *s = b_shape(b, q);
-    int64_t B = s->d[0], H = s->d[1], Nq = s->d[2], hd = s->d[3];
-    ValueId x = f_sdpa(b, q, k, v, 1.0 / sqrt((double)hd));
-    x = f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3});
-    return f_reshape(b, x, 3, (int64_t[]){B, Nq, H * hd});
-}
-
-/* Of t [B,N,n*H*hd], the n tensors [B,H,N,hd] (qkv's or kv's split). */
-static void split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out)
-{
-    const CtShape *s = b_shape(b, t);
-    int64_t B = s->d[0], N = s->d[1], hd = s->d[2] / n / heads;
-    t = f_reshape(b, t, 5, (int64_t[]){B, N, n, heads, hd});
-    t = f_permute(b, t, 5, (int64_t[]){2, 0, 3, 1, 4});
-    for (int i = 0; i < n; i++)
-        out[i] = f_reshape(b, f_slice(b, t, 0, i, i + 1, 1), 4, (int64_t[]){B, heads, N, hd});
+    return f_merge_heads(b, f_sdpa(b, q, k, v, 1.0 / sqrt((double)b_shape(b, q)->d[3])));
 }
 
 /* Attention: qkv [B,N,3D] -> q,k,v [B,H,N,hd] -> sdpa -> [B,N,D] -> proj. */
@@ -93,7 +78,7 @@ static ValueId attention(Builder *b, const VitArch *v, ValueId x)
     int64_t D = b_shape(b, x)->d[2];
     b_push(b, "attn");
     ValueId t[3];
-    split_heads(b, vit_linear_opt(b, "qkv", x, 3 * D, v->no_qkv_bias), 3, v->heads, t);
+    f_split_heads(b, vit_linear_opt(b, "qkv", x, 3 * D, v->no_qkv_bias), 3, v->heads, t);
     x = vit_linear(b, "proj", attend(b, t[0], t[1], t[2]), D);
     b_pop(b);
     return x;
@@ -130,23 +115,17 @@ static int prefix_tokens(const VitArch *v) { return !v->no_class_token + v->reg_
 static ValueId embed(Builder *b, const VitArch *v, ValueId x)
 {
     int64_t B = b_shape(b, x)->d[0], D = v->dim;
-    if (b_shape(b, x)->d[2] % v->patch || b_shape(b, x)->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d",
-                      (long long)b_shape(b, x)->d[2], (long long)b_shape(b, x)->d[3], v->patch);
     ValueId parts[3]; /* the prefix tokens, then the patches */
     int np = 0;
     if (!v->no_class_token)
         parts[np++] = b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_normal(1e-6));
     if (v->reg_tokens)
         parts[np++] = b_param(b, "reg_token", (CtShape){3, {1, v->reg_tokens, D}}, init_normal(1e-6));
-    b_push(b, "patch_embed");
     /* CLIP's pre-norm patch embedding has no bias */
-    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = !v->pre_norm});
-    b_pop(b);
+    x = nn_patch_embed(b, "patch_embed", x, D, v->patch, !v->pre_norm);
     if (x < 0)
         return -1;
-    int64_t N = b_shape(b, x)->d[2] * b_shape(b, x)->d[3];
-    x = f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, D, N}), 3, (int64_t[]){0, 2, 1});
+    int64_t N = b_shape(b, x)->d[1];
     int64_t embed_len = v->no_embed_class ? N : N + prefix_tokens(v);
     ValueId pos = b_param(b, "pos_embed", (CtShape){3, {1, embed_len, D}}, init_trunc_normal(.02));
     if (v->no_embed_class)
@@ -168,8 +147,8 @@ static ValueId attn_pool(Builder *b, const VitArch *v, ValueId x)
     b_push(b, "attn_pool");
     ValueId latent = b_param(b, "latent", (CtShape){3, {1, 1, D}}, init_trunc_normal_tf(1.0 / sqrt((double)D)));
     ValueId q[1], kv[2];
-    split_heads(b, vit_linear(b, "q", f_expand(b, latent, 3, (int64_t[]){B, 1, D}), D), 1, v->heads, q);
-    split_heads(b, vit_linear(b, "kv", x, 2 * D), 2, v->heads, kv);
+    f_split_heads(b, vit_linear(b, "q", f_expand(b, latent, 3, (int64_t[]){B, 1, D}), D), 1, v->heads, q);
+    f_split_heads(b, vit_linear(b, "kv", x, 2 * D), 2, v->heads, kv);
     x = vit_linear(b, "proj", attend(b, q[0], kv[0], kv[1]), D);
     x = f_add(b, x, mlp(b, v, norm(b, v, "norm", x), (int64_t)(D * v->mlp_ratio)));
     b_pop(b);

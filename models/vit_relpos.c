@@ -71,17 +71,13 @@ static ValueId rel_pos_mlp(Builder *b, const RelPosArch *v, int64_t gh, int64_t 
 
 static ValueId attention(Builder *b, const RelPosArch *v, ValueId x, int64_t gh, int64_t gw)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0], N = s->d[1], D = s->d[2], H = v->heads, hd = D / H;
+    int64_t D = b_shape(b, x)->d[2], H = v->heads, hd = D / H;
     b_push(b, "attn");
     ValueId qkv = linear(b, "qkv", x, 3 * D, 1);
-    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){B, N, 3, H, hd}), 5, (int64_t[]){2, 0, 3, 1, 4});
     ValueId t[3];
-    for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 4, (int64_t[]){B, H, N, hd});
+    f_split_heads(b, qkv, 3, H, t);
     ValueId bias = rel_pos_mlp(b, v, gh, gw, v->class_token);
-    x = f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd));
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){B, N, D});
+    x = f_merge_heads(b, f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd)));
     x = linear(b, "proj", x, D, 0);
     b_pop(b);
     return x;
@@ -101,15 +97,9 @@ static ValueId build_relpos(Builder *b, const ModelEntry *m, const ModelArgs *a,
     const RelPosArch *v = m->arch;
     const CtShape *s = b_shape(b, x);
     int64_t B = s->d[0], D = v->dim;
-    if (s->d[2] % v->patch || s->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
-                      (long long)s->d[3], v->patch);
     int64_t gh = s->d[2] / v->patch, gw = s->d[3] / v->patch, N = gh * gw;
     ValueId cls = v->class_token ? b_param(b, "cls_token", (CtShape){3, {1, 1, D}}, init_normal(1e-6)) : -1;
-    b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, D, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
-    b_pop(b);
-    x = f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, D, N}), 3, (int64_t[]){0, 2, 1});
+    x = nn_patch_embed(b, "patch_embed", x, D, v->patch, 1);
     if (cls >= 0)
         x = f_concat(b, 2, (ValueId[]){f_expand(b, cls, 3, (int64_t[]){B, 1, D}), x}, 1);
     b_push(b, "blocks");
