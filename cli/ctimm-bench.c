@@ -165,6 +165,9 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
                 return -1;
             continue;
         }
+        /* benchmark.py's targets random_(num_classes) fail the same way */
+        if (classes == 0)
+            return ct_fail(err, "%s has no classifier (num_classes 0) to train: give --num-classes N", m->name);
         ModelSpec spec = {.batch_size = batch, .training = 1,
                           .args = {.num_classes = classes, .img_size = img, .in_chans = a->in_chans,
                                    .drop_rate = a->drop, .drop_path_rate = a->drop_path, .opt = a->kw.opt}};

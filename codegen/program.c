@@ -56,7 +56,7 @@ static void copy_graph(const Graph *g, Graph *out)
 }
 
 /* Pairs each f32 sdpa of the ordered graph with the sdpa_grad of the same
- * q, k, v and scale: both get one buffer of the weights [B,H,N,M]. */
+ * q, k, v, bias and scale: both get one buffer of the weights [B,H,N,M]. */
 static void pair_attention(CtProgram *p)
 {
     const Graph *g = &p->g;
@@ -75,7 +75,8 @@ static void pair_attention(CtProgram *p)
         for (int j = i + 1; j < g->nnodes && c->attn_bytes + bytes <= ATTN_SAVE_BYTES; j++) {
             const Node *b = &g->nodes[j];
             if (b->op == CT_OP_sdpa_grad && b->in[0] == f->in[0] && b->in[1] == f->in[1] && b->in[2] == f->in[2] &&
-                b->fattr[0] == f->fattr[0] && c->attn[j] == (size_t)-1) {
+                b->nin == f->nin + 1 && (f->nin == 3 || b->in[4] == f->in[3]) && b->fattr[0] == f->fattr[0] &&
+                c->attn[j] == (size_t)-1) {
                 c->attn[i] = c->attn[j] = c->attn_bytes;
                 c->attn_bytes += bytes;
                 break;

@@ -97,8 +97,14 @@ ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtI
 
 ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data)
 {
+    int64_t n = shape_numel(&shape);
+    if (!data) {
+        double *zeros = arena_alloc(&b->g->arena, sizeof *zeros * (size_t)(n ? n : 1));
+        memset(zeros, 0, sizeof *zeros * (size_t)n);
+        data = zeros;
+    }
     CtInit init = {.kind = CT_INIT_DATA, .data = data};
-    return add_state(b, leaf, shape, dtype, CT_ROLE_CONST, init_in_arena(&b->g->arena, init, shape_numel(&shape)));
+    return add_state(b, leaf, shape, dtype, CT_ROLE_CONST, init_in_arena(&b->g->arena, init, n));
 }
 
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
@@ -471,6 +477,11 @@ ValueId f_softmax(Builder *b, ValueId x, int dim)
 ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale)
 {
     return b_node(b, CT_OP_sdpa, 3, (ValueId[]){q, k, v}, NULL, 0, &scale, 1, 0);
+}
+
+ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale)
+{
+    return b_node(b, CT_OP_sdpa, 4, (ValueId[]){q, k, v, bias}, NULL, 0, &scale, 1, 0);
 }
 
 static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)

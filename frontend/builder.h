@@ -56,7 +56,7 @@ ValueId b_param(Builder *b, const char *leaf, CtShape shape, CtInit init);
 ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtInit init);
 /* A constant computed at build time, timm's register_buffer(...,
  * persistent=False): `data` holds its numel values (copied; ints exact),
- * stored as dtype. It is bound like a buffer but is in no state_dict. */
+ * or NULL for zeros, stored as dtype. It is bound like a buffer but is in no state_dict. */
 ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data);
 /* Appends one node; returns output `which` of it. */
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
@@ -174,6 +174,9 @@ ValueId f_expand(Builder *b, ValueId x, int ndim, const int64_t *dims);
 ValueId f_matmul(Builder *b, ValueId x, ValueId y);
 ValueId f_softmax(Builder *b, ValueId x, int dim);
 ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale);
+/* F.scaled_dot_product_attention(q, k, v, attn_mask=bias) with a float mask:
+ * softmax(q k^T * scale + bias) v, bias [B or 1, H or 1, N, M] in q's dtype. */
+ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale);
 /* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. In
  * training the mask is a counter-based draw from (RNG counter, node, index):
  * the graph's state value "rng.counter" (i64) is read by every stochastic

@@ -657,6 +657,9 @@ add_test(NAME bench_gp_model_kwargs COMMAND sh -c
    ${FAIL} \"^ctimm-bench: test_resnet: test_resnet takes no option 'reg_tokens'\" \
      ${BENCH} -m test_resnet --bench profile --model-kwargs reg_tokens=1 && \
    ${FAIL} 'give --img-size 48 too' ${BENCH} -m test_vit --bench profile --model-kwargs img_size=48")
+add_test(NAME bench_refuses_headless_train COMMAND ${FAIL}
+  "vit_base_patch16_siglip_224 has no classifier .num_classes 0. to train: give --num-classes N"
+  ${BENCH} -m vit_base_patch16_siglip_224 --bench train --img-size 32 -b 2)
 add_test(NAME bench_refuses_precision COMMAND ${FAIL} "--precision float16 is not one of float32, amp, amp_bfloat16"
   ${BENCH} --precision float16)
 # --device cuda where it cannot run (no driver, as on CI): one line saying

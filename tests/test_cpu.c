@@ -145,8 +145,8 @@ typedef struct OpCase {
     const char *name;
     CtOp op;
     int nin;
-    CtShape shape[3];
-    int64_t iattr[CT_MAX_IATTR];
+    CtShape shape[4];
+    int64_t iattr[CT_MAX_IATTR]; /* sdpa: its gradient's (dbias) */
     double fattr[CT_MAX_FATTR];
 } OpCase;
 
@@ -154,8 +154,8 @@ static void test_op(const OpCase *c)
 {
     Graph g;
     CtErr err;
-    CtTensor in[3];
-    ValueId v[3];
+    CtTensor in[4];
+    ValueId v[4] = {-1, -1, -1, -1};
     uint32_t rng = 7;
     graph_init(&g);
     for (int k = 0; k < c->nin; k++) {
@@ -164,7 +164,8 @@ static void test_op(const OpCase *c)
     }
     Node n = {.op = c->op, .nin = c->nin};
     memcpy(n.in, v, sizeof v);
-    memcpy(n.iattr, c->iattr, sizeof n.iattr);
+    if (c->op != CT_OP_sdpa)
+        memcpy(n.iattr, c->iattr, sizeof n.iattr);
     memcpy(n.fattr, c->fattr, sizeof n.fattr);
     int id = graph_add_node(&g, &n, c->name, &err);
     CHECKF(id >= 0, "%s: %s", c->name, err.msg);
@@ -221,13 +222,18 @@ static void test_op(const OpCase *c)
             for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
                 graph_mark_output(&g, g.nodes[a].out[k]);
         } else if (c->op == CT_OP_sdpa) {
+            /* two gradients: the first reads the weights the sdpa saved, the
+             * second (unpaired) recomputes them */
             ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
                              .out[0];
-            Node gr = {.op = CT_OP_sdpa_grad, .nin = 4, .in = {v[0], v[1], v[2], dy}, .fattr = {c->fattr[0]}};
-            int a = graph_add_node(&g, &gr, c->name, &err);
-            CHECKF(a >= 0, "%s: %s", c->name, err.msg);
-            for (int k = 0; a >= 0 && k < 3; k++)
-                graph_mark_output(&g, g.nodes[a].out[k]);
+            Node gr = {.op = CT_OP_sdpa_grad, .nin = c->nin + 1, .in = {v[0], v[1], v[2], dy, v[3]},
+                       .iattr = {c->iattr[0]}, .fattr = {c->fattr[0]}};
+            for (int j = 0; j < 2; j++) {
+                int a = graph_add_node(&g, &gr, c->name, &err);
+                CHECKF(a >= 0, "%s: %s", c->name, err.msg);
+                for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
+                    graph_mark_output(&g, g.nodes[a].out[k]);
+            }
         }
         compare_run(c->name, &g, NULL, in, c->nin, TOL);
     }
@@ -285,6 +291,13 @@ static void test_gemm_ops(void)
         {"sdpa", CT_OP_sdpa, 3, {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}}, {0}, {0.35}},
         /* rows of 37 keys: two 16-column blocks of the softmax and a padded one */
         {"sdpa 37 keys", CT_OP_sdpa, 3, {{4, {2, 2, 9, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 2, 37, 8}}}, {0}, {0.35}},
+        /* a bias broadcast over B (relative positions), over H (a mask), neither; the last without dbias */
+        {"sdpa bias [1,H,N,M]", CT_OP_sdpa, 4,
+         {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}, {4, {1, 3, 7, 5}}}, {1}, {0.35}},
+        {"sdpa bias [B,1,N,M] 37 keys", CT_OP_sdpa, 4,
+         {{4, {2, 2, 9, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 1, 9, 37}}}, {1}, {0.35}},
+        {"sdpa bias [B,H,N,M] no dbias", CT_OP_sdpa, 4,
+         {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 7, 5}}}, {0}, {0.35}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);

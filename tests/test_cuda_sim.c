@@ -13,7 +13,8 @@
  * kernels of every family, GEMMs with epilogues, the three convolution
  * directions in both formats and the NHWC filter copies; and the training
  * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
- * random erasing and mixup in the graph. (ctimm-run
+ * random erasing and mixup in the graph; attention with a bias on the
+ * scores. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
 #include <math.h>
 #include <string.h>
@@ -189,19 +190,32 @@ static ValueId pad_body(Builder *b, ValueId h, ValueId index)
 }
 
 /* Swin's window attention in miniature: a 4x4 window of 8 channels, two
- * heads, whose scores get the relative position bias, a table [49, 2]
- * gathered at the window's relative position index (the graph input: each
- * entry taken by up to 16 pairs, so its gradient sums them). */
+ * heads, whose scores get the relative position bias [1, H, N, N], a table
+ * [49, 2] gathered at the window's relative position index (the graph
+ * input: each entry taken by up to 16 pairs, so its gradient sums them). */
 static ValueId gather_body(Builder *b, ValueId h, ValueId index)
 {
     h = nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.stride = 2, .padding = 1}); /* [2, 8, 4, 4] */
     ValueId t = f_permute(b, f_reshape(b, h, 4, (int64_t[]){2, 2, 4, 16}), 4, (int64_t[]){0, 1, 3, 2});
-    ValueId kt = f_permute(b, t, 4, (int64_t[]){0, 1, 3, 2});
     ValueId table = b_param(b, "table", (CtShape){2, {49, 2}}, init_trunc_normal(0.5));
     ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1}); /* [2 heads, 16, 16] */
-    ValueId a = f_softmax(b, f_add(b, f_scale_shift(b, f_matmul(b, t, kt), 0.5, 0), bias), 3);
-    ValueId o = f_permute(b, f_matmul(b, a, t), 4, (int64_t[]){0, 1, 3, 2}); /* [2, 2 heads, 4, 16] */
+    bias = f_reshape(b, bias, 4, (int64_t[]){1, 2, 16, 16});
+    ValueId o = f_permute(b, f_sdpa_bias(b, t, t, t, bias, 0.5), 4, (int64_t[]){0, 1, 3, 2}); /* [2, 2, 4, 16] */
     return f_reshape(b, o, 4, (int64_t[]){2, 8, 4, 4});
+}
+
+/* Attention over the 8x8 map's 1x1-conv projections viewed [B, 2 heads,
+ * 16, 16], with an additive bias computed from the input [B, 1, N, M] (a
+ * mask: its gradient summed over the heads, through a conv). */
+static ValueId mask_body(Builder *b, ValueId h, ValueId index)
+{
+    static const int64_t heads[] = {2, 2, 16, 16};
+    ValueId qkv[3];
+    for (int i = 0; i < 3; i++)
+        qkv[i] = f_reshape(b, nn_conv2d(b, i == 0 ? "q" : i == 1 ? "k" : "v", h, 8, 1, (ConvOpts){0}), 4, heads);
+    ValueId bias = f_reshape(b, nn_conv2d(b, "mask", h, 4, 1, (ConvOpts){0}), 4, (int64_t[]){2, 1, 16, 16});
+    ValueId y = f_sdpa_bias(b, qkv[0], qkv[1], qkv[2], bias, 0.25);
+    return f_reshape(b, y, 4, (int64_t[]){2, 8, 8, 8});
 }
 
 /* body, a global pool and a linear layer: an SGD step on cuda-sim against
@@ -294,11 +308,16 @@ int main(void)
         const char *name;
         NetBody body;
         int gathers;
-    } nets[] = {{"group norm net", group_norm_body, 0}, {"pad net", pad_body, 0}, {"gather net", gather_body, 1}};
-    for (int i = 0; i < 3; i++) {
+        int conv; /* a conv net's f32 step in channels_last too (attention takes NCHW) */
+    } nets[] = {{"group norm net", group_norm_body, 0, 1},
+                {"pad net", pad_body, 0, 1},
+                {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0},
+                {"attention bias [B,1,N,M] net", mask_body, 0, 0}};
+    for (int i = 0; i < 4; i++) {
         check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0);
         if (all) {
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1);
+            if (nets[i].conv)
+                check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1);
             check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F16, 1);
             check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_BF16, 0);
         }

@@ -411,12 +411,24 @@ static ValueId case_reduce_sum(GradCase *c, int v)
 
 static ValueId case_softmax(GradCase *c, int v) { return f_softmax(c->b, in_x(c, "x", (CtShape){3, {2, 3, 4}}), 1); }
 
-/* 3 queries over 5 keys/values. */
+/* 3 queries over 5 keys/values; variants 1-4 add a bias on the scores of
+ * shape [2 or 1, 2 or 1, 3, 5] (1: a parameter [1, H, N, M], as timm's
+ * relative-position tables; 2: [B, 1, N, M]; 3: full; 4: [1, 1, N, M]);
+ * 5: a bias [B, 1, N, M] that is no differentiated input (a mask), so
+ * sdpa_grad gives no dbias. */
 static ValueId case_sdpa(GradCase *c, int v)
 {
-    ValueId q = in_x(c, "q", (CtShape){4, {1, 2, 3, 4}});
-    ValueId k = in_x(c, "k", (CtShape){4, {1, 2, 5, 4}}), val = in_x(c, "v", (CtShape){4, {1, 2, 5, 4}});
-    return f_sdpa(c->b, q, k, val, 0.5);
+    static const int64_t bias[][2] = {{0, 0}, {1, 2}, {2, 1}, {2, 2}, {1, 1}, {2, 1}};
+    int64_t B = v ? 2 : 1;
+    ValueId q = in_x(c, "q", (CtShape){4, {B, 2, 3, 4}});
+    ValueId k = in_x(c, "k", (CtShape){4, {B, 2, 5, 4}}), val = in_x(c, "v", (CtShape){4, {B, 2, 5, 4}});
+    if (!v)
+        return f_sdpa(c->b, q, k, val, 0.5);
+    CtShape bs = {4, {bias[v][0], bias[v][1], 3, 5}};
+    ValueId a = v == 1   ? b_param(c->b, "rel_bias", bs, init_uniform(1))
+                : v == 5 ? add_input(c, "mask", bs, CT_F64, (InSpec){.kind = IN_WEIGHT})
+                         : in_x(c, "bias", bs);
+    return f_sdpa_bias(c->b, q, k, val, a, 0.5);
 }
 
 static ValueId case_dropout(GradCase *c, int v)
@@ -545,6 +557,11 @@ static const CaseDef cases[] = {
     {"reduce_sum keepdim 1", case_reduce_sum, 1, 0, TOL_LINEAR, 0},
     {"softmax dim 1", case_softmax, 0, 0, TOL_SMOOTH, 0},
     {"sdpa N=3 M=5", case_sdpa, 0, 0, TOL_SMOOTH, 0},
+    {"sdpa bias parameter [1,H,N,M]", case_sdpa, 1, 0, TOL_SMOOTH, 0},
+    {"sdpa bias [B,1,N,M]", case_sdpa, 2, 0, TOL_SMOOTH, 0},
+    {"sdpa bias [B,H,N,M]", case_sdpa, 3, 0, TOL_SMOOTH, 0},
+    {"sdpa bias [1,1,N,M]", case_sdpa, 4, 0, TOL_SMOOTH, 0},
+    {"sdpa mask [B,1,N,M] (no dbias)", case_sdpa, 5, 0, TOL_SMOOTH, 0},
     {"dropout p=0.3", case_dropout, 0, 1, TOL_LINEAR, 0},
     {"drop_path p=0.3", case_dropout, 1, 1, TOL_LINEAR, 0},
     {"cross_entropy", case_cross_entropy, 0, 0, TOL_LOSS, 0},

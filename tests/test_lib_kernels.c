@@ -59,11 +59,13 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_pool_grad_f32"))
         ct_pool_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6), I(7), l->arg[8].pool);
     else if (!strcmp(k, "ct_sdpa_f32"))
-        ct_sdpa_f32(F(0), F(1), F(2), F(3), I(4), I(5), I(6), I(7), R(8));
+        ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12));
     else if (!strcmp(k, "ct_sdpa_grad_q_f32"))
-        ct_sdpa_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10));
+        ct_sdpa_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
+                           I(14), I(15));
     else if (!strcmp(k, "ct_sdpa_grad_kv_f32"))
-        ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), I(7), I(8), I(9), I(10), R(11));
+        ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
+                            I(14), I(15));
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
@@ -562,20 +564,32 @@ static void test_pool(void)
         }
 }
 
-/* Attention and its gradient, 5 queries over 7 keys. */
+/* Attention and its gradient, 5 queries over 7 keys: without a bias, with
+ * one [1, H, N, M] (the gradient giving dbias), [B, 1, N, M] (without) and
+ * [B, H, N, M]. */
 static void test_sdpa(void)
 {
-    for (int grad = 0; grad < 2; grad++) {
-        Case c;
-        graph_init(&c.g);
-        ValueId q = input(&c, "q", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
-        ValueId k = input(&c, "k", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
-        ValueId v = input(&c, "v", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
-        ValueId dy = grad ? input(&c, "dy", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32) : -1;
-        if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, 3 + grad, (ValueId[]){q, k, v, dy}, NULL, 0,
-                      (double[]){0.35}, 1, 0))
-            check_case(&c, grad ? "sdpa_grad" : "sdpa");
-    }
+    static const int64_t bias[][3] = {{0, 0, 0}, {1, 3, 1}, {2, 1, 0}, {2, 3, 1}};
+    char what[64];
+    for (int i = 0; i < 4; i++)
+        for (int grad = 0; grad < 2; grad++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId in[5];
+            int nin = 0;
+            in[nin++] = input(&c, "q", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
+            in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
+            in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
+            if (grad)
+                in[nin++] = input(&c, "dy", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
+            if (i)
+                in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], 5, 7}, 0, CT_F32);
+            snprintf(what, sizeof what, "%s bias [%lld,%lld,5,7]%s", grad ? "sdpa_grad" : "sdpa",
+                     (long long)bias[i][0], (long long)bias[i][1], grad && i && !bias[i][2] ? " no dbias" : "");
+            if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, nin, in, grad ? &bias[i][2] : NULL, grad,
+                          (double[]){0.35}, 1, 0))
+                check_case(&c, i ? what : grad ? "sdpa_grad" : "sdpa");
+        }
 }
 
 /* What has no kernel is refused by name. */

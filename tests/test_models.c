@@ -74,16 +74,18 @@ static const char *layer_op(const char *cls)
 
 static int check_state(const char *model, const Graph *g, const cJSON *sd)
 {
-    int nsd = cJSON_GetArraySize(sd), bad = 0, nstate = 0;
+    int nsd = cJSON_GetArraySize(sd), bad = 0;
     char b1[96], b2[96];
-    /* the build-time constants (timm's non-persistent buffers) follow the state_dict's entries */
-    while (nstate < g->nstate && graph_value(g, g->state[nstate])->role != CT_ROLE_CONST)
-        nstate++;
-    for (int k = nstate; k < g->nstate; k++)
-        CHECKF(graph_value(g, g->state[k])->role == CT_ROLE_CONST, "%s: state entry %d (%s) follows a const", model,
-               k, graph_value(g, g->state[k])->name);
-    CHECKF(nstate == nsd, "%s: graph has %d state_dict entries, timm's state_dict %d", model, nstate, nsd);
-    int n = nstate < nsd ? nstate : nsd;
+    /* the params and buffers; the build-time constants (timm's non-persistent buffers) are outside the state_dict */
+    int nmodel = 0;
+    while (nmodel < g->nstate && graph_value(g, g->state[nmodel])->role != CT_ROLE_CONST &&
+           graph_value(g, g->state[nmodel])->role != CT_ROLE_STATE)
+        nmodel++;
+    for (int k = nmodel; k < g->nstate; k++)
+        CHECKF(graph_value(g, g->state[k])->role == CT_ROLE_CONST || graph_value(g, g->state[k])->role == CT_ROLE_STATE,
+               "%s: state entry %d is a %s after the state_dict", model, k, ct_role_name(graph_value(g, g->state[k])->role));
+    CHECKF(nmodel == nsd, "%s: graph has %d state_dict entries, timm's state_dict %d", model, nmodel, nsd);
+    int n = nmodel < nsd ? nmodel : nsd;
     for (int k = 0; k < n; k++) {
         const cJSON *e = cJSON_GetArrayItem(sd, k);
         const Value *v = graph_value(g, g->state[k]);
@@ -180,9 +182,13 @@ static void check_training(const char *model, const ModelEntry *m, const Graph *
         MISMATCH("%s: training build (batch 2) failed: %s", model, err.msg);
         return;
     }
-    CHECKF(g.nstate == eval->nstate, "%s: training graph has %d state entries, eval graph %d", model, g.nstate,
+    /* the same state but for the RNG counter of a net that draws in training (RelPosMlp's dropout) */
+    int ntrain = g.nstate;
+    if (ntrain > 0 && graph_value(&g, g.state[ntrain - 1])->role == CT_ROLE_STATE)
+        ntrain--;
+    CHECKF(ntrain == eval->nstate, "%s: training graph has %d state entries, eval graph %d", model, ntrain,
            eval->nstate);
-    int n = g.nstate < eval->nstate ? g.nstate : eval->nstate;
+    int n = ntrain < eval->nstate ? ntrain : eval->nstate;
     for (int k = 0; k < n; k++) {
         const char *a = graph_value(&g, g.state[k])->name, *b = graph_value(eval, eval->state[k])->name;
         if (!a || !b || strcmp(a, b) != 0) {

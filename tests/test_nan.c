@@ -15,7 +15,8 @@
  *   hardswish_backward: 0 below -3, dy (x/3 + 1/2) up to 3, else dy (NaN x);
  *   silu, gelu at -inf: -inf * 0 = NaN; clamp keeps NaN; max_pool2d: a NaN
  *     in the window wins (the last one, for the gradient's index);
- *   softmax: a row with a NaN or +inf is all NaN; -inf gives 0;
+ *   softmax (and attention's weights, a bias on the scores included): a row
+ *     with a NaN or +inf is all NaN, as is a row all -inf; -inf gives 0;
  *   pad (constant_pad_nd): NaN and infinities move as they are, or are
  *     cropped away; the value, -inf too, fills the rest;
  *   gather (index_select): they move as they are; its gradient (index_add_)
@@ -390,12 +391,15 @@ static void test_group_norm(void)
 
 /* Attention [1, 1, 3, 2]: a NaN in query 0 is NaN in output row 0 alone;
  * one in key 1 is NaN everywhere (every row weighs it); one in value 2's
- * dim 1 is NaN in that column; the gradients as the ref backend's. */
+ * dim 1 is NaN in that column; a bias [1, 1, 3, 3] of -inf drops that key
+ * from the row, a NaN or a row all -inf makes the row NaN (softmax's
+ * rule); the gradients as the ref backend's. */
 static void test_attention(void)
 {
 #define QKV(q, k, v) {S4(1, 1, 3, 2), 0, q}, {S4(1, 1, 3, 2), 0, k}, {S4(1, 1, 3, 2), 0, v}
 #define FINITE V(0.1, 0.2, 0.3, -0.4, 0.5, 0.6)
 #define DY {S4(1, 1, 3, 2), 0, V(1, -1, 0.5, 2, -0.5, 1)}
+#define MASK(...) {S4(1, 1, 3, 3), 0, V(__VA_ARGS__)}
     static const NanCase cases[] = {
         {"sdpa NaN query", CT_OP_sdpa, 3, {QKV(V(N, 0.2, 0.3, -0.4, 0.5, 0.6), FINITE, FINITE)}, {0}, {0.7},
          {V(N, N, FIN, FIN, FIN, FIN)}, 1},
@@ -407,10 +411,16 @@ static void test_attention(void)
          {0.7}, {V(0)}, LIKE_REF},
         {"sdpa_grad NaN value", CT_OP_sdpa_grad, 4, {QKV(FINITE, FINITE, V(0.1, 0.2, 0.3, -0.4, 0.5, N)), DY}, {0},
          {0.7}, {V(0)}, LIKE_REF},
+        {"sdpa bias -inf, NaN, all -inf", CT_OP_sdpa, 4,
+         {QKV(FINITE, FINITE, FINITE), MASK(0, -I, 0.5, N, 0, 0, -I, -I, -I)}, {0}, {0.7},
+         {V(FIN, FIN, N, N, N, N)}, 1},
+        {"sdpa_grad bias -inf", CT_OP_sdpa_grad, 5,
+         {QKV(FINITE, FINITE, FINITE), DY, MASK(0, -I, 0.5, 0, 0, -I, 0.3, 0.1, 0.2)}, {1}, {0.7}, {V(0)}, LIKE_REF},
     };
 #undef QKV
 #undef FINITE
 #undef DY
+#undef MASK
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);
 }

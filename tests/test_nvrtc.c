@@ -144,11 +144,13 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
      * activations, resnet50d's average-pool shortcut, reductions over
      * hundreds of channels, MixNet's mixed kernels), and test models of
      * the families whose kernels the four lack (weight standardisation,
-     * EvoNorm's group statistics, MAP attention pooling); each adds its own
+     * EvoNorm's group statistics, MAP attention pooling, a relative position
+     * MLP's bias gathered into attention); each adds its own
      * shapes' kernels, so the whole zoo would take minutes */
     static const char *const zoo_models[] = {"resnet50d",     "vit_tiny_patch16_224", "efficientnet_b0",
                                              "mobilenetv3_large_100", "convnext_tiny", "mixnet_s",
-                                             "test_nfnet", "test_efficientnet_evos", "test_vit3"};
+                                             "test_nfnet", "test_efficientnet_evos", "test_vit3",
+                                             "test_vit_relpos"};
     enum { NZOO = sizeof zoo_models / sizeof *zoo_models };
     for (int m = 0; zoo && m < NZOO; m++) {
         Case c = {zoo_models[m], 1, CT_F16, 1};

@@ -65,6 +65,9 @@
     E['expand'] = gen((1, 1, 4), 0).expand(2, 3, 4)
     E['softmax'] = gen((2, 3, 4), 0, 2.0).softmax(1)
     E['sdpa'] = sdpa(*(gen((1, 2, 3, 4), k) for k in range(3)))
+    sdpa_bias = lambda q, k, v, a, s: (q @ k.transpose(-1, -2) * s + a).softmax(-1) @ v  # F.sdpa, float attn_mask
+    for name, a in (('sdpa_bias_h', (1, 2, 2, 3)), ('sdpa_bias_b', (2, 1, 2, 3))):
+        E[name] = sdpa_bias(gen((2, 2, 2, 3), 0), gen((2, 2, 3, 3), 1), gen((2, 2, 3, 3), 2), gen(a, 3), 0.6)
     E['logit_scale'] = torch.clamp(gen((6,), 0, 6.0), max=math.log(1. / 0.01)).exp()  # SwinV2's
     x = gen((2, 3, 4), 0); x[1, 2] = 0
     E['normalize'] = F.normalize(x, dim=-1)  # SwinV2's cosine attention, a zero row at the floor
@@ -406,6 +409,19 @@ static const double want_sdpa[] = {
     0.0530638566, 0.179739302, 0.462142702, 0.216616479, -0.13078786, -0.416680643,
     -0.634814042, -0.715875575, -0.460249631, 0.0118389171, 0.022691535, 0.0540266488,
     0.0599521748, 0.0376812644, -0.279234479, -0.346008209, -0.250048871, -0.0364876284,
+};
+
+static const double want_sdpa_bias_h[] = {
+    0.448327766, 0.125666478, -0.256097719, -0.112665326, -0.014693741, 0.0901885442,
+    -0.542762116, -0.404863488, -0.0765512299, 0.442768328, 0.122754102, -0.254993299,
+    0.0669624447, -0.166443116, -0.321567866, -0.286911827, 0.00101295036, 0.28846132,
+    0.401841983, 0.0422604694, -0.337196799, 0.052611771, -0.172744611, -0.3168565,
+};
+static const double want_sdpa_bias_b[] = {
+    0.448327766, 0.125666478, -0.256097719, -0.112665326, -0.014693741, 0.0901885442,
+    -0.396871368, -0.243200994, 0.0248506143, 0.349278604, 0.476239962, 0.379218236,
+    -0.0419036954, -0.259709339, -0.355369608, -0.394807752, -0.237590373, 0.03136948,
+    0.401841983, 0.0422604694, -0.337196799, 0.052611771, -0.172744611, -0.3168565,
 };
 
 /* Input k's element i, as gen() in the snippet (before rounding to a dtype). */
@@ -818,6 +834,23 @@ static void test_attention(void)
     if (case_build(&c, "sdpa", 1, &y) == 0 && case_run(&c, "sdpa", 1) == 0)
         expect(&c, 0, "sdpa", s, want_sdpa, NELEM(want_sdpa), TOL_F32);
     case_end(&c);
+
+    /* a bias broadcast over B, then over H: q [2,2,2,3], k and v [2,2,3,3] */
+    static const struct {
+        const char *what;
+        CtShape bias;
+        const double *want;
+    } biased[] = {{"sdpa bias [1,H,N,M]", {4, {1, 2, 2, 3}}, want_sdpa_bias_h},
+                  {"sdpa bias [B,1,N,M]", {4, {2, 1, 2, 3}}, want_sdpa_bias_b}};
+    for (int i = 0; i < 2; i++) {
+        case_begin(&c, 0);
+        CtShape sq = {4, {2, 2, 2, 3}}, sk = {4, {2, 2, 3, 3}};
+        q = b_input(&c.b, "q", sq, CT_F32), k = b_input(&c.b, "k", sk, CT_F32), v = b_input(&c.b, "v", sk, CT_F32);
+        y = f_sdpa_bias(&c.b, q, k, v, b_input(&c.b, "bias", biased[i].bias, CT_F32), 0.6);
+        if (case_build(&c, biased[i].what, 1, &y) == 0 && case_run(&c, biased[i].what, 1) == 0)
+            expect(&c, 0, biased[i].what, sq, biased[i].want, NELEM(want_sdpa_bias_h), TOL_F32);
+        case_end(&c);
+    }
 }
 
 /* SwinV2's logit scale, clamp(max=log(100)).exp(), on 6 sin(...) (two
@@ -1037,6 +1070,16 @@ static void test_rejections(void)
     case_begin(&c, 0);
     nn_group_norm(&c.b, "gn", b_input(&c.b, "x", (CtShape){1, {6}}, CT_F32), (GNOpts){.groups = 2});
     expect_reject(&c, "group_norm", "group_norm of a 1-D input");
+
+    /* q [2,2,3,4], k and v [2,2,5,4]: a bias of 3 heads, and one of 4 keys */
+    static const CtShape bad_bias[] = {{4, {1, 3, 3, 5}}, {4, {2, 2, 3, 4}}};
+    for (int i = 0; i < 2; i++) {
+        case_begin(&c, 0);
+        CtShape sq = {4, {2, 2, 3, 4}}, sk = {4, {2, 2, 5, 4}};
+        f_sdpa_bias(&c.b, b_input(&c.b, "q", sq, CT_F32), b_input(&c.b, "k", sk, CT_F32),
+                    b_input(&c.b, "v", sk, CT_F32), b_input(&c.b, "bias", bad_bias[i], CT_F32), 0.5);
+        expect_reject(&c, "sdpa", i ? "sdpa bias of 4 keys for 5" : "sdpa bias of 3 heads for 2");
+    }
 
     case_begin(&c, 0);
     x = b_input(&c.b, "x", (CtShape){1, {4}}, CT_F32);

@@ -629,29 +629,47 @@ CT_GLOBAL CT_SFX(ct_soft_ce_grad)(const CT_T *x, const CT_T *t, const CT_T *dlos
 }
 
 /* Attention without the fused library (q [BH, N, D], k and v [BH, M, D],
- * dense; D <= CT_MAX_HEAD): one query row a work item, two passes over the
- * keys (the scores' maximum, then the weighted sum of v). */
-CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, CT_T *y, long long rows, long long N,
-                          long long M, long long D, float scale)
+ * dense; D <= CT_MAX_HEAD), with an optional additive bias on the scores:
+ * head bh's bias [N, M] starts at bias + bh / H * sb + bh % H * sh (a
+ * broadcast dim's stride 0), bias NULL for none. */
+
+/* Query row r's bias row, or NULL. */
+CT_DEVICE const CT_T *CT_SFX(ct_sdpa_bias_row)(const CT_T *bias, long long r, long long N, long long M, long long H,
+                                               long long sb, long long sh)
+{
+    long long bh = r / N;
+    return bias ? bias + bh / H * sb + bh % H * sh + r % N * M : 0;
+}
+
+/* Score j of query row Q: Q . K_j * scale + A[j]. */
+CT_DEVICE double CT_SFX(ct_sdpa_score)(const CT_T *Q, const CT_T *K, const CT_T *A, long long j, long long D,
+                                       float scale)
+{
+    double s = 0;
+    for (long long d = 0; d < D; d++)
+        s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+    return s * scale + (A ? (double)CT_LD(A[j]) : 0.0);
+}
+
+/* One query row a work item, two passes over the keys (the scores'
+ * maximum, then the weighted sum of v). */
+CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long rows,
+                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
 {
     CT_LOOP(r, rows)
     {
         const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D;
+        const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
         float acc[CT_MAX_HEAD];
         double m = -1e300, l = 0;
         for (long long j = 0; j < M; j++) {
-            double s = 0;
-            for (long long d = 0; d < D; d++)
-                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
-            m = s * scale > m ? s * scale : m;
+            double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale);
+            m = s > m ? s : m;
         }
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
-            double s = 0;
-            for (long long d = 0; d < D; d++)
-                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
-            float p = (float)exp(s * scale - m);
+            float p = (float)exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m);
             l += p;
             for (long long d = 0; d < D; d++)
                 acc[d] += p * CT_LD(V[j * D + d]);
@@ -662,53 +680,49 @@ CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, CT_T *y, 
 }
 
 /* The scores' maximum and sum of exponentials of query row Q. */
-CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, long long M, long long D, float scale, double *m,
-                                     double *l)
+CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, const CT_T *A, long long M, long long D,
+                                     float scale, double *m, double *l)
 {
     *m = -1e300, *l = 0;
     for (long long j = 0; j < M; j++) {
-        double s = 0;
-        for (long long d = 0; d < D; d++)
-            s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
-        *m = s * scale > *m ? s * scale : *m;
+        double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale);
+        *m = s > *m ? s : *m;
     }
-    for (long long j = 0; j < M; j++) {
-        double s = 0;
-        for (long long d = 0; d < D; d++)
-            s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
-        *l += exp(s * scale - *m);
-    }
+    for (long long j = 0; j < M; j++)
+        *l += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - *m);
 }
 
 /* Attention's dq, one query row a work item: with P the attention weights,
- * dP = dy v^T and dot = rowsum(dP * P), dq = scale * sum_j P (dP - dot) k_j.
+ * dP = dy v^T, dot = rowsum(dP * P) and dS = P (dP - dot),
+ * dq = scale * sum_j dS_j k_j; dS to dbias [BH, N, M] unless it is NULL.
  * The row's max, sum and dot go to stats[3r..3r+2] for ct_sdpa_grad_kv. */
-CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, CT_T *dq, float *stats,
-                                 long long rows, long long N, long long M, long long D, float scale)
+CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                 CT_T *dq, CT_T *dbias, float *stats, long long rows, long long N, long long M,
+                                 long long D, float scale, long long H, long long sb, long long sh)
 {
     CT_LOOP(r, rows)
     {
         const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D, *G = dy + r * D;
+        const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
         float acc[CT_MAX_HEAD];
         double m, l, dot = 0;
-        CT_SFX(ct_sdpa_stats)(Q, K, M, D, scale, &m, &l);
+        CT_SFX(ct_sdpa_stats)(Q, K, A, M, D, scale, &m, &l);
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
-            double s = 0, dp = 0;
-            for (long long d = 0; d < D; d++) {
-                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+            double dp = 0;
+            for (long long d = 0; d < D; d++)
                 dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
-            }
-            dot += exp(s * scale - m) / l * dp;
+            dot += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m) / l * dp;
         }
         for (long long j = 0; j < M; j++) {
-            double s = 0, dp = 0;
-            for (long long d = 0; d < D; d++) {
-                s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+            double dp = 0;
+            for (long long d = 0; d < D; d++)
                 dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
-            }
-            float ds = (float)(exp(s * scale - m) / l * (dp - dot) * scale);
+            double dsb = exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m) / l * (dp - dot);
+            float ds = (float)(dsb * scale);
+            if (dbias)
+                dbias[r * M + j] = CT_ST((float)dsb);
             for (long long d = 0; d < D; d++)
                 acc[d] += ds * CT_LD(K[j * D + d]);
         }
@@ -720,25 +734,25 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
 
 /* Attention's dk and dv, one key row a work item, from ct_sdpa_grad_q's
  * stats: dv_j = sum_i P dy_i, dk_j = scale * sum_i P (dP - dot_i) q_i. */
-CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, CT_T *dk, CT_T *dv,
-                                  const float *stats, long long rows, long long N, long long M, long long D,
-                                  float scale)
+CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                  CT_T *dk, CT_T *dv, const float *stats, long long rows, long long N, long long M,
+                                  long long D, float scale, long long H, long long sb, long long sh)
 {
     CT_LOOP(r, rows)
     {
-        long long h = r / M;
+        long long h = r / M, j = r % M;
         const CT_T *Kj = k + r * D, *Vj = v + r * D, *Q = q + h * N * D, *G = dy + h * N * D;
+        const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, h * N, N, M, H, sb, sh);
         const float *st = stats + 3 * h * N;
         float ak[CT_MAX_HEAD], av[CT_MAX_HEAD];
         for (long long d = 0; d < D; d++)
             ak[d] = av[d] = 0;
         for (long long i = 0; i < N; i++) {
-            double s = 0, dp = 0;
-            for (long long d = 0; d < D; d++) {
-                s += (double)CT_LD(Q[i * D + d]) * CT_LD(Kj[d]);
+            double dp = 0;
+            for (long long d = 0; d < D; d++)
                 dp += (double)CT_LD(G[i * D + d]) * CT_LD(Vj[d]);
-            }
-            double p = exp(s * scale - st[3 * i]) / st[3 * i + 1];
+            double s = CT_SFX(ct_sdpa_score)(Q + i * D, Kj, A ? A + i * M + j : 0, 0, D, scale);
+            double p = exp(s - st[3 * i]) / st[3 * i + 1];
             float ds = (float)(p * (dp - st[3 * i + 2]) * scale);
             for (long long d = 0; d < D; d++) {
                 av[d] += (float)p * CT_LD(G[i * D + d]);

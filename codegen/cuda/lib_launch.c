@@ -519,16 +519,34 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-/* Attention's fallback kernels: dense [B, H, N, D] operands. */
-/* The attention kernels' trailing arguments: their work items, then the
- * query and key counts, the head dim and the scale. */
-static void attention_sizes(LibLaunch *l, long long rows, long long N, long long M, long long D, double scale)
+/* Attention's fallback kernels: dense [B, H, N, D] operands, and a bias
+ * [B or 1, H or 1, N, M] (sdpa's input 3, sdpa_grad's 4). */
+/* The attention kernels' trailing arguments: their work items, the query
+ * and key counts, the head dim, the scale, and the heads and the bias's
+ * strides over B and H (0 where it broadcasts; all 0 without a bias). */
+static void attention_sizes(Builder *b, const Node *n, LibLaunch *l, long long rows)
 {
+    const CtShape *q = &val(b, n->in[0])->type.shape;
+    int bias = n->op == CT_OP_sdpa ? 3 : 4;
+    const CtShape *a = n->nin > bias ? &val(b, n->in[bias])->type.shape : NULL;
+    long long N = q->d[2], M = val(b, n->in[1])->type.shape.d[2], NM = N * M;
     a_i64(l, rows);
     a_i64(l, N);
     a_i64(l, M);
-    a_i64(l, D);
-    a_f32(l, scale);
+    a_i64(l, q->d[3]);
+    a_f32(l, n->fattr[0]);
+    a_i64(l, q->d[1]);
+    a_i64(l, a && a->d[0] != 1 ? a->d[1] * NM : 0);
+    a_i64(l, a && a->d[1] != 1 ? NM : 0);
+}
+
+/* Argument `i` of node n, or NULL where n has not that many inputs. */
+static void a_in_or_null(LibLaunch *l, const Node *n, int i)
+{
+    if (n->nin > i)
+        a_val(l, n->in[i]);
+    else
+        arg(l, LA_NULL);
 }
 
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
@@ -541,24 +559,35 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     if (D > CT_MAX_HEAD)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
     CtDType t = val(b, n->out[0])->type.dtype;
-    LibLaunch *l = begin(b, n->op == CT_OP_sdpa ? "ct_sdpa" : "ct_sdpa_grad_q", t, BH * N);
-    for (int i = 0; i < n->nin; i++)
-        a_val(l, n->in[i]);
-    a_val(l, n->out[0]);
-    if (n->op == CT_OP_sdpa_grad) {
-        arg(l, LA_SCRATCH);
-        *scratch = 3 * sizeof(float) * (size_t)(BH * N);
-    }
-    attention_sizes(l, BH * N, N, M, D, n->fattr[0]);
-    if (n->op == CT_OP_sdpa)
+    if (n->op == CT_OP_sdpa) {
+        LibLaunch *l = begin(b, "ct_sdpa", t, BH * N);
+        for (int i = 0; i < 3; i++)
+            a_val(l, n->in[i]);
+        a_in_or_null(l, n, 3);
+        a_val(l, n->out[0]);
+        attention_sizes(b, n, l, BH * N);
         return 0;
+    }
+    LibLaunch *l = begin(b, "ct_sdpa_grad_q", t, BH * N);
+    for (int i = 0; i < 4; i++)
+        a_val(l, n->in[i]);
+    a_in_or_null(l, n, 4);
+    a_val(l, n->out[0]);
+    if (n->nout > 3)
+        a_val(l, n->out[3]);
+    else
+        arg(l, LA_NULL);
+    arg(l, LA_SCRATCH);
+    *scratch = 3 * sizeof(float) * (size_t)(BH * N);
+    attention_sizes(b, n, l, BH * N);
     l = begin(b, "ct_sdpa_grad_kv", t, BH * M);
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
+    a_in_or_null(l, n, 4);
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);
     arg(l, LA_SCRATCH);
-    attention_sizes(l, BH * M, N, M, D, n->fattr[0]);
+    attention_sizes(b, n, l, BH * M);
     return 0;
 }
 

@@ -1,9 +1,11 @@
 /*
  * softmax along one dim, and scaled-dot-product attention as one op:
- * q, k, v [B, H, N, D] -> softmax(q k^T * scale) v, [B, H, N, D]
- * (F.scaled_dot_product_attention without mask or dropout).
+ * q, k, v [B, H, N, D] and an optional bias [B or 1, H or 1, N, M] ->
+ * softmax(q k^T * scale + bias) v, [B, H, N, D]
+ * (F.scaled_dot_product_attention with a float attn_mask, no dropout).
  * Gradients: softmax_grad(y, dy) = y * (dy - sum(dy * y)) along dim, and
- * sdpa_grad(q, k, v, dy) -> dq, dk, dv, recomputing the attention weights.
+ * sdpa_grad(q, k, v, dy[, bias]) -> dq, dk, dv[, dbias], recomputing the
+ * attention weights.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -77,6 +79,7 @@ const OpDef op_softmax_grad = {.name = "softmax_grad", .min_in = 2, .max_in = 2,
                                .infer = infer_softmax_grad, .ref = softmax_grad_ref, .fusion = OP_LIBRARY,
                                .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
+/* Input 3, where present, is an additive bias [B|1, H|1, N, M] on the scores. */
 static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     for (int i = 0; i < 3; i++)
@@ -85,7 +88,37 @@ static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
     const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1), *v = in_shape(g, n, 2);
     if (!shape_equal(k, v) || q->d[0] != k->d[0] || q->d[1] != k->d[1] || q->d[3] != k->d[3])
         return ct_fail(err, "q, k, v must be [B,H,N,D] with matching B, H, D (k and v equal)");
+    if (n->nin > 3) {
+        if (require_float(g, n, 3, 4, err))
+            return -1;
+        const CtShape *a = in_shape(g, n, 3);
+        if ((a->d[0] != 1 && a->d[0] != q->d[0]) || (a->d[1] != 1 && a->d[1] != q->d[1]) || a->d[2] != q->d[2] ||
+            a->d[3] != k->d[2])
+            return ct_fail(err, "the bias must be [B or 1, H or 1, N, M] for q [B,H,N,D] and k [B,H,M,D]");
+        if (in_type(g, n, 3)->dtype != in_type(g, n, 0)->dtype)
+            return ct_fail(err, "the bias must have q's dtype");
+    }
     return infer_like_input0(g, n, out, err);
+}
+
+/* Where head bh (= b * H + h) of a bias of shape a starts: a broadcast
+ * dim (size 1) steps 0. */
+static int64_t bias_head(const CtShape *a, int64_t H, int64_t bh)
+{
+    int64_t NM = a->d[2] * a->d[3];
+    return (a->d[0] == 1 ? 0 : bh / H * a->d[1] * NM) + (a->d[1] == 1 ? 0 : bh % H * NM);
+}
+
+/* The scores of query row i of one head: s[j] = q_i . k_j * scale (+ A[i, j]). */
+static void sdpa_scores(const double *Q, const double *K, const double *A, int64_t i, int64_t M, int64_t D,
+                        double scale, double *s)
+{
+    for (int64_t j = 0; j < M; j++) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; d++)
+            acc += Q[i * D + d] * K[j * D + d];
+        s[j] = acc * scale + (A ? A[i * M + j] : 0);
+    }
 }
 
 static void sdpa_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
@@ -97,13 +130,9 @@ static void sdpa_ref(const Graph *g, const Node *n, double *const *in, double *c
     CT_ASSERT(s != NULL);
     for (int64_t h = 0; h < BH; h++) {
         const double *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D;
+        const double *A = n->nin > 3 ? in[3] + bias_head(in_shape(g, n, 3), q->d[1], h) : NULL;
         for (int64_t i = 0; i < N; i++) {
-            for (int64_t j = 0; j < M; j++) {
-                double acc = 0;
-                for (int64_t d = 0; d < D; d++)
-                    acc += Q[i * D + d] * K[j * D + d];
-                s[j] = acc * scale;
-            }
+            sdpa_scores(Q, K, A, i, M, D, scale, s);
             softmax_line(s, s, M, 1);
             for (int64_t d = 0; d < D; d++) {
                 double acc = 0;
@@ -116,17 +145,26 @@ static void sdpa_ref(const Graph *g, const Node *n, double *const *in, double *c
     free(s);
 }
 
+/* sdpa_grad takes the bias after dy and gives its gradient, of the full
+ * scores' shape [B,H,N,M], only when asked; summed here to the bias's shape. */
 static void sdpa_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    ValueId in[4] = {n->in[0], n->in[1], n->in[2], dout[0]};
-    if (emit(e, CT_OP_sdpa_grad, 4, in, NULL, 0, n->fattr, 1, 0) < 0)
+    int bias = n->nin > 3;
+    ValueId in[5] = {n->in[0], n->in[1], n->in[2], dout[0], bias ? n->in[3] : -1};
+    int64_t dbias = bias && need[3];
+    if (emit(e, CT_OP_sdpa_grad, 4 + bias, in, &dbias, 1, n->fattr, 1, 0) < 0)
         return;
+    const Node *gr = emit_last(e);
+    ValueId out[4] = {gr->out[0], gr->out[1], gr->out[2], dbias ? gr->out[3] : -1};
     for (int k = 0; k < 3; k++)
-        din[k] = need[k] ? emit_last(e)->out[k] : -1;
+        din[k] = need[k] ? out[k] : -1;
+    if (dbias)
+        din[3] = emit_sum_to(e, out[3], emit_shape(e, n->in[3]));
 }
 
 /* fvcore skips aten::scaled_dot_product_attention; timm without fused
- * attention calls q@k^T [B,H,N,M] and attn@v [B,H,N,D], two matmuls. */
+ * attention calls q@k^T [B,H,N,M] and attn@v [B,H,N,D], two matmuls (the
+ * bias's add between them counts nothing). */
 static OpCost sdpa_cost(const Graph *g, const Node *n, unsigned flags)
 {
     if (!(flags & OP_COST_ATTENTION))
@@ -136,21 +174,33 @@ static OpCost sdpa_cost(const Graph *g, const Node *n, unsigned flags)
     return (OpCost){shape_numel(q) * v->d[2] + scores * v->d[3], scores + shape_numel(out_shape(g, n, 0))};
 }
 
-const OpDef op_sdpa = {.name = "sdpa", .min_in = 3, .max_in = 3, .fattr = {"scale"},
+const OpDef op_sdpa = {.name = "sdpa", .min_in = 3, .max_in = 4, .fattr = {"scale"},
                        .infer = infer_sdpa, .ref = sdpa_ref, .vjp = sdpa_vjp, .fusion = OP_LIBRARY,
                        .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW, .cost = sdpa_cost};
 
+/* sdpa_grad(q, k, v, dy[, bias]) -> dq, dk, dv[, dS [B,H,N,M] when dbias=1]. */
 static int infer_sdpa_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    if (infer_sdpa(g, n, out, err) < 0 || require_shape(g, n, 3, in_shape(g, n, 0), err))
+    Node fwd = *n;
+    fwd.nin = n->nin - 1;
+    if (n->nin > 4)
+        fwd.in[3] = n->in[4];
+    if (infer_sdpa(g, &fwd, out, err) < 0 || require_shape(g, n, 3, in_shape(g, n, 0), err))
         return -1;
+    if (n->iattr[0] && n->nin < 5)
+        return ct_fail(err, "dbias=1 without a bias");
     out[1] = *in_type(g, n, 1);
     out[2] = *in_type(g, n, 2);
-    return 3;
+    if (!n->iattr[0])
+        return 3;
+    out[3] = *in_type(g, n, 4);
+    out[3].shape.d[0] = in_shape(g, n, 0)->d[0];
+    out[3].shape.d[1] = in_shape(g, n, 0)->d[1];
+    return 4;
 }
 
-/* With P = softmax(q k^T s): dv = P^T dy; dP = dy v^T;
- * dS = P * (dP - rowsum(dP * P)); dq = dS k s; dk = dS^T q s. */
+/* With P = softmax(q k^T s + bias): dv = P^T dy; dP = dy v^T;
+ * dS = P * (dP - rowsum(dP * P)); dq = dS k s; dk = dS^T q s; dbias = dS. */
 static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1);
@@ -162,14 +212,10 @@ static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, doub
         out[1][i] = out[2][i] = 0;
     for (int64_t h = 0; h < BH; h++) {
         const double *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
+        const double *A = n->nin > 4 ? in[4] + bias_head(in_shape(g, n, 4), q->d[1], h) : NULL;
         double *dQ = out[0] + h * N * D, *dK = out[1] + h * M * D, *dV = out[2] + h * M * D;
         for (int64_t i = 0; i < N; i++) {
-            for (int64_t j = 0; j < M; j++) {
-                double acc = 0;
-                for (int64_t d = 0; d < D; d++)
-                    acc += Q[i * D + d] * K[j * D + d];
-                p[j] = acc * scale;
-            }
+            sdpa_scores(Q, K, A, i, M, D, scale, p);
             softmax_line(p, p, M, 1);
             double dot = 0;
             for (int64_t j = 0; j < M; j++) {
@@ -184,10 +230,12 @@ static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, doub
             for (int64_t d = 0; d < D; d++)
                 dQ[i * D + d] = 0;
             for (int64_t j = 0; j < M; j++) {
-                double ds = p[j] * (dp[j] - dot) * scale;
+                double ds = p[j] * (dp[j] - dot);
+                if (n->iattr[0])
+                    out[3][(h * N + i) * M + j] = ds;
                 for (int64_t d = 0; d < D; d++) {
-                    dQ[i * D + d] += ds * K[j * D + d];
-                    dK[j * D + d] += ds * Q[i * D + d];
+                    dQ[i * D + d] += ds * scale * K[j * D + d];
+                    dK[j * D + d] += ds * scale * Q[i * D + d];
                 }
             }
         }
@@ -196,6 +244,6 @@ static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, doub
     free(dp);
 }
 
-const OpDef op_sdpa_grad = {.name = "sdpa_grad", .min_in = 4, .max_in = 4, .fattr = {"scale"},
+const OpDef op_sdpa_grad = {.name = "sdpa_grad", .min_in = 4, .max_in = 5, .iattr = {"dbias"}, .fattr = {"scale"},
                             .infer = infer_sdpa_grad, .ref = sdpa_grad_ref, .fusion = OP_LIBRARY,
                             .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};

@@ -84,7 +84,7 @@ typedef void (*CpuRankKernel)(const Graph *g, const Node *n, float *const *in, f
 CPU_RANK_KERNELS(X)
 #undef X
 
-/* sdpa keeping its weights softmax(q k^T * scale) [B*H, N, M] in saved, and
+/* sdpa keeping its weights softmax(q k^T * scale + bias) [B*H, N, M] in saved, and
  * sdpa_grad reading them from there instead of recomputing them (saved
  * NULL: as cpu_sdpa and cpu_sdpa_grad). */
 void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *const *out, float *saved);

@@ -319,12 +319,26 @@ CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols)
     }
 }
 
-/* P [N, M] = softmax(Q K^T * scale) for one head. */
-static void attention_weights(const float *Q, const float *K, int64_t N, int64_t M, int64_t D, float scale, float *P)
+/* P [N, M] = softmax(Q K^T * scale + A) for one head, A its bias [N, M] or NULL. */
+static void attention_weights(const float *Q, const float *K, const float *A, int64_t N, int64_t M, int64_t D,
+                              float scale, float *P)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, scale, Q, (int)D, K, (int)D, 0.0f,
-                P, (int)M);
+    if (A)
+        memcpy(P, A, sizeof *P * (size_t)(N * M));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, scale, Q, (int)D, K, (int)D,
+                A ? 1.0f : 0.0f, P, (int)M);
     softmax_rows(P, N, M);
+}
+
+/* Head h's bias, input `i` of node n ([B or 1, H or 1, N, M]), or NULL
+ * when n has none. */
+static const float *head_bias(const Graph *g, const Node *n, float *const *in, int i, int64_t h)
+{
+    if (n->nin <= i)
+        return NULL;
+    const CtShape *a = cpu_in_shape(g, n, i);
+    int64_t H = cpu_in_shape(g, n, 0)->d[1], NM = a->d[2] * a->d[3];
+    return in[i] + (a->d[0] == 1 ? 0 : h / H * a->d[1] * NM) + (a->d[1] == 1 ? 0 : h % H * NM);
 }
 
 /* saved: NULL, or the weights [BH, N, M] to keep for the gradient. */
@@ -339,7 +353,8 @@ void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *con
 #pragma omp for
         for (int64_t h = 0; h < BH; h++) {
             float *P = saved ? saved + h * N * M : scratch;
-            attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], P);
+            attention_weights(in[0] + h * N * D, in[1] + h * M * D, head_bias(g, n, in, 3, h), N, M, D,
+                              (float)n->fattr[0], P);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, P, (int)M,
                         in[2] + h * M * D, (int)D, 0.0f, out[0] + h * N * D, (int)D);
         }
@@ -348,10 +363,11 @@ void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *con
 
 void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out) { cpu_sdpa_saving(g, n, in, out, NULL); }
 
-/* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)) * scale;
- * dq = dS k; dk = dS^T q. One head h, its weights P, a buffer dP [N, M]. */
+/* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)); dq = dS k * scale;
+ * dk = dS^T q * scale. One head h, its weights P, a buffer dP [N, M], and
+ * dB: NULL, or where dS [N, M] goes (the bias's gradient). */
 CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64_t h, int64_t N, int64_t M, int64_t D,
-                                      float scale, const float *P, float *dP)
+                                      float scale, const float *P, float *dP, float *dB)
 {
     const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, P, (int)M, dY, (int)D, 0.0f,
@@ -365,8 +381,12 @@ CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64
 #pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < M; j++)
             dot += (double)dp[j] * p[j];
-        for (int64_t j = 0; j < M; j++)
-            dp[j] = p[j] * (float)(dp[j] - dot) * scale;
+        for (int64_t j = 0; j < M; j++) {
+            float ds = p[j] * (float)(dp[j] - dot);
+            if (dB)
+                dB[i * M + j] = ds;
+            dp[j] = ds * scale;
+        }
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, dP, (int)M, K, (int)D, 0.0f,
                 out[0] + h * N * D, (int)D);
@@ -386,8 +406,10 @@ void cpu_sdpa_grad_saved(const Graph *g, const Node *n, float *const *in, float 
 #pragma omp for
         for (int64_t h = 0; h < BH; h++) {
             if (!saved)
-                attention_weights(in[0] + h * N * D, in[1] + h * M * D, N, M, D, (float)n->fattr[0], scratch);
-            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], saved ? saved + h * N * M : scratch, dP);
+                attention_weights(in[0] + h * N * D, in[1] + h * M * D, head_bias(g, n, in, 4, h), N, M, D,
+                                  (float)n->fattr[0], scratch);
+            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], saved ? saved + h * N * M : scratch, dP,
+                           n->nout > 3 ? out[3] + h * N * M : NULL);
         }
     }
 }
