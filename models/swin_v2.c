@@ -187,10 +187,7 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     ValueId scale = f_exp(b, f_clamp(b, logit_scale, -HUGE_VAL, log(1 / 0.01)));
     ValueId q = f_mul(b, f_normalize(b, t[0], 1e-12), scale), k = f_normalize(b, t[1], 1e-12);
     int64_t qs[4] = {B, nw * heads, N, hd};
-    q = f_reshape(b, q, 4, qs);
-    k = f_permute(b, f_reshape(b, k, 4, qs), 4, (int64_t[]){0, 1, 3, 2});
-    ValueId attn = f_softmax(b, f_add(b, f_matmul(b, q, k), pos), 3);
-    x = f_matmul(b, attn, f_reshape(b, t[2], 4, qs)); /* [B, nW*heads, N, hd] */
+    x = f_sdpa_bias(b, f_reshape(b, q, 4, qs), f_reshape(b, k, 4, qs), f_reshape(b, t[2], 4, qs), pos, 1.0);
     x = f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd});
     x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){Bw, N, C});
     x = linear(b, "proj", x, C, 0);
