@@ -48,7 +48,7 @@ static ValueId post_norm(Builder *b, const char *name, ValueId x)
 
 /* relative_coordinates_log [N*N, 2]: for tokens i, j of a wh x ww window,
  * row i*N + j holds sign(d) * log(1 + |d|) of their (row, column) offset
- * d, in float32 as torch's. */
+ * d, in float32 as torch's (bit-equal to torch 1.13's for |d| <= 15). */
 static ValueId rel_coords_log(Builder *b, int64_t wh, int64_t ww)
 {
     int64_t N = wh * ww;
