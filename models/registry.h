@@ -19,6 +19,8 @@ typedef struct ModelCfg {
     const char *crop_mode, *interpolation;
     int num_classes;
     const char *first_conv, *classifier;
+    /* a distilled model's second head (timm's classifier tuple's second), or NULL */
+    const char *classifier_dist;
     int fixed_input_size;
     /* validate.py's test-time size and crop_pct (resolve_data_config's
      * use_test_size); 0: the same as training's */
@@ -81,7 +83,7 @@ typedef struct ModelFamily {
 
 extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family,
     regnet_family, metaformer_family, resnetv2_family, nfnet_family, byobnet_family, hgnet_family, eva_family,
-    swin_family, beit_family, vit_relpos_family, swinv2_family, swinv2_cr_family;
+    swin_family, beit_family, vit_relpos_family, levit_family, swinv2_family, swinv2_cr_family;
 
 /* The model of name, or NULL. timm's "arch.tag" names (resnet50.a1_in1k)
  * find arch's: the tag picks pretrained weights (model_tag), not a model. */

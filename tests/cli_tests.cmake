@@ -51,6 +51,12 @@ set_tests_properties(compile_dump_ir PROPERTIES PASS_REGULAR_EXPRESSION "= sdpa\
 add_test(NAME compile_train_dump_ir COMMAND ${COMPILE} --model resnet50 --train --dump-ir)
 set_tests_properties(compile_train_dump_ir PROPERTIES PASS_REGULAR_EXPRESSION
   "= cross_entropy\\(.* = conv2d_grad_weight\\(.* = sgd_update\\(.*assign\\(.*161 gradients, optimizer sgd")
+# The issue's Swin line: the masks and indices as consts, the bias table's
+# gradient through sdpa_grad's dbias and gather_grad, in f16.
+add_test(NAME compile_swin_train_amp COMMAND ${COMPILE} --model swin_tiny_patch4_window7_224 --train --amp --batch-size 2
+  --dump-ir)
+set_tests_properties(compile_swin_train_amp PROPERTIES PASS_REGULAR_EXPRESSION
+  "= const layers\\.0\\.blocks\\.1\\.attn_mask : \\[64,49,49\\] f32.* = sdpa_grad\\(.* dbias=1 .* f16 .* = gather_grad\\(")
 add_test(NAME compile_unknown_model COMMAND ${FAIL} "unknown model 'vit_base_patch32'; closest: vit_base_patch32_384"
   ${COMPILE} --model vit_base_patch32)
 add_test(NAME compile_bad_number COMMAND ${FAIL} "--img-size expects a whole number"

@@ -59,6 +59,8 @@ static const char *layer_op(const char *cls)
     static const char *const map[][2] = {
         {"Conv2d", "conv2d"},           {"Linear", "linear"}, {"LayerNorm", "layer_norm"},
         {"LayerNorm2d", "layer_norm"}, {"BatchNorm2d", "batch_norm"}, {"GroupNorm", "group_norm"},
+        /* LeViT's over the flattened tokens */
+        {"BatchNorm1d", "batch_norm"},
         /* timm's Conv2dSame (TF's SAME: a pad, then the conv) */
         {"Conv2dSame", "conv2d"},
         /* timm's norm + act modules: the output is the act's, the same
@@ -206,12 +208,19 @@ static void check_cfg(const char *model, const ModelEntry *m, const cJSON *pc)
     const ModelCfg *c = &m->cfg;
     const char *tag = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "tag"));
     const char *interp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "interpolation"));
-    const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "classifier"));
+    /* a distilled model's classifier is the list of its two heads */
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(pc, "classifier");
+    const char *cls = cJSON_GetStringValue(cJSON_IsArray(cl) ? cJSON_GetArrayItem(cl, 0) : cl);
+    const char *cls_dist = cJSON_IsArray(cl) ? cJSON_GetStringValue(cJSON_GetArrayItem(cl, 1)) : NULL;
     const cJSON *crop = cJSON_GetObjectItemCaseSensitive(pc, "crop_pct");
     CHECKF(tag && c->tag && !strcmp(tag, c->tag), "%s: tag %s, timm's default %s", model, c->tag ? c->tag : "none",
            tag ? tag : "none");
     CHECKF(interp && !strcmp(interp, c->interpolation), "%s: interpolation %s", model, c->interpolation);
     CHECKF(cls && !strcmp(cls, c->classifier), "%s: classifier %s", model, c->classifier);
+    CHECKF(cJSON_IsArray(cl) ? cJSON_GetArraySize(cl) == 2 && cls_dist && c->classifier_dist &&
+                                   !strcmp(cls_dist, c->classifier_dist)
+                             : !c->classifier_dist,
+           "%s: second classifier %s", model, c->classifier_dist ? c->classifier_dist : "none");
     const char *first = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pc, "first_conv"));
     CHECKF(first && !strcmp(first, c->first_conv), "%s: first_conv %s, timm's %s", model, c->first_conv,
            first ? first : "none");

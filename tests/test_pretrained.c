@@ -133,7 +133,9 @@ static void save_hub_weights(const CtState *s, const char *path, const char *dro
     int n = 0;
     for (int i = 0; i < s->n; i++) {
         const StateEntry *e = &s->e[i];
-        if (e->role == CT_ROLE_STATE || strstr(e->name, "num_batches_tracked") || (drop && !strcmp(e->name, drop)))
+        /* the hub's files hold no non-persistent buffers (timm's attention_bias_idxs) */
+        if (e->role == CT_ROLE_STATE || e->role == CT_ROLE_CONST || strstr(e->name, "num_batches_tracked") ||
+            (drop && !strcmp(e->name, drop)))
             continue;
         t[n] = (StTensor){.name = e->name, .dtype = e->type.dtype, .ndim = e->type.shape.ndim,
                           .nbytes = (size_t)shape_numel(&e->type.shape) * ct_dtype_size(e->type.dtype),
@@ -426,6 +428,34 @@ static void test_load_resnet(void)
     state_free(&src);
 }
 
+
+/* A distilled model's two heads (timm's classifier tuple): both are new for
+ * another class count, the rest is the file's. */
+static void test_load_levit(void)
+{
+    char weights[1400];
+    CtErr err = {{0}};
+    CtState src, dst, fresh;
+    const ModelEntry *m = make_state("levit_128s", 0, 48, 0, 1, &src);
+    make_cache("levit_128s.fb_dist_in1k", &src, NULL, NULL, weights, sizeof weights);
+    Pretrained p;
+    CHECK(pretrained_resolve(&p, m, "levit_128s", PRETRAINED_HUB, NULL, &err) == 0);
+    make_state("levit_128s", 10, 48, 0, 5, &dst);
+    make_state("levit_128s", 10, 48, 0, 5, &fresh);
+    CHECKF(pretrained_load(&p, &dst, 10, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < dst.n; i++) {
+        const char *n = dst.e[i].name;
+        int head = !strncmp(n, "head.linear.", 12) || !strncmp(n, "head_dist.linear.", 17);
+        CHECKF(same_entry(&dst, head ? &fresh : &src, n), "%s", n);
+    }
+    CHECKF(p.nlog == 2 && !strcmp(p.log[1], "Re-initialised the classifier (head.linear.weight, head.linear.bias, "
+                                            "head_dist.linear.weight, head_dist.linear.bias) for 10 classes: the "
+                                            "pretrained weights are for 1000"),
+           "%s", p.log[1]);
+    state_free(&dst);
+    state_free(&fresh);
+    state_free(&src);
+}
 /* A ViT at another image size: pos_embed resampled from the cfg's grid,
  * the class token's row kept; the rest as in the file. */
 static void test_load_vit(void)
@@ -627,6 +657,7 @@ int main(int argc, char **argv)
     test_resolve();
     test_load_resnet();
     test_load_vit();
+    test_load_levit();
     test_load_in_chans();
     test_rm_tree(root);
     if (argc > 1) {

@@ -65,7 +65,10 @@ def main():
     model_name, classes = meta.get("ctimm.model"), int(meta.get("ctimm.num_classes", "-1"))
     if not model_name:
         raise SystemExit(f"{args.checkpoint}: no ctimm.model metadata; not a ctimm-train checkpoint")
-    model = timm.create_model(model_name, pretrained=False, num_classes=classes)
+    kwargs = {}
+    if timm.models.get_pretrained_cfg(model_name).fixed_input_size:
+        kwargs['img_size'] = args.img_size  # built for the size it was trained at, as ctimm-train builds it
+    model = timm.create_model(model_name, pretrained=False, num_classes=classes, **kwargs)
     model.load_state_dict(state, strict=True)
     model.eval()
 

@@ -19,7 +19,8 @@ from timm.optim import create_optimizer_v2
 
 CASES = [('test_vit', 0.75, 0.0), ('test_resnet', 0.75, 0.0), ('test_convnext', 0.75, 0.1),
          ('test_efficientnet', 0.75, 0.0), ('mobilenetv3_small_100', 0.75, 0.0), ('poolformer_s12', 0.75, 0.0),
-         ('hgnetv2_b0', 0.75, 0.0), ('eva02_tiny_patch14_224', 0.75, 0.0)]
+         ('hgnetv2_b0', 0.75, 0.0), ('eva02_tiny_patch14_224', 0.75, 0.0),
+         ('swin_tiny_patch4_window7_224', 0.75, 0.0), ('test_vit_relpos', 0.75, 0.0)]
 
 for name, decay, min_scale in CASES:
     model = timm.create_model(name)

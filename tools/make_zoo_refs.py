@@ -19,7 +19,8 @@ JSON object per model, recorded in its entry as "kwargs" for tests/test_zoo.c to
         --out tests/data/zoo_refs/vit_kwargs.json
 
 The shipped files: batch 1 at 32 px (vit14: 28 px, patch 14; byobnet: 40 px, so that the shortcut's
-ceil-mode average pool meets an odd size) (eval-mode batch norm needs no batch), the smallest model first
+ceil-mode average pool meets an odd size; levit: 48 px, LeViT's fixed token grid 48 // 16 = 3, odd for its
+subsampled queries) (eval-mode batch norm needs no batch), the smallest model first
 (the sanitizer build checks only the first).
 """
 
@@ -84,6 +85,10 @@ def g9(v):
     return float(f"{v:.9g}")
 
 
+def contiguous_grad(_module, _inputs, out):
+    out.register_hook(lambda g: g.contiguous())
+
+
 def record(model_name, batch, img, model_kwargs):
     cfg = timm.models.get_pretrained_cfg(model_name).to_dict()
     kwargs = dict(model_kwargs)
@@ -104,6 +109,12 @@ def record(model_name, batch, img, model_kwargs):
     # float64 from the float32 weights: the reference is then exact to ~1e-12, not torch's float32 rounding,
     # which deep stacks of batch norms over a few values amplify to ~1e-3 (ctimm's ref backend takes doubles)
     model.double()
+    # torch 1.13's CPU BatchNorm2d backward reads a channels-last gradient as if it were laid out as its
+    # contiguous input (LeViT's stem: the tokens' gradient, transposed back; finite differences agree with
+    # the contiguous one), so each batch norm gets its output's gradient contiguous, a no-op elsewhere
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.register_forward_hook(contiguous_grad)
     classes = model.num_classes
     x = (2 * uniform("input", batch * 3 * img * img) - 1).reshape(batch, 3, img, img).to(torch.float32).double()
     target = torch.tensor([(i * 7) % classes for i in range(batch)])

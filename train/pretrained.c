@@ -142,7 +142,7 @@ static int read_config(Pretrained *p, const char *path, CtErr *err)
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(pc, "fixed_input_size")))
         c->fixed_input_size = cJSON_IsTrue(v);
-    /* a list of classifiers (distilled models' two heads) is no model of ctimm's: the registry's name stays */
+    /* a list of classifiers (distilled models' two heads): the registry's names stay */
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(pc, "classifier");
     if (string_field(pc, "interpolation", p->interpolation, sizeof p->interpolation, &c->interpolation, path, err) ||
         string_field(pc, "crop_mode", p->crop_mode, sizeof p->crop_mode, &c->crop_mode, path, err) ||
@@ -349,19 +349,23 @@ int pretrained_load(Pretrained *p, CtState *s, int classes, CtErr *err)
         if (ckpt_read_weights(p->weights, 1, &f, err))
             return ct_failctx(err, "--pretrained-path");
     }
-    char head_w[80], head_b[80];
-    const char *keep[3] = {NULL};
-    snprintf(head_w, sizeof head_w, "%s.weight", p->m.cfg.classifier);
-    snprintf(head_b, sizeof head_b, "%s.bias", p->m.cfg.classifier);
+    /* a distilled model's two heads (timm's classifier tuple) are re-initialised together */
+    char head[4][80], heads[340];
+    const char *keep[5] = {NULL};
+    int nhead = p->m.cfg.classifier_dist ? 4 : 2;
+    for (int i = 0; i < nhead; i++)
+        snprintf(head[i], sizeof head[i], "%s.%s", i < 2 ? p->m.cfg.classifier : p->m.cfg.classifier_dist,
+                 i % 2 ? "bias" : "weight");
+    snprintf(heads, sizeof heads, nhead == 4 ? "%s, %s, %s, %s" : "%s, %s", head[0], head[1], head[2], head[3]);
     if (p->source == PRETRAINED_FILE || classes != p->m.cfg.num_classes) {
-        keep[0] = head_w;
-        keep[1] = head_b;
+        for (int i = 0; i < nhead; i++)
+            keep[i] = head[i];
         if (p->source == PRETRAINED_FILE)
-            say(p, "Re-initialised the classifier (%s, %s) for %d classes, as train.py's --pretrained-path always "
-                "does", head_w, head_b, classes);
+            say(p, "Re-initialised the classifier (%s) for %d classes, as train.py's --pretrained-path always "
+                "does", heads, classes);
         else
-            say(p, "Re-initialised the classifier (%s, %s) for %d classes: the pretrained weights are for %d",
-                head_w, head_b, classes, p->m.cfg.num_classes);
+            say(p, "Re-initialised the classifier (%s) for %d classes: the pretrained weights are for %d", heads,
+                classes, p->m.cfg.num_classes);
     }
     int rc = adapt_pos_embed(p, s, &f, err);
     if (!rc) {
