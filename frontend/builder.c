@@ -379,6 +379,21 @@ ValueId f_hard_swish(Builder *b, ValueId x) { return unary(b, CT_OP_hard_swish, 
 ValueId f_hard_sigmoid(Builder *b, ValueId x) { return unary(b, CT_OP_hard_sigmoid, x); }
 ValueId f_sqrt(Builder *b, ValueId x) { return unary(b, CT_OP_sqrt, x); }
 ValueId f_rsqrt(Builder *b, ValueId x) { return unary(b, CT_OP_rsqrt, x); }
+ValueId f_exp(Builder *b, ValueId x) { return unary(b, CT_OP_exp, x); }
+
+ValueId f_clamp(Builder *b, ValueId x, double lo, double hi)
+{
+    return b_node(b, CT_OP_clamp, 1, &x, NULL, 0, (double[]){lo, hi}, 2, 0);
+}
+
+ValueId f_normalize(Builder *b, ValueId x, double eps)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    int nd = b_shape(b, x)->ndim;
+    ValueId sq = f_reduce_sum(b, f_mul(b, x, x), (int64_t)1 << (nd - 1));
+    return f_mul(b, x, f_rsqrt(b, f_clamp(b, sq, eps * eps, HUGE_VAL)));
+}
 
 ValueId f_gelu(Builder *b, ValueId x, int tanh_approx)
 {

@@ -149,6 +149,11 @@ ValueId f_hard_swish(Builder *b, ValueId x);
 ValueId f_hard_sigmoid(Builder *b, ValueId x);
 ValueId f_sqrt(Builder *b, ValueId x);
 ValueId f_rsqrt(Builder *b, ValueId x);
+ValueId f_exp(Builder *b, ValueId x);
+/* torch.clamp(x, lo, hi); an infinite bound is none. */
+ValueId f_clamp(Builder *b, ValueId x, double lo, double hi);
+/* F.normalize(x, dim=-1, eps): x / max(||x||_2, eps), as x * rsqrt(max(sum x^2, eps^2)). */
+ValueId f_normalize(Builder *b, ValueId x, double eps);
 ValueId f_add(Builder *b, ValueId x, ValueId y);
 ValueId f_mul(Builder *b, ValueId x, ValueId y);
 ValueId f_div(Builder *b, ValueId x, ValueId y);

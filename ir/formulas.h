@@ -35,7 +35,7 @@
 /* The activations, y = f(x): ops with a formula fx_<name>(x, approx) and a
  * gradient fx_<name>_grad(x, dy, approx) below (approx: gelu's tanh form),
  * which act_grad computes. */
-#define CT_ACTIVATIONS(X) X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(sqrt)
+#define CT_ACTIVATIONS(X) X(relu) X(gelu) X(silu) X(sigmoid) X(hard_swish) X(hard_sigmoid) X(rsqrt) X(sqrt) X(exp)
 
 #endif
 
@@ -152,6 +152,10 @@ FX_FN FX_T fx_rsqrt_grad(FX_CTX FX_T x, FX_T dy, int approx) { return MUL(dy, DI
  * gradient at 0 is the caller's to avoid) */
 FX_FN FX_T fx_sqrt(FX_CTX FX_T x, int approx) { return SQRT(x); }
 FX_FN FX_T fx_sqrt_grad(FX_CTX FX_T x, FX_T dy, int approx) { return DIV(dy, MUL(K(2), SQRT(x))); }
+
+/* torch's exp_backward: dy * exp(x) */
+FX_FN FX_T fx_exp(FX_CTX FX_T x, int approx) { return EXP(x); }
+FX_FN FX_T fx_exp_grad(FX_CTX FX_T x, FX_T dy, int approx) { return MUL(dy, EXP(x)); }
 
 /* Activation `act` (its op kind) at x, and its gradient: one dispatch for
  * callers that hold the kind as a value (the CUDA kernel's argument). */

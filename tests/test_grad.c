@@ -275,8 +275,16 @@ static ValueId case_activation(GradCase *c, int v)
     case 5: return f_hard_swish(c->b, x);
     case 6: return f_hard_sigmoid(c->b, x);
     case 7: return f_rsqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5)); /* on x*x + 0.5 > 0 */
-    default: return f_sqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5));
+    case 8: return f_sqrt(c->b, f_scale_shift(c->b, f_mul(c->b, x, x), 1, 0.5));
+    case 9: return f_exp(c->b, x);
+    case 10: return f_clamp(c->b, x, -3, 3); /* kinks at the probes' +-3 */
+    default: return f_clamp(c->b, x, -HUGE_VAL, 3);
     }
+}
+
+static ValueId case_normalize(GradCase *c, int v)
+{
+    return f_normalize(c->b, in_x(c, "x", (CtShape){3, {2, 3, 4}}), 1e-12);
 }
 
 /* Broadcasting on either side: [2,3,4] with [4], [2,1,4] with [1,3,1], and
@@ -509,6 +517,10 @@ static const CaseDef cases[] = {
     {"hard_sigmoid", case_activation, 6, 0, TOL_SMOOTH, 0},
     {"rsqrt", case_activation, 7, 0, TOL_SMOOTH, 0},
     {"sqrt", case_activation, 8, 0, TOL_SMOOTH, 0},
+    {"exp", case_activation, 9, 0, TOL_SMOOTH, 0},
+    {"clamp -3, 3", case_activation, 10, 0, TOL_SMOOTH, 0},
+    {"clamp max 3", case_activation, 11, 0, TOL_SMOOTH, 0},
+    {"F.normalize dim -1 (rsqrt of a clamped sum of squares)", case_normalize, 0, 0, TOL_NORM, 0},
     {"add [2,3,4]+[4]", case_add, 0, 0, TOL_LINEAR, 0},
     {"add [4]+[2,3,4]", case_add, 1, 0, TOL_LINEAR, 0},
     {"add [2,1,4]+[1,3,1]", case_add, 2, 0, TOL_LINEAR, 0},

@@ -188,6 +188,7 @@ static void test_activations(void)
          {V(N, I, N, FIN, FIN, 0)}, 1},
         {"rsqrt", CT_OP_rsqrt, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0}, {V(N, 0, N, FIN, N, I)}, 1},
         {"sqrt", CT_OP_sqrt, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0}, {V(N, I, N, FIN, N, 0)}, 1},
+        {"exp", CT_OP_exp, 1, {{S1(6), 0, V(N, I, -I, 0.5, -0.5, 0)}}, {0}, {0}, {V(N, I, 0, FIN, FIN, 1)}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);
@@ -208,6 +209,9 @@ static void test_activation_grads(void)
         {"gelu tanh grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_gelu, 1}, {0}, {V(N, N, N, N, N, I, N, -I)}, 1},
         {"rsqrt grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_rsqrt}, {0}, {V(N, N, N, N, N, -I, N, N)}, 1},
         {"sqrt grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_sqrt}, {0}, {V(N, N, N, N, N, I, N, N)}, 1},
+        {"exp grad", CT_OP_act_grad, 2, {XDY}, {CT_OP_exp}, {0}, {V(N, N, N, N, N, I, N, I)}, 1},
+        /* torch's clamp_backward: where(lo <= x <= hi, dy, 0) */
+        {"clamp grad", CT_OP_clamp_grad, 2, {XDY}, {0}, {-1, 1}, {V(0, N, N, 0, 0, I, 0, I)}, 1},
     };
 #undef XDY
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

@@ -68,6 +68,9 @@
     sdpa_bias = lambda q, k, v, a, s: (q @ k.transpose(-1, -2) * s + a).softmax(-1) @ v  # F.sdpa, float attn_mask
     for name, a in (('sdpa_bias_h', (1, 2, 2, 3)), ('sdpa_bias_b', (2, 1, 2, 3))):
         E[name] = sdpa_bias(gen((2, 2, 2, 3), 0), gen((2, 2, 3, 3), 1), gen((2, 2, 3, 3), 2), gen(a, 3), 0.6)
+    E['logit_scale'] = torch.clamp(gen((6,), 0, 6.0), max=math.log(1. / 0.01)).exp()  # SwinV2's
+    x = gen((2, 3, 4), 0); x[1, 2] = 0
+    E['normalize'] = F.normalize(x, dim=-1)  # SwinV2's cosine attention, a zero row at the floor
     for name, t in E.items():
         f, per = ('%.17g', 4) if name.endswith('f64') else ('%.9g', 6)
         v = [f % e for e in t.flatten().tolist()]
@@ -277,6 +280,15 @@ static const double want_act[] = {
     0.697013477, 1, 1, 0.9503088, 0.527720441, 0.0920947393,
     0, 0, 0.250748893, 0.707694232, 1, 1,
     0.941979488, 0.51651695, 0.0832862457, 0,
+};
+static const double want_logit_scale[] = {
+    5.88920632, 100, 100, 57.5571978, 1.283363, 0.0254472564,
+};
+static const double want_normalize[] = {
+    0.197671049, 0.562853021, 0.663316468, 0.451811794, 0.0286106925, -0.421005272,
+    -0.672615882, -0.607884746, -0.268502965, 0.223736287, 0.610748891, 0.71051673,
+    0.495099153, 0.0185020531, -0.466796837, -0.7325539, -0.663651261, -0.271561741,
+    0.248247521, 0.651302074, 0, 0, 0, 0,
 };
 static const double want_add[] = {
     1.28096995, 1.15872958, 0.630508363, -0.0552630126, 1.82692069, 1.70468032,
@@ -841,6 +853,37 @@ static void test_attention(void)
     }
 }
 
+/* SwinV2's logit scale, clamp(max=log(100)).exp(), on 6 sin(...) (two
+ * values above the bound); F.normalize(x, dim=-1) composed as x * rsqrt(max(
+ * sum x^2, eps^2)), one row all zeros (0 / eps). Within 1e-6 of torch's. */
+static void test_cosine_attention_parts(void)
+{
+    Case c;
+    CtErr err;
+    case_begin(&c, 0);
+    ValueId in[2] = {b_input(&c.b, "s", (CtShape){1, {6}}, CT_F32),
+                     b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32)};
+    ValueId y[2] = {f_exp(&c.b, f_clamp(&c.b, in[0], -HUGE_VAL, log(1 / 0.01))), f_normalize(&c.b, in[1], 1e-12)};
+    if (case_build(&c, "logit scale and normalize", 2, y)) {
+        case_end(&c);
+        return;
+    }
+    float s[6], x[24];
+    for (int i = 0; i < 6; i++)
+        s[i] = (float)gen(i, 0, 6);
+    for (int i = 0; i < 24; i++)
+        x[i] = i >= 20 ? 0 : (float)gen(i, 0, 1);
+    CtTensor t[2] = {{{{1, {6}}, CT_F32}, s}, {{{3, {2, 3, 4}}, CT_F32}, x}};
+    if (backend_run_once(&ct_backend_ref, &c.g, &c.s, t, 2, c.out, NULL, &err) == 0) {
+        c.nout = 2;
+        expect(&c, 0, "clamp(max=log 100).exp()", (CtShape){1, {6}}, want_logit_scale, 6, 1e-6);
+        expect(&c, 1, "F.normalize", (CtShape){3, {2, 3, 4}}, want_normalize, 24, 1e-6);
+    } else {
+        CHECKF(0, "logit scale and normalize: run failed: %s", err.msg);
+    }
+    case_end(&c);
+}
+
 /* dropout and drop_path: no node in eval mode or at rate 0; in training at
  * rate 0.5 each element (dropout) or sample (drop_path) is 0 or 2x. */
 static void test_stochastic(void)
@@ -1101,6 +1144,7 @@ int main(void)
     test_data_movement();
     test_gather();
     test_attention();
+    test_cosine_attention_parts();
     test_stochastic();
     test_rejections();
     test_bce_values();

@@ -50,6 +50,8 @@ ACT_OP(gelu, OP_ACTIVATION, OP_AMP_FOLLOW, .iattr = {"approximate"})
 ACT_OP(rsqrt, OP_ELEMENTWISE, OP_AMP_F32)
 /* no library's epilogue either; autocast runs it in its input's dtype */
 ACT_OP(sqrt, OP_ELEMENTWISE, OP_AMP_FOLLOW)
+/* autocast's f32 list, as rsqrt (SwinV2's logit scale) */
+ACT_OP(exp, OP_ELEMENTWISE, OP_AMP_F32)
 
 /* act_grad(x, dy): dy * f'(x) for the activation whose op kind is iattr act
  * (0 where it is flat, whatever dy). */

@@ -1,0 +1,32 @@
+/*
+ * The window machinery Swin (swin.c) and Swin V2 (swin_v2.c) share, over
+ * [B,H,W,C] tokens: the shifted, padded window partition around a window
+ * attention, its relative position index and shift mask (timm's
+ * non-persistent buffers, as build-time constants), and patch merging's
+ * 2x2 gather.
+ */
+#ifndef CTIMM_SWIN_COMMON_H
+#define CTIMM_SWIN_COMMON_H
+
+#include "frontend/builder.h"
+
+/* For tokens i, j of a wh x ww window, the row of the (2wh-1)(2ww-1) table
+ * for their offset (get_relative_position_index): the constant
+ * "relative_position_index" [N, N], i32. */
+ValueId swin_rel_pos_index(Builder *b, int64_t wh, int64_t ww);
+
+/* A window attention over x [B*nW, N, C] (N = wh*ww), adding mask [nW, N, N]
+ * to the scores when mask >= 0; returns [B*nW, N, C]. */
+typedef ValueId (*SwinWindowAttn)(Builder *b, ValueId x, int heads, int64_t wh, int64_t ww, ValueId mask);
+
+/* SwinTransformer(V2)Block._attn over x [B,H,W,C]: roll by half a window
+ * (shifted), pad to whole windows, partition, attend, merge, crop, roll
+ * back; the shift's -100 mask is the constant "attn_mask". A window no
+ * smaller than the grid becomes the grid, unshifted (_calc_window_shift). */
+ValueId swin_shifted_window_attention(Builder *b, ValueId x, int heads, int window, int shifted, SwinWindowAttn attn);
+
+/* PatchMerging's gather: x [B,H,W,C] padded to even H and W, each 2x2
+ * neighbourhood as 4C in (w, h) order: [B, H/2, W/2, 4C]. */
+ValueId swin_merge_2x2(Builder *b, ValueId x);
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * Swin Transformer V2 (timm/models/swin_transformer_v2.py): Swin's
+ * shifted-window blocks over [B,H,W,C] tokens with the V2 changes:
+ * res-post-norm (x + norm1(attn(x)), x + norm2(mlp(x)), both norms
+ * zero-initialised by _init_respostnorm); cosine attention, F.normalize of
+ * q and k with a learned per-head logit scale (clamped to log 100, then
+ * exp'ed) in place of 1/sqrt(hd); a continuous position bias: cpb_mlp
+ * (Linear(2,512), ReLU, Linear(512,heads) without bias) over the
+ * log-spaced relative_coords_table, gathered by relative_position_index,
+ * 16 sigmoid of it; q_bias and v_bias around a zero k_bias; patch merging
+ * as reduction then norm. The coordinate table, index, shift mask and
+ * k_bias are timm's non-persistent buffers: build-time constants here.
+ * Init as timm's _init_weights: trunc_normal(.02) linears (cpb_mlp's too)
+ * with zero biases, logit_scale log(10), the patch conv at PyTorch's
+ * default.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "models/layer_groups.h"
+#include "models/registry.h"
+#include "models/swin_common.h"
+
+typedef struct SwinV2Arch {
+    int patch, window, embed_dim;
+    int depths[4], heads[4];
+} SwinV2Arch;
+
+static ValueId linear(Builder *b, const char *name, ValueId x, int64_t out, int no_bias)
+{
+    return nn_linear(b, name, x, out,
+                     (LinearOpts){.no_bias = no_bias, .weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+}
+
+static ValueId layer_norm(Builder *b, const char *name, ValueId x) { return nn_layer_norm(b, name, x, 1e-5); }
+
+/* The residual branches' LayerNorm, weight and bias zero (_init_respostnorm). */
+static ValueId post_norm(Builder *b, const char *name, ValueId x)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    const CtShape *s = b_shape(b, x);
+    CtShape d = {1, {s->d[s->ndim - 1]}};
+    double eps = 1e-5;
+    b_push(b, "%s", name);
+    ValueId in[3] = {x, b_param(b, "weight", d, init_zeros()), b_param(b, "bias", d, init_zeros())};
+    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
+    b_pop(b);
+    return y;
+}
+
+/* One coordinate of relative_coords_table: d / max(w - 1, 1) * 8, then
+ * sign * log2(|.| + 1) / log2(8), each step in float32 as torch's (bit-equal
+ * to torch 1.13's table for windows 2, 3, 6, 7, 8, 12 and 16). */
+static float log_coord(int64_t d, int64_t w)
+{
+    float v = (float)d / (float)(w > 1 ? w - 1 : 1) * 8.0f;
+    float s = v > 0 ? 1.0f : v < 0 ? -1.0f : 0.0f;
+    return s * log2f(fabsf(v) + 1.0f) / 3.0f;
+}
+
+/* relative_coords_table [1, 2wh-1, 2ww-1, 2]: each offset's (row, column),
+ * log-spaced into [-1, 1] (no pretrained window size). */
+static ValueId rel_coords_table(Builder *b, int64_t wh, int64_t ww)
+{
+    int64_t th = 2 * wh - 1, tw = 2 * ww - 1;
+    double *t = malloc(sizeof *t * (size_t)(th * tw * 2));
+    if (!t)
+        return b_fail(b, "out of memory for a relative coordinates table");
+    for (int64_t i = 0; i < th; i++)
+        for (int64_t j = 0; j < tw; j++) {
+            t[(i * tw + j) * 2] = log_coord(i - (wh - 1), wh);
+            t[(i * tw + j) * 2 + 1] = log_coord(j - (ww - 1), ww);
+        }
+    ValueId v = b_const(b, "relative_coords_table", (CtShape){4, {1, th, tw, 2}}, CT_F32, t);
+    free(t);
+    return v;
+}
+
+/* WindowAttention over x [B*nW, N, C], the shift mask [nW, N, N] when
+ * given: softmax(normalize(q) normalize(k)^T * exp(min(logit_scale,
+ * log 100)) + 16 sigmoid(cpb) + mask) v, with q, k, v viewed [B, nW*heads,
+ * N, hd] so one bias [1, nW*heads, N, N] serves the whole batch. timm
+ * scales the product; the query is scaled here, the same up to rounding. */
+static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, int64_t ww, ValueId mask)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t Bw = s->d[0], N = s->d[1], C = s->d[2], hd = C / heads;
+    int64_t nw = mask >= 0 ? b_shape(b, mask)->d[0] : 1, B = Bw / nw;
+    b_push(b, "attn");
+    ValueId logit_scale = b_param(b, "logit_scale", (CtShape){3, {heads, 1, 1}}, init_constant(log(10.0)));
+    double *zeros = calloc((size_t)C, sizeof *zeros);
+    if (!zeros)
+        return b_fail(b, "out of memory for a k_bias of %lld", (long long)C);
+    ValueId bias[3] = {b_param(b, "q_bias", (CtShape){1, {C}}, init_zeros()),
+                       b_const(b, "k_bias", (CtShape){1, {C}}, b->param_dtype, zeros),
+                       b_param(b, "v_bias", (CtShape){1, {C}}, init_zeros())};
+    free(zeros);
+
+    /* the continuous position bias: [heads, N, N] */
+    ValueId cpb = rel_coords_table(b, wh, ww);
+    b_push(b, "cpb_mlp");
+    cpb = f_relu(b, linear(b, "0", cpb, 512, 0));
+    cpb = linear(b, "2", cpb, heads, 1);
+    b_pop(b);
+    cpb = f_reshape(b, cpb, 2, (int64_t[]){(2 * wh - 1) * (2 * ww - 1), heads});
+    cpb = f_permute(b, f_gather(b, cpb, 0, swin_rel_pos_index(b, wh, ww)), 3, (int64_t[]){2, 0, 1});
+    ValueId pos = f_scale_shift(b, f_sigmoid(b, cpb), 16, 0);
+    pos = f_reshape(b, pos, 4, (int64_t[]){1, heads, N, N});
+    if (mask >= 0)
+        pos = f_add(b, f_reshape(b, mask, 4, (int64_t[]){nw, 1, N, N}), pos);
+    pos = f_reshape(b, pos, 4, (int64_t[]){1, nw * heads, N, N});
+
+    /* timm's F.linear(x, qkv.weight, cat(q_bias, k_bias, v_bias)) */
+    ValueId qkv = f_add(b, linear(b, "qkv", x, 3 * C, 1), f_concat(b, 3, bias, 0));
+    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){B, nw, N, 3, heads * hd}), 5, (int64_t[]){3, 0, 1, 2, 4});
+    ValueId t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 5, (int64_t[]){B, nw, N, heads, hd});
+        t[i] = f_permute(b, t[i], 5, (int64_t[]){0, 1, 3, 2, 4}); /* [B, nW, heads, N, hd] */
+    }
+    ValueId scale = f_exp(b, f_clamp(b, logit_scale, -HUGE_VAL, log(1 / 0.01)));
+    ValueId q = f_mul(b, f_normalize(b, t[0], 1e-12), scale), k = f_normalize(b, t[1], 1e-12);
+    int64_t qs[4] = {B, nw * heads, N, hd};
+    x = f_sdpa_bias(b, f_reshape(b, q, 4, qs), f_reshape(b, k, 4, qs), f_reshape(b, t[2], 4, qs), pos, 1.0);
+    x = f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd});
+    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){Bw, N, C});
+    x = linear(b, "proj", x, C, 0);
+    b_pop(b);
+    return x;
+}
+
+static ValueId block(Builder *b, ValueId x, int heads, int window, int shifted, double dpr)
+{
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0], H = s->d[1], W = s->d[2], C = s->d[3];
+    ValueId y = post_norm(b, "norm1", swin_shifted_window_attention(b, x, heads, window, shifted, window_attention));
+    x = f_reshape(b, f_add(b, x, f_drop_path(b, y, dpr)), 3, (int64_t[]){B, H * W, C});
+    b_push(b, "mlp");
+    y = f_gelu(b, linear(b, "fc1", x, 4 * C, 0), 0);
+    y = linear(b, "fc2", y, C, 0);
+    b_pop(b);
+    x = f_add(b, x, f_drop_path(b, post_norm(b, "norm2", y), dpr));
+    return f_reshape(b, x, 4, (int64_t[]){B, H, W, C});
+}
+
+/* PatchMerging: the 2x2 gather to 4C -> bias-free linear to 2C -> LayerNorm. */
+static ValueId patch_merging(Builder *b, ValueId x)
+{
+    int64_t C = b_shape(b, x)->d[3];
+    x = swin_merge_2x2(b, x);
+    b_push(b, "downsample");
+    x = layer_norm(b, "norm", linear(b, "reduction", x, 2 * C, 1));
+    b_pop(b);
+    return x;
+}
+
+static ValueId build_swinv2(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
+{
+    const SwinV2Arch *v = m->arch;
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0];
+    if (s->d[2] % v->patch || s->d[3] % v->patch)
+        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
+                      (long long)s->d[3], v->patch);
+    b_push(b, "patch_embed");
+    x = nn_conv2d(b, "proj", x, v->embed_dim, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
+    x = layer_norm(b, "norm", f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1}));
+    b_pop(b);
+    int total = 0, idx = 0;
+    for (int i = 0; i < 4; i++)
+        total += v->depths[i];
+    b_push(b, "layers");
+    for (int i = 0; i < 4; i++) {
+        b_push(b, "%d", i);
+        if (i > 0)
+            x = patch_merging(b, x);
+        b_push(b, "blocks");
+        for (int j = 0; j < v->depths[i]; j++, idx++) {
+            /* calculate_drop_path_rates(stagewise): linspace(0, rate, total) split by stage */
+            double dpr = total > 1 ? a->drop_path_rate * idx / (total - 1) : 0;
+            b_push(b, "%d", j);
+            x = block(b, x, v->heads[i], v->window, j % 2, dpr);
+            b_pop(b);
+        }
+        b_pop(b);
+        b_pop(b);
+    }
+    b_pop(b);
+    x = layer_norm(b, "norm", x);
+    if (x < 0)
+        return -1;
+    s = b_shape(b, x);
+    int64_t H = s->d[1], W = s->d[2], C = s->d[3];
+    /* ClassifierHead over NHWC: the mean over H and W */
+    x = f_scale_shift(b, f_reduce_sum(b, x, 2 | 4), 1.0 / (double)(H * W), 0.0);
+    x = f_reshape(b, x, 2, (int64_t[]){B, C});
+    int classes = model_num_classes(m, a);
+    if (classes == 0)
+        return x;
+    x = f_dropout(b, x, a->drop_rate);
+    return linear(b, "head.fc", x, classes, 0);
+}
+
+/* SwinTransformerV2.no_weight_decay: every name holding cpb_mlp or logit_scale */
+static const char *const swinv2_no_wd[] = {"*cpb_mlp*", "*logit_scale*", NULL};
+
+static const SwinV2Arch tiny_w8 = {4, 8, 96, {2, 2, 6, 2}, {3, 6, 12, 24}};
+
+static const ModelEntry entries[] = {
+    {"swinv2_tiny_window8_256", build_swinv2, &tiny_w8,
+     {.tag = "ms_in1k", .input_size = {3, 256, 256}, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225},
+      .crop_pct = 0.9, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,
+      .first_conv = "patch_embed.proj", .classifier = "head.fc", .fixed_input_size = 1},
+     swinv2_no_wd},
+};
+
+/* SwinTransformerV2.group_matcher: a stage's downsample before its blocks,
+ * the final norm with the last block */
+static const GroupRule groups[] = {
+    {"^absolute_pos_embed|patch_embed", 0, LG_NO_SUFFIX},
+    {"^layers\\.([0-9]+).downsample", 1, 0},
+    {"^layers\\.([0-9]+)\\.[A-Za-z0-9_]+\\.([0-9]+)", 1, LG_NO_SUFFIX},
+    {"^norm", 1, LG_MATCH_PREV},
+    {NULL, 0, 0},
+};
+
+const ModelFamily swinv2_family = {entries, sizeof entries / sizeof entries[0], groups, 0};
