@@ -17,11 +17,6 @@
 #include "models/registry.h"
 #include "models/swin_common.h"
 
-typedef struct SwinArch {
-    int patch, window, embed_dim;
-    int depths[4], heads[4];
-} SwinArch;
-
 static ValueId swin_linear(Builder *b, const char *name, ValueId x, int64_t out, int no_bias)
 {
     return nn_linear(b, name, x, out,
@@ -41,19 +36,17 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     b_push(b, "attn");
     ValueId table = b_param(b, "relative_position_bias_table", (CtShape){2, {T, heads}}, init_trunc_normal(.02));
     ValueId index = swin_rel_pos_index(b, wh, ww);
-    ValueId qkv = swin_linear(b, "qkv", x, 3 * C, 0);
-    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){Bw, N, 3, heads, hd}), 5, (int64_t[]){2, 0, 3, 1, 4});
     ValueId t[3];
+    f_split_heads(b, swin_linear(b, "qkv", x, 3 * C, 0), 3, heads, t);
     for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 4, (int64_t[]){Bw / nw, nw * heads, N, hd});
+        t[i] = f_reshape(b, t[i], 4, (int64_t[]){Bw / nw, nw * heads, N, hd});
     ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1});
     bias = f_reshape(b, bias, 4, (int64_t[]){1, heads, N, N});
     if (mask >= 0)
         bias = f_add(b, f_reshape(b, mask, 4, (int64_t[]){nw, 1, N, N}), bias);
     bias = f_reshape(b, bias, 4, (int64_t[]){1, nw * heads, N, N});
     x = f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd));
-    x = f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd});
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){Bw, N, C});
+    x = f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
     x = swin_linear(b, "proj", x, C, 0);
     b_pop(b);
     return x;
@@ -87,49 +80,7 @@ static ValueId patch_merging(Builder *b, ValueId x)
 
 static ValueId build_swin(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
-    const SwinArch *v = m->arch;
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0];
-    if (s->d[2] % v->patch || s->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
-                      (long long)s->d[3], v->patch);
-    b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, v->embed_dim, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
-    x = layer_norm(b, "norm", f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1}));
-    b_pop(b);
-    int total = 0, idx = 0;
-    for (int i = 0; i < 4; i++)
-        total += v->depths[i];
-    b_push(b, "layers");
-    for (int i = 0; i < 4; i++) {
-        b_push(b, "%d", i);
-        if (i > 0)
-            x = patch_merging(b, x);
-        b_push(b, "blocks");
-        for (int j = 0; j < v->depths[i]; j++, idx++) {
-            /* calculate_drop_path_rates(stagewise): linspace(0, rate, total) split by stage */
-            double dpr = total > 1 ? a->drop_path_rate * idx / (total - 1) : 0;
-            b_push(b, "%d", j);
-            x = block(b, x, v->heads[i], v->window, j % 2, dpr);
-            b_pop(b);
-        }
-        b_pop(b);
-        b_pop(b);
-    }
-    b_pop(b);
-    x = layer_norm(b, "norm", x);
-    if (x < 0)
-        return -1;
-    s = b_shape(b, x);
-    int64_t H = s->d[1], W = s->d[2], C = s->d[3];
-    /* ClassifierHead over NHWC: the mean over H and W */
-    x = f_scale_shift(b, f_reduce_sum(b, x, 2 | 4), 1.0 / (double)(H * W), 0.0);
-    x = f_reshape(b, x, 2, (int64_t[]){B, C});
-    int classes = model_num_classes(m, a);
-    if (classes == 0)
-        return x;
-    x = f_dropout(b, x, a->drop_rate);
-    return swin_linear(b, "head.fc", x, classes, 0);
+    return swin_build(b, m, a, x, block, patch_merging);
 }
 
 static const char *const swin_no_wd[] = {"*relative_position_bias_table", NULL};

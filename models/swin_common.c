@@ -96,3 +96,51 @@ ValueId swin_merge_2x2(Builder *b, ValueId x)
     x = f_permute(b, x, 6, (int64_t[]){0, 1, 3, 4, 2, 5});
     return f_reshape(b, x, 4, (int64_t[]){B, H / 2, W / 2, 4 * C});
 }
+
+ValueId swin_build(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x, SwinBlock block, SwinMerge merge)
+{
+    const SwinArch *v = m->arch;
+    const CtShape *s = b_shape(b, x);
+    int64_t B = s->d[0];
+    if (s->d[2] % v->patch || s->d[3] % v->patch)
+        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
+                      (long long)s->d[3], v->patch);
+    b_push(b, "patch_embed");
+    x = nn_conv2d(b, "proj", x, v->embed_dim, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
+    x = nn_layer_norm(b, "norm", f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1}), 1e-5);
+    b_pop(b);
+    int total = 0, idx = 0;
+    for (int i = 0; i < 4; i++)
+        total += v->depths[i];
+    b_push(b, "layers");
+    for (int i = 0; i < 4; i++) {
+        b_push(b, "%d", i);
+        if (i > 0)
+            x = merge(b, x);
+        b_push(b, "blocks");
+        for (int j = 0; j < v->depths[i]; j++, idx++) {
+            /* calculate_drop_path_rates(stagewise): linspace(0, rate, total) split by stage */
+            double dpr = total > 1 ? a->drop_path_rate * idx / (total - 1) : 0;
+            b_push(b, "%d", j);
+            x = block(b, x, v->heads[i], v->window, j % 2, dpr);
+            b_pop(b);
+        }
+        b_pop(b);
+        b_pop(b);
+    }
+    b_pop(b);
+    x = nn_layer_norm(b, "norm", x, 1e-5);
+    if (x < 0)
+        return -1;
+    s = b_shape(b, x);
+    int64_t H = s->d[1], W = s->d[2], C = s->d[3];
+    /* ClassifierHead over NHWC: the mean over H and W */
+    x = f_scale_shift(b, f_reduce_sum(b, x, 2 | 4), 1.0 / (double)(H * W), 0.0);
+    x = f_reshape(b, x, 2, (int64_t[]){B, C});
+    int classes = model_num_classes(m, a);
+    if (classes == 0)
+        return x;
+    x = f_dropout(b, x, a->drop_rate);
+    return nn_linear(b, "head.fc", x, classes,
+                     (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
+}

@@ -8,7 +8,13 @@
 #ifndef CTIMM_SWIN_COMMON_H
 #define CTIMM_SWIN_COMMON_H
 
-#include "frontend/builder.h"
+#include "models/registry.h"
+
+/* The four stages of a Swin or Swin V2. */
+typedef struct SwinArch {
+    int patch, window, embed_dim;
+    int depths[4], heads[4];
+} SwinArch;
 
 /* For tokens i, j of a wh x ww window, the row of the (2wh-1)(2ww-1) table
  * for their offset (get_relative_position_index): the constant
@@ -28,5 +34,17 @@ ValueId swin_shifted_window_attention(Builder *b, ValueId x, int heads, int wind
 /* PatchMerging's gather: x [B,H,W,C] padded to even H and W, each 2x2
  * neighbourhood as 4C in (w, h) order: [B, H/2, W/2, 4C]. */
 ValueId swin_merge_2x2(Builder *b, ValueId x);
+
+/* A model's block over [B,H,W,C] (its window shifted when `shifted`) and its
+ * PatchMerging ("downsample") to [B,H/2,W/2,2C]. */
+typedef ValueId (*SwinBlock)(Builder *b, ValueId x, int heads, int window, int shifted, double dpr);
+typedef ValueId (*SwinMerge)(Builder *b, ValueId x);
+
+/* SwinTransformer(V2).forward: "patch_embed" (the conv, then LayerNorm over
+ * NHWC tokens), the stages "layers.i" (a merge before each but the first,
+ * then "blocks.j", the odd ones shifted, drop-path rates stagewise), the
+ * final LayerNorm "norm", the mean over H and W, dropout and "head.fc"
+ * (trunc_normal(.02) weight, zero bias) unless the model has no classes. */
+ValueId swin_build(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x, SwinBlock block, SwinMerge merge);
 
 #endif

@@ -21,11 +21,6 @@
 #include "models/registry.h"
 #include "models/swin_common.h"
 
-typedef struct SwinV2Arch {
-    int patch, window, embed_dim;
-    int depths[4], heads[4];
-} SwinV2Arch;
-
 static ValueId linear(Builder *b, const char *name, ValueId x, int64_t out, int no_bias)
 {
     return nn_linear(b, name, x, out,
@@ -123,8 +118,7 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     ValueId q = f_mul(b, f_normalize(b, t[0], 1e-12), scale), k = f_normalize(b, t[1], 1e-12);
     int64_t qs[4] = {B, nw * heads, N, hd};
     x = f_sdpa_bias(b, f_reshape(b, q, 4, qs), f_reshape(b, k, 4, qs), f_reshape(b, t[2], 4, qs), pos, 1.0);
-    x = f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd});
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){Bw, N, C});
+    x = f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
     x = linear(b, "proj", x, C, 0);
     b_pop(b);
     return x;
@@ -157,55 +151,13 @@ static ValueId patch_merging(Builder *b, ValueId x)
 
 static ValueId build_swinv2(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId x)
 {
-    const SwinV2Arch *v = m->arch;
-    const CtShape *s = b_shape(b, x);
-    int64_t B = s->d[0];
-    if (s->d[2] % v->patch || s->d[3] % v->patch)
-        return b_fail(b, "image size %lldx%lld is not a multiple of the patch size %d", (long long)s->d[2],
-                      (long long)s->d[3], v->patch);
-    b_push(b, "patch_embed");
-    x = nn_conv2d(b, "proj", x, v->embed_dim, v->patch, (ConvOpts){.stride = v->patch, .bias = 1});
-    x = layer_norm(b, "norm", f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1}));
-    b_pop(b);
-    int total = 0, idx = 0;
-    for (int i = 0; i < 4; i++)
-        total += v->depths[i];
-    b_push(b, "layers");
-    for (int i = 0; i < 4; i++) {
-        b_push(b, "%d", i);
-        if (i > 0)
-            x = patch_merging(b, x);
-        b_push(b, "blocks");
-        for (int j = 0; j < v->depths[i]; j++, idx++) {
-            /* calculate_drop_path_rates(stagewise): linspace(0, rate, total) split by stage */
-            double dpr = total > 1 ? a->drop_path_rate * idx / (total - 1) : 0;
-            b_push(b, "%d", j);
-            x = block(b, x, v->heads[i], v->window, j % 2, dpr);
-            b_pop(b);
-        }
-        b_pop(b);
-        b_pop(b);
-    }
-    b_pop(b);
-    x = layer_norm(b, "norm", x);
-    if (x < 0)
-        return -1;
-    s = b_shape(b, x);
-    int64_t H = s->d[1], W = s->d[2], C = s->d[3];
-    /* ClassifierHead over NHWC: the mean over H and W */
-    x = f_scale_shift(b, f_reduce_sum(b, x, 2 | 4), 1.0 / (double)(H * W), 0.0);
-    x = f_reshape(b, x, 2, (int64_t[]){B, C});
-    int classes = model_num_classes(m, a);
-    if (classes == 0)
-        return x;
-    x = f_dropout(b, x, a->drop_rate);
-    return linear(b, "head.fc", x, classes, 0);
+    return swin_build(b, m, a, x, block, patch_merging);
 }
 
 /* SwinTransformerV2.no_weight_decay: every name holding cpb_mlp or logit_scale */
 static const char *const swinv2_no_wd[] = {"*cpb_mlp*", "*logit_scale*", NULL};
 
-static const SwinV2Arch tiny_w8 = {4, 8, 96, {2, 2, 6, 2}, {3, 6, 12, 24}};
+static const SwinArch tiny_w8 = {4, 8, 96, {2, 2, 6, 2}, {3, 6, 12, 24}};
 
 static const ModelEntry entries[] = {
     {"swinv2_tiny_window8_256", build_swinv2, &tiny_w8,

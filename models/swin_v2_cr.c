@@ -104,8 +104,7 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     ValueId q = f_mul(b, f_normalize(b, t[0], 1e-12), scale), k = f_normalize(b, t[1], 1e-12);
     int64_t qs[4] = {B, nw * heads, N, hd};
     x = f_sdpa_bias(b, f_reshape(b, q, 4, qs), f_reshape(b, k, 4, qs), f_reshape(b, t[2], 4, qs), pos, 1.0);
-    x = f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd});
-    x = f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){Bw, N, C});
+    x = f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
     x = linear(b, "proj", x, C, 0);
     b_pop(b);
     return x;
