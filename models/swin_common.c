@@ -144,3 +144,17 @@ ValueId swin_build(Builder *b, const ModelEntry *m, const ModelArgs *a, ValueId 
     return nn_linear(b, "head.fc", x, classes,
                      (LinearOpts){.weight_init = init_trunc_normal(.02), .bias_init = init_zeros()});
 }
+
+ValueId swin_post_norm(Builder *b, const char *name, ValueId x)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    const CtShape *s = b_shape(b, x);
+    CtShape d = {1, {s->d[s->ndim - 1]}};
+    double eps = 1e-5;
+    b_push(b, "%s", name);
+    ValueId in[3] = {x, b_param(b, "weight", d, init_zeros()), b_param(b, "bias", d, init_zeros())};
+    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
+    b_pop(b);
+    return y;
+}

@@ -35,6 +35,10 @@ ValueId swin_shifted_window_attention(Builder *b, ValueId x, int heads, int wind
  * neighbourhood as 4C in (w, h) order: [B, H/2, W/2, 4C]. */
 ValueId swin_merge_2x2(Builder *b, ValueId x);
 
+/* Swin V2's res-post-norm LayerNorm (eps 1e-5) "<name>", its weight and
+ * bias zero (_init_respostnorm; V2-CR's init_values 0). */
+ValueId swin_post_norm(Builder *b, const char *name, ValueId x);
+
 /* A model's block over [B,H,W,C] (its window shifted when `shifted`) and its
  * PatchMerging ("downsample") to [B,H/2,W/2,2C]. */
 typedef ValueId (*SwinBlock)(Builder *b, ValueId x, int heads, int window, int shifted, double dpr);

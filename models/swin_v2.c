@@ -29,21 +29,6 @@ static ValueId linear(Builder *b, const char *name, ValueId x, int64_t out, int 
 
 static ValueId layer_norm(Builder *b, const char *name, ValueId x) { return nn_layer_norm(b, name, x, 1e-5); }
 
-/* The residual branches' LayerNorm, weight and bias zero (_init_respostnorm). */
-static ValueId post_norm(Builder *b, const char *name, ValueId x)
-{
-    if (b->e.failed || x < 0)
-        return -1;
-    const CtShape *s = b_shape(b, x);
-    CtShape d = {1, {s->d[s->ndim - 1]}};
-    double eps = 1e-5;
-    b_push(b, "%s", name);
-    ValueId in[3] = {x, b_param(b, "weight", d, init_zeros()), b_param(b, "bias", d, init_zeros())};
-    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
-    b_pop(b);
-    return y;
-}
-
 /* One coordinate of relative_coords_table: d / max(w - 1, 1) * 8, then
  * sign * log2(|.| + 1) / log2(8), each step in float32 as torch's (bit-equal
  * to torch 1.13's table for windows 2, 3, 6, 7, 8, 12 and 16). */
@@ -128,13 +113,13 @@ static ValueId block(Builder *b, ValueId x, int heads, int window, int shifted, 
 {
     const CtShape *s = b_shape(b, x);
     int64_t B = s->d[0], H = s->d[1], W = s->d[2], C = s->d[3];
-    ValueId y = post_norm(b, "norm1", swin_shifted_window_attention(b, x, heads, window, shifted, window_attention));
+    ValueId y = swin_post_norm(b, "norm1", swin_shifted_window_attention(b, x, heads, window, shifted, window_attention));
     x = f_reshape(b, f_add(b, x, f_drop_path(b, y, dpr)), 3, (int64_t[]){B, H * W, C});
     b_push(b, "mlp");
     y = f_gelu(b, linear(b, "fc1", x, 4 * C, 0), 0);
     y = linear(b, "fc2", y, C, 0);
     b_pop(b);
-    x = f_add(b, x, f_drop_path(b, post_norm(b, "norm2", y), dpr));
+    x = f_add(b, x, f_drop_path(b, swin_post_norm(b, "norm2", y), dpr));
     return f_reshape(b, x, 4, (int64_t[]){B, H, W, C});
 }
 

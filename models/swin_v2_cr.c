@@ -31,21 +31,6 @@ static ValueId linear(Builder *b, const char *name, ValueId x, int64_t out, int 
 
 static ValueId layer_norm(Builder *b, const char *name, ValueId x) { return nn_layer_norm(b, name, x, 1e-5); }
 
-/* norm1 and norm2: the weight at init_values 0, the bias 0. */
-static ValueId post_norm(Builder *b, const char *name, ValueId x)
-{
-    if (b->e.failed || x < 0)
-        return -1;
-    const CtShape *s = b_shape(b, x);
-    CtShape d = {1, {s->d[s->ndim - 1]}};
-    double eps = 1e-5;
-    b_push(b, "%s", name);
-    ValueId in[3] = {x, b_param(b, "weight", d, init_zeros()), b_param(b, "bias", d, init_zeros())};
-    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
-    b_pop(b);
-    return y;
-}
-
 /* relative_coordinates_log [N*N, 2]: for tokens i, j of a wh x ww window,
  * row i*N + j holds sign(d) * log(1 + |d|) of their (row, column) offset
  * d, in float32 as torch's (bit-equal to torch 1.13's for |d| <= 15). */
@@ -114,13 +99,13 @@ static ValueId block(Builder *b, ValueId x, int heads, int window, int shifted, 
 {
     const CtShape *s = b_shape(b, x);
     int64_t B = s->d[0], H = s->d[1], W = s->d[2], C = s->d[3];
-    ValueId y = post_norm(b, "norm1", swin_shifted_window_attention(b, x, heads, window, shifted, window_attention));
+    ValueId y = swin_post_norm(b, "norm1", swin_shifted_window_attention(b, x, heads, window, shifted, window_attention));
     x = f_reshape(b, f_add(b, x, f_drop_path(b, y, dpr)), 3, (int64_t[]){B, H * W, C});
     b_push(b, "mlp");
     y = f_gelu(b, linear(b, "fc1", x, 4 * C, 0), 0);
     y = linear(b, "fc2", y, C, 0);
     b_pop(b);
-    x = f_add(b, x, f_drop_path(b, post_norm(b, "norm2", y), dpr));
+    x = f_add(b, x, f_drop_path(b, swin_post_norm(b, "norm2", y), dpr));
     if (extra_norm)
         x = layer_norm(b, "norm3", x);
     return f_reshape(b, x, 4, (int64_t[]){B, H, W, C});
