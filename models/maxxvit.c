@@ -373,8 +373,21 @@ static const MaxxArch coatnet_0_rw = {
     .stride_pool = 1, .pre_norm_act = 1, .attn_early = 1, .act = ACT_SILU, .se_act = ACT_RELU, .attn_ratio = 0.25,
     .conv_eps = 1e-5, .dim_head = 32, .head_first = 1, .t_act = ACT_GELU, .t_eps = 1e-6};
 
+/* _tf_cfg: MaxxVitConvCfg(norm_eps=1e-3, act gelu_tanh, padding 'same') and
+ * MaxxVitTransformerCfg(norm_eps=1e-5, gelu_tanh, head_first=False, 'bias_tf') */
+static const MaxxArch maxvit_tiny_tf = {
+    .embed = {64, 128, 256, 512}, .depths = {2, 2, 5, 2}, .types = {'M', 'M', 'M', 'M'}, .stem = {64, 64},
+    .stem_bias = 1, .expand_output = 1, .output_bias = 1, .act = ACT_GELU_TANH, .se_act = ACT_SILU,
+    .attn_ratio = 0.25, .conv_eps = 1e-3, .pad_same = 1, .dim_head = 32, .expand_first = 1, .shortcut_bias = 1,
+    .rel_pos_tf = 1, .t_act = ACT_GELU_TANH, .t_eps = 1e-5, .head_hidden = 512};
+
 static const ModelEntry entries[] = {
     {"coatnet_0_rw_224", build_maxxvit, &coatnet_0_rw, MAXXVIT_CFG("sw_in1k", 224, 0.95), maxxvit_no_wd},
+    {"maxvit_tiny_tf_224", build_maxxvit, &maxvit_tiny_tf,
+     {.tag = "in1k", .input_size = {3, 224, 224}, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225},
+      .crop_pct = 0.95, .crop_mode = "center", .interpolation = "bicubic", .num_classes = 1000,
+      .first_conv = "stem.conv1", .classifier = "head.fc", .fixed_input_size = 1},
+     maxxvit_no_wd},
     {"test_coatnet", build_maxxvit, &test_coatnet, MAXXVIT_CFG("untrained", 160, 0.95), maxxvit_no_wd},
     {"test_maxvit", build_maxxvit, &test_maxvit, MAXXVIT_CFG("untrained", 160, 0.95), maxxvit_no_wd},
 };
