@@ -7,7 +7,7 @@ static const ModelFamily *const families[] = {&resnet_family, &vit_family, &conv
                                               &mobilenetv3_family, &regnet_family, &metaformer_family,
                                               &resnetv2_family, &nfnet_family, &byobnet_family, &hgnet_family,
                                               &eva_family, &swin_family, &beit_family, &vit_relpos_family,
-                                              &levit_family, &swinv2_family, &swinv2_cr_family};
+                                              &levit_family, &swinv2_family, &swinv2_cr_family, &maxxvit_family};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 const ModelEntry *model_find(const char *name)

@@ -83,7 +83,7 @@ typedef struct ModelFamily {
 
 extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family,
     regnet_family, metaformer_family, resnetv2_family, nfnet_family, byobnet_family, hgnet_family, eva_family,
-    swin_family, beit_family, vit_relpos_family, levit_family, swinv2_family, swinv2_cr_family;
+    swin_family, beit_family, vit_relpos_family, levit_family, swinv2_family, swinv2_cr_family, maxxvit_family;
 
 /* The model of name, or NULL. timm's "arch.tag" names (resnet50.a1_in1k)
  * find arch's: the tag picks pretrained weights (model_tag), not a model. */

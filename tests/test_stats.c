@@ -19,7 +19,10 @@
  * Rows that cannot match, left out of the file: LeViT's in the pt291 files
  * (param_count 7.76 / 9.19 M and levit_128s' 0.30 GMACs, where timm 1.0.31
  * builds 7,777,058 / 9,213,936 params and fvcore counts 0.307 G; the older
- * files' rows agree with it). All EXPECTED_ROWS rows (the 13 models
+ * files' rows agree with it); maxvit_tiny_tf_224's (fvcore counts its
+ * RelPosBiasTf's one-hot einsums, 0.51 M activations and numpy's einsum_path
+ * estimate of their MACs, printed to 4 digits; ctimm gathers the table,
+ * which counts nothing). All EXPECTED_ROWS rows (the 13 models
  * of the common benchmark set at every img_size in the CSVs, plus test_vit,
  * test_resnet, test_efficientnet and test_convnext, and the zoo's added
  * models: tools/make_timm_stats.py) match exactly.
@@ -35,7 +38,7 @@
 #include "passes/stats.h"
 #include "tests/check.h"
 
-#define EXPECTED_ROWS 148
+#define EXPECTED_ROWS 150
 
 typedef struct Row {
     char model[64];

@@ -212,7 +212,8 @@ int main(void)
     static const char *const families[] = {"resnet", "regnet",   "convnext", "efficientnet", "mobilenetv3",
                                            "metaformer", "vit", "vit14",   "resnetv2",     "nfnet",
                                            "vit_kwargs", "byobnet", "hgnet", "eva", "eva_kwargs",
-                                           "swin",   "beit",  "vit_relpos", "levit", "swinv2", "swinv2_cr"};
+                                           "swin",   "beit",  "vit_relpos", "levit", "swinv2", "swinv2_cr",
+                                           "maxxvit"};
     enum { NFAM = sizeof families / sizeof *families };
     Jobs js = {.lock = PTHREAD_MUTEX_INITIALIZER};
     cJSON *docs[NFAM];

@@ -33,7 +33,8 @@ The shipped files: mixnet_s, seresnext26t_32x4d, regnety_016, mobilenetv4_conv_s
 test_byobnet, batch 2 at 64 px (the last stage's batch norms then normalise 8 values per channel);
 convnext_nano, poolformer_s12 and resnetv2_50x1_bit, which have none, at 32 px; eva02_tiny_patch14_224 (none
 either) at 28 px, built for that size with 1000 classes ("num_classes"), as tools/make_zoo_refs.py builds it;
-swin_tiny_patch4_window7_224 at 32 px (its first stage's 8x8 grid padded to 14x14 windows, shifted and masked).
+swin_tiny_patch4_window7_224 at 32 px (its first stage's 8x8 grid padded to 14x14 windows, shifted and masked);
+test_maxvit, batch 2 at 64 px (2x2 windows and grids, the smallest partition with more than one token).
 """
 
 import argparse
