@@ -22,7 +22,8 @@ for model in $("$compile" --list-models $filter); do
         for prec in f32 f16 bf16; do
             for layout in nchw channels_last; do
                 args=(--model "$model" --compile cuda --sm 90)
-                [ $mode = train ] && args+=(--train)
+                # batch 2: a training-mode BatchNorm1d (LeViT's heads) needs two values a channel, as torch's
+                [ $mode = train ] && args+=(--train --batch-size 2)
                 [ $prec = f16 ] && args+=(--amp)
                 [ $prec = bf16 ] && args+=(--amp --amp-dtype bfloat16)
                 [ $layout = channels_last ] && args+=(--channels-last)
