@@ -500,7 +500,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"model-kwargs", 1, 0, O_KWARGS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.model = "resnet50", .bench = "both", .precision = "float32", .amp_dtype = "float16",
                 .results_format = "csv", .device = "cpu", .opt = "sgd", .batch_size = 256, .num_classes = -1,
-                .warm = 10, .iters = 40, .opt_eps = -1};
+                .warm = 10, .iters = 40, .opt_eps = -1, .drop_path = -1 /* benchmark.py's None: the model's */};
     for (int i = 1; i < argc; i++)
         for (int k = 0; refused[k]; k++) {
             size_t n = strlen(refused[k]);

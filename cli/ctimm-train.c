@@ -51,7 +51,7 @@ static const char *const usage =
     "                   [--patience-epochs 10] [--cooldown-epochs 0] [--lr-noise PCT [PCT]]\n"
     "                   [--lr-noise-pct 0.67] [--lr-noise-std 1] [--lr-cycle-mul 1] [--lr-cycle-decay 0.5]\n"
     "                   [--lr-cycle-limit 1] [--lr-k-decay 1]\n"
-    "                   [--smoothing 0.1] [--drop 0] [--drop-path 0] [--channels-last] [--seed 42] [-j 2]\n"
+    "                   [--smoothing 0.1] [--drop 0] [--drop-path P] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
     "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3]\n"

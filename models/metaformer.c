@@ -108,4 +108,4 @@ static const ModelEntry entries[] = {
     {"poolformer_s24", build_metaformer, &s24, POOLFORMER_CFG(0.9), NULL},
 };
 
-const ModelFamily metaformer_family = {entries, sizeof entries / sizeof entries[0], NULL, 0};
+const ModelFamily metaformer_family = {entries, sizeof entries / sizeof entries[0], NULL, 0, 0};

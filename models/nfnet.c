@@ -127,4 +127,4 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily nfnet_family = {entries, sizeof entries / sizeof entries[0], groups, 0};
+const ModelFamily nfnet_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};

@@ -143,7 +143,10 @@ int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err
     graph_init(g);
     b_init(&b, g, spec->training);
     ValueId x = b_input(&b, "input", (CtShape){4, {batch, chans, size, size}}, CT_F32);
-    ValueId y = m->build(&b, m, &spec->args, x);
+    ModelArgs args = spec->args;
+    if (args.drop_path_rate < 0)
+        args.drop_path_rate = model_family(m)->drop_path_rate;
+    ValueId y = m->build(&b, m, &args, x);
     if (y >= 0)
         graph_mark_output(g, y);
     if (b_finish(&b, err)) {

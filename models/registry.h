@@ -54,7 +54,8 @@ typedef struct ModelArgs {
     int num_classes; /* -1: default; 0: no classifier (features) */
     int img_size;
     int in_chans; /* the image's channels, the stem's input (timm's create_model(in_chans=)); 0: the cfg's 3 */
-    double drop_rate, drop_path_rate;
+    double drop_rate;
+    double drop_path_rate; /* < 0: the model's default (create_model without it); model_build resolves it */
     ModelOptions opt;
 } ModelArgs;
 
@@ -79,6 +80,9 @@ typedef struct ModelFamily {
     /* the MODEL_OPT_* options its models take; every family takes global_pool,
      * and MODEL_OPT_GLOBAL_POOL marks one that builds other pools than 'avg' */
     unsigned opts;
+    /* the constructor's default drop_path_rate, which a run that gives none
+     * trains with (Swin's 0.1; most families' 0) */
+    double drop_path_rate;
 } ModelFamily;
 
 extern const ModelFamily resnet_family, vit_family, convnext_family, efficientnet_family, mobilenetv3_family,
@@ -104,7 +108,7 @@ typedef struct ModelSpec {
     ModelArgs args;
 } ModelSpec;
 
-static inline ModelArgs model_args_default(void) { return (ModelArgs){.num_classes = -1}; }
+static inline ModelArgs model_args_default(void) { return (ModelArgs){.num_classes = -1, .drop_path_rate = -1}; }
 /* Whether m takes the options a gives (a before m's own checks in model_build):
  * one its family's models lack is refused by name, as timm's TypeError. */
 int model_args_check(const ModelEntry *m, const ModelArgs *a, CtErr *err);

@@ -84,4 +84,4 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily regnet_family = {entries, sizeof entries / sizeof entries[0], groups, 0};
+const ModelFamily regnet_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};

@@ -189,4 +189,4 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily swinv2_cr_family = {entries, sizeof entries / sizeof entries[0], groups, 0};
+const ModelFamily swinv2_cr_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};

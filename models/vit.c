@@ -306,4 +306,4 @@ static const GroupRule groups[] = {
 const ModelFamily vit_family = {entries, sizeof entries / sizeof entries[0], groups,
                                 MODEL_OPT_GLOBAL_POOL | MODEL_OPT_CLASS_TOKEN | MODEL_OPT_REG_TOKENS |
                                     MODEL_OPT_FC_NORM | MODEL_OPT_NO_EMBED_CLASS | MODEL_OPT_INIT_VALUES |
-                                    MODEL_OPT_QKV_BIAS};
+                                    MODEL_OPT_QKV_BIAS, 0};

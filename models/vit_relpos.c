@@ -170,4 +170,4 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily vit_relpos_family = {entries, sizeof entries / sizeof entries[0], groups, 0};
+const ModelFamily vit_relpos_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};

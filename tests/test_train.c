@@ -303,8 +303,39 @@ static void test_drop_path_rate(void)
     graph_free(&g);
 }
 
+/* The largest drop_path rate in model m's training graph, -1 when none. */
+static double max_drop_path(const char *model, double rate)
+{
+    ModelSpec spec = {.batch_size = 2, .training = 1, .args = model_args_default()};
+    spec.args.img_size = 32;
+    spec.args.drop_path_rate = rate;
+    Graph g;
+    CtErr err;
+    double most = -1;
+    CHECKF(model_build(model_find(model), &spec, &g, &err) == 0, "%s: %s", model, err.msg);
+    for (int i = 0; i < g.nnodes; i++)
+        if (g.nodes[i].op == CT_OP_drop_path && g.nodes[i].fattr[0] > most)
+            most = g.nodes[i].fattr[0];
+    graph_free(&g);
+    return most;
+}
+
+/* A run that gives no --drop-path trains with the model's own default, as
+ * train.py's None leaves create_model's: Swin's 0.1 (linspace over the
+ * blocks, the last block at 0.1), none in most families; a given rate,
+ * 0 included, is the run's. */
+static void test_drop_path_default(void)
+{
+    double swin = max_drop_path("swin_tiny_patch4_window7_224", -1);
+    CHECKF(fabs(swin - 0.1) < 1e-12, "swin's default drop_path: last block %g", swin);
+    CHECKF(max_drop_path("swin_tiny_patch4_window7_224", 0) < 0, "swin at --drop-path 0 still drops");
+    CHECKF(fabs(max_drop_path("swin_tiny_patch4_window7_224", 0.3) - 0.3) < 1e-12, "swin at --drop-path 0.3");
+    CHECKF(max_drop_path("test_vit", -1) < 0, "test_vit's default drops");
+}
+
 int main(void)
 {
+    test_drop_path_default();
     test_drop_path_reproducible();
     test_drop_path_rate();
     test_weight_decay_groups();

@@ -13,7 +13,7 @@ TrainArgs train_args_default(void)
 {
     return (TrainArgs){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
                        .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5,
-                       .workers = 2, .log_interval = 50, .lr = -1, .lr_base = 0.1, .lr_base_size = 256,
+                       .workers = 2, .log_interval = 50, .lr = -1, .drop_path = -1, .lr_base = 0.1, .lr_base_size = 256,
                        .momentum = 0.9, .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1,
                        .seed = 42, .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1, .layer_decay = -1,
                        .grad_accum_steps = 1, .clip_mode = "norm", .model_ema_decay = 0.9998, .sch = sched_args_default(),
@@ -145,6 +145,8 @@ char *train_args_json(const TrainArgs *a)
         {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+    if (a->drop_path < 0) /* not given: train.py's None */
+        cJSON_ReplaceItemInObject(o, "drop_path", cJSON_CreateNull());
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));

@@ -21,6 +21,7 @@ typedef struct TrainArgs {
     const char *pretrained_path;
     int num_classes, img_size, batch_size, val_batch_size, epochs, workers, log_interval, channels_last;
     int no_resume_opt, checkpoint_hist;
+    /* drop_path < 0: not given (train.py's None), the model's default rate */
     double lr, lr_base, lr_base_size, momentum, weight_decay, smoothing, warmup_lr, min_lr, warmup_epochs, drop,
         drop_path, opt_eps, opt_betas[2];
     int n_betas; /* --opt-betas given: 1 or 2 values, else 0 */
