@@ -57,7 +57,8 @@ static const struct {
 } models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 1},     {"regnety_016", 1}, {"convnext_nano", 1},
               {"test_nfnet", 1},    {"test_byobnet", 1},           {"mobilenetv4_conv_small", 0},
               {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}, {"eva02_tiny_patch14_224", 1},
-              {"swin_tiny_patch4_window7_224", 0}, {"test_maxvit", 0}};
+              {"swin_tiny_patch4_window7_224", 0}, {"levit_128s", 0}, {"test_maxvit", 0},
+              {"swinv2_tiny_window8_256", 1}};
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItem(o, key); }
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
