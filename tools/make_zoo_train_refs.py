@@ -34,7 +34,9 @@ test_byobnet, batch 2 at 64 px (the last stage's batch norms then normalise 8 va
 convnext_nano, poolformer_s12 and resnetv2_50x1_bit, which have none, at 32 px; eva02_tiny_patch14_224 (none
 either) at 28 px, built for that size with 1000 classes ("num_classes"), as tools/make_zoo_refs.py builds it;
 swin_tiny_patch4_window7_224 at 32 px (its first stage's 8x8 grid padded to 14x14 windows, shifted and masked);
-test_maxvit, batch 2 at 64 px (2x2 windows and grids, the smallest partition with more than one token).
+test_maxvit, batch 2 at 64 px (2x2 windows and grids, the smallest partition with more than one token);
+swinv2_tiny_window8_256 at 48 px, batch 2; levit_128s at 128 px, batch 4 (its training-mode BatchNorm1d over 8 tokens
+a channel in the last stage; at 48 px it normalises 2 values and float32 cannot follow).
 """
 
 import argparse
