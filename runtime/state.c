@@ -186,6 +186,10 @@ static int load_part(CtState *s, const StFile *f, const char *prefix, int model,
         int i = state_find(s, n + plen);
         if ((i < 0 && ((ema_missing && is_ema(n + plen)) || (!model && is_accum(n + plen)))) || in_list(n + plen, keep))
             continue;
+        /* a build-time constant the file holds (older timm checkpoints saved relative position indices and
+         * masks, which timm's checkpoint_filter_fns drop): the model's own values stand */
+        if (i >= 0 && s->e[i].role == CT_ROLE_CONST)
+            continue;
         if (i < 0 || !in_part(&s->e[i], model, 1))
             return ct_fail(err, "'%s' in the file is not part of the %s", n, model ? "model" : "training state");
     }

@@ -40,7 +40,7 @@ void state_init(CtState *s, uint64_t seed);
  * state is left as it is). A missing, extra (under the prefix) or
  * mis-shaped tensor is an error naming it; but a missing BatchNorm
  * num_batches_tracked, which torch's load_state_dict fills in, keeps its
- * value. */
+ * value, and a file's tensor named as a build-time constant is ignored. */
 int state_load(CtState *s, const StFile *f, const char *prefix, CtErr *err);
 /* state_load (no prefix) but for the entries named in keep (NULL-ended),
  * which keep their values whether the file has them or not: a model adapted
