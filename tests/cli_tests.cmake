@@ -759,7 +759,7 @@ set_tests_properties(in_chans_refused PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 
 # ctimm against timm on pretrained weights: tools/make_pretrained_cache.py
-# makes a hub cache of timm's test_resnet and test_vit (random init) with
+# makes a hub cache of timm's test_resnet, test_vit and test_maxvit (random init) with
 # timm's logits and the states its create_model(pretrained=True,
 # num_classes=7, img_size=96) loads; test_pretrained compares. Skipped
 # (77) where timm is not importable ($CTIMM_TIMM_PYTHON, else

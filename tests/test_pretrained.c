@@ -80,6 +80,44 @@ static void test_resample_vs_torch(void)
     CHECK(memcmp(same, pe, sizeof pe) == 0);
 }
 
+/* torch 1.13: timm.layers.pos_embed_rel.resize_rel_pos_bias_table of src [25 + 3, 1] (a window of
+ * 3x3, the 5x5 offsets then BEiT's three class-token rows), src[t] = ((t*2)*7 % 11)/5 - 1, to the
+ * window 5x5 ([81 + 3, 1]); and of its first 25 rows as MaxViT's TF table [1, 5, 5] to [1, 9, 7]. */
+static const float torch_rel_flat[] = {
+    -1, -1, -0.80000025, -0.40000001, 0.2, 0.80000001, -0.26666734, -0.80000001, -0.80000001, -1, -1,
+    -0.80000031, -0.40000004, 0.2, 0.80000001, -0.26666737, -0.80000001, -0.80000001, -0.73333371, -0.73333371,
+    -0.5333339, -0.13333367, 0.46666631, 0.33333394, -0.24444485, -0.53333366, -0.53333372, -0.2, -0.20000002,
+    -2.5166437e-07, 0.40000001, 1, -0.60000002, -0.19999976, 0, 0, 0.60000002, 0.60000002, 0.066667363, -1,
+    -0.40000001, 0.2, 0.60000026, 0.80000001, 0.80000001, -0.80000001, -0.80000001, -0.60000026, -0.2,
+    0.40000001, 1, -0.066667363, -0.60000002, -0.60000002, -0.26666632, -0.26666632, -0.066666566, 0.33333367,
+    -0.5333339, 0.066666067, -0.022222249, -0.066666335, -0.066666327, 0, 0, 0.19999976, 0.60000002, -1,
+    -0.40000001, 2.5828695e-07, 0.2, 0.2, 0, 0, 0.19999975, 0.60000002, -1, -0.40000001, 2.516642e-07, 0.2, 0.2,
+    0.80000001, -0.80000001, -0.2};
+static const float torch_rel_tf[] = {
+    -1, -0.80000025, -0.40000001, 0.2, 0.80000001, -0.26666734, -0.80000001, -1, -0.80000031, -0.40000004, 0.2,
+    0.80000001, -0.26666737, -0.80000001, -0.73333371, -0.5333339, -0.13333367, 0.46666631, 0.33333394,
+    -0.24444485, -0.53333366, -0.20000002, -2.5166437e-07, 0.40000001, 1, -0.60000002, -0.19999976, 0,
+    0.60000002, 0.066667363, -1, -0.40000001, 0.2, 0.60000026, 0.80000001, -0.80000001, -0.60000026, -0.2,
+    0.40000001, 1, -0.066667363, -0.60000002, -0.26666632, -0.066666566, 0.33333367, -0.5333339, 0.066666067,
+    -0.022222249, -0.066666335, 0, 0.19999976, 0.60000002, -1, -0.40000001, 2.5828695e-07, 0.2, 0, 0.19999975,
+    0.60000002, -1, -0.40000001, 2.516642e-07, 0.2};
+
+static void test_rel_pos_resize_vs_torch(void)
+{
+    float src[28], flat[84], tf[63];
+    for (int t = 0; t < 28; t++)
+        src[t] = (float)((t * 2 * 7 % 11) / 5.0 - 1.0);
+    rel_pos_table_resize(src, 5, 5, 1, 1, 3, 9, 9, flat);
+    rel_pos_table_resize(src, 5, 5, 1, 0, 0, 9, 7, tf);
+    double worst = 0;
+    for (int i = 0; i < 84; i++)
+        worst = fmax(worst, fabs(flat[i] - torch_rel_flat[i]));
+    for (int i = 0; i < 63; i++)
+        worst = fmax(worst, fabs(tf[i] - torch_rel_tf[i]));
+    /* torch's float32 grid against the double one here: 3e-7 apart */
+    CHECKF(worst <= RESAMPLE_TOL, "relative position tables: %.3g from torch's", worst);
+}
+
 /* mkdir -p of a printf path; the path in buf. */
 static const char *mkdirs(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static const char *mkdirs(char *buf, size_t n, const char *fmt, ...)
@@ -488,6 +526,35 @@ static void test_load_vit(void)
     state_free(&src);
 }
 
+/* test_maxvit at 96 px: its windows of 3 (5x5 offsets) from the file's 5
+ * (9x9), every relative position bias table resized as timm's
+ * checkpoint_filter_fn does; the rest as in the file. */
+static void test_load_rel_pos_tables(void)
+{
+    char weights[1400];
+    CtErr err = {{0}};
+    CtState src, dst;
+    const ModelEntry *m = make_state("test_maxvit", 0, 0, 0, 2, &src);
+    make_cache("test_maxvit.untrained", &src, NULL, NULL, weights, sizeof weights);
+    Pretrained p;
+    CHECK(pretrained_resolve(&p, m, "test_maxvit", PRETRAINED_HUB, NULL, &err) == 0);
+    make_state("test_maxvit", 0, 96, 0, 3, &dst);
+    CHECKF(pretrained_load(&p, &dst, 1000, &err) == 0, "%s", err.msg);
+    const char *name = "stages.1.blocks.0.attn_grid.attn.rel_pos.relative_position_bias_table";
+    int i = state_find(&dst, name), j = state_find(&src, name);
+    CHECK(i >= 0 && j >= 0 && dst.e[i].type.shape.d[0] == 25 && src.e[j].type.shape.d[0] == 81);
+    float want[25 * 2];
+    if (i >= 0 && j >= 0) {
+        rel_pos_table_resize(state_data(&src, j), 9, 9, 2, 1, 0, 5, 5, want);
+        CHECK(!memcmp(want, state_data(&dst, i), sizeof want));
+    }
+    CHECK(same_entry(&dst, &src, "stem.conv1.weight") && same_entry(&dst, &src, "head.fc.weight"));
+    CHECKF(p.nlog == 2 && strstr(p.log[1], "relative position bias tables: 9x9 offsets to 5x5."), "%d %s", p.nlog,
+           p.log[p.nlog - 1]);
+    state_free(&dst);
+    state_free(&src);
+}
+
 /* adapt_input_conv on test_resnet's stem: the three channels summed in
  * float for 1 channel, repeated and scaled by 3 / C for C; the rest loaded
  * as it is; a stem already of the model's channels loads unchanged. */
@@ -616,6 +683,8 @@ static void compare_with_timm(const char *dir, const char *model)
         double pos_err = 0;
         for (int i = 0; i < s.n; i++) {
             char name[300];
+            if (s.e[i].role == CT_ROLE_CONST) /* not in timm's state_dict */
+                continue;
             snprintf(name, sizeof name, "adapted.%s", s.e[i].name);
             const StTensor *t = ref_tensor(&ref, name);
             if (!t || s.e[i].role == CT_ROLE_STATE)
@@ -625,17 +694,19 @@ static void compare_with_timm(const char *dir, const char *model)
             if (!shape_equal(&ts, &s.e[i].type.shape) || !strncmp(s.e[i].name, p.m.cfg.classifier,
                                                                   strlen(p.m.cfg.classifier)))
                 continue; /* the new classifier: each its own init */
-            if (!strcmp(s.e[i].name, "pos_embed")) {
+            size_t len = strlen(s.e[i].name), tl = strlen("relative_position_bias_table");
+            if (!strcmp(s.e[i].name, "pos_embed") ||
+                (len >= tl && !strcmp(s.e[i].name + len - tl, "relative_position_bias_table"))) {
                 for (int64_t k = 0; k < st_numel(t); k++)
                     pos_err = fmax(pos_err, fabs(((float *)state_data(&s, i))[k] - ((const float *)t->data)[k]));
-                CHECKF(pos_err <= RESAMPLE_TOL, "%s: pos_embed %.3g from timm's", model, pos_err);
+                CHECKF(pos_err <= RESAMPLE_TOL, "%s: %s %.3g from timm's", model, s.e[i].name, pos_err);
             } else {
                 CHECKF(!memcmp(t->data, state_data(&s, i), t->nbytes), "%s: %s differs from timm's", model, name);
             }
             compared++;
         }
         printf("%s (%s): %d tensors as timm's create_model(pretrained=True, num_classes=%d, img_size=%d) loads "
-               "them (a resampled pos_embed within %.2g)\n", model, file ? "--pretrained-path .pth.tar" : "hub cache",
+               "them (resampled position embeddings or bias tables within %.2g)\n", model, file ? "--pretrained-path .pth.tar" : "hub cache",
                compared, classes, img, pos_err);
         state_free(&s);
     }
@@ -652,11 +723,13 @@ int main(int argc, char **argv)
     }
     tmp_root = root;
     test_resample_vs_torch();
+    test_rel_pos_resize_vs_torch();
     test_cache_folder();
     test_snapshots();
     test_resolve();
     test_load_resnet();
     test_load_vit();
+    test_load_rel_pos_tables();
     test_load_levit();
     test_load_in_chans();
     test_rm_tree(root);
@@ -666,6 +739,7 @@ int main(int argc, char **argv)
         setenv("HF_HUB_CACHE", hub, 1);
         compare_with_timm(argv[1], "test_resnet");
         compare_with_timm(argv[1], "test_vit");
+        compare_with_timm(argv[1], "test_maxvit");
     }
     return check_done("test_pretrained");
 }

@@ -18,7 +18,8 @@ init (seeded, no network):
       input         [2, 3, S, S] at the cfg's size S
       logits        the model's eval logits for it (pretrained=True from the cache's weights)
       adapted.<k>   timm's create_model(model, pretrained=True, pretrained_cfg_overlay=dict(file=<pth.tar>),
-                    num_classes=K, img_size=I).state_dict(): load_pretrained's adaptation (a new classifier,
+                    num_classes=K, img_size=I).state_dict(): load_pretrained's adaptation (a new classifier, resized
+                    relative position bias tables,
                     a resampled pos_embed), to compare tensor by tensor
       in<C>.<first_conv>.weight  the stem of create_model(model, pretrained=True, pretrained_cfg_overlay=
                     dict(file=<pth.tar>), in_chans=C) for C in IN_CHANS: adapt_input_conv's weight
@@ -38,7 +39,7 @@ from timm.models import get_pretrained_cfg
 from timm.models._hub import save_config_for_hf
 
 # (model, the fine-tuning run's num_classes, its img_size: None keeps the cfg's)
-MODELS = [("test_resnet", 7, None), ("test_vit", 7, 96)]
+MODELS = [("test_resnet", 7, None), ("test_vit", 7, 96), ("test_maxvit", 7, 96)]
 REVISION = "0123456789abcdef0123456789abcdef01234567"  # a commit hash's shape; any name works
 IN_CHANS = (1, 4)  # adapt_input_conv's sum (1) and repeat-and-scale (4: 3 channels then the first again)
 

@@ -73,3 +73,73 @@ void pos_embed_resample(const float *src, int prefix, int old_h, int old_w, int 
     free(wh);
     free(ww);
 }
+
+/* resize_rel_pos_bias_table's _calc: the src offsets -(src/2)..src/2
+ * placed on a geometric scale (ratio q found by bisection) that reaches
+ * dst/2, in ascending order. */
+static void geometric_offsets(int src, int dst, double *p)
+{
+    int half = src / 2;
+    double left = 1.01, right = 1.5, q = 0;
+    while (right - left > 1e-6) {
+        q = (left + right) / 2;
+        double gp = (1 - pow(q, half)) / (1 - q);
+        if (gp > dst / 2)
+            right = q;
+        else
+            left = q;
+    }
+    double cur = 1;
+    p[half] = 0;
+    for (int i = 0; i < half; i++) {
+        p[half + 1 + i] = cur;
+        p[half - 1 - i] = -cur;
+        cur += pow(q, i + 1);
+    }
+}
+
+/* RegularGridInterpolator's corners of x among the n ascending p: left and
+ * right indices and the distances to them (both 1 where they coincide). */
+static void bracket(const double *p, int n, double x, int *l, int *r, double *dl, double *dr)
+{
+    int right = 0;
+    while (right < n && p[right] < x) /* torch.bucketize: the first p >= x */
+        right++;
+    right = right < n ? right : n - 1;
+    *r = right;
+    *l = right - 1 < 0 ? 0 : right - 1;
+    *dl = fmax(x - p[*l], 0);
+    *dr = fmax(p[*r] - x, 0);
+    if (*dl == 0 && *dr == 0)
+        *dl = *dr = 1;
+}
+
+void rel_pos_table_resize(const float *src, int src_h, int src_w, int heads, int flat, int extra, int dst_h, int dst_w,
+                          float *dst)
+{
+    double *py = malloc(sizeof *py * (size_t)(src_h + src_w));
+    CT_ASSERT(py != NULL);
+    double *px = py + src_h;
+    geometric_offsets(src_h, dst_h, py);
+    geometric_offsets(src_w, dst_w, px);
+    for (int y = 0; y < dst_h; y++) {
+        int yl, yr, xl, xr;
+        double dyl, dyr, dxl, dxr;
+        bracket(py, src_h, (double)(y - dst_h / 2), &yl, &yr, &dyl, &dyr);
+        for (int x = 0; x < dst_w; x++) {
+            bracket(px, src_w, (double)(x - dst_w / 2), &xl, &xr, &dxl, &dxr);
+            for (int h = 0; h < heads; h++) {
+#define AT(i, j) (double)src[flat ? ((i) * src_w + (j)) * heads + h : (h * src_h + (i)) * src_w + (j)]
+                double v = AT(yl, xl) * dyr * dxr + AT(yl, xr) * dyr * dxl + AT(yr, xl) * dyl * dxr +
+                           AT(yr, xr) * dyl * dxl;
+#undef AT
+                dst[flat ? (y * dst_w + x) * heads + h : (h * dst_h + y) * dst_w + x] =
+                    (float)(v / ((dyl + dyr) * (dxl + dxr)));
+            }
+        }
+    }
+    if (flat)
+        memcpy(dst + (size_t)dst_h * dst_w * heads, src + (size_t)src_h * src_w * heads,
+               sizeof *dst * (size_t)extra * heads);
+    free(py);
+}

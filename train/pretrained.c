@@ -268,6 +268,65 @@ static int adapt_pos_embed(Pretrained *p, const CtState *s, StFile *f, CtErr *er
     return 0;
 }
 
+/* The odd side of a square table of n offsets (n = side^2), or -1. */
+static int odd_square_side(int64_t n)
+{
+    int s = square_side(n);
+    return s > 0 && s % 2 ? s : -1;
+}
+
+/* The checkpoint_filter_fns of BEiT, Swin and MaxViT: each
+ * relative_position_bias_table of the file moved to the model's window
+ * when the two differ (a model built for another image size): flat
+ * [(2w-1)^2 + extra, heads] (BEiT's 3 class-token rows, else none) or TF's
+ * [heads, 2h-1, 2w-1]. Tables it cannot place are left for the load to
+ * name. */
+static void adapt_rel_pos_tables(Pretrained *p, const CtState *s, StFile *f)
+{
+    static const char leaf[] = "relative_position_bias_table";
+    int n = 0, from = 0, to = 0;
+    for (int i = 0; i < s->n; i++) {
+        const StateEntry *e = &s->e[i];
+        size_t len = strlen(e->name);
+        if (e->role != CT_ROLE_PARAM || len < sizeof leaf - 1 || strcmp(e->name + len - (sizeof leaf - 1), leaf))
+            continue;
+        StTensor *t = NULL;
+        for (int k = 0; k < f->ntensors; k++)
+            if (!strcmp(f->tensors[k].name, e->name))
+                t = &f->tensors[k];
+        const CtShape *want = &e->type.shape;
+        CtShape have = t ? shape_make(t->ndim, t->shape) : (CtShape){0};
+        if (!t || t->dtype != CT_F32 || e->type.dtype != CT_F32 || shape_equal(&have, want) || have.ndim != want->ndim)
+            continue;
+        int flat = want->ndim == 2, heads = (int)(flat ? want->d[1] : want->d[0]), extra = 0;
+        int sh, sw, dh, dw;
+        if (flat) {
+            if (have.d[1] != heads)
+                continue;
+            extra = odd_square_side(want->d[0]) > 0 ? 0 : 3;
+            sh = sw = odd_square_side(have.d[0] - extra);
+            dh = dw = odd_square_side(want->d[0] - extra);
+        } else {
+            if (want->ndim != 3 || have.d[0] != heads)
+                continue;
+            sh = (int)have.d[1], sw = (int)have.d[2], dh = (int)want->d[1], dw = (int)want->d[2];
+        }
+        if (sh < 0 || dh < 0)
+            continue;
+        size_t nbytes = sizeof(float) * (size_t)shape_numel(want);
+        float *out = malloc(nbytes);
+        CT_ASSERT(out != NULL);
+        rel_pos_table_resize(t->data, sh, sw, heads, flat, extra, dh, dw, out);
+        free(t->data);
+        t->data = out;
+        t->nbytes = nbytes;
+        memcpy(t->shape, want->d, sizeof(int64_t) * (size_t)want->ndim);
+        n++, from = sh, to = dh;
+    }
+    if (n)
+        say(p, "Resized %d relative position bias tables: %dx%d offsets to %dx%d.", n, from, from, to, to);
+}
+
 /* f's tensor `name` (to adapt in place), or NULL. */
 static StTensor *file_tensor(StFile *f, const char *name)
 {
@@ -369,6 +428,7 @@ int pretrained_load(Pretrained *p, CtState *s, int classes, CtErr *err)
     }
     int rc = adapt_pos_embed(p, s, &f, err);
     if (!rc) {
+        adapt_rel_pos_tables(p, s, &f);
         adapt_input_conv(p, s, &f);
         rc = state_load_keeping(s, &f, keep, err);
     }

@@ -40,7 +40,7 @@
 
 typedef enum { PRETRAINED_NONE, PRETRAINED_HUB, PRETRAINED_FILE } PretrainedSource;
 
-#define PRETRAINED_LOG_LINES 4
+#define PRETRAINED_LOG_LINES 5
 
 typedef struct Pretrained {
     ModelEntry m; /* the model, its cfg the weights' pretrained cfg */
