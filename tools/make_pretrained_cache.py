@@ -18,9 +18,8 @@ init (seeded, no network):
       input         [2, 3, S, S] at the cfg's size S
       logits        the model's eval logits for it (pretrained=True from the cache's weights)
       adapted.<k>   timm's create_model(model, pretrained=True, pretrained_cfg_overlay=dict(file=<pth.tar>),
-                    num_classes=K, img_size=I).state_dict(): load_pretrained's adaptation (a new classifier, resized
-                    relative position bias tables,
-                    a resampled pos_embed), to compare tensor by tensor
+                    num_classes=K, img_size=I).state_dict(): load_pretrained's adaptation (a new classifier,
+                    a resampled pos_embed, resized relative position bias tables), to compare tensor by tensor
       in<C>.<first_conv>.weight  the stem of create_model(model, pretrained=True, pretrained_cfg_overlay=
                     dict(file=<pth.tar>), in_chans=C) for C in IN_CHANS: adapt_input_conv's weight
     metadata: model, tag, num_classes (K), img_size (I), in_chans (the C, comma-separated)
