@@ -69,13 +69,9 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     int64_t nw = mask >= 0 ? b_shape(b, mask)->d[0] : 1, B = Bw / nw;
     b_push(b, "attn");
     ValueId logit_scale = b_param(b, "logit_scale", (CtShape){3, {heads, 1, 1}}, init_constant(log(10.0)));
-    double *zeros = calloc((size_t)C, sizeof *zeros);
-    if (!zeros)
-        return b_fail(b, "out of memory for a k_bias of %lld", (long long)C);
     ValueId bias[3] = {b_param(b, "q_bias", (CtShape){1, {C}}, init_zeros()),
-                       b_const(b, "k_bias", (CtShape){1, {C}}, b->param_dtype, zeros),
+                       b_const(b, "k_bias", (CtShape){1, {C}}, b->param_dtype, NULL),
                        b_param(b, "v_bias", (CtShape){1, {C}}, init_zeros())};
-    free(zeros);
 
     /* the continuous position bias: [heads, N, N] */
     ValueId cpb = rel_coords_table(b, wh, ww);
