@@ -25,29 +25,18 @@ static ValueId swin_linear(Builder *b, const char *name, ValueId x, int64_t out,
 
 static ValueId layer_norm(Builder *b, const char *name, ValueId x) { return nn_layer_norm(b, name, x, 1e-5); }
 
-/* WindowAttention over x [B*nW, N, C] with the relative position bias, plus
- * the shift mask [nW, N, N] when given: q, k, v viewed [B, nW*heads, N, hd]
- * so one bias [1, nW*heads, N, N] serves the whole batch. */
+/* WindowAttention over x [B*nW, N, C]: the relative position bias gathered
+ * from its table, plus the shift mask [nW, N, N] when given. */
 static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, int64_t ww, ValueId mask)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t Bw = s->d[0], N = s->d[1], C = s->d[2], hd = C / heads, T = (2 * wh - 1) * (2 * ww - 1);
-    int64_t nw = mask >= 0 ? b_shape(b, mask)->d[0] : 1;
+    int64_t N = b_shape(b, x)->d[1], C = b_shape(b, x)->d[2], T = (2 * wh - 1) * (2 * ww - 1);
     b_push(b, "attn");
     ValueId table = b_param(b, "relative_position_bias_table", (CtShape){2, {T, heads}}, init_trunc_normal(.02));
     ValueId index = swin_rel_pos_index(b, wh, ww);
-    ValueId t[3];
-    f_split_heads(b, swin_linear(b, "qkv", x, 3 * C, 0), 3, heads, t);
-    for (int i = 0; i < 3; i++)
-        t[i] = f_reshape(b, t[i], 4, (int64_t[]){Bw / nw, nw * heads, N, hd});
+    ValueId qkv = swin_linear(b, "qkv", x, 3 * C, 0);
     ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1});
     bias = f_reshape(b, bias, 4, (int64_t[]){1, heads, N, N});
-    if (mask >= 0)
-        bias = f_add(b, f_reshape(b, mask, 4, (int64_t[]){nw, 1, N, N}), bias);
-    bias = f_reshape(b, bias, 4, (int64_t[]){1, nw * heads, N, N});
-    x = f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd));
-    x = f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
-    x = swin_linear(b, "proj", x, C, 0);
+    x = swin_linear(b, "proj", swin_window_sdpa(b, qkv, heads, bias, mask, -1), C, 0);
     b_pop(b);
     return x;
 }

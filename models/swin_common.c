@@ -1,5 +1,6 @@
 #include "models/swin_common.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* torch.roll(x, shift, dim): out[i] = x[(i - shift) mod n]. */
@@ -157,4 +158,28 @@ ValueId swin_post_norm(Builder *b, const char *name, ValueId x)
     ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
     b_pop(b);
     return y;
+}
+
+ValueId swin_window_sdpa(Builder *b, ValueId qkv, int heads, ValueId pos, ValueId mask, ValueId logit_scale)
+{
+    const CtShape *s = b_shape(b, qkv);
+    int64_t Bw = s->d[0], N = s->d[1], hd = s->d[2] / 3 / heads, nw = mask >= 0 ? b_shape(b, mask)->d[0] : 1;
+    int64_t qs[4] = {Bw / nw, nw * heads, N, hd};
+    if (mask >= 0)
+        pos = f_add(b, f_reshape(b, mask, 4, (int64_t[]){nw, 1, N, N}), pos);
+    pos = f_reshape(b, pos, 4, (int64_t[]){1, nw * heads, N, N});
+    ValueId t[3];
+    f_split_heads(b, qkv, 3, heads, t);
+    double scale = 1.0 / sqrt((double)hd);
+    if (logit_scale >= 0) {
+        ValueId g = f_exp(b, f_clamp(b, f_reshape(b, logit_scale, 3, (int64_t[]){heads, 1, 1}), -HUGE_VAL,
+                                     log(1 / 0.01)));
+        t[0] = f_mul(b, f_normalize(b, t[0], 1e-12), g);
+        t[1] = f_normalize(b, t[1], 1e-12);
+        scale = 1.0;
+    }
+    for (int i = 0; i < 3; i++)
+        t[i] = f_reshape(b, t[i], 4, qs);
+    ValueId x = f_sdpa_bias(b, t[0], t[1], t[2], pos, scale);
+    return f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
 }

@@ -35,6 +35,16 @@ ValueId swin_shifted_window_attention(Builder *b, ValueId x, int heads, int wind
  * neighbourhood as 4C in (w, h) order: [B, H/2, W/2, 4C]. */
 ValueId swin_merge_2x2(Builder *b, ValueId x);
 
+/* The attention of a window attention over qkv [B*nW, N, 3C] (nW: the
+ * mask's windows an image, 1 without a mask): softmax(q k^T * scale + pos +
+ * mask) v, q, k, v viewed [B, nW*heads, N, hd] so that one bias [1,
+ * nW*heads, N, N] (pos [1, heads, N, N], plus mask [nW, N, N] when mask >=
+ * 0) serves the whole batch. logit_scale < 0: scale hd^-0.5 (Swin);
+ * otherwise Swin V2's cosine attention: q and k L2-normalised, q times
+ * exp(min(logit_scale, log 100)) (its `heads` values), scale 1 (timm scales
+ * the product: the same up to rounding). Returns [B*nW, N, C]. */
+ValueId swin_window_sdpa(Builder *b, ValueId qkv, int heads, ValueId pos, ValueId mask, ValueId logit_scale);
+
 /* Swin V2's res-post-norm LayerNorm (eps 1e-5) "<name>", its weight and
  * bias zero (_init_respostnorm; V2-CR's init_values 0). */
 ValueId swin_post_norm(Builder *b, const char *name, ValueId x);

@@ -57,16 +57,12 @@ static ValueId rel_coords_table(Builder *b, int64_t wh, int64_t ww)
     return v;
 }
 
-/* WindowAttention over x [B*nW, N, C], the shift mask [nW, N, N] when
- * given: softmax(normalize(q) normalize(k)^T * exp(min(logit_scale,
- * log 100)) + 16 sigmoid(cpb) + mask) v, with q, k, v viewed [B, nW*heads,
- * N, hd] so one bias [1, nW*heads, N, N] serves the whole batch. timm
- * scales the product; the query is scaled here, the same up to rounding. */
+/* WindowAttention over x [B*nW, N, C]: cosine attention under the clamped
+ * logit scale, the bias 16 sigmoid(cpb), plus the shift mask [nW, N, N]
+ * when given. */
 static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, int64_t ww, ValueId mask)
 {
-    const CtShape *s = b_shape(b, x);
-    int64_t Bw = s->d[0], N = s->d[1], C = s->d[2], hd = C / heads;
-    int64_t nw = mask >= 0 ? b_shape(b, mask)->d[0] : 1, B = Bw / nw;
+    int64_t N = b_shape(b, x)->d[1], C = b_shape(b, x)->d[2];
     b_push(b, "attn");
     ValueId logit_scale = b_param(b, "logit_scale", (CtShape){3, {heads, 1, 1}}, init_constant(log(10.0)));
     ValueId bias[3] = {b_param(b, "q_bias", (CtShape){1, {C}}, init_zeros()),
@@ -83,24 +79,10 @@ static ValueId window_attention(Builder *b, ValueId x, int heads, int64_t wh, in
     cpb = f_permute(b, f_gather(b, cpb, 0, swin_rel_pos_index(b, wh, ww)), 3, (int64_t[]){2, 0, 1});
     ValueId pos = f_scale_shift(b, f_sigmoid(b, cpb), 16, 0);
     pos = f_reshape(b, pos, 4, (int64_t[]){1, heads, N, N});
-    if (mask >= 0)
-        pos = f_add(b, f_reshape(b, mask, 4, (int64_t[]){nw, 1, N, N}), pos);
-    pos = f_reshape(b, pos, 4, (int64_t[]){1, nw * heads, N, N});
 
     /* timm's F.linear(x, qkv.weight, cat(q_bias, k_bias, v_bias)) */
     ValueId qkv = f_add(b, linear(b, "qkv", x, 3 * C, 1), f_concat(b, 3, bias, 0));
-    qkv = f_permute(b, f_reshape(b, qkv, 5, (int64_t[]){B, nw, N, 3, heads * hd}), 5, (int64_t[]){3, 0, 1, 2, 4});
-    ValueId t[3];
-    for (int i = 0; i < 3; i++) {
-        t[i] = f_reshape(b, f_slice(b, qkv, 0, i, i + 1, 1), 5, (int64_t[]){B, nw, N, heads, hd});
-        t[i] = f_permute(b, t[i], 5, (int64_t[]){0, 1, 3, 2, 4}); /* [B, nW, heads, N, hd] */
-    }
-    ValueId scale = f_exp(b, f_clamp(b, logit_scale, -HUGE_VAL, log(1 / 0.01)));
-    ValueId q = f_mul(b, f_normalize(b, t[0], 1e-12), scale), k = f_normalize(b, t[1], 1e-12);
-    int64_t qs[4] = {B, nw * heads, N, hd};
-    x = f_sdpa_bias(b, f_reshape(b, q, 4, qs), f_reshape(b, k, 4, qs), f_reshape(b, t[2], 4, qs), pos, 1.0);
-    x = f_merge_heads(b, f_reshape(b, x, 4, (int64_t[]){Bw, heads, N, hd}));
-    x = linear(b, "proj", x, C, 0);
+    x = linear(b, "proj", swin_window_sdpa(b, qkv, heads, pos, mask, logit_scale), C, 0);
     b_pop(b);
     return x;
 }
