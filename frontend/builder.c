@@ -98,13 +98,15 @@ ValueId b_buffer(Builder *b, const char *leaf, CtShape shape, CtDType dtype, CtI
 ValueId b_const(Builder *b, const char *leaf, CtShape shape, CtDType dtype, const double *data)
 {
     int64_t n = shape_numel(&shape);
-    if (!data) {
+    CtInit init = {.kind = CT_INIT_DATA, .data = data};
+    if (data) {
+        init = init_in_arena(&b->g->arena, init, n);
+    } else {
         double *zeros = arena_alloc(&b->g->arena, sizeof *zeros * (size_t)(n ? n : 1));
         memset(zeros, 0, sizeof *zeros * (size_t)n);
-        data = zeros;
+        init.data = zeros;
     }
-    CtInit init = {.kind = CT_INIT_DATA, .data = data};
-    return add_state(b, leaf, shape, dtype, CT_ROLE_CONST, init_in_arena(&b->g->arena, init, n));
+    return add_state(b, leaf, shape, dtype, CT_ROLE_CONST, init);
 }
 
 ValueId b_node(Builder *b, CtOp op, int nin, const ValueId *in, const int64_t *iattr, int niattr,
