@@ -63,7 +63,7 @@ static const char *const usage =
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
-    "                   [--recovery-interval N] [--start-epoch N]\n"
+    "                   [--bce-sum] [--bce-pos-weight W] [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
     "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
@@ -97,7 +97,7 @@ enum {
 };
 
 /* AMP, BCE, recovery and start-epoch flags, long only. */
-enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH };
+enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH, OPT_BCE_SUM, OPT_BCE_POS_WEIGHT };
 
 /* Pretrained weights flags, long only. */
 enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPILE, OPT_COMPILE_MODE, OPT_FUSER,
@@ -184,7 +184,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"aa", 1, 0, OPT_AA}, {"experiment", 1, 0, OPT_EXPERIMENT},
         {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
         {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
-        {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"recovery-interval", 1, 0, OPT_RECOVERY},
+        {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"bce-sum", 0, 0, OPT_BCE_SUM},
+        {"bce-pos-weight", 1, 0, OPT_BCE_POS_WEIGHT}, {"recovery-interval", 1, 0, OPT_RECOVERY},
         {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
         {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
@@ -363,6 +364,13 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             if (!(bad = parse_double("bce-target-thresh", optarg, &a->bce_target_thresh)) &&
                 !(a->bce_target_thresh >= 0 && a->bce_target_thresh < 1)) {
                 fprintf(stderr, "%s: --bce-target-thresh must be in [0, 1)\n", prog);
+                bad = 1;
+            }
+            break;
+        case OPT_BCE_SUM: a->bce_sum = 1; break;
+        case OPT_BCE_POS_WEIGHT: /* 0 would drop every positive term; the op reads 0 as "none" */
+            if (!(bad = parse_double("bce-pos-weight", optarg, &a->bce_pos_weight)) && !(a->bce_pos_weight > 0)) {
+                fprintf(stderr, "%s: --bce-pos-weight %s: must be > 0\n", prog, optarg);
                 bad = 1;
             }
             break;

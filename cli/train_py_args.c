@@ -36,8 +36,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"aug-repeats", "0"},
     {"aug-splits", "0"},
     {"jsd-loss", "false"},
-    {"bce-sum", "false"},
-    {"bce-pos-weight", "null"},
     {"resplit", "false"},
     {"drop-connect", "null"},
     {"drop-block", "null"},

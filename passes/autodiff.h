@@ -36,6 +36,8 @@ typedef struct LossSpec {
     double smoothing;
     double bce_threshold; /* < 0: none */
     int soft;             /* CT_LOSS_BCE: [B, C] probability targets (mixup's) instead of class indices */
+    int bce_sum;          /* CT_LOSS_BCE: summed over classes, averaged over the batch (timm's sum_classes) */
+    double bce_pos_weight; /* CT_LOSS_BCE: the positive terms' weight (torch's pos_weight), 0: none */
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'

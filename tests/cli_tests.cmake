@@ -145,7 +145,8 @@ foreach(bad "mean|--mean expects numbers, not 'nan'|--mean nan"
             "lr|--lr -0.1: must be >= 0|--lr -0.1"
             "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5"
             "layer_decay|--layer-decay must not be negative|--layer-decay -0.5"
-            "layer_decay_min|--layer-decay-min-scale -1: must be >= 0|--layer-decay-min-scale -1")
+            "layer_decay_min|--layer-decay-min-scale -1: must be >= 0|--layer-decay-min-scale -1"
+            "bce_pos_weight|--bce-pos-weight 0: must be > 0|--bce-pos-weight 0")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 pattern)
@@ -379,13 +380,15 @@ add_test(NAME train_interrupt_recovery COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train
 set_tests_properties(train_interrupt_recovery PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
 # --amp bfloat16 with --bce-loss on mixup's soft targets binarised by
-# --bce-target-thresh; --start-epoch 1 starts the step schedule's second
+# --bce-target-thresh, summed over classes with a positive weight
+# (--bce-sum, --bce-pos-weight); --start-epoch 1 starts the step schedule's second
 # epoch (LR halved, summary from epoch 1); a checkpoint without a model EMA
 # resumed with --model-ema (timm starts the EMA from its weights).
 add_test(NAME train_amp_bce_start_epoch COMMAND sh -c
   "rm -rf bce-out && ${TRAIN_SHORT} --epochs 1 --amp --amp-dtype bfloat16 --bce-loss --bce-target-thresh 0.2 \
-     --mixup 0.2 --output bce-out > bce.log && grep -q '^AMP: bfloat16 autocast$' bce.log && \
+     --bce-sum --bce-pos-weight 2 --mixup 0.2 --output bce-out > bce.log && grep -q '^AMP: bfloat16 autocast$' bce.log && \
    grep -q '^Test: .*Acc@1' bce.log && grep -aq 'bce_target_thresh[^0-9]*0.2,' bce-out/last.state.safetensors && \
+   grep -aq 'bce_sum[^0-9]*1,[^,]*bce_pos_weight[^0-9]*2,' bce-out/last.state.safetensors && \
    ${TRAIN_SHORT} --epochs 2 --start-epoch 1 --sched step --decay-epochs 1 --decay-rate 0.5 --output start-out \
      > start.log && grep -q '^Train: 1 .*LR: 5.000e-02' start.log && ! grep -q '^Train: 0' start.log && \
    test $(grep -c . start-out/summary.csv) -eq 2 && grep -q '^1,' start-out/summary.csv && \

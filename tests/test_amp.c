@@ -108,7 +108,7 @@ static void train(const char *model, CtDType low, float loss_scale, double *loss
         graph_free(&g);
         g = a;
     }
-    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &opt, &ts, &err) == 0, "%s",
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &opt, &ts, &err) == 0, "%s",
            err.msg);
     CtState s;
     state_create(&s, &g);

@@ -101,7 +101,7 @@ static void test_model(const char *model, int channels_last)
         CHECKF(built, "%s: %s", model, err.msg);
         if (!built)
             continue;
-        if (training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &sgd, &ts,
+        if (training && train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &sgd, &ts,
                                          &err)) {
             CHECKF(0, "%s: %s", model, err.msg);
             graph_free(&g);
@@ -472,7 +472,7 @@ static void test_amp(const char *model, int training, CtDType low, double tol)
         return;
     }
     if (!training ||
-        train_step_build(&a, a.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &sgd, &ts, &err) == 0) {
+        train_step_build(&a, a.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &sgd, &ts, &err) == 0) {
         state_create(&state, &a);
         CHECKF(state_load(&state, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
         snprintf(what, sizeof what, "%s amp %s %s", model, low == CT_F16 ? "f16" : "bf16",

@@ -26,7 +26,7 @@ static void build(const char *model, int batch, int64_t cap, int sync_bn, Graph 
         .kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .allreduce_bucket_bytes = cap, .sync_bn = sync_bn};
     CtErr err = {{0}};
     CHECKF(model_build(model_find(model), &spec, g, &err) == 0, "%s", err.msg);
-    CHECKF(train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &opt, ts, &err) == 0,
+    CHECKF(train_step_build(g, g->outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &opt, ts, &err) == 0,
            "%s", err.msg);
 }
 

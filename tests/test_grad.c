@@ -451,14 +451,16 @@ static ValueId case_soft_target(GradCase *c, int v)
     return b_node(c->b, CT_OP_soft_target_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, NULL, 0, 0);
 }
 
-/* binary_cross_entropy {smoothing, threshold}: plain, smoothed, smoothed and
- * binarised; on probability targets, plain and binarised. */
+/* binary_cross_entropy {smoothing, threshold, pos_weight; sum_classes}:
+ * plain, smoothed, smoothed and binarised; on probability targets, plain
+ * and binarised; a positive weight, summed over classes, on both. */
 static ValueId case_bce(GradCase *c, int v)
 {
-    static const double f[][2] = {{0, -1}, {0.1, -1}, {0.1, 0.2}, {0, -1}, {0, 0.25}};
+    static const double f[][3] = {{0, -1, 0}, {0.1, -1, 0}, {0.1, 0.2, 0}, {0, -1, 0}, {0, 0.25, 0}, {0.1, -1, 2.5},
+                                  {0, -1, 0.4}};
     ValueId x = in_x(c, "logits", (CtShape){2, {3, 5}});
-    ValueId t = v >= 3 ? in_prob(c, "target", (CtShape){2, {3, 5}}) : in_classes(c, "target", 3, 5);
-    return b_node(c->b, CT_OP_binary_cross_entropy, 2, (ValueId[]){x, t}, NULL, 0, f[v], 2, 0);
+    ValueId t = v == 3 || v == 4 || v == 6 ? in_prob(c, "target", (CtShape){2, {3, 5}}) : in_classes(c, "target", 3, 5);
+    return b_node(c->b, CT_OP_binary_cross_entropy, 2, (ValueId[]){x, t}, (int64_t[]){v >= 5}, 1, f[v], 3, 0);
 }
 
 /* conv -> BN (train) -> relu -> + x -> global pool -> linear -> cross
@@ -572,6 +574,8 @@ static const CaseDef cases[] = {
     {"binary_cross_entropy smoothing 0.1 threshold 0.2", case_bce, 2, 0, TOL_LOSS, 0},
     {"binary_cross_entropy soft targets", case_bce, 3, 0, TOL_LOSS, 0},
     {"binary_cross_entropy soft targets threshold 0.25", case_bce, 4, 0, TOL_LOSS, 0},
+    {"binary_cross_entropy smoothing 0.1 pos_weight 2.5 sum", case_bce, 5, 0, TOL_LOSS, 0},
+    {"binary_cross_entropy soft targets pos_weight 0.4 sum", case_bce, 6, 0, TOL_LOSS, 0},
     {"conv-bn-relu-residual-pool-linear-ce", case_composite, 0, 1, TOL_COMPOSITE, 0},
     {"the same, loss seed 256", case_composite, 0, 1, TOL_COMPOSITE, 256},
     {"layer_norm, loss seed 0.125", case_layer_norm, 0, 0, TOL_NORM, 0.125},

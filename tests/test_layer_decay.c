@@ -93,7 +93,7 @@ static void one_step(const double *lr_scale, int n_scale, double no_opt_scale, C
     Graph g;
     CtErr err;
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
-    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &opt, ts, &err) == 0,
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0, .bce_threshold = -1}, &opt, ts, &err) == 0,
            "%s", err.msg);
     state_create(s, &g);
     state_init(s, 1);
@@ -208,7 +208,7 @@ static void test_update_launches(void)
            err.msg);
     OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 0.05, .no_weight_decay = m->no_weight_decay,
                      .lr_scale = scale, .n_lr_scale = n};
-    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &opt, &ts, &err) == 0,
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0, .bce_threshold = -1}, &opt, &ts, &err) == 0,
            "%s", err.msg);
     FusePlan p;
     CHECKF(fuse_plan(&g, &p, &err) == 0, "%s", err.msg);
@@ -295,7 +295,7 @@ static void test_bad_scales(void)
     TrainStep ts;
     CtErr err;
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
-    CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &opt, &ts, &err) != 0);
+    CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0, .bce_threshold = -1}, &opt, &ts, &err) != 0);
     CHECKF(strstr(err.msg, "lr scales"), "%s", err.msg);
     graph_free(&g);
 }

@@ -99,9 +99,9 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_cross_entropy_grad_f32"))
         ct_cross_entropy_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6));
     else if (!strcmp(k, "ct_bce_rows_f32"))
-        ct_bce_rows_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6), R(7));
+        ct_bce_rows_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6), R(7), R(8), I(9));
     else if (!strcmp(k, "ct_bce_grad_f32"))
-        ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8));
+        ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8), R(9), I(10));
     else if (!strcmp(k, "ct_dropout_f32"))
         ct_dropout_f32(F(0), P(1), F(2), X(3), I(4), I(5), R(6));
     else if (!strcmp(k, "ct_all_finite_f32"))
@@ -470,10 +470,11 @@ static void test_loss(void)
         if (!add_node(&c, CT_OP_all_finite, 1, &x, NULL, 0, NULL, 0, 0))
             check_case(&c, "all_finite");
     }
-    /* BCE: class labels (smoothing, threshold) and probabilities */
+    /* BCE: class labels (smoothing, threshold) and probabilities; plain,
+     * binarised, and with a positive weight summed over classes */
     for (int probs = 0; probs < 2; probs++)
         for (int grad = 0; grad < 2; grad++)
-            for (int thr = 0; thr < 2; thr++) {
+            for (int thr = 0; thr < 3; thr++) {
                 Case c;
                 graph_init(&c.g);
                 ValueId x = input(&c, "x", 2, (int64_t[]){4, 7}, 0, CT_F32);
@@ -481,7 +482,8 @@ static void test_loss(void)
                                   : input(&c, "t", 1, (int64_t[]){4}, 0, CT_I64);
                 ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
                 if (!add_node(&c, grad ? CT_OP_binary_cross_entropy_grad : CT_OP_binary_cross_entropy, 2 + grad,
-                              (ValueId[]){x, t, dl}, NULL, 0, (double[]){0.1, thr ? 0.2 : -1}, 2, 0))
+                              (ValueId[]){x, t, dl}, (int64_t[]){thr == 2}, 1,
+                              (double[]){0.1, thr == 1 ? 0.2 : -1, thr == 2 ? 2.5 : 0}, 3, 0))
                     check_case(&c, grad ? "binary_cross_entropy_grad" : "binary_cross_entropy");
             }
     /* mixup's soft targets */

@@ -458,7 +458,7 @@ static void test_model_nan_weight(void)
             graph_free(&f);
             g = l;
         }
-        if (training && train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &sgd, &ts,
+        if (training && train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &sgd, &ts,
                                          &err)) {
             CHECKF(0, "test_resnet: %s", err.msg);
             graph_free(&g);

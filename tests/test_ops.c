@@ -1090,14 +1090,18 @@ static void test_rejections(void)
 /* binary_cross_entropy against timm's BinaryCrossEntropy on logits
  * [[0.5,-1,2],[0,1,-0.5]]: class targets [2,0] with (smoothing, threshold)
  * (0, none), (0.1, none), (0.1, 0.2); soft targets [[.2,.3,.5],[.7,.1,.2]]
- * with threshold none and 0.25 (values from timm 1.0, float64). */
+ * with threshold none and 0.25; then pos_weight and sum_classes
+ * (--bce-pos-weight, --bce-sum): (0.1, none, 2.5, mean), soft (0, none,
+ * 0.375, sum), (0.1, 0.2, 3, sum) (values from timm 1.0, float64). */
 static void test_bce_values(void)
 {
     static const double logits[6] = {0.5, -1, 2, 0, 1, -0.5}, soft[6] = {0.2, 0.3, 0.5, 0.7, 0.1, 0.2};
     static const int64_t labels[2] = {2, 0};
-    static const struct { int soft; double smoothing, threshold, want; } cases[] = {
-        {0, 0, -1, 0.6491254224999295}, {0, 0.1, -1, 0.6713476447221517}, {0, 0.1, 0.2, 0.6491254224999295},
-        {1, 0, -1, 0.8491254224999295}, {1, 0, 0.25, 0.8157920891665961}};
+    static const struct { int soft; double smoothing, threshold, pos_weight; int sum; double want; } cases[] = {
+        {0, 0, -1, 0, 0, 0.6491254224999295}, {0, 0.1, -1, 0, 0, 0.6713476447221517},
+        {0, 0.1, 0.2, 0, 0, 0.6491254224999295}, {1, 0, -1, 0, 0, 0.8491254224999295},
+        {1, 0, 0.25, 0, 0, 0.8157920891665961}, {0, 0.1, -1, 2.5, 0, 0.8883208339578047},
+        {1, 0, -1, 0.375, 1, 2.152500486064545}, {0, 0.1, 0.2, 3, 1, 2.7674514591027064}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         Graph g;
         CtErr err;
@@ -1106,7 +1110,7 @@ static void test_bce_values(void)
         ValueId t = cases[i].soft ? graph_add_value(&g, (CtType){{2, {2, 3}}, CT_F64}, CT_ROLE_INPUT, "t")
                                   : graph_add_value(&g, (CtType){{1, {2}}, CT_I64}, CT_ROLE_INPUT, "t");
         Node n = {.op = CT_OP_binary_cross_entropy, .nin = 2, .in = {x, t},
-                  .fattr = {cases[i].smoothing, cases[i].threshold}};
+                  .iattr = {cases[i].sum}, .fattr = {cases[i].smoothing, cases[i].threshold, cases[i].pos_weight}};
         int id = graph_add_node(&g, &n, "loss", &err);
         CHECKF(id >= 0, "bce case %zu: %s", i, err.msg);
         if (id < 0) {

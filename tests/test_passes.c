@@ -102,7 +102,7 @@ static void test_layout_counts(const char *model, int training)
     TrainStep ts;
     CHECK(model_build(model_find(model), &spec, &g, &err) == 0);
     if (training)
-        CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+        CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
                                &(OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9}, &ts, &err) == 0);
     CHECKF(layout_channels_last(&g, &l, &err) == 0, "%s", err.msg);
     int transposes = count_op(&l, CT_OP_to_layout);
@@ -128,7 +128,7 @@ static void test_layout_same_step(const char *model)
     CtErr err;
     TrainStep ts;
     CHECK(model_build(model_find(model), &spec, &g, &err) == 0);
-    CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+    CHECK(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
                            &(OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9}, &ts, &err) == 0);
     CHECKF(layout_channels_last(&g, &l, &err) == 0, "%s", err.msg);
     CtState s1, s2;

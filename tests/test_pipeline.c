@@ -11,7 +11,7 @@
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 
-static const LossSpec xent = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0};
+static const LossSpec xent = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
 
 static int build(const char *model, int training, Graph *g)
 {

@@ -120,7 +120,7 @@ static void check_rules(void)
         CHECK(bn_elems > 0 && st.macs_by_op[CT_OP_batch_norm] == 5 * bn_elems);
         TrainStep ts = {0};
         OptimSpec os = {.kind = CT_OPT_SGD, .momentum = 0.9};
-        CHECKF(train_step_build(&gt, gt.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &os, &ts, &err) == 0,
+        CHECKF(train_step_build(&gt, gt.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &os, &ts, &err) == 0,
                "%s", err.msg);
         CHECK(graph_stats(&gt, &opt, &st, &err) != 0 && strstr(err.msg, "not a forward op"));
         train_step_free(&ts);

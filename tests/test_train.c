@@ -163,7 +163,7 @@ static void test_loss_goes_down(void)
     TrainStep ts;
     CtErr err;
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
-    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &opt, &ts, &err) == 0,
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &opt, &ts, &err) == 0,
            "%s", err.msg);
     CtState state;
     state_create(&state, &g);
@@ -219,7 +219,7 @@ static void test_drop_path_reproducible(void)
     CtErr err;
     CtState state;
     CHECKF(model_build(m, &spec, &g, &err) == 0, "%s", err.msg);
-    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &opt, &ts, &err) == 0, "%s",
+    CHECKF(train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0, .bce_threshold = -1}, &opt, &ts, &err) == 0, "%s",
            err.msg);
     state_create(&state, &g);
     state_init(&state, 3);

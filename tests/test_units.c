@@ -146,7 +146,7 @@ static int build_step(const Vectors *v, Graph *g)
     TrainStep ts;
     CtErr err;
     if (model_build(v->m, &spec, g, &err) == 0) {
-        if (train_step_build(g, g->outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, &sgd, &ts, &err) == 0) {
+        if (train_step_build(g, g->outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &sgd, &ts, &err) == 0) {
             train_step_free(&ts);
             return 0;
         }

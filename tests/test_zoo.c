@@ -84,7 +84,7 @@ static void check_model(const char *model, const cJSON *ref, int batch, int img)
         spec.args.num_classes = (int)ncls->valuedouble;
     OptimSpec none = {.kind = CT_OPT_NONE};
     if (read_kwargs(ref, &spec.args, &err) || model_build(m, &spec, &g, &err) ||
-        train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, &none, &ts, &err)) {
+        train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0, .bce_threshold = -1}, &none, &ts, &err)) {
         CHECKF(0, "%s: %s", model, err.msg);
         return;
     }

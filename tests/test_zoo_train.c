@@ -280,7 +280,7 @@ static void check_step(const cJSON *doc, const CtBackend *be, int f64, const cha
     spec.args.drop_path_rate = 0; /* the reference's: none (Swin's default is 0.1) */
     if (item(doc, "num_classes")) /* set where the cfg has none */
         spec.args.num_classes = item(doc, "num_classes")->valueint;
-    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, item(doc, "smoothing")->valuedouble, -1, 0};
+    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = item(doc, "smoothing")->valuedouble, .bce_threshold = -1};
     Graph g;
     TrainStep ts;
     CtErr err = {{0}};

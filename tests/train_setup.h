@@ -25,7 +25,7 @@ static inline int step_setup(StepSetup *u, const char *model, int batch, int img
 {
     ModelSpec spec = {.batch_size = batch, .training = 1, .args = {.num_classes = classes, .img_size = img}};
     CtErr err = {{0}};
-    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0};
+    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = smoothing, .bce_threshold = -1};
     if (model_build(model_find(model), &spec, &u->g, &err) ||
         train_step_build(&u->g, u->g.outputs[0], &loss, opt, &u->ts, &err)) {
         CHECKF(0, "%s: %s", model, err.msg);

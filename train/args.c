@@ -141,12 +141,15 @@ char *train_args_json(const TrainArgs *a)
         {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
         {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
         {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
+        {"bce_sum", a->bce_sum}, {"bce_pos_weight", a->bce_pos_weight},
         {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
         {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     if (a->drop_path < 0) /* not given: train.py's None */
         cJSON_ReplaceItemInObject(o, "drop_path", cJSON_CreateNull());
+    if (a->bce_pos_weight <= 0)
+        cJSON_ReplaceItemInObject(o, "bce_pos_weight", cJSON_CreateNull());
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));

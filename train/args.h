@@ -49,6 +49,10 @@ typedef struct TrainArgs {
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
     const char *amp_dtype;
     double bce_target_thresh; /* < 0: none */
+    /* --bce-sum: the BCE loss summed over classes, averaged over the batch;
+     * --bce-pos-weight: its positive-class weight (0: none) */
+    int bce_sum;
+    double bce_pos_weight;
     /* data-parallel training: ranks on this machine (0: as launched), DDP's
      * bucket size, timm's --dist-bn and --sync-bn, the per-step cross-rank
      * check */

@@ -129,12 +129,14 @@ static int build_graphs(Trainer *t, CtErr *err)
     opt.grad_accum = (int)t->accum;
     /* train.py: with mixup the smoothing is in the targets, the loss
      * SoftTargetCrossEntropy, or BinaryCrossEntropy without smoothing */
-    LossSpec loss = {CT_LOSS_CROSS_ENTROPY, t->a.smoothing, -1, 0};
+    LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = t->a.smoothing, .bce_threshold = -1};
     int mixing = mixup_active(&t->mix);
     if (t->a.bce_loss)
-        loss = (LossSpec){CT_LOSS_BCE, mixing ? 0 : t->a.smoothing, t->a.bce_target_thresh, mixing};
+        loss = (LossSpec){.kind = CT_LOSS_BCE, .smoothing = mixing ? 0 : t->a.smoothing,
+                          .bce_threshold = t->a.bce_target_thresh, .soft = mixing, .bce_sum = t->a.bce_sum,
+                          .bce_pos_weight = t->a.bce_pos_weight};
     else if (mixing)
-        loss = (LossSpec){CT_LOSS_SOFT_TARGET, 0, -1, 1};
+        loss = (LossSpec){.kind = CT_LOSS_SOFT_TARGET, .smoothing = 0, .bce_threshold = -1};
     /* train.py: forward and validation under autocast; the eval graph reads
      * the training state, so its batch norms stay unfolded */
     /* the loader's batch normalised, erased and mixed by the graph */

@@ -538,32 +538,36 @@ CT_DEVICE double CT_SFX(ct_bce_target)(const long long *labels, const CT_T *p, l
     return threshold >= 0 ? (v > threshold ? 1 : 0) : v;
 }
 
-/* BCE with logits, row b's mean over its classes into rowloss[b] (so
- * ct_mean_loss gives the mean over all B * C). */
+/* BCE with logits (positive term weighted by pw when > 0), row b's mean
+ * over its classes into rowloss[b] (so ct_mean_loss gives the mean over all
+ * B * C), or its sum with csum (--bce-sum: the batch mean of row sums). */
 CT_GLOBAL CT_SFX(ct_bce_rows)(const CT_T *x, const long long *labels, const CT_T *p, float *rowloss, long long B,
-                              long long C, float s, float threshold)
+                              long long C, float s, float threshold, float pw, long long csum)
 {
+    double w = pw > 0 ? pw : 1;
     CT_LOOP(b, B)
     {
         double total = 0;
         for (long long c = 0; c < C; c++) {
             double v = CT_LD(x[b * C + c]), t = CT_SFX(ct_bce_target)(labels, p, b, c, C, s, threshold);
-            total += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs(v)));
+            total += (1 - t) * v + (1 + (w - 1) * t) * ((v < 0 ? -v : 0) + log1p(exp(-fabs(v))));
         }
-        rowloss[b] = (float)(total / (double)C);
+        rowloss[b] = (float)(csum ? total : total / (double)C);
     }
 }
 
-/* dlogits = dloss / (B * C) * (sigmoid(x) - target), one row a work item. */
+/* dlogits = dloss / (B * C, or B with csum) * ((1 - t) - (1 + (w - 1) t)
+ * sigmoid(-x)), one row a work item. */
 CT_GLOBAL CT_SFX(ct_bce_grad)(const CT_T *x, const long long *labels, const CT_T *p, const CT_T *dloss, CT_T *dx,
-                              long long B, long long C, float s, float threshold)
+                              long long B, long long C, float s, float threshold, float pw, long long csum)
 {
+    double w = pw > 0 ? pw : 1;
     CT_LOOP(b, B)
     {
-        double scale = (double)CT_LD(dloss[0]) / (double)(B * C);
+        double scale = (double)CT_LD(dloss[0]) / (double)(csum ? B : B * C);
         for (long long c = 0; c < C; c++) {
             double v = CT_LD(x[b * C + c]), t = CT_SFX(ct_bce_target)(labels, p, b, c, C, s, threshold);
-            dx[b * C + c] = CT_ST((float)(scale * (1 / (1 + exp(-v)) - t)));
+            dx[b * C + c] = CT_ST((float)(scale * ((1 - t) - (1 + (w - 1) * t) / (1 + exp(v)))));
         }
     }
 }

@@ -428,7 +428,7 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
     } kinds[] = {
         {CT_OP_cross_entropy, "ct_cross_entropy_rows", "ct_cross_entropy_grad", 1},
         {CT_OP_soft_target_cross_entropy, "ct_soft_ce_rows", "ct_soft_ce_grad", 0},
-        {CT_OP_binary_cross_entropy, "ct_bce_rows", "ct_bce_grad", 2},
+        {CT_OP_binary_cross_entropy, "ct_bce_rows", "ct_bce_grad", 3},
     };
     const CtShape *xs = &val(b, n->in[0])->type.shape;
     long long B = xs->d[0], C = xs->d[1];
@@ -459,6 +459,8 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
     a_i64(l, C);
     for (int f = 0; f < kinds[k].nfattr; f++)
         a_f32(l, n->fattr[f]);
+    if (kinds[k].op == CT_OP_binary_cross_entropy)
+        a_i64(l, n->iattr[0]);
     if (!grad) {
         l = begin(b, "ct_mean_loss", val(b, n->out[0])->type.dtype, 1);
         arg(l, LA_SCRATCH);

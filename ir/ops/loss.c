@@ -6,12 +6,16 @@
  *   LabelSmoothingCrossEntropy; smoothing 0 is nn.CrossEntropyLoss.
  * soft_target_cross_entropy(logits, target [B, C]): timm's
  *   SoftTargetCrossEntropy, for mixup/cutmix targets.
- * binary_cross_entropy(logits, target), fattr smoothing, threshold: timm's
- *   BinaryCrossEntropy. The target is i64 [B] class indices, made one-hot
- *   with smoothing/C off and 1 - smoothing + smoothing/C on, or [B, C]
- *   probabilities (mixup/cutmix's, taken as they are); either is binarised
- *   by `threshold` when it is >= 0; the loss is the mean of BCE-with-logits
- *   over all B*C elements.
+ * binary_cross_entropy(logits, target), fattr smoothing, threshold,
+ *   pos_weight; iattr sum_classes: timm's BinaryCrossEntropy. The target is
+ *   i64 [B] class indices, made one-hot with smoothing/C off and
+ *   1 - smoothing + smoothing/C on, or [B, C] probabilities (mixup/cutmix's,
+ *   taken as they are); either is binarised by `threshold` when it is >= 0.
+ *   Each element's loss is BCE-with-logits, its positive term weighted by
+ *   pos_weight when that is > 0 (torch's pos_weight; 0: none, which a node
+ *   built without the attribute has); the loss is their mean over all B*C
+ *   elements, or with sum_classes (--bce-sum) each row's sum, averaged over
+ *   the batch.
  * Targets outside [0, C) are rejected before a graph runs (the runtime checks
  * its inputs); kernels assume valid ones.
  */
@@ -124,28 +128,34 @@ static double bce_target(const Graph *g, const Node *n, const double *target, in
     return n->fattr[1] >= 0 ? (v > n->fattr[1] ? 1 : 0) : v;
 }
 
+/* The elements the loss averages over: all B*C, or B with sum_classes. */
+static double bce_count(const Node *n, int64_t B, int64_t C) { return (double)(n->iattr[0] ? B : B * C); }
+
+/* torch's binary_cross_entropy_with_logits with pos_weight w:
+ * (1 - t) x + (1 + (w - 1) t) softplus(-x), softplus taken stably. */
 static void bce_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t B = x->d[0], C = x->d[1];
-    double total = 0;
+    double w = n->fattr[2] > 0 ? n->fattr[2] : 1, total = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
             double v = in[0][b * C + c], t = bce_target(g, n, in[1], b, c, C);
-            total += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs(v)));
+            total += (1 - t) * v + (1 + (w - 1) * t) * ((v < 0 ? -v : 0) + log1p(exp(-fabs(v))));
         }
-    out[0][0] = total / (double)(B * C);
+    out[0][0] = total / bce_count(n, B, C);
 }
 
+/* d/dx: (1 - t) - (1 + (w - 1) t) sigmoid(-x); sigmoid(x) - t at w = 1. */
 static void bce_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
     const CtShape *x = in_shape(g, n, 0);
     int64_t B = x->d[0], C = x->d[1];
-    double scale = in[2][0] / (double)(B * C);
+    double w = n->fattr[2] > 0 ? n->fattr[2] : 1, scale = in[2][0] / bce_count(n, B, C);
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
-            double v = in[0][b * C + c];
-            out[0][b * C + c] = scale * (1 / (1 + exp(-v)) - bce_target(g, n, in[1], b, c, C));
+            double v = in[0][b * C + c], t = bce_target(g, n, in[1], b, c, C);
+            out[0][b * C + c] = scale * ((1 - t) - (1 + (w - 1) * t) / (1 + exp(v)));
         }
 }
 
@@ -153,7 +163,7 @@ static void bce_grad_ref(const Graph *g, const Node *n, double *const *in, doubl
  * attributes, and takes (logits, target, dloss). */
 static void loss_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    din[0] = emit(e, n->op + 1, 3, (ValueId[]){n->in[0], n->in[1], dout[0]}, NULL, 0, n->fattr, 2, 0);
+    din[0] = emit(e, n->op + 1, 3, (ValueId[]){n->in[0], n->in[1], dout[0]}, n->iattr, 1, n->fattr, 3, 0);
 }
 
 #define LOSS_OPS(op, ref_fn, grad_ref_fn, ...)                                                                   \
@@ -166,7 +176,8 @@ static void loss_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *
 
 LOSS_OPS(cross_entropy, cross_entropy_ref, cross_entropy_grad_ref, .fattr = {"smoothing"})
 LOSS_OPS(soft_target_cross_entropy, soft_target_ref, soft_target_grad_ref)
-LOSS_OPS(binary_cross_entropy, bce_ref, bce_grad_ref, .fattr = {"smoothing", "threshold"})
+LOSS_OPS(binary_cross_entropy, bce_ref, bce_grad_ref, .fattr = {"smoothing", "threshold", "pos_weight"},
+         .iattr = {"sum_classes"})
 
 _Static_assert(CT_OP_cross_entropy_grad == CT_OP_cross_entropy + 1 &&
                    CT_OP_soft_target_cross_entropy_grad == CT_OP_soft_target_cross_entropy + 1 &&

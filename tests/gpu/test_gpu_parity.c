@@ -193,7 +193,7 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
         graph_free(&g);
         g = a;
     }
-    if (!rc && training && !(rc = train_step_build(&g, g.outputs[0], &(LossSpec){CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+    if (!rc && training && !(rc = train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
                                                    &sgd, &ts, &err)))
         train_step_free(&ts);
     if (!rc && channels_last) {
