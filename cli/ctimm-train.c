@@ -65,7 +65,7 @@ static const char *const usage =
     "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
     "                   [--bce-sum] [--bce-pos-weight W] [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
-    "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800]\n"
+    "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800] [--list-flags]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n"
@@ -100,8 +100,11 @@ enum {
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH, OPT_BCE_SUM, OPT_BCE_POS_WEIGHT };
 
 /* Pretrained weights flags, long only. */
-enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPILE, OPT_COMPILE_MODE, OPT_FUSER,
-       OPT_TORCHSCRIPT };
+enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_LIST_FLAGS };
+
+/* The flags taken with no effect (train_py_no_effect), each its own value:
+ * the config loader reads options sharing one as aliases. */
+enum { OPT_NO_EFFECT = 8100, OPT_NO_EFFECT_END = 8200 };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -144,6 +147,37 @@ static int load_config(const char *path, const struct option *longs, int *argc, 
     *argc += n;
     *argv = cw->argv = w;
     return 0;
+}
+
+static const TrainPyArg *find_arg(const TrainPyArg *t, const char *flag)
+{
+    for (; t->flag; t++)
+        if (!strcmp(t->flag, flag))
+            return t;
+    return NULL;
+}
+
+static void print_help(void)
+{
+    fputs(usage, stdout);
+    printf("Taken with no effect (train.py's flags for what ctimm does not have):\n");
+    for (const TrainPyArg *u = train_py_no_effect; u->flag; u++)
+        printf("  --%s: %s\n", u->flag, u->why);
+    printf("Refused (train.py's flags ctimm-train does not implement; -c accepts them at train.py's default):\n");
+    for (const TrainPyArg *u = train_py_unimplemented; u->flag; u++)
+        printf("  --%s: %s\n", u->flag, u->why);
+}
+
+/* --list-flags: every long option, tab, what ctimm-train does with it
+ * (tools/readme_train_flags.sh makes README's table of train.py's from it). */
+static void list_flags_of(const struct option *longs)
+{
+    for (const struct option *o = longs; o->name; o++) {
+        const TrainPyArg *n = find_arg(train_py_no_effect, o->name);
+        printf(n ? "--%s\tno effect: %s\n" : "--%s\taccepted\n", o->name, n ? n->why : "");
+    }
+    for (const TrainPyArg *u = train_py_unimplemented; u->flag; u++)
+        printf("--%s\trefused: %s\n", u->flag, u->why);
 }
 
 /* 0: go on; 1: done (--help); -1: bad arguments (a message was printed). */
@@ -191,8 +225,12 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
         {"dist-timeout", 1, 0, OPT_DIST_TIMEOUT}, {"pretrained", 0, 0, OPT_PRETRAINED},
         {"pretrained-path", 1, 0, OPT_PRETRAINED_PATH}, {"in-chans", 1, 0, OPT_IN_CHANS},
-        {"torchcompile", 2, 0, OPT_TORCH_COMPILE}, {"torchcompile-mode", 1, 0, OPT_COMPILE_MODE},
-        {"fuser", 1, 0, OPT_FUSER}, {"torchscript", 0, 0, OPT_TORCHSCRIPT},
+        {"torchcompile", 2, 0, OPT_NO_EFFECT}, {"torchcompile-mode", 1, 0, OPT_NO_EFFECT + 1},
+        {"fuser", 1, 0, OPT_NO_EFFECT + 2}, {"torchscript", 0, 0, OPT_NO_EFFECT + 3},
+        {"pin-mem", 0, 0, OPT_NO_EFFECT + 4}, {"no-prefetcher", 0, 0, OPT_NO_EFFECT + 5},
+        {"use-multi-epochs-loader", 0, 0, OPT_NO_EFFECT + 6}, {"synchronize-step", 0, 0, OPT_NO_EFFECT + 7},
+        {"drop-connect", 1, 0, OPT_NO_EFFECT + 8},
+        {"list-flags", 0, 0, OPT_LIST_FLAGS},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -206,8 +244,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         for (const TrainPyArg *u = train_py_unimplemented; u->flag; u++)
             if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, u->flag, strlen(u->flag)) &&
                 (argv[i][2 + strlen(u->flag)] == '\0' || argv[i][2 + strlen(u->flag)] == '=')) {
-                fprintf(stderr, "%s: --%s (timm's train.py flag) is not implemented in ctimm-train yet\n", prog,
-                        u->flag);
+                fprintf(stderr, "%s: --%s (timm's train.py flag) is not implemented in ctimm-train: %s\n", prog,
+                        u->flag, u->why);
                 return -1;
             }
     for (int i = 1; i < argc; i++) /* the config's words go first: the command line overrides them */
@@ -221,6 +259,12 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
     while ((c = getopt_long(argc, argv, ":b:j:h", longs, &idx)) != -1) {
         double d;
         int bad = 0;
+        if (c >= OPT_NO_EFFECT && c < OPT_NO_EFFECT_END) {
+            if (!optarg || *optarg) /* '' is train.py's "not given" (args.yaml's fuser: '') */
+                printf("%s: --%s: no effect: %s\n", prog, longs[idx].name,
+                       find_arg(train_py_no_effect, longs[idx].name)->why);
+            continue;
+        }
         switch (c) {
         case 'D': a->data_dir = optarg; break;
         case 'S': a->dataset = optarg; break;
@@ -393,11 +437,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_DIST_CHECK: a->dist_check_params = 1; break;
         case OPT_SYNC_BN: a->sync_bn = 1; break;
         case OPT_PRETRAINED: a->pretrained = 1; break;
-        case OPT_TORCH_COMPILE: case OPT_COMPILE_MODE: case OPT_FUSER: case OPT_TORCHSCRIPT:
-            if (!optarg || *optarg) /* '' is train.py's "not given" (args.yaml's fuser: '') */
-                printf("%s: --%s: nothing to choose; ctimm always compiles the whole training step\n", prog,
-                       longs[idx].name);
-            break;
+        case OPT_LIST_FLAGS: list_flags_of(longs); return 1;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
         case OPT_MODEL_KWARGS:
@@ -408,7 +448,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
                 a->grad_accum_steps < 1)
                 a->grad_accum_steps = 1;
             break;
-        case 'h': fputs(usage, stdout); return 1;
+        case 'h': print_help(); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;
         default: fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind - 1]); return -1;
         }

@@ -341,8 +341,8 @@ static char **words_of(const TrainConfigSpec *spec, yaml_document_t *doc, int *n
         if (u && !at_default(doc, v, u->dflt)) {
             char shown[160];
             show(doc, v, shown, sizeof shown);
-            ct_fail(err, "'%s: %s' (--%s) is not implemented in ctimm-train; train.py's default is %s", key, shown,
-                    u->flag, u->dflt);
+            ct_fail(err, "'%s: %s' (--%s) is not implemented in ctimm-train (%s); train.py's default is %s", key,
+                    shown, u->flag, u->why, u->dflt);
             goto free_words;
         }
         if (u)

@@ -22,15 +22,17 @@
 
 #include "ir/status.h"
 
-/* A train.py argument ctimm-train does not implement. */
+/* A train.py argument ctimm-train does not implement, or takes and ignores. */
 typedef struct TrainPyArg {
     const char *flag; /* its option without dashes (aug-repeats); the key is its dest (aug_repeats) */
     const char *dflt; /* its default as YAML flow text: 0, null, false, '', [128, 256], {} */
+    const char *why;  /* why ctimm-train refuses or ignores it, a phrase */
 } TrainPyArg;
 
-/* train.py's arguments that ctimm-train lacks, ended by {NULL}
- * (cli/train_py_args.c). */
+/* train.py's arguments that ctimm-train lacks, and those it takes with no
+ * effect, each ended by {NULL} (cli/train_py_args.c). */
 extern const TrainPyArg train_py_unimplemented[];
+extern const TrainPyArg train_py_no_effect[];
 
 typedef struct TrainConfigSpec {
     /* The options, ended by {0}. An option whose val an earlier one has is

@@ -74,6 +74,15 @@ add_test(NAME readme_model_list COMMAND sh -c
   "sed -n '/<!-- models: /,/<!-- \\/models -->/p' ${CMAKE_SOURCE_DIR}/README.md | grep -v '<!--' | tr ',' '\\n' | \
    tr -d ' ' | grep . > readme-models.txt && ${COMPILE} --list-models > registry-models.txt && \
    diff readme-models.txt registry-models.txt")
+# Every flag of timm's train.py is an option of ctimm-train (taken, or
+# refused with its reason), and README's table of them is current
+# (tools/readme_train_flags.sh rewrites it).
+add_test(NAME train_py_flags COMMAND ${CMAKE_SOURCE_DIR}/tools/readme_train_flags.sh --print ${CMAKE_BINARY_DIR})
+set_tests_properties(train_py_flags PROPERTIES PASS_REGULAR_EXPRESSION "--bce-pos-weight. . .null. . accepted")
+add_test(NAME readme_train_flags COMMAND sh -c
+  "sed -n '/<!-- train-flags: /,/<!-- \\/train-flags -->/p' ${CMAKE_SOURCE_DIR}/README.md | grep -v '<!--' > readme-flags.txt && \
+   ${CMAKE_SOURCE_DIR}/tools/readme_train_flags.sh --print ${CMAKE_BINARY_DIR} > train-flags.txt && \
+   diff readme-flags.txt train-flags.txt")
 add_test(NAME compile_list_models COMMAND ${COMPILE} --list-models resnet1)
 set_tests_properties(compile_list_models PROPERTIES PASS_REGULAR_EXPRESSION "^resnet101\nresnet152\nresnet18\n$")
 
@@ -322,12 +331,15 @@ add_test(NAME train_config_unknown_key COMMAND sh -c
 # config's words are read), and one written for a cheap run with every list
 # option changed trains on it, its lists reaching the checkpoint's args (''
 # strings are train.py's "not given": no --output '' folder, no --resume '').
-# train.py's compile switches are taken, each with the line that says why
-# nothing changes (ctimm compiles the whole step anyway).
+# train.py's compile switches and loader knobs are taken, each with the line
+# that says why nothing changes (ctimm compiles the whole step anyway).
 add_test(NAME train_takes_torchcompile_flags COMMAND sh -c
-  "${TRAIN} --torchcompile --fuser te --torchscript --torchcompile-mode max-autotune --help > tc.log && \
+  "${TRAIN} --torchcompile --fuser te --torchscript --torchcompile-mode max-autotune --pin-mem --no-prefetcher \
+     --drop-connect 0.2 --help > tc.log && \
    for f in torchcompile fuser torchscript torchcompile-mode; do \
-     grep -q \"^ctimm-train: --$f: nothing to choose; ctimm always compiles the whole training step$\" tc.log || exit 1; done")
+     grep -q \"^ctimm-train: --$f: no effect: ctimm always compiles the whole training step$\" tc.log || exit 1; done && \
+   grep -q '^ctimm-train: --pin-mem: no effect: ' tc.log && grep -q '^ctimm-train: --drop-connect: no effect: ' tc.log && \
+   grep -q '^  --log-wandb: ctimm has no Weights & Biases client' tc.log")
 add_test(NAME train_config_timm_args COMMAND sh -c
   "${TRAIN} -c ${DATA}/timm_args.yaml --help > /dev/null && \
    ${TRAIN} -c ${DATA}/timm_args_v0.9.16.yaml --help > /dev/null && rm -rf cfgt-out && \
@@ -344,8 +356,8 @@ add_test(NAME train_config_deep_yaml COMMAND sh -c
   "head -c 200000 /dev/zero | tr -c '[' '[' > cfg-deep.yaml && \
    ${FAIL} 'cfg-deep.yaml: line 1: nested deeper than 16 levels' ${TRAIN} -c cfg-deep.yaml")
 set_tests_properties(train_config_deep_yaml PROPERTIES TIMEOUT 5)
-add_test(NAME train_refuses_unimplemented_flags COMMAND ${FAIL} "--aug-repeats .* is not implemented in ctimm-train"
-  ${TRAIN} --aug-repeats 3)
+add_test(NAME train_refuses_unimplemented_flags COMMAND ${FAIL}
+  "--kd-model-name .* is not implemented in ctimm-train: knowledge distillation" ${TRAIN} --kd-model-name resnet50)
 # --clip-grad and --model-ema: an epoch with the clipped step and the EMA
 # copies, validated twice (train.py's "Test (EMA)" block), the EMA saved in
 # the training state.

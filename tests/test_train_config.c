@@ -105,9 +105,10 @@ static void test_unimplemented(void)
     };
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
         EXPECT(fine[i], "");
-    REFUSED("aug_repeats: 3\n", "'aug_repeats: 3' (--aug-repeats) is not implemented in ctimm-train; train.py's "
-                                "default is 0");
-    REFUSED("jsd_loss: true\n", "'jsd_loss: true' (--jsd-loss) is not implemented");
+    REFUSED("train_size_schedule: linear\n", "'train_size_schedule: linear' (--train-size-schedule) is not "
+                                              "implemented in ctimm-train (variable-resolution training is not built "
+                                              "yet); train.py's default is constant");
+    REFUSED("log_wandb: true\n", "'log_wandb: true' (--log-wandb) is not implemented");
     REFUSED("kd_distill_type: 'logits'\n", "'kd_distill_type: logits'");
     REFUSED("wandb_tags: [a, b]\n", "'wandb_tags: [a, b]' (--wandb-tags)");
     EXPECT("model_kwargs: {img_size: 160, a: x}\n", "--model-kwargs|img_size=160|a=x"); /* ParseKwargs' words */

@@ -8,6 +8,12 @@ imports torch, so instead of importing it this reads its argparse calls with
 the ast module and replays them, in order, on plain argparse parsers.
 
   tools/make_args_yaml.py path/to/timm/train.py [train.py arguments...] > args.yaml
+  tools/make_args_yaml.py --flags path/to/timm/train.py > flags.txt
+
+--flags lists train.py's options instead, one argument a line: its option strings (-b --batch-size),
+its dest and its default. The fixture tests/data/train_py_flags.txt (CTest train_py_flags checks
+ctimm-train knows each; tools/readme_train_flags.sh makes README's table of them) is
+  tools/make_args_yaml.py --flags train.py > tests/data/train_py_flags.txt
 
 The fixtures, from timm at aa4b5850 (train.py) and at v0.9.16 (train_v0.9.16.py):
   tools/make_args_yaml.py train.py > tests/data/timm_args.yaml
@@ -95,8 +101,15 @@ def train_parser(source):
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ('-h', '--help'):
         sys.exit(__doc__.strip())
-    with open(sys.argv[1]) as f:
+    flags = sys.argv[1] == '--flags'
+    with open(sys.argv[1 + flags]) as f:
         parser = train_parser(f.read())
+    if flags:
+        for a in parser._actions:
+            if a.option_strings and a.dest != 'help':
+                default = yaml.safe_dump(a.default, default_flow_style=True).strip().removesuffix('...').strip()
+                sys.stdout.write(f"{' '.join(a.option_strings)}\t{a.dest}\t{default}\n")
+        return
     args = parser.parse_args(sys.argv[2:])
     sys.stdout.write(yaml.safe_dump(args.__dict__, default_flow_style=False))
 
