@@ -54,7 +54,8 @@ static const char *const usage =
     "                   [--smoothing 0.1] [--drop 0] [--drop-path P] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
-    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3]\n"
+    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3] [--head-init-scale S]\n"
+    "                   [--head-init-bias B]\n"
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
     "                   [--model-ema-warmup] [--layer-decay D] [--layer-decay-min-scale 0]\n"
@@ -100,7 +101,8 @@ enum {
 enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH, OPT_BCE_SUM, OPT_BCE_POS_WEIGHT };
 
 /* Pretrained weights flags, long only. */
-enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_LIST_FLAGS };
+enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_LIST_FLAGS, OPT_HEAD_INIT_SCALE,
+       OPT_HEAD_INIT_BIAS };
 
 /* The flags taken with no effect (train_py_no_effect), each its own value:
  * the config loader reads options sharing one as aliases. */
@@ -230,7 +232,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"pin-mem", 0, 0, OPT_NO_EFFECT + 4}, {"no-prefetcher", 0, 0, OPT_NO_EFFECT + 5},
         {"use-multi-epochs-loader", 0, 0, OPT_NO_EFFECT + 6}, {"synchronize-step", 0, 0, OPT_NO_EFFECT + 7},
         {"drop-connect", 1, 0, OPT_NO_EFFECT + 8},
-        {"list-flags", 0, 0, OPT_LIST_FLAGS},
+        {"list-flags", 0, 0, OPT_LIST_FLAGS}, {"head-init-scale", 1, 0, OPT_HEAD_INIT_SCALE},
+        {"head-init-bias", 1, 0, OPT_HEAD_INIT_BIAS},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -438,6 +441,14 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_SYNC_BN: a->sync_bn = 1; break;
         case OPT_PRETRAINED: a->pretrained = 1; break;
         case OPT_LIST_FLAGS: list_flags_of(longs); return 1;
+        case OPT_HEAD_INIT_SCALE:
+            bad = parse_double("head-init-scale", optarg, &a->head_init_scale);
+            a->has_head_init_scale = 1;
+            break;
+        case OPT_HEAD_INIT_BIAS:
+            bad = parse_double("head-init-bias", optarg, &a->head_init_bias);
+            a->has_head_init_bias = 1;
+            break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
         case OPT_MODEL_KWARGS:

@@ -26,8 +26,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"dataset-trust-remote-code", "false", "Hugging Face datasets only; ctimm has no such reader"},
     {"grad-checkpointing", "false", "activation checkpointing is not built yet (issue 28)"},
     {"fast-norm", "false", "selects PyTorch's fused/low-precision norm kernels; ctimm compiles its own"},
-    {"head-init-scale", "null", "not built yet"},
-    {"head-init-bias", "null", "not built yet"},
     {"model-dtype", "null", "the whole model in float16/bfloat16 without AMP; ctimm keeps float32 weights (use --amp)"},
     {"no-ddp-bb", "false", "ctimm's data parallel broadcasts no buffers (BN statistics follow --dist-bn)"},
     {"local_rank", "0", "torch.distributed.launch's; ctimm-train starts its ranks itself (--nproc-per-node)"},

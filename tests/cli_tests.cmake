@@ -408,6 +408,13 @@ add_test(NAME train_amp_bce_start_epoch COMMAND sh -c
    grep -q '^Test (EMA): .*Acc@1' ema-resume.log")
 set_tests_properties(train_amp_bce_start_epoch PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small;train_ckpt" FIXTURES_SETUP train_bce
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# --head-init-scale 0 --head-init-bias 1 at lr 0: every logit is 1, so the
+# BCE training loss is (softplus(-1) + 9 softplus(1)) / 10 = 1.213262.
+add_test(NAME train_head_init COMMAND sh -c
+  "rm -rf head-out && ${TRAIN_SHORT} --epochs 1 --lr 0 --head-init-scale 0 --head-init-bias 1 --bce-loss --smoothing 0 \
+     --output head-out > head.log && grep -q '^0,1.21326[12],' head-out/summary.csv")
+set_tests_properties(train_head_init PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME train_amp_bad_dtype COMMAND ${FAIL} "--amp-dtype float8 is not one of float16, bfloat16"
   ${CMAKE_BINARY_DIR}/ctimm-train --amp --amp-dtype float8)
 add_test(NAME train_start_epoch_past_end COMMAND ${FAIL} "--start-epoch 3: the schedule has 2 epochs"

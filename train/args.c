@@ -150,6 +150,10 @@ char *train_args_json(const TrainArgs *a)
         cJSON_ReplaceItemInObject(o, "drop_path", cJSON_CreateNull());
     if (a->bce_pos_weight <= 0)
         cJSON_ReplaceItemInObject(o, "bce_pos_weight", cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "head_init_scale", a->has_head_init_scale ? cJSON_CreateNumber(a->head_init_scale)
+                                                                         : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "head_init_bias", a->has_head_init_bias ? cJSON_CreateNumber(a->head_init_bias)
+                                                                       : cJSON_CreateNull());
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));

@@ -53,6 +53,9 @@ typedef struct TrainArgs {
      * --bce-pos-weight: its positive-class weight (0: none) */
     int bce_sum;
     double bce_pos_weight;
+    /* --head-init-scale, --head-init-bias (train.py's None when has_* is 0) */
+    int has_head_init_scale, has_head_init_bias;
+    double head_init_scale, head_init_bias;
     /* data-parallel training: ranks on this machine (0: as launched), DDP's
      * bucket size, timm's --dist-bn and --sync-bn, the per-step cross-rank
      * check */

@@ -328,9 +328,41 @@ static int resume_from_torch(Trainer *t, Resumed *res, CtErr *err)
     return rc ? -1 : 0;
 }
 
+/* --head-init-scale and --head-init-bias on the classifier, as train.py
+ * does to model.get_classifier() after create_model. */
+static int head_init(Trainer *t, CtErr *err)
+{
+    const TrainArgs *a = &t->a;
+    if (!a->has_head_init_scale && !a->has_head_init_bias)
+        return 0;
+    const char *cls = t->m->cfg.classifier;
+    if (t->m->cfg.classifier_dist) /* timm's get_classifier() is a pair there: train.py fails on .weight */
+        return ct_fail(err, "--head-init-scale/--head-init-bias: %s has two classifiers (%s, %s)", t->m->name, cls,
+                       t->m->cfg.classifier_dist);
+    char name[2][300];
+    int idx[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(name[k], sizeof name[k], "%s.%s", cls ? cls : "", k ? "bias" : "weight");
+        if (!cls || (idx[k] = state_find(&t->state, name[k])) < 0 || t->state.e[idx[k]].type.dtype != CT_F32)
+            return ct_fail(err, "--head-init-scale/--head-init-bias: %s has no classifier %s (--num-classes 0?)",
+                           t->m->name, name[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        float *v = state_data(&t->state, idx[k]);
+        int64_t n = shape_numel(&t->state.e[idx[k]].type.shape);
+        for (int64_t i = 0; i < n; i++) {
+            if (a->has_head_init_scale)
+                v[i] = (float)(v[i] * a->head_init_scale);
+            if (k == 1 && a->has_head_init_bias)
+                v[i] = (float)a->head_init_bias;
+        }
+    }
+    return 0;
+}
+
 /* The state a run starts from: initialised from the seed, then the
  * pretrained weights (adapted: train/pretrained.h), then
- * --initial-checkpoint's weights, then --resume's checkpoint (its epoch,
+ * --initial-checkpoint's weights, --head-init-scale/-bias, then --resume's checkpoint (its epoch,
  * the place in a recovery checkpoint's epoch, the loss scale), then
  * --start-epoch; shared from rank 0; the schedule moved to where the run
  * starts. */
@@ -350,6 +382,8 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
         memcpy(why, err->msg, sizeof why);
         return ct_fail(err, "--initial-checkpoint %s", why);
     }
+    if (head_init(t, err))
+        return -1;
     ema_from_model(&t->state);
     int torch = a->resume && weights_is_torch(a->resume);
     if (a->resume) {
