@@ -14,6 +14,10 @@
 #include "ir/status.h"
 
 typedef enum CtOp {
+/* jsd_cross_entropy's most splits (ir/ops/loss.c; its cuda kernels keep
+ * one log-sum-exp a split in an array this long) */
+#define CT_JSD_MAX_SPLITS 8
+
 #define OP(name) CT_OP_##name,
 #include "ir/ops.def"
 #undef OP

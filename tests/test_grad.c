@@ -463,6 +463,16 @@ static ValueId case_bce(GradCase *c, int v)
     return b_node(c->b, CT_OP_binary_cross_entropy, 2, (ValueId[]){x, t}, (int64_t[]){v >= 5}, 1, f[v], 3, 0);
 }
 
+/* jsd_cross_entropy {num_splits; smoothing, alpha}: 2 splits of 3
+ * unsmoothed, 3 smoothed with timm's alpha 12. */
+static ValueId case_jsd(GradCase *c, int v)
+{
+    int s = 2 + v;
+    ValueId x = in_x(c, "logits", (CtShape){2, {3 * s, 5}}), t = in_classes(c, "target", 3 * s, 5);
+    return b_node(c->b, CT_OP_jsd_cross_entropy, 2, (ValueId[]){x, t}, (int64_t[]){s}, 1,
+                  (double[]){v ? 0.1 : 0, v ? 12 : 1}, 2, 0);
+}
+
 /* conv -> BN (train) -> relu -> + x -> global pool -> linear -> cross
  * entropy: x feeds both the conv and the residual add, so its gradient is a
  * sum over two paths. */
@@ -576,6 +586,8 @@ static const CaseDef cases[] = {
     {"binary_cross_entropy soft targets threshold 0.25", case_bce, 4, 0, TOL_LOSS, 0},
     {"binary_cross_entropy smoothing 0.1 pos_weight 2.5 sum", case_bce, 5, 0, TOL_LOSS, 0},
     {"binary_cross_entropy soft targets pos_weight 0.4 sum", case_bce, 6, 0, TOL_LOSS, 0},
+    {"jsd_cross_entropy 2 splits", case_jsd, 0, 0, TOL_LOSS, 0},
+    {"jsd_cross_entropy 3 splits smoothing 0.1 alpha 12", case_jsd, 1, 0, TOL_LOSS, 0},
     {"conv-bn-relu-residual-pool-linear-ce", case_composite, 0, 1, TOL_COMPOSITE, 0},
     {"the same, loss seed 256", case_composite, 0, 1, TOL_COMPOSITE, 256},
     {"layer_norm, loss seed 0.125", case_layer_norm, 0, 0, TOL_NORM, 0.125},

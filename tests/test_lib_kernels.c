@@ -102,6 +102,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_bce_rows_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6), R(7), R(8), I(9));
     else if (!strcmp(k, "ct_bce_grad_f32"))
         ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8), R(9), I(10));
+    else if (!strcmp(k, "ct_jsd_rows_f32"))
+        ct_jsd_rows_f32(F(0), P(1), F(2), I(3), I(4), I(5), R(6), R(7));
+    else if (!strcmp(k, "ct_jsd_grad_f32"))
+        ct_jsd_grad_f32(F(0), P(1), F(2), F(3), I(4), I(5), I(6), R(7), R(8));
     else if (!strcmp(k, "ct_dropout_f32"))
         ct_dropout_f32(F(0), P(1), F(2), X(3), I(4), I(5), R(6));
     else if (!strcmp(k, "ct_all_finite_f32"))
@@ -470,6 +474,18 @@ static void test_loss(void)
         if (!add_node(&c, CT_OP_all_finite, 1, &x, NULL, 0, NULL, 0, 0))
             check_case(&c, "all_finite");
     }
+    /* JSD: 2 splits unsmoothed, 3 smoothed, of 4 samples */
+    for (int splits = 2; splits <= 3; splits++)
+        for (int grad = 0; grad < 2; grad++) {
+            Case c;
+            graph_init(&c.g);
+            ValueId x = input(&c, "x", 2, (int64_t[]){4 * splits, 7}, 0, CT_F32);
+            ValueId t = input(&c, "t", 1, (int64_t[]){4 * splits}, 0, CT_I64);
+            ValueId dl = grad ? input(&c, "dl", 0, (int64_t[]){1}, 0, CT_F32) : -1;
+            if (!add_node(&c, grad ? CT_OP_jsd_cross_entropy_grad : CT_OP_jsd_cross_entropy, 2 + grad,
+                          (ValueId[]){x, t, dl}, (int64_t[]){splits}, 1, (double[]){splits == 3 ? 0.1 : 0, 12}, 2, 0))
+                check_case(&c, grad ? "jsd_cross_entropy_grad" : "jsd_cross_entropy");
+        }
     /* BCE: class labels (smoothing, threshold) and probabilities; plain,
      * binarised, and with a positive weight summed over classes */
     for (int probs = 0; probs < 2; probs++)

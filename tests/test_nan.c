@@ -329,6 +329,14 @@ static void test_rows(void)
         {"binary_cross_entropy_grad", CT_OP_binary_cross_entropy_grad, 3,
          {{S2(2, 3), 0, V(1, N, 2, 1, 2, 3)}, {S1(2), CT_I64, V(0, 2)}, {{0}, 0, V(1)}}, {0}, {0, -1},
          {V(FIN, N, FIN, FIN, FIN, FIN)}, 1},
+        /* 2 splits of 2 samples: a NaN in sample 0's clean row poisons its
+         * mixture, so both of its rows; sample 1's stay finite */
+        {"jsd_cross_entropy", CT_OP_jsd_cross_entropy, 2,
+         {{S2(4, 3), 0, V(1, N, 2, 1, 2, 3, 0, 1, 2, 3, 2, 1)}, {S1(4), CT_I64, V(0, 2, 0, 2)}}, {2}, {0.1, 12},
+         {V(N)}, 1},
+        {"jsd_cross_entropy_grad", CT_OP_jsd_cross_entropy_grad, 3,
+         {{S2(4, 3), 0, V(1, N, 2, 1, 2, 3, 0, 1, 2, 3, 2, 1)}, {S1(4), CT_I64, V(0, 2, 0, 2)}, {{0}, 0, V(1)}},
+         {2}, {0.1, 12}, {V(N, N, N, FIN, FIN, FIN, N, N, N, FIN, FIN, FIN)}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);

@@ -1087,6 +1087,42 @@ static void test_rejections(void)
     expect_reject(&c, "assign", "assign to an activation");
 }
 
+/* jsd_cross_entropy against timm's JsdCrossEntropy on 6 rows of 3 logits:
+ * 3 splits of 2 with smoothing 0.1 (targets [2, 0] repeated), 2 splits of
+ * 3 unsmoothed (targets [2, 0, 1] repeated), alpha 12 (float64). */
+static void test_jsd_values(void)
+{
+    static const double logits[18] = {0.5, -1, 2, 0, 1, -0.5, 1.5, 0.2, -0.3, -2, 0.4, 0.9, 0.3, 0.3, -1, 2.5, -0.5, 0.1};
+    static const struct { int splits; double smoothing; int64_t t[6]; double want; } cases[] = {
+        {3, 0.1, {2, 0, 2, 0, 2, 0}, 4.714889516537649}, {2, 0, {2, 0, 1, 2, 0, 1}, 1.7839583206392553}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Graph g;
+        CtErr err;
+        graph_init(&g);
+        ValueId x = graph_add_value(&g, (CtType){{2, {6, 3}}, CT_F64}, CT_ROLE_INPUT, "x");
+        ValueId t = graph_add_value(&g, (CtType){{1, {6}}, CT_I64}, CT_ROLE_INPUT, "t");
+        Node n = {.op = CT_OP_jsd_cross_entropy, .nin = 2, .in = {x, t}, .iattr = {cases[i].splits},
+                  .fattr = {cases[i].smoothing, 12}};
+        int id = graph_add_node(&g, &n, "loss", &err);
+        CHECKF(id >= 0, "jsd case %zu: %s", i, err.msg);
+        if (id < 0) {
+            graph_free(&g);
+            continue;
+        }
+        graph_mark_output(&g, g.nodes[id].out[0]);
+        CtTensor in[2] = {{{{2, {6, 3}}, CT_F64}, (void *)logits}, {{{1, {6}}, CT_I64}, (void *)cases[i].t}};
+        CtTensor out;
+        CtState st;
+        state_create(&st, &g);
+        CHECKF(backend_run_once(&ct_backend_ref, &g, &st, in, 2, &out, NULL, &err) == 0, "%s", err.msg);
+        CHECKF(fabs(*(double *)out.data - cases[i].want) < 1e-12, "jsd case %zu: %.17g, timm %.17g", i,
+               *(double *)out.data, cases[i].want);
+        tensor_free(&out);
+        state_free(&st);
+        graph_free(&g);
+    }
+}
+
 /* binary_cross_entropy against timm's BinaryCrossEntropy on logits
  * [[0.5,-1,2],[0,1,-0.5]]: class targets [2,0] with (smoothing, threshold)
  * (0, none), (0.1, none), (0.1, 0.2); soft targets [[.2,.3,.5],[.7,.1,.2]]
@@ -1152,5 +1188,6 @@ int main(void)
     test_stochastic();
     test_rejections();
     test_bce_values();
+    test_jsd_values();
     return check_done("test_ops");
 }

@@ -572,6 +572,83 @@ CT_GLOBAL CT_SFX(ct_bce_grad)(const CT_T *x, const long long *labels, const CT_T
     }
 }
 
+/* jsd_cross_entropy (ir/ops/loss.c): sample b's S rows (split i's is row
+ * i * B + b) and their log-sum-exps; S <= 8, CT_JSD_MAX_SPLITS. */
+CT_DEVICE void CT_SFX(ct_jsd_lse)(const CT_T *x, long long b, long long B, long long C, long long S, double *lse)
+{
+    for (long long i = 0; i < S; i++) {
+        float m;
+        double sum;
+        CT_SFX(ct_row_max_sum)(x + (i * B + b) * C, C, &m, &sum);
+        lse[i] = m + log(sum);
+    }
+}
+
+/* Class c's mixture of the S softmaxes into *m, returned clamped to [1e-7, 1]. */
+CT_DEVICE double CT_SFX(ct_jsd_mixture)(const CT_T *x, long long b, long long B, long long C, long long S,
+                                         const double *lse, long long c, double *m)
+{
+    double s = 0;
+    for (long long i = 0; i < S; i++)
+        s += exp((double)CT_LD(x[(i * B + b) * C + c]) - lse[i]);
+    *m = s / (double)S;
+    return *m < 1e-7 ? 1e-7 : *m > 1 ? 1 : *m;
+}
+
+/* Sample b's loss into rowloss[b]: the first split's cross entropy with
+ * smoothing s plus alpha / S times its S KL(M || p_i) terms; ct_mean_loss
+ * averages over the B samples. */
+CT_GLOBAL CT_SFX(ct_jsd_rows)(const CT_T *x, const long long *t, float *rowloss, long long B, long long C, long long S,
+                              float s, float alpha)
+{
+    CT_LOOP(b, B)
+    {
+        double lse[8], mean_logp = 0, kl = 0, m;
+        CT_SFX(ct_jsd_lse)(x, b, B, C, S, lse);
+        for (long long c = 0; c < C; c++) {
+            mean_logp += ((double)CT_LD(x[b * C + c]) - lse[0]) / (double)C;
+            double lm = log(CT_SFX(ct_jsd_mixture)(x, b, B, C, S, lse, c, &m));
+            for (long long i = 0; i < S; i++) {
+                double lp = (double)CT_LD(x[(i * B + b) * C + c]) - lse[i];
+                kl += exp(lp) * (lp - lm);
+            }
+        }
+        double ce = (1 - s) * (lse[0] - (double)CT_LD(x[b * C + t[b]])) - (s != 0 ? s * mean_logp : 0);
+        rowloss[b] = (float)(ce + alpha / (double)S * kl);
+    }
+}
+
+/* Sample b's S rows of dlogits (ir/ops/loss.c's jsd_grad_ref): two passes
+ * over the classes, the first for each split's <p_i, g_i>. */
+CT_GLOBAL CT_SFX(ct_jsd_grad)(const CT_T *x, const long long *t, const CT_T *dloss, CT_T *dx, long long B, long long C,
+                              long long S, float s, float alpha)
+{
+    CT_LOOP(b, B)
+    {
+        double lse[8], dot[8], m, k = alpha / (double)S, scale = (double)CT_LD(dloss[0]) / (double)B;
+        CT_SFX(ct_jsd_lse)(x, b, B, C, S, lse);
+        for (long long i = 0; i < S; i++)
+            dot[i] = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (long long c = 0; c < C; c++) {
+                double mc = CT_SFX(ct_jsd_mixture)(x, b, B, C, S, lse, c, &m);
+                double through = m >= 1e-7 && m <= 1 ? m / mc : 0;
+                for (long long i = 0; i < S; i++) {
+                    long long at = (i * B + b) * C + c;
+                    double lp = (double)CT_LD(x[at]) - lse[i], p = exp(lp), g = k * (lp + 1 - log(mc) - through);
+                    if (!pass) {
+                        dot[i] += p * g;
+                        continue;
+                    }
+                    double d = p * (g - dot[i]);
+                    if (i == 0)
+                        d += p - s / (double)C - (c == t[b] ? 1 - s : 0);
+                    dx[at] = CT_ST((float)(scale * d));
+                }
+            }
+    }
+}
+
 /* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
  * elements (x's strides, y's); the draw is element i's, or with per > 1
  * its sample's (i / per, drop_path), from the graph's RNG counter. */

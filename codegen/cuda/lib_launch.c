@@ -429,13 +429,16 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
         {CT_OP_cross_entropy, "ct_cross_entropy_rows", "ct_cross_entropy_grad", 1},
         {CT_OP_soft_target_cross_entropy, "ct_soft_ce_rows", "ct_soft_ce_grad", 0},
         {CT_OP_binary_cross_entropy, "ct_bce_rows", "ct_bce_grad", 3},
+        {CT_OP_jsd_cross_entropy, "ct_jsd_rows", "ct_jsd_grad", 2},
     };
     const CtShape *xs = &val(b, n->in[0])->type.shape;
     long long B = xs->d[0], C = xs->d[1];
     int k = 0;
     while (n->op != kinds[k].op && n->op != kinds[k].op + 1) /* a loss's gradient is the next op (ir/ops/loss.c) */
         k++;
-    int grad = n->op == kinds[k].op + 1;
+    int grad = n->op == kinds[k].op + 1, jsd = kinds[k].op == CT_OP_jsd_cross_entropy;
+    if (jsd) /* a work item a sample, over its splits */
+        B /= n->iattr[0];
     LibLaunch *l = begin(b, grad ? kinds[k].grad : kinds[k].rows, val(b, n->in[0])->type.dtype, B);
     a_val(l, n->in[0]);
     if (kinds[k].op == CT_OP_binary_cross_entropy) { /* the target: i64 labels, or probabilities of x's dtype */
@@ -457,6 +460,8 @@ static int plan_loss(Builder *b, const Node *n, size_t *scratch)
     }
     a_i64(l, B);
     a_i64(l, C);
+    if (jsd)
+        a_i64(l, n->iattr[0]);
     for (int f = 0; f < kinds[k].nfattr; f++)
         a_f32(l, n->fattr[f]);
     if (kinds[k].op == CT_OP_binary_cross_entropy)
@@ -729,6 +734,7 @@ int lib_supports(CtOp op)
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
+    case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad:
     case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
         return 1;
     default:
@@ -760,6 +766,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
+    case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad:
         rc = plan_loss(&b, n, scratch);
         break;
     case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
