@@ -244,16 +244,17 @@ ValueId nn_std_conv2d(Builder *b, const char *name, ValueId x, int64_t out_ch, i
     return y;
 }
 
-ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
+/* One BatchNorm2d's state in the current scope, and x normalised by it
+ * (x < 0: the state alone). */
+static ValueId batch_norm_of(Builder *b, ValueId x, int64_t channels, BNOpts o)
 {
-    if (b->e.failed || x < 0)
-        return -1;
-    CtShape c = {1, {b_shape(b, x)->d[1]}};
-    b_push(b, "%s", name);
+    CtShape c = {1, {channels}};
     ValueId in[5] = {x, b_param(b, "weight", c, o.zero_weight ? init_zeros() : init_ones()),
                      b_param(b, "bias", c, init_zeros()), b_buffer(b, "running_mean", c, b->param_dtype, init_zeros()),
                      b_buffer(b, "running_var", c, b->param_dtype, init_ones())};
     ValueId nbt = b_buffer(b, "num_batches_tracked", (CtShape){0}, CT_I64, init_zeros());
+    if (x < 0)
+        return -1;
     int64_t training = b->training;
     double f[2] = {o.momentum ? o.momentum : 0.1, o.eps ? o.eps : 1e-5};
     ValueId y = b_node(b, CT_OP_batch_norm, 5, in, &training, 1, f, 2, 0);
@@ -264,8 +265,27 @@ ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
         b_node(b, CT_OP_assign, 2, (ValueId[]){in[4], var}, NULL, 0, NULL, 0, 0);
         b_node(b, CT_OP_assign, 2, (ValueId[]){nbt, f_scale_shift(b, nbt, 1, 1)}, NULL, 0, NULL, 0, 0);
     }
-    b_pop(b);
     return y;
+}
+
+ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o)
+{
+    if (b->e.failed || x < 0)
+        return -1;
+    int64_t channels = b_shape(b, x)->d[1], batch = b_shape(b, x)->d[0];
+    int S = b->split_bn > 1 ? b->split_bn : 1, split = b->training && S > 1;
+    if (split && batch % S)
+        return b_fail(b, "--split-bn: the batch of %lld does not split into %d equal parts", (long long)batch, S);
+    b_push(b, "%s", name);
+    ValueId part[CT_JSD_MAX_SPLITS];
+    part[0] = batch_norm_of(b, split ? f_slice(b, x, 0, 0, batch / S, 1) : x, channels, o);
+    for (int i = 1; i < S; i++) {
+        b_push(b, "aux_bn.%d", i - 1);
+        part[i] = batch_norm_of(b, split ? f_slice(b, x, 0, i * batch / S, (i + 1) * batch / S, 1) : -1, channels, o);
+        b_pop(b);
+    }
+    b_pop(b);
+    return split ? f_concat(b, S, part, 0) : part[0];
 }
 
 ValueId nn_linear(Builder *b, const char *name, ValueId x, int64_t out_features, LinearOpts o)

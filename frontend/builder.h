@@ -27,6 +27,9 @@ typedef struct BModule {
 typedef struct Builder {
     Graph *g;
     int training;
+    /* timm's convert_splitbn_model (--split-bn): > 1 makes every batch norm a
+     * SplitBatchNorm2d of this many splits; 0: plain */
+    int split_bn;
     CtDType param_dtype; /* of params and float buffers: f32, or f64 for gradient checks */
     char scope[512];
     int scope_len[B_MAX_DEPTH];
@@ -99,6 +102,10 @@ typedef struct BNOpts {
     double eps, momentum; /* 0 means 1e-5 and 0.1 */
     int zero_weight;      /* timm's zero_init_last on the residual's last BN */
 } BNOpts;
+/* With b->split_bn = S > 1, timm's SplitBatchNorm2d: besides its own state
+ * the module has aux_bn.0 .. aux_bn.{S-2}, each a BatchNorm2d; training
+ * normalises the batch's S equal parts by the module, then by each aux_bn
+ * in turn (concatenated back); eval by the module alone. */
 ValueId nn_batch_norm(Builder *b, const char *name, ValueId x, BNOpts o);
 
 typedef struct LinearOpts {

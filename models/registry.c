@@ -142,6 +142,7 @@ int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err
         return ct_fail(err, "%s: image size %d must be positive", m->name, size);
     graph_init(g);
     b_init(&b, g, spec->training);
+    b.split_bn = spec->split_bn;
     ValueId x = b_input(&b, "input", (CtShape){4, {batch, chans, size, size}}, CT_F32);
     ModelArgs args = spec->args;
     if (args.drop_path_rate < 0)

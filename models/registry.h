@@ -105,6 +105,7 @@ int model_suggest(const char *name, const char **out, int max);
 typedef struct ModelSpec {
     int batch_size; /* 0: 1 */
     int training;
+    int split_bn; /* > 1: timm's convert_splitbn_model(model, split_bn) (frontend/builder.h) */
     ModelArgs args;
 } ModelSpec;
 
