@@ -4,7 +4,11 @@
  * statistics and determinism of the random parts.
  *
  * Tolerances, one table (max |diff| per byte against the reference):
- *   ImageOps / ImageEnhance / affine / rotate / hue / flips   0 (bit-exact)
+ *   ImageOps / ImageEnhance / affine / rotate / hue / flips,
+ *   PIL's GaussianBlur, grayscale, AugMix's mixing           0 (bit-exact)
+ *   torchvision's GaussianBlur(23)                            TOL_TV_BLUR = 1
+ *       (torch's float32 convolution sums 529 terms in an order of its
+ *        own; a sum within a few ulp of .5 rounds either way)
  *   eval transform and fixed-box resized_crop                 TOL_RESIZE = 0
  *       (image_resize reproduces PIL's resample bit for bit; the crop
  *        sizes, offsets, padding and rounding here are timm's exactly)
@@ -28,6 +32,7 @@
 #include "runtime/data/transforms.h"
 
 #define TOL_RESIZE 0
+#define TOL_TV_BLUR 1
 #define TOL_SCALED_MEAN 2.0
 #define TOL_SCALED_MAX 40
 
@@ -120,7 +125,7 @@ static void copy_image(const CtImage *src, CtImage *dst)
 /* Every RandAugment / AutoAugment op at fixed magnitudes: bit-exact. */
 static void test_ops(void)
 {
-    static const uint8_t fill[3] = {124, 116, 104}; /* timm's img_mean for the ImageNet mean */
+    AugEnv env = {.fill = {124, 116, 104}}; /* timm's img_mean for the ImageNet mean */
     CtImage src, low;
     size_t n;
     char *list = (char *)read_file("ops.txt", &n);
@@ -132,9 +137,10 @@ static void test_ops(void)
     int cases = 0;
     for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
         char op[64], interp[16], file[128], input[128];
-        double mag;
+        double mag, u, pct;
         int neg;
-        if (line[0] == '#' || sscanf(line, "%63s %lf %d %15s %127s %127s", op, &mag, &neg, interp, file, input) != 6)
+        if (line[0] == '#' || sscanf(line, "%63s %lf %d %15s %127s %127s %lf %lf", op, &mag, &neg, interp, file, input,
+                                     &u, &pct) != 8)
             continue;
         const CtImage *in = strcmp(input, "src_low.ppm") ? &src : &low;
         int k = aug_op_by_name(op);
@@ -145,7 +151,9 @@ static void test_ops(void)
         copy_image(in, &img);
         copy_image(in, &tmp);
         memset(tmp.px, 0x5a, (size_t)tmp.w * tmp.h * 3); /* ops may not rely on tmp's contents */
-        aug_op_apply(&img, &tmp, (AugOpKind)k, mag, neg, interp_by_name(interp), fill);
+        AugOpArgs args = {.magnitude = mag, .negate = neg, .interp = interp_by_name(interp), .u = u};
+        env.translate_pct = pct;
+        aug_op_apply(&img, &tmp, (AugOpKind)k, &args, &env);
         char what[384];
         snprintf(what, sizeof what, "%s m=%g neg=%d %s on %s", op, mag, neg, interp, input);
         compare_image(what, &img, file, 0);
@@ -153,10 +161,129 @@ static void test_ops(void)
         image_free(&tmp);
         cases++;
     }
-    CHECKF(cases == 45, "%d op cases", cases);
+    CHECKF(cases == 55, "%d op cases", cases);
     free(list);
     image_free(&src);
     image_free(&low);
+}
+
+/* AugMixAugment's _apply_basic / _apply_blended at fixed mixing weights,
+ * blend factor and op chains (ops at fixed magnitude and sign, bilinear,
+ * translate_pct 0.3): bit-exact. */
+static void test_augmix_fixed(void)
+{
+    CtImage src;
+    size_t n;
+    char *list = (char *)read_file("augmix.txt", &n);
+    CHECK(list && !read_ppm("src.ppm", &src));
+    if (!list || !src.px)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    AugEnv env = {.fill = {124, 116, 104}, .interp = CT_INTERP_BILINEAR, .translate_pct = 0.3};
+    int cases = 0;
+    char *save;
+    for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#')
+            continue;
+        int blended, neg, width, used;
+        double mag, m, w;
+        float ws[8];
+        char *p = line;
+        CT_ASSERT(sscanf(p, "%d %lf %d %lf %d%n", &blended, &mag, &neg, &m, &width, &used) == 5 && width <= 8);
+        p += used;
+        for (int c = 0; c < width; c++, p += used) {
+            CT_ASSERT(sscanf(p, "%lf%n", &w, &used) == 1);
+            ws[c] = (float)w;
+        }
+        CtImage img, chain, tmp;
+        copy_image(&src, &img);
+        copy_image(&src, &chain);
+        copy_image(&src, &tmp);
+        float *acc = calloc((size_t)src.w * src.h * 3, sizeof *acc);
+        if (blended)
+            augmix_blended_weights(ws, width, (float)m, ws);
+        for (int c = 0; c < width; c++, p += used) {
+            char ops[256];
+            CT_ASSERT(sscanf(p, "%255s%n", ops, &used) == 1);
+            memcpy(chain.px, src.px, (size_t)src.w * src.h * 3);
+            for (char *sv, *op = strtok_r(ops, "+", &sv); op; op = strtok_r(NULL, "+", &sv)) {
+                AugOpArgs a = {.magnitude = mag, .negate = neg, .interp = CT_INTERP_BILINEAR};
+                CT_ASSERT(aug_op_by_name(op) >= 0);
+                aug_op_apply(&chain, &tmp, (AugOpKind)aug_op_by_name(op), &a, &env);
+            }
+            if (blended)
+                image_blend(&img, &chain, ws[c]);
+            else
+                augmix_accumulate(acc, &chain, ws[c]);
+        }
+        if (!blended)
+            augmix_finish(&img, acc, (float)m);
+        char file[128], what[160];
+        CT_ASSERT(sscanf(p, "%127s", file) == 1);
+        snprintf(what, sizeof what, "augmix %s", file);
+        compare_image(what, &img, file, 0);
+        free(acc);
+        image_free(&img);
+        image_free(&chain);
+        image_free(&tmp);
+        cases++;
+    }
+    CHECKF(cases == 5, "%d augmix cases", cases);
+    free(list);
+    image_free(&src);
+}
+
+/* AugMix's draws over 10k images: Dirichlet(alpha) weights and Beta(alpha,
+ * alpha) factor by their moments (E w = 1/K, Var w = (K - 1) / (K^2 (K a + 1)),
+ * E m = 1/2, Var m = 1 / (4 (2a + 1))), within 5% of the mean's scale. */
+static void test_augmix_draws(void)
+{
+    static const struct {
+        double alpha;
+        int width;
+    } cases[] = {{1.0, 3}, {0.5, 4}, {3.0, 2}, {0.1, 3}};
+    enum { N = 10000 };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        double a = cases[k].alpha;
+        int K = cases[k].width;
+        CtRng rng = rng_for(21, k, 0);
+        double sw[8] = {0}, sw2[8] = {0}, sm = 0, sm2 = 0, worst_sum = 0;
+        for (int i = 0; i < N; i++) {
+            float ws[8], m, total = 0;
+            augmix_draw_weights(a, K, &rng, ws, &m);
+            for (int c = 0; c < K; c++) {
+                sw[c] += ws[c], sw2[c] += (double)ws[c] * ws[c], total += ws[c];
+                CHECK(ws[c] >= 0 && ws[c] <= 1);
+            }
+            worst_sum = fmax(worst_sum, fabs(total - 1));
+            CHECK(m >= 0 && m <= 1);
+            sm += m, sm2 += (double)m * m;
+        }
+        CHECKF(worst_sum < 1e-5, "alpha %g: weights sum off 1 by %g", a, worst_sum);
+        double ew = 1.0 / K, vw = (K - 1.0) / (K * K * (K * a + 1)), vm = 1 / (4 * (2 * a + 1));
+        for (int c = 0; c < K; c++) {
+            double mu = sw[c] / N, var = sw2[c] / N - mu * mu;
+            CHECKF(fabs(mu - ew) < 0.05 * ew && fabs(var - vw) < 0.05 * vw + 0.002, "alpha %g width %d: w%d mean "
+                   "%.4f (%.4f) var %.5f (%.5f)", a, K, c, mu, ew, var, vw);
+        }
+        double mu = sm / N, var = sm2 / N - mu * mu;
+        CHECKF(fabs(mu - 0.5) < 0.025 && fabs(var - vm) < 0.05 * vm + 0.002, "alpha %g: m mean %.4f var %.5f (%.5f)", a,
+               mu, var, vm);
+    }
+    /* Gamma's moments: mean = var = shape */
+    static const double shapes[] = {0.3, 1.0, 2.5};
+    for (int k = 0; k < 3; k++) {
+        CtRng rng = rng_for(4, 4, (uint64_t)k);
+        double s = 0, s2 = 0;
+        for (int i = 0; i < N; i++) {
+            double g = rng_gamma(&rng, shapes[k]);
+            s += g, s2 += g * g;
+        }
+        double mu = s / N, var = s2 / N - mu * mu;
+        CHECKF(fabs(mu - shapes[k]) < 0.05 * shapes[k] && fabs(var - shapes[k]) < 0.1 * shapes[k],
+               "gamma(%g): mean %.4f var %.4f", shapes[k], mu, var);
+    }
 }
 
 /* torchvision's adjust_brightness/contrast/saturation/hue and flips: bit-exact. */
@@ -190,13 +317,21 @@ static void test_color(void)
             aug_hflip(&img);
         else if (!strcmp(name, "vflip"))
             aug_vflip(&img);
+        else if (!strcmp(name, "grayscale"))
+            image_to_gray(&img);
+        else if (!strcmp(name, "gaussian_blur")) {
+            CtImage tmp;
+            copy_image(&src, &tmp);
+            tv_gaussian_blur(&img, &tmp, 23, f);
+            image_free(&tmp);
+        }
         char what[64];
         snprintf(what, sizeof what, "%s %g", name, f);
-        compare_image(what, &img, file, 0);
+        compare_image(what, &img, file, strcmp(name, "gaussian_blur") ? 0 : TOL_TV_BLUR);
         image_free(&img);
         cases++;
     }
-    CHECKF(cases == 11, "%d colour cases", cases);
+    CHECKF(cases == 15, "%d colour cases", cases);
     free(list);
     image_free(&src);
 
@@ -511,7 +646,7 @@ static void test_parse(void)
     AugPolicy p;
     CtErr err;
     CHECK(aug_parse("rand-m9-mstd0.5-inc1", &p, &err) == 0);
-    CHECK(p.rand && p.num_layers == 2 && p.n_ops == 15 && p.magnitude_std == 0.5 && p.magnitude_max == 10);
+    CHECK(p.kind == AUG_RAND && p.num_layers == 2 && p.n_ops == 15 && p.magnitude_std == 0.5 && p.magnitude_max == 10);
     CHECK(p.ops[4].kind == AUG_POSTERIZE_INC && p.ops[4].magnitude == 9 && p.ops[4].prob == 0.5);
     CHECK(aug_parse("rand-m9-n3-mstd0.5", &p, &err) == 0);
     CHECK(p.num_layers == 3 && p.ops[4].kind == AUG_POSTERIZE && p.ops[7].kind == AUG_COLOR);
@@ -520,12 +655,27 @@ static void test_parse(void)
     CHECK(aug_parse("rand-mstd1-tweights", &p, &err) == 0);
     CHECK(p.weighted && p.n_ops == 15 && p.ops[0].kind == AUG_ROTATE && p.weights[0] == 3 && p.ops[0].magnitude == 10);
     CHECK(aug_parse("original", &p, &err) == 0);
-    CHECK(!p.rand && p.n_ops == 50 && p.ops[0].kind == AUG_POSTERIZE_ORIG && p.ops[0].prob == 0.4);
+    CHECK(p.kind == AUG_AUTO && p.n_ops == 50 && p.ops[0].kind == AUG_POSTERIZE_ORIG && p.ops[0].prob == 0.4);
     CHECK(aug_parse("originalr-mstd0.5", &p, &err) == 0);
     CHECK(p.ops[0].kind == AUG_POSTERIZE_INC && p.magnitude_std == 0.5);
     CHECK(aug_parse("v0r", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE_INC);
     CHECK(aug_parse("v0", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE && p.ops[31].kind == AUG_TRANSLATE_Y_REL);
-    static const char *bad[] = {"rand-q3", "rand-m9.5", "augmix-m5", "v1", "original-foo3", "rand-t3a", "", "rand-n99-tweights"};
+    CHECK(aug_parse("augmix-m5-w4-d2", &p, &err) == 0);
+    CHECK(p.kind == AUG_MIX && p.width == 4 && p.depth == 2 && p.alpha == 1 && !p.blended && isinf(p.magnitude_std));
+    CHECK(p.n_ops == 13 && p.ops[0].kind == AUG_AUTOCONTRAST && p.ops[12].kind == AUG_TRANSLATE_Y_REL &&
+          p.ops[3].magnitude == 5 && p.ops[3].prob == 1.0 && p.magnitude_max == 10);
+    CHECK(aug_parse("augmix", &p, &err) == 0 && p.width == 3 && p.depth == -1 && p.ops[0].magnitude == 3);
+    CHECK(aug_parse("augmix-a0.5-b1-mstd0.5-mstd2", &p, &err) == 0);
+    CHECK(p.alpha == 0.5 && p.blended && p.magnitude_std == 0.5);
+    CHECK(aug_parse("augmix-mstd101", &p, &err) == 0 && p.magnitude_std == 101); /* no '> 100: uniform' here */
+    CHECK(aug_parse("3a", &p, &err) == 0);
+    CHECK(p.kind == AUG_AUTO && p.sub_len == 1 && p.n_ops == 3 && p.ops[0].kind == AUG_SOLARIZE &&
+          p.ops[0].magnitude == 5 && p.ops[1].kind == AUG_DESATURATE && p.ops[2].kind == AUG_GAUSSIAN_BLUR_RAND);
+    CHECK(aug_parse("rand-m9-t3a", &p, &err) == 0);
+    CHECK(p.kind == AUG_RAND && !p.weighted && p.n_ops == 3 && p.ops[2].kind == AUG_GAUSSIAN_BLUR);
+    CHECK(aug_parse("rand-m9-n3-t3aw", &p, &err) == 0);
+    CHECK(p.weighted && p.n_ops == 14 && p.weights[0] == 6 && p.ops[13].kind == AUG_INVERT && p.weights[13] == 1);
+    static const char *bad[] = {"rand-q3", "rand-m9.5", "augmix-m5-x2", "augmix-w0", "v1", "original-foo3", "3aw", "", "rand-n99-tweights"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
         CHECKF(aug_parse(bad[i], &p, &err) == -1 && err.msg[0], "'%s' accepted", bad[i]);
@@ -547,7 +697,8 @@ static void test_train_determinism(void)
     if (!jpg || !png)
         return;
     static const char *aa[] = {NULL, "rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5", "original", "v0r-mstd0.5",
-                               "rand-m10-mstd101-tweights-n4", "rand-m30-mmax30-n4-p1.0"};
+                               "rand-m10-mstd101-tweights-n4", "rand-m30-mmax30-n4-p1.0", "augmix-m5-w4-d2",
+                               "augmix-b1-a0.5", "3a", "rand-m9-t3aw-n3-mstd0.5", "rand-m6-t3a"};
     enum { S = 37 };
     uint8_t a[S * S * 3], b[S * S * 3], c[S * S * 3];
     for (size_t k = 0; k < sizeof aa / sizeof aa[0]; k++) {
@@ -587,6 +738,68 @@ static void test_train_determinism(void)
     e.crop_pct = -1;
     CHECK(transform_eval(&e, png, png_n, a, &err) == -1);
     free(jpg);
+    free(png);
+}
+
+/* The probabilistic steps after the policy: RandomApply(ColorJitter),
+ * RandomGrayscale and RandomApply(GaussianBlur) at p = 0.3 change about 30%
+ * of 300 images (3.4 binomial sd), and jitter runs under a '3a' policy,
+ * not under another. Each is measured against the same transform without
+ * it, which leaves the earlier draws alike. */
+static void test_train_probs(void)
+{
+    size_t n;
+    uint8_t *png = read_file("eval_src.png", &n);
+    CHECK(png != NULL);
+    if (!png)
+        return;
+    enum { S = 16, N = 300 };
+    uint8_t a[S * S * 3], b[S * S * 3];
+    static const struct {
+        const char *aa;
+        int step; /* 0 jitter, 1 grayscale, 2 blur */
+        double rate;
+    } cases[] = {{NULL, 0, 0.3}, {NULL, 1, 0.3}, {NULL, 2, 0.3}, {"3a", 0, 0.3}, {"rand-m9-t3a", 0, 0.3},
+                 {"rand-m9", 0, 0}, {"augmix-m3", 0, 0}, {"rand-m9", 1, 0.3}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        TrainTransform with = train_transform_default(S), without;
+        with.auto_augment = cases[k].aa;
+        with.color_jitter = cases[k].step == 0 ? 0.4 : 0;
+        with.color_jitter_prob = cases[k].step == 0 ? 0.3 : -1;
+        with.grayscale_prob = cases[k].step == 1 ? 0.3 : 0;
+        with.gaussian_blur_prob = cases[k].step == 2 ? 0.3 : 0;
+        without = with;
+        without.color_jitter = 0;
+        without.grayscale_prob = without.gaussian_blur_prob = 0;
+        int changed = 0, gray = 0;
+        for (int i = 0; i < N; i++) {
+            CtErr err;
+            CtRng r1 = rng_for(8, k, (uint64_t)i), r2 = r1;
+            CHECKF(transform_train(&with, png, n, &r1, a, &err) == 0, "%s", err.msg);
+            CHECKF(transform_train(&without, png, n, &r2, b, &err) == 0, "%s", err.msg);
+            changed += memcmp(a, b, sizeof a) != 0;
+            int equal = 1;
+            for (int p = 0; p < S * S; p++)
+                equal &= a[3 * p] == a[3 * p + 1] && a[3 * p] == a[3 * p + 2];
+            gray += equal;
+        }
+        double rate = (double)changed / N;
+        CHECKF(fabs(rate - cases[k].rate) < 0.09, "%s step %d: %.3f of the images changed, expected %.2f",
+               cases[k].aa ? cases[k].aa : "-", cases[k].step, rate, cases[k].rate);
+        if (cases[k].step == 1)
+            CHECKF(gray == changed, "grayscale: %d gray images, %d changed", gray, changed);
+    }
+    /* the probabilities' ranges, and the blur's reflect padding needing 12 px */
+    TrainTransform t = train_transform_default(S);
+    CtErr err;
+    t.grayscale_prob = 1.5;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "grayscale_prob"));
+    t = train_transform_default(S);
+    t.color_jitter_prob = 2;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "color_jitter_prob"));
+    t = train_transform_default(11);
+    t.gaussian_blur_prob = 0.5;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "gaussian_blur_prob"));
     free(png);
 }
 
@@ -677,6 +890,8 @@ int main(void)
 {
     test_ops();
     test_color();
+    test_augmix_fixed();
+    test_augmix_draws();
     test_parse();
     test_rrc_sampling();
     test_flip_rates();
@@ -686,5 +901,6 @@ int main(void)
     test_scaled_decode();
     test_gray();
     test_train_determinism();
+    test_train_probs();
     return check_done("test_transforms");
 }

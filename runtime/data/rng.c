@@ -53,3 +53,23 @@ double rng_normal(CtRng *r)
     double u = 1 - rng_uniform(r), v = rng_uniform(r);
     return sqrt(-2 * log(u)) * cos(2 * 3.14159265358979323846 * v);
 }
+
+double rng_gamma(CtRng *r, double shape)
+{
+    /* below 1: Gamma(shape + 1) * U^(1 / shape) */
+    double boost = 1;
+    if (shape < 1) {
+        boost = pow(1 - rng_uniform(r), 1 / shape);
+        shape += 1;
+    }
+    double d = shape - 1.0 / 3, c = 1 / sqrt(9 * d);
+    for (;;) {
+        double x = rng_normal(r), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = 1 - rng_uniform(r);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v * boost;
+    }
+}

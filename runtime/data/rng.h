@@ -23,5 +23,7 @@ double rng_range(CtRng *r, double lo, double hi);
 uint64_t rng_below(CtRng *r, uint64_t n);
 /* Standard normal. */
 double rng_normal(CtRng *r);
+/* Gamma(shape, 1), shape > 0 (Marsaglia and Tsang). */
+double rng_gamma(CtRng *r, double shape);
 
 #endif

@@ -3,8 +3,11 @@
  * bytes to an img_size x img_size RGB crop.
  *
  * Train: RandomResizedCropAndInterpolation -> RandomHorizontalFlip ->
- * RandomVerticalFlip -> RandAugment/AutoAugment, or ColorJitter when there is
- * no auto_augment (timm disables jitter under AA). The crop box is drawn on
+ * RandomVerticalFlip -> RandAugment/AutoAugment/AugMix -> ColorJitter (with
+ * probability color_jitter_prob if set; timm leaves it out under an
+ * auto_augment policy but a '3a' one) -> RandomGrayscale -> GaussianBlur
+ * (kernel 23, sigma in [0.1, 2], with probability gaussian_blur_prob). The
+ * crop box is drawn on
  * image_probe's size before decoding, so a JPEG is decoded at the coarsest
  * DCT scale whose shrunk crop still covers the output (then the result is
  * close to, not bit-identical with, timm's full decode).
@@ -36,6 +39,7 @@ TrainTransform train_transform_default(int img_size)
         .interp = CT_INTERP_BILINEAR,
         .hflip = 0.5,
         .color_jitter = 0.4,
+        .color_jitter_prob = -1,
         .mean = IMAGENET_MEAN,
     };
 }
@@ -165,10 +169,17 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
                        t->scale[1]);
     if (!(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1] && isfinite(t->ratio[1])))
         return ct_fail(err, "ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", t->ratio[0], t->ratio[1]);
-    const double probs[2] = {t->hflip, t->vflip};
-    for (int k = 0; k < 2; k++)
+    static const char *const names[] = {"hflip", "vflip", "grayscale_prob", "gaussian_blur_prob"};
+    const double probs[4] = {t->hflip, t->vflip, t->grayscale_prob, t->gaussian_blur_prob};
+    for (int k = 0; k < 4; k++)
         if (!(probs[k] >= 0 && probs[k] <= 1))
-            return ct_fail(err, "%s %g: a probability, in [0, 1]", k ? "vflip" : "hflip", probs[k]);
+            return ct_fail(err, "%s %g: a probability, in [0, 1]", names[k], probs[k]);
+    if (!(t->color_jitter_prob < 0 || t->color_jitter_prob <= 1))
+        return ct_fail(err, "color_jitter_prob %g: a probability, in [0, 1]", t->color_jitter_prob);
+    /* torch's reflect padding of the 23 x 23 blur needs 11 < each side */
+    if (t->gaussian_blur_prob > 0 && t->img_size < 12)
+        return ct_fail(err, "gaussian_blur_prob %g: torchvision's 23 x 23 blur pads by reflection, which needs an "
+                       "image size of at least 12, not %d", t->gaussian_blur_prob, t->img_size);
     if (!(t->color_jitter >= 0 && isfinite(t->color_jitter))) /* torchvision's ColorJitter raises */
         return ct_fail(err, "color_jitter %g: must be >= 0, a number", t->color_jitter);
     if (!(t->jitter_hue >= 0 && t->jitter_hue <= 0.5))
@@ -194,7 +205,7 @@ int train_transform_check(const TrainTransform *t, CtErr *err)
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
 {
     int size = t->img_size;
-    AugPolicy policy;
+    AugPolicy policy = {.kind = AUG_AUTO};
     if (check(t, &policy, err))
         return -1;
     int use_aa = t->auto_augment && *t->auto_augment;
@@ -203,28 +214,38 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
         return -1;
     TrainSample s;
     train_sample(t, w, h, rng, &s);
-    CtImage img, tmp = {0};
+    CtImage img;
+    AugScratch scratch;
     if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, t->gray, &img, err))
         return -1;
+    if (aug_scratch_alloc(&policy, size, size, &scratch, err)) {
+        image_free(&img);
+        return -1;
+    }
     if (s.hflip)
         aug_hflip(&img);
     if (s.vflip)
         aug_vflip(&img);
     if (use_aa) {
-        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp};
+        /* AugMix's translations reach 0.3 of the image, the others' 0.45 */
+        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp,
+                      .translate_pct = policy.kind == AUG_MIX ? 0.3 : 0.45};
         mean_fill(t->mean, env.fill);
-        if (image_alloc(&tmp, size, size, err)) {
-            image_free(&img);
-            return -1;
-        }
-        aug_policy_apply(&policy, &env, &img, &tmp, rng);
-    } else if (t->color_jitter > 0 || t->jitter_hue > 0) {
+        aug_policy_apply(&policy, &env, &img, &scratch, rng);
+    }
+    /* ColorJitter: torchvision's RandomApply skips it when p < torch.rand(1) */
+    int jitter = (!use_aa || strstr(t->auto_augment, "3a")) && (t->color_jitter > 0 || t->jitter_hue > 0);
+    if (jitter && (t->color_jitter_prob < 0 || !(t->color_jitter_prob < rng_uniform(rng)))) {
         double cj = t->color_jitter > 0 ? t->color_jitter : 0;
         color_jitter(&img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
     }
+    if (t->grayscale_prob > 0 && rng_uniform(rng) < t->grayscale_prob)
+        image_to_gray(&img);
+    if (t->gaussian_blur_prob > 0 && !(t->gaussian_blur_prob < rng_uniform(rng)))
+        tv_gaussian_blur(&img, &scratch.tmp, 23, rng_range(rng, 0.1, 2.0));
     put_pixels(out, img.px, (size_t)size * size, transform_channels(t->gray));
     image_free(&img);
-    image_free(&tmp);
+    aug_scratch_free(&scratch);
     return 0;
 }
 

@@ -20,7 +20,10 @@ typedef struct TrainTransform {
     double hflip, vflip;       /* probabilities: 0.5, 0 */
     double color_jitter;       /* brightness = contrast = saturation = cj, hue = 0 unless set */
     double jitter_hue;
-    const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", ... or "original" */
+    double color_jitter_prob;  /* < 0: always (timm's None); else RandomApply(ColorJitter, p) */
+    double grayscale_prob;     /* RandomGrayscale(p), after the jitter */
+    double gaussian_blur_prob; /* RandomApply(GaussianBlur(23), p), last */
+    const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", "original", "3a", "augmix-m5-w4-d2" ... */
     double mean[3];            /* the model's mean: auto_augment's fill colour, round(255 * mean) */
     int gray;                  /* timm's input_img_mode 'L' (train.py's for in_chans 1): image_to_gray after decoding */
 } TrainTransform;
@@ -36,7 +39,8 @@ typedef struct EvalTransform {
     int gray;                  /* as TrainTransform's */
 } EvalTransform;
 
-/* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4, bilinear). */
+/* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4
+ * always, no grayscale or blur, bilinear). */
 TrainTransform train_transform_default(int img_size);
 /* timm's eval defaults: crop_pct 0.875, center crop, bilinear, ImageNet mean. */
 EvalTransform eval_transform_default(int img_size);
