@@ -142,6 +142,8 @@ foreach(bad "mean|--mean expects numbers, not 'nan'|--mean nan"
             "jitter|--color-jitter -1: must be >= 0|--color-jitter -1"
             "scale|--scale 2 1: needs 0 <= MIN <= MAX|--scale 2 1"
             "aa|--aa bogus: auto_augment 'bogus': unknown policy|--aa bogus"
+            "augmix|--aa augmix-w0: auto_augment 'augmix-w0': width 0|--aa augmix-w0"
+            "grayscale|--grayscale-prob 2: a probability|--grayscale-prob 2"
             "lr|--lr -0.1: must be >= 0|--lr -0.1"
             "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5"
             "layer_decay|--layer-decay must not be negative|--layer-decay -0.5"
@@ -361,6 +363,13 @@ add_test(NAME train_aug_flags COMMAND ${CMAKE_BINARY_DIR}/ctimm-train --epochs 1
   --train-interpolation bicubic --interpolation bilinear --crop-pct 0.9 --mean 0.5 --std 0.5 --log-interval 1000)
 set_tests_properties(train_aug_flags PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   FIXTURES_REQUIRED shapes_data PASS_REGULAR_EXPRESSION "32x32.*Acc@1")
+# AugMix, '3a' and the SimCLR-like probabilities, on the small set (test_transforms checks what they do).
+foreach(aa augmix-m3-w2 3a)
+  add_test(NAME train_aug_flags_${aa} COMMAND sh -c "${TRAIN_SHORT} --epochs 1 --aa ${aa} --color-jitter-prob 0.5 \
+    --grayscale-prob 0.2 --gaussian-blur-prob 0.2 --output aug-${aa}")
+  set_tests_properties(train_aug_flags_${aa} PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+    FIXTURES_REQUIRED "shapes_data;shapes_small" PASS_REGULAR_EXPRESSION "Acc@1")
+endforeach()
 add_test(NAME train_no_aug_experiment COMMAND sh -c
   "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 --lr 0.1 --no-aug --output runs --experiment exp1 \
      --log-interval 1000 && test -f runs/exp1/summary.csv")

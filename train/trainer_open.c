@@ -261,6 +261,9 @@ static int open_data(Trainer *t, CtErr *err)
     tt.hflip = a->hflip;
     tt.vflip = a->vflip;
     tt.color_jitter = a->color_jitter;
+    tt.color_jitter_prob = a->color_jitter_prob;
+    tt.grayscale_prob = a->grayscale_prob;
+    tt.gaussian_blur_prob = a->gaussian_blur_prob;
     tt.auto_augment = a->aa;
     et.crop_pct = a->crop_pct > 0 ? a->crop_pct : t->m->cfg.crop_pct;
     et.interp = eval_interp;
