@@ -481,7 +481,15 @@ static void test_gray(void)
             enhance_contrast(&img, f);
         else if (!strcmp(name, "saturation"))
             enhance_color(&img, f);
-        else
+        else if (!strcmp(name, "pil_gaussian_blur") || !strcmp(name, "gaussian_blur")) {
+            CtImage tmp;
+            copy_image(&src, &tmp);
+            if (name[0] == 'p')
+                pil_gaussian_blur(&img, &tmp, (float)f);
+            else
+                tv_gaussian_blur(&img, &tmp, 23, f);
+            image_free(&tmp);
+        } else
             adjust_hue(&img, f);
         compare_gray(name, img.px, (size_t)img.w * img.h, 3, file);
         image_free(&img);
@@ -523,11 +531,20 @@ static void test_gray(void)
         image_free(&got);
         cases++;
     }
-    CHECKF(cases == 10, "%d gray cases", cases);
+    CHECKF(cases == 12, "%d gray cases", cases);
     TrainTransform tt = train_transform_default(32);
     tt.gray = 1;
     tt.auto_augment = "rand-m9-mstd0.5";
     CHECKF(train_transform_check(&tt, &err) && strstr(err.msg, "PIL refuses for 'L' images"), "%s", err.msg);
+    tt.auto_augment = "rand-m9-n3-t3aw"; /* Rotate, ShearX, ShearY among its ops */
+    CHECK(train_transform_check(&tt, &err) == -1);
+    tt.auto_augment = "augmix-m3";
+    CHECK(train_transform_check(&tt, &err) == -1);
+    /* no geometric op in '3a' or 't3a': timm runs them on 'L' images */
+    tt.auto_augment = "3a";
+    CHECKF(train_transform_check(&tt, &err) == 0, "%s", err.msg);
+    tt.auto_augment = "rand-m9-t3a";
+    CHECKF(train_transform_check(&tt, &err) == 0, "%s", err.msg);
     EvalTransform et = eval_transform_default(32);
     et.gray = 1;
     et.crop_mode = CT_CROP_BORDER;

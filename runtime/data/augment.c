@@ -188,6 +188,14 @@ static int is_geometric(AugOpKind k)
            k == AUG_TRANSLATE_Y_REL;
 }
 
+int aug_policy_geometric(const AugPolicy *p)
+{
+    for (int i = 0; i < p->n_ops; i++)
+        if (is_geometric((AugOpKind)p->ops[i].kind))
+            return 1;
+    return 0;
+}
+
 /* Ops whose level_to_arg calls _randomly_negate. */
 static int is_signed(AugOpKind k)
 {

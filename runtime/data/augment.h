@@ -104,6 +104,10 @@ typedef struct AugPolicy {
  * "original", "v0r-mstd0.5", "3a", "augmix-m5-w4-d2", ...). */
 int aug_parse(const char *spec, AugPolicy *p, CtErr *err);
 
+/* Whether p has a geometric op (rotate, shear, translate), whose corners
+ * take the 3-value fill colour. */
+int aug_policy_geometric(const AugPolicy *p);
+
 /* What an op does with its sampled parameters. */
 typedef struct AugEnv {
     uint8_t fill[3];  /* timm's img_mean: round(255 * mean) */

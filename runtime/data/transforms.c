@@ -189,7 +189,8 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
             return ct_fail(err, "mean %g: not a number", t->mean[c]);
     if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, policy, err))
         return -1;
-    if (t->gray && t->auto_augment && *t->auto_augment) /* timm raises at the first rotate, shear or translate */
+    /* timm raises at the first rotate, shear or translate ('3a' and 't3a' have none) */
+    if (t->gray && t->auto_augment && *t->auto_augment && aug_policy_geometric(policy))
         return ct_fail(err, "auto_augment %s on gray ('L') images: timm's policies fill the corners of rotated, "
                        "sheared and translated images with the 3-value mean colour, which PIL refuses for 'L' "
                        "images", t->auto_augment);
