@@ -144,6 +144,8 @@ foreach(bad "mean|--mean expects numbers, not 'nan'|--mean nan"
             "aa|--aa bogus: auto_augment 'bogus': unknown policy|--aa bogus"
             "augmix|--aa augmix-w0: auto_augment 'augmix-w0': width 0|--aa augmix-w0"
             "grayscale|--grayscale-prob 2: a probability|--grayscale-prob 2"
+            "crop_mode|--train-crop-mode rc is not one of rrc, rkrc, rkrr|--train-crop-mode rc"
+            "rkr_scale|--scale 0 1: the rkrc/rkrr crops zoom|--train-crop-mode rkrc --scale 0 1"
             "lr|--lr -0.1: must be >= 0|--lr -0.1"
             "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5"
             "layer_decay|--layer-decay must not be negative|--layer-decay -0.5"
@@ -364,9 +366,12 @@ add_test(NAME train_aug_flags COMMAND ${CMAKE_BINARY_DIR}/ctimm-train --epochs 1
 set_tests_properties(train_aug_flags PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   FIXTURES_REQUIRED shapes_data PASS_REGULAR_EXPRESSION "32x32.*Acc@1")
 # AugMix, '3a' and the SimCLR-like probabilities, on the small set (test_transforms checks what they do).
-foreach(aa augmix-m3-w2 3a)
+foreach(aa_crop augmix-m3-w2:rkrc 3a:rkrr)
+  string(REPLACE ":" ";" aa_crop "${aa_crop}")
+  list(GET aa_crop 0 aa)
+  list(GET aa_crop 1 crop)
   add_test(NAME train_aug_flags_${aa} COMMAND sh -c "${TRAIN_SHORT} --epochs 1 --aa ${aa} --color-jitter-prob 0.5 \
-    --grayscale-prob 0.2 --gaussian-blur-prob 0.2 --output aug-${aa}")
+    --grayscale-prob 0.2 --gaussian-blur-prob 0.2 --train-crop-mode ${crop} --output aug-${aa}")
   set_tests_properties(train_aug_flags_${aa} PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
     FIXTURES_REQUIRED "shapes_data;shapes_small" PASS_REGULAR_EXPRESSION "Acc@1")
 endforeach()

@@ -16,6 +16,7 @@ Usage (Debian's PIL 9.4 / torchvision 0.14 belong to /usr/bin/python3):
 import argparse
 import math
 import os
+import random
 
 import numpy as np
 import PIL
@@ -26,6 +27,7 @@ from torchvision.transforms import InterpolationMode
 
 import timm
 from timm.data import auto_augment as aa
+from timm.data.transforms import RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, crop_or_pad
 from timm.data.transforms_factory import transforms_imagenet_eval
 
 PIL_INTERP = {'nearest': Image.NEAREST, 'bilinear': Image.BILINEAR, 'bicubic': Image.BICUBIC}
@@ -116,6 +118,20 @@ EVAL_CASES += [('center', 'bicubic', 32, 1.0), ('border', 'bilinear', 32, 0.95),
 # (top, left, height, width, interpolation, size)
 RRC_CASES = [(5, 9, 30, 41, 'bilinear', 32), (5, 9, 30, 41, 'bicubic', 32), (5, 9, 30, 41, 'nearest', 32),
              (0, 0, 45, 61, 'bilinear', 24), (20, 30, 12, 10, 'bicubic', 16)]
+
+
+# train_crop_mode rkrc / rkrr at a fixed resize (rh, rw) and, for rkrr, a fixed offset:
+# ResizeKeepRatio's F.resize, then CenterCropOrPad / crop_or_pad with reflect padding.
+# (mode, rh, rw, top, left, interpolation, size)
+RKR_CASES = [('rkrc', 38, 51, 0, 0, 'bilinear', 32), ('rkrc', 30, 40, 0, 0, 'bicubic', 32),
+             ('rkrc', 33, 29, 0, 0, 'bilinear', 32), ('rkrr', 36, 48, 3, 11, 'bicubic', 32),
+             ('rkrr', 30, 45, -2, 7, 'bilinear', 32), ('rkrr', 29, 31, -3, -1, 'nearest', 32)]
+
+# Parameter draws compared by their statistics over 20000 draws of timm's own get_params (Python's
+# random, seeded): ('rrc', w, h, size, scale, ratio) -> mean and std of the box's area fraction and
+# log aspect; ('rkr', ...) -> mean and std of the resized height and width.
+SAMPLING_CASES = [('rrc', 500, 375, 224, (0.08, 1.0), (3 / 4, 4 / 3)), ('rrc', 90, 300, 64, (0.35, 1.0), (0.5, 2.0)),
+                  ('rkr', 500, 375, 224, (0.08, 1.0), (3 / 4, 4 / 3)), ('rkr', 300, 90, 64, (0.8, 1.0), (0.9, 1 / 0.9))]
 
 
 def fmt(x):
@@ -223,6 +239,42 @@ def main():
         lines.append('%d %d %d %d %s %d %s' % (left, top, w, h, interp, size, fn))
     with open(os.path.join(out, 'rrc.txt'), 'w') as f:
         f.write('# x y w h interpolation size expected (input eval_src.png; torchvision resized_crop)\n')
+        f.write('\n'.join(lines) + '\n')
+
+    lines = []
+    for k, (mode, rh, rw, top, left, interp, size) in enumerate(RKR_CASES):
+        img = TF.resize(eval_src, [rh, rw], TV_INTERP[interp])
+        if mode == 'rkrc':
+            res = CenterCropOrPad(size, padding_mode='reflect')(img)
+        else:
+            res = crop_or_pad(img, top, left, size, size, padding_mode='reflect')
+        fn = 'rkr%02d_%s.ppm' % (k, mode)
+        save_ppm(os.path.join(out, fn), res)
+        lines.append('%s %d %d %d %d %s %d %s' % (mode, rh, rw, top, left, interp, size, fn))
+    with open(os.path.join(out, 'rkr.txt'), 'w') as f:
+        f.write('# mode rh rw top left interpolation size expected (input eval_src.png resized to rw x rh)\n')
+        f.write('\n'.join(lines) + '\n')
+
+    random.seed(0)
+    lines = []
+    for mode, w, h, size, scale, ratio in SAMPLING_CASES:
+        img = Image.new('RGB', (w, h))
+        a, b = [], []
+        for _ in range(20000):
+            if mode == 'rrc':
+                top, left, bh, bw = RandomResizedCropAndInterpolation.get_params(img, scale, ratio)
+                a.append(bw * bh / (w * h))
+                b.append(math.log(bw / bh))
+            else:
+                rh, rw = ResizeKeepRatio.get_params(img, (size, size), 0., 0.5, scale, True, 0.5, ratio)
+                a.append(rh)
+                b.append(rw)
+        lines.append('%s %d %d %d %s %s %s %s %s %s %s %s' % (
+            mode, w, h, size, fmt(scale[0]), fmt(scale[1]), fmt(ratio[0]), fmt(ratio[1]),
+            fmt(np.mean(a)), fmt(np.std(a)), fmt(np.mean(b)), fmt(np.std(b))))
+    with open(os.path.join(out, 'sampling.txt'), 'w') as f:
+        f.write('# mode w h size scale0 scale1 ratio0 ratio1 mean_a std_a mean_b std_b (rrc: a = area fraction, '
+                'b = log aspect; rkr: a = resized height, b = resized width; timm, 20000 draws)\n')
         f.write('\n'.join(lines) + '\n')
 
     # A larger JPEG for the scaled-decode path (DCT downscaling), compared to the full decode in C.

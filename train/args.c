@@ -80,6 +80,8 @@ int train_args_check(const TrainArgs *a, CtErr *err)
     tt.color_jitter_prob = a->color_jitter_prob;
     tt.grayscale_prob = a->grayscale_prob;
     tt.gaussian_blur_prob = a->gaussian_blur_prob;
+    if (train_crop_mode_parse(a->train_crop_mode, &tt.crop_mode, err))
+        return -1;
     if (train_transform_check(&tt, err)) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);

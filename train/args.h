@@ -46,6 +46,7 @@ typedef struct TrainArgs {
     double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
     double color_jitter_prob; /* < 0: not given (train.py's None: jitter always) */
+    const char *train_crop_mode; /* rrc (NULL), rkrc, rkrr */
     double grayscale_prob, gaussian_blur_prob;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in by the trainer */
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */

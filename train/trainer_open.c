@@ -264,6 +264,8 @@ static int open_data(Trainer *t, CtErr *err)
     tt.color_jitter_prob = a->color_jitter_prob;
     tt.grayscale_prob = a->grayscale_prob;
     tt.gaussian_blur_prob = a->gaussian_blur_prob;
+    if (train_crop_mode_parse(a->train_crop_mode, &tt.crop_mode, err))
+        return -1;
     tt.auto_augment = a->aa;
     et.crop_pct = a->crop_pct > 0 ? a->crop_pct : t->m->cfg.crop_pct;
     et.interp = eval_interp;

@@ -171,13 +171,22 @@ typedef struct CropBox {
 CropBox rrc_sample(int w, int h, const double scale[2], const double ratio[2], CtRng *rng);
 
 /* The train transform's geometric draws for a w x h image, in timm's order:
- * the crop box, the interpolation ('random'), hflip, vflip. */
+ * the crop box (rrc) or the resized size (rkr), the interpolation
+ * ('random'), the crop's offset (rkrr), hflip, vflip. */
 typedef struct TrainSample {
-    CropBox box;
+    CropBox box;    /* rrc: the crop; rkr: the whole image */
+    int rw, rh;     /* the size box is resized to: img_size squared for rrc */
+    int top, left;  /* rkr: where the img_size crop starts in the resized image (< 0: reflect padding) */
     CtInterp interp;
     int hflip, vflip;
 } TrainSample;
 void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample *s);
+/* torchvision's center_crop / timm's center_crop_or_pad on one axis: where
+ * the crop starts in the image (negative: padding (crop - in) // 2 first). */
+int crop_offset(int in, int crop);
+/* The size x size crop of src at (top, left) into out (allocated here), the
+ * pixels outside src mirrored as numpy's pad(mode='reflect'). */
+int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, CtErr *err);
 
 /* Decodes data (w x h, from image_probe), crops box and resizes it to
  * out_w x out_h (torchvision's resized_crop). With allow_shrink a JPEG is

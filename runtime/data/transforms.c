@@ -44,6 +44,19 @@ TrainTransform train_transform_default(int img_size)
     };
 }
 
+int train_crop_mode_parse(const char *s, CtTrainCrop *mode, CtErr *err)
+{
+    if (!s || !*s || !strcmp(s, "rrc"))
+        *mode = CT_TRAIN_RRC;
+    else if (!strcmp(s, "rkrc"))
+        *mode = CT_TRAIN_RKRC;
+    else if (!strcmp(s, "rkrr"))
+        *mode = CT_TRAIN_RKRR;
+    else
+        return ct_fail(err, "--train-crop-mode %s is not one of rrc, rkrc, rkrr", s);
+    return 0;
+}
+
 EvalTransform eval_transform_default(int img_size)
 {
     return (EvalTransform){
@@ -105,12 +118,54 @@ CropBox rrc_sample(int w, int h, const double scale[2], const double ratio[2], C
     return (CropBox){(w - tw) / 2, (h - th) / 2, tw, th};
 }
 
+int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
+
+/* RandomCropOrPad.get_params on one axis: copysign(randint(0, |d|), d). */
+static int random_offset(int in, int crop, CtRng *rng)
+{
+    int d = in - crop, a = d < 0 ? -d : d, v = (int)rng_below(rng, (uint64_t)a + 1);
+    return d < 0 ? -v : v;
+}
+
+/* ResizeKeepRatio.get_params (longest 0, both random probabilities 0.5,
+ * random_scale_area): the size the whole image is resized to. */
+static void rkr_size(const TrainTransform *t, int w, int h, CtRng *rng, int *rw, int *rh)
+{
+    double ratio = fmin((double)h / t->img_size, (double)w / t->img_size), fh = 1, fw = 1;
+    if (rng_uniform(rng) < 0.5)
+        fh = fw = 1 / sqrt(rng_range(rng, t->scale[0], t->scale[1]));
+    if (rng_uniform(rng) < 0.5) {
+        double aspect = sqrt(exp(rng_range(rng, log(t->ratio[0]), log(t->ratio[1]))));
+        fh /= aspect;
+        fw *= aspect;
+    }
+    *rh = round_even(h * fh / ratio);
+    *rw = round_even(w * fw / ratio);
+    *rh = *rh < 1 ? 1 : *rh;
+    *rw = *rw < 1 ? 1 : *rw;
+}
+
 void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample *s)
 {
-    s->box = rrc_sample(w, h, t->scale, t->ratio, rng);
+    int size = t->img_size;
+    if (t->crop_mode == CT_TRAIN_RRC) {
+        s->box = rrc_sample(w, h, t->scale, t->ratio, rng);
+        s->rw = s->rh = size;
+    } else {
+        s->box = (CropBox){0, 0, w, h};
+        rkr_size(t, w, h, rng, &s->rw, &s->rh);
+    }
     s->interp = t->interp;
     if (t->random_interp)
         s->interp = rng_below(rng, 2) ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+    s->top = s->left = 0;
+    if (t->crop_mode == CT_TRAIN_RKRC) {
+        s->top = crop_offset(s->rh, size);
+        s->left = crop_offset(s->rw, size);
+    } else if (t->crop_mode == CT_TRAIN_RKRR) {
+        s->top = random_offset(s->rh, size, rng);
+        s->left = random_offset(s->rw, size, rng);
+    }
     s->hflip = t->hflip > 0 && rng_uniform(rng) < t->hflip;
     s->vflip = t->vflip > 0 && rng_uniform(rng) < t->vflip;
 }
@@ -169,6 +224,12 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
                        t->scale[1]);
     if (!(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1] && isfinite(t->ratio[1])))
         return ct_fail(err, "ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", t->ratio[0], t->ratio[1]);
+    if (t->crop_mode != CT_TRAIN_RRC && t->crop_mode != CT_TRAIN_RKRC && t->crop_mode != CT_TRAIN_RKRR)
+        return ct_fail(err, "train_crop_mode %d: not rrc, rkrc or rkrr", (int)t->crop_mode);
+    /* ResizeKeepRatio zooms by 1 / sqrt(scale): Python divides by zero at 0 */
+    if (t->crop_mode != CT_TRAIN_RRC && !(t->scale[0] > 0))
+        return ct_fail(err, "scale %g %g: the rkrc/rkrr crops zoom by 1/sqrt(scale), needs MIN > 0",
+                       t->scale[0], t->scale[1]);
     static const char *const names[] = {"hflip", "vflip", "grayscale_prob", "gaussian_blur_prob"};
     const double probs[4] = {t->hflip, t->vflip, t->grayscale_prob, t->gaussian_blur_prob};
     for (int k = 0; k < 4; k++)
@@ -217,8 +278,15 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
     train_sample(t, w, h, rng, &s);
     CtImage img;
     AugScratch scratch;
-    if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, t->gray, &img, err))
+    if (decode_crop_resize(data, n, w, h, s.box, s.rw, s.rh, s.interp, 1, t->gray, &img, err))
         return -1;
+    if (t->crop_mode != CT_TRAIN_RRC) {
+        CtImage resized = img;
+        int rc = crop_reflect(&resized, s.top, s.left, size, &img, err);
+        image_free(&resized);
+        if (rc)
+            return -1;
+    }
     if (aug_scratch_alloc(&policy, size, size, &scratch, err)) {
         image_free(&img);
         return -1;
@@ -250,9 +318,28 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
     return 0;
 }
 
-/* torchvision's center_crop / timm's center_crop_or_pad on one axis: where
- * the crop starts in the image (negative: padding (crop - in) // 2 first). */
-static int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
+/* numpy's 'reflect' index: the edge not repeated, period 2 (n - 1). */
+static int reflect_index(int i, int n)
+{
+    if (n == 1)
+        return 0;
+    int p = 2 * (n - 1);
+    i %= p;
+    i = i < 0 ? i + p : i;
+    return i < n ? i : p - i;
+}
+
+int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, CtErr *err)
+{
+    if (image_alloc(out, size, size, err))
+        return -1;
+    for (int y = 0; y < size; y++) {
+        const uint8_t *row = src->px + (size_t)reflect_index(top + y, src->h) * src->w * 3;
+        for (int x = 0; x < size; x++)
+            memcpy(out->px + ((size_t)y * size + x) * 3, row + (size_t)reflect_index(left + x, src->w) * 3, 3);
+    }
+    return 0;
+}
 
 /* The cw x ch crop into out, chans bytes a pixel (put_pixels). */
 static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], int chans, uint8_t *out)

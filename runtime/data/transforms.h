@@ -12,9 +12,16 @@
 #include "runtime/data/image.h"
 #include "runtime/data/rng.h"
 
+/* timm's train_crop_mode: RandomResizedCrop ('rrc'), or ResizeKeepRatio
+ * (shorter side to img_size, zoomed by 1/sqrt(U(scale)) and stretched by
+ * sqrt(exp(U(log ratio))), each with probability 0.5) followed by a centre
+ * ('rkrc') or random ('rkrr') crop, reflect-padded where the image is smaller. */
+typedef enum CtTrainCrop { CT_TRAIN_RRC, CT_TRAIN_RKRC, CT_TRAIN_RKRR } CtTrainCrop;
+
 typedef struct TrainTransform {
     int img_size;
-    double scale[2], ratio[2]; /* RandomResizedCrop: (0.08, 1), (3/4, 4/3) */
+    CtTrainCrop crop_mode;
+    double scale[2], ratio[2]; /* RandomResizedCrop: (0.08, 1), (3/4, 4/3); RKR's ranges of the same */
     CtInterp interp;
     int random_interp;         /* timm's 'random': bilinear or bicubic per sample */
     double hflip, vflip;       /* probabilities: 0.5, 0 */
@@ -39,6 +46,8 @@ typedef struct EvalTransform {
     int gray;                  /* as TrainTransform's */
 } EvalTransform;
 
+/* train.py's --train-crop-mode (NULL or empty: rrc). */
+int train_crop_mode_parse(const char *s, CtTrainCrop *mode, CtErr *err);
 /* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4
  * always, no grayscale or blur, bilinear). */
 TrainTransform train_transform_default(int img_size);
