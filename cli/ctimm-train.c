@@ -94,7 +94,7 @@ enum {
     OPT_CLASS_MAP = 5000, OPT_INPUT_SIZE, OPT_CROP_PCT, OPT_MEAN, OPT_STD, OPT_INTERPOLATION, OPT_TRAIN_INTERP,
     OPT_NO_AUG, OPT_SCALE, OPT_RATIO, OPT_HFLIP, OPT_VFLIP, OPT_COLOR_JITTER, OPT_AA, OPT_EXPERIMENT,
     OPT_EPOCH_REPEATS, OPT_LR_BASE_SCALE, OPT_COLOR_JITTER_PROB, OPT_GRAYSCALE_PROB, OPT_GAUSSIAN_BLUR_PROB,
-    OPT_TRAIN_CROP_MODE
+    OPT_TRAIN_CROP_MODE, OPT_AUG_REPEATS
 };
 
 /* AMP, BCE, recovery and start-epoch flags, long only. */
@@ -184,7 +184,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"ratio", 1, 0, OPT_RATIO}, {"hflip", 1, 0, OPT_HFLIP}, {"vflip", 1, 0, OPT_VFLIP},
         {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"color-jitter-prob", 1, 0, OPT_COLOR_JITTER_PROB},
         {"grayscale-prob", 1, 0, OPT_GRAYSCALE_PROB}, {"gaussian-blur-prob", 1, 0, OPT_GAUSSIAN_BLUR_PROB},
-        {"aa", 1, 0, OPT_AA}, {"train-crop-mode", 1, 0, OPT_TRAIN_CROP_MODE}, {"experiment", 1, 0, OPT_EXPERIMENT},
+        {"aa", 1, 0, OPT_AA}, {"train-crop-mode", 1, 0, OPT_TRAIN_CROP_MODE},
+        {"aug-repeats", 1, 0, OPT_AUG_REPEATS}, {"experiment", 1, 0, OPT_EXPERIMENT},
         {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
         {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
         {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"recovery-interval", 1, 0, OPT_RECOVERY},
@@ -342,6 +343,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_TRAIN_INTERP: a->train_interpolation = optarg; break;
         case OPT_AA: a->aa = optarg; break;
         case OPT_TRAIN_CROP_MODE: a->train_crop_mode = optarg; break;
+        case OPT_AUG_REPEATS: bad = parse_double("aug-repeats", optarg, &a->aug_repeats); break;
         case OPT_EXPERIMENT: a->experiment = optarg; break;
         case OPT_LR_BASE_SCALE: a->lr_base_scale = optarg; break;
         case OPT_NO_AUG: a->no_aug = 1; break;

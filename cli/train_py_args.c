@@ -29,7 +29,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"local_rank", "0"},
     {"device-modules", "null"},
     {"opt-kwargs", "{}"},
-    {"aug-repeats", "0"},
     {"aug-splits", "0"},
     {"jsd-loss", "false"},
     {"bce-sum", "false"},

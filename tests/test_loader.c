@@ -327,6 +327,66 @@ static void test_sampler(void)
     dataset_close(ds);
 }
 
+/* --aug-repeats: every rank's indices equal timm's RepeatAugSampler's for
+ * the cases of tests/data/loader/repeat_aug.txt (tools/make_sampler_fixtures.py),
+ * and a repeated image's copies, on different ranks, differ in their
+ * augmentation draws. */
+static void test_repeat_aug(void)
+{
+    const char *data = getenv("CTIMM_TEST_DATA");
+    char path[512];
+    snprintf(path, sizeof path, "%s/loader/repeat_aug.txt", data ? data : "tests/data");
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f)
+        return;
+    static char line[16384];
+    int cases = 0, same_pixels = 0, repeated = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t n;
+        int world, epoch, rank, used;
+        double repeats;
+        if (line[0] == '#' || sscanf(line, "%zu %d %lf %d %d:%n", &n, &world, &repeats, &epoch, &rank, &used) != 5)
+            continue;
+        size_t want[4096], nwant = 0;
+        for (char *p = line + used; nwant < 4096 && sscanf(p, "%zu%n", &want[nwant], &used) == 1; p += used)
+            nwant++;
+        Dataset *ds = synthetic(n, 3, 16);
+        LoaderConfig c = hash_config();
+        c.batch_size = 4;
+        c.world_size = world;
+        c.rank = rank;
+        c.aug_repeats = repeats;
+        c.num_workers = 1 + rank % 2;
+        Run r = run_epochs(ds, &c, epoch, epoch + 1);
+        int ok = !r.failed && r.n == nwant;
+        for (size_t k = 0; ok && k < nwant; k++)
+            ok = (size_t)r.samples[k] == want[k];
+        CHECKF(ok, "%zu samples, %d ranks, %g repeats, epoch %d, rank %d: %zu samples (timm's %zu) %s", n, world,
+               repeats, epoch, rank, r.n, nwant, r.failed ? r.msg : "");
+        /* the rank before held the same index at the same step k (repeats in a row, strided by rank) */
+        if (rank > 0 && repeats == 3 && n == 53) {
+            Run prev;
+            c.rank = rank - 1;
+            prev = run_epochs(ds, &c, epoch, epoch + 1);
+            size_t per = 4 * 4 * 3;
+            for (size_t k = 0; k < r.n && k < prev.n; k++) {
+                if (prev.samples[k] != r.samples[k])
+                    continue;
+                repeated++;
+                same_pixels += !memcmp(prev.images + k * per, r.images + k * per, per);
+            }
+            run_free(&prev);
+        }
+        run_free(&r);
+        dataset_close(ds);
+        cases++;
+    }
+    fclose(f);
+    CHECKF(cases == 26, "%d repeat-aug cases", cases);
+    CHECKF(repeated > 10 && same_pixels == 0, "%d repeated images, %d with the same draws", repeated, same_pixels);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bad images                                                          */
 /* ------------------------------------------------------------------ */
@@ -538,6 +598,7 @@ int main(void)
     test_real_transforms();
     test_order();
     test_sampler();
+    test_repeat_aug();
     test_bad_images();
     test_lifecycle();
     char cmd[128];

@@ -96,7 +96,7 @@ static void test_refusals(void)
 static void test_unimplemented(void)
 {
     const char *const fine[] = {
-        "aug_repeats: 0\n", "aug_repeats: 0.0\n", "kd_temperature: 4\n", "jsd_loss: false\n",
+        "tta: 0\n", "tta: 0.0\n", "kd_temperature: 4\n", "jsd_loss: false\n",
         "jsd_loss: null\n",
         "wandb_tags: []\n", "wandb_tags: null\n", "model_kwargs: {}\n", "local_rank: 0\n",
         "naflex_train_seq_lens: [128, 256, 576, 784, 1024]\n", "naflex_train_seq_lens: [128.0, 256, 576, 784, 1024]\n",
@@ -105,8 +105,7 @@ static void test_unimplemented(void)
     };
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
         EXPECT(fine[i], "");
-    REFUSED("aug_repeats: 3\n", "'aug_repeats: 3' (--aug-repeats) is not implemented in ctimm-train; train.py's "
-                                "default is 0");
+    REFUSED("tta: 3\n", "'tta: 3' (--tta) is not implemented in ctimm-train; train.py's default is 0");
     REFUSED("jsd_loss: true\n", "'jsd_loss: true' (--jsd-loss) is not implemented");
     REFUSED("kd_distill_type: 'logits'\n", "'kd_distill_type: logits'");
     REFUSED("wandb_tags: [a, b]\n", "'wandb_tags: [a, b]' (--wandb-tags)");

@@ -82,6 +82,8 @@ int train_args_check(const TrainArgs *a, CtErr *err)
     tt.gaussian_blur_prob = a->gaussian_blur_prob;
     if (train_crop_mode_parse(a->train_crop_mode, &tt.crop_mode, err))
         return -1;
+    if (!(a->aug_repeats >= 0 && a->aug_repeats <= 1000))
+        return ct_fail(err, "--aug-repeats %g: must be in [0, 1000] (0: off)", a->aug_repeats);
     if (train_transform_check(&tt, err)) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);

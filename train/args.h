@@ -47,6 +47,7 @@ typedef struct TrainArgs {
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
     double color_jitter_prob; /* < 0: not given (train.py's None: jitter always) */
     const char *train_crop_mode; /* rrc (NULL), rkrc, rkrr */
+    double aug_repeats;          /* timm's RepeatAugSampler num_repeats; 0: off */
     double grayscale_prob, gaussian_blur_prob;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in by the trainer */
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
