@@ -231,6 +231,66 @@ static void test_real_transforms(void)
     dataset_close(ds);
 }
 
+enum { SPLIT_PX = 16 * 16 * 3, SPLIT_N = 11 };
+
+/* One epoch with `splits` (0: off) into out[split][sample]; checks the
+ * layout and that labels and indices repeat per split. */
+static void collect_splits(const Dataset *ds, LoaderConfig *c, int splits, uint8_t (*out)[SPLIT_N][SPLIT_PX])
+{
+    c->aug_splits = splits;
+    Loader *L;
+    CtErr err;
+    CHECKF(loader_create(&L, ds, c, &err) == 0, "%s", err.msg);
+    CHECK(loader_start_epoch(L, 2, &err) == 0);
+    const Batch *b;
+    size_t k0 = 0;
+    int S = splits ? splits : 1, rc;
+    while ((rc = loader_next(L, &b, &err)) == 1) {
+        CHECK(b->splits == S && k0 + (size_t)b->n <= SPLIT_N);
+        for (int k = 0; k < S; k++)
+            for (int j = 0; j < b->n && k0 + (size_t)j < SPLIT_N; j++) {
+                size_t at = (size_t)k * b->n + j;
+                CHECK(b->labels[at] == b->labels[j] && b->samples[at] == b->samples[j]);
+                memcpy(out[k][k0 + j], b->images + at * SPLIT_PX, SPLIT_PX);
+            }
+        k0 += (size_t)b->n;
+    }
+    CHECKF(rc == 0 && k0 == SPLIT_N, "%d splits: %zu samples, %s", splits, k0, rc ? err.msg : "");
+    loader_destroy(L);
+}
+
+/* aug_splits (timm's AugMixDataset + fast_collate): each batch holds split
+ * k of its n samples at [k * n, (k + 1) * n), the short last batch too;
+ * split 0 is the clean image, the same whatever the number of splits, and
+ * split 1 is what the loader without splits gives. */
+static void test_aug_splits(void)
+{
+    Dataset *ds = synthetic(SPLIT_N, 3, 40);
+    TrainTransform tt = train_transform_default(16);
+    tt.auto_augment = "augmix-m3-w2";
+    tt.grayscale_prob = 0.5;
+    LoaderConfig c = {.batch_size = 4, .num_workers = 2, .train = &tt, .seed = 3, .shuffle = 1, .world_size = 1};
+    static uint8_t plain[1][SPLIT_N][SPLIT_PX], two[2][SPLIT_N][SPLIT_PX], three[3][SPLIT_N][SPLIT_PX];
+    collect_splits(ds, &c, 0, plain);
+    collect_splits(ds, &c, 2, two);
+    collect_splits(ds, &c, 3, three);
+    CHECKF(!memcmp(two[1], plain[0], sizeof plain[0]), "split 1 differs from the loader without splits");
+    CHECKF(!memcmp(two[0], three[0], sizeof two[0]) && !memcmp(two[1], three[1], sizeof two[1]),
+           "the first splits differ between 2 and 3 splits");
+    int differ = 0;
+    for (int j = 0; j < SPLIT_N; j++)
+        differ += memcmp(three[1][j], three[2][j], SPLIT_PX) != 0;
+    CHECKF(differ >= SPLIT_N - 1, "the two augmented splits agree %d/%d times", SPLIT_N - differ, SPLIT_N);
+    c.train = NULL;
+    EvalTransform et = eval_transform_default(16);
+    c.eval = &et;
+    c.aug_splits = 2;
+    Loader *L;
+    CtErr err;
+    CHECK(loader_create(&L, ds, &c, &err) == -1 && strstr(err.msg, "aug_splits"));
+    dataset_close(ds);
+}
+
 static void test_order(void)
 {
     Dataset *ds = synthetic(53, 7, 16);
@@ -596,6 +656,7 @@ int main(void)
     test_worker_counts();
     test_start_at();
     test_real_transforms();
+    test_aug_splits();
     test_order();
     test_sampler();
     test_repeat_aug();

@@ -908,6 +908,46 @@ static void test_train_probs(void)
     free(png);
 }
 
+/* AugMixDataset's splits: split 0 is the primary transforms alone (the
+ * same draws as a transform with no policy, jitter, grayscale or blur),
+ * split 1 the whole transform, split 2 another draw of its second stage. */
+static void test_train_splits(void)
+{
+    size_t n;
+    uint8_t *jpg = read_file("photo.jpg", &n);
+    CHECK(jpg != NULL);
+    if (!jpg)
+        return;
+    enum { S = 20 };
+    static uint8_t a[3][S * S * 3], whole[S * S * 3], clean[S * S * 3];
+    static const char *aa[] = {"augmix-m3", "rand-m9-mstd0.5", NULL};
+    for (size_t k = 0; k < 3; k++) {
+        TrainTransform t = train_transform_default(S), primary;
+        t.auto_augment = aa[k];
+        t.crop_mode = (CtTrainCrop)k;
+        t.vflip = 0.5;
+        t.grayscale_prob = 0.3;
+        t.gaussian_blur_prob = 0.3;
+        primary = t;
+        primary.auto_augment = NULL;
+        primary.color_jitter = primary.grayscale_prob = primary.gaussian_blur_prob = 0;
+        int differ = 0;
+        for (uint64_t i = 0; i < 8; i++) {
+            CtErr err;
+            CtRng r1 = rng_for(4, 0, i), r2 = r1, r3 = r1;
+            uint8_t *outs[3] = {a[0], a[1], a[2]};
+            CHECKF(transform_train_splits(&t, jpg, n, &r1, 3, outs, &err) == 0, "%s", err.msg);
+            CHECK(transform_train(&t, jpg, n, &r2, whole, &err) == 0);
+            CHECK(transform_train(&primary, jpg, n, &r3, clean, &err) == 0);
+            CHECKF(!memcmp(a[0], clean, sizeof clean), "%s: split 0 is not the clean image", aa[k] ? aa[k] : "-");
+            CHECKF(!memcmp(a[1], whole, sizeof whole), "%s: split 1 is not the whole transform", aa[k] ? aa[k] : "-");
+            differ += memcmp(a[1], a[2], sizeof whole) != 0;
+        }
+        CHECKF(differ >= 6, "%s: splits 1 and 2 agree %d/8 times", aa[k] ? aa[k] : "-", 8 - differ);
+    }
+    free(jpg);
+}
+
 /* x [n, c, h, w] erased in place as a training step does it: the boxes
  * drawn on the host, filled by random_erase on the ref and cpu backends. */
 static void random_erasing_apply(const RandomErasing *re, float *x, int n, int c, int h, int w, CtRng *rng)
@@ -1009,5 +1049,6 @@ int main(void)
     test_gray();
     test_train_determinism();
     test_train_probs();
+    test_train_splits();
     return check_done("test_transforms");
 }

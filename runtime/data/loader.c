@@ -105,10 +105,14 @@ static void emit_warning(Loader *L, size_t i, const char *why)
 static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, CtErr *err)
 {
     const LoaderConfig *c = &L->cfg;
-    size_t B = (size_t)c->batch_size, j = t % B;
+    size_t B = (size_t)c->batch_size, j = t % B, cnt = batch_count(L, t / B);
     uint64_t pos = (uint64_t)c->rank + (uint64_t)t * (uint64_t)c->world_size;
     size_t first = L->order[pos % L->nlist];
-    uint8_t *out = s->b.images + j * L->sample_bytes;
+    /* split k of the batch's cnt samples at [k * cnt, (k + 1) * cnt), as timm's fast_collate lays them */
+    int splits = c->aug_splits > 1 ? c->aug_splits : 1;
+    uint8_t *out[CT_MAX_AUG_SPLITS];
+    for (int k = 0; k < splits; k++)
+        out[k] = s->b.images + ((size_t)k * cnt + j) * L->sample_bytes;
     CtErr e;
     int retries = c->max_retries > 0 ? c->max_retries : DEFAULT_RETRIES;
     for (int a = 0; a < retries; a++) {
@@ -119,15 +123,17 @@ static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, 
         if (rc == 0) {
             CtRng rng = rng_for(c->seed, epoch, pos);
             if (c->train)
-                rc = transform_train(&L->train, data, n, &rng, out, &e);
+                rc = transform_train_splits(&L->train, data, n, &rng, splits, out, &e);
             else if (c->eval)
-                rc = transform_eval(&L->eval, data, n, out, &e);
+                rc = transform_eval(&L->eval, data, n, out[0], &e);
             else
-                rc = c->sample_fn(c->sample_ctx, data, n, &rng, out, &e);
+                rc = c->sample_fn(c->sample_ctx, data, n, &rng, out[0], &e);
         }
         if (rc == 0) {
-            s->b.labels[j] = dataset_label(L->ds, i);
-            s->b.samples[j] = (int64_t)i;
+            for (int k = 0; k < splits; k++) {
+                s->b.labels[(size_t)k * cnt + j] = dataset_label(L->ds, i);
+                s->b.samples[(size_t)k * cnt + j] = (int64_t)i;
+            }
             return 0;
         }
         emit_warning(L, i, e.msg);
@@ -241,6 +247,9 @@ static int check_config(const Dataset *ds, const LoaderConfig *c, CtErr *err)
         return ct_fail(err, "loader: repeats %d out of range", c->repeats);
     if (c->max_retries < 0)
         return ct_fail(err, "loader: negative max_retries");
+    if (c->aug_splits < 0 || c->aug_splits > CT_MAX_AUG_SPLITS || (c->aug_splits > 1 && !c->train))
+        return ct_fail(err, "loader: aug_splits %d (0..%d, with a train transform)", c->aug_splits,
+                       CT_MAX_AUG_SPLITS);
     if (!(c->aug_repeats >= 0 && c->aug_repeats <= 1000))
         return ct_fail(err, "loader: aug_repeats %g out of range (0..1000)", c->aug_repeats);
     int size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
@@ -311,13 +320,15 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     for (int i = 0; i < L->nslots; i++) {
         Slot *s = &L->slots[i];
         s->b.img_size = L->img_size;
-        s->b.images = alloc_batch_mem(L, B * L->sample_bytes);
-        s->b.labels = malloc(B * sizeof *s->b.labels);
-        s->b.samples = malloc(B * sizeof *s->b.samples);
+        size_t per = B * (size_t)(c->aug_splits > 1 ? c->aug_splits : 1);
+        s->b.splits = c->aug_splits > 1 ? c->aug_splits : 1;
+        s->b.images = alloc_batch_mem(L, per * L->sample_bytes);
+        s->b.labels = malloc(per * sizeof *s->b.labels);
+        s->b.samples = malloc(per * sizeof *s->b.samples);
         s->batch = NONE;
         if (!s->b.images || !s->b.labels || !s->b.samples) {
             loader_destroy(L);
-            return ct_fail(err, "loader: out of memory for %d batches of %zu bytes", L->nslots, B * L->sample_bytes);
+            return ct_fail(err, "loader: out of memory for %d batches of %zu bytes", L->nslots, per * L->sample_bytes);
         }
     }
     for (int i = 0; i < L->nworkers; i++) {

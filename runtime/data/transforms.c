@@ -264,19 +264,47 @@ int train_transform_check(const TrainTransform *t, CtErr *err)
     return check(t, &policy, err);
 }
 
-int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
+/* The secondary transforms (create_transform(separate=True)'s second
+ * stage): the policy, ColorJitter (torchvision's RandomApply skips it when
+ * p < torch.rand(1)), RandomGrayscale, RandomApply(GaussianBlur). */
+static void train_secondary(const TrainTransform *t, const AugPolicy *policy, CtImage *img, AugScratch *scratch,
+                            CtRng *rng)
+{
+    int use_aa = t->auto_augment && *t->auto_augment;
+    if (use_aa) {
+        /* AugMix's translations reach 0.3 of the image, the others' 0.45 */
+        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp,
+                      .translate_pct = policy->kind == AUG_MIX ? 0.3 : 0.45};
+        mean_fill(t->mean, env.fill);
+        aug_policy_apply(policy, &env, img, scratch, rng);
+    }
+    int jitter = (!use_aa || strstr(t->auto_augment, "3a")) && (t->color_jitter > 0 || t->jitter_hue > 0);
+    if (jitter && (t->color_jitter_prob < 0 || !(t->color_jitter_prob < rng_uniform(rng)))) {
+        double cj = t->color_jitter > 0 ? t->color_jitter : 0;
+        color_jitter(img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
+    }
+    if (t->grayscale_prob > 0 && rng_uniform(rng) < t->grayscale_prob)
+        image_to_gray(img);
+    if (t->gaussian_blur_prob > 0 && !(t->gaussian_blur_prob < rng_uniform(rng)))
+        tv_gaussian_blur(img, &scratch->tmp, 23, rng_range(rng, 0.1, 2.0));
+}
+
+int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, int splits,
+                           uint8_t *const *out, CtErr *err)
 {
     int size = t->img_size;
     AugPolicy policy = {.kind = AUG_AUTO};
     if (check(t, &policy, err))
         return -1;
-    int use_aa = t->auto_augment && *t->auto_augment;
+    if (splits < 1 || splits > CT_MAX_AUG_SPLITS)
+        return ct_fail(err, "train transform: %d splits (1..%d)", splits, CT_MAX_AUG_SPLITS);
     int w, h;
     if (image_probe(data, n, &w, &h, err))
         return -1;
+    /* the primary transforms: the crop, resize and flips */
     TrainSample s;
     train_sample(t, w, h, rng, &s);
-    CtImage img;
+    CtImage img, aug = {0};
     AugScratch scratch;
     if (decode_crop_resize(data, n, w, h, s.box, s.rw, s.rh, s.interp, 1, t->gray, &img, err))
         return -1;
@@ -287,35 +315,39 @@ int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRn
         if (rc)
             return -1;
     }
-    if (aug_scratch_alloc(&policy, size, size, &scratch, err)) {
+    if (aug_scratch_alloc(&policy, size, size, &scratch, err) || (splits > 1 && image_alloc(&aug, size, size, err))) {
         image_free(&img);
+        aug_scratch_free(&scratch);
         return -1;
     }
     if (s.hflip)
         aug_hflip(&img);
     if (s.vflip)
         aug_vflip(&img);
-    if (use_aa) {
-        /* AugMix's translations reach 0.3 of the image, the others' 0.45 */
-        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp,
-                      .translate_pct = policy.kind == AUG_MIX ? 0.3 : 0.45};
-        mean_fill(t->mean, env.fill);
-        aug_policy_apply(&policy, &env, &img, &scratch, rng);
+    size_t npx = (size_t)size * size;
+    int chans = transform_channels(t->gray);
+    if (splits == 1) {
+        train_secondary(t, &policy, &img, &scratch, rng);
+        put_pixels(out[0], img.px, npx, chans);
+    } else {
+        /* AugMixDataset: the clean split, then each other split the secondary
+         * transforms on a copy of it, their draws in split order */
+        put_pixels(out[0], img.px, npx, chans);
+        for (int k = 1; k < splits; k++) {
+            memcpy(aug.px, img.px, npx * 3);
+            train_secondary(t, &policy, &aug, &scratch, rng);
+            put_pixels(out[k], aug.px, npx, chans);
+        }
     }
-    /* ColorJitter: torchvision's RandomApply skips it when p < torch.rand(1) */
-    int jitter = (!use_aa || strstr(t->auto_augment, "3a")) && (t->color_jitter > 0 || t->jitter_hue > 0);
-    if (jitter && (t->color_jitter_prob < 0 || !(t->color_jitter_prob < rng_uniform(rng)))) {
-        double cj = t->color_jitter > 0 ? t->color_jitter : 0;
-        color_jitter(&img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
-    }
-    if (t->grayscale_prob > 0 && rng_uniform(rng) < t->grayscale_prob)
-        image_to_gray(&img);
-    if (t->gaussian_blur_prob > 0 && !(t->gaussian_blur_prob < rng_uniform(rng)))
-        tv_gaussian_blur(&img, &scratch.tmp, 23, rng_range(rng, 0.1, 2.0));
-    put_pixels(out, img.px, (size_t)size * size, transform_channels(t->gray));
     image_free(&img);
+    image_free(&aug);
     aug_scratch_free(&scratch);
     return 0;
+}
+
+int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
+{
+    return transform_train_splits(t, data, n, rng, 1, &out, err);
 }
 
 /* numpy's 'reflect' index: the edge not repeated, period 2 (n - 1). */

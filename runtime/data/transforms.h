@@ -65,6 +65,14 @@ static inline int transform_channels(int gray) { return gray ? 1 : 3; }
 /* Decodes `data` and writes img_size * img_size * transform_channels(gray) bytes to out. */
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);
+/* timm's AugMixDataset (train.py's --aug-splits) over the train transform
+ * split as create_transform(separate=True) splits it: out[0] gets the
+ * 'clean' image (crop, resize, flips), out[k] for 0 < k < splits that image
+ * through the rest (the policy, jitter, grayscale, blur), drawn in turn
+ * from rng. splits 1: transform_train. */
+#define CT_MAX_AUG_SPLITS 16
+int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, int splits,
+                           uint8_t *const *out, CtErr *err);
 
 /* timm's RandomErasing of a normalised batch [N, C, H, W]: with
  * probability `prob` per image, `count` boxes (area 2%..1/3 of the image,
