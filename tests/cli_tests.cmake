@@ -347,8 +347,8 @@ add_test(NAME train_config_deep_yaml COMMAND sh -c
   "head -c 200000 /dev/zero | tr -c '[' '[' > cfg-deep.yaml && \
    ${FAIL} 'cfg-deep.yaml: line 1: nested deeper than 16 levels' ${TRAIN} -c cfg-deep.yaml")
 set_tests_properties(train_config_deep_yaml PROPERTIES TIMEOUT 5)
-add_test(NAME train_refuses_unimplemented_flags COMMAND ${FAIL} "--aug-repeats .* is not implemented in ctimm-train"
-  ${TRAIN} --aug-repeats 3)
+add_test(NAME train_refuses_unimplemented_flags COMMAND ${FAIL} "--tta .* is not implemented in ctimm-train"
+  ${TRAIN} --tta 2)
 # --clip-grad and --model-ema: an epoch with the clipped step and the EMA
 # copies, validated twice (train.py's "Test (EMA)" block), the EMA saved in
 # the training state.
