@@ -647,8 +647,9 @@ static void test_crop_sampling_vs_timm(void)
         char mode[8];
         int w, h, size;
         double scale[2], ratio[2], want[4];
-        if (line[0] == '#' || sscanf(line, "%7s %d %d %d %lf %lf %lf %lf %lf %lf %lf %lf", mode, &w, &h, &size, &scale[0],
-                                     &scale[1], &ratio[0], &ratio[1], &want[0], &want[1], &want[2], &want[3]) != 12)
+        if (line[0] == '#' || sscanf(line, "%7s %d %d %d %lf %lf %lf %lf %lf %lf %lf %lf", mode, &w, &h, &size,
+                                     &scale[0], &scale[1], &ratio[0], &ratio[1], &want[0], &want[1], &want[2],
+                                     &want[3]) != 12)
             continue;
         TrainTransform t = train_transform_default(size);
         t.crop_mode = strcmp(mode, "rrc") ? CT_TRAIN_RKRC : CT_TRAIN_RRC;
@@ -779,7 +780,8 @@ static void test_parse(void)
     CHECK(p.kind == AUG_RAND && !p.weighted && p.n_ops == 3 && p.ops[2].kind == AUG_GAUSSIAN_BLUR);
     CHECK(aug_parse("rand-m9-n3-t3aw", &p, &err) == 0);
     CHECK(p.weighted && p.n_ops == 14 && p.weights[0] == 6 && p.ops[13].kind == AUG_INVERT && p.weights[13] == 1);
-    static const char *bad[] = {"rand-q3", "rand-m9.5", "augmix-m5-x2", "augmix-w0", "v1", "original-foo3", "3aw", "", "rand-n99-tweights"};
+    static const char *bad[] = {"rand-q3",      "rand-m9.5", "augmix-m5-x2", "augmix-w0", "v1",
+                                "original-foo3", "3aw",      "",             "rand-n99-tweights"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
         CHECKF(aug_parse(bad[i], &p, &err) == -1 && err.msg[0], "'%s' accepted", bad[i]);

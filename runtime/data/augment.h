@@ -86,7 +86,7 @@ typedef struct AugOp {
 typedef enum AugPolicyKind { AUG_AUTO, AUG_RAND, AUG_MIX } AugPolicyKind;
 
 typedef struct AugPolicy {
-    AugPolicyKind kind;   /* AutoAugment ("original", "v0", "3a" ...), RandAugment ("rand-..."), AugMix ("augmix-...") */
+    AugPolicyKind kind;   /* AutoAugment ("original", "v0", "3a" ...), RandAugment ("rand-..."), AugMix */
     int sub_len;          /* AutoAugment: ops per sub-policy (2; 1 for '3a') */
     int num_layers;       /* RandAugment: ops drawn per image */
     int weighted;         /* RandAugment 'tweights': drawn without replacement by weight */

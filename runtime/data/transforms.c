@@ -2,12 +2,13 @@
  * timm's train and eval transforms (transforms_factory.py) from encoded
  * bytes to an img_size x img_size RGB crop.
  *
- * Train: RandomResizedCropAndInterpolation -> RandomHorizontalFlip ->
- * RandomVerticalFlip -> RandAugment/AutoAugment/AugMix -> ColorJitter (with
- * probability color_jitter_prob if set; timm leaves it out under an
- * auto_augment policy but a '3a' one) -> RandomGrayscale -> GaussianBlur
- * (kernel 23, sigma in [0.1, 2], with probability gaussian_blur_prob). The
- * crop box is drawn on
+ * Train: RandomResizedCropAndInterpolation (or, train_crop_mode rkrc/rkrr,
+ * ResizeKeepRatio and a reflect-padded centre/random crop) ->
+ * RandomHorizontalFlip -> RandomVerticalFlip -> RandAugment/AutoAugment/
+ * AugMix -> ColorJitter (with probability color_jitter_prob if set; timm
+ * leaves it out under an auto_augment policy but a '3a' one) ->
+ * RandomGrayscale -> GaussianBlur (kernel 23, sigma in [0.1, 2], with
+ * probability gaussian_blur_prob). The crop box (or resize) is drawn on
  * image_probe's size before decoding, so a JPEG is decoded at the coarsest
  * DCT scale whose shrunk crop still covers the output (then the result is
  * close to, not bit-identical with, timm's full decode).
