@@ -94,7 +94,8 @@ enum {
 enum {
     OPT_CLASS_MAP = 5000, OPT_INPUT_SIZE, OPT_CROP_PCT, OPT_MEAN, OPT_STD, OPT_INTERPOLATION, OPT_TRAIN_INTERP,
     OPT_NO_AUG, OPT_SCALE, OPT_RATIO, OPT_HFLIP, OPT_VFLIP, OPT_COLOR_JITTER, OPT_AA, OPT_EXPERIMENT,
-    OPT_EPOCH_REPEATS, OPT_LR_BASE_SCALE
+    OPT_EPOCH_REPEATS, OPT_LR_BASE_SCALE, OPT_COLOR_JITTER_PROB, OPT_GRAYSCALE_PROB, OPT_GAUSSIAN_BLUR_PROB,
+    OPT_TRAIN_CROP_MODE, OPT_AUG_REPEATS
 };
 
 /* AMP, BCE, recovery and start-epoch flags, long only. */
@@ -217,7 +218,10 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"mean", 1, 0, OPT_MEAN}, {"std", 1, 0, OPT_STD}, {"interpolation", 1, 0, OPT_INTERPOLATION},
         {"train-interpolation", 1, 0, OPT_TRAIN_INTERP}, {"no-aug", 0, 0, OPT_NO_AUG}, {"scale", 1, 0, OPT_SCALE},
         {"ratio", 1, 0, OPT_RATIO}, {"hflip", 1, 0, OPT_HFLIP}, {"vflip", 1, 0, OPT_VFLIP},
-        {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"aa", 1, 0, OPT_AA}, {"experiment", 1, 0, OPT_EXPERIMENT},
+        {"color-jitter", 1, 0, OPT_COLOR_JITTER}, {"color-jitter-prob", 1, 0, OPT_COLOR_JITTER_PROB},
+        {"grayscale-prob", 1, 0, OPT_GRAYSCALE_PROB}, {"gaussian-blur-prob", 1, 0, OPT_GAUSSIAN_BLUR_PROB},
+        {"aa", 1, 0, OPT_AA}, {"train-crop-mode", 1, 0, OPT_TRAIN_CROP_MODE},
+        {"aug-repeats", 1, 0, OPT_AUG_REPEATS}, {"experiment", 1, 0, OPT_EXPERIMENT},
         {"epoch-repeats", 1, 0, OPT_EPOCH_REPEATS}, {"lr-base-scale", 1, 0, OPT_LR_BASE_SCALE},
         {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
         {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"bce-sum", 0, 0, OPT_BCE_SUM},
@@ -386,6 +390,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_INTERPOLATION: a->interpolation = optarg; break;
         case OPT_TRAIN_INTERP: a->train_interpolation = optarg; break;
         case OPT_AA: a->aa = optarg; break;
+        case OPT_TRAIN_CROP_MODE: a->train_crop_mode = optarg; break;
+        case OPT_AUG_REPEATS: bad = parse_double("aug-repeats", optarg, &a->aug_repeats); break;
         case OPT_EXPERIMENT: a->experiment = optarg; break;
         case OPT_LR_BASE_SCALE: a->lr_base_scale = optarg; break;
         case OPT_NO_AUG: a->no_aug = 1; break;
@@ -403,6 +409,9 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_HFLIP: bad = parse_double("hflip", optarg, &a->hflip); break;
         case OPT_VFLIP: bad = parse_double("vflip", optarg, &a->vflip); break;
         case OPT_COLOR_JITTER: bad = parse_double("color-jitter", optarg, &a->color_jitter); break;
+        case OPT_COLOR_JITTER_PROB: bad = parse_double("color-jitter-prob", optarg, &a->color_jitter_prob); break;
+        case OPT_GRAYSCALE_PROB: bad = parse_double("grayscale-prob", optarg, &a->grayscale_prob); break;
+        case OPT_GAUSSIAN_BLUR_PROB: bad = parse_double("gaussian-blur-prob", optarg, &a->gaussian_blur_prob); break;
         case OPT_EPOCH_REPEATS: bad = parse_double("epoch-repeats", optarg, &a->epoch_repeats); break;
         case OPT_AMP: a->amp = 1; break;
         case OPT_AMP_DTYPE: a->amp_dtype = optarg; break;

@@ -151,6 +151,10 @@ foreach(bad "mean|--mean expects numbers, not 'nan'|--mean nan"
             "jitter|--color-jitter -1: must be >= 0|--color-jitter -1"
             "scale|--scale 2 1: needs 0 <= MIN <= MAX|--scale 2 1"
             "aa|--aa bogus: auto_augment 'bogus': unknown policy|--aa bogus"
+            "augmix|--aa augmix-w0: auto_augment 'augmix-w0': width 0|--aa augmix-w0"
+            "grayscale|--grayscale-prob 2: a probability|--grayscale-prob 2"
+            "crop_mode|--train-crop-mode rc is not one of rrc, rkrc, rkrr|--train-crop-mode rc"
+            "rkr_scale|--scale 0 1: the rkrc/rkrr crops zoom|--train-crop-mode rkrc --scale 0 1"
             "lr|--lr -0.1: must be >= 0|--lr -0.1"
             "betas|--opt-betas 1.5: each beta must be in .0, 1.|--opt-betas 0.9 1.5"
             "layer_decay|--layer-decay must not be negative|--layer-decay -0.5"
@@ -374,6 +378,16 @@ add_test(NAME train_aug_flags COMMAND ${CMAKE_BINARY_DIR}/ctimm-train --epochs 1
   --train-interpolation bicubic --interpolation bilinear --crop-pct 0.9 --mean 0.5 --std 0.5 --log-interval 1000)
 set_tests_properties(train_aug_flags PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
   FIXTURES_REQUIRED shapes_data PASS_REGULAR_EXPRESSION "32x32.*Acc@1")
+# AugMix, '3a' and the SimCLR-like probabilities, on the small set (test_transforms checks what they do).
+foreach(aa_crop augmix-m3-w2:rkrc 3a:rkrr)
+  string(REPLACE ":" ";" aa_crop "${aa_crop}")
+  list(GET aa_crop 0 aa)
+  list(GET aa_crop 1 crop)
+  add_test(NAME train_aug_flags_${aa} COMMAND sh -c "${TRAIN_SHORT} --epochs 1 --aa ${aa} --color-jitter-prob 0.5 \
+    --grayscale-prob 0.2 --gaussian-blur-prob 0.2 --train-crop-mode ${crop} --output aug-${aa}")
+  set_tests_properties(train_aug_flags_${aa} PROPERTIES ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data"
+    FIXTURES_REQUIRED "shapes_data;shapes_small" PASS_REGULAR_EXPRESSION "Acc@1")
+endforeach()
 add_test(NAME train_no_aug_experiment COMMAND sh -c
   "${CMAKE_BINARY_DIR}/ctimm-train --epochs 1 -b 16 --img-size 32 --lr 0.1 --no-aug --output runs --experiment exp1 \
      --log-interval 1000 && test -f runs/exp1/summary.csv")
@@ -938,6 +952,11 @@ add_test(NAME dist_sync_bn_equals_one_rank COMMAND sh -c
 # ompi-server, and train to the weights of 1 rank x batch 8.
 add_test(NAME dist_torchrun_env_equals_one_rank COMMAND sh -c
   "rm -rf trv-one trv-two && ${TRAIN_DIST} -b 8 --epochs 2 --output trv-one > trv-one.log &&    export WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29531 &&    (RANK=1 LOCAL_RANK=1 ${TRAIN_DIST} -b 4 --epochs 2 --output trv-two --dist-check-params > trv-1.log 2>&1 &     RANK=0 LOCAL_RANK=0 ${TRAIN_DIST} -b 4 --epochs 2 --output trv-two --dist-check-params > trv-0.log && wait $!) &&    grep -q '^Distributed: 2 ranks, global batch 8' trv-0.log &&    ${RUN} --compare trv-two/last.safetensors trv-one/last.safetensors --tol 1e-5")
+# --aug-repeats 0.5 on 2 ranks: RepeatAugSampler's ceil(40 * 0.5 / 2) = 10
+# samples a rank, 2 batches of 4 (test_loader checks its indices against timm's).
+add_test(NAME dist_aug_repeats COMMAND sh -c
+  "rm -rf dist-rep && ${TRAIN_DIST} -b 4 --epochs 1 --output dist-rep --nproc-per-node 2 --aug-repeats 0.5 \
+     > dist-rep.log && test $(grep -c '^Train: 0 ' dist-rep.log) -eq 2")
 # A killed rank ends the run within 30 s; --resume goes on (tests/train_dist_kill.sh).
 add_test(NAME dist_kill_resume COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_kill.sh ${TRAIN} dist-data
   --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 -b 4 --log-interval 100)
@@ -951,11 +970,13 @@ add_test(NAME dist_refusals COMMAND sh -c
   "WORLD_SIZE=2 ${FAIL} 'WORLD_SIZE=2 .a torchrun-style launch. needs RANK .0..1., MASTER_ADDR and MASTER_PORT' \
      ${TRAIN} && \
    ${FAIL} '--dist-timeout must be above 0 seconds' ${TRAIN} --dist-timeout 0 && \
+   ${FAIL} '--aug-repeats 3: timm.s RepeatAugSampler needs distributed training' ${TRAIN_DIST} --aug-repeats 3 && \
    ${FAIL} '--nproc-per-node 3, but the launcher started 2 ranks' \
      ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe ${TRAIN_DIST} --nproc-per-node 3")
 set_tests_properties(dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_torchrun_env_equals_one_rank
-  dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals PROPERTIES FIXTURES_REQUIRED dist_data)
-set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank
+  dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals dist_aug_repeats PROPERTIES
+  FIXTURES_REQUIRED dist_data)
+set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank dist_aug_repeats
   dist_torchrun_env_equals_one_rank dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun dist_refusals PROPERTIES
   ENVIRONMENT "${DIST_ENV}")
 # As root (containers, cloud images) and without Open MPI's

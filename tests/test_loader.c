@@ -231,6 +231,66 @@ static void test_real_transforms(void)
     dataset_close(ds);
 }
 
+enum { SPLIT_PX = 16 * 16 * 3, SPLIT_N = 11 };
+
+/* One epoch with `splits` (0: off) into out[split][sample]; checks the
+ * layout and that labels and indices repeat per split. */
+static void collect_splits(const Dataset *ds, LoaderConfig *c, int splits, uint8_t (*out)[SPLIT_N][SPLIT_PX])
+{
+    c->aug_splits = splits;
+    Loader *L;
+    CtErr err;
+    CHECKF(loader_create(&L, ds, c, &err) == 0, "%s", err.msg);
+    CHECK(loader_start_epoch(L, 2, &err) == 0);
+    const Batch *b;
+    size_t k0 = 0;
+    int S = splits ? splits : 1, rc;
+    while ((rc = loader_next(L, &b, &err)) == 1) {
+        CHECK(b->splits == S && k0 + (size_t)b->n <= SPLIT_N);
+        for (int k = 0; k < S; k++)
+            for (int j = 0; j < b->n && k0 + (size_t)j < SPLIT_N; j++) {
+                size_t at = (size_t)k * b->n + j;
+                CHECK(b->labels[at] == b->labels[j] && b->samples[at] == b->samples[j]);
+                memcpy(out[k][k0 + j], b->images + at * SPLIT_PX, SPLIT_PX);
+            }
+        k0 += (size_t)b->n;
+    }
+    CHECKF(rc == 0 && k0 == SPLIT_N, "%d splits: %zu samples, %s", splits, k0, rc ? err.msg : "");
+    loader_destroy(L);
+}
+
+/* aug_splits (timm's AugMixDataset + fast_collate): each batch holds split
+ * k of its n samples at [k * n, (k + 1) * n), the short last batch too;
+ * split 0 is the clean image, the same whatever the number of splits, and
+ * split 1 is what the loader without splits gives. */
+static void test_aug_splits(void)
+{
+    Dataset *ds = synthetic(SPLIT_N, 3, 40);
+    TrainTransform tt = train_transform_default(16);
+    tt.auto_augment = "augmix-m3-w2";
+    tt.grayscale_prob = 0.5;
+    LoaderConfig c = {.batch_size = 4, .num_workers = 2, .train = &tt, .seed = 3, .shuffle = 1, .world_size = 1};
+    static uint8_t plain[1][SPLIT_N][SPLIT_PX], two[2][SPLIT_N][SPLIT_PX], three[3][SPLIT_N][SPLIT_PX];
+    collect_splits(ds, &c, 0, plain);
+    collect_splits(ds, &c, 2, two);
+    collect_splits(ds, &c, 3, three);
+    CHECKF(!memcmp(two[1], plain[0], sizeof plain[0]), "split 1 differs from the loader without splits");
+    CHECKF(!memcmp(two[0], three[0], sizeof two[0]) && !memcmp(two[1], three[1], sizeof two[1]),
+           "the first splits differ between 2 and 3 splits");
+    int differ = 0;
+    for (int j = 0; j < SPLIT_N; j++)
+        differ += memcmp(three[1][j], three[2][j], SPLIT_PX) != 0;
+    CHECKF(differ >= SPLIT_N - 1, "the two augmented splits agree %d/%d times", SPLIT_N - differ, SPLIT_N);
+    c.train = NULL;
+    EvalTransform et = eval_transform_default(16);
+    c.eval = &et;
+    c.aug_splits = 2;
+    Loader *L;
+    CtErr err;
+    CHECK(loader_create(&L, ds, &c, &err) == -1 && strstr(err.msg, "aug_splits"));
+    dataset_close(ds);
+}
+
 static void test_order(void)
 {
     Dataset *ds = synthetic(53, 7, 16);
@@ -325,6 +385,66 @@ static void test_sampler(void)
     CHECK(total == 56 && dup == 3 && missing == 0);
     run_free(&whole);
     dataset_close(ds);
+}
+
+/* --aug-repeats: every rank's indices equal timm's RepeatAugSampler's for
+ * the cases of tests/data/loader/repeat_aug.txt (tools/make_sampler_fixtures.py),
+ * and a repeated image's copies, on different ranks, differ in their
+ * augmentation draws. */
+static void test_repeat_aug(void)
+{
+    const char *data = getenv("CTIMM_TEST_DATA");
+    char path[512];
+    snprintf(path, sizeof path, "%s/loader/repeat_aug.txt", data ? data : "tests/data");
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f)
+        return;
+    static char line[16384];
+    int cases = 0, same_pixels = 0, repeated = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t n;
+        int world, epoch, rank, used;
+        double repeats;
+        if (line[0] == '#' || sscanf(line, "%zu %d %lf %d %d:%n", &n, &world, &repeats, &epoch, &rank, &used) != 5)
+            continue;
+        size_t want[4096], nwant = 0;
+        for (char *p = line + used; nwant < 4096 && sscanf(p, "%zu%n", &want[nwant], &used) == 1; p += used)
+            nwant++;
+        Dataset *ds = synthetic(n, 3, 16);
+        LoaderConfig c = hash_config();
+        c.batch_size = 4;
+        c.world_size = world;
+        c.rank = rank;
+        c.aug_repeats = repeats;
+        c.num_workers = 1 + rank % 2;
+        Run r = run_epochs(ds, &c, epoch, epoch + 1);
+        int ok = !r.failed && r.n == nwant;
+        for (size_t k = 0; ok && k < nwant; k++)
+            ok = (size_t)r.samples[k] == want[k];
+        CHECKF(ok, "%zu samples, %d ranks, %g repeats, epoch %d, rank %d: %zu samples (timm's %zu) %s", n, world,
+               repeats, epoch, rank, r.n, nwant, r.failed ? r.msg : "");
+        /* the rank before held the same index at the same step k (repeats in a row, strided by rank) */
+        if (rank > 0 && repeats == 3 && n == 53) {
+            Run prev;
+            c.rank = rank - 1;
+            prev = run_epochs(ds, &c, epoch, epoch + 1);
+            size_t per = 4 * 4 * 3;
+            for (size_t k = 0; k < r.n && k < prev.n; k++) {
+                if (prev.samples[k] != r.samples[k])
+                    continue;
+                repeated++;
+                same_pixels += !memcmp(prev.images + k * per, r.images + k * per, per);
+            }
+            run_free(&prev);
+        }
+        run_free(&r);
+        dataset_close(ds);
+        cases++;
+    }
+    fclose(f);
+    CHECKF(cases == 26, "%d repeat-aug cases", cases);
+    CHECKF(repeated > 10 && same_pixels == 0, "%d repeated images, %d with the same draws", repeated, same_pixels);
 }
 
 /* ------------------------------------------------------------------ */
@@ -536,8 +656,10 @@ int main(void)
     test_worker_counts();
     test_start_at();
     test_real_transforms();
+    test_aug_splits();
     test_order();
     test_sampler();
+    test_repeat_aug();
     test_bad_images();
     test_lifecycle();
     char cmd[128];

@@ -96,7 +96,7 @@ static void test_refusals(void)
 static void test_unimplemented(void)
 {
     const char *const fine[] = {
-        "aug_repeats: 0\n", "aug_repeats: 0.0\n", "kd_temperature: 4\n", "jsd_loss: false\n",
+        "tta: 0\n", "tta: 0.0\n", "kd_temperature: 4\n", "jsd_loss: false\n",
         "jsd_loss: null\n",
         "wandb_tags: []\n", "wandb_tags: null\n", "model_kwargs: {}\n", "local_rank: 0\n",
         "naflex_train_seq_lens: [128, 256, 576, 784, 1024]\n", "naflex_train_seq_lens: [128.0, 256, 576, 784, 1024]\n",

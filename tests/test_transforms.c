@@ -4,7 +4,11 @@
  * statistics and determinism of the random parts.
  *
  * Tolerances, one table (max |diff| per byte against the reference):
- *   ImageOps / ImageEnhance / affine / rotate / hue / flips   0 (bit-exact)
+ *   ImageOps / ImageEnhance / affine / rotate / hue / flips,
+ *   PIL's GaussianBlur, grayscale, AugMix's mixing           0 (bit-exact)
+ *   torchvision's GaussianBlur(23)                            TOL_TV_BLUR = 1
+ *       (torch's float32 convolution sums 529 terms in an order of its
+ *        own; a sum within a few ulp of .5 rounds either way)
  *   eval transform and fixed-box resized_crop                 TOL_RESIZE = 0
  *       (image_resize reproduces PIL's resample bit for bit; the crop
  *        sizes, offsets, padding and rounding here are timm's exactly)
@@ -28,6 +32,7 @@
 #include "runtime/data/transforms.h"
 
 #define TOL_RESIZE 0
+#define TOL_TV_BLUR 1
 #define TOL_SCALED_MEAN 2.0
 #define TOL_SCALED_MAX 40
 
@@ -120,7 +125,7 @@ static void copy_image(const CtImage *src, CtImage *dst)
 /* Every RandAugment / AutoAugment op at fixed magnitudes: bit-exact. */
 static void test_ops(void)
 {
-    static const uint8_t fill[3] = {124, 116, 104}; /* timm's img_mean for the ImageNet mean */
+    AugEnv env = {.fill = {124, 116, 104}}; /* timm's img_mean for the ImageNet mean */
     CtImage src, low;
     size_t n;
     char *list = (char *)read_file("ops.txt", &n);
@@ -132,9 +137,10 @@ static void test_ops(void)
     int cases = 0;
     for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
         char op[64], interp[16], file[128], input[128];
-        double mag;
+        double mag, u, pct;
         int neg;
-        if (line[0] == '#' || sscanf(line, "%63s %lf %d %15s %127s %127s", op, &mag, &neg, interp, file, input) != 6)
+        if (line[0] == '#' || sscanf(line, "%63s %lf %d %15s %127s %127s %lf %lf", op, &mag, &neg, interp, file, input,
+                                     &u, &pct) != 8)
             continue;
         const CtImage *in = strcmp(input, "src_low.ppm") ? &src : &low;
         int k = aug_op_by_name(op);
@@ -145,7 +151,9 @@ static void test_ops(void)
         copy_image(in, &img);
         copy_image(in, &tmp);
         memset(tmp.px, 0x5a, (size_t)tmp.w * tmp.h * 3); /* ops may not rely on tmp's contents */
-        aug_op_apply(&img, &tmp, (AugOpKind)k, mag, neg, interp_by_name(interp), fill);
+        AugOpArgs args = {.magnitude = mag, .negate = neg, .interp = interp_by_name(interp), .u = u};
+        env.translate_pct = pct;
+        aug_op_apply(&img, &tmp, (AugOpKind)k, &args, &env);
         char what[384];
         snprintf(what, sizeof what, "%s m=%g neg=%d %s on %s", op, mag, neg, interp, input);
         compare_image(what, &img, file, 0);
@@ -153,10 +161,129 @@ static void test_ops(void)
         image_free(&tmp);
         cases++;
     }
-    CHECKF(cases == 45, "%d op cases", cases);
+    CHECKF(cases == 55, "%d op cases", cases);
     free(list);
     image_free(&src);
     image_free(&low);
+}
+
+/* AugMixAugment's _apply_basic / _apply_blended at fixed mixing weights,
+ * blend factor and op chains (ops at fixed magnitude and sign, bilinear,
+ * translate_pct 0.3): bit-exact. */
+static void test_augmix_fixed(void)
+{
+    CtImage src;
+    size_t n;
+    char *list = (char *)read_file("augmix.txt", &n);
+    CHECK(list && !read_ppm("src.ppm", &src));
+    if (!list || !src.px)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    AugEnv env = {.fill = {124, 116, 104}, .interp = CT_INTERP_BILINEAR, .translate_pct = 0.3};
+    int cases = 0;
+    char *save;
+    for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#')
+            continue;
+        int blended, neg, width, used;
+        double mag, m, w;
+        float ws[8];
+        char *p = line;
+        CT_ASSERT(sscanf(p, "%d %lf %d %lf %d%n", &blended, &mag, &neg, &m, &width, &used) == 5 && width <= 8);
+        p += used;
+        for (int c = 0; c < width; c++, p += used) {
+            CT_ASSERT(sscanf(p, "%lf%n", &w, &used) == 1);
+            ws[c] = (float)w;
+        }
+        CtImage img, chain, tmp;
+        copy_image(&src, &img);
+        copy_image(&src, &chain);
+        copy_image(&src, &tmp);
+        float *acc = calloc((size_t)src.w * src.h * 3, sizeof *acc);
+        if (blended)
+            augmix_blended_weights(ws, width, (float)m, ws);
+        for (int c = 0; c < width; c++, p += used) {
+            char ops[256];
+            CT_ASSERT(sscanf(p, "%255s%n", ops, &used) == 1);
+            memcpy(chain.px, src.px, (size_t)src.w * src.h * 3);
+            for (char *sv, *op = strtok_r(ops, "+", &sv); op; op = strtok_r(NULL, "+", &sv)) {
+                AugOpArgs a = {.magnitude = mag, .negate = neg, .interp = CT_INTERP_BILINEAR};
+                CT_ASSERT(aug_op_by_name(op) >= 0);
+                aug_op_apply(&chain, &tmp, (AugOpKind)aug_op_by_name(op), &a, &env);
+            }
+            if (blended)
+                image_blend(&img, &chain, ws[c]);
+            else
+                augmix_accumulate(acc, &chain, ws[c]);
+        }
+        if (!blended)
+            augmix_finish(&img, acc, (float)m);
+        char file[128], what[160];
+        CT_ASSERT(sscanf(p, "%127s", file) == 1);
+        snprintf(what, sizeof what, "augmix %s", file);
+        compare_image(what, &img, file, 0);
+        free(acc);
+        image_free(&img);
+        image_free(&chain);
+        image_free(&tmp);
+        cases++;
+    }
+    CHECKF(cases == 5, "%d augmix cases", cases);
+    free(list);
+    image_free(&src);
+}
+
+/* AugMix's draws over 10k images: Dirichlet(alpha) weights and Beta(alpha,
+ * alpha) factor by their moments (E w = 1/K, Var w = (K - 1) / (K^2 (K a + 1)),
+ * E m = 1/2, Var m = 1 / (4 (2a + 1))), within 5% of the mean's scale. */
+static void test_augmix_draws(void)
+{
+    static const struct {
+        double alpha;
+        int width;
+    } cases[] = {{1.0, 3}, {0.5, 4}, {3.0, 2}, {0.1, 3}};
+    enum { N = 10000 };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        double a = cases[k].alpha;
+        int K = cases[k].width;
+        CtRng rng = rng_for(21, k, 0);
+        double sw[8] = {0}, sw2[8] = {0}, sm = 0, sm2 = 0, worst_sum = 0;
+        for (int i = 0; i < N; i++) {
+            float ws[8], m, total = 0;
+            augmix_draw_weights(a, K, &rng, ws, &m);
+            for (int c = 0; c < K; c++) {
+                sw[c] += ws[c], sw2[c] += (double)ws[c] * ws[c], total += ws[c];
+                CHECK(ws[c] >= 0 && ws[c] <= 1);
+            }
+            worst_sum = fmax(worst_sum, fabs(total - 1));
+            CHECK(m >= 0 && m <= 1);
+            sm += m, sm2 += (double)m * m;
+        }
+        CHECKF(worst_sum < 1e-5, "alpha %g: weights sum off 1 by %g", a, worst_sum);
+        double ew = 1.0 / K, vw = (K - 1.0) / (K * K * (K * a + 1)), vm = 1 / (4 * (2 * a + 1));
+        for (int c = 0; c < K; c++) {
+            double mu = sw[c] / N, var = sw2[c] / N - mu * mu;
+            CHECKF(fabs(mu - ew) < 0.05 * ew && fabs(var - vw) < 0.05 * vw + 0.002, "alpha %g width %d: w%d mean "
+                   "%.4f (%.4f) var %.5f (%.5f)", a, K, c, mu, ew, var, vw);
+        }
+        double mu = sm / N, var = sm2 / N - mu * mu;
+        CHECKF(fabs(mu - 0.5) < 0.025 && fabs(var - vm) < 0.05 * vm + 0.002, "alpha %g: m mean %.4f var %.5f (%.5f)", a,
+               mu, var, vm);
+    }
+    /* Gamma's moments: mean = var = shape */
+    static const double shapes[] = {0.3, 1.0, 2.5};
+    for (int k = 0; k < 3; k++) {
+        CtRng rng = rng_for(4, 4, (uint64_t)k);
+        double s = 0, s2 = 0;
+        for (int i = 0; i < N; i++) {
+            double g = rng_gamma(&rng, shapes[k]);
+            s += g, s2 += g * g;
+        }
+        double mu = s / N, var = s2 / N - mu * mu;
+        CHECKF(fabs(mu - shapes[k]) < 0.05 * shapes[k] && fabs(var - shapes[k]) < 0.1 * shapes[k],
+               "gamma(%g): mean %.4f var %.4f", shapes[k], mu, var);
+    }
 }
 
 /* torchvision's adjust_brightness/contrast/saturation/hue and flips: bit-exact. */
@@ -190,13 +317,21 @@ static void test_color(void)
             aug_hflip(&img);
         else if (!strcmp(name, "vflip"))
             aug_vflip(&img);
+        else if (!strcmp(name, "grayscale"))
+            image_to_gray(&img);
+        else if (!strcmp(name, "gaussian_blur")) {
+            CtImage tmp;
+            copy_image(&src, &tmp);
+            tv_gaussian_blur(&img, &tmp, 23, f);
+            image_free(&tmp);
+        }
         char what[64];
         snprintf(what, sizeof what, "%s %g", name, f);
-        compare_image(what, &img, file, 0);
+        compare_image(what, &img, file, strcmp(name, "gaussian_blur") ? 0 : TOL_TV_BLUR);
         image_free(&img);
         cases++;
     }
-    CHECKF(cases == 11, "%d colour cases", cases);
+    CHECKF(cases == 15, "%d colour cases", cases);
     free(list);
     image_free(&src);
 
@@ -346,7 +481,15 @@ static void test_gray(void)
             enhance_contrast(&img, f);
         else if (!strcmp(name, "saturation"))
             enhance_color(&img, f);
-        else
+        else if (!strcmp(name, "pil_gaussian_blur") || !strcmp(name, "gaussian_blur")) {
+            CtImage tmp;
+            copy_image(&src, &tmp);
+            if (name[0] == 'p')
+                pil_gaussian_blur(&img, &tmp, (float)f);
+            else
+                tv_gaussian_blur(&img, &tmp, 23, f);
+            image_free(&tmp);
+        } else
             adjust_hue(&img, f);
         compare_gray(name, img.px, (size_t)img.w * img.h, 3, file);
         image_free(&img);
@@ -388,11 +531,20 @@ static void test_gray(void)
         image_free(&got);
         cases++;
     }
-    CHECKF(cases == 10, "%d gray cases", cases);
+    CHECKF(cases == 12, "%d gray cases", cases);
     TrainTransform tt = train_transform_default(32);
     tt.gray = 1;
     tt.auto_augment = "rand-m9-mstd0.5";
     CHECKF(train_transform_check(&tt, &err) && strstr(err.msg, "PIL refuses for 'L' images"), "%s", err.msg);
+    tt.auto_augment = "rand-m9-n3-t3aw"; /* Rotate, ShearX, ShearY among its ops */
+    CHECK(train_transform_check(&tt, &err) == -1);
+    tt.auto_augment = "augmix-m3";
+    CHECK(train_transform_check(&tt, &err) == -1);
+    /* no geometric op in '3a' or 't3a': timm runs them on 'L' images */
+    tt.auto_augment = "3a";
+    CHECKF(train_transform_check(&tt, &err) == 0, "%s", err.msg);
+    tt.auto_augment = "rand-m9-t3a";
+    CHECKF(train_transform_check(&tt, &err) == 0, "%s", err.msg);
     EvalTransform et = eval_transform_default(32);
     et.gray = 1;
     et.crop_mode = CT_CROP_BORDER;
@@ -435,6 +587,94 @@ static void test_scaled_decode(void)
         }
     }
     free(jpg);
+}
+
+/* train_crop_mode rkrc / rkrr at a fixed resize and offset: the resize of
+ * the whole image, then the centre or given crop with numpy's reflect
+ * padding, equal to timm's ResizeKeepRatio + CenterCropOrPad / crop_or_pad. */
+static void test_rkr_fixed(void)
+{
+    size_t n, png_n;
+    char *list = (char *)read_file("rkr.txt", &n);
+    uint8_t *png = read_file("eval_src.png", &png_n);
+    CHECK(list && png);
+    if (!list || !png)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int cases = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char mode[8], interp[16], file[128];
+        int rh, rw, top, left, size, w, h;
+        if (line[0] == '#' || sscanf(line, "%7s %d %d %d %d %15s %d %127s", mode, &rh, &rw, &top, &left, interp, &size,
+                                     file) != 8)
+            continue;
+        CtErr err;
+        CtImage resized, got;
+        CT_ASSERT(!image_probe(png, png_n, &w, &h, &err));
+        CHECKF(decode_crop_resize(png, png_n, w, h, (CropBox){0, 0, w, h}, rw, rh, interp_by_name(interp), 0, 0,
+                                  &resized, &err) == 0, "%s", err.msg);
+        if (!strcmp(mode, "rkrc")) {
+            top = crop_offset(rh, size);
+            left = crop_offset(rw, size);
+        }
+        CHECKF(crop_reflect(&resized, top, left, size, &got, &err) == 0, "%s", err.msg);
+        compare_image(file, &got, file, 0);
+        image_free(&resized);
+        image_free(&got);
+        cases++;
+    }
+    CHECKF(cases == 6, "%d rkr cases", cases);
+    free(list);
+    free(png);
+}
+
+/* RandomResizedCrop's box and ResizeKeepRatio's size over 20000 draws
+ * against timm's get_params over as many (tests/data/transforms/
+ * sampling.txt): means within 1.5%, standard deviations within 4% (rrc's
+ * log aspect, whose mean is near 0: within 0.01 and 4%). */
+static void test_crop_sampling_vs_timm(void)
+{
+    size_t n;
+    char *list = (char *)read_file("sampling.txt", &n);
+    CHECK(list != NULL);
+    if (!list)
+        return;
+    list = realloc(list, n + 1);
+    list[n] = 0;
+    int cases = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char mode[8];
+        int w, h, size;
+        double scale[2], ratio[2], want[4];
+        if (line[0] == '#' || sscanf(line, "%7s %d %d %d %lf %lf %lf %lf %lf %lf %lf %lf", mode, &w, &h, &size,
+                                     &scale[0], &scale[1], &ratio[0], &ratio[1], &want[0], &want[1], &want[2],
+                                     &want[3]) != 12)
+            continue;
+        TrainTransform t = train_transform_default(size);
+        t.crop_mode = strcmp(mode, "rrc") ? CT_TRAIN_RKRC : CT_TRAIN_RRC;
+        memcpy(t.scale, scale, sizeof scale);
+        memcpy(t.ratio, ratio, sizeof ratio);
+        CtRng rng = rng_for(17, (uint64_t)cases, 0);
+        double sa = 0, sa2 = 0, sb = 0, sb2 = 0;
+        enum { N = 20000 };
+        for (int i = 0; i < N; i++) {
+            TrainSample s;
+            train_sample(&t, w, h, &rng, &s);
+            double a = t.crop_mode == CT_TRAIN_RRC ? (double)s.box.w * s.box.h / ((double)w * h) : s.rh;
+            double b = t.crop_mode == CT_TRAIN_RRC ? log((double)s.box.w / s.box.h) : s.rw;
+            sa += a, sa2 += a * a, sb += b, sb2 += b * b;
+        }
+        double got[4] = {sa / N, sqrt(sa2 / N - (sa / N) * (sa / N)), sb / N, sqrt(sb2 / N - (sb / N) * (sb / N))};
+        for (int k = 0; k < 4; k++) {
+            double tol = k % 2 ? 0.04 * want[k] : fmax(0.015 * fabs(want[k]), 0.01);
+            CHECKF(fabs(got[k] - want[k]) <= tol, "%s %dx%d: statistic %d is %.5f, timm's %.5f", mode, w, h, k, got[k],
+                   want[k]);
+        }
+        cases++;
+    }
+    CHECKF(cases == 4, "%d sampling cases", cases);
+    free(list);
 }
 
 /* RandomResizedCrop's box sampling: inside the image, area and aspect in range. */
@@ -511,7 +751,7 @@ static void test_parse(void)
     AugPolicy p;
     CtErr err;
     CHECK(aug_parse("rand-m9-mstd0.5-inc1", &p, &err) == 0);
-    CHECK(p.rand && p.num_layers == 2 && p.n_ops == 15 && p.magnitude_std == 0.5 && p.magnitude_max == 10);
+    CHECK(p.kind == AUG_RAND && p.num_layers == 2 && p.n_ops == 15 && p.magnitude_std == 0.5 && p.magnitude_max == 10);
     CHECK(p.ops[4].kind == AUG_POSTERIZE_INC && p.ops[4].magnitude == 9 && p.ops[4].prob == 0.5);
     CHECK(aug_parse("rand-m9-n3-mstd0.5", &p, &err) == 0);
     CHECK(p.num_layers == 3 && p.ops[4].kind == AUG_POSTERIZE && p.ops[7].kind == AUG_COLOR);
@@ -520,12 +760,28 @@ static void test_parse(void)
     CHECK(aug_parse("rand-mstd1-tweights", &p, &err) == 0);
     CHECK(p.weighted && p.n_ops == 15 && p.ops[0].kind == AUG_ROTATE && p.weights[0] == 3 && p.ops[0].magnitude == 10);
     CHECK(aug_parse("original", &p, &err) == 0);
-    CHECK(!p.rand && p.n_ops == 50 && p.ops[0].kind == AUG_POSTERIZE_ORIG && p.ops[0].prob == 0.4);
+    CHECK(p.kind == AUG_AUTO && p.n_ops == 50 && p.ops[0].kind == AUG_POSTERIZE_ORIG && p.ops[0].prob == 0.4);
     CHECK(aug_parse("originalr-mstd0.5", &p, &err) == 0);
     CHECK(p.ops[0].kind == AUG_POSTERIZE_INC && p.magnitude_std == 0.5);
     CHECK(aug_parse("v0r", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE_INC);
     CHECK(aug_parse("v0", &p, &err) == 0 && p.ops[24].kind == AUG_POSTERIZE && p.ops[31].kind == AUG_TRANSLATE_Y_REL);
-    static const char *bad[] = {"rand-q3", "rand-m9.5", "augmix-m5", "v1", "original-foo3", "rand-t3a", "", "rand-n99-tweights"};
+    CHECK(aug_parse("augmix-m5-w4-d2", &p, &err) == 0);
+    CHECK(p.kind == AUG_MIX && p.width == 4 && p.depth == 2 && p.alpha == 1 && !p.blended && isinf(p.magnitude_std));
+    CHECK(p.n_ops == 13 && p.ops[0].kind == AUG_AUTOCONTRAST && p.ops[12].kind == AUG_TRANSLATE_Y_REL &&
+          p.ops[3].magnitude == 5 && p.ops[3].prob == 1.0 && p.magnitude_max == 10);
+    CHECK(aug_parse("augmix", &p, &err) == 0 && p.width == 3 && p.depth == -1 && p.ops[0].magnitude == 3);
+    CHECK(aug_parse("augmix-a0.5-b1-mstd0.5-mstd2", &p, &err) == 0);
+    CHECK(p.alpha == 0.5 && p.blended && p.magnitude_std == 0.5);
+    CHECK(aug_parse("augmix-mstd101", &p, &err) == 0 && p.magnitude_std == 101); /* no '> 100: uniform' here */
+    CHECK(aug_parse("3a", &p, &err) == 0);
+    CHECK(p.kind == AUG_AUTO && p.sub_len == 1 && p.n_ops == 3 && p.ops[0].kind == AUG_SOLARIZE &&
+          p.ops[0].magnitude == 5 && p.ops[1].kind == AUG_DESATURATE && p.ops[2].kind == AUG_GAUSSIAN_BLUR_RAND);
+    CHECK(aug_parse("rand-m9-t3a", &p, &err) == 0);
+    CHECK(p.kind == AUG_RAND && !p.weighted && p.n_ops == 3 && p.ops[2].kind == AUG_GAUSSIAN_BLUR);
+    CHECK(aug_parse("rand-m9-n3-t3aw", &p, &err) == 0);
+    CHECK(p.weighted && p.n_ops == 14 && p.weights[0] == 6 && p.ops[13].kind == AUG_INVERT && p.weights[13] == 1);
+    static const char *bad[] = {"rand-q3",      "rand-m9.5", "augmix-m5-x2", "augmix-w0", "v1",
+                                "original-foo3", "3aw",      "",             "rand-n99-tweights"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
         CHECKF(aug_parse(bad[i], &p, &err) == -1 && err.msg[0], "'%s' accepted", bad[i]);
@@ -547,13 +803,15 @@ static void test_train_determinism(void)
     if (!jpg || !png)
         return;
     static const char *aa[] = {NULL, "rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5", "original", "v0r-mstd0.5",
-                               "rand-m10-mstd101-tweights-n4", "rand-m30-mmax30-n4-p1.0"};
+                               "rand-m10-mstd101-tweights-n4", "rand-m30-mmax30-n4-p1.0", "augmix-m5-w4-d2",
+                               "augmix-b1-a0.5", "3a", "rand-m9-t3aw-n3-mstd0.5", "rand-m6-t3a"};
     enum { S = 37 };
     uint8_t a[S * S * 3], b[S * S * 3], c[S * S * 3];
     for (size_t k = 0; k < sizeof aa / sizeof aa[0]; k++) {
         TrainTransform t = train_transform_default(S);
         t.auto_augment = aa[k];
         t.random_interp = k % 2;
+        t.crop_mode = (CtTrainCrop)(k % 3);
         t.vflip = 0.3;
         t.jitter_hue = 0.2;
         for (int src = 0; src < 2; src++) {
@@ -588,6 +846,108 @@ static void test_train_determinism(void)
     CHECK(transform_eval(&e, png, png_n, a, &err) == -1);
     free(jpg);
     free(png);
+}
+
+/* The probabilistic steps after the policy: RandomApply(ColorJitter),
+ * RandomGrayscale and RandomApply(GaussianBlur) at p = 0.3 change about 30%
+ * of 300 images (3.4 binomial sd), and jitter runs under a '3a' policy,
+ * not under another. Each is measured against the same transform without
+ * it, which leaves the earlier draws alike. */
+static void test_train_probs(void)
+{
+    size_t n;
+    uint8_t *png = read_file("eval_src.png", &n);
+    CHECK(png != NULL);
+    if (!png)
+        return;
+    enum { S = 16, N = 300 };
+    uint8_t a[S * S * 3], b[S * S * 3];
+    static const struct {
+        const char *aa;
+        int step; /* 0 jitter, 1 grayscale, 2 blur */
+        double rate;
+    } cases[] = {{NULL, 0, 0.3}, {NULL, 1, 0.3}, {NULL, 2, 0.3}, {"3a", 0, 0.3}, {"rand-m9-t3a", 0, 0.3},
+                 {"rand-m9", 0, 0}, {"augmix-m3", 0, 0}, {"rand-m9", 1, 0.3}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        TrainTransform with = train_transform_default(S), without;
+        with.auto_augment = cases[k].aa;
+        with.color_jitter = cases[k].step == 0 ? 0.4 : 0;
+        with.color_jitter_prob = cases[k].step == 0 ? 0.3 : -1;
+        with.grayscale_prob = cases[k].step == 1 ? 0.3 : 0;
+        with.gaussian_blur_prob = cases[k].step == 2 ? 0.3 : 0;
+        without = with;
+        without.color_jitter = 0;
+        without.grayscale_prob = without.gaussian_blur_prob = 0;
+        int changed = 0, gray = 0;
+        for (int i = 0; i < N; i++) {
+            CtErr err;
+            CtRng r1 = rng_for(8, k, (uint64_t)i), r2 = r1;
+            CHECKF(transform_train(&with, png, n, &r1, a, &err) == 0, "%s", err.msg);
+            CHECKF(transform_train(&without, png, n, &r2, b, &err) == 0, "%s", err.msg);
+            changed += memcmp(a, b, sizeof a) != 0;
+            int equal = 1;
+            for (int p = 0; p < S * S; p++)
+                equal &= a[3 * p] == a[3 * p + 1] && a[3 * p] == a[3 * p + 2];
+            gray += equal;
+        }
+        double rate = (double)changed / N;
+        CHECKF(fabs(rate - cases[k].rate) < 0.09, "%s step %d: %.3f of the images changed, expected %.2f",
+               cases[k].aa ? cases[k].aa : "-", cases[k].step, rate, cases[k].rate);
+        if (cases[k].step == 1)
+            CHECKF(gray == changed, "grayscale: %d gray images, %d changed", gray, changed);
+    }
+    /* the probabilities' ranges, and the blur's reflect padding needing 12 px */
+    TrainTransform t = train_transform_default(S);
+    CtErr err;
+    t.grayscale_prob = 1.5;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "grayscale_prob"));
+    t = train_transform_default(S);
+    t.color_jitter_prob = 2;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "color_jitter_prob"));
+    t = train_transform_default(11);
+    t.gaussian_blur_prob = 0.5;
+    CHECK(train_transform_check(&t, &err) == -1 && strstr(err.msg, "gaussian_blur_prob"));
+    free(png);
+}
+
+/* AugMixDataset's splits: split 0 is the primary transforms alone (the
+ * same draws as a transform with no policy, jitter, grayscale or blur),
+ * split 1 the whole transform, split 2 another draw of its second stage. */
+static void test_train_splits(void)
+{
+    size_t n;
+    uint8_t *jpg = read_file("photo.jpg", &n);
+    CHECK(jpg != NULL);
+    if (!jpg)
+        return;
+    enum { S = 20 };
+    static uint8_t a[3][S * S * 3], whole[S * S * 3], clean[S * S * 3];
+    static const char *aa[] = {"augmix-m3", "rand-m9-mstd0.5", NULL};
+    for (size_t k = 0; k < 3; k++) {
+        TrainTransform t = train_transform_default(S), primary;
+        t.auto_augment = aa[k];
+        t.crop_mode = (CtTrainCrop)k;
+        t.vflip = 0.5;
+        t.grayscale_prob = 0.3;
+        t.gaussian_blur_prob = 0.3;
+        primary = t;
+        primary.auto_augment = NULL;
+        primary.color_jitter = primary.grayscale_prob = primary.gaussian_blur_prob = 0;
+        int differ = 0;
+        for (uint64_t i = 0; i < 8; i++) {
+            CtErr err;
+            CtRng r1 = rng_for(4, 0, i), r2 = r1, r3 = r1;
+            uint8_t *outs[3] = {a[0], a[1], a[2]};
+            CHECKF(transform_train_splits(&t, jpg, n, &r1, 3, outs, &err) == 0, "%s", err.msg);
+            CHECK(transform_train(&t, jpg, n, &r2, whole, &err) == 0);
+            CHECK(transform_train(&primary, jpg, n, &r3, clean, &err) == 0);
+            CHECKF(!memcmp(a[0], clean, sizeof clean), "%s: split 0 is not the clean image", aa[k] ? aa[k] : "-");
+            CHECKF(!memcmp(a[1], whole, sizeof whole), "%s: split 1 is not the whole transform", aa[k] ? aa[k] : "-");
+            differ += memcmp(a[1], a[2], sizeof whole) != 0;
+        }
+        CHECKF(differ >= 6, "%s: splits 1 and 2 agree %d/8 times", aa[k] ? aa[k] : "-", 8 - differ);
+    }
+    free(jpg);
 }
 
 /* x [n, c, h, w] erased in place as a training step does it: the boxes
@@ -677,8 +1037,12 @@ int main(void)
 {
     test_ops();
     test_color();
+    test_augmix_fixed();
+    test_augmix_draws();
     test_parse();
     test_rrc_sampling();
+    test_crop_sampling_vs_timm();
+    test_rkr_fixed();
     test_flip_rates();
     test_random_erasing();
     test_eval();
@@ -686,5 +1050,7 @@ int main(void)
     test_scaled_decode();
     test_gray();
     test_train_determinism();
+    test_train_probs();
+    test_train_splits();
     return check_done("test_transforms");
 }

@@ -8,7 +8,8 @@ Outputs (raw 8-bit 'L' pixels, row-major, a few hundred bytes each):
   decode.txt, <image>.L     Image.open(tests/data/images/<image>).convert('L'): PIL's luma of every
                             mode it decodes (RGB, CMYK, L, P, LA, RGBA, 16-bit)
                             "<image> <w> <h> <expected>"
-  color.txt, color*.L       torchvision.transforms.functional's colour adjustments on
+  color.txt, color*.L       torchvision.transforms.functional's colour adjustments and
+                            gaussian_blur (kernel 23), and PIL's GaussianBlur, on
                             tests/data/transforms/src.ppm converted to 'L'
                             "<adjustment> <factor> <expected>"
   eval.txt, eval*.L         timm's transforms_imagenet_eval on tests/data/transforms/eval_src.png
@@ -19,7 +20,7 @@ Outputs (raw 8-bit 'L' pixels, row-major, a few hundred bytes each):
 import os
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageFilter
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
@@ -28,7 +29,9 @@ from timm.data.transforms_factory import transforms_imagenet_eval
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 OUT = os.path.join(ROOT, "gray")
 IMAGES = ["rgb.jpg", "grey.jpg", "cmyk.jpg", "rgb.png", "rgba.png", "la.png", "pal8.png", "rgb16.png", "grey16.png"]
-COLOR = [("brightness", 0.6), ("contrast", 1.4), ("saturation", 0.0), ("saturation", 1.33), ("hue", 0.12)]
+COLOR = [("brightness", 0.6), ("contrast", 1.4), ("saturation", 0.0), ("saturation", 1.33), ("hue", 0.12),
+         # the '3a' policy's blur and torchvision's GaussianBlur(23), both of which timm applies to 'L' images
+         ("pil_gaussian_blur", 1.3), ("gaussian_blur", 0.9)]
 EVAL = [("center", "bicubic", 32, 0.875), ("squash", "bilinear", 32, 0.875), ("center", "bilinear", 40, 1.25)]
 RRC = [(5, 3, 40, 30, "bilinear", 16), (0, 0, 61, 45, "bicubic", 24)]
 TV_INTERP = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
@@ -57,7 +60,9 @@ def main():
 
     src = Image.open(os.path.join(ROOT, "transforms", "src.ppm")).convert("L")
     fns = {"brightness": TF.adjust_brightness, "contrast": TF.adjust_contrast,
-           "saturation": TF.adjust_saturation, "hue": TF.adjust_hue}
+           "saturation": TF.adjust_saturation, "hue": TF.adjust_hue,
+           "pil_gaussian_blur": lambda img, r: img.filter(ImageFilter.GaussianBlur(r)),
+           "gaussian_blur": lambda img, s: TF.gaussian_blur(img, [23, 23], [s, s])}
     lines = []
     for k, (adj, factor) in enumerate(COLOR):
         fn = "color%02d_%s.L" % (k, adj)

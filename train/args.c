@@ -20,6 +20,7 @@ TrainArgs train_args_default(void)
                        .mixup_prob = 1, .mixup_switch_prob = 0.5, .mixup_mode = "batch", .remode = "pixel",
                        .recount = 1, .train_interpolation = "random", .scale = {0.08, 1.0},
                        .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5, .color_jitter = 0.4, .crop_pct = -1,
+                       .color_jitter_prob = -1,
                        .amp_dtype = "float16", .bce_target_thresh = -1, .start_epoch = -1, .bucket_cap_mb = 25,
                        .dist_bn = "reduce", .dist_timeout = 1800};
 }
@@ -66,8 +67,9 @@ int train_args_check(const TrainArgs *a, CtErr *err)
             return ct_fail(err, "--std %g: must be > 0 (the batch is divided by it)", a->std[k]);
     if ((a->n_scale && a->n_scale != 2) || (a->n_ratio && a->n_ratio != 2))
         return ct_fail(err, "--scale and --ratio take two values, MIN MAX");
-    /* the transform's own rule, named by the flag (its messages start with timm's argument name) */
-    TrainTransform tt = train_transform_default(1);
+    /* the transform's own rule, named by the flag (its messages start with timm's argument name);
+     * the size is the model's, checked with it when the loader is made */
+    TrainTransform tt = train_transform_default(224);
     for (int k = 0; k < 2; k++) {
         tt.scale[k] = a->scale[k];
         tt.ratio[k] = a->ratio[k];
@@ -75,6 +77,13 @@ int train_args_check(const TrainArgs *a, CtErr *err)
     tt.hflip = a->hflip;
     tt.vflip = a->vflip;
     tt.color_jitter = a->color_jitter;
+    tt.color_jitter_prob = a->color_jitter_prob;
+    tt.grayscale_prob = a->grayscale_prob;
+    tt.gaussian_blur_prob = a->gaussian_blur_prob;
+    if (train_crop_mode_parse(a->train_crop_mode, &tt.crop_mode, err))
+        return -1;
+    if (!(a->aug_repeats >= 0 && a->aug_repeats <= 1000))
+        return ct_fail(err, "--aug-repeats %g: must be in [0, 1000] (0: off)", a->aug_repeats);
     if (train_transform_check(&tt, err)) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);

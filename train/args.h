@@ -45,6 +45,10 @@ typedef struct TrainArgs {
     const char *class_map, *interpolation, *train_interpolation, *aa, *experiment, *lr_base_scale;
     double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
+    double color_jitter_prob; /* < 0: not given (train.py's None: jitter always) */
+    const char *train_crop_mode; /* rrc (NULL), rkrc, rkrr */
+    double aug_repeats;          /* timm's RepeatAugSampler num_repeats; 0: off */
+    double grayscale_prob, gaussian_blur_prob;
     SchedArgs sch; /* the other scheduler flags; kind, epochs and the three above are filled in by the trainer */
     int amp, bce_loss, recovery_interval, start_epoch; /* start_epoch < 0: not given */
     const char *amp_dtype;

@@ -263,6 +263,11 @@ static int open_data(Trainer *t, CtErr *err)
     tt.hflip = a->hflip;
     tt.vflip = a->vflip;
     tt.color_jitter = a->color_jitter;
+    tt.color_jitter_prob = a->color_jitter_prob;
+    tt.grayscale_prob = a->grayscale_prob;
+    tt.gaussian_blur_prob = a->gaussian_blur_prob;
+    if (train_crop_mode_parse(a->train_crop_mode, &tt.crop_mode, err))
+        return -1;
     tt.auto_augment = a->aa;
     et.crop_pct = a->crop_pct > 0 ? a->crop_pct : t->m->cfg.crop_pct;
     et.interp = eval_interp;
@@ -276,7 +281,12 @@ static int open_data(Trainer *t, CtErr *err)
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
                        .eval = a->no_aug ? &noaug : NULL, .seed = (uint64_t)a->seed, .shuffle = 1, .drop_last = 1,
-                       .rank = t->rank, .world_size = t->world, .repeats = (int)a->epoch_repeats};
+                       .rank = t->rank, .world_size = t->world, .repeats = (int)a->epoch_repeats,
+                       .aug_repeats = a->aug_repeats};
+    /* timm's create_loader asserts it off without distributed training */
+    if (a->aug_repeats > 0 && t->world == 1)
+        return ct_fail(err, "--aug-repeats %g: timm's RepeatAugSampler needs distributed training (--nproc-per-node "
+                       "2 or more), as train.py's", a->aug_repeats);
     if (loader_create(&t->train_ld, t->train_ds, &lc, err))
         return -1;
     lc = (LoaderConfig){.batch_size = t->vb, .num_workers = t->a.workers, .eval = &et, .seed = (uint64_t)t->a.seed,

@@ -188,6 +188,14 @@ static int is_geometric(AugOpKind k)
            k == AUG_TRANSLATE_Y_REL;
 }
 
+int aug_policy_geometric(const AugPolicy *p)
+{
+    for (int i = 0; i < p->n_ops; i++)
+        if (is_geometric((AugOpKind)p->ops[i].kind))
+            return 1;
+    return 0;
+}
+
 /* Ops whose level_to_arg calls _randomly_negate. */
 static int is_signed(AugOpKind k)
 {
@@ -195,10 +203,14 @@ static int is_signed(AugOpKind k)
            k == AUG_SHARPNESS_INC;
 }
 
-void aug_op_apply(CtImage *img, CtImage *tmp, AugOpKind k, double m, int negate, CtInterp interp,
-                  const uint8_t fill[3])
+/* _minmax_level_to_arg: level / 10 mapped onto [lo, hi], clamped. */
+static double minmax_level(double level, double lo, double hi) { return fmax(lo, fmin(hi, lo + (hi - lo) * level)); }
+
+void aug_op_apply(CtImage *img, CtImage *tmp, AugOpKind k, const AugOpArgs *a, const AugEnv *env)
 {
-    double level = m / 10.0, sgn = negate ? -1.0 : 1.0;
+    double level = a->magnitude / 10.0, sgn = a->negate ? -1.0 : 1.0;
+    CtInterp interp = a->interp;
+    const uint8_t *fill = env->fill;
     double enhance = level * 1.8 + 0.1;             /* _enhance_level_to_arg */
     double enhance_inc = fmax(0.1, 1.0 + sgn * (level * 0.9)); /* _enhance_increasing_level_to_arg */
     int poster = (int)(level * 4);
@@ -235,13 +247,20 @@ void aug_op_apply(CtImage *img, CtImage *tmp, AugOpKind k, double m, int negate,
     }
     case AUG_TRANSLATE_X_REL:
     case AUG_TRANSLATE_Y_REL: {
-        /* _translate_rel_level_to_arg (translate_pct 0.45), pixels = pct * size */
-        double pct = sgn * (level * 0.45);
+        /* _translate_rel_level_to_arg, pixels = pct * size */
+        double pct = sgn * (level * env->translate_pct);
         double a[6] = {1, 0, k == AUG_TRANSLATE_X_REL ? pct * img->w : 0,
                        0, 1, k == AUG_TRANSLATE_Y_REL ? pct * img->h : 0};
         aug_affine(img, tmp, a, interp, fill);
         break;
     }
+    case AUG_DESATURATE: /* desaturate(): Color at 1 - factor, factor in [0.5, 1] */
+        enhance_color(img, fmin(1.0, fmax(0.0, 1.0 - minmax_level(level, 0.5, 1.0))));
+        break;
+    case AUG_GAUSSIAN_BLUR: pil_gaussian_blur(img, tmp, (float)minmax_level(level, 0.1, 2.0)); break;
+    case AUG_GAUSSIAN_BLUR_RAND: /* gaussian_blur_rand: random.uniform(0.1, 2.0 * factor) */
+        pil_gaussian_blur(img, tmp, (float)(0.1 + (2.0 * minmax_level(level, 0.0, 1.0) - 0.1) * a->u));
+        break;
     default: CT_ASSERT(!"unknown augment op");
     }
 }
@@ -257,22 +276,81 @@ static void op_call(const AugPolicy *p, const AugOp *op, const AugEnv *env, CtIm
         m = rng_range(rng, 0, m);
     else if (p->magnitude_std > 0)
         m = m + p->magnitude_std * rng_normal(rng);
-    m = fmax(0.0, fmin(m, p->magnitude_max));
+    AugOpArgs a = {.magnitude = fmax(0.0, fmin(m, p->magnitude_max)), .interp = env->interp};
     AugOpKind k = (AugOpKind)op->kind;
-    int negate = is_signed(k) ? rng_uniform(rng) > 0.5 : 0;
-    CtInterp interp = env->interp;
+    a.negate = is_signed(k) ? rng_uniform(rng) > 0.5 : 0;
     if (is_geometric(k) && env->random_interp)
-        interp = rng_below(rng, 2) ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
-    aug_op_apply(img, tmp, k, m, negate, interp, env->fill);
+        a.interp = rng_below(rng, 2) ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+    if (k == AUG_GAUSSIAN_BLUR_RAND)
+        a.u = rng_uniform(rng);
+    aug_op_apply(img, tmp, k, &a, env);
 }
 
-void aug_policy_apply(const AugPolicy *p, const AugEnv *env, CtImage *img, CtImage *tmp, CtRng *rng)
+/* AugMixAugment.__call__: width chains of 1..3 random ops, each on a copy
+ * of the image, mixed by Dirichlet weights and blended with the image by a
+ * Beta draw (basic), or blended into it one by one (blended). */
+static void augmix_apply(const AugPolicy *p, const AugEnv *env, CtImage *img, AugScratch *s, CtRng *rng)
 {
-    if (!p->rand) {
-        /* AutoAugment: one sub-policy (a pair of ops) uniformly */
-        int s = (int)rng_below(rng, (uint64_t)p->n_ops / 2);
-        op_call(p, &p->ops[2 * s], env, img, tmp, rng);
-        op_call(p, &p->ops[2 * s + 1], env, img, tmp, rng);
+    float ws[AUG_MAX_OPS], m;
+    augmix_draw_weights(p->alpha, p->width, rng, ws, &m);
+    size_t bytes = (size_t)img->w * img->h * 3;
+    if (p->blended) {
+        augmix_blended_weights(ws, p->width, m, ws);
+        memcpy(s->orig.px, img->px, bytes);
+    } else {
+        memset(s->acc, 0, bytes * sizeof *s->acc);
+    }
+    for (int c = 0; c < p->width; c++) {
+        int depth = p->depth > 0 ? p->depth : 1 + (int)rng_below(rng, 3);
+        memcpy(s->chain.px, p->blended ? s->orig.px : img->px, bytes);
+        for (int d = 0; d < depth; d++)
+            op_call(p, &p->ops[rng_below(rng, (uint64_t)p->n_ops)], env, &s->chain, &s->tmp, rng);
+        if (p->blended)
+            image_blend(img, &s->chain, ws[c]);
+        else
+            augmix_accumulate(s->acc, &s->chain, ws[c]);
+    }
+    if (!p->blended)
+        augmix_finish(img, s->acc, m);
+}
+
+int aug_scratch_alloc(const AugPolicy *p, int w, int h, AugScratch *s, CtErr *err)
+{
+    memset(s, 0, sizeof *s);
+    int mix = p->kind == AUG_MIX;
+    if (image_alloc(&s->tmp, w, h, err) || (mix && image_alloc(&s->chain, w, h, err)) ||
+        (mix && p->blended && image_alloc(&s->orig, w, h, err))) {
+        aug_scratch_free(s);
+        return -1;
+    }
+    if (mix && !p->blended && !(s->acc = malloc(sizeof *s->acc * (size_t)w * h * 3))) {
+        aug_scratch_free(s);
+        return ct_fail(err, "augmix: out of memory for a %dx%d image", w, h);
+    }
+    return 0;
+}
+
+void aug_scratch_free(AugScratch *s)
+{
+    image_free(&s->tmp);
+    image_free(&s->chain);
+    image_free(&s->orig);
+    free(s->acc);
+    s->acc = NULL;
+}
+
+void aug_policy_apply(const AugPolicy *p, const AugEnv *env, CtImage *img, AugScratch *s, CtRng *rng)
+{
+    CtImage *tmp = &s->tmp;
+    if (p->kind == AUG_MIX) {
+        augmix_apply(p, env, img, s, rng);
+        return;
+    }
+    if (p->kind == AUG_AUTO) {
+        /* AutoAugment: one sub-policy uniformly */
+        int s = (int)rng_below(rng, (uint64_t)(p->n_ops / p->sub_len));
+        for (int i = 0; i < p->sub_len; i++)
+            op_call(p, &p->ops[p->sub_len * s + i], env, img, tmp, rng);
         return;
     }
     if (!p->weighted) {

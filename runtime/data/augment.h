@@ -65,7 +65,8 @@ void aug_rotate(CtImage *img, CtImage *tmp, double degrees, CtInterp interp, con
     X(CONTRAST, "Contrast") X(CONTRAST_INC, "ContrastIncreasing") X(BRIGHTNESS, "Brightness")          \
     X(BRIGHTNESS_INC, "BrightnessIncreasing") X(SHARPNESS, "Sharpness")                                \
     X(SHARPNESS_INC, "SharpnessIncreasing") X(SHEAR_X, "ShearX") X(SHEAR_Y, "ShearY")                  \
-    X(TRANSLATE_X_REL, "TranslateXRel") X(TRANSLATE_Y_REL, "TranslateYRel")
+    X(TRANSLATE_X_REL, "TranslateXRel") X(TRANSLATE_Y_REL, "TranslateYRel") X(DESATURATE, "Desaturate")     \
+    X(GAUSSIAN_BLUR, "GaussianBlur") X(GAUSSIAN_BLUR_RAND, "GaussianBlurRand")
 
 #define AUG_ENUM(id, name) AUG_##id,
 typedef enum AugOpKind { AUG_OPS(AUG_ENUM) AUG_N_OPS } AugOpKind;
@@ -82,34 +83,84 @@ typedef struct AugOp {
 
 #define AUG_MAX_OPS 64
 
+typedef enum AugPolicyKind { AUG_AUTO, AUG_RAND, AUG_MIX } AugPolicyKind;
+
 typedef struct AugPolicy {
-    int rand;             /* 1: RandAugment ("rand-..."), 0: AutoAugment ("original", "v0", ...) */
+    AugPolicyKind kind;   /* AutoAugment ("original", "v0", "3a" ...), RandAugment ("rand-..."), AugMix */
+    int sub_len;          /* AutoAugment: ops per sub-policy (2; 1 for '3a') */
     int num_layers;       /* RandAugment: ops drawn per image */
     int weighted;         /* RandAugment 'tweights': drawn without replacement by weight */
     double magnitude_std; /* 0: fixed; INFINITY: uniform in [0, m] */
     double magnitude_max; /* upper clip of the sampled magnitude (timm's 10 unless mmax) */
-    int n_ops;            /* RandAugment: the op list; AutoAugment: n_ops/2 pairs */
+    int n_ops;            /* RandAugment, AugMix: the op list; AutoAugment: n_ops / sub_len sub-policies */
+    int width, depth;     /* AugMix: chains mixed; ops per chain (-1: 1..3 at random) */
+    int blended;          /* AugMix 'b1': each chain blended into the image in turn */
+    double alpha;         /* AugMix: Dirichlet / Beta concentration */
     AugOp ops[AUG_MAX_OPS];
     double weights[AUG_MAX_OPS];
 } AugPolicy;
 
-/* Parses timm's auto_augment string ("rand-m9-mstd0.5-inc1", "rand-m9-n3",
- * "original", "v0r-mstd0.5", ...). AugMix and the '3a' sets are refused. */
+/* Parses timm's auto_augment string ("rand-m9-mstd0.5-inc1", "rand-m9-n3-t3a",
+ * "original", "v0r-mstd0.5", "3a", "augmix-m5-w4-d2", ...). */
 int aug_parse(const char *spec, AugPolicy *p, CtErr *err);
+
+/* Whether p has a geometric op (rotate, shear, translate), whose corners
+ * take the 3-value fill colour. */
+int aug_policy_geometric(const AugPolicy *p);
 
 /* What an op does with its sampled parameters. */
 typedef struct AugEnv {
     uint8_t fill[3];  /* timm's img_mean: round(255 * mean) */
     CtInterp interp;  /* resample of the geometric ops ... */
     int random_interp; /* ... or bilinear / bicubic at random per op */
+    double translate_pct; /* TranslateXRel/YRel at magnitude 10: 0.45 (AugMix's 0.3) */
 } AugEnv;
 
-/* One op at a given (already sampled and clipped) magnitude, with the sign of
- * the signed ops given: AugmentOp's aug_fn(img, *level_fn(magnitude)). */
-void aug_op_apply(CtImage *img, CtImage *tmp, AugOpKind k, double magnitude, int negate, CtInterp interp,
-                  const uint8_t fill[3]);
-/* The policy on one image, every random choice drawn from rng. */
-void aug_policy_apply(const AugPolicy *p, const AugEnv *env, CtImage *img, CtImage *tmp, CtRng *rng);
+/* An op's draws: the magnitude (already sampled and clipped), the sign of the
+ * signed ops, the resample of the geometric ones, and GaussianBlurRand's
+ * uniform draw u in [0, 1) (radius 0.1 + (2 * factor - 0.1) * u). */
+typedef struct AugOpArgs {
+    double magnitude;
+    int negate;
+    CtInterp interp;
+    double u;
+} AugOpArgs;
+
+/* One op with its draws given: AugmentOp's aug_fn(img, *level_fn(magnitude)). */
+void aug_op_apply(CtImage *img, CtImage *tmp, AugOpKind k, const AugOpArgs *a, const AugEnv *env);
+/* The buffers a policy needs beside the image: tmp for every op, AugMix's
+ * chain image, its float sum (basic) or the original (blended). */
+typedef struct AugScratch {
+    CtImage tmp, chain, orig;
+    float *acc;
+} AugScratch;
+int aug_scratch_alloc(const AugPolicy *p, int w, int h, AugScratch *s, CtErr *err);
+void aug_scratch_free(AugScratch *s);
+/* The policy on one w x h image (s allocated for that size), every random
+ * choice drawn from rng. */
+void aug_policy_apply(const AugPolicy *p, const AugEnv *env, CtImage *img, AugScratch *s, CtRng *rng);
+
+/* ---- AugMix's mixing (augment_mix.c): AugMixAugment ---- */
+
+/* Its draws: np.float32(dirichlet([alpha] * width)) and np.float32(beta(alpha, alpha)). */
+void augmix_draw_weights(double alpha, int width, CtRng *rng, float *ws, float *m);
+/* _apply_basic's sum: acc (w * h * 3 floats, zero at first) += w * aug, in float32. */
+void augmix_accumulate(float *acc, const CtImage *aug, float w);
+/* ... then img = Image.blend(img, uint8(clip(acc, 0, 255)), m). */
+void augmix_finish(CtImage *img, const float *acc, float m);
+/* _calc_blended_weights: the per-chain blend factors of _apply_blended. */
+void augmix_blended_weights(const float *ws, int width, float m, float *out);
+/* PIL's Image.blend(img, other, alpha) into img, for alpha in [0, 1]. */
+void image_blend(CtImage *img, const CtImage *other, float alpha);
+
+/* ---- blurs (blur.c) ---- */
+
+/* img.filter(ImageFilter.GaussianBlur(radius)): PIL's three box-blur passes
+ * per axis. */
+void pil_gaussian_blur(CtImage *img, CtImage *tmp, float radius);
+/* torchvision's F.gaussian_blur(img, [k, k], [sigma, sigma]) on a PIL image:
+ * a float32 k x k kernel, reflect padding (needs k / 2 < w, h), rounded. */
+void tv_gaussian_blur(CtImage *img, CtImage *tmp, int k, double sigma);
 
 /* ---- train-transform sampling (transforms.c) ---- */
 
@@ -120,13 +171,22 @@ typedef struct CropBox {
 CropBox rrc_sample(int w, int h, const double scale[2], const double ratio[2], CtRng *rng);
 
 /* The train transform's geometric draws for a w x h image, in timm's order:
- * the crop box, the interpolation ('random'), hflip, vflip. */
+ * the crop box (rrc) or the resized size (rkr), the interpolation
+ * ('random'), the crop's offset (rkrr), hflip, vflip. */
 typedef struct TrainSample {
-    CropBox box;
+    CropBox box;    /* rrc: the crop; rkr: the whole image */
+    int rw, rh;     /* the size box is resized to: img_size squared for rrc */
+    int top, left;  /* rkr: where the img_size crop starts in the resized image (< 0: reflect padding) */
     CtInterp interp;
     int hflip, vflip;
 } TrainSample;
 void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample *s);
+/* torchvision's center_crop / timm's center_crop_or_pad on one axis: where
+ * the crop starts in the image (negative: padding (crop - in) // 2 first). */
+int crop_offset(int in, int crop);
+/* The size x size crop of src at (top, left) into out (allocated here), the
+ * pixels outside src mirrored as numpy's pad(mode='reflect'). */
+int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, CtErr *err);
 
 /* Decodes data (w x h, from image_probe), crops box and resizes it to
  * out_w x out_h (torchvision's resized_crop). With allow_shrink a JPEG is

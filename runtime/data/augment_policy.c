@@ -1,8 +1,10 @@
 /*
  * timm's augmentation policies and their config strings: RandAugment
- * ("rand-m9-n2-mstd0.5-inc1-mmax10-p0.5-tweights", rand_augment_transform)
- * and AutoAugment ("original", "originalr", "v0", "v0r", each with an optional
- * "-mstd<x>", auto_augment_transform), as op tables.
+ * ("rand-m9-n2-mstd0.5-inc1-mmax10-p0.5-tweights", rand_augment_transform,
+ * with the 'weights', '3a' and '3aw' sets), AutoAugment ("original",
+ * "originalr", "v0", "v0r", "3a", each with an optional "-mstd<x>",
+ * auto_augment_transform) and AugMix ("augmix-m5-w4-d2-a1-b0-mstd0",
+ * augment_and_mix_transform), as op tables.
  */
 #include "runtime/data/augment.h"
 
@@ -44,6 +46,25 @@ static const struct {
 };
 #define N_RAND_WEIGHTED ((int)(sizeof rand_weighted / sizeof rand_weighted[0]))
 
+/* _RAND_3A and _RAND_WEIGHTED_3A (DeiT III's three augmentations, plus). */
+static const AugOpKind rand_3a[] = {AUG_SOLARIZE_INC, AUG_DESATURATE, AUG_GAUSSIAN_BLUR};
+static const struct {
+    AugOpKind kind;
+    double weight;
+} rand_weighted_3a[] = {
+    {AUG_SOLARIZE_INC, 6},    {AUG_DESATURATE, 6},       {AUG_GAUSSIAN_BLUR, 6},     {AUG_ROTATE, 3},
+    {AUG_SHEAR_X, 2},         {AUG_SHEAR_Y, 2},          {AUG_POSTERIZE_INC, 1},     {AUG_AUTOCONTRAST, 1},
+    {AUG_COLOR_INC, 1},       {AUG_SHARPNESS_INC, 1},    {AUG_CONTRAST_INC, 1},      {AUG_BRIGHTNESS_INC, 1},
+    {AUG_EQUALIZE, 1},        {AUG_INVERT, 1},
+};
+
+/* _AUGMIX_TRANSFORMS. */
+static const AugOpKind augmix_ops[] = {
+    AUG_AUTOCONTRAST, AUG_COLOR_INC, AUG_CONTRAST_INC, AUG_BRIGHTNESS_INC, AUG_SHARPNESS_INC, AUG_EQUALIZE,
+    AUG_ROTATE, AUG_POSTERIZE_INC, AUG_SOLARIZE_INC, AUG_SHEAR_X, AUG_SHEAR_Y, AUG_TRANSLATE_X_REL,
+    AUG_TRANSLATE_Y_REL,
+};
+
 /* auto_augment_policy_v0: 25 pairs. v0r is the same with PosterizeIncreasing. */
 static const PolicyOp policy_v0[50] = {
     {AUG_EQUALIZE, 0.8, 1},     {AUG_SHEAR_Y, 0.8, 4},       {AUG_COLOR, 0.4, 9},        {AUG_EQUALIZE, 0.6, 3},
@@ -59,6 +80,11 @@ static const PolicyOp policy_v0[50] = {
     {AUG_EQUALIZE, 1.0, 4},     {AUG_AUTOCONTRAST, 0.6, 2},  {AUG_SHEAR_Y, 0.4, 7},      {AUG_SOLARIZE_ADD, 0.6, 7},
     {AUG_POSTERIZE, 0.8, 2},    {AUG_SOLARIZE, 0.6, 10},     {AUG_SOLARIZE, 0.6, 8},     {AUG_EQUALIZE, 0.6, 1},
     {AUG_COLOR, 0.8, 6},        {AUG_ROTATE, 0.4, 5},
+};
+
+/* auto_augment_policy_3a: three one-op sub-policies. */
+static const PolicyOp policy_3a[3] = {
+    {AUG_SOLARIZE, 1.0, 5}, {AUG_DESATURATE, 1.0, 10}, {AUG_GAUSSIAN_BLUR_RAND, 1.0, 10},
 };
 
 /* auto_augment_policy_original (arXiv 1805.09501). originalr: PosterizeIncreasing. */
@@ -119,7 +145,7 @@ static int parse_rand(const char *spec, AugPolicy *p, CtErr *err)
     int magnitude = 10, increasing = 0, have_mstd = 0, have_mmax = 0, have_t = 0;
     double prob = 0.5;
     char tname[32] = "";
-    p->rand = 1;
+    p->kind = AUG_RAND;
     p->num_layers = 2;
     const char *s = spec + 4; /* past "rand" */
     while (*s == '-') {
@@ -165,18 +191,25 @@ static int parse_rand(const char *spec, AugPolicy *p, CtErr *err)
     }
     if (p->num_layers < 0)
         return ct_fail(err, "auto_augment '%s': negative number of layers", spec);
-    if (!strcmp(tname, "3a") || !strcmp(tname, "3aw"))
-        return ct_fail(err, "auto_augment '%s': the '3a' transform sets are not supported", spec);
-    if (!strcmp(tname, "weights")) {
-        if (p->num_layers > N_RAND_WEIGHTED)
+    int w3 = !strcmp(tname, "3aw");
+    if (w3 || !strcmp(tname, "weights")) {
+        int n = w3 ? (int)(sizeof rand_weighted_3a / sizeof rand_weighted_3a[0]) : N_RAND_WEIGHTED;
+        if (p->num_layers > n)
             return ct_fail(err, "auto_augment '%s': %d layers drawn without replacement from %d ops", spec,
-                           p->num_layers, N_RAND_WEIGHTED);
+                           p->num_layers, n);
         p->weighted = 1;
-        p->n_ops = N_RAND_WEIGHTED;
-        for (int i = 0; i < N_RAND_WEIGHTED; i++) {
-            p->ops[i] = (AugOp){.kind = (uint8_t)rand_weighted[i].kind, .prob = prob, .magnitude = magnitude};
-            p->weights[i] = rand_weighted[i].weight;
+        p->n_ops = n;
+        for (int i = 0; i < n; i++) {
+            AugOpKind k = w3 ? rand_weighted_3a[i].kind : rand_weighted[i].kind;
+            p->ops[i] = (AugOp){.kind = (uint8_t)k, .prob = prob, .magnitude = magnitude};
+            p->weights[i] = w3 ? rand_weighted_3a[i].weight : rand_weighted[i].weight;
         }
+        return 0;
+    }
+    if (!strcmp(tname, "3a")) {
+        p->n_ops = (int)(sizeof rand_3a / sizeof rand_3a[0]);
+        for (int i = 0; i < p->n_ops; i++)
+            p->ops[i] = (AugOp){.kind = (uint8_t)rand_3a[i], .prob = prob, .magnitude = magnitude};
         return 0;
     }
     /* any other name falls back to the default set, as rand_augment_choices does */
@@ -191,8 +224,11 @@ static int parse_auto(const char *spec, AugPolicy *p, CtErr *err)
 {
     size_t nlen = strcspn(spec, "-");
     const PolicyOp *table;
-    int research = 0;
-    if (nlen == 2 && !strncmp(spec, "v0", 2))
+    int research = 0, n_ops = 50;
+    p->sub_len = 2;
+    if (nlen == 2 && !strncmp(spec, "3a", 2))
+        table = policy_3a, n_ops = 3, p->sub_len = 1;
+    else if (nlen == 2 && !strncmp(spec, "v0", 2))
         table = policy_v0;
     else if (nlen == 3 && !strncmp(spec, "v0r", 3))
         table = policy_v0, research = 1;
@@ -201,11 +237,11 @@ static int parse_auto(const char *spec, AugPolicy *p, CtErr *err)
     else if (nlen == 9 && !strncmp(spec, "originalr", 9))
         table = policy_original, research = 1;
     else
-        return ct_fail(err, "auto_augment '%s': unknown policy '%.*s' (supported: rand-..., original, originalr, "
-                       "v0, v0r; not augmix or 3a)", spec, (int)nlen, spec);
-    p->rand = 0;
-    p->n_ops = 50;
-    for (int i = 0; i < 50; i++) {
+        return ct_fail(err, "auto_augment '%s': unknown policy '%.*s' (supported: rand-..., augmix-..., original, "
+                       "originalr, v0, v0r, 3a)", spec, (int)nlen, spec);
+    p->kind = AUG_AUTO;
+    p->n_ops = n_ops;
+    for (int i = 0; i < n_ops; i++) {
         AugOpKind k = table[i].kind;
         if (research && (k == AUG_POSTERIZE || k == AUG_POSTERIZE_ORIG))
             k = AUG_POSTERIZE_INC;
@@ -232,14 +268,66 @@ static int parse_auto(const char *spec, AugPolicy *p, CtErr *err)
     return 0;
 }
 
+static int parse_augmix(const char *spec, AugPolicy *p, CtErr *err)
+{
+    int magnitude = 3, have_mstd = 0;
+    p->kind = AUG_MIX;
+    p->width = 3;
+    p->depth = -1;
+    p->alpha = 1;
+    const char *s = spec + 6; /* past "augmix" */
+    while (*s == '-') {
+        s++;
+        size_t len = strcspn(s, "-");
+        char key[32], val[64];
+        if (split_section(s, len, key, sizeof key, val, sizeof val)) {
+            double d;
+            int v = 0, ok;
+            if (!strcmp(key, "mstd")) {
+                ok = parse_double(val, &d);
+                if (ok && !have_mstd)
+                    p->magnitude_std = d, have_mstd = 1; /* hparams.setdefault: the first one holds */
+            } else if (!strcmp(key, "a")) {
+                ok = parse_double(val, &p->alpha);
+            } else if (!strcmp(key, "m")) {
+                ok = parse_int(val, &magnitude);
+            } else if (!strcmp(key, "w")) {
+                ok = parse_int(val, &p->width);
+            } else if (!strcmp(key, "d")) {
+                ok = parse_int(val, &p->depth);
+            } else if (!strcmp(key, "b")) {
+                ok = parse_int(val, &v);
+                p->blended = v != 0;
+            } else {
+                return ct_fail(err, "auto_augment '%s': unknown AugMix section '%.*s' (known: m, w, d, a, b, mstd)",
+                               spec, (int)len, s);
+            }
+            if (!ok)
+                return ct_fail(err, "auto_augment '%s': bad value in section '%.*s'", spec, (int)len, s);
+        }
+        s += len;
+    }
+    if (!have_mstd)
+        p->magnitude_std = INFINITY; /* augment_and_mix_transform's default: uniform in [0, m] */
+    /* numpy's dirichlet and beta refuse these; timm would fail on the first image */
+    if (p->width < 1 || p->width > AUG_MAX_OPS)
+        return ct_fail(err, "auto_augment '%s': width %d, needs 1..%d chains", spec, p->width, AUG_MAX_OPS);
+    if (!(p->alpha > 0 && isfinite(p->alpha)))
+        return ct_fail(err, "auto_augment '%s': alpha %g, needs > 0", spec, p->alpha);
+    p->n_ops = (int)(sizeof augmix_ops / sizeof augmix_ops[0]);
+    for (int i = 0; i < p->n_ops; i++)
+        p->ops[i] = (AugOp){.kind = (uint8_t)augmix_ops[i], .prob = 1.0, .magnitude = magnitude};
+    return 0;
+}
+
 int aug_parse(const char *spec, AugPolicy *p, CtErr *err)
 {
     memset(p, 0, sizeof *p);
     p->magnitude_max = 10;
     if (!spec || !*spec)
         return ct_fail(err, "auto_augment: empty policy string");
-    if (!strncmp(spec, "augmix", 6))
-        return ct_fail(err, "auto_augment '%s': AugMix is not supported", spec);
+    if (!strncmp(spec, "augmix", 6) && (spec[6] == 0 || spec[6] == '-'))
+        return parse_augmix(spec, p, err);
     if (!strncmp(spec, "rand", 4) && (spec[4] == 0 || spec[4] == '-'))
         return parse_rand(spec, p, err);
     return parse_auto(spec, p, err);

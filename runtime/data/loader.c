@@ -9,6 +9,7 @@
  */
 #include "runtime/data/loader.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,9 @@ struct Loader {
     int img_size;
     size_t sample_bytes;
     size_t nds;        /* dataset samples */
-    size_t nlist;      /* nds * repeats: the list that is shuffled */
+    size_t nlist;      /* nds * repeats: the list that is shuffled (aug_repeats: the repeated list) */
+    size_t nsampler;   /* aug_repeats: the list RepeatAugSampler permutes, nds * repeats */
+    size_t *perm;      /* [nsampler] its permutation */
     size_t per_rank;   /* samples per epoch for this rank, after padding */
     size_t nbatches, ntasks;
     size_t *order;     /* [nlist] */
@@ -102,10 +105,14 @@ static void emit_warning(Loader *L, size_t i, const char *why)
 static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, CtErr *err)
 {
     const LoaderConfig *c = &L->cfg;
-    size_t B = (size_t)c->batch_size, j = t % B;
+    size_t B = (size_t)c->batch_size, j = t % B, cnt = batch_count(L, t / B);
     uint64_t pos = (uint64_t)c->rank + (uint64_t)t * (uint64_t)c->world_size;
     size_t first = L->order[pos % L->nlist];
-    uint8_t *out = s->b.images + j * L->sample_bytes;
+    /* split k of the batch's cnt samples at [k * cnt, (k + 1) * cnt), as timm's fast_collate lays them */
+    int splits = c->aug_splits > 1 ? c->aug_splits : 1;
+    uint8_t *out[CT_MAX_AUG_SPLITS];
+    for (int k = 0; k < splits; k++)
+        out[k] = s->b.images + ((size_t)k * cnt + j) * L->sample_bytes;
     CtErr e;
     int retries = c->max_retries > 0 ? c->max_retries : DEFAULT_RETRIES;
     for (int a = 0; a < retries; a++) {
@@ -116,15 +123,17 @@ static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, 
         if (rc == 0) {
             CtRng rng = rng_for(c->seed, epoch, pos);
             if (c->train)
-                rc = transform_train(&L->train, data, n, &rng, out, &e);
+                rc = transform_train_splits(&L->train, data, n, &rng, splits, out, &e);
             else if (c->eval)
-                rc = transform_eval(&L->eval, data, n, out, &e);
+                rc = transform_eval(&L->eval, data, n, out[0], &e);
             else
-                rc = c->sample_fn(c->sample_ctx, data, n, &rng, out, &e);
+                rc = c->sample_fn(c->sample_ctx, data, n, &rng, out[0], &e);
         }
         if (rc == 0) {
-            s->b.labels[j] = dataset_label(L->ds, i);
-            s->b.samples[j] = (int64_t)i;
+            for (int k = 0; k < splits; k++) {
+                s->b.labels[(size_t)k * cnt + j] = dataset_label(L->ds, i);
+                s->b.samples[(size_t)k * cnt + j] = (int64_t)i;
+            }
             return 0;
         }
         emit_warning(L, i, e.msg);
@@ -216,6 +225,7 @@ void loader_destroy(Loader *L)
     free(L->slots);
     free(L->workers);
     free(L->order);
+    free(L->perm);
     free(L->warned);
     free(L);
 }
@@ -237,6 +247,11 @@ static int check_config(const Dataset *ds, const LoaderConfig *c, CtErr *err)
         return ct_fail(err, "loader: repeats %d out of range", c->repeats);
     if (c->max_retries < 0)
         return ct_fail(err, "loader: negative max_retries");
+    if (c->aug_splits < 0 || c->aug_splits > CT_MAX_AUG_SPLITS || (c->aug_splits > 1 && !c->train))
+        return ct_fail(err, "loader: aug_splits %d (0..%d, with a train transform)", c->aug_splits,
+                       CT_MAX_AUG_SPLITS);
+    if (!(c->aug_repeats >= 0 && c->aug_repeats <= 1000))
+        return ct_fail(err, "loader: aug_repeats %g out of range (0..1000)", c->aug_repeats);
     int size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
     if (size < 1 || size > 8192)
         return ct_fail(err, "loader: image size %d out of range", size);
@@ -272,6 +287,15 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     L->nlist = L->nds * repeats;
     size_t W = (size_t)c->world_size, B = (size_t)c->batch_size;
     L->per_rank = (L->nlist + W - 1) / W;
+    if (c->aug_repeats > 0) {
+        /* RepeatAugSampler.__init__ (selected_round 256, selected_ratio world_size) */
+        double R = c->aug_repeats;
+        size_t N = L->nlist, num_samples = (size_t)ceil((double)N * R / (double)W), sel;
+        sel = N >= 256 ? (size_t)floor((double)(N / 256 * 256) / (double)W) : (size_t)ceil((double)N / (double)W);
+        L->nsampler = N;
+        L->nlist = R == floor(R) ? N * (size_t)R : (size_t)ceil(R * (double)N);
+        L->per_rank = sel < num_samples ? sel : num_samples;
+    }
     L->nbatches = c->drop_last ? L->per_rank / B : (L->per_rank + B - 1) / B;
     L->ntasks = c->drop_last ? L->nbatches * B : L->per_rank;
     L->nslots = c->queue_depth ? c->queue_depth : 3;
@@ -281,7 +305,11 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     pthread_cond_init(&L->work_cv, NULL);
     pthread_cond_init(&L->done_cv, NULL);
 
-    L->order = malloc(L->nlist * sizeof *L->order);
+    L->order = malloc((L->nlist ? L->nlist : 1) * sizeof *L->order);
+    if (c->aug_repeats > 0 && !(L->perm = malloc(L->nsampler * sizeof *L->perm))) {
+        loader_destroy(L);
+        return ct_fail(err, "out of memory");
+    }
     L->warned = calloc((L->nds + 7) / 8, 1);
     L->slots = calloc((size_t)L->nslots, sizeof *L->slots);
     L->workers = calloc((size_t)L->nworkers, sizeof *L->workers);
@@ -292,13 +320,15 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     for (int i = 0; i < L->nslots; i++) {
         Slot *s = &L->slots[i];
         s->b.img_size = L->img_size;
-        s->b.images = alloc_batch_mem(L, B * L->sample_bytes);
-        s->b.labels = malloc(B * sizeof *s->b.labels);
-        s->b.samples = malloc(B * sizeof *s->b.samples);
+        size_t per = B * (size_t)(c->aug_splits > 1 ? c->aug_splits : 1);
+        s->b.splits = c->aug_splits > 1 ? c->aug_splits : 1;
+        s->b.images = alloc_batch_mem(L, per * L->sample_bytes);
+        s->b.labels = malloc(per * sizeof *s->b.labels);
+        s->b.samples = malloc(per * sizeof *s->b.samples);
         s->batch = NONE;
         if (!s->b.images || !s->b.labels || !s->b.samples) {
             loader_destroy(L);
-            return ct_fail(err, "loader: out of memory for %d batches of %zu bytes", L->nslots, B * L->sample_bytes);
+            return ct_fail(err, "loader: out of memory for %d batches of %zu bytes", L->nslots, per * L->sample_bytes);
         }
     }
     for (int i = 0; i < L->nworkers; i++) {
@@ -324,6 +354,33 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
 size_t loader_epoch_samples(const Loader *L) { return L->ntasks; }
 size_t loader_epoch_batches(const Loader *L) { return L->nbatches; }
 
+/* Python's float floor division a // b for a >= 0, b > 0 (through fmod, as
+ * CPython computes it, not floor(a / b)). */
+static double py_floordiv(double a, double b)
+{
+    double mod = fmod(a, b), div = (a - mod) / b, fl = floor(div);
+    return div - fl > 0.5 ? fl + 1 : fl;
+}
+
+/* RepeatAugSampler.__iter__'s index list into order (as dataset indices). */
+static int repeat_aug_order(Loader *L, uint64_t epoch)
+{
+    size_t N = L->nsampler;
+    double R = L->cfg.aug_repeats;
+    if (L->cfg.shuffle) {
+        if (torch_randperm(epoch, N, L->perm))
+            return -1;
+    } else {
+        for (size_t i = 0; i < N; i++)
+            L->perm[i] = i;
+    }
+    for (size_t i = 0; i < L->nlist; i++) {
+        size_t k = R == floor(R) ? i / (size_t)R : (size_t)py_floordiv((double)i, R);
+        L->order[i] = L->perm[k] % L->nds;
+    }
+    return 0;
+}
+
 int loader_start_epoch(Loader *L, uint64_t epoch, CtErr *err) { return loader_start_epoch_at(L, epoch, 0, err); }
 
 int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
@@ -338,9 +395,16 @@ int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
     while (L->inflight > 0)
         pthread_cond_wait(&L->done_cv, &L->mu);
     L->epoch = epoch;
-    for (size_t i = 0; i < L->nlist; i++)
-        L->order[i] = i % L->nds;
-    if (L->cfg.shuffle) {
+    if (L->cfg.aug_repeats > 0) {
+        if (repeat_aug_order(L, epoch)) {
+            pthread_mutex_unlock(&L->mu);
+            return ct_fail(err, "loader: %zu samples are too many for torch's randperm path", L->nsampler);
+        }
+    } else {
+        for (size_t i = 0; i < L->nlist; i++)
+            L->order[i] = i % L->nds;
+    }
+    if (L->cfg.shuffle && L->cfg.aug_repeats == 0) {
         CtRng rng = rng_for(L->cfg.seed, epoch, UINT64_MAX);
         for (size_t i = L->nlist; i-- > 1;) {
             size_t j = (size_t)rng_below(&rng, (uint64_t)i + 1);

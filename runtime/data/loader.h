@@ -12,6 +12,16 @@
  * rng_for(seed, epoch, p): batches are byte-identical for any number of
  * workers.
  *
+ * With aug_repeats > 0 the order is timm's RepeatAugSampler instead: the
+ * list's torch.randperm seeded by the epoch alone (torch's own generator,
+ * reproduced), each index repeated aug_repeats times in a row (a fractional
+ * count picks index floor(i / aug_repeats) for i < ceil(aug_repeats * n)),
+ * strided by rank, and num_selected_samples per rank: the list length
+ * rounded down to a multiple of 256 over world_size (below 256: rounded up
+ * over world_size), at most ceil(n * aug_repeats / world_size). The
+ * repeats of an image land on different ranks, each augmented by its own
+ * position's generator.
+ *
  * A sample that fails to read or decode is replaced by the next dataset
  * index (as timm's ImageDataset retries), with one warning per file; after
  * max_retries consecutive failures the batch fails with an error.
@@ -51,6 +61,9 @@ typedef struct LoaderConfig {
     int drop_last;
     int rank, world_size; /* 0, 1 when not distributed */
     int repeats;          /* each epoch goes over the dataset this many times; 0: 1 */
+    double aug_repeats;   /* > 0: timm's RepeatAugSampler (num_repeats) over that list; 0: off */
+    int aug_splits;       /* > 1: timm's AugMixDataset, each sample a clean and aug_splits - 1 augmented
+                           * images (transform_train_splits; train transform only); 0, 1: off */
     int max_retries;      /* consecutive bad samples before a batch fails; 0: 20 (timm) */
     /* warnings (skipped samples); NULL: printed to stderr */
     void (*warn)(void *ctx, const char *msg);
@@ -64,10 +77,11 @@ typedef struct LoaderConfig {
 typedef struct Batch {
     size_t index;     /* batch number in the epoch */
     int n;            /* samples: batch_size, or fewer in a last batch without drop_last */
+    int splits;       /* images a sample: aug_splits, else 1 */
     int img_size;
-    uint8_t *images;  /* [n, img_size, img_size, C] */
-    int64_t *labels;  /* [n] */
-    int64_t *samples; /* [n] dataset index each image came from (after skips) */
+    uint8_t *images;  /* [splits * n, img_size, img_size, C]: split k's n images at k * n, as timm's fast_collate */
+    int64_t *labels;  /* [splits * n] */
+    int64_t *samples; /* [splits * n] dataset index each image came from (after skips) */
 } Batch;
 
 typedef struct Loader Loader;

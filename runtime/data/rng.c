@@ -1,6 +1,7 @@
 #include "runtime/data/rng.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static uint64_t splitmix(uint64_t *x)
 {
@@ -52,4 +53,76 @@ double rng_normal(CtRng *r)
 {
     double u = 1 - rng_uniform(r), v = rng_uniform(r);
     return sqrt(-2 * log(u)) * cos(2 * 3.14159265358979323846 * v);
+}
+
+double rng_gamma(CtRng *r, double shape)
+{
+    /* below 1: Gamma(shape + 1) * U^(1 / shape) */
+    double boost = 1;
+    if (shape < 1) {
+        boost = pow(1 - rng_uniform(r), 1 / shape);
+        shape += 1;
+    }
+    double d = shape - 1.0 / 3, c = 1 / sqrt(9 * d);
+    for (;;) {
+        double x = rng_normal(r), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = 1 - rng_uniform(r);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v * boost;
+    }
+}
+
+/* MT19937 (Matsumoto and Nishimura), seeded as init_genrand: what torch's
+ * CPU generator runs after manual_seed(seed). */
+typedef struct Mt19937 {
+    uint32_t s[624];
+    int i;
+} Mt19937;
+
+static void mt_seed(Mt19937 *m, uint32_t seed)
+{
+    m->s[0] = seed;
+    for (int j = 1; j < 624; j++)
+        m->s[j] = 1812433253u * (m->s[j - 1] ^ (m->s[j - 1] >> 30)) + (uint32_t)j;
+    m->i = 624;
+}
+
+static uint32_t mt_next(Mt19937 *m)
+{
+    if (m->i >= 624) {
+        for (int j = 0; j < 624; j++) {
+            uint32_t y = (m->s[j] & 0x80000000u) | (m->s[(j + 1) % 624] & 0x7fffffffu);
+            m->s[j] = m->s[(j + 397) % 624] ^ (y >> 1) ^ (y & 1 ? 0x9908b0dfu : 0);
+        }
+        m->i = 0;
+    }
+    uint32_t y = m->s[m->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+int torch_randperm(uint64_t seed, size_t n, size_t *out)
+{
+    /* torch's randperm_cpu: a swap of each place with a later one picked by
+     * random() % (n - i); larger n takes another path there */
+    if (n >= UINT32_MAX / 20)
+        return -1;
+    Mt19937 *m = malloc(sizeof *m);
+    if (!m)
+        return -1;
+    mt_seed(m, (uint32_t)seed);
+    for (size_t i = 0; i < n; i++)
+        out[i] = i;
+    for (size_t i = 0; i + 1 < n; i++) {
+        size_t z = i + mt_next(m) % (n - i), t = out[i];
+        out[i] = out[z];
+        out[z] = t;
+    }
+    free(m);
+    return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef CTIMM_DATA_RNG_H
 #define CTIMM_DATA_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct CtRng {
@@ -23,5 +24,11 @@ double rng_range(CtRng *r, double lo, double hi);
 uint64_t rng_below(CtRng *r, uint64_t n);
 /* Standard normal. */
 double rng_normal(CtRng *r);
+/* Gamma(shape, 1), shape > 0 (Marsaglia and Tsang). */
+double rng_gamma(CtRng *r, double shape);
+/* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the
+ * CPU into out[n] (torch's own MT19937 and swaps). -1: n too large for that
+ * path (2^32 / 20 and up), or out of memory. */
+int torch_randperm(uint64_t seed, size_t n, size_t *out);
 
 #endif

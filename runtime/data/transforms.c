@@ -2,9 +2,13 @@
  * timm's train and eval transforms (transforms_factory.py) from encoded
  * bytes to an img_size x img_size RGB crop.
  *
- * Train: RandomResizedCropAndInterpolation -> RandomHorizontalFlip ->
- * RandomVerticalFlip -> RandAugment/AutoAugment, or ColorJitter when there is
- * no auto_augment (timm disables jitter under AA). The crop box is drawn on
+ * Train: RandomResizedCropAndInterpolation (or, train_crop_mode rkrc/rkrr,
+ * ResizeKeepRatio and a reflect-padded centre/random crop) ->
+ * RandomHorizontalFlip -> RandomVerticalFlip -> RandAugment/AutoAugment/
+ * AugMix -> ColorJitter (with probability color_jitter_prob if set; timm
+ * leaves it out under an auto_augment policy but a '3a' one) ->
+ * RandomGrayscale -> GaussianBlur (kernel 23, sigma in [0.1, 2], with
+ * probability gaussian_blur_prob). The crop box (or resize) is drawn on
  * image_probe's size before decoding, so a JPEG is decoded at the coarsest
  * DCT scale whose shrunk crop still covers the output (then the result is
  * close to, not bit-identical with, timm's full decode).
@@ -36,8 +40,22 @@ TrainTransform train_transform_default(int img_size)
         .interp = CT_INTERP_BILINEAR,
         .hflip = 0.5,
         .color_jitter = 0.4,
+        .color_jitter_prob = -1,
         .mean = IMAGENET_MEAN,
     };
+}
+
+int train_crop_mode_parse(const char *s, CtTrainCrop *mode, CtErr *err)
+{
+    if (!s || !*s || !strcmp(s, "rrc"))
+        *mode = CT_TRAIN_RRC;
+    else if (!strcmp(s, "rkrc"))
+        *mode = CT_TRAIN_RKRC;
+    else if (!strcmp(s, "rkrr"))
+        *mode = CT_TRAIN_RKRR;
+    else
+        return ct_fail(err, "--train-crop-mode %s is not one of rrc, rkrc, rkrr", s);
+    return 0;
 }
 
 EvalTransform eval_transform_default(int img_size)
@@ -101,12 +119,54 @@ CropBox rrc_sample(int w, int h, const double scale[2], const double ratio[2], C
     return (CropBox){(w - tw) / 2, (h - th) / 2, tw, th};
 }
 
+int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
+
+/* RandomCropOrPad.get_params on one axis: copysign(randint(0, |d|), d). */
+static int random_offset(int in, int crop, CtRng *rng)
+{
+    int d = in - crop, a = d < 0 ? -d : d, v = (int)rng_below(rng, (uint64_t)a + 1);
+    return d < 0 ? -v : v;
+}
+
+/* ResizeKeepRatio.get_params (longest 0, both random probabilities 0.5,
+ * random_scale_area): the size the whole image is resized to. */
+static void rkr_size(const TrainTransform *t, int w, int h, CtRng *rng, int *rw, int *rh)
+{
+    double ratio = fmin((double)h / t->img_size, (double)w / t->img_size), fh = 1, fw = 1;
+    if (rng_uniform(rng) < 0.5)
+        fh = fw = 1 / sqrt(rng_range(rng, t->scale[0], t->scale[1]));
+    if (rng_uniform(rng) < 0.5) {
+        double aspect = sqrt(exp(rng_range(rng, log(t->ratio[0]), log(t->ratio[1]))));
+        fh /= aspect;
+        fw *= aspect;
+    }
+    *rh = round_even(h * fh / ratio);
+    *rw = round_even(w * fw / ratio);
+    *rh = *rh < 1 ? 1 : *rh;
+    *rw = *rw < 1 ? 1 : *rw;
+}
+
 void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample *s)
 {
-    s->box = rrc_sample(w, h, t->scale, t->ratio, rng);
+    int size = t->img_size;
+    if (t->crop_mode == CT_TRAIN_RRC) {
+        s->box = rrc_sample(w, h, t->scale, t->ratio, rng);
+        s->rw = s->rh = size;
+    } else {
+        s->box = (CropBox){0, 0, w, h};
+        rkr_size(t, w, h, rng, &s->rw, &s->rh);
+    }
     s->interp = t->interp;
     if (t->random_interp)
         s->interp = rng_below(rng, 2) ? CT_INTERP_BICUBIC : CT_INTERP_BILINEAR;
+    s->top = s->left = 0;
+    if (t->crop_mode == CT_TRAIN_RKRC) {
+        s->top = crop_offset(s->rh, size);
+        s->left = crop_offset(s->rw, size);
+    } else if (t->crop_mode == CT_TRAIN_RKRR) {
+        s->top = random_offset(s->rh, size, rng);
+        s->left = random_offset(s->rw, size, rng);
+    }
     s->hflip = t->hflip > 0 && rng_uniform(rng) < t->hflip;
     s->vflip = t->vflip > 0 && rng_uniform(rng) < t->vflip;
 }
@@ -165,10 +225,23 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
                        t->scale[1]);
     if (!(t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1] && isfinite(t->ratio[1])))
         return ct_fail(err, "ratio %g %g: needs 0 < MIN <= MAX (aspect ratios)", t->ratio[0], t->ratio[1]);
-    const double probs[2] = {t->hflip, t->vflip};
-    for (int k = 0; k < 2; k++)
+    if (t->crop_mode != CT_TRAIN_RRC && t->crop_mode != CT_TRAIN_RKRC && t->crop_mode != CT_TRAIN_RKRR)
+        return ct_fail(err, "train_crop_mode %d: not rrc, rkrc or rkrr", (int)t->crop_mode);
+    /* ResizeKeepRatio zooms by 1 / sqrt(scale): Python divides by zero at 0 */
+    if (t->crop_mode != CT_TRAIN_RRC && !(t->scale[0] > 0))
+        return ct_fail(err, "scale %g %g: the rkrc/rkrr crops zoom by 1/sqrt(scale), needs MIN > 0",
+                       t->scale[0], t->scale[1]);
+    static const char *const names[] = {"hflip", "vflip", "grayscale_prob", "gaussian_blur_prob"};
+    const double probs[4] = {t->hflip, t->vflip, t->grayscale_prob, t->gaussian_blur_prob};
+    for (int k = 0; k < 4; k++)
         if (!(probs[k] >= 0 && probs[k] <= 1))
-            return ct_fail(err, "%s %g: a probability, in [0, 1]", k ? "vflip" : "hflip", probs[k]);
+            return ct_fail(err, "%s %g: a probability, in [0, 1]", names[k], probs[k]);
+    if (!(t->color_jitter_prob < 0 || t->color_jitter_prob <= 1))
+        return ct_fail(err, "color_jitter_prob %g: a probability, in [0, 1]", t->color_jitter_prob);
+    /* torch's reflect padding of the 23 x 23 blur needs 11 < each side */
+    if (t->gaussian_blur_prob > 0 && t->img_size < 12)
+        return ct_fail(err, "gaussian_blur_prob %g: torchvision's 23 x 23 blur pads by reflection, which needs an "
+                       "image size of at least 12, not %d", t->gaussian_blur_prob, t->img_size);
     if (!(t->color_jitter >= 0 && isfinite(t->color_jitter))) /* torchvision's ColorJitter raises */
         return ct_fail(err, "color_jitter %g: must be >= 0, a number", t->color_jitter);
     if (!(t->jitter_hue >= 0 && t->jitter_hue <= 0.5))
@@ -178,7 +251,8 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
             return ct_fail(err, "mean %g: not a number", t->mean[c]);
     if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, policy, err))
         return -1;
-    if (t->gray && t->auto_augment && *t->auto_augment) /* timm raises at the first rotate, shear or translate */
+    /* timm raises at the first rotate, shear or translate ('3a' and 't3a' have none) */
+    if (t->gray && t->auto_augment && *t->auto_augment && aug_policy_geometric(policy))
         return ct_fail(err, "auto_augment %s on gray ('L') images: timm's policies fill the corners of rotated, "
                        "sheared and translated images with the 3-value mean colour, which PIL refuses for 'L' "
                        "images", t->auto_augment);
@@ -191,46 +265,114 @@ int train_transform_check(const TrainTransform *t, CtErr *err)
     return check(t, &policy, err);
 }
 
-int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
+/* The secondary transforms (create_transform(separate=True)'s second
+ * stage): the policy, ColorJitter (torchvision's RandomApply skips it when
+ * p < torch.rand(1)), RandomGrayscale, RandomApply(GaussianBlur). */
+static void train_secondary(const TrainTransform *t, const AugPolicy *policy, CtImage *img, AugScratch *scratch,
+                            CtRng *rng)
+{
+    int use_aa = t->auto_augment && *t->auto_augment;
+    if (use_aa) {
+        /* AugMix's translations reach 0.3 of the image, the others' 0.45 */
+        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp,
+                      .translate_pct = policy->kind == AUG_MIX ? 0.3 : 0.45};
+        mean_fill(t->mean, env.fill);
+        aug_policy_apply(policy, &env, img, scratch, rng);
+    }
+    int jitter = (!use_aa || strstr(t->auto_augment, "3a")) && (t->color_jitter > 0 || t->jitter_hue > 0);
+    if (jitter && (t->color_jitter_prob < 0 || !(t->color_jitter_prob < rng_uniform(rng)))) {
+        double cj = t->color_jitter > 0 ? t->color_jitter : 0;
+        color_jitter(img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
+    }
+    if (t->grayscale_prob > 0 && rng_uniform(rng) < t->grayscale_prob)
+        image_to_gray(img);
+    if (t->gaussian_blur_prob > 0 && !(t->gaussian_blur_prob < rng_uniform(rng)))
+        tv_gaussian_blur(img, &scratch->tmp, 23, rng_range(rng, 0.1, 2.0));
+}
+
+int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, int splits,
+                           uint8_t *const *out, CtErr *err)
 {
     int size = t->img_size;
-    AugPolicy policy;
+    AugPolicy policy = {.kind = AUG_AUTO};
     if (check(t, &policy, err))
         return -1;
-    int use_aa = t->auto_augment && *t->auto_augment;
+    if (splits < 1 || splits > CT_MAX_AUG_SPLITS)
+        return ct_fail(err, "train transform: %d splits (1..%d)", splits, CT_MAX_AUG_SPLITS);
     int w, h;
     if (image_probe(data, n, &w, &h, err))
         return -1;
+    /* the primary transforms: the crop, resize and flips */
     TrainSample s;
     train_sample(t, w, h, rng, &s);
-    CtImage img, tmp = {0};
-    if (decode_crop_resize(data, n, w, h, s.box, size, size, s.interp, 1, t->gray, &img, err))
+    CtImage img, aug = {0};
+    AugScratch scratch;
+    if (decode_crop_resize(data, n, w, h, s.box, s.rw, s.rh, s.interp, 1, t->gray, &img, err))
         return -1;
+    if (t->crop_mode != CT_TRAIN_RRC) {
+        CtImage resized = img;
+        int rc = crop_reflect(&resized, s.top, s.left, size, &img, err);
+        image_free(&resized);
+        if (rc)
+            return -1;
+    }
+    if (aug_scratch_alloc(&policy, size, size, &scratch, err) || (splits > 1 && image_alloc(&aug, size, size, err))) {
+        image_free(&img);
+        aug_scratch_free(&scratch);
+        return -1;
+    }
     if (s.hflip)
         aug_hflip(&img);
     if (s.vflip)
         aug_vflip(&img);
-    if (use_aa) {
-        AugEnv env = {.interp = t->interp, .random_interp = t->random_interp};
-        mean_fill(t->mean, env.fill);
-        if (image_alloc(&tmp, size, size, err)) {
-            image_free(&img);
-            return -1;
+    size_t npx = (size_t)size * size;
+    int chans = transform_channels(t->gray);
+    if (splits == 1) {
+        train_secondary(t, &policy, &img, &scratch, rng);
+        put_pixels(out[0], img.px, npx, chans);
+    } else {
+        /* AugMixDataset: the clean split, then each other split the secondary
+         * transforms on a copy of it, their draws in split order */
+        put_pixels(out[0], img.px, npx, chans);
+        for (int k = 1; k < splits; k++) {
+            memcpy(aug.px, img.px, npx * 3);
+            train_secondary(t, &policy, &aug, &scratch, rng);
+            put_pixels(out[k], aug.px, npx, chans);
         }
-        aug_policy_apply(&policy, &env, &img, &tmp, rng);
-    } else if (t->color_jitter > 0 || t->jitter_hue > 0) {
-        double cj = t->color_jitter > 0 ? t->color_jitter : 0;
-        color_jitter(&img, cj, cj, cj, t->jitter_hue > 0 ? t->jitter_hue : 0, rng);
     }
-    put_pixels(out, img.px, (size_t)size * size, transform_channels(t->gray));
     image_free(&img);
-    image_free(&tmp);
+    image_free(&aug);
+    aug_scratch_free(&scratch);
     return 0;
 }
 
-/* torchvision's center_crop / timm's center_crop_or_pad on one axis: where
- * the crop starts in the image (negative: padding (crop - in) // 2 first). */
-static int crop_offset(int in, int crop) { return crop > in ? -((crop - in) / 2) : round_even((in - crop) / 2.0); }
+int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
+{
+    return transform_train_splits(t, data, n, rng, 1, &out, err);
+}
+
+/* numpy's 'reflect' index: the edge not repeated, period 2 (n - 1). */
+static int reflect_index(int i, int n)
+{
+    if (n == 1)
+        return 0;
+    int p = 2 * (n - 1);
+    i %= p;
+    i = i < 0 ? i + p : i;
+    return i < n ? i : p - i;
+}
+
+int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, CtErr *err)
+{
+    if (image_alloc(out, size, size, err))
+        return -1;
+    for (int y = 0; y < size; y++) {
+        const uint8_t *row = src->px + (size_t)reflect_index(top + y, src->h) * src->w * 3;
+        for (int x = 0; x < size; x++)
+            memcpy(out->px + ((size_t)y * size + x) * 3, row + (size_t)reflect_index(left + x, src->w) * 3, 3);
+    }
+    return 0;
+}
 
 /* The cw x ch crop into out, chans bytes a pixel (put_pixels). */
 static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], int chans, uint8_t *out)

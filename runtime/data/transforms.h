@@ -12,15 +12,25 @@
 #include "runtime/data/image.h"
 #include "runtime/data/rng.h"
 
+/* timm's train_crop_mode: RandomResizedCrop ('rrc'), or ResizeKeepRatio
+ * (shorter side to img_size, zoomed by 1/sqrt(U(scale)) and stretched by
+ * sqrt(exp(U(log ratio))), each with probability 0.5) followed by a centre
+ * ('rkrc') or random ('rkrr') crop, reflect-padded where the image is smaller. */
+typedef enum CtTrainCrop { CT_TRAIN_RRC, CT_TRAIN_RKRC, CT_TRAIN_RKRR } CtTrainCrop;
+
 typedef struct TrainTransform {
     int img_size;
-    double scale[2], ratio[2]; /* RandomResizedCrop: (0.08, 1), (3/4, 4/3) */
+    CtTrainCrop crop_mode;
+    double scale[2], ratio[2]; /* RandomResizedCrop: (0.08, 1), (3/4, 4/3); RKR's ranges of the same */
     CtInterp interp;
     int random_interp;         /* timm's 'random': bilinear or bicubic per sample */
     double hflip, vflip;       /* probabilities: 0.5, 0 */
     double color_jitter;       /* brightness = contrast = saturation = cj, hue = 0 unless set */
     double jitter_hue;
-    const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", ... or "original" */
+    double color_jitter_prob;  /* < 0: always (timm's None); else RandomApply(ColorJitter, p) */
+    double grayscale_prob;     /* RandomGrayscale(p), after the jitter */
+    double gaussian_blur_prob; /* RandomApply(GaussianBlur(23), p), last */
+    const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", "original", "3a", "augmix-m5-w4-d2" ... */
     double mean[3];            /* the model's mean: auto_augment's fill colour, round(255 * mean) */
     int gray;                  /* timm's input_img_mode 'L' (train.py's for in_chans 1): image_to_gray after decoding */
 } TrainTransform;
@@ -36,7 +46,10 @@ typedef struct EvalTransform {
     int gray;                  /* as TrainTransform's */
 } EvalTransform;
 
-/* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4, bilinear). */
+/* train.py's --train-crop-mode (NULL or empty: rrc). */
+int train_crop_mode_parse(const char *s, CtTrainCrop *mode, CtErr *err);
+/* timm's train defaults for img_size (scale, ratio, hflip 0.5, jitter 0.4
+ * always, no grayscale or blur, bilinear). */
 TrainTransform train_transform_default(int img_size);
 /* timm's eval defaults: crop_pct 0.875, center crop, bilinear, ImageNet mean. */
 EvalTransform eval_transform_default(int img_size);
@@ -52,6 +65,14 @@ static inline int transform_channels(int gray) { return gray ? 1 : 3; }
 /* Decodes `data` and writes img_size * img_size * transform_channels(gray) bytes to out. */
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);
+/* timm's AugMixDataset (train.py's --aug-splits) over the train transform
+ * split as create_transform(separate=True) splits it: out[0] gets the
+ * 'clean' image (crop, resize, flips), out[k] for 0 < k < splits that image
+ * through the rest (the policy, jitter, grayscale, blur), drawn in turn
+ * from rng. splits 1: transform_train. */
+#define CT_MAX_AUG_SPLITS 16
+int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, int splits,
+                           uint8_t *const *out, CtErr *err);
 
 /* timm's RandomErasing of a normalised batch [N, C, H, W]: with
  * probability `prob` per image, `count` boxes (area 2%..1/3 of the image,
