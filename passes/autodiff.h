@@ -29,7 +29,7 @@
  * scale of mixed precision), or -1 for 1. */
 int autodiff(Graph *g, ValueId loss, ValueId seed, const ValueId *wrt, int nwrt, ValueId *grads, CtErr *err);
 
-typedef enum CtLossKind { CT_LOSS_CROSS_ENTROPY, CT_LOSS_SOFT_TARGET, CT_LOSS_BCE } CtLossKind;
+typedef enum CtLossKind { CT_LOSS_CROSS_ENTROPY, CT_LOSS_SOFT_TARGET, CT_LOSS_BCE, CT_LOSS_JSD } CtLossKind;
 
 typedef struct LossSpec {
     CtLossKind kind;
@@ -38,6 +38,7 @@ typedef struct LossSpec {
     int soft;             /* CT_LOSS_BCE: [B, C] probability targets (mixup's) instead of class indices */
     int bce_sum;          /* CT_LOSS_BCE: summed over classes, averaged over the batch (timm's sum_classes) */
     double bce_pos_weight; /* CT_LOSS_BCE: the positive terms' weight (torch's pos_weight), 0: none */
+    int num_splits;       /* CT_LOSS_JSD: timm's JsdCrossEntropy over this many splits of the batch, alpha 12 */
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'

@@ -129,6 +129,9 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
     switch (l->kind) {
     case CT_LOSS_CROSS_ENTROPY: return emit(e, CT_OP_cross_entropy, 2, in, NULL, 0, &l->smoothing, 1, 0);
     case CT_LOSS_SOFT_TARGET: return emit(e, CT_OP_soft_target_cross_entropy, 2, in, NULL, 0, NULL, 0, 0);
+    case CT_LOSS_JSD:
+        return emit(e, CT_OP_jsd_cross_entropy, 2, in, (int64_t[]){l->num_splits}, 1, (double[]){l->smoothing, 12}, 2,
+                    0);
     case CT_LOSS_BCE:
         return emit(e, CT_OP_binary_cross_entropy, 2, in, (int64_t[]){l->bce_sum}, 1,
                     (double[]){l->smoothing, l->bce_threshold, l->bce_pos_weight}, 3, 0);

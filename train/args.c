@@ -111,6 +111,15 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         return ct_fail(err, "--eval-metric %s is not one of top1, top5, loss", a->eval_metric);
     if (*a->dist_bn && strcmp(a->dist_bn, "reduce") && strcmp(a->dist_bn, "broadcast") && strcmp(a->dist_bn, "none"))
         return ct_fail(err, "--dist-bn %s is not one of reduce, broadcast, none", a->dist_bn);
+    /* train.py's asserts */
+    if (a->aug_splits == 1)
+        return ct_fail(err, "--aug-splits 1: a split of 1 makes no sense (0 for none, or 2 and more)");
+    if (a->aug_splits < 0 || a->aug_splits > CT_JSD_MAX_SPLITS)
+        return ct_fail(err, "--aug-splits %d: 2 to %d", a->aug_splits, CT_JSD_MAX_SPLITS);
+    if (a->jsd_loss && a->aug_splits < 2)
+        return ct_fail(err, "--jsd-loss needs --aug-splits 2 or more (its clean and augmented splits)");
+    if (a->split_bn && a->aug_splits < 2 && !a->resplit)
+        return ct_fail(err, "--split-bn needs --aug-splits 2 or more, or --resplit");
     return 0;
 }
 
@@ -150,7 +159,8 @@ char *train_args_json(const TrainArgs *a)
         {"mixup_prob", a->mixup_prob}, {"mixup_switch_prob", a->mixup_switch_prob},
         {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
         {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
-        {"bce_sum", a->bce_sum}, {"bce_pos_weight", a->bce_pos_weight},
+        {"bce_sum", a->bce_sum}, {"bce_pos_weight", a->bce_pos_weight}, {"aug_splits", a->aug_splits},
+        {"jsd_loss", a->jsd_loss}, {"split_bn", a->split_bn}, {"resplit", a->resplit},
         {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
         {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)

@@ -57,6 +57,9 @@ typedef struct TrainArgs {
      * --bce-pos-weight: its positive-class weight (0: none) */
     int bce_sum;
     double bce_pos_weight;
+    /* AugMix split training: --aug-splits (0: none, else >= 2 images a
+     * sample, the clean one first), --jsd-loss, --split-bn, --resplit */
+    int aug_splits, jsd_loss, split_bn, resplit;
     /* --head-init-scale, --head-init-bias (train.py's None when has_* is 0) */
     int has_head_init_scale, has_head_init_bias;
     double head_init_scale, head_init_bias;

@@ -102,7 +102,7 @@ typedef struct StepScalars {
 static int prepare_batch(Trainer *t, int epoch, size_t i, const Batch *bt, CtErr *err)
 {
     CtRng rng = rng_for((uint64_t)t->a.seed ^ 0x6d69787570ull ^ ((uint64_t)t->rank << 32), (uint64_t)epoch, i);
-    random_erasing_draw(&t->re, t->a.batch_size, t->img, t->img, t->erase_boxes, &rng);
+    random_erasing_draw(&t->re, t->step_batch, t->img, t->img, t->erase_boxes, &rng);
     if (!mixup_active(&t->mix))
         return 0;
     t->mix.enabled = !(t->a.mixup_off_epoch && epoch >= t->a.mixup_off_epoch);
@@ -114,7 +114,7 @@ static int prepare_batch(Trainer *t, int epoch, size_t i, const Batch *bt, CtErr
  * or CT_INTERRUPTED when the stop flag ended the compile. */
 static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss, int *applied, CtErr *err)
 {
-    int B = t->a.batch_size, mixing = mixup_active(&t->mix), nin = 0;
+    int B = t->step_batch, mixing = mixup_active(&t->mix), nin = 0;
     /* the graph's inputs in order: the pipeline's input stage's, then the training step's */
     CtTensor in[9];
     in[nin++] = (CtTensor){{{4, {B, t->img, t->img, t->chans}}, CT_U8}, bt->images};
@@ -239,7 +239,7 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
                        "Train: %d [%4zu/%zu (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.2f/s  LR: %.3e  "
                        "Data: %.3f%s\n",
                        epoch, update_idx + 1, upe, 100.0 * (double)(update_idx + 1) / (double)upe, loss, avg,
-                       el / (double)ups, (double)(done_here * (size_t)t->a.batch_size * (size_t)t->world) / el,
+                       el / (double)ups, (double)(done_here * (size_t)t->step_batch * (size_t)t->world) / el,
                        lr * t->lr_log_scale, data_time / (double)ups, scale_note);
         }
         /* timm's recovery checkpoint: every --recovery-interval updates and at

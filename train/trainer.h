@@ -65,6 +65,9 @@ typedef struct Trainer {
     Dataset *train_ds, *val_ds;
     Loader *train_ld, *val_ld;
     int classes, img, vb;
+    /* --aug-splits: images a sample (1 without), so a training step's batch
+     * is step_batch = batch_size * splits, split k at [k * B, (k + 1) * B) */
+    int splits, step_batch;
     int chans;              /* the images' channels: 3 (RGB) or 1 (gray 'L'), the model's in_chans */
     ModelArgs kw;           /* --gp's and --model-kwargs' img_size and options (train/model_kwargs.h) */
     double mean[3], std[3]; /* --mean/--std, else the model's (averaged for 1 channel, as timm's prefetcher) */

@@ -92,7 +92,9 @@ static int layer_decay(Trainer *t, OptimSpec *opt, double *scale, CtErr *err)
  * training state, through the pass pipeline. */
 static int build_graphs(Trainer *t, CtErr *err)
 {
-    ModelSpec spec = {.batch_size = t->a.batch_size, .training = 1,
+    /* train.py: convert_splitbn_model(model, max(num_aug_splits, 2)) */
+    ModelSpec spec = {.batch_size = t->step_batch, .training = 1,
+                      .split_bn = t->a.split_bn ? (t->splits > 2 ? t->splits : 2) : 0,
                       .args = {.num_classes = t->classes, .img_size = t->img, .in_chans = t->chans,
                                .drop_rate = t->a.drop, .drop_path_rate = t->a.drop_path, .opt = t->kw.opt}};
     /* timm's create_optimizer_v2: the optimizer's own defaults, then the
@@ -131,7 +133,9 @@ static int build_graphs(Trainer *t, CtErr *err)
      * SoftTargetCrossEntropy, or BinaryCrossEntropy without smoothing */
     LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = t->a.smoothing, .bce_threshold = -1};
     int mixing = mixup_active(&t->mix);
-    if (t->a.bce_loss)
+    if (t->a.jsd_loss)
+        loss = (LossSpec){.kind = CT_LOSS_JSD, .smoothing = t->a.smoothing, .num_splits = t->splits};
+    else if (t->a.bce_loss)
         loss = (LossSpec){.kind = CT_LOSS_BCE, .smoothing = mixing ? 0 : t->a.smoothing,
                           .bce_threshold = t->a.bce_target_thresh, .soft = mixing, .bce_sum = t->a.bce_sum,
                           .bce_pos_weight = t->a.bce_pos_weight};
@@ -194,6 +198,12 @@ static int setup_augment(Trainer *t, CtErr *err)
                      .label_smoothing = a->smoothing, .num_classes = t->classes, .enabled = 1};
     if (mixup_active(&t->mix) && a->batch_size % 2)
         return ct_fail(err, "mixup/cutmix needs an even --batch-size, not %d (timm asserts it)", a->batch_size);
+    if (mixup_active(&t->mix) && t->splits > 1)
+        return ct_fail(err, "--aug-splits with mixup/cutmix: their batches do not combine (train.py asserts it)");
+    if (a->split_bn && a->sync_bn && t->world > 1)
+        return ct_fail(err, "--split-bn with --sync-bn: train.py asserts them apart");
+    if (a->split_bn && t->splits == 1 && a->batch_size % 2)
+        return ct_fail(err, "--split-bn --resplit splits each batch in two: --batch-size %d is odd", a->batch_size);
     CtEraseMode em = CT_ERASE_PIXEL;
     if (!strcmp(a->remode, "const"))
         em = CT_ERASE_CONST;
@@ -201,7 +211,9 @@ static int setup_augment(Trainer *t, CtErr *err)
         em = CT_ERASE_RAND;
     else if (strcmp(a->remode, "pixel"))
         return ct_fail(err, "--remode %s is not one of pixel, rand, const", a->remode);
-    t->re = (RandomErasing){.prob = a->reprob, .mode = em, .min_count = 1, .max_count = a->recount};
+    /* --resplit: timm's re_num_splits, num_aug_splits or 2, spares the clean split */
+    t->re = (RandomErasing){.prob = a->reprob, .mode = em, .min_count = 1, .max_count = a->recount,
+                            .num_splits = a->resplit ? (t->splits > 1 ? t->splits : 2) : 0};
     t->erase_k = random_erasing_boxes(&t->re);
     return 0;
 }
@@ -282,7 +294,7 @@ static int open_data(Trainer *t, CtErr *err)
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
                        .eval = a->no_aug ? &noaug : NULL, .seed = (uint64_t)a->seed, .shuffle = 1, .drop_last = 1,
                        .rank = t->rank, .world_size = t->world, .repeats = (int)a->epoch_repeats,
-                       .aug_repeats = a->aug_repeats};
+                       .aug_repeats = a->aug_repeats, .aug_splits = t->splits > 1 ? t->splits : 0};
     /* timm's create_loader asserts it off without distributed training */
     if (a->aug_repeats > 0 && t->world == 1)
         return ct_fail(err, "--aug-repeats %g: timm's RepeatAugSampler needs distributed training (--nproc-per-node "
@@ -336,6 +348,25 @@ static int resume_from_torch(Trainer *t, Resumed *res, CtErr *err)
     free(ids);
     free(scale);
     return rc ? -1 : 0;
+}
+
+/* --split-bn: each aux_bn.K starts as a copy of its batch norm, as timm's
+ * convert_splitbn_model copies the pretrained or initial values. */
+static void split_bn_copy(CtState *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        const char *name = s->e[i].name, *aux = strstr(name, ".aux_bn.");
+        if (!aux)
+            continue;
+        char main[600];
+        const char *leaf = strchr(aux + 8, '.');
+        snprintf(main, sizeof main, "%.*s%s", (int)(aux - name), name, leaf ? leaf : "");
+        int k = state_find(s, main);
+        size_t bytes = (size_t)shape_numel(&s->e[i].type.shape) * ct_dtype_size(s->e[i].type.dtype);
+        if (leaf && k >= 0 && s->e[k].type.dtype == s->e[i].type.dtype &&
+            shape_numel(&s->e[k].type.shape) == shape_numel(&s->e[i].type.shape))
+            memcpy(state_data(s, i), state_data(s, k), bytes);
+    }
 }
 
 /* --head-init-scale and --head-init-bias on the classifier, as train.py
@@ -394,6 +425,7 @@ static int start_state(Trainer *t, Resumed *res, CtErr *err)
     }
     if (head_init(t, err))
         return -1;
+    split_bn_copy(&t->state);
     ema_from_model(&t->state);
     int torch = a->resume && weights_is_torch(a->resume);
     if (a->resume) {
@@ -523,6 +555,8 @@ static void resolve_args(Trainer *t)
     if (a->sync_bn && t->world > 1) /* train.py: sync BN makes the running statistics one already */
         t->bn_mode = -1;
     t->vb = a->val_batch_size > 0 ? a->val_batch_size : a->batch_size;
+    t->splits = a->aug_splits > 1 ? a->aug_splits : 1;
+    t->step_batch = a->batch_size * t->splits;
     /* train.py's in_chans, checked by train_args_check; the checkpoint's args record it */
     data_in_chans(a->in_chans, a->n_input_size, a->input_size, &t->chans, NULL);
     a->in_chans = t->chans;
@@ -572,7 +606,7 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
         t->mix_params = malloc(sizeof *t->mix_params * (size_t)t->a.batch_size * MIX_PARAMS);
     }
     if (t->erase_k)
-        t->erase_boxes = malloc(sizeof *t->erase_boxes * (size_t)t->a.batch_size * (size_t)t->erase_k * 5);
+        t->erase_boxes = malloc(sizeof *t->erase_boxes * (size_t)t->step_batch * (size_t)t->erase_k * 5);
     if ((mixup_active(&t->mix) && (!t->soft || !t->mix_params)) || (t->erase_k && !t->erase_boxes)) {
         ct_fail(err, "out of memory for the mixup and erasing numbers of a batch of %d; lower --batch-size",
                 t->a.batch_size);

@@ -52,7 +52,9 @@ static void draw_image(const RandomErasing *re, int h, int w, int K, int64_t *bo
 
 void random_erasing_draw(const RandomErasing *re, int n, int h, int w, int64_t *boxes, CtRng *rng)
 {
-    int K = random_erasing_boxes(re);
-    for (int i = 0; i < n && K > 0 && h > 0 && w > 0; i++)
+    int K = random_erasing_boxes(re), start = re->num_splits > 1 ? n / re->num_splits : 0;
+    if (K > 0)
+        memset(boxes, 0, sizeof *boxes * (size_t)start * (size_t)K * 5);
+    for (int i = start; i < n && K > 0 && h > 0 && w > 0; i++)
         draw_image(re, h, w, K, boxes + (size_t)i * K * 5, rng);
 }

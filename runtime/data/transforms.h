@@ -84,6 +84,7 @@ typedef struct RandomErasing {
     double prob;
     CtEraseMode mode;
     int min_count, max_count;
+    int num_splits; /* > 1: the batch's first 1/num_splits is left alone (--resplit's clean split) */
 } RandomErasing;
 /* Boxes an image may get (random_erase's K); 0 when erasing is off. */
 int random_erasing_boxes(const RandomErasing *re);
