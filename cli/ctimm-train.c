@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,9 @@ enum { OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY
 /* Pretrained weights flags, long only. */
 enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPILE, OPT_COMPILE_MODE, OPT_FUSER,
        OPT_TORCHSCRIPT };
+
+/* Dataset flags (issue 27's data part), long only. */
+enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -192,6 +196,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"pretrained-path", 1, 0, OPT_PRETRAINED_PATH}, {"in-chans", 1, 0, OPT_IN_CHANS},
         {"torchcompile", 2, 0, OPT_TORCH_COMPILE}, {"torchcompile-mode", 1, 0, OPT_COMPILE_MODE},
         {"fuser", 1, 0, OPT_FUSER}, {"torchscript", 0, 0, OPT_TORCHSCRIPT},
+        {"train-num-samples", 1, 0, OPT_TRAIN_NUM_SAMPLES}, {"val-num-samples", 1, 0, OPT_VAL_NUM_SAMPLES},
+        {"input-img-mode", 1, 0, OPT_INPUT_IMG_MODE}, {"val-interval", 1, 0, OPT_VAL_INTERVAL},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -392,6 +398,12 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
+        case OPT_TRAIN_NUM_SAMPLES:
+            bad = cli_int(prog, "--train-num-samples", optarg, 1, INT_MAX, &a->train_num_samples);
+            break;
+        case OPT_VAL_NUM_SAMPLES: bad = cli_int(prog, "--val-num-samples", optarg, 1, INT_MAX, &a->val_num_samples); break;
+        case OPT_INPUT_IMG_MODE: a->input_img_mode = optarg; break;
+        case OPT_VAL_INTERVAL: bad = cli_int(prog, "--val-interval", optarg, 1, INT_MAX, &a->val_interval); break;
         case OPT_MODEL_KWARGS:
             bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
             break;
@@ -413,7 +425,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
     /* train.py's '' means not given for these: their default, read as false */
     const char **unset_if_empty[] = {&a->data_dir, &a->dataset, &a->class_map, &a->interpolation, &a->lr_base_scale,
                                      &a->experiment, &a->output, &a->resume, &a->initial_checkpoint,
-                                     &a->pretrained_path};
+                                     &a->pretrained_path, &a->input_img_mode};
     for (size_t i = 0; i < sizeof unset_if_empty / sizeof *unset_if_empty; i++)
         if (*unset_if_empty[i] && !**unset_if_empty[i])
             *unset_if_empty[i] = NULL;

@@ -12,10 +12,7 @@
 #include "cli/train_config.h"
 
 const TrainPyArg train_py_unimplemented[] = {
-    {"train-num-samples", "null"},
-    {"val-num-samples", "null"},
     {"dataset-download", "false"},
-    {"input-img-mode", "null"},
     {"input-key", "null"},
     {"target-key", "null"},
     {"dataset-trust-remote-code", "false"},
@@ -46,7 +43,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"split-bn", "false"},
     {"model-ema-force-cpu", "false"},
     {"worker-seeding", "all"},
-    {"val-interval", "1"},
     {"save-images", "false"},
     {"pin-mem", "false"},
     {"no-prefetcher", "false"},

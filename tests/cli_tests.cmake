@@ -1009,3 +1009,39 @@ add_test(NAME train_gp_model_kwargs COMMAND sh -c
    grep -q fc_norm.weight gp-out/last.safetensors && ! grep -q cls_token gp-out/last.safetensors")
 set_tests_properties(train_gp_model_kwargs PROPERTIES FIXTURES_REQUIRED shapes_small
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# WebDataset shards (--dataset wds/NAME, runtime/data/wds.h): 10 train shards
+# of 6 generated shapes images, timm's _info.json; 2 val shards by pattern.
+add_test(NAME wds_data COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/make_wds_shards.sh data/shapes-64 wds-data)
+set_tests_properties(wds_data PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP wds_data)
+set(TRAIN_WDS "${TRAIN} wds-data --dataset wds/shapes --val-split 'shapes-val-{000000..000001}.tar|20' --model test_vit --img-size 32 --no-aug -j 1 --log-interval 100")
+# 2 ranks x batch 5, one loader worker each: timm's epoch is 30 samples a
+# rank, each rank's 5 shards (shuffled by epoch); CTIMM_SAMPLE_LOG shows every
+# one of the 60 samples trained on exactly once in each of 2 epochs, in
+# another order in the second; validation's 20 are 2 batches of 5 a rank.
+add_test(NAME wds_two_ranks_each_sample_once COMMAND sh -c
+  "rm -rf wds-two wds-seen.* && CTIMM_SAMPLE_LOG=wds-seen ${TRAIN_WDS} -b 5 -vb 5 --epochs 2 --nproc-per-node 2 \
+     > wds-two.log && \
+   for e in 0 1; do \
+     test $(grep -c \"^$e \" wds-seen.rank0) -eq 30 && test $(grep -c \"^$e \" wds-seen.rank1) -eq 30 && \
+     test $(cat wds-seen.rank0 wds-seen.rank1 | grep \"^$e \" | sort -u | wc -l) -eq 60 && \
+     test $(cat wds-seen.rank0 wds-seen.rank1 | grep \"^$e \" | cut -d' ' -f2 | cut -d: -f1 | sort -u | wc -l) -eq 10 \
+       || exit 1; \
+   done && \
+   test \"$(grep '^0 ' wds-seen.rank0 | cut -d' ' -f2)\" != \"$(grep '^1 ' wds-seen.rank0 | cut -d' ' -f2)\" && \
+   test $(grep -c '^Test: \\[2/2\\]' wds-two.log) -eq 2")
+set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED wds_data ENVIRONMENT "${DIST_ENV}")
+# --val-interval 2 over 3 epochs: train.py validates (and saves) after epochs
+# 1 and 2 (the last) only; --train-num-samples sets the wds epoch (24: 3 batches of 8);
+# --input-img-mode: RGB or L, matching the model's channels; a training split
+# of unknown size is refused as timm refuses it.
+add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
+  "rm -rf wds-vi && ${TRAIN_WDS} -b 8 --epochs 3 --val-interval 2 --train-num-samples 24 --input-img-mode RGB \
+     --output wds-vi --experiment e > wds-vi.log && \
+   test $(grep -c '^Skipping eval and checkpointing' wds-vi.log) -eq 1 && \
+   test $(grep -c '^Test: ' wds-vi.log) -eq 2 && test \"$(tail -n +2 wds-vi/e/summary.csv | cut -d, -f1 | paste -sd' ')\" = '1 2' && \
+   grep -q '^Train: 0 \\[   3/3 ' wds-vi.log && \
+   ${FAIL} '--input-img-mode L makes 1-channel images, but the model takes 3' ${TRAIN_WDS} --input-img-mode L && \
+   ${FAIL} '--input-img-mode RGBA: ctimm reads images as RGB or L' ${TRAIN_WDS} --input-img-mode RGBA && \
+   ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar'")
+set_tests_properties(wds_val_interval_and_refusals PROPERTIES FIXTURES_REQUIRED wds_data)

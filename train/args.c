@@ -21,7 +21,7 @@ TrainArgs train_args_default(void)
                        .recount = 1, .train_interpolation = "random", .scale = {0.08, 1.0},
                        .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5, .color_jitter = 0.4, .crop_pct = -1,
                        .amp_dtype = "float16", .bce_target_thresh = -1, .start_epoch = -1, .bucket_cap_mb = 25,
-                       .dist_bn = "reduce", .dist_timeout = 1800};
+                       .dist_bn = "reduce", .dist_timeout = 1800, .val_interval = 1};
 }
 
 int train_args_check(const TrainArgs *a, CtErr *err)
@@ -115,7 +115,8 @@ char *train_args_json(const TrainArgs *a)
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
                             {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype},
-                            {"pretrained_path", a->pretrained_path}, {"gp", a->gp}};
+                            {"pretrained_path", a->pretrained_path}, {"gp", a->gp},
+                            {"input_img_mode", a->input_img_mode}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);
@@ -142,11 +143,17 @@ char *train_args_json(const TrainArgs *a)
         {"mixup_off_epoch", a->mixup_off_epoch}, {"reprob", a->reprob}, {"recount", a->recount},
         {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
         {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
-        {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
+        {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3},
+        {"val_interval", a->val_interval}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     if (a->drop_path < 0) /* not given: train.py's None */
         cJSON_ReplaceItemInObject(o, "drop_path", cJSON_CreateNull());
+    const struct { const char *k; int v; } opt_num[] = {{"train_num_samples", a->train_num_samples},
+                                                        {"val_num_samples", a->val_num_samples}};
+    for (size_t k = 0; k < sizeof opt_num / sizeof *opt_num; k++)
+        if (opt_num[k].v > 0)
+            cJSON_AddNumberToObject(o, opt_num[k].k, opt_num[k].v);
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));

@@ -55,6 +55,10 @@ typedef struct TrainArgs {
     int nproc_per_node, dist_check_params, sync_bn;
     double bucket_cap_mb, dist_timeout;
     const char *dist_bn;
+    /* --train-num-samples / --val-num-samples (0: not given; wds only, as in timm), --input-img-mode (NULL: 'L'
+     * for --in-chans 1, else 'RGB'), --val-interval (validate and save every N epochs, and after the last) */
+    int train_num_samples, val_num_samples, val_interval;
+    const char *input_img_mode;
 } TrainArgs;
 
 TrainArgs train_args_default(void);

@@ -181,6 +181,11 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
         }
         if (prepare_batch(t, epoch, i, bt, err))
             goto done;
+        for (int j = 0; t->sample_log && j < bt->n; j++) {
+            char name[1200];
+            dataset_sample_name(t->train_ds, (size_t)bt->samples[j], name, sizeof name);
+            fprintf(t->sample_log, "%d %s\n", epoch, name);
+        }
         data_time += now() - td;
         int last = i + 1 == nb, update = last || (i + 1) % k == 0;
         size_t update_idx = i / k, group = i >= last_group_from ? nb % k : k;
@@ -324,7 +329,8 @@ static double pick_metric(const Trainer *t, double loss, double top1, double top
     return !strcmp(t->a.eval_metric, "loss") ? loss : !strcmp(t->a.eval_metric, "top5") ? top5 : top1;
 }
 
-/* After epoch's training: timm's distribute_bn, validation (of the EMA
+/* After epoch's training: timm's distribute_bn, then (every --val-interval
+ * epochs and after the last) validation (of the EMA
  * too, whose metrics then stand for the epoch), summary.csv, the
  * schedule's step on the metric, and the epoch's checkpoints. 0, -1, or
  * CT_INTERRUPTED from stop_in_validation. */
@@ -335,6 +341,12 @@ static int end_epoch(Trainer *t, int epoch, double train_loss, CtErr *err)
         return -1;
     if (t->bn_mode >= 0 && (train_sync_bn(t->dist, &t->state, t->bn_mode, err) || state_from_host(t, err)))
         return -1;
+    if ((epoch + 1) % t->a.val_interval != 0 && epoch + 1 != t->num_epochs) {
+        /* --val-interval: train.py steps the schedule without a metric and goes on */
+        report_log(t->rep, "Skipping eval and checkpointing\n");
+        sched_step_metric(&t->sched, epoch + 1, NAN);
+        return 0;
+    }
     int vst = validate(t, &t->eval_run, &t->state, "Test", &el, &t1, &t5, err);
     if (vst == CT_INTERRUPTED)
         return stop_in_validation(t, epoch, train_loss, err);

@@ -93,6 +93,7 @@ typedef struct Trainer {
     /* with --output, on rank 0: the run's folder, summary.csv, the saver */
     char run_dir[1100];
     FILE *summary;
+    FILE *sample_log; /* CTIMM_SAMPLE_LOG's file, or NULL */
     Saver saver;
     Saver *saving; /* &saver when there is an output folder, else NULL */
     char *args_json;

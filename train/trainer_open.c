@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "models/layer_groups.h"
 #include "passes/pipeline.h"
@@ -214,11 +215,16 @@ static int open_data(Trainer *t, CtErr *err)
         dc.kind = CT_DS_TAR;
     else if (t->a.dataset && !strcmp(t->a.dataset, "folder"))
         dc.kind = CT_DS_FOLDER;
+    else if (t->a.dataset && !strncasecmp(t->a.dataset, "wds/", 4)) /* timm's reader prefix; the name is unused */
+        dc.kind = CT_DS_WDS;
     else if (t->a.dataset && strcmp(t->a.dataset, "shapes"))
-        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", t->a.dataset);
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes, wds/NAME", t->a.dataset);
+    /* timm passes num_samples to its iterable datasets only */
+    dc.num_samples = (size_t)t->a.train_num_samples;
     if (dataset_open(&t->train_ds, &dc, err))
         return -1;
     dc.split = t->a.val_split;
+    dc.num_samples = (size_t)t->a.val_num_samples;
     if (dataset_open(&t->val_ds, &dc, err))
         return -1;
     t->classes = t->a.num_classes > 0 ? t->a.num_classes : dataset_num_classes(t->train_ds);
@@ -269,7 +275,15 @@ static int open_data(Trainer *t, CtErr *err)
     noaug.interp = eval_interp;
     for (int c = 0; c < 3; c++)
         tt.mean[c] = et.mean[c] = noaug.mean[c] = t->mean[c];
-    tt.gray = et.gray = noaug.gray = t->chans == 1; /* train.py's input_img_mode 'L' */
+    /* train.py's input_img_mode: 'RGB' for 3 input channels, else 'L'. Images
+     * of another channel count than the model's fail timm's first batch. */
+    const char *mode = a->input_img_mode ? a->input_img_mode : t->chans == 3 ? "RGB" : "L";
+    if (strcmp(mode, "RGB") && strcmp(mode, "L"))
+        return ct_fail(err, "--input-img-mode %s: ctimm reads images as RGB or L (gray)", mode);
+    if ((mode[0] == 'L') != (t->chans == 1))
+        return ct_fail(err, "--input-img-mode %s makes %d-channel images, but the model takes %d (--in-chans)", mode,
+                       mode[0] == 'L' ? 1 : 3, t->chans);
+    tt.gray = et.gray = noaug.gray = t->chans == 1;
     if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
@@ -489,6 +503,21 @@ static void resolve_args(Trainer *t)
     }
 }
 
+/* CTIMM_SAMPLE_LOG=PREFIX: each rank writes the samples of its training
+ * batches to PREFIX.rankN, a line "epoch name" each, to check which
+ * samples an epoch saw (the wds tests do). */
+static int open_sample_log(Trainer *t, CtErr *err)
+{
+    const char *prefix = getenv("CTIMM_SAMPLE_LOG");
+    if (!prefix || !*prefix)
+        return 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s.rank%d", prefix, t->rank);
+    if (!(t->sample_log = fopen(path, "w")))
+        return ct_fail(err, "CTIMM_SAMPLE_LOG: cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
 int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBackend *be, CtDist *dist,
                  const ProgramOptions *opts, const TrainReport *rep, CtErr *err)
 {
@@ -536,6 +565,8 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     /* Everything is validated: only now does the output folder appear. */
     if (t->a.output && t->rank == 0 && open_output(t, err))
         goto fail;
+    if (open_sample_log(t, err))
+        goto fail;
     t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->a.eval_metric, .args_json = t->args_json,
                          .num_classes = t->classes, .amp_scaler = t->amp == CT_F16 ? t->scaler_str : NULL,
                          .sched = t->sched_str};
@@ -572,6 +603,8 @@ void trainer_close(Trainer *t)
     free(t->soft);
     if (t->summary)
         fclose(t->summary);
+    if (t->sample_log)
+        fclose(t->sample_log);
     saver_free(&t->saver);
     free(t->args_json);
     memset(t, 0, sizeof *t);

@@ -37,6 +37,8 @@ struct Dataset {
     const char **class_names; /* [nclasses] into strings or class_store */
     char *class_store;
     int fd; /* tar */
+    WdsIndex wds;
+    size_t *shard_of; /* [n], wds */
     int syn_size;
     uint64_t syn_seed;
 };
@@ -47,6 +49,8 @@ struct DatasetReader {
     size_t cap;
     char *path;
     size_t path_cap;
+    int wds_fd;         /* wds: the open shard */
+    size_t wds_shard;
     tjhandle tj;        /* synthetic */
     uint8_t *rgb;       /* synthetic */
     unsigned char *jpeg;
@@ -611,6 +615,59 @@ static int open_synthetic(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
     return 0;
 }
 
+static int open_wds(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
+{
+    struct stat st;
+    if (stat(cfg->root, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ct_fail(err, "wds dataset %s: not a folder", cfg->root);
+    if (cfg->class_map && *cfg->class_map)
+        return ct_fail(err, "wds dataset %s: --class-map is not supported for WebDataset shards (timm's class map "
+                       "is keyed by class name; wds labels are numbers)", cfg->root);
+    if (!(ds->root = strdup(cfg->root)))
+        return ct_fail(err, "out of memory");
+    DsBuild b = {0};
+    int rc = ds_wds_index(ds->root, cfg->split, cfg->num_samples, &ds->wds, &b, err);
+    ds->strings = b.str;
+    size_t n = b.n;
+    if (!rc && n == 0)
+        rc = ct_fail(err, "wds dataset %s, split %s: no samples (an image with a .cls, or a .json label) in its %zu "
+                     "shards", ds->root, cfg->split, ds->wds.nshards);
+    if (!rc) {
+        ds->n = n;
+        ds->names = malloc(n * sizeof *ds->names);
+        ds->labels = malloc(n * sizeof *ds->labels);
+        ds->offsets = malloc(n * sizeof *ds->offsets);
+        ds->sizes = malloc(n * sizeof *ds->sizes);
+        ds->shard_of = malloc(n * sizeof *ds->shard_of);
+        if (!ds->names || !ds->labels || !ds->offsets || !ds->sizes || !ds->shard_of)
+            rc = ct_fail(err, "out of memory");
+    }
+    int32_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        ds->names[i] = ds->strings + b.e[i].name;
+        ds->labels[i] = b.e[i].class_index;
+        ds->offsets[i] = b.e[i].off;
+        ds->sizes[i] = b.e[i].size;
+        ds->shard_of[i] = b.e[i].shard;
+        if (b.e[i].class_index > top)
+            top = b.e[i].class_index;
+    }
+    free(b.e);
+    if (rc)
+        return rc;
+    ds->nclasses = top + 1;
+    size_t cap = (size_t)ds->nclasses * 12;
+    ds->class_store = malloc(cap ? cap : 1);
+    ds->class_names = malloc((size_t)ds->nclasses * sizeof *ds->class_names + 1);
+    if (!ds->class_store || !ds->class_names)
+        return ct_fail(err, "out of memory");
+    for (int c = 0, at = 0; c < ds->nclasses; c++) {
+        ds->class_names[c] = ds->class_store + at;
+        at += snprintf(ds->class_store + at, cap - (size_t)at, "%d", c) + 1;
+    }
+    return 0;
+}
+
 int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
 {
     *out = NULL;
@@ -629,6 +686,10 @@ int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
     }
     if (!cfg->root || !*cfg->root) {
         rc = ct_fail(err, "dataset: no root folder or .tar file given");
+        goto done;
+    }
+    if (cfg->kind == CT_DS_WDS) {
+        rc = open_wds(ds, cfg, err);
         goto done;
     }
     struct stat st;
@@ -697,7 +758,19 @@ void dataset_close(Dataset *ds)
     free(ds->sizes);
     free(ds->class_names);
     free(ds->class_store);
+    free(ds->shard_of);
+    ds_wds_free(&ds->wds);
     free(ds);
+}
+
+int dataset_wds_shards(const Dataset *ds, size_t *nshards, const size_t **shard_first, size_t *num_samples)
+{
+    if (ds->kind != CT_DS_WDS)
+        return -1;
+    *nshards = ds->wds.nshards;
+    *shard_first = ds->wds.shard_first;
+    *num_samples = ds->wds.num_samples;
+    return 0;
 }
 
 size_t dataset_len(const Dataset *ds) { return ds->n; }
@@ -727,6 +800,8 @@ void dataset_sample_name(const Dataset *ds, size_t i, char *buf, size_t n)
         snprintf(buf, n, "synthetic:%zu", i);
     else if (ds->kind == CT_DS_TAR)
         snprintf(buf, n, "%s:%s", ds->root, ds->names[i]);
+    else if (ds->kind == CT_DS_WDS)
+        snprintf(buf, n, "%s:%s", ds->wds.shards[ds->shard_of[i]], ds->names[i]);
     else
         snprintf(buf, n, "%s/%s", ds->root, ds->names[i]);
 }
@@ -741,6 +816,7 @@ int dataset_reader_open(DatasetReader **out, const Dataset *ds, CtErr *err)
     if (!r)
         return ct_fail(err, "out of memory");
     r->ds = ds;
+    r->wds_fd = -1;
     if (ds->kind == CT_DS_SYNTHETIC) {
         int s = ds->syn_size;
         r->tj = tjInitCompress();
@@ -760,6 +836,8 @@ void dataset_reader_close(DatasetReader *r)
 {
     if (!r)
         return;
+    if (r->wds_fd >= 0)
+        close(r->wds_fd);
     free(r->buf);
     free(r->path);
     free(r->rgb);
@@ -840,16 +918,32 @@ int dataset_read(DatasetReader *r, size_t i, const uint8_t **data, size_t *n, Ct
     if (i >= ds->n)
         return ct_fail(err, "%s: sample %zu out of range (%zu samples)", ds->root, i, ds->n);
     switch (ds->kind) {
+    case CT_DS_WDS:
     case CT_DS_TAR: {
+        const char *file = ds->root;
+        int fd = ds->fd;
+        if (ds->kind == CT_DS_WDS) {
+            /* one shard open per reader: a worker reads its shards' samples together */
+            file = ds->wds.shards[ds->shard_of[i]];
+            if (r->wds_fd < 0 || r->wds_shard != ds->shard_of[i]) {
+                if (r->wds_fd >= 0)
+                    close(r->wds_fd);
+                r->wds_fd = open(file, O_RDONLY);
+                if (r->wds_fd < 0)
+                    return ct_fail(err, "cannot open %s: %s", file, strerror(errno));
+                r->wds_shard = ds->shard_of[i];
+            }
+            fd = r->wds_fd;
+        }
         uint64_t size = ds->sizes[i];
         if (size == 0)
-            return ct_fail(err, "%s:%s: empty member", ds->root, ds->names[i]);
+            return ct_fail(err, "%s:%s: empty member", file, ds->names[i]);
         if (size > MAX_SAMPLE_BYTES)
-            return ct_fail(err, "%s:%s: too large for an image", ds->root, ds->names[i]);
+            return ct_fail(err, "%s:%s: too large for an image", file, ds->names[i]);
         if (reserve(r, (size_t)size, err))
             return -1;
-        if (read_full(ds->fd, r->buf, (size_t)size, ds->offsets[i], 1) != 0)
-            return ct_fail(err, "%s:%s: read failed: %s", ds->root, ds->names[i], strerror(errno));
+        if (read_full(fd, r->buf, (size_t)size, ds->offsets[i], 1) != 0)
+            return ct_fail(err, "%s:%s: read failed: %s", file, ds->names[i], strerror(errno));
         *data = r->buf;
         *n = (size_t)size;
         return 0;

@@ -9,6 +9,8 @@
  */
 #include "runtime/data/loader.h"
 
+#include "runtime/data/wds.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +47,9 @@ struct Loader {
     size_t nlist;      /* nds * repeats: the list that is shuffled */
     size_t per_rank;   /* samples per epoch for this rank, after padding */
     size_t nbatches, ntasks;
-    size_t *order;     /* [nlist] */
+    size_t *order;     /* [nlist]; wds: [per_rank], this rank's samples in order */
+    int wds;           /* a WebDataset: epochs made by wds_epoch_order */
+    WdsPlan plan;
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* workers wait here */
@@ -104,7 +108,7 @@ static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, 
     const LoaderConfig *c = &L->cfg;
     size_t B = (size_t)c->batch_size, j = t % B;
     uint64_t pos = (uint64_t)c->rank + (uint64_t)t * (uint64_t)c->world_size;
-    size_t first = L->order[pos % L->nlist];
+    size_t first = L->wds ? L->order[t] : L->order[pos % L->nlist];
     uint8_t *out = s->b.images + j * L->sample_bytes;
     CtErr e;
     int retries = c->max_retries > 0 ? c->max_retries : DEFAULT_RETRIES;
@@ -272,6 +276,19 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     L->nlist = L->nds * repeats;
     size_t W = (size_t)c->world_size, B = (size_t)c->batch_size;
     L->per_rank = (L->nlist + W - 1) / W;
+    size_t nshards, num_samples;
+    const size_t *shard_first;
+    if (dataset_wds_shards(ds, &nshards, &shard_first, &num_samples) == 0) {
+        L->wds = 1;
+        L->plan = (WdsPlan){.nshards = nshards, .shard_first = shard_first, .num_samples = num_samples,
+                            .training = c->shuffle, .seed = c->seed, .rank = c->rank, .world_size = c->world_size,
+                            .num_workers = c->num_workers, .batch_size = c->batch_size};
+        if (wds_plan_check(&L->plan, err)) {
+            free(L);
+            return -1;
+        }
+        L->per_rank = wds_rank_samples(&L->plan);
+    }
     L->nbatches = c->drop_last ? L->per_rank / B : (L->per_rank + B - 1) / B;
     L->ntasks = c->drop_last ? L->nbatches * B : L->per_rank;
     L->nslots = c->queue_depth ? c->queue_depth : 3;
@@ -281,7 +298,7 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     pthread_cond_init(&L->work_cv, NULL);
     pthread_cond_init(&L->done_cv, NULL);
 
-    L->order = malloc(L->nlist * sizeof *L->order);
+    L->order = malloc((L->wds ? L->per_rank + 1 : L->nlist) * sizeof *L->order);
     L->warned = calloc((L->nds + 7) / 8, 1);
     L->slots = calloc((size_t)L->nslots, sizeof *L->slots);
     L->workers = calloc((size_t)L->nworkers, sizeof *L->workers);
@@ -338,9 +355,16 @@ int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
     while (L->inflight > 0)
         pthread_cond_wait(&L->done_cv, &L->mu);
     L->epoch = epoch;
-    for (size_t i = 0; i < L->nlist; i++)
-        L->order[i] = i % L->nds;
-    if (L->cfg.shuffle) {
+    if (L->wds) {
+        if (wds_epoch_order(&L->plan, epoch, L->order, err)) {
+            pthread_mutex_unlock(&L->mu);
+            return -1;
+        }
+    } else {
+        for (size_t i = 0; i < L->nlist; i++)
+            L->order[i] = i % L->nds;
+    }
+    if (L->cfg.shuffle && !L->wds) {
         CtRng rng = rng_for(L->cfg.seed, epoch, UINT64_MAX);
         for (size_t i = L->nlist; i-- > 1;) {
             size_t j = (size_t)rng_below(&rng, (uint64_t)i + 1);

@@ -12,6 +12,12 @@
  * rng_for(seed, epoch, p): batches are byte-identical for any number of
  * workers.
  *
+ * A WebDataset (dataset.h's CT_DS_WDS) has its epochs made as timm's
+ * ReaderWds makes them (runtime/data/wds.h): shuffle stands for timm's
+ * is_training, num_workers for the DataLoader's workers (which shards each
+ * reads), `repeats` is unused (as in timm), and the epoch's length is
+ * timm's. Its batches depend on num_workers, as timm's do.
+ *
  * A sample that fails to read or decode is replaced by the next dataset
  * index (as timm's ImageDataset retries), with one warning per file; after
  * max_retries consecutive failures the batch fails with an error.
