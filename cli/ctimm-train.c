@@ -105,7 +105,7 @@ enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPI
        OPT_TORCHSCRIPT };
 
 /* Dataset flags (issue 27's data part), long only. */
-enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL };
+enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL, OPT_TTA };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -198,6 +198,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"fuser", 1, 0, OPT_FUSER}, {"torchscript", 0, 0, OPT_TORCHSCRIPT},
         {"train-num-samples", 1, 0, OPT_TRAIN_NUM_SAMPLES}, {"val-num-samples", 1, 0, OPT_VAL_NUM_SAMPLES},
         {"input-img-mode", 1, 0, OPT_INPUT_IMG_MODE}, {"val-interval", 1, 0, OPT_VAL_INTERVAL},
+        {"tta", 1, 0, OPT_TTA},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -404,6 +405,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_VAL_NUM_SAMPLES: bad = cli_int(prog, "--val-num-samples", optarg, 1, INT_MAX, &a->val_num_samples); break;
         case OPT_INPUT_IMG_MODE: a->input_img_mode = optarg; break;
         case OPT_VAL_INTERVAL: bad = cli_int(prog, "--val-interval", optarg, 1, INT_MAX, &a->val_interval); break;
+        case OPT_TTA: bad = cli_int(prog, "--tta", optarg, 0, 1 << 16, &a->tta); break;
         case OPT_MODEL_KWARGS:
             bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
             break;

@@ -46,7 +46,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"save-images", "false"},
     {"pin-mem", "false"},
     {"no-prefetcher", "false"},
-    {"tta", "0"},
     {"use-multi-epochs-loader", "false"},
     {"log-wandb", "false"},
     {"wandb-project", "null"},

@@ -1045,3 +1045,21 @@ add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
    ${FAIL} '--input-img-mode RGBA: ctimm reads images as RGB or L' ${TRAIN_WDS} --input-img-mode RGBA && \
    ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar'")
 set_tests_properties(wds_val_interval_and_refusals PROPERTIES FIXTURES_REQUIRED wds_data)
+# --tta 2 (train.py's validate: each 2 consecutive outputs averaged, scored
+# on the first one's target): a validation split of one image a class, each
+# image also the next class's (so consecutive pairs are one image, labelled
+# right then wrong), scores with --tta 2 what --tta 0 scores on the right
+# halves alone, after the same training; a batch it cannot halve is refused.
+add_test(NAME train_tta_averages_pairs COMMAND sh -c
+  "rm -rf tta-data && ls data/shapes-64/train > tta-classes.txt && k=0 && \
+   for c in data/shapes-64/train/*; do n=\${c##*/} && mkdir -p tta-data/train/$n tta-data/eval/$n && \
+     cp $(ls -d $c/* | head -4) tta-data/train/$n && \
+     if [ $((k % 2)) -eq 0 ]; then f=$(ls -d data/shapes-64/val/$n/* | head -1) && mkdir -p tta-data/val/$n && \
+       cp $f tta-data/val/$n/x.jpg; fi && cp $f tta-data/eval/$n/x.jpg && k=$((k + 1)); done && \
+   T='${TRAIN} tta-data --model test_vit --img-size 32 --no-aug -j 1 -b 8 -vb 4 --epochs 1 --log-interval 100 --class-map tta-classes.txt' && \
+   $T --val-split val > tta-1.log && $T --val-split eval --tta 2 > tta-2.log && $T --val-split eval > tta-0.log && \
+   grep '^Test: ' tta-1.log | sed 's/.*Loss/Loss/' > tta-1.txt && grep '^Test: ' tta-2.log | sed 's/.*Loss/Loss/' > tta-2.txt && \
+   grep '^Test: ' tta-0.log | sed 's/.*Loss/Loss/' > tta-0.txt && \
+   test -s tta-1.txt && cmp tta-1.txt tta-2.txt && ! cmp -s tta-1.txt tta-0.txt && \
+   ${FAIL} '--tta 3: the validation batch size 4 is not a multiple of it' $T --val-split eval --tta 3")
+set_tests_properties(train_tta_averages_pairs PROPERTIES FIXTURES_REQUIRED shapes_data ENVIRONMENT OPENBLAS_NUM_THREADS=1)

@@ -144,7 +144,7 @@ char *train_args_json(const TrainArgs *a)
         {"amp", a->amp}, {"bce_loss", a->bce_loss}, {"bce_target_thresh", a->bce_target_thresh},
         {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
         {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3},
-        {"val_interval", a->val_interval}};
+        {"val_interval", a->val_interval}, {"tta", a->tta}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     if (a->drop_path < 0) /* not given: train.py's None */

@@ -58,6 +58,7 @@ typedef struct TrainArgs {
     /* --train-num-samples / --val-num-samples (0: not given; wds only, as in timm), --input-img-mode (NULL: 'L'
      * for --in-chans 1, else 'RGB'), --val-interval (validate and save every N epochs, and after the last) */
     int train_num_samples, val_num_samples, val_interval;
+    int tta; /* --tta: validation averages each this many consecutive outputs (0, 1: none) */
     const char *input_img_mode;
 } TrainArgs;
 

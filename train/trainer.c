@@ -289,10 +289,15 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         return opened;
     size_t nb = loader_epoch_batches(t->val_ld);
     EvalMeter meter = {0};
+    int r = t->a.tta > 1 ? t->a.tta : 1;
+    int64_t *tta_labels = r > 1 ? malloc(sizeof *tta_labels * (size_t)t->vb) : NULL;
+    if (r > 1 && !tta_labels)
+        return ct_fail(err, "out of memory");
     double t0 = now();
     report_pass_begin(t->rep, log_name, nb);
     if (loader_start_epoch(t->val_ld, 0, err)) {
         report_pass_end(t->rep);
+        free(tta_labels);
         return -1;
     }
     for (size_t i = 0; i < nb; i++) {
@@ -306,13 +311,40 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         }
         if (got != 1) {
             report_pass_end(t->rep);
+            free(tta_labels);
             return got < 0 ? got : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
         }
-        eval_meter_add(&meter, logits.data, t->classes, bt->labels, bt->n);
+        int n = bt->n;
+        const int64_t *labels = bt->labels;
+        if (r > 1) {
+            /* train.py's --tta: each r consecutive outputs averaged, scored
+             * on the first one's target (the loader makes no extra views) */
+            if (n % r) {
+                tensor_free(&logits);
+                report_pass_end(t->rep);
+                free(tta_labels);
+                return ct_fail(err, "--tta %d: validation batch %zu has %d images, not a multiple of %d (timm's "
+                               "loss fails on it; choose -vb and the validation set to divide)", r, i, n, r);
+            }
+            float *z = logits.data;
+            for (int g = 0; g < n / r; g++) {
+                for (int c = 0; c < t->classes; c++) {
+                    double acc = 0;
+                    for (int k = 0; k < r; k++)
+                        acc += z[(size_t)(g * r + k) * (size_t)t->classes + (size_t)c];
+                    z[(size_t)g * (size_t)t->classes + (size_t)c] = (float)(acc / r);
+                }
+                tta_labels[g] = bt->labels[g * r];
+            }
+            n /= r;
+            labels = tta_labels;
+        }
+        eval_meter_add(&meter, logits.data, t->classes, labels, n);
         tensor_free(&logits);
         report_pass_update(t->rep, i + 1);
     }
     report_pass_end(t->rep);
+    free(tta_labels);
     if (train_reduce_meter(t->dist, &meter, err)) /* timm's distributed validate: every rank's share */
         return -1;
     *loss = eval_loss(&meter);

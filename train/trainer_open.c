@@ -295,6 +295,9 @@ static int open_data(Trainer *t, CtErr *err)
                         .rank = t->rank, .world_size = t->world};
     if (loader_create(&t->val_ld, t->val_ds, &lc, err))
         return -1;
+    if (a->tta > 1 && t->vb % a->tta)
+        return ct_fail(err, "--tta %d: the validation batch size %d is not a multiple of it (timm's loss would fail "
+                       "on the first batch)", a->tta, t->vb);
     if (loader_epoch_batches(t->train_ld) == 0)
         return ct_fail(err, "%s: %zu training images make no batch of %d", t->root, dataset_len(t->train_ds),
                        t->a.batch_size);
