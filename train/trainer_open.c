@@ -291,7 +291,9 @@ static int open_data(Trainer *t, CtErr *err)
                        .rank = t->rank, .world_size = t->world, .repeats = (int)a->epoch_repeats};
     if (loader_create(&t->train_ld, t->train_ds, &lc, err))
         return -1;
-    lc = (LoaderConfig){.batch_size = t->vb, .num_workers = t->a.workers, .eval = &et, .seed = (uint64_t)t->a.seed,
+    /* train.py: distributed wds validation reads with at most 2 workers a rank */
+    int eval_workers = dc.kind == CT_DS_WDS && t->world > 1 && t->a.workers > 2 ? 2 : t->a.workers;
+    lc = (LoaderConfig){.batch_size = t->vb, .num_workers = eval_workers, .eval = &et, .seed = (uint64_t)t->a.seed,
                         .rank = t->rank, .world_size = t->world};
     if (loader_create(&t->val_ld, t->val_ds, &lc, err))
         return -1;
