@@ -5,7 +5,10 @@
  * shards divide evenly, each worker's batches from its own shards only),
  * and a shard folder written here (ustar) indexed and read through the
  * loader: _info.json splits, a shard pattern with "|N", .cls and .json
- * labels, skipped key groups, refusals.
+ * labels, skipped key groups, refusals. tests/data/wds (made by
+ * tools/make_wds_fixture.py with timm's ReaderWds): the samples, labels and
+ * chosen images timm reads from webdataset-grouped shards, the exact order
+ * of evaluation epochs over ranks and workers, and training epoch lengths.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
@@ -367,6 +372,131 @@ static void test_dataset(void)
     CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "--class-map is not supported"));
 }
 
+/* The keys of one rank's epoch as the loader hands them out. */
+static int loader_keys(const Dataset *ds, int world, int rank, int workers, int batch, int training, char ***keys,
+                       size_t *n)
+{
+    LoaderConfig lc = {.batch_size = batch, .num_workers = workers, .sample_fn = copy_id, .img_size = 8,
+                       .shuffle = training, .drop_last = training, .rank = rank, .world_size = world};
+    Loader *L;
+    CtErr err;
+    if (loader_create(&L, ds, &lc, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    *n = loader_epoch_samples(L);
+    *keys = calloc(*n + 1, sizeof **keys);
+    size_t k = 0;
+    const Batch *b;
+    CHECK(loader_start_epoch(L, 0, &err) == 0);
+    while (loader_next(L, &b, &err) == 1)
+        for (int j = 0; j < b->n && k < *n; j++) {
+            char name[512];
+            dataset_sample_name(ds, (size_t)b->samples[j], name, sizeof name);
+            const char *colon = strrchr(name, ':');
+            (*keys)[k++] = strdup(colon ? colon + 1 : name);
+        }
+    CHECK(k == *n);
+    loader_destroy(L);
+    return 0;
+}
+
+static void test_timm_fixture(void)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/wds", test_data_dir());
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    FILE *f = fopen(path, "rb");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f)
+        return;
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j != NULL);
+    CtErr err;
+    /* the samples of each split: key, label, the image chosen (jpg before png) */
+    const char *splits[] = {"train", "jval"};
+    Dataset *ds[2] = {NULL, NULL};
+    for (int s = 0; s < 2; s++) {
+        DatasetConfig dc = {.kind = CT_DS_WDS, .root = dir, .split = splits[s]};
+        CHECKF(dataset_open(&ds[s], &dc, &err) == 0, "%s", err.msg);
+    }
+    size_t at[2] = {0, 0};
+    DatasetReader *rd[2] = {NULL, NULL};
+    for (int s = 0; s < 2; s++)
+        if (ds[s])
+            CHECK(dataset_reader_open(&rd[s], ds[s], &err) == 0);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "samples"))
+    {
+        int s = strcmp(cJSON_GetArrayItem(e, 0)->valuestring, "train") != 0;
+        const char *key = cJSON_GetArrayItem(e, 1)->valuestring, *ext = cJSON_GetArrayItem(e, 3)->valuestring;
+        int label = cJSON_GetArrayItem(e, 2)->valueint;
+        if (!ds[s] || at[s] >= dataset_len(ds[s])) {
+            CHECKF(0, "%s: %s missing", splits[s], key);
+            continue;
+        }
+        size_t i = at[s]++;
+        char name[512];
+        dataset_sample_name(ds[s], i, name, sizeof name);
+        const char *colon = strrchr(name, ':');
+        CHECKF(colon && !strcmp(colon + 1, key), "%s sample %zu: %s, timm's %s", splits[s], i, name, key);
+        CHECKF(dataset_label(ds[s], i) == label, "%s: label %lld, timm's %d", key, (long long)dataset_label(ds[s], i),
+               label);
+        const uint8_t *d;
+        size_t n;
+        CHECK(dataset_read(rd[s], i, &d, &n, &err) == 0 && n > 4);
+        int is_jpg = d[0] == 0xFF && d[1] == 0xD8, is_png = d[0] == 0x89 && d[1] == 'P';
+        CHECKF(!strcmp(ext, "jpg") ? is_jpg : is_png, "%s: not the %s timm reads", key, ext);
+    }
+    for (int s = 0; s < 2; s++) {
+        CHECKF(ds[s] && at[s] == dataset_len(ds[s]), "%s: %zu samples, timm's %zu", splits[s],
+               ds[s] ? dataset_len(ds[s]) : 0, at[s]);
+        dataset_reader_close(rd[s]);
+    }
+    /* evaluation epochs: timm's exact sequence a rank */
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "orders"))
+    {
+        int world = cJSON_GetObjectItem(e, "world")->valueint, rank = cJSON_GetObjectItem(e, "rank")->valueint;
+        int workers = cJSON_GetObjectItem(e, "workers")->valueint, batch = cJSON_GetObjectItem(e, "batch")->valueint;
+        const cJSON *want = cJSON_GetObjectItem(e, "keys");
+        char **keys = NULL;
+        size_t n = 0;
+        if (!ds[0] || loader_keys(ds[0], world, rank, workers, batch, 0, &keys, &n))
+            continue;
+        CHECKF(n == (size_t)cJSON_GetArraySize(want), "%d ranks, rank %d, %d workers, batch %d: %zu samples, timm's %d",
+               world, rank, workers, batch, n, cJSON_GetArraySize(want));
+        for (size_t k = 0; k < n && k < (size_t)cJSON_GetArraySize(want); k++)
+            CHECKF(keys[k] && !strcmp(keys[k], cJSON_GetArrayItem(want, (int)k)->valuestring),
+                   "%d ranks, rank %d, %d workers, batch %d: [%zu] %s, timm's %s", world, rank, workers, batch, k,
+                   keys[k], cJSON_GetArrayItem(want, (int)k)->valuestring);
+        for (size_t k = 0; k < n; k++)
+            free(keys[k]);
+        free(keys);
+    }
+    /* training epochs: timm's length */
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "lengths"))
+    {
+        int world = cJSON_GetObjectItem(e, "world")->valueint, workers = cJSON_GetObjectItem(e, "workers")->valueint;
+        int batch = cJSON_GetObjectItem(e, "batch")->valueint;
+        size_t n = 0, want = (size_t)cJSON_GetObjectItem(e, "len")->valueint;
+        char **keys = NULL;
+        if (!ds[0] || loader_keys(ds[0], world, 0, workers, batch, 1, &keys, &n))
+            continue;
+        CHECKF(n == want, "training, %d ranks, %d workers, batch %d: %zu samples, timm's %zu", world, workers, batch,
+               n, want);
+        for (size_t k = 0; k < n; k++)
+            free(keys[k]);
+        free(keys);
+    }
+    for (int s = 0; s < 2; s++)
+        dataset_close(ds[s]);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ctimm_wds_XXXXXX");
@@ -379,6 +509,7 @@ int main(void)
     test_worker_samples();
     test_epoch_order();
     test_dataset();
+    test_timm_fixture();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
