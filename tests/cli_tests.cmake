@@ -1063,3 +1063,11 @@ add_test(NAME train_tta_averages_pairs COMMAND sh -c
    test -s tta-1.txt && cmp tta-1.txt tta-2.txt && ! cmp -s tta-1.txt tta-0.txt && \
    ${FAIL} '--tta 3: the validation batch size 4 is not a multiple of it' $T --val-split eval --tta 3")
 set_tests_properties(train_tta_averages_pairs PROPERTIES FIXTURES_REQUIRED shapes_data ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+# --val-split '': train.py makes no eval loader; summary.csv has the train
+# loss and lr only, and the train loss ranks the checkpoints.
+add_test(NAME train_without_validation COMMAND sh -c
+  "rm -rf wds-nv && ${TRAIN_WDS} -b 8 --epochs 2 --val-split '' --output wds-nv --experiment e > wds-nv.log && \
+   ! grep -q '^Test' wds-nv.log && grep -q ', 0 validation images' wds-nv.log && \
+   test \"$(head -1 wds-nv/e/summary.csv)\" = epoch,train_loss,lr && test $(wc -l < wds-nv/e/summary.csv) -eq 3 && \
+   test -f wds-nv/e/model_best.safetensors")
+set_tests_properties(train_without_validation PROPERTIES FIXTURES_REQUIRED wds_data)

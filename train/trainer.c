@@ -361,6 +361,27 @@ static double pick_metric(const Trainer *t, double loss, double top1, double top
     return !strcmp(t->a.eval_metric, "loss") ? loss : !strcmp(t->a.eval_metric, "top5") ? top5 : top1;
 }
 
+/* end_epoch without validation (--val-split ''): train.py's summary row of
+ * the train loss, which also ranks the checkpoints and steps the schedule. */
+static int end_epoch_no_eval(Trainer *t, int epoch, double train_loss, double lr, CtErr *err)
+{
+    if (t->summary) {
+        fprintf(t->summary, "%d,%.6f,%.6g\n", epoch, train_loss, lr * t->lr_log_scale);
+        fflush(t->summary);
+    }
+    sched_step_metric(&t->sched, epoch + 1, train_loss);
+    scaler_format(&t->scaler, t->scaler_str, sizeof t->scaler_str);
+    sched_format(&t->sched, t->sched_str, sizeof t->sched_str);
+    double rank_by = isfinite(train_loss) ? train_loss : NAN;
+    if (t->saving && saver_save(t->saving, &t->state, &t->info, epoch, rank_by, err))
+        return ct_failctx(err, "saving the checkpoint of epoch %d", epoch);
+    if (isfinite(rank_by) && (t->best_epoch < 0 || rank_by < t->best)) {
+        t->best = rank_by;
+        t->best_epoch = epoch;
+    }
+    return 0;
+}
+
 /* After epoch's training: timm's distribute_bn, then (every --val-interval
  * epochs and after the last) validation (of the EMA
  * too, whose metrics then stand for the epoch), summary.csv, the
@@ -379,6 +400,8 @@ static int end_epoch(Trainer *t, int epoch, double train_loss, CtErr *err)
         sched_step_metric(&t->sched, epoch + 1, NAN);
         return 0;
     }
+    if (t->no_eval)
+        return end_epoch_no_eval(t, epoch, train_loss, lr, err);
     int vst = validate(t, &t->eval_run, &t->state, "Test", &el, &t1, &t5, err);
     if (vst == CT_INTERRUPTED)
         return stop_in_validation(t, epoch, train_loss, err);

@@ -225,12 +225,16 @@ static int open_data(Trainer *t, CtErr *err)
         return -1;
     dc.split = t->a.val_split;
     dc.num_samples = (size_t)t->a.val_num_samples;
-    if (dataset_open(&t->val_ds, &dc, err))
+    /* train.py: no --val-split, no eval loader; its metric is then the train loss */
+    t->no_eval = !t->a.val_split || !*t->a.val_split;
+    if (t->no_eval)
+        t->decreasing = 1;
+    else if (dataset_open(&t->val_ds, &dc, err))
         return -1;
     t->classes = t->a.num_classes > 0 ? t->a.num_classes : dataset_num_classes(t->train_ds);
     /* timm's loss raises on a label past the classifier; refuse before the first step */
     const Dataset *sets[2] = {t->train_ds, t->val_ds};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2 - t->no_eval; k++)
         if (dataset_num_classes(sets[k]) > t->classes)
             return ct_fail(err, "%s has %d classes but --num-classes is %d: its labels would fall outside the "
                            "classifier (give --num-classes %d or more, or leave it out)",
@@ -295,7 +299,7 @@ static int open_data(Trainer *t, CtErr *err)
     int eval_workers = dc.kind == CT_DS_WDS && t->world > 1 && t->a.workers > 2 ? 2 : t->a.workers;
     lc = (LoaderConfig){.batch_size = t->vb, .num_workers = eval_workers, .eval = &et, .seed = (uint64_t)t->a.seed,
                         .rank = t->rank, .world_size = t->world};
-    if (loader_create(&t->val_ld, t->val_ds, &lc, err))
+    if (!t->no_eval && loader_create(&t->val_ld, t->val_ds, &lc, err))
         return -1;
     if (a->tta > 1 && t->vb % a->tta)
         return ct_fail(err, "--tta %d: the validation batch size %d is not a multiple of it (timm's loss would fail "
@@ -425,7 +429,7 @@ static void say_setup(const Trainer *t, const Resumed *res)
     const TrainArgs *a = &t->a;
     report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
     report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s\n", t->root,
-               dataset_len(t->train_ds), dataset_len(t->val_ds), t->classes, t->img, t->img,
+               dataset_len(t->train_ds), t->val_ds ? dataset_len(t->val_ds) : 0, t->classes, t->img, t->img,
                t->chans == 1 ? " gray ('L')" : "", t->be->name);
     if (t->chans == 1 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
         report_log(t->rep, "Normalising the 1-channel images by mean %.6g, std %.6g (the model's 3-channel values "
@@ -472,7 +476,7 @@ static int open_output(Trainer *t, CtErr *err)
     snprintf(path, sizeof path, "%s/summary.csv", t->run_dir);
     if (!(t->summary = fopen(path, "w")))
         return ct_fail(err, "cannot write %s: %s", path, strerror(errno));
-    fprintf(t->summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+    fprintf(t->summary, t->no_eval ? "epoch,train_loss,lr\n" : "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
     saver_init(&t->saver, t->run_dir, t->a.checkpoint_hist, t->decreasing);
     t->saving = &t->saver;
     t->args_json = train_args_json(&t->a);
@@ -572,7 +576,7 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
         goto fail;
     if (open_sample_log(t, err))
         goto fail;
-    t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->a.eval_metric, .args_json = t->args_json,
+    t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->no_eval ? "loss" : t->a.eval_metric, .args_json = t->args_json,
                          .num_classes = t->classes, .amp_scaler = t->amp == CT_F16 ? t->scaler_str : NULL,
                          .sched = t->sched_str};
     sched_format(&t->sched, t->sched_str, sizeof t->sched_str);
