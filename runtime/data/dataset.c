@@ -19,6 +19,7 @@
 #include "runtime/data/dataset_impl.h"
 #include "runtime/data/rng.h"
 #include "runtime/data/shapes.h"
+#include "runtime/torch_pickle.h"
 
 /* A file larger than this is not an image we can use; refusing it keeps a
  * corrupt size from turning into a huge allocation. */
@@ -395,15 +396,80 @@ static int read_whole(const char *path, char **out, size_t *n, CtErr *err)
     return 0;
 }
 
-/* Loads a .txt class map into ds's class table and a name -> index lookup
+/* A .pkl class map (timm's _ClassMapUnpickler: a pickled dict, no globals)
+ * of class (folder) names to indices, read by the restricted unpickler.
+ * Several names may share an index; the class table names each index by
+ * its first name in the dict ("" for an index no name has). */
+static int load_pkl_map(Dataset *ds, const char *path, const char *text, size_t len, ClassRef **refs, int *nrefs,
+                        CtErr *err)
+{
+    PkArena *arena = NULL;
+    const PkValue *v = NULL;
+    size_t used = 0;
+    if (pk_arena_create(&arena, err))
+        return -1;
+    int rc = pk_load(arena, path, (const unsigned char *)text, len, &used, &v, err);
+    if (!rc && v->kind != PK_DICT)
+        rc = ct_fail(err, "class map %s: %s, expected a dict of class names to indices", path, pk_kind_name(v));
+    size_t n = rc ? 0 : v->u.seq.n / 2;
+    if (!rc && n == 0)
+        rc = ct_fail(err, "class map %s lists no classes", path);
+    int64_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const PkValue *k = v->u.seq.v[2 * i], *x = v->u.seq.v[2 * i + 1];
+        if (k->kind != PK_STR || strlen(k->u.str.s) != k->u.str.n)
+            rc = ct_fail(err, "class map %s: key %zu is %s; folder datasets need class names", path, i,
+                         pk_kind_name(k));
+        else if (x->kind != PK_INT || x->u.i < 0 || x->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: '%s' maps to %s, not a class index", path, k->u.str.s, pk_kind_name(x));
+        else if (x->u.i > top)
+            top = x->u.i;
+    }
+    size_t store = 1;
+    for (size_t i = 0; !rc && i < n; i++)
+        store += v->u.seq.v[2 * i]->u.str.n + 1;
+    if (!rc) {
+        ds->class_store = malloc(store);
+        ds->class_names = malloc((size_t)(top + 1) * sizeof *ds->class_names);
+        *refs = malloc(n * sizeof **refs);
+        if (!ds->class_store || !ds->class_names || !*refs)
+            rc = ct_fail(err, "out of memory");
+    }
+    if (!rc) {
+        ds->class_store[0] = 0;
+        for (int64_t c = 0; c <= top; c++)
+            ds->class_names[c] = ds->class_store;
+        size_t at = 1;
+        for (size_t i = 0; i < n; i++) {
+            const PkValue *k = v->u.seq.v[2 * i];
+            int idx = (int)v->u.seq.v[2 * i + 1]->u.i;
+            char *name = ds->class_store + at;
+            memcpy(name, k->u.str.s, k->u.str.n + 1);
+            at += k->u.str.n + 1;
+            if (!*ds->class_names[idx])
+                ds->class_names[idx] = name;
+            (*refs)[i] = (ClassRef){name, idx};
+        }
+        qsort(*refs, n, sizeof **refs, cmp_classref);
+        ds->nclasses = (int)(top + 1);
+        *nrefs = (int)n;
+    }
+    pk_arena_free(arena);
+    return rc;
+}
+
+/* Loads a class map (.txt: one class name a line, its index the line's;
+ * .pkl: see load_pkl_map) into ds's class table and a name -> index lookup
  * (*refs, sorted by name); a name on two lines is refused. */
 static int load_class_map(Dataset *ds, const char *map, const char *root, ClassRef **refs, int *nrefs, CtErr *err)
 {
     const char *ext = extension(map, strlen(map));
-    if (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 't' || tolower((unsigned char)ext[2]) != 'x' ||
-        tolower((unsigned char)ext[3]) != 't')
-        return ct_fail(err, "class map %s: unsupported format '%s' (ctimm reads .txt class maps: one class name a line)",
-                       map, ext ? ext : "");
+    int pkl = ext && strlen(ext) == 4 && tolower((unsigned char)ext[1]) == 'p' &&
+              tolower((unsigned char)ext[2]) == 'k' && tolower((unsigned char)ext[3]) == 'l';
+    if (!pkl && (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 't' ||
+                 tolower((unsigned char)ext[2]) != 'x' || tolower((unsigned char)ext[3]) != 't'))
+        return ct_fail(err, "class map %s: unsupported format '%s' (timm's class maps are .txt, one class name a "
+                       "line, or .pkl, a pickled dict)", map, ext ? ext : "");
     char *path = NULL;
     if (path_exists(map))
         path = strdup(map);
@@ -417,6 +483,12 @@ static int load_class_map(Dataset *ds, const char *map, const char *root, ClassR
     size_t len = 0;
     int rc = read_whole(path, &text, &len, err);
     if (rc) {
+        free(path);
+        return rc;
+    }
+    if (pkl) {
+        rc = load_pkl_map(ds, path, text, len, refs, nrefs, err);
+        free(text);
         free(path);
         return rc;
     }

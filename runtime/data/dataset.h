@@ -38,9 +38,10 @@
  * folders but not the one asked for is an error; a root with no split
  * folders at all is used as it is.
  *
- * A class map (timm class_map.py; .txt only) lists one class name per line,
- * the line number being its index; samples of classes not listed are left
- * out. A relative path is tried as given, then under the root that split
+ * A class map (timm class_map.py) is a .txt of one class name per line,
+ * the line number being its index, or a .pkl of a pickled dict of class
+ * names to indices (several names may share one; the class count is the
+ * largest index + 1); samples of classes not listed are left out. A relative path is tried as given, then under the root that split
  * search chose (as timm does).
  *
  * Datasets are immutable once opened and may be shared by threads; reading
