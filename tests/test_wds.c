@@ -369,7 +369,19 @@ static void test_dataset(void)
     CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "split 'validation' not found (its splits: train, val)"));
     dc.split = "train";
     dc.class_map = "classes.txt";
-    CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "--class-map is not supported"));
+    CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "a .txt names classes, which no wds label matches"));
+    /* pickle.dumps({2: 0, 5: 1, 6: 2}, protocol=4): label 0 is not in it (timm's KeyError) */
+    static const char pkl[] = "\x80\x04\x95\x11\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x28\x4b\x02\x4b\x00\x4b\x05"
+                              "\x4b\x01\x4b\x06\x4b\x02\x75\x2e";
+    char map[128];
+    snprintf(map, sizeof map, "%s/map.pkl", tmpdir);
+    FILE *f = fopen(map, "wb");
+    CHECK(f && fwrite(pkl, 1, sizeof pkl - 1, f) == sizeof pkl - 1);
+    if (f)
+        fclose(f);
+    dc.class_map = map;
+    CHECKF(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "train-000000.tar:s00_0: label 0 is not in class map"),
+           "%s", err.msg);
 }
 
 /* The keys of one rank's epoch as the loader hands them out. */
@@ -492,6 +504,25 @@ static void test_timm_fixture(void)
             free(keys[k]);
         free(keys);
     }
+    /* the train split through class map map.pkl (label numbers to indices): timm's keys and labels */
+    char map[600];
+    snprintf(map, sizeof map, "%s/map.pkl", dir);
+    DatasetConfig dc = {.kind = CT_DS_WDS, .root = dir, .split = "train", .class_map = map};
+    Dataset *mapped = NULL;
+    CHECKF(dataset_open(&mapped, &dc, &err) == 0, "%s", err.msg);
+    const cJSON *want = cJSON_GetObjectItem(j, "mapped");
+    CHECK(mapped && dataset_len(mapped) == (size_t)cJSON_GetArraySize(want));
+    for (size_t i = 0; mapped && i < dataset_len(mapped) && i < (size_t)cJSON_GetArraySize(want); i++) {
+        const cJSON *w = cJSON_GetArrayItem(want, (int)i);
+        char name[512];
+        dataset_sample_name(mapped, i, name, sizeof name);
+        const char *colon = strrchr(name, ':');
+        CHECKF(colon && !strcmp(colon + 1, cJSON_GetArrayItem(w, 0)->valuestring) &&
+                   dataset_label(mapped, i) == cJSON_GetArrayItem(w, 1)->valueint,
+               "mapped sample %zu: %s label %lld, timm's %s %d", i, name, (long long)dataset_label(mapped, i),
+               cJSON_GetArrayItem(w, 0)->valuestring, cJSON_GetArrayItem(w, 1)->valueint);
+    }
+    dataset_close(mapped);
     for (int s = 0; s < 2; s++)
         dataset_close(ds[s]);
     cJSON_Delete(j);

@@ -17,6 +17,9 @@ ReaderWds yields, read through torch's DataLoader as train.py does:
            timm's exact order; distributed ones are cut or repeated to
            timm's per-worker count (with_epoch)
   lengths: len() of the reader (timm's epoch length) for training configs
+  mapped:  [key, label] of the train split read with class map map.pkl (a
+           dict of label numbers to indices; a label it lacked would stop
+           the run with a KeyError, outside the pipeline's error handler)
 
 Each image is a flat colour whose red channel is the sample's id, so the
 decoded image tells which member timm read.
@@ -29,6 +32,7 @@ Regenerate (webdataset 0.2.x and braceexpand from PyPI, e.g. pip install
 import io
 import json
 import os
+import pickle
 import sys
 import tarfile
 
@@ -97,9 +101,12 @@ def main(out):
     def key_of(img):
         return by_id[round(img.getpixel((0, 0))[0] / 8)]
 
-    def read(split, training, world, rank, workers, batch):
+    with open(os.path.join(out, 'map.pkl'), 'wb') as f:
+        pickle.dump({label: 7 - label for label in range(8)}, f, protocol=4)
+
+    def read(split, training, world, rank, workers, batch, class_map=None):
         ds = IterableImageDataset(out, reader='wds/fixture', split=split, is_training=training, batch_size=batch,
-                                  seed=0)
+                                  seed=0, class_map=class_map)
         ds.reader.dist_num_replicas, ds.reader.dist_rank = world, rank
         ds.set_loader_cfg(num_workers=workers)
         if training:
@@ -122,8 +129,9 @@ def main(out):
     for world, workers, batch in ((1, 1, 4), (2, 1, 3), (2, 2, 2), (1, 3, 5)):
         lengths.append({'world': world, 'workers': workers, 'batch': batch,
                         'len': read('train', True, world, 0, workers, batch)})
+    mapped = [[k, t] for k, t in read('train', False, 1, 0, 0, 1, os.path.join(out, 'map.pkl'))]
     with open(os.path.join(out, 'expected.json'), 'w') as f:
-        json.dump({'samples': samples, 'orders': orders, 'lengths': lengths}, f, indent=1)
+        json.dump({'samples': samples, 'orders': orders, 'lengths': lengths, 'mapped': mapped}, f, indent=1)
         f.write('\n')
 
 

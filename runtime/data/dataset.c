@@ -687,19 +687,82 @@ static int open_synthetic(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
     return 0;
 }
 
+/* A wds class map: timm's remap_target looks each numeric label up in the
+ * map, so only a .pkl dict keyed by label numbers can serve (a .txt, or a
+ * dict of names, matches no label: timm's KeyError at the first sample).
+ * *to[label] = index, -1 when the label is not a key. */
+static int wds_class_map(const char *map, int32_t **to, int32_t *nto, CtErr *err)
+{
+    const char *ext = extension(map, strlen(map));
+    if (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 'p' || tolower((unsigned char)ext[2]) != 'k' ||
+        tolower((unsigned char)ext[3]) != 'l')
+        return ct_fail(err, "class map %s: WebDataset labels are numbers, so timm's remap needs a .pkl dict of label "
+                       "numbers to indices (a .txt names classes, which no wds label matches)", map);
+    char *text = NULL;
+    size_t len = 0, used = 0;
+    if (read_whole(map, &text, &len, err))
+        return -1;
+    PkArena *arena = NULL;
+    const PkValue *v = NULL;
+    int rc = pk_arena_create(&arena, err);
+    if (!rc)
+        rc = pk_load(arena, map, (const unsigned char *)text, len, &used, &v, err);
+    if (!rc && v->kind != PK_DICT)
+        rc = ct_fail(err, "class map %s: %s, expected a dict of label numbers to indices", map, pk_kind_name(v));
+    size_t n = rc ? 0 : v->u.seq.n / 2;
+    int64_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const PkValue *k = v->u.seq.v[2 * i], *x = v->u.seq.v[2 * i + 1];
+        if (k->kind != PK_INT || k->u.i < 0 || k->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: key %zu is %s; WebDataset labels are numbers 0..", map, i,
+                         pk_kind_name(k));
+        else if (x->kind != PK_INT || x->u.i < 0 || x->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: label %lld maps to %s, not a class index", map, (long long)k->u.i,
+                         pk_kind_name(x));
+        else if (k->u.i > top)
+            top = k->u.i;
+    }
+    if (!rc && !(*to = malloc((size_t)(top + 1) * sizeof **to + 1)))
+        rc = ct_fail(err, "out of memory");
+    for (int64_t c = 0; !rc && c <= top; c++)
+        (*to)[c] = -1;
+    for (size_t i = 0; !rc && i < n; i++)
+        (*to)[v->u.seq.v[2 * i]->u.i] = (int32_t)v->u.seq.v[2 * i + 1]->u.i;
+    *nto = (int32_t)(top + 1);
+    pk_arena_free(arena);
+    free(text);
+    return rc;
+}
+
 static int open_wds(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
 {
     struct stat st;
     if (stat(cfg->root, &st) != 0 || !S_ISDIR(st.st_mode))
         return ct_fail(err, "wds dataset %s: not a folder", cfg->root);
-    if (cfg->class_map && *cfg->class_map)
-        return ct_fail(err, "wds dataset %s: --class-map is not supported for WebDataset shards (timm's class map "
-                       "is keyed by class name; wds labels are numbers)", cfg->root);
-    if (!(ds->root = strdup(cfg->root)))
+    int32_t *to = NULL, nto = 0;
+    if (cfg->class_map && *cfg->class_map && wds_class_map(cfg->class_map, &to, &nto, err))
+        return -1;
+    if (!(ds->root = strdup(cfg->root))) {
+        free(to);
         return ct_fail(err, "out of memory");
+    }
     DsBuild b = {0};
     int rc = ds_wds_index(ds->root, cfg->split, cfg->num_samples, &ds->wds, &b, err);
     ds->strings = b.str;
+    /* timm's remap_target, outside the pipeline's error handler: a label the map lacks stops the run */
+    for (size_t i = 0; !rc && to && i < b.n; i++) {
+        int32_t l = b.e[i].class_index;
+        if (l >= nto || to[l] < 0) {
+            size_t s = 0;
+            while (ds->wds.shard_first[s + 1] <= i)
+                s++;
+            rc = ct_fail(err, "wds sample %s:%s: label %d is not in class map %s", ds->wds.shards[s],
+                         b.str + b.e[i].name, l, cfg->class_map);
+        } else {
+            b.e[i].class_index = to[l];
+        }
+    }
+    free(to);
     size_t n = b.n;
     if (!rc && n == 0)
         rc = ct_fail(err, "wds dataset %s, split %s: no samples (an image with a .cls, or a .json label) in its %zu "

@@ -26,8 +26,9 @@
  *    out as timm's pipeline skips them. Samples stay in shard order (the
  *    loader makes wds epochs by shard: runtime/data/wds.h); classes are
  *    numbered labels "0".."max". All shards are indexed at open (headers and
- *    label members only). No class map: timm's name-keyed maps cannot
- *    remap wds's integer labels.
+ *    label members only). A class map must be a .pkl dict of label numbers
+ *    to indices (timm's remap_target; a label it lacks is an error, as
+ *    timm's KeyError); a .txt matches no numeric label.
  *  - synthetic: `len` shapes images (runtime/data/shapes.h) of img_size,
  *    JPEG-encoded per read, label = index % classes; for tests and benchmarks.
  *
