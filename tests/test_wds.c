@@ -267,7 +267,15 @@ static void write_train(void)
              "\"train\": {\"name\": \"train\", \"num_samples\": 20, \"filenames\": [\"train-000000.tar\", "
              "\"train-000001.tar\", \"train-000002.tar\", \"train-000003.tar\"], \"shard_lengths\": [5, 5, 5, 5]},"
              "\"val\": {\"name\": \"val\", \"num_samples\": 2, \"filenames\": [\"val-000000.tar\"], "
-             "\"shard_lengths\": [2], \"alt_label\": \"meta/y\"}}}");
+             "\"shard_lengths\": [2], \"alt_label\": \"meta/y\"},"
+             "\"s\": {\"name\": \"s\", \"num_samples\": 99, \"filenames\": [\"w-0-s\", \"w-1-s\", \"w-2-s\"], "
+             "\"shard_lengths\": [5, 5, 5]}}}");
+    for (int s = 0; s < 3; s++) {
+        char from[128], to[128];
+        snprintf(from, sizeof from, "train-%06d.tar", s);
+        snprintf(to, sizeof to, "%s/w-%d-s", tmpdir, s);
+        CHECK(symlink(from, to) == 0);
+    }
 }
 
 static int copy_id(void *ctx, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
@@ -346,6 +354,22 @@ static void test_dataset(void)
         dataset_close(ds);
         ds = NULL;
     }
+    /* a pattern whose last '-' part names a split: timm's _parse_split_info reads all that split's shards,
+     * counting the pattern's (or taking the split's num_samples when "|N" is given) */
+    dc.split = "w-{0..1}-s";
+    CHECKF(dataset_open(&ds, &dc, &err) == 0, "%s", err.msg);
+    if (ds) {
+        CHECK(dataset_len(ds) == 15 && dataset_wds_shards(ds, &ns, &first, &num) == 0 && ns == 3 && num == 10);
+        dataset_close(ds);
+        ds = NULL;
+    }
+    dc.split = "w-{0..1}-s|7";
+    CHECKF(dataset_open(&ds, &dc, &err) == 0, "%s", err.msg);
+    if (ds) {
+        CHECK(dataset_wds_shards(ds, &ns, &first, &num) == 0 && ns == 3 && num == 99);
+        dataset_close(ds);
+        ds = NULL;
+    }
     /* --train-num-samples overrides the info's count */
     dc.split = "train";
     dc.num_samples = 12;
@@ -366,7 +390,7 @@ static void test_dataset(void)
     }
     /* refusals: no such split (no synonyms, as timm), a class map */
     dc.split = "validation";
-    CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "split 'validation' not found (its splits: train, val)"));
+    CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "split 'validation' not found (its splits: train, val, s)"));
     dc.split = "train";
     dc.class_map = "classes.txt";
     CHECK(dataset_open(&ds, &dc, &err) != 0 && strstr(err.msg, "a .txt names classes, which no wds label matches"));

@@ -111,27 +111,35 @@ static int parse_split(const char *root, const char *split, const cJSON *info, c
             }
             n = (size_t)v;
         }
-        /* a pattern "x-y-NAME" whose last part names a split of the info takes its shard lengths */
+        /* a pattern "x-y-NAME" whose last part names a split of the info: that split */
         const cJSON *named = NULL;
+        char last[256] = "";
+        int has_n = bar != NULL;
         if (!strstr(pat, "::")) {
-            const char *last = pat;
+            const char *p = pat;
             for (int k = 0; k < 3; k++) {
-                const char *d = strchr(last, '-');
+                const char *d = strchr(p, '-');
                 if (!d)
                     break;
-                last = d + 1;
+                p = d + 1;
             }
-            if (last != pat)
+            if (p != pat && strlen(p) < sizeof last) {
+                strcpy(last, p);
                 named = info_split(info, last);
+            }
         }
         int rc = wds_expand(pat, &x->shards, &x->nshards, err);
         free(pat);
         if (rc)
             return -1;
-        if (named && !n) {
+        if (named) {
+            /* as timm's _parse_split_info: the named split's shards, all of them, and its
+             * num_samples when the pattern gave "|N", else the count of the pattern's shards */
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(named, "filenames");
+            if (has_n && json_count(cJSON_GetObjectItemCaseSensitive(named, "num_samples"), &n))
+                return ct_fail(err, "%s: split '%s' needs num_samples", info_path, last);
             const cJSON *sl = cJSON_GetObjectItemCaseSensitive(named, "shard_lengths");
-            for (size_t i = 0; i < x->nshards; i++) {
+            for (size_t i = 0; !has_n && i < x->nshards; i++) {
                 size_t c = 0;
                 int found = 0;
                 for (int j = 0; j < cJSON_GetArraySize(fn); j++) {
@@ -147,6 +155,21 @@ static int parse_split(const char *root, const char *split, const cJSON *info, c
                                    info_path);
                 n += c;
             }
+            size_t nf = (size_t)cJSON_GetArraySize(fn);
+            wds_free_names(x->shards, x->nshards);
+            x->nshards = 0;
+            if (!(x->shards = calloc(nf ? nf : 1, sizeof *x->shards)))
+                return ct_fail(err, "out of memory");
+            for (size_t i = 0; i < nf; i++) {
+                const cJSON *f = cJSON_GetArrayItem(fn, (int)i);
+                if (!cJSON_IsString(f))
+                    return ct_fail(err, "%s: split '%s': filenames[%zu] is not a string", info_path, last, i);
+                if (!(x->shards[i] = strdup(f->valuestring)))
+                    return ct_fail(err, "out of memory");
+                x->nshards = i + 1;
+            }
+            if (nf == 0)
+                return ct_fail(err, "%s: split '%s' lists no shard", info_path, last);
             const cJSON *al = cJSON_GetObjectItemCaseSensitive(named, "alt_label");
             if (cJSON_IsString(al) && *al->valuestring && !(x->alt_label = strdup(al->valuestring)))
                 return ct_fail(err, "out of memory");
