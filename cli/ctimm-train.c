@@ -105,7 +105,8 @@ enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_TORCH_COMPI
        OPT_TORCHSCRIPT };
 
 /* Dataset flags (issue 27's data part), long only. */
-enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL, OPT_TTA };
+enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL, OPT_TTA,
+       OPT_INPUT_KEY, OPT_TARGET_KEY };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -198,7 +199,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"fuser", 1, 0, OPT_FUSER}, {"torchscript", 0, 0, OPT_TORCHSCRIPT},
         {"train-num-samples", 1, 0, OPT_TRAIN_NUM_SAMPLES}, {"val-num-samples", 1, 0, OPT_VAL_NUM_SAMPLES},
         {"input-img-mode", 1, 0, OPT_INPUT_IMG_MODE}, {"val-interval", 1, 0, OPT_VAL_INTERVAL},
-        {"tta", 1, 0, OPT_TTA},
+        {"tta", 1, 0, OPT_TTA}, {"input-key", 1, 0, OPT_INPUT_KEY}, {"target-key", 1, 0, OPT_TARGET_KEY},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -406,6 +407,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_INPUT_IMG_MODE: a->input_img_mode = optarg; break;
         case OPT_VAL_INTERVAL: bad = cli_int(prog, "--val-interval", optarg, 1, INT_MAX, &a->val_interval); break;
         case OPT_TTA: bad = cli_int(prog, "--tta", optarg, 0, 1 << 16, &a->tta); break;
+        case OPT_INPUT_KEY: a->input_key = optarg; break;
+        case OPT_TARGET_KEY: a->target_key = optarg; break;
         case OPT_MODEL_KWARGS:
             bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
             break;
@@ -427,7 +430,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
     /* train.py's '' means not given for these: their default, read as false */
     const char **unset_if_empty[] = {&a->data_dir, &a->dataset, &a->class_map, &a->interpolation, &a->lr_base_scale,
                                      &a->experiment, &a->output, &a->resume, &a->initial_checkpoint,
-                                     &a->pretrained_path, &a->input_img_mode};
+                                     &a->pretrained_path, &a->input_img_mode, &a->input_key, &a->target_key};
     for (size_t i = 0; i < sizeof unset_if_empty / sizeof *unset_if_empty; i++)
         if (*unset_if_empty[i] && !**unset_if_empty[i])
             *unset_if_empty[i] = NULL;

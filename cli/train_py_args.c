@@ -13,8 +13,6 @@
 
 const TrainPyArg train_py_unimplemented[] = {
     {"dataset-download", "false"},
-    {"input-key", "null"},
-    {"target-key", "null"},
     {"dataset-trust-remote-code", "false"},
     {"grad-checkpointing", "false"},
     {"fast-norm", "false"},

@@ -1034,7 +1034,8 @@ set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED
 # --val-interval 2 over 3 epochs: train.py validates (and saves) after epochs
 # 1 and 2 (the last) only; --train-num-samples sets the wds epoch (24: 3 batches of 8);
 # --input-img-mode: RGB or L, matching the model's channels; a training split
-# of unknown size is refused as timm refuses it.
+# of unknown size is refused as timm refuses it, and so are a --target-key
+# the samples' .json lack (there is none) and an --input-key of no member.
 add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
   "rm -rf wds-vi && ${TRAIN_WDS} -b 8 --epochs 3 --val-interval 2 --train-num-samples 24 --input-img-mode RGB \
      --output wds-vi --experiment e > wds-vi.log && \
@@ -1043,7 +1044,9 @@ add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
    grep -q '^Train: 0 \\[   3/3 ' wds-vi.log && \
    ${FAIL} '--input-img-mode L makes 1-channel images, but the model takes 3' ${TRAIN_WDS} --input-img-mode L && \
    ${FAIL} '--input-img-mode RGBA: ctimm reads images as RGB or L' ${TRAIN_WDS} --input-img-mode RGBA && \
-   ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar'")
+   ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar' && \
+   ${FAIL} \"sample 'train_00000' has no .json for its label field 'y'\" ${TRAIN_WDS} --target-key y && \
+   ${FAIL} 'no samples .an image with a .cls' ${TRAIN_WDS} --input-key 'png;webp'")
 set_tests_properties(wds_val_interval_and_refusals PROPERTIES FIXTURES_REQUIRED wds_data)
 # --tta 2 (train.py's validate: each 2 consecutive outputs averaged, scored
 # on the first one's target): a validation split of one image a class, each

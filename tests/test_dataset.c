@@ -265,6 +265,26 @@ static void test_class_map(void)
     cfg.class_map = "twice.txt";
     rc = dataset_open(&ds, &cfg, &err);
     CHECKF(rc == -1 && strstr(err.msg, "'class10' is on lines 1 and 3"), "%s", err.msg);
+    /* --input-key: timm's ReaderImageFolder(input_key='.jpeg;.txt') lists Class1/z.Jpeg,
+     * class2/notes.txt, class10/a.jpeg, then the class maps directly in train (class '', index 0) */
+    cfg = (DatasetConfig){.root = root, .split = "train", .input_key = ".jpeg;.txt"};
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        DatasetReader *r;
+        CHECK(dataset_reader_open(&r, ds, &err) == 0);
+        CHECK(dataset_len(ds) == 6 && dataset_num_classes(ds) == 4);
+        check_sample(ds, r, 0, "/train/Class1/z.Jpeg", 1, NULL);
+        check_sample(ds, r, 1, "/train/class2/notes.txt", 2, NULL);
+        check_sample(ds, r, 2, "/train/class10/a.jpeg", 3, NULL);
+        check_sample(ds, r, 3, "/train/map.txt", 0, NULL);
+        dataset_reader_close(r);
+        dataset_close(ds);
+    }
+    /* timm's folder reader takes no target key, its tar reader no input key either */
+    cfg.target_key = "y";
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "--target-key is for wds datasets"), "%s", err.msg);
 }
 
 typedef struct Want {
@@ -338,6 +358,13 @@ static void test_tar(void)
                            {"cat/4.jpg", 0, 675}, {"dog/1.jpg", 1, 691},    {"dog/3.png", 1, 145},
                            {"dog/5.jpg", 1, 685}};
     check_tar("photos.tar", photo_classes, 2, photos, 7);
+    /* timm's ReaderImageInTar takes no input_key (a TypeError) */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/loader/photos.tar", test_data_dir());
+    DatasetConfig cfg = {.root = path, .input_key = ".jpg"};
+    Dataset *ds;
+    CtErr err;
+    CHECK(dataset_open(&ds, &cfg, &err) == -1 && strstr(err.msg, "--input-key is for folder and wds datasets"));
 }
 
 /* Copies the fixture, lets `damage` change it, and expects dataset_open to fail with `want` in the message. */

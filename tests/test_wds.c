@@ -437,6 +437,43 @@ static int loader_keys(const Dataset *ds, int world, int rank, int workers, int 
     return 0;
 }
 
+/* Compares ds, sample by sample, with rows [key, label, image extension]
+ * (from column `from` of each row): timm's keys, labels and chosen images. */
+static void check_listing(const char *what, const Dataset *ds, const cJSON *rows, int from)
+{
+    CtErr err;
+    DatasetReader *rd = NULL;
+    if (!ds || dataset_reader_open(&rd, ds, &err)) {
+        CHECKF(0, "%s: no dataset", what);
+        return;
+    }
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, rows)
+    {
+        const char *key = cJSON_GetArrayItem(e, from)->valuestring, *ext = cJSON_GetArrayItem(e, from + 2)->valuestring;
+        int label = cJSON_GetArrayItem(e, from + 1)->valueint;
+        if (i >= dataset_len(ds)) {
+            CHECKF(0, "%s: %s missing", what, key);
+            continue;
+        }
+        char name[512];
+        dataset_sample_name(ds, i, name, sizeof name);
+        const char *colon = strrchr(name, ':');
+        CHECKF(colon && !strcmp(colon + 1, key), "%s sample %zu: %s, timm's %s", what, i, name, key);
+        CHECKF(dataset_label(ds, i) == label, "%s: %s: label %lld, timm's %d", what, key,
+               (long long)dataset_label(ds, i), label);
+        const uint8_t *d;
+        size_t n;
+        CHECK(dataset_read(rd, i, &d, &n, &err) == 0 && n > 4);
+        int is_jpg = d[0] == 0xFF && d[1] == 0xD8, is_png = d[0] == 0x89 && d[1] == 'P';
+        CHECKF(!strcmp(ext, "jpg") ? is_jpg : is_png, "%s: %s: not the %s timm reads", what, key, ext);
+        i++;
+    }
+    CHECKF(i == dataset_len(ds), "%s: %zu samples, timm's %zu", what, dataset_len(ds), i);
+    dataset_reader_close(rd);
+}
+
 static void test_timm_fixture(void)
 {
     char dir[512], path[600];
@@ -459,40 +496,27 @@ static void test_timm_fixture(void)
     for (int s = 0; s < 2; s++) {
         DatasetConfig dc = {.kind = CT_DS_WDS, .root = dir, .split = splits[s]};
         CHECKF(dataset_open(&ds[s], &dc, &err) == 0, "%s", err.msg);
+        cJSON *rows = cJSON_CreateArray();
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "samples"))
+            if (!strcmp(cJSON_GetArrayItem(e, 0)->valuestring, splits[s]))
+                cJSON_AddItemReferenceToArray(rows, (cJSON *)e);
+        check_listing(splits[s], ds[s], rows, 1);
+        cJSON_Delete(rows);
     }
-    size_t at[2] = {0, 0};
-    DatasetReader *rd[2] = {NULL, NULL};
-    for (int s = 0; s < 2; s++)
-        if (ds[s])
-            CHECK(dataset_reader_open(&rd[s], ds[s], &err) == 0);
+    /* --input-key png;jpg (png preferred), --target-key z over the split's alt_label */
+    const cJSON *keyed = cJSON_GetObjectItem(j, "keyed");
+    Dataset *kd = NULL;
+    DatasetConfig kc = {.kind = CT_DS_WDS, .root = dir, .split = "train", .input_key = "png;jpg"};
+    CHECKF(dataset_open(&kd, &kc, &err) == 0, "%s", err.msg);
+    check_listing("train, input key png;jpg", kd, cJSON_GetObjectItem(keyed, "train png;jpg"), 0);
+    dataset_close(kd);
+    kd = NULL;
+    kc = (DatasetConfig){.kind = CT_DS_WDS, .root = dir, .split = "jval", .target_key = "z"};
+    CHECKF(dataset_open(&kd, &kc, &err) == 0, "%s", err.msg);
+    check_listing("jval, target key z", kd, cJSON_GetObjectItem(keyed, "jval target z"), 0);
+    dataset_close(kd);
     const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "samples"))
-    {
-        int s = strcmp(cJSON_GetArrayItem(e, 0)->valuestring, "train") != 0;
-        const char *key = cJSON_GetArrayItem(e, 1)->valuestring, *ext = cJSON_GetArrayItem(e, 3)->valuestring;
-        int label = cJSON_GetArrayItem(e, 2)->valueint;
-        if (!ds[s] || at[s] >= dataset_len(ds[s])) {
-            CHECKF(0, "%s: %s missing", splits[s], key);
-            continue;
-        }
-        size_t i = at[s]++;
-        char name[512];
-        dataset_sample_name(ds[s], i, name, sizeof name);
-        const char *colon = strrchr(name, ':');
-        CHECKF(colon && !strcmp(colon + 1, key), "%s sample %zu: %s, timm's %s", splits[s], i, name, key);
-        CHECKF(dataset_label(ds[s], i) == label, "%s: label %lld, timm's %d", key, (long long)dataset_label(ds[s], i),
-               label);
-        const uint8_t *d;
-        size_t n;
-        CHECK(dataset_read(rd[s], i, &d, &n, &err) == 0 && n > 4);
-        int is_jpg = d[0] == 0xFF && d[1] == 0xD8, is_png = d[0] == 0x89 && d[1] == 'P';
-        CHECKF(!strcmp(ext, "jpg") ? is_jpg : is_png, "%s: not the %s timm reads", key, ext);
-    }
-    for (int s = 0; s < 2; s++) {
-        CHECKF(ds[s] && at[s] == dataset_len(ds[s]), "%s: %zu samples, timm's %zu", splits[s],
-               ds[s] ? dataset_len(ds[s]) : 0, at[s]);
-        dataset_reader_close(rd[s]);
-    }
     /* evaluation epochs: timm's exact sequence a rank */
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "orders"))
     {

@@ -17,6 +17,8 @@ ReaderWds yields, read through torch's DataLoader as train.py does:
            timm's exact order; distributed ones are cut or repeated to
            timm's per-worker count (with_epoch)
   lengths: len() of the reader (timm's epoch length) for training configs
+  keyed:   [key, label, image extension] of the train split with input_key
+           'png;jpg' (png preferred), of jval with target_key 'z'
   mapped:  [key, label] of the train split read with class map map.pkl (a
            dict of label numbers to indices; a label it lacked would stop
            the run with a KeyError, outside the pipeline's error handler)
@@ -85,9 +87,9 @@ def main(out):
         names.append(f'train-{s:06d}.tar')
         write_tar(os.path.join(out, names[-1]), members)
     write_tar(os.path.join(out, 'jval-000000.tar'), [
-        ('v0.json', b'{"meta": {"y": 3}}'), ('v0.png', img('v0')),
-        ('v1.json', b'{"meta": {"y": -1}}'), ('v1.png', img('v1')),
-        ('v2.png', img('v2')), ('v2.json', b'{"meta": {"y": 8}}'),
+        ('v0.json', b'{"meta": {"y": 3}, "z": 1}'), ('v0.png', img('v0')),
+        ('v1.json', b'{"meta": {"y": -1}, "z": 4}'), ('v1.png', img('v1')),
+        ('v2.png', img('v2')), ('v2.json', b'{"meta": {"y": 8}, "z": -1}'),
     ])
     info = {'name': 'fixture', 'splits': {
         'train': {'name': 'train', 'num_samples': 14, 'filenames': names, 'shard_lengths': [4, 4, 3, 3]},
@@ -101,12 +103,21 @@ def main(out):
     def key_of(img):
         return by_id[round(img.getpixel((0, 0))[0] / 8)]
 
+    def listing(split, input_key=None, target_key=None):
+        # [key, label, the image's extension]: 'k12-png' is k12's png, the other k12/k14 image its jpg
+        rows = []
+        for name, label in read(split, False, 1, 0, 0, 1, input_key=input_key, target_key=target_key):
+            key = name[:-4] if name.endswith('-png') else name
+            rows.append([key, label, 'jpg' if name in ('k12', 'k14') else 'png'])
+        return rows
+
     with open(os.path.join(out, 'map.pkl'), 'wb') as f:
         pickle.dump({label: 7 - label for label in range(8)}, f, protocol=4)
 
-    def read(split, training, world, rank, workers, batch, class_map=None):
+    def read(split, training, world, rank, workers, batch, class_map=None, input_key=None, target_key=None):
+        kw = {k: v for k, v in (('input_key', input_key), ('target_key', target_key)) if v}
         ds = IterableImageDataset(out, reader='wds/fixture', split=split, is_training=training, batch_size=batch,
-                                  seed=0, class_map=class_map)
+                                  seed=0, class_map=class_map, **kw)
         ds.reader.dist_num_replicas, ds.reader.dist_rank = world, rank
         ds.set_loader_cfg(num_workers=workers)
         if training:
@@ -115,11 +126,8 @@ def main(out):
                                              collate_fn=lambda b: b)
         return [(key_of(im), int(t)) for b in loader for im, t in b]
 
-    samples = []
-    for split in ('train', 'jval'):
-        for key, label in read(split, False, 1, 0, 0, 1):
-            ext = 'jpg' if key in ('k12', 'k14') else 'png'
-            samples.append([split, key, label, ext])
+    samples = [[split] + row for split in ('train', 'jval') for row in listing(split)]
+    keyed = {'train png;jpg': listing('train', input_key='png;jpg'), 'jval target z': listing('jval', target_key='z')}
     orders = []
     for world, workers, batch in ((1, 3, 2), (2, 2, 3), (2, 1, 4), (3, 1, 2)):
         for rank in range(world):
@@ -131,7 +139,8 @@ def main(out):
                         'len': read('train', True, world, 0, workers, batch)})
     mapped = [[k, t] for k, t in read('train', False, 1, 0, 0, 1, os.path.join(out, 'map.pkl'))]
     with open(os.path.join(out, 'expected.json'), 'w') as f:
-        json.dump({'samples': samples, 'orders': orders, 'lengths': lengths, 'mapped': mapped}, f, indent=1)
+        json.dump({'samples': samples, 'orders': orders, 'lengths': lengths, 'mapped': mapped, 'keyed': keyed}, f,
+                  indent=1)
         f.write('\n')
 
 

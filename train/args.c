@@ -116,7 +116,8 @@ char *train_args_json(const TrainArgs *a)
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
                             {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype},
                             {"pretrained_path", a->pretrained_path}, {"gp", a->gp},
-                            {"input_img_mode", a->input_img_mode}};
+                            {"input_img_mode", a->input_img_mode}, {"input_key", a->input_key},
+                            {"target_key", a->target_key}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);

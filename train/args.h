@@ -60,6 +60,7 @@ typedef struct TrainArgs {
     int train_num_samples, val_num_samples, val_interval;
     int tta; /* --tta: validation averages each this many consecutive outputs (0, 1: none) */
     const char *input_img_mode;
+    const char *input_key, *target_key; /* --input-key / --target-key (runtime/data/dataset.h), NULL: not given */
 } TrainArgs;
 
 TrainArgs train_args_default(void);

@@ -210,7 +210,8 @@ static int setup_augment(Trainer *t, CtErr *err)
  * loaders, each rank on its shard. */
 static int open_data(Trainer *t, CtErr *err)
 {
-    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = t->root, .split = t->a.train_split, .class_map = t->a.class_map};
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = t->root, .split = t->a.train_split, .class_map = t->a.class_map,
+                        .input_key = t->a.input_key, .target_key = t->a.target_key};
     if (t->a.dataset && !strcmp(t->a.dataset, "tar"))
         dc.kind = CT_DS_TAR;
     else if (t->a.dataset && !strcmp(t->a.dataset, "folder"))

@@ -199,7 +199,32 @@ typedef struct DirStack {
 /* Walks abs (= root/rel) like os.walk(followlinks=True): every image file
  * becomes an entry labelled with its folder's leaf name. A folder that is
  * its own ancestor through a link is not entered twice. */
-static int walk(const char *abs, const char *rel, const DirStack *up, int depth, DsBuild *b, CtErr *err)
+/* Whether name (n bytes) is an image: ds_is_image_name, or with types
+ * (--input-key) its lower-cased extension is one of types' ';' items. */
+static int is_image(const char *name, size_t n, const char *types)
+{
+    if (!types)
+        return ds_is_image_name(name, n);
+    const char *e = extension(name, n);
+    if (!e)
+        return 0;
+    size_t el = n - (size_t)(e - name);
+    for (const char *t = types; *t;) {
+        size_t tl = strcspn(t, ";");
+        if (tl == el) {
+            size_t i = 0;
+            while (i < el && tolower((unsigned char)e[i]) == (unsigned char)t[i])
+                i++;
+            if (i == el)
+                return 1;
+        }
+        t += tl + (t[tl] == ';');
+    }
+    return 0;
+}
+
+static int walk(const char *abs, const char *rel, const DirStack *up, int depth, const char *types, DsBuild *b,
+                CtErr *err)
 {
     struct stat st;
     if (stat(abs, &st) != 0)
@@ -238,8 +263,8 @@ static int walk(const char *abs, const char *rel, const DirStack *up, int depth,
         struct stat cs;
         int ok = stat(cabs, &cs) == 0;
         if (ok && S_ISDIR(cs.st_mode)) {
-            rc = walk(cabs, crel, &me, depth + 1, b, err);
-        } else if (ds_is_image_name(nm, ln) && (!ok || !S_ISDIR(cs.st_mode))) {
+            rc = walk(cabs, crel, &me, depth + 1, types, b, err);
+        } else if (is_image(nm, ln, types) && (!ok || !S_ISDIR(cs.st_mode))) {
             /* a dangling link is listed too, as os.walk does; reading it fails later */
             DsEntry ent = {0};
             if (label == (size_t)-1)
@@ -747,7 +772,8 @@ static int open_wds(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
         return ct_fail(err, "out of memory");
     }
     DsBuild b = {0};
-    int rc = ds_wds_index(ds->root, cfg->split, cfg->num_samples, &ds->wds, &b, err);
+    int rc = ds_wds_index(ds->root, cfg->split, cfg->num_samples, cfg->input_key, cfg->target_key, &ds->wds, &b,
+                          err);
     ds->strings = b.str;
     /* timm's remap_target, outside the pipeline's error handler: a label the map lacks stops the run */
     for (size_t i = 0; !rc && to && i < b.n; i++) {
@@ -857,8 +883,16 @@ int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
         rc = ct_fail(err, "dataset %s: not a folder or a .tar file", ds->root);
         goto done;
     }
+    /* timm's ImageFolder reader takes an input key only, its tar reader neither (a TypeError) */
+    if ((cfg->target_key && *cfg->target_key) || (ds->kind == CT_DS_TAR && cfg->input_key && *cfg->input_key)) {
+        rc = ct_fail(err, "dataset %s: --%s is for %s datasets (timm's %s reader takes none)", ds->root,
+                     cfg->target_key && *cfg->target_key ? "target-key" : "input-key",
+                     cfg->target_key && *cfg->target_key ? "wds" : "folder and wds",
+                     ds->kind == CT_DS_TAR ? "tar" : "folder");
+        goto done;
+    }
     if (ds->kind == CT_DS_FOLDER) {
-        rc = walk(ds->root, "", NULL, 0, &b, err);
+        rc = walk(ds->root, "", NULL, 0, cfg->input_key, &b, err);
     } else {
         ds->fd = open(ds->root, O_RDONLY);
         if (ds->fd < 0)

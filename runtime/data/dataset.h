@@ -19,10 +19,10 @@
  *    name of a split of root/_info.json (or info.json; no synonyms), or a
  *    shard pattern such as "train-{000000..000009}.tar|N" (brace-expanded;
  *    N samples). Each shard's members are grouped by key (the name up to
- *    the first dot of its base name) into samples of an image (jpg, png or
- *    webp, the first present) and a label: the .cls number, or the split's
- *    alt_label field of the .json (below 0: the sample is left out, as
- *    timm's _decode drops it). Key groups without an image or label are left
+ *    the first dot of its base name) into samples of an image (the first
+ *    present of input_key's extensions, default jpg, png, webp) and a label:
+ *    the .cls number, or the .json field target_key names, else the split's
+ *    alt_label (below 0: the sample is left out, as timm's _decode drops it). Key groups without an image or label are left
  *    out as timm's pipeline skips them. Samples stay in shard order (the
  *    loader makes wds epochs by shard: runtime/data/wds.h); classes are
  *    numbered labels "0".."max". All shards are indexed at open (headers and
@@ -70,6 +70,12 @@ typedef struct DatasetConfig {
     const char *split;     /* "train", "validation", ...; NULL or "": no split search */
     const char *class_map; /* NULL or "": classes from the folder names */
     size_t num_samples;    /* wds: the split's sample count; 0: the info's or the pattern's "|N" */
+    /* train.py's --input-key: folder, the ';'-separated file extensions (with their dot, any case of the
+     * file's) that are images (timm's find_images_and_targets types); wds, the member extensions of the
+     * image in order of preference (default jpg;png;webp). NULL: the default. Not for tar. */
+    const char *input_key;
+    /* --target-key, wds only: the .json field (or '/' path) holding the label, over the split's alt_label */
+    const char *target_key;
     /* synthetic only */
     size_t synthetic_len;
     int synthetic_classes;

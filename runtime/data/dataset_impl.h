@@ -56,7 +56,8 @@ typedef struct WdsIndex {
 
 /* Indexes split of the WebDataset at root into b (entries in shard order);
  * num_samples > 0 overrides the split's count. */
-int ds_wds_index(const char *root, const char *split, size_t num_samples, WdsIndex *x, DsBuild *b, CtErr *err);
+int ds_wds_index(const char *root, const char *split, size_t num_samples, const char *input_key,
+                 const char *target_key, WdsIndex *x, DsBuild *b, CtErr *err);
 void ds_wds_free(WdsIndex *x);
 
 #endif

@@ -215,12 +215,18 @@ typedef struct Group {
     char key[1024];
     int have;
     uint64_t img_off, img_size;
-    int img_rank; /* which of jpg, png, webp: the first of input_key's that is present wins */
+    int img_rank; /* 1 + the position in input_key of the image kept (the first of its keys present), 0: none */
     uint64_t cls_off, cls_size, json_off, json_size;
     int has_cls, has_json;
 } Group;
 
+#define MAX_IMAGE_KEYS 8
+
 typedef struct ShardCtx {
+    const char *img_keys[MAX_IMAGE_KEYS]; /* --input-key's extensions, preferred first */
+    size_t img_len[MAX_IMAGE_KEYS];
+    int nimg;
+    const char *label_field; /* --target-key, else the split's alt_label, else NULL (.cls) */
     const char *path;
     int fd;
     size_t shard;
@@ -314,18 +320,21 @@ static int flush_group(ShardCtx *c, CtErr *err)
     long long label;
     const char *why = NULL;
     char *text = NULL;
-    if (c->x->alt_label) {
+    if (c->label_field) {
         if (!g->has_json)
             return ct_fail(err, "%s: sample '%s' has no .json for its label field '%s'", c->path, g->key,
-                           c->x->alt_label);
+                           c->label_field);
         if (read_member(c, g->json_off, g->json_size, &text, err))
             return -1;
         cJSON *meta = cJSON_Parse(text);
-        const cJSON *v = meta ? get_field(meta, c->x->alt_label) : NULL;
+        const cJSON *v = meta ? get_field(meta, c->label_field) : NULL;
         int ok = cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
         label = ok ? (long long)v->valuedouble : 0;
+        int is_list = cJSON_IsArray(v);
         cJSON_Delete(meta);
-        if (!ok)
+        if (is_list)
+            why = "its .json holds a list (timm's multi-label targets; ctimm trains single labels) in";
+        else if (!ok)
             why = "its .json has no whole-number field";
         else if (label < 0) {
             free(text);
@@ -346,8 +355,8 @@ static int flush_group(ShardCtx *c, CtErr *err)
     }
     free(text);
     if (why)
-        return ct_fail(err, "%s: sample '%s': %s%s%s", c->path, g->key, why, c->x->alt_label ? " " : "",
-                       c->x->alt_label ? c->x->alt_label : "");
+        return ct_fail(err, "%s: sample '%s': %s%s%s", c->path, g->key, why, c->label_field ? " " : "",
+                       c->label_field ? c->label_field : "");
     if (label > INT32_MAX - 1)
         return ct_fail(err, "%s: sample '%s': label %lld out of range", c->path, g->key, label);
     DsEntry e = {.off = g->img_off, .size = g->img_size, .shard = c->shard, .class_index = (int32_t)label};
@@ -386,9 +395,9 @@ static int on_member(void *ctx, const char *name, uint64_t off, uint64_t size, C
         return 0;
     for (size_t i = 0; i <= el; i++)
         ext[i] = (char)tolower((unsigned char)dot[1 + i]);
-    static const char *const img[] = {"jpg", "png", "webp"};
-    for (int k = 0; k < 3; k++)
-        if (!strcmp(ext, img[k]) && (!c->g.img_rank || k + 1 < c->g.img_rank)) {
+    for (int k = 0; k < c->nimg; k++)
+        if (strlen(ext) == c->img_len[k] && !strncmp(ext, c->img_keys[k], c->img_len[k]) &&
+            (!c->g.img_rank || k + 1 < c->g.img_rank)) {
             c->g.img_rank = k + 1;
             c->g.img_off = off;
             c->g.img_size = size;
@@ -413,11 +422,25 @@ void ds_wds_free(WdsIndex *x)
     memset(x, 0, sizeof *x);
 }
 
-int ds_wds_index(const char *root, const char *split, size_t num_samples, WdsIndex *x, DsBuild *b, CtErr *err)
+int ds_wds_index(const char *root, const char *split, size_t num_samples, const char *input_key,
+                 const char *target_key, WdsIndex *x, DsBuild *b, CtErr *err)
 {
     memset(x, 0, sizeof *x);
     if (!split || !*split)
         return ct_fail(err, "wds %s: no split given", root);
+    if (target_key && strchr(target_key, ','))
+        return ct_fail(err, "--target-key %s: several fields make timm's multi-label targets; ctimm trains single "
+                       "labels", target_key);
+    ShardCtx proto = {.nimg = 0};
+    const char *keys = input_key && *input_key ? input_key : "jpg;png;webp";
+    for (const char *k = keys; *k;) {
+        size_t n = strcspn(k, ";");
+        if (proto.nimg == MAX_IMAGE_KEYS)
+            return ct_fail(err, "--input-key %s: more than %d image keys", keys, MAX_IMAGE_KEYS);
+        proto.img_keys[proto.nimg] = k;
+        proto.img_len[proto.nimg++] = n;
+        k += n + (k[n] == ';');
+    }
     cJSON *info = NULL;
     char info_path[4200];
     int rc = load_info(root, &info, info_path, sizeof info_path, err);
@@ -443,7 +466,13 @@ int ds_wds_index(const char *root, const char *split, size_t num_samples, WdsInd
         int fd = open(path, O_RDONLY);
         if (fd < 0)
             return ct_fail(err, "wds shard %s: %s", path, strerror(errno));
-        ShardCtx c = {.path = path, .fd = fd, .shard = s, .x = x, .b = b};
+        ShardCtx c = proto;
+        c.label_field = target_key && *target_key ? target_key : x->alt_label;
+        c.path = path;
+        c.fd = fd;
+        c.shard = s;
+        c.x = x;
+        c.b = b;
         rc = ds_tar_walk(path, fd, on_member, &c, err);
         if (!rc)
             rc = flush_group(&c, err);
