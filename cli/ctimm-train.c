@@ -40,7 +40,7 @@ typedef struct ConfigWords {
 } ConfigWords;
 
 static const char *const usage =
-    "usage: ctimm-train [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--train-split train]\n"
+    "usage: ctimm-train [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes|wds/NAME] [--train-split train]\n"
     "                   [--val-split validation] [--model test_resnet] [--num-classes N] [--img-size N]\n"
     "                   [-b 32] [-vb N] [--epochs 5] [--lr LR] [--lr-base 0.1]\n"
     "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps EPS]\n"
@@ -67,6 +67,8 @@ static const char *const usage =
     "                   [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
     "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800]\n"
+    "                   [--train-num-samples N] [--val-num-samples N] [--input-img-mode RGB|L]\n"
+    "                   [--input-key K] [--target-key K] [--val-interval 1] [--tta 0]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n"

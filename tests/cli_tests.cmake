@@ -1074,3 +1074,9 @@ add_test(NAME train_without_validation COMMAND sh -c
    test \"$(head -1 wds-nv/e/summary.csv)\" = epoch,train_loss,lr && test $(wc -l < wds-nv/e/summary.csv) -eq 3 && \
    test -f wds-nv/e/model_best.safetensors")
 set_tests_properties(train_without_validation PROPERTIES FIXTURES_REQUIRED wds_data)
+# ctimm-validate (and ctimm-infer, through cli/eval.c) reads wds splits too: the
+# 20 val samples once.
+add_test(NAME validate_wds COMMAND sh -c
+  "${VALIDATE} wds-data --dataset wds/shapes --split 'shapes-val-{000000..000001}.tar' --model test_vit \
+     --img-size 32 --num-classes 10 -b 8 > wds-val.log && grep -q '^Data: wds-data: 20 images' wds-val.log")
+set_tests_properties(validate_wds PROPERTIES FIXTURES_REQUIRED wds_data)
