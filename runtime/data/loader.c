@@ -9,12 +9,12 @@
  */
 #include "runtime/data/loader.h"
 
-#include "runtime/data/wds.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/data/wds.h"
 
 #define NONE ((size_t)-1)
 #define DEFAULT_RETRIES 20 /* timm's ImageDataset _ERROR_RETRY */
