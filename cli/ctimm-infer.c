@@ -28,7 +28,7 @@
 static const char *const prog = "ctimm-infer";
 
 static const char *const usage =
-    "usage: ctimm-infer [DATA_DIR] [--data-dir DIR] [--dataset folder|tar] [--split NAME] [-m|--model NAME]\n"
+    "usage: ctimm-infer [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|wds/NAME] [--split NAME] [-m|--model NAME]\n"
     "                   [--checkpoint CKPT] [--pretrained] [--num-classes N] [--class-map FILE] [--img-size N]\n"
     "                   [--in-chans 1|3] [--input-size C H W] [--crop-pct P] [--crop-mode M] [--mean ...] [--std ...]\n"
     "                   [--interpolation NAME] [-b 256] [-j 2] [--amp] [--amp-dtype float16|bfloat16]\n"

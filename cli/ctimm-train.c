@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ typedef struct ConfigWords {
 } ConfigWords;
 
 static const char *const usage =
-    "usage: ctimm-train [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--train-split train]\n"
+    "usage: ctimm-train [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes|wds/NAME] [--train-split train]\n"
     "                   [--val-split validation] [--model test_resnet] [--num-classes N] [--img-size N]\n"
     "                   [-b 32] [-vb N] [--epochs 5] [--lr LR] [--lr-base 0.1]\n"
     "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps EPS]\n"
@@ -68,6 +69,8 @@ static const char *const usage =
     "                   [--bce-sum] [--bce-pos-weight W] [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
     "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800] [--list-flags]\n"
+    "                   [--train-num-samples N] [--val-num-samples N] [--input-img-mode RGB|L]\n"
+    "                   [--input-key K] [--target-key K] [--val-interval 1] [--tta 0]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
     "mpirun -np N ctimm-train ... (tools/distributed_train.sh N ...).\n"
@@ -112,6 +115,10 @@ enum { OPT_PRETRAINED = 8000, OPT_PRETRAINED_PATH, OPT_IN_CHANS, OPT_LIST_FLAGS,
 /* The flags taken with no effect (train_py_no_effect), each its own value:
  * the config loader reads options sharing one as aliases. */
 enum { OPT_NO_EFFECT = 8100, OPT_NO_EFFECT_END = 8200 };
+
+/* Dataset flags (issue 27's data part), long only. */
+enum { OPT_TRAIN_NUM_SAMPLES = 9100, OPT_VAL_NUM_SAMPLES, OPT_INPUT_IMG_MODE, OPT_VAL_INTERVAL, OPT_TTA,
+       OPT_INPUT_KEY, OPT_TARGET_KEY };
 
 /* Data-parallel flags, long only. */
 enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_BN, OPT_DIST_TIMEOUT };
@@ -243,6 +250,9 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"drop-connect", 1, 0, OPT_NO_EFFECT + 8},
         {"list-flags", 0, 0, OPT_LIST_FLAGS}, {"head-init-scale", 1, 0, OPT_HEAD_INIT_SCALE},
         {"head-init-bias", 1, 0, OPT_HEAD_INIT_BIAS},
+        {"train-num-samples", 1, 0, OPT_TRAIN_NUM_SAMPLES}, {"val-num-samples", 1, 0, OPT_VAL_NUM_SAMPLES},
+        {"input-img-mode", 1, 0, OPT_INPUT_IMG_MODE}, {"val-interval", 1, 0, OPT_VAL_INTERVAL},
+        {"tta", 1, 0, OPT_TTA}, {"input-key", 1, 0, OPT_INPUT_KEY}, {"target-key", 1, 0, OPT_TARGET_KEY},
         {0, 0, 0, 0}};
     *a = train_args_default();
     /* -vb is timm's short form: getopt_long_only would take it, but then
@@ -469,6 +479,15 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
             break;
         case OPT_PRETRAINED_PATH: a->pretrained_path = optarg; break;
         case OPT_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 1 << 16, &a->in_chans); break;
+        case OPT_TRAIN_NUM_SAMPLES:
+            bad = cli_int(prog, "--train-num-samples", optarg, 1, INT_MAX, &a->train_num_samples);
+            break;
+        case OPT_VAL_NUM_SAMPLES: bad = cli_int(prog, "--val-num-samples", optarg, 1, INT_MAX, &a->val_num_samples); break;
+        case OPT_INPUT_IMG_MODE: a->input_img_mode = optarg; break;
+        case OPT_VAL_INTERVAL: bad = cli_int(prog, "--val-interval", optarg, 1, INT_MAX, &a->val_interval); break;
+        case OPT_TTA: bad = cli_int(prog, "--tta", optarg, 0, 1 << 16, &a->tta); break;
+        case OPT_INPUT_KEY: a->input_key = optarg; break;
+        case OPT_TARGET_KEY: a->target_key = optarg; break;
         case OPT_MODEL_KWARGS:
             bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
             break;
@@ -490,7 +509,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
     /* train.py's '' means not given for these: their default, read as false */
     const char **unset_if_empty[] = {&a->data_dir, &a->dataset, &a->class_map, &a->interpolation, &a->lr_base_scale,
                                      &a->experiment, &a->output, &a->resume, &a->initial_checkpoint,
-                                     &a->pretrained_path};
+                                     &a->pretrained_path, &a->input_img_mode, &a->input_key, &a->target_key};
     for (size_t i = 0; i < sizeof unset_if_empty / sizeof *unset_if_empty; i++)
         if (*unset_if_empty[i] && !**unset_if_empty[i])
             *unset_if_empty[i] = NULL;

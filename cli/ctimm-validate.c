@@ -31,7 +31,7 @@
 static const char *const prog = "ctimm-validate";
 
 static const char *const usage =
-    "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes] [--split validation]\n"
+    "usage: ctimm-validate [DATA_DIR] [--data-dir DIR] [--dataset folder|tar|shapes|wds/NAME] [--split validation]\n"
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
     "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--pretrained] [--num-classes N]\n"
     "                      [--img-size N] [--use-train-size]"

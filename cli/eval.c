@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/common.h"
 #include "runtime/safetensors.h"
@@ -58,8 +59,10 @@ int eval_open(EvalSession *s, const char *prog, const char *model, const EvalSet
         dc.kind = CT_DS_TAR;
     else if (u->dataset && !strcmp(u->dataset, "folder"))
         dc.kind = CT_DS_FOLDER;
+    else if (u->dataset && !strncasecmp(u->dataset, "wds/", 4)) /* timm's reader prefix; the name is unused */
+        dc.kind = CT_DS_WDS;
     else if (u->dataset && strcmp(u->dataset, "shapes"))
-        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", u->dataset);
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes, wds/NAME", u->dataset);
     if (u->data_dir) {
         snprintf(root, sizeof root, "%s", u->data_dir);
     } else if (u->dataset && strcmp(u->dataset, "shapes")) {

@@ -17,12 +17,7 @@
 #include "cli/train_config.h"
 
 const TrainPyArg train_py_unimplemented[] = {
-    {"train-num-samples", "null", "an iterable dataset's epoch length (wds/, hfids/); ctimm's datasets are indexed"},
-    {"val-num-samples", "null", "an iterable dataset's epoch length (wds/, hfids/); ctimm's datasets are indexed"},
-    {"dataset-download", "false", "ctimm reads local folders and tar files; it downloads no dataset"},
-    {"input-img-mode", "null", "images are decoded as RGB, or L with --in-chans 1"},
-    {"input-key", "null", "a Hugging Face / WebDataset field name; ctimm has no such reader"},
-    {"target-key", "null", "a Hugging Face / WebDataset field name; ctimm has no such reader"},
+    {"dataset-download", "false", "ctimm reads local folders, tar files and WebDataset shards; it downloads none"},
     {"dataset-trust-remote-code", "false", "Hugging Face datasets only; ctimm has no such reader"},
     {"grad-checkpointing", "false", "activation checkpointing is not built yet (issue 28)"},
     {"fast-norm", "false", "selects PyTorch's fused/low-precision norm kernels; ctimm compiles its own"},
@@ -36,9 +31,7 @@ const TrainPyArg train_py_unimplemented[] = {
     {"bn-eps", "null", "a model kwarg only timm's EfficientNet-style builders take; not built"},
     {"model-ema-force-cpu", "false", "the EMA is updated inside the compiled step, beside the weights"},
     {"worker-seeding", "all", "seeds PyTorch's loader workers; ctimm's draws come from its own counter RNG"},
-    {"val-interval", "1", "not built yet"},
     {"save-images", "false", "not built yet"},
-    {"tta", "0", "not built yet"},
     {"log-wandb", "false", "ctimm has no Weights & Biases client; it writes summary.csv (ctimm-plot draws it)"},
     {"wandb-project", "null", "ctimm has no Weights & Biases client"},
     {"wandb-tags", "[]", "ctimm has no Weights & Biases client"},

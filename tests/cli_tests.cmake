@@ -1052,3 +1052,74 @@ add_test(NAME train_gp_model_kwargs COMMAND sh -c
    grep -q fc_norm.weight gp-out/last.safetensors && ! grep -q cls_token gp-out/last.safetensors")
 set_tests_properties(train_gp_model_kwargs PROPERTIES FIXTURES_REQUIRED shapes_small
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
+# WebDataset shards (--dataset wds/NAME, runtime/data/wds.h): 10 train shards
+# of 6 generated shapes images, timm's _info.json; 2 val shards by pattern.
+add_test(NAME wds_data COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/make_wds_shards.sh data/shapes-64 wds-data)
+set_tests_properties(wds_data PROPERTIES FIXTURES_REQUIRED shapes_data FIXTURES_SETUP wds_data)
+set(TRAIN_WDS "${TRAIN} wds-data --dataset wds/shapes --val-split 'shapes-val-{000000..000001}.tar|20' --model test_vit --img-size 32 --no-aug -j 1 --log-interval 100")
+# 2 ranks x batch 5, one loader worker each: timm's epoch is 30 samples a
+# rank, each rank's 5 shards (shuffled by epoch); CTIMM_SAMPLE_LOG shows every
+# one of the 60 samples trained on exactly once in each of 2 epochs, in
+# another order in the second; validation's 20 are 2 batches of 5 a rank.
+add_test(NAME wds_two_ranks_each_sample_once COMMAND sh -c
+  "rm -rf wds-two wds-seen.* && CTIMM_SAMPLE_LOG=wds-seen ${TRAIN_WDS} -b 5 -vb 5 --epochs 2 --nproc-per-node 2 \
+     > wds-two.log && \
+   for e in 0 1; do \
+     test $(grep -c \"^$e \" wds-seen.rank0) -eq 30 && test $(grep -c \"^$e \" wds-seen.rank1) -eq 30 && \
+     test $(cat wds-seen.rank0 wds-seen.rank1 | grep \"^$e \" | sort -u | wc -l) -eq 60 && \
+     test $(cat wds-seen.rank0 wds-seen.rank1 | grep \"^$e \" | cut -d' ' -f2 | cut -d: -f1 | sort -u | wc -l) -eq 10 \
+       || exit 1; \
+   done && \
+   test \"$(grep '^0 ' wds-seen.rank0 | cut -d' ' -f2)\" != \"$(grep '^1 ' wds-seen.rank0 | cut -d' ' -f2)\" && \
+   test $(grep -c '^Test: \\[2/2\\]' wds-two.log) -eq 2")
+set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED wds_data ENVIRONMENT "${DIST_ENV}")
+# --val-interval 2 over 3 epochs: train.py validates (and saves) after epochs
+# 1 and 2 (the last) only; --train-num-samples sets the wds epoch (24: 3 batches of 8);
+# --input-img-mode: RGB or L, matching the model's channels; a training split
+# of unknown size is refused as timm refuses it, and so are a --target-key
+# the samples' .json lack (there is none) and an --input-key of no member.
+add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
+  "rm -rf wds-vi && ${TRAIN_WDS} -b 8 --epochs 3 --val-interval 2 --train-num-samples 24 --input-img-mode RGB \
+     --output wds-vi --experiment e > wds-vi.log && \
+   test $(grep -c '^Skipping eval and checkpointing' wds-vi.log) -eq 1 && \
+   test $(grep -c '^Test: ' wds-vi.log) -eq 2 && test \"$(tail -n +2 wds-vi/e/summary.csv | cut -d, -f1 | paste -sd' ')\" = '1 2' && \
+   grep -q '^Train: 0 \\[   3/3 ' wds-vi.log && \
+   ${FAIL} '--input-img-mode L makes 1-channel images, but the model takes 3' ${TRAIN_WDS} --input-img-mode L && \
+   ${FAIL} '--input-img-mode RGBA: ctimm reads images as RGB or L' ${TRAIN_WDS} --input-img-mode RGBA && \
+   ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar' && \
+   ${FAIL} \"sample 'train_00000' has no .json for its label field 'y'\" ${TRAIN_WDS} --target-key y && \
+   ${FAIL} 'no samples .an image with a .cls' ${TRAIN_WDS} --input-key 'png;webp'")
+set_tests_properties(wds_val_interval_and_refusals PROPERTIES FIXTURES_REQUIRED wds_data)
+# --tta 2 (train.py's validate: each 2 consecutive outputs averaged, scored
+# on the first one's target): a validation split of one image a class, each
+# image also the next class's (so consecutive pairs are one image, labelled
+# right then wrong), scores with --tta 2 what --tta 0 scores on the right
+# halves alone, after the same training; a batch it cannot halve is refused.
+add_test(NAME train_tta_averages_pairs COMMAND sh -c
+  "rm -rf tta-data && ls data/shapes-64/train > tta-classes.txt && k=0 && \
+   for c in data/shapes-64/train/*; do n=\${c##*/} && mkdir -p tta-data/train/$n tta-data/eval/$n && \
+     cp $(ls -d $c/* | head -4) tta-data/train/$n && \
+     if [ $((k % 2)) -eq 0 ]; then f=$(ls -d data/shapes-64/val/$n/* | head -1) && mkdir -p tta-data/val/$n && \
+       cp $f tta-data/val/$n/x.jpg; fi && cp $f tta-data/eval/$n/x.jpg && k=$((k + 1)); done && \
+   T='${TRAIN} tta-data --model test_vit --img-size 32 --no-aug -j 1 -b 8 -vb 4 --epochs 1 --log-interval 100 --class-map tta-classes.txt' && \
+   $T --val-split val > tta-1.log && $T --val-split eval --tta 2 > tta-2.log && $T --val-split eval > tta-0.log && \
+   grep '^Test: ' tta-1.log | sed 's/.*Loss/Loss/' > tta-1.txt && grep '^Test: ' tta-2.log | sed 's/.*Loss/Loss/' > tta-2.txt && \
+   grep '^Test: ' tta-0.log | sed 's/.*Loss/Loss/' > tta-0.txt && \
+   test -s tta-1.txt && cmp tta-1.txt tta-2.txt && ! cmp -s tta-1.txt tta-0.txt && \
+   ${FAIL} '--tta 3: the validation batch size 4 is not a multiple of it' $T --val-split eval --tta 3")
+set_tests_properties(train_tta_averages_pairs PROPERTIES FIXTURES_REQUIRED shapes_data ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+# --val-split '': train.py makes no eval loader; summary.csv has the train
+# loss and lr only, and the train loss ranks the checkpoints.
+add_test(NAME train_without_validation COMMAND sh -c
+  "rm -rf wds-nv && ${TRAIN_WDS} -b 8 --epochs 2 --val-split '' --output wds-nv --experiment e > wds-nv.log && \
+   ! grep -q '^Test' wds-nv.log && grep -q ', 0 validation images' wds-nv.log && \
+   test \"$(head -1 wds-nv/e/summary.csv)\" = epoch,train_loss,lr && test $(wc -l < wds-nv/e/summary.csv) -eq 3 && \
+   test -f wds-nv/e/model_best.safetensors")
+set_tests_properties(train_without_validation PROPERTIES FIXTURES_REQUIRED wds_data)
+# ctimm-validate (and ctimm-infer, through cli/eval.c) reads wds splits too: the
+# 20 val samples once.
+add_test(NAME validate_wds COMMAND sh -c
+  "${VALIDATE} wds-data --dataset wds/shapes --split 'shapes-val-{000000..000001}.tar' --model test_vit \
+     --img-size 32 --num-classes 10 -b 8 > wds-val.log && grep -q '^Data: wds-data: 20 images' wds-val.log")
+set_tests_properties(validate_wds PROPERTIES FIXTURES_REQUIRED wds_data)

@@ -201,7 +201,6 @@ static void test_class_map(void)
     char root[256];
     tpath(root, sizeof root, "ds");
     put("ds/train/map.txt", "class10\r\n  class2 \nunused\n"); /* under the split root, as timm looks */
-    put("ds/map.pkl", "x");
     CtErr err;
     Dataset *ds;
     DatasetConfig cfg = {.root = root, .split = "train", .class_map = "map.txt"}; /* relative: found under root */
@@ -218,9 +217,43 @@ static void test_class_map(void)
         dataset_reader_close(r);
         dataset_close(ds);
     }
+    /* pickle.dumps({'class2': 5, 'class10': 0}, protocol=4): timm's ImageFolder labels class2 5, class10 0 */
+    static const char pkl[] = "\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x28\x8c\x06\x63\x6c\x61\x73\x73"
+                              "\x32\x94\x4b\x05\x8c\x07\x63\x6c\x61\x73\x73\x31\x30\x94\x4b\x00\x75\x2e";
+    char path[512];
+    tpath(path, sizeof path, "ds/train/map.pkl");
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(pkl, 1, sizeof pkl - 1, f) == sizeof pkl - 1);
+    if (f)
+        fclose(f);
     cfg.class_map = "map.pkl";
     rc = dataset_open(&ds, &cfg, &err);
-    CHECKF(rc == -1 && strstr(err.msg, "map.pkl") && strstr(err.msg, ".txt"), "%s", err.msg);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK(dataset_num_classes(ds) == 6);
+        CHECK(!strcmp(dataset_class_name(ds, 5), "class2") && !strcmp(dataset_class_name(ds, 0), "class10") &&
+              !strcmp(dataset_class_name(ds, 3), ""));
+        CHECK(dataset_len(ds) == 5);
+        DatasetReader *r;
+        CHECK(dataset_reader_open(&r, ds, &err) == 0);
+        check_sample(ds, r, 0, "/train/class2/.hidden.jpg", 5, NULL);
+        check_sample(ds, r, 4, "/train/class10/a.jpeg", 0, NULL);
+        dataset_reader_close(r);
+        dataset_close(ds);
+    }
+    /* pickle.dumps({'class2': 'x'}, protocol=4): not an index */
+    static const char bad_pkl[] = "\x80\x04\x95\x11\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x8c\x06\x63\x6c\x61\x73"
+                                  "\x73\x32\x94\x8c\x01\x78\x94\x73\x2e";
+    f = fopen(path, "wb");
+    CHECK(f && fwrite(bad_pkl, 1, sizeof bad_pkl - 1, f) == sizeof bad_pkl - 1);
+    if (f)
+        fclose(f);
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "'class2' maps to a str, not a class index"), "%s", err.msg);
+    put("ds/map.json", "{}");
+    cfg.class_map = "map.json";
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "map.json") && strstr(err.msg, ".pkl"), "%s", err.msg);
     cfg.class_map = "nope.txt";
     rc = dataset_open(&ds, &cfg, &err);
     CHECKF(rc == -1 && strstr(err.msg, "nope.txt") && strstr(err.msg, "not found"), "%s", err.msg);
@@ -232,6 +265,26 @@ static void test_class_map(void)
     cfg.class_map = "twice.txt";
     rc = dataset_open(&ds, &cfg, &err);
     CHECKF(rc == -1 && strstr(err.msg, "'class10' is on lines 1 and 3"), "%s", err.msg);
+    /* --input-key: timm's ReaderImageFolder(input_key='.jpeg;.txt') lists Class1/z.Jpeg,
+     * class2/notes.txt, class10/a.jpeg, then the class maps directly in train (class '', index 0) */
+    cfg = (DatasetConfig){.root = root, .split = "train", .input_key = ".jpeg;.txt"};
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        DatasetReader *r;
+        CHECK(dataset_reader_open(&r, ds, &err) == 0);
+        CHECK(dataset_len(ds) == 6 && dataset_num_classes(ds) == 4);
+        check_sample(ds, r, 0, "/train/Class1/z.Jpeg", 1, NULL);
+        check_sample(ds, r, 1, "/train/class2/notes.txt", 2, NULL);
+        check_sample(ds, r, 2, "/train/class10/a.jpeg", 3, NULL);
+        check_sample(ds, r, 3, "/train/map.txt", 0, NULL);
+        dataset_reader_close(r);
+        dataset_close(ds);
+    }
+    /* timm's folder reader takes no target key, its tar reader no input key either */
+    cfg.target_key = "y";
+    rc = dataset_open(&ds, &cfg, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "--target-key is for wds datasets"), "%s", err.msg);
 }
 
 typedef struct Want {
@@ -305,6 +358,13 @@ static void test_tar(void)
                            {"cat/4.jpg", 0, 675}, {"dog/1.jpg", 1, 691},    {"dog/3.png", 1, 145},
                            {"dog/5.jpg", 1, 685}};
     check_tar("photos.tar", photo_classes, 2, photos, 7);
+    /* timm's ReaderImageInTar takes no input_key (a TypeError) */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/loader/photos.tar", test_data_dir());
+    DatasetConfig cfg = {.root = path, .input_key = ".jpg"};
+    Dataset *ds;
+    CtErr err;
+    CHECK(dataset_open(&ds, &cfg, &err) == -1 && strstr(err.msg, "--input-key is for folder and wds datasets"));
 }
 
 /* Copies the fixture, lets `damage` change it, and expects dataset_open to fail with `want` in the message. */

@@ -22,7 +22,7 @@ TrainArgs train_args_default(void)
                        .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5, .color_jitter = 0.4, .crop_pct = -1,
                        .color_jitter_prob = -1,
                        .amp_dtype = "float16", .bce_target_thresh = -1, .start_epoch = -1, .bucket_cap_mb = 25,
-                       .dist_bn = "reduce", .dist_timeout = 1800};
+                       .dist_bn = "reduce", .dist_timeout = 1800, .val_interval = 1};
 }
 
 int train_args_check(const TrainArgs *a, CtErr *err)
@@ -133,7 +133,9 @@ char *train_args_json(const TrainArgs *a)
                             {"resume", a->resume}, {"initial_checkpoint", a->initial_checkpoint},
                             {"eval_metric", a->eval_metric}, {"clip_mode", a->clip_mode}, {"mixup_mode", a->mixup_mode},
                             {"remode", a->remode}, {"config", a->config}, {"amp_dtype", a->amp_dtype},
-                            {"pretrained_path", a->pretrained_path}, {"gp", a->gp}};
+                            {"pretrained_path", a->pretrained_path}, {"gp", a->gp},
+                            {"input_img_mode", a->input_img_mode}, {"input_key", a->input_key},
+                            {"target_key", a->target_key}};
     for (size_t k = 0; k < sizeof str / sizeof *str; k++)
         if (str[k][1])
             cJSON_AddStringToObject(o, str[k][0], str[k][1]);
@@ -162,7 +164,8 @@ char *train_args_json(const TrainArgs *a)
         {"bce_sum", a->bce_sum}, {"bce_pos_weight", a->bce_pos_weight}, {"aug_splits", a->aug_splits},
         {"jsd_loss", a->jsd_loss}, {"split_bn", a->split_bn}, {"resplit", a->resplit},
         {"recovery_interval", a->recovery_interval}, {"start_epoch", a->start_epoch},
-        {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3}};
+        {"pretrained", a->pretrained}, {"in_chans", a->in_chans ? a->in_chans : 3},
+        {"val_interval", a->val_interval}, {"tta", a->tta}};
     for (size_t k = 0; k < sizeof num / sizeof *num; k++)
         cJSON_AddNumberToObject(o, num[k].k, num[k].v);
     if (a->drop_path < 0) /* not given: train.py's None */
@@ -173,6 +176,11 @@ char *train_args_json(const TrainArgs *a)
                                                                          : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "head_init_bias", a->has_head_init_bias ? cJSON_CreateNumber(a->head_init_bias)
                                                                        : cJSON_CreateNull());
+    const struct { const char *k; int v; } opt_num[] = {{"train_num_samples", a->train_num_samples},
+                                                        {"val_num_samples", a->val_num_samples}};
+    for (size_t k = 0; k < sizeof opt_num / sizeof *opt_num; k++)
+        if (opt_num[k].v > 0)
+            cJSON_AddNumberToObject(o, opt_num[k].k, opt_num[k].v);
     cJSON *ms = cJSON_AddArrayToObject(o, "decay_milestones");
     for (int k = 0; ms && k < a->sch.n_milestones; k++)
         cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->sch.decay_milestones[k]));

@@ -69,6 +69,12 @@ typedef struct TrainArgs {
     int nproc_per_node, dist_check_params, sync_bn;
     double bucket_cap_mb, dist_timeout;
     const char *dist_bn;
+    /* --train-num-samples / --val-num-samples (0: not given; wds only, as in timm), --input-img-mode (NULL: 'L'
+     * for --in-chans 1, else 'RGB'), --val-interval (validate and save every N epochs, and after the last) */
+    int train_num_samples, val_num_samples, val_interval;
+    int tta; /* --tta: validation averages each this many consecutive outputs (0, 1: none) */
+    const char *input_img_mode;
+    const char *input_key, *target_key; /* --input-key / --target-key (runtime/data/dataset.h), NULL: not given */
 } TrainArgs;
 
 TrainArgs train_args_default(void);

@@ -181,6 +181,11 @@ static int train_epoch(Trainer *t, int epoch, size_t first, double *mean, CtErr 
         }
         if (prepare_batch(t, epoch, i, bt, err))
             goto done;
+        for (int j = 0; t->sample_log && j < bt->n; j++) {
+            char name[1200];
+            dataset_sample_name(t->train_ds, (size_t)bt->samples[j], name, sizeof name);
+            fprintf(t->sample_log, "%d %s\n", epoch, name);
+        }
         data_time += now() - td;
         int last = i + 1 == nb, update = last || (i + 1) % k == 0;
         size_t update_idx = i / k, group = i >= last_group_from ? nb % k : k;
@@ -284,10 +289,15 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         return opened;
     size_t nb = loader_epoch_batches(t->val_ld);
     EvalMeter meter = {0};
+    int r = t->a.tta > 1 ? t->a.tta : 1;
+    int64_t *tta_labels = r > 1 ? malloc(sizeof *tta_labels * (size_t)t->vb) : NULL;
+    if (r > 1 && !tta_labels)
+        return ct_fail(err, "out of memory");
     double t0 = now();
     report_pass_begin(t->rep, log_name, nb);
     if (loader_start_epoch(t->val_ld, 0, err)) {
         report_pass_end(t->rep);
+        free(tta_labels);
         return -1;
     }
     for (size_t i = 0; i < nb; i++) {
@@ -301,13 +311,40 @@ static int validate(Trainer *t, CtRunner *run, CtState *st, const char *log_name
         }
         if (got != 1) {
             report_pass_end(t->rep);
+            free(tta_labels);
             return got < 0 ? got : ct_fail(err, "validation ended after %zu of %zu batches", i, nb);
         }
-        eval_meter_add(&meter, logits.data, t->classes, bt->labels, bt->n);
+        int n = bt->n;
+        const int64_t *labels = bt->labels;
+        if (r > 1) {
+            /* train.py's --tta: each r consecutive outputs averaged, scored
+             * on the first one's target (the loader makes no extra views) */
+            if (n % r) {
+                tensor_free(&logits);
+                report_pass_end(t->rep);
+                free(tta_labels);
+                return ct_fail(err, "--tta %d: validation batch %zu has %d images, not a multiple of %d (timm's "
+                               "loss fails on it; choose -vb and the validation set to divide)", r, i, n, r);
+            }
+            float *z = logits.data;
+            for (int g = 0; g < n / r; g++) {
+                for (int c = 0; c < t->classes; c++) {
+                    double acc = 0;
+                    for (int k = 0; k < r; k++)
+                        acc += z[(size_t)(g * r + k) * (size_t)t->classes + (size_t)c];
+                    z[(size_t)g * (size_t)t->classes + (size_t)c] = (float)(acc / r);
+                }
+                tta_labels[g] = bt->labels[g * r];
+            }
+            n /= r;
+            labels = tta_labels;
+        }
+        eval_meter_add(&meter, logits.data, t->classes, labels, n);
         tensor_free(&logits);
         report_pass_update(t->rep, i + 1);
     }
     report_pass_end(t->rep);
+    free(tta_labels);
     if (train_reduce_meter(t->dist, &meter, err)) /* timm's distributed validate: every rank's share */
         return -1;
     *loss = eval_loss(&meter);
@@ -324,7 +361,29 @@ static double pick_metric(const Trainer *t, double loss, double top1, double top
     return !strcmp(t->a.eval_metric, "loss") ? loss : !strcmp(t->a.eval_metric, "top5") ? top5 : top1;
 }
 
-/* After epoch's training: timm's distribute_bn, validation (of the EMA
+/* end_epoch without validation (--val-split ''): train.py's summary row of
+ * the train loss, which also ranks the checkpoints and steps the schedule. */
+static int end_epoch_no_eval(Trainer *t, int epoch, double train_loss, double lr, CtErr *err)
+{
+    if (t->summary) {
+        fprintf(t->summary, "%d,%.6f,%.6g\n", epoch, train_loss, lr * t->lr_log_scale);
+        fflush(t->summary);
+    }
+    sched_step_metric(&t->sched, epoch + 1, train_loss);
+    scaler_format(&t->scaler, t->scaler_str, sizeof t->scaler_str);
+    sched_format(&t->sched, t->sched_str, sizeof t->sched_str);
+    double rank_by = isfinite(train_loss) ? train_loss : NAN;
+    if (t->saving && saver_save(t->saving, &t->state, &t->info, epoch, rank_by, err))
+        return ct_failctx(err, "saving the checkpoint of epoch %d", epoch);
+    if (isfinite(rank_by) && (t->best_epoch < 0 || rank_by < t->best)) {
+        t->best = rank_by;
+        t->best_epoch = epoch;
+    }
+    return 0;
+}
+
+/* After epoch's training: timm's distribute_bn, then (every --val-interval
+ * epochs and after the last) validation (of the EMA
  * too, whose metrics then stand for the epoch), summary.csv, the
  * schedule's step on the metric, and the epoch's checkpoints. 0, -1, or
  * CT_INTERRUPTED from stop_in_validation. */
@@ -335,6 +394,14 @@ static int end_epoch(Trainer *t, int epoch, double train_loss, CtErr *err)
         return -1;
     if (t->bn_mode >= 0 && (train_sync_bn(t->dist, &t->state, t->bn_mode, err) || state_from_host(t, err)))
         return -1;
+    if ((epoch + 1) % t->a.val_interval != 0 && epoch + 1 != t->num_epochs) {
+        /* --val-interval: train.py steps the schedule without a metric and goes on */
+        report_log(t->rep, "Skipping eval and checkpointing\n");
+        sched_step_metric(&t->sched, epoch + 1, NAN);
+        return 0;
+    }
+    if (t->no_eval)
+        return end_epoch_no_eval(t, epoch, train_loss, lr, err);
     int vst = validate(t, &t->eval_run, &t->state, "Test", &el, &t1, &t5, err);
     if (vst == CT_INTERRUPTED)
         return stop_in_validation(t, epoch, train_loss, err);

@@ -89,6 +89,7 @@ typedef struct Trainer {
     long loss_count;
     long skipped; /* --amp f16: steps skipped for a non-finite gradient */
     int decreasing; /* --eval-metric loss: lower is better */
+    int no_eval;    /* --val-split '': no validation (train.py's), the train loss ranks the epochs */
     int bn_mode;    /* --dist-bn after each epoch: 1 reduce, 0 broadcast, -1 none */
     double best;    /* the best metric so far and its epoch (-1: none) */
     int best_epoch;
@@ -96,6 +97,7 @@ typedef struct Trainer {
     /* with --output, on rank 0: the run's folder, summary.csv, the saver */
     char run_dir[1100];
     FILE *summary;
+    FILE *sample_log; /* CTIMM_SAMPLE_LOG's file, or NULL */
     Saver saver;
     Saver *saving; /* &saver when there is an output folder, else NULL */
     char *args_json;

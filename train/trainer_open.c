@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "models/layer_groups.h"
 #include "passes/pipeline.h"
@@ -223,22 +224,32 @@ static int setup_augment(Trainer *t, CtErr *err)
  * loaders, each rank on its shard. */
 static int open_data(Trainer *t, CtErr *err)
 {
-    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = t->root, .split = t->a.train_split, .class_map = t->a.class_map};
+    DatasetConfig dc = {.kind = CT_DS_AUTO, .root = t->root, .split = t->a.train_split, .class_map = t->a.class_map,
+                        .input_key = t->a.input_key, .target_key = t->a.target_key};
     if (t->a.dataset && !strcmp(t->a.dataset, "tar"))
         dc.kind = CT_DS_TAR;
     else if (t->a.dataset && !strcmp(t->a.dataset, "folder"))
         dc.kind = CT_DS_FOLDER;
+    else if (t->a.dataset && !strncasecmp(t->a.dataset, "wds/", 4)) /* timm's reader prefix; the name is unused */
+        dc.kind = CT_DS_WDS;
     else if (t->a.dataset && strcmp(t->a.dataset, "shapes"))
-        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes", t->a.dataset);
+        return ct_fail(err, "--dataset %s is not one of folder, tar, shapes, wds/NAME", t->a.dataset);
+    /* timm passes num_samples to its iterable datasets only */
+    dc.num_samples = (size_t)t->a.train_num_samples;
     if (dataset_open(&t->train_ds, &dc, err))
         return -1;
     dc.split = t->a.val_split;
-    if (dataset_open(&t->val_ds, &dc, err))
+    dc.num_samples = (size_t)t->a.val_num_samples;
+    /* train.py: no --val-split, no eval loader; its metric is then the train loss */
+    t->no_eval = !t->a.val_split || !*t->a.val_split;
+    if (t->no_eval)
+        t->decreasing = 1;
+    else if (dataset_open(&t->val_ds, &dc, err))
         return -1;
     t->classes = t->a.num_classes > 0 ? t->a.num_classes : dataset_num_classes(t->train_ds);
     /* timm's loss raises on a label past the classifier; refuse before the first step */
     const Dataset *sets[2] = {t->train_ds, t->val_ds};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2 - t->no_eval; k++)
         if (dataset_num_classes(sets[k]) > t->classes)
             return ct_fail(err, "%s has %d classes but --num-classes is %d: its labels would fall outside the "
                            "classifier (give --num-classes %d or more, or leave it out)",
@@ -288,7 +299,15 @@ static int open_data(Trainer *t, CtErr *err)
     noaug.interp = eval_interp;
     for (int c = 0; c < 3; c++)
         tt.mean[c] = et.mean[c] = noaug.mean[c] = t->mean[c];
-    tt.gray = et.gray = noaug.gray = t->chans == 1; /* train.py's input_img_mode 'L' */
+    /* train.py's input_img_mode: 'RGB' for 3 input channels, else 'L'. Images
+     * of another channel count than the model's fail timm's first batch. */
+    const char *mode = a->input_img_mode ? a->input_img_mode : t->chans == 3 ? "RGB" : "L";
+    if (strcmp(mode, "RGB") && strcmp(mode, "L"))
+        return ct_fail(err, "--input-img-mode %s: ctimm reads images as RGB or L (gray)", mode);
+    if ((mode[0] == 'L') != (t->chans == 1))
+        return ct_fail(err, "--input-img-mode %s makes %d-channel images, but the model takes %d (--in-chans)", mode,
+                       mode[0] == 'L' ? 1 : 3, t->chans);
+    tt.gray = et.gray = noaug.gray = t->chans == 1;
     if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
@@ -301,10 +320,15 @@ static int open_data(Trainer *t, CtErr *err)
                        "2 or more), as train.py's", a->aug_repeats);
     if (loader_create(&t->train_ld, t->train_ds, &lc, err))
         return -1;
-    lc = (LoaderConfig){.batch_size = t->vb, .num_workers = t->a.workers, .eval = &et, .seed = (uint64_t)t->a.seed,
+    /* train.py: distributed wds validation reads with at most 2 workers a rank */
+    int eval_workers = dc.kind == CT_DS_WDS && t->world > 1 && t->a.workers > 2 ? 2 : t->a.workers;
+    lc = (LoaderConfig){.batch_size = t->vb, .num_workers = eval_workers, .eval = &et, .seed = (uint64_t)t->a.seed,
                         .rank = t->rank, .world_size = t->world};
-    if (loader_create(&t->val_ld, t->val_ds, &lc, err))
+    if (!t->no_eval && loader_create(&t->val_ld, t->val_ds, &lc, err))
         return -1;
+    if (a->tta > 1 && t->vb % a->tta)
+        return ct_fail(err, "--tta %d: the validation batch size %d is not a multiple of it (timm's loss would fail "
+                       "on the first batch)", a->tta, t->vb);
     if (loader_epoch_batches(t->train_ld) == 0)
         return ct_fail(err, "%s: %zu training images make no batch of %d", t->root, dataset_len(t->train_ds),
                        t->a.batch_size);
@@ -484,7 +508,7 @@ static void say_setup(const Trainer *t, const Resumed *res)
     const TrainArgs *a = &t->a;
     report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
     report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s\n", t->root,
-               dataset_len(t->train_ds), dataset_len(t->val_ds), t->classes, t->img, t->img,
+               dataset_len(t->train_ds), t->val_ds ? dataset_len(t->val_ds) : 0, t->classes, t->img, t->img,
                t->chans == 1 ? " gray ('L')" : "", t->be->name);
     if (t->chans == 1 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
         report_log(t->rep, "Normalising the 1-channel images by mean %.6g, std %.6g (the model's 3-channel values "
@@ -531,7 +555,7 @@ static int open_output(Trainer *t, CtErr *err)
     snprintf(path, sizeof path, "%s/summary.csv", t->run_dir);
     if (!(t->summary = fopen(path, "w")))
         return ct_fail(err, "cannot write %s: %s", path, strerror(errno));
-    fprintf(t->summary, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
+    fprintf(t->summary, t->no_eval ? "epoch,train_loss,lr\n" : "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n");
     saver_init(&t->saver, t->run_dir, t->a.checkpoint_hist, t->decreasing);
     t->saving = &t->saver;
     t->args_json = train_args_json(&t->a);
@@ -567,6 +591,21 @@ static void resolve_args(Trainer *t)
                                         : strstr(a->opt, "ada") || strstr(a->opt, "lamb");
         a->lr = a->lr_base * (use_sqrt ? sqrt(ratio) : ratio);
     }
+}
+
+/* CTIMM_SAMPLE_LOG=PREFIX: each rank writes the samples of its training
+ * batches to PREFIX.rankN, a line "epoch name" each, to check which
+ * samples an epoch saw (the wds tests do). */
+static int open_sample_log(Trainer *t, CtErr *err)
+{
+    const char *prefix = getenv("CTIMM_SAMPLE_LOG");
+    if (!prefix || !*prefix)
+        return 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s.rank%d", prefix, t->rank);
+    if (!(t->sample_log = fopen(path, "w")))
+        return ct_fail(err, "CTIMM_SAMPLE_LOG: cannot write %s: %s", path, strerror(errno));
+    return 0;
 }
 
 int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBackend *be, CtDist *dist,
@@ -616,7 +655,9 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     /* Everything is validated: only now does the output folder appear. */
     if (t->a.output && t->rank == 0 && open_output(t, err))
         goto fail;
-    t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->a.eval_metric, .args_json = t->args_json,
+    if (open_sample_log(t, err))
+        goto fail;
+    t->info = (CkptInfo){.model = t->m->name, .eval_metric = t->no_eval ? "loss" : t->a.eval_metric, .args_json = t->args_json,
                          .num_classes = t->classes, .amp_scaler = t->amp == CT_F16 ? t->scaler_str : NULL,
                          .sched = t->sched_str};
     sched_format(&t->sched, t->sched_str, sizeof t->sched_str);
@@ -652,6 +693,8 @@ void trainer_close(Trainer *t)
     free(t->soft);
     if (t->summary)
         fclose(t->summary);
+    if (t->sample_log)
+        fclose(t->sample_log);
     saver_free(&t->saver);
     free(t->args_json);
     memset(t, 0, sizeof *t);

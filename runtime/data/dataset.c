@@ -19,6 +19,7 @@
 #include "runtime/data/dataset_impl.h"
 #include "runtime/data/rng.h"
 #include "runtime/data/shapes.h"
+#include "runtime/torch_pickle.h"
 
 /* A file larger than this is not an image we can use; refusing it keeps a
  * corrupt size from turning into a huge allocation. */
@@ -37,6 +38,8 @@ struct Dataset {
     const char **class_names; /* [nclasses] into strings or class_store */
     char *class_store;
     int fd; /* tar */
+    WdsIndex wds;
+    size_t *shard_of; /* [n], wds */
     int syn_size;
     uint64_t syn_seed;
 };
@@ -47,6 +50,8 @@ struct DatasetReader {
     size_t cap;
     char *path;
     size_t path_cap;
+    int wds_fd;         /* wds: the open shard */
+    size_t wds_shard;
     tjhandle tj;        /* synthetic */
     uint8_t *rgb;       /* synthetic */
     unsigned char *jpeg;
@@ -194,7 +199,32 @@ typedef struct DirStack {
 /* Walks abs (= root/rel) like os.walk(followlinks=True): every image file
  * becomes an entry labelled with its folder's leaf name. A folder that is
  * its own ancestor through a link is not entered twice. */
-static int walk(const char *abs, const char *rel, const DirStack *up, int depth, DsBuild *b, CtErr *err)
+/* Whether name (n bytes) is an image: ds_is_image_name, or with types
+ * (--input-key) its lower-cased extension is one of types' ';' items. */
+static int is_image(const char *name, size_t n, const char *types)
+{
+    if (!types)
+        return ds_is_image_name(name, n);
+    const char *e = extension(name, n);
+    if (!e)
+        return 0;
+    size_t el = n - (size_t)(e - name);
+    for (const char *t = types; *t;) {
+        size_t tl = strcspn(t, ";");
+        if (tl == el) {
+            size_t i = 0;
+            while (i < el && tolower((unsigned char)e[i]) == (unsigned char)t[i])
+                i++;
+            if (i == el)
+                return 1;
+        }
+        t += tl + (t[tl] == ';');
+    }
+    return 0;
+}
+
+static int walk(const char *abs, const char *rel, const DirStack *up, int depth, const char *types, DsBuild *b,
+                CtErr *err)
 {
     struct stat st;
     if (stat(abs, &st) != 0)
@@ -233,8 +263,8 @@ static int walk(const char *abs, const char *rel, const DirStack *up, int depth,
         struct stat cs;
         int ok = stat(cabs, &cs) == 0;
         if (ok && S_ISDIR(cs.st_mode)) {
-            rc = walk(cabs, crel, &me, depth + 1, b, err);
-        } else if (ds_is_image_name(nm, ln) && (!ok || !S_ISDIR(cs.st_mode))) {
+            rc = walk(cabs, crel, &me, depth + 1, types, b, err);
+        } else if (is_image(nm, ln, types) && (!ok || !S_ISDIR(cs.st_mode))) {
             /* a dangling link is listed too, as os.walk does; reading it fails later */
             DsEntry ent = {0};
             if (label == (size_t)-1)
@@ -391,15 +421,80 @@ static int read_whole(const char *path, char **out, size_t *n, CtErr *err)
     return 0;
 }
 
-/* Loads a .txt class map into ds's class table and a name -> index lookup
+/* A .pkl class map (timm's _ClassMapUnpickler: a pickled dict, no globals)
+ * of class (folder) names to indices, read by the restricted unpickler.
+ * Several names may share an index; the class table names each index by
+ * its first name in the dict ("" for an index no name has). */
+static int load_pkl_map(Dataset *ds, const char *path, const char *text, size_t len, ClassRef **refs, int *nrefs,
+                        CtErr *err)
+{
+    PkArena *arena = NULL;
+    const PkValue *v = NULL;
+    size_t used = 0;
+    if (pk_arena_create(&arena, err))
+        return -1;
+    int rc = pk_load(arena, path, (const unsigned char *)text, len, &used, &v, err);
+    if (!rc && v->kind != PK_DICT)
+        rc = ct_fail(err, "class map %s: %s, expected a dict of class names to indices", path, pk_kind_name(v));
+    size_t n = rc ? 0 : v->u.seq.n / 2;
+    if (!rc && n == 0)
+        rc = ct_fail(err, "class map %s lists no classes", path);
+    int64_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const PkValue *k = v->u.seq.v[2 * i], *x = v->u.seq.v[2 * i + 1];
+        if (k->kind != PK_STR || strlen(k->u.str.s) != k->u.str.n)
+            rc = ct_fail(err, "class map %s: key %zu is %s; folder datasets need class names", path, i,
+                         pk_kind_name(k));
+        else if (x->kind != PK_INT || x->u.i < 0 || x->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: '%s' maps to %s, not a class index", path, k->u.str.s, pk_kind_name(x));
+        else if (x->u.i > top)
+            top = x->u.i;
+    }
+    size_t store = 1;
+    for (size_t i = 0; !rc && i < n; i++)
+        store += v->u.seq.v[2 * i]->u.str.n + 1;
+    if (!rc) {
+        ds->class_store = malloc(store);
+        ds->class_names = malloc((size_t)(top + 1) * sizeof *ds->class_names);
+        *refs = malloc(n * sizeof **refs);
+        if (!ds->class_store || !ds->class_names || !*refs)
+            rc = ct_fail(err, "out of memory");
+    }
+    if (!rc) {
+        ds->class_store[0] = 0;
+        for (int64_t c = 0; c <= top; c++)
+            ds->class_names[c] = ds->class_store;
+        size_t at = 1;
+        for (size_t i = 0; i < n; i++) {
+            const PkValue *k = v->u.seq.v[2 * i];
+            int idx = (int)v->u.seq.v[2 * i + 1]->u.i;
+            char *name = ds->class_store + at;
+            memcpy(name, k->u.str.s, k->u.str.n + 1);
+            at += k->u.str.n + 1;
+            if (!*ds->class_names[idx])
+                ds->class_names[idx] = name;
+            (*refs)[i] = (ClassRef){name, idx};
+        }
+        qsort(*refs, n, sizeof **refs, cmp_classref);
+        ds->nclasses = (int)(top + 1);
+        *nrefs = (int)n;
+    }
+    pk_arena_free(arena);
+    return rc;
+}
+
+/* Loads a class map (.txt: one class name a line, its index the line's;
+ * .pkl: see load_pkl_map) into ds's class table and a name -> index lookup
  * (*refs, sorted by name); a name on two lines is refused. */
 static int load_class_map(Dataset *ds, const char *map, const char *root, ClassRef **refs, int *nrefs, CtErr *err)
 {
     const char *ext = extension(map, strlen(map));
-    if (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 't' || tolower((unsigned char)ext[2]) != 'x' ||
-        tolower((unsigned char)ext[3]) != 't')
-        return ct_fail(err, "class map %s: unsupported format '%s' (ctimm reads .txt class maps: one class name a line)",
-                       map, ext ? ext : "");
+    int pkl = ext && strlen(ext) == 4 && tolower((unsigned char)ext[1]) == 'p' &&
+              tolower((unsigned char)ext[2]) == 'k' && tolower((unsigned char)ext[3]) == 'l';
+    if (!pkl && (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 't' ||
+                 tolower((unsigned char)ext[2]) != 'x' || tolower((unsigned char)ext[3]) != 't'))
+        return ct_fail(err, "class map %s: unsupported format '%s' (timm's class maps are .txt, one class name a "
+                       "line, or .pkl, a pickled dict)", map, ext ? ext : "");
     char *path = NULL;
     if (path_exists(map))
         path = strdup(map);
@@ -413,6 +508,12 @@ static int load_class_map(Dataset *ds, const char *map, const char *root, ClassR
     size_t len = 0;
     int rc = read_whole(path, &text, &len, err);
     if (rc) {
+        free(path);
+        return rc;
+    }
+    if (pkl) {
+        rc = load_pkl_map(ds, path, text, len, refs, nrefs, err);
+        free(text);
         free(path);
         return rc;
     }
@@ -611,6 +712,123 @@ static int open_synthetic(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
     return 0;
 }
 
+/* A wds class map: timm's remap_target looks each numeric label up in the
+ * map, so only a .pkl dict keyed by label numbers can serve (a .txt, or a
+ * dict of names, matches no label: timm's KeyError at the first sample).
+ * *to[label] = index, -1 when the label is not a key. */
+static int wds_class_map(const char *map, int32_t **to, int32_t *nto, CtErr *err)
+{
+    const char *ext = extension(map, strlen(map));
+    if (!ext || strlen(ext) != 4 || tolower((unsigned char)ext[1]) != 'p' || tolower((unsigned char)ext[2]) != 'k' ||
+        tolower((unsigned char)ext[3]) != 'l')
+        return ct_fail(err, "class map %s: WebDataset labels are numbers, so timm's remap needs a .pkl dict of label "
+                       "numbers to indices (a .txt names classes, which no wds label matches)", map);
+    char *text = NULL;
+    size_t len = 0, used = 0;
+    if (read_whole(map, &text, &len, err))
+        return -1;
+    PkArena *arena = NULL;
+    const PkValue *v = NULL;
+    int rc = pk_arena_create(&arena, err);
+    if (!rc)
+        rc = pk_load(arena, map, (const unsigned char *)text, len, &used, &v, err);
+    if (!rc && v->kind != PK_DICT)
+        rc = ct_fail(err, "class map %s: %s, expected a dict of label numbers to indices", map, pk_kind_name(v));
+    size_t n = rc ? 0 : v->u.seq.n / 2;
+    int64_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const PkValue *k = v->u.seq.v[2 * i], *x = v->u.seq.v[2 * i + 1];
+        if (k->kind != PK_INT || k->u.i < 0 || k->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: key %zu is %s; WebDataset labels are numbers 0..", map, i,
+                         pk_kind_name(k));
+        else if (x->kind != PK_INT || x->u.i < 0 || x->u.i >= (1 << 24))
+            rc = ct_fail(err, "class map %s: label %lld maps to %s, not a class index", map, (long long)k->u.i,
+                         pk_kind_name(x));
+        else if (k->u.i > top)
+            top = k->u.i;
+    }
+    if (!rc && !(*to = malloc((size_t)(top + 1) * sizeof **to + 1)))
+        rc = ct_fail(err, "out of memory");
+    for (int64_t c = 0; !rc && c <= top; c++)
+        (*to)[c] = -1;
+    for (size_t i = 0; !rc && i < n; i++)
+        (*to)[v->u.seq.v[2 * i]->u.i] = (int32_t)v->u.seq.v[2 * i + 1]->u.i;
+    *nto = (int32_t)(top + 1);
+    pk_arena_free(arena);
+    free(text);
+    return rc;
+}
+
+static int open_wds(Dataset *ds, const DatasetConfig *cfg, CtErr *err)
+{
+    struct stat st;
+    if (stat(cfg->root, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ct_fail(err, "wds dataset %s: not a folder", cfg->root);
+    int32_t *to = NULL, nto = 0;
+    if (cfg->class_map && *cfg->class_map && wds_class_map(cfg->class_map, &to, &nto, err))
+        return -1;
+    if (!(ds->root = strdup(cfg->root))) {
+        free(to);
+        return ct_fail(err, "out of memory");
+    }
+    DsBuild b = {0};
+    int rc = ds_wds_index(ds->root, cfg->split, cfg->num_samples, cfg->input_key, cfg->target_key, &ds->wds, &b,
+                          err);
+    ds->strings = b.str;
+    /* timm's remap_target, outside the pipeline's error handler: a label the map lacks stops the run */
+    for (size_t i = 0; !rc && to && i < b.n; i++) {
+        int32_t l = b.e[i].class_index;
+        if (l >= nto || to[l] < 0) {
+            size_t s = 0;
+            while (ds->wds.shard_first[s + 1] <= i)
+                s++;
+            rc = ct_fail(err, "wds sample %s:%s: label %d is not in class map %s", ds->wds.shards[s],
+                         b.str + b.e[i].name, l, cfg->class_map);
+        } else {
+            b.e[i].class_index = to[l];
+        }
+    }
+    free(to);
+    size_t n = b.n;
+    if (!rc && n == 0)
+        rc = ct_fail(err, "wds dataset %s, split %s: no samples (an image with a .cls, or a .json label) in its %zu "
+                     "shards", ds->root, cfg->split, ds->wds.nshards);
+    if (!rc) {
+        ds->n = n;
+        ds->names = malloc(n * sizeof *ds->names);
+        ds->labels = malloc(n * sizeof *ds->labels);
+        ds->offsets = malloc(n * sizeof *ds->offsets);
+        ds->sizes = malloc(n * sizeof *ds->sizes);
+        ds->shard_of = malloc(n * sizeof *ds->shard_of);
+        if (!ds->names || !ds->labels || !ds->offsets || !ds->sizes || !ds->shard_of)
+            rc = ct_fail(err, "out of memory");
+    }
+    int32_t top = -1;
+    for (size_t i = 0; !rc && i < n; i++) {
+        ds->names[i] = ds->strings + b.e[i].name;
+        ds->labels[i] = b.e[i].class_index;
+        ds->offsets[i] = b.e[i].off;
+        ds->sizes[i] = b.e[i].size;
+        ds->shard_of[i] = b.e[i].shard;
+        if (b.e[i].class_index > top)
+            top = b.e[i].class_index;
+    }
+    free(b.e);
+    if (rc)
+        return rc;
+    ds->nclasses = top + 1;
+    size_t cap = (size_t)ds->nclasses * 12;
+    ds->class_store = malloc(cap ? cap : 1);
+    ds->class_names = malloc((size_t)ds->nclasses * sizeof *ds->class_names + 1);
+    if (!ds->class_store || !ds->class_names)
+        return ct_fail(err, "out of memory");
+    for (int c = 0, at = 0; c < ds->nclasses; c++) {
+        ds->class_names[c] = ds->class_store + at;
+        at += snprintf(ds->class_store + at, cap - (size_t)at, "%d", c) + 1;
+    }
+    return 0;
+}
+
 int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
 {
     *out = NULL;
@@ -629,6 +847,10 @@ int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
     }
     if (!cfg->root || !*cfg->root) {
         rc = ct_fail(err, "dataset: no root folder or .tar file given");
+        goto done;
+    }
+    if (cfg->kind == CT_DS_WDS) {
+        rc = open_wds(ds, cfg, err);
         goto done;
     }
     struct stat st;
@@ -661,8 +883,16 @@ int dataset_open(Dataset **out, const DatasetConfig *cfg, CtErr *err)
         rc = ct_fail(err, "dataset %s: not a folder or a .tar file", ds->root);
         goto done;
     }
+    /* timm's ImageFolder reader takes an input key only, its tar reader neither (a TypeError) */
+    if ((cfg->target_key && *cfg->target_key) || (ds->kind == CT_DS_TAR && cfg->input_key && *cfg->input_key)) {
+        rc = ct_fail(err, "dataset %s: --%s is for %s datasets (timm's %s reader takes none)", ds->root,
+                     cfg->target_key && *cfg->target_key ? "target-key" : "input-key",
+                     cfg->target_key && *cfg->target_key ? "wds" : "folder and wds",
+                     ds->kind == CT_DS_TAR ? "tar" : "folder");
+        goto done;
+    }
     if (ds->kind == CT_DS_FOLDER) {
-        rc = walk(ds->root, "", NULL, 0, &b, err);
+        rc = walk(ds->root, "", NULL, 0, cfg->input_key, &b, err);
     } else {
         ds->fd = open(ds->root, O_RDONLY);
         if (ds->fd < 0)
@@ -697,7 +927,19 @@ void dataset_close(Dataset *ds)
     free(ds->sizes);
     free(ds->class_names);
     free(ds->class_store);
+    free(ds->shard_of);
+    ds_wds_free(&ds->wds);
     free(ds);
+}
+
+int dataset_wds_shards(const Dataset *ds, size_t *nshards, const size_t **shard_first, size_t *num_samples)
+{
+    if (ds->kind != CT_DS_WDS)
+        return -1;
+    *nshards = ds->wds.nshards;
+    *shard_first = ds->wds.shard_first;
+    *num_samples = ds->wds.num_samples;
+    return 0;
 }
 
 size_t dataset_len(const Dataset *ds) { return ds->n; }
@@ -727,6 +969,8 @@ void dataset_sample_name(const Dataset *ds, size_t i, char *buf, size_t n)
         snprintf(buf, n, "synthetic:%zu", i);
     else if (ds->kind == CT_DS_TAR)
         snprintf(buf, n, "%s:%s", ds->root, ds->names[i]);
+    else if (ds->kind == CT_DS_WDS)
+        snprintf(buf, n, "%s:%s", ds->wds.shards[ds->shard_of[i]], ds->names[i]);
     else
         snprintf(buf, n, "%s/%s", ds->root, ds->names[i]);
 }
@@ -741,6 +985,7 @@ int dataset_reader_open(DatasetReader **out, const Dataset *ds, CtErr *err)
     if (!r)
         return ct_fail(err, "out of memory");
     r->ds = ds;
+    r->wds_fd = -1;
     if (ds->kind == CT_DS_SYNTHETIC) {
         int s = ds->syn_size;
         r->tj = tjInitCompress();
@@ -760,6 +1005,8 @@ void dataset_reader_close(DatasetReader *r)
 {
     if (!r)
         return;
+    if (r->wds_fd >= 0)
+        close(r->wds_fd);
     free(r->buf);
     free(r->path);
     free(r->rgb);
@@ -840,16 +1087,32 @@ int dataset_read(DatasetReader *r, size_t i, const uint8_t **data, size_t *n, Ct
     if (i >= ds->n)
         return ct_fail(err, "%s: sample %zu out of range (%zu samples)", ds->root, i, ds->n);
     switch (ds->kind) {
+    case CT_DS_WDS:
     case CT_DS_TAR: {
+        const char *file = ds->root;
+        int fd = ds->fd;
+        if (ds->kind == CT_DS_WDS) {
+            /* one shard open per reader: a worker reads its shards' samples together */
+            file = ds->wds.shards[ds->shard_of[i]];
+            if (r->wds_fd < 0 || r->wds_shard != ds->shard_of[i]) {
+                if (r->wds_fd >= 0)
+                    close(r->wds_fd);
+                r->wds_fd = open(file, O_RDONLY);
+                if (r->wds_fd < 0)
+                    return ct_fail(err, "cannot open %s: %s", file, strerror(errno));
+                r->wds_shard = ds->shard_of[i];
+            }
+            fd = r->wds_fd;
+        }
         uint64_t size = ds->sizes[i];
         if (size == 0)
-            return ct_fail(err, "%s:%s: empty member", ds->root, ds->names[i]);
+            return ct_fail(err, "%s:%s: empty member", file, ds->names[i]);
         if (size > MAX_SAMPLE_BYTES)
-            return ct_fail(err, "%s:%s: too large for an image", ds->root, ds->names[i]);
+            return ct_fail(err, "%s:%s: too large for an image", file, ds->names[i]);
         if (reserve(r, (size_t)size, err))
             return -1;
-        if (read_full(ds->fd, r->buf, (size_t)size, ds->offsets[i], 1) != 0)
-            return ct_fail(err, "%s:%s: read failed: %s", ds->root, ds->names[i], strerror(errno));
+        if (read_full(fd, r->buf, (size_t)size, ds->offsets[i], 1) != 0)
+            return ct_fail(err, "%s:%s: read failed: %s", file, ds->names[i], strerror(errno));
         *data = r->buf;
         *n = (size_t)size;
         return 0;

@@ -17,6 +17,8 @@ typedef struct DsEntry {
     size_t key;   /* what samples are sorted by (timm: the path) */
     size_t label; /* class name */
     uint64_t off, size; /* tar: the member's data */
+    size_t shard;        /* wds: the shard holding it */
+    int32_t class_index; /* wds: the label itself (label is unused) */
 } DsEntry;
 
 typedef struct DsBuild {
@@ -35,5 +37,27 @@ int ds_is_image_name(const char *name, size_t n);
 int ds_is_tar_name(const char *name, size_t n);
 /* Indexes every image member of the open tar fd (path for messages). */
 int ds_tar_scan(const char *path, int fd, DsBuild *b, CtErr *err);
+
+/* Calls member(ctx, name, data offset, size) for every regular file of the
+ * open tar fd in archive order, member tars not entered (WebDataset shards). */
+int ds_tar_walk(const char *path, int fd, int (*member)(void *ctx, const char *name, uint64_t off, uint64_t size,
+                                                         CtErr *err),
+                void *ctx, CtErr *err);
+
+/* A WebDataset split (dataset_wds.c). */
+typedef struct WdsIndex {
+    char **shards;       /* [nshards] paths */
+    size_t nshards;
+    size_t *shard_first; /* [nshards + 1] into the samples, in shard order */
+    size_t num_samples;  /* the split's count, 0 when unknown */
+    char *alt_label;     /* the split's json label field, or NULL (.cls) */
+    size_t skipped;      /* key groups without an image or label */
+} WdsIndex;
+
+/* Indexes split of the WebDataset at root into b (entries in shard order);
+ * num_samples > 0 overrides the split's count. */
+int ds_wds_index(const char *root, const char *split, size_t num_samples, const char *input_key,
+                 const char *target_key, WdsIndex *x, DsBuild *b, CtErr *err);
+void ds_wds_free(WdsIndex *x);
 
 #endif

@@ -26,6 +26,9 @@ typedef struct TarCtx {
     const char *path; /* the archive, for messages */
     int fd;
     DsBuild *b;
+    /* ds_tar_walk: every file member goes here instead */
+    int (*member)(void *ctx, const char *name, uint64_t off, uint64_t size, CtErr *err);
+    void *ctx;
 } TarCtx;
 
 static int read_at(TarCtx *t, void *buf, size_t n, uint64_t off, CtErr *err)
@@ -288,7 +291,10 @@ static int scan(TarCtx *t, uint64_t base, uint64_t limit, int depth, const char 
         }
         size_t len = strlen(nm);
         int is_file = type == '0' || type == '7' || (type == 0 && !(len && nm[len - 1] == '/'));
-        if (is_file && len) {
+        if (is_file && len && t->member) {
+            if ((rc = t->member(t->ctx, nm, data, size, err)))
+                break;
+        } else if (is_file && len) {
             const char *base_name = strrchr(nm, '/');
             base_name = base_name ? base_name + 1 : nm;
             size_t bl = strlen(base_name);
@@ -335,5 +341,18 @@ int ds_tar_scan(const char *path, int fd, DsBuild *b, CtErr *err)
     if (end == 0)
         return ct_fail(err, "%s: empty file, not a tar archive", path);
     TarCtx t = {.path = path, .fd = fd, .b = b};
+    return scan(&t, 0, (uint64_t)end, 0, "", NULL, err);
+}
+
+int ds_tar_walk(const char *path, int fd, int (*member)(void *ctx, const char *name, uint64_t off, uint64_t size,
+                                                         CtErr *err),
+                void *ctx, CtErr *err)
+{
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0)
+        return ct_fail(err, "%s: cannot seek: %s", path, strerror(errno));
+    if (end == 0)
+        return ct_fail(err, "%s: empty file, not a tar archive", path);
+    TarCtx t = {.path = path, .fd = fd, .member = member, .ctx = ctx};
     return scan(&t, 0, (uint64_t)end, 0, "", NULL, err);
 }

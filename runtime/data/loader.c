@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/data/wds.h"
+
 #define NONE ((size_t)-1)
 #define DEFAULT_RETRIES 20 /* timm's ImageDataset _ERROR_RETRY */
 
@@ -48,7 +50,9 @@ struct Loader {
     size_t *perm;      /* [nsampler] its permutation */
     size_t per_rank;   /* samples per epoch for this rank, after padding */
     size_t nbatches, ntasks;
-    size_t *order;     /* [nlist] */
+    size_t *order;     /* [nlist]; wds: [per_rank], this rank's samples in order */
+    int wds;           /* a WebDataset: epochs made by wds_epoch_order */
+    WdsPlan plan;
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* workers wait here */
@@ -107,7 +111,7 @@ static int make_sample(Loader *L, Worker *w, size_t t, Slot *s, uint64_t epoch, 
     const LoaderConfig *c = &L->cfg;
     size_t B = (size_t)c->batch_size, j = t % B, cnt = batch_count(L, t / B);
     uint64_t pos = (uint64_t)c->rank + (uint64_t)t * (uint64_t)c->world_size;
-    size_t first = L->order[pos % L->nlist];
+    size_t first = L->wds ? L->order[t] : L->order[pos % L->nlist];
     /* split k of the batch's cnt samples at [k * cnt, (k + 1) * cnt), as timm's fast_collate lays them */
     int splits = c->aug_splits > 1 ? c->aug_splits : 1;
     uint8_t *out[CT_MAX_AUG_SPLITS];
@@ -287,10 +291,27 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     L->nlist = L->nds * repeats;
     size_t W = (size_t)c->world_size, B = (size_t)c->batch_size;
     L->per_rank = (L->nlist + W - 1) / W;
-    if (c->aug_repeats > 0) {
+    size_t nshards, num_samples;
+    const size_t *shard_first;
+    if (dataset_wds_shards(ds, &nshards, &shard_first, &num_samples) == 0) {
+        if (c->aug_repeats > 0) { /* timm's samplers take no iterable dataset */
+            free(L);
+            return ct_fail(err, "--aug-repeats: a WebDataset has no sampler to repeat (timm refuses it too)");
+        }
+        L->wds = 1;
+        L->plan = (WdsPlan){.nshards = nshards, .shard_first = shard_first, .num_samples = num_samples,
+                            .training = c->shuffle, .seed = c->seed, .rank = c->rank, .world_size = c->world_size,
+                            .num_workers = c->num_workers, .batch_size = c->batch_size};
+        if (wds_plan_check(&L->plan, err)) {
+            free(L);
+            return -1;
+        }
+        L->per_rank = wds_rank_samples(&L->plan);
+    } else if (c->aug_repeats > 0) {
         /* RepeatAugSampler.__init__ (selected_round 256, selected_ratio world_size) */
         double R = c->aug_repeats;
-        size_t N = L->nlist, num_samples = (size_t)ceil((double)N * R / (double)W), sel;
+        size_t N = L->nlist, sel;
+        num_samples = (size_t)ceil((double)N * R / (double)W);
         sel = N >= 256 ? (size_t)floor((double)(N / 256 * 256) / (double)W) : (size_t)ceil((double)N / (double)W);
         L->nsampler = N;
         L->nlist = R == floor(R) ? N * (size_t)R : (size_t)ceil(R * (double)N);
@@ -305,7 +326,7 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     pthread_cond_init(&L->work_cv, NULL);
     pthread_cond_init(&L->done_cv, NULL);
 
-    L->order = malloc((L->nlist ? L->nlist : 1) * sizeof *L->order);
+    L->order = malloc((L->wds ? L->per_rank + 1 : L->nlist ? L->nlist : 1) * sizeof *L->order);
     if (c->aug_repeats > 0 && !(L->perm = malloc(L->nsampler * sizeof *L->perm))) {
         loader_destroy(L);
         return ct_fail(err, "out of memory");
@@ -395,7 +416,12 @@ int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
     while (L->inflight > 0)
         pthread_cond_wait(&L->done_cv, &L->mu);
     L->epoch = epoch;
-    if (L->cfg.aug_repeats > 0) {
+    if (L->wds) {
+        if (wds_epoch_order(&L->plan, epoch, L->order, err)) {
+            pthread_mutex_unlock(&L->mu);
+            return -1;
+        }
+    } else if (L->cfg.aug_repeats > 0) {
         if (repeat_aug_order(L, epoch)) {
             pthread_mutex_unlock(&L->mu);
             return ct_fail(err, "loader: %zu samples are too many for torch's randperm path", L->nsampler);
@@ -404,7 +430,7 @@ int loader_start_epoch_at(Loader *L, uint64_t epoch, size_t first, CtErr *err)
         for (size_t i = 0; i < L->nlist; i++)
             L->order[i] = i % L->nds;
     }
-    if (L->cfg.shuffle && L->cfg.aug_repeats == 0) {
+    if (L->cfg.shuffle && L->cfg.aug_repeats == 0 && !L->wds) {
         CtRng rng = rng_for(L->cfg.seed, epoch, UINT64_MAX);
         for (size_t i = L->nlist; i-- > 1;) {
             size_t j = (size_t)rng_below(&rng, (uint64_t)i + 1);

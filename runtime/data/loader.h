@@ -22,6 +22,13 @@
  * repeats of an image land on different ranks, each augmented by its own
  * position's generator.
  *
+ * A WebDataset (dataset.h's CT_DS_WDS) has its epochs made as timm's
+ * ReaderWds makes them (runtime/data/wds.h): shuffle stands for timm's
+ * is_training, num_workers for the DataLoader's workers (which shards each
+ * reads), `repeats` is unused (as in timm), and the epoch's length is
+ * timm's. Its batches depend on num_workers, as timm's do; aug_repeats is
+ * refused with it.
+ *
  * A sample that fails to read or decode is replaced by the next dataset
  * index (as timm's ImageDataset retries), with one warning per file; after
  * max_retries consecutive failures the batch fails with an error.
