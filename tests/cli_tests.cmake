@@ -429,6 +429,28 @@ add_test(NAME train_head_init COMMAND sh -c
      --output head-out > head.log && grep -q '^0,1.21326[12],' head-out/summary.csv")
 set_tests_properties(train_head_init PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# AugMix split training as train.py's recipe (--aug-splits 3 --jsd-loss
+# --split-bn --aa augmix-... --resplit): three images a sample, the aux
+# batch norms trained and saved; train.py's asserts refused by name.
+add_test(NAME train_augmix_splits COMMAND sh -c
+  "rm -rf splits-out && ${TRAIN_SHORT} --epochs 1 -b 8 --aug-splits 3 --jsd-loss --split-bn --aa augmix-m3-w2 \
+     --reprob 0.25 --resplit --output splits-out > splits.log && grep -q '^Test: .*Acc@1' splits.log && \
+   grep -aq 'layer1.0.bn1.aux_bn.1.running_var' splits-out/last.safetensors")
+set_tests_properties(train_augmix_splits PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+foreach(bad "one|--aug-splits 1: a split of 1 makes no sense|--aug-splits 1"
+            "jsd|--jsd-loss needs --aug-splits 2 or more|--jsd-loss"
+            "split_bn|--split-bn needs --aug-splits 2 or more, or --resplit|--split-bn"
+            "mixup|--aug-splits with mixup/cutmix|--aug-splits 2 --mixup 0.2")
+  string(REPLACE "|" ";" parts "${bad}")
+  list(GET parts 0 name)
+  list(GET parts 1 pattern)
+  list(GET parts 2 flags)
+  separate_arguments(flags)
+  add_test(NAME train_refuses_splits_${name} COMMAND ${FAIL} "${pattern}" ${TRAIN} shapes-small ${flags})
+  set_tests_properties(train_refuses_splits_${name} PROPERTIES FIXTURES_REQUIRED "shapes_data;shapes_small"
+    ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+endforeach()
 add_test(NAME train_amp_bad_dtype COMMAND ${FAIL} "--amp-dtype float8 is not one of float16, bfloat16"
   ${CMAKE_BINARY_DIR}/ctimm-train --amp --amp-dtype float8)
 add_test(NAME train_start_epoch_past_end COMMAND ${FAIL} "--start-epoch 3: the schedule has 2 epochs"

@@ -999,6 +999,20 @@ static void test_random_erasing(void)
     CHECKF(fabs((double)erased / N - 0.25) < 0.07, "erased %d of %d at p = 0.25", erased, N);
     CHECKF(bad == 0, "%d malformed erasures", bad);
 
+    /* --resplit: timm's num_splits 3 leaves the batch's first third (the
+     * clean split) alone and erases the rest as before */
+    {
+        RandomErasing r3 = {.prob = 1.0, .mode = CT_ERASE_CONST, .min_count = 1, .max_count = 1, .num_splits = 3};
+        enum { NS = 9 };
+        int64_t boxes[NS * 5];
+        CtRng r = rng_for(4, 0, 0);
+        memset(boxes, 0xff, sizeof boxes);
+        random_erasing_draw(&r3, NS, H, W, boxes, &r);
+        for (int i = 0; i < NS; i++)
+            CHECKF((i < NS / 3) == (boxes[i * 5 + 2] == 0), "--resplit: image %d of %d %s", i, NS,
+                   i < NS / 3 ? "erased in the clean split" : "not erased at p = 1");
+    }
+
     /* 'rand': one normal value per channel; 'pixel': per element; same rng, same result */
     float *y = malloc(sizeof(float) * N * C * H * W);
     for (int mode = CT_ERASE_RAND; mode <= CT_ERASE_PIXEL; mode++) {

@@ -24,6 +24,9 @@
  * anything within lr; such a gradient's elements are within 1e-4 of the
  * largest rms of their group. The cpu backend's worst is ~0.7 of that
  * (mixnet_s's depthwise gradients), ref's ~0.005 (the file's 7 digits).
+ * test_resnet.splits3 is train.py's --aug-splits 3 --split-bn --jsd-loss
+ * at batch 6 (three splits of 2): SplitBatchNorm2d's aux_bn gradients,
+ * statistics and steps, and JsdCrossEntropy's loss.
  * The sanitizer build checks the first model. */
 #include <float.h>
 #include <math.h>
@@ -58,7 +61,7 @@ static const struct {
               {"test_nfnet", 1},    {"test_byobnet", 1},           {"mobilenetv4_conv_small", 0},
               {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}, {"eva02_tiny_patch14_224", 1},
               {"swin_tiny_patch4_window7_224", 0}, {"levit_128s", 0}, {"test_maxvit", 0},
-              {"swinv2_tiny_window8_256", 1}};
+              {"swinv2_tiny_window8_256", 1}, {"test_resnet.splits3", 1}};
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItem(o, key); }
 static double num(const cJSON *a, int k) { return cJSON_GetArrayItem(a, k)->valuedouble; }
@@ -275,12 +278,18 @@ static void check_step(const cJSON *doc, const CtBackend *be, int f64, const cha
     double lr = item(ospec, "lr")->valuedouble;
     if (item(ospec, "momentum"))
         os.momentum = item(ospec, "momentum")->valuedouble;
-    ModelSpec spec = {.batch_size = batch, .training = 1, .args = model_args_default()};
+    /* AugMix split training: --split-bn's SplitBatchNorm2d, --jsd-loss's JsdCrossEntropy */
+    ModelSpec spec = {.batch_size = batch, .training = 1, .args = model_args_default(),
+                      .split_bn = item(doc, "split_bn") ? item(doc, "split_bn")->valueint : 0};
     spec.args.img_size = img;
     spec.args.drop_path_rate = 0; /* the reference's: none (Swin's default is 0.1) */
     if (item(doc, "num_classes")) /* set where the cfg has none */
         spec.args.num_classes = item(doc, "num_classes")->valueint;
     LossSpec loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = item(doc, "smoothing")->valuedouble, .bce_threshold = -1};
+    if (item(doc, "jsd_splits")) {
+        loss.kind = CT_LOSS_JSD;
+        loss.num_splits = item(doc, "jsd_splits")->valueint;
+    }
     Graph g;
     TrainStep ts;
     CtErr err = {{0}};

@@ -37,6 +37,13 @@ swin_tiny_patch4_window7_224 at 32 px (its first stage's 8x8 grid padded to 14x1
 test_maxvit, batch 2 at 64 px (2x2 windows and grids, the smallest partition with more than one token);
 swinv2_tiny_window8_256 at 48 px, batch 2; levit_128s at 128 px, batch 4 (its training-mode BatchNorm1d over 8 tokens
 a channel in the last stage; at 48 px it normalises 2 values and float32 cannot follow).
+
+AugMix split training (train.py's --aug-splits S --split-bn --jsd-loss): the batch is S splits, every batch norm
+timm's SplitBatchNorm2d (convert_splitbn_model; its aux_bn tensors filled by the formula like the others) and the
+loss JsdCrossEntropy(S, smoothing 0.1) on the first split's targets. The shipped test_resnet.splits3.json:
+
+    PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_zoo_train_refs.py --model test_resnet --batch-size 6 \
+        --img-size 64 --aug-splits 3 --split-bn --jsd-loss --out tests/data/zoo_train_refs/test_resnet.splits3.json
 """
 
 import argparse
@@ -48,7 +55,8 @@ import os
 import torch
 
 import timm
-from timm.loss import LabelSmoothingCrossEntropy
+from timm.layers import convert_splitbn_model
+from timm.loss import JsdCrossEntropy, LabelSmoothingCrossEntropy
 from timm.optim import create_optimizer_v2
 
 from make_zoo_refs import uniform, zoo_fill
@@ -104,9 +112,15 @@ def size_kwargs(model_name, img):
     return kwargs
 
 
-def run(model_name, batch, img, scaled, scale, dtype):
+def create(model_name, img, splits, **kwargs):
+    """The model, its batch norms split as train.py's --split-bn does when splits > 1."""
+    model = timm.create_model(model_name, **kwargs, **size_kwargs(model_name, img))
+    return convert_splitbn_model(model, max(splits, 2)) if splits else model
+
+
+def run(model_name, batch, img, scaled, scale, dtype, splits, jsd):
     """The full record, unrounded, of the step in dtype (on float32 weights and input)."""
-    model = timm.create_model(model_name, drop_rate=0.0, drop_path_rate=0.0, **size_kwargs(model_name, img))
+    model = create(model_name, img, splits, drop_rate=0.0, drop_path_rate=0.0)
     fill(model, scaled, scale)
     model.to(dtype)
     model.train()
@@ -114,7 +128,8 @@ def run(model_name, batch, img, scaled, scale, dtype):
     x = (2 * uniform("input", batch * 3 * img * img) - 1).reshape(batch, 3, img, img).to(torch.float32).to(dtype)
     target = torch.tensor([(i * 7) % classes for i in range(batch)])
     logits = model(x)
-    loss = LabelSmoothingCrossEntropy(smoothing=SMOOTHING)(logits, target)
+    loss_fn = JsdCrossEntropy(num_splits=jsd, smoothing=SMOOTHING) if jsd else LabelSmoothingCrossEntropy(SMOOTHING)
+    loss = loss_fn(logits, target)
     loss.backward()
     flat = logits.detach().reshape(-1).double()
     rec = {"loss": loss.item(), "logits_norm": flat.norm().item(),
@@ -185,17 +200,22 @@ def main():
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--img-size", type=int, default=64)
     ap.add_argument("--last-scale", type=float, default=0.2)
+    ap.add_argument("--aug-splits", type=int, default=0, help="the batch is this many splits (train.py's)")
+    ap.add_argument("--split-bn", action="store_true", help="train.py's: SplitBatchNorm2d of --aug-splits splits")
+    ap.add_argument("--jsd-loss", action="store_true", help="train.py's: JsdCrossEntropy over --aug-splits splits")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    probe = timm.create_model(args.model, **size_kwargs(args.model, args.img_size))
+    splits = args.aug_splits if args.split_bn else 0
+    jsd = args.aug_splits if args.jsd_loss else 0
+    probe = create(args.model, args.img_size, splits)
     scaled = last_tensors(probe)
     numel = {n: p.numel() for n, p in list(probe.named_parameters()) + list(probe.named_buffers())}
     numel["logits"] = args.batch_size * probe.num_classes
-    ref = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float64)
+    ref = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float64, splits, jsd)
     total = math.sqrt(sum(v[1] ** 2 for v in ref["grads"].values()))
     ref["zero_grads"] = [n for n, v in ref["grads"].items() if v[1] <= 1e-12 * total]
-    f32 = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float32)
+    f32 = run(args.model, args.batch_size, args.img_size, scaled, args.last_scale, torch.float32, splits, jsd)
     worst, where = deviation(ref, f32, numel, OPTIMIZERS["adamw"]["lr"], 2.0 ** -23)
     print(f"{args.model}: loss {ref['loss']:.9g}; float32 torch: worst {worst:.3g} x the test's tolerance ({where});"
           f" {len(ref['zero_grads'])} structurally zero gradients")
@@ -204,6 +224,7 @@ def main():
     doc = {"model": args.model, "timm_version": timm.__version__, "torch_version": torch.__version__,
            **({"num_classes": probe.num_classes} if "num_classes" in size_kwargs(args.model, args.img_size) else {}),
            "batch": args.batch_size, "img_size": args.img_size, "smoothing": SMOOTHING, "optimizers": OPTIMIZERS,
+           **({"split_bn": splits} if splits else {}), **({"jsd_splits": jsd} if jsd else {}),
            "last_scale": args.last_scale if scaled else 1.0, "scaled": scaled,
            "loss": ref["loss"], "logits_norm": ref["logits_norm"],
            "logits": [[k, g7(v)] for k, v in ref["logits"]], "zero_grads": ref["zero_grads"],
