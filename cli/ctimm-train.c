@@ -64,7 +64,7 @@ static const char *const usage =
     "                   [--mixup 0] [--cutmix 0] [--cutmix-minmax MIN MAX] [--mixup-prob 1]\n"
     "                   [--mixup-switch-prob 0.5] [--mixup-mode batch|pair|elem] [--mixup-off-epoch 0]\n"
     "                   [--reprob 0] [--remode pixel|rand|const] [--recount 1] [--resplit]\n"
-    "                   [--aug-splits 0] [--jsd-loss] [--split-bn]\n"
+    "                   [--aug-splits 0] [--jsd-loss] [--split-bn] [--bn-momentum M] [--bn-eps E]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--bce-loss] [--bce-target-thresh T]\n"
     "                   [--bce-sum] [--bce-pos-weight W] [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
@@ -105,7 +105,7 @@ enum {
 /* AMP, BCE, recovery and start-epoch flags, long only. */
 enum {
     OPT_AMP = 6000, OPT_AMP_DTYPE, OPT_BCE_LOSS, OPT_BCE_THRESH, OPT_RECOVERY, OPT_START_EPOCH, OPT_BCE_SUM,
-    OPT_BCE_POS_WEIGHT, OPT_AUG_SPLITS, OPT_JSD_LOSS, OPT_SPLIT_BN, OPT_RESPLIT
+    OPT_BCE_POS_WEIGHT, OPT_AUG_SPLITS, OPT_JSD_LOSS, OPT_SPLIT_BN, OPT_RESPLIT, OPT_BN_MOMENTUM, OPT_BN_EPS
 };
 
 /* Pretrained weights flags, long only. */
@@ -237,7 +237,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"amp", 0, 0, OPT_AMP}, {"amp-dtype", 1, 0, OPT_AMP_DTYPE}, {"bce-loss", 0, 0, OPT_BCE_LOSS},
         {"bce-target-thresh", 1, 0, OPT_BCE_THRESH}, {"bce-sum", 0, 0, OPT_BCE_SUM},
         {"bce-pos-weight", 1, 0, OPT_BCE_POS_WEIGHT}, {"aug-splits", 1, 0, OPT_AUG_SPLITS},
-        {"jsd-loss", 0, 0, OPT_JSD_LOSS}, {"split-bn", 0, 0, OPT_SPLIT_BN}, {"resplit", 0, 0, OPT_RESPLIT}, {"recovery-interval", 1, 0, OPT_RECOVERY},
+        {"jsd-loss", 0, 0, OPT_JSD_LOSS}, {"split-bn", 0, 0, OPT_SPLIT_BN}, {"resplit", 0, 0, OPT_RESPLIT},
+        {"bn-momentum", 1, 0, OPT_BN_MOMENTUM}, {"bn-eps", 1, 0, OPT_BN_EPS}, {"recovery-interval", 1, 0, OPT_RECOVERY},
         {"start-epoch", 1, 0, OPT_START_EPOCH}, {"nproc-per-node", 1, 0, OPT_NPROC},
         {"bucket-cap-mb", 1, 0, OPT_BUCKET_CAP}, {"dist-bn", 1, 0, OPT_DIST_BN},
         {"dist-check-params", 0, 0, OPT_DIST_CHECK}, {"sync-bn", 0, 0, OPT_SYNC_BN},
@@ -443,6 +444,18 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_JSD_LOSS: a->jsd_loss = 1; break;
         case OPT_SPLIT_BN: a->split_bn = 1; break;
         case OPT_RESPLIT: a->resplit = 1; break;
+        case OPT_BN_MOMENTUM:
+            if (!(bad = parse_double("bn-momentum", optarg, &a->bn_momentum)) && !(a->bn_momentum > 0)) {
+                fprintf(stderr, "%s: --bn-momentum %s: must be in (0, 1]\n", prog, optarg);
+                bad = 1;
+            }
+            break;
+        case OPT_BN_EPS:
+            if (!(bad = parse_double("bn-eps", optarg, &a->bn_eps)) && !(a->bn_eps > 0)) {
+                fprintf(stderr, "%s: --bn-eps %s: must be > 0\n", prog, optarg);
+                bad = 1;
+            }
+            break;
         case OPT_BCE_POS_WEIGHT: /* 0 would drop every positive term; the op reads 0 as "none" */
             if (!(bad = parse_double("bce-pos-weight", optarg, &a->bce_pos_weight)) && !(a->bce_pos_weight > 0)) {
                 fprintf(stderr, "%s: --bce-pos-weight %s: must be > 0\n", prog, optarg);

@@ -27,8 +27,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"device-modules", "null", "PyTorch device extension modules; ctimm's devices are cpu and cuda"},
     {"opt-kwargs", "{}", "not built yet"},
     {"drop-block", "null", "DropBlock is in none of ctimm's models"},
-    {"bn-momentum", "null", "a model kwarg only timm's EfficientNet-style builders take; not built"},
-    {"bn-eps", "null", "a model kwarg only timm's EfficientNet-style builders take; not built"},
     {"model-ema-force-cpu", "false", "the EMA is updated inside the compiled step, beside the weights"},
     {"worker-seeding", "all", "seeds PyTorch's loader workers; ctimm's draws come from its own counter RNG"},
     {"save-images", "false", "not built yet"},

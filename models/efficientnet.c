@@ -30,6 +30,7 @@ static ValueId build_efficientnet(Builder *b, const ModelEntry *m, const ModelAr
     EbConfig cfg = {.round = {e->channel_multiplier, 8, e->round_limit}, .act = e->act,
                     .norm = e->norm, .drop_path_rate = a->drop_path_rate, .pad = e->tf ? EB_PAD_SAME : EB_PAD_DEFAULT,
                     .bn_eps = e->tf ? 1e-3 : 0};
+    eb_bn_args(&cfg, a);
     EbBlocks blocks;
     if (eb_decode_arch(b, e->def, e->depth_multiplier, e->round_depth, &blocks))
         return -1;
@@ -161,4 +162,5 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily efficientnet_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};
+const ModelFamily efficientnet_family = {entries, sizeof entries / sizeof entries[0], groups,
+                                         MODEL_OPT_BN_MOMENTUM | MODEL_OPT_BN_EPS, 0};

@@ -364,6 +364,14 @@ static ValueId evo_norm_s0(Builder *b, const char *name, ValueId x, int group_si
     return f_add(b, f_mul(b, x, w), bias);
 }
 
+void eb_bn_args(EbConfig *cfg, const ModelArgs *a)
+{
+    if (a->opt.set & MODEL_OPT_BN_MOMENTUM)
+        cfg->bn_momentum = a->opt.bn_momentum;
+    if (a->opt.set & MODEL_OPT_BN_EPS)
+        cfg->bn_eps = a->opt.bn_eps;
+}
+
 ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, EbAct act)
 {
     if (b->e.failed || x < 0)
@@ -371,7 +379,8 @@ ValueId eb_bn_act(Builder *b, const EbConfig *cfg, const char *name, ValueId x, 
     const EbNorm *norm = &cfg->norm;
     int64_t C = b_shape(b, x)->d[1];
     switch (norm->type) {
-    case EB_NORM_BN: return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){.eps = cfg->bn_eps}));
+    case EB_NORM_BN:
+        return eb_act(b, act, nn_batch_norm(b, name, x, (BNOpts){.eps = cfg->bn_eps, .momentum = cfg->bn_momentum}));
     case EB_NORM_GN:
         if (C % norm->group_size)
             return b_fail(b, "norm '%s': group size %d does not divide %lld channels", name, norm->group_size,

@@ -16,6 +16,7 @@
 #define CTIMM_EFFICIENTNET_BUILDER_H
 
 #include "frontend/builder.h"
+#include "models/registry.h"
 
 #define EB_MAX_STAGES 12
 #define EB_MAX_STAGE_DEFS 16 /* block strings in one stage (MobileNetV4 hybrid large: 15) */
@@ -104,8 +105,13 @@ typedef struct EbConfig {
     EbNorm norm;
     double drop_path_rate;
     EbPad pad;     /* every create_conv2d's */
-    double bn_eps; /* 0: 1e-5; the tf_ ports' BN_EPS_TF_DEFAULT is 1e-3 */
+    double bn_eps;      /* 0: 1e-5; the tf_ ports' BN_EPS_TF_DEFAULT is 1e-3 */
+    double bn_momentum; /* 0: 0.1 */
 } EbConfig;
+
+/* timm's resolve_bn_args: the bn_momentum and bn_eps model kwargs given in a
+ * (train.py's --bn-momentum, --bn-eps) over cfg's. */
+void eb_bn_args(EbConfig *cfg, const ModelArgs *a);
 
 /* Builds the stages under "blocks" from x with in_chs channels; *out_chs
  * gets the channels of the last block. */

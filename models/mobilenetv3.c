@@ -28,6 +28,7 @@ static ValueId build_mobilenetv3(Builder *b, const ModelEntry *m, const ModelArg
     EbConfig cfg = {.round = {v->channel_multiplier, 8, 0.9}, .act = v->v4 ? EB_ACT_RELU : EB_ACT_HARD_SWISH,
                     .se_from_exp = 1, .se_hard_gate = !v->v4, .se_force_relu = !v->v4,
                     .se_round_channels = !v->v4, .drop_path_rate = a->drop_path_rate};
+    eb_bn_args(&cfg, a);
     EbBlocks blocks;
     if (eb_decode_arch(b, v->def, 1.0, 0, &blocks))
         return -1;
@@ -115,4 +116,5 @@ static const GroupRule groups[] = {
     {NULL, 0, 0},
 };
 
-const ModelFamily mobilenetv3_family = {entries, sizeof entries / sizeof entries[0], groups, 0, 0};
+const ModelFamily mobilenetv3_family = {entries, sizeof entries / sizeof entries[0], groups,
+                                        MODEL_OPT_BN_MOMENTUM | MODEL_OPT_BN_EPS, 0};

@@ -114,7 +114,7 @@ int model_in_chans(const ModelEntry *m, const ModelArgs *a)
 }
 
 static const char *const opt_names[] = {"global_pool", "class_token", "reg_tokens", "fc_norm",
-                                        "no_embed_class", "init_values", "qkv_bias"};
+                                        "no_embed_class", "init_values", "qkv_bias", "bn_momentum", "bn_eps"};
 
 int model_args_check(const ModelEntry *m, const ModelArgs *a, CtErr *err)
 {

@@ -39,6 +39,9 @@ enum {
     MODEL_OPT_NO_EMBED_CLASS = 1 << 4,
     MODEL_OPT_INIT_VALUES = 1 << 5,
     MODEL_OPT_QKV_BIAS = 1 << 6,
+    /* the EfficientNet builder's resolve_bn_args (train.py's --bn-momentum, --bn-eps) */
+    MODEL_OPT_BN_MOMENTUM = 1 << 7,
+    MODEL_OPT_BN_EPS = 1 << 8,
 };
 
 /* The options, MODEL_OPT_* of set saying which fields are given. */
@@ -47,6 +50,7 @@ typedef struct ModelOptions {
     char global_pool[16]; /* 'token', 'avg', 'map' (ViT); convnets build 'avg' only */
     int class_token, reg_tokens, fc_norm, no_embed_class, qkv_bias;
     double init_values; /* layer scale's; 0: none (timm's falsy init_values) */
+    double bn_momentum, bn_eps; /* every batch norm's, where set */
 } ModelOptions;
 
 /* Overrides of create_model(); 0 / negative keeps the model's default. */

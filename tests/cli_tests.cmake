@@ -441,7 +441,8 @@ set_tests_properties(train_augmix_splits PROPERTIES FIXTURES_REQUIRED "shapes_da
 foreach(bad "one|--aug-splits 1: a split of 1 makes no sense|--aug-splits 1"
             "jsd|--jsd-loss needs --aug-splits 2 or more|--jsd-loss"
             "split_bn|--split-bn needs --aug-splits 2 or more, or --resplit|--split-bn"
-            "mixup|--aug-splits with mixup/cutmix|--aug-splits 2 --mixup 0.2")
+            "mixup|--aug-splits with mixup/cutmix|--aug-splits 2 --mixup 0.2"
+            "bn_eps|test_resnet takes no option 'bn_eps'|--bn-eps 1e-3")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 pattern)

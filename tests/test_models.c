@@ -376,6 +376,46 @@ static void check_model(const char *path, const char *file, const cJSON *in_chan
     cJSON_Delete(root);
 }
 
+/* train.py's --bn-momentum/--bn-eps (the bn_momentum, bn_eps model kwargs):
+ * every batch norm of the EfficientNet builder's models takes them, as
+ * timm's resolve_bn_args gives them to the builder's norm layer; a model
+ * whose class takes no such kwarg is refused by name, as timm's TypeError. */
+static void test_bn_args(void)
+{
+    const char *const names[] = {"mixnet_s", "mobilenetv3_small_100", "tf_efficientnet_b0"};
+    for (int k = 0; k < 3; k++) {
+        const ModelEntry *m = model_find(names[k]);
+        CHECKF(m != NULL, "%s not in the registry", names[k]);
+        if (!m)
+            continue;
+        ModelSpec spec = {.training = 1, .args = model_args_default()};
+        spec.args.opt.set = MODEL_OPT_BN_MOMENTUM | MODEL_OPT_BN_EPS;
+        spec.args.opt.bn_momentum = 0.05;
+        spec.args.opt.bn_eps = 0.01;
+        Graph g;
+        CtErr err;
+        if (model_build(m, &spec, &g, &err)) {
+            CHECKF(0, "%s: %s", names[k], err.msg);
+            continue;
+        }
+        int bns = 0, off = 0;
+        for (int i = 0; i < g.nnodes; i++)
+            if (g.nodes[i].op == CT_OP_batch_norm) {
+                bns++;
+                off += g.nodes[i].fattr[0] != 0.05 || g.nodes[i].fattr[1] != 0.01;
+            }
+        CHECKF(bns > 10 && off == 0, "%s: %d of %d batch norms without bn_momentum 0.05, bn_eps 0.01", names[k], off,
+               bns);
+        graph_free(&g);
+    }
+    ModelSpec spec = {.training = 1, .args = model_args_default()};
+    spec.args.opt.set = MODEL_OPT_BN_EPS;
+    spec.args.opt.bn_eps = 0.01;
+    Graph g;
+    CtErr err;
+    CHECK(model_build(model_find("resnet18"), &spec, &g, &err) != 0 && strstr(err.msg, "takes no option 'bn_eps'"));
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(void)
@@ -384,6 +424,7 @@ int main(void)
     if (!data)
         data = "tests/data";
     char dir[1024];
+    test_bn_args();
     snprintf(dir, sizeof dir, "%s/models_in_chans1.json", data);
     char *text = test_read_text(dir);
     cJSON *in_chans = text ? cJSON_Parse(text) : NULL;

@@ -111,6 +111,10 @@ int train_args_check(const TrainArgs *a, CtErr *err)
         return ct_fail(err, "--eval-metric %s is not one of top1, top5, loss", a->eval_metric);
     if (*a->dist_bn && strcmp(a->dist_bn, "reduce") && strcmp(a->dist_bn, "broadcast") && strcmp(a->dist_bn, "none"))
         return ct_fail(err, "--dist-bn %s is not one of reduce, broadcast, none", a->dist_bn);
+    if (a->bn_momentum < 0 || a->bn_momentum > 1)
+        return ct_fail(err, "--bn-momentum %g: must be in (0, 1]", a->bn_momentum);
+    if (a->bn_eps < 0)
+        return ct_fail(err, "--bn-eps %g: must be > 0", a->bn_eps);
     /* train.py's asserts */
     if (a->aug_splits == 1)
         return ct_fail(err, "--aug-splits 1: a split of 1 makes no sense (0 for none, or 2 and more)");
@@ -172,6 +176,8 @@ char *train_args_json(const TrainArgs *a)
         cJSON_ReplaceItemInObject(o, "drop_path", cJSON_CreateNull());
     if (a->bce_pos_weight <= 0)
         cJSON_ReplaceItemInObject(o, "bce_pos_weight", cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "bn_momentum", a->bn_momentum > 0 ? cJSON_CreateNumber(a->bn_momentum) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "bn_eps", a->bn_eps > 0 ? cJSON_CreateNumber(a->bn_eps) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "head_init_scale", a->has_head_init_scale ? cJSON_CreateNumber(a->head_init_scale)
                                                                          : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "head_init_bias", a->has_head_init_bias ? cJSON_CreateNumber(a->head_init_bias)

@@ -60,6 +60,8 @@ typedef struct TrainArgs {
     /* AugMix split training: --aug-splits (0: none, else >= 2 images a
      * sample, the clean one first), --jsd-loss, --split-bn, --resplit */
     int aug_splits, jsd_loss, split_bn, resplit;
+    /* --bn-momentum, --bn-eps: the bn_momentum, bn_eps model kwargs (0: not given, train.py's None) */
+    double bn_momentum, bn_eps;
     /* --head-init-scale, --head-init-bias (train.py's None when has_* is 0) */
     int has_head_init_scale, has_head_init_bias;
     double head_init_scale, head_init_bias;

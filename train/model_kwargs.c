@@ -101,7 +101,8 @@ static int set_option(const char *word, int klen, Lit l, ModelArgs *a, CtErr *er
     } opts[] = {{"global_pool", MODEL_OPT_GLOBAL_POOL, LIT_STR},  {"class_token", MODEL_OPT_CLASS_TOKEN, LIT_BOOL},
                 {"reg_tokens", MODEL_OPT_REG_TOKENS, LIT_INT},    {"fc_norm", MODEL_OPT_FC_NORM, LIT_BOOL},
                 {"no_embed_class", MODEL_OPT_NO_EMBED_CLASS, LIT_BOOL},
-                {"init_values", MODEL_OPT_INIT_VALUES, LIT_FLOAT}, {"qkv_bias", MODEL_OPT_QKV_BIAS, LIT_BOOL}};
+                {"init_values", MODEL_OPT_INIT_VALUES, LIT_FLOAT}, {"qkv_bias", MODEL_OPT_QKV_BIAS, LIT_BOOL},
+                {"bn_momentum", MODEL_OPT_BN_MOMENTUM, LIT_FLOAT}, {"bn_eps", MODEL_OPT_BN_EPS, LIT_FLOAT}};
     for (int k = 0; k < (int)(sizeof opts / sizeof *opts); k++) {
         if ((int)strlen(opts[k].key) != klen || strncmp(word, opts[k].key, (size_t)klen))
             continue;
@@ -129,13 +130,23 @@ static int set_option(const char *word, int klen, Lit l, ModelArgs *a, CtErr *er
         case MODEL_OPT_FC_NORM: a->opt.fc_norm = l.num != 0; break;
         case MODEL_OPT_NO_EMBED_CLASS: a->opt.no_embed_class = l.num != 0; break;
         case MODEL_OPT_INIT_VALUES: a->opt.init_values = l.num; break;
+        case MODEL_OPT_BN_MOMENTUM: /* 0 would be BNOpts' "default" and freeze the statistics in torch */
+            if (!(l.num > 0 && l.num <= 1))
+                return ct_fail(err, "--model-kwargs %s: bn_momentum must be in (0, 1]", word);
+            a->opt.bn_momentum = l.num;
+            break;
+        case MODEL_OPT_BN_EPS:
+            if (!(l.num > 0))
+                return ct_fail(err, "--model-kwargs %s: bn_eps must be > 0", word);
+            a->opt.bn_eps = l.num;
+            break;
         default: a->opt.qkv_bias = l.num != 0; break;
         }
         return 0;
     }
     return ct_fail(err, "--model-kwargs %s: ctimm's models have no option '%.*s' (of timm's model options they "
-                   "take img_size, global_pool, class_token, reg_tokens, fc_norm, no_embed_class, init_values and "
-                   "qkv_bias)", word, klen, word);
+                   "take img_size, global_pool, class_token, reg_tokens, fc_norm, no_embed_class, init_values, "
+                   "qkv_bias, bn_momentum and bn_eps)", word, klen, word);
 }
 
 int model_kwargs_parse(const char *const *kv, int n, const ScriptKwarg *passed, const char *script, ModelArgs *a,

@@ -374,6 +374,22 @@ static int resume_from_torch(Trainer *t, Resumed *res, CtErr *err)
     return rc ? -1 : 0;
 }
 
+/* --bn-momentum, --bn-eps: train.py passes them to create_model, where only
+ * the EfficientNet builder's models take them (model_args_check refuses
+ * them elsewhere by name, as timm's TypeError). Returns 0. */
+static int bn_kwargs(const TrainArgs *a, ModelArgs *kw)
+{
+    if (a->bn_momentum > 0) {
+        kw->opt.set |= MODEL_OPT_BN_MOMENTUM;
+        kw->opt.bn_momentum = a->bn_momentum;
+    }
+    if (a->bn_eps > 0) {
+        kw->opt.set |= MODEL_OPT_BN_EPS;
+        kw->opt.bn_eps = a->bn_eps;
+    }
+    return 0;
+}
+
 /* --split-bn: each aux_bn.K starts as a copy of its batch norm, as timm's
  * convert_splitbn_model copies the pretrained or initial values. */
 static void split_bn_copy(CtState *s)
@@ -624,6 +640,7 @@ int trainer_open(Trainer *t, const TrainArgs *a, const ModelEntry *m, const CtBa
     t->m = &t->pre.m;
     if (resolve_data(t, err) || open_data(t, err) || model_kwargs_gp(t->a.gp, &t->kw, err) ||
         model_kwargs_parse(t->a.model_kwargs, t->a.n_model_kwargs, train_py_model_kwargs, "train.py", &t->kw, err) ||
+        bn_kwargs(&t->a, &t->kw) ||
         model_kwargs_check(t->m, &t->kw, t->img, err) || setup_augment(t, err) || build_graphs(t, err))
         goto fail;
     /* timm's create_scheduler_v2: the schedule fixes the epoch count (cooldown, a warmup prefix, cycles) */
