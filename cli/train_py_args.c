@@ -28,7 +28,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"synchronize-step", "false"},
     {"local_rank", "0"},
     {"device-modules", "null"},
-    {"opt-kwargs", "{}"},
     {"train-crop-mode", "null"},
     {"color-jitter-prob", "null"},
     {"grayscale-prob", "null"},
