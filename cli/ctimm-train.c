@@ -45,7 +45,7 @@ static const char *const usage =
     "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps EPS]\n"
     "                   [--opt-betas B1 B2] [--opt sgd|momentum|sgdw|adam|adamw|adamwlegacy|nadam|nadamlegacy|\n"
     "                   nadamw|radam|adamax|adopt|adoptw|lamb|lambc|lars|larc|rmsprop|rmsproptf|adabelief|\n"
-    "                   adagrad|lion|madgrad|madgradw|adan|adanw] [--opt-kwargs K=V ...]\n"
+    "                   adagrad|lion|madgrad|madgradw|adan|adanw|laprop] [--opt-kwargs K=V ...]\n"
     "                   [--sched cosine|tanh|step|multistep|plateau|poly|none] [--sched-on-updates]\n"
     "                   [--warmup-epochs 0] [--warmup-lr 1e-5] [--warmup-prefix] [--min-lr 0]\n"
     "                   [--decay-epochs 90] [--decay-milestones 90 180 270] [--decay-rate 0.1]\n"

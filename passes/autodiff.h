@@ -45,7 +45,7 @@ typedef struct LossSpec {
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
-    CT_OPT_LION, CT_OPT_NADAMW, CT_OPT_ADAMAX, CT_OPT_ADOPT, CT_OPT_MADGRAD, CT_OPT_ADAN
+    CT_OPT_LION, CT_OPT_NADAMW, CT_OPT_ADAMAX, CT_OPT_ADOPT, CT_OPT_MADGRAD, CT_OPT_ADAN, CT_OPT_LAPROP
 } CtOptKind;
 
 /* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
@@ -116,12 +116,15 @@ extern const char optim_names[];
  * f32 scalar states (scalar[k], starting at scalar_init[k]), whether it
  * reads the step count and the LAMB clip input. With grad_slot the last
  * slot is no output of the op: it takes the gradient after the step
- * (Adan's previous gradient). */
+ * (Adan's previous gradient). With lr_avg the op's extra input is
+ * LaProp's running average of lr, a = beta1 a + (1 - beta1) lr (beta1:
+ * fattr[0]), kept in the f32 scalar state "exp_avg_lr_1" and updated
+ * before the op reads it. */
 typedef struct OptimOp {
     CtOp op;
     int64_t iattr[3];
     double fattr[5];
-    int niattr, nfattr, nslot, nscalar, step, clip, grad_slot;
+    int niattr, nfattr, nslot, nscalar, step, clip, grad_slot, lr_avg;
     const char *slot[4], *scalar[1];
     double slot_init[4], scalar_init[1];
 } OptimOp;

@@ -41,7 +41,7 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
 
 const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
                            "adamax, adopt, adoptw, lamb, lambc, lars, larc, rmsprop, rmsproptf, adabelief, adagrad, "
-                           "lion, madgrad, madgradw, adan, adanw";
+                           "lion, madgrad, madgradw, adan, adanw, laprop";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -77,6 +77,7 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
         {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
+        {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, name) == 0) {
@@ -141,8 +142,10 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *u)
     case CT_OPT_NADAMW:
     case CT_OPT_ADAMAX:
     case CT_OPT_ADOPT:
+    case CT_OPT_LAPROP:
         u->op = CT_OP_adamx_update;
-        u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : o->decoupled ? 3 : 2;
+        u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : k == CT_OPT_LAPROP ? 4 : o->decoupled ? 3 : 2;
+        u->lr_avg = k == CT_OPT_LAPROP;
         u->iattr[1] = o->no_clip, u->niattr = 2;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         u->fattr[4] = o->clip_exp, u->nfattr = 5;
@@ -196,6 +199,22 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
         in[nin++] = step;
     if (u.clip)
         in[nin++] = clip;
+    if (u.lr_avg) {
+        ValueId avg = add_slot(g, &pv, (CtType){{0}, CT_F32}, "exp_avg_lr_1", 0, state, nstate);
+        double b1 = u.fattr[0];
+        ValueId next = emit(e, CT_OP_add, 2,
+                            (ValueId[]){emit(e, CT_OP_scale_shift, 1, &avg, NULL, 0, (double[]){b1, 0}, 2, 0),
+                                        emit(e, CT_OP_scale_shift, 1, &lr, NULL, 0, (double[]){1 - b1, 0}, 2, 0)},
+                            NULL, 0, NULL, 0, 0);
+        if (apply >= 0) { /* avg + apply (next - avg): avg itself on a skipped step */
+            ValueId back = emit(e, CT_OP_scale_shift, 1, &avg, NULL, 0, (double[]){-1, 0}, 2, 0);
+            ValueId d = emit(e, CT_OP_add, 2, (ValueId[]){next, back}, NULL, 0, NULL, 0, 0);
+            next = emit(e, CT_OP_add, 2, (ValueId[]){avg, emit(e, CT_OP_mul, 2, (ValueId[]){d, apply}, NULL, 0, NULL,
+                                                               0, 0)}, NULL, 0, NULL, 0, 0);
+        }
+        emit(e, CT_OP_assign, 2, (ValueId[]){avg, next}, NULL, 0, NULL, 0, 0);
+        in[nin++] = next;
+    }
     if (apply >= 0 && u.grad_slot)
         return emit_fail(e, "--opt adan/adanw: a step that may be skipped (f16 loss scaling, --grad-accum-steps) "
                          "is not implemented for Adan");

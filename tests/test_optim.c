@@ -1,7 +1,8 @@
 /* Every optimizer's update op against timm: for each case, the op that
  * optim_defaults + opt_kwargs_apply + optim_op (what train_step_build emits
  * for --opt and --opt-kwargs) make is run on test_resnet's parameters and
- * timm's gradients for ten steps, the state fed back between them, and must
+ * timm's gradients (times a scale per step) for ten steps, the state fed
+ * back between them, and must
  * give the parameters timm's create_optimizer_v2 optimizer had after steps
  * 1 and 10 (tests/data/opt_refs.safetensors, tools/make_opt_refs.py) within
  * 1e-5 relative per tensor, on the ref and the cpu backend. Then
@@ -46,6 +47,8 @@ typedef struct Case {
 } Case;
 
 enum { STEPS = 10 };
+/* step k's gradients are timm's times scales[k - 1] (tools/make_opt_refs.py's SCALES) */
+static const double scales[STEPS] = {1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1};
 
 /* STEPS steps of case c on one param; worst[0..1]: parameter errors after
  * steps 1 and STEPS, worst[2]: errors of the change from the start. */
@@ -111,6 +114,12 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
         in[nin] = graph_add_value(&g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "clip_sq");
         tin[nin++] = (CtTensor){{{0}, CT_F32}, &clip};
     }
+    /* LaProp's running average of lr, as train_step_build's nodes update it */
+    float lr_avg = 0;
+    if (u.lr_avg) {
+        in[nin] = graph_add_value(&g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "exp_avg_lr_1");
+        tin[nin++] = (CtTensor){{{0}, CT_F32}, &lr_avg};
+    }
     emit(&e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);
     CHECKF(!e.failed, "%s: %s", c->name, e.err.msg);
     if (e.failed)
@@ -128,6 +137,10 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
     }
     for (int st = 1; st <= STEPS; st++) {
         CtTensor res[CT_MAX_OUT];
+        lr_avg = (float)(lr_avg * u.fattr[0] + (float)(1 - u.fattr[0]) * lr);
+        for (int64_t i = 0; i < n; i++)
+            buf[1][i] = (float)(((float *)gr->data)[i] * scales[st - 1]);
+        clip = (float)(clip_sq * scales[st - 1] * scales[st - 1]);
         if (backend_step(&run, tin, nin, res, &err)) {
             CHECKF(0, "%s: %s", c->name, err.msg);
             break;
@@ -231,6 +244,8 @@ int main(void)
         {"adan", 1e-3, 0.02, -1, {0}},
         {"adan{betas=(0.9, 0.95, 0.999)}", 1e-3, 0.02, -1, {"betas=(0.9, 0.95, 0.999)"}},
         {"adanw", 1e-3, 0.02, -1, {0}},
+        {"laprop", 4e-4, 0.05, -1, {0}},
+        {"laprop{betas=(0.8, 0.99)}", 4e-4, 0.05, -1, {"betas=(0.8, 0.99)"}},
     };
     static const char *const params[] = {"conv1.0.weight",      "conv1.1.weight",      "conv1.1.bias",
                                          "layer2.0.downsample.1.weight", "layer3.0.bn3.weight", "layer3.0.bn3.bias",

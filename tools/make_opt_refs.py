@@ -4,7 +4,9 @@
 The parameters (state.*) and gradients (grad.*) of tests/data/test_resnet.safetensors go into
 timm.create_model('test_resnet'); for each case below, timm.optim.create_optimizer_v2(model, name,
 lr=LR, weight_decay=WD, **KWARGS) with everything else at timm's defaults (timm's weight-decay groups
-too) takes ten steps with the same gradients, from the original parameters and a fresh optimizer.
+too) takes ten steps, from the original parameters and a fresh optimizer, step k on the gradients
+times SCALES[k - 1] (powers of two: exact in float32; changing gradients, as constant ones leave
+Lion's, Adan's and LaProp's betas and ADOPT's clip without effect).
 A case is an optimizer name, or name{key=value, ...} with keyword arguments as train.py's
 --opt-kwargs passes them (momentum: create_optimizer_v2's own momentum, as --momentum). Written:
 <case>.step1.<param> and <case>.step10.<param> for the fixed subset PARAMS (conv weights, which get
@@ -52,8 +54,10 @@ OPTIMIZERS = {
                                                                                             "eps": 1e-4}),
     "adan": (1e-3, 0.02, {}), "adan{betas=(0.9, 0.95, 0.999)}": (1e-3, 0.02, {"betas": (0.9, 0.95, 0.999)}),
     "adanw": (1e-3, 0.02, {}),
+    "laprop": (4e-4, 0.05, {}), "laprop{betas=(0.8, 0.99)}": (4e-4, 0.05, {"betas": (0.8, 0.99)}),
 }
 STEPS = (1, 10)
+SCALES = (1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1)
 PARAMS = ["conv1.0.weight", "conv1.1.weight", "conv1.1.bias", "layer2.0.downsample.1.weight", "layer3.0.bn3.weight",
           "layer3.0.bn3.bias", "fc.bias"]
 _DT = {"F32": torch.float32, "I64": torch.int64}
@@ -93,11 +97,14 @@ def main():
                 p.grad = grads[n].clone()
         opt = create_optimizer_v2(model, case.split("{")[0], lr=lr, weight_decay=wd, **kwargs)
         for step in range(1, max(STEPS) + 1):
+            with torch.no_grad():
+                for n, p in params.items():
+                    p.grad = grads[n] * SCALES[step - 1]
             opt.step()
             if step in STEPS:
                 tensors += [(f"{case}.step{step}.{n}", params[n].detach().clone()) for n in PARAMS]
     meta = {"optimizers": json.dumps({k: {"lr": v[0], "weight_decay": v[1]} for k, v in OPTIMIZERS.items()}),
-            "params": json.dumps(PARAMS), "steps": json.dumps(STEPS), "torch_version": torch.__version__,
+            "params": json.dumps(PARAMS), "steps": json.dumps(STEPS), "scales": json.dumps(SCALES), "torch_version": torch.__version__,
             "timm_version": timm.__version__, "generator": "tools/make_opt_refs.py"}
     save_safetensors(args.out, tensors, meta)
 

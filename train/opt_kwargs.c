@@ -26,9 +26,9 @@ static const struct OptKwarg {
     double dflt;
 } kwargs[] = {
     {"betas", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc adabelief lion "
-              "adan adanw", KW_BETAS, 0, 0, 0},
+              "adan adanw laprop", KW_BETAS, 0, 0, 0},
     {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lars larc rmsprop "
-            "rmsproptf adabelief adagrad madgrad madgradw adan adanw", KW_NUM, offsetof(OptimSpec, eps), 0, 0},
+            "rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop", KW_NUM, offsetof(OptimSpec, eps), 0, 0},
     {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0},
     {"nesterov", "lars larc", KW_DEFAULT, 0, 0, 0},
     {"dampening", "sgd momentum sgdw lars larc", KW_DEFAULT, 0, 0, 0},
@@ -49,7 +49,8 @@ static const struct OptKwarg {
     {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3},
     {"amsgrad", "adam adamw adamwlegacy adabelief", KW_DEFAULT, 0, 0, 0},
     /* timm's cautious masks scale by a whole-tensor mean: not an elementwise update */
-    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc rmsproptf lion adan adanw", KW_DEFAULT, 0, 0, 0},
+    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc rmsproptf lion adan adanw laprop", KW_DEFAULT, 0, 0,
+     0},
 };
 
 static int in_list(const char *list, const char *name)

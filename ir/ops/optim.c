@@ -46,7 +46,10 @@
  *   decay, v the infinity norm max(beta2 v, |g| + eps)), 2 timm ADOPT with
  *   L2 decay, 3 with decoupled decay (the first step only sets v = g^2; then
  *   g / max(sqrt(v), eps), clipped to +-(step - 1)^clip_exp unless iattr
- *   no_clip, drives m, and v updates after).
+ *   no_clip, drives m, and v updates after), 4 timm LaProp: then the
+ *   input after step is the running average of lr (exp_avg_lr_1, updated
+ *   for this step by the caller): m accumulates lr (1 - beta1) g / denom,
+ *   p moves by (lr / that average) m, then decays by lr * wd.
  * madgrad_update(p, g, grad_sum_sq, s, x0, lr, step), fattr momentum,
  *   weight_decay, eps; iattr decoupled: timm MADGRAD (dual averaging with
  *   a cube-root denominator; x0 is p at the first step when momentum != 0).
@@ -83,7 +86,7 @@ static UpdLayout upd_layout(const Node *n)
     case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
     case CT_OP_lamb_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[2] != 0; break;
     case CT_OP_rmsprop_update: l.nstate = 2; break;
-    case CT_OP_adamx_update: l.nstate = 2, l.step = 1; break;
+    case CT_OP_adamx_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[0] == 4; break;
     case CT_OP_madgrad_update: l.nstate = 3, l.step = 1; break;
     case CT_OP_adan_update: l.nstate = 4, l.step = 1, l.nret = 3; break;
     default: break;
@@ -373,6 +376,14 @@ static void adamx_update_scalar(const Node *n, Sx *s)
         m1 = sx_add(s, sx_mul(s, sx_const(s, b1), m), sx_mul(s, sx_const(s, 1 - b1), g1));
         v1 = sx_max(s, sx_add(s, ag, sx_const(s, eps)), sx_mul(s, sx_const(s, b2), v));
         p1 = sx_minus(s, p, sx_mul(s, sx_div(s, lr, fx_bias_correction(s, b1, t)), sx_div(s, m1, v1)));
+    } else if (rule == 4) { /* LaProp */
+        v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
+        int denom = sx_add(s, sx_sqrt(s, sx_div(s, v1, fx_bias_correction(s, b2, t))), sx_const(s, eps));
+        m1 = sx_add(s, sx_mul(s, m, sx_const(s, b1)), sx_mul(s, sx_mul(s, lr, sx_const(s, 1 - b1)), sx_div(s, g, denom)));
+        int avg = sx_in(s, 6), zero = sx_const(s, 0);
+        p1 = sx_minus(s, p, sx_mul(s, sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero), m1));
+        if (wd != 0) /* timm's _add_scaled_(param, param, -lr * wd), after the step */
+            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p1));
     } else { /* ADOPT */
         int dec = rule == 3, g1 = dec ? g : sx_add(s, g, sx_mul(s, sx_const(s, wd), p));
         int first = sx_lt(s, t, sx_const(s, 1.5)), gg = sx_mul(s, g1, g1);
@@ -396,7 +407,7 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
 }
 
-const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 7, .iattr = {"rule", "no_clip"},
+const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "no_clip"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp"},
                                .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
                                .scalar = adamx_update_scalar, .batch_from = 4, .amp = OP_AMP_FOLLOW,
