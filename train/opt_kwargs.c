@@ -118,8 +118,8 @@ static int apply_one(const char *opt, const char *word, const char *key, const c
     switch (r->kind) {
     case KW_BETAS:
         if (kind != 3 || n != (adan ? 3 : 2))
-            return ct_fail(err, "--opt-kwargs %s: betas takes a tuple of %d numbers, e.g. betas='(0.9, 0.999%s)'", word,
-                           adan ? 3 : 2, adan ? ", 0.99" : "");
+            return ct_fail(err, "--opt-kwargs %s: betas takes a tuple of %d numbers, e.g. betas='%s'", word,
+                           adan ? 3 : 2, adan ? "(0.98, 0.92, 0.99)" : "(0.9, 0.999)");
         for (int k = 0; k < n; k++)
             if (!(num[k] >= 0 && num[k] < 1))
                 return ct_fail(err, "--opt-kwargs %s: each beta must be in [0, 1)", word);
