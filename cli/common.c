@@ -35,9 +35,15 @@ const char *cli_value(const char *prog, int argc, char **argv, int *i)
 
 int cli_model_kwargs(const char *prog, const char *arg, int argc, char **argv, const char **kv, int *n)
 {
+    return cli_kwargs(prog, "--model-kwargs", CT_MAX_MODEL_KWARGS, arg, argc, argv, kv, n);
+}
+
+int cli_kwargs(const char *prog, const char *flag, int max, const char *arg, int argc, char **argv, const char **kv,
+               int *n)
+{
     for (const char *w = arg;;) {
-        if (*n == CT_MAX_MODEL_KWARGS) {
-            fprintf(stderr, "%s: --model-kwargs takes at most %d KEY=VALUE words\n", prog, CT_MAX_MODEL_KWARGS);
+        if (*n == max) {
+            fprintf(stderr, "%s: %s takes at most %d KEY=VALUE words\n", prog, flag, max);
             return -1;
         }
         kv[(*n)++] = w;

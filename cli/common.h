@@ -23,6 +23,9 @@ int cli_number_list(const char *prog, const char *opt, const char *arg, int argc
  * option or a word without '=', which are consumed (optind moves past
  * them), appended to kv[*n..CT_MAX_MODEL_KWARGS). */
 int cli_model_kwargs(const char *prog, const char *arg, int argc, char **argv, const char **kv, int *n);
+/* The same for any such flag (--opt-kwargs), at most max words. */
+int cli_kwargs(const char *prog, const char *flag, int max, const char *arg, int argc, char **argv, const char **kv,
+               int *n);
 /* --gp POOL (NULL: not given) and the --model-kwargs words read into a's
  * options and img_size (train/model_kwargs.h), the keys `script` passes
  * create_model itself (`passed`) refused; before any model is built, as

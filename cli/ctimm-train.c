@@ -44,8 +44,9 @@ static const char *const usage =
     "                   [--val-split validation] [--model test_resnet] [--num-classes N] [--img-size N]\n"
     "                   [-b 32] [-vb N] [--epochs 5] [--lr LR] [--lr-base 0.1]\n"
     "                   [--lr-base-size 256] [--momentum 0.9] [--weight-decay 2e-5] [--opt-eps EPS]\n"
-    "                   [--opt-betas B1 B2] [--opt sgd|momentum|adam|adamw|nadam|radam|lamb|lambc|lars|larc|\n"
-    "                   rmsprop|rmsproptf|adabelief|adagrad]\n"
+    "                   [--opt-betas B1 B2] [--opt sgd|momentum|sgdw|adam|adamw|adamwlegacy|nadam|nadamlegacy|\n"
+    "                   nadamw|radam|adamax|adopt|adoptw|lamb|lambc|lars|larc|rmsprop|rmsproptf|adabelief|\n"
+    "                   adagrad|lion|madgrad|madgradw|adan|adanw|laprop] [--opt-kwargs K=V ...]\n"
     "                   [--sched cosine|tanh|step|multistep|plateau|poly|none] [--sched-on-updates]\n"
     "                   [--warmup-epochs 0] [--warmup-lr 1e-5] [--warmup-prefix] [--min-lr 0]\n"
     "                   [--decay-epochs 90] [--decay-milestones 90 180 270] [--decay-rate 0.1]\n"
@@ -127,7 +128,8 @@ enum { OPT_NPROC = 7000, OPT_BUCKET_CAP, OPT_DIST_BN, OPT_DIST_CHECK, OPT_SYNC_B
 enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, OPT_MODEL_EMA_WARMUP };
 
 /* Layer-wise lr decay flags, long only. */
-enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS, OPT_GP };
+enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS, OPT_GP,
+       OPT_OPT_KWARGS };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -145,7 +147,7 @@ static const char *const list_flags[] = {"opt-betas", "lr-noise", "decay-milesto
  * before the command line's own, so the command line wins. */
 static int load_config(const char *path, const struct option *longs, int *argc, char ***argv, ConfigWords *cw)
 {
-    static const char *const map_flags[] = {"model-kwargs", NULL};
+    static const char *const map_flags[] = {"model-kwargs", "opt-kwargs", NULL};
     const TrainConfigSpec spec = {longs, list_flags, train_py_unimplemented, map_flags};
     CtErr err;
     int n;
@@ -220,6 +222,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
         {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT}, {"grad-accum-steps", 1, 0, OPT_GRAD_ACCUM},
         {"model-kwargs", 1, 0, OPT_MODEL_KWARGS}, {"gp", 1, 0, OPT_GP},
+        {"opt-kwargs", 1, 0, OPT_OPT_KWARGS},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
         {"mixup-prob", 1, 0, OPT_MIXUP_PROB}, {"mixup-switch-prob", 1, 0, OPT_MIXUP_SWITCH_PROB},
         {"mixup-mode", 1, 0, OPT_MIXUP_MODE}, {"mixup-off-epoch", 1, 0, OPT_MIXUP_OFF_EPOCH},
@@ -503,6 +506,10 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_TARGET_KEY: a->target_key = optarg; break;
         case OPT_MODEL_KWARGS:
             bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs);
+            break;
+        case OPT_OPT_KWARGS:
+            bad = cli_kwargs(prog, "--opt-kwargs", CT_MAX_OPT_KWARGS, optarg, argc, argv, a->opt_kwargs,
+                             &a->n_opt_kwargs);
             break;
         case OPT_GRAD_ACCUM: /* train.py: max(1, N) */
             if (!(bad = cli_int(prog, "--grad-accum-steps", optarg, -(1 << 30), 1 << 20, &a->grad_accum_steps)) &&

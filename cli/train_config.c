@@ -245,18 +245,51 @@ static int in_names(const char *const *names, const char *name)
     return 0;
 }
 
-/* A mapping's pairs as KEY=VALUE words at w[*n]; values scalars. */
+/* A YAML value as the Python literal ParseKwargs would have read on the
+ * command line (yaml.safe_dump wrote it from that literal): null, true and
+ * false as None, True, False; a list of scalars as a tuple "(a, b)"; any
+ * other scalar as it is. NULL for anything else. */
+static char *literal_word(yaml_document_t *doc, const yaml_node_t *x)
+{
+    if (x->type == YAML_SEQUENCE_NODE) {
+        size_t len = 3;
+        for (yaml_node_item_t *it = x->data.sequence.items.start; it < x->data.sequence.items.top; it++) {
+            const yaml_node_t *e = yaml_document_get_node(doc, *it);
+            if (!e || !text_of(e) || !*text_of(e))
+                return NULL;
+            len += strlen(text_of(e)) + 2;
+        }
+        char *w = malloc(len), *at = w;
+        CT_ASSERT(w != NULL);
+        at += sprintf(at, "(");
+        for (yaml_node_item_t *it = x->data.sequence.items.start; it < x->data.sequence.items.top; it++)
+            at += sprintf(at, "%s%s", at == w + 1 ? "" : ", ", text_of(yaml_document_get_node(doc, *it)));
+        sprintf(at, ")");
+        return w;
+    }
+    const char *s = text_of(x);
+    if (!s)
+        return NULL;
+    s = plain_in(x, nulls) ? "None" : plain_in(x, yes) ? "True" : plain_in(x, no) ? "False" : s;
+    char *w = malloc(strlen(s) + 1);
+    CT_ASSERT(w != NULL);
+    return strcpy(w, s);
+}
+
+/* A mapping's pairs as KEY=VALUE words at w[*n]; values scalars or lists of them. */
 static int map_words(yaml_document_t *doc, const char *key, const yaml_node_t *v, char **w, int *n, CtErr *err)
 {
     for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
         const char *k = text_of(yaml_document_get_node(doc, pr->key));
-        const yaml_node_t *x = yaml_document_get_node(doc, pr->value);
-        const char *s = x->type == YAML_SCALAR_NODE ? text_of(x) : NULL;
-        if (!k || !*k || strchr(k, '=') || !s)
-            return ct_fail(err, "'%s' expects a mapping of names to single values", key);
+        char *s = literal_word(doc, yaml_document_get_node(doc, pr->value));
+        if (!k || !*k || strchr(k, '=') || !s) {
+            free(s);
+            return ct_fail(err, "'%s' expects a mapping of names to values or lists of them", key);
+        }
         char *word = malloc(strlen(k) + strlen(s) + 2);
         CT_ASSERT(word != NULL);
         sprintf(word, "%s=%s", k, s);
+        free(s);
         w[(*n)++] = word;
     }
     return 0;

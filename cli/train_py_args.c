@@ -25,7 +25,6 @@ const TrainPyArg train_py_unimplemented[] = {
     {"no-ddp-bb", "false", "ctimm's data parallel broadcasts no buffers (BN statistics follow --dist-bn)"},
     {"local_rank", "0", "torch.distributed.launch's; ctimm-train starts its ranks itself (--nproc-per-node)"},
     {"device-modules", "null", "PyTorch device extension modules; ctimm's devices are cpu and cuda"},
-    {"opt-kwargs", "{}", "not built yet"},
     {"drop-block", "null", "DropBlock is in none of ctimm's models"},
     {"model-ema-force-cpu", "false", "the EMA is updated inside the compiled step, beside the weights"},
     {"worker-seeding", "all", "seeds PyTorch's loader workers; ctimm's draws come from its own counter RNG"},

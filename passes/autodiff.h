@@ -42,10 +42,13 @@ typedef struct LossSpec {
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'
- * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping. */
+ * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping; the
+ * '...w' variants (sgdw, adoptw, madgradw, adanw) are their kinds with
+ * OptimSpec.decoupled (adanw: no_prox). */
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
-    CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD
+    CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
+    CT_OPT_LION, CT_OPT_NADAMW, CT_OPT_ADAMAX, CT_OPT_ADOPT, CT_OPT_MADGRAD, CT_OPT_ADAN, CT_OPT_LAPROP
 } CtOptKind;
 
 /* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
@@ -62,6 +65,12 @@ typedef struct OptimSpec {
     int trust_clip, always_adapt;    /* lamb, lars */
     double max_grad_norm;            /* lamb: global gradient-norm clipping, <= 0 none */
     int nadam_legacy;                /* nadam: torch < 2.0's mu_product rule (tests) */
+    double beta3;                    /* adan: the third beta */
+    /* sgd, momentum (SGDW), adopt, madgrad: decoupled weight decay
+     * (p *= 1 - lr * wd) instead of L2 on the gradient; adan: no_prox */
+    int decoupled;
+    double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
+    int no_clip;                     /* adopt: clip_exp None */
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
@@ -108,14 +117,19 @@ extern const char optim_names[];
  * filtered): op, attributes, and its inputs' layout: `nslot` state tensors
  * shaped like the param (named slot[k], starting at slot_init[k]), `nscalar`
  * f32 scalar states (scalar[k], starting at scalar_init[k]), whether it
- * reads the step count and the LAMB clip input. */
+ * reads the step count and the LAMB clip input. With grad_slot the last
+ * slot is no output of the op: it takes the gradient after the step
+ * (Adan's previous gradient). With lr_avg the op's extra input is
+ * LaProp's running average of lr, a = beta1 a + (1 - beta1) lr (beta1:
+ * fattr[0]), kept in the f32 scalar state "exp_avg_lr_1" and updated
+ * before the op reads it. */
 typedef struct OptimOp {
     CtOp op;
     int64_t iattr[3];
-    double fattr[4];
-    int niattr, nfattr, nslot, nscalar, step, clip;
-    const char *slot[2], *scalar[1];
-    double slot_init[2], scalar_init[1];
+    double fattr[5];
+    int niattr, nfattr, nslot, nscalar, step, clip, grad_slot, lr_avg;
+    const char *slot[4], *scalar[1];
+    double slot_init[4], scalar_init[1];
 } OptimOp;
 void optim_op(const OptimSpec *o, double wd, OptimOp *out);
 

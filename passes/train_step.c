@@ -39,8 +39,9 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
     return v;
 }
 
-const char optim_names[] = "sgd, momentum, adam, adamw, nadam, radam, lamb, lambc, lars, larc, rmsprop, rmsproptf, "
-                           "adabelief, adagrad";
+const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
+                           "adamax, adopt, adoptw, lamb, lambc, lars, larc, rmsprop, rmsproptf, adabelief, adagrad, "
+                           "lion, madgrad, madgradw, adan, adanw, laprop";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -63,6 +64,20 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
         {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
         {"adagrad", {.kind = CT_OPT_ADAGRAD, .eps = 1e-8}},
+        {"sgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1}},
+        /* timm's AdamWLegacy and NAdamLegacy: torch AdamW's rule and torch >= 2.0 NAdam's */
+        {"adamwlegacy", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"nadamlegacy", {.kind = CT_OPT_NADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"nadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"adamax", {.kind = CT_OPT_ADAMAX, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"adopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333}},
+        {"adoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1}},
+        {"lion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99}},
+        {"madgrad", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6}},
+        {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
+        {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
+        {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
+        {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, name) == 0) {
@@ -80,7 +95,7 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *u)
     case CT_OPT_NONE:
     case CT_OPT_SGD:
     case CT_OPT_MOMENTUM:
-        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD}, .niattr = 1,
+        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled}, .niattr = 2,
                        .fattr = {o->momentum, wd}, .nfattr = 2, .nslot = 1, .slot = {"momentum_buffer"}};
         break;
     case CT_OPT_ADAMW:
@@ -120,6 +135,33 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *u)
     case CT_OPT_ADAGRAD:
         *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
         break;
+    case CT_OPT_LION:
+        *u = (OptimOp){.op = CT_OP_lion_update, .fattr = {o->beta1, o->beta2, wd}, .nfattr = 3, .nslot = 1,
+                       .slot = {"exp_avg"}};
+        break;
+    case CT_OPT_NADAMW:
+    case CT_OPT_ADAMAX:
+    case CT_OPT_ADOPT:
+    case CT_OPT_LAPROP:
+        u->op = CT_OP_adamx_update;
+        u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : k == CT_OPT_LAPROP ? 4 : o->decoupled ? 3 : 2;
+        u->lr_avg = k == CT_OPT_LAPROP;
+        u->iattr[1] = o->no_clip, u->niattr = 2;
+        u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->fattr[4] = o->clip_exp, u->nfattr = 5;
+        if (k == CT_OPT_ADAMAX)
+            u->slot[1] = "exp_inf";
+        break;
+    case CT_OPT_MADGRAD:
+        *u = (OptimOp){.op = CT_OP_madgrad_update, .iattr = {o->decoupled}, .niattr = 1,
+                       .fattr = {o->momentum, wd, o->eps}, .nfattr = 3, .nslot = 3, .slot = {"grad_sum_sq", "s", "x0"},
+                       .step = 1};
+        break;
+    case CT_OPT_ADAN:
+        *u = (OptimOp){.op = CT_OP_adan_update, .iattr = {o->decoupled}, .niattr = 1,
+                       .fattr = {o->beta1, o->beta2, o->beta3, o->eps, wd}, .nfattr = 5, .nslot = 4,
+                       .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1, .grad_slot = 1};
+        break;
     }
 }
 
@@ -148,7 +190,7 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
     Value pv = g->values[p];
     OptimOp u;
     optim_op(o, optim_no_decay(pv.name, pv.type.shape.ndim, o->no_weight_decay) ? 0 : o->weight_decay, &u);
-    ValueId in[CT_MAX_IN], st[3];
+    ValueId in[CT_MAX_IN], st[5];
     int nin = 0, ns = 0;
     in[nin++] = p;
     in[nin++] = grad;
@@ -161,13 +203,33 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
         in[nin++] = step;
     if (u.clip)
         in[nin++] = clip;
+    if (u.lr_avg) {
+        ValueId avg = add_slot(g, &pv, (CtType){{0}, CT_F32}, "exp_avg_lr_1", 0, state, nstate);
+        double b1 = u.fattr[0];
+        ValueId next = emit(e, CT_OP_add, 2,
+                            (ValueId[]){emit(e, CT_OP_scale_shift, 1, &avg, NULL, 0, (double[]){b1, 0}, 2, 0),
+                                        emit(e, CT_OP_scale_shift, 1, &lr, NULL, 0, (double[]){1 - b1, 0}, 2, 0)},
+                            NULL, 0, NULL, 0, 0);
+        if (apply >= 0) { /* avg + apply (next - avg): avg itself on a skipped step */
+            ValueId back = emit(e, CT_OP_scale_shift, 1, &avg, NULL, 0, (double[]){-1, 0}, 2, 0);
+            ValueId d = emit(e, CT_OP_add, 2, (ValueId[]){next, back}, NULL, 0, NULL, 0, 0);
+            next = emit(e, CT_OP_add, 2, (ValueId[]){avg, emit(e, CT_OP_mul, 2, (ValueId[]){d, apply}, NULL, 0, NULL,
+                                                               0, 0)}, NULL, 0, NULL, 0, 0);
+        }
+        emit(e, CT_OP_assign, 2, (ValueId[]){avg, next}, NULL, 0, NULL, 0, 0);
+        in[nin++] = next;
+    }
+    if (apply >= 0 && u.grad_slot)
+        return emit_fail(e, "--opt adan/adanw: a step that may be skipped (f16 loss scaling, --grad-accum-steps) "
+                         "is not implemented for Adan");
     if (apply >= 0)
         in[nin++] = apply;
     ValueId out = emit(e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);
     if (out >= 0) {
         Node n = *emit_last(e);
         for (int k = 0; k < ns; k++)
-            emit(e, CT_OP_assign, 2, (ValueId[]){st[k], n.out[1 + k]}, NULL, 0, NULL, 0, 0);
+            emit(e, CT_OP_assign, 2, (ValueId[]){st[k], u.grad_slot && k == u.nslot - 1 ? grad : n.out[1 + k]}, NULL,
+                 0, NULL, 0, 0);
     }
     emit(e, CT_OP_assign, 2, (ValueId[]){p, out}, NULL, 0, NULL, 0, 0);
     return out;
@@ -408,7 +470,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
 
     /* Optimizer state follows the params and buffers in g->state. */
     int nmodel = g->nstate;
-    int cap = g->nstate + 4 * out->nparams + 1 + (opt->model_ema ? nmodel : 0);
+    int cap = g->nstate + 5 * out->nparams + 1 + (opt->model_ema ? nmodel : 0);
     ValueId *state = realloc(g->state, sizeof *state * (size_t)cap);
     CT_ASSERT(state != NULL);
     g->state = state;

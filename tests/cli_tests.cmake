@@ -216,6 +216,24 @@ add_test(NAME train_model_kwargs_refused COMMAND sh -c
 set_tests_properties(train_model_kwargs_refused PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 
+# --opt-kwargs: Lion with other betas trains two batches of 8 (and keeps its
+# exp_avg state, the words in the checkpoint's args); refused by name: a key
+# the optimizer lacks, one train.py passes itself, one from a train.py YAML.
+add_test(NAME train_opt_kwargs COMMAND sh -c
+  "rm -rf optkw-out && sh ${CMAKE_CURRENT_SOURCE_DIR}/make_small_shapes.sh data/shapes-64 optkw-shapes 2 1 && \
+   ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --img-size 32 --lr 1e-4 -j 1 --epochs 1 --opt lion \
+     --opt-kwargs 'betas=(0.95, 0.98)' --output optkw-out && \
+   grep -aq 'optim.fc.weight.exp_avg' optkw-out/last.state.safetensors && \
+   grep -aq 'opt_kwargs[^}]*betas[^}]*(0.95, 0.98)' optkw-out/last.state.safetensors && \
+   ${FAIL} \"--opt-kwargs no_prox=True: --opt lion takes no 'no_prox' in ctimm \\(its keys: betas caution\\)\" \
+     ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt lion --opt-kwargs no_prox=True && \
+   ${FAIL} 'train.py passes weight_decay to create_optimizer_v2 itself \\(--weight-decay\\)' \
+     ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt adamw --opt-kwargs weight_decay=0.1 && \
+   printf 'opt: adan\\nopt_kwargs:\\n  betas:\\n  - 0.9\\n  - 0.99\\n' > optkw.yaml && \
+   ${FAIL} 'betas=\\(0.9, 0.99\\): betas takes a tuple of 3 numbers' ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 -c optkw.yaml")
+set_tests_properties(train_opt_kwargs PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+
 # ctimm-train checkpoints and --resume. Two epochs in one run equal one epoch,
 # then --resume for the second, bit for bit (cpu backend, one OpenBLAS thread,
 # -j 1): the same summary.csv line and the same weights file.

@@ -280,11 +280,31 @@ static void build_misc(Graph *g, const Ins *in, int variant)
  * buffer comes from an expand fused into the update; rmsprop (9: torch's
  * without momentum, 10: TF's with it and an apply of 1, 11: torch's with
  * momentum and an apply of 0) and adagrad (12); grad_accumulate with an
- * update of 0 and of 1 (13, 14). */
+ * update of 0 and of 1 (13, 14); lion with an apply of 1 (15), adamx
+ * rules 0-3 (16-19) and 4 (LaProp, 24), madgrad with and without momentum
+ * (20, 21), adan with and without no_prox (22, 23). */
 static void build_update(Graph *g, const Ins *in, int variant)
 {
     ValueId lr = in->s;
-    if (variant < 4) {
+    if (variant == 15) {
+        ValueId one = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, 1}, 2, 0);
+        ValueId m = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
+        node(g, CT_OP_lion_update, 5, (ValueId[]){in->pos, in->x, m, lr, one}, NULL, 0,
+             (double[]){0.9, 0.99, 0.05}, 3, 0);
+    } else if ((variant >= 16 && variant <= 19) || variant == 24) {
+        ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
+        ValueId avg = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0.5, 0}, 2, 0);
+        node(g, CT_OP_adamx_update, variant == 24 ? 7 : 6, (ValueId[]){in->pos, in->x, m, in->pos, lr, in->step, avg},
+             (int64_t[]){variant == 24 ? 4 : variant - 16, 0}, 2, (double[]){0.9, 0.999, 1e-8, 0.05, 0.333}, 5, 0);
+    } else if (variant == 20 || variant == 21) {
+        ValueId sum = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.5, 0}, 2, 0);
+        node(g, CT_OP_madgrad_update, 7, (ValueId[]){in->pos, in->x, in->pos, sum, in->pos, lr, in->step},
+             (int64_t[]){variant == 21}, 1, (double[]){variant == 20 ? 0.9 : 0, 0.01, 1e-6}, 3, 0);
+    } else if (variant >= 22 && variant <= 23) {
+        ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
+        node(g, CT_OP_adan_update, 8, (ValueId[]){in->pos, in->x, m, m, in->pos, in->pos, lr, in->step},
+             (int64_t[]){variant == 23}, 1, (double[]){0.98, 0.92, 0.99, 1e-8, 0.02}, 5, 0);
+    } else if (variant < 4) {
         ValueId buf = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
         ValueId ins[5] = {in->pos, in->x, buf, lr, lr};
         int nin = 4;
@@ -301,7 +321,7 @@ static void build_update(Graph *g, const Ins *in, int variant)
             ins[5] = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant == 10}, 2, 0);
         node(g, CT_OP_rmsprop_update, variant > 9 ? 6 : 5, ins, (int64_t[]){variant == 10}, 1,
              (double[]){0.9, 1e-8, 0.01, variant == 9 ? 0 : 0.9}, 4, 0);
-    } else if (variant >= 13) {
+    } else if (variant >= 13 && variant <= 14) {
         ValueId up = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 13}, 2, 0);
         node(g, CT_OP_grad_accumulate, 3, (ValueId[]){in->pos, in->x, up}, NULL, 0, NULL, 0, 0);
     } else if (variant == 12) {
@@ -416,7 +436,7 @@ static void test_ops(KernelCache *cache)
         }
     for (int v = 0; v < 12; v++)
         check_case("binary/scale/clamp/cast", build_misc, v, cache);
-    for (int v = 0; v < 15; v++)
+    for (int v = 0; v < 25; v++)
         check_case("optimizer update", build_update, v, cache);
     for (int v = 0; v < 3; v++)
         check_case("fused chain", build_chain, v, cache);

@@ -248,6 +248,22 @@ static void test_clip_and_updates(void)
         {"lars_update trust-clipped NaN ratio", CT_OP_lars_update, 4,
          {{S1(3), 0, V(I, 2, 3)}, {S1(3), 0, V(0.5, 0.25, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {{0}, 0, V(0.1)}},
          {0, 1, 0}, {0.9, 1e-4, 1e-3, 1e-8}, {V(N, N, N)}, 1},
+        /* a NaN gradient stays in its element: Lion's sign of NaN is NaN */
+        {"lion_update", CT_OP_lion_update, 4,
+         {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0)}, {S1(3), 0, V(0, 0, 0)}, {{0}, 0, V(0.1)}}, {0},
+         {0.9, 0.99, 0.05}, {V(FIN, N, FIN), V(FIN, N, FIN)}, 2},
+        {"adamx_update ADOPT", CT_OP_adamx_update, 6,
+         {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(1, 1, 1)},
+          {{0}, 0, V(0.1)}, {{0}, CT_I64, V(3)}},
+         {2}, {0.9, 0.9999, 1e-6, 1e-4, 0.333}, {V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN)}, 3},
+        {"madgrad_update", CT_OP_madgrad_update, 7,
+         {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(0, 0, 0)},
+          {S1(3), 0, V(0, 0, 0)}, {{0}, 0, V(0.1)}, {{0}, CT_I64, V(0)}},
+         {0}, {0.9, 1e-4, 1e-6}, {V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, FIN, FIN)}, 4},
+        {"adan_update", CT_OP_adan_update, 8,
+         {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(0, 0, 0)},
+          {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(0.25, 0.25, 0.25)}, {{0}, 0, V(0.1)}, {{0}, CT_I64, V(1)}},
+         {0}, {0.98, 0.92, 0.99, 1e-8, 0.02}, {V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN)}, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);

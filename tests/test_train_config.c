@@ -16,8 +16,9 @@ static const struct option longs[] = {
     {"batch-size", 1, 0, 'b'}, {"mean", 1, 0, 'M'}, {"scale", 1, 0, 'S'}, {"amp", 0, 0, 'a'},
     {"decay-rate", 1, 0, 'r'}, {"dr", 1, 0, 'r'}, {"data-dir", 1, 0, 'D'}, {"model", 1, 0, 'm'},
     {"help", 0, 0, 'h'},       {"config", 1, 0, 'c'}, {"torchcompile", 2, 0, 't'}, {"model-kwargs", 1, 0, 'k'},
+    {"opt-kwargs", 1, 0, 'O'},
     {0, 0, 0, 0}};
-static const char *const lists[] = {"mean", "scale", NULL}, *const maps[] = {"model-kwargs", NULL};
+static const char *const lists[] = {"mean", "scale", NULL}, *const maps[] = {"model-kwargs", "opt-kwargs", NULL};
 static const TrainConfigSpec spec = {longs, lists, train_py_unimplemented, maps};
 
 /* The words of text, joined by '|' ("" for none), or "ERR: <message>". */
@@ -113,8 +114,12 @@ static void test_unimplemented(void)
     REFUSED("wandb_tags: [a, b]\n", "'wandb_tags: [a, b]' (--wandb-tags)");
     EXPECT("model_kwargs: {img_size: 160, a: x}\n", "--model-kwargs|img_size=160|a=x"); /* ParseKwargs' words */
     EXPECT("model_kwargs: {}\n", "");
-    REFUSED("model_kwargs: {a: [1, 2]}\n", "'model_kwargs' expects a mapping of names to single values");
-    REFUSED("opt_kwargs: {a: 1}\n", "'opt_kwargs: {...}' (--opt-kwargs)");
+    EXPECT("model_kwargs: {a: [1, 2]}\n", "--model-kwargs|a=(1, 2)");
+    REFUSED("model_kwargs: {a: {b: 1}}\n", "'model_kwargs' expects a mapping of names to values or lists of them");
+    /* yaml.safe_dump's form of train.py's --opt-kwargs betas='(0.95, 0.98)' clip_exp=None decoupled=True eps=1e-3 */
+    EXPECT("opt_kwargs:\n  betas:\n  - 0.95\n  - 0.98\n  clip_exp: null\n  decoupled: true\n  eps: 0.001\n",
+           "--opt-kwargs|betas=(0.95, 0.98)|clip_exp=None|decoupled=True|eps=0.001");
+    EXPECT("opt_kwargs: {}\n", "");
     REFUSED("naflex_train_seq_lens: [128]\n", "'naflex_train_seq_lens: [128]'");
     REFUSED("local_rank: 1\n", "'local_rank: 1' (--local_rank)");
     REFUSED("amp_impl: apex\n", "'amp_impl: apex' (--amp-impl)");

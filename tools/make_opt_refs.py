@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Regenerate tests/data/opt_refs.safetensors: two steps of each timm optimizer on test_resnet.
+"""Regenerate tests/data/opt_refs.safetensors: ten steps of each timm optimizer on test_resnet.
 
 The parameters (state.*) and gradients (grad.*) of tests/data/test_resnet.safetensors go into
-timm.create_model('test_resnet'); for each optimizer below, timm.optim.create_optimizer_v2(model,
-name, lr=LR, weight_decay=WD) with everything else at timm's defaults (timm's weight-decay groups
-too) takes one step, then a second with the same gradients, from the original parameters and a
-fresh optimizer. Written: <name>.step1.<param> and <name>.step2.<param> for the fixed subset
-PARAMS (conv weights, BN weights and biases, which get no decay, and fc.bias: all parameters would
-make a 40 MB file), and grad_norm, the global gradient norm over ALL parameters (Lamb's clipping).
+timm.create_model('test_resnet'); for each case below, timm.optim.create_optimizer_v2(model, name,
+lr=LR, weight_decay=WD, **KWARGS) with everything else at timm's defaults (timm's weight-decay groups
+too) takes ten steps, from the original parameters and a fresh optimizer, step k on the gradients
+times SCALES[k - 1] (powers of two: exact in float32; changing gradients, as constant ones leave
+Lion's, Adan's and LaProp's betas and ADOPT's clip without effect).
+A case is an optimizer name, or name{key=value, ...} with keyword arguments as train.py's
+--opt-kwargs passes them (momentum: create_optimizer_v2's own momentum, as --momentum). Written:
+<case>.step1.<param> and <case>.step10.<param> for the fixed subset PARAMS (conv weights, which get
+weight decay, BN weights and biases and fc.bias, which do not; all parameters would make a 40 MB
+file), and grad_norm, the global gradient norm over ALL parameters (Lamb's clipping).
 
 Usage (Debian's torch belongs to /usr/bin/python3; see tools/make_vectors.py for the setup):
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_opt_refs.py [--out tests/data/opt_refs.safetensors]
@@ -31,16 +35,31 @@ import torch  # noqa: E402
 import timm  # noqa: E402
 from timm.optim import create_optimizer_v2  # noqa: E402
 
-# name -> (lr, weight_decay): train.py-like values that make every term visible
+# case -> (lr, weight_decay, kwargs): train.py-like values that make every term visible
 OPTIMIZERS = {
-    "sgd": (0.1, 1e-4), "momentum": (0.1, 1e-4), "adamw": (1e-3, 0.05), "adam": (1e-3, 1e-4),
-    "nadam": (2e-3, 1e-4), "radam": (1e-3, 1e-4), "lamb": (5e-3, 0.02), "lambc": (5e-3, 0.02),
-    "lars": (0.1, 1e-4), "larc": (0.1, 1e-4), "rmsprop": (1e-3, 1e-5), "rmsproptf": (1e-3, 1e-5),
-    "adabelief": (1e-3, 0.05), "adagrad": (1e-2, 1e-4),
+    "sgd": (0.1, 1e-4, {}), "momentum": (0.1, 1e-4, {}), "adamw": (1e-3, 0.05, {}), "adam": (1e-3, 1e-4, {}),
+    "nadam": (2e-3, 1e-4, {}), "radam": (1e-3, 1e-4, {}), "lamb": (5e-3, 0.02, {}), "lambc": (5e-3, 0.02, {}),
+    "lars": (0.1, 1e-4, {}), "larc": (0.1, 1e-4, {}), "rmsprop": (1e-3, 1e-5, {}), "rmsproptf": (1e-3, 1e-5, {}),
+    "adabelief": (1e-3, 0.05, {}), "adagrad": (1e-2, 1e-4, {}),
+    "sgdw": (0.1, 0.05, {}), "sgdw{nesterov=False}": (0.1, 0.05, {"nesterov": False}),
+    "adamwlegacy": (1e-3, 0.05, {}), "nadamlegacy": (2e-3, 1e-4, {}),
+    "nadamw": (1e-3, 0.05, {}), "nadamw{betas=(0.8, 0.99)}": (1e-3, 0.05, {"betas": (0.8, 0.99)}),
+    "adamax": (2e-3, 1e-4, {}), "adamax{eps=0.001}": (2e-3, 1e-4, {"eps": 1e-3}),
+    "adopt": (1e-3, 1e-4, {}), "adopt{clip_exp=None}": (1e-3, 1e-4, {"clip_exp": None}),
+    "adoptw": (1e-3, 0.05, {}), "adoptw{betas=(0.8, 0.99), clip_exp=0.5}": (1e-3, 0.05, {"betas": (0.8, 0.99),
+                                                                                       "clip_exp": 0.5}),
+    "lion": (1e-4, 0.05, {}), "lion{betas=(0.95, 0.98)}": (1e-4, 0.05, {"betas": (0.95, 0.98)}),
+    "madgrad": (1e-3, 1e-4, {}), "madgrad{momentum=0}": (1e-3, 1e-4, {"momentum": 0.0}),
+    "madgradw": (1e-3, 0.05, {}), "madgrad{decoupled_decay=True, eps=0.0001}": (1e-3, 0.05, {"decoupled_decay": True,
+                                                                                            "eps": 1e-4}),
+    "adan": (1e-3, 0.02, {}), "adan{betas=(0.9, 0.95, 0.999)}": (1e-3, 0.02, {"betas": (0.9, 0.95, 0.999)}),
+    "adanw": (1e-3, 0.02, {}),
+    "laprop": (4e-4, 0.05, {}), "laprop{betas=(0.8, 0.99)}": (4e-4, 0.05, {"betas": (0.8, 0.99)}),
 }
-PARAMS = ["conv1.0.weight", "conv1.1.weight", "conv1.1.bias", "layer1.0.conv1.weight", "layer1.0.bn1.weight",
-          "layer1.0.bn1.bias", "layer2.0.downsample.1.weight", "layer3.0.conv1.weight", "layer3.0.bn3.weight",
-          "layer3.0.bn3.bias", "layer3.0.downsample.1.weight", "fc.bias"]
+STEPS = (1, 10)
+SCALES = (1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1)
+PARAMS = ["conv1.0.weight", "conv1.1.weight", "conv1.1.bias", "layer2.0.downsample.1.weight", "layer3.0.bn3.weight",
+          "layer3.0.bn3.bias", "fc.bias"]
 _DT = {"F32": torch.float32, "I64": torch.int64}
 
 
@@ -71,18 +90,22 @@ def main():
     start = {n: p.detach().clone() for n, p in params.items()}
     grads = {n: ref["grad." + n] for n in params}
     tensors = [("grad_norm", torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()])))]
-    for name, (lr, wd) in OPTIMIZERS.items():
+    for case, (lr, wd, kwargs) in OPTIMIZERS.items():
         with torch.no_grad():
             for n, p in params.items():
                 p.copy_(start[n])
                 p.grad = grads[n].clone()
-        opt = create_optimizer_v2(model, name, lr=lr, weight_decay=wd)
-        for step in (1, 2):
+        opt = create_optimizer_v2(model, case.split("{")[0], lr=lr, weight_decay=wd, **kwargs)
+        for step in range(1, max(STEPS) + 1):
+            with torch.no_grad():
+                for n, p in params.items():
+                    p.grad = grads[n] * SCALES[step - 1]
             opt.step()
-            tensors += [(f"{name}.step{step}.{n}", params[n].detach().clone()) for n in PARAMS]
+            if step in STEPS:
+                tensors += [(f"{case}.step{step}.{n}", params[n].detach().clone()) for n in PARAMS]
     meta = {"optimizers": json.dumps({k: {"lr": v[0], "weight_decay": v[1]} for k, v in OPTIMIZERS.items()}),
-            "params": json.dumps(PARAMS), "torch_version": torch.__version__, "timm_version": timm.__version__,
-            "generator": "tools/make_opt_refs.py"}
+            "params": json.dumps(PARAMS), "steps": json.dumps(STEPS), "scales": json.dumps(SCALES), "torch_version": torch.__version__,
+            "timm_version": timm.__version__, "generator": "tools/make_opt_refs.py"}
     save_safetensors(args.out, tensors, meta)
 
 

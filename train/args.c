@@ -200,13 +200,17 @@ char *train_args_json(const TrainArgs *a)
         for (int k = 0; nz && k < a->sch.n_noise; k++)
             cJSON_AddItemToArray(nz, cJSON_CreateNumber(a->sch.noise[k]));
     }
-    cJSON *kw = cJSON_AddObjectToObject(o, "model_kwargs");
-    for (int k = 0; kw && k < a->n_model_kwargs; k++) {
-        const char *eq = strchr(a->model_kwargs[k], '=');
-        char key[64];
-        if (eq && eq - a->model_kwargs[k] < (long)sizeof key) {
-            snprintf(key, sizeof key, "%.*s", (int)(eq - a->model_kwargs[k]), a->model_kwargs[k]);
-            cJSON_AddStringToObject(kw, key, eq + 1);
+    const char *const *words[2] = {a->model_kwargs, a->opt_kwargs};
+    int nwords[2] = {a->n_model_kwargs, a->n_opt_kwargs};
+    for (int m = 0; m < 2; m++) {
+        cJSON *kw = cJSON_AddObjectToObject(o, m ? "opt_kwargs" : "model_kwargs");
+        for (int k = 0; kw && k < nwords[m]; k++) {
+            const char *eq = strchr(words[m][k], '=');
+            char key[64];
+            if (eq && eq - words[m][k] < (long)sizeof key) {
+                snprintf(key, sizeof key, "%.*s", (int)(eq - words[m][k]), words[m][k]);
+                cJSON_AddStringToObject(kw, key, eq + 1);
+            }
         }
     }
     char *j = cJSON_PrintUnformatted(o);

@@ -11,6 +11,7 @@
 #include "ir/status.h"
 #include "runtime/sched.h"
 #include "train/model_kwargs.h"
+#include "train/opt_kwargs.h"
 
 typedef struct TrainArgs {
     const char *data_dir, *dataset, *train_split, *val_split, *model, *opt, *sched, *device, *output;
@@ -35,6 +36,9 @@ typedef struct TrainArgs {
     const char *gp;
     const char *model_kwargs[CT_MAX_MODEL_KWARGS];
     int n_model_kwargs;
+    /* --opt-kwargs KEY=VALUE words (train/opt_kwargs.h) */
+    const char *opt_kwargs[CT_MAX_OPT_KWARGS];
+    int n_opt_kwargs;
     const char *clip_mode;
     int model_ema, model_ema_warmup;
     /* timm's mixup / cutmix and random erasing flags */

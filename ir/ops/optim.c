@@ -9,9 +9,11 @@
  * are the state unchanged, which is how a step whose gradients are not
  * finite is skipped (GradScaler's rule) without leaving the graph.
  *
- * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov:
- *   torch.optim.SGD with dampening 0. A zero momentum buffer gives exactly
- *   torch's first step (buf = d), so no step count is needed.
+ * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov,
+ *   decoupled: torch.optim.SGD with dampening 0, or with decoupled timm's
+ *   SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
+ *   momentum buffer gives exactly torch's first step (buf = d), so no step
+ *   count is needed.
  * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay;
  *   iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
  *   decay, variance rectification), 3 timm AdaBelief (decoupled decay, v of
@@ -35,6 +37,26 @@
  *   square_avg starts at ones: the caller's initialisation). Not centered.
  * adagrad_update(p, g, sum, lr), fattr eps, weight_decay: torch Adagrad,
  *   lr_decay 0.
+ * lion_update(p, g, m, lr), fattr beta1, beta2, weight_decay: timm Lion
+ *   (decoupled decay, p -= lr * sign(lerp(m, g, 1 - beta1)), m lerps to g
+ *   by 1 - beta2).
+ * adamx_update(p, g, m, v, lr, step), fattr beta1, beta2, eps,
+ *   weight_decay, clip_exp; iattr rule: 0 timm NAdamW (decoupled decay,
+ *   the Nesterov lerp of m' towards g in the step), 1 torch Adamax (L2
+ *   decay, v the infinity norm max(beta2 v, |g| + eps)), 2 timm ADOPT with
+ *   L2 decay, 3 with decoupled decay (the first step only sets v = g^2; then
+ *   g / max(sqrt(v), eps), clipped to +-(step - 1)^clip_exp unless iattr
+ *   no_clip, drives m, and v updates after), 4 timm LaProp: then the
+ *   input after step is the running average of lr (exp_avg_lr_1, updated
+ *   for this step by the caller): m accumulates lr (1 - beta1) g / denom,
+ *   p moves by (lr / that average) m, then decays by lr * wd.
+ * madgrad_update(p, g, grad_sum_sq, s, x0, lr, step), fattr momentum,
+ *   weight_decay, eps; iattr decoupled: timm MADGRAD (dual averaging with
+ *   a cube-root denominator; x0 is p at the first step when momentum != 0).
+ * adan_update(p, g, m, diff, n, pre, lr, step) -> p', m', diff', n', fattr
+ *   beta1, beta2, beta3, eps, weight_decay; iattr no_prox: timm Adan. pre
+ *   is the previous step's gradient (no output: the caller stores g); at
+ *   the first step the difference is 0. It takes no `apply` (CT_MAX_IN).
  * all_finite(x) -> scalar 1 when every element of x is finite, else 0.
  * grad_accumulate(acc, g, update) -> (total, acc'): --grad-accum-steps'
  *   gradient accumulation across steps: total = acc + g, the gradient the
@@ -53,18 +75,24 @@
  * more scalar when `extra`, and apply when `apply`. */
 typedef struct UpdLayout {
     int nstate, nscalar, step, extra, lr, apply;
+    int nret; /* the state tensors returned: the first nret */
 } UpdLayout;
 
 static UpdLayout upd_layout(const Node *n)
 {
-    UpdLayout l = {1, 0, 0, 0, 0, 0};
+    UpdLayout l = {1, 0, 0, 0, 0, 0, 0};
     switch (n->op) {
     case CT_OP_adamw_update: l.nstate = 2, l.step = 1; break;
     case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
     case CT_OP_lamb_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[2] != 0; break;
     case CT_OP_rmsprop_update: l.nstate = 2; break;
+    case CT_OP_adamx_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[0] == 4; break;
+    case CT_OP_madgrad_update: l.nstate = 3, l.step = 1; break;
+    case CT_OP_adan_update: l.nstate = 4, l.step = 1, l.nret = 3; break;
     default: break;
     }
+    if (!l.nret)
+        l.nret = l.nstate;
     l.lr = 2 + l.nstate + l.nscalar;
     l.apply = n->nin == l.lr + 1 + l.step + l.extra + 1;
     return l;
@@ -88,11 +116,11 @@ static int infer_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
         if (is_step != (in_type(g, n, k)->dtype == CT_I64))
             return ct_fail(err, is_step ? "step must be an i64 scalar" : "input %d must be a float scalar", k);
     }
-    for (int k = 0; k <= l.nstate; k++)
+    for (int k = 0; k <= l.nret; k++)
         out[k] = *in_type(g, n, 0);
     for (int k = 0; k < l.nscalar; k++)
-        out[1 + l.nstate + k] = *in_type(g, n, 2 + l.nstate + k);
-    return 1 + l.nstate + l.nscalar;
+        out[1 + l.nret + k] = *in_type(g, n, 2 + l.nstate + k);
+    return 1 + l.nret + l.nscalar;
 }
 
 /* With apply == 0: every output is its input state unchanged; returns 1. */
@@ -119,15 +147,25 @@ static int applied(Sx *s, const Node *n, int fresh, int old)
     return upd_layout(n).apply ? sx_select(s, sx_in(s, n->nin - 1), fresh, old) : fresh;
 }
 
+/* a - b */
+static int sx_minus(Sx *s, int a, int b) { return sx_add(s, a, sx_mul(s, sx_const(s, -1), b)); }
+
+/* p * (1 - lr * wd): decoupled weight decay, torch's param.mul_(1 - lr * wd) */
+static int decayed(Sx *s, int p, int lr, double wd)
+{
+    return wd == 0 ? p : sx_mul(s, p, sx_minus(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
+}
+
 static void sgd_update_scalar(const Node *n, Sx *s)
 {
-    int p = sx_in(s, 0), buf = sx_in(s, 2), p1, buf1;
-    fx_sgd(s, p, sx_in(s, 1), buf, sx_in(s, 3), n->fattr[0], n->fattr[1], (int)n->iattr[0], &p1, &buf1);
+    int dec = (int)n->iattr[1], p = sx_in(s, 0), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
+    fx_sgd(s, dec ? decayed(s, p, lr, n->fattr[1]) : p, sx_in(s, 1), buf, lr, n->fattr[0], dec ? 0 : n->fattr[1],
+           (int)n->iattr[0], &p1, &buf1);
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov"},
+const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov", "decoupled"},
                              .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
                              .fusion = OP_ELEMENTWISE, .scalar = sgd_update_scalar, .batch_from = 3,
                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
@@ -254,9 +292,6 @@ const OpDef op_lars_update = {.name = "lars_update", .min_in = 4, .max_in = 5,
                               .ref = lars_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
                               .layout = OP_LAYOUT_NCHW};
 
-/* a - b */
-static int sx_minus(Sx *s, int a, int b) { return sx_add(s, a, sx_mul(s, sx_const(s, -1), b)); }
-
 static void rmsprop_update_scalar(const Node *n, Sx *s)
 {
     double alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
@@ -294,6 +329,152 @@ const OpDef op_adagrad_update = {.name = "adagrad_update", .min_in = 4, .max_in 
                                  .fattr = {"eps", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
                                  .fusion = OP_ELEMENTWISE, .scalar = adagrad_update_scalar, .batch_from = 3,
                                  .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
+
+/* torch's lerp(a, b, w) for a constant weight: a + w (b - a) below 0.5,
+ * b - (b - a)(1 - w) from it */
+static int lerp(Sx *s, int a, int b, double w)
+{
+    int d = sx_minus(s, b, a);
+    return w < 0.5 ? sx_add(s, a, sx_mul(s, sx_const(s, w), d)) : sx_minus(s, b, sx_mul(s, d, sx_const(s, 1 - w)));
+}
+
+/* max(a, b) as torch's clamp(a, min=b) for a finite b: NaN stays NaN */
+static int sx_max(Sx *s, int a, int b) { return sx_select(s, sx_lt(s, a, b), b, a); }
+
+static void lion_update_scalar(const Node *n, Sx *s)
+{
+    double b1 = n->fattr[0], b2 = n->fattr[1];
+    int p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), lr = sx_in(s, 3), zero = sx_const(s, 0);
+    int u = lerp(s, m, g, 1 - b1);
+    /* torch's sign: 0 at 0, NaN at NaN */
+    int sign = sx_select(s, sx_lt(s, zero, u), sx_const(s, 1),
+                         sx_select(s, sx_lt(s, u, zero), sx_const(s, -1), sx_mul(s, u, zero)));
+    s->out[0] = applied(s, n, sx_minus(s, decayed(s, p, lr, n->fattr[2]), sx_mul(s, lr, sign)), p);
+    s->out[1] = applied(s, n, lerp(s, m, g, 1 - b2), m);
+}
+
+const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 5,
+                              .fattr = {"beta1", "beta2", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
+                              .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
+                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
+
+static void adamx_update_scalar(const Node *n, Sx *s)
+{
+    double b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2], wd = n->fattr[3];
+    int rule = (int)n->iattr[0], p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), v = sx_in(s, 3);
+    int lr = sx_in(s, 4), t = sx_add(s, sx_in(s, 5), sx_const(s, 1)), p1, m1, v1;
+    if (rule == 0) { /* NAdamW */
+        p1 = decayed(s, p, lr, wd);
+        m1 = lerp(s, m, g, 1 - b1);
+        v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
+        int denom = sx_add(s, sx_div(s, sx_sqrt(s, v1), sx_sqrt(s, fx_bias_correction(s, b2, t))), sx_const(s, eps));
+        int step = sx_div(s, lr, fx_bias_correction(s, b1, t));
+        p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, lerp(s, m1, g, 1 - b1), denom)));
+    } else if (rule == 1) { /* Adamax */
+        int g1 = sx_add(s, g, sx_mul(s, sx_const(s, wd), p)), ag = sx_select(s, sx_lt(s, g1, sx_const(s, 0)),
+                                                                              sx_mul(s, sx_const(s, -1), g1), g1);
+        m1 = sx_add(s, sx_mul(s, sx_const(s, b1), m), sx_mul(s, sx_const(s, 1 - b1), g1));
+        v1 = sx_max(s, sx_add(s, ag, sx_const(s, eps)), sx_mul(s, sx_const(s, b2), v));
+        p1 = sx_minus(s, p, sx_mul(s, sx_div(s, lr, fx_bias_correction(s, b1, t)), sx_div(s, m1, v1)));
+    } else if (rule == 4) { /* LaProp */
+        v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
+        int denom = sx_add(s, sx_sqrt(s, sx_div(s, v1, fx_bias_correction(s, b2, t))), sx_const(s, eps));
+        m1 = sx_add(s, sx_mul(s, m, sx_const(s, b1)), sx_mul(s, sx_mul(s, lr, sx_const(s, 1 - b1)), sx_div(s, g, denom)));
+        int avg = sx_in(s, 6), zero = sx_const(s, 0);
+        p1 = sx_minus(s, p, sx_mul(s, sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero), m1));
+        if (wd != 0) /* timm's _add_scaled_(param, param, -lr * wd), after the step */
+            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p1));
+    } else { /* ADOPT */
+        int dec = rule == 3, g1 = dec ? g : sx_add(s, g, sx_mul(s, sx_const(s, wd), p));
+        int first = sx_lt(s, t, sx_const(s, 1.5)), gg = sx_mul(s, g1, g1);
+        int ng = sx_div(s, g1, sx_max(s, sx_sqrt(s, v), sx_const(s, eps)));
+        if (!n->iattr[1]) { /* clamp_(-c, c): max then min */
+            int c = sx_op(s, SX_POW, sx_add(s, t, sx_const(s, -1)), sx_const(s, n->fattr[4]), 0);
+            ng = sx_max(s, ng, sx_mul(s, sx_const(s, -1), c));
+            ng = sx_select(s, sx_lt(s, c, ng), c, ng);
+        }
+        m1 = lerp(s, m, ng, 1 - b1);
+        /* timm's _add_scaled_(param, param, -lr * wd) */
+        int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p)) : p;
+        p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, m1)));
+        m1 = sx_select(s, first, m, m1);
+        v1 = sx_select(s, first, sx_add(s, v, gg),
+                       sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_const(s, 1 - b2), gg)));
+    }
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, m1, m);
+    s->out[2] = applied(s, n, v1, v);
+    s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
+}
+
+const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "no_clip"},
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp"},
+                               .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
+                               .scalar = adamx_update_scalar, .batch_from = 4, .amp = OP_AMP_FOLLOW,
+                               .layout = OP_LAYOUT_NCHW};
+
+static void madgrad_update_scalar(const Node *n, Sx *s)
+{
+    double mom = n->fattr[0], wd = n->fattr[1], eps = n->fattr[2];
+    int p = sx_in(s, 0), g = sx_in(s, 1), gss = sx_in(s, 2), sum = sx_in(s, 3), x0 = sx_in(s, 4), lr = sx_in(s, 5);
+    int t = sx_add(s, sx_in(s, 6), sx_const(s, 1));
+    /* lamb = (lr + eps) sqrt(step), in double as timm's */
+    int lamb = sx_mul(s, sx_add(s, lr, sx_const(s, eps)), sx_sqrt(s, t)), pd = p;
+    if (wd != 0 && n->iattr[0])
+        pd = decayed(s, p, lr, wd);
+    else if (wd != 0)
+        g = sx_add(s, g, sx_mul(s, sx_const(s, wd), p));
+    int third = sx_const(s, 1.0 / 3), x;
+    if (mom == 0)
+        x = sx_add(s, pd, sx_div(s, sum, sx_add(s, sx_op(s, SX_POW, gss, third, 0), sx_const(s, eps))));
+    else /* x0 is the param as the first step found it */
+        x = sx_select(s, sx_lt(s, t, sx_const(s, 1.5)), p, x0);
+    int gss1 = sx_add(s, gss, sx_mul(s, lamb, sx_mul(s, g, g)));
+    int rms = sx_add(s, sx_op(s, SX_POW, gss1, third, 0), sx_const(s, eps));
+    int sum1 = sx_add(s, sum, sx_mul(s, lamb, g)), z = sx_minus(s, x, sx_div(s, sum1, rms)), p1 = z;
+    if (mom != 0) /* p.mul_(1 - ck).add_(z, alpha=ck), ck = 1 - momentum */
+        p1 = sx_add(s, sx_mul(s, pd, sx_const(s, 1 - (1 - mom))), sx_mul(s, z, sx_const(s, 1 - mom)));
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, gss1, gss);
+    s->out[2] = applied(s, n, sum1, sum);
+    s->out[3] = mom == 0 ? x0 : applied(s, n, x, x0);
+    s->f64 = 1;
+}
+
+const OpDef op_madgrad_update = {.name = "madgrad_update", .min_in = 7, .max_in = 8, .iattr = {"decoupled"},
+                                 .fattr = {"momentum", "weight_decay", "eps"}, .infer = infer_update, .ref = sx_ref,
+                                 .fusion = OP_ELEMENTWISE, .scalar = madgrad_update_scalar, .batch_from = 5,
+                                 .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
+
+static void adan_update_scalar(const Node *n, Sx *s)
+{
+    double b1 = n->fattr[0], b2 = n->fattr[1], b3 = n->fattr[2], eps = n->fattr[3], wd = n->fattr[4];
+    int p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), d = sx_in(s, 3), v = sx_in(s, 4), pre = sx_in(s, 5);
+    int lr = sx_in(s, 6), t = sx_add(s, sx_in(s, 7), sx_const(s, 1));
+    int diff = sx_select(s, sx_lt(s, t, sx_const(s, 1.5)), sx_const(s, 0), sx_minus(s, g, pre));
+    int m1 = lerp(s, m, g, 1 - b1);
+    int d1 = sx_add(s, sx_mul(s, sx_const(s, b2), d), sx_mul(s, sx_const(s, 1 - b2), diff));
+    int u = sx_add(s, sx_mul(s, diff, sx_const(s, b2)), g);
+    int v1 = sx_add(s, sx_mul(s, sx_const(s, b3), v), sx_mul(s, sx_const(s, 1 - b3), sx_mul(s, u, u)));
+    int denom = sx_add(s, sx_div(s, sx_sqrt(s, v1), sx_sqrt(s, fx_bias_correction(s, b3, t))), sx_const(s, eps));
+    int step = sx_div(s, lr, fx_bias_correction(s, b1, t));
+    int step_diff = sx_div(s, sx_mul(s, lr, sx_const(s, b2)), fx_bias_correction(s, b2, t));
+    int p1 = n->iattr[0] ? decayed(s, p, lr, wd) : p;
+    p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, m1, denom)));
+    p1 = sx_minus(s, p1, sx_mul(s, step_diff, sx_div(s, d1, denom)));
+    if (!n->iattr[0] && wd != 0)
+        p1 = sx_div(s, p1, sx_add(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
+    s->out[0] = p1;
+    s->out[1] = m1;
+    s->out[2] = d1;
+    s->out[3] = v1;
+    s->f64 = 1;
+}
+
+const OpDef op_adan_update = {.name = "adan_update", .min_in = 8, .max_in = 8, .iattr = {"no_prox"},
+                              .fattr = {"beta1", "beta2", "beta3", "eps", "weight_decay"}, .infer = infer_update,
+                              .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adan_update_scalar,
+                              .batch_from = 6, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static int infer_all_finite(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {

@@ -23,7 +23,10 @@ void cpu_sgd_update(const Graph *g, const Node *n, float *const *in, float *cons
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
     double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1];
-    int nesterov = (int)n->iattr[0];
+    int nesterov = (int)n->iattr[0], decoupled = (int)n->iattr[1];
+    double keep = decoupled ? 1 - lr * wd : 1; /* SGDW's p *= 1 - lr * wd before the step */
+    if (decoupled)
+        wd = 0;
     if (n->nin == 5 && in[4][0] == 0) {
         memmove(out[0], in[0], (size_t)cnt * sizeof(float));
         memmove(out[1], in[2], (size_t)cnt * sizeof(float));
@@ -31,7 +34,7 @@ void cpu_sgd_update(const Graph *g, const Node *n, float *const *in, float *cons
     }
     for (int64_t i = 0; i < cnt; i++) {
         double p, buf;
-        fx_sgd(in[0][i], in[1][i], in[2][i], lr, m, wd, nesterov, &p, &buf);
+        fx_sgd(in[0][i] * keep, in[1][i], in[2][i], lr, m, wd, nesterov, &p, &buf);
         out[0][i] = (float)p;
         out[1][i] = (float)buf;
     }
