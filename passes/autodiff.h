@@ -42,7 +42,8 @@ typedef struct LossSpec {
  * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping. */
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
-    CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD
+    CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
+    CT_OPT_SGDP, CT_OPT_ADAMP, CT_OPT_ADAFACTOR, CT_OPT_ADAFACTORBV
 } CtOptKind;
 
 /* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
@@ -59,6 +60,17 @@ typedef struct OptimSpec {
     int trust_clip, always_adapt;    /* lamb, lars */
     double max_grad_norm;            /* lamb: global gradient-norm clipping, <= 0 none */
     int nadam_legacy;                /* nadam: torch < 2.0's mu_product rule (tests) */
+    int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */
+    int nesterov;                    /* sgdp, adamp */
+    double delta, wd_ratio;          /* sgdp, adamp: the projection's cosine threshold, its weight-decay ratio */
+    /* adafactor: clip_threshold of the update's RMS, decay_rate (beta2 of
+     * step t: 1 - t^decay_rate), beta1 (0: none), eps added to g^2;
+     * adafactorbv: the same with clip_threshold <= 0 none, momentum (0: none),
+     * eps 0 for timm's None (1e-30), beta2_cap, decay_offset, unscaled_wd and
+     * momentum_f32 (timm's momentum_dtype float32; else bfloat16). Both
+     * factor params whose dims reach min_dim_size_to_factor (their rules) */
+    double clip_threshold, decay_rate, beta2_cap;
+    int min_dim_size_to_factor, decay_offset, unscaled_wd, momentum_f32;
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
@@ -103,18 +115,27 @@ extern const char optim_names[];
 
 /* The update op of one parameter under o (weight decay `wd`, already
  * filtered): op, attributes, and its inputs' layout: `nslot` state tensors
- * shaped like the param (named slot[k], starting at slot_init[k]), `nscalar`
- * f32 scalar states (scalar[k], starting at scalar_init[k]), whether it
- * reads the step count and the LAMB clip input. */
+ * (named slot[k], starting at slot_init[k]) shaped like the param, or with
+ * slot_reduce[k] > 0 its shape with dim slot_reduce[k] - 1 removed (left as
+ * 1 with slot_keepdim: Adafactor's row and column second moments; see
+ * optim_slot_shape), `nscalar` f32 scalar states (scalar[k], starting at
+ * scalar_init[k]), whether it reads the step count and the LAMB clip input. */
 typedef struct OptimOp {
     CtOp op;
-    int64_t iattr[3];
-    double fattr[4];
+    int64_t iattr[6];
+    double fattr[6];
     int niattr, nfattr, nslot, nscalar, step, clip;
-    const char *slot[2], *scalar[1];
-    double slot_init[2], scalar_init[1];
+    const char *slot[3], *scalar[1];
+    double slot_init[3], scalar_init[1];
+    int slot_reduce[3], slot_keepdim;
 } OptimOp;
+/* optim_param_op for a param whose shape does not matter (which slots and
+ * inputs the kind has; Adafactor's as for a param it does not factor). */
 void optim_op(const OptimSpec *o, double wd, OptimOp *out);
+/* The update op of a param of shape `shape`. */
+void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp *out);
+/* The shape of slot k of a param of shape p. */
+CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p);
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;
