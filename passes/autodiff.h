@@ -43,8 +43,12 @@ typedef struct LossSpec {
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
-    CT_OPT_SGDP, CT_OPT_ADAMP, CT_OPT_ADAFACTOR, CT_OPT_ADAFACTORBV
+    CT_OPT_SGDP, CT_OPT_ADAMP, CT_OPT_ADAFACTOR, CT_OPT_ADAFACTORBV, CT_OPT_MUON
 } CtOptKind;
+
+/* timm Muon's adjust_lr_fn: the lr scale of an orthogonalized [out, in] update */
+typedef enum CtMuonAdjust { CT_MUON_ADJUST_NONE, CT_MUON_ADJUST_ORIGINAL, CT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                            CT_MUON_ADJUST_RMS_TO_RMS } CtMuonAdjust;
 
 /* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
  * gradient), clip_grad_value_, timm's adaptive_clip_grad (unit-wise, eps
@@ -71,6 +75,14 @@ typedef struct OptimSpec {
      * factor params whose dims reach min_dim_size_to_factor (their rules) */
     double clip_threshold, decay_rate, beta2_cap;
     int min_dim_size_to_factor, decay_offset, unscaled_wd, momentum_f32;
+    /* muon: params of >= 2 dims timm finds suitable get Muon's update
+     * (momentum, nesterov, weight_decay, eps, ns_steps iterations with the
+     * coefficient preset ns_preset: 0 original, 1 quintic, 2 polar_express,
+     * 3 polar_express_safer; safety_factor; adjust_lr), the others AdamW
+     * (beta1, beta2, eps) at lr * fallback_lr_scale */
+    int ns_steps, ns_preset;
+    double safety_factor, fallback_lr_scale;
+    CtMuonAdjust adjust_lr;
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
@@ -119,7 +131,8 @@ extern const char optim_names[];
  * slot_reduce[k] > 0 its shape with dim slot_reduce[k] - 1 removed (left as
  * 1 with slot_keepdim: Adafactor's row and column second moments; see
  * optim_slot_shape), `nscalar` f32 scalar states (scalar[k], starting at
- * scalar_init[k]), whether it reads the step count and the LAMB clip input. */
+ * scalar_init[k]), whether it reads the step count and the LAMB clip input;
+ * lr_mul: its lr is the step's times this (0: 1; Muon's AdamW fallback). */
 typedef struct OptimOp {
     CtOp op;
     int64_t iattr[6];
@@ -128,6 +141,7 @@ typedef struct OptimOp {
     const char *slot[3], *scalar[1];
     double slot_init[3], scalar_init[1];
     int slot_reduce[3], slot_keepdim;
+    double lr_mul;
 } OptimOp;
 /* optim_param_op for a param whose shape does not matter (which slots and
  * inputs the kind has; Adafactor's as for a param it does not factor). */

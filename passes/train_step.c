@@ -2,6 +2,7 @@
  * update (with assign nodes) to a training-mode forward graph and leaves it
  * verified. */
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
 }
 
 const char optim_names[] = "sgd, momentum, adam, adamw, nadam, radam, lamb, lambc, lambw, lambcw, lars, larc, "
-                           "rmsprop, rmsproptf, adabelief, adagrad, sgdp, adamp, adafactor, adafactorbv";
+                           "rmsprop, rmsproptf, adabelief, adagrad, sgdp, adamp, adafactor, adafactorbv, muon";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -76,6 +77,9 @@ int optim_defaults(const char *name, OptimSpec *o)
                        .min_dim_size_to_factor = 16}},
         {"adafactorbv", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
                          .min_dim_size_to_factor = 16}},
+        {"muon", {.kind = CT_OPT_MUON, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-7, .ns_steps = 5,
+                  .ns_preset = 1, .safety_factor = 1, .adjust_lr = CT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                  .fallback_lr_scale = 1}},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, name) == 0) {
@@ -144,6 +148,33 @@ CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p)
         s.d[i] = s.d[i + 1];
     s.ndim--;
     return s;
+}
+
+/* timm's _is_suitable_for_muon: >= 2 dims of which two exceed 1, the
+ * first two not 1, and the [out, rest] view neither below 4 nor more
+ * than 128 times wider than tall (or taller than wide). */
+static int muon_suitable(const CtShape *s)
+{
+    int big = 0;
+    for (int k = 0; s && k < s->ndim; k++)
+        big += s->d[k] > 1;
+    if (!s || s->ndim < 2 || big < 2 || s->d[0] == 1 || s->d[1] == 1)
+        return 0;
+    double out = (double)s->d[0], in = (double)shape_numel(s) / out, lo = fmin(out, in), hi = fmax(out, in);
+    return lo >= 4 && hi / lo <= 128;
+}
+
+/* get_lr_scale of the flattened [out, in] */
+static double muon_lr_scale(const CtShape *s, CtMuonAdjust a)
+{
+    double out = (double)s->d[0], in = (double)shape_numel(s) / out;
+    switch (a) {
+    case CT_MUON_ADJUST_NONE: break;
+    case CT_MUON_ADJUST_ORIGINAL: return sqrt(fmax(1, out / in));
+    case CT_MUON_ADJUST_MATCH_RMS_ADAMW: return 0.2 * sqrt(fmax(out, in));
+    case CT_MUON_ADJUST_RMS_TO_RMS: return sqrt(out / in);
+    }
+    return 1;
 }
 
 void optim_op(const OptimSpec *o, double wd, OptimOp *u) { optim_param_op(o, wd, NULL, u); }
@@ -223,6 +254,17 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
                                  o->beta2_cap}};
         adafactor_slots(u, 1, dc, dr, o->momentum != 0);
         break;
+    case CT_OPT_MUON:
+        if (!muon_suitable(shape)) { /* timm's AdamW fallback */
+            u->op = CT_OP_adamw_update, u->niattr = 1;
+            u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+            u->lr_mul = o->fallback_lr_scale;
+            break;
+        }
+        *u = (OptimOp){.op = CT_OP_muon_update, .iattr = {o->nesterov, o->ns_steps, o->ns_preset}, .niattr = 3,
+                       .fattr = {o->momentum, wd, o->eps, o->safety_factor, muon_lr_scale(shape, o->adjust_lr)},
+                       .nfattr = 5, .nslot = 1, .slot = {"momentum_buffer"}};
+        break;
     }
 }
 
@@ -258,7 +300,8 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
     }
     for (int k = 0; k < u.nscalar; k++)
         in[nin++] = st[ns++] = add_slot(g, &pv, (CtType){{0}, CT_F32}, u.scalar[k], u.scalar_init[k], state, nstate);
-    in[nin++] = lr;
+    in[nin++] = u.lr_mul && u.lr_mul != 1 ? emit(e, CT_OP_scale_shift, 1, &lr, NULL, 0, (double[]){u.lr_mul, 0}, 2, 0)
+                                           : lr;
     if (u.step)
         in[nin++] = step;
     if (u.clip)

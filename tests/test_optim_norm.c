@@ -1,11 +1,12 @@
 /* timm's optimizers whose update is not elementwise (SGDP, AdamP, Lamb with
- * decoupled decay, Adafactor, Adafactor big_vision) against timm: for each
+ * decoupled decay, Adafactor, Adafactor big_vision, Muon) against timm: for each
  * case the op that optim_defaults + optim_param_op (what train_step_build
  * emits) make runs ten steps on every param of a small module with the
  * same gradients each step, the state fed back, and must give the params
  * timm's create_optimizer_v2 optimizer had after steps 1 and 10
  * (tests/data/opt_norm_refs.safetensors, tools/make_opt_norm_refs.py)
- * within 1e-5 relative per tensor, on the ref and the cpu backend. The
+ * within 1e-5 relative per tensor (Muon 1e-4: main says why), on the ref
+ * and the cpu backend. The
  * Adafactors' states (names from optim_param_op, shapes from
  * optim_slot_shape) must also be timm's optimizer state after step 10. */
 #include <math.h>
@@ -40,6 +41,10 @@ static void sgdp_plain(OptimSpec *o) { o->nesterov = 0, o->wd_ratio = 0.5; }
 static void adamp_plain(OptimSpec *o) { o->nesterov = 0, o->delta = 0.2; }
 static void adafactor_beta(OptimSpec *o) { o->beta1 = 0.9, o->beta2 = 0.999, o->clip_threshold = 0.5; }
 static void adafactorbv_f32(OptimSpec *o) { o->momentum_f32 = 1, o->clip_threshold = 1; }
+static void muon_polar(OptimSpec *o)
+{
+    o->ns_preset = 2, o->adjust_lr = CT_MUON_ADJUST_ORIGINAL, o->fallback_lr_scale = 0.5;
+}
 
 static const char *const params[] = {"conv.weight", "conv2.weight", "fc.weight", "fc.bias", "norm.weight"};
 #define NPARAM (int)(sizeof params / sizeof params[0])
@@ -71,7 +76,7 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
     ValueId in[CT_MAX_IN];
     CtTensor tin[CT_MAX_IN];
     int64_t count[CT_MAX_IN] = {0}, step = 0;
-    float *buf[CT_MAX_IN] = {0}, lr = (float)c->lr, clip = (float)clip_sq;
+    float *buf[CT_MAX_IN] = {0}, lr = (float)(c->lr * (u.lr_mul ? u.lr_mul : 1)), clip = (float)clip_sq;
     int nin = 0;
     for (int k = 0; k < 2 + u.nslot; k++) {
         CtShape ks = k < 2 ? s : optim_slot_shape(&u, k - 2, &s);
@@ -160,6 +165,8 @@ int main(void)
         {"adafactor_beta", "adafactor", 1e-2, 1e-2, adafactor_beta},
         {"adafactorbv", "adafactorbv", 1e-2, 1e-2, NULL},
         {"adafactorbv_f32", "adafactorbv", 1e-2, 1e-2, adafactorbv_f32},
+        {"muon", "muon", 2e-2, 1e-2, NULL},
+        {"muon_polar", "muon", 2e-2, 1e-2, muon_polar},
     };
     char path[512];
     StFile ref;
@@ -183,11 +190,18 @@ int main(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int b = 0; b < 2; b++) {
             double worst[3] = {0, 0, 0};
-            for (int k = 0; k < NPARAM; k++)
-                run_param(&ref, &cases[c], params[k], gsq, backends[b], worst);
+            for (int k = 0; k < NPARAM; k++) /* tools/make_opt_norm_refs.py's SKIP */
+                if (strcmp(cases[c].opt, "muon") || strcmp(params[k], "conv2.weight"))
+                    run_param(&ref, &cases[c], params[k], gsq, backends[b], worst);
             printf("%-16s %-3s param rel err step1 %.1e step10 %.1e; state %.1e\n", cases[c].name,
                    backends[b]->name, worst[0], worst[1], worst[2]);
-            CHECKF(worst[0] < 1e-5 && worst[1] < 1e-5 && worst[2] < 1e-5, "%s on %s: %.2e %.2e %.2e", cases[c].name,
+            /* Muon's bf16 Newton-Schulz: oneDNN's f32 accumulation order
+             * (ctimm's sum is exact) flips the odd bf16 rounding, a whole
+             * ulp (2^-8) of that element, which the later iterations
+             * spread: up to 6e-5 here, where leaving out the bf16 rounding
+             * is 2e-4 at step 10 and a wrong coefficient or lr scale 1e-2 */
+            double tol = strcmp(cases[c].opt, "muon") ? 1e-5 : 1e-4;
+            CHECKF(worst[0] < tol && worst[1] < tol && worst[2] < tol, "%s on %s: %.2e %.2e %.2e", cases[c].name,
                    backends[b]->name, worst[0], worst[1], worst[2]);
         }
     st_free(&ref);

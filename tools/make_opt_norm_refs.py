@@ -10,6 +10,8 @@ weight_decay=WD, **KWARGS) (timm's weight-decay groups: 1-D params and biases ge
 steps with the same gradients. Written: init.<param>, grad.<param>, and <case>.step1.<param> and
 <case>.step10.<param> for every param, for the Adafactors also <case>.state10.<param>.<key>, each
 tensor of timm's optimizer state after the tenth step (as float32); the metadata lists the cases.
+Muon's cases leave conv2.weight out (SKIP says why); they need a CPU with AVX-512 bfloat16 support
+(avx512_bf16: oneDNN's bfloat16 matmul, whose rounding ctimm's Newton-Schulz follows).
 
 Usage (Debian's torch belongs to /usr/bin/python3; see tools/make_vectors.py for the setup):
     PYTHONPATH=/opt/timm /usr/bin/python3 tools/make_opt_norm_refs.py [--out tests/data/opt_norm_refs.safetensors]
@@ -21,7 +23,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_vectors  # noqa: E402,F401  (pins the CPU kernels before torch is imported)
+# Muon's bfloat16 matmuls need oneDNN's AVX-512 kernels, which make_vectors' AVX2 pin would refuse
+os.environ.setdefault("DNNL_MAX_CPU_ISA", "ALL")
+import make_vectors  # noqa: E402,F401  (pins ATen's CPU kernels before torch is imported)
 from make_vectors import save_safetensors  # noqa: E402
 
 import torch  # noqa: E402
@@ -42,7 +46,14 @@ CASES = {
     "adafactor_beta": ("adafactor", 1e-2, 1e-2, {"betas": (0.9, 0.999), "clip_threshold": 0.5}),
     "adafactorbv": ("adafactorbv", 1e-2, 1e-2, {}),
     "adafactorbv_f32": ("adafactorbv", 1e-2, 1e-2, {"momentum_dtype": "float32", "clipping_threshold": 1.0}),
+    "muon": ("muon", 2e-2, 1e-2, {}),
+    "muon_polar": ("muon", 2e-2, 1e-2, {"ns_coefficients": "polar_express", "adjust_lr_fn": "original",
+                                        "fallback_lr_scale": 0.5}),
 }
+# torch's CPU bfloat16 matmul of small matrices (m * n * k up to 16^3) accumulates in bfloat16, the
+# larger ones (oneDNN, like CUDA's) in float32 and round once, which ctimm's Newton-Schulz does: Muon
+# leaves out conv2.weight (a [6, 36] view) and its other weights' products are all above that size.
+SKIP = {"muon": {"conv2.weight"}}
 
 
 class Net(torch.nn.Module):
@@ -81,15 +92,16 @@ def main():
     params = dict(model.named_parameters())
     tensors = [(f"init.{n}", init[n]) for n, _ in PARAMS] + [(f"grad.{n}", grads[n]) for n, _ in PARAMS]
     for case, (name, lr, wd, kw) in CASES.items():
+        skip = SKIP.get(name, set())
         with torch.no_grad():
             for n, p in params.items():
                 p.copy_(init[n])
-                p.grad = grads[n].clone()
+                p.grad = None if n in skip else grads[n].clone()
         opt = create_optimizer_v2(model, name, lr=lr, weight_decay=wd, **kw)
         for step in range(1, 11):
             opt.step()
             if step in (1, 10):
-                tensors += [(f"{case}.step{step}.{n}", params[n].detach().clone()) for n, _ in PARAMS]
+                tensors += [(f"{case}.step{step}.{n}", params[n].detach().clone()) for n, _ in PARAMS if n not in skip]
         if name.startswith("adafactor"):  # the factored states' names and shapes are the point
             for n, _ in PARAMS:
                 tensors += [(f"{case}.state10.{n}.{k}", v.float()) for k, v in opt.state[params[n]].items()

@@ -27,6 +27,14 @@
  *   decay_offset: timm AdafactorBigVision; its row/column states keep the
  *   reduced dim as 1; with m_bf16 the momentum is kept rounded to bfloat16
  *   as timm's default momentum_dtype does.
+ * muon_update(p, g, buf, lr), fattr momentum, weight_decay, eps,
+ *   safety_factor, lr_scale; iattr nesterov, ns_steps, preset (0
+ *   original, 1 quintic, 2 polar_express, 3 polar_express_safer): timm
+ *   Muon's update of a param it orthogonalizes (>= 2 dims, conv weights
+ *   flattened to [out, -1]), Newton-Schulz in bfloat16 as timm's: every
+ *   matrix product rounded once to bf16 from an unrounded sum (an f32
+ *   accumulator's; torch's CPU gemm for small matrices accumulates in bf16
+ *   and differs). lr_scale: timm's adjust_lr_fn of the flattened shape.
  */
 #include <math.h>
 #include <stdint.h>
@@ -53,7 +61,7 @@ static NormLayout norm_layout(const Node *n)
         break;
     default: break;
     }
-    int step = n->op != CT_OP_sgdp_update;
+    int step = n->op != CT_OP_sgdp_update && n->op != CT_OP_muon_update;
     l.lr = 2 + l.nstate;
     l.apply = n->nin == l.lr + 1 + step + 1;
     return l;
@@ -75,7 +83,7 @@ static CtShape reduced(CtShape s, int d, int keep)
 static int infer_norm_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     NormLayout l = norm_layout(n);
-    int step = n->op != CT_OP_sgdp_update, base = l.lr + 1 + step;
+    int step = n->op != CT_OP_sgdp_update && n->op != CT_OP_muon_update, base = l.lr + 1 + step;
     if (n->nin != base && n->nin != base + 1)
         return ct_fail(err, "%s takes %d inputs (+ apply), got %d", op_def(n->op)->name, base, n->nin);
     if (require_float(g, n, 0, -1, err) || require_shape(g, n, 1, in_shape(g, n, 0), err))
@@ -344,3 +352,108 @@ const OpDef op_adafactorbv_update = {
     .fattr = {"eps", "clip_threshold", "decay_rate", "momentum", "weight_decay", "beta2_cap"},
     .infer = infer_norm_update, .ref = adafactorbv_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_NCHW};
+
+/* timm's Newton-Schulz coefficient presets (muon.py's _COEFFICIENTS), in
+ * the order of muon_update's iattr `preset`. */
+static const double ns_original[][3] = {{3.4445, -4.7750, 2.0315}};
+static const double ns_quintic[][3] = {{4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},
+                                       {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012}};
+static const double ns_polar[][3] = {
+    {8.237312490495555, -23.157747414558198, 16.680568411445915},
+    {4.082441999064835, -2.893047735332586, 0.5252849256975648},
+    {3.9263479922546582, -2.8547468034765298, 0.5318022422894988},
+    {3.2982187133085143, -2.424541981026706, 0.48632008358844075},
+    {2.2970369434552573, -1.63662558125903, 0.4002628455953627},
+    {1.8763805351440397, -1.2347896577722228, 0.35891887501668385},
+    {1.8564423485617974, -1.2132449880935525, 0.3568003487825883},
+    {1.8749994008682747, -1.2499988017229169, 0.3749994008546422}};
+static const double ns_polar_safer[][3] = {
+    {8.156554524902461, -22.48329292557795, 15.878769915207462},
+    {4.0429299351667245, -2.808917465908704, 0.5000178451051299},
+    {3.8916678022926563, -2.7724841532176825, 0.5060648178503389},
+    {3.285753657755658, -2.3681294933425394, 0.46449024233003117},
+    {2.3005307116270983, -1.6111665557258408, 0.3833374427545273},
+    {1.8631210546382593, -1.2042160621002727, 0.3421879560523383},
+    {1.8382572152247512, -1.1779263289537742, 0.3396513038637379},
+    {1.8749999923301852, -1.2499999836060613, 0.374999991275876}};
+static const struct {
+    const double (*c)[3];
+    int n;
+} ns_presets[] = {{ns_original, 1}, {ns_quintic, 5}, {ns_polar, 8}, {ns_polar_safer, 8}};
+
+/* out[m x n] = bf16(beta * c + alpha * a[m x k] b[k x n]) (bt: b given as
+ * [n x k]); c may be NULL for beta 0. The products summed unrounded and
+ * rounded once, as a bf16 gemm with an f32 accumulator does. */
+static void gemm_bf16(int64_t m, int64_t n, int64_t k, const double *a, const double *b, int bt, double alpha,
+                      const double *c, double beta, double *out)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t l = 0; l < k; l++)
+                s += a[i * k + l] * (bt ? b[j * k + l] : b[l * n + j]);
+            out[i * n + j] = round_bf16(alpha * s + (c ? beta * c[i * n + j] : 0));
+        }
+}
+
+/* timm's zeropower_via_newtonschulz in bfloat16 of x [rows x cols] (in
+ * place): x / max(|x| * safety, eps), then the iterations on the wide
+ * orientation (x transposed when rows > cols). */
+static void newton_schulz(double *x, int64_t rows, int64_t cols, int steps, int preset, double eps, double safety)
+{
+    int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows, mn = m * n;
+    double *buf = malloc(sizeof(double) * (size_t)(2 * mn + 2 * m * m));
+    CT_ASSERT(buf != NULL);
+    double *xa = buf, *xb = buf + mn, *A = xb + mn, *B = A + m * m, sq = 0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            double v = round_bf16(x[i * cols + j]);
+            xa[rows > cols ? j * rows + i : i * cols + j] = v;
+            sq += v * v;
+        }
+    double nrm = round_bf16(round_bf16(sqrt(sq)) * safety);
+    nrm = round_bf16(nrm < eps ? eps : nrm);
+    for (int64_t i = 0; i < mn; i++)
+        xa[i] = round_bf16(xa[i] / nrm);
+    const double (*c)[3] = ns_presets[preset].c;
+    for (int s = 0; s < steps; s++) {
+        const double *abc = c[s < ns_presets[preset].n ? s : ns_presets[preset].n - 1];
+        gemm_bf16(m, m, n, xa, xa, 1, 1, NULL, 0, A);      /* A = X X^T */
+        gemm_bf16(m, m, m, A, A, 0, abc[2], A, abc[1], B); /* B = b A + c A A */
+        gemm_bf16(m, n, m, B, xa, 0, 1, xa, abc[0], xb);   /* X = a X + B X */
+        double *t = xa;
+        xa = xb, xb = t;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[i * cols + j] = xa[rows > cols ? j * rows + i : i * cols + j];
+    free(buf);
+}
+
+static void muon_update_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
+{
+    const CtShape *s = in_shape(g, n, 0);
+    int64_t count = shape_numel(s), rows = s->d[0];
+    double lr = in[3][0], mom = n->fattr[0], wd = n->fattr[1];
+    if (norm_skipped(g, n, in, out))
+        return;
+    /* in f32 as torch's lerp: the bf16 rounding of the Newton-Schulz input
+     * turns any other rounding here into whole ulps of bf16 */
+    float w = (float)(1 - mom), wm = (float)mom;
+    for (int64_t i = 0; i < count; i++) {
+        float gi = (float)in[1][i], b = (float)in[2][i];
+        float buf = w < 0.5f ? b + w * (gi - b) : gi - (gi - b) * (1 - w);
+        out[1][i] = buf;
+        out[0][i] = !n->iattr[0] ? buf : wm < 0.5f ? gi + wm * (buf - gi) : buf - (buf - gi) * (1 - wm);
+    }
+    newton_schulz(out[0], rows, count / rows, (int)n->iattr[1], (int)n->iattr[2], n->fattr[2], n->fattr[3]);
+    double step = lr * n->fattr[4];
+    for (int64_t i = 0; i < count; i++)
+        out[0][i] = in[0][i] * (1 - lr * wd) - step * out[0][i];
+}
+
+const OpDef op_muon_update = {.name = "muon_update", .min_in = 4, .max_in = 5,
+                              .iattr = {"nesterov", "ns_steps", "preset"},
+                              .fattr = {"momentum", "weight_decay", "eps", "safety_factor", "lr_scale"},
+                              .infer = infer_norm_update, .ref = muon_update_ref, .fusion = OP_LIBRARY,
+                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
