@@ -98,6 +98,11 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
         in[nin] = graph_add_value(&g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "clip_sq");
         tin[nin++] = (CtTensor){{{0}, CT_F32}, &clip};
     }
+    /* GradScaler's skip: 1 for the ten steps, then 0 for one more that
+     * must change nothing */
+    float apply = 1;
+    in[nin] = graph_add_value(&g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "apply");
+    tin[nin++] = (CtTensor){{{0}, CT_F32}, &apply};
     emit(&e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);
     CHECKF(!e.failed, "%s %s: %s", c->name, pname, e.err.msg);
     if (e.failed)
@@ -133,6 +138,18 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
         CHECKF(want != NULL, "no %s", key);
         if (want)
             worst[st == 10] = fmax(worst[st == 10], rel_err(buf[0], want->data, count[0]));
+    }
+    apply = 0;
+    CtTensor res[CT_MAX_OUT];
+    if (backend_step(&run, tin, nin, res, &err) == 0) {
+        for (int k = 0; k < nout; k++) {
+            int at = k == 0 ? 0 : k + 1;
+            CHECKF(memcmp(buf[at], res[k].data, sizeof(float) * (size_t)count[at]) == 0,
+                   "%s %s: a skipped step changed output %d", c->name, pname, k);
+            tensor_free(&res[k]);
+        }
+    } else {
+        CHECKF(0, "%s: %s", c->name, err.msg);
     }
     backend_close(&run);
     for (int k = 0; k < u.nslot && strncmp(c->opt, "adafactor", 9) == 0; k++) {
