@@ -48,8 +48,13 @@ typedef struct LossSpec {
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
-    CT_OPT_LION, CT_OPT_NADAMW, CT_OPT_ADAMAX, CT_OPT_ADOPT, CT_OPT_MADGRAD, CT_OPT_ADAN, CT_OPT_LAPROP
+    CT_OPT_LION, CT_OPT_NADAMW, CT_OPT_ADAMAX, CT_OPT_ADOPT, CT_OPT_MADGRAD, CT_OPT_ADAN, CT_OPT_LAPROP,
+    CT_OPT_SGDP, CT_OPT_ADAMP, CT_OPT_ADAFACTOR, CT_OPT_ADAFACTORBV, CT_OPT_MUON
 } CtOptKind;
+
+/* timm Muon's adjust_lr_fn: the lr scale of an orthogonalized [out, in] update */
+typedef enum CtMuonAdjust { CT_MUON_ADJUST_NONE, CT_MUON_ADJUST_ORIGINAL, CT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                            CT_MUON_ADJUST_RMS_TO_RMS } CtMuonAdjust;
 
 /* train.py's --clip-mode: torch's clip_grad_norm_ (total L2 norm of every
  * gradient), clip_grad_value_, timm's adaptive_clip_grad (unit-wise, eps
@@ -71,6 +76,25 @@ typedef struct OptimSpec {
     int decoupled;
     double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
     int no_clip;                     /* adopt: clip_exp None */
+    int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */
+    int nesterov;                    /* sgdp, adamp */
+    double delta, wd_ratio;          /* sgdp, adamp: the projection's cosine threshold, its weight-decay ratio */
+    /* adafactor: clip_threshold of the update's RMS, decay_rate (beta2 of
+     * step t: 1 - t^decay_rate), beta1 (0: none), eps added to g^2;
+     * adafactorbv: the same with clip_threshold <= 0 none, momentum (0: none),
+     * eps 0 for timm's None (1e-30), beta2_cap, decay_offset, unscaled_wd and
+     * momentum_f32 (timm's momentum_dtype float32; else bfloat16). Both
+     * factor params whose dims reach min_dim_size_to_factor (their rules) */
+    double clip_threshold, decay_rate, beta2_cap;
+    int min_dim_size_to_factor, decay_offset, unscaled_wd, momentum_f32;
+    /* muon: params of >= 2 dims timm finds suitable get Muon's update
+     * (momentum, nesterov, weight_decay, eps, ns_steps iterations with the
+     * coefficient preset ns_preset: 0 original, 1 quintic, 2 polar_express,
+     * 3 polar_express_safer; safety_factor; adjust_lr), the others AdamW
+     * (beta1, beta2, eps) at lr * fallback_lr_scale */
+    int ns_steps, ns_preset;
+    double safety_factor, fallback_lr_scale;
+    CtMuonAdjust adjust_lr;
     /* fnmatch patterns exempt from weight decay besides timm's rule
      * (1-D params and names ending ".bias"): model.no_weight_decay() */
     const char *const *no_weight_decay;
@@ -115,23 +139,34 @@ extern const char optim_names[];
 
 /* The update op of one parameter under o (weight decay `wd`, already
  * filtered): op, attributes, and its inputs' layout: `nslot` state tensors
- * shaped like the param (named slot[k], starting at slot_init[k]), `nscalar`
- * f32 scalar states (scalar[k], starting at scalar_init[k]), whether it
- * reads the step count and the LAMB clip input. With grad_slot the last
- * slot is no output of the op: it takes the gradient after the step
- * (Adan's previous gradient). With lr_avg the op's extra input is
- * LaProp's running average of lr, a = beta1 a + (1 - beta1) lr (beta1:
- * fattr[0]), kept in the f32 scalar state "exp_avg_lr_1" and updated
- * before the op reads it. */
+ * (named slot[k], starting at slot_init[k]) shaped like the param, or with
+ * slot_reduce[k] > 0 its shape with dim slot_reduce[k] - 1 removed (left as
+ * 1 with slot_keepdim: Adafactor's row and column second moments; see
+ * optim_slot_shape), `nscalar` f32 scalar states (scalar[k], starting at
+ * scalar_init[k]), whether it reads the step count and the LAMB clip input;
+ * lr_mul: its lr is the step's times this (0: 1; Muon's AdamW fallback).
+ * With grad_slot the last slot is no output of the op: it takes the
+ * gradient after the step (Adan's previous gradient). With lr_avg the op's
+ * extra input is LaProp's running average of lr, a = beta1 a + (1 - beta1)
+ * lr (beta1: fattr[0]), kept in the f32 scalar state "exp_avg_lr_1" and
+ * updated before the op reads it. */
 typedef struct OptimOp {
     CtOp op;
-    int64_t iattr[3];
-    double fattr[5];
+    int64_t iattr[6];
+    double fattr[6];
     int niattr, nfattr, nslot, nscalar, step, clip, grad_slot, lr_avg;
     const char *slot[4], *scalar[1];
     double slot_init[4], scalar_init[1];
+    int slot_reduce[4], slot_keepdim;
+    double lr_mul;
 } OptimOp;
+/* optim_param_op for a param whose shape does not matter (which slots and
+ * inputs the kind has; Adafactor's as for a param it does not factor). */
 void optim_op(const OptimSpec *o, double wd, OptimOp *out);
+/* The update op of a param of shape `shape`. */
+void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp *out);
+/* The shape of slot k of a param of shape p. */
+CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p);
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;

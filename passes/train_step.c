@@ -2,6 +2,7 @@
  * update (with assign nodes) to a training-mode forward graph and leaves it
  * verified. */
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +41,9 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
 }
 
 const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
-                           "adamax, adopt, adoptw, lamb, lambc, lars, larc, rmsprop, rmsproptf, adabelief, adagrad, "
-                           "lion, madgrad, madgradw, adan, adanw, laprop";
+                           "adamax, adopt, adoptw, lamb, lambc, lambw, lambcw, lars, larc, rmsprop, rmsproptf, "
+                           "adabelief, adagrad, lion, madgrad, madgradw, adan, adanw, laprop, sgdp, adamp, adafactor, "
+                           "adafactorbv, muon";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -58,6 +60,10 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"radam", {.kind = CT_OPT_RADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"lamb", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1}},
         {"lambc", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1, .trust_clip = 1}},
+        {"lambw", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
+                   .decoupled_decay = 1}},
+        {"lambcw", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
+                    .trust_clip = 1, .decoupled_decay = 1}},
         {"lars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8}},
         {"larc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1}},
         {"rmsprop", {.kind = CT_OPT_RMSPROP, .momentum = 0.9, .alpha = 0.9, .eps = 1e-8}},
@@ -78,6 +84,18 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
         {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
         {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
+        {"sgdp", {.kind = CT_OPT_SGDP, .momentum = 0.9, .nesterov = 1, .eps = 1e-8, .delta = 0.1, .wd_ratio = 0.1}},
+        {"adamp", {.kind = CT_OPT_ADAMP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .nesterov = 1, .delta = 0.1,
+                   .wd_ratio = 0.01}},
+        /* beta1 0: timm's betas None, no first moment (an lr is always given:
+         * relative_step off, so scale_parameter and warmup_init do nothing) */
+        {"adafactor", {.kind = CT_OPT_ADAFACTOR, .eps = 1e-30, .clip_threshold = 1, .decay_rate = -0.8,
+                       .min_dim_size_to_factor = 16}},
+        {"adafactorbv", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
+                         .min_dim_size_to_factor = 16}},
+        {"muon", {.kind = CT_OPT_MUON, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-7, .ns_steps = 5,
+                  .ns_preset = 1, .safety_factor = 1, .adjust_lr = CT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                  .fallback_lr_scale = 1}},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, name) == 0) {
@@ -87,9 +105,100 @@ int optim_defaults(const char *name, OptimSpec *o)
     return -1;
 }
 
-void optim_op(const OptimSpec *o, double wd, OptimOp *u)
+/* Adafactor's factored dims of a param of shape s (*dc, *dr; -1 when not
+ * factored): timm's Adafactor._get_options, or with bv big_vision's
+ * _factored_dims (the two largest dims, the second at least min). */
+static void factored_dims(const CtShape *s, int bv, int min, int *dc, int *dr)
+{
+    const int64_t *d = s ? s->d : NULL;
+    int nd = s ? s->ndim : 0;
+    *dc = *dr = -1;
+    if (!bv) {
+        if (nd > 2 && d[0] > min && d[1] > min)
+            *dc = 0, *dr = 1;
+        else if (nd >= 2 && d[nd - 2] > min && d[nd - 1] > min)
+            *dc = nd - 2, *dr = nd - 1;
+        return;
+    }
+    if (nd < 2)
+        return;
+    int big = 0, next = -1; /* python's sorted((size, index)): a later index wins a tie */
+    for (int k = 1; k < nd; k++)
+        if (d[k] >= d[big])
+            big = k;
+    for (int k = 0; k < nd; k++)
+        if (k != big && (next < 0 || d[k] >= d[next]))
+            next = k;
+    if (d[next] >= min)
+        *dc = next, *dr = big;
+}
+
+/* Both Adafactors' slots: the second moments (factored or not), then the
+ * momentum when has_m. */
+static void adafactor_slots(OptimOp *u, int bv, int dc, int dr, int has_m)
+{
+    u->nslot = 0;
+    if (dc >= 0) {
+        u->slot[0] = bv ? "exp_avg_sq_r" : "exp_avg_sq_row", u->slot_reduce[0] = dr + 1;
+        u->slot[1] = bv ? "exp_avg_sq_c" : "exp_avg_sq_col", u->slot_reduce[1] = dc + 1;
+        u->nslot = 2;
+    } else {
+        u->slot[u->nslot++] = "exp_avg_sq";
+    }
+    if (has_m)
+        u->slot[u->nslot++] = "exp_avg";
+    u->slot_keepdim = bv;
+}
+
+CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p)
+{
+    CtShape s = *p;
+    int d = u->slot_reduce[k] - 1;
+    if (d < 0)
+        return s;
+    if (u->slot_keepdim) {
+        s.d[d] = 1;
+        return s;
+    }
+    for (int i = d; i + 1 < s.ndim; i++)
+        s.d[i] = s.d[i + 1];
+    s.ndim--;
+    return s;
+}
+
+/* timm's _is_suitable_for_muon: >= 2 dims of which two exceed 1, the
+ * first two not 1, and the [out, rest] view neither below 4 nor more
+ * than 128 times wider than tall (or taller than wide). */
+static int muon_suitable(const CtShape *s)
+{
+    int big = 0;
+    for (int k = 0; s && k < s->ndim; k++)
+        big += s->d[k] > 1;
+    if (!s || s->ndim < 2 || big < 2 || s->d[0] == 1 || s->d[1] == 1)
+        return 0;
+    double out = (double)s->d[0], in = (double)shape_numel(s) / out, lo = fmin(out, in), hi = fmax(out, in);
+    return lo >= 4 && hi / lo <= 128;
+}
+
+/* get_lr_scale of the flattened [out, in] */
+static double muon_lr_scale(const CtShape *s, CtMuonAdjust a)
+{
+    double out = (double)s->d[0], in = (double)shape_numel(s) / out;
+    switch (a) {
+    case CT_MUON_ADJUST_NONE: break;
+    case CT_MUON_ADJUST_ORIGINAL: return sqrt(fmax(1, out / in));
+    case CT_MUON_ADJUST_MATCH_RMS_ADAMW: return 0.2 * sqrt(fmax(out, in));
+    case CT_MUON_ADJUST_RMS_TO_RMS: return sqrt(out / in);
+    }
+    return 1;
+}
+
+void optim_op(const OptimSpec *o, double wd, OptimOp *u) { optim_param_op(o, wd, NULL, u); }
+
+void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp *u)
 {
     CtOptKind k = o->kind;
+    int dc, dr;
     *u = (OptimOp){.nfattr = 4, .nslot = 2, .slot = {"exp_avg", "exp_avg_sq"}, .step = 1};
     switch (k) {
     case CT_OPT_NONE:
@@ -118,7 +227,8 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *u)
     case CT_OPT_LAMB:
         u->op = CT_OP_lamb_update;
         u->clip = o->max_grad_norm > 0;
-        u->iattr[0] = o->trust_clip, u->iattr[1] = o->always_adapt, u->iattr[2] = u->clip, u->niattr = 3;
+        u->iattr[0] = o->trust_clip, u->iattr[1] = o->always_adapt, u->iattr[2] = u->clip;
+        u->iattr[3] = o->decoupled_decay, u->niattr = 4;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         break;
     case CT_OPT_LARS:
@@ -162,6 +272,42 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *u)
                        .fattr = {o->beta1, o->beta2, o->beta3, o->eps, wd}, .nfattr = 5, .nslot = 4,
                        .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1, .grad_slot = 1};
         break;
+    case CT_OPT_SGDP:
+        *u = (OptimOp){.op = CT_OP_sgdp_update, .iattr = {o->nesterov}, .niattr = 1,
+                       .fattr = {o->momentum, wd, o->delta, o->wd_ratio, o->eps}, .nfattr = 5, .nslot = 1,
+                       .slot = {"momentum"}};
+        break;
+    case CT_OPT_ADAMP:
+        *u = (OptimOp){.op = CT_OP_adamp_update, .iattr = {o->nesterov}, .niattr = 1,
+                       .fattr = {o->beta1, o->beta2, o->eps, wd, o->delta, o->wd_ratio}, .nfattr = 6, .nslot = 2,
+                       .slot = {"exp_avg", "exp_avg_sq"}, .step = 1};
+        break;
+    case CT_OPT_ADAFACTOR:
+        factored_dims(shape, 0, o->min_dim_size_to_factor, &dc, &dr);
+        *u = (OptimOp){.op = CT_OP_adafactor_update, .iattr = {dc, dr, o->beta1 != 0}, .niattr = 3,
+                       .fattr = {o->eps, o->clip_threshold, o->decay_rate, o->beta1, wd}, .nfattr = 5, .step = 1};
+        adafactor_slots(u, 0, dc, dr, o->beta1 != 0);
+        break;
+    case CT_OPT_ADAFACTORBV:
+        factored_dims(shape, 1, o->min_dim_size_to_factor, &dc, &dr);
+        *u = (OptimOp){.op = CT_OP_adafactorbv_update,
+                       .iattr = {dc, dr, o->momentum != 0, !o->momentum_f32, o->unscaled_wd, o->decay_offset},
+                       .niattr = 6, .nfattr = 6, .step = 1,
+                       .fattr = {o->eps > 0 ? o->eps : 1e-30, o->clip_threshold, o->decay_rate, o->momentum, wd,
+                                 o->beta2_cap}};
+        adafactor_slots(u, 1, dc, dr, o->momentum != 0);
+        break;
+    case CT_OPT_MUON:
+        if (!muon_suitable(shape)) { /* timm's AdamW fallback */
+            u->op = CT_OP_adamw_update, u->niattr = 1;
+            u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+            u->lr_mul = o->fallback_lr_scale;
+            break;
+        }
+        *u = (OptimOp){.op = CT_OP_muon_update, .iattr = {o->nesterov, o->ns_steps, o->ns_preset}, .niattr = 3,
+                       .fattr = {o->momentum, wd, o->eps, o->safety_factor, muon_lr_scale(shape, o->adjust_lr)},
+                       .nfattr = 5, .nslot = 1, .slot = {"momentum_buffer"}};
+        break;
     }
 }
 
@@ -189,16 +335,20 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
     Graph *g = e->g;
     Value pv = g->values[p];
     OptimOp u;
-    optim_op(o, optim_no_decay(pv.name, pv.type.shape.ndim, o->no_weight_decay) ? 0 : o->weight_decay, &u);
+    double wd = optim_no_decay(pv.name, pv.type.shape.ndim, o->no_weight_decay) ? 0 : o->weight_decay;
+    optim_param_op(o, wd, &pv.type.shape, &u);
     ValueId in[CT_MAX_IN], st[5];
     int nin = 0, ns = 0;
     in[nin++] = p;
     in[nin++] = grad;
-    for (int k = 0; k < u.nslot; k++)
-        in[nin++] = st[ns++] = add_slot(g, &pv, pv.type, u.slot[k], u.slot_init[k], state, nstate);
+    for (int k = 0; k < u.nslot; k++) {
+        CtType t = {optim_slot_shape(&u, k, &pv.type.shape), pv.type.dtype};
+        in[nin++] = st[ns++] = add_slot(g, &pv, t, u.slot[k], u.slot_init[k], state, nstate);
+    }
     for (int k = 0; k < u.nscalar; k++)
         in[nin++] = st[ns++] = add_slot(g, &pv, (CtType){{0}, CT_F32}, u.scalar[k], u.scalar_init[k], state, nstate);
-    in[nin++] = lr;
+    in[nin++] = u.lr_mul && u.lr_mul != 1 ? emit(e, CT_OP_scale_shift, 1, &lr, NULL, 0, (double[]){u.lr_mul, 0}, 2, 0)
+                                           : lr;
     if (u.step)
         in[nin++] = step;
     if (u.clip)

@@ -264,6 +264,20 @@ static void test_clip_and_updates(void)
          {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(0, 0, 0)},
           {S1(3), 0, V(0, 0, 0)}, {S1(3), 0, V(0.25, 0.25, 0.25)}, {{0}, 0, V(0.1)}, {{0}, CT_I64, V(1)}},
          {0}, {0.98, 0.92, 0.99, 1e-8, 0.02}, {V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN), V(FIN, N, FIN)}, 4},
+        /* timm's cosine_sim.max() < limit is False for a NaN: no projection */
+        {"sgdp_update NaN gradient", CT_OP_sgdp_update, 4,
+         {{S2(2, 3), 0, V(1, 2, 3, 4, 5, 6)}, {S2(2, 3), 0, V(0.5, N, 0.5, 0.1, 0.2, 0.3)}, {S2(2, 3), 0, {0}},
+          {{0}, 0, V(0.1)}},
+         {1}, {0.9, 1e-4, 0.1, 0.1, 1e-8}, {V(FIN, N, FIN, FIN, FIN, FIN), V(FIN, N, FIN, FIN, FIN, FIN)}, 2},
+        {"adafactor_update NaN through the update's RMS", CT_OP_adafactor_update, 5,
+         {{S1(3), 0, V(1, 2, 3)}, {S1(3), 0, V(0.5, N, 0.5)}, {S1(3), 0, V(0, 0, 0)}, {{0}, 0, V(0.1)},
+          {{0}, CT_I64, V(0)}},
+         {-1, -1, 0}, {1e-30, 1, -0.8, 0, 0}, {V(N, N, N), V(FIN, N, FIN)}, 2},
+        {"muon_update NaN through Newton-Schulz", CT_OP_muon_update, 4,
+         {{S2(4, 4), 0, V(1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 9)},
+          {S2(4, 4), 0, V(0.5, N, 0.5, 1, 0.1, 0.2, 0.3, 0.4, 0.5, 1, 0.5, 1, 0.1, 0.2, 0.3, 0.4)}, {S2(4, 4), 0, {0}},
+          {{0}, 0, V(0.1)}},
+         {0, 5, 1}, {0.9, 0, 1e-7, 1, 1}, {V(N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N)}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);

@@ -357,6 +357,33 @@ static void test_kwargs(void)
     kwarg_case("adamw", "eps=small", 0, "eps takes a number", &o);
     kwarg_case("adopt", "decoupled=maybe", 0, "decoupled takes True or False", &o);
     kwarg_case("adamw", "novalue", 0, "expected KEY=VALUE", &o);
+    /* the non-elementwise optimizers' keys (their steps: test_optim_norm) */
+    kwarg_case("sgdp", "wd_ratio=0.2", 0, NULL, &o);
+    CHECK(o.wd_ratio == 0.2 && o.delta == 0.1);
+    kwarg_case("adamp", "nesterov=False", 0, NULL, &o);
+    CHECK(o.nesterov == 0);
+    kwarg_case("lambw", "decoupled_decay=False", 0, NULL, &o);
+    CHECK(o.decoupled_decay == 0);
+    kwarg_case("adafactor", "betas=None", 0, NULL, &o);
+    CHECK(o.beta1 == 0);
+    kwarg_case("adafactor", "decay_rate=-0.5", 0, NULL, &o);
+    CHECK(o.decay_rate == -0.5);
+    kwarg_case("adafactor", "scale_parameter=False", 0, NULL, &o); /* nothing without relative_step */
+    kwarg_case("adafactorbv", "momentum_dtype=float32", 0, NULL, &o);
+    CHECK(o.momentum_f32 == 1);
+    kwarg_case("adafactorbv", "clipping_threshold=None", 0, NULL, &o);
+    CHECK(o.clip_threshold == 0);
+    kwarg_case("adafactorbv", "min_dim_size_to_factor=8", 0, NULL, &o);
+    CHECK(o.min_dim_size_to_factor == 8);
+    kwarg_case("muon", "ns_coefficients='polar_express'", 0, NULL, &o);
+    CHECK(o.ns_preset == 2);
+    kwarg_case("muon", "adjust_lr_fn=None", 0, NULL, &o);
+    CHECK(o.adjust_lr == CT_MUON_ADJUST_NONE);
+    kwarg_case("muon", "ns_steps=3", 0, NULL, &o);
+    CHECK(o.ns_steps == 3);
+    kwarg_case("muon", "nesterov=True", 0, "ctimm implements --opt muon with nesterov=0 only", &o);
+    kwarg_case("muon", "ns_coefficients=cubic", 0, "ns_coefficients takes one of original|quintic", &o);
+    kwarg_case("muon", "ns_steps=2.5", 0, "ns_steps takes a whole number", &o);
 }
 
 int main(void)

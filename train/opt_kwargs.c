@@ -14,7 +14,11 @@ typedef enum {
     KW_NUM_OR_NONE,   /* a number, or None: the int at `none_field` set instead */
     KW_BOOL,          /* True/False (or an int, Python's truthiness): the int at `field` */
     KW_NESTEROV,      /* SGD's nesterov: the kind sgd (nesterov) or momentum */
-    KW_DEFAULT        /* only the class's default `dflt` (a number or a truth value) */
+    KW_DEFAULT,       /* only the class's default `dflt` (a number or a truth value) */
+    KW_REAL,          /* any number, negative too: the double at `field` */
+    KW_INT,           /* a whole number, 0 or more: the int at `field` */
+    KW_CHOICE,        /* one of the words `choices` ('|' separated; None among them as "None"): its index, an int */
+    KW_NO_EFFECT      /* any value: what it sets does nothing where an lr is given (timm's Adafactor) */
 } KwKind;
 
 /* One row a key: the --opt names whose timm class takes it (space
@@ -24,33 +28,63 @@ static const struct OptKwarg {
     KwKind kind;
     size_t field, none_field;
     double dflt;
+    const char *choices;
 } kwargs[] = {
-    {"betas", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc adabelief lion "
-              "adan adanw laprop", KW_BETAS, 0, 0, 0},
-    {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lars larc rmsprop "
-            "rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop", KW_NUM, offsetof(OptimSpec, eps), 0, 0},
-    {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0},
-    {"nesterov", "lars larc", KW_DEFAULT, 0, 0, 0},
-    {"dampening", "sgd momentum sgdw lars larc", KW_DEFAULT, 0, 0, 0},
-    {"alpha", "rmsprop rmsproptf", KW_NUM, offsetof(OptimSpec, alpha), 0, 0},
-    {"centered", "rmsprop rmsproptf", KW_DEFAULT, 0, 0, 0},
-    {"trust_coeff", "lars larc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0},
-    {"trust_clip", "lamb lambc lars larc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0},
-    {"always_adapt", "lamb lambc lars larc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0, 0},
+    {"betas", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw "
+              "adabelief lion adan adanw laprop adamp muon adafactor", KW_BETAS, 0, 0, 0, NULL},
+    /* None: timm's Adafactorbv's 1e-30 */
+    {"eps", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
+    {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw lars "
+            "larc rmsprop rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop sgdp adamp adafactor muon",
+     KW_NUM, offsetof(OptimSpec, eps), 0, 0, NULL},
+    {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0, NULL},
+    {"nesterov", "sgdp adamp", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
+    /* True's AdamW fallback is timm's NAdamW-style one, not built */
+    {"nesterov", "muon", KW_DEFAULT, 0, 0, 0, NULL},
+    {"delta", "sgdp adamp", KW_NUM, offsetof(OptimSpec, delta), 0, 0, NULL},
+    {"wd_ratio", "sgdp adamp", KW_NUM, offsetof(OptimSpec, wd_ratio), 0, 0, NULL},
+    {"dampening", "sgdp", KW_DEFAULT, 0, 0, 0, NULL},
+    {"clip_threshold", "adafactor", KW_NUM, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
+    {"clipping_threshold", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
+    {"decay_rate", "adafactor adafactorbv", KW_REAL, offsetof(OptimSpec, decay_rate), 0, 0, NULL},
+    {"min_dim_size_to_factor", "adafactor adafactorbv", KW_INT, offsetof(OptimSpec, min_dim_size_to_factor), 0, 0,
+     NULL},
+    {"eps_scale", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
+    {"scale_parameter", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
+    {"warmup_init", "adafactor", KW_DEFAULT, 0, 0, 0, NULL},
+    {"beta2_cap", "adafactorbv", KW_NUM, offsetof(OptimSpec, beta2_cap), 0, 0, NULL},
+    {"decay_offset", "adafactorbv", KW_INT, offsetof(OptimSpec, decay_offset), 0, 0, NULL},
+    {"unscaled_wd", "adafactorbv", KW_BOOL, offsetof(OptimSpec, unscaled_wd), 0, 0, NULL},
+    {"momentum_dtype", "adafactorbv", KW_CHOICE, offsetof(OptimSpec, momentum_f32), 0, 0, "bfloat16|float32"},
+    {"ns_steps", "muon", KW_INT, offsetof(OptimSpec, ns_steps), 0, 0, NULL},
+    {"ns_coefficients", "muon", KW_CHOICE, offsetof(OptimSpec, ns_preset), 0, 0,
+     "original|quintic|polar_express|polar_express_safer"},
+    {"safety_factor", "muon", KW_NUM, offsetof(OptimSpec, safety_factor), 0, 0, NULL},
+    {"adjust_lr_fn", "muon", KW_CHOICE, offsetof(OptimSpec, adjust_lr), 0, 0, "None|original|match_rms_adamw|rms_to_rms"},
+    {"fallback_lr_scale", "muon", KW_NUM, offsetof(OptimSpec, fallback_lr_scale), 0, 0, NULL},
+    {"conv_mode", "muon", KW_CHOICE, 0, 0, 0, "flatten"},
+    {"nesterov", "lars larc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"dampening", "sgd momentum sgdw lars larc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"alpha", "rmsprop rmsproptf", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
+    {"centered", "rmsprop rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
+    {"trust_coeff", "lars larc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
+    {"trust_clip", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0, NULL},
+    {"always_adapt", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0, 0, NULL},
     /* None: no clipping, as timm's Lamb's max_grad_norm=None */
-    {"max_grad_norm", "lamb lambc", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0},
-    {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0},
-    {"decoupled_decay", "lamb lambc rmsproptf", KW_DEFAULT, 0, 0, 0},
-    {"decoupled_decay", "adabelief", KW_DEFAULT, 0, 0, 1},
-    {"decoupled", "adopt adoptw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0},
-    {"clip_exp", "adopt adoptw", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0},
-    {"no_prox", "adan adanw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0},
-    {"momentum_decay", "nadam", KW_DEFAULT, 0, 0, 4e-3},
-    {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3},
-    {"amsgrad", "adam adamw adamwlegacy adabelief", KW_DEFAULT, 0, 0, 0},
+    {"max_grad_norm", "lamb lambc lambw lambcw", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
+    {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"decoupled_decay", "lamb lambc lambw lambcw", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
+    {"decoupled_decay", "rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
+    {"decoupled_decay", "adabelief", KW_DEFAULT, 0, 0, 1, NULL},
+    {"decoupled", "adopt adoptw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"clip_exp", "adopt adoptw", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0, NULL},
+    {"no_prox", "adan adanw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"momentum_decay", "nadam", KW_DEFAULT, 0, 0, 4e-3, NULL},
+    {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3, NULL},
+    {"amsgrad", "adam adamw adamwlegacy adabelief", KW_DEFAULT, 0, 0, 0, NULL},
     /* timm's cautious masks scale by a whole-tensor mean: not an elementwise update */
-    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc rmsproptf lion adan adanw laprop", KW_DEFAULT, 0, 0,
-     0},
+    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc lambw lambcw rmsproptf lion adan adanw laprop sgdp "
+                "adamp adafactor adafactorbv", KW_DEFAULT, 0, 0, 0, NULL},
 };
 
 static int in_list(const char *list, const char *name)
@@ -117,6 +151,10 @@ static int apply_one(const char *opt, const char *word, const char *key, const c
     char *base = (char *)o;
     switch (r->kind) {
     case KW_BETAS:
+        if (kind == 0 && o->kind == CT_OPT_ADAFACTOR) { /* timm's None: no first moment */
+            o->beta1 = 0;
+            return 0;
+        }
         if (kind != 3 || n != (adan ? 3 : 2))
             return ct_fail(err, "--opt-kwargs %s: betas takes a tuple of %d numbers, e.g. betas='%s'", word,
                            adan ? 3 : 2, adan ? "(0.98, 0.92, 0.99)" : "(0.9, 0.999)");
@@ -151,6 +189,35 @@ static int apply_one(const char *opt, const char *word, const char *key, const c
             *(int *)(void *)(base + r->field) = num[0] != 0;
         else
             o->kind = num[0] != 0 ? CT_OPT_SGD : CT_OPT_MOMENTUM;
+        return 0;
+    case KW_REAL:
+        if (kind != 2)
+            return ct_fail(err, "--opt-kwargs %s: %s takes a number", word, key);
+        *(double *)(void *)(base + r->field) = num[0];
+        return 0;
+    case KW_INT:
+        if (kind != 2 || num[0] != (int)num[0] || num[0] < 0 || num[0] > 1 << 20)
+            return ct_fail(err, "--opt-kwargs %s: %s takes a whole number, 0 or more", word, key);
+        *(int *)(void *)(base + r->field) = (int)num[0];
+        return 0;
+    case KW_CHOICE: {
+        /* ParseKwargs leaves a word literal_eval cannot read as the string */
+        size_t len = strlen(val);
+        if (len >= 2 && (val[0] == '\'' || val[0] == '"') && val[len - 1] == val[0])
+            val++, len -= 2;
+        int idx = 0;
+        for (const char *c = r->choices; *c; idx++) {
+            size_t w = strcspn(c, "|");
+            if (w == len && !strncmp(c, val, len)) {
+                if (r->field)
+                    *(int *)(void *)(base + r->field) = idx;
+                return 0;
+            }
+            c += w + (c[w] == '|');
+        }
+        return ct_fail(err, "--opt-kwargs %s: %s takes one of %s", word, key, r->choices);
+    }
+    case KW_NO_EFFECT:
         return 0;
     case KW_DEFAULT:
         if ((kind == 1 || kind == 2) && num[0] == r->dflt)

@@ -445,6 +445,14 @@ static int load_optimizer(Rs *r, const PkValue *root, const ResumeOptim *o, Resu
                        "'param_groups')", r->path);
     if (check_kind(r, root, o->opt))
         return -1;
+    OptimSpec spec;
+    CT_ASSERT(optim_defaults(o->opt, &spec) == 0);
+    /* their slots differ per param (Adafactor's factored or not, Muon's or
+     * its AdamW fallback's), timm keeps 'RMS', 'use_muon' and big_vision's
+     * momentum in bfloat16: not read yet */
+    if (spec.kind == CT_OPT_ADAFACTOR || spec.kind == CT_OPT_ADAFACTORBV || spec.kind == CT_OPT_MUON)
+        return ct_fail(r->err, "--resume %s: reading torch's --opt %s state is not implemented" WEIGHTS_ONLY, r->path,
+                       o->opt);
     Layout L;
     build_layout(r->s, o, &L);
     IdPos *ids = calloc((size_t)L.n + 1, sizeof *ids);

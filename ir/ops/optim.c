@@ -24,8 +24,10 @@
  *   iattr legacy: torch < 2.0's mu_product * mu * mu_next for the next
  *   product (torch >= 2.0: mu_product * mu_next).
  * lamb_update(p, g, m, v, lr, step, [clip_sq]), fattr beta1, beta2, eps,
- *   weight_decay; iattr trust_clip, always_adapt, has_clip: timm Lamb with
- *   bias correction and grad averaging. With has_clip, input clip_sq is
+ *   weight_decay; iattr trust_clip, always_adapt, has_clip, decoupled: timm
+ *   Lamb with bias correction and grad averaging; decoupled (lambw): p
+ *   decays by lr * weight_decay before the update instead of adding
+ *   weight_decay * p to it. With has_clip, input clip_sq is
  *   (global grad norm / max_grad_norm)^2 and g is divided by
  *   max(sqrt(clip_sq), 1). The trust ratio takes the norms of p and of the
  *   update over this whole tensor.
@@ -230,15 +232,17 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
         clip = sqrt(in[6][0]);
     if (update_skipped(g, n, in, out))
         return;
-    double w2 = 0, u2 = 0;
+    /* decoupled: p decays before the trust ratio reads its norm */
+    int decoupled = n->iattr[3] != 0;
+    double w2 = 0, u2 = 0, keep = decoupled ? 1 - lr * wd : 1;
     for (int64_t i = 0; i < count; i++) {
-        double g1 = in[1][i] / clip;
+        double g1 = in[1][i] / clip, p = in[0][i] * keep;
         double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
-        double u = m / bc1 / (sqrt(v) / sqrt(bc2) + eps) + wd * in[0][i];
+        double u = m / bc1 / (sqrt(v) / sqrt(bc2) + eps) + (decoupled ? 0 : wd * p);
         out[0][i] = u; /* the update, until the trust ratio is known */
         out[1][i] = m;
         out[2][i] = v;
-        w2 += in[0][i] * in[0][i];
+        w2 += p * p;
         u2 += u * u;
     }
     double ratio = 1;
@@ -248,11 +252,11 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
             ratio = 1;
     }
     for (int64_t i = 0; i < count; i++)
-        out[0][i] = in[0][i] - lr * ratio * out[0][i];
+        out[0][i] = in[0][i] * keep - lr * ratio * out[0][i];
 }
 
 const OpDef op_lamb_update = {.name = "lamb_update", .min_in = 6, .max_in = 8,
-                              .iattr = {"trust_clip", "always_adapt", "has_clip"},
+                              .iattr = {"trust_clip", "always_adapt", "has_clip", "decoupled"},
                               .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
                               .ref = lamb_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
                               .layout = OP_LAYOUT_NCHW};
