@@ -964,6 +964,65 @@ static void random_erasing_apply(const RandomErasing *re, float *x, int n, int c
     free(boxes);
 }
 
+/* ctimm's erasing against timm's distribution (tests/data/erasing_timm.txt,
+ * tools/make_erasing_fixture.py): per (prob, min_count, max_count), over as
+ * many images, the share erased within 0.01 and the erased fraction's mean
+ * and std within 2% and 4% (~4 standard errors of 20000 draws). */
+static void test_random_erasing_vs_timm(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/erasing_timm.txt", test_data_dir());
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f)
+        return;
+    enum { H = 24, W = 20 };
+    char line[256];
+    int cases = 0, draws = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') {
+            CHECK(sscanf(line, "# timm RandomErasing, 'const' mode, %d images", &draws) == 1 && draws > 0);
+            continue;
+        }
+        double prob, share, mean, sd;
+        int lo, hi;
+        if (sscanf(line, "%lf %d %d %lf %lf %lf", &prob, &lo, &hi, &share, &mean, &sd) != 6 || draws <= 0)
+            continue;
+        cases++;
+        RandomErasing re = {.prob = prob, .mode = CT_ERASE_CONST, .min_count = lo, .max_count = hi};
+        int K = random_erasing_boxes(&re), erased = 0;
+        int64_t *boxes = malloc(sizeof *boxes * (size_t)K * 5);
+        double sum = 0, sum2 = 0;
+        CtRng rng = rng_for(11, (uint64_t)cases, 0);
+        for (int d = 0; d < draws; d++) {
+            random_erasing_draw(&re, 1, H, W, boxes, &rng);
+            unsigned char mask[H * W] = {0};
+            for (int k = 0; k < K; k++) {
+                const int64_t *b = boxes + (size_t)k * 5;
+                for (int64_t y = b[0]; y < b[0] + b[2]; y++)
+                    for (int64_t x = b[1]; x < b[1] + b[3]; x++)
+                        mask[y * W + x] = 1;
+            }
+            int n = 0;
+            for (int i = 0; i < H * W; i++)
+                n += mask[i];
+            if (n) {
+                erased++;
+                sum += (double)n / (H * W);
+                sum2 += ((double)n / (H * W)) * ((double)n / (H * W));
+            }
+        }
+        free(boxes);
+        double got_share = (double)erased / draws, got_mean = erased ? sum / erased : 0;
+        double got_sd = erased > 1 ? sqrt((sum2 - erased * got_mean * got_mean) / (erased - 1)) : 0;
+        CHECKF(fabs(got_share - share) < 0.01 && fabs(got_mean - mean) < 0.02 * mean && fabs(got_sd - sd) < 0.04 * sd,
+               "erasing p %g count %d..%d: erased %.4f mean %.4f std %.4f, timm %.4f %.4f %.4f", prob, lo, hi,
+               got_share, got_mean, got_sd, share, mean, sd);
+    }
+    fclose(f);
+    CHECKF(cases == 4, "%s: %d cases, expected 4", path, cases);
+}
+
 static void test_random_erasing(void)
 {
     enum { N = 400, C = 3, H = 24, W = 20 };
@@ -1059,6 +1118,7 @@ int main(void)
     test_rkr_fixed();
     test_flip_rates();
     test_random_erasing();
+    test_random_erasing_vs_timm();
     test_eval();
     test_rrc_fixed();
     test_scaled_decode();
