@@ -384,21 +384,21 @@ static int cmp_classref_name(const void *a, const void *b)
 
 static int is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
 
-static int read_whole(const char *path, char **out, size_t *n, CtErr *err)
+int ds_read_whole(const char *path, size_t max, char **out, size_t *n, CtErr *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ct_fail(err, "cannot open %s: %s", path, strerror(errno));
+        return errno == ENOENT ? 1 : ct_fail(err, "cannot open %s: %s", path, strerror(errno));
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
         len += fread(buf + len, 1, cap - len, f);
         if (len < cap)
             break;
-        if (cap >= (64u << 20)) {
+        if (cap >= max) {
             free(buf);
             fclose(f);
-            return ct_fail(err, "%s: too large for a class map", path);
+            return ct_fail(err, "%s: larger than %zu bytes", path, max);
         }
         char *p = realloc(buf, cap * 2 + 1);
         if (!p) {
@@ -417,8 +417,16 @@ static int read_whole(const char *path, char **out, size_t *n, CtErr *err)
     }
     buf[len] = 0;
     *out = buf;
-    *n = len;
+    if (n)
+        *n = len;
     return 0;
+}
+
+/* A class map's text: absent is an error here. */
+static int read_class_map(const char *path, char **out, size_t *n, CtErr *err)
+{
+    int rc = ds_read_whole(path, 64u << 20, out, n, err);
+    return rc > 0 ? ct_fail(err, "cannot open %s: %s", path, strerror(ENOENT)) : rc;
 }
 
 /* A .pkl class map (timm's _ClassMapUnpickler: a pickled dict, no globals)
@@ -506,7 +514,7 @@ static int load_class_map(Dataset *ds, const char *map, const char *root, ClassR
         return ct_fail(err, "out of memory");
     char *text = NULL;
     size_t len = 0;
-    int rc = read_whole(path, &text, &len, err);
+    int rc = read_class_map(path, &text, &len, err);
     if (rc) {
         free(path);
         return rc;
@@ -725,7 +733,7 @@ static int wds_class_map(const char *map, int32_t **to, int32_t *nto, CtErr *err
                        "numbers to indices (a .txt names classes, which no wds label matches)", map);
     char *text = NULL;
     size_t len = 0, used = 0;
-    if (read_whole(map, &text, &len, err))
+    if (read_class_map(map, &text, &len, err))
         return -1;
     PkArena *arena = NULL;
     const PkValue *v = NULL;

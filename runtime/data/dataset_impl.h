@@ -35,6 +35,10 @@ int ds_add(DsBuild *b, DsEntry e, CtErr *err);
 int ds_is_image_name(const char *name, size_t n);
 /* 1 when the name (n bytes) ends in .tar, any case. */
 int ds_is_tar_name(const char *name, size_t n);
+/* The file at path whole, NUL-terminated, in *out (malloc'd; its length in
+ * *n when n is not NULL): 0; 1 when it does not exist (err untouched); -1
+ * with err when it cannot be read or holds max bytes or more. */
+int ds_read_whole(const char *path, size_t max, char **out, size_t *n, CtErr *err);
 /* Indexes every image member of the open tar fd (path for messages). */
 int ds_tar_scan(const char *path, int fd, DsBuild *b, CtErr *err);
 

@@ -20,37 +20,6 @@
 #define MAX_INFO_BYTES (256u << 20)
 #define MAX_META_BYTES (16u << 20)
 
-static int read_text(const char *path, char **out, CtErr *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 1; /* absent: not an error here */
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap || cap >= MAX_INFO_BYTES)
-            break;
-        char *p = realloc(buf, cap * 2 + 1);
-        if (!p) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = p;
-        cap *= 2;
-    }
-    int bad = !buf || ferror(f) || len >= MAX_INFO_BYTES;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return ct_fail(err, "cannot read %s", path);
-    }
-    buf[len] = 0;
-    *out = buf;
-    return 0;
-}
-
 /* _load_info: root/_info.json, else root/info.json; NULL when neither. */
 static int load_info(const char *root, cJSON **info, char *used, size_t used_n, CtErr *err)
 {
@@ -59,7 +28,7 @@ static int load_info(const char *root, cJSON **info, char *used, size_t used_n, 
     for (int k = 0; k < 2; k++) {
         snprintf(used, used_n, "%s/%s", root, names[k]);
         char *text = NULL;
-        int rc = read_text(used, &text, err);
+        int rc = ds_read_whole(used, MAX_INFO_BYTES, &text, NULL, err);
         if (rc < 0)
             return -1;
         if (rc > 0)
