@@ -223,7 +223,7 @@ static ValueId mask_body(Builder *b, ValueId h, ValueId index)
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
  * biases drawn away from 1 and 0, so a weight read for the wrong channel
  * shows. */
-static void check_net(const char *name, NetBody body, int gathers, CtDType low, int channels_last)
+static void check_net(const char *name, NetBody body, int gathers, CtDType low, int channels_last, const char *opt)
 {
     enum { B = 2, S = 8, CLASSES = 5, N = 16 };
     Graph g;
@@ -236,9 +236,11 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
     h = nn_linear(&b, "fc", f_global_avg_pool(&b, h), CLASSES, (LinearOpts){0});
     if (h >= 0)
         graph_mark_output(&g, h);
-    Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
-                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .skip_nonfinite = low == CT_F16},
-                  .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, .amp = low != CT_F32,
+                  .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    CT_ASSERT(optim_defaults(opt, &p.opt) == 0);
+    p.opt.skip_nonfinite = low == CT_F16;
+    p.opt.weight_decay = strcmp(opt, "sgd") ? 0.01 : 0; /* LAMB's and LARS's trust ratios need it */
     if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
         CHECKF(0, "%s: %s", name, err.msg);
         graph_free(&g);
@@ -264,7 +266,7 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
             for (int64_t i = 0; i < shape_numel(&init.e[j].type.shape); i++)
                 ((float *)state_data(&init, j))[i] += (float)(0.3 * sin(1.7 * (double)(i + 5 * j)));
     char what[96];
-    snprintf(what, sizeof what, "%s sgd step %s%s", name,
+    snprintf(what, sizeof what, "%s %s step %s%s", name, opt,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
@@ -314,13 +316,21 @@ int main(void)
                 {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0},
                 {"attention bias [B,1,N,M] net", mask_body, 0, 0}};
     for (int i = 0; i < 4; i++) {
-        check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0);
+        check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0, "sgd");
         if (all) {
             if (nets[i].conv)
-                check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1);
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F16, 1);
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_BF16, 0);
+                check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F16, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_BF16, 0, "sgd");
         }
+    }
+    /* the library updates (whole-tensor norms, scalar state), f16 with
+     * GradScaler's apply input */
+    static const char *const opts[] = {"lamb", "lambc", "lars", "larc", "nadam"};
+    for (int i = 0; i < 5; i++) {
+        check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
+        if (all)
+            check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[i]);
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {

@@ -102,6 +102,24 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_bce_rows_f32(F(0), P(1), F(2), F(3), I(4), I(5), R(6), R(7), R(8), I(9));
     else if (!strcmp(k, "ct_bce_grad_f32"))
         ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8), R(9), I(10));
+    else if (!strcmp(k, "ct_sq_partials_f32"))
+        ct_sq_partials_f32(F(0), F(1), R(2), F(3), F(4), (double *)P(5), I(6), I(7), I(8));
+    else if (!strcmp(k, "ct_lamb_moments_f32"))
+        ct_lamb_moments_f32(F(0), F(1), F(2), F(3), F(4), P(5), F(6), F(7), F(8), F(9), F(10), I(11), R(12), R(13),
+                            R(14), R(15), I(16));
+    else if (!strcmp(k, "ct_lamb_ratio_f32"))
+        ct_lamb_ratio_f32((double *)P(0), I(1), (double *)P(2), R(3), I(4), I(5));
+    else if (!strcmp(k, "ct_lamb_apply_f32"))
+        ct_lamb_apply_f32(F(0), F(1), (double *)P(2), F(3), F(4), F(5), I(6), R(7), I(8));
+    else if (!strcmp(k, "ct_lars_ratio_f32"))
+        ct_lars_ratio_f32((double *)P(0), I(1), F(2), (double *)P(3), R(4), R(5), R(6), I(7), I(8));
+    else if (!strcmp(k, "ct_lars_apply_f32"))
+        ct_lars_apply_f32(F(0), F(1), F(2), F(3), F(4), (double *)P(5), F(6), F(7), I(8), R(9), R(10), I(11));
+    else if (!strcmp(k, "ct_nadam_update_f32"))
+        ct_nadam_update_f32(F(0), F(1), F(2), F(3), F(4), F(5), P(6), F(7), F(8), F(9), F(10), I(11), R(12), R(13),
+                            R(14), R(15), I(16));
+    else if (!strcmp(k, "ct_nadam_product_f32"))
+        ct_nadam_product_f32(F(0), P(1), F(2), F(3), R(4), I(5));
     else if (!strcmp(k, "ct_jsd_rows_f32"))
         ct_jsd_rows_f32(F(0), P(1), F(2), I(3), I(4), I(5), R(6), R(7));
     else if (!strcmp(k, "ct_jsd_grad_f32"))
@@ -268,7 +286,7 @@ static void check_case(Case *c, const char *what)
             void *args[LIB_MAX_ARGS] = {0};
             for (int a = 0; a < l[j].nargs; a++)
                 args[a] = l[j].arg[a].kind == LA_VALUE ? mem[l[j].arg[a].v]
-                          : l[j].arg[a].kind == LA_SCRATCH ? (void *)scratch : NULL;
+                          : l[j].arg[a].kind == LA_SCRATCH ? (void *)((char *)scratch + l[j].arg[a].i) : NULL;
             run_launch(&l[j], args);
         }
         for (int k = 0; k < g->noutputs; k++) {
@@ -474,6 +492,41 @@ static void test_loss(void)
         if (!add_node(&c, CT_OP_all_finite, 1, &x, NULL, 0, NULL, 0, 0))
             check_case(&c, "all_finite");
     }
+    /* the optimizer updates with whole-tensor norms or scalar state:
+     * LAMB with and without clipping (decoupled, trust clip), LARS plain
+     * and nesterov with trust clip, NAdam and its legacy product, each with
+     * and without apply; 2 chunks of ct_sq_partials for p [3, 2000] */
+    for (int v = 0; v < 4; v++)
+        for (int apply = 0; apply < 2; apply++) {
+            Case c;
+            graph_init(&c.g);
+            int64_t d[2] = {3, v & 1 ? 2000 : 7};
+            ValueId p = input(&c, "p", 2, d, 0, CT_F32), g = input(&c, "g", 2, d, 0, CT_F32);
+            ValueId m = input(&c, "m", 2, d, 0, CT_F32), sq = input(&c, "rv", 2, d, 0, CT_F32);
+            ValueId lr = input(&c, "lr", 0, d, 0, CT_F32), step = input(&c, "step", 0, d, 0, CT_I64);
+            ValueId clip = input(&c, "rv", 0, d, 0, CT_F32), ap = input(&c, "apply", 0, d, 0, CT_F32);
+            int has_clip = v < 2;
+            ValueId in[8] = {p, g, m, sq, lr, step, has_clip ? clip : ap, ap};
+            if (!add_node(&c, CT_OP_lamb_update, 6 + has_clip + apply, in, (int64_t[]){v == 1, v == 3, has_clip, v & 1},
+                          4, (double[]){0.9, 0.999, 1e-6, 0.02}, 4, 0))
+                check_case(&c, "lamb_update");
+            graph_init(&c.g);
+            p = input(&c, "p", 2, d, 0, CT_F32), g = input(&c, "g", 2, d, 0, CT_F32);
+            m = input(&c, "buf", 2, d, 0, CT_F32), lr = input(&c, "rv", 0, d, 0, CT_F32);
+            ap = input(&c, "apply", 0, d, 0, CT_F32);
+            if (!add_node(&c, CT_OP_lars_update, 4 + apply, (ValueId[]){p, g, m, lr, ap},
+                          (int64_t[]){v & 1, v >= 2, v == 2}, 3, (double[]){v == 3 ? 0 : 0.9, 1e-4, 1e-3, 1e-8}, 4, 0))
+                check_case(&c, "lars_update");
+            graph_init(&c.g);
+            p = input(&c, "p", 2, d, 0, CT_F32), g = input(&c, "g", 2, d, 0, CT_F32);
+            m = input(&c, "m", 2, d, 0, CT_F32), sq = input(&c, "rv", 2, d, 0, CT_F32);
+            ValueId mu = input(&c, "rv", 0, d, 0, CT_F32);
+            lr = input(&c, "lr", 0, d, 0, CT_F32), step = input(&c, "step", 0, d, 0, CT_I64);
+            ap = input(&c, "apply", 0, d, 0, CT_F32);
+            if (!add_node(&c, CT_OP_nadam_update, 7 + apply, (ValueId[]){p, g, m, sq, mu, lr, step, ap},
+                          (int64_t[]){v & 1}, 1, (double[]){0.9, 0.999, 1e-8, 1e-4}, 4, 0))
+                check_case(&c, "nadam_update");
+        }
     /* JSD: 2 splits unsmoothed, 3 smoothed, of 4 samples */
     for (int splits = 2; splits <= 3; splits++)
         for (int grad = 0; grad < 2; grad++) {

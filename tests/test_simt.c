@@ -672,7 +672,7 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
                 const LibArg *arg = &l[j].arg[a];
                 switch (arg->kind) {
                 case LA_VALUE: store[a].p = mem[arg->v]; break;
-                case LA_SCRATCH: store[a].p = scratch; break;
+                case LA_SCRATCH: store[a].p = (char *)scratch + arg->i; break;
                 case LA_NULL: store[a].p = NULL; break;
                 case LA_I64: store[a].i = arg->i; break;
                 case LA_I32: store[a].i32 = (int)arg->i; break;

@@ -649,6 +649,185 @@ CT_GLOBAL CT_SFX(ct_jsd_grad)(const CT_T *x, const long long *t, const CT_T *dlo
     }
 }
 
+/* The optimizer updates that are no elementwise expression (ir/ops/optim.c:
+ * their ref kernels' formulas, in double). `apply` (NULL: none) is
+ * GradScaler's skip: at 0 every output is its state unchanged. Outputs may
+ * be their state's buffers: each work item reads then writes one index. */
+CT_DEVICE int CT_SFX(ct_upd_applies)(const CT_T *apply) { return !apply || (double)CT_LD(apply[0]) != 0; }
+
+/* Sums of squares over chunks of `chunk` elements, one work item a chunk
+ * (a fixed order, the same bits every run): part[2c] of (k a)^2, part[2c+1]
+ * of b^2, b from bt (the storage type) or bf (float scratch); k is 1, or
+ * with lr (decoupled decay) 1 - lr wd. */
+CT_GLOBAL CT_SFX(ct_sq_partials)(const CT_T *a, const CT_T *lr, float wd, const CT_T *bt, const float *bf,
+                                 double *part, long long n, long long chunk, long long nchunks)
+{
+    CT_LOOP(c, nchunks)
+    {
+        double sa = 0, sb = 0, ka = lr ? 1 - (double)CT_LD(lr[0]) * wd : 1;
+        long long end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        for (long long i = c * chunk; i < end; i++) {
+            double x = (double)ka * CT_LD(a[i]), y = bt ? (double)CT_LD(bt[i]) : (double)bf[i];
+            sa += x * x;
+            sb += y * y;
+        }
+        part[2 * c] = sa;
+        part[2 * c + 1] = sb;
+    }
+}
+
+/* lamb_update, launch 1 of 4: m', v' and the update u (before the trust
+ * ratio) into u; then ct_sq_partials, ct_lamb_ratio, ct_lamb_apply. */
+CT_GLOBAL CT_SFX(ct_lamb_moments)(const CT_T *p, const CT_T *g, const CT_T *m, const CT_T *v, const CT_T *lr,
+                                  const long long *step, const CT_T *clip_sq, const CT_T *apply, CT_T *m1, CT_T *v1,
+                                  float *u, long long n, float b1, float b2, float eps, float wd, long long decoupled)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            m1[i] = m[i];
+            v1[i] = v[i];
+            continue;
+        }
+        double t = (double)step[0] + 1, bc1 = 1 - pow((double)b1, t), bc2 = 1 - pow((double)b2, t), clip = 1;
+        if (clip_sq && !(sqrt((double)CT_LD(clip_sq[0])) <= 1)) /* timm's clamp_(min=1.0): NaN stays NaN */
+            clip = sqrt((double)CT_LD(clip_sq[0]));
+        double keep = decoupled ? 1 - (double)CT_LD(lr[0]) * wd : 1, g1 = (double)CT_LD(g[i]) / clip;
+        double mm = b1 * (double)CT_LD(m[i]) + (1 - (double)b1) * g1;
+        double vv = b2 * (double)CT_LD(v[i]) + (1 - (double)b2) * g1 * g1;
+        u[i] = (float)(mm / bc1 / (sqrt(vv) / sqrt(bc2) + eps) + (decoupled ? 0 : wd * keep * (double)CT_LD(p[i])));
+        m1[i] = CT_ST((float)mm);
+        v1[i] = CT_ST((float)vv);
+    }
+}
+
+/* timm's trust-ratio guard: 1 unless both norms are positive. */
+CT_DEVICE double CT_SFX(ct_trust_or_one)(double w, double u, double ratio) { return w > 0 && u > 0 ? ratio : 1; }
+
+/* lamb_update's trust ratio into ratio[0], from the partial sums of (p
+ * decayed)^2 and u^2. */
+CT_GLOBAL CT_SFX(ct_lamb_ratio)(const double *part, long long nchunks, double *ratio, float wd, long long trust_clip,
+                                long long always_adapt)
+{
+    CT_LOOP(unused, 1)
+    {
+        double w2 = 0, u2 = 0, r = 1;
+        for (long long c = 0; c < nchunks; c++)
+            w2 += part[2 * c], u2 += part[2 * c + 1];
+        if (wd != 0 || always_adapt) {
+            r = CT_SFX(ct_trust_or_one)(w2, u2, sqrt(w2) / sqrt(u2));
+            if (trust_clip && r > 1)
+                r = 1;
+        }
+        ratio[0] = r;
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_lamb_apply)(const CT_T *p, const float *u, const double *ratio, const CT_T *lr, const CT_T *apply,
+                                CT_T *p1, long long n, float wd, long long decoupled)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            continue;
+        }
+        double l = (double)CT_LD(lr[0]), keep = decoupled ? 1 - l * wd : 1;
+        p1[i] = CT_ST((float)((double)CT_LD(p[i]) * keep - l * ratio[0] * (double)u[i]));
+    }
+}
+
+/* lars_update's trust ratio into ratio[0] from the partial sums of p^2 and g^2. */
+CT_GLOBAL CT_SFX(ct_lars_ratio)(const double *part, long long nchunks, const CT_T *lr, double *ratio, float wd,
+                                float coeff, float eps, long long trust_clip, long long always_adapt)
+{
+    CT_LOOP(unused, 1)
+    {
+        double w2 = 0, g2 = 0, r = 1, l = (double)CT_LD(lr[0]);
+        for (long long c = 0; c < nchunks; c++)
+            w2 += part[2 * c], g2 += part[2 * c + 1];
+        if (wd != 0 || always_adapt) {
+            double wn = sqrt(w2), gn = sqrt(g2);
+            r = CT_SFX(ct_trust_or_one)(wn, gn, coeff * wn / (gn + wn * wd + eps));
+            if (trust_clip) /* timm's clamp(ratio / lr, max=1.0): NaN stays NaN */
+                r = r / l > 1 ? 1 : r / l;
+        }
+        ratio[0] = r;
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_lars_apply)(const CT_T *p, const CT_T *g, const CT_T *buf, const CT_T *lr, const CT_T *apply,
+                                const double *ratio, CT_T *p1, CT_T *buf1, long long n, float mom, float wd,
+                                long long nesterov)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            buf1[i] = buf[i];
+            continue;
+        }
+        double pp = (double)CT_LD(p[i]), d = ((double)CT_LD(g[i]) + wd * pp) * ratio[0], b = d;
+        if (mom != 0) {
+            b = mom * (double)CT_LD(buf[i]) + d;
+            d = nesterov ? d + mom * b : b;
+        }
+        p1[i] = CT_ST((float)(pp - (double)CT_LD(lr[0]) * d));
+        buf1[i] = CT_ST((float)b);
+    }
+}
+
+/* nadam_update (torch NAdam, momentum_decay 4e-3): this step's mu products
+ * from the input product mu_prod (torch keeps it in float32; legacy: torch <
+ * 2.0's rule for the next one). */
+CT_DEVICE void CT_SFX(ct_nadam_products)(double mu_prod, double b1, double t, long long legacy, double *mu,
+                                         double *mu_next, double *prod, double *prod_next)
+{
+    *mu = b1 * (1 - 0.5 * pow(0.96, t * 4e-3));
+    *mu_next = b1 * (1 - 0.5 * pow(0.96, (t + 1) * 4e-3));
+    *prod = (float)(mu_prod * *mu);
+    *prod_next = legacy ? (float)(*prod * *mu) * *mu_next : *prod * *mu_next;
+}
+
+/* Every element's update; ct_nadam_product then writes mu_prod' (a launch
+ * of its own: the product may be stored where this one reads it). */
+CT_GLOBAL CT_SFX(ct_nadam_update)(const CT_T *p, const CT_T *g, const CT_T *m, const CT_T *v, const CT_T *mu_prod,
+                                  const CT_T *lr, const long long *step, const CT_T *apply, CT_T *p1, CT_T *m1,
+                                  CT_T *v1, long long n, float b1, float b2, float eps, float wd, long long legacy)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            m1[i] = m[i];
+            v1[i] = v[i];
+            continue;
+        }
+        double t = (double)step[0] + 1, l = (double)CT_LD(lr[0]), bc2 = 1 - pow((double)b2, t), mu, mu_next, prod,
+               prod_next;
+        CT_SFX(ct_nadam_products)((double)CT_LD(mu_prod[0]), b1, t, legacy, &mu, &mu_next, &prod, &prod_next);
+        double pp = (double)CT_LD(p[i]), g1 = (double)CT_LD(g[i]) + wd * pp;
+        double mm = b1 * (double)CT_LD(m[i]) + (1 - (double)b1) * g1;
+        double vv = b2 * (double)CT_LD(v[i]) + (1 - (double)b2) * g1 * g1, denom = sqrt(vv / bc2) + eps;
+        p1[i] = CT_ST(
+            (float)(pp - l * (1 - mu) / (1 - prod) * g1 / denom - l * mu_next / (1 - prod_next) * mm / denom));
+        m1[i] = CT_ST((float)mm);
+        v1[i] = CT_ST((float)vv);
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_nadam_product)(const CT_T *mu_prod, const long long *step, const CT_T *apply, CT_T *mu_prod1,
+                                   float b1, long long legacy)
+{
+    CT_LOOP(unused, 1)
+    {
+        double mu, mu_next, prod, prod_next;
+        CT_SFX(ct_nadam_products)((double)CT_LD(mu_prod[0]), b1, (double)step[0] + 1, legacy, &mu, &mu_next, &prod,
+                                  &prod_next);
+        mu_prod1[0] = CT_SFX(ct_upd_applies)(apply) ? CT_ST((float)prod) : mu_prod[0];
+    }
+}
+
 /* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
  * elements (x's strides, y's); the draw is element i's, or with per > 1
  * its sample's (i / per, drop_path), from the graph's RNG counter. */

@@ -689,6 +689,133 @@ static int plan_dropout(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* The optimizer updates with whole-tensor norms or scalar state
+ * (lib_kernels.h): their inputs (p, g, state..., [mu_product], lr, [step],
+ * [clip_sq], [apply]) in the op's order, with scratch for the partial sums
+ * (chunks of UPD_CHUNK elements), the trust ratio and LAMB's update. */
+#define UPD_CHUNK 4096
+
+static void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
+static void a_opt(LibLaunch *l, const Node *n, int k, int present)
+{
+    if (present)
+        a_val(l, n->in[k]);
+    else
+        arg(l, LA_NULL);
+}
+
+static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+{
+    for (int k = 1; k < n->nin + n->nout; k++) {
+        ValueId v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (val(b, v)->type.shape.ndim == val(b, n->in[0])->type.shape.ndim && !same_strides(b, n->in[0], v))
+            return ct_fail(err, "%s: a state in another layout than its param has no kernel", op_def(n->op)->name);
+    }
+    CtDType t = val(b, n->in[0])->type.dtype;
+    long long count = shape_numel(&val(b, n->in[0])->type.shape), chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK;
+    size_t u_bytes = n->op == CT_OP_lamb_update ? ((size_t)count * sizeof(float) + 7) / 8 * 8 : 0;
+    size_t part = u_bytes, ratio = part + 2 * (size_t)chunks * sizeof(double);
+    LibLaunch *l;
+    if (n->op == CT_OP_nadam_update) { /* p g m v mu lr step [apply] */
+        int apply = n->nin == 8;
+        l = begin(b, "ct_nadam_update", t, count);
+        for (int k = 0; k < 7; k++)
+            a_val(l, n->in[k]);
+        a_opt(l, n, 7, apply);
+        for (int k = 0; k < 3; k++)
+            a_val(l, n->out[k]);
+        a_i64(l, count);
+        for (int f = 0; f < 4; f++)
+            a_f32(l, n->fattr[f]);
+        a_i64(l, n->iattr[0]);
+        l = begin(b, "ct_nadam_product", t, 1);
+        a_val(l, n->in[4]);
+        a_val(l, n->in[6]);
+        a_opt(l, n, 7, apply);
+        a_val(l, n->out[3]);
+        a_f32(l, n->fattr[0]);
+        a_i64(l, n->iattr[0]);
+        return 0;
+    }
+    *scratch = ratio + sizeof(double);
+    if (n->op == CT_OP_lamb_update) { /* p g m v lr step [clip] [apply] */
+        int clip = n->iattr[2] != 0, apply = n->nin == 7 + clip;
+        l = begin(b, "ct_lamb_moments", t, count);
+        for (int k = 0; k < 6; k++)
+            a_val(l, n->in[k]);
+        a_opt(l, n, 6, clip);
+        a_opt(l, n, n->nin - 1, apply);
+        a_val(l, n->out[1]);
+        a_val(l, n->out[2]);
+        a_scratch(l, 0);
+        a_i64(l, count);
+        for (int f = 0; f < 4; f++)
+            a_f32(l, n->fattr[f]);
+        a_i64(l, n->iattr[3]);
+        l = begin(b, "ct_sq_partials", t, chunks);
+        a_val(l, n->in[0]);
+        a_opt(l, n, 4, n->iattr[3] != 0);
+        a_f32(l, n->fattr[3]);
+        arg(l, LA_NULL);
+        a_scratch(l, 0);
+        a_scratch(l, part);
+        a_i64(l, count);
+        a_i64(l, UPD_CHUNK);
+        a_i64(l, chunks);
+        l = begin(b, "ct_lamb_ratio", t, 1);
+        a_scratch(l, part);
+        a_i64(l, chunks);
+        a_scratch(l, ratio);
+        a_f32(l, n->fattr[3]);
+        a_i64(l, n->iattr[0]);
+        a_i64(l, n->iattr[1]);
+        l = begin(b, "ct_lamb_apply", t, count);
+        a_val(l, n->in[0]);
+        a_scratch(l, 0);
+        a_scratch(l, ratio);
+        a_val(l, n->in[4]);
+        a_opt(l, n, n->nin - 1, apply);
+        a_val(l, n->out[0]);
+        a_i64(l, count);
+        a_f32(l, n->fattr[3]);
+        a_i64(l, n->iattr[3]);
+        return 0;
+    }
+    int apply = n->nin == 5; /* lars: p g buf lr [apply] */
+    l = begin(b, "ct_sq_partials", t, chunks);
+    a_val(l, n->in[0]);
+    arg(l, LA_NULL);
+    a_f32(l, 0);
+    a_val(l, n->in[1]);
+    arg(l, LA_NULL);
+    a_scratch(l, part);
+    a_i64(l, count);
+    a_i64(l, UPD_CHUNK);
+    a_i64(l, chunks);
+    l = begin(b, "ct_lars_ratio", t, 1);
+    a_scratch(l, part);
+    a_i64(l, chunks);
+    a_val(l, n->in[3]);
+    a_scratch(l, ratio);
+    a_f32(l, n->fattr[1]);
+    a_f32(l, n->fattr[2]);
+    a_f32(l, n->fattr[3]);
+    a_i64(l, n->iattr[1]);
+    a_i64(l, n->iattr[2]);
+    l = begin(b, "ct_lars_apply", t, count);
+    for (int k = 0; k < 4; k++)
+        a_val(l, n->in[k]);
+    a_opt(l, n, 4, apply);
+    a_scratch(l, ratio);
+    a_val(l, n->out[0]);
+    a_val(l, n->out[1]);
+    a_i64(l, count);
+    a_f32(l, n->fattr[0]);
+    a_f32(l, n->fattr[1]);
+    a_i64(l, n->iattr[0]);
+    return 0;
+}
+
 /* all_finite: 1, then 0 written where an element is not finite. */
 static int plan_all_finite(Builder *b, const Node *n)
 {
@@ -734,8 +861,8 @@ int lib_supports(CtOp op)
     case CT_OP_sdpa_grad: case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images:
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
-    case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad:
-    case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
+    case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad: case CT_OP_lamb_update: case CT_OP_lars_update:
+    case CT_OP_nadam_update: case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
         return 1;
     default:
         return 0;
@@ -775,6 +902,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
+    case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: rc = plan_update(&b, n, scratch, err); break;
     case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;
     case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;

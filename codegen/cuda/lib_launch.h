@@ -28,13 +28,13 @@ typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32,
 typedef struct LibArg {
     LibArgKind kind;
     ValueId v;   /* LA_VALUE */
-    long long i; /* LA_I64, LA_I32 */
+    long long i; /* LA_I64, LA_I32; LA_SCRATCH: its byte offset into the scratch buffer */
     float f;     /* LA_F32 */
     CtIndex ix;  /* LA_INDEX */
     CtPool pool; /* LA_POOL */
 } LibArg;
 
-#define LIB_MAX_ARGS 16
+#define LIB_MAX_ARGS 20
 #define LIB_MAX_LAUNCHES (CT_MAX_IN + 1)
 
 typedef struct LibLaunch {

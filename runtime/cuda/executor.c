@@ -321,7 +321,9 @@ static int launch_lib(CudaLoaded *ld, CUfunction f, const LibLaunch *l, CtErr *e
     LibArgStore store[LIB_MAX_ARGS];
     void *params[LIB_MAX_ARGS];
     for (int a = 0; a < l->nargs; a++)
-        ptr[a] = l->arg[a].kind == LA_VALUE ? addr(ld, l->arg[a].v) : l->arg[a].kind == LA_SCRATCH ? ld->scratch : 0;
+        ptr[a] = l->arg[a].kind == LA_VALUE     ? addr(ld, l->arg[a].v)
+                 : l->arg[a].kind == LA_SCRATCH ? ld->scratch + (CUdeviceptr)l->arg[a].i
+                                                : 0;
     lib_params(l, ptr, store, params);
     unsigned grid = lp_grid(l->items, ld->p->opt.cuda_sms); /* as the plan's kernels: the program's SMs */
     return cu_check(ex, ex->drv.LaunchKernel(f, grid, 1, 1, LP_BLOCK, 1, 1, 0, ex->stream, params, NULL), err,

@@ -228,7 +228,7 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
             ptr[a] = (uintptr_t)addr(e, l->arg[a].v);
             allow_value(e, l->arg[a].v);
         } else if (l->arg[a].kind == LA_SCRATCH) {
-            ptr[a] = (uintptr_t)e->scratch;
+            ptr[a] = (uintptr_t)(e->scratch + l->arg[a].i);
             sim_allow(e->scratch, e->lp->scratch_bytes);
         }
     }
