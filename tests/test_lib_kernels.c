@@ -120,6 +120,20 @@ static void run_launch(const LibLaunch *l, void **mem)
                             R(14), R(15), I(16));
     else if (!strcmp(k, "ct_nadam_product_f32"))
         ct_nadam_product_f32(F(0), P(1), F(2), F(3), R(4), I(5));
+    else if (!strcmp(k, "ct_sgdp_moments_f32"))
+        ct_sgdp_moments_f32(F(0), F(1), F(2), F(3), F(4), I(5), R(6), I(7));
+    else if (!strcmp(k, "ct_adamp_moments_f32"))
+        ct_adamp_moments_f32(F(0), F(1), F(2), P(3), F(4), F(5), F(6), F(7), I(8), R(9), R(10), R(11), I(12));
+    else if (!strcmp(k, "ct_proj_rows_f32"))
+        ct_proj_rows_f32(F(0), F(1), F(2), (double *)P(3), I(4), I(5));
+    else if (!strcmp(k, "ct_proj_decide_f32"))
+        ct_proj_decide_f32((double *)P(0), I(1), I(2), I(3), (double *)P(4), R(5), R(6));
+    else if (!strcmp(k, "ct_sgdp_apply_f32"))
+        ct_sgdp_apply_f32(F(0), F(1), (double *)P(2), (double *)P(3), F(4), F(5), F(6), I(7), I(8), R(9), R(10),
+                          R(11), R(12));
+    else if (!strcmp(k, "ct_adamp_apply_f32"))
+        ct_adamp_apply_f32(F(0), F(1), (double *)P(2), (double *)P(3), F(4), P(5), F(6), F(7), I(8), I(9), R(10),
+                           R(11), R(12), R(13));
     else if (!strcmp(k, "ct_jsd_rows_f32"))
         ct_jsd_rows_f32(F(0), P(1), F(2), I(3), I(4), I(5), R(6), R(7));
     else if (!strcmp(k, "ct_jsd_grad_f32"))
@@ -526,6 +540,27 @@ static void test_loss(void)
             if (!add_node(&c, CT_OP_nadam_update, 7 + apply, (ValueId[]){p, g, m, sq, mu, lr, step, ap},
                           (int64_t[]){v & 1}, 1, (double[]){0.9, 0.999, 1e-8, 1e-4}, 4, 0))
                 check_case(&c, "nadam_update");
+        }
+    /* SGDP on a [6, 40] and a [40] param, AdamP on the first (the harness
+     * fills an i64 step from the param's second dim), nesterov and not, with
+     * apply: the launches' arguments and the unprojected path (test_optim_norm
+     * runs their projections against timm through the cuda-sim) */
+    for (int v = 0; v < 2; v++)
+        for (int adamp = 0; adamp < 2 - v; adamp++) {
+            Case c;
+            graph_init(&c.g);
+            int64_t d[2] = {6, 40};
+            int nd = v ? 1 : 2;
+            const int64_t *sh = v ? d + 1 : d;
+            ValueId p = input(&c, "p", nd, sh, 0, CT_F32), g = input(&c, "g", nd, sh, 0, CT_F32);
+            ValueId m = input(&c, "m", nd, sh, 0, CT_F32), sq = adamp ? input(&c, "rv", nd, sh, 0, CT_F32) : -1;
+            ValueId lr = input(&c, "lr", 0, d, 0, CT_F32), step = adamp ? input(&c, "step", 0, d, 0, CT_I64) : -1;
+            ValueId ap = input(&c, "apply", 0, d, 0, CT_F32);
+            if (adamp ? !add_node(&c, CT_OP_adamp_update, 7, (ValueId[]){p, g, m, sq, lr, step, ap}, (int64_t[]){v}, 1,
+                                  (double[]){0.9, 0.999, 1e-8, 0.01, 0.1, 0.1}, 6, 0)
+                      : !add_node(&c, CT_OP_sgdp_update, 5, (ValueId[]){p, g, m, lr, ap}, (int64_t[]){v}, 1,
+                                  (double[]){0.9, 1e-4, 0.1, 0.1, 1e-8}, 5, 0))
+                check_case(&c, adamp ? "adamp_update" : "sgdp_update");
         }
     /* JSD: 2 splits unsmoothed, 3 smoothed, of 4 samples */
     for (int splits = 2; splits <= 3; splits++)

@@ -828,6 +828,135 @@ CT_GLOBAL CT_SFX(ct_nadam_product)(const CT_T *mu_prod, const long long *step, c
     }
 }
 
+/* sgdp_update / adamp_update (ir/ops/optim_norm.c): the momentum state
+ * and the update u (into scratch) per element; then ct_proj_rows,
+ * ct_proj_decide and ct_sgdp_apply / ct_adamp_apply project u as timm's
+ * _projection does. */
+CT_GLOBAL CT_SFX(ct_sgdp_moments)(const CT_T *g, const CT_T *buf, const CT_T *apply, CT_T *buf1, float *u, long long n,
+                                  float mom, long long nesterov)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            buf1[i] = buf[i];
+            continue;
+        }
+        double gi = (double)CT_LD(g[i]), b = mom * (double)CT_LD(buf[i]) + gi;
+        u[i] = (float)(nesterov ? gi + mom * b : b);
+        buf1[i] = CT_ST((float)b);
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_adamp_moments)(const CT_T *g, const CT_T *m, const CT_T *v, const long long *step,
+                                   const CT_T *apply, CT_T *m1, CT_T *v1, float *u, long long n, float b1, float b2,
+                                   float eps, long long nesterov)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            m1[i] = m[i];
+            v1[i] = v[i];
+            continue;
+        }
+        double t = (double)step[0] + 1, bc2 = 1 - pow((double)b2, t), gi = (double)CT_LD(g[i]);
+        double mm = b1 * (double)CT_LD(m[i]) + (1 - (double)b1) * gi;
+        double vv = b2 * (double)CT_LD(v[i]) + (1 - (double)b2) * gi * gi;
+        u[i] = (float)((nesterov ? b1 * mm + (1 - (double)b1) * gi : mm) / (sqrt(vv) / sqrt(bc2) + eps));
+        m1[i] = CT_ST((float)mm);
+        v1[i] = CT_ST((float)vv);
+    }
+}
+
+/* Row r of the channel view [rows, len]: its sums g.p, g.g, p.p and p.u into
+ * st[4r..4r+4) (the layer view's are their totals). */
+CT_GLOBAL CT_SFX(ct_proj_rows)(const CT_T *p, const CT_T *g, const float *u, double *st, long long rows,
+                               long long len)
+{
+    CT_LOOP(r, rows)
+    {
+        double gp = 0, gg = 0, pp = 0, pu = 0;
+        for (long long i = r * len; i < (r + 1) * len; i++) {
+            double pi = (double)CT_LD(p[i]), gi = (double)CT_LD(g[i]);
+            gp += gi * pi, gg += gi * gi, pp += pi * pi, pu += pi * (double)u[i];
+        }
+        st[4 * r] = gp, st[4 * r + 1] = gg, st[4 * r + 2] = pp, st[4 * r + 3] = pu;
+    }
+}
+
+/* Which view timm's _projection takes (it tries the channel view, then the
+ * layer view): d[0] = 0 none, 1 channel, 2 layer; with the layer view d[1]
+ * its |p| + eps and d[2] its p.u. torch's cosine_similarity clamps each norm
+ * to eps; a NaN similarity projects nothing (torch's max keeps NaN). */
+CT_GLOBAL CT_SFX(ct_proj_decide)(const double *st, long long rows, long long len, long long project, double *d,
+                                 float delta, float eps)
+{
+    CT_LOOP(unused, 1)
+    {
+        double tot[4] = {0, 0, 0, 0};
+        d[0] = 0;
+        for (int view = 0; view < 2 && project && d[0] == 0; view++) {
+            long long nr = view ? 1 : rows, l = view ? rows * len : len;
+            double worst = 0;
+            for (long long r = 0; r < nr; r++) {
+                const double *x = view ? tot : st + 4 * r;
+                if (view == 0)
+                    for (int k = 0; k < 4; k++)
+                        tot[k] += st[4 * r + k];
+                double cs = fabs(x[0] / (fmax(sqrt(x[1]), (double)eps) * fmax(sqrt(x[2]), (double)eps)));
+                if (!(cs <= worst))
+                    worst = cs;
+            }
+            if (worst < delta / sqrt((double)l)) {
+                d[0] = view + 1;
+                d[1] = sqrt(tot[2]) + eps;
+                d[2] = tot[3];
+            }
+        }
+    }
+}
+
+/* u less its component along p / (|p| + eps) of the view d[0] chose. */
+CT_DEVICE double CT_SFX(ct_projected)(const double *st, const double *d, double pi, double ui, long long i,
+                                      long long len, float eps)
+{
+    if (d[0] == 0)
+        return ui;
+    double nrm = d[0] == 2 ? d[1] : sqrt(st[4 * (i / len) + 2]) + eps, pu = d[0] == 2 ? d[2] : st[4 * (i / len) + 3];
+    return ui - pi / nrm * (pu / nrm);
+}
+
+CT_GLOBAL CT_SFX(ct_sgdp_apply)(const CT_T *p, const float *u, const double *st, const double *d, const CT_T *lr,
+                                const CT_T *apply, CT_T *p1, long long n, long long len, float mom, float wd,
+                                float wd_ratio, float eps)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            continue;
+        }
+        double l = (double)CT_LD(lr[0]), pi = (double)CT_LD(p[i]), ratio = d[0] != 0 ? wd_ratio : 1;
+        double keep = wd != 0 ? 1 - l * wd * ratio / (1 - (double)mom) : 1;
+        p1[i] = CT_ST((float)(pi * keep - l * CT_SFX(ct_projected)(st, d, pi, (double)u[i], i, len, eps)));
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_adamp_apply)(const CT_T *p, const float *u, const double *st, const double *d, const CT_T *lr,
+                                 const long long *step, const CT_T *apply, CT_T *p1, long long n, long long len,
+                                 float b1, float wd, float wd_ratio, float eps)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            continue;
+        }
+        double l = (double)CT_LD(lr[0]), pi = (double)CT_LD(p[i]), ratio = d[0] != 0 ? wd_ratio : 1;
+        double keep = wd > 0 ? 1 - l * wd * ratio : 1, bc1 = 1 - pow((double)b1, (double)step[0] + 1);
+        p1[i] = CT_ST((float)(pi * keep - l / bc1 * CT_SFX(ct_projected)(st, d, pi, (double)u[i], i, len, eps)));
+    }
+}
+
 /* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
  * elements (x's strides, y's); the draw is element i's, or with per > 1
  * its sample's (i / per, drop_path), from the graph's RNG counter. */

@@ -704,6 +704,71 @@ static void a_opt(LibLaunch *l, const Node *n, int k, int present)
         arg(l, LA_NULL);
 }
 
+/* sgdp_update (p g buf lr [apply]) and adamp_update (p g m v lr step
+ * [apply]): the moments and update u, each row's sums of the channel view
+ * [d0, -1] (a tensor of fewer than 2 dims: one row, not projected), the
+ * view timm's projection takes, the update; scratch: u, the row sums, the
+ * decision. */
+static int plan_projected(Builder *b, const Node *n, long long count, size_t *scratch)
+{
+    const CtShape *s = &val(b, n->in[0])->type.shape;
+    int sgdp = n->op == CT_OP_sgdp_update, apply = n->nin == (sgdp ? 5 : 7);
+    long long rows = s->ndim >= 2 ? s->d[0] : 1, len = rows ? count / rows : 0;
+    size_t st = ((size_t)count * sizeof(float) + 7) / 8 * 8, d = st + 4 * (size_t)rows * sizeof(double);
+    *scratch = d + 3 * sizeof(double);
+    CtDType t = val(b, n->in[0])->type.dtype;
+    LibLaunch *l = begin(b, sgdp ? "ct_sgdp_moments" : "ct_adamp_moments", t, count);
+    a_val(l, n->in[1]);
+    for (int k = 2; k < (sgdp ? 3 : 4); k++)
+        a_val(l, n->in[k]);
+    if (!sgdp)
+        a_val(l, n->in[5]);
+    a_opt(l, n, n->nin - 1, apply);
+    for (int k = 1; k < n->nout; k++)
+        a_val(l, n->out[k]);
+    a_scratch(l, 0);
+    a_i64(l, count);
+    if (sgdp)
+        a_f32(l, n->fattr[0]);
+    else
+        for (int f = 0; f < 3; f++)
+            a_f32(l, n->fattr[f]);
+    a_i64(l, n->iattr[0]);
+    l = begin(b, "ct_proj_rows", t, rows);
+    a_val(l, n->in[0]);
+    a_val(l, n->in[1]);
+    a_scratch(l, 0);
+    a_scratch(l, st);
+    a_i64(l, rows);
+    a_i64(l, len);
+    double delta = n->fattr[sgdp ? 2 : 4], ratio = n->fattr[sgdp ? 3 : 5], eps = n->fattr[sgdp ? 4 : 2];
+    l = begin(b, "ct_proj_decide", t, 1);
+    a_scratch(l, st);
+    a_i64(l, rows);
+    a_i64(l, len);
+    a_i64(l, s->ndim >= 2);
+    a_scratch(l, d);
+    a_f32(l, delta);
+    a_f32(l, eps);
+    l = begin(b, sgdp ? "ct_sgdp_apply" : "ct_adamp_apply", t, count);
+    a_val(l, n->in[0]);
+    a_scratch(l, 0);
+    a_scratch(l, st);
+    a_scratch(l, d);
+    a_val(l, n->in[sgdp ? 3 : 4]);
+    if (!sgdp)
+        a_val(l, n->in[5]);
+    a_opt(l, n, n->nin - 1, apply);
+    a_val(l, n->out[0]);
+    a_i64(l, count);
+    a_i64(l, len);
+    a_f32(l, n->fattr[0]);
+    a_f32(l, n->fattr[sgdp ? 1 : 3]);
+    a_f32(l, ratio);
+    a_f32(l, eps);
+    return 0;
+}
+
 static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     for (int k = 1; k < n->nin + n->nout; k++) {
@@ -737,6 +802,8 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         a_i64(l, n->iattr[0]);
         return 0;
     }
+    if (n->op == CT_OP_sgdp_update || n->op == CT_OP_adamp_update)
+        return plan_projected(b, n, count, scratch);
     *scratch = ratio + sizeof(double);
     if (n->op == CT_OP_lamb_update) { /* p g m v lr step [clip] [apply] */
         int clip = n->iattr[2] != 0, apply = n->nin == 7 + clip;
@@ -862,7 +929,8 @@ int lib_supports(CtOp op)
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
     case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad: case CT_OP_lamb_update: case CT_OP_lars_update:
-    case CT_OP_nadam_update: case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
+    case CT_OP_nadam_update: case CT_OP_sgdp_update: case CT_OP_adamp_update: case CT_OP_pad: case CT_OP_gather:
+    case CT_OP_gather_grad:
         return 1;
     default:
         return 0;
@@ -902,7 +970,8 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
-    case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: rc = plan_update(&b, n, scratch, err); break;
+    case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: case CT_OP_sgdp_update:
+    case CT_OP_adamp_update: rc = plan_update(&b, n, scratch, err); break;
     case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;
     case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;
