@@ -43,6 +43,7 @@
 #define I(k) (l->arg[k].i)
 #define X(k) (l->arg[k].ix)
 #define R(k) (l->arg[k].f)
+#define D(k) (l->arg[k].d)
 
 /* Runs one launch: mem[k] is argument k's memory (value or scratch). */
 static void run_launch(const LibLaunch *l, void **mem)
@@ -103,7 +104,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bce_grad_f32"))
         ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8), R(9), I(10));
     else if (!strcmp(k, "ct_sq_partials_f32"))
-        ct_sq_partials_f32(F(0), F(1), R(2), F(3), F(4), (double *)P(5), I(6), I(7), I(8));
+        ct_sq_partials_f32(F(0), F(1), R(2), F(3), F(4), (double *)P(5), (double *)P(6), I(7), I(8), I(9));
     else if (!strcmp(k, "ct_lamb_moments_f32"))
         ct_lamb_moments_f32(F(0), F(1), F(2), F(3), F(4), P(5), F(6), F(7), F(8), F(9), F(10), I(11), R(12), R(13),
                             R(14), R(15), I(16));
@@ -134,6 +135,22 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_adamp_apply_f32"))
         ct_adamp_apply_f32(F(0), F(1), (double *)P(2), (double *)P(3), F(4), P(5), F(6), F(7), I(8), I(9), R(10),
                            R(11), R(12), R(13));
+    else if (!strcmp(k, "ct_af_coef_f32"))
+        ct_af_coef_f32(P(0), (double *)P(1), R(2), R(3), I(4), I(5));
+    else if (!strcmp(k, "ct_af_full_f32"))
+        ct_af_full_f32(F(0), F(1), (double *)P(2), F(3), F(4), (double *)P(5), I(6), R(7));
+    else if (!strcmp(k, "ct_af_mean_f32"))
+        ct_af_mean_f32(F(0), F(1), (double *)P(2), F(3), F(4), (double *)P(5), I(6), I(7), I(8), R(9));
+    else if (!strcmp(k, "ct_af_rowcol_f32"))
+        ct_af_rowcol_f32((double *)P(0), (double *)P(1), I(2), I(3), I(4));
+    else if (!strcmp(k, "ct_af_factored_f32"))
+        ct_af_factored_f32(F(0), (double *)P(1), (double *)P(2), (double *)P(3), F(4), (double *)P(5), I(6), I(7), I(8),
+                           I(9), I(10), I(11));
+    else if (!strcmp(k, "ct_af_clip_f32"))
+        ct_af_clip_f32((double *)P(0), I(1), I(2), (double *)P(3), R(4));
+    else if (!strcmp(k, "ct_af_apply_f32"))
+        ct_af_apply_f32(F(0), (double *)P(1), (double *)P(2), F(3), F(4), F(5), F(6), F(7), I(8), D(9), R(10), I(11),
+                        I(12), I(13));
     else if (!strcmp(k, "ct_jsd_rows_f32"))
         ct_jsd_rows_f32(F(0), P(1), F(2), I(3), I(4), I(5), R(6), R(7));
     else if (!strcmp(k, "ct_jsd_grad_f32"))

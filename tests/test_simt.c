@@ -664,6 +664,7 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
                 long long i;
                 int i32;
                 float f;
+                double d;
                 CtIndex ix;
                 CtPool pool;
             } store[LIB_MAX_ARGS];
@@ -677,6 +678,7 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
                 case LA_I64: store[a].i = arg->i; break;
                 case LA_I32: store[a].i32 = (int)arg->i; break;
                 case LA_F32: store[a].f = arg->f; break;
+                case LA_F64: store[a].d = arg->d; break;
                 case LA_INDEX: store[a].ix = arg->ix; break;
                 case LA_POOL: store[a].pool = arg->pool; break;
                 }

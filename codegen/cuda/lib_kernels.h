@@ -657,17 +657,17 @@ CT_DEVICE int CT_SFX(ct_upd_applies)(const CT_T *apply) { return !apply || (doub
 
 /* Sums of squares over chunks of `chunk` elements, one work item a chunk
  * (a fixed order, the same bits every run): part[2c] of (k a)^2, part[2c+1]
- * of b^2, b from bt (the storage type) or bf (float scratch); k is 1, or
- * with lr (decoupled decay) 1 - lr wd. */
+ * of b^2, b from bt (the storage type), bf (float scratch) or bd (double
+ * scratch); k is 1, or with lr (decoupled decay) 1 - lr wd. */
 CT_GLOBAL CT_SFX(ct_sq_partials)(const CT_T *a, const CT_T *lr, float wd, const CT_T *bt, const float *bf,
-                                 double *part, long long n, long long chunk, long long nchunks)
+                                 const double *bd, double *part, long long n, long long chunk, long long nchunks)
 {
     CT_LOOP(c, nchunks)
     {
         double sa = 0, sb = 0, ka = lr ? 1 - (double)CT_LD(lr[0]) * wd : 1;
         long long end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         for (long long i = c * chunk; i < end; i++) {
-            double x = (double)ka * CT_LD(a[i]), y = bt ? (double)CT_LD(bt[i]) : (double)bf[i];
+            double x = (double)ka * CT_LD(a[i]), y = bt ? (double)CT_LD(bt[i]) : bf ? (double)bf[i] : bd[i];
             sa += x * x;
             sb += y * y;
         }
@@ -954,6 +954,170 @@ CT_GLOBAL CT_SFX(ct_adamp_apply)(const CT_T *p, const float *u, const double *st
         double l = (double)CT_LD(lr[0]), pi = (double)CT_LD(p[i]), ratio = d[0] != 0 ? wd_ratio : 1;
         double keep = wd > 0 ? 1 - l * wd * ratio : 1, bc1 = 1 - pow((double)b1, (double)step[0] + 1);
         p1[i] = CT_ST((float)(pi * keep - l / bc1 * CT_SFX(ct_projected)(st, d, pi, (double)u[i], i, len, eps)));
+    }
+}
+
+/* adafactor_update / adafactorbv_update (ir/ops/optim_norm.c). ct_af_coef
+ * puts this step's weight w of the new second moment in c[0] (1 - beta2 of
+ * step t: Adafactor's t^decay_rate; big_vision's 1 - min(cap, 1 -
+ * decay_step^-decay_rate), its power in f32 as timm's f32 step); then the
+ * second moments: unfactored (ct_af_full), or the row and column means of
+ * g^2 + eps (ct_af_mean, once each), the rows' mean over the column dim
+ * (ct_af_rowcol) and the update (ct_af_factored); the update's RMS clip
+ * (ct_sq_partials, ct_af_clip: c[1], the divisor); the momentum and the
+ * parameter (ct_af_apply). A row of the reduction over dim d of size D with
+ * `inner` elements after it: element j of the reduced tensor gathers
+ * elements (j / inner) (inner D) + k inner + j % inner, k < D. */
+CT_GLOBAL CT_SFX(ct_af_coef)(const long long *step, double *c, float decay_rate, float beta2_cap,
+                             long long decay_offset, long long bv)
+{
+    CT_LOOP(unused, 1)
+    {
+        double t = (double)step[0] + 1;
+        if (!bv) {
+            c[0] = pow(t, (double)decay_rate);
+        } else {
+            double ds = decay_offset ? fmax(t - (double)decay_offset, 1) : t;
+            c[0] = 1 - fmin((double)beta2_cap, 1 - (double)powf((float)ds, -decay_rate));
+        }
+    }
+}
+
+/* torch's lerp: a + w (b - a) */
+CT_DEVICE double CT_SFX(ct_lerp)(double a, double b, double w)
+{
+    return w < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w);
+}
+
+CT_GLOBAL CT_SFX(ct_af_full)(const CT_T *g, const CT_T *v, const double *c, const CT_T *apply, CT_T *v1, double *u,
+                             long long n, float sqeps)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            v1[i] = v[i];
+            continue;
+        }
+        double gi = (double)CT_LD(g[i]), vv = CT_SFX(ct_lerp)((double)CT_LD(v[i]), gi * gi + sqeps, c[0]);
+        u[i] = gi / sqrt(vv);
+        v1[i] = CT_ST((float)vv);
+    }
+}
+
+/* The state of the reduction over a dim (D, inner): lerp toward the mean of
+ * g^2 + eps; its new values also in double at w (for ct_af_rowcol, ct_af_factored). */
+CT_GLOBAL CT_SFX(ct_af_mean)(const CT_T *g, const CT_T *r, const double *c, const CT_T *apply, CT_T *r1, double *w,
+                             long long nr, long long D, long long inner, float sqeps)
+{
+    CT_LOOP(j, nr)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            r1[j] = r[j];
+            continue;
+        }
+        double sum = 0;
+        long long base = j / inner * inner * D + j % inner;
+        for (long long k = 0; k < D; k++) {
+            double gi = (double)CT_LD(g[base + k * inner]);
+            sum += (gi * gi + sqeps) / (double)D;
+        }
+        w[j] = CT_SFX(ct_lerp)((double)CT_LD(r[j]), sum, c[0]);
+        r1[j] = CT_ST((float)w[j]);
+    }
+}
+
+/* The row state's mean over the column dim (D, inner of the row state's shape). */
+CT_GLOBAL CT_SFX(ct_af_rowcol)(const double *row, double *rc, long long nrc, long long D, long long inner)
+{
+    CT_LOOP(j, nrc)
+    {
+        double sum = 0;
+        long long base = j / inner * inner * D + j % inner;
+        for (long long k = 0; k < D; k++)
+            sum += row[base + k * inner] / (double)D;
+        rc[j] = sum;
+    }
+}
+
+/* u = g / sqrt(row / its column mean) / sqrt(col); (Dr, ir): the row dim of
+ * p, (Dc, ic): its column dim, (Dc, irc): the column dim of the row state. */
+CT_DEVICE long long CT_SFX(ct_af_drop)(long long i, long long D, long long inner)
+{
+    return i / (inner * D) * inner + i % inner;
+}
+
+CT_GLOBAL CT_SFX(ct_af_factored)(const CT_T *g, const double *row, const double *col, const double *rc,
+                                 const CT_T *apply, double *u, long long n, long long Dr, long long ir, long long Dc,
+                                 long long ic, long long irc)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply))
+            continue;
+        long long r = CT_SFX(ct_af_drop)(i, Dr, ir);
+        double rr = row[r] / rc[CT_SFX(ct_af_drop)(r, Dc, irc)];
+        u[i] = (double)CT_LD(g[i]) / sqrt(rr) / sqrt(col[CT_SFX(ct_af_drop)(i, Dc, ic)]);
+    }
+}
+
+/* c[1]: the update's divisor, max(1, RMS / clip) (clip <= 0: 1; NaN stays NaN). */
+CT_GLOBAL CT_SFX(ct_af_clip)(const double *part, long long nchunks, long long n, double *c, float clip)
+{
+    CT_LOOP(unused, 1)
+    {
+        double sq = 0;
+        for (long long k = 0; k < nchunks; k++)
+            sq += part[2 * k + 1];
+        double by = clip > 0 ? sqrt(sq) / sqrt((double)n) / clip : 1;
+        c[1] = by <= 1 ? 1 : by;
+    }
+}
+
+/* The momentum (m: NULL without; bf16: kept rounded to bfloat16) and p';
+ * Adafactor: u lr toward m, p (1 - wd lr) less it; big_vision: u toward m,
+ * p keep less it times lr. */
+CT_DEVICE double CT_SFX(ct_af_bf16)(double x)
+{
+    union {
+        float f;
+        unsigned int b;
+    } v;
+    v.f = (float)x;
+    if ((v.b & 0x7f800000u) != 0x7f800000u)
+        v.b = (v.b + 0x7fffu + ((v.b >> 16) & 1u)) & 0xffff0000u;
+    return v.f;
+}
+
+CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, const CT_T *m, const CT_T *lr,
+                              const CT_T *apply, CT_T *p1, CT_T *m1, long long n, double mom, float wd, long long bv,
+                              long long m_bf16, long long unscaled_wd)
+{
+    CT_LOOP(i, n)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            if (m)
+                m1[i] = m[i];
+            continue;
+        }
+        double l = (double)CT_LD(lr[0]), pi = (double)CT_LD(p[i]), ui = u[i] / c[1];
+        if (!bv) {
+            ui *= l;
+            if (m)
+                m1[i] = CT_ST((float)(ui = CT_SFX(ct_lerp)((double)CT_LD(m[i]), ui, 1 - (double)mom)));
+            if (wd != 0)
+                pi += pi * (-(double)wd * l);
+            p1[i] = CT_ST((float)(pi - ui));
+            continue;
+        }
+        if (m) {
+            double mi = (double)CT_LD(m[i]);
+            ui = m_bf16 ? CT_SFX(ct_af_bf16)(CT_SFX(ct_lerp)(mi, CT_SFX(ct_af_bf16)(ui), 1 - (double)mom))
+                        : CT_SFX(ct_lerp)(mi, ui, 1 - (double)mom);
+            m1[i] = CT_ST((float)ui);
+        }
+        double keep = wd == 0 ? 1 : unscaled_wd ? 1 - (double)wd : 1 - l * wd;
+        p1[i] = CT_ST((float)(pi * keep - ui * l));
     }
 }
 

@@ -88,6 +88,7 @@ static void a_val(LibLaunch *l, ValueId v) { arg(l, LA_VALUE)->v = v; }
 static void a_i64(LibLaunch *l, long long i) { arg(l, LA_I64)->i = i; }
 static void a_i32(LibLaunch *l, int i) { arg(l, LA_I32)->i = i; }
 static void a_f32(LibLaunch *l, double f) { arg(l, LA_F32)->f = (float)f; }
+static void a_f64(LibLaunch *l, double d) { arg(l, LA_F64)->d = d; }
 static void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix; }
 
 static const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
@@ -769,6 +770,122 @@ static int plan_projected(Builder *b, const Node *n, long long count, size_t *sc
     return 0;
 }
 
+static long long inner_of(const CtShape *s, int d)
+{
+    long long inner = 1;
+    for (int k = d + 1; k < s->ndim; k++)
+        inner *= s->d[k];
+    return inner;
+}
+
+/* adafactor_update and adafactorbv_update: (p g, second moments (row and
+ * column, or one), [m], lr step [apply]) -> (p', the states'); scratch: the
+ * update u (in double: bf16 momentum rounds it), the RMS partial sums, the step's coefficients, the new row and
+ * column states and the rows' column mean in double. */
+static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *scratch)
+{
+    const CtShape *s = &val(b, n->in[0])->type.shape;
+    int bv = n->op == CT_OP_adafactorbv_update, factored = n->iattr[0] >= 0, has_m = n->iattr[2] != 0;
+    int nst = (factored ? 2 : 1) + has_m, lr = 2 + nst, apply = n->nin == lr + 3, dc = (int)n->iattr[0];
+    int dr = (int)n->iattr[1];
+    long long chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK, Dr = factored ? s->d[dr] : 1, Dc = factored ? s->d[dc] : 1;
+    long long nr = count / Dr, nc = count / Dc, nrc = nr / Dc;
+    CtShape rs = *s;
+    if (factored)
+        rs.d[dr] = 1;
+    size_t part = (size_t)count * sizeof(double), coef = part + 2 * (size_t)chunks * sizeof(double);
+    size_t wr = coef + 2 * sizeof(double), wc = wr + (size_t)nr * sizeof(double), rc = wc + (size_t)nc * sizeof(double);
+    *scratch = factored ? rc + (size_t)nrc * sizeof(double) : wr;
+    CtDType t = val(b, n->in[0])->type.dtype;
+    LibLaunch *l = begin(b, "ct_af_coef", t, 1);
+    a_val(l, n->in[lr + 1]);
+    a_scratch(l, coef);
+    a_f32(l, n->fattr[2]);
+    a_f32(l, bv ? n->fattr[5] : 0);
+    a_i64(l, bv ? n->iattr[5] : 0);
+    a_i64(l, bv);
+    if (!factored) {
+        l = begin(b, "ct_af_full", t, count);
+        a_val(l, n->in[1]);
+        a_val(l, n->in[2]);
+        a_scratch(l, coef);
+        a_opt(l, n, n->nin - 1, apply);
+        a_val(l, n->out[1]);
+        a_scratch(l, 0);
+        a_i64(l, count);
+        a_f32(l, n->fattr[0]);
+    } else {
+        for (int k = 0; k < 2; k++) { /* the row state (dim dr reduced), then the column state */
+            l = begin(b, "ct_af_mean", t, k ? nc : nr);
+            a_val(l, n->in[1]);
+            a_val(l, n->in[2 + k]);
+            a_scratch(l, coef);
+            a_opt(l, n, n->nin - 1, apply);
+            a_val(l, n->out[1 + k]);
+            a_scratch(l, k ? wc : wr);
+            a_i64(l, k ? nc : nr);
+            a_i64(l, k ? Dc : Dr);
+            a_i64(l, inner_of(s, k ? dc : dr));
+            a_f32(l, n->fattr[0]);
+        }
+        l = begin(b, "ct_af_rowcol", t, nrc);
+        a_scratch(l, wr);
+        a_scratch(l, rc);
+        a_i64(l, nrc);
+        a_i64(l, Dc);
+        a_i64(l, inner_of(&rs, dc));
+        l = begin(b, "ct_af_factored", t, count);
+        a_val(l, n->in[1]);
+        a_scratch(l, wr);
+        a_scratch(l, wc);
+        a_scratch(l, rc);
+        a_opt(l, n, n->nin - 1, apply);
+        a_scratch(l, 0);
+        a_i64(l, count);
+        a_i64(l, Dr);
+        a_i64(l, inner_of(s, dr));
+        a_i64(l, Dc);
+        a_i64(l, inner_of(s, dc));
+        a_i64(l, inner_of(&rs, dc));
+    }
+    l = begin(b, "ct_sq_partials", t, chunks);
+    a_val(l, n->in[0]);
+    arg(l, LA_NULL);
+    a_f32(l, 0);
+    arg(l, LA_NULL);
+    arg(l, LA_NULL);
+    a_scratch(l, 0);
+    a_scratch(l, part);
+    a_i64(l, count);
+    a_i64(l, UPD_CHUNK);
+    a_i64(l, chunks);
+    l = begin(b, "ct_af_clip", t, 1);
+    a_scratch(l, part);
+    a_i64(l, chunks);
+    a_i64(l, count);
+    a_scratch(l, coef);
+    a_f32(l, n->fattr[1]);
+    l = begin(b, "ct_af_apply", t, count);
+    a_val(l, n->in[0]);
+    a_scratch(l, 0);
+    a_scratch(l, coef);
+    a_opt(l, n, 1 + nst, has_m);
+    a_val(l, n->in[lr]);
+    a_opt(l, n, n->nin - 1, apply);
+    a_val(l, n->out[0]);
+    if (has_m)
+        a_val(l, n->out[nst]);
+    else
+        arg(l, LA_NULL);
+    a_i64(l, count);
+    a_f64(l, n->fattr[3]);
+    a_f32(l, n->fattr[4]);
+    a_i64(l, bv);
+    a_i64(l, bv && n->iattr[3]);
+    a_i64(l, bv && n->iattr[4]);
+    return 0;
+}
+
 static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     for (int k = 1; k < n->nin + n->nout; k++) {
@@ -804,6 +921,8 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     }
     if (n->op == CT_OP_sgdp_update || n->op == CT_OP_adamp_update)
         return plan_projected(b, n, count, scratch);
+    if (n->op == CT_OP_adafactor_update || n->op == CT_OP_adafactorbv_update)
+        return plan_adafactor(b, n, count, scratch);
     *scratch = ratio + sizeof(double);
     if (n->op == CT_OP_lamb_update) { /* p g m v lr step [clip] [apply] */
         int clip = n->iattr[2] != 0, apply = n->nin == 7 + clip;
@@ -825,6 +944,7 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         a_f32(l, n->fattr[3]);
         arg(l, LA_NULL);
         a_scratch(l, 0);
+        arg(l, LA_NULL);
         a_scratch(l, part);
         a_i64(l, count);
         a_i64(l, UPD_CHUNK);
@@ -854,6 +974,7 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     arg(l, LA_NULL);
     a_f32(l, 0);
     a_val(l, n->in[1]);
+    arg(l, LA_NULL);
     arg(l, LA_NULL);
     a_scratch(l, part);
     a_i64(l, count);
@@ -907,6 +1028,7 @@ void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *
         case LA_I64: store[a].i = arg->i; break;
         case LA_I32: store[a].i32 = (int)arg->i; break;
         case LA_F32: store[a].f = arg->f; break;
+        case LA_F64: store[a].d = arg->d; break;
         case LA_INDEX: store[a].ix = arg->ix; break;
         case LA_POOL: store[a].pool = arg->pool; break;
         }
@@ -929,8 +1051,8 @@ int lib_supports(CtOp op)
     case CT_OP_soft_target_cross_entropy: case CT_OP_soft_target_cross_entropy_grad: case CT_OP_all_finite:
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
     case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad: case CT_OP_lamb_update: case CT_OP_lars_update:
-    case CT_OP_nadam_update: case CT_OP_sgdp_update: case CT_OP_adamp_update: case CT_OP_pad: case CT_OP_gather:
-    case CT_OP_gather_grad:
+    case CT_OP_nadam_update: case CT_OP_sgdp_update: case CT_OP_adamp_update: case CT_OP_adafactor_update:
+    case CT_OP_adafactorbv_update: case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
         return 1;
     default:
         return 0;
@@ -971,7 +1093,9 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
     case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: case CT_OP_sgdp_update:
-    case CT_OP_adamp_update: rc = plan_update(&b, n, scratch, err); break;
+    case CT_OP_adamp_update: case CT_OP_adafactor_update: case CT_OP_adafactorbv_update:
+        rc = plan_update(&b, n, scratch, err);
+        break;
     case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;
     case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
     default: rc = op_def(n->op)->fusion == OP_ACTIVATION ? plan_epilogue(&b, n, err) : plan_data(&b, n, err); break;

@@ -23,13 +23,14 @@
 #include "codegen/cuda/lib_common.h"
 #include "ir/ir.h"
 
-typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_INDEX, LA_POOL } LibArgKind;
+typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL } LibArgKind;
 
 typedef struct LibArg {
     LibArgKind kind;
     ValueId v;   /* LA_VALUE */
     long long i; /* LA_I64, LA_I32; LA_SCRATCH: its byte offset into the scratch buffer */
     float f;     /* LA_F32 */
+    double d;    /* LA_F64: an attribute whose float rounding would show (bf16 rounding after it) */
     CtIndex ix;  /* LA_INDEX */
     CtPool pool; /* LA_POOL */
 } LibArg;
@@ -54,6 +55,7 @@ typedef union LibArgStore {
     long long i;
     int i32;
     float f;
+    double d;
     CtIndex ix;
     CtPool pool;
 } LibArgStore;

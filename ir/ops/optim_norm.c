@@ -4,8 +4,7 @@
  * is known. Same conventions as ir/ops/optim.c (lr a runtime scalar, `step`
  * the i64 count of updates before this one, optional last input `apply`);
  * the ref kernels (the cpu backend runs them through run_via_ref); the cuda
- * backend has library kernels for sgdp and adamp (codegen/cuda/lib_kernels.h),
- * none yet for adafactor, adafactorbv and muon.
+ * backend has library kernels for all but muon (codegen/cuda/lib_kernels.h).
  *
  * sgdp_update(p, g, buf, lr), fattr momentum, weight_decay, delta, wd_ratio,
  *   eps; iattr nesterov: timm SGDP, dampening 0.
