@@ -130,5 +130,8 @@ void op_run_ref(const struct Graph *g, const struct Node *n, double *const *in, 
                 const struct CtCollective *coll);
 /* -1 when no op has this name. */
 int op_from_name(const char *name);
+/* muon_update's Newton-Schulz coefficients (a, b, c) of iteration `step` under
+ * coefficient preset `preset` (ir/ops/optim_norm.c): for its cuda kernels. */
+void op_muon_coefficients(int preset, int step, double abc[3]);
 
 #endif

@@ -327,8 +327,8 @@ int main(void)
     /* the library updates (whole-tensor norms, scalar state), f16 with
      * GradScaler's apply input */
     static const char *const opts[] = {"lamb", "lambc", "lars", "larc", "nadam", "sgdp", "adamp", "adafactor",
-                                       "adafactorbv"};
-    for (int i = 0; i < 9; i++) {
+                                       "adafactorbv", "muon"};
+    for (int i = 0; i < 10; i++) {
         check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
         if (all)
             check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[i]);

@@ -151,6 +151,17 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_af_apply_f32"))
         ct_af_apply_f32(F(0), (double *)P(1), (double *)P(2), F(3), F(4), F(5), F(6), F(7), I(8), D(9), R(10), I(11),
                         I(12), I(13));
+    else if (!strcmp(k, "ct_muon_moments_f32"))
+        ct_muon_moments_f32(F(0), F(1), F(2), F(3), (double *)P(4), I(5), I(6), D(7), I(8));
+    else if (!strcmp(k, "ct_muon_norm_f32"))
+        ct_muon_norm_f32((double *)P(0), I(1), (double *)P(2), D(3), D(4));
+    else if (!strcmp(k, "ct_muon_scale_f32"))
+        ct_muon_scale_f32((double *)P(0), (double *)P(1), I(2));
+    else if (!strcmp(k, "ct_muon_gemm_f32"))
+        ct_muon_gemm_f32((double *)P(0), (double *)P(1), (double *)P(2), (double *)P(3), I(4), I(5), I(6), I(7), D(8),
+                         D(9));
+    else if (!strcmp(k, "ct_muon_apply_f32"))
+        ct_muon_apply_f32(F(0), (double *)P(1), F(2), F(3), F(4), I(5), I(6), D(7), R(8));
     else if (!strcmp(k, "ct_jsd_rows_f32"))
         ct_jsd_rows_f32(F(0), P(1), F(2), I(3), I(4), I(5), R(6), R(7));
     else if (!strcmp(k, "ct_jsd_grad_f32"))

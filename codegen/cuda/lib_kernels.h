@@ -1121,6 +1121,79 @@ CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, c
     }
 }
 
+/* muon_update (ir/ops/optim_norm.c): the momentum in f32 as torch's lerp
+ * and the Newton-Schulz input X rounded to bfloat16, stored [m, n] (m <= n:
+ * the [rows, cols] view, transposed when rows > cols); ct_sq_partials and
+ * ct_muon_norm its norm; ct_muon_scale X / norm; per iteration three
+ * ct_muon_gemm (A = X X^T, B = b A + c A A, X = a X + B X, each product
+ * summed in double and rounded to bfloat16 once, as a bf16 gemm with an f32
+ * accumulator); ct_muon_apply the parameter. */
+CT_GLOBAL CT_SFX(ct_muon_moments)(const CT_T *g, const CT_T *buf, const CT_T *apply, CT_T *buf1, double *x,
+                                  long long rows, long long cols, double mom, long long nesterov)
+{
+    CT_LOOP(i, rows * cols)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            buf1[i] = buf[i];
+            continue;
+        }
+        float w = (float)(1 - mom), wm = (float)mom, gi = CT_LD(g[i]), b = CT_LD(buf[i]);
+        float nb = w < 0.5f ? b + w * (gi - b) : gi - (gi - b) * (1 - w);
+        float u = !nesterov ? nb : wm < 0.5f ? gi + wm * (nb - gi) : nb - (nb - gi) * (1 - wm);
+        long long r = i / cols, c = i % cols;
+        x[rows > cols ? c * rows + r : i] = CT_SFX(ct_af_bf16)(u);
+        buf1[i] = CT_ST(nb);
+    }
+}
+
+/* nrm[0]: bf16(max(bf16(bf16(|X|) safety), eps)). */
+CT_GLOBAL CT_SFX(ct_muon_norm)(const double *part, long long nchunks, double *nrm, double eps, double safety)
+{
+    CT_LOOP(unused, 1)
+    {
+        double sq = 0;
+        for (long long k = 0; k < nchunks; k++)
+            sq += part[2 * k + 1];
+        double v = CT_SFX(ct_af_bf16)(CT_SFX(ct_af_bf16)(sqrt(sq)) * safety);
+        nrm[0] = CT_SFX(ct_af_bf16)(v < eps ? eps : v);
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_muon_scale)(double *x, const double *nrm, long long n)
+{
+    CT_LOOP(i, n)
+    x[i] = CT_SFX(ct_af_bf16)(x[i] / nrm[0]);
+}
+
+/* out [M, N] = bf16(alpha a b + beta c): a [M, K], b [K, N] (bt: [N, K]). */
+CT_GLOBAL CT_SFX(ct_muon_gemm)(const double *a, const double *b, const double *c, double *out, long long M,
+                               long long N, long long K, long long bt, double alpha, double beta)
+{
+    CT_LOOP(idx, M * N)
+    {
+        long long i = idx / N, j = idx % N;
+        double s = 0;
+        for (long long l = 0; l < K; l++)
+            s += a[i * K + l] * (bt ? b[j * K + l] : b[l * N + j]);
+        out[idx] = CT_SFX(ct_af_bf16)(alpha * s + (c ? beta * c[idx] : 0));
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_muon_apply)(const CT_T *p, const double *x, const CT_T *lr, const CT_T *apply, CT_T *p1,
+                                long long rows, long long cols, double lr_scale, float wd)
+{
+    CT_LOOP(i, rows * cols)
+    {
+        if (!CT_SFX(ct_upd_applies)(apply)) {
+            p1[i] = p[i];
+            continue;
+        }
+        long long r = i / cols, c = i % cols;
+        double l = (double)CT_LD(lr[0]), xi = x[rows > cols ? c * rows + r : i];
+        p1[i] = CT_ST((float)((double)CT_LD(p[i]) * (1 - l * wd) - l * lr_scale * xi));
+    }
+}
+
 /* dropout and drop_path (ir/ops/elementwise.c): ix walks x's logical
  * elements (x's strides, y's); the draw is element i's, or with per > 1
  * its sample's (i / per, drop_path), from the graph's RNG counter. */

@@ -886,6 +886,98 @@ static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *sc
     return 0;
 }
 
+/* muon_update (p g buf lr [apply]): the momentum and X, its norm, X scaled,
+ * three products a Newton-Schulz iteration, the update; scratch: X and its
+ * next, A and B [m, m], the norm's partial sums, the norm. */
+#define MUON_MAX_STEPS ((LIB_MAX_LAUNCHES - 6) / 3)
+
+static int plan_muon(Builder *b, const Node *n, long long count, size_t *scratch, CtErr *err)
+{
+    const CtShape *s = &val(b, n->in[0])->type.shape;
+    int steps = (int)n->iattr[1], apply = n->nin == 5;
+    if (steps > MUON_MAX_STEPS)
+        return ct_fail(err, "muon_update: %d Newton-Schulz steps; the cuda plan takes at most %d", steps,
+                       MUON_MAX_STEPS);
+    long long rows = s->d[0], cols = count / rows, m = rows < cols ? rows : cols, nn = count / m;
+    long long chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK;
+    size_t xb = (size_t)count * sizeof(double), A = 2 * xb, B = A + (size_t)(m * m) * sizeof(double);
+    size_t part = B + (size_t)(m * m) * sizeof(double), nrm = part + 2 * (size_t)chunks * sizeof(double);
+    *scratch = nrm + sizeof(double);
+    CtDType t = val(b, n->in[0])->type.dtype;
+    LibLaunch *l = begin(b, "ct_muon_moments", t, count);
+    a_val(l, n->in[1]);
+    a_val(l, n->in[2]);
+    a_opt(l, n, 4, apply);
+    a_val(l, n->out[1]);
+    a_scratch(l, 0);
+    a_i64(l, rows);
+    a_i64(l, cols);
+    a_f64(l, n->fattr[0]);
+    a_i64(l, n->iattr[0]);
+    l = begin(b, "ct_sq_partials", t, chunks);
+    a_val(l, n->in[0]);
+    arg(l, LA_NULL);
+    a_f32(l, 0);
+    arg(l, LA_NULL);
+    arg(l, LA_NULL);
+    a_scratch(l, 0);
+    a_scratch(l, part);
+    a_i64(l, count);
+    a_i64(l, UPD_CHUNK);
+    a_i64(l, chunks);
+    l = begin(b, "ct_muon_norm", t, 1);
+    a_scratch(l, part);
+    a_i64(l, chunks);
+    a_scratch(l, nrm);
+    a_f64(l, n->fattr[2]);
+    a_f64(l, n->fattr[3]);
+    l = begin(b, "ct_muon_scale", t, count);
+    a_scratch(l, 0);
+    a_scratch(l, nrm);
+    a_i64(l, count);
+    size_t x = 0, y = xb;
+    for (int k = 0; k < steps; k++) {
+        double abc[3];
+        op_muon_coefficients((int)n->iattr[2], k, abc);
+        /* A = X X^T; B = b A + c A A; Y = a X + B X */
+        const struct {
+            size_t a, b, c, out;
+            long long M, N, K, bt;
+            double alpha, beta;
+        } g3[3] = {{x, x, 0, A, m, m, nn, 1, 1, 0}, {A, A, A, B, m, m, m, 0, abc[2], abc[1]},
+                   {B, x, x, y, m, nn, m, 0, 1, abc[0]}};
+        for (int j = 0; j < 3; j++) {
+            l = begin(b, "ct_muon_gemm", t, g3[j].M * g3[j].N);
+            a_scratch(l, g3[j].a);
+            a_scratch(l, g3[j].b);
+            if (j)
+                a_scratch(l, g3[j].c);
+            else
+                arg(l, LA_NULL);
+            a_scratch(l, g3[j].out);
+            a_i64(l, g3[j].M);
+            a_i64(l, g3[j].N);
+            a_i64(l, g3[j].K);
+            a_i64(l, g3[j].bt);
+            a_f64(l, g3[j].alpha);
+            a_f64(l, g3[j].beta);
+        }
+        size_t tmp = x;
+        x = y, y = tmp;
+    }
+    l = begin(b, "ct_muon_apply", t, count);
+    a_val(l, n->in[0]);
+    a_scratch(l, x);
+    a_val(l, n->in[3]);
+    a_opt(l, n, 4, apply);
+    a_val(l, n->out[0]);
+    a_i64(l, rows);
+    a_i64(l, cols);
+    a_f64(l, n->fattr[4]);
+    a_f32(l, n->fattr[1]);
+    return 0;
+}
+
 static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     for (int k = 1; k < n->nin + n->nout; k++) {
@@ -923,6 +1015,8 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         return plan_projected(b, n, count, scratch);
     if (n->op == CT_OP_adafactor_update || n->op == CT_OP_adafactorbv_update)
         return plan_adafactor(b, n, count, scratch);
+    if (n->op == CT_OP_muon_update)
+        return plan_muon(b, n, count, scratch, err);
     *scratch = ratio + sizeof(double);
     if (n->op == CT_OP_lamb_update) { /* p g m v lr step [clip] [apply] */
         int clip = n->iattr[2] != 0, apply = n->nin == 7 + clip;
@@ -1052,7 +1146,7 @@ int lib_supports(CtOp op)
     case CT_OP_dropout: case CT_OP_drop_path: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
     case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad: case CT_OP_lamb_update: case CT_OP_lars_update:
     case CT_OP_nadam_update: case CT_OP_sgdp_update: case CT_OP_adamp_update: case CT_OP_adafactor_update:
-    case CT_OP_adafactorbv_update: case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
+    case CT_OP_adafactorbv_update: case CT_OP_muon_update: case CT_OP_pad: case CT_OP_gather: case CT_OP_gather_grad:
         return 1;
     default:
         return 0;
@@ -1093,7 +1187,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
     case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: case CT_OP_sgdp_update:
-    case CT_OP_adamp_update: case CT_OP_adafactor_update: case CT_OP_adafactorbv_update:
+    case CT_OP_adamp_update: case CT_OP_adafactor_update: case CT_OP_adafactorbv_update: case CT_OP_muon_update:
         rc = plan_update(&b, n, scratch, err);
         break;
     case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;

@@ -36,7 +36,8 @@ typedef struct LibArg {
 } LibArg;
 
 #define LIB_MAX_ARGS 20
-#define LIB_MAX_LAUNCHES (CT_MAX_IN + 1)
+/* muon_update's: 6 and 3 a Newton-Schulz iteration, for up to 10 */
+#define LIB_MAX_LAUNCHES 36
 
 typedef struct LibLaunch {
     char kernel[48];  /* "ct_softmax_f32": the kernel's name in the compiled module */

@@ -3,8 +3,8 @@
  * similarities or factored means over the whole parameter before any output
  * is known. Same conventions as ir/ops/optim.c (lr a runtime scalar, `step`
  * the i64 count of updates before this one, optional last input `apply`);
- * the ref kernels (the cpu backend runs them through run_via_ref); the cuda
- * backend has library kernels for all but muon (codegen/cuda/lib_kernels.h).
+ * the ref kernels (the cpu backend runs them through run_via_ref) and the
+ * cuda backend's library kernels (codegen/cuda/lib_kernels.h).
  *
  * sgdp_update(p, g, buf, lr), fattr momentum, weight_decay, delta, wd_ratio,
  *   eps; iattr nesterov: timm SGDP, dampening 0.
@@ -381,6 +381,14 @@ static const struct {
     int n;
 } ns_presets[] = {{ns_original, 1}, {ns_quintic, 5}, {ns_polar, 8}, {ns_polar_safer, 8}};
 
+void op_muon_coefficients(int preset, int step, double abc[3])
+{
+    const double(*c)[3] = ns_presets[preset].c;
+    const double *r = c[step < ns_presets[preset].n ? step : ns_presets[preset].n - 1];
+    for (int k = 0; k < 3; k++)
+        abc[k] = r[k];
+}
+
 /* out[m x n] = bf16(beta * c + alpha * a[m x k] b[k x n]) (bt: b given as
  * [n x k]); c may be NULL for beta 0. The products summed unrounded and
  * rounded once, as a bf16 gemm with an f32 accumulator does. */
@@ -415,9 +423,9 @@ static void newton_schulz(double *x, int64_t rows, int64_t cols, int steps, int 
     nrm = round_bf16(nrm < eps ? eps : nrm);
     for (int64_t i = 0; i < mn; i++)
         xa[i] = round_bf16(xa[i] / nrm);
-    const double (*c)[3] = ns_presets[preset].c;
     for (int s = 0; s < steps; s++) {
-        const double *abc = c[s < ns_presets[preset].n ? s : ns_presets[preset].n - 1];
+        double abc[3];
+        op_muon_coefficients(preset, s, abc);
         gemm_bf16(m, m, n, xa, xa, 1, 1, NULL, 0, A);      /* A = X X^T */
         gemm_bf16(m, m, m, A, A, 0, abc[2], A, abc[1], B); /* B = b A + c A A */
         gemm_bf16(m, n, m, B, xa, 0, 1, xa, abc[0], xb);   /* X = a X + B X */
