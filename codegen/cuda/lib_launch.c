@@ -705,6 +705,36 @@ static void a_opt(LibLaunch *l, const Node *n, int k, int present)
         arg(l, LA_NULL);
 }
 
+/* ct_sq_partials over count elements in chunks of UPD_CHUNK into scratch
+ * at part: of a (decayed by 1 - lr wd where lr >= 0) and of the value bt, or
+ * else of the update at scratch offset 0 in float (SQ_F32) or double (SQ_F64). */
+enum { SQ_NONE, SQ_F32, SQ_F64 };
+
+static void sq_partials(Builder *b, CtDType t, ValueId a, ValueId lr, double wd, ValueId bt, int scratch_b, size_t part,
+                        long long count)
+{
+    LibLaunch *l = begin(b, "ct_sq_partials", t, (count + UPD_CHUNK - 1) / UPD_CHUNK);
+    a_val(l, a);
+    if (lr >= 0)
+        a_val(l, lr);
+    else
+        arg(l, LA_NULL);
+    a_f32(l, wd);
+    if (bt >= 0)
+        a_val(l, bt);
+    else
+        arg(l, LA_NULL);
+    for (int k = SQ_F32; k <= SQ_F64; k++)
+        if (scratch_b == k)
+            a_scratch(l, 0);
+        else
+            arg(l, LA_NULL);
+    a_scratch(l, part);
+    a_i64(l, count);
+    a_i64(l, UPD_CHUNK);
+    a_i64(l, (count + UPD_CHUNK - 1) / UPD_CHUNK);
+}
+
 /* sgdp_update (p g buf lr [apply]) and adamp_update (p g m v lr step
  * [apply]): the moments and update u, each row's sums of the channel view
  * [d0, -1] (a tensor of fewer than 2 dims: one row, not projected), the
@@ -848,17 +878,7 @@ static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *sc
         a_i64(l, inner_of(s, dc));
         a_i64(l, inner_of(&rs, dc));
     }
-    l = begin(b, "ct_sq_partials", t, chunks);
-    a_val(l, n->in[0]);
-    arg(l, LA_NULL);
-    a_f32(l, 0);
-    arg(l, LA_NULL);
-    arg(l, LA_NULL);
-    a_scratch(l, 0);
-    a_scratch(l, part);
-    a_i64(l, count);
-    a_i64(l, UPD_CHUNK);
-    a_i64(l, chunks);
+    sq_partials(b, t, n->in[0], -1, 0, -1, SQ_F64, part, count);
     l = begin(b, "ct_af_clip", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);
@@ -914,17 +934,7 @@ static int plan_muon(Builder *b, const Node *n, long long count, size_t *scratch
     a_i64(l, cols);
     a_f64(l, n->fattr[0]);
     a_i64(l, n->iattr[0]);
-    l = begin(b, "ct_sq_partials", t, chunks);
-    a_val(l, n->in[0]);
-    arg(l, LA_NULL);
-    a_f32(l, 0);
-    arg(l, LA_NULL);
-    arg(l, LA_NULL);
-    a_scratch(l, 0);
-    a_scratch(l, part);
-    a_i64(l, count);
-    a_i64(l, UPD_CHUNK);
-    a_i64(l, chunks);
+    sq_partials(b, t, n->in[0], -1, 0, -1, SQ_F64, part, count);
     l = begin(b, "ct_muon_norm", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);
@@ -1032,17 +1042,7 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         for (int f = 0; f < 4; f++)
             a_f32(l, n->fattr[f]);
         a_i64(l, n->iattr[3]);
-        l = begin(b, "ct_sq_partials", t, chunks);
-        a_val(l, n->in[0]);
-        a_opt(l, n, 4, n->iattr[3] != 0);
-        a_f32(l, n->fattr[3]);
-        arg(l, LA_NULL);
-        a_scratch(l, 0);
-        arg(l, LA_NULL);
-        a_scratch(l, part);
-        a_i64(l, count);
-        a_i64(l, UPD_CHUNK);
-        a_i64(l, chunks);
+        sq_partials(b, t, n->in[0], n->iattr[3] ? n->in[4] : -1, n->fattr[3], -1, SQ_F32, part, count);
         l = begin(b, "ct_lamb_ratio", t, 1);
         a_scratch(l, part);
         a_i64(l, chunks);
@@ -1063,17 +1063,7 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         return 0;
     }
     int apply = n->nin == 5; /* lars: p g buf lr [apply] */
-    l = begin(b, "ct_sq_partials", t, chunks);
-    a_val(l, n->in[0]);
-    arg(l, LA_NULL);
-    a_f32(l, 0);
-    a_val(l, n->in[1]);
-    arg(l, LA_NULL);
-    arg(l, LA_NULL);
-    a_scratch(l, part);
-    a_i64(l, count);
-    a_i64(l, UPD_CHUNK);
-    a_i64(l, chunks);
+    sq_partials(b, t, n->in[0], -1, 0, n->in[1], SQ_NONE, part, count);
     l = begin(b, "ct_lars_ratio", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);
