@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,17 @@ static inline unsigned test_crc32(const unsigned char *p, size_t n)
 }
 
 /* The test data folder (CTIMM_TEST_DATA, set by ctest). */
+/* ||a - b|| / ||b|| over n floats (||a - b|| when b is zero), in double. */
+static inline double test_rel_err(const float *a, const float *b, int64_t n)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
 static inline const char *test_data_dir(void)
 {
     const char *d = getenv("CTIMM_TEST_DATA");

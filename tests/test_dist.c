@@ -109,16 +109,6 @@ static void step(Graph *g, CtState *s, int batch, int first, int stride, const C
 }
 
 /* ||a - b|| / ||b|| of two f32 arrays. */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double d = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        ref += (double)b[i] * b[i];
-    }
-    return ref > 0 ? sqrt(d / ref) : sqrt(d);
-}
-
 /* The graph of `world` ranks with batch b against one rank with world * b:
  * in a world of one, the buckets are copies (the same outputs bit for bit);
  * in a larger world, the averaged gradients and the updated state (BN's
@@ -149,14 +139,14 @@ static void test_step_equals_whole_batch(CtDist *d, const char *model, int sync_
     for (int k = 1; k < whole.noutputs; k++) /* the gradients; output 0 is the logits, 1 the loss */
         if (ow[k].data && op[k].data && ow[k].type.dtype == CT_F32) {
             int64_t n = shape_numel(&ow[k].type.shape);
-            double e = k == 1 ? 0 : rel_err(op[k].data, ow[k].data, n);
+            double e = k == 1 ? 0 : test_rel_err(op[k].data, ow[k].data, n);
             worst = e > worst ? e : worst;
             if (world == 1)
                 CHECKF(memcmp(op[k].data, ow[k].data, (size_t)n * 4) == 0, "output %d differs", k);
         }
     for (int i = 0; i < sw.n; i++)
         if (sw.e[i].type.dtype == CT_F32) {
-            double e = rel_err(state_data(&sp, i), state_data(&sw, i), shape_numel(&sw.e[i].type.shape));
+            double e = test_rel_err(state_data(&sp, i), state_data(&sw, i), shape_numel(&sw.e[i].type.shape));
             worst = e > worst ? e : worst;
         }
     printf("rank %d of %d, %s%s: gradients and state after one step within %.2g of the whole batch's\n", rank, world,

@@ -19,16 +19,6 @@
 #include "runtime/state.h"
 #include "train/opt_kwargs.h"
 
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* Relative error of the change a - p0 against b - p0 (a stricter view of
  * the same numbers where the step is small beside the weights). */
 static double step_err(const float *a, const float *b, const float *p0, int64_t n)
@@ -202,7 +192,7 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
             const StTensor *want = st == 1 || st == STEPS ? st_find(ref, key) : NULL;
             CHECKF(want != NULL || (st != 1 && st != STEPS), "no %s", key);
             if (want) {
-                worst[st == 1 ? 0 : 1] = fmax(worst[st == 1 ? 0 : 1], rel_err(r.buf[0], want->data, n));
+                worst[st == 1 ? 0 : 1] = fmax(worst[st == 1 ? 0 : 1], test_rel_err(r.buf[0], want->data, n));
                 worst[2] = fmax(worst[2], step_err(r.buf[0], want->data, p->data, n));
             }
         }
@@ -304,10 +294,10 @@ static void test_train_step_wiring(void)
                 tensor_free(&out[k]);
             free(out);
         }
-        double ew = ok ? rel_err(pw, r[0].buf[0], C * D) : 1, eb = ok ? rel_err(pb, r[1].buf[0], C) : 1;
+        double ew = ok ? test_rel_err(pw, r[0].buf[0], C * D) : 1, eb = ok ? test_rel_err(pb, r[1].buf[0], C) : 1;
         printf("train step %-8s W rel err %.1e, b %.1e (against the update ops alone)\n", cases[c].name, ew, eb);
         CHECKF(ew < 1e-6 && eb < 1e-6, "%s: train step W %.2e b %.2e", cases[c].name, ew, eb);
-        CHECKF(rel_err(pw, w0, C * D) > 1e-4, "%s: the train step left W where it was", cases[c].name);
+        CHECKF(test_rel_err(pw, w0, C * D) > 1e-4, "%s: the train step left W where it was", cases[c].name);
         for (int k = 0; k < 2; k++)
             oprun_close(&r[k]);
         state_free(&st);

@@ -21,16 +21,6 @@
 #include "runtime/backend.h"
 #include "runtime/cuda_sim/backend_sim.h"
 
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* A case: timm's name at lr and weight decay, then set() applies the
  * case's kwargs to the spec (none: the defaults). */
 typedef struct Case {
@@ -139,7 +129,7 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
         const StTensor *want = st_find(ref, key);
         CHECKF(want != NULL, "no %s", key);
         if (want)
-            worst[st == 10] = fmax(worst[st == 10], rel_err(buf[0], want->data, count[0]));
+            worst[st == 10] = fmax(worst[st == 10], test_rel_err(buf[0], want->data, count[0]));
     }
     apply = 0;
     CtTensor res[CT_MAX_OUT];
@@ -163,7 +153,7 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
         CtShape ws = shape_make(want->ndim, want->shape), ks = optim_slot_shape(&u, k, &s);
         CHECKF(shape_equal(&ws, &ks), "%s: slot shape differs from timm's", key);
         if (shape_equal(&ws, &ks))
-            worst[2] = fmax(worst[2], rel_err(buf[2 + k], want->data, count[2 + k]));
+            worst[2] = fmax(worst[2], test_rel_err(buf[2 + k], want->data, count[2 + k]));
     }
 done:
     for (int k = 0; k < CT_MAX_IN; k++)

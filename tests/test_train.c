@@ -58,16 +58,6 @@ static void test_weight_decay_groups(void)
     }
 }
 
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* One update op on (param, grad) from a reference file, against timm's step. */
 static double update_error(const StFile *f, const char *name, const ModelEntry *m, int adamw)
 {
@@ -112,7 +102,7 @@ static double update_error(const StFile *f, const char *name, const ModelEntry *
     CtErr err;
     double r = INFINITY;
     if (backend_run_once(&ct_backend_ref, &g, &none, in, nin, &res, NULL, &err) == 0) {
-        r = rel_err(res.data, want->data, st_numel(p));
+        r = test_rel_err(res.data, want->data, st_numel(p));
         tensor_free(&res);
     }
     free(zeros);
