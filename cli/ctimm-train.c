@@ -57,7 +57,7 @@ static const char *const usage =
     "                   [--smoothing 0.1] [--drop 0] [--drop-path P] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
-    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3] [--head-init-scale S]\n"
+    "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3|4] [--head-init-scale S]\n"
     "                   [--head-init-bias B]\n"
     "                   [--eval-metric top1|top5|loss] [-c|--config FILE.yaml]\n"
     "                   [--clip-grad V] [--clip-mode norm|value|agc] [--model-ema] [--model-ema-decay 0.9998]\n"
@@ -71,7 +71,7 @@ static const char *const usage =
     "                   [--bce-sum] [--bce-pos-weight W] [--recovery-interval N] [--start-epoch N]\n"
     "                   [--nproc-per-node N] [--bucket-cap-mb 25] [--dist-bn reduce|broadcast|none]\n"
     "                   [--sync-bn] [--dist-check-params] [--dist-timeout 1800] [--list-flags]\n"
-    "                   [--train-num-samples N] [--val-num-samples N] [--input-img-mode RGB|L]\n"
+    "                   [--train-num-samples N] [--val-num-samples N] [--input-img-mode RGB|L|RGBA]\n"
     "                   [--input-key K] [--target-key K] [--val-interval 1] [--tta 0]\n"
     "With no DATA_DIR it trains on the embedded shapes dataset (generated once under\n"
     "$CTIMM_DATA_DIR, else ~/.cache/ctimm/data). Data-parallel: --nproc-per-node N, or\n"
@@ -80,7 +80,8 @@ static const char *const usage =
     "the tag) from the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub),\n"
     "never from the network: `huggingface-cli download timm/resnet50.a1_in1k` fetches them. Another\n"
     "--num-classes gets a new classifier, another --img-size a resampled ViT position embedding, --in-chans 1\n"
-    "(gray 'L' images) a first conv summed over RGB, as timm's adapt_input_conv.\n"
+    "(gray 'L' images) a first conv summed over RGB, --in-chans 4 (RGBA images: --input-img-mode RGBA) one\n"
+    "with RGB's repeated and scaled, as timm's adapt_input_conv.\n"
     "--pretrained-path FILE loads a weights file instead (with a new classifier always, as train.py).\n";
 
 /* Scheduler flags, long only. */
@@ -416,8 +417,8 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         case OPT_LR_BASE_SCALE: a->lr_base_scale = optarg; break;
         case OPT_NO_AUG: a->no_aug = 1; break;
         case OPT_INPUT_SIZE: bad = parse_list("input-size", optarg, argv, argc, a->input_size, 3, &a->n_input_size); break;
-        case OPT_MEAN: bad = parse_list("mean", optarg, argv, argc, a->mean, 3, &a->n_mean); break;
-        case OPT_STD: bad = parse_list("std", optarg, argv, argc, a->std, 3, &a->n_std); break;
+        case OPT_MEAN: bad = parse_list("mean", optarg, argv, argc, a->mean, 4, &a->n_mean); break;
+        case OPT_STD: bad = parse_list("std", optarg, argv, argc, a->std, 4, &a->n_std); break;
         case OPT_SCALE: bad = parse_list("scale", optarg, argv, argc, a->scale, 2, &a->n_scale); break;
         case OPT_RATIO: bad = parse_list("ratio", optarg, argv, argc, a->ratio, 2, &a->n_ratio); break;
         case OPT_CROP_PCT:

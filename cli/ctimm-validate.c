@@ -35,8 +35,9 @@ static const char *const usage =
     "                      [--class-map FILE] [-m|--model test_resnet] [--model-list FILE]\n"
     "                      [--checkpoint|--pretrained-path CKPT] [--use-ema] [--pretrained] [--num-classes N]\n"
     "                      [--img-size N] [--use-train-size]"
-    "                      [--in-chans 1|3] [--input-size C H W] [--crop-pct P] [--crop-mode center|squash|border]\n"
-    "                      [--mean M [M M]] [--std S [S S]] [--interpolation bilinear|bicubic|nearest]\n"
+    "                      [--in-chans 1|3|4] [--input-img-mode RGB|L|RGBA] [--input-size C H W] [--crop-pct P]\n"
+    "                      [--crop-mode center|squash|border] [--mean M [M M M]] [--std S [S S S]]\n"
+    "                      [--interpolation bilinear|bicubic|nearest]\n"
     "                      [-b 256] [-j 4] [--amp] [--amp-dtype float16|bfloat16] [--channels-last]\n"
     "                      [--device cpu|cuda|ref] [--log-freq 10] [--valid-labels FILE] [--real-labels real.json]\n"
     "                      [--results-file FILE] [--results-format csv|json] [--gp POOL] [--model-kwargs K=V ...]\n"
@@ -51,7 +52,9 @@ static const char *const usage =
     "weights have them (resnet50.a1_in1k: 288, 1.0), as validate.py does; --use-train-size keeps training's.\n"
     "--gp token|avg|map (convnets: avg) and --model-kwargs (Python literals: img_size of a ViT, at the data's\n"
     "size, and a ViT's class_token, reg_tokens, fc_norm, no_embed_class, init_values, qkv_bias) go to the model\n"
-    "as validate.py's create_model(global_pool=, **model_kwargs); the keys validate.py passes itself are refused.\n";
+    "as validate.py's create_model(global_pool=, **model_kwargs); the keys validate.py passes itself are refused.\n"
+    "--input-img-mode (validate.py's; default RGB for 3 channels, else L) must make the model's channel count:\n"
+    "RGBA takes --in-chans 4.\n";
 
 typedef struct Args {
     EvalSetup u; /* data, model, checkpoint, device: the flags shared with ctimm-infer */
@@ -72,12 +75,13 @@ typedef struct Result {
 static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_CLASS_MAP = 1000, O_LIST, O_EMA, O_LOG, O_VALID, O_RESULTS, O_FORMAT, O_REAL, O_TRAIN_SIZE, O_GP,
-           O_KWARGS };
+           O_KWARGS, O_IMG_MODE };
     static const struct option longs[] = {
         EVAL_LONG_OPTIONS, {"class-map", 1, 0, O_CLASS_MAP}, {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST},
         {"use-ema", 0, 0, O_EMA}, {"log-freq", 1, 0, O_LOG}, {"valid-labels", 1, 0, O_VALID},
         {"real-labels", 1, 0, O_REAL}, {"results-file", 1, 0, O_RESULTS}, {"results-format", 1, 0, O_FORMAT},
         {"use-train-size", 0, 0, O_TRAIN_SIZE}, {"gp", 1, 0, O_GP}, {"model-kwargs", 1, 0, O_KWARGS},
+        {"input-img-mode", 1, 0, O_IMG_MODE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.u = eval_setup_default(4), .model = "test_resnet", .results_format = "csv", .log_freq = 10};
     a->u.eo.use_test_size = 1; /* validate.py: the test-time size unless --use-train-size */
@@ -98,6 +102,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_FORMAT: a->results_format = optarg; break;
         case O_TRAIN_SIZE: a->u.eo.use_test_size = 0; break;
         case O_GP: a->gp = optarg; break;
+        case O_IMG_MODE: a->u.eo.input_img_mode = optarg; break;
         case O_KWARGS: bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs); break;
         case 'h': fputs(usage, stdout); return 1;
         case ':': fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, argv[optind - 1]); return -1;

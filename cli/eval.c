@@ -169,8 +169,8 @@ int eval_option(const char *prog, int c, int argc, char **argv, EvalSetup *u, in
         }
         break;
     case EVAL_O_CROP_MODE: eo->crop_mode = optarg; break;
-    case EVAL_O_MEAN: *bad = cli_number_list(prog, "mean", optarg, argc, argv, eo->mean, 3, &eo->n_mean); break;
-    case EVAL_O_STD: *bad = cli_number_list(prog, "std", optarg, argc, argv, eo->std, 3, &eo->n_std); break;
+    case EVAL_O_MEAN: *bad = cli_number_list(prog, "mean", optarg, argc, argv, eo->mean, 4, &eo->n_mean); break;
+    case EVAL_O_STD: *bad = cli_number_list(prog, "std", optarg, argc, argv, eo->std, 4, &eo->n_std); break;
     case EVAL_O_INTERP: eo->interpolation = optarg; break;
     case 'b': *bad = cli_int(prog, "--batch-size", optarg, 1, 1 << 16, &u->batch_size); break;
     case 'j': *bad = cli_int(prog, "--workers", optarg, 1, 256, &u->workers); break;

@@ -67,7 +67,7 @@ typedef struct EvalSession {
     CtState st;
     CtRunner run; /* g compiled and prepared over st, at the first batch */
     EvalTransform et;
-    double mean[3], std[3];
+    double mean[4], std[4];
     int img, chans, classes, batch;
     char classes_from[128]; /* where classes came from, for the tools' log line */
     CtDType amp;

@@ -20,15 +20,18 @@ int input_image(const Graph *g, const InputSpec *s, Graph *out, CtErr *err)
     if (!t || t->dtype != CT_F32 || t->shape.ndim != 4)
         return ct_fail(err, "input: the graph's first input is not an f32 image batch [B, C, H, W]");
     const int64_t *d = t->shape.d;
+    if (d[1] > 4)
+        return ct_fail(err, "input: %lld-channel images; the uint8 batch holds 1 ('L'), 3 (RGB) or 4 (RGBA)",
+                       (long long)d[1]);
     Rewriter r;
     rewrite_begin(&r, g, out);
     ValueId x = rewrite_value(&r, x0);
     out->values[x].type = (CtType){shape_make(4, (int64_t[]){d[0], d[2], d[3], d[1]}), CT_U8};
     r.e.scope = "input";
-    double norm[6]; /* mean and std of the batch's d[1] channels; 0 and 1 past them, so no stale value keys a kernel */
-    for (int k = 0; k < 6; k++)
-        norm[k] = k % 3 < d[1] ? (k < 3 ? s->mean[k] : s->std[k - 3]) : k / 3;
-    ValueId y = emit(&r.e, CT_OP_image_normalize, 1, &x, NULL, 0, norm, 6, 0);
+    double norm[8]; /* mean and std of the batch's d[1] channels; 0 and 1 past them, so no stale value keys a kernel */
+    for (int k = 0; k < 8; k++)
+        norm[k] = k % 4 < d[1] ? (k < 4 ? s->mean[k] : s->std[k - 4]) : k / 4;
+    ValueId y = emit(&r.e, CT_OP_image_normalize, 1, &x, NULL, 0, norm, 8, 0);
     if (s->erase_boxes > 0) {
         ValueId boxes = graph_add_value(out, (CtType){shape_make(3, (int64_t[]){d[0], s->erase_boxes, 5}), CT_I64},
                                         CT_ROLE_INPUT, "erase_boxes");

@@ -16,7 +16,7 @@
  * says what they hold). */
 typedef struct InputSpec {
     int u8;                 /* 0: the f32 [B, C, H, W] input as built (ctimm-run, parity tests, benches) */
-    double mean[3], std[3]; /* of each of the image's C channels (the first C; C <= 3) */
+    double mean[4], std[4]; /* of each of the image's C channels (the first C; C <= 4) */
     int erase_boxes;        /* K > 0: random_erase with an i64 [B, K, 5] input "erase_boxes" */
     int erase_mode;         /* random_erase's mode: 0 const, 1 rand, 2 pixel */
     int mix;                /* mix_images with an f32 [B, 6] input "mix_params" */

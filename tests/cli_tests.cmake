@@ -823,8 +823,19 @@ add_test(NAME train_validate_in_chans_1 COMMAND sh -c
 set_tests_properties(train_validate_in_chans_1 PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 add_test(NAME in_chans_refused COMMAND sh -c
-  "${FAIL} '^ctimm-train: --in-chans 4: timm.s data pipeline makes RGB images for 3 channels and .L. .1-channel. images for any other count, which a 4-channel model refuses; give 1 or 3$' ${TRAIN} --in-chans 4 && \
+  "${FAIL} '^ctimm-train: --in-chans 4: timm.s data pipeline makes .L. .1-channel. images for any count but 3 unless --input-img-mode says otherwise; give --input-img-mode RGBA$' ${TRAIN} --in-chans 4 && \
+   ${FAIL} '^ctimm-train: --in-chans 2: timm.s data pipeline makes .L. .1-channel., RGB or RGBA .4-channel. images, which a 2-channel model refuses; give 1, 3 or 4$' ${TRAIN} --in-chans 2 && \
    ${FAIL} '^ctimm-infer: --in-chans 2: timm.s data pipeline' ${INFER} --in-chans 2 && \
+   ${FAIL} '^ctimm-train: --input-img-mode RGBA makes 4-channel images, but the model takes 3 .--in-chans.$' \
+     ${TRAIN} --input-img-mode RGBA && \
+   ${FAIL} '^ctimm-train: --in-chans 4: auto_augment rand-m9-mstd0.5 on RGBA images: not built' \
+     ${TRAIN} --in-chans 4 --input-img-mode RGBA --aa rand-m9-mstd0.5 && \
+   ${FAIL} 'grayscale_prob 0.2 on RGBA images: torchvision.s RandomGrayscale refuses 4-channel images' \
+     ${TRAIN} --in-chans 4 --input-img-mode RGBA --grayscale-prob 0.2 && \
+   ${FAIL} '--mean takes 1 or 4 values for 4-channel images, got 3' \
+     ${VALIDATE} --in-chans 4 --input-img-mode RGBA --mean 0.1 0.2 0.3 && \
+   ${FAIL} '^ctimm-validate: test_resnet: --input-img-mode CMYK: ctimm reads images as RGB, L .gray. or RGBA$' \
+     ${VALIDATE} --input-img-mode CMYK && \
    ${FAIL} '^ctimm-train: --in-chans 1: auto_augment rand-m9-mstd0.5 on gray ..L.. images: .* PIL refuses for .L. images$' \
      ${TRAIN} --in-chans 1 --aa rand-m9-mstd0.5 && \
    ${FAIL} '^ctimm-train: --input-size 3 32 32 with --in-chans 1: the images would have another channel count' \
@@ -834,6 +845,28 @@ add_test(NAME in_chans_refused COMMAND sh -c
    ${FAIL} '--mean takes 1 value for 1-channel images, got 3' ${VALIDATE} --in-chans 1 --mean 0.1 0.2 0.3")
 set_tests_properties(in_chans_refused PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
+# --input-img-mode RGBA --in-chans 4 on a folder of PNGs with every kind of
+# transparency and JPEGs (test_rgba checks the pixels against timm's): the
+# 4-channel batch normalised by the model's mean and std averaged (timm's
+# adapt_to_chs), the train transform's flips, jitter, blur and erasing on
+# it; the checkpoint validates to the top-1 of the run's own eval.
+add_test(NAME train_validate_rgba COMMAND sh -c
+  "rm -rf rgba-data rgba-out && for s in train val; do for c in a b; do mkdir -p rgba-data/$s/$c; done; done && \
+   for f in rgba/src.png images/rgba.png images/la.png images/rgb.jpg; do \
+     for k in 1 2 3; do cp ${DATA}/$f rgba-data/train/a/$k-\${f##*/}; done; cp ${DATA}/$f rgba-data/val/a/; done && \
+   for f in images/pal2_short_adam7.png rgba/trns_rgb.png rgba/trns_l.png images/rgba16_adam7.png; do \
+     for k in 1 2 3; do cp ${DATA}/$f rgba-data/train/b/$k-\${f##*/}; done; cp ${DATA}/$f rgba-data/val/b/; done && \
+   ${TRAIN} rgba-data --val-split val --in-chans 4 --input-img-mode RGBA --img-size 32 -b 4 --epochs 2 --lr 0.05 \
+     --color-jitter 0.4 --gaussian-blur-prob 0.3 --vflip 0.5 --reprob 0.5 --remode pixel -j 2 \
+     --log-interval 1000 --output rgba-out > rgba.log && cat rgba.log && \
+   grep -q '32x32 RGBA; backend cpu$' rgba.log && \
+   grep -q '^Normalising the 4-channel images by mean 0.5, std 0.5 ' rgba.log && \
+   ${VALIDATE} rgba-data --split val --in-chans 4 --input-img-mode RGBA \
+     --checkpoint rgba-out/model_best.safetensors --img-size 32 -b 8 --results-file rgba-out/val.csv > rgba-val.log && \
+   awk -F, -v v=\"$(sed -n 2p rgba-out/val.csv)\" 'NR > 1 && $4 > best {best = $4} END {split(v, r, \",\"); exit !(r[2] == best)}' \
+     rgba-out/summary.csv && \
+   ${FAIL} 'conv1.0.weight. has shape .16,4,3,3. in the file but the model needs .16,3,3,3.' \
+     ${VALIDATE} rgba-data --split val --checkpoint rgba-out/model_best.safetensors --img-size 32")
 
 # ctimm against timm on pretrained weights: tools/make_pretrained_cache.py
 # makes a hub cache of timm's test_resnet, test_vit and test_maxvit (random init) with

@@ -205,11 +205,11 @@ static void test_resize_fixtures(void)
 
 static void expect_fail(const char *what, const uint8_t *data, size_t n, int shrink, const char *needle)
 {
-    CtImage img = {7, 7, (uint8_t *)&img};
+    CtImage img = {7, 7, (uint8_t *)&img, (uint8_t *)&img};
     CtErr err = {""};
     int rc = image_decode(data, n, shrink, &img, &err);
     CHECKF(rc == -1, "%s: decoded", what);
-    CHECKF(img.px == NULL && img.w == 0 && img.h == 0, "%s: output not cleared", what);
+    CHECKF(img.px == NULL && img.alpha == NULL && img.w == 0 && img.h == 0, "%s: output not cleared", what);
     CHECKF(err.msg[0] != 0, "%s: no message", what);
     CHECKF(!needle || strstr(err.msg, needle), "%s: message \"%s\" lacks \"%s\"", what, err.msg, needle);
     if (rc == 0)
@@ -298,7 +298,7 @@ static void test_corruption(void)
 static void test_resize_args(void)
 {
     uint8_t px[4 * 3 * 3] = {0};
-    CtImage src = {4, 3, px}, out;
+    CtImage src = {4, 3, px, NULL}, out;
     CtErr err;
     CHECK(image_resize(&src, (CtBox){0, 0, 5, 3}, 2, 2, CT_INTERP_BILINEAR, &out, &err) == -1 && out.px == NULL);
     CHECK(image_resize(&src, (CtBox){-1, 0, 4, 3}, 2, 2, CT_INTERP_BILINEAR, &out, &err) == -1);
@@ -307,7 +307,7 @@ static void test_resize_args(void)
     CHECK(image_resize(&src, (CtBox){0, 0, 4, 3}, 0, 2, CT_INTERP_NEAREST, &out, &err) == -1);
     CHECK(image_resize(&src, (CtBox){0, 0, 4, 3}, 2, 2, (CtInterp)9, &out, &err) == -1);
     CHECKF(strstr(err.msg, "interpolation"), "%s", err.msg);
-    CtImage empty = {0, 0, NULL};
+    CtImage empty = {0, 0, NULL, NULL};
     CHECK(image_resize(&empty, (CtBox){0, 0, 0, 0}, 2, 2, CT_INTERP_BILINEAR, &out, &err) == -1);
     /* Extreme ratios stay in bounds: 1 pixel wide to 5000, and back to 1. */
     CHECK(image_resize(&src, (CtBox){0, 0, 4, 3}, 5000, 1, CT_INTERP_BICUBIC, &out, &err) == 0);

@@ -16,25 +16,25 @@
 #include "passes/pipeline.h"
 #include "runtime/data/rng.h"
 
-static const double mean[3] = {0.485, 0.456, 0.406}, stdv[3] = {0.229, 0.224, 0.225};
+static const double mean[4] = {0.485, 0.456, 0.406, 0.449}, stdv[4] = {0.229, 0.224, 0.225, 0.226};
 
-enum { B = 2, S = 6, C = 3 };
+enum { B = 2, S = 6, C = 3, CMAX = 4 };
 
-/* A batch of `chans` channels (3: RGB; 1: gray, with a zero std past it
- * that no kernel may read), bit for bit on ref and cpu. */
+/* A batch of `chans` channels (3: RGB; 1: gray; 4: RGBA; a zero std past
+ * them that no kernel may read), bit for bit on ref and cpu. */
 static void check_normalize(int chans)
 {
-    uint8_t x[B * S * S * C];
+    uint8_t x[B * S * S * CMAX];
     for (int i = 0; i < B * S * S * chans; i++)
         x[i] = (uint8_t)(i * 37 + (i >> 3));
     x[0] = 0;
     x[1] = 255;
-    double f[6] = {mean[0], mean[1], mean[2], stdv[0], stdv[1], stdv[2]};
-    if (chans == 1)
-        f[1] = f[2] = f[4] = f[5] = 0;
-    float y[B * C * S * S];
+    double f[8];
+    for (int k = 0; k < 8; k++)
+        f[k] = k % 4 < chans ? (k < 4 ? mean[k] : stdv[k - 4]) : 0;
+    float y[B * CMAX * S * S];
     CtTensor in = {{{4, {B, S, S, chans}}, CT_U8}, x};
-    one_node_f32(CT_OP_image_normalize, 1, &in, NULL, 0, f, 6, y, B * chans * S * S, 0);
+    one_node_f32(CT_OP_image_normalize, 1, &in, NULL, 0, f, 8, y, B * chans * S * S, 0);
     int bad = 0;
     for (int b = 0; b < B; b++)
         for (int c = 0; c < chans; c++)
@@ -49,7 +49,8 @@ static void test_normalize(void)
 {
     check_normalize(3);
     check_normalize(1);
-    double f[6] = {mean[0], mean[1], mean[2], stdv[0], stdv[1], stdv[2]};
+    check_normalize(4);
+    double f[8] = {mean[0], mean[1], mean[2], mean[3], stdv[0], stdv[1], stdv[2], stdv[3]};
 
     /* the shape rule refuses what the kernels cannot take */
     Graph g;
@@ -60,12 +61,12 @@ static void test_normalize(void)
         const char *why;
     } cases[] = {
         {{{4, {B, S, S, C}}, CT_F32}, 0.2, "uint8 batch"},
-        {{{4, {B, S, S, 4}}, CT_U8}, 0.2, "4 channels"},
+        {{{4, {B, S, S, 5}}, CT_U8}, 0.2, "5 channels"},
         {{{4, {B, S, S, C}}, CT_U8}, 0, "std not 0"},
     };
     for (int k = 0; k < 3; k++) {
         graph_init(&g);
-        f[3] = cases[k].std0;
+        f[4] = cases[k].std0;
         Node n = {.op = CT_OP_image_normalize, .nin = 1, .in = {graph_add_value(&g, cases[k].t, CT_ROLE_INPUT, "x")}};
         memcpy(n.fattr, f, sizeof f);
         CHECKF(graph_add_node(&g, &n, "in", &err) < 0 && strstr(err.msg, cases[k].why), "case %d: %s", k, err.msg);
@@ -136,7 +137,8 @@ static int build(const char *model, int training, int batch, int chans, Graph *g
 
 static InputSpec spec_u8(void)
 {
-    return (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2]}, .std = {stdv[0], stdv[1], stdv[2]}};
+    return (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2], mean[3]},
+                       .std = {stdv[0], stdv[1], stdv[2], stdv[3]}};
 }
 
 /* The logits of test_resnet's eval graph from a uint8 batch of `chans`
@@ -158,8 +160,8 @@ static void test_model_input(int chans)
     CHECK(in->role == CT_ROLE_INPUT && in->type.dtype == CT_U8 && in->type.shape.d[1] == h &&
           in->type.shape.d[3] == chans);
     CHECK(u.nodes[0].op == CT_OP_image_normalize);
-    for (int k = 0; k < 6; k++)
-        CHECKF(u.nodes[0].fattr[k] == (k % 3 < chans ? (k < 3 ? mean[k] : stdv[k - 3]) : k / 3), "fattr[%d] %g", k,
+    for (int k = 0; k < 8; k++)
+        CHECKF(u.nodes[0].fattr[k] == (k % 4 < chans ? (k < 4 ? mean[k] : stdv[k - 4]) : k / 4), "fattr[%d] %g", k,
                u.nodes[0].fattr[k]);
     uint8_t *img = malloc((size_t)n);
     float *x = malloc(sizeof *x * (size_t)n);
@@ -237,6 +239,7 @@ int main(void)
     test_counter_normal();
     test_model_input(3);
     test_model_input(1);
+    test_model_input(4);
     test_training_inputs();
     return check_done("test_image_ops");
 }

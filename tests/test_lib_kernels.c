@@ -175,7 +175,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_soft_ce_grad_f32"))
         ct_soft_ce_grad_f32(F(0), F(1), F(2), F(3), I(4), I(5));
     else if (!strcmp(k, "ct_image_normalize_f32"))
-        ct_image_normalize_f32(P(0), F(1), X(2), R(3), R(4), R(5), R(6), R(7), R(8));
+        ct_image_normalize_f32(P(0), F(1), X(2), D(3), D(4), D(5), D(6), D(7), D(8), D(9), D(10));
     else if (!strcmp(k, "ct_random_erase_f32"))
         ct_random_erase_f32(F(0), P(1), F(2), X(3), I(4), (int)I(5));
     else if (!strcmp(k, "ct_mix_images_f32"))
@@ -728,11 +728,11 @@ static void test_sdpa(void)
 
 /* What has no kernel is refused by name. */
 /* The input ops, on inputs of their own (gen()'s are no uint8 batch,
- * boxes or mixing numbers) of c channels (image_normalize: 3, or a gray
- * batch's 1): equal to the ref backend in NCHW and NHWC. */
+ * boxes or mixing numbers) of c channels (image_normalize: 3, a gray
+ * batch's 1 or an RGBA one's 4): equal to the ref backend in NCHW and NHWC. */
 static void check_input_op(CtOp op, int64_t mode, int nhwc, int64_t c)
 {
-    enum { B = 2, C = 3, H = 6, W = 5, K = 2 };
+    enum { B = 2, C = 4, H = 6, W = 5, K = 2 }; /* C: the most channels */
     static const int64_t boxes[B * K * 5] = {1, 1, 3, 3, 21, 2, 2, 3, 3, 22, 4, 3, 9, 9, 23, 0, 0, 0, 0, 0};
     static const float params[B * 6] = {0.3f, 0, 0, 0, 0, 0, 0.5f, 1, 1, 4, 2, 5};
     Graph g;
@@ -741,7 +741,7 @@ static void check_input_op(CtOp op, int64_t mode, int nhwc, int64_t c)
     int u8 = op == CT_OP_image_normalize;
     CtType xt = u8 ? (CtType){shape_make(4, (int64_t[]){B, H, W, c}), CT_U8}
                    : (CtType){shape_make(4, (int64_t[]){B, c, H, W}), CT_F32};
-    Node n = {.op = op, .nin = u8 ? 1 : 2, .iattr = {mode}, .fattr = {0.4, 0.5, 0.6, 0.2, 0.25, 0.3}};
+    Node n = {.op = op, .nin = u8 ? 1 : 2, .iattr = {mode}, .fattr = {0.4, 0.5, 0.6, 0.7, 0.2, 0.25, 0.3, 0.35}};
     n.in[0] = graph_add_value(&g, xt, CT_ROLE_INPUT, "x");
     g.values[n.in[0]].layout = nhwc && !u8 ? CT_LAYOUT_CHANNELS_LAST : CT_LAYOUT_CONTIG;
     if (!u8)
@@ -801,6 +801,7 @@ static void test_input_ops(void)
     for (int nhwc = 0; nhwc < 2; nhwc++) {
         check_input_op(CT_OP_image_normalize, 0, nhwc, 3);
         check_input_op(CT_OP_image_normalize, 0, nhwc, 1);
+        check_input_op(CT_OP_image_normalize, 0, nhwc, 4);
         for (int64_t mode = 0; mode < 3; mode++)
             check_input_op(CT_OP_random_erase, mode, nhwc, 3);
         check_input_op(CT_OP_mix_images, 0, nhwc, 3);

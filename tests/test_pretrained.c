@@ -355,7 +355,7 @@ static void test_resolve(void)
     EvalOpts o = {.crop_pct = -1};
     EvalTransform et;
     int img, chans;
-    double mean[3], std[3];
+    double mean[4], std[4];
     CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && img == 128 && et.crop_pct == 0.875 &&
           et.interp == CT_INTERP_BICUBIC && et.crop_mode == CT_CROP_SQUASH && mean[1] == 0.2 && std[2] == 0.6);
     o.img_size = 96;
@@ -373,7 +373,7 @@ static void test_resolve(void)
     /* --in-chans 1: gray images normalised by the mean of the cfg's three (timm's prefetcher), or by one
      * value; three values for one channel, and the border crop's 3-value fill, are refused */
     o = (EvalOpts){.crop_pct = -1, .in_chans = 1};
-    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && chans == 1 && et.gray &&
+    CHECK(eval_config(&p.m, &o, &img, &chans, &et, mean, std, &err) == 0 && chans == 1 && et.mode == CT_IMG_L &&
           mean[0] == (0.1 + 0.2 + 0.3) / 3 && std[0] == (0.4 + 0.5 + 0.6) / 3);
     o.n_mean = 1;
     o.mean[0] = 0.25;

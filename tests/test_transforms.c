@@ -505,7 +505,7 @@ static void test_gray(void)
         t.crop_pct = pct;
         t.interp = interp_by_name(interp);
         t.crop_mode = !strcmp(mode, "squash") ? CT_CROP_SQUASH : CT_CROP_CENTER;
-        t.gray = 1;
+        t.mode = CT_IMG_L;
         uint8_t *out = malloc((size_t)size * size + 1);
         CT_ASSERT(out != NULL);
         out[(size_t)size * size] = 0xA5; /* one byte a pixel, not one more */
@@ -524,7 +524,7 @@ static void test_gray(void)
             sscanf(line, "%d %d %d %d %15s %d %127s", &box.x, &box.y, &box.w, &box.h, interp, &size, file) != 7)
             continue;
         CtImage got;
-        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, 1, &got, &err);
+        int rc = decode_crop_resize(png, png_n, w, h, box, size, size, interp_by_name(interp), 1, CT_IMG_L, &got, &err);
         CHECKF(rc == 0, "gray rrc: %s", err.msg);
         if (rc == 0)
             compare_gray(file, got.px, (size_t)size * size, 3, file);
@@ -533,7 +533,7 @@ static void test_gray(void)
     }
     CHECKF(cases == 12, "%d gray cases", cases);
     TrainTransform tt = train_transform_default(32);
-    tt.gray = 1;
+    tt.mode = CT_IMG_L;
     tt.auto_augment = "rand-m9-mstd0.5";
     CHECKF(train_transform_check(&tt, &err) && strstr(err.msg, "PIL refuses for 'L' images"), "%s", err.msg);
     tt.auto_augment = "rand-m9-n3-t3aw"; /* Rotate, ShearX, ShearY among its ops */
@@ -546,7 +546,7 @@ static void test_gray(void)
     tt.auto_augment = "rand-m9-t3a";
     CHECKF(train_transform_check(&tt, &err) == 0, "%s", err.msg);
     EvalTransform et = eval_transform_default(32);
-    et.gray = 1;
+    et.mode = CT_IMG_L;
     et.crop_mode = CT_CROP_BORDER;
     CHECKF(eval_transform_check(&et, &err) && strstr(err.msg, "torchvision refuses"), "%s", err.msg);
     image_free(&src);

@@ -95,12 +95,12 @@ int train_args_check(const TrainArgs *a, CtErr *err)
     if (a->aa && *a->aa && aug_parse(a->aa, &policy, err))
         return ct_failctx(err, "--aa %s", a->aa);
     int chans;
-    if (data_in_chans(a->in_chans, a->n_input_size, a->input_size, &chans, err))
+    if (data_in_chans(a->in_chans, a->n_input_size, a->input_size, &chans, err) ||
+        data_img_mode(a->input_img_mode, chans, &tt.mode, err))
         return -1;
     tt.auto_augment = a->aa;
-    tt.gray = chans == 1;
     if (train_transform_check(&tt, err))
-        return ct_failctx(err, "--in-chans 1");
+        return ct_failctx(err, "--in-chans %d", chans);
     if (a->lr_base_scale && strcmp(a->lr_base_scale, "sqrt") && strcmp(a->lr_base_scale, "linear"))
         return ct_fail(err, "--lr-base-scale is sqrt or linear, got '%s'", a->lr_base_scale);
     if (a->amp && strcmp(a->amp_dtype, "float16") && strcmp(a->amp_dtype, "bfloat16"))

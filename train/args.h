@@ -47,7 +47,7 @@ typedef struct TrainArgs {
     const char *mixup_mode, *remode, *config;
     /* data and augmentation: timm's train.py defaults; n_* = 0 means the model's */
     const char *class_map, *interpolation, *train_interpolation, *aa, *experiment, *lr_base_scale;
-    double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[3], std[3], input_size[3], epoch_repeats;
+    double scale[2], ratio[2], hflip, vflip, color_jitter, crop_pct, mean[4], std[4], input_size[3], epoch_repeats;
     int n_scale, n_ratio, n_mean, n_std, n_input_size, no_aug;
     double color_jitter_prob; /* < 0: not given (train.py's None: jitter always) */
     const char *train_crop_mode; /* rrc (NULL), rkrc, rkrr */

@@ -45,33 +45,51 @@ int data_in_chans(int in_chans, int n_input_size, const double *input_size, int 
 {
     int from_size = n_input_size > 0 ? (int)input_size[0] : 0;
     *out = in_chans > 0 ? in_chans : from_size > 0 ? from_size : 3;
-    if (*out != 1 && *out != 3)
-        return ct_fail(err, "%s %d: timm's data pipeline makes RGB images for 3 channels and 'L' (1-channel) "
-                       "images for any other count, which a %d-channel model refuses; give 1 or 3",
-                       in_chans > 0 ? "--in-chans" : "--input-size", *out, *out);
+    if (*out != 1 && *out != 3 && *out != 4)
+        return ct_fail(err, "%s %d: timm's data pipeline makes 'L' (1-channel), RGB or RGBA (4-channel) images, "
+                       "which a %d-channel model refuses; give 1, 3 or 4", in_chans > 0 ? "--in-chans" : "--input-size",
+                       *out, *out);
     if (n_input_size > 0 && input_size[0] != *out)
         return ct_fail(err, "--input-size %g %g %g with --in-chans %d: the images would have another channel count "
                        "than the model", input_size[0], input_size[1], input_size[2], *out);
     return 0;
 }
 
-int data_norm_stat(const char *flag, const double *given, int n, const double cfg[3], int chans, double out[3],
+int data_img_mode(const char *given, int chans, CtImgMode *mode, CtErr *err)
+{
+    if (given && img_mode_parse(given, mode, err))
+        return -1;
+    if (!given)
+        *mode = chans == 3 ? CT_IMG_RGB : CT_IMG_L;
+    int made = img_mode_channels(*mode);
+    if (made == chans)
+        return 0;
+    if (!given)
+        return ct_fail(err, "--in-chans %d: timm's data pipeline makes 'L' (1-channel) images for any count but 3 "
+                       "unless --input-img-mode says otherwise; give --input-img-mode RGBA", chans);
+    return ct_fail(err, "--input-img-mode %s makes %d-channel images, but the model takes %d (--in-chans)", given, made,
+                   chans);
+}
+
+int data_norm_stat(const char *flag, const double *given, int n, const double cfg[3], int chans, double out[4],
                    CtErr *err)
 {
     if (n && n != 1 && n != chans) /* timm's resolve_data_config asserts it */
-        return ct_fail(err, "--%s takes %s for %d-channel images, got %d", flag,
-                       chans == 1 ? "1 value" : "1 or 3 values", chans, n);
-    for (int c = 0; c < 3; c++)
-        out[c] = n ? given[n == 1 ? 0 : c] : cfg[c];
-    if (chans == 1 && !n) /* numpy's mean of the three: summed in order, then divided */
-        out[0] = out[1] = out[2] = (cfg[0] + cfg[1] + cfg[2]) / 3;
+        return ct_fail(err, "--%s takes 1%s value%s for %d-channel images, got %d", flag,
+                       chans == 1 ? "" : chans == 3 ? " or 3" : " or 4", chans == 1 ? "" : "s", chans, n);
+    for (int c = 0; c < 4; c++)
+        out[c] = n ? given[n == 1 ? 0 : c] : cfg[c < 3 ? c : 0];
+    if (chans != 3 && !n) /* numpy's mean of the three: summed in order, then divided */
+        out[0] = out[1] = out[2] = out[3] = (cfg[0] + cfg[1] + cfg[2]) / 3;
     return 0;
 }
 
-int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, EvalTransform *et, double mean[3],
-                double std[3], CtErr *err)
+int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, EvalTransform *et, double mean[4],
+                double std[4], CtErr *err)
 {
-    if (data_in_chans(o->in_chans, o->n_input_size, o->input_size, chans, err))
+    CtImgMode mode;
+    if (data_in_chans(o->in_chans, o->n_input_size, o->input_size, chans, err) ||
+        data_img_mode(o->input_img_mode, *chans, &mode, err))
         return -1;
     if (o->n_input_size && (o->n_input_size != 3 || o->input_size[1] != o->input_size[2]))
         return ct_fail(err, "--input-size takes C H W with H == W (square inputs only)");
@@ -80,7 +98,7 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, Ev
            : o->img_size > 0 ? o->img_size
            : test ? m->cfg.test_input_size : m->cfg.input_size[1];
     *et = eval_transform_default(*img);
-    et->gray = *chans == 1;
+    et->mode = mode;
     et->crop_pct = o->crop_pct > 0                                ? o->crop_pct
                    : o->use_test_size && m->cfg.test_crop_pct > 0 ? m->cfg.test_crop_pct
                                                                   : m->cfg.crop_pct;
@@ -97,11 +115,11 @@ int eval_config(const ModelEntry *m, const EvalOpts *o, int *img, int *chans, Ev
     else if (strcmp(cm, "center"))
         return ct_fail(err, "--crop-mode %s is not one of center, squash, border", cm);
     if (eval_transform_check(et, err))
-        return ct_failctx(err, "--crop-mode %s with --in-chans 1", cm);
+        return ct_failctx(err, "--crop-mode %s with --in-chans %d", cm, *chans);
     if (data_norm_stat("mean", o->mean, o->n_mean, m->cfg.mean, *chans, mean, err) ||
         data_norm_stat("std", o->std, o->n_std, m->cfg.std, *chans, std, err))
         return -1;
-    memcpy(et->mean, mean, sizeof et->mean);
+    memcpy(et->mean, mean, sizeof et->mean); /* the first three: 'border' mode's fill, never with 4 channels */
     return 0;
 }
 
@@ -115,7 +133,8 @@ int eval_graph(const ModelEntry *m, const ModelOptions *opt, int batch, int clas
     Pipeline p = {.amp = amp != CT_F32, .amp_dtype = amp, .bn_fold = 1, .channels_last = channels_last,
                   .verify = PIPELINE_VERIFY};
     if (mean)
-        p.input = (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2]}, .std = {std[0], std[1], std[2]}};
+        p.input = (InputSpec){.u8 = 1, .mean = {mean[0], mean[1], mean[2], mean[3]},
+                              .std = {std[0], std[1], std[2], std[3]}};
     return model_build(m, &spec, g, err) || pipeline_run(&p, g, NULL, err) ? -1 : 0;
 }
 

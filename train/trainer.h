@@ -68,9 +68,10 @@ typedef struct Trainer {
     /* --aug-splits: images a sample (1 without), so a training step's batch
      * is step_batch = batch_size * splits, split k at [k * B, (k + 1) * B) */
     int splits, step_batch;
-    int chans;              /* the images' channels: 3 (RGB) or 1 (gray 'L'), the model's in_chans */
+    int chans;              /* the images' channels: 3 (RGB), 1 (gray 'L') or 4 (RGBA), the model's in_chans */
+    CtImgMode img_mode;     /* train.py's input_img_mode */
     ModelArgs kw;           /* --gp's and --model-kwargs' img_size and options (train/model_kwargs.h) */
-    double mean[3], std[3]; /* --mean/--std, else the model's (averaged for 1 channel, as timm's prefetcher) */
+    double mean[4], std[4]; /* --mean/--std, else the model's (averaged for 1 or 4 channels, as timm's prefetcher) */
     /* The batch goes to the graph as the loader made it (uint8 NHWC); the
      * graph normalises it, erases (erase_k > 0) and mixes (mixup_active)
      * it, from the numbers drawn for the batch into these: */

@@ -147,8 +147,9 @@ static int build_graphs(Trainer *t, CtErr *err)
     /* train.py: forward and validation under autocast; the eval graph reads
      * the training state, so its batch norms stay unfolded */
     /* the loader's batch normalised, erased and mixed by the graph */
-    InputSpec input = {.u8 = 1, .mean = {t->mean[0], t->mean[1], t->mean[2]}, .std = {t->std[0], t->std[1], t->std[2]},
-                       .erase_boxes = t->erase_k, .erase_mode = t->re.mode, .mix = mixing};
+    InputSpec input = {.u8 = 1, .erase_boxes = t->erase_k, .erase_mode = t->re.mode, .mix = mixing};
+    memcpy(input.mean, t->mean, sizeof input.mean);
+    memcpy(input.std, t->std, sizeof input.std);
     Pipeline p = {.input = input, .training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32,
                   .amp_dtype = t->amp, .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
     PipelineResult res;
@@ -301,15 +302,9 @@ static int open_data(Trainer *t, CtErr *err)
     noaug.interp = eval_interp;
     for (int c = 0; c < 3; c++)
         tt.mean[c] = et.mean[c] = noaug.mean[c] = t->mean[c];
-    /* train.py's input_img_mode: 'RGB' for 3 input channels, else 'L'. Images
-     * of another channel count than the model's fail timm's first batch. */
-    const char *mode = a->input_img_mode ? a->input_img_mode : t->chans == 3 ? "RGB" : "L";
-    if (strcmp(mode, "RGB") && strcmp(mode, "L"))
-        return ct_fail(err, "--input-img-mode %s: ctimm reads images as RGB or L (gray)", mode);
-    if ((mode[0] == 'L') != (t->chans == 1))
-        return ct_fail(err, "--input-img-mode %s makes %d-channel images, but the model takes %d (--in-chans)", mode,
-                       mode[0] == 'L' ? 1 : 3, t->chans);
-    tt.gray = et.gray = noaug.gray = t->chans == 1;
+    if (data_img_mode(a->input_img_mode, t->chans, &t->img_mode, err))
+        return -1;
+    tt.mode = et.mode = noaug.mode = t->img_mode;
     if (a->epoch_repeats < 0 || a->epoch_repeats != floor(a->epoch_repeats))
         return ct_fail(err, "--epoch-repeats %g: whole numbers only", a->epoch_repeats);
     LoaderConfig lc = {.batch_size = a->batch_size, .num_workers = a->workers, .train = a->no_aug ? NULL : &tt,
@@ -527,10 +522,11 @@ static void say_setup(const Trainer *t, const Resumed *res)
     report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
     report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s\n", t->root,
                dataset_len(t->train_ds), t->val_ds ? dataset_len(t->val_ds) : 0, t->classes, t->img, t->img,
-               t->chans == 1 ? " gray ('L')" : "", t->be->name);
-    if (t->chans == 1 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
-        report_log(t->rep, "Normalising the 1-channel images by mean %.6g, std %.6g (the model's 3-channel values "
-                   "averaged where --mean/--std give none, as timm's PrefetchLoader does)\n", t->mean[0], t->std[0]);
+               t->chans == 1 ? " gray ('L')" : t->chans == 4 ? " RGBA" : "", t->be->name);
+    if (t->chans != 3 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
+        report_log(t->rep, "Normalising the %d-channel images by mean %.6g, std %.6g (the model's 3-channel values "
+                   "averaged where --mean/--std give none, as timm's PrefetchLoader does)\n", t->chans, t->mean[0],
+                   t->std[0]);
     if (a->resume && t->first_batch)
         report_log(t->rep, "Resumed from %s (epoch %d, %zu batches done%s); starting at epoch %d, batch %zu\n",
                    a->resume, res->epoch, t->first_batch, a->no_resume_opt ? ", weights only" : "", t->start_epoch,

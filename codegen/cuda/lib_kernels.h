@@ -1397,14 +1397,14 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
 
 /* image_normalize: the uint8 batch [B,H,W,C] (strides as read at b,c,h,w)
  * to (x / 255 - mean_c) / std_c, in double as the ref kernel. */
-CT_GLOBAL CT_SFX(ct_image_normalize)(const unsigned char *x, CT_T *y, CtIndex ix, float m0, float m1, float m2,
-                                     float s0, float s1, float s2)
+CT_GLOBAL CT_SFX(ct_image_normalize)(const unsigned char *x, CT_T *y, CtIndex ix, double m0, double m1, double m2,
+                                     double m3, double s0, double s1, double s2, double s3)
 {
     CT_LOOP(i, ix.n)
     {
         long long a, o, c = i / (ix.dim[2] * ix.dim[3]) % ix.dim[1];
         ct_offsets(&ix, i, &a, &o);
-        double m = c == 0 ? m0 : c == 1 ? m1 : m2, s = c == 0 ? s0 : c == 1 ? s1 : s2;
+        double m = c == 0 ? m0 : c == 1 ? m1 : c == 2 ? m2 : m3, s = c == 0 ? s0 : c == 1 ? s1 : c == 2 ? s2 : s3;
         y[o] = CT_ST((float)((x[a] / 255.0 - m) / s));
     }
 }

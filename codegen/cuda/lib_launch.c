@@ -649,8 +649,8 @@ static int plan_input(Builder *b, const Node *n, CtErr *err)
         a_val(l, n->in[0]);
         a_val(l, n->out[0]);
         a_index(l, index_make(4, ys->d, st, sy));
-        for (int k = 0; k < 6; k++) /* mean, then std, of each of 3 channels; 0 and 1 past C */
-            a_f32(l, k % 3 < ys->d[1] ? n->fattr[k] : k / 3);
+        for (int k = 0; k < 8; k++) /* mean, then std, of each of 4 channels; 0 and 1 past C */
+            a_f64(l, k % 4 < ys->d[1] ? n->fattr[k] : k / 4);
         return 0;
     }
     if (!same_strides(b, n->in[0], n->out[0]))

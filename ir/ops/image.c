@@ -8,9 +8,9 @@
  * step's generator, and feeds them as small inputs. None is differentiated:
  * their inputs are data.
  *
- * image_normalize(x), fattr mean0..2, std0..2: x the loader's uint8 batch
- *   [B, H, W, C] (C <= 3, row-major NHWC: 3 for RGB, 1 for timm's 'L'
- *   images; the fattr past C are not read); y [B, C, H, W] f32 =
+ * image_normalize(x), fattr mean0..3, std0..3: x the loader's uint8 batch
+ *   [B, H, W, C] (C <= 4, row-major NHWC: 3 for RGB, 1 for timm's 'L'
+ *   images, 4 for 'RGBA'; the fattr past C are not read); y [B, C, H, W] f32 =
  *   (x / 255 - mean_c) / std_c, computed in double and rounded once, as
  *   timm's ToTensor and Normalize give it. Its NHWC form is the plain
  *   per-element map, so the layout pass gives a channels-last net its input
@@ -44,12 +44,12 @@ static int infer_image_normalize(const Graph *g, const Node *n, CtType *out, CtE
         return ct_fail(err, "input 0 must be the uint8 batch [B, H, W, C], got %s %s", ct_dtype_name(t->dtype),
                        shape_str(&t->shape, b, sizeof b));
     int64_t c = t->shape.d[3];
-    if (c < 1 || c > 3)
-        return ct_fail(err, "the uint8 batch has %lld channels; mean and std are given for up to 3", (long long)c);
+    if (c < 1 || c > 4)
+        return ct_fail(err, "the uint8 batch has %lld channels; mean and std are given for up to 4", (long long)c);
     for (int k = 0; k < c; k++)
-        if (!isfinite(n->fattr[k]) || !isfinite(n->fattr[3 + k]) || n->fattr[3 + k] == 0)
+        if (!isfinite(n->fattr[k]) || !isfinite(n->fattr[4 + k]) || n->fattr[4 + k] == 0)
             return ct_fail(err, "channel %d's mean %g / std %g: both finite, std not 0", k, n->fattr[k],
-                           n->fattr[3 + k]);
+                           n->fattr[4 + k]);
     out[0].dtype = CT_F32;
     out[0].shape = shape_make(4, (int64_t[]){t->shape.d[0], c, t->shape.d[1], t->shape.d[2]});
     return 1;
@@ -62,11 +62,11 @@ static void image_normalize_ref(const Graph *g, const Node *n, double *const *in
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t p = 0; p < H * W; p++)
-                out[0][(b * C + c) * H * W + p] = (in[0][(b * H * W + p) * C + c] / 255.0 - n->fattr[c]) / n->fattr[3 + c];
+                out[0][(b * C + c) * H * W + p] = (in[0][(b * H * W + p) * C + c] / 255.0 - n->fattr[c]) / n->fattr[4 + c];
 }
 
 const OpDef op_image_normalize = {.name = "image_normalize", .min_in = 1, .max_in = 1,
-                                  .fattr = {"mean0", "mean1", "mean2", "std0", "std1", "std2"},
+                                  .fattr = {"mean0", "mean1", "mean2", "mean3", "std0", "std1", "std2", "std3"},
                                   .infer = infer_image_normalize, .ref = image_normalize_ref, .nondiff = 1,
                                   .fusion = OP_LIBRARY, .amp = OP_AMP_F32, .layout = OP_LAYOUT_NHWC,
                                   .layout_keep = 1, .cost = op_cost_none};

@@ -17,10 +17,10 @@ void cpu_image_normalize(const Graph *g, const Node *n, float *const *in, float 
     const CtShape *s = cpu_in_shape(g, n, 0);
     int64_t B = s->d[0], HW = s->d[1] * s->d[2], C = s->d[3];
     const uint8_t *x = (const uint8_t *)in[0];
-    float lut[3][256];
+    float lut[4][256];
     for (int64_t c = 0; c < C; c++)
         for (int v = 0; v < 256; v++)
-            lut[c][v] = (float)((v / 255.0 - n->fattr[c]) / n->fattr[3 + c]);
+            lut[c][v] = (float)((v / 255.0 - n->fattr[c]) / n->fattr[4 + c]);
 #pragma omp parallel for if (B * C * HW > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {

@@ -137,25 +137,26 @@ void aug_solarize_add(CtImage *img, int add, int thresh)
     apply_lut(img, lut);
 }
 
-void aug_hflip(CtImage *img)
+/* Mirrors a w x h plane of bpp-byte pixels left to right. */
+static void hflip_plane(uint8_t *px, int w, int h, int bpp)
 {
-    for (int y = 0; y < img->h; y++) {
-        uint8_t *l = img->px + (size_t)y * img->w * 3, *r = l + (size_t)(img->w - 1) * 3;
-        for (; l < r; l += 3, r -= 3) {
+    for (int y = 0; y < h; y++) {
+        uint8_t *l = px + (size_t)y * w * bpp, *r = l + (size_t)(w - 1) * bpp;
+        for (; l < r; l += bpp, r -= bpp) {
             uint8_t t[3];
-            memcpy(t, l, 3);
-            memcpy(l, r, 3);
-            memcpy(r, t, 3);
+            memcpy(t, l, (size_t)bpp);
+            memcpy(l, r, (size_t)bpp);
+            memcpy(r, t, (size_t)bpp);
         }
     }
 }
 
-void aug_vflip(CtImage *img)
+/* Mirrors a plane of h rows of `row` bytes top to bottom. */
+static void vflip_plane(uint8_t *px, size_t row, int h)
 {
-    size_t row = (size_t)img->w * 3;
     uint8_t buf[4096];
-    for (int y = 0; y < img->h / 2; y++) {
-        uint8_t *a = img->px + y * row, *b = img->px + (img->h - 1 - y) * row;
+    for (int y = 0; y < h / 2; y++) {
+        uint8_t *a = px + y * row, *b = px + (h - 1 - y) * row;
         for (size_t o = 0; o < row; o += sizeof buf) {
             size_t k = row - o < sizeof buf ? row - o : sizeof buf;
             memcpy(buf, a + o, k);
@@ -163,6 +164,20 @@ void aug_vflip(CtImage *img)
             memcpy(b + o, buf, k);
         }
     }
+}
+
+void aug_hflip(CtImage *img)
+{
+    hflip_plane(img->px, img->w, img->h, 3);
+    if (img->alpha)
+        hflip_plane(img->alpha, img->w, img->h, 1);
+}
+
+void aug_vflip(CtImage *img)
+{
+    vflip_plane(img->px, (size_t)img->w * 3, img->h);
+    if (img->alpha)
+        vflip_plane(img->alpha, (size_t)img->w, img->h);
 }
 
 /* ---- ops: names and magnitude mapping ---- */

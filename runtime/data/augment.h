@@ -191,9 +191,10 @@ int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, 
 /* Decodes data (w x h, from image_probe), crops box and resizes it to
  * out_w x out_h (torchvision's resized_crop). With allow_shrink a JPEG is
  * decoded at the largest 1/s (s = 1, 2, 4, 8) whose shrunk crop still covers
- * out_w x out_h, and the box is mapped onto the smaller image. gray: the
- * decoded pixels made PIL's 'L' image first (image_to_gray). */
+ * out_w x out_h, and the box is mapped onto the smaller image. mode: what
+ * the decoded pixels are made first, as timm's dataset converts them (L:
+ * image_to_gray; RGBA: the alpha band kept). */
 int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box, int out_w, int out_h, CtInterp interp,
-                       int allow_shrink, int gray, CtImage *out, CtErr *err);
+                       int allow_shrink, CtImgMode mode, CtImage *out, CtErr *err);
 
 #endif

@@ -67,6 +67,24 @@ void pil_gaussian_blur(CtImage *img, CtImage *tmp, float radius)
 /* torch's 'reflect' padding: -1 -> 1, n -> n - 2. */
 static int reflect(int i, int n) { return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i; }
 
+/* One channel of a w x h image of bpp-byte pixels, src into dst, by the
+ * separable kernel k1 of k taps taken as the 2-D product, in double. */
+static void blur_channel(uint8_t *dst, const uint8_t *src, int w, int h, int bpp, const float *k1, int k)
+{
+    int half = k / 2;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double acc = 0;
+            for (int dy = 0; dy < k; dy++) {
+                const uint8_t *row = src + (size_t)reflect(y + dy - half, h) * w * bpp;
+                for (int dx = 0; dx < k; dx++)
+                    acc += (double)(k1[dy] * k1[dx]) * row[(size_t)reflect(x + dx - half, w) * bpp];
+            }
+            float v = nearbyintf((float)acc);
+            dst[((size_t)y * w + x) * bpp] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+}
+
 void tv_gaussian_blur(CtImage *img, CtImage *tmp, int k, double sigma)
 {
     /* _get_gaussian_kernel1d in float32 */
@@ -83,16 +101,10 @@ void tv_gaussian_blur(CtImage *img, CtImage *tmp, int k, double sigma)
         k1[i] /= sum;
     int w = img->w, h = img->h;
     memcpy(tmp->px, img->px, (size_t)w * h * 3);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++)
-            for (int c = 0; c < 3; c++) {
-                double acc = 0;
-                for (int dy = 0; dy < k; dy++) {
-                    const uint8_t *row = tmp->px + (size_t)reflect(y + dy - half, h) * w * 3 + c;
-                    for (int dx = 0; dx < k; dx++)
-                        acc += (double)(k1[dy] * k1[dx]) * row[(size_t)reflect(x + dx - half, w) * 3];
-                }
-                float v = nearbyintf((float)acc);
-                img->px[((size_t)y * w + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-            }
+    for (int c = 0; c < 3; c++)
+        blur_channel(img->px + c, tmp->px + c, w, h, 3, k1, k);
+    if (img->alpha) { /* torchvision blurs an 'RGBA' image's four channels alike */
+        memcpy(tmp->px, img->alpha, (size_t)w * h);
+        blur_channel(img->alpha, tmp->px, w, h, 1, k1, k);
+    }
 }

@@ -9,6 +9,7 @@
 #include "runtime/data/augment.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ImagingBlend for one byte, alpha already a float as PIL casts it:
@@ -210,6 +211,10 @@ void adjust_hue(CtImage *img, double hue_factor)
         rgb_to_hsv(p, hsv);
         hsv_to_rgb((uint8_t)(hsv[0] + shift), hsv[1], hsv[2], p);
     }
+    /* torchvision goes through PIL's 'HSV', which has no alpha: an 'RGBA'
+     * image comes back opaque */
+    free(img->alpha);
+    img->alpha = NULL;
 }
 
 /* blend_const's table (the identity when alpha is 1: the blend is skipped). */

@@ -47,10 +47,21 @@ int image_check_size(int w, int h, CtErr *err)
     return 0;
 }
 
+int img_mode_parse(const char *s, CtImgMode *mode, CtErr *err)
+{
+    static const char *const names[] = {"RGB", "L", "RGBA"};
+    for (int k = 0; k < 3; k++)
+        if (s && !strcmp(s, names[k])) {
+            *mode = (CtImgMode)k;
+            return 0;
+        }
+    return ct_fail(err, "--input-img-mode %s: ctimm reads images as RGB, L (gray) or RGBA", s ? s : "(null)");
+}
+
 int image_alloc(CtImage *img, int w, int h, CtErr *err)
 {
     img->w = img->h = 0;
-    img->px = NULL;
+    img->px = img->alpha = NULL;
     if (image_check_size(w, h, err))
         return ct_failctx(err, "image");
     size_t bytes = (size_t)w * (size_t)h * 3;
@@ -67,7 +78,8 @@ void image_free(CtImage *img)
     if (!img)
         return;
     free(img->px);
-    img->px = NULL;
+    free(img->alpha);
+    img->px = img->alpha = NULL;
     img->w = img->h = 0;
 }
 
@@ -83,19 +95,29 @@ int image_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err)
     }
 }
 
-int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err)
+static int decode(const uint8_t *data, size_t n, int shrink, int keep_alpha, CtImage *out, CtErr *err)
 {
     out->w = out->h = 0;
-    out->px = NULL;
+    out->px = out->alpha = NULL;
     if (!data && n)
         return ct_fail(err, "image: NULL data with %zu bytes", n);
     if (shrink != 1 && shrink != 2 && shrink != 4 && shrink != 8)
         return ct_fail(err, "image: shrink must be 1, 2, 4 or 8, not %d", shrink);
     switch (sniff(data, n)) {
     case FMT_JPEG: return codec_jpeg_decode(data, n, shrink, out, err);
-    case FMT_PNG: return codec_png_decode(data, n, out, err);
+    case FMT_PNG: return codec_png_decode(data, n, keep_alpha, out, err);
     default: return fail_format(data, n, err);
     }
+}
+
+int image_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err)
+{
+    return decode(data, n, shrink, 0, out, err);
+}
+
+int image_decode_rgba(const uint8_t *data, size_t n, int shrink, CtImage *out, CtErr *err)
+{
+    return decode(data, n, shrink, 1, out, err);
 }
 
 void image_decoded_size(const uint8_t *data, size_t n, int w, int h, int shrink, int *dw, int *dh)
@@ -105,11 +127,11 @@ void image_decoded_size(const uint8_t *data, size_t n, int w, int h, int shrink,
     *dh = (h + s - 1) / s;
 }
 
-int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
-                        CtImage *out, CtErr *err)
+static int decode_region(const uint8_t *data, size_t n, int shrink, int keep_alpha, int w, int h, int x0, int y0,
+                         int x1, int y1, CtImage *out, CtErr *err)
 {
     out->w = out->h = 0;
-    out->px = NULL;
+    out->px = out->alpha = NULL;
     if (!data && n)
         return ct_fail(err, "image: NULL data with %zu bytes", n);
     if (shrink != 1 && shrink != 2 && shrink != 4 && shrink != 8)
@@ -117,13 +139,25 @@ int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h,
     if (sniff(data, n) == FMT_JPEG)
         return codec_jpeg_decode_region(data, n, shrink, w, h, x0, y0, x1, y1, out, err);
     CtImage full;
-    if (image_decode(data, n, shrink, &full, err))
+    if (decode(data, n, shrink, keep_alpha, &full, err))
         return -1;
     if (x0 < 0 || y0 < 0 || x1 > full.w || y1 > full.h || x0 >= x1 || y0 >= y1) {
         image_free(&full);
         return ct_fail(err, "image: region %d,%d..%d,%d is outside the %dx%d image", x0, y0, x1, y1, full.w, full.h);
     }
     return image_take_box(&full, x0, y0, x1, y1, out, err);
+}
+
+int image_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
+                        CtImage *out, CtErr *err)
+{
+    return decode_region(data, n, shrink, 0, w, h, x0, y0, x1, y1, out, err);
+}
+
+int image_decode_region_rgba(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1, int y1,
+                             CtImage *out, CtErr *err)
+{
+    return decode_region(data, n, shrink, 1, w, h, x0, y0, x1, y1, out, err);
 }
 
 int image_take_box(CtImage *full, int x0, int y0, int x1, int y1, CtImage *out, CtErr *err)
@@ -133,10 +167,18 @@ int image_take_box(CtImage *full, int x0, int y0, int x1, int y1, CtImage *out, 
         return 0;
     }
     int rc = image_alloc(out, x1 - x0, y1 - y0, err);
+    if (rc == 0 && full->alpha && !(out->alpha = malloc((size_t)out->w * out->h)))
+        rc = ct_fail(err, "image: out of memory for a %dx%d alpha band", out->w, out->h);
     if (rc == 0) {
         size_t row = (size_t)out->w * 3;
-        for (int y = y0; y < y1; y++)
+        for (int y = y0; y < y1; y++) {
             memcpy(out->px + (size_t)(y - y0) * row, full->px + ((size_t)y * full->w + x0) * 3, row);
+            if (out->alpha)
+                memcpy(out->alpha + (size_t)(y - y0) * out->w, full->alpha + (size_t)y * full->w + x0,
+                       (size_t)out->w);
+        }
+    } else {
+        image_free(out);
     }
     image_free(full);
     return rc;

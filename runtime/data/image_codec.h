@@ -16,10 +16,6 @@
 #define CT_IMAGE_MAX_PIXELS (1L << 22)
 #else
 #define CT_IMAGE_MAX_PIXELS 178956970L
-/* Takes box [x0,x1) x [y0,y1) out of a whole decoded image into *out (the
- * whole image itself when the box covers it); `full` is consumed either way. */
-int image_take_box(CtImage *full, int x0, int y0, int x1, int y1, CtImage *out, CtErr *err);
-
 #endif
 
 /* 0 when w x h is a decodable size, else -1 with the reason. */
@@ -32,7 +28,8 @@ int codec_jpeg_decode(const uint8_t *data, size_t n, int shrink, CtImage *out, C
 int codec_jpeg_decode_region(const uint8_t *data, size_t n, int shrink, int w, int h, int x0, int y0, int x1,
                              int y1, CtImage *out, CtErr *err);
 int codec_png_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err);
-int codec_png_decode(const uint8_t *data, size_t n, CtImage *out, CtErr *err);
+/* keep_alpha: PIL's convert('RGBA') (out->alpha), else convert('RGB'). */
+int codec_png_decode(const uint8_t *data, size_t n, int keep_alpha, CtImage *out, CtErr *err);
 
 /* Takes box [x0,x1) x [y0,y1) out of a whole decoded image into *out (the
  * whole image itself when the box covers it); `full` is consumed either way. */

@@ -235,7 +235,7 @@ static int region_fast(const uint8_t *data, size_t n, int shrink, int sw, int sh
     struct jpeg_decompress_struct cinfo;
     RegionErr em;
     uint8_t *volatile scratch = NULL;
-    out->px = NULL;
+    out->px = out->alpha = NULL;
     out->w = out->h = 0;
     cinfo.err = jpeg_std_error(&em.pub);
     em.pub.error_exit = region_error_exit;

@@ -284,8 +284,8 @@ int loader_create(Loader **out, const Dataset *ds, const LoaderConfig *cfg, CtEr
     if (c->eval)
         L->eval = *c->eval;
     L->img_size = c->train ? c->train->img_size : c->eval ? c->eval->img_size : c->img_size;
-    int gray = c->train ? c->train->gray : c->eval ? c->eval->gray : 0;
-    L->sample_bytes = (size_t)L->img_size * (size_t)L->img_size * (size_t)transform_channels(gray);
+    CtImgMode mode = c->train ? c->train->mode : c->eval ? c->eval->mode : CT_IMG_RGB;
+    L->sample_bytes = (size_t)L->img_size * (size_t)L->img_size * (size_t)img_mode_channels(mode);
     L->nds = dataset_len(ds);
     size_t repeats = c->repeats ? (size_t)c->repeats : 1;
     L->nlist = L->nds * repeats;

@@ -1,6 +1,6 @@
 /*
  * The data loader: worker threads turn a dataset's samples into batches of
- * uint8 NHWC images [B, S, S, C] (C 3, or 1 for a gray transform's) and
+ * uint8 NHWC images [B, S, S, C] (C 3, 1 or 4 as the transform's input_img_mode) and
  * int64 labels [B], handed out in order.
  *
  * An epoch's order is a pure function of (seed, epoch): the dataset's

@@ -5,7 +5,12 @@
  *   other 16-bit       the high byte of each sample (Pillow's ";16B" rawmodes)
  *   palette            through the PLTE; indices past it through Pillow's
  *                      default palette, a greyscale ramp (i -> (i, i, i))
- *   alpha, tRNS        dropped, not composited (Pillow's rgba2rgb / la2rgb)
+ *   alpha, tRNS        dropped, not composited (Pillow's rgba2rgb / la2rgb);
+ *                      or, for convert('RGBA'), kept as the alpha band: the
+ *                      alpha samples (their high byte), else 0 where the
+ *                      tRNS colour equals the decoded pixel (Pillow's
+ *                      comparison: after the grey scaling above) or the
+ *                      palette entry's tRNS alpha, 255 elsewhere
  *   Adam7              de-interlaced by libpng
  * Checks as Pillow's reader: a bad CRC on any chunk before the image data is
  * an error, the image data's own CRCs are not checked, and nothing after the
@@ -30,9 +35,10 @@ typedef struct PngRead {
     char msg[400];
     png_structp png;
     png_infop info;
-    png_bytep *rows; /* owned: pointers into out->px */
+    png_bytep *rows; /* owned: pointers into out->px, or into rgba */
+    uint8_t *rgba;   /* owned: the 4-byte pixels of an image with an alpha band, when keep_alpha */
     CtImage *out;    /* NULL to probe only */
-    int w, h;
+    int w, h, keep_alpha;
 } PngRead;
 
 static void on_error(png_structp png, png_const_charp msg)
@@ -58,9 +64,10 @@ static void read_data(png_structp png, png_bytep dst, size_t len)
     r->pos += len;
 }
 
-/* Asks libpng for at most 3 bytes a pixel, all of them final but for palette
- * indices and 16-bit grey, which finish_rows completes. */
-static Finish set_transforms(png_structp png, int color_type, int depth)
+/* Asks libpng for at most 3 bytes a pixel (4 with an alpha band kept), all
+ * of them final but for palette indices and 16-bit grey, which finish_rows
+ * completes. */
+static Finish set_transforms(png_structp png, int color_type, int depth, int keep_alpha)
 {
     switch (color_type) {
     case PNG_COLOR_TYPE_PALETTE:
@@ -74,11 +81,13 @@ static Finish set_transforms(png_structp png, int color_type, int depth)
         png_set_gray_to_rgb(png);
         return FINISH_NONE;
     case PNG_COLOR_TYPE_GRAY_ALPHA:
-        png_set_strip_alpha(png);
+        if (!keep_alpha)
+            png_set_strip_alpha(png);
         png_set_gray_to_rgb(png);
         break;
     case PNG_COLOR_TYPE_RGB_ALPHA:
-        png_set_strip_alpha(png);
+        if (!keep_alpha)
+            png_set_strip_alpha(png);
         break;
     default:
         break;
@@ -125,6 +134,53 @@ static void finish_rows(PngRead *r, Finish finish)
     }
 }
 
+/* The alpha band of a palette image from its tRNS (before finish_rows
+ * replaces the indices), or of a grey or RGB one from its tRNS colour
+ * (after): 0 where Pillow's convert('RGBA') makes the pixel transparent. */
+static void trns_alpha(PngRead *r, int color_type, uint8_t *alpha)
+{
+    png_bytep trans = NULL;
+    int count = 0;
+    png_color_16p colour = NULL;
+    png_get_tRNS(r->png, r->info, &trans, &count, &colour);
+    size_t w = (size_t)r->w;
+    for (int y = 0; y < r->h; y++) {
+        const uint8_t *row = r->rows[y];
+        uint8_t *a = alpha + y * w;
+        for (size_t x = 0; x < w; x++) {
+            if (color_type == PNG_COLOR_TYPE_PALETTE)
+                a[x] = trans && row[x] < count ? trans[row[x]] : 255;
+            else if (color_type == PNG_COLOR_TYPE_GRAY)
+                a[x] = colour && row[3 * x] == colour->gray ? 0 : 255;
+            else
+                a[x] = colour && row[3 * x] == colour->red && row[3 * x + 1] == colour->green &&
+                               row[3 * x + 2] == colour->blue ? 0 : 255;
+        }
+    }
+}
+
+/* The alpha band out of r->rgba into out->alpha, the colours into out->px. */
+static void split_rgba(PngRead *r, uint8_t *alpha)
+{
+    size_t n = (size_t)r->w * r->h;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(r->out->px + 3 * i, r->rgba + 4 * i, 3);
+        alpha[i] = r->rgba[4 * i + 3];
+    }
+}
+
+/* An alpha band of 255 everywhere is no band (CtImage's NULL). */
+static void drop_opaque(CtImage *img)
+{
+    size_t n = (size_t)img->w * img->h, i = 0;
+    while (i < n && img->alpha[i] == 255)
+        i++;
+    if (i == n) {
+        free(img->alpha);
+        img->alpha = NULL;
+    }
+}
+
 /* Reads the header, and unless probing, the image into r->out. */
 static int read_png(PngRead *r)
 {
@@ -157,22 +213,35 @@ static int read_png(PngRead *r)
     /* Pillow never checks the CRCs of IDAT chunks. */
     png_set_crc_action(r->png, PNG_CRC_QUIET_USE, PNG_CRC_NO_CHANGE);
 #endif
-    Finish finish = set_transforms(r->png, color_type, depth);
+    int band = r->keep_alpha && (color_type & PNG_COLOR_MASK_ALPHA);
+    int trns = r->keep_alpha && !band && png_get_valid(r->png, r->info, PNG_INFO_tRNS);
+    Finish finish = set_transforms(r->png, color_type, depth, band);
     png_set_interlace_handling(r->png);
     png_read_update_info(r->png, r->info);
-    if (png_get_rowbytes(r->png, r->info) > (size_t)w * 3) {
+    size_t px_bytes = band ? 4 : 3;
+    if (png_get_rowbytes(r->png, r->info) > (size_t)w * px_bytes) {
         snprintf(r->msg, sizeof r->msg, "unexpected row size %zu for %u pixels (colour type %d, %d-bit)",
                  (size_t)png_get_rowbytes(r->png, r->info), (unsigned)w, color_type, depth);
         return -1;
     }
-    if (image_alloc(r->out, r->w, r->h, &e) || !(r->rows = malloc((size_t)h * sizeof *r->rows))) {
+    size_t n = (size_t)w * h;
+    if (image_alloc(r->out, r->w, r->h, &e) || !(r->rows = malloc((size_t)h * sizeof *r->rows)) ||
+        (band && !(r->rgba = malloc(n * 4))) || ((band || trns) && !(r->out->alpha = malloc(n)))) {
         snprintf(r->msg, sizeof r->msg, "out of memory for a %ux%u image", (unsigned)w, (unsigned)h);
         return -1;
     }
     for (int y = 0; y < r->h; y++)
-        r->rows[y] = r->out->px + (size_t)y * w * 3;
+        r->rows[y] = (band ? r->rgba : r->out->px) + (size_t)y * w * px_bytes;
     png_read_image(r->png, r->rows);
+    if (band)
+        split_rgba(r, r->out->alpha);
+    if (trns && color_type == PNG_COLOR_TYPE_PALETTE)
+        trns_alpha(r, color_type, r->out->alpha);
     finish_rows(r, finish);
+    if (trns && color_type != PNG_COLOR_TYPE_PALETTE)
+        trns_alpha(r, color_type, r->out->alpha);
+    if (r->out->alpha)
+        drop_opaque(r->out);
     return 0;
 }
 
@@ -186,6 +255,7 @@ static int run(PngRead *r, CtErr *err)
     int rc = r->info ? read_png(r) : (snprintf(r->msg, sizeof r->msg, "cannot create libpng info"), -1);
     png_destroy_read_struct(&r->png, &r->info, NULL);
     free(r->rows);
+    free(r->rgba);
     if (rc == 0)
         return 0;
     if (r->out)
@@ -203,8 +273,8 @@ int codec_png_probe(const uint8_t *data, size_t n, int *w, int *h, CtErr *err)
     return 0;
 }
 
-int codec_png_decode(const uint8_t *data, size_t n, CtImage *out, CtErr *err)
+int codec_png_decode(const uint8_t *data, size_t n, int keep_alpha, CtImage *out, CtErr *err)
 {
-    PngRead r = {.data = data, .n = n, .out = out};
+    PngRead r = {.data = data, .n = n, .out = out, .keep_alpha = keep_alpha};
     return run(&r, err);
 }

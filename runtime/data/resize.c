@@ -497,21 +497,10 @@ static int nearest(const CtImage *src, const float b[4], CtImage *dst, CtErr *er
     return 0;
 }
 
-int image_resize(const CtImage *src, CtBox box, int out_w, int out_h, CtInterp interp, CtImage *dst, CtErr *err)
+/* The RGB of src resampled into dst (allocated here), box b checked. */
+static int resize_rgb(const CtImage *src, const float b[4], int out_w, int out_h, CtInterp interp, CtImage *dst,
+                      CtErr *err)
 {
-    dst->w = dst->h = 0;
-    dst->px = NULL;
-    if (!src->px || src->w < 1 || src->h < 1)
-        return ct_fail(err, "resize: empty source image (%dx%d)", src->w, src->h);
-    if (interp != CT_INTERP_NEAREST && interp != CT_INTERP_BILINEAR && interp != CT_INTERP_BICUBIC)
-        return ct_fail(err, "resize: unknown interpolation %d", (int)interp);
-    if (out_w < 1 || out_h < 1 || out_w > CT_IMAGE_MAX_SIDE || out_h > CT_IMAGE_MAX_SIDE)
-        return ct_fail(err, "resize: output size %dx%d is not within 1..%d", out_w, out_h, CT_IMAGE_MAX_SIDE);
-    float b[4] = {(float)box.x0, (float)box.y0, (float)box.x1, (float)box.y1};
-    if (!isfinite(b[0]) || !isfinite(b[1]) || !isfinite(b[2]) || !isfinite(b[3]) || b[0] < 0 || b[1] < 0 ||
-        b[2] > src->w || b[3] > src->h || b[2] - b[0] < 0 || b[3] - b[1] < 0)
-        return ct_fail(err, "resize: box (%g, %g, %g, %g) is not within the %dx%d image", box.x0, box.y0, box.x1,
-                       box.y1, src->w, src->h);
     if (image_alloc(dst, out_w, out_h, err))
         return ct_failctx(err, "resize");
     int rc;
@@ -529,4 +518,74 @@ int image_resize(const CtImage *src, CtBox box, int out_w, int out_h, CtInterp i
     if (rc)
         image_free(dst);
     return rc;
+}
+
+/* PIL's MULDIV255: a * b / 255 rounded, as its RGBA -> RGBa conversion. */
+static uint8_t muldiv255(unsigned a, unsigned b)
+{
+    unsigned t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+/* src with alpha, as PIL resamples 'RGBA' (image.h): the alpha band goes
+ * through resize_rgb as a grey image, the colours premultiplied unless the
+ * filter is nearest or the resize is the whole image's copy. */
+static int resize_alpha(const CtImage *src, const float b[4], int out_w, int out_h, CtInterp interp, CtImage *dst,
+                        CtErr *err)
+{
+    size_t n = (size_t)src->w * src->h;
+    int copy = b[0] == 0 && b[1] == 0 && b[2] == src->w && b[3] == src->h && out_w == src->w && out_h == src->h;
+    int premul = interp != CT_INTERP_NEAREST && !copy;
+    CtImage a3, pm = {0}, ra = {0};
+    if (image_alloc(&a3, src->w, src->h, err) || (premul && image_alloc(&pm, src->w, src->h, err))) {
+        image_free(&a3);
+        return ct_failctx(err, "resize");
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t a = src->alpha[i];
+        a3.px[3 * i] = a3.px[3 * i + 1] = a3.px[3 * i + 2] = a;
+        for (int c = 0; premul && c < 3; c++)
+            pm.px[3 * i + c] = muldiv255(src->px[3 * i + c], a);
+    }
+    int rc = resize_rgb(premul ? &pm : src, b, out_w, out_h, interp, dst, err) ||
+             resize_rgb(&a3, b, out_w, out_h, interp, &ra, err);
+    image_free(&a3);
+    image_free(&pm);
+    size_t m = (size_t)out_w * out_h;
+    if (!rc && !(dst->alpha = malloc(m)))
+        rc = ct_fail(err, "resize: out of memory for a %dx%d alpha band", out_w, out_h);
+    if (rc) {
+        image_free(dst);
+        image_free(&ra);
+        return -1;
+    }
+    for (size_t i = 0; i < m; i++) {
+        unsigned a = ra.px[3 * i];
+        dst->alpha[i] = (uint8_t)a;
+        for (int c = 0; premul && a != 0 && a != 255 && c < 3; c++) {
+            unsigned v = 255u * dst->px[3 * i + c] / a;
+            dst->px[3 * i + c] = (uint8_t)(v > 255 ? 255 : v);
+        }
+    }
+    image_free(&ra);
+    return 0;
+}
+
+int image_resize(const CtImage *src, CtBox box, int out_w, int out_h, CtInterp interp, CtImage *dst, CtErr *err)
+{
+    dst->w = dst->h = 0;
+    dst->px = dst->alpha = NULL;
+    if (!src->px || src->w < 1 || src->h < 1)
+        return ct_fail(err, "resize: empty source image (%dx%d)", src->w, src->h);
+    if (interp != CT_INTERP_NEAREST && interp != CT_INTERP_BILINEAR && interp != CT_INTERP_BICUBIC)
+        return ct_fail(err, "resize: unknown interpolation %d", (int)interp);
+    if (out_w < 1 || out_h < 1 || out_w > CT_IMAGE_MAX_SIDE || out_h > CT_IMAGE_MAX_SIDE)
+        return ct_fail(err, "resize: output size %dx%d is not within 1..%d", out_w, out_h, CT_IMAGE_MAX_SIDE);
+    float b[4] = {(float)box.x0, (float)box.y0, (float)box.x1, (float)box.y1};
+    if (!isfinite(b[0]) || !isfinite(b[1]) || !isfinite(b[2]) || !isfinite(b[3]) || b[0] < 0 || b[1] < 0 ||
+        b[2] > src->w || b[3] > src->h || b[2] - b[0] < 0 || b[3] - b[1] < 0)
+        return ct_fail(err, "resize: box (%g, %g, %g, %g) is not within the %dx%d image", box.x0, box.y0, box.x1,
+                       box.y1, src->w, src->h);
+    return src->alpha ? resize_alpha(src, b, out_w, out_h, interp, dst, err)
+                      : resize_rgb(src, b, out_w, out_h, interp, dst, err);
 }

@@ -20,11 +20,14 @@
  * Gray ('L') images are converted right after decoding, as timm's dataset
  * converts before any transform, and go through the same RGB code with
  * three equal channels (image_to_gray says why that is exact); the output
- * keeps one.
+ * keeps one. 'RGBA' images carry their alpha band beside the RGB (CtImage),
+ * which every step here moves, resamples or keeps as torchvision does; the
+ * output interleaves it as the fourth channel.
  */
 #include "runtime/data/transforms.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/data/augment.h"
@@ -69,16 +72,22 @@ EvalTransform eval_transform_default(int img_size)
     };
 }
 
-/* n pixels of the RGB px as the output holds them: all three bytes, or
- * (chans 1) the first, a gray image's channels being equal. */
-static void put_pixels(uint8_t *out, const uint8_t *px, size_t n, int chans)
+/* n pixels of the RGB px (and alpha: NULL is 255) as the output holds
+ * them: all three bytes, (chans 1) the first, a gray image's channels being
+ * equal, or (chans 4) the three and the alpha. */
+static void put_pixels(uint8_t *out, const uint8_t *px, const uint8_t *alpha, size_t n, int chans)
 {
     if (chans == 3) {
         memcpy(out, px, n * 3);
-        return;
+    } else if (chans == 4) {
+        for (size_t i = 0; i < n; i++) {
+            memcpy(out + 4 * i, px + 3 * i, 3);
+            out[4 * i + 3] = alpha ? alpha[i] : 255;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            out[i] = px[3 * i];
     }
-    for (size_t i = 0; i < n; i++)
-        out[i] = px[3 * i];
 }
 
 /* Python's int(round(x)): halves to even. */
@@ -172,10 +181,10 @@ void train_sample(const TrainTransform *t, int w, int h, CtRng *rng, TrainSample
 }
 
 int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box, int out_w, int out_h, CtInterp interp,
-                       int allow_shrink, int gray, CtImage *out, CtErr *err)
+                       int allow_shrink, CtImgMode mode, CtImage *out, CtErr *err)
 {
     out->w = out->h = 0;
-    out->px = NULL;
+    out->px = out->alpha = NULL;
     if (box.w < 1 || box.h < 1 || box.x < 0 || box.y < 0 || box.x + box.w > w || box.y + box.h > h)
         return ct_fail(err, "crop: box %d,%d %dx%d is outside the %dx%d image", box.x, box.y, box.w, box.h, w, h);
     int shrink = 1;
@@ -196,9 +205,10 @@ int decode_crop_resize(const uint8_t *data, size_t n, int w, int h, CropBox box,
     cx1 = cx1 > dw ? dw : cx1;
     cy1 = cy1 > dh ? dh : cy1;
     CtImage src;
-    if (image_decode_region(data, n, shrink, w, h, cx0, cy0, cx1, cy1, &src, err))
+    if ((mode == CT_IMG_RGBA ? image_decode_region_rgba : image_decode_region)(data, n, shrink, w, h, cx0, cy0, cx1,
+                                                                              cy1, &src, err))
         return -1;
-    if (gray)
+    if (mode == CT_IMG_L)
         image_to_gray(&src);
     CtBox rbox = {bx0 - cx0, by0 - cy0, bx1 - cx0, by1 - cy0};
     if (src.w == out_w && src.h == out_h && rbox.x0 == 0 && rbox.y0 == 0 && rbox.x1 == out_w && rbox.y1 == out_h) {
@@ -251,8 +261,15 @@ static int check(const TrainTransform *t, AugPolicy *policy, CtErr *err)
             return ct_fail(err, "mean %g: not a number", t->mean[c]);
     if (t->auto_augment && *t->auto_augment && aug_parse(t->auto_augment, policy, err))
         return -1;
+    if (t->mode == CT_IMG_RGBA && t->auto_augment && *t->auto_augment)
+        return ct_fail(err, "auto_augment %s on RGBA images: not built (timm's policies treat the alpha band op by "
+                       "op: some invert or equalize it, some keep it)", t->auto_augment);
+    /* torchvision's RandomGrayscale raises: it makes 1 or 3 channels, not 4 */
+    if (t->mode == CT_IMG_RGBA && t->grayscale_prob > 0)
+        return ct_fail(err, "grayscale_prob %g on RGBA images: torchvision's RandomGrayscale refuses 4-channel "
+                       "images", t->grayscale_prob);
     /* timm raises at the first rotate, shear or translate ('3a' and 't3a' have none) */
-    if (t->gray && t->auto_augment && *t->auto_augment && aug_policy_geometric(policy))
+    if (t->mode == CT_IMG_L && t->auto_augment && *t->auto_augment && aug_policy_geometric(policy))
         return ct_fail(err, "auto_augment %s on gray ('L') images: timm's policies fill the corners of rotated, "
                        "sheared and translated images with the 3-value mean colour, which PIL refuses for 'L' "
                        "images", t->auto_augment);
@@ -307,7 +324,7 @@ int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t 
     train_sample(t, w, h, rng, &s);
     CtImage img, aug = {0};
     AugScratch scratch;
-    if (decode_crop_resize(data, n, w, h, s.box, s.rw, s.rh, s.interp, 1, t->gray, &img, err))
+    if (decode_crop_resize(data, n, w, h, s.box, s.rw, s.rh, s.interp, 1, t->mode, &img, err))
         return -1;
     if (t->crop_mode != CT_TRAIN_RRC) {
         CtImage resized = img;
@@ -316,6 +333,7 @@ int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t 
         if (rc)
             return -1;
     }
+    int rc = 0;
     if (aug_scratch_alloc(&policy, size, size, &scratch, err) || (splits > 1 && image_alloc(&aug, size, size, err))) {
         image_free(&img);
         aug_scratch_free(&scratch);
@@ -326,24 +344,34 @@ int transform_train_splits(const TrainTransform *t, const uint8_t *data, size_t 
     if (s.vflip)
         aug_vflip(&img);
     size_t npx = (size_t)size * size;
-    int chans = transform_channels(t->gray);
+    int chans = img_mode_channels(t->mode);
     if (splits == 1) {
         train_secondary(t, &policy, &img, &scratch, rng);
-        put_pixels(out[0], img.px, npx, chans);
+        put_pixels(out[0], img.px, img.alpha, npx, chans);
     } else {
         /* AugMixDataset: the clean split, then each other split the secondary
          * transforms on a copy of it, their draws in split order */
-        put_pixels(out[0], img.px, npx, chans);
+        put_pixels(out[0], img.px, img.alpha, npx, chans);
         for (int k = 1; k < splits; k++) {
             memcpy(aug.px, img.px, npx * 3);
+            if (img.alpha && !aug.alpha && !(aug.alpha = malloc(npx))) {
+                rc = ct_fail(err, "train transform: out of memory for a %dx%d alpha band", size, size);
+                break;
+            }
+            if (img.alpha) {
+                memcpy(aug.alpha, img.alpha, npx);
+            } else {
+                free(aug.alpha);
+                aug.alpha = NULL;
+            }
             train_secondary(t, &policy, &aug, &scratch, rng);
-            put_pixels(out[k], aug.px, npx, chans);
+            put_pixels(out[k], aug.px, aug.alpha, npx, chans);
         }
     }
     image_free(&img);
     image_free(&aug);
     aug_scratch_free(&scratch);
-    return 0;
+    return rc;
 }
 
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err)
@@ -366,16 +394,26 @@ int crop_reflect(const CtImage *src, int top, int left, int size, CtImage *out, 
 {
     if (image_alloc(out, size, size, err))
         return -1;
+    if (src->alpha && !(out->alpha = malloc((size_t)size * size))) {
+        image_free(out);
+        return ct_fail(err, "crop: out of memory for a %dx%d alpha band", size, size);
+    }
     for (int y = 0; y < size; y++) {
-        const uint8_t *row = src->px + (size_t)reflect_index(top + y, src->h) * src->w * 3;
-        for (int x = 0; x < size; x++)
-            memcpy(out->px + ((size_t)y * size + x) * 3, row + (size_t)reflect_index(left + x, src->w) * 3, 3);
+        size_t sy = (size_t)reflect_index(top + y, src->h) * src->w, oy = (size_t)y * size;
+        const uint8_t *row = src->px + sy * 3;
+        for (int x = 0; x < size; x++) {
+            size_t sx = (size_t)reflect_index(left + x, src->w);
+            memcpy(out->px + (oy + x) * 3, row + sx * 3, 3);
+            if (src->alpha)
+                out->alpha[oy + x] = src->alpha[sy + sx];
+        }
     }
     return 0;
 }
 
-/* The cw x ch crop into out, chans bytes a pixel (put_pixels). */
-static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[3], int chans, uint8_t *out)
+/* The cw x ch crop into out, chans bytes a pixel (put_pixels); fill: the
+ * padding's chans bytes. */
+static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t fill[4], int chans, uint8_t *out)
 {
     int ox = crop_offset(src->w, cw), oy = crop_offset(src->h, ch);
     int x_lo = ox < 0 ? -ox : 0, x_hi = src->w - ox < cw ? src->w - ox : cw;
@@ -389,7 +427,9 @@ static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t
         }
         for (int x = 0; x < x_lo; x++)
             memcpy(o + chans * x, fill, (size_t)chans);
-        put_pixels(o + chans * x_lo, src->px + ((size_t)sy * src->w + x_lo + ox) * 3, (size_t)(x_hi - x_lo), chans);
+        size_t at = (size_t)sy * src->w + x_lo + ox;
+        put_pixels(o + chans * x_lo, src->px + at * 3, src->alpha ? src->alpha + at : NULL, (size_t)(x_hi - x_lo),
+                   chans);
         for (int x = x_hi; x < cw; x++)
             memcpy(o + chans * x, fill, (size_t)chans);
     }
@@ -397,9 +437,10 @@ static void center_crop_or_pad(const CtImage *src, int cw, int ch, const uint8_t
 
 int eval_transform_check(const EvalTransform *t, CtErr *err)
 {
-    if (t->gray && t->crop_mode == CT_CROP_BORDER) /* torchvision's pad raises on the first image it pads */
-        return ct_fail(err, "crop mode 'border' on gray ('L') images: timm pads with the 3-value mean colour, "
-                       "which torchvision refuses for 1-channel images");
+    if (t->mode != CT_IMG_RGB && t->crop_mode == CT_CROP_BORDER) /* torchvision's pad raises on the first image it pads */
+        return ct_fail(err, "crop mode 'border' on %s images: timm pads with the 3-value mean colour, which "
+                       "torchvision refuses for %d-channel images", t->mode == CT_IMG_L ? "gray ('L')" : "RGBA",
+                       img_mode_channels(t->mode));
     return 0;
 }
 
@@ -415,12 +456,12 @@ int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_
     if (eval_transform_check(t, err))
         return -1;
     CtImage img, resized;
-    if (image_decode(data, n, 1, &img, err))
+    if ((t->mode == CT_IMG_RGBA ? image_decode_rgba : image_decode)(data, n, 1, &img, err))
         return -1;
-    if (t->gray)
+    if (t->mode == CT_IMG_L)
         image_to_gray(&img);
     int rw, rh;
-    uint8_t fill[3] = {0, 0, 0};
+    uint8_t fill[4] = {0, 0, 0, 0};
     switch (t->crop_mode) {
     case CT_CROP_SQUASH: rw = rh = scale_size; break;
     case CT_CROP_BORDER: {
@@ -451,7 +492,7 @@ int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_
         if (rc)
             return ct_failctx(err, "eval transform: resize to %dx%d", rw, rh);
     }
-    center_crop_or_pad(&resized, size, size, fill, transform_channels(t->gray), out);
+    center_crop_or_pad(&resized, size, size, fill, img_mode_channels(t->mode), out);
     image_free(&resized);
     return 0;
 }

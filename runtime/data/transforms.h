@@ -1,7 +1,8 @@
 /*
  * timm's image transforms (timm/data/transforms_factory.py semantics), from
- * an encoded image to a uint8 HWC crop of img_size x img_size, RGB or (gray)
- * the one channel of PIL's 'L' image, the form the loader batches. The
+ * an encoded image to a uint8 HWC crop of img_size x img_size, RGB, the one
+ * channel of PIL's 'L' image or RGBA (timm's input_img_mode), the form the
+ * loader batches. The
  * train transform decides its crop before decoding, so a JPEG is decoded at
  * the smallest DCT scale that still covers it.
  * Normalisation by mean/std is not here: it runs on the device, on the batch.
@@ -32,7 +33,7 @@ typedef struct TrainTransform {
     double gaussian_blur_prob; /* RandomApply(GaussianBlur(23), p), last */
     const char *auto_augment;  /* NULL, "rand-m9-mstd0.5-inc1", "original", "3a", "augmix-m5-w4-d2" ... */
     double mean[3];            /* the model's mean: auto_augment's fill colour, round(255 * mean) */
-    int gray;                  /* timm's input_img_mode 'L' (train.py's for in_chans 1): image_to_gray after decoding */
+    CtImgMode mode;            /* timm's input_img_mode (train.py's 'L' for in_chans 1): what the decoded image becomes */
 } TrainTransform;
 
 typedef enum CtCropMode { CT_CROP_CENTER, CT_CROP_SQUASH, CT_CROP_BORDER } CtCropMode;
@@ -43,7 +44,7 @@ typedef struct EvalTransform {
     CtCropMode crop_mode;
     CtInterp interp;
     double mean[3];            /* the model's mean: 'border' mode pads with round(255 * mean) */
-    int gray;                  /* as TrainTransform's */
+    CtImgMode mode;            /* as TrainTransform's */
 } EvalTransform;
 
 /* train.py's --train-crop-mode (NULL or empty: rrc). */
@@ -58,11 +59,9 @@ EvalTransform eval_transform_default(int img_size);
  * color_jitter, auto_augment, named as train.py's arguments), so a bad one
  * is refused before any image, not image by image. */
 int train_transform_check(const TrainTransform *t, CtErr *err);
-/* The same for an eval transform's crop mode with gray images. */
+/* The same for an eval transform's crop mode with gray or RGBA images. */
 int eval_transform_check(const EvalTransform *t, CtErr *err);
-/* Bytes a pixel of the transforms' output: 1 when gray, else 3. */
-static inline int transform_channels(int gray) { return gray ? 1 : 3; }
-/* Decodes `data` and writes img_size * img_size * transform_channels(gray) bytes to out. */
+/* Decodes `data` and writes img_size * img_size * img_mode_channels(mode) bytes to out. */
 int transform_train(const TrainTransform *t, const uint8_t *data, size_t n, CtRng *rng, uint8_t *out, CtErr *err);
 int transform_eval(const EvalTransform *t, const uint8_t *data, size_t n, uint8_t *out, CtErr *err);
 /* timm's AugMixDataset (train.py's --aug-splits) over the train transform

@@ -1,7 +1,7 @@
 /*
  * libFuzzer entry point for the image decoders: probe, decode at full size
- * and at 1/2, and resize what decoded to a small box taken from the input's
- * last bytes. Built and run with libFuzzer by tools/fuzz.sh decode, and
+ * and at 1/2, and as 'RGBA', and resize what decoded to a small box taken
+ * from the input's last bytes. Built and run with libFuzzer by tools/fuzz.sh decode, and
  * with tests/fuzz/fuzz_driver.c in the sanitizer build's ctest;
  * FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips PNG checksums and lowers the
  * pixel limit (see runtime/data/image_codec.h) so runs stay deep and fast.
@@ -37,13 +37,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CtErr err;
     int w = 0, h = 0;
     int probed = image_probe(data, size, &w, &h, &err) == 0;
-    for (int shrink = 1; shrink <= 2; shrink++) {
+    for (int pass = 0; pass < 3; pass++) {
+        int shrink = pass == 1 ? 2 : 1, rgba = pass == 2;
         CtImage img;
-        if (image_decode(data, size, shrink, &img, &err) != 0) {
-            if (img.px || !err.msg[0])
+        if ((rgba ? image_decode_rgba : image_decode)(data, size, shrink, &img, &err) != 0) {
+            if (img.px || img.alpha || !err.msg[0])
                 abort(); /* a failure must leave no image and say why */
             continue;
         }
+        if (img.alpha && !rgba)
+            abort();
         /* A decodable image has a probe-able header, and the size promised
          * (JPEGs scaled by 1/shrink, PNGs always full size). */
         int s = data[0] == 0xFF ? shrink : 1;
@@ -52,10 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Touch every byte so ASan/MSan-style tools see the whole buffer. */
         unsigned sum = 0;
         for (size_t i = 0; i < (size_t)img.w * img.h * 3; i++)
-            sum += img.px[i];
+            sum += img.px[i] + (img.alpha && i < (size_t)img.w * img.h ? img.alpha[i] : 0);
         if (sum == 0xFFFFFFFFu)
             abort();
-        if (shrink == 1)
+        if (shrink == 1 && (!rgba || img.alpha))
             fuzz_resize(&img, data, size);
         image_free(&img);
     }
