@@ -217,6 +217,15 @@ static void check_refusals(const OptimSpec *sgd, const OptimSpec *adamw)
         free(scale);
         teardown(&u);
     }
+    static const char *const unread[] = {"adan", "laprop", "adafactor", "muon"};
+    for (int k = 0; k < 4; k++) {
+        OptimSpec spec;
+        CT_ASSERT(optim_defaults(unread[k], &spec) == 0);
+        ResumeOptim o = {.opt = unread[k]};
+        char want[64];
+        snprintf(want, sizeof want, "reading torch's --opt %s state is not implemented", unread[k]);
+        check_refusal("resume_adamw.pth.tar", &spec, CLASSES, "test_resnet", &o, want, only);
+    }
     check_refusal("resume_sgd.pth.tar", sgd, CLASSES, "test_vit", &o_sgd, "a checkpoint of test_resnet, not of "
                   "--model test_vit", NULL);
     check_refusal("resume_sgd.pth.tar", sgd, 12, "test_resnet", &o_sgd, "'fc.weight' has shape [10,96] in the file "

@@ -449,8 +449,11 @@ static int load_optimizer(Rs *r, const PkValue *root, const ResumeOptim *o, Resu
     CT_ASSERT(optim_defaults(o->opt, &spec) == 0);
     /* their slots differ per param (Adafactor's factored or not, Muon's or
      * its AdamW fallback's), timm keeps 'RMS', 'use_muon' and big_vision's
-     * momentum in bfloat16: not read yet */
-    if (spec.kind == CT_OPT_ADAFACTOR || spec.kind == CT_OPT_ADAFACTORBV || spec.kind == CT_OPT_MUON)
+     * momentum in bfloat16; Adan keeps the negated previous gradient and a
+     * per-group step, LaProp its lr averages as Python floats or tensors:
+     * not read yet */
+    if (spec.kind == CT_OPT_ADAFACTOR || spec.kind == CT_OPT_ADAFACTORBV || spec.kind == CT_OPT_MUON ||
+        spec.kind == CT_OPT_ADAN || spec.kind == CT_OPT_LAPROP)
         return ct_fail(r->err, "--resume %s: reading torch's --opt %s state is not implemented" WEIGHTS_ONLY, r->path,
                        o->opt);
     Layout L;
