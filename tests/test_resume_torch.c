@@ -1,8 +1,9 @@
 /*
  * --resume from timm train.py checkpoints (train/resume_torch.h) against
  * what timm and torch wrote into tests/data/torch/ (tools/make_torch_ckpt.py):
- * resume_sgd.pth.tar and resume_adamw.pth.tar, each of an optimizer that
- * timm's create_optimizer_v2 made and stepped, into a test_resnet training
+ * resume_sgd.pth.tar, resume_adamw.pth.tar and resume_<opt>.pth.tar for
+ * ten more, each of an optimizer that timm's create_optimizer_v2 made and
+ * stepped, into a test_resnet training
  * state (10 classes) whose optimizer is the file's. Every optimizer slot
  * under its ctimm name, by the CRC-32 of torch's bytes (resume_expected.txt),
  * the step, the epoch, the loss scaler, the weights and the model EMA
@@ -266,6 +267,17 @@ int main(void)
     check_resume("resume_sgd.pth.tar", &sgd, "sgd", 1);
     check_resume("resume_adamw.pth.tar", &adamw, "adamw", 1);
     check_resume("resume_adamw.pth.tar", &adamw, "adamw", 0);
+    static const char *const others[] = {"sgdw", "nadam", "nadamw", "adamax", "adopt", "lamb", "lion", "madgrad",
+                                         "sgdp", "adamp"};
+    for (size_t k = 0; k < sizeof others / sizeof others[0]; k++) {
+        OptimSpec spec;
+        char file[64];
+        CHECK(optim_defaults(others[k], &spec) == 0);
+        spec.weight_decay = 0.02;
+        spec.model_ema = 1;
+        snprintf(file, sizeof file, "resume_%s.pth.tar", others[k]);
+        check_resume(file, &spec, others[k], 1);
+    }
     check_refusals(&sgd, &adamw);
     check_aliases(&sgd);
     free(expected);

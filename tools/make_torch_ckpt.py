@@ -338,6 +338,9 @@ def resnet_views(out, exp):
     exp.checkpoint_meta(name, ckpt)
 
 
+OTHER_RESUMABLE = ['sgdw', 'nadam', 'nadamw', 'adamax', 'adopt', 'lamb', 'lion', 'madgrad', 'sgdp', 'adamp']
+
+
 def resumable(out, exp, rexp):
     """Resumable train.py checkpoints: a real create_optimizer_v2 optimizer, stepped, as views."""
     import timm
@@ -364,7 +367,9 @@ def resumable(out, exp, rexp):
 
     for name, opt_name, wd, epoch, ema, scaler, with_args in [
             ('resume_sgd.pth.tar', 'sgd', 2e-5, 2, True, None, True),
-            ('resume_adamw.pth.tar', 'adamw', 0.05, 1, False, 2.0 ** 13, False)]:
+            ('resume_adamw.pth.tar', 'adamw', 0.05, 1, False, 2.0 ** 13, False)] + [
+            # every other optimizer whose torch state ctimm reads: its slots under their names
+            (f'resume_{o}.pth.tar', o, 0.02, 1, False, None, False) for o in OTHER_RESUMABLE]:
         torch.manual_seed(7)
         model = timm.create_model('test_resnet', num_classes=10)
         opt = create_optimizer_v2(model, opt_name, lr=0.1, weight_decay=wd, momentum=0.9)
@@ -388,13 +393,17 @@ def resumable(out, exp, rexp):
             for p, idx in zip(group['params'], opt_state['param_groups'][gi]['params']):
                 st = opt_state['state'][idx]
                 for slot, v in list(st.items()):
-                    if slot == 'step':  # every param's step: views of one storage
+                    if slot == 'step' and not torch.is_tensor(v):  # MADGRAD's: a Python int
+                        step_base = v
+                    elif slot == 'step':  # every param's step: views of one storage
                         step_base = step_base if step_base is not None else v.reshape(1).clone()
                         st[slot] = step_base.as_strided((), (), 0)
                     else:
                         st[slot] = fresh(v)
                         rexp.append(f'{name} optim optim.{names[id(p)]}.{slot} F32 '
                                     f'{"x".join(str(d) for d in v.shape) or "-"} {crc_of(st[slot]):08x}')
+        if step_base is None and 'step' in opt_state['param_groups'][0]:  # timm's Lamb: one a group
+            step_base = opt_state['param_groups'][0]['step']
         rexp.append(f'{name} step {int(step_base) if step_base is not None else "-"}')
         rexp.append(f'{name} epoch {epoch}')  # version 2: 'epoch' is the last epoch done
         # GradScaler.state_dict() of a run whose scale fell three times and grew 17 steps since
