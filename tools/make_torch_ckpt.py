@@ -338,7 +338,8 @@ def resnet_views(out, exp):
     exp.checkpoint_meta(name, ckpt)
 
 
-OTHER_RESUMABLE = ['sgdw', 'nadam', 'nadamw', 'adamax', 'adopt', 'lamb', 'lion', 'madgrad', 'sgdp', 'adamp']
+OTHER_RESUMABLE = ['sgdw', 'nadam', 'nadamw', 'adamax', 'adopt', 'lamb', 'lion', 'madgrad', 'sgdp', 'adamp', 'adan',
+                   'laprop']
 
 
 def resumable(out, exp, rexp):
@@ -398,10 +399,17 @@ def resumable(out, exp, rexp):
                     elif slot == 'step':  # every param's step: views of one storage
                         step_base = step_base if step_base is not None else v.reshape(1).clone()
                         st[slot] = step_base.as_strided((), (), 0)
+                    elif slot == 'exp_avg_lr_2':  # LaProp's 1 - beta2^step: ctimm derives it
+                        continue
+                    elif not torch.is_tensor(v):  # LaProp's exp_avg_lr_1, a Python float
+                        rexp.append(f'{name} optim optim.{names[id(p)]}.{slot} F32 - '
+                                    f'{crc_of(torch.tensor(v, dtype=torch.float32)):08x}')
                     else:
                         st[slot] = fresh(v)
-                        rexp.append(f'{name} optim optim.{names[id(p)]}.{slot} F32 '
-                                    f'{"x".join(str(d) for d in v.shape) or "-"} {crc_of(st[slot]):08x}')
+                        # Adan's negated previous gradient is ctimm's pre_grad
+                        ours, held = ('pre_grad', -st[slot]) if slot == 'neg_pre_grad' else (slot, st[slot])
+                        rexp.append(f'{name} optim optim.{names[id(p)]}.{ours} F32 '
+                                    f'{"x".join(str(d) for d in v.shape) or "-"} {crc_of(held):08x}')
         if step_base is None and 'step' in opt_state['param_groups'][0]:  # timm's Lamb: one a group
             step_base = opt_state['param_groups'][0]['step']
         rexp.append(f'{name} step {int(step_base) if step_base is not None else "-"}')

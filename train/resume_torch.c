@@ -7,7 +7,9 @@
  * order (torch's load_state_dict zips them so); that order is rebuilt
  * from the run as create_optimizer_v2 builds its groups. torch's slot
  * names are ctimm's ("optim.<param>.<slot>": momentum_buffer, exp_avg,
- * exp_avg_sq, exp_avg_var, square_avg, sum, mu_product), and its
+ * exp_avg_sq, exp_avg_var, square_avg, sum, mu_product ...; but Adan's
+ * neg_pre_grad, ctimm's pre_grad negated, and LaProp's exp_avg_lr_2,
+ * which ctimm derives from the step), and its
  * per-param 'step' (or timm's Lamb's per-group one) is the one
  * "optim.step" every param shares, so all of them must agree.
  */
@@ -392,20 +394,33 @@ static int load_param(Rs *r, const Layout *L, int p, int64_t id, const PkValue *
                 return -1;
             continue;
         }
+        /* LaProp's lr averages: the first is ctimm's state beside the
+         * slots, the second (1 - beta2^step) ctimm derives from the step */
+        if (key && L->u.lr_avg && !strcmp(key, "exp_avg_lr_2"))
+            continue;
+        int lr_avg = key && L->u.lr_avg && !strcmp(key, "exp_avg_lr_1");
+        /* Adan keeps the previous gradient negated */
+        int negate = key && L->u.op == CT_OP_adan_update && !strcmp(key, "neg_pre_grad");
+        const char *slot = negate ? "pre_grad" : key;
         int j = 0;
-        while (key && j < nslots && strcmp(key, j < L->u.nslot ? L->u.slot[j] : L->u.scalar[j - L->u.nslot]))
+        while (slot && !lr_avg && j < nslots &&
+               strcmp(slot, j < L->u.nslot ? L->u.slot[j] : L->u.scalar[j - L->u.nslot]))
             j++;
         if (!key || j == nslots)
             return ct_fail(r->err, "--resume %s: its optimizer keeps '%.40s' per param, which --opt %s has no place "
                            "for (another optimizer?)" WEIGHTS_ONLY, r->path, key ? key : "(not a str)", L->opt);
         if (v->kind == PK_NONE) /* torch's SGD without momentum */
             continue;
-        snprintf(name, sizeof name, "optim.%s.%s", pname, key);
+        snprintf(name, sizeof name, "optim.%s.%s", pname, slot);
         int i = state_find(r->s, name);
         CT_ASSERT(i >= 0);
         if (load_slot(r, i, v, what))
             return -1;
-        found |= 1 << j;
+        float *x = state_data(r->s, i);
+        for (int64_t e = 0, n = negate ? shape_numel(&r->s->e[i].type.shape) : 0; e < n; e++)
+            x[e] = -x[e];
+        if (!lr_avg)
+            found |= 1 << j;
     }
     for (int j = 0; j < nslots; j++) {
         const char *slot = j < L->u.nslot ? L->u.slot[j] : L->u.scalar[j - L->u.nslot];
@@ -449,11 +464,8 @@ static int load_optimizer(Rs *r, const PkValue *root, const ResumeOptim *o, Resu
     CT_ASSERT(optim_defaults(o->opt, &spec) == 0);
     /* their slots differ per param (Adafactor's factored or not, Muon's or
      * its AdamW fallback's), timm keeps 'RMS', 'use_muon' and big_vision's
-     * momentum in bfloat16; Adan keeps the negated previous gradient and a
-     * per-group step, LaProp its lr averages as Python floats or tensors:
-     * not read yet */
-    if (spec.kind == CT_OPT_ADAFACTOR || spec.kind == CT_OPT_ADAFACTORBV || spec.kind == CT_OPT_MUON ||
-        spec.kind == CT_OPT_ADAN || spec.kind == CT_OPT_LAPROP)
+     * momentum in bfloat16: not read yet */
+    if (spec.kind == CT_OPT_ADAFACTOR || spec.kind == CT_OPT_ADAFACTORBV || spec.kind == CT_OPT_MUON)
         return ct_fail(r->err, "--resume %s: reading torch's --opt %s state is not implemented" WEIGHTS_ONLY, r->path,
                        o->opt);
     Layout L;
