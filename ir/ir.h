@@ -20,8 +20,8 @@
 #include "ir/status.h"
 
 #define CT_MAX_DIMS 6
-#define CT_MAX_IN 8
-#define CT_MAX_OUT 4
+#define CT_MAX_IN 10
+#define CT_MAX_OUT 5
 #define CT_MAX_IATTR 10
 #define CT_MAX_FATTR 8
 

@@ -145,8 +145,7 @@ extern const char optim_names[];
  * optim_slot_shape), `nscalar` f32 scalar states (scalar[k], starting at
  * scalar_init[k]), whether it reads the step count and the LAMB clip input;
  * lr_mul: its lr is the step's times this (0: 1; Muon's AdamW fallback).
- * With grad_slot the last slot is no output of the op: it takes the
- * gradient after the step (Adan's previous gradient). With lr_avg the op's
+ * With lr_avg the op's
  * extra input is LaProp's running average of lr, a = beta1 a + (1 - beta1)
  * lr (beta1: fattr[0]), kept in the f32 scalar state "exp_avg_lr_1" and
  * updated before the op reads it. */
@@ -154,7 +153,7 @@ typedef struct OptimOp {
     CtOp op;
     int64_t iattr[6];
     double fattr[6];
-    int niattr, nfattr, nslot, nscalar, step, clip, grad_slot, lr_avg;
+    int niattr, nfattr, nslot, nscalar, step, clip, lr_avg;
     const char *slot[4], *scalar[1];
     double slot_init[4], scalar_init[1];
     int slot_reduce[4], slot_keepdim;

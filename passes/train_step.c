@@ -270,7 +270,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
     case CT_OPT_ADAN:
         *u = (OptimOp){.op = CT_OP_adan_update, .iattr = {o->decoupled}, .niattr = 1,
                        .fattr = {o->beta1, o->beta2, o->beta3, o->eps, wd}, .nfattr = 5, .nslot = 4,
-                       .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1, .grad_slot = 1};
+                       .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1};
         break;
     case CT_OPT_SGDP:
         *u = (OptimOp){.op = CT_OP_sgdp_update, .iattr = {o->nesterov}, .niattr = 1,
@@ -369,17 +369,13 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
         emit(e, CT_OP_assign, 2, (ValueId[]){avg, next}, NULL, 0, NULL, 0, 0);
         in[nin++] = next;
     }
-    if (apply >= 0 && u.grad_slot)
-        return emit_fail(e, "--opt adan/adanw: a step that may be skipped (f16 loss scaling, --grad-accum-steps) "
-                         "is not implemented for Adan");
     if (apply >= 0)
         in[nin++] = apply;
     ValueId out = emit(e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);
     if (out >= 0) {
         Node n = *emit_last(e);
         for (int k = 0; k < ns; k++)
-            emit(e, CT_OP_assign, 2, (ValueId[]){st[k], u.grad_slot && k == u.nslot - 1 ? grad : n.out[1 + k]}, NULL,
-                 0, NULL, 0, 0);
+            emit(e, CT_OP_assign, 2, (ValueId[]){st[k], n.out[1 + k]}, NULL, 0, NULL, 0, 0);
     }
     emit(e, CT_OP_assign, 2, (ValueId[]){p, out}, NULL, 0, NULL, 0, 0);
     return out;

@@ -55,10 +55,10 @@
  * madgrad_update(p, g, grad_sum_sq, s, x0, lr, step), fattr momentum,
  *   weight_decay, eps; iattr decoupled: timm MADGRAD (dual averaging with
  *   a cube-root denominator; x0 is p at the first step when momentum != 0).
- * adan_update(p, g, m, diff, n, pre, lr, step) -> p', m', diff', n', fattr
- *   beta1, beta2, beta3, eps, weight_decay; iattr no_prox: timm Adan. pre
- *   is the previous step's gradient (no output: the caller stores g); at
- *   the first step the difference is 0. It takes no `apply` (CT_MAX_IN).
+ * adan_update(p, g, m, diff, n, pre, lr, step) -> p', m', diff', n', pre',
+ *   fattr beta1, beta2, beta3, eps, weight_decay; iattr no_prox: timm
+ *   Adan. pre is the previous step's gradient, pre' this one's (pre itself
+ *   on a skipped step); at the first step the difference is 0.
  * all_finite(x) -> scalar 1 when every element of x is finite, else 0.
  * grad_accumulate(acc, g, update) -> (total, acc'): --grad-accum-steps'
  *   gradient accumulation across steps: total = acc + g, the gradient the
@@ -77,12 +77,11 @@
  * more scalar when `extra`, and apply when `apply`. */
 typedef struct UpdLayout {
     int nstate, nscalar, step, extra, lr, apply;
-    int nret; /* the state tensors returned: the first nret */
 } UpdLayout;
 
 static UpdLayout upd_layout(const Node *n)
 {
-    UpdLayout l = {1, 0, 0, 0, 0, 0, 0};
+    UpdLayout l = {1, 0, 0, 0, 0, 0};
     switch (n->op) {
     case CT_OP_adamw_update: l.nstate = 2, l.step = 1; break;
     case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
@@ -90,11 +89,9 @@ static UpdLayout upd_layout(const Node *n)
     case CT_OP_rmsprop_update: l.nstate = 2; break;
     case CT_OP_adamx_update: l.nstate = 2, l.step = 1, l.extra = n->iattr[0] == 4; break;
     case CT_OP_madgrad_update: l.nstate = 3, l.step = 1; break;
-    case CT_OP_adan_update: l.nstate = 4, l.step = 1, l.nret = 3; break;
+    case CT_OP_adan_update: l.nstate = 4, l.step = 1; break;
     default: break;
     }
-    if (!l.nret)
-        l.nret = l.nstate;
     l.lr = 2 + l.nstate + l.nscalar;
     l.apply = n->nin == l.lr + 1 + l.step + l.extra + 1;
     return l;
@@ -118,11 +115,11 @@ static int infer_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
         if (is_step != (in_type(g, n, k)->dtype == CT_I64))
             return ct_fail(err, is_step ? "step must be an i64 scalar" : "input %d must be a float scalar", k);
     }
-    for (int k = 0; k <= l.nret; k++)
+    for (int k = 0; k <= l.nstate; k++)
         out[k] = *in_type(g, n, 0);
     for (int k = 0; k < l.nscalar; k++)
-        out[1 + l.nret + k] = *in_type(g, n, 2 + l.nstate + k);
-    return 1 + l.nret + l.nscalar;
+        out[1 + l.nstate + k] = *in_type(g, n, 2 + l.nstate + k);
+    return 1 + l.nstate + l.nscalar;
 }
 
 /* With apply == 0: every output is its input state unchanged; returns 1. */
@@ -468,14 +465,15 @@ static void adan_update_scalar(const Node *n, Sx *s)
     p1 = sx_minus(s, p1, sx_mul(s, step_diff, sx_div(s, d1, denom)));
     if (!n->iattr[0] && wd != 0)
         p1 = sx_div(s, p1, sx_add(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
-    s->out[0] = p1;
-    s->out[1] = m1;
-    s->out[2] = d1;
-    s->out[3] = v1;
+    s->out[0] = applied(s, n, p1, p);
+    s->out[1] = applied(s, n, m1, m);
+    s->out[2] = applied(s, n, d1, d);
+    s->out[3] = applied(s, n, v1, v);
+    s->out[4] = applied(s, n, g, pre);
     s->f64 = 1;
 }
 
-const OpDef op_adan_update = {.name = "adan_update", .min_in = 8, .max_in = 8, .iattr = {"no_prox"},
+const OpDef op_adan_update = {.name = "adan_update", .min_in = 8, .max_in = 9, .iattr = {"no_prox"},
                               .fattr = {"beta1", "beta2", "beta3", "eps", "weight_decay"}, .infer = infer_update,
                               .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adan_update_scalar,
                               .batch_from = 6, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
