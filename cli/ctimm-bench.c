@@ -45,13 +45,16 @@ static const char *const prog = "ctimm-bench";
 
 static const char *const usage =
     "usage: ctimm-bench [-m|--model resnet50] [--model-list FILE] [--bench inference|train|both|profile]\n"
-    "                   [-b 256] [--img-size N] [--input-size C H W] [--in-chans 3] [--num-classes N]\n"
+    "                   [-b 256] [--img-size N] [--input-size C H W] [--use-train-size] [--in-chans 3]\n"
+    "                   [--num-classes N]\n"
     "                   [--channels-last]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
     "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
     "                   [--opt sgd] [--opt-eps EPS] [--opt-betas B1 B2] [--drop 0] [--drop-path P]\n"
     "                   [--pretrained] [--gp POOL] [--model-kwargs K=V ...]\n"
+    "Without --img-size or --input-size each model runs at its weights' test-time input size where they have\n"
+    "one (resnet50.a1_in1k: 288), as benchmark.py's resolve_data_config; --use-train-size keeps training's.\n"
     "--pretrained runs timm's weights of each model (its default tag, or name one: resnet50.a1_in1k) from the\n"
     "Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) at their input size.\n"
     "--in-chans N (ctimm's; benchmark.py builds 3) builds each model for N-channel images, as\n"
@@ -64,6 +67,7 @@ typedef struct Args {
     const char *model, *model_list, *bench, *precision, *amp_dtype, *results_file, *results_format, *device, *opt;
     int batch_size, img_size, num_classes, channels_last, amp, warm, iters, detail, no_retry, n_input, n_betas;
     int pretrained, in_chans; /* in_chans: resolved in main (--in-chans, else --input-size's, else 3) */
+    int use_train_size;
     double input_size[3], opt_eps, opt_betas[2], drop, drop_path;
     const char *gp, *model_kwargs[CT_MAX_MODEL_KWARGS];
     int n_model_kwargs;
@@ -72,7 +76,7 @@ typedef struct Args {
 
 /* benchmark.py flags ctimm-bench does not implement: refused by name. */
 static const char *const refused[] = {"torchscript", "torchcompile", "aot-autograd", "fuser", "fast-norm", "reparam",
-                                      "grad-checkpointing", "torchcompile-mode", "use-train-size", "drop-block",
+                                      "grad-checkpointing", "torchcompile-mode", "drop-block",
                                       NULL};
 
 /* One result: the ordered columns of benchmark.py's dict. */
@@ -381,7 +385,10 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
         return;
     }
     m = &pre.m;
-    int img = a->n_input ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size : m->cfg.input_size[1];
+    /* benchmark.py's resolve_data_config(use_test_size=not use_train_size) */
+    int test = !a->use_train_size && m->cfg.test_input_size > 0;
+    int img = a->n_input ? (int)a->input_size[1] : a->img_size > 0 ? a->img_size
+              : test ? m->cfg.test_input_size : m->cfg.input_size[1];
     GraphStats gs;
     if (model_kwargs_check(m, &a->kw, img, &err) || model_stats(a, m, img, &gs, &err)) {
         snprintf(row->error, sizeof row->error, "%s", err.msg);
@@ -485,7 +492,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_LIST = 1000, O_BENCH, O_DETAIL, O_NORETRY, O_RFILE, O_RFMT, O_WARM, O_ITERS, O_DEVICE, O_IMG, O_INPUT,
            O_NC, O_CL, O_AMP, O_AMP_DTYPE, O_PREC, O_OPT, O_EPS, O_BETAS, O_DROP, O_DROP_PATH, O_MOM, O_WD,
-           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS, O_GP, O_KWARGS };
+           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS, O_GP, O_KWARGS, O_TRAIN_SIZE };
     static const struct option longs[] = {
         {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST}, {"bench", 1, 0, O_BENCH}, {"detail", 0, 0, O_DETAIL},
         {"no-retry", 0, 0, O_NORETRY}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
@@ -497,7 +504,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"drop-path", 1, 0, O_DROP_PATH}, {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD},
         {"clip-grad", 1, 0, O_CLIP}, {"clip-mode", 1, 0, O_CLIP_MODE}, {"smoothing", 1, 0, O_SMOOTH},
         {"pretrained", 0, 0, O_PRETRAINED}, {"in-chans", 1, 0, O_IN_CHANS}, {"gp", 1, 0, O_GP},
-        {"model-kwargs", 1, 0, O_KWARGS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"model-kwargs", 1, 0, O_KWARGS}, {"use-train-size", 0, 0, O_TRAIN_SIZE}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *a = (Args){.model = "resnet50", .bench = "both", .precision = "float32", .amp_dtype = "float16",
                 .results_format = "csv", .device = "cpu", .opt = "sgd", .batch_size = 256, .num_classes = -1,
                 .warm = 10, .iters = 40, .opt_eps = -1, .drop_path = -1 /* benchmark.py's None: the model's */};
@@ -543,6 +550,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_MOM: case O_WD: case O_CLIP: case O_SMOOTH: bad = cli_double(prog, "value", optarg, &unused); break;
         case O_CLIP_MODE: break;
         case O_PRETRAINED: a->pretrained = 1; break;
+        case O_TRAIN_SIZE: a->use_train_size = 1; break;
         case O_IN_CHANS: bad = cli_int(prog, "--in-chans", optarg, 1, 4096, &a->in_chans); break;
         case O_GP: a->gp = optarg; break;
         case O_KWARGS: bad = cli_model_kwargs(prog, optarg, argc, argv, a->model_kwargs, &a->n_model_kwargs); break;

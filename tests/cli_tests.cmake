@@ -710,6 +710,14 @@ add_test(NAME bench_columns COMMAND sh -c
    ${BENCH} --model-list bench-list.txt --bench inference -b 2 --num-warm-iter 0 --num-bench-iter 1 \
      --results-file bench-list.csv > bench-list.log 2> bench-list.err && \
    grep -q \"unknown model 'resnet5'\" bench-list.err && test $(grep -c '^test_' bench-list.csv) -eq 2")
+# benchmark.py's input size: the weights' test-time size unless
+# --use-train-size (resnet50.a1_in1k: 288 and 224), --img-size over both.
+add_test(NAME bench_test_input_size COMMAND sh -c
+  "${BENCH} -m resnet50 --bench profile --results-file size-test.csv > /dev/null && \
+   ${BENCH} -m resnet50 --bench profile --use-train-size --results-file size-train.csv > /dev/null && \
+   ${BENCH} -m resnet50 --bench profile --use-train-size --img-size 160 --results-file size-160.csv > /dev/null && \
+   grep -q '^resnet50,[0-9.]*,[0-9.]*,1,288,' size-test.csv && grep -q '^resnet50,[0-9.]*,[0-9.]*,1,224,' size-train.csv && \
+   grep -q '^resnet50,[0-9.]*,[0-9.]*,1,160,' size-160.csv")
 add_test(NAME bench_anchor_stats COMMAND sh -c
   "${BENCH} --model-list ${CMAKE_SOURCE_DIR}/bench/benchmark_set.txt --bench profile --results-file prof.csv > /dev/null && \
    awk -f ${CMAKE_SOURCE_DIR}/bench/anchor_join.awk ${CMAKE_CURRENT_SOURCE_DIR}/data/timm_stats.csv prof.csv")
