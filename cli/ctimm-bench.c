@@ -294,8 +294,11 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
     Inputs in[3];
     for (int k = 0; k < b.ng; k++)
         inputs_make(&b.g[k], classes, &in[k]);
-    printf("Built the %s graph%s in %.2fs (outside the timed region)\n", train ? "train" : "inference",
-           b.ng > 1 ? "s" : "", cli_now() - t_build);
+    char threads[32] = "";
+    if (be->host_threads)
+        snprintf(threads, sizeof threads, ", %d threads", be->host_threads());
+    printf("Built the %s graph%s in %.2fs (outside the timed region); backend %s%s\n", train ? "train" : "inference",
+           b.ng > 1 ? "s" : "", cli_now() - t_build, be->name, threads);
     printf("Running %s benchmark on %s for %d steps w/ input size (%d, %d, %d) and batch size %d.\n",
            train ? "train" : "inference", m->name, a->iters, a->in_chans, img, img, batch);
     double *times = calloc((size_t)a->iters * 3 + 1, sizeof *times);

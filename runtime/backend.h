@@ -41,6 +41,9 @@ typedef struct CtBackend {
     int (*state_to_host)(CtExec *e, CtErr *err);
     int (*state_from_host)(CtExec *e, CtErr *err);
     void (*free)(CtExec *e);
+    /* Optional (NULL: not a host backend): the threads its host kernels
+     * run on, OpenMP's pool, which the OpenMP build of OpenBLAS shares. */
+    int (*host_threads)(void);
 } CtBackend;
 
 extern const CtBackend ct_backend_ref;

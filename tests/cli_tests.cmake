@@ -816,7 +816,7 @@ add_test(NAME train_validate_in_chans_1 COMMAND sh -c
    HF_HUB_CACHE=gray-hub ${TRAIN} --in-chans 1 --pretrained --epochs 1 -b 32 --img-size 32 --lr 0.1 -j 2 \
      --log-interval 1000 --output gray-out > gray.log && cat gray.log && \
    grep -q '^Converted input conv conv1.0 pretrained weights from 3 to 1 channel(s)$' gray.log && \
-   grep -q '32x32 gray (.L.); backend cpu$' gray.log && \
+   grep -q '32x32 gray (.L.); backend cpu, [0-9][0-9]* threads$' gray.log && \
    grep -q '^Normalising the 1-channel images by mean 0.5, std 0.5 ' gray.log && \
    ${VALIDATE} --in-chans 1 --checkpoint gray-out/model_best.safetensors --img-size 32 -b 100 \
      --results-file gray-out/val.csv > gray-val.log && \
@@ -867,7 +867,7 @@ add_test(NAME train_validate_rgba COMMAND sh -c
    ${TRAIN} rgba-data --val-split val --in-chans 4 --input-img-mode RGBA --img-size 32 -b 4 --epochs 2 --lr 0.05 \
      --color-jitter 0.4 --gaussian-blur-prob 0.3 --vflip 0.5 --reprob 0.5 --remode pixel -j 2 \
      --log-interval 1000 --output rgba-out > rgba.log && cat rgba.log && \
-   grep -q '32x32 RGBA; backend cpu$' rgba.log && \
+   grep -q '32x32 RGBA; backend cpu, [0-9][0-9]* threads$' rgba.log && \
    grep -q '^Normalising the 4-channel images by mean 0.5, std 0.5 ' rgba.log && \
    ${VALIDATE} rgba-data --split val --in-chans 4 --input-img-mode RGBA \
      --checkpoint rgba-out/model_best.safetensors --img-size 32 -b 8 --results-file rgba-out/val.csv > rgba-val.log && \

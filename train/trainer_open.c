@@ -520,9 +520,12 @@ static void say_setup(const Trainer *t, const Resumed *res)
 {
     const TrainArgs *a = &t->a;
     report_log(t->rep, "Model %s created, param count: %lld\n", t->m->name, (long long)graph_param_count(&t->train));
-    report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s\n", t->root,
+    char threads[32] = "";
+    if (t->be->host_threads)
+        snprintf(threads, sizeof threads, ", %d threads", t->be->host_threads());
+    report_log(t->rep, "Data: %s: %zu train, %zu validation images, %d classes, %dx%d%s; backend %s%s\n", t->root,
                dataset_len(t->train_ds), t->val_ds ? dataset_len(t->val_ds) : 0, t->classes, t->img, t->img,
-               t->chans == 1 ? " gray ('L')" : t->chans == 4 ? " RGBA" : "", t->be->name);
+               t->chans == 1 ? " gray ('L')" : t->chans == 4 ? " RGBA" : "", t->be->name, threads);
     if (t->chans != 3 && (!a->n_mean || !a->n_std)) /* timm's PrefetchLoader warns of it too (adapt_to_chs) */
         report_log(t->rep, "Normalising the %d-channel images by mean %.6g, std %.6g (the model's 3-channel values "
                    "averaged where --mean/--std give none, as timm's PrefetchLoader does)\n", t->chans, t->mean[0],

@@ -9,6 +9,7 @@
  * on f32 copies and round the results to the output's dtype, as the ref
  * backend rounds its doubles. f64 nodes are not supported.
  */
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,8 @@ void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *o
 
 static int cpu_sync(CtExec *e, CtErr *err) { return 0; }
 
+static int cpu_threads(void) { return omp_get_max_threads(); }
+
 const CtBackend ct_backend_cpu = {.name = "cpu", .target = CT_TARGET_CPU, .supports = cpu_supports,
                                   .prepare = cpu_exec_prepare, .run = cpu_exec_run, .state_to_host = cpu_sync,
-                                  .state_from_host = cpu_sync, .free = cpu_exec_free};
+                                  .state_from_host = cpu_sync, .free = cpu_exec_free, .host_threads = cpu_threads};
