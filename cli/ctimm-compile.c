@@ -359,6 +359,20 @@ int main(int argc, char **argv)
                          "buffers + optimizer state %.1f MiB, inputs %.1f MiB, outputs %.1f MiB\n",
                    plan.arena_bytes / mib, plan.naive_bytes / mib, plan.param_bytes / mib, plan.state_bytes / mib,
                    plan.input_bytes / mib, plan.output_bytes / mib);
+        char *is_pgrad = calloc((size_t)g.nvalues, 1);
+        CT_ASSERT(is_pgrad != NULL);
+        for (int k = 0; spec.training && k < ts.nparams; k++)
+            is_pgrad[ts.grads[k]] = 1;
+        PlanSplit sp;
+        plan_split(&g, &plan, spec.training ? g.values[ts.loss].producer : g.nnodes, is_pgrad, &sp);
+        buf_printf(&out, "memory at its fullest (node %d, %s): %.1f MiB live: activations %.1f, ", sp.node,
+                   g.nnodes ? g.nodes[sp.node].scope ? g.nodes[sp.node].scope : op_def(g.nodes[sp.node].op)->name
+                            : "-", sp.live / mib, sp.activations / mib);
+        if (spec.training)
+            buf_printf(&out, "param gradients %.1f, activation gradients %.1f, ", sp.param_grads / mib,
+                       sp.act_grads / mib);
+        buf_printf(&out, "temporaries %.1f MiB\n", sp.temps / mib);
+        free(is_pgrad);
         plan_free(&plan);
     }
     if (fuse)

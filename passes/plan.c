@@ -203,6 +203,49 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     return 0;
 }
 
+/* The bytes of arena value v's own space live at node i: a view group's
+ * are its first value's, and an in-place output's are its input's up to
+ * the node that writes it. */
+static size_t live_bytes(const Graph *g, const MemPlan *p, ValueId v, int i)
+{
+    if (p->offset[v] == PLAN_NONE || p->view_of[v] != v || i > p->last[v] || i < p->first[v] ||
+        (p->alias_of[v] >= 0 && i == p->first[v]))
+        return 0;
+    return value_bytes(&g->values[v]);
+}
+
+/* One value's bytes into the PlanSplit kind it belongs to. */
+static void split_add(const Graph *g, ValueId v, size_t bytes, int fwd_end, const char *is_param_grad, PlanSplit *s)
+{
+    const Value *val = &g->values[v];
+    if (is_param_grad && is_param_grad[v])
+        s->param_grads += bytes;
+    else if (val->role == CT_ROLE_GRAD)
+        s->act_grads += bytes;
+    else if (val->producer < fwd_end)
+        s->activations += bytes;
+    else
+        s->temps += bytes;
+    s->live += bytes;
+}
+
+void plan_split(const Graph *g, const MemPlan *p, int fwd_end, const char *is_param_grad, PlanSplit *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t best = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        size_t live = 0;
+        for (ValueId v = 0; v < g->nvalues; v++)
+            live += live_bytes(g, p, v, i);
+        if (live > best) {
+            best = live;
+            out->node = i;
+        }
+    }
+    for (ValueId v = 0; v < g->nvalues; v++)
+        split_add(g, v, live_bytes(g, p, v, out->node), fwd_end, is_param_grad, out);
+}
+
 void plan_free(MemPlan *p)
 {
     free(p->offset);

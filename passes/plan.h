@@ -32,6 +32,19 @@ typedef struct MemPlan {
 } MemPlan;
 
 int plan_memory(const Graph *g, MemPlan *plan, CtErr *err);
+
+/* What the arena holds where the most of it is live (a view group or an
+ * in-place output counted once), by kind: activations the forward made
+ * (nodes before `fwd_end`: the training step's loss node, or g->nnodes),
+ * the params' gradients (is_param_grad[v]), the gradients of activations
+ * (the other CT_ROLE_GRAD values), and the backward's and the optimizer's
+ * temporaries (the rest). The arena's peak is live + what fragmentation
+ * leaves unused. */
+typedef struct PlanSplit {
+    int node; /* where the live bytes peak */
+    size_t live, activations, param_grads, act_grads, temps;
+} PlanSplit;
+void plan_split(const Graph *g, const MemPlan *plan, int fwd_end, const char *is_param_grad, PlanSplit *out);
 void plan_free(MemPlan *plan);
 /* An independent check of a plan: no two values live at the same time
  * overlap in the arena, except an in-place output and the input it took and

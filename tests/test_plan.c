@@ -112,8 +112,45 @@ static void test_resnet50_batch256(void)
     graph_free(&g);
 }
 
+/* plan_split: its kinds add up to the live bytes, which fit in the arena
+ * (the plan never overlaps live values, so counting a view or an in-place
+ * output twice would show); the forward's activations and the backward's
+ * gradients both live at a training step's fullest node, an eval graph's
+ * are all activations. */
+static void test_split(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit"};
+    for (int m = 0; m < 2; m++)
+        for (int train = 0; train < 2; train++) {
+            Graph g;
+            MemPlan p;
+            CtErr err;
+            OptimSpec o = {.kind = CT_OPT_SGD, .momentum = 0.9};
+            if (model_graph(models[m], &(GraphSpec){.batch = 4, .training = train, .opt = &o}, &g))
+                continue;
+            CHECK(plan_memory(&g, &p, &err) == 0);
+            int loss = g.nnodes;
+            for (int i = 0; train && i < g.nnodes; i++)
+                if (g.nodes[i].op == CT_OP_cross_entropy && loss == g.nnodes)
+                    loss = i;
+            CHECKF(loss < g.nnodes || !train, "%s: no loss node", models[m]);
+            PlanSplit s;
+            plan_split(&g, &p, loss, NULL, &s);
+            CHECKF(s.live == s.activations + s.param_grads + s.act_grads + s.temps && s.live <= p.arena_bytes &&
+                       s.live > p.arena_bytes / 2,
+                   "%s train %d: live %zu (%zu + %zu + %zu + %zu), arena %zu", models[m], train, s.live,
+                   s.activations, s.param_grads, s.act_grads, s.temps, p.arena_bytes);
+            CHECKF(s.activations > 0 && (train ? s.act_grads > 0 : s.act_grads == 0 && s.temps == 0),
+                   "%s train %d: activations %zu, gradients %zu, temporaries %zu", models[m], train, s.activations,
+                   s.act_grads, s.temps);
+            plan_free(&p);
+            graph_free(&g);
+        }
+}
+
 int main(void)
 {
+    test_split();
     test_plans_check();
     test_checker_catches_overlap();
     test_unread_outputs();
