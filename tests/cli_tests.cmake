@@ -1168,7 +1168,7 @@ add_test(NAME wds_val_interval_and_refusals COMMAND sh -c
    test $(grep -c '^Test: ' wds-vi.log) -eq 2 && test \"$(tail -n +2 wds-vi/e/summary.csv | cut -d, -f1 | paste -sd' ')\" = '1 2' && \
    grep -q '^Train: 0 \\[   3/3 ' wds-vi.log && \
    ${FAIL} '--input-img-mode L makes 1-channel images, but the model takes 3' ${TRAIN_WDS} --input-img-mode L && \
-   ${FAIL} '--input-img-mode RGBA: ctimm reads images as RGB or L' ${TRAIN_WDS} --input-img-mode RGBA && \
+   ${FAIL} '--input-img-mode CMYK: ctimm reads images as RGB, L .gray. or RGBA' ${TRAIN_WDS} --input-img-mode CMYK && \
    ${FAIL} 'sample count is not known' ${TRAIN_WDS} --train-split 'shapes-train-{000000..000009}.tar' && \
    ${FAIL} \"sample 'train_00000' has no .json for its label field 'y'\" ${TRAIN_WDS} --target-key y && \
    ${FAIL} 'no samples .an image with a .cls' ${TRAIN_WDS} --input-key 'png;webp'")
