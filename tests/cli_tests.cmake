@@ -1156,6 +1156,23 @@ add_test(NAME wds_two_ranks_each_sample_once COMMAND sh -c
    test \"$(grep '^0 ' wds-seen.rank0 | cut -d' ' -f2)\" != \"$(grep '^1 ' wds-seen.rank0 | cut -d' ' -f2)\" && \
    test $(grep -c '^Test: \\[2/2\\]' wds-two.log) -eq 2")
 set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED wds_data ENVIRONMENT "${DIST_ENV}")
+# Damaged shards, as timm's log_and_continue takes them: a shard cut short
+# keeps the samples before the damage, a missing one and one cut inside its
+# first header give none; each is a warning and the epoch (60 samples) is
+# made of the rest. A split no shard of which can be read is refused.
+add_test(NAME wds_damaged_shards COMMAND sh -c
+  "rm -rf wds-dmg dmg-seen.* && cp -r wds-data wds-dmg && \
+   head -c 12000 wds-data/shapes-train-000003.tar > wds-dmg/shapes-train-000003.tar && \
+   rm wds-dmg/shapes-train-000005.tar && head -c 300 wds-data/shapes-train-000007.tar > wds-dmg/shapes-train-000007.tar && \
+   CTIMM_SAMPLE_LOG=dmg-seen ${TRAIN} wds-dmg --dataset wds/shapes --val-split 'shapes-val-{000000..000001}.tar|20' \
+     --model test_vit --img-size 32 --no-aug -j 1 --log-interval 100 -b 5 --epochs 1 > dmg.log 2> dmg.err && \
+   test $(grep -c 'log_and_continue' dmg.err) -eq 3 && grep -q 'shapes-train-000003.tar: member at offset' dmg.err && \
+   grep -q 'shapes-train-000005.tar: No such file' dmg.err && \
+   test $(grep -c '^0 ' dmg-seen.rank0) -eq 60 && grep -q 'shapes-train-000003.tar:' dmg-seen.rank0 && \
+   ! grep -q 'shapes-train-00000[57].tar:' dmg-seen.rank0 && \
+   ${FAIL} \"split 'shapes-train-000005.tar|10': no shard could be read\" ${TRAIN} wds-dmg --dataset wds/shapes \
+     --train-split 'shapes-train-000005.tar|10' --val-split '' --model test_vit --img-size 32 -j 1")
+set_tests_properties(wds_damaged_shards PROPERTIES FIXTURES_REQUIRED wds_data)
 # --val-interval 2 over 3 epochs: train.py validates (and saves) after epochs
 # 1 and 2 (the last) only; --train-num-samples sets the wds epoch (24: 3 batches of 8);
 # --input-img-mode: RGB or L, matching the model's channels; a training split

@@ -3,7 +3,9 @@
  * reads one: the split from root/_info.json (or info.json), or a shard
  * pattern; each shard's members grouped into samples by key as webdataset's
  * tar_file_expander and group_by_keys do; the image and the label resolved
- * as reader_wds._decode does.
+ * as reader_wds._decode does. A shard missing or damaged is a warning on
+ * stderr and the samples read before the damage, as timm's handler
+ * log_and_continue goes on; wrong labels stop the run.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -203,6 +205,7 @@ typedef struct ShardCtx {
     DsBuild *b;
     Group g;
     size_t skipped;
+    int bad_label; /* flush_group failed: the data's labels, not the archive, are wrong */
 } ShardCtx;
 
 static int read_member(ShardCtx *c, uint64_t off, uint64_t size, char **out, CtErr *err)
@@ -276,7 +279,16 @@ static const cJSON *get_field(const cJSON *o, const char *path)
 /* Ends the sample being grouped: kept with its label, or left out as
  * timm's pipeline drops it (no image, no label: log_and_continue; a json
  * label below 0: _decode's None). */
+static int flush_group_checked(ShardCtx *c, CtErr *err);
+
 static int flush_group(ShardCtx *c, CtErr *err)
+{
+    int rc = flush_group_checked(c, err);
+    c->bad_label |= rc != 0;
+    return rc;
+}
+
+static int flush_group_checked(ShardCtx *c, CtErr *err)
 {
     Group *g = &c->g;
     if (!g->have)
@@ -423,33 +435,58 @@ int ds_wds_index(const char *root, const char *split, size_t num_samples, const 
     x->shard_first = malloc((x->nshards + 1) * sizeof *x->shard_first);
     if (!x->shard_first)
         return ct_fail(err, "out of memory");
+    /* A shard that cannot be opened or read to its end is timm's
+     * log_and_continue: a warning, the samples read before the damage kept
+     * (not the one being grouped), the shard left out if it gave none. */
+    size_t kept = 0;
     for (size_t s = 0; s < x->nshards; s++) {
-        x->shard_first[s] = b->n;
+        x->shard_first[kept] = b->n;
         size_t need = strlen(root) + strlen(x->shards[s]) + 2;
         char *path = malloc(need);
         if (!path)
             return ct_fail(err, "out of memory");
         snprintf(path, need, "%s/%s", root, x->shards[s]);
         free(x->shards[s]);
-        x->shards[s] = path;
+        x->shards[s] = NULL;
         int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            return ct_fail(err, "wds shard %s: %s", path, strerror(errno));
+        if (fd < 0) {
+            fprintf(stderr, "ctimm: warning: wds shard %s: %s; skipped (timm's log_and_continue)\n", path,
+                    strerror(errno));
+            free(path);
+            continue;
+        }
         ShardCtx c = proto;
         c.label_field = target_key && *target_key ? target_key : x->alt_label;
         c.path = path;
         c.fd = fd;
-        c.shard = s;
+        c.shard = kept;
         c.x = x;
         c.b = b;
         rc = ds_tar_walk(path, fd, on_member, &c, err);
+        int damaged = rc && !c.bad_label;
+        if (damaged) {
+            fprintf(stderr, "ctimm: warning: wds shard %s; its samples from there on skipped (timm's "
+                    "log_and_continue)\n", err->msg);
+            c.g.have = 0;
+            rc = 0;
+        }
         if (!rc)
             rc = flush_group(&c, err);
         close(fd);
-        if (rc)
-            return -1;
         x->skipped += c.skipped;
+        if (rc) {
+            free(path);
+            return -1;
+        }
+        if (damaged && b->n == x->shard_first[kept]) {
+            free(path);
+            continue;
+        }
+        x->shards[kept++] = path;
     }
+    x->nshards = kept;
+    if (kept == 0)
+        return ct_fail(err, "wds %s: split '%s': no shard could be read", root, split);
     x->shard_first[x->nshards] = b->n;
     return 0;
 }
