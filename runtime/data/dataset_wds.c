@@ -487,6 +487,9 @@ int ds_wds_index(const char *root, const char *split, size_t num_samples, const 
     x->nshards = kept;
     if (kept == 0)
         return ct_fail(err, "wds %s: split '%s': no shard could be read", root, split);
+    if (x->skipped) /* as timm's pipeline leaves them out, which warns of those without an image or label */
+        fprintf(stderr, "ctimm: warning: wds %s: split '%s': %zu samples left out (no image of --input-key, no "
+                "label, or a .json label below 0)\n", root, split, x->skipped);
     x->shard_first[x->nshards] = b->n;
     return 0;
 }
