@@ -52,22 +52,34 @@ static inline const char *test_data_dir(void)
     return d ? d : "tests/data";
 }
 
-/* A whole file as a NUL-terminated string (malloc'd), or NULL. */
-static inline char *test_read_text(const char *path)
+/* A whole file (malloc'd, a NUL past its *n bytes), or NULL when it cannot
+ * be read. */
+static inline char *test_read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
+    *n = 0;
     if (!f)
         return NULL;
     fseek(f, 0, SEEK_END);
-    long n = ftell(f);
+    long len = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (n < 0 || !s || fread(s, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    if (s)
-        s[n] = 0;
+    char *s = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (s && fread(s, 1, (size_t)len, f) == (size_t)len) {
+        s[len] = 0;
+        *n = (size_t)len;
+    } else {
+        free(s);
+        s = NULL;
+    }
     fclose(f);
     return s;
+}
+
+/* A whole file as a NUL-terminated string (malloc'd), or NULL. */
+static inline char *test_read_text(const char *path)
+{
+    size_t n;
+    return test_read_file(path, &n);
 }
 
 /* rm -rf path: a test's scratch folder (or a file in its place). */

@@ -29,24 +29,8 @@ static uint8_t *read_file(const char *name, size_t *n)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/images/%s", data_dir, name);
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) {
-        CHECKF(0, "cannot open %s", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(len > 0 ? (size_t)len : 1);
-    if (buf && fread(buf, 1, (size_t)len, f) == (size_t)len) {
-        *n = (size_t)len;
-    } else {
-        CHECKF(0, "cannot read %s", path);
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
+    uint8_t *buf = (uint8_t *)test_read_file(path, n);
+    CHECKF(buf != NULL, "cannot read %s", path);
     return buf;
 }
 

@@ -22,20 +22,9 @@ static uint8_t *read_file(const char *dir, const char *name, size_t *n)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s/%s", test_data_dir(), dir, name);
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(len > 0 ? (size_t)len + 1 : 1);
-    CT_ASSERT(buf != NULL);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
-    fclose(f);
+    uint8_t *buf = (uint8_t *)test_read_file(path, n);
+    if (!buf)
+        fprintf(stderr, "cannot read %s\n", path);
     return buf;
 }
 

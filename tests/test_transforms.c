@@ -40,17 +40,9 @@ static uint8_t *read_file(const char *name, size_t *n)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/transforms/%s", test_data_dir(), name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    uint8_t *buf = (uint8_t *)test_read_file(path, n);
+    if (!buf)
         fprintf(stderr, "cannot open %s\n", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(len > 0 ? (size_t)len : 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    fclose(f);
     return buf;
 }
 
