@@ -42,9 +42,10 @@ typedef struct LossSpec {
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'
- * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping; the
- * '...w' variants (sgdw, adoptw, madgradw, adanw) are their kinds with
- * OptimSpec.decoupled (adanw: no_prox). */
+ * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping, 'nlars'
+ * and 'nlarc' LARS and LARC with nesterov momentum; the '...w' variants
+ * (sgdw, adoptw, madgradw, adanw) are their kinds with OptimSpec.decoupled
+ * (adanw: no_prox). */
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
@@ -77,7 +78,7 @@ typedef struct OptimSpec {
     double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
     int no_clip;                     /* adopt: clip_exp None */
     int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */
-    int nesterov;                    /* sgdp, adamp */
+    int nesterov;                    /* sgdp, adamp, lars (nlars, nlarc) */
     double delta, wd_ratio;          /* sgdp, adamp: the projection's cosine threshold, its weight-decay ratio */
     /* adafactor: clip_threshold of the update's RMS, decay_rate (beta2 of
      * step t: 1 - t^decay_rate), beta1 (0: none), eps added to g^2;

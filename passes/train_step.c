@@ -41,9 +41,9 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
 }
 
 const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
-                           "adamax, adopt, adoptw, lamb, lambc, lambw, lambcw, lars, larc, rmsprop, rmsproptf, "
-                           "adabelief, adagrad, lion, madgrad, madgradw, adan, adanw, laprop, sgdp, adamp, adafactor, "
-                           "adafactorbv, muon";
+                           "adamax, adopt, adoptw, lamb, lambc, lambw, lambcw, lars, larc, nlars, nlarc, rmsprop, "
+                           "rmsproptf, adabelief, adagrad, lion, madgrad, madgradw, adan, adanw, laprop, sgdp, adamp, "
+                           "adafactor, adafactorbv, muon";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -66,6 +66,9 @@ int optim_defaults(const char *name, OptimSpec *o)
                     .trust_clip = 1, .decoupled_decay = 1}},
         {"lars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8}},
         {"larc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1}},
+        {"nlars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .nesterov = 1}},
+        {"nlarc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1,
+                   .nesterov = 1}},
         {"rmsprop", {.kind = CT_OPT_RMSPROP, .momentum = 0.9, .alpha = 0.9, .eps = 1e-8}},
         {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
         {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
@@ -232,8 +235,8 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         break;
     case CT_OPT_LARS:
-        *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {0, o->trust_clip, o->always_adapt}, .niattr = 3,
-                       .fattr = {o->momentum, wd, o->trust_coeff, o->eps}, .nfattr = 4, .nslot = 1,
+        *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {o->nesterov, o->trust_clip, o->always_adapt},
+                       .niattr = 3, .fattr = {o->momentum, wd, o->trust_coeff, o->eps}, .nfattr = 4, .nslot = 1,
                        .slot = {"momentum_buffer"}};
         break;
     case CT_OPT_RMSPROP:

@@ -327,9 +327,9 @@ int main(void)
     /* the library updates (whole-tensor norms, scalar state) in a whole
      * step; LAMB's also in f16 with GradScaler's apply input (each kernel's
      * skipped step: test_optim_norm, test_lib_kernels) */
-    static const char *const opts[] = {"lamb", "lambc", "lars", "larc", "nadam", "sgdp", "adamp", "adafactor",
+    static const char *const opts[] = {"lamb", "lambc", "lars", "larc", "nlarc", "nadam", "sgdp", "adamp", "adafactor",
                                        "adafactorbv", "muon"};
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
         if (all || i == 0)
             check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
     if (all)

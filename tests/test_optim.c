@@ -352,6 +352,9 @@ static void test_kwargs(void)
     CHECK(o.wd_ratio == 0.2 && o.delta == 0.1);
     kwarg_case("adamp", "nesterov=False", 0, NULL, &o);
     CHECK(o.nesterov == 0);
+    kwarg_case("nlarc", "nesterov=False", 0, NULL, &o);
+    CHECK(o.nesterov == 0 && o.trust_clip == 1);
+    kwarg_case("lars", "dampening=0.1", 0, "ctimm implements --opt lars with dampening=0 only", &o);
     kwarg_case("lambw", "decoupled_decay=False", 0, NULL, &o);
     CHECK(o.decoupled_decay == 0);
     kwarg_case("adafactor", "betas=None", 0, NULL, &o);
@@ -385,6 +388,8 @@ int main(void)
         {"adam", 1e-3, 1e-4, -1, {0}},      {"nadam", 2e-3, 1e-4, -1, {0}},     {"radam", 1e-3, 1e-4, -1, {0}},
         {"lamb", 5e-3, 0.02, -1, {0}},      {"lambc", 5e-3, 0.02, -1, {0}},     {"lars", 0.1, 1e-4, -1, {0}},
         {"larc", 0.1, 1e-4, -1, {0}},       {"rmsprop", 1e-3, 1e-5, -1, {0}},   {"rmsproptf", 1e-3, 1e-5, -1, {0}},
+        {"nlars", 0.1, 1e-4, -1, {0}},      {"nlarc", 0.1, 1e-4, -1, {0}},
+        {"lars{nesterov=True}", 0.1, 1e-4, -1, {"nesterov=True"}},
         {"adabelief", 1e-3, 0.05, -1, {0}}, {"adagrad", 1e-2, 1e-4, -1, {0}},   {"sgdw", 0.1, 0.05, -1, {0}},
         {"sgdw{nesterov=False}", 0.1, 0.05, -1, {"nesterov=False"}},
         {"adamwlegacy", 1e-3, 0.05, -1, {0}}, {"nadamlegacy", 2e-3, 1e-4, -1, {0}},

@@ -39,7 +39,9 @@ from timm.optim import create_optimizer_v2  # noqa: E402
 OPTIMIZERS = {
     "sgd": (0.1, 1e-4, {}), "momentum": (0.1, 1e-4, {}), "adamw": (1e-3, 0.05, {}), "adam": (1e-3, 1e-4, {}),
     "nadam": (2e-3, 1e-4, {}), "radam": (1e-3, 1e-4, {}), "lamb": (5e-3, 0.02, {}), "lambc": (5e-3, 0.02, {}),
-    "lars": (0.1, 1e-4, {}), "larc": (0.1, 1e-4, {}), "rmsprop": (1e-3, 1e-5, {}), "rmsproptf": (1e-3, 1e-5, {}),
+    "lars": (0.1, 1e-4, {}), "larc": (0.1, 1e-4, {}), "nlars": (0.1, 1e-4, {}), "nlarc": (0.1, 1e-4, {}),
+    "lars{nesterov=True}": (0.1, 1e-4, {"nesterov": True}), "rmsprop": (1e-3, 1e-5, {}),
+    "rmsproptf": (1e-3, 1e-5, {}),
     "adabelief": (1e-3, 0.05, {}), "adagrad": (1e-2, 1e-4, {}),
     "sgdw": (0.1, 0.05, {}), "sgdw{nesterov=False}": (0.1, 0.05, {"nesterov": False}),
     "adamwlegacy": (1e-3, 0.05, {}), "nadamlegacy": (2e-3, 1e-4, {}),

@@ -35,10 +35,11 @@ static const struct OptKwarg {
     /* None: timm's Adafactorbv's 1e-30 */
     {"eps", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
     {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw lars "
-            "larc rmsprop rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop sgdp adamp adafactor muon",
+            "larc nlars nlarc rmsprop rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop sgdp adamp "
+            "adafactor muon",
      KW_NUM, offsetof(OptimSpec, eps), 0, 0, NULL},
     {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0, NULL},
-    {"nesterov", "sgdp adamp", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
+    {"nesterov", "sgdp adamp lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
     /* True's AdamW fallback is timm's NAdamW-style one, not built */
     {"nesterov", "muon", KW_DEFAULT, 0, 0, 0, NULL},
     {"delta", "sgdp adamp", KW_NUM, offsetof(OptimSpec, delta), 0, 0, NULL},
@@ -63,13 +64,14 @@ static const struct OptKwarg {
     {"adjust_lr_fn", "muon", KW_CHOICE, offsetof(OptimSpec, adjust_lr), 0, 0, "None|original|match_rms_adamw|rms_to_rms"},
     {"fallback_lr_scale", "muon", KW_NUM, offsetof(OptimSpec, fallback_lr_scale), 0, 0, NULL},
     {"conv_mode", "muon", KW_CHOICE, 0, 0, 0, "flatten"},
-    {"nesterov", "lars larc", KW_DEFAULT, 0, 0, 0, NULL},
-    {"dampening", "sgd momentum sgdw lars larc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"dampening", "sgd momentum sgdw lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
     {"alpha", "rmsprop rmsproptf", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
     {"centered", "rmsprop rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
-    {"trust_coeff", "lars larc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
-    {"trust_clip", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0, NULL},
-    {"always_adapt", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0, 0, NULL},
+    {"trust_coeff", "lars larc nlars nlarc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
+    {"trust_clip", "lamb lambc lambw lambcw lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0,
+     NULL},
+    {"always_adapt", "lamb lambc lambw lambcw lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0,
+     0, NULL},
     /* None: no clipping, as timm's Lamb's max_grad_norm=None */
     {"max_grad_norm", "lamb lambc lambw lambcw", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
     {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
