@@ -208,12 +208,12 @@ FX_FN FX_T fx_radam_rect(FX_CTX double b2, FX_T t)
 
 /* One element of an Adam step (ir/ops/optim.c's rules: 0 torch AdamW, 1
  * Adam, 2 RAdam, 3 timm AdaBelief) given the bias corrections bc1, bc2 and
- * RAdam's rect: p', m', v'. */
-FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T bc1, FX_T bc2, FX_T rect, int rule, double b1,
-                   double b2, double eps, double wd, FX_T *p1, FX_T *m1, FX_T *v1)
+ * RAdam's rect: p', m', v'. dlr: the lr of the decoupled decay. */
+FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T dlr, FX_T bc1, FX_T bc2, FX_T rect, int rule,
+                   double b1, double b2, double eps, double wd, FX_T *p1, FX_T *m1, FX_T *v1)
 {
     if (rule == 0 || rule == 3)
-        p = MUL(p, SUB(K(1), MUL(lr, K(wd))));
+        p = MUL(p, SUB(K(1), MUL(dlr, K(wd))));
     else
         g = ADD(g, MUL(K(wd), p));
     *m1 = ADD(MUL(K(b1), m), MUL(K(1 - b1), g));

@@ -72,9 +72,14 @@ typedef struct OptimSpec {
     double max_grad_norm;            /* lamb: global gradient-norm clipping, <= 0 none */
     int nadam_legacy;                /* nadam: torch < 2.0's mu_product rule (tests) */
     double beta3;                    /* adan: the third beta */
-    /* sgd, momentum (SGDW), adopt, madgrad: decoupled weight decay
+    /* sgd, momentum (SGDW), adopt, madgrad, rmsproptf: decoupled weight decay
      * (p *= 1 - lr * wd) instead of L2 on the gradient; adan: no_prox */
     int decoupled;
+    /* timm's corrected_weight_decay (adamc, sgdc, ...): decoupled decay by
+     * lr^2 / max_lr for lr, max_lr the lr the optimizer is built with
+     * (train.py's --lr; the caller sets it, > 0) */
+    int corrected;
+    double max_lr;
     double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
     int no_clip;                     /* adopt: clip_exp None */
     int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */

@@ -40,10 +40,10 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
     return v;
 }
 
-const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
-                           "adamax, adopt, adoptw, lamb, lambc, lambw, lambcw, lars, larc, nlars, nlarc, rmsprop, "
-                           "rmsproptf, adabelief, adagrad, lion, madgrad, madgradw, adan, adanw, laprop, sgdp, adamp, "
-                           "adafactor, adafactorbv, muon";
+const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy, adamc, nadam, nadamlegacy, "
+                           "nadamw, nadamc, radam, adamax, adopt, adoptw, adoptc, lamb, lambc, lambw, lambcw, lambcd, "
+                           "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
+                           "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, muon";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -64,6 +64,8 @@ int optim_defaults(const char *name, OptimSpec *o)
                    .decoupled_decay = 1}},
         {"lambcw", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
                     .trust_clip = 1, .decoupled_decay = 1}},
+        {"lambcd", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
+                    .decoupled_decay = 1, .corrected = 1}},
         {"lars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8}},
         {"larc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1}},
         {"nlars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .nesterov = 1}},
@@ -71,22 +73,31 @@ int optim_defaults(const char *name, OptimSpec *o)
                    .nesterov = 1}},
         {"rmsprop", {.kind = CT_OPT_RMSPROP, .momentum = 0.9, .alpha = 0.9, .eps = 1e-8}},
         {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
+        {"rmsproptfc", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10, .decoupled = 1,
+                        .corrected = 1}},
         {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
         {"adagrad", {.kind = CT_OPT_ADAGRAD, .eps = 1e-8}},
         {"sgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1}},
+        {"sgdc", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .corrected = 1}},
         /* timm's AdamWLegacy and NAdamLegacy: torch AdamW's rule and torch >= 2.0 NAdam's */
         {"adamwlegacy", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"adamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
         {"nadamlegacy", {.kind = CT_OPT_NADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"nadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"nadamc", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
         {"adamax", {.kind = CT_OPT_ADAMAX, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"adopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333}},
         {"adoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1}},
+        {"adoptc", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1,
+                    .corrected = 1}},
         {"lion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99}},
+        {"lionc", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .corrected = 1}},
         {"madgrad", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6}},
         {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
         {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
         {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
+        {"lapropc", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15, .corrected = 1}},
         {"sgdp", {.kind = CT_OPT_SGDP, .momentum = 0.9, .nesterov = 1, .eps = 1e-8, .delta = 0.1, .wd_ratio = 0.1}},
         {"adamp", {.kind = CT_OPT_ADAMP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .nesterov = 1, .delta = 0.1,
                    .wd_ratio = 0.01}},
@@ -202,13 +213,14 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
 {
     CtOptKind k = o->kind;
     int dc, dr;
+    double max_lr = o->corrected ? o->max_lr : 0;
     *u = (OptimOp){.nfattr = 4, .nslot = 2, .slot = {"exp_avg", "exp_avg_sq"}, .step = 1};
     switch (k) {
     case CT_OPT_NONE:
     case CT_OPT_SGD:
     case CT_OPT_MOMENTUM:
         *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled}, .niattr = 2,
-                       .fattr = {o->momentum, wd}, .nfattr = 2, .nslot = 1, .slot = {"momentum_buffer"}};
+                       .fattr = {o->momentum, wd, max_lr}, .nfattr = 3, .nslot = 1, .slot = {"momentum_buffer"}};
         break;
     case CT_OPT_ADAMW:
     case CT_OPT_ADAM:
@@ -218,6 +230,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->iattr[0] = k == CT_OPT_ADAMW ? 0 : k == CT_OPT_ADAM ? 1 : k == CT_OPT_RADAM ? 2 : 3;
         u->niattr = 1;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->fattr[4] = max_lr, u->nfattr = 5;
         if (k == CT_OPT_ADABELIEF)
             u->slot[1] = "exp_avg_var";
         break;
@@ -233,6 +246,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->iattr[0] = o->trust_clip, u->iattr[1] = o->always_adapt, u->iattr[2] = u->clip;
         u->iattr[3] = o->decoupled_decay, u->niattr = 4;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->fattr[4] = o->decoupled_decay ? max_lr : 0, u->nfattr = 5; /* timm's max_lr None without it */
         break;
     case CT_OPT_LARS:
         *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {o->nesterov, o->trust_clip, o->always_adapt},
@@ -241,15 +255,15 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         break;
     case CT_OPT_RMSPROP:
     case CT_OPT_RMSPROPTF:
-        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF}, .niattr = 1,
-                       .fattr = {o->alpha, o->eps, wd, o->momentum}, .nfattr = 4, .nslot = 2,
+        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF, o->decoupled}, .niattr = 2,
+                       .fattr = {o->alpha, o->eps, wd, o->momentum, max_lr}, .nfattr = 5, .nslot = 2,
                        .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0}};
         break;
     case CT_OPT_ADAGRAD:
         *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
         break;
     case CT_OPT_LION:
-        *u = (OptimOp){.op = CT_OP_lion_update, .fattr = {o->beta1, o->beta2, wd}, .nfattr = 3, .nslot = 1,
+        *u = (OptimOp){.op = CT_OP_lion_update, .fattr = {o->beta1, o->beta2, wd, max_lr}, .nfattr = 4, .nslot = 1,
                        .slot = {"exp_avg"}};
         break;
     case CT_OPT_NADAMW:
@@ -261,7 +275,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->lr_avg = k == CT_OPT_LAPROP;
         u->iattr[1] = o->no_clip, u->niattr = 2;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
-        u->fattr[4] = o->clip_exp, u->nfattr = 5;
+        u->fattr[4] = o->clip_exp, u->fattr[5] = max_lr, u->nfattr = 6;
         if (k == CT_OPT_ADAMAX)
             u->slot[1] = "exp_inf";
         break;

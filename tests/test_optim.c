@@ -40,6 +40,9 @@ typedef struct Case {
 enum { STEPS = 10 };
 /* step k's gradients are timm's times scales[k - 1] (tools/make_opt_refs.py's SCALES) */
 static const double scales[STEPS] = {1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1};
+/* an optimizer with corrected weight decay steps at this times the lr it
+ * was built with, its max_lr (the script's LR_NOW) */
+static const double lr_now = 0.5;
 
 /* One param's update op, run a step at a time with its state fed back:
  * buf[0] the param, buf[1] the gradient, then the slots and scalars. */
@@ -157,6 +160,7 @@ static void case_spec(const Case *c, int legacy, OptimSpec *o)
     CHECK(optim_defaults(opt, o) == 0);
     CHECKF(opt_kwargs_apply(opt, c->kwargs, nkw, 0, 0, o, &err) == 0, "%s: %s", c->name, err.msg);
     o->weight_decay = c->wd;
+    o->max_lr = c->lr;
     o->nadam_legacy = legacy && !strcmp(opt, "nadam"); /* timm's nadamlegacy has torch 2's rule */
     if (c->momentum >= 0)
         o->momentum = c->momentum;
@@ -182,7 +186,7 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
     int64_t n = st_numel(p);
     float *g = malloc(sizeof(float) * (size_t)n);
     OpRun r;
-    if (oprun_open(&r, &u, shape_make(p->ndim, p->shape), p->data, c->lr, be) == 0)
+    if (oprun_open(&r, &u, shape_make(p->ndim, p->shape), p->data, o.corrected ? c->lr * lr_now : c->lr, be) == 0)
         for (int st = 1; st <= STEPS; st++) {
             for (int64_t i = 0; i < n; i++)
                 g[i] = (float)(((float *)gr->data)[i] * scales[st - 1]);
@@ -337,7 +341,8 @@ static void test_kwargs(void)
     CHECK(o.max_grad_norm == 0);
     kwarg_case("madgrad", "decoupled_decay=True", 0, NULL, &o);
     CHECK(o.decoupled == 1);
-    kwarg_case("lion", "no_prox=True", 0, "--opt lion takes no 'no_prox' in ctimm (its keys: betas caution)", &o);
+    kwarg_case("lion", "no_prox=True", 0,
+               "--opt lion takes no 'no_prox' in ctimm (its keys: betas corrected_weight_decay caution)", &o);
     kwarg_case("adamw", "weight_decay=0.1", 0, "train.py passes weight_decay to create_optimizer_v2 itself", &o);
     kwarg_case("madgrad", "momentum=0.5", 0, "(--momentum)", &o);
     kwarg_case("adamw", "eps=1e-6", 1, "(--opt-eps)", &o);
@@ -352,6 +357,14 @@ static void test_kwargs(void)
     CHECK(o.wd_ratio == 0.2 && o.delta == 0.1);
     kwarg_case("adamp", "nesterov=False", 0, NULL, &o);
     CHECK(o.nesterov == 0);
+    kwarg_case("lion", "corrected_weight_decay=True", 0, NULL, &o);
+    CHECK(o.corrected == 1);
+    kwarg_case("sgdc", "nesterov=False", 0, NULL, &o);
+    CHECK(o.kind == CT_OPT_MOMENTUM && o.decoupled == 1 && o.corrected == 1);
+    kwarg_case("rmsproptf", "decoupled_decay=True", 0, NULL, &o);
+    CHECK(o.decoupled == 1);
+    kwarg_case("adafactorbv", "corrected_weight_decay=True", 0,
+               "ctimm implements --opt adafactorbv with corrected_weight_decay=0 only", &o);
     kwarg_case("nlarc", "nesterov=False", 0, NULL, &o);
     CHECK(o.nesterov == 0 && o.trust_clip == 1);
     kwarg_case("lars", "dampening=0.1", 0, "ctimm implements --opt lars with dampening=0 only", &o);
@@ -412,6 +425,12 @@ int main(void)
         {"adanw", 1e-3, 0.02, -1, {0}},
         {"laprop", 4e-4, 0.05, -1, {0}},
         {"laprop{betas=(0.8, 0.99)}", 4e-4, 0.05, -1, {"betas=(0.8, 0.99)"}},
+        {"rmsproptf{decoupled_decay=True}", 1e-2, 0.05, -1, {"decoupled_decay=True"}},
+        {"adamc", 1e-3, 0.05, -1, {0}},     {"nadamc", 1e-3, 0.05, -1, {0}},     {"sgdc", 0.1, 0.05, -1, {0}},
+        {"adoptc", 1e-3, 0.05, -1, {0}},    {"lambcd", 5e-3, 0.02, -1, {0}},     {"lionc", 1e-4, 0.05, -1, {0}},
+        {"lapropc", 4e-4, 0.05, -1, {0}},   {"rmsproptfc", 1e-2, 0.05, -1, {0}},
+        {"lambw{corrected_weight_decay=True}", 5e-3, 0.02, -1, {"corrected_weight_decay=True"}},
+        {"adamwlegacy{corrected_weight_decay=True}", 1e-3, 0.05, -1, {"corrected_weight_decay=True"}},
     };
     static const char *const params[] = {"conv1.0.weight",      "conv1.1.weight",      "conv1.1.bias",
                                          "layer2.0.downsample.1.weight", "layer3.0.bn3.weight", "layer3.0.bn3.bias",

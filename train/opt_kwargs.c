@@ -30,15 +30,16 @@ static const struct OptKwarg {
     double dflt;
     const char *choices;
 } kwargs[] = {
-    {"betas", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw "
-              "adabelief lion adan adanw laprop adamp muon adafactor", KW_BETAS, 0, 0, 0, NULL},
+    {"betas", "adam adamw adamwlegacy adamc nadam nadamlegacy nadamw nadamc radam adamax adopt adoptw adoptc lamb "
+              "lambc lambw lambcw lambcd adabelief lion lionc adan adanw laprop lapropc adamp muon adafactor",
+     KW_BETAS, 0, 0, 0, NULL},
     /* None: timm's Adafactorbv's 1e-30 */
     {"eps", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
-    {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw lars "
-            "larc nlars nlarc rmsprop rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop sgdp adamp "
-            "adafactor muon",
+    {"eps", "adam adamw adamwlegacy adamc nadam nadamlegacy nadamw nadamc radam adamax adopt adoptw adoptc lamb lambc "
+            "lambw lambcw lambcd lars larc nlars nlarc rmsprop rmsproptf rmsproptfc adabelief adagrad madgrad madgradw "
+            "adan adanw laprop lapropc sgdp adamp adafactor muon",
      KW_NUM, offsetof(OptimSpec, eps), 0, 0, NULL},
-    {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0, NULL},
+    {"nesterov", "sgd momentum sgdw sgdc", KW_NESTEROV, 0, 0, 0, NULL},
     {"nesterov", "sgdp adamp lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
     /* True's AdamW fallback is timm's NAdamW-style one, not built */
     {"nesterov", "muon", KW_DEFAULT, 0, 0, 0, NULL},
@@ -64,29 +65,36 @@ static const struct OptKwarg {
     {"adjust_lr_fn", "muon", KW_CHOICE, offsetof(OptimSpec, adjust_lr), 0, 0, "None|original|match_rms_adamw|rms_to_rms"},
     {"fallback_lr_scale", "muon", KW_NUM, offsetof(OptimSpec, fallback_lr_scale), 0, 0, NULL},
     {"conv_mode", "muon", KW_CHOICE, 0, 0, 0, "flatten"},
-    {"dampening", "sgd momentum sgdw lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
-    {"alpha", "rmsprop rmsproptf", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
-    {"centered", "rmsprop rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
+    {"dampening", "sgd momentum sgdw sgdc lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"alpha", "rmsprop rmsproptf rmsproptfc", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
+    {"centered", "rmsprop rmsproptf rmsproptfc", KW_DEFAULT, 0, 0, 0, NULL},
     {"trust_coeff", "lars larc nlars nlarc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
-    {"trust_clip", "lamb lambc lambw lambcw lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0,
-     NULL},
-    {"always_adapt", "lamb lambc lambw lambcw lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0,
+    {"trust_clip", "lamb lambc lambw lambcw lambcd lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0,
      0, NULL},
+    {"always_adapt", "lamb lambc lambw lambcw lambcd lars larc nlars nlarc", KW_BOOL,
+     offsetof(OptimSpec, always_adapt), 0, 0, NULL},
     /* None: no clipping, as timm's Lamb's max_grad_norm=None */
-    {"max_grad_norm", "lamb lambc lambw lambcw", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
+    {"max_grad_norm", "lamb lambc lambw lambcw lambcd", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
     {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
-    {"decoupled_decay", "lamb lambc lambw lambcw", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
-    {"decoupled_decay", "rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
+    {"decoupled_decay", "lamb lambc lambw lambcw lambcd", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
+    {"decoupled_decay", "rmsproptf rmsproptfc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"decoupled_decay", "adabelief", KW_DEFAULT, 0, 0, 1, NULL},
-    {"decoupled", "adopt adoptw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
-    {"clip_exp", "adopt adoptw", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0, NULL},
+    {"decoupled", "adopt adoptw adoptc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"clip_exp", "adopt adoptw adoptc", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0,
+     NULL},
     {"no_prox", "adan adanw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"momentum_decay", "nadam", KW_DEFAULT, 0, 0, 4e-3, NULL},
     {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3, NULL},
-    {"amsgrad", "adam adamw adamwlegacy adabelief", KW_DEFAULT, 0, 0, 0, NULL},
+    {"amsgrad", "adam adamw adamwlegacy adamc adabelief", KW_DEFAULT, 0, 0, 0, NULL},
+    {"corrected_weight_decay", "sgdw sgdc adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lamb lambc lambw lambcw "
+                               "lambcd rmsproptf rmsproptfc lion lionc laprop lapropc",
+     KW_BOOL, offsetof(OptimSpec, corrected), 0, 0, NULL},
+    /* Adafactorbv's corrected decay: not built */
+    {"corrected_weight_decay", "adafactorbv", KW_DEFAULT, 0, 0, 0, NULL},
     /* timm's cautious masks scale by a whole-tensor mean: not an elementwise update */
-    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc lambw lambcw rmsproptf lion adan adanw laprop sgdp "
-                "adamp adafactor adafactorbv", KW_DEFAULT, 0, 0, 0, NULL},
+    {"caution", "sgdw sgdc adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lamb lambc lambw lambcw lambcd "
+                "rmsproptf rmsproptfc lion lionc adan adanw laprop lapropc sgdp adamp adafactor adafactorbv",
+     KW_DEFAULT, 0, 0, 0, NULL},
 };
 
 static int in_list(const char *list, const char *name)

@@ -9,13 +9,17 @@
  * are the state unchanged, which is how a step whose gradients are not
  * finite is skipped (GradScaler's rule) without leaving the graph.
  *
- * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov,
- *   decoupled: torch.optim.SGD with dampening 0, or with decoupled timm's
- *   SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
+ * Decoupled weight decay (p *= 1 - lr * wd) takes lr^2 / max_lr for lr where
+ * an op's fattr max_lr is > 0: timm's corrected_weight_decay, max_lr the lr
+ * the optimizer was built with (max_lr 0: lr itself).
+ *
+ * sgd_update(p, g, buf, lr), fattr momentum, weight_decay, max_lr; iattr
+ *   nesterov, decoupled: torch.optim.SGD with dampening 0, or with decoupled
+ *   timm's SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
  *   momentum buffer gives exactly torch's first step (buf = d), so no step
  *   count is needed.
- * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay;
- *   iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
+ * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay,
+ *   max_lr; iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
  *   decay, variance rectification), 3 timm AdaBelief (decoupled decay, v of
  *   (g - m)^2 + eps, rectify off). amsgrad off.
  * nadam_update(p, g, m, v, mu_product [], lr, step), fattr beta1, beta2,
@@ -24,7 +28,7 @@
  *   iattr legacy: torch < 2.0's mu_product * mu * mu_next for the next
  *   product (torch >= 2.0: mu_product * mu_next).
  * lamb_update(p, g, m, v, lr, step, [clip_sq]), fattr beta1, beta2, eps,
- *   weight_decay; iattr trust_clip, always_adapt, has_clip, decoupled: timm
+ *   weight_decay, max_lr; iattr trust_clip, always_adapt, has_clip, decoupled: timm
  *   Lamb with bias correction and grad averaging; decoupled (lambw): p
  *   decays by lr * weight_decay before the update instead of adding
  *   weight_decay * p to it. With has_clip, input clip_sq is
@@ -34,16 +38,17 @@
  * lars_update(p, g, buf, lr), fattr momentum, weight_decay, trust_coeff,
  *   eps; iattr nesterov, trust_clip, always_adapt: timm Lars, dampening 0.
  * rmsprop_update(p, g, square_avg, buf, lr), fattr alpha, eps,
- *   weight_decay, momentum; iattr tf: 0 torch RMSprop (eps outside the
- *   sqrt), 1 timm RMSpropTF (eps inside, lr inside the momentum buffer,
- *   square_avg starts at ones: the caller's initialisation). Not centered.
+ *   weight_decay, momentum, max_lr; iattr tf: 0 torch RMSprop (eps outside
+ *   the sqrt), 1 timm RMSpropTF (eps inside, lr inside the momentum buffer,
+ *   square_avg starts at ones: the caller's initialisation); decoupled:
+ *   timm RMSpropTF's decoupled_decay. Not centered.
  * adagrad_update(p, g, sum, lr), fattr eps, weight_decay: torch Adagrad,
  *   lr_decay 0.
- * lion_update(p, g, m, lr), fattr beta1, beta2, weight_decay: timm Lion
+ * lion_update(p, g, m, lr), fattr beta1, beta2, weight_decay, max_lr: timm Lion
  *   (decoupled decay, p -= lr * sign(lerp(m, g, 1 - beta1)), m lerps to g
  *   by 1 - beta2).
  * adamx_update(p, g, m, v, lr, step), fattr beta1, beta2, eps,
- *   weight_decay, clip_exp; iattr rule: 0 timm NAdamW (decoupled decay,
+ *   weight_decay, clip_exp, max_lr; iattr rule: 0 timm NAdamW (decoupled decay,
  *   the Nesterov lerp of m' towards g in the step), 1 torch Adamax (L2
  *   decay, v the infinity norm max(beta2 v, |g| + eps)), 2 timm ADOPT with
  *   L2 decay, 3 with decoupled decay (the first step only sets v = g^2; then
@@ -158,17 +163,23 @@ static int decayed(Sx *s, int p, int lr, double wd)
     return wd == 0 ? p : sx_mul(s, p, sx_minus(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
 }
 
+/* The lr decoupled weight decay takes: lr, or timm's corrected lr^2 / max_lr. */
+static int decay_lr(Sx *s, int lr, double max_lr)
+{
+    return max_lr > 0 ? sx_div(s, sx_mul(s, lr, lr), sx_const(s, max_lr)) : lr;
+}
+
 static void sgd_update_scalar(const Node *n, Sx *s)
 {
     int dec = (int)n->iattr[1], p = sx_in(s, 0), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
-    fx_sgd(s, dec ? decayed(s, p, lr, n->fattr[1]) : p, sx_in(s, 1), buf, lr, n->fattr[0], dec ? 0 : n->fattr[1],
-           (int)n->iattr[0], &p1, &buf1);
+    int pd = dec ? decayed(s, p, decay_lr(s, lr, n->fattr[2]), n->fattr[1]) : p;
+    fx_sgd(s, pd, sx_in(s, 1), buf, lr, n->fattr[0], dec ? 0 : n->fattr[1], (int)n->iattr[0], &p1, &buf1);
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, buf1, buf);
 }
 
 const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov", "decoupled"},
-                             .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
+                             .fattr = {"momentum", "weight_decay", "max_lr"}, .infer = infer_update, .ref = sx_ref,
                              .fusion = OP_ELEMENTWISE, .scalar = sgd_update_scalar, .batch_from = 3,
                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -178,8 +189,9 @@ static void adamw_update_scalar(const Node *n, Sx *s)
     int rule = (int)n->iattr[0], p = sx_in(s, 0), m = sx_in(s, 2), v = sx_in(s, 3), p1, m1, v1;
     int t = sx_add(s, sx_in(s, 5), sx_const(s, 1));
     int rect = rule == 2 ? fx_radam_rect(s, b2, t) : 0; /* read by rule 2 alone */
-    fx_adam(s, p, sx_in(s, 1), m, v, sx_in(s, 4), fx_bias_correction(s, b1, t), fx_bias_correction(s, b2, t), rect,
-            rule, b1, b2, n->fattr[2], n->fattr[3], &p1, &m1, &v1);
+    int lr = sx_in(s, 4);
+    fx_adam(s, p, sx_in(s, 1), m, v, lr, decay_lr(s, lr, n->fattr[4]), fx_bias_correction(s, b1, t),
+            fx_bias_correction(s, b2, t), rect, rule, b1, b2, n->fattr[2], n->fattr[3], &p1, &m1, &v1);
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, m1, m);
     s->out[2] = applied(s, n, v1, v);
@@ -187,7 +199,7 @@ static void adamw_update_scalar(const Node *n, Sx *s)
 }
 
 const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7, .iattr = {"rule"},
-                               .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "max_lr"}, .infer = infer_update,
                                .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adamw_update_scalar,
                                .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -234,7 +246,7 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
         return;
     /* decoupled: p decays before the trust ratio reads its norm */
     int decoupled = n->iattr[3] != 0;
-    double w2 = 0, u2 = 0, keep = decoupled ? 1 - lr * wd : 1;
+    double dlr = n->fattr[4] > 0 ? lr * lr / n->fattr[4] : lr, w2 = 0, u2 = 0, keep = decoupled ? 1 - dlr * wd : 1;
     for (int64_t i = 0; i < count; i++) {
         double g1 = in[1][i] / clip, p = in[0][i] * keep;
         double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
@@ -257,7 +269,7 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
 
 const OpDef op_lamb_update = {.name = "lamb_update", .min_in = 6, .max_in = 8,
                               .iattr = {"trust_clip", "always_adapt", "has_clip", "decoupled"},
-                              .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+                              .fattr = {"beta1", "beta2", "eps", "weight_decay", "max_lr"}, .infer = infer_update,
                               .ref = lamb_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
                               .layout = OP_LAYOUT_NCHW};
 
@@ -300,7 +312,11 @@ static void rmsprop_update_scalar(const Node *n, Sx *s)
 {
     double alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
     int tf = (int)n->iattr[0], p = sx_in(s, 0), sq = sx_in(s, 2), buf = sx_in(s, 3), lr = sx_in(s, 4);
-    int g1 = sx_add(s, sx_in(s, 1), sx_mul(s, sx_const(s, wd), p));
+    int p0 = p, g1 = sx_in(s, 1);
+    if (n->iattr[1]) /* decoupled: p decays before the step */
+        p = decayed(s, p, decay_lr(s, lr, n->fattr[4]), wd);
+    else
+        g1 = sx_add(s, g1, sx_mul(s, sx_const(s, wd), p));
     int sq1 = sx_add(s, sx_mul(s, sx_const(s, alpha), sq), sx_mul(s, sx_mul(s, sx_const(s, 1 - alpha), g1), g1));
     int avg = tf ? sx_sqrt(s, sx_add(s, sq1, sx_const(s, eps))) : sx_add(s, sx_sqrt(s, sq1), sx_const(s, eps));
     int p1, buf1 = buf;
@@ -310,13 +326,13 @@ static void rmsprop_update_scalar(const Node *n, Sx *s)
     } else {
         p1 = sx_minus(s, p, sx_div(s, sx_mul(s, lr, g1), avg));
     }
-    s->out[0] = applied(s, n, p1, p);
+    s->out[0] = applied(s, n, p1, p0);
     s->out[1] = applied(s, n, sq1, sq);
     s->out[2] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf"},
-                                 .fattr = {"alpha", "eps", "weight_decay", "momentum"}, .infer = infer_update,
+const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf", "decoupled"},
+                                 .fattr = {"alpha", "eps", "weight_decay", "momentum", "max_lr"}, .infer = infer_update,
                                  .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = rmsprop_update_scalar,
                                  .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -353,13 +369,14 @@ static void lion_update_scalar(const Node *n, Sx *s)
     /* torch's sign: 0 at 0, NaN at NaN */
     int sign = sx_select(s, sx_lt(s, zero, u), sx_const(s, 1),
                          sx_select(s, sx_lt(s, u, zero), sx_const(s, -1), sx_mul(s, u, zero)));
-    s->out[0] = applied(s, n, sx_minus(s, decayed(s, p, lr, n->fattr[2]), sx_mul(s, lr, sign)), p);
+    int pd = decayed(s, p, decay_lr(s, lr, n->fattr[3]), n->fattr[2]);
+    s->out[0] = applied(s, n, sx_minus(s, pd, sx_mul(s, lr, sign)), p);
     s->out[1] = applied(s, n, lerp(s, m, g, 1 - b2), m);
 }
 
 const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 5,
-                              .fattr = {"beta1", "beta2", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
-                              .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
+                              .fattr = {"beta1", "beta2", "weight_decay", "max_lr"}, .infer = infer_update,
+                              .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
                               .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static void adamx_update_scalar(const Node *n, Sx *s)
@@ -367,8 +384,9 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     double b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2], wd = n->fattr[3];
     int rule = (int)n->iattr[0], p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), v = sx_in(s, 3);
     int lr = sx_in(s, 4), t = sx_add(s, sx_in(s, 5), sx_const(s, 1)), p1, m1, v1;
+    int dlr = rule == 0 || rule >= 3 ? decay_lr(s, lr, n->fattr[5]) : lr; /* the decoupled rules' */
     if (rule == 0) { /* NAdamW */
-        p1 = decayed(s, p, lr, wd);
+        p1 = decayed(s, p, dlr, wd);
         m1 = lerp(s, m, g, 1 - b1);
         v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
         int denom = sx_add(s, sx_div(s, sx_sqrt(s, v1), sx_sqrt(s, fx_bias_correction(s, b2, t))), sx_const(s, eps));
@@ -387,7 +405,7 @@ static void adamx_update_scalar(const Node *n, Sx *s)
         int avg = sx_in(s, 6), zero = sx_const(s, 0);
         p1 = sx_minus(s, p, sx_mul(s, sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero), m1));
         if (wd != 0) /* timm's _add_scaled_(param, param, -lr * wd), after the step */
-            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p1));
+            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p1));
     } else { /* ADOPT */
         int dec = rule == 3, g1 = dec ? g : sx_add(s, g, sx_mul(s, sx_const(s, wd), p));
         int first = sx_lt(s, t, sx_const(s, 1.5)), gg = sx_mul(s, g1, g1);
@@ -399,7 +417,7 @@ static void adamx_update_scalar(const Node *n, Sx *s)
         }
         m1 = lerp(s, m, ng, 1 - b1);
         /* timm's _add_scaled_(param, param, -lr * wd) */
-        int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p)) : p;
+        int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p)) : p;
         p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, m1)));
         m1 = sx_select(s, first, m, m1);
         v1 = sx_select(s, first, sx_add(s, v, gg),
@@ -412,7 +430,7 @@ static void adamx_update_scalar(const Node *n, Sx *s)
 }
 
 const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "no_clip"},
-                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp"},
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp", "max_lr"},
                                .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
                                .scalar = adamx_update_scalar, .batch_from = 4, .amp = OP_AMP_FOLLOW,
                                .layout = OP_LAYOUT_NCHW};

@@ -22,9 +22,9 @@
 void cpu_sgd_update(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
-    double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1];
+    double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1], dlr = n->fattr[2] > 0 ? lr * lr / n->fattr[2] : lr;
     int nesterov = (int)n->iattr[0], decoupled = (int)n->iattr[1];
-    double keep = decoupled ? 1 - lr * wd : 1; /* SGDW's p *= 1 - lr * wd before the step */
+    double keep = decoupled ? 1 - dlr * wd : 1; /* SGDW's p *= 1 - lr * wd before the step */
     if (decoupled)
         wd = 0;
     if (n->nin == 5 && in[4][0] == 0) {
@@ -45,6 +45,7 @@ void cpu_adamw_update(const Graph *g, const Node *n, float *const *in, float *co
     int64_t cnt = cpu_in_numel(g, n, 0);
     double lr = in[4][0], t = (double)*(const int64_t *)(const void *)in[5] + 1;
     double b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2], wd = n->fattr[3];
+    double dlr = n->fattr[4] > 0 ? lr * lr / n->fattr[4] : lr;
     int rule = (int)n->iattr[0];
     double bc1 = fx_bias_correction(b1, t), bc2 = fx_bias_correction(b2, t), rect = rule == 2 ? fx_radam_rect(b2, t) : 0;
     if (n->nin == 7 && in[6][0] == 0) {
@@ -55,7 +56,7 @@ void cpu_adamw_update(const Graph *g, const Node *n, float *const *in, float *co
     }
     for (int64_t i = 0; i < cnt; i++) {
         double p, m, v;
-        fx_adam(in[0][i], in[1][i], in[2][i], in[3][i], lr, bc1, bc2, rect, rule, b1, b2, eps, wd, &p, &m, &v);
+        fx_adam(in[0][i], in[1][i], in[2][i], in[3][i], lr, dlr, bc1, bc2, rect, rule, b1, b2, eps, wd, &p, &m, &v);
         out[0][i] = (float)p;
         out[1][i] = (float)m;
         out[2][i] = (float)v;
