@@ -23,7 +23,7 @@
 #define CT_MAX_IN 8
 #define CT_MAX_OUT 4
 #define CT_MAX_IATTR 10
-#define CT_MAX_FATTR 6
+#define CT_MAX_FATTR 7
 
 typedef int ValueId;
 

@@ -77,7 +77,7 @@ typedef struct OpDef {
     /* Attribute names in Node.iattr / Node.fattr order, NULL-terminated;
      * the dump prints them as name=value. */
     const char *iattr[11];
-    const char *fattr[7]; /* CT_MAX_FATTR names and the NULL */
+    const char *fattr[8]; /* CT_MAX_FATTR names and the NULL */
     /* Set for ops whose attributes are one list (reshape's shape, permute's
      * order): iattr[0] is its length and iattr[1..] its items. */
     const char *list_attr;

@@ -159,7 +159,7 @@ extern const char optim_names[];
 typedef struct OptimOp {
     CtOp op;
     int64_t iattr[6];
-    double fattr[6];
+    double fattr[CT_MAX_FATTR];
     int niattr, nfattr, nslot, nscalar, step, clip, grad_slot, lr_avg;
     const char *slot[4], *scalar[1];
     double slot_init[4], scalar_init[1];

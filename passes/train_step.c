@@ -43,7 +43,8 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
 const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy, adamc, nadam, nadamlegacy, "
                            "nadamw, nadamc, radam, adamax, adopt, adoptw, adoptc, lamb, lambc, lambw, lambcw, lambcd, "
                            "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
-                           "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, muon";
+                           "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, "
+                           "adafactorbvc, muon";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -107,6 +108,8 @@ int optim_defaults(const char *name, OptimSpec *o)
                        .min_dim_size_to_factor = 16}},
         {"adafactorbv", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
                          .min_dim_size_to_factor = 16}},
+        {"adafactorbvc", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
+                          .min_dim_size_to_factor = 16, .corrected = 1}},
         {"muon", {.kind = CT_OPT_MUON, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-7, .ns_steps = 5,
                   .ns_preset = 1, .safety_factor = 1, .adjust_lr = CT_MUON_ADJUST_MATCH_RMS_ADAMW,
                   .fallback_lr_scale = 1}},
@@ -309,9 +312,9 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         factored_dims(shape, 1, o->min_dim_size_to_factor, &dc, &dr);
         *u = (OptimOp){.op = CT_OP_adafactorbv_update,
                        .iattr = {dc, dr, o->momentum != 0, !o->momentum_f32, o->unscaled_wd, o->decay_offset},
-                       .niattr = 6, .nfattr = 6, .step = 1,
+                       .niattr = 6, .nfattr = 7, .step = 1,
                        .fattr = {o->eps > 0 ? o->eps : 1e-30, o->clip_threshold, o->decay_rate, o->momentum, wd,
-                                 o->beta2_cap}};
+                                 o->beta2_cap, max_lr}};
         adafactor_slots(u, 1, dc, dr, o->momentum != 0);
         break;
     case CT_OPT_MUON:

@@ -150,7 +150,7 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_af_clip_f32((double *)P(0), I(1), I(2), (double *)P(3), R(4));
     else if (!strcmp(k, "ct_af_apply_f32"))
         ct_af_apply_f32(F(0), (double *)P(1), (double *)P(2), F(3), F(4), F(5), F(6), F(7), I(8), D(9), R(10), I(11),
-                        I(12), I(13));
+                        I(12), I(13), D(14));
     else if (!strcmp(k, "ct_muon_moments_f32"))
         ct_muon_moments_f32(F(0), F(1), F(2), F(3), (double *)P(4), I(5), I(6), D(7), I(8));
     else if (!strcmp(k, "ct_muon_norm_f32"))

@@ -34,7 +34,7 @@ static const struct OptKwarg {
               "lambc lambw lambcw lambcd adabelief lion lionc adan adanw laprop lapropc adamp muon adafactor",
      KW_BETAS, 0, 0, 0, NULL},
     /* None: timm's Adafactorbv's 1e-30 */
-    {"eps", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
+    {"eps", "adafactorbv adafactorbvc", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
     {"eps", "adam adamw adamwlegacy adamc nadam nadamlegacy nadamw nadamc radam adamax adopt adoptw adoptc lamb lambc "
             "lambw lambcw lambcd lars larc nlars nlarc rmsprop rmsproptf rmsproptfc adabelief adagrad madgrad madgradw "
             "adan adanw laprop lapropc sgdp adamp adafactor muon",
@@ -47,17 +47,19 @@ static const struct OptKwarg {
     {"wd_ratio", "sgdp adamp", KW_NUM, offsetof(OptimSpec, wd_ratio), 0, 0, NULL},
     {"dampening", "sgdp", KW_DEFAULT, 0, 0, 0, NULL},
     {"clip_threshold", "adafactor", KW_NUM, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
-    {"clipping_threshold", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
-    {"decay_rate", "adafactor adafactorbv", KW_REAL, offsetof(OptimSpec, decay_rate), 0, 0, NULL},
-    {"min_dim_size_to_factor", "adafactor adafactorbv", KW_INT, offsetof(OptimSpec, min_dim_size_to_factor), 0, 0,
+    {"clipping_threshold", "adafactorbv adafactorbvc", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_threshold), 0, 0,
      NULL},
+    {"decay_rate", "adafactor adafactorbv adafactorbvc", KW_REAL, offsetof(OptimSpec, decay_rate), 0, 0, NULL},
+    {"min_dim_size_to_factor", "adafactor adafactorbv adafactorbvc", KW_INT,
+     offsetof(OptimSpec, min_dim_size_to_factor), 0, 0, NULL},
     {"eps_scale", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
     {"scale_parameter", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
     {"warmup_init", "adafactor", KW_DEFAULT, 0, 0, 0, NULL},
-    {"beta2_cap", "adafactorbv", KW_NUM, offsetof(OptimSpec, beta2_cap), 0, 0, NULL},
-    {"decay_offset", "adafactorbv", KW_INT, offsetof(OptimSpec, decay_offset), 0, 0, NULL},
-    {"unscaled_wd", "adafactorbv", KW_BOOL, offsetof(OptimSpec, unscaled_wd), 0, 0, NULL},
-    {"momentum_dtype", "adafactorbv", KW_CHOICE, offsetof(OptimSpec, momentum_f32), 0, 0, "bfloat16|float32"},
+    {"beta2_cap", "adafactorbv adafactorbvc", KW_NUM, offsetof(OptimSpec, beta2_cap), 0, 0, NULL},
+    {"decay_offset", "adafactorbv adafactorbvc", KW_INT, offsetof(OptimSpec, decay_offset), 0, 0, NULL},
+    {"unscaled_wd", "adafactorbv adafactorbvc", KW_BOOL, offsetof(OptimSpec, unscaled_wd), 0, 0, NULL},
+    {"momentum_dtype", "adafactorbv adafactorbvc", KW_CHOICE, offsetof(OptimSpec, momentum_f32), 0, 0,
+     "bfloat16|float32"},
     {"ns_steps", "muon", KW_INT, offsetof(OptimSpec, ns_steps), 0, 0, NULL},
     {"ns_coefficients", "muon", KW_CHOICE, offsetof(OptimSpec, ns_preset), 0, 0,
      "original|quintic|polar_express|polar_express_safer"},
@@ -87,13 +89,12 @@ static const struct OptKwarg {
     {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3, NULL},
     {"amsgrad", "adam adamw adamwlegacy adamc adabelief", KW_DEFAULT, 0, 0, 0, NULL},
     {"corrected_weight_decay", "sgdw sgdc adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lamb lambc lambw lambcw "
-                               "lambcd rmsproptf rmsproptfc lion lionc laprop lapropc",
+                               "lambcd rmsproptf rmsproptfc lion lionc laprop lapropc adafactorbv adafactorbvc",
      KW_BOOL, offsetof(OptimSpec, corrected), 0, 0, NULL},
-    /* Adafactorbv's corrected decay: not built */
-    {"corrected_weight_decay", "adafactorbv", KW_DEFAULT, 0, 0, 0, NULL},
     /* timm's cautious masks scale by a whole-tensor mean: not an elementwise update */
     {"caution", "sgdw sgdc adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lamb lambc lambw lambcw lambcd "
-                "rmsproptf rmsproptfc lion lionc adan adanw laprop lapropc sgdp adamp adafactor adafactorbv",
+                "rmsproptf rmsproptfc lion lionc adan adanw laprop lapropc sgdp adamp adafactor adafactorbv "
+                "adafactorbvc",
      KW_DEFAULT, 0, 0, 0, NULL},
 };
 

@@ -1099,7 +1099,7 @@ CT_DEVICE double CT_SFX(ct_af_bf16)(double x)
 
 CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, const CT_T *m, const CT_T *lr,
                               const CT_T *apply, CT_T *p1, CT_T *m1, long long n, double mom, float wd, long long bv,
-                              long long m_bf16, long long unscaled_wd)
+                              long long m_bf16, long long unscaled_wd, double max_lr)
 {
     CT_LOOP(i, n)
     {
@@ -1125,7 +1125,11 @@ CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, c
                         : CT_SFX(ct_lerp)(mi, ui, 1 - (double)mom);
             m1[i] = CT_ST((float)ui);
         }
-        double keep = wd == 0 ? 1 : unscaled_wd ? 1 - (double)wd : 1 - l * wd;
+        double keep = 1;
+        if (wd != 0 && max_lr > 0) /* timm's corrected_weight_decay */
+            keep = unscaled_wd ? 1 - l / max_lr * wd : 1 - l * l / max_lr * wd;
+        else if (wd != 0)
+            keep = unscaled_wd ? 1 - (double)wd : 1 - l * wd;
         p1[i] = CT_ST((float)(pi * keep - ui * l));
     }
 }

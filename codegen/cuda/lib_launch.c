@@ -904,6 +904,7 @@ static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *sc
     a_i64(l, bv);
     a_i64(l, bv && n->iattr[3]);
     a_i64(l, bv && n->iattr[4]);
+    a_f64(l, bv ? n->fattr[6] : 0);
     return 0;
 }
 
