@@ -236,6 +236,7 @@ static void test_train_step_wiring(void)
         {"laprop", 4e-4, 0.05, -1, {0}}, {"adan", 1e-3, 0.02, -1, {0}},     {"madgrad", 1e-3, 1e-4, -1, {0}},
         {"adoptw", 1e-3, 0.05, -1, {0}}, {"lion", 1e-4, 0.05, -1, {0}},     {"sgdw", 0.1, 0.05, -1, {0}},
         {"nadamw", 1e-3, 0.05, -1, {0}}, {"adamax", 2e-3, 1e-4, -1, {0}}, {"nadam", 2e-3, 1e-4, -1, {0}},
+        {"sgdc", 0.1, 0.05, -1, {0}},    {"lapropc", 4e-4, 0.05, -1, {0}},  {"rmsproptfc", 1e-2, 0.05, -1, {0}},
     };
     static const double lr_scale[NSTEP] = {1, 0.5, 2};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
