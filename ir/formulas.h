@@ -206,11 +206,16 @@ FX_FN FX_T fx_radam_rect(FX_CTX double b2, FX_T t)
     return SEL(LE(rho, K(5)), K(0), r);
 }
 
+/* timm's cautious direction: u * mask / mean, mask 1 where u g > 0, else 0
+ * (ir/ops/optim.c), NaN staying NaN as torch's product. */
+FX_FN FX_T fx_cautious(FX_CTX FX_T u, FX_T g, FX_T mean) { return MUL(u, DIV(LT(K(0), MUL(u, g)), mean)); }
+
 /* One element of an Adam step (ir/ops/optim.c's rules: 0 torch AdamW, 1
  * Adam, 2 RAdam, 3 timm AdaBelief) given the bias corrections bc1, bc2 and
- * RAdam's rect: p', m', v'. dlr: the lr of the decoupled decay. */
+ * RAdam's rect: p', m', v'. dlr: the lr of the decoupled decay; with
+ * caution, m' moves p as fx_cautious against g with the mask's mean cmean. */
 FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T dlr, FX_T bc1, FX_T bc2, FX_T rect, int rule,
-                   double b1, double b2, double eps, double wd, FX_T *p1, FX_T *m1, FX_T *v1)
+                   double b1, double b2, double eps, double wd, int caution, FX_T cmean, FX_T *p1, FX_T *m1, FX_T *v1)
 {
     if (rule == 0 || rule == 3)
         p = MUL(p, SUB(K(1), MUL(dlr, K(wd))));
@@ -221,7 +226,7 @@ FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T dlr, FX_
     *v1 = ADD(MUL(K(b2), v), MUL(MUL(K(1 - b2), r), r));
     if (rule == 3)
         *v1 = ADD(*v1, K(eps));
-    FX_T step = MUL(DIV(lr, bc1), *m1);
+    FX_T step = MUL(DIV(lr, bc1), caution ? fx_cautious(FX_ARG * m1, g, cmean) : *m1);
     if (rule == 2)
         *p1 = SUB(p, SEL(rect, DIV(MUL(MUL(step, rect), SQRT(bc2)), ADD(SQRT(*v1), K(eps))), step));
     else

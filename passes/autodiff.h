@@ -22,6 +22,7 @@
 #ifndef CTIMM_AUTODIFF_H
 #define CTIMM_AUTODIFF_H
 
+#include "ir/emit.h"
 #include "ir/ir.h"
 
 /* grads[k]: the gradient value of wrt[k] (zeros when loss does not depend on
@@ -80,6 +81,11 @@ typedef struct OptimSpec {
      * (train.py's --lr; the caller sets it, > 0) */
     int corrected;
     double max_lr;
+    /* timm's caution (cadamw, cnadamw, cadopt(w), clion, their corrected
+     * cadamc, cnadamc, cadoptc, clionc): the update's
+     * direction masked where it disagrees in sign with the gradient, scaled
+     * by the mask's whole-tensor mean (optim_caution_mean) */
+    int caution;
     double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
     int no_clip;                     /* adopt: clip_exp None */
     int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */
@@ -165,6 +171,7 @@ typedef struct OptimOp {
     double slot_init[4], scalar_init[1];
     int slot_reduce[4], slot_keepdim;
     double lr_mul;
+    int caution; /* the op reads optim_caution_mean's scalar after its other inputs, before apply */
 } OptimOp;
 /* optim_param_op for a param whose shape does not matter (which slots and
  * inputs the kind has; Adafactor's as for a param it does not factor). */
@@ -173,6 +180,11 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *out);
 void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp *out);
 /* The shape of slot k of a param of shape p. */
 CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p);
+/* For u with caution: the node of u's mask (u's op with caution 1 on its
+ * inputs in[0..nin), no apply) and its mean over the whole tensor clamped
+ * to at least 1e-3 (timm's mask.mean().clamp_(min=1e-3)), u's caution
+ * input; -1 when emitting fails. */
+ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int nin);
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;

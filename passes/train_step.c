@@ -44,7 +44,8 @@ const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy,
                            "nadamw, nadamc, radam, adamax, adopt, adoptw, adoptc, lamb, lambc, lambw, lambcw, lambcd, "
                            "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
                            "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, "
-                           "adafactorbvc, muon";
+                           "adafactorbvc, muon, cadamw, cadamc, cnadamw, cnadamc, cadopt, cadoptw, cadoptc, clion, "
+                           "clionc";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -83,16 +84,27 @@ int optim_defaults(const char *name, OptimSpec *o)
         /* timm's AdamWLegacy and NAdamLegacy: torch AdamW's rule and torch >= 2.0 NAdam's */
         {"adamwlegacy", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"adamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
+        {"cadamw", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .caution = 1}},
+        {"cadamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1, .caution = 1}},
         {"nadamlegacy", {.kind = CT_OPT_NADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"nadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"nadamc", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
+        {"cnadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .caution = 1}},
+        {"cnadamc", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1, .caution = 1}},
         {"adamax", {.kind = CT_OPT_ADAMAX, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"adopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333}},
         {"adoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1}},
         {"adoptc", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1,
                     .corrected = 1}},
+        {"cadopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .caution = 1}},
+        {"cadoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333,
+                     .decoupled = 1, .caution = 1}},
+        {"cadoptc", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333,
+                     .decoupled = 1, .corrected = 1, .caution = 1}},
         {"lion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99}},
         {"lionc", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .corrected = 1}},
+        {"clion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .caution = 1}},
+        {"clionc", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .corrected = 1, .caution = 1}},
         {"madgrad", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6}},
         {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
@@ -234,6 +246,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->niattr = 1;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         u->fattr[4] = max_lr, u->nfattr = 5;
+        u->caution = k == CT_OPT_ADAMW && o->caution, u->iattr[1] = u->caution ? 2 : 0, u->niattr = 2;
         if (k == CT_OPT_ADABELIEF)
             u->slot[1] = "exp_avg_var";
         break;
@@ -266,8 +279,9 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
         break;
     case CT_OPT_LION:
-        *u = (OptimOp){.op = CT_OP_lion_update, .fattr = {o->beta1, o->beta2, wd, max_lr}, .nfattr = 4, .nslot = 1,
-                       .slot = {"exp_avg"}};
+        *u = (OptimOp){.op = CT_OP_lion_update, .iattr = {o->caution ? 2 : 0}, .niattr = 1,
+                       .fattr = {o->beta1, o->beta2, wd, max_lr}, .nfattr = 4, .nslot = 1, .slot = {"exp_avg"},
+                       .caution = o->caution};
         break;
     case CT_OPT_NADAMW:
     case CT_OPT_ADAMAX:
@@ -276,7 +290,8 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->op = CT_OP_adamx_update;
         u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : k == CT_OPT_LAPROP ? 4 : o->decoupled ? 3 : 2;
         u->lr_avg = k == CT_OPT_LAPROP;
-        u->iattr[1] = o->no_clip, u->niattr = 2;
+        u->caution = o->caution && k != CT_OPT_ADAMAX && k != CT_OPT_LAPROP;
+        u->iattr[1] = o->no_clip, u->iattr[2] = u->caution ? 2 : 0, u->niattr = 3;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         u->fattr[4] = o->clip_exp, u->fattr[5] = max_lr, u->nfattr = 6;
         if (k == CT_OPT_ADAMAX)
@@ -347,6 +362,20 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
     return emit_fail(e, "unknown loss kind %d", (int)l->kind);
 }
 
+ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int nin)
+{
+    int64_t iattr[6];
+    memcpy(iattr, u->iattr, sizeof iattr);
+    iattr[u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update ? 1 : 2] = 1;
+    ValueId mask = emit(e, u->op, nin, in, iattr, u->niattr, u->fattr, u->nfattr, 0);
+    CtShape s = emit_shape(e, mask);
+    ValueId sum = s.ndim ? emit(e, CT_OP_reduce_sum, 1, &mask, (int64_t[]){((int64_t)1 << s.ndim) - 1, 0}, 2, NULL,
+                                0, 0)
+                         : mask;
+    ValueId mean = emit(e, CT_OP_scale_shift, 1, &sum, NULL, 0, (double[]){1.0 / (double)shape_numel(&s), 0}, 2, 0);
+    return emit(e, CT_OP_clamp, 1, &mean, NULL, 0, (double[]){1e-3, INFINITY}, 2, 0);
+}
+
 /* The update of param p and its assign nodes; clip: LAMB's clip input or -1.
  * Returns p's new value. */
 static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, ValueId step, ValueId clip, ValueId apply,
@@ -392,6 +421,8 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
     if (apply >= 0 && u.grad_slot)
         return emit_fail(e, "--opt adan/adanw: a step that may be skipped (f16 loss scaling, --grad-accum-steps) "
                          "is not implemented for Adan");
+    if (u.caution)
+        in[nin] = optim_caution_mean(e, &u, in, nin), nin++;
     if (apply >= 0)
         in[nin++] = apply;
     ValueId out = emit(e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);

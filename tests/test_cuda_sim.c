@@ -328,14 +328,18 @@ int main(void)
     /* the library updates (whole-tensor norms, scalar state) in a whole
      * step; LAMB's also in f16 with GradScaler's apply input (each kernel's
      * skipped step: test_optim_norm, test_lib_kernels); corrected weight
-     * decay in LAMB's kernels and in fused updates */
+     * decay in LAMB's kernels and in fused updates; cautious updates (the
+     * mask, its mean, the update); cadamw also in f16 with the apply input */
     static const char *const opts[] = {"lamb", "lambc", "lambcd", "lars", "larc", "nlarc", "nadam", "sgdp", "adamp",
-                                       "adafactor", "adafactorbv", "muon", "sgdc", "adamc", "rmsproptfc", "lapropc"};
-    for (int i = 0; i < 16; i++)
+                                       "adafactor", "adafactorbv", "muon", "sgdc", "adamc", "rmsproptfc", "lapropc",
+                                       "cadamw", "cnadamw", "cadoptw", "clion"};
+    for (int i = 0; i < 20; i++)
         if (all || i == 0)
             check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
-    if (all)
+    if (all) {
         check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[0]);
+        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadamw");
+    }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;

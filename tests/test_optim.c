@@ -41,7 +41,8 @@ enum { STEPS = 10 };
 /* step k's gradients are timm's times scales[k - 1] (tools/make_opt_refs.py's SCALES) */
 static const double scales[STEPS] = {1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1};
 /* an optimizer with corrected weight decay steps at this times the lr it
- * was built with, its max_lr (the script's LR_NOW) */
+ * was built with, its max_lr (the script's LR_NOW); a cautious one's
+ * gradients flip sign where (flattened index + step) % 3 is 0 */
 static const double lr_now = 0.5;
 
 /* One param's update op, run a step at a time with its state fed back:
@@ -94,7 +95,10 @@ static int oprun_open(OpRun *r, const OptimOp *u, CtShape s, const float *p, dou
         in[r->nin] = graph_add_value(&r->g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "exp_avg_lr_1");
         r->tin[r->nin++] = (CtTensor){{{0}, CT_F32}, &r->lr_avg};
     }
-    emit(&e, u->op, r->nin, in, u->iattr, u->niattr, u->fattr, u->nfattr, 0);
+    int nin = r->nin;
+    if (u->caution) /* the mask's mean, computed in the graph */
+        in[nin] = optim_caution_mean(&e, u, in, nin), nin++;
+    emit(&e, u->op, nin, in, u->iattr, u->niattr, u->fattr, u->nfattr, 0);
     CHECKF(!e.failed, "%s", e.err.msg);
     if (e.failed)
         return -1;
@@ -189,7 +193,7 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
     if (oprun_open(&r, &u, shape_make(p->ndim, p->shape), p->data, o.corrected ? c->lr * lr_now : c->lr, be) == 0)
         for (int st = 1; st <= STEPS; st++) {
             for (int64_t i = 0; i < n; i++)
-                g[i] = (float)(((float *)gr->data)[i] * scales[st - 1]);
+                g[i] = (float)(((float *)gr->data)[i] * scales[st - 1] * (o.caution && (i + st) % 3 == 0 ? -1 : 1));
             if (oprun_step(&r, g, clip_sq * scales[st - 1] * scales[st - 1]))
                 break;
             snprintf(key, sizeof key, "%s.step%d.%s", c->name, st, pname);
@@ -237,6 +241,7 @@ static void test_train_step_wiring(void)
         {"adoptw", 1e-3, 0.05, -1, {0}}, {"lion", 1e-4, 0.05, -1, {0}},     {"sgdw", 0.1, 0.05, -1, {0}},
         {"nadamw", 1e-3, 0.05, -1, {0}}, {"adamax", 2e-3, 1e-4, -1, {0}}, {"nadam", 2e-3, 1e-4, -1, {0}},
         {"sgdc", 0.1, 0.05, -1, {0}},    {"lapropc", 4e-4, 0.05, -1, {0}},  {"rmsproptfc", 1e-2, 0.05, -1, {0}},
+        {"clion", 1e-4, 0.05, -1, {0}},  {"cadamw", 1e-3, 0.05, -1, {0}},   {"cadoptw", 1e-3, 0.05, -1, {0}},
     };
     static const double lr_scale[NSTEP] = {1, 0.5, 2};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -349,7 +354,12 @@ static void test_kwargs(void)
     kwarg_case("adamw", "eps=1e-6", 1, "(--opt-eps)", &o);
     kwarg_case("adan", "betas=(0.9, 0.99)", 0, "betas takes a tuple of 3 numbers", &o);
     kwarg_case("lion", "betas=(0.9, 1.5)", 0, "each beta must be in [0, 1)", &o);
-    kwarg_case("lion", "caution=True", 0, "ctimm implements --opt lion with caution=0 only", &o);
+    kwarg_case("sgdw", "caution=True", 0, "ctimm implements --opt sgdw with caution=0 only", &o);
+    kwarg_case("lion", "caution=True", 0, NULL, &o);
+    CHECK(o.caution == 1);
+    kwarg_case("cadoptw", "caution=False", 0, NULL, &o);
+    CHECK(o.caution == 0 && o.decoupled == 1);
+    kwarg_case("laprop", "caution=True", 0, "ctimm implements --opt laprop with caution=0 only", &o);
     kwarg_case("adamw", "eps=small", 0, "eps takes a number", &o);
     kwarg_case("adopt", "decoupled=maybe", 0, "decoupled takes True or False", &o);
     kwarg_case("adamw", "novalue", 0, "expected KEY=VALUE", &o);
@@ -432,6 +442,9 @@ int main(void)
         {"lapropc", 4e-4, 0.05, -1, {0}},   {"rmsproptfc", 1e-2, 0.05, -1, {0}},
         {"lambw{corrected_weight_decay=True}", 5e-3, 0.02, -1, {"corrected_weight_decay=True"}},
         {"adamwlegacy{corrected_weight_decay=True}", 1e-3, 0.05, -1, {"corrected_weight_decay=True"}},
+        {"cadamw", 1e-3, 0.05, -1, {0}},    {"cnadamw", 1e-3, 0.05, -1, {0}},    {"cadopt", 1e-3, 1e-4, -1, {0}},
+        {"cadoptw", 1e-3, 0.05, -1, {0}},   {"clion", 1e-4, 0.05, -1, {0}},      {"cadamc", 1e-3, 0.05, -1, {0}},
+        {"lion{betas=(0.95, 0.5), caution=True}", 1e-4, 0.05, -1, {"betas=(0.95, 0.5)", "caution=True"}},
     };
     static const char *const params[] = {"conv1.0.weight",      "conv1.1.weight",      "conv1.1.bias",
                                          "layer2.0.downsample.1.weight", "layer3.0.bn3.weight", "layer3.0.bn3.bias",

@@ -10,7 +10,9 @@ Lion's, Adan's and LaProp's betas and ADOPT's clip without effect).
 A case is an optimizer name, or name{key=value, ...} with keyword arguments as train.py's
 --opt-kwargs passes them (momentum: create_optimizer_v2's own momentum, as --momentum). An optimizer
 with corrected_weight_decay steps with its groups' lr at LR_NOW times the lr it was built with (a
-schedule's lr below the max), so that lr**2 / max_lr differs from lr. Written:
+schedule's lr below the max), so that lr**2 / max_lr differs from lr. A cautious optimizer's gradients
+also flip sign at every third element (flattened index i with (i + step) % 3 == 0), so that its masks
+are partial rather than all or nothing, as they are for gradients all along one direction. Written:
 <case>.step1.<param> and <case>.step10.<param> for the fixed subset PARAMS (conv weights, which get
 weight decay, BN weights and biases and fc.bias, which do not; all parameters would make a 40 MB
 file), and grad_norm, the global gradient norm over ALL parameters (Lamb's clipping).
@@ -65,6 +67,9 @@ OPTIMIZERS = {
     "rmsproptfc": (1e-2, 0.05, {}),
     "lambw{corrected_weight_decay=True}": (5e-3, 0.02, {"corrected_weight_decay": True}),
     "adamwlegacy{corrected_weight_decay=True}": (1e-3, 0.05, {"corrected_weight_decay": True}),
+    "cadamw": (1e-3, 0.05, {}), "cnadamw": (1e-3, 0.05, {}), "cadopt": (1e-3, 1e-4, {}), "cadoptw": (1e-3, 0.05, {}),
+    "clion": (1e-4, 0.05, {}), "cadamc": (1e-3, 0.05, {}),
+    "lion{betas=(0.95, 0.5), caution=True}": (1e-4, 0.05, {"betas": (0.95, 0.5), "caution": True}),
 }
 LR_NOW = 0.5
 STEPS = (1, 10)
@@ -114,6 +119,9 @@ def main():
             with torch.no_grad():
                 for n, p in params.items():
                     p.grad = grads[n] * SCALES[step - 1]
+                    if opt.defaults.get("caution"):
+                        flip = (torch.arange(p.numel()) + step) % 3 == 0
+                        p.grad = torch.where(flip.reshape(p.shape), -p.grad, p.grad)
             opt.step()
             if step in STEPS:
                 tensors += [(f"{case}.step{step}.{n}", params[n].detach().clone()) for n in PARAMS]

@@ -13,6 +13,14 @@
  * an op's fattr max_lr is > 0: timm's corrected_weight_decay, max_lr the lr
  * the optimizer was built with (max_lr 0: lr itself).
  *
+ * timm's caution (adamw_update rule 0, adamx_update but rule 1,
+ * lion_update: their last iattr, caution) takes two nodes with the
+ * whole-tensor mean between them: with caution 1 the op returns only the
+ * mask, 1 where the update direction u and g agree in sign (u g > 0), else
+ * 0; with caution 2 it reads one more scalar input after the others
+ * (before apply), that mask's mean clamped to at least 1e-3, and moves p by
+ * u * mask / mean instead of u (passes/train_step.c's optim_caution_mean).
+ *
  * sgd_update(p, g, buf, lr), fattr momentum, weight_decay, max_lr; iattr
  *   nesterov, decoupled: torch.optim.SGD with dampening 0, or with decoupled
  *   timm's SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
@@ -82,12 +90,23 @@
  * more scalar when `extra`, and apply when `apply`. */
 typedef struct UpdLayout {
     int nstate, nscalar, step, extra, lr, apply;
-    int nret; /* the state tensors returned: the first nret */
+    int nret;    /* the state tensors returned: the first nret */
+    int caution; /* the caution attribute: 0, 1 (the mask), 2 (its mean the last extra input) */
 } UpdLayout;
+
+static int caution_mode(const Node *n)
+{
+    switch (n->op) {
+    case CT_OP_adamw_update: return (int)n->iattr[1];
+    case CT_OP_adamx_update: return (int)n->iattr[2];
+    case CT_OP_lion_update: return (int)n->iattr[0];
+    default: return 0;
+    }
+}
 
 static UpdLayout upd_layout(const Node *n)
 {
-    UpdLayout l = {1, 0, 0, 0, 0, 0, 0};
+    UpdLayout l = {1, 0, 0, 0, 0, 0, 0, caution_mode(n)};
     switch (n->op) {
     case CT_OP_adamw_update: l.nstate = 2, l.step = 1; break;
     case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
@@ -100,6 +119,7 @@ static UpdLayout upd_layout(const Node *n)
     }
     if (!l.nret)
         l.nret = l.nstate;
+    l.extra += l.caution == 2;
     l.lr = 2 + l.nstate + l.nscalar;
     l.apply = n->nin == l.lr + 1 + l.step + l.extra + 1;
     return l;
@@ -122,6 +142,10 @@ static int infer_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
         int is_step = l.step && k == l.lr + 1;
         if (is_step != (in_type(g, n, k)->dtype == CT_I64))
             return ct_fail(err, is_step ? "step must be an i64 scalar" : "input %d must be a float scalar", k);
+    }
+    if (l.caution == 1) {
+        out[0] = *in_type(g, n, 0);
+        return 1;
     }
     for (int k = 0; k <= l.nret; k++)
         out[k] = *in_type(g, n, 0);
@@ -157,6 +181,24 @@ static int applied(Sx *s, const Node *n, int fresh, int old)
 /* a - b */
 static int sx_minus(Sx *s, int a, int b) { return sx_add(s, a, sx_mul(s, sx_const(s, -1), b)); }
 
+/* caution 2's input: the mask's mean, the last before apply */
+static int caution_mean(Sx *s, const Node *n) { return sx_in(s, n->nin - 1 - upd_layout(n).apply); }
+
+/* caution 1: the op's one output, the mask of direction u against g; returns 1 */
+static int caution_masked(Sx *s, const Node *n, int u, int g)
+{
+    if (caution_mode(n) != 1)
+        return 0;
+    s->out[0] = sx_lt(s, sx_const(s, 0), sx_mul(s, u, g));
+    return 1;
+}
+
+/* direction u as caution 2 takes it (fx_cautious), else u */
+static int cautious(Sx *s, const Node *n, int u, int g)
+{
+    return caution_mode(n) == 2 ? fx_cautious(s, u, g, caution_mean(s, n)) : u;
+}
+
 /* p * (1 - lr * wd): decoupled weight decay, torch's param.mul_(1 - lr * wd) */
 static int decayed(Sx *s, int p, int lr, double wd)
 {
@@ -189,16 +231,19 @@ static void adamw_update_scalar(const Node *n, Sx *s)
     int rule = (int)n->iattr[0], p = sx_in(s, 0), m = sx_in(s, 2), v = sx_in(s, 3), p1, m1, v1;
     int t = sx_add(s, sx_in(s, 5), sx_const(s, 1));
     int rect = rule == 2 ? fx_radam_rect(s, b2, t) : 0; /* read by rule 2 alone */
-    int lr = sx_in(s, 4);
+    int lr = sx_in(s, 4), c = caution_mode(n);
     fx_adam(s, p, sx_in(s, 1), m, v, lr, decay_lr(s, lr, n->fattr[4]), fx_bias_correction(s, b1, t),
-            fx_bias_correction(s, b2, t), rect, rule, b1, b2, n->fattr[2], n->fattr[3], &p1, &m1, &v1);
+            fx_bias_correction(s, b2, t), rect, rule, b1, b2, n->fattr[2], n->fattr[3], c == 2,
+            c == 2 ? caution_mean(s, n) : 0, &p1, &m1, &v1);
+    s->f64 = 1; /* torch takes the bias corrections in double */
+    if (caution_masked(s, n, m1, sx_in(s, 1)))
+        return;
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, m1, m);
     s->out[2] = applied(s, n, v1, v);
-    s->f64 = 1; /* torch takes the bias corrections in double */
 }
 
-const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7, .iattr = {"rule"},
+const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "caution"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay", "max_lr"}, .infer = infer_update,
                                .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adamw_update_scalar,
                                .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
@@ -369,12 +414,14 @@ static void lion_update_scalar(const Node *n, Sx *s)
     /* torch's sign: 0 at 0, NaN at NaN */
     int sign = sx_select(s, sx_lt(s, zero, u), sx_const(s, 1),
                          sx_select(s, sx_lt(s, u, zero), sx_const(s, -1), sx_mul(s, u, zero)));
+    if (caution_masked(s, n, sign, g))
+        return;
     int pd = decayed(s, p, decay_lr(s, lr, n->fattr[3]), n->fattr[2]);
-    s->out[0] = applied(s, n, sx_minus(s, pd, sx_mul(s, lr, sign)), p);
+    s->out[0] = applied(s, n, sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, sign, g))), p);
     s->out[1] = applied(s, n, lerp(s, m, g, 1 - b2), m);
 }
 
-const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 5,
+const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 6, .iattr = {"caution"},
                               .fattr = {"beta1", "beta2", "weight_decay", "max_lr"}, .infer = infer_update,
                               .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
                               .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
@@ -385,13 +432,16 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     int rule = (int)n->iattr[0], p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), v = sx_in(s, 3);
     int lr = sx_in(s, 4), t = sx_add(s, sx_in(s, 5), sx_const(s, 1)), p1, m1, v1;
     int dlr = rule == 0 || rule >= 3 ? decay_lr(s, lr, n->fattr[5]) : lr; /* the decoupled rules' */
+    s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
     if (rule == 0) { /* NAdamW */
         p1 = decayed(s, p, dlr, wd);
         m1 = lerp(s, m, g, 1 - b1);
         v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
         int denom = sx_add(s, sx_div(s, sx_sqrt(s, v1), sx_sqrt(s, fx_bias_correction(s, b2, t))), sx_const(s, eps));
-        int step = sx_div(s, lr, fx_bias_correction(s, b1, t));
-        p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, lerp(s, m1, g, 1 - b1), denom)));
+        int step = sx_div(s, lr, fx_bias_correction(s, b1, t)), u = lerp(s, m1, g, 1 - b1);
+        if (caution_masked(s, n, u, g))
+            return;
+        p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, cautious(s, n, u, g), denom)));
     } else if (rule == 1) { /* Adamax */
         int g1 = sx_add(s, g, sx_mul(s, sx_const(s, wd), p)), ag = sx_select(s, sx_lt(s, g1, sx_const(s, 0)),
                                                                               sx_mul(s, sx_const(s, -1), g1), g1);
@@ -403,7 +453,10 @@ static void adamx_update_scalar(const Node *n, Sx *s)
         int denom = sx_add(s, sx_sqrt(s, sx_div(s, v1, fx_bias_correction(s, b2, t))), sx_const(s, eps));
         m1 = sx_add(s, sx_mul(s, m, sx_const(s, b1)), sx_mul(s, sx_mul(s, lr, sx_const(s, 1 - b1)), sx_div(s, g, denom)));
         int avg = sx_in(s, 6), zero = sx_const(s, 0);
-        p1 = sx_minus(s, p, sx_mul(s, sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero), m1));
+        if (caution_masked(s, n, m1, g))
+            return;
+        int rate = sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero);
+        p1 = sx_minus(s, p, sx_mul(s, rate, cautious(s, n, m1, g)));
         if (wd != 0) /* timm's _add_scaled_(param, param, -lr * wd), after the step */
             p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p1));
     } else { /* ADOPT */
@@ -416,9 +469,11 @@ static void adamx_update_scalar(const Node *n, Sx *s)
             ng = sx_select(s, sx_lt(s, c, ng), c, ng);
         }
         m1 = lerp(s, m, ng, 1 - b1);
+        if (caution_masked(s, n, m1, g1))
+            return;
         /* timm's _add_scaled_(param, param, -lr * wd) */
         int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p)) : p;
-        p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, m1)));
+        p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, m1, g1))));
         m1 = sx_select(s, first, m, m1);
         v1 = sx_select(s, first, sx_add(s, v, gg),
                        sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_const(s, 1 - b2), gg)));
@@ -426,10 +481,10 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, m1, m);
     s->out[2] = applied(s, n, v1, v);
-    s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
 }
 
-const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "no_clip"},
+const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8,
+                               .iattr = {"rule", "no_clip", "caution"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp", "max_lr"},
                                .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
                                .scalar = adamx_update_scalar, .batch_from = 4, .amp = OP_AMP_FOLLOW,

@@ -46,9 +46,10 @@ void cpu_adamw_update(const Graph *g, const Node *n, float *const *in, float *co
     double lr = in[4][0], t = (double)*(const int64_t *)(const void *)in[5] + 1;
     double b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2], wd = n->fattr[3];
     double dlr = n->fattr[4] > 0 ? lr * lr / n->fattr[4] : lr;
-    int rule = (int)n->iattr[0];
+    int rule = (int)n->iattr[0], caution = (int)n->iattr[1], apply = n->nin == 7 + (caution == 2);
     double bc1 = fx_bias_correction(b1, t), bc2 = fx_bias_correction(b2, t), rect = rule == 2 ? fx_radam_rect(b2, t) : 0;
-    if (n->nin == 7 && in[6][0] == 0) {
+    double cmean = caution == 2 ? in[6][0] : 0;
+    if (caution != 1 && apply && in[n->nin - 1][0] == 0) {
         memmove(out[0], in[0], (size_t)cnt * sizeof(float));
         memmove(out[1], in[2], (size_t)cnt * sizeof(float));
         memmove(out[2], in[3], (size_t)cnt * sizeof(float));
@@ -56,7 +57,12 @@ void cpu_adamw_update(const Graph *g, const Node *n, float *const *in, float *co
     }
     for (int64_t i = 0; i < cnt; i++) {
         double p, m, v;
-        fx_adam(in[0][i], in[1][i], in[2][i], in[3][i], lr, dlr, bc1, bc2, rect, rule, b1, b2, eps, wd, &p, &m, &v);
+        fx_adam(in[0][i], in[1][i], in[2][i], in[3][i], lr, dlr, bc1, bc2, rect, rule, b1, b2, eps, wd, caution == 2,
+                cmean, &p, &m, &v);
+        if (caution == 1) { /* the mask alone */
+            out[0][i] = 0 < m * in[1][i];
+            continue;
+        }
         out[0][i] = (float)p;
         out[1][i] = (float)m;
         out[2][i] = (float)v;
