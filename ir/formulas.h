@@ -191,6 +191,13 @@ FX_FN void fx_sgd(FX_CTX FX_T p, FX_T g, FX_T buf, FX_T lr, double momentum, dou
     *p1 = SUB(p, MUL(lr, d));
 }
 
+/* fx_sgd's direction with momentum, before lr, from its buf' (timm SGDW's
+ * `grad` after the momentum; decoupled, so no decay in g). */
+FX_FN FX_T fx_sgd_dir(FX_CTX FX_T g, FX_T buf1, double momentum, int nesterov)
+{
+    return nesterov ? ADD(g, MUL(K(momentum), buf1)) : buf1;
+}
+
 /* Adam's bias correction 1 - beta^t at step t (1-based). */
 FX_FN FX_T fx_bias_correction(FX_CTX double beta, FX_T t) { return SUB(K(1), POW(K(beta), t)); }
 

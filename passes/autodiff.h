@@ -81,8 +81,8 @@ typedef struct OptimSpec {
      * (train.py's --lr; the caller sets it, > 0) */
     int corrected;
     double max_lr;
-    /* timm's caution (cadamw, cnadamw, cadopt(w), clion, their corrected
-     * cadamc, cnadamc, cadoptc, clionc): the update's
+    /* timm's caution (cadamw, cnadamw, cadopt(w), clion, csgdw, crmsproptf,
+     * the corrected cadamc, cnadamc, cadoptc, clionc, csgdc): the update's
      * direction masked where it disagrees in sign with the gradient, scaled
      * by the mask's whole-tensor mean (optim_caution_mean) */
     int caution;

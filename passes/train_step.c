@@ -45,7 +45,7 @@ const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy,
                            "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
                            "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, "
                            "adafactorbvc, muon, cadamw, cadamc, cnadamw, cnadamc, cadopt, cadoptw, cadoptc, clion, "
-                           "clionc";
+                           "clionc, csgdw, csgdc, crmsproptf";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -77,10 +77,13 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
         {"rmsproptfc", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10, .decoupled = 1,
                         .corrected = 1}},
+        {"crmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10, .caution = 1}},
         {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
         {"adagrad", {.kind = CT_OPT_ADAGRAD, .eps = 1e-8}},
         {"sgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1}},
         {"sgdc", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .corrected = 1}},
+        {"csgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .caution = 1}},
+        {"csgdc", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .corrected = 1, .caution = 1}},
         /* timm's AdamWLegacy and NAdamLegacy: torch AdamW's rule and torch >= 2.0 NAdam's */
         {"adamwlegacy", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"adamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
@@ -234,8 +237,11 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
     case CT_OPT_NONE:
     case CT_OPT_SGD:
     case CT_OPT_MOMENTUM:
-        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled}, .niattr = 2,
-                       .fattr = {o->momentum, wd, max_lr}, .nfattr = 3, .nslot = 1, .slot = {"momentum_buffer"}};
+        /* timm's SGDW cautions its momentum's direction; with no momentum, none */
+        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled, 0}, .niattr = 3,
+                       .fattr = {o->momentum, wd, max_lr}, .nfattr = 3, .nslot = 1, .slot = {"momentum_buffer"},
+                       .caution = o->caution && o->decoupled && o->momentum != 0};
+        u->iattr[2] = u->caution ? 2 : 0;
         break;
     case CT_OPT_ADAMW:
     case CT_OPT_ADAM:
@@ -271,9 +277,12 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         break;
     case CT_OPT_RMSPROP:
     case CT_OPT_RMSPROPTF:
-        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF, o->decoupled}, .niattr = 2,
+        /* RMSpropTF cautions its momentum buffer; with no momentum, none */
+        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF, o->decoupled}, .niattr = 3,
                        .fattr = {o->alpha, o->eps, wd, o->momentum, max_lr}, .nfattr = 5, .nslot = 2,
-                       .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0}};
+                       .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0},
+                       .caution = o->caution && k == CT_OPT_RMSPROPTF && o->momentum > 0};
+        u->iattr[2] = u->caution ? 2 : 0;
         break;
     case CT_OPT_ADAGRAD:
         *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
@@ -366,7 +375,7 @@ ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int 
 {
     int64_t iattr[6];
     memcpy(iattr, u->iattr, sizeof iattr);
-    iattr[u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update ? 1 : 2] = 1;
+    iattr[u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update ? 1 : 2] = 1; /* ir/ops/optim.c's caution */
     ValueId mask = emit(e, u->op, nin, in, iattr, u->niattr, u->fattr, u->nfattr, 0);
     CtShape s = emit_shape(e, mask);
     ValueId sum = s.ndim ? emit(e, CT_OP_reduce_sum, 1, &mask, (int64_t[]){((int64_t)1 << s.ndim) - 1, 0}, 2, NULL,

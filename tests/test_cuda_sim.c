@@ -332,8 +332,8 @@ int main(void)
      * mask, its mean, the update); cadamw also in f16 with the apply input */
     static const char *const opts[] = {"lamb", "lambc", "lambcd", "lars", "larc", "nlarc", "nadam", "sgdp", "adamp",
                                        "adafactor", "adafactorbv", "muon", "sgdc", "adamc", "rmsproptfc", "lapropc",
-                                       "cadamw", "cnadamw", "cadoptw", "clion"};
-    for (int i = 0; i < 20; i++)
+                                       "cadamw", "cnadamw", "cadoptw", "clion", "csgdw", "crmsproptf"};
+    for (int i = 0; i < 22; i++)
         if (all || i == 0)
             check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
     if (all) {

@@ -70,6 +70,8 @@ OPTIMIZERS = {
     "cadamw": (1e-3, 0.05, {}), "cnadamw": (1e-3, 0.05, {}), "cadopt": (1e-3, 1e-4, {}), "cadoptw": (1e-3, 0.05, {}),
     "clion": (1e-4, 0.05, {}), "cadamc": (1e-3, 0.05, {}),
     "lion{betas=(0.95, 0.5), caution=True}": (1e-4, 0.05, {"betas": (0.95, 0.5), "caution": True}),
+    "csgdw": (0.1, 0.05, {}), "csgdc": (0.1, 0.05, {}), "crmsproptf": (1e-2, 1e-5, {}),
+    "sgdw{caution=True, nesterov=False}": (0.1, 0.05, {"caution": True, "nesterov": False}),
 }
 LR_NOW = 0.5
 STEPS = (1, 10)

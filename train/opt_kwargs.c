@@ -38,10 +38,10 @@ static const struct OptKwarg {
     {"eps", "adafactorbv adafactorbvc", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
     {"eps", "adam adamw adamwlegacy cadamw adamc cadamc nadam nadamlegacy nadamw cnadamw nadamc cnadamc radam adamax "
             "adopt cadopt adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd lars larc nlars nlarc rmsprop "
-            "rmsproptf rmsproptfc adabelief adagrad madgrad madgradw adan adanw laprop lapropc sgdp adamp adafactor "
-            "muon",
+            "rmsproptf crmsproptf rmsproptfc adabelief adagrad madgrad madgradw adan adanw laprop lapropc sgdp adamp "
+            "adafactor muon",
      KW_NUM, offsetof(OptimSpec, eps), 0, 0, NULL},
-    {"nesterov", "sgd momentum sgdw sgdc", KW_NESTEROV, 0, 0, 0, NULL},
+    {"nesterov", "sgd momentum sgdw csgdw sgdc csgdc", KW_NESTEROV, 0, 0, 0, NULL},
     {"nesterov", "sgdp adamp lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
     /* True's AdamW fallback is timm's NAdamW-style one, not built */
     {"nesterov", "muon", KW_DEFAULT, 0, 0, 0, NULL},
@@ -69,9 +69,9 @@ static const struct OptKwarg {
     {"adjust_lr_fn", "muon", KW_CHOICE, offsetof(OptimSpec, adjust_lr), 0, 0, "None|original|match_rms_adamw|rms_to_rms"},
     {"fallback_lr_scale", "muon", KW_NUM, offsetof(OptimSpec, fallback_lr_scale), 0, 0, NULL},
     {"conv_mode", "muon", KW_CHOICE, 0, 0, 0, "flatten"},
-    {"dampening", "sgd momentum sgdw sgdc lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
-    {"alpha", "rmsprop rmsproptf rmsproptfc", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
-    {"centered", "rmsprop rmsproptf rmsproptfc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"dampening", "sgd momentum sgdw csgdw sgdc csgdc lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"alpha", "rmsprop rmsproptf crmsproptf rmsproptfc", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
+    {"centered", "rmsprop rmsproptf crmsproptf rmsproptfc", KW_DEFAULT, 0, 0, 0, NULL},
     {"trust_coeff", "lars larc nlars nlarc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
     {"trust_clip", "lamb lambc lambw lambcw lambcd lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0,
      0, NULL},
@@ -81,7 +81,7 @@ static const struct OptKwarg {
     {"max_grad_norm", "lamb lambc lambw lambcw lambcd", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
     {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"decoupled_decay", "lamb lambc lambw lambcw lambcd", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
-    {"decoupled_decay", "rmsproptf rmsproptfc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"decoupled_decay", "rmsproptf crmsproptf rmsproptfc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"decoupled_decay", "adabelief", KW_DEFAULT, 0, 0, 1, NULL},
     {"decoupled", "adopt cadopt adoptw cadoptw adoptc cadoptc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"clip_exp", "adopt cadopt adoptw cadoptw adoptc cadoptc",
@@ -91,16 +91,16 @@ static const struct OptKwarg {
     {"momentum_decay", "nadam", KW_DEFAULT, 0, 0, 4e-3, NULL},
     {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3, NULL},
     {"amsgrad", "adam adamw adamwlegacy cadamw adamc cadamc adabelief", KW_DEFAULT, 0, 0, 0, NULL},
-    {"corrected_weight_decay", "sgdw sgdc adamwlegacy cadamw adamc cadamc nadamw cnadamw nadamc cnadamc adopt cadopt "
-                               "adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd rmsproptf rmsproptfc lion "
-                               "clion lionc clionc laprop lapropc adafactorbv adafactorbvc",
+    {"corrected_weight_decay", "sgdw csgdw sgdc csgdc adamwlegacy cadamw adamc cadamc nadamw cnadamw nadamc cnadamc "
+                               "adopt cadopt adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd rmsproptf "
+                               "crmsproptf rmsproptfc lion clion lionc clionc laprop lapropc adafactorbv adafactorbvc",
      KW_BOOL, offsetof(OptimSpec, corrected), 0, 0, NULL},
     {"caution", "adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lion lionc cadamw cadamc cnadamw cnadamc cadopt "
-                "cadoptw cadoptc clion clionc", KW_BOOL, offsetof(OptimSpec, caution), 0, 0, NULL},
-    /* not built: their masks are in other update ops (LaProp's with apply passes CT_MAX_IN inputs) or
-     * need norms first */
-    {"caution", "sgdw sgdc lamb lambc lambw lambcw lambcd rmsproptf rmsproptfc adan adanw laprop lapropc sgdp adamp "
-                "adafactor adafactorbv adafactorbvc", KW_DEFAULT, 0, 0, 0, NULL},
+                "cadoptw cadoptc clion clionc sgdw sgdc rmsproptf rmsproptfc csgdw csgdc crmsproptf",
+     KW_BOOL, offsetof(OptimSpec, caution), 0, 0, NULL},
+    /* not built: Adan's inputs and LaProp's with apply would pass CT_MAX_IN; the others need norms first */
+    {"caution", "lamb lambc lambw lambcw lambcd adan adanw laprop lapropc sgdp adamp adafactor adafactorbv "
+                "adafactorbvc", KW_DEFAULT, 0, 0, 0, NULL},
 };
 
 static int in_list(const char *list, const char *name)

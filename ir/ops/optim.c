@@ -14,7 +14,8 @@
  * the optimizer was built with (max_lr 0: lr itself).
  *
  * timm's caution (adamw_update rule 0, adamx_update but rule 1,
- * lion_update: their last iattr, caution) takes two nodes with the
+ * lion_update, sgd_update decoupled with momentum, rmsprop_update tf with
+ * momentum: their last iattr, caution) takes two nodes with the
  * whole-tensor mean between them: with caution 1 the op returns only the
  * mask, 1 where the update direction u and g agree in sign (u g > 0), else
  * 0; with caution 2 it reads one more scalar input after the others
@@ -100,6 +101,8 @@ static int caution_mode(const Node *n)
     case CT_OP_adamw_update: return (int)n->iattr[1];
     case CT_OP_adamx_update: return (int)n->iattr[2];
     case CT_OP_lion_update: return (int)n->iattr[0];
+    case CT_OP_sgd_update:
+    case CT_OP_rmsprop_update: return (int)n->iattr[2];
     default: return 0;
     }
 }
@@ -213,14 +216,21 @@ static int decay_lr(Sx *s, int lr, double max_lr)
 
 static void sgd_update_scalar(const Node *n, Sx *s)
 {
-    int dec = (int)n->iattr[1], p = sx_in(s, 0), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
+    int dec = (int)n->iattr[1], p = sx_in(s, 0), g = sx_in(s, 1), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
     int pd = dec ? decayed(s, p, decay_lr(s, lr, n->fattr[2]), n->fattr[1]) : p;
-    fx_sgd(s, pd, sx_in(s, 1), buf, lr, n->fattr[0], dec ? 0 : n->fattr[1], (int)n->iattr[0], &p1, &buf1);
+    fx_sgd(s, pd, g, buf, lr, n->fattr[0], dec ? 0 : n->fattr[1], (int)n->iattr[0], &p1, &buf1);
+    if (caution_mode(n)) {
+        int u = fx_sgd_dir(s, g, buf1, n->fattr[0], (int)n->iattr[0]);
+        if (caution_masked(s, n, u, g))
+            return;
+        p1 = sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, u, g)));
+    }
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov", "decoupled"},
+const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 6,
+                             .iattr = {"nesterov", "decoupled", "caution"},
                              .fattr = {"momentum", "weight_decay", "max_lr"}, .infer = infer_update, .ref = sx_ref,
                              .fusion = OP_ELEMENTWISE, .scalar = sgd_update_scalar, .batch_from = 3,
                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
@@ -367,7 +377,10 @@ static void rmsprop_update_scalar(const Node *n, Sx *s)
     int p1, buf1 = buf;
     if (mom > 0) { /* TF's form folds lr into the buffer */
         buf1 = sx_add(s, sx_mul(s, sx_const(s, mom), buf), sx_div(s, tf ? sx_mul(s, lr, g1) : g1, avg));
-        p1 = sx_minus(s, p, tf ? buf1 : sx_mul(s, lr, buf1));
+        if (caution_masked(s, n, buf1, g1))
+            return;
+        int u = cautious(s, n, buf1, g1);
+        p1 = sx_minus(s, p, tf ? u : sx_mul(s, lr, u));
     } else {
         p1 = sx_minus(s, p, sx_div(s, sx_mul(s, lr, g1), avg));
     }
@@ -376,7 +389,8 @@ static void rmsprop_update_scalar(const Node *n, Sx *s)
     s->out[2] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf", "decoupled"},
+const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 7,
+                                 .iattr = {"tf", "decoupled", "caution"},
                                  .fattr = {"alpha", "eps", "weight_decay", "momentum", "max_lr"}, .infer = infer_update,
                                  .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = rmsprop_update_scalar,
                                  .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};

@@ -23,18 +23,28 @@ void cpu_sgd_update(const Graph *g, const Node *n, float *const *in, float *cons
 {
     int64_t cnt = cpu_in_numel(g, n, 0);
     double lr = in[3][0], m = n->fattr[0], wd = n->fattr[1], dlr = n->fattr[2] > 0 ? lr * lr / n->fattr[2] : lr;
-    int nesterov = (int)n->iattr[0], decoupled = (int)n->iattr[1];
+    int nesterov = (int)n->iattr[0], decoupled = (int)n->iattr[1], caution = (int)n->iattr[2];
+    int apply = n->nin == 5 + (caution == 2);
     double keep = decoupled ? 1 - dlr * wd : 1; /* SGDW's p *= 1 - lr * wd before the step */
+    double cmean = caution == 2 ? in[4][0] : 0;
     if (decoupled)
         wd = 0;
-    if (n->nin == 5 && in[4][0] == 0) {
+    if (caution != 1 && apply && in[n->nin - 1][0] == 0) {
         memmove(out[0], in[0], (size_t)cnt * sizeof(float));
         memmove(out[1], in[2], (size_t)cnt * sizeof(float));
         return;
     }
     for (int64_t i = 0; i < cnt; i++) {
-        double p, buf;
-        fx_sgd(in[0][i] * keep, in[1][i], in[2][i], lr, m, wd, nesterov, &p, &buf);
+        double p, buf, pd = in[0][i] * keep;
+        fx_sgd(pd, in[1][i], in[2][i], lr, m, wd, nesterov, &p, &buf);
+        if (caution) { /* timm SGDW's: its direction against g */
+            double u = fx_sgd_dir(in[1][i], buf, m, nesterov);
+            if (caution == 1) {
+                out[0][i] = 0 < u * in[1][i];
+                continue;
+            }
+            p = pd - lr * fx_cautious(u, in[1][i], cmean);
+        }
         out[0][i] = (float)p;
         out[1][i] = (float)buf;
     }
