@@ -56,6 +56,7 @@ static int optim_from_name(const char *name, const ModelEntry *m, OptimSpec *o)
     if (optim_defaults(name, o))
         return -1;
     o->weight_decay = o->kind == CT_OPT_ADAMW ? 0.05 : 2e-5;
+    o->max_lr = 0.1; /* train.py's --lr-base: corrected weight decay's kernels */
     o->no_weight_decay = m->no_weight_decay;
     return 0;
 }

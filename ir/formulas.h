@@ -191,6 +191,13 @@ FX_FN void fx_sgd(FX_CTX FX_T p, FX_T g, FX_T buf, FX_T lr, double momentum, dou
     *p1 = SUB(p, MUL(lr, d));
 }
 
+/* fx_sgd's direction with momentum, before lr, from its buf' (timm SGDW's
+ * `grad` after the momentum; decoupled, so no decay in g). */
+FX_FN FX_T fx_sgd_dir(FX_CTX FX_T g, FX_T buf1, double momentum, int nesterov)
+{
+    return nesterov ? ADD(g, MUL(K(momentum), buf1)) : buf1;
+}
+
 /* Adam's bias correction 1 - beta^t at step t (1-based). */
 FX_FN FX_T fx_bias_correction(FX_CTX double beta, FX_T t) { return SUB(K(1), POW(K(beta), t)); }
 
@@ -206,14 +213,19 @@ FX_FN FX_T fx_radam_rect(FX_CTX double b2, FX_T t)
     return SEL(LE(rho, K(5)), K(0), r);
 }
 
+/* timm's cautious direction: u * mask / mean, mask 1 where u g > 0, else 0
+ * (ir/ops/optim.c), NaN staying NaN as torch's product. */
+FX_FN FX_T fx_cautious(FX_CTX FX_T u, FX_T g, FX_T mean) { return MUL(u, DIV(LT(K(0), MUL(u, g)), mean)); }
+
 /* One element of an Adam step (ir/ops/optim.c's rules: 0 torch AdamW, 1
  * Adam, 2 RAdam, 3 timm AdaBelief) given the bias corrections bc1, bc2 and
- * RAdam's rect: p', m', v'. */
-FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T bc1, FX_T bc2, FX_T rect, int rule, double b1,
-                   double b2, double eps, double wd, FX_T *p1, FX_T *m1, FX_T *v1)
+ * RAdam's rect: p', m', v'. dlr: the lr of the decoupled decay; with
+ * caution, m' moves p as fx_cautious against g with the mask's mean cmean. */
+FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T dlr, FX_T bc1, FX_T bc2, FX_T rect, int rule,
+                   double b1, double b2, double eps, double wd, int caution, FX_T cmean, FX_T *p1, FX_T *m1, FX_T *v1)
 {
     if (rule == 0 || rule == 3)
-        p = MUL(p, SUB(K(1), MUL(lr, K(wd))));
+        p = MUL(p, SUB(K(1), MUL(dlr, K(wd))));
     else
         g = ADD(g, MUL(K(wd), p));
     *m1 = ADD(MUL(K(b1), m), MUL(K(1 - b1), g));
@@ -221,7 +233,7 @@ FX_FN void fx_adam(FX_CTX FX_T p, FX_T g, FX_T m, FX_T v, FX_T lr, FX_T bc1, FX_
     *v1 = ADD(MUL(K(b2), v), MUL(MUL(K(1 - b2), r), r));
     if (rule == 3)
         *v1 = ADD(*v1, K(eps));
-    FX_T step = MUL(DIV(lr, bc1), *m1);
+    FX_T step = MUL(DIV(lr, bc1), caution ? fx_cautious(FX_ARG * m1, g, cmean) : *m1);
     if (rule == 2)
         *p1 = SUB(p, SEL(rect, DIV(MUL(MUL(step, rect), SQRT(bc2)), ADD(SQRT(*v1), K(eps))), step));
     else

@@ -22,6 +22,7 @@
 #ifndef CTIMM_AUTODIFF_H
 #define CTIMM_AUTODIFF_H
 
+#include "ir/emit.h"
 #include "ir/ir.h"
 
 /* grads[k]: the gradient value of wrt[k] (zeros when loss does not depend on
@@ -42,9 +43,10 @@ typedef struct LossSpec {
 } LossSpec;
 
 /* timm's optimizer names: 'sgd' is SGD with nesterov momentum, 'momentum'
- * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping; the
- * '...w' variants (sgdw, adoptw, madgradw, adanw) are their kinds with
- * OptimSpec.decoupled (adanw: no_prox). */
+ * without; 'lambc' and 'larc' are LAMB and LARS with trust clipping, 'nlars'
+ * and 'nlarc' LARS and LARC with nesterov momentum; the '...w' variants
+ * (sgdw, adoptw, madgradw, adanw) are their kinds with OptimSpec.decoupled
+ * (adanw: no_prox). */
 typedef enum CtOptKind {
     CT_OPT_NONE, CT_OPT_SGD, CT_OPT_MOMENTUM, CT_OPT_ADAMW, CT_OPT_ADAM, CT_OPT_NADAM, CT_OPT_RADAM,
     CT_OPT_LAMB, CT_OPT_LARS, CT_OPT_RMSPROP, CT_OPT_RMSPROPTF, CT_OPT_ADABELIEF, CT_OPT_ADAGRAD,
@@ -71,13 +73,23 @@ typedef struct OptimSpec {
     double max_grad_norm;            /* lamb: global gradient-norm clipping, <= 0 none */
     int nadam_legacy;                /* nadam: torch < 2.0's mu_product rule (tests) */
     double beta3;                    /* adan: the third beta */
-    /* sgd, momentum (SGDW), adopt, madgrad: decoupled weight decay
+    /* sgd, momentum (SGDW), adopt, madgrad, rmsproptf: decoupled weight decay
      * (p *= 1 - lr * wd) instead of L2 on the gradient; adan: no_prox */
     int decoupled;
+    /* timm's corrected_weight_decay (adamc, sgdc, ...): decoupled decay by
+     * lr^2 / max_lr for lr, max_lr the lr the optimizer is built with
+     * (train.py's --lr; the caller sets it, > 0) */
+    int corrected;
+    double max_lr;
+    /* timm's caution (cadamw, cnadamw, cadopt(w), clion, csgdw, crmsproptf,
+     * the corrected cadamc, cnadamc, cadoptc, clionc, csgdc): the update's
+     * direction masked where it disagrees in sign with the gradient, scaled
+     * by the mask's whole-tensor mean (optim_caution_mean) */
+    int caution;
     double clip_exp;                 /* adopt: the normalized gradient clipped to (step - 1)^clip_exp */
     int no_clip;                     /* adopt: clip_exp None */
     int decoupled_decay;             /* lamb (lambw, lambcw): p decays by lr * wd instead of wd * p in the update */
-    int nesterov;                    /* sgdp, adamp */
+    int nesterov;                    /* sgdp, adamp, lars (nlars, nlarc) */
     double delta, wd_ratio;          /* sgdp, adamp: the projection's cosine threshold, its weight-decay ratio */
     /* adafactor: clip_threshold of the update's RMS, decay_rate (beta2 of
      * step t: 1 - t^decay_rate), beta1 (0: none), eps added to g^2;
@@ -152,12 +164,13 @@ extern const char optim_names[];
 typedef struct OptimOp {
     CtOp op;
     int64_t iattr[6];
-    double fattr[6];
+    double fattr[CT_MAX_FATTR];
     int niattr, nfattr, nslot, nscalar, step, clip, lr_avg;
     const char *slot[4], *scalar[1];
     double slot_init[4], scalar_init[1];
     int slot_reduce[4], slot_keepdim;
     double lr_mul;
+    int caution; /* the op reads optim_caution_mean's scalar after its other inputs, before apply */
 } OptimOp;
 /* optim_param_op for a param whose shape does not matter (which slots and
  * inputs the kind has; Adafactor's as for a param it does not factor). */
@@ -166,6 +179,11 @@ void optim_op(const OptimSpec *o, double wd, OptimOp *out);
 void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp *out);
 /* The shape of slot k of a param of shape p. */
 CtShape optim_slot_shape(const OptimOp *u, int k, const CtShape *p);
+/* For u with caution: the node of u's mask (u's op with caution 1 on its
+ * inputs in[0..nin), no apply) and its mean over the whole tensor clamped
+ * to at least 1e-3 (timm's mask.mean().clamp_(min=1e-3)), u's caution
+ * input; -1 when emitting fails. */
+ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int nin);
 
 typedef struct TrainStep {
     ValueId target, lr, loss_scale, loss;

@@ -40,10 +40,12 @@ static ValueId add_slot(Graph *g, const Value *p, CtType t, const char *what, do
     return v;
 }
 
-const char optim_names[] = "sgd, momentum, sgdw, adam, adamw, adamwlegacy, nadam, nadamlegacy, nadamw, radam, "
-                           "adamax, adopt, adoptw, lamb, lambc, lambw, lambcw, lars, larc, rmsprop, rmsproptf, "
-                           "adabelief, adagrad, lion, madgrad, madgradw, adan, adanw, laprop, sgdp, adamp, adafactor, "
-                           "adafactorbv, muon";
+const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy, adamc, nadam, nadamlegacy, "
+                           "nadamw, nadamc, radam, adamax, adopt, adoptw, adoptc, lamb, lambc, lambw, lambcw, lambcd, "
+                           "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
+                           "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, "
+                           "adafactorbvc, muon, cadamw, cadamc, cnadamw, cnadamc, cadopt, cadoptw, cadoptc, clion, "
+                           "clionc, csgdw, csgdc, crmsproptf";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -64,26 +66,54 @@ int optim_defaults(const char *name, OptimSpec *o)
                    .decoupled_decay = 1}},
         {"lambcw", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
                     .trust_clip = 1, .decoupled_decay = 1}},
+        {"lambcd", {.kind = CT_OPT_LAMB, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .max_grad_norm = 1,
+                    .decoupled_decay = 1, .corrected = 1}},
         {"lars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8}},
         {"larc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1}},
+        {"nlars", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .nesterov = 1}},
+        {"nlarc", {.kind = CT_OPT_LARS, .momentum = 0.9, .trust_coeff = 1e-3, .eps = 1e-8, .trust_clip = 1,
+                   .nesterov = 1}},
         {"rmsprop", {.kind = CT_OPT_RMSPROP, .momentum = 0.9, .alpha = 0.9, .eps = 1e-8}},
         {"rmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10}},
+        {"rmsproptfc", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10, .decoupled = 1,
+                        .corrected = 1}},
+        {"crmsproptf", {.kind = CT_OPT_RMSPROPTF, .momentum = 0.9, .alpha = 0.9, .eps = 1e-10, .caution = 1}},
         {"adabelief", {.kind = CT_OPT_ADABELIEF, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-16}},
         {"adagrad", {.kind = CT_OPT_ADAGRAD, .eps = 1e-8}},
         {"sgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1}},
+        {"sgdc", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .corrected = 1}},
+        {"csgdw", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .caution = 1}},
+        {"csgdc", {.kind = CT_OPT_SGD, .momentum = 0.9, .decoupled = 1, .corrected = 1, .caution = 1}},
         /* timm's AdamWLegacy and NAdamLegacy: torch AdamW's rule and torch >= 2.0 NAdam's */
         {"adamwlegacy", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"adamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
+        {"cadamw", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .caution = 1}},
+        {"cadamc", {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1, .caution = 1}},
         {"nadamlegacy", {.kind = CT_OPT_NADAM, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"nadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+        {"nadamc", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1}},
+        {"cnadamw", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .caution = 1}},
+        {"cnadamc", {.kind = CT_OPT_NADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .corrected = 1, .caution = 1}},
         {"adamax", {.kind = CT_OPT_ADAMAX, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
         {"adopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333}},
         {"adoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1}},
+        {"adoptc", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .decoupled = 1,
+                    .corrected = 1}},
+        {"cadopt", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333, .caution = 1}},
+        {"cadoptw", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333,
+                     .decoupled = 1, .caution = 1}},
+        {"cadoptc", {.kind = CT_OPT_ADOPT, .beta1 = 0.9, .beta2 = 0.9999, .eps = 1e-6, .clip_exp = 0.333,
+                     .decoupled = 1, .corrected = 1, .caution = 1}},
         {"lion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99}},
+        {"lionc", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .corrected = 1}},
+        {"clion", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .caution = 1}},
+        {"clionc", {.kind = CT_OPT_LION, .beta1 = 0.9, .beta2 = 0.99, .corrected = 1, .caution = 1}},
         {"madgrad", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6}},
         {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
         {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
         {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
+        {"lapropc", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15, .corrected = 1}},
         {"sgdp", {.kind = CT_OPT_SGDP, .momentum = 0.9, .nesterov = 1, .eps = 1e-8, .delta = 0.1, .wd_ratio = 0.1}},
         {"adamp", {.kind = CT_OPT_ADAMP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .nesterov = 1, .delta = 0.1,
                    .wd_ratio = 0.01}},
@@ -93,6 +123,8 @@ int optim_defaults(const char *name, OptimSpec *o)
                        .min_dim_size_to_factor = 16}},
         {"adafactorbv", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
                          .min_dim_size_to_factor = 16}},
+        {"adafactorbvc", {.kind = CT_OPT_ADAFACTORBV, .momentum = 0.9, .decay_rate = 0.8, .beta2_cap = 0.999,
+                          .min_dim_size_to_factor = 16, .corrected = 1}},
         {"muon", {.kind = CT_OPT_MUON, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-7, .ns_steps = 5,
                   .ns_preset = 1, .safety_factor = 1, .adjust_lr = CT_MUON_ADJUST_MATCH_RMS_ADAMW,
                   .fallback_lr_scale = 1}},
@@ -199,13 +231,17 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
 {
     CtOptKind k = o->kind;
     int dc, dr;
+    double max_lr = o->corrected ? o->max_lr : 0;
     *u = (OptimOp){.nfattr = 4, .nslot = 2, .slot = {"exp_avg", "exp_avg_sq"}, .step = 1};
     switch (k) {
     case CT_OPT_NONE:
     case CT_OPT_SGD:
     case CT_OPT_MOMENTUM:
-        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled}, .niattr = 2,
-                       .fattr = {o->momentum, wd}, .nfattr = 2, .nslot = 1, .slot = {"momentum_buffer"}};
+        /* timm's SGDW cautions its momentum's direction; with no momentum, none */
+        *u = (OptimOp){.op = CT_OP_sgd_update, .iattr = {k == CT_OPT_SGD, o->decoupled, 0}, .niattr = 3,
+                       .fattr = {o->momentum, wd, max_lr}, .nfattr = 3, .nslot = 1, .slot = {"momentum_buffer"},
+                       .caution = o->caution && o->decoupled && o->momentum != 0};
+        u->iattr[2] = u->caution ? 2 : 0;
         break;
     case CT_OPT_ADAMW:
     case CT_OPT_ADAM:
@@ -215,6 +251,8 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->iattr[0] = k == CT_OPT_ADAMW ? 0 : k == CT_OPT_ADAM ? 1 : k == CT_OPT_RADAM ? 2 : 3;
         u->niattr = 1;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->fattr[4] = max_lr, u->nfattr = 5;
+        u->caution = k == CT_OPT_ADAMW && o->caution, u->iattr[1] = u->caution ? 2 : 0, u->niattr = 2;
         if (k == CT_OPT_ADABELIEF)
             u->slot[1] = "exp_avg_var";
         break;
@@ -230,24 +268,29 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->iattr[0] = o->trust_clip, u->iattr[1] = o->always_adapt, u->iattr[2] = u->clip;
         u->iattr[3] = o->decoupled_decay, u->niattr = 4;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
+        u->fattr[4] = o->decoupled_decay ? max_lr : 0, u->nfattr = 5; /* timm's max_lr None without it */
         break;
     case CT_OPT_LARS:
-        *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {0, o->trust_clip, o->always_adapt}, .niattr = 3,
-                       .fattr = {o->momentum, wd, o->trust_coeff, o->eps}, .nfattr = 4, .nslot = 1,
+        *u = (OptimOp){.op = CT_OP_lars_update, .iattr = {o->nesterov, o->trust_clip, o->always_adapt},
+                       .niattr = 3, .fattr = {o->momentum, wd, o->trust_coeff, o->eps}, .nfattr = 4, .nslot = 1,
                        .slot = {"momentum_buffer"}};
         break;
     case CT_OPT_RMSPROP:
     case CT_OPT_RMSPROPTF:
-        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF}, .niattr = 1,
-                       .fattr = {o->alpha, o->eps, wd, o->momentum}, .nfattr = 4, .nslot = 2,
-                       .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0}};
+        /* RMSpropTF cautions its momentum buffer; with no momentum, none */
+        *u = (OptimOp){.op = CT_OP_rmsprop_update, .iattr = {k == CT_OPT_RMSPROPTF, o->decoupled}, .niattr = 3,
+                       .fattr = {o->alpha, o->eps, wd, o->momentum, max_lr}, .nfattr = 5, .nslot = 2,
+                       .slot = {"square_avg", "momentum_buffer"}, .slot_init = {k == CT_OPT_RMSPROPTF, 0},
+                       .caution = o->caution && k == CT_OPT_RMSPROPTF && o->momentum > 0};
+        u->iattr[2] = u->caution ? 2 : 0;
         break;
     case CT_OPT_ADAGRAD:
         *u = (OptimOp){.op = CT_OP_adagrad_update, .fattr = {o->eps, wd}, .nfattr = 2, .nslot = 1, .slot = {"sum"}};
         break;
     case CT_OPT_LION:
-        *u = (OptimOp){.op = CT_OP_lion_update, .fattr = {o->beta1, o->beta2, wd}, .nfattr = 3, .nslot = 1,
-                       .slot = {"exp_avg"}};
+        *u = (OptimOp){.op = CT_OP_lion_update, .iattr = {o->caution ? 2 : 0}, .niattr = 1,
+                       .fattr = {o->beta1, o->beta2, wd, max_lr}, .nfattr = 4, .nslot = 1, .slot = {"exp_avg"},
+                       .caution = o->caution};
         break;
     case CT_OPT_NADAMW:
     case CT_OPT_ADAMAX:
@@ -256,9 +299,10 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->op = CT_OP_adamx_update;
         u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : k == CT_OPT_LAPROP ? 4 : o->decoupled ? 3 : 2;
         u->lr_avg = k == CT_OPT_LAPROP;
-        u->iattr[1] = o->no_clip, u->niattr = 2;
+        u->caution = o->caution && k != CT_OPT_ADAMAX && k != CT_OPT_LAPROP;
+        u->iattr[1] = o->no_clip, u->iattr[2] = u->caution ? 2 : 0, u->niattr = 3;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
-        u->fattr[4] = o->clip_exp, u->nfattr = 5;
+        u->fattr[4] = o->clip_exp, u->fattr[5] = max_lr, u->nfattr = 6;
         if (k == CT_OPT_ADAMAX)
             u->slot[1] = "exp_inf";
         break;
@@ -292,9 +336,9 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         factored_dims(shape, 1, o->min_dim_size_to_factor, &dc, &dr);
         *u = (OptimOp){.op = CT_OP_adafactorbv_update,
                        .iattr = {dc, dr, o->momentum != 0, !o->momentum_f32, o->unscaled_wd, o->decay_offset},
-                       .niattr = 6, .nfattr = 6, .step = 1,
+                       .niattr = 6, .nfattr = 7, .step = 1,
                        .fattr = {o->eps > 0 ? o->eps : 1e-30, o->clip_threshold, o->decay_rate, o->momentum, wd,
-                                 o->beta2_cap}};
+                                 o->beta2_cap, max_lr}};
         adafactor_slots(u, 1, dc, dr, o->momentum != 0);
         break;
     case CT_OPT_MUON:
@@ -325,6 +369,20 @@ static ValueId add_loss(Emitter *e, ValueId logits, ValueId target, const LossSp
                     (double[]){l->smoothing, l->bce_threshold, l->bce_pos_weight}, 3, 0);
     }
     return emit_fail(e, "unknown loss kind %d", (int)l->kind);
+}
+
+ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int nin)
+{
+    int64_t iattr[6];
+    memcpy(iattr, u->iattr, sizeof iattr);
+    iattr[u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update ? 1 : 2] = 1; /* ir/ops/optim.c's caution */
+    ValueId mask = emit(e, u->op, nin, in, iattr, u->niattr, u->fattr, u->nfattr, 0);
+    CtShape s = emit_shape(e, mask);
+    ValueId sum = s.ndim ? emit(e, CT_OP_reduce_sum, 1, &mask, (int64_t[]){((int64_t)1 << s.ndim) - 1, 0}, 2, NULL,
+                                0, 0)
+                         : mask;
+    ValueId mean = emit(e, CT_OP_scale_shift, 1, &sum, NULL, 0, (double[]){1.0 / (double)shape_numel(&s), 0}, 2, 0);
+    return emit(e, CT_OP_clamp, 1, &mean, NULL, 0, (double[]){1e-3, INFINITY}, 2, 0);
 }
 
 /* The update of param p and its assign nodes; clip: LAMB's clip input or -1.
@@ -369,6 +427,8 @@ static ValueId add_update(Emitter *e, ValueId p, ValueId grad, ValueId lr, Value
         emit(e, CT_OP_assign, 2, (ValueId[]){avg, next}, NULL, 0, NULL, 0, 0);
         in[nin++] = next;
     }
+    if (u.caution)
+        in[nin] = optim_caution_mean(e, &u, in, nin), nin++;
     if (apply >= 0)
         in[nin++] = apply;
     ValueId out = emit(e, u.op, nin, in, u.iattr, u.niattr, u.fattr, u.nfattr, 0);

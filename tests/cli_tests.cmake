@@ -218,17 +218,23 @@ set_tests_properties(train_model_kwargs_refused PROPERTIES FIXTURES_REQUIRED sha
 
 # --opt-kwargs: Lion with other betas trains two batches of 8 (and keeps its
 # exp_avg state, the words in the checkpoint's args); refused by name: a key
-# the optimizer lacks, one train.py passes itself, one from a train.py YAML.
+# the optimizer lacks, one train.py passes itself, one from a train.py YAML,
+# nesterov LARS without momentum and corrected weight decay with lr 0 (timm's
+# ValueErrors).
 add_test(NAME train_opt_kwargs COMMAND sh -c
   "rm -rf optkw-out && sh ${CMAKE_CURRENT_SOURCE_DIR}/make_small_shapes.sh data/shapes-64 optkw-shapes 2 1 && \
    ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --img-size 32 --lr 1e-4 -j 1 --epochs 1 --opt lion \
      --opt-kwargs 'betas=(0.95, 0.98)' --output optkw-out && \
    grep -aq 'optim.fc.weight.exp_avg' optkw-out/last.state.safetensors && \
    grep -aq 'opt_kwargs[^}]*betas[^}]*(0.95, 0.98)' optkw-out/last.state.safetensors && \
-   ${FAIL} \"--opt-kwargs no_prox=True: --opt lion takes no 'no_prox' in ctimm \\(its keys: betas caution\\)\" \
+   ${FAIL} \"--opt-kwargs no_prox=True: --opt lion takes no 'no_prox' in ctimm \\(its keys: betas corrected_weight_decay caution\\)\" \
      ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt lion --opt-kwargs no_prox=True && \
    ${FAIL} 'train.py passes weight_decay to create_optimizer_v2 itself \\(--weight-decay\\)' \
      ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt adamw --opt-kwargs weight_decay=0.1 && \
+   ${FAIL} '--opt nlars: Nesterov momentum requires a momentum' \
+     ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt nlars --momentum 0 && \
+   ${FAIL} '--opt adamc: corrected weight decay requires a positive max lr, got --lr 0' \
+     ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 --opt adamc --lr 0 && \
    printf 'opt: adan\\nopt_kwargs:\\n  betas:\\n  - 0.9\\n  - 0.99\\n' > optkw.yaml && \
    ${FAIL} 'betas=\\(0.9, 0.99\\): betas takes a tuple of 3 numbers' ${CMAKE_BINARY_DIR}/ctimm-train optkw-shapes -b 8 -c optkw.yaml")
 set_tests_properties(train_opt_kwargs PROPERTIES FIXTURES_REQUIRED shapes_data

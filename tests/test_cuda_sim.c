@@ -241,6 +241,7 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
     CT_ASSERT(optim_defaults(opt, &p.opt) == 0);
     p.opt.skip_nonfinite = low == CT_F16;
     p.opt.weight_decay = strcmp(opt, "sgd") ? 0.01 : 0; /* LAMB's and LARS's trust ratios need it */
+    p.opt.max_lr = 0.2; /* corrected weight decay's: not the step's lr 0.1, so lr^2 / max_lr is not lr */
     if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
         CHECKF(0, "%s: %s", name, err.msg);
         graph_free(&g);
@@ -326,14 +327,19 @@ int main(void)
     }
     /* the library updates (whole-tensor norms, scalar state) in a whole
      * step; LAMB's also in f16 with GradScaler's apply input (each kernel's
-     * skipped step: test_optim_norm, test_lib_kernels) */
-    static const char *const opts[] = {"lamb", "lambc", "lars", "larc", "nadam", "sgdp", "adamp", "adafactor",
-                                       "adafactorbv", "muon"};
-    for (int i = 0; i < 10; i++)
+     * skipped step: test_optim_norm, test_lib_kernels); corrected weight
+     * decay in LAMB's kernels and in fused updates; cautious updates (the
+     * mask, its mean, the update); cadamw also in f16 with the apply input */
+    static const char *const opts[] = {"lamb", "lambc", "lambcd", "lars", "larc", "nlarc", "nadam", "sgdp", "adamp",
+                                       "adafactor", "adafactorbv", "muon", "sgdc", "adamc", "rmsproptfc", "lapropc",
+                                       "cadamw", "cnadamw", "cadoptw", "clion", "csgdw", "crmsproptf"};
+    for (int i = 0; i < 22; i++)
         if (all || i == 0)
             check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
-    if (all)
+    if (all) {
         check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[0]);
+        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadamw");
+    }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;

@@ -104,14 +104,14 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bce_grad_f32"))
         ct_bce_grad_f32(F(0), P(1), F(2), F(3), F(4), I(5), I(6), R(7), R(8), R(9), I(10));
     else if (!strcmp(k, "ct_sq_partials_f32"))
-        ct_sq_partials_f32(F(0), F(1), R(2), F(3), F(4), (double *)P(5), (double *)P(6), I(7), I(8), I(9));
+        ct_sq_partials_f32(F(0), F(1), R(2), D(3), F(4), F(5), (double *)P(6), (double *)P(7), I(8), I(9), I(10));
     else if (!strcmp(k, "ct_lamb_moments_f32"))
         ct_lamb_moments_f32(F(0), F(1), F(2), F(3), F(4), P(5), F(6), F(7), F(8), F(9), F(10), I(11), R(12), R(13),
                             R(14), R(15), I(16));
     else if (!strcmp(k, "ct_lamb_ratio_f32"))
         ct_lamb_ratio_f32((double *)P(0), I(1), (double *)P(2), R(3), I(4), I(5));
     else if (!strcmp(k, "ct_lamb_apply_f32"))
-        ct_lamb_apply_f32(F(0), F(1), (double *)P(2), F(3), F(4), F(5), I(6), R(7), I(8));
+        ct_lamb_apply_f32(F(0), F(1), (double *)P(2), F(3), F(4), F(5), I(6), R(7), I(8), D(9));
     else if (!strcmp(k, "ct_lars_ratio_f32"))
         ct_lars_ratio_f32((double *)P(0), I(1), F(2), (double *)P(3), R(4), R(5), R(6), I(7), I(8));
     else if (!strcmp(k, "ct_lars_apply_f32"))
@@ -150,7 +150,7 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_af_clip_f32((double *)P(0), I(1), I(2), (double *)P(3), R(4));
     else if (!strcmp(k, "ct_af_apply_f32"))
         ct_af_apply_f32(F(0), (double *)P(1), (double *)P(2), F(3), F(4), F(5), F(6), F(7), I(8), D(9), R(10), I(11),
-                        I(12), I(13));
+                        I(12), I(13), D(14));
     else if (!strcmp(k, "ct_muon_moments_f32"))
         ct_muon_moments_f32(F(0), F(1), F(2), F(3), (double *)P(4), I(5), I(6), D(7), I(8));
     else if (!strcmp(k, "ct_muon_norm_f32"))

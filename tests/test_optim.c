@@ -40,6 +40,10 @@ typedef struct Case {
 enum { STEPS = 10 };
 /* step k's gradients are timm's times scales[k - 1] (tools/make_opt_refs.py's SCALES) */
 static const double scales[STEPS] = {1, -0.5, 2, 0.25, -1, 1.5, 0.75, -2, 0.5, 1};
+/* an optimizer with corrected weight decay steps at this times the lr it
+ * was built with, its max_lr (the script's LR_NOW); a cautious one's
+ * gradients flip sign where (flattened index + step) % 3 is 0 */
+static const double lr_now = 0.5;
 
 /* One param's update op, run a step at a time with its state fed back:
  * buf[0] the param, buf[1] the gradient, then the slots and scalars. */
@@ -91,7 +95,10 @@ static int oprun_open(OpRun *r, const OptimOp *u, CtShape s, const float *p, dou
         in[r->nin] = graph_add_value(&r->g, (CtType){{0}, CT_F32}, CT_ROLE_INPUT, "exp_avg_lr_1");
         r->tin[r->nin++] = (CtTensor){{{0}, CT_F32}, &r->lr_avg};
     }
-    emit(&e, u->op, r->nin, in, u->iattr, u->niattr, u->fattr, u->nfattr, 0);
+    int nin = r->nin;
+    if (u->caution) /* the mask's mean, computed in the graph */
+        in[nin] = optim_caution_mean(&e, u, in, nin), nin++;
+    emit(&e, u->op, nin, in, u->iattr, u->niattr, u->fattr, u->nfattr, 0);
     CHECKF(!e.failed, "%s", e.err.msg);
     if (e.failed)
         return -1;
@@ -153,6 +160,7 @@ static void case_spec(const Case *c, int legacy, OptimSpec *o)
     CHECK(optim_defaults(opt, o) == 0);
     CHECKF(opt_kwargs_apply(opt, c->kwargs, nkw, 0, 0, o, &err) == 0, "%s: %s", c->name, err.msg);
     o->weight_decay = c->wd;
+    o->max_lr = c->lr;
     o->nadam_legacy = legacy && !strcmp(opt, "nadam"); /* timm's nadamlegacy has torch 2's rule */
     if (c->momentum >= 0)
         o->momentum = c->momentum;
@@ -178,10 +186,10 @@ static void run_param(const StFile *ref, const StFile *vec, const Case *c, const
     int64_t n = st_numel(p);
     float *g = malloc(sizeof(float) * (size_t)n);
     OpRun r;
-    if (oprun_open(&r, &u, shape_make(p->ndim, p->shape), p->data, c->lr, be) == 0)
+    if (oprun_open(&r, &u, shape_make(p->ndim, p->shape), p->data, o.corrected ? c->lr * lr_now : c->lr, be) == 0)
         for (int st = 1; st <= STEPS; st++) {
             for (int64_t i = 0; i < n; i++)
-                g[i] = (float)(((float *)gr->data)[i] * scales[st - 1]);
+                g[i] = (float)(((float *)gr->data)[i] * scales[st - 1] * (o.caution && (i + st) % 3 == 0 ? -1 : 1));
             if (oprun_step(&r, g, clip_sq * scales[st - 1] * scales[st - 1]))
                 break;
             snprintf(key, sizeof key, "%s.step%d.%s", c->name, st, pname);
@@ -228,6 +236,9 @@ static void test_train_step_wiring(void)
         {"laprop", 4e-4, 0.05, -1, {0}}, {"adan", 1e-3, 0.02, -1, {0}},     {"madgrad", 1e-3, 1e-4, -1, {0}},
         {"adoptw", 1e-3, 0.05, -1, {0}}, {"lion", 1e-4, 0.05, -1, {0}},     {"sgdw", 0.1, 0.05, -1, {0}},
         {"nadamw", 1e-3, 0.05, -1, {0}}, {"adamax", 2e-3, 1e-4, -1, {0}}, {"nadam", 2e-3, 1e-4, -1, {0}},
+        {"sgdc", 0.1, 0.05, -1, {0}},    {"lapropc", 4e-4, 0.05, -1, {0}},  {"rmsproptfc", 1e-2, 0.05, -1, {0}},
+        {"clion", 1e-4, 0.05, -1, {0}},  {"cadamw", 1e-3, 0.05, -1, {0}},   {"cadoptw", 1e-3, 0.05, -1, {0}},
+        {"csgdw", 0.1, 0.05, -1, {0}},   {"crmsproptf", 1e-2, 1e-5, -1, {0}},
     };
     static const double lr_scale[NSTEP] = {1, 0.5, 2};
     enum { SKIPPED = 1 };
@@ -326,13 +337,19 @@ static void test_kwargs(void)
     CHECK(o.max_grad_norm == 0);
     kwarg_case("madgrad", "decoupled_decay=True", 0, NULL, &o);
     CHECK(o.decoupled == 1);
-    kwarg_case("lion", "no_prox=True", 0, "--opt lion takes no 'no_prox' in ctimm (its keys: betas caution)", &o);
+    kwarg_case("lion", "no_prox=True", 0,
+               "--opt lion takes no 'no_prox' in ctimm (its keys: betas corrected_weight_decay caution)", &o);
     kwarg_case("adamw", "weight_decay=0.1", 0, "train.py passes weight_decay to create_optimizer_v2 itself", &o);
     kwarg_case("madgrad", "momentum=0.5", 0, "(--momentum)", &o);
     kwarg_case("adamw", "eps=1e-6", 1, "(--opt-eps)", &o);
     kwarg_case("adan", "betas=(0.9, 0.99)", 0, "betas takes a tuple of 3 numbers", &o);
     kwarg_case("lion", "betas=(0.9, 1.5)", 0, "each beta must be in [0, 1)", &o);
-    kwarg_case("lion", "caution=True", 0, "ctimm implements --opt lion with caution=0 only", &o);
+    kwarg_case("adan", "caution=True", 0, "ctimm implements --opt adan with caution=0 only", &o);
+    kwarg_case("lion", "caution=True", 0, NULL, &o);
+    CHECK(o.caution == 1);
+    kwarg_case("cadoptw", "caution=False", 0, NULL, &o);
+    CHECK(o.caution == 0 && o.decoupled == 1);
+    kwarg_case("laprop", "caution=True", 0, "ctimm implements --opt laprop with caution=0 only", &o);
     kwarg_case("adamw", "eps=small", 0, "eps takes a number", &o);
     kwarg_case("adopt", "decoupled=maybe", 0, "decoupled takes True or False", &o);
     kwarg_case("adamw", "novalue", 0, "expected KEY=VALUE", &o);
@@ -341,6 +358,17 @@ static void test_kwargs(void)
     CHECK(o.wd_ratio == 0.2 && o.delta == 0.1);
     kwarg_case("adamp", "nesterov=False", 0, NULL, &o);
     CHECK(o.nesterov == 0);
+    kwarg_case("lion", "corrected_weight_decay=True", 0, NULL, &o);
+    CHECK(o.corrected == 1);
+    kwarg_case("sgdc", "nesterov=False", 0, NULL, &o);
+    CHECK(o.kind == CT_OPT_MOMENTUM && o.decoupled == 1 && o.corrected == 1);
+    kwarg_case("rmsproptf", "decoupled_decay=True", 0, NULL, &o);
+    CHECK(o.decoupled == 1);
+    kwarg_case("adafactorbv", "corrected_weight_decay=True", 0, NULL, &o); /* its steps: test_optim_norm */
+    CHECK(o.corrected == 1);
+    kwarg_case("nlarc", "nesterov=False", 0, NULL, &o);
+    CHECK(o.nesterov == 0 && o.trust_clip == 1);
+    kwarg_case("lars", "dampening=0.1", 0, "ctimm implements --opt lars with dampening=0 only", &o);
     kwarg_case("lambw", "decoupled_decay=False", 0, NULL, &o);
     CHECK(o.decoupled_decay == 0);
     kwarg_case("adafactor", "betas=None", 0, NULL, &o);
@@ -374,6 +402,8 @@ int main(void)
         {"adam", 1e-3, 1e-4, -1, {0}},      {"nadam", 2e-3, 1e-4, -1, {0}},     {"radam", 1e-3, 1e-4, -1, {0}},
         {"lamb", 5e-3, 0.02, -1, {0}},      {"lambc", 5e-3, 0.02, -1, {0}},     {"lars", 0.1, 1e-4, -1, {0}},
         {"larc", 0.1, 1e-4, -1, {0}},       {"rmsprop", 1e-3, 1e-5, -1, {0}},   {"rmsproptf", 1e-3, 1e-5, -1, {0}},
+        {"nlars", 0.1, 1e-4, -1, {0}},      {"nlarc", 0.1, 1e-4, -1, {0}},
+        {"lars{nesterov=True}", 0.1, 1e-4, -1, {"nesterov=True"}},
         {"adabelief", 1e-3, 0.05, -1, {0}}, {"adagrad", 1e-2, 1e-4, -1, {0}},   {"sgdw", 0.1, 0.05, -1, {0}},
         {"sgdw{nesterov=False}", 0.1, 0.05, -1, {"nesterov=False"}},
         {"adamwlegacy", 1e-3, 0.05, -1, {0}}, {"nadamlegacy", 2e-3, 1e-4, -1, {0}},
@@ -396,6 +426,17 @@ int main(void)
         {"adanw", 1e-3, 0.02, -1, {0}},
         {"laprop", 4e-4, 0.05, -1, {0}},
         {"laprop{betas=(0.8, 0.99)}", 4e-4, 0.05, -1, {"betas=(0.8, 0.99)"}},
+        {"rmsproptf{decoupled_decay=True}", 1e-2, 0.05, -1, {"decoupled_decay=True"}},
+        {"adamc", 1e-3, 0.05, -1, {0}},     {"nadamc", 1e-3, 0.05, -1, {0}},     {"sgdc", 0.1, 0.05, -1, {0}},
+        {"adoptc", 1e-3, 0.05, -1, {0}},    {"lambcd", 5e-3, 0.02, -1, {0}},     {"lionc", 1e-4, 0.05, -1, {0}},
+        {"lapropc", 4e-4, 0.05, -1, {0}},   {"rmsproptfc", 1e-2, 0.05, -1, {0}},
+        {"lambw{corrected_weight_decay=True}", 5e-3, 0.02, -1, {"corrected_weight_decay=True"}},
+        {"adamwlegacy{corrected_weight_decay=True}", 1e-3, 0.05, -1, {"corrected_weight_decay=True"}},
+        {"cadamw", 1e-3, 0.05, -1, {0}},    {"cnadamw", 1e-3, 0.05, -1, {0}},    {"cadopt", 1e-3, 1e-4, -1, {0}},
+        {"cadoptw", 1e-3, 0.05, -1, {0}},   {"clion", 1e-4, 0.05, -1, {0}},      {"cadamc", 1e-3, 0.05, -1, {0}},
+        {"lion{betas=(0.95, 0.5), caution=True}", 1e-4, 0.05, -1, {"betas=(0.95, 0.5)", "caution=True"}},
+        {"csgdw", 0.1, 0.05, -1, {0}},      {"csgdc", 0.1, 0.05, -1, {0}},       {"crmsproptf", 1e-2, 1e-5, -1, {0}},
+        {"sgdw{caution=True, nesterov=False}", 0.1, 0.05, -1, {"caution=True", "nesterov=False"}},
     };
     static const char *const params[] = {"conv1.0.weight",      "conv1.1.weight",      "conv1.1.bias",
                                          "layer2.0.downsample.1.weight", "layer3.0.bn3.weight", "layer3.0.bn3.bias",

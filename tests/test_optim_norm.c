@@ -4,7 +4,8 @@
  * emits) make runs ten steps on every param of a small module with the
  * same gradients each step, the state fed back, and must give the params
  * timm's create_optimizer_v2 optimizer had after steps 1 and 10
- * (tests/data/opt_norm_refs.safetensors, tools/make_opt_norm_refs.py)
+ * (tests/data/opt_norm_refs.safetensors, tools/make_opt_norm_refs.py; corrected
+ * weight decay at half the lr the optimizer was built with)
  * within 1e-5 relative per tensor (Muon 1e-4: main says why), on the ref
  * and the cpu backend, and through the cuda-sim (the cuda backend's library
  * kernels). The
@@ -33,12 +34,16 @@ static void sgdp_plain(OptimSpec *o) { o->nesterov = 0, o->wd_ratio = 0.5; }
 static void adamp_plain(OptimSpec *o) { o->nesterov = 0, o->delta = 0.2; }
 static void adafactor_beta(OptimSpec *o) { o->beta1 = 0.9, o->beta2 = 0.999, o->clip_threshold = 0.5; }
 static void adafactorbv_f32(OptimSpec *o) { o->momentum_f32 = 1, o->clip_threshold = 1; }
+static void adafactorbv_unscaled(OptimSpec *o) { o->unscaled_wd = 1; }
 static void muon_polar(OptimSpec *o)
 {
     o->ns_preset = 2, o->adjust_lr = CT_MUON_ADJUST_ORIGINAL, o->fallback_lr_scale = 0.5;
 }
 
 static const char *const params[] = {"conv.weight", "conv2.weight", "fc.weight", "fc.bias", "norm.weight"};
+/* an optimizer with corrected weight decay steps at this times the lr it
+ * was built with, its max_lr (the script's LR_NOW) */
+static const double lr_now = 0.5;
 #define NPARAM (int)(sizeof params / sizeof params[0])
 
 /* Ten steps of case c on param pname; worst[0..2]: errors of the params
@@ -57,6 +62,7 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
     OptimSpec o;
     CHECK(optim_defaults(c->opt, &o) == 0);
     o.weight_decay = c->wd;
+    o.max_lr = c->lr;
     if (c->set)
         c->set(&o);
     CtShape s = shape_make(p->ndim, p->shape);
@@ -68,7 +74,8 @@ static void run_param(const StFile *ref, const Case *c, const char *pname, doubl
     ValueId in[CT_MAX_IN];
     CtTensor tin[CT_MAX_IN];
     int64_t count[CT_MAX_IN] = {0}, step = 0;
-    float *buf[CT_MAX_IN] = {0}, lr = (float)(c->lr * (u.lr_mul ? u.lr_mul : 1)), clip = (float)clip_sq;
+    float *buf[CT_MAX_IN] = {0}, clip = (float)clip_sq;
+    float lr = (float)(c->lr * (u.lr_mul ? u.lr_mul : 1) * (o.corrected ? lr_now : 1));
     int nin = 0;
     for (int k = 0; k < 2 + u.nslot; k++) {
         CtShape ks = k < 2 ? s : optim_slot_shape(&u, k - 2, &s);
@@ -170,10 +177,13 @@ int main(void)
         {"adamp_plain", "adamp", 1e-3, 0.05, adamp_plain},
         {"lambw", "lambw", 5e-3, 0.02, NULL},
         {"lambcw", "lambcw", 5e-3, 0.02, NULL},
+        {"lambcd", "lambcd", 5e-3, 0.02, NULL},
         {"adafactor", "adafactor", 1e-2, 1e-2, NULL},
         {"adafactor_beta", "adafactor", 1e-2, 1e-2, adafactor_beta},
         {"adafactorbv", "adafactorbv", 1e-2, 1e-2, NULL},
         {"adafactorbv_f32", "adafactorbv", 1e-2, 1e-2, adafactorbv_f32},
+        {"adafactorbvc", "adafactorbvc", 1e-2, 1e-2, NULL},
+        {"adafactorbvc_unscaled", "adafactorbvc", 1e-2, 1e-2, adafactorbv_unscaled},
         {"muon", "muon", 2e-2, 1e-2, NULL},
         {"muon_polar", "muon", 2e-2, 1e-2, muon_polar},
     };
@@ -203,7 +213,7 @@ int main(void)
             for (int k = 0; k < NPARAM; k++) /* tools/make_opt_norm_refs.py's SKIP */
                 if (strcmp(cases[c].opt, "muon") || strcmp(params[k], "conv2.weight"))
                     run_param(&ref, &cases[c], params[k], gsq, backends[b], worst);
-            printf("%-16s %-3s param rel err step1 %.1e step10 %.1e; state %.1e\n", cases[c].name,
+            printf("%-22s %-3s param rel err step1 %.1e step10 %.1e; state %.1e\n", cases[c].name,
                    backends[b]->name, worst[0], worst[1], worst[2]);
             /* Muon's bf16 Newton-Schulz: oneDNN's f32 accumulation order
              * (ctimm's sum is exact) flips the odd bf16 rounding, a whole

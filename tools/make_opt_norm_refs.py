@@ -7,7 +7,8 @@ gradients shaped so that SGDP/AdamP's projection is taken: conv.weight's gradien
 the weight per output channel (the channel view's branch), fc.weight's only over the whole tensor
 (the layer view's). For each case below, timm.optim.create_optimizer_v2(model, name, lr=LR,
 weight_decay=WD, **KWARGS) (timm's weight-decay groups: 1-D params and biases get none) takes ten
-steps with the same gradients. Written: init.<param>, grad.<param>, and <case>.step1.<param> and
+steps with the same gradients; with corrected_weight_decay its groups' lr is LR_NOW times LR (a
+schedule's lr below the max), so that the corrected decay differs from the plain one. Written: init.<param>, grad.<param>, and <case>.step1.<param> and
 <case>.step10.<param> for every param, for the Adafactors also <case>.state10.<param>.<key>, each
 tensor of timm's optimizer state after the tenth step (as float32); the metadata lists the cases.
 Muon's cases leave conv2.weight out (SKIP says why); they need a CPU with AVX-512 bfloat16 support
@@ -42,10 +43,13 @@ CASES = {
     "adamp_plain": ("adamp", 1e-3, 0.05, {"nesterov": False, "delta": 0.2}),
     "lambw": ("lambw", 5e-3, 0.02, {}),
     "lambcw": ("lambcw", 5e-3, 0.02, {}),
+    "lambcd": ("lambcd", 5e-3, 0.02, {}),
     "adafactor": ("adafactor", 1e-2, 1e-2, {}),
     "adafactor_beta": ("adafactor", 1e-2, 1e-2, {"betas": (0.9, 0.999), "clip_threshold": 0.5}),
     "adafactorbv": ("adafactorbv", 1e-2, 1e-2, {}),
     "adafactorbv_f32": ("adafactorbv", 1e-2, 1e-2, {"momentum_dtype": "float32", "clipping_threshold": 1.0}),
+    "adafactorbvc": ("adafactorbvc", 1e-2, 1e-2, {}),
+    "adafactorbvc_unscaled": ("adafactorbvc", 1e-2, 1e-2, {"unscaled_wd": True}),
     "muon": ("muon", 2e-2, 1e-2, {}),
     "muon_polar": ("muon", 2e-2, 1e-2, {"ns_coefficients": "polar_express", "adjust_lr_fn": "original",
                                         "fallback_lr_scale": 0.5}),
@@ -54,6 +58,7 @@ CASES = {
 # larger ones (oneDNN, like CUDA's) in float32 and round once, which ctimm's Newton-Schulz does: Muon
 # leaves out conv2.weight (a [6, 36] view) and its other weights' products are all above that size.
 SKIP = {"muon": {"conv2.weight"}}
+LR_NOW = 0.5
 
 
 class Net(torch.nn.Module):
@@ -98,6 +103,9 @@ def main():
                 p.copy_(init[n])
                 p.grad = None if n in skip else grads[n].clone()
         opt = create_optimizer_v2(model, name, lr=lr, weight_decay=wd, **kw)
+        if opt.defaults.get("corrected_weight_decay"):
+            for group in opt.param_groups:
+                group["lr"] = lr * LR_NOW
         for step in range(1, 11):
             opt.step()
             if step in (1, 10):

@@ -30,32 +30,38 @@ static const struct OptKwarg {
     double dflt;
     const char *choices;
 } kwargs[] = {
-    {"betas", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw "
-              "adabelief lion adan adanw laprop adamp muon adafactor", KW_BETAS, 0, 0, 0, NULL},
+    {"betas", "adam adamw adamwlegacy cadamw adamc cadamc nadam nadamlegacy nadamw cnadamw nadamc cnadamc radam adamax "
+              "adopt cadopt adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd adabelief lion clion lionc "
+              "clionc adan adanw laprop lapropc adamp muon adafactor",
+     KW_BETAS, 0, 0, 0, NULL},
     /* None: timm's Adafactorbv's 1e-30 */
-    {"eps", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
-    {"eps", "adam adamw adamwlegacy nadam nadamlegacy nadamw radam adamax adopt adoptw lamb lambc lambw lambcw lars "
-            "larc rmsprop rmsproptf adabelief adagrad madgrad madgradw adan adanw laprop sgdp adamp adafactor muon",
+    {"eps", "adafactorbv adafactorbvc", KW_NUM_OR_NONE, offsetof(OptimSpec, eps), 0, 0, NULL},
+    {"eps", "adam adamw adamwlegacy cadamw adamc cadamc nadam nadamlegacy nadamw cnadamw nadamc cnadamc radam adamax "
+            "adopt cadopt adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd lars larc nlars nlarc rmsprop "
+            "rmsproptf crmsproptf rmsproptfc adabelief adagrad madgrad madgradw adan adanw laprop lapropc sgdp adamp "
+            "adafactor muon",
      KW_NUM, offsetof(OptimSpec, eps), 0, 0, NULL},
-    {"nesterov", "sgd momentum sgdw", KW_NESTEROV, 0, 0, 0, NULL},
-    {"nesterov", "sgdp adamp", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
+    {"nesterov", "sgd momentum sgdw csgdw sgdc csgdc", KW_NESTEROV, 0, 0, 0, NULL},
+    {"nesterov", "sgdp adamp lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, nesterov), 0, 0, NULL},
     /* True's AdamW fallback is timm's NAdamW-style one, not built */
     {"nesterov", "muon", KW_DEFAULT, 0, 0, 0, NULL},
     {"delta", "sgdp adamp", KW_NUM, offsetof(OptimSpec, delta), 0, 0, NULL},
     {"wd_ratio", "sgdp adamp", KW_NUM, offsetof(OptimSpec, wd_ratio), 0, 0, NULL},
     {"dampening", "sgdp", KW_DEFAULT, 0, 0, 0, NULL},
     {"clip_threshold", "adafactor", KW_NUM, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
-    {"clipping_threshold", "adafactorbv", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_threshold), 0, 0, NULL},
-    {"decay_rate", "adafactor adafactorbv", KW_REAL, offsetof(OptimSpec, decay_rate), 0, 0, NULL},
-    {"min_dim_size_to_factor", "adafactor adafactorbv", KW_INT, offsetof(OptimSpec, min_dim_size_to_factor), 0, 0,
+    {"clipping_threshold", "adafactorbv adafactorbvc", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_threshold), 0, 0,
      NULL},
+    {"decay_rate", "adafactor adafactorbv adafactorbvc", KW_REAL, offsetof(OptimSpec, decay_rate), 0, 0, NULL},
+    {"min_dim_size_to_factor", "adafactor adafactorbv adafactorbvc", KW_INT,
+     offsetof(OptimSpec, min_dim_size_to_factor), 0, 0, NULL},
     {"eps_scale", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
     {"scale_parameter", "adafactor", KW_NO_EFFECT, 0, 0, 0, NULL},
     {"warmup_init", "adafactor", KW_DEFAULT, 0, 0, 0, NULL},
-    {"beta2_cap", "adafactorbv", KW_NUM, offsetof(OptimSpec, beta2_cap), 0, 0, NULL},
-    {"decay_offset", "adafactorbv", KW_INT, offsetof(OptimSpec, decay_offset), 0, 0, NULL},
-    {"unscaled_wd", "adafactorbv", KW_BOOL, offsetof(OptimSpec, unscaled_wd), 0, 0, NULL},
-    {"momentum_dtype", "adafactorbv", KW_CHOICE, offsetof(OptimSpec, momentum_f32), 0, 0, "bfloat16|float32"},
+    {"beta2_cap", "adafactorbv adafactorbvc", KW_NUM, offsetof(OptimSpec, beta2_cap), 0, 0, NULL},
+    {"decay_offset", "adafactorbv adafactorbvc", KW_INT, offsetof(OptimSpec, decay_offset), 0, 0, NULL},
+    {"unscaled_wd", "adafactorbv adafactorbvc", KW_BOOL, offsetof(OptimSpec, unscaled_wd), 0, 0, NULL},
+    {"momentum_dtype", "adafactorbv adafactorbvc", KW_CHOICE, offsetof(OptimSpec, momentum_f32), 0, 0,
+     "bfloat16|float32"},
     {"ns_steps", "muon", KW_INT, offsetof(OptimSpec, ns_steps), 0, 0, NULL},
     {"ns_coefficients", "muon", KW_CHOICE, offsetof(OptimSpec, ns_preset), 0, 0,
      "original|quintic|polar_express|polar_express_safer"},
@@ -63,28 +69,38 @@ static const struct OptKwarg {
     {"adjust_lr_fn", "muon", KW_CHOICE, offsetof(OptimSpec, adjust_lr), 0, 0, "None|original|match_rms_adamw|rms_to_rms"},
     {"fallback_lr_scale", "muon", KW_NUM, offsetof(OptimSpec, fallback_lr_scale), 0, 0, NULL},
     {"conv_mode", "muon", KW_CHOICE, 0, 0, 0, "flatten"},
-    {"nesterov", "lars larc", KW_DEFAULT, 0, 0, 0, NULL},
-    {"dampening", "sgd momentum sgdw lars larc", KW_DEFAULT, 0, 0, 0, NULL},
-    {"alpha", "rmsprop rmsproptf", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
-    {"centered", "rmsprop rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
-    {"trust_coeff", "lars larc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
-    {"trust_clip", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0, 0, NULL},
-    {"always_adapt", "lamb lambc lambw lambcw lars larc", KW_BOOL, offsetof(OptimSpec, always_adapt), 0, 0, NULL},
+    {"dampening", "sgd momentum sgdw csgdw sgdc csgdc lars larc nlars nlarc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"alpha", "rmsprop rmsproptf crmsproptf rmsproptfc", KW_NUM, offsetof(OptimSpec, alpha), 0, 0, NULL},
+    {"centered", "rmsprop rmsproptf crmsproptf rmsproptfc", KW_DEFAULT, 0, 0, 0, NULL},
+    {"trust_coeff", "lars larc nlars nlarc", KW_NUM, offsetof(OptimSpec, trust_coeff), 0, 0, NULL},
+    {"trust_clip", "lamb lambc lambw lambcw lambcd lars larc nlars nlarc", KW_BOOL, offsetof(OptimSpec, trust_clip), 0,
+     0, NULL},
+    {"always_adapt", "lamb lambc lambw lambcw lambcd lars larc nlars nlarc", KW_BOOL,
+     offsetof(OptimSpec, always_adapt), 0, 0, NULL},
     /* None: no clipping, as timm's Lamb's max_grad_norm=None */
-    {"max_grad_norm", "lamb lambc lambw lambcw", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
+    {"max_grad_norm", "lamb lambc lambw lambcw lambcd", KW_NUM_OR_NONE, offsetof(OptimSpec, max_grad_norm), 0, 0, NULL},
     {"decoupled_decay", "madgrad madgradw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
-    {"decoupled_decay", "lamb lambc lambw lambcw", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
-    {"decoupled_decay", "rmsproptf", KW_DEFAULT, 0, 0, 0, NULL},
+    {"decoupled_decay", "lamb lambc lambw lambcw lambcd", KW_BOOL, offsetof(OptimSpec, decoupled_decay), 0, 0, NULL},
+    {"decoupled_decay", "rmsproptf crmsproptf rmsproptfc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"decoupled_decay", "adabelief", KW_DEFAULT, 0, 0, 1, NULL},
-    {"decoupled", "adopt adoptw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
-    {"clip_exp", "adopt adoptw", KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0, NULL},
+    {"decoupled", "adopt cadopt adoptw cadoptw adoptc cadoptc", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
+    {"clip_exp", "adopt cadopt adoptw cadoptw adoptc cadoptc",
+     KW_NUM_OR_NONE, offsetof(OptimSpec, clip_exp), offsetof(OptimSpec, no_clip), 0,
+     NULL},
     {"no_prox", "adan adanw", KW_BOOL, offsetof(OptimSpec, decoupled), 0, 0, NULL},
     {"momentum_decay", "nadam", KW_DEFAULT, 0, 0, 4e-3, NULL},
     {"schedule_decay", "nadamlegacy", KW_DEFAULT, 0, 0, 4e-3, NULL},
-    {"amsgrad", "adam adamw adamwlegacy adabelief", KW_DEFAULT, 0, 0, 0, NULL},
-    /* timm's cautious masks scale by a whole-tensor mean: not an elementwise update */
-    {"caution", "sgdw adamwlegacy nadamw adopt adoptw lamb lambc lambw lambcw rmsproptf lion adan adanw laprop sgdp "
-                "adamp adafactor adafactorbv", KW_DEFAULT, 0, 0, 0, NULL},
+    {"amsgrad", "adam adamw adamwlegacy cadamw adamc cadamc adabelief", KW_DEFAULT, 0, 0, 0, NULL},
+    {"corrected_weight_decay", "sgdw csgdw sgdc csgdc adamwlegacy cadamw adamc cadamc nadamw cnadamw nadamc cnadamc "
+                               "adopt cadopt adoptw cadoptw adoptc cadoptc lamb lambc lambw lambcw lambcd rmsproptf "
+                               "crmsproptf rmsproptfc lion clion lionc clionc laprop lapropc adafactorbv adafactorbvc",
+     KW_BOOL, offsetof(OptimSpec, corrected), 0, 0, NULL},
+    {"caution", "adamwlegacy adamc nadamw nadamc adopt adoptw adoptc lion lionc cadamw cadamc cnadamw cnadamc cadopt "
+                "cadoptw cadoptc clion clionc sgdw sgdc rmsproptf rmsproptfc csgdw csgdc crmsproptf",
+     KW_BOOL, offsetof(OptimSpec, caution), 0, 0, NULL},
+    /* not built: Adan's inputs and LaProp's with apply would pass CT_MAX_IN; the others need norms first */
+    {"caution", "lamb lambc lambw lambcw lambcd adan adanw laprop lapropc sgdp adamp adafactor adafactorbv "
+                "adafactorbvc", KW_DEFAULT, 0, 0, 0, NULL},
 };
 
 static int in_list(const char *list, const char *name)

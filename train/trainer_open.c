@@ -114,6 +114,12 @@ static int build_graphs(Trainer *t, CtErr *err)
         opt.beta2 = t->a.opt_betas[1];
     if (opt_kwargs_apply(t->a.opt, t->a.opt_kwargs, t->a.n_opt_kwargs, t->a.opt_eps >= 0, t->a.n_betas > 0, &opt, err))
         return -1;
+    if (opt.kind == CT_OPT_LARS && opt.nesterov && opt.momentum <= 0) /* timm's Lars raises ValueError */
+        return ct_fail(err, "--opt %s: Nesterov momentum requires a momentum (--momentum %g)", t->a.opt, opt.momentum);
+    opt.max_lr = t->a.lr; /* create_optimizer_v2's lr: timm's max lr of corrected weight decay */
+    if (opt.corrected && !(opt.max_lr > 0)) /* timm's _max_lr_snapshot raises ValueError */
+        return ct_fail(err, "--opt %s: corrected weight decay requires a positive max lr, got --lr %g", t->a.opt,
+                       opt.max_lr);
     opt.weight_decay = t->a.weight_decay;
     opt.no_weight_decay = t->m->no_weight_decay;
     if (t->a.clip_grad >= 0) { /* train.py: dispatch_clip_grad(value=clip_grad, mode=clip_mode) */

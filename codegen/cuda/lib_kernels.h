@@ -655,16 +655,25 @@ CT_GLOBAL CT_SFX(ct_jsd_grad)(const CT_T *x, const long long *t, const CT_T *dlo
  * be their state's buffers: each work item reads then writes one index. */
 CT_DEVICE int CT_SFX(ct_upd_applies)(const CT_T *apply) { return !apply || (double)CT_LD(apply[0]) != 0; }
 
+/* The lr of decoupled weight decay: lr, or timm's corrected lr^2 / max_lr
+ * where max_lr > 0 (ir/ops/optim.c). */
+CT_DEVICE double CT_SFX(ct_decay_lr)(const CT_T *lr, double max_lr)
+{
+    double l = (double)CT_LD(lr[0]);
+    return max_lr > 0 ? l * l / max_lr : l;
+}
+
 /* Sums of squares over chunks of `chunk` elements, one work item a chunk
  * (a fixed order, the same bits every run): part[2c] of (k a)^2, part[2c+1]
  * of b^2, b from bt (the storage type), bf (float scratch) or bd (double
- * scratch); k is 1, or with lr (decoupled decay) 1 - lr wd. */
-CT_GLOBAL CT_SFX(ct_sq_partials)(const CT_T *a, const CT_T *lr, float wd, const CT_T *bt, const float *bf,
-                                 const double *bd, double *part, long long n, long long chunk, long long nchunks)
+ * scratch); k is 1, or with lr (decoupled decay) 1 - ct_decay_lr wd. */
+CT_GLOBAL CT_SFX(ct_sq_partials)(const CT_T *a, const CT_T *lr, float wd, double max_lr, const CT_T *bt,
+                                 const float *bf, const double *bd, double *part, long long n, long long chunk,
+                                 long long nchunks)
 {
     CT_LOOP(c, nchunks)
     {
-        double sa = 0, sb = 0, ka = lr ? 1 - (double)CT_LD(lr[0]) * wd : 1;
+        double sa = 0, sb = 0, ka = lr ? 1 - CT_SFX(ct_decay_lr)(lr, max_lr) * wd : 1;
         long long end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         for (long long i = c * chunk; i < end; i++) {
             double x = (double)ka * CT_LD(a[i]), y = bt ? (double)CT_LD(bt[i]) : bf ? (double)bf[i] : bd[i];
@@ -724,7 +733,7 @@ CT_GLOBAL CT_SFX(ct_lamb_ratio)(const double *part, long long nchunks, double *r
 }
 
 CT_GLOBAL CT_SFX(ct_lamb_apply)(const CT_T *p, const float *u, const double *ratio, const CT_T *lr, const CT_T *apply,
-                                CT_T *p1, long long n, float wd, long long decoupled)
+                                CT_T *p1, long long n, float wd, long long decoupled, double max_lr)
 {
     CT_LOOP(i, n)
     {
@@ -732,7 +741,7 @@ CT_GLOBAL CT_SFX(ct_lamb_apply)(const CT_T *p, const float *u, const double *rat
             p1[i] = p[i];
             continue;
         }
-        double l = (double)CT_LD(lr[0]), keep = decoupled ? 1 - l * wd : 1;
+        double l = (double)CT_LD(lr[0]), keep = decoupled ? 1 - CT_SFX(ct_decay_lr)(lr, max_lr) * wd : 1;
         p1[i] = CT_ST((float)((double)CT_LD(p[i]) * keep - l * ratio[0] * (double)u[i]));
     }
 }
@@ -1090,7 +1099,7 @@ CT_DEVICE double CT_SFX(ct_af_bf16)(double x)
 
 CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, const CT_T *m, const CT_T *lr,
                               const CT_T *apply, CT_T *p1, CT_T *m1, long long n, double mom, float wd, long long bv,
-                              long long m_bf16, long long unscaled_wd)
+                              long long m_bf16, long long unscaled_wd, double max_lr)
 {
     CT_LOOP(i, n)
     {
@@ -1116,7 +1125,11 @@ CT_GLOBAL CT_SFX(ct_af_apply)(const CT_T *p, const double *u, const double *c, c
                         : CT_SFX(ct_lerp)(mi, ui, 1 - (double)mom);
             m1[i] = CT_ST((float)ui);
         }
-        double keep = wd == 0 ? 1 : unscaled_wd ? 1 - (double)wd : 1 - l * wd;
+        double keep = 1;
+        if (wd != 0 && max_lr > 0) /* timm's corrected_weight_decay */
+            keep = unscaled_wd ? 1 - l / max_lr * wd : 1 - l * l / max_lr * wd;
+        else if (wd != 0)
+            keep = unscaled_wd ? 1 - (double)wd : 1 - l * wd;
         p1[i] = CT_ST((float)(pi * keep - ui * l));
     }
 }

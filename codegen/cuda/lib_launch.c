@@ -710,8 +710,8 @@ static void a_opt(LibLaunch *l, const Node *n, int k, int present)
  * else of the update at scratch offset 0 in float (SQ_F32) or double (SQ_F64). */
 enum { SQ_NONE, SQ_F32, SQ_F64 };
 
-static void sq_partials(Builder *b, CtDType t, ValueId a, ValueId lr, double wd, ValueId bt, int scratch_b, size_t part,
-                        long long count)
+static void sq_partials(Builder *b, CtDType t, ValueId a, ValueId lr, double wd, double max_lr, ValueId bt,
+                        int scratch_b, size_t part, long long count)
 {
     LibLaunch *l = begin(b, "ct_sq_partials", t, (count + UPD_CHUNK - 1) / UPD_CHUNK);
     a_val(l, a);
@@ -720,6 +720,7 @@ static void sq_partials(Builder *b, CtDType t, ValueId a, ValueId lr, double wd,
     else
         arg(l, LA_NULL);
     a_f32(l, wd);
+    a_f64(l, max_lr);
     if (bt >= 0)
         a_val(l, bt);
     else
@@ -878,7 +879,7 @@ static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *sc
         a_i64(l, inner_of(s, dc));
         a_i64(l, inner_of(&rs, dc));
     }
-    sq_partials(b, t, n->in[0], -1, 0, -1, SQ_F64, part, count);
+    sq_partials(b, t, n->in[0], -1, 0, 0, -1, SQ_F64, part, count);
     l = begin(b, "ct_af_clip", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);
@@ -903,6 +904,7 @@ static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *sc
     a_i64(l, bv);
     a_i64(l, bv && n->iattr[3]);
     a_i64(l, bv && n->iattr[4]);
+    a_f64(l, bv ? n->fattr[6] : 0);
     return 0;
 }
 
@@ -934,7 +936,7 @@ static int plan_muon(Builder *b, const Node *n, long long count, size_t *scratch
     a_i64(l, cols);
     a_f64(l, n->fattr[0]);
     a_i64(l, n->iattr[0]);
-    sq_partials(b, t, n->in[0], -1, 0, -1, SQ_F64, part, count);
+    sq_partials(b, t, n->in[0], -1, 0, 0, -1, SQ_F64, part, count);
     l = begin(b, "ct_muon_norm", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);
@@ -1042,7 +1044,7 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         for (int f = 0; f < 4; f++)
             a_f32(l, n->fattr[f]);
         a_i64(l, n->iattr[3]);
-        sq_partials(b, t, n->in[0], n->iattr[3] ? n->in[4] : -1, n->fattr[3], -1, SQ_F32, part, count);
+        sq_partials(b, t, n->in[0], n->iattr[3] ? n->in[4] : -1, n->fattr[3], n->fattr[4], -1, SQ_F32, part, count);
         l = begin(b, "ct_lamb_ratio", t, 1);
         a_scratch(l, part);
         a_i64(l, chunks);
@@ -1060,10 +1062,11 @@ static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         a_i64(l, count);
         a_f32(l, n->fattr[3]);
         a_i64(l, n->iattr[3]);
+        a_f64(l, n->fattr[4]);
         return 0;
     }
     int apply = n->nin == 5; /* lars: p g buf lr [apply] */
-    sq_partials(b, t, n->in[0], -1, 0, n->in[1], SQ_NONE, part, count);
+    sq_partials(b, t, n->in[0], -1, 0, 0, n->in[1], SQ_NONE, part, count);
     l = begin(b, "ct_lars_ratio", t, 1);
     a_scratch(l, part);
     a_i64(l, chunks);

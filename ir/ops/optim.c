@@ -9,13 +9,26 @@
  * are the state unchanged, which is how a step whose gradients are not
  * finite is skipped (GradScaler's rule) without leaving the graph.
  *
- * sgd_update(p, g, buf, lr), fattr momentum, weight_decay; iattr nesterov,
- *   decoupled: torch.optim.SGD with dampening 0, or with decoupled timm's
- *   SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
+ * Decoupled weight decay (p *= 1 - lr * wd) takes lr^2 / max_lr for lr where
+ * an op's fattr max_lr is > 0: timm's corrected_weight_decay, max_lr the lr
+ * the optimizer was built with (max_lr 0: lr itself).
+ *
+ * timm's caution (adamw_update rule 0, adamx_update but rule 1,
+ * lion_update, sgd_update decoupled with momentum, rmsprop_update tf with
+ * momentum: their last iattr, caution) takes two nodes with the
+ * whole-tensor mean between them: with caution 1 the op returns only the
+ * mask, 1 where the update direction u and g agree in sign (u g > 0), else
+ * 0; with caution 2 it reads one more scalar input after the others
+ * (before apply), that mask's mean clamped to at least 1e-3, and moves p by
+ * u * mask / mean instead of u (passes/train_step.c's optim_caution_mean).
+ *
+ * sgd_update(p, g, buf, lr), fattr momentum, weight_decay, max_lr; iattr
+ *   nesterov, decoupled: torch.optim.SGD with dampening 0, or with decoupled
+ *   timm's SGDW (p *= 1 - lr * wd first, no decay in the gradient). A zero
  *   momentum buffer gives exactly torch's first step (buf = d), so no step
  *   count is needed.
- * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay;
- *   iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
+ * adamw_update(p, g, m, v, lr, step), fattr beta1, beta2, eps, weight_decay,
+ *   max_lr; iattr rule: 0 torch AdamW, 1 torch Adam (L2 decay), 2 torch RAdam (L2
  *   decay, variance rectification), 3 timm AdaBelief (decoupled decay, v of
  *   (g - m)^2 + eps, rectify off). amsgrad off.
  * nadam_update(p, g, m, v, mu_product [], lr, step), fattr beta1, beta2,
@@ -24,7 +37,7 @@
  *   iattr legacy: torch < 2.0's mu_product * mu * mu_next for the next
  *   product (torch >= 2.0: mu_product * mu_next).
  * lamb_update(p, g, m, v, lr, step, [clip_sq]), fattr beta1, beta2, eps,
- *   weight_decay; iattr trust_clip, always_adapt, has_clip, decoupled: timm
+ *   weight_decay, max_lr; iattr trust_clip, always_adapt, has_clip, decoupled: timm
  *   Lamb with bias correction and grad averaging; decoupled (lambw): p
  *   decays by lr * weight_decay before the update instead of adding
  *   weight_decay * p to it. With has_clip, input clip_sq is
@@ -34,16 +47,17 @@
  * lars_update(p, g, buf, lr), fattr momentum, weight_decay, trust_coeff,
  *   eps; iattr nesterov, trust_clip, always_adapt: timm Lars, dampening 0.
  * rmsprop_update(p, g, square_avg, buf, lr), fattr alpha, eps,
- *   weight_decay, momentum; iattr tf: 0 torch RMSprop (eps outside the
- *   sqrt), 1 timm RMSpropTF (eps inside, lr inside the momentum buffer,
- *   square_avg starts at ones: the caller's initialisation). Not centered.
+ *   weight_decay, momentum, max_lr; iattr tf: 0 torch RMSprop (eps outside
+ *   the sqrt), 1 timm RMSpropTF (eps inside, lr inside the momentum buffer,
+ *   square_avg starts at ones: the caller's initialisation); decoupled:
+ *   timm RMSpropTF's decoupled_decay. Not centered.
  * adagrad_update(p, g, sum, lr), fattr eps, weight_decay: torch Adagrad,
  *   lr_decay 0.
- * lion_update(p, g, m, lr), fattr beta1, beta2, weight_decay: timm Lion
+ * lion_update(p, g, m, lr), fattr beta1, beta2, weight_decay, max_lr: timm Lion
  *   (decoupled decay, p -= lr * sign(lerp(m, g, 1 - beta1)), m lerps to g
  *   by 1 - beta2).
  * adamx_update(p, g, m, v, lr, step), fattr beta1, beta2, eps,
- *   weight_decay, clip_exp; iattr rule: 0 timm NAdamW (decoupled decay,
+ *   weight_decay, clip_exp, max_lr; iattr rule: 0 timm NAdamW (decoupled decay,
  *   the Nesterov lerp of m' towards g in the step), 1 torch Adamax (L2
  *   decay, v the infinity norm max(beta2 v, |g| + eps)), 2 timm ADOPT with
  *   L2 decay, 3 with decoupled decay (the first step only sets v = g^2; then
@@ -77,11 +91,24 @@
  * more scalar when `extra`, and apply when `apply`. */
 typedef struct UpdLayout {
     int nstate, nscalar, step, extra, lr, apply;
+    int caution; /* the caution attribute: 0, 1 (the mask), 2 (its mean the last extra input) */
 } UpdLayout;
+
+static int caution_mode(const Node *n)
+{
+    switch (n->op) {
+    case CT_OP_adamw_update: return (int)n->iattr[1];
+    case CT_OP_adamx_update: return (int)n->iattr[2];
+    case CT_OP_lion_update: return (int)n->iattr[0];
+    case CT_OP_sgd_update:
+    case CT_OP_rmsprop_update: return (int)n->iattr[2];
+    default: return 0;
+    }
+}
 
 static UpdLayout upd_layout(const Node *n)
 {
-    UpdLayout l = {1, 0, 0, 0, 0, 0};
+    UpdLayout l = {1, 0, 0, 0, 0, 0, caution_mode(n)};
     switch (n->op) {
     case CT_OP_adamw_update: l.nstate = 2, l.step = 1; break;
     case CT_OP_nadam_update: l.nstate = 2, l.nscalar = 1, l.step = 1; break;
@@ -92,6 +119,7 @@ static UpdLayout upd_layout(const Node *n)
     case CT_OP_adan_update: l.nstate = 4, l.step = 1; break;
     default: break;
     }
+    l.extra += l.caution == 2;
     l.lr = 2 + l.nstate + l.nscalar;
     l.apply = n->nin == l.lr + 1 + l.step + l.extra + 1;
     return l;
@@ -114,6 +142,10 @@ static int infer_update(const Graph *g, const Node *n, CtType *out, CtErr *err)
         int is_step = l.step && k == l.lr + 1;
         if (is_step != (in_type(g, n, k)->dtype == CT_I64))
             return ct_fail(err, is_step ? "step must be an i64 scalar" : "input %d must be a float scalar", k);
+    }
+    if (l.caution == 1) {
+        out[0] = *in_type(g, n, 0);
+        return 1;
     }
     for (int k = 0; k <= l.nstate; k++)
         out[k] = *in_type(g, n, 0);
@@ -149,23 +181,54 @@ static int applied(Sx *s, const Node *n, int fresh, int old)
 /* a - b */
 static int sx_minus(Sx *s, int a, int b) { return sx_add(s, a, sx_mul(s, sx_const(s, -1), b)); }
 
+/* caution 2's input: the mask's mean, the last before apply */
+static int caution_mean(Sx *s, const Node *n) { return sx_in(s, n->nin - 1 - upd_layout(n).apply); }
+
+/* caution 1: the op's one output, the mask of direction u against g; returns 1 */
+static int caution_masked(Sx *s, const Node *n, int u, int g)
+{
+    if (caution_mode(n) != 1)
+        return 0;
+    s->out[0] = sx_lt(s, sx_const(s, 0), sx_mul(s, u, g));
+    return 1;
+}
+
+/* direction u as caution 2 takes it (fx_cautious), else u */
+static int cautious(Sx *s, const Node *n, int u, int g)
+{
+    return caution_mode(n) == 2 ? fx_cautious(s, u, g, caution_mean(s, n)) : u;
+}
+
 /* p * (1 - lr * wd): decoupled weight decay, torch's param.mul_(1 - lr * wd) */
 static int decayed(Sx *s, int p, int lr, double wd)
 {
     return wd == 0 ? p : sx_mul(s, p, sx_minus(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
 }
 
+/* The lr decoupled weight decay takes: lr, or timm's corrected lr^2 / max_lr. */
+static int decay_lr(Sx *s, int lr, double max_lr)
+{
+    return max_lr > 0 ? sx_div(s, sx_mul(s, lr, lr), sx_const(s, max_lr)) : lr;
+}
+
 static void sgd_update_scalar(const Node *n, Sx *s)
 {
-    int dec = (int)n->iattr[1], p = sx_in(s, 0), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
-    fx_sgd(s, dec ? decayed(s, p, lr, n->fattr[1]) : p, sx_in(s, 1), buf, lr, n->fattr[0], dec ? 0 : n->fattr[1],
-           (int)n->iattr[0], &p1, &buf1);
+    int dec = (int)n->iattr[1], p = sx_in(s, 0), g = sx_in(s, 1), buf = sx_in(s, 2), lr = sx_in(s, 3), p1, buf1;
+    int pd = dec ? decayed(s, p, decay_lr(s, lr, n->fattr[2]), n->fattr[1]) : p;
+    fx_sgd(s, pd, g, buf, lr, n->fattr[0], dec ? 0 : n->fattr[1], (int)n->iattr[0], &p1, &buf1);
+    if (caution_mode(n)) {
+        int u = fx_sgd_dir(s, g, buf1, n->fattr[0], (int)n->iattr[0]);
+        if (caution_masked(s, n, u, g))
+            return;
+        p1 = sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, u, g)));
+    }
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 5, .iattr = {"nesterov", "decoupled"},
-                             .fattr = {"momentum", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
+const OpDef op_sgd_update = {.name = "sgd_update", .min_in = 4, .max_in = 6,
+                             .iattr = {"nesterov", "decoupled", "caution"},
+                             .fattr = {"momentum", "weight_decay", "max_lr"}, .infer = infer_update, .ref = sx_ref,
                              .fusion = OP_ELEMENTWISE, .scalar = sgd_update_scalar, .batch_from = 3,
                              .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -175,16 +238,20 @@ static void adamw_update_scalar(const Node *n, Sx *s)
     int rule = (int)n->iattr[0], p = sx_in(s, 0), m = sx_in(s, 2), v = sx_in(s, 3), p1, m1, v1;
     int t = sx_add(s, sx_in(s, 5), sx_const(s, 1));
     int rect = rule == 2 ? fx_radam_rect(s, b2, t) : 0; /* read by rule 2 alone */
-    fx_adam(s, p, sx_in(s, 1), m, v, sx_in(s, 4), fx_bias_correction(s, b1, t), fx_bias_correction(s, b2, t), rect,
-            rule, b1, b2, n->fattr[2], n->fattr[3], &p1, &m1, &v1);
+    int lr = sx_in(s, 4), c = caution_mode(n);
+    fx_adam(s, p, sx_in(s, 1), m, v, lr, decay_lr(s, lr, n->fattr[4]), fx_bias_correction(s, b1, t),
+            fx_bias_correction(s, b2, t), rect, rule, b1, b2, n->fattr[2], n->fattr[3], c == 2,
+            c == 2 ? caution_mean(s, n) : 0, &p1, &m1, &v1);
+    s->f64 = 1; /* torch takes the bias corrections in double */
+    if (caution_masked(s, n, m1, sx_in(s, 1)))
+        return;
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, m1, m);
     s->out[2] = applied(s, n, v1, v);
-    s->f64 = 1; /* torch takes the bias corrections in double */
 }
 
-const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 7, .iattr = {"rule"},
-                               .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+const OpDef op_adamw_update = {.name = "adamw_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "caution"},
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "max_lr"}, .infer = infer_update,
                                .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adamw_update_scalar,
                                .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -231,7 +298,7 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
         return;
     /* decoupled: p decays before the trust ratio reads its norm */
     int decoupled = n->iattr[3] != 0;
-    double w2 = 0, u2 = 0, keep = decoupled ? 1 - lr * wd : 1;
+    double dlr = n->fattr[4] > 0 ? lr * lr / n->fattr[4] : lr, w2 = 0, u2 = 0, keep = decoupled ? 1 - dlr * wd : 1;
     for (int64_t i = 0; i < count; i++) {
         double g1 = in[1][i] / clip, p = in[0][i] * keep;
         double m = b1 * in[2][i] + (1 - b1) * g1, v = b2 * in[3][i] + (1 - b2) * g1 * g1;
@@ -254,7 +321,7 @@ static void lamb_update_ref(const Graph *g, const Node *n, double *const *in, do
 
 const OpDef op_lamb_update = {.name = "lamb_update", .min_in = 6, .max_in = 8,
                               .iattr = {"trust_clip", "always_adapt", "has_clip", "decoupled"},
-                              .fattr = {"beta1", "beta2", "eps", "weight_decay"}, .infer = infer_update,
+                              .fattr = {"beta1", "beta2", "eps", "weight_decay", "max_lr"}, .infer = infer_update,
                               .ref = lamb_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
                               .layout = OP_LAYOUT_NCHW};
 
@@ -297,23 +364,31 @@ static void rmsprop_update_scalar(const Node *n, Sx *s)
 {
     double alpha = n->fattr[0], eps = n->fattr[1], wd = n->fattr[2], mom = n->fattr[3];
     int tf = (int)n->iattr[0], p = sx_in(s, 0), sq = sx_in(s, 2), buf = sx_in(s, 3), lr = sx_in(s, 4);
-    int g1 = sx_add(s, sx_in(s, 1), sx_mul(s, sx_const(s, wd), p));
+    int p0 = p, g1 = sx_in(s, 1);
+    if (n->iattr[1]) /* decoupled: p decays before the step */
+        p = decayed(s, p, decay_lr(s, lr, n->fattr[4]), wd);
+    else
+        g1 = sx_add(s, g1, sx_mul(s, sx_const(s, wd), p));
     int sq1 = sx_add(s, sx_mul(s, sx_const(s, alpha), sq), sx_mul(s, sx_mul(s, sx_const(s, 1 - alpha), g1), g1));
     int avg = tf ? sx_sqrt(s, sx_add(s, sq1, sx_const(s, eps))) : sx_add(s, sx_sqrt(s, sq1), sx_const(s, eps));
     int p1, buf1 = buf;
     if (mom > 0) { /* TF's form folds lr into the buffer */
         buf1 = sx_add(s, sx_mul(s, sx_const(s, mom), buf), sx_div(s, tf ? sx_mul(s, lr, g1) : g1, avg));
-        p1 = sx_minus(s, p, tf ? buf1 : sx_mul(s, lr, buf1));
+        if (caution_masked(s, n, buf1, g1))
+            return;
+        int u = cautious(s, n, buf1, g1);
+        p1 = sx_minus(s, p, tf ? u : sx_mul(s, lr, u));
     } else {
         p1 = sx_minus(s, p, sx_div(s, sx_mul(s, lr, g1), avg));
     }
-    s->out[0] = applied(s, n, p1, p);
+    s->out[0] = applied(s, n, p1, p0);
     s->out[1] = applied(s, n, sq1, sq);
     s->out[2] = applied(s, n, buf1, buf);
 }
 
-const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 6, .iattr = {"tf"},
-                                 .fattr = {"alpha", "eps", "weight_decay", "momentum"}, .infer = infer_update,
+const OpDef op_rmsprop_update = {.name = "rmsprop_update", .min_in = 5, .max_in = 7,
+                                 .iattr = {"tf", "decoupled", "caution"},
+                                 .fattr = {"alpha", "eps", "weight_decay", "momentum", "max_lr"}, .infer = infer_update,
                                  .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = rmsprop_update_scalar,
                                  .batch_from = 4, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
@@ -350,13 +425,16 @@ static void lion_update_scalar(const Node *n, Sx *s)
     /* torch's sign: 0 at 0, NaN at NaN */
     int sign = sx_select(s, sx_lt(s, zero, u), sx_const(s, 1),
                          sx_select(s, sx_lt(s, u, zero), sx_const(s, -1), sx_mul(s, u, zero)));
-    s->out[0] = applied(s, n, sx_minus(s, decayed(s, p, lr, n->fattr[2]), sx_mul(s, lr, sign)), p);
+    if (caution_masked(s, n, sign, g))
+        return;
+    int pd = decayed(s, p, decay_lr(s, lr, n->fattr[3]), n->fattr[2]);
+    s->out[0] = applied(s, n, sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, sign, g))), p);
     s->out[1] = applied(s, n, lerp(s, m, g, 1 - b2), m);
 }
 
-const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 5,
-                              .fattr = {"beta1", "beta2", "weight_decay"}, .infer = infer_update, .ref = sx_ref,
-                              .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
+const OpDef op_lion_update = {.name = "lion_update", .min_in = 4, .max_in = 6, .iattr = {"caution"},
+                              .fattr = {"beta1", "beta2", "weight_decay", "max_lr"}, .infer = infer_update,
+                              .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = lion_update_scalar, .batch_from = 3,
                               .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
 static void adamx_update_scalar(const Node *n, Sx *s)
@@ -364,13 +442,17 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     double b1 = n->fattr[0], b2 = n->fattr[1], eps = n->fattr[2], wd = n->fattr[3];
     int rule = (int)n->iattr[0], p = sx_in(s, 0), g = sx_in(s, 1), m = sx_in(s, 2), v = sx_in(s, 3);
     int lr = sx_in(s, 4), t = sx_add(s, sx_in(s, 5), sx_const(s, 1)), p1, m1, v1;
+    int dlr = rule == 0 || rule >= 3 ? decay_lr(s, lr, n->fattr[5]) : lr; /* the decoupled rules' */
+    s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
     if (rule == 0) { /* NAdamW */
-        p1 = decayed(s, p, lr, wd);
+        p1 = decayed(s, p, dlr, wd);
         m1 = lerp(s, m, g, 1 - b1);
         v1 = sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_mul(s, sx_const(s, 1 - b2), g), g));
         int denom = sx_add(s, sx_div(s, sx_sqrt(s, v1), sx_sqrt(s, fx_bias_correction(s, b2, t))), sx_const(s, eps));
-        int step = sx_div(s, lr, fx_bias_correction(s, b1, t));
-        p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, lerp(s, m1, g, 1 - b1), denom)));
+        int step = sx_div(s, lr, fx_bias_correction(s, b1, t)), u = lerp(s, m1, g, 1 - b1);
+        if (caution_masked(s, n, u, g))
+            return;
+        p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, cautious(s, n, u, g), denom)));
     } else if (rule == 1) { /* Adamax */
         int g1 = sx_add(s, g, sx_mul(s, sx_const(s, wd), p)), ag = sx_select(s, sx_lt(s, g1, sx_const(s, 0)),
                                                                               sx_mul(s, sx_const(s, -1), g1), g1);
@@ -382,9 +464,12 @@ static void adamx_update_scalar(const Node *n, Sx *s)
         int denom = sx_add(s, sx_sqrt(s, sx_div(s, v1, fx_bias_correction(s, b2, t))), sx_const(s, eps));
         m1 = sx_add(s, sx_mul(s, m, sx_const(s, b1)), sx_mul(s, sx_mul(s, lr, sx_const(s, 1 - b1)), sx_div(s, g, denom)));
         int avg = sx_in(s, 6), zero = sx_const(s, 0);
-        p1 = sx_minus(s, p, sx_mul(s, sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero), m1));
+        if (caution_masked(s, n, m1, g))
+            return;
+        int rate = sx_select(s, sx_lt(s, zero, avg), sx_div(s, lr, avg), zero);
+        p1 = sx_minus(s, p, sx_mul(s, rate, cautious(s, n, m1, g)));
         if (wd != 0) /* timm's _add_scaled_(param, param, -lr * wd), after the step */
-            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p1));
+            p1 = sx_add(s, p1, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p1));
     } else { /* ADOPT */
         int dec = rule == 3, g1 = dec ? g : sx_add(s, g, sx_mul(s, sx_const(s, wd), p));
         int first = sx_lt(s, t, sx_const(s, 1.5)), gg = sx_mul(s, g1, g1);
@@ -395,9 +480,11 @@ static void adamx_update_scalar(const Node *n, Sx *s)
             ng = sx_select(s, sx_lt(s, c, ng), c, ng);
         }
         m1 = lerp(s, m, ng, 1 - b1);
+        if (caution_masked(s, n, m1, g1))
+            return;
         /* timm's _add_scaled_(param, param, -lr * wd) */
-        int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, lr, sx_const(s, -wd)), p)) : p;
-        p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, m1)));
+        int pd = dec && wd != 0 ? sx_add(s, p, sx_mul(s, sx_mul(s, dlr, sx_const(s, -wd)), p)) : p;
+        p1 = sx_select(s, first, p, sx_minus(s, pd, sx_mul(s, lr, cautious(s, n, m1, g1))));
         m1 = sx_select(s, first, m, m1);
         v1 = sx_select(s, first, sx_add(s, v, gg),
                        sx_add(s, sx_mul(s, sx_const(s, b2), v), sx_mul(s, sx_const(s, 1 - b2), gg)));
@@ -405,11 +492,11 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     s->out[0] = applied(s, n, p1, p);
     s->out[1] = applied(s, n, m1, m);
     s->out[2] = applied(s, n, v1, v);
-    s->f64 = 1; /* torch takes the bias corrections and ADOPT's clip in double */
 }
 
-const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8, .iattr = {"rule", "no_clip"},
-                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp"},
+const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8,
+                               .iattr = {"rule", "no_clip", "caution"},
+                               .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp", "max_lr"},
                                .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
                                .scalar = adamx_update_scalar, .batch_from = 4, .amp = OP_AMP_FOLLOW,
                                .layout = OP_LAYOUT_NCHW};

@@ -23,7 +23,8 @@
  *   else one tensor shaped like p.
  * adafactorbv_update(p, g, second moments..., [m], lr, step), fattr eps,
  *   clip_threshold (<= 0: none), decay_rate, momentum, weight_decay,
- *   beta2_cap; iattr dim_col, dim_row, has_m, m_bf16, unscaled_wd,
+ *   beta2_cap, max_lr (> 0: timm's corrected_weight_decay, the decay
+ *   scaled by lr / max_lr); iattr dim_col, dim_row, has_m, m_bf16, unscaled_wd,
  *   decay_offset: timm AdafactorBigVision; its row/column states keep the
  *   reduced dim as 1; with m_bf16 the momentum is kept rounded to bfloat16
  *   as timm's default momentum_dtype does.
@@ -334,7 +335,11 @@ static void adafactorbv_update_ref(const Graph *g, const Node *n, double *const 
     double *u = out[0];
     adafactor_precondition(g, n, in, out, 1 - beta2t, n->fattr[0], n->fattr[1], u);
     int m = l.nstate;
-    double keep = wd == 0 ? 1 : n->iattr[4] ? 1 - wd : 1 - lr * wd;
+    double max_lr = n->fattr[6], keep = 1;
+    if (wd != 0 && max_lr > 0)
+        keep = n->iattr[4] ? 1 - lr / max_lr * wd : 1 - lr * lr / max_lr * wd;
+    else if (wd != 0)
+        keep = n->iattr[4] ? 1 - wd : 1 - lr * wd;
     for (int64_t i = 0; i < count; i++) {
         if (n->iattr[2]) {
             if (n->iattr[3])
@@ -349,7 +354,7 @@ static void adafactorbv_update_ref(const Graph *g, const Node *n, double *const 
 const OpDef op_adafactorbv_update = {
     .name = "adafactorbv_update", .min_in = 5, .max_in = 8,
     .iattr = {"dim_col", "dim_row", "has_m", "m_bf16", "unscaled_wd", "decay_offset"},
-    .fattr = {"eps", "clip_threshold", "decay_rate", "momentum", "weight_decay", "beta2_cap"},
+    .fattr = {"eps", "clip_threshold", "decay_rate", "momentum", "weight_decay", "beta2_cap", "max_lr"},
     .infer = infer_norm_update, .ref = adafactorbv_update_ref, .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_NCHW};
 
