@@ -49,7 +49,7 @@ static const char *const usage =
     "                   lambcd|lars|larc|nlars|nlarc|rmsprop|rmsproptf|rmsproptfc|adabelief|adagrad|lion|lionc|\n"
     "                   madgrad|madgradw|adan|adanw|laprop|lapropc|sgdp|adamp|adafactor|adafactorbv|\n"
     "                   adafactorbvc|muon|cadamw|cadamc|cnadamw|cnadamc|cadopt|cadoptw|cadoptc|clion|clionc|\n"
-    "                   csgdw|csgdc|crmsproptf]\n"
+    "                   csgdw|csgdc|crmsproptf|cadan|cadanw|claprop]\n"
     "                   [--opt-kwargs K=V ...]\n"
     "                   [--sched cosine|tanh|step|multistep|plateau|poly|none] [--sched-on-updates]\n"
     "                   [--warmup-epochs 0] [--warmup-lr 1e-5] [--warmup-prefix] [--min-lr 0]\n"

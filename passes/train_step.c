@@ -45,7 +45,7 @@ const char optim_names[] = "sgd, momentum, sgdw, sgdc, adam, adamw, adamwlegacy,
                            "lars, larc, nlars, nlarc, rmsprop, rmsproptf, rmsproptfc, adabelief, adagrad, lion, lionc, "
                            "madgrad, madgradw, adan, adanw, laprop, lapropc, sgdp, adamp, adafactor, adafactorbv, "
                            "adafactorbvc, muon, cadamw, cadamc, cnadamw, cnadamc, cadopt, cadoptw, cadoptc, clion, "
-                           "clionc, csgdw, csgdc, crmsproptf";
+                           "clionc, csgdw, csgdc, crmsproptf, cadan, cadanw, claprop";
 
 int optim_defaults(const char *name, OptimSpec *o)
 {
@@ -112,7 +112,11 @@ int optim_defaults(const char *name, OptimSpec *o)
         {"madgradw", {.kind = CT_OPT_MADGRAD, .momentum = 0.9, .eps = 1e-6, .decoupled = 1}},
         {"adan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8}},
         {"adanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1}},
+        {"cadan", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .caution = 1}},
+        {"cadanw", {.kind = CT_OPT_ADAN, .beta1 = 0.98, .beta2 = 0.92, .beta3 = 0.99, .eps = 1e-8, .decoupled = 1,
+                    .caution = 1}},
         {"laprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15}},
+        {"claprop", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15, .caution = 1}},
         {"lapropc", {.kind = CT_OPT_LAPROP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-15, .corrected = 1}},
         {"sgdp", {.kind = CT_OPT_SGDP, .momentum = 0.9, .nesterov = 1, .eps = 1e-8, .delta = 0.1, .wd_ratio = 0.1}},
         {"adamp", {.kind = CT_OPT_ADAMP, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .nesterov = 1, .delta = 0.1,
@@ -299,7 +303,7 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
         u->op = CT_OP_adamx_update;
         u->iattr[0] = k == CT_OPT_NADAMW ? 0 : k == CT_OPT_ADAMAX ? 1 : k == CT_OPT_LAPROP ? 4 : o->decoupled ? 3 : 2;
         u->lr_avg = k == CT_OPT_LAPROP;
-        u->caution = o->caution && k != CT_OPT_ADAMAX && k != CT_OPT_LAPROP;
+        u->caution = o->caution && k != CT_OPT_ADAMAX;
         u->iattr[1] = o->no_clip, u->iattr[2] = u->caution ? 2 : 0, u->niattr = 3;
         u->fattr[0] = o->beta1, u->fattr[1] = o->beta2, u->fattr[2] = o->eps, u->fattr[3] = wd;
         u->fattr[4] = o->clip_exp, u->fattr[5] = max_lr, u->nfattr = 6;
@@ -312,9 +316,10 @@ void optim_param_op(const OptimSpec *o, double wd, const CtShape *shape, OptimOp
                        .step = 1};
         break;
     case CT_OPT_ADAN:
-        *u = (OptimOp){.op = CT_OP_adan_update, .iattr = {o->decoupled}, .niattr = 1,
+        *u = (OptimOp){.op = CT_OP_adan_update, .iattr = {o->decoupled, o->caution ? 2 : 0}, .niattr = 2,
                        .fattr = {o->beta1, o->beta2, o->beta3, o->eps, wd}, .nfattr = 5, .nslot = 4,
-                       .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1};
+                       .slot = {"exp_avg", "exp_avg_diff", "exp_avg_sq", "pre_grad"}, .step = 1,
+                       .caution = o->caution};
         break;
     case CT_OPT_SGDP:
         *u = (OptimOp){.op = CT_OP_sgdp_update, .iattr = {o->nesterov}, .niattr = 1,
@@ -375,7 +380,8 @@ ValueId optim_caution_mean(Emitter *e, const OptimOp *u, const ValueId *in, int 
 {
     int64_t iattr[6];
     memcpy(iattr, u->iattr, sizeof iattr);
-    iattr[u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update ? 1 : 2] = 1; /* ir/ops/optim.c's caution */
+    int at = u->op == CT_OP_lion_update ? 0 : u->op == CT_OP_adamw_update || u->op == CT_OP_adan_update ? 1 : 2;
+    iattr[at] = 1; /* ir/ops/optim.c's caution */
     ValueId mask = emit(e, u->op, nin, in, iattr, u->niattr, u->fattr, u->nfattr, 0);
     CtShape s = emit_shape(e, mask);
     ValueId sum = s.ndim ? emit(e, CT_OP_reduce_sum, 1, &mask, (int64_t[]){((int64_t)1 << s.ndim) - 1, 0}, 2, NULL,

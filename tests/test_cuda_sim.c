@@ -329,16 +329,19 @@ int main(void)
      * step; LAMB's also in f16 with GradScaler's apply input (each kernel's
      * skipped step: test_optim_norm, test_lib_kernels); corrected weight
      * decay in LAMB's kernels and in fused updates; cautious updates (the
-     * mask, its mean, the update); cadamw also in f16 with the apply input */
+     * mask, its mean, the update); cadamw and cadan (Adan's previous
+     * gradient kept on a skipped step) also in f16 with the apply input */
     static const char *const opts[] = {"lamb", "lambc", "lambcd", "lars", "larc", "nlarc", "nadam", "sgdp", "adamp",
                                        "adafactor", "adafactorbv", "muon", "sgdc", "adamc", "rmsproptfc", "lapropc",
-                                       "cadamw", "cnadamw", "cadoptw", "clion", "csgdw", "crmsproptf"};
-    for (int i = 0; i < 22; i++)
+                                       "cadamw", "cnadamw", "cadoptw", "clion", "csgdw", "crmsproptf", "cadan",
+                                       "claprop"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         if (all || i == 0)
             check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
     if (all) {
         check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[0]);
         check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadamw");
+        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadan");
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {

@@ -238,7 +238,8 @@ static void test_train_step_wiring(void)
         {"nadamw", 1e-3, 0.05, -1, {0}}, {"adamax", 2e-3, 1e-4, -1, {0}}, {"nadam", 2e-3, 1e-4, -1, {0}},
         {"sgdc", 0.1, 0.05, -1, {0}},    {"lapropc", 4e-4, 0.05, -1, {0}},  {"rmsproptfc", 1e-2, 0.05, -1, {0}},
         {"clion", 1e-4, 0.05, -1, {0}},  {"cadamw", 1e-3, 0.05, -1, {0}},   {"cadoptw", 1e-3, 0.05, -1, {0}},
-        {"csgdw", 0.1, 0.05, -1, {0}},   {"crmsproptf", 1e-2, 1e-5, -1, {0}},
+        {"csgdw", 0.1, 0.05, -1, {0}},   {"crmsproptf", 1e-2, 1e-5, -1, {0}}, {"cadan", 1e-3, 0.02, -1, {0}},
+        {"claprop", 4e-4, 0.05, -1, {0}},
     };
     static const double lr_scale[NSTEP] = {1, 0.5, 2};
     enum { SKIPPED = 1 };
@@ -344,12 +345,15 @@ static void test_kwargs(void)
     kwarg_case("adamw", "eps=1e-6", 1, "(--opt-eps)", &o);
     kwarg_case("adan", "betas=(0.9, 0.99)", 0, "betas takes a tuple of 3 numbers", &o);
     kwarg_case("lion", "betas=(0.9, 1.5)", 0, "each beta must be in [0, 1)", &o);
-    kwarg_case("adan", "caution=True", 0, "ctimm implements --opt adan with caution=0 only", &o);
+    kwarg_case("lamb", "caution=True", 0, "ctimm implements --opt lamb with caution=0 only", &o);
+    kwarg_case("adan", "caution=True", 0, NULL, &o);
+    CHECK(o.caution == 1);
     kwarg_case("lion", "caution=True", 0, NULL, &o);
     CHECK(o.caution == 1);
     kwarg_case("cadoptw", "caution=False", 0, NULL, &o);
     CHECK(o.caution == 0 && o.decoupled == 1);
-    kwarg_case("laprop", "caution=True", 0, "ctimm implements --opt laprop with caution=0 only", &o);
+    kwarg_case("laprop", "caution=True", 0, NULL, &o);
+    CHECK(o.caution == 1);
     kwarg_case("adamw", "eps=small", 0, "eps takes a number", &o);
     kwarg_case("adopt", "decoupled=maybe", 0, "decoupled takes True or False", &o);
     kwarg_case("adamw", "novalue", 0, "expected KEY=VALUE", &o);
@@ -437,6 +441,7 @@ int main(void)
         {"lion{betas=(0.95, 0.5), caution=True}", 1e-4, 0.05, -1, {"betas=(0.95, 0.5)", "caution=True"}},
         {"csgdw", 0.1, 0.05, -1, {0}},      {"csgdc", 0.1, 0.05, -1, {0}},       {"crmsproptf", 1e-2, 1e-5, -1, {0}},
         {"sgdw{caution=True, nesterov=False}", 0.1, 0.05, -1, {"caution=True", "nesterov=False"}},
+        {"cadan", 1e-3, 0.02, -1, {0}},     {"cadanw", 1e-3, 0.02, -1, {0}},     {"claprop", 4e-4, 0.05, -1, {0}},
     };
     static const char *const params[] = {"conv1.0.weight",      "conv1.1.weight",      "conv1.1.bias",
                                          "layer2.0.downsample.1.weight", "layer3.0.bn3.weight", "layer3.0.bn3.bias",

@@ -72,6 +72,7 @@ OPTIMIZERS = {
     "lion{betas=(0.95, 0.5), caution=True}": (1e-4, 0.05, {"betas": (0.95, 0.5), "caution": True}),
     "csgdw": (0.1, 0.05, {}), "csgdc": (0.1, 0.05, {}), "crmsproptf": (1e-2, 1e-5, {}),
     "sgdw{caution=True, nesterov=False}": (0.1, 0.05, {"caution": True, "nesterov": False}),
+    "cadan": (1e-3, 0.02, {}), "cadanw": (1e-3, 0.02, {}), "claprop": (4e-4, 0.05, {}),
 }
 LR_NOW = 0.5
 STEPS = (1, 10)

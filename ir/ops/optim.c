@@ -14,8 +14,8 @@
  * the optimizer was built with (max_lr 0: lr itself).
  *
  * timm's caution (adamw_update rule 0, adamx_update but rule 1,
- * lion_update, sgd_update decoupled with momentum, rmsprop_update tf with
- * momentum: their last iattr, caution) takes two nodes with the
+ * lion_update, adan_update, sgd_update decoupled with momentum,
+ * rmsprop_update tf with momentum: their last iattr, caution) takes two nodes with the
  * whole-tensor mean between them: with caution 1 the op returns only the
  * mask, 1 where the update direction u and g agree in sign (u g > 0), else
  * 0; with caution 2 it reads one more scalar input after the others
@@ -100,6 +100,7 @@ static int caution_mode(const Node *n)
     case CT_OP_adamw_update: return (int)n->iattr[1];
     case CT_OP_adamx_update: return (int)n->iattr[2];
     case CT_OP_lion_update: return (int)n->iattr[0];
+    case CT_OP_adan_update: return (int)n->iattr[1];
     case CT_OP_sgd_update:
     case CT_OP_rmsprop_update: return (int)n->iattr[2];
     default: return 0;
@@ -494,7 +495,7 @@ static void adamx_update_scalar(const Node *n, Sx *s)
     s->out[2] = applied(s, n, v1, v);
 }
 
-const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 8,
+const OpDef op_adamx_update = {.name = "adamx_update", .min_in = 6, .max_in = 9,
                                .iattr = {"rule", "no_clip", "caution"},
                                .fattr = {"beta1", "beta2", "eps", "weight_decay", "clip_exp", "max_lr"},
                                .infer = infer_update, .ref = sx_ref, .fusion = OP_ELEMENTWISE,
@@ -541,6 +542,8 @@ static void adan_update_scalar(const Node *n, Sx *s)
     int lr = sx_in(s, 6), t = sx_add(s, sx_in(s, 7), sx_const(s, 1));
     int diff = sx_select(s, sx_lt(s, t, sx_const(s, 1.5)), sx_const(s, 0), sx_minus(s, g, pre));
     int m1 = lerp(s, m, g, 1 - b1);
+    if (caution_masked(s, n, m1, g))
+        return;
     int d1 = sx_add(s, sx_mul(s, sx_const(s, b2), d), sx_mul(s, sx_const(s, 1 - b2), diff));
     int u = sx_add(s, sx_mul(s, diff, sx_const(s, b2)), g);
     int v1 = sx_add(s, sx_mul(s, sx_const(s, b3), v), sx_mul(s, sx_const(s, 1 - b3), sx_mul(s, u, u)));
@@ -548,7 +551,7 @@ static void adan_update_scalar(const Node *n, Sx *s)
     int step = sx_div(s, lr, fx_bias_correction(s, b1, t));
     int step_diff = sx_div(s, sx_mul(s, lr, sx_const(s, b2)), fx_bias_correction(s, b2, t));
     int p1 = n->iattr[0] ? decayed(s, p, lr, wd) : p;
-    p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, m1, denom)));
+    p1 = sx_minus(s, p1, sx_mul(s, step, sx_div(s, cautious(s, n, m1, g), denom)));
     p1 = sx_minus(s, p1, sx_mul(s, step_diff, sx_div(s, d1, denom)));
     if (!n->iattr[0] && wd != 0)
         p1 = sx_div(s, p1, sx_add(s, sx_const(s, 1), sx_mul(s, lr, sx_const(s, wd))));
@@ -560,7 +563,7 @@ static void adan_update_scalar(const Node *n, Sx *s)
     s->f64 = 1;
 }
 
-const OpDef op_adan_update = {.name = "adan_update", .min_in = 8, .max_in = 9, .iattr = {"no_prox"},
+const OpDef op_adan_update = {.name = "adan_update", .min_in = 8, .max_in = 10, .iattr = {"no_prox", "caution"},
                               .fattr = {"beta1", "beta2", "beta3", "eps", "weight_decay"}, .infer = infer_update,
                               .ref = sx_ref, .fusion = OP_ELEMENTWISE, .scalar = adan_update_scalar,
                               .batch_from = 6, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
