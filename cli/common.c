@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "models/layer_groups.h"
 #include "runtime/cuda/backend_cuda.h"
 
 #include <errno.h>
@@ -76,6 +77,35 @@ const ModelEntry *cli_model(const char *prog, const char *name)
         fprintf(stderr, "%s %s", i ? "," : "", close[i]);
     fprintf(stderr, " (--list-models shows all)\n");
     return NULL;
+}
+
+int cli_bytes(const char *prog, const char *opt, const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'M' || *end == 'G')
+        mult = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : 1073741824.0, end++;
+    if (mult > 1 && !strcmp(end, "iB"))
+        end += 2;
+    if (errno || end == s || *end || !(d >= 0) || d * mult > 1e18) {
+        fprintf(stderr, "%s: --%s expects a size in bytes (a number, or with K, M or G: 2G, 1536MiB), got '%s'\n",
+                prog, opt, s);
+        return -1;
+    }
+    *out = (size_t)(d * mult);
+    return 0;
+}
+
+int cli_ckpt_units(const char *prog, const ModelEntry *m, const char **units, int max)
+{
+    const ModelFamily *f = model_family(m);
+    int n = layer_block_regexes(f ? f->group_matcher : NULL, units, max);
+    if (n == 0)
+        fprintf(stderr, "%s: --grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)\n",
+                prog, m->name);
+    return n;
 }
 
 int cli_double(const char *prog, const char *opt, const char *s, double *out)

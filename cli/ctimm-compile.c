@@ -24,6 +24,7 @@ static const char *const usage =
     "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
     "                     [--compile host|cuda] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda] [--sm 90]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
+    "                     [--grad-checkpointing] [--memory-budget BYTES]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
 static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name); }
@@ -186,7 +187,8 @@ int main(int argc, char **argv)
     double smoothing = 0.1;
     const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL, *dump_program = NULL;
     FuseOut fo = {.sm = 90};
-    int dump = 0, seed = 0, channels_last = 0, amp = 0;
+    int dump = 0, seed = 0, channels_last = 0, amp = 0, ckpt = 0;
+    size_t budget = 0;
     CtDType amp_dtype = CT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -248,6 +250,11 @@ int main(int argc, char **argv)
             amp_dtype = v[0] == 'f' ? CT_F16 : CT_BF16;
         } else if (!strcmp(a, "--train")) {
             spec.training = 1;
+        } else if (!strcmp(a, "--grad-checkpointing")) {
+            ckpt = 1;
+        } else if (!strcmp(a, "--memory-budget")) {
+            if (!(v = cli_value(prog, argc, argv, &i)) || cli_bytes(prog, a + 2, v, &budget))
+                return 2;
         } else if (!strcmp(a, "--save-weights")) {
             if (!(save = cli_value(prog, argc, argv, &i)))
                 return 2;
@@ -300,6 +307,16 @@ int main(int argc, char **argv)
     Pipeline p = {.input = in, .training = spec.training, .loss = {CT_LOSS_CROSS_ENTROPY, smoothing, -1, 0}, .opt = os, .amp = amp,
                   .amp_dtype = amp_dtype, .bn_fold = !passes, .channels_last = channels_last, .passes = passes,
                   .dump_after = dump_after, .dump = &out, .verify = PIPELINE_VERIFY};
+    const char *units[8];
+    if ((ckpt || budget) && !spec.training) {
+        fprintf(stderr, "%s: --grad-checkpointing and --memory-budget recompute a training step's activations: add "
+                        "--train\n", prog);
+        return 2;
+    }
+    if (ckpt && !(p.remat.nunits = cli_ckpt_units(prog, m, units, 8)))
+        return 2;
+    p.remat.units = units;
+    p.remat.budget = budget;
     PipelineResult res;
     if (model_build(m, &spec, &g, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -353,6 +370,11 @@ int main(int argc, char **argv)
     if (have_stats)
         buf_printf(&out, "GMACs: %.2f, activations (M): %.2f (per image, fvcore's counts as in timm's benchmark.py)\n",
                    (double)stats.macs / spec.batch_size / 1e9, (double)stats.activations / spec.batch_size / 1e6);
+    if (pipeline_named(&p, "remat") || p.remat.nunits || p.remat.budget)
+        buf_printf(&out, "remat: %d activations recomputed in the backward by %d nodes, %.2f GMACs more; planned "
+                         "peak %.1f -> %.1f MiB\n",
+                   res.remat.values, res.remat.nodes, res.remat.extra_macs / 1e9, res.remat.peak_before / 1048576.0,
+                   res.remat.peak_after / 1048576.0);
     MemPlan plan;
     if (plan_memory(&g, &plan, &err) == 0) {
         const double mib = 1024.0 * 1024.0;

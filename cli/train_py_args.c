@@ -19,7 +19,6 @@
 const TrainPyArg train_py_unimplemented[] = {
     {"dataset-download", "false", "ctimm reads local folders, tar files and WebDataset shards; it downloads none"},
     {"dataset-trust-remote-code", "false", "Hugging Face datasets only; ctimm has no such reader"},
-    {"grad-checkpointing", "false", "activation checkpointing is not built yet (issue 28)"},
     {"fast-norm", "false", "selects PyTorch's fused/low-precision norm kernels; ctimm compiles its own"},
     {"model-dtype", "null", "the whole model in float16/bfloat16 without AMP; ctimm keeps float32 weights (use --amp)"},
     {"no-ddp-bb", "false", "ctimm's data parallel broadcasts no buffers (BN statistics follow --dist-bn)"},

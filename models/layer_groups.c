@@ -137,3 +137,12 @@ int layer_decay_params(const Graph *g, const GroupRule *rules, const char *head_
     free(names);
     return rc;
 }
+
+int layer_block_regexes(const GroupRule *rules, const char **out, int max)
+{
+    int n = 0;
+    for (int k = 0; rules && rules[k].regex; k++)
+        if (rules[k].group == 1 && rules[k].suffix == LG_NO_SUFFIX && n < max)
+            out[n++] = rules[k].regex;
+    return n;
+}

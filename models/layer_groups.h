@@ -26,6 +26,11 @@ typedef struct GroupRule {
  * names[k] (names no rule matches come last), *nlayers the max id + 1. */
 int layer_group_ids(const GroupRule *rules, const char *const *names, int n, int *ids, int *nlayers, CtErr *err);
 
+/* The regexes of rules' block entries (the "blocks" key, each block its own
+ * layer: timm's checkpoint_seq units, RematSpec.units) into out[0..max):
+ * their count. */
+int layer_block_regexes(const GroupRule *rules, const char **out, int max);
+
 /* auto_group_layers, timm's fallback for a model without group_matcher:
  * the params outside the head (names not starting with head_prefix, the
  * cfg's classifier) in order, LG_AUTO_PER_GROUP a layer, then the head's as

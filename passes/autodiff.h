@@ -6,7 +6,7 @@
  * calling each op's VJP rule (defined beside the op). Gradients of a value
  * read by several nodes are summed; nothing is built for values no wrt[]
  * depends on, nor for inputs an op declares non-differentiable. The forward's
- * assign nodes move after the backward (schedule_assigns_last), which reads
+ * assign nodes move after the backward (schedule_assigns), which reads
  * the state the forward read.
  *
  * train_step_build: forward graph + loss + backward + optimizer update, one
@@ -126,6 +126,12 @@ typedef struct OptimSpec {
      * after the step with the runtime scalar input "ema_decay": float values
      * ema = decay * ema + (1 - decay) * new, integer ones copied. */
     int model_ema;
+    /* Each piece of the step's tail (unscale, update, EMA) runs as soon as
+     * its gradient is there, inside the backward (schedule_hoist), so the
+     * gradients die one by one instead of all living to the optimizer: what
+     * remat's --grad-checkpointing and --memory-budget want. Without it the
+     * updates run after the backward, in few multi-tensor launches. */
+    int step_in_backward;
     /* Data-parallel training (world size > 1): the gradients averaged over
      * the ranks by allreduce_mean buckets of at most this many bytes
      * (DDP's bucket_cap_mb), between the backward and the unscale; 0: none. */

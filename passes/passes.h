@@ -31,4 +31,41 @@ int layout_channels_last(const Graph *g, Graph *out, CtErr *err);
 /* On a forward graph, before autodiff (the backward follows its dtypes). */
 int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err);
 
+
+/*
+ * Rematerialisation, on a training graph (after autodiff and layout): some
+ * activations the backward reads are recomputed there, just before the first
+ * backward node that reads them, instead of kept from the forward, so their
+ * space comes back in the forward. The backward is every node that depends on
+ * the input "loss_scale" (autodiff's seed). Each recomputed value has its
+ * bits: the same ops on the same inputs (dropout and drop path draw their
+ * masks from a counter, not a stream); ops that talk to the other ranks
+ * (allreduce, synchronised batch norm) are never run twice.
+ *   units (--grad-checkpointing, timm's checkpoint_seq): a forward node whose
+ *     scope matches one of these POSIX EREs at its start belongs to the
+ *     unit the matched text names (timm's "layer1.0", "blocks.3"); a unit's
+ *     values that no node outside it reads are recomputed, so what a block
+ *     keeps is what crosses its edges;
+ *   budget > 0 (--memory-budget): the fewest of the cheapest (elementwise
+ *     and data movement, then norms, pooling and reductions; the biggest
+ *     first in each; never a contraction or attention) such that the
+ *     graph's planned peak (plan_memory's arena + params + state + inputs +
+ *     outputs) fits in `budget` bytes; fails, with the least it can reach,
+ *     where nothing does.
+ */
+typedef struct RematSpec {
+    const char *const *units;
+    int nunits;
+    size_t budget;
+} RematSpec;
+
+typedef struct RematReport {
+    int values;        /* activations the backward read that it now recomputes */
+    int nodes;         /* nodes run a second time */
+    double extra_macs; /* their multiply-adds (fvcore's count, as stats) */
+    size_t peak_before, peak_after; /* planned peaks, bytes */
+} RematReport;
+
+int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtErr *err);
+
 #endif

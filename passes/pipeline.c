@@ -35,9 +35,13 @@ static int run_amp(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
     return adopt(amp_cast(g, p->amp_dtype, &next, err), g, &next);
 }
 
+static int ask_remat(const Pipeline *p) { return p->remat.nunits > 0 || p->remat.budget > 0; }
+
 static int run_autodiff(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
 {
-    if (train_step_build(g, g->outputs[0], &p->loss, &p->opt, &r->ts, err)) {
+    OptimSpec opt = p->opt;
+    opt.step_in_backward |= ask_remat(p);
+    if (train_step_build(g, g->outputs[0], &p->loss, &opt, &r->ts, err)) {
         graph_free(g);
         return -1;
     }
@@ -53,6 +57,12 @@ static int run_layout(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err
     return adopt(layout_channels_last(g, &next, err), g, &next);
 }
 
+static int run_remat(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
+{
+    Graph next;
+    return adopt(remat(g, &p->remat, &next, &r->remat, err), g, &next);
+}
+
 static int ask_always(const Pipeline *p) { return 1; }
 static int ask_input(const Pipeline *p) { return p->input.u8; }
 static int ask_bn_fold(const Pipeline *p) { return p->bn_fold; }
@@ -66,6 +76,7 @@ static const PassDef table[] = {
     {"amp", run_amp, ask_amp, PASS_NAMED | PASS_DUMP},
     {"autodiff", run_autodiff, ask_always, PASS_TRAIN_ONLY | PASS_DUMP},
     {"layout", run_layout, ask_layout, PASS_NAMED | PASS_DUMP},
+    {"remat", run_remat, ask_remat, PASS_TRAIN_ONLY | PASS_NAMED | PASS_DUMP},
     {"fuse", NULL, NULL, PASS_NAMED | PASS_DUMP},
     {"plan", NULL, NULL, PASS_NAMED},
     {"stats", NULL, NULL, PASS_NAMED},

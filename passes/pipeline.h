@@ -12,6 +12,11 @@
  *   autodiff  training graphs: loss, backward and optimizer update
  *             (train_step_build); the backward follows amp's dtypes
  *   layout    channels_last
+ *   remat     training graphs: activations recomputed in the backward
+ *             (--grad-checkpointing's units, --memory-budget), last, so
+ *             what it recomputes is what the backend would run; autodiff
+ *             then steps the optimizer inside the backward
+ *             (OptimSpec.step_in_backward)
  *   fuse, plan, stats
  *             analyses the caller runs on the result (stats on the forward
  *             as built); --passes names them, the pipeline runs none
@@ -36,6 +41,7 @@ typedef struct Pipeline {
     CtDType amp_dtype;
     int bn_fold;   /* eval graphs (ctimm-train's eval graph shares the training state unfolded) */
     int channels_last;
+    RematSpec remat; /* units or a budget: the remat stage runs */
     /* --passes: stage names, comma-separated; a stage named here runs as if
      * its field above asked for it. NULL or "none": the fields alone. */
     const char *passes;
@@ -62,6 +68,7 @@ typedef struct PipelineResult {
      * their order): use the output index below for the graph returned. */
     TrainStep ts;
     int finite_out; /* the output saying the step applied (opt.skip_nonfinite), or -1 */
+    RematReport remat; /* what the remat stage did, where it ran */
     const char *ran[PIPELINE_MAX_STAGES]; /* the stages that ran, in order */
     int nran;
 } PipelineResult;

@@ -116,6 +116,92 @@ static int inplace_input(const Graph *g, const MemPlan *p, int i, const char *is
     return -1;
 }
 
+/* One block of the arena: a view group, with the groups that took its
+ * space in place after it; it lives from its first value's birth to its
+ * last value's last read. */
+typedef struct Block {
+    size_t size, off;
+    int first, last;
+} Block;
+
+static int by_size(const void *a, const void *b)
+{
+    const Block *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
+    return x->first - y->first;
+}
+
+static int by_off(const void *a, const void *b)
+{
+    const Block *x = *(Block *const *)a, *y = *(Block *const *)b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* The sweep's best fit fragments the arena where lifetimes interleave (a
+ * backward that recomputes, an optimizer running inside it). Placed
+ * offline instead, the biggest blocks first, each at the lowest offset
+ * where no block living at the same time is (TFLite's greedy by size);
+ * the plan keeps whichever arena is smaller. */
+static void repack(const Graph *g, MemPlan *p, const char *is_output)
+{
+    int nv = g->nvalues, nb = 0;
+    int *block = malloc(sizeof *block * (size_t)(nv + 1));
+    Block *b = malloc(sizeof *b * (size_t)(nv + 1));
+    CT_ASSERT(block && b);
+    for (ValueId v = 0; v < nv; v++) {
+        block[v] = -1;
+        if (p->offset[v] == PLAN_NONE || p->view_of[v] != v)
+            continue;
+        if (p->alias_of[v] >= 0) { /* a group that took an input's space: that input's block */
+            block[v] = block[p->view_of[p->alias_of[v]]];
+            CT_ASSERT(block[v] >= 0);
+        } else {
+            block[v] = nb;
+            b[nb++] = (Block){value_bytes(&g->values[v]), 0, p->first[v], p->last[v]};
+        }
+        if (p->first[v] < b[block[v]].first)
+            b[block[v]].first = p->first[v];
+        if (p->last[v] > b[block[v]].last)
+            b[block[v]].last = p->last[v];
+    }
+    int *rank = malloc(sizeof *rank * (size_t)(nb + 1));
+    Block *sorted = malloc(sizeof *sorted * (size_t)(nb + 1));
+    Block **live = malloc(sizeof *live * (size_t)(nb + 1));
+    CT_ASSERT(rank && sorted && live);
+    for (int k = 0; k < nb; k++)
+        sorted[k] = b[k], sorted[k].off = (size_t)k; /* off carries the index until placed */
+    qsort(sorted, (size_t)nb, sizeof *sorted, by_size);
+    for (int k = 0; k < nb; k++)
+        rank[sorted[k].off] = k;
+    size_t end = 0;
+    for (int k = 0; k < nb; k++) {
+        int n = 0;
+        for (int j = 0; j < k; j++)
+            if (!(sorted[j].last < sorted[k].first || sorted[k].last < sorted[j].first))
+                live[n++] = &sorted[j];
+        qsort(live, (size_t)n, sizeof *live, by_off);
+        size_t off = 0;
+        for (int j = 0; j < n && live[j]->off < off + sorted[k].size; j++)
+            if (live[j]->off + live[j]->size > off)
+                off = live[j]->off + live[j]->size;
+        sorted[k].off = off;
+        if (off + sorted[k].size > end)
+            end = off + sorted[k].size;
+    }
+    if (end < p->arena_bytes) {
+        p->arena_bytes = end;
+        for (ValueId v = 0; v < nv; v++)
+            if (p->offset[v] != PLAN_NONE)
+                p->offset[v] = sorted[rank[block[p->view_of[v]]]].off;
+    }
+    free(block);
+    free(b);
+    free(rank);
+    free(sorted);
+    free(live);
+}
+
 int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
 {
     memset(p, 0, sizeof *p);
@@ -197,6 +283,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     }
     free(fl.off);
     free(fl.size);
+    repack(g, p, is_output);
     free(is_output);
     free(freed);
     (void)err;

@@ -4,10 +4,24 @@
 
 #include "ir/ir.h"
 
-/* Moves every assign node after all other nodes, keeping the relative order
- * of each group: assign writes state in place, so the backward pass appended
- * after a forward must still read the state the forward read (BN running
- * stats, the RNG counter). */
-void schedule_assigns_last(Graph *g);
+/* Puts every assign node right after the last node that reads the value it
+ * writes (and the one that computes what it writes), keeping the order of
+ * the rest: assign writes state in place, and every other node must read
+ * the state as the step began (the backward the forward's BN running stats
+ * and RNG counter, the optimizer the params). A graph may come in any order
+ * that means that (a backward appended after a forward's assigns, nodes
+ * recomputed after them); each assign is then as early as it can be, so
+ * what it copies dies there (an optimizer's new params and moments one
+ * tensor at a time, not all of them together at the step's end). */
+void schedule_assigns(Graph *g);
+
+/* Moves each node from `from` on (but the assigns) up to right after the
+ * last node computing one of its inputs, though never before node `floor`,
+ * the rest in order: the training step's tail (gradients unscaled, clipped,
+ * the optimizer's updates, the EMA), emitted after the whole backward, then
+ * runs each piece as soon as its gradient is there, so a gradient dies
+ * where it is made (where nothing waits for all of them: a global-norm clip,
+ * AMP's skip of a non-finite step). Then schedule_assigns. */
+void schedule_hoist(Graph *g, int from, int floor);
 
 #endif

@@ -658,12 +658,14 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int i = 0; i < g->nnodes && opt->sync_bn; i++)
         if (g->nodes[i].op == CT_OP_batch_norm && g->nodes[i].iattr[0])
             g->nodes[i].iattr[1] = 1;
+    int floor = g->nnodes - 1; /* the loss: nothing of the tail moves into the forward */
     if (autodiff(g, out->loss, out->loss_scale, out->params, out->nparams, out->grads, err))
         goto fail;
     /* DDP averages the gradients of the scaled loss; GradScaler unscales after */
     if (opt->allreduce_bucket_bytes > 0 &&
         grad_allreduce(g, out->grads, out->nparams, opt->allreduce_bucket_bytes, err))
         goto fail;
+    int tail = g->nnodes;
     e.scope = "unscale";
     for (int k = 0; k < out->nparams; k++) {
         ValueId by = accum ? out->unscale : out->loss_scale;
@@ -677,8 +679,10 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     }
     for (int k = 0; k < out->nparams; k++)
         graph_mark_output(g, out->grads[k]);
-    if (opt->kind == CT_OPT_NONE)
+    if (opt->kind == CT_OPT_NONE) {
+        schedule_assigns(g);
         goto done;
+    }
 
     /* Optimizer state follows the params and buffers in g->state. */
     int nmodel = g->nstate;
@@ -751,7 +755,10 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         *err = e.err;
         goto fail;
     }
-    schedule_assigns_last(g);
+    if (opt->step_in_backward)
+        schedule_hoist(g, tail, floor);
+    else
+        schedule_assigns(g);
     if (graph_verify(g, err))
         goto fail;
 done:

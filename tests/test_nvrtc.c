@@ -3,10 +3,12 @@
  * test_efficientnet, test_convnext), eval and training graphs, f32 and amp
  * f16 and bf16, NCHW and channels-last, and of a full-size model of each
  * family as the GPU trains it (amp f16, channels-last), compiles for sm_90 to
- * a cubin (the sanitizer build: four of the test models' 48 graphs), in the
- * translation units the cuda backend makes (each distinct kernel once,
- * codegen/units.h), two units at a time; an architecture past NVRTC's gets PTX; a broken
- * source fails with NVRTC's log in the message. */
+ * a cubin (the sanitizer build: four of the test models' 48 graphs), in
+ * translation units as the cuda backend makes them (codegen/units.h), of
+ * all the graphs' kernels together, so each distinct kernel text compiles
+ * once however many graphs have it (the graphs share most), two units at a
+ * time; an architecture past NVRTC's gets PTX; a broken source fails with
+ * NVRTC's log in the message. */
 #include <pthread.h>
 #include <string.h>
 
@@ -47,9 +49,8 @@ typedef struct Case {
     int channels_last;
 } Case;
 
-/* The translation units of c's graph as the cuda backend makes them (its
- * distinct kernels, codegen/units.h), appended to jobs; the count, or -1. */
-static int add_units(const Case *c, Job **jobs, int *njobs, int *cap, int *nkernels, int *ndistinct)
+/* c's graph's kernels appended to *all (its lowering checked): 0 or -1. */
+static int add_kernels(const Case *c, KirKernel **all, int *nall, int *cap)
 {
     static const OptimSpec adamw = {
         .kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
@@ -64,35 +65,21 @@ static int add_units(const Case *c, Job **jobs, int *njobs, int *cap, int *nkern
     if (model_graph(c->model, &gs, &g))
         return -1;
     if (fuse_plan(&g, &plan, &err) == 0) {
-        KirKernel *k = calloc((size_t)plan.kernels_after + 1, sizeof *k);
-        CT_ASSERT(k != NULL);
+        if (*nall + plan.kernels_after + 1 > *cap) {
+            *cap = 2 * (*nall + plan.kernels_after + 1);
+            *all = realloc(*all, sizeof **all * (size_t)*cap);
+            CT_ASSERT(*all != NULL);
+        }
+        KirKernel *k = *all + *nall;
+        memset(k, 0, sizeof *k * (size_t)plan.kernels_after);
         rc = 0;
         for (int l = 0; l < plan.kernels_after && !rc; l++)
             if (kir_lowerable(&plan, l) && kir_lower(&g, &plan, l, (KirOptions){KIR_F32, 1}, &k[l], &err))
                 rc = -1;
         CHECKF(rc == 0, "%s: %s", name, err.msg);
-        if (rc == 0) {
-            KernelUnits u;
-            units_make(k, plan.kernels_after, UNIT_LOOPS, 1, &u);
-            for (int i = 0; i < u.n; i++) {
-                if (*njobs == *cap) {
-                    *cap = *cap ? 2 * *cap : 64;
-                    *jobs = realloc(*jobs, sizeof **jobs * (size_t)*cap);
-                    CT_ASSERT(*jobs != NULL);
-                }
-                Job *j = &(*jobs)[(*njobs)++];
-                memset(j, 0, sizeof *j);
-                snprintf(j->name, sizeof j->name, "%s, unit %d of %d", name, i + 1, u.n);
-                buf_printf(&j->src, "%s", u.src[i].s);
-            }
-            *nkernels += u.nkernels;
-            *ndistinct += u.ndistinct;
-            rc = u.n;
-            units_free(&u);
-        }
-        for (int l = 0; l < plan.kernels_after; l++)
-            kir_free(&k[l]);
-        free(k);
+        for (int l = 0; l < plan.kernels_after; l++) /* named by their place among all the graphs' */
+            k[l].launch = *nall + l;
+        *nall += plan.kernels_after;
         fuse_free(&plan);
     } else {
         CHECKF(0, "%s: %s", name, err.msg);
@@ -135,10 +122,10 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
                         cases[ncases++] = c;
                 }
     CHECK(ncases == nall);
-    Job *jobs = NULL;
-    int njobs = 0, cap = 0, graphs = 0, nkernels = 0, ndistinct = 0;
+    KirKernel *all = NULL;
+    int nall_k = 0, cap = 0, graphs = 0;
     for (int c = 0; c < ncases; c++)
-        graphs += add_units(&cases[c], &jobs, &njobs, &cap, &nkernels, &ndistinct) > 0;
+        graphs += add_kernels(&cases[c], &all, &nall_k, &cap) == 0;
     /* a full-size model of each family, as the GPU trains it (--amp,
      * channels-last): what the test models lack (mobilenetv3's hard
      * activations, resnet50d's average-pool shortcut, reductions over
@@ -154,10 +141,24 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
     enum { NZOO = sizeof zoo_models / sizeof *zoo_models };
     for (int m = 0; zoo && m < NZOO; m++) {
         Case c = {zoo_models[m], 1, CT_F16, 1};
-        graphs += add_units(&c, &jobs, &njobs, &cap, &nkernels, &ndistinct) > 0;
+        graphs += add_kernels(&c, &all, &nall_k, &cap) == 0;
         nall++;
     }
     CHECKF(graphs == nall, "%d of %d graphs rendered", graphs, nall);
+    KernelUnits u;
+    units_make(all, nall_k, UNIT_LOOPS, 1, &u);
+    int njobs = u.n;
+    Job *jobs = calloc((size_t)njobs + 1, sizeof *jobs);
+    CT_ASSERT(jobs != NULL);
+    for (int i = 0; i < u.n; i++) {
+        snprintf(jobs[i].name, sizeof jobs[i].name, "unit %d of %d", i + 1, u.n);
+        buf_printf(&jobs[i].src, "%s", u.src[i].s);
+    }
+    int nkernels = u.nkernels, ndistinct = u.ndistinct;
+    units_free(&u);
+    for (int l = 0; l < nall_k; l++)
+        kir_free(&all[l]);
+    free(all);
     pthread_t th[2];
     Worker w[2];
     for (int t = 0; t < 2; t++) {

@@ -32,6 +32,11 @@ typedef struct TrainArgs {
      * no-opt scale (0: none) */
     double layer_decay, layer_decay_min_scale, layer_decay_no_opt_scale;
     int grad_accum_steps; /* >= 1: the optimizer steps once per this many batches, on their summed gradients */
+    /* train.py's --grad-checkpointing (each block's activations recomputed
+     * in the backward) and ctimm's --memory-budget (bytes the step's plan
+     * must fit, recomputing the cheapest first): passes/passes.h remat */
+    int grad_checkpointing;
+    size_t memory_budget;
     /* --gp (NULL: the model's) and --model-kwargs KEY=VALUE words (train/model_kwargs.h) */
     const char *gp;
     const char *model_kwargs[CT_MAX_MODEL_KWARGS];

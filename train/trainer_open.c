@@ -158,6 +158,15 @@ static int build_graphs(Trainer *t, CtErr *err)
     memcpy(input.std, t->std, sizeof input.std);
     Pipeline p = {.input = input, .training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32,
                   .amp_dtype = t->amp, .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
+    const char *units[8];
+    if (t->a.grad_checkpointing) {
+        const ModelFamily *f = model_family(t->m);
+        if (!(p.remat.nunits = layer_block_regexes(f ? f->group_matcher : NULL, units, 8)))
+            return ct_fail(err, "--grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)",
+                           t->m->name);
+        p.remat.units = units;
+    }
+    p.remat.budget = t->a.memory_budget;
     PipelineResult res;
     if (model_build(t->m, &spec, &t->train, err))
         return -1;
@@ -170,6 +179,11 @@ static int build_graphs(Trainer *t, CtErr *err)
         return -1;
     t->ts = res.ts;
     t->finite_out = res.finite_out;
+    if (p.remat.nunits || p.remat.budget)
+        report_log(t->rep, "Recomputing %d activations in the backward (%s): %.2f GMACs more a step, the plan's peak "
+                   "%.1f -> %.1f MiB\n", res.remat.values,
+                   p.remat.nunits ? "--grad-checkpointing" : "--memory-budget", res.remat.extra_macs / 1e9,
+                   res.remat.peak_before / 1048576.0, res.remat.peak_after / 1048576.0);
     spec.training = 0;
     spec.batch_size = t->vb;
     p.training = 0;

@@ -1,0 +1,402 @@
+/* Contract: remat(g) returns g with some of the activations its backward
+ * reads recomputed in the backward instead of kept from the forward (see
+ * passes.h); every value keeps its bits, only its lifetime changes. */
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/rewrite.h"
+#include "passes/passes.h"
+#include "passes/plan.h"
+#include "passes/schedule.h"
+
+/* What the pass knows of g's two halves. */
+typedef struct Halves {
+    const Graph *g;
+    int bstart;      /* the backward's first node: the first that reads the seed */
+    char *bwd;       /* per node: in the backward (from bstart on, but the assigns) */
+    char *bwd_read;  /* per value: a forward activation some backward node reads */
+    char *is_out;    /* per value: a graph output */
+} Halves;
+
+static void halves_free(Halves *h)
+{
+    free(h->bwd);
+    free(h->bwd_read);
+    free(h->is_out);
+}
+
+static int halves_find(const Graph *g, Halves *h, CtErr *err)
+{
+    memset(h, 0, sizeof *h);
+    h->g = g;
+    ValueId seed = -1;
+    for (ValueId v = 0; v < g->nvalues && seed < 0; v++)
+        if (g->values[v].role == CT_ROLE_INPUT && g->values[v].name && !strcmp(g->values[v].name, "loss_scale"))
+            seed = v;
+    if (seed < 0)
+        return ct_fail(err, "remat: not a training graph (no loss_scale input, the backward's seed)");
+    h->bwd = calloc((size_t)g->nnodes + 1, 1);
+    h->bwd_read = calloc((size_t)g->nvalues + 1, 1);
+    h->is_out = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(h->bwd && h->bwd_read && h->is_out);
+    h->bstart = g->nnodes;
+    for (int i = 0; i < g->nnodes && h->bstart == g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            if (g->nodes[i].in[k] == seed)
+                h->bstart = i;
+    /* from there on, every node but the assigns: the reshapes and transposes
+     * of forward values that the backward's GEMMs read depend on no seed */
+    for (int i = h->bstart; i < g->nnodes; i++)
+        h->bwd[i] = g->nodes[i].op != CT_OP_assign;
+    for (int i = h->bstart; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin && h->bwd[i]; k++) {
+            ValueId v = g->nodes[i].in[k];
+            int p = g->values[v].producer;
+            h->bwd_read[v] |= g->values[v].role == CT_ROLE_ACTIVATION && p >= 0 && p < h->bstart;
+        }
+    for (int k = 0; k < g->noutputs; k++)
+        h->is_out[g->outputs[k]] = 1;
+    return 0;
+}
+
+/* Whether running node n a second time gives the same values and changes
+ * nothing else: not the ops that talk to the other ranks. */
+static int pure(const Node *n)
+{
+    return n->op != CT_OP_assign && n->op != CT_OP_allreduce_mean && !(n->op == CT_OP_batch_norm && n->iattr[1]);
+}
+
+/* A forward activation that may be recomputed. */
+static int eligible(const Halves *h, ValueId v)
+{
+    const Value *val = &h->g->values[v];
+    return val->role == CT_ROLE_ACTIVATION && val->producer >= 0 && val->producer < h->bstart && !h->is_out[v] &&
+           pure(&h->g->nodes[val->producer]);
+}
+
+/* Cheapest to recompute first: elementwise and data movement, then norms,
+ * pooling and reductions, then contractions and attention. */
+static int cost_class(const Node *n)
+{
+    switch (op_def(n->op)->fusion) {
+    case OP_ELEMENTWISE:
+    case OP_ACTIVATION:
+    case OP_VIEW:
+    case OP_DATA:
+        return 0;
+    case OP_CONTRACTION:
+        return 2;
+    default:
+        return n->op == CT_OP_sdpa ? 2 : 1;
+    }
+}
+
+/* Closes the dropped set: a recomputation reads what the backward has
+ * anyway (kept values, values it reads itself, state) and recomputes the
+ * rest, which must be eligible and cheap (no contraction or attention: a
+ * residual stream's add would otherwise recompute every block before it);
+ * a value whose recomputation would need another that the backward does
+ * not have stays kept. */
+static void close_drops(const Halves *h, const char *keep, char *dropped)
+{
+    const Graph *g = h->g;
+    char *kept = calloc((size_t)g->nvalues + 1, 1); /* found not recomputable: never dropped again */
+    CT_ASSERT(kept != NULL);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (ValueId v = 0; v < g->nvalues; v++) {
+            if (!dropped[v])
+                continue;
+            const Node *p = &g->nodes[g->values[v].producer];
+            for (int k = 0; k < p->nin && dropped[v]; k++) {
+                ValueId u = p->in[k];
+                const Value *uv = &g->values[u];
+                if (dropped[u] || uv->role != CT_ROLE_ACTIVATION || keep[u] || h->is_out[u] || h->bwd_read[u])
+                    continue;
+                if (!kept[u] && eligible(h, u) && cost_class(&g->nodes[uv->producer]) < 2) {
+                    dropped[u] = 1;
+                } else {
+                    dropped[v] = 0;
+                    kept[v] = 1;
+                }
+                changed = 1;
+            }
+        }
+    }
+    free(kept);
+}
+
+typedef struct Remat {
+    Rewriter r;
+    const Halves *h;
+    const char *dropped;
+    ValueId *clone; /* src value -> its recomputation in dst, or -1 */
+    RematReport *rep;
+} Remat;
+
+/* Emits the recomputation of dropped value v (and of the dropped values it
+ * needs) unless it has one. */
+static void materialize(Remat *m, ValueId v)
+{
+    if (m->clone[v] >= 0 || m->r.e.failed)
+        return;
+    const Graph *g = m->h->g;
+    const Node *p = &g->nodes[g->values[v].producer];
+    ValueId in[CT_MAX_IN];
+    for (int k = 0; k < p->nin; k++) {
+        if (m->dropped[p->in[k]])
+            materialize(m, p->in[k]);
+        in[k] = m->dropped[p->in[k]] ? m->clone[p->in[k]] : rewrite_value(&m->r, p->in[k]);
+    }
+    m->r.e.scope = p->scope;
+    if (emit(&m->r.e, p->op, p->nin, in, p->iattr, CT_MAX_IATTR, p->fattr, CT_MAX_FATTR, 0) < 0 && p->nout)
+        return;
+    const Node *c = &m->r.dst->nodes[m->r.dst->nnodes - 1];
+    for (int k = 0; k < p->nout; k++) {
+        m->clone[p->out[k]] = c->out[k];
+        m->r.dst->values[c->out[k]].layout = g->values[p->out[k]].layout;
+    }
+    m->rep->nodes++;
+    const OpDef *d = op_def(p->op);
+    if (d->cost)
+        m->rep->extra_macs += (double)d->cost(g, p, 0).macs;
+}
+
+/* g with dropped[] recomputed in the backward, into out. */
+static int rebuild(const Halves *h, const char *dropped, Graph *out, RematReport *rep, CtErr *err)
+{
+    const Graph *g = h->g;
+    Remat m = {.h = h, .dropped = dropped, .rep = rep};
+    m.clone = malloc(sizeof *m.clone * (size_t)(g->nvalues + 1));
+    CT_ASSERT(m.clone != NULL);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        m.clone[v] = -1;
+    rep->nodes = 0;
+    rep->extra_macs = 0;
+    rewrite_begin(&m.r, g, out);
+    for (int i = 0; i < g->nnodes && !m.r.e.failed; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == CT_OP_assign) /* after every node, then as early as they can be */
+            continue;
+        if (!h->bwd[i]) {
+            rewrite_copy(&m.r, i);
+            continue;
+        }
+        ValueId saved[CT_MAX_IN];
+        for (int k = 0; k < n->nin; k++) {
+            saved[k] = rewrite_value(&m.r, n->in[k]);
+            if (dropped[n->in[k]]) {
+                materialize(&m, n->in[k]);
+                rewrite_map(&m.r, n->in[k], m.clone[n->in[k]]);
+            }
+        }
+        rewrite_copy(&m.r, i);
+        for (int k = n->nin - 1; k >= 0; k--) /* an input read twice gets its first mapping back */
+            rewrite_map(&m.r, n->in[k], saved[k]);
+    }
+    for (int i = 0; i < g->nnodes && !m.r.e.failed; i++)
+        if (g->nodes[i].op == CT_OP_assign)
+            rewrite_copy(&m.r, i);
+    if (!m.r.e.failed)
+        schedule_assigns(out);
+    free(m.clone);
+    return rewrite_end(&m.r, err);
+}
+
+static size_t planned_peak(const Graph *g, CtErr *err)
+{
+    MemPlan p;
+    if (plan_memory(g, &p, err))
+        return 0;
+    size_t total = p.arena_bytes + p.input_bytes + p.param_bytes + p.state_bytes + p.output_bytes;
+    plan_free(&p);
+    return total;
+}
+
+/* Unit of each forward node: the index of the first node whose scope's
+ * match (at its start) of one of the units' regexes is the same text, or
+ * -1 where none matches. */
+static int unit_of_nodes(const Halves *h, const RematSpec *s, int *unit, CtErr *err)
+{
+    const Graph *g = h->g;
+    regex_t *re = calloc((size_t)s->nunits + 1, sizeof *re);
+    int *len = calloc((size_t)g->nnodes + 1, sizeof *len), rc = 0, nre = 0;
+    CT_ASSERT(re && len);
+    for (; nre < s->nunits; nre++)
+        if (regcomp(&re[nre], s->units[nre], REG_EXTENDED)) {
+            rc = ct_fail(err, "remat: bad unit regex '%s'", s->units[nre]);
+            break;
+        }
+    for (int i = 0; i < g->nnodes && !rc; i++) {
+        const char *scope = g->nodes[i].scope ? g->nodes[i].scope : "";
+        unit[i] = -1;
+        if (i >= h->bstart)
+            continue;
+        for (int k = 0; k < nre && unit[i] < 0; k++) {
+            regmatch_t mt;
+            if (regexec(&re[k], scope, 1, &mt, 0) || mt.rm_so != 0 || mt.rm_eo == 0)
+                continue;
+            len[i] = (int)mt.rm_eo;
+            for (int j = 0; j <= i && unit[i] < 0; j++)
+                if (j == i || (unit[j] == j && len[j] == len[i] && !strncmp(g->nodes[j].scope, scope, (size_t)len[i])))
+                    unit[i] = j;
+        }
+    }
+    for (int k = 0; k < nre; k++)
+        regfree(&re[k]);
+    free(re);
+    free(len);
+    return rc;
+}
+
+/* --grad-checkpointing: a unit's values that no node outside it reads are
+ * recomputed; what crosses its edges is kept. */
+static int drop_units(const Halves *h, const RematSpec *s, char *keep, char *dropped, CtErr *err)
+{
+    const Graph *g = h->g;
+    int *unit = malloc(sizeof *unit * (size_t)(g->nnodes + 1));
+    CT_ASSERT(unit != NULL);
+    if (unit_of_nodes(h, s, unit, err)) {
+        free(unit);
+        return -1;
+    }
+    for (int i = 0; i < h->bstart; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nout; k++)
+            dropped[n->out[k]] = unit[i] >= 0 && eligible(h, n->out[k]);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            ValueId v = n->in[k];
+            int p = g->values[v].producer;
+            if (p < 0 || p >= h->bstart || h->bwd[i])
+                continue;
+            if (i >= h->bstart || unit[i] != unit[p]) {
+                keep[v] = 1;
+                dropped[v] = 0;
+            }
+        }
+    }
+    free(unit);
+    return 0;
+}
+
+/* A candidate with its sort key. */
+typedef struct Cand {
+    int cls;
+    int64_t bytes;
+    ValueId v;
+} Cand;
+
+/* Cheapest class first, then the biggest (the most memory for the work). */
+static int by_cost(const void *a, const void *b)
+{
+    const Cand *x = a, *y = b;
+    if (x->cls != y->cls)
+        return x->cls - y->cls;
+    return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : x->v - y->v;
+}
+
+/* The drops of the first k candidates over `base` (the units' drops). */
+static void drops_of_prefix(const Halves *h, const ValueId *cand, int k, const char *base, const char *keep,
+                            char *dropped)
+{
+    memcpy(dropped, base, (size_t)h->g->nvalues);
+    for (int j = 0; j < k; j++)
+        dropped[cand[j]] = 1;
+    close_drops(h, keep, dropped);
+}
+
+/* --memory-budget: the shortest prefix of the candidates, cheapest first,
+ * whose graph's planned peak fits; binary search, the peak falling (near
+ * enough) as more is recomputed. Contractions and attention are never
+ * candidates (AOTAutograd's partitioner bans them too): recomputing one
+ * costs what the backward saves, and chains of them would recompute the
+ * whole forward at the backward's start. */
+static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep, char *dropped, CtErr *err)
+{
+    const Graph *g = h->g;
+    ValueId *cand = malloc(sizeof *cand * (size_t)(g->nvalues + 1));
+    Cand *sorted = malloc(sizeof *sorted * (size_t)(g->nvalues + 1));
+    char *base = malloc((size_t)g->nvalues + 1);
+    CT_ASSERT(cand && sorted && base);
+    memcpy(base, dropped, (size_t)g->nvalues);
+    int n = 0, rc = 0;
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (h->bwd_read[v] && !keep[v] && !base[v] && eligible(h, v) &&
+            cost_class(&g->nodes[g->values[v].producer]) < 2) {
+            const Value *val = &g->values[v];
+            sorted[n++] = (Cand){cost_class(&g->nodes[val->producer]),
+                                 shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype), v};
+        }
+    qsort(sorted, (size_t)n, sizeof *sorted, by_cost);
+    for (int k = 0; k < n; k++)
+        cand[k] = sorted[k].v;
+    free(sorted);
+    size_t best = 0;
+    int lo = 0, hi = n + 1; /* the answer is in [lo, hi); hi = n + 1: none fits */
+    while (lo < hi && !rc) {
+        int mid = lo + (hi - lo) / 2;
+        if (mid > n) {
+            hi = mid;
+            break;
+        }
+        Graph t;
+        RematReport r = {0};
+        drops_of_prefix(h, cand, mid, base, keep, dropped);
+        if (rebuild(h, dropped, &t, &r, err)) {
+            rc = -1;
+            break;
+        }
+        size_t peak = planned_peak(&t, err);
+        graph_free(&t);
+        if (peak <= s->budget) {
+            hi = mid;
+            best = peak;
+        } else {
+            lo = mid + 1;
+            if (mid == n)
+                best = peak;
+        }
+    }
+    if (!rc && hi > n)
+        rc = ct_fail(err, "--memory-budget %.1f MiB: the step needs at least %.1f MiB, recomputing every elementwise, norm and "
+                     "pooling output it can (--grad-checkpointing recomputes whole blocks)",
+                     s->budget / 1048576.0, best / 1048576.0);
+    if (!rc)
+        drops_of_prefix(h, cand, hi, base, keep, dropped);
+    free(cand);
+    free(base);
+    return rc;
+}
+
+int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtErr *err)
+{
+    Halves h;
+    RematReport own;
+    if (!rep)
+        rep = &own;
+    memset(rep, 0, sizeof *rep);
+    if (halves_find(g, &h, err))
+        return -1;
+    char *keep = calloc((size_t)g->nvalues + 1, 1), *dropped = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(keep && dropped);
+    int rc = 0;
+    rep->peak_before = planned_peak(g, err);
+    if (s->nunits && drop_units(&h, s, keep, dropped, err))
+        rc = -1;
+    if (!rc)
+        close_drops(&h, keep, dropped);
+    if (!rc && s->budget && drop_to_budget(&h, s, keep, dropped, err))
+        rc = -1;
+    for (ValueId v = 0; v < g->nvalues && !rc; v++)
+        rep->values += dropped[v] && h.bwd_read[v];
+    if (!rc && (rc = rebuild(&h, dropped, out, rep, err)) == 0)
+        rep->peak_after = planned_peak(out, err);
+    free(keep);
+    free(dropped);
+    halves_free(&h);
+    return rc;
+}

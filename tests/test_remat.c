@@ -1,0 +1,209 @@
+/* The remat pass (passes/remat.c): --grad-checkpointing's units (timm's
+ * checkpoint_seq over each block) and --memory-budget recompute activations
+ * in the backward; the planned peak falls, the plan stays sound, and three
+ * training steps give every state value (params, momentum, BN running
+ * stats) bit for bit as without it, on the cpu backend (and one step on
+ * ref and on cuda-sim): test_resnet (batch norm, relu, residual adds) and test_vit with drop
+ * path (its masks drawn again in the recompute), channels-last too. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "models/layer_groups.h"
+#include "models/registry.h"
+#include "passes/pipeline.h"
+#include "passes/plan.h"
+#include "runtime/backend.h"
+#include "train_setup.h"
+
+enum { B = 4, H = 64, CLASSES = 10, STEPS = 3 };
+static float images[B * 3 * H * H];
+static int64_t labels[B];
+
+typedef struct Case {
+    const char *model;
+    int channels_last;
+    double drop_path;
+} Case;
+
+/* c's training graph under remat spec rs (NULL: none); the report in *rep. */
+static int build(const Case *c, const RematSpec *rs, Graph *g, RematReport *rep, CtErr *err)
+{
+    ModelSpec spec = {.batch_size = B, .training = 1,
+                      .args = {.num_classes = CLASSES, .img_size = H, .drop_path_rate = c->drop_path}};
+    Pipeline p = {.training = 1,
+                  .loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
+                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4},
+                  .channels_last = c->channels_last, .verify = 1};
+    if (rs)
+        p.remat = *rs;
+    PipelineResult r;
+    if (model_build(model_find(c->model), &spec, g, err) || pipeline_run(&p, g, &r, err))
+        return -1;
+    if (rep)
+        *rep = r.remat;
+    train_step_free(&r.ts);
+    return 0;
+}
+
+/* The planned peak (the arena's part in *arena), the plan checked. */
+static size_t peak_of(const Graph *g, size_t *arena)
+{
+    MemPlan p;
+    CtErr err;
+    CT_ASSERT(plan_memory(g, &p, &err) == 0);
+    CHECKF(plan_check(g, &p, &err) == 0, "%s", err.msg);
+    size_t total = p.arena_bytes + p.input_bytes + p.param_bytes + p.state_bytes + p.output_bytes;
+    *arena = p.arena_bytes;
+    plan_free(&p);
+    return total;
+}
+
+/* `steps` steps of g on be from seed's init; the state in *s (the caller frees it). */
+static int run_steps(const CtBackend *be, const Graph *g, int steps, CtState *s)
+{
+    state_create(s, g);
+    state_init(s, 11);
+    CtRunner run;
+    CtErr err = {{0}};
+    if (backend_open(&run, be, g, s, NULL, &err)) {
+        CHECKF(0, "%s: %s", be->name, err.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < steps && !rc; i++) {
+        float lr = 0.05f, scale = 1;
+        CtTensor in[4] = {{{{4, {B, 3, H, H}}, CT_F32}, images},
+                          {{{1, {B}}, CT_I64}, labels},
+                          {{{0}, CT_F32}, &lr},
+                          {{{0}, CT_F32}, &scale}};
+        CtTensor *out = calloc((size_t)g->noutputs + 1, sizeof *out);
+        CT_ASSERT(out != NULL);
+        rc = backend_step(&run, in, 4, out, &err);
+        CHECKF(rc == 0, "%s step %d: %s", be->name, i, err.msg);
+        for (int k = 0; k < g->noutputs && !rc; k++)
+            tensor_free(&out[k]);
+        free(out);
+    }
+    if (!rc && run.be->state_to_host(run.exec, &err))
+        rc = -1;
+    backend_close(&run);
+    return rc;
+}
+
+/* Every entry of a bit for bit in b (by name): the count that differ. */
+static int differ(const CtState *a, const CtState *b, const char *what)
+{
+    int bad = 0;
+    for (int i = 0; i < a->n; i++) {
+        int j = state_find(b, a->e[i].name);
+        size_t bytes = (size_t)shape_numel(&a->e[i].type.shape) * ct_dtype_size(a->e[i].type.dtype);
+        if (j < 0 || memcmp(state_data(a, i), state_data(b, j), bytes)) {
+            if (bad++ < 3)
+                fprintf(stderr, "%s: %s differs\n", what, a->e[i].name);
+        }
+    }
+    return bad;
+}
+
+static void same_steps(const Graph *a, const Graph *b, const CtBackend *be, int steps, const char *what)
+{
+    CtState sa, sb;
+    int ra = run_steps(be, a, steps, &sa), rb = run_steps(be, b, steps, &sb);
+    if (!ra && !rb) {
+        int bad = differ(&sa, &sb, what);
+        CHECKF(bad == 0, "%s on %s: %d state entries differ after %d steps", what, be->name, bad, steps);
+    }
+    state_free(&sa);
+    state_free(&sb);
+}
+
+static void test_case(const Case *c, int with_ref)
+{
+    const char *units[8];
+    int nunits = layer_block_regexes(model_family(model_find(c->model))->group_matcher, units, 8);
+    CHECKF(nunits > 0, "%s: no block regexes", c->model);
+    Graph plain, ckpt, budget;
+    RematReport rc_rep, rb_rep;
+    CtErr err = {{0}};
+    char what[96];
+    snprintf(what, sizeof what, "%s%s%s", c->model, c->channels_last ? " channels_last" : "",
+             c->drop_path > 0 ? " drop_path" : "");
+    if (build(c, NULL, &plain, NULL, &err)) {
+        CHECKF(0, "%s: %s", what, err.msg);
+        return;
+    }
+    if (build(c, &(RematSpec){.units = units, .nunits = nunits}, &ckpt, &rc_rep, &err)) {
+        CHECKF(0, "%s checkpointing: %s", what, err.msg);
+        graph_free(&plain);
+        return;
+    }
+    size_t a0, a1, ab;
+    size_t p0 = peak_of(&plain, &a0), p1 = peak_of(&ckpt, &a1);
+    printf("%s: planned peak %.2f MiB (arena %.2f), with checkpointing %.2f MiB (arena %.2f; %d values recomputed "
+           "by %d nodes, %.1f MMACs more)\n",
+           what, p0 / 1048576.0, a0 / 1048576.0, p1 / 1048576.0, a1 / 1048576.0, rc_rep.values, rc_rep.nodes,
+           rc_rep.extra_macs / 1e6);
+    CHECKF(rc_rep.peak_after == p1, "%s: the report's peak %zu, the plan's %zu", what, rc_rep.peak_after, p1);
+    CHECKF(p1 < p0 && rc_rep.values > 0 && rc_rep.nodes >= rc_rep.values && rc_rep.extra_macs > 0,
+           "%s: checkpointing did nothing", what);
+    same_steps(&plain, &ckpt, &ct_backend_cpu, STEPS, what);
+    if (with_ref) {
+        same_steps(&plain, &ckpt, &ct_backend_ref, 1, what);
+        same_steps(&plain, &ckpt, &ct_backend_cuda_sim, 1, what);
+    }
+
+    /* a budget a quarter of the way down to checkpointing's: met by
+     * recomputing the cheap ones */
+    size_t mid = p0 - (p0 - p1) / 4;
+    if (build(c, &(RematSpec){.budget = mid}, &budget, &rb_rep, &err) == 0) {
+        size_t pb = peak_of(&budget, &ab);
+        printf("%s: budget %.2f MiB: planned peak %.2f MiB (%d values recomputed, %.1f MMACs more)\n", what,
+               mid / 1048576.0, pb / 1048576.0, rb_rep.values, rb_rep.extra_macs / 1e6);
+        CHECKF(pb <= mid && rb_rep.values > 0, "%s: budget %zu, peak %zu", what, mid, pb);
+        same_steps(&plain, &budget, &ct_backend_cpu, STEPS, what);
+        graph_free(&budget);
+    } else {
+        CHECKF(0, "%s budget: %s", what, err.msg);
+    }
+    /* one no recomputation reaches: refused, saying the least it can reach */
+    Graph none;
+    int rc = build(c, &(RematSpec){.budget = p0 / 20}, &none, NULL, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "needs at least"), "%s: a budget of 5%%: %s", what,
+           rc ? err.msg : "accepted");
+    if (rc == 0)
+        graph_free(&none);
+    graph_free(&plain);
+    graph_free(&ckpt);
+}
+
+/* A node in no unit and a unit's value read across its edge are kept: a
+ * remat with a regex no scope matches changes nothing. */
+static void test_no_units(void)
+{
+    Graph a, b;
+    RematReport rep;
+    CtErr err = {{0}};
+    const char *none[] = {"^no_such_block"};
+    Case c = {"test_resnet", 0, 0};
+    CT_ASSERT(build(&c, NULL, &a, NULL, &err) == 0);
+    CT_ASSERT(build(&c, &(RematSpec){.units = none, .nunits = 1}, &b, &rep, &err) == 0);
+    CHECKF(rep.values == 0 && rep.nodes == 0 && a.nnodes == b.nnodes && rep.peak_after == rep.peak_before,
+           "%d values, %d nodes", rep.values, rep.nodes);
+    graph_free(&a);
+    graph_free(&b);
+    CHECK(build(&c, &(RematSpec){.units = (const char *[]){"^layer("}, .nunits = 1}, &b, NULL, &err) == -1 &&
+          strstr(err.msg, "bad unit regex"));
+}
+
+int main(void)
+{
+    step_batch(images, sizeof images / sizeof *images, labels, B, CLASSES, 77, 3);
+    test_no_units();
+    test_case(&(Case){"test_resnet", 0, 0}, 1);
+    test_case(&(Case){"test_resnet", 1, 0}, 0);
+    test_case(&(Case){"test_vit", 0, 0.1}, 0);
+    test_case(&(Case){"test_convnext", 1, 0.1}, 0);
+    return check_done("test_remat");
+}
