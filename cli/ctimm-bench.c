@@ -21,6 +21,15 @@
  * without), checked before a run: then the batch size decays
  * as benchmark.py's decay_batch_step does and the run is retried (unless
  * --no-retry).
+ *
+ * Memory (ctimm's columns after benchmark.py's, which has none):
+ * <bench>_peak_planned_mib, the peak the memory plan knows before anything
+ * runs (the step's arena, parameters, buffers, optimizer state, inputs and
+ * outputs: what the out-of-memory check compares), and with a host device
+ * (cpu, ref, cuda-sim) <bench>_peak_rss_mib, the process's measured peak
+ * resident memory during the run (build, compile and steps: what
+ * /usr/bin/time reports for one model). On cuda the device's own peak is
+ * not measured.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -28,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -86,6 +96,7 @@ typedef struct Row {
     double vals[24];
     int ints[24]; /* the value is an integer column (batch and image size) */
     int n;
+    double planned[2], rss[2]; /* MiB, inference's and training's (rss < 0: not measured) */
     char error[sizeof(CtErr)];
 } Row;
 
@@ -130,6 +141,36 @@ static double memory_available(const char *device)
     if (!strcmp(device, "cuda"))
         return (double)cuda_backend_free_bytes();
     return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+}
+
+/* The process's peak resident memory is measured from here: Linux resets
+ * its high-water mark (VmHWM) to the memory resident now when 5 is written
+ * to /proc/self/clear_refs, so each run of a list has its own peak. */
+static void peak_rss_reset(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
+/* Bytes: VmHWM, else (no /proc) getrusage's peak of the whole process. */
+static double peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kib = strtod(line + 6, NULL);
+    if (f)
+        fclose(f);
+    if (kib < 0) {
+        struct rusage ru;
+        kib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss : 0;
+    }
+    return kib * 1024;
 }
 
 /* The graphs of one run: eval, or the train step (and with --detail the
@@ -277,6 +318,7 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
     const ModelEntry *m = &pre->m;
     Bench b;
     double need = 0, t_build = cli_now();
+    peak_rss_reset();
     int rc = bench_build(a, pre, train, batch, img, amp, &b, &need, err);
     if (rc) {
         if (rc > 0)
@@ -347,6 +389,13 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
             put(row, keys[train][q], vals[q], q >= 5);
     printf("%s benchmark of %s done. %.2f samples/sec, %.2f ms/step (median %.2f ms)\n",
            train ? "Train" : "Inference", m->name, vals[0], vals[1], 1000 * median);
+    const double mib = 1024.0 * 1024.0;
+    row->planned[train] = need / mib;
+    row->rss[train] = strcmp(be->name, "cuda") ? peak_rss() / mib : -1;
+    if (row->rss[train] >= 0)
+        printf("Memory: %.1f MiB planned peak, %.1f MiB measured peak (resident)\n", need / mib, row->rss[train]);
+    else
+        printf("Memory: %.1f MiB planned peak (the device's peak is not measured)\n", need / mib);
     rc = 0;
 done:
     free(times);
@@ -427,6 +476,13 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
         put(row, "infer_img_size", img, 1);
     }
     put(row, "param_count", round_to((double)gs.params / 1e6, 2), 0);
+    static const char *const mem_keys[2][2] = {{"infer_peak_planned_mib", "infer_peak_rss_mib"},
+                                               {"train_peak_planned_mib", "train_peak_rss_mib"}};
+    for (int q = 0; q < nmodes && !profile; q++) {
+        put(row, mem_keys[modes[q]][0], round_to(row->planned[modes[q]], 1), 0);
+        if (row->rss[modes[q]] >= 0)
+            put(row, mem_keys[modes[q]][1], round_to(row->rss[modes[q]], 1), 0);
+    }
 }
 
 static cJSON *row_json(const Row *r)

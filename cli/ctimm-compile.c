@@ -31,6 +31,32 @@ static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name)
 
 /* The model's initial weights by timm's init scheme, as a checkpoint that
  * timm's load_state_dict accepts. */
+/* The step's peak as the plan knows it before anything runs (what
+ * ctimm-bench calls the planned peak): the resident state, the arena where
+ * it is fullest (sp: its live values; workspace: the backward's and the
+ * optimizer's temporaries and what fragmentation leaves unused) and the
+ * inputs and outputs. */
+static void print_peak(const Graph *g, const MemPlan *plan, const PlanSplit *sp, int training, CtBuf *out)
+{
+    const double mib = 1024.0 * 1024.0;
+    size_t opt_state = 0;
+    for (int k = 0; k < g->nstate; k++) {
+        const Value *v = &g->values[g->state[k]];
+        if (v->role == CT_ROLE_STATE)
+            opt_state += (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype);
+    }
+    size_t total = plan->param_bytes + plan->state_bytes + plan->arena_bytes + plan->input_bytes + plan->output_bytes;
+    buf_printf(out, "memory peak (planned): %.1f MiB: params %.1f, buffers %.1f, ", total / mib,
+               plan->param_bytes / mib, (plan->state_bytes - opt_state) / mib);
+    if (training)
+        buf_printf(out, "optimizer state %.1f, ", opt_state / mib);
+    buf_printf(out, "activations %.1f, ", sp->activations / mib);
+    if (training)
+        buf_printf(out, "gradients %.1f, ", (sp->param_grads + sp->act_grads) / mib);
+    buf_printf(out, "workspace %.1f, inputs and outputs %.1f MiB\n", (plan->arena_bytes - sp->activations -
+               sp->param_grads - sp->act_grads) / mib, (plan->input_bytes + plan->output_bytes) / mib);
+}
+
 static int save_weights(const ModelEntry *m, const Graph *g, const char *path, int seed)
 {
     CtState st;
@@ -382,12 +408,15 @@ int main(int argc, char **argv)
                          "buffers + optimizer state %.1f MiB, inputs %.1f MiB, outputs %.1f MiB\n",
                    plan.arena_bytes / mib, plan.naive_bytes / mib, plan.param_bytes / mib, plan.state_bytes / mib,
                    plan.input_bytes / mib, plan.output_bytes / mib);
+        /* ts's value ids are autodiff's, which the layout pass renumbers: the
+         * loss is output 1, the param gradients what the unscale nodes make */
         char *is_pgrad = calloc((size_t)g.nvalues, 1);
         CT_ASSERT(is_pgrad != NULL);
-        for (int k = 0; spec.training && k < ts.nparams; k++)
-            is_pgrad[ts.grads[k]] = 1;
+        for (int i = 0; spec.training && i < g.nnodes; i++)
+            if (g.nodes[i].scope && !strcmp(g.nodes[i].scope, "unscale"))
+                is_pgrad[g.nodes[i].out[0]] = 1;
         PlanSplit sp;
-        plan_split(&g, &plan, spec.training ? g.values[ts.loss].producer : g.nnodes, is_pgrad, &sp);
+        plan_split(&g, &plan, spec.training ? g.values[g.outputs[1]].producer : g.nnodes, is_pgrad, &sp);
         buf_printf(&out, "memory at its fullest (node %d, %s): %.1f MiB live: activations %.1f, ", sp.node,
                    g.nnodes ? g.nodes[sp.node].scope ? g.nodes[sp.node].scope : op_def(g.nodes[sp.node].op)->name
                             : "-", sp.live / mib, sp.activations / mib);
@@ -395,6 +424,7 @@ int main(int argc, char **argv)
             buf_printf(&out, "param gradients %.1f, activation gradients %.1f, ", sp.param_grads / mib,
                        sp.act_grads / mib);
         buf_printf(&out, "temporaries %.1f MiB\n", sp.temps / mib);
+        print_peak(&g, &plan, &sp, spec.training, &out);
         free(is_pgrad);
         plan_free(&plan);
     }

@@ -283,14 +283,16 @@ static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int 
     return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
 }
 
-void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *mark)
+void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, char *mark)
 {
-    for (int j = 0; j < k->nloops; j++) {
-        const KirLoop *l = &k->loops[j];
-        for (int a = 0; a < l->nins; a++)
-            for (int b = 0; l->ins[a].op == KIR_LOAD && b < l->nins; b++)
-                if (l->ins[b].op == KIR_STORE && clash(g, plan, k->bufs[l->ins[a].buf].value,
-                                                       k->bufs[l->ins[b].buf].value, l->views[l->ins[a].view].ndim == 0))
-                    mark[k->bufs[l->ins[b].buf].value] = 1;
-    }
+    for (int j = 0; j < k->nloops; j++)
+        for (int js = concurrent ? 0 : j; js < (concurrent ? k->nloops : j + 1); js++) {
+            const KirLoop *l = &k->loops[j], *s = &k->loops[js];
+            for (int a = 0; a < l->nins; a++)
+                for (int b = 0; l->ins[a].op == KIR_LOAD && b < s->nins; b++)
+                    if (s->ins[b].op == KIR_STORE &&
+                        clash(g, plan, k->bufs[l->ins[a].buf].value, k->bufs[s->ins[b].buf].value,
+                              js == j && l->views[l->ins[a].view].ndim == 0))
+                        mark[k->bufs[s->ins[b].buf].value] = 1;
+        }
 }

@@ -95,8 +95,11 @@ int kir_lower(const Graph *g, const FusePlan *p, int launch, KirOptions opt, Kir
 void kir_free(KirKernel *k);
 /* The values kernel k stores over memory the plan gives to a value it loads
  * at other elements (overlapping other than element for element with the
- * same element size): mark[w] = 1, for the executor to place them apart. */
-void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, char *mark);
+ * same element size): mark[w] = 1, for the executor to place them apart.
+ * With `concurrent` k's loops run at once (one CUDA grid, a batched
+ * update's), not one after the other as the plan orders them: a store of
+ * one loop over any value another loop loads clashes too. */
+void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, char *mark);
 /* Whether launch `launch` of p is elementwise work kir_lower takes. */
 int kir_lowerable(const FusePlan *p, int launch);
 

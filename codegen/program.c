@@ -144,7 +144,7 @@ static int compile_cpu(const Graph *g, CtProgram *p, const ProgramOptions *o, Ct
     if (rc == 0)
         rc = compile_kernels(g, c, &hc, o, err);
     for (int l = 0; rc == 0 && l < c->nk; l++)
-        kir_mark_clashes(g, &p->plan, &c->k[l], c->own);
+        kir_mark_clashes(g, &p->plan, &c->k[l], 0, c->own);
     return rc;
 }
 

@@ -145,6 +145,12 @@ typedef struct OptimSpec {
      * divided by the input `unscale` (loss scale times the group's step
      * count: train.py's loss /= accum_steps) instead of loss_scale. */
     int grad_accum;
+    /* The gradients (unscaled) are graph outputs after the loss, in
+     * TrainStep.params' order, even with an update: for callers that read
+     * them. Without an update (CT_OPT_NONE) they always are; else they are
+     * arena values that die once the update has read them, so the memory
+     * plan reuses their space and no step allocates them. */
+    int grads_out;
 } OptimSpec;
 
 /* Sets *o to timm's optimizer `name` (lowercase, as --opt) with the

@@ -677,7 +677,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
         *err = e.err;
         goto fail;
     }
-    for (int k = 0; k < out->nparams; k++)
+    for (int k = 0; (opt->kind == CT_OPT_NONE || opt->grads_out) && k < out->nparams; k++)
         graph_mark_output(g, out->grads[k]);
     if (opt->kind == CT_OPT_NONE) {
         schedule_assigns(g);

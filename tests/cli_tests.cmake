@@ -708,7 +708,7 @@ set_tests_properties(progress_bar_tty_only PROPERTIES FIXTURES_REQUIRED "shapes_
 set(BENCH ${CMAKE_BINARY_DIR}/ctimm-bench)
 add_test(NAME bench_columns COMMAND sh -c
   "${BENCH} -m test_resnet -b 4 --num-warm-iter 1 --num-bench-iter 2 --results-file both.csv > both.log && \
-   head -1 both.csv | tr -d '\\r' | grep -qx 'model,infer_samples_per_sec,infer_step_time,infer_batch_size,infer_img_size,infer_gmacs,infer_macts,train_samples_per_sec,train_step_time,train_batch_size,train_img_size,param_count' && \
+   head -1 both.csv | tr -d '\\r' | grep -qx 'model,infer_samples_per_sec,infer_step_time,infer_batch_size,infer_img_size,infer_gmacs,infer_macts,train_samples_per_sec,train_step_time,train_batch_size,train_img_size,param_count,infer_peak_planned_mib,infer_peak_rss_mib,train_peak_planned_mib,train_peak_rss_mib' && \
    grep -q '^test_resnet,[0-9.]*,[0-9.]*,4,160,0.1,0.64,[0-9.]*,[0-9.]*,4,160,0.47' both.csv && \
    ${BENCH} -m test_vit --bench train --detail -b 4 --num-warm-iter 0 --num-bench-iter 2 --results-file detail.json \
      --results-format json > /dev/null && grep -q 'train_bwd_time' detail.json && \
@@ -716,6 +716,14 @@ add_test(NAME bench_columns COMMAND sh -c
    ${BENCH} --model-list bench-list.txt --bench inference -b 2 --num-warm-iter 0 --num-bench-iter 1 \
      --results-file bench-list.csv > bench-list.log 2> bench-list.err && \
    grep -q \"unknown model 'resnet5'\" bench-list.err && test $(grep -c '^test_' bench-list.csv) -eq 2")
+# The memory columns: the planned peak, ctimm-compile's for the same step
+# (its "memory peak (planned)"), and the measured peak resident memory of
+# the process, which holds at least that much.
+add_test(NAME bench_memory_columns COMMAND sh -c
+  "${BENCH} -m test_resnet --bench train -b 4 --num-warm-iter 0 --num-bench-iter 1 --results-file mem.csv > mem.log && \
+   planned=$(${COMPILE} --model test_resnet --train --batch-size 4 | sed -n 's/^memory peak (planned): \\([0-9.]*\\) MiB: .*/\\1/p') && \
+   test -n \"$planned\" && grep -q \"^Memory: $planned MiB planned peak, [0-9.]* MiB measured peak (resident)$\" mem.log && \
+   tr -d '\\r' < mem.csv | awk -F, -v p=$planned 'NR == 2 && $(NF - 1) == p && $NF > p { ok = 1 } END { exit !ok }'")
 # benchmark.py's input size: the weights' test-time size unless
 # --use-train-size (resnet50.a1_in1k: 288 and 224), --img-size over both.
 add_test(NAME bench_test_input_size COMMAND sh -c

@@ -66,7 +66,7 @@ static double unit_norm(const float *x, const CtShape *s, int64_t u, int64_t per
 static void test_clip(CtClipMode mode, double v, const char *what)
 {
     Setup u;
-    OptimSpec opt = {.kind = CT_OPT_MOMENTUM, .clip_mode = mode, .clip_grad = v};
+    OptimSpec opt = {.kind = CT_OPT_MOMENTUM, .clip_mode = mode, .clip_grad = v, .grads_out = 1};
     if (setup(&u, &opt))
         return;
     unsigned char *before = malloc(u.s.nbytes);

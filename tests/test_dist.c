@@ -23,7 +23,8 @@ static void build(const char *model, int batch, int64_t cap, int sync_bn, Graph 
 {
     ModelSpec spec = {.batch_size = batch, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
     OptimSpec opt = {
-        .kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .allreduce_bucket_bytes = cap, .sync_bn = sync_bn};
+        .kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .allreduce_bucket_bytes = cap, .sync_bn = sync_bn,
+        .grads_out = 1};
     CtErr err = {{0}};
     CHECKF(model_build(model_find(model), &spec, g, &err) == 0, "%s", err.msg);
     CHECKF(train_step_build(g, g->outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1}, &opt, ts, &err) == 0,

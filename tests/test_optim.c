@@ -247,6 +247,7 @@ static void test_train_step_wiring(void)
         OptimSpec o;
         case_spec(&cases[c], 0, &o);
         o.skip_nonfinite = 1;
+        o.grads_out = 1;
         Graph g;
         ValueId w, b, logits = fc_graph(&g, &w, &b);
         TrainStep ts;

@@ -119,8 +119,8 @@ static void test_layout_counts(const char *model, int training)
     graph_free(&g);
 }
 
-/* The training step (loss, every gradient, the updated parameters) with
- * and without the layout pass. */
+/* The training step (the loss, the updated parameters and the momentum
+ * buffers, which hold the gradients) with and without the layout pass. */
 static void test_layout_same_step(const char *model)
 {
     ModelSpec spec = {.batch_size = 2, .training = 1, .args = {.num_classes = 10, .img_size = 32}};

@@ -1,6 +1,7 @@
 /* The training step: timm's weight-decay grouping for every model, the SGD
- * and AdamW update rules on timm's own gradients, and a short training run
- * of test_resnet on the ref backend whose loss must really go down. */
+ * and AdamW update rules on timm's own gradients, where the gradients live,
+ * and a short training run of test_resnet on the ref backend whose loss
+ * must really go down. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "check.h"
 #include "models/registry.h"
 #include "passes/autodiff.h"
+#include "passes/plan.h"
 #include "runtime/backend.h"
 
 static int in_list(const cJSON *list, const char *name)
@@ -143,6 +145,84 @@ static void test_update_rules(void)
 
 /* Training test_resnet (10 classes, 32x32) on four fixed batches whose class
  * shows in the image: the loss must fall well below where it starts. */
+/* With an update the gradients are arena values, not outputs (grads_out
+ * asks for them, CT_OPT_NONE always has them), and the step is the same
+ * either way: SGD's first momentum buffer is the gradient output bit for
+ * bit. relu's gradient reads relu's output, so its input may die there. */
+static void test_grads_outputs(void)
+{
+    enum { B = 2, H = 32, CLASSES = 10 };
+    ModelSpec spec = {.batch_size = B, .training = 1, .args = {.num_classes = CLASSES, .img_size = H}};
+    static float x[B * 3 * H * H];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)cos(0.37 * (double)i);
+    int64_t y[B] = {3, 7};
+    float lr = 0.1f, scale = 1;
+    CtTensor in[4] = {{{{4, {B, 3, H, H}}, CT_F32}, x}, {{{1, {B}}, CT_I64}, y}, {{{0}, CT_F32}, &lr},
+                      {{{0}, CT_F32}, &scale}};
+    Graph g[3];
+    TrainStep ts[3];
+    CtState st[3];
+    CtTensor *out[3] = {NULL};
+    CtErr err = {{0}};
+    for (int c = 0; c < 3; c++) { /* SGD; SGD with grads_out; none */
+        OptimSpec o = {.kind = c < 2 ? CT_OPT_SGD : CT_OPT_NONE, .momentum = 0.9, .grads_out = c == 1};
+        CHECKF(model_build(model_find("test_resnet"), &spec, &g[c], &err) == 0 &&
+                   train_step_build(&g[c], g[c].outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .bce_threshold = -1},
+                                    &o, &ts[c], &err) == 0,
+               "%s", err.msg);
+        int want = c == 0 ? 2 : 2 + ts[c].nparams;
+        CHECKF(g[c].noutputs == want, "case %d: %d outputs, want %d", c, g[c].noutputs, want);
+        for (int k = 0; k < ts[c].nparams && g[c].noutputs == want && c > 0; k++)
+            CHECK(g[c].outputs[2 + k] == ts[c].grads[k]);
+        MemPlan plan;
+        CHECK(plan_memory(&g[c], &plan, &err) == 0);
+        int in_arena = 0;
+        for (int k = 0; k < ts[c].nparams; k++)
+            in_arena += g[c].values[ts[c].grads[k]].role == CT_ROLE_GRAD && plan.offset[ts[c].grads[k]] != PLAN_NONE;
+        CHECKF(in_arena == (c == 0 ? ts[c].nparams : 0), "case %d: %d of %d gradients in the arena", c, in_arena,
+               ts[c].nparams);
+        int relus = 0, in_place = 0;
+        for (int i = 0; i < g[c].nnodes; i++) {
+            const Node *n = &g[c].nodes[i];
+            if (n->op == CT_OP_act_grad && n->iattr[0] == CT_OP_relu) {
+                relus++;
+                CHECK(g[c].nodes[g[c].values[n->in[0]].producer].op == CT_OP_relu);
+            }
+            in_place += n->op == CT_OP_relu && plan.alias_of[n->out[0]] >= 0;
+        }
+        CHECKF(relus > 0 && in_place > 0, "case %d: %d relu gradients, %d relus in place", c, relus, in_place);
+        plan_free(&plan);
+        state_create(&st[c], &g[c]);
+        state_init(&st[c], 4);
+        out[c] = calloc((size_t)g[c].noutputs, sizeof *out[c]);
+        CHECKF(backend_run_once(&ct_backend_ref, &g[c], &st[c], in, 4, out[c], NULL, &err) == 0, "%s", err.msg);
+    }
+    CHECK(st[0].nbytes == st[1].nbytes && memcmp(st[0].data, st[1].data, st[0].nbytes) == 0);
+    int same = 0;
+    for (int k = 0; k < ts[1].nparams; k++) {
+        char name[600];
+        snprintf(name, sizeof name, "optim.%s.momentum_buffer", g[1].values[ts[1].params[k]].name);
+        int i = state_find(&st[1], name);
+        int64_t n = shape_numel(&out[1][2 + k].type.shape), eq = 0;
+        const float *gr = out[1][2 + k].data, *gn = out[2][2 + k].data, *buf = i >= 0 ? state_data(&st[1], i) : NULL;
+        for (int64_t j = 0; buf && gr && gn && j < n; j++) /* == : 0 + -0 is +0 in the buffer */
+            eq += buf[j] == gr[j] && !memcmp(&gn[j], &gr[j], sizeof *gr);
+        same += eq == n;
+    }
+    printf("test_resnet: %d gradients in the arena with SGD, the same step and gradients with grads_out\n",
+           ts[0].nparams);
+    CHECKF(same == ts[1].nparams, "%d of %d gradients equal the momentum buffers", same, ts[1].nparams);
+    for (int c = 0; c < 3; c++) {
+        for (int k = 0; out[c] && k < g[c].noutputs; k++)
+            tensor_free(&out[c][k]);
+        free(out[c]);
+        state_free(&st[c]);
+        train_step_free(&ts[c]);
+        graph_free(&g[c]);
+    }
+}
+
 static void test_loss_goes_down(void)
 {
     enum { B = 4, H = 32, CLASSES = 10, BATCHES = 4, EPOCHS = 5 };
@@ -330,6 +410,7 @@ int main(void)
     test_drop_path_rate();
     test_weight_decay_groups();
     test_update_rules();
+    test_grads_outputs();
     test_loss_goes_down();
     return check_done("test_train");
 }

@@ -275,6 +275,7 @@ static void check_step(const cJSON *doc, const CtBackend *be, int f64, const cha
     CT_ASSERT(optim_defaults(item(ospec, "opt")->valuestring, &os) == 0);
     os.weight_decay = item(ospec, "weight_decay")->valuedouble;
     os.no_weight_decay = m->no_weight_decay;
+    os.grads_out = 1; /* compared with timm's */
     double lr = item(ospec, "lr")->valuedouble;
     if (item(ospec, "momentum"))
         os.momentum = item(ospec, "momentum")->valuedouble;

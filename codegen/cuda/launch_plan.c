@@ -34,7 +34,7 @@ static int place_values(const Graph *g, LaunchPlan *lp)
     char *spill = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(spill != NULL);
     for (int l = 0; l < lp->nk; l++)
-        kir_mark_clashes(g, &lp->mem, &lp->k[l], spill);
+        kir_mark_clashes(g, &lp->mem, &lp->k[l], 1, spill);
     size_t end = lp->mem.arena_bytes;
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];

@@ -30,10 +30,15 @@ static void act_scalar(const Node *n, Sx *s)
     s->out[0] = fx_act(s, n->op, n->op == CT_OP_gelu && n->iattr[0], sx_in(s, 0));
 }
 
+/* relu's gradient reads its output, which is 0 exactly where its input is
+ * <= 0 and NaN where it is NaN (fx_relu_grad gives the same bits), so the
+ * backward keeps the output the next op reads anyway instead of the input
+ * too, as PyTorch's threshold_backward does. */
 static void act_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
     int64_t a[2] = {n->op, n->op == CT_OP_gelu ? n->iattr[0] : 0};
-    din[0] = emit(e, CT_OP_act_grad, 2, (ValueId[]){n->in[0], dout[0]}, a, 2, NULL, 0, 0);
+    ValueId x = n->op == CT_OP_relu ? n->out[0] : n->in[0];
+    din[0] = emit(e, CT_OP_act_grad, 2, (ValueId[]){x, dout[0]}, a, 2, NULL, 0, 0);
 }
 
 #define ACT_OP(op, fusion_, amp_, ...)                                                                           \

@@ -3,20 +3,68 @@
 #include "runtime/cuda/blaslt.h"
 
 #include <cublasLt.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
-static int lt_fail(CtErr *err, const char *what, cublasStatus_t s)
+#define LT_ENTRIES(X)                                                                                            \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtMatmulDescCreate)                    \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                 \
+    X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)         \
+    X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
+    X(cublasLtMatmul)
+
+/* The entry points, typed by cublasLt.h's declarations. */
+typedef struct LtFns {
+#define X(name) __typeof__(name) *name;
+    LT_ENTRIES(X)
+#undef X
+} LtFns;
+
+static const LtFns *fns(const BlasLt *b) { return b->fn; }
+
+static int lt_fail(const BlasLt *b, CtErr *err, const char *what, cublasStatus_t s)
 {
-    return ct_fail(err, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusName(s), (int)s);
+    return ct_fail(err, "cuBLASLt %s: %s (%d)", what, fns(b)->cublasLtGetStatusName(s), (int)s);
+}
+
+/* The library CMake found (CTIMM_CUBLASLT_PATH), else its file name on the
+ * loader's search path. */
+static void *open_lib(CtErr *err)
+{
+    const char *path = CTIMM_CUBLASLT_PATH, *base = strrchr(path, '/');
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib && base)
+        lib = dlopen(base + 1, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        ct_fail(err, "cuBLASLt: cannot open %s: %s", path, why ? why : "dlopen failed");
+    }
+    return lib;
 }
 
 int blaslt_open(BlasLt *b, CtErr *err)
 {
+    memset(b, 0, sizeof *b);
+    if (!(b->lib = open_lib(err)))
+        return -1;
+    LtFns *f = calloc(1, sizeof *f);
+    CT_ASSERT(f != NULL);
+    b->fn = f;
+#define X(name)                                                                                                  \
+    if (!(*(void **)&f->name = dlsym(b->lib, #name))) {                                                          \
+        blaslt_close(b);                                                                                         \
+        return ct_fail(err, "cuBLASLt: %s lacks %s (too old a cuBLAS?)", CTIMM_CUBLASLT_PATH, #name);            \
+    }
+    LT_ENTRIES(X)
+#undef X
     cublasLtHandle_t h = NULL;
-    cublasStatus_t s = cublasLtCreate(&h);
-    b->handle = NULL;
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return lt_fail(err, "could not create a handle (is there a GPU and its driver?)", s);
+    cublasStatus_t s = f->cublasLtCreate(&h);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        lt_fail(b, err, "could not create a handle (is there a GPU and its driver?)", s);
+        blaslt_close(b);
+        return -1;
+    }
     b->handle = h;
     return 0;
 }
@@ -24,8 +72,11 @@ int blaslt_open(BlasLt *b, CtErr *err)
 void blaslt_close(BlasLt *b)
 {
     if (b->handle)
-        cublasLtDestroy((cublasLtHandle_t)b->handle);
-    b->handle = NULL;
+        fns(b)->cublasLtDestroy((cublasLtHandle_t)b->handle);
+    free(b->fn);
+    if (b->lib)
+        dlclose(b->lib);
+    memset(b, 0, sizeof *b);
 }
 
 static cudaDataType_t data_type(CtDType t)
@@ -51,68 +102,71 @@ static cublasLtEpilogue_t epilogue(const EpiDesc *e)
 }
 
 /* A column-major rows x cols layout with leading dimension ld, batched. */
-static cublasStatus_t layout(cublasLtMatrixLayout_t *l, CtDType t, int64_t rows, int64_t cols, int64_t ld,
-                             int64_t batch, int64_t stride)
+static cublasStatus_t layout(const LtFns *f, cublasLtMatrixLayout_t *l, CtDType t, int64_t rows, int64_t cols,
+                             int64_t ld, int64_t batch, int64_t stride)
 {
-    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, data_type(t), (uint64_t)rows, (uint64_t)cols, ld);
+    cublasStatus_t s = f->cublasLtMatrixLayoutCreate(l, data_type(t), (uint64_t)rows, (uint64_t)cols, ld);
     if (s != CUBLAS_STATUS_SUCCESS || batch == 1)
         return s;
     int count = (int)batch;
-    s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    s = f->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+        s = f->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                sizeof stride);
     return s;
 }
 
 int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t max_workspace, BlasLtCall *c,
                    CtErr *err)
 {
+    const LtFns *f = fns(b);
     memset(c, 0, sizeof *c);
+    c->lt = b;
     cublasComputeType_t ct = d->ab_type == CT_F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t op;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+    cublasStatus_t s = f->cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
     if (s != CUBLAS_STATUS_SUCCESS)
-        return lt_fail(err, "matmul descriptor", s);
+        return lt_fail(b, err, "matmul descriptor", s);
     c->op = op;
     cublasOperation_t ta = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = epilogue(&d->epi);
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (s == CUBLAS_STATUS_SUCCESS && d->bias_type != d->d_type) {
         cudaDataType_t bt = data_type(d->bias_type);
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
     }
     if (s == CUBLAS_STATUS_SUCCESS && d->epi.aux >= 0) {
         int64_t ld = d->m; /* the aux matrix is D-shaped */
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     /* A is m x k (k x m stored when transposed), B k x n, C = D m x n */
-    s = layout((cublasLtMatrixLayout_t *)&c->layout[0], d->ab_type, d->trans_a ? d->k : d->m,
+    s = layout(f, (cublasLtMatrixLayout_t *)&c->layout[0], d->ab_type, d->trans_a ? d->k : d->m,
                d->trans_a ? d->m : d->k, d->lda, d->batch, d->stride_a);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout((cublasLtMatrixLayout_t *)&c->layout[1], d->ab_type, d->trans_b ? d->n : d->k,
+        s = layout(f, (cublasLtMatrixLayout_t *)&c->layout[1], d->ab_type, d->trans_b ? d->n : d->k,
                    d->trans_b ? d->k : d->n, d->ldb, d->batch, d->stride_b);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout((cublasLtMatrixLayout_t *)&c->layout[2], d->d_type, d->m, d->n, d->ldc, d->batch, d->stride_c);
+        s = layout(f, (cublasLtMatrixLayout_t *)&c->layout[2], d->d_type, d->m, d->n, d->ldc, d->batch, d->stride_c);
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     c->has_c = d->epi.residual >= 0;
     cublasLtMatmulPreference_t pref;
-    if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    if ((s = f->cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
-    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+    s = f->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                              sizeof max_workspace);
     cublasLtMatmulHeuristicResult_t best;
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)b->handle, op, c->layout[0], c->layout[1],
+        s = f->cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)b->handle, op, c->layout[0], c->layout[1],
                                            c->layout[2], c->layout[2], pref, 1, &best, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    f->cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     if (found < 1) {
@@ -126,35 +180,36 @@ int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t ma
     return 0;
 fail_desc:
     blaslt_call_free(c);
-    return lt_fail(err, "GEMM set-up", s);
+    return lt_fail(b, err, "GEMM set-up", s);
 }
 
 int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err)
 {
+    const LtFns *f = fns(b);
     cublasLtMatmulDesc_t op = c->op;
     const float one = 1.0f, zero = 0.0f;
     void *bias = (void *)(uintptr_t)p->bias, *aux = (void *)(uintptr_t)p->aux;
     cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
     if (p->bias)
-        r = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        r = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (r == CUBLAS_STATUS_SUCCESS && p->aux)
-        r = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+        r = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (r != CUBLAS_STATUS_SUCCESS)
-        return lt_fail(err, "epilogue pointers", r);
+        return lt_fail(b, err, "epilogue pointers", r);
     const void *cptr = (const void *)(uintptr_t)(c->has_c ? p->residual : p->d);
-    r = cublasLtMatmul((cublasLtHandle_t)b->handle, op, &one, (const void *)(uintptr_t)p->a, c->layout[0],
+    r = f->cublasLtMatmul((cublasLtHandle_t)b->handle, op, &one, (const void *)(uintptr_t)p->a, c->layout[0],
                        (const void *)(uintptr_t)p->b, c->layout[1], c->has_c ? &one : &zero, cptr, c->layout[2],
                        (void *)(uintptr_t)p->d, c->layout[2], (const cublasLtMatmulAlgo_t *)c->algo,
                        (void *)(uintptr_t)workspace, c->workspace, (cudaStream_t)s);
-    return r == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(err, "matmul", r);
+    return r == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(b, err, "matmul", r);
 }
 
 void blaslt_call_free(BlasLtCall *c)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; c->lt && i < 3; i++)
         if (c->layout[i])
-            cublasLtMatrixLayoutDestroy(c->layout[i]);
+            fns(c->lt)->cublasLtMatrixLayoutDestroy(c->layout[i]);
     if (c->op)
-        cublasLtMatmulDescDestroy(c->op);
+        fns(c->lt)->cublasLtMatmulDescDestroy(c->op);
     memset(c, 0, sizeof *c);
 }

@@ -9,7 +9,9 @@
  * benchmark allows it; the f32 parity tests do not); f16 and bf16 operands
  * compute in f32. Built only with the CUDA toolkit (CTIMM_HAVE_CUDA_LIBS);
  * the handle lives in the device's primary context, current on the calling
- * thread.
+ * thread. libcublasLt is opened by blaslt_open, not linked: loading it makes
+ * ~210 MiB of a process resident (its relocations), which every run without
+ * the cuda backend would carry (bench/NOTES.md, issue 28).
  */
 #ifndef CTIMM_BLASLT_H
 #define CTIMM_BLASLT_H
@@ -18,14 +20,18 @@
 #include "runtime/cuda/driver.h"
 
 typedef struct BlasLt {
+    void *lib;    /* libcublasLt */
+    void *fn;     /* its entry points (blaslt.c) */
     void *handle; /* cublasLtHandle_t */
 } BlasLt;
 
-/* Fails with cuBLASLt's reason (no device, no driver) and leaves nothing open. */
+/* Fails with cuBLASLt's reason (no library, no device, no driver) and
+ * leaves nothing open. */
 int blaslt_open(BlasLt *b, CtErr *err);
 void blaslt_close(BlasLt *b);
 
 typedef struct BlasLtCall {
+    const BlasLt *lt;    /* the handle it was prepared on, which outlives it */
     void *op;            /* cublasLtMatmulDesc_t */
     void *layout[3];     /* A, B, C = D */
     unsigned char algo[64]; /* cublasLtMatmulAlgo_t */
