@@ -94,7 +94,7 @@ int autodiff(Graph *g, ValueId loss, ValueId seed, const ValueId *wrt, int nwrt,
         *err = e.err;
         goto free_marks;
     }
-    schedule_assigns(g);
+    schedule_assigns_last(g);
     rc = graph_verify(g, err);
 free_marks:
     free(depends);

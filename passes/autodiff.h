@@ -6,7 +6,7 @@
  * calling each op's VJP rule (defined beside the op). Gradients of a value
  * read by several nodes are summed; nothing is built for values no wrt[]
  * depends on, nor for inputs an op declares non-differentiable. The forward's
- * assign nodes move after the backward (schedule_assigns), which reads
+ * assign nodes move after the backward (schedule_assigns_last), which reads
  * the state the forward read.
  *
  * train_step_build: forward graph + loss + backward + optimizer update, one

@@ -4,6 +4,13 @@
 
 #include "ir/ir.h"
 
+/* Moves every assign node after all other nodes, keeping the relative order
+ * of each group: assign writes state in place, so the backward pass appended
+ * after a forward must still read the state the forward read (BN running
+ * stats, the RNG counter). Kept together at the end, the optimizer's
+ * updates stay adjacent and run as few multi-tensor launches. */
+void schedule_assigns_last(Graph *g);
+
 /* Puts every assign node right after the last node that reads the value it
  * writes (and the one that computes what it writes), keeping the order of
  * the rest: assign writes state in place, and every other node must read

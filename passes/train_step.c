@@ -658,9 +658,10 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int i = 0; i < g->nnodes && opt->sync_bn; i++)
         if (g->nodes[i].op == CT_OP_batch_norm && g->nodes[i].iattr[0])
             g->nodes[i].iattr[1] = 1;
-    int floor = g->nnodes - 1; /* the loss: nothing of the tail moves into the forward */
     if (autodiff(g, out->loss, out->loss_scale, out->params, out->nparams, out->grads, err))
         goto fail;
+    /* the loss (where autodiff's reordering left it): nothing of the tail moves into the forward */
+    int floor = g->values[out->loss].producer;
     /* DDP averages the gradients of the scaled loss; GradScaler unscales after */
     if (opt->allreduce_bucket_bytes > 0 &&
         grad_allreduce(g, out->grads, out->nparams, opt->allreduce_bucket_bytes, err))
@@ -680,7 +681,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     for (int k = 0; (opt->kind == CT_OPT_NONE || opt->grads_out) && k < out->nparams; k++)
         graph_mark_output(g, out->grads[k]);
     if (opt->kind == CT_OPT_NONE) {
-        schedule_assigns(g);
+        schedule_assigns_last(g);
         goto done;
     }
 
@@ -758,7 +759,7 @@ int train_step_build(Graph *g, ValueId logits, const LossSpec *loss, const Optim
     if (opt->step_in_backward)
         schedule_hoist(g, tail, floor);
     else
-        schedule_assigns(g);
+        schedule_assigns_last(g);
     if (graph_verify(g, err))
         goto fail;
 done:

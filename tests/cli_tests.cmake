@@ -1236,3 +1236,26 @@ add_test(NAME validate_wds COMMAND sh -c
   "${VALIDATE} wds-data --dataset wds/shapes --split 'shapes-val-{000000..000001}.tar' --model test_vit \
      --img-size 32 --num-classes 10 -b 8 > wds-val.log && grep -q '^Data: wds-data: 20 images' wds-val.log")
 set_tests_properties(validate_wds PROPERTIES FIXTURES_REQUIRED wds_data)
+
+# Rematerialisation (passes/remat.c, tests/test_remat.c for its numbers): the
+# flags of ctimm-compile, ctimm-train and ctimm-bench reach the pass, and a
+# budget nothing meets, or a flag without a training step, is refused.
+add_test(NAME compile_grad_checkpointing COMMAND ${COMPILE} --model test_resnet --train --grad-checkpointing)
+set_tests_properties(compile_grad_checkpointing PROPERTIES PASS_REGULAR_EXPRESSION
+  "remat: [1-9][0-9]* activations recomputed in the backward by [1-9][0-9]* nodes")
+add_test(NAME compile_memory_budget_too_small COMMAND ${FAIL} "--memory-budget 1.0 MiB: the step needs at least"
+  ${COMPILE} --model test_resnet --train --memory-budget 1M)
+add_test(NAME compile_remat_needs_train COMMAND ${FAIL} "add --train" ${COMPILE} --model test_resnet --grad-checkpointing)
+add_test(NAME compile_memory_budget_bad COMMAND ${FAIL} "--memory-budget expects a size in bytes"
+  ${COMPILE} --model test_resnet --train --memory-budget 2X)
+add_test(NAME train_grad_checkpointing COMMAND sh -c
+  "${TRAIN_SHORT} --epochs 1 --grad-checkpointing --output remat-out > remat.log && \
+   grep -q 'Recomputing [1-9][0-9]* activations in the backward (--grad-checkpointing)' remat.log && \
+   grep -q '^0,' remat-out/summary.csv")
+set_tests_properties(train_grad_checkpointing PROPERTIES FIXTURES_REQUIRED shapes_small)
+add_test(NAME bench_grad_checkpointing COMMAND sh -c
+  "${BENCH} -m test_resnet -b 4 --bench train --num-warm-iter 1 --num-bench-iter 1 > remat-plain.log && \
+   ${BENCH} -m test_resnet -b 4 --bench train --num-warm-iter 1 --num-bench-iter 1 --grad-checkpointing > remat-ckpt.log && \
+   a=$(sed -n 's/^Memory: \\([0-9.]*\\) MiB planned.*/\\1/p' remat-plain.log) && \
+   b=$(sed -n 's/^Memory: \\([0-9.]*\\) MiB planned.*/\\1/p' remat-ckpt.log) && \
+   echo \"planned peak $a MiB, with checkpointing $b MiB\" && awk -v a=$a -v b=$b 'BEGIN { exit !(b > 0 && b < a) }'")
