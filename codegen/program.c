@@ -8,7 +8,8 @@
  * sdpa_grad reads them back, as torch saves them: one GEMM and a softmax a
  * head fewer, the same numbers (the IR's rule is to recompute them, which
  * the GPU's kernels keep: memory is what a GPU runs out of). Up to
- * ATTN_SAVE_BYTES a graph, then recomputed. */
+ * ATTN_SAVE_BYTES a graph, then recomputed; a pair that begins after
+ * another ended (recomputed blocks: --grad-checkpointing) takes its space. */
 #include "codegen/program.h"
 
 #include <stdio.h>
@@ -62,7 +63,13 @@ static void pair_attention(CtProgram *p)
     const Graph *g = &p->g;
     CpuProgram *c = &p->cpu;
     c->attn = malloc(sizeof *c->attn * (size_t)(g->nnodes + 1));
-    CT_ASSERT(c->attn != NULL);
+    /* slots of the saved weights: a pair's weights live from its sdpa to its
+     * sdpa_grad, so a later pair (a recomputed block's) reuses a slot whose
+     * pair has ended */
+    size_t *slot_off = malloc(sizeof *slot_off * (size_t)(g->nnodes + 1));
+    size_t *slot_size = malloc(sizeof *slot_size * (size_t)(g->nnodes + 1));
+    int *slot_end = malloc(sizeof *slot_end * (size_t)(g->nnodes + 1)), nslots = 0;
+    CT_ASSERT(c->attn && slot_off && slot_size && slot_end);
     for (int i = 0; i < g->nnodes; i++)
         c->attn[i] = (size_t)-1;
     for (int i = 0; i < g->nnodes; i++) {
@@ -72,17 +79,30 @@ static void pair_attention(CtProgram *p)
         const CtShape *q = &g->values[f->in[0]].type.shape, *k = &g->values[f->in[1]].type.shape;
         size_t bytes = (size_t)(q->d[0] * q->d[1] * q->d[2] * k->d[2]) * sizeof(float);
         bytes = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
-        for (int j = i + 1; j < g->nnodes && c->attn_bytes + bytes <= ATTN_SAVE_BYTES; j++) {
+        int s = -1;
+        for (int t = 0; t < nslots && s < 0; t++)
+            if (slot_end[t] < i && slot_size[t] >= bytes)
+                s = t;
+        for (int j = i + 1; j < g->nnodes && (s >= 0 || c->attn_bytes + bytes <= ATTN_SAVE_BYTES); j++) {
             const Node *b = &g->nodes[j];
             if (b->op == CT_OP_sdpa_grad && b->in[0] == f->in[0] && b->in[1] == f->in[1] && b->in[2] == f->in[2] &&
                 b->nin == f->nin + 1 && (f->nin == 3 || b->in[4] == f->in[3]) && b->fattr[0] == f->fattr[0] &&
                 c->attn[j] == (size_t)-1) {
-                c->attn[i] = c->attn[j] = c->attn_bytes;
-                c->attn_bytes += bytes;
+                if (s < 0) {
+                    s = nslots++;
+                    slot_off[s] = c->attn_bytes;
+                    slot_size[s] = bytes;
+                    c->attn_bytes += bytes;
+                }
+                slot_end[s] = j;
+                c->attn[i] = c->attn[j] = slot_off[s];
                 break;
             }
         }
     }
+    free(slot_off);
+    free(slot_size);
+    free(slot_end);
 }
 
 /* Lowers every elementwise launch of src, compiles them as translation

@@ -5,6 +5,27 @@
 
 #include <stdlib.h>
 
+/* Node j joins the end of list `at` (head, tail, next: lists of nodes). */
+static void append(int *head, int *tail, int *next, int at, int j)
+{
+    next[j] = -1;
+    if (tail[at] < 0)
+        head[at] = j;
+    else
+        next[tail[at]] = j;
+    tail[at] = j;
+}
+
+/* g's nodes become order's (a permutation of them), producers renumbered. */
+static void apply_order(Graph *g, const Node *order)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        g->nodes[i] = order[i];
+        for (int o = 0; o < order[i].nout; o++)
+            g->values[order[i].out[o]].producer = i;
+    }
+}
+
 void schedule_assigns_last(Graph *g)
 {
     Node *order = malloc(sizeof *order * (size_t)(g->nnodes ? g->nnodes : 1));
@@ -14,11 +35,7 @@ void schedule_assigns_last(Graph *g)
         for (int i = 0; i < g->nnodes; i++)
             if ((g->nodes[i].op == CT_OP_assign) == last)
                 order[k++] = g->nodes[i];
-    for (int i = 0; i < g->nnodes; i++) {
-        g->nodes[i] = order[i];
-        for (int o = 0; o < order[i].nout; o++)
-            g->values[order[i].out[o]].producer = i;
-    }
+    apply_order(g, order);
     free(order);
 }
 
@@ -54,13 +71,7 @@ void schedule_assigns(Graph *g)
     for (int j = 0; j < n; j++) {
         if (g->nodes[j].op != CT_OP_assign)
             continue;
-        int at = anchor[j] + 1;
-        next[j] = -1;
-        if (tail[at] < 0)
-            head[at] = j;
-        else
-            next[tail[at]] = j;
-        tail[at] = j;
+        append(head, tail, next, anchor[j] + 1, j);
     }
     int k = 0;
     for (int i = -1; i < n; i++) {
@@ -75,11 +86,7 @@ void schedule_assigns(Graph *g)
     free(head);
     free(tail);
     free(next);
-    for (int i = 0; i < n; i++) {
-        g->nodes[i] = order[i];
-        for (int o = 0; o < order[i].nout; o++)
-            g->values[order[i].out[o]].producer = i;
-    }
+    apply_order(g, order);
     free(last_read);
     free(anchor);
     free(order);
@@ -109,11 +116,7 @@ void schedule_hoist(Graph *g, int from, int floor)
         if (at >= i)
             continue;
         anchor[i] = at;
-        if (tail[at] < 0)
-            head[at] = i;
-        else
-            next[tail[at]] = i;
-        tail[at] = i;
+        append(head, tail, next, at, i);
     }
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -124,11 +127,7 @@ void schedule_hoist(Graph *g, int from, int floor)
             order[k++] = g->nodes[j];
     }
     CT_ASSERT(k == n);
-    for (int i = 0; i < n; i++) {
-        g->nodes[i] = order[i];
-        for (int o = 0; o < order[i].nout; o++)
-            g->values[order[i].out[o]].producer = i;
-    }
+    apply_order(g, order);
     free(anchor);
     free(head);
     free(tail);

@@ -140,14 +140,14 @@ static void test_names(void)
 {
     CtErr err;
     check_refused(&(Pipeline){.passes = "bn_fold,bogus"},
-                  "unknown pass 'bogus' in --passes (input, bn_fold, amp, layout, fuse, plan, stats)");
+                  "unknown pass 'bogus' in --passes (input, bn_fold, amp, layout, remat, fuse, plan, stats)");
     /* the training step is --train's, the input no pass */
     check_refused(&(Pipeline){.passes = "autodiff"}, "unknown pass 'autodiff' in --passes");
     check_refused(&(Pipeline){.passes = "build"}, "unknown pass 'build' in --passes");
     check_refused(&(Pipeline){.passes = "none,layout"}, "unknown pass 'none'");
     check_refused(&(Pipeline){.passes = "layout,"}, "unknown pass '' in --passes");
     check_refused(&(Pipeline){.dump_after = "plan"},
-                  "unknown pass 'plan' in --dump-ir-after (build, input, bn_fold, amp, autodiff, layout, fuse)");
+                  "unknown pass 'plan' in --dump-ir-after (build, input, bn_fold, amp, autodiff, layout, remat, fuse)");
     const char *fine[] = {"build", "bn_fold", "amp", "autodiff", "layout", "fuse"};
     for (int k = 0; k < 6; k++)
         CHECKF(pipeline_check(&(Pipeline){.dump_after = fine[k], .passes = "amp,plan"}, &err) == 0, "%s", err.msg);
