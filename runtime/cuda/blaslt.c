@@ -29,13 +29,15 @@ static int lt_fail(const BlasLt *b, CtErr *err, const char *what, cublasStatus_t
 }
 
 /* The library CMake found (CTIMM_CUBLASLT_PATH), else its file name on the
- * loader's search path. */
+ * loader's search path. Never unloaded (RTLD_NODELETE): a C++ library's
+ * static state (libstdc++'s exception pool, cuBLAS's own allocations) does
+ * not come back when it is, and LeakSanitizer then reports it lost. */
 static void *open_lib(CtErr *err)
 {
     const char *path = CTIMM_CUBLASLT_PATH, *base = strrchr(path, '/');
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!lib && base)
-        lib = dlopen(base + 1, RTLD_NOW | RTLD_LOCAL);
+        lib = dlopen(base + 1, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!lib) {
         const char *why = dlerror();
         ct_fail(err, "cuBLASLt: cannot open %s: %s", path, why ? why : "dlopen failed");
