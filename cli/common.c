@@ -1,6 +1,5 @@
 #include "cli/common.h"
 
-#include "models/layer_groups.h"
 #include "runtime/cuda/backend_cuda.h"
 
 #include <errno.h>
@@ -96,16 +95,6 @@ int cli_bytes(const char *prog, const char *opt, const char *s, size_t *out)
     }
     *out = (size_t)(d * mult);
     return 0;
-}
-
-int cli_ckpt_units(const char *prog, const ModelEntry *m, const char **units, int max)
-{
-    const ModelFamily *f = model_family(m);
-    int n = layer_block_regexes(f ? f->group_matcher : NULL, units, max);
-    if (n == 0)
-        fprintf(stderr, "%s: --grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)\n",
-                prog, m->name);
-    return n;
 }
 
 int cli_double(const char *prog, const char *opt, const char *s, double *out)

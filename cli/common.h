@@ -14,9 +14,6 @@ const char *cli_value(const char *prog, int argc, char **argv, int *i);
 /* A byte count for option `opt`: a whole number with an optional K, M or G
  * (binary: KiB, MiB, GiB; "2G", "1536MiB"); 0: none. */
 int cli_bytes(const char *prog, const char *opt, const char *s, size_t *out);
-/* --grad-checkpointing's units of m (its family's blocks, RematSpec.units)
- * into units[0..max): their count, 0 (and a message) when m has none. */
-int cli_ckpt_units(const char *prog, const ModelEntry *m, const char **units, int max);
 /* A finite number for option `opt` (its name without dashes). */
 int cli_double(const char *prog, const char *opt, const char *s, double *out);
 /* An argparse nargs='+' option inside a getopt_long loop: the numbers in

@@ -43,7 +43,6 @@
 #include <cJSON.h>
 
 #include "cli/common.h"
-#include "models/layer_groups.h"
 #include "passes/pipeline.h"
 #include "passes/plan.h"
 #include "passes/stats.h"
@@ -239,9 +238,8 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
                       .amp = amp != CT_F32, .amp_dtype = amp, .channels_last = a->channels_last,
                       .verify = PIPELINE_VERIFY};
         const char *units[8];
-        if (a->grad_ckpt && !(p.remat.nunits = layer_block_regexes(model_family(m)->group_matcher, units, 8)))
-            return ct_fail(err, "--grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)",
-                           m->name);
+        if (a->grad_ckpt && (p.remat.nunits = model_ckpt_units(m, units, 8, err)) < 0)
+            return -1;
         p.remat.units = units;
         p.remat.budget = a->budget;
         PipelineResult r;
@@ -253,7 +251,7 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
     Graph *big = &b->g[b->ng - 1];
     if (plan_memory(big, &plan, err))
         return -1;
-    *need = (double)(plan.arena_bytes + plan.state_bytes + plan.param_bytes + plan.input_bytes + plan.output_bytes);
+    *need = (double)plan_peak_bytes(&plan);
     plan_free(&plan);
     if (*need > memory_available(a->device))
         return 1;

@@ -45,7 +45,7 @@ static void print_peak(const Graph *g, const MemPlan *plan, const PlanSplit *sp,
         if (v->role == CT_ROLE_STATE)
             opt_state += (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype);
     }
-    size_t total = plan->param_bytes + plan->state_bytes + plan->arena_bytes + plan->input_bytes + plan->output_bytes;
+    size_t total = plan_peak_bytes(plan);
     buf_printf(out, "memory peak (planned): %.1f MiB: params %.1f, buffers %.1f, ", total / mib,
                plan->param_bytes / mib, (plan->state_bytes - opt_state) / mib);
     if (training)
@@ -339,8 +339,10 @@ int main(int argc, char **argv)
                         "--train\n", prog);
         return 2;
     }
-    if (ckpt && !(p.remat.nunits = cli_ckpt_units(prog, m, units, 8)))
+    if (ckpt && (p.remat.nunits = model_ckpt_units(m, units, 8, &err)) < 0) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
         return 2;
+    }
     p.remat.units = units;
     p.remat.budget = budget;
     PipelineResult res;

@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include "models/layer_groups.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,4 +157,12 @@ int model_build(const ModelEntry *m, const ModelSpec *spec, Graph *g, CtErr *err
         return ct_failctx(err, "%s", m->name);
     }
     return 0;
+}
+
+int model_ckpt_units(const ModelEntry *m, const char **units, int max, CtErr *err)
+{
+    const ModelFamily *f = model_family(m);
+    int n = layer_block_regexes(f ? f->group_matcher : NULL, units, max);
+    return n ? n : ct_fail(err, "--grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)",
+                           m->name);
 }

@@ -98,6 +98,10 @@ extern const ModelFamily resnet_family, vit_family, convnext_family, efficientne
 const ModelEntry *model_find(const char *name);
 /* The family of m (or of a copy of m: by name). */
 const ModelFamily *model_family(const ModelEntry *m);
+/* --grad-checkpointing's units of m (RematSpec.units): the regexes of its
+ * family's group_matcher blocks into units[0..max); their count, or -1 (and
+ * why) when it names none. */
+int model_ckpt_units(const ModelEntry *m, const char **units, int max, CtErr *err);
 /* The tag of an "arch.tag" name (what follows the first '.'), or NULL. */
 const char *model_tag(const char *name);
 /* Calls fn for every model whose name contains `filter` (all when NULL),

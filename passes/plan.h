@@ -32,6 +32,11 @@ typedef struct MemPlan {
 } MemPlan;
 
 int plan_memory(const Graph *g, MemPlan *plan, CtErr *err);
+/* The step's planned peak: the arena, the state, the inputs and outputs. */
+static inline size_t plan_peak_bytes(const MemPlan *p)
+{
+    return p->arena_bytes + p->param_bytes + p->state_bytes + p->input_bytes + p->output_bytes;
+}
 
 /* What the arena holds where the most of it is live (a view group or an
  * in-place output counted once), by kind: activations the forward made

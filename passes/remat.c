@@ -209,7 +209,7 @@ static size_t planned_peak(const Graph *g, CtErr *err)
     MemPlan p;
     if (plan_memory(g, &p, err))
         return 0;
-    size_t total = p.arena_bytes + p.input_bytes + p.param_bytes + p.state_bytes + p.output_bytes;
+    size_t total = plan_peak_bytes(&p);
     plan_free(&p);
     return total;
 }

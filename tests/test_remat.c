@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "models/layer_groups.h"
 #include "models/registry.h"
 #include "passes/pipeline.h"
 #include "passes/plan.h"
@@ -55,7 +54,7 @@ static size_t peak_of(const Graph *g, size_t *arena)
     CtErr err;
     CT_ASSERT(plan_memory(g, &p, &err) == 0);
     CHECKF(plan_check(g, &p, &err) == 0, "%s", err.msg);
-    size_t total = p.arena_bytes + p.input_bytes + p.param_bytes + p.state_bytes + p.output_bytes;
+    size_t total = plan_peak_bytes(&p);
     *arena = p.arena_bytes;
     plan_free(&p);
     return total;
@@ -123,8 +122,9 @@ static void same_steps(const Graph *a, const Graph *b, const CtBackend *be, int 
 static void test_case(const Case *c, int with_ref)
 {
     const char *units[8];
-    int nunits = layer_block_regexes(model_family(model_find(c->model))->group_matcher, units, 8);
-    CHECKF(nunits > 0, "%s: no block regexes", c->model);
+    CtErr uerr;
+    int nunits = model_ckpt_units(model_find(c->model), units, 8, &uerr);
+    CHECKF(nunits > 0, "%s: %s", c->model, uerr.msg);
     Graph plain, ckpt, budget;
     RematReport rc_rep, rb_rep;
     CtErr err = {{0}};

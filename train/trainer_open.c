@@ -159,13 +159,9 @@ static int build_graphs(Trainer *t, CtErr *err)
     Pipeline p = {.input = input, .training = 1, .loss = loss, .opt = opt, .amp = t->amp != CT_F32,
                   .amp_dtype = t->amp, .channels_last = t->a.channels_last, .verify = PIPELINE_VERIFY};
     const char *units[8];
-    if (t->a.grad_checkpointing) {
-        const ModelFamily *f = model_family(t->m);
-        if (!(p.remat.nunits = layer_block_regexes(f ? f->group_matcher : NULL, units, 8)))
-            return ct_fail(err, "--grad-checkpointing: %s has no blocks to checkpoint (its group_matcher names none)",
-                           t->m->name);
-        p.remat.units = units;
-    }
+    if (t->a.grad_checkpointing && (p.remat.nunits = model_ckpt_units(t->m, units, 8, err)) < 0)
+        return -1;
+    p.remat.units = units;
     p.remat.budget = t->a.memory_budget;
     PipelineResult res;
     if (model_build(t->m, &spec, &t->train, err))
