@@ -195,7 +195,8 @@ static int build(const Opts *o, const ModelEntry *m, Graph *g, TrainStep *ts, do
         return -1;
     *gmacs = (double)st.macs / o->batch * 1e-9;
     Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0, -1, 0}, .opt = opt, .amp = o->amp,
-                  .amp_dtype = CT_F16, .channels_last = o->channels_last, .verify = PIPELINE_VERIFY};
+                  .amp_dtype = CT_F16, .channels_last = o->channels_last, .verify = PIPELINE_VERIFY,
+                  .remat = {.cheap = 1}};
     PipelineResult r;
     if (pipeline_run(&p, g, &r, err))
         return -1;

@@ -57,7 +57,7 @@ static const char *const usage =
     "usage: ctimm-bench [-m|--model resnet50] [--model-list FILE] [--bench inference|train|both|profile]\n"
     "                   [-b 256] [--img-size N] [--input-size C H W] [--use-train-size] [--in-chans 3]\n"
     "                   [--num-classes N]\n"
-    "                   [--channels-last] [--grad-checkpointing] [--memory-budget BYTES]\n"
+    "                   [--channels-last] [--grad-checkpointing] [--memory-budget BYTES] [--keep-activations]\n"
     "                   [--amp] [--amp-dtype float16|bfloat16] [--precision float32|amp|amp_bfloat16]\n"
     "                   [--num-warm-iter 10] [--num-bench-iter 40] [--detail] [--no-retry]\n"
     "                   [--results-file FILE] [--results-format csv|json] [--device cpu|cuda|cuda-sim|ref]\n"
@@ -80,6 +80,7 @@ typedef struct Args {
     int use_train_size;
     int grad_ckpt;   /* --grad-checkpointing: each block recomputed in the backward */
     size_t budget;   /* --memory-budget (ctimm's): bytes the training step's plan must fit */
+    int keep_acts;   /* --keep-activations (ctimm's): no cheap recomputation (RematSpec.cheap) */
     double input_size[3], opt_eps, opt_betas[2], drop, drop_path;
     const char *gp, *model_kwargs[CT_MAX_MODEL_KWARGS];
     int n_model_kwargs;
@@ -242,6 +243,7 @@ static int bench_build(const Args *a, Pretrained *pre, int train, int batch, int
             return -1;
         p.remat.units = units;
         p.remat.budget = a->budget;
+        p.remat.cheap = p.training && !a->keep_acts;
         PipelineResult r;
         if (pipeline_run(&p, g, &r, err))
             return -1;
@@ -558,7 +560,7 @@ static int parse_args(int argc, char **argv, Args *a)
 {
     enum { O_LIST = 1000, O_BENCH, O_DETAIL, O_NORETRY, O_RFILE, O_RFMT, O_WARM, O_ITERS, O_DEVICE, O_IMG, O_INPUT,
            O_NC, O_CL, O_AMP, O_AMP_DTYPE, O_PREC, O_OPT, O_EPS, O_BETAS, O_DROP, O_DROP_PATH, O_MOM, O_WD,
-           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS, O_GP, O_KWARGS, O_TRAIN_SIZE, O_CKPT, O_BUDGET };
+           O_CLIP, O_CLIP_MODE, O_SMOOTH, O_PRETRAINED, O_IN_CHANS, O_GP, O_KWARGS, O_TRAIN_SIZE, O_CKPT, O_BUDGET, O_KEEP };
     static const struct option longs[] = {
         {"model", 1, 0, 'm'}, {"model-list", 1, 0, O_LIST}, {"bench", 1, 0, O_BENCH}, {"detail", 0, 0, O_DETAIL},
         {"no-retry", 0, 0, O_NORETRY}, {"results-file", 1, 0, O_RFILE}, {"results-format", 1, 0, O_RFMT},
@@ -566,6 +568,7 @@ static int parse_args(int argc, char **argv, Args *a)
         {"batch-size", 1, 0, 'b'}, {"img-size", 1, 0, O_IMG}, {"input-size", 1, 0, O_INPUT},
         {"num-classes", 1, 0, O_NC}, {"channels-last", 0, 0, O_CL}, {"amp", 0, 0, O_AMP},
         {"grad-checkpointing", 0, 0, O_CKPT}, {"memory-budget", 1, 0, O_BUDGET},
+        {"keep-activations", 0, 0, O_KEEP},
         {"amp-dtype", 1, 0, O_AMP_DTYPE}, {"precision", 1, 0, O_PREC}, {"opt", 1, 0, O_OPT},
         {"opt-eps", 1, 0, O_EPS}, {"opt-betas", 1, 0, O_BETAS}, {"drop", 1, 0, O_DROP},
         {"drop-path", 1, 0, O_DROP_PATH}, {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD},
@@ -606,6 +609,7 @@ static int parse_args(int argc, char **argv, Args *a)
         case O_NC: bad = cli_int(prog, "--num-classes", optarg, 1, 1 << 20, &a->num_classes); break;
         case O_CL: a->channels_last = 1; break;
         case O_CKPT: a->grad_ckpt = 1; break;
+        case O_KEEP: a->keep_acts = 1; break;
         case O_BUDGET:
             if (cli_bytes(prog, "memory-budget", optarg, &a->budget))
                 return -1;

@@ -24,7 +24,7 @@ static const char *const usage =
     "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
     "                     [--compile host|cuda] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda] [--sm 90]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
-    "                     [--grad-checkpointing] [--memory-budget BYTES]\n"
+    "                     [--grad-checkpointing] [--memory-budget BYTES] [--keep-activations]\n"
     "       ctimm-compile --list-models [FILTER]\n";
 
 static void print_name(const ModelEntry *m, void *ctx) { printf("%s\n", m->name); }
@@ -215,6 +215,7 @@ int main(int argc, char **argv)
     FuseOut fo = {.sm = 90};
     int dump = 0, seed = 0, channels_last = 0, amp = 0, ckpt = 0;
     size_t budget = 0;
+    int keep_acts = 0;
     CtDType amp_dtype = CT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -278,6 +279,8 @@ int main(int argc, char **argv)
             spec.training = 1;
         } else if (!strcmp(a, "--grad-checkpointing")) {
             ckpt = 1;
+        } else if (!strcmp(a, "--keep-activations")) {
+            keep_acts = 1;
         } else if (!strcmp(a, "--memory-budget")) {
             if (!(v = cli_value(prog, argc, argv, &i)) || cli_bytes(prog, a + 2, v, &budget))
                 return 2;
@@ -345,6 +348,7 @@ int main(int argc, char **argv)
     }
     p.remat.units = units;
     p.remat.budget = budget;
+    p.remat.cheap = spec.training && !keep_acts && (!passes || pipeline_named(&p, "remat")); /* as bn_fold */
     PipelineResult res;
     if (model_build(m, &spec, &g, &err)) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -398,7 +402,7 @@ int main(int argc, char **argv)
     if (have_stats)
         buf_printf(&out, "GMACs: %.2f, activations (M): %.2f (per image, fvcore's counts as in timm's benchmark.py)\n",
                    (double)stats.macs / spec.batch_size / 1e9, (double)stats.activations / spec.batch_size / 1e6);
-    if (pipeline_named(&p, "remat") || p.remat.nunits || p.remat.budget)
+    if (pipeline_named(&p, "remat") || p.remat.nunits || p.remat.budget || p.remat.cheap)
         buf_printf(&out, "remat: %d activations recomputed in the backward by %d nodes, %.2f GMACs more; planned "
                          "peak %.1f -> %.1f MiB\n",
                    res.remat.values, res.remat.nodes, res.remat.extra_macs / 1e9, res.remat.peak_before / 1048576.0,

@@ -58,7 +58,7 @@ static const char *const usage =
     "                   [--lr-noise-pct 0.67] [--lr-noise-std 1] [--lr-cycle-mul 1] [--lr-cycle-decay 0.5]\n"
     "                   [--lr-cycle-limit 1] [--lr-k-decay 1]\n"
     "                   [--smoothing 0.1] [--drop 0] [--drop-path P] [--channels-last] [--seed 42] [-j 2]\n"
-    "                   [--grad-checkpointing] [--memory-budget BYTES]\n"
+    "                   [--grad-checkpointing] [--memory-budget BYTES] [--keep-activations]\n"
     "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
     "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3|4] [--head-init-scale S]\n"
@@ -135,7 +135,7 @@ enum { OPT_CLIP_GRAD = 4000, OPT_CLIP_MODE, OPT_MODEL_EMA, OPT_MODEL_EMA_DECAY, 
 
 /* Layer-wise lr decay flags, long only. */
 enum { OPT_LAYER_DECAY = 9000, OPT_LAYER_DECAY_MIN, OPT_LAYER_DECAY_NO_OPT, OPT_GRAD_ACCUM, OPT_MODEL_KWARGS, OPT_GP,
-       OPT_OPT_KWARGS, OPT_GRAD_CKPT, OPT_MEMORY_BUDGET };
+       OPT_OPT_KWARGS, OPT_GRAD_CKPT, OPT_MEMORY_BUDGET, OPT_KEEP_ACTS };
 
 static int parse_list(const char *opt, const char *arg, char **argv, int argc, double *out, int max, int *n)
 {
@@ -228,6 +228,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
         {"layer-decay", 1, 0, OPT_LAYER_DECAY}, {"layer-decay-min-scale", 1, 0, OPT_LAYER_DECAY_MIN},
         {"layer-decay-no-opt-scale", 1, 0, OPT_LAYER_DECAY_NO_OPT}, {"grad-accum-steps", 1, 0, OPT_GRAD_ACCUM},
         {"grad-checkpointing", 0, 0, OPT_GRAD_CKPT}, {"memory-budget", 1, 0, OPT_MEMORY_BUDGET},
+        {"keep-activations", 0, 0, OPT_KEEP_ACTS},
         {"model-kwargs", 1, 0, OPT_MODEL_KWARGS}, {"gp", 1, 0, OPT_GP},
         {"opt-kwargs", 1, 0, OPT_OPT_KWARGS},
         {"mixup", 1, 0, OPT_MIXUP}, {"cutmix", 1, 0, OPT_CUTMIX}, {"cutmix-minmax", 1, 0, OPT_CUTMIX_MINMAX},
@@ -519,6 +520,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, ConfigWords *cw)
                              &a->n_opt_kwargs);
             break;
         case OPT_GRAD_CKPT: a->grad_checkpointing = 1; break;
+        case OPT_KEEP_ACTS: a->keep_activations = 1; break;
         case OPT_MEMORY_BUDGET: bad = cli_bytes(prog, "memory-budget", optarg, &a->memory_budget); break;
         case OPT_GRAD_ACCUM: /* train.py: max(1, N) */
             if (!(bad = cli_int(prog, "--grad-accum-steps", optarg, -(1 << 30), 1 << 20, &a->grad_accum_steps)) &&

@@ -51,12 +51,22 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err);
  *     first in each; never a contraction or attention) such that the
  *     graph's planned peak (plan_memory's arena + params + state + inputs +
  *     outputs) fits in `budget` bytes; fails, with the least it can reach,
- *     where nothing does.
+ *     where nothing does;
+ *   cheap (the tools' default; --keep-activations turns it off): what costs
+ *     memory and no lifetime: an activation whose recomputation is at most
+ *     REMAT_CHEAP_NODES elementwise, norm or pooling nodes reading only
+ *     values the backward keeps anyway (a GELU's output from the linear's
+ *     output its gradient reads; a conv's batch norm + ReLU from the conv
+ *     output the norm's gradient reads), kept only where that does not
+ *     raise the planned peak. torch.compile's partitioner recomputes such
+ *     fusible chains by default too.
  */
+#define REMAT_CHEAP_NODES 4
 typedef struct RematSpec {
     const char *const *units;
     int nunits;
     size_t budget;
+    int cheap;
 } RematSpec;
 
 typedef struct RematReport {

@@ -35,12 +35,12 @@ static int run_amp(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
     return adopt(amp_cast(g, p->amp_dtype, &next, err), g, &next);
 }
 
-static int ask_remat(const Pipeline *p) { return p->remat.nunits > 0 || p->remat.budget > 0; }
+static int ask_remat(const Pipeline *p) { return p->remat.nunits > 0 || p->remat.budget > 0 || p->remat.cheap; }
 
 static int run_autodiff(const Pipeline *p, Graph *g, PipelineResult *r, CtErr *err)
 {
     OptimSpec opt = p->opt;
-    opt.step_in_backward |= ask_remat(p);
+    opt.step_in_backward |= p->remat.nunits > 0 || p->remat.budget > 0;
     if (train_step_build(g, g->outputs[0], &p->loss, &opt, &r->ts, err)) {
         graph_free(g);
         return -1;

@@ -372,6 +372,49 @@ static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep,
     return rc;
 }
 
+/* Whether v's recomputation reads only what the backward keeps anyway:
+ * walks its producers (at most *budget of them, cheap classes, values no
+ * backward node reads) back to values the backward reads and keeps,
+ * marking the ones it would recompute in `chain`. */
+static int cheap_chain(const Halves *h, const char *keep, const char *dropped, ValueId v, char *chain, int *budget)
+{
+    const Graph *g = h->g;
+    const Node *p = &g->nodes[g->values[v].producer];
+    if (--*budget < 0 || keep[v] || !eligible(h, v) || cost_class(p) >= 2)
+        return 0;
+    chain[v] = 1;
+    for (int k = 0; k < p->nin; k++) {
+        ValueId u = p->in[k];
+        const Value *uv = &g->values[u];
+        if (uv->role != CT_ROLE_ACTIVATION || chain[u] || (h->bwd_read[u] && !dropped[u]))
+            continue;
+        if (h->bwd_read[u] || h->is_out[u] || !cheap_chain(h, keep, dropped, u, chain, budget))
+            return 0;
+    }
+    return 1;
+}
+
+/* RematSpec.cheap: every activation the backward reads whose recomputation
+ * is a short cheap chain from values it keeps anyway, in forward order (a
+ * value recomputed is no longer a leaf for the ones after it). */
+static void drop_cheap(const Halves *h, const char *keep, char *dropped)
+{
+    const Graph *g = h->g;
+    char *chain = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(chain != NULL);
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        if (!h->bwd_read[v] || dropped[v])
+            continue;
+        memset(chain, 0, (size_t)g->nvalues);
+        int budget = REMAT_CHEAP_NODES;
+        if (!cheap_chain(h, keep, dropped, v, chain, &budget))
+            continue;
+        for (ValueId u = 0; u < g->nvalues; u++)
+            dropped[u] |= chain[u];
+    }
+    free(chain);
+}
+
 int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtErr *err)
 {
     Halves h;
@@ -391,6 +434,21 @@ int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtEr
         close_drops(&h, keep, dropped);
     if (!rc && s->budget && drop_to_budget(&h, s, keep, dropped, err))
         rc = -1;
+    if (!rc && s->cheap) {
+        char *before = malloc((size_t)g->nvalues + 1);
+        CT_ASSERT(before != NULL);
+        memcpy(before, dropped, (size_t)g->nvalues);
+        drop_cheap(&h, keep, dropped);
+        Graph t;
+        RematReport r = {0};
+        if (memcmp(before, dropped, (size_t)g->nvalues) && !(rc = rebuild(&h, dropped, &t, &r, err))) {
+            /* the backward's order can still lengthen a leaf's life */
+            if (planned_peak(&t, err) > rep->peak_before)
+                memcpy(dropped, before, (size_t)g->nvalues);
+            graph_free(&t);
+        }
+        free(before);
+    }
     for (ValueId v = 0; v < g->nvalues && !rc; v++)
         rep->values += dropped[v] && h.bwd_read[v];
     if (!rc && (rc = rebuild(&h, dropped, out, rep, err)) == 0)

@@ -972,7 +972,7 @@ add_test(NAME compile_kernel_cache COMMAND sh -c
    ${COMPILE_HOST} | grep -q ': 0 compiled, 0 from memory, 1 from disk, 0 corrupt' && \
    rm -rf kc2 && export CTIMM_CACHE_DIR=$PWD/kc2 && \
    { ${COMPILE_HOST} > two-a.log & ${COMPILE_HOST} > two-b.log; wait; } && \
-   grep -q 'compiled: 42 host kernels' two-a.log && grep -q 'compiled: 42 host kernels' two-b.log && \
+   grep -q 'compiled: 46 host kernels' two-a.log && grep -q 'compiled: 46 host kernels' two-b.log && \
    ${COMPILE_HOST} | grep -q ': 0 compiled, 0 from memory, 1 from disk, 0 corrupt' && \
    ${COMPILE} --model test_resnet --no-cache --compile host --cache-stats | grep -q '(--no-cache): 1 compiled'")
 add_test(NAME compile_dot COMMAND sh -c
@@ -990,15 +990,15 @@ endif()
 # A graph of several translation units (codegen/units.h; test_convnext's
 # training step: its SGD launch has a loop per parameter) is cached per
 # unit: a cold cache compiles each unit once, a second run compiles nothing.
-# Repeated kernels are compiled once (test_vit: 86 launches, 10 kernels).
+# Repeated kernels are compiled once (test_vit: 92 launches, 11 kernels).
 add_test(NAME compile_units_cache COMMAND sh -c
   "rm -rf kcu && export CTIMM_CACHE_DIR=$PWD/kcu && \
    ${COMPILE} --model test_convnext --train --compile host --cache-stats > kcu-cold.log && \
-   grep -q 'compiled: 37 host kernels, 25 distinct (.*) in 2 translation units' kcu-cold.log && \
+   grep -q 'compiled: 51 host kernels, 29 distinct (.*) in 2 translation units' kcu-cold.log && \
    grep -q ': 2 compiled, 0 from memory, 0 from disk, 0 corrupt' kcu-cold.log && \
    ${COMPILE} --model test_convnext --train --compile host --cache-stats | \
      grep -q ': 0 compiled, 0 from memory, 2 from disk' && \
-   ${COMPILE} --model test_vit --train --compile host --cache-stats | grep -q 'compiled: 86 host kernels, 10 distinct'")
+   ${COMPILE} --model test_vit --train --compile host --cache-stats | grep -q 'compiled: 92 host kernels, 11 distinct'")
 add_test(NAME infer_label_type_none COMMAND sh -c
   "ls data/shapes-64/val > classes-lt.txt && \
    ${INFER} data/shapes-64/val --img-size 32 --num-classes 10 --class-map classes-lt.txt --label-type none -b 100 \
@@ -1248,6 +1248,18 @@ add_test(NAME compile_memory_budget_too_small COMMAND ${FAIL} "--memory-budget 1
 add_test(NAME compile_remat_needs_train COMMAND ${FAIL} "add --train" ${COMPILE} --model test_resnet --grad-checkpointing)
 add_test(NAME compile_memory_budget_bad COMMAND ${FAIL} "--memory-budget expects a size in bytes"
   ${COMPILE} --model test_resnet --train --memory-budget 2X)
+# Without a flag the pass recomputes the cheap ones (RematSpec.cheap): the
+# planned peak falls; --keep-activations keeps them all.
+add_test(NAME compile_cheap_remat COMMAND sh -c
+  "${COMPILE} --model test_vit --train > cheap.log && ${COMPILE} --model test_vit --train --keep-activations > keep.log && \
+   a=$(sed -n 's/^remat: [1-9][0-9]* activations recomputed .*planned peak \\([0-9.]*\\) -> \\([0-9.]*\\) MiB/\\1 \\2/p' cheap.log) && \
+   echo \"planned peak without, with: $a\" && echo $a | awk '{ exit !($2 > 0 && $2 < $1) }' && ! grep -q '^remat:' keep.log")
+add_test(NAME train_cheap_remat COMMAND sh -c
+  "${TRAIN_SHORT} --epochs 1 --output cheap-out > cheap-train.log && \
+   grep -q 'Recomputing [1-9][0-9]* activations in the backward (cheap ones' cheap-train.log && \
+   ${TRAIN_SHORT} --epochs 1 --keep-activations --output keep-out > keep-train.log && \
+   ! grep -q 'Recomputing' keep-train.log && grep -q '^0,' keep-out/summary.csv")
+set_tests_properties(train_cheap_remat PROPERTIES FIXTURES_REQUIRED shapes_small)
 add_test(NAME train_grad_checkpointing COMMAND sh -c
   "${TRAIN_SHORT} --epochs 1 --grad-checkpointing --output remat-out > remat.log && \
    grep -q 'Recomputing [1-9][0-9]* activations in the backward (--grad-checkpointing)' remat.log && \

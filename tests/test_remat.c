@@ -4,12 +4,14 @@
  * training steps give every state value (params, momentum, BN running
  * stats) bit for bit as without it, on the cpu backend (and one step on
  * ref and on cuda-sim): test_resnet (batch norm, relu, residual adds) and test_vit with drop
- * path (its masks drawn again in the recompute), channels-last too. */
+ * path (its masks drawn again in the recompute), channels-last too. The
+ * cheap recomputation the tools run by default likewise. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "ir/ops.h"
 #include "models/registry.h"
 #include "passes/pipeline.h"
 #include "passes/plan.h"
@@ -119,6 +121,41 @@ static void same_steps(const Graph *a, const Graph *b, const CtBackend *be, int 
     state_free(&sb);
 }
 
+/* Nodes of g whose op's fusion class is a contraction (conv, linear, matmul). */
+static int contractions(const Graph *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        n += op_def(g->nodes[i].op)->fusion == OP_CONTRACTION;
+    return n;
+}
+
+/* RematSpec.cheap (the tools' default): some activations recomputed, no
+ * contraction run twice, the peak lower, the steps the same. */
+static void test_cheap(const Case *c, const Graph *plain, size_t p0, int with_ref, const char *what)
+{
+    Graph cheap;
+    RematReport rep;
+    CtErr err = {{0}};
+    if (build(c, &(RematSpec){.cheap = 1}, &cheap, &rep, &err)) {
+        CHECKF(0, "%s cheap: %s", what, err.msg);
+        return;
+    }
+    size_t a, pc = peak_of(&cheap, &a);
+    printf("%s: cheap recomputation: planned peak %.2f MiB (%d values recomputed by %d nodes)\n", what,
+           pc / 1048576.0, rep.values, rep.nodes);
+    CHECKF(rep.values > 0 && pc < p0 && rep.peak_after == pc, "%s cheap: %d values, peak %zu (without %zu)", what,
+           rep.values, pc, p0);
+    CHECKF(contractions(&cheap) == contractions(plain), "%s cheap: %d contractions, %d without", what,
+           contractions(&cheap), contractions(plain));
+    same_steps(plain, &cheap, &ct_backend_cpu, STEPS, what);
+    if (with_ref) {
+        same_steps(plain, &cheap, &ct_backend_ref, 1, what);
+        same_steps(plain, &cheap, &ct_backend_cuda_sim, 1, what);
+    }
+    graph_free(&cheap);
+}
+
 static void test_case(const Case *c, int with_ref)
 {
     const char *units[8];
@@ -175,6 +212,7 @@ static void test_case(const Case *c, int with_ref)
            rc ? err.msg : "accepted");
     if (rc == 0)
         graph_free(&none);
+    test_cheap(c, &plain, p0, with_ref, what);
     graph_free(&plain);
     graph_free(&ckpt);
 }

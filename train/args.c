@@ -151,6 +151,7 @@ char *train_args_json(const TrainArgs *a)
         {"layer_decay", a->layer_decay}, {"layer_decay_min_scale", a->layer_decay_min_scale},
         {"layer_decay_no_opt_scale", a->layer_decay_no_opt_scale}, {"grad_accum_steps", a->grad_accum_steps},
         {"grad_checkpointing", a->grad_checkpointing}, {"memory_budget", (double)a->memory_budget},
+        {"keep_activations", a->keep_activations},
         {"model_ema", a->model_ema}, {"model_ema_decay", a->model_ema_decay},
         {"model_ema_warmup", a->model_ema_warmup}, {"lr", a->lr}, {"lr_base", a->lr_base},
         {"lr_base_size", a->lr_base_size}, {"momentum", a->momentum}, {"weight_decay", a->weight_decay},

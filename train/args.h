@@ -34,9 +34,12 @@ typedef struct TrainArgs {
     int grad_accum_steps; /* >= 1: the optimizer steps once per this many batches, on their summed gradients */
     /* train.py's --grad-checkpointing (each block's activations recomputed
      * in the backward) and ctimm's --memory-budget (bytes the step's plan
-     * must fit, recomputing the cheapest first): passes/passes.h remat */
+     * must fit, recomputing the cheapest first): passes/passes.h remat;
+     * --keep-activations (ctimm's): not even the cheap recomputation that
+     * is on by default (RematSpec.cheap) */
     int grad_checkpointing;
     size_t memory_budget;
+    int keep_activations;
     /* --gp (NULL: the model's) and --model-kwargs KEY=VALUE words (train/model_kwargs.h) */
     const char *gp;
     const char *model_kwargs[CT_MAX_MODEL_KWARGS];

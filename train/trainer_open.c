@@ -163,6 +163,7 @@ static int build_graphs(Trainer *t, CtErr *err)
         return -1;
     p.remat.units = units;
     p.remat.budget = t->a.memory_budget;
+    p.remat.cheap = !t->a.keep_activations;
     PipelineResult res;
     if (model_build(t->m, &spec, &t->train, err))
         return -1;
@@ -175,10 +176,13 @@ static int build_graphs(Trainer *t, CtErr *err)
         return -1;
     t->ts = res.ts;
     t->finite_out = res.finite_out;
-    if (p.remat.nunits || p.remat.budget)
+    if (res.remat.values)
         report_log(t->rep, "Recomputing %d activations in the backward (%s): %.2f GMACs more a step, the plan's peak "
                    "%.1f -> %.1f MiB\n", res.remat.values,
-                   p.remat.nunits ? "--grad-checkpointing" : "--memory-budget", res.remat.extra_macs / 1e9,
+                   p.remat.nunits   ? "--grad-checkpointing"
+                   : p.remat.budget ? "--memory-budget"
+                                    : "cheap ones; --keep-activations: none",
+                   res.remat.extra_macs / 1e9,
                    res.remat.peak_before / 1048576.0, res.remat.peak_after / 1048576.0);
     spec.training = 0;
     spec.batch_size = t->vb;
