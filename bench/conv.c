@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/host_compile.h"
 #include "models/registry.h"
 #include "passes/pipeline.h"
 #include "runtime/cpu/cpu.h"
@@ -347,16 +348,8 @@ int main(int argc, char **argv)
     dnnl_stream_t st;
     DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
     DN(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
-    FILE *cpu = fopen("/proc/cpuinfo", "r");
-    char line[256], cpu_model[256] = "unknown";
-    while (cpu && fgets(line, sizeof line, cpu))
-        if (!strncmp(line, "model name", 10)) {
-            snprintf(cpu_model, sizeof cpu_model, "%s", strchr(line, ':') + 2);
-            cpu_model[strcspn(cpu_model, "\n")] = 0;
-            break;
-        }
-    if (cpu)
-        fclose(cpu);
+    char cpu_model[256];
+    host_cpu_model(cpu_model, sizeof cpu_model);
     const char *thr = getenv("OMP_NUM_THREADS");
     const dnnl_version_t *v = dnnl_version();
     printf("bench_conv: %s b%d train, %d distinct convolutions; CPU %s, OMP_NUM_THREADS=%s, oneDNN %d.%d.%d (%s)\n",

@@ -213,9 +213,8 @@ int main(int argc, char **argv)
     double smoothing = 0.1;
     const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL, *dump_program = NULL;
     FuseOut fo = {.sm = 90};
-    int dump = 0, seed = 0, channels_last = 0, amp = 0, ckpt = 0;
+    int dump = 0, seed = 0, channels_last = 0, amp = 0, ckpt = 0, keep_acts = 0;
     size_t budget = 0;
-    int keep_acts = 0;
     CtDType amp_dtype = CT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;

@@ -238,8 +238,7 @@ void host_target_name(const char *machine, const char *cpu_model, const char *ma
     free(text);
 }
 
-/* The CPU model of /proc/cpuinfo ("unknown" where there is none). */
-static void cpu_model(char *out, size_t cap)
+void host_cpu_model(char *out, size_t cap)
 {
     char line[512];
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -286,7 +285,7 @@ static int compiler_init(HostCompiler *hc, const char *env, const char *dflt, co
     }
     struct utsname u;
     char cpu[256];
-    cpu_model(cpu, sizeof cpu);
+    host_cpu_model(cpu, sizeof cpu);
     host_target_name(uname(&u) == 0 ? u.machine : "unknown", cpu, macros, hc->target, sizeof hc->target);
     free(macros);
     remove_stale(hc->tmpdir);

@@ -415,6 +415,18 @@ static void drop_cheap(const Halves *h, const char *keep, char *dropped)
     free(chain);
 }
 
+/* out from dropped, with the report's counts and peak. */
+static int finish(const Halves *h, const char *dropped, Graph *out, RematReport *rep, CtErr *err)
+{
+    rep->values = 0;
+    for (ValueId v = 0; v < h->g->nvalues; v++)
+        rep->values += dropped[v] && h->bwd_read[v];
+    if (rebuild(h, dropped, out, rep, err))
+        return -1;
+    rep->peak_after = planned_peak(out, err);
+    return 0;
+}
+
 int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtErr *err)
 {
     Halves h;
@@ -434,25 +446,33 @@ int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtEr
         close_drops(&h, keep, dropped);
     if (!rc && s->budget && drop_to_budget(&h, s, keep, dropped, err))
         rc = -1;
+    char *before = NULL; /* the drops without the cheap ones, where those changed any */
     if (!rc && s->cheap) {
-        char *before = malloc((size_t)g->nvalues + 1);
+        before = malloc((size_t)g->nvalues + 1);
         CT_ASSERT(before != NULL);
         memcpy(before, dropped, (size_t)g->nvalues);
         drop_cheap(&h, keep, dropped);
+        if (!memcmp(before, dropped, (size_t)g->nvalues)) {
+            free(before);
+            before = NULL;
+        }
+    }
+    size_t limit = rep->peak_before; /* what the cheap drops must not exceed: the peak without them */
+    if (!rc && before && (s->nunits || s->budget)) {
         Graph t;
         RematReport r = {0};
-        if (memcmp(before, dropped, (size_t)g->nvalues) && !(rc = rebuild(&h, dropped, &t, &r, err))) {
-            /* the backward's order can still lengthen a leaf's life */
-            if (planned_peak(&t, err) > rep->peak_before)
-                memcpy(dropped, before, (size_t)g->nvalues);
+        if ((rc = rebuild(&h, before, &t, &r, err)) == 0) {
+            limit = planned_peak(&t, err);
             graph_free(&t);
         }
-        free(before);
     }
-    for (ValueId v = 0; v < g->nvalues && !rc; v++)
-        rep->values += dropped[v] && h.bwd_read[v];
-    if (!rc && (rc = rebuild(&h, dropped, out, rep, err)) == 0)
-        rep->peak_after = planned_peak(out, err);
+    if (!rc)
+        rc = finish(&h, dropped, out, rep, err);
+    if (!rc && before && rep->peak_after > limit) { /* the backward's order can still lengthen a leaf's life */
+        graph_free(out);
+        rc = finish(&h, before, out, rep, err);
+    }
+    free(before);
     free(keep);
     free(dropped);
     halves_free(&h);

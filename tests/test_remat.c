@@ -202,6 +202,14 @@ static void test_case(const Case *c, int with_ref)
         CHECKF(pb <= mid && rb_rep.values > 0, "%s: budget %zu, peak %zu", what, mid, pb);
         same_steps(&plain, &budget, &ct_backend_cpu, STEPS, what);
         graph_free(&budget);
+        /* with the tools' cheap recomputation on top: still within the budget */
+        if (build(c, &(RematSpec){.budget = mid, .cheap = 1}, &budget, &rb_rep, &err) == 0) {
+            size_t pc = peak_of(&budget, &ab);
+            CHECKF(pc <= mid, "%s: budget %zu with cheap recomputation, peak %zu", what, mid, pc);
+            graph_free(&budget);
+        } else {
+            CHECKF(0, "%s budget + cheap: %s", what, err.msg);
+        }
     } else {
         CHECKF(0, "%s budget: %s", what, err.msg);
     }
