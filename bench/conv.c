@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "codegen/host_compile.h"
+#include "ir/cache.h"
 #include "models/registry.h"
 #include "passes/pipeline.h"
 #include "runtime/cpu/cpu.h"

@@ -350,6 +350,9 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
         snprintf(threads, sizeof threads, ", %d threads", be->host_threads());
     printf("Built the %s graph%s in %.2fs (outside the timed region); backend %s%s\n", train ? "train" : "inference",
            b.ng > 1 ? "s" : "", cli_now() - t_build, be->name, threads);
+    const char *note = be->note ? be->note(b.run[0].exec) : NULL;
+    if (note)
+        printf("%s\n", note);
     printf("Running %s benchmark on %s for %d steps w/ input size (%d, %d, %d) and batch size %d.\n",
            train ? "train" : "inference", m->name, a->iters, a->in_chans, img, img, batch);
     double *times = calloc((size_t)a->iters * 3 + 1, sizeof *times);

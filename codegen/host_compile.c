@@ -238,21 +238,6 @@ void host_target_name(const char *machine, const char *cpu_model, const char *ma
     free(text);
 }
 
-void host_cpu_model(char *out, size_t cap)
-{
-    char line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    snprintf(out, cap, "unknown");
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(out, cap, "%s", strchr(line, ':') + 1 + (strchr(line, ':')[1] == ' '));
-            out[strcspn(out, "\n")] = 0;
-            break;
-        }
-    if (f)
-        fclose(f);
-}
-
 /* The compiler named by $env (else dflt), what it names for the messages
  * ("C", "C++"), its version and its target under hc->options. */
 static int compiler_init(HostCompiler *hc, const char *env, const char *dflt, const char *what, CtErr *err)

@@ -78,8 +78,6 @@ int host_cxx_init(HostCompiler *hc, const char *options, CtErr *err);
  * compiler's predefined macros, macros (`cc -dM -E` output, one #define a
  * line, in any order). */
 void host_target_name(const char *machine, const char *cpu_model, const char *macros, char *out, size_t cap);
-/* The CPU model of /proc/cpuinfo ("unknown" where there is none). */
-void host_cpu_model(char *out, size_t cap);
 /* Compiles (or finds in the cache) source with hc->options and loads it into *m. On a
  * compile error the message holds the compiler's output; CT_INTERRUPTED
  * when hc->stop ended it. */

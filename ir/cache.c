@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -257,10 +258,13 @@ out_close:
     return result;
 }
 
-/* Writes the entry to a temp file beside it, fsyncs, renames into place. */
+/* Writes the entry to a temp file beside it, fsyncs, renames into place;
+ * keep_existing: links it into place instead, and returns 1 where another
+ * writer's entry is there already (left as it is). */
 static int disk_write(const KernelCache *c, const char *path, const CacheKey *key, const uint8_t *mat, size_t mlen,
-                      const void *blob, size_t n, CtErr *err)
+                      const void *blob, size_t n, int keep_existing, CtErr *err)
 {
+    int result = -1;
     uint8_t hdr[HEADER_SIZE] = {0};
     memcpy(hdr, MAGIC, 8);
     put_u32(hdr + 8, CACHE_FORMAT_VERSION);
@@ -291,6 +295,15 @@ static int disk_write(const KernelCache *c, const char *path, const CacheKey *ke
         ct_fail(err, "kernel cache: cannot write %s: %s", tmp, strerror(errno));
         goto out_unlink;
     }
+    if (keep_existing) {
+        if (link(tmp, path) == 0)
+            result = 0;
+        else if (errno == EEXIST)
+            result = 1;
+        else
+            ct_fail(err, "kernel cache: cannot link %s into place: %s", tmp, strerror(errno));
+        goto out_unlink; /* the temp name goes; the entry stays under its own */
+    }
     if (rename(tmp, path) != 0) {
         ct_fail(err, "kernel cache: cannot rename %s into place: %s", tmp, strerror(errno));
         goto out_unlink;
@@ -301,7 +314,7 @@ out_unlink:
     unlink(tmp);
 out_free:
     free(tmp);
-    return -1;
+    return result;
 }
 
 int cache_temp_stale(long pid, const struct stat *st)
@@ -398,6 +411,7 @@ int cache_open(KernelCache *c, const CacheOptions *opt, CtErr *err)
     memset(c, 0, sizeof *c);
     c->no_cache = opt->no_cache;
     c->forbid_compile = opt->forbid_compile;
+    c->first_wins = opt->first_wins;
     if (!c->no_cache) {
         char path[4096];
         if (opt->dir) {
@@ -552,11 +566,18 @@ int cache_get(KernelCache *c, const CacheKeyParts *parts, CacheCompileFn compile
         if ((rc = run_compile(c, parts, hex, compile, ctx, &b, &bn, err)) != 0)
             goto out_path;
         CtErr werr;
-        if (path && disk_write(c, path, &key, mat, mlen, b, bn, &werr)) {
+        int w = path ? disk_write(c, path, &key, mat, mlen, b, bn, c->first_wins && d == DISK_MISS, &werr) : 0;
+        void *theirs;
+        size_t tn;
+        if (w < 0) {
             pthread_mutex_lock(&c->mu);
             if (!c->stats.write_failures++ && !c->disk_err.msg[0])
                 c->disk_err = werr;
             pthread_mutex_unlock(&c->mu);
+        } else if (w > 0 && disk_read(path, &key, mat, mlen, &theirs, &tn) == DISK_HIT) {
+            free(b); /* another process stored its measurement first: that one stands */
+            b = theirs;
+            bn = tn;
         }
     }
     pthread_mutex_lock(&c->mu);
@@ -621,4 +642,19 @@ void cache_warn_disk(KernelCache *c, int *warned, FILE *f)
         *warned = 1;
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+void host_cpu_model(char *out, size_t cap)
+{
+    char line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(out, cap, "unknown");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(out, cap, "%s", strchr(line, ':') + 1 + (strchr(line, ':')[1] == ' '));
+            out[strcspn(out, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
 }

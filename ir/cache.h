@@ -81,6 +81,12 @@ typedef struct CacheOptions {
      * HOME to find it by) leaves the cache in memory, the reason in
      * disk_err, instead of failing: a backend goes on compiling. */
     int memory_fallback;
+    /* Entries are measurements (which kernel timed faster), not compiles
+     * that come out the same each time: the first entry stored for a key
+     * stays, and a process that measured the same key meanwhile takes the
+     * stored one instead of its own, so every process agrees with what the
+     * first one ran. */
+    int first_wins;
 } CacheOptions;
 
 typedef struct CacheStats {
@@ -95,6 +101,7 @@ typedef struct KernelCache {
     char *dir;          /* NULL when no_cache or in memory by memory_fallback */
     int no_cache;
     int forbid_compile; /* may be flipped between calls to cache_get */
+    int first_wins;
     pthread_mutex_t mu;
     pthread_cond_t cv;  /* a pending compile finished */
     CacheEntry *slots;  /* open addressing, power-of-two capacity */
@@ -139,6 +146,10 @@ void cache_warn_disk(KernelCache *c, int *warned, FILE *f);
  * /tmp or cache folder shared with another pid namespace (a container) or
  * host, where a live writer's pid may name no process here. */
 #define CACHE_STALE_SECONDS 3600
+
+/* The CPU model of /proc/cpuinfo ("unknown" where there is none): part of
+ * the key of what is compiled or measured for this host. */
+void host_cpu_model(char *out, size_t cap);
 int cache_temp_stale(long pid, const struct stat *st);
 
 #endif

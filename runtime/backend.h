@@ -44,6 +44,10 @@ typedef struct CtBackend {
     /* Optional (NULL: not a host backend): the threads its host kernels
      * run on, OpenMP's pool, which the OpenMP build of OpenBLAS shares. */
     int (*host_threads)(void);
+    /* Optional (NULL: none): one line on what prepare chose for this
+     * context by measuring (the cpu backend: which convolutions run on
+     * oneDNN), for the tools' logs; NULL when there is nothing to say. */
+    const char *(*note)(const CtExec *e);
 } CtBackend;
 
 extern const CtBackend ct_backend_ref;

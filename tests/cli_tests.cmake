@@ -740,6 +740,18 @@ add_test(NAME bench_oom_retry COMMAND sh -c
      --results-file oom.csv > oom.log 2>&1 && grep -q '^Reducing batch size to 48 for retry.' oom.log && \
    grep -q '^test_resnet,[0-9.]*,[0-9.]*,[1-9],160,' oom.csv && \
    CTIMM_MEMORY_LIMIT=40000000 ${FAIL} 'out of memory: the plan needs' ${BENCH} -m test_resnet --bench train -b 64 --no-retry")
+# The cpu backend's choice between oneDNN and its own convolutions is
+# timed once and kept in the kernel cache: a second process times nothing
+# and runs the same kernels.
+if(DNNL_INCLUDE AND DNNL_LIB)
+  add_test(NAME bench_conv_choice_cached COMMAND sh -c
+    "rm -rf kcc && export CTIMM_CACHE_DIR=$PWD/kcc && \
+     ${BENCH} -m test_resnet --bench train -b 2 --num-warm-iter 0 --num-bench-iter 1 > conv1.log && \
+     ${BENCH} -m test_resnet --bench train -b 2 --num-warm-iter 0 --num-bench-iter 1 > conv2.log && \
+     grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: [1-9][0-9]* timed now, [0-9]* cached)$' conv1.log && \
+     grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: 0 timed now, 44 cached)$' conv2.log && \
+     test \"$(grep -o '^Convolutions: [0-9]*' conv1.log)\" = \"$(grep -o '^Convolutions: [0-9]*' conv2.log)\"")
+endif()
 add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchmark.py's flag. is not implemented"
   ${BENCH} --torchcompile)
 # --gp and --model-kwargs reach the model benchmark.py's create_model builds
@@ -1016,7 +1028,11 @@ add_test(NAME bench_refuses_unavailable_cuda COMMAND ${FAIL} "ctimm-bench: --dev
 # needs its plugins kept loaded and whole stacks (Open MPI has no frame
 # pointers); ctimm's own leaks are still caught. A ten-class set of 40
 # training and 20 validation images keeps each run a few steps.
-set(DIST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMPI_MCA_mca_base_component_disable_dlclose=1;PMIX_MCA_mca_base_component_disable_dlclose=1;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp:fast_unwind_on_malloc=0")
+# CTIMM_CONV=own: one rank's batch and two ranks' halves are different
+# convolution geometries, for which the timed choice may take different
+# kernels (runtime/cpu/conv_choice.h); the comparisons here are of the
+# data-parallel arithmetic, at 1e-5.
+set(DIST_ENV "CTIMM_CONV=own;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMPI_MCA_mca_base_component_disable_dlclose=1;PMIX_MCA_mca_base_component_disable_dlclose=1;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp:fast_unwind_on_malloc=0")
 set(TRAIN_DIST "${TRAIN} dist-data --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 --log-interval 1")
 string(REPLACE "test_vit" "test_resnet" TRAIN_DIST_BN "${TRAIN_DIST}")
 add_test(NAME test_dist_two_ranks COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:test_dist>)
@@ -1120,9 +1136,11 @@ add_test(NAME compile_interrupt_validate COMMAND ${INTR} intr-validate 1 "interr
   ${VALIDATE} --img-size 32 -b 100 -j 1)
 add_test(NAME compile_interrupt_infer COMMAND ${INTR} intr-infer 1 "interrupted by SIGINT"
   ${INFER} data/shapes-64/val --img-size 32 -b 100 -j 1 --no-console-results --results-dir intr-infer-out)
+# CTIMM_CONV=own: the interrupted run's private, cold cache would time the
+# convolutions anew, and the resumed run must equal one that used the shared cache.
 set_tests_properties(compile_interrupt_train_step compile_interrupt_train_validation compile_interrupt_validate
   compile_interrupt_infer PROPERTIES FIXTURES_REQUIRED shapes_data
-  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1;CTIMM_CONV=own")
 add_test(NAME compile_interrupt_bench COMMAND ${INTR} intr-bench 1 "interrupted by SIGINT"
   ${BENCH} -m test_resnet -b 4 --num-warm-iter 1 --num-bench-iter 2)
 add_test(NAME compile_interrupt_run COMMAND ${INTR} intr-run 1 "interrupted by SIGINT"
@@ -1257,6 +1275,7 @@ add_test(NAME compile_cheap_remat COMMAND sh -c
 add_test(NAME train_cheap_remat COMMAND sh -c
   "${TRAIN_SHORT} --epochs 1 --output cheap-out > cheap-train.log && \
    grep -q 'Recomputing [1-9][0-9]* activations in the backward (cheap ones' cheap-train.log && \
+   grep -q '^Convolutions: ' cheap-train.log && \
    ${TRAIN_SHORT} --epochs 1 --keep-activations --output keep-out > keep-train.log && \
    ! grep -q 'Recomputing' keep-train.log && grep -q '^0,' keep-out/summary.csv")
 set_tests_properties(train_cheap_remat PROPERTIES FIXTURES_REQUIRED shapes_small)

@@ -547,6 +547,64 @@ static void subdir(char *out, size_t cap, const char *root, const char *name)
     snprintf(out, cap, "%s/%s", root, name);
 }
 
+/* A measurement that, while it runs, sees another process store its own
+ * result for the same key (the other cache object plays that process). */
+typedef struct Race {
+    KernelCache *other;
+    const char *mine, *theirs;
+} Race;
+
+static int store_one(void *ctx, const CacheKeyParts *p, void **blob, size_t *n, CtErr *err)
+{
+    (void)p;
+    (void)err;
+    *blob = strdup(ctx);
+    *n = strlen(ctx);
+    return 0;
+}
+
+static int racing_measure(void *ctx, const CacheKeyParts *p, void **blob, size_t *n, CtErr *err)
+{
+    Race *r = ctx;
+    const void *b;
+    size_t bn;
+    if (cache_get(r->other, p, store_one, (void *)r->theirs, &b, &bn, err))
+        return -1;
+    *blob = strdup(r->mine);
+    *n = strlen(r->mine);
+    return 0;
+}
+
+/* first_wins: the entry stored first stands, and the process that measured
+ * meanwhile takes it; without it the last writer's replaces it. */
+static void test_first_wins(const char *root)
+{
+    for (int first = 0; first < 2; first++) {
+        char dir[4200];
+        subdir(dir, sizeof dir, root, first ? "first-wins" : "last-wins");
+        KernelCache a, b;
+        CtErr err;
+        CHECK(cache_open(&a, &(CacheOptions){.dir = dir, .first_wins = first}, &err) == 0);
+        CHECK(cache_open(&b, &(CacheOptions){.dir = dir, .first_wins = first}, &err) == 0);
+        CacheKeyParts p = parts_for("conv2d [8,64,56,56]");
+        Race r = {&b, "own", "onednn"};
+        const void *got;
+        size_t n;
+        CHECK(cache_get(&a, &p, racing_measure, &r, &got, &n, &err) == 0);
+        const char *want = first ? "onednn" : "own";
+        CHECKF(n == strlen(want) && !memcmp(got, want, n), "first_wins=%d: got %.*s", first, (int)n, (const char *)got);
+        cache_close(&a);
+        cache_close(&b);
+        KernelCache c;
+        CHECK(cache_open(&c, &(CacheOptions){.dir = dir, .forbid_compile = 1}, &err) == 0);
+        CHECK(cache_get(&c, &p, store_one, "x", &got, &n, &err) == 0);
+        CHECKF(n == strlen(want) && !memcmp(got, want, n), "on disk: %.*s", (int)n, (const char *)got);
+        cache_close(&c);
+        int bad;
+        CHECKF(count_entries(dir, &bad) == 1 && bad == 0, "%s: temporary files left", dir);
+    }
+}
+
 int main(void)
 {
     char root[] = "/tmp/ctimm-test-cache-XXXXXX";
@@ -575,6 +633,7 @@ int main(void)
     subdir(dir, sizeof dir, root, "procs");
     test_processes(dir);
 
+    test_first_wins(root);
     test_no_cache(root);
     test_unusable_dir(root);
     test_env(root); /* last: it changes HOME and friends */

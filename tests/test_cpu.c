@@ -488,22 +488,29 @@ static void test_amp(const char *model, int training, CtDType low, double tol)
     st_free(&v.f);
 }
 
-int main(void)
+/* --convs: the GEMM ops' cases and the f32 model runs only, the parts a
+ * CTIMM_CONV setting changes (tests/CMakeLists.txt runs them per setting). */
+int main(int argc, char **argv)
 {
+    int convs_only = argc > 1 && !strcmp(argv[1], "--convs");
     cpu = backend_find("cpu");
     ref = backend_find("ref");
     CHECK(cpu != NULL && ref != NULL);
     if (!cpu || !ref)
         return check_done("test_cpu");
-    test_refuses_f64();
-    test_low_float_storage();
+    if (!convs_only) {
+        test_refuses_f64();
+        test_low_float_storage();
+    }
     test_gemm_ops();
-    test_data_ops();
-    test_gather();
+    if (!convs_only) {
+        test_data_ops();
+        test_gather();
+    }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         test_model(models[i], !strcmp(models[i], "test_resnet") || !strcmp(models[i], "test_convnext"));
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    for (size_t i = 0; i < sizeof models / sizeof models[0] && !convs_only; i++) {
         int training = !strcmp(models[i], "test_vit");
         test_amp(models[i], training, CT_F16, 2e-3);
         test_amp(models[i], training, CT_BF16, 1.5e-2);

@@ -132,9 +132,15 @@ static int train_step(Trainer *t, const Batch *bt, StepScalars *sc, double *loss
         in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->update};
         in[nin++] = (CtTensor){{{0}, CT_F32}, &sc->unscale};
     }
-    int ran = t->train_run.prog ? 0 : backend_open(&t->train_run, t->be, &t->train, &t->state, &t->opts, err);
-    if (ran)
-        return ran;
+    if (!t->train_run.prog) {
+        int rc = backend_open(&t->train_run, t->be, &t->train, &t->state, &t->opts, err);
+        if (rc)
+            return rc;
+        const char *note = t->be->note ? t->be->note(t->train_run.exec) : NULL;
+        if (note && t->rank == 0)
+            report_log(t->rep, "%s\n", note);
+    }
+    int ran;
     CtTensor *out = calloc((size_t)t->train.noutputs, sizeof *out);
     CT_ASSERT(out != NULL);
     if ((ran = backend_step(&t->train_run, in, nin, out, err)) == 0) {

@@ -1,7 +1,8 @@
 /*
  * The cpu backend's node kernels and its table; its context, which runs a
  * program's steps over one arena, is compiled.c. GEMMs and convolutions go
- * through BLAS (gemm_ops.c); the other
+ * through BLAS (gemm_ops.c), or a convolution through oneDNN where it was
+ * chosen (conv_choice.h, run by compiled.c); the other
  * ops are plain f32 loops (their files). An op without an f32 kernel, or a
  * node on integer values (the AdamW step count, casts of it), runs its ref
  * kernel through doubles, which is exact for those. f16 and bf16 values (the
@@ -212,4 +213,5 @@ static int cpu_threads(void) { return omp_get_max_threads(); }
 
 const CtBackend ct_backend_cpu = {.name = "cpu", .target = CT_TARGET_CPU, .supports = cpu_supports,
                                   .prepare = cpu_exec_prepare, .run = cpu_exec_run, .state_to_host = cpu_sync,
-                                  .state_from_host = cpu_sync, .free = cpu_exec_free, .host_threads = cpu_threads};
+                                  .state_from_host = cpu_sync, .free = cpu_exec_free, .host_threads = cpu_threads,
+                                  .note = cpu_exec_note};

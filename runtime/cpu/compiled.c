@@ -1,7 +1,8 @@
 /* Contract: the cpu backend's context (runtime/backend.h) runs a cpu
  * Program (codegen/program.h): the fused steps in plan order, one compiled
  * host kernel per elementwise launch and node by node for the rest, or
- * without compiled kernels every node in order. Memory: the plan's arena
+ * without compiled kernels every node in order; a convolution through
+ * oneDNN where prepare chose it (conv_choice.h). Memory: the plan's arena
  * (with the saved attention weights past it), kept from run to run, since a
  * training step's activations are hundreds of MiB and fresh pages fault in
  * again at every step; state in place in the caller's CtState, bound once
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cpu/conv_choice.h"
 #include "runtime/cpu/cpu.h"
 
 struct CtExec {
@@ -21,6 +23,7 @@ struct CtExec {
     void **ptr;  /* per value: its memory; inputs and the outputs without a place are set by each run */
     char *place; /* per value: PLACE_* */
     unsigned char *arena;
+    ConvChoices conv; /* which convolutions run through oneDNN */
 };
 
 enum { PLACE_NONE, PLACE_STATE, PLACE_ARENA, PLACE_OWN, PLACE_INPUT, PLACE_OUTPUT };
@@ -35,8 +38,11 @@ void cpu_exec_free(CtExec *e)
     free(e->ptr);
     free(e->place);
     free(e->arena);
+    conv_choices_free(&e->conv);
     free(e);
 }
+
+const char *cpu_exec_note(const CtExec *e) { return e->conv.note[0] ? e->conv.note : NULL; }
 
 int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
@@ -88,6 +94,10 @@ int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *er
             }
             e->place[v] = PLACE_OWN;
         }
+    if (conv_choices_make(g, &e->conv, err)) {
+        cpu_exec_free(e);
+        return -1;
+    }
     *out = e;
     return 0;
 }
@@ -118,6 +128,8 @@ static void run_steps(const CtExec *e)
                 in[i] = ptr[n->in[i]];
             for (int o = 0; o < n->nout; o++)
                 out[o] = ptr[n->out[o]];
+            if (conv_choices_run(&e->conv, st->first + j, (float *const *)in, (float *const *)out))
+                continue;
             if (saved == (size_t)-1)
                 cpu_run_node(&p->g, n, in, out, p->opt.collective);
             else if (n->op == CT_OP_sdpa)
@@ -140,7 +152,8 @@ static void run_nodes(const CtExec *e)
             in[k] = e->ptr[n->in[k]];
         for (int k = 0; k < n->nout; k++)
             out[k] = e->ptr[n->out[k]];
-        cpu_run_node(g, n, in, out, e->p->opt.collective);
+        if (!conv_choices_run(&e->conv, i, (float *const *)in, (float *const *)out))
+            cpu_run_node(g, n, in, out, e->p->opt.collective);
     }
 }
 

@@ -14,6 +14,7 @@
 int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err);
 int cpu_exec_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err);
 void cpu_exec_free(CtExec *e);
+const char *cpu_exec_note(const CtExec *e);
 
 /* backend.c: one node as the node-by-node path runs it (its f32 kernel,
  * widened for f16/bf16, or its ref kernel; an assign copies), the ops that

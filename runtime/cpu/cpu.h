@@ -42,7 +42,10 @@ float *cpu_floats(int64_t n);
  * between kernel calls and valid until the thread's next call for that
  * slot; freed when the thread ends. Buffers of megabytes malloc'd and freed
  * at every call came back as fresh pages (glibc returns the heap's top to
- * the system), faulted in and cleared again each time. */
+ * the system), faulted in and cleared again each time. A convolution
+ * through oneDNN (onednn.h) keeps its blocked copies in COLS, ROWS and
+ * WINO_U and its scratchpad in WINO_IN: one convolution runs at a time on a
+ * thread, so the two paths share the memory instead of adding to it. */
 enum {
     CPU_SCRATCH_COLS,
     CPU_SCRATCH_ROWS,

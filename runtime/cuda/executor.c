@@ -88,7 +88,7 @@ int cuda_exec_open(const CudaExecOptions *opt, CudaExec **out, CtErr *err)
     if (dnn_open(&ex->dnn, ex->stream, err))
         goto fail;
     ex->have_dnn = 1;
-    if (cache_open(&ex->choices, &(CacheOptions){.memory_fallback = 1}, err))
+    if (cache_open(&ex->choices, &(CacheOptions){.memory_fallback = 1, .first_wins = 1}, err))
         goto fail;
     ex->have_choices = 1;
     snprintf(ex->name, sizeof ex->name, "%s (sm_%d%d, %d SMs, %zu GiB)", ex->info.name, ex->info.major,

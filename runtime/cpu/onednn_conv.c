@@ -1,0 +1,236 @@
+/* Contract: runtime/cpu/onednn.h. Built only with CTIMM_HAVE_DNNL. */
+#include "runtime/cpu/onednn.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/cpu/cpu.h"
+
+enum { A_SRC, A_WEI, A_DST, NARGS }; /* forward x w y, grad_input dy w dx, grad_weight x dy dw */
+
+typedef struct Operand {
+    int id;                       /* DNNL_ARG_* */
+    dnnl_memory_desc_t user, own; /* ctimm's NCHW / (g)OIHW buffer, and the layout the primitive runs in */
+    dnnl_primitive_t reorder;     /* user -> own for inputs, own -> user for the output; NULL: the same layout */
+    int slot;                     /* cpu_scratch slot of the copy in `own` */
+} Operand;
+
+struct OnednnConv {
+    dnnl_primitive_t prim;
+    dnnl_stream_t stream;
+    Operand op[NARGS];
+    int bias;
+    dnnl_memory_desc_t bias_md, pad_md; /* pad: the primitive's scratchpad (user-managed: a cpu_scratch slot) */
+};
+
+static dnnl_engine_t engine;
+static dnnl_status_t engine_status;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+
+static void engine_create(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
+
+const char *onednn_version(void)
+{
+    static char v[32];
+    const dnnl_version_t *d = dnnl_version();
+    snprintf(v, sizeof v, "%d.%d.%d", d->major, d->minor, d->patch);
+    return v;
+}
+
+#define DN(call)                                                                                                       \
+    do {                                                                                                               \
+        dnnl_status_t st_ = (call);                                                                                    \
+        if (st_ != dnnl_success) {                                                                                     \
+            ct_fail(err, "oneDNN: %s failed (status %d)", #call, (int)st_);                                            \
+            goto fail;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+static dnnl_status_t md4(dnnl_memory_desc_t *md, const CtShape *s, int any)
+{
+    dnnl_dims_t d = {s->d[0], s->d[1], s->d[2], s->d[3]};
+    return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_nchw);
+}
+
+/* The weight [O, C/groups, KH, KW]; grouped, oneDNN's [groups, O/groups, ...] view of the same bytes. */
+static dnnl_status_t md_weight(dnnl_memory_desc_t *md, const CtShape *w, int64_t groups, int any)
+{
+    if (groups == 1)
+        return md4(md, w, any);
+    dnnl_dims_t d = {groups, w->d[0] / groups, w->d[1], w->d[2], w->d[3]};
+    return dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_goihw);
+}
+
+static dnnl_query_t md_query(int arg)
+{
+    switch (arg) {
+    case DNNL_ARG_SRC: return dnnl_query_src_md;
+    case DNNL_ARG_WEIGHTS: return dnnl_query_weights_md;
+    case DNNL_ARG_DST: return dnnl_query_dst_md;
+    case DNNL_ARG_DIFF_DST: return dnnl_query_diff_dst_md;
+    case DNNL_ARG_DIFF_SRC: return dnnl_query_diff_src_md;
+    default: return dnnl_query_diff_weights_md;
+    }
+}
+
+int onednn_conv_create(const Graph *g, const Node *n, OnednnConv **out, CtErr *err)
+{
+    pthread_once(&engine_once, engine_create);
+    if (engine_status != dnnl_success)
+        return ct_fail(err, "oneDNN: no CPU engine (status %d)", (int)engine_status);
+    OnednnConv *c = calloc(1, sizeof *c);
+    CT_ASSERT(c != NULL);
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
+    int fwd = n->op == CT_OP_conv2d, data = n->op == CT_OP_conv2d_grad_input;
+    const CtShape *x = &g->values[data ? n->out[0] : n->in[0]].type.shape;
+    const CtShape *w = &g->values[n->op == CT_OP_conv2d_grad_weight ? n->out[0] : n->in[1]].type.shape;
+    const CtShape *y = &g->values[fwd ? n->out[0] : data ? n->in[0] : n->in[1]].type.shape;
+    const int64_t *a = n->iattr; /* stride h w, pad h w, dilation h w, groups */
+    dnnl_memory_desc_t xm, wm, ym;
+    DN(md4(&xm, x, 1));
+    DN(md_weight(&wm, w, a[6], 1));
+    DN(md4(&ym, y, 1));
+    c->bias = fwd && n->nin == 3;
+    if (c->bias) {
+        dnnl_dims_t bd = {w->d[0]};
+        DN(dnnl_memory_desc_init_by_tag(&c->bias_md, 1, bd, dnnl_f32, dnnl_a));
+    }
+    /* oneDNN counts dilation from 0; the right/bottom padding is what the
+     * output size implies (negative where stride leaves input rows unread) */
+    dnnl_dims_t s = {a[0], a[1]}, pl = {a[2], a[3]}, dl = {a[4] - 1, a[5] - 1};
+    dnnl_dims_t pr = {(y->d[2] - 1) * a[0] + (w->d[2] - 1) * a[4] + 1 - x->d[2] - a[2],
+                      (y->d[3] - 1) * a[1] + (w->d[3] - 1) * a[5] + 1 - x->d[3] - a[3]};
+    DN(dnnl_primitive_attr_create(&attr));
+    DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    dnnl_convolution_desc_t fd, bd;
+    DN(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xm, &wm,
+                                                  c->bias ? &c->bias_md : NULL, &ym, s, dl, pl, pr));
+    DN(dnnl_primitive_desc_create(&fwd_pd, &fd, attr, engine, NULL));
+    if (fwd) {
+        pd = fwd_pd;
+        fwd_pd = NULL;
+    } else {
+        if (data)
+            DN(dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xm, &wm, &ym, s, dl, pl,
+                                                                pr));
+        else
+            DN(dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xm, &wm, NULL, &ym,
+                                                                   s, dl, pl, pr));
+        DN(dnnl_primitive_desc_create(&pd, &bd, attr, engine, fwd_pd));
+    }
+    DN(dnnl_primitive_create(&c->prim, pd));
+    static const int ids[3][NARGS] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                      {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+                                      {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+    /* the blocked copies in the slots the own kernels' big buffers use */
+    static const int slots[NARGS] = {CPU_SCRATCH_COLS, CPU_SCRATCH_WINO_U, CPU_SCRATCH_ROWS};
+    int kind = fwd ? 0 : data ? 1 : 2;
+    const CtShape *user_shape[3][NARGS] = {{x, w, y}, {y, w, x}, {x, y, w}};
+    for (int k = 0; k < NARGS; k++) {
+        Operand *o = &c->op[k];
+        o->id = ids[kind][k];
+        o->slot = slots[k];
+        o->own = *dnnl_primitive_desc_query_md(pd, md_query(o->id), 0);
+        if (user_shape[kind][k] == w)
+            DN(md_weight(&o->user, w, a[6], 0));
+        else
+            DN(md4(&o->user, user_shape[kind][k], 0));
+        if (dnnl_memory_desc_equal(&o->user, &o->own))
+            continue;
+        dnnl_primitive_desc_t rpd;
+        int in = k != A_DST;
+        DN(dnnl_reorder_primitive_desc_create(&rpd, in ? &o->user : &o->own, engine, in ? &o->own : &o->user, engine,
+                                              NULL));
+        dnnl_status_t st = dnnl_primitive_create(&o->reorder, rpd);
+        dnnl_primitive_desc_destroy(rpd);
+        DN(st);
+    }
+    c->pad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    DN(dnnl_stream_create(&c->stream, engine, dnnl_stream_default_flags));
+    if (fwd_pd)
+        dnnl_primitive_desc_destroy(fwd_pd);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    *out = c;
+    return 0;
+fail:
+    if (fwd_pd)
+        dnnl_primitive_desc_destroy(fwd_pd);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    onednn_conv_free(c);
+    return -1;
+}
+
+/* A memory object over p (kernels have no error path: a failure here is a bug). */
+static dnnl_memory_t wrap(const dnnl_memory_desc_t *md, void *p)
+{
+    dnnl_memory_t m;
+    CT_ASSERT(dnnl_memory_create(&m, md, engine, p) == dnnl_success);
+    return m;
+}
+
+static void exec(dnnl_primitive_t p, dnnl_stream_t s, int nargs, const dnnl_exec_arg_t *args)
+{
+    CT_ASSERT(dnnl_primitive_execute(p, s, nargs, args) == dnnl_success);
+}
+
+static float *scratch_for(const dnnl_memory_desc_t *md, int slot)
+{
+    return cpu_scratch(slot, (int64_t)(dnnl_memory_desc_get_size(md) / sizeof(float)) + 1);
+}
+
+void onednn_conv_run(OnednnConv *c, float *const *in, float *const *out)
+{
+    dnnl_memory_t user[NARGS], own[NARGS] = {0}, bias = NULL, pad = NULL;
+    dnnl_exec_arg_t args[NARGS + 2];
+    int na = 0;
+    for (int k = 0; k < NARGS; k++) {
+        Operand *o = &c->op[k];
+        user[k] = wrap(&o->user, k == A_DST ? out[0] : in[k]);
+        if (o->reorder) {
+            own[k] = wrap(&o->own, scratch_for(&o->own, o->slot));
+            if (k != A_DST)
+                exec(o->reorder, c->stream, 2,
+                     (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, user[k]}, {DNNL_ARG_TO, own[k]}});
+        }
+        args[na++] = (dnnl_exec_arg_t){o->id, o->reorder ? own[k] : user[k]};
+    }
+    if (c->bias)
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias = wrap(&c->bias_md, in[2])};
+    if (dnnl_memory_desc_get_size(&c->pad_md))
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad = wrap(&c->pad_md, scratch_for(&c->pad_md, CPU_SCRATCH_WINO_IN))};
+    exec(c->prim, c->stream, na, args);
+    if (c->op[A_DST].reorder)
+        exec(c->op[A_DST].reorder, c->stream, 2,
+             (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, own[A_DST]}, {DNNL_ARG_TO, user[A_DST]}});
+    CT_ASSERT(dnnl_stream_wait(c->stream) == dnnl_success);
+    for (int k = 0; k < NARGS; k++) {
+        dnnl_memory_destroy(user[k]);
+        if (own[k])
+            dnnl_memory_destroy(own[k]);
+    }
+    if (bias)
+        dnnl_memory_destroy(bias);
+    if (pad)
+        dnnl_memory_destroy(pad);
+}
+
+void onednn_conv_free(OnednnConv *c)
+{
+    if (!c)
+        return;
+    for (int k = 0; k < NARGS; k++)
+        if (c->op[k].reorder)
+            dnnl_primitive_destroy(c->op[k].reorder);
+    if (c->prim)
+        dnnl_primitive_destroy(c->prim);
+    if (c->stream)
+        dnnl_stream_destroy(c->stream);
+    free(c);
+}
