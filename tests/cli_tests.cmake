@@ -111,12 +111,19 @@ add_test(NAME compile_dump_after_amp COMMAND ${COMPILE} --model test_vit --amp -
 set_tests_properties(compile_dump_after_amp PROPERTIES PASS_REGULAR_EXPRESSION "= linear\\([^\n]* bf16 contig")
 add_test(NAME compile_unknown_pass COMMAND ${FAIL} "unknown pass 'bogus'" ${COMPILE} --model test_resnet --passes bogus)
 
-# The cpu backend (f32, BLAS) against timm's reference step, like the ref backend.
+# The cpu backend (f32, BLAS) against timm's reference step, like the ref
+# backend; test_resnet's convolutions on the own kernels and on oneDNN.
 foreach(model test_resnet test_vit)
   add_test(NAME parity_cpu_${model} COMMAND sh -c
     "${RUN} --model ${model} --backend cpu --vectors ${DATA}/${model}.safetensors --out ${model}.cpu.out.safetensors && \
      ${RUN} --compare ${model}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
+if(DNNL_INCLUDE AND DNNL_LIB)
+  add_test(NAME parity_cpu_test_resnet_onednn COMMAND sh -c
+    "${RUN} --model test_resnet --backend cpu --vectors ${DATA}/test_resnet.safetensors --out dn.cpu.out.safetensors && \
+     ${RUN} --compare dn.cpu.out.safetensors ${DATA}/test_resnet.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+  set_property(TEST parity_cpu_test_resnet_onednn APPEND PROPERTY ENVIRONMENT CTIMM_CONV=onednn)
+endif()
 
 # The cuda backend's programs on the host (--backend cuda-sim: the SIMT
 # harness runs their kernels, the library calls come from their descriptors)
@@ -751,6 +758,7 @@ if(DNNL_INCLUDE AND DNNL_LIB)
      grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: [1-9][0-9]* timed now, [0-9]* cached)$' conv1.log && \
      grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: 0 timed now, 44 cached)$' conv2.log && \
      test \"$(grep -o '^Convolutions: [0-9]*' conv1.log)\" = \"$(grep -o '^Convolutions: [0-9]*' conv2.log)\"")
+  set_property(TEST bench_conv_choice_cached APPEND PROPERTY ENVIRONMENT CTIMM_CONV=auto)
 endif()
 add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchmark.py's flag. is not implemented"
   ${BENCH} --torchcompile)
@@ -1028,11 +1036,7 @@ add_test(NAME bench_refuses_unavailable_cuda COMMAND ${FAIL} "ctimm-bench: --dev
 # needs its plugins kept loaded and whole stacks (Open MPI has no frame
 # pointers); ctimm's own leaks are still caught. A ten-class set of 40
 # training and 20 validation images keeps each run a few steps.
-# CTIMM_CONV=own: one rank's batch and two ranks' halves are different
-# convolution geometries, for which the timed choice may take different
-# kernels (runtime/cpu/conv_choice.h); the comparisons here are of the
-# data-parallel arithmetic, at 1e-5.
-set(DIST_ENV "CTIMM_CONV=own;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMPI_MCA_mca_base_component_disable_dlclose=1;PMIX_MCA_mca_base_component_disable_dlclose=1;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp:fast_unwind_on_malloc=0")
+set(DIST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMPI_MCA_mca_base_component_disable_dlclose=1;PMIX_MCA_mca_base_component_disable_dlclose=1;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp:fast_unwind_on_malloc=0")
 set(TRAIN_DIST "${TRAIN} dist-data --val-split val --model test_vit --img-size 32 --no-aug -vb 4 -j 1 --log-interval 1")
 string(REPLACE "test_vit" "test_resnet" TRAIN_DIST_BN "${TRAIN_DIST}")
 add_test(NAME test_dist_two_ranks COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:test_dist>)
@@ -1136,11 +1140,9 @@ add_test(NAME compile_interrupt_validate COMMAND ${INTR} intr-validate 1 "interr
   ${VALIDATE} --img-size 32 -b 100 -j 1)
 add_test(NAME compile_interrupt_infer COMMAND ${INTR} intr-infer 1 "interrupted by SIGINT"
   ${INFER} data/shapes-64/val --img-size 32 -b 100 -j 1 --no-console-results --results-dir intr-infer-out)
-# CTIMM_CONV=own: the interrupted run's private, cold cache would time the
-# convolutions anew, and the resumed run must equal one that used the shared cache.
 set_tests_properties(compile_interrupt_train_step compile_interrupt_train_validation compile_interrupt_validate
   compile_interrupt_infer PROPERTIES FIXTURES_REQUIRED shapes_data
-  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1;CTIMM_CONV=own")
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
 add_test(NAME compile_interrupt_bench COMMAND ${INTR} intr-bench 1 "interrupted by SIGINT"
   ${BENCH} -m test_resnet -b 4 --num-warm-iter 1 --num-bench-iter 2)
 add_test(NAME compile_interrupt_run COMMAND ${INTR} intr-run 1 "interrupted by SIGINT"
@@ -1278,7 +1280,7 @@ add_test(NAME train_cheap_remat COMMAND sh -c
    grep -q '^Convolutions: ' cheap-train.log && \
    ${TRAIN_SHORT} --epochs 1 --keep-activations --output keep-out > keep-train.log && \
    ! grep -q 'Recomputing' keep-train.log && grep -q '^0,' keep-out/summary.csv")
-set_tests_properties(train_cheap_remat PROPERTIES FIXTURES_REQUIRED shapes_small)
+set_tests_properties(train_cheap_remat PROPERTIES FIXTURES_REQUIRED shapes_small ENVIRONMENT CTIMM_CONV=auto)
 add_test(NAME train_grad_checkpointing COMMAND sh -c
   "${TRAIN_SHORT} --epochs 1 --grad-checkpointing --output remat-out > remat.log && \
    grep -q 'Recomputing [1-9][0-9]* activations in the backward (--grad-checkpointing)' remat.log && \

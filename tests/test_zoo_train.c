@@ -380,14 +380,17 @@ static void *ref_worker(void *arg)
     }
 }
 
-/* argv[1]: only that model. */
+/* [--cpu] [model]: only the cpu backend's runs (ctest runs them once per
+ * kind of convolution kernel); only that model. */
 int main(int argc, char **argv)
 {
     enum { NMODELS = sizeof models / sizeof *models };
+    int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
+    const char *only = argc > 1 + cpu_only ? argv[1 + cpu_only] : NULL;
     cJSON *docs[NMODELS];
     int n = 0, cpu[NMODELS];
     for (int i = 0; i < NMODELS; i++) {
-        if (argc > 1 && strcmp(argv[1], models[i].name))
+        if ((only && strcmp(only, models[i].name)) || (cpu_only && !models[i].cpu))
             continue;
         cpu[n] = models[i].cpu;
         docs[n++] = zoo_read_refs("zoo_train_refs", models[i].name);
@@ -395,8 +398,8 @@ int main(int argc, char **argv)
         break; /* the first model */
 #endif
     }
-    CHECKF(n > 0, "no model %s", argc > 1 ? argv[1] : "");
-    Jobs js = {docs, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    CHECKF(n > 0, "no model %s", only ? only : "");
+    Jobs js = {docs, cpu_only ? 0 : n, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[2];
     for (int t = 0; t < 2; t++)
         CT_ASSERT(pthread_create(&th[t], NULL, ref_worker, &js) == 0);
