@@ -28,6 +28,21 @@ static int64_t window_argmax(const float *xp, int64_t W, const Window *r)
     return best;
 }
 
+/* One tap of the windows of output columns [lo, hi): xr[ow * step], the
+ * plane's element i0 + ow * step, into their running maximum. Inlined with a
+ * constant step (the common strides 1 and 2), the loads are whole vectors
+ * and shuffles instead of one lane at a time. */
+static inline __attribute__((always_inline)) void max_taps(const float *xr, int32_t i0, int32_t step, int64_t lo,
+                                                            int64_t hi, float *bv, int32_t *bi)
+{
+    for (int64_t ow = lo; ow < hi; ow++) {
+        float v = xr[ow * step];
+        int take = v > bv[ow] || v != v;
+        bi[ow] = take ? i0 + (int32_t)ow * step : bi[ow];
+        bv[ow] = take ? v : bv[ow];
+    }
+}
+
 /* Max pooling of one plane x [H, W], a row of outputs at a time: the running
  * maximum of every output column whose window lies inside the row at once
  * (a loop over columns, which vectorises; per column, the loop-carried
@@ -53,25 +68,24 @@ CPU_CLONES static void max_pool_plane(const int64_t *a, int64_t H, int64_t W, in
                 bv[ow] = x[bi[ow]];
             } else {
                 bi[ow] = (int32_t)window_argmax(x, W, &r);
+                bv[ow] = x[bi[ow]];
             }
         }
         for (int64_t h = rows.h0; h < rows.h1; h++)
             for (int64_t kw = 0; kw < kw_n; kw++) {
-                const float *xr = x + h * W + kw - pw;
-                int32_t i0 = (int32_t)(h * W + kw - pw), step = (int32_t)sw;
-                for (int64_t ow = lo; ow < hi; ow++) {
-                    float v = xr[ow * sw];
-                    int take = v > bv[ow] || v != v;
-                    bi[ow] = take ? i0 + (int32_t)ow * step : bi[ow];
-                    bv[ow] = take ? v : bv[ow];
-                }
+                int32_t i0 = (int32_t)(h * W + kw - pw);
+                if (sw == 2)
+                    max_taps(x + i0, i0, 2, lo, hi, bv, bi);
+                else if (sw == 1)
+                    max_taps(x + i0, i0, 1, lo, hi, bv, bi);
+                else
+                    max_taps(x + i0, i0, (int32_t)sw, lo, hi, bv, bi);
             }
-        for (int64_t ow = 0; ow < OW; ow++) {
-            if (mode == 1)
-                out[oh * OW + ow] = x[bi[ow]];
-            else
+        if (mode == 1)
+            memcpy(out + oh * OW, bv, sizeof *bv * (size_t)OW);
+        else
+            for (int64_t ow = 0; ow < OW; ow++)
                 out[bi[ow]] += dy[oh * OW + ow];
-        }
     }
 }
 
