@@ -188,19 +188,35 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     free(sums);
 }
 
-/* Mean and 1/sqrt(biased variance + eps) of one row of D values. */
-CPU_CLONES static void row_stats(const float *x, int64_t D, double eps, double *mean, double *inv)
+/* Mean and 1/sqrt(biased variance + eps) of each of n <= ROWS rows of D
+ * values. A row's sums, then its square root and division, are a chain of
+ * latencies that a short row (a ConvNeXt stage's 24 or 48 channels) does
+ * not hide: the rows' sums interleave, and the square roots of all of them
+ * are one vector operation. */
+#define ROWS 8
+
+CPU_CLONES static void rows_stats(const float *x, int64_t n, int64_t D, double eps, double *mean, double *inv)
 {
-    double m = 0, var = 0;
+    double var[ROWS] = {0};
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * D;
+        double m = 0;
 #pragma omp simd reduction(+ : m)
-    for (int64_t i = 0; i < D; i++)
-        m += x[i];
-    m /= (double)D;
-#pragma omp simd reduction(+ : var)
-    for (int64_t i = 0; i < D; i++)
-        var += (x[i] - m) * (x[i] - m);
-    *mean = m;
-    *inv = 1 / sqrt(var / (double)D + eps);
+        for (int64_t i = 0; i < D; i++)
+            m += xr[i];
+        mean[r] = m / (double)D;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * D;
+        double m = mean[r], v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int64_t i = 0; i < D; i++)
+            v += (xr[i] - m) * (xr[i] - m);
+        var[r] = v;
+    }
+#pragma omp simd
+    for (int64_t r = 0; r < ROWS; r++)
+        inv[r] = 1 / sqrt(var[r] / (double)D + eps);
 }
 
 CPU_CLONES void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
@@ -208,12 +224,15 @@ CPU_CLONES void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, 
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
 #pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = in[0] + r * D;
-        double mean, inv;
-        row_stats(xr, D, n->fattr[0], &mean, &inv);
-        for (int64_t i = 0; i < D; i++)
-            out[0][r * D + i] = (float)((xr[i] - mean) * inv * in[1][i] + in[2][i]);
+    for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
+        int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
+        double mean[ROWS], inv[ROWS];
+        rows_stats(in[0] + r0 * D, nr, D, n->fattr[0], mean, inv);
+        for (int64_t r = r0; r < r0 + nr; r++) {
+            const float *xr = in[0] + r * D;
+            for (int64_t i = 0; i < D; i++)
+                out[0][r * D + i] = (float)((xr[i] - mean[r - r0]) * inv[r - r0] * in[1][i] + in[2][i]);
+        }
     }
 }
 
@@ -232,10 +251,13 @@ CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const 
 #pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < chunks; k++) {
         double *dw = part + 2 * D * k, *db = dw + D;
-        for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
+        double means[ROWS], invs[ROWS];
+        for (int64_t r = rows * k / chunks, end = rows * (k + 1) / chunks; r < end; r++) {
+            int64_t at = (r - rows * k / chunks) % ROWS;
+            if (at == 0)
+                rows_stats(in[0] + r * D, end - r < ROWS ? end - r : ROWS, D, n->fattr[0], means, invs);
             const float *xr = in[0] + r * D, *dy = in[2] + r * D;
-            double mean, inv, mg = 0, mgx = 0;
-            row_stats(xr, D, n->fattr[0], &mean, &inv);
+            double mean = means[at], inv = invs[at], mg = 0, mgx = 0;
 #pragma omp simd reduction(+ : mg, mgx)
             for (int64_t i = 0; i < D; i++) {
                 double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
