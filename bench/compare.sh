@@ -27,27 +27,16 @@ OUT=${OUT:-$(mktemp -d /tmp/ctimm_compare.XXXXXX)}
 DEVICE=cpu
 case " $FLAGS " in *" --device "*) DEVICE=$(echo "$FLAGS" | sed 's/.*--device \([^ ]*\).*/\1/') ;; *) FLAGS="$FLAGS --device cpu" ;; esac
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+export OPENBLAS_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
 mkdir -p "$OUT"
 
 cmake -S "$ROOT" -B "$ROOT/build" >/dev/null
 cmake --build "$ROOT/build" --target ctimm-bench -j2 >/dev/null
-if [ -f "$TIMM_REPO/benchmark.py" ]; then
-    cp "$TIMM_REPO/benchmark.py" "$OUT/benchmark.py"
-elif ! git -C "$TIMM_REPO" show HEAD:benchmark.py >"$OUT/benchmark.py" 2>/dev/null; then
-    echo "compare.sh: timm's benchmark.py not found in $TIMM_REPO (set TIMM_REPO to a timm checkout)" >&2
-    exit 1
-fi
-# benchmark.py with the thread count set, as PyTorch here starts with one
-cat >"$OUT/timm_bench.py" <<PY
-import runpy, sys, torch
-torch.set_num_threads($THREADS)
-sys.argv = ["benchmark.py"] + sys.argv[1:]
-runpy.run_path("$OUT/benchmark.py", run_name="__main__")
-PY
+. "$ROOT/bench/timm_script.sh"
+timm_script benchmark.py
 echo "timm's benchmark.py ($FLAGS, $THREADS threads) ..." >&2
 # shellcheck disable=SC2086
-PYTHONPATH=$TIMM "$PYTHON" "$OUT/timm_bench.py" --model-list "$LIST" $FLAGS --results-file "$OUT/timm.csv" \
+PYTHONPATH=$TIMM "$PYTHON" "$OUT/timm_benchmark.py" --model-list "$LIST" $FLAGS --results-file "$OUT/timm.csv" \
     >"$OUT/timm.log" 2>&1 || { tail -5 "$OUT/timm.log" >&2; exit 1; }
 echo "ctimm-bench ($FLAGS, $THREADS threads) ..." >&2
 # shellcheck disable=SC2086
