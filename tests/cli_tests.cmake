@@ -113,17 +113,19 @@ add_test(NAME compile_unknown_pass COMMAND ${FAIL} "unknown pass 'bogus'" ${COMP
 
 # The cpu backend (f32, BLAS) against timm's reference step, like the ref
 # backend; test_resnet's convolutions on the own kernels and on oneDNN.
-foreach(model test_resnet test_vit)
-  add_test(NAME parity_cpu_${model} COMMAND sh -c
-    "${RUN} --model ${model} --backend cpu --vectors ${DATA}/${model}.safetensors --out ${model}.cpu.out.safetensors && \
-     ${RUN} --compare ${model}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
-endforeach()
+set(PARITY_CPU test_resnet test_vit)
 if(DNNL_INCLUDE AND DNNL_LIB)
-  add_test(NAME parity_cpu_test_resnet_onednn COMMAND sh -c
-    "${RUN} --model test_resnet --backend cpu --vectors ${DATA}/test_resnet.safetensors --out dn.cpu.out.safetensors && \
-     ${RUN} --compare dn.cpu.out.safetensors ${DATA}/test_resnet.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
-  set_property(TEST parity_cpu_test_resnet_onednn APPEND PROPERTY ENVIRONMENT CTIMM_CONV=onednn)
+  list(APPEND PARITY_CPU test_resnet_onednn)
 endif()
+foreach(name ${PARITY_CPU})
+  string(REPLACE "_onednn" "" model ${name})
+  add_test(NAME parity_cpu_${name} COMMAND sh -c
+    "${RUN} --model ${model} --backend cpu --vectors ${DATA}/${model}.safetensors --out ${name}.cpu.out.safetensors && \
+     ${RUN} --compare ${name}.cpu.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+  if(name MATCHES "_onednn$")
+    set_property(TEST parity_cpu_${name} APPEND PROPERTY ENVIRONMENT CTIMM_CONV=onednn)
+  endif()
+endforeach()
 
 # The cuda backend's programs on the host (--backend cuda-sim: the SIMT
 # harness runs their kernels, the library calls come from their descriptors)

@@ -251,25 +251,27 @@ CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const 
 #pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < chunks; k++) {
         double *dw = part + 2 * D * k, *db = dw + D;
-        double means[ROWS], invs[ROWS];
-        for (int64_t r = rows * k / chunks, end = rows * (k + 1) / chunks; r < end; r++) {
-            int64_t at = (r - rows * k / chunks) % ROWS;
-            if (at == 0)
-                rows_stats(in[0] + r * D, end - r < ROWS ? end - r : ROWS, D, n->fattr[0], means, invs);
-            const float *xr = in[0] + r * D, *dy = in[2] + r * D;
-            double mean = means[at], inv = invs[at], mg = 0, mgx = 0;
+        int64_t end = rows * (k + 1) / chunks;
+        for (int64_t r0 = rows * k / chunks; r0 < end; r0 += ROWS) {
+            int64_t nr = end - r0 < ROWS ? end - r0 : ROWS;
+            double means[ROWS], invs[ROWS];
+            rows_stats(in[0] + r0 * D, nr, D, n->fattr[0], means, invs);
+            for (int64_t r = r0; r < r0 + nr; r++) {
+                const float *xr = in[0] + r * D, *dy = in[2] + r * D;
+                double mean = means[r - r0], inv = invs[r - r0], mg = 0, mgx = 0;
 #pragma omp simd reduction(+ : mg, mgx)
-            for (int64_t i = 0; i < D; i++) {
-                double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
-                mg += gi;
-                mgx += gi * xhat;
-                dw[i] += dy[i] * xhat;
-                db[i] += dy[i];
+                for (int64_t i = 0; i < D; i++) {
+                    double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
+                    mg += gi;
+                    mgx += gi * xhat;
+                    dw[i] += dy[i] * xhat;
+                    db[i] += dy[i];
+                }
+                mg /= (double)D;
+                mgx /= (double)D;
+                for (int64_t i = 0; i < D; i++)
+                    out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
             }
-            mg /= (double)D;
-            mgx /= (double)D;
-            for (int64_t i = 0; i < D; i++)
-                out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
         }
     }
     for (int64_t i = 0; i < D; i++) {
