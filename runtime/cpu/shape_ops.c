@@ -19,10 +19,37 @@ void cpu_to_layout(const Graph *g, const Node *n, float *const *in, float *const
 void cpu_cast(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
 
 /* A transposing gather: out's innermost dim reads in at stride s0 != 1 while
- * out's dim a reads it at stride 1 (NCHW <-> NHWC). Copied in T x T tiles,
- * so both sides touch whole cache lines; the other dims split among
- * threads. */
-#define T 16
+ * out's dim a reads it at stride 1 (NCHW <-> NHWC). Copied in 8 x 8 tiles
+ * transposed in registers (vector extensions: each clone lowers the
+ * shuffles to its own unpack and lane permutes), so every load and store is
+ * a run of 8 floats; the edges one float at a time. The other dims split
+ * among threads. */
+typedef float v8f __attribute__((vector_size(32)));
+
+/* out + k * os = column k of the 8 rows at in + j * is. */
+static inline __attribute__((always_inline)) void transpose8(const float *in, int64_t is, float *out, int64_t os)
+{
+    v8f r[8], t[8], u[8];
+    for (int j = 0; j < 8; j++)
+        memcpy(&r[j], in + j * is, sizeof r[j]);
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = __builtin_shufflevector(r[j], r[j + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[j + 1] = __builtin_shufflevector(r[j], r[j + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int j = 0; j < 8; j += 4)
+        for (int h = 0; h < 2; h++) {
+            u[j + 2 * h] = __builtin_shufflevector(t[j + h], t[j + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            u[j + 2 * h + 1] = __builtin_shufflevector(t[j + h], t[j + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    /* u[k], k < 4: column k of rows 0..3 in its low half, column k + 4 in
+     * its high half; u[k + 4] the same of rows 4..7 */
+    for (int k = 0; k < 4; k++) {
+        v8f lo = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        v8f hi = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+        memcpy(out + k * os, &lo, sizeof lo);
+        memcpy(out + (k + 4) * os, &hi, sizeof hi);
+    }
+}
 
 CPU_CLONES static void gather_transposed(const float *in, float *out, const CtShape *y, const int64_t *stride, int a)
 {
@@ -33,6 +60,7 @@ CPU_CLONES static void gather_transposed(const float *in, float *out, const CtSh
         s *= y->d[d];
     }
     int64_t A = y->d[a], J = y->d[nd - 1], s0 = stride[nd - 1], oa = ostride[a];
+    int64_t A8 = A - A % 8, J8 = J - J % 8;
     int64_t outer = shape_numel(y) / (A * J);
 #pragma omp parallel for if (shape_numel(y) > CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < outer; r++) {
@@ -45,13 +73,12 @@ CPU_CLONES static void gather_transposed(const float *in, float *out, const CtSh
             src += i * stride[d];
             dst += i * ostride[d];
         }
-        for (int64_t i0 = 0; i0 < A; i0 += T)
-            for (int64_t j0 = 0; j0 < J; j0 += T) {
-                int64_t i1 = i0 + T < A ? i0 + T : A, j1 = j0 + T < J ? j0 + T : J;
-                for (int64_t i = i0; i < i1; i++)
-                    for (int64_t j = j0; j < j1; j++)
-                        out[dst + i * oa + j] = in[src + i + j * s0];
-            }
+        for (int64_t i = 0; i < A8; i += 8)
+            for (int64_t j = 0; j < J8; j += 8)
+                transpose8(in + src + i + j * s0, s0, out + dst + i * oa + j, oa);
+        for (int64_t i = 0; i < A; i++)
+            for (int64_t j = i < A8 ? J8 : 0; j < J; j++)
+                out[dst + i * oa + j] = in[src + i + j * s0];
     }
 }
 
@@ -104,9 +131,20 @@ void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *
         xstride[i] = s;
         s *= x->d[i];
     }
-    for (int i = 0; i < y->ndim; i++)
-        stride[i] = xstride[n->iattr[1 + i]];
-    gather(in[0], out[0], y, stride);
+    /* adjacent out dims that are adjacent in x too read as one (NHWC's H and
+     * W: the transposing gather's tiles then span whole images) */
+    CtShape m = {0};
+    for (int i = 0; i < y->ndim; i++) {
+        int64_t st = xstride[n->iattr[1 + i]];
+        if (m.ndim && stride[m.ndim - 1] == st * y->d[i]) {
+            m.d[m.ndim - 1] *= y->d[i];
+            stride[m.ndim - 1] = st;
+            continue;
+        }
+        m.d[m.ndim] = y->d[i];
+        stride[m.ndim++] = st;
+    }
+    gather(in[0], out[0], &m, stride);
 }
 
 void cpu_expand(const Graph *g, const Node *n, float *const *in, float *const *out)
