@@ -73,6 +73,14 @@ float *cpu_scratch(int slot, int64_t n);
 CPU_KERNELS(X)
 #undef X
 
+/* y = f(x) over cnt floats on the calling thread, f activation node n's. */
+void cpu_act_span(const Node *n, const float *x, float *y, int64_t cnt);
+/* The same split among threads. */
+void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
+/* linear node n into out, then activation node act (NULL: none) of it
+ * into y, each block of rows while it is in cache. */
+void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
+
 /* The ops that reduce over the data-parallel ranks (batch norm
  * synchronised across them): their kernels take the collective of the
  * program's run as well (ir/collective.h; NULL: a world of one rank), as

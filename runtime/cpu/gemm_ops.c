@@ -250,18 +250,57 @@ void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, flo
     }
 }
 
-void cpu_linear(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* Weights (floats) up to which a linear runs as row blocks split among
+ * threads, a single-threaded GEMM each followed by its bias and activation
+ * while the block is in cache: each block packs the weights again. Bigger
+ * ones are one GEMM the library splits. */
+#define LINEAR_BLOCKED_WEIGHTS 65536
+/* Output floats of a row block: half an L2. */
+#define LINEAR_BLOCK_OUT 65536
+
+/* rows r0..r1 of out = x w^T (+ bias). */
+static void linear_rows(const float *x, const float *w, const float *bias, float *out, int64_t r0, int64_t r1,
+                        int64_t K, int64_t N)
+{
+    if (bias)
+        for (int64_t r = r0; r < r1; r++)
+            memcpy(out + r * N, bias, (size_t)N * sizeof *out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)N, (int)K, 1.0f, x + r0 * K, (int)K, w,
+                (int)K, bias ? 1.0f : 0.0f, out + r0 * N, (int)N);
+}
+
+void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y)
 {
     const CtShape *w = cpu_in_shape(g, n, 1);
     int64_t K = w->d[1], N = w->d[0], R = K ? cpu_in_numel(g, n, 0) / K : 0;
-    float beta = 0;
-    if (n->nin == 3) {
+    const float *bias = n->nin == 3 ? in[2] : NULL;
+    int64_t rows = N ? LINEAR_BLOCK_OUT / N : R;
+    rows = rows < 8 ? 8 : rows;
+    if (K * N <= LINEAR_BLOCKED_WEIGHTS && R >= 2 * rows) {
+        int64_t blocks = (R + rows - 1) / rows;
+#pragma omp parallel for schedule(dynamic)
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t r0 = b * rows, r1 = r0 + rows < R ? r0 + rows : R;
+            linear_rows(in[0], in[1], bias, out, r0, r1, K, N);
+            if (act)
+                cpu_act_span(act, out + r0 * N, y + r0 * N, (r1 - r0) * N);
+        }
+        return;
+    }
+    if (bias) {
+#pragma omp parallel for if (R * N > CPU_PARALLEL_MIN)
         for (int64_t r = 0; r < R; r++)
-            memcpy(out[0] + r * N, in[2], (size_t)N * sizeof(float));
-        beta = 1;
+            memcpy(out + r * N, bias, (size_t)N * sizeof *out);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)N, (int)K, 1.0f, in[0], (int)K, in[1], (int)K,
-                beta, out[0], (int)N);
+                bias ? 1.0f : 0.0f, out, (int)N);
+    if (act)
+        cpu_act_parallel(act, out, y, R * N);
+}
+
+void cpu_linear(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    cpu_linear_act(g, n, NULL, in, out[0], NULL);
 }
 
 void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *out)
