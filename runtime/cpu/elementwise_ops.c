@@ -6,6 +6,7 @@
  * innermost output dim runs as a strided loop.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,37 +140,59 @@ void cpu_add(const Graph *g, const Node *n, float *const *in, float *const *out)
 void cpu_mul(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, MUL); }
 void cpu_div(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, DIV); }
 
+/* Sums in double. The rows (runs of x's innermost dim) split among the
+ * threads in fixed contiguous parts, each into its own sums, which are
+ * added in thread order: the same result on every run with as many threads. */
 CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t ostride[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0}, s = 1;
-    for (int i = x->ndim - 1; i >= 0; i--) {
+    int nd = x->ndim;
+    if (nd == 0) {
+        out[0][0] = in[0][0];
+        return;
+    }
+    int64_t ostride[CT_MAX_DIMS], s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
         int reduced = (n->iattr[0] >> i) & 1;
         ostride[i] = reduced ? 0 : s;
         s *= reduced ? 1 : x->d[i];
     }
-    double *acc = calloc((size_t)(s ? s : 1), sizeof *acc);
+    int64_t cnt = shape_numel(x), inner = x->d[nd - 1], os0 = ostride[nd - 1], rows = inner ? cnt / inner : 0;
+    int parts = cnt > CPU_PARALLEL_MIN && rows > 1 ? omp_get_max_threads() : 1;
+    double *acc = calloc((size_t)(s ? s : 1) * (size_t)parts, sizeof *acc);
     CT_ASSERT(acc != NULL);
-    int nd = x->ndim;
-    int64_t cnt = shape_numel(x), inner = x->d[nd - 1], os0 = ostride[nd - 1];
-    for (int64_t i = 0; i < cnt; i += inner) {
-        int64_t o = 0;
-        for (int d = 0; d < nd - 1; d++)
-            o += idx[d] * ostride[d];
-        if (os0 == 0) {
-            double t = 0;
-            for (int64_t j = 0; j < inner; j++)
-                t += in[0][i + j];
-            acc[o] += t;
-        } else {
-            for (int64_t j = 0; j < inner; j++)
-                acc[o + j * os0] += in[0][i + j];
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+    for (int t = 0; t < parts; t++) {
+        int64_t r0 = rows * t / parts, r1 = rows * (t + 1) / parts, idx[CT_MAX_DIMS] = {0}, rest = r0;
+        double *sum = acc + t * s;
+        for (int d = nd - 2; d >= 0; d--) {
+            idx[d] = rest % x->d[d];
+            rest /= x->d[d];
         }
-        for (int d = nd - 2; d >= 0 && ++idx[d] == x->d[d]; d--)
-            idx[d] = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *row = in[0] + r * inner;
+            int64_t o = 0;
+            for (int d = 0; d < nd - 1; d++)
+                o += idx[d] * ostride[d];
+            if (os0 == 0) {
+                double u = 0;
+                for (int64_t j = 0; j < inner; j++)
+                    u += row[j];
+                sum[o] += u;
+            } else {
+                for (int64_t j = 0; j < inner; j++)
+                    sum[o + j * os0] += row[j];
+            }
+            for (int d = nd - 2; d >= 0 && ++idx[d] == x->d[d]; d--)
+                idx[d] = 0;
+        }
     }
-    for (int64_t o = 0; o < s; o++)
-        out[0][o] = (float)acc[o];
+    for (int64_t o = 0; o < s; o++) {
+        double u = acc[o];
+        for (int t = 1; t < parts; t++)
+            u += acc[t * s + o];
+        out[0][o] = (float)u;
+    }
     free(acc);
 }
 
