@@ -73,6 +73,10 @@ float *cpu_scratch(int slot, int64_t n);
 CPU_KERNELS(X)
 #undef X
 
+/* C [M, N] = alpha op(A) op(B) + beta C, row-major, op transposing where ta
+ * / tb: runtime/cpu/sgemm.c's library. */
+void cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+               const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* y = f(x) over cnt floats on the calling thread, f activation node n's. */
 void cpu_act_span(const Node *n, const float *x, float *y, int64_t cnt);
 /* The same split among threads. */

@@ -7,8 +7,8 @@
  * Winograd's algorithm (runtime/cpu/winograd_ops.c); linear, matmul (batched, or with a shared right matrix
  * as one GEMM); sdpa and its gradient per head.
  */
-#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,8 +164,7 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
             }
             if (col)
                 gather_cols(&c, in[0], b0, m, gi, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.OG, (int)(m * P), (int)Kc, 1.0f,
-                        in[1] + gi * c.OG * Kc, (int)Kc, col ? col : x, (int)(m * P), beta, y, (int)(m * P));
+            cpu_sgemm(0, 0, c.OG, m * P, Kc, 1.0f, in[1] + gi * c.OG * Kc, Kc, col ? col : x, m * P, beta, y, m * P);
             if (nb > 1)
                 move_rows(out[0], c.OG, c.groups, gi, P, b0, m, ys, 1);
         }
@@ -195,9 +194,8 @@ void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, floa
             float *dx = out[0] + (b0 * c.C + gi * c.CG) * c.H * c.W;
             if (nb > 1)
                 move_rows(in[0], c.OG, c.groups, gi, P, b0, m, dys, 0);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Kc, (int)(m * P), (int)c.OG, 1.0f,
-                        in[1] + gi * c.OG * Kc, (int)Kc, nb > 1 ? dys : dy, (int)(m * P), 0.0f, col ? col : dx,
-                        (int)(m * P));
+            cpu_sgemm(1, 0, Kc, m * P, c.OG, 1.0f, in[1] + gi * c.OG * Kc, Kc, nb > 1 ? dys : dy, m * P, 0.0f,
+                      col ? col : dx, m * P);
             if (!col)
                 continue;
             if (m == 1 && !c.pointwise) { /* one sample: its channels among the threads */
@@ -243,19 +241,20 @@ void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, flo
                 gather_cols(&c, in[0], b0, m, gi, col);
             if (nb > 1)
                 move_rows(in[1], c.OG, c.groups, gi, P, b0, m, dys, 0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.OG, (int)Kc, (int)(m * P), 1.0f,
-                        nb > 1 ? dys : dy, (int)(m * P), col ? col : x, (int)(m * P), b0 ? 1.0f : 0.0f,
-                        out[0] + gi * c.OG * Kc, (int)Kc);
+            cpu_sgemm(0, 1, c.OG, Kc, m * P, 1.0f, nb > 1 ? dys : dy, m * P, col ? col : x, m * P, b0 ? 1.0f : 0.0f,
+                      out[0] + gi * c.OG * Kc, Kc);
         }
     }
 }
 
-/* Weights (floats) up to which a linear runs as row blocks split among
- * threads, a single-threaded GEMM each followed by its bias and activation
- * while the block is in cache: each block packs the weights again. Bigger
- * ones are one GEMM the library splits. */
-#define LINEAR_BLOCKED_WEIGHTS 65536
-/* Output floats of a row block: half an L2. */
+/* A linear runs as row blocks split among the threads, a single-threaded
+ * GEMM each followed at once by its bias and activation while the block is
+ * in cache (the library splitting one GEMM left them a pass over memory of
+ * their own each). A block packs the weights again, one copy a weight
+ * against its rows' multiply-adds with it: at least LINEAR_MIN_ROWS rows,
+ * else about half an L2 of output. The blocks are a multiple of the
+ * threads, which take them in equal contiguous shares. */
+#define LINEAR_MIN_ROWS 64
 #define LINEAR_BLOCK_OUT 65536
 
 /* rows r0..r1 of out = x w^T (+ bias). */
@@ -265,37 +264,33 @@ static void linear_rows(const float *x, const float *w, const float *bias, float
     if (bias)
         for (int64_t r = r0; r < r1; r++)
             memcpy(out + r * N, bias, (size_t)N * sizeof *out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)N, (int)K, 1.0f, x + r0 * K, (int)K, w,
-                (int)K, bias ? 1.0f : 0.0f, out + r0 * N, (int)N);
+    cpu_sgemm(0, 1, r1 - r0, N, K, 1.0f, x + r0 * K, K, w, K, bias ? 1.0f : 0.0f, out + r0 * N, N);
 }
 
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y)
 {
     const CtShape *w = cpu_in_shape(g, n, 1);
-    int64_t K = w->d[1], N = w->d[0], R = K ? cpu_in_numel(g, n, 0) / K : 0;
+    int64_t K = w->d[1], N = w->d[0], R = K ? cpu_in_numel(g, n, 0) / K : 0, T = omp_get_max_threads();
     const float *bias = n->nin == 3 ? in[2] : NULL;
-    int64_t rows = N ? LINEAR_BLOCK_OUT / N : R;
-    rows = rows < 8 ? 8 : rows;
-    if (K * N <= LINEAR_BLOCKED_WEIGHTS && R >= 2 * rows) {
-        int64_t blocks = (R + rows - 1) / rows;
-#pragma omp parallel for schedule(dynamic)
-        for (int64_t b = 0; b < blocks; b++) {
-            int64_t r0 = b * rows, r1 = r0 + rows < R ? r0 + rows : R;
-            linear_rows(in[0], in[1], bias, out, r0, r1, K, N);
-            if (act)
-                cpu_act_span(act, out + r0 * N, y + r0 * N, (r1 - r0) * N);
-        }
+    int64_t rows = N && LINEAR_BLOCK_OUT / N > LINEAR_MIN_ROWS ? LINEAR_BLOCK_OUT / N : LINEAR_MIN_ROWS;
+    int64_t blocks = (R + rows - 1) / rows;
+    blocks = (blocks + T - 1) / T * T;
+    rows = blocks ? (R + blocks - 1) / blocks : 0;
+    if (R < 2 * LINEAR_MIN_ROWS || rows < LINEAR_MIN_ROWS / 2) { /* a classifier's few rows */
+        linear_rows(in[0], in[1], bias, out, 0, R, K, N);
+        if (act)
+            cpu_act_parallel(act, out, y, R * N);
         return;
     }
-    if (bias) {
-#pragma omp parallel for if (R * N > CPU_PARALLEL_MIN)
-        for (int64_t r = 0; r < R; r++)
-            memcpy(out + r * N, bias, (size_t)N * sizeof *out);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t r0 = b * rows, r1 = r0 + rows < R ? r0 + rows : R;
+        if (r0 >= r1)
+            continue;
+        linear_rows(in[0], in[1], bias, out, r0, r1, K, N);
+        if (act)
+            cpu_act_span(act, out + r0 * N, y + r0 * N, (r1 - r0) * N);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)N, (int)K, 1.0f, in[0], (int)K, in[1], (int)K,
-                bias ? 1.0f : 0.0f, out, (int)N);
-    if (act)
-        cpu_act_parallel(act, out, y, R * N);
 }
 
 void cpu_linear(const Graph *g, const Node *n, float *const *in, float *const *out)
@@ -313,8 +308,7 @@ void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *o
         batch = 1;
     }
     for (int64_t t = 0; t < batch; t++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, in[0] + t * M * K,
-                    (int)K, in[1] + t * K * N, (int)N, 0.0f, out[0] + t * M * N, (int)N);
+        cpu_sgemm(0, 0, M, N, K, 1.0f, in[0] + t * M * K, K, in[1] + t * K * N, N, 0.0f, out[0] + t * M * N, N);
 }
 
 /* Row-wise softmax of s [rows, cols] in place, sums in double. */
@@ -364,8 +358,7 @@ static void attention_weights(const float *Q, const float *K, const float *A, in
 {
     if (A)
         memcpy(P, A, sizeof *P * (size_t)(N * M));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, scale, Q, (int)D, K, (int)D,
-                A ? 1.0f : 0.0f, P, (int)M);
+    cpu_sgemm(0, 1, N, M, D, scale, Q, D, K, D, A ? 1.0f : 0.0f, P, M);
     softmax_rows(P, N, M);
 }
 
@@ -394,8 +387,7 @@ void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *con
             float *P = saved ? saved + h * N * M : scratch;
             attention_weights(in[0] + h * N * D, in[1] + h * M * D, head_bias(g, n, in, 3, h), N, M, D,
                               (float)n->fattr[0], P);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, P, (int)M,
-                        in[2] + h * M * D, (int)D, 0.0f, out[0] + h * N * D, (int)D);
+            cpu_sgemm(0, 0, N, D, M, 1.0f, P, M, in[2] + h * M * D, D, 0.0f, out[0] + h * N * D, D);
         }
     }
 }
@@ -409,10 +401,8 @@ CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64
                                       float scale, const float *P, float *dP, float *dB)
 {
     const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, P, (int)M, dY, (int)D, 0.0f,
-                out[2] + h * M * D, (int)D);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)M, (int)D, 1.0f, dY, (int)D, V, (int)D, 0.0f,
-                dP, (int)M);
+    cpu_sgemm(1, 0, M, D, N, 1.0f, P, M, dY, D, 0.0f, out[2] + h * M * D, D);
+    cpu_sgemm(0, 1, N, M, D, 1.0f, dY, D, V, D, 0.0f, dP, M);
     for (int64_t i = 0; i < N; i++) {
         const float *p = P + i * M;
         float *dp = dP + i * M;
@@ -427,10 +417,8 @@ CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64
             dp[j] = ds * scale;
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)M, 1.0f, dP, (int)M, K, (int)D, 0.0f,
-                out[0] + h * N * D, (int)D);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)D, (int)N, 1.0f, dP, (int)M, Q, (int)D, 0.0f,
-                out[1] + h * M * D, (int)D);
+    cpu_sgemm(0, 0, N, D, M, 1.0f, dP, M, K, D, 0.0f, out[0] + h * N * D, D);
+    cpu_sgemm(1, 0, M, D, N, 1.0f, dP, M, Q, D, 0.0f, out[1] + h * M * D, D);
 }
 
 /* saved: NULL, or the weights [BH, N, M] its sdpa kept. */

@@ -29,7 +29,6 @@
  * Transformed values are point-major ([points][tiles][channels]), so each
  * point's GEMM reads and writes plain matrices.
  */
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
@@ -478,15 +477,14 @@ static void forward_block(const Wino *q, const Block *k, const float *x, const f
     block_inputs(q, k, x, v);
 #pragma omp parallel for schedule(dynamic) if (k->tiles * q->C * q->K > CPU_PARALLEL_MIN)
     for (int p = 0; p < q->P; p++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)k->tiles, (int)q->K, (int)q->C, 1.0f,
-                    v + p * k->tiles * q->Cp, (int)q->Cp, u + p * q->K * q->Cp, (int)q->Cp, 0.0f,
-                    m + p * k->tiles * q->Kp, (int)q->Kp);
+        cpu_sgemm(0, 1, k->tiles, q->K, q->C, 1.0f, v + p * k->tiles * q->Cp, q->Cp, u + p * q->K * q->Cp, q->Cp, 0.0f,
+                  m + p * k->tiles * q->Kp, q->Kp);
     output_transform(q, k, m, bias, y);
 }
 
 /* y = x (*) the kernel whose transform is u: the blocks split among the
  * threads when there are enough of them for all, each block then on its
- * thread alone (GEMMs included: OpenBLAS runs on the calling thread inside a
+ * thread alone (GEMMs included: cpu_sgemm runs on the calling thread inside a
  * parallel region), else one after the other, each split among the threads. */
 static void wino_forward(const Wino *q, const float *x, const float *u, const float *bias, float *y)
 {
@@ -533,9 +531,8 @@ void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *d
         patch_transform(&q, &k, A, dyp, r1 - r0, q.m * q.TW, q.Kp, m);
 #pragma omp parallel for schedule(dynamic) if (k.tiles * q.C * q.K > CPU_PARALLEL_MIN)
         for (int p = 0; p < q.P; p++)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.K, (int)q.C, (int)k.tiles, 1.0f,
-                        m + p * k.tiles * q.Kp, (int)q.Kp, v + p * k.tiles * q.Cp, (int)q.Cp, i ? 1.0f : 0.0f,
-                        du + p * q.K * q.Cp, (int)q.Cp);
+            cpu_sgemm(1, 0, q.K, q.C, k.tiles, 1.0f, m + p * k.tiles * q.Kp, q.Kp, v + p * k.tiles * q.Cp, q.Cp,
+                      i ? 1.0f : 0.0f, du + p * q.K * q.Cp, q.Cp);
     }
     weight_grad_transform(q.m, du, q.K, q.C, q.Cp, dw);
 }
