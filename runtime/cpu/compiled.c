@@ -102,14 +102,6 @@ int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *er
     return 0;
 }
 
-static int all_f32(const Graph *g, const Node *n)
-{
-    for (int i = 0; i < n->nin; i++)
-        if (g->values[n->in[i]].type.dtype != CT_F32)
-            return 0;
-    return g->values[n->out[0]].type.dtype == CT_F32;
-}
-
 /* Whether step st is a linear and the activation of its output (fuse's
  * epilogue) in f32: one kernel then runs both, a block of rows at a time.
  * Not where the plan put the activation over the linear's input, which the
@@ -119,7 +111,7 @@ static int linear_act(const CtExec *e, const FuseStep *st)
     const Graph *g = &e->p->g;
     const Node *n = &g->nodes[st->first], *a = n + 1;
     if (st->kind != FUSE_LIBRARY || st->n != 2 || n->op != CT_OP_linear || op_def(a->op)->fusion != OP_ACTIVATION ||
-        a->in[0] != n->out[0] || !all_f32(g, n) || !all_f32(g, a))
+        a->in[0] != n->out[0] || !cpu_all_f32(g, n) || !cpu_all_f32(g, a))
         return 0;
     const char *x = e->ptr[n->in[0]], *y = e->ptr[a->out[0]];
     return x + program_value_bytes(e->p, n->in[0]) <= y || y + program_value_bytes(e->p, a->out[0]) <= x;

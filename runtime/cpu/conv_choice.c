@@ -37,15 +37,6 @@ static int is_conv(const Node *n)
 
 #ifdef CTIMM_HAVE_DNNL
 
-/* oneDNN runs f32 operands only: an amp graph's f16/bf16 convolutions stay on the widening own kernels. */
-static int all_f32(const Graph *g, const Node *n)
-{
-    for (int k = 0; k < n->nin; k++)
-        if (g->values[n->in[k]].type.dtype != CT_F32)
-            return 0;
-    return g->values[n->out[0]].type.dtype == CT_F32;
-}
-
 
 static double now(void)
 {
@@ -186,7 +177,7 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
     int eligible = 0;
     for (int i = 0; i < g->nnodes && mode != MODE_OWN; i++) {
         const Node *n = &g->nodes[i];
-        if (!is_conv(n) || !all_f32(g, n))
+        if (!is_conv(n) || !cpu_all_f32(g, n))
             continue;
         eligible++;
         OnednnConv *dn;

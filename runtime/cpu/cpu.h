@@ -31,6 +31,16 @@ static inline int64_t cpu_in_numel(const Graph *g, const Node *n, int i) { retur
 #define CPU_CLONES
 #endif
 
+/* Whether node n's operands and first output are all f32 (oneDNN and the
+ * fused paths run f32 only; amp's f16/bf16 nodes take the widening kernels). */
+static inline int cpu_all_f32(const Graph *g, const Node *n)
+{
+    for (int k = 0; k < n->nin; k++)
+        if (g->values[n->in[k]].type.dtype != CT_F32)
+            return 0;
+    return g->values[n->out[0]].type.dtype == CT_F32;
+}
+
 /* Elements below which a kernel stays on one thread: an OpenMP fork and join
  * costs a few microseconds, what a core does to some 30k floats. */
 #define CPU_PARALLEL_MIN 32768

@@ -258,12 +258,12 @@ void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, flo
 #define LINEAR_BLOCK_OUT 65536
 #define LINEAR_MIN_ROWS 16
 
-/* rows r0..r1 of out = x w^T (+ bias), bias rows filled by `fill` threads. */
+/* rows r0..r1 of out = x w^T (+ bias). */
 static void linear_rows(const float *x, const float *w, const float *bias, float *out, int64_t r0, int64_t r1,
-                        int64_t K, int64_t N, int fill)
+                        int64_t K, int64_t N)
 {
     if (bias) {
-#pragma omp parallel for num_threads(fill) if (fill > 1 && (r1 - r0) * N > CPU_PARALLEL_MIN)
+#pragma omp parallel for if (!omp_in_parallel() && (r1 - r0) * N > CPU_PARALLEL_MIN)
         for (int64_t r = r0; r < r1; r++)
             memcpy(out + r * N, bias, (size_t)N * sizeof *out);
     }
@@ -280,7 +280,7 @@ void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const
     blocks = (blocks + T - 1) / T * T;
     rows = blocks ? (R + blocks - 1) / blocks : 0;
     if (K * N > LINEAR_BLOCKED_WEIGHTS || blocks < 2 * T || rows < LINEAR_MIN_ROWS) {
-        linear_rows(in[0], in[1], bias, out, 0, R, K, N, (int)T);
+        linear_rows(in[0], in[1], bias, out, 0, R, K, N);
         if (act)
             cpu_act_parallel(act, out, y, R * N);
         return;
@@ -290,7 +290,7 @@ void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const
         int64_t r0 = b * rows, r1 = r0 + rows < R ? r0 + rows : R;
         if (r0 >= r1)
             continue;
-        linear_rows(in[0], in[1], bias, out, r0, r1, K, N, 1);
+        linear_rows(in[0], in[1], bias, out, r0, r1, K, N);
         if (act)
             cpu_act_span(act, out + r0 * N, y + r0 * N, (r1 - r0) * N);
     }
