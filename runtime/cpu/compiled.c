@@ -94,7 +94,7 @@ int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *er
             }
             e->place[v] = PLACE_OWN;
         }
-    if (conv_choices_make(g, &e->conv, err)) {
+    if (conv_choices_make(g, c->fused ? &c->p : NULL, e->ptr, &e->conv, err)) {
         cpu_exec_free(e);
         return -1;
     }
@@ -143,6 +143,8 @@ static void run_steps(const CtExec *e)
             cpu_linear_act(&p->g, n, n + 1, in, ptr[n->out[0]], ptr[n[1].out[0]]);
             continue;
         }
+        if (st->kind == FUSE_LIBRARY && conv_choices_run_step(&e->conv, &p->g, st->first, st->n, ptr))
+            continue;
         for (int j = 0; j < st->n; j++) {
             const Node *n = &p->g.nodes[st->first + j];
             size_t saved = c->attn[st->first + j];

@@ -58,7 +58,7 @@ static double time_runs(const Timing *t, OnednnConv *dn, float *const *in, float
     for (int i = 0; i < 4; i++) {
         double t0 = now();
         if (dn)
-            onednn_conv_run(dn, in, out);
+            onednn_conv_run(dn, in, NULL, out);
         else
             cpu_run_node(t->g, t->n, (void *const *)in, (void *const *)out, NULL);
         double dt = now() - t0;
@@ -138,6 +138,110 @@ static int choose(const Graph *g, const Node *n, KernelCache *cache, OnednnConv 
     return 0;
 }
 
+static size_t value_bytes(const Graph *g, ValueId v)
+{
+    return (size_t)shape_numel(&g->values[v].type.shape) * sizeof(float);
+}
+
+static int overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return x < y + nb && y < x + na;
+}
+
+static int step_operands(const OnednnConv *dn, const Graph *g, int first, int n, void *const *ptr, int always,
+                         float **in, const float **res, float **y);
+
+/* A primitive with its step's epilogue as post-ops for each library step
+ * that starts with a forward convolution on oneDNN and continues with a
+ * residual add and/or an activation (not a separate bias add: the folded
+ * and the plain biases are the conv2d's own input), in f32, reading no
+ * value between them outside the step. Where oneDNN has no post-op for it,
+ * the step runs node by node. */
+static void fuse_epilogues(const Graph *g, const FusePlan *fp, ConvChoices *c)
+{
+    for (int s = 0; fp && s < fp->nsteps; s++) {
+        const FuseStep *st = &fp->steps[s];
+        const Node *n = &g->nodes[st->first];
+        if (st->kind != FUSE_LIBRARY || st->n < 2 || n->op != CT_OP_conv2d || !c->dn[st->first] ||
+            (st->epilogue & FUSE_EPI_BIAS))
+            continue;
+        int ok = 1;
+        for (int j = 0; j < st->n && ok; j++)
+            ok = cpu_all_f32(g, &n[j]) && (j == st->n - 1 || !fp->materialised[n[j].out[0]]);
+        CtErr why;
+        if (ok && !onednn_conv_create(g, n, n + 1, st->n - 1, &c->epi[st->first], &why))
+            c->fused++;
+    }
+}
+
+/* The primitive that writes value v and the step it ends ([*first, + *n)),
+ * or NULL: a plain convolution on oneDNN, or a step fused into one. */
+static OnednnConv *writer(const Graph *g, const FusePlan *fp, const ConvChoices *c, ValueId v, int *first, int *n)
+{
+    int p = g->values[v].producer;
+    if (p < 0)
+        return NULL;
+    for (int s = 0; fp && s < fp->nsteps; s++) {
+        const FuseStep *st = &fp->steps[s];
+        if (p >= st->first && p < st->first + st->n) {
+            *first = st->first;
+            *n = st->n;
+            if (c->epi[st->first])
+                return p == st->first + st->n - 1 ? c->epi[st->first] : NULL;
+            return st->n == 1 ? c->dn[p] : NULL;
+        }
+    }
+    *first = p;
+    *n = 1;
+    return c->dn[p];
+}
+
+/* Values that pass from one convolution on oneDNN to others only, as the
+ * source of each, stay in the blocked layout they all run in: neither the
+ * writer's reorder to NCHW nor the readers' back (an inference graph's
+ * chains of convolutions with their activations). Not graph outputs, nor
+ * where the writer's destination, no longer a private copy, would overlap
+ * what it reads (ptr: the values' memory as prepared). */
+static void chain_blocked(const Graph *g, const FusePlan *fp, ConvChoices *c, void *const *ptr)
+{
+    char *bad = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(bad != NULL);
+    for (int k = 0; k < g->noutputs; k++)
+        bad[g->outputs[k]] = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++)
+            if (k || n->op != CT_OP_conv2d || !c->dn[i])
+                bad[n->in[k]] = 1;
+    }
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        int first, n;
+        OnednnConv *w = bad[v] ? NULL : writer(g, fp, c, v, &first, &n);
+        int ok = w != NULL, readers = 0;
+        size_t bytes = value_bytes(g, v);
+        for (int i = 0; i < g->nnodes && ok; i++)
+            if (g->nodes[i].nin && g->nodes[i].in[0] == v) {
+                readers++;
+                ok = onednn_conv_blocked_match(w, c->dn[i], bytes) &&
+                     (!c->epi[i] || onednn_conv_blocked_match(w, c->epi[i], bytes));
+            }
+        float *in[CT_MAX_IN], *y;
+        const float *res;
+        if (!ok || !readers || step_operands(w, g, first, n, ptr, 1, in, &res, &y))
+            continue;
+        onednn_conv_keep_blocked(w, 1);
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i].nin && g->nodes[i].in[0] == v) {
+                onednn_conv_keep_blocked(c->dn[i], 0);
+                if (c->epi[i])
+                    onednn_conv_keep_blocked(c->epi[i], 0);
+            }
+        c->blocked++;
+    }
+    free(bad);
+}
+
 /* One cache of choices for the process, opened at the first timed choice
  * and kept: its in-memory map makes every program of a process (a training
  * step and its eval graph, two programs a test compares bit for bit) take
@@ -153,7 +257,7 @@ static void choices_open(void)
     choices_failed = cache_open(&choices, &(CacheOptions){.memory_fallback = 1, .first_wins = 1}, &choices_err) != 0;
 }
 
-int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
+int conv_choices_make(const Graph *g, const FusePlan *fp, void *const *ptr, ConvChoices *c, CtErr *err)
 {
     memset(c, 0, sizeof *c);
     int mode = MODE_AUTO;
@@ -165,7 +269,8 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
         return 0;
     c->nnodes = g->nnodes;
     c->dn = calloc((size_t)g->nnodes, sizeof *c->dn);
-    CT_ASSERT(c->dn != NULL);
+    c->epi = calloc((size_t)g->nnodes, sizeof *c->epi);
+    CT_ASSERT(c->dn && c->epi);
     if (mode == MODE_AUTO) {
         pthread_once(&choices_once, choices_open);
         if (choices_failed) {
@@ -181,7 +286,7 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
             continue;
         eligible++;
         OnednnConv *dn;
-        if (onednn_conv_create(g, n, &dn, &why))
+        if (onednn_conv_create(g, n, NULL, 0, &dn, &why))
             continue; /* no oneDNN implementation: the own kernel */
         int use = 1;
         if (mode == MODE_AUTO) {
@@ -203,6 +308,8 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
             onednn_conv_free(dn);
         }
     }
+    fuse_epilogues(g, fp, c);
+    chain_blocked(g, fp, c, ptr);
     if (mode == MODE_OWN || !eligible) {
         snprintf(c->note, sizeof c->note, "Convolutions: ctimm's own kernels (%s)",
                  mode == MODE_OWN ? "CTIMM_CONV=own" : "oneDNN takes the f32 ones; these are f16/bf16");
@@ -215,6 +322,10 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
                         " (the faster of oneDNN and ctimm's own: %d timed now, %d cached)", c->timed, c->cached);
     else
         len += snprintf(c->note + len, sizeof c->note - (size_t)len, " (CTIMM_CONV=onednn)");
+    if (c->fused)
+        len += snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d with their epilogue as post-ops", c->fused);
+    if (c->blocked)
+        len += snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d values passed on blocked", c->blocked);
     if (eligible < c->convs)
         snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d f16/bf16 ones on ctimm's own", c->convs - eligible);
     return 0;
@@ -224,23 +335,66 @@ int conv_choices_run(const ConvChoices *c, int node, float *const *in, float *co
 {
     if (!c->dn || !c->dn[node])
         return 0;
-    onednn_conv_run(c->dn[node], in, out);
+    onednn_conv_run(c->dn[node], in, NULL, out);
+    return 1;
+}
+
+/* The operands of the step of nodes [first, first + n) as dn runs it: 0,
+ * or -1 where the memory plan put its destination over an operand that dn
+ * would read after writing it (unless dn writes it last from a private
+ * copy, and `always` is 0). A NULL pointer (a value the caller binds at
+ * each run) is the caller's memory, apart from the program's. */
+static int step_operands(const OnednnConv *dn, const Graph *g, int first, int n, void *const *ptr, int always,
+                         float **in, const float **res, float **y)
+{
+    const Node *conv = &g->nodes[first], *last = conv + n - 1;
+    *y = ptr[last->out[0]];
+    *res = NULL;
+    for (int k = 0; k < conv->nin; k++)
+        in[k] = ptr[conv->in[k]];
+    ValueId t = conv->out[0];
+    for (const Node *e = conv + 1; e <= last; t = e->out[0], e++)
+        if (e->op == CT_OP_add)
+            *res = ptr[e->in[0] == t ? e->in[1] : e->in[0]];
+    /* written in place, the destination must not be read as an operand (the
+     * node-by-node plan may have put it there: the convolution's input dies at it) */
+    size_t yb = value_bytes(g, last->out[0]);
+    if ((!always && onednn_conv_dst_private(dn)) || !*y)
+        return 0;
+    for (int k = 0; k < conv->nin; k++)
+        if (in[k] && overlap(*y, yb, in[k], value_bytes(g, conv->in[k])))
+            return -1;
+    return *res && *res != *y && overlap(*y, yb, *res, yb) ? -1 : 0;
+}
+
+int conv_choices_run_step(const ConvChoices *c, const Graph *g, int first, int n, void *const *ptr)
+{
+    OnednnConv *dn = c->epi ? c->epi[first] : NULL;
+    float *in[CT_MAX_IN], *y;
+    const float *res;
+    if (!dn || step_operands(dn, g, first, n, ptr, 0, in, &res, &y))
+        return 0;
+    onednn_conv_run(dn, in, res, &y);
     return 1;
 }
 
 void conv_choices_free(ConvChoices *c)
 {
-    for (int i = 0; c->dn && i < c->nnodes; i++)
+    for (int i = 0; c->dn && i < c->nnodes; i++) {
         onednn_conv_free(c->dn[i]);
+        onednn_conv_free(c->epi[i]);
+    }
     free(c->dn);
-    c->dn = NULL;
+    free(c->epi);
+    c->dn = c->epi = NULL;
 }
 
 #else
 
-int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
+int conv_choices_make(const Graph *g, const FusePlan *fp, void *const *ptr, ConvChoices *c, CtErr *err)
 {
     memset(c, 0, sizeof *c);
+    (void)fp;
     int mode = MODE_AUTO;
     if (conv_mode(&mode, err))
         return -1;
@@ -250,6 +404,16 @@ int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err)
         return ct_fail(err, "CTIMM_CONV=onednn: this build has no oneDNN (install libdnnl-dev and rebuild)");
     if (c->convs)
         snprintf(c->note, sizeof c->note, "Convolutions: ctimm's own kernels (built without oneDNN)");
+    return 0;
+}
+
+int conv_choices_run_step(const ConvChoices *c, const Graph *g, int first, int n, void *const *ptr)
+{
+    (void)c;
+    (void)g;
+    (void)first;
+    (void)n;
+    (void)ptr;
     return 0;
 }
 

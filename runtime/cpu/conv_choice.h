@@ -19,18 +19,26 @@
 
 #include "ir/ir.h"
 #include "ir/status.h"
+#include "passes/fuse.h"
 #include "runtime/cpu/onednn.h"
 
 typedef struct ConvChoices {
-    OnednnConv **dn; /* per node: its oneDNN primitive; NULL: the node's own kernel */
+    OnednnConv **dn;  /* per node: its oneDNN primitive; NULL: the node's own kernel */
+    OnednnConv **epi; /* per node: the conv2d and its step's epilogue as one primitive; NULL: none */
     int nnodes;
-    int convs, onednn, timed, cached;
-    char note[192];  /* one line for the logs; "" when the graph has no convolution */
+    int convs, onednn, timed, cached, fused, blocked;
+    char note[256];   /* one line for the logs; "" when the graph has no convolution */
 } ConvChoices;
 
-/* Fills c for graph g (the primitives keep nothing of g). 0, or -1 with
- * err set: a bad CTIMM_CONV, or a cache that could not be opened. */
-int conv_choices_make(const Graph *g, ConvChoices *c, CtErr *err);
+/* Fills c for graph g, whose nodes run as fp's steps in order (NULL: node
+ * by node) over ptr, each value's memory as prepared (NULL where the
+ * caller binds it at each run); the primitives keep nothing of g. 0, or -1
+ * with err set: a bad CTIMM_CONV, or a cache that could not be opened. */
+int conv_choices_make(const Graph *g, const FusePlan *fp, void *const *ptr, ConvChoices *c, CtErr *err);
+/* Runs the library step of g's nodes [first, first + n) as one primitive
+ * where c has one for it and the memory allows (ptr: each value's memory):
+ * 1, else 0 (the caller runs its nodes one by one). */
+int conv_choices_run_step(const ConvChoices *c, const Graph *g, int first, int n, void *const *ptr);
 /* Runs node `node` through oneDNN when that is its choice: 1, else 0 (the
  * caller runs the own kernel). */
 int conv_choices_run(const ConvChoices *c, int node, float *const *in, float *const *out);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/cpu/cpu.h"
 
@@ -22,6 +23,8 @@ struct OnednnConv {
     dnnl_stream_t stream;
     Operand op[NARGS];
     int bias;
+    int sum;                    /* a residual add as the sum post-op: the residual is put in the destination first */
+    dnnl_primitive_t sum_in;    /* the residual's NCHW -> the destination's layout; NULL: the same layout */
     dnnl_memory_desc_t bias_md, pad_md; /* pad: the primitive's scratchpad (user-managed: a cpu_scratch slot) */
 };
 
@@ -75,7 +78,49 @@ static dnnl_query_t md_query(int arg)
     }
 }
 
-int onednn_conv_create(const Graph *g, const Node *n, OnednnConv **out, CtErr *err)
+/* Appends activation node a as eltwise post-ops: 0, or -1 where oneDNN has none computing it. */
+static int append_act(dnnl_post_ops_t po, const Node *a)
+{
+    switch (a->op) {
+    case CT_OP_relu: return dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f) ? -1 : 0;
+    case CT_OP_sigmoid: return dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_logistic, 0.f, 0.f) ? -1 : 0;
+    case CT_OP_silu: return dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_swish, 1.f, 0.f) ? -1 : 0;
+    case CT_OP_hard_swish: return dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_hardswish, 0.f, 0.f) ? -1 : 0;
+    case CT_OP_hard_sigmoid: /* relu6(x + 3) / 6 = clip(x / 6 + 1/2, 0, 1) */
+        return dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_linear, 1.f / 6, .5f) ||
+                       dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_clip_v2, 0.f, 1.f)
+                   ? -1
+                   : 0;
+    case CT_OP_gelu:
+        return dnnl_post_ops_append_eltwise(po, 1.f, a->iattr[0] ? dnnl_eltwise_gelu_tanh : dnnl_eltwise_gelu_erf,
+                                            0.f, 0.f)
+                   ? -1
+                   : 0;
+    default: return -1;
+    }
+}
+
+/* The epilogue nodes as post-ops on attr: 0, or -1 with err. */
+static int set_post_ops(dnnl_primitive_attr_t attr, const Node *epi, int nepi, int *sum, CtErr *err)
+{
+    dnnl_post_ops_t po;
+    if (dnnl_post_ops_create(&po) != dnnl_success)
+        return ct_fail(err, "oneDNN: no post-ops");
+    int rc = 0;
+    for (int k = 0; k < nepi && !rc; k++)
+        if (epi[k].op == CT_OP_add) {
+            *sum = 1;
+            rc = dnnl_post_ops_append_sum(po, 1.f) ? ct_fail(err, "oneDNN: no sum post-op") : 0;
+        } else if (append_act(po, &epi[k])) {
+            rc = ct_fail(err, "oneDNN: no post-op for %s", op_def(epi[k].op)->name);
+        }
+    if (!rc && dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)
+        rc = ct_fail(err, "oneDNN: post-ops not taken");
+    dnnl_post_ops_destroy(po);
+    return rc;
+}
+
+int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi, OnednnConv **out, CtErr *err)
 {
     pthread_once(&engine_once, engine_create);
     if (engine_status != dnnl_success)
@@ -105,6 +150,12 @@ int onednn_conv_create(const Graph *g, const Node *n, OnednnConv **out, CtErr *e
                       (y->d[3] - 1) * a[1] + (w->d[3] - 1) * a[5] + 1 - x->d[3] - a[3]};
     DN(dnnl_primitive_attr_create(&attr));
     DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    if (nepi && !fwd) {
+        ct_fail(err, "oneDNN: post-ops on a convolution's gradient");
+        goto fail;
+    }
+    if (nepi && set_post_ops(attr, epi, nepi, &c->sum, err))
+        goto fail;
     dnnl_convolution_desc_t fd, bd;
     DN(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xm, &wm,
                                                   c->bias ? &c->bias_md : NULL, &ym, s, dl, pl, pr));
@@ -147,6 +198,12 @@ int onednn_conv_create(const Graph *g, const Node *n, OnednnConv **out, CtErr *e
         dnnl_status_t st = dnnl_primitive_create(&o->reorder, rpd);
         dnnl_primitive_desc_destroy(rpd);
         DN(st);
+        if (k == A_DST && c->sum) {
+            DN(dnnl_reorder_primitive_desc_create(&rpd, &o->user, engine, &o->own, engine, NULL));
+            st = dnnl_primitive_create(&c->sum_in, rpd);
+            dnnl_primitive_desc_destroy(rpd);
+            DN(st);
+        }
     }
     c->pad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     DN(dnnl_stream_create(&c->stream, engine, dnnl_stream_default_flags));
@@ -185,7 +242,26 @@ static float *scratch_for(const dnnl_memory_desc_t *md, int slot)
     return cpu_scratch(slot, (int64_t)(dnnl_memory_desc_get_size(md) / sizeof(float)) + 1);
 }
 
-void onednn_conv_run(OnednnConv *c, float *const *in, float *const *out)
+int onednn_conv_dst_private(const OnednnConv *c) { return c->op[A_DST].reorder != NULL; }
+
+int onednn_conv_blocked_match(const OnednnConv *from, const OnednnConv *to, size_t nbytes)
+{
+    const Operand *d = &from->op[A_DST], *s = &to->op[A_SRC];
+    /* a sum reads its residual in NCHW into the private destination */
+    return d->id == DNNL_ARG_DST && s->id == DNNL_ARG_SRC && !from->sum && d->reorder && s->reorder &&
+           dnnl_memory_desc_equal(&d->own, &s->own) && dnnl_memory_desc_get_size(&d->own) == nbytes;
+}
+
+void onednn_conv_keep_blocked(OnednnConv *c, int dst)
+{
+    Operand *o = &c->op[dst ? A_DST : A_SRC];
+    if (o->reorder)
+        dnnl_primitive_destroy(o->reorder);
+    o->reorder = NULL;
+    o->user = o->own;
+}
+
+void onednn_conv_run(OnednnConv *c, float *const *in, const float *residual, float *const *out)
 {
     dnnl_memory_t user[NARGS], own[NARGS] = {0}, bias = NULL, pad = NULL;
     dnnl_exec_arg_t args[NARGS + 2];
@@ -200,6 +276,13 @@ void onednn_conv_run(OnednnConv *c, float *const *in, float *const *out)
                      (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, user[k]}, {DNNL_ARG_TO, own[k]}});
         }
         args[na++] = (dnnl_exec_arg_t){o->id, o->reorder ? own[k] : user[k]};
+    }
+    if (c->sum && c->sum_in) {
+        dnnl_memory_t r = wrap(&c->op[A_DST].user, (void *)residual);
+        exec(c->sum_in, c->stream, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, r}, {DNNL_ARG_TO, own[A_DST]}});
+        dnnl_memory_destroy(r);
+    } else if (c->sum && residual != out[0]) {
+        memcpy(out[0], residual, dnnl_memory_desc_get_size(&c->op[A_DST].user));
     }
     if (c->bias)
         args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias = wrap(&c->bias_md, in[2])};
@@ -228,6 +311,8 @@ void onednn_conv_free(OnednnConv *c)
     for (int k = 0; k < NARGS; k++)
         if (c->op[k].reorder)
             dnnl_primitive_destroy(c->op[k].reorder);
+    if (c->sum_in)
+        dnnl_primitive_destroy(c->sum_in);
     if (c->prim)
         dnnl_primitive_destroy(c->prim);
     if (c->stream)
