@@ -176,25 +176,25 @@ static void fuse_epilogues(const Graph *g, const FusePlan *fp, ConvChoices *c)
 }
 
 /* The primitive that writes value v and the step it ends ([*first, + *n)),
- * or NULL: a plain convolution on oneDNN, or a step fused into one. */
-static OnednnConv *writer(const Graph *g, const FusePlan *fp, const ConvChoices *c, ValueId v, int *first, int *n)
+ * or NULL: a plain convolution on oneDNN, or a step fused into one.
+ * step_of: per node, the FusePlan step holding it (NULL: node by node). */
+static OnednnConv *writer(const Graph *g, const FusePlan *fp, const int *step_of, const ConvChoices *c, ValueId v,
+                          int *first, int *n)
 {
     int p = g->values[v].producer;
     if (p < 0)
         return NULL;
-    for (int s = 0; fp && s < fp->nsteps; s++) {
-        const FuseStep *st = &fp->steps[s];
-        if (p >= st->first && p < st->first + st->n) {
-            *first = st->first;
-            *n = st->n;
-            if (c->epi[st->first])
-                return p == st->first + st->n - 1 ? c->epi[st->first] : NULL;
-            return st->n == 1 ? c->dn[p] : NULL;
-        }
+    if (!step_of) {
+        *first = p;
+        *n = 1;
+        return c->dn[p];
     }
-    *first = p;
-    *n = 1;
-    return c->dn[p];
+    const FuseStep *st = &fp->steps[step_of[p]];
+    *first = st->first;
+    *n = st->n;
+    if (c->epi[st->first])
+        return p == st->first + st->n - 1 ? c->epi[st->first] : NULL;
+    return st->n == 1 ? c->dn[p] : NULL;
 }
 
 /* Values that pass from one convolution on oneDNN to others only, as the
@@ -206,7 +206,11 @@ static OnednnConv *writer(const Graph *g, const FusePlan *fp, const ConvChoices 
 static void chain_blocked(const Graph *g, const FusePlan *fp, ConvChoices *c, void *const *ptr)
 {
     char *bad = calloc((size_t)g->nvalues + 1, 1);
-    CT_ASSERT(bad != NULL);
+    int *step_of = fp ? malloc(sizeof *step_of * (size_t)(g->nnodes + 1)) : NULL;
+    CT_ASSERT(bad && (step_of || !fp));
+    for (int s = 0; fp && s < fp->nsteps; s++)
+        for (int j = 0; j < fp->steps[s].n; j++)
+            step_of[fp->steps[s].first + j] = s;
     for (int k = 0; k < g->noutputs; k++)
         bad[g->outputs[k]] = 1;
     for (int i = 0; i < g->nnodes; i++) {
@@ -217,7 +221,7 @@ static void chain_blocked(const Graph *g, const FusePlan *fp, ConvChoices *c, vo
     }
     for (ValueId v = 0; v < g->nvalues; v++) {
         int first, n;
-        OnednnConv *w = bad[v] ? NULL : writer(g, fp, c, v, &first, &n);
+        OnednnConv *w = bad[v] ? NULL : writer(g, fp, step_of, c, v, &first, &n);
         int ok = w != NULL, readers = 0;
         size_t bytes = value_bytes(g, v);
         for (int i = 0; i < g->nnodes && ok; i++)
@@ -240,6 +244,7 @@ static void chain_blocked(const Graph *g, const FusePlan *fp, ConvChoices *c, vo
         c->blocked++;
     }
     free(bad);
+    free(step_of);
 }
 
 /* One cache of choices for the process, opened at the first timed choice
