@@ -17,9 +17,9 @@
 #ifndef CTIMM_CPU_CONV_CHOICE_H
 #define CTIMM_CPU_CONV_CHOICE_H
 
+#include "codegen/program.h" /* FusePlan */
 #include "ir/ir.h"
 #include "ir/status.h"
-#include "passes/fuse.h"
 #include "runtime/cpu/onednn.h"
 
 typedef struct ConvChoices {

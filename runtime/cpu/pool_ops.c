@@ -33,14 +33,28 @@ static int64_t window_argmax(const float *xp, int64_t W, const Window *r)
  * constant step (the common strides 1 and 2), the loads are whole vectors
  * and shuffles instead of one lane at a time. */
 static inline __attribute__((always_inline)) void max_taps(const float *xr, int32_t i0, int32_t step, int64_t lo,
-                                                            int64_t hi, float *bv, int32_t *bi)
+                                                            int64_t hi, float *bv, int32_t *bi, int track)
 {
     for (int64_t ow = lo; ow < hi; ow++) {
         float v = xr[ow * step];
         int take = v > bv[ow] || v != v;
-        bi[ow] = take ? i0 + (int32_t)ow * step : bi[ow];
+        if (track)
+            bi[ow] = take ? i0 + (int32_t)ow * step : bi[ow];
         bv[ow] = take ? v : bv[ow];
     }
+}
+
+/* max_taps with a constant step where it is 1 or 2; indices only where
+ * `track` (the gradient's scatter needs them, the forward only the values). */
+static inline __attribute__((always_inline)) void max_row(const float *xr, int32_t i0, int64_t sw, int64_t lo,
+                                                           int64_t hi, float *bv, int32_t *bi, int track)
+{
+    if (sw == 2)
+        max_taps(xr, i0, 2, lo, hi, bv, bi, track);
+    else if (sw == 1)
+        max_taps(xr, i0, 1, lo, hi, bv, bi, track);
+    else
+        max_taps(xr, i0, (int32_t)sw, lo, hi, bv, bi, track);
 }
 
 /* Max pooling of one plane x [H, W], a row of outputs at a time: the running
@@ -74,12 +88,10 @@ CPU_CLONES static void max_pool_plane(const int64_t *a, int64_t H, int64_t W, in
         for (int64_t h = rows.h0; h < rows.h1; h++)
             for (int64_t kw = 0; kw < kw_n; kw++) {
                 int32_t i0 = (int32_t)(h * W + kw - pw);
-                if (sw == 2)
-                    max_taps(x + i0, i0, 2, lo, hi, bv, bi);
-                else if (sw == 1)
-                    max_taps(x + i0, i0, 1, lo, hi, bv, bi);
+                if (mode == 1)
+                    max_row(x + i0, i0, sw, lo, hi, bv, bi, 0);
                 else
-                    max_taps(x + i0, i0, (int32_t)sw, lo, hi, bv, bi);
+                    max_row(x + i0, i0, sw, lo, hi, bv, bi, 1);
             }
         if (mode == 1)
             memcpy(out + oh * OW, bv, sizeof *bv * (size_t)OW);
