@@ -78,6 +78,18 @@ static dnnl_query_t md_query(int arg)
     }
 }
 
+/* A reorder primitive from one layout of a tensor to another. */
+static dnnl_status_t reorder_create(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *r)
+{
+    dnnl_primitive_desc_t rpd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL);
+    if (st != dnnl_success)
+        return st;
+    st = dnnl_primitive_create(r, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    return st;
+}
+
 /* Appends activation node a as eltwise post-ops: 0, or -1 where oneDNN has none computing it. */
 static int append_act(dnnl_post_ops_t po, const Node *a)
 {
@@ -191,19 +203,10 @@ int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi,
             DN(md4(&o->user, user_shape[kind][k], 0));
         if (dnnl_memory_desc_equal(&o->user, &o->own))
             continue;
-        dnnl_primitive_desc_t rpd;
         int in = k != A_DST;
-        DN(dnnl_reorder_primitive_desc_create(&rpd, in ? &o->user : &o->own, engine, in ? &o->own : &o->user, engine,
-                                              NULL));
-        dnnl_status_t st = dnnl_primitive_create(&o->reorder, rpd);
-        dnnl_primitive_desc_destroy(rpd);
-        DN(st);
-        if (k == A_DST && c->sum) {
-            DN(dnnl_reorder_primitive_desc_create(&rpd, &o->user, engine, &o->own, engine, NULL));
-            st = dnnl_primitive_create(&c->sum_in, rpd);
-            dnnl_primitive_desc_destroy(rpd);
-            DN(st);
-        }
+        DN(reorder_create(in ? &o->user : &o->own, in ? &o->own : &o->user, &o->reorder));
+        if (k == A_DST && c->sum)
+            DN(reorder_create(&o->user, &o->own, &c->sum_in));
     }
     c->pad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     DN(dnnl_stream_create(&c->stream, engine, dnnl_stream_default_flags));
