@@ -288,6 +288,11 @@ static void test_gemm_ops(void)
         {"linear", CT_OP_linear, 3, {{3, {2, 5, 12}}, {2, {7, 12}}, {1, {7}}}, {0}, {0}},
         {"matmul batched", CT_OP_matmul, 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 6, 4}}}, {0}, {0}},
         {"matmul shared b", CT_OP_matmul, 2, {{3, {2, 5, 6}}, {2, {6, 4}}}, {0}, {0}},
+        /* read transposed (trans_a, trans_b): the backward's products */
+        {"matmul a^T", CT_OP_matmul, 2, {{2, {6, 5}}, {2, {6, 4}}}, {1, 0}, {0}},
+        {"matmul b^T", CT_OP_matmul, 2, {{2, {5, 6}}, {2, {4, 6}}}, {0, 1}, {0}},
+        {"matmul batched a^T b^T", CT_OP_matmul, 2, {{4, {2, 3, 6, 5}}, {4, {2, 3, 4, 6}}}, {1, 1}, {0}},
+        {"matmul shared b a^T", CT_OP_matmul, 2, {{3, {2, 6, 5}}, {2, {6, 4}}}, {1, 0}, {0}},
         {"sdpa", CT_OP_sdpa, 3, {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}}, {0}, {0.35}},
         /* rows of 37 keys: two 16-column blocks of the softmax and a padded one */
         {"sdpa 37 keys", CT_OP_sdpa, 3, {{4, {2, 2, 9, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 2, 37, 8}}}, {0}, {0.35}},

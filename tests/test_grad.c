@@ -256,11 +256,18 @@ static ValueId case_linear(GradCase *c, int v)
     return nn_linear(c->b, "fc", in_x(c, "x", s), 5, (LinearOpts){.no_bias = v >= 2});
 }
 
+/* v: bit 0 a 2-D b shared by the batch, bit 1 a stored transposed, bit 2 b. */
 static ValueId case_matmul(GradCase *c, int v)
 {
-    ValueId a = in_x(c, "a", (CtShape){3, {2, 3, 4}});
-    ValueId b = in_x(c, "b", v ? (CtShape){2, {4, 5}} : (CtShape){3, {2, 4, 5}});
-    return f_matmul(c->b, a, b);
+    int shared = v & 1, ta = v >> 1 & 1, tb = v >> 2 & 1;
+    ValueId a = in_x(c, "a", ta ? (CtShape){3, {2, 4, 3}} : (CtShape){3, {2, 3, 4}});
+    CtShape bs = shared ? (CtShape){2, {4, 5}} : (CtShape){3, {2, 4, 5}};
+    if (tb) {
+        bs.d[bs.ndim - 2] = 5;
+        bs.d[bs.ndim - 1] = 4;
+    }
+    ValueId b = in_x(c, "b", bs);
+    return b_node(c->b, CT_OP_matmul, 2, (ValueId[]){a, b}, (int64_t[]){ta, tb}, 2, NULL, 0, 0);
 }
 
 static ValueId case_activation(GradCase *c, int v)
@@ -520,6 +527,12 @@ static const CaseDef cases[] = {
     {"linear 3-D no bias", case_linear, 3, 0, TOL_LINEAR, 0},
     {"matmul batched", case_matmul, 0, 0, TOL_LINEAR, 0},
     {"matmul shared rhs", case_matmul, 1, 0, TOL_LINEAR, 0},
+    {"matmul batched a^T", case_matmul, 2, 0, TOL_LINEAR, 0},
+    {"matmul shared rhs a^T", case_matmul, 3, 0, TOL_LINEAR, 0},
+    {"matmul batched b^T", case_matmul, 4, 0, TOL_LINEAR, 0},
+    {"matmul shared rhs b^T", case_matmul, 5, 0, TOL_LINEAR, 0},
+    {"matmul batched a^T b^T", case_matmul, 6, 0, TOL_LINEAR, 0},
+    {"matmul shared rhs a^T b^T", case_matmul, 7, 0, TOL_LINEAR, 0},
     {"relu", case_activation, 0, 0, TOL_SMOOTH, 0},
     {"gelu erf", case_activation, 1, 0, TOL_SMOOTH, 0},
     {"gelu tanh", case_activation, 2, 0, TOL_SMOOTH, 0},

@@ -1028,6 +1028,18 @@ static void test_rejections(void)
              b_input(&c.b, "b", (CtShape){3, {2, 5, 2}}, CT_F32));
     expect_reject(&c, "matmul", "matmul K 4 vs 5");
 
+    case_begin(&c, 0); /* read transposed, a [4,3]^T is [3,4]: K 4 vs b's 3 */
+    b_node(&c.b, CT_OP_matmul, 2,
+           (ValueId[]){b_input(&c.b, "a", (CtShape){2, {4, 3}}, CT_F32), b_input(&c.b, "b", (CtShape){2, {3, 2}}, CT_F32)},
+           (int64_t[]){1, 0}, 2, NULL, 0, 0);
+    expect_reject(&c, "matmul", "matmul a^T K 4 vs 3");
+
+    case_begin(&c, 0);
+    b_node(&c.b, CT_OP_matmul, 2,
+           (ValueId[]){b_input(&c.b, "a", (CtShape){2, {4, 3}}, CT_F32), b_input(&c.b, "b", (CtShape){2, {3, 2}}, CT_F32)},
+           (int64_t[]){0, 2}, 2, NULL, 0, 0);
+    expect_reject(&c, "matmul", "matmul trans_b=2");
+
     case_begin(&c, 0);
     f_reshape(&c.b, b_input(&c.b, "x", (CtShape){3, {2, 3, 4}}, CT_F32), 2, (int64_t[]){5, 5});
     expect_reject(&c, "reshape", "reshape 24 to 25 elements");

@@ -83,12 +83,16 @@ int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d
                         .batch = 1, .ab_type = ab, .a = n->in[1], .b = n->in[0]};
         d->epi.bias = n->nin == 3 ? n->in[2] : -1;
     } else {
-        int64_t M = a->d[a->ndim - 2], K = a->d[a->ndim - 1], N = b->d[b->ndim - 1];
+        /* row-major c = op(a) op(b) as column-major c^T = op(b)^T op(a)^T:
+         * the library's A is b, its B is a, each transposed by its own flag */
+        int ta = (int)n->iattr[0], tb = (int)n->iattr[1];
+        int64_t M = a->d[a->ndim - 2 + ta], K = a->d[a->ndim - 1 - ta], N = b->d[b->ndim - 1 - tb];
         int64_t batch = shape_numel(a) / (M * K);
-        int shared = b->ndim == 2;
-        *d = (GemmDesc){.m = N, .n = shared ? batch * M : M, .k = K, .lda = N, .ldb = K, .ldc = N,
-                        .batch = shared ? 1 : batch, .stride_a = shared ? 0 : K * N, .stride_b = shared ? 0 : M * K,
-                        .stride_c = shared ? 0 : M * N, .ab_type = ab, .a = n->in[1], .b = n->in[0]};
+        int shared = b->ndim == 2, rows = shared && !ta; /* all of a's rows as one matrix */
+        *d = (GemmDesc){.m = N, .n = rows ? batch * M : M, .k = K, .trans_a = tb, .trans_b = ta, .lda = tb ? K : N,
+                        .ldb = ta ? M : K, .ldc = N, .batch = rows ? 1 : batch, .stride_a = shared ? 0 : K * N,
+                        .stride_b = rows ? 0 : M * K, .stride_c = rows ? 0 : M * N, .ab_type = ab, .a = n->in[1],
+                        .b = n->in[0]};
         d->epi.bias = -1;
     }
     epi_desc(g, p, st, d->m, 1, &d->epi);

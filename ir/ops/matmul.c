@@ -2,7 +2,9 @@
  * Matrix products.
  * linear: x [..., K], weight [N, K], optional bias [N] -> [..., N] (nn.Linear).
  * matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N]; the leading dims of a
- *   and b are equal, or b is a plain [K, N] matrix shared by all.
+ *   and b are equal, or b is a plain [K, N] matrix shared by all. trans_a /
+ *   trans_b: a stored [..., K, M], b [..., N, K], read transposed (a GEMM's
+ *   flags: the backward's transposes are not copied).
  */
 #include "ops_impl.h"
 
@@ -42,10 +44,9 @@ static void linear_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
     ValueId dy = emit_reshape(e, dout[0], rn);
     if (need[0])
         din[0] = emit_reshape(e, emit(e, CT_OP_matmul, 2, (ValueId[]){dy, n->in[1]}, NULL, 0, NULL, 0, 0), x);
-    if (need[1]) {
-        ValueId dyt = emit_permute(e, dy, 2, (int64_t[]){1, 0});
-        din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){dyt, emit_reshape(e, n->in[0], rk)}, NULL, 0, NULL, 0, 0);
-    }
+    if (need[1]) /* dy read transposed by the GEMM, not copied */
+        din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){dy, emit_reshape(e, n->in[0], rk)}, (int64_t[]){1, 0}, 2, NULL,
+                      0, 0);
     if (n->nin == 3 && need[2])
         din[2] = emit(e, CT_OP_reduce_sum, 1, &dy, (int64_t[]){1, 0}, 2, NULL, 0, 0);
 }
@@ -61,13 +62,30 @@ const OpDef op_linear = {.name = "linear", .min_in = 2, .max_in = 3, .infer = in
                          .vjp = linear_vjp, .fusion = OP_CONTRACTION, .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW,
                          .cost = linear_cost};
 
+/* matmul's operands as it multiplies them: a's rows M by columns K and b's
+ * columns N, with trans_a / trans_b read from the last two dims swapped. */
+static void matmul_dims(const Graph *g, const Node *n, int64_t *M, int64_t *K, int64_t *N)
+{
+    const CtShape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
+    int64_t a0 = a->d[a->ndim - 2], a1 = a->d[a->ndim - 1], b0 = b->d[b->ndim - 2], b1 = b->d[b->ndim - 1];
+    *M = n->iattr[0] ? a1 : a0;
+    *K = n->iattr[0] ? a0 : a1;
+    *N = n->iattr[1] ? b0 : b1;
+}
+
 static int infer_matmul(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     if (require_float(g, n, 0, -1, err) || require_float(g, n, 1, -1, err))
         return -1;
     const CtShape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
     char sa[96], sb[96];
-    if (a->ndim < 2 || b->ndim < 2 || a->d[a->ndim - 1] != b->d[b->ndim - 2])
+    if ((n->iattr[0] | n->iattr[1]) & ~(int64_t)1)
+        return ct_fail(err, "trans_a and trans_b are 0 or 1");
+    if (a->ndim < 2 || b->ndim < 2)
+        goto mismatch;
+    int64_t M, K, N;
+    matmul_dims(g, n, &M, &K, &N);
+    if (K != (n->iattr[1] ? b->d[b->ndim - 1] : b->d[b->ndim - 2]))
         goto mismatch;
     if (b->ndim != 2) {
         if (b->ndim != a->ndim)
@@ -77,18 +95,21 @@ static int infer_matmul(const Graph *g, const Node *n, CtType *out, CtErr *err)
                 goto mismatch;
     }
     out[0] = *in_type(g, n, 0);
-    out[0].shape.d[a->ndim - 1] = b->d[b->ndim - 1];
+    out[0].shape.d[a->ndim - 2] = M;
+    out[0].shape.d[a->ndim - 1] = N;
     return 1;
 mismatch:
-    return ct_fail(err, "cannot multiply %s by %s", shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb));
+    return ct_fail(err, "cannot multiply %s%s by %s%s", shape_str(a, sa, sizeof sa), n->iattr[0] ? "^T" : "",
+                   shape_str(b, sb, sizeof sb), n->iattr[1] ? "^T" : "");
 }
 
 static void matmul_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
-    const CtShape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
-    int64_t M = a->d[a->ndim - 2], K = a->d[a->ndim - 1], N = b->d[b->ndim - 1];
-    int64_t batch = shape_numel(a) / (M * K);
-    int shared_b = b->ndim == 2;
+    const CtShape *b = in_shape(g, n, 1);
+    int64_t M, K, N;
+    matmul_dims(g, n, &M, &K, &N);
+    int64_t batch = shape_numel(in_shape(g, n, 0)) / (M * K);
+    int shared_b = b->ndim == 2, ta = (int)n->iattr[0], tb = (int)n->iattr[1];
     for (int64_t t = 0; t < batch; t++) {
         const double *A = in[0] + t * M * K, *B = in[1] + (shared_b ? 0 : t * K * N);
         double *C = out[0] + t * M * N;
@@ -96,10 +117,15 @@ static void matmul_ref(const Graph *g, const Node *n, double *const *in, double 
             for (int64_t j = 0; j < N; j++) {
                 double acc = 0;
                 for (int64_t k = 0; k < K; k++)
-                    acc += A[i * K + k] * B[k * N + j];
+                    acc += A[ta ? k * M + i : i * K + k] * B[tb ? j * K + k : k * N + j];
                 C[i * N + j] = acc;
             }
     }
+}
+
+static ValueId emit_matmul(Emitter *e, ValueId a, ValueId b, int ta, int tb)
+{
+    return emit(e, CT_OP_matmul, 2, (ValueId[]){a, b}, (int64_t[]){ta, tb}, 2, NULL, 0, 0);
 }
 
 /* The last two dims swapped. */
@@ -114,31 +140,47 @@ static ValueId transpose(Emitter *e, ValueId x)
     return emit_permute(e, x, nd, p);
 }
 
-/* da = dc b^T; db = a^T dc, summed over the batch when b is shared. */
+/* c = op(a) op(b), op the transpose where the node's flag says: da = dc
+ * op(b)^T, or its transpose op(b) dc^T where a is read transposed; db =
+ * op(a)^T dc, or dc^T op(a); the transposes as the products' flags, not
+ * copies. A b shared by the batch sums its gradient over it: one GEMM over
+ * all rows of a (a transposed a copied to rows first). */
 static void matmul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
     CtShape a = emit_shape(e, n->in[0]), b = emit_shape(e, n->in[1]);
-    if (need[0])
-        din[0] = emit(e, CT_OP_matmul, 2, (ValueId[]){dout[0], transpose(e, n->in[1])}, NULL, 0, NULL, 0, 0);
+    int ta = (int)n->iattr[0], tb = (int)n->iattr[1];
+    int shared = b.ndim == 2 && a.ndim > 2;
+    if (need[0] && ta && !shared)
+        din[0] = emit_matmul(e, n->in[1], dout[0], tb, 1);
+    else if (need[0]) /* a transposed a beside a shared b: the rows' gradient, transposed */
+        din[0] = emit_matmul(e, dout[0], n->in[1], 0, !tb);
+    if (need[0] && ta && shared)
+        din[0] = transpose(e, din[0]);
     if (!need[1])
         return;
     ValueId lhs = n->in[0], rhs = dout[0];
-    if (b.ndim == 2 && a.ndim > 2) {
-        int64_t K = a.d[a.ndim - 1], N = b.d[1], R = shape_numel(&a) / K;
+    if (shared) {
+        if (ta) {
+            lhs = transpose(e, lhs);
+            ta = 0;
+        }
+        int64_t K = a.d[a.ndim - 1 - (n->iattr[0] != 0)], N = emit_shape(e, rhs).d[a.ndim - 1];
+        int64_t R = shape_numel(&a) / K;
         lhs = emit_reshape(e, lhs, (CtShape){2, {R, K}});
         rhs = emit_reshape(e, rhs, (CtShape){2, {R, N}});
     }
-    din[1] = emit(e, CT_OP_matmul, 2, (ValueId[]){transpose(e, lhs), rhs}, NULL, 0, NULL, 0, 0);
+    din[1] = tb ? emit_matmul(e, rhs, lhs, 1, ta) : emit_matmul(e, lhs, rhs, !ta, 0);
 }
 
-/* fvcore's aten::matmul family: numel(a) * b[-1] MACs, the output's
- * elements as activations. */
+/* fvcore's aten::matmul family: numel(a) * N MACs, the output's elements
+ * as activations. */
 static OpCost matmul_cost(const Graph *g, const Node *n, unsigned flags)
 {
     const CtShape *b = in_shape(g, n, 1);
-    return (OpCost){shape_numel(in_shape(g, n, 0)) * b->d[b->ndim - 1], shape_numel(out_shape(g, n, 0))};
+    int64_t N = b->d[b->ndim - 1 - (n->iattr[1] != 0)];
+    return (OpCost){shape_numel(in_shape(g, n, 0)) * N, shape_numel(out_shape(g, n, 0))};
 }
 
-const OpDef op_matmul = {.name = "matmul", .min_in = 2, .max_in = 2, .infer = infer_matmul, .ref = matmul_ref,
-                         .vjp = matmul_vjp, .fusion = OP_CONTRACTION, .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW,
-                         .cost = matmul_cost};
+const OpDef op_matmul = {.name = "matmul", .min_in = 2, .max_in = 2, .iattr = {"trans_a", "trans_b"},
+                         .infer = infer_matmul, .ref = matmul_ref, .vjp = matmul_vjp, .fusion = OP_CONTRACTION,
+                         .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW, .cost = matmul_cost};

@@ -304,14 +304,16 @@ void cpu_linear(const Graph *g, const Node *n, float *const *in, float *const *o
 void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *a = cpu_in_shape(g, n, 0), *b = cpu_in_shape(g, n, 1);
-    int64_t M = a->d[a->ndim - 2], K = a->d[a->ndim - 1], N = b->d[b->ndim - 1];
+    int ta = (int)n->iattr[0], tb = (int)n->iattr[1];
+    int64_t M = a->d[a->ndim - 2 + ta], K = a->d[a->ndim - 1 - ta], N = b->d[b->ndim - 1 - tb];
     int64_t batch = M * K > 0 ? shape_numel(a) / (M * K) : 0;
-    if (b->ndim == 2) { /* one GEMM over all rows */
+    if (b->ndim == 2 && !ta) { /* one GEMM over all rows */
         M *= batch;
         batch = 1;
     }
     for (int64_t t = 0; t < batch; t++)
-        cpu_sgemm(0, 0, M, N, K, 1.0f, in[0] + t * M * K, K, in[1] + t * K * N, N, 0.0f, out[0] + t * M * N, N);
+        cpu_sgemm(ta, tb, M, N, K, 1.0f, in[0] + t * M * K, ta ? M : K, in[1] + (b->ndim == 2 ? 0 : t * K * N),
+                  tb ? K : N, 0.0f, out[0] + t * M * N, N);
 }
 
 /* Row-wise softmax of s [rows, cols] in place, sums in double. */
