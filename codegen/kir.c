@@ -156,6 +156,24 @@ static KirOp kir_op(SxOp op)
     return KIR_CONST;
 }
 
+/* An arithmetic instruction, or the same one computed earlier in the loop:
+ * nodes of a step that start from the same loads (an activation and its
+ * gradient) share what they compute alike, bit for bit the same. */
+static int k_arith(KirLoop *l, KirInstr in)
+{
+    int unary = in.op == KIR_NEG || in.op == KIR_EXP || in.op == KIR_SQRT || in.op == KIR_ERF || in.op == KIR_TANH;
+    if (unary)
+        in.b = 0;
+    if (in.op != KIR_SELECT) /* operands past the op's own are whatever the expression left there */
+        in.c = 0;
+    for (int j = 0; j < l->nins; j++) {
+        const KirInstr *o = &l->ins[j];
+        if (o->op == in.op && o->a == in.a && o->b == in.b && o->c == in.c)
+            return j;
+    }
+    return emit_ins(l, in);
+}
+
 /* The node's outputs into out[]: its scalar expression, instruction for
  * instruction, its inputs through operand(). */
 static void lower_node(Lower *w, const Node *n, int *out)
@@ -170,7 +188,7 @@ static void lower_node(Lower *w, const Node *n, int *out)
         else if (in->op == SX_CONST)
             at[j] = k_const(w->l, in->imm);
         else
-            at[j] = emit_ins(w->l, (KirInstr){.op = kir_op(in->op), .a = at[in->a], .b = at[in->b], .c = at[in->c]});
+            at[j] = k_arith(w->l, (KirInstr){.op = kir_op(in->op), .a = at[in->a], .b = at[in->b], .c = at[in->c]});
     }
     for (int o = 0; o < n->nout; o++)
         out[o] = at[s.out[o]];

@@ -1,7 +1,8 @@
 /* Contract: fuse_plan(g) partitions g's nodes into steps (passes/fuse.h)
  * without changing g: greedy in node order, a node joins the latest step it
  * can (an earlier step may never read a later one, so creation order is a
- * valid schedule), then optimizer groups are batched into one launch and
+ * valid schedule), adjacent steps over the same elements that load the same
+ * input merge, then optimizer groups are batched into one launch and
  * assigns are taken over by the groups computing their sources. A value is
  * written to memory iff it is read outside its step or is a graph output. */
 #include "passes/fuse.h"
@@ -287,6 +288,57 @@ static void take_assigns(Builder *b)
     }
 }
 
+/* Whether the elementwise step s may take in step t, the next one made:
+ * both compute something (a step of views only runs as no kernel), over the
+ * same elements, no update nor assign in either (batch_updates and
+ * take_assigns place those), t reads what s computes element for element
+ * only, and t loads something s loads too. Node order within the merged
+ * step stays the graph's, a valid order. */
+static int siblings(const Builder *b, int s, int t)
+{
+    const Graph *g = b->g;
+    const FuseStep *a = &b->steps[s], *c = &b->steps[t];
+    if (a->kind != FUSE_ELEMENTWISE || c->kind != FUSE_ELEMENTWISE || a->numel != c->numel ||
+        !same_elements(g, g->nodes[a->first].out[0], g->nodes[c->first].out[0]))
+        return 0;
+    int computes[2] = {0, 0}, shares = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        int which = b->step_of[i] == s ? 0 : b->step_of[i] == t ? 1 : -1;
+        if (which < 0)
+            continue;
+        const Node *n = &g->nodes[i];
+        if (is_update(n->op) || n->op == CT_OP_assign)
+            return 0;
+        computes[which] |= op_def(n->op)->fusion != OP_VIEW;
+        for (int k = 0; which && k < n->nin; k++) {
+            ValueId v = n->in[k];
+            if (producer_step(b, v) == s && !same_elements(g, v, n->out[0]))
+                return 0;
+            for (int r = 0; r < b->nreaders[v] && !shares; r++)
+                shares = b->step_of[b->readers[v][r]] == s && producer_step(b, v) != s;
+        }
+    }
+    return computes[0] && computes[1] && shares;
+}
+
+/* Adjacent sibling steps as one (an activation's recomputation for the
+ * backward beside its gradient, both from the same input): loads and the
+ * work they share done once. Adjacent only: a node moved across other
+ * steps would keep its output, or its inputs, alive for longer. */
+static void merge_siblings(Builder *b)
+{
+    for (int t = 1, s = 0; t < b->nsteps; t++) {
+        if (!siblings(b, s, t)) {
+            s = t;
+            continue;
+        }
+        for (int i = 0; i < b->g->nnodes; i++)
+            if (b->step_of[i] == t)
+                b->step_of[i] = s;
+        b->dead[t] = 1;
+    }
+}
+
 /* Steps run by position, then by creation. */
 static int by_key(const void *x, const void *y)
 {
@@ -396,6 +448,7 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     for (int s = 0; s < b.nsteps; s++)
         b.update[s] = launch_of[s] = -1, b.pos[s] = s;
     index_readers(&b);
+    merge_siblings(&b);
     batch_updates(&b, launch_of);
     take_assigns(&b);
     lay_out(&b, launch_of, p);

@@ -1,12 +1,13 @@
 /* Fusion analysis: small hand-built graphs give the expected steps and
  * materialised values (a chain in one kernel, a library epilogue, a group
- * that may not reach past a library step), and every model's eval and
+ * that may not reach past a library step, sibling steps merged), and every model's eval and
  * training graphs (f32, amp, channels last) pass the independent check
  * with fewer kernels than nodes, the optimizer in at most two launches
  * writing parameters in place. */
 #include <string.h>
 
 #include "check.h"
+#include "codegen/kir.h"
 #include "ir/buf.h"
 #include "model_graphs.h"
 #include "passes/fuse.h"
@@ -194,12 +195,55 @@ static void test_models(void)
         }
 }
 
+/* Adjacent steps over the same elements loading the same input merge: an
+ * activation's recomputation beside its gradient is one kernel computing
+ * their erf once. Not across another step, not a step of views only, not
+ * over other elements. */
+static void test_siblings(void)
+{
+    for (int c = 0; c < 4; c++) {
+        Graph g;
+        FusePlan p;
+        graph_init(&g);
+        ValueId x = input(&g, "x", 2, (int64_t[]){6, 8}), dy = input(&g, "dy", 2, (int64_t[]){6, 8});
+        ValueId w = input(&g, "w", 2, (int64_t[]){8, 8}), b = input(&g, "b", 1, (int64_t[]){8});
+        ValueId first = c == 2   ? node(&g, CT_OP_reshape, 1, &x, (int64_t[]){2, 8, 6}, 3, NULL, 0)
+                        : c == 3 ? unary(&g, CT_OP_exp, b)
+                                 : node(&g, CT_OP_act_grad, 2, (ValueId[]){x, dy}, (int64_t[]){CT_OP_gelu, 0}, 2,
+                                        NULL, 0);
+        graph_mark_output(&g, first);
+        if (c == 1) /* a library step between them */
+            graph_mark_output(&g, binary(&g, CT_OP_matmul, dy, w));
+        ValueId second = c == 3 ? binary(&g, CT_OP_add, x, b) : node(&g, CT_OP_gelu, 1, &x, (int64_t[]){0}, 1, NULL, 0);
+        graph_mark_output(&g, second);
+        if (!plan_ok(&g, &p)) {
+            graph_free(&g);
+            continue;
+        }
+        int merged = step_of_value(&g, &p, first) == step_of_value(&g, &p, second);
+        CHECKF(merged == (c == 0), "case %d: %d steps, merged %d", c, p.nsteps, merged);
+        if (c == 0) {
+            KirKernel k;
+            CtErr err;
+            int erfs = 0;
+            CHECKF(kir_lower(&g, &p, p.steps[0].launch, (KirOptions){KIR_F32, 0}, &k, &err) == 0, "%s", err.msg);
+            for (int j = 0; j < k.loops[0].nins; j++)
+                erfs += k.loops[0].ins[j].op == KIR_ERF;
+            CHECKF(erfs == 1, "gelu and its gradient: %d erf instructions", erfs);
+            kir_free(&k);
+        }
+        fuse_free(&p);
+        graph_free(&g);
+    }
+}
+
 int main(void)
 {
     test_chain();
     test_epilogue();
     test_no_cycle();
     test_view_and_check();
+    test_siblings();
     test_models();
     return check_done("test_fuse");
 }
