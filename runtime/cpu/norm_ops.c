@@ -4,7 +4,8 @@
  * of channels, forward and gradient, as f32 loops with statistics and sums
  * in double (the ref kernels' formulas), vectorised sums (several partial
  * sums: a reordering of double additions, far below f32 rounding),
- * channels, rows or planes split among OpenMP threads.
+ * channels, rows or planes split among OpenMP threads. layer_norm's rows
+ * (a few hundred values) take their gradient's sums in f32, as torch does.
  * Synchronised batch_norm (SyncBatchNorm) sums over the ranks between
  * passes over the channels.
  */
@@ -219,26 +220,33 @@ CPU_CLONES static void rows_stats(const float *x, int64_t n, int64_t D, double e
         inv[r] = 1 / sqrt(var[r] / (double)D + eps);
 }
 
+/* The row statistics in double, each row's elementwise part in f32 (as
+ * torch computes it): half the vector work of doubles, over the short rows
+ * of a ConvNeXt (96 to 768 channels) the step's layer norms ran 3x slower
+ * than torch's. */
 CPU_CLONES void cpu_layer_norm(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
+    const float *w = in[1], *b = in[2];
 #pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
     for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
         int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
         double mean[ROWS], inv[ROWS];
         rows_stats(in[0] + r0 * D, nr, D, n->fattr[0], mean, inv);
         for (int64_t r = r0; r < r0 + nr; r++) {
-            const float *xr = in[0] + r * D;
+            const float *xr = in[0] + r * D, m = (float)mean[r - r0], s = (float)inv[r - r0];
+            float *y = out[0] + r * D;
+#pragma omp simd
             for (int64_t i = 0; i < D; i++)
-                out[0][r * D + i] = (float)((xr[i] - mean[r - r0]) * inv[r - r0] * in[1][i] + in[2][i]);
+                y[i] = (xr[i] - m) * s * w[i] + b[i];
         }
     }
 }
 
 /* The weight and bias gradients sum over rows: each of a fixed number of
  * row chunks sums its own (whatever the thread count, so results do not
- * depend on it), then the chunks are added in order. */
+ * depend on it), then the chunks are added in order, in double. */
 #define LN_CHUNKS 32
 
 CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
@@ -246,11 +254,12 @@ CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const 
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t D = x->d[x->ndim - 1], rows = shape_numel(x) / D;
     int64_t chunks = rows < LN_CHUNKS ? rows : LN_CHUNKS;
-    double *part = calloc((size_t)(2 * D * chunks + 1), sizeof *part);
+    const float *w = in[1];
+    float *part = calloc((size_t)(2 * D * chunks + 1), sizeof *part);
     CT_ASSERT(part != NULL);
 #pragma omp parallel for if (rows * D > CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < chunks; k++) {
-        double *dw = part + 2 * D * k, *db = dw + D;
+        float *dw = part + 2 * D * k, *db = dw + D;
         int64_t end = rows * (k + 1) / chunks;
         for (int64_t r0 = rows * k / chunks; r0 < end; r0 += ROWS) {
             int64_t nr = end - r0 < ROWS ? end - r0 : ROWS;
@@ -258,19 +267,21 @@ CPU_CLONES void cpu_layer_norm_grad(const Graph *g, const Node *n, float *const 
             rows_stats(in[0] + r0 * D, nr, D, n->fattr[0], means, invs);
             for (int64_t r = r0; r < r0 + nr; r++) {
                 const float *xr = in[0] + r * D, *dy = in[2] + r * D;
-                double mean = means[r - r0], inv = invs[r - r0], mg = 0, mgx = 0;
+                float mean = (float)means[r - r0], inv = (float)invs[r - r0], mg = 0, mgx = 0;
+                float *dx = out[0] + r * D;
 #pragma omp simd reduction(+ : mg, mgx)
                 for (int64_t i = 0; i < D; i++) {
-                    double xhat = (xr[i] - mean) * inv, gi = (double)dy[i] * in[1][i];
+                    float xhat = (xr[i] - mean) * inv, gi = dy[i] * w[i];
                     mg += gi;
                     mgx += gi * xhat;
                     dw[i] += dy[i] * xhat;
                     db[i] += dy[i];
                 }
-                mg /= (double)D;
-                mgx /= (double)D;
+                mg /= (float)D;
+                mgx /= (float)D;
+#pragma omp simd
                 for (int64_t i = 0; i < D; i++)
-                    out[0][r * D + i] = (float)(inv * ((double)dy[i] * in[1][i] - mg - (xr[i] - mean) * inv * mgx));
+                    dx[i] = inv * (dy[i] * w[i] - mg - (xr[i] - mean) * inv * mgx);
             }
         }
     }
