@@ -4,15 +4,16 @@
  * Winograd, depthwise), decided when the program is prepared.
  *
  * CTIMM_CONV says how: "auto" (the default) times both on each distinct
- * geometry (random operands, the best of a few runs each) and keeps the
- * faster; "onednn" takes oneDNN wherever it has an implementation; "own"
- * never. A timed choice is stored in the kernel cache (ir/cache.h) as the
- * cuda backend stores its cuDNN algorithm choices, keyed by the geometry,
- * this CPU's model, the thread count and oneDNN's version, so the next
- * process (and the next run of a training job) runs the same kernels, and
- * its numbers do not depend on what one timing happened to see; within a
- * process the choices are kept in memory too, so its programs agree. Built
- * without oneDNN, every convolution is the own kernels'.
+ * geometry (random operands, the best of a few runs each, the two sides
+ * alternating) and keeps the faster; "onednn" takes oneDNN wherever it has
+ * an implementation; "own" never. A timed choice is stored in the kernel
+ * cache (ir/cache.h) as the cuda backend stores its cuDNN algorithm
+ * choices, keyed by the geometry, this CPU's model, the thread count and
+ * oneDNN's version, so the next process (and the next run of a training
+ * job) runs the same kernels, and its numbers do not depend on what one
+ * timing happened to see; within a process the choices are kept in memory
+ * too, so its programs agree. Built without oneDNN, every convolution is
+ * the own kernels'.
  */
 #ifndef CTIMM_CPU_CONV_CHOICE_H
 #define CTIMM_CPU_CONV_CHOICE_H
