@@ -62,9 +62,9 @@ static double time_run(const Timing *t, OnednnConv *dn, float *const *in, float 
 }
 
 /* Each side's best of a few runs, after one unmeasured (first touch of the
- * buffers and scratch), the two sides alternating: this VM runs in slow
- * spells of seconds, and one spell over one side's runs alone chose the own
- * kernel for a convolution oneDNN ran 2x faster (bench/NOTES.md). */
+ * buffers and scratch), the two sides alternating: machines like this VM
+ * run in slow spells of seconds, and with each side's runs back to back a
+ * spell could fall on one side only. */
 static void time_pairs(const Timing *t, float *const *in, float *const *out, double *own, double *dn)
 {
     *own = *dn = 1e30;
