@@ -133,5 +133,9 @@ int op_from_name(const char *name);
 /* muon_update's Newton-Schulz coefficients (a, b, c) of iteration `step` under
  * coefficient preset `preset` (ir/ops/optim_norm.c): for its cuda kernels. */
 void op_muon_coefficients(int preset, int step, double abc[3]);
+/* matmul node n's product op(a) [M, K] x op(b) [K, N] over a's and b's last
+ * two dims, op the transpose where trans_a / trans_b say (ir/ops/matmul.c):
+ * for the backends' GEMM calls. */
+void op_matmul_dims(const struct Graph *g, const struct Node *n, int64_t *M, int64_t *K, int64_t *N);
 
 #endif

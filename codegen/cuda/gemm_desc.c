@@ -86,7 +86,8 @@ int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d
         /* row-major c = op(a) op(b) as column-major c^T = op(b)^T op(a)^T:
          * the library's A is b, its B is a, each transposed by its own flag */
         int ta = (int)n->iattr[0], tb = (int)n->iattr[1];
-        int64_t M = a->d[a->ndim - 2 + ta], K = a->d[a->ndim - 1 - ta], N = b->d[b->ndim - 1 - tb];
+        int64_t M, K, N;
+        op_matmul_dims(g, n, &M, &K, &N);
         int64_t batch = shape_numel(a) / (M * K);
         int shared = b->ndim == 2, rows = shared && !ta; /* all of a's rows as one matrix */
         *d = (GemmDesc){.m = N, .n = rows ? batch * M : M, .k = K, .trans_a = tb, .trans_b = ta, .lda = tb ? K : N,

@@ -62,9 +62,7 @@ const OpDef op_linear = {.name = "linear", .min_in = 2, .max_in = 3, .infer = in
                          .vjp = linear_vjp, .fusion = OP_CONTRACTION, .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW,
                          .cost = linear_cost};
 
-/* matmul's operands as it multiplies them: a's rows M by columns K and b's
- * columns N, with trans_a / trans_b read from the last two dims swapped. */
-static void matmul_dims(const Graph *g, const Node *n, int64_t *M, int64_t *K, int64_t *N)
+void op_matmul_dims(const Graph *g, const Node *n, int64_t *M, int64_t *K, int64_t *N)
 {
     const CtShape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
     int64_t a0 = a->d[a->ndim - 2], a1 = a->d[a->ndim - 1], b0 = b->d[b->ndim - 2], b1 = b->d[b->ndim - 1];
@@ -84,7 +82,7 @@ static int infer_matmul(const Graph *g, const Node *n, CtType *out, CtErr *err)
     if (a->ndim < 2 || b->ndim < 2)
         goto mismatch;
     int64_t M, K, N;
-    matmul_dims(g, n, &M, &K, &N);
+    op_matmul_dims(g, n, &M, &K, &N);
     if (K != (n->iattr[1] ? b->d[b->ndim - 1] : b->d[b->ndim - 2]))
         goto mismatch;
     if (b->ndim != 2) {
@@ -107,7 +105,7 @@ static void matmul_ref(const Graph *g, const Node *n, double *const *in, double 
 {
     const CtShape *b = in_shape(g, n, 1);
     int64_t M, K, N;
-    matmul_dims(g, n, &M, &K, &N);
+    op_matmul_dims(g, n, &M, &K, &N);
     int64_t batch = shape_numel(in_shape(g, n, 0)) / (M * K);
     int shared_b = b->ndim == 2, ta = (int)n->iattr[0], tb = (int)n->iattr[1];
     for (int64_t t = 0; t < batch; t++) {
@@ -164,7 +162,7 @@ static void matmul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
             lhs = transpose(e, lhs);
             ta = 0;
         }
-        int64_t K = a.d[a.ndim - 1 - (n->iattr[0] != 0)], N = emit_shape(e, rhs).d[a.ndim - 1];
+        int64_t K = emit_shape(e, lhs).d[a.ndim - 1], N = emit_shape(e, rhs).d[a.ndim - 1];
         int64_t R = shape_numel(&a) / K;
         lhs = emit_reshape(e, lhs, (CtShape){2, {R, K}});
         rhs = emit_reshape(e, rhs, (CtShape){2, {R, N}});
@@ -176,8 +174,8 @@ static void matmul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int
  * as activations. */
 static OpCost matmul_cost(const Graph *g, const Node *n, unsigned flags)
 {
-    const CtShape *b = in_shape(g, n, 1);
-    int64_t N = b->d[b->ndim - 1 - (n->iattr[1] != 0)];
+    int64_t M, K, N;
+    op_matmul_dims(g, n, &M, &K, &N);
     return (OpCost){shape_numel(in_shape(g, n, 0)) * N, shape_numel(out_shape(g, n, 0))};
 }
 

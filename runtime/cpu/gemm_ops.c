@@ -305,7 +305,8 @@ void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *o
 {
     const CtShape *a = cpu_in_shape(g, n, 0), *b = cpu_in_shape(g, n, 1);
     int ta = (int)n->iattr[0], tb = (int)n->iattr[1];
-    int64_t M = a->d[a->ndim - 2 + ta], K = a->d[a->ndim - 1 - ta], N = b->d[b->ndim - 1 - tb];
+    int64_t M, K, N;
+    op_matmul_dims(g, n, &M, &K, &N);
     int64_t batch = M * K > 0 ? shape_numel(a) / (M * K) : 0;
     if (b->ndim == 2 && !ta) { /* one GEMM over all rows */
         M *= batch;
