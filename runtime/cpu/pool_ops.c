@@ -62,8 +62,10 @@ static inline __attribute__((always_inline)) void max_row(const float *xr, int32
  * (a loop over columns, which vectorises; per column, the loop-carried
  * compare of window_argmax is a chain of latencies), taps in the window's
  * row-major order so ties and NaN resolve as window_argmax does; the edge
- * columns through window_argmax. mode 1: y [OH, OW] = max; 3: dx [H, W] +=
- * dy at the argmax. bv, bi: room for OW values and indices (int32, as
+ * columns through window_argmax. mode 1: y [OH, OW] = max; 3: dx [H, W] =
+ * the sum of dy at each argmax, the plane zeroed here first, so that it is
+ * still in cache for the scatter (a whole-tensor memset before the planes
+ * wrote every byte of dx twice, from memory each time). bv, bi: room for OW values and indices (int32, as
  * wide as the values, so both fill the same vector lanes; a plane's index
  * fits). */
 CPU_CLONES static void max_pool_plane(const int64_t *a, int64_t H, int64_t W, int64_t OH, int64_t OW, const float *x,
@@ -73,6 +75,8 @@ CPU_CLONES static void max_pool_plane(const int64_t *a, int64_t H, int64_t W, in
     int64_t lo = (pw + sw - 1) / sw, hi = W >= kw_n - pw ? (W - kw_n + pw) / sw + 1 : 0;
     hi = hi < OW ? hi : OW;
     lo = lo < hi ? lo : hi;
+    if (mode == 3)
+        memset(out, 0, sizeof *out * (size_t)(H * W));
     for (int64_t oh = 0; oh < OH; oh++) {
         Window rows = pool_window(a, oh, 0, H, W);
         for (int64_t ow = 0; ow < OW; ow++) {
@@ -106,8 +110,6 @@ CPU_CLONES static void pool(const int64_t *a, const CtShape *x, const CtShape *y
                             float *dst, int mode)
 {
     int64_t H = x->d[2], W = x->d[3], OH = y->d[2], OW = y->d[3], planes = x->d[0] * x->d[1];
-    if (mode >= 2)
-        memset(dst, 0, (size_t)(planes * H * W) * sizeof *dst);
     if (mode == 1 || mode == 3) {
 #pragma omp parallel if (planes * H * W > CPU_PARALLEL_MIN)
         {
@@ -124,7 +126,9 @@ CPU_CLONES static void pool(const int64_t *a, const CtShape *x, const CtShape *y
         return;
     }
 #pragma omp parallel for if (planes * H * W > CPU_PARALLEL_MIN)
-    for (int64_t p = 0; p < planes; p++)
+    for (int64_t p = 0; p < planes; p++) {
+        if (mode == 2) /* the plane zeroed just before its scatter, as max_pool_plane's */
+            memset(dst + p * H * W, 0, sizeof *dst * (size_t)(H * W));
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
                 Window r = pool_window(a, oh, ow, H, W);
@@ -142,6 +146,7 @@ CPU_CLONES static void pool(const int64_t *a, const CtShape *x, const CtShape *y
                             dst[p * H * W + h * W + w] += share;
                 }
             }
+    }
 }
 
 void cpu_avg_pool2d(const Graph *g, const Node *n, float *const *in, float *const *out)
