@@ -62,7 +62,9 @@ static int new_step(Builder *b, FuseKind kind, int node)
     int s = b->nsteps++;
     /* until lay_out, `first` is the node that made the step */
     b->steps[s] = (FuseStep){.kind = kind, .first = node, .numel = n->nout ? numel_of(b->g, n->out[0]) : 0};
-    b->tip[s] = kind == FUSE_LIBRARY && n->nout && op_def(n->op)->fusion == OP_CONTRACTION ? n->out[0] : -1;
+    b->tip[s] = kind == FUSE_LIBRARY && n->nout && (op_def(n->op)->fusion == OP_CONTRACTION || n->op == CT_OP_batch_norm)
+                    ? n->out[0]
+                    : -1;
     b->step_of[node] = s;
     return s;
 }
@@ -74,9 +76,10 @@ static int producer_step(const Builder *b, ValueId v)
 }
 
 /* The epilogue part node n would add to library step s, or 0: a bias add
- * (the other operand one value per output channel), a residual add (the
- * same shape), an activation; in that order, each at most once, each on the
- * step's last value, its other operand from an earlier step. */
+ * (the other operand one value per output channel; a contraction's only, a
+ * batch_norm has its own shift), a residual add (the same shape), an
+ * activation; in that order, each at most once, each on the step's last
+ * value, its other operand from an earlier step. */
 static int epilogue_part(const Builder *b, int s, const Node *n)
 {
     const Graph *g = b->g;
@@ -94,8 +97,11 @@ static int epilogue_part(const Builder *b, int s, const Node *n)
     const CtShape *ts = &g->values[t].type.shape;
     if (same_elements(g, other, t) && shape_equal(&g->values[other].type.shape, ts))
         return FUSE_EPI_RESIDUAL;
+    CtOp host = g->nodes[b->steps[s].first].op;
+    if (host == CT_OP_batch_norm)
+        return 0;
     /* a bias varies along the channel dim only: conv's dim 1, a GEMM's last */
-    int channel = g->nodes[b->steps[s].first].op == CT_OP_conv2d ? 1 : ts->ndim - 1;
+    int channel = host == CT_OP_conv2d ? 1 : ts->ndim - 1;
     int64_t st[CT_MAX_DIMS];
     shape_broadcast_strides(&g->values[other].type.shape, ts, st);
     for (int d = 0; d < ts->ndim; d++)

@@ -10,7 +10,9 @@
  *                     add, a residual add and/or an activation, those nodes
  *                     too, recorded as the call's epilogue (cuBLASLt/cuDNN
  *                     epilogues on the GPU; an elementwise pass over the
- *                     call's output elsewhere).
+ *                     call's output elsewhere), and for batch_norm the
+ *                     residual add and activation (the cpu backend applies
+ *                     them to each plane as it normalises it).
  *   FUSE_ELEMENTWISE  elementwise and broadcast nodes (fuse_is_elementwise)
  *                     over one iteration space: every node's output has the
  *                     group's element count and memory order, so element i

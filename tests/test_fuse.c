@@ -1,9 +1,9 @@
 /* Fusion analysis: small hand-built graphs give the expected steps and
- * materialised values (a chain in one kernel, a library epilogue, a group
- * that may not reach past a library step, sibling steps merged), and every model's eval and
- * training graphs (f32, amp, channels last) pass the independent check
- * with fewer kernels than nodes, the optimizer in at most two launches
- * writing parameters in place. */
+ * materialised values (a chain in one kernel, a library epilogue, a batch
+ * norm's epilogue, a group that may not reach past a library step, sibling
+ * steps merged), and every model's eval and training graphs (f32, amp,
+ * channels last) pass the independent check with fewer kernels than nodes,
+ * the optimizer in at most two launches writing parameters in place. */
 #include <string.h>
 
 #include "check.h"
@@ -104,6 +104,39 @@ static void test_epilogue(void)
             CHECK(p.steps[0].epilogue == (FUSE_EPI_BIAS | FUSE_EPI_ACT));
             CHECK(!p.materialised[m] && p.materialised[a] == aux && p.materialised[y]);
             CHECK(p.nsteps == 1 + aux && p.kernels_after == 1 + aux);
+            fuse_free(&p);
+        }
+        graph_free(&g);
+    }
+}
+
+/* batch_norm (eval) -> + residual -> relu: one library step with a residual
+ * and activation epilogue, nothing before the relu written; a per-channel
+ * add after a batch_norm is no epilogue of it (a batch_norm has its own
+ * shift), so it runs as a kernel of its own. */
+static void test_bn_epilogue(void)
+{
+    for (int bias = 0; bias < 2; bias++) {
+        Graph g;
+        FusePlan p;
+        graph_init(&g);
+        ValueId x = input(&g, "x", 4, (int64_t[]){2, 4, 3, 3});
+        ValueId r = bias ? input(&g, "b", 3, (int64_t[]){4, 1, 1}) : input(&g, "r", 4, (int64_t[]){2, 4, 3, 3});
+        ValueId in[5] = {x};
+        for (int k = 1; k < 5; k++)
+            in[k] = input(&g, "c", 1, (int64_t[]){4});
+        ValueId y = node(&g, CT_OP_batch_norm, 5, in, (int64_t[]){0, 0}, 2, (double[]){0.1, 1e-5}, 2);
+        ValueId a = binary(&g, CT_OP_add, y, r), z = unary(&g, CT_OP_relu, a);
+        graph_mark_output(&g, z);
+        if (plan_ok(&g, &p)) {
+            if (bias) {
+                CHECK(p.steps[0].kind == FUSE_LIBRARY && p.steps[0].n == 1 && !p.steps[0].epilogue);
+                CHECK(p.nsteps == 2 && p.materialised[y]);
+            } else {
+                CHECK(p.nsteps == 1 && p.steps[0].kind == FUSE_LIBRARY && p.steps[0].n == 3);
+                CHECK(p.steps[0].epilogue == (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT));
+                CHECK(!p.materialised[y] && !p.materialised[a] && p.materialised[z]);
+            }
             fuse_free(&p);
         }
         graph_free(&g);
@@ -241,6 +274,7 @@ int main(void)
 {
     test_chain();
     test_epilogue();
+    test_bn_epilogue();
     test_no_cycle();
     test_view_and_check();
     test_siblings();

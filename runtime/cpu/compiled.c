@@ -117,6 +117,43 @@ static int linear_act(const CtExec *e, const FuseStep *st)
     return x + program_value_bytes(e->p, n->in[0]) <= y || y + program_value_bytes(e->p, a->out[0]) <= x;
 }
 
+/* Whether step st is a batch_norm and its epilogue (a residual add and/or
+ * an activation, fuse.h), in f32, nothing outside the step reading a value
+ * between them: one pass then runs them all (cpu_batch_norm_epilogue). Not
+ * where the plan put the step's output over the normalised x's input,
+ * which the node-by-node order allows (x read whole before) but one pass
+ * would overwrite channels it has yet to read. */
+static int bn_epilogue(const CtExec *e, const FuseStep *st)
+{
+    const Graph *g = &e->p->g;
+    const FusePlan *fp = &e->p->cpu.p;
+    const Node *n = &g->nodes[st->first];
+    if (st->kind != FUSE_LIBRARY || st->n < 2 || n->op != CT_OP_batch_norm ||
+        !(st->epilogue & (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT)))
+        return 0;
+    for (int j = 0; j < st->n; j++)
+        if (!cpu_all_f32(g, &n[j]) || (j < st->n - 1 && fp->materialised[n[j].out[0]]))
+            return 0;
+    ValueId x = n->in[0], y = n[st->n - 1].out[0];
+    const char *px = e->ptr[x], *py = e->ptr[y];
+    return px + program_value_bytes(e->p, x) <= py || py + program_value_bytes(e->p, y) <= px;
+}
+
+/* The residual of bn_epilogue's step st (NULL: none) and its activation. */
+static void bn_epilogue_parts(const CtExec *e, const FuseStep *st, const float **residual, const Node **act)
+{
+    const Graph *g = &e->p->g;
+    const Node *n = &g->nodes[st->first];
+    *residual = NULL;
+    *act = NULL;
+    for (int j = 1; j < st->n; j++) {
+        if (n[j].op == CT_OP_add)
+            *residual = e->ptr[n[j].in[n[j].in[0] == n[j - 1].out[0] ? 1 : 0]];
+        else
+            *act = &n[j];
+    }
+}
+
 static void run_steps(const CtExec *e)
 {
     const CtProgram *p = e->p;
@@ -141,6 +178,19 @@ static void run_steps(const CtExec *e)
             for (int i = 0; i < n->nin; i++)
                 in[i] = ptr[n->in[i]];
             cpu_linear_act(&p->g, n, n + 1, in, ptr[n->out[0]], ptr[n[1].out[0]]);
+            continue;
+        }
+        if (bn_epilogue(e, st)) {
+            const Node *n = &p->g.nodes[st->first];
+            const float *residual;
+            const Node *act;
+            float *in[CT_MAX_IN], *out[CT_MAX_OUT];
+            for (int i = 0; i < n->nin; i++)
+                in[i] = ptr[n->in[i]];
+            for (int o = 0; o < n->nout; o++)
+                out[o] = ptr[n->out[o]];
+            bn_epilogue_parts(e, st, &residual, &act);
+            cpu_batch_norm_epilogue(&p->g, n, in, out, p->opt.collective, residual, act, ptr[n[st->n - 1].out[0]]);
             continue;
         }
         if (st->kind == FUSE_LIBRARY && conv_choices_run_step(&e->conv, &p->g, st->first, st->n, ptr))

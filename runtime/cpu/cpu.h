@@ -109,6 +109,14 @@ typedef void (*CpuRankKernel)(const Graph *g, const Node *n, float *const *in, f
 CPU_RANK_KERNELS(X)
 #undef X
 
+/* batch_norm node n, then its library step's epilogue (passes/fuse.h): y =
+ * act(normalised x + residual) (residual, act: NULL where the step has
+ * none), each plane while it is in cache; y apart from x, equal to
+ * residual or apart from it. out[0], the normalised x alone, is not
+ * written. */
+void cpu_batch_norm_epilogue(const Graph *g, const Node *n, float *const *in, float *const *out,
+                             const CtCollective *coll, const float *residual, const Node *act, float *y);
+
 /* sdpa keeping its weights softmax(q k^T * scale + bias) [B*H, N, M] in saved, and
  * sdpa_grad reading them from there instead of recomputing them (saved
  * NULL: as cpu_sdpa and cpu_sdpa_grad). */

@@ -2,7 +2,8 @@
  * The cpu backend's normalisations: batch_norm over x [N,C,S...] per
  * channel, layer_norm over the last dim and group_norm per sample and group
  * of channels, forward and gradient, as f32 loops with statistics and sums
- * in double (the ref kernels' formulas), vectorised sums (several partial
+ * in double (batch_norm's in one pass over a channel, about a shift; the
+ * others the ref kernels' formulas), vectorised sums (several partial
  * sums: a reordering of double additions, far below f32 rounding),
  * channels, rows or planes split among OpenMP threads. layer_norm's rows
  * (a few hundred values) take their gradient's sums in f32, as torch does.
@@ -43,12 +44,49 @@ CPU_CLONES static double channel_sqdev(const float *x, int64_t N, int64_t C, int
     return sq;
 }
 
-/* Mean and biased variance of channel c of x viewed as [N, C, S]. */
-CPU_CLONES static void channel_stats(const float *x, int64_t N, int64_t C, int64_t S, int64_t c, double *mean, double *var)
+/* Channel c of x (and of dy) viewed as [N, C, S], in one pass: the sums of
+ * d = x - k, of d * d and, where dy, of dy and dy * d, k being the
+ * channel's first value. One pass where a mean's and then a variance's
+ * read x twice (and the gradient's sums a third time): shifted by k,
+ * E[d^2] - E[d]^2 does not cancel where the mean is large against the
+ * spread, as it would about 0. */
+typedef struct ChannelSums {
+    double k, d, dd, dy, dyd;
+} ChannelSums;
+
+CPU_CLONES static ChannelSums channel_sums(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c)
 {
-    double cnt = (double)(N * S);
-    *mean = channel_sum(x, N, C, S, c) / cnt;
-    *var = channel_sqdev(x, N, C, S, c, *mean) / cnt;
+    double k = x[c * S], d = 0, dd = 0, sdy = 0, dyd = 0;
+    for (int64_t b = 0; b < N; b++) {
+        const float *p = x + (b * C + c) * S, *q = dy ? dy + (b * C + c) * S : NULL;
+        if (!q) {
+#pragma omp simd reduction(+ : d, dd)
+            for (int64_t s = 0; s < S; s++) {
+                double v = p[s] - k;
+                d += v;
+                dd += v * v;
+            }
+            continue;
+        }
+#pragma omp simd reduction(+ : d, dd, sdy, dyd)
+        for (int64_t s = 0; s < S; s++) {
+            double v = p[s] - k;
+            d += v;
+            dd += v * v;
+            sdy += q[s];
+            dyd += (double)q[s] * v;
+        }
+    }
+    return (ChannelSums){k, d, dd, sdy, dyd};
+}
+
+/* Mean and biased variance of the channel whose sums over cnt values are s;
+ * a rounding below 0 is 0, NaN stays NaN. */
+static void sums_stats(const ChannelSums *s, double cnt, double *mean, double *var)
+{
+    double m = s->d / cnt, v = s->dd / cnt - m * m;
+    *mean = s->k + m;
+    *var = v < 0 ? 0 : v;
 }
 
 /* SyncBatchNorm's statistics over every rank's batch (ir/ops/norm.c's
@@ -82,8 +120,8 @@ static int synced(const Node *n, const CtCollective *coll)
     return n->iattr[0] && n->iattr[1] && ct_collective_world(coll) > 1;
 }
 
-CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out,
-                               const CtCollective *coll)
+CPU_CLONES void cpu_batch_norm_epilogue(const Graph *g, const Node *n, float *const *in, float *const *out,
+                                        const CtCollective *coll, const float *residual, const Node *act, float *y)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
@@ -99,7 +137,8 @@ CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, 
                 mean = st[c];
                 var = st[C + 1 + c];
             } else {
-                channel_stats(in[0], N, C, S, c, &mean, &var);
+                ChannelSums sums = channel_sums(in[0], NULL, N, C, S, c);
+                sums_stats(&sums, cnt, &mean, &var);
             }
             out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
             out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
@@ -107,31 +146,33 @@ CPU_CLONES void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, 
         double inv = 1 / sqrt(var + eps);
         float scale = (float)(inv * in[1][c]), shift = (float)(in[2][c] - mean * inv * in[1][c]);
         for (int64_t b = 0; b < N; b++) {
-            const float *xp = in[0] + (b * C + c) * S;
-            float *yp = out[0] + (b * C + c) * S;
-            for (int64_t s = 0; s < S; s++)
-                yp[s] = xp[s] * scale + shift;
+            const float *xp = in[0] + (b * C + c) * S, *rp = residual ? residual + (b * C + c) * S : NULL;
+            float *yp = y + (b * C + c) * S;
+            if (rp)
+                for (int64_t s = 0; s < S; s++)
+                    yp[s] = xp[s] * scale + shift + rp[s];
+            else
+                for (int64_t s = 0; s < S; s++)
+                    yp[s] = xp[s] * scale + shift;
+            if (act)
+                cpu_act_span(act, yp, yp, S);
         }
     }
     free(st);
 }
 
-/* Channel c's sums of dy and dy * x, and from them the weight's gradient
- * (sum dy * xhat) and the bias's (sum dy), written to out[1], out[2]. */
-CPU_CLONES static void bn_grad_sums(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c,
-                                    double mean, double inv, float *const *out, double *dw, double *db)
+void cpu_batch_norm(const Graph *g, const Node *n, float *const *in, float *const *out, const CtCollective *coll)
 {
-    double sdy = 0, dxy = 0;
-    for (int64_t b = 0; b < N; b++) {
-        const float *xp = x + (b * C + c) * S, *dp = dy + (b * C + c) * S;
-#pragma omp simd reduction(+ : sdy, dxy)
-        for (int64_t s = 0; s < S; s++) {
-            sdy += dp[s];
-            dxy += (double)dp[s] * xp[s];
-        }
-    }
-    *dw = (dxy - mean * sdy) * inv;
-    *db = sdy;
+    cpu_batch_norm_epilogue(g, n, in, out, coll, NULL, NULL, out[0]);
+}
+
+/* The weight's gradient (sum dy * xhat) and the bias's (sum dy) of channel
+ * c from its sums s, about mean, written to out[1], out[2]. */
+static void bn_grad_wb(const ChannelSums *s, double mean, double inv, int64_t c, float *const *out, double *dw,
+                       double *db)
+{
+    *dw = (s->dyd - (mean - s->k) * s->dy) * inv;
+    *db = s->dy;
     out[1][c] = (float)*dw;
     out[2][c] = (float)*db;
 }
@@ -160,14 +201,15 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double eps = n->fattr[0];
-    if (!synced(n, coll)) { /* one pass over the channels: x and dy stay in cache between the sums and dx */
+    if (!synced(n, coll)) { /* a channel at a time: its x and dy read twice, for the sums and dx */
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
         for (int64_t c = 0; c < C; c++) {
             double mean = in[2][c], var = in[3][c], dw, db;
+            ChannelSums sums = channel_sums(in[0], in[4], N, C, S, c);
             if (training)
-                channel_stats(in[0], N, C, S, c, &mean, &var);
+                sums_stats(&sums, (double)(N * S), &mean, &var);
             double inv = 1 / sqrt(var + eps);
-            bn_grad_sums(in[0], in[4], N, C, S, c, mean, inv, out, &dw, &db);
+            bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
             bn_grad_dx(in[0], in[4], N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw, db, out[0]);
         }
         return;
@@ -176,8 +218,10 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     double *st = sync_stats(in[0], N, C, S, coll), *sums = malloc(sizeof *sums * (size_t)(2 * C));
     CT_ASSERT(sums != NULL);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
-    for (int64_t c = 0; c < C; c++)
-        bn_grad_sums(in[0], in[4], N, C, S, c, st[c], 1 / sqrt(st[C + 1 + c] + eps), out, &sums[c], &sums[C + c]);
+    for (int64_t c = 0; c < C; c++) {
+        ChannelSums cs = channel_sums(in[0], in[4], N, C, S, c);
+        bn_grad_wb(&cs, st[c], 1 / sqrt(st[C + 1 + c] + eps), c, out, &sums[c], &sums[C + c]);
+    }
     if (ct_collective_sum(coll, sums, 2 * C))
         for (int64_t c = 0; c < 2 * C; c++)
             sums[c] = NAN;
