@@ -749,7 +749,7 @@ add_test(NAME bench_oom_retry COMMAND sh -c
      --results-file oom.csv > oom.log 2>&1 && grep -q '^Reducing batch size to 48 for retry.' oom.log && \
    grep -q '^test_resnet,[0-9.]*,[0-9.]*,[1-9],160,' oom.csv && \
    CTIMM_MEMORY_LIMIT=40000000 ${FAIL} 'out of memory: the plan needs' ${BENCH} -m test_resnet --bench train -b 64 --no-retry")
-# The cpu backend's choice between oneDNN and its own convolutions is
+# The cpu backend's choice between oneDNN and its own convolutions (and pooling) is
 # timed once and kept in the kernel cache: a second process times nothing
 # and runs the same kernels.
 if(DNNL_INCLUDE AND DNNL_LIB)
@@ -757,9 +757,10 @@ if(DNNL_INCLUDE AND DNNL_LIB)
     "rm -rf kcc && export CTIMM_CACHE_DIR=$PWD/kcc && \
      ${BENCH} -m test_resnet --bench train -b 2 --num-warm-iter 0 --num-bench-iter 1 > conv1.log && \
      ${BENCH} -m test_resnet --bench train -b 2 --num-warm-iter 0 --num-bench-iter 1 > conv2.log && \
-     grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: [1-9][0-9]* timed now, [0-9]* cached)$' conv1.log && \
-     grep -q '^Convolutions: [0-9]* of 44 on oneDNN .*: 0 timed now, 44 cached)$' conv2.log && \
-     test \"$(grep -o '^Convolutions: [0-9]*' conv1.log)\" = \"$(grep -o '^Convolutions: [0-9]*' conv2.log)\"")
+     grep -q '^Convolutions: [0-9]* of 44 on oneDNN [^;]*; pooling: [0-9]* of 8 on oneDNN .*: [1-9][0-9]* timed now, [0-9]* cached)$' conv1.log && \
+     grep -q '^Convolutions: [0-9]* of 44 on oneDNN [^;]*; pooling: [0-9]* of 8 on oneDNN .*: 0 timed now, 52 cached)$' conv2.log && \
+     test \"$(grep -o '^Convolutions: [0-9]* of 44 on oneDNN [^;]*; pooling: [0-9]*' conv1.log)\" = \
+          \"$(grep -o '^Convolutions: [0-9]* of 44 on oneDNN [^;]*; pooling: [0-9]*' conv2.log)\"")
   set_property(TEST bench_conv_choice_cached APPEND PROPERTY ENVIRONMENT CTIMM_CONV=auto)
 endif()
 add_test(NAME bench_refuses_torchcompile COMMAND ${FAIL} "--torchcompile .benchmark.py's flag. is not implemented"

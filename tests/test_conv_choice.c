@@ -9,7 +9,10 @@
  * (each activation oneDNN has a post-op for) runs as one primitive with
  * them as post-ops, within 1e-5 of the own kernels' node-by-node results;
  * one whose pre-activation output is also an output keeps its epilogue
- * apart; the values between convolutions only stay blocked. Built without oneDNN: "onednn" fails saying so and the note says the
+ * apart; the values between convolutions only stay blocked. Pooling and
+ * its gradients on oneDNN match the own loops, but for a ceil_mode average
+ * whose divisor oneDNN counts otherwise, left on them. Built without
+ * oneDNN: "onednn" fails saying so and the note says the
  * own kernels run. test_cpu runs under both forced modes too (ctest), each
  * geometry against the ref backend. */
 #include <stdlib.h>
@@ -99,6 +102,43 @@ static void build_epilogues(Graph *g)
     graph_mark_output(g, node1(g, CT_OP_add, conv3(g, c2, w2, -1), r, 0));
 }
 
+/* A pooling node (op, attributes a: kh kw sh sw ph pw ceil_mode
+ * count_include_pad) of x and its gradient with dy = y * y, both outputs. */
+static void add_pool(Graph *g, CtOp op, ValueId x, const int64_t a[8])
+{
+    CtErr err;
+    Node n = {.op = op, .nin = 1, .in = {x}};
+    memcpy(n.iattr, a, 8 * sizeof *a);
+    int id = graph_add_node(g, &n, "pool", &err);
+    CHECKF(id >= 0, "%s", err.msg);
+    ValueId y = g->nodes[id].out[0];
+    ValueId dy = g->nodes[graph_add_node(g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, "dy", &err)].out[0];
+    int max = op == CT_OP_max_pool2d;
+    Node gn = {.op = max ? CT_OP_max_pool2d_grad : CT_OP_avg_pool2d_grad, .nin = max ? 2 : 1,
+               .in = {max ? x : dy, dy}};
+    memcpy(gn.iattr, a, 8 * sizeof *a);
+    gn.iattr[8] = g->values[x].type.shape.d[2];
+    gn.iattr[9] = g->values[x].type.shape.d[3];
+    id = graph_add_node(g, &gn, "pool_grad", &err);
+    CHECKF(id >= 0, "%s", err.msg);
+    graph_mark_output(g, y);
+    graph_mark_output(g, g->nodes[id].out[0]);
+}
+
+/* ResNet's stem max pool (3x3 s2 p1), a 2x2 s2 average counting padding, a
+ * 3x3 s1 p1 one not counting it, each with its gradient, on oneDNN; and a
+ * ceil_mode average counting padding whose last window reaches past it
+ * (PyTorch's divisor and oneDNN's differ there), on the own loops. */
+static void build_pools(Graph *g)
+{
+    graph_init(g);
+    ValueId x = input(g, 2, 8, 13, 12);
+    add_pool(g, CT_OP_max_pool2d, x, (int64_t[]){3, 3, 2, 2, 1, 1, 0, 0});
+    add_pool(g, CT_OP_avg_pool2d, x, (int64_t[]){2, 2, 2, 2, 0, 0, 0, 1});
+    add_pool(g, CT_OP_avg_pool2d, x, (int64_t[]){3, 3, 1, 1, 1, 1, 0, 0});
+    add_pool(g, CT_OP_avg_pool2d, x, (int64_t[]){3, 3, 2, 2, 1, 1, 1, 1});
+}
+
 /* One run of g on the cpu backend under CTIMM_CONV=mode: 0 and the outputs
  * and the backend's note, or -1 with err. */
 static int run(const Graph *g, const char *mode, const CtTensor *in, int nin, CtTensor *out, char *note, CtErr *err)
@@ -149,6 +189,31 @@ static void random_inputs(const Graph *g, CtTensor *in, int *nin)
 }
 
 #ifdef CTIMM_HAVE_DNNL
+static void check_pools(void)
+{
+    Graph g;
+    build_pools(&g);
+    CtTensor in[1];
+    int nin;
+    random_inputs(&g, in, &nin);
+    enum { NOUT = 8 };
+    CHECK(g.noutputs == NOUT);
+    CtTensor own[NOUT], dn[NOUT];
+    char note[256];
+    CtErr err = {{0}};
+    CHECKF(run(&g, "own", in, nin, own, note, &err) == 0, "%s", err.msg);
+    CHECKF(!strcmp(note, "Pooling: ctimm's own kernels (CTIMM_CONV=own)"), "%s", note);
+    CHECKF(run(&g, "onednn", in, nin, dn, note, &err) == 0, "%s", err.msg);
+    CHECKF(!strcmp(note, "Pooling: 6 of 8 on oneDNN (CTIMM_CONV=onednn)"), "%s", note);
+    for (int k = 0; k < NOUT; k++)
+        CHECKF(rel(&dn[k], &own[k]) < 1e-6, "pooling output %d: oneDNN against the own kernels: %.3e", k,
+               rel(&dn[k], &own[k]));
+    free_outs(own, NOUT);
+    free_outs(dn, NOUT);
+    free(in[0].data);
+    graph_free(&g);
+}
+
 static void check_epilogues(void)
 {
     Graph g;
@@ -216,6 +281,7 @@ int main(void)
     free_outs(a2, NOUT);
     test_rm_tree(dir);
     check_epilogues();
+    check_pools();
 #else
     CHECKF(strstr(note, "own kernels (built without oneDNN)"), "%s", note);
     CHECK(run(&g, "onednn", in, nin, dn, note, &err) != 0);

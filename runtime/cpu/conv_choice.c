@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ir/cache.h"
+#include "ir/ops/pool_window.h"
 #include "runtime/cpu/compiled.h"
 #include "runtime/cpu/cpu.h"
 
@@ -37,6 +38,11 @@ static int is_conv(const Node *n)
 
 #ifdef CTIMM_HAVE_DNNL
 
+static int is_pool(const Node *n)
+{
+    return n->op == CT_OP_max_pool2d || n->op == CT_OP_max_pool2d_grad || n->op == CT_OP_avg_pool2d ||
+           n->op == CT_OP_avg_pool2d_grad;
+}
 
 static double now(void)
 {
@@ -48,14 +54,18 @@ static double now(void)
 typedef struct Timing {
     const Graph *g;
     const Node *n;
-    OnednnConv *dn; /* made for the timing; kept when oneDNN wins */
+    void *dn; /* the primitive made for the timing, kept when oneDNN wins */
+    void (*run)(void *dn, float *const *in, float *const *out);
 } Timing;
 
-static double time_run(const Timing *t, OnednnConv *dn, float *const *in, float *const *out)
+static void run_conv(void *dn, float *const *in, float *const *out) { onednn_conv_run(dn, in, NULL, out); }
+static void run_pool(void *dn, float *const *in, float *const *out) { onednn_pool_run(dn, in, out); }
+
+static double time_run(const Timing *t, int dn, float *const *in, float *const *out)
 {
     double t0 = now();
     if (dn)
-        onednn_conv_run(dn, in, NULL, out);
+        t->run(t->dn, in, out);
     else
         cpu_run_node(t->g, t->n, (void *const *)in, (void *const *)out, NULL);
     return now() - t0;
@@ -68,10 +78,10 @@ static double time_run(const Timing *t, OnednnConv *dn, float *const *in, float 
 static void time_pairs(const Timing *t, float *const *in, float *const *out, double *own, double *dn)
 {
     *own = *dn = 1e30;
-    time_run(t, NULL, in, out);
-    time_run(t, t->dn, in, out);
+    time_run(t, 0, in, out);
+    time_run(t, 1, in, out);
     for (int i = 0; i < 3; i++) {
-        double a = time_run(t, NULL, in, out), b = time_run(t, t->dn, in, out);
+        double a = time_run(t, 0, in, out), b = time_run(t, 1, in, out);
         *own = a < *own ? a : *own;
         *dn = b < *dn ? b : *dn;
         if (a + b > 0.1) /* a big convolution: one measured pair says enough */
@@ -120,30 +130,40 @@ static int time_both(void *vctx, const CacheKeyParts *parts, void **blob, size_t
     return 0;
 }
 
-/* Whether node n runs on oneDNN: the cached choice, else timed now. */
-static int choose(const Graph *g, const Node *n, KernelCache *cache, OnednnConv *dn, int *onednn, CtErr *err)
+/* Whether t's node runs on oneDNN: the cached choice, else timed now. The
+ * key: the op, its operands' and output's shapes, its attributes (a
+ * convolution's first two operands and 7 attributes, as before pooling
+ * took choices too, so that the cache's entries stay valid). */
+static int choose(const Timing *t, KernelCache *cache, int *onednn, CtErr *err)
 {
+    const Graph *g = t->g;
+    const Node *n = t->n;
     char key[320], target[320], model[256];
-    int len = snprintf(key, sizeof key, "%s bias=%d", op_def(n->op)->name, n->nin == 3);
-    const ValueId v[3] = {n->in[0], n->in[1], n->out[0]};
-    for (int k = 0; k < 3; k++) {
+    int conv = is_conv(n), len = snprintf(key, sizeof key, "%s", op_def(n->op)->name);
+    if (conv)
+        len += snprintf(key + len, sizeof key - (size_t)len, " bias=%d", n->nin == 3);
+    ValueId v[CT_MAX_IN + 1];
+    int nv = conv ? 2 : n->nin;
+    for (int k = 0; k < nv; k++)
+        v[k] = n->in[k];
+    v[nv++] = n->out[0];
+    for (int k = 0; k < nv; k++) {
         const CtShape *s = &g->values[v[k]].type.shape;
         len += snprintf(key + len, sizeof key - (size_t)len, " [%lld,%lld,%lld,%lld]", (long long)s->d[0],
                         (long long)s->d[1], (long long)s->d[2], (long long)s->d[3]);
     }
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < (conv ? 7 : POOL_COUNT_PAD + 1); k++)
         len += snprintf(key + len, sizeof key - (size_t)len, " %lld", (long long)n->iattr[k]);
     host_cpu_model(model, sizeof model);
     snprintf(target, sizeof target, "host %s, %d threads", model, omp_get_max_threads());
     CacheKeyParts parts = {.source = key, .target = target, .compiler = "onednn", .compiler_version = onednn_version(),
                            .options = "own-vs-onednn", .codegen_version = "ctimm-conv-choice-2"};
-    Timing t = {g, n, dn};
     const void *blob;
     size_t len_blob;
-    if (cache_get(cache, &parts, time_both, &t, &blob, &len_blob, err))
+    if (cache_get(cache, &parts, time_both, (void *)t, &blob, &len_blob, err))
         return -1;
     if (len_blob != 1)
-        return ct_fail(err, "cached convolution choice for %s has %zu bytes, not 1", key, len_blob);
+        return ct_fail(err, "cached oneDNN choice for %s has %zu bytes, not 1", key, len_blob);
     *onednn = *(const char *)blob == 'd';
     return 0;
 }
@@ -272,20 +292,104 @@ static void choices_open(void)
     choices_failed = cache_open(&choices, &(CacheOptions){.memory_fallback = 1, .first_wins = 1}, &choices_err) != 0;
 }
 
+/* The primitive of node n on oneDNN (conv: onednn_conv_create's, else
+ * onednn_pool_create's), or NULL where oneDNN has none. */
+static void *dn_create(const Graph *g, const Node *n, int conv)
+{
+    CtErr why;
+    if (conv) {
+        OnednnConv *dn;
+        return onednn_conv_create(g, n, NULL, 0, &dn, &why) ? NULL : dn;
+    }
+    OnednnPool *dn;
+    return onednn_pool_create(g, n, &dn, &why) ? NULL : dn;
+}
+
+static void dn_free(void *dn, int conv)
+{
+    if (conv)
+        onednn_conv_free(dn);
+    else
+        onednn_pool_free(dn);
+}
+
+/* The node's primitive on oneDNN where that is the mode's choice, else
+ * NULL; -1 where a timed choice failed (err). */
+static int choose_node(const Graph *g, const Node *n, int mode, ConvChoices *c, void **out, CtErr *err)
+{
+    int conv = is_conv(n);
+    *out = NULL;
+    void *dn = dn_create(g, n, conv);
+    if (!dn)
+        return 0; /* no oneDNN implementation: the own kernel */
+    int use = 1;
+    if (mode == MODE_AUTO) {
+        uint64_t before = cache_stats(&choices).compiles;
+        Timing t = {g, n, dn, conv ? run_conv : run_pool};
+        if (choose(&t, &choices, &use, err)) {
+            dn_free(dn, conv);
+            return -1;
+        }
+        if (cache_stats(&choices).compiles > before)
+            c->timed++;
+        else
+            c->cached++;
+    }
+    if (use)
+        *out = dn;
+    else
+        dn_free(dn, conv);
+    return 0;
+}
+
+/* c's line for the logs. */
+static void write_note(ConvChoices *c, int mode, int eligible)
+{
+    int len = 0;
+    size_t n = sizeof c->note;
+    if (mode == MODE_OWN || (c->convs && !eligible)) {
+        if (c->convs)
+            snprintf(c->note, n, "Convolutions: ctimm's own kernels (%s)",
+                     mode == MODE_OWN ? "CTIMM_CONV=own" : "oneDNN takes the f32 ones; these are f16/bf16");
+        else
+            snprintf(c->note, n, "Pooling: ctimm's own kernels (CTIMM_CONV=own)");
+        return;
+    }
+    if (c->convs)
+        len = snprintf(c->note, n, "Convolutions: %d of %d on oneDNN %s", c->onednn, c->convs, onednn_version());
+    if (c->pools)
+        len += snprintf(c->note + len, n - (size_t)len, "%s: %d of %d on oneDNN", c->convs ? "; pooling" : "Pooling",
+                        c->pool_onednn, c->pools);
+    if (mode == MODE_AUTO)
+        len += snprintf(c->note + len, n - (size_t)len, " (the faster of oneDNN and ctimm's own: %d timed now, %d cached)",
+                        c->timed, c->cached);
+    else
+        len += snprintf(c->note + len, n - (size_t)len, " (CTIMM_CONV=onednn)");
+    if (c->fused)
+        len += snprintf(c->note + len, n - (size_t)len, "; %d with their epilogue as post-ops", c->fused);
+    if (c->blocked)
+        len += snprintf(c->note + len, n - (size_t)len, "; %d values passed on blocked", c->blocked);
+    if (c->convs && eligible < c->convs)
+        snprintf(c->note + len, n - (size_t)len, "; %d f16/bf16 ones on ctimm's own", c->convs - eligible);
+}
+
 int conv_choices_make(const Graph *g, const FusePlan *fp, void *const *ptr, ConvChoices *c, CtErr *err)
 {
     memset(c, 0, sizeof *c);
     int mode = MODE_AUTO;
     if (conv_mode(&mode, err))
         return -1;
-    for (int i = 0; i < g->nnodes; i++)
+    for (int i = 0; i < g->nnodes; i++) {
         c->convs += is_conv(&g->nodes[i]);
-    if (!c->convs)
+        c->pools += is_pool(&g->nodes[i]);
+    }
+    if (!c->convs && !c->pools)
         return 0;
     c->nnodes = g->nnodes;
     c->dn = calloc((size_t)g->nnodes, sizeof *c->dn);
     c->epi = calloc((size_t)g->nnodes, sizeof *c->epi);
-    CT_ASSERT(c->dn && c->epi);
+    c->pool = calloc((size_t)g->nnodes, sizeof *c->pool);
+    CT_ASSERT(c->dn && c->epi && c->pool);
     if (mode == MODE_AUTO) {
         pthread_once(&choices_once, choices_open);
         if (choices_failed) {
@@ -293,64 +397,39 @@ int conv_choices_make(const Graph *g, const FusePlan *fp, void *const *ptr, Conv
             return ct_fail(err, "%s", choices_err.msg);
         }
     }
-    CtErr why = {{0}};
     int eligible = 0;
     for (int i = 0; i < g->nnodes && mode != MODE_OWN; i++) {
         const Node *n = &g->nodes[i];
-        if (!is_conv(n) || !cpu_all_f32(g, n))
+        if (!(is_conv(n) || is_pool(n)) || !cpu_all_f32(g, n))
             continue;
-        eligible++;
-        OnednnConv *dn;
-        if (onednn_conv_create(g, n, NULL, 0, &dn, &why))
-            continue; /* no oneDNN implementation: the own kernel */
-        int use = 1;
-        if (mode == MODE_AUTO) {
-            uint64_t before = cache_stats(&choices).compiles;
-            if (choose(g, n, &choices, dn, &use, err)) {
-                onednn_conv_free(dn);
-                conv_choices_free(c);
-                return -1;
-            }
-            if (cache_stats(&choices).compiles > before)
-                c->timed++;
-            else
-                c->cached++;
+        eligible += is_conv(n);
+        void *dn;
+        if (choose_node(g, n, mode, c, &dn, err)) {
+            conv_choices_free(c);
+            return -1;
         }
-        if (use) {
+        if (dn && is_conv(n)) {
             c->dn[i] = dn;
             c->onednn++;
-        } else {
-            onednn_conv_free(dn);
+        } else if (dn) {
+            c->pool[i] = dn;
+            c->pool_onednn++;
         }
     }
     fuse_epilogues(g, fp, c);
     chain_blocked(g, fp, c, ptr);
-    if (mode == MODE_OWN || !eligible) {
-        snprintf(c->note, sizeof c->note, "Convolutions: ctimm's own kernels (%s)",
-                 mode == MODE_OWN ? "CTIMM_CONV=own" : "oneDNN takes the f32 ones; these are f16/bf16");
-        return 0;
-    }
-    int len = snprintf(c->note, sizeof c->note, "Convolutions: %d of %d on oneDNN %s", c->onednn, c->convs,
-                       onednn_version());
-    if (mode == MODE_AUTO)
-        len += snprintf(c->note + len, sizeof c->note - (size_t)len,
-                        " (the faster of oneDNN and ctimm's own: %d timed now, %d cached)", c->timed, c->cached);
-    else
-        len += snprintf(c->note + len, sizeof c->note - (size_t)len, " (CTIMM_CONV=onednn)");
-    if (c->fused)
-        len += snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d with their epilogue as post-ops", c->fused);
-    if (c->blocked)
-        len += snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d values passed on blocked", c->blocked);
-    if (eligible < c->convs)
-        snprintf(c->note + len, sizeof c->note - (size_t)len, "; %d f16/bf16 ones on ctimm's own", c->convs - eligible);
+    write_note(c, mode, eligible);
     return 0;
 }
 
 int conv_choices_run(const ConvChoices *c, int node, float *const *in, float *const *out)
 {
-    if (!c->dn || !c->dn[node])
+    if (c->dn && c->dn[node])
+        onednn_conv_run(c->dn[node], in, NULL, out);
+    else if (c->pool && c->pool[node])
+        onednn_pool_run(c->pool[node], in, out);
+    else
         return 0;
-    onednn_conv_run(c->dn[node], in, NULL, out);
     return 1;
 }
 
@@ -398,10 +477,13 @@ void conv_choices_free(ConvChoices *c)
     for (int i = 0; c->dn && i < c->nnodes; i++) {
         onednn_conv_free(c->dn[i]);
         onednn_conv_free(c->epi[i]);
+        onednn_pool_free(c->pool[i]);
     }
     free(c->dn);
     free(c->epi);
+    free(c->pool);
     c->dn = c->epi = NULL;
+    c->pool = NULL;
 }
 
 #else

@@ -1,13 +1,12 @@
 /* Contract: runtime/cpu/onednn.h. Built only with CTIMM_HAVE_DNNL. */
 #include "runtime/cpu/onednn.h"
 
-#include <oneapi/dnnl/dnnl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/onednn_lib.h"
 
 enum { A_SRC, A_WEI, A_DST, NARGS }; /* forward x w y, grad_input dy w dx, grad_weight x dy dw */
 
@@ -27,29 +26,6 @@ struct OnednnConv {
     dnnl_primitive_t sum_in;    /* the residual's NCHW -> the destination's layout; NULL: the same layout */
     dnnl_memory_desc_t bias_md, pad_md; /* pad: the primitive's scratchpad (user-managed: a cpu_scratch slot) */
 };
-
-static dnnl_engine_t engine;
-static dnnl_status_t engine_status;
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-
-static void engine_create(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
-
-const char *onednn_version(void)
-{
-    static char v[32];
-    const dnnl_version_t *d = dnnl_version();
-    snprintf(v, sizeof v, "%d.%d.%d", d->major, d->minor, d->patch);
-    return v;
-}
-
-#define DN(call)                                                                                                       \
-    do {                                                                                                               \
-        dnnl_status_t st_ = (call);                                                                                    \
-        if (st_ != dnnl_success) {                                                                                     \
-            ct_fail(err, "oneDNN: %s failed (status %d)", #call, (int)st_);                                            \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
 
 static dnnl_status_t md4(dnnl_memory_desc_t *md, const CtShape *s, int any)
 {
@@ -79,7 +55,8 @@ static dnnl_query_t md_query(int arg)
 }
 
 /* A reorder primitive from one layout of a tensor to another. */
-static dnnl_status_t reorder_create(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *r)
+static dnnl_status_t reorder_create(dnnl_engine_t engine, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                    dnnl_primitive_t *r)
 {
     dnnl_primitive_desc_t rpd;
     dnnl_status_t st = dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL);
@@ -134,9 +111,9 @@ static int set_post_ops(dnnl_primitive_attr_t attr, const Node *epi, int nepi, i
 
 int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi, OnednnConv **out, CtErr *err)
 {
-    pthread_once(&engine_once, engine_create);
-    if (engine_status != dnnl_success)
-        return ct_fail(err, "oneDNN: no CPU engine (status %d)", (int)engine_status);
+    dnnl_engine_t engine = onednn_engine(err);
+    if (!engine)
+        return -1;
     OnednnConv *c = calloc(1, sizeof *c);
     CT_ASSERT(c != NULL);
     dnnl_primitive_attr_t attr = NULL;
@@ -204,9 +181,9 @@ int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi,
         if (dnnl_memory_desc_equal(&o->user, &o->own))
             continue;
         int in = k != A_DST;
-        DN(reorder_create(in ? &o->user : &o->own, in ? &o->own : &o->user, &o->reorder));
+        DN(reorder_create(engine, in ? &o->user : &o->own, in ? &o->own : &o->user, &o->reorder));
         if (k == A_DST && c->sum)
-            DN(reorder_create(&o->user, &o->own, &c->sum_in));
+            DN(reorder_create(engine, &o->user, &o->own, &c->sum_in));
     }
     c->pad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     DN(dnnl_stream_create(&c->stream, engine, dnnl_stream_default_flags));
@@ -225,24 +202,6 @@ fail:
         dnnl_primitive_attr_destroy(attr);
     onednn_conv_free(c);
     return -1;
-}
-
-/* A memory object over p (kernels have no error path: a failure here is a bug). */
-static dnnl_memory_t wrap(const dnnl_memory_desc_t *md, void *p)
-{
-    dnnl_memory_t m;
-    CT_ASSERT(dnnl_memory_create(&m, md, engine, p) == dnnl_success);
-    return m;
-}
-
-static void exec(dnnl_primitive_t p, dnnl_stream_t s, int nargs, const dnnl_exec_arg_t *args)
-{
-    CT_ASSERT(dnnl_primitive_execute(p, s, nargs, args) == dnnl_success);
-}
-
-static float *scratch_for(const dnnl_memory_desc_t *md, int slot)
-{
-    return cpu_scratch(slot, (int64_t)(dnnl_memory_desc_get_size(md) / sizeof(float)) + 1);
 }
 
 int onednn_conv_dst_private(const OnednnConv *c) { return c->op[A_DST].reorder != NULL; }
@@ -271,29 +230,29 @@ void onednn_conv_run(OnednnConv *c, float *const *in, const float *residual, flo
     int na = 0;
     for (int k = 0; k < NARGS; k++) {
         Operand *o = &c->op[k];
-        user[k] = wrap(&o->user, k == A_DST ? out[0] : in[k]);
+        user[k] = onednn_wrap(&o->user, k == A_DST ? out[0] : in[k]);
         if (o->reorder) {
-            own[k] = wrap(&o->own, scratch_for(&o->own, o->slot));
+            own[k] = onednn_wrap(&o->own, onednn_scratch(&o->own, o->slot));
             if (k != A_DST)
-                exec(o->reorder, c->stream, 2,
+                onednn_exec(o->reorder, c->stream, 2,
                      (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, user[k]}, {DNNL_ARG_TO, own[k]}});
         }
         args[na++] = (dnnl_exec_arg_t){o->id, o->reorder ? own[k] : user[k]};
     }
     if (c->sum && c->sum_in) {
-        dnnl_memory_t r = wrap(&c->op[A_DST].user, (void *)residual);
-        exec(c->sum_in, c->stream, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, r}, {DNNL_ARG_TO, own[A_DST]}});
+        dnnl_memory_t r = onednn_wrap(&c->op[A_DST].user, (void *)residual);
+        onednn_exec(c->sum_in, c->stream, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, r}, {DNNL_ARG_TO, own[A_DST]}});
         dnnl_memory_destroy(r);
     } else if (c->sum && residual != out[0]) {
         memcpy(out[0], residual, dnnl_memory_desc_get_size(&c->op[A_DST].user));
     }
     if (c->bias)
-        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias = wrap(&c->bias_md, in[2])};
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias = onednn_wrap(&c->bias_md, in[2])};
     if (dnnl_memory_desc_get_size(&c->pad_md))
-        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad = wrap(&c->pad_md, scratch_for(&c->pad_md, CPU_SCRATCH_WINO_IN))};
-    exec(c->prim, c->stream, na, args);
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad = onednn_wrap(&c->pad_md, onednn_scratch(&c->pad_md, CPU_SCRATCH_WINO_IN))};
+    onednn_exec(c->prim, c->stream, na, args);
     if (c->op[A_DST].reorder)
-        exec(c->op[A_DST].reorder, c->stream, 2,
+        onednn_exec(c->op[A_DST].reorder, c->stream, 2,
              (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, own[A_DST]}, {DNNL_ARG_TO, user[A_DST]}});
     CT_ASSERT(dnnl_stream_wait(c->stream) == dnnl_success);
     for (int k = 0; k < NARGS; k++) {
