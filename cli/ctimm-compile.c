@@ -105,7 +105,7 @@ static int compile_kernels(const Graph *g, const FusePlan *fp, const FuseOut *o,
     KernelCache cache;
     CT_ASSERT(k != NULL);
     for (int l = 0; l < nk; l++)
-        if (kir_lowerable(fp, l) && kir_lower(g, fp, l, (KirOptions){KIR_F32, cuda}, &k[l], err))
+        if (kir_lowerable(fp, l) && kir_lower(g, fp, l, (KirOptions){KIR_F32, 1}, &k[l], err))
             goto free_kernels;
     units_make(k, nk, UNIT_LOOPS, cuda, &units);
     if (cache_open(&cache, &(CacheOptions){.no_cache = o->no_cache, .memory_fallback = 1}, err))

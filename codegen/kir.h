@@ -81,9 +81,9 @@ typedef struct KirKernel {
 typedef enum KirPrecision { KIR_F32, KIR_EXACT } KirPrecision;
 
 /* What the kernel is for: its precision, and whether memory follows the
- * values' layouts (channels-last values stored N, H, W, C, as on the GPU)
- * or every value is row-major in its logical shape (the ref and cpu
- * backends, whose to_layout is a copy). */
+ * values' layouts (channels-last values stored N, H, W, C: the cuda and cpu
+ * backends) or every value is row-major in its logical shape (the ref
+ * backend, whose to_layout is a copy). */
 typedef struct KirOptions {
     KirPrecision precision;
     int layouts;

@@ -118,8 +118,8 @@ static int compile_kernels(const Graph *src, CpuProgram *c, const HostCompiler *
     c->fn = calloc((size_t)c->nk + 1, sizeof *c->fn);
     CT_ASSERT(c->k && c->fn);
     for (int l = 0; l < c->nk; l++)
-        /* f32 as the cpu kernels compute, on row-major memory */
-        if (kir_lowerable(&c->p, l) && kir_lower(src, &c->p, l, (KirOptions){KIR_F32, 0}, &c->k[l], err))
+        /* f32 as the cpu kernels compute, on the values' stored layouts */
+        if (kir_lowerable(&c->p, l) && kir_lower(src, &c->p, l, (KirOptions){KIR_F32, 1}, &c->k[l], err))
             return -1;
     units_make(c->k, c->nk, UNIT_LOOPS, 0, &units);
     c->mods = calloc((size_t)units.n + 1, sizeof *c->mods);

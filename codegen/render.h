@@ -25,7 +25,7 @@ void render_cuda_kernel(const KirKernel *k, CtBuf *out);
 
 /* One translation unit holding every elementwise launch of plan p (the
  * prelude, then the kernels in launch order), in KIR_F32: CUDA C with
- * layouts, else host C as the cpu backend runs it (row-major);
+ * layouts, else host C as the cpu backend runs it (with layouts too);
  * *nkernels gets their count. For reading (--dump-kernels): the backends
  * compile a graph as several units (codegen/units.h). */
 int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *nkernels, CtErr *err);

@@ -16,7 +16,7 @@ int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *n
         if (!kir_lowerable(p, launch))
             continue;
         KirKernel k;
-        KirOptions opt = {KIR_F32, cuda};
+        KirOptions opt = {KIR_F32, 1};
         if (kir_lower(g, p, launch, opt, &k, err))
             return -1;
         (cuda ? render_cuda_kernel : render_c_kernel)(&k, out);

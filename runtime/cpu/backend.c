@@ -193,7 +193,7 @@ static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *co
 
 static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
-void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
+static void run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
 {
     if (n->op == CT_OP_assign) {
         if (in[0] != in[1])
@@ -205,6 +205,14 @@ void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *o
     } else {
         run_via_ref(g, n, in, out, coll);
     }
+}
+
+void cpu_run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
+{
+    if (cpu_node_row_major(g, n))
+        cpu_run_row_major(g, n, in, out, coll, run_node);
+    else
+        run_node(g, n, in, out, coll);
 }
 
 static int cpu_sync(CtExec *e, CtErr *err) { return 0; }

@@ -122,7 +122,8 @@ static int linear_act(const CtExec *e, const FuseStep *st)
  * between them: one pass then runs them all (cpu_batch_norm_epilogue). Not
  * where the plan put the step's output over the normalised x's input,
  * which the node-by-node order allows (x read whole before) but one pass
- * would overwrite channels it has yet to read. */
+ * would overwrite channels it has yet to read. Every value in one stored
+ * layout. */
 static int bn_epilogue(const CtExec *e, const FuseStep *st)
 {
     const Graph *g = &e->p->g;
@@ -131,9 +132,16 @@ static int bn_epilogue(const CtExec *e, const FuseStep *st)
     if (st->kind != FUSE_LIBRARY || st->n < 2 || n->op != CT_OP_batch_norm ||
         !(st->epilogue & (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT)))
         return 0;
-    for (int j = 0; j < st->n; j++)
+    int nhwc = cpu_stored_nhwc(g, n->in[0]);
+    if (nhwc && !cpu_batch_norm_nhwc(g, n))
+        return 0;
+    for (int j = 0; j < st->n; j++) {
         if (!cpu_all_f32(g, &n[j]) || (j < st->n - 1 && fp->materialised[n[j].out[0]]))
             return 0;
+        for (int k = 0; k < n[j].nin && j; k++)
+            if (cpu_stored_nhwc(g, n[j].in[k]) != nhwc)
+                return 0;
+    }
     ValueId x = n->in[0], y = n[st->n - 1].out[0];
     const char *px = e->ptr[x], *py = e->ptr[y];
     return px + program_value_bytes(e->p, x) <= py || py + program_value_bytes(e->p, y) <= px;

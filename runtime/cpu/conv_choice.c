@@ -131,7 +131,8 @@ static int time_both(void *vctx, const CacheKeyParts *parts, void **blob, size_t
 }
 
 /* Whether t's node runs on oneDNN: the cached choice, else timed now. The
- * key: the op, its operands' and output's shapes, its attributes (a
+ * key: the op, its operands' and output's shapes (and "nhwc" after those
+ * stored channels-last), its attributes (a
  * convolution's first two operands and 7 attributes, as before pooling
  * took choices too, so that the cache's entries stay valid). */
 static int choose(const Timing *t, KernelCache *cache, int *onednn, CtErr *err)
@@ -149,8 +150,9 @@ static int choose(const Timing *t, KernelCache *cache, int *onednn, CtErr *err)
     v[nv++] = n->out[0];
     for (int k = 0; k < nv; k++) {
         const CtShape *s = &g->values[v[k]].type.shape;
-        len += snprintf(key + len, sizeof key - (size_t)len, " [%lld,%lld,%lld,%lld]", (long long)s->d[0],
-                        (long long)s->d[1], (long long)s->d[2], (long long)s->d[3]);
+        len += snprintf(key + len, sizeof key - (size_t)len, " [%lld,%lld,%lld,%lld]%s", (long long)s->d[0],
+                        (long long)s->d[1], (long long)s->d[2], (long long)s->d[3],
+                        cpu_stored_nhwc(g, v[k]) ? "nhwc" : "");
     }
     for (int k = 0; k < (conv ? 7 : POOL_COUNT_PAD + 1); k++)
         len += snprintf(key + len, sizeof key - (size_t)len, " %lld", (long long)n->iattr[k]);

@@ -95,6 +95,25 @@ void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
  * into y, each block of rows while it is in cache. */
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
 
+/* nhwc.c: channels-last values, stored N, H, W, C. Whether v is stored so
+ * (its two layouts differ in bytes); its logical dims outermost first in
+ * memory, and each one's stride there. */
+int cpu_stored_nhwc(const Graph *g, ValueId v);
+void cpu_memory_order(const Graph *g, ValueId v, int *order);
+void cpu_memory_strides(const Graph *g, ValueId v, int64_t *st);
+/* Whether node n's kernel needs row-major copies of its channels-last
+ * operands; cpu_run_row_major runs it through them. */
+int cpu_node_row_major(const Graph *g, const Node *n);
+typedef void (*CpuNodeRunner)(const Graph *g, const Node *n, void *const *in, void *const *out,
+                              const CtCollective *coll);
+void cpu_run_row_major(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll,
+                       CpuNodeRunner run);
+/* Whether batch_norm or batch_norm_grad node n runs on its channels-last
+ * operands as stored (not synchronised across ranks; norm_ops.c). */
+int cpu_batch_norm_nhwc(const Graph *g, const Node *n);
+/* out[o] = in[sum idx_d * stride_d] over out's row-major shape y (shape_ops.c). */
+void cpu_strided_gather(const float *in, float *out, const CtShape *y, const int64_t *stride);
+
 /* The ops that reduce over the data-parallel ranks (batch norm
  * synchronised across them): their kernels take the collective of the
  * program's run as well (ir/collective.h; NULL: a world of one rank), as

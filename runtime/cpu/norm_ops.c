@@ -11,6 +11,7 @@
  * passes over the channels.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "ir/collective.h"
@@ -120,9 +121,116 @@ static int synced(const Node *n, const CtCollective *coll)
     return n->iattr[0] && n->iattr[1] && ct_collective_world(coll) > 1;
 }
 
+int cpu_batch_norm_nhwc(const Graph *g, const Node *n)
+{
+    ValueId x = n->in[0];
+    if ((n->op != CT_OP_batch_norm && n->op != CT_OP_batch_norm_grad) || !cpu_stored_nhwc(g, x) || n->iattr[1])
+        return 0;
+    ValueId same[2] = {n->out[0], n->op == CT_OP_batch_norm_grad ? n->in[4] : n->out[0]};
+    return cpu_stored_nhwc(g, same[0]) && cpu_stored_nhwc(g, same[1]);
+}
+
+/* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none): each
+ * channel's ChannelSums about its first value, the rows split among the
+ * threads, each summing whole rows into its own [4, C] doubles. */
+CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, int64_t R, int64_t C, ChannelSums *out)
+{
+    int T = omp_get_max_threads();
+    double *part = calloc((size_t)(T * 4 * C), sizeof *part);
+    CT_ASSERT(part != NULL);
+#pragma omp parallel if (R * C > CPU_PARALLEL_MIN)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        double *d = part + (int64_t)t * 4 * C, *dd = d + C, *sdy = dd + C, *dyd = sdy + C;
+        for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {
+            const float *xr = x + r * C, *qr = dy ? dy + r * C : NULL;
+            if (!qr) {
+#pragma omp simd
+                for (int64_t c = 0; c < C; c++) {
+                    double v = (double)xr[c] - x[c];
+                    d[c] += v;
+                    dd[c] += v * v;
+                }
+                continue;
+            }
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                double v = (double)xr[c] - x[c];
+                d[c] += v;
+                dd[c] += v * v;
+                sdy[c] += qr[c];
+                dyd[c] += (double)qr[c] * v;
+            }
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        out[c] = (ChannelSums){x[c], 0, 0, 0, 0};
+        for (int t = 0; t < T; t++) {
+            const double *p = part + (int64_t)t * 4 * C;
+            out[c].d += p[c];
+            out[c].dd += p[C + c];
+            out[c].dy += p[2 * C + c];
+            out[c].dyd += p[3 * C + c];
+        }
+    }
+    free(part);
+}
+
+/* cpu_batch_norm_epilogue on channels-last x [R, C]: y = act(x * a + b
+ * (+ residual)) a block of rows at a time, the activation over the block. */
+CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out,
+                                       const float *residual, const Node *act, float *y)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t C = x->d[1], R = shape_numel(x) / C;
+    int training = (int)n->iattr[0];
+    double momentum = n->fattr[0], eps = n->fattr[1], cnt = (double)R;
+    ChannelSums *sums = training ? malloc(sizeof *sums * (size_t)C) : NULL;
+    float *a = cpu_floats(2 * C), *b = a + C;
+    if (training)
+        rows_channel_sums(in[0], NULL, R, C, sums);
+    for (int64_t c = 0; c < C; c++) {
+        double mean = in[3][c], var = in[4][c];
+        if (training) {
+            sums_stats(&sums[c], cnt, &mean, &var);
+            out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
+            out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
+        }
+        double inv = 1 / sqrt(var + eps);
+        a[c] = (float)(inv * in[1][c]);
+        b[c] = (float)(in[2][c] - mean * inv * in[1][c]);
+    }
+    int64_t block = C >= 4096 ? 1 : 4096 / C;
+#pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
+    for (int64_t r0 = 0; r0 < R; r0 += block) {
+        int64_t r1 = r0 + block < R ? r0 + block : R;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *xr = in[0] + r * C, *rr = residual ? residual + r * C : NULL;
+            float *yr = y + r * C;
+            if (rr) {
+#pragma omp simd
+                for (int64_t c = 0; c < C; c++)
+                    yr[c] = xr[c] * a[c] + b[c] + rr[c];
+            } else {
+#pragma omp simd
+                for (int64_t c = 0; c < C; c++)
+                    yr[c] = xr[c] * a[c] + b[c];
+            }
+        }
+        if (act)
+            cpu_act_span(act, y + r0 * C, y + r0 * C, (r1 - r0) * C);
+    }
+    free(a);
+    free(sums);
+}
+
 CPU_CLONES void cpu_batch_norm_epilogue(const Graph *g, const Node *n, float *const *in, float *const *out,
                                         const CtCollective *coll, const float *residual, const Node *act, float *y)
 {
+    if (cpu_batch_norm_nhwc(g, n)) {
+        batch_norm_nhwc(g, n, in, out, residual, act, y);
+        return;
+    }
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
@@ -194,6 +302,45 @@ CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t N, in
     }
 }
 
+/* cpu_batch_norm_grad on channels-last x and dy [R, C]. */
+CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t C = x->d[1], R = shape_numel(x) / C;
+    int training = (int)n->iattr[0];
+    double eps = n->fattr[0], M = (double)R;
+    ChannelSums *sums = malloc(sizeof *sums * (size_t)C);
+    double *ka = malloc(sizeof *ka * (size_t)(3 * C)), *kb = ka + C, *kk = kb + C;
+    CT_ASSERT(sums && ka);
+    rows_channel_sums(in[0], in[4], R, C, sums);
+    for (int64_t c = 0; c < C; c++) { /* bn_grad_dx's coefficients */
+        double mean = in[2][c], var = in[3][c], dw, db, w = in[1][c];
+        if (training)
+            sums_stats(&sums[c], M, &mean, &var);
+        double inv = 1 / sqrt(var + eps);
+        bn_grad_wb(&sums[c], mean, inv, c, out, &dw, &db);
+        ka[c] = w * inv;
+        kb[c] = training ? -w * inv / M * dw * inv : 0;
+        kk[c] = training ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
+    }
+#pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = in[0] + r * C, *dr = in[4] + r * C;
+        float *o = out[0] + r * C;
+        if (training) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                o[c] = (float)(ka[c] * dr[c] + kb[c] * xr[c] + kk[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                o[c] = (float)(ka[c] * dr[c]);
+        }
+    }
+    free(ka);
+    free(sums);
+}
+
 CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const *in, float *const *out,
                                     const CtCollective *coll)
 {
@@ -201,6 +348,10 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     int training = (int)n->iattr[0];
     double eps = n->fattr[0];
+    if (cpu_batch_norm_nhwc(g, n)) {
+        batch_norm_grad_nhwc(g, n, in, out);
+        return;
+    }
     if (!synced(n, coll)) { /* a channel at a time: its x and dy read twice, for the sums and dx */
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
         for (int64_t c = 0; c < C; c++) {

@@ -47,3 +47,11 @@ float *onednn_scratch(const dnnl_memory_desc_t *md, int slot)
 {
     return cpu_scratch(slot, (int64_t)(dnnl_memory_desc_get_size(md) / sizeof(float)) + 1);
 }
+
+dnnl_status_t onednn_md4(dnnl_memory_desc_t *md, const Graph *g, ValueId v, int any)
+{
+    const int64_t *s = g->values[v].type.shape.d;
+    dnnl_dims_t d = {s[0], s[1], s[2], s[3]};
+    return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32,
+                                        any ? dnnl_format_tag_any : cpu_stored_nhwc(g, v) ? dnnl_nhwc : dnnl_nchw);
+}

@@ -27,17 +27,13 @@ struct OnednnConv {
     dnnl_memory_desc_t bias_md, pad_md; /* pad: the primitive's scratchpad (user-managed: a cpu_scratch slot) */
 };
 
-static dnnl_status_t md4(dnnl_memory_desc_t *md, const CtShape *s, int any)
-{
-    dnnl_dims_t d = {s->d[0], s->d[1], s->d[2], s->d[3]};
-    return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_nchw);
-}
-
 /* The weight [O, C/groups, KH, KW]; grouped, oneDNN's [groups, O/groups, ...] view of the same bytes. */
 static dnnl_status_t md_weight(dnnl_memory_desc_t *md, const CtShape *w, int64_t groups, int any)
 {
-    if (groups == 1)
-        return md4(md, w, any);
+    if (groups == 1) {
+        dnnl_dims_t d = {w->d[0], w->d[1], w->d[2], w->d[3]};
+        return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_oihw);
+    }
     dnnl_dims_t d = {groups, w->d[0] / groups, w->d[1], w->d[2], w->d[3]};
     return dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_goihw);
 }
@@ -89,15 +85,18 @@ static int append_act(dnnl_post_ops_t po, const Node *a)
     }
 }
 
-/* The epilogue nodes as post-ops on attr: 0, or -1 with err. */
-static int set_post_ops(dnnl_primitive_attr_t attr, const Node *epi, int nepi, int *sum, CtErr *err)
+/* The epilogue nodes as post-ops on attr: 0, or -1 with err. A residual
+ * is read in the destination's stored layout. */
+static int set_post_ops(const Graph *g, dnnl_primitive_attr_t attr, const Node *epi, int nepi, int *sum, CtErr *err)
 {
     dnnl_post_ops_t po;
     if (dnnl_post_ops_create(&po) != dnnl_success)
         return ct_fail(err, "oneDNN: no post-ops");
     int rc = 0;
     for (int k = 0; k < nepi && !rc; k++)
-        if (epi[k].op == CT_OP_add) {
+        if (epi[k].op == CT_OP_add && cpu_stored_nhwc(g, epi[k].in[0]) != cpu_stored_nhwc(g, epi[k].in[1])) {
+            rc = ct_fail(err, "oneDNN: a residual in another layout than the convolution's output");
+        } else if (epi[k].op == CT_OP_add) {
             *sum = 1;
             rc = dnnl_post_ops_append_sum(po, 1.f) ? ct_fail(err, "oneDNN: no sum post-op") : 0;
         } else if (append_act(po, &epi[k])) {
@@ -119,14 +118,14 @@ int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi,
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     int fwd = n->op == CT_OP_conv2d, data = n->op == CT_OP_conv2d_grad_input;
-    const CtShape *x = &g->values[data ? n->out[0] : n->in[0]].type.shape;
-    const CtShape *w = &g->values[n->op == CT_OP_conv2d_grad_weight ? n->out[0] : n->in[1]].type.shape;
-    const CtShape *y = &g->values[fwd ? n->out[0] : data ? n->in[0] : n->in[1]].type.shape;
+    ValueId xv = data ? n->out[0] : n->in[0], wv = n->op == CT_OP_conv2d_grad_weight ? n->out[0] : n->in[1];
+    ValueId yv = fwd ? n->out[0] : data ? n->in[0] : n->in[1];
+    const CtShape *x = &g->values[xv].type.shape, *w = &g->values[wv].type.shape, *y = &g->values[yv].type.shape;
     const int64_t *a = n->iattr; /* stride h w, pad h w, dilation h w, groups */
     dnnl_memory_desc_t xm, wm, ym;
-    DN(md4(&xm, x, 1));
+    DN(onednn_md4(&xm, g, xv, 1));
     DN(md_weight(&wm, w, a[6], 1));
-    DN(md4(&ym, y, 1));
+    DN(onednn_md4(&ym, g, yv, 1));
     c->bias = fwd && n->nin == 3;
     if (c->bias) {
         dnnl_dims_t bd = {w->d[0]};
@@ -143,7 +142,7 @@ int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi,
         ct_fail(err, "oneDNN: post-ops on a convolution's gradient");
         goto fail;
     }
-    if (nepi && set_post_ops(attr, epi, nepi, &c->sum, err))
+    if (nepi && set_post_ops(g, attr, epi, nepi, &c->sum, err))
         goto fail;
     dnnl_convolution_desc_t fd, bd;
     DN(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xm, &wm,
@@ -168,16 +167,16 @@ int onednn_conv_create(const Graph *g, const Node *n, const Node *epi, int nepi,
     /* the blocked copies in the slots the own kernels' big buffers use */
     static const int slots[NARGS] = {CPU_SCRATCH_COLS, CPU_SCRATCH_WINO_U, CPU_SCRATCH_ROWS};
     int kind = fwd ? 0 : data ? 1 : 2;
-    const CtShape *user_shape[3][NARGS] = {{x, w, y}, {y, w, x}, {x, y, w}};
+    const ValueId user[3][NARGS] = {{xv, wv, yv}, {yv, wv, xv}, {xv, yv, wv}};
     for (int k = 0; k < NARGS; k++) {
         Operand *o = &c->op[k];
         o->id = ids[kind][k];
         o->slot = slots[k];
         o->own = *dnnl_primitive_desc_query_md(pd, md_query(o->id), 0);
-        if (user_shape[kind][k] == w)
+        if (user[kind][k] == wv)
             DN(md_weight(&o->user, w, a[6], 0));
         else
-            DN(md4(&o->user, user_shape[kind][k], 0));
+            DN(onednn_md4(&o->user, g, user[kind][k], 0));
         if (dnnl_memory_desc_equal(&o->user, &o->own))
             continue;
         int in = k != A_DST;

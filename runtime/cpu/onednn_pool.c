@@ -13,12 +13,6 @@ struct OnednnPool {
     int max_grad; /* the forward recomputes y and the argmax workspace the backward reads */
 };
 
-static dnnl_status_t md4(dnnl_memory_desc_t *md, const CtShape *s)
-{
-    dnnl_dims_t d = {s->d[0], s->d[1], s->d[2], s->d[3]};
-    return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nchw);
-}
-
 int onednn_pool_create(const Graph *g, const Node *n, OnednnPool **out, CtErr *err)
 {
     dnnl_engine_t engine = onednn_engine(err);
@@ -26,8 +20,8 @@ int onednn_pool_create(const Graph *g, const Node *n, OnednnPool **out, CtErr *e
         return -1;
     int max = n->op == CT_OP_max_pool2d || n->op == CT_OP_max_pool2d_grad;
     int grad = n->op == CT_OP_max_pool2d_grad || n->op == CT_OP_avg_pool2d_grad;
-    const CtShape *x = &g->values[grad ? n->out[0] : n->in[0]].type.shape;
-    const CtShape *y = &g->values[grad ? n->in[n->nin - 1] : n->out[0]].type.shape;
+    ValueId xv = grad ? n->out[0] : n->in[0], yv = grad ? n->in[n->nin - 1] : n->out[0];
+    const CtShape *x = &g->values[xv].type.shape, *y = &g->values[yv].type.shape;
     const int64_t *a = n->iattr;
     /* the right padding the output size implies (ceil_mode's overhang
      * included; negative where the stride leaves rows unread) */
@@ -39,6 +33,9 @@ int onednn_pool_create(const Graph *g, const Node *n, OnednnPool **out, CtErr *e
      * ceil_mode overhang past the padding */
     if (!max && a[POOL_COUNT_PAD] && (pr[0] > pl[0] || pr[1] > pl[1]))
         return ct_fail(err, "oneDNN: no average pooling counting padding with a window past it");
+    /* x and dx, y and dy share a memory description */
+    if (max && grad && cpu_stored_nhwc(g, n->in[0]) != cpu_stored_nhwc(g, xv))
+        return ct_fail(err, "oneDNN: max pooling's gradient with x and dx in two layouts");
     OnednnPool *p = calloc(1, sizeof *p);
     CT_ASSERT(p != NULL);
     dnnl_primitive_attr_t attr = NULL;
@@ -46,8 +43,8 @@ int onednn_pool_create(const Graph *g, const Node *n, OnednnPool **out, CtErr *e
     dnnl_alg_kind_t alg = max ? dnnl_pooling_max
                               : a[POOL_COUNT_PAD] ? dnnl_pooling_avg_include_padding : dnnl_pooling_avg_exclude_padding;
     p->max_grad = max && grad;
-    DN(md4(&p->x, x));
-    DN(md4(&p->y, y));
+    DN(onednn_md4(&p->x, g, xv, 0));
+    DN(onednn_md4(&p->y, g, yv, 0));
     DN(dnnl_primitive_attr_create(&attr));
     DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     dnnl_pooling_desc_t fd, bd;

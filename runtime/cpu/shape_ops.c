@@ -1,7 +1,8 @@
 /*
- * The cpu backend's data movement: reshape, to_layout and f32->f32 cast as
- * copies (the logical tensor is unchanged), permute and expand as strided
- * gathers, slice / slice_grad / concat as block copies, pad as row copies
+ * The cpu backend's data movement: reshape and f32->f32 cast as copies
+ * (the logical tensor is unchanged), permute, to_layout and expand as
+ * strided gathers (permute and to_layout in their values' stored layouts,
+ * nhwc.c's), slice / slice_grad / concat as block copies, pad as row copies
  * between runs of its value.
  */
 #include <string.h>
@@ -15,7 +16,6 @@ static void copy(const Graph *g, const Node *n, float *const *in, float *const *
 }
 
 void cpu_reshape(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
-void cpu_to_layout(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
 void cpu_cast(const Graph *g, const Node *n, float *const *in, float *const *out) { copy(g, n, in, out); }
 
 /* A transposing gather: out's innermost dim reads in at stride s0 != 1 while
@@ -85,7 +85,7 @@ CPU_CLONES static void gather_transposed(const float *in, float *out, const CtSh
 /* out[o] = in[sum idx_d * stride_d] over out's shape: the two innermost
  * dims as loops (a row's start one add from the last), blocks of the outer
  * dims split among threads. */
-CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
+CPU_CLONES void cpu_strided_gather(const float *in, float *out, const CtShape *y, const int64_t *stride)
 {
     int nd = y->ndim;
     int64_t cnt = shape_numel(y);
@@ -123,28 +123,46 @@ CPU_CLONES static void gather(const float *in, float *out, const CtShape *y, con
     }
 }
 
-void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* y = x read through perm of x's dims (NULL: none), each value in its
+ * stored layout: the loops run over y's memory order, and adjacent ones
+ * that are adjacent in x too read as one (NHWC's H and W: the transposing
+ * gather's tiles then span whole images; a permute that only relabels
+ * channels-last memory: one copy). */
+static void gather_stored(const Graph *g, ValueId xv, ValueId yv, const int64_t *perm, const float *in, float *out)
 {
-    const CtShape *x = cpu_in_shape(g, n, 0), *y = cpu_out_shape(g, n, 0);
-    int64_t xstride[CT_MAX_DIMS], stride[CT_MAX_DIMS] = {0}, s = 1;
-    for (int i = x->ndim - 1; i >= 0; i--) {
-        xstride[i] = s;
-        s *= x->d[i];
-    }
-    /* adjacent out dims that are adjacent in x too read as one (NHWC's H and
-     * W: the transposing gather's tiles then span whole images) */
+    const CtShape *y = &g->values[yv].type.shape;
+    int64_t xmem[CT_MAX_DIMS], stride[CT_MAX_DIMS] = {0};
+    int order[CT_MAX_DIMS];
+    cpu_memory_strides(g, xv, xmem);
+    cpu_memory_order(g, yv, order);
     CtShape m = {0};
-    for (int i = 0; i < y->ndim; i++) {
-        int64_t st = xstride[n->iattr[1 + i]];
-        if (m.ndim && stride[m.ndim - 1] == st * y->d[i]) {
-            m.d[m.ndim - 1] *= y->d[i];
+    for (int k = 0; k < y->ndim; k++) {
+        int d = order[k];
+        int64_t st = xmem[perm ? perm[d] : d];
+        if (m.ndim && stride[m.ndim - 1] == st * y->d[d]) {
+            m.d[m.ndim - 1] *= y->d[d];
             stride[m.ndim - 1] = st;
             continue;
         }
-        m.d[m.ndim] = y->d[i];
+        m.d[m.ndim] = y->d[d];
         stride[m.ndim++] = st;
     }
-    gather(in[0], out[0], &m, stride);
+    if (m.ndim == 1 && stride[0] == 1) {
+        if (out != in)
+            memcpy(out, in, (size_t)m.d[0] * sizeof *out);
+        return;
+    }
+    cpu_strided_gather(in, out, &m, stride);
+}
+
+void cpu_permute(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    gather_stored(g, n->in[0], n->out[0], &n->iattr[1], in[0], out[0]);
+}
+
+void cpu_to_layout(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    gather_stored(g, n->in[0], n->out[0], NULL, in[0], out[0]);
 }
 
 void cpu_expand(const Graph *g, const Node *n, float *const *in, float *const *out)
@@ -157,7 +175,7 @@ void cpu_expand(const Graph *g, const Node *n, float *const *in, float *const *o
         stride[i] = d == 1 ? 0 : s;
         s *= d;
     }
-    gather(in[0], out[0], y, stride);
+    cpu_strided_gather(in[0], out[0], y, stride);
 }
 
 enum { SL_DIM, SL_START, SL_END, SL_STEP };
