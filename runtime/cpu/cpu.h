@@ -55,7 +55,9 @@ float *cpu_floats(int64_t n);
  * the system), faulted in and cleared again each time. A convolution
  * through oneDNN (onednn.h) keeps its blocked copies in COLS, ROWS and
  * WINO_U and its scratchpad in WINO_IN: one convolution runs at a time on a
- * thread, so the two paths share the memory instead of adding to it. */
+ * thread, so the two paths share the memory instead of adding to it.
+ * LAYOUT holds the row-major copies of a node's channels-last operands
+ * (nhwc.c), around the kernel's own slots. */
 enum {
     CPU_SCRATCH_COLS,
     CPU_SCRATCH_ROWS,
@@ -64,6 +66,7 @@ enum {
     CPU_SCRATCH_WINO_IN,
     CPU_SCRATCH_WINO_GRAD,
     CPU_SCRATCH_WINO_U,
+    CPU_SCRATCH_LAYOUT,
     CPU_SCRATCH_SLOTS
 };
 float *cpu_scratch(int slot, int64_t n);

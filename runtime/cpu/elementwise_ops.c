@@ -140,22 +140,31 @@ void cpu_add(const Graph *g, const Node *n, float *const *in, float *const *out)
 void cpu_mul(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, MUL); }
 void cpu_div(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, DIV); }
 
-/* Sums in double. The rows (runs of x's innermost dim) split among the
- * threads in fixed contiguous parts, each into its own sums, which are
- * added in thread order: the same result on every run with as many threads. */
+/* Sums in double. The rows (runs of x's innermost dim in memory) split
+ * among the threads in fixed contiguous parts, each into its own sums,
+ * which are added in thread order: the same result on every run with as
+ * many threads. x and the sums are walked in their stored layouts (a
+ * channels-last x in N, H, W, C order). */
 CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
-    const CtShape *x = cpu_in_shape(g, n, 0);
-    int nd = x->ndim;
+    const CtShape *xs = cpu_in_shape(g, n, 0);
+    int nd = xs->ndim, keep = (int)n->iattr[1];
     if (nd == 0) {
         out[0][0] = in[0][0];
         return;
     }
-    int64_t ostride[CT_MAX_DIMS], s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int reduced = (n->iattr[0] >> i) & 1;
-        ostride[i] = reduced ? 0 : s;
-        s *= reduced ? 1 : x->d[i];
+    int order[CT_MAX_DIMS], odim[CT_MAX_DIMS];
+    int64_t ymem[CT_MAX_DIMS] = {0}, ostride[CT_MAX_DIMS], s = shape_numel(cpu_out_shape(g, n, 0));
+    cpu_memory_order(g, n->in[0], order);
+    cpu_memory_strides(g, n->out[0], ymem);
+    for (int d = 0, j = 0; d < nd; d++)
+        odim[d] = keep ? d : ((n->iattr[0] >> d) & 1) ? -1 : j++;
+    CtShape m = {.ndim = nd};
+    const CtShape *x = &m;
+    for (int k = 0; k < nd; k++) {
+        int d = order[k];
+        m.d[k] = xs->d[d];
+        ostride[k] = (n->iattr[0] >> d) & 1 ? 0 : ymem[odim[d]];
     }
     int64_t cnt = shape_numel(x), inner = x->d[nd - 1], os0 = ostride[nd - 1], rows = inner ? cnt / inner : 0;
     int parts = cnt > CPU_PARALLEL_MIN && rows > 1 ? omp_get_max_threads() : 1;

@@ -2,13 +2,13 @@
  * The cpu backend's channels-last storage (passes/layout.c, --channels-last):
  * a 4-D value the layout pass made CT_LAYOUT_CHANNELS_LAST is stored N, H,
  * W, C, as on the GPU. The compiled elementwise kernels (KIR's layouts),
- * oneDNN's primitives, permute, to_layout and batch norm read and write it
+ * oneDNN's primitives, permute, to_layout, reduce_sum and batch norm read and write it
  * so. Every other node kernel is written for row-major values: it runs on
  * row-major copies of its channels-last operands, and its channels-last
  * outputs are transposed back from row-major scratch after it. Correct for
  * every op, at two transposes' cost where an op has no form of its own.
  */
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "runtime/cpu/compiled.h"
@@ -49,13 +49,14 @@ static int floats(const Graph *g, ValueId v)
 }
 
 /* The ops whose kernels take channels-last values as they are stored (an
- * assign copies bytes; permute and to_layout on float values, which their
- * f32 kernels take, others going through the ref kernels). */
+ * assign copies bytes; permute, to_layout and reduce_sum on float values,
+ * which their f32 kernels take, others going through the ref kernels). */
 static int native(const Graph *g, const Node *n)
 {
     switch (n->op) {
     case CT_OP_assign: return 1;
-    case CT_OP_permute: case CT_OP_to_layout: return floats(g, n->in[0]) && floats(g, n->out[0]);
+    case CT_OP_permute: case CT_OP_to_layout: case CT_OP_reduce_sum:
+        return floats(g, n->in[0]) && floats(g, n->out[0]);
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: return cpu_batch_norm_nhwc(g, n);
     default: return 0;
     }
@@ -95,36 +96,45 @@ static void relayout(const void *src, void *dst, const CtShape *s, size_t elem, 
         }
 }
 
-static void *row_major_copy(const Graph *g, ValueId v)
+/* The bytes of v rounded up to whole cache lines. */
+static size_t padded_bytes(const Graph *g, ValueId v)
 {
     const Value *val = &g->values[v];
-    void *p = malloc((size_t)shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype) + 1);
-    CT_ASSERT(p != NULL);
-    return p;
+    return ((size_t)shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype) + 63) / 64 * 64;
 }
 
 void cpu_run_row_major(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll,
                        CpuNodeRunner run)
 {
     void *rin[CT_MAX_IN], *rout[CT_MAX_OUT];
+    size_t total = 0;
+    for (int k = 0; k < n->nin; k++)
+        total += cpu_stored_nhwc(g, n->in[k]) ? padded_bytes(g, n->in[k]) : 0;
+    for (int k = 0; k < n->nout; k++)
+        total += cpu_stored_nhwc(g, n->out[k]) ? padded_bytes(g, n->out[k]) : 0;
+    /* one scratch block kept between calls: fresh pages would fault in at each */
+    char *next = (char *)cpu_scratch(CPU_SCRATCH_LAYOUT, (int64_t)(total / sizeof(float)) + 16);
+    next += (64 - (uintptr_t)next % 64) % 64;
     for (int k = 0; k < n->nin; k++) {
         const Value *v = &g->values[n->in[k]];
         rin[k] = in[k];
         if (cpu_stored_nhwc(g, n->in[k])) {
-            rin[k] = row_major_copy(g, n->in[k]);
+            rin[k] = next;
+            next += padded_bytes(g, n->in[k]);
             relayout(in[k], rin[k], &v->type.shape, ct_dtype_size(v->type.dtype), 0);
         }
     }
-    for (int k = 0; k < n->nout; k++)
-        rout[k] = cpu_stored_nhwc(g, n->out[k]) ? row_major_copy(g, n->out[k]) : out[k];
+    for (int k = 0; k < n->nout; k++) {
+        rout[k] = out[k];
+        if (cpu_stored_nhwc(g, n->out[k])) {
+            rout[k] = next;
+            next += padded_bytes(g, n->out[k]);
+        }
+    }
     run(g, n, rin, rout, coll);
     for (int k = 0; k < n->nout; k++)
         if (rout[k] != out[k]) {
             const Value *v = &g->values[n->out[k]];
             relayout(rout[k], out[k], &v->type.shape, ct_dtype_size(v->type.dtype), 1);
-            free(rout[k]);
         }
-    for (int k = 0; k < n->nin; k++)
-        if (rin[k] != in[k])
-            free(rin[k]);
 }
