@@ -2,10 +2,11 @@
  * Memory planning: liveness over the scheduled graph and an offset for every
  * activation and gradient in one arena, reusing the space of values that
  * have died (best fit), and letting an elementwise op write over an input it
- * reads for the last time. A reshape between row-major values is a view: its
- * output takes its input's space (the same bytes in the same order), and the
- * space lives until the last read of any of them, so executors skip the copy
- * (a reshape whose output and input have one address). Graph inputs, outputs
+ * reads for the last time. A reshape between row-major values, and a permute
+ * that only relabels memory (of channels-last values), are views: the output
+ * takes its input's space (the same bytes in the same order), and the space
+ * lives until the last read of any of them, so executors skip the copy (an
+ * output and input with one address). Graph inputs, outputs
  * and the persistent state (params, buffers, optimizer state) are not in the
  * arena: inputs and state have their own blocks and outputs are never
  * overwritten.

@@ -1,5 +1,6 @@
 /* Memory planning: the independent checker accepts the plans of every kind
- * of graph (eval, train with each optimizer), reshapes are views, it
+ * of graph (eval, train with each optimizer), reshapes (and channels-last
+ * ConvNeXt's permutes) are views, it
  * catches a corrupted plan, outputs nothing reads have their space, and
  * resnet50's training step at batch 256 fits in well under the naive sum. */
 #include <string.h>
@@ -50,6 +51,36 @@ static void test_plans_check(void)
             plan_free(&p);
             graph_free(&g);
         }
+}
+
+/* Under channels-last, ConvNeXt's permutes to and from N, H, W, C only
+ * relabel memory: views, at their input's address; row-major, those over
+ * whole feature maps move data and are not. */
+static void test_permute_views(void)
+{
+    for (int cl = 0; cl < 2; cl++) {
+        Graph g;
+        MemPlan p;
+        CtErr err;
+        if (model_graph("test_convnext", &(GraphSpec){.batch = 2, .training = 1, .channels_last = cl}, &g))
+            continue;
+        CHECK(plan_memory(&g, &p, &err) == 0);
+        CHECKF(plan_check(&g, &p, &err) == 0, "channels_last %d: %s", cl, err.msg);
+        int permutes = 0, views = 0;
+        for (int i = 0; i < g.nnodes; i++) {
+            const Node *n = &g.nodes[i];
+            const int64_t *d = g.values[n->in[0]].type.shape.d;
+            if (n->op != CT_OP_permute || n->iattr[0] != 4 || p.offset[n->in[0]] == PLAN_NONE ||
+                p.offset[n->out[0]] == PLAN_NONE || d[1] * d[2] * d[3] == d[1] || d[1] * d[2] * d[3] == d[3])
+                continue; /* a head's [N, C, 1, 1] is the same bytes in any order */
+            permutes++;
+            views += p.view_of[n->out[0]] == p.view_of[n->in[0]] && p.offset[n->out[0]] == p.offset[n->in[0]];
+        }
+        CHECKF(permutes > 0 && views == (cl ? permutes : 0), "channels_last %d: %d of %d 4-D permutes are views", cl,
+               views, permutes);
+        plan_free(&p);
+        graph_free(&g);
+    }
 }
 
 /* Two live values given the same space must be caught. */
@@ -152,6 +183,7 @@ int main(void)
 {
     test_split();
     test_plans_check();
+    test_permute_views();
     test_checker_catches_overlap();
     test_unread_outputs();
     test_resnet50_batch256();
