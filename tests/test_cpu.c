@@ -518,9 +518,12 @@ static void test_channels_last(const char *model)
     OptimSpec sgd = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4, .no_weight_decay = m->no_weight_decay};
     Graph g, l;
     TrainStep ts;
-    int ok = model_build(m, &spec, &g, &err) == 0;
-    ok = ok && train_step_build(&g, g.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
-                                &sgd, &ts, &err) == 0;
+    LossSpec xent = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1};
+    if (model_build(m, &spec, &g, &err)) {
+        CHECKF(0, "%s: %s", model, err.msg);
+        return;
+    }
+    int ok = train_step_build(&g, g.outputs[0], &xent, &sgd, &ts, &err) == 0;
     if (ok)
         train_step_free(&ts);
     ok = ok && layout_channels_last(&g, &l, &err) == 0;

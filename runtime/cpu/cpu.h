@@ -114,6 +114,9 @@ void cpu_run_row_major(const Graph *g, const Node *n, void *const *in, void *con
 /* Whether batch_norm or batch_norm_grad node n runs on its channels-last
  * operands as stored (not synchronised across ranks; norm_ops.c). */
 int cpu_batch_norm_nhwc(const Graph *g, const Node *n);
+/* Whether adaptive_avg_pool2d(_grad) node n is a global pool of a
+ * channels-last x, which it takes as stored (pool_ops.c). */
+int cpu_adaptive_pool_nhwc(const Graph *g, const Node *n);
 /* out[o] = in[sum idx_d * stride_d] over out's row-major shape y (shape_ops.c). */
 void cpu_strided_gather(const float *in, float *out, const CtShape *y, const int64_t *stride);
 

@@ -2,8 +2,10 @@
  * The cpu backend's channels-last storage (passes/layout.c, --channels-last):
  * a 4-D value the layout pass made CT_LAYOUT_CHANNELS_LAST is stored N, H,
  * W, C, as on the GPU. The compiled elementwise kernels (KIR's layouts),
- * oneDNN's primitives, permute, to_layout, reduce_sum and batch norm read and write it
- * so. Every other node kernel is written for row-major values: it runs on
+ * oneDNN's primitives, permute, to_layout, reduce_sum, batch norm, global
+ * average pooling and the elementwise ops over operands of one shape and
+ * layout take it as stored.
+ * Every other node kernel is written for row-major values: it runs on
  * row-major copies of its channels-last operands, and its channels-last
  * outputs are transposed back from row-major scratch after it. Correct for
  * every op, at two transposes' cost where an op has no form of its own.
@@ -11,7 +13,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/cpu/compiled.h"
 #include "runtime/cpu/cpu.h"
 
 int cpu_stored_nhwc(const Graph *g, ValueId v)
@@ -48,16 +49,35 @@ static int floats(const Graph *g, ValueId v)
     return t == CT_F32 || t == CT_F16 || t == CT_BF16;
 }
 
+/* Whether every operand of n has the shape and stored layout of its first
+ * input: an elementwise kernel then meets element i at offset i in each. */
+static int one_layout(const Graph *g, const Node *n)
+{
+    const CtShape *a = &g->values[n->in[0]].type.shape;
+    int nhwc = cpu_stored_nhwc(g, n->in[0]);
+    for (int k = 0; k < n->nin + n->nout; k++) {
+        ValueId v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (!shape_equal(&g->values[v].type.shape, a) || cpu_stored_nhwc(g, v) != nhwc)
+            return 0;
+    }
+    return 1;
+}
+
 /* The ops whose kernels take channels-last values as they are stored (an
  * assign copies bytes; permute, to_layout and reduce_sum on float values,
  * which their f32 kernels take, others going through the ref kernels). */
 static int native(const Graph *g, const Node *n)
 {
+    OpFusion f = op_def(n->op)->fusion;
+    if ((f == OP_ELEMENTWISE || f == OP_ACTIVATION) && n->nin && one_layout(g, n))
+        return 1;
     switch (n->op) {
     case CT_OP_assign: return 1;
     case CT_OP_permute: case CT_OP_to_layout: case CT_OP_reduce_sum:
         return floats(g, n->in[0]) && floats(g, n->out[0]);
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: return cpu_batch_norm_nhwc(g, n);
+    case CT_OP_adaptive_avg_pool2d: case CT_OP_adaptive_avg_pool2d_grad:
+        return floats(g, n->in[0]) && floats(g, n->out[0]) && cpu_adaptive_pool_nhwc(g, n);
     default: return 0;
     }
 }

@@ -2,7 +2,8 @@
  * The cpu backend's pooling over x [N,C,H,W]: avg and max pooling with
  * PyTorch's windows and divisors (the ref kernels' rules), adaptive average
  * pooling, and their gradients, as f32 loops over each plane (planes split
- * among OpenMP threads: a gradient scatters only within its plane).
+ * among OpenMP threads: a gradient scatters only within its plane); the
+ * global average pool of a channels-last x over its rows of channels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -196,12 +197,56 @@ CPU_CLONES static void adaptive(const CtShape *x, int64_t OH, int64_t OW, const 
             }
 }
 
+/* The global average pool (one output per channel) of channels-last x
+ * [N, S = H*W, C], or its gradient: each image's S rows as C-vectors, the
+ * sums in double as the planes' above. */
+CPU_CLONES static void global_nhwc(const CtShape *x, const float *src, float *dst, int grad)
+{
+    int64_t N = x->d[0], C = x->d[1], S = x->d[2] * x->d[3];
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t b = 0; b < N; b++) {
+        double *acc = calloc((size_t)C, sizeof *acc);
+        float *share = cpu_floats(C);
+        CT_ASSERT(acc != NULL);
+        if (grad) {
+            for (int64_t c = 0; c < C; c++)
+                share[c] = (float)(src[b * C + c] / (double)S);
+            for (int64_t s = 0; s < S; s++)
+                memcpy(dst + (b * S + s) * C, share, (size_t)C * sizeof *dst);
+        } else {
+            for (int64_t s = 0; s < S; s++) {
+                const float *xr = src + (b * S + s) * C;
+#pragma omp simd
+                for (int64_t c = 0; c < C; c++)
+                    acc[c] += xr[c];
+            }
+            for (int64_t c = 0; c < C; c++)
+                dst[b * C + c] = (float)(acc[c] / (double)S);
+        }
+        free(share);
+        free(acc);
+    }
+}
+
+int cpu_adaptive_pool_nhwc(const Graph *g, const Node *n)
+{
+    ValueId x = n->op == CT_OP_adaptive_avg_pool2d ? n->in[0] : n->out[0];
+    return (n->op == CT_OP_adaptive_avg_pool2d || n->op == CT_OP_adaptive_avg_pool2d_grad) && n->iattr[0] == 1 &&
+           n->iattr[1] == 1 && cpu_stored_nhwc(g, x);
+}
+
 void cpu_adaptive_avg_pool2d(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
-    adaptive(cpu_in_shape(g, n, 0), n->iattr[0], n->iattr[1], in[0], out[0], 0);
+    if (cpu_adaptive_pool_nhwc(g, n))
+        global_nhwc(cpu_in_shape(g, n, 0), in[0], out[0], 0);
+    else
+        adaptive(cpu_in_shape(g, n, 0), n->iattr[0], n->iattr[1], in[0], out[0], 0);
 }
 
 void cpu_adaptive_avg_pool2d_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
-    adaptive(cpu_out_shape(g, n, 0), n->iattr[0], n->iattr[1], in[0], out[0], 1);
+    if (cpu_adaptive_pool_nhwc(g, n))
+        global_nhwc(cpu_out_shape(g, n, 0), in[0], out[0], 1);
+    else
+        adaptive(cpu_out_shape(g, n, 0), n->iattr[0], n->iattr[1], in[0], out[0], 1);
 }
