@@ -31,8 +31,19 @@ void render_cuda_kernel(const KirKernel *k, CtBuf *out);
 int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *nkernels, CtErr *err);
 
 /* Shared by both: the storage type of a dtype ("float", "unsigned short",
- * ...) and the statements of one loop's body for element `i`. */
+ * ...) and the statements of one loop's body for element `i`; with run,
+ * element t of a run from i0 (i = i0 + t), the views' offsets p<j> at i0
+ * set by render_run_bases. */
 const char *render_storage_type(CtDType t);
-void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf *out);
+void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out);
+
+/* The length of the runs of loop l's flat index over which every view's
+ * offset steps by its innermost stride (a multiple of each broadcast or
+ * permuted view's innermost dim, dividing the loop), at least
+ * RENDER_MIN_RUN; 0: none. The host C loops over runs, each view's offset
+ * worked out once per run, not its divisions once per element. */
+#define RENDER_MIN_RUN 16
+int64_t render_run(const KirLoop *l);
+void render_run_bases(const KirLoop *l, const char *indent, CtBuf *out);
 
 #endif

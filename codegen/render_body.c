@@ -75,35 +75,76 @@ static void round_to(CtDType t, int a, int f32, CtBuf *out)
     }
 }
 
+/* Whether view v's offset is i itself, or 0 everywhere. */
+static int view_identity(const KirView *v) { return v->ndim == 0; }
+static int view_zero(const KirView *v) { return v->ndim == 1 && v->stride[0] == 0; }
+
+/* Statements setting `name`<j> to view j's offset at flat index `at`. */
+static void view_offset(const KirView *v, int j, const char *name, const char *at, const char *indent, CtBuf *out)
+{
+    if (view_identity(v)) {
+        buf_printf(out, "%sconst long long %s%d = %s;\n", indent, name, j, at);
+        return;
+    }
+    if (view_zero(v)) {
+        buf_printf(out, "%sconst long long %s%d = 0;\n", indent, name, j);
+        return;
+    }
+    buf_printf(out, "%slong long %s%d = 0;\n%s{\n%s    long long r = %s;\n", indent, name, j, indent, indent, at);
+    for (int d = v->ndim - 1; d > 0; d--)
+        buf_printf(out, "%s    %s%d += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, name, j,
+                   (long long)v->size[d], (long long)v->stride[d], indent, (long long)v->size[d]);
+    buf_printf(out, "%s    %s%d += r * %lldLL;\n%s}\n", indent, name, j, (long long)v->stride[0], indent);
+}
+
 /* The offsets of the loop's views: o<j> for view j. */
 static void offsets(const KirLoop *l, const char *indent, CtBuf *out)
 {
+    for (int j = 0; j < l->nviews; j++)
+        view_offset(&l->views[j], j, "o", "i", indent, out);
+}
+
+int64_t render_run(const KirLoop *l)
+{
+    int64_t run = 0;
     for (int j = 0; j < l->nviews; j++) {
         const KirView *v = &l->views[j];
-        if (v->ndim == 0) {
-            buf_printf(out, "%sconst long long o%d = i;\n", indent, j);
-            continue;
-        }
-        if (v->ndim == 1 && v->stride[0] == 0) {
-            buf_printf(out, "%sconst long long o%d = 0;\n", indent, j);
-            continue;
-        }
-        buf_printf(out, "%slong long o%d = 0;\n%s{\n%s    long long r = i;\n", indent, j, indent, indent);
-        for (int d = v->ndim - 1; d > 0; d--)
-            buf_printf(out, "%s    o%d += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, j,
-                       (long long)v->size[d], (long long)v->stride[d], indent, (long long)v->size[d]);
-        buf_printf(out, "%s    o%d += r * %lldLL;\n%s}\n", indent, j, (long long)v->stride[0], indent);
+        if (!view_identity(v) && !view_zero(v) && v->ndim > 1 && (run == 0 || v->size[v->ndim - 1] < run))
+            run = v->size[v->ndim - 1];
+    }
+    for (int j = 0; j < l->nviews && run; j++) {
+        const KirView *v = &l->views[j];
+        if (!view_identity(v) && !view_zero(v) && v->ndim > 1 && v->size[v->ndim - 1] % run)
+            run = 0;
+    }
+    return run >= RENDER_MIN_RUN && l->numel % run == 0 ? run : 0;
+}
+
+void render_run_bases(const KirLoop *l, const char *indent, CtBuf *out)
+{
+    for (int j = 0; j < l->nviews; j++)
+        view_offset(&l->views[j], j, "p", "i0", indent, out);
+}
+
+/* The offsets of the loop's views at element t of a run from i0 (the
+ * bases p<j> set): each view's innermost dim runs on through it. */
+static void run_offsets(const KirLoop *l, const char *indent, CtBuf *out)
+{
+    for (int j = 0; j < l->nviews; j++) {
+        const KirView *v = &l->views[j];
+        int64_t step = view_identity(v) ? 1 : view_zero(v) ? 0 : v->stride[v->ndim - 1];
+        buf_printf(out, "%sconst long long o%d = p%d + t * %lldLL;\n", indent, j, j, (long long)step);
     }
 }
 
-void render_body(const KirKernel *k, const KirLoop *l, const char *indent, CtBuf *out)
+void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out)
 {
     static const char *const binop[] = {[KIR_ADD] = "+", [KIR_SUB] = "-", [KIR_MUL] = "*", [KIR_DIV] = "/",
                                         [KIR_LT] = "<", [KIR_LE] = "<="};
     static const char *const fn[] = {[KIR_EXP] = "exp", [KIR_ERF] = "erf", [KIR_TANH] = "tanh"};
     int f32 = l->compute == CT_F32;
     const char *type = f32 ? "float" : "double", *sfx = f32 ? "f" : "";
-    offsets(l, indent, out);
+    (run ? run_offsets : offsets)(l, indent, out);
     for (int j = 0; j < l->nins; j++) {
         const KirInstr *in = &l->ins[j];
         char off[32];

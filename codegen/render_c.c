@@ -3,7 +3,9 @@
  * ir/host_math.h (the cpu backend's exp/tanh/erf, vectorisable), and
  * per kernel one function whose loops are `omp parallel for simd` over the
  * flat index, parallel only when a loop is long enough to pay for it (the
- * `if` names `parallel`: short loops are still vectorised). */
+ * `if` names `parallel`: short loops are still vectorised); a loop with
+ * broadcast or permuted views runs over runs of the index along which every
+ * offset steps evenly (render_run), in parallel, each run a simd loop. */
 #include "codegen/render.h"
 
 void render_c_prelude(CtBuf *out)
@@ -59,10 +61,22 @@ void render_c_kernel(const KirKernel *k, CtBuf *out)
     }
     for (int j = 0; j < k->nloops; j++) {
         const KirLoop *l = &k->loops[j];
+        int64_t run = render_run(l);
         buf_printf(out, "    {\n        const long long n = %lldLL;\n", (long long)l->numel);
+        if (run) {
+            buf_printf(out, "#pragma omp parallel for if (parallel: n > 32768)\n");
+            buf_printf(out, "        for (long long i0 = 0; i0 < n; i0 += %lldLL) {\n", (long long)run);
+            render_run_bases(l, "            ", out);
+            buf_printf(out, "#pragma omp simd\n");
+            buf_printf(out, "            for (long long t = 0; t < %lldLL; t++) {\n", (long long)run);
+            buf_printf(out, "                const long long i = i0 + t;\n");
+            render_body(k, l, "                ", 1, out);
+            buf_printf(out, "            }\n        }\n    }\n");
+            continue;
+        }
         buf_printf(out, "#pragma omp parallel for simd if (parallel: n > 32768)\n");
         buf_printf(out, "        for (long long i = 0; i < n; i++) {\n");
-        render_body(k, l, "            ", out);
+        render_body(k, l, "            ", 0, out);
         buf_printf(out, "        }\n    }\n");
     }
     buf_printf(out, "}\n");

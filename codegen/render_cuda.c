@@ -55,7 +55,7 @@ void render_cuda_kernel(const KirKernel *k, CtBuf *out)
         const KirLoop *l = &k->loops[j];
         buf_printf(out, "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %lldLL; i += step) {\n",
                    (long long)l->numel);
-        render_body(k, l, "        ", out);
+        render_body(k, l, "        ", 0, out);
         buf_printf(out, "    }\n");
     }
     buf_printf(out, "}\n");
