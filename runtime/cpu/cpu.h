@@ -114,6 +114,10 @@ void cpu_run_row_major(const Graph *g, const Node *n, void *const *in, void *con
 /* Whether batch_norm or batch_norm_grad node n runs on its channels-last
  * operands as stored (not synchronised across ranks; norm_ops.c). */
 int cpu_batch_norm_nhwc(const Graph *g, const Node *n);
+/* Whether convolution node n (either direction) is pointwise, one group,
+ * on channels-last x and y, which it takes as stored: a GEMM over the rows
+ * of channels (gemm_ops.c). */
+int cpu_conv_nhwc(const Graph *g, const Node *n);
 /* Whether adaptive_avg_pool2d(_grad) node n is a global pool of a
  * channels-last x, which it takes as stored (pool_ops.c). */
 int cpu_adaptive_pool_nhwc(const Graph *g, const Node *n);

@@ -136,8 +136,43 @@ static void move_rows(float *t, int64_t rows, int64_t groups, int64_t gi, int64_
         }
 }
 
+int cpu_conv_nhwc(const Graph *g, const Node *n)
+{
+    if (n->op != CT_OP_conv2d && n->op != CT_OP_conv2d_grad_input && n->op != CT_OP_conv2d_grad_weight)
+        return 0;
+    int data = n->op == CT_OP_conv2d_grad_input, wgrad = n->op == CT_OP_conv2d_grad_weight;
+    ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : wgrad ? n->in[1] : n->in[0];
+    ValueId w = wgrad ? n->out[0] : n->in[1];
+    ConvGeom c = conv_geom(&g->values[x].type.shape, &g->values[w].type.shape, &g->values[y].type.shape, n->iattr);
+    return c.pointwise && c.groups == 1 && cpu_stored_nhwc(g, x) && cpu_stored_nhwc(g, y);
+}
+
+/* A pointwise convolution (cpu_conv_nhwc's) on channels-last x [R, C] and
+ * y [R, O], R = N*H*W: a linear over the rows, one GEMM each way. */
+static void conv_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    const CtShape *w = n->op == CT_OP_conv2d_grad_weight ? cpu_out_shape(g, n, 0) : cpu_in_shape(g, n, 1);
+    const CtShape *x = n->op == CT_OP_conv2d_grad_input ? cpu_out_shape(g, n, 0) : cpu_in_shape(g, n, 0);
+    int64_t O = w->d[0], C = w->d[1], R = shape_numel(x) / C;
+    if (n->op == CT_OP_conv2d_grad_input) {
+        cpu_sgemm(0, 0, R, C, O, 1.0f, in[0], O, in[1], C, 0.0f, out[0], C);
+    } else if (n->op == CT_OP_conv2d_grad_weight) {
+        cpu_sgemm(1, 0, O, C, R, 1.0f, in[1], O, in[0], C, 0.0f, out[0], C);
+    } else {
+        if (n->nin == 3)
+#pragma omp parallel for if (R * O > CPU_PARALLEL_MIN)
+            for (int64_t r = 0; r < R; r++)
+                memcpy(out[0] + r * O, in[2], (size_t)O * sizeof(float));
+        cpu_sgemm(0, 1, R, O, C, 1.0f, in[0], C, in[1], C, n->nin == 3 ? 1.0f : 0.0f, out[0], O);
+    }
+}
+
 void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
+    if (cpu_conv_nhwc(g, n)) {
+        conv_nhwc(g, n, in, out);
+        return;
+    }
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_out_shape(g, n, 0), n->iattr);
     if (depthwise(&c)) {
         depthwise_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
@@ -173,6 +208,10 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
 
 void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
+    if (cpu_conv_nhwc(g, n)) {
+        conv_nhwc(g, n, in, out);
+        return;
+    }
     ConvGeom c = conv_geom(cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), cpu_in_shape(g, n, 0), n->iattr);
     if (depthwise(&c)) {
         depthwise_conv_grad_input(&c, in[0], in[1], out[0]);
@@ -220,6 +259,10 @@ void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, floa
 
 void cpu_conv2d_grad_weight(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
+    if (cpu_conv_nhwc(g, n)) {
+        conv_nhwc(g, n, in, out);
+        return;
+    }
     ConvGeom c = conv_geom(cpu_in_shape(g, n, 0), cpu_out_shape(g, n, 0), cpu_in_shape(g, n, 1), n->iattr);
     if (depthwise(&c)) {
         depthwise_conv_grad_weight(&c, in[0], in[1], out[0]);

@@ -3,8 +3,8 @@
  * a 4-D value the layout pass made CT_LAYOUT_CHANNELS_LAST is stored N, H,
  * W, C, as on the GPU. The compiled elementwise kernels (KIR's layouts),
  * oneDNN's primitives, permute, to_layout, reduce_sum, batch norm, global
- * average pooling and the elementwise ops over operands of one shape and
- * layout take it as stored.
+ * average pooling, pointwise convolutions and the elementwise ops over
+ * operands of one shape and layout take it as stored.
  * Every other node kernel is written for row-major values: it runs on
  * row-major copies of its channels-last operands, and its channels-last
  * outputs are transposed back from row-major scratch after it. Correct for
@@ -76,6 +76,7 @@ static int native(const Graph *g, const Node *n)
     case CT_OP_permute: case CT_OP_to_layout: case CT_OP_reduce_sum:
         return floats(g, n->in[0]) && floats(g, n->out[0]);
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: return cpu_batch_norm_nhwc(g, n);
+    case CT_OP_conv2d: case CT_OP_conv2d_grad_input: case CT_OP_conv2d_grad_weight: return cpu_conv_nhwc(g, n);
     case CT_OP_adaptive_avg_pool2d: case CT_OP_adaptive_avg_pool2d_grad:
         return floats(g, n->in[0]) && floats(g, n->out[0]) && cpu_adaptive_pool_nhwc(g, n);
     default: return 0;
