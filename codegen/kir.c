@@ -42,20 +42,13 @@ static int stored_nhwc(const Graph *g, ValueId v, int layouts)
     return layouts && g->values[v].type.shape.ndim == 4 && g->values[v].layout == CT_LAYOUT_CHANNELS_LAST;
 }
 
-/* The memory strides of v's logical dims. */
+/* The memory strides of v's logical dims (row-major without layouts). */
 static void memory_strides(const Graph *g, ValueId v, int layouts, int64_t *st)
 {
-    const Value *val = &g->values[v];
-    const int64_t *d = val->type.shape.d;
-    if (stored_nhwc(g, v, layouts)) {
-        st[1] = 1, st[3] = d[1], st[2] = d[3] * d[1], st[0] = d[2] * d[3] * d[1];
-        return;
-    }
-    int64_t s = 1;
-    for (int i = val->type.shape.ndim - 1; i >= 0; i--) {
-        st[i] = s;
-        s *= d[i];
-    }
+    Value val = g->values[v];
+    if (!layouts)
+        val.layout = CT_LAYOUT_CONTIG;
+    value_strides(&val, st);
 }
 
 /* The view reading value `in` broadcast to `out`'s shape, in out's memory

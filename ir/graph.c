@@ -140,6 +140,21 @@ CtInit init_in_arena(CtArena *a, CtInit init, int64_t n)
 
 const char *ct_layout_name(CtLayout l) { return l == CT_LAYOUT_CHANNELS_LAST ? "nhwc" : "contig"; }
 
+void value_strides(const Value *v, int64_t *st)
+{
+    const CtShape *s = &v->type.shape;
+    if (v->layout == CT_LAYOUT_CHANNELS_LAST && s->ndim == 4) {
+        int64_t C = s->d[1], H = s->d[2], W = s->d[3];
+        st[0] = H * W * C, st[1] = 1, st[2] = W * C, st[3] = C;
+        return;
+    }
+    int64_t k = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        st[d] = k;
+        k *= s->d[d];
+    }
+}
+
 int64_t graph_param_count(const Graph *g)
 {
     int64_t n = 0;

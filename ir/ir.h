@@ -149,6 +149,10 @@ const char *ct_role_name(CtRole r);
  * arena `a` (n of them), other kinds as they are. */
 CtInit init_in_arena(CtArena *a, CtInit init, int64_t n);
 const char *ct_layout_name(CtLayout l);
+/* The strides of v's logical dims in memory as the backends that keep
+ * layouts store it (cpu, cuda; not the ref backend): row-major, or N, H, W,
+ * C for a channels-last 4-D value. */
+void value_strides(const Value *v, int64_t *st);
 
 /* Checks SSA, order, shapes and dtypes (re-running every shape rule), roles
  * and dangling values. Every pass calls it; messages name the node. */

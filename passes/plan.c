@@ -86,20 +86,6 @@ static int row_major(const Graph *g, ValueId v)
     return g->values[v].type.shape.ndim != 4 || g->values[v].layout == CT_LAYOUT_CONTIG;
 }
 
-/* The memory strides of v's logical dims as the backends store it (a
- * channels-last 4-D value N, H, W, C). */
-static void stored_strides(const Graph *g, ValueId v, int64_t *st)
-{
-    const CtShape *s = &g->values[v].type.shape;
-    static const int nhwc[4] = {0, 2, 3, 1};
-    int64_t m = 1;
-    for (int k = s->ndim - 1; k >= 0; k--) {
-        int d = row_major(g, v) ? k : nhwc[k];
-        st[d] = m;
-        m *= s->d[d];
-    }
-}
-
 /* Whether permute node n only relabels memory: each dim of its output
  * longer than 1 at the stride its input dim has (ConvNeXt's permutes of
  * channels-last values to and from N, H, W, C). */
@@ -107,8 +93,8 @@ static int permute_in_place(const Graph *g, const Node *n)
 {
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
     const CtShape *y = &g->values[n->out[0]].type.shape;
-    stored_strides(g, n->in[0], sx);
-    stored_strides(g, n->out[0], sy);
+    value_strides(&g->values[n->in[0]], sx);
+    value_strides(&g->values[n->out[0]], sy);
     for (int d = 0; d < y->ndim; d++)
         if (y->d[d] > 1 && sy[d] != sx[n->iattr[1 + d]])
             return 0;

@@ -228,7 +228,7 @@ static int add_node(Case *c, CtOp op, int nin, const ValueId *in, const int64_t 
 static int64_t phys(const Value *v, int64_t i)
 {
     int64_t st[CT_MAX_DIMS], off = 0;
-    lib_strides(v, st);
+    value_strides(v, st);
     for (int d = v->type.shape.ndim - 1; d >= 0; d--) {
         off += (i % v->type.shape.d[d]) * st[d];
         i /= v->type.shape.d[d];

@@ -502,7 +502,7 @@ static double rel(const float *a, const float *b, int64_t n)
 }
 
 /* g's inputs filled by gen, ref's outputs in out; mem[v] per value, the inputs in
- * their physical layout (lib_strides). */
+ * their physical layout (value_strides). */
 static int run_ref(const Graph *g, CtTensor *out, void **mem)
 {
     CtTensor in[8];
@@ -515,7 +515,7 @@ static int run_ref(const Graph *g, CtTensor *out, void **mem)
         if (val->role != CT_ROLE_INPUT)
             continue;
         tensor_alloc(&in[nin], val->type);
-        lib_strides(val, st);
+        value_strides(val, st);
         for (int64_t i = 0; i < n; i++) {
             int64_t off = 0, r = i;
             for (int d = val->type.shape.ndim - 1; d >= 0; d--) {
@@ -541,7 +541,7 @@ static int run_ref(const Graph *g, CtTensor *out, void **mem)
 static void logical(const Value *val, const float *mem, float *out)
 {
     int64_t n = shape_numel(&val->type.shape), st[CT_MAX_DIMS];
-    lib_strides(val, st);
+    value_strides(val, st);
     for (int64_t i = 0; i < n; i++) {
         int64_t off = 0, r = i;
         for (int d = val->type.shape.ndim - 1; d >= 0; d--) {

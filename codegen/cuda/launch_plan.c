@@ -117,7 +117,7 @@ static void mirror_filter(const Graph *g, LaunchPlan *lp, LpStep *st)
     int64_t kcrs[4], krsc[4] = {s->d[2] * s->d[3] * s->d[1], 1, s->d[3] * s->d[1], s->d[1]};
     int back = st->conv.dir == CONV_BWD_FILTER;
     LibLaunch *l = &st->mirror;
-    lib_strides(w, kcrs);
+    value_strides(w, kcrs);
     memset(l, 0, sizeof *l);
     snprintf(l->kernel, sizeof l->kernel, "ct_copy_%s", ct_dtype_name(w->type.dtype));
     l->items = shape_numel(s);

@@ -8,21 +8,6 @@
 
 #include "ir/ops.h"
 
-void lib_strides(const Value *v, int64_t *st)
-{
-    const CtShape *s = &v->type.shape;
-    if (v->layout == CT_LAYOUT_CHANNELS_LAST && s->ndim == 4) {
-        int64_t C = s->d[1], H = s->d[2], W = s->d[3];
-        st[0] = H * W * C, st[1] = 1, st[2] = W * C, st[3] = C;
-        return;
-    }
-    int64_t k = 1;
-    for (int d = s->ndim - 1; d >= 0; d--) {
-        st[d] = k;
-        k *= s->d[d];
-    }
-}
-
 /* Row-major strides of dims d[0..nd). */
 static void dense_strides(int nd, const int64_t *d, int64_t *st)
 {
@@ -111,8 +96,8 @@ static int plan_reshape(Builder *b, const Node *n, CtErr *err)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], dense[CT_MAX_DIMS];
-    lib_strides(x, sx);
-    lib_strides(y, sy);
+    value_strides(x, sx);
+    value_strides(y, sy);
     if (y->layout != CT_LAYOUT_CHANNELS_LAST || y->type.shape.ndim != 4) {
         dense_strides(x->type.shape.ndim, x->type.shape.d, dense);
         copy(b, n->in[0], n->out[0], index_make(x->type.shape.ndim, x->type.shape.d, sx, dense));
@@ -130,8 +115,8 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     const CtShape *ys = &y->type.shape;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], st[CT_MAX_DIMS];
-    lib_strides(x, sx);
-    lib_strides(y, sy);
+    value_strides(x, sx);
+    value_strides(y, sy);
     const int64_t *a = n->iattr;
     switch (n->op) {
     case CT_OP_reshape:
@@ -188,7 +173,7 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
         int64_t at = 0;
         for (int k = 0; k < n->nin; k++) {
             const Value *xk = val(b, n->in[k]);
-            lib_strides(xk, sx);
+            value_strides(xk, sx);
             CtIndex ix = index_make(xk->type.shape.ndim, xk->type.shape.d, sx, sy);
             ix.base1 = at * sy[a[0]];
             copy(b, n->in[k], n->out[0], ix);
@@ -208,8 +193,8 @@ static int plan_reduce(Builder *b, const Node *n)
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], kd[CT_MAX_DIMS], ks0[CT_MAX_DIMS], ks1[CT_MAX_DIMS];
     int64_t rd[CT_MAX_DIMS], rs[CT_MAX_DIMS];
     int nk = 0, nr = 0, yd = 0;
-    lib_strides(x, sx);
-    lib_strides(y, sy);
+    value_strides(x, sx);
+    value_strides(y, sy);
     for (int i = 0; i < xs->ndim; i++) {
         int reduced = (n->iattr[0] >> i) & 1;
         if (reduced)
@@ -235,8 +220,8 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
     const CtShape *xs = &val(b, x)->type.shape;
     int dim = n->op == CT_OP_softmax || n->op == CT_OP_softmax_grad ? (int)n->iattr[0] : xs->ndim - 1;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
-    lib_strides(val(b, x), sx);
-    lib_strides(val(b, y), sy);
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
     CtIndex rows = index_without(xs, dim, sx, sy);
     CtDType t = val(b, y)->type.dtype;
     LibLaunch *l;
@@ -310,8 +295,8 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     if (grad && !same_strides(b, x, dy))
         return ct_fail(err, "group_norm_grad of x and dy in two layouts has no kernel");
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], G = n->iattr[0], cg = xs->d[1] / G;
-    lib_strides(val(b, x), sx);
-    lib_strides(val(b, y), sy);
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
     CtShape group = *xs; /* a sample's group: [cg, S...] after its N dim */
     group.d[1] = cg;
     CtIndex rows = index_make(2, (int64_t[]){xs->d[0], G}, (int64_t[]){sx[0], cg * sx[1]},
@@ -391,8 +376,8 @@ static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
     ValueId x = n->in[0], y = n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
-    lib_strides(val(b, x), sx);
-    lib_strides(val(b, y), sy);
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
     if (grad && !same_strides(b, x, n->in[4]))
         return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
     if (training && n->iattr[1])
@@ -496,8 +481,8 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
     if (!adaptive)
         p.kh = a[0], p.kw = a[1], p.sh = a[2], p.sw = a[3], p.ph = a[4], p.pw = a[5], p.count_pad = !max && a[7];
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
-    lib_strides(val(b, x), sx);
-    lib_strides(val(b, y), sy);
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
     CtDType t = val(b, n->out[0])->type.dtype;
     if (!grad) {
         LibLaunch *l = begin(b, "ct_pool", t, shape_numel(ys));
@@ -619,8 +604,8 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
     }
     int64_t sy[CT_MAX_DIMS], sb[CT_MAX_DIMS], bcast[CT_MAX_DIMS];
     const Value *bv = val(b, n->in[1]);
-    lib_strides(val(b, y), sy);
-    lib_strides(bv, sb);
+    value_strides(val(b, y), sy);
+    value_strides(bv, sb);
     shape_broadcast_strides(&bv->type.shape, ys, bcast);
     /* b's physical strides, 0 where it is broadcast (right-aligned dims) */
     for (int d = 0, off = ys->ndim - bv->type.shape.ndim; d < ys->ndim; d++)
@@ -641,7 +626,7 @@ static int plan_input(Builder *b, const Node *n, CtErr *err)
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     const CtShape *ys = &y->type.shape;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
-    lib_strides(y, sy);
+    value_strides(y, sy);
     if (n->op == CT_OP_image_normalize) {
         const int64_t *d = x->type.shape.d;
         int64_t st[4] = {d[1] * d[2] * d[3], 1, d[2] * d[3], d[3]};
@@ -655,7 +640,7 @@ static int plan_input(Builder *b, const Node *n, CtErr *err)
     }
     if (!same_strides(b, n->in[0], n->out[0]))
         return ct_fail(err, "%s: its output in another layout than its input has no kernel", op_def(n->op)->name);
-    lib_strides(x, sx);
+    value_strides(x, sx);
     int erase = n->op == CT_OP_random_erase;
     LibLaunch *l = begin(b, erase ? "ct_random_erase" : "ct_mix_images", y->type.dtype, shape_numel(ys));
     a_val(l, n->in[0]);
@@ -677,8 +662,8 @@ static int plan_dropout(Builder *b, const Node *n, CtErr *err)
     if (!same_strides(b, n->in[0], n->out[0]))
         return ct_fail(err, "%s: its output in another layout than its input has no kernel", op_def(n->op)->name);
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
-    lib_strides(x, sx);
-    lib_strides(y, sy);
+    value_strides(x, sx);
+    value_strides(y, sy);
     LibLaunch *l = begin(b, "ct_dropout", y->type.dtype, shape_numel(s));
     a_val(l, n->in[0]);
     a_val(l, n->in[1]);

@@ -71,7 +71,4 @@ int lib_supports(CtOp op);
  * kernel does not take). */
 int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
-/* The physical strides of a value's logical dims (see above). */
-void lib_strides(const Value *v, int64_t *st);
-
 #endif

@@ -98,12 +98,11 @@ void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
  * into y, each block of rows while it is in cache. */
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
 
-/* nhwc.c: channels-last values, stored N, H, W, C. Whether v is stored so
- * (its two layouts differ in bytes); its logical dims outermost first in
- * memory, and each one's stride there. */
+/* nhwc.c: channels-last values, stored N, H, W, C (value_strides). Whether
+ * v is stored so (its two layouts differ in bytes), and its logical dims
+ * outermost first in memory. */
 int cpu_stored_nhwc(const Graph *g, ValueId v);
 void cpu_memory_order(const Graph *g, ValueId v, int *order);
-void cpu_memory_strides(const Graph *g, ValueId v, int64_t *st);
 /* Whether node n's kernel needs row-major copies of its channels-last
  * operands; cpu_run_row_major runs it through them. */
 int cpu_node_row_major(const Graph *g, const Node *n);

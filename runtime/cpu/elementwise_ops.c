@@ -156,7 +156,7 @@ CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, 
     int order[CT_MAX_DIMS], odim[CT_MAX_DIMS];
     int64_t ymem[CT_MAX_DIMS] = {0}, ostride[CT_MAX_DIMS], s = shape_numel(cpu_out_shape(g, n, 0));
     cpu_memory_order(g, n->in[0], order);
-    cpu_memory_strides(g, n->out[0], ymem);
+    value_strides(&g->values[n->out[0]], ymem);
     for (int d = 0, j = 0; d < nd; d++)
         odim[d] = keep ? d : ((n->iattr[0] >> d) & 1) ? -1 : j++;
     CtShape m = {.ndim = nd};

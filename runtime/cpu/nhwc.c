@@ -31,18 +31,6 @@ void cpu_memory_order(const Graph *g, ValueId v, int *order)
         order[k] = nhw ? nhwc[k] : k;
 }
 
-void cpu_memory_strides(const Graph *g, ValueId v, int64_t *st)
-{
-    const CtShape *s = &g->values[v].type.shape;
-    int order[CT_MAX_DIMS];
-    cpu_memory_order(g, v, order);
-    int64_t m = 1;
-    for (int k = s->ndim - 1; k >= 0; k--) {
-        st[order[k]] = m;
-        m *= s->d[order[k]];
-    }
-}
-
 static int floats(const Graph *g, ValueId v)
 {
     CtDType t = g->values[v].type.dtype;
@@ -85,15 +73,10 @@ static int native(const Graph *g, const Node *n)
 
 int cpu_node_row_major(const Graph *g, const Node *n)
 {
-    if (native(g, n))
-        return 0;
-    for (int k = 0; k < n->nin; k++)
-        if (cpu_stored_nhwc(g, n->in[k]))
-            return 1;
-    for (int k = 0; k < n->nout; k++)
-        if (cpu_stored_nhwc(g, n->out[k]))
-            return 1;
-    return 0;
+    int nhwc = 0; /* first, as every node of an NCHW program asks */
+    for (int k = 0; k < n->nin + n->nout && !nhwc; k++)
+        nhwc = cpu_stored_nhwc(g, k < n->nin ? n->in[k] : n->out[k - n->nin]);
+    return nhwc && !native(g, n);
 }
 
 /* dst = src [N, C, H, W] of elem-byte elements moved between NCHW and

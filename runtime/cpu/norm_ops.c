@@ -123,11 +123,9 @@ static int synced(const Node *n, const CtCollective *coll)
 
 int cpu_batch_norm_nhwc(const Graph *g, const Node *n)
 {
-    ValueId x = n->in[0];
-    if ((n->op != CT_OP_batch_norm && n->op != CT_OP_batch_norm_grad) || !cpu_stored_nhwc(g, x) || n->iattr[1])
-        return 0;
-    ValueId same[2] = {n->out[0], n->op == CT_OP_batch_norm_grad ? n->in[4] : n->out[0]};
-    return cpu_stored_nhwc(g, same[0]) && cpu_stored_nhwc(g, same[1]);
+    int grad = n->op == CT_OP_batch_norm_grad;
+    return (grad || n->op == CT_OP_batch_norm) && !n->iattr[1] && cpu_stored_nhwc(g, n->in[0]) &&
+           cpu_stored_nhwc(g, n->out[0]) && (!grad || cpu_stored_nhwc(g, n->in[4]));
 }
 
 /* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none): each

@@ -205,25 +205,24 @@ CPU_CLONES static void global_nhwc(const CtShape *x, const float *src, float *ds
     int64_t N = x->d[0], C = x->d[1], S = x->d[2] * x->d[3];
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < N; b++) {
-        double *acc = calloc((size_t)C, sizeof *acc);
-        float *share = cpu_floats(C);
-        CT_ASSERT(acc != NULL);
-        if (grad) {
+        if (grad) { /* the first row holds the shares, the others copy it */
+            float *row = dst + b * S * C;
             for (int64_t c = 0; c < C; c++)
-                share[c] = (float)(src[b * C + c] / (double)S);
-            for (int64_t s = 0; s < S; s++)
-                memcpy(dst + (b * S + s) * C, share, (size_t)C * sizeof *dst);
-        } else {
-            for (int64_t s = 0; s < S; s++) {
-                const float *xr = src + (b * S + s) * C;
-#pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    acc[c] += xr[c];
-            }
-            for (int64_t c = 0; c < C; c++)
-                dst[b * C + c] = (float)(acc[c] / (double)S);
+                row[c] = (float)(src[b * C + c] / (double)S);
+            for (int64_t s = 1; s < S; s++)
+                memcpy(row + s * C, row, (size_t)C * sizeof *dst);
+            continue;
         }
-        free(share);
+        double *acc = calloc((size_t)C, sizeof *acc);
+        CT_ASSERT(acc != NULL);
+        for (int64_t s = 0; s < S; s++) {
+            const float *xr = src + (b * S + s) * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                acc[c] += xr[c];
+        }
+        for (int64_t c = 0; c < C; c++)
+            dst[b * C + c] = (float)(acc[c] / (double)S);
         free(acc);
     }
 }

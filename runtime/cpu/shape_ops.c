@@ -133,7 +133,7 @@ static void gather_stored(const Graph *g, ValueId xv, ValueId yv, const int64_t 
     const CtShape *y = &g->values[yv].type.shape;
     int64_t xmem[CT_MAX_DIMS], stride[CT_MAX_DIMS] = {0};
     int order[CT_MAX_DIMS];
-    cpu_memory_strides(g, xv, xmem);
+    value_strides(&g->values[xv], xmem);
     cpu_memory_order(g, yv, order);
     CtShape m = {0};
     for (int k = 0; k < y->ndim; k++) {
