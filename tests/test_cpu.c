@@ -236,6 +236,18 @@ static void test_op(const OpCase *c)
             }
         }
         compare_run(c->name, &g, NULL, in, c->nin, TOL);
+        Graph l;
+        if (c->op == CT_OP_conv2d && c->iattr[6] == c->shape[0].d[1] && c->shape[1].d[1] == 1) {
+            /* depthwise: also on NHWC values (the cpu backend's own kernels for them) */
+            char what[128];
+            int laid = layout_channels_last(&g, &l, &err) == 0;
+            CHECKF(laid, "%s: %s", c->name, err.msg);
+            snprintf(what, sizeof what, "%s channels_last", c->name);
+            if (laid) {
+                compare_run(what, &l, NULL, in, c->nin, TOL);
+                graph_free(&l);
+            }
+        }
     }
     for (int k = 0; k < c->nin; k++)
         free(in[k].data);
@@ -263,6 +275,13 @@ static void test_gemm_ops(void)
         {"conv depthwise 3x3 p0", CT_OP_conv2d, 2, {{4, {1, 2, 5, 4}}, {4, {2, 1, 3, 3}}}, {1, 1, 0, 0, 1, 1, 2}, {0}},
         {"conv depthwise 7x7 p3 threads", CT_OP_conv2d, 3, {{4, {3, 24, 10, 12}}, {4, {24, 1, 7, 7}}, {1, {24}}},
          {1, 1, 3, 3, 1, 1, 24}, {0}},
+        /* channels-last: two 16-channel blocks and 8 left, columns four at a time inside the plane */
+        {"conv depthwise 3x3 s2 p1 40ch", CT_OP_conv2d, 3, {{4, {2, 40, 14, 19}}, {4, {40, 1, 3, 3}}, {1, {40}}},
+         {2, 2, 1, 1, 1, 1, 40}, {0}},
+        {"conv depthwise 5x5 s2 p2 32ch", CT_OP_conv2d, 2, {{4, {2, 32, 15, 15}}, {4, {32, 1, 5, 5}}},
+         {2, 2, 2, 2, 1, 1, 32}, {0}},
+        {"conv depthwise 3x3 p1 dil(1,2) 17ch", CT_OP_conv2d, 2, {{4, {1, 17, 9, 16}}, {4, {17, 1, 3, 3}}},
+         {1, 1, 1, 2, 1, 2, 17}, {0}},
         {"conv 3x3 p1 a sample per GEMM", CT_OP_conv2d, 3, {{4, {2, 3, 48, 48}}, {4, {4, 3, 3, 3}}, {1, {4}}},
          {1, 1, 1, 1, 1, 1, 1}, {0}},
         {"conv 3x3 p1 two samples per GEMM, one left", CT_OP_conv2d, 2, {{4, {3, 2, 32, 40}}, {4, {3, 2, 3, 3}}},

@@ -1,5 +1,6 @@
 /*
- * Private to the cpu backend's convolutions (gemm_ops.c, depthwise_ops.c):
+ * Private to the cpu backend's convolutions (gemm_ops.c, depthwise_ops.c,
+ * depthwise_nhwc.c):
  * one convolution's geometry from its shapes and attributes, and the
  * depthwise convolutions (one input and one output channel a group), which
  * run directly instead of as one-channel GEMMs that would only add the
@@ -45,6 +46,12 @@ void depthwise_conv(const ConvGeom *c, const float *x, const float *w, const flo
 void depthwise_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
 /* dw [C,1,KH,KW] from x and dy, summed over the batch. */
 void depthwise_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);
+
+/* As the three above, on channels-last x [N,H,W,C] and y, dy [N,OH,OW,C]
+ * (depthwise_nhwc.c); w and dw as above. */
+void depthwise_nhwc(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y);
+void depthwise_nhwc_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
+void depthwise_nhwc_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);
 
 /* A 3x3, stride-1, undilated, ungrouped convolution, padding at most 2,
  * with at least 16 channels in and out and a plane of at least 4x4: the

@@ -4,8 +4,10 @@
  * im2col / col2im per (sample, group), 1x1 stride-1 unpadded convs straight
  * on the activations; depthwise convs (one input and one output channel a
  * group) directly (runtime/cpu/depthwise_ops.c), 3x3 stride-1 ones by
- * Winograd's algorithm (runtime/cpu/winograd_ops.c); linear, matmul (batched, or with a shared right matrix
- * as one GEMM); sdpa and its gradient per head.
+ * Winograd's algorithm (runtime/cpu/winograd_ops.c). On channels-last
+ * values, pointwise convs as one GEMM over the pixels and depthwise ones
+ * directly (runtime/cpu/depthwise_nhwc.c). Linear, matmul (batched, or with
+ * a shared right matrix as one GEMM); sdpa and its gradient per head.
  */
 #include <math.h>
 #include <omp.h>
@@ -136,24 +138,41 @@ static void move_rows(float *t, int64_t rows, int64_t groups, int64_t gi, int64_
         }
 }
 
+/* The geometry of a conv2d node or either gradient's. */
+static ConvGeom node_geom(const Graph *g, const Node *n)
+{
+    int data = n->op == CT_OP_conv2d_grad_input, wgrad = n->op == CT_OP_conv2d_grad_weight;
+    ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : wgrad ? n->in[1] : n->in[0];
+    ValueId w = wgrad ? n->out[0] : n->in[1];
+    return conv_geom(&g->values[x].type.shape, &g->values[w].type.shape, &g->values[y].type.shape, n->iattr);
+}
+
 int cpu_conv_nhwc(const Graph *g, const Node *n)
 {
     if (n->op != CT_OP_conv2d && n->op != CT_OP_conv2d_grad_input && n->op != CT_OP_conv2d_grad_weight)
         return 0;
-    int data = n->op == CT_OP_conv2d_grad_input, wgrad = n->op == CT_OP_conv2d_grad_weight;
-    ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : wgrad ? n->in[1] : n->in[0];
-    ValueId w = wgrad ? n->out[0] : n->in[1];
-    ConvGeom c = conv_geom(&g->values[x].type.shape, &g->values[w].type.shape, &g->values[y].type.shape, n->iattr);
-    return c.pointwise && c.groups == 1 && cpu_stored_nhwc(g, x) && cpu_stored_nhwc(g, y);
+    int data = n->op == CT_OP_conv2d_grad_input;
+    ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : n->in[data ? 0 : 1];
+    ConvGeom c = node_geom(g, n);
+    return ((c.pointwise && c.groups == 1) || depthwise(&c)) && cpu_stored_nhwc(g, x) && cpu_stored_nhwc(g, y);
 }
 
-/* A pointwise convolution (cpu_conv_nhwc's) on channels-last x [R, C] and
- * y [R, O], R = N*H*W: a linear over the rows, one GEMM each way. */
+/* A convolution cpu_conv_nhwc takes, on channels-last x [R, C] and y [R, O]
+ * (R = N*H*W rows): pointwise, a linear over the rows, one GEMM each way;
+ * depthwise, depthwise_nhwc.c's kernels. */
 static void conv_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
-    const CtShape *w = n->op == CT_OP_conv2d_grad_weight ? cpu_out_shape(g, n, 0) : cpu_in_shape(g, n, 1);
-    const CtShape *x = n->op == CT_OP_conv2d_grad_input ? cpu_out_shape(g, n, 0) : cpu_in_shape(g, n, 0);
-    int64_t O = w->d[0], C = w->d[1], R = shape_numel(x) / C;
+    ConvGeom c = node_geom(g, n);
+    if (depthwise(&c)) {
+        if (n->op == CT_OP_conv2d)
+            depthwise_nhwc(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
+        else if (n->op == CT_OP_conv2d_grad_input)
+            depthwise_nhwc_grad_input(&c, in[0], in[1], out[0]);
+        else
+            depthwise_nhwc_grad_weight(&c, in[0], in[1], out[0]);
+        return;
+    }
+    int64_t O = c.O, C = c.C, R = c.N * c.H * c.W;
     if (n->op == CT_OP_conv2d_grad_input) {
         cpu_sgemm(0, 0, R, C, O, 1.0f, in[0], O, in[1], C, 0.0f, out[0], C);
     } else if (n->op == CT_OP_conv2d_grad_weight) {
