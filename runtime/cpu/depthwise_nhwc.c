@@ -2,30 +2,41 @@
  * Depthwise convolutions on channels-last values (x [N, H, W, C], y [N, OH,
  * OW, C]): each pixel's channels are contiguous, so every tap is one
  * multiply-add over a block of 16 channels, a vector, with the weights
- * transposed to [KH*KW, C] so a tap's block is contiguous too.
+ * transposed to [KH*KW, C] so a tap's block is contiguous too. The blocks
+ * go along a pixel's channels, so memory is swept in order: a block per
+ * pixel at a stride of C floats would touch one cache line per page for
+ * the wide layers, where the hardware's prefetch does not follow. Channels
+ * past the last full block go a float at a time.
  *
  * The forward and the input gradient gather: each output element is summed
  * in registers over the taps that reach it and written once (the input
- * gradient as the transposed convolution, output pixels split among the
- * threads by row). Four columns at a time where every tap is inside the
- * plane, one at a time with the bounds checked at the edges and, for the
- * input gradient of a strided convolution, where the taps reaching a column
- * depend on its parity.
+ * gradient as the transposed convolution), rows split among the threads.
+ * Four columns at a time where every tap stays inside the plane (for the
+ * input gradient of a strided convolution, four columns a stride apart,
+ * which meet the same taps), one at a time with the bounds checked at the
+ * edges.
  *
- * The weight gradient splits the channel blocks among the threads, each
- * block's sum over the batch in one thread and in a fixed order (whatever
- * the thread count): per row and tap a float sum of the row's columns,
- * added into doubles.
+ * The weight gradient sums each tap's products in float per chunk of rows,
+ * and the chunks in double in a fixed order, so the result does not depend
+ * on the thread count.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cpu/conv.h"
 
-#define CB 16 /* channels a block: one AVX-512 vector, two AVX2 ones */
+#define CB 16 /* channels a block */
 #define NW 4  /* columns a step where no tap leaves the plane */
 
 #define INLINE static inline __attribute__((always_inline))
+
+/* A block of channels as one value: GCC lowers it to the clone's vectors
+ * (one AVX-512 register, two AVX2 ones) and keeps accumulators of it in
+ * registers, which it did not for float arrays. */
+typedef float vf __attribute__((vector_size(CB * sizeof(float))));
+typedef float vf_unaligned __attribute__((vector_size(CB * sizeof(float)), aligned(sizeof(float))));
+#define LOAD(p) (*(const vf_unaligned *)(p))
+#define STORE(p, v) (*(vf_unaligned *)(p) = (v))
 
 /* wt [KH*KW, C] = w [C, 1, KH, KW] transposed. */
 static float *transposed_taps(const ConvGeom *c, const float *w)
@@ -38,202 +49,249 @@ static float *transposed_taps(const ConvGeom *c, const float *w)
     return wt;
 }
 
-/* y row (n, oh) for columns ow..ow+nw of channels c0..c0+cb: x is sample
- * n's plane [H, W, C], yr its row [OW, C]. check: the taps may leave the
- * plane. */
-INLINE void fwd_cols(const ConvGeom *c, const float *x, const float *wt, const float *bias, float *yr, int64_t oh,
-                     int64_t ow, int nw, int64_t c0, int cb, int check)
+/* The input column of output column ow at tap kw, and the output column
+ * (through *ow, when the stride lets one) that reads input column iw at
+ * tap kw: the convolution's geometry along a row. */
+static inline int64_t in_col(const ConvGeom *c, int64_t ow, int64_t kw)
+{
+    return ow * c->a[STRIDE_W] - c->a[PAD_W] + kw * c->a[DIL_W];
+}
+
+static inline int out_col(const ConvGeom *c, int64_t iw, int64_t kw, int64_t *ow)
+{
+    int64_t u = iw + c->a[PAD_W] - kw * c->a[DIL_W];
+    *ow = u / c->a[STRIDE_W];
+    return u >= 0 && u % c->a[STRIDE_W] == 0 && *ow < c->OW;
+}
+
+/* y row (n, oh) for columns ow..ow+nw, the block at channel c0: x is
+ * sample n's plane [H, W, C], yr its row [OW, C]. check: the taps may
+ * leave the plane. */
+INLINE void fwd_block(const ConvGeom *c, const float *x, const float *wt, const float *bias, float *yr, int64_t oh,
+                      int64_t ow, int nw, int64_t c0, int check)
 {
     const int64_t *a = c->a, C = c->C;
-    float acc[NW][CB];
+    vf acc[NW];
     for (int j = 0; j < nw; j++)
-        for (int q = 0; q < cb; q++)
-            acc[j][q] = bias ? bias[c0 + q] : 0.0f;
+        acc[j] = bias ? LOAD(bias + c0) : (vf){0};
     for (int64_t kh = 0; kh < c->KH; kh++) {
         int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
         if (ih < 0 || ih >= c->H)
             continue;
         const float *xr = x + ih * c->W * C + c0;
         for (int64_t kw = 0; kw < c->KW; kw++) {
-            const float *wp = wt + (kh * c->KW + kw) * C + c0;
+            vf wv = LOAD(wt + (kh * c->KW + kw) * C + c0);
             for (int j = 0; j < nw; j++) {
-                int64_t iw = (ow + j) * a[STRIDE_W] - a[PAD_W] + kw * a[DIL_W];
-                if (check && (iw < 0 || iw >= c->W))
-                    continue;
-                const float *xp = xr + iw * C;
-                for (int q = 0; q < cb; q++)
-                    acc[j][q] += xp[q] * wp[q];
+                int64_t iw = in_col(c, ow + j, kw);
+                if (!check || (iw >= 0 && iw < c->W))
+                    acc[j] += LOAD(xr + iw * C) * wv;
             }
         }
     }
     for (int j = 0; j < nw; j++)
-        memcpy(yr + (ow + j) * C + c0, acc[j], sizeof(float) * (size_t)cb);
+        STORE(yr + (ow + j) * C + c0, acc[j]);
 }
 
-/* The output columns [*lo, *hi) that every tap of a row keeps inside the
- * input's W columns. */
-static void interior_cols(const ConvGeom *c, int64_t *lo, int64_t *hi)
+/* As fwd_block for one column, channels c0..C (fewer than a block). */
+static void fwd_tail(const ConvGeom *c, const float *x, const float *wt, const float *bias, float *yr, int64_t oh,
+                     int64_t ow, int64_t c0)
 {
-    int64_t s = c->a[STRIDE_W], p = c->a[PAD_W], reach = (c->KW - 1) * c->a[DIL_W];
-    *lo = (p + s - 1) / s;
-    *hi = c->W - 1 + p - reach >= 0 ? (c->W - 1 + p - reach) / s + 1 : 0;
-    *hi = *hi < c->OW ? *hi : c->OW;
-    *lo = *lo < *hi ? *lo : *hi;
+    const int64_t *a = c->a, C = c->C;
+    for (int64_t ch = c0; ch < C; ch++)
+        yr[ow * C + ch] = bias ? bias[ch] : 0.0f;
+    for (int64_t kh = 0; kh < c->KH; kh++) {
+        int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
+        for (int64_t kw = 0; kw < c->KW && ih >= 0 && ih < c->H; kw++) {
+            int64_t iw = in_col(c, ow, kw);
+            if (iw >= 0 && iw < c->W)
+                for (int64_t ch = c0; ch < C; ch++)
+                    yr[ow * C + ch] += x[(ih * c->W + iw) * C + ch] * wt[(kh * c->KW + kw) * C + ch];
+        }
+    }
 }
 
-INLINE void fwd_block(const ConvGeom *c, const float *x, const float *wt, const float *bias, float *yr, int64_t oh,
-                      int64_t c0, int cb, int64_t lo, int64_t hi)
+/* Columns ow..ow+nw of y's row, every channel. */
+INLINE void fwd_pixels(const ConvGeom *c, const float *x, const float *wt, const float *bias, float *yr, int64_t oh,
+                       int64_t ow, int nw, int check)
 {
-    int64_t ow = 0;
-    for (; ow < lo; ow++)
-        fwd_cols(c, x, wt, bias, yr, oh, ow, 1, c0, cb, 1);
-    for (; ow + NW <= hi; ow += NW)
-        fwd_cols(c, x, wt, bias, yr, oh, ow, NW, c0, cb, 0);
-    for (; ow < c->OW; ow++)
-        fwd_cols(c, x, wt, bias, yr, oh, ow, 1, c0, cb, 1);
+    int64_t c0 = 0;
+    for (; c0 + CB <= c->C; c0 += CB)
+        fwd_block(c, x, wt, bias, yr, oh, ow, nw, c0, check);
+    for (int j = 0; j < nw && c0 < c->C; j++)
+        fwd_tail(c, x, wt, bias, yr, oh, ow + j, c0);
 }
 
 CPU_CLONES void depthwise_nhwc(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y)
 {
     float *wt = transposed_taps(c, w);
-    int64_t lo, hi, C = c->C;
-    interior_cols(c, &lo, &hi);
+    /* the output columns that every tap keeps inside the input's columns */
+    int64_t s = c->a[STRIDE_W], p = c->a[PAD_W], reach = (c->KW - 1) * c->a[DIL_W];
+    int64_t lo = (p + s - 1) / s, hi = c->W - 1 + p - reach >= 0 ? (c->W - 1 + p - reach) / s + 1 : 0;
+    hi = hi < c->OW ? hi : c->OW;
 #pragma omp parallel for collapse(2) if (c->N * c->C * c->OH * c->OW * c->KH * c->KW > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < c->N; b++)
         for (int64_t oh = 0; oh < c->OH; oh++) {
-            const float *xs = x + b * c->H * c->W * C;
-            float *yr = y + (b * c->OH + oh) * c->OW * C;
-            int64_t c0 = 0;
-            for (; c0 + CB <= C; c0 += CB)
-                fwd_block(c, xs, wt, bias, yr, oh, c0, CB, lo, hi);
-            if (c0 < C)
-                fwd_block(c, xs, wt, bias, yr, oh, c0, (int)(C - c0), lo, hi);
+            const float *xs = x + b * c->H * c->W * c->C;
+            float *yr = y + (b * c->OH + oh) * c->OW * c->C;
+            int64_t ow = 0;
+            for (; ow < lo && ow < c->OW; ow++)
+                fwd_pixels(c, xs, wt, bias, yr, oh, ow, 1, 1);
+            for (; ow + NW <= hi; ow += NW)
+                fwd_pixels(c, xs, wt, bias, yr, oh, ow, NW, 0);
+            for (; ow < c->OW; ow++)
+                fwd_pixels(c, xs, wt, bias, yr, oh, ow, 1, 1);
         }
     free(wt);
 }
 
-/* dx row (n, ih) for columns iw..iw+nw of channels c0..c0+cb: dy is sample
- * n's [OH, OW, C], dxr the row [W, C]; the taps (kh, kw) that output pixel
- * (oh, ow) with oh * stride - pad + kh * dil = ih (and so for columns)
- * reads. check: bounds and strides checked per column. */
-INLINE void grad_cols(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t iw, int nw,
-                      int64_t c0, int cb, int check)
+/* The output row that reads input row ih at tap kh, where there is one. */
+static inline int out_row(const ConvGeom *c, int64_t ih, int64_t kh, int64_t *oh)
 {
-    const int64_t *a = c->a, C = c->C, sh = a[STRIDE_H], sw = a[STRIDE_W];
-    float acc[NW][CB] = {{0}};
+    int64_t t = ih + c->a[PAD_H] - kh * c->a[DIL_H];
+    *oh = t / c->a[STRIDE_H];
+    return t >= 0 && t % c->a[STRIDE_H] == 0 && *oh < c->OH;
+}
+
+/* dx row (n, ih) for columns iw + j * stride (j < nw), the block at
+ * channel c0: dy is sample n's [OH, OW, C], dxr the row [W, C]. Each sums
+ * the taps of the output pixels that read it. Columns a stride apart meet
+ * the same taps, at consecutive output columns. check: the columns may be
+ * at an edge, where some taps reach no output column (nw = 1). */
+INLINE void grad_block(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t iw, int nw,
+                       int64_t c0, int check)
+{
+    const int64_t C = c->C;
+    vf acc[NW];
+    for (int j = 0; j < nw; j++)
+        acc[j] = (vf){0};
     for (int64_t kh = 0; kh < c->KH; kh++) {
-        int64_t t = ih + a[PAD_H] - kh * a[DIL_H], oh = t / sh;
-        if (t < 0 || t % sh || oh >= c->OH)
+        int64_t oh, ow;
+        if (!out_row(c, ih, kh, &oh))
             continue;
         const float *dyr = dy + oh * c->OW * C + c0;
         for (int64_t kw = 0; kw < c->KW; kw++) {
-            const float *wp = wt + (kh * c->KW + kw) * C + c0;
-            for (int j = 0; j < nw; j++) {
-                int64_t u = iw + j + a[PAD_W] - kw * a[DIL_W], ow = check ? u / sw : u;
-                if (check && (u < 0 || u % sw || ow >= c->OW))
-                    continue;
-                const float *gp = dyr + ow * C;
-                for (int q = 0; q < cb; q++)
-                    acc[j][q] += gp[q] * wp[q];
-            }
+            int64_t u = iw + c->a[PAD_W] - kw * c->a[DIL_W];
+            if (check ? !out_col(c, iw, kw, &ow) : u % c->a[STRIDE_W] != 0)
+                continue;
+            ow = u / c->a[STRIDE_W];
+            vf wv = LOAD(wt + (kh * c->KW + kw) * C + c0);
+            for (int j = 0; j < nw; j++)
+                acc[j] += LOAD(dyr + (ow + j) * C) * wv;
         }
     }
     for (int j = 0; j < nw; j++)
-        memcpy(dxr + (iw + j) * C + c0, acc[j], sizeof(float) * (size_t)cb);
+        STORE(dxr + (iw + j * c->a[STRIDE_W]) * C + c0, acc[j]);
 }
 
-INLINE void grad_block(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t c0, int cb,
-                       int64_t lo, int64_t hi)
+/* As grad_block for one column, channels c0..C (fewer than a block). */
+static void grad_tail(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t iw, int64_t c0)
 {
-    int64_t iw = 0;
-    for (; iw < lo; iw++)
-        grad_cols(c, dy, wt, dxr, ih, iw, 1, c0, cb, 1);
-    for (; iw + NW <= hi; iw += NW)
-        grad_cols(c, dy, wt, dxr, ih, iw, NW, c0, cb, 0);
-    for (; iw < c->W; iw++)
-        grad_cols(c, dy, wt, dxr, ih, iw, 1, c0, cb, 1);
+    const int64_t C = c->C;
+    for (int64_t ch = c0; ch < C; ch++)
+        dxr[iw * C + ch] = 0.0f;
+    for (int64_t kh = 0; kh < c->KH; kh++) {
+        int64_t oh, ow;
+        for (int64_t kw = 0; kw < c->KW && out_row(c, ih, kh, &oh); kw++)
+            if (out_col(c, iw, kw, &ow))
+                for (int64_t ch = c0; ch < C; ch++)
+                    dxr[iw * C + ch] += dy[(oh * c->OW + ow) * C + ch] * wt[(kh * c->KW + kw) * C + ch];
+    }
+}
+
+INLINE void grad_pixels(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t iw, int nw,
+                        int check)
+{
+    int64_t c0 = 0;
+    for (; c0 + CB <= c->C; c0 += CB)
+        grad_block(c, dy, wt, dxr, ih, iw, nw, c0, check);
+    for (int j = 0; j < nw && c0 < c->C; j++)
+        grad_tail(c, dy, wt, dxr, ih, iw + j * c->a[STRIDE_W], c0);
 }
 
 CPU_CLONES void depthwise_nhwc_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx)
 {
     float *wt = transposed_taps(c, w);
-    int64_t C = c->C, p = c->a[PAD_W], reach = (c->KW - 1) * c->a[DIL_W], lo = 0, hi = 0;
-    if (c->a[STRIDE_W] == 1) { /* the input columns whose every tap lands on an output column */
-        lo = reach - p > 0 ? reach - p : 0;
-        hi = c->OW - p < c->W ? c->OW - p : c->W;
-        lo = lo < hi ? lo : hi > 0 ? hi : 0;
-    }
+    /* [lo, hi): the input columns whose every tap lands on an output column
+     * (its stride permitting), taken stride * NW at a time, NW columns a
+     * stride apart together */
+    int64_t s = c->a[STRIDE_W], p = c->a[PAD_W], reach = (c->KW - 1) * c->a[DIL_W];
+    int64_t lo = reach - p > 0 ? reach - p : 0, hi = c->OW * s - p < c->W ? c->OW * s - p : c->W;
 #pragma omp parallel for collapse(2) if (c->N * c->C * c->OH * c->OW * c->KH * c->KW > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < c->N; b++)
         for (int64_t ih = 0; ih < c->H; ih++) {
-            const float *dys = dy + b * c->OH * c->OW * C;
-            float *dxr = dx + (b * c->H + ih) * c->W * C;
-            int64_t c0 = 0;
-            for (; c0 + CB <= C; c0 += CB)
-                grad_block(c, dys, wt, dxr, ih, c0, CB, lo, hi);
-            if (c0 < C)
-                grad_block(c, dys, wt, dxr, ih, c0, (int)(C - c0), lo, hi);
+            const float *dys = dy + b * c->OH * c->OW * c->C;
+            float *dxr = dx + (b * c->H + ih) * c->W * c->C;
+            int64_t iw = 0;
+            for (; iw < lo && iw < c->W; iw++)
+                grad_pixels(c, dys, wt, dxr, ih, iw, 1, 1);
+            for (; iw + s * NW <= hi; iw += s * NW)
+                for (int64_t r = 0; r < s; r++)
+                    grad_pixels(c, dys, wt, dxr, ih, iw + r, NW, 0);
+            for (; iw < c->W; iw++)
+                grad_pixels(c, dys, wt, dxr, ih, iw, 1, 1);
         }
     free(wt);
 }
 
-/* sum [KH*KW, CB] += over sample n's rows, per tap, the products of dy and
- * x for channels c0..c0+cb. */
-INLINE void wgrad_sample(const ConvGeom *c, const float *x, const float *dy, int64_t c0, int cb, double *sum)
+/* sum [KH*KW, C] += per tap, the products of dy and x over output row
+ * (n, oh), the block at channel c0 (fewer channels, to C, at the tail): x
+ * is sample n's plane, dyr the row [OW, C]. */
+INLINE void wgrad_row(const ConvGeom *c, const float *x, const float *dyr, int64_t oh, int64_t c0, int tail, float *sum)
 {
     const int64_t *a = c->a, C = c->C, sw = a[STRIDE_W];
-    for (int64_t oh = 0; oh < c->OH; oh++) {
-        const float *dyr = dy + oh * c->OW * C + c0;
-        for (int64_t kh = 0; kh < c->KH; kh++) {
-            int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
-            if (ih < 0 || ih >= c->H)
+    for (int64_t kh = 0; kh < c->KH; kh++) {
+        int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
+        if (ih < 0 || ih >= c->H)
+            continue;
+        const float *xr = x + ih * c->W * C + c0, *gr = dyr + c0;
+        for (int64_t kw = 0; kw < c->KW; kw++) {
+            int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi, ow;
+            float *sp = sum + (kh * c->KW + kw) * C + c0;
+            valid_cols(c, off, &lo, &hi);
+            if (tail) {
+                for (ow = lo; ow < hi; ow++)
+                    for (int64_t q = 0; q < C - c0; q++)
+                        sp[q] += gr[ow * C + q] * xr[(ow * sw + off) * C + q];
                 continue;
-            const float *xr = x + ih * c->W * C + c0;
-            for (int64_t kw = 0; kw < c->KW; kw++) {
-                int64_t off = kw * a[DIL_W] - a[PAD_W], lo, hi, ow;
-                valid_cols(c, off, &lo, &hi);
-                float acc[NW][CB] = {{0}};
-                for (ow = lo; ow + NW <= hi; ow += NW)
-                    for (int j = 0; j < NW; j++) {
-                        const float *gp = dyr + (ow + j) * C, *xp = xr + ((ow + j) * sw + off) * C;
-                        for (int q = 0; q < cb; q++)
-                            acc[j][q] += gp[q] * xp[q];
-                    }
-                for (; ow < hi; ow++) {
-                    const float *gp = dyr + ow * C, *xp = xr + (ow * sw + off) * C;
-                    for (int q = 0; q < cb; q++)
-                        acc[0][q] += gp[q] * xp[q];
-                }
-                double *s = sum + (kh * c->KW + kw) * CB;
-                for (int q = 0; q < cb; q++)
-                    s[q] += (double)acc[0][q] + acc[1][q] + acc[2][q] + acc[3][q];
             }
+            vf acc[NW] = {{0}};
+            for (ow = lo; ow + NW <= hi; ow += NW)
+                for (int j = 0; j < NW; j++)
+                    acc[j] += LOAD(gr + (ow + j) * C) * LOAD(xr + ((ow + j) * sw + off) * C);
+            for (; ow < hi; ow++)
+                acc[0] += LOAD(gr + ow * C) * LOAD(xr + (ow * sw + off) * C);
+            STORE(sp, LOAD(sp) + ((acc[0] + acc[1]) + (acc[2] + acc[3])));
         }
     }
 }
 
-INLINE void wgrad_block(const ConvGeom *c, const float *x, const float *dy, int64_t c0, int cb, float *dw)
-{
-    int64_t K = c->KH * c->KW;
-    double *sum = calloc((size_t)(K * CB), sizeof *sum);
-    CT_ASSERT(sum != NULL);
-    for (int64_t b = 0; b < c->N; b++)
-        wgrad_sample(c, x + b * c->H * c->W * c->C, dy + b * c->OH * c->OW * c->C, c0, cb, sum);
-    for (int q = 0; q < cb; q++)
-        for (int64_t t = 0; t < K; t++)
-            dw[(c0 + q) * K + t] = (float)sum[t * CB + q];
-    free(sum);
-}
+#define WGRAD_CHUNKS 16 /* the weight gradient's chunks of rows, whatever the thread count */
 
 CPU_CLONES void depthwise_nhwc_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw)
 {
-    int64_t blocks = (c->C + CB - 1) / CB;
-#pragma omp parallel for schedule(dynamic) if (c->N * c->C * c->OH * c->OW * c->KH * c->KW > CPU_PARALLEL_MIN)
-    for (int64_t i = 0; i < blocks; i++) {
-        int64_t c0 = i * CB;
-        if (c0 + CB <= c->C)
-            wgrad_block(c, x, dy, c0, CB, dw);
-        else
-            wgrad_block(c, x, dy, c0, (int)(c->C - c0), dw);
+    int64_t K = c->KH * c->KW, KC = K * c->C, rows = c->N * c->OH;
+    int64_t chunks = rows < WGRAD_CHUNKS ? rows : WGRAD_CHUNKS;
+    /* the GEMM convolutions' column slot: one convolution runs at a time */
+    float *part = cpu_scratch(CPU_SCRATCH_COLS, chunks * KC);
+#pragma omp parallel for schedule(dynamic) if (c->N * c->C * c->OH * c->OW * K > CPU_PARALLEL_MIN)
+    for (int64_t k = 0; k < chunks; k++) {
+        float *sum = part + k * KC;
+        memset(sum, 0, sizeof *sum * (size_t)KC);
+        for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
+            int64_t b = r / c->OH, oh = r % c->OH, c0 = 0;
+            const float *xs = x + b * c->H * c->W * c->C, *dyr = dy + r * c->OW * c->C;
+            for (; c0 + CB <= c->C; c0 += CB)
+                wgrad_row(c, xs, dyr, oh, c0, 0, sum);
+            if (c0 < c->C)
+                wgrad_row(c, xs, dyr, oh, c0, 1, sum);
+        }
     }
+#pragma omp parallel for if (chunks * KC > CPU_PARALLEL_MIN)
+    for (int64_t ch = 0; ch < c->C; ch++)
+        for (int64_t t = 0; t < K; t++) {
+            double v = 0;
+            for (int64_t k = 0; k < chunks; k++)
+                v += part[k * KC + t * c->C + ch];
+            dw[ch * K + t] = (float)v;
+        }
 }
