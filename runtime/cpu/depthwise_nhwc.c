@@ -27,6 +27,7 @@
 
 #define CB 16 /* channels a block */
 #define NW 4  /* columns a step where no tap leaves the plane */
+#define PF 16 /* pixels ahead that the software prefetch asks for */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -72,6 +73,11 @@ INLINE void fwd_block(const ConvGeom *c, const float *x, const float *wt, const 
 {
     const int64_t *a = c->a, C = c->C;
     vf acc[NW];
+    if (!check) { /* the input row no earlier output row read, PF pixels ahead (past it: the next row's) */
+        int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + (c->KH - 1) * a[DIL_H], at = ih * c->W + in_col(c, ow, 0) + PF;
+        for (int64_t j = 0; j < NW * a[STRIDE_W] && at + j < c->H * c->W; j++)
+            __builtin_prefetch(x + (at + j) * C + c0);
+    }
     for (int j = 0; j < nw; j++)
         acc[j] = bias ? LOAD(bias + c0) : (vf){0};
     for (int64_t kh = 0; kh < c->KH; kh++) {
@@ -162,10 +168,13 @@ INLINE void grad_block(const ConvGeom *c, const float *dy, const float *wt, floa
 {
     const int64_t C = c->C;
     vf acc[NW];
+    int64_t oh = (ih + c->a[PAD_H]) / c->a[STRIDE_H], ow = (iw + c->a[PAD_W]) / c->a[STRIDE_W];
+    int64_t at = oh * c->OW + ow + PF; /* dy's newest row, ahead as in fwd_block */
+    for (int64_t j = 0; j < NW && !check && at + j < c->OH * c->OW; j++)
+        __builtin_prefetch(dy + (at + j) * C + c0);
     for (int j = 0; j < nw; j++)
         acc[j] = (vf){0};
     for (int64_t kh = 0; kh < c->KH; kh++) {
-        int64_t oh, ow;
         if (!out_row(c, ih, kh, &oh))
             continue;
         const float *dyr = dy + oh * c->OW * C + c0;
@@ -239,6 +248,11 @@ CPU_CLONES void depthwise_nhwc_grad_input(const ConvGeom *c, const float *dy, co
 INLINE void wgrad_row(const ConvGeom *c, const float *x, const float *dyr, int64_t oh, int64_t c0, int tail, float *sum)
 {
     const int64_t *a = c->a, C = c->C, sw = a[STRIDE_W];
+    /* while the first tap goes along the row, the next row's lines of dy and
+     * of the input row it adds: the block's lines are C floats apart, too far
+     * apart for the hardware's prefetch */
+    int64_t next = (oh + 1) * a[STRIDE_H] - a[PAD_H] + (c->KH - 1) * a[DIL_H], pf = -1;
+    const float *pdy = dyr + c->OW * C + c0, *px = x + next * c->W * C + c0;
     for (int64_t kh = 0; kh < c->KH; kh++) {
         int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
         if (ih < 0 || ih >= c->H)
@@ -255,9 +269,15 @@ INLINE void wgrad_row(const ConvGeom *c, const float *x, const float *dyr, int64
                 continue;
             }
             vf acc[NW] = {{0}};
-            for (ow = lo; ow + NW <= hi; ow += NW)
+            pf = pf < 0 && oh + 1 < c->OH && next < c->H ? kh * c->KW + kw : pf;
+            for (ow = lo; ow + NW <= hi; ow += NW) {
                 for (int j = 0; j < NW; j++)
                     acc[j] += LOAD(gr + (ow + j) * C) * LOAD(xr + ((ow + j) * sw + off) * C);
+                for (int64_t j = 0; j < NW * sw && pf == kh * c->KW + kw; j++) {
+                    __builtin_prefetch(px + (ow * sw + j) * C);
+                    __builtin_prefetch(pdy + (ow + j / sw) * C);
+                }
+            }
             for (; ow < hi; ow++)
                 acc[0] += LOAD(gr + ow * C) * LOAD(xr + (ow * sw + off) * C);
             STORE(sp, LOAD(sp) + ((acc[0] + acc[1]) + (acc[2] + acc[3])));
