@@ -237,8 +237,9 @@ static void test_op(const OpCase *c)
         }
         compare_run(c->name, &g, NULL, in, c->nin, TOL);
         Graph l;
-        if (c->op == CT_OP_conv2d && c->iattr[6] == c->shape[0].d[1] && c->shape[1].d[1] == 1) {
-            /* depthwise: also on NHWC values (the cpu backend's own kernels for them) */
+        if (c->op == CT_OP_conv2d) {
+            /* also on NHWC values: the own kernels for pointwise, depthwise and Winograd's
+             * convolutions, the others through row-major copies */
             char what[128];
             int laid = layout_channels_last(&g, &l, &err) == 0;
             CHECKF(laid, "%s: %s", c->name, err.msg);

@@ -19,12 +19,13 @@ typedef struct ConvGeom {
     int64_t N, C, H, W, O, CG, OG, KH, KW, OH, OW, groups;
     const int64_t *a;
     int pointwise; /* 1x1, stride 1, no padding: the input is its own column matrix */
+    int nhwc;      /* the activations stored channels-last (the Winograd kernels read it) */
 } ConvGeom;
 
 static inline ConvGeom conv_geom(const CtShape *x, const CtShape *w, const CtShape *y, const int64_t *a)
 {
     ConvGeom c = {x->d[0], x->d[1], x->d[2], x->d[3], w->d[0], w->d[1], 0, w->d[2], w->d[3], y->d[2], y->d[3],
-                  a[GROUPS], a, 0};
+                  a[GROUPS], a, 0, 0};
     c.OG = c.O / c.groups;
     c.pointwise = c.KH == 1 && c.KW == 1 && a[STRIDE_H] == 1 && a[STRIDE_W] == 1 && a[PAD_H] == 0 && a[PAD_W] == 0;
     return c;
@@ -57,7 +58,8 @@ void depthwise_nhwc_grad_weight(const ConvGeom *c, const float *x, const float *
  * with at least 16 channels in and out and a plane of at least 4x4: the
  * ones the Winograd kernels below take. */
 int winograd_applies(const ConvGeom *c);
-/* As depthwise_conv and its gradients, for a convolution winograd_applies to. */
+/* As depthwise_conv and its gradients, for a convolution winograd_applies
+ * to, on NCHW activations or (c->nhwc) NHWC ones. */
 void winograd_conv(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y);
 void winograd_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
 void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);

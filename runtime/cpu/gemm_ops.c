@@ -5,9 +5,10 @@
  * on the activations; depthwise convs (one input and one output channel a
  * group) directly (runtime/cpu/depthwise_ops.c), 3x3 stride-1 ones by
  * Winograd's algorithm (runtime/cpu/winograd_ops.c). On channels-last
- * values, pointwise convs as one GEMM over the pixels and depthwise ones
- * directly (runtime/cpu/depthwise_nhwc.c). Linear, matmul (batched, or with
- * a shared right matrix as one GEMM); sdpa and its gradient per head.
+ * values, pointwise convs as one GEMM over the pixels, depthwise ones
+ * directly (runtime/cpu/depthwise_nhwc.c), and Winograd's as on NCHW.
+ * Linear, matmul (batched, or with a shared right matrix as one GEMM); sdpa
+ * and its gradient per head.
  */
 #include <math.h>
 #include <omp.h>
@@ -154,15 +155,27 @@ int cpu_conv_nhwc(const Graph *g, const Node *n)
     int data = n->op == CT_OP_conv2d_grad_input;
     ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : n->in[data ? 0 : 1];
     ConvGeom c = node_geom(g, n);
-    return ((c.pointwise && c.groups == 1) || depthwise(&c)) && cpu_stored_nhwc(g, x) && cpu_stored_nhwc(g, y);
+    return ((c.pointwise && c.groups == 1) || depthwise(&c) || winograd_applies(&c)) && cpu_stored_nhwc(g, x) &&
+           cpu_stored_nhwc(g, y);
 }
 
 /* A convolution cpu_conv_nhwc takes, on channels-last x [R, C] and y [R, O]
  * (R = N*H*W rows): pointwise, a linear over the rows, one GEMM each way;
- * depthwise, depthwise_nhwc.c's kernels. */
+ * depthwise, depthwise_nhwc.c's kernels; 3x3 stride 1, Winograd's, which
+ * copy their activations channels-last anyway. */
 static void conv_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     ConvGeom c = node_geom(g, n);
+    c.nhwc = 1;
+    if (winograd_applies(&c)) {
+        if (n->op == CT_OP_conv2d)
+            winograd_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
+        else if (n->op == CT_OP_conv2d_grad_input)
+            winograd_conv_grad_input(&c, in[0], in[1], out[0]);
+        else
+            winograd_conv_grad_weight(&c, in[0], in[1], out[0]);
+        return;
+    }
     if (depthwise(&c)) {
         if (n->op == CT_OP_conv2d)
             depthwise_nhwc(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);

@@ -49,15 +49,17 @@ enum { LANES = 16, MAX_SIDE = 6, MAX_POINTS = 36 };
 /* x [N, C, H, W] (*) a 3x3 kernel -> [N, K, OH, OW], as m x m output tiles. */
 typedef struct Wino {
     int64_t N, C, H, W, K, OH, OW, ph, pw;
+    int nhwc;                   /* x and y stored [N, H, W, C] and [N, OH, OW, K] */
     int m, P;                   /* output tile side; points of a transformed tile, (m + 2)^2 */
     int64_t TH, TW, Cp, Kp, Wp; /* tiles down and across; lane-padded channels; padded input row */
 } Wino;
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-static Wino wino_geom(int m, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t ph, int64_t pw)
+static Wino wino_geom(int m, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t ph, int64_t pw, int nhwc)
 {
-    Wino q = {.N = N, .C = C, .H = H, .W = W, .K = K, .OH = H + 2 * ph - 2, .OW = W + 2 * pw - 2, .ph = ph, .pw = pw};
+    Wino q = {.N = N, .C = C, .H = H, .W = W, .K = K, .OH = H + 2 * ph - 2, .OW = W + 2 * pw - 2, .ph = ph, .pw = pw,
+              .nhwc = nhwc};
     q.m = m;
     q.P = (m + 2) * (m + 2);
     q.TH = (q.OH + m - 1) / m;
@@ -279,12 +281,12 @@ static Block block_at(const Wino *q, const Blocking *b, int64_t i)
 }
 
 /* dst [cnt][r1 - r0][Wp][Cp] = rows r0 .. r1 of the padded planes of
- * samples n0 .. n0 + cnt of src [N, C, H, W], channels-last: input row
- * r - ph, column c - pw at padded (r, c); zero outside the input and in
- * the lanes past C. */
-CPU_CLONES static void pack_channels_last(const float *src, int64_t n0, int64_t cnt, int64_t C, int64_t H, int64_t W,
-                                          int64_t Cp, int64_t r0, int64_t r1, int64_t Wp, int64_t ph, int64_t pw,
-                                          float *dst)
+ * samples n0 .. n0 + cnt of src [N, C, H, W] (nhwc: [N, H, W, C]),
+ * channels-last: input row r - ph, column c - pw at padded (r, c); zero
+ * outside the input and in the lanes past C. */
+CPU_CLONES static void pack_channels_last(const float *src, int nhwc, int64_t n0, int64_t cnt, int64_t C, int64_t H,
+                                          int64_t W, int64_t Cp, int64_t r0, int64_t r1, int64_t Wp, int64_t ph,
+                                          int64_t pw, float *dst)
 {
     int64_t rows = r1 - r0;
 #pragma omp parallel for collapse(2) if (cnt * rows * Wp * Cp > CPU_PARALLEL_MIN)
@@ -295,6 +297,15 @@ CPU_CLONES static void pack_channels_last(const float *src, int64_t n0, int64_t 
             memset(row, 0, sizeof *row * (size_t)(Wp * Cp));
             if (ih < 0 || ih >= H)
                 continue;
+            if (nhwc) {
+                const float *s = src + ((n0 + j) * H + ih) * W * C;
+                if (Cp == C)
+                    memcpy(row + pw * Cp, s, sizeof *row * (size_t)(W * C));
+                else
+                    for (int64_t iw = 0; iw < W; iw++)
+                        memcpy(row + (iw + pw) * Cp, s + iw * C, sizeof *row * (size_t)C);
+                continue;
+            }
             for (int64_t c0 = 0; c0 < C; c0 += LANES) {
                 int64_t cw = C - c0 < LANES ? C - c0 : LANES;
                 const float *s = src + ((n0 + j) * C + c0) * H * W + ih * W;
@@ -409,6 +420,14 @@ static inline __attribute__((always_inline)) void output_tile(const Wino *q, con
         gather(x, mm + t * q->Kp + k0, a * a, a * a, 0, k->tiles * q->Kp);
         tile2d(m, AT, x, o);
         int64_t kw = q->K - k0 < LANES ? q->K - k0 : LANES;
+        if (q->nhwc) {
+            float *yp = y + (((k->n0 + j) * q->OH + m * ty) * q->OW + m * tx) * q->K + k0;
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t c = 0; c < cols; c++)
+                    for (int64_t l = 0; l < kw; l++)
+                        yp[(i * q->OW + c) * q->K + l] = o[i * m + c][l] + (bias ? bias[k0 + l] : 0);
+            continue;
+        }
         for (int64_t l = 0; l < kw; l++) {
             float b = bias ? bias[k0 + l] : 0, *yp = y + ((k->n0 + j) * q->K + k0 + l) * q->OH * q->OW;
             yp += m * ty * q->OW + m * tx;
@@ -462,7 +481,7 @@ static void block_inputs(const Wino *q, const Block *k, const float *x, float *v
 {
     int64_t r0 = q->m * k->ty0, r1 = q->m * k->ty1 + 2;
     float *xp = cpu_scratch(CPU_SCRATCH_WINO_IN, k->cnt * (r1 - r0) * q->Wp * q->Cp);
-    pack_channels_last(x, k->n0, k->cnt, q->C, q->H, q->W, q->Cp, r0, r1, q->Wp, q->ph, q->pw, xp);
+    pack_channels_last(x, q->nhwc, k->n0, k->cnt, q->C, q->H, q->W, q->Cp, r0, r1, q->Wp, q->ph, q->pw, xp);
     patch_transform(q, k, BT, xp, r1 - r0, q->Wp, q->Cp, v);
 }
 
@@ -498,7 +517,7 @@ static void wino_forward(const Wino *q, const float *x, const float *u, const fl
 
 void winograd_conv(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y)
 {
-    Wino q = wino_geom(2, c->N, c->C, c->H, c->W, c->O, c->a[PAD_H], c->a[PAD_W]);
+    Wino q = wino_geom(2, c->N, c->C, c->H, c->W, c->O, c->a[PAD_H], c->a[PAD_W], c->nhwc);
     float *u = cpu_scratch(CPU_SCRATCH_WINO_U, q.P * q.K * q.Cp);
     weight_transform(q.m, w, q.K, q.C, q.Cp, 9 * q.C, 9, 0, u);
     wino_forward(&q, x, u, bias, y);
@@ -506,7 +525,7 @@ void winograd_conv(const ConvGeom *c, const float *x, const float *w, const floa
 
 void winograd_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx)
 {
-    Wino q = wino_geom(4, c->N, c->O, c->OH, c->OW, c->C, 2 - c->a[PAD_H], 2 - c->a[PAD_W]);
+    Wino q = wino_geom(4, c->N, c->O, c->OH, c->OW, c->C, 2 - c->a[PAD_H], 2 - c->a[PAD_W], c->nhwc);
     float *u = cpu_scratch(CPU_SCRATCH_WINO_U, q.P * q.K * q.Cp);
     weight_transform(q.m, w, q.K, q.C, q.Cp, 9, 9 * c->C, 1, u);
     wino_forward(&q, dy, u, NULL, dx);
@@ -517,7 +536,7 @@ void winograd_conv_grad_input(const ConvGeom *c, const float *dy, const float *w
  * copy of du each). */
 void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw)
 {
-    Wino q = wino_geom(4, c->N, c->C, c->H, c->W, c->O, c->a[PAD_H], c->a[PAD_W]);
+    Wino q = wino_geom(4, c->N, c->C, c->H, c->W, c->O, c->a[PAD_H], c->a[PAD_W], c->nhwc);
     Blocking b = blocking(&q);
     float *du = cpu_scratch(CPU_SCRATCH_WINO_U, q.P * q.K * q.Cp);
     for (int64_t i = 0; i < b.count; i++) {
@@ -527,7 +546,7 @@ void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *d
         float *m = cpu_scratch(CPU_SCRATCH_ROWS, q.P * k.tiles * q.Kp);
         float *dyp = cpu_scratch(CPU_SCRATCH_WINO_GRAD, k.cnt * (r1 - r0) * q.m * q.TW * q.Kp);
         block_inputs(&q, &k, x, v);
-        pack_channels_last(dy, k.n0, k.cnt, q.K, q.OH, q.OW, q.Kp, r0, r1, q.m * q.TW, 0, 0, dyp);
+        pack_channels_last(dy, q.nhwc, k.n0, k.cnt, q.K, q.OH, q.OW, q.Kp, r0, r1, q.m * q.TW, 0, 0, dyp);
         patch_transform(&q, &k, A, dyp, r1 - r0, q.m * q.TW, q.Kp, m);
 #pragma omp parallel for schedule(dynamic) if (k.tiles * q.C * q.K > CPU_PARALLEL_MIN)
         for (int p = 0; p < q.P; p++)
