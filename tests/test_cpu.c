@@ -2,7 +2,7 @@
  * and one whole SGD training step (logits, loss, every gradient, every
  * updated parameter, buffer and momentum buffer) on the reference vectors'
  * weights, and the GEMM paths of convolution (stride, padding, dilation,
- * groups, depthwise, 1x1, both gradients), linear, matmul and sdpa, and
+ * groups, depthwise, 1x1, both gradients; NCHW and NHWC), linear, matmul and sdpa, and
  * pooling, permutes, pads, softmax, layer norm, group norm and gather on random inputs. All within 1e-4 relative error
  * (||a-b|| / ||b||). */
 #include <math.h>
@@ -236,10 +236,10 @@ static void test_op(const OpCase *c)
             }
         }
         compare_run(c->name, &g, NULL, in, c->nin, TOL);
-        Graph l;
         if (c->op == CT_OP_conv2d) {
             /* also on NHWC values: the own kernels for pointwise, depthwise and Winograd's
              * convolutions, the others through row-major copies */
+            Graph l;
             char what[128];
             int laid = layout_channels_last(&g, &l, &err) == 0;
             CHECKF(laid, "%s: %s", c->name, err.msg);

@@ -3,8 +3,9 @@
  * a 4-D value the layout pass made CT_LAYOUT_CHANNELS_LAST is stored N, H,
  * W, C, as on the GPU. The compiled elementwise kernels (KIR's layouts),
  * oneDNN's primitives, permute, to_layout, reduce_sum, batch norm, global
- * average pooling, pointwise and depthwise convolutions and the elementwise ops over
- * operands of one shape and layout take it as stored.
+ * average pooling, pointwise, depthwise and Winograd's 3x3 convolutions and
+ * the elementwise ops over operands of one shape and layout take it as
+ * stored.
  * Every other node kernel is written for row-major values: it runs on
  * row-major copies of its channels-last operands, and its channels-last
  * outputs are transposed back from row-major scratch after it. Correct for
