@@ -75,7 +75,7 @@ INLINE void fwd_block(const ConvGeom *c, const float *x, const float *wt, const 
     vf acc[NW];
     if (!check) { /* the input row no earlier output row read, PF pixels ahead (past it: the next row's) */
         int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + (c->KH - 1) * a[DIL_H], at = ih * c->W + in_col(c, ow, 0) + PF;
-        for (int64_t j = 0; j < NW * a[STRIDE_W] && at + j < c->H * c->W; j++)
+        for (int64_t j = 0; j < NW * a[STRIDE_W] && at >= 0 && at + j < c->H * c->W; j++)
             __builtin_prefetch(x + (at + j) * C + c0);
     }
     for (int j = 0; j < nw; j++)
@@ -252,7 +252,8 @@ INLINE void wgrad_row(const ConvGeom *c, const float *x, const float *dyr, int64
      * of the input row it adds: the block's lines are C floats apart, too far
      * apart for the hardware's prefetch */
     int64_t next = (oh + 1) * a[STRIDE_H] - a[PAD_H] + (c->KH - 1) * a[DIL_H], pf = -1;
-    const float *pdy = dyr + c->OW * C + c0, *px = x + next * c->W * C + c0;
+    int ahead = oh + 1 < c->OH && next < c->H;
+    const float *pdy = ahead ? dyr + c->OW * C + c0 : dyr, *px = ahead ? x + next * c->W * C + c0 : x;
     for (int64_t kh = 0; kh < c->KH; kh++) {
         int64_t ih = oh * a[STRIDE_H] - a[PAD_H] + kh * a[DIL_H];
         if (ih < 0 || ih >= c->H)
@@ -269,11 +270,11 @@ INLINE void wgrad_row(const ConvGeom *c, const float *x, const float *dyr, int64
                 continue;
             }
             vf acc[NW] = {{0}};
-            pf = pf < 0 && oh + 1 < c->OH && next < c->H ? kh * c->KW + kw : pf;
+            pf = pf < 0 && ahead ? kh * c->KW + kw : pf;
             for (ow = lo; ow + NW <= hi; ow += NW) {
                 for (int j = 0; j < NW; j++)
                     acc[j] += LOAD(gr + (ow + j) * C) * LOAD(xr + ((ow + j) * sw + off) * C);
-                for (int64_t j = 0; j < NW * sw && pf == kh * c->KW + kw; j++) {
+                for (int64_t j = 0; j < NW * sw && pf == kh * c->KW + kw && ow * sw + j < c->W; j++) {
                     __builtin_prefetch(px + (ow * sw + j) * C);
                     __builtin_prefetch(pdy + (ow + j / sw) * C);
                 }
