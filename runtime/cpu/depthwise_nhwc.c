@@ -130,17 +130,18 @@ INLINE void fwd_pixels(const ConvGeom *c, const float *x, const float *wt, const
 CPU_CLONES void depthwise_nhwc(const ConvGeom *c, const float *x, const float *w, const float *bias, float *y)
 {
     float *wt = transposed_taps(c, w);
-    /* the output columns that every tap keeps inside the input's columns */
-    int64_t s = c->a[STRIDE_W], p = c->a[PAD_W], reach = (c->KW - 1) * c->a[DIL_W];
-    int64_t lo = (p + s - 1) / s, hi = c->W - 1 + p - reach >= 0 ? (c->W - 1 + p - reach) / s + 1 : 0;
-    hi = hi < c->OW ? hi : c->OW;
+    /* [lo, hi): the output columns that every tap keeps inside the input's
+     * columns, those of the first tap from the left and of the last from the right */
+    int64_t lo, hi, lo_last, hi_first;
+    valid_cols(c, in_col(c, 0, 0), &lo, &hi_first);
+    valid_cols(c, in_col(c, 0, c->KW - 1), &lo_last, &hi);
 #pragma omp parallel for collapse(2) if (c->N * c->C * c->OH * c->OW * c->KH * c->KW > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < c->N; b++)
         for (int64_t oh = 0; oh < c->OH; oh++) {
             const float *xs = x + b * c->H * c->W * c->C;
             float *yr = y + (b * c->OH + oh) * c->OW * c->C;
             int64_t ow = 0;
-            for (; ow < lo && ow < c->OW; ow++)
+            for (; ow < lo; ow++)
                 fwd_pixels(c, xs, wt, bias, yr, oh, ow, 1, 1);
             for (; ow + NW <= hi; ow += NW)
                 fwd_pixels(c, xs, wt, bias, yr, oh, ow, NW, 0);
@@ -162,7 +163,8 @@ static inline int out_row(const ConvGeom *c, int64_t ih, int64_t kh, int64_t *oh
  * channel c0: dy is sample n's [OH, OW, C], dxr the row [W, C]. Each sums
  * the taps of the output pixels that read it. Columns a stride apart meet
  * the same taps, at consecutive output columns. check: the columns may be
- * at an edge, where some taps reach no output column (nw = 1). */
+ * at an edge (nw = 1), with no prefetch there; out_col tests each tap's
+ * first column either way. */
 INLINE void grad_block(const ConvGeom *c, const float *dy, const float *wt, float *dxr, int64_t ih, int64_t iw, int nw,
                        int64_t c0, int check)
 {
@@ -179,10 +181,8 @@ INLINE void grad_block(const ConvGeom *c, const float *dy, const float *wt, floa
             continue;
         const float *dyr = dy + oh * c->OW * C + c0;
         for (int64_t kw = 0; kw < c->KW; kw++) {
-            int64_t u = iw + c->a[PAD_W] - kw * c->a[DIL_W];
-            if (check ? !out_col(c, iw, kw, &ow) : u % c->a[STRIDE_W] != 0)
+            if (!out_col(c, iw, kw, &ow)) /* inside the plane, only the stride refuses a tap */
                 continue;
-            ow = u / c->a[STRIDE_W];
             vf wv = LOAD(wt + (kh * c->KW + kw) * C + c0);
             for (int j = 0; j < nw; j++)
                 acc[j] += LOAD(dyr + (ow + j) * C) * wv;

@@ -139,12 +139,15 @@ static void move_rows(float *t, int64_t rows, int64_t groups, int64_t gi, int64_
         }
 }
 
-/* The geometry of a conv2d node or either gradient's. */
-static ConvGeom node_geom(const Graph *g, const Node *n)
+/* The geometry of a conv2d node or either gradient's, and (unless NULL)
+ * which of its values are the convolution's input x and output y. */
+static ConvGeom node_geom(const Graph *g, const Node *n, ValueId *xv, ValueId *yv)
 {
     int data = n->op == CT_OP_conv2d_grad_input, wgrad = n->op == CT_OP_conv2d_grad_weight;
     ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : wgrad ? n->in[1] : n->in[0];
     ValueId w = wgrad ? n->out[0] : n->in[1];
+    if (xv)
+        *xv = x, *yv = y;
     return conv_geom(&g->values[x].type.shape, &g->values[w].type.shape, &g->values[y].type.shape, n->iattr);
 }
 
@@ -152,9 +155,8 @@ int cpu_conv_nhwc(const Graph *g, const Node *n)
 {
     if (n->op != CT_OP_conv2d && n->op != CT_OP_conv2d_grad_input && n->op != CT_OP_conv2d_grad_weight)
         return 0;
-    int data = n->op == CT_OP_conv2d_grad_input;
-    ValueId x = data ? n->out[0] : n->in[0], y = n->op == CT_OP_conv2d ? n->out[0] : n->in[data ? 0 : 1];
-    ConvGeom c = node_geom(g, n);
+    ValueId x, y;
+    ConvGeom c = node_geom(g, n, &x, &y);
     return ((c.pointwise && c.groups == 1) || depthwise(&c) || winograd_applies(&c)) && cpu_stored_nhwc(g, x) &&
            cpu_stored_nhwc(g, y);
 }
@@ -165,7 +167,7 @@ int cpu_conv_nhwc(const Graph *g, const Node *n)
  * copy their activations channels-last anyway. */
 static void conv_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
-    ConvGeom c = node_geom(g, n);
+    ConvGeom c = node_geom(g, n, NULL, NULL);
     c.nhwc = 1;
     if (winograd_applies(&c)) {
         if (n->op == CT_OP_conv2d)
