@@ -283,10 +283,21 @@ static void test_gemm_ops(void)
          {2, 2, 2, 2, 1, 1, 32}, {0}},
         {"conv depthwise 3x3 p1 dil(1,2) 17ch", CT_OP_conv2d, 2, {{4, {1, 17, 9, 16}}, {4, {17, 1, 3, 3}}},
          {1, 1, 1, 2, 1, 2, 17}, {0}},
-        {"conv 3x3 p1 a sample per GEMM", CT_OP_conv2d, 3, {{4, {2, 3, 48, 48}}, {4, {4, 3, 3, 3}}, {1, {4}}},
+        /* im2col's chunks of samples: 5 channels in, past the stem kernel's 4 */
+        {"conv 3x3 p1 a sample per GEMM", CT_OP_conv2d, 3, {{4, {2, 5, 48, 48}}, {4, {4, 5, 3, 3}}, {1, {4}}},
          {1, 1, 1, 1, 1, 1, 1}, {0}},
-        {"conv 3x3 p1 two samples per GEMM, one left", CT_OP_conv2d, 2, {{4, {3, 2, 32, 40}}, {4, {3, 2, 3, 3}}},
+        {"conv 3x3 p1 two samples per GEMM, one left", CT_OP_conv2d, 2, {{4, {3, 5, 32, 40}}, {4, {3, 5, 3, 3}}},
          {1, 1, 1, 1, 1, 1, 1}, {0}},
+        /* the stem kernel (at most 4 channels in): passes of 24, 16 and 8 output channels, full and partial
+         * vectors of 16 columns, strides 2 and 4, a dilated tap past the row's end, bands of 16 rows */
+        {"conv stem 3x3 s2 p1 24+16+8 out", CT_OP_conv2d, 3, {{4, {2, 3, 70, 37}}, {4, {45, 3, 3, 3}}, {1, {45}}},
+         {2, 2, 1, 1, 1, 1, 1}, {0}},
+        {"conv stem 4x4 s4 32 out", CT_OP_conv2d, 3, {{4, {2, 3, 24, 72}}, {4, {32, 3, 4, 4}}, {1, {32}}},
+         {4, 4, 0, 0, 1, 1, 1}, {0}},
+        {"conv stem 7x7 s2 p3 1ch", CT_OP_conv2d, 2, {{4, {1, 1, 20, 23}}, {4, {12, 1, 7, 7}}}, {2, 2, 3, 3, 1, 1, 1},
+         {0}},
+        {"conv stem 3x5 s(1,3) p(0,4) dil(2,3) 2ch", CT_OP_conv2d, 3, {{4, {2, 2, 9, 26}}, {4, {9, 2, 3, 5}}, {1, {9}}},
+         {1, 3, 0, 4, 2, 3, 1}, {0}},
         {"conv 1x1 a sample per GEMM", CT_OP_conv2d, 2, {{4, {2, 4, 46, 46}}, {4, {3, 4, 1, 1}}}, {1, 1, 0, 0, 1, 1, 1},
          {0}},
         {"conv 1x1", CT_OP_conv2d, 3, {{4, {2, 16, 5, 5}}, {4, {8, 16, 1, 1}}, {1, {8}}}, {1, 1, 0, 0, 1, 1, 1}, {0}},
@@ -326,6 +337,40 @@ static void test_gemm_ops(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);
+}
+
+/* A convolution on the stem kernel and an activation of its output, one
+ * library step: the kernel applies the activation band by band (compiled.c's
+ * conv_act), the convolution's output an output of the graph too or not. */
+static void test_stem_act(void)
+{
+    static const CtOp acts[] = {CT_OP_silu, CT_OP_relu};
+    for (int k = 0; k < 2; k++) {
+        Graph g;
+        CtErr err;
+        uint32_t rng = 11;
+        CtShape shape[3] = {{4, {2, 3, 41, 35}}, {4, {28, 3, 3, 3}}, {1, {28}}};
+        CtTensor in[3];
+        Node conv = {.op = CT_OP_conv2d, .nin = 3, .iattr = {2, 2, 1, 1, 1, 1, 1}};
+        graph_init(&g);
+        for (int i = 0; i < 3; i++) {
+            conv.in[i] = graph_add_value(&g, (CtType){shape[i], CT_F32}, CT_ROLE_INPUT, NULL);
+            in[i] = (CtTensor){{shape[i], CT_F32}, random_floats(shape_numel(&shape[i]), &rng)};
+        }
+        int c = graph_add_node(&g, &conv, "stem", &err), a = -1;
+        if (c >= 0)
+            a = graph_add_node(&g, &(Node){.op = acts[k], .nin = 1, .in = {g.nodes[c].out[0]}}, "stem.act", &err);
+        CHECKF(a >= 0, "stem + activation: %s", err.msg);
+        if (a >= 0) {
+            graph_mark_output(&g, g.nodes[a].out[0]);
+            if (k)
+                graph_mark_output(&g, g.nodes[c].out[0]);
+            compare_run(k ? "conv stem + relu, both outputs" : "conv stem + silu", &g, NULL, in, 3, TOL);
+        }
+        for (int i = 0; i < 3; i++)
+            free(in[i].data);
+        graph_free(&g);
+    }
 }
 
 /* Pooling, permutes, pads, softmax, layer norm and group norm with their
@@ -584,6 +629,7 @@ int main(int argc, char **argv)
         test_low_float_storage();
     }
     test_gemm_ops();
+    test_stem_act();
     if (!convs_only) {
         test_data_ops();
         test_gather();

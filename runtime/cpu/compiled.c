@@ -102,6 +102,13 @@ int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *er
     return 0;
 }
 
+/* Whether values a and b, as prepared, share no byte. */
+static int disjoint(const CtExec *e, ValueId a, ValueId b)
+{
+    const char *pa = e->ptr[a], *pb = e->ptr[b];
+    return pa + program_value_bytes(e->p, a) <= pb || pb + program_value_bytes(e->p, b) <= pa;
+}
+
 /* Whether step st is a linear and the activation of its output (fuse's
  * epilogue) in f32: one kernel then runs both, a block of rows at a time.
  * Not where the plan put the activation over the linear's input, which the
@@ -113,8 +120,23 @@ static int linear_act(const CtExec *e, const FuseStep *st)
     if (st->kind != FUSE_LIBRARY || st->n != 2 || n->op != CT_OP_linear || op_def(a->op)->fusion != OP_ACTIVATION ||
         a->in[0] != n->out[0] || !cpu_all_f32(g, n) || !cpu_all_f32(g, a))
         return 0;
-    const char *x = e->ptr[n->in[0]], *y = e->ptr[a->out[0]];
-    return x + program_value_bytes(e->p, n->in[0]) <= y || y + program_value_bytes(e->p, a->out[0]) <= x;
+    return disjoint(e, n->in[0], a->out[0]);
+}
+
+/* Whether step st is a convolution on the stem kernel (the own kernels'
+ * choice, cpu_conv2d_stem) and the activation of its output, in f32: the
+ * kernel then applies it band by band, as linear_act's. Not where the
+ * activation's output overlaps the convolution's input, which later bands
+ * still read. */
+static int conv_act(const CtExec *e, const FuseStep *st)
+{
+    const Graph *g = &e->p->g;
+    const Node *n = &g->nodes[st->first], *a = n + 1;
+    if (st->kind != FUSE_LIBRARY || st->n != 2 || n->op != CT_OP_conv2d || op_def(a->op)->fusion != OP_ACTIVATION ||
+        a->in[0] != n->out[0] || !cpu_all_f32(g, n) || !cpu_all_f32(g, a) || (e->conv.dn && e->conv.dn[st->first]) ||
+        !cpu_conv2d_stem(g, n) || cpu_stored_nhwc(g, a->out[0]))
+        return 0;
+    return disjoint(e, n->in[0], a->out[0]);
 }
 
 /* Whether step st is a batch_norm and its epilogue (a residual add and/or
@@ -142,9 +164,7 @@ static int bn_epilogue(const CtExec *e, const FuseStep *st)
             if (cpu_stored_nhwc(g, n[j].in[k]) != nhwc)
                 return 0;
     }
-    ValueId x = n->in[0], y = n[st->n - 1].out[0];
-    const char *px = e->ptr[x], *py = e->ptr[y];
-    return px + program_value_bytes(e->p, x) <= py || py + program_value_bytes(e->p, y) <= px;
+    return disjoint(e, n->in[0], n[st->n - 1].out[0]);
 }
 
 /* The residual of bn_epilogue's step st (NULL: none) and its activation. */
@@ -186,6 +206,14 @@ static void run_steps(const CtExec *e)
             for (int i = 0; i < n->nin; i++)
                 in[i] = ptr[n->in[i]];
             cpu_linear_act(&p->g, n, n + 1, in, ptr[n->out[0]], ptr[n[1].out[0]]);
+            continue;
+        }
+        if (conv_act(e, st)) {
+            const Node *n = &p->g.nodes[st->first];
+            float *in[CT_MAX_IN];
+            for (int i = 0; i < n->nin; i++)
+                in[i] = ptr[n->in[i]];
+            cpu_conv2d_act(&p->g, n, n + 1, in, ptr[n->out[0]], ptr[n[1].out[0]]);
             continue;
         }
         if (bn_epilogue(e, st)) {

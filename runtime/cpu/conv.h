@@ -64,4 +64,13 @@ void winograd_conv(const ConvGeom *c, const float *x, const float *w, const floa
 void winograd_conv_grad_input(const ConvGeom *c, const float *dy, const float *w, float *dx);
 void winograd_conv_grad_weight(const ConvGeom *c, const float *x, const float *dy, float *dw);
 
+/* A convolution over at most 4 input channels (an image's stem), ungrouped,
+ * not pointwise, C*KH*KW at most 64, KW at most 16, on NCHW values: the
+ * forward stem_conv.c computes directly. */
+int stem_conv_applies(const ConvGeom *c);
+/* As depthwise_conv, for a convolution stem_conv_applies to; with act
+ * (NULL: none), also ya = act(y), band by band (ya may be y). */
+void stem_conv(const ConvGeom *c, const float *x, const float *w, const float *bias, const Node *act, float *y,
+               float *ya);
+
 #endif

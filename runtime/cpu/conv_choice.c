@@ -159,7 +159,7 @@ static int choose(const Timing *t, KernelCache *cache, int *onednn, CtErr *err)
     host_cpu_model(model, sizeof model);
     snprintf(target, sizeof target, "host %s, %d threads", model, omp_get_max_threads());
     CacheKeyParts parts = {.source = key, .target = target, .compiler = "onednn", .compiler_version = onednn_version(),
-                           .options = "own-vs-onednn", .codegen_version = "ctimm-conv-choice-3"};
+                           .options = "own-vs-onednn", .codegen_version = "ctimm-conv-choice-4"};
     const void *blob;
     size_t len_blob;
     if (cache_get(cache, &parts, time_both, (void *)t, &blob, &len_blob, err))

@@ -97,6 +97,12 @@ void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
 /* linear node n into out, then activation node act (NULL: none) of it
  * into y, each block of rows while it is in cache. */
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
+/* Whether conv2d n's forward runs the stem kernel (few input channels, NCHW
+ * values), which takes an activation as cpu_conv2d_act below. */
+int cpu_conv2d_stem(const Graph *g, const Node *n);
+/* out = conv2d n of in, y = act(out), band by band of output rows while
+ * they are in cache; for n that cpu_conv2d_stem takes, y not over in[0]. */
+void cpu_conv2d_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
 
 /* nhwc.c: channels-last values, stored N, H, W, C (value_strides). Whether
  * v is stored so (its two layouts differ in bytes), and its logical dims

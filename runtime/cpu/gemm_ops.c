@@ -216,6 +216,10 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
         winograd_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, out[0]);
         return;
     }
+    if (stem_conv_applies(&c)) {
+        stem_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, NULL, out[0], NULL);
+        return;
+    }
     int64_t P = c.OH * c.OW, Kc = c.CG * c.KH * c.KW, nb = conv_chunk(&c);
     float *col = c.pointwise && nb == 1 ? NULL : cpu_scratch(CPU_SCRATCH_COLS, Kc * nb * P);
     float *ys = nb > 1 ? cpu_scratch(CPU_SCRATCH_ROWS, c.OG * nb * P) : NULL;
@@ -238,6 +242,20 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
                 move_rows(out[0], c.OG, c.groups, gi, P, b0, m, ys, 1);
         }
     }
+}
+
+int cpu_conv2d_stem(const Graph *g, const Node *n)
+{
+    if (n->op != CT_OP_conv2d || cpu_conv_nhwc(g, n) || cpu_stored_nhwc(g, n->in[0]) || cpu_stored_nhwc(g, n->out[0]))
+        return 0;
+    ConvGeom c = node_geom(g, n, NULL, NULL);
+    return stem_conv_applies(&c);
+}
+
+void cpu_conv2d_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y)
+{
+    ConvGeom c = node_geom(g, n, NULL, NULL);
+    stem_conv(&c, in[0], in[1], n->nin == 3 ? in[2] : NULL, act, out, y);
 }
 
 void cpu_conv2d_grad_input(const Graph *g, const Node *n, float *const *in, float *const *out)
