@@ -213,7 +213,10 @@ static void run_steps(const CtExec *e)
             float *in[CT_MAX_IN];
             for (int i = 0; i < n->nin; i++)
                 in[i] = ptr[n->in[i]];
-            cpu_conv2d_act(&p->g, n, n + 1, in, ptr[n->out[0]], ptr[n[1].out[0]]);
+            /* a convolution output nothing after the step reads is not written: the activation's output
+             * takes it, and the activation runs there in place */
+            float *y = ptr[n[1].out[0]];
+            cpu_conv2d_act(&p->g, n, n + 1, in, c->p.materialised[n->out[0]] ? ptr[n->out[0]] : y, y);
             continue;
         }
         if (bn_epilogue(e, st)) {

@@ -101,7 +101,8 @@ void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const
  * values), which takes an activation as cpu_conv2d_act below. */
 int cpu_conv2d_stem(const Graph *g, const Node *n);
 /* out = conv2d n of in, y = act(out), band by band of output rows while
- * they are in cache; for n that cpu_conv2d_stem takes, y not over in[0]. */
+ * they are in cache (out may be y: the activation then runs in place); for
+ * n that cpu_conv2d_stem takes, y not over in[0]. */
 void cpu_conv2d_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
 
 /* nhwc.c: channels-last values, stored N, H, W, C (value_strides). Whether

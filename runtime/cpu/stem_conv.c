@@ -94,24 +94,24 @@ INLINE void row_taps(const ConvGeom *c, int64_t oh, Band *b)
  * pass's accumulators, past rem only in the last pass. */
 static int pass_width(int64_t rem) { return rem >= OB && rem != 32 ? OB : rem > 8 ? 16 : 8; }
 
-/* nb output channels (NB computed, w and bias padded with zeros to them) of
+/* nb output channels (NB computed; w their weights [C*KH*KW, NB] and bias,
+ * both padded with zeros to NB) of
  * output row yr (channel o's at yr + o * plane), columns ow0..ow0+VW (fewer
  * at the row's end). kofs[kw]: where tap kw's 16 columns start in a
  * phase-split row. */
 INLINE void pass(const ConvGeom *c, const Band *t, const int64_t *kofs, const float *w, const float *bias,
                  int nb, const int NB, int64_t ow0, float *yr, int64_t plane)
 {
-    const int64_t K = c->C * c->KH * c->KW;
     vf acc[NB];
     for (int o = 0; o < NB; o++)
         acc[o] = (vf){0} + bias[o];
     for (int64_t i = 0; i < t->ntaps; i++) {
-        const float *row = t->row[i] + ow0, *wt = w + t->woff[i];
-        for (int64_t kw = 0; kw < c->KW; kw++) {
+        const float *row = t->row[i] + ow0, *wt = w + t->woff[i] * NB;
+        for (int64_t kw = 0; kw < c->KW; kw++, wt += NB) {
             vf v = LOAD(row + kofs[kw]);
 #pragma GCC unroll 24
             for (int o = 0; o < NB; o++)
-                acc[o] += v * wt[o * K + kw];
+                acc[o] += v * wt[o];
         }
     }
     int64_t n = c->OW - ow0 < VW ? c->OW - ow0 : VW;
@@ -140,9 +140,14 @@ CPU_CLONES void stem_conv(const ConvGeom *c, const float *x, const float *w, con
         kofs[kw] = kw * a[DIL_W] % s * L + kw * a[DIL_W] / s;
     while (opad < c->O)
         opad += pass_width(c->O - opad);
+    /* each pass's weights [K, NB] at o0 * K: a tap's NB contiguous, one
+     * register addressing them all; channels past O zero */
     float *wp = cpu_floats(opad * (K + 1)), *bp = wp + opad * K;
     memset(wp, 0, sizeof *wp * (size_t)(opad * (K + 1)));
-    memcpy(wp, w, sizeof *wp * (size_t)(c->O * K));
+    for (int64_t o0 = 0; o0 < c->O; o0 += pass_width(c->O - o0))
+        for (int64_t o = o0; o < c->O && o < o0 + pass_width(c->O - o0); o++)
+            for (int64_t k = 0; k < K; k++)
+                wp[o0 * K + k * pass_width(c->O - o0) + o - o0] = w[o * K + k];
     if (bias)
         memcpy(bp, bias, sizeof *bp * (size_t)c->O);
     const int64_t bands = (c->OH + BAND - 1) / BAND;
