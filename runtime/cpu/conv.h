@@ -1,11 +1,13 @@
 /*
  * Private to the cpu backend's convolutions (gemm_ops.c, depthwise_ops.c,
- * depthwise_nhwc.c):
+ * depthwise_nhwc.c, winograd_ops.c, stem_conv.c):
  * one convolution's geometry from its shapes and attributes, and the
  * depthwise convolutions (one input and one output channel a group), which
  * run directly instead of as one-channel GEMMs that would only add the
- * im2col copy, and the 3x3 stride-1 ones by Winograd's F(4x4, 3x3)
- * (winograd_ops.c), as 36 GEMMs of a quarter of im2col's multiply-adds.
+ * im2col copy, the 3x3 stride-1 ones by Winograd's algorithm
+ * (winograd_ops.c), as GEMMs of fewer multiply-adds than im2col's, and the
+ * forwards over a few input channels (stem_conv.c), whose GEMM would be too
+ * short to run well.
  */
 #ifndef CTIMM_CPU_CONV_H
 #define CTIMM_CPU_CONV_H
