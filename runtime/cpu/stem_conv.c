@@ -9,8 +9,9 @@
  * input row is first copied split by the stride's phase (column j*s + r at
  * phase r, index j, zeros past the edges), so that a tap's columns are 16
  * contiguous floats there. Each output channel's accumulator then takes
- * that vector times the tap's weight, read from w as it is stored; up to
- * 24 channels' accumulators a pass, held in registers. A band of output
+ * that vector times the tap's weight, from a copy of the weights packed a
+ * tap's channels together; up to 24 channels' accumulators a pass, held in
+ * registers. A band of output
  * rows is one task; a fused activation (the conv's step's epilogue) runs
  * over the band's outputs while they are still in the core's cache.
  */
@@ -38,7 +39,8 @@ int stem_conv_applies(const ConvGeom *c)
 /* A band of up to BAND output rows of one sample: the input rows they read,
  * each split by phase once (s*L floats a row, channel by channel), and for
  * the row being computed its taps that stay inside the plane (ntaps: each
- * one's phase-split row and its weights' offset in a row of w [O, C*KH*KW]). */
+ * one's phase-split row and the index of its first tap, (ch, kh, 0), among
+ * the C*KH*KW). */
 typedef struct {
     int64_t L, ih0, nrows, ntaps;
     float *split;
@@ -90,15 +92,14 @@ INLINE void row_taps(const ConvGeom *c, int64_t oh, Band *b)
         }
 }
 
-/* How many output channels the pass over the rem left takes: NB of
- * pass's accumulators, past rem only in the last pass. */
+/* How many output channels the pass over the rem left computes (pass's NB),
+ * more than rem only in the last pass. */
 static int pass_width(int64_t rem) { return rem >= OB && rem != 32 ? OB : rem > 8 ? 16 : 8; }
 
-/* nb output channels (NB computed; w their weights [C*KH*KW, NB] and bias,
- * both padded with zeros to NB) of
- * output row yr (channel o's at yr + o * plane), columns ow0..ow0+VW (fewer
- * at the row's end). kofs[kw]: where tap kw's 16 columns start in a
- * phase-split row. */
+/* nb output channels of output row yr (channel o's at yr + o * plane),
+ * columns ow0..ow0+VW (fewer at the row's end); NB computed, w their
+ * weights [C*KH*KW, NB] and bias both padded with zeros to NB. kofs[kw]:
+ * where tap kw's 16 columns start in a phase-split row. */
 INLINE void pass(const ConvGeom *c, const Band *t, const int64_t *kofs, const float *w, const float *bias,
                  int nb, const int NB, int64_t ow0, float *yr, int64_t plane)
 {
