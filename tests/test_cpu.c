@@ -373,6 +373,58 @@ static void test_stem_act(void)
     }
 }
 
+/* A batch_norm recomputed for the backward, the act_grad of its output and
+ * the batch_norm_grad reading it, as the remat pass leaves them: the cpu
+ * backend runs the three as one (compiled.c's bn_act_grad_steps), except
+ * where the batch_norm's output is also an output of the graph. */
+static void test_bn_act_grad(void)
+{
+    static const CtOp acts[] = {CT_OP_silu, CT_OP_relu, CT_OP_gelu};
+    for (int k = 0; k < 4; k++) {
+        Graph g;
+        CtErr err;
+        uint32_t rng = 5;
+        CtShape xs = {4, {3, 5, 9, 13}}, cs = {1, {5}};
+        CtTensor in[6];
+        ValueId v[6];
+        graph_init(&g);
+        for (int i = 0; i < 6; i++) {
+            CtShape sh = i == 0 || i == 5 ? xs : cs;
+            v[i] = graph_add_value(&g, (CtType){sh, CT_F32}, CT_ROLE_INPUT, NULL);
+            in[i] = (CtTensor){{sh, CT_F32}, random_floats(shape_numel(&sh), &rng)};
+        }
+        for (float *rv = in[4].data; rv < (float *)in[4].data + 5; rv++) /* a running variance is positive */
+            *rv = 1.0f + *rv * *rv;
+        int bn = graph_add_node(&g, &(Node){.op = CT_OP_batch_norm, .nin = 5, .in = {v[0], v[1], v[2], v[3], v[4]},
+                                            .iattr = {1, 0}, .fattr = {0.1, 1e-5}},
+                                "bn", &err),
+            a = -1, n = -1;
+        if (bn >= 0)
+            a = graph_add_node(&g, &(Node){.op = CT_OP_act_grad, .nin = 2, .in = {g.nodes[bn].out[0], v[5]},
+                                           .iattr = {acts[k % 3], 0}},
+                               "act", &err);
+        if (a >= 0)
+            n = graph_add_node(&g, &(Node){.op = CT_OP_batch_norm_grad, .nin = 5,
+                                           .in = {v[0], v[1], v[3], v[4], g.nodes[a].out[0]}, .iattr = {1, 0},
+                                           .fattr = {1e-5}},
+                               "bn", &err);
+        CHECKF(n >= 0, "batch_norm, act_grad, batch_norm_grad: %s", err.msg);
+        if (n >= 0) {
+            char what[96];
+            for (int o = 0; o < 3; o++)
+                graph_mark_output(&g, g.nodes[n].out[o]);
+            if (k == 3)
+                graph_mark_output(&g, g.nodes[bn].out[0]);
+            snprintf(what, sizeof what, "batch_norm + %s grad%s", op_def(acts[k % 3])->name,
+                     k == 3 ? ", its output kept" : "");
+            compare_run(what, &g, NULL, in, 6, TOL);
+        }
+        for (int i = 0; i < 6; i++)
+            free(in[i].data);
+        graph_free(&g);
+    }
+}
+
 /* Pooling, permutes, pads, softmax, layer norm and group norm with their
  * specialised paths (a max pool's vectorised interior columns and its
  * edges, a transposing permute's tiles) and sizes above the threshold where
@@ -631,6 +683,7 @@ int main(int argc, char **argv)
     test_gemm_ops();
     test_stem_act();
     if (!convs_only) {
+        test_bn_act_grad();
         test_data_ops();
         test_gather();
     }

@@ -24,6 +24,7 @@ struct CtExec {
     char *place; /* per value: PLACE_* */
     unsigned char *arena;
     ConvChoices conv; /* which convolutions run through oneDNN */
+    char *bn_act;     /* per step: it and the next two run as one (bn_act_grad_steps) */
 };
 
 enum { PLACE_NONE, PLACE_STATE, PLACE_ARENA, PLACE_OWN, PLACE_INPUT, PLACE_OUTPUT };
@@ -38,11 +39,69 @@ void cpu_exec_free(CtExec *e)
     free(e->ptr);
     free(e->place);
     free(e->arena);
+    free(e->bn_act);
     conv_choices_free(&e->conv);
     free(e);
 }
 
 const char *cpu_exec_note(const CtExec *e) { return e->conv.note[0] ? e->conv.note : NULL; }
+
+/* Whether values a and b, as prepared, share no byte. A value without
+ * memory yet is an input or output the caller binds at each run: a tensor
+ * of its own. */
+static int disjoint(const CtExec *e, ValueId a, ValueId b)
+{
+    const char *pa = e->ptr[a], *pb = e->ptr[b];
+    return !pa || !pb || pa + program_value_bytes(e->p, a) <= pb || pb + program_value_bytes(e->p, b) <= pa;
+}
+
+/* Per step of the plan, whether it and the next two are a batch_norm
+ * recomputed for the backward (training statistics), the act_grad of its
+ * output and the batch_norm_grad of the same x and weight that reads that
+ * gradient, each alone in its step (the act_grad in its launch), nothing
+ * else reading the batch_norm's outputs or the act_grad's, in f32, NCHW,
+ * not synchronised; no output of the batch_norm_grad over x or over dz
+ * (dx may be dz exactly): cpu_batch_norm_act_grad then runs the three,
+ * and the activation's input and gradient are never written out. */
+static char *bn_act_grad_steps(const CtExec *e)
+{
+    const Graph *g = &e->p->g;
+    const FusePlan *fp = &e->p->cpu.p;
+    char *fuse = calloc((size_t)fp->nsteps + 1, 1);
+    int *readers = calloc((size_t)g->nvalues + 1, sizeof *readers), nlaunch = 0;
+    for (int s = 0; s < fp->nsteps; s++)
+        nlaunch = fp->steps[s].launch >= nlaunch ? fp->steps[s].launch + 1 : nlaunch;
+    int *launch_steps = calloc((size_t)nlaunch + 1, sizeof *launch_steps);
+    CT_ASSERT(fuse && readers && launch_steps);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            readers[g->nodes[i].in[k]]++;
+    for (int k = 0; k < g->noutputs; k++)
+        readers[g->outputs[k]] += 2; /* never one of the values left unwritten */
+    for (int s = 0; s < fp->nsteps; s++)
+        if (fp->steps[s].launch >= 0)
+            launch_steps[fp->steps[s].launch]++;
+    for (int s = 0; s + 2 < fp->nsteps; s++) {
+        const FuseStep *st = &fp->steps[s];
+        if (st[0].n != 1 || st[1].n != 1 || st[2].n != 1 || (st[1].launch >= 0 && launch_steps[st[1].launch] != 1))
+            continue;
+        const Node *bn = &g->nodes[st[0].first], *act = &g->nodes[st[1].first], *n = &g->nodes[st[2].first];
+        if (bn->op != CT_OP_batch_norm || act->op != CT_OP_act_grad || n->op != CT_OP_batch_norm_grad ||
+            !bn->iattr[0] || bn->iattr[1] || !n->iattr[0] || n->iattr[1] || act->in[0] != bn->out[0] ||
+            n->in[4] != act->out[0] || n->in[0] != bn->in[0] || n->in[1] != bn->in[1] || readers[bn->out[0]] != 1 ||
+            readers[bn->out[1]] || readers[bn->out[2]] || readers[act->out[0]] != 1 || !cpu_all_f32(g, bn) ||
+            !cpu_all_f32(g, act) || !cpu_all_f32(g, n) || cpu_stored_nhwc(g, n->in[0]) || cpu_stored_nhwc(g, act->in[1]))
+            continue;
+        int ok = 1;
+        for (int k = 0; k < n->nout && ok; k++)
+            ok = disjoint(e, n->out[k], n->in[0]) &&
+                 (disjoint(e, n->out[k], act->in[1]) || (k == 0 && e->ptr[n->out[0]] == e->ptr[act->in[1]]));
+        fuse[s] = (char)ok;
+    }
+    free(readers);
+    free(launch_steps);
+    return fuse;
+}
 
 int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
@@ -98,15 +157,10 @@ int cpu_exec_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *er
         cpu_exec_free(e);
         return -1;
     }
+    if (c->fused)
+        e->bn_act = bn_act_grad_steps(e);
     *out = e;
     return 0;
-}
-
-/* Whether values a and b, as prepared, share no byte. */
-static int disjoint(const CtExec *e, ValueId a, ValueId b)
-{
-    const char *pa = e->ptr[a], *pb = e->ptr[b];
-    return pa + program_value_bytes(e->p, a) <= pb || pb + program_value_bytes(e->p, b) <= pa;
 }
 
 /* Whether step st is a linear and the activation of its output (fuse's
@@ -190,6 +244,18 @@ static void run_steps(const CtExec *e)
     for (int s = 0, last_launch = -1; s < c->p.nsteps; s++) {
         const FuseStep *st = &c->p.steps[s];
         const KirKernel *k = st->launch >= 0 ? &c->k[st->launch] : NULL;
+        if (e->bn_act[s]) {
+            const Node *bn = &p->g.nodes[st->first], *act = &p->g.nodes[st[1].first], *n = &p->g.nodes[st[2].first];
+            float *in[5], *out[3];
+            for (int i = 0; i < 5; i++)
+                in[i] = ptr[n->in[i]];
+            in[4] = ptr[act->in[1]];
+            for (int o = 0; o < 3; o++)
+                out[o] = ptr[n->out[o]];
+            cpu_batch_norm_act_grad(&p->g, bn, act, n, ptr[bn->in[2]], in, out);
+            s += 2;
+            continue;
+        }
         if (k && k->nloops) {
             if (st->launch != last_launch) { /* a multi-tensor launch runs once for all its steps */
                 void *args[k->nbufs + 1];

@@ -92,11 +92,23 @@ void cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, con
                const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* y = f(x) over cnt floats on the calling thread, f activation node n's. */
 void cpu_act_span(const Node *n, const float *x, float *y, int64_t cnt);
+/* y = f'(x) * dy over cnt floats on the calling thread, f act_grad node n's
+ * activation (y may be x or dy). */
+void cpu_act_grad_span(const Node *n, const float *x, const float *dy, float *y, int64_t cnt);
 /* The same split among threads. */
 void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
 /* linear node n into out, then activation node act (NULL: none) of it
  * into y, each block of rows while it is in cache. */
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
+/* batch_norm_grad n (training, NCHW, not synchronised) of the gradient at
+ * the output of act_grad node act, whose input is batch_norm bn of the
+ * same x recomputed for the backward: the three in one pass a channel,
+ * y = bn(x) and dy = act'(y) * dz kept in the thread's scratch, never
+ * written out. in: n's inputs, with dz (act's gradient input) in dy's
+ * place; bias: bn's; out: n's outputs, none of them over in[0] or in[4]
+ * (except dx exactly over dz: a channel's dz is read before its dx). */
+void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, const float *bias,
+                             float *const *in, float *const *out);
 /* Whether conv2d n's forward runs the stem kernel (few input channels, NCHW
  * values), which takes an activation as cpu_conv2d_act below. */
 int cpu_conv2d_stem(const Graph *g, const Node *n);

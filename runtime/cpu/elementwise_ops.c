@@ -23,12 +23,8 @@
 #define FX_POW powf
 #include "ir/formulas.h"
 
-/* The loop of one activation: each its own, with gelu's form a constant in
- * it, so that every loop vectorises. */
-#define ACT_LOOP(expr)                                                 \
-    _Pragma("omp parallel for simd if (cnt > CPU_PARALLEL_MIN)")       \
-    for (int64_t i = 0; i < cnt; i++)                                  \
-        y[i] = expr;
+/* The loop of one activation (or its gradient) over a span: each its own,
+ * with gelu's form a constant in it, so that every loop vectorises. */
 #define SPAN_LOOP(expr)                                                \
     _Pragma("omp simd")                                                \
     for (int64_t i = 0; i < cnt; i++)                                  \
@@ -71,26 +67,31 @@ static void act(const Graph *g, const Node *n, float *const *in, float *const *o
     void cpu_##op(const Graph *g, const Node *n, float *const *in, float *const *out) { act(g, n, in, out); }
 CT_ACTIVATIONS(ACT)
 
-/* dy * f'(x): in[0] x, in[1] dy; 0 where f is flat, whatever dy */
-CPU_CLONES void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+CPU_CLONES void cpu_act_grad_span(const Node *n, const float *x, const float *dy, float *y, int64_t cnt)
 {
-    int64_t cnt = cpu_in_numel(g, n, 0);
-    const float *x = in[0], *dy = in[1];
-    float *y = out[0];
     int approx = (int)n->iattr[1];
     switch ((CtOp)n->iattr[0]) {
 #define CASE(name)                                        \
     case CT_OP_##name:                                    \
         if (approx) {                                     \
-            ACT_LOOP(fx_##name##_grad(x[i], dy[i], 1))    \
+            SPAN_LOOP(fx_##name##_grad(x[i], dy[i], 1))   \
         } else {                                          \
-            ACT_LOOP(fx_##name##_grad(x[i], dy[i], 0))    \
+            SPAN_LOOP(fx_##name##_grad(x[i], dy[i], 0))   \
         }                                                 \
         break;
         CT_ACTIVATIONS(CASE)
 #undef CASE
     default: CT_ASSERT(!"not an activation"); break;
     }
+}
+
+/* dy * f'(x): in[0] x, in[1] dy; 0 where f is flat, whatever dy */
+void cpu_act_grad(const Graph *g, const Node *n, float *const *in, float *const *out)
+{
+    int64_t cnt = cpu_in_numel(g, n, 0);
+#pragma omp parallel for if (cnt > CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < cnt; i += ACT_BLOCK)
+        cpu_act_grad_span(n, in[0] + i, in[1] + i, out[0] + i, cnt - i < ACT_BLOCK ? cnt - i : ACT_BLOCK);
 }
 
 CPU_CLONES void cpu_scale_shift(const Graph *g, const Node *n, float *const *in, float *const *out)

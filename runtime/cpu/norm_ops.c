@@ -45,7 +45,8 @@ CPU_CLONES static double channel_sqdev(const float *x, int64_t N, int64_t C, int
     return sq;
 }
 
-/* Channel c of x (and of dy) viewed as [N, C, S], in one pass: the sums of
+/* Channel c of x viewed as [N, C, S] (and dy, channel c's planes dys
+ * apart from dy), in one pass: the sums of
  * d = x - k, of d * d and, where dy, of dy and dy * d, k being the
  * channel's first value. One pass where a mean's and then a variance's
  * read x twice (and the gradient's sums a third time): shifted by k,
@@ -55,11 +56,12 @@ typedef struct ChannelSums {
     double k, d, dd, dy, dyd;
 } ChannelSums;
 
-CPU_CLONES static ChannelSums channel_sums(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c)
+CPU_CLONES static ChannelSums channel_sums(const float *x, const float *dy, int64_t dys, int64_t N, int64_t C,
+                                           int64_t S, int64_t c)
 {
     double k = x[c * S], d = 0, dd = 0, sdy = 0, dyd = 0;
     for (int64_t b = 0; b < N; b++) {
-        const float *p = x + (b * C + c) * S, *q = dy ? dy + (b * C + c) * S : NULL;
+        const float *p = x + (b * C + c) * S, *q = dy ? dy + b * dys : NULL;
         if (!q) {
 #pragma omp simd reduction(+ : d, dd)
             for (int64_t s = 0; s < S; s++) {
@@ -243,7 +245,7 @@ CPU_CLONES void cpu_batch_norm_epilogue(const Graph *g, const Node *n, float *co
                 mean = st[c];
                 var = st[C + 1 + c];
             } else {
-                ChannelSums sums = channel_sums(in[0], NULL, N, C, S, c);
+                ChannelSums sums = channel_sums(in[0], NULL, 0, N, C, S, c);
                 sums_stats(&sums, cnt, &mean, &var);
             }
             out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
@@ -286,14 +288,14 @@ static void bn_grad_wb(const ChannelSums *s, double mean, double inv, int64_t c,
 /* Channel c's dx from the sums db, dw over M values (every rank's with sync):
  * training: dx = w*inv/M * (M*dy - db - xhat*dw) = a*dy + b*x + k; eval:
  * a*dy, x left out (0 * x would be NaN where x is not finite, as torch's
- * eval dx is not). */
-CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t N, int64_t C, int64_t S, int64_t c,
-                                  int training, double M, double w, double mean, double inv, double dw, double db,
-                                  float *dx)
+ * eval dx is not). dy: channel c's first plane, the others dys apart. */
+CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t dys, int64_t N, int64_t C, int64_t S,
+                                  int64_t c, int training, double M, double w, double mean, double inv, double dw,
+                                  double db, float *dx)
 {
     double a = w * inv, bx = -w * inv / M * dw * inv, k = -w * inv / M * db + w * inv / M * dw * inv * mean;
     for (int64_t b = 0; b < N; b++) {
-        const float *xp = x + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+        const float *xp = x + (b * C + c) * S, *dp = dy + b * dys;
         float *o = dx + (b * C + c) * S;
         for (int64_t s = 0; s < S; s++)
             o[s] = (float)(training ? a * dp[s] + bx * xp[s] + k : a * dp[s]);
@@ -354,12 +356,13 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
         for (int64_t c = 0; c < C; c++) {
             double mean = in[2][c], var = in[3][c], dw, db;
-            ChannelSums sums = channel_sums(in[0], in[4], N, C, S, c);
+            ChannelSums sums = channel_sums(in[0], in[4] + c * S, C * S, N, C, S, c);
             if (training)
                 sums_stats(&sums, (double)(N * S), &mean, &var);
             double inv = 1 / sqrt(var + eps);
             bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
-            bn_grad_dx(in[0], in[4], N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw, db, out[0]);
+            bn_grad_dx(in[0], in[4] + c * S, C * S, N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw,
+                       db, out[0]);
         }
         return;
     }
@@ -368,7 +371,7 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     CT_ASSERT(sums != NULL);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
-        ChannelSums cs = channel_sums(in[0], in[4], N, C, S, c);
+        ChannelSums cs = channel_sums(in[0], in[4] + c * S, C * S, N, C, S, c);
         bn_grad_wb(&cs, st[c], 1 / sqrt(st[C + 1 + c] + eps), c, out, &sums[c], &sums[C + c]);
     }
     if (ct_collective_sum(coll, sums, 2 * C))
@@ -376,10 +379,41 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
             sums[c] = NAN;
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++)
-        bn_grad_dx(in[0], in[4], N, C, S, c, 1, st[C], in[1][c], st[c], 1 / sqrt(st[C + 1 + c] + eps), sums[c],
-                   sums[C + c], out[0]);
+        bn_grad_dx(in[0], in[4] + c * S, C * S, N, C, S, c, 1, st[C], in[1][c], st[c], 1 / sqrt(st[C + 1 + c] + eps),
+                   sums[c], sums[C + c], out[0]);
     free(st);
     free(sums);
+}
+
+CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n,
+                                        const float *bias, float *const *in, float *const *out)
+{
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
+    double M = (double)(N * S);
+#pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        /* the forward's y, as cpu_batch_norm_epilogue computes it, and dy = act'(y) * dz over it */
+        float *dy = cpu_scratch(CPU_SCRATCH_COLS, N * S);
+        double mean, var, dw, db;
+        ChannelSums xs = channel_sums(in[0], NULL, 0, N, C, S, c);
+        sums_stats(&xs, M, &mean, &var);
+        double inv = 1 / sqrt(var + bn->fattr[1]);
+        float scale = (float)(inv * in[1][c]), shift = (float)(bias[c] - mean * inv * in[1][c]);
+        for (int64_t b = 0; b < N; b++) {
+            const float *xp = in[0] + (b * C + c) * S;
+            float *yp = dy + b * S;
+            for (int64_t s = 0; s < S; s++)
+                yp[s] = xp[s] * scale + shift;
+            cpu_act_grad_span(act, yp, in[4] + (b * C + c) * S, yp, S);
+        }
+        /* then cpu_batch_norm_grad's channel, on that dy */
+        ChannelSums sums = channel_sums(in[0], dy, S, N, C, S, c);
+        sums_stats(&sums, M, &mean, &var);
+        inv = 1 / sqrt(var + n->fattr[0]);
+        bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
+        bn_grad_dx(in[0], dy, S, N, C, S, c, 1, M, in[1][c], mean, inv, dw, db, out[0]);
+    }
 }
 
 /* Mean and 1/sqrt(biased variance + eps) of each of n <= ROWS rows of D
