@@ -384,29 +384,37 @@ static void test_bn_act_grad(void)
         Graph g;
         CtErr err;
         uint32_t rng = 5;
-        CtShape xs = {4, {3, 5, 9, 13}}, cs = {1, {5}};
-        CtTensor in[6];
-        ValueId v[6];
+        /* 5 channels: 819 rows a block channels-last, and a partial one. x and dz come from 1x1
+         * convolutions, so that the layout pass stores them channels-last. */
+        CtShape xs = {4, {3, 5, 31, 29}}, cs = {1, {5}}, ws = {4, {5, 5, 1, 1}};
+        CtShape shapes[8] = {xs, ws, cs, cs, cs, cs, xs, ws};
+        CtTensor in[8];
+        ValueId v[8];
         graph_init(&g);
-        for (int i = 0; i < 6; i++) {
-            CtShape sh = i == 0 || i == 5 ? xs : cs;
-            v[i] = graph_add_value(&g, (CtType){sh, CT_F32}, CT_ROLE_INPUT, NULL);
-            in[i] = (CtTensor){{sh, CT_F32}, random_floats(shape_numel(&sh), &rng)};
+        for (int i = 0; i < 8; i++) {
+            v[i] = graph_add_value(&g, (CtType){shapes[i], CT_F32}, CT_ROLE_INPUT, NULL);
+            in[i] = (CtTensor){{shapes[i], CT_F32}, random_floats(shape_numel(&shapes[i]), &rng)};
         }
-        for (float *rv = in[4].data; rv < (float *)in[4].data + 5; rv++) /* a running variance is positive */
+        for (float *rv = in[5].data; rv < (float *)in[5].data + 5; rv++) /* a running variance is positive */
             *rv = 1.0f + *rv * *rv;
-        int bn = graph_add_node(&g, &(Node){.op = CT_OP_batch_norm, .nin = 5, .in = {v[0], v[1], v[2], v[3], v[4]},
-                                            .iattr = {1, 0}, .fattr = {0.1, 1e-5}},
-                                "bn", &err),
-            a = -1, n = -1;
+        int x = graph_add_node(&g, &(Node){.op = CT_OP_conv2d, .nin = 2, .in = {v[0], v[1]}, .iattr = {1, 1, 0, 0, 1, 1, 1}},
+                               "x", &err),
+            dz = graph_add_node(&g, &(Node){.op = CT_OP_conv2d, .nin = 2, .in = {v[6], v[7]}, .iattr = {1, 1, 0, 0, 1, 1, 1}},
+                                "dz", &err),
+            bn = -1, a = -1, n = -1;
+        if (x >= 0 && dz >= 0)
+            bn = graph_add_node(&g, &(Node){.op = CT_OP_batch_norm, .nin = 5,
+                                            .in = {g.nodes[x].out[0], v[2], v[3], v[4], v[5]}, .iattr = {1, 0},
+                                            .fattr = {0.1, 1e-5}},
+                                "bn", &err);
         if (bn >= 0)
-            a = graph_add_node(&g, &(Node){.op = CT_OP_act_grad, .nin = 2, .in = {g.nodes[bn].out[0], v[5]},
+            a = graph_add_node(&g, &(Node){.op = CT_OP_act_grad, .nin = 2, .in = {g.nodes[bn].out[0], g.nodes[dz].out[0]},
                                            .iattr = {acts[k % 3], 0}},
                                "act", &err);
         if (a >= 0)
             n = graph_add_node(&g, &(Node){.op = CT_OP_batch_norm_grad, .nin = 5,
-                                           .in = {v[0], v[1], v[3], v[4], g.nodes[a].out[0]}, .iattr = {1, 0},
-                                           .fattr = {1e-5}},
+                                           .in = {g.nodes[x].out[0], v[2], v[4], v[5], g.nodes[a].out[0]},
+                                           .iattr = {1, 0}, .fattr = {1e-5}},
                                "bn", &err);
         CHECKF(n >= 0, "batch_norm, act_grad, batch_norm_grad: %s", err.msg);
         if (n >= 0) {
@@ -417,9 +425,17 @@ static void test_bn_act_grad(void)
                 graph_mark_output(&g, g.nodes[bn].out[0]);
             snprintf(what, sizeof what, "batch_norm + %s grad%s", op_def(acts[k % 3])->name,
                      k == 3 ? ", its output kept" : "");
-            compare_run(what, &g, NULL, in, 6, TOL);
+            compare_run(what, &g, NULL, in, 8, TOL);
+            Graph l; /* channels-last: dy a block of rows at a time */
+            int laid = layout_channels_last(&g, &l, &err) == 0;
+            CHECKF(laid, "%s: %s", what, err.msg);
+            if (laid) {
+                strcat(what, " channels_last");
+                compare_run(what, &l, NULL, in, 8, TOL);
+                graph_free(&l);
+            }
         }
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 8; i++)
             free(in[i].data);
         graph_free(&g);
     }

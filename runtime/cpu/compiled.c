@@ -59,8 +59,8 @@ static int disjoint(const CtExec *e, ValueId a, ValueId b)
  * recomputed for the backward (training statistics), the act_grad of its
  * output and the batch_norm_grad of the same x and weight that reads that
  * gradient, each alone in its step (the act_grad in its launch), nothing
- * else reading the batch_norm's outputs or the act_grad's, in f32, NCHW,
- * not synchronised; no output of the batch_norm_grad over x or over dz
+ * else reading the batch_norm's outputs or the act_grad's, in f32, NCHW or
+ * channels-last throughout, not synchronised; no output of the batch_norm_grad over x or over dz
  * (dx may be dz exactly): cpu_batch_norm_act_grad then runs the three,
  * and the activation's input and gradient are never written out. */
 static char *bn_act_grad_steps(const CtExec *e)
@@ -90,7 +90,11 @@ static char *bn_act_grad_steps(const CtExec *e)
             !bn->iattr[0] || bn->iattr[1] || !n->iattr[0] || n->iattr[1] || act->in[0] != bn->out[0] ||
             n->in[4] != act->out[0] || n->in[0] != bn->in[0] || n->in[1] != bn->in[1] || readers[bn->out[0]] != 1 ||
             readers[bn->out[1]] || readers[bn->out[2]] || readers[act->out[0]] != 1 || !cpu_all_f32(g, bn) ||
-            !cpu_all_f32(g, act) || !cpu_all_f32(g, n) || cpu_stored_nhwc(g, n->in[0]) || cpu_stored_nhwc(g, act->in[1]))
+            !cpu_all_f32(g, act) || !cpu_all_f32(g, n))
+            continue;
+        int nhwc = cpu_stored_nhwc(g, n->in[0]);
+        if (cpu_stored_nhwc(g, act->in[1]) != nhwc || cpu_stored_nhwc(g, n->out[0]) != nhwc ||
+            (nhwc && !cpu_batch_norm_nhwc(g, n)))
             continue;
         int ok = 1;
         for (int k = 0; k < n->nout && ok; k++)

@@ -130,10 +130,37 @@ int cpu_batch_norm_nhwc(const Graph *g, const Node *n)
            cpu_stored_nhwc(g, n->out[0]) && (!grad || cpu_stored_nhwc(g, n->in[4]));
 }
 
-/* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none): each
- * channel's ChannelSums about its first value, the rows split among the
- * threads, each summing whole rows into its own [4, C] doubles. */
-CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, int64_t R, int64_t C, ChannelSums *out)
+/* The gradient at a batch norm's output y = x * a + b (per channel) where
+ * an activation follows it and dz is the gradient at the activation's
+ * output: dy = act'(y) * dz, recomputed where it is needed instead of
+ * stored. */
+typedef struct DyOfAct {
+    const float *a, *b;
+    const Node *act;
+} DyOfAct;
+
+/* Rows [r0, r1) of dy from x and dz [R, C] into buf. */
+static void dy_rows(const DyOfAct *f, const float *x, const float *dz, int64_t r0, int64_t r1, int64_t C, float *buf)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C;
+        float *o = buf + (r - r0) * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            o[c] = xr[c] * f->a[c] + f->b[c];
+    }
+    cpu_act_grad_span(f->act, buf, dz + r0 * C, buf, (r1 - r0) * C);
+}
+
+/* Rows of C floats a block, about 4096 floats. */
+static int64_t row_block(int64_t C) { return C >= 4096 ? 1 : 4096 / C; }
+
+/* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none; with f, dy
+ * from f and dy as its dz): each channel's ChannelSums about its first
+ * value, the rows split among the threads, each summing whole rows into
+ * its own [4, C] doubles. */
+CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, const DyOfAct *f, int64_t R, int64_t C,
+                                         ChannelSums *out)
 {
     int T = omp_get_max_threads();
     double *part = calloc((size_t)(T * 4 * C), sizeof *part);
@@ -142,8 +169,13 @@ CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, int64_
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         double *d = part + (int64_t)t * 4 * C, *dd = d + C, *sdy = dd + C, *dyd = sdy + C;
-        for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {
-            const float *xr = x + r * C, *qr = dy ? dy + r * C : NULL;
+        int64_t block = row_block(C), r1 = R * (t + 1) / nt;
+        float *buf = f ? cpu_scratch(CPU_SCRATCH_COLS, block * C) : NULL;
+        for (int64_t r = R * t / nt; r < r1; r++) {
+            int64_t at = (r - R * t / nt) % block;
+            if (f && !at)
+                dy_rows(f, x, dy, r, r + block < r1 ? r + block : r1, C, buf);
+            const float *xr = x + r * C, *qr = f ? buf + at * C : dy ? dy + r * C : NULL;
             if (!qr) {
 #pragma omp simd
                 for (int64_t c = 0; c < C; c++) {
@@ -188,7 +220,7 @@ CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *con
     ChannelSums *sums = training ? malloc(sizeof *sums * (size_t)C) : NULL;
     float *a = cpu_floats(2 * C), *b = a + C;
     if (training)
-        rows_channel_sums(in[0], NULL, R, C, sums);
+        rows_channel_sums(in[0], NULL, NULL, R, C, sums);
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (training) {
@@ -200,7 +232,7 @@ CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *con
         a[c] = (float)(inv * in[1][c]);
         b[c] = (float)(in[2][c] - mean * inv * in[1][c]);
     }
-    int64_t block = C >= 4096 ? 1 : 4096 / C;
+    int64_t block = row_block(C);
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
     for (int64_t r0 = 0; r0 < R; r0 += block) {
         int64_t r1 = r0 + block < R ? r0 + block : R;
@@ -302,17 +334,20 @@ CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t dys, 
     }
 }
 
-/* cpu_batch_norm_grad on channels-last x and dy [R, C]. */
-CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
+/* cpu_batch_norm_grad on channels-last x and dy [R, C] (with f: dy from f
+ * and in[4] as its dz, a block of rows at a time, for the sums and again
+ * for dx). */
+CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out,
+                                            const DyOfAct *f)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t C = x->d[1], R = shape_numel(x) / C;
+    int64_t C = x->d[1], R = shape_numel(x) / C, block = row_block(C);
     int training = (int)n->iattr[0];
     double eps = n->fattr[0], M = (double)R;
     ChannelSums *sums = malloc(sizeof *sums * (size_t)C);
     double *ka = malloc(sizeof *ka * (size_t)(3 * C)), *kb = ka + C, *kk = kb + C;
     CT_ASSERT(sums && ka);
-    rows_channel_sums(in[0], in[4], R, C, sums);
+    rows_channel_sums(in[0], in[4], f, R, C, sums);
     for (int64_t c = 0; c < C; c++) { /* bn_grad_dx's coefficients */
         double mean = in[2][c], var = in[3][c], dw, db, w = in[1][c];
         if (training)
@@ -324,17 +359,26 @@ CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float
         kk[c] = training ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
     }
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = in[0] + r * C, *dr = in[4] + r * C;
-        float *o = out[0] + r * C;
-        if (training) {
+    for (int64_t r0 = 0; r0 < R; r0 += block) {
+        int64_t r1 = r0 + block < R ? r0 + block : R;
+        const float *q = in[4] + r0 * C;
+        if (f) {
+            float *buf = cpu_scratch(CPU_SCRATCH_COLS, block * C);
+            dy_rows(f, in[0], in[4], r0, r1, C, buf);
+            q = buf;
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const float *xr = in[0] + r * C, *dr = q + (r - r0) * C;
+            float *o = out[0] + r * C;
+            if (training) {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                o[c] = (float)(ka[c] * dr[c] + kb[c] * xr[c] + kk[c]);
-        } else {
+                for (int64_t c = 0; c < C; c++)
+                    o[c] = (float)(ka[c] * dr[c] + kb[c] * xr[c] + kk[c]);
+            } else {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                o[c] = (float)(ka[c] * dr[c]);
+                for (int64_t c = 0; c < C; c++)
+                    o[c] = (float)(ka[c] * dr[c]);
+            }
         }
     }
     free(ka);
@@ -349,7 +393,7 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     int training = (int)n->iattr[0];
     double eps = n->fattr[0];
     if (cpu_batch_norm_nhwc(g, n)) {
-        batch_norm_grad_nhwc(g, n, in, out);
+        batch_norm_grad_nhwc(g, n, in, out, NULL);
         return;
     }
     if (!synced(n, coll)) { /* a channel at a time: its x and dy read twice, for the sums and dx */
@@ -391,6 +435,23 @@ CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const No
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     double M = (double)(N * S);
+    if (cpu_batch_norm_nhwc(g, n)) { /* the forward's scale and shift, as batch_norm_nhwc's */
+        ChannelSums *xs = malloc(sizeof *xs * (size_t)C);
+        float *a = cpu_floats(2 * C), *b = a + C;
+        CT_ASSERT(xs != NULL);
+        rows_channel_sums(in[0], NULL, NULL, N * S, C, xs);
+        for (int64_t c = 0; c < C; c++) {
+            double mean, var;
+            sums_stats(&xs[c], M, &mean, &var);
+            double inv = 1 / sqrt(var + bn->fattr[1]);
+            a[c] = (float)(inv * in[1][c]);
+            b[c] = (float)(bias[c] - mean * inv * in[1][c]);
+        }
+        batch_norm_grad_nhwc(g, n, in, out, &(DyOfAct){a, b, act});
+        free(a);
+        free(xs);
+        return;
+    }
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         /* the forward's y, as cpu_batch_norm_epilogue computes it, and dy = act'(y) * dz over it */
