@@ -60,9 +60,10 @@ static int disjoint(const CtExec *e, ValueId a, ValueId b)
  * output and the batch_norm_grad of the same x and weight that reads that
  * gradient, each alone in its step (the act_grad in its launch), nothing
  * else reading the batch_norm's outputs or the act_grad's, in f32, NCHW or
- * channels-last throughout, not synchronised; no output of the batch_norm_grad over x or over dz
- * (dx may be dz exactly): cpu_batch_norm_act_grad then runs the three,
- * and the activation's input and gradient are never written out. */
+ * channels-last throughout, not synchronised; no output of the
+ * batch_norm_grad over x or over dz (dx may be dz exactly):
+ * cpu_batch_norm_act_grad then runs the three, and the activation's input
+ * is never written out (nor, NCHW, its gradient). */
 static char *bn_act_grad_steps(const CtExec *e)
 {
     const Graph *g = &e->p->g;
@@ -256,7 +257,7 @@ static void run_steps(const CtExec *e)
             in[4] = ptr[act->in[1]];
             for (int o = 0; o < 3; o++)
                 out[o] = ptr[n->out[o]];
-            cpu_batch_norm_act_grad(&p->g, bn, act, n, ptr[bn->in[2]], in, out);
+            cpu_batch_norm_act_grad(&p->g, bn, act, n, ptr[bn->in[2]], in, ptr[act->out[0]], out);
             s += 2;
             continue;
         }

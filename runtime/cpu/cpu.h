@@ -102,14 +102,15 @@ void cpu_act_parallel(const Node *n, const float *x, float *y, int64_t cnt);
 void cpu_linear_act(const Graph *g, const Node *n, const Node *act, float *const *in, float *out, float *y);
 /* batch_norm_grad n (training, not synchronised) of the gradient at the
  * output of act_grad node act, whose input is batch_norm bn of the same x
- * recomputed for the backward: the three in one pass a channel (NCHW), y =
- * bn(x) and dy = act'(y) * dz kept in the thread's scratch, or on
- * channels-last values dy recomputed a block of rows at a time for the
- * gradient's sums and again for dx; neither ever written out. in: n's inputs, with dz (act's gradient input) in dy's
- * place; bias: bn's; out: n's outputs, none of them over in[0] or in[4]
- * (except dx exactly over dz: a channel's dz is read before its dx). */
+ * recomputed for the backward. NCHW: the three in one pass a channel, y =
+ * bn(x) and dy = act'(y) * dz kept in the thread's scratch, never written
+ * out; channels-last: y a block of rows at a time in the scratch, dy into
+ * dy (act's output's memory) and batch_norm_grad from there. in: n's
+ * inputs, with dz in dy's place; bias: bn's; out: n's outputs, none of them
+ * over in[0] or in[4] (except dx exactly over dz: a channel's dz is read
+ * before its dx). */
 void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, const float *bias,
-                             float *const *in, float *const *out);
+                             float *const *in, float *dy, float *const *out);
 /* Whether conv2d n's forward runs the stem kernel (few input channels, NCHW
  * values), which takes an activation as cpu_conv2d_act below. */
 int cpu_conv2d_stem(const Graph *g, const Node *n);

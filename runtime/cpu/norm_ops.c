@@ -130,37 +130,10 @@ int cpu_batch_norm_nhwc(const Graph *g, const Node *n)
            cpu_stored_nhwc(g, n->out[0]) && (!grad || cpu_stored_nhwc(g, n->in[4]));
 }
 
-/* The gradient at a batch norm's output y = x * a + b (per channel) where
- * an activation follows it and dz is the gradient at the activation's
- * output: dy = act'(y) * dz, recomputed where it is needed instead of
- * stored. */
-typedef struct DyOfAct {
-    const float *a, *b;
-    const Node *act;
-} DyOfAct;
-
-/* Rows [r0, r1) of dy from x and dz [R, C] into buf. */
-static void dy_rows(const DyOfAct *f, const float *x, const float *dz, int64_t r0, int64_t r1, int64_t C, float *buf)
-{
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + r * C;
-        float *o = buf + (r - r0) * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            o[c] = xr[c] * f->a[c] + f->b[c];
-    }
-    cpu_act_grad_span(f->act, buf, dz + r0 * C, buf, (r1 - r0) * C);
-}
-
-/* Rows of C floats a block, about 4096 floats. */
-static int64_t row_block(int64_t C) { return C >= 4096 ? 1 : 4096 / C; }
-
-/* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none; with f, dy
- * from f and dy as its dz): each channel's ChannelSums about its first
- * value, the rows split among the threads, each summing whole rows into
- * its own [4, C] doubles. */
-CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, const DyOfAct *f, int64_t R, int64_t C,
-                                         ChannelSums *out)
+/* Channels-last x [R, C] (R = N*H*W rows) and dy (NULL: none): each
+ * channel's ChannelSums about its first value, the rows split among the
+ * threads, each summing whole rows into its own [4, C] doubles. */
+CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, int64_t R, int64_t C, ChannelSums *out)
 {
     int T = omp_get_max_threads();
     double *part = calloc((size_t)(T * 4 * C), sizeof *part);
@@ -169,13 +142,8 @@ CPU_CLONES static void rows_channel_sums(const float *x, const float *dy, const 
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         double *d = part + (int64_t)t * 4 * C, *dd = d + C, *sdy = dd + C, *dyd = sdy + C;
-        int64_t block = row_block(C), r1 = R * (t + 1) / nt;
-        float *buf = f ? cpu_scratch(CPU_SCRATCH_COLS, block * C) : NULL;
-        for (int64_t r = R * t / nt; r < r1; r++) {
-            int64_t at = (r - R * t / nt) % block;
-            if (f && !at)
-                dy_rows(f, x, dy, r, r + block < r1 ? r + block : r1, C, buf);
-            const float *xr = x + r * C, *qr = f ? buf + at * C : dy ? dy + r * C : NULL;
+        for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {
+            const float *xr = x + r * C, *qr = dy ? dy + r * C : NULL;
             if (!qr) {
 #pragma omp simd
                 for (int64_t c = 0; c < C; c++) {
@@ -220,7 +188,7 @@ CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *con
     ChannelSums *sums = training ? malloc(sizeof *sums * (size_t)C) : NULL;
     float *a = cpu_floats(2 * C), *b = a + C;
     if (training)
-        rows_channel_sums(in[0], NULL, NULL, R, C, sums);
+        rows_channel_sums(in[0], NULL, R, C, sums);
     for (int64_t c = 0; c < C; c++) {
         double mean = in[3][c], var = in[4][c];
         if (training) {
@@ -232,7 +200,7 @@ CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *con
         a[c] = (float)(inv * in[1][c]);
         b[c] = (float)(in[2][c] - mean * inv * in[1][c]);
     }
-    int64_t block = row_block(C);
+    int64_t block = C >= 4096 ? 1 : 4096 / C;
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
     for (int64_t r0 = 0; r0 < R; r0 += block) {
         int64_t r1 = r0 + block < R ? r0 + block : R;
@@ -334,20 +302,17 @@ CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t dys, 
     }
 }
 
-/* cpu_batch_norm_grad on channels-last x and dy [R, C] (with f: dy from f
- * and in[4] as its dz, a block of rows at a time, for the sums and again
- * for dx). */
-CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out,
-                                            const DyOfAct *f)
+/* cpu_batch_norm_grad on channels-last x and dy [R, C]. */
+CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t C = x->d[1], R = shape_numel(x) / C, block = row_block(C);
+    int64_t C = x->d[1], R = shape_numel(x) / C;
     int training = (int)n->iattr[0];
     double eps = n->fattr[0], M = (double)R;
     ChannelSums *sums = malloc(sizeof *sums * (size_t)C);
     double *ka = malloc(sizeof *ka * (size_t)(3 * C)), *kb = ka + C, *kk = kb + C;
     CT_ASSERT(sums && ka);
-    rows_channel_sums(in[0], in[4], f, R, C, sums);
+    rows_channel_sums(in[0], in[4], R, C, sums);
     for (int64_t c = 0; c < C; c++) { /* bn_grad_dx's coefficients */
         double mean = in[2][c], var = in[3][c], dw, db, w = in[1][c];
         if (training)
@@ -359,26 +324,17 @@ CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float
         kk[c] = training ? -w * inv / M * db + w * inv / M * dw * inv * mean : 0;
     }
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
-    for (int64_t r0 = 0; r0 < R; r0 += block) {
-        int64_t r1 = r0 + block < R ? r0 + block : R;
-        const float *q = in[4] + r0 * C;
-        if (f) {
-            float *buf = cpu_scratch(CPU_SCRATCH_COLS, block * C);
-            dy_rows(f, in[0], in[4], r0, r1, C, buf);
-            q = buf;
-        }
-        for (int64_t r = r0; r < r1; r++) {
-            const float *xr = in[0] + r * C, *dr = q + (r - r0) * C;
-            float *o = out[0] + r * C;
-            if (training) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = in[0] + r * C, *dr = in[4] + r * C;
+        float *o = out[0] + r * C;
+        if (training) {
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    o[c] = (float)(ka[c] * dr[c] + kb[c] * xr[c] + kk[c]);
-            } else {
+            for (int64_t c = 0; c < C; c++)
+                o[c] = (float)(ka[c] * dr[c] + kb[c] * xr[c] + kk[c]);
+        } else {
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    o[c] = (float)(ka[c] * dr[c]);
-            }
+            for (int64_t c = 0; c < C; c++)
+                o[c] = (float)(ka[c] * dr[c]);
         }
     }
     free(ka);
@@ -393,7 +349,7 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     int training = (int)n->iattr[0];
     double eps = n->fattr[0];
     if (cpu_batch_norm_nhwc(g, n)) {
-        batch_norm_grad_nhwc(g, n, in, out, NULL);
+        batch_norm_grad_nhwc(g, n, in, out);
         return;
     }
     if (!synced(n, coll)) { /* a channel at a time: its x and dy read twice, for the sums and dx */
@@ -429,33 +385,61 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     free(sums);
 }
 
-CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n,
-                                        const float *bias, float *const *in, float *const *out)
+/* cpu_batch_norm_act_grad on channels-last values: dy = act'(x * a + b) *
+ * dz (the forward's a, b) a block of rows at a time, y in the thread's
+ * scratch, into dy's own memory (which may be dz's), then
+ * batch_norm_grad_nhwc on it. Recomputing dy for the gradient's sums and
+ * again for dx instead measured slower: the activation's gradient is
+ * arithmetic-bound. */
+CPU_CLONES static void batch_norm_act_grad_nhwc(const Graph *g, const Node *bn, const Node *act, const Node *n,
+                                                const float *bias, float *const *in, float *dy, float *const *out)
 {
+    const CtShape *x = cpu_in_shape(g, n, 0);
+    int64_t C = x->d[1], R = shape_numel(x) / C, block = C >= 4096 ? 1 : 4096 / C;
+    ChannelSums *xs = malloc(sizeof *xs * (size_t)C);
+    float *a = cpu_floats(2 * C), *b = a + C;
+    CT_ASSERT(xs != NULL);
+    rows_channel_sums(in[0], NULL, R, C, xs);
+    for (int64_t c = 0; c < C; c++) { /* as batch_norm_nhwc's */
+        double mean, var;
+        sums_stats(&xs[c], (double)R, &mean, &var);
+        double inv = 1 / sqrt(var + bn->fattr[1]);
+        a[c] = (float)(inv * in[1][c]);
+        b[c] = (float)(bias[c] - mean * inv * in[1][c]);
+    }
+#pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
+    for (int64_t r0 = 0; r0 < R; r0 += block) {
+        int64_t r1 = r0 + block < R ? r0 + block : R;
+        float *y = cpu_scratch(CPU_SCRATCH_COLS, block * C);
+        for (int64_t r = r0; r < r1; r++) {
+            const float *xr = in[0] + r * C;
+            float *yr = y + (r - r0) * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                yr[c] = xr[c] * a[c] + b[c];
+        }
+        cpu_act_grad_span(act, y, in[4] + r0 * C, dy + r0 * C, (r1 - r0) * C);
+    }
+    float *gin[5] = {in[0], in[1], in[2], in[3], dy};
+    batch_norm_grad_nhwc(g, n, gin, out);
+    free(a);
+    free(xs);
+}
+
+CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n,
+                                        const float *bias, float *const *in, float *dy, float *const *out)
+{
+    if (cpu_batch_norm_nhwc(g, n)) {
+        batch_norm_act_grad_nhwc(g, bn, act, n, bias, in, dy, out);
+        return;
+    }
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
     double M = (double)(N * S);
-    if (cpu_batch_norm_nhwc(g, n)) { /* the forward's scale and shift, as batch_norm_nhwc's */
-        ChannelSums *xs = malloc(sizeof *xs * (size_t)C);
-        float *a = cpu_floats(2 * C), *b = a + C;
-        CT_ASSERT(xs != NULL);
-        rows_channel_sums(in[0], NULL, NULL, N * S, C, xs);
-        for (int64_t c = 0; c < C; c++) {
-            double mean, var;
-            sums_stats(&xs[c], M, &mean, &var);
-            double inv = 1 / sqrt(var + bn->fattr[1]);
-            a[c] = (float)(inv * in[1][c]);
-            b[c] = (float)(bias[c] - mean * inv * in[1][c]);
-        }
-        batch_norm_grad_nhwc(g, n, in, out, &(DyOfAct){a, b, act});
-        free(a);
-        free(xs);
-        return;
-    }
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         /* the forward's y, as cpu_batch_norm_epilogue computes it, and dy = act'(y) * dz over it */
-        float *dy = cpu_scratch(CPU_SCRATCH_COLS, N * S);
+        float *dyc = cpu_scratch(CPU_SCRATCH_COLS, N * S);
         double mean, var, dw, db;
         ChannelSums xs = channel_sums(in[0], NULL, 0, N, C, S, c);
         sums_stats(&xs, M, &mean, &var);
@@ -463,17 +447,17 @@ CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const No
         float scale = (float)(inv * in[1][c]), shift = (float)(bias[c] - mean * inv * in[1][c]);
         for (int64_t b = 0; b < N; b++) {
             const float *xp = in[0] + (b * C + c) * S;
-            float *yp = dy + b * S;
+            float *yp = dyc + b * S;
             for (int64_t s = 0; s < S; s++)
                 yp[s] = xp[s] * scale + shift;
             cpu_act_grad_span(act, yp, in[4] + (b * C + c) * S, yp, S);
         }
         /* then cpu_batch_norm_grad's channel, on that dy */
-        ChannelSums sums = channel_sums(in[0], dy, S, N, C, S, c);
+        ChannelSums sums = channel_sums(in[0], dyc, S, N, C, S, c);
         sums_stats(&sums, M, &mean, &var);
         inv = 1 / sqrt(var + n->fattr[0]);
         bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
-        bn_grad_dx(in[0], dy, S, N, C, S, c, 1, M, in[1][c], mean, inv, dw, db, out[0]);
+        bn_grad_dx(in[0], dyc, S, N, C, S, c, 1, M, in[1][c], mean, inv, dw, db, out[0]);
     }
 }
 
