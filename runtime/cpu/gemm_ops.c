@@ -246,7 +246,7 @@ void cpu_conv2d(const Graph *g, const Node *n, float *const *in, float *const *o
 
 int cpu_conv2d_stem(const Graph *g, const Node *n)
 {
-    if (n->op != CT_OP_conv2d || cpu_conv_nhwc(g, n) || cpu_stored_nhwc(g, n->in[0]) || cpu_stored_nhwc(g, n->out[0]))
+    if (n->op != CT_OP_conv2d || cpu_stored_nhwc(g, n->in[0]) || cpu_stored_nhwc(g, n->out[0]))
         return 0;
     ConvGeom c = node_geom(g, n, NULL, NULL);
     return stem_conv_applies(&c);

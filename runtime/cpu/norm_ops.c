@@ -92,6 +92,19 @@ static void sums_stats(const ChannelSums *s, double cnt, double *mean, double *v
     *var = v < 0 ? 0 : v;
 }
 
+/* A batch norm's y = x * scale + shift for a channel of mean and var, weight
+ * w and bias b: one rounding for every kernel that computes or recomputes
+ * it, so a recomputation gives the forward's y bit for bit. */
+static void bn_affine(double mean, double var, double eps, float w, float b, float *scale, float *shift)
+{
+    double inv = 1 / sqrt(var + eps);
+    *scale = (float)(inv * w);
+    *shift = (float)(b - mean * inv * w);
+}
+
+/* Rows of C floats a block of a channels-last pass, about 4096 floats. */
+static int64_t row_block(int64_t C) { return C >= 4096 ? 1 : 4096 / C; }
+
 /* SyncBatchNorm's statistics over every rank's batch (ir/ops/norm.c's
  * batch_stats): a malloc'd [2C + 1], the means, the count of values a
  * channel has, the biased variances; NaN when the collective failed. The
@@ -196,11 +209,9 @@ CPU_CLONES static void batch_norm_nhwc(const Graph *g, const Node *n, float *con
             out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
             out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
         }
-        double inv = 1 / sqrt(var + eps);
-        a[c] = (float)(inv * in[1][c]);
-        b[c] = (float)(in[2][c] - mean * inv * in[1][c]);
+        bn_affine(mean, var, eps, in[1][c], in[2][c], &a[c], &b[c]);
     }
-    int64_t block = C >= 4096 ? 1 : 4096 / C;
+    int64_t block = row_block(C);
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
     for (int64_t r0 = 0; r0 < R; r0 += block) {
         int64_t r1 = r0 + block < R ? r0 + block : R;
@@ -251,8 +262,8 @@ CPU_CLONES void cpu_batch_norm_epilogue(const Graph *g, const Node *n, float *co
             out[1][c] = (float)((1 - momentum) * in[3][c] + momentum * mean);
             out[2][c] = (float)((1 - momentum) * in[4][c] + momentum * var * cnt / (cnt - 1));
         }
-        double inv = 1 / sqrt(var + eps);
-        float scale = (float)(inv * in[1][c]), shift = (float)(in[2][c] - mean * inv * in[1][c]);
+        float scale, shift;
+        bn_affine(mean, var, eps, in[1][c], in[2][c], &scale, &shift);
         for (int64_t b = 0; b < N; b++) {
             const float *xp = in[0] + (b * C + c) * S, *rp = residual ? residual + (b * C + c) * S : NULL;
             float *yp = y + (b * C + c) * S;
@@ -302,6 +313,21 @@ CPU_CLONES static void bn_grad_dx(const float *x, const float *dy, int64_t dys, 
     }
 }
 
+/* Channel c of cpu_batch_norm_grad n on NCHW values, not synchronised: in
+ * its inputs, with dy as channel c's first plane and the others dys apart. */
+static void bn_grad_channel(const Node *n, float *const *in, const float *dy, int64_t dys, int64_t N, int64_t C,
+                            int64_t S, int64_t c, float *const *out)
+{
+    int training = (int)n->iattr[0];
+    double mean = in[2][c], var = in[3][c], dw, db;
+    ChannelSums sums = channel_sums(in[0], dy, dys, N, C, S, c);
+    if (training)
+        sums_stats(&sums, (double)(N * S), &mean, &var);
+    double inv = 1 / sqrt(var + n->fattr[0]);
+    bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
+    bn_grad_dx(in[0], dy, dys, N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw, db, out[0]);
+}
+
 /* cpu_batch_norm_grad on channels-last x and dy [R, C]. */
 CPU_CLONES static void batch_norm_grad_nhwc(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
@@ -346,7 +372,6 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    int training = (int)n->iattr[0];
     double eps = n->fattr[0];
     if (cpu_batch_norm_nhwc(g, n)) {
         batch_norm_grad_nhwc(g, n, in, out);
@@ -354,16 +379,8 @@ CPU_CLONES void cpu_batch_norm_grad(const Graph *g, const Node *n, float *const 
     }
     if (!synced(n, coll)) { /* a channel at a time: its x and dy read twice, for the sums and dx */
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
-        for (int64_t c = 0; c < C; c++) {
-            double mean = in[2][c], var = in[3][c], dw, db;
-            ChannelSums sums = channel_sums(in[0], in[4] + c * S, C * S, N, C, S, c);
-            if (training)
-                sums_stats(&sums, (double)(N * S), &mean, &var);
-            double inv = 1 / sqrt(var + eps);
-            bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
-            bn_grad_dx(in[0], in[4] + c * S, C * S, N, C, S, c, training, (double)(N * S), in[1][c], mean, inv, dw,
-                       db, out[0]);
-        }
+        for (int64_t c = 0; c < C; c++)
+            bn_grad_channel(n, in, in[4] + c * S, C * S, N, C, S, c, out);
         return;
     }
     /* SyncBatchNorm: dx takes the sums over all ranks (ir/ops/norm.c) */
@@ -395,7 +412,7 @@ CPU_CLONES static void batch_norm_act_grad_nhwc(const Graph *g, const Node *bn, 
                                                 const float *bias, float *const *in, float *dy, float *const *out)
 {
     const CtShape *x = cpu_in_shape(g, n, 0);
-    int64_t C = x->d[1], R = shape_numel(x) / C, block = C >= 4096 ? 1 : 4096 / C;
+    int64_t C = x->d[1], R = shape_numel(x) / C, block = row_block(C);
     ChannelSums *xs = malloc(sizeof *xs * (size_t)C);
     float *a = cpu_floats(2 * C), *b = a + C;
     CT_ASSERT(xs != NULL);
@@ -403,9 +420,7 @@ CPU_CLONES static void batch_norm_act_grad_nhwc(const Graph *g, const Node *bn, 
     for (int64_t c = 0; c < C; c++) { /* as batch_norm_nhwc's */
         double mean, var;
         sums_stats(&xs[c], (double)R, &mean, &var);
-        double inv = 1 / sqrt(var + bn->fattr[1]);
-        a[c] = (float)(inv * in[1][c]);
-        b[c] = (float)(bias[c] - mean * inv * in[1][c]);
+        bn_affine(mean, var, bn->fattr[1], in[1][c], bias[c], &a[c], &b[c]);
     }
 #pragma omp parallel for if (R * C > CPU_PARALLEL_MIN)
     for (int64_t r0 = 0; r0 < R; r0 += block) {
@@ -435,16 +450,14 @@ CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const No
     }
     const CtShape *x = cpu_in_shape(g, n, 0);
     int64_t N = x->d[0], C = x->d[1], S = shape_numel(x) / (N * C);
-    double M = (double)(N * S);
 #pragma omp parallel for if (N * C * S > CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < C; c++) {
         /* the forward's y, as cpu_batch_norm_epilogue computes it, and dy = act'(y) * dz over it */
-        float *dyc = cpu_scratch(CPU_SCRATCH_COLS, N * S);
-        double mean, var, dw, db;
+        float *dyc = cpu_scratch(CPU_SCRATCH_COLS, N * S), scale, shift;
+        double mean, var;
         ChannelSums xs = channel_sums(in[0], NULL, 0, N, C, S, c);
-        sums_stats(&xs, M, &mean, &var);
-        double inv = 1 / sqrt(var + bn->fattr[1]);
-        float scale = (float)(inv * in[1][c]), shift = (float)(bias[c] - mean * inv * in[1][c]);
+        sums_stats(&xs, (double)(N * S), &mean, &var);
+        bn_affine(mean, var, bn->fattr[1], in[1][c], bias[c], &scale, &shift);
         for (int64_t b = 0; b < N; b++) {
             const float *xp = in[0] + (b * C + c) * S;
             float *yp = dyc + b * S;
@@ -452,12 +465,7 @@ CPU_CLONES void cpu_batch_norm_act_grad(const Graph *g, const Node *bn, const No
                 yp[s] = xp[s] * scale + shift;
             cpu_act_grad_span(act, yp, in[4] + (b * C + c) * S, yp, S);
         }
-        /* then cpu_batch_norm_grad's channel, on that dy */
-        ChannelSums sums = channel_sums(in[0], dyc, S, N, C, S, c);
-        sums_stats(&sums, M, &mean, &var);
-        inv = 1 / sqrt(var + n->fattr[0]);
-        bn_grad_wb(&sums, mean, inv, c, out, &dw, &db);
-        bn_grad_dx(in[0], dyc, S, N, C, S, c, 1, M, in[1][c], mean, inv, dw, db, out[0]);
+        bn_grad_channel(n, in, dyc, S, N, C, S, c, out); /* cpu_batch_norm_grad's channel, on that dy */
     }
 }
 

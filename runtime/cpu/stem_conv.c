@@ -11,9 +11,9 @@
  * contiguous floats there. Each output channel's accumulator then takes
  * that vector times the tap's weight, from a copy of the weights packed a
  * tap's channels together; up to 24 channels' accumulators a pass, held in
- * registers. A band of output
- * rows is one task; a fused activation (the conv's step's epilogue) runs
- * over the band's outputs while they are still in the core's cache.
+ * registers. A band of output rows is one task; a fused activation (the
+ * conv's step's epilogue) runs over the band's outputs while they are still
+ * in the core's cache.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -145,10 +145,12 @@ CPU_CLONES void stem_conv(const ConvGeom *c, const float *x, const float *w, con
      * register addressing them all; channels past O zero */
     float *wp = cpu_floats(opad * (K + 1)), *bp = wp + opad * K;
     memset(wp, 0, sizeof *wp * (size_t)(opad * (K + 1)));
-    for (int64_t o0 = 0; o0 < c->O; o0 += pass_width(c->O - o0))
-        for (int64_t o = o0; o < c->O && o < o0 + pass_width(c->O - o0); o++)
+    for (int64_t o0 = 0, pw; o0 < c->O; o0 += pw) {
+        pw = pass_width(c->O - o0);
+        for (int64_t o = o0; o < c->O && o < o0 + pw; o++)
             for (int64_t k = 0; k < K; k++)
-                wp[o0 * K + k * pass_width(c->O - o0) + o - o0] = w[o * K + k];
+                wp[o0 * K + k * pw + o - o0] = w[o * K + k];
+    }
     if (bias)
         memcpy(bp, bias, sizeof *bp * (size_t)c->O);
     const int64_t bands = (c->OH + BAND - 1) / BAND;
