@@ -1,180 +1,308 @@
 #!/usr/bin/env bash
-# The GPU check of issue 10, in one call on the lent device machine (see
-# tools/prepare_gpu_check.sh for the exact `run` call and what travels):
+# The GPU check (issue 21), in stages, for one call on a lent device machine:
 #
-#   1. unpack the Debian packages ctimm builds with (.gpu-deps/*.deb, fetched
-#      here by tools/prepare_gpu_check.sh) into a prefix, build ctimm there
-#      against the machine's own CUDA toolkit and cuDNN (build-gpu/);
-#   2. ctest -L gpu (tests/gpu: cuda against ref, graph replay, memcheck)
-#      and the cuda unit tests;
-#   3. ctimm-bench --device cuda, timm's benchmark.py eager, and with
-#      --torchcompile, on bench/gpu_set.csv (the 13-model set at the batch
-#      sizes of timm's published CSVs): train and inference, --amp,
-#      --channels-last, few steps;
-#   4. the side-by-side table (bench/gpu_table.awk), printed last.
+#   env       the machine: GPU, driver, glibc, toolkit, cmake, python, torch, timm,
+#             the pip wheels' NVIDIA libraries, which pkg-config modules exist
+#   deps      the carried Debian packages (.gpu-deps/*.deb, tools/prepare_gpu_check.sh)
+#             unpacked into a prefix, for the modules the machine lacks
+#   configure cmake against the machine's toolkit, else the pip wheels' NVRTC,
+#             cuBLASLt and cuDNN; MPI optional
+#   build     the GPU tests, the probe, ctimm-train and ctimm-bench
+#   probe     ctimm-gpu-probe: one PASS/FAIL line per primitive
+#   parity    ctest -L gpu -j8: cuda against ref, one test per configuration
+#   train     the README's main job with --device cuda, and on the cpu beside it
+#   steps     one training step's device time per step (CTIMM_CUDA_PROFILE) of
+#             test_resnet, resnet50 and vit_base_patch16_224 at batch 64
+#   bench     timm's benchmark.py eager, then ctimm-bench --device cuda, on
+#             bench/gpu_first.csv; the side-by-side table ($OUT/table.txt) last
 #
-# torch.compile's compilation is the slow part: it is started first, in the
-# background, for the target models (inductor's cache on disk), while ctimm
-# builds and the GPU tests run; nothing is timed until it has finished. A
-# total budget (GPU_CHECK_BUDGET seconds, default 560) skips the runs that
-# would not fit; each shows as "skipped" in the table.
+# Every stage has its own time limit inside the total budget, and the moment
+# it ends appends `stage,rc,seconds,note` to $OUT/summary.csv and re-renders
+# $OUT/summary.txt; a failing stage never ends the script (the stages after
+# a failed build are skipped, saying so). Logs go to $OUT/logs.tar.gz after
+# every stage, so a call cut short still brings them back.
 #
-# Environment: OUT (the device tool's folder that comes back; gets
-# gpu_check.log, table.txt and logs.tar.gz), GPU_CHECK_BUDGET,
-# GPU_CHECK_PHASES (default "build test ctimm eager compile"),
-# GPU_CHECK_ITERS (timed steps, default 15), GPU_CHECK_COMPILE_MODELS (the
-# models measured with torch.compile, default issue 10's five targets).
+#   bash bench/gpu_check.sh [--dry-run] [--budget SECONDS] [--build-dir DIR] [--stages "env deps ..."]
+#
+# --budget: the whole run's seconds (default 420: a 15-minute device lease
+# then leaves room for a second call). --dry-run: on a machine without a GPU,
+# every stage that needs none runs (configure into a scratch folder, the
+# probe's and the tests' no-GPU paths, timm_gpu_bench.py's argument checks);
+# CI runs it (ctest gpu_check_dry_run) against its own build (--build-dir).
+# Environment: OUT (default /tmp/gpu_check_out), TRAIN_CPU=1 (the train
+# stage also on the cpu backend), STEPS_MODELS (the steps stage's
+# "model:img_size" list).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
+DRY=0
+BUDGET=420
+BUILD=""
+STAGES="env deps configure build probe parity train steps bench"
+while [ $# -gt 0 ]; do
+    case $1 in
+    --dry-run) DRY=1 ;;
+    --budget) BUDGET=$2; shift ;;
+    --build-dir) BUILD=$2; shift ;;
+    --stages) STAGES=$2; shift ;;
+    *) echo "gpu_check: unknown argument '$1' (usage: bench/gpu_check.sh [--dry-run] [--budget S] [--build-dir DIR] [--stages LIST])" >&2
+       exit 2 ;;
+    esac
+    shift
+done
+case $BUDGET in '' | *[!0-9]*) echo "gpu_check: --budget takes whole seconds, not '$BUDGET'" >&2; exit 2 ;; esac
 T0=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET:-560}
-PHASES=" ${GPU_CHECK_PHASES:-build test ctimm eager compile} "
-ITERS=${GPU_CHECK_ITERS:-15}
-TARGETS=${GPU_CHECK_COMPILE_MODELS:-resnet50,vit_base_patch16_224,vit_base_patch32_384,efficientnet_b0,convnext_tiny}
-DEPS=$ROOT/.gpu-deps
 OUT=${OUT:-/tmp/gpu_check_out}
-WORK=/tmp/gpu_check
-BUILD=${GPU_CHECK_BUILD:-$ROOT/build-gpu}
-PREFIX=/tmp/ctimm-deps
-mkdir -p "$OUT" "$WORK"
-find "$WORK" -maxdepth 1 -type f -delete # a warm machine's last run; inductor's cache stays
-LOG=$OUT/gpu_check.log
-: >"$LOG"
-export TORCHINDUCTOR_CACHE_DIR=$WORK/inductor PYTHONUNBUFFERED=1
+WORK=${GPU_CHECK_WORK:-/tmp/gpu_check}
+BUILD=${BUILD:-$ROOT/build-gpu}
+PREFIX=$WORK/prefix
+DEPS=$ROOT/.gpu-deps
+mkdir -p "$OUT" "$WORK/logs"
+rm -f "$OUT/summary.csv" "$OUT/summary.txt" "$WORK"/logs/*
+echo "stage,rc,seconds,note" >"$OUT/summary.csv"
+# what every stage's shell starts from: the kernel cache shared, the paths found by env and deps
+ENVSH=$WORK/env.sh
+{
+    echo "export XDG_CACHE_HOME=$WORK/cache PYTHONUNBUFFERED=1"
+    echo "export PATH=\$PATH:/usr/local/cuda/bin"
+} >"$ENVSH"
+export ROOT WORK BUILD PREFIX DEPS DRY ENVSH OUT
 
 elapsed() { echo $(($(date +%s) - T0)); }
-left() { echo $((BUDGET - $(elapsed))); }
-# a timeout of at least 5 s (timeout 0 would mean none)
-cap() { if [ "$1" -lt 5 ]; then echo 5; else echo "$1"; fi; }
-say() { echo "gpu_check [$(elapsed) s] $*" | tee -a "$LOG"; }
-has() { case $PHASES in *" $1 "*) return 0 ;; esac; return 1; }
-pack() { tar -czf "$OUT/logs.tar.gz" -C "$WORK" --exclude inductor . 2>/dev/null; }
-trap pack EXIT
+pack() { tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs env.sh 2>/dev/null; }
+render() {
+    column -t -s, "$OUT/summary.csv" >"$OUT/summary.txt" 2>/dev/null || cp "$OUT/summary.csv" "$OUT/summary.txt"
+}
+record() { # stage rc seconds note
+    local note
+    note=$(printf '%s' "$4" | tr ',\n' '; ' | cut -c1-200)
+    echo "$1,$2,$3,$note" >>"$OUT/summary.csv"
+    echo "gpu_check [$(elapsed) s] $1: rc $2 in $3 s: $note"
+    render
+    pack
+}
+# stage NAME CAP: runs the function st_NAME in a shell of its own under
+# min(CAP, what the budget has left) seconds; its note is the last line it
+# writes to $WORK/logs/NAME.note, else its log's last line.
+SKIP_REST=""
+stage() {
+    local name=$1 cap=$2 left t0 rc note
+    case " $STAGES " in *" $name "*) ;; *) return ;; esac
+    if [ -n "$SKIP_REST" ]; then record "$name" - 0 "skipped: $SKIP_REST"; return; fi
+    left=$((BUDGET - $(elapsed) - 5))
+    [ "$cap" -gt "$left" ] && cap=$left
+    if [ "$cap" -lt 5 ]; then record "$name" - 0 "skipped: budget"; return; fi
+    t0=$(date +%s)
+    timeout -k 5 "$cap" bash -c "source '$ENVSH'; st_$name" >"$WORK/logs/$name.log" 2>&1
+    rc=$?
+    [ $rc -eq 124 ] && echo "timed out after $cap s" >>"$WORK/logs/$name.note"
+    note=$(tail -n 1 "$WORK/logs/$name.note" 2>/dev/null)
+    [ -n "$note" ] || note=$(grep -v '^\s*$' "$WORK/logs/$name.log" | tail -n 1)
+    record "$name" "$rc" $(($(date +%s) - t0)) "$note"
+    return $rc
+}
+note() { echo "$*" >>"$WORK/logs/${STAGE_NAME:-x}.note"; }
+export -f note
 
-say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
-say "tools: $(nvcc --version 2>&1 | tail -1); cmake $(cmake --version 2>&1 | head -1 | cut -d' ' -f3);" \
-    "cc $(cc -dumpfullversion 2>&1); ninja $(ninja --version 2>&1)"
-say "python: $(python3 -c 'import torch, timm; print("torch", torch.__version__, "timm", timm.__version__)' 2>&1 | tail -1)"
-
-# timm's benchmark.py travels in .gpu-deps (the pip package does not ship it)
-BENCHPY=$DEPS/benchmark.py
-PRE_PIDS=""
-if has compile && [ -f "$BENCHPY" ]; then
-    # two compilers side by side, the targets split between them
-    IFS=, read -ra T <<<"$TARGETS"
-    half=$(((${#T[@]} + 1) / 2))
-    A=$(IFS=,; echo "${T[*]:0:half}") B=$(IFS=,; echo "${T[*]:half}")
-    for part in "$A" "$B"; do
-        [ -n "$part" ] || continue
-        timeout $((BUDGET / 2)) nice -n 10 python3 bench/timm_gpu_bench.py --benchmark-py "$BENCHPY" \
-            --set bench/gpu_set.csv --models "$part" --benches train --torchcompile --warm 1 --iters 1 \
-            --out "$WORK/precompile.csv" >>"$WORK/precompile.log" 2>&1 &
-        PRE_PIDS="$PRE_PIDS $!"
+st_env() {
+    STAGE_NAME=env
+    echo "uname: $(uname -srm)"; echo "glibc: $(ldd --version 2>&1 | head -1)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
+    echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
+    echo "nvcc: $(nvcc --version 2>&1 | tail -1)"
+    echo "cmake: $(cmake --version 2>&1 | head -1); ninja $(ninja --version 2>&1); cc $(cc -dumpfullversion 2>&1)"
+    local py nv
+    py=$(python3 -c 'import sys, torch, timm; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "timm", timm.__version__)' 2>&1 | tail -1)
+    echo "python: $py"
+    nv=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+    echo "pip nvidia: ${nv:-none}"
+    [ -n "$nv" ] && ls "$nv"/*/lib 2>/dev/null | head -60
+    for m in libcjson libturbojpeg libjpeg libpng libxxhash yaml-0.1 zlib; do
+        echo "pkg-config $m: $(pkg-config --modversion $m 2>&1 | head -1)"
     done
-    say "torch.compile precompiling $TARGETS in the background"
-fi
+    ls /usr/local/cuda/lib64/libcublasLt.so* /usr/local/cuda/lib64/libnvrtc.so* /usr/local/cuda/lib64/libcudnn.so* 2>&1
+    # the pip wheels' NVIDIA libraries on the loader path (cuDNN 9 opens its sub-libraries by name)
+    if [ -n "$nv" ]; then
+        local libs
+        libs=$(ls -d "$nv"/*/lib 2>/dev/null | tr '\n' ':')
+        echo "export LD_LIBRARY_PATH=${libs}\${LD_LIBRARY_PATH:-}" >>"$ENVSH"
+        root() { find "$nv" -path "*/include/$1" 2>/dev/null | head -1 | xargs -r dirname | xargs -r dirname; }
+        echo "export CUBLAS_ROOT=$(root cublasLt.h) CUDNN_ROOT=$(root cudnn.h) NVRTC_ROOT=$(root nvrtc.h)" >>"$ENVSH"
+    fi
+    note "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)" \
+        "$(ldd --version 2>&1 | head -1 | grep -o '[0-9.]*$'); python $py"
+    [ "$DRY" = 1 ] || nvidia-smi >/dev/null
+}
 
-# 1. the Debian packages into $PREFIX, their .pc files pointed there
-if has build; then
+st_deps() {
+    STAGE_NAME=deps
+    local missing="" m
+    for m in libcjson libturbojpeg libjpeg libpng libxxhash yaml-0.1; do
+        pkg-config --exists $m 2>/dev/null || missing="$missing $m"
+    done
+    if ! ls "$DEPS"/*.deb >/dev/null 2>&1; then
+        note "no carried .debs; the machine lacks:${missing:- nothing}"
+        [ -z "$missing" ]
+        return
+    fi
     rm -rf "$PREFIX" && mkdir -p "$PREFIX"
-    for f in "$DEPS"/*.deb; do dpkg -x "$f" "$PREFIX" || { say "dpkg -x $f failed"; exit 1; }; done
+    for f in "$DEPS"/*.deb; do dpkg -x "$f" "$PREFIX" || { note "dpkg -x $f failed"; return 1; }; done
     find "$PREFIX" -name '*.pc' -exec sed -i "s|=/usr|=$PREFIX/usr|" {} +
-    LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
-    export PKG_CONFIG_PATH=$LIBDIR/pkgconfig:$LIBDIR/openblas-openmp/pkgconfig
-    export LD_LIBRARY_PATH=$LIBDIR:$LIBDIR/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    command -v pkg-config >/dev/null || export PKG_CONFIG=$PREFIX/usr/bin/pkg-config
-    # Open MPI from the prefix, named to FindMPI directly (its mpicc wrapper has /usr built in)
-    export OPAL_PREFIX=$PREFIX/usr
-    # and OpenBLAS's OpenMP build, which CMakeLists.txt looks for in /usr only
-    MPI="-DMPI_C_COMPILER=NOTFOUND -DMPI_C_HEADER_DIR=$LIBDIR/openmpi/include -DMPI_C_LIB_NAMES=mpi
-         -DMPI_mpi_LIBRARY=$LIBDIR/libmpi.so.40 -DMPIEXEC_EXECUTABLE=$PREFIX/usr/bin/orterun
-         -DOPENBLAS_LIB=$LIBDIR/openblas-openmp/libopenblas.so
-         -DOPENBLAS_INCLUDE=$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp"
-    # cuBLASLt and cuDNN: the toolkit's, else the pip wheels' (torch's), found by file
-    NV=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
-    root_of() { [ -n "$NV" ] && find "$NV" -name "$1" 2>/dev/null | head -1 | xargs -r dirname | xargs -r dirname; }
-    CUBLAS_ROOT=$(root_of 'cublasLt.h') CUDNN_ROOT=$(root_of 'cudnn.h')
-    GEN=""
-    command -v ninja >/dev/null && GEN="-G Ninja"
+    local lib=$PREFIX/usr/lib/x86_64-linux-gnu
+    {
+        echo "export PKG_CONFIG_PATH=$lib/pkgconfig:$PREFIX/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+        echo "export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp:\${LD_LIBRARY_PATH:-}"
+        echo "export OPENBLAS_FLAGS='-DOPENBLAS_LIB=$lib/openblas-openmp/libopenblas.so -DOPENBLAS_INCLUDE=$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp'"
+        command -v pkg-config >/dev/null || echo "export PKG_CONFIG=$PREFIX/usr/bin/pkg-config"
+    } >>"$ENVSH"
+    note "$(ls "$DEPS"/*.deb | wc -l) packages unpacked; the machine lacked:${missing:- nothing}"
+}
+
+st_configure() {
+    STAGE_NAME=configure
+    local dir=$BUILD gen=""
+    # the dry run configures a scratch folder with these flags; it builds nothing there
+    [ "$DRY" = 1 ] && dir=$WORK/configure-dry && rm -rf "$dir"
+    [ "$DRY" = 1 ] || [ ! -f "$BUILD/CMakeCache.txt" ] || [ -n "${RECONFIGURE:-}" ] || { note "configured already"; return 0; }
+    command -v ninja >/dev/null && gen="-G Ninja"
     # shellcheck disable=SC2086
-    if ! cmake -S . -B "$BUILD" $GEN $MPI -DCMAKE_BUILD_TYPE=Release ${CUDNN_ROOT:+-DCTIMM_CUDNN_ROOT=$CUDNN_ROOT} \
-        ${CUBLAS_ROOT:+-DCTIMM_CUBLAS_ROOT=$CUBLAS_ROOT} \
-        >"$WORK/configure.log" 2>&1; then
-        say "configure failed:"; tail -20 "$WORK/configure.log" | tee -a "$LOG"; exit 1
+    cmake -S "$ROOT" -B "$dir" $gen -DCMAKE_BUILD_TYPE=Release ${OPENBLAS_FLAGS:-} \
+        ${CUBLAS_ROOT:+-DCTIMM_CUBLAS_ROOT=$CUBLAS_ROOT} ${CUDNN_ROOT:+-DCTIMM_CUDNN_ROOT=$CUDNN_ROOT} \
+        ${NVRTC_ROOT:+-DCTIMM_NVRTC_ROOT=$NVRTC_ROOT} || { note "cmake failed: $(grep -m1 'CMake Error' -A2 "$WORK/logs/configure.log" | tr '\n' ' ')"; return 1; }
+    grep -q "CTIMM_HAVE_CUDA_LIBS" "$dir/CMakeCache.txt" 2>/dev/null
+    if grep -q "the cuda backend is not built\|CUDA toolkit not found" "$WORK/logs/configure.log"; then
+        note "configured without the cuda backend: $(grep 'ctimm:' "$WORK/logs/configure.log" | tr '\n' ' ')"
+        return 1
     fi
-    grep "ctimm:" "$WORK/configure.log" | tee -a "$LOG"
-    if ! cmake --build "$BUILD" -j 12 >"$WORK/build.log" 2>&1; then
-        say "build failed:"; grep -m 20 -E "error|Error" "$WORK/build.log" | tee -a "$LOG"; exit 1
+    note "$(grep -o 'ctimm: cuBLASLt.*' "$WORK/logs/configure.log" | head -1)"
+}
+
+GPU_TARGETS="ctimm-gpu-probe test_gpu_parity ctimm-train ctimm-bench"
+st_build() {
+    STAGE_NAME=build
+    if [ "$DRY" = 1 ] && [ ! -f "$BUILD/CMakeCache.txt" ]; then note "dry run: no --build-dir to build in"; return 0; fi
+    # shellcheck disable=SC2086
+    cmake --build "$BUILD" -j "$(nproc)" --target $GPU_TARGETS || { note "build failed: $(grep -m3 -E 'error|Error' "$WORK/logs/build.log" | tr '\n' ' ')"; return 1; }
+    note "built $GPU_TARGETS"
+}
+
+st_probe() {
+    STAGE_NAME=probe
+    local rc
+    "$BUILD/ctimm-gpu-probe"
+    rc=$?
+    note "$(grep -c '^PASS' "$WORK/logs/probe.log") passed, $(grep -c '^FAIL' "$WORK/logs/probe.log") failed: $(grep '^FAIL' "$WORK/logs/probe.log" | head -3 | cut -c6-90 | tr '\n' '|')"
+    # without a GPU the probe's whole answer is its first line, which must say why
+    [ "$DRY" = 1 ] && { grep -q '^FAIL driver and device' "$WORK/logs/probe.log" || grep -q '^FAIL build' "$WORK/logs/probe.log"; return; }
+    return $rc
+}
+
+st_parity() {
+    STAGE_NAME=parity
+    ctest --test-dir "$BUILD" -L gpu -j 8 --timeout 120 --output-on-failure
+    local rc=$?
+    note "$(grep -E 'tests passed|tests failed' "$WORK/logs/parity.log" | tail -1); failed: $(grep -E '\*\*\*Failed|\*\*\*Timeout|Exception' "$WORK/logs/parity.log" | awk '{print $4}' | head -8 | tr '\n' ' ')"
+    return $rc
+}
+
+# The README's main job on the GPU, then (TRAIN_CPU=1) on the cpu backend:
+# the top-1 of the last epoch of each. Not side by side: two processes'
+# OpenMP pools on the same cores starve each other.
+st_train() {
+    STAGE_NAME=train
+    if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
+    local t="$BUILD/ctimm-train --model test_resnet --epochs 8 --lr 0.1" rc
+    (cd "$WORK" && $t --device cuda --output "$WORK/train-cuda")
+    rc=$?
+    top1() { grep -o 'Acc@1: [0-9.]*' "$1" | tail -1; }
+    note "last epoch's top-1: cuda $(top1 "$WORK/logs/train.log")"
+    if [ "${TRAIN_CPU:-0}" = 1 ]; then
+        (cd "$WORK" && $t --device cpu --output "$WORK/train-cpu" >"$WORK/logs/train_cpu.log" 2>&1)
+        note "last epoch's top-1: cuda $(top1 "$WORK/logs/train.log"), cpu $(top1 "$WORK/logs/train_cpu.log")"
     fi
-    say "built"
-fi
+    return $rc
+}
 
-# 2. the GPU tests
-if has test; then
-    timeout "$(cap $(($(left) / 3)))" ctest --test-dir "$BUILD" -L gpu -R . --output-on-failure \
-        >"$WORK/ctest_gpu.log" 2>&1
-    timeout 120 ctest --test-dir "$BUILD" -R '^test_(cuda|nvrtc|lib_|launch_plan)' --output-on-failure \
-        >"$WORK/ctest_cuda.log" 2>&1
-    say "tests:"; grep -h -E "tests passed|Passed|Failed|Skipped|Not Run|\*\*\*" "$WORK"/ctest_gpu.log \
-        "$WORK"/ctest_cuda.log | tee -a "$LOG"
-fi
+# One training step's device time per step (runtime/cuda/step_profile.h) of
+# test_resnet and the two batch-64 models: where the time goes.
+st_steps() {
+    STAGE_NAME=steps
+    if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
+    local m img
+    for m in ${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}; do
+        img=${m#*:} m=${m%:*}
+        echo "== $m train, batch 64, --amp --channels-last"
+        CTIMM_CUDA_PROFILE=1 timeout 45 "$BUILD/ctimm-bench" -m "$m" --bench train -b 64 --img-size "$img" --amp \
+            --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
+            || echo "$m: rc $?"
+    done
+    note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
+}
 
-# nothing is timed while torch.compile is still compiling
-for p in $PRE_PIDS; do wait "$p"; done
-if [ -n "$PRE_PIDS" ]; then
-    n=$(grep -c ',train,[0-9]' "$WORK/precompile.csv" 2>/dev/null)
-    say "precompiled: ${n:-0} of the targets"
-fi
-
-HEADER=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error
-for f in eager compiled ctimm; do [ -s "$WORK/$f.csv" ] || echo "$HEADER" >"$WORK/$f.csv"; done
-
-# 3a. ctimm-bench, one run per (model, bench): the batch sizes differ
-if has ctimm; then
-    stop=$(($(date +%s) + 150)) # the first versions of the library kernels are slow: a cap
-    [ $stop -gt $((T0 + BUDGET - 240)) ] && stop=$((T0 + BUDGET - 240))
-    grep -v '^#' bench/gpu_set.csv | while IFS=, read -r m img tbs ibs; do
+# timm's benchmark.py eager, then ctimm-bench --device cuda, on bench/gpu_first.csv
+# (--amp --channels-last both); the side-by-side table is made at the end.
+st_bench() {
+    STAGE_NAME=bench
+    local set=$ROOT/bench/gpu_first.csv bpy=$DEPS/benchmark.py
+    if [ "$DRY" = 1 ]; then
+        python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --dry-run \
+            --out "$WORK/logs/eager.csv" || return 1
+        python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --torchcompile \
+            --dry-run --out "$WORK/logs/compiled.csv" || return 1
+        note "dry run: timm_gpu_bench.py's arguments checked"
+        return 0
+    fi
+    if [ -f "$bpy" ]; then
+        python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
+            --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
+    fi
+    echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error" >"$WORK/logs/ctimm.csv"
+    local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100}))
+    grep -v '^#' "$set" | while IFS=, read -r m img tbs ibs; do
         for b in train inference; do
-            bs=$tbs; [ $b = inference ] && bs=$ibs
-            if [ "$(date +%s)" -ge $stop ]; then echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/ctimm.csv"; continue; fi
-            rm -f "$WORK/one.csv"
-            timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp --channels-last \
-                --device cuda --num-warm-iter 2 --num-bench-iter 5 --results-file "$WORK/one.csv" \
-                </dev/null >>"$WORK/ctimm.log" 2>"$WORK/one.err"
-            cat "$WORK/one.err" >>"$WORK/ctimm.log"
-            if [ -s "$WORK/one.csv" ]; then
+            local bs=$tbs one=$WORK/one.csv
+            [ $b = inference ] && bs=$ibs
+            if [ "$(date +%s)" -ge $stop ]; then echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/logs/ctimm.csv"; continue; fi
+            rm -f "$one"
+            timeout 40 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp --channels-last \
+                --device cuda --num-warm-iter 2 --num-bench-iter 5 --results-file "$one" </dev/null \
+                >>"$WORK/logs/ctimm.log" 2>"$WORK/one.err"
+            local rc=$?
+            cat "$WORK/one.err" >>"$WORK/logs/ctimm.log"
+            if [ -s "$one" ]; then
                 awk -F, -v b=$b -v img="$img" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
                     { p = (b == "train" ? "train_" : "infer_")
                       print $c["model"] "," b "," $c[p "samples_per_sec"] "," $c[p "step_time"] "," \
-                            $c[p "batch_size"] "," img "," }' "$WORK/one.csv" >>"$WORK/ctimm.csv"
+                            $c[p "batch_size"] "," img "," }' "$one" >>"$WORK/logs/ctimm.csv"
             else
-                echo "$m,$b,,,$bs,$img,$(tail -1 "$WORK/one.err" | tr -d ',' | cut -c1-200)" >>"$WORK/ctimm.csv"
+                echo "$m,$b,,,$bs,$img,rc $rc: $(tail -1 "$WORK/one.err" | tr -d ',' | cut -c1-160)" >>"$WORK/logs/ctimm.csv"
             fi
         done
     done
-    say "ctimm-bench done"
-fi
+    note "timm eager $(($(grep -c . "$WORK/logs/eager.csv" 2>/dev/null || echo 1) - 1)) rows, ctimm $(($(grep -c . "$WORK/logs/ctimm.csv") - 1)) rows"
+}
+export -f st_env st_deps st_configure st_build st_probe st_parity st_train st_steps st_bench
+export GPU_TARGETS
 
-# 3b. timm eager, then 3c. torch.compile (the precompiled targets: cache hits)
-if has eager && [ -f "$BENCHPY" ]; then
-    timeout "$(cap $(($(left) - 100)))" python3 bench/timm_gpu_bench.py --benchmark-py "$BENCHPY" --set bench/gpu_set.csv \
-        --iters "$ITERS" --deadline $((T0 + BUDGET - 120)) --est 10 --out "$WORK/eager.csv" >"$WORK/eager.log" 2>&1
-    say "timm eager done"
-fi
-if has compile && [ -f "$BENCHPY" ]; then
-    timeout "$(cap $(($(left) - 10)))" python3 bench/timm_gpu_bench.py --benchmark-py "$BENCHPY" --set bench/gpu_set.csv \
-        --models "$TARGETS" --benches train,inference --torchcompile --iters "$ITERS" \
-        --deadline $((T0 + BUDGET - 15)) --est 25 --out "$WORK/compiled.csv" >"$WORK/compiled.log" 2>&1
-    say "timm torch.compile done"
-fi
-[ -f "$BENCHPY" ] || say "no $BENCHPY: run tools/prepare_gpu_check.sh before the call"
-
-# 4. the table, last
+stage env 30
+stage deps 40
+stage configure 90 || SKIP_REST="the configure failed"
+stage build 240 || SKIP_REST=${SKIP_REST:-"the build failed"}
+stage probe 150
+stage parity 200
+stage train 120
+stage steps 120
+stage bench 200
+HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error
+for f in eager compiled ctimm; do [ -s "$WORK/logs/$f.csv" ] || echo "$HDR" >"$WORK/logs/$f.csv"; done
 {
     echo "== ctimm vs timm on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)," \
-        "--amp --channels-last, samples/s over $ITERS timed steps (ctimm: 5) =="
-    awk -f bench/gpu_table.awk "$WORK/eager.csv" "$WORK/compiled.csv" "$WORK/ctimm.csv"
-} >"$OUT/table.txt"
-say "total $(elapsed) s"
-cat "$OUT/table.txt"
+        "--amp --channels-last, samples/s (bench/gpu_first.csv) =="
+    awk -f "$ROOT/bench/gpu_table.awk" "$WORK/logs/eager.csv" "$WORK/logs/compiled.csv" "$WORK/logs/ctimm.csv"
+} >"$OUT/table.txt" 2>&1
+pack
+echo "gpu_check: total $(elapsed) s of $BUDGET; $OUT/summary.txt:"
+cat "$OUT/summary.txt"
+grep -h '^FAIL' "$WORK/logs/probe.log" 2>/dev/null | head -20
+[ "$DRY" = 1 ] || cat "$OUT/table.txt"
+! grep -v '^stage' "$OUT/summary.csv" | awk -F, '$2 != "0" && $2 != "-"' | grep -q .

@@ -32,6 +32,7 @@ ap.add_argument("--device", default="cuda")
 ap.add_argument("--amp-dtype", default="float16")
 ap.add_argument("--deadline", type=float, default=0.0)
 ap.add_argument("--est", type=float, default=15.0, help="seconds one run needs at least")
+ap.add_argument("--dry-run", action="store_true", help="check the arguments and the set, import nothing, run nothing")
 opt = ap.parse_args()
 if opt.iters < 5:
     sys.exit("timm_gpu_bench: --iters must be at least 5 (benchmark.py divides by iters // 5)")
@@ -51,6 +52,10 @@ if opt.models:
     if unknown:
         sys.exit(f"timm_gpu_bench: not in {opt.set}: {', '.join(unknown)}")
 
+if opt.dry_run:
+    found = "found" if os.path.exists(opt.benchmark_py) else "not found (tools/prepare_gpu_check.sh carries it)"
+    print(f"timm_gpu_bench: dry run: {len(order)} models, --iters {opt.iters}; {opt.benchmark_py} {found}")
+    sys.exit(0)
 spec = importlib.util.spec_from_file_location("timm_benchmark", opt.benchmark_py)
 bm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bm)

@@ -28,6 +28,7 @@
 #include "cli/progress.h"
 #include "cli/train_config.h"
 #include "cli/train_launch.h"
+#include "runtime/cuda/backend_cuda.h"
 #include "runtime/dist.h"
 #include "train/trainer.h"
 
@@ -59,7 +60,7 @@ static const char *const usage =
     "                   [--lr-cycle-limit 1] [--lr-k-decay 1]\n"
     "                   [--smoothing 0.1] [--drop 0] [--drop-path P] [--channels-last] [--seed 42] [-j 2]\n"
     "                   [--grad-checkpointing] [--memory-budget BYTES] [--keep-activations]\n"
-    "                   [--log-interval 50] [--device cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
+    "                   [--log-interval 50] [--device auto|cpu|cuda|ref] [--output DIR] [--resume CKPT]\n"
     "                   [--no-resume-opt] [--initial-checkpoint CKPT] [--checkpoint-hist 10]\n"
     "                   [--pretrained] [--pretrained-path FILE] [--in-chans 1|3|4] [--head-init-scale S]\n"
     "                   [--head-init-bias B]\n"
@@ -668,6 +669,10 @@ int main(int argc, char **argv)
     TrainArgs a;
     ConfigWords cw = {0};
     int parsed = parse_args(argc, argv, &a, &cw);
+    if (!parsed && !strcmp(a.device, "auto")) { /* the default: the GPU where one can run, else the cpu backend */
+        char why[512];
+        a.device = cuda_backend_usable(why, sizeof why) ? "cuda" : "cpu";
+    }
     int rc = parsed ? (parsed > 0 ? 0 : 2) : run_ranks(argc, argv, &a);
     config_free(&cw);
     return rc;

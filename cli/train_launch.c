@@ -7,6 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifndef CTIMM_MPIEXEC /* CMake found no MPI */
+int train_launch(int argc, char **argv, int n, CtErr *err)
+{
+    return ct_fail(err, "--nproc-per-node %d: this build of ctimm has no MPI to start the ranks with: install the "
+                        "Debian packages 'libopenmpi-dev openmpi-bin' and build ctimm again, or train in one process "
+                        "(no --nproc-per-node)", n);
+}
+#else
 int train_launch(int argc, char **argv, int n, CtErr *err)
 {
     char exe[4096], np[16];
@@ -37,3 +45,4 @@ int train_launch(int argc, char **argv, int n, CtErr *err)
     free(v);
     return -1;
 }
+#endif

@@ -1,7 +1,8 @@
 /*
  * The communicator over MPI (runtime/dist.h). Every MPI call of ctimm is in
  * this file. Calls come from one thread (the trainer's); the loader's
- * threads never communicate.
+ * threads never communicate. Built without MPI (CTIMM_HAVE_MPI unset: CMake
+ * found none), it is a world of one rank and refuses a launch of several.
  */
 #include "runtime/dist.h"
 
@@ -14,11 +15,40 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef CTIMM_HAVE_MPI
 #include <mpi.h>
 #include <xxhash.h>
 
 #include "runtime/rendezvous.h"
+#endif
 
+/* Open MPI's mpirun, or a scheduler's PMIx. */
+static int mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+
+/* A torchrun-style variable as a number, or -1 when it is not set. */
+static int env_int(const char *name, CtErr *err, int *bad)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > INT_MAX) {
+        *bad = 1;
+        ct_fail(err, "%s=%s is not a rank or a count", name, s);
+        return -1;
+    }
+    return (int)v;
+}
+
+int dist_launched(void)
+{
+    CtErr ignored;
+    int bad = 0;
+    return mpi_launched() || env_int("WORLD_SIZE", &ignored, &bad) > 1;
+}
+
+#ifdef CTIMM_HAVE_MPI
 /* Seconds the ranks of a torchrun-style launch wait for each other to start. */
 #define RENDEZVOUS_TIMEOUT_S 300
 
@@ -78,33 +108,6 @@ int dist_set_timeout(CtDist *d, double seconds, CtErr *err)
         return ct_fail(err, "the collectives' watchdog thread could not start");
     d->watching = 1;
     return 0;
-}
-
-/* Open MPI's mpirun, or a scheduler's PMIx. */
-static int mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
-
-
-/* A torchrun-style variable as a number, or -1 when it is not set. */
-static int env_int(const char *name, CtErr *err, int *bad)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return -1;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > INT_MAX) {
-        *bad = 1;
-        ct_fail(err, "%s=%s is not a rank or a count", name, s);
-        return -1;
-    }
-    return (int)v;
-}
-
-int dist_launched(void)
-{
-    CtErr ignored;
-    int bad = 0;
-    return mpi_launched() || env_int("WORLD_SIZE", &ignored, &bad) > 1;
 }
 
 static int mpi_fail(int code, const char *what, CtErr *err)
@@ -285,10 +288,6 @@ void dist_abort(CtDist *d, int status)
     exit(status);
 }
 
-int dist_rank(const CtDist *d) { return d->rank; }
-int dist_world_size(const CtDist *d) { return d->world; }
-int dist_local_rank(const CtDist *d) { return d->local_rank; }
-
 /* The failure a graph's collective kept, once. */
 static int sticky(CtDist *d, CtErr *err)
 {
@@ -375,5 +374,59 @@ int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size
     free(all);
     return differ ? -1 : 0;
 }
+
+#else /* a build without MPI: the world of one rank, the only one there is */
+
+struct CtDist {
+    int rank, world, local_rank;
+    CtCollective coll;
+};
+
+#define NO_MPI "this build of ctimm has no MPI, so data-parallel training is off: install the Debian " \
+               "packages 'libopenmpi-dev openmpi-bin' and build ctimm again"
+
+int dist_init(CtDist **out, CtErr *err)
+{
+    int bad = 0, world = env_int("WORLD_SIZE", err, &bad);
+    *out = NULL;
+    if (bad)
+        return -1;
+    if (mpi_launched())
+        return ct_fail(err, "an MPI launcher started this process as a rank, but " NO_MPI);
+    if (world > 1)
+        return ct_fail(err, "WORLD_SIZE=%d (a torchrun-style launch), but " NO_MPI, world);
+    CtDist *d = calloc(1, sizeof *d);
+    CT_ASSERT(d != NULL);
+    d->world = 1;
+    d->coll = (CtCollective){.ctx = d, .world_size = 1}; /* a world of one never sums */
+    *out = d;
+    return 0;
+}
+
+void dist_finish(CtDist *d) { free(d); }
+
+void dist_abort(CtDist *d, int status)
+{
+    fflush(stdout);
+    fflush(stderr);
+    exit(status);
+}
+
+/* No other rank to wait for: no watchdog, and every collective is the identity. */
+int dist_set_timeout(CtDist *d, double seconds, CtErr *err) { return 0; }
+int dist_allreduce_sum(CtDist *d, double *buf, size_t n, CtErr *err) { return 0; }
+int dist_broadcast(CtDist *d, void *buf, size_t n, int root, CtErr *err) { return 0; }
+int dist_barrier(CtDist *d, CtErr *err) { return 0; }
+int dist_check_identical(CtDist *d, const void *const *chunk, const size_t *size, int n, const char *what,
+                         CtErr *err)
+{
+    return 0;
+}
+
+#endif
+
+int dist_rank(const CtDist *d) { return d->rank; }
+int dist_world_size(const CtDist *d) { return d->world; }
+int dist_local_rank(const CtDist *d) { return d->local_rank; }
 
 const CtCollective *dist_collective(CtDist *d) { return &d->coll; }

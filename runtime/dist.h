@@ -3,6 +3,8 @@
  * how many, and the collectives the trainer needs (all-reduce, broadcast,
  * barrier, a cross-rank check that buffers are identical). This module is
  * the only one that talks to MPI (Open MPI); nothing else includes mpi.h.
+ * A build without MPI has the world of one rank alone: dist_init refuses a
+ * launch of several, saying what to install.
  *
  * Start-up: a process started by an MPI launcher (mpirun/mpiexec, or a
  * scheduler's PMIx) joins MPI's world; a torchrun-style environment (RANK,

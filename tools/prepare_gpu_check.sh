@@ -2,22 +2,23 @@
 # Gathers, on this Debian machine, what bench/gpu_check.sh needs on the lent
 # device machine, which reaches no package registry: the .deb files of the
 # Debian packages ctimm builds with (CMakeLists.txt's pkg-config modules,
-# Open MPI's library, headers and mpiexec without its transport plugins,
-# their runtime libraries and pkg-config itself; the device image is
-# Ubuntu-like and has none of them), and timm's benchmark.py (not in timm's
-# pip package). They go to .gpu-deps/, which .git/info/exclude ignores so it
-# travels only as a carried path (about 20 MiB; the tracked tree is ~35, the limit 64).
-# The device builds ctimm itself, against its own CUDA toolkit, which matches
-# its driver; the packages are unpacked there with dpkg -x into a prefix.
+# OpenBLAS's OpenMP build, their runtime libraries and pkg-config itself;
+# no MPI: it is optional, and Debian 12's needs glibc >= 2.36), and timm's
+# benchmark.py (not in timm's pip package). They go to .gpu-deps/, which
+# .git/info/exclude ignores so it travels only as a carried path (about
+# 12 MiB; the tracked tree is ~41, the limit 64). The device builds ctimm
+# itself, against its own CUDA toolkit, which matches its driver; bench/gpu_check.sh
+# unpacks the packages there with dpkg -x into a prefix.
 #
 # Then, with the device tool (one call, about 10 minutes of device time):
 #
-#   run  command:   bash bench/gpu_check.sh
+#   run  command:   bash bench/gpu_check.sh --budget 420
 #        carry:     [".gpu-deps"]
-#        timeout_s: 600
+#        timeout_s: 480
 #
-# The reply's output ends with the side-by-side table; $OUT brings back
-# gpu_check.log, table.txt and logs.tar.gz (every log and CSV).
+# The reply's output ends with the stage table (and the side-by-side table
+# of the bench stage); $OUT brings back summary.csv, summary.txt, table.txt
+# and logs.tar.gz (every stage's log and CSV).
 #
 #   tools/prepare_gpu_check.sh [TIMM_REPO]   (default: the mirror in /work/.mirror)
 set -eu
@@ -26,9 +27,7 @@ TIMM_REPO=${1:-/work/.mirror/huggingface+pytorch-image-models/repo}
 DEPS=$ROOT/.gpu-deps
 PACKAGES="libcjson1 libcjson-dev libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev
 libpng16-16 libpng-dev zlib1g-dev libxxhash0 libxxhash-dev libyaml-0-2 libyaml-dev libopenblas0
-libopenblas0-openmp libopenblas-openmp-dev libgfortran5 pkgconf pkgconf-bin libpkgconf3
-libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15
-libudev1"
+libopenblas0-openmp libopenblas-openmp-dev libgfortran5 libquadmath0 pkgconf pkgconf-bin libpkgconf3"
 
 exclude=$(git -C "$ROOT" rev-parse --absolute-git-dir)/info/exclude
 mkdir -p "$(dirname "$exclude")"

@@ -12,7 +12,7 @@
 TrainArgs train_args_default(void)
 {
     return (TrainArgs){.train_split = "train", .val_split = "validation", .model = "test_resnet", .opt = "sgd",
-                       .sched = "cosine", .device = "cpu", .num_classes = -1, .batch_size = 32, .epochs = 5,
+                       .sched = "cosine", .device = "auto", .num_classes = -1, .batch_size = 32, .epochs = 5,
                        .workers = 2, .log_interval = 50, .lr = -1, .drop_path = -1, .lr_base = 0.1, .lr_base_size = 256,
                        .momentum = 0.9, .weight_decay = 2e-5, .smoothing = 0.1, .warmup_lr = 1e-5, .opt_eps = -1,
                        .seed = 42, .checkpoint_hist = 10, .eval_metric = "top1", .clip_grad = -1, .layer_decay = -1,

@@ -110,8 +110,11 @@ static void cuda_free(CtExec *e)
  * memory, made once; the state is uploaded before the first run. */
 static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *err)
 {
+    /* CTIMM_CUDA_PROFILE: a diagnostic for any tool's run, so not a compile option */
+    const char *prof = getenv("CTIMM_CUDA_PROFILE");
     CudaExecOptions o = {.graphs = !p->opt.sync_each, .allow_tf32 = p->opt.allow_tf32,
-                         .sync_each = p->opt.sync_each, .outputs_on_device = p->opt.outputs_on_device};
+                         .sync_each = p->opt.sync_each, .outputs_on_device = p->opt.outputs_on_device,
+                         .profile = prof && *prof && strcmp(prof, "0")};
     CtExec *e = calloc(1, sizeof *e);
     CT_ASSERT(e != NULL);
     *e = (CtExec){.state = state};

@@ -4,6 +4,7 @@
 
 #include <cublasLt.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,16 @@ static cublasLtEpilogue_t epilogue(const EpiDesc *e)
     }
 }
 
+/* The alignment every operand pointer has (A, B, C, D, and the bias and
+ * aux pointers too): the executor's addresses are block bases (cuMemAlloc:
+ * 256 bytes) plus the plan's arena and input offsets (multiples of
+ * PLAN_ALIGN, 256) or a state tensor's offset in its CtState, which
+ * runtime/state.c rounds to 64 bytes only; a value aliased into the state
+ * has its state tensor's address, and no operand starts inside a value. So
+ * 64, not cuBLASLt's default preference of 256, which would admit kernels
+ * that assume more than a state operand has. */
+#define OPERAND_ALIGN 64u
+
 /* A column-major rows x cols layout with leading dimension ld, batched. */
 static cublasStatus_t layout(const LtFns *f, cublasLtMatrixLayout_t *l, CtDType t, int64_t rows, int64_t cols,
                              int64_t ld, int64_t batch, int64_t stride)
@@ -116,6 +127,43 @@ static cublasStatus_t layout(const LtFns *f, cublasLtMatrixLayout_t *l, CtDType 
         s = f->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                 sizeof stride);
     return s;
+}
+
+/* The heuristic's candidates for c's descriptors, best first, that fit in
+ * max_workspace and in the operands' alignment: into c (none found is not
+ * an error here). 0, or -1 with cuBLASLt's status in *s. */
+static int choose_algos(const BlasLt *b, BlasLtCall *c, size_t max_workspace, cublasStatus_t *s)
+{
+    const LtFns *f = fns(b);
+    cublasLtMatmulPreference_t pref;
+    if ((*s = f->cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    uint64_t ws = max_workspace;
+    uint32_t align = OPERAND_ALIGN;
+    const cublasLtMatmulPreferenceAttributes_t aligned[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    *s = f->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (int i = 0; i < 4 && *s == CUBLAS_STATUS_SUCCESS; i++)
+        *s = f->cublasLtMatmulPreferenceSetAttribute(pref, aligned[i], &align, sizeof align);
+    cublasLtMatmulHeuristicResult_t res[BLASLT_ALGOS];
+    int found = 0;
+    if (*s == CUBLAS_STATUS_SUCCESS)
+        *s = f->cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)b->handle, c->op, c->layout[0], c->layout[1],
+                                            c->layout[2], c->layout[2], pref, BLASLT_ALGOS, res, &found);
+    f->cublasLtMatmulPreferenceDestroy(pref);
+    if (*s != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    _Static_assert(sizeof c->algo[0] == sizeof res[0].algo, "cublasLtMatmulAlgo_t is 64 bytes");
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > max_workspace)
+            continue;
+        memcpy(c->algo[c->nalgo], &res[i].algo, sizeof c->algo[0]);
+        c->algo_workspace[c->nalgo++] = res[i].workspaceSize;
+        if (res[i].workspaceSize > c->workspace)
+            c->workspace = res[i].workspaceSize;
+    }
+    return 0;
 }
 
 int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t max_workspace, BlasLtCall *c,
@@ -145,6 +193,18 @@ int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t ma
         int64_t ld = d->m; /* the aux matrix is D-shaped */
         s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
+    /* batched, each item's aux apart, as D's: the default stride 0 lands them all on the first's */
+    if (s == CUBLAS_STATUS_SUCCESS && d->epi.aux >= 0 && d->batch > 1)
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &d->stride_c,
+                                              sizeof d->stride_c);
+    /* the heuristic reads the epilogue pointers' alignment off their values
+     * (cublasLt.h): stand-ins aligned as the real ones, which blaslt_run sets */
+    void *stand_in = (void *)(uintptr_t)OPERAND_ALIGN;
+    if (s == CUBLAS_STATUS_SUCCESS && d->epi.bias >= 0)
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &stand_in, sizeof stand_in);
+    if (s == CUBLAS_STATUS_SUCCESS && d->epi.aux >= 0)
+        s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &stand_in,
+                                              sizeof stand_in);
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     /* A is m x k (k x m stored when transposed), B k x n, C = D m x n */
@@ -158,52 +218,67 @@ int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t ma
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     c->has_c = d->epi.residual >= 0;
-    cublasLtMatmulPreference_t pref;
-    if ((s = f->cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    if (choose_algos(b, c, max_workspace, &s))
         goto fail_desc;
-    s = f->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-                                             sizeof max_workspace);
-    cublasLtMatmulHeuristicResult_t best;
-    int found = 0;
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = f->cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)b->handle, op, c->layout[0], c->layout[1],
-                                           c->layout[2], c->layout[2], pref, 1, &best, &found);
-    f->cublasLtMatmulPreferenceDestroy(pref);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        goto fail_desc;
-    if (found < 1) {
+    if (c->nalgo < 1) {
         blaslt_call_free(c);
         return ct_fail(err, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld) with this epilogue",
                        (long long)d->m, (long long)d->n, (long long)d->k, (long long)d->batch);
     }
-    _Static_assert(sizeof c->algo == sizeof best.algo, "cublasLtMatmulAlgo_t is 64 bytes");
-    memcpy(c->algo, &best.algo, sizeof c->algo);
-    c->workspace = best.workspaceSize;
     return 0;
 fail_desc:
     blaslt_call_free(c);
     return lt_fail(b, err, "GEMM set-up", s);
 }
 
+/* Statuses that say a candidate cannot run this GEMM, having launched
+ * nothing: the next one may. */
+static int try_next(cublasStatus_t r)
+{
+    return r == CUBLAS_STATUS_NOT_SUPPORTED || r == CUBLAS_STATUS_INVALID_VALUE || r == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
+/* One cublasLtMatmul with candidate i. */
+static cublasStatus_t matmul(const BlasLt *b, const BlasLtCall *c, int i, const GemmPtrs *p, CUdeviceptr workspace,
+                             CUstream s)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const void *cptr = (const void *)(uintptr_t)(c->has_c ? p->residual : p->d);
+    return fns(b)->cublasLtMatmul((cublasLtHandle_t)b->handle, c->op, &one, (const void *)(uintptr_t)p->a,
+                                  c->layout[0], (const void *)(uintptr_t)p->b, c->layout[1], c->has_c ? &one : &zero,
+                                  cptr, c->layout[2], (void *)(uintptr_t)p->d, c->layout[2],
+                                  (const cublasLtMatmulAlgo_t *)c->algo[i], (void *)(uintptr_t)workspace,
+                                  c->algo_workspace[i], (cudaStream_t)s);
+}
+
 int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err)
 {
     const LtFns *f = fns(b);
-    cublasLtMatmulDesc_t op = c->op;
-    const float one = 1.0f, zero = 0.0f;
     void *bias = (void *)(uintptr_t)p->bias, *aux = (void *)(uintptr_t)p->aux;
-    cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
+    if ((p->a | p->b | p->d | p->residual | p->bias | p->aux) % OPERAND_ALIGN)
+        return ct_fail(err, "cuBLASLt: an operand is not %u-byte aligned, as the algorithms were chosen for",
+                       OPERAND_ALIGN);
+    cublasStatus_t r = CUBLAS_STATUS_SUCCESS, first = CUBLAS_STATUS_NOT_SUPPORTED;
     if (p->bias)
-        r = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        r = f->cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (r == CUBLAS_STATUS_SUCCESS && p->aux)
-        r = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+        r = f->cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (r != CUBLAS_STATUS_SUCCESS)
         return lt_fail(b, err, "epilogue pointers", r);
-    const void *cptr = (const void *)(uintptr_t)(c->has_c ? p->residual : p->d);
-    r = f->cublasLtMatmul((cublasLtHandle_t)b->handle, op, &one, (const void *)(uintptr_t)p->a, c->layout[0],
-                       (const void *)(uintptr_t)p->b, c->layout[1], c->has_c ? &one : &zero, cptr, c->layout[2],
-                       (void *)(uintptr_t)p->d, c->layout[2], (const cublasLtMatmulAlgo_t *)c->algo,
-                       (void *)(uintptr_t)workspace, c->workspace, (cudaStream_t)s);
-    return r == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(b, err, "matmul", r);
+    int tried = 0;
+    for (int i = c->cur; i < c->nalgo; i++) {
+        if ((r = matmul(b, c, i, p, workspace, s)) == CUBLAS_STATUS_SUCCESS) {
+            c->cur = i;
+            return 0;
+        }
+        if (tried++ == 0)
+            first = r;
+        if (!try_next(r))
+            break;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "matmul (%d of %d candidates tried, the first's status)", tried, c->nalgo);
+    return lt_fail(b, err, what, first);
 }
 
 void blaslt_call_free(BlasLtCall *c)

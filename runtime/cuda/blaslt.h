@@ -1,9 +1,11 @@
 /*
  * cuBLASLt for the GEMM steps (codegen/cuda/gemm_desc.h): one handle per
  * executor; per step, a call prepared once (operation and matrix-layout
- * descriptors, the epilogue, the algorithm cuBLASLt's heuristic ranks
- * first within the workspace) and run as often as the step runs, on the
- * executor's stream (so it is captured into the step's CUDA graph).
+ * descriptors, the epilogue, the algorithms cuBLASLt's heuristic ranks
+ * best within the workspace) and run as often as the step runs, on the
+ * executor's stream (so it is captured into the step's CUDA graph). A
+ * candidate cuBLASLt refuses at run time (not supported) gives way to the
+ * next, and the one that ran is kept for every later run.
  *
  * Types: f32 operands compute in f32, or in TF32 when allowed (timm's
  * benchmark allows it; the f32 parity tests do not); f16 and bf16 operands
@@ -30,12 +32,16 @@ typedef struct BlasLt {
 int blaslt_open(BlasLt *b, CtErr *err);
 void blaslt_close(BlasLt *b);
 
+enum { BLASLT_ALGOS = 8 }; /* candidates kept per GEMM: 8 x 64 bytes, few ever tried */
+
 typedef struct BlasLtCall {
     const BlasLt *lt;    /* the handle it was prepared on, which outlives it */
     void *op;            /* cublasLtMatmulDesc_t */
     void *layout[3];     /* A, B, C = D */
-    unsigned char algo[64]; /* cublasLtMatmulAlgo_t */
-    size_t workspace;    /* bytes the algorithm needs */
+    unsigned char algo[BLASLT_ALGOS][64]; /* cublasLtMatmulAlgo_t: the heuristic's candidates, best first */
+    size_t algo_workspace[BLASLT_ALGOS];  /* bytes each needs */
+    int nalgo, cur;      /* candidates; the one that runs (the first that did) */
+    size_t workspace;    /* bytes the caller provides: what the hungriest candidate needs */
     int has_c;           /* the residual is C (beta = 1) */
 } BlasLtCall;
 

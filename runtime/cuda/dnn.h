@@ -1,16 +1,21 @@
 /*
  * cuDNN for the convolution steps (codegen/cuda/conv_desc.h): forward
  * (with bias, residual and ReLU through cudnnConvolutionBiasActivationForward
- * when the step's epilogue has them), backward-data and backward-filter, in
- * the steps' own formats (NHWC activations after the layout pass) and
- * types: f16/bf16 data computes in f32 on tensor cores, f32 in f32 (TF32
- * tensor cores when allowed).
+ * when the step's epilogue has a bias and cuDNN has an algorithm for the
+ * fused call, else cudnnConvolutionForward followed by cuDNN's own tensor
+ * calls for the epilogue, on the same stream), backward-data and
+ * backward-filter, in the steps' own formats (NHWC activations after the
+ * layout pass) and types: f16/bf16 data computes in f32 on tensor cores,
+ * f32 in f32 (FMA only: never TF32 unless allowed, then on tensor cores).
  *
  * The algorithm of each convolution is chosen once per shape (by cuDNN's
  * heuristics, or by timing them with cudnnFind*Ex when scratch device
- * memory is given, as torch's cudnn.benchmark does) and kept in the kernel
- * cache on disk (ir/cache.h), keyed by conv_desc_key, the device and
- * cuDNN's version: the next process skips the search. The choice is the
+ * memory is given, as torch's cudnn.benchmark does): the first of cuDNN's
+ * ranked candidates that is deterministic (else the first at all) and
+ * fits, so that a step replayed gives what it gave eagerly. The choice,
+ * with the forward's form (fused or not), is kept in the kernel cache on
+ * disk (ir/cache.h), keyed by conv_desc_key, the device and cuDNN's
+ * version: the next process skips the search. The choice is the
  * runtime's, not the compile stage's: it needs the device (cuDNN's
  * heuristics ask it, timing runs on it), so it cannot be in the Program;
  * the store it goes to is the generic one in ir/, which compiles nothing.
@@ -35,12 +40,15 @@ void dnn_close(Dnn *d);
 /* The algorithm choice as it is cached: small and plain. */
 typedef struct DnnAlgo {
     int32_t algo, math; /* cudnnConvolution*Algo_t, cudnnMathType_t */
+    int32_t fused;      /* a forward's epilogue in the fused call (the form chosen) */
+    int32_t zero;       /* 0: no padding, so every cached byte is defined */
     uint64_t workspace;
 } DnnAlgo;
 
 typedef struct DnnCall {
-    void *x, *w, *y, *conv, *bias, *act; /* descriptors; bias/act only for a fused forward */
-    int fused;                           /* cudnnConvolutionBiasActivationForward */
+    void *x, *w, *y, *conv, *bias, *act; /* descriptors; bias/act only for a forward with an epilogue */
+    int fused;  /* the epilogue in cudnnConvolutionBiasActivationForward, as chosen, until cuDNN refuses
+                 * it at run time; else, a forward with one runs the plain call and then the epilogue */
     DnnAlgo algo;
 } DnnCall;
 
@@ -60,8 +68,9 @@ typedef struct ConvPtrs {
     CUdeviceptr x, w, y, bias, residual; /* the forward's roles; bias and residual 0 where none */
 } ConvPtrs;
 
-int dnn_run(const Dnn *d, const DnnCall *call, const ConvDesc *c, const ConvPtrs *p, CUdeviceptr workspace,
-            CtErr *err);
+/* A fused forward that cuDNN refuses (not supported) runs, from then on,
+ * as the plain call and the epilogue after it, with the same algorithm. */
+int dnn_run(const Dnn *d, DnnCall *call, const ConvDesc *c, const ConvPtrs *p, CUdeviceptr workspace, CtErr *err);
 void dnn_call_free(DnnCall *call);
 
 #endif

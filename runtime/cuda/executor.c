@@ -11,6 +11,7 @@
 #include "runtime/cuda/blaslt.h"
 #include "runtime/cuda/dnn.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/step_profile.h"
 
 enum { STREAM_NON_BLOCKING = 1, CAPTURE_THREAD_LOCAL = 1 };
 #define GEMM_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's advice for Hopper */
@@ -46,8 +47,12 @@ struct CudaLoaded {
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
     size_t in_bytes, st_bytes, workspace_bytes;
     CUdeviceptr block, inputs, state, scratch, workspace;
+    unsigned char *staging; /* pinned, in_bytes: the inputs on their way to the device */
     CUgraph graph;
     CUgraphExec graph_exec;
+    int eager;              /* the step could not be captured as a graph: every run enqueues it */
+    StepProfile prof;       /* with CudaExecOptions.profile */
+    int have_prof;
     int runs;
     int state_stale;                          /* the host's state is newer: upload before the next run */
     size_t moved_in, moved_out, moved_state;  /* by the last run */
@@ -251,6 +256,23 @@ static int alloc_memory(CudaLoaded *ld, CtErr *err)
     return 0;
 }
 
+/* Pinned host memory the inputs pass through, so that their upload is a
+ * DMA on the stream, ordered before the steps, that the host need not wait
+ * for (from pageable memory the driver stages the copy itself, on the
+ * calling thread). */
+static int alloc_staging(CudaLoaded *ld, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    if (!ld->in_bytes)
+        return 0;
+    void *p = NULL;
+    if (cu_check(ex, ex->drv.MemAllocHost(&p, ld->in_bytes), err, "cuMemAllocHost of %zu bytes for the inputs",
+                 ld->in_bytes))
+        return -1;
+    ld->staging = p;
+    return 0;
+}
+
 int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded **out, CtErr *err)
 {
     CudaLoaded *ld = calloc(1, sizeof *ld);
@@ -269,8 +291,13 @@ int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded
     CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->conv && ld->in_off && ld->st_off);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
         place_blocks(ld, &p->g, state, err) || load_modules(ld, err) || prepare_calls(ld, err) ||
-        alloc_memory(ld, err))
+        alloc_memory(ld, err) || alloc_staging(ld, err))
         goto fail;
+    if (ex->opt.profile) {
+        ld->have_prof = 1; /* closed by cuda_loaded_free, also after a failed open */
+        if (step_profile_open(&ld->prof, &ex->drv, ld->lp->nsteps, err))
+            goto fail;
+    }
     *out = ld;
     return 0;
 fail:
@@ -283,6 +310,10 @@ void cuda_loaded_free(CudaLoaded *ld)
     if (!ld)
         return;
     CudaDriver *d = &ld->ex->drv;
+    if (ld->have_prof) {
+        step_profile_report(&ld->prof, &ld->p->cuda, &ld->p->g);
+        step_profile_close(&ld->prof);
+    }
     if (ld->graph_exec)
         d->GraphExecDestroy(ld->graph_exec);
     if (ld->graph)
@@ -291,6 +322,8 @@ void cuda_loaded_free(CudaLoaded *ld)
     for (int i = 0; i < 5; i++)
         if (mem[i])
             d->MemFree(mem[i]);
+    if (ld->staging)
+        d->MemFreeHost(ld->staging);
     for (int s = 0; s < ld->lp->nsteps; s++) {
         free(ld->libfn[s]);
         if (ld->gemm[s].op)
@@ -382,45 +415,79 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
 static int enqueue(CudaLoaded *ld, CtErr *err)
 {
     for (int s = 0; s < ld->lp->nsteps; s++)
-        if (run_step(ld, s, err))
+        if ((ld->have_prof && step_profile_mark(&ld->prof, s, ld->ex->stream, err)) || run_step(ld, s, err))
             return -1;
+    return ld->have_prof ? step_profile_mark(&ld->prof, ld->lp->nsteps, ld->ex->stream, err) : 0;
+}
+
+/* The steps captured as one CUDA graph into ld. The capture is ended
+ * whatever happened, so the stream never stays in capture mode; nothing of
+ * a failed attempt is kept. */
+static int capture(CudaLoaded *ld, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    if (cu_check(ex, ex->drv.StreamBeginCapture(ex->stream, CAPTURE_THREAD_LOCAL), err, "beginning a capture"))
+        return -1;
+    int rc = enqueue(ld, err);
+    CUresult r = ex->drv.StreamEndCapture(ex->stream, &graph);
+    if (!rc)
+        rc = cu_check(ex, r, err, "ending the capture");
+    if (!rc)
+        rc = cu_check(ex, ex->drv.GraphInstantiate(&exec, graph, 0), err, "instantiating the graph");
+    if (rc) {
+        if (graph)
+            ex->drv.GraphDestroy(graph);
+        return -1;
+    }
+    ld->graph = graph;
+    ld->graph_exec = exec;
     return 0;
 }
 
-/* The steps as one CUDA graph, captured on the first call. */
+/* Graphs given up for this program (a library call that cannot be
+ * captured invalidates the capture, and would fail every later run): said
+ * once, and this run's steps enqueued one by one instead. */
+static int run_eagerly(CudaLoaded *ld, const CtErr *why, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    if (ld->graph_exec)
+        ex->drv.GraphExecDestroy(ld->graph_exec);
+    if (ld->graph)
+        ex->drv.GraphDestroy(ld->graph);
+    ld->graph = NULL;
+    ld->graph_exec = NULL;
+    ld->eager = 1;
+    fprintf(stderr, "ctimm: cuda: the step could not be captured as a CUDA graph (%s); running it eagerly\n",
+            why->msg);
+    /* out of capture mode now; an error left in the context shows here, not
+     * as a puzzling failure of the first eager step */
+    if (cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "the stream after the failed capture"))
+        return -1;
+    return enqueue(ld, err);
+}
+
+/* The steps as one CUDA graph, captured on the first call; a capture, or
+ * a first launch, that fails falls back to running them eagerly. */
 static int replay(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
-    if (!ld->graph_exec) {
-        if (cu_check(ex, ex->drv.StreamBeginCapture(ex->stream, CAPTURE_THREAD_LOCAL), err, "beginning a capture"))
-            return -1;
-        int rc = enqueue(ld, err);
-        CUresult r = ex->drv.StreamEndCapture(ex->stream, &ld->graph);
-        if (rc || cu_check(ex, r, err, "ending the capture") ||
-            cu_check(ex, ex->drv.GraphInstantiate(&ld->graph_exec, ld->graph, 0), err, "instantiating the graph"))
-            return -1;
-    }
-    return cu_check(ex, ex->drv.GraphLaunch(ld->graph_exec, ex->stream), err, "launching the step's graph");
+    CtErr why;
+    int first = !ld->graph_exec;
+    if (first && capture(ld, &why))
+        return run_eagerly(ld, &why, err);
+    if (cu_check(ex, ex->drv.GraphLaunch(ld->graph_exec, ex->stream), first ? &why : err,
+                 "launching the step's graph"))
+        return first ? run_eagerly(ld, &why, err) : -1;
+    return 0;
 }
 
-int cuda_loaded_run(CudaLoaded *ld, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs,
-                    CtErr *err)
+/* Each input of the graph's, in value order, as the program takes it. */
+static int check_inputs(const CudaLoaded *ld, const CtTensor *inputs, int ninputs, CtErr *err)
 {
-    CudaExec *ex = ld->ex;
     const Graph *g = &ld->p->g;
-    int k = 0, nout = 0, rc = -1;
-    size_t st_bytes = state ? state->nbytes : 0;
-    if (st_bytes != ld->st_bytes)
-        return ct_fail(err, "the state has %zu bytes, the program was loaded for %zu", st_bytes, ld->st_bytes);
-    if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
-        return -1;
-    ld->moved_in = ld->moved_out = ld->moved_state = 0;
-    if (st_bytes && (ld->runs == 0 || ld->state_stale)) {
-        if (cu_check(ex, ex->drv.MemcpyHtoD(ld->state, state->data, state->nbytes), err, "uploading the state"))
-            return -1;
-        ld->state_stale = 0;
-        ld->moved_state = state->nbytes;
-    }
+    int k = 0;
     for (ValueId v = 0; v < g->nvalues; v++) {
         if (ld->in_off[v] == PLAN_NONE)
             continue;
@@ -428,36 +495,90 @@ int cuda_loaded_run(CudaLoaded *ld, CtState *state, const CtTensor *inputs, int 
         if (k >= ninputs || !shape_equal(&inputs[k].type.shape, &val->type.shape) ||
             inputs[k].type.dtype != val->type.dtype)
             return ct_fail(err, "input %d ('%s') is missing or has the wrong shape or dtype", k, val->name);
-        if (cu_check(ex, ex->drv.MemcpyHtoD(ld->inputs + ld->in_off[v], inputs[k].data, value_bytes(val)), err,
-                     "uploading input %d", k))
-            return -1;
-        ld->moved_in += value_bytes(val);
         k++;
     }
-    int graphs = ex->opt.graphs && !ex->opt.sync_each && ld->runs > 0;
-    if ((graphs ? replay(ld, err) : enqueue(ld, err)) ||
-        cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running the step (%d steps%s)", ld->lp->nsteps,
-                 graphs ? ", as a CUDA graph" : ""))
-        return -1;
-    ld->runs++;
-    for (; nout < g->noutputs; nout++) {
-        const Value *val = &g->values[g->outputs[nout]];
-        tensor_alloc(&outputs[nout], val->type);
+    return 0;
+}
+
+/* The state, when the host's is newer, and the inputs, onto the stream. */
+static int upload(CudaLoaded *ld, const CtState *state, const CtTensor *inputs, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    const Graph *g = &ld->p->g;
+    if (ld->st_bytes && (ld->runs == 0 || ld->state_stale)) {
+        /* from pageable memory: the driver has copied state->data aside
+         * when the call returns, and the copy is ordered on the stream after
+         * the last run's steps and before this one's, which is all it needs */
+        if (cu_check(ex, ex->drv.MemcpyHtoDAsync(ld->state, state->data, state->nbytes, ex->stream), err,
+                     "uploading the state"))
+            return -1;
+        ld->state_stale = 0;
+        ld->moved_state = state->nbytes;
+    }
+    int k = 0;
+    for (ValueId v = 0; v < g->nvalues; v++) {
+        if (ld->in_off[v] == PLAN_NONE)
+            continue;
+        size_t n = value_bytes(&g->values[v]);
+        unsigned char *pinned = ld->staging + ld->in_off[v];
+        memcpy(pinned, inputs[k].data, n);
+        if (cu_check(ex, ex->drv.MemcpyHtoDAsync(ld->inputs + ld->in_off[v], pinned, n, ex->stream), err,
+                     "uploading input %d", k))
+            return -1;
+        ld->moved_in += n;
+        k++;
+    }
+    return 0;
+}
+
+/* The outputs, allocated here (*nout of them so far), their copies
+ * enqueued after the steps; in outputs_on_device they stay unset. */
+static int download(CudaLoaded *ld, CtTensor *outputs, int *nout, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    const Graph *g = &ld->p->g;
+    for (; *nout < g->noutputs; (*nout)++) {
+        const Value *val = &g->values[g->outputs[*nout]];
+        tensor_alloc(&outputs[*nout], val->type);
         if (ex->opt.outputs_on_device)
             continue;
-        if (cu_check(ex, ex->drv.MemcpyDtoH(outputs[nout].data, addr(ld, g->outputs[nout]), value_bytes(val)), err,
-                     "downloading output %d", nout)) {
-            tensor_free(&outputs[nout]);
-            goto fail;
+        if (cu_check(ex,
+                     ex->drv.MemcpyDtoHAsync(outputs[*nout].data, addr(ld, g->outputs[*nout]), value_bytes(val),
+                                             ex->stream),
+                     err, "downloading output %d", *nout)) {
+            (*nout)++;
+            return -1;
         }
         ld->moved_out += value_bytes(val);
     }
-    rc = 0;
-fail:
-    if (rc)
+    return 0;
+}
+
+int cuda_loaded_run(CudaLoaded *ld, CtState *state, const CtTensor *inputs, int ninputs, CtTensor *outputs,
+                    CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    int nout = 0;
+    size_t st_bytes = state ? state->nbytes : 0;
+    if (st_bytes != ld->st_bytes)
+        return ct_fail(err, "the state has %zu bytes, the program was loaded for %zu", st_bytes, ld->st_bytes);
+    if (check_inputs(ld, inputs, ninputs, err) ||
+        cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
+        return -1;
+    ld->moved_in = ld->moved_out = ld->moved_state = 0;
+    int graphs = ex->opt.graphs && !ex->opt.sync_each && !ld->have_prof && ld->runs > 0 && !ld->eager;
+    if (upload(ld, state, inputs, err) || (graphs ? replay(ld, err) : enqueue(ld, err)) ||
+        download(ld, outputs, &nout, err) ||
+        cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running the step (%d steps%s)", ld->lp->nsteps,
+                 graphs && !ld->eager ? ", as a CUDA graph" : "")) {
+        /* nothing in flight any more reads the staging buffer or writes the outputs freed here */
+        (void)ex->drv.StreamSynchronize(ex->stream);
         for (int o = 0; o < nout; o++)
             tensor_free(&outputs[o]);
-    return rc;
+        return -1;
+    }
+    ld->runs++;
+    return ld->have_prof ? step_profile_collect(&ld->prof, err) : 0;
 }
 
 int cuda_loaded_state_to_host(CudaLoaded *ld, CtState *state, CtErr *err)
@@ -467,9 +588,11 @@ int cuda_loaded_state_to_host(CudaLoaded *ld, CtState *state, CtErr *err)
         return 0;
     if (state->nbytes != ld->st_bytes)
         return ct_fail(err, "the state has %zu bytes, the program was loaded for %zu", state->nbytes, ld->st_bytes);
-    if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent"))
+    if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
+        cu_check(ex, ex->drv.MemcpyDtoHAsync(state->data, ld->state, state->nbytes, ex->stream), err,
+                 "downloading the state"))
         return -1;
-    return cu_check(ex, ex->drv.MemcpyDtoH(state->data, ld->state, state->nbytes), err, "downloading the state");
+    return cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "downloading the state");
 }
 
 void cuda_loaded_state_changed(CudaLoaded *ld) { ld->state_stale = 1; }

@@ -12,19 +12,23 @@
  * calls prepared once from the plan's descriptors, and device memory: one
  * block for the activations (the plan's arena and spill), one for the
  * graph inputs, one for the persistent state, the library kernels' scratch
- * and the libraries' workspace; out of memory says what the plan needs
- * against what the device has free, before anything is allocated.
+ * and the libraries' workspace, and pinned host memory the inputs pass
+ * through; out of memory says what the plan needs against what the device
+ * has free, before anything is allocated.
  *
  * The state is uploaded before the first run and after
  * cuda_loaded_state_changed, downloaded only by cuda_loaded_state_to_host:
  * between them it stays on the device. A run uploads the inputs, enqueues
  * every step on the stream (checked call by call, a failure naming its
- * step and kernel) and downloads the outputs; it counts what it moved
+ * step and kernel) and downloads the outputs, every copy on that one
+ * stream, and waits for it once; it counts what it moved
  * (cuda_loaded_moved). With graphs on, the second run captures the steps
  * as a CUDA graph and every later run replays it: the inputs (learning
  * rate and loss scale among them) sit at fixed device addresses, so the
- * graph never changes. With sync_each, every step is followed by a
- * synchronisation, so a fault names the step that made it.
+ * graph never changes. A step that cannot be captured (a library call
+ * that is not capture-safe) is said once on stderr and runs eagerly from
+ * then on. With sync_each, every step is followed by a synchronisation, so
+ * a fault names the step that made it.
  */
 #ifndef CTIMM_EXECUTOR_H
 #define CTIMM_EXECUTOR_H
@@ -37,6 +41,7 @@ typedef struct CudaExecOptions {
     int graphs;     /* capture and replay CUDA graphs */
     int allow_tf32; /* f32 GEMMs and convolutions on TF32 tensor cores (timm's benchmark does) */
     int sync_each;  /* synchronise after every step (debugging; no graphs) */
+    int profile;    /* time every step (runtime/cuda/step_profile.h; no graphs), reported when freed */
     int outputs_on_device; /* the outputs are not downloaded (left unset): for a caller that reads none, as
                             * ctimm-bench's timed steps, which then time what timm's benchmark.py times */
 } CudaExecOptions;

@@ -15,9 +15,12 @@
  * The training step as ctimm-train compiles it (uint8 input, erasing,
  * mixup, channels-last) agrees with ref and moves in only its inputs.
  *
- *   test_gpu_parity [MODEL [eval|train]]   (one model, one mode: for
- *                                           compute-sanitizer's memcheck;
- *                                           steps synchronised one by one)
+ *   test_gpu_parity [--sync-each] [all | nan | other_arch | uint8 | uint8_gray
+ *                   | MODEL [eval|train [f32|f32_cl|f16|bf16]]]
+ *
+ * CTest runs each configuration as a test of its own (tests/gpu/CMakeLists.txt),
+ * so one failure hides no other; --sync-each synchronises after every step, so
+ * that compute-sanitizer's report names the step that faulted.
  */
 #include <math.h>
 #include <stdio.h>
@@ -286,31 +289,60 @@ static void check_other_arch(void)
     graph_free(&g);
 }
 
+static const char *const precisions[] = {"f32", "f32_cl", "f16", "bf16"};
+
+/* Model m's configuration `prec` in `mode`; 0 where it is not one (an AMP
+ * training step of a BatchNorm net: see the top of this file). */
+static int check_config(const char *model, const char *mode, const char *prec)
+{
+    int training = !strcmp(mode, "train"), bn = strcmp(model, "test_vit") != 0;
+    int k = 0;
+    while (k < 4 && strcmp(prec, precisions[k]))
+        k++;
+    if (k == 4 || (!training && strcmp(mode, "eval")) || (k >= 2 && bn && training))
+        return 0;
+    static const CtDType low[] = {CT_F32, CT_F32, CT_F16, CT_BF16};
+    check_model(model, low[k], k > 0, training);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     char why[512];
+    int a = 1;
+    if (a < argc && !strcmp(argv[a], "--sync-each")) /* compute-sanitizer: a fault names its step */
+        options.sync_each = 1, a++;
     if (!cuda_backend_usable(why, sizeof why)) {
         printf("test_gpu_parity: skipped: --device cuda cannot run here: %s\n", why);
         return SKIP;
     }
-    options.sync_each = argc > 1; /* one model (memcheck): a fault names its step */
-    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
-    for (int m = 0; m < 4; m++) {
-        if (argc > 1 && strcmp(argv[1], models[m]))
-            continue;
-        int bn = strcmp(models[m], "test_vit") != 0;
-        for (int training = 0; training < 2; training++) {
-            if (argc > 2 && strcmp(argv[2], training ? "train" : "eval"))
+    const char *what = a < argc ? argv[a] : "all";
+    if (!strcmp(what, "nan"))
+        check_nan_weight();
+    else if (!strcmp(what, "other_arch"))
+        check_other_arch();
+    else if (!strcmp(what, "uint8"))
+        check_uint8_step(3);
+    else if (!strcmp(what, "uint8_gray"))
+        check_uint8_step(1);
+    else if (strcmp(what, "all")) {
+        /* MODEL [eval|train [PRECISION]]: that model's configurations */
+        int ran = 0;
+        for (int t = 0; t < 2; t++) {
+            const char *mode = t ? "train" : "eval";
+            if (a + 1 < argc && strcmp(argv[a + 1], mode))
                 continue;
-            check_model(models[m], CT_F32, 0, training);
-            check_model(models[m], CT_F32, 1, training);
-            if (bn && training)
-                continue;
-            check_model(models[m], CT_F16, 1, training);
-            check_model(models[m], CT_BF16, 1, training);
+            for (int k = 0; k < 4; k++)
+                if (a + 2 >= argc || !strcmp(argv[a + 2], precisions[k]))
+                    ran += check_config(what, mode, precisions[k]);
         }
-    }
-    if (argc == 1) {
+        CHECKF(ran > 0, "no configuration of '%s' matches the arguments", what);
+    } else {
+        static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+        for (int m = 0; m < 4; m++)
+            for (int t = 0; t < 2; t++)
+                for (int k = 0; k < 4; k++)
+                    check_config(models[m], t ? "train" : "eval", precisions[k]);
         check_nan_weight();
         check_other_arch();
         check_uint8_step(3);

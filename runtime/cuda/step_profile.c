@@ -1,0 +1,133 @@
+#include "runtime/cuda/step_profile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/buf.h"
+
+static int ev_check(const StepProfile *sp, CUresult r, CtErr *err, const char *what)
+{
+    char text[256];
+    return r == CU_SUCCESS ? 0 : ct_fail(err, "%s: %s", what, cuda_error_text(sp->drv, r, text, sizeof text));
+}
+
+int step_profile_open(StepProfile *sp, const CudaDriver *drv, int nsteps, CtErr *err)
+{
+    *sp = (StepProfile){.drv = drv, .nsteps = nsteps};
+    sp->ev = calloc((size_t)nsteps + 1, sizeof *sp->ev);
+    sp->ms = calloc((size_t)nsteps + 1, sizeof *sp->ms);
+    CT_ASSERT(sp->ev && sp->ms);
+    for (int s = 0; s <= nsteps; s++)
+        if (ev_check(sp, drv->EventCreate(&sp->ev[s], 0), err, "cuEventCreate"))
+            return -1;
+    return 0;
+}
+
+int step_profile_mark(StepProfile *sp, int s, CUstream stream, CtErr *err)
+{
+    return ev_check(sp, sp->drv->EventRecord(sp->ev[s], stream), err, "cuEventRecord");
+}
+
+int step_profile_collect(StepProfile *sp, CtErr *err)
+{
+    if (sp->runs++ == 0)
+        return 0;
+    for (int s = 0; s < sp->nsteps; s++) {
+        float ms = 0;
+        if (ev_check(sp, sp->drv->EventElapsedTime(&ms, sp->ev[s], sp->ev[s + 1]), err, "cuEventElapsedTime"))
+            return -1;
+        sp->ms[s] += ms;
+    }
+    sp->counted++;
+    return 0;
+}
+
+/* What step s runs: its kind and library kernels, then its fused ops (the first `nops`). */
+static void label(const CudaProgram *c, const Graph *g, int s, int nops, CtBuf *out)
+{
+    static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
+    const LpStep *st = &c->lp.steps[s];
+    const FuseStep *fs = &c->lp.fuse.steps[st->fuse_step];
+    switch (st->kind) {
+    case LP_KERNEL: buf_printf(out, "kernel"); break;
+    case LP_GEMM: buf_printf(out, "cuBLASLt GEMM"); break;
+    case LP_CONV: buf_printf(out, "cuDNN conv %s", dirs[st->conv.dir]); break;
+    case LP_LIB: buf_printf(out, "library"); break;
+    case LP_COPY: buf_printf(out, "copy"); break;
+    case LP_UNSUPPORTED: buf_printf(out, "unsupported"); break;
+    }
+    for (int j = 0; j < st->nlib; j++)
+        buf_printf(out, " %s", st->lib[j].kernel);
+    buf_printf(out, " (");
+    for (int j = 0; j < fs->n && j < nops; j++)
+        buf_printf(out, "%s%s", j ? " " : "", op_def(g->nodes[c->lp.fuse.nodes[fs->first + j]].op)->name);
+    buf_printf(out, "%s)", fs->n > nops ? " ..." : "");
+}
+
+typedef struct Row {
+    char *what;
+    double ms;
+    int steps, first;
+} Row;
+
+static int by_time(const void *a, const void *b)
+{
+    double x = ((const Row *)a)->ms, y = ((const Row *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g)
+{
+    if (sp->counted == 0)
+        return;
+    int n = sp->nsteps, nkinds = 0;
+    Row *kinds = calloc((size_t)n + 1, sizeof *kinds), *steps = calloc((size_t)n + 1, sizeof *steps);
+    CT_ASSERT(kinds && steps);
+    double total = 0;
+    for (int s = 0; s < n; s++) {
+        CtBuf kind = {0}, full = {0};
+        double ms = sp->ms[s] / sp->counted;
+        total += ms;
+        label(c, g, s, 1, &kind);
+        label(c, g, s, 6, &full);
+        steps[s] = (Row){.what = full.s, .ms = ms, .steps = 1, .first = s};
+        int k = 0;
+        while (k < nkinds && strcmp(kinds[k].what, kind.s))
+            k++;
+        if (k == nkinds)
+            kinds[nkinds++] = (Row){.what = kind.s, .first = s};
+        else
+            buf_free(&kind);
+        kinds[k].ms += ms;
+        kinds[k].steps++;
+    }
+    qsort(kinds, (size_t)nkinds, sizeof *kinds, by_time);
+    qsort(steps, (size_t)n, sizeof *steps, by_time);
+    fprintf(stderr,
+            "ctimm: cuda profile, the mean of %d runs (eager, an event pair per step): %.3f ms in %d steps; by what "
+            "they run:\n",
+            sp->counted, total, n);
+    for (int k = 0; k < nkinds && k < 25; k++)
+        fprintf(stderr, "  %9.3f ms %5.1f%% %5d steps  %s\n", kinds[k].ms, 100 * kinds[k].ms / (total > 0 ? total : 1),
+                kinds[k].steps, kinds[k].what);
+    fprintf(stderr, "ctimm: cuda profile: the slowest steps:\n");
+    for (int s = 0; s < n && s < 12; s++)
+        fprintf(stderr, "  %9.3f ms  step %d: %s\n", steps[s].ms, steps[s].first, steps[s].what);
+    for (int k = 0; k < nkinds; k++)
+        free(kinds[k].what);
+    for (int s = 0; s < n; s++)
+        free(steps[s].what);
+    free(kinds);
+    free(steps);
+}
+
+void step_profile_close(StepProfile *sp)
+{
+    for (int s = 0; sp->ev && s <= sp->nsteps; s++)
+        if (sp->ev[s])
+            sp->drv->EventDestroy(sp->ev[s]);
+    free(sp->ev);
+    free(sp->ms);
+    memset(sp, 0, sizeof *sp);
+}
