@@ -393,73 +393,85 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
 }
 
 /* The batch's mean and biased variance of channel c (x's offsets from
- * `inner`, channels sxc apart), two passes as the ref kernel. */
-CT_DEVICE void CT_SFX(ct_bn_stats)(const CT_T *x, CtIndex inner, long long c, long long sxc, double *mean, double *var)
+ * `inner`, channels sxc apart), by the block's threads, two passes as the
+ * ref kernel. */
+CT_DEVICE void CT_SFX(ct_bn_stats)(const CT_T *x, const CtIndex *inner, long long c, long long sxc, double *red,
+                                   double *mean, double *var)
 {
     long long xo, o;
     double s = 0, q = 0;
-    for (long long j = 0; j < inner.n; j++) {
-        ct_offsets(&inner, j, &xo, &o);
+    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
+        ct_offsets(inner, j, &xo, &o);
         s += CT_LD(x[xo + c * sxc]);
     }
-    *mean = s / (double)inner.n;
-    for (long long j = 0; j < inner.n; j++) {
-        ct_offsets(&inner, j, &xo, &o);
+    *mean = CT_SFX(ct_block_sum)(s, red) / (double)inner->n;
+    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
+        ct_offsets(inner, j, &xo, &o);
         double d = CT_LD(x[xo + c * sxc]) - *mean;
         q += d * d;
     }
-    *var = q / (double)inner.n;
+    *var = CT_SFX(ct_block_sum)(q, red) / (double)inner->n;
 }
 
-/* batch_norm, one channel a work item: `inner` walks the other dims (x's
- * and y's strides), sxc and syc step between channels. Training: the
- * batch's biased variance normalises, the running stats get PyTorch's
- * update (unbiased variance) in nrm and nrv; else the running stats. */
+/* batch_norm, a channel a block: `inner` walks the other dims (x's and y's
+ * strides), sxc and syc step between channels. Training: the batch's
+ * biased variance normalises, the running stats get PyTorch's update
+ * (unbiased variance) in nrm and nrv, which may be rm and rv themselves:
+ * thread 0 writes them after the statistics' barriers, when every thread
+ * has read them. Else the running stats. */
 CT_GLOBAL CT_SFX(ct_batch_norm)(const CT_T *x, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv, CT_T *y,
                                 CT_T *nrm, CT_T *nrv, CtIndex inner, long long C, long long sxc, long long syc,
                                 int training, float momentum, float eps)
 {
-    CT_LOOP(c, C)
+    CT_SHARED double red[CT_LIB_BLOCK];
+    CT_BLOCK_LOOP(c, C)
     {
         long long xo, yo;
-        double mean = CT_LD(rm[c]), var = CT_LD(rv[c]), cnt = (double)inner.n;
+        double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)inner.n;
         if (training) {
-            CT_SFX(ct_bn_stats)(x, inner, c, sxc, &mean, &var);
-            nrm[c] = CT_ST((float)((1 - momentum) * CT_LD(rm[c]) + momentum * mean));
-            nrv[c] = CT_ST((float)((1 - momentum) * CT_LD(rv[c]) + momentum * var * cnt / (cnt - 1)));
+            CT_SFX(ct_bn_stats)(x, &inner, c, sxc, red, &mean, &var);
+            if (CT_TID == 0) {
+                nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
+                nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
+            }
         }
         double inv = 1 / sqrt(var + eps);
         double scale = inv * CT_LD(w[c]), shift = CT_LD(b[c]) - mean * scale;
-        for (long long j = 0; j < inner.n; j++) {
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
             ct_offsets(&inner, j, &xo, &yo);
             y[yo + c * syc] = CT_ST((float)(CT_LD(x[xo + c * sxc]) * scale + shift));
         }
     }
 }
 
-/* batch_norm's gradients, one channel a work item; x and dy share strides
+/* batch_norm's gradients, a channel a block; x and dy share strides
  * (st0), dx has st1. In training through the batch statistics. */
 CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *rm, const CT_T *rv, const CT_T *dy,
                                      CT_T *dx, CT_T *dw, CT_T *db, CtIndex inner, long long C, long long sxc,
                                      long long sdc, int training, float eps)
 {
-    CT_LOOP(c, C)
+    CT_SHARED double red[CT_LIB_BLOCK];
+    CT_BLOCK_LOOP(c, C)
     {
         long long xo, o;
         double M = (double)inner.n, mean = CT_LD(rm[c]), var = CT_LD(rv[c]), sb = 0, sxy = 0;
         if (training)
-            CT_SFX(ct_bn_stats)(x, inner, c, sxc, &mean, &var);
-        for (long long j = 0; j < inner.n; j++) {
+            CT_SFX(ct_bn_stats)(x, &inner, c, sxc, red, &mean, &var);
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
             ct_offsets(&inner, j, &xo, &o);
             double g = CT_LD(dy[xo + c * sxc]);
             sb += g;
             sxy += g * CT_LD(x[xo + c * sxc]);
         }
+        sb = CT_SFX(ct_block_sum)(sb, red);
+        sxy = CT_SFX(ct_block_sum)(sxy, red);
         double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
-        dw[c] = CT_ST((float)sw);
-        db[c] = CT_ST((float)sb);
+        if (CT_TID == 0) {
+            dw[c] = CT_ST((float)sw);
+            db[c] = CT_ST((float)sb);
+        }
         double a = wc * inv, bx = -wc * inv / M * sw * inv, k = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
-        for (long long j = 0; j < inner.n; j++) { /* eval leaves x out: 0 * x is NaN where x is not finite */
+        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) { /* eval leaves x out: 0 * x is NaN where x is not finite */
             ct_offsets(&inner, j, &xo, &o);
             double g = CT_LD(dy[xo + c * sxc]);
             dx[o + c * sdc] = CT_ST((float)(training ? a * g + bx * CT_LD(x[xo + c * sxc]) + k : a * g));

@@ -384,7 +384,9 @@ static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
     CtIndex inner = index_without(xs, 1, sx, sy);
-    LibLaunch *l = begin(b, grad ? "ct_batch_norm_grad" : "ct_batch_norm", val(b, y)->type.dtype, xs->d[1]);
+    /* a block a channel: its statistics reduced over the block */
+    LibLaunch *l = begin(b, grad ? "ct_batch_norm_grad" : "ct_batch_norm", val(b, y)->type.dtype,
+                         xs->d[1] * CT_LIB_BLOCK);
     for (int k = 0; k < n->nin; k++)
         a_val(l, n->in[k]);
     for (int k = 0; k < 3; k++)
