@@ -15,7 +15,8 @@
 static const char *const kernels[] = {"ct_copy", "ct_fill", "ct_act", "ct_add", "ct_pool", "ct_pool_grad", "ct_reduce_sum", "ct_softmax", "ct_softmax_grad",
                                       "ct_layer_norm", "ct_layer_norm_grad_x", "ct_layer_norm_grad_w",
                                       "ct_group_norm", "ct_group_norm_grad_x", "ct_group_norm_grad_w",
-                                      "ct_batch_norm", "ct_batch_norm_grad", "ct_cross_entropy_rows",
+                                      "ct_bn_sums", "ct_bn_coef", "ct_bn_apply", "ct_bn_grad_coef", "ct_bn_grad_apply",
+                                      "ct_cross_entropy_rows",
                                       "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
                                       "ct_sdpa_grad_kv", "ct_gather", "ct_gather_grad"};
 
@@ -34,7 +35,7 @@ int main(void)
 {
     CtBuf src = {0};
     lib_source(&src);
-    CHECK(src.s && strstr(src.s, "ct_batch_norm_grad") && strstr(src.s, "CT_SFX(name) name##_bf16"));
+    CHECK(src.s && strstr(src.s, "ct_bn_grad_apply") && strstr(src.s, "CT_SFX(name) name##_bf16"));
 #ifdef COMPILE
     NvrtcCompiler nc;
     KernelCache cache;

@@ -392,90 +392,130 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
     }
 }
 
-/* The batch's mean and biased variance of channel c (x's offsets from
- * `inner`, channels sxc apart), by the block's threads, two passes as the
- * ref kernel. */
-CT_DEVICE void CT_SFX(ct_bn_stats)(const CT_T *x, const CtIndex *inner, long long c, long long sxc, double *red,
-                                   double *mean, double *var)
+/* batch_norm and its gradient in three launches each, for either layout
+ * but made for channels-last, where a channel's values are C apart: work
+ * items pair a channel with rows (the other dims, walked by `rows`: x's
+ * strides, then y's or dx's), the channel fastest, so that neighbouring
+ * threads read neighbouring channels of one row. sxc steps between x's
+ * channels (dy shares x's strides), syc between y's or dx's.
+ *
+ * First the sums of each chunk of `chunk` rows of each channel, in double:
+ * x and x^2 into part[2 i], part[2 i + 1], and with dy also dy and dy x
+ * (part[4 i ...]), i = chunk index * C + channel. */
+CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, double *part, CtIndex rows, long long C, long long sxc,
+                             long long chunk)
 {
-    long long xo, o;
-    double s = 0, q = 0;
-    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
-        ct_offsets(inner, j, &xo, &o);
-        s += CT_LD(x[xo + c * sxc]);
-    }
-    *mean = CT_SFX(ct_block_sum)(s, red) / (double)inner->n;
-    for (long long j = CT_TID; j < inner->n; j += CT_NTHREADS) {
-        ct_offsets(inner, j, &xo, &o);
-        double d = CT_LD(x[xo + c * sxc]) - *mean;
-        q += d * d;
-    }
-    *var = CT_SFX(ct_block_sum)(q, red) / (double)inner->n;
-}
-
-/* batch_norm, a channel a block: `inner` walks the other dims (x's and y's
- * strides), sxc and syc step between channels. Training: the batch's
- * biased variance normalises, the running stats get PyTorch's update
- * (unbiased variance) in nrm and nrv, which may be rm and rv themselves:
- * thread 0 writes them after the statistics' barriers, when every thread
- * has read them. Else the running stats. */
-CT_GLOBAL CT_SFX(ct_batch_norm)(const CT_T *x, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv, CT_T *y,
-                                CT_T *nrm, CT_T *nrv, CtIndex inner, long long C, long long sxc, long long syc,
-                                int training, float momentum, float eps)
-{
-    CT_SHARED double red[CT_LIB_BLOCK];
-    CT_BLOCK_LOOP(c, C)
+    long long nchunks = (rows.n + chunk - 1) / chunk;
+    CT_LOOP(i, nchunks * C)
     {
-        long long xo, yo;
-        double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)inner.n;
-        if (training) {
-            CT_SFX(ct_bn_stats)(x, &inner, c, sxc, red, &mean, &var);
-            if (CT_TID == 0) {
-                nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
-                nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
+        long long k = i / C, c = i % C, end = (k + 1) * chunk < rows.n ? (k + 1) * chunk : rows.n, xo, o;
+        double s = 0, q = 0, g = 0, gx = 0;
+        for (long long r = k * chunk; r < end; r++) {
+            ct_offsets(&rows, r, &xo, &o);
+            double v = CT_LD(x[xo + c * sxc]);
+            s += v;
+            q += v * v;
+            if (dy) {
+                double d = CT_LD(dy[xo + c * sxc]);
+                g += d;
+                gx += d * v;
             }
         }
-        double inv = 1 / sqrt(var + eps);
-        double scale = inv * CT_LD(w[c]), shift = CT_LD(b[c]) - mean * scale;
-        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
-            ct_offsets(&inner, j, &xo, &yo);
-            y[yo + c * syc] = CT_ST((float)(CT_LD(x[xo + c * sxc]) * scale + shift));
+        double *p = part + (dy ? 4 : 2) * i;
+        p[0] = s;
+        p[1] = q;
+        if (dy) {
+            p[2] = g;
+            p[3] = gx;
         }
     }
 }
 
-/* batch_norm's gradients, a channel a block; x and dy share strides
- * (st0), dx has st1. In training through the batch statistics. */
-CT_GLOBAL CT_SFX(ct_batch_norm_grad)(const CT_T *x, const CT_T *w, const CT_T *rm, const CT_T *rv, const CT_T *dy,
-                                     CT_T *dx, CT_T *dw, CT_T *db, CtIndex inner, long long C, long long sxc,
-                                     long long sdc, int training, float eps)
+/* Sum j (of nsum) of channel c over the chunks, in chunk order. */
+CT_DEVICE double CT_SFX(ct_bn_total)(const double *part, int nsum, int j, long long c, long long C, long long nchunks)
 {
-    CT_SHARED double red[CT_LIB_BLOCK];
-    CT_BLOCK_LOOP(c, C)
+    double t = 0;
+    for (long long k = 0; k < nchunks; k++)
+        t += part[nsum * (k * C + c) + j];
+    return t;
+}
+
+/* The batch's mean and biased variance of channel c from its sums over
+ * `count` values (E[x^2] - E[x]^2 in double, from inputs of at most f32). */
+CT_DEVICE void CT_SFX(ct_bn_moments)(const double *part, int nsum, long long c, long long C, long long nchunks,
+                                     long long count, double *mean, double *var)
+{
+    *mean = CT_SFX(ct_bn_total)(part, nsum, 0, c, C, nchunks) / (double)count;
+    double v = CT_SFX(ct_bn_total)(part, nsum, 1, c, C, nchunks) / (double)count - *mean * *mean;
+    *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
+}
+
+/* Each channel's y = x * coef[2c] + coef[2c + 1]. Training: the batch's
+ * statistics normalise and the running stats get PyTorch's update
+ * (unbiased variance) in nrm and nrv (which may be rm and rv: a channel's
+ * thread reads them before it writes); else the running stats. */
+CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv,
+                             CT_T *nrm, CT_T *nrv, double *coef, long long C, long long nchunks, long long count,
+                             int training, float momentum, float eps)
+{
+    CT_LOOP(c, C)
     {
-        long long xo, o;
-        double M = (double)inner.n, mean = CT_LD(rm[c]), var = CT_LD(rv[c]), sb = 0, sxy = 0;
+        double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)count;
+        if (training) {
+            CT_SFX(ct_bn_moments)(part, 2, c, C, nchunks, count, &mean, &var);
+            nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
+            nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
+        }
+        double scale = CT_LD(w[c]) / sqrt(var + eps);
+        coef[2 * c] = scale;
+        coef[2 * c + 1] = CT_LD(b[c]) - mean * scale;
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, CT_T *y, CtIndex rows, long long C, long long sxc,
+                              long long syc)
+{
+    CT_LOOP(i, rows.n * C)
+    {
+        long long c = i % C, xo, yo;
+        ct_offsets(&rows, i / C, &xo, &yo);
+        y[yo + c * syc] = CT_ST((float)(CT_LD(x[xo + c * sxc]) * coef[2 * c] + coef[2 * c + 1]));
+    }
+}
+
+/* The gradient's per-channel part: dw, db and dx = coef[3c] dy +
+ * coef[3c + 1] x + coef[3c + 2], through the batch statistics in training. */
+CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T *rm, const CT_T *rv, CT_T *dw,
+                                  CT_T *db, double *coef, long long C, long long nchunks, long long count,
+                                  int training, float eps)
+{
+    CT_LOOP(c, C)
+    {
+        double M = (double)count, mean = CT_LD(rm[c]), var = CT_LD(rv[c]);
         if (training)
-            CT_SFX(ct_bn_stats)(x, &inner, c, sxc, red, &mean, &var);
-        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) {
-            ct_offsets(&inner, j, &xo, &o);
-            double g = CT_LD(dy[xo + c * sxc]);
-            sb += g;
-            sxy += g * CT_LD(x[xo + c * sxc]);
-        }
-        sb = CT_SFX(ct_block_sum)(sb, red);
-        sxy = CT_SFX(ct_block_sum)(sxy, red);
+            CT_SFX(ct_bn_moments)(part, 4, c, C, nchunks, count, &mean, &var);
+        double sb = CT_SFX(ct_bn_total)(part, 4, 2, c, C, nchunks), sxy = CT_SFX(ct_bn_total)(part, 4, 3, c, C, nchunks);
         double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
-        if (CT_TID == 0) {
-            dw[c] = CT_ST((float)sw);
-            db[c] = CT_ST((float)sb);
-        }
-        double a = wc * inv, bx = -wc * inv / M * sw * inv, k = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
-        for (long long j = CT_TID; j < inner.n; j += CT_NTHREADS) { /* eval leaves x out: 0 * x is NaN where x is not finite */
-            ct_offsets(&inner, j, &xo, &o);
-            double g = CT_LD(dy[xo + c * sxc]);
-            dx[o + c * sdc] = CT_ST((float)(training ? a * g + bx * CT_LD(x[xo + c * sxc]) + k : a * g));
-        }
+        dw[c] = CT_ST((float)sw);
+        db[c] = CT_ST((float)sb);
+        coef[3 * c] = wc * inv;
+        coef[3 * c + 1] = -wc * inv / M * sw * inv;
+        coef[3 * c + 2] = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
+    }
+}
+
+CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *coef, CT_T *dx, CtIndex rows,
+                                   long long C, long long sxc, long long sdc, int training)
+{
+    CT_LOOP(i, rows.n * C)
+    {
+        long long c = i % C, xo, o;
+        ct_offsets(&rows, i / C, &xo, &o);
+        double g = CT_LD(dy[xo + c * sxc]);
+        /* eval leaves x out: 0 * x is NaN where x is not finite */
+        dx[o + c * sdc] = CT_ST((float)(training ? coef[3 * c] * g + coef[3 * c + 1] * CT_LD(x[xo + c * sxc]) +
+                                                       coef[3 * c + 2]
+                                                 : coef[3 * c] * g));
     }
 }
 

@@ -370,12 +370,20 @@ static int plan_gather(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
+/* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
+ * channel into scratch (not for an eval forward), their per-channel
+ * coefficients after them, then the elementwise pass. A chunk takes enough
+ * rows that chunks x channels stay near BN_ITEMS work items, and at least
+ * BN_MIN_ROWS. */
+enum { BN_ITEMS = 65536, BN_MIN_ROWS = 16 };
+
+static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
     ValueId x = n->in[0], y = n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
-    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    CtDType t = val(b, y)->type.dtype;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], C = xs->d[1];
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     if (grad && !same_strides(b, x, n->in[4]))
@@ -383,25 +391,55 @@ static int plan_batch_norm(Builder *b, const Node *n, CtErr *err)
     if (training && n->iattr[1])
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
-    CtIndex inner = index_without(xs, 1, sx, sy);
-    /* a block a channel: its statistics reduced over the block */
-    LibLaunch *l = begin(b, grad ? "ct_batch_norm_grad" : "ct_batch_norm", val(b, y)->type.dtype,
-                         xs->d[1] * CT_LIB_BLOCK);
-    for (int k = 0; k < n->nin; k++)
+    CtIndex rows = index_without(xs, 1, sx, sy);
+    int64_t per = BN_ITEMS / C > 0 ? BN_ITEMS / C : 1, chunk = (rows.n + per - 1) / per;
+    chunk = chunk > BN_MIN_ROWS ? chunk : BN_MIN_ROWS;
+    int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
+    size_t part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
+    *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
+    LibLaunch *l;
+    if (sums) {
+        l = begin(b, "ct_bn_sums", t, nchunks * C);
+        a_val(l, x);
+        if (grad)
+            a_val(l, n->in[4]);
+        else
+            arg(l, LA_NULL);
+        arg(l, LA_SCRATCH);
+        a_index(l, rows);
+        a_i64(l, C);
+        a_i64(l, sx[1]);
+        a_i64(l, chunk);
+    }
+    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", t, C);
+    arg(l, LA_SCRATCH);
+    for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
         a_val(l, n->in[k]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 1; k < 3; k++) /* the running stats' updates, or dw and db */
         if (k < n->nout)
             a_val(l, n->out[k]);
         else
             arg(l, LA_NULL);
-    a_index(l, inner);
-    a_i64(l, xs->d[1]);
-    a_i64(l, sx[1]);
-    a_i64(l, sy[1]);
+    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_i64(l, C);
+    a_i64(l, sums ? nchunks : 0);
+    a_i64(l, rows.n);
     a_i32(l, training);
     if (!grad)
         a_f32(l, n->fattr[0]);
     a_f32(l, n->fattr[grad ? 0 : 1]);
+    l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
+    a_val(l, x);
+    if (grad)
+        a_val(l, n->in[4]);
+    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_val(l, y);
+    a_index(l, rows);
+    a_i64(l, C);
+    a_i64(l, sx[1]);
+    a_i64(l, sy[1]);
+    if (grad)
+        a_i32(l, training);
     return 0;
 }
 
@@ -1153,7 +1191,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
             *scratch = 2 * sizeof(float) * (size_t)(shape_numel(xs) / xs->d[xs->ndim - 1]);
         }
         break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, err); break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
