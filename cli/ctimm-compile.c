@@ -7,6 +7,7 @@
 
 #include "cli/common.h"
 #include "cli/graph_dot.h"
+#include "codegen/cuda/roofline.h"
 #include "codegen/host_compile.h"
 #include "codegen/nvrtc.h"
 #include "codegen/render.h"
@@ -23,6 +24,7 @@ static const char *const usage =
     "                     [--amp [--amp-dtype float16|bfloat16]] [--channels-last] [--passes none|PASS,...]\n"
     "                     [--dump-ir-after build|PASS] [--dump-kernels c|cuda] [--dot FILE.dot]\n"
     "                     [--compile host|cuda] [--cache-stats] [--no-cache] [--dump-program cpu|ref|cuda] [--sm 90]\n"
+    "                     [--roofline h200|h100 [--tf32]]\n"
     "                     [--opt sgd|momentum|adamw|...] [--smoothing 0.1] [--save-weights FILE [--seed N]]\n"
     "                     [--grad-checkpointing] [--memory-budget BYTES] [--keep-activations]\n"
     "       ctimm-compile --list-models [FILTER]\n";
@@ -211,7 +213,8 @@ int main(int argc, char **argv)
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;
-    const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL, *dump_program = NULL;
+    const char *passes = NULL, *dump_after = NULL, *dump_kernels = NULL, *dump_program = NULL, *roofline = NULL;
+    int tf32 = 0;
     FuseOut fo = {.sm = 90};
     int dump = 0, seed = 0, channels_last = 0, amp = 0, ckpt = 0, keep_acts = 0;
     size_t budget = 0;
@@ -245,6 +248,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: --dump-program is cpu, ref or cuda, got '%s'\n", prog, dump_program);
                 return 2;
             }
+        } else if (!strcmp(a, "--roofline")) {
+            if (!(roofline = cli_value(prog, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--tf32")) {
+            tf32 = 1;
         } else if (!strcmp(a, "--dot")) {
             if (!(fo.dot = cli_value(prog, argc, argv, &i)))
                 return 2;
@@ -450,6 +458,19 @@ int main(int argc, char **argv)
         }
         program_dump(pr, &out);
         program_free(pr);
+    }
+    if (roofline) { /* the cuda launch plan's floor on that device, step by step */
+        RooflineDevice dev;
+        LaunchPlan lp;
+        if (roofline_device(roofline, &dev, &err) || launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err)) {
+            fprintf(stderr, "%s: --roofline %s: %s\n", prog, roofline, err.msg);
+            buf_free(&out);
+            train_step_free(&ts);
+            graph_free(&g);
+            return 1;
+        }
+        roofline_report(&lp, &g, &dev, tf32, &out);
+        launch_plan_free(&lp);
     }
     fwrite(out.s, 1, out.len, stdout);
     buf_free(&out);

@@ -1014,6 +1014,13 @@ if(CUDAToolkit_FOUND)
   set_tests_properties(compile_dump_program_cuda PROPERTIES ENVIRONMENT "CTIMM_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/kc-cuda"
     PASS_REGULAR_EXPRESSION "program: target cuda, .*\ntarget: sm_80, 132 SMs\nsteps: [0-9]+ .*\nstep 0: .*cuBLASLt GEMM.*\nimage unit 0: [0-9]+ bytes, sm_80 cubin\n.*image library: [0-9]+ bytes, sm_80 cubin\n.*: device \\+")
 endif()
+# The roofline of the cuda launch plan (no toolkit needed: nothing is
+# compiled): a line a step, the totals, the ten highest floors.
+add_test(NAME compile_roofline COMMAND ${COMPILE} --model test_resnet --train --amp --channels-last --roofline h200)
+set_tests_properties(compile_roofline PROPERTIES PASS_REGULAR_EXPRESSION
+  "roofline on h200: 989 TFLOP/s f16/bf16 tensor cores, 494 TF32 \\(not allowed\\), 67 f32, 4.80 TB/s memory\nstep  floor_us .*cuDNN conv fwd.*\ntotal: [0-9]+ steps, [0-9.]+ GFLOP, [0-9.]+ MB: floor [0-9.]+ ms .*\nthe ten steps of the highest floor:\n  step [0-9]+: ")
+add_test(NAME compile_roofline_unknown_device COMMAND ${FAIL} "ctimm-compile: --roofline a100: no roofline for device 'a100' \\(h200, h100\\)"
+  ${CMAKE_BINARY_DIR}/ctimm-compile --model test_resnet --roofline a100)
 # A graph of several translation units (codegen/units.h; test_convnext's
 # training step: its SGD launch has a loop per parameter) is cached per
 # unit: a cold cache compiles each unit once, a second run compiles nothing.

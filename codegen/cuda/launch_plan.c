@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/buf.h"
 #include "ir/ops.h"
 
 static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
@@ -312,4 +313,25 @@ int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
 done:
     free(seen);
     return rc;
+}
+
+void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, CtBuf *out)
+{
+    static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
+    const LpStep *st = &lp->steps[s];
+    const FuseStep *fs = &lp->fuse.steps[st->fuse_step];
+    switch (st->kind) {
+    case LP_KERNEL: buf_printf(out, "kernel"); break;
+    case LP_GEMM: buf_printf(out, "cuBLASLt GEMM"); break;
+    case LP_CONV: buf_printf(out, "cuDNN conv %s", dirs[st->conv.dir]); break;
+    case LP_LIB: buf_printf(out, "library"); break;
+    case LP_COPY: buf_printf(out, "copy"); break;
+    case LP_UNSUPPORTED: buf_printf(out, "unsupported"); break;
+    }
+    for (int j = 0; j < st->nlib; j++)
+        buf_printf(out, " %s", st->lib[j].kernel);
+    buf_printf(out, " (");
+    for (int j = 0; j < fs->n && j < nops; j++)
+        buf_printf(out, "%s%s", j ? " " : "", op_def(g->nodes[lp->fuse.nodes[fs->first + j]].op)->name);
+    buf_printf(out, "%s)", fs->n > nops ? " ..." : "");
 }

@@ -42,6 +42,7 @@
 #include "codegen/cuda/conv_desc.h"
 #include "codegen/cuda/lib_launch.h"
 #include "codegen/kir.h"
+#include "ir/buf.h"
 #include "passes/plan.h"
 
 #define LP_BLOCK CT_LIB_BLOCK /* codegen/cuda/lib_common.h */
@@ -87,6 +88,10 @@ int launch_plan_supports(const Graph *g, const Node *n);
 /* The plan of graph g for a device of `sms` multiprocessors. */
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err);
 void launch_plan_free(LaunchPlan *lp);
+
+/* What step s runs, for reports: its kind and library kernels, then the
+ * first `nops` of its fused ops ("cuDNN conv fwd (conv2d)"). */
+void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, CtBuf *out);
 
 /* Blocks of LP_BLOCK threads for `items` work items of a grid-stride loop. */
 unsigned lp_grid(long long items, int sms);

@@ -43,28 +43,6 @@ int step_profile_collect(StepProfile *sp, CtErr *err)
     return 0;
 }
 
-/* What step s runs: its kind and library kernels, then its fused ops (the first `nops`). */
-static void label(const CudaProgram *c, const Graph *g, int s, int nops, CtBuf *out)
-{
-    static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
-    const LpStep *st = &c->lp.steps[s];
-    const FuseStep *fs = &c->lp.fuse.steps[st->fuse_step];
-    switch (st->kind) {
-    case LP_KERNEL: buf_printf(out, "kernel"); break;
-    case LP_GEMM: buf_printf(out, "cuBLASLt GEMM"); break;
-    case LP_CONV: buf_printf(out, "cuDNN conv %s", dirs[st->conv.dir]); break;
-    case LP_LIB: buf_printf(out, "library"); break;
-    case LP_COPY: buf_printf(out, "copy"); break;
-    case LP_UNSUPPORTED: buf_printf(out, "unsupported"); break;
-    }
-    for (int j = 0; j < st->nlib; j++)
-        buf_printf(out, " %s", st->lib[j].kernel);
-    buf_printf(out, " (");
-    for (int j = 0; j < fs->n && j < nops; j++)
-        buf_printf(out, "%s%s", j ? " " : "", op_def(g->nodes[c->lp.fuse.nodes[fs->first + j]].op)->name);
-    buf_printf(out, "%s)", fs->n > nops ? " ..." : "");
-}
-
 typedef struct Row {
     char *what;
     double ms;
@@ -89,8 +67,8 @@ void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Grap
         CtBuf kind = {0}, full = {0};
         double ms = sp->ms[s] / sp->counted;
         total += ms;
-        label(c, g, s, 1, &kind);
-        label(c, g, s, 6, &full);
+        lp_step_label(&c->lp, g, s, 1, &kind);
+        lp_step_label(&c->lp, g, s, 6, &full);
         steps[s] = (Row){.what = full.s, .ms = ms, .steps = 1, .first = s};
         int k = 0;
         while (k < nkinds && strcmp(kinds[k].what, kind.s))

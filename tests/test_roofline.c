@@ -1,0 +1,121 @@
+/* The roofline of a cuda launch plan (codegen/cuda/roofline.h): over the
+ * four test models' eval graphs the steps' FLOPs add up to twice the stats
+ * pass's multiply-accumulates (attention counted as its matmuls), a
+ * training step's to at least twice its forward's; and on small graphs the
+ * bytes and floors are the ones counted by hand. */
+#include <stdio.h>
+
+#include "check.h"
+#include "model_graphs.h"
+#include "codegen/cuda/roofline.h"
+#include "passes/stats.h"
+
+static double total_flops(const Graph *g, const RooflineDevice *d, int *ok)
+{
+    LaunchPlan lp;
+    CtErr err;
+    double flops = 0;
+    *ok = launch_plan(g, 132, &lp, &err) == 0;
+    CHECKF(*ok, "%s", err.msg);
+    for (int s = 0; *ok && s < lp.nsteps; s++)
+        flops += roofline_step(&lp, g, s, d, 0).flops;
+    if (*ok)
+        launch_plan_free(&lp);
+    return flops;
+}
+
+static void test_models(const RooflineDevice *d)
+{
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++) {
+        Graph g;
+        GraphStats st;
+        CtErr err;
+        int ok;
+        if (model_graph(models[m], &(GraphSpec){0}, &g))
+            continue;
+        CHECKF(graph_stats(&g, &(StatsOptions){.count_attention = 1}, &st, &err) == 0, "%s", err.msg);
+        double eval = total_flops(&g, d, &ok);
+        CHECKF(ok && eval == 2.0 * (double)st.macs, "%s: roofline %.0f FLOPs, stats 2 x %lld MACs", models[m], eval,
+               (long long)st.macs);
+        graph_free(&g);
+        if (model_graph(models[m], &(GraphSpec){.training = 1}, &g))
+            continue;
+        double train = total_flops(&g, d, &ok);
+        CHECKF(ok && train >= 2 * eval && train <= 3.5 * eval, "%s: a training step %.0f FLOPs, its forward %.0f",
+               models[m], train, eval);
+        printf("test_roofline: %s: eval %.3f GFLOP (stats %.3f GMACs), training step %.3f GFLOP\n", models[m],
+               eval / 1e9, st.macs / 1e9, train / 1e9);
+        graph_free(&g);
+    }
+}
+
+static ValueId value(Graph *g, int nd, const int64_t *d)
+{
+    CtType t = {.dtype = CT_F32};
+    t.shape.ndim = nd;
+    for (int i = 0; i < nd; i++)
+        t.shape.d[i] = d[i];
+    return graph_add_value(g, t, CT_ROLE_INPUT, NULL);
+}
+
+static ValueId node(Graph *g, CtOp op, ValueId a, ValueId b)
+{
+    CtErr err;
+    int at = graph_add_node(g, &(Node){.op = op, .nin = 2, .in = {a, b}}, "t", &err);
+    CHECKF(at >= 0, "%s", err.msg);
+    return at >= 0 ? g->nodes[at].out[0] : -1;
+}
+
+/* x [4, 8] -> x + x -> linear by w [16, 8] (both inputs) -> output [4, 16]: an
+ * elementwise kernel reading x once (128 bytes) and storing its sum (read
+ * by the GEMM: 128), then the GEMM reading the sum and w (128 + 512),
+ * storing the output (256), 2 x 4 x 8 x 16 FLOPs. */
+static void test_by_hand(const RooflineDevice *d)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    graph_init(&g);
+    ValueId x = value(&g, 2, (int64_t[]){4, 8}), w = value(&g, 2, (int64_t[]){16, 8});
+    ValueId y = node(&g, CT_OP_linear, node(&g, CT_OP_add, x, x), w);
+    graph_mark_output(&g, y);
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "%s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    CHECKF(lp.nsteps == 2 && lp.steps[0].kind == LP_KERNEL && lp.steps[1].kind == LP_GEMM, "%d steps", lp.nsteps);
+    if (lp.nsteps == 2) {
+        RooflineStep a = roofline_step(&lp, &g, 0, d, 0), b = roofline_step(&lp, &g, 1, d, 0);
+        CHECKF(a.flops == 0 && a.bytes == 256 && !a.compute_bound && a.floor_s == 256 / d->bytes_per_s,
+               "the add: %g FLOPs, %g bytes, floor %g s", a.flops, a.bytes, a.floor_s);
+        CHECKF(b.flops == 1024 && b.bytes == 896, "the GEMM: %g FLOPs, %g bytes", b.flops, b.bytes);
+        double compute = 1024 / d->f32, memory = 896 / d->bytes_per_s; /* f32, TF32 not allowed */
+        CHECKF(b.floor_s == (compute > memory ? compute : memory) && b.compute_bound == (compute > memory),
+               "the GEMM's floor %g s", b.floor_s);
+        RooflineStep t = roofline_step(&lp, &g, 1, d, 1);
+        CHECK(t.floor_s == (1024 / d->tf32 > memory ? 1024 / d->tf32 : memory));
+        CtBuf out = {0};
+        roofline_report(&lp, &g, d, 0, &out);
+        CHECKF(out.s && strstr(out.s, "total: 2 steps, 0.000 GFLOP, 0.0 MB") &&
+                   strstr(out.s, "the ten steps of the highest floor:\n  step "),
+               "report:\n%s", out.s ? out.s : "");
+        buf_free(&out);
+    }
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
+int main(void)
+{
+    RooflineDevice d;
+    CtErr err;
+    CHECK(roofline_device("h200", &d, &err) == 0 && d.bytes_per_s == 4.8e12 && d.tensor16 > d.tf32 &&
+          d.tf32 > d.f32);
+    CHECK(roofline_device("rtx9090", &d, &err) != 0 && strstr(err.msg, "h200, h100"));
+    roofline_device("h200", &d, &err);
+    test_models(&d);
+    test_by_hand(&d);
+    return check_done("test_roofline");
+}
