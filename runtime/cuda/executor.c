@@ -311,7 +311,7 @@ void cuda_loaded_free(CudaLoaded *ld)
         return;
     CudaDriver *d = &ld->ex->drv;
     if (ld->have_prof) {
-        step_profile_report(&ld->prof, &ld->p->cuda, &ld->p->g, ld->ex->info.name, ld->p->opt.allow_tf32);
+        step_profile_report(&ld->prof, &ld->p->cuda, &ld->p->g);
         step_profile_close(&ld->prof);
     }
     if (ld->graph_exec)

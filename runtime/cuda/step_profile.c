@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/roofline.h"
 #include "ir/buf.h"
 
 static int ev_check(const StepProfile *sp, CUresult r, CtErr *err, const char *what)
@@ -56,13 +55,8 @@ static int by_time(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g, const char *device,
-                         int allow_tf32)
+void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g)
 {
-    RooflineDevice rd;
-    CtErr ignored;
-    int roof = roofline_device(strstr(device, "H200") ? "h200" : strstr(device, "H100") ? "h100" : "-", &rd,
-                               &ignored) == 0;
     if (sp->counted == 0)
         return;
     int n = sp->nsteps, nkinds = 0;
@@ -95,14 +89,9 @@ void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Grap
     for (int k = 0; k < nkinds && k < 25; k++)
         fprintf(stderr, "  %9.3f ms %5.1f%% %5d steps  %s\n", kinds[k].ms, 100 * kinds[k].ms / (total > 0 ? total : 1),
                 kinds[k].steps, kinds[k].what);
-    fprintf(stderr, "ctimm: cuda profile: the slowest steps%s:\n", roof ? " (and their roofline floors)" : "");
-    for (int s = 0; s < n && s < 12; s++) {
-        char floor[48] = "";
-        if (roof)
-            snprintf(floor, sizeof floor, " (floor %.3f ms)",
-                     roofline_step(&c->lp, g, steps[s].first, &rd, allow_tf32).floor_s * 1e3);
-        fprintf(stderr, "  %9.3f ms%s  step %d: %s\n", steps[s].ms, floor, steps[s].first, steps[s].what);
-    }
+    fprintf(stderr, "ctimm: cuda profile: the slowest steps:\n");
+    for (int s = 0; s < n && s < 12; s++)
+        fprintf(stderr, "  %9.3f ms  step %d: %s\n", steps[s].ms, steps[s].first, steps[s].what);
     for (int k = 0; k < nkinds; k++)
         free(kinds[k].what);
     for (int s = 0; s < n; s++)

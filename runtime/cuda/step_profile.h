@@ -6,8 +6,7 @@
  * gaps are summed over the runs after the first (which loads modules and
  * warms the libraries). The report, on stderr when the program is freed,
  * sums the steps by what they run (kind, library kernels, first op) and
- * lists the slowest single steps, with their floors where the device has a
- * roofline. Timing every step needs the steps
+ * lists the slowest single steps. Timing every step needs the steps
  * enqueued one by one, so a profiled program is never captured as a
  * graph: the launch gaps are in the figures.
  */
@@ -29,10 +28,7 @@ int step_profile_open(StepProfile *sp, const CudaDriver *drv, int nsteps, CtErr 
 int step_profile_mark(StepProfile *sp, int s, CUstream stream, CtErr *err);
 /* After the run's stream has synchronised: its gaps added (from the second run on). */
 int step_profile_collect(StepProfile *sp, CtErr *err);
-/* On an H200 or H100 (by `device`'s name) each slow step's roofline floor
- * (codegen/cuda/roofline.h) beside its time. */
-void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g, const char *device,
-                         int allow_tf32);
+void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g);
 void step_profile_close(StepProfile *sp);
 
 #endif
