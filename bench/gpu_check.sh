@@ -10,8 +10,9 @@
 #   build     the GPU tests, the probe, ctimm-train and ctimm-bench
 #   probe     ctimm-gpu-probe: one PASS/FAIL line per primitive
 #   parity    ctest -L gpu -j8: cuda against ref, one test per configuration
-#   train     the README's main job with --device cuda, and on the cpu beside it
-#   steps     one training step's device time per step (CTIMM_CUDA_PROFILE) of
+#   train     the README's main job with --device cuda (and, with TRAIN_CPU=1, then on the cpu)
+#   steps     one training step's device time per step (CTIMM_CUDA_PROFILE), and
+#             the roofline floors of its plan (ctimm-compile --roofline h200), of
 #             test_resnet, resnet50 and vit_base_patch16_224 at batch 64
 #   bench     timm's benchmark.py eager, then ctimm-bench --device cuda, on
 #             bench/gpu_first.csv; the side-by-side table ($OUT/table.txt) last
@@ -177,7 +178,7 @@ st_configure() {
     note "$(grep -o 'ctimm: cuBLASLt.*' "$WORK/logs/configure.log" | head -1)"
 }
 
-GPU_TARGETS="ctimm-gpu-probe test_gpu_parity ctimm-train ctimm-bench"
+GPU_TARGETS="ctimm-gpu-probe test_gpu_parity ctimm-train ctimm-bench ctimm-compile"
 st_build() {
     STAGE_NAME=build
     if [ "$DRY" = 1 ] && [ ! -f "$BUILD/CMakeCache.txt" ]; then note "dry run: no --build-dir to build in"; return 0; fi
@@ -235,6 +236,9 @@ st_steps() {
         CTIMM_CUDA_PROFILE=1 timeout 45 "$BUILD/ctimm-bench" -m "$m" --bench train -b 64 --img-size "$img" --amp \
             --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
             || echo "$m: rc $?"
+        # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
+        "$BUILD/ctimm-compile" --model "$m" --train --batch-size 64 --img-size "$img" --amp --channels-last \
+            --roofline h200 | sed -n '/^total:/,$p'
     done
     note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
 }
