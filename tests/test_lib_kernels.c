@@ -25,6 +25,7 @@
 #define FX_POW powf
 #include "ir/formulas.h"
 #include "ir/counter_rng.h"
+#define CT_INF ((double)INFINITY)
 #define CT_GLOBAL static void
 #define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
 #define CT_BLOCK_LOOP(i, n) for (long long i = 0; i < (n); i++)
@@ -32,6 +33,7 @@
 #define CT_NTHREADS 1
 #define CT_SYNC()
 #define CT_SHARED
+#define CT_DYN_SHARED(T, name) T name[CT_ATT_SMEM(CT_ATT_D)]
 #define CT_T float
 #define CT_LD(v) (v)
 #define CT_ST(f) (f)
@@ -66,6 +68,16 @@ static void run_launch(const LibLaunch *l, void **mem)
                            I(14), I(15));
     else if (!strcmp(k, "ct_sdpa_grad_kv_f32"))
         ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
+                            I(14), I(15));
+    else if (!strcmp(k, "ct_attn_f32"))
+        ct_attn_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12));
+    else if (!strcmp(k, "ct_attn_stats_f32"))
+        ct_attn_stats_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13));
+    else if (!strcmp(k, "ct_attn_grad_q_f32"))
+        ct_attn_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
+                           I(14), I(15));
+    else if (!strcmp(k, "ct_attn_grad_kv_f32"))
+        ct_attn_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
                             I(14), I(15));
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
@@ -702,32 +714,38 @@ static void test_pool(void)
         }
 }
 
-/* Attention and its gradient, 5 queries over 7 keys: without a bias, with
- * one [1, H, N, M] (the gradient giving dbias), [B, 1, N, M] (without) and
- * [B, H, N, M]. */
+/* Attention and its gradient, q [2, 3, N, D] over M keys: without a bias,
+ * with one [1, H, N, M] (the gradient giving dbias), [B, 1, N, M]
+ * (without) and [B, H, N, M]; in one tile of the tiled kernels, in several
+ * tiles of queries and keys each with partial last tiles, at their largest
+ * head dim, and with a head dim over it (the fallback kernels). */
 static void test_sdpa(void)
 {
     static const int64_t bias[][3] = {{0, 0, 0}, {1, 3, 1}, {2, 1, 0}, {2, 3, 1}};
-    char what[64];
-    for (int i = 0; i < 4; i++)
-        for (int grad = 0; grad < 2; grad++) {
-            Case c;
-            graph_init(&c.g);
-            ValueId in[5];
-            int nin = 0;
-            in[nin++] = input(&c, "q", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
-            in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
-            in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, 7, 8}, 0, CT_F32);
-            if (grad)
-                in[nin++] = input(&c, "dy", 4, (int64_t[]){2, 3, 5, 8}, 0, CT_F32);
-            if (i)
-                in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], 5, 7}, 0, CT_F32);
-            snprintf(what, sizeof what, "%s bias [%lld,%lld,5,7]%s", grad ? "sdpa_grad" : "sdpa",
-                     (long long)bias[i][0], (long long)bias[i][1], grad && i && !bias[i][2] ? " no dbias" : "");
-            if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, nin, in, grad ? &bias[i][2] : NULL, grad,
-                          (double[]){0.35}, 1, 0))
-                check_case(&c, i ? what : grad ? "sdpa_grad" : "sdpa");
-        }
+    static const int64_t sizes[][3] = {{5, 7, 8}, {45, 70, 8}, {33, 17, CT_ATT_D}, {5, 7, CT_ATT_D + 8}};
+    char what[96];
+    for (int z = 0; z < 4; z++)
+        for (int i = 0; i < 4; i++)
+            for (int grad = 0; grad < 2; grad++) {
+                int64_t N = sizes[z][0], M = sizes[z][1], D = sizes[z][2];
+                Case c;
+                graph_init(&c.g);
+                ValueId in[5];
+                int nin = 0;
+                in[nin++] = input(&c, "q", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
+                in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
+                if (grad)
+                    in[nin++] = input(&c, "dy", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                if (i)
+                    in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], N, M}, 0, CT_F32);
+                snprintf(what, sizeof what, "%s N %lld M %lld D %lld bias [%lld,%lld]%s", grad ? "sdpa_grad" : "sdpa",
+                         (long long)N, (long long)M, (long long)D, (long long)bias[i][0], (long long)bias[i][1],
+                         grad && i && !bias[i][2] ? " no dbias" : "");
+                if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, nin, in, grad ? &bias[i][2] : NULL, grad,
+                              (double[]){0.35}, 1, 0))
+                    check_case(&c, what);
+            }
 }
 
 /* What has no kernel is refused by name. */

@@ -685,6 +685,7 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
                 params[a] = &store[a];
             }
             SimLaunch sl = grid1(3, 64, (uint64_t)j + 1);
+            sl.dyn_shared = l[j].shared;
             CHECKF(sim_launch(m, l[j].kernel, &sl, params, &err) == 0, "%s: %s", what, err.msg);
         }
         compare_outputs(what, g, ref, mem, 1e-5);
@@ -720,6 +721,25 @@ static int one_node(Graph *g, CtOp op, const int64_t *a, int na, const double *f
     return id;
 }
 
+/* Attention (grad: its gradient, dbias included) of q [1, 2, 40, 8] over
+ * 37 keys with a bias [1, 2, 40, 37]: two query tiles of the tiled
+ * kernels, and two and three key tiles, the last ones partial. */
+static int attention_node(Graph *g, int grad)
+{
+    static const int64_t q[] = {1, 2, 40, 8}, kv[] = {1, 2, 37, 8}, bias[] = {1, 2, 40, 37};
+    const int64_t *shapes[] = {q, kv, kv, grad ? q : bias, bias};
+    graph_init(g);
+    Node n = {.op = grad ? CT_OP_sdpa_grad : CT_OP_sdpa, .nin = grad ? 5 : 4, .iattr = {grad}, .fattr = {0.3}};
+    for (int i = 0; i < n.nin; i++)
+        n.in[i] = graph_add_value(g, (CtType){shape_make(4, shapes[i]), CT_F32}, CT_ROLE_INPUT, NULL);
+    CtErr err;
+    int id = graph_add_node(g, &n, "t", &err);
+    CHECKF(id >= 0, "%s", err.msg);
+    for (int k = 0; id >= 0 && k < g->nodes[id].nout; k++)
+        graph_mark_output(g, g->nodes[id].out[k]);
+    return id;
+}
+
 /* made at build time from codegen/cuda/lib_kernels.h */
 extern const char ct_lib_kernels_text[];
 
@@ -751,6 +771,13 @@ static void test_library(void)
         graph_free(&g);
         if ((id = one_node(&g, CT_OP_reduce_sum, (int64_t[]){0xd, 0}, 2, NULL, 0, nhwc)) >= 0)
             check_lib_node(m, &g, id, "reduce_sum over N, H, W");
+        graph_free(&g);
+    }
+    for (int grad = 0; grad < 2; grad++) {
+        Graph g;
+        int id = attention_node(&g, grad);
+        if (id >= 0)
+            check_lib_node(m, &g, id, grad ? "sdpa_grad in tiles" : "sdpa in tiles");
         graph_free(&g);
     }
     sim_module_free(m);

@@ -22,6 +22,19 @@
  * kernels that reduce within a block size their shared memory to. */
 #define CT_LIB_BLOCK 256
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
+/* The tiled attention kernels' shapes: query rows and keys a tile (the
+ * backward's dk and dv take keys CT_ATT_BK at a time), and the largest
+ * head dim they take. CT_ATT_SMEM(D) is the floats of dynamic shared
+ * memory they take at head dim D (the most of the four, ct_attn_grad_q's;
+ * the forward and ct_attn_stats take CT_ATT_SMEM_FWD(D)), at most 48 KiB,
+ * so no launch needs the driver's opt-in to more. */
+#define CT_ATT_BR 32
+#define CT_ATT_BC 32
+#define CT_ATT_BK 16
+#define CT_ATT_D 64
+#define CT_ATT_SMEM(D) \
+    ((2 * CT_ATT_BR + 2 * CT_ATT_BC) * ((D) + 1) + CT_ATT_BR * (CT_ATT_BC + 1) + CT_ATT_BR * (D) + 3 * CT_ATT_BR)
+#define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_BR * ((D) + 1))
 
 typedef struct CtIndex {
     long long n;

@@ -17,6 +17,10 @@
  *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name)
  *                    the storage type, its load as float and store from
  *                    float, the name suffix (_f32, _f16, _bf16)
+ *   CT_INF           infinity as a double
+ *   CT_DYN_SHARED(T, s)
+ *                    s: the launch's dynamic shared memory as T[] (on the
+ *                    host, at least CT_ATT_SMEM(CT_ATT_D) floats)
  *   lib_common.h     CtIndex and ct_offsets, before this text
  *   ir/formulas.h    over float numbers (fx_act), and the op kinds CT_OP_*
  *   ir/counter_rng.h random erasing's fill
@@ -1453,6 +1457,272 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
         for (long long d = 0; d < D; d++) {
             dk[r * D + d] = CT_ST(ak[d]);
             dv[r * D + d] = CT_ST(av[d]);
+        }
+    }
+}
+
+/* Attention in tiles, FlashAttention's way, for head dims up to CT_ATT_D
+ * (the kernels above take the rest): a block takes CT_ATT_BR query rows of
+ * one head (a work item: head bh's query tile w) and walks the keys
+ * CT_ATT_BC at a time through shared memory, keeping each row's running
+ * maximum and sum of exponentials (the online softmax). Sums in float, in
+ * the same order on every run. Shared rows are D + 1 floats apart, so the
+ * threads of a warp reading one column of different rows hit different
+ * banks. The gradient recomputes the weights from each row's maximum, sum
+ * and dO . O (ct_attn_stats), then takes dq a query tile a block and dk, dv
+ * a key tile a block, so that no two blocks add into one output. */
+
+/* Rows [0, n) of X [.., D] into s [rows][D + 1] as float, zeros past n. */
+CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long n, long long D, long long rows, float *s)
+{
+    for (long long e = CT_TID; e < rows * D; e += CT_NTHREADS) {
+        long long r = e / D, d = e % D;
+        s[r * (D + 1) + d] = r < n ? CT_LD(X[r * D + d]) : 0.0f;
+    }
+}
+
+CT_DEVICE float CT_SFX(ct_att_dot)(const float *a, const float *b, long long D)
+{
+    float s = 0;
+    for (long long d = 0; d < D; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* A row's maximum as the exponentials' offset: 0 for a row whose scores
+ * are all -inf so far (their weights 0, not NaN, until a finite one comes;
+ * a row all -inf ends as 0 / 0, NaN, as ref's softmax gives). */
+CT_DEVICE float CT_SFX(ct_att_base)(float m) { return m == -(float)CT_INF ? 0.0f : m; }
+
+/* The forward's shared memory at head dim D: q, k and v rows, the scores,
+ * the output rows and each row's maximum, sum and rescaling factor. */
+CT_DEVICE void CT_SFX(ct_att_carve)(float *s, long long D, float **qs, float **ks, float **vs, float **ss, float **os,
+                                    float **mx, float **sum, float **alpha)
+{
+    *qs = s, *ks = *qs + CT_ATT_BR * (D + 1), *vs = *ks + CT_ATT_BC * (D + 1), *ss = *vs + CT_ATT_BC * (D + 1);
+    *os = *ss + CT_ATT_BR * (CT_ATT_BC + 1), *mx = *os + CT_ATT_BR * D;
+    *sum = *mx + CT_ATT_BR, *alpha = *sum + CT_ATT_BR;
+}
+
+/* The online softmax of query rows [0, nr) (q in qs) over the M keys of K
+ * and V [M, D], bias rows A [nr, M] or NULL: leaves os [CT_ATT_BR][D] =
+ * sum_j exp(s_j - base) v_j and sum[r] = sum_j exp(s_j - base), base =
+ * ct_att_base(mx[r]). ks, vs, ss and alpha are the block's scratch. */
+CT_DEVICE void CT_SFX(ct_att_rows)(const float *qs, const CT_T *K, const CT_T *V, const CT_T *A, long long nr,
+                                   long long M, long long D, float scale, float *ks, float *vs, float *ss,
+                                   float *os, float *mx, float *sum, float *alpha)
+{
+    const long long R = CT_ATT_BR, C = CT_ATT_BC, P = D + 1;
+    for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
+        os[e] = 0;
+    for (long long r = CT_TID; r < R; r += CT_NTHREADS)
+        mx[r] = -(float)CT_INF, sum[r] = 0;
+    for (long long j0 = 0; j0 < M; j0 += C) {
+        long long nc = M - j0 < C ? M - j0 : C;
+        CT_SYNC(); /* the last tile's readers are done */
+        CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
+        CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
+        CT_SYNC();
+        for (long long e = CT_TID; e < R * C; e += CT_NTHREADS) {
+            long long r = e / C, j = e % C;
+            float s = -(float)CT_INF;
+            if (r < nr && j < nc)
+                s = CT_SFX(ct_att_dot)(qs + r * P, ks + j * P, D) * scale + (A ? CT_LD(A[r * M + j0 + j]) : 0.0f);
+            ss[r * (C + 1) + j] = s;
+        }
+        CT_SYNC();
+        for (long long r = CT_TID; r < R; r += CT_NTHREADS) {
+            float m = mx[r], l = 0, *srow = ss + r * (C + 1);
+            for (long long j = 0; j < nc; j++)
+                m = srow[j] > m ? srow[j] : m; /* NaN never wins: it reaches the sum instead */
+            float base = CT_SFX(ct_att_base)(m);
+            for (long long j = 0; j < C; j++)
+                l += srow[j] = expf(srow[j] - base);
+            alpha[r] = expf(mx[r] - base);
+            sum[r] = sum[r] * alpha[r] + l;
+            mx[r] = m;
+        }
+        CT_SYNC();
+        for (long long e = CT_TID; e < R * D; e += CT_NTHREADS) {
+            long long r = e / D, d = e % D;
+            float acc = os[e] * alpha[r];
+            for (long long j = 0; j < nc; j++)
+                acc += ss[r * (C + 1) + j] * vs[j * P + d];
+            os[e] = acc;
+        }
+    }
+    CT_SYNC();
+}
+
+/* Head bh's bias rows from query row i0, or NULL. */
+CT_DEVICE const CT_T *CT_SFX(ct_att_bias)(const CT_T *bias, long long bh, long long i0, long long M, long long H,
+                                          long long sb, long long sh)
+{
+    return bias ? bias + bh / H * sb + bh % H * sh + i0 * M : 0;
+}
+
+/* Attention's forward, a query tile a work item. */
+CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
+                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
+    CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
+    long long tiles = (N + CT_ATT_BR - 1) / CT_ATT_BR;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * CT_ATT_BR, nr = N - i0 < CT_ATT_BR ? N - i0 : CT_ATT_BR;
+        CT_SYNC(); /* the last work item's readers of qs and os are done */
+        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, CT_ATT_BR, qs);
+        CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
+                            M, D, scale, ks, vs, ss, os, mx, sum, alpha);
+        for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
+            y[(bh * N + i0) * D + e] = CT_ST(os[e] / sum[e / D]);
+    }
+}
+
+/* Each query row's base, sum of exponentials and dO . O (which is the
+ * row's sum_j P_j dP_j) into stats[3r..3r+2], a query tile a work item. */
+CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                float *stats, long long BH, long long N, long long M, long long D, float scale,
+                                long long H, long long sb, long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
+    CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
+    long long tiles = (N + CT_ATT_BR - 1) / CT_ATT_BR;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * CT_ATT_BR, nr = N - i0 < CT_ATT_BR ? N - i0 : CT_ATT_BR;
+        CT_SYNC();
+        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, CT_ATT_BR, qs);
+        CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
+                            M, D, scale, ks, vs, ss, os, mx, sum, alpha);
+        for (long long r = CT_TID; r < nr; r += CT_NTHREADS) {
+            const CT_T *G = dy + (bh * N + i0 + r) * D;
+            float dot = 0;
+            for (long long d = 0; d < D; d++)
+                dot += CT_LD(G[d]) * os[r * D + d];
+            float *st = stats + 3 * (bh * N + i0 + r);
+            st[0] = CT_SFX(ct_att_base)(mx[r]), st[1] = sum[r], st[2] = dot / sum[r];
+        }
+    }
+}
+
+/* Weight P and dS = P (dP - dO . O) of query row (qr, gr: its q and dO in
+ * shared rows, st its stats) and key j (kr, vr), s its score without the
+ * bias a (0 for none). */
+CT_DEVICE float CT_SFX(ct_att_ds)(const float *qr, const float *gr, const float *kr, const float *vr, const float *st,
+                                  float a, long long D, float scale, float *p)
+{
+    *p = expf(CT_SFX(ct_att_dot)(qr, kr, D) * scale + a - st[0]) / st[1];
+    return *p * (CT_SFX(ct_att_dot)(gr, vr, D) - st[2]);
+}
+
+/* Attention's dq (and dS to dbias [BH, N, M] unless NULL), a query tile a
+ * work item, from ct_attn_stats's stats. */
+CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                 CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
+                                 long long D, float scale, long long H, long long sb, long long sh)
+{
+    const long long R = CT_ATT_BR, C = CT_ATT_BC, P = D + 1, tiles = (N + R - 1) / R;
+    CT_DYN_SHARED(float, ct_smem);
+    float *qs = ct_smem, *gs = qs + R * P, *ks = gs + R * P, *vs = ks + C * P, *ss = vs + C * P;
+    float *dqs = ss + R * (C + 1), *st = dqs + R * D;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R, row0 = bh * N + i0;
+        const CT_T *K = k + bh * M * D, *V = v + bh * M * D, *A = CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh);
+        CT_SYNC();
+        CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
+        CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
+        for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
+            dqs[e] = 0;
+        for (long long e = CT_TID; e < 3 * nr; e += CT_NTHREADS)
+            st[e] = stats[3 * row0 + e];
+        for (long long j0 = 0; j0 < M; j0 += C) {
+            long long nc = M - j0 < C ? M - j0 : C;
+            CT_SYNC();
+            CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
+            CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
+            CT_SYNC();
+            for (long long e = CT_TID; e < R * C; e += CT_NTHREADS) {
+                long long r = e / C, j = e % C;
+                float p, ds = 0;
+                if (r < nr && j < nc) {
+                    float a = A ? CT_LD(A[r * M + j0 + j]) : 0.0f;
+                    ds = CT_SFX(ct_att_ds)(qs + r * P, gs + r * P, ks + j * P, vs + j * P, st + 3 * r, a, D, scale, &p);
+                    if (dbias)
+                        dbias[(row0 + r) * M + j0 + j] = CT_ST(ds);
+                }
+                ss[r * (C + 1) + j] = ds * scale;
+            }
+            CT_SYNC();
+            for (long long e = CT_TID; e < R * D; e += CT_NTHREADS) {
+                long long r = e / D, d = e % D;
+                float acc = dqs[e];
+                for (long long j = 0; j < nc; j++)
+                    acc += ss[r * (C + 1) + j] * ks[j * P + d];
+                dqs[e] = acc;
+            }
+        }
+        for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
+            dq[row0 * D + e] = CT_ST(dqs[e]);
+    }
+}
+
+/* Attention's dk and dv, a tile of CT_ATT_BK keys a work item, walking the
+ * queries CT_ATT_BR at a time: dv_j = sum_i P_ij dO_i, dk_j = scale *
+ * sum_i dS_ij q_i. */
+CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                  CT_T *dk, CT_T *dv, const float *stats, long long BH, long long N, long long M,
+                                  long long D, float scale, long long H, long long sb, long long sh)
+{
+    const long long R = CT_ATT_BR, C = CT_ATT_BK, P = D + 1, tiles = (M + C - 1) / C;
+    CT_DYN_SHARED(float, ct_smem);
+    float *ks = ct_smem, *vs = ks + C * P, *qs = vs + C * P, *gs = qs + R * P, *ps = gs + R * P;
+    float *dss = ps + C * (R + 1), *dks = dss + C * (R + 1), *dvs = dks + C * D, *st = dvs + C * D;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, j0 = w % tiles * C, nc = M - j0 < C ? M - j0 : C, key0 = bh * M + j0;
+        const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
+        CT_SYNC();
+        CT_SFX(ct_att_load)(k + key0 * D, nc, D, C, ks);
+        CT_SFX(ct_att_load)(v + key0 * D, nc, D, C, vs);
+        for (long long e = CT_TID; e < C * D; e += CT_NTHREADS)
+            dks[e] = dvs[e] = 0;
+        for (long long i0 = 0; i0 < N; i0 += R) {
+            long long nr = N - i0 < R ? N - i0 : R, row0 = bh * N + i0;
+            CT_SYNC();
+            CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
+            CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
+            for (long long e = CT_TID; e < 3 * nr; e += CT_NTHREADS)
+                st[e] = stats[3 * row0 + e];
+            CT_SYNC();
+            for (long long e = CT_TID; e < C * R; e += CT_NTHREADS) {
+                long long j = e / R, i = e % R;
+                float p = 0, ds = 0;
+                if (j < nc && i < nr) {
+                    float a = A ? CT_LD(A[(i0 + i) * M + j0 + j]) : 0.0f;
+                    ds = CT_SFX(ct_att_ds)(qs + i * P, gs + i * P, ks + j * P, vs + j * P, st + 3 * i, a, D, scale, &p);
+                }
+                ps[j * (R + 1) + i] = p;
+                dss[j * (R + 1) + i] = ds * scale;
+            }
+            CT_SYNC();
+            for (long long e = CT_TID; e < C * D; e += CT_NTHREADS) {
+                long long j = e / D, d = e % D;
+                float av = dvs[e], ak = dks[e];
+                for (long long i = 0; i < nr; i++) {
+                    av += ps[j * (R + 1) + i] * gs[i * P + d];
+                    ak += dss[j * (R + 1) + i] * qs[i * P + d];
+                }
+                dvs[e] = av, dks[e] = ak;
+            }
+        }
+        for (long long e = CT_TID; e < nc * D; e += CT_NTHREADS) {
+            dk[key0 * D + e] = CT_ST(dks[e]);
+            dv[key0 * D + e] = CT_ST(dvs[e]);
         }
     }
 }

@@ -552,18 +552,19 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-/* Attention's fallback kernels: dense [B, H, N, D] operands, and a bias
- * [B or 1, H or 1, N, M] (sdpa's input 3, sdpa_grad's 4). */
-/* The attention kernels' trailing arguments: their work items, the query
- * and key counts, the head dim, the scale, and the heads and the bias's
- * strides over B and H (0 where it broadcasts; all 0 without a bias). */
-static void attention_sizes(Builder *b, const Node *n, LibLaunch *l, long long rows)
+/* Attention's kernels: dense [B, H, N, D] operands, and a bias
+ * [B or 1, H or 1, N, M] (sdpa's input 3, sdpa_grad's 4). Their trailing
+ * arguments: their work items (the fallback kernels': rows; the tiled
+ * ones': heads), the query and key counts, the head dim, the scale, and
+ * the heads and the bias's strides over B and H (0 where it broadcasts;
+ * all 0 without a bias). */
+static void attention_sizes(Builder *b, const Node *n, LibLaunch *l, long long items)
 {
     const CtShape *q = &val(b, n->in[0])->type.shape;
     int bias = n->op == CT_OP_sdpa ? 3 : 4;
     const CtShape *a = n->nin > bias ? &val(b, n->in[bias])->type.shape : NULL;
     long long N = q->d[2], M = val(b, n->in[1])->type.shape.d[2], NM = N * M;
-    a_i64(l, rows);
+    a_i64(l, items);
     a_i64(l, N);
     a_i64(l, M);
     a_i64(l, q->d[3]);
@@ -582,6 +583,11 @@ static void a_in_or_null(LibLaunch *l, const Node *n, int i)
         arg(l, LA_NULL);
 }
 
+static long long tiles(long long n, long long tile) { return (n + tile - 1) / tile; }
+
+/* Head dims up to CT_ATT_D run the tiled kernels (a block a tile), the
+ * rest the fallback kernels (a thread a row). Both backward forms leave
+ * each query row's three stats in the scratch. */
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     const CtShape *q = &val(b, n->in[0])->type.shape, *k = &val(b, n->in[1])->type.shape;
@@ -592,16 +598,31 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     if (D > CT_MAX_HEAD)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
     CtDType t = val(b, n->out[0])->type.dtype;
+    int tiled = D <= CT_ATT_D;
+    long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_BR) : BH * N, sized = tiled ? BH : BH * N;
     if (n->op == CT_OP_sdpa) {
-        LibLaunch *l = begin(b, "ct_sdpa", t, BH * N);
+        LibLaunch *l = begin(b, tiled ? "ct_attn" : "ct_sdpa", t, qitems);
+        l->shared = tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
         for (int i = 0; i < 3; i++)
             a_val(l, n->in[i]);
         a_in_or_null(l, n, 3);
         a_val(l, n->out[0]);
-        attention_sizes(b, n, l, BH * N);
+        attention_sizes(b, n, l, sized);
         return 0;
     }
-    LibLaunch *l = begin(b, "ct_sdpa_grad_q", t, BH * N);
+    *scratch = 3 * sizeof(float) * (size_t)(BH * N);
+    LibLaunch *l;
+    if (tiled) {
+        l = begin(b, "ct_attn_stats", t, qitems);
+        l->shared = sizeof(float) * CT_ATT_SMEM_FWD(D);
+        for (int i = 0; i < 4; i++)
+            a_val(l, n->in[i]);
+        a_in_or_null(l, n, 4);
+        arg(l, LA_SCRATCH);
+        attention_sizes(b, n, l, BH);
+    }
+    l = begin(b, tiled ? "ct_attn_grad_q" : "ct_sdpa_grad_q", t, qitems);
+    l->shared = tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
     a_in_or_null(l, n, 4);
@@ -611,16 +632,17 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     else
         arg(l, LA_NULL);
     arg(l, LA_SCRATCH);
-    *scratch = 3 * sizeof(float) * (size_t)(BH * N);
-    attention_sizes(b, n, l, BH * N);
-    l = begin(b, "ct_sdpa_grad_kv", t, BH * M);
+    attention_sizes(b, n, l, sized);
+    l = begin(b, tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
+              tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_BK) : BH * M);
+    l->shared = tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
     a_in_or_null(l, n, 4);
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);
     arg(l, LA_SCRATCH);
-    attention_sizes(b, n, l, BH * M);
+    attention_sizes(b, n, l, tiled ? BH : BH * M);
     return 0;
 }
 

@@ -45,6 +45,7 @@ typedef struct LibLaunch {
     int nargs;
     long long items;  /* work items: the loop count the grid should cover (a kernel taking a block an
                        * item, CT_BLOCK_LOOP: CT_LIB_BLOCK times its items) */
+    size_t shared;    /* bytes of dynamic shared memory a block (CT_DYN_SHARED), at most 48 KiB */
 } LibLaunch;
 
 /* One launch's kernelParams (cuLaunchKernel's convention: params[k]

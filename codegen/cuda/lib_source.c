@@ -27,7 +27,8 @@ void lib_source(CtBuf *out)
                     "i < (n); i += (long long)blockDim.x * gridDim.x)\n"
                     "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
-                    "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n");
+                    "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
+                    "#ifndef CT_SIMT\n#define CT_DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n");
     buf_printf(out, "%s\n", ct_lib_common_text);
     /* the activations' formulas, over float as the generated kernels compute */
     buf_printf(out, "enum {");

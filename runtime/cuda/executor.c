@@ -359,8 +359,8 @@ static int launch_lib(CudaLoaded *ld, CUfunction f, const LibLaunch *l, CtErr *e
                                                 : 0;
     lib_params(l, ptr, store, params);
     unsigned grid = lp_grid(l->items, ld->p->opt.cuda_sms); /* as the plan's kernels: the program's SMs */
-    return cu_check(ex, ex->drv.LaunchKernel(f, grid, 1, 1, LP_BLOCK, 1, 1, 0, ex->stream, params, NULL), err,
-                    "launching %s (%u x %d)", l->kernel, grid, LP_BLOCK);
+    CUresult r = ex->drv.LaunchKernel(f, grid, 1, 1, LP_BLOCK, 1, 1, (unsigned)l->shared, ex->stream, params, NULL);
+    return cu_check(ex, r, err, "launching %s (%u x %d)", l->kernel, grid, LP_BLOCK);
 }
 
 static int run_step(CudaLoaded *ld, int s, CtErr *err)

@@ -211,10 +211,11 @@ static void allow_value(CtExec *e, ValueId v)
         sim_allow(addr(e, v), value_bytes(&e->p->g.values[e->lp->alias[v] >= 0 ? e->lp->alias[v] : v]));
 }
 
-static int launch(CtExec *e, SimModule *m, const char *name, unsigned grid, unsigned block, void **params,
-                  uint64_t salt, CtErr *err)
+static int launch(CtExec *e, SimModule *m, const char *name, unsigned grid, unsigned block, size_t shared,
+                  void **params, uint64_t salt, CtErr *err)
 {
-    SimLaunch l = {.grid = {grid, 1, 1}, .block = {block, 1, 1}, .seed = e->seed ^ (salt * 0x9E3779B97F4A7C15ull)};
+    SimLaunch l = {.grid = {grid, 1, 1}, .block = {block, 1, 1}, .dyn_shared = shared,
+                   .seed = e->seed ^ (salt * 0x9E3779B97F4A7C15ull)};
     return sim_launch(m, name, &l, params, err);
 }
 
@@ -233,7 +234,8 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
         }
     }
     lib_params(l, ptr, store, params);
-    return launch(e, e->lib, l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, params, salt, err);
+    return launch(e, e->lib, l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, l->shared, params, salt,
+                  err);
 }
 
 static int run_step(CtExec *e, int s, CtErr *err)
@@ -254,7 +256,7 @@ static int run_step(CtExec *e, int s, CtErr *err)
         }
         char name[32];
         snprintf(name, sizeof name, "ct_k%d", c->fn[st->launch]);
-        rc = launch(e, e->gen[c->unit[st->launch]], name, st->grid, st->block, params, salt, err);
+        rc = launch(e, e->gen[c->unit[st->launch]], name, st->grid, st->block, 0, params, salt, err);
         free(ptr);
         free(params);
     } else if (st->kind == LP_GEMM) {
