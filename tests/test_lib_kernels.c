@@ -33,6 +33,10 @@
 #define CT_NTHREADS 1
 #define CT_SYNC()
 #define CT_SHARED
+#define CT_WARP_LOOP(i, n) for (long long i = 0; i < (n); i++)
+#define CT_LANE 0
+#define CT_LANES 1
+#define CT_LANE_SUM(v) (v)
 #define CT_DYN_SHARED(T, name) T name[CT_ATT_SMEM(CT_ATT_D)]
 #define CT_T float
 #define CT_LD(v) (v)
@@ -83,6 +87,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
         ct_reduce_sum_f32(F(0), F(1), X(2), X(3));
+    else if (!strcmp(k, "ct_reduce_sum_part_f32"))
+        ct_reduce_sum_part_f32(F(0), (double *)P(1), X(2), X(3), I(4));
+    else if (!strcmp(k, "ct_reduce_sum_total_f32"))
+        ct_reduce_sum_total_f32((double *)P(0), F(1), X(2), I(3));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))
@@ -91,8 +99,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_layer_norm_f32(F(0), F(1), F(2), F(3), X(4), I(5), I(6), I(7), R(8));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
         ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7), I(8), R(9));
+    else if (!strcmp(k, "ct_layer_norm_grad_w_part_f32"))
+        ct_layer_norm_grad_w_part_f32(F(0), F(1), F(2), (double *)P(3), X(4), I(5), I(6), I(7));
     else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))
-        ct_layer_norm_grad_w_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7));
+        ct_layer_norm_grad_w_f32((double *)P(0), F(1), F(2), I(3), I(4));
     else if (!strcmp(k, "ct_group_norm_f32"))
         ct_group_norm_f32(F(0), F(1), F(2), F(3), X(4), X(5), I(6), R(7));
     else if (!strcmp(k, "ct_group_norm_grad_x_f32"))
@@ -421,6 +431,8 @@ static void test_data_movement(void)
         x = input(&c, "x", 4, x4, nhwc, CT_F32);
         if (!add_node(&c, CT_OP_reshape, 1, &x, (int64_t[]){2, 2, 60}, 3, NULL, 0, 0))
             check_case(&c, "reshape");
+        /* one stage (60 outputs of 2 terms), two (3 of 40: chunks of 16
+         * starting inside the runs of 5 along W) */
         for (int mask = 0; mask < 2; mask++) {
             graph_init(&c.g);
             x = input(&c, "x", 4, x4, nhwc, CT_F32);
@@ -428,6 +440,12 @@ static void test_data_movement(void)
                 check_case(&c, mask ? "reduce_sum over N, H, W" : "reduce_sum over N, keepdim");
         }
     }
+    /* a bias gradient: [3, 70, 6] over its first two dims, 14 chunks */
+    Case c;
+    graph_init(&c.g);
+    ValueId x = input(&c, "x", 3, (int64_t[]){3, 70, 6}, 0, CT_F32);
+    if (!add_node(&c, CT_OP_reduce_sum, 1, &x, (int64_t[]){0x3, 0}, 2, NULL, 0, 0))
+        check_case(&c, "reduce_sum over rows");
 }
 
 static void test_rows(void)
@@ -445,17 +463,23 @@ static void test_rows(void)
             if (!add_node(&c, CT_OP_softmax_grad, 2, (ValueId[]){x, dy}, (int64_t[]){dim}, 1, NULL, 0, nhwc))
                 check_case(&c, "softmax_grad");
         }
-    Case c;
-    graph_init(&c.g);
-    ValueId x = input(&c, "x", 3, (int64_t[]){2, 5, 8}, 0, CT_F32), w = input(&c, "w", 1, (int64_t[]){8}, 0, CT_F32);
-    ValueId b = input(&c, "b", 1, (int64_t[]){8}, 0, CT_F32);
-    if (!add_node(&c, CT_OP_layer_norm, 3, (ValueId[]){x, w, b}, NULL, 0, (double[]){1e-6}, 1, 0))
-        check_case(&c, "layer_norm");
-    graph_init(&c.g);
-    x = input(&c, "x", 3, (int64_t[]){2, 5, 8}, 0, CT_F32), w = input(&c, "w", 1, (int64_t[]){8}, 0, CT_F32);
-    ValueId dy = input(&c, "dy", 3, (int64_t[]){2, 5, 8}, 0, CT_F32);
-    if (!add_node(&c, CT_OP_layer_norm_grad, 3, (ValueId[]){x, w, dy}, NULL, 0, (double[]){1e-6}, 1, 0))
-        check_case(&c, "layer_norm_grad");
+    /* layer_norm and its gradient, whose dweight and dbias sum 10 rows in
+     * one chunk, then 69 in five (chunks of 16 that start inside the runs
+     * of 23 rows along the second dim) */
+    static const int64_t ln[][3] = {{2, 5, 8}, {3, 23, 8}};
+    for (int i = 0; i < 2; i++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 3, ln[i], 0, CT_F32), w = input(&c, "w", 1, &ln[i][2], 0, CT_F32);
+        ValueId b = input(&c, "b", 1, &ln[i][2], 0, CT_F32);
+        if (!add_node(&c, CT_OP_layer_norm, 3, (ValueId[]){x, w, b}, NULL, 0, (double[]){1e-6}, 1, 0))
+            check_case(&c, "layer_norm");
+        graph_init(&c.g);
+        x = input(&c, "x", 3, ln[i], 0, CT_F32), w = input(&c, "w", 1, &ln[i][2], 0, CT_F32);
+        ValueId dy = input(&c, "dy", 3, ln[i], 0, CT_F32);
+        if (!add_node(&c, CT_OP_layer_norm_grad, 3, (ValueId[]){x, w, dy}, NULL, 0, (double[]){1e-6}, 1, 0))
+            check_case(&c, "layer_norm_grad");
+    }
 }
 
 static void test_batch_norm(void)

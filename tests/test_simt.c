@@ -721,17 +721,14 @@ static int one_node(Graph *g, CtOp op, const int64_t *a, int na, const double *f
     return id;
 }
 
-/* Attention (grad: its gradient, dbias included) of q [1, 2, 40, 8] over
- * 37 keys with a bias [1, 2, 40, 37]: two query tiles of the tiled
- * kernels, and two and three key tiles, the last ones partial. */
-static int attention_node(Graph *g, int grad)
+/* A graph of node `op` (iattr[0] i, fattr[0] f) on f32 inputs of shapes
+ * s[0..nin), its outputs the graph's. */
+static int node_on(Graph *g, CtOp op, int nin, const CtShape *s, int64_t i, double f)
 {
-    static const int64_t q[] = {1, 2, 40, 8}, kv[] = {1, 2, 37, 8}, bias[] = {1, 2, 40, 37};
-    const int64_t *shapes[] = {q, kv, kv, grad ? q : bias, bias};
     graph_init(g);
-    Node n = {.op = grad ? CT_OP_sdpa_grad : CT_OP_sdpa, .nin = grad ? 5 : 4, .iattr = {grad}, .fattr = {0.3}};
-    for (int i = 0; i < n.nin; i++)
-        n.in[i] = graph_add_value(g, (CtType){shape_make(4, shapes[i]), CT_F32}, CT_ROLE_INPUT, NULL);
+    Node n = {.op = op, .nin = nin, .iattr = {i}, .fattr = {f}};
+    for (int k = 0; k < nin; k++)
+        n.in[k] = graph_add_value(g, (CtType){s[k], CT_F32}, CT_ROLE_INPUT, NULL);
     CtErr err;
     int id = graph_add_node(g, &n, "t", &err);
     CHECKF(id >= 0, "%s", err.msg);
@@ -773,11 +770,26 @@ static void test_library(void)
             check_lib_node(m, &g, id, "reduce_sum over N, H, W");
         graph_free(&g);
     }
-    for (int grad = 0; grad < 2; grad++) {
+    /* attention of q [1, 2, 40, 8] over 37 keys with a bias [1, 2, 40, 37]
+     * (the gradient's dbias too): two query tiles of the tiled kernels, two
+     * and three key tiles, the last ones partial; layer_norm of 37 rows of
+     * 40, a row a warp (eight lanes' shares longer than the others) */
+    const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
+    const CtShape x = {3, {1, 37, 40}}, w = {1, {40}};
+    static const struct {
+        CtOp op;
+        int nin;
+        const char *what;
+    } cases[] = {{CT_OP_sdpa, 4, "sdpa in tiles"},
+                 {CT_OP_sdpa_grad, 5, "sdpa_grad in tiles"},
+                 {CT_OP_layer_norm, 3, "layer_norm"},
+                 {CT_OP_layer_norm_grad, 3, "layer_norm_grad"}};
+    const CtShape shapes[][5] = {{q, kv, kv, bias}, {q, kv, kv, q, bias}, {x, w, w}, {x, w, x}};
+    for (int i = 0; i < 4; i++) {
         Graph g;
-        int id = attention_node(&g, grad);
+        int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].op == CT_OP_sdpa_grad, i < 2 ? 0.3 : 1e-5);
         if (id >= 0)
-            check_lib_node(m, &g, id, grad ? "sdpa_grad in tiles" : "sdpa in tiles");
+            check_lib_node(m, &g, id, cases[i].what);
         graph_free(&g);
     }
     sim_module_free(m);

@@ -21,6 +21,9 @@
 /* Threads of a library kernel's block (the launch plan's LP_BLOCK), which the
  * kernels that reduce within a block size their shared memory to. */
 #define CT_LIB_BLOCK 256
+/* Threads of a warp, which the kernels taking a work item a warp
+ * (CT_WARP_LOOP) count their items in. */
+#define CT_LIB_LANES 32
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
 /* The tiled attention kernels' shapes: query rows and keys a tile (the
  * backward's dk and dv take keys CT_ATT_BK at a time), and the largest

@@ -14,6 +14,11 @@
  *                    CT_NTHREADS (0 of 1 on the host) takes its share,
  *                    CT_SYNC() is the block's barrier (or nothing) and
  *                    CT_SHARED makes a variable the block's (or a local)
+ *   CT_WARP_LOOP(i, n)
+ *                    each of n work items by a whole warp (CT_LANES threads,
+ *                    or 1): a warp-stride loop, or a loop; inside it lane
+ *                    CT_LANE takes its share, and CT_LANE_SUM(v) gives
+ *                    every lane the sum of the warp's v (double)
  *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name)
  *                    the storage type, its load as float and store from
  *                    float, the name suffix (_f32, _f16, _bf16)
@@ -29,9 +34,11 @@
  * or channel, with the inner sums serial in double (the ref kernels'
  * formulas, so f32 results agree closely). group_norm's groups hold a
  * whole feature map or more, so a block takes each, its sums in double
- * reduced over the block in a fixed order (the same bits on every run).
- * Every tensor is addressed through strides, so either layout (NCHW or
- * NHWC) works.
+ * reduced over the block in a fixed order (the same bits on every run);
+ * a warp takes each of layer_norm's rows. Long sums of few outputs (reduce_sum's,
+ * batch_norm's, layer_norm's dweight) take two stages: partial sums of
+ * chunks into scratch, then the chunks added in order. Every tensor is
+ * addressed through strides, so either layout (NCHW or NHWC) works.
  */
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
@@ -72,19 +79,70 @@ CT_GLOBAL CT_SFX(ct_add)(const CT_T *a, const CT_T *b, CT_T *y, CtIndex ix)
     }
 }
 
+/* The run of ix's indices from r (before end) that step only its innermost
+ * dim: r's offset (ix's st0 strides) into *o, that dim's st0 stride into
+ * *s, and the run's length returned; a loop over a range of ix divides
+ * once a run, not once an index (64-bit division is slow on a GPU). */
+CT_DEVICE long long CT_SFX(ct_run)(const CtIndex *ix, long long r, long long end, long long *o, long long *s)
+{
+    long long last = ix->nd ? ix->dim[ix->nd - 1] : 1, n = last - r % last, unused;
+    ct_offsets(ix, r, o, &unused);
+    *s = ix->nd ? ix->st0[ix->nd - 1] : 0;
+    return n < end - r ? n : end - r;
+}
+
+/* The sum in double of x over indices [r, end) of red, in index order. */
+CT_DEVICE double CT_SFX(ct_sum_range)(const CT_T *x, const CtIndex *red, long long r, long long end)
+{
+    double s = 0;
+    while (r < end) {
+        long long o, st, n = CT_SFX(ct_run)(red, r, end, &o, &st);
+        for (long long t = 0; t < n; t++)
+            s += CT_LD(x[o + t * st]);
+        r += n;
+    }
+    return s;
+}
+
 /* y[o] = sum of x over the reduced dims: `out` walks the kept dims (x's and
- * y's strides), `red` the reduced ones (x's strides). */
+ * y's strides), `red` the reduced ones (x's strides). One output a work
+ * item, where the outputs are many next to the reduction's length. */
 CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, CT_T *y, CtIndex out, CtIndex red)
 {
     CT_LOOP(j, out.n)
     {
-        long long xo, yo, xr, unused;
-        double s = 0;
+        long long xo, yo;
         ct_offsets(&out, j, &xo, &yo);
-        for (long long r = 0; r < red.n; r++) {
-            ct_offsets(&red, r, &xr, &unused);
-            s += CT_LD(x[xo + xr]);
-        }
+        y[yo] = CT_ST((float)CT_SFX(ct_sum_range)(x + xo, &red, 0, red.n));
+    }
+}
+
+/* reduce_sum in two stages, where the reduction is long next to the
+ * outputs (a bias gradient: [B*N, C] summed over its rows). First, work
+ * items pair output j with chunk k of `chunk` reduced indices, j fastest
+ * (neighbouring threads read neighbouring memory where a kept dim is
+ * innermost): each chunk's sum into part[k * out.n + j]. */
+CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const CT_T *x, double *part, CtIndex out, CtIndex red, long long chunk)
+{
+    long long nchunks = (red.n + chunk - 1) / chunk;
+    CT_LOOP(i, nchunks * out.n)
+    {
+        long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, unused;
+        ct_offsets(&out, i % out.n, &xo, &unused);
+        part[i] = CT_SFX(ct_sum_range)(x + xo, &red, k * chunk, end);
+    }
+}
+
+/* Then each output's chunks added in chunk order (the same bits every run). */
+CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, CT_T *y, CtIndex out, long long nchunks)
+{
+    CT_LOOP(j, out.n)
+    {
+        long long unused, yo;
+        double s = 0;
+        for (long long k = 0; k < nchunks; k++)
+            s += part[k * out.n + j];
+        ct_offsets(&out, j, &unused, &yo);
         y[yo] = CT_ST((float)s);
     }
 }
@@ -196,82 +254,6 @@ CT_GLOBAL CT_SFX(ct_softmax_grad)(const CT_T *y, const CT_T *dy, CT_T *dx, CtInd
     }
 }
 
-/* layer_norm over a dim of D (the last): w and b dense [D]. */
-CT_GLOBAL CT_SFX(ct_layer_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, long long D,
-                                long long sx, long long sy, float eps)
-{
-    CT_LOOP(r, rows.n)
-    {
-        long long xo, yo;
-        double mean = 0, var = 0;
-        ct_offsets(&rows, r, &xo, &yo);
-        for (long long i = 0; i < D; i++)
-            mean += CT_LD(x[xo + i * sx]);
-        mean /= (double)D;
-        for (long long i = 0; i < D; i++) {
-            double d = CT_LD(x[xo + i * sx]) - mean;
-            var += d * d;
-        }
-        double inv = 1 / sqrt(var / (double)D + eps);
-        for (long long i = 0; i < D; i++)
-            y[yo + i * sy] = CT_ST((float)((CT_LD(x[xo + i * sx]) - mean) * inv * CT_LD(w[i]) + CT_LD(b[i])));
-    }
-}
-
-/* layer_norm's dx, one row a work item; x and dy share strides (st0). Each
- * row's mean and 1/std go to stats[2r], stats[2r+1] for the weight kernel. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, float *stats,
-                                       CtIndex rows, long long D, long long sx, long long sd, float eps)
-{
-    CT_LOOP(r, rows.n)
-    {
-        long long xo, o;
-        double mean = 0, var = 0, mg = 0, mgx = 0;
-        ct_offsets(&rows, r, &xo, &o);
-        for (long long i = 0; i < D; i++)
-            mean += CT_LD(x[xo + i * sx]);
-        mean /= (double)D;
-        for (long long i = 0; i < D; i++) {
-            double d = CT_LD(x[xo + i * sx]) - mean;
-            var += d * d;
-        }
-        double inv = 1 / sqrt(var / (double)D + eps);
-        for (long long i = 0; i < D; i++) {
-            double gi = (double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]);
-            mg += gi;
-            mgx += gi * (CT_LD(x[xo + i * sx]) - mean) * inv;
-        }
-        mg /= (double)D;
-        mgx /= (double)D;
-        for (long long i = 0; i < D; i++) {
-            double xhat = (CT_LD(x[xo + i * sx]) - mean) * inv;
-            dx[o + i * sd] = CT_ST((float)(inv * ((double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]) - mg - xhat * mgx)));
-        }
-        stats[2 * r] = (float)mean;
-        stats[2 * r + 1] = (float)inv;
-    }
-}
-
-/* layer_norm's dweight and dbias, one column a work item, from the stats
- * ct_layer_norm_grad_x left. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const CT_T *x, const CT_T *dy, const float *stats, CT_T *dw, CT_T *db,
-                                       CtIndex rows, long long D, long long sx)
-{
-    CT_LOOP(i, D)
-    {
-        double sw = 0, sb = 0;
-        for (long long r = 0; r < rows.n; r++) {
-            long long xo, unused;
-            ct_offsets(&rows, r, &xo, &unused);
-            double g = CT_LD(dy[xo + i * sx]);
-            sw += g * (CT_LD(x[xo + i * sx]) - stats[2 * r]) * stats[2 * r + 1];
-            sb += g;
-        }
-        dw[i] = CT_ST((float)sw);
-        db[i] = CT_ST((float)sb);
-    }
-}
-
 /* The sum of every thread's v, given to all the block's threads: a tree in
  * red[CT_LIB_BLOCK] (the block's), added in the same order on every run. */
 CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
@@ -288,6 +270,111 @@ CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
         CT_SYNC();
     }
     return red[0];
+}
+
+/* layer_norm over a dim of D (the last), a row a warp: `rows` walks the
+ * other dims (x's strides, then y's or dx's), sx and sy (sd) step along a
+ * row, w and b dense [D]. A row's sums are its lanes', in double, added
+ * across the warp by CT_LANE_SUM (every lane gets the same bits). */
+
+/* The mean and 1/sqrt(biased variance + eps) of the row at x, two passes
+ * as the ref kernel. */
+CT_DEVICE void CT_SFX(ct_row_stats)(const CT_T *x, long long D, long long sx, float eps, double *mean, double *inv)
+{
+    double s = 0, q = 0;
+    for (long long i = CT_LANE; i < D; i += CT_LANES)
+        s += CT_LD(x[i * sx]);
+    *mean = CT_LANE_SUM(s) / (double)D;
+    for (long long i = CT_LANE; i < D; i += CT_LANES) {
+        double d = CT_LD(x[i * sx]) - *mean;
+        q += d * d;
+    }
+    *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+}
+
+CT_GLOBAL CT_SFX(ct_layer_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, long long D,
+                                long long sx, long long sy, float eps)
+{
+    CT_WARP_LOOP(r, rows.n)
+    {
+        long long xo, yo;
+        double mean, inv;
+        ct_offsets(&rows, r, &xo, &yo);
+        CT_SFX(ct_row_stats)(x + xo, D, sx, eps, &mean, &inv);
+        for (long long i = CT_LANE; i < D; i += CT_LANES)
+            y[yo + i * sy] = CT_ST((float)((CT_LD(x[xo + i * sx]) - mean) * inv * CT_LD(w[i]) + CT_LD(b[i])));
+    }
+}
+
+/* layer_norm's dx; x and dy share strides. Each row's mean and 1/std go to
+ * stats[2r], stats[2r+1] for the weight kernels. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, float *stats,
+                                       CtIndex rows, long long D, long long sx, long long sd, float eps)
+{
+    CT_WARP_LOOP(r, rows.n)
+    {
+        long long xo, o;
+        double mean, inv, mg = 0, mgx = 0;
+        ct_offsets(&rows, r, &xo, &o);
+        CT_SFX(ct_row_stats)(x + xo, D, sx, eps, &mean, &inv);
+        for (long long i = CT_LANE; i < D; i += CT_LANES) {
+            double gi = (double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]);
+            mg += gi;
+            mgx += gi * (CT_LD(x[xo + i * sx]) - mean) * inv;
+        }
+        mg = CT_LANE_SUM(mg) / (double)D;
+        mgx = CT_LANE_SUM(mgx) / (double)D;
+        for (long long i = CT_LANE; i < D; i += CT_LANES) {
+            double xhat = (CT_LD(x[xo + i * sx]) - mean) * inv;
+            dx[o + i * sd] = CT_ST((float)(inv * ((double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]) - mg - xhat * mgx)));
+        }
+        if (CT_LANE == 0) {
+            stats[2 * r] = (float)mean;
+            stats[2 * r + 1] = (float)inv;
+        }
+    }
+}
+
+/* layer_norm's dweight and dbias over all rows in two stages, from the
+ * stats ct_layer_norm_grad_x left. First, work items pair column c with
+ * chunk k of `chunk` rows, c fastest (neighbouring threads read
+ * neighbouring columns of a row): each chunk's sums into part[2 i] (dw)
+ * and part[2 i + 1] (db), i = k * D + c. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const CT_T *x, const CT_T *dy, const float *stats, double *part,
+                                            CtIndex rows, long long D, long long sx, long long chunk)
+{
+    long long nchunks = (rows.n + chunk - 1) / chunk;
+    CT_LOOP(i, nchunks * D)
+    {
+        long long c = i % D, r = i / D * chunk, end = r + chunk < rows.n ? r + chunk : rows.n;
+        double sw = 0, sb = 0;
+        while (r < end) {
+            long long xo, st, n = CT_SFX(ct_run)(&rows, r, end, &xo, &st);
+            for (long long t = 0; t < n; t++, r++) {
+                long long a = xo + t * st + c * sx;
+                double g = CT_LD(dy[a]);
+                sw += g * (CT_LD(x[a]) - stats[2 * r]) * stats[2 * r + 1];
+                sb += g;
+            }
+        }
+        part[2 * i] = sw;
+        part[2 * i + 1] = sb;
+    }
+}
+
+/* Then each column's chunks added in chunk order (the same bits every run). */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, CT_T *dw, CT_T *db, long long D, long long nchunks)
+{
+    CT_LOOP(c, D)
+    {
+        double sw = 0, sb = 0;
+        for (long long k = 0; k < nchunks; k++) {
+            sw += part[2 * (k * D + c)];
+            sb += part[2 * (k * D + c) + 1];
+        }
+        dw[c] = CT_ST((float)sw);
+        db[c] = CT_ST((float)sb);
+    }
 }
 
 /* group_norm's work items are the groups: `rows` walks [N, groups] to each
@@ -498,7 +585,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T 
         double M = (double)count, mean = CT_LD(rm[c]), var = CT_LD(rv[c]);
         if (training)
             CT_SFX(ct_bn_moments)(part, 4, c, C, nchunks, count, &mean, &var);
-        double sb = CT_SFX(ct_bn_total)(part, 4, 2, c, C, nchunks), sxy = CT_SFX(ct_bn_total)(part, 4, 3, c, C, nchunks);
+        double sb = CT_SFX(ct_bn_total)(part, 4, 2, c, C, nchunks);
+        double sxy = CT_SFX(ct_bn_total)(part, 4, 3, c, C, nchunks);
         double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
         dw[c] = CT_ST((float)sw);
         db[c] = CT_ST((float)sb);

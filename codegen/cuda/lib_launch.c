@@ -186,7 +186,26 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
     }
 }
 
-static int plan_reduce(Builder *b, const Node *n)
+/* The chunk length of a two-stage sum (reduce_sum's, layer_norm's dweight
+ * and dbias) of `len` terms for each of `outs` outputs, a work item a chunk
+ * and output, then one an output adding its chunks: enough terms that
+ * chunks x outputs stay near SUM_ITEMS work items, at least SUM_MIN_CHUNK,
+ * and few enough chunks (SUM_MAX_CHUNKS) for the second stage's serial
+ * adds where the outputs are few. */
+enum { SUM_ITEMS = 65536, SUM_MIN_CHUNK = 16, SUM_MAX_CHUNKS = 1024 };
+
+static int64_t sum_chunk(int64_t len, int64_t outs)
+{
+    int64_t per = outs > 0 && SUM_ITEMS / outs > 0 ? SUM_ITEMS / outs : 1, chunk = (len + per - 1) / per;
+    int64_t least = (len + SUM_MAX_CHUNKS - 1) / SUM_MAX_CHUNKS;
+    chunk = chunk > least ? chunk : least;
+    return chunk > SUM_MIN_CHUNK ? chunk : SUM_MIN_CHUNK;
+}
+
+/* reduce_sum: one stage (ct_reduce_sum, an output a work item) where one
+ * chunk covers the reduction (the outputs alone fill the GPU, or the
+ * reduction is short), else two with the chunks' sums in scratch. */
+static int plan_reduce(Builder *b, const Node *n, size_t *scratch)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     const CtShape *xs = &x->type.shape;
@@ -205,78 +224,111 @@ static int plan_reduce(Builder *b, const Node *n)
             yd++;
     }
     CtIndex out = index_make(nk, kd, ks0, ks1), red = index_make(nr, rd, rs, NULL);
-    LibLaunch *l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
+    int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
+    LibLaunch *l;
+    if (nchunks <= 1) {
+        l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
+        a_val(l, n->in[0]);
+        a_val(l, n->out[0]);
+        a_index(l, out);
+        a_index(l, red);
+        return 0;
+    }
+    *scratch = sizeof(double) * (size_t)(nchunks * out.n);
+    l = begin(b, "ct_reduce_sum_part", y->type.dtype, nchunks * out.n);
     a_val(l, n->in[0]);
-    a_val(l, n->out[0]);
+    arg(l, LA_SCRATCH);
     a_index(l, out);
     a_index(l, red);
+    a_i64(l, chunk);
+    l = begin(b, "ct_reduce_sum_total", y->type.dtype, out.n);
+    arg(l, LA_SCRATCH);
+    a_val(l, n->out[0]);
+    a_index(l, out);
+    a_i64(l, nchunks);
     return 0;
 }
 
-/* A row kernel over dim `dim` of the first input: rows walk the other dims. */
+/* softmax and its gradient, a row a work item, over dim `dim`: rows walk
+ * the other dims. */
 static int plan_rows(Builder *b, const Node *n, CtErr *err)
 {
     ValueId x = n->in[0], y = n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
-    int dim = n->op == CT_OP_softmax || n->op == CT_OP_softmax_grad ? (int)n->iattr[0] : xs->ndim - 1;
+    int dim = (int)n->iattr[0];
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     CtIndex rows = index_without(xs, dim, sx, sy);
     CtDType t = val(b, y)->type.dtype;
     LibLaunch *l;
-    switch (n->op) {
-    case CT_OP_softmax:
+    if (n->op == CT_OP_softmax) {
         l = begin(b, "ct_softmax", t, rows.n);
         a_val(l, x);
         a_val(l, y);
-        break;
-    case CT_OP_softmax_grad:
+    } else {
         if (!same_strides(b, n->in[0], n->in[1]))
             return ct_fail(err, "softmax_grad of y and dy in two layouts has no kernel");
         l = begin(b, "ct_softmax_grad", t, rows.n);
         a_val(l, x);
         a_val(l, n->in[1]);
         a_val(l, y);
-        break;
-    case CT_OP_layer_norm:
-        l = begin(b, "ct_layer_norm", t, rows.n);
-        a_val(l, x);
-        a_val(l, n->in[1]);
-        a_val(l, n->in[2]);
-        a_val(l, y);
-        break;
-    default: /* layer_norm_grad: dx with the row statistics, then dweight and dbias */
-        if (!same_strides(b, n->in[0], n->in[2]))
-            return ct_fail(err, "layer_norm_grad of x and dy in two layouts has no kernel");
-        l = begin(b, "ct_layer_norm_grad_x", t, rows.n);
-        a_val(l, x);
-        a_val(l, n->in[1]);
-        a_val(l, n->in[2]);
-        a_val(l, y);
-        arg(l, LA_SCRATCH);
-        a_index(l, rows);
-        a_i64(l, xs->d[dim]);
-        a_i64(l, sx[dim]);
-        a_i64(l, sy[dim]);
-        a_f32(l, n->fattr[0]);
-        l = begin(b, "ct_layer_norm_grad_w", t, xs->d[dim]);
-        a_val(l, x);
-        a_val(l, n->in[2]);
-        arg(l, LA_SCRATCH);
-        a_val(l, n->out[1]);
-        a_val(l, n->out[2]);
-        a_index(l, rows);
-        a_i64(l, xs->d[dim]);
-        a_i64(l, sx[dim]);
-        return 0;
     }
     a_index(l, rows);
     a_i64(l, xs->d[dim]);
     a_i64(l, sx[dim]);
     a_i64(l, sy[dim]);
-    if (n->op == CT_OP_layer_norm)
-        a_f32(l, n->fattr[0]);
+    return 0;
+}
+
+/* layer_norm over the last dim, a row a warp. Its gradient: dx a row a
+ * warp, each row's mean and 1/std (two floats) into scratch; then dweight
+ * and dbias in two stages, their chunks' sums (two doubles a chunk and
+ * column) after the stats. */
+static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+{
+    int grad = n->op == CT_OP_layer_norm_grad;
+    ValueId x = n->in[0], y = n->out[0];
+    const CtShape *xs = &val(b, x)->type.shape;
+    int dim = xs->ndim - 1;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], D = xs->d[dim];
+    if (grad && !same_strides(b, x, n->in[2]))
+        return ct_fail(err, "layer_norm_grad of x and dy in two layouts has no kernel");
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
+    CtIndex rows = index_without(xs, dim, sx, sy);
+    CtDType t = val(b, y)->type.dtype;
+    LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, rows.n * CT_LIB_LANES);
+    for (int k = 0; k < 3; k++) /* x, w, and b or dy */
+        a_val(l, n->in[k]);
+    a_val(l, y);
+    if (grad)
+        arg(l, LA_SCRATCH);
+    a_index(l, rows);
+    a_i64(l, D);
+    a_i64(l, sx[dim]);
+    a_i64(l, sy[dim]);
+    a_f32(l, n->fattr[0]);
+    if (!grad)
+        return 0;
+    int64_t chunk = sum_chunk(rows.n, D), nchunks = (rows.n + chunk - 1) / chunk;
+    size_t part = 2 * sizeof(float) * (size_t)rows.n;
+    *scratch = part + 2 * sizeof(double) * (size_t)(nchunks * D);
+    l = begin(b, "ct_layer_norm_grad_w_part", t, nchunks * D);
+    a_val(l, x);
+    a_val(l, n->in[2]);
+    arg(l, LA_SCRATCH);
+    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_index(l, rows);
+    a_i64(l, D);
+    a_i64(l, sx[dim]);
+    a_i64(l, chunk);
+    l = begin(b, "ct_layer_norm_grad_w", t, D);
+    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_val(l, n->out[1]);
+    a_val(l, n->out[2]);
+    a_i64(l, D);
+    a_i64(l, nchunks);
     return 0;
 }
 
@@ -372,11 +424,8 @@ static int plan_gather(Builder *b, const Node *n, CtErr *err)
 
 /* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
  * channel into scratch (not for an eval forward), their per-channel
- * coefficients after them, then the elementwise pass. A chunk takes enough
- * rows that chunks x channels stay near BN_ITEMS work items, and at least
- * BN_MIN_ROWS. */
-enum { BN_ITEMS = 65536, BN_MIN_ROWS = 16 };
-
+ * coefficients after them, then the elementwise pass; chunks of rows as
+ * sum_chunk cuts a reduction. */
 static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
@@ -392,8 +441,7 @@ static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
     CtIndex rows = index_without(xs, 1, sx, sy);
-    int64_t per = BN_ITEMS / C > 0 ? BN_ITEMS / C : 1, chunk = (rows.n + per - 1) / per;
-    chunk = chunk > BN_MIN_ROWS ? chunk : BN_MIN_ROWS;
+    int64_t chunk = sum_chunk(rows.n, C);
     int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
     size_t part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
@@ -1205,14 +1253,9 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
             return ct_fail(err, "%s: more than %d dims", op_def(n->op)->name, CT_MAXD);
     int rc;
     switch (n->op) {
-    case CT_OP_reduce_sum: rc = plan_reduce(&b, n); break;
-    case CT_OP_softmax: case CT_OP_softmax_grad: case CT_OP_layer_norm: case CT_OP_layer_norm_grad:
-        rc = plan_rows(&b, n, err);
-        if (!rc && n->op == CT_OP_layer_norm_grad) {
-            const CtShape *xs = &g->values[n->in[0]].type.shape;
-            *scratch = 2 * sizeof(float) * (size_t)(shape_numel(xs) / xs->d[xs->ndim - 1]);
-        }
-        break;
+    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch); break;
+    case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
+    case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, scratch, err); break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:

@@ -28,7 +28,15 @@ void lib_source(CtBuf *out)
                     "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
-                    "#ifndef CT_SIMT\n#define CT_DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n");
+                    "#ifndef CT_SIMT\n#define CT_DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n"
+                    "#define CT_LANES 32LL\n#define CT_LANE ((long long)(threadIdx.x & 31))\n"
+                    "#define CT_WARP_LOOP(i, n) for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) "
+                    "/ 32; i < (n); i += (long long)blockDim.x * gridDim.x / 32)\n"
+                    /* xor butterflies: each step adds the same two numbers in every lane of a pair */
+                    "#define CT_LANE_SUM(v) ct_lane_sum(v)\n"
+                    "CT_DEVICE double ct_lane_sum(double v)\n{\n"
+                    "    for (int m = 16; m > 0; m >>= 1)\n        v += __shfl_xor_sync(0xffffffffu, v, m);\n"
+                    "    return v;\n}\n");
     buf_printf(out, "%s\n", ct_lib_common_text);
     /* the activations' formulas, over float as the generated kernels compute */
     buf_printf(out, "enum {");

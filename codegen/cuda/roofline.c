@@ -166,7 +166,8 @@ void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice 
         *(r.compute_bound ? &floor_c : &floor_m) += r.floor_s;
         rank[s] = (Ranked){s, r.floor_s};
     }
-    buf_printf(out, "total: %d steps, %.3f GFLOP, %.1f MB: floor %.3f ms (compute-bound steps %.3f, memory-bound %.3f)\n",
+    buf_printf(out,
+               "total: %d steps, %.3f GFLOP, %.1f MB: floor %.3f ms (compute-bound steps %.3f, memory-bound %.3f)\n",
                lp->nsteps, flops / 1e9, bytes / 1e6, (floor_c + floor_m) * 1e3, floor_c * 1e3, floor_m * 1e3);
     qsort(rank, (size_t)lp->nsteps, sizeof *rank, by_floor);
     buf_printf(out, "the ten steps of the highest floor:\n");
