@@ -2,7 +2,7 @@
  * four test models' eval graphs the steps' FLOPs add up to twice the stats
  * pass's multiply-accumulates (attention counted as its matmuls), a
  * training step's to at least twice its forward's; and on small graphs the
- * bytes and floors are the ones counted by hand. */
+ * bytes and floors are the ones counted by hand, a view moving none. */
 #include <stdio.h>
 
 #include "check.h"
@@ -107,6 +107,41 @@ static void test_by_hand(const RooflineDevice *d)
     graph_free(&g);
 }
 
+/* softmax of x [4, 8] over dim 1, viewed [8, 4], softmax over dim 1: the
+ * view between the two library steps is placed at its input's address, no
+ * launch, and moves nothing; each softmax reads 128 bytes and stores 128. */
+static void test_view(const RooflineDevice *d)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    graph_init(&g);
+    ValueId x = value(&g, 2, (int64_t[]){4, 8});
+    Node sm = {.op = CT_OP_softmax, .nin = 1, .in = {x}, .iattr = {1}};
+    int a = graph_add_node(&g, &sm, "a", &err);
+    Node rs = {.op = CT_OP_reshape, .nin = 1, .in = {a >= 0 ? g.nodes[a].out[0] : x}, .iattr = {2, 8, 4}};
+    int r = graph_add_node(&g, &rs, "r", &err);
+    sm.in[0] = r >= 0 ? g.nodes[r].out[0] : x;
+    int b = graph_add_node(&g, &sm, "b", &err);
+    CHECKF(a >= 0 && r >= 0 && b >= 0, "%s", err.msg);
+    if (b < 0)
+        return;
+    graph_mark_output(&g, g.nodes[b].out[0]);
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "%s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    CHECKF(lp.nsteps == 3 && lp.steps[1].kind == LP_LIB && lp.steps[1].nlib == 0, "%d steps", lp.nsteps);
+    for (int s = 0; lp.nsteps == 3 && s < 3; s++) {
+        RooflineStep t = roofline_step(&lp, &g, s, d, 0);
+        CHECKF(t.bytes == (s == 1 ? 0 : 256) && t.floor_s == t.bytes / d->bytes_per_s, "step %d: %g bytes", s,
+               t.bytes);
+    }
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
 int main(void)
 {
     RooflineDevice d;
@@ -117,5 +152,6 @@ int main(void)
     roofline_device("h200", &d, &err);
     test_models(&d);
     test_by_hand(&d);
+    test_view(&d);
     return check_done("test_roofline");
 }

@@ -80,22 +80,32 @@ static double peak(const Graph *g, const LpStep *st, const Node *attention, cons
     return t != CT_F32 ? d->tensor16 : allow_tf32 ? d->tf32 : d->f32;
 }
 
-RooflineStep roofline_step(const LaunchPlan *lp, const Graph *g, int s, const RooflineDevice *d, int allow_tf32)
+/* Per value of g, the node that makes it, or -1: a malloc'd array. */
+static int *producers(const Graph *g)
 {
-    const LpStep *st = &lp->steps[s];
-    char *mine = calloc((size_t)g->nnodes + 1, 1), *seen = calloc((size_t)g->nvalues + 1, 1);
     int *producer = malloc(sizeof *producer * (size_t)(g->nvalues + 1));
-    CT_ASSERT(mine && seen && producer);
+    CT_ASSERT(producer != NULL);
     for (ValueId v = 0; v < g->nvalues; v++)
         producer[v] = -1;
     for (int i = 0; i < g->nnodes; i++)
         for (int o = 0; o < g->nodes[i].nout; o++)
             if (g->nodes[i].out[o] >= 0)
                 producer[g->nodes[i].out[o]] = i;
+    return producer;
+}
+
+static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *producer, int s, const RooflineDevice *d,
+                            int allow_tf32)
+{
+    const LpStep *st = &lp->steps[s];
+    RooflineStep r = {0};
+    if (st->kind == LP_LIB && !st->nlib && !st->mirrored) /* a view at its input's address */
+        return r;
+    char *mine = calloc((size_t)g->nnodes + 1, 1), *seen = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(mine && seen);
     for (int k = 0; k < lp->fuse.nsteps; k++)
         for (int j = 0; covers(lp, st, k) && j < lp->fuse.steps[k].n; j++)
             mine[lp->fuse.nodes[lp->fuse.steps[k].first + j]] = 1;
-    RooflineStep r = {0};
     const Node *attention = NULL;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
@@ -129,6 +139,13 @@ RooflineStep roofline_step(const LaunchPlan *lp, const Graph *g, int s, const Ro
     r.floor_s = r.compute_bound ? compute : memory;
     free(mine);
     free(seen);
+    return r;
+}
+
+RooflineStep roofline_step(const LaunchPlan *lp, const Graph *g, int s, const RooflineDevice *d, int allow_tf32)
+{
+    int *producer = producers(g);
+    RooflineStep r = step_of(lp, g, producer, s, d, allow_tf32);
     free(producer);
     return r;
 }
@@ -147,6 +164,7 @@ static int by_floor(const void *a, const void *b)
 void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice *d, int allow_tf32, CtBuf *out)
 {
     Ranked *rank = calloc((size_t)lp->nsteps + 1, sizeof *rank);
+    int *producer = producers(g);
     CT_ASSERT(rank != NULL);
     double flops = 0, bytes = 0, floor_c = 0, floor_m = 0;
     buf_printf(out,
@@ -155,7 +173,7 @@ void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice 
                d->name, d->tensor16 / 1e12, d->tf32 / 1e12, allow_tf32 ? "allowed" : "not allowed", d->f32 / 1e12,
                d->bytes_per_s / 1e12);
     for (int s = 0; s < lp->nsteps; s++) {
-        RooflineStep r = roofline_step(lp, g, s, d, allow_tf32);
+        RooflineStep r = step_of(lp, g, producer, s, d, allow_tf32);
         CtBuf what = {0};
         lp_step_label(lp, g, s, 4, &what);
         buf_printf(out, "%4d %9.2f  %-7s %7.3f %7.2f  %s\n", s, r.floor_s * 1e6, r.compute_bound ? "compute" : "memory",
@@ -178,4 +196,5 @@ void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice 
         buf_free(&what);
     }
     free(rank);
+    free(producer);
 }

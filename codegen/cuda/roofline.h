@@ -12,7 +12,8 @@
  * Bytes are every value a step reads from memory (made by another step, an
  * input or the state), once, and every value it stores (read by another
  * step, a graph output, or assigned to the state): what one pass over its
- * operands would move, with no re-reads. A step's floor is the larger of
+ * operands would move, with no re-reads; a reshape the memory plan placed
+ * at its input's address (a view, no launch) moves nothing. A step's floor is the larger of
  * FLOPs over the peak for its kind (tensor cores for GEMMs, convolutions
  * and attention in f16/bf16, TF32 where allowed, else plain f32) and bytes
  * over the memory bandwidth.
