@@ -52,7 +52,7 @@ typedef enum OpAmp {
                     * ops follow their inputs, as autograd runs them in the forward's dtypes */
     OP_AMP_LOW,    /* the low-precision dtype: convolutions, matmuls, attention */
     OP_AMP_F32,    /* f32: norms, softmax, losses, reductions, rsqrt */
-    OP_AMP_DEST,   /* input 0's dtype: state written in its own dtype (assign) */
+    OP_AMP_DEST,   /* input 0's dtype: state written in its own dtype (assign), batch norm in its input's */
 } OpAmp;
 
 /* What the op does with channels-last values (passes/layout.c). */

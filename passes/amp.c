@@ -1,7 +1,8 @@
 /* Contract: amp(g, dtype) returns g with torch.autocast's policy applied,
  * each op's as its OpDef states it (ir/ops.h): matrix ops compute in dtype
- * (f16 or bf16), norms, softmax, losses and reductions in f32, everything
- * else in its inputs' dtype (the wider one when they differ); f32 params
+ * (f16 or bf16), norms (but batch norm, in its input's dtype with f32
+ * weights and statistics), softmax, losses and reductions in f32,
+ * everything else in its inputs' dtype (the wider one when they differ); f32 params
  * stay the master copy, cast once per use site per step, and graph outputs
  * keep their dtypes. */
 #include <stdlib.h>

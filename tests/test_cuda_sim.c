@@ -178,6 +178,18 @@ static ValueId group_norm_body(Builder *b, ValueId h, ValueId index)
     return nn_group_norm(b, "gn2", h, (GNOpts){.groups = 1});
 }
 
+/* A ResNet block in miniature: conv, batch norm and relu, then conv and
+ * batch norm added to the block's input (a 1x1 conv of it). Under amp the
+ * norms run in the convolutions' dtype with f32 weights and statistics,
+ * forward and backward. */
+static ValueId batch_norm_body(Builder *b, ValueId h, ValueId index)
+{
+    ValueId s = nn_conv2d(b, "down", h, 8, 1, (ConvOpts){0});
+    h = f_relu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
+    h = nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0});
+    return f_relu(b, f_add(b, h, s));
+}
+
 /* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
  * max pool after -inf padding (4x4 -> 2x2), a conv after uneven padding
  * (-> 3x3) and a crop (-> 2x2); their gradients are crops and pads. */
@@ -315,8 +327,9 @@ int main(void)
     } nets[] = {{"group norm net", group_norm_body, 0, 1},
                 {"pad net", pad_body, 0, 1},
                 {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0},
-                {"attention bias [B,1,N,M] net", mask_body, 0, 0}};
-    for (int i = 0; i < 4; i++) {
+                {"attention bias [B,1,N,M] net", mask_body, 0, 0},
+                {"batch norm net", batch_norm_body, 0, 1}};
+    for (int i = 0; i < 5; i++) {
         check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0, "sgd");
         if (all) {
             if (nets[i].conv)

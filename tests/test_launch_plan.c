@@ -2,8 +2,10 @@
  * host: for the four test models' training graphs (f32 NCHW, and AMP f16
  * channels_last) and eval graphs, the independent check holds (every node
  * in exactly one step's work, every value placed inside its block, no
- * overlap of live values), kernel grids cover their loops, and every op
- * has a kernel or a library call (launch_plan_supports says so too). */
+ * overlap of live values), kernel grids cover their loops, every op has a
+ * kernel or a library call (launch_plan_supports says so too), and
+ * test_resnet's batch norms take their residual adds and ReLUs into their
+ * elementwise pass. */
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +34,7 @@ static void test_models(void)
             for (int i = 0; i < g.nnodes; i++) /* what the backend's supports() answers */
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
-            int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0;
+            int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0;
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -48,6 +50,13 @@ static void test_models(void)
                     int same = lp.offset[r->in[0]] == lp.offset[r->out[0]];
                     CHECKF(same == (st->nlib == 0), "%s: view step %d has %d launches", models[m], s, st->nlib);
                     views += same;
+                }
+                const FuseStep *fs = &lp.fuse.steps[st->fuse_step];
+                if (st->kind == LP_LIB && fs->kind == FUSE_LIBRARY && fs->n > 1 &&
+                    g.nodes[lp.fuse.nodes[fs->first]].op == CT_OP_batch_norm) { /* its epilogue in its apply pass */
+                    const LibLaunch *apply = &st->lib[st->nlib - 1];
+                    bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib <= 3 &&
+                                    apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + fs->n - 1]].out[0];
                 }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
@@ -71,6 +80,8 @@ static void test_models(void)
             }
             CHECK(count[LP_UNSUPPORTED] == lp.unsupported && lp.device_bytes >= lp.mem.arena_bytes);
             CHECKF(views > 0 || m != 1, "%s mode %d: every reshape copies", models[m], mode);
+            CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
+                   mode);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             printf("test_launch_plan: %s %s: %d kernels, %d GEMM, %d conv (%d with an NHWC filter copy), "
                    "%d library, %d copies; %zu device bytes; no kernel yet:%s\n",

@@ -114,7 +114,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bn_coef_f32"))
         ct_bn_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), F(6), P(7), I(8), I(9), I(10), (int)I(11), R(12), R(13));
     else if (!strcmp(k, "ct_bn_apply_f32"))
-        ct_bn_apply_f32(F(0), P(1), F(2), X(3), I(4), I(5), I(6));
+        ct_bn_apply_f32(F(0), P(1), F(2), F(3), X(4), I(5), I(6), I(7), (int)I(8), (int)I(9));
     else if (!strcmp(k, "ct_bn_grad_coef_f32"))
         ct_bn_grad_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), P(6), I(7), I(8), I(9), (int)I(10), R(11));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))

@@ -158,7 +158,17 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
             mirror_filter(g, lp, st);
         return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
     }
-    return add_launches(g, lp, fs, 0, add_step(lp, LP_LIB, s), err);
+    LpStep *st = add_step(lp, LP_LIB, s);
+    if (op != CT_OP_batch_norm)
+        return add_launches(g, lp, fs, 0, st, err);
+    int tail;
+    size_t scratch;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    if (lib_batch_norm_step(g, &lp->fuse, fs, st->lib, &st->nlib, &scratch, &tail, err))
+        return ct_failctx(err, "node %d (batch_norm)", lp->fuse.nodes[fs->first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return add_launches(g, lp, fs, tail, st, err);
 }
 
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)

@@ -563,14 +563,22 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, c
     }
 }
 
-CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, CT_T *y, CtIndex rows, long long C, long long sxc,
-                              long long syc)
+/* Then res (NULL: none; y's strides) added and the activation act (an op,
+ * -1: none) applied, each part's result rounded to the storage type as the
+ * graph's own nodes would store it. */
+CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
+                              long long sxc, long long syc, int act, int approx)
 {
     CT_LOOP(i, rows.n * C)
     {
         long long c = i % C, xo, yo;
         ct_offsets(&rows, i / C, &xo, &yo);
-        y[yo + c * syc] = CT_ST((float)(CT_LD(x[xo + c * sxc]) * coef[2 * c] + coef[2 * c + 1]));
+        float v = (float)(CT_LD(x[xo + c * sxc]) * coef[2 * c] + coef[2 * c + 1]);
+        if (res)
+            v = CT_LD(CT_ST(v)) + CT_LD(res[yo + c * syc]);
+        if (act >= 0)
+            v = fx_act(act, approx, CT_LD(CT_ST(v)));
+        y[yo + c * syc] = CT_ST(v);
     }
 }
 

@@ -425,8 +425,17 @@ static int plan_gather(Builder *b, const Node *n, CtErr *err)
 /* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
  * channel into scratch (not for an eval forward), their per-channel
  * coefficients after them, then the elementwise pass; chunks of rows as
- * sum_chunk cuts a reduction. */
-static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+ * sum_chunk cuts a reduction. The coefficients' kernel takes the weights'
+ * dtype (f32 under amp), the others x's. */
+/* The parts of a batch norm's epilogue its apply pass computes before the
+ * store: a residual add (-1: none) and an activation (an op, -1: none),
+ * the value it stores (out) and the step's first node it leaves (tail). */
+typedef struct BnEpi {
+    ValueId residual, out;
+    int act, approx, tail;
+} BnEpi;
+
+static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
     ValueId x = n->in[0], y = n->out[0];
@@ -459,7 +468,7 @@ static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
         a_i64(l, sx[1]);
         a_i64(l, chunk);
     }
-    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", t, C);
+    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", val(b, n->in[1])->type.dtype, C);
     arg(l, LA_SCRATCH);
     for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
         a_val(l, n->in[k]);
@@ -481,13 +490,60 @@ static int plan_batch_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     if (grad)
         a_val(l, n->in[4]);
     arg(l, LA_SCRATCH)->i = (long long)part;
-    a_val(l, y);
+    if (!grad) {
+        if (epi && epi->residual >= 0)
+            a_val(l, epi->residual);
+        else
+            arg(l, LA_NULL);
+    }
+    a_val(l, epi ? epi->out : y);
     a_index(l, rows);
     a_i64(l, C);
     a_i64(l, sx[1]);
     a_i64(l, sy[1]);
-    if (grad)
+    if (grad) {
         a_i32(l, training);
+    } else {
+        a_i32(l, epi ? epi->act : -1);
+        a_i32(l, epi ? epi->approx : 0);
+    }
+    return 0;
+}
+
+/* Whether values v and w have one shape, dtype and layout. */
+static int same_storage(const Builder *b, ValueId v, ValueId w)
+{
+    const Value *a = val(b, v), *c = val(b, w);
+    return shape_equal(&a->type.shape, &c->type.shape) && a->type.dtype == c->type.dtype && a->layout == c->layout;
+}
+
+int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
+                        size_t *scratch, int *tail, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    const Node *bn = &g->nodes[p->nodes[st->first]];
+    BnEpi e = {.residual = -1, .out = bn->out[0], .act = -1, .tail = 1};
+    for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
+        const Node *n = &g->nodes[p->nodes[st->first + e.tail]];
+        if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(&b, n->out[0], e.out)) {
+            e.act = n->op;
+            e.approx = n->op == CT_OP_gelu && n->iattr[0];
+        } else if (n->op == CT_OP_add && e.residual < 0 && (n->in[0] == e.out) != (n->in[1] == e.out) &&
+                   same_storage(&b, n->in[0], n->in[1]) && same_storage(&b, n->out[0], e.out)) {
+            e.residual = n->in[0] == e.out ? n->in[1] : n->in[0];
+        } else {
+            break;
+        }
+        e.out = n->out[0];
+    }
+    *count = 0;
+    *scratch = 0;
+    *tail = e.tail;
+    if (bn->op != CT_OP_batch_norm)
+        return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
+    if (plan_batch_norm(&b, bn, &e, scratch, err))
+        return -1;
+    *count = b.n;
     return 0;
 }
 
@@ -1256,7 +1312,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, scratch, err); break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, scratch, err); break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:

@@ -22,6 +22,7 @@
 
 #include "codegen/cuda/lib_common.h"
 #include "ir/ir.h"
+#include "passes/fuse.h"
 
 typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL } LibArgKind;
 
@@ -71,5 +72,13 @@ int lib_supports(CtOp op);
  * (an op without kernels, more dims than CtIndex holds, mixed layouts a
  * kernel does not take). */
 int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+
+/* The launches of library step st, whose first node is a batch_norm, with
+ * the parts of the step's epilogue its elementwise pass takes before the
+ * store (a residual add of its output's shape, dtype and layout, then an
+ * activation; none whose input the plan materialises), as lib_launches;
+ * *tail gets the first node of the step left to their own launches. */
+int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
+                        size_t *scratch, int *tail, CtErr *err);
 
 #endif

@@ -143,8 +143,11 @@ const OpDef op_batch_norm = {
     .vjp = batch_norm_vjp,
     .nondiff = 1u << 3 | 1u << 4,
     .fusion = OP_LIBRARY,
-    .amp = OP_AMP_F32,
-    .amp_keep = 1u << 3 | 1u << 4, /* the running statistics stay f32 */
+    /* torch.autocast lists batch_norm in no cast policy: it runs in its
+     * input's dtype (cuDNN's with f32 statistics), the affine weights and
+     * running statistics staying f32 */
+    .amp = OP_AMP_DEST,
+    .amp_keep = 0x1fu,
     .layout = OP_LAYOUT_EITHER,
     .cost = batch_norm_cost,
 };
@@ -153,6 +156,8 @@ static int infer_batch_norm_grad(const Graph *g, const Node *n, CtType *out, CtE
 {
     if (require_float(g, n, 0, -1, err) || require_shape(g, n, 4, in_shape(g, n, 0), err))
         return -1;
+    if (in_type(g, n, 4)->dtype != in_type(g, n, 0)->dtype)
+        return ct_fail(err, "dy must have x's dtype");
     const CtShape *x = in_shape(g, n, 0);
     if (x->ndim < 2)
         return ct_fail(err, "input must have a channel dim (at least 2 dims)");
@@ -216,7 +221,8 @@ const OpDef op_batch_norm_grad = {
     .infer = infer_batch_norm_grad,
     .ref_ranks = batch_norm_grad_ref,
     .fusion = OP_LIBRARY,
-    .amp = OP_AMP_FOLLOW,
+    .amp = OP_AMP_DEST,
+    .amp_keep = 0xfu, /* dy cast to x's dtype, the rest as they are */
     .layout = OP_LAYOUT_EITHER,
     .layout_contig_out = ~1u, /* the weight's and bias's gradients */
 };
