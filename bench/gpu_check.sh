@@ -260,7 +260,7 @@ st_bench() {
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
             --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
     fi
-    echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error" >"$WORK/logs/ctimm.csv"
+    echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib" >"$WORK/logs/ctimm.csv"
     local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100}))
     grep -v '^#' "$set" | while IFS=, read -r m img tbs ibs; do
         for b in train inference; do
@@ -274,10 +274,10 @@ st_bench() {
             local rc=$?
             cat "$WORK/one.err" >>"$WORK/logs/ctimm.log"
             if [ -s "$one" ]; then
-                awk -F, -v b=$b -v img="$img" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+                awk -F, -v b=$b -v img="$img" '{ sub(/\r$/, "") } NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
                     { p = (b == "train" ? "train_" : "infer_")
                       print $c["model"] "," b "," $c[p "samples_per_sec"] "," $c[p "step_time"] "," \
-                            $c[p "batch_size"] "," img "," }' "$one" >>"$WORK/logs/ctimm.csv"
+                            $c[p "batch_size"] "," img ",," $c[p "peak_device_mib"] }' "$one" >>"$WORK/logs/ctimm.csv"
             else
                 echo "$m,$b,,,$bs,$img,rc $rc: $(tail -1 "$WORK/one.err" | tr -d ',' | cut -c1-160)" >>"$WORK/logs/ctimm.csv"
             fi
@@ -297,7 +297,7 @@ stage parity 200
 stage train 120
 stage steps 120
 stage bench 200
-HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error
+HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib
 for f in eager compiled ctimm; do [ -s "$WORK/logs/$f.csv" ] || echo "$HDR" >"$WORK/logs/$f.csv"; done
 {
     echo "== ctimm vs timm on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)," \

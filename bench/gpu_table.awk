@@ -5,6 +5,9 @@
 # first seen: the three samples/s (or the start of the error), ctimm against
 # torch.compile and against eager, and for the target models' train rows
 # whether ctimm met issue 10's target (>= torch.compile and >= 1.3x eager);
+# then, where a side has the column peak_alloc_mib (timm: torch.cuda's
+# max_memory_allocated; ctimm: the device memory its program allocated),
+# the peaks against eager's and issue 28's target (<= 0.8x on train rows);
 # then each side's distinct errors with their counts.
 BEGIN {
     FS = ","
@@ -28,6 +31,7 @@ FNR == 1 {
     if (sps == "" && err != "") nerr[fi, err]++
     num[fi, key] = sps != "" ? sps + 0 : 0
     if ((fi, "batch_size") in col && $col[fi, "batch_size"] != "") bs[key] = $col[fi, "batch_size"]
+    if ((fi, "peak_alloc_mib") in col && $col[fi, "peak_alloc_mib"] != "") { mem[fi, key] = $col[fi, "peak_alloc_mib"]; anymem = 1 }
 }
 function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "-" }
 END {
@@ -43,6 +47,18 @@ END {
         printf "%-24s %-9s %5s %18s %18s %18s %8s %8s %s\n", mk[1], mk[2], bs[key],
             (1, key) in val ? val[1, key] : "-", (2, key) in val ? val[2, key] : "-",
             (3, key) in val ? val[3, key] : "-", ratio(x, c), ratio(x, e), goal
+    }
+    if (anymem) {
+        printf "peak device memory, MiB:\n%-24s %-9s %12s %12s %12s %8s %s\n", "model", "bench", "timm eager",
+            "timm compile", "ctimm", "c/eager", "target"
+        for (r = 1; r <= n; r++) {
+            key = order[r]
+            split(key, mk, SUBSEP)
+            e = (1, key) in mem ? mem[1, key] : "-"; c = (2, key) in mem ? mem[2, key] : "-"
+            x = (3, key) in mem ? mem[3, key] : "-"
+            goal = mk[2] != "train" ? "" : (e != "-" && x != "-") ? (x + 0 <= 0.8 * e ? "met" : "MISSED") : "unmeasured"
+            printf "%-24s %-9s %12s %12s %12s %8s %s\n", mk[1], mk[2], e, c, x, ratio(x + 0, e + 0), goal
+        }
     }
     for (f = 1; f <= 3; f++)
         for (k = 1; k <= ne[f]; k++)

@@ -7,7 +7,10 @@ benchmark(args) once per (model, bench) with benchmark.py's own parser, and
 appends one row per run to --out as soon as it is measured (a run cut short
 by the time budget keeps what it finished):
 
-    model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error
+    model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib
+
+peak_alloc_mib is torch.cuda.max_memory_allocated over the run (its peak
+reset before it), which issue 28 compares ctimm's device memory with.
 
 --deadline (seconds since the epoch) skips the runs that would start with
 less than --est seconds left, each recorded with error=skipped: budget.
@@ -65,7 +68,8 @@ new = not os.path.exists(opt.out)
 out = open(opt.out, "a", newline="")
 w = csv.writer(out, lineterminator="\n")
 if new:
-    w.writerow(["model", "bench", "samples_per_sec", "step_time_ms", "batch_size", "img_size", "error"])
+    w.writerow(["model", "bench", "samples_per_sec", "step_time_ms", "batch_size", "img_size", "error",
+                "peak_alloc_mib"])
     out.flush()
 
 for model in order:
@@ -81,6 +85,8 @@ for model in order:
         if opt.torchcompile:
             argv.append("--torchcompile")
         t0 = time.time()
+        if opt.device == "cuda":  # issue 28 compares ctimm's device memory with this peak
+            torch.cuda.reset_peak_memory_stats()
         try:
             r = bm.benchmark(bm.parser.parse_args(argv))
         except Exception as e:  # one model's failure must not end the whole check
@@ -88,8 +94,9 @@ for model in order:
         pre = "train_" if bench == "train" else "infer_"
         # one plain CSV field: gpu_table.awk splits on commas
         err = str(r.get("error", "")).replace("\n", " ").replace(",", ";").replace('"', "'")[:200]
+        peak = f"{torch.cuda.max_memory_allocated() / 2**20:.1f}" if opt.device == "cuda" and not err else ""
         w.writerow([model, bench, r.get(pre + "samples_per_sec", ""), r.get(pre + "step_time", ""),
-                    r.get(pre + "batch_size", bs), img, err])
+                    r.get(pre + "batch_size", bs), img, err, peak])
         out.flush()
         print(f"timm_gpu_bench: {model} {bench} {'compiled' if opt.torchcompile else 'eager'}: "
               f"{r.get(pre + 'samples_per_sec', err)} ({time.time() - t0:.0f} s)", flush=True)

@@ -28,8 +28,10 @@
  * outputs: what the out-of-memory check compares), and with a host device
  * (cpu, ref, cuda-sim) <bench>_peak_rss_mib, the process's measured peak
  * resident memory during the run (build, compile and steps: what
- * /usr/bin/time reports for one model). On cuda the device's own peak is
- * not measured.
+ * /usr/bin/time reports for one model), and on a device backend (cuda,
+ * cuda-sim) <bench>_peak_device_mib, the device memory the program
+ * allocated (all of it when prepared, so its peak: the bytes
+ * torch.cuda.max_memory_allocated counts on PyTorch's side).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -99,7 +101,7 @@ typedef struct Row {
     double vals[24];
     int ints[24]; /* the value is an integer column (batch and image size) */
     int n;
-    double planned[2], rss[2]; /* MiB, inference's and training's (rss < 0: not measured) */
+    double planned[2], rss[2], dev[2]; /* MiB, inference's and training's (< 0: not measured) */
     char error[sizeof(CtErr)];
 } Row;
 
@@ -404,10 +406,13 @@ static int bench_run(const Args *a, Pretrained *pre, const CtBackend *be, int tr
     const double mib = 1024.0 * 1024.0;
     row->planned[train] = need / mib;
     row->rss[train] = strcmp(be->name, "cuda") ? peak_rss() / mib : -1;
+    row->dev[train] = be->device_bytes ? (double)be->device_bytes(b.run[b.ng - 1].exec) / mib : -1;
+    printf("Memory: %.1f MiB planned peak", need / mib);
     if (row->rss[train] >= 0)
-        printf("Memory: %.1f MiB planned peak, %.1f MiB measured peak (resident)\n", need / mib, row->rss[train]);
-    else
-        printf("Memory: %.1f MiB planned peak (the device's peak is not measured)\n", need / mib);
+        printf(", %.1f MiB measured peak (resident)", row->rss[train]);
+    if (row->dev[train] >= 0)
+        printf(", %.1f MiB allocated on the device", row->dev[train]);
+    printf("\n");
     rc = 0;
 done:
     free(times);
@@ -488,12 +493,15 @@ static void benchmark(const Args *a, const char *name, const CtBackend *be, CtDT
         put(row, "infer_img_size", img, 1);
     }
     put(row, "param_count", round_to((double)gs.params / 1e6, 2), 0);
-    static const char *const mem_keys[2][2] = {{"infer_peak_planned_mib", "infer_peak_rss_mib"},
-                                               {"train_peak_planned_mib", "train_peak_rss_mib"}};
+    static const char *const mem_keys[2][3] = {
+        {"infer_peak_planned_mib", "infer_peak_rss_mib", "infer_peak_device_mib"},
+        {"train_peak_planned_mib", "train_peak_rss_mib", "train_peak_device_mib"}};
     for (int q = 0; q < nmodes && !profile; q++) {
         put(row, mem_keys[modes[q]][0], round_to(row->planned[modes[q]], 1), 0);
         if (row->rss[modes[q]] >= 0)
             put(row, mem_keys[modes[q]][1], round_to(row->rss[modes[q]], 1), 0);
+        if (row->dev[modes[q]] >= 0)
+            put(row, mem_keys[modes[q]][2], round_to(row->dev[modes[q]], 1), 0);
     }
 }
 

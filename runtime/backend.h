@@ -48,6 +48,11 @@ typedef struct CtBackend {
      * context by measuring (the cpu backend: which convolutions run on
      * oneDNN), for the tools' logs; NULL when there is nothing to say. */
     const char *(*note)(const CtExec *e);
+    /* Optional (NULL: a host backend): the bytes of device memory the
+     * context allocated (activations, inputs, state, scratch, the
+     * libraries' workspace), all when prepared, so also its peak: the
+     * kind of bytes PyTorch's torch.cuda.max_memory_allocated counts. */
+    size_t (*device_bytes)(const CtExec *e);
 } CtBackend;
 
 extern const CtBackend ct_backend_ref;

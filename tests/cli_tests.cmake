@@ -731,12 +731,18 @@ add_test(NAME bench_columns COMMAND sh -c
    grep -q \"unknown model 'resnet5'\" bench-list.err && test $(grep -c '^test_' bench-list.csv) -eq 2")
 # The memory columns: the planned peak, ctimm-compile's for the same step
 # (its "memory peak (planned)"), and the measured peak resident memory of
-# the process, which holds at least that much.
+# the process, which holds at least that much; on a device backend also
+# the device memory the program allocated, at least the plan's activations
+# and parameters (state) and under the planned peak plus 1 MiB of scratch.
 add_test(NAME bench_memory_columns COMMAND sh -c
   "${BENCH} -m test_resnet --bench train -b 4 --num-warm-iter 0 --num-bench-iter 1 --results-file mem.csv > mem.log && \
    planned=$(${COMPILE} --model test_resnet --train --batch-size 4 | sed -n 's/^memory peak (planned): \\([0-9.]*\\) MiB: .*/\\1/p') && \
    test -n \"$planned\" && grep -q \"^Memory: $planned MiB planned peak, [0-9.]* MiB measured peak (resident)$\" mem.log && \
-   tr -d '\\r' < mem.csv | awk -F, -v p=$planned 'NR == 2 && $(NF - 1) == p && $NF > p { ok = 1 } END { exit !ok }'")
+   tr -d '\\r' < mem.csv | awk -F, -v p=$planned 'NR == 2 && $(NF - 1) == p && $NF > p { ok = 1 } END { exit !ok }' && \
+   ${BENCH} -m test_resnet --bench train -b 2 --img-size 32 --device cuda-sim --num-warm-iter 0 --num-bench-iter 1 \
+     --results-file memsim.csv > memsim.log && \
+   grep -q '^Memory: [0-9.]* MiB planned peak, [0-9.]* MiB measured peak (resident), [0-9.]* MiB allocated on the device$' memsim.log && \
+   tr -d '\\r' < memsim.csv | awk -F, 'NR == 1 && $NF == \"train_peak_device_mib\" { h = 1 } NR == 2 && h && $NF >= 0.9 * $(NF - 2) && $NF <= $(NF - 2) + 1 { ok = 1 } END { exit !ok }'")
 # benchmark.py's input size: the weights' test-time size unless
 # --use-train-size (resnet50.a1_in1k: 288 and 224), --img-size over both.
 add_test(NAME bench_test_input_size COMMAND sh -c

@@ -144,6 +144,8 @@ void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state)
 {
     cuda_loaded_moved(e->ld, in, out, state);
 }
+
+static size_t cuda_device_bytes(const CtExec *e) { return cuda_loaded_device_bytes(e->ld); }
 #else
 static int cuda_target_options(ProgramOptions *o, CtErr *err) { return ct_fail(err, NO_LIBS); }
 
@@ -162,9 +164,11 @@ static int cuda_from_host(CtExec *e, CtErr *err) { return ct_fail(err, "the cuda
 static void cuda_free(CtExec *e) {}
 
 void cuda_backend_moved(const CtExec *e, size_t *in, size_t *out, size_t *state) { *in = *out = *state = 0; }
+static size_t cuda_device_bytes(const CtExec *e) { return 0; }
 #endif
 
 const CtBackend ct_backend_cuda = {.name = "cuda", .target = CT_TARGET_CUDA, .target_options = cuda_target_options,
                                    .supports = launch_plan_supports,
                                    .prepare = cuda_prepare, .run = cuda_run, .state_to_host = cuda_to_host,
-                                   .state_from_host = cuda_from_host, .free = cuda_free};
+                                   .state_from_host = cuda_from_host, .free = cuda_free,
+                                   .device_bytes = cuda_device_bytes};

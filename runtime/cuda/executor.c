@@ -46,6 +46,7 @@ struct CudaLoaded {
     size_t *in_off;      /* per value: offset in the input block, or PLAN_NONE */
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
     size_t in_bytes, st_bytes, workspace_bytes;
+    size_t device_bytes; /* allocated on the device, all of it at load */
     CUdeviceptr block, inputs, state, scratch, workspace;
     unsigned char *staging; /* pinned, in_bytes: the inputs on their way to the device */
     CUgraph graph;
@@ -249,10 +250,12 @@ static int alloc_memory(CudaLoaded *ld, CtErr *err)
                        "out of memory: the plan needs %zu bytes (activations %zu, inputs %zu, state %zu, scratch %zu, "
                        "workspace %zu) and %s has %zu free",
                        need, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], ex->info.name, free_bytes);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 5; i++) {
         if (cu_check(ex, ex->drv.MemAlloc(where[i], sizes[i] ? sizes[i] : 1), err, "cuMemAlloc of %zu bytes",
                      sizes[i]))
             return -1;
+        ld->device_bytes += sizes[i] ? sizes[i] : 1;
+    }
     return 0;
 }
 
@@ -596,6 +599,8 @@ int cuda_loaded_state_to_host(CudaLoaded *ld, CtState *state, CtErr *err)
 }
 
 void cuda_loaded_state_changed(CudaLoaded *ld) { ld->state_stale = 1; }
+
+size_t cuda_loaded_device_bytes(const CudaLoaded *ld) { return ld->device_bytes; }
 
 void cuda_loaded_moved(const CudaLoaded *ld, size_t *in, size_t *out, size_t *state)
 {

@@ -76,5 +76,7 @@ int cuda_loaded_state_to_host(CudaLoaded *ld, CtState *state, CtErr *err);
 void cuda_loaded_state_changed(CudaLoaded *ld);
 /* Bytes the last run moved: inputs in, outputs out, state either way. */
 void cuda_loaded_moved(const CudaLoaded *ld, size_t *in, size_t *out, size_t *state);
+/* The device memory the program holds, all of it allocated at load. */
+size_t cuda_loaded_device_bytes(const CudaLoaded *ld);
 
 #endif

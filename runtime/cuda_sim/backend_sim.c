@@ -32,6 +32,7 @@ struct CtExec {
     SimModule *lib;
     size_t *in_off, *st_off; /* per value, as the executor places them */
     size_t in_bytes, st_bytes;
+    size_t device_bytes; /* the host memory standing in for device memory */
     char *block, *inputs, *dstate, *scratch;
     uint64_t seed;
     int runs, state_stale;
@@ -191,6 +192,7 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
             return ct_fail(err, "out of memory: the plan needs %zu bytes of device memory", sizes[i]);
         }
         memset(*where[i], 0xff, sizes[i] + 1);
+        e->device_bytes += sizes[i] + 1;
     }
     *out = e;
     return 0;
@@ -362,7 +364,10 @@ void cuda_sim_moved(const CtExec *e, size_t *in, size_t *out, size_t *state)
     *state = e->moved_state;
 }
 
+static size_t sim_device_bytes(const CtExec *e) { return e->device_bytes; }
+
 const CtBackend ct_backend_cuda_sim = {.name = "cuda-sim", .target = CT_TARGET_CUDA,
                                        .target_options = sim_target_options, .supports = sim_supports,
                                        .prepare = sim_prepare, .run = sim_run, .state_to_host = sim_to_host,
-                                       .state_from_host = sim_from_host, .free = sim_free};
+                                       .state_from_host = sim_from_host, .free = sim_free,
+                                       .device_bytes = sim_device_bytes};
