@@ -62,10 +62,14 @@ CT_DEVICE void ct_offsets(const CtIndex *ix, long long i, long long *o0, long lo
 
 /* A 2-D pooling window, PyTorch's rule (ir/ops/pool_window.h): mode 0
  * average, 1 max, 2 adaptive average (window i of the output spans
- * [floor(i*H/OH), ceil((i+1)*H/OH))). */
+ * [floor(i*H/OH), ceil((i+1)*H/OH))). The pooling kernels' work items run
+ * over [N, C, H, W], or with c_last over [N, H, W, C] (a channels-last
+ * tensor's memory order, so that neighbouring threads read neighbouring
+ * channels). */
 typedef struct CtPool {
     long long kh, kw, sh, sw, ph, pw, count_pad, mode;
     long long H, W, OH, OW;
+    long long c_last;
 } CtPool;
 
 typedef struct CtWindow {

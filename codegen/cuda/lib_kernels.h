@@ -161,14 +161,15 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
     return best;
 }
 
-/* Pooling, one output element a work item: `out` walks [N, C, OH, OW] with
- * x's strides on N, C (0 on OH, OW) and y's on all; sh, sw step x's rows
- * and columns. */
+/* Pooling, one output element a work item: `out` walks [N, C, OH, OW] (or
+ * [N, OH, OW, C]: p.c_last) with x's strides on N, C (0 on OH, OW) and y's
+ * on all; sh, sw step x's rows and columns. */
 CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, long long sw, CtPool p)
 {
+    long long inner = p.c_last ? out.dim[3] : 1;
     CT_LOOP(i, out.n)
     {
-        long long xo, yo, ow = i % p.OW, oh = (i / p.OW) % p.OH;
+        long long xo, yo, ow = i / inner % p.OW, oh = i / inner / p.OW % p.OH;
         ct_offsets(&out, i, &xo, &yo);
         CtWindow r = ct_window(&p, oh, ow);
         if (p.mode == 1) {
@@ -184,15 +185,16 @@ CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, lon
 }
 
 /* Pooling's gradient, one input element a work item (a gather over the
- * windows that hold it, so no atomics): `in` walks [N, C, H, W] with dy's
- * strides on N, C (0 on H, W) and dx's on all; x (max only) shares dx's
- * strides; dh, dw step dy, sh, sw step x and dx. */
+ * windows that hold it, so no atomics): `in` walks [N, C, H, W] (or [N, H,
+ * W, C]: p.c_last) with dy's strides on N, C (0 on H, W) and dx's on all;
+ * x (max only) shares dx's strides; dh, dw step dy, sh, sw step x and dx. */
 CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const CT_T *dy, CT_T *dx, CtIndex in, long long dh, long long dw,
                                long long sh, long long sw, CtPool p)
 {
+    long long inner = p.c_last ? in.dim[3] : 1;
     CT_LOOP(i, in.n)
     {
-        long long yo, xo, w = i % p.W, h = (i / p.W) % p.H;
+        long long yo, xo, w = i / inner % p.W, h = i / inner / p.W % p.H;
         ct_offsets(&in, i, &yo, &xo);
         long long plane = xo - h * sh - w * sw, oh0 = 0, oh1 = p.OH, ow0 = 0, ow1 = p.OW;
         if (p.mode != 2) { /* only the windows that can reach (h, w) */
@@ -541,6 +543,16 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *part, int nsum, long long c, 
     *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
 }
 
+/* Work item i of an elementwise pass over R rows of C channels: its row
+ * (returned) and channel. The channel is the fastest where it is x's
+ * fastest dim (channels-last), else the slowest, so that neighbouring
+ * threads read neighbouring memory either way. */
+CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, long long sxc, long long *c)
+{
+    *c = sxc == 1 ? i % C : i / R;
+    return sxc == 1 ? i / C : i % R;
+}
+
 /* Each channel's y = x * coef[2c] + coef[2c + 1]. Training: the batch's
  * statistics normalise and the running stats get PyTorch's update
  * (unbiased variance) in nrm and nrv (which may be rm and rv: a channel's
@@ -571,8 +583,8 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
 {
     CT_LOOP(i, rows.n * C)
     {
-        long long c = i % C, xo, yo;
-        ct_offsets(&rows, i / C, &xo, &yo);
+        long long c, xo, yo;
+        ct_offsets(&rows, CT_SFX(ct_bn_item)(i, rows.n, C, sxc, &c), &xo, &yo);
         float v = (float)(CT_LD(x[xo + c * sxc]) * coef[2 * c] + coef[2 * c + 1]);
         if (res)
             v = CT_LD(CT_ST(v)) + CT_LD(res[yo + c * syc]);
@@ -609,8 +621,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
 {
     CT_LOOP(i, rows.n * C)
     {
-        long long c = i % C, xo, o;
-        ct_offsets(&rows, i / C, &xo, &o);
+        long long c, xo, o;
+        ct_offsets(&rows, CT_SFX(ct_bn_item)(i, rows.n, C, sxc, &c), &xo, &o);
         double g = CT_LD(dy[xo + c * sxc]);
         /* eval leaves x out: 0 * x is NaN where x is not finite */
         dx[o + c * sdc] = CT_ST((float)(training ? coef[3 * c] * g + coef[3 * c + 1] * CT_LD(x[xo + c * sxc]) +

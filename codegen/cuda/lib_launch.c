@@ -628,11 +628,19 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     CtDType t = val(b, n->out[0])->type.dtype;
+    /* channels-last: the work items in memory order, [N, H, W, C] */
+    p.c_last = val(b, x)->layout == CT_LAYOUT_CHANNELS_LAST && val(b, y)->layout == CT_LAYOUT_CHANNELS_LAST;
+    int o[4] = {0, 1, 2, 3};
+    if (p.c_last)
+        o[1] = 2, o[2] = 3, o[3] = 1;
     if (!grad) {
         LibLaunch *l = begin(b, "ct_pool", t, shape_numel(ys));
         a_val(l, x);
         a_val(l, y);
-        a_index(l, index_make(4, ys->d, (int64_t[]){sx[0], sx[1], 0, 0}, sy));
+        int64_t st0[4] = {sx[0], sx[1], 0, 0}, d[4], s0[4], s1[4];
+        for (int k = 0; k < 4; k++)
+            d[k] = ys->d[o[k]], s0[k] = st0[o[k]], s1[k] = sy[o[k]];
+        a_index(l, index_make(4, d, s0, s1));
         a_i64(l, sx[2]);
         a_i64(l, sx[3]);
         a_pool(l, p);
@@ -647,7 +655,10 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
         arg(l, LA_NULL);
     a_val(l, y);
     a_val(l, x);
-    a_index(l, index_make(4, xs->d, (int64_t[]){sy[0], sy[1], 0, 0}, sx));
+    int64_t st0[4] = {sy[0], sy[1], 0, 0}, d[4], s0[4], s1[4];
+    for (int k = 0; k < 4; k++)
+        d[k] = xs->d[o[k]], s0[k] = st0[o[k]], s1[k] = sx[o[k]];
+    a_index(l, index_make(4, d, s0, s1));
     a_i64(l, sy[2]);
     a_i64(l, sy[3]);
     a_i64(l, sx[2]);
