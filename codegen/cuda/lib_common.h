@@ -49,6 +49,11 @@ typedef struct CtIndex {
 
 CT_DEVICE void ct_offsets(const CtIndex *ix, long long i, long long *o0, long long *o1)
 {
+    if (ix->nd == 1) { /* no division: i < n, the one dim's size */
+        *o0 = ix->base0 + i * ix->st0[0];
+        *o1 = ix->base1 + i * ix->st1[0];
+        return;
+    }
     long long a = ix->base0, b = ix->base1;
     for (long long d = ix->nd - 1; d >= 0; d--) {
         long long k = i % ix->dim[d];

@@ -45,6 +45,32 @@ static CtIndex index_without(const CtShape *s, int skip, const int64_t *a, const
     return index_make(nd, dim, sa, sb);
 }
 
+/* ix with its dims of size 1 dropped and each pair of neighbouring dims
+ * that both tensors step through contiguously (a dim's stride the next
+ * one's times its size) merged into one: the same offsets for every index,
+ * with fewer divisions a work item (none for one dim). Only for the
+ * kernels that read no dim of their index but through ct_offsets. */
+static CtIndex collapsed(CtIndex ix)
+{
+    CtIndex c = ix;
+    c.nd = 0;
+    for (long long d = 0; d < ix.nd; d++) {
+        if (ix.dim[d] == 1 && ix.nd > 1)
+            continue;
+        long long k = c.nd - 1;
+        if (k >= 0 && c.st0[k] == ix.st0[d] * ix.dim[d] && c.st1[k] == ix.st1[d] * ix.dim[d]) {
+            c.dim[k] *= ix.dim[d];
+            c.st0[k] = ix.st0[d], c.st1[k] = ix.st1[d];
+            continue;
+        }
+        c.dim[c.nd] = ix.dim[d], c.st0[c.nd] = ix.st0[d], c.st1[c.nd] = ix.st1[d];
+        c.nd++;
+    }
+    if (c.nd == 0) /* every dim of size 1 */
+        c.nd = 1, c.dim[0] = 1, c.st0[0] = c.st1[0] = 0;
+    return c;
+}
+
 typedef struct Builder {
     const Graph *g;
     LibLaunch *l;
@@ -88,7 +114,7 @@ static void copy(Builder *b, ValueId x, ValueId y, CtIndex ix)
     LibLaunch *l = begin(b, "ct_copy", val(b, y)->type.dtype, ix.n);
     a_val(l, x);
     a_val(l, y);
-    a_index(l, ix);
+    a_index(l, collapsed(ix));
 }
 
 /* reshape: the flat row-major order is kept; one side must be row-major. */
@@ -223,7 +249,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch)
         if (!reduced || n->iattr[1])
             yd++;
     }
-    CtIndex out = index_make(nk, kd, ks0, ks1), red = index_make(nr, rd, rs, NULL);
+    CtIndex out = collapsed(index_make(nk, kd, ks0, ks1)), red = collapsed(index_make(nr, rd, rs, NULL));
     int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
     LibLaunch *l;
     if (nchunks <= 1) {
@@ -259,7 +285,7 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
-    CtIndex rows = index_without(xs, dim, sx, sy);
+    CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
     CtDType t = val(b, y)->type.dtype;
     LibLaunch *l;
     if (n->op == CT_OP_softmax) {
@@ -296,7 +322,7 @@ static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
         return ct_fail(err, "layer_norm_grad of x and dy in two layouts has no kernel");
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
-    CtIndex rows = index_without(xs, dim, sx, sy);
+    CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
     CtDType t = val(b, y)->type.dtype;
     LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, rows.n * CT_LIB_LANES);
     for (int k = 0; k < 3; k++) /* x, w, and b or dy */
@@ -449,7 +475,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *
     if (training && n->iattr[1])
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
-    CtIndex rows = index_without(xs, 1, sx, sy);
+    CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
     int64_t chunk = sum_chunk(rows.n, C);
     int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
     size_t part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
@@ -791,7 +817,7 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
     a_val(l, x);
     a_val(l, n->in[1]);
     a_val(l, y);
-    a_index(l, index_make(ys->ndim, ys->d, sy, bcast));
+    a_index(l, collapsed(index_make(ys->ndim, ys->d, sy, bcast)));
     return 0;
 }
 
