@@ -37,7 +37,7 @@
 #define CT_LANE 0
 #define CT_LANES 1
 #define CT_LANE_SUM(v) (v)
-#define CT_DYN_SHARED(T, name) T name[CT_ATT_SMEM(CT_ATT_D)]
+#define CT_DYN_SHARED(T, name) T name[CT_ATT_SMEM_MOST]
 #define CT_T float
 #define CT_LD(v) (v)
 #define CT_ST(f) (f)
@@ -741,14 +741,22 @@ static void test_pool(void)
 /* Attention and its gradient, q [2, 3, N, D] over M keys: without a bias,
  * with one [1, H, N, M] (the gradient giving dbias), [B, 1, N, M]
  * (without) and [B, H, N, M]; in one tile of the tiled kernels, in several
- * tiles of queries and keys each with partial last tiles, at their largest
- * head dim, and with a head dim over it (the fallback kernels). */
+ * tiles of queries and keys each with partial last tiles, at the largest
+ * head dim of their 32-row tiles (64), in their 16-row tiles (80), at
+ * their largest head dim, and with a head dim over it (the fallback
+ * kernels). Every head dim's shared memory fits the host build's and a
+ * launch's 48 KiB. */
 static void test_sdpa(void)
 {
+    for (int64_t D = 1; D <= CT_ATT_D; D++)
+        CHECKF(CT_ATT_SMEM(D) <= CT_ATT_SMEM_MOST && CT_ATT_SMEM_FWD(D) <= CT_ATT_SMEM(D), "head dim %lld",
+               (long long)D);
+    CHECK(sizeof(float) * CT_ATT_SMEM_MOST <= 48 * 1024);
     static const int64_t bias[][3] = {{0, 0, 0}, {1, 3, 1}, {2, 1, 0}, {2, 3, 1}};
-    static const int64_t sizes[][3] = {{5, 7, 8}, {45, 70, 8}, {33, 17, CT_ATT_D}, {5, 7, CT_ATT_D + 8}};
+    static const int64_t sizes[][3] = {{5, 7, 8}, {45, 70, 8}, {33, 17, 64}, {40, 37, 80}, {5, 7, CT_ATT_D},
+                                       {5, 7, CT_ATT_D + 8}};
     char what[96];
-    for (int z = 0; z < 4; z++)
+    for (int z = 0; z < 6; z++)
         for (int i = 0; i < 4; i++)
             for (int grad = 0; grad < 2; grad++) {
                 int64_t N = sizes[z][0], M = sizes[z][1], D = sizes[z][2];

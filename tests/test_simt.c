@@ -772,9 +772,11 @@ static void test_library(void)
     }
     /* attention of q [1, 2, 40, 8] over 37 keys with a bias [1, 2, 40, 37]
      * (the gradient's dbias too): two query tiles of the tiled kernels, two
-     * and three key tiles, the last ones partial; layer_norm of 37 rows of
-     * 40, a row a warp (eight lanes' shares longer than the others) */
+     * and three key tiles, the last ones partial; at head dim 80 (16-row
+     * tiles) without a bias; layer_norm of 37 rows of 40, a row a warp
+     * (eight lanes' shares longer than the others) */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
+    const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
     const CtShape x = {3, {1, 37, 40}}, w = {1, {40}};
     static const struct {
         CtOp op;
@@ -782,12 +784,16 @@ static void test_library(void)
         const char *what;
     } cases[] = {{CT_OP_sdpa, 4, "sdpa in tiles"},
                  {CT_OP_sdpa_grad, 5, "sdpa_grad in tiles"},
+                 {CT_OP_sdpa, 3, "sdpa at head dim 80"},
+                 {CT_OP_sdpa_grad, 4, "sdpa_grad at head dim 80"},
                  {CT_OP_layer_norm, 3, "layer_norm"},
                  {CT_OP_layer_norm_grad, 3, "layer_norm_grad"}};
-    const CtShape shapes[][5] = {{q, kv, kv, bias}, {q, kv, kv, q, bias}, {x, w, w}, {x, w, x}};
-    for (int i = 0; i < 4; i++) {
+    const CtShape shapes[][5] = {{q, kv, kv, bias}, {q, kv, kv, q, bias}, {q80, kv80, kv80}, {q80, kv80, kv80, q80},
+                                 {x, w, w},         {x, w, x}};
+    for (int i = 0; i < 6; i++) {
         Graph g;
-        int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].op == CT_OP_sdpa_grad, i < 2 ? 0.3 : 1e-5);
+        int attention = cases[i].op == CT_OP_sdpa || cases[i].op == CT_OP_sdpa_grad;
+        int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], i == 1, attention ? 0.3 : 1e-5);
         if (id >= 0)
             check_lib_node(m, &g, id, cases[i].what);
         graph_free(&g);

@@ -25,19 +25,19 @@
  * (CT_WARP_LOOP) count their items in. */
 #define CT_LIB_LANES 32
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
-/* The tiled attention kernels' shapes: query rows and keys a tile (the
- * backward's dk and dv take keys CT_ATT_BK at a time), and the largest
- * head dim they take. CT_ATT_SMEM(D) is the floats of dynamic shared
- * memory they take at head dim D (the most of the four, ct_attn_grad_q's;
- * the forward and ct_attn_stats take CT_ATT_SMEM_FWD(D)), at most 48 KiB,
- * so no launch needs the driver's opt-in to more. */
-#define CT_ATT_BR 32
-#define CT_ATT_BC 32
-#define CT_ATT_BK 16
-#define CT_ATT_D 64
+/* The tiled attention kernels: the largest head dim they take, and their
+ * tiles at head dim D: query rows a tile and as many keys (the backward's
+ * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.
+ * CT_ATT_SMEM(D) is the floats of dynamic shared memory they take (the
+ * most of the four, ct_attn_grad_q's; the forward and ct_attn_stats take
+ * CT_ATT_SMEM_FWD(D)): at most CT_ATT_SMEM_MOST (D = 64), 45 KiB, under
+ * the 48 KiB a launch may have without the driver's opt-in to more. */
+#define CT_ATT_D 128
+#define CT_ATT_ROWS(D) ((D) <= 64 ? 32LL : 16LL)
 #define CT_ATT_SMEM(D) \
-    ((2 * CT_ATT_BR + 2 * CT_ATT_BC) * ((D) + 1) + CT_ATT_BR * (CT_ATT_BC + 1) + CT_ATT_BR * (D) + 3 * CT_ATT_BR)
-#define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_BR * ((D) + 1))
+    (4 * CT_ATT_ROWS(D) * ((D) + 1) + CT_ATT_ROWS(D) * (CT_ATT_ROWS(D) + 1) + CT_ATT_ROWS(D) * (D) + 3 * CT_ATT_ROWS(D))
+#define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_ROWS(D) * ((D) + 1))
+#define CT_ATT_SMEM_MOST CT_ATT_SMEM(64)
 
 typedef struct CtIndex {
     long long n;

@@ -25,7 +25,7 @@
  *   CT_INF           infinity as a double
  *   CT_DYN_SHARED(T, s)
  *                    s: the launch's dynamic shared memory as T[] (on the
- *                    host, at least CT_ATT_SMEM(CT_ATT_D) floats)
+ *                    host, at least CT_ATT_SMEM_MOST floats)
  *   lib_common.h     CtIndex and ct_offsets, before this text
  *   ir/formulas.h    over float numbers (fx_act), and the op kinds CT_OP_*
  *   ir/counter_rng.h random erasing's fill
@@ -1570,9 +1570,9 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
 }
 
 /* Attention in tiles, FlashAttention's way, for head dims up to CT_ATT_D
- * (the kernels above take the rest): a block takes CT_ATT_BR query rows of
- * one head (a work item: head bh's query tile w) and walks the keys
- * CT_ATT_BC at a time through shared memory, keeping each row's running
+ * (the kernels above take the rest): a block takes R = CT_ATT_ROWS(D)
+ * query rows of one head (a work item: head bh's query tile w) and walks
+ * the keys R at a time through shared memory, keeping each row's running
  * maximum and sum of exponentials (the online softmax). Sums in float, in
  * the same order on every run. Shared rows are D + 1 floats apart, so the
  * threads of a warp reading one column of different rows hit different
@@ -1597,6 +1597,16 @@ CT_DEVICE float CT_SFX(ct_att_dot)(const float *a, const float *b, long long D)
     return s;
 }
 
+/* The same in double: the gradient's dP - dO . O cancels, which float
+ * sums over long rows would leave at 1e-5 of dq. */
+CT_DEVICE double CT_SFX(ct_att_ddot)(const float *a, const float *b, long long D)
+{
+    double s = 0;
+    for (long long d = 0; d < D; d++)
+        s += (double)a[d] * b[d];
+    return s;
+}
+
 /* A row's maximum as the exponentials' offset: 0 for a row whose scores
  * are all -inf so far (their weights 0, not NaN, until a finite one comes;
  * a row all -inf ends as 0 / 0, NaN, as ref's softmax gives). */
@@ -1607,20 +1617,20 @@ CT_DEVICE float CT_SFX(ct_att_base)(float m) { return m == -(float)CT_INF ? 0.0f
 CT_DEVICE void CT_SFX(ct_att_carve)(float *s, long long D, float **qs, float **ks, float **vs, float **ss, float **os,
                                     float **mx, float **sum, float **alpha)
 {
-    *qs = s, *ks = *qs + CT_ATT_BR * (D + 1), *vs = *ks + CT_ATT_BC * (D + 1), *ss = *vs + CT_ATT_BC * (D + 1);
-    *os = *ss + CT_ATT_BR * (CT_ATT_BC + 1), *mx = *os + CT_ATT_BR * D;
-    *sum = *mx + CT_ATT_BR, *alpha = *sum + CT_ATT_BR;
+    long long R = CT_ATT_ROWS(D);
+    *qs = s, *ks = *qs + R * (D + 1), *vs = *ks + R * (D + 1), *ss = *vs + R * (D + 1);
+    *os = *ss + R * (R + 1), *mx = *os + R * D, *sum = *mx + R, *alpha = *sum + R;
 }
 
 /* The online softmax of query rows [0, nr) (q in qs) over the M keys of K
- * and V [M, D], bias rows A [nr, M] or NULL: leaves os [CT_ATT_BR][D] =
+ * and V [M, D], bias rows A [nr, M] or NULL: leaves os [R][D] =
  * sum_j exp(s_j - base) v_j and sum[r] = sum_j exp(s_j - base), base =
  * ct_att_base(mx[r]). ks, vs, ss and alpha are the block's scratch. */
 CT_DEVICE void CT_SFX(ct_att_rows)(const float *qs, const CT_T *K, const CT_T *V, const CT_T *A, long long nr,
                                    long long M, long long D, float scale, float *ks, float *vs, float *ss,
                                    float *os, float *mx, float *sum, float *alpha)
 {
-    const long long R = CT_ATT_BR, C = CT_ATT_BC, P = D + 1;
+    const long long R = CT_ATT_ROWS(D), C = R, P = D + 1;
     for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
         os[e] = 0;
     for (long long r = CT_TID; r < R; r += CT_NTHREADS)
@@ -1676,12 +1686,12 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
     CT_DYN_SHARED(float, ct_smem);
     float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
     CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
-    long long tiles = (N + CT_ATT_BR - 1) / CT_ATT_BR;
+    const long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R;
     CT_BLOCK_LOOP(w, BH * tiles)
     {
-        long long bh = w / tiles, i0 = w % tiles * CT_ATT_BR, nr = N - i0 < CT_ATT_BR ? N - i0 : CT_ATT_BR;
+        long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R;
         CT_SYNC(); /* the last work item's readers of qs and os are done */
-        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, CT_ATT_BR, qs);
+        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, R, qs);
         CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
                             M, D, scale, ks, vs, ss, os, mx, sum, alpha);
         for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
@@ -1698,21 +1708,21 @@ CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, con
     CT_DYN_SHARED(float, ct_smem);
     float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
     CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
-    long long tiles = (N + CT_ATT_BR - 1) / CT_ATT_BR;
+    const long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R;
     CT_BLOCK_LOOP(w, BH * tiles)
     {
-        long long bh = w / tiles, i0 = w % tiles * CT_ATT_BR, nr = N - i0 < CT_ATT_BR ? N - i0 : CT_ATT_BR;
+        long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R;
         CT_SYNC();
-        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, CT_ATT_BR, qs);
+        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, R, qs);
         CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
                             M, D, scale, ks, vs, ss, os, mx, sum, alpha);
         for (long long r = CT_TID; r < nr; r += CT_NTHREADS) {
             const CT_T *G = dy + (bh * N + i0 + r) * D;
-            float dot = 0;
+            double dot = 0;
             for (long long d = 0; d < D; d++)
-                dot += CT_LD(G[d]) * os[r * D + d];
+                dot += (double)CT_LD(G[d]) * os[r * D + d];
             float *st = stats + 3 * (bh * N + i0 + r);
-            st[0] = CT_SFX(ct_att_base)(mx[r]), st[1] = sum[r], st[2] = dot / sum[r];
+            st[0] = CT_SFX(ct_att_base)(mx[r]), st[1] = sum[r], st[2] = (float)(dot / sum[r]);
         }
     }
 }
@@ -1724,7 +1734,7 @@ CT_DEVICE float CT_SFX(ct_att_ds)(const float *qr, const float *gr, const float 
                                   float a, long long D, float scale, float *p)
 {
     *p = expf(CT_SFX(ct_att_dot)(qr, kr, D) * scale + a - st[0]) / st[1];
-    return *p * (CT_SFX(ct_att_dot)(gr, vr, D) - st[2]);
+    return (float)(*p * (CT_SFX(ct_att_ddot)(gr, vr, D) - st[2]));
 }
 
 /* Attention's dq (and dS to dbias [BH, N, M] unless NULL), a query tile a
@@ -1733,7 +1743,7 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
                                  CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
                                  long long D, float scale, long long H, long long sb, long long sh)
 {
-    const long long R = CT_ATT_BR, C = CT_ATT_BC, P = D + 1, tiles = (N + R - 1) / R;
+    const long long R = CT_ATT_ROWS(D), C = R, P = D + 1, tiles = (N + R - 1) / R;
     CT_DYN_SHARED(float, ct_smem);
     float *qs = ct_smem, *gs = qs + R * P, *ks = gs + R * P, *vs = ks + C * P, *ss = vs + C * P;
     float *dqs = ss + R * (C + 1), *st = dqs + R * D;
@@ -1779,14 +1789,14 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
     }
 }
 
-/* Attention's dk and dv, a tile of CT_ATT_BK keys a work item, walking the
- * queries CT_ATT_BR at a time: dv_j = sum_i P_ij dO_i, dk_j = scale *
+/* Attention's dk and dv, a tile of R / 2 keys a work item, walking the
+ * queries R at a time: dv_j = sum_i P_ij dO_i, dk_j = scale *
  * sum_i dS_ij q_i. */
 CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                   CT_T *dk, CT_T *dv, const float *stats, long long BH, long long N, long long M,
                                   long long D, float scale, long long H, long long sb, long long sh)
 {
-    const long long R = CT_ATT_BR, C = CT_ATT_BK, P = D + 1, tiles = (M + C - 1) / C;
+    const long long R = CT_ATT_ROWS(D), C = R / 2, P = D + 1, tiles = (M + C - 1) / C;
     CT_DYN_SHARED(float, ct_smem);
     float *ks = ct_smem, *vs = ks + C * P, *qs = vs + C * P, *gs = qs + R * P, *ps = gs + R * P;
     float *dss = ps + C * (R + 1), *dks = dss + C * (R + 1), *dvs = dks + C * D, *st = dvs + C * D;

@@ -740,7 +740,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
     CtDType t = val(b, n->out[0])->type.dtype;
     int tiled = D <= CT_ATT_D;
-    long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_BR) : BH * N, sized = tiled ? BH : BH * N;
+    long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
     if (n->op == CT_OP_sdpa) {
         LibLaunch *l = begin(b, tiled ? "ct_attn" : "ct_sdpa", t, qitems);
         l->shared = tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
@@ -775,7 +775,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     arg(l, LA_SCRATCH);
     attention_sizes(b, n, l, sized);
     l = begin(b, tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
-              tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_BK) : BH * M);
+              tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_ROWS(D) / 2) : BH * M);
     l->shared = tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
