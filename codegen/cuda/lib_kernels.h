@@ -1679,6 +1679,25 @@ CT_DEVICE const CT_T *CT_SFX(ct_att_bias)(const CT_T *bias, long long bh, long l
     return bias ? bias + bh / H * sb + bh % H * sh + i0 * M : 0;
 }
 
+/* Work item w's forward (query tile w % tiles of head w / tiles, tiles =
+ * ceil(N / R)) into the shared memory s as ct_att_carve lays it out: its
+ * q rows loaded, then ct_att_rows over every key. *row0 gets the tile's
+ * first query row counted over all heads, *nr its rows. */
+CT_DEVICE void CT_SFX(ct_att_tile)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, long long w,
+                                   long long N, long long M, long long D, float scale, long long H, long long sb,
+                                   long long sh, float *s, long long *row0, long long *nr)
+{
+    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
+    CT_SFX(ct_att_carve)(s, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
+    long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R, bh = w / tiles, i0 = w % tiles * R;
+    *nr = N - i0 < R ? N - i0 : R;
+    *row0 = bh * N + i0;
+    CT_SYNC(); /* the last work item's readers of qs and os are done */
+    CT_SFX(ct_att_load)(q + *row0 * D, *nr, D, R, qs);
+    CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), *nr, M,
+                        D, scale, ks, vs, ss, os, mx, sum, alpha);
+}
+
 /* Attention's forward, a query tile a work item. */
 CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
                           long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
@@ -1686,16 +1705,13 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
     CT_DYN_SHARED(float, ct_smem);
     float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
     CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
-    const long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R;
-    CT_BLOCK_LOOP(w, BH * tiles)
+    const long long R = CT_ATT_ROWS(D);
+    CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
-        long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R;
-        CT_SYNC(); /* the last work item's readers of qs and os are done */
-        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, R, qs);
-        CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
-                            M, D, scale, ks, vs, ss, os, mx, sum, alpha);
+        long long row0, nr;
+        CT_SFX(ct_att_tile)(q, k, v, bias, w, N, M, D, scale, H, sb, sh, ct_smem, &row0, &nr);
         for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
-            y[(bh * N + i0) * D + e] = CT_ST(os[e] / sum[e / D]);
+            y[row0 * D + e] = CT_ST(os[e] / sum[e / D]);
     }
 }
 
@@ -1708,20 +1724,17 @@ CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, con
     CT_DYN_SHARED(float, ct_smem);
     float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
     CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
-    const long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R;
-    CT_BLOCK_LOOP(w, BH * tiles)
+    const long long R = CT_ATT_ROWS(D);
+    CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
-        long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R;
-        CT_SYNC();
-        CT_SFX(ct_att_load)(q + (bh * N + i0) * D, nr, D, R, qs);
-        CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), nr,
-                            M, D, scale, ks, vs, ss, os, mx, sum, alpha);
+        long long row0, nr;
+        CT_SFX(ct_att_tile)(q, k, v, bias, w, N, M, D, scale, H, sb, sh, ct_smem, &row0, &nr);
         for (long long r = CT_TID; r < nr; r += CT_NTHREADS) {
-            const CT_T *G = dy + (bh * N + i0 + r) * D;
+            const CT_T *G = dy + (row0 + r) * D;
             double dot = 0;
             for (long long d = 0; d < D; d++)
                 dot += (double)CT_LD(G[d]) * os[r * D + d];
-            float *st = stats + 3 * (bh * N + i0 + r);
+            float *st = stats + 3 * (row0 + r);
             st[0] = CT_SFX(ct_att_base)(mx[r]), st[1] = sum[r], st[2] = (float)(dot / sum[r]);
         }
     }
