@@ -14,8 +14,10 @@
 #   steps     one training step's device time per step (CTIMM_CUDA_PROFILE), and
 #             the roofline floors of its plan (ctimm-compile --roofline h200), of
 #             test_resnet, resnet50 and vit_base_patch16_224 at batch 64
-#   bench     timm's benchmark.py eager, then ctimm-bench --device cuda, on
-#             bench/gpu_first.csv; the side-by-side table ($OUT/table.txt) last
+#   bench     timm's benchmark.py eager (and with COMPILE=1 --torchcompile), then
+#             ctimm-bench --device cuda, on $BENCH_SET (default bench/gpu_first.csv;
+#             bench/gpu_issue22.csv is issue 22's table); the side-by-side table
+#             with the peaks of device memory ($OUT/table.txt) last
 #
 # Every stage has its own time limit inside the total budget, and the moment
 # it ends appends `stage,rc,seconds,note` to $OUT/summary.csv and re-renders
@@ -32,7 +34,11 @@
 # CI runs it (ctest gpu_check_dry_run) against its own build (--build-dir).
 # Environment: OUT (default /tmp/gpu_check_out), TRAIN_CPU=1 (the train
 # stage also on the cpu backend), STEPS_MODELS (the steps stage's
-# "model:img_size" list).
+# "model:img_size" list), BENCH_SET and COMPILE=1 (the bench stage's set,
+# and timm with torch.compile too), BENCH_CTIMM_S (ctimm's share of the
+# bench stage, default 100 s), AMP_DTYPE (float16, the default of both
+# benchmarks, or bfloat16: issue 22's table is AMP_DTYPE=bfloat16
+# BENCH_SET=bench/gpu_issue22.csv COMPILE=1).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -234,11 +240,11 @@ st_steps() {
         img=${m#*:} m=${m%:*}
         echo "== $m train, batch 64, --amp --channels-last"
         CTIMM_CUDA_PROFILE=1 timeout 45 "$BUILD/ctimm-bench" -m "$m" --bench train -b 64 --img-size "$img" --amp \
-            --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
+            --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
             || echo "$m: rc $?"
         # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
-        "$BUILD/ctimm-compile" --model "$m" --train --batch-size 64 --img-size "$img" --amp --channels-last \
-            --roofline h200 | sed -n '/^total:/,$p'
+        "$BUILD/ctimm-compile" --model "$m" --train --batch-size 64 --img-size "$img" --amp \
+            --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline h200 | sed -n '/^total:/,$p'
     done
     note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
 }
@@ -247,18 +253,22 @@ st_steps() {
 # (--amp --channels-last both); the side-by-side table is made at the end.
 st_bench() {
     STAGE_NAME=bench
-    local set=$ROOT/bench/gpu_first.csv bpy=$DEPS/benchmark.py
+    local set=${BENCH_SET:-$ROOT/bench/gpu_first.csv} bpy=$DEPS/benchmark.py
     if [ "$DRY" = 1 ]; then
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --dry-run \
-            --out "$WORK/logs/eager.csv" || return 1
+            --amp-dtype "${AMP_DTYPE:-float16}" --out "$WORK/logs/eager.csv" || return 1
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --torchcompile \
-            --dry-run --out "$WORK/logs/compiled.csv" || return 1
+            --amp-dtype "${AMP_DTYPE:-float16}" --dry-run --out "$WORK/logs/compiled.csv" || return 1
         note "dry run: timm_gpu_bench.py's arguments checked"
         return 0
     fi
     if [ -f "$bpy" ]; then
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
-            --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
+            --amp-dtype "${AMP_DTYPE:-float16}" --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
+        if [ "${COMPILE:-0}" = 1 ]; then
+            python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
+                --amp-dtype "${AMP_DTYPE:-float16}" --torchcompile --deadline $(($(date +%s) + 120)) --est 40 --out "$WORK/logs/compiled.csv"
+        fi
     fi
     echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib" >"$WORK/logs/ctimm.csv"
     local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100}))
@@ -268,7 +278,8 @@ st_bench() {
             [ $b = inference ] && bs=$ibs
             if [ "$(date +%s)" -ge $stop ]; then echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/logs/ctimm.csv"; continue; fi
             rm -f "$one"
-            timeout 40 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp --channels-last \
+            timeout 40 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp \
+                --amp-dtype "${AMP_DTYPE:-float16}" --channels-last \
                 --device cuda --num-warm-iter 2 --num-bench-iter 5 --results-file "$one" </dev/null \
                 >>"$WORK/logs/ctimm.log" 2>"$WORK/one.err"
             local rc=$?
@@ -301,7 +312,7 @@ HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_allo
 for f in eager compiled ctimm; do [ -s "$WORK/logs/$f.csv" ] || echo "$HDR" >"$WORK/logs/$f.csv"; done
 {
     echo "== ctimm vs timm on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)," \
-        "--amp --channels-last, samples/s (bench/gpu_first.csv) =="
+        "--amp ${AMP_DTYPE:-float16} --channels-last, samples/s ($(basename "${BENCH_SET:-bench/gpu_first.csv}")) =="
     awk -f "$ROOT/bench/gpu_table.awk" "$WORK/logs/eager.csv" "$WORK/logs/compiled.csv" "$WORK/logs/ctimm.csv"
 } >"$OUT/table.txt" 2>&1
 pack
