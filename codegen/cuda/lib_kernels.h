@@ -30,15 +30,18 @@
  *   ir/formulas.h    over float numbers (fx_act), and the op kinds CT_OP_*
  *   ir/counter_rng.h random erasing's fill
  *
- * First versions, for correctness: one work item per output element, row
- * or channel, with the inner sums serial in double (the ref kernels'
- * formulas, so f32 results agree closely). group_norm's groups hold a
- * whole feature map or more, so a block takes each, its sums in double
- * reduced over the block in a fixed order (the same bits on every run);
- * a warp takes each of layer_norm's rows. Long sums of few outputs (reduce_sum's,
+ * Most kernels take one work item per output element, row or channel,
+ * with the inner sums serial in double (the ref kernels' formulas, so f32
+ * results agree closely). group_norm's groups hold a whole feature map or
+ * more, so a block takes each, its sums in double reduced over the block
+ * in a fixed order (the same bits on every run); a warp takes each of
+ * layer_norm's rows. Long sums of few outputs (reduce_sum's,
  * batch_norm's, layer_norm's dweight) take two stages: partial sums of
- * chunks into scratch, then the chunks added in order. Every tensor is
- * addressed through strides, so either layout (NCHW or NHWC) works.
+ * chunks into scratch, then the chunks added in order. Attention runs in
+ * tiles through shared memory (FlashAttention's online softmax, float
+ * sums) up to head dim CT_ATT_D. Every tensor is addressed through
+ * strides, so either layout (NCHW or NHWC) works; a kernel over a
+ * channels-last tensor walks it in memory order where it can.
  */
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
