@@ -39,6 +39,13 @@
 #define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_ROWS(D) * ((D) + 1))
 #define CT_ATT_SMEM_MOST CT_ATT_SMEM(64)
 
+/* The forward's shared memory (lib_kernels.h's ct_att_carve): q, k and v
+ * rows, the scores, the output rows and each row's running maximum, sum
+ * of exponentials and rescaling factor. */
+typedef struct CtAttShared {
+    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
+} CtAttShared;
+
 typedef struct CtIndex {
     long long n;
     long long nd;

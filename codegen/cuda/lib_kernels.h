@@ -1615,24 +1615,25 @@ CT_DEVICE double CT_SFX(ct_att_ddot)(const float *a, const float *b, long long D
  * a row all -inf ends as 0 / 0, NaN, as ref's softmax gives). */
 CT_DEVICE float CT_SFX(ct_att_base)(float m) { return m == -(float)CT_INF ? 0.0f : m; }
 
-/* The forward's shared memory at head dim D: q, k and v rows, the scores,
- * the output rows and each row's maximum, sum and rescaling factor. */
-CT_DEVICE void CT_SFX(ct_att_carve)(float *s, long long D, float **qs, float **ks, float **vs, float **ss, float **os,
-                                    float **mx, float **sum, float **alpha)
+/* The forward's shared memory s at head dim D, laid out as CtAttShared. */
+CT_DEVICE CtAttShared CT_SFX(ct_att_carve)(float *s, long long D)
 {
     long long R = CT_ATT_ROWS(D);
-    *qs = s, *ks = *qs + R * (D + 1), *vs = *ks + R * (D + 1), *ss = *vs + R * (D + 1);
-    *os = *ss + R * (R + 1), *mx = *os + R * D, *sum = *mx + R, *alpha = *sum + R;
+    CtAttShared a;
+    a.qs = s, a.ks = a.qs + R * (D + 1), a.vs = a.ks + R * (D + 1), a.ss = a.vs + R * (D + 1);
+    a.os = a.ss + R * (R + 1), a.mx = a.os + R * D, a.sum = a.mx + R, a.alpha = a.sum + R;
+    return a;
 }
 
-/* The online softmax of query rows [0, nr) (q in qs) over the M keys of K
- * and V [M, D], bias rows A [nr, M] or NULL: leaves os [R][D] =
+/* The online softmax of query rows [0, nr) (q in a->qs) over the M keys of
+ * K and V [M, D], bias rows A [nr, M] or NULL: leaves os [R][D] =
  * sum_j exp(s_j - base) v_j and sum[r] = sum_j exp(s_j - base), base =
  * ct_att_base(mx[r]). ks, vs, ss and alpha are the block's scratch. */
-CT_DEVICE void CT_SFX(ct_att_rows)(const float *qs, const CT_T *K, const CT_T *V, const CT_T *A, long long nr,
-                                   long long M, long long D, float scale, float *ks, float *vs, float *ss,
-                                   float *os, float *mx, float *sum, float *alpha)
+CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT_T *V, const CT_T *A, long long nr,
+                                   long long M, long long D, float scale)
 {
+    const float *qs = a->qs;
+    float *ks = a->ks, *vs = a->vs, *ss = a->ss, *os = a->os, *mx = a->mx, *sum = a->sum, *alpha = a->alpha;
     const long long R = CT_ATT_ROWS(D), C = R, P = D + 1;
     for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
         os[e] = 0;
@@ -1683,22 +1684,20 @@ CT_DEVICE const CT_T *CT_SFX(ct_att_bias)(const CT_T *bias, long long bh, long l
 }
 
 /* Work item w's forward (query tile w % tiles of head w / tiles, tiles =
- * ceil(N / R)) into the shared memory s as ct_att_carve lays it out: its
- * q rows loaded, then ct_att_rows over every key. *row0 gets the tile's
- * first query row counted over all heads, *nr its rows. */
-CT_DEVICE void CT_SFX(ct_att_tile)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, long long w,
-                                   long long N, long long M, long long D, float scale, long long H, long long sb,
-                                   long long sh, float *s, long long *row0, long long *nr)
+ * ceil(N / R)) in the shared memory a: its q rows loaded, then
+ * ct_att_rows over every key. *row0 gets the tile's first query row
+ * counted over all heads, *nr its rows. */
+CT_DEVICE void CT_SFX(ct_att_tile)(const CtAttShared *a, const CT_T *q, const CT_T *k, const CT_T *v,
+                                   const CT_T *bias, long long w, long long N, long long M, long long D, float scale,
+                                   long long H, long long sb, long long sh, long long *row0, long long *nr)
 {
-    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
-    CT_SFX(ct_att_carve)(s, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
     long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R, bh = w / tiles, i0 = w % tiles * R;
     *nr = N - i0 < R ? N - i0 : R;
     *row0 = bh * N + i0;
     CT_SYNC(); /* the last work item's readers of qs and os are done */
-    CT_SFX(ct_att_load)(q + *row0 * D, *nr, D, R, qs);
-    CT_SFX(ct_att_rows)(qs, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), *nr, M,
-                        D, scale, ks, vs, ss, os, mx, sum, alpha);
+    CT_SFX(ct_att_load)(q + *row0 * D, *nr, D, R, a->qs);
+    CT_SFX(ct_att_rows)(a, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), *nr, M, D,
+                        scale);
 }
 
 /* Attention's forward, a query tile a work item. */
@@ -1706,15 +1705,14 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
                           long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
 {
     CT_DYN_SHARED(float, ct_smem);
-    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
-    CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
+    const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
     const long long R = CT_ATT_ROWS(D);
     CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
         long long row0, nr;
-        CT_SFX(ct_att_tile)(q, k, v, bias, w, N, M, D, scale, H, sb, sh, ct_smem, &row0, &nr);
+        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
         for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
-            y[row0 * D + e] = CT_ST(os[e] / sum[e / D]);
+            y[row0 * D + e] = CT_ST(a.os[e] / a.sum[e / D]);
     }
 }
 
@@ -1725,20 +1723,19 @@ CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, con
                                 long long H, long long sb, long long sh)
 {
     CT_DYN_SHARED(float, ct_smem);
-    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
-    CT_SFX(ct_att_carve)(ct_smem, D, &qs, &ks, &vs, &ss, &os, &mx, &sum, &alpha);
+    const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
     const long long R = CT_ATT_ROWS(D);
     CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
         long long row0, nr;
-        CT_SFX(ct_att_tile)(q, k, v, bias, w, N, M, D, scale, H, sb, sh, ct_smem, &row0, &nr);
+        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
         for (long long r = CT_TID; r < nr; r += CT_NTHREADS) {
             const CT_T *G = dy + (row0 + r) * D;
             double dot = 0;
             for (long long d = 0; d < D; d++)
-                dot += (double)CT_LD(G[d]) * os[r * D + d];
+                dot += (double)CT_LD(G[d]) * a.os[r * D + d];
             float *st = stats + 3 * (row0 + r);
-            st[0] = CT_SFX(ct_att_base)(mx[r]), st[1] = sum[r], st[2] = (float)(dot / sum[r]);
+            st[0] = CT_SFX(ct_att_base)(a.mx[r]), st[1] = a.sum[r], st[2] = (float)(dot / a.sum[r]);
         }
     }
 }

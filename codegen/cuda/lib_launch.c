@@ -448,11 +448,6 @@ static int plan_gather(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-/* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
- * channel into scratch (not for an eval forward), their per-channel
- * coefficients after them, then the elementwise pass; chunks of rows as
- * sum_chunk cuts a reduction. The coefficients' kernel takes the weights'
- * dtype (f32 under amp), the others x's. */
 /* The parts of a batch norm's epilogue its apply pass computes before the
  * store: a residual add (-1: none) and an activation (an op, -1: none),
  * the value it stores (out) and the step's first node it leaves (tail). */
@@ -461,6 +456,12 @@ typedef struct BnEpi {
     int act, approx, tail;
 } BnEpi;
 
+/* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
+ * channel into scratch (not for an eval forward), their per-channel
+ * coefficients after them, then the elementwise pass (with epi's parts,
+ * NULL: none); chunks of rows as sum_chunk cuts a reduction. The
+ * coefficients' kernel takes the weights' dtype (f32 under amp), the
+ * others x's. */
 static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
