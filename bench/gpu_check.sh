@@ -13,9 +13,9 @@
 #   train     the README's main job with --device cuda (and, with TRAIN_CPU=1, then on the cpu)
 #   steps     one training step's device time per step (CTIMM_CUDA_PROFILE), and
 #             the roofline floors of its plan (ctimm-compile --roofline h200), of
-#             test_resnet, resnet50 and vit_base_patch16_224 at batch 64
-#   bench     timm's benchmark.py eager (and with COMPILE=1 --torchcompile), then
-#             ctimm-bench --device cuda, on $BENCH_SET (default bench/gpu_first.csv;
+#             test_resnet, resnet50 and vit_base_patch16_224 at batch 64 (STEPS_BATCH)
+#   bench     timm's benchmark.py eager, ctimm-bench --device cuda, then (COMPILE=1)
+#             timm's --torchcompile, on $BENCH_SET (default bench/gpu_first.csv;
 #             bench/gpu_issue22.csv is issue 22's table); the side-by-side table
 #             with the peaks of device memory ($OUT/table.txt) last
 #
@@ -36,7 +36,8 @@
 # stage also on the cpu backend), STEPS_MODELS (the steps stage's
 # "model:img_size" list), BENCH_SET and COMPILE=1 (the bench stage's set,
 # and timm with torch.compile too), BENCH_CTIMM_S (ctimm's share of the
-# bench stage, default 100 s), AMP_DTYPE (float16, the default of both
+# bench stage, default 100 s; torch.compile gets what is left of BENCH_CAP,
+# default 200), STEPS_BATCH (the steps stage's batch, default 64), AMP_DTYPE (float16, the default of both
 # benchmarks, or bfloat16: issue 22's table is AMP_DTYPE=bfloat16
 # BENCH_SET=bench/gpu_issue22.csv COMPILE=1).
 set -uo pipefail
@@ -100,6 +101,7 @@ stage() {
     [ "$cap" -gt "$left" ] && cap=$left
     if [ "$cap" -lt 5 ]; then record "$name" - 0 "skipped: budget"; return; fi
     t0=$(date +%s)
+    export STAGE_DEADLINE=$((t0 + cap))
     timeout -k 5 "$cap" bash -c "source '$ENVSH'; st_$name" >"$WORK/logs/$name.log" 2>&1
     rc=$?
     [ $rc -eq 124 ] && echo "timed out after $cap s" >>"$WORK/logs/$name.note"
@@ -236,14 +238,15 @@ st_steps() {
     STAGE_NAME=steps
     if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
     local m img
+    local bs=${STEPS_BATCH:-64}
     for m in ${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}; do
         img=${m#*:} m=${m%:*}
-        echo "== $m train, batch 64, --amp --channels-last"
-        CTIMM_CUDA_PROFILE=1 timeout 45 "$BUILD/ctimm-bench" -m "$m" --bench train -b 64 --img-size "$img" --amp \
+        echo "== $m train, batch $bs, --amp --channels-last"
+        CTIMM_CUDA_PROFILE=1 timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench train -b "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
             || echo "$m: rc $?"
         # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
-        "$BUILD/ctimm-compile" --model "$m" --train --batch-size 64 --img-size "$img" --amp \
+        "$BUILD/ctimm-compile" --model "$m" --train --batch-size "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline h200 | sed -n '/^total:/,$p'
     done
     note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
@@ -262,14 +265,8 @@ st_bench() {
         note "dry run: timm_gpu_bench.py's arguments checked"
         return 0
     fi
-    if [ -f "$bpy" ]; then
-        python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
-            --amp-dtype "${AMP_DTYPE:-float16}" --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
-        if [ "${COMPILE:-0}" = 1 ]; then
-            python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
-                --amp-dtype "${AMP_DTYPE:-float16}" --torchcompile --deadline $(($(date +%s) + 120)) --est 40 --out "$WORK/logs/compiled.csv"
-        fi
-    fi
+    [ -f "$bpy" ] && python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
+        --amp-dtype "${AMP_DTYPE:-float16}" --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
     echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib" >"$WORK/logs/ctimm.csv"
     local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100}))
     grep -v '^#' "$set" | while IFS=, read -r m img tbs ibs; do
@@ -278,7 +275,7 @@ st_bench() {
             [ $b = inference ] && bs=$ibs
             if [ "$(date +%s)" -ge $stop ]; then echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/logs/ctimm.csv"; continue; fi
             rm -f "$one"
-            timeout 40 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp \
+            timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp \
                 --amp-dtype "${AMP_DTYPE:-float16}" --channels-last \
                 --device cuda --num-warm-iter 2 --num-bench-iter 5 --results-file "$one" </dev/null \
                 >>"$WORK/logs/ctimm.log" 2>"$WORK/one.err"
@@ -294,7 +291,12 @@ st_bench() {
             fi
         done
     done
-    note "timm eager $(($(grep -c . "$WORK/logs/eager.csv" 2>/dev/null || echo 1) - 1)) rows, ctimm $(($(grep -c . "$WORK/logs/ctimm.csv") - 1)) rows"
+    # torch.compile last, with what the stage has left: its compiles are the slowest runs here
+    if [ -f "$bpy" ] && [ "${COMPILE:-0}" = 1 ]; then
+        python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
+            --amp-dtype "${AMP_DTYPE:-float16}" --torchcompile --deadline $((STAGE_DEADLINE - 5)) --est 40 --out "$WORK/logs/compiled.csv"
+    fi
+    note "timm eager $(($(grep -c . "$WORK/logs/eager.csv" 2>/dev/null || echo 1) - 1)) rows, ctimm $(($(grep -c . "$WORK/logs/ctimm.csv") - 1)) rows, compiled $(($(grep -c . "$WORK/logs/compiled.csv" 2>/dev/null || echo 1) - 1)) rows"
 }
 export -f st_env st_deps st_configure st_build st_probe st_parity st_train st_steps st_bench
 export GPU_TARGETS
@@ -307,7 +309,7 @@ stage probe 150
 stage parity 200
 stage train 120
 stage steps 120
-stage bench 200
+stage bench "${BENCH_CAP:-200}"
 HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib
 for f in eager compiled ctimm; do [ -s "$WORK/logs/$f.csv" ] || echo "$HDR" >"$WORK/logs/$f.csv"; done
 {
