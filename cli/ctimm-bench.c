@@ -697,9 +697,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: --device cuda: %s\n", prog, why);
             return 2;
         }
-        /* benchmark.py allows TF32; the timed steps' outputs are not read */
+        /* benchmark.py allows TF32; the timed steps' outputs are not read,
+         * and their batch, as benchmark.py's, is made once and stays on the device */
         cli_program_options()->allow_tf32 = 1;
         cli_program_options()->outputs_on_device = 1;
+        cli_program_options()->inputs_fixed = 1;
     }
     const CtBackend *be = cli_backend(prog, a.device, &err);
     if (!be) {

@@ -176,7 +176,8 @@ int program_compile(const Graph *g, CtTarget target, const ProgramOptions *o, Ct
     p->target = target;
     if (o)
         p->opt = (ProgramOptions){.allow_tf32 = o->allow_tf32, .sync_each = o->sync_each,
-                                  .outputs_on_device = o->outputs_on_device, .collective = o->collective};
+                                  .outputs_on_device = o->outputs_on_device,
+                                  .inputs_fixed = o->inputs_fixed, .collective = o->collective};
     *out = NULL;
     int rc = 0;
     if (target == CT_TARGET_CPU) {

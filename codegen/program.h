@@ -46,8 +46,10 @@ typedef struct ProgramOptions {
      * benchmark allows them); every step run eagerly with a
      * synchronisation after each (a fault names its step); the outputs
      * left on the device (a caller that reads none, as ctimm-bench's timed
-     * steps). */
-    int allow_tf32, sync_each, outputs_on_device;
+     * steps); the inputs uploaded at the first run only (a caller whose
+     * every run passes the same unchanged batch, as benchmark.py's
+     * example_inputs, made on the device once). */
+    int allow_tf32, sync_each, outputs_on_device, inputs_fixed;
     /* The collective of the data-parallel ranks that allreduce_mean and
      * synchronised batch norm reduce over when the program runs
      * (ir/collective.h; the trainer's is its communicator's). The program

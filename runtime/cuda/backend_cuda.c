@@ -114,6 +114,7 @@ static int cuda_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr 
     const char *prof = getenv("CTIMM_CUDA_PROFILE");
     CudaExecOptions o = {.graphs = !p->opt.sync_each, .allow_tf32 = p->opt.allow_tf32,
                          .sync_each = p->opt.sync_each, .outputs_on_device = p->opt.outputs_on_device,
+                         .inputs_fixed = p->opt.inputs_fixed,
                          .profile = prof && *prof && strcmp(prof, "0")};
     CtExec *e = calloc(1, sizeof *e);
     CT_ASSERT(e != NULL);

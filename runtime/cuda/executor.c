@@ -210,28 +210,74 @@ static int place_blocks(CudaLoaded *ld, const Graph *g, const CtState *state, Ct
     return 0;
 }
 
+static void free_choice_scratch(CudaLoaded *ld, DnnScratch *sc)
+{
+    CUdeviceptr *p[4] = {&sc->x, &sc->w, &sc->y, &sc->workspace};
+    for (int i = 0; i < 4; i++)
+        if (*p[i])
+            (void)ld->ex->drv.MemFree(*p[i]);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Device buffers to time cuDNN's candidates on (cudnnFind*Ex, as torch's
+ * cudnn.benchmark), as large as the program's largest convolution needs,
+ * freed once every choice is made (and cached on disk: a later process
+ * allocates them and finds nothing left to time). 0 where the device has
+ * not the room: the choices are then cuDNN's heuristics'. */
+static int alloc_choice_scratch(CudaLoaded *ld, DnnScratch *sc)
+{
+    const CudaDriver *d = &ld->ex->drv;
+    size_t bx = 0, bw = 0, by = 0;
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const ConvDesc *c = &ld->lp->steps[s].conv;
+        if (ld->lp->steps[s].kind != LP_CONV)
+            continue;
+        size_t x = (size_t)(c->n * c->c * c->h * c->w) * ct_dtype_size(c->x_type);
+        size_t w = (size_t)(c->k * (c->c / c->groups) * c->r * c->s) * ct_dtype_size(c->w_type);
+        size_t y = (size_t)(c->n * c->k * c->p * c->q) * ct_dtype_size(c->y_type);
+        bx = x > bx ? x : bx, bw = w > bw ? w : bw, by = y > by ? y : by;
+    }
+    memset(sc, 0, sizeof *sc);
+    if (!bx)
+        return 0;
+    sc->workspace_bytes = CONV_WORKSPACE;
+    if (d->MemAlloc(&sc->x, bx) != CU_SUCCESS || d->MemAlloc(&sc->w, bw) != CU_SUCCESS ||
+        d->MemAlloc(&sc->y, by) != CU_SUCCESS || d->MemAlloc(&sc->workspace, CONV_WORKSPACE) != CU_SUCCESS) {
+        free_choice_scratch(ld, sc);
+        return 0;
+    }
+    return 1;
+}
+
 static int prepare_calls(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
-    for (int s = 0; s < ld->lp->nsteps; s++) {
+    DnnScratch sc;
+    int timed = alloc_choice_scratch(ld, &sc), rc = 0;
+    for (int s = 0; s < ld->lp->nsteps && !rc; s++) {
         const LpStep *st = &ld->lp->steps[s];
         if (st->kind == LP_GEMM) {
-            if (blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s], err))
-                return ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
-                                  (long long)st->gemm.n, (long long)st->gemm.k);
+            if (blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s], err)) {
+                rc = ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
+                                (long long)st->gemm.n, (long long)st->gemm.k);
+                break;
+            }
             if (ld->gemm[s].workspace > ld->workspace_bytes)
                 ld->workspace_bytes = ld->gemm[s].workspace;
         } else if (st->kind == LP_CONV) {
-            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device, NULL,
-                            &ld->conv[s], err))
-                return ct_failctx(err, "step %d (convolution)", s);
+            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device,
+                            timed ? &sc : NULL, &ld->conv[s], err)) {
+                rc = ct_failctx(err, "step %d (convolution)", s);
+                break;
+            }
             if (ld->conv[s].algo.workspace > ld->workspace_bytes)
                 ld->workspace_bytes = ld->conv[s].algo.workspace;
         }
     }
-    return 0;
+    free_choice_scratch(ld, &sc);
+    return rc;
 }
 
 static int alloc_memory(CudaLoaded *ld, CtErr *err)
@@ -503,7 +549,7 @@ static int check_inputs(const CudaLoaded *ld, const CtTensor *inputs, int ninput
     return 0;
 }
 
-/* The state, when the host's is newer, and the inputs, onto the stream. */
+/* The state, when the host's is newer, and the inputs (at the first run alone with inputs_fixed), onto the stream. */
 static int upload(CudaLoaded *ld, const CtState *state, const CtTensor *inputs, CtErr *err)
 {
     CudaExec *ex = ld->ex;
@@ -518,6 +564,8 @@ static int upload(CudaLoaded *ld, const CtState *state, const CtTensor *inputs, 
         ld->state_stale = 0;
         ld->moved_state = state->nbytes;
     }
+    if (ex->opt.inputs_fixed && ld->runs > 0)
+        return 0;
     int k = 0;
     for (ValueId v = 0; v < g->nvalues; v++) {
         if (ld->in_off[v] == PLAN_NONE)

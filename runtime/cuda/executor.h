@@ -44,6 +44,7 @@ typedef struct CudaExecOptions {
     int profile;    /* time every step (runtime/cuda/step_profile.h; no graphs), reported when freed */
     int outputs_on_device; /* the outputs are not downloaded (left unset): for a caller that reads none, as
                             * ctimm-bench's timed steps, which then time what timm's benchmark.py times */
+    int inputs_fixed; /* every run's inputs are the first's: uploaded once (ProgramOptions.inputs_fixed) */
 } CudaExecOptions;
 
 typedef struct CudaExec CudaExec;
