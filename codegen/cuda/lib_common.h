@@ -54,6 +54,22 @@ typedef struct CtIndex {
     long long base0, base1;
 } CtIndex;
 
+/* a / b, and a % b into *rem, for a >= 0 and b > 0: in 32 bits where both
+ * fit, as they do in all but the largest tensors, since a GPU divides 64-bit
+ * integers in a software routine several times as long; index math is
+ * most of what the copies and the elementwise library kernels do. */
+CT_DEVICE long long ct_divmod(long long a, long long b, long long *rem)
+{
+    if ((((unsigned long long)a | (unsigned long long)b) >> 32) == 0) {
+        unsigned q = (unsigned)a / (unsigned)b;
+        *rem = (long long)((unsigned)a - q * (unsigned)b);
+        return (long long)q;
+    }
+    long long q = a / b;
+    *rem = a - q * b;
+    return q;
+}
+
 CT_DEVICE void ct_offsets(const CtIndex *ix, long long i, long long *o0, long long *o1)
 {
     if (ix->nd == 1) { /* no division: i < n, the one dim's size */
@@ -63,8 +79,8 @@ CT_DEVICE void ct_offsets(const CtIndex *ix, long long i, long long *o0, long lo
     }
     long long a = ix->base0, b = ix->base1;
     for (long long d = ix->nd - 1; d >= 0; d--) {
-        long long k = i % ix->dim[d];
-        i /= ix->dim[d];
+        long long k;
+        i = ct_divmod(i, ix->dim[d], &k);
         a += k * ix->st0[d];
         b += k * ix->st1[d];
     }
@@ -93,8 +109,9 @@ CT_DEVICE CtWindow ct_window(const CtPool *p, long long oh, long long ow)
 {
     CtWindow r;
     if (p->mode == 2) {
-        r.h0 = oh * p->H / p->OH, r.h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;
-        r.w0 = ow * p->W / p->OW, r.w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;
+        long long m;
+        r.h0 = ct_divmod(oh * p->H, p->OH, &m), r.h1 = ct_divmod((oh + 1) * p->H + p->OH - 1, p->OH, &m);
+        r.w0 = ct_divmod(ow * p->W, p->OW, &m), r.w1 = ct_divmod((ow + 1) * p->W + p->OW - 1, p->OW, &m);
         r.divisor = (float)((r.h1 - r.h0) * (r.w1 - r.w0));
         return r;
     }

@@ -172,7 +172,8 @@ CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, lon
     long long inner = p.c_last ? out.dim[3] : 1;
     CT_LOOP(i, out.n)
     {
-        long long xo, yo, ow = i / inner % p.OW, oh = i / inner / p.OW % p.OH;
+        long long xo, yo, ow, oh, m;
+        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.OW, &ow), p.OH, &oh);
         ct_offsets(&out, i, &xo, &yo);
         CtWindow r = ct_window(&p, oh, ow);
         if (p.mode == 1) {
@@ -197,13 +198,14 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const CT_T *dy, CT_T *dx, CtIndex 
     long long inner = p.c_last ? in.dim[3] : 1;
     CT_LOOP(i, in.n)
     {
-        long long yo, xo, w = i / inner % p.W, h = i / inner / p.W % p.H;
+        long long yo, xo, w, h, m;
+        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.W, &w), p.H, &h);
         ct_offsets(&in, i, &yo, &xo);
         long long plane = xo - h * sh - w * sw, oh0 = 0, oh1 = p.OH, ow0 = 0, ow1 = p.OW;
-        if (p.mode != 2) { /* only the windows that can reach (h, w) */
-            oh0 = (h + p.ph - p.kh + p.sh) / p.sh, oh1 = (h + p.ph) / p.sh + 1;
-            ow0 = (w + p.pw - p.kw + p.sw) / p.sw, ow1 = (w + p.pw) / p.sw + 1;
-            oh0 = oh0 < 0 ? 0 : oh0, ow0 = ow0 < 0 ? 0 : ow0;
+        if (p.mode != 2) { /* only the windows that can reach (h, w); none starts below 0 */
+            long long h0 = h + p.ph - p.kh + p.sh, w0 = w + p.pw - p.kw + p.sw;
+            oh0 = h0 > 0 ? ct_divmod(h0, p.sh, &m) : 0, oh1 = ct_divmod(h + p.ph, p.sh, &m) + 1;
+            ow0 = w0 > 0 ? ct_divmod(w0, p.sw, &m) : 0, ow1 = ct_divmod(w + p.pw, p.sw, &m) + 1;
             oh1 = oh1 > p.OH ? p.OH : oh1, ow1 = ow1 > p.OW ? p.OW : ow1;
         }
         double acc = 0;
@@ -504,7 +506,7 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, double *part, CtInde
     long long nchunks = (rows.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * C)
     {
-        long long k = i / C, c = i % C, end = (k + 1) * chunk < rows.n ? (k + 1) * chunk : rows.n, xo, o;
+        long long c, k = ct_divmod(i, C, &c), end = (k + 1) * chunk < rows.n ? (k + 1) * chunk : rows.n, xo, o;
         double s = 0, q = 0, g = 0, gx = 0;
         for (long long r = k * chunk; r < end; r++) {
             ct_offsets(&rows, r, &xo, &o);
@@ -552,8 +554,11 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *part, int nsum, long long c, 
  * threads read neighbouring memory either way. */
 CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, long long sxc, long long *c)
 {
-    *c = sxc == 1 ? i % C : i / R;
-    return sxc == 1 ? i / C : i % R;
+    long long r;
+    if (sxc == 1)
+        return ct_divmod(i, C, c);
+    *c = ct_divmod(i, R, &r);
+    return r;
 }
 
 /* Each channel's y = x * coef[2c] + coef[2c + 1]. Training: the batch's
@@ -1586,8 +1591,8 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
 /* Rows [0, n) of X [.., D] into s [rows][D + 1] as float, zeros past n. */
 CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long n, long long D, long long rows, float *s)
 {
-    for (long long e = CT_TID; e < rows * D; e += CT_NTHREADS) {
-        long long r = e / D, d = e % D;
+    for (int e = (int)CT_TID; e < rows * D; e += (int)CT_NTHREADS) {
+        int r = e / (int)D, d = e - r * (int)D;
         s[r * (D + 1) + d] = r < n ? CT_LD(X[r * D + d]) : 0.0f;
     }
 }
@@ -1595,7 +1600,7 @@ CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long n, long long D, long
 CT_DEVICE float CT_SFX(ct_att_dot)(const float *a, const float *b, long long D)
 {
     float s = 0;
-    for (long long d = 0; d < D; d++)
+    for (int d = 0; d < (int)D; d++)
         s += a[d] * b[d];
     return s;
 }
@@ -1605,7 +1610,7 @@ CT_DEVICE float CT_SFX(ct_att_dot)(const float *a, const float *b, long long D)
 CT_DEVICE double CT_SFX(ct_att_ddot)(const float *a, const float *b, long long D)
 {
     double s = 0;
-    for (long long d = 0; d < D; d++)
+    for (int d = 0; d < (int)D; d++)
         s += (double)a[d] * b[d];
     return s;
 }
@@ -1635,9 +1640,9 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
     const float *qs = a->qs;
     float *ks = a->ks, *vs = a->vs, *ss = a->ss, *os = a->os, *mx = a->mx, *sum = a->sum, *alpha = a->alpha;
     const long long R = CT_ATT_ROWS(D), C = R, P = D + 1;
-    for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
+    for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS)
         os[e] = 0;
-    for (long long r = CT_TID; r < R; r += CT_NTHREADS)
+    for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS)
         mx[r] = -(float)CT_INF, sum[r] = 0;
     for (long long j0 = 0; j0 < M; j0 += C) {
         long long nc = M - j0 < C ? M - j0 : C;
@@ -1645,30 +1650,30 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
         CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
         CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
         CT_SYNC();
-        for (long long e = CT_TID; e < R * C; e += CT_NTHREADS) {
-            long long r = e / C, j = e % C;
+        for (int e = (int)CT_TID; e < R * C; e += (int)CT_NTHREADS) {
+            int r = e / (int)C, j = e - r * (int)C;
             float s = -(float)CT_INF;
             if (r < nr && j < nc)
                 s = CT_SFX(ct_att_dot)(qs + r * P, ks + j * P, D) * scale + (A ? CT_LD(A[r * M + j0 + j]) : 0.0f);
             ss[r * (C + 1) + j] = s;
         }
         CT_SYNC();
-        for (long long r = CT_TID; r < R; r += CT_NTHREADS) {
+        for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS) {
             float m = mx[r], l = 0, *srow = ss + r * (C + 1);
-            for (long long j = 0; j < nc; j++)
+            for (int j = 0; j < (int)nc; j++)
                 m = srow[j] > m ? srow[j] : m; /* NaN never wins: it reaches the sum instead */
             float base = CT_SFX(ct_att_base)(m);
-            for (long long j = 0; j < C; j++)
+            for (int j = 0; j < (int)C; j++)
                 l += srow[j] = expf(srow[j] - base);
             alpha[r] = expf(mx[r] - base);
             sum[r] = sum[r] * alpha[r] + l;
             mx[r] = m;
         }
         CT_SYNC();
-        for (long long e = CT_TID; e < R * D; e += CT_NTHREADS) {
-            long long r = e / D, d = e % D;
+        for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS) {
+            int r = e / (int)D, d = e - r * (int)D;
             float acc = os[e] * alpha[r];
-            for (long long j = 0; j < nc; j++)
+            for (int j = 0; j < (int)nc; j++)
                 acc += ss[r * (C + 1) + j] * vs[j * P + d];
             os[e] = acc;
         }
@@ -1711,8 +1716,8 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
     {
         long long row0, nr;
         CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
-        for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
-            y[row0 * D + e] = CT_ST(a.os[e] / a.sum[e / D]);
+        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS)
+            y[row0 * D + e] = CT_ST(a.os[e] / a.sum[e / (int)D]);
     }
 }
 
@@ -1729,10 +1734,10 @@ CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, con
     {
         long long row0, nr;
         CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
-        for (long long r = CT_TID; r < nr; r += CT_NTHREADS) {
+        for (int r = (int)CT_TID; r < nr; r += (int)CT_NTHREADS) {
             const CT_T *G = dy + (row0 + r) * D;
             double dot = 0;
-            for (long long d = 0; d < D; d++)
+            for (int d = 0; d < (int)D; d++)
                 dot += (double)CT_LD(G[d]) * a.os[r * D + d];
             float *st = stats + 3 * (row0 + r);
             st[0] = CT_SFX(ct_att_base)(a.mx[r]), st[1] = a.sum[r], st[2] = (float)(dot / a.sum[r]);
@@ -1767,9 +1772,9 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
         CT_SYNC();
         CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
         CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
-        for (long long e = CT_TID; e < R * D; e += CT_NTHREADS)
+        for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS)
             dqs[e] = 0;
-        for (long long e = CT_TID; e < 3 * nr; e += CT_NTHREADS)
+        for (int e = (int)CT_TID; e < 3 * nr; e += (int)CT_NTHREADS)
             st[e] = stats[3 * row0 + e];
         for (long long j0 = 0; j0 < M; j0 += C) {
             long long nc = M - j0 < C ? M - j0 : C;
@@ -1777,8 +1782,8 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
             CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
             CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
             CT_SYNC();
-            for (long long e = CT_TID; e < R * C; e += CT_NTHREADS) {
-                long long r = e / C, j = e % C;
+            for (int e = (int)CT_TID; e < R * C; e += (int)CT_NTHREADS) {
+                int r = e / (int)C, j = e - r * (int)C;
                 float p, ds = 0;
                 if (r < nr && j < nc) {
                     float a = A ? CT_LD(A[r * M + j0 + j]) : 0.0f;
@@ -1789,15 +1794,15 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
                 ss[r * (C + 1) + j] = ds * scale;
             }
             CT_SYNC();
-            for (long long e = CT_TID; e < R * D; e += CT_NTHREADS) {
-                long long r = e / D, d = e % D;
+            for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS) {
+                int r = e / (int)D, d = e - r * (int)D;
                 float acc = dqs[e];
-                for (long long j = 0; j < nc; j++)
+                for (int j = 0; j < (int)nc; j++)
                     acc += ss[r * (C + 1) + j] * ks[j * P + d];
                 dqs[e] = acc;
             }
         }
-        for (long long e = CT_TID; e < nr * D; e += CT_NTHREADS)
+        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS)
             dq[row0 * D + e] = CT_ST(dqs[e]);
     }
 }
@@ -1820,18 +1825,18 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
         CT_SYNC();
         CT_SFX(ct_att_load)(k + key0 * D, nc, D, C, ks);
         CT_SFX(ct_att_load)(v + key0 * D, nc, D, C, vs);
-        for (long long e = CT_TID; e < C * D; e += CT_NTHREADS)
+        for (int e = (int)CT_TID; e < C * D; e += (int)CT_NTHREADS)
             dks[e] = dvs[e] = 0;
         for (long long i0 = 0; i0 < N; i0 += R) {
             long long nr = N - i0 < R ? N - i0 : R, row0 = bh * N + i0;
             CT_SYNC();
             CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
             CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
-            for (long long e = CT_TID; e < 3 * nr; e += CT_NTHREADS)
+            for (int e = (int)CT_TID; e < 3 * nr; e += (int)CT_NTHREADS)
                 st[e] = stats[3 * row0 + e];
             CT_SYNC();
-            for (long long e = CT_TID; e < C * R; e += CT_NTHREADS) {
-                long long j = e / R, i = e % R;
+            for (int e = (int)CT_TID; e < C * R; e += (int)CT_NTHREADS) {
+                int j = e / (int)R, i = e - j * (int)R;
                 float p = 0, ds = 0;
                 if (j < nc && i < nr) {
                     float a = A ? CT_LD(A[(i0 + i) * M + j0 + j]) : 0.0f;
@@ -1841,17 +1846,17 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
                 dss[j * (R + 1) + i] = ds * scale;
             }
             CT_SYNC();
-            for (long long e = CT_TID; e < C * D; e += CT_NTHREADS) {
-                long long j = e / D, d = e % D;
+            for (int e = (int)CT_TID; e < C * D; e += (int)CT_NTHREADS) {
+                int j = e / (int)D, d = e - j * (int)D;
                 float av = dvs[e], ak = dks[e];
-                for (long long i = 0; i < nr; i++) {
+                for (int i = 0; i < (int)nr; i++) {
                     av += ps[j * (R + 1) + i] * gs[i * P + d];
                     ak += dss[j * (R + 1) + i] * qs[i * P + d];
                 }
                 dvs[e] = av, dks[e] = ak;
             }
         }
-        for (long long e = CT_TID; e < nc * D; e += CT_NTHREADS) {
+        for (int e = (int)CT_TID; e < nc * D; e += (int)CT_NTHREADS) {
             dk[key0 * D + e] = CT_ST(dks[e]);
             dv[key0 * D + e] = CT_ST(dvs[e]);
         }
