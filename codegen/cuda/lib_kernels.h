@@ -1605,6 +1605,43 @@ CT_DEVICE float CT_SFX(ct_att_dot)(const float *a, const float *b, long long D)
     return s;
 }
 
+/* The four dots of rows a0, a1 with rows b0, b1 into out (a0.b0, a0.b1,
+ * a1.b0, a1.b1), each summed in ct_att_dot's order: a load from shared
+ * memory serves two multiply-adds instead of one. */
+CT_DEVICE void CT_SFX(ct_att_dot22)(const float *a0, const float *a1, const float *b0, const float *b1, int D,
+                                    float *out)
+{
+    float s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+    for (int d = 0; d < D; d++) {
+        float x0 = a0[d], x1 = a1[d], y0 = b0[d], y1 = b1[d];
+        s00 += x0 * y0, s01 += x0 * y1, s10 += x1 * y0, s11 += x1 * y1;
+    }
+    out[0] = s00, out[1] = s01, out[2] = s10, out[3] = s11;
+}
+
+/* o[r][d] = o[r][d] * (alpha ? alpha[r] : 1) + sum_j w[r][j] x[j][d] over
+ * the first nc of j, for rows [0, R) (w's rows C + 1 apart, x's P, o's D),
+ * four rows of one column a work item, so that a load of x serves four
+ * multiply-adds; each sum in j's order. */
+CT_DEVICE void CT_SFX(ct_att_accum4)(float *o, const float *alpha, const float *w, const float *x, int R, int C,
+                                      int D, int P, int nc)
+{
+    const int qr = R / 4;
+    for (int e = (int)CT_TID; e < qr * D; e += (int)CT_NTHREADS) {
+        int r = e / D, d = e - r * D;
+        float acc[4];
+        for (int b = 0; b < 4; b++)
+            acc[b] = alpha ? o[(r + b * qr) * D + d] * alpha[r + b * qr] : o[(r + b * qr) * D + d];
+        for (int j = 0; j < nc; j++) {
+            float v = x[j * P + d];
+            for (int b = 0; b < 4; b++)
+                acc[b] += w[(r + b * qr) * (C + 1) + j] * v;
+        }
+        for (int b = 0; b < 4; b++)
+            o[(r + b * qr) * D + d] = acc[b];
+    }
+}
+
 /* The same in double: the gradient's dP - dO . O cancels, which float
  * sums over long rows would leave at 1e-5 of dq. */
 CT_DEVICE double CT_SFX(ct_att_ddot)(const float *a, const float *b, long long D)
@@ -1650,12 +1687,17 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
         CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
         CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
         CT_SYNC();
-        for (int e = (int)CT_TID; e < R * C; e += (int)CT_NTHREADS) {
-            int r = e / (int)C, j = e - r * (int)C;
-            float s = -(float)CT_INF;
-            if (r < nr && j < nc)
-                s = CT_SFX(ct_att_dot)(qs + r * P, ks + j * P, D) * scale + (A ? CT_LD(A[r * M + j0 + j]) : 0.0f);
-            ss[r * (C + 1) + j] = s;
+        for (int e = (int)CT_TID; e < R * C / 4; e += (int)CT_NTHREADS) { /* rows r, r + R/2, keys j, j + C/2 */
+            int hr = (int)R / 2, hc = (int)C / 2, r = e / hc, j = e - r * hc;
+            float acc[4];
+            CT_SFX(ct_att_dot22)(qs + r * P, qs + (r + hr) * P, ks + j * P, ks + (j + hc) * P, (int)D, acc);
+            for (int b = 0; b < 4; b++) {
+                int rb = r + (b >> 1) * hr, jb = j + (b & 1) * hc;
+                float s = -(float)CT_INF;
+                if (rb < nr && jb < nc)
+                    s = acc[b] * scale + (A ? CT_LD(A[rb * M + j0 + jb]) : 0.0f);
+                ss[rb * (C + 1) + jb] = s;
+            }
         }
         CT_SYNC();
         for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS) {
@@ -1670,13 +1712,7 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
             mx[r] = m;
         }
         CT_SYNC();
-        for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS) {
-            int r = e / (int)D, d = e - r * (int)D;
-            float acc = os[e] * alpha[r];
-            for (int j = 0; j < (int)nc; j++)
-                acc += ss[r * (C + 1) + j] * vs[j * P + d];
-            os[e] = acc;
-        }
+        CT_SFX(ct_att_accum4)(os, alpha, ss, vs, (int)R, (int)C, (int)D, (int)P, (int)nc);
     }
     CT_SYNC();
 }
@@ -1794,14 +1830,9 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
                 ss[r * (C + 1) + j] = ds * scale;
             }
             CT_SYNC();
-            for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS) {
-                int r = e / (int)D, d = e - r * (int)D;
-                float acc = dqs[e];
-                for (int j = 0; j < (int)nc; j++)
-                    acc += ss[r * (C + 1) + j] * ks[j * P + d];
-                dqs[e] = acc;
-            }
+            CT_SFX(ct_att_accum4)(dqs, 0, ss, ks, (int)R, (int)C, (int)D, (int)P, (int)nc);
         }
+        CT_SYNC(); /* other threads summed the rows stored here */
         for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS)
             dq[row0 * D + e] = CT_ST(dqs[e]);
     }
