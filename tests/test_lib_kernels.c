@@ -42,6 +42,7 @@
 #define CT_LD(v) (v)
 #define CT_ST(f) (f)
 #define CT_SFX(name) name##_f32
+#define CT_ACC double
 #include "codegen/cuda/lib_kernels.h"
 
 #define P(k) (mem[k])

@@ -19,9 +19,11 @@
  *                    or 1): a warp-stride loop, or a loop; inside it lane
  *                    CT_LANE takes its share, and CT_LANE_SUM(v) gives
  *                    every lane the sum of the warp's v (double)
- *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name)
+ *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name), CT_ACC
  *                    the storage type, its load as float and store from
- *                    float, the name suffix (_f32, _f16, _bf16)
+ *                    float, the name suffix (_f32, _f16, _bf16), and the
+ *                    type of the attention gradient's dO . v sums (double
+ *                    for f32, float for the 16-bit types)
  *   CT_INF           infinity as a double
  *   CT_DYN_SHARED(T, s)
  *                    s: the launch's dynamic shared memory as T[] (on the
@@ -1642,16 +1644,6 @@ CT_DEVICE void CT_SFX(ct_att_accum4)(float *o, const float *alpha, const float *
     }
 }
 
-/* The same in double: the gradient's dP - dO . O cancels, which float
- * sums over long rows would leave at 1e-5 of dq. */
-CT_DEVICE double CT_SFX(ct_att_ddot)(const float *a, const float *b, long long D)
-{
-    double s = 0;
-    for (int d = 0; d < (int)D; d++)
-        s += (double)a[d] * b[d];
-    return s;
-}
-
 /* A row's maximum as the exponentials' offset: 0 for a row whose scores
  * are all -inf so far (their weights 0, not NaN, until a finite one comes;
  * a row all -inf ends as 0 / 0, NaN, as ref's softmax gives). */
@@ -1781,14 +1773,64 @@ CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, con
     }
 }
 
-/* Weight P and dS = P (dP - dO . O) of query row (qr, gr: its q and dO in
- * shared rows, st its stats) and key j (kr, vr), s its score without the
- * bias a (0 for none). */
-CT_DEVICE float CT_SFX(ct_att_ds)(const float *qr, const float *gr, const float *kr, const float *vr, const float *st,
-                                  float a, long long D, float scale, float *p)
+/* Weights P and dS = P (dP - dO . O) of query rows r0, r1 (q and dO rows
+ * in q and g, P floats apart; stats in st, 3 a row) and keys c0, c1 (k, v)
+ * into p[b] and ds[b], b = 2 * (row) + (key), a[b] their biases (0 for
+ * none): the scores in ct_att_dot22's 2x2 block, dP = dO . v likewise in
+ * CT_ACC, double for f32 storage (dP - dO . O cancels, which float sums
+ * over long rows leave at 1e-5 of dq), float for f16 and bf16, whose own
+ * rounding is far coarser. */
+CT_DEVICE void CT_SFX(ct_att_ds22)(const float *q, const float *g, const float *k, const float *v, const float *st,
+                                   int r0, int r1, int c0, int c1, int P, const float *a, int D, float scale, float *p,
+                                   float *ds)
 {
-    *p = expf(CT_SFX(ct_att_dot)(qr, kr, D) * scale + a - st[0]) / st[1];
-    return (float)(*p * (CT_SFX(ct_att_ddot)(gr, vr, D) - st[2]));
+    float s[4];
+    CT_ACC t00 = 0, t01 = 0, t10 = 0, t11 = 0;
+    const float *g0 = g + r0 * P, *g1 = g + r1 * P, *v0 = v + c0 * P, *v1 = v + c1 * P;
+    CT_SFX(ct_att_dot22)(q + r0 * P, q + r1 * P, k + c0 * P, k + c1 * P, D, s);
+    for (int d = 0; d < D; d++) {
+        CT_ACC x0 = g0[d], x1 = g1[d], y0 = v0[d], y1 = v1[d];
+        t00 += x0 * y0, t01 += x0 * y1, t10 += x1 * y0, t11 += x1 * y1;
+    }
+    CT_ACC t[4] = {t00, t01, t10, t11};
+    for (int b = 0; b < 4; b++) {
+        const float *sr = st + 3 * (b < 2 ? r0 : r1);
+        p[b] = expf(s[b] * scale + a[b] - sr[0]) / sr[1];
+        ds[b] = (float)(p[b] * (t[b] - sr[2]));
+    }
+}
+
+/* Rows [0, nr) of the stats at row0 into st [R][3]; the rows past them
+ * get a base of 0 and a sum of 1, so that their (unused) weights are finite. */
+CT_DEVICE void CT_SFX(ct_att_stats_load)(const float *stats, long long row0, long long nr, long long R, float *st)
+{
+    for (int e = (int)CT_TID; e < 3 * R; e += (int)CT_NTHREADS)
+        st[e] = e < 3 * nr ? stats[3 * row0 + e] : (float)(e % 3 == 1);
+}
+
+/* dv[j][d] += sum_i w[j][i] g[i][d] and dk[j][d] += sum_i u[j][i] q[i][d]
+ * over the first nr of i, for keys [0, C) (w's and u's rows R + 1 apart,
+ * g's and q's P, dv's and dk's D): four keys of one column a work item, so
+ * that a load of g or q serves four multiply-adds; each sum in i's order. */
+CT_DEVICE void CT_SFX(ct_att_accum_kv)(float *dv, float *dk, const float *w, const float *u, const float *g,
+                                       const float *q, int C, int R, int D, int P, int nr)
+{
+    const int qc = C / 4;
+    for (int e = (int)CT_TID; e < qc * D; e += (int)CT_NTHREADS) {
+        int j = e / D, d = e - j * D;
+        float av[4], ak[4];
+        for (int b = 0; b < 4; b++)
+            av[b] = dv[(j + b * qc) * D + d], ak[b] = dk[(j + b * qc) * D + d];
+        for (int i = 0; i < nr; i++) {
+            float x = g[i * P + d], y = q[i * P + d];
+            for (int b = 0; b < 4; b++) {
+                av[b] += w[(j + b * qc) * (R + 1) + i] * x;
+                ak[b] += u[(j + b * qc) * (R + 1) + i] * y;
+            }
+        }
+        for (int b = 0; b < 4; b++)
+            dv[(j + b * qc) * D + d] = av[b], dk[(j + b * qc) * D + d] = ak[b];
+    }
 }
 
 /* Attention's dq (and dS to dbias [BH, N, M] unless NULL), a query tile a
@@ -1810,24 +1852,27 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
         CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
         for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS)
             dqs[e] = 0;
-        for (int e = (int)CT_TID; e < 3 * nr; e += (int)CT_NTHREADS)
-            st[e] = stats[3 * row0 + e];
+        CT_SFX(ct_att_stats_load)(stats, row0, nr, R, st);
         for (long long j0 = 0; j0 < M; j0 += C) {
             long long nc = M - j0 < C ? M - j0 : C;
             CT_SYNC();
             CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
             CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
             CT_SYNC();
-            for (int e = (int)CT_TID; e < R * C; e += (int)CT_NTHREADS) {
-                int r = e / (int)C, j = e - r * (int)C;
-                float p, ds = 0;
-                if (r < nr && j < nc) {
-                    float a = A ? CT_LD(A[r * M + j0 + j]) : 0.0f;
-                    ds = CT_SFX(ct_att_ds)(qs + r * P, gs + r * P, ks + j * P, vs + j * P, st + 3 * r, a, D, scale, &p);
-                    if (dbias)
-                        dbias[(row0 + r) * M + j0 + j] = CT_ST(ds);
+            for (int e = (int)CT_TID; e < R * C / 4; e += (int)CT_NTHREADS) { /* rows r, r + R/2, keys j, j + C/2 */
+                int hr = (int)R / 2, hc = (int)C / 2, r = e / hc, j = e - r * hc;
+                float a[4], p[4], ds[4];
+                for (int b = 0; b < 4; b++) {
+                    int rb = r + (b >> 1) * hr, jb = j + (b & 1) * hc;
+                    a[b] = A && rb < nr && jb < nc ? CT_LD(A[rb * M + j0 + jb]) : 0.0f;
                 }
-                ss[r * (C + 1) + j] = ds * scale;
+                CT_SFX(ct_att_ds22)(qs, gs, ks, vs, st, r, r + hr, j, j + hc, (int)P, a, (int)D, scale, p, ds);
+                for (int b = 0; b < 4; b++) {
+                    int rb = r + (b >> 1) * hr, jb = j + (b & 1) * hc, in = rb < nr && jb < nc;
+                    if (in && dbias)
+                        dbias[(row0 + rb) * M + j0 + jb] = CT_ST(ds[b]);
+                    ss[rb * (C + 1) + jb] = in ? ds[b] * scale : 0.0f;
+                }
             }
             CT_SYNC();
             CT_SFX(ct_att_accum4)(dqs, 0, ss, ks, (int)R, (int)C, (int)D, (int)P, (int)nc);
@@ -1863,30 +1908,26 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
             CT_SYNC();
             CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
             CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
-            for (int e = (int)CT_TID; e < 3 * nr; e += (int)CT_NTHREADS)
-                st[e] = stats[3 * row0 + e];
+            CT_SFX(ct_att_stats_load)(stats, row0, nr, R, st);
             CT_SYNC();
-            for (int e = (int)CT_TID; e < C * R; e += (int)CT_NTHREADS) {
-                int j = e / (int)R, i = e - j * (int)R;
-                float p = 0, ds = 0;
-                if (j < nc && i < nr) {
-                    float a = A ? CT_LD(A[(i0 + i) * M + j0 + j]) : 0.0f;
-                    ds = CT_SFX(ct_att_ds)(qs + i * P, gs + i * P, ks + j * P, vs + j * P, st + 3 * i, a, D, scale, &p);
+            for (int e = (int)CT_TID; e < C * R / 4; e += (int)CT_NTHREADS) { /* keys j, j + C/2, rows i, i + R/2 */
+                int hc = (int)C / 2, hr = (int)R / 2, j = e / hr, i = e - j * hr;
+                float a[4], p[4], ds[4];
+                for (int b = 0; b < 4; b++) {
+                    int ib = i + (b >> 1) * hr, jb = j + (b & 1) * hc;
+                    a[b] = A && ib < nr && jb < nc ? CT_LD(A[(i0 + ib) * M + j0 + jb]) : 0.0f;
                 }
-                ps[j * (R + 1) + i] = p;
-                dss[j * (R + 1) + i] = ds * scale;
+                CT_SFX(ct_att_ds22)(qs, gs, ks, vs, st, i, i + hr, j, j + hc, (int)P, a, (int)D, scale, p, ds);
+                for (int b = 0; b < 4; b++) {
+                    int ib = i + (b >> 1) * hr, jb = j + (b & 1) * hc, in = ib < nr && jb < nc;
+                    ps[jb * (R + 1) + ib] = in ? p[b] : 0.0f;
+                    dss[jb * (R + 1) + ib] = in ? ds[b] * scale : 0.0f;
+                }
             }
             CT_SYNC();
-            for (int e = (int)CT_TID; e < C * D; e += (int)CT_NTHREADS) {
-                int j = e / (int)D, d = e - j * (int)D;
-                float av = dvs[e], ak = dks[e];
-                for (int i = 0; i < (int)nr; i++) {
-                    av += ps[j * (R + 1) + i] * gs[i * P + d];
-                    ak += dss[j * (R + 1) + i] * qs[i * P + d];
-                }
-                dvs[e] = av, dks[e] = ak;
-            }
+            CT_SFX(ct_att_accum_kv)(dvs, dks, ps, dss, gs, qs, (int)C, (int)R, (int)D, (int)P, (int)nr);
         }
+        CT_SYNC(); /* other threads summed the keys stored here */
         for (int e = (int)CT_TID; e < nc * D; e += (int)CT_NTHREADS) {
             dk[key0 * D + e] = CT_ST(dks[e]);
             dv[key0 * D + e] = CT_ST(dvs[e]);

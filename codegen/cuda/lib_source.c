@@ -14,11 +14,11 @@ extern const char ct_counter_rng_text[];
 void lib_source(CtBuf *out)
 {
     static const struct {
-        const char *type, *load, *store, *suffix;
+        const char *type, *load, *store, *suffix, *acc;
     } storage[] = {
-        {"float", "(v)", "(f)", "_f32"},
-        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16"},
-        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16"},
+        {"float", "(v)", "(f)", "_f32", "double"},
+        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float"},
+        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float"},
     };
     render_cuda_prelude(out);
     buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
@@ -47,8 +47,11 @@ void lib_source(CtBuf *out)
                ct_formulas_text);
     buf_printf(out, "#define CRNG_FN CT_DEVICE\n%s\n", ct_counter_rng_text);
     for (int k = 0; k < 3; k++) {
-        buf_printf(out, "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n",
-                   storage[k].type, storage[k].load, storage[k].store, storage[k].suffix);
-        buf_printf(out, "%s\n#undef CT_T\n#undef CT_LD\n#undef CT_ST\n#undef CT_SFX\n", ct_lib_kernels_text);
+        buf_printf(out,
+                   "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n"
+                   "#define CT_ACC %s\n",
+                   storage[k].type, storage[k].load, storage[k].store, storage[k].suffix, storage[k].acc);
+        buf_printf(out, "%s\n#undef CT_T\n#undef CT_LD\n#undef CT_ST\n#undef CT_SFX\n#undef CT_ACC\n",
+                   ct_lib_kernels_text);
     }
 }
