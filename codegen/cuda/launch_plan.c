@@ -54,7 +54,7 @@ static int place_values(const Graph *g, LaunchPlan *lp)
     return 0;
 }
 
-/* Whether every reshape of view step fs has its input's address. */
+/* Whether every node of step fs (reshapes, permutes) has its input's address. */
 static int same_address(const LaunchPlan *lp, const Graph *g, const FuseStep *fs)
 {
     for (int j = 0; j < fs->n; j++) {
@@ -159,6 +159,10 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
     }
     LpStep *st = add_step(lp, LP_LIB, s);
+    /* a permute that only relabels memory, to which the memory plan gave
+     * its input's address (passes/plan.c's views): nothing to move */
+    if (op == CT_OP_permute && fs->n == 1 && same_address(lp, g, fs))
+        return 0;
     if (op != CT_OP_batch_norm)
         return add_launches(g, lp, fs, 0, st, err);
     int tail;
