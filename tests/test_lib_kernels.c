@@ -750,7 +750,7 @@ static void test_pool(void)
 static void test_sdpa(void)
 {
     for (int64_t D = 1; D <= CT_ATT_D; D++)
-        CHECKF(CT_ATT_SMEM(D) <= CT_ATT_SMEM_MOST && CT_ATT_SMEM_FWD(D) <= CT_ATT_SMEM(D), "head dim %lld",
+        CHECKF(CT_ATT_SMEM(D) <= CT_ATT_SMEM_MOST && CT_ATT_SMEM_FWD(D) <= CT_ATT_SMEM_MOST, "head dim %lld",
                (long long)D);
     CHECK(sizeof(float) * CT_ATT_SMEM_MOST <= 48 * 1024);
     static const int64_t bias[][3] = {{0, 0, 0}, {1, 3, 1}, {2, 1, 0}, {2, 3, 1}};

@@ -28,22 +28,25 @@
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's
  * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.
- * CT_ATT_SMEM(D) is the floats of dynamic shared memory they take (the
- * most of the four, ct_attn_grad_q's; the forward and ct_attn_stats take
- * CT_ATT_SMEM_FWD(D)): at most CT_ATT_SMEM_MOST (D = 64), 45 KiB, under
- * the 48 KiB a launch may have without the driver's opt-in to more. */
+ * CT_ATT_SMEM(D) is the floats of dynamic shared memory the backward
+ * takes (ct_attn_grad_q's, the most of its three), CT_ATT_SMEM_FWD(D) the
+ * forward's and ct_attn_stats's (no dO rows, but the rows' softmax parts,
+ * two floats a thread); each at most CT_ATT_SMEM_MOST (CT_ATT_SMEM(64)),
+ * 45 KiB, under the 48 KiB a launch may have without the driver's opt-in
+ * to more. */
 #define CT_ATT_D 128
 #define CT_ATT_ROWS(D) ((D) <= 64 ? 32LL : 16LL)
 #define CT_ATT_SMEM(D) \
     (4 * CT_ATT_ROWS(D) * ((D) + 1) + CT_ATT_ROWS(D) * (CT_ATT_ROWS(D) + 1) + CT_ATT_ROWS(D) * (D) + 3 * CT_ATT_ROWS(D))
-#define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_ROWS(D) * ((D) + 1))
+#define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_ROWS(D) * ((D) + 1) + 2 * CT_LIB_BLOCK)
 #define CT_ATT_SMEM_MOST CT_ATT_SMEM(64)
 
 /* The forward's shared memory (lib_kernels.h's ct_att_carve): q, k and v
- * rows, the scores, the output rows and each row's running maximum, sum
- * of exponentials and rescaling factor. */
+ * rows, the scores, the output rows, each row's running maximum, sum of
+ * exponentials and rescaling factor, and the parts of a tile's maxima and
+ * sums (CT_LIB_BLOCK each). */
 typedef struct CtAttShared {
-    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha;
+    float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha, *pmax, *psum;
 } CtAttShared;
 
 typedef struct CtIndex {

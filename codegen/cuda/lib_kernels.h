@@ -1644,6 +1644,14 @@ CT_DEVICE void CT_SFX(ct_att_accum4)(float *o, const float *alpha, const float *
     }
 }
 
+/* The larger of m and parts[0..n), in that order (NaN never wins). */
+CT_DEVICE float CT_SFX(ct_att_max)(float m, const float *parts, int n)
+{
+    for (int k = 0; k < n; k++)
+        m = parts[k] > m ? parts[k] : m;
+    return m;
+}
+
 /* A row's maximum as the exponentials' offset: 0 for a row whose scores
  * are all -inf so far (their weights 0, not NaN, until a finite one comes;
  * a row all -inf ends as 0 / 0, NaN, as ref's softmax gives). */
@@ -1656,6 +1664,7 @@ CT_DEVICE CtAttShared CT_SFX(ct_att_carve)(float *s, long long D)
     CtAttShared a;
     a.qs = s, a.ks = a.qs + R * (D + 1), a.vs = a.ks + R * (D + 1), a.ss = a.vs + R * (D + 1);
     a.os = a.ss + R * (R + 1), a.mx = a.os + R * D, a.sum = a.mx + R, a.alpha = a.sum + R;
+    a.pmax = a.alpha + R, a.psum = a.pmax + CT_LIB_BLOCK;
     return a;
 }
 
@@ -1668,7 +1677,9 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
 {
     const float *qs = a->qs;
     float *ks = a->ks, *vs = a->vs, *ss = a->ss, *os = a->os, *mx = a->mx, *sum = a->sum, *alpha = a->alpha;
+    float *pmax = a->pmax, *psum = a->psum;
     const long long R = CT_ATT_ROWS(D), C = R, P = D + 1;
+    const int G = CT_NTHREADS >= R ? (int)(CT_NTHREADS / R) : 1; /* threads a row in the softmax */
     for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS)
         os[e] = 0;
     for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS)
@@ -1692,14 +1703,31 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
             }
         }
         CT_SYNC();
-        for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS) {
-            float m = mx[r], l = 0, *srow = ss + r * (C + 1);
-            for (int j = 0; j < (int)nc; j++)
+        /* each row's maximum and sum of exponentials by G threads, each
+         * over every G-th key, their parts then taken in order: every
+         * thread of the block has a share of the exponentials */
+        for (int e = (int)CT_TID; e < R * G; e += (int)CT_NTHREADS) {
+            int r = e / G, g = e - r * G;
+            float m = -(float)CT_INF, *srow = ss + r * (C + 1);
+            for (int j = g; j < (int)nc; j += G)
                 m = srow[j] > m ? srow[j] : m; /* NaN never wins: it reaches the sum instead */
-            float base = CT_SFX(ct_att_base)(m);
-            for (int j = 0; j < (int)C; j++)
+            pmax[e] = m;
+        }
+        CT_SYNC();
+        for (int e = (int)CT_TID; e < R * G; e += (int)CT_NTHREADS) {
+            int r = e / G, g = e - r * G;
+            float base = CT_SFX(ct_att_base)(CT_SFX(ct_att_max)(mx[r], pmax + r * G, G)), l = 0;
+            float *srow = ss + r * (C + 1);
+            for (int j = g; j < (int)C; j += G)
                 l += srow[j] = expf(srow[j] - base);
-            alpha[r] = expf(mx[r] - base);
+            psum[e] = l;
+        }
+        CT_SYNC();
+        for (int r = (int)CT_TID; r < R; r += (int)CT_NTHREADS) {
+            float m = CT_SFX(ct_att_max)(mx[r], pmax + r * G, G), l = 0;
+            for (int g = 0; g < G; g++)
+                l += psum[r * G + g];
+            alpha[r] = expf(mx[r] - CT_SFX(ct_att_base)(m));
             sum[r] = sum[r] * alpha[r] + l;
             mx[r] = m;
         }
