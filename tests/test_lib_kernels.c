@@ -64,8 +64,10 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_add_f32(F(0), F(1), F(2), X(3));
     else if (!strcmp(k, "ct_pool_f32"))
         ct_pool_f32(F(0), F(1), X(2), I(3), I(4), l->arg[5].pool);
+    else if (!strcmp(k, "ct_pool_argmax_f32"))
+        ct_pool_argmax_f32(F(0), (unsigned char *)P(1), X(2), I(3), I(4), l->arg[5].pool);
     else if (!strcmp(k, "ct_pool_grad_f32"))
-        ct_pool_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6), I(7), l->arg[8].pool);
+        ct_pool_grad_f32(F(0), (unsigned char *)P(1), F(2), F(3), X(4), I(5), I(6), I(7), I(8), l->arg[9].pool);
     else if (!strcmp(k, "ct_sdpa_f32"))
         ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12));
     else if (!strcmp(k, "ct_sdpa_grad_q_f32"))

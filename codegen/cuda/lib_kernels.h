@@ -190,18 +190,38 @@ CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, lon
     }
 }
 
+/* Max pooling's argmax, for its gradient: where in its window (row
+ * * kw + column, from the window's clipped corner) output element i of the
+ * forward's walk (ct_pool's `out`, x's strides) takes its maximum, into
+ * am[i], so that the gradient finds it without searching the window again. */
+CT_GLOBAL CT_SFX(ct_pool_argmax)(const CT_T *x, unsigned char *am, CtIndex out, long long sh, long long sw, CtPool p)
+{
+    long long inner = p.c_last ? out.dim[3] : 1;
+    CT_LOOP(i, out.n)
+    {
+        long long xo, yo, ow, oh, m;
+        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.OW, &ow), p.OH, &oh);
+        ct_offsets(&out, i, &xo, &yo);
+        CtWindow r = ct_window(&p, oh, ow);
+        long long col, row = ct_divmod(CT_SFX(ct_window_argmax)(x + xo, sh, sw, r), sh, &col); /* sh > (W-1) sw */
+        am[i] = (unsigned char)((row - r.h0) * p.kw + ct_divmod(col, sw, &m) - r.w0);
+    }
+}
+
 /* Pooling's gradient, one input element a work item (a gather over the
  * windows that hold it, so no atomics): `in` walks [N, C, H, W] (or [N, H,
  * W, C]: p.c_last) with dy's strides on N, C (0 on H, W) and dx's on all;
- * x (max only) shares dx's strides; dh, dw step dy, sh, sw step x and dx. */
-CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const CT_T *dy, CT_T *dx, CtIndex in, long long dh, long long dw,
-                               long long sh, long long sw, CtPool p)
+ * x (max only) shares dx's strides; dh, dw step dy, sh, sw step x and dx.
+ * Max pooling takes each window's argmax from am (ct_pool_argmax's, in the
+ * order dy's elements are walked there) where it is not NULL. */
+CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_T *dy, CT_T *dx, CtIndex in,
+                               long long dh, long long dw, long long sh, long long sw, CtPool p)
 {
     long long inner = p.c_last ? in.dim[3] : 1;
     CT_LOOP(i, in.n)
     {
-        long long yo, xo, w, h, m;
-        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.W, &w), p.H, &h);
+        long long yo, xo, w, h, c, m, nc; /* nc: the image (c_last), else the image's plane */
+        nc = ct_divmod(ct_divmod(ct_divmod(i, inner, &c), p.W, &w), p.H, &h);
         ct_offsets(&in, i, &yo, &xo);
         long long plane = xo - h * sh - w * sw, oh0 = 0, oh1 = p.OH, ow0 = 0, ow1 = p.OW;
         if (p.mode != 2) { /* only the windows that can reach (h, w); none starts below 0 */
@@ -219,7 +239,8 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const CT_T *dy, CT_T *dx, CtIndex 
                 float g = CT_LD(dy[yo + oh * dh + ow * dw]);
                 if (p.mode != 1)
                     acc += g / r.divisor;
-                else if (CT_SFX(ct_window_argmax)(x + plane, sh, sw, r) == h * sh + w * sw)
+                else if (am ? am[((nc * p.OH + oh) * p.OW + ow) * inner + c] == (h - r.h0) * p.kw + w - r.w0
+                            : CT_SFX(ct_window_argmax)(x + plane, sh, sw, r) == h * sh + w * sw)
                     acc += g;
             }
         dx[xo] = CT_ST((float)acc);

@@ -643,8 +643,11 @@ static void a_pool(LibLaunch *l, CtPool p)
     a->pool = p;
 }
 
-/* Pooling and its gradients: x [N,C,H,W] -> y [N,C,OH,OW]. */
-static int plan_pool(Builder *b, const Node *n, CtErr *err)
+/* Pooling and its gradients: x [N,C,H,W] -> y [N,C,OH,OW]. Max pooling's
+ * gradient first finds each window's argmax (a byte an output element, in
+ * scratch) where the window has at most 256 positions, so that each input
+ * element reads a byte a window that holds it instead of searching it. */
+static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_avg_pool2d_grad || n->op == CT_OP_max_pool2d_grad ||
                n->op == CT_OP_adaptive_avg_pool2d_grad;
@@ -665,10 +668,16 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
     int o[4] = {0, 1, 2, 3};
     if (p.c_last)
         o[1] = 2, o[2] = 3, o[3] = 1;
-    if (!grad) {
-        LibLaunch *l = begin(b, "ct_pool", t, shape_numel(ys));
-        a_val(l, x);
-        a_val(l, y);
+    if (max && grad && !same_strides(b, n->in[0], x))
+        return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
+    int argmax = grad && max && p.kh * p.kw <= 256;
+    if (!grad || argmax) { /* the forward's walk over y */
+        LibLaunch *l = begin(b, argmax ? "ct_pool_argmax" : "ct_pool", t, shape_numel(ys));
+        a_val(l, grad ? n->in[0] : x);
+        if (argmax)
+            arg(l, LA_SCRATCH);
+        else
+            a_val(l, y);
         int64_t st0[4] = {sx[0], sx[1], 0, 0}, d[4], s0[4], s1[4];
         for (int k = 0; k < 4; k++)
             d[k] = ys->d[o[k]], s0[k] = st0[o[k]], s1[k] = sy[o[k]];
@@ -676,15 +685,16 @@ static int plan_pool(Builder *b, const Node *n, CtErr *err)
         a_i64(l, sx[2]);
         a_i64(l, sx[3]);
         a_pool(l, p);
-        return 0;
+        *scratch = argmax ? (size_t)shape_numel(ys) : 0;
+        if (!grad)
+            return 0;
     }
-    if (max && !same_strides(b, n->in[0], x))
-        return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
     LibLaunch *l = begin(b, "ct_pool_grad", t, shape_numel(xs));
     if (max)
         a_val(l, n->in[0]);
     else
         arg(l, LA_NULL);
+    arg(l, argmax ? LA_SCRATCH : LA_NULL);
     a_val(l, y);
     a_val(l, x);
     int64_t st0[4] = {sy[0], sy[1], 0, 0}, d[4], s0[4], s1[4];
@@ -1364,7 +1374,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
         break;
     case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
-    case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, err); break;
+    case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, scratch, err); break;
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;
     case CT_OP_image_normalize: case CT_OP_random_erase: case CT_OP_mix_images: rc = plan_input(&b, n, err); break;
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
