@@ -37,7 +37,8 @@
 # "model:img_size" list), BENCH_SET and COMPILE=1 (the bench stage's set,
 # and timm with torch.compile too), BENCH_CTIMM_S (ctimm's share of the
 # bench stage, default 100 s; torch.compile gets what is left of BENCH_CAP,
-# default 200), STEPS_BATCH (the steps stage's batch, default 64), AMP_DTYPE (float16, the default of both
+# default 200), STEPS_BATCH and STEPS_CAP (the steps stage's batch, default 64, and
+# seconds, default 120), AMP_DTYPE (float16, the default of both
 # benchmarks, or bfloat16: issue 22's table is AMP_DTYPE=bfloat16
 # BENCH_SET=bench/gpu_issue22.csv COMPILE=1).
 set -uo pipefail
@@ -308,7 +309,7 @@ stage build 240 || SKIP_REST=${SKIP_REST:-"the build failed"}
 stage probe 150
 stage parity 200
 stage train 120
-stage steps 120
+stage steps "${STEPS_CAP:-120}"
 stage bench "${BENCH_CAP:-200}"
 HDR=model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib
 for f in eager compiled ctimm; do [ -s "$WORK/logs/$f.csv" ] || echo "$HDR" >"$WORK/logs/$f.csv"; done
