@@ -1,7 +1,7 @@
 /* The library kernels' CUDA C unit (codegen/cuda/lib_source.c) compiles
  * with NVRTC for sm_90 (no GPU needed; built with the CUDA toolkit), and
  * the cubin defines every kernel lib_launch.c names, for f32, f16 and bf16
- * storage. The compile takes ~7 s of CI's time, and NVRTC is not
+ * storage (the tensor cores' for the 16-bit two). The compile takes ~7 s of CI's time, and NVRTC is not
  * instrumented, so the sanitizer build checks the source only. */
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +19,8 @@ static const char *const kernels[] = {
     "ct_group_norm_grad_x", "ct_group_norm_grad_w", "ct_bn_sums", "ct_bn_coef", "ct_bn_apply", "ct_bn_grad_coef",
     "ct_bn_grad_apply", "ct_cross_entropy_rows", "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
     "ct_sdpa_grad_kv", "ct_attn", "ct_attn_stats", "ct_attn_grad_q", "ct_attn_grad_kv", "ct_gather", "ct_gather_grad"};
+/* the kernels of the 16-bit types alone (CT_GLOBAL16) */
+static const char *const kernels16[] = {"ct_attn_tc", "ct_attn_stats_tc"};
 
 /* Whether the image holds `name` followed by a NUL (a symbol name). */
 static int has_symbol(const unsigned char *img, size_t n, const char *name)
@@ -53,6 +55,12 @@ int main(void)
                 snprintf(name, sizeof name, "%s_%s", kernels[k], t == 0 ? "f32" : t == 1 ? "f16" : "bf16");
                 CHECKF(has_symbol(img.data, img.size, name), "%s not in the cubin", name);
             }
+    for (size_t k = 0; rc == 0 && k < sizeof kernels16 / sizeof *kernels16; k++) /* the tensor cores' */
+        for (int t = 1; t < 3; t++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s_%s", kernels16[k], t == 1 ? "f16" : "bf16");
+            CHECKF(has_symbol(img.data, img.size, name), "%s not in the cubin", name);
+        }
     if (rc == 0)
         printf("test_lib_nvrtc: %zu-byte cubin for sm_90 from %zu bytes of CUDA C\n", img.size, src.len);
     cache_close(&cache);

@@ -744,14 +744,17 @@ static void test_library(void)
 {
     CtBuf text = {0};
     lib_source(&text);
-    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16 */
+    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16; CT_GLOBAL16: the last two */
     static char lib[512][48];
     static const char *const sfx[] = {"_f32", "_f16", "_bf16"};
-    static const char head[] = "CT_GLOBAL CT_SFX(";
+    static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
     int nlib = 0;
-    for (const char *p = strstr(ct_lib_kernels_text, head); p && nlib + 3 <= 512; p = strstr(p + 1, head))
-        for (int k = 0; k < 3; k++)
-            snprintf(lib[nlib++], 48, "%.*s%s", (int)strcspn(p + sizeof head - 1, ")"), p + sizeof head - 1, sfx[k]);
+    for (int h = 0; h < 2; h++) {
+        size_t len = strlen(heads[h]);
+        for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p && nlib + 3 <= 512; p = strstr(p + 1, heads[h]))
+            for (int k = h; k < 3; k++)
+                snprintf(lib[nlib++], 48, "%.*s%s", (int)strcspn(p + len, ")"), p + len, sfx[k]);
+    }
     CHECKF(nlib > 20, "%d library kernels found in lib_source's text", nlib);
     SimModule *m = build("the library kernels", text.s, lib, nlib);
     buf_free(&text);

@@ -40,6 +40,12 @@
     (4 * CT_ATT_ROWS(D) * ((D) + 1) + CT_ATT_ROWS(D) * (CT_ATT_ROWS(D) + 1) + CT_ATT_ROWS(D) * (D) + 3 * CT_ATT_ROWS(D))
 #define CT_ATT_SMEM_FWD(D) (CT_ATT_SMEM(D) - CT_ATT_ROWS(D) * ((D) + 1) + 2 * CT_LIB_BLOCK)
 #define CT_ATT_SMEM_MOST CT_ATT_SMEM(64)
+/* The forward on tensor cores (16-bit storage, head dims a multiple of
+ * 16): keys a tile, the 16-bit elements after each shared row, and its
+ * shared memory in bytes (a tile of k rows and one of v rows). */
+#define CT_TC_KEYS 64
+#define CT_TC_PAD 8
+#define CT_TC_SMEM(D) (2 * CT_TC_KEYS * ((D) + CT_TC_PAD) * 2)
 
 /* The forward's shared memory (lib_kernels.h's ct_att_carve): q, k and v
  * rows, the scores, the output rows, each row's running maximum, sum of

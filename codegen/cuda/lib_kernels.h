@@ -24,6 +24,11 @@
  *                    float, the name suffix (_f32, _f16, _bf16), and the
  *                    type of the attention gradient's dO . v sums (double
  *                    for f32, float for the 16-bit types)
+ *   CT_GLOBAL16      CT_GLOBAL, for the kernels of the 16-bit types alone
+ *   CT_UNROLL        before a loop of fixed count to unroll (nothing on the host)
+ *   CT_MMA16, CT_MMA16816(d, a, b)
+ *                    defined for the 16-bit types where their tensor cores'
+ *                    mma.sync m16n8k16 (f32 += 16-bit x 16-bit) is wanted
  *   CT_INF           infinity as a double
  *   CT_DYN_SHARED(T, s)
  *                    s: the launch's dynamic shared memory as T[] (on the
@@ -1996,6 +2001,211 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
         }
     }
 }
+
+#ifdef CT_MMA16
+/* Attention's forward on tensor cores, for the 16-bit storage types and
+ * head dims D % 16 == 0 up to CT_ATT_D (FlashAttention-2's way): a block
+ * takes 16 query rows a warp of one head, their q in mma fragments, and
+ * walks the keys CT_TC_KEYS at a time through shared memory (k and v rows
+ * in the storage type, D + CT_TC_PAD apart so that a fragment's loads
+ * miss each other's banks); each warp keeps its rows' scores, running
+ * maxima, sums and outputs in registers. m16n8k16's fragments: lane
+ * 4 g + t holds rows g and g + 8, columns 2 t, 2 t + 1 (and 2 t + 8, 2 t +
+ * 9 of A); a register packs two elements, the lower column first. */
+
+/* d (16x8, f32) += a (16x16) b (16x8): mma.sync, or on the cuda-sim the
+ * same sums gathered through the warp's shuffles. */
+CT_DEVICE void CT_SFX(ct_mma)(float *d, const unsigned *a, const unsigned *b)
+{
+#ifdef CT_SIMT
+    const unsigned all = 0xffffffffu;
+    int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    for (int k = 0; k < 16; k += 2) { /* columns k, k + 1 of A, rows k, k + 1 of B */
+        int hi = k >= 8, src = (k & 7) >> 1;
+        unsigned r0 = __shfl_sync(all, hi ? a[2] : a[0], g * 4 + src);
+        unsigned r1 = __shfl_sync(all, hi ? a[3] : a[1], g * 4 + src);
+        unsigned c0 = __shfl_sync(all, hi ? b[1] : b[0], 2 * t * 4 + src);
+        unsigned c1 = __shfl_sync(all, hi ? b[1] : b[0], (2 * t + 1) * 4 + src);
+        float a00 = CT_LD((CT_T)(r0 & 0xffff)), a01 = CT_LD((CT_T)(r0 >> 16));
+        float a10 = CT_LD((CT_T)(r1 & 0xffff)), a11 = CT_LD((CT_T)(r1 >> 16));
+        float b00 = CT_LD((CT_T)(c0 & 0xffff)), b10 = CT_LD((CT_T)(c0 >> 16));
+        float b01 = CT_LD((CT_T)(c1 & 0xffff)), b11 = CT_LD((CT_T)(c1 >> 16));
+        d[0] += a00 * b00 + a01 * b10, d[1] += a00 * b01 + a01 * b11;
+        d[2] += a10 * b00 + a11 * b10, d[3] += a10 * b01 + a11 * b11;
+    }
+#else
+    CT_MMA16816(d, a, b);
+#endif
+}
+
+CT_DEVICE unsigned CT_SFX(ct_pack)(CT_T lo, CT_T hi) { return (unsigned)lo | (unsigned)hi << 16; }
+
+/* Warp `wid`'s 16 rows from row i0 of head bh (q rows Q [N, D], keys K, V
+ * [M, D], bias rows A [N, M] or NULL) over every key: o (the unnormalised
+ * output: o[nt] columns 8 nt + 2 t, + 1 of rows g, g + 8), each row's
+ * maximum mx and sum of exponentials l, summed over the quad. ks, vs: the
+ * block's shared key and value tiles. */
+CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *V, const CT_T *A, CT_T *ks, CT_T *vs,
+                                      long long i0, long long N, long long M, int D, float scale, float o[16][4],
+                                      float mx[2], float l[2])
+{
+    const unsigned all = 0xffffffffu;
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3, P = D + CT_TC_PAD, nks = D / 16;
+    unsigned qa[8][4];
+    CT_UNROLL
+    for (int kk = 0; kk < 8; kk++) {
+        CT_UNROLL
+        for (int e = 0; e < 4; e++) {
+            long long r = i0 + g + (e & 1) * 8;
+            int c = 16 * kk + 2 * t + (e >> 1) * 8;
+            qa[kk][e] = kk < nks && r < N ? CT_SFX(ct_pack)(Q[r * D + c], Q[r * D + c + 1]) : 0u;
+        }
+    }
+    CT_UNROLL
+    for (int nt = 0; nt < 16; nt++)
+        o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0;
+    mx[0] = mx[1] = -(float)CT_INF, l[0] = l[1] = 0;
+    for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
+        int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
+        CT_SYNC(); /* the last tile's readers are done */
+        for (int e = (int)CT_TID; e < CT_TC_KEYS * D; e += (int)CT_NTHREADS) {
+            int r = e / D, d = e - r * D;
+            ks[r * P + d] = r < nc ? K[(j0 + r) * D + d] : (CT_T)0;
+            vs[r * P + d] = r < nc ? V[(j0 + r) * D + d] : (CT_T)0;
+        }
+        CT_SYNC();
+        float s[8][4];
+        CT_UNROLL
+        for (int nt = 0; nt < 8; nt++) { /* keys 8 nt .. 8 nt + 7 */
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+            const CT_T *kr = ks + (8 * nt + g) * P + 2 * t;
+            CT_UNROLL
+            for (int kk = 0; kk < 8; kk++)
+                if (kk < nks) {
+                    unsigned kb[2] = {CT_SFX(ct_pack)(kr[16 * kk], kr[16 * kk + 1]),
+                                      CT_SFX(ct_pack)(kr[16 * kk + 8], kr[16 * kk + 9])};
+                    CT_SFX(ct_mma)(s[nt], qa[kk], kb);
+                }
+            CT_UNROLL
+            for (int e = 0; e < 4; e++) {
+                long long r = i0 + g + (e >> 1) * 8;
+                int j = 8 * nt + 2 * t + (e & 1);
+                s[nt][e] = j < nc ? s[nt][e] * scale + (A && r < N ? CT_LD(A[r * M + j0 + j]) : 0.0f)
+                                  : -(float)CT_INF;
+            }
+        }
+        CT_UNROLL
+        for (int h = 0; h < 2; h++) { /* row g + 8 h: the online softmax */
+            float m = mx[h];
+            CT_UNROLL
+            for (int nt = 0; nt < 8; nt++) {
+                CT_UNROLL
+                for (int e = 2 * h; e < 2 * h + 2; e++)
+                    m = s[nt][e] > m ? s[nt][e] : m; /* NaN never wins: it reaches the sum instead */
+            }
+            for (int off = 1; off < 4; off <<= 1) {
+                float other = __shfl_xor_sync(all, m, off);
+                m = other > m ? other : m;
+            }
+            float base = CT_SFX(ct_att_base)(m), alpha = expf(mx[h] - base);
+            mx[h] = m, l[h] *= alpha;
+            CT_UNROLL
+            for (int nt = 0; nt < 16; nt++)
+                o[nt][2 * h] *= alpha, o[nt][2 * h + 1] *= alpha;
+            CT_UNROLL
+            for (int nt = 0; nt < 8; nt++) {
+                CT_UNROLL
+                for (int e = 2 * h; e < 2 * h + 2; e++)
+                    l[h] += s[nt][e] = expf(s[nt][e] - base);
+            }
+        }
+        CT_UNROLL
+        for (int kk = 0; kk < 4; kk++) { /* keys 16 kk .. 16 kk + 15: P's A fragment is two score tiles */
+            unsigned pa[4] = {CT_SFX(ct_pack)(CT_ST(s[2 * kk][0]), CT_ST(s[2 * kk][1])),
+                              CT_SFX(ct_pack)(CT_ST(s[2 * kk][2]), CT_ST(s[2 * kk][3])),
+                              CT_SFX(ct_pack)(CT_ST(s[2 * kk + 1][0]), CT_ST(s[2 * kk + 1][1])),
+                              CT_SFX(ct_pack)(CT_ST(s[2 * kk + 1][2]), CT_ST(s[2 * kk + 1][3]))};
+            const CT_T *vr = vs + (16 * kk + 2 * t) * P + g;
+            CT_UNROLL
+            for (int nt = 0; nt < 16; nt++)
+                if (nt < D / 8) {
+                    unsigned vb[2] = {CT_SFX(ct_pack)(vr[8 * nt], vr[P + 8 * nt]),
+                                      CT_SFX(ct_pack)(vr[8 * P + 8 * nt], vr[9 * P + 8 * nt])};
+                    CT_SFX(ct_mma)(o[nt], pa, vb);
+                }
+        }
+    }
+    CT_UNROLL
+    for (int h = 0; h < 2; h++)
+        for (int off = 1; off < 4; off <<= 1)
+            l[h] += __shfl_xor_sync(all, l[h], off);
+}
+
+/* Attention's forward on tensor cores: a tile of 16 rows a warp a work item. */
+CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
+                               long long N, long long M, long long D, float scale, long long H, long long sb,
+                               long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
+    const long long R = 16 * (CT_NTHREADS / 32), tiles = (N + R - 1) / R;
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
+        float o[16][4], mx[2], l[2];
+        CT_SFX(ct_att_tc_rows)(q + bh * N * D, k + bh * M * D, v + bh * M * D,
+                               CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh), ks, vs, i0, N, M, (int)D, scale, o, mx,
+                               l);
+        CT_UNROLL
+        for (int h = 0; h < 2; h++) {
+            long long r = i0 + g + 8 * h;
+            CT_UNROLL
+            for (int nt = 0; nt < 16; nt++) /* a fixed count, so that o stays in registers */
+                if (r < N && nt < D / 8) {
+                    CT_T *out = y + (bh * N + r) * D + 8 * nt + 2 * t;
+                    out[0] = CT_ST(o[nt][2 * h] / l[h]), out[1] = CT_ST(o[nt][2 * h + 1] / l[h]);
+                }
+        }
+    }
+}
+
+/* ct_attn_stats on tensor cores: each row's base, sum and dO . O. */
+CT_GLOBAL16 CT_SFX(ct_attn_stats_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                     float *stats, long long BH, long long N, long long M, long long D, float scale,
+                                     long long H, long long sb, long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
+    const long long R = 16 * (CT_NTHREADS / 32), tiles = (N + R - 1) / R;
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
+        float o[16][4], mx[2], l[2];
+        CT_SFX(ct_att_tc_rows)(q + bh * N * D, k + bh * M * D, v + bh * M * D,
+                               CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh), ks, vs, i0, N, M, (int)D, scale, o, mx,
+                               l);
+        CT_UNROLL
+        for (int h = 0; h < 2; h++) {
+            long long r = i0 + g + 8 * h;
+            double dot = 0;
+            CT_UNROLL
+            for (int nt = 0; nt < 16; nt++)
+                if (r < N && nt < D / 8) {
+                    const CT_T *G = dy + (bh * N + r) * D + 8 * nt + 2 * t;
+                    dot += (double)CT_LD(G[0]) * o[nt][2 * h] + (double)CT_LD(G[1]) * o[nt][2 * h + 1];
+                }
+            for (int off = 1; off < 4; off <<= 1)
+                dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (r < N && t == 0) {
+                float *st = stats + 3 * (bh * N + r);
+                st[0] = CT_SFX(ct_att_base)(mx[h]), st[1] = l[h], st[2] = (float)(dot / l[h]);
+            }
+        }
+    }
+}
+#endif
 
 /* The input ops (ir/ops/image.c). ix walks the output's logical [B,C,H,W]
  * with the input's strides and the output's, so either layout works. */

@@ -764,10 +764,13 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
     CtDType t = val(b, n->out[0])->type.dtype;
     int tiled = D <= CT_ATT_D;
+    /* the 16-bit types' forward (and the gradient's rows' statistics) on tensor cores, 16 rows a warp */
+    int tc = tiled && t != CT_F32 && D % 16 == 0;
     long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
+    long long tc_items = CT_LIB_BLOCK * BH * tiles(N, 16 * CT_LIB_BLOCK / CT_LIB_LANES);
     if (n->op == CT_OP_sdpa) {
-        LibLaunch *l = begin(b, tiled ? "ct_attn" : "ct_sdpa", t, qitems);
-        l->shared = tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
+        LibLaunch *l = begin(b, tc ? "ct_attn_tc" : tiled ? "ct_attn" : "ct_sdpa", t, tc ? tc_items : qitems);
+        l->shared = tc ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
         for (int i = 0; i < 3; i++)
             a_val(l, n->in[i]);
         a_in_or_null(l, n, 3);
@@ -778,8 +781,8 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     *scratch = 3 * sizeof(float) * (size_t)(BH * N);
     LibLaunch *l;
     if (tiled) {
-        l = begin(b, "ct_attn_stats", t, qitems);
-        l->shared = sizeof(float) * CT_ATT_SMEM_FWD(D);
+        l = begin(b, tc ? "ct_attn_stats_tc" : "ct_attn_stats", t, tc ? tc_items : qitems);
+        l->shared = tc ? (size_t)CT_TC_SMEM(D) : sizeof(float) * CT_ATT_SMEM_FWD(D);
         for (int i = 0; i < 4; i++)
             a_val(l, n->in[i]);
         a_in_or_null(l, n, 4);

@@ -14,11 +14,11 @@ extern const char ct_counter_rng_text[];
 void lib_source(CtBuf *out)
 {
     static const struct {
-        const char *type, *load, *store, *suffix, *acc;
+        const char *type, *load, *store, *suffix, *acc, *mma; /* mma: the tensor cores' type, 16-bit only */
     } storage[] = {
-        {"float", "(v)", "(f)", "_f32", "double"},
-        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float"},
-        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float"},
+        {"float", "(v)", "(f)", "_f32", "double", NULL},
+        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float", "f16"},
+        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float", "bf16"},
     };
     render_cuda_prelude(out);
     buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
@@ -28,6 +28,8 @@ void lib_source(CtBuf *out)
                     "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
+                    "#define CT_GLOBAL16 CT_GLOBAL\n"
+                    "#ifdef CT_SIMT\n#define CT_UNROLL\n#else\n#define CT_UNROLL _Pragma(\"unroll\")\n#endif\n"
                     "#ifndef CT_SIMT\n#define CT_DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n"
                     "#define CT_LANES 32LL\n#define CT_LANE ((long long)(threadIdx.x & 31))\n"
                     "#define CT_WARP_LOOP(i, n) for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) "
@@ -51,7 +53,17 @@ void lib_source(CtBuf *out)
                    "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n"
                    "#define CT_ACC %s\n",
                    storage[k].type, storage[k].load, storage[k].store, storage[k].suffix, storage[k].acc);
+        if (storage[k].mma)
+            buf_printf(out,
+                       "#define CT_MMA16 1\n#define CT_MMA16816(d, a, b) asm volatile("
+                       "\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 "
+                       "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\" "
+                       ": \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"r\"(a[0]), \"r\"(a[1]), "
+                       "\"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]))\n",
+                       storage[k].mma, storage[k].mma);
         buf_printf(out, "%s\n#undef CT_T\n#undef CT_LD\n#undef CT_ST\n#undef CT_SFX\n#undef CT_ACC\n",
                    ct_lib_kernels_text);
+        if (storage[k].mma)
+            buf_printf(out, "#undef CT_MMA16\n#undef CT_MMA16816\n");
     }
 }
