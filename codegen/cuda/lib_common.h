@@ -136,4 +136,14 @@ CT_DEVICE CtWindow ct_window(const CtPool *p, long long oh, long long ow)
     return r;
 }
 
+/* Output element i of a pooling walk (lib_kernels.h's ct_pool): its
+ * offsets in x and y, and its window. */
+CT_DEVICE CtWindow ct_pool_item(const CtIndex *out, const CtPool *p, long long i, long long *xo, long long *yo)
+{
+    long long inner = p->c_last ? out->dim[3] : 1, ow, oh, m;
+    ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p->OW, &ow), p->OH, &oh);
+    ct_offsets(out, i, xo, yo);
+    return ct_window(p, oh, ow);
+}
+
 #endif

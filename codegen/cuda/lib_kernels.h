@@ -176,13 +176,10 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
  * on all; sh, sw step x's rows and columns. */
 CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, long long sw, CtPool p)
 {
-    long long inner = p.c_last ? out.dim[3] : 1;
     CT_LOOP(i, out.n)
     {
-        long long xo, yo, ow, oh, m;
-        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.OW, &ow), p.OH, &oh);
-        ct_offsets(&out, i, &xo, &yo);
-        CtWindow r = ct_window(&p, oh, ow);
+        long long xo, yo;
+        CtWindow r = ct_pool_item(&out, &p, i, &xo, &yo);
         if (p.mode == 1) {
             y[yo] = x[xo + CT_SFX(ct_window_argmax)(x + xo, sh, sw, r)];
             continue;
@@ -201,13 +198,10 @@ CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, lon
  * am[i], so that the gradient finds it without searching the window again. */
 CT_GLOBAL CT_SFX(ct_pool_argmax)(const CT_T *x, unsigned char *am, CtIndex out, long long sh, long long sw, CtPool p)
 {
-    long long inner = p.c_last ? out.dim[3] : 1;
     CT_LOOP(i, out.n)
     {
-        long long xo, yo, ow, oh, m;
-        ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p.OW, &ow), p.OH, &oh);
-        ct_offsets(&out, i, &xo, &yo);
-        CtWindow r = ct_window(&p, oh, ow);
+        long long xo, yo, m;
+        CtWindow r = ct_pool_item(&out, &p, i, &xo, &yo);
         long long col, row = ct_divmod(CT_SFX(ct_window_argmax)(x + xo, sh, sw, r), sh, &col); /* sh > (W-1) sw */
         am[i] = (unsigned char)((row - r.h0) * p.kw + ct_divmod(col, sw, &m) - r.w0);
     }
@@ -2141,39 +2135,12 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
             l[h] += __shfl_xor_sync(all, l[h], off);
 }
 
-/* Attention's forward on tensor cores: a tile of 16 rows a warp a work item. */
-CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
-                               long long N, long long M, long long D, float scale, long long H, long long sb,
-                               long long sh)
-{
-    CT_DYN_SHARED(float, ct_smem);
-    CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
-    const long long R = 16 * (CT_NTHREADS / 32), tiles = (N + R - 1) / R;
-    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
-    CT_BLOCK_LOOP(w, BH * tiles)
-    {
-        long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
-        float o[16][4], mx[2], l[2];
-        CT_SFX(ct_att_tc_rows)(q + bh * N * D, k + bh * M * D, v + bh * M * D,
-                               CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh), ks, vs, i0, N, M, (int)D, scale, o, mx,
-                               l);
-        CT_UNROLL
-        for (int h = 0; h < 2; h++) {
-            long long r = i0 + g + 8 * h;
-            CT_UNROLL
-            for (int nt = 0; nt < 16; nt++) /* a fixed count, so that o stays in registers */
-                if (r < N && nt < D / 8) {
-                    CT_T *out = y + (bh * N + r) * D + 8 * nt + 2 * t;
-                    out[0] = CT_ST(o[nt][2 * h] / l[h]), out[1] = CT_ST(o[nt][2 * h + 1] / l[h]);
-                }
-        }
-    }
-}
-
-/* ct_attn_stats on tensor cores: each row's base, sum and dO . O. */
-CT_GLOBAL16 CT_SFX(ct_attn_stats_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
-                                     float *stats, long long BH, long long N, long long M, long long D, float scale,
-                                     long long H, long long sb, long long sh)
+/* Attention's forward on tensor cores, a tile of 16 rows a warp a work
+ * item: y, or with stats (y NULL) ct_attn_stats's rows' base, sum and
+ * dO . O from dy. */
+CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias, CT_T *y,
+                               float *stats, long long BH, long long N, long long M, long long D, float scale,
+                               long long H, long long sb, long long sh)
 {
     CT_DYN_SHARED(float, ct_smem);
     CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
@@ -2191,11 +2158,16 @@ CT_GLOBAL16 CT_SFX(ct_attn_stats_tc)(const CT_T *q, const CT_T *k, const CT_T *v
             long long r = i0 + g + 8 * h;
             double dot = 0;
             CT_UNROLL
-            for (int nt = 0; nt < 16; nt++)
+            for (int nt = 0; nt < 16; nt++) /* a fixed count, so that o stays in registers */
                 if (r < N && nt < D / 8) {
-                    const CT_T *G = dy + (bh * N + r) * D + 8 * nt + 2 * t;
-                    dot += (double)CT_LD(G[0]) * o[nt][2 * h] + (double)CT_LD(G[1]) * o[nt][2 * h + 1];
+                    long long at = (bh * N + r) * D + 8 * nt + 2 * t;
+                    if (stats)
+                        dot += (double)CT_LD(dy[at]) * o[nt][2 * h] + (double)CT_LD(dy[at + 1]) * o[nt][2 * h + 1];
+                    else
+                        y[at] = CT_ST(o[nt][2 * h] / l[h]), y[at + 1] = CT_ST(o[nt][2 * h + 1] / l[h]);
                 }
+            if (!stats)
+                continue;
             for (int off = 1; off < 4; off <<= 1)
                 dot += __shfl_xor_sync(0xffffffffu, dot, off);
             if (r < N && t == 0) {

@@ -773,19 +773,25 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
         for (int i = 0; i < 3; i++)
             a_val(l, n->in[i]);
+        if (tc) /* no dO */
+            arg(l, LA_NULL);
         a_in_or_null(l, n, 3);
         a_val(l, n->out[0]);
+        if (tc) /* no statistics */
+            arg(l, LA_NULL);
         attention_sizes(b, n, l, sized);
         return 0;
     }
     *scratch = 3 * sizeof(float) * (size_t)(BH * N);
     LibLaunch *l;
     if (tiled) {
-        l = begin(b, tc ? "ct_attn_stats_tc" : "ct_attn_stats", t, tc ? tc_items : qitems);
+        l = begin(b, tc ? "ct_attn_tc" : "ct_attn_stats", t, tc ? tc_items : qitems);
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : sizeof(float) * CT_ATT_SMEM_FWD(D);
         for (int i = 0; i < 4; i++)
             a_val(l, n->in[i]);
         a_in_or_null(l, n, 4);
+        if (tc) /* no y */
+            arg(l, LA_NULL);
         arg(l, LA_SCRATCH);
         attention_sizes(b, n, l, BH);
     }
