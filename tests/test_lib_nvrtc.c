@@ -20,7 +20,7 @@ static const char *const kernels[] = {
     "ct_bn_grad_apply", "ct_cross_entropy_rows", "ct_mean_loss", "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q",
     "ct_sdpa_grad_kv", "ct_attn", "ct_attn_stats", "ct_attn_grad_q", "ct_attn_grad_kv", "ct_gather", "ct_gather_grad"};
 /* the kernels of the 16-bit types alone (CT_GLOBAL16) */
-static const char *const kernels16[] = {"ct_attn_tc"};
+static const char *const kernels16[] = {"ct_attn_tc", "ct_attn_tc_grad_q", "ct_attn_tc_grad_kv"};
 
 /* Whether the image holds `name` followed by a NUL (a symbol name). */
 static int has_symbol(const unsigned char *img, size_t n, const char *name)

@@ -46,6 +46,11 @@
 #define CT_TC_KEYS 64
 #define CT_TC_PAD 8
 #define CT_TC_SMEM(D) (2 * CT_TC_KEYS * ((D) + CT_TC_PAD) * 2)
+/* Its backward: the largest head dim (its fragments' registers), and
+ * ct_attn_tc_grad_kv's shared memory in bytes (a tile of q rows, one of dO
+ * rows and their statistics; ct_attn_tc_grad_q's is CT_TC_SMEM). */
+#define CT_TC_GRAD_D 64
+#define CT_TC_GRAD_SMEM(D) (CT_TC_SMEM(D) + 3 * CT_TC_KEYS * 4)
 
 /* The forward's shared memory (lib_kernels.h's ct_att_carve): q, k and v
  * rows, the scores, the output rows, each row's running maximum, sum of

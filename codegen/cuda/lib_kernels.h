@@ -2008,18 +2008,23 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
  * 9 of A); a register packs two elements, the lower column first. */
 
 /* d (16x8, f32) += a (16x16) b (16x8): mma.sync, or on the cuda-sim the
- * same sums gathered through the warp's shuffles. */
+ * same sums, each lane reading the fragments it needs from the warp's
+ * registers put in shared memory (two warp barriers, where a shuffle a
+ * register would take thirty-two). */
 CT_DEVICE void CT_SFX(ct_mma)(float *d, const unsigned *a, const unsigned *b)
 {
 #ifdef CT_SIMT
-    const unsigned all = 0xffffffffu;
+    CT_SHARED unsigned frags[CT_LIB_BLOCK / 32][32][6];
     int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    unsigned(*f)[6] = frags[CT_TID / 32];
+    for (int e = 0; e < 4; e++)
+        f[lane][e] = a[e];
+    f[lane][4] = b[0], f[lane][5] = b[1];
+    __syncwarp();
     for (int k = 0; k < 16; k += 2) { /* columns k, k + 1 of A, rows k, k + 1 of B */
         int hi = k >= 8, src = (k & 7) >> 1;
-        unsigned r0 = __shfl_sync(all, hi ? a[2] : a[0], g * 4 + src);
-        unsigned r1 = __shfl_sync(all, hi ? a[3] : a[1], g * 4 + src);
-        unsigned c0 = __shfl_sync(all, hi ? b[1] : b[0], 2 * t * 4 + src);
-        unsigned c1 = __shfl_sync(all, hi ? b[1] : b[0], (2 * t + 1) * 4 + src);
+        unsigned r0 = f[g * 4 + src][2 * hi], r1 = f[g * 4 + src][2 * hi + 1];
+        unsigned c0 = f[2 * t * 4 + src][4 + hi], c1 = f[(2 * t + 1) * 4 + src][4 + hi];
         float a00 = CT_LD((CT_T)(r0 & 0xffff)), a01 = CT_LD((CT_T)(r0 >> 16));
         float a10 = CT_LD((CT_T)(r1 & 0xffff)), a11 = CT_LD((CT_T)(r1 >> 16));
         float b00 = CT_LD((CT_T)(c0 & 0xffff)), b10 = CT_LD((CT_T)(c0 >> 16));
@@ -2027,12 +2032,24 @@ CT_DEVICE void CT_SFX(ct_mma)(float *d, const unsigned *a, const unsigned *b)
         d[0] += a00 * b00 + a01 * b10, d[1] += a00 * b01 + a01 * b11;
         d[2] += a10 * b00 + a11 * b10, d[3] += a10 * b01 + a11 * b11;
     }
+    __syncwarp(); /* read before the next product's fragments are put */
 #else
     CT_MMA16816(d, a, b);
 #endif
 }
 
 CT_DEVICE unsigned CT_SFX(ct_pack)(CT_T lo, CT_T hi) { return (unsigned)lo | (unsigned)hi << 16; }
+
+/* Rows [0, n) of X [., D] into the shared tile s of CT_TC_KEYS rows, D +
+ * CT_TC_PAD apart; the rows past n zero, so that their products are. */
+CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, int n, int D)
+{
+    const int P = D + CT_TC_PAD;
+    for (int e = (int)CT_TID; e < CT_TC_KEYS * D; e += (int)CT_NTHREADS) {
+        int r = e / D, d = e - r * D;
+        s[r * P + d] = r < n ? X[r * D + d] : (CT_T)0;
+    }
+}
 
 /* Warp `wid`'s 16 rows from row i0 of head bh (q rows Q [N, D], keys K, V
  * [M, D], bias rows A [N, M] or NULL) over every key: o (the unnormalised
@@ -2062,11 +2079,8 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
     for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
         int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
         CT_SYNC(); /* the last tile's readers are done */
-        for (int e = (int)CT_TID; e < CT_TC_KEYS * D; e += (int)CT_NTHREADS) {
-            int r = e / D, d = e - r * D;
-            ks[r * P + d] = r < nc ? K[(j0 + r) * D + d] : (CT_T)0;
-            vs[r * P + d] = r < nc ? V[(j0 + r) * D + d] : (CT_T)0;
-        }
+        CT_SFX(ct_tc_load)(ks, K + j0 * D, nc, D);
+        CT_SFX(ct_tc_load)(vs, V + j0 * D, nc, D);
         CT_SYNC();
         float s[8][4];
         CT_UNROLL
@@ -2175,6 +2189,209 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, cons
                 st[0] = CT_SFX(ct_att_base)(mx[h]), st[1] = l[h], st[2] = (float)(dot / l[h]);
             }
         }
+    }
+}
+
+/* Attention's backward on tensor cores, head dims D % 16 == 0 up to
+ * CT_TC_GRAD_D (its fragments' registers sized for those), from the rows'
+ * statistics ct_attn_tc leaves: ct_attn_tc_grad_q takes dq (and dbias) 16
+ * query rows a warp, walking the keys; ct_attn_tc_grad_kv dk and dv 16 keys
+ * a warp, walking the queries, the same products transposed (keys are the
+ * fragments' rows). Each recomputes the scores and dP = dO v^T, as
+ * FlashAttention-2's backward does, but without its atomic adds to dq: every
+ * sum has one owner, so the results are the same bits on every run. */
+
+/* a: the A fragments of rows r0 .. r0 + 15 of X [n, D] (zero past n or D). */
+CT_DEVICE void CT_SFX(ct_tc_frag)(unsigned a[4][4], const CT_T *X, long long r0, long long n, int D)
+{
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        CT_UNROLL
+        for (int e = 0; e < 4; e++) {
+            long long r = r0 + g + (e & 1) * 8;
+            int c = 16 * kk + 2 * t + (e >> 1) * 8;
+            a[kk][e] = 16 * kk < D && r < n ? CT_SFX(ct_pack)(X[r * D + c], X[r * D + c + 1]) : 0u;
+        }
+    }
+}
+
+/* c[nt] = the 16 rows of a times rows 8 nt .. 8 nt + 7 of the shared X (P
+ * apart), transposed: 16 x 32 products of rows. */
+CT_DEVICE void CT_SFX(ct_tc_scores)(float c[4][4], unsigned a[4][4], const CT_T *X, int P, int D)
+{
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_UNROLL
+    for (int nt = 0; nt < 4; nt++) {
+        c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0;
+        const CT_T *xr = X + (8 * nt + g) * P + 2 * t;
+        CT_UNROLL
+        for (int kk = 0; kk < 4; kk++)
+            if (16 * kk < D) {
+                unsigned b[2] = {CT_SFX(ct_pack)(xr[16 * kk], xr[16 * kk + 1]),
+                                 CT_SFX(ct_pack)(xr[16 * kk + 8], xr[16 * kk + 9])};
+                CT_SFX(ct_mma)(c[nt], a[kk], b);
+            }
+    }
+}
+
+/* acc (16 x D in c fragments) += w (16 x 32, c fragments, rounded to the
+ * storage type as A fragments) times the shared X's first 32 rows. */
+CT_DEVICE void CT_SFX(ct_tc_accum)(float acc[8][4], float w[4][4], const CT_T *X, int P, int D)
+{
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_UNROLL
+    for (int kk = 0; kk < 2; kk++) {
+        unsigned a[4] = {CT_SFX(ct_pack)(CT_ST(w[2 * kk][0]), CT_ST(w[2 * kk][1])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk][2]), CT_ST(w[2 * kk][3])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][0]), CT_ST(w[2 * kk + 1][1])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][2]), CT_ST(w[2 * kk + 1][3]))};
+        const CT_T *xr = X + (16 * kk + 2 * t) * P + g;
+        CT_UNROLL
+        for (int nt = 0; nt < 8; nt++)
+            if (nt < D / 8) {
+                unsigned b[2] = {CT_SFX(ct_pack)(xr[8 * nt], xr[P + 8 * nt]),
+                                 CT_SFX(ct_pack)(xr[8 * P + 8 * nt], xr[9 * P + 8 * nt])};
+                CT_SFX(ct_mma)(acc[nt], a, b);
+            }
+    }
+}
+
+/* P = exp(s scale + a - base) / sum and dS = P (dP - dO . O) of a score
+ * whose row has the statistics st (ct_attn_tc's base, sum, dO . O). */
+CT_DEVICE float CT_SFX(ct_tc_ds)(float s, float dp, float a, const float *st, float scale, float *p)
+{
+    *p = expf(s * scale + a - st[0]) / st[1];
+    return *p * (dp - st[2]);
+}
+
+/* The 16 x D sums of c fragments to rows r0 .. of Y [n, D]. */
+CT_DEVICE void CT_SFX(ct_tc_store)(CT_T *Y, float acc[8][4], long long r0, long long n, int D)
+{
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_UNROLL
+    for (int nt = 0; nt < 8; nt++)
+        CT_UNROLL
+        for (int h = 0; h < 2; h++) {
+            long long r = r0 + g + 8 * h;
+            if (r < n && nt < D / 8) {
+                long long at = r * D + 8 * nt + 2 * t;
+                Y[at] = CT_ST(acc[nt][2 * h]), Y[at + 1] = CT_ST(acc[nt][2 * h + 1]);
+            }
+        }
+}
+
+/* dq = scale sum_j dS_ij k_j (and dS to dbias [BH, N, M] unless NULL),
+ * 16 rows a warp, the keys CT_TC_KEYS a tile through shared memory and 32
+ * at a time through registers. */
+CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                      CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
+                                      long long D, float scale, long long H, long long sb, long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    const int P = (int)D + CT_TC_PAD, lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * P;
+    const long long R = 16 * (CT_NTHREADS / 32), tiles = (N + R - 1) / R;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
+        const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
+        unsigned qa[4][4], ga[4][4];
+        CT_SFX(ct_tc_frag)(qa, q + bh * N * D, i0, N, (int)D);
+        CT_SFX(ct_tc_frag)(ga, dy + bh * N * D, i0, N, (int)D);
+        float acc[8][4], st[2][3];
+        CT_UNROLL
+        for (int nt = 0; nt < 8; nt++)
+            acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
+        CT_UNROLL
+        for (int h = 0; h < 2; h++) { /* rows past N: a base of 0 and a sum of 1 keep their weights finite */
+            long long r = i0 + g + 8 * h;
+            CT_UNROLL
+            for (int c = 0; c < 3; c++)
+                st[h][c] = r < N ? stats[3 * (bh * N + r) + c] : (float)(c == 1);
+        }
+        for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
+            int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
+            CT_SYNC(); /* the last tile's readers are done */
+            CT_SFX(ct_tc_load)(ks, k + (bh * M + j0) * D, nc, (int)D);
+            CT_SFX(ct_tc_load)(vs, v + (bh * M + j0) * D, nc, (int)D);
+            CT_SYNC();
+            for (int c0 = 0; c0 < nc; c0 += 32) {
+                float s[4][4], dp[4][4];
+                CT_SFX(ct_tc_scores)(s, qa, ks + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_scores)(dp, ga, vs + c0 * P, P, (int)D);
+                CT_UNROLL
+                for (int nt = 0; nt < 4; nt++)
+                    CT_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        long long r = i0 + g + (e >> 1) * 8, j = j0 + c0 + 8 * nt + 2 * t + (e & 1);
+                        int in = r < N && j < M;
+                        float p, ds = CT_SFX(ct_tc_ds)(s[nt][e], dp[nt][e], A && in ? CT_LD(A[r * M + j]) : 0.0f,
+                                                       st[e >> 1], scale, &p);
+                        if (in && dbias)
+                            dbias[(bh * N + r) * M + j] = CT_ST(ds);
+                        s[nt][e] = in ? ds * scale : 0.0f;
+                    }
+                CT_SFX(ct_tc_accum)(acc, s, ks + c0 * P, P, (int)D);
+            }
+        }
+        CT_SFX(ct_tc_store)(dq + bh * N * D, acc, i0, N, (int)D);
+    }
+}
+
+/* dv = sum_i P_ij dO_i and dk = scale sum_i dS_ij q_i, 16 keys a warp, the
+ * queries (their q and dO rows, and statistics) CT_TC_KEYS a tile through
+ * shared memory and 32 at a time through registers. */
+CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
+                                       CT_T *dk, CT_T *dv, const float *stats, long long BH, long long N, long long M,
+                                       long long D, float scale, long long H, long long sb, long long sh)
+{
+    CT_DYN_SHARED(float, ct_smem);
+    const int P = (int)D + CT_TC_PAD, lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_T *qs = (CT_T *)ct_smem, *gs = qs + CT_TC_KEYS * P;
+    float *sts = (float *)(gs + CT_TC_KEYS * P);
+    const long long C = 16 * (CT_NTHREADS / 32), tiles = (M + C - 1) / C;
+    CT_BLOCK_LOOP(w, BH * tiles)
+    {
+        long long bh = w / tiles, j0 = w % tiles * C + 16 * (CT_TID / 32);
+        const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
+        unsigned ka[4][4], va[4][4];
+        CT_SFX(ct_tc_frag)(ka, k + bh * M * D, j0, M, (int)D);
+        CT_SFX(ct_tc_frag)(va, v + bh * M * D, j0, M, (int)D);
+        float dka[8][4], dva[8][4];
+        CT_UNROLL
+        for (int nt = 0; nt < 8; nt++)
+            CT_UNROLL
+            for (int e = 0; e < 4; e++)
+                dka[nt][e] = dva[nt][e] = 0;
+        for (long long i0 = 0; i0 < N; i0 += CT_TC_KEYS) {
+            int nr = N - i0 < CT_TC_KEYS ? (int)(N - i0) : CT_TC_KEYS;
+            CT_SYNC(); /* the last tile's readers are done */
+            CT_SFX(ct_tc_load)(qs, q + (bh * N + i0) * D, nr, (int)D);
+            CT_SFX(ct_tc_load)(gs, dy + (bh * N + i0) * D, nr, (int)D);
+            CT_SFX(ct_att_stats_load)(stats, bh * N + i0, nr, CT_TC_KEYS, sts);
+            CT_SYNC();
+            for (int c0 = 0; c0 < nr; c0 += 32) {
+                float s[4][4], dp[4][4];
+                CT_SFX(ct_tc_scores)(s, ka, qs + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_scores)(dp, va, gs + c0 * P, P, (int)D);
+                CT_UNROLL
+                for (int nt = 0; nt < 4; nt++)
+                    CT_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        long long j = j0 + g + (e >> 1) * 8;
+                        int i = c0 + 8 * nt + 2 * t + (e & 1), in = j < M && i < nr;
+                        float p, ds = CT_SFX(ct_tc_ds)(s[nt][e], dp[nt][e], A && in ? CT_LD(A[(i0 + i) * M + j]) : 0.0f,
+                                                       sts + 3 * i, scale, &p);
+                        s[nt][e] = in ? p : 0.0f;
+                        dp[nt][e] = in ? ds * scale : 0.0f;
+                    }
+                CT_SFX(ct_tc_accum)(dva, s, gs + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_accum)(dka, dp, qs + c0 * P, P, (int)D);
+            }
+        }
+        CT_SFX(ct_tc_store)(dk + bh * M * D, dka, j0, M, (int)D);
+        CT_SFX(ct_tc_store)(dv + bh * M * D, dva, j0, M, (int)D);
     }
 }
 #endif

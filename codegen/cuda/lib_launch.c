@@ -751,8 +751,9 @@ static void a_in_or_null(LibLaunch *l, const Node *n, int i)
 static long long tiles(long long n, long long tile) { return (n + tile - 1) / tile; }
 
 /* Head dims up to CT_ATT_D run the tiled kernels (a block a tile), the
- * rest the fallback kernels (a thread a row). Both backward forms leave
- * each query row's three stats in the scratch. */
+ * rest the fallback kernels (a thread a row); the 16-bit types at head dims
+ * a multiple of 16 the tensor cores' (the backward's up to CT_TC_GRAD_D).
+ * Every backward form leaves each query row's three stats in the scratch. */
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     const CtShape *q = &val(b, n->in[0])->type.shape, *k = &val(b, n->in[1])->type.shape;
@@ -765,7 +766,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     CtDType t = val(b, n->out[0])->type.dtype;
     int tiled = D <= CT_ATT_D;
     /* the 16-bit types' forward (and the gradient's rows' statistics) on tensor cores, 16 rows a warp */
-    int tc = tiled && t != CT_F32 && D % 16 == 0;
+    int tc = tiled && t != CT_F32 && D % 16 == 0, tc_grad = tc && D <= CT_TC_GRAD_D;
     long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
     long long tc_items = CT_LIB_BLOCK * BH * tiles(N, 16 * CT_LIB_BLOCK / CT_LIB_LANES);
     if (n->op == CT_OP_sdpa) {
@@ -795,8 +796,9 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         arg(l, LA_SCRATCH);
         attention_sizes(b, n, l, BH);
     }
-    l = begin(b, tiled ? "ct_attn_grad_q" : "ct_sdpa_grad_q", t, qitems);
-    l->shared = tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
+    l = begin(b, tc_grad ? "ct_attn_tc_grad_q" : tiled ? "ct_attn_grad_q" : "ct_sdpa_grad_q", t,
+              tc_grad ? tc_items : qitems);
+    l->shared = tc_grad ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
     a_in_or_null(l, n, 4);
@@ -807,9 +809,11 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         arg(l, LA_NULL);
     arg(l, LA_SCRATCH);
     attention_sizes(b, n, l, sized);
-    l = begin(b, tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
-              tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_ROWS(D) / 2) : BH * M);
-    l->shared = tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
+    l = begin(b, tc_grad ? "ct_attn_tc_grad_kv" : tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
+              tc_grad ? CT_LIB_BLOCK * BH * tiles(M, 16 * CT_LIB_BLOCK / CT_LIB_LANES)
+              : tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_ROWS(D) / 2)
+                      : BH * M);
+    l->shared = tc_grad ? (size_t)CT_TC_GRAD_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
     for (int i = 0; i < 4; i++)
         a_val(l, n->in[i]);
     a_in_or_null(l, n, 4);
