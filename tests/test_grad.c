@@ -369,6 +369,24 @@ static ValueId case_slice(GradCase *c, int v)
     return f_slice(c->b, in_x(c, "x", (CtShape){3, {2, 5, 3}}), 1, 1, 5, 2);
 }
 
+/* x [2, 6, 3] in unit-step slices of dim 1, each used differently: v 0
+ * slices that tile the dim (autodiff's one concat of their gradients), 1
+ * with a gap, 2 overlapping, with x itself used too. */
+static ValueId case_split(GradCase *c, int v)
+{
+    static const int64_t at[][3][2] = {{{3, 6}, {0, 2}, {2, 3}}, {{3, 6}, {0, 2}, {0, 0}}, {{2, 6}, {0, 4}, {0, 0}}};
+    Builder *b = c->b;
+    ValueId x = in_x(c, "x", (CtShape){3, {2, 6, 3}}), ys[4];
+    int n = 0;
+    for (int k = 0; k < 3 && at[v][k][1] > 0; k++) {
+        ValueId s = f_slice(b, x, 1, at[v][k][0], at[v][k][1], 1);
+        ys[n++] = k == 0 ? f_mul(b, s, s) : k == 1 ? f_scale_shift(b, s, -2, 1) : s;
+    }
+    if (v == 2)
+        ys[n++] = x;
+    return f_concat(b, n, ys, 1);
+}
+
 /* SAME padding's asymmetric zeros, a crop of every side, and both at once
  * with a value (which has no gradient): the VJP is pad(-amounts). */
 static ValueId case_pad(GradCase *c, int v)
@@ -571,6 +589,9 @@ static const CaseDef cases[] = {
     {"permute", case_permute, 0, 0, TOL_LINEAR, 0},
     {"slice 1:5:2 on dim 1", case_slice, 0, 0, TOL_LINEAR, 0},
     {"concat of 3", case_concat, 0, 0, TOL_LINEAR, 0},
+    {"slices tiling dim 1", case_split, 0, 0, TOL_SMOOTH, 0},
+    {"slices with a gap", case_split, 1, 0, TOL_SMOOTH, 0},
+    {"overlapping slices and their input", case_split, 2, 0, TOL_SMOOTH, 0},
     {"pad 0,1,1,2", case_pad, 0, 0, TOL_LINEAR, 0},
     {"pad -1,-1,-2,-1 (crop)", case_pad, 1, 0, TOL_LINEAR, 0},
     {"pad 2,-1,-1,1 value -1.5", case_pad, 2, 0, TOL_LINEAR, 0},
@@ -855,6 +876,31 @@ static void check_coverage(const Totals *tot)
                op_def((CtOp)op)->name);
 }
 
+/* The slices' gradients of the case_split cases: one concat and no
+ * slice_grad where they tile the dim, slice_grad where they do not. */
+static void test_split_grads(void)
+{
+    static const struct {
+        const char *name;
+        int slice_grads;
+    } want[] = {{"slices tiling dim 1", 0}, {"slices with a gap", 2}, {"overlapping slices and their input", 2}};
+    static Totals tot;
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+        for (int ci = 0; ci < NCASES; ci++) {
+            if (strcmp(cases[ci].name, want[k].name))
+                continue;
+            Prepared p;
+            if (prepare(&p, ci, &tot) == 0) {
+                int n = 0;
+                for (int i = 0; i < p.g.nnodes; i++)
+                    n += p.g.nodes[i].op == CT_OP_slice_grad;
+                CHECKF(n == want[k].slice_grads, "%s: %d slice_grad nodes, want %d", want[k].name, n,
+                       want[k].slice_grads);
+            }
+            prepared_free(&p);
+        }
+}
+
 /* autodiff refuses, with a message and without touching the graph, an
  * empty wrt list, a loss that is not a scalar and a seed that is not one. */
 static void test_autodiff_errors(void)
@@ -895,6 +941,7 @@ int main(void)
     for (int ci = 0; ci < NCASES; ci++)
         run_case(ci, &tot);
     check_coverage(&tot);
+    test_split_grads();
     test_autodiff_errors();
     printf("test_grad: %d of %d cases, %d tensors, %ld elements checked; worst |error|/tolerance:\n", tot.cases,
            NCASES, tot.tensors, tot.elements);
