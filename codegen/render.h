@@ -36,6 +36,11 @@ int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *n
  * set by render_run_bases. */
 const char *render_storage_type(CtDType t);
 void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out);
+/* Parts of the body for element i<x> (its offsets o<j><x>, values
+ * v<j><x>): so that several elements' loads can come before any of their
+ * stores. */
+enum { RENDER_OFFSETS = 1, RENDER_VALUES = 2, RENDER_STORES = 4, RENDER_ALL = 7 };
+void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, const char *x, int part, CtBuf *out);
 
 /* The length of the runs of loop l's flat index over which every view's
  * offset steps by its innermost stride (a multiple of each broadcast or

@@ -56,22 +56,22 @@ static void load(const KirBuf *b, int buf, const char *off, const char *type, Ct
     buf_printf(out, "(%s)%s(b%d[%s])", type, conv, buf, off);
 }
 
-static void store(const KirBuf *b, int buf, int a, CtBuf *out)
+static void store(const KirBuf *b, int buf, int a, const char *x, CtBuf *out)
 {
     if (b->dtype == CT_F16 || b->dtype == CT_BF16)
-        buf_printf(out, "b%d[i] = %s((float)v%d);", buf, b->dtype == CT_F16 ? "ct_f2h" : "ct_f2bf", a);
+        buf_printf(out, "b%d[i%s] = %s((float)v%d%s);", buf, x, b->dtype == CT_F16 ? "ct_f2h" : "ct_f2bf", a, x);
     else
-        buf_printf(out, "b%d[i] = (%s)v%d;", buf, render_storage_type(b->dtype), a);
+        buf_printf(out, "b%d[i%s] = (%s)v%d%s;", buf, x, render_storage_type(b->dtype), a, x);
 }
 
-static void round_to(CtDType t, int a, int f32, CtBuf *out)
+static void round_to(CtDType t, int a, const char *x, int f32, CtBuf *out)
 {
     const char *type = f32 ? "float" : "double";
     switch (t) {
-    case CT_F16: buf_printf(out, "(%s)ct_h2f(ct_f2h((float)v%d))", type, a); break;
-    case CT_BF16: buf_printf(out, "(%s)ct_bf2f(ct_f2bf((float)v%d))", type, a); break;
-    case CT_F32: case CT_F64: buf_printf(out, "(%s)(%s)v%d", type, render_storage_type(t), a); break;
-    default: buf_printf(out, "%s(v%d)", f32 ? "nearbyintf" : "nearbyint", a); break;
+    case CT_F16: buf_printf(out, "(%s)ct_h2f(ct_f2h((float)v%d%s))", type, a, x); break;
+    case CT_BF16: buf_printf(out, "(%s)ct_bf2f(ct_f2bf((float)v%d%s))", type, a, x); break;
+    case CT_F32: case CT_F64: buf_printf(out, "(%s)(%s)v%d%s", type, render_storage_type(t), a, x); break;
+    default: buf_printf(out, "%s(v%d%s)", f32 ? "nearbyintf" : "nearbyint", a, x); break;
     }
 }
 
@@ -79,29 +79,32 @@ static void round_to(CtDType t, int a, int f32, CtBuf *out)
 static int view_identity(const KirView *v) { return v->ndim == 0; }
 static int view_zero(const KirView *v) { return v->ndim == 1 && v->stride[0] == 0; }
 
-/* Statements setting `name`<j> to view j's offset at flat index `at`. */
-static void view_offset(const KirView *v, int j, const char *name, const char *at, const char *indent, CtBuf *out)
+/* Statements setting `name`<j><x> to view j's offset at flat index `at`. */
+static void view_offset(const KirView *v, int j, const char *name, const char *x, const char *at, const char *indent,
+                        CtBuf *out)
 {
     if (view_identity(v)) {
-        buf_printf(out, "%sconst long long %s%d = %s;\n", indent, name, j, at);
+        buf_printf(out, "%sconst long long %s%d%s = %s;\n", indent, name, j, x, at);
         return;
     }
     if (view_zero(v)) {
-        buf_printf(out, "%sconst long long %s%d = 0;\n", indent, name, j);
+        buf_printf(out, "%sconst long long %s%d%s = 0;\n", indent, name, j, x);
         return;
     }
-    buf_printf(out, "%slong long %s%d = 0;\n%s{\n%s    long long r = %s;\n", indent, name, j, indent, indent, at);
+    buf_printf(out, "%slong long %s%d%s = 0;\n%s{\n%s    long long r = %s;\n", indent, name, j, x, indent, indent, at);
     for (int d = v->ndim - 1; d > 0; d--)
-        buf_printf(out, "%s    %s%d += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, name, j,
+        buf_printf(out, "%s    %s%d%s += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, name, j, x,
                    (long long)v->size[d], (long long)v->stride[d], indent, (long long)v->size[d]);
-    buf_printf(out, "%s    %s%d += r * %lldLL;\n%s}\n", indent, name, j, (long long)v->stride[0], indent);
+    buf_printf(out, "%s    %s%d%s += r * %lldLL;\n%s}\n", indent, name, j, x, (long long)v->stride[0], indent);
 }
 
-/* The offsets of the loop's views: o<j> for view j. */
-static void offsets(const KirLoop *l, const char *indent, CtBuf *out)
+/* The offsets of the loop's views: o<j><x> for view j at element i<x>. */
+static void offsets(const KirLoop *l, const char *x, const char *indent, CtBuf *out)
 {
+    char at[24];
+    snprintf(at, sizeof at, "i%s", x);
     for (int j = 0; j < l->nviews; j++)
-        view_offset(&l->views[j], j, "o", "i", indent, out);
+        view_offset(&l->views[j], j, "o", x, at, indent, out);
 }
 
 int64_t render_run(const KirLoop *l)
@@ -123,7 +126,7 @@ int64_t render_run(const KirLoop *l)
 void render_run_bases(const KirLoop *l, const char *indent, CtBuf *out)
 {
     for (int j = 0; j < l->nviews; j++)
-        view_offset(&l->views[j], j, "p", "i0", indent, out);
+        view_offset(&l->views[j], j, "p", "", "i0", indent, out);
 }
 
 /* The offsets of the loop's views at element t of a run from i0 (the
@@ -137,44 +140,54 @@ static void run_offsets(const KirLoop *l, const char *indent, CtBuf *out)
     }
 }
 
-void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out)
+void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, const char *x, int part, CtBuf *out)
 {
     static const char *const binop[] = {[KIR_ADD] = "+", [KIR_SUB] = "-", [KIR_MUL] = "*", [KIR_DIV] = "/",
                                         [KIR_LT] = "<", [KIR_LE] = "<="};
     static const char *const fn[] = {[KIR_EXP] = "exp", [KIR_ERF] = "erf", [KIR_TANH] = "tanh"};
     int f32 = l->compute == CT_F32;
     const char *type = f32 ? "float" : "double", *sfx = f32 ? "f" : "";
-    (run ? run_offsets : offsets)(l, indent, out);
+    if (part & RENDER_OFFSETS)
+        offsets(l, x, indent, out);
     for (int j = 0; j < l->nins; j++) {
         const KirInstr *in = &l->ins[j];
         char off[32];
+        if (!(part & (in->op == KIR_STORE ? RENDER_STORES : RENDER_VALUES)))
+            continue;
         buf_printf(out, "%s", indent);
         if (in->op == KIR_STORE) {
-            store(&k->bufs[in->buf], in->buf, in->a, out);
+            store(&k->bufs[in->buf], in->buf, in->a, x, out);
             buf_printf(out, "\n");
             continue;
         }
-        buf_printf(out, "const %s v%d = ", type, j);
+        buf_printf(out, "const %s v%d%s = ", type, j, x);
         switch (in->op) {
         case KIR_LOAD:
-            snprintf(off, sizeof off, "o%d", in->view);
+            snprintf(off, sizeof off, "o%d%s", in->view, x);
             load(&k->bufs[in->buf], in->buf, off, type, out);
             break;
         case KIR_CONST: constant(in->imm, type, out); break;
         case KIR_ADD: case KIR_SUB: case KIR_MUL: case KIR_DIV:
-            buf_printf(out, "v%d %s v%d", in->a, binop[in->op], in->b);
+            buf_printf(out, "v%d%s %s v%d%s", in->a, x, binop[in->op], in->b, x);
             break;
-        case KIR_LT: case KIR_LE: buf_printf(out, "(%s)(v%d %s v%d)", type, in->a, binop[in->op], in->b); break;
-        case KIR_POW: buf_printf(out, "pow%s(v%d, v%d)", sfx, in->a, in->b); break;
-        case KIR_NEG: buf_printf(out, "-v%d", in->a); break;
+        case KIR_LT: case KIR_LE: buf_printf(out, "(%s)(v%d%s %s v%d%s)", type, in->a, x, binop[in->op], in->b, x); break;
+        case KIR_POW: buf_printf(out, "pow%s(v%d%s, v%d%s)", sfx, in->a, x, in->b, x); break;
+        case KIR_NEG: buf_printf(out, "-v%d%s", in->a, x); break;
         case KIR_EXP: case KIR_ERF: case KIR_TANH:
-            buf_printf(out, "%s%s%s(v%d)", f32 ? "ct_" : "", fn[in->op], sfx, in->a);
+            buf_printf(out, "%s%s%s(v%d%s)", f32 ? "ct_" : "", fn[in->op], sfx, in->a, x);
             break;
-        case KIR_SQRT: buf_printf(out, "sqrt%s(v%d)", sfx, in->a); break;
-        case KIR_SELECT: buf_printf(out, "v%d != 0 ? v%d : v%d", in->a, in->b, in->c); break;
-        case KIR_ROUND: round_to(in->dtype, in->a, f32, out); break;
+        case KIR_SQRT: buf_printf(out, "sqrt%s(v%d%s)", sfx, in->a, x); break;
+        case KIR_SELECT: buf_printf(out, "v%d%s != 0 ? v%d%s : v%d%s", in->a, x, in->b, x, in->c, x); break;
+        case KIR_ROUND: round_to(in->dtype, in->a, x, f32, out); break;
         default: CT_ASSERT(!"unknown kernel IR op"); break;
         }
         buf_printf(out, ";\n");
     }
+}
+
+void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out)
+{
+    if (run)
+        run_offsets(l, indent, out);
+    render_body_part(k, l, indent, "", run ? RENDER_VALUES | RENDER_STORES : RENDER_ALL, out);
 }

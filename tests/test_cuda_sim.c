@@ -286,6 +286,42 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
     graph_free(&g);
 }
 
+/* Generated kernels over more elements than the grid has threads: each
+ * thread's main part takes several elements at a time, all their loads
+ * before their stores (codegen/render_cuda.c), the rest one at a time; a
+ * contiguous view, a broadcast one and a store rounded to bf16. */
+static void check_long_loop(void)
+{
+    enum { R = 1031, C = 1033 }; /* past 1 << 20, in no whole number of groups */
+    Graph g;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 0);
+    ValueId x = b_input(&b, "x", (CtShape){2, {R, C}}, CT_F32), row = b_input(&b, "row", (CtShape){1, {C}}, CT_F32);
+    ValueId y = f_add(&b, f_relu(&b, f_add(&b, x, row)), f_scale_shift(&b, x, 0.5, 1));
+    ValueId low = b_node(&b, CT_OP_cast, 1, &y, (int64_t[]){CT_BF16}, 1, NULL, 0, 0);
+    graph_mark_output(&g, y);
+    graph_mark_output(&g, low);
+    Pipeline p = {.verify = 1};
+    if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "long loop: %s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    static float xs[R * C], rs[C];
+    for (int i = 0; i < R * C; i++)
+        xs[i] = (float)sin(0.013 * i);
+    for (int i = 0; i < C; i++)
+        rs[i] = (float)cos(0.7 * i);
+    CtTensor in[2] = {{{{2, {R, C}}, CT_F32}, xs}, {{{1, {C}}, CT_F32}, rs}};
+    CtState init;
+    state_create(&init, &g);
+    check_graph("a loop of 1.07 M elements", &g, &init, in, 2, 1e-6);
+    state_free(&init);
+    graph_free(&g);
+}
+
 /* The training step as ctimm-train compiles it: the loader's uint8 batch
  * (RGB, or --in-chans 1's gray one) normalised, erased ('pixel', up to a
  * box an image) and mixed in the graph, channels-last, against ref; and a
@@ -317,6 +353,7 @@ int main(void)
 #else
     int all = 1;
 #endif
+    check_long_loop();
     check_uint8_step(3);
     check_uint8_step(1);
     static const struct {

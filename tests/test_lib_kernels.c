@@ -28,6 +28,9 @@
 #define CT_INF ((double)INFINITY)
 #define CT_GLOBAL static void
 #define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
+#define CT_FIRST 0LL
+#define CT_STRIDE 1LL
+#define CT_UNROLL
 #define CT_BLOCK_LOOP(i, n) for (long long i = 0; i < (n); i++)
 #define CT_TID 0
 #define CT_NTHREADS 1

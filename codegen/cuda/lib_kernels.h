@@ -8,6 +8,8 @@
  *
  *   CT_GLOBAL        a kernel's head: `extern "C" __global__ void` or `void`
  *   CT_LOOP(i, n)    each of n work items once: a grid-stride loop, or a loop
+ *   CT_FIRST, CT_STRIDE
+ *                    that loop's first item and its step (0 and 1 on the host)
  *   CT_BLOCK_LOOP(i, n)
  *                    each of n work items by a whole block: a block-stride
  *                    loop, or a loop; inside it thread CT_TID of the block's
@@ -51,15 +53,34 @@
  * channels-last tensor walks it in memory order where it can.
  */
 
+/* The memory-bound kernels that move the most bytes (copies, batch norm's
+ * elementwise passes; layer norm's lanes likewise along a row) take
+ * CT_ELEMENTS of CT_LOOP's work items a thread at a time, CT_STRIDE apart as CT_LOOP's (so still coalesced), all their
+ * loads before any of their stores: a thread with one load in flight
+ * leaves a GPU's memory mostly idle (codegen/render_cuda.c's CUDA_ELEMENTS
+ * says by how much). Item u of the group at i is CT_ITEM(i, u). */
+#define CT_ELEMENTS 4
+#define CT_GROUP_LOOP(i, n) for (long long i = CT_FIRST; i < (n); i += CT_ELEMENTS * CT_STRIDE)
+#define CT_ITEM(i, u) ((i) + (u) * CT_STRIDE)
+
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
  * input, the inner part of slice_grad and of pad. */
 CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
 {
-    CT_LOOP(i, ix.n)
+    CT_GROUP_LOOP(i, ix.n)
     {
-        long long a, b;
-        ct_offsets(&ix, i, &a, &b);
-        y[b] = x[a];
+        long long a[CT_ELEMENTS], b[CT_ELEMENTS];
+        CT_T v[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n) {
+                ct_offsets(&ix, CT_ITEM(i, u), &a[u], &b[u]);
+                v[u] = x[a[u]];
+            }
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n)
+                y[b[u]] = v[u];
     }
 }
 
@@ -343,8 +364,19 @@ CT_GLOBAL CT_SFX(ct_layer_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_
         double mean, inv;
         ct_offsets(&rows, r, &xo, &yo);
         CT_SFX(ct_row_stats)(x + xo, D, sx, eps, &mean, &inv);
-        for (long long i = CT_LANE; i < D; i += CT_LANES)
-            y[yo + i * sy] = CT_ST((float)((CT_LD(x[xo + i * sx]) - mean) * inv * CT_LD(w[i]) + CT_LD(b[i])));
+        for (long long i = CT_LANE; i < D; i += CT_ELEMENTS * CT_LANES) { /* loads first, as CT_GROUP_LOOP's */
+            float xv[CT_ELEMENTS], wv[CT_ELEMENTS], bv[CT_ELEMENTS];
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (i + u * CT_LANES < D) {
+                    long long c = i + u * CT_LANES;
+                    xv[u] = CT_LD(x[xo + c * sx]), wv[u] = CT_LD(w[c]), bv[u] = CT_LD(b[c]);
+                }
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (i + u * CT_LANES < D)
+                    y[yo + (i + u * CT_LANES) * sy] = CT_ST((float)((xv[u] - mean) * inv * wv[u] + bv[u]));
+        }
     }
 }
 
@@ -366,9 +398,20 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T 
         }
         mg = CT_LANE_SUM(mg) / (double)D;
         mgx = CT_LANE_SUM(mgx) / (double)D;
-        for (long long i = CT_LANE; i < D; i += CT_LANES) {
-            double xhat = (CT_LD(x[xo + i * sx]) - mean) * inv;
-            dx[o + i * sd] = CT_ST((float)(inv * ((double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]) - mg - xhat * mgx)));
+        for (long long i = CT_LANE; i < D; i += CT_ELEMENTS * CT_LANES) {
+            float xv[CT_ELEMENTS], gv[CT_ELEMENTS], wv[CT_ELEMENTS];
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (i + u * CT_LANES < D) {
+                    long long c = i + u * CT_LANES;
+                    xv[u] = CT_LD(x[xo + c * sx]), gv[u] = CT_LD(dy[xo + c * sx]), wv[u] = CT_LD(w[c]);
+                }
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (i + u * CT_LANES < D) {
+                    double xhat = (xv[u] - mean) * inv;
+                    dx[o + (i + u * CT_LANES) * sd] = CT_ST((float)(inv * ((double)gv[u] * wv[u] - mg - xhat * mgx)));
+                }
         }
         if (CT_LANE == 0) {
             stats[2 * r] = (float)mean;
@@ -624,16 +667,27 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, c
 CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
                               long long sxc, long long syc, int act, int approx)
 {
-    CT_LOOP(i, rows.n * C)
+    CT_GROUP_LOOP(i, rows.n * C)
     {
-        long long c, xo, yo;
-        ct_offsets(&rows, CT_SFX(ct_bn_item)(i, rows.n, C, sxc, &c), &xo, &yo);
-        float v = (float)(CT_LD(x[xo + c * sxc]) * coef[2 * c] + coef[2 * c + 1]);
-        if (res)
-            v = CT_LD(CT_ST(v)) + CT_LD(res[yo + c * syc]);
-        if (act >= 0)
-            v = fx_act(act, approx, CT_LD(CT_ST(v)));
-        y[yo + c * syc] = CT_ST(v);
+        long long c[CT_ELEMENTS], xo[CT_ELEMENTS], yo[CT_ELEMENTS];
+        float xv[CT_ELEMENTS], rv[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < rows.n * C) {
+                ct_offsets(&rows, CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]), &xo[u], &yo[u]);
+                xv[u] = CT_LD(x[xo[u] + c[u] * sxc]);
+                rv[u] = res ? CT_LD(res[yo[u] + c[u] * syc]) : 0.0f;
+            }
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < rows.n * C) {
+                float v = (float)(xv[u] * coef[2 * c[u]] + coef[2 * c[u] + 1]);
+                if (res)
+                    v = CT_LD(CT_ST(v)) + rv[u];
+                if (act >= 0)
+                    v = fx_act(act, approx, CT_LD(CT_ST(v)));
+                y[yo[u] + c[u] * syc] = CT_ST(v);
+            }
     }
 }
 
@@ -662,15 +716,27 @@ CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T 
 CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *coef, CT_T *dx, CtIndex rows,
                                    long long C, long long sxc, long long sdc, int training)
 {
-    CT_LOOP(i, rows.n * C)
+    CT_GROUP_LOOP(i, rows.n * C)
     {
-        long long c, xo, o;
-        ct_offsets(&rows, CT_SFX(ct_bn_item)(i, rows.n, C, sxc, &c), &xo, &o);
-        double g = CT_LD(dy[xo + c * sxc]);
-        /* eval leaves x out: 0 * x is NaN where x is not finite */
-        dx[o + c * sdc] = CT_ST((float)(training ? coef[3 * c] * g + coef[3 * c + 1] * CT_LD(x[xo + c * sxc]) +
-                                                       coef[3 * c + 2]
-                                                 : coef[3 * c] * g));
+        long long c[CT_ELEMENTS], o[CT_ELEMENTS];
+        float gv[CT_ELEMENTS], xv[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < rows.n * C) {
+                long long xo;
+                ct_offsets(&rows, CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]), &xo, &o[u]);
+                gv[u] = CT_LD(dy[xo + c[u] * sxc]);
+                xv[u] = training ? CT_LD(x[xo + c[u] * sxc]) : 0.0f;
+            }
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < rows.n * C) {
+                double g = gv[u];
+                long long k = 3 * c[u];
+                /* eval leaves x out: 0 * x is NaN where x is not finite */
+                dx[o[u] + c[u] * sdc] =
+                    CT_ST((float)(training ? coef[k] * g + coef[k + 1] * xv[u] + coef[k + 2] : coef[k] * g));
+            }
     }
 }
 
@@ -2051,6 +2117,29 @@ CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, int n, int D)
     }
 }
 
+/* acc (16 x D in c fragments, ntiles >= D / 8 of them) += w (16 x 32, c
+ * fragments, rounded to the storage type as A fragments) times the shared
+ * X's first 32 rows (P apart): the products P v, P^T dO, dS k and dS^T q. */
+CT_DEVICE void CT_SFX(ct_tc_accum)(float (*acc)[4], int ntiles, float (*w)[4], const CT_T *X, int P, int D)
+{
+    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
+    CT_UNROLL
+    for (int kk = 0; kk < 2; kk++) {
+        unsigned a[4] = {CT_SFX(ct_pack)(CT_ST(w[2 * kk][0]), CT_ST(w[2 * kk][1])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk][2]), CT_ST(w[2 * kk][3])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][0]), CT_ST(w[2 * kk + 1][1])),
+                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][2]), CT_ST(w[2 * kk + 1][3]))};
+        const CT_T *xr = X + (16 * kk + 2 * t) * P + g;
+        CT_UNROLL
+        for (int nt = 0; nt < ntiles; nt++)
+            if (nt < D / 8) {
+                unsigned b[2] = {CT_SFX(ct_pack)(xr[8 * nt], xr[P + 8 * nt]),
+                                 CT_SFX(ct_pack)(xr[8 * P + 8 * nt], xr[9 * P + 8 * nt])};
+                CT_SFX(ct_mma)(acc[nt], a, b);
+            }
+    }
+}
+
 /* Warp `wid`'s 16 rows from row i0 of head bh (q rows Q [N, D], keys K, V
  * [M, D], bias rows A [N, M] or NULL) over every key: o (the unnormalised
  * output: o[nt] columns 8 nt + 2 t, + 1 of rows g, g + 8), each row's
@@ -2127,21 +2216,8 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
                     l[h] += s[nt][e] = expf(s[nt][e] - base);
             }
         }
-        CT_UNROLL
-        for (int kk = 0; kk < 4; kk++) { /* keys 16 kk .. 16 kk + 15: P's A fragment is two score tiles */
-            unsigned pa[4] = {CT_SFX(ct_pack)(CT_ST(s[2 * kk][0]), CT_ST(s[2 * kk][1])),
-                              CT_SFX(ct_pack)(CT_ST(s[2 * kk][2]), CT_ST(s[2 * kk][3])),
-                              CT_SFX(ct_pack)(CT_ST(s[2 * kk + 1][0]), CT_ST(s[2 * kk + 1][1])),
-                              CT_SFX(ct_pack)(CT_ST(s[2 * kk + 1][2]), CT_ST(s[2 * kk + 1][3]))};
-            const CT_T *vr = vs + (16 * kk + 2 * t) * P + g;
-            CT_UNROLL
-            for (int nt = 0; nt < 16; nt++)
-                if (nt < D / 8) {
-                    unsigned vb[2] = {CT_SFX(ct_pack)(vr[8 * nt], vr[P + 8 * nt]),
-                                      CT_SFX(ct_pack)(vr[8 * P + 8 * nt], vr[9 * P + 8 * nt])};
-                    CT_SFX(ct_mma)(o[nt], pa, vb);
-                }
-        }
+        CT_SFX(ct_tc_accum)(o, 16, s, vs, P, D); /* keys 0 .. 31, then 32 .. 63 */
+        CT_SFX(ct_tc_accum)(o, 16, s + 4, vs + 32 * P, P, D);
     }
     CT_UNROLL
     for (int h = 0; h < 2; h++)
@@ -2235,28 +2311,6 @@ CT_DEVICE void CT_SFX(ct_tc_scores)(float c[4][4], unsigned a[4][4], const CT_T 
     }
 }
 
-/* acc (16 x D in c fragments) += w (16 x 32, c fragments, rounded to the
- * storage type as A fragments) times the shared X's first 32 rows. */
-CT_DEVICE void CT_SFX(ct_tc_accum)(float acc[8][4], float w[4][4], const CT_T *X, int P, int D)
-{
-    const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
-    CT_UNROLL
-    for (int kk = 0; kk < 2; kk++) {
-        unsigned a[4] = {CT_SFX(ct_pack)(CT_ST(w[2 * kk][0]), CT_ST(w[2 * kk][1])),
-                         CT_SFX(ct_pack)(CT_ST(w[2 * kk][2]), CT_ST(w[2 * kk][3])),
-                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][0]), CT_ST(w[2 * kk + 1][1])),
-                         CT_SFX(ct_pack)(CT_ST(w[2 * kk + 1][2]), CT_ST(w[2 * kk + 1][3]))};
-        const CT_T *xr = X + (16 * kk + 2 * t) * P + g;
-        CT_UNROLL
-        for (int nt = 0; nt < 8; nt++)
-            if (nt < D / 8) {
-                unsigned b[2] = {CT_SFX(ct_pack)(xr[8 * nt], xr[P + 8 * nt]),
-                                 CT_SFX(ct_pack)(xr[8 * P + 8 * nt], xr[9 * P + 8 * nt])};
-                CT_SFX(ct_mma)(acc[nt], a, b);
-            }
-    }
-}
-
 /* P = exp(s scale + a - base) / sum and dS = P (dP - dO . O) of a score
  * whose row has the statistics st (ct_attn_tc's base, sum, dO . O). */
 CT_DEVICE float CT_SFX(ct_tc_ds)(float s, float dp, float a, const float *st, float scale, float *p)
@@ -2332,7 +2386,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
                             dbias[(bh * N + r) * M + j] = CT_ST(ds);
                         s[nt][e] = in ? ds * scale : 0.0f;
                     }
-                CT_SFX(ct_tc_accum)(acc, s, ks + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_accum)(acc, 8, s, ks + c0 * P, P, (int)D);
             }
         }
         CT_SFX(ct_tc_store)(dq + bh * N * D, acc, i0, N, (int)D);
@@ -2386,8 +2440,8 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T 
                         s[nt][e] = in ? p : 0.0f;
                         dp[nt][e] = in ? ds * scale : 0.0f;
                     }
-                CT_SFX(ct_tc_accum)(dva, s, gs + c0 * P, P, (int)D);
-                CT_SFX(ct_tc_accum)(dka, dp, qs + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_accum)(dva, 8, s, gs + c0 * P, P, (int)D);
+                CT_SFX(ct_tc_accum)(dka, 8, dp, qs + c0 * P, P, (int)D);
             }
         }
         CT_SFX(ct_tc_store)(dk + bh * M * D, dka, j0, M, (int)D);

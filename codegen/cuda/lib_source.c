@@ -25,6 +25,8 @@ void lib_source(CtBuf *out)
                     "#define CT_GLOBAL extern \"C\" __global__ void\n"
                     "#define CT_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
                     "i < (n); i += (long long)blockDim.x * gridDim.x)\n"
+                    "#define CT_FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)\n"
+                    "#define CT_STRIDE ((long long)blockDim.x * gridDim.x)\n"
                     "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
