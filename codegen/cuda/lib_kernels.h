@@ -53,8 +53,9 @@
  * channels-last tensor walks it in memory order where it can.
  */
 
-/* The memory-bound kernels that move the most bytes (copies, batch norm's
- * elementwise passes; layer norm's lanes likewise along a row) take
+/* The memory-bound kernels that move the most bytes (copies, the
+ * activations and adds after library calls, batch norm's elementwise
+ * passes; layer norm's lanes likewise along a row) take
  * CT_ELEMENTS of CT_LOOP's work items a thread at a time, CT_STRIDE apart as CT_LOOP's (so still coalesced), all their
  * loads before any of their stores: a thread with one load in flight
  * leaves a GPU's memory mostly idle (codegen/render_cuda.c's CUDA_ELEMENTS
@@ -94,19 +95,38 @@ CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
  * does not compute): act its op kind, approx gelu's tanh form. */
 CT_GLOBAL CT_SFX(ct_act)(const CT_T *x, CT_T *y, long long n, int act, int approx)
 {
-    CT_LOOP(i, n)
-    y[i] = CT_ST(fx_act(act, approx, CT_LD(x[i])));
+    CT_GROUP_LOOP(i, n)
+    {
+        float v[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < n)
+                v[u] = CT_LD(x[CT_ITEM(i, u)]);
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < n)
+                y[CT_ITEM(i, u)] = CT_ST(fx_act(act, approx, v[u]));
+    }
 }
 
 /* y = a + b, b broadcast: ix walks y's dims with a's strides (which y
  * shares) and b's (0 on broadcast dims). */
 CT_GLOBAL CT_SFX(ct_add)(const CT_T *a, const CT_T *b, CT_T *y, CtIndex ix)
 {
-    CT_LOOP(i, ix.n)
+    CT_GROUP_LOOP(i, ix.n)
     {
-        long long oa, ob;
-        ct_offsets(&ix, i, &oa, &ob);
-        y[oa] = CT_ST(CT_LD(a[oa]) + CT_LD(b[ob]));
+        long long oa[CT_ELEMENTS], ob;
+        float va[CT_ELEMENTS], vb[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n) {
+                ct_offsets(&ix, CT_ITEM(i, u), &oa[u], &ob);
+                va[u] = CT_LD(a[oa[u]]), vb[u] = CT_LD(b[ob]);
+            }
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n)
+                y[oa[u]] = CT_ST(va[u] + vb[u]);
     }
 }
 
