@@ -5,8 +5,10 @@
  * overlap of live values), kernel grids cover their loops, every op has a
  * kernel or a library call (launch_plan_supports says so too), and
  * test_resnet's batch norms take their residual adds and ReLUs into their
- * elementwise pass. */
+ * elementwise pass, and test_vit's 16-bit attention runs on the tensor
+ * cores' kernels unless CTIMM_ATTENTION=simt. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -101,6 +103,40 @@ static void test_models(void)
         }
 }
 
+/* test_vit's f16 training step (head dim 32): its attention on the tensor
+ * cores' kernels, forward and backward, or with CTIMM_ATTENTION=simt on
+ * the SIMT tiles. */
+static void test_attention_kernels(void)
+{
+    static const char *const want[2][4] = {
+        {"ct_attn_tc_f16", "ct_attn_tc_grad_q_f16", "ct_attn_tc_grad_kv_f16", "ct_attn_tc_f16"},
+        {"ct_attn_f16", "ct_attn_grad_q_f16", "ct_attn_grad_kv_f16", "ct_attn_stats_f16"}};
+    for (int simt = 0; simt < 2; simt++) {
+        Graph g;
+        LaunchPlan lp;
+        CtErr err;
+        if (simt)
+            setenv("CTIMM_ATTENTION", "simt", 1);
+        if (model_graph("test_vit", &(GraphSpec){.training = 1, .amp = CT_F16}, &g))
+            continue;
+        if (launch_plan(&g, 132, &lp, &err) == 0) {
+            int found[4] = {0};
+            for (int s = 0; s < lp.nsteps; s++)
+                for (int j = 0; j < lp.steps[s].nlib; j++)
+                    for (int k = 0; k < 4; k++)
+                        found[k] += !strcmp(lp.steps[s].lib[j].kernel, want[simt][k]);
+            for (int k = 0; k < 4; k++) /* six blocks: the forward's six sdpa, and in the backward six of each */
+                CHECKF(found[k] >= 6, "test_vit f16 %s: %d launches of %s", simt ? "simt" : "tensor cores", found[k],
+                       want[simt][k]);
+            launch_plan_free(&lp);
+        } else {
+            CHECKF(0, "test_vit f16: %s", err.msg);
+        }
+        graph_free(&g);
+        unsetenv("CTIMM_ATTENTION");
+    }
+}
+
 /* Batch norm synchronised across ranks needs NCCL: refused, named. */
 static void test_sync_bn_refused(void)
 {
@@ -121,6 +157,7 @@ int main(void)
 {
     CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
     test_models();
+    test_attention_kernels();
     test_sync_bn_refused();
     return check_done("test_launch_plan");
 }

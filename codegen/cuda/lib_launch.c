@@ -4,6 +4,7 @@
 #include "codegen/cuda/lib_launch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/ops.h"
@@ -750,6 +751,16 @@ static void a_in_or_null(LibLaunch *l, const Node *n, int i)
 
 static long long tiles(long long n, long long tile) { return (n + tile - 1) / tile; }
 
+/* CTIMM_ATTENTION=simt keeps the 16-bit types' attention on the SIMT tiles:
+ * the tensor cores' fragment layout can only be checked on a device, and a
+ * failing parity test there is told apart from the rest of the step
+ * without a rebuild (bench/gpu_check.sh does so). */
+static int tensor_core_attention(void)
+{
+    const char *s = getenv("CTIMM_ATTENTION");
+    return !s || strcmp(s, "simt") != 0;
+}
+
 /* Head dims up to CT_ATT_D run the tiled kernels (a block a tile), the
  * rest the fallback kernels (a thread a row); the 16-bit types at head dims
  * a multiple of 16 the tensor cores' (the backward's up to CT_TC_GRAD_D).
@@ -766,7 +777,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     CtDType t = val(b, n->out[0])->type.dtype;
     int tiled = D <= CT_ATT_D;
     /* the 16-bit types' forward (and the gradient's rows' statistics) on tensor cores, 16 rows a warp */
-    int tc = tiled && t != CT_F32 && D % 16 == 0, tc_grad = tc && D <= CT_TC_GRAD_D;
+    int tc = tiled && t != CT_F32 && D % 16 == 0 && tensor_core_attention(), tc_grad = tc && D <= CT_TC_GRAD_D;
     long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
     long long tc_items = CT_LIB_BLOCK * BH * tiles(N, 16 * CT_LIB_BLOCK / CT_LIB_LANES);
     if (n->op == CT_OP_sdpa) {
