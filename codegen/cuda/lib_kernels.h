@@ -606,16 +606,27 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, double *part, CtInde
     {
         long long c, k = ct_divmod(i, C, &c), end = (k + 1) * chunk < rows.n ? (k + 1) * chunk : rows.n, xo, o;
         double s = 0, q = 0, g = 0, gx = 0;
-        for (long long r = k * chunk; r < end; r++) {
-            ct_offsets(&rows, r, &xo, &o);
-            double v = CT_LD(x[xo + c * sxc]);
-            s += v;
-            q += v * v;
-            if (dy) {
-                double d = CT_LD(dy[xo + c * sxc]);
-                g += d;
-                gx += d * v;
-            }
+        /* CT_ELEMENTS rows' loads at a time, then their sums in row order */
+        for (long long r = k * chunk; r < end; r += CT_ELEMENTS) {
+            float xv[CT_ELEMENTS], dv[CT_ELEMENTS];
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (r + u < end) {
+                    ct_offsets(&rows, r + u, &xo, &o);
+                    xv[u] = CT_LD(x[xo + c * sxc]);
+                    dv[u] = dy ? CT_LD(dy[xo + c * sxc]) : 0.0f;
+                }
+            CT_UNROLL
+            for (int u = 0; u < CT_ELEMENTS; u++)
+                if (r + u < end) {
+                    double v = xv[u], d = dv[u];
+                    s += v;
+                    q += v * v;
+                    if (dy) {
+                        g += d;
+                        gx += d * v;
+                    }
+                }
         }
         double *p = part + (dy ? 4 : 2) * i;
         p[0] = s;
