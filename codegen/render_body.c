@@ -170,7 +170,9 @@ void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, 
         case KIR_ADD: case KIR_SUB: case KIR_MUL: case KIR_DIV:
             buf_printf(out, "v%d%s %s v%d%s", in->a, x, binop[in->op], in->b, x);
             break;
-        case KIR_LT: case KIR_LE: buf_printf(out, "(%s)(v%d%s %s v%d%s)", type, in->a, x, binop[in->op], in->b, x); break;
+        case KIR_LT: case KIR_LE:
+            buf_printf(out, "(%s)(v%d%s %s v%d%s)", type, in->a, x, binop[in->op], in->b, x);
+            break;
         case KIR_POW: buf_printf(out, "pow%s(v%d%s, v%d%s)", sfx, in->a, x, in->b, x); break;
         case KIR_NEG: buf_printf(out, "-v%d%s", in->a, x); break;
         case KIR_EXP: case KIR_ERF: case KIR_TANH:

@@ -1,13 +1,15 @@
 /* Kernel IR as CUDA C for NVRTC: no headers (the f16/bf16 conversions are
  * bit-level device functions, the same rounding as the host's), one
  * `extern "C" __global__` function per kernel taking its buffers in order,
- * each loop a grid-stride loop over the flat index (CUDA_ELEMENTS
+ * each loop a grid-stride loop over the flat index (CT_ELEMENTS
  * elements a thread an iteration in its main part). The loops of a
  * multi-tensor launch are independent, so they run one after another in
  * every thread without a barrier. */
 #include "codegen/render.h"
 
 #include <stdio.h>
+
+#include "codegen/cuda/lib_common.h"
 
 void render_cuda_prelude(CtBuf *out)
 {
@@ -47,16 +49,12 @@ void render_cuda_prelude(CtBuf *out)
                "#define ct_erff erff\n");
 }
 
-/* Elements a thread takes at once in a loop's main part, all their loads
- * before any of their stores: a thread that loads one element at a time
- * keeps one load in flight, which at 2048 threads an SM and 2-byte
- * elements is 4 KiB an SM, where an H200's bandwidth at HBM's latency
- * needs some 25 KiB. The rest of the loop one element at a time. Only
- * loops of CUDA_GROUPED_FROM elements or more have the main part: the
- * launch plan's grid (LP_BLOCKS_PER_SM blocks of 256 threads an SM: some
- * 1.1 M threads on an H200) gives a shorter loop's threads one element
- * each, and the copies would only lengthen NVRTC's work. */
-#define CUDA_ELEMENTS 4
+/* A loop's main part takes CT_ELEMENTS elements a thread an iteration
+ * (lib_common.h says why), the rest one at a time. Only loops of
+ * CUDA_GROUPED_FROM elements or more have the main part: the launch plan's
+ * grid (LP_BLOCKS_PER_SM blocks of 256 threads an SM: some 1.1 M threads
+ * on an H200) gives a shorter loop's threads one element each, and the
+ * copies would only lengthen NVRTC's work. */
 #define CUDA_GROUPED_FROM (1LL << 20)
 
 void render_cuda_kernel(const KirKernel *k, CtBuf *out)
@@ -71,15 +69,15 @@ void render_cuda_kernel(const KirKernel *k, CtBuf *out)
         long long n = (long long)l->numel;
         buf_printf(out, "    {\n        long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
         if (n >= CUDA_GROUPED_FROM) {
-            buf_printf(out, "        for (; i + %d * step < %lldLL; i += %d * step) {\n", CUDA_ELEMENTS - 1, n,
-                       CUDA_ELEMENTS);
-            char x[CUDA_ELEMENTS][8];
-            for (int u = 0; u < CUDA_ELEMENTS; u++) {
+            buf_printf(out, "        for (; i + %d * step < %lldLL; i += %d * step) {\n", CT_ELEMENTS - 1, n,
+                       CT_ELEMENTS);
+            char x[CT_ELEMENTS][8];
+            for (int u = 0; u < CT_ELEMENTS; u++) {
                 snprintf(x[u], sizeof x[u], "_%d", u);
                 buf_printf(out, "            const long long i%s = i + %d * step;\n", x[u], u);
                 render_body_part(k, l, "            ", x[u], RENDER_OFFSETS | RENDER_VALUES, out);
             }
-            for (int u = 0; u < CUDA_ELEMENTS; u++)
+            for (int u = 0; u < CT_ELEMENTS; u++)
                 render_body_part(k, l, "            ", x[u], RENDER_STORES, out);
             buf_printf(out, "        }\n");
         }

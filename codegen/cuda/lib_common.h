@@ -24,6 +24,12 @@
 /* Threads of a warp, which the kernels taking a work item a warp
  * (CT_WARP_LOOP) count their items in. */
 #define CT_LIB_LANES 32
+/* Elements a thread of a memory-bound kernel (the library's, and the
+ * generated ones' long loops: codegen/render_cuda.c) takes at a time, all
+ * their loads before any of their stores: a thread with one load in flight
+ * keeps, at 2048 threads an SM and 2-byte elements, 4 KiB an SM in flight,
+ * where an H200's bandwidth at HBM's latency needs some 25 KiB. */
+#define CT_ELEMENTS 4
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's

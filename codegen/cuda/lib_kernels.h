@@ -55,12 +55,10 @@
 
 /* The memory-bound kernels that move the most bytes (copies, the
  * activations and adds after library calls, batch norm's elementwise
- * passes; layer norm's lanes likewise along a row) take
- * CT_ELEMENTS of CT_LOOP's work items a thread at a time, CT_STRIDE apart as CT_LOOP's (so still coalesced), all their
- * loads before any of their stores: a thread with one load in flight
- * leaves a GPU's memory mostly idle (codegen/render_cuda.c's CUDA_ELEMENTS
- * says by how much). Item u of the group at i is CT_ITEM(i, u). */
-#define CT_ELEMENTS 4
+ * passes; layer norm's lanes likewise along a row) take CT_ELEMENTS
+ * (lib_common.h) of CT_LOOP's work items a thread at a time, CT_STRIDE
+ * apart as CT_LOOP's (so still coalesced), all their loads before any of
+ * their stores. Item u of the group at i is CT_ITEM(i, u). */
 #define CT_GROUP_LOOP(i, n) for (long long i = CT_FIRST; i < (n); i += CT_ELEMENTS * CT_STRIDE)
 #define CT_ITEM(i, u) ((i) + (u) * CT_STRIDE)
 
@@ -2137,15 +2135,25 @@ CT_DEVICE void CT_SFX(ct_mma)(float *d, const unsigned *a, const unsigned *b)
 
 CT_DEVICE unsigned CT_SFX(ct_pack)(CT_T lo, CT_T hi) { return (unsigned)lo | (unsigned)hi << 16; }
 
-/* Rows [0, n) of X [., D] into the shared tile s of CT_TC_KEYS rows, D +
- * CT_TC_PAD apart; the rows past n zero, so that their products are. */
-CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, int n, int D)
+/* Rows [0, n) of X and of Y [., D] into the shared tiles s and u of
+ * CT_TC_KEYS rows, D + CT_TC_PAD apart; the rows past n zero, so that
+ * their products are. */
+CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, CT_T *u, const CT_T *Y, int n, int D)
 {
     const int P = D + CT_TC_PAD;
     for (int e = (int)CT_TID; e < CT_TC_KEYS * D; e += (int)CT_NTHREADS) {
         int r = e / D, d = e - r * D;
         s[r * P + d] = r < n ? X[r * D + d] : (CT_T)0;
+        u[r * P + d] = r < n ? Y[r * D + d] : (CT_T)0;
     }
+}
+
+/* ntiles c fragments of zeros. */
+CT_DEVICE void CT_SFX(ct_tc_zero)(float (*acc)[4], int ntiles)
+{
+    CT_UNROLL
+    for (int nt = 0; nt < ntiles; nt++)
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
 }
 
 /* acc (16 x D in c fragments, ntiles >= D / 8 of them) += w (16 x 32, c
@@ -2192,15 +2200,12 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
             qa[kk][e] = kk < nks && r < N ? CT_SFX(ct_pack)(Q[r * D + c], Q[r * D + c + 1]) : 0u;
         }
     }
-    CT_UNROLL
-    for (int nt = 0; nt < 16; nt++)
-        o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0;
+    CT_SFX(ct_tc_zero)(o, 16);
     mx[0] = mx[1] = -(float)CT_INF, l[0] = l[1] = 0;
     for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
         int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
         CT_SYNC(); /* the last tile's readers are done */
-        CT_SFX(ct_tc_load)(ks, K + j0 * D, nc, D);
-        CT_SFX(ct_tc_load)(vs, V + j0 * D, nc, D);
+        CT_SFX(ct_tc_load)(ks, K + j0 * D, vs, V + j0 * D, nc, D);
         CT_SYNC();
         float s[8][4];
         CT_UNROLL
@@ -2385,9 +2390,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
         CT_SFX(ct_tc_frag)(qa, q + bh * N * D, i0, N, (int)D);
         CT_SFX(ct_tc_frag)(ga, dy + bh * N * D, i0, N, (int)D);
         float acc[8][4], st[2][3];
-        CT_UNROLL
-        for (int nt = 0; nt < 8; nt++)
-            acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
+        CT_SFX(ct_tc_zero)(acc, 8);
         CT_UNROLL
         for (int h = 0; h < 2; h++) { /* rows past N: a base of 0 and a sum of 1 keep their weights finite */
             long long r = i0 + g + 8 * h;
@@ -2398,8 +2401,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
         for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
             int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
             CT_SYNC(); /* the last tile's readers are done */
-            CT_SFX(ct_tc_load)(ks, k + (bh * M + j0) * D, nc, (int)D);
-            CT_SFX(ct_tc_load)(vs, v + (bh * M + j0) * D, nc, (int)D);
+            CT_SFX(ct_tc_load)(ks, k + (bh * M + j0) * D, vs, v + (bh * M + j0) * D, nc, (int)D);
             CT_SYNC();
             for (int c0 = 0; c0 < nc; c0 += 32) {
                 float s[4][4], dp[4][4];
@@ -2444,16 +2446,12 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T 
         CT_SFX(ct_tc_frag)(ka, k + bh * M * D, j0, M, (int)D);
         CT_SFX(ct_tc_frag)(va, v + bh * M * D, j0, M, (int)D);
         float dka[8][4], dva[8][4];
-        CT_UNROLL
-        for (int nt = 0; nt < 8; nt++)
-            CT_UNROLL
-            for (int e = 0; e < 4; e++)
-                dka[nt][e] = dva[nt][e] = 0;
+        CT_SFX(ct_tc_zero)(dka, 8);
+        CT_SFX(ct_tc_zero)(dva, 8);
         for (long long i0 = 0; i0 < N; i0 += CT_TC_KEYS) {
             int nr = N - i0 < CT_TC_KEYS ? (int)(N - i0) : CT_TC_KEYS;
             CT_SYNC(); /* the last tile's readers are done */
-            CT_SFX(ct_tc_load)(qs, q + (bh * N + i0) * D, nr, (int)D);
-            CT_SFX(ct_tc_load)(gs, dy + (bh * N + i0) * D, nr, (int)D);
+            CT_SFX(ct_tc_load)(qs, q + (bh * N + i0) * D, gs, dy + (bh * N + i0) * D, nr, (int)D);
             CT_SFX(ct_att_stats_load)(stats, bh * N + i0, nr, CT_TC_KEYS, sts);
             CT_SYNC();
             for (int c0 = 0; c0 < nr; c0 += 32) {

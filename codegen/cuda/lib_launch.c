@@ -779,7 +779,8 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     /* the 16-bit types' forward (and the gradient's rows' statistics) on tensor cores, 16 rows a warp */
     int tc = tiled && t != CT_F32 && D % 16 == 0 && tensor_core_attention(), tc_grad = tc && D <= CT_TC_GRAD_D;
     long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
-    long long tc_items = CT_LIB_BLOCK * BH * tiles(N, 16 * CT_LIB_BLOCK / CT_LIB_LANES);
+    const long long tc_rows = 16 * CT_LIB_BLOCK / CT_LIB_LANES; /* a block's query rows or keys */
+    long long tc_items = CT_LIB_BLOCK * BH * tiles(N, tc_rows);
     if (n->op == CT_OP_sdpa) {
         LibLaunch *l = begin(b, tc ? "ct_attn_tc" : tiled ? "ct_attn" : "ct_sdpa", t, tc ? tc_items : qitems);
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
@@ -821,7 +822,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     arg(l, LA_SCRATCH);
     attention_sizes(b, n, l, sized);
     l = begin(b, tc_grad ? "ct_attn_tc_grad_kv" : tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
-              tc_grad ? CT_LIB_BLOCK * BH * tiles(M, 16 * CT_LIB_BLOCK / CT_LIB_LANES)
+              tc_grad ? CT_LIB_BLOCK * BH * tiles(M, tc_rows)
               : tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_ROWS(D) / 2)
                       : BH * M);
     l->shared = tc_grad ? (size_t)CT_TC_GRAD_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
