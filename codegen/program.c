@@ -18,6 +18,7 @@
 
 #include "codegen/units.h"
 #include "ir/buf.h"
+#include "ir/ops/attention_geom.h"
 
 #define ATTN_SAVE_BYTES ((size_t)1 << 30)
 
@@ -56,6 +57,19 @@ static void copy_graph(const Graph *g, Graph *out)
         out->nodes[i].scope = arena_strdup(&out->arena, g->nodes[i].scope ? g->nodes[i].scope : "");
 }
 
+/* Whether b is the sdpa_grad of sdpa f (geometry a): the same operands,
+ * bias, form and scale. */
+static int same_attention(const Node *f, const Node *b, const AttnGeom *a)
+{
+    int nops = a->packed ? 1 : 3;
+    if (b->op != CT_OP_sdpa_grad || b->nin != f->nin + 1 || attn_packed(b) != a->packed || b->fattr[0] != f->fattr[0])
+        return 0;
+    for (int k = 0; k < nops; k++)
+        if (b->in[k] != f->in[k])
+            return 0;
+    return a->bias_in < 0 || b->in[nops + 1] == f->in[a->bias_in];
+}
+
 /* Pairs each f32 sdpa of the ordered graph with the sdpa_grad of the same
  * q, k, v, bias and scale: both get one buffer of the weights [B,H,N,M]. */
 static void pair_attention(CtProgram *p)
@@ -76,8 +90,9 @@ static void pair_attention(CtProgram *p)
         const Node *f = &g->nodes[i];
         if (f->op != CT_OP_sdpa || g->values[f->in[0]].type.dtype != CT_F32)
             continue;
-        const CtShape *q = &g->values[f->in[0]].type.shape, *k = &g->values[f->in[1]].type.shape;
-        size_t bytes = (size_t)(q->d[0] * q->d[1] * q->d[2] * k->d[2]) * sizeof(float);
+        AttnGeom a;
+        attn_geom(g, f, &a);
+        size_t bytes = (size_t)(a.B * a.H * a.N * a.M) * sizeof(float);
         bytes = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
         int s = -1;
         for (int t = 0; t < nslots && s < 0; t++)
@@ -85,9 +100,7 @@ static void pair_attention(CtProgram *p)
                 s = t;
         for (int j = i + 1; j < g->nnodes && (s >= 0 || c->attn_bytes + bytes <= ATTN_SAVE_BYTES); j++) {
             const Node *b = &g->nodes[j];
-            if (b->op == CT_OP_sdpa_grad && b->in[0] == f->in[0] && b->in[1] == f->in[1] && b->in[2] == f->in[2] &&
-                b->nin == f->nin + 1 && (f->nin == 3 || b->in[4] == f->in[3]) && b->fattr[0] == f->fattr[0] &&
-                c->attn[j] == (size_t)-1) {
+            if (same_attention(f, b, &a) && c->attn[j] == (size_t)-1) {
                 if (s < 0) {
                     s = nslots++;
                     slot_off[s] = c->attn_bytes;

@@ -514,12 +514,12 @@ ValueId f_softmax(Builder *b, ValueId x, int dim)
 
 ValueId f_sdpa(Builder *b, ValueId q, ValueId k, ValueId v, double scale)
 {
-    return b_node(b, CT_OP_sdpa, 3, (ValueId[]){q, k, v}, NULL, 0, &scale, 1, 0);
+    return b_node(b, CT_OP_sdpa, 3, (ValueId[]){q, k, v}, (int64_t[]){0}, 1, &scale, 1, 0);
 }
 
 ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, double scale)
 {
-    return b_node(b, CT_OP_sdpa, 4, (ValueId[]){q, k, v, bias}, NULL, 0, &scale, 1, 0);
+    return b_node(b, CT_OP_sdpa, 4, (ValueId[]){q, k, v, bias}, (int64_t[]){0}, 1, &scale, 1, 0);
 }
 
 void f_split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out)
@@ -537,6 +537,21 @@ ValueId f_merge_heads(Builder *b, ValueId x)
     const CtShape *s = b_shape(b, x);
     int64_t B = s->d[0], H = s->d[1], N = s->d[2], hd = s->d[3];
     return f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 1, 3}), 3, (int64_t[]){B, N, H * hd});
+}
+
+ValueId f_attention_qkv(Builder *b, ValueId qkv, int64_t heads, ValueId bias, double scale)
+{
+    const CtShape *s = b_shape(b, qkv);
+    if (s->ndim != 3 || heads < 1 || s->d[2] % (3 * heads))
+        return b_fail(b, "attention: qkv must be [B, N, 3*heads*hd] for %lld heads", (long long)heads);
+    int64_t B = s->d[0], N = s->d[1], hd = s->d[2] / 3 / heads;
+    qkv = f_reshape(b, qkv, 5, (int64_t[]){B, N, 3, heads, hd});
+    return f_reshape(b, f_sdpa_qkv(b, qkv, bias, scale), 3, (int64_t[]){B, N, heads * hd});
+}
+
+ValueId f_sdpa_qkv(Builder *b, ValueId qkv, ValueId bias, double scale)
+{
+    return b_node(b, CT_OP_sdpa, bias < 0 ? 1 : 2, (ValueId[]){qkv, bias}, (int64_t[]){1}, 1, &scale, 1, 0);
 }
 
 static ValueId stochastic(Builder *b, CtOp op, ValueId x, double p)

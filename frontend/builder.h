@@ -193,6 +193,15 @@ ValueId f_sdpa_bias(Builder *b, ValueId q, ValueId k, ValueId v, ValueId bias, d
  * [B, heads, N, hd] into out; and back: x [B, heads, N, hd] -> [B, N, heads*hd]. */
 void f_split_heads(Builder *b, ValueId t, int n, int64_t heads, ValueId *out);
 ValueId f_merge_heads(Builder *b, ValueId x);
+/* The packed sdpa (ir/ops/attention_geom.h): qkv [B, N, 3, H, D] -> y
+ * [B, N, H, D], bias [B or 1, H or 1, N, N] or -1 for none. */
+ValueId f_sdpa_qkv(Builder *b, ValueId qkv, ValueId bias, double scale);
+/* Self-attention of `heads` heads straight from a fused qkv projection:
+ * qkv [B, N, 3*heads*hd] -> [B, N, heads*hd], what f_split_heads, f_sdpa
+ * (or f_sdpa_bias, bias >= 0) and f_merge_heads compute, as one packed sdpa
+ * that reads the heads where the projection left them and writes them where
+ * the next one reads them (no copies). */
+ValueId f_attention_qkv(Builder *b, ValueId qkv, int64_t heads, ValueId bias, double scale);
 /* Identity in eval mode or at rate 0, as nn.Dropout / timm's DropPath. In
  * training the mask is a counter-based draw from (RNG counter, node, index):
  * the graph's state value "rng.counter" (i64) is read by every stochastic

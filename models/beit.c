@@ -64,11 +64,9 @@ static ValueId attention(Builder *b, const BeitArch *v, ValueId x, int64_t gh, i
     ValueId w = b_param(b, "weight", (CtShape){2, {3 * D, D}}, init_trunc_normal(.02));
     ValueId qkv = b_node(b, CT_OP_linear, 3, (ValueId[]){x, w, qkv_bias}, NULL, 0, NULL, 0, 0);
     b_pop(b);
-    ValueId t[3];
-    f_split_heads(b, qkv, 3, H, t);
     ValueId bias = f_permute(b, f_gather(b, table, 0, index), 3, (int64_t[]){2, 0, 1});
     bias = f_reshape(b, bias, 4, (int64_t[]){1, H, N, N});
-    x = f_merge_heads(b, f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd)));
+    x = f_attention_qkv(b, qkv, H, bias, 1.0 / sqrt((double)hd));
     x = beit_linear(b, "proj", x, D, proj_std);
     b_pop(b);
     return x;

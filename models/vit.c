@@ -72,14 +72,13 @@ static ValueId attend(Builder *b, ValueId q, ValueId k, ValueId v)
     return f_merge_heads(b, f_sdpa(b, q, k, v, 1.0 / sqrt((double)b_shape(b, q)->d[3])));
 }
 
-/* Attention: qkv [B,N,3D] -> q,k,v [B,H,N,hd] -> sdpa -> [B,N,D] -> proj. */
+/* Attention: qkv [B,N,3D] -> sdpa of its heads -> [B,N,D] -> proj. */
 static ValueId attention(Builder *b, const VitArch *v, ValueId x)
 {
     int64_t D = b_shape(b, x)->d[2];
     b_push(b, "attn");
-    ValueId t[3];
-    f_split_heads(b, vit_linear_opt(b, "qkv", x, 3 * D, v->no_qkv_bias), 3, v->heads, t);
-    x = vit_linear(b, "proj", attend(b, t[0], t[1], t[2]), D);
+    ValueId qkv = vit_linear_opt(b, "qkv", x, 3 * D, v->no_qkv_bias);
+    x = vit_linear(b, "proj", f_attention_qkv(b, qkv, v->heads, -1, 1.0 / sqrt((double)(D / v->heads))), D);
     b_pop(b);
     return x;
 }

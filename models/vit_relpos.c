@@ -74,10 +74,8 @@ static ValueId attention(Builder *b, const RelPosArch *v, ValueId x, int64_t gh,
     int64_t D = b_shape(b, x)->d[2], H = v->heads, hd = D / H;
     b_push(b, "attn");
     ValueId qkv = linear(b, "qkv", x, 3 * D, 1);
-    ValueId t[3];
-    f_split_heads(b, qkv, 3, H, t);
     ValueId bias = rel_pos_mlp(b, v, gh, gw, v->class_token);
-    x = f_merge_heads(b, f_sdpa_bias(b, t[0], t[1], t[2], bias, 1.0 / sqrt((double)hd)));
+    x = f_attention_qkv(b, qkv, H, bias, 1.0 / sqrt((double)hd));
     x = linear(b, "proj", x, D, 0);
     b_pop(b);
     return x;

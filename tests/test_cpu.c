@@ -146,7 +146,7 @@ typedef struct OpCase {
     CtOp op;
     int nin;
     CtShape shape[4];
-    int64_t iattr[CT_MAX_IATTR]; /* sdpa: its gradient's (dbias) */
+    int64_t iattr[CT_MAX_IATTR]; /* sdpa: its gradient's (dbias, packed) */
     double fattr[CT_MAX_FATTR];
 } OpCase;
 
@@ -166,6 +166,8 @@ static void test_op(const OpCase *c)
     memcpy(n.in, v, sizeof v);
     if (c->op != CT_OP_sdpa)
         memcpy(n.iattr, c->iattr, sizeof n.iattr);
+    else
+        n.iattr[0] = c->iattr[1];
     memcpy(n.fattr, c->fattr, sizeof n.fattr);
     int id = graph_add_node(&g, &n, c->name, &err);
     CHECKF(id >= 0, "%s: %s", c->name, err.msg);
@@ -227,7 +229,9 @@ static void test_op(const OpCase *c)
             ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
                              .out[0];
             Node gr = {.op = CT_OP_sdpa_grad, .nin = c->nin + 1, .in = {v[0], v[1], v[2], dy, v[3]},
-                       .iattr = {c->iattr[0]}, .fattr = {c->fattr[0]}};
+                       .iattr = {c->iattr[0], c->iattr[1]}, .fattr = {c->fattr[0]}};
+            if (c->iattr[1]) /* packed: (qkv, dy[, bias]) */
+                gr.in[1] = dy, gr.in[2] = v[1];
             for (int j = 0; j < 2; j++) {
                 int a = graph_add_node(&g, &gr, c->name, &err);
                 CHECKF(a >= 0, "%s: %s", c->name, err.msg);
@@ -334,6 +338,10 @@ static void test_gemm_ops(void)
          {{4, {2, 2, 9, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 2, 37, 8}}, {4, {2, 1, 9, 37}}}, {1}, {0.35}},
         {"sdpa bias [B,H,N,M] no dbias", CT_OP_sdpa, 4,
          {{4, {2, 3, 7, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 5, 8}}, {4, {2, 3, 7, 5}}}, {0}, {0.35}},
+        /* packed: qkv [B, N, 3, H, D] in, y [B, N, H, D] out, the rows of a head 3 H D apart */
+        {"sdpa packed", CT_OP_sdpa, 1, {{5, {2, 7, 3, 3, 8}}}, {0, 1}, {0.35}},
+        {"sdpa packed bias [1,H,N,N] 37 tokens", CT_OP_sdpa, 2, {{5, {2, 37, 3, 2, 8}}, {4, {1, 2, 37, 37}}}, {1, 1},
+         {0.35}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_op(&cases[i]);

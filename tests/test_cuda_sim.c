@@ -230,6 +230,15 @@ static ValueId mask_body(Builder *b, ValueId h, ValueId index)
     return f_reshape(b, y, 4, (int64_t[]){2, 8, 8, 8});
 }
 
+/* The packed form: one 1x1-conv projection viewed qkv [B, 16 tokens, 3,
+ * 2 heads, 16], with mask_body's bias; y [B, 16, 2, 16] back to a map. */
+static ValueId packed_body(Builder *b, ValueId h, ValueId index)
+{
+    ValueId qkv = f_reshape(b, nn_conv2d(b, "qkv", h, 24, 1, (ConvOpts){0}), 5, (int64_t[]){2, 16, 3, 2, 16});
+    ValueId bias = f_reshape(b, nn_conv2d(b, "mask", h, 4, 1, (ConvOpts){0}), 4, (int64_t[]){2, 1, 16, 16});
+    return f_reshape(b, f_sdpa_qkv(b, qkv, bias, 0.25), 4, (int64_t[]){2, 8, 8, 8});
+}
+
 /* body, a global pool and a linear layer: an SGD step on cuda-sim against
  * ref, f32 in NCHW and channels_last and under AMP (f16 channels_last with
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
@@ -365,8 +374,9 @@ int main(void)
                 {"pad net", pad_body, 0, 1},
                 {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0},
                 {"attention bias [B,1,N,M] net", mask_body, 0, 0},
+                {"packed attention bias [B,1,N,N] net", packed_body, 0, 0},
                 {"batch norm net", batch_norm_body, 0, 1}};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0, "sgd");
         if (all) {
             if (nets[i].conv)

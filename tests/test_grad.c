@@ -456,6 +456,18 @@ static ValueId case_sdpa(GradCase *c, int v)
     return f_sdpa_bias(c->b, q, k, val, a, 0.5);
 }
 
+/* The packed form: 2 batches of 4 tokens, qkv [2, 4, 3, 2, 3]; variant 1
+ * with a bias parameter [1, H, N, N], variant 2 through f_attention_qkv
+ * (a [2, 4, 18] projection's output in, [2, 4, 6] out). */
+static ValueId case_sdpa_qkv(GradCase *c, int v)
+{
+    if (v == 2)
+        return f_attention_qkv(c->b, in_x(c, "qkv", (CtShape){3, {2, 4, 18}}), 2, -1, 0.5);
+    ValueId qkv = in_x(c, "qkv", (CtShape){5, {2, 4, 3, 2, 3}});
+    ValueId a = v ? b_param(c->b, "rel_bias", (CtShape){4, {1, 2, 4, 4}}, init_uniform(1)) : -1;
+    return f_sdpa_qkv(c->b, qkv, a, 0.5);
+}
+
 static ValueId case_dropout(GradCase *c, int v)
 {
     if (v)
@@ -608,6 +620,9 @@ static const CaseDef cases[] = {
     {"sdpa bias [B,H,N,M]", case_sdpa, 3, 0, TOL_SMOOTH, 0},
     {"sdpa bias [1,1,N,M]", case_sdpa, 4, 0, TOL_SMOOTH, 0},
     {"sdpa mask [B,1,N,M] (no dbias)", case_sdpa, 5, 0, TOL_SMOOTH, 0},
+    {"sdpa packed qkv", case_sdpa_qkv, 0, 0, TOL_SMOOTH, 0},
+    {"sdpa packed qkv, bias parameter [1,H,N,N]", case_sdpa_qkv, 1, 0, TOL_SMOOTH, 0},
+    {"attention from a qkv projection", case_sdpa_qkv, 2, 0, TOL_SMOOTH, 0},
     {"dropout p=0.3", case_dropout, 0, 1, TOL_LINEAR, 0},
     {"drop_path p=0.3", case_dropout, 1, 1, TOL_LINEAR, 0},
     {"cross_entropy", case_cross_entropy, 0, 0, TOL_LOSS, 0},

@@ -74,23 +74,23 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_pool_grad_f32"))
         ct_pool_grad_f32(F(0), (unsigned char *)P(1), F(2), F(3), X(4), I(5), I(6), I(7), I(8), l->arg[9].pool);
     else if (!strcmp(k, "ct_sdpa_f32"))
-        ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12));
+        ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12), (int)I(13));
     else if (!strcmp(k, "ct_sdpa_grad_q_f32"))
         ct_sdpa_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
-                           I(14), I(15));
+                           I(14), I(15), (int)I(16));
     else if (!strcmp(k, "ct_sdpa_grad_kv_f32"))
         ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
-                            I(14), I(15));
+                            I(14), I(15), (int)I(16));
     else if (!strcmp(k, "ct_attn_f32"))
-        ct_attn_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12));
+        ct_attn_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12), (int)I(13));
     else if (!strcmp(k, "ct_attn_stats_f32"))
-        ct_attn_stats_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13));
+        ct_attn_stats_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13), (int)I(14));
     else if (!strcmp(k, "ct_attn_grad_q_f32"))
         ct_attn_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
-                           I(14), I(15));
+                           I(14), I(15), (int)I(16));
     else if (!strcmp(k, "ct_attn_grad_kv_f32"))
         ct_attn_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
-                            I(14), I(15));
+                            I(14), I(15), (int)I(16));
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
@@ -752,8 +752,9 @@ static void test_pool(void)
  * tiles of queries and keys each with partial last tiles, at the largest
  * head dim of their 32-row tiles (64), in their 16-row tiles (80), at
  * their largest head dim, and with a head dim over it (the fallback
- * kernels). Every head dim's shared memory fits the host build's and a
- * launch's 48 KiB. */
+ * kernels). Each also packed (one qkv [2, N, 3, 3, D] and y [2, N, 3, D],
+ * self-attention: M = N). Every head dim's shared memory fits the host
+ * build's and a launch's 48 KiB. */
 static void test_sdpa(void)
 {
     for (int64_t D = 1; D <= CT_ATT_D; D++)
@@ -763,29 +764,37 @@ static void test_sdpa(void)
     static const int64_t bias[][3] = {{0, 0, 0}, {1, 3, 1}, {2, 1, 0}, {2, 3, 1}};
     static const int64_t sizes[][3] = {{5, 7, 8}, {45, 70, 8}, {33, 17, 64}, {40, 37, 80}, {5, 7, CT_ATT_D},
                                        {5, 7, CT_ATT_D + 8}};
-    char what[96];
-    for (int z = 0; z < 6; z++)
-        for (int i = 0; i < 4; i++)
-            for (int grad = 0; grad < 2; grad++) {
-                int64_t N = sizes[z][0], M = sizes[z][1], D = sizes[z][2];
-                Case c;
-                graph_init(&c.g);
-                ValueId in[5];
-                int nin = 0;
-                in[nin++] = input(&c, "q", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
-                in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
-                in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
-                if (grad)
-                    in[nin++] = input(&c, "dy", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
-                if (i)
-                    in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], N, M}, 0, CT_F32);
-                snprintf(what, sizeof what, "%s N %lld M %lld D %lld bias [%lld,%lld]%s", grad ? "sdpa_grad" : "sdpa",
-                         (long long)N, (long long)M, (long long)D, (long long)bias[i][0], (long long)bias[i][1],
-                         grad && i && !bias[i][2] ? " no dbias" : "");
-                if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, nin, in, grad ? &bias[i][2] : NULL, grad,
-                              (double[]){0.35}, 1, 0))
-                    check_case(&c, what);
-            }
+    char what[112];
+    for (int packed = 0; packed < 2; packed++)
+        for (int z = 0; z < 6; z++)
+            for (int i = 0; i < 4; i++)
+                for (int grad = 0; grad < 2; grad++) {
+                    int64_t N = sizes[z][0], M = packed ? N : sizes[z][1], D = sizes[z][2];
+                    Case c;
+                    graph_init(&c.g);
+                    ValueId in[5];
+                    int nin = 0;
+                    if (packed) {
+                        in[nin++] = input(&c, "qkv", 5, (int64_t[]){2, N, 3, 3, D}, 0, CT_F32);
+                    } else {
+                        in[nin++] = input(&c, "q", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                        in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
+                        in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
+                    }
+                    if (grad)
+                        in[nin++] = packed ? input(&c, "dy", 4, (int64_t[]){2, N, 3, D}, 0, CT_F32)
+                                           : input(&c, "dy", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                    if (i)
+                        in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], N, M}, 0, CT_F32);
+                    snprintf(what, sizeof what, "%s%s N %lld M %lld D %lld bias [%lld,%lld]%s",
+                             grad ? "sdpa_grad" : "sdpa", packed ? " packed" : "", (long long)N, (long long)M,
+                             (long long)D, (long long)bias[i][0], (long long)bias[i][1],
+                             grad && i && !bias[i][2] ? " no dbias" : "");
+                    int64_t attr[2] = {grad ? bias[i][2] : packed, packed};
+                    if (!add_node(&c, grad ? CT_OP_sdpa_grad : CT_OP_sdpa, nin, in, attr, 1 + grad, (double[]){0.35},
+                                  1, 0))
+                        check_case(&c, what);
+                }
 }
 
 /* What has no kernel is refused by name. */

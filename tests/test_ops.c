@@ -851,6 +851,26 @@ static void test_attention(void)
             expect(&c, 0, biased[i].what, sq, biased[i].want, NELEM(want_sdpa_bias_h), TOL_F32);
         case_end(&c);
     }
+
+    /* the packed form against the separate one on timm's split of a qkv
+     * projection's output [2, 5, 3 * 2 heads * 4] (its reshape, permute,
+     * slices; the output's transpose), with and without a bias [2, 1, 5, 5] */
+    for (int bias = 0; bias < 2; bias++) {
+        const char *what = bias ? "packed sdpa bias [B,1,N,N] vs separate" : "packed sdpa vs separate";
+        case_begin(&c, 0);
+        ValueId x = b_input(&c.b, "qkv", (CtShape){3, {2, 5, 24}}, CT_F32), t[3], ys[2];
+        ValueId a = bias ? b_input(&c.b, "bias", (CtShape){4, {2, 1, 5, 5}}, CT_F32) : -1;
+        ys[0] = f_reshape(&c.b, f_sdpa_qkv(&c.b, f_reshape(&c.b, x, 5, (int64_t[]){2, 5, 3, 2, 4}), a, 0.4), 3,
+                          (int64_t[]){2, 5, 8});
+        f_split_heads(&c.b, x, 3, 2, t);
+        ys[1] = f_merge_heads(&c.b, bias ? f_sdpa_bias(&c.b, t[0], t[1], t[2], a, 0.4) : f_sdpa(&c.b, t[0], t[1], t[2], 0.4));
+        if (case_build(&c, what, 2, ys) == 0 && case_run(&c, what, 1) == 0 && c.nout == 2) {
+            double want[80];
+            elems_to_double(c.out[1].data, c.out[1].type.dtype, 80, want);
+            expect(&c, 0, what, (CtShape){3, {2, 5, 8}}, want, 80, 1e-6);
+        }
+        case_end(&c);
+    }
 }
 
 /* SwinV2's logit scale, clamp(max=log(100)).exp(), on 6 sin(...) (two

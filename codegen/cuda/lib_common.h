@@ -66,6 +66,27 @@ typedef struct CtAttShared {
     float *qs, *ks, *vs, *ss, *os, *mx, *sum, *alpha, *pmax, *psum;
 } CtAttShared;
 
+/* Where head bh's rows lie in attention's operands (ir/ops/attention_geom.h):
+ * the first q, k, v and y (or dy) row's element offset and the rows'
+ * strides; dq, dk and dv as q, k and v. Separate [B,H,N,D] operands, or
+ * (packed) one qkv [B,N,3,H,D] given as q, k and v alike and y [B,N,H,D]. */
+typedef struct CtAttHead {
+    long long q, k, v, o, lq, lkv, lo;
+} CtAttHead;
+
+CT_DEVICE CtAttHead ct_att_head(long long bh, long long N, long long M, long long H, long long D, int packed)
+{
+    CtAttHead a;
+    if (packed) {
+        long long b = bh / H, HD = H * D;
+        a.q = b * N * 3 * HD + (bh - b * H) * D, a.k = a.q + HD, a.v = a.q + 2 * HD;
+        a.o = b * N * HD + (bh - b * H) * D, a.lq = a.lkv = 3 * HD, a.lo = HD;
+    } else {
+        a.q = a.o = bh * N * D, a.k = a.v = bh * M * D, a.lq = a.lkv = a.lo = D;
+    }
+    return a;
+}
+
 typedef struct CtIndex {
     long long n;
     long long nd;

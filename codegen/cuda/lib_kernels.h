@@ -1582,55 +1582,58 @@ CT_DEVICE const CT_T *CT_SFX(ct_sdpa_bias_row)(const CT_T *bias, long long r, lo
     return bias ? bias + bh / H * sb + bh % H * sh + r % N * M : 0;
 }
 
-/* Score j of query row Q: Q . K_j * scale + A[j]. */
+/* Score j of query row Q: Q . K_j * scale + A[j], K's rows lk apart. */
 CT_DEVICE double CT_SFX(ct_sdpa_score)(const CT_T *Q, const CT_T *K, const CT_T *A, long long j, long long D,
-                                       float scale)
+                                       long long lk, float scale)
 {
     double s = 0;
     for (long long d = 0; d < D; d++)
-        s += (double)CT_LD(Q[d]) * CT_LD(K[j * D + d]);
+        s += (double)CT_LD(Q[d]) * CT_LD(K[j * lk + d]);
     return s * scale + (A ? (double)CT_LD(A[j]) : 0.0);
 }
 
 /* One query row a work item, two passes over the keys (the scores'
  * maximum, then the weighted sum of v). */
 CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long rows,
-                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
+                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh,
+                          int packed)
 {
     CT_LOOP(r, rows)
     {
-        const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D;
+        const CtAttHead at = ct_att_head(r / N, N, M, H, D, packed);
+        const long long i = r % N, lk = at.lkv;
+        const CT_T *Q = q + at.q + i * at.lq, *K = k + at.k, *V = v + at.v;
         const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
         float acc[CT_MAX_HEAD];
         double m = -1e300, l = 0;
         for (long long j = 0; j < M; j++) {
-            double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale);
+            double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale);
             m = s > m ? s : m;
         }
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
-            float p = (float)exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m);
+            float p = (float)exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - m);
             l += p;
             for (long long d = 0; d < D; d++)
-                acc[d] += p * CT_LD(V[j * D + d]);
+                acc[d] += p * CT_LD(V[j * lk + d]);
         }
         for (long long d = 0; d < D; d++)
-            y[r * D + d] = CT_ST((float)(acc[d] / l));
+            y[at.o + i * at.lo + d] = CT_ST((float)(acc[d] / l));
     }
 }
 
 /* The scores' maximum and sum of exponentials of query row Q. */
 CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, const CT_T *A, long long M, long long D,
-                                     float scale, double *m, double *l)
+                                     long long lk, float scale, double *m, double *l)
 {
     *m = -1e300, *l = 0;
     for (long long j = 0; j < M; j++) {
-        double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale);
+        double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale);
         *m = s > *m ? s : *m;
     }
     for (long long j = 0; j < M; j++)
-        *l += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - *m);
+        *l += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - *m);
 }
 
 /* Attention's dq, one query row a work item: with P the attention weights,
@@ -1639,36 +1642,38 @@ CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, const CT_T *A
  * The row's max, sum and dot go to stats[3r..3r+2] for ct_sdpa_grad_kv. */
 CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                  CT_T *dq, CT_T *dbias, float *stats, long long rows, long long N, long long M,
-                                 long long D, float scale, long long H, long long sb, long long sh)
+                                 long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     CT_LOOP(r, rows)
     {
-        const CT_T *Q = q + r * D, *K = k + r / N * M * D, *V = v + r / N * M * D, *G = dy + r * D;
+        const CtAttHead at = ct_att_head(r / N, N, M, H, D, packed);
+        const long long i = r % N, lk = at.lkv;
+        const CT_T *Q = q + at.q + i * at.lq, *K = k + at.k, *V = v + at.v, *G = dy + at.o + i * at.lo;
         const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
         float acc[CT_MAX_HEAD];
         double m, l, dot = 0;
-        CT_SFX(ct_sdpa_stats)(Q, K, A, M, D, scale, &m, &l);
+        CT_SFX(ct_sdpa_stats)(Q, K, A, M, D, lk, scale, &m, &l);
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
             double dp = 0;
             for (long long d = 0; d < D; d++)
-                dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
-            dot += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m) / l * dp;
+                dp += (double)CT_LD(G[d]) * CT_LD(V[j * lk + d]);
+            dot += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - m) / l * dp;
         }
         for (long long j = 0; j < M; j++) {
             double dp = 0;
             for (long long d = 0; d < D; d++)
-                dp += (double)CT_LD(G[d]) * CT_LD(V[j * D + d]);
-            double dsb = exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, scale) - m) / l * (dp - dot);
+                dp += (double)CT_LD(G[d]) * CT_LD(V[j * lk + d]);
+            double dsb = exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - m) / l * (dp - dot);
             float ds = (float)(dsb * scale);
             if (dbias)
                 dbias[r * M + j] = CT_ST((float)dsb);
             for (long long d = 0; d < D; d++)
-                acc[d] += ds * CT_LD(K[j * D + d]);
+                acc[d] += ds * CT_LD(K[j * lk + d]);
         }
         for (long long d = 0; d < D; d++)
-            dq[r * D + d] = CT_ST(acc[d]);
+            dq[at.q + i * at.lq + d] = CT_ST(acc[d]);
         stats[3 * r] = (float)m, stats[3 * r + 1] = (float)l, stats[3 * r + 2] = (float)dot;
     }
 }
@@ -1677,12 +1682,14 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
  * stats: dv_j = sum_i P dy_i, dk_j = scale * sum_i P (dP - dot_i) q_i. */
 CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                   CT_T *dk, CT_T *dv, const float *stats, long long rows, long long N, long long M,
-                                  long long D, float scale, long long H, long long sb, long long sh)
+                                  long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     CT_LOOP(r, rows)
     {
         long long h = r / M, j = r % M;
-        const CT_T *Kj = k + r * D, *Vj = v + r * D, *Q = q + h * N * D, *G = dy + h * N * D;
+        const CtAttHead at = ct_att_head(h, N, M, H, D, packed);
+        const long long lq = at.lq, lo = at.lo, kj = at.k + j * at.lkv, vj = at.v + j * at.lkv;
+        const CT_T *Kj = k + kj, *Vj = v + vj, *Q = q + at.q, *G = dy + at.o;
         const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, h * N, N, M, H, sb, sh);
         const float *st = stats + 3 * h * N;
         float ak[CT_MAX_HEAD], av[CT_MAX_HEAD];
@@ -1691,18 +1698,18 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
         for (long long i = 0; i < N; i++) {
             double dp = 0;
             for (long long d = 0; d < D; d++)
-                dp += (double)CT_LD(G[i * D + d]) * CT_LD(Vj[d]);
-            double s = CT_SFX(ct_sdpa_score)(Q + i * D, Kj, A ? A + i * M + j : 0, 0, D, scale);
+                dp += (double)CT_LD(G[i * lo + d]) * CT_LD(Vj[d]);
+            double s = CT_SFX(ct_sdpa_score)(Q + i * lq, Kj, A ? A + i * M + j : 0, 0, D, 0, scale);
             double p = exp(s - st[3 * i]) / st[3 * i + 1];
             float ds = (float)(p * (dp - st[3 * i + 2]) * scale);
             for (long long d = 0; d < D; d++) {
-                av[d] += (float)p * CT_LD(G[i * D + d]);
-                ak[d] += ds * CT_LD(Q[i * D + d]);
+                av[d] += (float)p * CT_LD(G[i * lo + d]);
+                ak[d] += ds * CT_LD(Q[i * lq + d]);
             }
         }
         for (long long d = 0; d < D; d++) {
-            dk[r * D + d] = CT_ST(ak[d]);
-            dv[r * D + d] = CT_ST(av[d]);
+            dk[kj + d] = CT_ST(ak[d]);
+            dv[vj + d] = CT_ST(av[d]);
         }
     }
 }
@@ -1718,12 +1725,12 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
  * and dO . O (ct_attn_stats), then takes dq a query tile a block and dk, dv
  * a key tile a block, so that no two blocks add into one output. */
 
-/* Rows [0, n) of X [.., D] into s [rows][D + 1] as float, zeros past n. */
-CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long n, long long D, long long rows, float *s)
+/* Rows [0, n) of X [.., D] (ld apart) into s [rows][D + 1] as float, zeros past n. */
+CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long ld, long long n, long long D, long long rows, float *s)
 {
     for (int e = (int)CT_TID; e < rows * D; e += (int)CT_NTHREADS) {
         int r = e / (int)D, d = e - r * (int)D;
-        s[r * (D + 1) + d] = r < n ? CT_LD(X[r * D + d]) : 0.0f;
+        s[r * (D + 1) + d] = r < n ? CT_LD(X[r * ld + d]) : 0.0f;
     }
 }
 
@@ -1797,11 +1804,11 @@ CT_DEVICE CtAttShared CT_SFX(ct_att_carve)(float *s, long long D)
 }
 
 /* The online softmax of query rows [0, nr) (q in a->qs) over the M keys of
- * K and V [M, D], bias rows A [nr, M] or NULL: leaves os [R][D] =
+ * K and V [M, D] (rows lk apart), bias rows A [nr, M] or NULL: leaves os [R][D] =
  * sum_j exp(s_j - base) v_j and sum[r] = sum_j exp(s_j - base), base =
  * ct_att_base(mx[r]). ks, vs, ss and alpha are the block's scratch. */
-CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT_T *V, const CT_T *A, long long nr,
-                                   long long M, long long D, float scale)
+CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT_T *V, long long lk, const CT_T *A,
+                                   long long nr, long long M, long long D, float scale)
 {
     const float *qs = a->qs;
     float *ks = a->ks, *vs = a->vs, *ss = a->ss, *os = a->os, *mx = a->mx, *sum = a->sum, *alpha = a->alpha;
@@ -1815,8 +1822,8 @@ CT_DEVICE void CT_SFX(ct_att_rows)(const CtAttShared *a, const CT_T *K, const CT
     for (long long j0 = 0; j0 < M; j0 += C) {
         long long nc = M - j0 < C ? M - j0 : C;
         CT_SYNC(); /* the last tile's readers are done */
-        CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
-        CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
+        CT_SFX(ct_att_load)(K + j0 * lk, lk, nc, D, C, ks);
+        CT_SFX(ct_att_load)(V + j0 * lk, lk, nc, D, C, vs);
         CT_SYNC();
         for (int e = (int)CT_TID; e < R * C / 4; e += (int)CT_NTHREADS) { /* rows r, r + R/2, keys j, j + C/2 */
             int hr = (int)R / 2, hc = (int)C / 2, r = e / hc, j = e - r * hc;
@@ -1875,33 +1882,41 @@ CT_DEVICE const CT_T *CT_SFX(ct_att_bias)(const CT_T *bias, long long bh, long l
 /* Work item w's forward (query tile w % tiles of head w / tiles, tiles =
  * ceil(N / R)) in the shared memory a: its q rows loaded, then
  * ct_att_rows over every key. *row0 gets the tile's first query row
- * counted over all heads, *nr its rows. */
+ * counted over all heads, *nr its rows, *at its head's rows, *i0 the
+ * tile's first row in the head. */
 CT_DEVICE void CT_SFX(ct_att_tile)(const CtAttShared *a, const CT_T *q, const CT_T *k, const CT_T *v,
                                    const CT_T *bias, long long w, long long N, long long M, long long D, float scale,
-                                   long long H, long long sb, long long sh, long long *row0, long long *nr)
+                                   long long H, long long sb, long long sh, int packed, long long *row0, long long *nr,
+                                   CtAttHead *at, long long *i0)
 {
-    long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R, bh = w / tiles, i0 = w % tiles * R;
-    *nr = N - i0 < R ? N - i0 : R;
-    *row0 = bh * N + i0;
+    long long R = CT_ATT_ROWS(D), tiles = (N + R - 1) / R, bh = w / tiles;
+    *i0 = w % tiles * R;
+    *nr = N - *i0 < R ? N - *i0 : R;
+    *row0 = bh * N + *i0;
+    *at = ct_att_head(bh, N, M, H, D, packed);
     CT_SYNC(); /* the last work item's readers of qs and os are done */
-    CT_SFX(ct_att_load)(q + *row0 * D, *nr, D, R, a->qs);
-    CT_SFX(ct_att_rows)(a, k + bh * M * D, v + bh * M * D, CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh), *nr, M, D,
+    CT_SFX(ct_att_load)(q + at->q + *i0 * at->lq, at->lq, *nr, D, R, a->qs);
+    CT_SFX(ct_att_rows)(a, k + at->k, v + at->v, at->lkv, CT_SFX(ct_att_bias)(bias, bh, *i0, M, H, sb, sh), *nr, M, D,
                         scale);
 }
 
 /* Attention's forward, a query tile a work item. */
 CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
-                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh)
+                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh,
+                          int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
     const long long R = CT_ATT_ROWS(D);
     CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
-        long long row0, nr;
-        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
-        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS)
-            y[row0 * D + e] = CT_ST(a.os[e] / a.sum[e / (int)D]);
+        long long row0, nr, i0;
+        CtAttHead at;
+        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, packed, &row0, &nr, &at, &i0);
+        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS) {
+            int r = e / (int)D;
+            y[at.o + (i0 + r) * at.lo + e - r * D] = CT_ST(a.os[e] / a.sum[r]);
+        }
     }
 }
 
@@ -1909,17 +1924,18 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
  * row's sum_j P_j dP_j) into stats[3r..3r+2], a query tile a work item. */
 CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                 float *stats, long long BH, long long N, long long M, long long D, float scale,
-                                long long H, long long sb, long long sh)
+                                long long H, long long sb, long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
     const long long R = CT_ATT_ROWS(D);
     CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
     {
-        long long row0, nr;
-        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, &row0, &nr);
+        long long row0, nr, i0;
+        CtAttHead at;
+        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, packed, &row0, &nr, &at, &i0);
         for (int r = (int)CT_TID; r < nr; r += (int)CT_NTHREADS) {
-            const CT_T *G = dy + (row0 + r) * D;
+            const CT_T *G = dy + at.o + (i0 + r) * at.lo;
             double dot = 0;
             for (int d = 0; d < (int)D; d++)
                 dot += (double)CT_LD(G[d]) * a.os[r * D + d];
@@ -1993,7 +2009,7 @@ CT_DEVICE void CT_SFX(ct_att_accum_kv)(float *dv, float *dk, const float *w, con
  * work item, from ct_attn_stats's stats. */
 CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                  CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
-                                 long long D, float scale, long long H, long long sb, long long sh)
+                                 long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     const long long R = CT_ATT_ROWS(D), C = R, P = D + 1, tiles = (N + R - 1) / R;
     CT_DYN_SHARED(float, ct_smem);
@@ -2002,18 +2018,20 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
     CT_BLOCK_LOOP(w, BH * tiles)
     {
         long long bh = w / tiles, i0 = w % tiles * R, nr = N - i0 < R ? N - i0 : R, row0 = bh * N + i0;
-        const CT_T *K = k + bh * M * D, *V = v + bh * M * D, *A = CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh);
+        const CtAttHead at = ct_att_head(bh, N, M, H, D, packed);
+        const long long lk = at.lkv;
+        const CT_T *K = k + at.k, *V = v + at.v, *A = CT_SFX(ct_att_bias)(bias, bh, i0, M, H, sb, sh);
         CT_SYNC();
-        CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
-        CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
+        CT_SFX(ct_att_load)(q + at.q + i0 * at.lq, at.lq, nr, D, R, qs);
+        CT_SFX(ct_att_load)(dy + at.o + i0 * at.lo, at.lo, nr, D, R, gs);
         for (int e = (int)CT_TID; e < R * D; e += (int)CT_NTHREADS)
             dqs[e] = 0;
         CT_SFX(ct_att_stats_load)(stats, row0, nr, R, st);
         for (long long j0 = 0; j0 < M; j0 += C) {
             long long nc = M - j0 < C ? M - j0 : C;
             CT_SYNC();
-            CT_SFX(ct_att_load)(K + j0 * D, nc, D, C, ks);
-            CT_SFX(ct_att_load)(V + j0 * D, nc, D, C, vs);
+            CT_SFX(ct_att_load)(K + j0 * lk, lk, nc, D, C, ks);
+            CT_SFX(ct_att_load)(V + j0 * lk, lk, nc, D, C, vs);
             CT_SYNC();
             for (int e = (int)CT_TID; e < R * C / 4; e += (int)CT_NTHREADS) { /* rows r, r + R/2, keys j, j + C/2 */
                 int hr = (int)R / 2, hc = (int)C / 2, r = e / hc, j = e - r * hc;
@@ -2034,8 +2052,10 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
             CT_SFX(ct_att_accum4)(dqs, 0, ss, ks, (int)R, (int)C, (int)D, (int)P, (int)nc);
         }
         CT_SYNC(); /* other threads summed the rows stored here */
-        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS)
-            dq[row0 * D + e] = CT_ST(dqs[e]);
+        for (int e = (int)CT_TID; e < nr * D; e += (int)CT_NTHREADS) {
+            int r = e / (int)D;
+            dq[at.q + (i0 + r) * at.lq + e - r * D] = CT_ST(dqs[e]);
+        }
     }
 }
 
@@ -2044,7 +2064,7 @@ CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
  * sum_i dS_ij q_i. */
 CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                   CT_T *dk, CT_T *dv, const float *stats, long long BH, long long N, long long M,
-                                  long long D, float scale, long long H, long long sb, long long sh)
+                                  long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     const long long R = CT_ATT_ROWS(D), C = R / 2, P = D + 1, tiles = (M + C - 1) / C;
     CT_DYN_SHARED(float, ct_smem);
@@ -2052,18 +2072,20 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
     float *dss = ps + C * (R + 1), *dks = dss + C * (R + 1), *dvs = dks + C * D, *st = dvs + C * D;
     CT_BLOCK_LOOP(w, BH * tiles)
     {
-        long long bh = w / tiles, j0 = w % tiles * C, nc = M - j0 < C ? M - j0 : C, key0 = bh * M + j0;
+        long long bh = w / tiles, j0 = w % tiles * C, nc = M - j0 < C ? M - j0 : C;
+        const CtAttHead at = ct_att_head(bh, N, M, H, D, packed);
+        const long long lk = at.lkv;
         const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
         CT_SYNC();
-        CT_SFX(ct_att_load)(k + key0 * D, nc, D, C, ks);
-        CT_SFX(ct_att_load)(v + key0 * D, nc, D, C, vs);
+        CT_SFX(ct_att_load)(k + at.k + j0 * lk, lk, nc, D, C, ks);
+        CT_SFX(ct_att_load)(v + at.v + j0 * lk, lk, nc, D, C, vs);
         for (int e = (int)CT_TID; e < C * D; e += (int)CT_NTHREADS)
             dks[e] = dvs[e] = 0;
         for (long long i0 = 0; i0 < N; i0 += R) {
             long long nr = N - i0 < R ? N - i0 : R, row0 = bh * N + i0;
             CT_SYNC();
-            CT_SFX(ct_att_load)(q + row0 * D, nr, D, R, qs);
-            CT_SFX(ct_att_load)(dy + row0 * D, nr, D, R, gs);
+            CT_SFX(ct_att_load)(q + at.q + i0 * at.lq, at.lq, nr, D, R, qs);
+            CT_SFX(ct_att_load)(dy + at.o + i0 * at.lo, at.lo, nr, D, R, gs);
             CT_SFX(ct_att_stats_load)(stats, row0, nr, R, st);
             CT_SYNC();
             for (int e = (int)CT_TID; e < C * R / 4; e += (int)CT_NTHREADS) { /* keys j, j + C/2, rows i, i + R/2 */
@@ -2085,8 +2107,9 @@ CT_GLOBAL CT_SFX(ct_attn_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
         }
         CT_SYNC(); /* other threads summed the keys stored here */
         for (int e = (int)CT_TID; e < nc * D; e += (int)CT_NTHREADS) {
-            dk[key0 * D + e] = CT_ST(dks[e]);
-            dv[key0 * D + e] = CT_ST(dvs[e]);
+            int j = e / (int)D, d = e - j * (int)D;
+            dk[at.k + (j0 + j) * lk + d] = CT_ST(dks[e]);
+            dv[at.v + (j0 + j) * lk + d] = CT_ST(dvs[e]);
         }
     }
 }
@@ -2135,16 +2158,17 @@ CT_DEVICE void CT_SFX(ct_mma)(float *d, const unsigned *a, const unsigned *b)
 
 CT_DEVICE unsigned CT_SFX(ct_pack)(CT_T lo, CT_T hi) { return (unsigned)lo | (unsigned)hi << 16; }
 
-/* Rows [0, n) of X and of Y [., D] into the shared tiles s and u of
- * CT_TC_KEYS rows, D + CT_TC_PAD apart; the rows past n zero, so that
- * their products are. */
-CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, CT_T *u, const CT_T *Y, int n, int D)
+/* Rows [0, n) of X and of Y [., D] (lx and ly apart) into the shared
+ * tiles s and u of CT_TC_KEYS rows, D + CT_TC_PAD apart; the rows past n
+ * zero, so that their products are. */
+CT_DEVICE void CT_SFX(ct_tc_load)(CT_T *s, const CT_T *X, long long lx, CT_T *u, const CT_T *Y, long long ly, int n,
+                                  int D)
 {
     const int P = D + CT_TC_PAD;
     for (int e = (int)CT_TID; e < CT_TC_KEYS * D; e += (int)CT_NTHREADS) {
         int r = e / D, d = e - r * D;
-        s[r * P + d] = r < n ? X[r * D + d] : (CT_T)0;
-        u[r * P + d] = r < n ? Y[r * D + d] : (CT_T)0;
+        s[r * P + d] = r < n ? X[r * lx + d] : (CT_T)0;
+        u[r * P + d] = r < n ? Y[r * ly + d] : (CT_T)0;
     }
 }
 
@@ -2179,14 +2203,14 @@ CT_DEVICE void CT_SFX(ct_tc_accum)(float (*acc)[4], int ntiles, float (*w)[4], c
     }
 }
 
-/* Warp `wid`'s 16 rows from row i0 of head bh (q rows Q [N, D], keys K, V
- * [M, D], bias rows A [N, M] or NULL) over every key: o (the unnormalised
+/* Warp `wid`'s 16 rows from row i0 of head bh (q rows Q [N, D] lq apart,
+ * keys K, V [M, D] lk apart, bias rows A [N, M] or NULL) over every key: o (the unnormalised
  * output: o[nt] columns 8 nt + 2 t, + 1 of rows g, g + 8), each row's
  * maximum mx and sum of exponentials l, summed over the quad. ks, vs: the
  * block's shared key and value tiles. */
-CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *V, const CT_T *A, CT_T *ks, CT_T *vs,
-                                      long long i0, long long N, long long M, int D, float scale, float o[16][4],
-                                      float mx[2], float l[2])
+CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, long long lq, const CT_T *K, const CT_T *V, long long lk,
+                                      const CT_T *A, CT_T *ks, CT_T *vs, long long i0, long long N, long long M, int D,
+                                      float scale, float o[16][4], float mx[2], float l[2])
 {
     const unsigned all = 0xffffffffu;
     const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3, P = D + CT_TC_PAD, nks = D / 16;
@@ -2197,7 +2221,7 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
         for (int e = 0; e < 4; e++) {
             long long r = i0 + g + (e & 1) * 8;
             int c = 16 * kk + 2 * t + (e >> 1) * 8;
-            qa[kk][e] = kk < nks && r < N ? CT_SFX(ct_pack)(Q[r * D + c], Q[r * D + c + 1]) : 0u;
+            qa[kk][e] = kk < nks && r < N ? CT_SFX(ct_pack)(Q[r * lq + c], Q[r * lq + c + 1]) : 0u;
         }
     }
     CT_SFX(ct_tc_zero)(o, 16);
@@ -2205,7 +2229,7 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
     for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
         int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
         CT_SYNC(); /* the last tile's readers are done */
-        CT_SFX(ct_tc_load)(ks, K + j0 * D, vs, V + j0 * D, nc, D);
+        CT_SFX(ct_tc_load)(ks, K + j0 * lk, lk, vs, V + j0 * lk, lk, nc, D);
         CT_SYNC();
         float s[8][4];
         CT_UNROLL
@@ -2266,7 +2290,7 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, const CT_T *K, const CT_T *
  * dO . O from dy. */
 CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias, CT_T *y,
                                float *stats, long long BH, long long N, long long M, long long D, float scale,
-                               long long H, long long sb, long long sh)
+                               long long H, long long sb, long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
@@ -2276,9 +2300,9 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, cons
     {
         long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
         float o[16][4], mx[2], l[2];
-        CT_SFX(ct_att_tc_rows)(q + bh * N * D, k + bh * M * D, v + bh * M * D,
-                               CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh), ks, vs, i0, N, M, (int)D, scale, o, mx,
-                               l);
+        const CtAttHead hd = ct_att_head(bh, N, M, H, D, packed);
+        CT_SFX(ct_att_tc_rows)(q + hd.q, hd.lq, k + hd.k, v + hd.v, hd.lkv, CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh),
+                               ks, vs, i0, N, M, (int)D, scale, o, mx, l);
         CT_UNROLL
         for (int h = 0; h < 2; h++) {
             long long r = i0 + g + 8 * h;
@@ -2286,7 +2310,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, cons
             CT_UNROLL
             for (int nt = 0; nt < 16; nt++) /* a fixed count, so that o stays in registers */
                 if (r < N && nt < D / 8) {
-                    long long at = (bh * N + r) * D + 8 * nt + 2 * t;
+                    long long at = hd.o + r * hd.lo + 8 * nt + 2 * t;
                     if (stats)
                         dot += (double)CT_LD(dy[at]) * o[nt][2 * h] + (double)CT_LD(dy[at + 1]) * o[nt][2 * h + 1];
                     else
@@ -2313,8 +2337,8 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, cons
  * FlashAttention-2's backward does, but without its atomic adds to dq: every
  * sum has one owner, so the results are the same bits on every run. */
 
-/* a: the A fragments of rows r0 .. r0 + 15 of X [n, D] (zero past n or D). */
-CT_DEVICE void CT_SFX(ct_tc_frag)(unsigned a[4][4], const CT_T *X, long long r0, long long n, int D)
+/* a: the A fragments of rows r0 .. r0 + 15 of X [n, D] (ld apart; zero past n or D). */
+CT_DEVICE void CT_SFX(ct_tc_frag)(unsigned a[4][4], const CT_T *X, long long ld, long long r0, long long n, int D)
 {
     const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
     CT_UNROLL
@@ -2323,7 +2347,7 @@ CT_DEVICE void CT_SFX(ct_tc_frag)(unsigned a[4][4], const CT_T *X, long long r0,
         for (int e = 0; e < 4; e++) {
             long long r = r0 + g + (e & 1) * 8;
             int c = 16 * kk + 2 * t + (e >> 1) * 8;
-            a[kk][e] = 16 * kk < D && r < n ? CT_SFX(ct_pack)(X[r * D + c], X[r * D + c + 1]) : 0u;
+            a[kk][e] = 16 * kk < D && r < n ? CT_SFX(ct_pack)(X[r * ld + c], X[r * ld + c + 1]) : 0u;
         }
     }
 }
@@ -2355,8 +2379,8 @@ CT_DEVICE float CT_SFX(ct_tc_ds)(float s, float dp, float a, const float *st, fl
     return *p * (dp - st[2]);
 }
 
-/* The 16 x D sums of c fragments to rows r0 .. of Y [n, D]. */
-CT_DEVICE void CT_SFX(ct_tc_store)(CT_T *Y, float acc[8][4], long long r0, long long n, int D)
+/* The 16 x D sums of c fragments to rows r0 .. of Y [n, D] (ld apart). */
+CT_DEVICE void CT_SFX(ct_tc_store)(CT_T *Y, long long ld, float acc[8][4], long long r0, long long n, int D)
 {
     const int lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
     CT_UNROLL
@@ -2365,7 +2389,7 @@ CT_DEVICE void CT_SFX(ct_tc_store)(CT_T *Y, float acc[8][4], long long r0, long 
         for (int h = 0; h < 2; h++) {
             long long r = r0 + g + 8 * h;
             if (r < n && nt < D / 8) {
-                long long at = r * D + 8 * nt + 2 * t;
+                long long at = r * ld + 8 * nt + 2 * t;
                 Y[at] = CT_ST(acc[nt][2 * h]), Y[at + 1] = CT_ST(acc[nt][2 * h + 1]);
             }
         }
@@ -2376,7 +2400,7 @@ CT_DEVICE void CT_SFX(ct_tc_store)(CT_T *Y, float acc[8][4], long long r0, long 
  * at a time through registers. */
 CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                       CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
-                                      long long D, float scale, long long H, long long sb, long long sh)
+                                      long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     const int P = (int)D + CT_TC_PAD, lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
@@ -2386,9 +2410,10 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
     {
         long long bh = w / tiles, i0 = w % tiles * R + 16 * (CT_TID / 32);
         const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
+        const CtAttHead hd = ct_att_head(bh, N, M, H, D, packed);
         unsigned qa[4][4], ga[4][4];
-        CT_SFX(ct_tc_frag)(qa, q + bh * N * D, i0, N, (int)D);
-        CT_SFX(ct_tc_frag)(ga, dy + bh * N * D, i0, N, (int)D);
+        CT_SFX(ct_tc_frag)(qa, q + hd.q, hd.lq, i0, N, (int)D);
+        CT_SFX(ct_tc_frag)(ga, dy + hd.o, hd.lo, i0, N, (int)D);
         float acc[8][4], st[2][3];
         CT_SFX(ct_tc_zero)(acc, 8);
         CT_UNROLL
@@ -2401,7 +2426,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
         for (long long j0 = 0; j0 < M; j0 += CT_TC_KEYS) {
             int nc = M - j0 < CT_TC_KEYS ? (int)(M - j0) : CT_TC_KEYS;
             CT_SYNC(); /* the last tile's readers are done */
-            CT_SFX(ct_tc_load)(ks, k + (bh * M + j0) * D, vs, v + (bh * M + j0) * D, nc, (int)D);
+            CT_SFX(ct_tc_load)(ks, k + hd.k + j0 * hd.lkv, hd.lkv, vs, v + hd.v + j0 * hd.lkv, hd.lkv, nc, (int)D);
             CT_SYNC();
             for (int c0 = 0; c0 < nc; c0 += 32) {
                 float s[4][4], dp[4][4];
@@ -2422,7 +2447,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
                 CT_SFX(ct_tc_accum)(acc, 8, s, ks + c0 * P, P, (int)D);
             }
         }
-        CT_SFX(ct_tc_store)(dq + bh * N * D, acc, i0, N, (int)D);
+        CT_SFX(ct_tc_store)(dq + hd.q, hd.lq, acc, i0, N, (int)D);
     }
 }
 
@@ -2431,7 +2456,7 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_q)(const CT_T *q, const CT_T *k, const CT_T *
  * shared memory and 32 at a time through registers. */
 CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                        CT_T *dk, CT_T *dv, const float *stats, long long BH, long long N, long long M,
-                                       long long D, float scale, long long H, long long sb, long long sh)
+                                       long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     const int P = (int)D + CT_TC_PAD, lane = (int)(CT_TID & 31), g = lane >> 2, t = lane & 3;
@@ -2442,16 +2467,17 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T 
     {
         long long bh = w / tiles, j0 = w % tiles * C + 16 * (CT_TID / 32);
         const CT_T *A = CT_SFX(ct_att_bias)(bias, bh, 0, M, H, sb, sh);
+        const CtAttHead hd = ct_att_head(bh, N, M, H, D, packed);
         unsigned ka[4][4], va[4][4];
-        CT_SFX(ct_tc_frag)(ka, k + bh * M * D, j0, M, (int)D);
-        CT_SFX(ct_tc_frag)(va, v + bh * M * D, j0, M, (int)D);
+        CT_SFX(ct_tc_frag)(ka, k + hd.k, hd.lkv, j0, M, (int)D);
+        CT_SFX(ct_tc_frag)(va, v + hd.v, hd.lkv, j0, M, (int)D);
         float dka[8][4], dva[8][4];
         CT_SFX(ct_tc_zero)(dka, 8);
         CT_SFX(ct_tc_zero)(dva, 8);
         for (long long i0 = 0; i0 < N; i0 += CT_TC_KEYS) {
             int nr = N - i0 < CT_TC_KEYS ? (int)(N - i0) : CT_TC_KEYS;
             CT_SYNC(); /* the last tile's readers are done */
-            CT_SFX(ct_tc_load)(qs, q + (bh * N + i0) * D, gs, dy + (bh * N + i0) * D, nr, (int)D);
+            CT_SFX(ct_tc_load)(qs, q + hd.q + i0 * hd.lq, hd.lq, gs, dy + hd.o + i0 * hd.lo, hd.lo, nr, (int)D);
             CT_SFX(ct_att_stats_load)(stats, bh * N + i0, nr, CT_TC_KEYS, sts);
             CT_SYNC();
             for (int c0 = 0; c0 < nr; c0 += 32) {
@@ -2473,8 +2499,8 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc_grad_kv)(const CT_T *q, const CT_T *k, const CT_T 
                 CT_SFX(ct_tc_accum)(dka, 8, dp, qs + c0 * P, P, (int)D);
             }
         }
-        CT_SFX(ct_tc_store)(dk + bh * M * D, dka, j0, M, (int)D);
-        CT_SFX(ct_tc_store)(dv + bh * M * D, dva, j0, M, (int)D);
+        CT_SFX(ct_tc_store)(dk + hd.k, hd.lkv, dka, j0, M, (int)D);
+        CT_SFX(ct_tc_store)(dv + hd.v, hd.lkv, dva, j0, M, (int)D);
     }
 }
 #endif

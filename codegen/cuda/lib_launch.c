@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/ops.h"
+#include "ir/ops/attention_geom.h"
 
 /* Row-major strides of dims d[0..nd). */
 static void dense_strides(int nd, const int64_t *d, int64_t *st)
@@ -718,32 +719,42 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     return 0;
 }
 
-/* Attention's kernels: dense [B, H, N, D] operands, and a bias
- * [B or 1, H or 1, N, M] (sdpa's input 3, sdpa_grad's 4). Their trailing
- * arguments: their work items (the fallback kernels': rows; the tiled
- * ones': heads), the query and key counts, the head dim, the scale, and
- * the heads and the bias's strides over B and H (0 where it broadcasts;
- * all 0 without a bias). */
-static void attention_sizes(Builder *b, const Node *n, LibLaunch *l, long long items)
+/* Attention's kernels: operands in either form of ir/ops/attention_geom.h
+ * (packed: qkv passed as q, k and v alike, dqkv as dq, dk and dv; the
+ * kernels' ct_att_head finds the heads), and a bias [B or 1, H or 1, N, M].
+ * Their trailing arguments: their work items (the fallback kernels': rows;
+ * the tiled ones': heads), the query and key counts, the head dim, the
+ * scale, the heads and the bias's strides over B and H (0 where it
+ * broadcasts; all 0 without a bias), and the form. */
+static void attention_sizes(const AttnGeom *g, Builder *b, const Node *n, LibLaunch *l, long long items)
 {
-    const CtShape *q = &val(b, n->in[0])->type.shape;
-    int bias = n->op == CT_OP_sdpa ? 3 : 4;
-    const CtShape *a = n->nin > bias ? &val(b, n->in[bias])->type.shape : NULL;
-    long long N = q->d[2], M = val(b, n->in[1])->type.shape.d[2], NM = N * M;
+    const CtShape *a = g->bias_in >= 0 ? &val(b, n->in[g->bias_in])->type.shape : NULL;
+    long long NM = g->N * g->M;
     a_i64(l, items);
-    a_i64(l, N);
-    a_i64(l, M);
-    a_i64(l, q->d[3]);
+    a_i64(l, g->N);
+    a_i64(l, g->M);
+    a_i64(l, g->D);
     a_f32(l, n->fattr[0]);
-    a_i64(l, q->d[1]);
+    a_i64(l, g->H);
     a_i64(l, a && a->d[0] != 1 ? a->d[1] * NM : 0);
     a_i64(l, a && a->d[1] != 1 ? NM : 0);
+    a_i32(l, g->packed);
 }
 
-/* Argument `i` of node n, or NULL where n has not that many inputs. */
+/* q, k and v (packed: qkv three times), then dy where n is the gradient. */
+static void attention_operands(const AttnGeom *g, const Node *n, LibLaunch *l)
+{
+    a_val(l, n->in[0]);
+    a_val(l, n->in[g->k_in]);
+    a_val(l, n->in[g->v_in]);
+    if (g->dy_in >= 0)
+        a_val(l, n->in[g->dy_in]);
+}
+
+/* Input i of node n, or NULL for i < 0. */
 static void a_in_or_null(LibLaunch *l, const Node *n, int i)
 {
-    if (n->nin > i)
+    if (i >= 0)
         a_val(l, n->in[i]);
     else
         arg(l, LA_NULL);
@@ -767,8 +778,9 @@ static int tensor_core_attention(void)
  * Every backward form leaves each query row's three stats in the scratch. */
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
-    const CtShape *q = &val(b, n->in[0])->type.shape, *k = &val(b, n->in[1])->type.shape;
-    long long BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
+    AttnGeom g;
+    attn_geom(b->g, n, &g);
+    long long BH = g.B * g.H, N = g.N, M = g.M, D = g.D;
     for (int i = 0; i < n->nin; i++)
         if (val(b, n->in[i])->layout != CT_LAYOUT_CONTIG)
             return ct_fail(err, "%s of channels_last operands has no kernel", op_def(n->op)->name);
@@ -784,15 +796,14 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     if (n->op == CT_OP_sdpa) {
         LibLaunch *l = begin(b, tc ? "ct_attn_tc" : tiled ? "ct_attn" : "ct_sdpa", t, tc ? tc_items : qitems);
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
-        for (int i = 0; i < 3; i++)
-            a_val(l, n->in[i]);
+        attention_operands(&g, n, l);
         if (tc) /* no dO */
             arg(l, LA_NULL);
-        a_in_or_null(l, n, 3);
+        a_in_or_null(l, n, g.bias_in);
         a_val(l, n->out[0]);
         if (tc) /* no statistics */
             arg(l, LA_NULL);
-        attention_sizes(b, n, l, sized);
+        attention_sizes(&g, b, n, l, sized);
         return 0;
     }
     *scratch = 3 * sizeof(float) * (size_t)(BH * N);
@@ -800,39 +811,36 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     if (tiled) {
         l = begin(b, tc ? "ct_attn_tc" : "ct_attn_stats", t, tc ? tc_items : qitems);
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : sizeof(float) * CT_ATT_SMEM_FWD(D);
-        for (int i = 0; i < 4; i++)
-            a_val(l, n->in[i]);
-        a_in_or_null(l, n, 4);
+        attention_operands(&g, n, l);
+        a_in_or_null(l, n, g.bias_in);
         if (tc) /* no y */
             arg(l, LA_NULL);
         arg(l, LA_SCRATCH);
-        attention_sizes(b, n, l, BH);
+        attention_sizes(&g, b, n, l, BH);
     }
     l = begin(b, tc_grad ? "ct_attn_tc_grad_q" : tiled ? "ct_attn_grad_q" : "ct_sdpa_grad_q", t,
               tc_grad ? tc_items : qitems);
     l->shared = tc_grad ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
-    for (int i = 0; i < 4; i++)
-        a_val(l, n->in[i]);
-    a_in_or_null(l, n, 4);
+    attention_operands(&g, n, l);
+    a_in_or_null(l, n, g.bias_in);
     a_val(l, n->out[0]);
-    if (n->nout > 3)
-        a_val(l, n->out[3]);
+    if (g.dbias_out >= 0)
+        a_val(l, n->out[g.dbias_out]);
     else
         arg(l, LA_NULL);
     arg(l, LA_SCRATCH);
-    attention_sizes(b, n, l, sized);
+    attention_sizes(&g, b, n, l, sized);
     l = begin(b, tc_grad ? "ct_attn_tc_grad_kv" : tiled ? "ct_attn_grad_kv" : "ct_sdpa_grad_kv", t,
               tc_grad ? CT_LIB_BLOCK * BH * tiles(M, tc_rows)
               : tiled ? CT_LIB_BLOCK * BH * tiles(M, CT_ATT_ROWS(D) / 2)
                       : BH * M);
     l->shared = tc_grad ? (size_t)CT_TC_GRAD_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;
-    for (int i = 0; i < 4; i++)
-        a_val(l, n->in[i]);
-    a_in_or_null(l, n, 4);
-    a_val(l, n->out[1]);
-    a_val(l, n->out[2]);
+    attention_operands(&g, n, l);
+    a_in_or_null(l, n, g.bias_in);
+    a_val(l, n->out[g.dk_out]);
+    a_val(l, n->out[g.dv_out]);
     arg(l, LA_SCRATCH);
-    attention_sizes(b, n, l, tiled ? BH : BH * M);
+    attention_sizes(&g, b, n, l, tiled ? BH : BH * M);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir/ops.h"
+#include "ir/ops/attention_geom.h"
 
 /* Peaks from the vendors' datasheets (dense, no sparsity); H200 and H100
  * SXM share the processor, the H200 has the faster memory. */
@@ -47,9 +48,9 @@ int64_t roofline_macs(const Graph *g, const Node *n)
         return dy->d[0] * shape_numel(shape(g, n->out[0])) * dy->d[2] * dy->d[3];
     }
     case CT_OP_sdpa_grad: { /* the scores again, then dV, dP, dQ and dK */
-        const CtShape *q = shape(g, n->in[0]), *k = shape(g, n->in[1]), *v = shape(g, n->in[2]);
-        int64_t scores = q->d[0] * q->d[1] * q->d[2] * k->d[2];
-        return shape_numel(q) * k->d[2] + 2 * scores * v->d[3] + 2 * scores * q->d[3];
+        AttnGeom a;
+        attn_geom(g, n, &a);
+        return 5 * a.B * a.H * a.N * a.M * a.D;
     }
     default:
         return 0;

@@ -5,11 +5,13 @@
  * (F.scaled_dot_product_attention with a float attn_mask, no dropout).
  * Gradients: softmax_grad(y, dy) = y * (dy - sum(dy * y)) along dim, and
  * sdpa_grad(q, k, v, dy[, bias]) -> dq, dk, dv[, dbias], recomputing the
- * attention weights.
+ * attention weights. packed=1: one qkv [B,N,3,H,D] in, y [B,N,H,D] out
+ * (attention_geom.h), and sdpa_grad(qkv, dy[, bias]) -> dqkv[, dbias].
  */
 #include <math.h>
 #include <stdlib.h>
 
+#include "attention_geom.h"
 #include "ops_impl.h"
 
 static int infer_softmax(const Graph *g, const Node *n, CtType *out, CtErr *err)
@@ -79,87 +81,146 @@ const OpDef op_softmax_grad = {.name = "softmax_grad", .min_in = 2, .max_in = 2,
                                .infer = infer_softmax_grad, .ref = softmax_grad_ref, .fusion = OP_LIBRARY,
                                .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
 
-/* Input 3, where present, is an additive bias [B|1, H|1, N, M] on the scores. */
-static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
+/* The bias, where present, is an additive [B|1, H|1, N, M] on the scores, of
+ * q's dtype. */
+static int check_bias(const Graph *g, const Node *n, int i, const AttnGeom *a, CtErr *err)
 {
-    for (int i = 0; i < 3; i++)
-        if (require_float(g, n, i, 4, err))
-            return -1;
-    const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1), *v = in_shape(g, n, 2);
-    if (!shape_equal(k, v) || q->d[0] != k->d[0] || q->d[1] != k->d[1] || q->d[3] != k->d[3])
-        return ct_fail(err, "q, k, v must be [B,H,N,D] with matching B, H, D (k and v equal)");
-    if (n->nin > 3) {
-        if (require_float(g, n, 3, 4, err))
-            return -1;
-        const CtShape *a = in_shape(g, n, 3);
-        if ((a->d[0] != 1 && a->d[0] != q->d[0]) || (a->d[1] != 1 && a->d[1] != q->d[1]) || a->d[2] != q->d[2] ||
-            a->d[3] != k->d[2])
-            return ct_fail(err, "the bias must be [B or 1, H or 1, N, M] for q [B,H,N,D] and k [B,H,M,D]");
-        if (in_type(g, n, 3)->dtype != in_type(g, n, 0)->dtype)
-            return ct_fail(err, "the bias must have q's dtype");
-    }
-    return infer_like_input0(g, n, out, err);
+    if (i < 0)
+        return 0;
+    if (require_float(g, n, i, 4, err))
+        return -1;
+    const CtShape *s = in_shape(g, n, i);
+    if ((s->d[0] != 1 && s->d[0] != a->B) || (s->d[1] != 1 && s->d[1] != a->H) || s->d[2] != a->N ||
+        s->d[3] != a->M)
+        return ct_fail(err, "the bias must be [B or 1, H or 1, N, M] for %lld heads of %lld queries and %lld keys",
+                       (long long)a->H, (long long)a->N, (long long)a->M);
+    if (in_type(g, n, i)->dtype != in_type(g, n, 0)->dtype)
+        return ct_fail(err, "the bias must have q's dtype");
+    return 0;
 }
 
-/* Where head bh (= b * H + h) of a bias of shape a starts: a broadcast
- * dim (size 1) steps 0. */
-static int64_t bias_head(const CtShape *a, int64_t H, int64_t bh)
+/* Both forms' operands (attention_geom.h), and the bias's; out[0] = y. */
+static int infer_attention(const Graph *g, const Node *n, int nin, AttnGeom *a, CtType *out, CtErr *err)
 {
-    int64_t NM = a->d[2] * a->d[3];
-    return (a->d[0] == 1 ? 0 : bh / H * a->d[1] * NM) + (a->d[1] == 1 ? 0 : bh % H * NM);
+    int packed = attn_packed(n);
+    if (nin < (packed ? 1 : 3) || nin > (packed ? 2 : 4))
+        return ct_fail(err, packed ? "packed: qkv and an optional bias" : "q, k, v and an optional bias");
+    if (packed) {
+        if (require_float(g, n, 0, 5, err))
+            return -1;
+        if (in_shape(g, n, 0)->d[2] != 3)
+            return ct_fail(err, "packed: qkv must be [B,N,3,H,D]");
+    } else {
+        for (int i = 0; i < 3; i++)
+            if (require_float(g, n, i, 4, err))
+                return -1;
+        const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1), *v = in_shape(g, n, 2);
+        if (!shape_equal(k, v) || q->d[0] != k->d[0] || q->d[1] != k->d[1] || q->d[3] != k->d[3])
+            return ct_fail(err, "q, k, v must be [B,H,N,D] with matching B, H, D (k and v equal)");
+    }
+    Node fwd = *n;
+    fwd.op = CT_OP_sdpa;
+    fwd.nin = nin;
+    fwd.iattr[0] = packed;
+    if (n->op == CT_OP_sdpa_grad && nin > (packed ? 1 : 3))
+        fwd.in[nin - 1] = n->in[nin];
+    attn_geom(g, &fwd, a);
+    if (check_bias(g, &fwd, a->bias_in, a, err))
+        return -1;
+    out[0] = *in_type(g, n, 0);
+    out[0].shape = packed ? (CtShape){4, {a->B, a->N, a->H, a->D}} : *in_shape(g, n, 0);
+    return 0;
+}
+
+static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    AttnGeom a;
+    return infer_attention(g, n, n->nin, &a, out, err) < 0 ? -1 : 1;
+}
+
+/* Where head bh (= b * H + h) of a bias of shape s starts: a broadcast
+ * dim (size 1) steps 0. */
+static int64_t bias_head(const CtShape *s, int64_t H, int64_t bh)
+{
+    int64_t NM = s->d[2] * s->d[3];
+    return (s->d[0] == 1 ? 0 : bh / H * s->d[1] * NM) + (s->d[1] == 1 ? 0 : bh % H * NM);
+}
+
+/* One head's operands: its first elements and their rows' strides. */
+typedef struct Head {
+    const double *Q, *K, *V, *A, *dY;
+    int64_t lq, lkv, lo;
+} Head;
+
+static Head head_of(const Graph *g, const Node *n, const AttnGeom *a, double *const *in, int64_t bh)
+{
+    Head h = {in[0] + attn_head(&a->q, a->H, bh), in[a->k_in] + a->k_off + attn_head(&a->kv, a->H, bh),
+              in[a->v_in] + a->v_off + attn_head(&a->kv, a->H, bh), NULL, NULL, a->q.row, a->kv.row, a->o.row};
+    if (a->bias_in >= 0)
+        h.A = in[a->bias_in] + bias_head(in_shape(g, n, a->bias_in), a->H, bh);
+    if (a->dy_in >= 0)
+        h.dY = in[a->dy_in] + attn_head(&a->o, a->H, bh);
+    return h;
 }
 
 /* The scores of query row i of one head: s[j] = q_i . k_j * scale (+ A[i, j]). */
-static void sdpa_scores(const double *Q, const double *K, const double *A, int64_t i, int64_t M, int64_t D,
-                        double scale, double *s)
+static void sdpa_scores(const Head *h, int64_t i, int64_t M, int64_t D, double scale, double *s)
 {
     for (int64_t j = 0; j < M; j++) {
         double acc = 0;
         for (int64_t d = 0; d < D; d++)
-            acc += Q[i * D + d] * K[j * D + d];
-        s[j] = acc * scale + (A ? A[i * M + j] : 0);
+            acc += h->Q[i * h->lq + d] * h->K[j * h->lkv + d];
+        s[j] = acc * scale + (h->A ? h->A[i * M + j] : 0);
     }
 }
 
 static void sdpa_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
-    const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1);
-    int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
-    double scale = n->fattr[0];
+    AttnGeom a;
+    attn_geom(g, n, &a);
+    int64_t N = a.N, M = a.M, D = a.D;
     double *s = malloc((size_t)M * sizeof *s);
     CT_ASSERT(s != NULL);
-    for (int64_t h = 0; h < BH; h++) {
-        const double *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D;
-        const double *A = n->nin > 3 ? in[3] + bias_head(in_shape(g, n, 3), q->d[1], h) : NULL;
+    for (int64_t bh = 0; bh < a.B * a.H; bh++) {
+        Head h = head_of(g, n, &a, in, bh);
+        double *Y = out[0] + attn_head(&a.o, a.H, bh);
         for (int64_t i = 0; i < N; i++) {
-            sdpa_scores(Q, K, A, i, M, D, scale, s);
+            sdpa_scores(&h, i, M, D, n->fattr[0], s);
             softmax_line(s, s, M, 1);
             for (int64_t d = 0; d < D; d++) {
                 double acc = 0;
                 for (int64_t j = 0; j < M; j++)
-                    acc += s[j] * V[j * D + d];
-                out[0][(h * N + i) * D + d] = acc;
+                    acc += s[j] * h.V[j * h.lkv + d];
+                Y[i * h.lo + d] = acc;
             }
         }
     }
     free(s);
 }
 
-/* sdpa_grad takes the bias after dy and gives its gradient, of the full
- * scores' shape [B,H,N,M], only when asked; summed here to the bias's shape. */
+/* sdpa_grad takes dy after the forward's q, k, v (or qkv) and the bias
+ * after dy, and gives the bias's gradient, of the full scores' shape
+ * [B,H,N,M], only when asked; summed here to the bias's shape. */
 static void sdpa_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
-    int bias = n->nin > 3;
-    ValueId in[5] = {n->in[0], n->in[1], n->in[2], dout[0], bias ? n->in[3] : -1};
-    int64_t dbias = bias && need[3];
-    if (emit(e, CT_OP_sdpa_grad, 4 + bias, in, &dbias, 1, n->fattr, 1, 0) < 0)
+    AttnGeom a;
+    attn_geom(e->g, n, &a);
+    int nops = a.packed ? 1 : 3, bias = a.bias_in >= 0;
+    ValueId in[5];
+    for (int i = 0; i < nops; i++)
+        in[i] = n->in[i];
+    in[nops] = dout[0];
+    if (bias)
+        in[nops + 1] = n->in[a.bias_in];
+    int64_t attr[2] = {bias && need[a.bias_in], a.packed};
+    if (emit(e, CT_OP_sdpa_grad, nops + 1 + bias, in, attr, 2, n->fattr, 1, 0) < 0)
         return;
     const Node *gr = emit_last(e);
-    ValueId out[4] = {gr->out[0], gr->out[1], gr->out[2], dbias ? gr->out[3] : -1};
-    for (int k = 0; k < 3; k++)
-        din[k] = need[k] ? out[k] : -1;
-    if (dbias)
-        din[3] = emit_sum_to(e, out[3], emit_shape(e, n->in[3]));
+    ValueId dbias = attr[0] ? gr->out[nops] : -1;
+    for (int k = 0; k < nops; k++)
+        din[k] = need[k] ? gr->out[k] : -1;
+    if (dbias >= 0)
+        din[a.bias_in] = emit_sum_to(e, dbias, emit_shape(e, n->in[a.bias_in]));
 }
 
 /* fvcore skips aten::scaled_dot_product_attention; timm without fused
@@ -169,73 +230,76 @@ static OpCost sdpa_cost(const Graph *g, const Node *n, unsigned flags)
 {
     if (!(flags & OP_COST_ATTENTION))
         return (OpCost){0, 0};
-    const CtShape *q = in_shape(g, n, 0), *v = in_shape(g, n, 2);
-    int64_t scores = q->d[0] * q->d[1] * q->d[2] * in_shape(g, n, 1)->d[2];
-    return (OpCost){shape_numel(q) * v->d[2] + scores * v->d[3], scores + shape_numel(out_shape(g, n, 0))};
+    AttnGeom a;
+    attn_geom(g, n, &a);
+    int64_t scores = a.B * a.H * a.N * a.M;
+    return (OpCost){2 * scores * a.D, scores + shape_numel(out_shape(g, n, 0))};
 }
 
-const OpDef op_sdpa = {.name = "sdpa", .min_in = 3, .max_in = 4, .fattr = {"scale"},
+const OpDef op_sdpa = {.name = "sdpa", .min_in = 1, .max_in = 4, .iattr = {"packed"}, .fattr = {"scale"},
                        .infer = infer_sdpa, .ref = sdpa_ref, .vjp = sdpa_vjp, .fusion = OP_LIBRARY,
                        .amp = OP_AMP_LOW, .layout = OP_LAYOUT_NCHW, .cost = sdpa_cost};
 
-/* sdpa_grad(q, k, v, dy[, bias]) -> dq, dk, dv[, dS [B,H,N,M] when dbias=1]. */
+/* sdpa_grad(q, k, v, dy[, bias]) -> dq, dk, dv[, dS [B,H,N,M] when dbias=1];
+ * packed: (qkv, dy[, bias]) -> dqkv[, dS]. */
 static int infer_sdpa_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
-    Node fwd = *n;
-    fwd.nin = n->nin - 1;
-    if (n->nin > 4)
-        fwd.in[3] = n->in[4];
-    if (infer_sdpa(g, &fwd, out, err) < 0 || require_shape(g, n, 3, in_shape(g, n, 0), err))
+    AttnGeom a;
+    int nops = attn_packed(n) ? 1 : 3;
+    if (n->nin < nops + 1)
+        return ct_fail(err, "dy missing");
+    if (infer_attention(g, n, n->nin - 1, &a, out, err) < 0 || require_shape(g, n, nops, &out[0].shape, err))
         return -1;
-    if (n->iattr[0] && n->nin < 5)
-        return ct_fail(err, "dbias=1 without a bias");
-    out[1] = *in_type(g, n, 1);
-    out[2] = *in_type(g, n, 2);
+    for (int k = 0; k < nops; k++)
+        out[k] = *in_type(g, n, k);
     if (!n->iattr[0])
-        return 3;
-    out[3] = *in_type(g, n, 4);
-    out[3].shape.d[0] = in_shape(g, n, 0)->d[0];
-    out[3].shape.d[1] = in_shape(g, n, 0)->d[1];
-    return 4;
+        return nops;
+    if (n->nin < nops + 2)
+        return ct_fail(err, "dbias=1 without a bias");
+    out[nops] = *in_type(g, n, nops + 1);
+    out[nops].shape.d[0] = a.B;
+    out[nops].shape.d[1] = a.H;
+    return nops + 1;
 }
 
 /* With P = softmax(q k^T s + bias): dv = P^T dy; dP = dy v^T;
  * dS = P * (dP - rowsum(dP * P)); dq = dS k s; dk = dS^T q s; dbias = dS. */
 static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, double *const *out)
 {
-    const CtShape *q = in_shape(g, n, 0), *k = in_shape(g, n, 1);
-    int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
+    AttnGeom a;
+    attn_geom(g, n, &a);
+    int64_t N = a.N, M = a.M, D = a.D;
     double scale = n->fattr[0];
     double *p = malloc((size_t)M * sizeof *p), *dp = malloc((size_t)M * sizeof *dp);
     CT_ASSERT(p && dp);
-    for (int64_t i = 0; i < BH * M * D; i++)
-        out[1][i] = out[2][i] = 0;
-    for (int64_t h = 0; h < BH; h++) {
-        const double *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
-        const double *A = n->nin > 4 ? in[4] + bias_head(in_shape(g, n, 4), q->d[1], h) : NULL;
-        double *dQ = out[0] + h * N * D, *dK = out[1] + h * M * D, *dV = out[2] + h * M * D;
+    for (int k = 0; k < (a.packed ? 1 : 3); k++)
+        for (int64_t i = 0; i < shape_numel(out_shape(g, n, k)); i++)
+            out[k][i] = 0;
+    for (int64_t bh = 0; bh < a.B * a.H; bh++) {
+        Head h = head_of(g, n, &a, in, bh);
+        double *dQ = out[0] + attn_head(&a.q, a.H, bh), *dK = out[a.dk_out] + a.k_off + attn_head(&a.kv, a.H, bh);
+        double *dV = out[a.dv_out] + a.v_off + attn_head(&a.kv, a.H, bh);
+        int64_t lq = h.lq, lkv = h.lkv, lo = h.lo;
         for (int64_t i = 0; i < N; i++) {
-            sdpa_scores(Q, K, A, i, M, D, scale, p);
+            sdpa_scores(&h, i, M, D, scale, p);
             softmax_line(p, p, M, 1);
             double dot = 0;
             for (int64_t j = 0; j < M; j++) {
                 double acc = 0;
                 for (int64_t d = 0; d < D; d++) {
-                    acc += dY[i * D + d] * V[j * D + d];
-                    dV[j * D + d] += p[j] * dY[i * D + d];
+                    acc += h.dY[i * lo + d] * h.V[j * lkv + d];
+                    dV[j * lkv + d] += p[j] * h.dY[i * lo + d];
                 }
                 dp[j] = acc;
                 dot += acc * p[j];
             }
-            for (int64_t d = 0; d < D; d++)
-                dQ[i * D + d] = 0;
             for (int64_t j = 0; j < M; j++) {
                 double ds = p[j] * (dp[j] - dot);
-                if (n->iattr[0])
-                    out[3][(h * N + i) * M + j] = ds;
+                if (a.dbias_out >= 0)
+                    out[a.dbias_out][(bh * N + i) * M + j] = ds;
                 for (int64_t d = 0; d < D; d++) {
-                    dQ[i * D + d] += ds * scale * K[j * D + d];
-                    dK[j * D + d] += ds * scale * Q[i * D + d];
+                    dQ[i * lq + d] += ds * scale * h.K[j * lkv + d];
+                    dK[j * lkv + d] += ds * scale * h.Q[i * lq + d];
                 }
             }
         }
@@ -244,6 +308,6 @@ static void sdpa_grad_ref(const Graph *g, const Node *n, double *const *in, doub
     free(dp);
 }
 
-const OpDef op_sdpa_grad = {.name = "sdpa_grad", .min_in = 4, .max_in = 5, .iattr = {"dbias"}, .fattr = {"scale"},
-                            .infer = infer_sdpa_grad, .ref = sdpa_grad_ref, .fusion = OP_LIBRARY,
-                            .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};
+const OpDef op_sdpa_grad = {.name = "sdpa_grad", .min_in = 2, .max_in = 5, .iattr = {"dbias", "packed"},
+                            .fattr = {"scale"}, .infer = infer_sdpa_grad, .ref = sdpa_grad_ref,
+                            .fusion = OP_LIBRARY, .amp = OP_AMP_FOLLOW, .layout = OP_LAYOUT_NCHW};

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ir/host_math.h"
+#include "ir/ops/attention_geom.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu.h"
 
@@ -453,42 +454,60 @@ CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols)
     }
 }
 
-/* P [N, M] = softmax(Q K^T * scale + A) for one head, A its bias [N, M] or NULL. */
-static void attention_weights(const float *Q, const float *K, const float *A, int64_t N, int64_t M, int64_t D,
-                              float scale, float *P)
+/* One head's operands (ir/ops/attention_geom.h): its first elements, its
+ * bias [N, M] or NULL, and its rows' strides. */
+typedef struct Head {
+    const float *Q, *K, *V, *A, *dY;
+    float *dQ, *dK, *dV, *Y;
+    int64_t lq, lkv, lo;
+} Head;
+
+/* Head bh of node n: its inputs, and the outputs given (NULL for none). */
+static Head head_of(const Graph *g, const Node *n, const AttnGeom *a, float *const *in, float *const *out,
+                    int64_t bh)
 {
-    if (A)
-        memcpy(P, A, sizeof *P * (size_t)(N * M));
-    cpu_sgemm(0, 1, N, M, D, scale, Q, D, K, D, A ? 1.0f : 0.0f, P, M);
-    softmax_rows(P, N, M);
+    Head h = {.lq = a->q.row, .lkv = a->kv.row, .lo = a->o.row};
+    int64_t q = attn_head(&a->q, a->H, bh), kv = attn_head(&a->kv, a->H, bh), o = attn_head(&a->o, a->H, bh);
+    h.Q = in[0] + q, h.K = in[a->k_in] + a->k_off + kv, h.V = in[a->v_in] + a->v_off + kv;
+    if (a->bias_in >= 0) {
+        const CtShape *s = cpu_in_shape(g, n, a->bias_in);
+        int64_t NM = s->d[2] * s->d[3];
+        h.A = in[a->bias_in] + (s->d[0] == 1 ? 0 : bh / a->H * s->d[1] * NM) + (s->d[1] == 1 ? 0 : bh % a->H * NM);
+    }
+    if (n->op == CT_OP_sdpa) {
+        h.Y = out[0] + o;
+        return h;
+    }
+    h.dY = in[a->dy_in] + o;
+    h.dQ = out[0] + q, h.dK = out[a->dk_out] + a->k_off + kv, h.dV = out[a->dv_out] + a->v_off + kv;
+    return h;
 }
 
-/* Head h's bias, input `i` of node n ([B or 1, H or 1, N, M]), or NULL
- * when n has none. */
-static const float *head_bias(const Graph *g, const Node *n, float *const *in, int i, int64_t h)
+/* P [N, M] = softmax(Q K^T * scale + A) for one head. */
+static void attention_weights(const Head *h, int64_t N, int64_t M, int64_t D, float scale, float *P)
 {
-    if (n->nin <= i)
-        return NULL;
-    const CtShape *a = cpu_in_shape(g, n, i);
-    int64_t H = cpu_in_shape(g, n, 0)->d[1], NM = a->d[2] * a->d[3];
-    return in[i] + (a->d[0] == 1 ? 0 : h / H * a->d[1] * NM) + (a->d[1] == 1 ? 0 : h % H * NM);
+    if (h->A)
+        memcpy(P, h->A, sizeof *P * (size_t)(N * M));
+    cpu_sgemm(0, 1, N, M, D, scale, h->Q, h->lq, h->K, h->lkv, h->A ? 1.0f : 0.0f, P, M);
+    softmax_rows(P, N, M);
 }
 
 /* saved: NULL, or the weights [BH, N, M] to keep for the gradient. */
 void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *const *out, float *saved)
 {
-    const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
-    int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
+    AttnGeom a;
+    attn_geom(g, n, &a);
+    int64_t BH = a.B * a.H, N = a.N, M = a.M, D = a.D;
     /* heads split among threads, each with its own weights buffer */
 #pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
     {
         float *scratch = saved ? NULL : cpu_scratch(CPU_SCRATCH_ATTN, N * M);
 #pragma omp for
-        for (int64_t h = 0; h < BH; h++) {
-            float *P = saved ? saved + h * N * M : scratch;
-            attention_weights(in[0] + h * N * D, in[1] + h * M * D, head_bias(g, n, in, 3, h), N, M, D,
-                              (float)n->fattr[0], P);
-            cpu_sgemm(0, 0, N, D, M, 1.0f, P, M, in[2] + h * M * D, D, 0.0f, out[0] + h * N * D, D);
+        for (int64_t bh = 0; bh < BH; bh++) {
+            float *P = saved ? saved + bh * N * M : scratch;
+            Head h = head_of(g, n, &a, in, out, bh);
+            attention_weights(&h, N, M, D, (float)n->fattr[0], P);
+            cpu_sgemm(0, 0, N, D, M, 1.0f, P, M, h.V, h.lkv, 0.0f, h.Y, h.lo);
         }
     }
 }
@@ -498,12 +517,11 @@ void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out
 /* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)); dq = dS k * scale;
  * dk = dS^T q * scale. One head h, its weights P, a buffer dP [N, M], and
  * dB: NULL, or where dS [N, M] goes (the bias's gradient). */
-CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64_t h, int64_t N, int64_t M, int64_t D,
-                                      float scale, const float *P, float *dP, float *dB)
+CPU_CLONES static void sdpa_grad_head(const Head *h, int64_t N, int64_t M, int64_t D, float scale, const float *P,
+                                      float *dP, float *dB)
 {
-    const float *Q = in[0] + h * N * D, *K = in[1] + h * M * D, *V = in[2] + h * M * D, *dY = in[3] + h * N * D;
-    cpu_sgemm(1, 0, M, D, N, 1.0f, P, M, dY, D, 0.0f, out[2] + h * M * D, D);
-    cpu_sgemm(0, 1, N, M, D, 1.0f, dY, D, V, D, 0.0f, dP, M);
+    cpu_sgemm(1, 0, M, D, N, 1.0f, P, M, h->dY, h->lo, 0.0f, h->dV, h->lkv);
+    cpu_sgemm(0, 1, N, M, D, 1.0f, h->dY, h->lo, h->V, h->lkv, 0.0f, dP, M);
     for (int64_t i = 0; i < N; i++) {
         const float *p = P + i * M;
         float *dp = dP + i * M;
@@ -518,26 +536,27 @@ CPU_CLONES static void sdpa_grad_head(float *const *in, float *const *out, int64
             dp[j] = ds * scale;
         }
     }
-    cpu_sgemm(0, 0, N, D, M, 1.0f, dP, M, K, D, 0.0f, out[0] + h * N * D, D);
-    cpu_sgemm(1, 0, M, D, N, 1.0f, dP, M, Q, D, 0.0f, out[1] + h * M * D, D);
+    cpu_sgemm(0, 0, N, D, M, 1.0f, dP, M, h->K, h->lkv, 0.0f, h->dQ, h->lq);
+    cpu_sgemm(1, 0, M, D, N, 1.0f, dP, M, h->Q, h->lq, 0.0f, h->dK, h->lkv);
 }
 
 /* saved: NULL, or the weights [BH, N, M] its sdpa kept. */
 void cpu_sdpa_grad_saved(const Graph *g, const Node *n, float *const *in, float *const *out, const float *saved)
 {
-    const CtShape *q = cpu_in_shape(g, n, 0), *k = cpu_in_shape(g, n, 1);
-    int64_t BH = q->d[0] * q->d[1], N = q->d[2], M = k->d[2], D = q->d[3];
+    AttnGeom a;
+    attn_geom(g, n, &a);
+    int64_t BH = a.B * a.H, N = a.N, M = a.M, D = a.D;
 #pragma omp parallel if (BH * N * M > CPU_PARALLEL_MIN)
     {
         float *scratch = saved ? NULL : cpu_scratch(CPU_SCRATCH_ATTN, N * M);
         float *dP = cpu_scratch(CPU_SCRATCH_ATTN_GRAD, N * M);
 #pragma omp for
-        for (int64_t h = 0; h < BH; h++) {
+        for (int64_t bh = 0; bh < BH; bh++) {
+            Head h = head_of(g, n, &a, in, out, bh);
             if (!saved)
-                attention_weights(in[0] + h * N * D, in[1] + h * M * D, head_bias(g, n, in, 4, h), N, M, D,
-                                  (float)n->fattr[0], scratch);
-            sdpa_grad_head(in, out, h, N, M, D, (float)n->fattr[0], saved ? saved + h * N * M : scratch, dP,
-                           n->nout > 3 ? out[3] + h * N * M : NULL);
+                attention_weights(&h, N, M, D, (float)n->fattr[0], scratch);
+            sdpa_grad_head(&h, N, M, D, (float)n->fattr[0], saved ? saved + bh * N * M : scratch, dP,
+                           a.dbias_out >= 0 ? out[a.dbias_out] + bh * N * M : NULL);
         }
     }
 }
