@@ -138,14 +138,6 @@ static int infer_sdpa(const Graph *g, const Node *n, CtType *out, CtErr *err)
     return infer_attention(g, n, n->nin, &a, out, err) < 0 ? -1 : 1;
 }
 
-/* Where head bh (= b * H + h) of a bias of shape s starts: a broadcast
- * dim (size 1) steps 0. */
-static int64_t bias_head(const CtShape *s, int64_t H, int64_t bh)
-{
-    int64_t NM = s->d[2] * s->d[3];
-    return (s->d[0] == 1 ? 0 : bh / H * s->d[1] * NM) + (s->d[1] == 1 ? 0 : bh % H * NM);
-}
-
 /* One head's operands: its first elements and their rows' strides. */
 typedef struct Head {
     const double *Q, *K, *V, *A, *dY;
@@ -157,7 +149,7 @@ static Head head_of(const Graph *g, const Node *n, const AttnGeom *a, double *co
     Head h = {in[0] + attn_head(&a->q, a->H, bh), in[a->k_in] + a->k_off + attn_head(&a->kv, a->H, bh),
               in[a->v_in] + a->v_off + attn_head(&a->kv, a->H, bh), NULL, NULL, a->q.row, a->kv.row, a->o.row};
     if (a->bias_in >= 0)
-        h.A = in[a->bias_in] + bias_head(in_shape(g, n, a->bias_in), a->H, bh);
+        h.A = in[a->bias_in] + attn_bias_head(in_shape(g, n, a->bias_in), a->H, bh);
     if (a->dy_in >= 0)
         h.dY = in[a->dy_in] + attn_head(&a->o, a->H, bh);
     return h;

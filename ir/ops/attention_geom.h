@@ -36,6 +36,14 @@ static inline int64_t attn_head(const AttnStrides *s, int64_t H, int64_t bh)
     return bh / H * s->b + bh % H * s->h;
 }
 
+/* Where head bh's rows start in a bias of shape s [B or 1, H or 1, N, M]
+ * (a broadcast dim steps 0). */
+static inline int64_t attn_bias_head(const CtShape *s, int64_t H, int64_t bh)
+{
+    int64_t NM = s->d[2] * s->d[3];
+    return (s->d[0] == 1 ? 0 : bh / H * s->d[1] * NM) + (s->d[1] == 1 ? 0 : bh % H * NM);
+}
+
 /* sdpa's iattr[0] and sdpa_grad's iattr[1]: 1 for the packed form. */
 static inline int attn_packed(const Node *n) { return (int)n->iattr[n->op == CT_OP_sdpa ? 0 : 1] != 0; }
 

@@ -469,11 +469,8 @@ static Head head_of(const Graph *g, const Node *n, const AttnGeom *a, float *con
     Head h = {.lq = a->q.row, .lkv = a->kv.row, .lo = a->o.row};
     int64_t q = attn_head(&a->q, a->H, bh), kv = attn_head(&a->kv, a->H, bh), o = attn_head(&a->o, a->H, bh);
     h.Q = in[0] + q, h.K = in[a->k_in] + a->k_off + kv, h.V = in[a->v_in] + a->v_off + kv;
-    if (a->bias_in >= 0) {
-        const CtShape *s = cpu_in_shape(g, n, a->bias_in);
-        int64_t NM = s->d[2] * s->d[3];
-        h.A = in[a->bias_in] + (s->d[0] == 1 ? 0 : bh / a->H * s->d[1] * NM) + (s->d[1] == 1 ? 0 : bh % a->H * NM);
-    }
+    if (a->bias_in >= 0)
+        h.A = in[a->bias_in] + attn_bias_head(cpu_in_shape(g, n, a->bias_in), a->H, bh);
     if (n->op == CT_OP_sdpa) {
         h.Y = out[0] + o;
         return h;
