@@ -99,7 +99,8 @@ static int check_bias(const Graph *g, const Node *n, int i, const AttnGeom *a, C
     return 0;
 }
 
-/* Both forms' operands (attention_geom.h), and the bias's; out[0] = y. */
+/* Both forms' operands (attention_geom.h) of sdpa or sdpa_grad (nin: the
+ * forward's count of them, the bias's included), and the bias's; out[0] = y. */
 static int infer_attention(const Graph *g, const Node *n, int nin, AttnGeom *a, CtType *out, CtErr *err)
 {
     int packed = attn_packed(n);
@@ -118,14 +119,8 @@ static int infer_attention(const Graph *g, const Node *n, int nin, AttnGeom *a, 
         if (!shape_equal(k, v) || q->d[0] != k->d[0] || q->d[1] != k->d[1] || q->d[3] != k->d[3])
             return ct_fail(err, "q, k, v must be [B,H,N,D] with matching B, H, D (k and v equal)");
     }
-    Node fwd = *n;
-    fwd.op = CT_OP_sdpa;
-    fwd.nin = nin;
-    fwd.iattr[0] = packed;
-    if (n->op == CT_OP_sdpa_grad && nin > (packed ? 1 : 3))
-        fwd.in[nin - 1] = n->in[nin];
-    attn_geom(g, &fwd, a);
-    if (check_bias(g, &fwd, a->bias_in, a, err))
+    attn_geom(g, n, a);
+    if (check_bias(g, n, a->bias_in, a, err))
         return -1;
     out[0] = *in_type(g, n, 0);
     out[0].shape = packed ? (CtShape){4, {a->B, a->N, a->H, a->D}} : *in_shape(g, n, 0);
