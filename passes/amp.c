@@ -1,11 +1,13 @@
 /* Contract: amp(g, dtype) returns g with torch.autocast's policy applied,
  * each op's as its OpDef states it (ir/ops.h): matrix ops compute in dtype
  * (f16 or bf16), norms (but batch norm, in its input's dtype with f32
- * weights and statistics), softmax, losses and reductions in f32,
+ * weights and statistics), softmax, losses and reductions in f32 (layer
+ * norm storing its output low where every reader would cast it there),
  * everything else in its inputs' dtype (the wider one when they differ); f32 params
  * stay the master copy, cast once per use site per step, and graph outputs
  * keep their dtypes. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ir/rewrite.h"
 #include "passes/passes.h"
@@ -28,6 +30,31 @@ static ValueId as(Amp *a, ValueId v, CtDType dt)
         *slot = emit(&a->r.e, CT_OP_cast, 1, &w, &to, 1, NULL, 0, 0);
     }
     return *slot;
+}
+
+/* Whether every reader of v would cast it to the low dtype: ops computing
+ * in it, or views (reshape, permute) whose outputs every reader would cast
+ * so. Not a graph output. */
+static int read_low(const Graph *g, ValueId v, int depth)
+{
+    for (int k = 0; k < g->noutputs; k++)
+        if (g->outputs[k] == v)
+            return 0;
+    int readers = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *c = &g->nodes[i];
+        const OpDef *d = op_def(c->op);
+        for (int k = 0; k < c->nin; k++) {
+            if (c->in[k] != v)
+                continue;
+            readers++;
+            int view = c->op == CT_OP_reshape || c->op == CT_OP_permute;
+            if (!(d->amp == OP_AMP_LOW && !((d->amp_keep >> k) & 1)) &&
+                !(view && depth < 8 && read_low(g, c->out[0], depth + 1)))
+                return 0;
+        }
+    }
+    return readers > 0;
 }
 
 int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
@@ -60,11 +87,17 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
             }
             want = any_float && all_low ? low : CT_F32;
         }
+        /* f32 math that stores its output low, so that neither cast around it is written */
+        int io = d->amp == OP_AMP_F32_IO && read_low(g, n->out[0], 0);
         ValueId in[CT_MAX_IN];
+        int64_t iattr[CT_MAX_IATTR];
+        memcpy(iattr, n->iattr, sizeof iattr);
+        if (io)
+            iattr[0] = low;
         a.r.e.scope = n->scope;
         for (int k = 0; k < n->nin; k++)
-            in[k] = (d->amp_keep >> k) & 1 ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
-        if (emit(&a.r.e, n->op, n->nin, in, n->iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
+            in[k] = ((d->amp_keep >> k) & 1) || (io && k == 0) ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
+        if (emit(&a.r.e, n->op, n->nin, in, iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
         const Node *copy = &a.r.dst->nodes[a.r.dst->nnodes - 1];
         for (int k = 0; k < n->nout; k++) {

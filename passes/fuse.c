@@ -601,3 +601,38 @@ void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og)
             og->values[og->nodes[k].out[o]].producer = k;
     }
 }
+
+char *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
+{
+    char *fuse = calloc((size_t)p->nsteps + 1, 1);
+    int *readers = calloc((size_t)g->nvalues + 1, sizeof *readers), nlaunch = 0;
+    for (int s = 0; s < p->nsteps; s++)
+        nlaunch = p->steps[s].launch >= nlaunch ? p->steps[s].launch + 1 : nlaunch;
+    int *launch_steps = calloc((size_t)nlaunch + 1, sizeof *launch_steps);
+    CT_ASSERT(fuse && readers && launch_steps);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            readers[g->nodes[i].in[k]]++;
+    for (int k = 0; k < g->noutputs; k++)
+        readers[g->outputs[k]] += 2;
+    for (int s = 0; s < p->nsteps; s++)
+        if (p->steps[s].launch >= 0)
+            launch_steps[p->steps[s].launch]++;
+    for (int s = 0; s + 2 < p->nsteps; s++) {
+        const FuseStep *st = &p->steps[s];
+        if (st[0].n != 1 || st[1].n != 1 || st[2].n != 1 || (st[1].launch >= 0 && launch_steps[st[1].launch] != 1))
+            continue;
+        const Node *m[3];
+        for (int k = 0; k < 3; k++)
+            m[k] = &g->nodes[ordered ? st[k].first : p->nodes[st[k].first]];
+        const Node *bn = m[0], *act = m[1], *n = m[2];
+        fuse[s] = bn->op == CT_OP_batch_norm && act->op == CT_OP_act_grad && n->op == CT_OP_batch_norm_grad &&
+                  bn->iattr[0] && !bn->iattr[1] && n->iattr[0] && !n->iattr[1] && act->in[0] == bn->out[0] &&
+                  n->in[4] == act->out[0] && n->in[0] == bn->in[0] && n->in[1] == bn->in[1] &&
+                  readers[bn->out[0]] == 1 && !readers[bn->out[1]] && !readers[bn->out[2]] &&
+                  readers[act->out[0]] == 1;
+    }
+    free(readers);
+    free(launch_steps);
+    return fuse;
+}

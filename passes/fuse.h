@@ -82,6 +82,17 @@ void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og);
  * elementwise steps in one iteration space, the materialisation rule. */
 int fuse_check(const Graph *g, const FusePlan *p, CtErr *err);
 
+/* Per step of p (over g, or over fuse_ordered_graph's og where `ordered`),
+ * whether it and the next two are a batch_norm recomputed for the backward
+ * (training statistics, not synchronised), the act_grad of its output and
+ * the batch_norm_grad of the same x and weight that reads that gradient,
+ * each alone in its step (the act_grad alone in its launch), nothing else
+ * reading the batch_norm's outputs or the act_grad's, none a graph output:
+ * a backend may run the three as one, with the activation's input and
+ * gradient recomputed from x where they are read, never written. The
+ * caller frees the array. */
+char *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered);
+
 struct CtBuf;
 /* One line per step: kernel number, kind, ops, values written. */
 void fuse_dump(const Graph *g, const FusePlan *p, struct CtBuf *out);

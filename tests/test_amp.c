@@ -1,4 +1,5 @@
-/* Mixed precision: the autocast policy per op, f16/bf16 logits of timm's
+/* Mixed precision: the autocast policy per op (layer norm's casts folded
+ * into it, the same numbers as the chain), f16/bf16 logits of timm's
  * test models against f32 (within 1e-2), training steps that follow the f32
  * loss curve, an overflowing step that is skipped in the graph, and the loss
  * scaler's state machine (GradScaler's rules). */
@@ -54,6 +55,174 @@ static void test_policy(void)
     CHECK(casts >= 6);
     graph_free(&a);
     graph_free(&g);
+}
+
+/* The node that writes v, or NULL. */
+static const Node *writer(const Graph *g, ValueId v)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nout; k++)
+            if (g->nodes[i].out[k] == v)
+                return &g->nodes[i];
+    return NULL;
+}
+
+/* layer_norm under amp: stored low, from its input as it is, where every
+ * reader casts its output low (a linear, directly or through a view), so
+ * that no cast around it is written; f32 where a graph output. */
+static void test_layer_norm_policy(CtDType low)
+{
+    Graph g, a;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 1);
+    ValueId x = b_input(&b, "x", (CtShape){3, {2, 5, 16}}, CT_F32);
+    ValueId y = nn_linear(&b, "fc1", nn_layer_norm(&b, "n1", x, 1e-6), 16, (LinearOpts){0});
+    ValueId h = f_reshape(&b, nn_layer_norm(&b, "n2", y, 1e-6), 2, (int64_t[]){10, 16});
+    graph_mark_output(&g, nn_linear(&b, "fc2", h, 8, (LinearOpts){0}));
+    graph_mark_output(&g, nn_layer_norm(&b, "n3", x, 1e-6));
+    CHECK(b_finish(&b, &err) == 0);
+    CHECKF(amp_cast(&g, low, &a, &err) == 0, "%s", err.msg);
+    int norms = 0;
+    for (int i = 0; i < a.nnodes; i++) {
+        const Node *n = &a.nodes[i];
+        if (n->op == CT_OP_cast) {
+            const Node *w = writer(&a, n->in[0]);
+            CHECK(!w || w->op != CT_OP_layer_norm);
+        }
+        if (n->op != CT_OP_layer_norm)
+            continue;
+        const Node *w = writer(&a, n->in[0]);
+        CtDType x_dt = a.values[n->in[0]].type.dtype, y_dt = a.values[n->out[0]].type.dtype;
+        switch (norms++) {
+        case 0: CHECK(x_dt == CT_F32 && y_dt == low && n->iattr[0] == low && !w); break;
+        case 1: CHECK(x_dt == low && y_dt == low && w && w->op == CT_OP_linear); break;
+        default: CHECK(x_dt == CT_F32 && y_dt == CT_F32 && n->iattr[0] == 0); break;
+        }
+        CHECK(a.values[n->in[1]].type.dtype == CT_F32 && a.values[n->in[2]].type.dtype == CT_F32);
+    }
+    CHECK(norms == 3);
+    graph_free(&a);
+    graph_free(&g);
+}
+
+/* Runs g (inputs x, w, then b, or for a gradient dy in the 16-bit dy_dt;
+ * generated) on be: its output k in out[k]. */
+static void run_norm(const CtBackend *be, const Graph *g, int grad, CtDType dy_dt, CtTensor *out)
+{
+    enum { R = 21, D = 24 };
+    static float x[R * D], w[D], bias[D], dy[R * D];
+    static uint16_t dy_low[R * D];
+    for (int i = 0; i < R * D; i++) {
+        x[i] = (float)(sin(0.37 * i) * 3 + 0.5);
+        dy[i] = (float)cos(0.11 * i);
+    }
+    for (int i = 0; i < D; i++)
+        w[i] = (float)(1 + 0.1 * sin(i)), bias[i] = (float)(0.05 * i);
+    elems_from_f32(dy, dy_dt, R * D, dy_low);
+    CtTensor in[3] = {{{{2, {R, D}}, CT_F32}, x}, {{{1, {D}}, CT_F32}, w},
+                      {{{1, {D}}, CT_F32}, bias}};
+    if (grad)
+        in[2] = (CtTensor){{{2, {R, D}}, dy_dt}, dy_low};
+    CtState st;
+    CtErr err;
+    state_create(&st, g);
+    CHECKF(backend_run_once(be, g, &st, in, 3, out, NULL, &err) == 0, "%s", err.msg);
+    state_free(&st);
+}
+
+/* The count of elements of two tensors of one dtype that differ, whether
+ * every difference is within one step of their format, and ||a-b||/||b||. */
+static int differing(const CtTensor *a, const CtTensor *b, int *within_a_step, double *rel)
+{
+    int64_t n = shape_numel(&a->type.shape);
+    double *u = malloc(sizeof *u * (size_t)n), *v = malloc(sizeof *v * (size_t)n), d = 0, r = 0;
+    CT_ASSERT(u && v);
+    elems_to_double(a->data, a->type.dtype, n, u);
+    elems_to_double(b->data, b->type.dtype, n, v);
+    int diff = 0;
+    double step = a->type.dtype == CT_BF16 ? 0x1p-7 : a->type.dtype == CT_F16 ? 0x1p-10 : 0x1p-23;
+    *within_a_step = 1;
+    for (int64_t i = 0; i < n; i++) {
+        d += (u[i] - v[i]) * (u[i] - v[i]);
+        r += v[i] * v[i];
+        if (u[i] != v[i]) {
+            diff++;
+            *within_a_step &= fabs(u[i] - v[i]) <= step * fabs(v[i]);
+        }
+    }
+    *rel = sqrt(d / r);
+    free(u);
+    free(v);
+    return diff;
+}
+
+/* layer_norm storing its output low is torch's cast(layer_norm(x)) (one
+ * rounding from double where the chain has two: an element may differ by
+ * one step on a tie, none here), on the ref and cpu backends; and its
+ * gradient from a low dy is the gradient from dy cast to f32. */
+static void test_layer_norm_io(CtDType low)
+{
+    Graph g[4];
+    for (int k = 0; k < 4; k++) {
+        graph_init(&g[k]);
+        int grad = k >= 2;
+        ValueId x = graph_add_value(&g[k], (CtType){{2, {21, 24}}, CT_F32}, CT_ROLE_INPUT, "x");
+        ValueId w = graph_add_value(&g[k], (CtType){{1, {24}}, CT_F32}, CT_ROLE_INPUT, "w");
+        ValueId t = graph_add_value(&g[k], (CtType){grad ? (CtShape){2, {21, 24}} : (CtShape){1, {24}}, grad ? low : CT_F32},
+                                    CT_ROLE_INPUT, grad ? "dy" : "b");
+        Node n = {.op = grad ? CT_OP_layer_norm_grad : CT_OP_layer_norm, .nin = 3, .in = {x, w, t}, .fattr = {1e-6}};
+        CtErr err;
+        int id;
+        if (k == 3) { /* the chain: dy cast to f32 first */
+            Node c = {.op = CT_OP_cast, .nin = 1, .in = {t}, .iattr = {CT_F32}};
+            id = graph_add_node(&g[k], &c, "cast", &err);
+            CHECKF(id >= 0, "%s", err.msg);
+            n.in[2] = g[k].nodes[id].out[0];
+        }
+        n.iattr[0] = k == 0 ? low : 0;
+        id = graph_add_node(&g[k], &n, "norm", &err);
+        CHECKF(id >= 0, "%s", err.msg);
+        ValueId y = g[k].nodes[id].out[0];
+        if (k == 1) { /* the chain: the f32 norm cast low */
+            Node c = {.op = CT_OP_cast, .nin = 1, .in = {y}, .iattr = {low}};
+            id = graph_add_node(&g[k], &c, "cast", &err);
+            CHECKF(id >= 0, "%s", err.msg);
+            y = g[k].nodes[id].out[0];
+        }
+        graph_mark_output(&g[k], y);
+        for (int o = 1; grad && o < 3; o++)
+            graph_mark_output(&g[k], g[k].nodes[id].out[o]);
+    }
+    CHECK(g[0].values[g[0].outputs[0]].type.dtype == low);
+    for (int grad = 0; grad < 2; grad++) {
+        CtTensor fused[3], chain[3], cpu[3];
+        Graph *f = &g[2 * grad], *c = &g[2 * grad + 1];
+        run_norm(&ct_backend_ref, f, grad, low, fused);
+        run_norm(&ct_backend_ref, c, grad, low, chain);
+        run_norm(&ct_backend_cpu, f, grad, low, cpu);
+        for (int o = 0; o < f->noutputs; o++) {
+            const char *op = grad ? "layer_norm_grad" : "layer_norm";
+            double rel;
+            int step, n = differing(&fused[o], &chain[o], &step, &rel);
+            CHECKF(fused[o].type.dtype == chain[o].type.dtype && n == 0,
+                   "%s %s, output %d: %d elements differ from the chain's", op, ct_dtype_name(low), o, n);
+            /* the cpu's f32 sums: a few f32 steps on f32 outputs, a step on the odd low one */
+            n = differing(&cpu[o], &fused[o], &step, &rel);
+            if (fused[o].type.dtype == CT_F32)
+                CHECKF(rel < 1e-6, "%s %s on cpu, output %d: relative error %.3g", op, ct_dtype_name(low), o, rel);
+            else
+                CHECKF(n * 50 <= shape_numel(&fused[o].type.shape) && step,
+                       "%s %s on cpu, output %d: %d elements differ, %s", op, ct_dtype_name(low), o, n,
+                       step ? "each by a step" : "some by more than a step");
+            tensor_free(&fused[o]);
+            tensor_free(&chain[o]);
+            tensor_free(&cpu[o]);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        graph_free(&g[k]);
 }
 
 /* Eval logits of a test model with timm's weights, f32 and under amp. */
@@ -202,6 +371,10 @@ static void test_scaler(void)
 int main(void)
 {
     test_policy();
+    test_layer_norm_policy(CT_BF16);
+    test_layer_norm_policy(CT_F16);
+    test_layer_norm_io(CT_BF16);
+    test_layer_norm_io(CT_F16);
     test_logits("test_resnet", CT_F16);
     test_logits("test_resnet", CT_BF16);
     test_logits("test_vit", CT_F16);

@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "codegen/cuda/launch_plan.h"
+#include "codegen/program.h"
 #include "frontend/builder.h"
 #include "model_vectors.h"
 #include "passes/pipeline.h"
@@ -190,6 +192,17 @@ static ValueId batch_norm_body(Builder *b, ValueId h, ValueId index)
     return f_relu(b, f_add(b, h, s));
 }
 
+/* EfficientNet's conv, batch norm and SiLU, then a 1x1 conv, batch norm
+ * and GELU, trained with the cheap activations recomputed (remat), as
+ * ctimm-train does: each norm with its activation recomputed in the
+ * backward, whose act_grad only its batch_norm_grad reads, so that the
+ * launch plan runs the three as one (lib_bn_act_grad). */
+static ValueId bn_act_body(Builder *b, ValueId h, ValueId index)
+{
+    h = f_silu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
+    return f_gelu(b, nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", h, 8, 1, (ConvOpts){0}), (BNOpts){0}), 0);
+}
+
 /* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
  * max pool after -inf padding (4x4 -> 2x2), a conv after uneven padding
  * (-> 3x3) and a crop (-> 2x2); their gradients are crops and pads. */
@@ -244,7 +257,8 @@ static ValueId packed_body(Builder *b, ValueId h, ValueId index)
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
  * biases drawn away from 1 and 0, so a weight read for the wrong channel
  * shows. */
-static void check_net(const char *name, NetBody body, int gathers, CtDType low, int channels_last, const char *opt)
+static void check_net(const char *name, NetBody body, int gathers, int remat, CtDType low, int channels_last,
+                      const char *opt)
 {
     enum { B = 2, S = 8, CLASSES = 5, N = 16 };
     Graph g;
@@ -258,7 +272,7 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
     if (h >= 0)
         graph_mark_output(&g, h);
     Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, .amp = low != CT_F32,
-                  .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+                  .amp_dtype = low, .channels_last = channels_last, .remat = {.cheap = remat}, .verify = 1};
     CT_ASSERT(optim_defaults(opt, &p.opt) == 0);
     p.opt.skip_nonfinite = low == CT_F16;
     p.opt.weight_decay = strcmp(opt, "sgd") ? 0.01 : 0; /* LAMB's and LARS's trust ratios need it */
@@ -290,6 +304,16 @@ static void check_net(const char *name, NetBody body, int gathers, CtDType low, 
     char what[96];
     snprintf(what, sizeof what, "%s %s step %s%s", name, opt,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
+    if (remat) {
+        LaunchPlan lp;
+        int spans = 0;
+        if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
+            for (int s = 0; s < lp.nsteps; s++)
+                spans += lp.steps[s].span == 2;
+            launch_plan_free(&lp);
+        }
+        CHECKF(spans == 2, "%s: %d norms run with their activations' gradients, not 2", what, spans);
+    }
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
@@ -370,19 +394,21 @@ int main(void)
         NetBody body;
         int gathers;
         int conv; /* a conv net's f32 step in channels_last too (attention takes NCHW) */
-    } nets[] = {{"group norm net", group_norm_body, 0, 1},
-                {"pad net", pad_body, 0, 1},
-                {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0},
-                {"attention bias [B,1,N,M] net", mask_body, 0, 0},
-                {"packed attention bias [B,1,N,N] net", packed_body, 0, 0},
-                {"batch norm net", batch_norm_body, 0, 1}};
-    for (int i = 0; i < 6; i++) {
-        check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 0, "sgd");
+        int remat;
+    } nets[] = {{"group norm net", group_norm_body, 0, 1, 0},
+                {"pad net", pad_body, 0, 1, 0},
+                {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0, 0},
+                {"attention bias [B,1,N,M] net", mask_body, 0, 0, 0},
+                {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0},
+                {"batch norm net", batch_norm_body, 0, 1, 0},
+                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1}};
+    for (int i = 0; i < 7; i++) {
+        check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F32, 0, "sgd");
         if (all) {
             if (nets[i].conv)
-                check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F32, 1, "sgd");
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_F16, 1, "sgd");
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, CT_BF16, 0, "sgd");
+                check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F32, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F16, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_BF16, 0, "sgd");
         }
     }
     /* the library updates (whole-tensor norms, scalar state) in a whole
@@ -398,11 +424,11 @@ int main(void)
                                        "csgdw", "crmsproptf", "cadan"};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         if (all || i == 0)
-            check_net(nets[1].name, nets[1].body, 0, CT_F32, 0, opts[i]);
+            check_net(nets[1].name, nets[1].body, 0, 0, CT_F32, 0, opts[i]);
     if (all) {
-        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, opts[0]);
-        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadamw");
-        check_net(nets[1].name, nets[1].body, 0, CT_F16, 1, "cadan");
+        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, opts[0]);
+        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, "cadamw");
+        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, "cadan");
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {

@@ -104,13 +104,13 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_softmax_grad_f32"))
         ct_softmax_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6));
     else if (!strcmp(k, "ct_layer_norm_f32"))
-        ct_layer_norm_f32(F(0), F(1), F(2), F(3), X(4), I(5), I(6), I(7), R(8));
+        ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), X(5), I(6), I(7), I(8), R(9));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
-        ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), F(4), X(5), I(6), I(7), I(8), R(9));
+        ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), X(6), I(7), I(8), I(9), R(10));
     else if (!strcmp(k, "ct_layer_norm_grad_w_part_f32"))
-        ct_layer_norm_grad_w_part_f32(F(0), F(1), F(2), (double *)P(3), X(4), I(5), I(6), I(7));
+        ct_layer_norm_grad_w_part_f32(F(0), F(1), (int)I(2), F(3), (double *)P(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))
-        ct_layer_norm_grad_w_f32((double *)P(0), F(1), F(2), I(3), I(4));
+        ct_layer_norm_grad_w_f32((double *)P(0), F(1), F(2), (int)I(3), I(4), I(5));
     else if (!strcmp(k, "ct_group_norm_f32"))
         ct_group_norm_f32(F(0), F(1), F(2), F(3), X(4), X(5), I(6), R(7));
     else if (!strcmp(k, "ct_group_norm_grad_x_f32"))
@@ -118,7 +118,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_group_norm_grad_w_f32"))
         ct_group_norm_grad_w_f32(F(0), F(1), P(2), F(3), F(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_bn_sums_f32"))
-        ct_bn_sums_f32(F(0), F(1), P(2), X(3), I(4), I(5), I(6));
+        ct_bn_sums_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), X(6), I(7), I(8), I(9));
     else if (!strcmp(k, "ct_bn_coef_f32"))
         ct_bn_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), F(6), P(7), I(8), I(9), I(10), (int)I(11), R(12), R(13));
     else if (!strcmp(k, "ct_bn_apply_f32"))
@@ -126,7 +126,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bn_grad_coef_f32"))
         ct_bn_grad_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), P(6), I(7), I(8), I(9), (int)I(10), R(11));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
-        ct_bn_grad_apply_f32(F(0), F(1), P(2), F(3), X(4), I(5), I(6), I(7), (int)I(8));
+        ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), F(6), X(7), I(8), I(9), I(10), (int)I(11));
     else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
         ct_cross_entropy_rows_f32(F(0), P(1), F(2), I(3), I(4), R(5));
     else if (!strcmp(k, "ct_mean_loss_f32"))

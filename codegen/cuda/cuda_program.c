@@ -162,9 +162,9 @@ static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, Ct
     }
     for (int j = 0; j < st->nlib; j++)
         buf_printf(out, "%s%s", j ? " " : st->kind == LP_LIB ? " " : ", then ", st->lib[j].kernel);
-    buf_printf(out, " (%s", op_def(g->nodes[c->lp.fuse.nodes[fs->first]].op)->name);
-    for (int j = 1; j < fs->n; j++)
-        buf_printf(out, " %s", op_def(g->nodes[c->lp.fuse.nodes[fs->first + j]].op)->name);
+    for (int k = 0; k <= st->span; k++)
+        for (int j = 0; j < fs[k].n; j++)
+            buf_printf(out, "%s%s", k || j ? " " : " (", op_def(g->nodes[c->lp.fuse.nodes[fs[k].first + j]].op)->name);
     buf_printf(out, ")\n");
 }
 

@@ -175,8 +175,30 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return add_launches(g, lp, fs, tail, st, err);
 }
 
+/* Fusion steps s, s + 1, s + 2 as one (lib_bn_act_grad): 1 when it adds
+ * the step, 0 when they do not fit it (they run as they are), -1 on
+ * failure. */
+static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const Node *m[3];
+    for (int k = 0; k < 3; k++)
+        m[k] = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + k].first]];
+    if (!lib_bn_act_grad_fits(g, m[0], m[1]))
+        return 0;
+    LpStep *st = add_step(lp, LP_LIB, s);
+    size_t scratch;
+    st->span = 2;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    if (lib_bn_act_grad(g, m[0], m[1], m[2], st->lib, &st->nlib, &scratch, err))
+        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + 2].first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return 1;
+}
+
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
+    char *bn_act = NULL;
     memset(lp, 0, sizeof *lp);
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
@@ -195,8 +217,16 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
         if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
             goto fail;
     place_values(g, lp);
+    bn_act = fuse_bn_act_grad_steps(g, &lp->fuse, 0);
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
+        int fused = bn_act[s] ? bn_act_grad_step(g, lp, s, err) : 0;
+        if (fused < 0)
+            goto fail;
+        if (fused) {
+            s += 2;
+            continue;
+        }
         if (fs->kind == FUSE_COPY) {
             const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
             LpStep *st = add_step(lp, LP_COPY, s);
@@ -225,8 +255,10 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
             last_launch = fs->launch;
         }
     }
+    free(bn_act);
     return 0;
 fail:
+    free(bn_act);
     launch_plan_free(lp);
     return -1;
 }
@@ -272,7 +304,7 @@ int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
         for (int s = 0; s < lp->fuse.nsteps; s++) {
             const FuseStep *fs = &lp->fuse.steps[s];
             int mine = st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
-                                             : s == st->fuse_step;
+                                             : s >= st->fuse_step && s <= st->fuse_step + st->span;
             if (mine && st->kind == LP_KERNEL && !lp->k[st->launch].nloops) {
                 ct_fail(err, "step %d: kernel ct_k%d has no loops", i, st->launch);
                 goto done;
@@ -345,7 +377,10 @@ void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, CtBuf 
     for (int j = 0; j < st->nlib; j++)
         buf_printf(out, " %s", st->lib[j].kernel);
     buf_printf(out, " (");
-    for (int j = 0; j < fs->n && j < nops; j++)
-        buf_printf(out, "%s%s", j ? " " : "", op_def(g->nodes[lp->fuse.nodes[fs->first + j]].op)->name);
-    buf_printf(out, "%s)", fs->n > nops ? " ..." : "");
+    int shown = 0, ops = 0;
+    for (int k = 0; k <= st->span; k++)
+        for (int j = 0; j < fs[k].n; j++, ops++)
+            if (shown < nops)
+                buf_printf(out, "%s%s", shown++ ? " " : "", op_def(g->nodes[lp->fuse.nodes[fs[k].first + j]].op)->name);
+    buf_printf(out, "%s)", ops > nops ? " ..." : "");
 }

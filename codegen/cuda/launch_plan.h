@@ -33,6 +33,11 @@
  * A library step's assign (batch_norm's new running statistics) stores its
  * source straight into the destination: `alias`.
  *
+ * A batch_norm recomputed for the backward, the act_grad of its output and
+ * the batch_norm_grad reading that (fuse_bn_act_grad_steps, where
+ * lib_bn_act_grad_fits) run as one LP_LIB step (lib_bn_act_grad) that
+ * spans the three fusion steps.
+ *
  * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
  * the backend refuses such graphs before running (the CLIs fall back).
  */
@@ -53,6 +58,7 @@ typedef enum LpKind { LP_KERNEL, LP_GEMM, LP_CONV, LP_LIB, LP_COPY, LP_UNSUPPORT
 typedef struct LpStep {
     LpKind kind;
     int fuse_step;          /* the step of the fusion plan */
+    int span;               /* the fusion plan's steps after it this one runs too (lib_bn_act_grad's two) */
     int launch;             /* LP_KERNEL: the kernel ct_k<launch> */
     unsigned grid, block;   /* LP_KERNEL */
     GemmDesc gemm;          /* LP_GEMM */

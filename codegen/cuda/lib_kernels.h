@@ -356,63 +356,85 @@ CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
 /* layer_norm over a dim of D (the last), a row a warp: `rows` walks the
  * other dims (x's strides, then y's or dx's), sx and sy (sd) step along a
  * row, w and b dense [D]. A row's sums are its lanes', in double, added
- * across the warp by CT_LANE_SUM (every lane gets the same bits). */
+ * across the warp by CT_LANE_SUM (every lane gets the same bits). Under amp
+ * some operands are f32 while others are 16-bit (x f32 and y bf16, say: the
+ * casts around the norm folded into it): the 16-bit ones are CT_T, and the
+ * bits of `wide` mark the f32 ones, CT_WIDE_X for x and dx, CT_WIDE_W for
+ * w, b, dw and db, CT_WIDE_Y for y and dy. */
 
-/* The mean and 1/sqrt(biased variance + eps) of the row at x, two passes
- * as the ref kernel. */
-CT_DEVICE void CT_SFX(ct_row_stats)(const CT_T *x, long long D, long long sx, float eps, double *mean, double *inv)
+/* Element i of an operand stored as CT_T, or as float where wide. */
+CT_DEVICE float CT_SFX(ct_ldw)(const void *p, long long i, int wide)
+{
+    return wide ? ((const float *)p)[i] : (float)CT_LD(((const CT_T *)p)[i]);
+}
+
+CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
+{
+    if (wide)
+        ((float *)p)[i] = f;
+    else
+        ((CT_T *)p)[i] = CT_ST(f);
+}
+
+/* The mean and 1/sqrt(biased variance + eps) of the row at x + xo, two
+ * passes as the ref kernel. */
+CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, long long xo, int wx, long long D, long long sx, float eps,
+                                    double *mean, double *inv)
 {
     double s = 0, q = 0;
     for (long long i = CT_LANE; i < D; i += CT_LANES)
-        s += CT_LD(x[i * sx]);
+        s += CT_SFX(ct_ldw)(x, xo + i * sx, wx);
     *mean = CT_LANE_SUM(s) / (double)D;
     for (long long i = CT_LANE; i < D; i += CT_LANES) {
-        double d = CT_LD(x[i * sx]) - *mean;
+        double d = CT_SFX(ct_ldw)(x, xo + i * sx, wx) - *mean;
         q += d * d;
     }
     *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
 }
 
-CT_GLOBAL CT_SFX(ct_layer_norm)(const CT_T *x, const CT_T *w, const CT_T *b, CT_T *y, CtIndex rows, long long D,
-                                long long sx, long long sy, float eps)
+CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, void *y, int wide, CtIndex rows,
+                                long long D, long long sx, long long sy, float eps)
 {
+    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
     CT_WARP_LOOP(r, rows.n)
     {
         long long xo, yo;
         double mean, inv;
         ct_offsets(&rows, r, &xo, &yo);
-        CT_SFX(ct_row_stats)(x + xo, D, sx, eps, &mean, &inv);
+        CT_SFX(ct_row_stats)(x, xo, wx, D, sx, eps, &mean, &inv);
         for (long long i = CT_LANE; i < D; i += CT_ELEMENTS * CT_LANES) { /* loads first, as CT_GROUP_LOOP's */
             float xv[CT_ELEMENTS], wv[CT_ELEMENTS], bv[CT_ELEMENTS];
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
                     long long c = i + u * CT_LANES;
-                    xv[u] = CT_LD(x[xo + c * sx]), wv[u] = CT_LD(w[c]), bv[u] = CT_LD(b[c]);
+                    xv[u] = CT_SFX(ct_ldw)(x, xo + c * sx, wx);
+                    wv[u] = CT_SFX(ct_ldw)(w, c, ww), bv[u] = CT_SFX(ct_ldw)(b, c, ww);
                 }
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D)
-                    y[yo + (i + u * CT_LANES) * sy] = CT_ST((float)((xv[u] - mean) * inv * wv[u] + bv[u]));
+                    CT_SFX(ct_stw)(y, yo + (i + u * CT_LANES) * sy, wy, (float)((xv[u] - mean) * inv * wv[u] + bv[u]));
         }
     }
 }
 
 /* layer_norm's dx; x and dy share strides. Each row's mean and 1/std go to
  * stats[2r], stats[2r+1] for the weight kernels. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T *dy, CT_T *dx, float *stats,
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide, float *stats,
                                        CtIndex rows, long long D, long long sx, long long sd, float eps)
 {
+    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
     CT_WARP_LOOP(r, rows.n)
     {
         long long xo, o;
         double mean, inv, mg = 0, mgx = 0;
         ct_offsets(&rows, r, &xo, &o);
-        CT_SFX(ct_row_stats)(x + xo, D, sx, eps, &mean, &inv);
+        CT_SFX(ct_row_stats)(x, xo, wx, D, sx, eps, &mean, &inv);
         for (long long i = CT_LANE; i < D; i += CT_LANES) {
-            double gi = (double)CT_LD(dy[xo + i * sx]) * CT_LD(w[i]);
+            double gi = (double)CT_SFX(ct_ldw)(dy, xo + i * sx, wy) * CT_SFX(ct_ldw)(w, i, ww);
             mg += gi;
-            mgx += gi * (CT_LD(x[xo + i * sx]) - mean) * inv;
+            mgx += gi * (CT_SFX(ct_ldw)(x, xo + i * sx, wx) - mean) * inv;
         }
         mg = CT_LANE_SUM(mg) / (double)D;
         mgx = CT_LANE_SUM(mgx) / (double)D;
@@ -422,13 +444,15 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T 
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
                     long long c = i + u * CT_LANES;
-                    xv[u] = CT_LD(x[xo + c * sx]), gv[u] = CT_LD(dy[xo + c * sx]), wv[u] = CT_LD(w[c]);
+                    xv[u] = CT_SFX(ct_ldw)(x, xo + c * sx, wx), gv[u] = CT_SFX(ct_ldw)(dy, xo + c * sx, wy);
+                    wv[u] = CT_SFX(ct_ldw)(w, c, ww);
                 }
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
                     double xhat = (xv[u] - mean) * inv;
-                    dx[o + (i + u * CT_LANES) * sd] = CT_ST((float)(inv * ((double)gv[u] * wv[u] - mg - xhat * mgx)));
+                    CT_SFX(ct_stw)(dx, o + (i + u * CT_LANES) * sd, wx,
+                                   (float)(inv * ((double)gv[u] * wv[u] - mg - xhat * mgx)));
                 }
         }
         if (CT_LANE == 0) {
@@ -443,9 +467,10 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const CT_T *x, const CT_T *w, const CT_T 
  * chunk k of `chunk` rows, c fastest (neighbouring threads read
  * neighbouring columns of a row): each chunk's sums into part[2 i] (dw)
  * and part[2 i + 1] (db), i = k * D + c. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const CT_T *x, const CT_T *dy, const float *stats, double *part,
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const void *x, const void *dy, int wide, const float *stats, double *part,
                                             CtIndex rows, long long D, long long sx, long long chunk)
 {
+    const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
     long long nchunks = (rows.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * D)
     {
@@ -455,8 +480,8 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const CT_T *x, const CT_T *dy, const
             long long xo, st, n = CT_SFX(ct_run)(&rows, r, end, &xo, &st);
             for (long long t = 0; t < n; t++, r++) {
                 long long a = xo + t * st + c * sx;
-                double g = CT_LD(dy[a]);
-                sw += g * (CT_LD(x[a]) - stats[2 * r]) * stats[2 * r + 1];
+                double g = CT_SFX(ct_ldw)(dy, a, wy);
+                sw += g * (CT_SFX(ct_ldw)(x, a, wx) - stats[2 * r]) * stats[2 * r + 1];
                 sb += g;
             }
         }
@@ -466,8 +491,9 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const CT_T *x, const CT_T *dy, const
 }
 
 /* Then each column's chunks added in chunk order (the same bits every run). */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, CT_T *dw, CT_T *db, long long D, long long nchunks)
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, void *dw, void *db, int wide, long long D, long long nchunks)
 {
+    const int ww = wide & CT_WIDE_W;
     CT_LOOP(c, D)
     {
         double sw = 0, sb = 0;
@@ -475,8 +501,8 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, CT_T *dw, CT_T *db, l
             sw += part[2 * (k * D + c)];
             sb += part[2 * (k * D + c) + 1];
         }
-        dw[c] = CT_ST((float)sw);
-        db[c] = CT_ST((float)sb);
+        CT_SFX(ct_stw)(dw, c, ww, (float)sw);
+        CT_SFX(ct_stw)(db, c, ww, (float)sb);
     }
 }
 
@@ -595,9 +621,25 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
  *
  * First the sums of each chunk of `chunk` rows of each channel, in double:
  * x and x^2 into part[2 i], part[2 i + 1], and with dy also dy and dy x
- * (part[4 i ...]), i = chunk index * C + channel. */
-CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, double *part, CtIndex rows, long long C, long long sxc,
-                             long long chunk)
+ * (part[4 i ...]), i = chunk index * C + channel.
+ *
+ * A batch_norm recomputed for the backward whose output only an act_grad
+ * reads, and only the batch_norm_grad reads that (passes/fuse.h's
+ * fuse_bn_act_grad_steps), runs as one: the forward's sums and ct_bn_coef,
+ * then the gradient's kernels given the forward's coefficients `fwd` and
+ * the activation: where they read dy they take act'(z) dy, z = x * fwd[2c]
+ * + fwd[2c + 1], each rounded to the storage type as the two nodes would
+ * have stored them (ct_bn_dz); neither is written. */
+CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long c, int act, int approx)
+{
+    if (!fwd)
+        return dy;
+    float z = CT_LD(CT_ST((float)(x * fwd[2 * c] + fwd[2 * c + 1])));
+    return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
+}
+
+CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx, double *part,
+                             CtIndex rows, long long C, long long sxc, long long chunk)
 {
     long long nchunks = (rows.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * C)
@@ -612,7 +654,7 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, double *part, CtInde
                 if (r + u < end) {
                     ct_offsets(&rows, r + u, &xo, &o);
                     xv[u] = CT_LD(x[xo + c * sxc]);
-                    dv[u] = dy ? CT_LD(dy[xo + c * sxc]) : 0.0f;
+                    dv[u] = dy ? CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c * sxc]), fwd, c, act, approx) : 0.0f;
                 }
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
@@ -742,8 +784,9 @@ CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T 
     }
 }
 
-CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *coef, CT_T *dx, CtIndex rows,
-                                   long long C, long long sxc, long long sdc, int training)
+CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                   const double *coef, CT_T *dx, CtIndex rows, long long C, long long sxc,
+                                   long long sdc, int training)
 {
     CT_GROUP_LOOP(i, rows.n * C)
     {
@@ -754,8 +797,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
             if (CT_ITEM(i, u) < rows.n * C) {
                 long long xo;
                 ct_offsets(&rows, CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]), &xo, &o[u]);
-                gv[u] = CT_LD(dy[xo + c[u] * sxc]);
                 xv[u] = training ? CT_LD(x[xo + c[u] * sxc]) : 0.0f;
+                gv[u] = CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c[u] * sxc]), fwd, c[u], act, approx);
             }
         CT_UNROLL
         for (int u = 0; u < CT_ELEMENTS; u++)

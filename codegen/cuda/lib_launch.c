@@ -103,6 +103,7 @@ static void a_i32(LibLaunch *l, int i) { arg(l, LA_I32)->i = i; }
 static void a_f32(LibLaunch *l, double f) { arg(l, LA_F32)->f = (float)f; }
 static void a_f64(LibLaunch *l, double d) { arg(l, LA_F64)->d = d; }
 static void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix; }
+static void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
 
 static const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
 static int same_strides(const Builder *b, ValueId x, ValueId y)
@@ -314,13 +315,32 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* layer_norm's kernels: the storage they are instantiated for (the 16-bit
+ * dtype among x, w and y or dy, else f32) and the CT_WIDE_* bits of the
+ * operands stored as f32 beside it. */
+static CtDType norm_storage(Builder *b, const Node *n, int *wide)
+{
+    int grad = n->op == CT_OP_layer_norm_grad;
+    const ValueId v[3] = {n->in[0], n->in[1], grad ? n->in[2] : n->out[0]};
+    static const int bit[3] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y};
+    CtDType t = CT_F32;
+    for (int k = 0; k < 3; k++)
+        if (val(b, v[k])->type.dtype != CT_F32)
+            t = val(b, v[k])->type.dtype;
+    *wide = 0;
+    for (int k = 0; k < 3 && t != CT_F32; k++)
+        if (val(b, v[k])->type.dtype == CT_F32)
+            *wide |= bit[k];
+    return t;
+}
+
 /* layer_norm over the last dim, a row a warp. Its gradient: dx a row a
  * warp, each row's mean and 1/std (two floats) into scratch; then dweight
  * and dbias in two stages, their chunks' sums (two doubles a chunk and
  * column) after the stats. */
 static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
-    int grad = n->op == CT_OP_layer_norm_grad;
+    int grad = n->op == CT_OP_layer_norm_grad, wide;
     ValueId x = n->in[0], y = n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
     int dim = xs->ndim - 1;
@@ -330,11 +350,12 @@ static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
-    CtDType t = val(b, y)->type.dtype;
+    CtDType t = norm_storage(b, n, &wide);
     LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, rows.n * CT_LIB_LANES);
     for (int k = 0; k < 3; k++) /* x, w, and b or dy */
         a_val(l, n->in[k]);
     a_val(l, y);
+    a_i32(l, wide);
     if (grad)
         arg(l, LA_SCRATCH);
     a_index(l, rows);
@@ -350,6 +371,7 @@ static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     l = begin(b, "ct_layer_norm_grad_w_part", t, nchunks * D);
     a_val(l, x);
     a_val(l, n->in[2]);
+    a_i32(l, wide);
     arg(l, LA_SCRATCH);
     arg(l, LA_SCRATCH)->i = (long long)part;
     a_index(l, rows);
@@ -360,6 +382,7 @@ static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
     arg(l, LA_SCRATCH)->i = (long long)part;
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);
+    a_i32(l, wide);
     a_i64(l, D);
     a_i64(l, nchunks);
     return 0;
@@ -463,13 +486,36 @@ typedef struct BnEpi {
     int act, approx, tail;
 } BnEpi;
 
+/* A batch_norm_grad run with its recomputed forward and activation's
+ * gradient (lib_bn_act_grad): its scratch starts at byte `base`, the
+ * forward's coefficients at byte `fwd`. */
+typedef struct BnAct {
+    size_t base, fwd;
+    int act, approx;
+    ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
+} BnAct;
+
+
+/* ct_bn_sums' and ct_bn_grad_apply's forward coefficients and activation. */
+static void a_fwd(LibLaunch *l, const BnAct *fa)
+{
+    if (fa)
+        a_scratch(l, fa->fwd);
+    else
+        arg(l, LA_NULL);
+    a_i32(l, fa ? fa->act : -1);
+    a_i32(l, fa ? fa->approx : 0);
+}
+
 /* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
  * channel into scratch (not for an eval forward), their per-channel
  * coefficients after them, then the elementwise pass (with epi's parts,
- * NULL: none); chunks of rows as sum_chunk cuts a reduction. The
- * coefficients' kernel takes the weights' dtype (f32 under amp), the
- * others x's. */
-static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *scratch, CtErr *err)
+ * NULL: none; for a gradient, fa's activation, NULL: none); chunks of rows
+ * as sum_chunk cuts a reduction. The coefficients' kernel takes the
+ * weights' dtype (f32 under amp), the others x's. *scratch gets the bytes
+ * from fa's base. */
+static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, size_t *scratch,
+                           CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
     ValueId x = n->in[0], y = n->out[0];
@@ -478,7 +524,8 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], C = xs->d[1];
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
-    if (grad && !same_strides(b, x, n->in[4]))
+    ValueId dy = fa ? fa->dy : grad ? n->in[4] : -1;
+    if (grad && !same_strides(b, x, dy))
         return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
     if (training && n->iattr[1])
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
@@ -486,24 +533,25 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
     int64_t chunk = sum_chunk(rows.n, C);
     int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
-    size_t part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
+    size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
     LibLaunch *l;
     if (sums) {
         l = begin(b, "ct_bn_sums", t, nchunks * C);
         a_val(l, x);
         if (grad)
-            a_val(l, n->in[4]);
+            a_val(l, dy);
         else
             arg(l, LA_NULL);
-        arg(l, LA_SCRATCH);
+        a_fwd(l, fa);
+        a_scratch(l, base);
         a_index(l, rows);
         a_i64(l, C);
         a_i64(l, sx[1]);
         a_i64(l, chunk);
     }
     l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", val(b, n->in[1])->type.dtype, C);
-    arg(l, LA_SCRATCH);
+    a_scratch(l, base);
     for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
         a_val(l, n->in[k]);
     for (int k = 1; k < 3; k++) /* the running stats' updates, or dw and db */
@@ -511,7 +559,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *
             a_val(l, n->out[k]);
         else
             arg(l, LA_NULL);
-    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_scratch(l, base + part);
     a_i64(l, C);
     a_i64(l, sums ? nchunks : 0);
     a_i64(l, rows.n);
@@ -521,9 +569,11 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, size_t *
     a_f32(l, n->fattr[grad ? 0 : 1]);
     l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
     a_val(l, x);
-    if (grad)
-        a_val(l, n->in[4]);
-    arg(l, LA_SCRATCH)->i = (long long)part;
+    if (grad) {
+        a_val(l, dy);
+        a_fwd(l, fa);
+    }
+    a_scratch(l, base + part);
     if (!grad) {
         if (epi && epi->residual >= 0)
             a_val(l, epi->residual);
@@ -575,8 +625,35 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
     *tail = e.tail;
     if (bn->op != CT_OP_batch_norm)
         return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
-    if (plan_batch_norm(&b, bn, &e, scratch, err))
+    if (plan_batch_norm(&b, bn, &e, NULL, scratch, err))
         return -1;
+    *count = b.n;
+    return 0;
+}
+
+int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
+{
+    Builder b = {g, NULL, 0};
+    CtDType t = val(&b, bn->in[0])->type.dtype;
+    return val(&b, bn->out[0])->type.dtype == t && val(&b, act->in[1])->type.dtype == t &&
+           same_strides(&b, bn->in[0], act->in[1]);
+}
+
+int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibLaunch *l, int *count,
+                    size_t *scratch, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    size_t fwd_bytes, grad_bytes;
+    int64_t C = val(&b, bn->in[0])->type.shape.d[1];
+    *count = 0;
+    if (plan_batch_norm(&b, bn, NULL, NULL, &fwd_bytes, err))
+        return -1;
+    b.n--; /* the forward's sums and coefficients, not its output */
+    BnAct fa = {.base = fwd_bytes, .fwd = fwd_bytes - sizeof(double) * (size_t)(2 * C), .act = (int)act->iattr[0],
+                .approx = (int)act->iattr[1], .dy = act->in[1]};
+    if (plan_batch_norm(&b, n, NULL, &fa, &grad_bytes, err))
+        return -1;
+    *scratch = fwd_bytes + grad_bytes;
     *count = b.n;
     return 0;
 }
@@ -941,7 +1018,6 @@ static int plan_dropout(Builder *b, const Node *n, CtErr *err)
  * (chunks of UPD_CHUNK elements), the trust ratio and LAMB's update. */
 #define UPD_CHUNK 4096
 
-static void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
 static void a_opt(LibLaunch *l, const Node *n, int k, int present)
 {
     if (present)
@@ -1406,7 +1482,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, scratch, err); break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, scratch, err); break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:

@@ -58,11 +58,13 @@ int64_t roofline_macs(const Graph *g, const Node *n)
 }
 
 /* Whether step st's work holds fuse step k: a kernel's every fuse step of
- * its launch (a multi-tensor launch is one step), else its own. */
+ * its launch (a multi-tensor launch is one step), else its own and those
+ * it spans. */
 static int covers(const LaunchPlan *lp, const LpStep *st, int k)
 {
     int launch = lp->fuse.steps[st->fuse_step].launch;
-    return k == st->fuse_step || (st->kind == LP_KERNEL && launch >= 0 && lp->fuse.steps[k].launch == launch);
+    return (k >= st->fuse_step && k <= st->fuse_step + st->span) ||
+           (st->kind == LP_KERNEL && launch >= 0 && lp->fuse.steps[k].launch == launch);
 }
 
 /* The peak of step st's arithmetic: tensor cores for its GEMM,

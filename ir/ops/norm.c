@@ -9,7 +9,11 @@
  *   train step for --sync-bn): the batch statistics span every rank's batch
  *   through the run's collective (ir/collective.h), and so does its
  *   gradient's dx.
- * layer_norm: x [..., D], weight [D], bias [D], over the last dim.
+ * layer_norm: x [..., D], weight [D], bias [D], over the last dim, computed
+ *   in f32 whatever the operands' dtypes (weight and bias share one); y in
+ *   iattr dtype's where it is set (non-zero: f16 or bf16), else in x's. Under
+ *   amp that is torch.autocast's cast(layer_norm(x.float())) to the low
+ *   dtype as one op, the casts around it never written (passes/amp.c).
  * group_norm: x [N,C,...], then as F.group_norm's optional affine a weight
  *   [C] and, after it, a bias [C], iattr groups: each sample's C / groups
  *   channels of a group (with all their positions) normalised together by
@@ -18,7 +22,8 @@
  *   F.batch_norm(x, training=True)'s standardisation (weight
  *   standardisation, frontend's nn_std_conv2d).
  * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy),
- * layer_norm_grad(x, weight, dy) -> dx, dweight, dbias, and
+ * layer_norm_grad(x, weight, dy) -> dx, dweight, dbias (dy in y's dtype, dx in
+ * x's, dweight and dbias in weight's), and
  * group_norm_grad(x, weight, dy) -> dx, dweight, dbias or, for a group_norm
  * without weight, group_norm_grad(x, dy) -> dx; in training BN
  * differentiates through the batch statistics, as PyTorch does.
@@ -235,9 +240,15 @@ static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
     if (x->ndim < 1)
         return ct_fail(err, "input must have at least one dim");
     CtShape d = {1, {x->d[x->ndim - 1]}};
-    if (require_shape(g, n, 1, &d, err) || require_shape(g, n, 2, &d, err))
+    if (require_float(g, n, 1, 1, err) || require_shape(g, n, 1, &d, err) || require_shape(g, n, 2, &d, err))
         return -1;
-    return infer_like_input0(g, n, out, err);
+    if (in_type(g, n, 2)->dtype != in_type(g, n, 1)->dtype)
+        return ct_fail(err, "weight and bias must share a dtype");
+    int64_t dt = n->iattr[0];
+    if (dt && dt != CT_F16 && dt != CT_BF16)
+        return ct_fail(err, "dtype %lld: y is f16 (%d), bf16 (%d) or in x's dtype (0)", (long long)dt, CT_F16, CT_BF16);
+    out[0] = (CtType){*x, dt ? (CtDType)dt : in_type(g, n, 0)->dtype};
+    return 1;
 }
 
 /* Mean and 1/sqrt(biased variance + eps) of one row of D values. */
@@ -285,12 +296,13 @@ const OpDef op_layer_norm = {
     .name = "layer_norm",
     .min_in = 3,
     .max_in = 3,
+    .iattr = {"dtype"},
     .fattr = {"eps"},
     .infer = infer_layer_norm,
     .ref = layer_norm_ref,
     .vjp = layer_norm_vjp,
     .fusion = OP_LIBRARY,
-    .amp = OP_AMP_F32,
+    .amp = OP_AMP_F32_IO,
     .layout = OP_LAYOUT_NCHW,
     .cost = affine_norm_cost,
 };

@@ -55,56 +55,30 @@ static int disjoint(const CtExec *e, ValueId a, ValueId b)
     return !pa || !pb || pa + program_value_bytes(e->p, a) <= pb || pb + program_value_bytes(e->p, b) <= pa;
 }
 
-/* Per step of the plan, whether it and the next two are a batch_norm
- * recomputed for the backward (training statistics), the act_grad of its
- * output and the batch_norm_grad of the same x and weight that reads that
- * gradient, each alone in its step (the act_grad in its launch), nothing
- * else reading the batch_norm's outputs or the act_grad's, in f32, NCHW or
- * channels-last throughout, not synchronised; no output of the
- * batch_norm_grad over x or over dz (dx may be dz exactly):
- * cpu_batch_norm_act_grad then runs the three, and the activation's input
- * is never written out (nor, NCHW, its gradient). */
+/* Per step of the plan, whether it and the next two run as one
+ * (fuse_bn_act_grad_steps), here in f32, NCHW or channels-last throughout,
+ * with no output of the batch_norm_grad over x or over dz (dx may be dz
+ * exactly): cpu_batch_norm_act_grad then runs the three, and the
+ * activation's input is never written out (nor, NCHW, its gradient). */
 static char *bn_act_grad_steps(const CtExec *e)
 {
     const Graph *g = &e->p->g;
     const FusePlan *fp = &e->p->cpu.p;
-    char *fuse = calloc((size_t)fp->nsteps + 1, 1);
-    int *readers = calloc((size_t)g->nvalues + 1, sizeof *readers), nlaunch = 0;
-    for (int s = 0; s < fp->nsteps; s++)
-        nlaunch = fp->steps[s].launch >= nlaunch ? fp->steps[s].launch + 1 : nlaunch;
-    int *launch_steps = calloc((size_t)nlaunch + 1, sizeof *launch_steps);
-    CT_ASSERT(fuse && readers && launch_steps);
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            readers[g->nodes[i].in[k]]++;
-    for (int k = 0; k < g->noutputs; k++)
-        readers[g->outputs[k]] += 2; /* never one of the values left unwritten */
-    for (int s = 0; s < fp->nsteps; s++)
-        if (fp->steps[s].launch >= 0)
-            launch_steps[fp->steps[s].launch]++;
+    char *fuse = fuse_bn_act_grad_steps(g, fp, 1);
     for (int s = 0; s + 2 < fp->nsteps; s++) {
+        if (!fuse[s])
+            continue;
         const FuseStep *st = &fp->steps[s];
-        if (st[0].n != 1 || st[1].n != 1 || st[2].n != 1 || (st[1].launch >= 0 && launch_steps[st[1].launch] != 1))
-            continue;
         const Node *bn = &g->nodes[st[0].first], *act = &g->nodes[st[1].first], *n = &g->nodes[st[2].first];
-        if (bn->op != CT_OP_batch_norm || act->op != CT_OP_act_grad || n->op != CT_OP_batch_norm_grad ||
-            !bn->iattr[0] || bn->iattr[1] || !n->iattr[0] || n->iattr[1] || act->in[0] != bn->out[0] ||
-            n->in[4] != act->out[0] || n->in[0] != bn->in[0] || n->in[1] != bn->in[1] || readers[bn->out[0]] != 1 ||
-            readers[bn->out[1]] || readers[bn->out[2]] || readers[act->out[0]] != 1 || !cpu_all_f32(g, bn) ||
-            !cpu_all_f32(g, act) || !cpu_all_f32(g, n))
-            continue;
         int nhwc = cpu_stored_nhwc(g, n->in[0]);
-        if (cpu_stored_nhwc(g, act->in[1]) != nhwc || cpu_stored_nhwc(g, n->out[0]) != nhwc ||
-            (nhwc && !cpu_batch_norm_nhwc(g, n)))
-            continue;
-        int ok = 1;
+        int ok = cpu_all_f32(g, bn) && cpu_all_f32(g, act) && cpu_all_f32(g, n) &&
+                 cpu_stored_nhwc(g, act->in[1]) == nhwc && cpu_stored_nhwc(g, n->out[0]) == nhwc &&
+                 (!nhwc || cpu_batch_norm_nhwc(g, n));
         for (int k = 0; k < n->nout && ok; k++)
             ok = disjoint(e, n->out[k], n->in[0]) &&
                  (disjoint(e, n->out[k], act->in[1]) || (k == 0 && e->ptr[n->out[0]] == e->ptr[act->in[1]]));
         fuse[s] = (char)ok;
     }
-    free(readers);
-    free(launch_steps);
     return fuse;
 }
 
