@@ -602,37 +602,58 @@ void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og)
     }
 }
 
-char *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
+/* Whether n is a batch_norm_grad through batch_norm bn's statistics. */
+static int bn_grad_of(const Node *n, const Node *bn)
 {
-    char *fuse = calloc((size_t)p->nsteps + 1, 1);
+    return bn->op == CT_OP_batch_norm && n->op == CT_OP_batch_norm_grad && bn->iattr[0] && !bn->iattr[1] &&
+           n->iattr[0] && !n->iattr[1] && n->in[0] == bn->in[0] && n->in[1] == bn->in[1];
+}
+
+int *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
+{
+    int *bn_of = malloc(sizeof *bn_of * (size_t)(p->nsteps + 1));
     int *readers = calloc((size_t)g->nvalues + 1, sizeof *readers), nlaunch = 0;
+    int *producer = malloc(sizeof *producer * (size_t)(g->nvalues + 1));
     for (int s = 0; s < p->nsteps; s++)
         nlaunch = p->steps[s].launch >= nlaunch ? p->steps[s].launch + 1 : nlaunch;
     int *launch_steps = calloc((size_t)nlaunch + 1, sizeof *launch_steps);
-    CT_ASSERT(fuse && readers && launch_steps);
-    for (int i = 0; i < g->nnodes; i++)
+    CT_ASSERT(bn_of && readers && producer && launch_steps);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        producer[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
         for (int k = 0; k < g->nodes[i].nin; k++)
             readers[g->nodes[i].in[k]]++;
+        for (int k = 0; k < g->nodes[i].nout; k++)
+            producer[g->nodes[i].out[k]] = i;
+    }
     for (int k = 0; k < g->noutputs; k++)
         readers[g->outputs[k]] += 2;
     for (int s = 0; s < p->nsteps; s++)
         if (p->steps[s].launch >= 0)
             launch_steps[p->steps[s].launch]++;
-    for (int s = 0; s + 2 < p->nsteps; s++) {
+    for (int s = 0; s < p->nsteps; s++) {
         const FuseStep *st = &p->steps[s];
-        if (st[0].n != 1 || st[1].n != 1 || st[2].n != 1 || (st[1].launch >= 0 && launch_steps[st[1].launch] != 1))
-            continue;
-        const Node *m[3];
-        for (int k = 0; k < 3; k++)
+        const Node *m[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < 3 && s + k < p->nsteps && st[k].n == 1; k++)
             m[k] = &g->nodes[ordered ? st[k].first : p->nodes[st[k].first]];
-        const Node *bn = m[0], *act = m[1], *n = m[2];
-        fuse[s] = bn->op == CT_OP_batch_norm && act->op == CT_OP_act_grad && n->op == CT_OP_batch_norm_grad &&
-                  bn->iattr[0] && !bn->iattr[1] && n->iattr[0] && !n->iattr[1] && act->in[0] == bn->out[0] &&
-                  n->in[4] == act->out[0] && n->in[0] == bn->in[0] && n->in[1] == bn->in[1] &&
-                  readers[bn->out[0]] == 1 && !readers[bn->out[1]] && !readers[bn->out[2]] &&
-                  readers[act->out[0]] == 1;
+        bn_of[s] = -1;
+        /* the act_grad: alone in its launch, read by the batch_norm_grad only */
+        int a = m[0] && m[0]->op == CT_OP_act_grad ? 0 : 1;
+        if (!m[a] || !m[a + 1] || m[a]->op != CT_OP_act_grad || (st[a].launch >= 0 && launch_steps[st[a].launch] != 1) ||
+            m[a + 1]->in[4] != m[a]->out[0] || readers[m[a]->out[0]] != 1)
+            continue;
+        if (a == 1 && bn_grad_of(m[2], m[0]) && m[1]->in[0] == m[0]->out[0] && readers[m[0]->out[0]] == 1 &&
+            !readers[m[0]->out[1]] && !readers[m[0]->out[2]]) {
+            bn_of[s] = (int)(m[0] - g->nodes);
+            continue;
+        }
+        int r = producer[m[0]->in[0]], bn = r >= 0 ? producer[g->nodes[r].in[0]] : -1;
+        if (a == 0 && m[0]->iattr[0] == CT_OP_relu && bn >= 0 && g->nodes[r].op == CT_OP_relu &&
+            g->nodes[r].in[0] == g->nodes[bn].out[0] && bn_grad_of(m[1], &g->nodes[bn]))
+            bn_of[s] = bn;
     }
     free(readers);
+    free(producer);
     free(launch_steps);
-    return fuse;
+    return bn_of;
 }

@@ -83,15 +83,21 @@ void fuse_ordered_graph(const Graph *g, const FusePlan *p, Graph *og);
 int fuse_check(const Graph *g, const FusePlan *p, CtErr *err);
 
 /* Per step of p (over g, or over fuse_ordered_graph's og where `ordered`),
- * whether it and the next two are a batch_norm recomputed for the backward
- * (training statistics, not synchronised), the act_grad of its output and
- * the batch_norm_grad of the same x and weight that reads that gradient,
- * each alone in its step (the act_grad alone in its launch), nothing else
- * reading the batch_norm's outputs or the act_grad's, none a graph output:
- * a backend may run the three as one, with the activation's input and
- * gradient recomputed from x where they are read, never written. The
- * caller frees the array. */
-char *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered);
+ * the node of that graph whose batch_norm's forward the step and the next
+ * one or two run again to take its gradient in one pass, or -1:
+ *   - the step is that batch_norm, recomputed for the backward, and the
+ *     next two the act_grad of its output and the batch_norm_grad (of the
+ *     same x and weight) reading that gradient; nothing else reads the
+ *     batch_norm's outputs (a backend may leave them unwritten);
+ *   - or the step is an act_grad of a relu's output, that relu the
+ *     batch_norm's activation (relu's gradient is the same from its input),
+ *     and the next one the batch_norm_grad reading that gradient.
+ * Training statistics, not synchronised; each node alone in its step (the
+ * act_grad alone in its launch), nothing but the batch_norm_grad reading
+ * the act_grad's output, which is no graph output: a backend may run the
+ * steps as one, with the activation's input and gradient recomputed from x
+ * where they are read, never written. The caller frees the array. */
+int *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered);
 
 struct CtBuf;
 /* One line per step: kernel number, kind, ops, values written. */

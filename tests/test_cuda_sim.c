@@ -192,15 +192,19 @@ static ValueId batch_norm_body(Builder *b, ValueId h, ValueId index)
     return f_relu(b, f_add(b, h, s));
 }
 
-/* EfficientNet's conv, batch norm and SiLU, then a 1x1 conv, batch norm
- * and GELU, trained with the cheap activations recomputed (remat), as
- * ctimm-train does: each norm with its activation recomputed in the
- * backward, whose act_grad only its batch_norm_grad reads, so that the
- * launch plan runs the three as one (lib_bn_act_grad). */
+/* EfficientNet's conv, batch norm and SiLU, a ResNet's conv, batch norm
+ * and ReLU, then a 1x1 conv, batch norm and GELU, trained with the cheap
+ * activations recomputed (remat), as ctimm-train does: each norm with its
+ * activation recomputed in the backward, whose act_grad only its
+ * batch_norm_grad reads, so that the launch plan runs the SiLU's and the
+ * GELU's three steps as one (lib_bn_act_grad), and the ReLU's act_grad and
+ * batch_norm_grad (its output, which the act_grad reads, is conv3's input
+ * too). */
 static ValueId bn_act_body(Builder *b, ValueId h, ValueId index)
 {
     h = f_silu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
-    return f_gelu(b, nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", h, 8, 1, (ConvOpts){0}), (BNOpts){0}), 0);
+    h = f_relu(b, nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
+    return f_gelu(b, nn_batch_norm(b, "bn3", nn_conv2d(b, "conv3", h, 8, 1, (ConvOpts){0}), (BNOpts){0}), 0);
 }
 
 /* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
@@ -306,13 +310,14 @@ static void check_net(const char *name, NetBody body, int gathers, int remat, Ct
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
     if (remat) {
         LaunchPlan lp;
-        int spans = 0;
+        int spans[3] = {0};
         if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
             for (int s = 0; s < lp.nsteps; s++)
-                spans += lp.steps[s].span == 2;
+                spans[lp.steps[s].span]++;
             launch_plan_free(&lp);
         }
-        CHECKF(spans == 2, "%s: %d norms run with their activations' gradients, not 2", what, spans);
+        CHECKF(spans[2] == 2 && spans[1] == 1, "%s: %d norms run again with their activations' gradients (not 2), %d "
+               "norms' gradients with relu's (not 1)", what, spans[2], spans[1]);
     }
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);

@@ -175,30 +175,30 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return add_launches(g, lp, fs, tail, st, err);
 }
 
-/* Fusion steps s, s + 1, s + 2 as one (lib_bn_act_grad): 1 when it adds
- * the step, 0 when they do not fit it (they run as they are), -1 on
- * failure. */
-static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+/* Fusion step s and the one or two after it as one (lib_bn_act_grad),
+ * batch_norm node bn's forward run again: the steps it spans (the step
+ * added), 0 when they do not fit it (they run as they are), -1 on failure. */
+static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr *err)
 {
-    const Node *m[3];
-    for (int k = 0; k < 3; k++)
-        m[k] = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + k].first]];
-    if (!lib_bn_act_grad_fits(g, m[0], m[1]))
+    int span = lp->fuse.nodes[lp->fuse.steps[s].first] == bn ? 2 : 1;
+    const Node *act = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span - 1].first]];
+    const Node *n = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span].first]];
+    if (!lib_bn_act_grad_fits(g, &g->nodes[bn], act))
         return 0;
     LpStep *st = add_step(lp, LP_LIB, s);
     size_t scratch;
-    st->span = 2;
+    st->span = span;
     st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
     CT_ASSERT(st->lib != NULL);
-    if (lib_bn_act_grad(g, m[0], m[1], m[2], st->lib, &st->nlib, &scratch, err))
-        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + 2].first]);
+    if (lib_bn_act_grad(g, &g->nodes[bn], act, n, st->lib, &st->nlib, &scratch, err))
+        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
-    return 1;
+    return span;
 }
 
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
-    char *bn_act = NULL;
+    int *bn_act = NULL;
     memset(lp, 0, sizeof *lp);
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
@@ -220,11 +220,11 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     bn_act = fuse_bn_act_grad_steps(g, &lp->fuse, 0);
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
-        int fused = bn_act[s] ? bn_act_grad_step(g, lp, s, err) : 0;
-        if (fused < 0)
+        int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : 0;
+        if (span < 0)
             goto fail;
-        if (fused) {
-            s += 2;
+        if (span) {
+            s += span;
             continue;
         }
         if (fs->kind == FUSE_COPY) {

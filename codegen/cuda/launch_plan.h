@@ -33,10 +33,10 @@
  * A library step's assign (batch_norm's new running statistics) stores its
  * source straight into the destination: `alias`.
  *
- * A batch_norm recomputed for the backward, the act_grad of its output and
- * the batch_norm_grad reading that (fuse_bn_act_grad_steps, where
- * lib_bn_act_grad_fits) run as one LP_LIB step (lib_bn_act_grad) that
- * spans the three fusion steps.
+ * A batch_norm_grad and the act_grad of its batch norm's activation it
+ * reads (and the batch norm before them, where recomputed for them alone:
+ * fuse_bn_act_grad_steps, where lib_bn_act_grad_fits) run as one LP_LIB
+ * step (lib_bn_act_grad) that spans those fusion steps.
  *
  * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
  * the backend refuses such graphs before running (the CLIs fall back).

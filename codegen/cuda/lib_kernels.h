@@ -623,13 +623,14 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
  * x and x^2 into part[2 i], part[2 i + 1], and with dy also dy and dy x
  * (part[4 i ...]), i = chunk index * C + channel.
  *
- * A batch_norm recomputed for the backward whose output only an act_grad
- * reads, and only the batch_norm_grad reads that (passes/fuse.h's
- * fuse_bn_act_grad_steps), runs as one: the forward's sums and ct_bn_coef,
- * then the gradient's kernels given the forward's coefficients `fwd` and
- * the activation: where they read dy they take act'(z) dy, z = x * fwd[2c]
- * + fwd[2c + 1], each rounded to the storage type as the two nodes would
- * have stored them (ct_bn_dz); neither is written. */
+ * A batch_norm_grad whose dy is the act_grad of the batch norm's
+ * activation, which only it reads (passes/fuse.h's
+ * fuse_bn_act_grad_steps), runs with it as one: the forward's sums and
+ * ct_bn_coef again, then the gradient's kernels given the forward's
+ * coefficients `fwd` and the activation: where they read dy they take
+ * act'(z) dy, z = x * fwd[2c] + fwd[2c + 1], each rounded to the storage
+ * type as the nodes would have stored them (ct_bn_dz); neither is written
+ * (relu's gradient from z is its gradient from relu(z)). */
 CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long c, int act, int approx)
 {
     if (!fwd)
@@ -713,7 +714,8 @@ CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, lo
 /* Each channel's y = x * coef[2c] + coef[2c + 1]. Training: the batch's
  * statistics normalise and the running stats get PyTorch's update
  * (unbiased variance) in nrm and nrv (which may be rm and rv: a channel's
- * thread reads them before it writes); else the running stats. */
+ * thread reads them before it writes; NULL: not written); else the
+ * running stats. */
 CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv,
                              CT_T *nrm, CT_T *nrv, double *coef, long long C, long long nchunks, long long count,
                              int training, float momentum, float eps)
@@ -721,8 +723,9 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, c
     CT_LOOP(c, C)
     {
         double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)count;
-        if (training) {
+        if (training)
             CT_SFX(ct_bn_moments)(part, 2, c, C, nchunks, count, &mean, &var);
+        if (training && nrm) {
             nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
             nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
         }

@@ -486,9 +486,9 @@ typedef struct BnEpi {
     int act, approx, tail;
 } BnEpi;
 
-/* A batch_norm_grad run with its recomputed forward and activation's
- * gradient (lib_bn_act_grad): its scratch starts at byte `base`, the
- * forward's coefficients at byte `fwd`. */
+/* A batch_norm run again for lib_bn_act_grad (its running statistics not
+ * written), or the batch_norm_grad it runs with the activation's gradient:
+ * its scratch from byte `base`, the forward's coefficients at byte `fwd`. */
 typedef struct BnAct {
     size_t base, fwd;
     int act, approx;
@@ -554,8 +554,8 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     a_scratch(l, base);
     for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
         a_val(l, n->in[k]);
-    for (int k = 1; k < 3; k++) /* the running stats' updates, or dw and db */
-        if (k < n->nout)
+    for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
+        if (k < n->nout && (grad || !fa))
             a_val(l, n->out[k]);
         else
             arg(l, LA_NULL);
@@ -646,7 +646,7 @@ int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node 
     size_t fwd_bytes, grad_bytes;
     int64_t C = val(&b, bn->in[0])->type.shape.d[1];
     *count = 0;
-    if (plan_batch_norm(&b, bn, NULL, NULL, &fwd_bytes, err))
+    if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, &fwd_bytes, err))
         return -1;
     b.n--; /* the forward's sums and coefficients, not its output */
     BnAct fa = {.base = fwd_bytes, .fwd = fwd_bytes - sizeof(double) * (size_t)(2 * C), .act = (int)act->iattr[0],

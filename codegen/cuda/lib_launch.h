@@ -81,13 +81,12 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
 int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
                         size_t *scratch, int *tail, CtErr *err);
 
-/* The launches of a batch_norm recomputed for the backward, the act_grad
- * of its output and the batch_norm_grad reading that, as one
- * (fuse_bn_act_grad_steps): the forward's sums and coefficients, then the
+/* The launches of a batch_norm_grad n whose dy is the act_grad act of
+ * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's sums
+ * and coefficients again (its running statistics not written), then the
  * gradient's kernels recomputing the activation's input and gradient from
- * x; neither is written (nor the forward's output). As lib_launches.
- * Where lib_bn_act_grad_fits: the act_grad's input and dy in x's dtype, dy
- * in x's strides. */
+ * x; neither is written. As lib_launches. Where lib_bn_act_grad_fits: the
+ * act_grad's input and dy in x's dtype, dy in x's strides. */
 int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act);
 int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibLaunch *l, int *count,
                     size_t *scratch, CtErr *err);

@@ -55,20 +55,23 @@ static int disjoint(const CtExec *e, ValueId a, ValueId b)
     return !pa || !pb || pa + program_value_bytes(e->p, a) <= pb || pb + program_value_bytes(e->p, b) <= pa;
 }
 
-/* Per step of the plan, whether it and the next two run as one
- * (fuse_bn_act_grad_steps), here in f32, NCHW or channels-last throughout,
- * with no output of the batch_norm_grad over x or over dz (dx may be dz
- * exactly): cpu_batch_norm_act_grad then runs the three, and the
+/* Per step of the plan, whether it and the next two run as one: a
+ * batch_norm recomputed, its act_grad and batch_norm_grad
+ * (fuse_bn_act_grad_steps' first kind), here in f32, NCHW or channels-last
+ * throughout, with no output of the batch_norm_grad over x or over dz (dx
+ * may be dz exactly): cpu_batch_norm_act_grad then runs the three, and the
  * activation's input is never written out (nor, NCHW, its gradient). */
 static char *bn_act_grad_steps(const CtExec *e)
 {
     const Graph *g = &e->p->g;
     const FusePlan *fp = &e->p->cpu.p;
-    char *fuse = fuse_bn_act_grad_steps(g, fp, 1);
+    int *bn_of = fuse_bn_act_grad_steps(g, fp, 1);
+    char *fuse = calloc((size_t)fp->nsteps + 1, 1);
+    CT_ASSERT(fuse != NULL);
     for (int s = 0; s + 2 < fp->nsteps; s++) {
-        if (!fuse[s])
-            continue;
         const FuseStep *st = &fp->steps[s];
+        if (bn_of[s] != st->first)
+            continue;
         const Node *bn = &g->nodes[st[0].first], *act = &g->nodes[st[1].first], *n = &g->nodes[st[2].first];
         int nhwc = cpu_stored_nhwc(g, n->in[0]);
         int ok = cpu_all_f32(g, bn) && cpu_all_f32(g, act) && cpu_all_f32(g, n) &&
@@ -79,6 +82,7 @@ static char *bn_act_grad_steps(const CtExec *e)
                  (disjoint(e, n->out[k], act->in[1]) || (k == 0 && e->ptr[n->out[0]] == e->ptr[act->in[1]]));
         fuse[s] = (char)ok;
     }
+    free(bn_of);
     return fuse;
 }
 
