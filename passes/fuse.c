@@ -62,7 +62,9 @@ static int new_step(Builder *b, FuseKind kind, int node)
     int s = b->nsteps++;
     /* until lay_out, `first` is the node that made the step */
     b->steps[s] = (FuseStep){.kind = kind, .first = node, .numel = n->nout ? numel_of(b->g, n->out[0]) : 0};
-    b->tip[s] = kind == FUSE_LIBRARY && n->nout && (op_def(n->op)->fusion == OP_CONTRACTION || n->op == CT_OP_batch_norm)
+    b->tip[s] = kind == FUSE_LIBRARY && n->nout &&
+                        (op_def(n->op)->fusion == OP_CONTRACTION || n->op == CT_OP_batch_norm ||
+                         n->op == CT_OP_layer_norm_grad)
                     ? n->out[0]
                     : -1;
     b->step_of[node] = s;
@@ -79,15 +81,19 @@ static int producer_step(const Builder *b, ValueId v)
  * (the other operand one value per output channel; a contraction's only, a
  * batch_norm has its own shift), a residual add (the same shape), an
  * activation; in that order, each at most once, each on the step's last
- * value, its other operand from an earlier step. */
+ * value, its other operand from an earlier step. A layer_norm_grad's: the
+ * residual add (the residual stream's gradient), then a cast of the sum. */
 static int epilogue_part(const Builder *b, int s, const Node *n)
 {
     const Graph *g = b->g;
     int epi = b->steps[s].epilogue;
     ValueId t = b->tip[s];
-    if (t < 0 || !same_elements(g, t, n->out[0]))
+    CtOp host = g->nodes[b->steps[s].first].op;
+    if (t < 0 || !same_elements(g, t, n->out[0]) || (epi & FUSE_EPI_CAST))
         return 0;
-    if (is_act(n->op) && n->in[0] == t && !(epi & FUSE_EPI_ACT))
+    if (host == CT_OP_layer_norm_grad && n->op == CT_OP_cast)
+        return n->in[0] == t && (epi & FUSE_EPI_RESIDUAL) ? FUSE_EPI_CAST : 0;
+    if (is_act(n->op) && n->in[0] == t && !(epi & FUSE_EPI_ACT) && host != CT_OP_layer_norm_grad)
         return FUSE_EPI_ACT;
     if (n->op != CT_OP_add || (n->in[0] != t) == (n->in[1] != t) || (epi & (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT)))
         return 0;
@@ -97,8 +103,7 @@ static int epilogue_part(const Builder *b, int s, const Node *n)
     const CtShape *ts = &g->values[t].type.shape;
     if (same_elements(g, other, t) && shape_equal(&g->values[other].type.shape, ts))
         return FUSE_EPI_RESIDUAL;
-    CtOp host = g->nodes[b->steps[s].first].op;
-    if (host == CT_OP_batch_norm)
+    if (op_def(host)->fusion != OP_CONTRACTION)
         return 0;
     /* a bias varies along the channel dim only: conv's dim 1, a GEMM's last */
     int channel = host == CT_OP_conv2d ? 1 : ts->ndim - 1;
@@ -567,8 +572,9 @@ void fuse_dump(const Graph *g, const FusePlan *p, CtBuf *out)
                 buf_printf(out, " %s(%%%d)", op_def(n->op)->name, n->out[0]);
         }
         if (st->epilogue)
-            buf_printf(out, " epilogue%s%s%s", st->epilogue & FUSE_EPI_BIAS ? " +bias" : "",
-                       st->epilogue & FUSE_EPI_RESIDUAL ? " +residual" : "", st->epilogue & FUSE_EPI_ACT ? " +act" : "");
+            buf_printf(out, " epilogue%s%s%s%s", st->epilogue & FUSE_EPI_BIAS ? " +bias" : "",
+                       st->epilogue & FUSE_EPI_RESIDUAL ? " +residual" : "", st->epilogue & FUSE_EPI_ACT ? " +act" : "",
+                       st->epilogue & FUSE_EPI_CAST ? " +cast" : "");
         buf_printf(out, " ->");
         for (int j = 0; j < st->n; j++) {
             const Node *n = &g->nodes[p->nodes[st->first + j]];

@@ -10,9 +10,11 @@
  *                     add, a residual add and/or an activation, those nodes
  *                     too, recorded as the call's epilogue (cuBLASLt/cuDNN
  *                     epilogues on the GPU; an elementwise pass over the
- *                     call's output elsewhere), and for batch_norm the
+ *                     call's output elsewhere), for batch_norm the
  *                     residual add and activation (the cpu backend applies
- *                     them to each plane as it normalises it).
+ *                     them to each plane as it normalises it), and for
+ *                     layer_norm_grad the residual add of its dx and a
+ *                     cast of the sum (the cuda kernel stores both).
  *   FUSE_ELEMENTWISE  elementwise and broadcast nodes (fuse_is_elementwise)
  *                     over one iteration space: every node's output has the
  *                     group's element count and memory order, so element i
@@ -45,7 +47,7 @@
 typedef enum FuseKind { FUSE_LIBRARY, FUSE_ELEMENTWISE, FUSE_COPY } FuseKind;
 
 /* Epilogue parts of a library step, as bits. */
-enum { FUSE_EPI_BIAS = 1, FUSE_EPI_RESIDUAL = 2, FUSE_EPI_ACT = 4 };
+enum { FUSE_EPI_BIAS = 1, FUSE_EPI_RESIDUAL = 2, FUSE_EPI_ACT = 4, FUSE_EPI_CAST = 8 };
 
 typedef struct FuseStep {
     FuseKind kind;

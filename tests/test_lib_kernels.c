@@ -65,6 +65,8 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_act_f32(F(0), F(1), I(2), (int)I(3), (int)I(4));
     else if (!strcmp(k, "ct_add_f32"))
         ct_add_f32(F(0), F(1), F(2), X(3));
+    else if (!strcmp(k, "ct_cast_f32"))
+        ct_cast_f32(F(0), F(1), (int)I(2), I(3));
     else if (!strcmp(k, "ct_pool_f32"))
         ct_pool_f32(F(0), F(1), X(2), I(3), I(4), l->arg[5].pool);
     else if (!strcmp(k, "ct_pool_argmax_f32"))
@@ -106,7 +108,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_layer_norm_f32"))
         ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), X(5), I(6), I(7), I(8), R(9));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
-        ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), X(6), I(7), I(8), I(9), R(10));
+        ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), R(12));
     else if (!strcmp(k, "ct_layer_norm_grad_w_part_f32"))
         ct_layer_norm_grad_w_part_f32(F(0), F(1), (int)I(2), F(3), (double *)P(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))
@@ -701,6 +703,10 @@ static void test_epilogue(void)
             if (!add_node(&c, CT_OP_add, 2, (ValueId[]){x, r}, NULL, 0, NULL, 0, nhwc))
                 check_case(&c, bias ? "bias add" : "residual add");
         }
+        graph_init(&c.g); /* a cast epilogue's kernel, here f32 to f32 (cuda-sim runs the 16-bit ones) */
+        ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_cast, 1, &x, (int64_t[]){CT_F32}, 1, NULL, 0, nhwc))
+            check_case(&c, "cast");
     }
 }
 

@@ -76,6 +76,27 @@ static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
     return st;
 }
 
+/* Whether values a and b share a byte of the device block (inputs and
+ * state have blocks of their own). */
+static int overlap(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
+{
+    size_t oa = lp->offset[a], ob = lp->offset[b];
+    return oa != PLAN_NONE && ob != PLAN_NONE && oa < ob + value_bytes(&g->values[b]) &&
+           ob < oa + value_bytes(&g->values[a]);
+}
+
+/* What a fused step's kernels store in place of the nodes' own must not
+ * be where they read later, which the memory plan allows (it frees a value
+ * after its last reader node): a stored value of `out` may only take a
+ * read value's place exactly, element for element (`same`, or -1). */
+static int clear_of(const Graph *g, const LaunchPlan *lp, ValueId out, const ValueId *reads, int n, ValueId same)
+{
+    for (int k = 0; k < n; k++)
+        if (overlap(g, lp, out, reads[k]) && !(reads[k] == same && lp->offset[out] == lp->offset[same]))
+            return 0;
+    return 1;
+}
+
 /* The launches of nodes [from, st.n) of fuse step fs into step s (their
  * kernels exist), or s becomes LP_UNSUPPORTED naming the first op that
  * has none. An assign of a value the step computes stores it in place. */
@@ -163,14 +184,31 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
      * its input's address (passes/plan.c's views): nothing to move */
     if (op == CT_OP_permute && fs->n == 1 && same_address(lp, g, fs))
         return 0;
-    if (op != CT_OP_batch_norm)
+    if (op != CT_OP_batch_norm && op != CT_OP_layer_norm_grad)
         return add_launches(g, lp, fs, 0, st, err);
     int tail;
     size_t scratch;
     st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
     CT_ASSERT(st->lib != NULL);
-    if (lib_batch_norm_step(g, &lp->fuse, fs, st->lib, &st->nlib, &scratch, &tail, err))
-        return ct_failctx(err, "node %d (batch_norm)", lp->fuse.nodes[fs->first]);
+    int rc;
+    if (op == CT_OP_batch_norm) {
+        rc = lib_batch_norm_step(g, &lp->fuse, fs, st->lib, &st->nlib, &scratch, &tail, err);
+    } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
+        const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
+        ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
+        int most = 0;
+        if (fs->n > 1) {
+            const Node *add = &g->nodes[lp->fuse.nodes[fs->first + 1]];
+            reads[2] = add->in[0] == n->out[0] ? add->in[1] : add->in[0];
+            reads[3] = add->out[0];
+            most = clear_of(g, lp, add->out[0], reads, 3, reads[2]);
+            if (most && fs->n > 2)
+                most += clear_of(g, lp, g->nodes[lp->fuse.nodes[fs->first + 2]].out[0], reads, 4, -1);
+        }
+        rc = lib_layer_norm_grad_step(g, &lp->fuse, fs, most, st->lib, &st->nlib, &scratch, &tail, err);
+    }
+    if (rc)
+        return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return add_launches(g, lp, fs, tail, st, err);
 }
@@ -185,6 +223,11 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     const Node *n = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span].first]];
     if (!lib_bn_act_grad_fits(g, &g->nodes[bn], act))
         return 0;
+    /* the gradient's outputs come after dy's last reader, the act_grad */
+    const ValueId reads[2] = {n->in[0], act->in[1]};
+    for (int k = 0; k < n->nout; k++)
+        if (!clear_of(g, lp, n->out[k], reads, 2, k == 0 ? act->in[1] : -1))
+            return 0;
     LpStep *st = add_step(lp, LP_LIB, s);
     size_t scratch;
     st->span = span;

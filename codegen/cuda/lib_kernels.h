@@ -83,6 +83,20 @@ CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
     }
 }
 
+/* y = x converted, element for element, each stored as CT_T or, where
+ * its bit of `wide` is set (1: x, 2: y), as float. */
+CT_GLOBAL CT_SFX(ct_cast)(const void *x, void *y, int wide, long long n)
+{
+    CT_LOOP(i, n)
+    {
+        float v = (wide & 1) ? ((const float *)x)[i] : (float)CT_LD(((const CT_T *)x)[i]);
+        if (wide & 2)
+            ((float *)y)[i] = v;
+        else
+            ((CT_T *)y)[i] = CT_ST(v);
+    }
+}
+
 CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
 {
     CT_LOOP(i, n)
@@ -376,6 +390,9 @@ CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
         ((CT_T *)p)[i] = CT_ST(f);
 }
 
+/* f as an operand stored as CT_T, or as float where wide, would hold it. */
+CT_DEVICE float CT_SFX(ct_rndw)(float f, int wide) { return wide ? f : (float)CT_LD(CT_ST(f)); }
+
 /* The mean and 1/sqrt(biased variance + eps) of the row at x + xo, two
  * passes as the ref kernel. */
 CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, long long xo, int wx, long long D, long long sx, float eps,
@@ -420,9 +437,13 @@ CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, voi
 }
 
 /* layer_norm's dx; x and dy share strides. Each row's mean and 1/std go to
- * stats[2r], stats[2r+1] for the weight kernels. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide, float *stats,
-                                       CtIndex rows, long long D, long long sx, long long sd, float eps)
+ * stats[2r], stats[2r+1] for the weight kernels. With res (dx's dtype and
+ * strides; NULL: none) dx holds dx + res, the residual stream's gradient,
+ * and with low (CT_T, dx's strides; NULL: none) that sum cast too, each
+ * rounded as the nodes would store them. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide,
+                                       const void *res, CT_T *low, float *stats, CtIndex rows, long long D,
+                                       long long sx, long long sd, float eps)
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
     CT_WARP_LOOP(r, rows.n)
@@ -450,9 +471,14 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void 
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
+                    long long at = o + (i + u * CT_LANES) * sd;
                     double xhat = (xv[u] - mean) * inv;
-                    CT_SFX(ct_stw)(dx, o + (i + u * CT_LANES) * sd, wx,
-                                   (float)(inv * ((double)gv[u] * wv[u] - mg - xhat * mgx)));
+                    float v = (float)(inv * ((double)gv[u] * wv[u] - mg - xhat * mgx));
+                    if (res)
+                        v = CT_SFX(ct_rndw)(v, wx) + CT_SFX(ct_ldw)(res, at, wx);
+                    CT_SFX(ct_stw)(dx, at, wx, v);
+                    if (low)
+                        low[at] = CT_ST(CT_SFX(ct_rndw)(v, wx));
                 }
         }
         if (CT_LANE == 0) {

@@ -334,14 +334,20 @@ static CtDType norm_storage(Builder *b, const Node *n, int *wide)
     return t;
 }
 
+/* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
+ * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none). */
+typedef struct LnEpi {
+    ValueId res, out, low;
+} LnEpi;
+
 /* layer_norm over the last dim, a row a warp. Its gradient: dx a row a
- * warp, each row's mean and 1/std (two floats) into scratch; then dweight
- * and dbias in two stages, their chunks' sums (two doubles a chunk and
- * column) after the stats. */
-static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+ * warp (with epi's parts, NULL: none), each row's mean and 1/std (two
+ * floats) into scratch; then dweight and dbias in two stages, their
+ * chunks' sums (two doubles a chunk and column) after the stats. */
+static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_layer_norm_grad, wide;
-    ValueId x = n->in[0], y = n->out[0];
+    ValueId x = n->in[0], y = epi ? epi->out : n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
     int dim = xs->ndim - 1;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], D = xs->d[dim];
@@ -356,8 +362,17 @@ static int plan_layer_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
         a_val(l, n->in[k]);
     a_val(l, y);
     a_i32(l, wide);
-    if (grad)
+    if (grad) {
+        if (epi && epi->res >= 0)
+            a_val(l, epi->res);
+        else
+            arg(l, LA_NULL);
+        if (epi && epi->low >= 0)
+            a_val(l, epi->low);
+        else
+            arg(l, LA_NULL);
         arg(l, LA_SCRATCH);
+    }
     a_index(l, rows);
     a_i64(l, D);
     a_i64(l, sx[dim]);
@@ -626,6 +641,40 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
     if (bn->op != CT_OP_batch_norm)
         return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
     if (plan_batch_norm(&b, bn, &e, NULL, scratch, err))
+        return -1;
+    *count = b.n;
+    return 0;
+}
+
+int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
+                             int *count, size_t *scratch, int *tail, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    const Node *n = &g->nodes[p->nodes[st->first]];
+    LnEpi e = {.res = -1, .out = n->out[0], .low = -1};
+    int wide;
+    CtDType t = norm_storage(&b, n, &wide);
+    *tail = 1;
+    if (most > 0 && st->n > 1 && !p->materialised[e.out]) {
+        const Node *add = &g->nodes[p->nodes[st->first + 1]];
+        ValueId res = add->in[0] == e.out ? add->in[1] : add->in[0];
+        if (add->op == CT_OP_add && same_storage(&b, res, e.out) && same_storage(&b, add->out[0], e.out)) {
+            e.res = res;
+            e.out = add->out[0];
+            *tail = 2;
+        }
+    }
+    if (*tail == 2 && most > 1 && st->n > 2) { /* the sum cast to the kernel's 16-bit storage */
+        const Node *cast = &g->nodes[p->nodes[st->first + 2]];
+        const Value *c = val(&b, cast->out[0]);
+        if (cast->op == CT_OP_cast && c->type.dtype == t && val(&b, e.out)->type.dtype == CT_F32 && t != CT_F32 &&
+            c->layout == val(&b, e.out)->layout) {
+            e.low = cast->out[0];
+            *tail = 3;
+        }
+    }
+    *count = 0;
+    if (plan_layer_norm(&b, n, &e, scratch, err))
         return -1;
     *count = b.n;
     return 0;
@@ -930,6 +979,18 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
     if (!same_strides(b, x, y) || !shape_equal(&val(b, x)->type.shape, ys))
         return ct_fail(err, "%s: its output in another layout or shape than its input has no kernel",
                        op_def(n->op)->name);
+    if (n->op == CT_OP_cast) { /* between f32 and a 16-bit dtype: that dtype's kernel */
+        CtDType tx = val(b, x)->type.dtype, ty = val(b, y)->type.dtype;
+        if (!ct_dtype_is_float(tx) || !ct_dtype_is_float(ty) || tx == CT_F64 || ty == CT_F64 ||
+            (tx != CT_F32 && ty != CT_F32 && tx != ty))
+            return ct_fail(err, "cast from %s to %s has no library kernel", ct_dtype_name(tx), ct_dtype_name(ty));
+        LibLaunch *l = begin(b, "ct_cast", tx != CT_F32 ? tx : ty, shape_numel(ys));
+        a_val(l, x);
+        a_val(l, y);
+        a_i32(l, (tx == CT_F32) | (ty == CT_F32) << 1);
+        a_i64(l, shape_numel(ys));
+        return 0;
+    }
     if (n->op != CT_OP_add) {
         LibLaunch *l = begin(b, "ct_act", val(b, y)->type.dtype, shape_numel(ys));
         a_val(l, x);
@@ -1446,7 +1507,7 @@ void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *
 
 int lib_supports(CtOp op)
 {
-    if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add)
+    if (op_def(op)->fusion == OP_ACTIVATION || op == CT_OP_add || op == CT_OP_cast)
         return 1;
     switch (op) {
     case CT_OP_reshape: case CT_OP_to_layout: case CT_OP_permute: case CT_OP_slice: case CT_OP_slice_grad:
@@ -1481,7 +1542,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     switch (n->op) {
     case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
-    case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, scratch, err); break;
+    case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
@@ -1489,7 +1550,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad:
         rc = plan_loss(&b, n, scratch);
         break;
-    case CT_OP_add: rc = plan_epilogue(&b, n, err); break;
+    case CT_OP_add: case CT_OP_cast: rc = plan_epilogue(&b, n, err); break;
     case CT_OP_avg_pool2d: case CT_OP_max_pool2d: case CT_OP_adaptive_avg_pool2d: case CT_OP_avg_pool2d_grad:
     case CT_OP_max_pool2d_grad: case CT_OP_adaptive_avg_pool2d_grad: rc = plan_pool(&b, n, scratch, err); break;
     case CT_OP_sdpa: case CT_OP_sdpa_grad: rc = plan_sdpa(&b, n, scratch, err); break;

@@ -81,6 +81,15 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
 int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
                         size_t *scratch, int *tail, CtErr *err);
 
+/* The launches of library step st, whose first node is a layer_norm_grad,
+ * with at most `most` parts of its epilogue in the kernel (the residual
+ * added to dx, then that sum cast to the kernel's 16-bit storage; each of
+ * dx's shape and layout, dx f32 for the cast), as lib_batch_norm_step.
+ * The caller's `most` keeps the stored values clear of x and dy, which the
+ * weight's kernels read after. */
+int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
+                             int *count, size_t *scratch, int *tail, CtErr *err);
+
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
  * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's sums
  * and coefficients again (its running statistics not written), then the
