@@ -643,19 +643,21 @@ int *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
         for (int k = 0; k < 3 && s + k < p->nsteps && st[k].n == 1; k++)
             m[k] = &g->nodes[ordered ? st[k].first : p->nodes[st[k].first]];
         bn_of[s] = -1;
-        /* the act_grad: alone in its launch, read by the batch_norm_grad only */
+        /* the act_grad (m[a]): alone in its launch, read by the batch_norm_grad (m[a + 1]) only */
         int a = m[0] && m[0]->op == CT_OP_act_grad ? 0 : 1;
-        if (!m[a] || !m[a + 1] || m[a]->op != CT_OP_act_grad || (st[a].launch >= 0 && launch_steps[st[a].launch] != 1) ||
-            m[a + 1]->in[4] != m[a]->out[0] || readers[m[a]->out[0]] != 1)
+        if (!m[a] || !m[a + 1] || m[a]->op != CT_OP_act_grad || m[a + 1]->op != CT_OP_batch_norm_grad ||
+            (st[a].launch >= 0 && launch_steps[st[a].launch] != 1) || m[a + 1]->in[4] != m[a]->out[0] ||
+            readers[m[a]->out[0]] != 1)
             continue;
-        if (a == 1 && bn_grad_of(m[2], m[0]) && m[1]->in[0] == m[0]->out[0] && readers[m[0]->out[0]] == 1 &&
-            !readers[m[0]->out[1]] && !readers[m[0]->out[2]]) {
-            bn_of[s] = (int)(m[0] - g->nodes);
+        if (a == 1) {
+            if (bn_grad_of(m[2], m[0]) && m[1]->in[0] == m[0]->out[0] && readers[m[0]->out[0]] == 1 &&
+                !readers[m[0]->out[1]] && !readers[m[0]->out[2]])
+                bn_of[s] = (int)(m[0] - g->nodes);
             continue;
         }
-        int r = producer[m[0]->in[0]], bn = r >= 0 ? producer[g->nodes[r].in[0]] : -1;
-        if (a == 0 && m[0]->iattr[0] == CT_OP_relu && bn >= 0 && g->nodes[r].op == CT_OP_relu &&
-            g->nodes[r].in[0] == g->nodes[bn].out[0] && bn_grad_of(m[1], &g->nodes[bn]))
+        int r = producer[m[0]->in[0]], bn = r >= 0 && g->nodes[r].op == CT_OP_relu ? producer[g->nodes[r].in[0]] : -1;
+        if (m[0]->iattr[0] == CT_OP_relu && bn >= 0 && g->nodes[r].in[0] == g->nodes[bn].out[0] &&
+            bn_grad_of(m[1], &g->nodes[bn]))
             bn_of[s] = bn;
     }
     free(readers);

@@ -14,7 +14,8 @@
  * directions in both formats and the NHWC filter copies; and the training
  * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
  * random erasing and mixup in the graph; attention with a bias on the
- * scores. (ctimm-run
+ * scores; batch norms trained with remat, whose gradients the plan runs
+ * with their activations' (lib_bn_act_grad). (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
 #include <math.h>
 #include <string.h>

@@ -558,7 +558,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             a_val(l, dy);
         else
             arg(l, LA_NULL);
-        a_fwd(l, fa);
+        a_fwd(l, grad ? fa : NULL);
         a_scratch(l, base);
         a_index(l, rows);
         a_i64(l, C);
