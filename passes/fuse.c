@@ -619,19 +619,13 @@ int *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
 {
     int *bn_of = malloc(sizeof *bn_of * (size_t)(p->nsteps + 1));
     int *readers = calloc((size_t)g->nvalues + 1, sizeof *readers), nlaunch = 0;
-    int *producer = malloc(sizeof *producer * (size_t)(g->nvalues + 1));
     for (int s = 0; s < p->nsteps; s++)
         nlaunch = p->steps[s].launch >= nlaunch ? p->steps[s].launch + 1 : nlaunch;
     int *launch_steps = calloc((size_t)nlaunch + 1, sizeof *launch_steps);
-    CT_ASSERT(bn_of && readers && producer && launch_steps);
-    for (ValueId v = 0; v < g->nvalues; v++)
-        producer[v] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
+    CT_ASSERT(bn_of && readers && launch_steps);
+    for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; k < g->nodes[i].nin; k++)
             readers[g->nodes[i].in[k]]++;
-        for (int k = 0; k < g->nodes[i].nout; k++)
-            producer[g->nodes[i].out[k]] = i;
-    }
     for (int k = 0; k < g->noutputs; k++)
         readers[g->outputs[k]] += 2;
     for (int s = 0; s < p->nsteps; s++)
@@ -655,13 +649,13 @@ int *fuse_bn_act_grad_steps(const Graph *g, const FusePlan *p, int ordered)
                 bn_of[s] = (int)(m[0] - g->nodes);
             continue;
         }
-        int r = producer[m[0]->in[0]], bn = r >= 0 && g->nodes[r].op == CT_OP_relu ? producer[g->nodes[r].in[0]] : -1;
+        int r = g->values[m[0]->in[0]].producer;
+        int bn = r >= 0 && g->nodes[r].op == CT_OP_relu ? g->values[g->nodes[r].in[0]].producer : -1;
         if (m[0]->iattr[0] == CT_OP_relu && bn >= 0 && g->nodes[r].in[0] == g->nodes[bn].out[0] &&
             bn_grad_of(m[1], &g->nodes[bn]))
             bn_of[s] = bn;
     }
     free(readers);
-    free(producer);
     free(launch_steps);
     return bn_of;
 }

@@ -60,11 +60,8 @@ static void test_policy(void)
 /* The node that writes v, or NULL. */
 static const Node *writer(const Graph *g, ValueId v)
 {
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nout; k++)
-            if (g->nodes[i].out[k] == v)
-                return &g->nodes[i];
-    return NULL;
+    int p = g->values[v].producer;
+    return p >= 0 ? &g->nodes[p] : NULL;
 }
 
 /* layer_norm under amp: stored low, from its input as it is, where every

@@ -30,8 +30,8 @@
  * keeps, at 2048 threads an SM and 2-byte elements, 4 KiB an SM in flight,
  * where an H200's bandwidth at HBM's latency needs some 25 KiB. */
 #define CT_ELEMENTS 4
-/* layer_norm's kernels: the bits of their `wide` argument, the operands
- * stored as f32 in a kernel of 16-bit storage (lib_kernels.h). */
+/* layer_norm's kernels and ct_cast: the bits of their `wide` argument, the
+ * operands stored as f32 in a kernel of 16-bit storage (lib_kernels.h). */
 #define CT_WIDE_X 1
 #define CT_WIDE_W 2
 #define CT_WIDE_Y 4

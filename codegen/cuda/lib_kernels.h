@@ -83,20 +83,6 @@ CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
     }
 }
 
-/* y = x converted, element for element, each stored as CT_T or, where
- * its bit of `wide` is set (1: x, 2: y), as float. */
-CT_GLOBAL CT_SFX(ct_cast)(const void *x, void *y, int wide, long long n)
-{
-    CT_LOOP(i, n)
-    {
-        float v = (wide & 1) ? ((const float *)x)[i] : (float)CT_LD(((const CT_T *)x)[i]);
-        if (wide & 2)
-            ((float *)y)[i] = v;
-        else
-            ((CT_T *)y)[i] = CT_ST(v);
-    }
-}
-
 CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
 {
     CT_LOOP(i, n)
@@ -392,6 +378,15 @@ CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
 
 /* f as an operand stored as CT_T, or as float where wide, would hold it. */
 CT_DEVICE float CT_SFX(ct_rndw)(float f, int wide) { return wide ? f : (float)CT_LD(CT_ST(f)); }
+
+/* y = x converted, element for element (a cast that no kernel took into
+ * its epilogue), each stored as CT_T or as float where its CT_WIDE_X (x)
+ * or CT_WIDE_Y (y) bit is set. */
+CT_GLOBAL CT_SFX(ct_cast)(const void *x, void *y, int wide, long long n)
+{
+    CT_LOOP(i, n)
+    CT_SFX(ct_stw)(y, i, wide & CT_WIDE_Y, CT_SFX(ct_ldw)(x, i, wide & CT_WIDE_X));
+}
 
 /* The mean and 1/sqrt(biased variance + eps) of the row at x + xo, two
  * passes as the ref kernel. */

@@ -987,7 +987,7 @@ static int plan_epilogue(Builder *b, const Node *n, CtErr *err)
         LibLaunch *l = begin(b, "ct_cast", tx != CT_F32 ? tx : ty, shape_numel(ys));
         a_val(l, x);
         a_val(l, y);
-        a_i32(l, (tx == CT_F32) | (ty == CT_F32) << 1);
+        a_i32(l, (tx == CT_F32 ? CT_WIDE_X : 0) | (ty == CT_F32 ? CT_WIDE_Y : 0));
         a_i64(l, shape_numel(ys));
         return 0;
     }
