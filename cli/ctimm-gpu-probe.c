@@ -239,15 +239,15 @@ static int probe_copies(Probe *p, char *msg, size_t len, CtErr *err)
 
 /* ---- cuBLASLt ---- */
 
-typedef enum { G_PLAIN, G_BIAS, G_BIAS_RELU, G_BIAS_GELU_AUX, G_RESIDUAL, G_BATCHED, G_LINEAR } GemmCase;
+typedef enum { G_PLAIN, G_BIAS, G_BIAS_RELU, G_BIAS_GELU_AUX, G_RESIDUAL, G_BATCHED, G_LINEAR, G_BGRAD } GemmCase;
 static const char *const gemm_case_name[] = {"", "+bias", "+bias+relu", "+bias+gelu(aux)", "+residual",
-                                             "batched", "linear (A^T)"};
+                                             "batched", "linear (A^T)", "weight gradient (B^T)+bias gradient"};
 
 /* Column-major D[m, n] = A[m, k] B[k, n] with the case's epilogue. */
 static GemmDesc gemm_case(GemmCase k, CtDType dt)
 {
     GemmDesc d = {.m = 96, .n = 80, .k = 64, .batch = 1, .ab_type = dt, .d_type = dt, .bias_type = dt,
-                  .a = 0, .b = 1, .epi = {.bias = -1, .residual = -1, .aux = -1, .d = 2}};
+                  .a = 0, .b = 1, .epi = {.bias = -1, .residual = -1, .aux = -1, .bgrad = -1, .d = 2}};
     d.lda = d.m, d.ldb = d.k, d.ldc = d.m;
     if (k == G_BIAS || k == G_BIAS_RELU || k == G_BIAS_GELU_AUX)
         d.epi.bias = 3;
@@ -260,13 +260,17 @@ static GemmDesc gemm_case(GemmCase k, CtDType dt)
         d.batch = 3, d.stride_a = d.m * d.k, d.stride_b = d.k * d.n, d.stride_c = d.m * d.n;
     if (k == G_LINEAR)
         d.trans_a = 1, d.lda = d.k;
+    if (k == G_BGRAD) /* dW = x^T dy as the launch plan gives it: dy is B, read transposed, summed over k */
+        d.trans_b = 1, d.ldb = d.n, d.epi.bgrad = 3;
     return d;
 }
 
-/* One GEMM on the device from host operands; D (and aux) downloaded into dst (aux_out). */
+/* One GEMM on the device from host operands; D (and aux, or the bias
+ * gradient) downloaded into dst (aux_out). */
 static int run_gemm(Probe *p, const GemmDesc *d, void *const host[5], void *dst, void *aux_out, CUstream s,
                     Bufs *b, GemmPtrs *ptrs, BlasLtCall *call, CtErr *err)
 {
+    size_t nbg = (size_t)d->n * ct_dtype_size(d->bias_type);
     size_t es = ct_dtype_size(d->ab_type), ed = ct_dtype_size(d->d_type);
     size_t na = (size_t)(d->m * d->k * d->batch), nb = (size_t)(d->k * d->n * d->batch),
            nd = (size_t)(d->m * d->n * d->batch);
@@ -276,10 +280,13 @@ static int run_gemm(Probe *p, const GemmDesc *d, void *const host[5], void *dst,
     *ptrs = (GemmPtrs){upload(p, b, host[0], na * es, err), upload(p, b, host[1], nb * es, err),
                        upload(p, b, NULL, nd * ed, err),
                        d->epi.residual >= 0 ? upload(p, b, host[3], nd * ed, err) : 0,
-                       d->epi.bias >= 0 ? upload(p, b, host[2], (size_t)d->m * ct_dtype_size(d->bias_type), err) : 0,
+                       d->epi.bias >= 0    ? upload(p, b, host[2], (size_t)d->m * ct_dtype_size(d->bias_type), err)
+                       : d->epi.bgrad >= 0 ? upload(p, b, NULL, nbg, err)
+                                           : 0,
                        d->epi.aux >= 0 ? upload(p, b, NULL, nd * ed, err) : 0};
     if (err->msg[0] || blaslt_run(&p->lt, call, ptrs, ws, s, err) || download(p, dst, ptrs->d, nd * ed, err) ||
-        (aux_out && download(p, aux_out, ptrs->aux, nd * ed, err)))
+        (aux_out && d->epi.aux >= 0 && download(p, aux_out, ptrs->aux, nd * ed, err)) ||
+        (aux_out && d->epi.bgrad >= 0 && download(p, aux_out, ptrs->bias, nbg, err)))
         return -1;
     return 0;
 }
@@ -296,14 +303,15 @@ static int probe_gemm(Probe *p, GemmCase k, CtDType dt, char *msg, size_t len, C
     Bufs b = {0};
     GemmPtrs ptrs;
     BlasLtCall call = {0};
-    int rc = run_gemm(p, &d, host, got, d.epi.aux >= 0 ? aux : NULL, p->s, &b, &ptrs, &call, err);
+    int side = d.epi.aux >= 0 || d.epi.bgrad >= 0; /* aux, or the bias gradient in its place */
+    int rc = run_gemm(p, &d, host, got, side ? aux : NULL, p->s, &b, &ptrs, &call, err);
     if (!rc) {
-        sim_gemm(&d, host[0], host[1], want, d.epi.residual >= 0 ? host[3] : NULL, d.epi.bias >= 0 ? host[2] : NULL,
-                 d.epi.aux >= 0 ? aux_want : NULL);
+        sim_gemm(&d, host[0], host[1], want, d.epi.residual >= 0 ? host[3] : NULL,
+                 d.epi.bias >= 0 ? host[2] : d.epi.bgrad >= 0 ? aux_want : NULL, d.epi.aux >= 0 ? aux_want : NULL);
         double tol = tolerance(dt, p->allow_tf32);
         rc = compare(got, want, dt, nd, tol, msg, len);
-        if (!rc && d.epi.aux >= 0 && compare(aux, aux_want, dt, nd, tol, msg, len))
-            rc = -1, strncat(msg, " in aux", len - strlen(msg) - 1);
+        if (!rc && side && compare(aux, aux_want, dt, d.epi.aux >= 0 ? nd : d.n, tol, msg, len))
+            rc = -1, strncat(msg, d.epi.aux >= 0 ? " in aux" : " in the bias gradient", len - strlen(msg) - 1);
         if (rc)
             ct_fail(err, "%s", msg);
     }
@@ -329,7 +337,7 @@ static ConvDesc conv_case(ConvDir dir, ConvCase k, int nhwc, CtDType dt)
     ConvDesc c = {.dir = dir, .n = 4, .c = 16, .h = 12, .w = 12, .k = 32, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1,
                   .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1, .x_nhwc = nhwc,
                   .w_nhwc = nhwc, .y_nhwc = nhwc, .x_type = dt, .w_type = dt, .y_type = dt, .bias_type = dt,
-                  .x = 0, .wt = 1, .y = 2, .epi = {.bias = -1, .residual = -1, .aux = -1, .d = 2}};
+                  .x = 0, .wt = 1, .y = 2, .epi = {.bias = -1, .residual = -1, .aux = -1, .bgrad = -1, .d = 2}};
     if (k == C_DEPTHWISE)
         c.k = c.c, c.groups = c.c;
     if (k == C_BIAS_RELU || k == C_BIAS_RESIDUAL)
@@ -495,7 +503,7 @@ static void run_all(Probe *p)
         p->have_lt = 1;
     report(p, "cuBLASLt open", !p->have_lt, p->have_lt ? "" : err.msg);
     for (int t = 0; p->have_lt && t < 3; t++)
-        for (GemmCase k = G_PLAIN; k <= G_LINEAR; k++) {
+        for (GemmCase k = G_PLAIN; k <= G_BGRAD; k++) {
             snprintf(name, sizeof name, "cuBLASLt %s GEMM %s", dname(dts[t]), gemm_case_name[k]);
             PROBE(name, probe_gemm(p, k, dts[t], msg, sizeof msg, &err));
         }

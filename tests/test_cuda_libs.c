@@ -44,7 +44,7 @@ int main(void)
     rc = blaslt_open(&lt, &err);
     if (rc == 0) {
         GemmDesc d = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .batch = 1, .ab_type = CT_F16,
-                      .d_type = CT_F16, .bias_type = CT_F16, .epi = {.bias = -1, .residual = -1, .aux = -1}};
+                      .d_type = CT_F16, .bias_type = CT_F16, .epi = {.bias = -1, .residual = -1, .aux = -1, .bgrad = -1}};
         BlasLtCall call;
         rc = blaslt_prepare(&lt, &d, 0, 1 << 20, &call, &err);
         if (rc == 0)

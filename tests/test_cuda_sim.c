@@ -15,7 +15,8 @@
  * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
  * random erasing and mixup in the graph; attention with a bias on the
  * scores; batch norms trained with remat, whose gradients the plan runs
- * with their activations' (lib_bn_act_grad). (ctimm-run
+ * with their activations' (lib_bn_act_grad); linear layers' bias
+ * gradients summed in their weight gradients' GEMMs (BGRADB). (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
 #include <math.h>
 #include <string.h>
@@ -309,17 +310,19 @@ static void check_net(const char *name, NetBody body, int gathers, int remat, Ct
     char what[96];
     snprintf(what, sizeof what, "%s %s step %s%s", name, opt,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
-    if (remat) {
-        LaunchPlan lp;
-        int spans[3] = {0};
-        if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
-            for (int s = 0; s < lp.nsteps; s++)
-                spans[lp.steps[s].span]++;
-            launch_plan_free(&lp);
+    LaunchPlan lp;
+    int spans[3] = {0}, bias_grads = 0;
+    if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
+        for (int s = 0; s < lp.nsteps; s++) {
+            bias_grads += lp.steps[s].kind == LP_GEMM && lp.steps[s].gemm.epi.bgrad >= 0;
+            spans[lp.steps[s].span] += lp.steps[s].kind == LP_LIB;
         }
-        CHECKF(spans[2] == 2 && spans[1] == 1, "%s: %d norms run again with their activations' gradients (not 2), %d "
-               "norms' gradients with relu's (not 1)", what, spans[2], spans[1]);
+        launch_plan_free(&lp);
     }
+    CHECKF(bias_grads == 1, "%s: %d bias gradients in the GEMM epilogue (not fc's)", what, bias_grads);
+    CHECKF(!remat || (spans[2] == 2 && spans[1] == 1),
+           "%s: %d norms run again with their activations' gradients (not 2), %d norms' gradients with relu's (not 1)",
+           what, spans[2], spans[1]);
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);

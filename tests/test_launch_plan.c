@@ -5,8 +5,9 @@
  * overlap of live values), kernel grids cover their loops, every op has a
  * kernel or a library call (launch_plan_supports says so too), and
  * test_resnet's batch norms take their residual adds and ReLUs into their
- * elementwise pass, and test_vit's 16-bit attention runs on the tensor
- * cores' kernels unless CTIMM_ATTENTION=simt. */
+ * elementwise pass, every linear layer's bias gradient is summed by its
+ * weight gradient's GEMM (cuBLASLt's BGRADB), and test_vit's 16-bit
+ * attention runs on the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,9 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
+            int bias_grads = 0, linear_biases = 0, tampered = -1;
+            for (int i = 0; training && i < g.nnodes; i++)
+                linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -66,6 +70,14 @@ static void test_models(void)
                     bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib <= 3 &&
                                     apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + fs->n - 1]].out[0];
                 }
+                if (st->kind == LP_GEMM && st->gemm.epi.bgrad >= 0) { /* dy's sum in dW's GEMM: BGRADB */
+                    const Node *r = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step + 1].first]];
+                    CHECKF(st->span == 1 && r->op == CT_OP_reduce_sum && r->out[0] == st->gemm.epi.bgrad &&
+                               r->in[0] == st->gemm.b && st->nfallback > 0 && st->gemm.epi.bias < 0,
+                           "%s: the bias gradient of GEMM step %d", models[m], s);
+                    bias_grads++;
+                    tampered = s;
+                }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
                 if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
@@ -93,6 +105,16 @@ static void test_models(void)
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
+            /* every linear layer's bias gradient summed by its weight gradient's GEMM */
+            CHECKF(bias_grads == linear_biases, "%s mode %d: %d bias gradients in GEMM epilogues, %d linear biases",
+                   models[m], mode, bias_grads, linear_biases);
+            if (tampered >= 0) { /* the check sees a GEMM that claims another value */
+                ValueId bg = lp.steps[tampered].gemm.epi.bgrad;
+                lp.steps[tampered].gemm.epi.bgrad = lp.steps[tampered].gemm.epi.d;
+                CHECKF(launch_plan_check(&g, &lp, &err) != 0 && strstr(err.msg, "bias gradient"),
+                       "%s mode %d: a GEMM's wrong bias gradient passes the check", models[m], mode);
+                lp.steps[tampered].gemm.epi.bgrad = bg;
+            }
             printf("test_launch_plan: %s %s: %d kernels, %d GEMM, %d conv (%d with an NHWC filter copy), "
                    "%d library, %d copies; %zu device bytes; no kernel yet:%s\n",
                    models[m], mode == 0 ? "eval" : mode == 1 ? "train f32" : "train amp channels_last",

@@ -1,7 +1,7 @@
 /* The library calls of the cuda backend as pure descriptors
  * (codegen/cuda/gemm_desc.h, conv_desc.h): hand-built steps give the
  * expected cuBLASLt (m, n, k), transposes, leading dimensions, batch strides
- * and epilogue, and cuDNN sizes and formats; every GEMM and convolution
+ * and epilogue (a bias gradient's too), and cuDNN sizes and formats; every GEMM and convolution
  * step of test_resnet and test_vit training graphs (f32 NCHW, and AMP f16
  * channels_last: all NHWC in the conv net) translates, consistently with
  * its nodes' shapes. */
@@ -97,6 +97,41 @@ static void test_matmul(void)
     }
 }
 
+/* A weight gradient's GEMM and the sum of its B operand over k (BGRADB):
+ * dW = dy^T x with db = dy summed over rows; a [..., k] B not transposed,
+ * summed over its last dim; not a sum over another dim, nor of A, nor
+ * beside a batched GEMM. */
+static void test_bias_grad(void)
+{
+    for (int variant = 0; variant < 5; variant++) {
+        Graph g;
+        FusePlan p;
+        CtErr err;
+        graph_init(&g);
+        int ta = variant != 1;
+        ValueId a = variant == 1 ? input(&g, "a", 3, (int64_t[]){2, 5, 6})
+                    : variant == 4 ? input(&g, "a", 3, (int64_t[]){2, 6, 4})
+                                   : input(&g, "a", 2, (int64_t[]){6, 4});
+        ValueId b = variant == 4 ? input(&g, "b", 3, (int64_t[]){2, 6, 3}) : input(&g, "b", 2, (int64_t[]){6, 3});
+        ValueId y = node(&g, CT_OP_matmul, 2, (ValueId[]){a, b}, (int64_t[]){ta, 0}, 2);
+        int64_t mask = variant == 1 ? 4 : variant == 2 ? 2 : variant == 4 ? 2 : 1;
+        ValueId r = node(&g, CT_OP_reduce_sum, 1, (ValueId[]){variant == 3 ? b : a}, (int64_t[]){mask, 0}, 2);
+        graph_mark_output(&g, y);
+        graph_mark_output(&g, r);
+        CHECK(fuse_plan(&g, &p, &err) == 0);
+        GemmDesc d;
+        CHECK(gemm_desc(&g, &p, step_of(&g, &p, y), &d, &err) == 0);
+        ValueId got = gemm_bias_grad(&g, &p, step_of(&g, &p, y), step_of(&g, &p, r), &d);
+        CHECKF(got == (variant < 2 ? r : -1), "variant %d: %d", variant, got);
+        if (variant == 0)
+            CHECK(d.m == 3 && d.n == 4 && d.k == 6 && d.trans_b && d.ldb == 4 && d.b == a);
+        if (variant == 1)
+            CHECK(d.m == 3 && d.n == 10 && d.k == 6 && !d.trans_b && d.ldb == 6 && d.b == a);
+        fuse_free(&p);
+        graph_free(&g);
+    }
+}
+
 /* conv2d 3x3 stride 2 + bias + ReLU, and its two gradients' directions. */
 static void test_conv(void)
 {
@@ -184,6 +219,7 @@ int main(void)
 {
     test_linear();
     test_matmul();
+    test_bias_grad();
     test_conv();
     test_models();
     return check_done("test_lib_desc");

@@ -2,7 +2,8 @@
  * four test models' eval graphs the steps' FLOPs add up to twice the stats
  * pass's multiply-accumulates (attention counted as its matmuls), a
  * training step's to at least twice its forward's; and on small graphs the
- * bytes and floors are the ones counted by hand, a view moving none. */
+ * bytes and floors are the ones counted by hand, a view moving none, a
+ * bias gradient in its GEMM's epilogue reading dy once. */
 #include <stdio.h>
 
 #include "check.h"
@@ -107,6 +108,39 @@ static void test_by_hand(const RooflineDevice *d)
     graph_free(&g);
 }
 
+/* dy [6, 4], x [6, 3] -> dW = dy^T x [4, 3] and db = dy summed over rows
+ * [4]: one GEMM step spanning the sum (BGRADB), reading dy once (96 bytes)
+ * and x (72), storing dW (48) and db (16), 2 x 4 x 3 x 6 FLOPs. */
+static void test_bias_grad(const RooflineDevice *d)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    graph_init(&g);
+    ValueId dy = value(&g, 2, (int64_t[]){6, 4}), x = value(&g, 2, (int64_t[]){6, 3});
+    int mm = graph_add_node(&g, &(Node){.op = CT_OP_matmul, .nin = 2, .in = {dy, x}, .iattr = {1, 0}}, "w", &err);
+    int rs = graph_add_node(&g, &(Node){.op = CT_OP_reduce_sum, .nin = 1, .in = {dy}, .iattr = {1, 0}}, "b", &err);
+    CHECKF(mm >= 0 && rs >= 0, "%s", err.msg);
+    if (rs < 0)
+        return;
+    graph_mark_output(&g, g.nodes[mm].out[0]);
+    graph_mark_output(&g, g.nodes[rs].out[0]);
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "%s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    CHECKF(lp.nsteps == 1 && lp.steps[0].kind == LP_GEMM && lp.steps[0].span == 1 &&
+               lp.steps[0].gemm.epi.bgrad == g.nodes[rs].out[0],
+           "%d steps", lp.nsteps);
+    if (lp.nsteps == 1) {
+        RooflineStep t = roofline_step(&lp, &g, 0, d, 0);
+        CHECKF(t.flops == 144 && t.bytes == 232, "the GEMM: %g FLOPs, %g bytes", t.flops, t.bytes);
+    }
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
 /* softmax of x [4, 8] over dim 1, viewed [8, 4], softmax over dim 1: the
  * view between the two library steps is placed at its input's address, no
  * launch, and moves nothing; each softmax reads 128 bytes and stores 128. */
@@ -153,5 +187,6 @@ int main(void)
     test_models(&d);
     test_by_hand(&d);
     test_view(&d);
+    test_bias_grad(&d);
     return check_done("test_roofline");
 }

@@ -49,7 +49,7 @@ int conv_desc(const Graph *g, const FusePlan *p, const FuseStep *st, ConvDesc *d
         epi_desc(g, p, st, d->k, 0, &d->epi);
         d->bias_type = d->epi.bias >= 0 ? g->values[d->epi.bias].type.dtype : d->y_type;
     } else {
-        d->epi = (EpiDesc){.bias = -1, .residual = -1, .aux = -1, .d = n->out[0], .tail = 1};
+        d->epi = (EpiDesc){.bias = -1, .residual = -1, .aux = -1, .bgrad = -1, .d = n->out[0], .tail = 1};
         d->bias_type = d->y_type;
     }
     return 0;

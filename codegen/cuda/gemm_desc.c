@@ -53,7 +53,7 @@ void epi_desc(const Graph *g, const FusePlan *p, const FuseStep *st, int64_t cha
 {
     const Node *first = &g->nodes[p->nodes[st->first]];
     ValueId cur = first->out[0];
-    e->residual = e->aux = -1;
+    e->residual = e->aux = e->bgrad = -1;
     e->act = GEMM_ACT_NONE;
     int i = 1;
     for (; i < st->n; i++) {
@@ -105,4 +105,21 @@ int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d
     d->d_type = g->values[d->epi.d].type.dtype;
     d->bias_type = d->epi.bias >= 0 ? g->values[d->epi.bias].type.dtype : d->d_type;
     return 0;
+}
+
+ValueId gemm_bias_grad(const Graph *g, const FusePlan *p, const FuseStep *st, const FuseStep *next,
+                       const GemmDesc *d)
+{
+    const Node *mm = &g->nodes[p->nodes[st->first]], *r = &g->nodes[p->nodes[next->first]];
+    if (mm->op != CT_OP_matmul || st->n != 1 || d->batch != 1 || next->kind != FUSE_LIBRARY || next->n != 1 ||
+        r->op != CT_OP_reduce_sum || r->in[0] != d->b)
+        return -1;
+    /* B is the node's a: [k, n] read transposed, else [..., k] with its
+     * other dims folded into n; k is a's first dim or its last */
+    const CtShape *b = shape_of(g, d->b);
+    int64_t k_dim = d->trans_b ? 0 : b->ndim - 1;
+    if ((d->trans_b && b->ndim != 2) || r->iattr[0] != (int64_t)1 << k_dim)
+        return -1;
+    const Value *out = &g->values[r->out[0]];
+    return out->type.dtype == d->d_type && shape_numel(&out->type.shape) == d->n ? r->out[0] : -1;
 }

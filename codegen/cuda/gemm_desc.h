@@ -22,6 +22,11 @@
  * epilogue there. The step's nodes from `tail` on are not done by the call
  * and run as an elementwise pass over its output. Operands stored NHWC
  * (channels_last 4-D values) are refused: they are not row-major matrices.
+ *
+ * A weight gradient's GEMM (dW = dy^T x, no epilogue of its own) can also
+ * compute the bias gradient beside it, the sum of dy over the rows that
+ * the GEMM reduces (cuBLASLt's BGRADB: B summed over k, one value per
+ * column of D, written through the bias pointer): gemm_bias_grad.
  */
 #ifndef CTIMM_GEMM_DESC_H
 #define CTIMM_GEMM_DESC_H
@@ -38,6 +43,8 @@ typedef struct EpiDesc {
     ValueId bias;     /* one value per output channel, or -1 */
     ValueId residual; /* added with beta = 1, or -1 */
     ValueId aux;      /* GELU's input, stored by the epilogue, or -1 */
+    ValueId bgrad;    /* B summed over k (n values, bias_type), stored by the epilogue, or -1; never with the
+                       * others */
     GemmAct act;
     ValueId d;        /* the value the call writes */
     int tail;         /* first node of the step (0-based within it) the call leaves */
@@ -61,5 +68,13 @@ typedef struct GemmDesc {
 
 /* The step's GEMM; fails when the step is not a linear/matmul step. */
 int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d, CtErr *err);
+
+/* The value of fusion step `next` (a reduce_sum alone) when it sums the
+ * B operand of d, the GEMM of step st, over d's k dimension into d's n
+ * values in D's dtype, and st is a plain, unbatched matmul with nothing
+ * after it: a weight gradient's GEMM and its bias gradient, which BGRADB
+ * computes together. -1 otherwise. */
+ValueId gemm_bias_grad(const Graph *g, const FusePlan *p, const FuseStep *st, const FuseStep *next,
+                       const GemmDesc *d);
 
 #endif

@@ -30,12 +30,37 @@ unsigned lp_grid(long long items, int sms)
     return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
+/* A weight gradient's GEMM stores its bias gradient (gemm_bias_grad_step)
+ * at the reduction's step, after the GEMM node, where the memory plan may
+ * have put it over what the GEMM reads, freed after it: such a gradient
+ * (a vector) goes to the spill area, and the two steps still run as one. */
+static void spill_bias_grads(const Graph *g, const LaunchPlan *lp, char *spill)
+{
+    for (int s = 0; s + 1 < lp->fuse.nsteps; s++) {
+        const FuseStep *fs = &lp->fuse.steps[s];
+        GemmDesc d;
+        CtErr err;
+        if (fs->kind != FUSE_LIBRARY || g->nodes[lp->fuse.nodes[fs->first]].op != CT_OP_matmul ||
+            gemm_desc(g, &lp->fuse, fs, &d, &err))
+            continue;
+        ValueId bg = gemm_bias_grad(g, &lp->fuse, fs, &lp->fuse.steps[s + 1], &d);
+        const ValueId used[3] = {d.a, d.b, d.epi.d};
+        for (int k = 0; bg >= 0 && k < 3; k++) {
+            size_t ob = lp->mem.offset[bg], ou = lp->mem.offset[used[k]];
+            if (ob != PLAN_NONE && ou != PLAN_NONE && ob < ou + value_bytes(&g->values[used[k]]) &&
+                ou < ob + value_bytes(&g->values[bg]))
+                spill[bg] = 1;
+        }
+    }
+}
+
 static int place_values(const Graph *g, LaunchPlan *lp)
 {
     char *spill = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(spill != NULL);
     for (int l = 0; l < lp->nk; l++)
         kir_mark_clashes(g, &lp->mem, &lp->k[l], 1, spill);
+    spill_bias_grads(g, lp, spill);
     size_t end = lp->mem.arena_bytes;
     for (ValueId v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
@@ -213,6 +238,31 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return add_launches(g, lp, fs, tail, st, err);
 }
 
+/* The GEMM just added for fusion step s taking step s + 1, its bias
+ * gradient, into its epilogue: 1 when it does, 0 when not, -1 on failure.
+ * The gradient is clear of the GEMM's operands (spill_bias_grads). */
+static int gemm_bias_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    LpStep *st = &lp->steps[lp->nsteps - 1];
+    if (st->kind != LP_GEMM || s + 1 >= lp->fuse.nsteps)
+        return 0;
+    const FuseStep *next = &lp->fuse.steps[s + 1];
+    ValueId bg = gemm_bias_grad(g, &lp->fuse, &lp->fuse.steps[s], next, &st->gemm);
+    const ValueId reads[3] = {st->gemm.a, st->gemm.b, st->gemm.epi.d};
+    if (bg < 0 || !clear_of(g, lp, bg, reads, 3, -1))
+        return 0;
+    size_t scratch;
+    st->fallback = malloc(sizeof *st->fallback * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->fallback != NULL);
+    if (lib_launches(g, &g->nodes[lp->fuse.nodes[next->first]], st->fallback, &st->nfallback, &scratch, err))
+        return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[next->first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    st->gemm.epi.bgrad = bg;
+    st->gemm.bias_type = g->values[bg].type.dtype;
+    st->span = 1;
+    return 1;
+}
+
 /* Fusion step s and the one or two after it as one (lib_bn_act_grad),
  * batch_norm node bn's forward run again: the steps it spans (the step
  * added), 0 when they do not fit it (they run as they are), -1 on failure. */
@@ -276,8 +326,9 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
             st->copy_dst = n->in[0];
             st->copy_src = n->in[1];
         } else if (fs->kind == FUSE_LIBRARY) {
-            if (library_step(g, lp, s, err))
+            if (library_step(g, lp, s, err) || (span = gemm_bias_grad_step(g, lp, s, err)) < 0)
                 goto fail;
+            s += span;
         } else if (fs->view) { /* a copy, unless the memory plan gave it its input's address */
             LpStep *st = add_step(lp, LP_LIB, s);
             if (!same_address(lp, g, fs) && add_launches(g, lp, fs, 0, st, err))
@@ -310,8 +361,10 @@ void launch_plan_free(LaunchPlan *lp)
 {
     for (int l = 0; l < lp->nk; l++)
         kir_free(&lp->k[l]);
-    for (int s = 0; s < lp->nsteps; s++)
+    for (int s = 0; s < lp->nsteps; s++) {
         free(lp->steps[s].lib);
+        free(lp->steps[s].fallback);
+    }
     free(lp->k);
     free(lp->steps);
     free(lp->offset);
@@ -361,8 +414,17 @@ int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
             ct_fail(err, "step %d: %d epilogue nodes but %d launches", i, fs->n - tail, st->nlib);
             goto done;
         }
-        for (int l = 0; l <= st->nlib; l++) {
-            const LibLaunch *ll = l < st->nlib ? &st->lib[l] : st->mirrored ? &st->mirror : NULL;
+        if (st->span && st->kind == LP_GEMM &&
+            (st->span != 1 || st->gemm.epi.bgrad < 0 || st->nfallback < 1 ||
+             st->gemm.epi.bgrad != g->nodes[lp->fuse.nodes[lp->fuse.steps[st->fuse_step + 1].first]].out[0])) {
+            ct_fail(err, "step %d: a GEMM spans a step other than its bias gradient", i);
+            goto done;
+        }
+        for (int l = 0; l <= st->nlib + st->nfallback; l++) {
+            const LibLaunch *ll = l < st->nlib                  ? &st->lib[l]
+                                  : l < st->nlib + st->nfallback ? &st->fallback[l - st->nlib]
+                                  : st->mirrored                 ? &st->mirror
+                                                                 : NULL;
             for (int a = 0; ll && a < ll->nargs; a++)
                 if (ll->arg[a].kind == LA_VALUE && placed(g, lp, ll->arg[a].v, err))
                     goto done;

@@ -38,6 +38,11 @@
  * fuse_bn_act_grad_steps, where lib_bn_act_grad_fits) run as one LP_LIB
  * step (lib_bn_act_grad) that spans those fusion steps.
  *
+ * A weight gradient's GEMM whose next fusion step is the bias gradient
+ * (gemm_bias_grad) computes it in its epilogue and spans that step; the
+ * reduction's own launches are kept as `fallback`, for a cuBLASLt with no
+ * algorithm for that epilogue.
+ *
  * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
  * the backend refuses such graphs before running (the CLIs fall back).
  */
@@ -58,7 +63,8 @@ typedef enum LpKind { LP_KERNEL, LP_GEMM, LP_CONV, LP_LIB, LP_COPY, LP_UNSUPPORT
 typedef struct LpStep {
     LpKind kind;
     int fuse_step;          /* the step of the fusion plan */
-    int span;               /* the fusion plan's steps after it this one runs too (lib_bn_act_grad's two) */
+    int span;               /* the fusion plan's steps after it this one runs too (lib_bn_act_grad's two, a
+                             * GEMM's bias gradient) */
     int launch;             /* LP_KERNEL: the kernel ct_k<launch> */
     unsigned grid, block;   /* LP_KERNEL */
     GemmDesc gemm;          /* LP_GEMM */
@@ -68,6 +74,9 @@ typedef struct LpStep {
                              * backward-filter one */
     LibLaunch *lib;         /* LP_LIB, and the epilogue left by LP_GEMM/LP_CONV */
     int nlib;
+    LibLaunch *fallback;    /* LP_GEMM with gemm.epi.bgrad: the spanned reduction's launches, run after the
+                             * call in its place where the library refuses that epilogue */
+    int nfallback;
     ValueId copy_src, copy_dst; /* LP_COPY */
     const char *op;         /* LP_UNSUPPORTED: the op without a kernel */
 } LpStep;

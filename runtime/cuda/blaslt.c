@@ -1,5 +1,6 @@
 /* Contract: blaslt_run computes D = epilogue(A B + C) for a prepared
- * GemmDesc, all of it one cublasLtMatmul on the given stream. */
+ * GemmDesc (and B's sums over k for a bias gradient), all of it one
+ * cublasLtMatmul on the given stream. */
 #include "runtime/cuda/blaslt.h"
 
 #include <cublasLt.h>
@@ -94,6 +95,8 @@ static cudaDataType_t data_type(CtDType t)
 static cublasLtEpilogue_t epilogue(const EpiDesc *e)
 {
     int bias = e->bias >= 0;
+    if (e->bgrad >= 0)
+        return CUBLASLT_EPILOGUE_BGRADB;
     switch (e->act) {
     case GEMM_ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case GEMM_ACT_GELU_TANH:
@@ -200,7 +203,7 @@ int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t ma
     /* the heuristic reads the epilogue pointers' alignment off their values
      * (cublasLt.h): stand-ins aligned as the real ones, which blaslt_run sets */
     void *stand_in = (void *)(uintptr_t)OPERAND_ALIGN;
-    if (s == CUBLAS_STATUS_SUCCESS && d->epi.bias >= 0)
+    if (s == CUBLAS_STATUS_SUCCESS && (d->epi.bias >= 0 || d->epi.bgrad >= 0))
         s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &stand_in, sizeof stand_in);
     if (s == CUBLAS_STATUS_SUCCESS && d->epi.aux >= 0)
         s = f->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &stand_in,

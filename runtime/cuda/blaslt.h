@@ -46,7 +46,7 @@ typedef struct BlasLtCall {
 } BlasLtCall;
 
 typedef struct GemmPtrs {
-    CUdeviceptr a, b, d, residual, bias, aux; /* 0 where the GemmDesc has none */
+    CUdeviceptr a, b, d, residual, bias, aux; /* 0 where the GemmDesc has none; bias: the bias gradient too */
 } GemmPtrs;
 
 int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t max_workspace, BlasLtCall *c,

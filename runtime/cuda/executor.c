@@ -39,9 +39,10 @@ struct CudaLoaded {
     int ngen;            /* of them loaded */
     CUmodule lib;
     CUfunction *kfn;     /* per launch id */
-    CUfunction **libfn;  /* per step: one per LibLaunch */
+    CUfunction **libfn;  /* per step: one per LibLaunch, then one per fallback launch */
     CUfunction *mirrorfn; /* per step: its filter copy's kernel, where mirrored */
     BlasLtCall *gemm;    /* per step */
+    char *unfused;       /* per step: cuBLASLt refused its bias gradient's epilogue; the fallback runs */
     DnnCall *conv;       /* per step */
     size_t *in_off;      /* per value: offset in the input block, or PLAN_NONE */
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
@@ -174,11 +175,13 @@ static int load_modules(CudaLoaded *ld, CtErr *err)
         rc = load_image(ex, &c->lib, &ld->lib, err);
     for (int s = 0; !rc && s < ld->lp->nsteps; s++) {
         const LpStep *st = &ld->lp->steps[s];
-        ld->libfn[s] = calloc((size_t)st->nlib + 1, sizeof **ld->libfn);
+        ld->libfn[s] = calloc((size_t)(st->nlib + st->nfallback) + 1, sizeof **ld->libfn);
         CT_ASSERT(ld->libfn[s] != NULL);
-        for (int j = 0; !rc && j < st->nlib; j++)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->libfn[s][j], ld->lib, st->lib[j].kernel), err,
-                          "library kernel %s", st->lib[j].kernel);
+        for (int j = 0; !rc && j < st->nlib + st->nfallback; j++) {
+            const char *kernel = j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel;
+            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->libfn[s][j], ld->lib, kernel), err, "library kernel %s",
+                          kernel);
+        }
         if (!rc && st->mirrored)
             rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->mirrorfn[s], ld->lib, st->mirror.kernel), err,
                           "library kernel %s", st->mirror.kernel);
@@ -259,7 +262,14 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     for (int s = 0; s < ld->lp->nsteps && !rc; s++) {
         const LpStep *st = &ld->lp->steps[s];
         if (st->kind == LP_GEMM) {
-            if (blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s], err)) {
+            /* without the bias gradient's epilogue where cuBLASLt has no algorithm for it */
+            GemmDesc plain = st->gemm;
+            plain.epi.bgrad = -1;
+            plain.bias_type = plain.d_type;
+            ld->unfused[s] = blaslt_prepare(&ex->lt, &st->gemm, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s],
+                                            err) != 0;
+            if (ld->unfused[s] && (st->gemm.epi.bgrad < 0 ||
+                 blaslt_prepare(&ex->lt, &plain, ex->opt.allow_tf32, GEMM_WORKSPACE, &ld->gemm[s], err))) {
                 rc = ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
                                 (long long)st->gemm.n, (long long)st->gemm.k);
                 break;
@@ -334,10 +344,12 @@ int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded
     ld->libfn = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->libfn);
     ld->mirrorfn = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->mirrorfn);
     ld->gemm = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->gemm);
+    ld->unfused = calloc((size_t)ld->lp->nsteps + 1, 1);
     ld->conv = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->conv);
     ld->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->in_off);
     ld->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->st_off);
-    CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->conv && ld->in_off && ld->st_off);
+    CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->unfused && ld->conv && ld->in_off &&
+              ld->st_off);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
         place_blocks(ld, &p->g, state, err) || load_modules(ld, err) || prepare_calls(ld, err) ||
         alloc_memory(ld, err) || alloc_staging(ld, err))
@@ -389,6 +401,7 @@ void cuda_loaded_free(CudaLoaded *ld)
     free(ld->libfn);
     free(ld->mirrorfn);
     free(ld->gemm);
+    free(ld->unfused);
     free(ld->conv);
     free(ld->in_off);
     free(ld->st_off);
@@ -434,7 +447,7 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
     } else if (st->kind == LP_GEMM) {
         const GemmDesc *d = &st->gemm;
         GemmPtrs p = {addr(ld, d->a), addr(ld, d->b), addr(ld, d->epi.d), addr(ld, d->epi.residual),
-                      addr(ld, d->epi.bias), addr(ld, d->epi.aux)};
+                      addr(ld, ld->unfused[s] || d->epi.bgrad < 0 ? d->epi.bias : d->epi.bgrad), addr(ld, d->epi.aux)};
         rc = blaslt_run(&ex->lt, &ld->gemm[s], &p, ld->workspace, ex->stream, err);
     } else if (st->kind == LP_CONV) {
         const ConvDesc *c = &st->conv;
@@ -456,6 +469,8 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
     }
     for (int j = 0; !rc && j < st->nlib; j++)
         rc = launch_lib(ld, ld->libfn[s][j], &st->lib[j], err);
+    for (int j = 0; !rc && ld->unfused[s] && j < st->nfallback; j++)
+        rc = launch_lib(ld, ld->libfn[s][st->nlib + j], &st->fallback[j], err);
     if (!rc && ex->opt.sync_each)
         rc = cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running step %d", s);
     return rc ? ct_failctx(err, "step %d of %d", s, ld->lp->nsteps) : 0;

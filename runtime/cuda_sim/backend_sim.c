@@ -263,10 +263,11 @@ static int run_step(CtExec *e, int s, CtErr *err)
         free(params);
     } else if (st->kind == LP_GEMM) {
         const GemmDesc *d = &st->gemm;
-        ValueId vs[6] = {d->a, d->b, d->epi.d, d->epi.residual, d->epi.bias, d->epi.aux};
+        ValueId bias = d->epi.bgrad >= 0 ? d->epi.bgrad : d->epi.bias; /* the library's bias pointer */
+        ValueId vs[6] = {d->a, d->b, d->epi.d, d->epi.residual, bias, d->epi.aux};
         for (int i = 0; i < 6; i++)
             allow_value(e, vs[i]);
-        sim_gemm(d, addr(e, d->a), addr(e, d->b), addr(e, d->epi.d), addr(e, d->epi.residual), addr(e, d->epi.bias),
+        sim_gemm(d, addr(e, d->a), addr(e, d->b), addr(e, d->epi.d), addr(e, d->epi.residual), addr(e, bias),
                  addr(e, d->epi.aux));
     } else if (st->kind == LP_CONV) {
         const ConvDesc *cd = &st->conv;

@@ -43,7 +43,7 @@ static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int
     return (batch - 1) * stride + (cols - 1) * ld + rows;
 }
 
-void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const void *residual, const void *bias,
+void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const void *residual, void *bias,
               void *aux)
 {
     double *A = widen(a, d->ab_type, d->trans_a ? extent(d->k, d->m, d->lda, d->batch, d->stride_a)
@@ -51,7 +51,8 @@ void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const 
     double *B = widen(b, d->ab_type, d->trans_b ? extent(d->n, d->k, d->ldb, d->batch, d->stride_b)
                                                 : extent(d->k, d->n, d->ldb, d->batch, d->stride_b));
     double *C = residual ? widen(residual, d->d_type, extent(d->m, d->n, d->ldc, d->batch, d->stride_c)) : NULL;
-    double *bs = bias ? widen(bias, d->bias_type, d->m) : NULL;
+    int bgrad = d->epi.bgrad >= 0;
+    double *bs = bias && !bgrad ? widen(bias, d->bias_type, d->m) : NULL;
     for (int64_t t = 0; t < d->batch; t++)
         for (int64_t j = 0; j < d->n; j++)
             for (int64_t i = 0; i < d->m; i++) {
@@ -67,6 +68,12 @@ void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const 
                     st(aux, d->d_type, ic, s);
                 st(dst, d->d_type, ic, act(d->epi.act, s));
             }
+    for (int64_t j = 0; bgrad && j < d->n; j++) { /* B's column j summed over k */
+        double s = 0;
+        for (int64_t l = 0; l < d->k; l++)
+            s += B[d->trans_b ? j + l * d->ldb : l + j * d->ldb];
+        st(bias, d->bias_type, j, s);
+    }
     free(A);
     free(B);
     free(C);

@@ -14,8 +14,10 @@
 
 #include "codegen/program.h"
 
-/* D = act(op(A) op(B) + C + bias), aux = its input where asked. */
-void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const void *residual, const void *bias,
+/* D = act(op(A) op(B) + C + bias), aux = its input where asked; with a
+ * bias gradient (epi.bgrad), D = op(A) op(B) and `bias` is written: op(B)
+ * summed over k, per column (batch 1). */
+void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const void *residual, void *bias,
               void *aux);
 
 /* CONV_FWD: y = act(conv(x, w) + z + bias) into y; CONV_BWD_DATA: x = the
