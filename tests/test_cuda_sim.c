@@ -16,7 +16,8 @@
  * random erasing and mixup in the graph; attention with a bias on the
  * scores; batch norms trained with remat, whose gradients the plan runs
  * with their activations' (lib_bn_act_grad); linear layers' bias
- * gradients summed in their weight gradients' GEMMs (BGRADB). (ctimm-run
+ * gradients summed in their weight gradients' GEMMs (BGRADB), test_vit's
+ * residual adds in the norms after them under AMP. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
 #include <math.h>
 #include <string.h>

@@ -6,8 +6,9 @@
  * kernel or a library call (launch_plan_supports says so too), and
  * test_resnet's batch norms take their residual adds and ReLUs into their
  * elementwise pass, every linear layer's bias gradient is summed by its
- * weight gradient's GEMM (cuBLASLt's BGRADB), and test_vit's 16-bit
- * attention runs on the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
+ * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
+ * take the residual adds before them, and its 16-bit attention runs on
+ * the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,7 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
-            int bias_grads = 0, linear_biases = 0, tampered = -1;
+            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0;
             for (int i = 0; training && i < g.nnodes; i++)
                 linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
@@ -78,6 +79,15 @@ static void test_models(void)
                     bias_grads++;
                     tampered = s;
                 }
+                const Node *ln = st->span == 1 ? &g.nodes[lp.fuse.nodes[fs[1].first]] : NULL;
+                if (st->kind == LP_LIB && ln && ln->op == CT_OP_layer_norm) { /* the residual add in the norm */
+                    const LibLaunch *k = &st->lib[0];
+                    CHECKF(fs->kind == FUSE_ELEMENTWISE && st->nlib == 1 && !strncmp(k->kernel, "ct_layer_norm_", 14) &&
+                               k->arg[5].kind == LA_VALUE && k->arg[3].v == ln->out[0] &&
+                               (k->arg[6].kind == LA_VALUE) == lp.fuse.materialised[ln->in[0]],
+                           "%s: step %d spans an elementwise step and %s", models[m], s, op_def(ln->op)->name);
+                    norm_adds++;
+                }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
                 if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
@@ -105,6 +115,9 @@ static void test_models(void)
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
+            /* under AMP the residual adds before test_vit's norms: at least each block's second norm's */
+            CHECKF(norm_adds >= 6 || m != 1 || mode != 2, "%s mode %d: %d norms take the residual add before them",
+                   models[m], mode, norm_adds);
             /* every linear layer's bias gradient summed by its weight gradient's GEMM */
             CHECKF(bias_grads == linear_biases, "%s mode %d: %d bias gradients in GEMM epilogues, %d linear biases",
                    models[m], mode, bias_grads, linear_biases);

@@ -106,7 +106,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_softmax_grad_f32"))
         ct_softmax_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6));
     else if (!strcmp(k, "ct_layer_norm_f32"))
-        ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), X(5), I(6), I(7), I(8), R(9));
+        ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), X(7), I(8), I(9), I(10), R(11));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
         ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), R(12));
     else if (!strcmp(k, "ct_layer_norm_grad_w_part_f32"))
@@ -289,6 +289,16 @@ typedef struct Poison {
 static const Poison *poison;
 static int npoison;
 
+/* A case of layer_norm's prologue (lib_layer_norm_res): the norm's input
+ * the sum x + r; `alias`: the sum stored over x and the norm's output over
+ * r, as the memory plan may place them. */
+typedef struct LnRes {
+    ValueId x, r, sum;
+    int alias;
+} LnRes;
+
+static const LnRes *ln_res;
+
 /* Element i of value val, input k of the case (its last float input: last_float). */
 static float input_value(const Value *val, int64_t i, int k, int last_float)
 {
@@ -353,20 +363,29 @@ static void check_case(Case *c, const char *what)
     size_t scratch_bytes;
     if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
-    } else if (lib_launches(g, n, l, &nl, &scratch_bytes, &err)) {
+    } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_res(g, n, ln_res->x, ln_res->r, ln_res->sum, l, &nl, &err))
+                      : lib_launches(g, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&out[k]);
     } else {
         float *scratch = calloc(scratch_bytes / sizeof(float) + 1, sizeof(float));
         CT_ASSERT(scratch != NULL);
+        ValueId stored[2] = {ln_res && ln_res->alias ? ln_res->sum : -1, ln_res ? n->out[0] : -1};
+        ValueId over[2] = {ln_res ? ln_res->x : -1, ln_res ? ln_res->r : -1};
         for (int j = 0; j < nl; j++) {
             void *args[LIB_MAX_ARGS] = {0};
-            for (int a = 0; a < l[j].nargs; a++)
-                args[a] = l[j].arg[a].kind == LA_VALUE ? mem[l[j].arg[a].v]
+            for (int a = 0; a < l[j].nargs; a++) {
+                ValueId v = l[j].arg[a].v;
+                for (int k = 0; ln_res && ln_res->alias && k < 2; k++)
+                    v = l[j].arg[a].v == stored[k] ? over[k] : v;
+                args[a] = l[j].arg[a].kind == LA_VALUE ? mem[v]
                           : l[j].arg[a].kind == LA_SCRATCH ? (void *)((char *)scratch + l[j].arg[a].i) : NULL;
+            }
             run_launch(&l[j], args);
         }
+        for (int k = 0; ln_res && ln_res->alias && k < 2; k++) /* what the launches stored in the operands' place */
+            memcpy(mem[stored[k]], mem[over[k]], (size_t)shape_numel(&g->values[over[k]].type.shape) * sizeof(float));
         for (int k = 0; k < g->noutputs; k++) {
             const Value *val = &g->values[g->outputs[k]];
             double num = 0, den = 0;
@@ -489,6 +508,20 @@ static void test_rows(void)
         ValueId dy = input(&c, "dy", 3, ln[i], 0, CT_F32);
         if (!add_node(&c, CT_OP_layer_norm_grad, 3, (ValueId[]){x, w, dy}, NULL, 0, (double[]){1e-6}, 1, 0))
             check_case(&c, "layer_norm_grad");
+        for (int alias = 0; alias < 2; alias++) { /* the residual add before it, its sum stored over x or apart */
+            graph_init(&c.g);
+            x = input(&c, "x", 3, ln[i], 0, CT_F32), w = input(&c, "w", 1, &ln[i][2], 0, CT_F32);
+            b = input(&c, "b", 1, &ln[i][2], 0, CT_F32);
+            ValueId r = input(&c, "r", 3, ln[i], 0, CT_F32);
+            if (add_node(&c, CT_OP_add, 2, (ValueId[]){x, r}, NULL, 0, NULL, 0, 0))
+                continue;
+            LnRes lr = {x, r, c.g.nodes[c.node].out[0], alias};
+            if (!add_node(&c, CT_OP_layer_norm, 3, (ValueId[]){lr.sum, w, b}, NULL, 0, (double[]){1e-6}, 1, 0)) {
+                ln_res = &lr;
+                check_case(&c, alias ? "layer_norm of a residual add, in place" : "layer_norm of a residual add");
+                ln_res = NULL;
+            }
+        }
     }
 }
 

@@ -263,6 +263,53 @@ static int gemm_bias_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     return 1;
 }
 
+/* Fusion step s, an elementwise kernel of its own adding two values (one
+ * perhaps a cast's, read nowhere else), and step s + 1, a layer_norm of
+ * that sum alone, as one (lib_layer_norm_res): 1 when they run so, 0 when
+ * not, -1 on failure. The kernel stores the sum where it is read
+ * elsewhere, and the norm's output, after it loaded the element: a stored
+ * value may take the place of the operand of its own element size only
+ * (the memory plan may have freed either operand at the add). */
+static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
+        ns->kind != FUSE_LIBRARY || ns->n != 1)
+        return 0;
+    const Node *ln = &g->nodes[lp->fuse.nodes[ns->first]], *add = &g->nodes[lp->fuse.nodes[fs->first + fs->n - 1]];
+    if (ln->op != CT_OP_layer_norm || add->op != CT_OP_add || add->out[0] != ln->in[0])
+        return 0;
+    for (int k = 0; k < lp->fuse.nsteps; k++) /* the add's kernel is this step's alone */
+        if (k != s && lp->fuse.steps[k].launch == fs->launch)
+            return 0;
+    int c = 0; /* the add's operand the cast makes, or 0 */
+    if (fs->n == 2) {
+        const Node *cast = &g->nodes[lp->fuse.nodes[fs->first]];
+        c = cast->op == CT_OP_cast && !lp->fuse.materialised[cast->out[0]] ? add->in[0] == cast->out[0] ? 1
+                                                                             : add->in[1] == cast->out[0] ? 2
+                                                                                                          : 0
+                                                                           : 0;
+        if (!c)
+            return 0;
+    }
+    ValueId x = add->in[c == 1], res = c ? g->nodes[lp->fuse.nodes[fs->first]].in[0] : add->in[1];
+    ValueId sum = lp->fuse.materialised[add->out[0]] ? add->out[0] : -1, y = ln->out[0];
+    if (!lib_layer_norm_res_fits(g, ln, x, res))
+        return 0;
+    const ValueId reads[2] = {x, res};
+    int res_sized = ct_dtype_size(g->values[res].type.dtype) == ct_dtype_size(g->values[y].type.dtype) &&
+                    g->values[res].layout == g->values[y].layout;
+    if ((sum >= 0 && !clear_of(g, lp, sum, reads, 2, x)) || !clear_of(g, lp, y, reads, 2, res_sized ? res : -1))
+        return 0;
+    LpStep *st = add_step(lp, LP_LIB, s);
+    st->span = 1;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    if (lib_layer_norm_res(g, ln, x, res, sum, st->lib, &st->nlib, err))
+        return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[ns->first]);
+    return 1;
+}
+
 /* Fusion step s and the one or two after it as one (lib_bn_act_grad),
  * batch_norm node bn's forward run again: the steps it spans (the step
  * added), 0 when they do not fit it (they run as they are), -1 on failure. */
@@ -313,7 +360,7 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     bn_act = fuse_bn_act_grad_steps(g, &lp->fuse, 0);
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
-        int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : 0;
+        int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
         if (span < 0)
             goto fail;
         if (span) {

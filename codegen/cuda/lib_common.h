@@ -35,6 +35,7 @@
 #define CT_WIDE_X 1
 #define CT_WIDE_W 2
 #define CT_WIDE_Y 4
+#define CT_WIDE_R 8 /* layer_norm's residual */
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's

@@ -388,45 +388,62 @@ CT_GLOBAL CT_SFX(ct_cast)(const void *x, void *y, int wide, long long n)
     CT_SFX(ct_stw)(y, i, wide & CT_WIDE_Y, CT_SFX(ct_ldw)(x, i, wide & CT_WIDE_X));
 }
 
-/* The mean and 1/sqrt(biased variance + eps) of the row at x + xo, two
- * passes as the ref kernel. */
-CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, long long xo, int wx, long long D, long long sx, float eps,
-                                    double *mean, double *inv)
+/* Element i of layer_norm's input: x's, or with res (not NULL) x's plus
+ * res's rounded as x is stored, the residual stream's add before the norm. */
+CT_DEVICE float CT_SFX(ct_ln_in)(const void *x, const void *res, long long i, int wx, int wr)
+{
+    float v = CT_SFX(ct_ldw)(x, i, wx);
+    return res ? CT_SFX(ct_rndw)(v + CT_SFX(ct_ldw)(res, i, wr), wx) : v;
+}
+
+/* The mean and 1/sqrt(biased variance + eps) of the row at xo of x (plus
+ * res: ct_ln_in), two passes as the ref kernel. */
+CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo, int wx, int wr, long long D,
+                                    long long sx, float eps, double *mean, double *inv)
 {
     double s = 0, q = 0;
     for (long long i = CT_LANE; i < D; i += CT_LANES)
-        s += CT_SFX(ct_ldw)(x, xo + i * sx, wx);
+        s += CT_SFX(ct_ln_in)(x, res, xo + i * sx, wx, wr);
     *mean = CT_LANE_SUM(s) / (double)D;
     for (long long i = CT_LANE; i < D; i += CT_LANES) {
-        double d = CT_SFX(ct_ldw)(x, xo + i * sx, wx) - *mean;
+        double d = CT_SFX(ct_ln_in)(x, res, xo + i * sx, wx, wr) - *mean;
         q += d * d;
     }
     *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
 }
 
-CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, void *y, int wide, CtIndex rows,
-                                long long D, long long sx, long long sy, float eps)
+/* With res (x's strides, stored as CT_T or as float where CT_WIDE_R; NULL:
+ * none) the norm is of x + res, stored into sum (x's dtype and strides;
+ * NULL: not stored): the residual add before a pre-norm block's norm. An
+ * element is stored after its lane loaded it, so sum may be x and y res,
+ * element for element. */
+CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, void *y, int wide, const void *res,
+                                void *sum, CtIndex rows, long long D, long long sx, long long sy, float eps)
 {
-    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
+    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
     CT_WARP_LOOP(r, rows.n)
     {
         long long xo, yo;
         double mean, inv;
         ct_offsets(&rows, r, &xo, &yo);
-        CT_SFX(ct_row_stats)(x, xo, wx, D, sx, eps, &mean, &inv);
+        CT_SFX(ct_row_stats)(x, res, xo, wx, wr, D, sx, eps, &mean, &inv);
         for (long long i = CT_LANE; i < D; i += CT_ELEMENTS * CT_LANES) { /* loads first, as CT_GROUP_LOOP's */
             float xv[CT_ELEMENTS], wv[CT_ELEMENTS], bv[CT_ELEMENTS];
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
                     long long c = i + u * CT_LANES;
-                    xv[u] = CT_SFX(ct_ldw)(x, xo + c * sx, wx);
+                    xv[u] = CT_SFX(ct_ln_in)(x, res, xo + c * sx, wx, wr);
                     wv[u] = CT_SFX(ct_ldw)(w, c, ww), bv[u] = CT_SFX(ct_ldw)(b, c, ww);
                 }
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
-                if (i + u * CT_LANES < D)
-                    CT_SFX(ct_stw)(y, yo + (i + u * CT_LANES) * sy, wy, (float)((xv[u] - mean) * inv * wv[u] + bv[u]));
+                if (i + u * CT_LANES < D) {
+                    long long c = i + u * CT_LANES;
+                    if (sum)
+                        CT_SFX(ct_stw)(sum, xo + c * sx, wx, xv[u]);
+                    CT_SFX(ct_stw)(y, yo + c * sy, wy, (float)((xv[u] - mean) * inv * wv[u] + bv[u]));
+                }
         }
     }
 }
@@ -446,7 +463,7 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void 
         long long xo, o;
         double mean, inv, mg = 0, mgx = 0;
         ct_offsets(&rows, r, &xo, &o);
-        CT_SFX(ct_row_stats)(x, xo, wx, D, sx, eps, &mean, &inv);
+        CT_SFX(ct_row_stats)(x, NULL, xo, wx, 0, D, sx, eps, &mean, &inv);
         for (long long i = CT_LANE; i < D; i += CT_LANES) {
             double gi = (double)CT_SFX(ct_ldw)(dy, xo + i * sx, wy) * CT_SFX(ct_ldw)(w, i, ww);
             mg += gi;

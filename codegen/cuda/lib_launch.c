@@ -316,38 +316,41 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
 }
 
 /* layer_norm's kernels: the storage they are instantiated for (the 16-bit
- * dtype among x, w and y or dy, else f32) and the CT_WIDE_* bits of the
- * operands stored as f32 beside it. */
-static CtDType norm_storage(Builder *b, const Node *n, int *wide)
+ * dtype among x, w, y or dy, and the prologue's residual `res` (-1: none),
+ * else f32) and the CT_WIDE_* bits of the operands stored as f32 beside it. */
+static CtDType norm_storage(Builder *b, const Node *n, ValueId res, int *wide)
 {
     int grad = n->op == CT_OP_layer_norm_grad;
-    const ValueId v[3] = {n->in[0], n->in[1], grad ? n->in[2] : n->out[0]};
-    static const int bit[3] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y};
+    const ValueId v[4] = {n->in[0], n->in[1], grad ? n->in[2] : n->out[0], res};
+    static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
     CtDType t = CT_F32;
-    for (int k = 0; k < 3; k++)
-        if (val(b, v[k])->type.dtype != CT_F32)
+    for (int k = 0; k < 4; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype != CT_F32)
             t = val(b, v[k])->type.dtype;
     *wide = 0;
-    for (int k = 0; k < 3 && t != CT_F32; k++)
-        if (val(b, v[k])->type.dtype == CT_F32)
+    for (int k = 0; k < 4 && t != CT_F32; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype == CT_F32)
             *wide |= bit[k];
     return t;
 }
 
 /* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
- * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none). */
+ * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none).
+ * A layer_norm's prologue (lib_layer_norm_res): its input the sum of x and
+ * res, stored into `out` (-1: not stored). */
 typedef struct LnEpi {
-    ValueId res, out, low;
+    ValueId res, out, low, x;
 } LnEpi;
 
-/* layer_norm over the last dim, a row a warp. Its gradient: dx a row a
- * warp (with epi's parts, NULL: none), each row's mean and 1/std (two
- * floats) into scratch; then dweight and dbias in two stages, their
- * chunks' sums (two doubles a chunk and column) after the stats. */
+/* layer_norm over the last dim, a row a warp (with the prologue's parts:
+ * epi, NULL: none). Its gradient: dx a row a warp (with epi's parts),
+ * each row's mean and 1/std (two floats) into scratch; then dweight and
+ * dbias in two stages, their chunks' sums (two doubles a chunk and
+ * column) after the stats. */
 static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_layer_norm_grad, wide;
-    ValueId x = n->in[0], y = epi ? epi->out : n->out[0];
+    ValueId x = n->in[0], y = epi && grad ? epi->out : n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
     int dim = xs->ndim - 1;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], D = xs->d[dim];
@@ -356,23 +359,20 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
-    CtDType t = norm_storage(b, n, &wide);
+    CtDType t = norm_storage(b, n, epi && !grad ? epi->res : -1, &wide);
     LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, rows.n * CT_LIB_LANES);
-    for (int k = 0; k < 3; k++) /* x, w, and b or dy */
-        a_val(l, n->in[k]);
+    for (int k = 0; k < 3; k++) /* x (the prologue's), w, and b or dy */
+        a_val(l, k == 0 && epi && !grad ? epi->x : n->in[k]);
     a_val(l, y);
     a_i32(l, wide);
-    if (grad) {
-        if (epi && epi->res >= 0)
-            a_val(l, epi->res);
+    ValueId ptrs[2] = {epi ? epi->res : -1, epi ? (grad ? epi->low : epi->out) : -1};
+    for (int k = 0; k < 2; k++) /* res, and low or sum */
+        if (ptrs[k] >= 0)
+            a_val(l, ptrs[k]);
         else
             arg(l, LA_NULL);
-        if (epi && epi->low >= 0)
-            a_val(l, epi->low);
-        else
-            arg(l, LA_NULL);
+    if (grad)
         arg(l, LA_SCRATCH);
-    }
     a_index(l, rows);
     a_i64(l, D);
     a_i64(l, sx[dim]);
@@ -651,9 +651,9 @@ int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *
 {
     Builder b = {g, l, 0};
     const Node *n = &g->nodes[p->nodes[st->first]];
-    LnEpi e = {.res = -1, .out = n->out[0], .low = -1};
+    LnEpi e = {.res = -1, .out = n->out[0], .low = -1, .x = -1};
     int wide;
-    CtDType t = norm_storage(&b, n, &wide);
+    CtDType t = norm_storage(&b, n, -1, &wide);
     *tail = 1;
     if (most > 0 && st->n > 1 && !p->materialised[e.out]) {
         const Node *add = &g->nodes[p->nodes[st->first + 1]];
@@ -675,6 +675,29 @@ int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *
     }
     *count = 0;
     if (plan_layer_norm(&b, n, &e, scratch, err))
+        return -1;
+    *count = b.n;
+    return 0;
+}
+
+int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res)
+{
+    Builder b = {g, NULL, 0};
+    int wide;
+    CtDType t = norm_storage(&b, ln, res, &wide), r = val(&b, res)->type.dtype;
+    const CtShape *s = &val(&b, ln->in[0])->type.shape;
+    return (r == t || r == CT_F32) && val(&b, x)->type.dtype == val(&b, ln->in[0])->type.dtype &&
+           shape_equal(&val(&b, x)->type.shape, s) && shape_equal(&val(&b, res)->type.shape, s) &&
+           same_strides(&b, x, ln->in[0]) && same_strides(&b, res, ln->in[0]);
+}
+
+int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
+                       CtErr *err)
+{
+    Builder b = {g, l, 0};
+    LnEpi e = {.res = res, .out = sum, .low = -1, .x = x};
+    *count = 0;
+    if (plan_layer_norm(&b, ln, &e, NULL, err))
         return -1;
     *count = b.n;
     return 0;

@@ -90,6 +90,16 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
 int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
                              int *count, size_t *scratch, int *tail, CtErr *err);
 
+/* The launch of layer_norm ln whose input is x + res, computed by the
+ * kernel and stored into sum (-1: not stored), as lib_launches: the
+ * residual stream's add before a pre-norm block's norm. Where
+ * lib_layer_norm_res_fits: x in the sum's dtype, res in the 16-bit dtype
+ * of the norm's operands (if any) or f32, both of the sum's shape and
+ * strides. */
+int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res);
+int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
+                       CtErr *err);
+
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
  * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's sums
  * and coefficients again (its running statistics not written), then the
