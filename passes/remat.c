@@ -372,15 +372,28 @@ static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep,
     return rc;
 }
 
+static int64_t bytes_of(const Value *v) { return shape_numel(&v->type.shape) * (int64_t)ct_dtype_size(v->type.dtype); }
+
+/* Whether node p reduces: its output a quarter of an activation it reads
+ * or less (a global pool's), so that recomputing it reads more than
+ * keeping it holds. */
+static int reduces(const Graph *g, const Node *p)
+{
+    for (int k = 0; k < p->nin; k++)
+        if (g->values[p->in[k]].role == CT_ROLE_ACTIVATION && 4 * bytes_of(&g->values[p->out[0]]) <= bytes_of(&g->values[p->in[k]]))
+            return 1;
+    return 0;
+}
+
 /* Whether v's recomputation reads only what the backward keeps anyway:
- * walks its producers (at most *budget of them, cheap classes, values no
- * backward node reads) back to values the backward reads and keeps,
- * marking the ones it would recompute in `chain`. */
+ * walks its producers (at most *budget of them, cheap classes, no
+ * reductions, values no backward node reads) back to values the backward
+ * reads and keeps, marking the ones it would recompute in `chain`. */
 static int cheap_chain(const Halves *h, const char *keep, const char *dropped, ValueId v, char *chain, int *budget)
 {
     const Graph *g = h->g;
     const Node *p = &g->nodes[g->values[v].producer];
-    if (--*budget < 0 || keep[v] || !eligible(h, v) || cost_class(p) >= 2)
+    if (--*budget < 0 || keep[v] || !eligible(h, v) || cost_class(p) >= 2 || reduces(g, p))
         return 0;
     chain[v] = 1;
     for (int k = 0; k < p->nin; k++) {

@@ -246,7 +246,8 @@ static void build_act_grad(Graph *g, const Ins *in, int variant)
 }
 
 /* add, mul, div with broadcasts both ways, scale_shift, clamp, clip_coef,
- * expand, casts through f16 and bf16, clamp's gradient. */
+ * expand, casts through f16 and bf16, clamp's gradient, a global pool's
+ * gradient. */
 static void build_misc(Graph *g, const Ins *in, int variant)
 {
     ValueId y;
@@ -265,6 +266,12 @@ static void build_misc(Graph *g, const Ins *in, int variant)
     }
     case 8: y = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0); break;
     case 11: y = node(g, CT_OP_clamp_grad, 2, (ValueId[]){in->x, in->pos}, NULL, 0, (double[]){-1, 2.5}, 2, 0); break;
+    case 12: { /* a global pool's gradient, broadcast in the add that reads it */
+        ValueId d = input(g, "dy", CT_F32, 4, (int64_t[]){2, 3, 1, 1});
+        ValueId b = node(g, CT_OP_global_avg_pool2d_grad, 1, &d, (int64_t[]){4, 5}, 2, NULL, 0, 0);
+        y = node(g, CT_OP_add, 2, (ValueId[]){in->x, b}, NULL, 0, NULL, 0, 0);
+        break;
+    }
     default: {
         ValueId h = node(g, CT_OP_cast, 1, &in->x, (int64_t[]){variant == 9 ? CT_F16 : CT_BF16}, 1, NULL, 0, 0);
         ValueId t = node(g, CT_OP_scale_shift, 1, &h, NULL, 0, (double[]){3, 0.25}, 2, 0);
@@ -434,7 +441,7 @@ static void test_ops(KernelCache *cache)
             check_case("activation", build_act, v, cache);
             check_case("act_grad", build_act_grad, v, cache);
         }
-    for (int v = 0; v < 12; v++)
+    for (int v = 0; v < 13; v++)
         check_case("binary/scale/clamp/cast", build_misc, v, cache);
     for (int v = 0; v < 25; v++)
         check_case("optimizer update", build_update, v, cache);

@@ -231,7 +231,10 @@ static void adaptive_vjp(Emitter *e, const Node *n, const ValueId *dout, const i
 {
     CtShape x = emit_shape(e, n->in[0]);
     int64_t a[4] = {n->iattr[0], n->iattr[1], x.d[2], x.d[3]};
-    din[0] = emit(e, CT_OP_adaptive_avg_pool2d_grad, 1, dout, a, 4, NULL, 0, 0);
+    if (a[0] == 1 && a[1] == 1) /* a global pool's: a broadcast, fused into what reads it */
+        din[0] = emit(e, CT_OP_global_avg_pool2d_grad, 1, dout, &a[2], 2, NULL, 0, 0);
+    else
+        din[0] = emit(e, CT_OP_adaptive_avg_pool2d_grad, 1, dout, a, 4, NULL, 0, 0);
 }
 
 /* fvcore's aten::adaptive_avg_pool2d: numel(x) when it is timm's
@@ -255,7 +258,7 @@ const OpDef op_adaptive_avg_pool2d = {
     .ref = adaptive_avg_pool2d_ref,
     .vjp = adaptive_vjp,
     .fusion = OP_LIBRARY,
-    .amp = OP_AMP_F32,
+    .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_EITHER,
     .cost = adaptive_avg_pool2d_cost,
 };
@@ -297,6 +300,40 @@ const OpDef op_adaptive_avg_pool2d_grad = {
     .infer = infer_adaptive_grad,
     .ref = adaptive_avg_pool2d_grad_ref,
     .fusion = OP_LIBRARY,
+    .amp = OP_AMP_FOLLOW,
+    .layout = OP_LAYOUT_EITHER,
+};
+
+/* The gradient of adaptive_avg_pool2d to 1x1 (timm's global pools, the
+ * squeeze of squeeze-excitation): dy [N,C,1,1] broadcast over
+ * [N,C,in_h,in_w], each element dy / (in_h in_w) as the general gradient
+ * gives it. Elementwise, so that the add of the excitation's gradient
+ * reads dy where it would read a tensor of the input's size. */
+static int infer_global_grad(const Graph *g, const Node *n, CtType *out, CtErr *err)
+{
+    if (require_float(g, n, 0, 4, err))
+        return -1;
+    const CtShape *dy = in_shape(g, n, 0);
+    if (dy->d[2] != 1 || dy->d[3] != 1 || n->iattr[0] < 1 || n->iattr[1] < 1)
+        return ct_fail(err, "dy must be [N,C,1,1] and the input size positive");
+    out[0] = (CtType){{4, {dy->d[0], dy->d[1], n->iattr[0], n->iattr[1]}}, in_type(g, n, 0)->dtype};
+    return 1;
+}
+
+static void global_grad_scalar(const Node *n, Sx *s)
+{
+    s->out[0] = sx_div(s, sx_in(s, 0), sx_const(s, (double)(n->iattr[0] * n->iattr[1])));
+}
+
+const OpDef op_global_avg_pool2d_grad = {
+    .name = "global_avg_pool2d_grad",
+    .min_in = 1,
+    .max_in = 1,
+    .iattr = {"in_h", "in_w"},
+    .infer = infer_global_grad,
+    .ref = sx_ref,
+    .fusion = OP_ELEMENTWISE,
+    .scalar = global_grad_scalar,
     .amp = OP_AMP_FOLLOW,
     .layout = OP_LAYOUT_EITHER,
 };
