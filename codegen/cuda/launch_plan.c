@@ -282,13 +282,12 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     for (int k = 0; k < lp->fuse.nsteps; k++) /* the add's kernel is this step's alone */
         if (k != s && lp->fuse.steps[k].launch == fs->launch)
             return 0;
-    int c = 0; /* the add's operand the cast makes, or 0 */
+    int c = 0; /* the add's operand the cast makes (1 or 2), or 0 */
     if (fs->n == 2) {
         const Node *cast = &g->nodes[lp->fuse.nodes[fs->first]];
-        c = cast->op == CT_OP_cast && !lp->fuse.materialised[cast->out[0]] ? add->in[0] == cast->out[0] ? 1
-                                                                             : add->in[1] == cast->out[0] ? 2
-                                                                                                          : 0
-                                                                           : 0;
+        if (cast->op != CT_OP_cast || lp->fuse.materialised[cast->out[0]])
+            return 0;
+        c = add->in[0] == cast->out[0] ? 1 : add->in[1] == cast->out[0] ? 2 : 0;
         if (!c)
             return 0;
     }

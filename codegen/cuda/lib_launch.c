@@ -684,9 +684,9 @@ int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId r
 {
     Builder b = {g, NULL, 0};
     int wide;
-    CtDType t = norm_storage(&b, ln, res, &wide), r = val(&b, res)->type.dtype;
+    CtDType t = norm_storage(&b, ln, -1, &wide), r = val(&b, res)->type.dtype; /* one 16-bit dtype, if any */
     const CtShape *s = &val(&b, ln->in[0])->type.shape;
-    return (r == t || r == CT_F32) && val(&b, x)->type.dtype == val(&b, ln->in[0])->type.dtype &&
+    return (r == t || r == CT_F32 || t == CT_F32) && val(&b, x)->type.dtype == val(&b, ln->in[0])->type.dtype &&
            shape_equal(&val(&b, x)->type.shape, s) && shape_equal(&val(&b, res)->type.shape, s) &&
            same_strides(&b, x, ln->in[0]) && same_strides(&b, res, ln->in[0]);
 }

@@ -274,6 +274,8 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
                                 (long long)st->gemm.n, (long long)st->gemm.k);
                 break;
             }
+            if (ld->unfused[s] && err)
+                err->msg[0] = '\0'; /* the refusal the fallback answered */
             if (ld->gemm[s].workspace > ld->workspace_bytes)
                 ld->workspace_bytes = ld->gemm[s].workspace;
         } else if (st->kind == LP_CONV) {
