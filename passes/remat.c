@@ -379,9 +379,11 @@ static int64_t bytes_of(const Value *v) { return shape_numel(&v->type.shape) * (
  * keeping it holds. */
 static int reduces(const Graph *g, const Node *p)
 {
-    for (int k = 0; k < p->nin; k++)
-        if (g->values[p->in[k]].role == CT_ROLE_ACTIVATION && 4 * bytes_of(&g->values[p->out[0]]) <= bytes_of(&g->values[p->in[k]]))
+    for (int k = 0; k < p->nin; k++) {
+        const Value *in = &g->values[p->in[k]];
+        if (in->role == CT_ROLE_ACTIVATION && 4 * bytes_of(&g->values[p->out[0]]) <= bytes_of(in))
             return 1;
+    }
     return 0;
 }
 

@@ -71,8 +71,6 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_pool_f32(F(0), F(1), X(2), I(3), I(4), l->arg[5].pool);
     else if (!strcmp(k, "ct_pool_argmax_f32"))
         ct_pool_argmax_f32(F(0), (unsigned char *)P(1), X(2), I(3), I(4), l->arg[5].pool);
-    else if (!strcmp(k, "ct_pool_global_grad_f32"))
-        ct_pool_global_grad_f32(F(0), F(1), X(2), R(3));
     else if (!strcmp(k, "ct_pool_grad_f32"))
         ct_pool_grad_f32(F(0), (unsigned char *)P(1), F(2), F(3), X(4), I(5), I(6), I(7), I(8), l->arg[9].pool);
     else if (!strcmp(k, "ct_sdpa_f32"))

@@ -30,6 +30,14 @@ unsigned lp_grid(long long items, int sms)
     return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
+/* Whether values a and b, placed at `offset` (PLAN_NONE: elsewhere), share a byte. */
+static int overlap_at(const Graph *g, const size_t *offset, ValueId a, ValueId b)
+{
+    size_t oa = offset[a], ob = offset[b];
+    return oa != PLAN_NONE && ob != PLAN_NONE && oa < ob + value_bytes(&g->values[b]) &&
+           ob < oa + value_bytes(&g->values[a]);
+}
+
 /* A weight gradient's GEMM stores its bias gradient (gemm_bias_grad_step)
  * at the reduction's step, after the GEMM node, where the memory plan may
  * have put it over what the GEMM reads, freed after it: such a gradient
@@ -45,12 +53,8 @@ static void spill_bias_grads(const Graph *g, const LaunchPlan *lp, char *spill)
             continue;
         ValueId bg = gemm_bias_grad(g, &lp->fuse, fs, &lp->fuse.steps[s + 1], &d);
         const ValueId used[3] = {d.a, d.b, d.epi.d};
-        for (int k = 0; bg >= 0 && k < 3; k++) {
-            size_t ob = lp->mem.offset[bg], ou = lp->mem.offset[used[k]];
-            if (ob != PLAN_NONE && ou != PLAN_NONE && ob < ou + value_bytes(&g->values[used[k]]) &&
-                ou < ob + value_bytes(&g->values[bg]))
-                spill[bg] = 1;
-        }
+        for (int k = 0; bg >= 0 && k < 3; k++)
+            spill[bg] |= overlap_at(g, lp->mem.offset, bg, used[k]);
     }
 }
 
@@ -105,9 +109,7 @@ static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
  * state have blocks of their own). */
 static int overlap(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
 {
-    size_t oa = lp->offset[a], ob = lp->offset[b];
-    return oa != PLAN_NONE && ob != PLAN_NONE && oa < ob + value_bytes(&g->values[b]) &&
-           ob < oa + value_bytes(&g->values[a]);
+    return overlap_at(g, lp->offset, a, b);
 }
 
 /* What a fused step's kernels store in place of the nodes' own must not

@@ -285,18 +285,6 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
     }
 }
 
-/* Global average pooling's gradient (adaptive to 1x1): dx = dy / (H W),
- * ix walking dx with dy's strides (0 on H and W) and dx's; each element's
- * quotient as ct_pool_grad's one window gives it. */
-CT_GLOBAL CT_SFX(ct_pool_global_grad)(const CT_T *dy, CT_T *dx, CtIndex ix, float hw)
-{
-    CT_LOOP(i, ix.n)
-    {
-        long long a, b;
-        ct_offsets(&ix, i, &a, &b);
-        dx[b] = CT_ST(CT_LD(dy[a]) / hw);
-    }
-}
 
 /* Softmax along one dim of length D: `rows` walks the other dims (x's and
  * y's strides); sx, sy step along the dim. */

@@ -843,14 +843,6 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     int64_t st0[4] = {sy[0], sy[1], 0, 0}, d[4], s0[4], s1[4];
     for (int k = 0; k < 4; k++)
         d[k] = xs->d[o[k]], s0[k] = st0[o[k]], s1[k] = sx[o[k]];
-    if (adaptive && p.OH == 1 && p.OW == 1) { /* a broadcast: no windows to walk */
-        LibLaunch *l = begin(b, "ct_pool_global_grad", t, shape_numel(xs));
-        a_val(l, y);
-        a_val(l, x);
-        a_index(l, collapsed(index_make(4, d, s0, s1)));
-        a_f32(l, (double)(p.H * p.W));
-        return 0;
-    }
     LibLaunch *l = begin(b, "ct_pool_grad", t, shape_numel(xs));
     if (max)
         a_val(l, n->in[0]);
