@@ -3,13 +3,16 @@
 #include "runtime/cuda/backend_cuda.h"
 
 #include <errno.h>
+#include <execinfo.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
 {
@@ -194,27 +197,113 @@ const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err)
     return be;
 }
 
-/* The tools' stop flag: the one thing a signal handler may touch. */
+/* The tools' stop flag, raised by the signal thread below. */
 static volatile sig_atomic_t stop_signal;
-
-static void on_stop(int sig) { stop_signal = sig; }
+static volatile sig_atomic_t catching;
 
 static int cache_warned;
 static ProgramOptions program_options = {.stop = &stop_signal, .cache_warned = &cache_warned};
 
+/* SIGINT and SIGTERM are blocked in every thread (all inherit main's mask)
+ * and taken here by sigwait, so that no thread is ever interrupted by a
+ * handler for them: oneDNN's JIT GEMM kernels (Debian's 2.x) point rsp into
+ * a heap workspace while they run, and a signal frame pushed there
+ * corrupts the heap (oneDNN issue #4845, fixed in 3.11). Before
+ * cli_catch_interrupts, and at a second signal, the default action. */
+static void *signal_thread(void *arg)
+{
+    const sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig))
+            continue;
+        if (!catching || stop_signal) {
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, sig);
+            signal(sig, SIG_DFL);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            raise(sig);
+        }
+        stop_signal = sig;
+    }
+    return NULL;
+}
+
+static void catch_stop_signals(void)
+{
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 && pthread_create(&th, &at, signal_thread, &set) != 0)
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* no thread: the signals keep their default action */
+    pthread_attr_destroy(&at);
+}
+
 const volatile sig_atomic_t *cli_catch_interrupts(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    catching = 1;
     return &stop_signal;
 }
 
+void cli_unblock_signals(void)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+}
+
 int cli_interrupted(void) { return stop_signal; }
+
+static const char *crash_prog = "ctimm";
+
+static void say(const char *s)
+{
+    ssize_t n = write(STDERR_FILENO, s, strlen(s));
+    (void)n;
+}
+
+/* Async-signal-safe: write(2) and backtrace_symbols_fd only (backtrace was
+ * called once at install, so it loads nothing now). The signal, blocked
+ * here and back at its default action (SA_RESETHAND), is raised again to
+ * end the process as it would have ended (exit status 128 + sig). */
+static void on_crash(int sig)
+{
+    const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
+                     : sig == SIGILL ? "SIGILL" : "SIGABRT";
+    say(crash_prog);
+    say(": crashed with ");
+    say(name);
+    say(": a bug in ctimm; please report it with the command line and this trace\n");
+    void *frames[64];
+    backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+    raise(sig);
+}
+
+void cli_init_signals(const char *prog)
+{
+    catch_stop_signals();
+    void *warm[1];
+    backtrace(warm, 1);
+    crash_prog = prog;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGABRT, &sa, NULL);
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer reports the faults itself, with more */
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    sigaction(SIGFPE, &sa, NULL);
+    sigaction(SIGILL, &sa, NULL);
+#endif
+}
 
 ProgramOptions *cli_program_options(void) { return &program_options; }
 

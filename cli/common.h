@@ -47,11 +47,21 @@ void cli_free_lines(char **lines, int n);
  * cpu backend with a line saying why (no driver, no GPU, or the CUDA
  * executor not built yet); NULL and err set for an unknown name. */
 const CtBackend *cli_backend(const char *prog, const char *device, CtErr *err);
-/* SIGINT and SIGTERM raise the tool's stop flag instead of killing it (a
- * second one kills); programs compiled with cli_program_options() then end
- * a kernel compile under way with its compiler and files, and cli_step
- * stops the tool at the next step. Returns the flag. */
+/* At the start of main, before any thread: SIGINT and SIGTERM are blocked
+ * in every thread and taken by a thread of their own (kill the tool until
+ * cli_catch_interrupts); a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, or
+ * SIGABRT: glibc's heap checks end that way) prints "PROG: crashed with
+ * SIG..." and the thread's backtrace on stderr (the tool's own frames as
+ * offsets into it, for addr2line) before the process ends as it would have. */
+void cli_init_signals(const char *prog);
+/* From here SIGINT and SIGTERM raise the tool's stop flag instead of
+ * killing it (a second one kills); programs compiled with
+ * cli_program_options() then end a kernel compile under way with its
+ * compiler and files, and cli_step stops the tool at the next step.
+ * Returns the flag. */
 const volatile sig_atomic_t *cli_catch_interrupts(void);
+/* Before exec: the new program starts with no signal blocked. */
+void cli_unblock_signals(void);
 /* The signal that raised the stop flag, or 0. */
 int cli_interrupted(void);
 /* What every tool compiles with: its stop flag, and the kernel cache's

@@ -210,6 +210,7 @@ static int report_fusion(const Graph *g, const FuseOut *o, CtBuf *out, int *befo
 int main(int argc, char **argv)
 {
     const char *prog = "ctimm-compile", *name = NULL;
+    cli_init_signals(prog);
     ModelSpec spec = {.batch_size = 1, .args = model_args_default()};
     const char *save = NULL, *opt = "sgd";
     double smoothing = 0.1;

@@ -445,6 +445,7 @@ done:
 int main(int argc, char **argv)
 {
     Args a;
+    cli_init_signals(prog);
     int parsed = parse_args(argc, argv, &a);
     if (parsed)
         return parsed > 0 ? 0 : 2;

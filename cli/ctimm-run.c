@@ -339,6 +339,7 @@ int main(int argc, char **argv)
     const char *model = NULL, *vectors = NULL, *out = NULL, *backend = "ref", *weights = NULL, *ca = NULL, *cb = NULL;
     ModelArgs args = model_args_default();
     RunSettings rs = {.smoothing = 0.1, .sgd_lr = 0.1, .momentum = 0.9, .sgd_wd = 1e-4, .adamw_lr = 1e-3, .adamw_wd = 0.05};
+    cli_init_signals(prog);
     Tolerances tols = {.all = 1e-4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

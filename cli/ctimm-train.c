@@ -668,6 +668,7 @@ int main(int argc, char **argv)
 {
     TrainArgs a;
     ConfigWords cw = {0};
+    cli_init_signals(prog);
     int parsed = parse_args(argc, argv, &a, &cw);
     if (!parsed && !strcmp(a.device, "auto")) { /* the default: the GPU where one can run, else the cpu backend */
         char why[512];

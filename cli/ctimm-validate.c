@@ -333,6 +333,7 @@ static int by_top1(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     Args a;
+    cli_init_signals(prog);
     int parsed = parse_args(argc, argv, &a);
     if (parsed)
         return parsed > 0 ? 0 : 2;

@@ -1,6 +1,8 @@
 #define _XOPEN_SOURCE 700 /* readlink */
 #include "cli/train_launch.h"
 
+#include "cli/common.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@ int train_launch(int argc, char **argv, int n, CtErr *err)
     v[nhead++] = exe;
     memcpy(v + nhead, argv + 1, sizeof *v * (size_t)(argc - 1));
     fflush(stdout);
+    cli_unblock_signals(); /* mpiexec forwards Ctrl-C to the ranks: it must see it */
     execv(CTIMM_MPIEXEC, v);
     ct_fail(err, "--nproc-per-node: cannot start %s: %s", CTIMM_MPIEXEC, strerror(errno));
     free(v);

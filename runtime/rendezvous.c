@@ -69,6 +69,9 @@ static int start_server(CtRendezvous *r, CtErr *err)
         return ct_fail(err, "rendezvous: fork: %s", strerror(errno));
     }
     if (r->server == 0) {
+        sigset_t none; /* the caller may block signals (the tools block SIGINT and SIGTERM): not the server */
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         execlp("ompi-server", "ompi-server", "--no-daemonize", "--report-uri", path, (char *)NULL);
         _exit(127);

@@ -442,6 +442,13 @@ add_test(NAME train_interrupt_recovery COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train
   -b 16 --img-size 32 --lr 0.1 -j 1 --amp)
 set_tests_properties(train_interrupt_recovery PROPERTIES FIXTURES_REQUIRED shapes_data
   ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data;OPENBLAS_NUM_THREADS=1")
+# SIGINT/SIGTERM taken by one thread, the others blocking them; a crash
+# mid-run names itself on stderr with a backtrace and still ends the process
+# by its signal (tests/train_signals.sh).
+add_test(NAME train_signals COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train_signals.sh ${TRAIN}
+  -b 16 --img-size 32 -j 1)
+set_tests_properties(train_signals PROPERTIES FIXTURES_REQUIRED shapes_data
+  ENVIRONMENT "CTIMM_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/data")
 # --amp bfloat16 with --bce-loss on mixup's soft targets binarised by
 # --bce-target-thresh, summed over classes with a positive weight
 # (--bce-sum, --bce-pos-weight); --start-epoch 1 starts the step schedule's second
