@@ -6,6 +6,10 @@
  * A GEMM inside a parallel region (one thread's block of a linear, one
  * Winograd point) stays on OpenBLAS, whose small single-threaded kernels
  * measured within 10% either way and test_resnet's step faster with them.
+ * oneDNN 2.x's JIT GEMM kernels point rsp into a heap workspace while they
+ * run: a signal handler run on such a thread writes its frame into the heap
+ * (oneDNN issue #4845, fixed in 3.11). A program on this backend takes its
+ * signals on a thread of their own, as the tools do (cli/common.c).
  */
 #include <cblas.h>
 #include <omp.h>
