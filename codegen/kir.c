@@ -281,14 +281,13 @@ void kir_free(KirKernel *k)
     memset(k, 0, sizeof *k);
 }
 
-static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int identity)
 {
     size_t ou = plan->offset[u], ow = plan->offset[w];
     if (ou == PLAN_NONE || ow == PLAN_NONE || u == w)
         return 0;
-    size_t nu = value_nbytes(&g->values[u]), nw = value_nbytes(&g->values[w]);
+    size_t nu = value_bytes(&g->values[u]), nw = value_bytes(&g->values[w]);
     if (ou + nu <= ow || ow + nw <= ou)
         return 0;
     return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));

@@ -24,7 +24,7 @@
 
 size_t program_value_bytes(const CtProgram *p, ValueId v)
 {
-    return (size_t)shape_numel(&p->g.values[v].type.shape) * ct_dtype_size(p->g.values[v].type.dtype);
+    return value_bytes(&p->g.values[v]);
 }
 
 /* g with its own copies of every array and string. */

@@ -135,6 +135,11 @@ static inline int64_t shape_numel(const CtShape *s)
         n *= s->d[i];
     return n;
 }
+/* The bytes v's elements take, packed. */
+static inline size_t value_bytes(const Value *v)
+{
+    return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype);
+}
 int shape_equal(const CtShape *a, const CtShape *b);
 /* "[2,3,160,160]" into buf. */
 const char *shape_str(const CtShape *s, char *buf, size_t n);

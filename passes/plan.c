@@ -5,11 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t value_bytes(const Value *v)
-{
-    size_t n = (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype);
-    return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
-}
+static size_t aligned_bytes(const Value *v) { return (value_bytes(v) + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
 
 static int in_arena(const Graph *g, ValueId v, const char *is_output)
 {
@@ -122,13 +118,13 @@ static int inplace_input(const Graph *g, const MemPlan *p, int i, const char *is
     const Node *n = &g->nodes[i];
     if (!op_def(n->op)->inplace || n->nout != 1 || is_view(g, n, is_output))
         return -1;
-    size_t want = value_bytes(&g->values[n->out[0]]);
+    size_t want = aligned_bytes(&g->values[n->out[0]]);
     for (int k = 0; k < n->nin; k++) {
         ValueId v = n->in[k];
         int read_twice = 0;
         for (int j = 0; j < n->nin; j++) /* the same value again reads the same elements; a view may not */
             read_twice |= (j < k && n->in[j] == v) || (n->in[j] != v && p->view_of[n->in[j]] == p->view_of[v]);
-        if (!read_twice && in_arena(g, v, is_output) && p->last[v] == i && value_bytes(&g->values[v]) == want &&
+        if (!read_twice && in_arena(g, v, is_output) && p->last[v] == i && aligned_bytes(&g->values[v]) == want &&
             (op_def(n->op)->inplace >> k & 1))
             return v;
     }
@@ -177,7 +173,7 @@ static void repack(const Graph *g, MemPlan *p, const char *is_output)
             CT_ASSERT(block[v] >= 0);
         } else {
             block[v] = nb;
-            b[nb++] = (Block){value_bytes(&g->values[v]), 0, p->first[v], p->last[v]};
+            b[nb++] = (Block){aligned_bytes(&g->values[v]), 0, p->first[v], p->last[v]};
         }
         if (p->first[v] < b[block[v]].first)
             b[block[v]].first = p->first[v];
@@ -252,7 +248,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
         else if (is_output[v])
             p->output_bytes += bytes;
         else
-            p->naive_bytes += value_bytes(val);
+            p->naive_bytes += aligned_bytes(val);
     }
     for (int i = 0; i < g->nnodes; i++) {
         for (int k = 0; k < g->nodes[i].nin; k++)
@@ -284,7 +280,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
                 p->offset[v] = p->offset[alias];
                 p->alias_of[v] = alias;
             } else {
-                p->offset[v] = free_take(&fl, value_bytes(&g->values[v]));
+                p->offset[v] = free_take(&fl, aligned_bytes(&g->values[v]));
             }
         }
         /* the peak: the node's outputs placed, before any space comes back */
@@ -295,7 +291,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
         for (int k = 0; k < n->nin + n->nout; k++) {
             ValueId v = k < n->nin ? n->in[k] : n->out[k - n->nin], r = p->view_of[v];
             if (in_arena(g, v, is_output) && p->last[v] == i && !freed[r] && (alias < 0 || r != p->view_of[alias])) {
-                free_insert(&fl, p->offset[r], value_bytes(&g->values[r]));
+                free_insert(&fl, p->offset[r], aligned_bytes(&g->values[r]));
                 freed[r] = 1;
             }
         }
@@ -317,7 +313,7 @@ static size_t live_bytes(const Graph *g, const MemPlan *p, ValueId v, int i)
     if (p->offset[v] == PLAN_NONE || p->view_of[v] != v || i > p->last[v] || i < p->first[v] ||
         (p->alias_of[v] >= 0 && i == p->first[v]))
         return 0;
-    return value_bytes(&g->values[v]);
+    return aligned_bytes(&g->values[v]);
 }
 
 /* One value's bytes into the PlanSplit kind it belongs to. */
@@ -383,7 +379,7 @@ int plan_check(const Graph *g, const MemPlan *p, CtErr *err)
     CT_ASSERT(vs != NULL && sorted != NULL);
     for (ValueId v = 0; v < g->nvalues; v++)
         if (p->offset[v] != PLAN_NONE) {
-            if (p->offset[v] + value_bytes(&g->values[v]) > p->arena_bytes) {
+            if (p->offset[v] + aligned_bytes(&g->values[v]) > p->arena_bytes) {
                 free(vs);
                 free(sorted);
                 return ct_fail(err, "plan: value %%%d ends past the arena", v);
@@ -396,7 +392,7 @@ int plan_check(const Graph *g, const MemPlan *p, CtErr *err)
     free(sorted);
     for (int a = 0; a < n && rc == 0; a++) {
         ValueId va = vs[a];
-        size_t end_a = p->offset[va] + value_bytes(&g->values[va]);
+        size_t end_a = p->offset[va] + aligned_bytes(&g->values[va]);
         for (int b = a + 1; b < n && p->offset[vs[b]] < end_a && rc == 0; b++) {
             ValueId vb = vs[b];
             int disjoint_time = p->last[va] < p->first[vb] || p->last[vb] < p->first[va];

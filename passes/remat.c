@@ -372,8 +372,6 @@ static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep,
     return rc;
 }
 
-static int64_t bytes_of(const Value *v) { return shape_numel(&v->type.shape) * (int64_t)ct_dtype_size(v->type.dtype); }
-
 /* Whether node p reduces: its output a quarter of an activation it reads
  * or less (a global pool's), so that recomputing it reads more than
  * keeping it holds. */
@@ -381,7 +379,7 @@ static int reduces(const Graph *g, const Node *p)
 {
     for (int k = 0; k < p->nin; k++) {
         const Value *in = &g->values[p->in[k]];
-        if (in->role == CT_ROLE_ACTIVATION && 4 * bytes_of(&g->values[p->out[0]]) <= bytes_of(in))
+        if (in->role == CT_ROLE_ACTIVATION && 4 * value_bytes(&g->values[p->out[0]]) <= value_bytes(in))
             return 1;
     }
     return 0;

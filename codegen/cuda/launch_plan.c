@@ -10,7 +10,6 @@
 #include "ir/buf.h"
 #include "ir/ops.h"
 
-static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 
 int launch_plan_supports(const Graph *g, const Node *n)

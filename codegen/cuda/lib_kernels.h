@@ -285,7 +285,6 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
     }
 }
 
-
 /* Softmax along one dim of length D: `rows` walks the other dims (x's and
  * y's strides); sx, sy step along the dim. */
 CT_GLOBAL CT_SFX(ct_softmax)(const CT_T *x, CT_T *y, CtIndex rows, long long D, long long sx, long long sy)

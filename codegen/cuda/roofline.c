@@ -28,10 +28,7 @@ int roofline_device(const char *name, RooflineDevice *d, CtErr *err)
 
 static const CtShape *shape(const Graph *g, ValueId v) { return &g->values[v].type.shape; }
 
-static double value_bytes(const Graph *g, ValueId v)
-{
-    return (double)shape_numel(shape(g, v)) * (double)ct_dtype_size(g->values[v].type.dtype);
-}
+static double bytes(const Graph *g, ValueId v) { return (double)value_bytes(&g->values[v]); }
 
 int64_t roofline_macs(const Graph *g, const Node *n)
 {
@@ -125,18 +122,18 @@ static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *pro
             ValueId v = n->in[j];
             if (v >= 0 && !(seen[v] & 1) && (producer[v] < 0 || !mine[producer[v]])) {
                 seen[v] |= 1;
-                r.bytes += value_bytes(g, v);
+                r.bytes += bytes(g, v);
             }
         }
         if (n->op == CT_OP_assign) /* into the state */
-            r.bytes += value_bytes(g, n->in[0]);
+            r.bytes += bytes(g, n->in[0]);
     }
     for (int k = 0; k < g->noutputs; k++)
         seen[g->outputs[k]] |= 2;
     for (int i = 0; i < g->nnodes; i++)
         for (int o = 0; mine[i] && o < g->nodes[i].nout; o++)
             if (g->nodes[i].out[o] >= 0 && (seen[g->nodes[i].out[o]] & 2) && g->nodes[i].op != CT_OP_assign)
-                r.bytes += value_bytes(g, g->nodes[i].out[o]);
+                r.bytes += bytes(g, g->nodes[i].out[o]);
     double compute = r.flops / peak(g, st, attention, d, allow_tf32), memory = r.bytes / d->bytes_per_s;
     r.compute_bound = compute > memory;
     r.floor_s = r.compute_bound ? compute : memory;

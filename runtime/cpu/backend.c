@@ -191,13 +191,12 @@ static void run_via_ref(const Graph *g, const Node *n, void *const *in, void *co
         free(din[k]);
 }
 
-static size_t value_nbytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 static void run_node(const Graph *g, const Node *n, void *const *in, void *const *out, const CtCollective *coll)
 {
     if (n->op == CT_OP_assign) {
         if (in[0] != in[1])
-            memmove(in[0], in[1], value_nbytes(&g->values[n->in[1]]));
+            memmove(in[0], in[1], value_bytes(&g->values[n->in[1]]));
     } else if (fast_path(g, n) && any_low(g, n)) {
         run_widened(g, n, in, out, coll);
     } else if (fast_path(g, n)) {

@@ -170,7 +170,7 @@ static int choose(const Timing *t, KernelCache *cache, int *onednn, CtErr *err)
     return 0;
 }
 
-static size_t value_bytes(const Graph *g, ValueId v)
+static size_t f32_bytes(const Graph *g, ValueId v)
 {
     return (size_t)shape_numel(&g->values[v].type.shape) * sizeof(float);
 }
@@ -255,7 +255,7 @@ static void chain_blocked(const Graph *g, const FusePlan *fp, ConvChoices *c, vo
         int first, n;
         OnednnConv *w = bad[v] ? NULL : writer(g, fp, step_of, c, v, &first, &n);
         int ok = w != NULL, readers = 0;
-        size_t bytes = value_bytes(g, v);
+        size_t bytes = f32_bytes(g, v);
         for (int i = 0; i < g->nnodes && ok; i++)
             if (g->nodes[i].nin && g->nodes[i].in[0] == v) {
                 readers++;
@@ -454,11 +454,11 @@ static int step_operands(const OnednnConv *dn, const Graph *g, int first, int n,
             *res = ptr[e->in[0] == t ? e->in[1] : e->in[0]];
     /* written in place, the destination must not be read as an operand (the
      * node-by-node plan may have put it there: the convolution's input dies at it) */
-    size_t yb = value_bytes(g, last->out[0]);
+    size_t yb = f32_bytes(g, last->out[0]);
     if ((!always && onednn_conv_dst_private(dn)) || !*y)
         return 0;
     for (int k = 0; k < conv->nin; k++)
-        if (in[k] && overlap(*y, yb, in[k], value_bytes(g, conv->in[k])))
+        if (in[k] && overlap(*y, yb, in[k], f32_bytes(g, conv->in[k])))
             return -1;
     return *res && *res != *y && overlap(*y, yb, *res, yb) ? -1 : 0;
 }

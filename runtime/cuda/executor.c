@@ -129,7 +129,6 @@ const char *cuda_exec_device(const CudaExec *ex) { return ex->name; }
 
 int cuda_exec_cc(const CudaExec *ex) { return ex->info.major * 10 + ex->info.minor; }
 
-static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 /* The device address of value v. */
 static CUdeviceptr addr(const CudaLoaded *ld, ValueId v)

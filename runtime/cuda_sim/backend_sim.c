@@ -39,7 +39,6 @@ struct CtExec {
     size_t moved_in, moved_out, moved_state;
 };
 
-static size_t value_bytes(const Value *v) { return (size_t)shape_numel(&v->type.shape) * ct_dtype_size(v->type.dtype); }
 
 static void *addr(const CtExec *e, ValueId v)
 {
