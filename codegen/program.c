@@ -5,9 +5,10 @@
  *
  * cpu: an sdpa whose gradient is in the same graph saves its attention
  * weights softmax(q k^T) (in the arena past the plan's values) and its
- * sdpa_grad reads them back, as torch saves them: one GEMM and a softmax a
- * head fewer, the same numbers (the IR's rule is to recompute them, which
- * the GPU's kernels keep: memory is what a GPU runs out of). Up to
+ * sdpa_grad reads them back, as torch saves them: one GEMM and an exp a
+ * score fewer (the IR's rule is to recompute them from the scores and the
+ * rows' statistics sdpa keeps, which the GPU's kernels follow: memory is
+ * what a GPU runs out of). Up to
  * ATTN_SAVE_BYTES a graph, then recomputed; a pair that begins after
  * another ended (recomputed blocks: --grad-checkpointing) takes its space. */
 #include "codegen/program.h"
@@ -57,21 +58,22 @@ static void copy_graph(const Graph *g, Graph *out)
         out->nodes[i].scope = arena_strdup(&out->arena, g->nodes[i].scope ? g->nodes[i].scope : "");
 }
 
-/* Whether b is the sdpa_grad of sdpa f (geometry a): the same operands,
- * bias, form and scale. */
-static int same_attention(const Node *f, const Node *b, const AttnGeom *a)
+/* Whether b is the sdpa_grad of sdpa f (geometry a): it reads f's
+ * statistics, with the same operands, bias, form and scale. */
+static int same_attention(const Graph *g, const Node *f, const Node *b, const AttnGeom *a)
 {
-    int nops = a->packed ? 1 : 3;
-    if (b->op != CT_OP_sdpa_grad || b->nin != f->nin + 1 || attn_packed(b) != a->packed || b->fattr[0] != f->fattr[0])
+    if (b->op != CT_OP_sdpa_grad || b->nin != f->nin + 3 || attn_packed(b) != a->packed || b->fattr[0] != f->fattr[0])
         return 0;
-    for (int k = 0; k < nops; k++)
+    AttnGeom ab;
+    attn_geom(g, b, &ab);
+    for (int k = 0; k < (a->packed ? 1 : 3); k++)
         if (b->in[k] != f->in[k])
             return 0;
-    return a->bias_in < 0 || b->in[nops + 1] == f->in[a->bias_in];
+    return b->in[ab.stats_in] == f->out[a->stats_out] && (a->bias_in < 0 || b->in[ab.bias_in] == f->in[a->bias_in]);
 }
 
-/* Pairs each f32 sdpa of the ordered graph with the sdpa_grad of the same
- * q, k, v, bias and scale: both get one buffer of the weights [B,H,N,M]. */
+/* Pairs each f32 sdpa of the ordered graph with its sdpa_grad: both get
+ * one buffer of the weights [B,H,N,M]. */
 static void pair_attention(CtProgram *p)
 {
     const Graph *g = &p->g;
@@ -100,7 +102,7 @@ static void pair_attention(CtProgram *p)
                 s = t;
         for (int j = i + 1; j < g->nnodes && (s >= 0 || c->attn_bytes + bytes <= ATTN_SAVE_BYTES); j++) {
             const Node *b = &g->nodes[j];
-            if (same_attention(f, b, &a) && c->attn[j] == (size_t)-1) {
+            if (same_attention(g, f, b, &a) && c->attn[j] == (size_t)-1) {
                 if (s < 0) {
                     s = nslots++;
                     slot_off[s] = c->attn_bytes;

@@ -23,6 +23,12 @@ void op_run_ref(const Graph *g, const Node *n, double *const *in, double *const 
         d->ref(g, n, in, out);
 }
 
+unsigned op_amp_keep(const Graph *g, const Node *n)
+{
+    const OpDef *d = defs[n->op];
+    return d->amp_keep_of ? d->amp_keep_of(g, n) : d->amp_keep;
+}
+
 int op_from_name(const char *name)
 {
     for (int i = 0; i < CT_NOPS; i++)

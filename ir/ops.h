@@ -48,8 +48,9 @@ typedef enum OpFusion {
 /* torch.autocast's policy, for the op's inputs (passes/amp.c). */
 typedef enum OpAmp {
     OP_AMP_UNSET,
-    OP_AMP_FOLLOW, /* the widest float input's dtype (low when every float input is low); backward
-                    * ops follow their inputs, as autograd runs them in the forward's dtypes */
+    OP_AMP_FOLLOW, /* the widest float input's dtype, kept inputs aside (low when every other float
+                    * input is low); backward ops follow their inputs, as autograd runs them in the
+                    * forward's dtypes */
     OP_AMP_LOW,    /* the low-precision dtype: convolutions, matmuls, attention */
     OP_AMP_F32,    /* f32: norms, softmax, losses, reductions, rsqrt */
     OP_AMP_DEST,   /* input 0's dtype: state written in its own dtype (assign), batch norm in its input's */
@@ -118,6 +119,9 @@ typedef struct OpDef {
     int batch_from;
     OpAmp amp;
     unsigned amp_keep; /* inputs amp leaves in their dtype (batch norm's running statistics): bit k */
+    /* amp_keep where the kept inputs' indices depend on the node (sdpa_grad's
+     * f32 statistics follow its form and operands); NULL: amp_keep. */
+    unsigned (*amp_keep_of)(const struct Graph *g, const struct Node *n);
     OpLayout layout;
     unsigned layout_keep;       /* inputs layout leaves in their storage (conv weights): bit k */
     unsigned layout_contig_out; /* weight-shaped outputs that stay row-major: bit k */
@@ -131,6 +135,8 @@ const OpDef *op_def(CtOp op);
 /* Node n's reference kernel: ref, or ref_ranks over coll. */
 void op_run_ref(const struct Graph *g, const struct Node *n, double *const *in, double *const *out,
                 const struct CtCollective *coll);
+/* The inputs of node n that amp leaves in their dtype: bit k for input k. */
+unsigned op_amp_keep(const struct Graph *g, const struct Node *n);
 /* -1 when no op has this name. */
 int op_from_name(const char *name);
 /* muon_update's Newton-Schulz coefficients (a, b, c) of iteration `step` under

@@ -49,7 +49,7 @@ static int read_low(const Graph *g, ValueId v, int depth)
                 continue;
             readers++;
             int view = c->op == CT_OP_reshape || c->op == CT_OP_permute;
-            if (!(d->amp == OP_AMP_LOW && !((d->amp_keep >> k) & 1)) &&
+            if (!(d->amp == OP_AMP_LOW && !((op_amp_keep(g, c) >> k) & 1)) &&
                 !(view && depth < 8 && read_low(g, c->out[0], depth + 1)))
                 return 0;
         }
@@ -70,15 +70,18 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
     for (int i = 0; i < g->nnodes && !a.r.e.failed; i++) {
         const Node *n = &g->nodes[i];
         const OpDef *d = op_def(n->op);
+        unsigned keep = op_amp_keep(g, n);
         CtDType want = CT_F32;
         if (d->amp == OP_AMP_LOW) {
             want = low;
         } else if (d->amp == OP_AMP_DEST) {
             want = a.r.dst->values[rewrite_value(&a.r, n->in[0])].type.dtype;
         } else if (d->amp == OP_AMP_FOLLOW) {
-            /* the widest float input; an op of low inputs alone stays low */
+            /* the widest float input amp casts; an op of low inputs alone stays low */
             int all_low = 0, any_float = 0;
             for (int k = 0; k < n->nin; k++) {
+                if ((keep >> k) & 1)
+                    continue;
                 CtDType t = a.r.dst->values[rewrite_value(&a.r, n->in[k])].type.dtype;
                 if (ct_dtype_is_float(t)) {
                     all_low = any_float ? all_low && t == low : t == low;
@@ -96,7 +99,7 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
             iattr[0] = low;
         a.r.e.scope = n->scope;
         for (int k = 0; k < n->nin; k++)
-            in[k] = ((d->amp_keep >> k) & 1) || (io && k == 0) ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
+            in[k] = ((keep >> k) & 1) || (io && k == 0) ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
         if (emit(&a.r.e, n->op, n->nin, in, iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
         const Node *copy = &a.r.dst->nodes[a.r.dst->nnodes - 1];

@@ -224,14 +224,17 @@ static void test_op(const OpCase *c)
             for (int k = 0; a >= 0 && k < g.nodes[a].nout; k++)
                 graph_mark_output(&g, g.nodes[a].out[k]);
         } else if (c->op == CT_OP_sdpa) {
-            /* two gradients: the first reads the weights the sdpa saved, the
-             * second (unpaired) recomputes them */
+            /* the rows' statistics, and two gradients: the first reads the
+             * weights the sdpa saved, the second (unpaired) recomputes them
+             * from the statistics */
+            ValueId stats = g.nodes[id].out[1];
+            graph_mark_output(&g, stats);
             ValueId dy = g.nodes[graph_add_node(&g, &(Node){.op = CT_OP_mul, .nin = 2, .in = {y, y}}, c->name, &err)]
                              .out[0];
-            Node gr = {.op = CT_OP_sdpa_grad, .nin = c->nin + 1, .in = {v[0], v[1], v[2], dy, v[3]},
+            Node gr = {.op = CT_OP_sdpa_grad, .nin = c->nin + 3, .in = {v[0], v[1], v[2], dy, y, stats, v[3]},
                        .iattr = {c->iattr[0], c->iattr[1]}, .fattr = {c->fattr[0]}};
-            if (c->iattr[1]) /* packed: (qkv, dy[, bias]) */
-                gr.in[1] = dy, gr.in[2] = v[1];
+            if (c->iattr[1]) /* packed: (qkv, dy, y, stats[, bias]) */
+                gr.in[1] = dy, gr.in[2] = y, gr.in[3] = stats, gr.in[4] = v[1];
             for (int j = 0; j < 2; j++) {
                 int a = graph_add_node(&g, &gr, c->name, &err);
                 CHECKF(a >= 0, "%s: %s", c->name, err.msg);

@@ -74,7 +74,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_pool_grad_f32"))
         ct_pool_grad_f32(F(0), (unsigned char *)P(1), F(2), F(3), X(4), I(5), I(6), I(7), I(8), l->arg[9].pool);
     else if (!strcmp(k, "ct_sdpa_f32"))
-        ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12), (int)I(13));
+        ct_sdpa_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13), (int)I(14));
     else if (!strcmp(k, "ct_sdpa_grad_q_f32"))
         ct_sdpa_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
                            I(14), I(15), (int)I(16));
@@ -82,9 +82,9 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_sdpa_grad_kv_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
                             I(14), I(15), (int)I(16));
     else if (!strcmp(k, "ct_attn_f32"))
-        ct_attn_f32(F(0), F(1), F(2), F(3), F(4), I(5), I(6), I(7), I(8), R(9), I(10), I(11), I(12), (int)I(13));
-    else if (!strcmp(k, "ct_attn_stats_f32"))
-        ct_attn_stats_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13), (int)I(14));
+        ct_attn_f32(F(0), F(1), F(2), F(3), F(4), F(5), I(6), I(7), I(8), I(9), R(10), I(11), I(12), I(13), (int)I(14));
+    else if (!strcmp(k, "ct_attn_delta_f32"))
+        ct_attn_delta_f32(F(0), F(1), F(2), F(3), I(4), I(5), I(6), I(7), I(8), (int)I(9));
     else if (!strcmp(k, "ct_attn_grad_q_f32"))
         ct_attn_grad_q_f32(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), I(8), I(9), I(10), I(11), R(12), I(13),
                            I(14), I(15), (int)I(16));
@@ -809,7 +809,7 @@ static void test_sdpa(void)
                     int64_t N = sizes[z][0], M = packed ? N : sizes[z][1], D = sizes[z][2];
                     Case c;
                     graph_init(&c.g);
-                    ValueId in[5];
+                    ValueId in[7];
                     int nin = 0;
                     if (packed) {
                         in[nin++] = input(&c, "qkv", 5, (int64_t[]){2, N, 3, 3, D}, 0, CT_F32);
@@ -818,9 +818,13 @@ static void test_sdpa(void)
                         in[nin++] = input(&c, "k", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
                         in[nin++] = input(&c, "v", 4, (int64_t[]){2, 3, M, D}, 0, CT_F32);
                     }
-                    if (grad)
-                        in[nin++] = packed ? input(&c, "dy", 4, (int64_t[]){2, N, 3, D}, 0, CT_F32)
-                                           : input(&c, "dy", 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                    if (grad) {
+                        const char *o[2] = {"dy", "y"};
+                        for (int k = 0; k < 2; k++)
+                            in[nin++] = packed ? input(&c, o[k], 4, (int64_t[]){2, N, 3, D}, 0, CT_F32)
+                                               : input(&c, o[k], 4, (int64_t[]){2, 3, N, D}, 0, CT_F32);
+                        in[nin++] = input(&c, "lse", 3, (int64_t[]){2, 3, N}, 0, CT_F32);
+                    }
                     if (i)
                         in[nin++] = input(&c, "bias", 4, (int64_t[]){bias[i][0], bias[i][1], N, M}, 0, CT_F32);
                     snprintf(what, sizeof what, "%s%s N %lld M %lld D %lld bias [%lld,%lld]%s",
@@ -834,7 +838,6 @@ static void test_sdpa(void)
                 }
 }
 
-/* What has no kernel is refused by name. */
 /* The input ops, on inputs of their own (gen()'s are no uint8 batch,
  * boxes or mixing numbers) of c channels (image_normalize: 3, a gray
  * batch's 1 or an RGBA one's 4): equal to the ref backend in NCHW and NHWC. */

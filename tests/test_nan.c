@@ -171,6 +171,7 @@ free_inputs:
 #define V(...) {__VA_ARGS__}
 #define S1(a) {1, {a}}
 #define S2(a, b) {2, {a, b}}
+#define S3(a, b, c) {3, {a, b, c}}
 #define S4(a, b, c, d) {4, {a, b, c, d}}
 
 static void test_activations(void)
@@ -431,13 +432,15 @@ static void test_group_norm(void)
  * one in key 1 is NaN everywhere (every row weighs it); one in value 2's
  * dim 1 is NaN in that column; a bias [1, 1, 3, 3] of -inf drops that key
  * from the row, a NaN or a row all -inf makes the row NaN (softmax's
- * rule); the gradients as the ref backend's. */
+ * rule); the gradients as the ref backend's, from the y and logsumexp
+ * such a forward leaves (a NaN query's row: NaN in both). */
 static void test_attention(void)
 {
 #define QKV(q, k, v) {S4(1, 1, 3, 2), 0, q}, {S4(1, 1, 3, 2), 0, k}, {S4(1, 1, 3, 2), 0, v}
 #define FINITE V(0.1, 0.2, 0.3, -0.4, 0.5, 0.6)
 #define DY {S4(1, 1, 3, 2), 0, V(1, -1, 0.5, 2, -0.5, 1)}
 #define MASK(...) {S4(1, 1, 3, 3), 0, V(__VA_ARGS__)}
+#define FWD(y, lse) {S4(1, 1, 3, 2), 0, y}, {S3(1, 1, 3), 0, lse}
     static const NanCase cases[] = {
         {"sdpa NaN query", CT_OP_sdpa, 3, {QKV(V(N, 0.2, 0.3, -0.4, 0.5, 0.6), FINITE, FINITE)}, {0}, {0.7},
          {V(N, N, FIN, FIN, FIN, FIN)}, 1},
@@ -445,20 +448,27 @@ static void test_attention(void)
          {V(N, N, N, N, N, N)}, 1},
         {"sdpa NaN value", CT_OP_sdpa, 3, {QKV(FINITE, FINITE, V(0.1, 0.2, 0.3, -0.4, 0.5, N))}, {0}, {0.7},
          {V(FIN, N, FIN, N, FIN, N)}, 1},
-        {"sdpa_grad NaN query", CT_OP_sdpa_grad, 4, {QKV(V(N, 0.2, 0.3, -0.4, 0.5, 0.6), FINITE, FINITE), DY}, {0},
-         {0.7}, {V(0)}, LIKE_REF},
-        {"sdpa_grad NaN value", CT_OP_sdpa_grad, 4, {QKV(FINITE, FINITE, V(0.1, 0.2, 0.3, -0.4, 0.5, N)), DY}, {0},
-         {0.7}, {V(0)}, LIKE_REF},
+        {"sdpa_grad NaN query", CT_OP_sdpa_grad, 6,
+         {QKV(V(N, 0.2, 0.3, -0.4, 0.5, 0.6), FINITE, FINITE), DY,
+          FWD(V(N, N, 0.2, 0.1, 0.3, 0.2), V(N, 1.2, 1.1))},
+         {0}, {0.7}, {V(0)}, LIKE_REF},
+        {"sdpa_grad NaN value", CT_OP_sdpa_grad, 6,
+         {QKV(FINITE, FINITE, V(0.1, 0.2, 0.3, -0.4, 0.5, N)), DY,
+          FWD(V(0.3, N, 0.2, N, 0.3, N), V(1.1, 1.2, 1.1))},
+         {0}, {0.7}, {V(0)}, LIKE_REF},
         {"sdpa bias -inf, NaN, all -inf", CT_OP_sdpa, 4,
          {QKV(FINITE, FINITE, FINITE), MASK(0, -I, 0.5, N, 0, 0, -I, -I, -I)}, {0}, {0.7},
          {V(FIN, FIN, N, N, N, N)}, 1},
-        {"sdpa_grad bias -inf", CT_OP_sdpa_grad, 5,
-         {QKV(FINITE, FINITE, FINITE), DY, MASK(0, -I, 0.5, 0, 0, -I, 0.3, 0.1, 0.2)}, {1}, {0.7}, {V(0)}, LIKE_REF},
+        {"sdpa_grad bias -inf", CT_OP_sdpa_grad, 7,
+         {QKV(FINITE, FINITE, FINITE), DY, FWD(V(0.3, 0.1, 0.2, 0.2, 0.3, 0.1), V(1.1, 0.8, 1.4)),
+          MASK(0, -I, 0.5, 0, 0, -I, 0.3, 0.1, 0.2)},
+         {1}, {0.7}, {V(0)}, LIKE_REF},
     };
 #undef QKV
 #undef FINITE
 #undef DY
 #undef MASK
+#undef FWD
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);
 }

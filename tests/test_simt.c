@@ -780,19 +780,24 @@ static void test_library(void)
      * (eight lanes' shares longer than the others) */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
+    const CtShape st = {3, {1, 2, 40}}, st80 = {3, {1, 1, 20}}; /* the forward's rows' logsumexp */
     const CtShape x = {3, {1, 37, 40}}, w = {1, {40}};
     static const struct {
         CtOp op;
         int nin;
         const char *what;
     } cases[] = {{CT_OP_sdpa, 4, "sdpa in tiles"},
-                 {CT_OP_sdpa_grad, 5, "sdpa_grad in tiles"},
+                 {CT_OP_sdpa_grad, 7, "sdpa_grad in tiles"},
                  {CT_OP_sdpa, 3, "sdpa at head dim 80"},
-                 {CT_OP_sdpa_grad, 4, "sdpa_grad at head dim 80"},
+                 {CT_OP_sdpa_grad, 6, "sdpa_grad at head dim 80"},
                  {CT_OP_layer_norm, 3, "layer_norm"},
                  {CT_OP_layer_norm_grad, 3, "layer_norm_grad"}};
-    const CtShape shapes[][5] = {{q, kv, kv, bias}, {q, kv, kv, q, bias}, {q80, kv80, kv80}, {q80, kv80, kv80, q80},
-                                 {x, w, w},         {x, w, x}};
+    const CtShape shapes[][7] = {{q, kv, kv, bias},
+                                 {q, kv, kv, q, q, st, bias},
+                                 {q80, kv80, kv80},
+                                 {q80, kv80, kv80, q80, q80, st80},
+                                 {x, w, w},
+                                 {x, w, x}};
     for (int i = 0; i < 6; i++) {
         Graph g;
         int attention = cases[i].op == CT_OP_sdpa || cases[i].op == CT_OP_sdpa_grad;

@@ -41,9 +41,9 @@
  * tiles at head dim D: query rows a tile and as many keys (the backward's
  * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.
  * CT_ATT_SMEM(D) is the floats of dynamic shared memory the backward
- * takes (ct_attn_grad_q's, the most of its three), CT_ATT_SMEM_FWD(D) the
- * forward's and ct_attn_stats's (no dO rows, but the rows' softmax parts,
- * two floats a thread); each at most CT_ATT_SMEM_MOST (CT_ATT_SMEM(64)),
+ * takes (ct_attn_grad_q's, the most of its kernels), CT_ATT_SMEM_FWD(D)
+ * the forward's (no dO rows, but the rows' softmax parts, two floats a
+ * thread); each at most CT_ATT_SMEM_MOST (CT_ATT_SMEM(64)),
  * 45 KiB, under the 48 KiB a launch may have without the driver's opt-in
  * to more. */
 #define CT_ATT_D 128

@@ -1664,10 +1664,11 @@ CT_DEVICE double CT_SFX(ct_sdpa_score)(const CT_T *Q, const CT_T *K, const CT_T 
 }
 
 /* One query row a work item, two passes over the keys (the scores'
- * maximum, then the weighted sum of v). */
-CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long rows,
-                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh,
-                          int packed)
+ * maximum, then the weighted sum of v); the row's logsumexp to stats[r]
+ * unless it is NULL. */
+CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, float *stats,
+                          long long rows, long long N, long long M, long long D, float scale, long long H, long long sb,
+                          long long sh, int packed)
 {
     CT_LOOP(r, rows)
     {
@@ -1676,11 +1677,12 @@ CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
         const CT_T *Q = q + at.q + i * at.lq, *K = k + at.k, *V = v + at.v;
         const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
         float acc[CT_MAX_HEAD];
-        double m = -1e300, l = 0;
+        double m = -CT_INF, l = 0;
         for (long long j = 0; j < M; j++) {
             double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale);
             m = s > m ? s : m;
         }
+        m = m == -CT_INF ? 0 : m;
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
@@ -1691,28 +1693,17 @@ CT_GLOBAL CT_SFX(ct_sdpa)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
         }
         for (long long d = 0; d < D; d++)
             y[at.o + i * at.lo + d] = CT_ST((float)(acc[d] / l));
+        if (stats)
+            stats[r] = (float)(m + log(l));
     }
 }
 
-/* The scores' maximum and sum of exponentials of query row Q. */
-CT_DEVICE void CT_SFX(ct_sdpa_stats)(const CT_T *Q, const CT_T *K, const CT_T *A, long long M, long long D,
-                                     long long lk, float scale, double *m, double *l)
-{
-    *m = -1e300, *l = 0;
-    for (long long j = 0; j < M; j++) {
-        double s = CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale);
-        *m = s > *m ? s : *m;
-    }
-    for (long long j = 0; j < M; j++)
-        *l += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - *m);
-}
-
-/* Attention's dq, one query row a work item: with P the attention weights,
- * dP = dy v^T, dot = rowsum(dP * P) and dS = P (dP - dot),
- * dq = scale * sum_j dS_j k_j; dS to dbias [BH, N, M] unless it is NULL.
- * The row's max, sum and dot go to stats[3r..3r+2] for ct_sdpa_grad_kv. */
+/* Attention's dq, one query row a work item: with P the attention weights
+ * from the row's statistics st[3r..3r+2] (ct_attn_delta's base, sum and
+ * dot = dO . O = rowsum(dP * P)), dP = dy v^T and dS = P (dP - dot),
+ * dq = scale * sum_j dS_j k_j; dS to dbias [BH, N, M] unless it is NULL. */
 CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
-                                 CT_T *dq, CT_T *dbias, float *stats, long long rows, long long N, long long M,
+                                 CT_T *dq, CT_T *dbias, const float *stats, long long rows, long long N, long long M,
                                  long long D, float scale, long long H, long long sb, long long sh, int packed)
 {
     CT_LOOP(r, rows)
@@ -1721,22 +1712,15 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
         const long long i = r % N, lk = at.lkv;
         const CT_T *Q = q + at.q + i * at.lq, *K = k + at.k, *V = v + at.v, *G = dy + at.o + i * at.lo;
         const CT_T *A = CT_SFX(ct_sdpa_bias_row)(bias, r, N, M, H, sb, sh);
+        const float *st = stats + 3 * r;
         float acc[CT_MAX_HEAD];
-        double m, l, dot = 0;
-        CT_SFX(ct_sdpa_stats)(Q, K, A, M, D, lk, scale, &m, &l);
         for (long long d = 0; d < D; d++)
             acc[d] = 0;
         for (long long j = 0; j < M; j++) {
             double dp = 0;
             for (long long d = 0; d < D; d++)
                 dp += (double)CT_LD(G[d]) * CT_LD(V[j * lk + d]);
-            dot += exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - m) / l * dp;
-        }
-        for (long long j = 0; j < M; j++) {
-            double dp = 0;
-            for (long long d = 0; d < D; d++)
-                dp += (double)CT_LD(G[d]) * CT_LD(V[j * lk + d]);
-            double dsb = exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - m) / l * (dp - dot);
+            double dsb = exp(CT_SFX(ct_sdpa_score)(Q, K, A, j, D, lk, scale) - st[0]) / st[1] * (dp - st[2]);
             float ds = (float)(dsb * scale);
             if (dbias)
                 dbias[r * M + j] = CT_ST((float)dsb);
@@ -1745,11 +1729,10 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, co
         }
         for (long long d = 0; d < D; d++)
             dq[at.q + i * at.lq + d] = CT_ST(acc[d]);
-        stats[3 * r] = (float)m, stats[3 * r + 1] = (float)l, stats[3 * r + 2] = (float)dot;
     }
 }
 
-/* Attention's dk and dv, one key row a work item, from ct_sdpa_grad_q's
+/* Attention's dk and dv, one key row a work item, from ct_attn_delta's
  * stats: dv_j = sum_i P dy_i, dk_j = scale * sum_i P (dP - dot_i) q_i. */
 CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                   CT_T *dk, CT_T *dv, const float *stats, long long rows, long long N, long long M,
@@ -1792,9 +1775,10 @@ CT_GLOBAL CT_SFX(ct_sdpa_grad_kv)(const CT_T *q, const CT_T *k, const CT_T *v, c
  * maximum and sum of exponentials (the online softmax). Sums in float, in
  * the same order on every run. Shared rows are D + 1 floats apart, so the
  * threads of a warp reading one column of different rows hit different
- * banks. The gradient recomputes the weights from each row's maximum, sum
- * and dO . O (ct_attn_stats), then takes dq a query tile a block and dk, dv
- * a key tile a block, so that no two blocks add into one output. */
+ * banks. The gradient recomputes the weights from each row's logsumexp
+ * (the forward's) and dO . O (ct_attn_delta), then takes dq a query tile a
+ * block and dk, dv a key tile a block, so that no two blocks add into one
+ * output. */
 
 /* Rows [0, n) of X [.., D] (ld apart) into s [rows][D + 1] as float, zeros past n. */
 CT_DEVICE void CT_SFX(ct_att_load)(const CT_T *X, long long ld, long long n, long long D, long long rows, float *s)
@@ -1971,10 +1955,11 @@ CT_DEVICE void CT_SFX(ct_att_tile)(const CtAttShared *a, const CT_T *q, const CT
                         scale);
 }
 
-/* Attention's forward, a query tile a work item. */
-CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, long long BH,
-                          long long N, long long M, long long D, float scale, long long H, long long sb, long long sh,
-                          int packed)
+/* Attention's forward, a query tile a work item; each row's logsumexp to
+ * stats[r] unless it is NULL. */
+CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, float *stats,
+                          long long BH, long long N, long long M, long long D, float scale, long long H, long long sb,
+                          long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
@@ -1988,31 +1973,29 @@ CT_GLOBAL CT_SFX(ct_attn)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_
             int r = e / (int)D;
             y[at.o + (i0 + r) * at.lo + e - r * D] = CT_ST(a.os[e] / a.sum[r]);
         }
+        for (int r = (int)CT_TID; stats && r < nr; r += (int)CT_NTHREADS)
+            stats[row0 + r] = CT_SFX(ct_att_base)(a.mx[r]) + logf(a.sum[r]);
     }
 }
 
-/* Each query row's base, sum of exponentials and dO . O (which is the
- * row's sum_j P_j dP_j) into stats[3r..3r+2], a query tile a work item. */
-CT_GLOBAL CT_SFX(ct_attn_stats)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
-                                float *stats, long long BH, long long N, long long M, long long D, float scale,
-                                long long H, long long sb, long long sh, int packed)
+/* The backward's statistics of each query row, a warp a row, into st
+ * [rows][3] for the gradient kernels (which take the weights as exp(s -
+ * base) / sum): the logsumexp its forward left in stats [rows] as the base,
+ * a sum of 1, and dO . O (which is the row's sum_j P_j dP_j) from y and
+ * dy, so that none of them runs the forward again. */
+CT_GLOBAL CT_SFX(ct_attn_delta)(const CT_T *y, const CT_T *dy, const float *stats, float *st, long long rows,
+                                long long N, long long M, long long D, long long H, int packed)
 {
-    CT_DYN_SHARED(float, ct_smem);
-    const CtAttShared a = CT_SFX(ct_att_carve)(ct_smem, D);
-    const long long R = CT_ATT_ROWS(D);
-    CT_BLOCK_LOOP(w, BH * ((N + R - 1) / R))
+    CT_WARP_LOOP(r, rows)
     {
-        long long row0, nr, i0;
-        CtAttHead at;
-        CT_SFX(ct_att_tile)(&a, q, k, v, bias, w, N, M, D, scale, H, sb, sh, packed, &row0, &nr, &at, &i0);
-        for (int r = (int)CT_TID; r < nr; r += (int)CT_NTHREADS) {
-            const CT_T *G = dy + at.o + (i0 + r) * at.lo;
-            double dot = 0;
-            for (int d = 0; d < (int)D; d++)
-                dot += (double)CT_LD(G[d]) * a.os[r * D + d];
-            float *st = stats + 3 * (row0 + r);
-            st[0] = CT_SFX(ct_att_base)(a.mx[r]), st[1] = a.sum[r], st[2] = (float)(dot / a.sum[r]);
-        }
+        const CtAttHead at = ct_att_head(r / N, N, M, H, D, packed);
+        const long long o = at.o + r % N * at.lo;
+        double dot = 0;
+        for (long long d = CT_LANE; d < D; d += CT_LANES)
+            dot += (double)CT_LD(dy[o + d]) * CT_LD(y[o + d]);
+        dot = CT_LANE_SUM(dot);
+        if (CT_LANE == 0)
+            st[3 * r] = stats[r], st[3 * r + 1] = 1.0f, st[3 * r + 2] = (float)dot;
     }
 }
 
@@ -2077,7 +2060,7 @@ CT_DEVICE void CT_SFX(ct_att_accum_kv)(float *dv, float *dk, const float *w, con
 }
 
 /* Attention's dq (and dS to dbias [BH, N, M] unless NULL), a query tile a
- * work item, from ct_attn_stats's stats. */
+ * work item, from ct_attn_delta's stats. */
 CT_GLOBAL CT_SFX(ct_attn_grad_q)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias,
                                  CT_T *dq, CT_T *dbias, const float *stats, long long BH, long long N, long long M,
                                  long long D, float scale, long long H, long long sb, long long sh, int packed)
@@ -2357,11 +2340,10 @@ CT_DEVICE void CT_SFX(ct_att_tc_rows)(const CT_T *Q, long long lq, const CT_T *K
 }
 
 /* Attention's forward on tensor cores, a tile of 16 rows a warp a work
- * item: y, or with stats (y NULL) ct_attn_stats's rows' base, sum and
- * dO . O from dy. */
-CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *dy, const CT_T *bias, CT_T *y,
-                               float *stats, long long BH, long long N, long long M, long long D, float scale,
-                               long long H, long long sb, long long sh, int packed)
+ * item: y, and each row's logsumexp to stats[r] unless it is NULL. */
+CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, const CT_T *bias, CT_T *y, float *stats,
+                               long long BH, long long N, long long M, long long D, float scale, long long H,
+                               long long sb, long long sh, int packed)
 {
     CT_DYN_SHARED(float, ct_smem);
     CT_T *ks = (CT_T *)ct_smem, *vs = ks + CT_TC_KEYS * (D + CT_TC_PAD);
@@ -2377,31 +2359,21 @@ CT_GLOBAL16 CT_SFX(ct_attn_tc)(const CT_T *q, const CT_T *k, const CT_T *v, cons
         CT_UNROLL
         for (int h = 0; h < 2; h++) {
             long long r = i0 + g + 8 * h;
-            double dot = 0;
             CT_UNROLL
             for (int nt = 0; nt < 16; nt++) /* a fixed count, so that o stays in registers */
                 if (r < N && nt < D / 8) {
                     long long at = hd.o + r * hd.lo + 8 * nt + 2 * t;
-                    if (stats)
-                        dot += (double)CT_LD(dy[at]) * o[nt][2 * h] + (double)CT_LD(dy[at + 1]) * o[nt][2 * h + 1];
-                    else
-                        y[at] = CT_ST(o[nt][2 * h] / l[h]), y[at + 1] = CT_ST(o[nt][2 * h + 1] / l[h]);
+                    y[at] = CT_ST(o[nt][2 * h] / l[h]), y[at + 1] = CT_ST(o[nt][2 * h + 1] / l[h]);
                 }
-            if (!stats)
-                continue;
-            for (int off = 1; off < 4; off <<= 1)
-                dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            if (r < N && t == 0) {
-                float *st = stats + 3 * (bh * N + r);
-                st[0] = CT_SFX(ct_att_base)(mx[h]), st[1] = l[h], st[2] = (float)(dot / l[h]);
-            }
+            if (stats && r < N && t == 0)
+                stats[bh * N + r] = CT_SFX(ct_att_base)(mx[h]) + logf(l[h]);
         }
     }
 }
 
 /* Attention's backward on tensor cores, head dims D % 16 == 0 up to
  * CT_TC_GRAD_D (its fragments' registers sized for those), from the rows'
- * statistics ct_attn_tc leaves: ct_attn_tc_grad_q takes dq (and dbias) 16
+ * statistics ct_attn_delta leaves: ct_attn_tc_grad_q takes dq (and dbias) 16
  * query rows a warp, walking the keys; ct_attn_tc_grad_kv dk and dv 16 keys
  * a warp, walking the queries, the same products transposed (keys are the
  * fragments' rows). Each recomputes the scores and dP = dO v^T, as
@@ -2443,7 +2415,7 @@ CT_DEVICE void CT_SFX(ct_tc_scores)(float c[4][4], unsigned a[4][4], const CT_T 
 }
 
 /* P = exp(s scale + a - base) / sum and dS = P (dP - dO . O) of a score
- * whose row has the statistics st (ct_attn_tc's base, sum, dO . O). */
+ * whose row has the statistics st (ct_attn_delta's base, sum, dO . O). */
 CT_DEVICE float CT_SFX(ct_tc_ds)(float s, float dp, float a, const float *st, float scale, float *p)
 {
     *p = expf(s * scale + a - st[0]) / st[1];

@@ -916,7 +916,9 @@ static int tensor_core_attention(void)
 /* Head dims up to CT_ATT_D run the tiled kernels (a block a tile), the
  * rest the fallback kernels (a thread a row); the 16-bit types at head dims
  * a multiple of 16 the tensor cores' (the backward's up to CT_TC_GRAD_D).
- * Every backward form leaves each query row's three stats in the scratch. */
+ * The forward leaves each query row's logsumexp in its second output; the
+ * backward's first launch puts it beside dO . O in the scratch, three
+ * floats a row, which its dq and dk, dv launches read. */
 static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     AttnGeom g;
@@ -929,7 +931,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
     CtDType t = val(b, n->out[0])->type.dtype;
     int tiled = D <= CT_ATT_D;
-    /* the 16-bit types' forward (and the gradient's rows' statistics) on tensor cores, 16 rows a warp */
+    /* the 16-bit types' forward on tensor cores, 16 rows a warp */
     int tc = tiled && t != CT_F32 && D % 16 == 0 && tensor_core_attention(), tc_grad = tc && D <= CT_TC_GRAD_D;
     long long qitems = tiled ? CT_LIB_BLOCK * BH * tiles(N, CT_ATT_ROWS(D)) : BH * N, sized = tiled ? BH : BH * N;
     const long long tc_rows = 16 * CT_LIB_BLOCK / CT_LIB_LANES; /* a block's query rows or keys */
@@ -938,27 +940,24 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         LibLaunch *l = begin(b, tc ? "ct_attn_tc" : tiled ? "ct_attn" : "ct_sdpa", t, tc ? tc_items : qitems);
         l->shared = tc ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM_FWD(D) : 0;
         attention_operands(&g, n, l);
-        if (tc) /* no dO */
-            arg(l, LA_NULL);
         a_in_or_null(l, n, g.bias_in);
         a_val(l, n->out[0]);
-        if (tc) /* no statistics */
-            arg(l, LA_NULL);
+        a_val(l, n->out[g.stats_out]);
         attention_sizes(&g, b, n, l, sized);
         return 0;
     }
     *scratch = 3 * sizeof(float) * (size_t)(BH * N);
-    LibLaunch *l;
-    if (tiled) {
-        l = begin(b, tc ? "ct_attn_tc" : "ct_attn_stats", t, tc ? tc_items : qitems);
-        l->shared = tc ? (size_t)CT_TC_SMEM(D) : sizeof(float) * CT_ATT_SMEM_FWD(D);
-        attention_operands(&g, n, l);
-        a_in_or_null(l, n, g.bias_in);
-        if (tc) /* no y */
-            arg(l, LA_NULL);
-        arg(l, LA_SCRATCH);
-        attention_sizes(&g, b, n, l, BH);
-    }
+    LibLaunch *l = begin(b, "ct_attn_delta", t, BH * N * CT_LIB_LANES);
+    a_val(l, n->in[g.y_in]);
+    a_val(l, n->in[g.dy_in]);
+    a_val(l, n->in[g.stats_in]);
+    arg(l, LA_SCRATCH);
+    a_i64(l, BH * N);
+    a_i64(l, N);
+    a_i64(l, M);
+    a_i64(l, D);
+    a_i64(l, g.H);
+    a_i32(l, g.packed);
     l = begin(b, tc_grad ? "ct_attn_tc_grad_q" : tiled ? "ct_attn_grad_q" : "ct_sdpa_grad_q", t,
               tc_grad ? tc_items : qitems);
     l->shared = tc_grad ? (size_t)CT_TC_SMEM(D) : tiled ? sizeof(float) * CT_ATT_SMEM(D) : 0;

@@ -5,7 +5,10 @@
  * linear's [B,N,3*H*D] output as it is) and output [B,N,H,D] (the [B,N,C]
  * the projection reads), so that no permute, slice or concat copies the
  * heads in or out. Gradients have their operands' layout: dq, dk, dv are
- * laid out as q, k, v (packed: one dqkv), dy as y. Shared by the ref
+ * laid out as q, k, v (packed: one dqkv), dy as y. sdpa's second output,
+ * its statistics [B,H,N] f32, holds each query row's logsumexp of the
+ * scores (-inf where every score is -inf), so that the weights are
+ * exp(score - lse): sdpa_grad reads it back with y. Shared by the ref
  * kernels, the cpu backend and the cuda launches, so the layout lives in
  * one place.
  */
@@ -26,7 +29,9 @@ typedef struct AttnGeom {
     int packed;
     AttnStrides q, kv, o; /* q (and dq); k and v (and dk, dv); y and dy */
     int64_t k_off, v_off; /* k's and v's start in their operand (packed: in qkv) */
-    int k_in, v_in, dy_in, bias_in; /* their inputs' indices; bias_in -1 without a bias */
+    int k_in, v_in, bias_in;        /* their inputs' indices; bias_in -1 without a bias */
+    int dy_in, y_in, stats_in;      /* sdpa_grad's dy, and the forward's outputs it reads; -1 in sdpa */
+    int stats_out;                  /* sdpa's statistics; -1 in sdpa_grad */
     int dk_out, dv_out, dbias_out;  /* sdpa_grad's outputs; dbias_out -1 unless asked */
 } AttnGeom;
 
@@ -47,10 +52,12 @@ static inline int64_t attn_bias_head(const CtShape *s, int64_t H, int64_t bh)
 /* sdpa's iattr[0] and sdpa_grad's iattr[1]: 1 for the packed form. */
 static inline int attn_packed(const Node *n) { return (int)n->iattr[n->op == CT_OP_sdpa ? 0 : 1] != 0; }
 
+/* sdpa's inputs: (q, k, v | qkv)[, bias]; sdpa_grad's: (q, k, v | qkv),
+ * dy, y, stats[, bias]. */
 static inline void attn_geom(const Graph *g, const Node *n, AttnGeom *a)
 {
     const CtShape *x = &g->values[n->in[0]].type.shape;
-    int grad = n->op == CT_OP_sdpa_grad;
+    int grad = n->op == CT_OP_sdpa_grad, nops;
     a->packed = attn_packed(n);
     if (a->packed) {
         a->B = x->d[0], a->N = a->M = x->d[1], a->H = x->d[3], a->D = x->d[4];
@@ -58,21 +65,23 @@ static inline void attn_geom(const Graph *g, const Node *n, AttnGeom *a)
         a->q = a->kv = (AttnStrides){a->N * 3 * HD, a->D, 3 * HD};
         a->o = (AttnStrides){a->N * HD, a->D, HD};
         a->k_off = HD, a->v_off = 2 * HD;
-        a->k_in = a->v_in = 0, a->dy_in = grad ? 1 : -1;
-        a->bias_in = n->nin > 1 + grad ? 1 + grad : -1;
+        a->k_in = a->v_in = 0;
         a->dk_out = a->dv_out = 0;
-        a->dbias_out = grad && n->nout > 1 ? 1 : -1;
-        return;
+        nops = 1;
+    } else {
+        a->B = x->d[0], a->H = x->d[1], a->N = x->d[2], a->D = x->d[3];
+        a->M = g->values[n->in[1]].type.shape.d[2];
+        a->q = a->o = (AttnStrides){a->H * a->N * a->D, a->N * a->D, a->D};
+        a->kv = (AttnStrides){a->H * a->M * a->D, a->M * a->D, a->D};
+        a->k_off = a->v_off = 0;
+        a->k_in = 1, a->v_in = 2;
+        a->dk_out = 1, a->dv_out = 2;
+        nops = 3;
     }
-    a->B = x->d[0], a->H = x->d[1], a->N = x->d[2], a->D = x->d[3];
-    a->M = g->values[n->in[1]].type.shape.d[2];
-    a->q = a->o = (AttnStrides){a->H * a->N * a->D, a->N * a->D, a->D};
-    a->kv = (AttnStrides){a->H * a->M * a->D, a->M * a->D, a->D};
-    a->k_off = a->v_off = 0;
-    a->k_in = 1, a->v_in = 2, a->dy_in = grad ? 3 : -1;
-    a->bias_in = n->nin > 3 + grad ? 3 + grad : -1;
-    a->dk_out = 1, a->dv_out = 2;
-    a->dbias_out = grad && n->nout > 3 ? 3 : -1;
+    a->dy_in = grad ? nops : -1, a->y_in = grad ? nops + 1 : -1, a->stats_in = grad ? nops + 2 : -1;
+    a->stats_out = grad ? -1 : 1;
+    a->bias_in = n->nin > nops + 3 * grad ? nops + 3 * grad : -1;
+    a->dbias_out = grad && n->nout > nops ? nops : -1;
 }
 
 #endif

@@ -413,20 +413,28 @@ void cpu_matmul(const Graph *g, const Node *n, float *const *in, float *const *o
                   tb ? K : N, 0.0f, out[0] + t * M * N, N);
 }
 
-/* Row-wise softmax of s [rows, cols] in place, sums in double. */
-/* Softmax of each row in place, exp and sum in blocks of 16 columns: the
- * last block padded with -inf (exp 0) in a local copy, since the compiler's
- * remainder loop takes a scalar exp a column, and with ViT's rows of 101
- * (100 patches and the class token) those 5 columns cost as much as the 96
- * vectorised ones. Sums in f32 over 16 lanes, far inside the 1e-4 to ref. */
-CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols)
+/* Softmax of each row of s [rows, cols] in place. Each row's logsumexp
+ * (ir/ops/attention_geom.h): with known (the forward's, which the gradient
+ * reads back), the weights are exp(s - lse), no maximum or sum taken; else
+ * computed, and stored to lse unless it is NULL. Exp and sum in blocks of
+ * 16 columns: the last block padded with -inf (exp 0) in a local copy,
+ * since the compiler's remainder loop takes a scalar exp a column, and with
+ * ViT's rows of 101 (100 patches and the class token) those 5 columns cost
+ * as much as the 96 vectorised ones. Sums in f32 over 16 lanes, far inside
+ * the 1e-4 to ref. */
+CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols, const float *known, float *lse)
 {
     enum { W = 16 };
     for (int64_t i = 0; i < rows; i++) {
         float *r = s + i * cols, m = -INFINITY, acc[W] = {0}, tail[W], sum = 0;
+        if (known) {
+            m = known[i];
+        } else {
 #pragma omp simd reduction(max : m)
-        for (int64_t j = 0; j < cols; j++)
-            m = r[j] > m ? r[j] : m;
+            for (int64_t j = 0; j < cols; j++)
+                m = r[j] > m ? r[j] : m;
+            m = m == -INFINITY ? 0 : m;
+        }
         int64_t j = 0;
         for (; j + W <= cols; j += W)
 #pragma omp simd
@@ -447,18 +455,23 @@ CPU_CLONES static void softmax_rows(float *s, int64_t rows, int64_t cols)
         }
         for (int l = 0; l < W; l++)
             sum += acc[l];
+        if (known)
+            continue;
         float inv = 1 / sum;
 #pragma omp simd
         for (int64_t c = 0; c < cols; c++)
             r[c] *= inv;
+        if (lse)
+            lse[i] = m + logf(sum);
     }
 }
 
 /* One head's operands (ir/ops/attention_geom.h): its first elements, its
- * bias [N, M] or NULL, and its rows' strides. */
+ * bias [N, M] or NULL, and its rows' strides. sdpa writes Y and the rows'
+ * logsumexp L; sdpa_grad reads them as fY and fL. */
 typedef struct Head {
-    const float *Q, *K, *V, *A, *dY;
-    float *dQ, *dK, *dV, *Y;
+    const float *Q, *K, *V, *A, *dY, *fY, *fL;
+    float *dQ, *dK, *dV, *Y, *L;
     int64_t lq, lkv, lo;
 } Head;
 
@@ -472,21 +485,22 @@ static Head head_of(const Graph *g, const Node *n, const AttnGeom *a, float *con
     if (a->bias_in >= 0)
         h.A = in[a->bias_in] + attn_bias_head(cpu_in_shape(g, n, a->bias_in), a->H, bh);
     if (n->op == CT_OP_sdpa) {
-        h.Y = out[0] + o;
+        h.Y = out[0] + o, h.L = out[a->stats_out] + bh * a->N;
         return h;
     }
-    h.dY = in[a->dy_in] + o;
+    h.dY = in[a->dy_in] + o, h.fY = in[a->y_in] + o, h.fL = in[a->stats_in] + bh * a->N;
     h.dQ = out[0] + q, h.dK = out[a->dk_out] + a->k_off + kv, h.dV = out[a->dv_out] + a->v_off + kv;
     return h;
 }
 
-/* P [N, M] = softmax(Q K^T * scale + A) for one head. */
+/* P [N, M] = softmax(Q K^T * scale + A) for one head: sdpa's, storing the
+ * rows' logsumexp, or sdpa_grad's, from it. */
 static void attention_weights(const Head *h, int64_t N, int64_t M, int64_t D, float scale, float *P)
 {
     if (h->A)
         memcpy(P, h->A, sizeof *P * (size_t)(N * M));
     cpu_sgemm(0, 1, N, M, D, scale, h->Q, h->lq, h->K, h->lkv, h->A ? 1.0f : 0.0f, P, M);
-    softmax_rows(P, N, M);
+    softmax_rows(P, N, M, h->fL, h->L);
 }
 
 /* saved: NULL, or the weights [BH, N, M] to keep for the gradient. */
@@ -511,21 +525,22 @@ void cpu_sdpa_saving(const Graph *g, const Node *n, float *const *in, float *con
 
 void cpu_sdpa(const Graph *g, const Node *n, float *const *in, float *const *out) { cpu_sdpa_saving(g, n, in, out, NULL); }
 
-/* dv = P^T dy; dP = dy v^T; dS = P * (dP - rowsum(dP * P)); dq = dS k * scale;
- * dk = dS^T q * scale. One head h, its weights P, a buffer dP [N, M], and
- * dB: NULL, or where dS [N, M] goes (the bias's gradient). */
+/* dv = P^T dy; dP = dy v^T; dS = P * (dP - dy . y) (dy . y = rowsum(dP *
+ * P)); dq = dS k * scale; dk = dS^T q * scale. One head h, its weights P, a
+ * buffer dP [N, M], and dB: NULL, or where dS [N, M] goes (the bias's
+ * gradient). */
 CPU_CLONES static void sdpa_grad_head(const Head *h, int64_t N, int64_t M, int64_t D, float scale, const float *P,
                                       float *dP, float *dB)
 {
     cpu_sgemm(1, 0, M, D, N, 1.0f, P, M, h->dY, h->lo, 0.0f, h->dV, h->lkv);
     cpu_sgemm(0, 1, N, M, D, 1.0f, h->dY, h->lo, h->V, h->lkv, 0.0f, dP, M);
     for (int64_t i = 0; i < N; i++) {
-        const float *p = P + i * M;
+        const float *p = P + i * M, *dy = h->dY + i * h->lo, *y = h->fY + i * h->lo;
         float *dp = dP + i * M;
         double dot = 0;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < M; j++)
-            dot += (double)dp[j] * p[j];
+        for (int64_t d = 0; d < D; d++)
+            dot += (double)dy[d] * y[d];
         for (int64_t j = 0; j < M; j++) {
             float ds = p[j] * (float)(dp[j] - dot);
             if (dB)
