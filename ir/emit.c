@@ -69,18 +69,33 @@ ValueId emit_permute(Emitter *e, ValueId x, int ndim, const int64_t *perm)
     return emit(e, CT_OP_permute, 1, &x, a, 1 + ndim, NULL, 0, 0);
 }
 
+/* The dims of s that summing to shape `to` reduces (broadcast's inverse). */
+static int64_t sum_mask(const CtShape *s, const CtShape *to)
+{
+    int64_t mask = 0;
+    for (int i = 0; i < s->ndim; i++) {
+        int j = i - (s->ndim - to->ndim);
+        if (j < 0 || (to->d[j] == 1 && s->d[i] != 1))
+            mask |= (int64_t)1 << i;
+    }
+    return mask;
+}
+
 ValueId emit_sum_to(Emitter *e, ValueId x, CtShape to)
 {
     CtShape s = emit_shape(e, x);
     if (e->failed || shape_equal(&s, &to))
         return x;
-    int64_t mask = 0;
-    for (int i = 0; i < s.ndim; i++) {
-        int j = i - (s.ndim - to.ndim);
-        if (j < 0 || (to.d[j] == 1 && s.d[i] != 1))
-            mask |= (int64_t)1 << i;
-    }
-    int64_t a[2] = {mask, 1};
-    ValueId r = mask ? emit(e, CT_OP_reduce_sum, 1, &x, a, 2, NULL, 0, 0) : x;
+    int64_t a[2] = {sum_mask(&s, &to), 1};
+    ValueId r = a[0] ? emit(e, CT_OP_reduce_sum, 1, &x, a, 2, NULL, 0, 0) : x;
     return emit_reshape(e, r, to);
+}
+
+ValueId emit_sum_product_to(Emitter *e, ValueId x, ValueId f, CtShape to)
+{
+    CtShape s = emit_shape(e, x), sf = emit_shape(e, f);
+    int64_t a[2] = {sum_mask(&s, &to), 1};
+    if (e->failed || !shape_equal(&s, &sf) || !a[0])
+        return emit_sum_to(e, emit(e, CT_OP_mul, 2, (ValueId[]){x, f}, NULL, 0, NULL, 0, 0), to);
+    return emit_reshape(e, emit(e, CT_OP_reduce_sum, 2, (ValueId[]){x, f}, a, 2, NULL, 0, 0), to);
 }

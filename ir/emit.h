@@ -33,5 +33,8 @@ ValueId emit_reshape(Emitter *e, ValueId x, CtShape to);
 ValueId emit_permute(Emitter *e, ValueId x, int ndim, const int64_t *perm);
 /* Sums x over the dims broadcasting made, back to shape `to`. */
 ValueId emit_sum_to(Emitter *e, ValueId x, CtShape to);
+/* emit_sum_to of x * f: one reduce_sum of both where f has x's shape and
+ * there is something to sum, the product never stored. */
+ValueId emit_sum_product_to(Emitter *e, ValueId x, ValueId f, CtShape to);
 
 #endif

@@ -2,9 +2,10 @@
  * without changing g: greedy in node order, a node joins the latest step it
  * can (an earlier step may never read a later one, so creation order is a
  * valid schedule), adjacent steps over the same elements that load the same
- * input merge, then optimizer groups are batched into one launch and
- * assigns are taken over by the groups computing their sources. A value is
- * written to memory iff it is read outside its step or is a graph output. */
+ * input merge, elementwise nodes read only in a later step sink into it,
+ * then optimizer groups are batched into one launch and assigns are taken
+ * over by the groups computing their sources. A value is written to memory
+ * iff it is read outside its step or is a graph output. */
 #include "passes/fuse.h"
 
 #include <stdlib.h>
@@ -350,6 +351,77 @@ static void merge_siblings(Builder *b)
     }
 }
 
+/* Whether node i may sink into step t, the later elementwise step that
+ * holds every reader of its output: an elementwise node (no view, update
+ * or assign) of one output, not a graph output, that every reader (no view
+ * either) reads element for element in t's iteration space; none of its
+ * inputs computed in its own step (they would have to be stored), and at
+ * most one of them an element-for-element operand t does not load already
+ * (each such is a load more in t, against the store and the load of the
+ * output saved).
+ * Never into an act_grad feeding a batch_norm_grad: alone in its step, the
+ * two run as one (fuse_bn_act_grad_steps), which saves more. */
+static int sink_target(const Builder *b, int i, const char *is_output)
+{
+    const Graph *g = b->g;
+    const Node *n = &g->nodes[i];
+    int s = b->step_of[i], t = -1;
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || n->nout != 1 || is_output[n->out[0]] || is_update(n->op) ||
+        op_def(n->op)->fusion == OP_VIEW || !fuse_is_elementwise(g, n) || b->nreaders[n->out[0]] == 0)
+        return -1;
+    ValueId y = n->out[0];
+    for (int r = 0; r < b->nreaders[y]; r++) {
+        const Node *c = &g->nodes[b->readers[y][r]];
+        int u = b->step_of[b->readers[y][r]];
+        if ((t >= 0 && u != t) || u <= s || b->steps[u].kind != FUSE_ELEMENTWISE || c->op == CT_OP_assign ||
+            op_def(c->op)->fusion == OP_VIEW || !c->nout || !same_elements(g, y, c->out[0]))
+            return -1;
+        for (int q = 0; c->op == CT_OP_act_grad && q < b->nreaders[c->out[0]]; q++)
+            if (g->nodes[b->readers[c->out[0]][q]].op == CT_OP_batch_norm_grad)
+                return -1;
+        t = u;
+    }
+    int extra = 0;
+    for (int k = 0; k < n->nin; k++) {
+        ValueId v = n->in[k];
+        if (producer_step(b, v) == s)
+            return -1;
+        int loaded = 0;
+        for (int r = 0; r < b->nreaders[v] && !loaded; r++)
+            loaded = b->step_of[b->readers[v][r]] == t;
+        extra += same_elements(g, v, y) && !loaded;
+    }
+    return extra <= 1 ? t : -1;
+}
+
+/* Elementwise nodes whose output only a later step reads run in that step
+ * (squeeze-excitation's dy * s, which the add of the pooled branch's
+ * gradient reads after a reduction): the output is never stored, at the
+ * cost of at most one load more there. Last nodes first, so that a chain
+ * of them sinks together; a step left empty is dropped. */
+static void sink_single_readers(Builder *b)
+{
+    const Graph *g = b->g;
+    char *is_output = calloc((size_t)g->nvalues + 1, 1);
+    int *count = calloc((size_t)b->nsteps + 1, sizeof *count);
+    CT_ASSERT(is_output && count);
+    for (int k = 0; k < g->noutputs; k++)
+        is_output[g->outputs[k]] = 1;
+    for (int i = 0; i < g->nnodes; i++)
+        count[b->step_of[i]]++;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        int t = sink_target(b, i, is_output);
+        if (t < 0)
+            continue;
+        int s = b->step_of[i];
+        b->step_of[i] = t;
+        count[t]++;
+        b->dead[s] |= --count[s] == 0;
+    }
+    free(count);
+    free(is_output);
+}
+
 /* Steps run by position, then by creation. */
 static int by_key(const void *x, const void *y)
 {
@@ -460,6 +532,7 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
         b.update[s] = launch_of[s] = -1, b.pos[s] = s;
     index_readers(&b);
     merge_siblings(&b);
+    sink_single_readers(&b);
     batch_updates(&b, launch_of);
     take_assigns(&b);
     lay_out(&b, launch_of, p);

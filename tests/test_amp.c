@@ -58,6 +58,41 @@ static void test_policy(void)
     graph_free(&g);
 }
 
+/* Attention under amp: sdpa in the low dtype, its logsumexp f32; a graph
+ * holding its gradient already, of low operands (the qkv projection's
+ * output and its gradient), runs sdpa_grad low and reads the logsumexp as
+ * it is: neither the f32 logsumexp makes it f32 nor is it cast. */
+static void test_attention_policy(CtDType low)
+{
+    Graph g, a;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 1);
+    ValueId qkv = b_input(&b, "qkv", (CtShape){5, {2, 5, 3, 2, 4}}, low);
+    ValueId dy = b_input(&b, "dy", (CtShape){4, {2, 5, 2, 4}}, low);
+    ValueId y = f_sdpa_qkv(&b, qkv, -1, 0.5), lse = g.nodes[g.values[y].producer].out[1];
+    graph_mark_output(&g, y);
+    ValueId dqkv = b_node(&b, CT_OP_sdpa_grad, 4, (ValueId[]){qkv, dy, y, lse}, (int64_t[]){0, 1}, 2, (double[]){0.5},
+                          1, 0);
+    graph_mark_output(&g, dqkv);
+    CHECK(b_finish(&b, &err) == 0);
+    CHECKF(amp_cast(&g, low, &a, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < a.nnodes; i++) {
+        const Node *n = &a.nodes[i];
+        if (n->op == CT_OP_sdpa) {
+            CHECK(a.values[n->out[0]].type.dtype == low && a.values[n->out[1]].type.dtype == CT_F32);
+        } else if (n->op == CT_OP_sdpa_grad) {
+            for (int k = 0; k < 4; k++)
+                CHECKF(a.values[n->in[k]].type.dtype == (k == 3 ? CT_F32 : low), "sdpa_grad input %d", k);
+            CHECK(a.values[n->in[3]].producer >= 0 && a.nodes[a.values[n->in[3]].producer].op == CT_OP_sdpa);
+            CHECK(a.values[n->out[0]].type.dtype == low);
+        }
+    }
+    graph_free(&a);
+    graph_free(&g);
+}
+
 /* The node that writes v, or NULL. */
 static const Node *writer(const Graph *g, ValueId v)
 {
@@ -368,6 +403,7 @@ static void test_scaler(void)
 
 int main(void)
 {
+    test_attention_policy(CT_BF16);
     test_policy();
     test_layer_norm_policy(CT_BF16);
     test_layer_norm_policy(CT_F16);

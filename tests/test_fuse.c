@@ -1,7 +1,7 @@
 /* Fusion analysis: small hand-built graphs give the expected steps and
  * materialised values (a chain in one kernel, a library epilogue, a batch
  * norm's epilogue, a group that may not reach past a library step, sibling
- * steps merged), and every model's eval and training graphs (f32, amp,
+ * steps merged, a node read only in a later step sunk into it), and every model's eval and training graphs (f32, amp,
  * channels last) pass the independent check with fewer kernels than nodes,
  * the optimizer in at most two launches writing parameters in place. */
 #include <string.h>
@@ -270,6 +270,38 @@ static void test_siblings(void)
     }
 }
 
+/* Squeeze-excitation's backward: y = dy * s (s per channel) is read only
+ * by the add of the pooled branch's gradient, after a reduction of dy * x:
+ * y sinks into the add's step and is never stored. Not when y is an
+ * output, nor when it would load two tensors more there (y = dy + x). */
+static void test_sink(void)
+{
+    for (int c = 0; c < 3; c++) {
+        Graph g;
+        FusePlan p;
+        graph_init(&g);
+        const int64_t full[] = {2, 4, 3, 3}, per_channel[] = {2, 4, 1, 1};
+        ValueId x = input(&g, "x", 4, full), dy = input(&g, "dy", 4, full), s = input(&g, "s", 4, per_channel);
+        ValueId y = binary(&g, c == 2 ? CT_OP_add : CT_OP_mul, dy, c == 2 ? x : s);
+        ValueId r = node(&g, CT_OP_reduce_sum, 1, (ValueId[]){binary(&g, CT_OP_mul, dy, x)}, (int64_t[]){12, 1}, 2,
+                         NULL, 0);
+        ValueId w = binary(&g, CT_OP_add, y, r);
+        graph_mark_output(&g, w);
+        if (c == 1)
+            graph_mark_output(&g, y);
+        if (!plan_ok(&g, &p)) {
+            graph_free(&g);
+            continue;
+        }
+        int sunk = step_of_value(&g, &p, y) == step_of_value(&g, &p, w);
+        CHECKF(sunk == (c == 0), "case %d: y in the add's step %d", c, sunk);
+        CHECKF(p.materialised[y] == (c != 0), "case %d: y stored %d", c, p.materialised[y]);
+        CHECKF(p.nsteps == 3, "case %d: %d steps (the products, the reduction, the add)", c, p.nsteps);
+        fuse_free(&p);
+        graph_free(&g);
+    }
+}
+
 int main(void)
 {
     test_chain();
@@ -278,6 +310,7 @@ int main(void)
     test_no_cycle();
     test_view_and_check();
     test_siblings();
+    test_sink();
     test_models();
     return check_done("test_fuse");
 }

@@ -427,11 +427,12 @@ static ValueId case_expand(GradCase *c, int v)
     return f_expand(c->b, in_x(c, "x", (CtShape){3, {1, 3, 1}}), 3, (int64_t[]){2, 3, 4});
 }
 
-/* Sums dims 0 and 2 of [2,3,4], dropping or keeping them. */
+/* Sums dims 0 and 2 of [2,3,4], dropping or keeping them; variant 2 the
+ * product of two such (both gradients). */
 static ValueId case_reduce_sum(GradCase *c, int v)
 {
-    ValueId x = in_x(c, "x", (CtShape){3, {2, 3, 4}});
-    return b_node(c->b, CT_OP_reduce_sum, 1, &x, (int64_t[]){5, v}, 2, NULL, 0, 0);
+    ValueId x[2] = {in_x(c, "x", (CtShape){3, {2, 3, 4}}), v == 2 ? in_x(c, "f", (CtShape){3, {2, 3, 4}}) : -1};
+    return b_node(c->b, CT_OP_reduce_sum, v == 2 ? 2 : 1, x, (int64_t[]){5, v == 1}, 2, NULL, 0, 0);
 }
 
 static ValueId case_softmax(GradCase *c, int v) { return f_softmax(c->b, in_x(c, "x", (CtShape){3, {2, 3, 4}}), 1); }
@@ -613,6 +614,7 @@ static const CaseDef cases[] = {
     {"expand [1,3,1] -> [2,3,4]", case_expand, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 0", case_reduce_sum, 0, 0, TOL_LINEAR, 0},
     {"reduce_sum keepdim 1", case_reduce_sum, 1, 0, TOL_LINEAR, 0},
+    {"reduce_sum of a product", case_reduce_sum, 2, 0, TOL_LINEAR, 0},
     {"softmax dim 1", case_softmax, 0, 0, TOL_SMOOTH, 0},
     {"sdpa N=3 M=5", case_sdpa, 0, 0, TOL_SMOOTH, 0},
     {"sdpa bias parameter [1,H,N,M]", case_sdpa, 1, 0, TOL_SMOOTH, 0},

@@ -94,9 +94,9 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
-        ct_reduce_sum_f32(F(0), F(1), X(2), X(3));
+        ct_reduce_sum_f32(F(0), F(1), F(2), X(3), X(4));
     else if (!strcmp(k, "ct_reduce_sum_part_f32"))
-        ct_reduce_sum_part_f32(F(0), (double *)P(1), X(2), X(3), I(4));
+        ct_reduce_sum_part_f32(F(0), F(1), (double *)P(2), X(3), X(4), I(5));
     else if (!strcmp(k, "ct_reduce_sum_total_f32"))
         ct_reduce_sum_total_f32((double *)P(0), F(1), X(2), I(3));
     else if (!strcmp(k, "ct_softmax_f32"))
@@ -459,20 +459,30 @@ static void test_data_movement(void)
         if (!add_node(&c, CT_OP_reshape, 1, &x, (int64_t[]){2, 2, 60}, 3, NULL, 0, 0))
             check_case(&c, "reshape");
         /* one stage (60 outputs of 2 terms), two (3 of 40: chunks of 16
-         * starting inside the runs of 5 along W) */
-        for (int mask = 0; mask < 2; mask++) {
-            graph_init(&c.g);
-            x = input(&c, "x", 4, x4, nhwc, CT_F32);
-            if (!add_node(&c, CT_OP_reduce_sum, 1, &x, (int64_t[]){mask ? 0xd : 0x1, mask ? 0 : 1}, 2, NULL, 0, nhwc))
-                check_case(&c, mask ? "reduce_sum over N, H, W" : "reduce_sum over N, keepdim");
-        }
+         * starting inside the runs of 5 along W); each also of a product
+         * x * f (squeeze-excitation's scale's gradient over H, W) */
+        for (int mask = 0; mask < 2; mask++)
+            for (int nin = 1; nin <= 2; nin++) {
+                char what[64];
+                graph_init(&c.g);
+                ValueId xf[2] = {input(&c, "x", 4, x4, nhwc, CT_F32), input(&c, "f", 4, x4, nhwc, CT_F32)};
+                snprintf(what, sizeof what, "reduce_sum%s %s", nin > 1 ? " of x * f" : "",
+                         mask ? "over N, H, W" : "over N, keepdim");
+                if (!add_node(&c, CT_OP_reduce_sum, nin, xf, (int64_t[]){mask ? 0xd : 0x1, mask ? 0 : 1}, 2, NULL, 0,
+                              nhwc))
+                    check_case(&c, what);
+            }
     }
-    /* a bias gradient: [3, 70, 6] over its first two dims, 14 chunks */
-    Case c;
-    graph_init(&c.g);
-    ValueId x = input(&c, "x", 3, (int64_t[]){3, 70, 6}, 0, CT_F32);
-    if (!add_node(&c, CT_OP_reduce_sum, 1, &x, (int64_t[]){0x3, 0}, 2, NULL, 0, 0))
-        check_case(&c, "reduce_sum over rows");
+    /* a bias gradient: [3, 70, 6] over its first two dims, 14 chunks; and a
+     * layer scale's, of a product */
+    for (int nin = 1; nin <= 2; nin++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId xf[2] = {input(&c, "x", 3, (int64_t[]){3, 70, 6}, 0, CT_F32),
+                         input(&c, "f", 3, (int64_t[]){3, 70, 6}, 0, CT_F32)};
+        if (!add_node(&c, CT_OP_reduce_sum, nin, xf, (int64_t[]){0x3, 0}, 2, NULL, 0, 0))
+            check_case(&c, nin > 1 ? "reduce_sum of x * f over rows" : "reduce_sum over rows");
+    }
 }
 
 static void test_rows(void)

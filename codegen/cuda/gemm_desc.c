@@ -112,7 +112,7 @@ ValueId gemm_bias_grad(const Graph *g, const FusePlan *p, const FuseStep *st, co
 {
     const Node *mm = &g->nodes[p->nodes[st->first]], *r = &g->nodes[p->nodes[next->first]];
     if (mm->op != CT_OP_matmul || st->n != 1 || d->batch != 1 || next->kind != FUSE_LIBRARY || next->n != 1 ||
-        r->op != CT_OP_reduce_sum || r->in[0] != d->b)
+        r->op != CT_OP_reduce_sum || r->nin != 1 || r->in[0] != d->b)
         return -1;
     /* B is the node's a: [k, n] read transposed, else [..., k] with its
      * other dims folded into n; k is a's first dim or its last */

@@ -140,29 +140,35 @@ CT_DEVICE long long CT_SFX(ct_run)(const CtIndex *ix, long long r, long long end
     return n < end - r ? n : end - r;
 }
 
-/* The sum in double of x over indices [r, end) of red, in index order. */
-CT_DEVICE double CT_SFX(ct_sum_range)(const CT_T *x, const CtIndex *red, long long r, long long end)
+/* The sum in double of x (times f, of x's strides, unless f is NULL) over
+ * indices [r, end) of red, in index order. */
+CT_DEVICE double CT_SFX(ct_sum_range)(const CT_T *x, const CT_T *f, const CtIndex *red, long long r, long long end)
 {
     double s = 0;
     while (r < end) {
         long long o, st, n = CT_SFX(ct_run)(red, r, end, &o, &st);
-        for (long long t = 0; t < n; t++)
-            s += CT_LD(x[o + t * st]);
+        if (f)
+            for (long long t = 0; t < n; t++)
+                s += (double)CT_LD(x[o + t * st]) * CT_LD(f[o + t * st]);
+        else
+            for (long long t = 0; t < n; t++)
+                s += CT_LD(x[o + t * st]);
         r += n;
     }
     return s;
 }
 
-/* y[o] = sum of x over the reduced dims: `out` walks the kept dims (x's and
- * y's strides), `red` the reduced ones (x's strides). One output a work
- * item, where the outputs are many next to the reduction's length. */
-CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, CT_T *y, CtIndex out, CtIndex red)
+/* y[o] = sum of x (times f unless it is NULL: reduce_sum's factor, of x's
+ * layout) over the reduced dims: `out` walks the kept dims (x's and y's
+ * strides), `red` the reduced ones (x's strides). One output a work item,
+ * where the outputs are many next to the reduction's length. */
+CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, const CT_T *f, CT_T *y, CtIndex out, CtIndex red)
 {
     CT_LOOP(j, out.n)
     {
         long long xo, yo;
         ct_offsets(&out, j, &xo, &yo);
-        y[yo] = CT_ST((float)CT_SFX(ct_sum_range)(x + xo, &red, 0, red.n));
+        y[yo] = CT_ST((float)CT_SFX(ct_sum_range)(x + xo, f ? f + xo : 0, &red, 0, red.n));
     }
 }
 
@@ -171,14 +177,15 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, CT_T *y, CtIndex out, CtIndex red
  * items pair output j with chunk k of `chunk` reduced indices, j fastest
  * (neighbouring threads read neighbouring memory where a kept dim is
  * innermost): each chunk's sum into part[k * out.n + j]. */
-CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const CT_T *x, double *part, CtIndex out, CtIndex red, long long chunk)
+CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const CT_T *x, const CT_T *f, double *part, CtIndex out, CtIndex red,
+                                     long long chunk)
 {
     long long nchunks = (red.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * out.n)
     {
         long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, unused;
         ct_offsets(&out, i % out.n, &xo, &unused);
-        part[i] = CT_SFX(ct_sum_range)(x + xo, &red, k * chunk, end);
+        part[i] = CT_SFX(ct_sum_range)(x + xo, f ? f + xo : 0, &red, k * chunk, end);
     }
 }
 

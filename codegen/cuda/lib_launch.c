@@ -236,12 +236,23 @@ static int64_t sum_chunk(int64_t len, int64_t outs)
     return chunk > SUM_MIN_CHUNK ? chunk : SUM_MIN_CHUNK;
 }
 
+/* The factor of a reduce_sum of a product (x's strides), or NULL. */
+static void a_factor(Builder *b, const Node *n, LibLaunch *l)
+{
+    if (n->nin > 1)
+        a_val(l, n->in[1]);
+    else
+        arg(l, LA_NULL);
+}
+
 /* reduce_sum: one stage (ct_reduce_sum, an output a work item) where one
  * chunk covers the reduction (the outputs alone fill the GPU, or the
  * reduction is short), else two with the chunks' sums in scratch. */
-static int plan_reduce(Builder *b, const Node *n, size_t *scratch)
+static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
+    if (n->nin > 1 && !same_strides(b, n->in[0], n->in[1]))
+        return ct_fail(err, "reduce_sum of a product of two layouts has no kernel");
     const CtShape *xs = &x->type.shape;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], kd[CT_MAX_DIMS], ks0[CT_MAX_DIMS], ks1[CT_MAX_DIMS];
     int64_t rd[CT_MAX_DIMS], rs[CT_MAX_DIMS];
@@ -263,6 +274,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch)
     if (nchunks <= 1) {
         l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
         a_val(l, n->in[0]);
+        a_factor(b, n, l);
         a_val(l, n->out[0]);
         a_index(l, out);
         a_index(l, red);
@@ -271,6 +283,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch)
     *scratch = sizeof(double) * (size_t)(nchunks * out.n);
     l = begin(b, "ct_reduce_sum_part", y->type.dtype, nchunks * out.n);
     a_val(l, n->in[0]);
+    a_factor(b, n, l);
     arg(l, LA_SCRATCH);
     a_index(l, out);
     a_index(l, red);
@@ -1554,7 +1567,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
             return ct_fail(err, "%s: more than %d dims", op_def(n->op)->name, CT_MAXD);
     int rc;
     switch (n->op) {
-    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch); break;
+    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch, err); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, scratch, err); break;

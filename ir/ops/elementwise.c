@@ -127,10 +127,8 @@ static void add_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *n
 static void mul_vjp(Emitter *e, const Node *n, const ValueId *dout, const int *need, ValueId *din)
 {
     for (int k = 0; k < 2; k++)
-        if (need[k]) {
-            ValueId p = emit(e, CT_OP_mul, 2, (ValueId[]){dout[0], n->in[1 - k]}, NULL, 0, NULL, 0, 0);
-            din[k] = emit_sum_to(e, p, emit_shape(e, n->in[k]));
-        }
+        if (need[k])
+            din[k] = emit_sum_product_to(e, dout[0], n->in[1 - k], emit_shape(e, n->in[k]));
 }
 
 #define BINARY_OP(op)                                                                                       \
@@ -208,12 +206,20 @@ const OpDef op_drop_path = {.name = "drop_path", .min_in = 2, .max_in = 2, .iatt
                             .cost = op_cost_none};
 
 /* reduce_sum: sums over the dims whose bit is set in iattr mask; keepdim=1
- * leaves them as size 1, keepdim=0 drops them. */
+ * leaves them as size 1, keepdim=0 drops them. reduce_sum(x, f) sums the
+ * product x * f (f of x's shape and dtype): a broadcast product's gradient
+ * (squeeze-excitation's scale's) in one pass, the product never stored. */
 static int infer_reduce_sum(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     const CtShape *x = in_shape(g, n, 0);
     if (n->iattr[0] <= 0 || n->iattr[0] >= ((int64_t)1 << x->ndim))
         return ct_fail(err, "dims mask %lld does not fit %d dims", (long long)n->iattr[0], x->ndim);
+    if (n->nin > 1) {
+        if (require_shape(g, n, 1, x, err))
+            return -1;
+        if (in_type(g, n, 1)->dtype != in_type(g, n, 0)->dtype)
+            return ct_fail(err, "the factor must have x's dtype");
+    }
     out[0].dtype = in_type(g, n, 0)->dtype;
     out[0].shape.ndim = 0;
     for (int i = 0; i < x->ndim; i++) {
@@ -240,7 +246,7 @@ static void reduce_sum_ref(const Graph *g, const Node *n, double *const *in, dou
         int64_t o = 0;
         for (int d = 0; d < x->ndim; d++)
             o += idx[d] * ostride[d];
-        out[0][o] += in[0][i];
+        out[0][o] += n->nin > 1 ? in[0][i] * in[1][i] : in[0][i];
         for (int d = x->ndim - 1; d >= 0 && ++idx[d] == x->d[d]; d--)
             idx[d] = 0;
     }
@@ -256,10 +262,13 @@ static void reduce_sum_vjp(Emitter *e, const Node *n, const ValueId *dout, const
         a[1 + i] = x.d[i];
     }
     ValueId r = emit_reshape(e, dout[0], kept);
-    din[0] = emit(e, CT_OP_expand, 1, &r, a, 1 + x.ndim, NULL, 0, 0);
+    ValueId dx = emit(e, CT_OP_expand, 1, &r, a, 1 + x.ndim, NULL, 0, 0);
+    for (int k = 0; k < n->nin; k++)
+        if (need[k])
+            din[k] = n->nin == 1 ? dx : emit(e, CT_OP_mul, 2, (ValueId[]){dx, n->in[1 - k]}, NULL, 0, NULL, 0, 0);
 }
 
-const OpDef op_reduce_sum = {.name = "reduce_sum", .min_in = 1, .max_in = 1, .iattr = {"mask", "keepdim"},
+const OpDef op_reduce_sum = {.name = "reduce_sum", .min_in = 1, .max_in = 2, .iattr = {"mask", "keepdim"},
                              .infer = infer_reduce_sum, .ref = reduce_sum_ref, .vjp = reduce_sum_vjp,
                              .fusion = OP_REDUCTION, .amp = OP_AMP_F32, .layout = OP_LAYOUT_EITHER,
                              .cost = op_cost_none};

@@ -141,17 +141,19 @@ void cpu_add(const Graph *g, const Node *n, float *const *in, float *const *out)
 void cpu_mul(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, MUL); }
 void cpu_div(const Graph *g, const Node *n, float *const *in, float *const *out) { binary(g, n, in, out, DIV); }
 
-/* Sums in double. The rows (runs of x's innermost dim in memory) split
- * among the threads in fixed contiguous parts, each into its own sums,
- * which are added in thread order: the same result on every run with as
- * many threads. x and the sums are walked in their stored layouts (a
- * channels-last x in N, H, W, C order). */
+/* Sums in double (of x * f with a factor f, which has x's layout). The rows
+ * (runs of x's innermost dim in memory) split among the threads in fixed
+ * contiguous parts, each into its own sums, which are added in thread
+ * order: the same result on every run with as many threads. x and the sums
+ * are walked in their stored layouts (a channels-last x in N, H, W, C
+ * order). */
 CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, float *const *out)
 {
     const CtShape *xs = cpu_in_shape(g, n, 0);
     int nd = xs->ndim, keep = (int)n->iattr[1];
+    const float *f = n->nin > 1 ? in[1] : NULL;
     if (nd == 0) {
-        out[0][0] = in[0][0];
+        out[0][0] = f ? in[0][0] * f[0] : in[0][0];
         return;
     }
     int order[CT_MAX_DIMS], odim[CT_MAX_DIMS];
@@ -180,15 +182,22 @@ CPU_CLONES void cpu_reduce_sum(const Graph *g, const Node *n, float *const *in, 
             rest /= x->d[d];
         }
         for (int64_t r = r0; r < r1; r++) {
-            const float *row = in[0] + r * inner;
+            const float *row = in[0] + r * inner, *frow = f ? f + r * inner : NULL;
             int64_t o = 0;
             for (int d = 0; d < nd - 1; d++)
                 o += idx[d] * ostride[d];
             if (os0 == 0) {
                 double u = 0;
-                for (int64_t j = 0; j < inner; j++)
-                    u += row[j];
+                if (frow)
+                    for (int64_t j = 0; j < inner; j++)
+                        u += (double)row[j] * frow[j];
+                else
+                    for (int64_t j = 0; j < inner; j++)
+                        u += row[j];
                 sum[o] += u;
+            } else if (frow) {
+                for (int64_t j = 0; j < inner; j++)
+                    sum[o + j * os0] += (double)row[j] * frow[j];
             } else {
                 for (int64_t j = 0; j < inner; j++)
                     sum[o + j * os0] += row[j];
