@@ -51,11 +51,11 @@ static ValueId vit_linear(Builder *b, const char *name, ValueId x, int64_t out)
 static ValueId rms_norm(Builder *b, const char *name, ValueId x)
 {
     const CtShape *s = b_shape(b, x);
-    int64_t D = s->d[s->ndim - 1];
+    int64_t D = s->d[s->ndim - 1], last = (int64_t)1 << (s->ndim - 1); /* s is gone once a value is added */
     b_push(b, "%s", name);
     ValueId w = b_param(b, "weight", (CtShape){1, {D}}, init_ones());
     b_pop(b);
-    ValueId ms = f_scale_shift(b, f_reduce_sum(b, f_mul(b, x, x), (int64_t)1 << (s->ndim - 1)), 1.0 / (double)D, 1e-6);
+    ValueId ms = f_scale_shift(b, f_reduce_sum(b, f_mul(b, x, x), last), 1.0 / (double)D, 1e-6);
     return f_mul(b, f_mul(b, x, f_rsqrt(b, ms)), w);
 }
 
