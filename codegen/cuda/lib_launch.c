@@ -236,11 +236,11 @@ static int64_t sum_chunk(int64_t len, int64_t outs)
     return chunk > SUM_MIN_CHUNK ? chunk : SUM_MIN_CHUNK;
 }
 
-/* The factor of a reduce_sum of a product (x's strides), or NULL. */
-static void a_factor(Builder *b, const Node *n, LibLaunch *l)
+/* Input i of node n, or NULL for i < 0. */
+static void a_in_or_null(LibLaunch *l, const Node *n, int i)
 {
-    if (n->nin > 1)
-        a_val(l, n->in[1]);
+    if (i >= 0)
+        a_val(l, n->in[i]);
     else
         arg(l, LA_NULL);
 }
@@ -274,7 +274,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     if (nchunks <= 1) {
         l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
         a_val(l, n->in[0]);
-        a_factor(b, n, l);
+        a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
         a_val(l, n->out[0]);
         a_index(l, out);
         a_index(l, red);
@@ -283,7 +283,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     *scratch = sizeof(double) * (size_t)(nchunks * out.n);
     l = begin(b, "ct_reduce_sum_part", y->type.dtype, nchunks * out.n);
     a_val(l, n->in[0]);
-    a_factor(b, n, l);
+    a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
     arg(l, LA_SCRATCH);
     a_index(l, out);
     a_index(l, red);
@@ -903,15 +903,6 @@ static void attention_operands(const AttnGeom *g, const Node *n, LibLaunch *l)
     a_val(l, n->in[g->v_in]);
     if (g->dy_in >= 0)
         a_val(l, n->in[g->dy_in]);
-}
-
-/* Input i of node n, or NULL for i < 0. */
-static void a_in_or_null(LibLaunch *l, const Node *n, int i)
-{
-    if (i >= 0)
-        a_val(l, n->in[i]);
-    else
-        arg(l, LA_NULL);
 }
 
 static long long tiles(long long n, long long tile) { return (n + tile - 1) / tile; }
