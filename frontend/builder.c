@@ -171,6 +171,8 @@ const CtShape *b_shape(const Builder *b, ValueId v)
     return v >= 0 && v < b->g->nvalues ? &b->g->values[v].type.shape : &none;
 }
 
+CtDType b_dtype(const Builder *b, ValueId v) { return v >= 0 && v < b->g->nvalues ? b->g->values[v].type.dtype : CT_F32; }
+
 CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
 
 /* nn.Conv2d / nn.Linear reset_parameters(): kaiming_uniform_(a=sqrt(5)) for
@@ -326,9 +328,10 @@ ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)
         return -1;
     const CtShape *s = b_shape(b, x);
     CtShape d = {1, {s->d[s->ndim - 1]}};
+    int64_t dt = b_dtype(b, x); /* y's */
     b_push(b, "%s", name);
     ValueId in[3] = {x, b_param(b, "weight", d, init_ones()), b_param(b, "bias", d, init_zeros())};
-    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
+    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, &dt, 1, &eps, 1, 0);
     b_pop(b);
     return y;
 }

@@ -214,5 +214,7 @@ ValueId f_drop_path(Builder *b, ValueId x, double p);
  * can go on to the end without checking. Valid until the next node is
  * added: copy what is needed across calls. */
 const CtShape *b_shape(const Builder *b, ValueId v);
+/* Dtype of v (f32 for the -1 of a failed build). */
+CtDType b_dtype(const Builder *b, ValueId v);
 
 #endif

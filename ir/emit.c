@@ -91,11 +91,26 @@ ValueId emit_sum_to(Emitter *e, ValueId x, CtShape to)
     return emit_reshape(e, r, to);
 }
 
+/* What a widening cast's output f was cast from (amp's f16 or bf16
+ * activation cast to f32 for a product with an f32 operand); else f. The
+ * value read as stored gives the same numbers, and the forward need not
+ * keep the f32 copy for the backward. */
+static ValueId widened_from(const Emitter *e, ValueId f)
+{
+    if (e->failed || f < 0 || e->g->values[f].producer < 0)
+        return f;
+    const Node *c = &e->g->nodes[e->g->values[f].producer];
+    if (c->op != CT_OP_cast)
+        return f;
+    CtDType from = e->g->values[c->in[0]].type.dtype;
+    return e->g->values[f].type.dtype == CT_F32 && (from == CT_F16 || from == CT_BF16) ? c->in[0] : f;
+}
+
 ValueId emit_sum_product_to(Emitter *e, ValueId x, ValueId f, CtShape to)
 {
     CtShape s = emit_shape(e, x), sf = emit_shape(e, f);
     int64_t a[2] = {sum_mask(&s, &to), 1};
     if (e->failed || !shape_equal(&s, &sf) || !a[0])
         return emit_sum_to(e, emit(e, CT_OP_mul, 2, (ValueId[]){x, f}, NULL, 0, NULL, 0, 0), to);
-    return emit_reshape(e, emit(e, CT_OP_reduce_sum, 2, (ValueId[]){x, f}, a, 2, NULL, 0, 0), to);
+    return emit_reshape(e, emit(e, CT_OP_reduce_sum, 2, (ValueId[]){x, widened_from(e, f)}, a, 2, NULL, 0, 0), to);
 }

@@ -54,9 +54,9 @@ typedef enum OpAmp {
     OP_AMP_LOW,    /* the low-precision dtype: convolutions, matmuls, attention */
     OP_AMP_F32,    /* f32: norms, softmax, losses, reductions, rsqrt */
     OP_AMP_DEST,   /* input 0's dtype: state written in its own dtype (assign), batch norm in its input's */
-    OP_AMP_F32_IO, /* f32 math over input 0 in any float dtype, output 0 in iattr[0]'s dtype (0: input
-                    * 0's): the low dtype, input 0 as it is, where every reader would cast the output
-                    * there, else as OP_AMP_F32 (layer_norm) */
+    OP_AMP_F32_IO, /* f32 math over input 0 in any float dtype, as it is; output 0 in iattr[0]'s dtype:
+                    * the low dtype where every reader would cast the output there, else f32; the other
+                    * inputs as OP_AMP_F32 (layer_norm) */
 } OpAmp;
 
 /* What the op does with channels-last values (passes/layout.c). */

@@ -153,9 +153,10 @@ ValueId swin_post_norm(Builder *b, const char *name, ValueId x)
     const CtShape *s = b_shape(b, x);
     CtShape d = {1, {s->d[s->ndim - 1]}};
     double eps = 1e-5;
+    int64_t dt = b_dtype(b, x); /* y's */
     b_push(b, "%s", name);
     ValueId in[3] = {x, b_param(b, "weight", d, init_zeros()), b_param(b, "bias", d, init_zeros())};
-    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, NULL, 0, &eps, 1, 0);
+    ValueId y = b_node(b, CT_OP_layer_norm, 3, in, &dt, 1, &eps, 1, 0);
     b_pop(b);
     return y;
 }

@@ -2,7 +2,8 @@
  * each op's as its OpDef states it (ir/ops.h): matrix ops compute in dtype
  * (f16 or bf16), norms (but batch norm, in its input's dtype with f32
  * weights and statistics), softmax, losses and reductions in f32 (layer
- * norm storing its output low where every reader would cast it there),
+ * norm reading its input as it is, and storing its output low where every
+ * reader would cast it there),
  * everything else in its inputs' dtype (the wider one when they differ); f32 params
  * stay the master copy, cast once per use site per step, and graph outputs
  * keep their dtypes. */
@@ -99,7 +100,8 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
             iattr[0] = low;
         a.r.e.scope = n->scope;
         for (int k = 0; k < n->nin; k++)
-            in[k] = ((keep >> k) & 1) || (io && k == 0) ? rewrite_value(&a.r, n->in[k]) : as(&a, n->in[k], want);
+            in[k] = ((keep >> k) & 1) || (d->amp == OP_AMP_F32_IO && k == 0) ? rewrite_value(&a.r, n->in[k])
+                                                                               : as(&a, n->in[k], want);
         if (emit(&a.r.e, n->op, n->nin, in, iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
         const Node *copy = &a.r.dst->nodes[a.r.dst->nnodes - 1];

@@ -100,9 +100,11 @@ static const Node *writer(const Graph *g, ValueId v)
     return p >= 0 ? &g->nodes[p] : NULL;
 }
 
-/* layer_norm under amp: stored low, from its input as it is, where every
- * reader casts its output low (a linear, directly or through a view), so
- * that no cast around it is written; f32 where a graph output. */
+/* layer_norm under amp: stored low where every reader casts its output low
+ * (a linear, directly or through a view), so that no cast around it is
+ * written; f32 where a graph output; its input read as it is, low or f32
+ * (ConvNeXt's stem: a convolution's low output normalised into the f32
+ * residual stream). */
 static void test_layer_norm_policy(CtDType low)
 {
     Graph g, a;
@@ -115,6 +117,7 @@ static void test_layer_norm_policy(CtDType low)
     ValueId h = f_reshape(&b, nn_layer_norm(&b, "n2", y, 1e-6), 2, (int64_t[]){10, 16});
     graph_mark_output(&g, nn_linear(&b, "fc2", h, 8, (LinearOpts){0}));
     graph_mark_output(&g, nn_layer_norm(&b, "n3", x, 1e-6));
+    graph_mark_output(&g, nn_layer_norm(&b, "n4", y, 1e-6));
     CHECK(b_finish(&b, &err) == 0);
     CHECKF(amp_cast(&g, low, &a, &err) == 0, "%s", err.msg);
     int norms = 0;
@@ -131,11 +134,12 @@ static void test_layer_norm_policy(CtDType low)
         switch (norms++) {
         case 0: CHECK(x_dt == CT_F32 && y_dt == low && n->iattr[0] == low && !w); break;
         case 1: CHECK(x_dt == low && y_dt == low && w && w->op == CT_OP_linear); break;
-        default: CHECK(x_dt == CT_F32 && y_dt == CT_F32 && n->iattr[0] == 0); break;
+        case 2: CHECK(x_dt == CT_F32 && y_dt == CT_F32 && n->iattr[0] == CT_F32); break;
+        default: CHECK(x_dt == low && y_dt == CT_F32 && n->iattr[0] == CT_F32 && w && w->op == CT_OP_linear); break;
         }
         CHECK(a.values[n->in[1]].type.dtype == CT_F32 && a.values[n->in[2]].type.dtype == CT_F32);
     }
-    CHECK(norms == 3);
+    CHECK(norms == 4);
     graph_free(&a);
     graph_free(&g);
 }
@@ -256,6 +260,56 @@ static void test_layer_norm_io(CtDType low)
     }
     for (int k = 0; k < 4; k++)
         graph_free(&g[k]);
+}
+
+/* Layer scale under amp (ConvNeXt's gamma: mul(cast(x), gamma), x the 16-bit
+ * output of the MLP): gamma's gradient sums dy * x with x read as stored,
+ * so the forward's f32 copy of x has one reader, the mul, and is not kept
+ * for the backward. */
+static void test_layer_scale_grad(CtDType low)
+{
+    ModelSpec spec = {.batch_size = 2, .training = 1, .args = {.num_classes = 10, .img_size = 32}};
+    OptimSpec opt = {.kind = CT_OPT_SGD, .momentum = 0.9};
+    Graph g, a;
+    TrainStep ts;
+    CtErr err;
+    CHECK(model_build(model_find("test_convnext"), &spec, &g, &err) == 0);
+    CHECK(amp_cast(&g, low, &a, &err) == 0);
+    CHECKF(train_step_build(&a, a.outputs[0], &(LossSpec){.kind = CT_LOSS_CROSS_ENTROPY, .bce_threshold = -1}, &opt,
+                            &ts, &err) == 0,
+           "%s", err.msg);
+    int sums = 0, gammas = 0;
+    for (int v = 0; v < g.nvalues; v++)
+        gammas += g.values[v].name && strstr(g.values[v].name, ".gamma") && g.values[v].role == CT_ROLE_PARAM;
+    for (int i = 0; i < a.nnodes; i++) {
+        const Node *n = &a.nodes[i];
+        if (n->op != CT_OP_reduce_sum || n->nin < 2)
+            continue;
+        const Node *w = writer(&a, n->in[1]);
+        CHECKF(a.values[n->in[1]].type.dtype == low && (!w || w->op != CT_OP_cast),
+               "node %d: the product's factor is %s, from %s", i, ct_dtype_name(a.values[n->in[1]].type.dtype),
+               w ? op_def(w->op)->name : "an input");
+        sums++;
+    }
+    CHECKF(gammas > 0 && sums == gammas, "%d sums of a product for %d layer scales", sums, gammas);
+    for (int i = 0; i < a.nnodes; i++) {
+        const Node *n = &a.nodes[i];
+        if (n->op != CT_OP_mul || a.values[n->out[0]].type.dtype != CT_F32)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const Node *c = writer(&a, n->in[k]);
+            if (!c || c->op != CT_OP_cast || a.values[c->in[0]].type.dtype != low)
+                continue;
+            int readers = 0;
+            for (int j = 0; j < a.nnodes; j++)
+                for (int m = 0; m < a.nodes[j].nin; m++)
+                    readers += a.nodes[j].in[m] == n->in[k];
+            CHECKF(readers == 1, "node %d: the f32 copy of its input is read %d times", i, readers);
+        }
+    }
+    train_step_free(&ts);
+    graph_free(&a);
+    graph_free(&g);
 }
 
 /* Eval logits of a test model with timm's weights, f32 and under amp. */
@@ -409,6 +463,8 @@ int main(void)
     test_layer_norm_policy(CT_F16);
     test_layer_norm_io(CT_BF16);
     test_layer_norm_io(CT_F16);
+    test_layer_scale_grad(CT_BF16);
+    test_layer_scale_grad(CT_F16);
     test_logits("test_resnet", CT_F16);
     test_logits("test_resnet", CT_BF16);
     test_logits("test_vit", CT_F16);

@@ -94,11 +94,11 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
-        ct_reduce_sum_f32(F(0), F(1), F(2), X(3), X(4));
+        ct_reduce_sum_f32(F(0), F(1), F(2), (int)I(3), X(4), X(5));
     else if (!strcmp(k, "ct_reduce_sum_part_f32"))
-        ct_reduce_sum_part_f32(F(0), F(1), (double *)P(2), X(3), X(4), I(5));
+        ct_reduce_sum_part_f32(F(0), F(1), (int)I(2), (double *)P(3), X(4), X(5), I(6));
     else if (!strcmp(k, "ct_reduce_sum_total_f32"))
-        ct_reduce_sum_total_f32((double *)P(0), F(1), X(2), I(3));
+        ct_reduce_sum_total_f32((double *)P(0), F(1), (int)I(2), X(3), I(4));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))

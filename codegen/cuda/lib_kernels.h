@@ -128,6 +128,24 @@ CT_GLOBAL CT_SFX(ct_add)(const CT_T *a, const CT_T *b, CT_T *y, CtIndex ix)
     }
 }
 
+/* Under amp a kernel's operands may mix 16-bit storage (CT_T) with f32 (the
+ * CT_WIDE_* bits of its `wide` argument): element i of one, as float. */
+CT_DEVICE float CT_SFX(ct_ldw)(const void *p, long long i, int wide)
+{
+    return wide ? ((const float *)p)[i] : (float)CT_LD(((const CT_T *)p)[i]);
+}
+
+CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
+{
+    if (wide)
+        ((float *)p)[i] = f;
+    else
+        ((CT_T *)p)[i] = CT_ST(f);
+}
+
+/* f as an operand stored as CT_T, or as float where wide, would hold it. */
+CT_DEVICE float CT_SFX(ct_rndw)(float f, int wide) { return wide ? f : (float)CT_LD(CT_ST(f)); }
+
 /* The run of ix's indices from r (before end) that step only its innermost
  * dim: r's offset (ix's st0 strides) into *o, that dim's st0 stride into
  * *s, and the run's length returned; a loop over a range of ix divides
@@ -141,18 +159,24 @@ CT_DEVICE long long CT_SFX(ct_run)(const CtIndex *ix, long long r, long long end
 }
 
 /* The sum in double of x (times f, of x's strides, unless f is NULL) over
- * indices [r, end) of red, in index order. */
-CT_DEVICE double CT_SFX(ct_sum_range)(const CT_T *x, const CT_T *f, const CtIndex *red, long long r, long long end)
+ * indices [r, end) of red from offset o0, in index order; each operand is
+ * stored as CT_T, or as float where its bit of `wide` is set (CT_WIDE_X
+ * for x, CT_WIDE_W for f: under amp a f32 gradient's product with the
+ * 16-bit activation it came from, that activation read as stored). */
+CT_DEVICE double CT_SFX(ct_sum_range)(const void *x, const void *f, long long o0, int wide, const CtIndex *red,
+                                      long long r, long long end)
 {
+    const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W;
     double s = 0;
     while (r < end) {
         long long o, st, n = CT_SFX(ct_run)(red, r, end, &o, &st);
+        o += o0;
         if (f)
             for (long long t = 0; t < n; t++)
-                s += (double)CT_LD(x[o + t * st]) * CT_LD(f[o + t * st]);
+                s += (double)CT_SFX(ct_ldw)(x, o + t * st, wx) * CT_SFX(ct_ldw)(f, o + t * st, wf);
         else
             for (long long t = 0; t < n; t++)
-                s += CT_LD(x[o + t * st]);
+                s += CT_SFX(ct_ldw)(x, o + t * st, wx);
         r += n;
     }
     return s;
@@ -160,15 +184,16 @@ CT_DEVICE double CT_SFX(ct_sum_range)(const CT_T *x, const CT_T *f, const CtInde
 
 /* y[o] = sum of x (times f unless it is NULL: reduce_sum's factor, of x's
  * layout) over the reduced dims: `out` walks the kept dims (x's and y's
- * strides), `red` the reduced ones (x's strides). One output a work item,
- * where the outputs are many next to the reduction's length. */
-CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, const CT_T *f, CT_T *y, CtIndex out, CtIndex red)
+ * strides), `red` the reduced ones (x's strides); y is stored as x is
+ * (CT_WIDE_X). One output a work item, where the outputs are many next to
+ * the reduction's length. */
+CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide, CtIndex out, CtIndex red)
 {
     CT_LOOP(j, out.n)
     {
         long long xo, yo;
         ct_offsets(&out, j, &xo, &yo);
-        y[yo] = CT_ST((float)CT_SFX(ct_sum_range)(x + xo, f ? f + xo : 0, &red, 0, red.n));
+        CT_SFX(ct_stw)(y, yo, wide & CT_WIDE_X, (float)CT_SFX(ct_sum_range)(x, f, xo, wide, &red, 0, red.n));
     }
 }
 
@@ -177,7 +202,7 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const CT_T *x, const CT_T *f, CT_T *y, CtIndex o
  * items pair output j with chunk k of `chunk` reduced indices, j fastest
  * (neighbouring threads read neighbouring memory where a kept dim is
  * innermost): each chunk's sum into part[k * out.n + j]. */
-CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const CT_T *x, const CT_T *f, double *part, CtIndex out, CtIndex red,
+CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const void *x, const void *f, int wide, double *part, CtIndex out, CtIndex red,
                                      long long chunk)
 {
     long long nchunks = (red.n + chunk - 1) / chunk;
@@ -185,12 +210,13 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const CT_T *x, const CT_T *f, double *part,
     {
         long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, unused;
         ct_offsets(&out, i % out.n, &xo, &unused);
-        part[i] = CT_SFX(ct_sum_range)(x + xo, f ? f + xo : 0, &red, k * chunk, end);
+        part[i] = CT_SFX(ct_sum_range)(x, f, xo, wide, &red, k * chunk, end);
     }
 }
 
-/* Then each output's chunks added in chunk order (the same bits every run). */
-CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, CT_T *y, CtIndex out, long long nchunks)
+/* Then each output's chunks added in chunk order (the same bits every run),
+ * y stored as CT_T or as float where wide. */
+CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtIndex out, long long nchunks)
 {
     CT_LOOP(j, out.n)
     {
@@ -199,7 +225,7 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, CT_T *y, CtIndex out, 
         for (long long k = 0; k < nchunks; k++)
             s += part[k * out.n + j];
         ct_offsets(&out, j, &unused, &yo);
-        y[yo] = CT_ST((float)s);
+        CT_SFX(ct_stw)(y, yo, wide, (float)s);
     }
 }
 
@@ -355,23 +381,6 @@ CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
  * casts around the norm folded into it): the 16-bit ones are CT_T, and the
  * bits of `wide` mark the f32 ones, CT_WIDE_X for x and dx, CT_WIDE_W for
  * w, b, dw and db, CT_WIDE_Y for y and dy. */
-
-/* Element i of an operand stored as CT_T, or as float where wide. */
-CT_DEVICE float CT_SFX(ct_ldw)(const void *p, long long i, int wide)
-{
-    return wide ? ((const float *)p)[i] : (float)CT_LD(((const CT_T *)p)[i]);
-}
-
-CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
-{
-    if (wide)
-        ((float *)p)[i] = f;
-    else
-        ((CT_T *)p)[i] = CT_ST(f);
-}
-
-/* f as an operand stored as CT_T, or as float where wide, would hold it. */
-CT_DEVICE float CT_SFX(ct_rndw)(float f, int wide) { return wide ? f : (float)CT_LD(CT_ST(f)); }
 
 /* y = x converted, element for element (a cast that no kernel took into
  * its epilogue), each stored as CT_T or as float where its CT_WIDE_X (x)

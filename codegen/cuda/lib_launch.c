@@ -270,27 +270,35 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     }
     CtIndex out = collapsed(index_make(nk, kd, ks0, ks1)), red = collapsed(index_make(nr, rd, rs, NULL));
     int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
+    /* Instantiated for the 16-bit dtype among x (and y, which has x's) and
+     * the factor, the f32 ones marked wide. */
+    CtDType t = x->type.dtype, tf = n->nin > 1 ? val(b, n->in[1])->type.dtype : t;
+    CtDType st = t != CT_F32 ? t : tf;
+    int wide = (st != CT_F32 && t == CT_F32 ? CT_WIDE_X : 0) | (st != CT_F32 && tf == CT_F32 ? CT_WIDE_W : 0);
     LibLaunch *l;
     if (nchunks <= 1) {
-        l = begin(b, "ct_reduce_sum", y->type.dtype, out.n);
+        l = begin(b, "ct_reduce_sum", st, out.n);
         a_val(l, n->in[0]);
         a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
         a_val(l, n->out[0]);
+        a_i32(l, wide);
         a_index(l, out);
         a_index(l, red);
         return 0;
     }
     *scratch = sizeof(double) * (size_t)(nchunks * out.n);
-    l = begin(b, "ct_reduce_sum_part", y->type.dtype, nchunks * out.n);
+    l = begin(b, "ct_reduce_sum_part", st, nchunks * out.n);
     a_val(l, n->in[0]);
     a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
+    a_i32(l, wide);
     arg(l, LA_SCRATCH);
     a_index(l, out);
     a_index(l, red);
     a_i64(l, chunk);
-    l = begin(b, "ct_reduce_sum_total", y->type.dtype, out.n);
+    l = begin(b, "ct_reduce_sum_total", st, out.n);
     arg(l, LA_SCRATCH);
     a_val(l, n->out[0]);
+    a_i32(l, wide & CT_WIDE_X);
     a_index(l, out);
     a_i64(l, nchunks);
     return 0;

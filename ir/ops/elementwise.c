@@ -207,8 +207,10 @@ const OpDef op_drop_path = {.name = "drop_path", .min_in = 2, .max_in = 2, .iatt
 
 /* reduce_sum: sums over the dims whose bit is set in iattr mask; keepdim=1
  * leaves them as size 1, keepdim=0 drops them. reduce_sum(x, f) sums the
- * product x * f (f of x's shape and dtype): a broadcast product's gradient
- * (squeeze-excitation's scale's) in one pass, the product never stored. */
+ * product x * f (f of x's shape; x's dtype, or f16/bf16 beside an f32 x:
+ * the 16-bit activation an f32 gradient multiplies, read as stored): a
+ * broadcast product's gradient (squeeze-excitation's scale's, layer
+ * scale's) in one pass, the product never stored. */
 static int infer_reduce_sum(const Graph *g, const Node *n, CtType *out, CtErr *err)
 {
     const CtShape *x = in_shape(g, n, 0);
@@ -217,8 +219,9 @@ static int infer_reduce_sum(const Graph *g, const Node *n, CtType *out, CtErr *e
     if (n->nin > 1) {
         if (require_shape(g, n, 1, x, err))
             return -1;
-        if (in_type(g, n, 1)->dtype != in_type(g, n, 0)->dtype)
-            return ct_fail(err, "the factor must have x's dtype");
+        CtDType t = in_type(g, n, 0)->dtype, tf = in_type(g, n, 1)->dtype;
+        if (tf != t && !(t == CT_F32 && (tf == CT_F16 || tf == CT_BF16)))
+            return ct_fail(err, "the factor must have x's dtype, or be f16 or bf16 beside an f32 x");
     }
     out[0].dtype = in_type(g, n, 0)->dtype;
     out[0].shape.ndim = 0;

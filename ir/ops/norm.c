@@ -11,9 +11,9 @@
  *   gradient's dx.
  * layer_norm: x [..., D], weight [D], bias [D], over the last dim, computed
  *   in f32 whatever the operands' dtypes (weight and bias share one); y in
- *   iattr dtype's where it is set (non-zero: f16 or bf16), else in x's. Under
- *   amp that is torch.autocast's cast(layer_norm(x.float())) to the low
- *   dtype as one op, the casts around it never written (passes/amp.c).
+ *   iattr dtype's (the builders' x's). Under amp that is
+ *   torch.autocast's layer_norm(x.float()), or its cast(...) to the low
+ *   dtype, as one op: the casts around it never written (passes/amp.c).
  * group_norm: x [N,C,...], then as F.group_norm's optional affine a weight
  *   [C] and, after it, a bias [C], iattr groups: each sample's C / groups
  *   channels of a group (with all their positions) normalised together by
@@ -245,9 +245,9 @@ static int infer_layer_norm(const Graph *g, const Node *n, CtType *out, CtErr *e
     if (in_type(g, n, 2)->dtype != in_type(g, n, 1)->dtype)
         return ct_fail(err, "weight and bias must share a dtype");
     int64_t dt = n->iattr[0];
-    if (dt && dt != CT_F16 && dt != CT_BF16)
-        return ct_fail(err, "dtype %lld: y is f16 (%d), bf16 (%d) or in x's dtype (0)", (long long)dt, CT_F16, CT_BF16);
-    out[0] = (CtType){*x, dt ? (CtDType)dt : in_type(g, n, 0)->dtype};
+    if (dt < 0 || dt >= CT_NDTYPE || !ct_dtype_is_float((CtDType)dt))
+        return ct_fail(err, "dtype %lld: y's must be a float dtype", (long long)dt);
+    out[0] = (CtType){*x, (CtDType)dt};
     return 1;
 }
 
