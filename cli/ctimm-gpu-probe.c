@@ -2,7 +2,8 @@
  * FAIL with the library's own error text, so that the first minutes on a
  * GPU say which layer is broken before a whole model is run on it: the
  * driver, NVRTC (a small kernel and the library kernels' module), async
- * copies (pinned and pageable), each cuBLASLt GEMM dtype x epilogue and
+ * copies (pinned and pageable), each cuBLASLt GEMM dtype x epilogue (on
+ * the candidate timed fastest, and that choice stored and read back) and
  * each cuDNN convolution direction x layout x dtype the plans make (every
  * result against the cuda-sim's reading of the same descriptor, in double),
  * and a CUDA graph capturing a kernel, a GEMM and a convolution, replayed
@@ -265,8 +266,25 @@ static GemmDesc gemm_case(GemmCase k, CtDType dt)
     return d;
 }
 
-/* One GEMM on the device from host operands; D (and aux, or the bias
- * gradient) downloaded into dst (aux_out). */
+/* call's candidates timed on scratch buffers of d's sizes, the fastest
+ * first (blaslt_choose, the choice in the probe's store), as the executor
+ * does before a program's first run. */
+static int choose_gemm(Probe *p, const GemmDesc *d, BlasLtCall *call, CtErr *err)
+{
+    Bufs b = {0};
+    size_t na, nb, nd, nbias = sizeof(float) * (size_t)(d->m > d->n ? d->m : d->n), ws = (size_t)32 << 20;
+    blaslt_operand_bytes(d, &na, &nb, &nd);
+    GemmScratch sc = {.a = upload(p, &b, NULL, na, err), .b = upload(p, &b, NULL, nb, err),
+                      .d = upload(p, &b, NULL, nd, err), .aux = upload(p, &b, NULL, nd, err),
+                      .bias = upload(p, &b, NULL, nbias, err), .workspace = upload(p, &b, NULL, ws, err),
+                      .workspace_bytes = ws};
+    int rc = err->msg[0] ? -1 : blaslt_choose(&p->lt, call, d, &p->drv, p->s, &sc, &p->cache, p->device, err);
+    bufs_free(p, &b);
+    return rc;
+}
+
+/* One GEMM on the device from host operands, with the candidate timed
+ * fastest; D (and aux, or the bias gradient) downloaded into dst (aux_out). */
 static int run_gemm(Probe *p, const GemmDesc *d, void *const host[5], void *dst, void *aux_out, CUstream s,
                     Bufs *b, GemmPtrs *ptrs, BlasLtCall *call, CtErr *err)
 {
@@ -274,7 +292,7 @@ static int run_gemm(Probe *p, const GemmDesc *d, void *const host[5], void *dst,
     size_t es = ct_dtype_size(d->ab_type), ed = ct_dtype_size(d->d_type);
     size_t na = (size_t)(d->m * d->k * d->batch), nb = (size_t)(d->k * d->n * d->batch),
            nd = (size_t)(d->m * d->n * d->batch);
-    if (blaslt_prepare(&p->lt, d, p->allow_tf32, (size_t)32 << 20, call, err))
+    if (blaslt_prepare(&p->lt, d, p->allow_tf32, (size_t)32 << 20, call, err) || choose_gemm(p, d, call, err))
         return -1;
     CUdeviceptr ws = upload(p, b, NULL, call->workspace, err);
     *ptrs = (GemmPtrs){upload(p, b, host[0], na * es, err), upload(p, b, host[1], nb * es, err),
@@ -325,6 +343,36 @@ static int probe_gemm(Probe *p, GemmCase k, CtDType dt, char *msg, size_t len, C
     free(aux);
     free(aux_want);
     return rc;
+}
+
+/* A second choice for the same GEMM reads the first's from the store,
+ * times nothing and puts the same algorithm first. */
+static int probe_gemm_choice(Probe *p, CtDType dt, char *msg, size_t len, CtErr *err)
+{
+    GemmDesc d = gemm_case(G_BIAS_GELU_AUX, dt);
+    BlasLtCall call[2] = {{0}};
+    CacheStats before = cache_stats(&p->cache), mid = before;
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++) {
+        rc = blaslt_prepare(&p->lt, &d, p->allow_tf32, (size_t)32 << 20, &call[i], err) ||
+             choose_gemm(p, &d, &call[i], err);
+        if (i == 0)
+            mid = cache_stats(&p->cache);
+    }
+    CacheStats after = cache_stats(&p->cache);
+    if (!rc && (after.compiles != mid.compiles || after.mem_hits != mid.mem_hits + 1))
+        rc = ct_fail(err, "the second choice was not read from the store (%llu timings, %llu hits more)",
+                     (unsigned long long)(after.compiles - mid.compiles),
+                     (unsigned long long)(after.mem_hits - mid.mem_hits));
+    if (!rc && memcmp(call[0].algo[0], call[1].algo[0], sizeof call[0].algo[0]))
+        rc = ct_fail(err, "the stored choice is not the one put first");
+    if (!rc)
+        snprintf(msg, len, "of %d candidates, %s", call[0].nalgo,
+                 mid.compiles > before.compiles ? "timed, then read back" : "read from the store twice");
+    for (int i = 0; i < 2; i++)
+        if (call[i].op)
+            blaslt_call_free(&call[i]);
+    return rc ? -1 : 0;
 }
 
 /* ---- cuDNN ---- */
@@ -507,6 +555,8 @@ static void run_all(Probe *p)
             snprintf(name, sizeof name, "cuBLASLt %s GEMM %s", dname(dts[t]), gemm_case_name[k]);
             PROBE(name, probe_gemm(p, k, dts[t], msg, sizeof msg, &err));
         }
+    if (p->have_lt)
+        PROBE("cuBLASLt timed choice, stored and read back", probe_gemm_choice(p, CT_BF16, msg, sizeof msg, &err));
     if (dnn_open(&p->dnn, p->s, &err) == 0)
         p->have_dnn = 1;
     report(p, "cuDNN open", !p->have_dnn, p->have_dnn ? "" : err.msg);

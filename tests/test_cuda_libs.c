@@ -3,8 +3,9 @@
  * library's handle (or, where cuBLASLt creates one without a device,
  * preparing a GEMM on it) fails with a message naming the library, and
  * nothing aborts; cuBLASLt, which blaslt_open loads itself, has every entry
- * point it needs. On a GPU machine the handles open; tests/gpu checks what
- * they compute. */
+ * point it needs; a GEMM's operands span the bytes its timing scratch
+ * holds. On a GPU machine the handles open; tests/gpu checks what they
+ * compute. */
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,18 @@ int main(void)
         CHECKF(!strstr(err.msg, "cannot open") && !strstr(err.msg, "lacks"), "%s", err.msg);
         printf("test_cuda_libs: no GPU: %s\n", err.msg);
     }
+    /* the bytes a timed choice's scratch holds (blaslt_choose): A of a
+     * linear read transposed (k x m stored, ld k), B and D batched with
+     * their strides, the last item's span whole */
+    GemmDesc lin = {.m = 32, .n = 10, .k = 16, .trans_a = 1, .lda = 16, .ldb = 16, .ldc = 32, .batch = 1,
+                    .ab_type = CT_BF16, .d_type = CT_F32};
+    size_t a, b, dst;
+    blaslt_operand_bytes(&lin, &a, &b, &dst);
+    CHECKF(a == 16 * 32 * 2 && b == 16 * 10 * 2 && dst == 32 * 10 * 4, "%zu %zu %zu", a, b, dst);
+    GemmDesc bat = {.m = 4, .n = 5, .k = 7, .lda = 4, .ldb = 7, .ldc = 4, .batch = 6, .stride_a = 28,
+                    .stride_b = 35, .stride_c = 20, .ab_type = CT_F16, .d_type = CT_F16};
+    blaslt_operand_bytes(&bat, &a, &b, &dst);
+    CHECKF(a == 6 * 28 * 2 && b == 6 * 35 * 2 && dst == 6 * 20 * 2, "%zu %zu %zu", a, b, dst);
 #else
     printf("test_cuda_libs: built without cuBLASLt/cuDNN; nothing to check\n");
 #endif

@@ -60,6 +60,25 @@ static void test_linear(void)
         else
             CHECK(d.epi.act == GEMM_ACT_GELU_TANH && d.epi.d == z && d.epi.tail == 2 &&
                   d.epi.aux == (variant ? y : -1));
+        /* the timed choice's key: the epilogue's parts differ, the values it reads do not count */
+        static char keys[3][256];
+        gemm_desc_key(&d, keys[variant], sizeof keys[variant]);
+        if (variant == 1) {
+            CHECKF(!strcmp(keys[1], "gemm 32x32x16 trans 10 ld 16,16,32 batch 1 strides 0,0,0 ab f32 d f32 bias f32 "
+                                    "epi bias 1 residual 0 aux 1 bgrad 0 act gelu_tanh"),
+                   "%s", keys[1]);
+            CHECK(strcmp(keys[0], keys[1]) != 0);
+        }
+        if (variant == 2)
+            CHECK(strcmp(keys[2], keys[0]) != 0 && strcmp(keys[2], keys[1]) != 0);
+        GemmDesc same = d;
+        same.a = same.b = same.epi.d = 0;
+        char again[256];
+        gemm_desc_key(&same, again, sizeof again);
+        CHECK(!strcmp(again, keys[variant]));
+        same.batch = 2;
+        gemm_desc_key(&same, again, sizeof again);
+        CHECK(strcmp(again, keys[variant]) != 0);
         fuse_free(&p);
         graph_free(&g);
     }

@@ -3,6 +3,7 @@
  * of that prefix the plan materialises (passes/fuse.h). */
 #include "codegen/cuda/gemm_desc.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ir/ops.h"
@@ -105,6 +106,19 @@ int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d
     d->d_type = g->values[d->epi.d].type.dtype;
     d->bias_type = d->epi.bias >= 0 ? g->values[d->epi.bias].type.dtype : d->d_type;
     return 0;
+}
+
+void gemm_desc_key(const GemmDesc *d, char *buf, size_t n)
+{
+    static const char *const act[] = {"none", "relu", "gelu_tanh"};
+    snprintf(buf, n,
+             "gemm %lldx%lldx%lld trans %d%d ld %lld,%lld,%lld batch %lld strides %lld,%lld,%lld ab %s d %s bias %s "
+             "epi bias %d residual %d aux %d bgrad %d act %s",
+             (long long)d->m, (long long)d->n, (long long)d->k, d->trans_a, d->trans_b, (long long)d->lda,
+             (long long)d->ldb, (long long)d->ldc, (long long)d->batch, (long long)d->stride_a,
+             (long long)d->stride_b, (long long)d->stride_c, ct_dtype_name(d->ab_type), ct_dtype_name(d->d_type),
+             ct_dtype_name(d->bias_type), d->epi.bias >= 0, d->epi.residual >= 0, d->epi.aux >= 0, d->epi.bgrad >= 0,
+             act[d->epi.act]);
 }
 
 ValueId gemm_bias_grad(const Graph *g, const FusePlan *p, const FuseStep *st, const FuseStep *next,

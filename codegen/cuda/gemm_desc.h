@@ -31,6 +31,7 @@
 #ifndef CTIMM_GEMM_DESC_H
 #define CTIMM_GEMM_DESC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ir/ir.h"
@@ -68,6 +69,12 @@ typedef struct GemmDesc {
 
 /* The step's GEMM; fails when the step is not a linear/matmul step. */
 int gemm_desc(const Graph *g, const FusePlan *p, const FuseStep *st, GemmDesc *d, CtErr *err);
+
+/* A text naming everything about d that shapes the cuBLASLt call (sizes,
+ * transposes, leading dimensions, batch strides, dtypes, which epilogue
+ * parts), not which values it reads: the key its timed algorithm choice
+ * is stored under (runtime/cuda/blaslt.h). */
+void gemm_desc_key(const GemmDesc *d, char *buf, size_t n);
 
 /* The value of fusion step `next` (a reduce_sum alone) when it sums the
  * B operand of d, the GEMM of step st, over d's k dimension into d's n

@@ -14,7 +14,7 @@
     X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                 \
     X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)         \
     X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
-    X(cublasLtMatmul)
+    X(cublasLtMatmul) X(cublasLtGetVersion)
 
 /* The entry points, typed by cublasLt.h's declarations. */
 typedef struct LtFns {
@@ -221,6 +221,8 @@ int blaslt_prepare(const BlasLt *b, const GemmDesc *d, int allow_tf32, size_t ma
     if (s != CUBLAS_STATUS_SUCCESS)
         goto fail_desc;
     c->has_c = d->epi.residual >= 0;
+    c->tf32 = allow_tf32;
+    c->max_workspace = max_workspace;
     if (choose_algos(b, c, max_workspace, &s))
         goto fail_desc;
     if (c->nalgo < 1) {
@@ -254,18 +256,25 @@ static cublasStatus_t matmul(const BlasLt *b, const BlasLtCall *c, int i, const 
                                   c->algo_workspace[i], (cudaStream_t)s);
 }
 
-int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err)
+/* The epilogue's bias and aux pointers on c's descriptor. */
+static cublasStatus_t set_pointers(const BlasLt *b, const BlasLtCall *c, const GemmPtrs *p)
 {
     const LtFns *f = fns(b);
     void *bias = (void *)(uintptr_t)p->bias, *aux = (void *)(uintptr_t)p->aux;
-    if ((p->a | p->b | p->d | p->residual | p->bias | p->aux) % OPERAND_ALIGN)
-        return ct_fail(err, "cuBLASLt: an operand is not %u-byte aligned, as the algorithms were chosen for",
-                       OPERAND_ALIGN);
-    cublasStatus_t r = CUBLAS_STATUS_SUCCESS, first = CUBLAS_STATUS_NOT_SUPPORTED;
+    cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
     if (p->bias)
         r = f->cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (r == CUBLAS_STATUS_SUCCESS && p->aux)
         r = f->cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    return r;
+}
+
+int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr workspace, CUstream s, CtErr *err)
+{
+    if ((p->a | p->b | p->d | p->residual | p->bias | p->aux) % OPERAND_ALIGN)
+        return ct_fail(err, "cuBLASLt: an operand is not %u-byte aligned, as the algorithms were chosen for",
+                       OPERAND_ALIGN);
+    cublasStatus_t r = set_pointers(b, c, p), first = CUBLAS_STATUS_NOT_SUPPORTED;
     if (r != CUBLAS_STATUS_SUCCESS)
         return lt_fail(b, err, "epilogue pointers", r);
     int tried = 0;
@@ -282,6 +291,158 @@ int blaslt_run(const BlasLt *b, BlasLtCall *c, const GemmPtrs *p, CUdeviceptr wo
     char what[64];
     snprintf(what, sizeof what, "matmul (%d of %d candidates tried, the first's status)", tried, c->nalgo);
     return lt_fail(b, err, what, first);
+}
+
+void blaslt_operand_bytes(const GemmDesc *d, size_t *a, size_t *b, size_t *dst)
+{
+    /* a column-major rows x cols matrix with leading dimension ld spans ld * cols elements, batch items stride apart */
+    int64_t span[3][3] = {{d->lda, d->trans_a ? d->m : d->k, d->stride_a},
+                          {d->ldb, d->trans_b ? d->k : d->n, d->stride_b},
+                          {d->ldc, d->n, d->stride_c}};
+    CtDType t[3] = {d->ab_type, d->ab_type, d->d_type};
+    size_t *out[3] = {a, b, dst};
+    for (int i = 0; i < 3; i++)
+        *out[i] = (size_t)(span[i][0] * span[i][1] + span[i][2] * (d->batch - 1)) * ct_dtype_size(t[i]);
+}
+
+/* Runs per candidate when timing: one to warm up, then these, timed together. */
+enum { TIMED_RUNS = 5 };
+
+typedef struct TimeCtx {
+    const BlasLt *b;
+    BlasLtCall *c;
+    const CudaDriver *drv;
+    CUstream s;
+    GemmPtrs p;
+    CUdeviceptr workspace;
+} TimeCtx;
+
+/* What the store keeps: the winning cublasLtMatmulAlgo_t (documented as
+ * trivially serialisable for one cuBLASLt version, which the key holds)
+ * and the workspace it needs. */
+typedef struct GemmChoice {
+    unsigned char algo[64];
+    uint64_t workspace;
+} GemmChoice;
+
+static int cu_fail(const TimeCtx *k, CtErr *err, const char *what, CUresult r)
+{
+    const char *name = NULL;
+    if (k->drv->GetErrorName)
+        k->drv->GetErrorName(r, &name);
+    return ct_fail(err, "timing cuBLASLt's candidates: %s failed: %s (%d)", what, name ? name : "?", (int)r);
+}
+
+/* Candidate i's mean time over TIMED_RUNS into *ms, or a status cuBLASLt
+ * refused it with (*ms untouched). */
+static int time_one(const TimeCtx *k, int i, CUevent ev[2], float *ms, cublasStatus_t *refused, CtErr *err)
+{
+    cublasStatus_t r = matmul(k->b, k->c, i, &k->p, k->workspace, k->s);
+    if (r != CUBLAS_STATUS_SUCCESS) {
+        *refused = r;
+        return try_next(r) ? 0 : lt_fail(k->b, err, "matmul, timing a candidate", r);
+    }
+    CUresult e = k->drv->EventRecord(ev[0], k->s);
+    for (int t = 0; t < TIMED_RUNS && r == CUBLAS_STATUS_SUCCESS && e == CU_SUCCESS; t++)
+        r = matmul(k->b, k->c, i, &k->p, k->workspace, k->s);
+    if (r != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(k->b, err, "matmul, timing a candidate", r);
+    if (e == CU_SUCCESS)
+        e = k->drv->EventRecord(ev[1], k->s);
+    if (e == CU_SUCCESS)
+        e = k->drv->EventSynchronize(ev[1]);
+    if (e == CU_SUCCESS)
+        e = k->drv->EventElapsedTime(ms, ev[0], ev[1]);
+    if (e != CU_SUCCESS)
+        return cu_fail(k, err, "an event", e);
+    *ms /= TIMED_RUNS;
+    return 0;
+}
+
+/* The cache's "compile": every candidate timed, the fastest kept (the
+ * heuristic's order breaks ties). */
+static int time_candidates(void *vctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err)
+{
+    const TimeCtx *k = vctx;
+    CUevent ev[2] = {0};
+    CUresult e = k->drv->EventCreate(&ev[0], 0);
+    if (e == CU_SUCCESS)
+        e = k->drv->EventCreate(&ev[1], 0);
+    cublasStatus_t r = e == CU_SUCCESS ? set_pointers(k->b, k->c, &k->p) : CUBLAS_STATUS_SUCCESS;
+    int rc = e != CU_SUCCESS ? cu_fail(k, err, "cuEventCreate", e)
+             : r != CUBLAS_STATUS_SUCCESS ? lt_fail(k->b, err, "epilogue pointers, timing the candidates", r)
+                                          : 0;
+    int best = -1;
+    float best_ms = 0;
+    cublasStatus_t refused = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < k->c->nalgo && !rc; i++) {
+        float ms = -1;
+        rc = time_one(k, i, ev, &ms, &refused, err);
+        if (!rc && ms >= 0 && (best < 0 || ms < best_ms))
+            best = i, best_ms = ms;
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            k->drv->EventDestroy(ev[i]);
+    if (rc)
+        return rc;
+    if (best < 0)
+        return lt_fail(k->b, err, "matmul: every candidate refused, the first's status", refused);
+    GemmChoice *ch = calloc(1, sizeof *ch);
+    CT_ASSERT(ch != NULL);
+    memcpy(ch->algo, k->c->algo[best], sizeof ch->algo);
+    ch->workspace = k->c->algo_workspace[best];
+    *blob = ch;
+    *n = sizeof *ch;
+    return 0;
+}
+
+/* The chosen algorithm first in c: moved there where the heuristic listed
+ * it, else put there (the last candidate dropped where the list is full). */
+static void put_first(BlasLtCall *c, const GemmChoice *ch)
+{
+    int at = 0;
+    while (at < c->nalgo && memcmp(c->algo[at], ch->algo, sizeof ch->algo))
+        at++;
+    if (at == c->nalgo && c->nalgo < BLASLT_ALGOS)
+        c->nalgo++;
+    if (at == BLASLT_ALGOS)
+        at = BLASLT_ALGOS - 1;
+    memmove(c->algo[1], c->algo[0], (size_t)at * sizeof c->algo[0]);
+    memmove(&c->algo_workspace[1], &c->algo_workspace[0], (size_t)at * sizeof c->algo_workspace[0]);
+    memcpy(c->algo[0], ch->algo, sizeof ch->algo);
+    c->algo_workspace[0] = (size_t)ch->workspace;
+    c->cur = 0;
+    if (c->algo_workspace[0] > c->workspace)
+        c->workspace = c->algo_workspace[0];
+}
+
+int blaslt_choose(const BlasLt *b, BlasLtCall *c, const GemmDesc *d, const CudaDriver *drv, CUstream s,
+                  const GemmScratch *sc, KernelCache *cache, const char *device, CtErr *err)
+{
+    char key[512], version[32], options[96];
+    gemm_desc_key(d, key, sizeof key);
+    snprintf(version, sizeof version, "%zu", fns(b)->cublasLtGetVersion());
+    snprintf(options, sizeof options, "timed tf32=%d max_workspace=%zu align=%u", c->tf32, c->max_workspace,
+             OPERAND_ALIGN);
+    CacheKeyParts parts = {.source = key, .target = device, .compiler = "cublaslt", .compiler_version = version,
+                           .options = options};
+    int in_place = d->epi.residual >= 0;
+    TimeCtx k = {b, c, drv, s,
+                 {.a = sc->a, .b = sc->b, .d = sc->d, .residual = in_place ? sc->d : 0,
+                  .bias = d->epi.bias >= 0 || d->epi.bgrad >= 0 ? sc->bias : 0, .aux = d->epi.aux >= 0 ? sc->aux : 0},
+                 sc->workspace};
+    const void *blob;
+    size_t n;
+    if (cache_get(cache, &parts, time_candidates, &k, &blob, &n, err))
+        return -1;
+    if (n != sizeof(GemmChoice))
+        return ct_fail(err, "cached cuBLASLt choice for %s has %zu bytes, not %zu", key, n, sizeof(GemmChoice));
+    GemmChoice ch;
+    memcpy(&ch, blob, sizeof ch);
+    if (ch.workspace <= c->max_workspace)
+        put_first(c, &ch);
+    return 0;
 }
 
 void blaslt_call_free(BlasLtCall *c)

@@ -54,6 +54,7 @@ enum { CU_ATTR_COMPUTE_MAJOR = 75, CU_ATTR_COMPUTE_MINOR = 76, CU_ATTR_SM_COUNT 
     X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr dst, const void *src, size_t bytes, CUstream s))     \
     X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s))     \
     X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, CUdeviceptr src, size_t bytes, CUstream s))           \
+    X(MemsetD8Async, "cuMemsetD8Async", (CUdeviceptr dst, unsigned char v, size_t n, CUstream s))                \
     X(ModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))                                     \
     X(ModuleUnload, "cuModuleUnload", (CUmodule m))                                                              \
     X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction * f, CUmodule m, const char *name))                  \

@@ -26,7 +26,7 @@ struct CudaExec {
     CUstream stream;
     BlasLt lt;
     Dnn dnn;
-    KernelCache choices; /* cuDNN's algorithm choices (runtime/cuda/dnn.h) */
+    KernelCache choices; /* cuDNN's and cuBLASLt's algorithm choices (runtime/cuda/dnn.h, blaslt.h) */
     int have_choices, have_lt, have_dnn;
     char name[192];
 };
@@ -212,42 +212,67 @@ static int place_blocks(CudaLoaded *ld, const Graph *g, const CtState *state, Ct
     return 0;
 }
 
-static void free_choice_scratch(CudaLoaded *ld, DnnScratch *sc)
+/* The buffers the libraries' candidates are timed on: convolutions' x, w
+ * and y are GEMMs' A, B and D, each as large as the largest use. */
+typedef struct ChoiceScratch {
+    DnnScratch dnn;
+    GemmScratch gemm;
+} ChoiceScratch;
+
+static void free_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
 {
-    CUdeviceptr *p[4] = {&sc->x, &sc->w, &sc->y, &sc->workspace};
-    for (int i = 0; i < 4; i++)
+    (void)ld->ex->drv.StreamSynchronize(ld->ex->stream); /* the zeroing, where nothing was timed after it */
+    CUdeviceptr *p[6] = {&sc->dnn.x, &sc->dnn.w, &sc->dnn.y, &sc->dnn.workspace, &sc->gemm.aux, &sc->gemm.bias};
+    for (int i = 0; i < 6; i++)
         if (*p[i])
             (void)ld->ex->drv.MemFree(*p[i]);
     memset(sc, 0, sizeof *sc);
 }
 
+static size_t most(size_t a, size_t b) { return a > b ? a : b; }
+
 /* Device buffers to time cuDNN's candidates on (cudnnFind*Ex, as torch's
- * cudnn.benchmark), as large as the program's largest convolution needs,
- * freed once every choice is made (and cached on disk: a later process
- * allocates them and finds nothing left to time). 0 where the device has
- * not the room: the choices are then cuDNN's heuristics'. */
-static int alloc_choice_scratch(CudaLoaded *ld, DnnScratch *sc)
+ * cudnn.benchmark) and cuBLASLt's (blaslt_choose), as large as the
+ * program's largest convolution and GEMM need, freed once every choice is
+ * made (and cached on disk: a later process allocates them and finds
+ * nothing left to time). 0 where the device has not the room: the choices
+ * are then the libraries' heuristics'. */
+static int alloc_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
 {
     const CudaDriver *d = &ld->ex->drv;
-    size_t bx = 0, bw = 0, by = 0;
+    size_t bx = 0, bw = 0, by = 0, baux = 0, bbias = 0;
     for (int s = 0; s < ld->lp->nsteps; s++) {
-        const ConvDesc *c = &ld->lp->steps[s].conv;
-        if (ld->lp->steps[s].kind != LP_CONV)
-            continue;
-        size_t x = (size_t)(c->n * c->c * c->h * c->w) * ct_dtype_size(c->x_type);
-        size_t w = (size_t)(c->k * (c->c / c->groups) * c->r * c->s) * ct_dtype_size(c->w_type);
-        size_t y = (size_t)(c->n * c->k * c->p * c->q) * ct_dtype_size(c->y_type);
-        bx = x > bx ? x : bx, bw = w > bw ? w : bw, by = y > by ? y : by;
+        const LpStep *st = &ld->lp->steps[s];
+        if (st->kind == LP_CONV) {
+            const ConvDesc *c = &st->conv;
+            bx = most(bx, (size_t)(c->n * c->c * c->h * c->w) * ct_dtype_size(c->x_type));
+            bw = most(bw, (size_t)(c->k * (c->c / c->groups) * c->r * c->s) * ct_dtype_size(c->w_type));
+            by = most(by, (size_t)(c->n * c->k * c->p * c->q) * ct_dtype_size(c->y_type));
+        } else if (st->kind == LP_GEMM) {
+            size_t a, b, dst;
+            blaslt_operand_bytes(&st->gemm, &a, &b, &dst);
+            bx = most(bx, a), bw = most(bw, b), by = most(by, dst);
+            baux = st->gemm.epi.aux >= 0 ? most(baux, dst) : baux;
+            bbias = most(bbias, sizeof(float) * (size_t)most((size_t)st->gemm.m, (size_t)st->gemm.n));
+        }
     }
     memset(sc, 0, sizeof *sc);
     if (!bx)
         return 0;
-    sc->workspace_bytes = CONV_WORKSPACE;
-    if (d->MemAlloc(&sc->x, bx) != CU_SUCCESS || d->MemAlloc(&sc->w, bw) != CU_SUCCESS ||
-        d->MemAlloc(&sc->y, by) != CU_SUCCESS || d->MemAlloc(&sc->workspace, CONV_WORKSPACE) != CU_SUCCESS) {
+    size_t ws = most(CONV_WORKSPACE, GEMM_WORKSPACE);
+    int ok = d->MemAlloc(&sc->dnn.x, bx) == CU_SUCCESS && d->MemAlloc(&sc->dnn.w, bw) == CU_SUCCESS &&
+             d->MemAlloc(&sc->dnn.y, by) == CU_SUCCESS && d->MemAlloc(&sc->dnn.workspace, ws) == CU_SUCCESS &&
+             (!baux || d->MemAlloc(&sc->gemm.aux, baux) == CU_SUCCESS) &&
+             (!bbias || d->MemAlloc(&sc->gemm.bias, bbias) == CU_SUCCESS);
+    /* zeros: timing garbage bits could time NaN paths no training step takes */
+    CUstream st = ld->ex->stream;
+    ok = ok && d->MemsetD8Async(sc->dnn.x, 0, bx, st) == CU_SUCCESS && d->MemsetD8Async(sc->dnn.w, 0, bw, st) == CU_SUCCESS;
+    if (!ok) {
         free_choice_scratch(ld, sc);
         return 0;
     }
+    sc->dnn.workspace_bytes = sc->gemm.workspace_bytes = ws;
+    sc->gemm.a = sc->dnn.x, sc->gemm.b = sc->dnn.w, sc->gemm.d = sc->dnn.y, sc->gemm.workspace = sc->dnn.workspace;
     return 1;
 }
 
@@ -256,7 +281,7 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     CudaExec *ex = ld->ex;
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
-    DnnScratch sc;
+    ChoiceScratch sc;
     int timed = alloc_choice_scratch(ld, &sc), rc = 0;
     for (int s = 0; s < ld->lp->nsteps && !rc; s++) {
         const LpStep *st = &ld->lp->steps[s];
@@ -275,11 +300,17 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
             }
             if (ld->unfused[s] && err)
                 err->msg[0] = '\0'; /* the refusal the fallback answered */
+            if (timed && blaslt_choose(&ex->lt, &ld->gemm[s], ld->unfused[s] ? &plain : &st->gemm, &ex->drv,
+                                       ex->stream, &sc.gemm, &ex->choices, device, err)) {
+                rc = ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
+                                (long long)st->gemm.n, (long long)st->gemm.k);
+                break;
+            }
             if (ld->gemm[s].workspace > ld->workspace_bytes)
                 ld->workspace_bytes = ld->gemm[s].workspace;
         } else if (st->kind == LP_CONV) {
             if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device,
-                            timed ? &sc : NULL, &ld->conv[s], err)) {
+                            timed ? &sc.dnn : NULL, &ld->conv[s], err)) {
                 rc = ct_failctx(err, "step %d (convolution)", s);
                 break;
             }
