@@ -6,8 +6,8 @@
  * dlopen.
  *
  * CudaExec is the device: the primary context (shared with cuBLASLt and
- * cuDNN), one stream, the library handles and the store of cuDNN's
- * algorithm choices (runtime/cuda/dnn.h). CudaLoaded is one program loaded
+ * cuDNN), one stream, the library handles and the store of cuDNN's and
+ * cuBLASLt's algorithm choices (runtime/cuda/dnn.h, blaslt.h). CudaLoaded is one program loaded
  * on it: one module per image (cuModuleLoadData), the cuBLASLt and cuDNN
  * calls prepared once from the plan's descriptors, and device memory: one
  * block for the activations (the plan's arena and spill), one for the
