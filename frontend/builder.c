@@ -319,7 +319,9 @@ ValueId nn_patch_embed(Builder *b, const char *name, ValueId x, int64_t dim, int
     x = nn_conv2d(b, "proj", x, dim, patch, (ConvOpts){.stride = patch, .bias = bias});
     b_pop(b);
     int64_t N = (H / patch) * (W / patch);
-    return f_permute(b, f_reshape(b, x, 3, (int64_t[]){B, dim, N}), 3, (int64_t[]){0, 2, 1});
+    /* timm's flatten(2).transpose(1, 2) as the same values transposed first: a channels-last x is then
+     * already [B, H, W, dim] in memory (a view), where flattening first copies it twice */
+    return f_reshape(b, f_permute(b, x, 4, (int64_t[]){0, 2, 3, 1}), 3, (int64_t[]){B, N, dim});
 }
 
 ValueId nn_layer_norm(Builder *b, const char *name, ValueId x, double eps)

@@ -39,7 +39,7 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
-            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0;
+            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0;
             for (int i = 0; training && i < g.nnodes; i++)
                 linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
@@ -64,6 +64,8 @@ static void test_models(void)
                     int same = lp.offset[first->in[0]] == lp.offset[first->out[0]];
                     CHECKF(same == (st->nlib == 0), "%s: permute step %d has %d launches", models[m], s, st->nlib);
                     free_permutes += same;
+                    const Value *from = &g.values[first->in[0]];
+                    patch_views += same && from->producer >= 0 && g.nodes[from->producer].op == CT_OP_conv2d;
                 }
                 if (st->kind == LP_LIB && fs->kind == FUSE_LIBRARY && fs->n > 1 &&
                     g.nodes[lp.fuse.nodes[fs->first]].op == CT_OP_batch_norm) { /* its epilogue in its apply pass */
@@ -112,6 +114,8 @@ static void test_models(void)
             CHECKF(views > 0 || m != 1, "%s mode %d: every reshape copies", models[m], mode);
             /* convnext's blocks permute NCHW to NHWC and back: in channels_last, the same bytes */
             CHECKF(free_permutes > 0 || m != 3 || !amp_cl, "%s mode %d: every permute copies", models[m], mode);
+            /* a ViT's patch embedding, the channels-last conv's [B, H, W, C] taken as its tokens: no copy */
+            CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
