@@ -39,7 +39,7 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
-            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0;
+            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0, lone_products = 0;
             for (int i = 0; training && i < g.nnodes; i++)
                 linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
@@ -90,6 +90,23 @@ static void test_models(void)
                            "%s: step %d spans an elementwise step and %s", models[m], s, op_def(ln->op)->name);
                     norm_adds++;
                 }
+                if (st->kind == LP_LIB && st->span == 1 && st->nlib && !strncmp(st->lib[0].kernel, "ct_reduce_sum", 13)) {
+                    /* layer scale's backward: the sum of dy * x storing dy * gamma, the product's step spanned */
+                    const LibLaunch *k = &st->lib[0];
+                    int one = !strncmp(k->kernel, "ct_reduce_sum_part", 18) ? 0 : 1, at = one ? 6 : 7;
+                    const Node *mul = &g.nodes[lp.fuse.nodes[fs->first]];
+                    CHECKF(mul->op == CT_OP_mul && k->arg[at].kind == LA_VALUE && k->arg[at + 1].kind == LA_VALUE &&
+                               (k->arg[at + 1].v == mul->in[0] || k->arg[at + 1].v == mul->in[1]),
+                           "%s: step %d's sum and its side output", models[m], s);
+                    side_sums++;
+                }
+                if (st->kind == LP_LIB && !st->span && first->op == CT_OP_reduce_sum && st->fuse_step > 0) {
+                    /* a product of the sum's x in a step of its own (perhaps cast) is left beside it */
+                    const FuseStep *pf = fs - 1;
+                    const Node *pm = &g.nodes[lp.fuse.nodes[pf->first]];
+                    lone_products += pf->kind == FUSE_ELEMENTWISE && pf->n <= 2 && pm->op == CT_OP_mul &&
+                                     (pm->in[0] == first->in[0] || pm->in[1] == first->in[0]) && first->iattr[1];
+                }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
                 if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
@@ -114,6 +131,10 @@ static void test_models(void)
             CHECKF(views > 0 || m != 1, "%s mode %d: every reshape copies", models[m], mode);
             /* convnext's blocks permute NCHW to NHWC and back: in channels_last, the same bytes */
             CHECKF(free_permutes > 0 || m != 3 || !amp_cl, "%s mode %d: every permute copies", models[m], mode);
+            /* convnext's layer scales: gamma's gradient and dy * gamma in one pass where the product stands alone */
+            CHECKF((side_sums > 0 || m != 3 || !training) && lone_products == 0,
+                   "%s mode %d: %d sums storing dy * gamma, %d products beside their sums", models[m], mode, side_sums,
+                   lone_products);
             /* a ViT's patch embedding, the channels-last conv's [B, H, W, C] taken as its tokens: no copy */
             CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],

@@ -94,9 +94,9 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_fill_f32"))
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
-        ct_reduce_sum_f32(F(0), F(1), F(2), (int)I(3), X(4), X(5));
+        ct_reduce_sum_f32(F(0), F(1), F(2), (int)I(3), X(4), X(5), F(6), F(7));
     else if (!strcmp(k, "ct_reduce_sum_part_f32"))
-        ct_reduce_sum_part_f32(F(0), F(1), (int)I(2), (double *)P(3), X(4), X(5), I(6));
+        ct_reduce_sum_part_f32(F(0), F(1), (int)I(2), (double *)P(3), X(4), X(5), I(6), F(7), F(8));
     else if (!strcmp(k, "ct_reduce_sum_total_f32"))
         ct_reduce_sum_total_f32((double *)P(0), F(1), (int)I(2), X(3), I(4));
     else if (!strcmp(k, "ct_softmax_f32"))

@@ -336,6 +336,43 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     return span;
 }
 
+/* Fusion step s, an elementwise kernel of its own computing
+ * side = x * scale (then perhaps cast, the product read nowhere else), and
+ * step s + 1, a reduce_sum of x alone whose output has scale's shape
+ * (layer scale's backward: dy * gamma beside gamma's gradient, the sum of
+ * dy * x), as one (lib_reduce_sum_side), which reads x once: 1 when they
+ * run so, 0 when not, -1 on failure. */
+static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
+        ns->kind != FUSE_LIBRARY || ns->n != 1)
+        return 0;
+    const Node *m = &g->nodes[lp->fuse.nodes[fs->first]], *r = &g->nodes[lp->fuse.nodes[ns->first]];
+    const Node *c = fs->n == 2 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
+    if (r->op != CT_OP_reduce_sum || m->op != CT_OP_mul || (m->in[0] != r->in[0]) == (m->in[1] != r->in[0]))
+        return 0;
+    if (c && (c->op != CT_OP_cast || c->in[0] != m->out[0] || lp->fuse.materialised[m->out[0]]))
+        return 0;
+    for (int k = 0; k < lp->fuse.nsteps; k++) /* the product's kernel is this step's alone */
+        if (k != s && lp->fuse.steps[k].launch == fs->launch)
+            return 0;
+    ValueId scale = m->in[0] == r->in[0] ? m->in[1] : m->in[0], side = c ? c->out[0] : m->out[0];
+    const ValueId reads[3] = {r->in[0], r->nin > 1 ? r->in[1] : -1, scale};
+    if (!lp->fuse.materialised[side] || !lib_reduce_sum_side_fits(g, r, side, scale) ||
+        !clear_of(g, lp, side, reads, r->nin > 1 ? 3 : 1, -1) || (r->nin == 1 && !clear_of(g, lp, side, &scale, 1, -1)))
+        return 0;
+    LpStep *st = add_step(lp, LP_LIB, s);
+    size_t scratch;
+    st->span = 1;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    if (lib_reduce_sum_side(g, r, side, scale, st->lib, &st->nlib, &scratch, err))
+        return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[ns->first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return 1;
+}
+
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
     int *bn_act = NULL;
@@ -361,6 +398,8 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
         int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+        if (span == 0)
+            span = reduce_side_step(g, lp, s, err);
         if (span < 0)
             goto fail;
         if (span) {

@@ -161,25 +161,36 @@ CT_DEVICE long long CT_SFX(ct_run)(const CtIndex *ix, long long r, long long end
 /* The sum in double of x (times f, of x's strides, unless f is NULL) over
  * indices [r, end) of red from offset o0, in index order; each operand is
  * stored as CT_T, or as float where its bit of `wide` is set (CT_WIDE_X
- * for x, CT_WIDE_W for f: under amp a f32 gradient's product with the
- * 16-bit activation it came from, that activation read as stored). */
+ * for x, CT_WIDE_W for f, CT_WIDE_Y for side, CT_WIDE_R for scale: under
+ * amp a f32 gradient's product with the 16-bit activation it came from,
+ * that activation read as stored). sv: the side output's scale. */
 CT_DEVICE double CT_SFX(ct_sum_range)(const void *x, const void *f, long long o0, int wide, const CtIndex *red,
-                                      long long r, long long end)
+                                      long long r, long long end, void *side, float sv)
 {
-    const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W;
+    const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
     double s = 0;
     while (r < end) {
         long long o, st, n = CT_SFX(ct_run)(red, r, end, &o, &st);
         o += o0;
-        if (f)
-            for (long long t = 0; t < n; t++)
-                s += (double)CT_SFX(ct_ldw)(x, o + t * st, wx) * CT_SFX(ct_ldw)(f, o + t * st, wf);
-        else
-            for (long long t = 0; t < n; t++)
-                s += CT_SFX(ct_ldw)(x, o + t * st, wx);
+        for (long long t = 0; t < n; t++) {
+            float v = CT_SFX(ct_ldw)(x, o + t * st, wx);
+            s += f ? (double)v * CT_SFX(ct_ldw)(f, o + t * st, wf) : (double)v;
+            if (side)
+                CT_SFX(ct_stw)(side, o + t * st, ws, v * sv);
+        }
         r += n;
     }
     return s;
+}
+
+/* A reduction's side output (side NULL: none): side = x * scale stored
+ * beside the sum, element for element (x's strides), scale of the sum's
+ * shape and strides (layer scale's gradient dy * gamma, computed where
+ * gamma's gradient sums dy * x: one pass over dy for both). The scale for
+ * the output at y's offset yo. */
+CT_DEVICE float CT_SFX(ct_side_scale)(const void *side, const void *scale, long long yo, int wide)
+{
+    return side ? CT_SFX(ct_ldw)(scale, yo, wide & CT_WIDE_R) : 0.0f;
 }
 
 /* y[o] = sum of x (times f unless it is NULL: reduce_sum's factor, of x's
@@ -187,13 +198,15 @@ CT_DEVICE double CT_SFX(ct_sum_range)(const void *x, const void *f, long long o0
  * strides), `red` the reduced ones (x's strides); y is stored as x is
  * (CT_WIDE_X). One output a work item, where the outputs are many next to
  * the reduction's length. */
-CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide, CtIndex out, CtIndex red)
+CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide, CtIndex out, CtIndex red, void *side,
+                                const void *scale)
 {
     CT_LOOP(j, out.n)
     {
         long long xo, yo;
         ct_offsets(&out, j, &xo, &yo);
-        CT_SFX(ct_stw)(y, yo, wide & CT_WIDE_X, (float)CT_SFX(ct_sum_range)(x, f, xo, wide, &red, 0, red.n));
+        float sv = CT_SFX(ct_side_scale)(side, scale, yo, wide);
+        CT_SFX(ct_stw)(y, yo, wide & CT_WIDE_X, (float)CT_SFX(ct_sum_range)(x, f, xo, wide, &red, 0, red.n, side, sv));
     }
 }
 
@@ -203,14 +216,15 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
  * (neighbouring threads read neighbouring memory where a kept dim is
  * innermost): each chunk's sum into part[k * out.n + j]. */
 CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const void *x, const void *f, int wide, double *part, CtIndex out, CtIndex red,
-                                     long long chunk)
+                                     long long chunk, void *side, const void *scale)
 {
     long long nchunks = (red.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * out.n)
     {
-        long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, unused;
-        ct_offsets(&out, i % out.n, &xo, &unused);
-        part[i] = CT_SFX(ct_sum_range)(x, f, xo, wide, &red, k * chunk, end);
+        long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, yo;
+        ct_offsets(&out, i % out.n, &xo, &yo);
+        float sv = CT_SFX(ct_side_scale)(side, scale, yo, wide);
+        part[i] = CT_SFX(ct_sum_range)(x, f, xo, wide, &red, k * chunk, end, side, sv);
     }
 }
 

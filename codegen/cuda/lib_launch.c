@@ -245,10 +245,24 @@ static void a_in_or_null(LibLaunch *l, const Node *n, int i)
         arg(l, LA_NULL);
 }
 
+/* A reduction's side output and its scale, or two NULLs. */
+static void a_side(LibLaunch *l, ValueId side, ValueId scale)
+{
+    if (side >= 0) {
+        a_val(l, side);
+        a_val(l, scale);
+    } else {
+        arg(l, LA_NULL);
+        arg(l, LA_NULL);
+    }
+}
+
 /* reduce_sum: one stage (ct_reduce_sum, an output a work item) where one
  * chunk covers the reduction (the outputs alone fill the GPU, or the
- * reduction is short), else two with the chunks' sums in scratch. */
-static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+ * reduction is short), else two with the chunks' sums in scratch. With a
+ * side output (side >= 0): side = x * scale stored as the sums walk x
+ * (lib_reduce_sum_side). */
+static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     if (n->nin > 1 && !same_strides(b, n->in[0], n->in[1]))
@@ -270,11 +284,18 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     }
     CtIndex out = collapsed(index_make(nk, kd, ks0, ks1)), red = collapsed(index_make(nr, rd, rs, NULL));
     int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
-    /* Instantiated for the 16-bit dtype among x (and y, which has x's) and
-     * the factor, the f32 ones marked wide. */
-    CtDType t = x->type.dtype, tf = n->nin > 1 ? val(b, n->in[1])->type.dtype : t;
-    CtDType st = t != CT_F32 ? t : tf;
-    int wide = (st != CT_F32 && t == CT_F32 ? CT_WIDE_X : 0) | (st != CT_F32 && tf == CT_F32 ? CT_WIDE_W : 0);
+    /* Instantiated for the 16-bit dtype among x (and y, which has x's), the
+     * factor, the side output and its scale, the f32 ones marked wide. */
+    const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
+    static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
+    CtDType st = CT_F32;
+    int wide = 0;
+    for (int k = 0; k < 4; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype != CT_F32)
+            st = val(b, v[k])->type.dtype;
+    for (int k = 0; k < 4 && st != CT_F32; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype == CT_F32)
+            wide |= bit[k];
     LibLaunch *l;
     if (nchunks <= 1) {
         l = begin(b, "ct_reduce_sum", st, out.n);
@@ -284,6 +305,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         a_i32(l, wide);
         a_index(l, out);
         a_index(l, red);
+        a_side(l, side, scale);
         return 0;
     }
     *scratch = sizeof(double) * (size_t)(nchunks * out.n);
@@ -295,6 +317,7 @@ static int plan_reduce(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     a_index(l, out);
     a_index(l, red);
     a_i64(l, chunk);
+    a_side(l, side, scale);
     l = begin(b, "ct_reduce_sum_total", st, out.n);
     arg(l, LA_SCRATCH);
     a_val(l, n->out[0]);
@@ -719,6 +742,51 @@ int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, V
     LnEpi e = {.res = res, .out = sum, .low = -1, .x = x};
     *count = 0;
     if (plan_layer_norm(&b, ln, &e, NULL, err))
+        return -1;
+    *count = b.n;
+    return 0;
+}
+
+/* v's strides over its dims longer than 1 are u's (a [1, C, 1, 1] value is
+ * the same memory in either layout). */
+static int same_walk(const Builder *b, ValueId v, ValueId u)
+{
+    const CtShape *s = &val(b, v)->type.shape;
+    int64_t sv[CT_MAX_DIMS], su[CT_MAX_DIMS];
+    if (!shape_equal(s, &val(b, u)->type.shape))
+        return 0;
+    value_strides(val(b, v), sv);
+    value_strides(val(b, u), su);
+    for (int i = 0; i < s->ndim; i++)
+        if (s->d[i] > 1 && sv[i] != su[i])
+            return 0;
+    return 1;
+}
+
+int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale)
+{
+    Builder b = {g, NULL, 0};
+    const ValueId v[5] = {r->in[0], r->nin > 1 ? r->in[1] : -1, r->out[0], side, scale};
+    CtDType low = CT_F32;
+    for (int k = 0; k < 5; k++) { /* one 16-bit dtype at most */
+        CtDType t = v[k] >= 0 ? val(&b, v[k])->type.dtype : CT_F32;
+        if (t != CT_F32 && t != CT_F16 && t != CT_BF16)
+            return 0;
+        if (t != CT_F32 && low != CT_F32 && t != low)
+            return 0;
+        low = t != CT_F32 ? t : low;
+    }
+    return r->op == CT_OP_reduce_sum && r->iattr[1] && same_walk(&b, side, r->in[0]) &&
+           same_walk(&b, scale, r->out[0]) && (r->nin < 2 || same_strides(&b, r->in[0], r->in[1]));
+}
+
+int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
+                        size_t *scratch, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    *count = 0;
+    *scratch = 0;
+    if (plan_reduce(&b, r, side, scale, scratch, err))
         return -1;
     *count = b.n;
     return 0;
@@ -1566,7 +1634,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
             return ct_fail(err, "%s: more than %d dims", op_def(n->op)->name, CT_MAXD);
     int rc;
     switch (n->op) {
-    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, scratch, err); break;
+    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, -1, -1, scratch, err); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
     case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, scratch, err); break;

@@ -100,6 +100,15 @@ int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId r
 int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
                        CtErr *err);
 
+/* The launches of reduce_sum r (keepdim) that also store side = x * scale,
+ * x its input 0 and scale of its output's shape: layer scale's backward,
+ * gamma's gradient sum(dy * x) and dy * gamma in one pass over dy. As
+ * lib_launches. Where lib_reduce_sum_side_fits: side in x's strides, scale
+ * in the output's, one 16-bit dtype among them at most. */
+int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale);
+int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
+                        size_t *scratch, CtErr *err);
+
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
  * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's sums
  * and coefficients again (its running statistics not written), then the
