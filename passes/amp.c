@@ -99,9 +99,14 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err)
         if (io)
             iattr[0] = low;
         a.r.e.scope = n->scope;
-        for (int k = 0; k < n->nin; k++)
-            in[k] = ((keep >> k) & 1) || (d->amp == OP_AMP_F32_IO && k == 0) ? rewrite_value(&a.r, n->in[k])
-                                                                               : as(&a, n->in[k], want);
+        /* the parameters' casts first, so that an activation's cast comes last, next to the node (and to
+         * the layout change the layout pass puts before it: the input batch's is one converting copy) */
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; k < n->nin; k++) {
+                if (role_is_state(g->values[n->in[k]].role) == !pass)
+                    in[k] = ((keep >> k) & 1) || (d->amp == OP_AMP_F32_IO && k == 0) ? rewrite_value(&a.r, n->in[k])
+                                                                                       : as(&a, n->in[k], want);
+            }
         if (emit(&a.r.e, n->op, n->nin, in, iattr, CT_MAX_IATTR, n->fattr, CT_MAX_FATTR, 0) < 0 && n->nout)
             break;
         const Node *copy = &a.r.dst->nodes[a.r.dst->nnodes - 1];

@@ -39,7 +39,7 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
-            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0, lone_products = 0;
+            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0, lone_products = 0, cast_copies = 0;
             for (int i = 0; training && i < g.nnodes; i++)
                 linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
@@ -107,6 +107,14 @@ static void test_models(void)
                     lone_products += pf->kind == FUSE_ELEMENTWISE && pf->n <= 2 && pm->op == CT_OP_mul &&
                                      (pm->in[0] == first->in[0] || pm->in[1] == first->in[0]) && first->iattr[1];
                 }
+                if (st->kind == LP_LIB && st->span == 1 && st->nlib == 1 && !strncmp(st->lib[0].kernel, "ct_copy_cast", 12)) {
+                    /* a cast and the layout change of its output in one pass: from the cast's input */
+                    const Node *cast = first, *to = &g.nodes[lp.fuse.nodes[fs[1].first]];
+                    CHECKF(cast->op == CT_OP_cast && to->in[0] == cast->out[0] && st->lib[0].arg[0].v == cast->in[0] &&
+                               st->lib[0].arg[1].v == to->out[0],
+                           "%s: step %d's converting copy", models[m], s);
+                    cast_copies++;
+                }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
                 if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
@@ -135,6 +143,10 @@ static void test_models(void)
             CHECKF((side_sums > 0 || m != 3 || !training) && lone_products == 0,
                    "%s mode %d: %d sums storing dy * gamma, %d products beside their sums", models[m], mode, side_sums,
                    lone_products);
+            /* the input batch cast to the AMP dtype and laid out channels-last in one pass (and again where
+             * the backward recomputes it) */
+            CHECKF(cast_copies >= 1 || !amp_cl, "%s mode %d: the input's cast and layout change apart",
+                   models[m], mode);
             /* a ViT's patch embedding, the channels-last conv's [B, H, W, C] taken as its tokens: no copy */
             CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],

@@ -65,6 +65,8 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_act_f32(F(0), F(1), I(2), (int)I(3), (int)I(4));
     else if (!strcmp(k, "ct_add_f32"))
         ct_add_f32(F(0), F(1), F(2), X(3));
+    else if (!strcmp(k, "ct_copy_cast_f32"))
+        ct_copy_cast_f32(F(0), F(1), (int)I(2), X(3));
     else if (!strcmp(k, "ct_cast_f32"))
         ct_cast_f32(F(0), F(1), (int)I(2), I(3));
     else if (!strcmp(k, "ct_pool_f32"))

@@ -373,6 +373,40 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return 1;
 }
 
+/* Fusion step s, an elementwise kernel of its own casting x alone, and step
+ * s + 1, a to_layout or permute that copies the cast's output, its only
+ * reader, as one converting copy (lib_cast_copy): the input batch cast to
+ * the AMP dtype and laid out channels-last in one pass. 1 when they run
+ * so, 0 when not, -1 on failure. */
+static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n != 1 ||
+        ns->kind != FUSE_LIBRARY || ns->n != 1)
+        return 0;
+    const Node *c = &g->nodes[lp->fuse.nodes[fs->first]], *n = &g->nodes[lp->fuse.nodes[ns->first]];
+    if (!lib_cast_copy_fits(g, c, n) || (n->op == CT_OP_permute && same_address(lp, g, ns)))
+        return 0;
+    for (int k = 0; k < lp->fuse.nsteps; k++) /* the cast's kernel is this step's alone */
+        if (k != s && lp->fuse.steps[k].launch == fs->launch)
+            return 0;
+    int readers = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            readers += g->nodes[i].in[k] == c->out[0];
+    for (int k = 0; k < g->noutputs; k++)
+        readers += g->outputs[k] == c->out[0];
+    if (readers != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
+        return 0;
+    LpStep *st = add_step(lp, LP_LIB, s);
+    st->span = 1;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    if (lib_cast_copy(g, c, n, st->lib, &st->nlib, err))
+        return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[ns->first], op_def(n->op)->name);
+    return 1;
+}
+
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
     int *bn_act = NULL;
@@ -400,6 +434,8 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
         int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
         if (span == 0)
             span = reduce_side_step(g, lp, s, err);
+        if (span == 0)
+            span = cast_copy_step(g, lp, s, err);
         if (span < 0)
             goto fail;
         if (span) {

@@ -396,6 +396,29 @@ CT_DEVICE double CT_SFX(ct_block_sum)(double v, double *red)
  * bits of `wide` mark the f32 ones, CT_WIDE_X for x and dx, CT_WIDE_W for
  * w, b, dw and db, CT_WIDE_Y for y and dy. */
 
+/* y[o1(i)] = x[o0(i)] converted over ix, each stored as CT_T or as float
+ * where its CT_WIDE_X (x) or CT_WIDE_Y (y) bit is set: a cast and the
+ * layout change after it in one pass (the input batch's cast to the AMP
+ * dtype and its to_layout to channels-last). */
+CT_GLOBAL CT_SFX(ct_copy_cast)(const void *x, void *y, int wide, CtIndex ix)
+{
+    CT_GROUP_LOOP(i, ix.n)
+    {
+        long long a[CT_ELEMENTS], b[CT_ELEMENTS];
+        float v[CT_ELEMENTS];
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n) {
+                ct_offsets(&ix, CT_ITEM(i, u), &a[u], &b[u]);
+                v[u] = CT_SFX(ct_ldw)(x, a[u], wide & CT_WIDE_X);
+            }
+        CT_UNROLL
+        for (int u = 0; u < CT_ELEMENTS; u++)
+            if (CT_ITEM(i, u) < ix.n)
+                CT_SFX(ct_stw)(y, b[u], wide & CT_WIDE_Y, v[u]);
+    }
+}
+
 /* y = x converted, element for element (a cast that no kernel took into
  * its epilogue), each stored as CT_T or as float where its CT_WIDE_X (x)
  * or CT_WIDE_Y (y) bit is set. */

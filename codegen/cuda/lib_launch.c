@@ -139,6 +139,46 @@ static int plan_reshape(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* The index of to_layout or permute n over its output, reading its input
+ * with strides sx. */
+static CtIndex relayout_index(const Builder *b, const Node *n, const int64_t *sx)
+{
+    const Value *y = val(b, n->out[0]);
+    const CtShape *ys = &y->type.shape;
+    int64_t sy[CT_MAX_DIMS], st[CT_MAX_DIMS];
+    value_strides(y, sy);
+    for (int i = 0; i < ys->ndim; i++)
+        st[i] = n->op == CT_OP_permute ? sx[n->iattr[1 + i]] : sx[i];
+    return index_make(ys->ndim, ys->d, st, sy);
+}
+
+int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
+{
+    Builder b = {g, NULL, 0};
+    CtDType tx = val(&b, cast->in[0])->type.dtype, ty = val(&b, n->out[0])->type.dtype;
+    int fl = (tx == CT_F32 || tx == CT_F16 || tx == CT_BF16) && (ty == CT_F32 || ty == CT_F16 || ty == CT_BF16);
+    return cast->op == CT_OP_cast && (n->op == CT_OP_to_layout || n->op == CT_OP_permute) &&
+           n->in[0] == cast->out[0] && fl && (tx == CT_F32 || ty == CT_F32 || tx == ty) &&
+           val(&b, cast->in[0])->type.shape.ndim <= CT_MAXD;
+}
+
+int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l, int *count, CtErr *err)
+{
+    Builder b = {g, l, 0};
+    const Value *x = val(&b, cast->in[0]), *y = val(&b, n->out[0]);
+    CtDType st = x->type.dtype != CT_F32 ? x->type.dtype : y->type.dtype;
+    int64_t sx[CT_MAX_DIMS];
+    value_strides(x, sx);
+    LibLaunch *k = begin(&b, "ct_copy_cast", st, shape_numel(&y->type.shape));
+    a_val(k, cast->in[0]);
+    a_val(k, n->out[0]);
+    a_i32(k, (st != CT_F32 && x->type.dtype == CT_F32 ? CT_WIDE_X : 0) |
+                 (st != CT_F32 && y->type.dtype == CT_F32 ? CT_WIDE_Y : 0));
+    a_index(k, collapsed(relayout_index(&b, n, sx)));
+    *count = b.n;
+    return 0;
+}
+
 static int plan_data(Builder *b, const Node *n, CtErr *err)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
@@ -150,13 +190,8 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
     switch (n->op) {
     case CT_OP_reshape:
         return plan_reshape(b, n, err);
-    case CT_OP_to_layout:
-        copy(b, n->in[0], n->out[0], index_make(ys->ndim, ys->d, sx, sy));
-        return 0;
-    case CT_OP_permute:
-        for (int i = 0; i < ys->ndim; i++)
-            st[i] = sx[a[1 + i]];
-        copy(b, n->in[0], n->out[0], index_make(ys->ndim, ys->d, st, sy));
+    case CT_OP_to_layout: case CT_OP_permute:
+        copy(b, n->in[0], n->out[0], relayout_index(b, n, sx));
         return 0;
     case CT_OP_slice: {
         memcpy(st, sx, sizeof st);

@@ -100,6 +100,12 @@ int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId r
 int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
                        CtErr *err);
 
+/* The launch of to_layout or permute n of cast's output, the cast done in
+ * the same pass (ct_copy_cast): n's output converted from cast's input.
+ * Where lib_cast_copy_fits: f32 to or from f16/bf16. */
+int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n);
+int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l, int *count, CtErr *err);
+
 /* The launches of reduce_sum r (keepdim) that also store side = x * scale,
  * x its input 0 and scale of its output's shape: layer scale's backward,
  * gamma's gradient sum(dy * x) and dy * gamma in one pass over dy. As
