@@ -358,9 +358,9 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         if (k != s && lp->fuse.steps[k].launch == fs->launch)
             return 0;
     ValueId scale = m->in[0] == r->in[0] ? m->in[1] : m->in[0], side = c ? c->out[0] : m->out[0];
-    const ValueId reads[3] = {r->in[0], r->nin > 1 ? r->in[1] : -1, scale};
-    if (!lp->fuse.materialised[side] || !lib_reduce_sum_side_fits(g, r, side, scale) ||
-        !clear_of(g, lp, side, reads, r->nin > 1 ? 3 : 1, -1) || (r->nin == 1 && !clear_of(g, lp, side, &scale, 1, -1)))
+    const ValueId reads[3] = {r->in[0], scale, r->nin > 1 ? r->in[1] : scale};
+    if (!lp->fuse.materialised[side] || reads[2] == side || reads[2] == m->out[0] ||
+        !lib_reduce_sum_side_fits(g, r, side, scale) || !clear_of(g, lp, side, reads, 3, -1))
         return 0;
     LpStep *st = add_step(lp, LP_LIB, s);
     size_t scratch;

@@ -139,6 +139,23 @@ static int plan_reshape(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
+/* The storage a kernel of operands v (-1: none; CT_WIDE_X, _W, _Y and _R in
+ * order) is instantiated for: their 16-bit dtype, if any, else f32; the
+ * f32 ones' bits into *wide. */
+static CtDType mixed_storage(const Builder *b, const ValueId v[4], int *wide)
+{
+    static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
+    CtDType t = CT_F32;
+    for (int k = 0; k < 4; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype != CT_F32)
+            t = val(b, v[k])->type.dtype;
+    *wide = 0;
+    for (int k = 0; k < 4 && t != CT_F32; k++)
+        if (v[k] >= 0 && val(b, v[k])->type.dtype == CT_F32)
+            *wide |= bit[k];
+    return t;
+}
+
 /* The index of to_layout or permute n over its output, reading its input
  * with strides sx. */
 static CtIndex relayout_index(const Builder *b, const Node *n, const int64_t *sx)
@@ -165,15 +182,14 @@ int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
 int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l, int *count, CtErr *err)
 {
     Builder b = {g, l, 0};
-    const Value *x = val(&b, cast->in[0]), *y = val(&b, n->out[0]);
-    CtDType st = x->type.dtype != CT_F32 ? x->type.dtype : y->type.dtype;
+    int wide;
+    CtDType st = mixed_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}, &wide);
     int64_t sx[CT_MAX_DIMS];
-    value_strides(x, sx);
-    LibLaunch *k = begin(&b, "ct_copy_cast", st, shape_numel(&y->type.shape));
+    value_strides(val(&b, cast->in[0]), sx);
+    LibLaunch *k = begin(&b, "ct_copy_cast", st, shape_numel(&val(&b, n->out[0])->type.shape));
     a_val(k, cast->in[0]);
     a_val(k, n->out[0]);
-    a_i32(k, (st != CT_F32 && x->type.dtype == CT_F32 ? CT_WIDE_X : 0) |
-                 (st != CT_F32 && y->type.dtype == CT_F32 ? CT_WIDE_Y : 0));
+    a_i32(k, wide);
     a_index(k, collapsed(relayout_index(&b, n, sx)));
     *count = b.n;
     return 0;
@@ -319,18 +335,10 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
     }
     CtIndex out = collapsed(index_make(nk, kd, ks0, ks1)), red = collapsed(index_make(nr, rd, rs, NULL));
     int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
-    /* Instantiated for the 16-bit dtype among x (and y, which has x's), the
-     * factor, the side output and its scale, the f32 ones marked wide. */
+    /* x (and y, which has x's dtype), the factor, the side output, its scale */
     const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
-    static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
-    CtDType st = CT_F32;
-    int wide = 0;
-    for (int k = 0; k < 4; k++)
-        if (v[k] >= 0 && val(b, v[k])->type.dtype != CT_F32)
-            st = val(b, v[k])->type.dtype;
-    for (int k = 0; k < 4 && st != CT_F32; k++)
-        if (v[k] >= 0 && val(b, v[k])->type.dtype == CT_F32)
-            wide |= bit[k];
+    int wide;
+    CtDType st = mixed_storage(b, v, &wide);
     LibLaunch *l;
     if (nchunks <= 1) {
         l = begin(b, "ct_reduce_sum", st, out.n);
@@ -401,16 +409,7 @@ static CtDType norm_storage(Builder *b, const Node *n, ValueId res, int *wide)
 {
     int grad = n->op == CT_OP_layer_norm_grad;
     const ValueId v[4] = {n->in[0], n->in[1], grad ? n->in[2] : n->out[0], res};
-    static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
-    CtDType t = CT_F32;
-    for (int k = 0; k < 4; k++)
-        if (v[k] >= 0 && val(b, v[k])->type.dtype != CT_F32)
-            t = val(b, v[k])->type.dtype;
-    *wide = 0;
-    for (int k = 0; k < 4 && t != CT_F32; k++)
-        if (v[k] >= 0 && val(b, v[k])->type.dtype == CT_F32)
-            *wide |= bit[k];
-    return t;
+    return mixed_storage(b, v, wide);
 }
 
 /* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
