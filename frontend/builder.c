@@ -171,7 +171,10 @@ const CtShape *b_shape(const Builder *b, ValueId v)
     return v >= 0 && v < b->g->nvalues ? &b->g->values[v].type.shape : &none;
 }
 
-CtDType b_dtype(const Builder *b, ValueId v) { return v >= 0 && v < b->g->nvalues ? b->g->values[v].type.dtype : CT_F32; }
+CtDType b_dtype(const Builder *b, ValueId v)
+{
+    return v >= 0 && v < b->g->nvalues ? b->g->values[v].type.dtype : CT_F32;
+}
 
 CtInit init_kaiming_normal_fan_out(int64_t fan_out) { return init_normal(sqrt(2.0 / (double)fan_out)); }
 

@@ -39,7 +39,8 @@ static void test_models(void)
                 CHECKF(launch_plan_supports(&g, &g.nodes[i]), "%s: node %d (%s)", models[m], i,
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
-            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0, lone_products = 0, cast_copies = 0;
+            int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0;
+            int lone_products = 0, cast_copies = 0;
             for (int i = 0; training && i < g.nnodes; i++)
                 linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
             char missing[256] = "";
@@ -90,7 +91,8 @@ static void test_models(void)
                            "%s: step %d spans an elementwise step and %s", models[m], s, op_def(ln->op)->name);
                     norm_adds++;
                 }
-                if (st->kind == LP_LIB && st->span == 1 && st->nlib && !strncmp(st->lib[0].kernel, "ct_reduce_sum", 13)) {
+                if (st->kind == LP_LIB && st->span == 1 && st->nlib &&
+                    !strncmp(st->lib[0].kernel, "ct_reduce_sum", 13)) {
                     /* layer scale's backward: the sum of dy * x storing dy * gamma, the product's step spanned */
                     const LibLaunch *k = &st->lib[0];
                     int one = !strncmp(k->kernel, "ct_reduce_sum_part", 18) ? 0 : 1, at = one ? 6 : 7;
@@ -107,7 +109,8 @@ static void test_models(void)
                     lone_products += pf->kind == FUSE_ELEMENTWISE && pf->n <= 2 && pm->op == CT_OP_mul &&
                                      (pm->in[0] == first->in[0] || pm->in[1] == first->in[0]) && first->iattr[1];
                 }
-                if (st->kind == LP_LIB && st->span == 1 && st->nlib == 1 && !strncmp(st->lib[0].kernel, "ct_copy_cast", 12)) {
+                if (st->kind == LP_LIB && st->span == 1 && st->nlib == 1 &&
+                    !strncmp(st->lib[0].kernel, "ct_copy_cast", 12)) {
                     /* a cast and the layout change of its output in one pass: from the cast's input */
                     const Node *cast = first, *to = &g.nodes[lp.fuse.nodes[fs[1].first]];
                     CHECKF(cast->op == CT_OP_cast && to->in[0] == cast->out[0] && st->lib[0].arg[0].v == cast->in[0] &&

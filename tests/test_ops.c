@@ -1071,7 +1071,8 @@ static void test_rejections(void)
     /* a product's factor: x's dtype, or 16-bit beside an f32 x, not wider */
     case_begin(&c, 0);
     b_node(&c.b, CT_OP_reduce_sum, 2,
-           (ValueId[]){b_input(&c.b, "x", (CtShape){2, {2, 3}}, CT_BF16), b_input(&c.b, "f", (CtShape){2, {2, 3}}, CT_F32)},
+           (ValueId[]){b_input(&c.b, "x", (CtShape){2, {2, 3}}, CT_BF16),
+                       b_input(&c.b, "f", (CtShape){2, {2, 3}}, CT_F32)},
            (int64_t[]){1, 0}, 2, NULL, 0, 0);
     expect_reject(&c, "reduce_sum", "reduce_sum of a bf16 x times an f32 factor");
 

@@ -266,7 +266,8 @@ static int alloc_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
              (!bbias || d->MemAlloc(&sc->gemm.bias, bbias) == CU_SUCCESS);
     /* zeros: timing garbage bits could time NaN paths no training step takes */
     CUstream st = ld->ex->stream;
-    ok = ok && d->MemsetD8Async(sc->dnn.x, 0, bx, st) == CU_SUCCESS && d->MemsetD8Async(sc->dnn.w, 0, bw, st) == CU_SUCCESS;
+    ok = ok && d->MemsetD8Async(sc->dnn.x, 0, bx, st) == CU_SUCCESS &&
+         d->MemsetD8Async(sc->dnn.w, 0, bw, st) == CU_SUCCESS;
     if (!ok) {
         free_choice_scratch(ld, sc);
         return 0;
