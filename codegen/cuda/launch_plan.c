@@ -104,6 +104,26 @@ static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
     return st;
 }
 
+/* A library step from fusion step s over the `span` steps after it, its
+ * launch list allocated for the caller to fill. */
+static LpStep *span_step(LaunchPlan *lp, int s, int span)
+{
+    LpStep *st = add_step(lp, LP_LIB, s);
+    st->span = span;
+    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->lib != NULL);
+    return st;
+}
+
+/* Whether fusion step s's kernel is its alone (no other step shares its launch). */
+static int own_launch(const LaunchPlan *lp, int s)
+{
+    for (int k = 0; k < lp->fuse.nsteps; k++)
+        if (k != s && lp->fuse.steps[k].launch == lp->fuse.steps[s].launch)
+            return 0;
+    return 1;
+}
+
 /* Whether values a and b share a byte of the device block (inputs and
  * state have blocks of their own). */
 static int overlap(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
@@ -280,9 +300,8 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     const Node *ln = &g->nodes[lp->fuse.nodes[ns->first]], *add = &g->nodes[lp->fuse.nodes[fs->first + fs->n - 1]];
     if (ln->op != CT_OP_layer_norm || add->op != CT_OP_add || add->out[0] != ln->in[0])
         return 0;
-    for (int k = 0; k < lp->fuse.nsteps; k++) /* the add's kernel is this step's alone */
-        if (k != s && lp->fuse.steps[k].launch == fs->launch)
-            return 0;
+    if (!own_launch(lp, s))
+        return 0;
     int c = 0; /* the add's operand the cast makes (1 or 2), or 0 */
     if (fs->n == 2) {
         const Node *cast = &g->nodes[lp->fuse.nodes[fs->first]];
@@ -301,10 +320,7 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
                     g->values[res].layout == g->values[y].layout;
     if ((sum >= 0 && !clear_of(g, lp, sum, reads, 2, x)) || !clear_of(g, lp, y, reads, 2, res_sized ? res : -1))
         return 0;
-    LpStep *st = add_step(lp, LP_LIB, s);
-    st->span = 1;
-    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
-    CT_ASSERT(st->lib != NULL);
+    LpStep *st = span_step(lp, s, 1);
     if (lib_layer_norm_res(g, ln, x, res, sum, st->lib, &st->nlib, err))
         return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[ns->first]);
     return 1;
@@ -325,11 +341,8 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     for (int k = 0; k < n->nout; k++)
         if (!clear_of(g, lp, n->out[k], reads, 2, k == 0 ? act->in[1] : -1))
             return 0;
-    LpStep *st = add_step(lp, LP_LIB, s);
+    LpStep *st = span_step(lp, s, span);
     size_t scratch;
-    st->span = span;
-    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
-    CT_ASSERT(st->lib != NULL);
     if (lib_bn_act_grad(g, &g->nodes[bn], act, n, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
@@ -354,19 +367,15 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return 0;
     if (c && (c->op != CT_OP_cast || c->in[0] != m->out[0] || lp->fuse.materialised[m->out[0]]))
         return 0;
-    for (int k = 0; k < lp->fuse.nsteps; k++) /* the product's kernel is this step's alone */
-        if (k != s && lp->fuse.steps[k].launch == fs->launch)
-            return 0;
+    if (!own_launch(lp, s))
+        return 0;
     ValueId scale = m->in[0] == r->in[0] ? m->in[1] : m->in[0], side = c ? c->out[0] : m->out[0];
     const ValueId reads[3] = {r->in[0], scale, r->nin > 1 ? r->in[1] : scale};
     if (!lp->fuse.materialised[side] || reads[2] == side || reads[2] == m->out[0] ||
         !lib_reduce_sum_side_fits(g, r, side, scale) || !clear_of(g, lp, side, reads, 3, -1))
         return 0;
-    LpStep *st = add_step(lp, LP_LIB, s);
+    LpStep *st = span_step(lp, s, 1);
     size_t scratch;
-    st->span = 1;
-    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
-    CT_ASSERT(st->lib != NULL);
     if (lib_reduce_sum_side(g, r, side, scale, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[ns->first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
@@ -387,9 +396,8 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     const Node *c = &g->nodes[lp->fuse.nodes[fs->first]], *n = &g->nodes[lp->fuse.nodes[ns->first]];
     if (!lib_cast_copy_fits(g, c, n) || (n->op == CT_OP_permute && same_address(lp, g, ns)))
         return 0;
-    for (int k = 0; k < lp->fuse.nsteps; k++) /* the cast's kernel is this step's alone */
-        if (k != s && lp->fuse.steps[k].launch == fs->launch)
-            return 0;
+    if (!own_launch(lp, s))
+        return 0;
     int readers = 0;
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; k < g->nodes[i].nin; k++)
@@ -398,10 +406,7 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         readers += g->outputs[k] == c->out[0];
     if (readers != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
         return 0;
-    LpStep *st = add_step(lp, LP_LIB, s);
-    st->span = 1;
-    st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
-    CT_ASSERT(st->lib != NULL);
+    LpStep *st = span_step(lp, s, 1);
     if (lib_cast_copy(g, c, n, st->lib, &st->nlib, err))
         return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[ns->first], op_def(n->op)->name);
     return 1;

@@ -156,6 +156,20 @@ static CtDType mixed_storage(const Builder *b, const ValueId v[4], int *wide)
     return t;
 }
 
+/* Whether operands v (-1: none) fit one mixed_storage: each f32, f16 or
+ * bf16, the 16-bit ones of one dtype. */
+static int one_storage(const Builder *b, const ValueId v[4])
+{
+    CtDType low = CT_F32;
+    for (int k = 0; k < 4; k++) {
+        CtDType t = v[k] >= 0 ? val(b, v[k])->type.dtype : CT_F32;
+        if ((t != CT_F32 && t != CT_F16 && t != CT_BF16) || (t != CT_F32 && low != CT_F32 && t != low))
+            return 0;
+        low = t != CT_F32 ? t : low;
+    }
+    return 1;
+}
+
 /* The index of to_layout or permute n over its output, reading its input
  * with strides sx. */
 static CtIndex relayout_index(const Builder *b, const Node *n, const int64_t *sx)
@@ -172,10 +186,8 @@ static CtIndex relayout_index(const Builder *b, const Node *n, const int64_t *sx
 int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
 {
     Builder b = {g, NULL, 0};
-    CtDType tx = val(&b, cast->in[0])->type.dtype, ty = val(&b, n->out[0])->type.dtype;
-    int fl = (tx == CT_F32 || tx == CT_F16 || tx == CT_BF16) && (ty == CT_F32 || ty == CT_F16 || ty == CT_BF16);
     return cast->op == CT_OP_cast && (n->op == CT_OP_to_layout || n->op == CT_OP_permute) &&
-           n->in[0] == cast->out[0] && fl && (tx == CT_F32 || ty == CT_F32 || tx == ty) &&
+           n->in[0] == cast->out[0] && one_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}) &&
            val(&b, cast->in[0])->type.shape.ndim <= CT_MAXD;
 }
 
@@ -800,17 +812,9 @@ static int same_walk(const Builder *b, ValueId v, ValueId u)
 int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale)
 {
     Builder b = {g, NULL, 0};
-    const ValueId v[5] = {r->in[0], r->nin > 1 ? r->in[1] : -1, r->out[0], side, scale};
-    CtDType low = CT_F32;
-    for (int k = 0; k < 5; k++) { /* one 16-bit dtype at most */
-        CtDType t = v[k] >= 0 ? val(&b, v[k])->type.dtype : CT_F32;
-        if (t != CT_F32 && t != CT_F16 && t != CT_BF16)
-            return 0;
-        if (t != CT_F32 && low != CT_F32 && t != low)
-            return 0;
-        low = t != CT_F32 ? t : low;
-    }
-    return r->op == CT_OP_reduce_sum && r->iattr[1] && same_walk(&b, side, r->in[0]) &&
+    return r->op == CT_OP_reduce_sum && r->iattr[1] &&
+           one_storage(&b, (ValueId[4]){r->in[0], r->nin > 1 ? r->in[1] : -1, side, scale}) &&
+           same_walk(&b, side, r->in[0]) &&
            same_walk(&b, scale, r->out[0]) && (r->nin < 2 || same_strides(&b, r->in[0], r->in[1]));
 }
 

@@ -327,10 +327,9 @@ typedef struct GemmChoice {
 
 static int cu_fail(const TimeCtx *k, CtErr *err, const char *what, CUresult r)
 {
-    const char *name = NULL;
-    if (k->drv->GetErrorName)
-        k->drv->GetErrorName(r, &name);
-    return ct_fail(err, "timing cuBLASLt's candidates: %s failed: %s (%d)", what, name ? name : "?", (int)r);
+    char text[256];
+    return ct_fail(err, "timing cuBLASLt's candidates: %s failed: %s", what,
+                   cuda_error_text(k->drv, r, text, sizeof text));
 }
 
 /* Candidate i's mean time over TIMED_RUNS into *ms, or a status cuBLASLt
