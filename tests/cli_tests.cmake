@@ -1145,6 +1145,11 @@ if(CTIMM_HAVE_MPI)
      { test $(id -u) -ne 0 || grep -q ${AS_ROOT_SAID} droot-sh.err; }")
   set_tests_properties(dist_nproc_per_node_as_root dist_train_script_as_root PROPERTIES
     FIXTURES_REQUIRED dist_data ENVIRONMENT "${DIST_ENV_ROOT}")
+  # One Open MPI job at a time under ctest -j: two ranks a job fill the two
+  # cores, and a launch beside another job's failed once in a parallel run.
+  set_tests_properties(test_dist_two_ranks dist_train_equals_one_rank dist_sync_bn_equals_one_rank
+    dist_torchrun_env_equals_one_rank dist_aug_repeats dist_kill_resume dist_watchdog_torchrun dist_watchdog_mpirun
+    dist_refusals dist_nproc_per_node_as_root dist_train_script_as_root PROPERTIES RESOURCE_LOCK mpi)
 else()
   # Without MPI (CMake found none) a launch of several ranks, by
   # --nproc-per-node, an MPI launcher or a torchrun-style world, fails in one
@@ -1233,7 +1238,8 @@ if(CTIMM_HAVE_MPI)
      done && \
      test \"$(grep '^0 ' wds-seen.rank0 | cut -d' ' -f2)\" != \"$(grep '^1 ' wds-seen.rank0 | cut -d' ' -f2)\" && \
      test $(grep -c '^Test: \\[2/2\\]' wds-two.log) -eq 2")
-  set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED wds_data ENVIRONMENT "${DIST_ENV}")
+  set_tests_properties(wds_two_ranks_each_sample_once PROPERTIES FIXTURES_REQUIRED wds_data ENVIRONMENT "${DIST_ENV}"
+    RESOURCE_LOCK mpi)
 endif()
 # Damaged shards, as timm's log_and_continue takes them: a shard cut short
 # keeps the samples before the damage, a missing one and one cut inside its
