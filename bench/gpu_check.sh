@@ -204,6 +204,19 @@ st_probe() {
     note "$(grep -c '^PASS' "$WORK/logs/probe.log") passed, $(grep -c '^FAIL' "$WORK/logs/probe.log") failed: $(grep '^FAIL' "$WORK/logs/probe.log" | head -3 | cut -c6-90 | tr '\n' '|')"
     # without a GPU the probe's whole answer is its first line, which must say why
     [ "$DRY" = 1 ] && { grep -q '^FAIL driver and device' "$WORK/logs/probe.log" || grep -q '^FAIL build' "$WORK/logs/probe.log"; return; }
+    # a cuBLASLt line failing: again on the heuristics' choices, untimed; where
+    # every cuBLASLt GEMM passes so, the later stages take them too
+    # (CTIMM_LIB_CHOICE=heuristic), so that the timing costs the lease no table
+    if grep -q '^FAIL cuBLASLt' "$WORK/logs/probe.log"; then
+        CTIMM_LIB_CHOICE=heuristic "$BUILD/ctimm-gpu-probe" >"$WORK/logs/probe_heuristic.log" 2>&1
+        if grep -q '^PASS cuBLASLt' "$WORK/logs/probe_heuristic.log" &&
+            ! grep -q '^FAIL cuBLASLt' "$WORK/logs/probe_heuristic.log"; then
+            echo "export CTIMM_LIB_CHOICE=heuristic" >>"$ENVSH"
+            note "cuBLASLt failed timed and passed on the heuristics' choices: the later stages run CTIMM_LIB_CHOICE=heuristic"
+        else
+            note "cuBLASLt fails on the heuristics' choices too: $(grep '^FAIL cuBLASLt' "$WORK/logs/probe_heuristic.log" | head -2 | cut -c6-90 | tr '\n' '|')"
+        fi
+    fi
     return $rc
 }
 

@@ -4,9 +4,10 @@
  * preparing a GEMM on it) fails with a message naming the library, and
  * nothing aborts; cuBLASLt, which blaslt_open loads itself, has every entry
  * point it needs; a GEMM's operands span the bytes its timing scratch
- * holds. On a GPU machine the handles open; tests/gpu checks what they
+ * holds; CTIMM_LIB_CHOICE is read as documented. On a GPU machine the handles open; tests/gpu checks what they
  * compute. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -72,6 +73,25 @@ int main(void)
                     .stride_b = 35, .stride_c = 20, .ab_type = CT_F16, .d_type = CT_F16};
     blaslt_operand_bytes(&bat, &a, &b, &dst);
     CHECKF(a == 6 * 28 * 2 && b == 6 * 35 * 2 && dst == 6 * 20 * 2, "%zu %zu %zu", a, b, dst);
+    /* CTIMM_LIB_CHOICE: timed unless "heuristic"; another value refused, naming itself */
+    static const struct {
+        const char *value;
+        int rc, timed;
+    } choice[] = {{NULL, 0, 1}, {"", 0, 1}, {"timed", 0, 1}, {"heuristic", 0, 0}, {"fastest", -1, 0}};
+    for (size_t i = 0; i < sizeof choice / sizeof *choice; i++) {
+        if (choice[i].value)
+            setenv("CTIMM_LIB_CHOICE", choice[i].value, 1);
+        else
+            unsetenv("CTIMM_LIB_CHOICE");
+        int timed = -1;
+        err.msg[0] = '\0';
+        rc = lib_choice_timed(&timed, &err);
+        CHECKF(rc == choice[i].rc && (rc || timed == choice[i].timed), "CTIMM_LIB_CHOICE=%s: rc %d, timed %d (%s)",
+               choice[i].value ? choice[i].value : "(unset)", rc, timed, err.msg);
+        if (rc)
+            CHECKF(strstr(err.msg, "CTIMM_LIB_CHOICE=fastest") != NULL, "%s", err.msg);
+    }
+    unsetenv("CTIMM_LIB_CHOICE");
 #else
     printf("test_cuda_libs: built without cuBLASLt/cuDNN; nothing to check\n");
 #endif

@@ -416,6 +416,15 @@ static void put_first(BlasLtCall *c, const GemmChoice *ch)
         c->workspace = c->algo_workspace[0];
 }
 
+int lib_choice_timed(int *timed, CtErr *err)
+{
+    const char *s = getenv("CTIMM_LIB_CHOICE");
+    *timed = !s || !*s || !strcmp(s, "timed");
+    if (!*timed && strcmp(s, "heuristic"))
+        return ct_fail(err, "CTIMM_LIB_CHOICE=%s: use timed or heuristic", s);
+    return 0;
+}
+
 int blaslt_choose(const BlasLt *b, BlasLtCall *c, const GemmDesc *d, const CudaDriver *drv, CUstream s,
                   const GemmScratch *sc, KernelCache *cache, const char *device, CtErr *err)
 {

@@ -69,6 +69,13 @@ typedef struct GemmScratch {
 /* Bytes of A, B and D (C and aux alike) d's call touches. */
 void blaslt_operand_bytes(const GemmDesc *d, size_t *a, size_t *b, size_t *dst);
 
+/* CTIMM_LIB_CHOICE: "timed" (the default) times cuBLASLt's and cuDNN's
+ * candidates before a program's first step (blaslt_choose, dnn_prepare with
+ * scratch); "heuristic" takes their heuristics' order and times nothing,
+ * so a device where the timing fails still runs (bench/gpu_check.sh falls
+ * back to it). *timed: 1 or 0; another value is an error. */
+int lib_choice_timed(int *timed, CtErr *err);
+
 /* c's candidates ordered fastest first: each run on sc (one run to warm
  * up, then the mean of a few), on stream s, timed by the driver's events,
  * and the winner stored in `cache` under d's key, `device` and cuBLASLt's

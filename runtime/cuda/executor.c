@@ -282,8 +282,12 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     CudaExec *ex = ld->ex;
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
-    ChoiceScratch sc;
-    int timed = alloc_choice_scratch(ld, &sc), rc = 0;
+    ChoiceScratch sc = {0};
+    int timed;
+    if (lib_choice_timed(&timed, err))
+        return -1;
+    timed = timed && alloc_choice_scratch(ld, &sc);
+    int rc = 0;
     for (int s = 0; s < ld->lp->nsteps && !rc; s++) {
         const LpStep *st = &ld->lp->steps[s];
         if (st->kind == LP_GEMM) {
