@@ -273,6 +273,8 @@ static GemmDesc gemm_case(GemmCase k, CtDType dt)
  * does before a program's first run. */
 static int choose_gemm(Probe *p, const GemmDesc *d, BlasLtCall *call, CtErr *err)
 {
+    if (!p->timed) /* CTIMM_LIB_CHOICE=heuristic: the heuristic's order as prepared */
+        return 0;
     Bufs b = {0};
     size_t na, nb, nd, nbias = sizeof(float) * (size_t)(d->m > d->n ? d->m : d->n), ws = (size_t)32 << 20;
     blaslt_operand_bytes(d, &na, &nb, &nd);
@@ -280,9 +282,7 @@ static int choose_gemm(Probe *p, const GemmDesc *d, BlasLtCall *call, CtErr *err
                       .d = upload(p, &b, NULL, nd, err), .aux = upload(p, &b, NULL, nd, err),
                       .bias = upload(p, &b, NULL, nbias, err), .workspace = upload(p, &b, NULL, ws, err),
                       .workspace_bytes = ws};
-    int rc = err->msg[0] ? -1
-             : p->timed   ? blaslt_choose(&p->lt, call, d, &p->drv, p->s, &sc, &p->cache, p->device, err)
-                          : 0;
+    int rc = err->msg[0] ? -1 : blaslt_choose(&p->lt, call, d, &p->drv, p->s, &sc, &p->cache, p->device, err);
     bufs_free(p, &b);
     return rc;
 }

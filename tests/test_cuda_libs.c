@@ -4,8 +4,8 @@
  * preparing a GEMM on it) fails with a message naming the library, and
  * nothing aborts; cuBLASLt, which blaslt_open loads itself, has every entry
  * point it needs; a GEMM's operands span the bytes its timing scratch
- * holds; CTIMM_LIB_CHOICE is read as documented. On a GPU machine the handles open; tests/gpu checks what they
- * compute. */
+ * holds; CTIMM_LIB_CHOICE is read as documented. On a GPU machine the
+ * handles open; tests/gpu checks what they compute. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
