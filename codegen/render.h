@@ -36,10 +36,11 @@ int render_graph(const Graph *g, const FusePlan *p, int cuda, CtBuf *out, int *n
  * set by render_run_bases. */
 const char *render_storage_type(CtDType t);
 void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int run, CtBuf *out);
-/* Parts of the body for element i<x> (its offsets o<j><x>, values
- * v<j><x>): so that several elements' loads can come before any of their
- * stores. */
-enum { RENDER_OFFSETS = 1, RENDER_VALUES = 2, RENDER_STORES = 4, RENDER_ALL = 7 };
+/* Parts of the body for element i<x> (its offsets o<j><x>, its loads and
+ * other values v<j><x>, its stores): so that several elements' loads can
+ * come before any of their stores, or be made by the caller (the CUDA
+ * vector accesses, which set the loads' v<j><x> themselves). */
+enum { RENDER_OFFSETS = 1, RENDER_VALUES = 2, RENDER_STORES = 4, RENDER_LOADS = 8, RENDER_ALL = 15 };
 void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, const char *x, int part, CtBuf *out);
 
 /* The length of the runs of loop l's flat index over which every view's
@@ -50,5 +51,9 @@ void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, 
 #define RENDER_MIN_RUN 16
 int64_t render_run(const KirLoop *l);
 void render_run_bases(const KirLoop *l, const char *indent, CtBuf *out);
+/* Statements setting `name`<j><x> to view v's offset at flat index `at`
+ * (an expression). */
+void render_view_offset(const KirView *v, int j, const char *name, const char *x, const char *at, const char *indent,
+                        CtBuf *out);
 
 #endif

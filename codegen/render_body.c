@@ -79,8 +79,7 @@ static void round_to(CtDType t, int a, const char *x, int f32, CtBuf *out)
 static int view_identity(const KirView *v) { return v->ndim == 0; }
 static int view_zero(const KirView *v) { return v->ndim == 1 && v->stride[0] == 0; }
 
-/* Statements setting `name`<j><x> to view j's offset at flat index `at`. */
-static void view_offset(const KirView *v, int j, const char *name, const char *x, const char *at, const char *indent,
+void render_view_offset(const KirView *v, int j, const char *name, const char *x, const char *at, const char *indent,
                         CtBuf *out)
 {
     if (view_identity(v)) {
@@ -104,7 +103,7 @@ static void offsets(const KirLoop *l, const char *x, const char *indent, CtBuf *
     char at[24];
     snprintf(at, sizeof at, "i%s", x);
     for (int j = 0; j < l->nviews; j++)
-        view_offset(&l->views[j], j, "o", x, at, indent, out);
+        render_view_offset(&l->views[j], j, "o", x, at, indent, out);
 }
 
 int64_t render_run(const KirLoop *l)
@@ -126,7 +125,7 @@ int64_t render_run(const KirLoop *l)
 void render_run_bases(const KirLoop *l, const char *indent, CtBuf *out)
 {
     for (int j = 0; j < l->nviews; j++)
-        view_offset(&l->views[j], j, "p", "", "i0", indent, out);
+        render_view_offset(&l->views[j], j, "p", "", "i0", indent, out);
 }
 
 /* The offsets of the loop's views at element t of a run from i0 (the
@@ -152,7 +151,7 @@ void render_body_part(const KirKernel *k, const KirLoop *l, const char *indent, 
     for (int j = 0; j < l->nins; j++) {
         const KirInstr *in = &l->ins[j];
         char off[32];
-        if (!(part & (in->op == KIR_STORE ? RENDER_STORES : RENDER_VALUES)))
+        if (!(part & (in->op == KIR_STORE ? RENDER_STORES : in->op == KIR_LOAD ? RENDER_LOADS : RENDER_VALUES)))
             continue;
         buf_printf(out, "%s", indent);
         if (in->op == KIR_STORE) {
@@ -191,5 +190,5 @@ void render_body(const KirKernel *k, const KirLoop *l, const char *indent, int r
 {
     if (run)
         run_offsets(l, indent, out);
-    render_body_part(k, l, indent, "", run ? RENDER_VALUES | RENDER_STORES : RENDER_ALL, out);
+    render_body_part(k, l, indent, "", run ? RENDER_ALL & ~RENDER_OFFSETS : RENDER_ALL, out);
 }

@@ -366,6 +366,53 @@ static void check_long_loop(void)
     graph_free(&g);
 }
 
+/* A long loop of 16-bit and byte operands: chunks of eight elements in
+ * 16- and 8-byte accesses (codegen/render_cuda.c's vector part): a bf16
+ * tensor, a bf16 row broadcast down it (read in vectors too), an f32 column
+ * (read once a chunk), a uint8 mask; bf16 and f16 stores. */
+static void check_vector_loop(void)
+{
+    enum { R = 1021, C = 1032 }; /* past 1 << 20; rows of whole chunks */
+    Graph g;
+    Builder b;
+    CtErr err;
+    graph_init(&g);
+    b_init(&b, &g, 0);
+    ValueId x = b_input(&b, "x", (CtShape){2, {R, C}}, CT_BF16), row = b_input(&b, "row", (CtShape){1, {C}}, CT_BF16);
+    ValueId col = b_input(&b, "col", (CtShape){2, {R, 1}}, CT_F32), m = b_input(&b, "m", (CtShape){2, {R, C}}, CT_U8);
+    ValueId xr = b_node(&b, CT_OP_cast, 1, (ValueId[]){f_mul(&b, x, row)}, (int64_t[]){CT_F32}, 1, NULL, 0, 0);
+    ValueId mf = b_node(&b, CT_OP_cast, 1, &m, (int64_t[]){CT_F32}, 1, NULL, 0, 0);
+    ValueId y = f_add(&b, f_add(&b, xr, col), f_scale_shift(&b, mf, 0.5, 0));
+    graph_mark_output(&g, b_node(&b, CT_OP_cast, 1, &y, (int64_t[]){CT_BF16}, 1, NULL, 0, 0));
+    graph_mark_output(&g, b_node(&b, CT_OP_cast, 1, &y, (int64_t[]){CT_F16}, 1, NULL, 0, 0));
+    Pipeline p = {.verify = 1};
+    if (b_finish(&b, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "vector loop: %s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    static float xf[R * C], rf[C], cs[R];
+    static uint16_t xs[R * C], rs[C];
+    static uint8_t ms[R * C];
+    for (int i = 0; i < R * C; i++) {
+        xf[i] = (float)sin(0.9 * i);
+        ms[i] = (uint8_t)(i * 7 % 251);
+    }
+    for (int i = 0; i < C; i++)
+        rf[i] = (float)cos(0.7 * i);
+    for (int i = 0; i < R; i++)
+        cs[i] = (float)(0.01 * i);
+    elems_from_f32(xf, CT_BF16, R * C, xs);
+    elems_from_f32(rf, CT_BF16, C, rs);
+    CtTensor in[4] = {{{{2, {R, C}}, CT_BF16}, xs}, {{{1, {C}}, CT_BF16}, rs}, {{{2, {R, 1}}, CT_F32}, cs},
+                      {{{2, {R, C}}, CT_U8}, ms}};
+    CtState init;
+    state_create(&init, &g);
+    check_graph("a loop of 1.05 M 16-bit elements", &g, &init, in, 4, 1e-4);
+    state_free(&init);
+    graph_free(&g);
+}
+
 /* The training step as ctimm-train compiles it: the loader's uint8 batch
  * (RGB, or --in-chans 1's gray one) normalised, erased ('pixel', up to a
  * box an image) and mixed in the graph, channels-last, against ref; and a
@@ -398,6 +445,7 @@ int main(void)
     int all = 1;
 #endif
     check_long_loop();
+    check_vector_loop();
     check_uint8_step(3);
     check_uint8_step(1);
     static const struct {

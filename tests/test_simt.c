@@ -563,8 +563,13 @@ static void compare_outputs(const char *what, const Graph *g, CtTensor *ref, voi
         double e = rel(got, ref[k].data, n);
         CHECKF(e <= tol, "%s, output %d: relative error %.3g", what, k, e);
         free(got);
-        tensor_free(&ref[k]);
     }
+}
+
+static void free_refs(const Graph *g, CtTensor *ref)
+{
+    for (int k = 0; k < g->noutputs; k++)
+        tensor_free(&ref[k]);
 }
 
 /* Node op on a (and b unless -1), its iattr[0] i and fattr f0, f1: its output. */
@@ -633,11 +638,111 @@ static void test_generated(void)
             CHECKF(sim_launch(m, names[k], &l, params, &err) == 0, "%s", err.msg);
         }
         compare_outputs("generated kernels", &g, ref, mem, 1e-6);
+        free_refs(&g, ref);
     }
     sim_module_free(m);
     for (ValueId v = 0; v < g.nvalues; v++)
         free(mem[v]);
     free(mem);
+    for (int k = 0; k < nk; k++)
+        kir_free(&ks[k]);
+    buf_free(&text);
+    fuse_free(&p);
+free_graph:
+    graph_free(&g);
+}
+
+/* Long loops' main parts in 16-byte chunks (codegen/render_cuda.c): an
+ * NCHW operand read into a channels-last output (four loads a chunk, a
+ * channel stride apart), channels-last and bias operands read in vectors,
+ * a bias broadcast along the chunk (one load), a row whose length is no
+ * whole number of chunks (each element's offset), a tail past the chunks;
+ * run twice, the second time with every buffer 4 bytes off 16-byte
+ * alignment, which takes the groups of CT_ELEMENTS instead. */
+static void test_vector_parts(void)
+{
+    Graph g;
+    graph_init(&g);
+    CtShape img = shape_make(4, (int64_t[]){2, 64, 96, 96});
+    ValueId x = graph_add_value(&g, (CtType){img, CT_F32}, CT_ROLE_INPUT, "x");
+    ValueId y = graph_add_value(&g, (CtType){img, CT_F32}, CT_ROLE_INPUT, "y");
+    ValueId bias = graph_add_value(&g, (CtType){shape_make(3, (int64_t[]){64, 1, 1}), CT_F32}, CT_ROLE_INPUT, "bias");
+    ValueId z = graph_add_value(&g, (CtType){shape_make(2, (int64_t[]){1027, 1023}), CT_F32}, CT_ROLE_INPUT, "z");
+    ValueId row = graph_add_value(&g, (CtType){shape_make(1, (int64_t[]){1023}), CT_F32}, CT_ROLE_INPUT, "row");
+    g.values[y].layout = CT_LAYOUT_CHANNELS_LAST;
+    ValueId a = add(&g, CT_OP_add, x, y, 0, 0, 0);
+    if (a >= 0)
+        g.values[a].layout = CT_LAYOUT_CHANNELS_LAST;
+    ValueId out1 = add(&g, CT_OP_mul, a, bias, 0, 0, 0);
+    ValueId out2 = add(&g, CT_OP_scale_shift, add(&g, CT_OP_mul, x, bias, 0, 0, 0), -1, 0, 2, 1);
+    ValueId out3 = add(&g, CT_OP_add, z, row, 0, 0, 0);
+    if (out1 < 0 || out2 < 0 || out3 < 0)
+        goto free_graph;
+    g.values[out1].layout = CT_LAYOUT_CHANNELS_LAST;
+    graph_mark_output(&g, out1);
+    graph_mark_output(&g, out2);
+    graph_mark_output(&g, out3);
+    FusePlan p;
+    CtErr err;
+    if (fuse_plan(&g, &p, &err)) {
+        CHECKF(0, "%s", err.msg);
+        goto free_graph;
+    }
+    KirKernel ks[8] = {0};
+    static char names[8][48];
+    CtBuf text = {0};
+    render_cuda_prelude(&text);
+    int nk = 0;
+    for (int l = 0; l < p.kernels_after && nk < 8; l++) {
+        if (!kir_lowerable(&p, l))
+            continue;
+        if (kir_lower(&g, &p, l, (KirOptions){KIR_F32, 1}, &ks[nk], &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        render_cuda_kernel(&ks[nk], &text);
+        snprintf(names[nk], 48, "ct_k%d", l);
+        nk++;
+    }
+    /* each way of reading a chunk is there: in vectors, a channel stride
+     * apart, once, and element by element */
+    CHECKF(strstr(text.s, "const ct_u4 w") && strstr(text.s, "CT_VEC(ct_u4, b") && strstr(text.s, " + 9216LL]") &&
+               strstr(text.s, "_1 = v") && strstr(text.s, "_1]);"),
+           "the vector parts lack a kind of read:\n%s", text.s);
+    SimModule *m = build("long loops' vector parts", text.s, names, nk);
+    CtTensor ref[3];
+    void **mem = calloc((size_t)g.nvalues, sizeof *mem), **off = calloc((size_t)g.nvalues, sizeof *off);
+    if (m && run_ref(&g, ref, mem) == 0) {
+        for (int shifted = 0; shifted < 2; shifted++) {
+            void **at = shifted ? off : mem;
+            for (ValueId v = 0; shifted && v < g.nvalues; v++) {
+                size_t n = (size_t)shape_numel(&g.values[v].type.shape);
+                float *f = calloc(n + 2, sizeof *f);
+                CT_ASSERT(f != NULL);
+                memcpy(f + 1, mem[v], n * sizeof *f);
+                off[v] = f + 1;
+            }
+            for (int k = 0; k < nk; k++) {
+                void *ptr[16], *params[16];
+                CT_ASSERT(ks[k].nbufs <= 16);
+                for (int b = 0; b < ks[k].nbufs; b++) {
+                    ptr[b] = at[ks[k].bufs[b].value];
+                    params[b] = &ptr[b];
+                }
+                SimLaunch l = grid1(3, 64, (uint64_t)k + 1);
+                CHECKF(sim_launch(m, names[k], &l, params, &err) == 0, "%s", err.msg);
+            }
+            compare_outputs(shifted ? "vector parts, misaligned" : "vector parts", &g, ref, at, 1e-6);
+        }
+        free_refs(&g, ref);
+    }
+    sim_module_free(m);
+    for (ValueId v = 0; v < g.nvalues; v++) {
+        free(mem[v]);
+        free(off[v] ? (float *)off[v] - 1 : NULL);
+    }
+    free(mem);
+    free(off);
     for (int k = 0; k < nk; k++)
         kir_free(&ks[k]);
     buf_free(&text);
@@ -689,6 +794,7 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
             CHECKF(sim_launch(m, l[j].kernel, &sl, params, &err) == 0, "%s: %s", what, err.msg);
         }
         compare_outputs(what, g, ref, mem, 1e-5);
+        free_refs(g, ref);
         free(scratch);
     } else {
         CHECKF(0, "%s: %s", what, err.msg);
@@ -836,6 +942,7 @@ int main(void)
     sim_module_free(m);
     sim_module_free(s);
     test_generated();
+    test_vector_parts();
     test_library();
     test_model_kernels();
     test_rm_tree(cache);
