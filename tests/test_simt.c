@@ -883,31 +883,45 @@ static void test_library(void)
      * (the gradient's dbias too): two query tiles of the tiled kernels, two
      * and three key tiles, the last ones partial; at head dim 80 (16-row
      * tiles) without a bias; layer_norm of 37 rows of 40, a row a warp
-     * (eight lanes' shares longer than the others) */
+     * (eight lanes' shares longer than the others); the two-stage sums
+     * (batch norm's, layer norm's weights', reduce_sum's) over 100 chunks
+     * of 16 rows, which their second stages add a warp an output, each lane
+     * four chunks or three */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
     const CtShape st = {3, {1, 2, 40}}, st80 = {3, {1, 1, 20}}; /* the forward's rows' logsumexp */
-    const CtShape x = {3, {1, 37, 40}}, w = {1, {40}};
+    const CtShape x = {3, {1, 37, 40}}, w = {1, {40}}, xl = {3, {1, 1600, 40}};
+    const CtShape xb = {4, {4, 3, 20, 20}}, c3 = {1, {3}}, rows = {2, {1600, 3}};
     static const struct {
         CtOp op;
         int nin;
+        int64_t i;
+        double f;
         const char *what;
-    } cases[] = {{CT_OP_sdpa, 4, "sdpa in tiles"},
-                 {CT_OP_sdpa_grad, 7, "sdpa_grad in tiles"},
-                 {CT_OP_sdpa, 3, "sdpa at head dim 80"},
-                 {CT_OP_sdpa_grad, 6, "sdpa_grad at head dim 80"},
-                 {CT_OP_layer_norm, 3, "layer_norm"},
-                 {CT_OP_layer_norm_grad, 3, "layer_norm_grad"}};
+    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles"},
+                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles"},
+                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80"},
+                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80"},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm"},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad"},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks"},
+                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks"},
+                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks"},
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks"}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},
                                  {q80, kv80, kv80},
                                  {q80, kv80, kv80, q80, q80, st80},
                                  {x, w, w},
-                                 {x, w, x}};
-    for (int i = 0; i < 6; i++) {
+                                 {x, w, x},
+                                 {xl, w, xl},
+                                 {xb, c3, c3, c3, c3},
+                                 {xb, c3, c3, c3, xb},
+                                 {rows}};
+    enum { NCASES = sizeof cases / sizeof *cases };
+    for (int i = 0; i < NCASES; i++) {
         Graph g;
-        int attention = cases[i].op == CT_OP_sdpa || cases[i].op == CT_OP_sdpa_grad;
-        int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], i == 1, attention ? 0.3 : 1e-5);
+        int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].i, cases[i].f);
         if (id >= 0)
             check_lib_node(m, &g, id, cases[i].what);
         graph_free(&g);

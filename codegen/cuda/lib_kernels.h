@@ -228,18 +228,31 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const void *x, const void *f, int wide, dou
     }
 }
 
-/* Then each output's chunks added in chunk order (the same bits every run),
- * y stored as CT_T or as float where wide. */
+/* Sum of the nchunks terms part[k * stride] (k = 0, 1, ...) by a warp:
+ * each lane adds every CT_LANES-th in order, then the lanes' sums are added
+ * by CT_LANE_SUM (the same bits on every run, and in every lane). A
+ * second stage's outputs can be as few as a batch norm's 64 channels over
+ * thousands of chunks: a thread an output would walk them one dependent
+ * add after another on a few warps of the whole GPU. */
+CT_DEVICE double CT_SFX(ct_chunk_total)(const double *part, long long stride, long long nchunks)
+{
+    double s = 0;
+    for (long long k = CT_LANE; k < nchunks; k += CT_LANES)
+        s += part[k * stride];
+    return CT_LANE_SUM(s);
+}
+
+/* Then each output's chunks added (ct_chunk_total), a warp an output, y
+ * stored as CT_T or as float where wide. */
 CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtIndex out, long long nchunks)
 {
-    CT_LOOP(j, out.n)
+    CT_WARP_LOOP(j, out.n)
     {
         long long unused, yo;
-        double s = 0;
-        for (long long k = 0; k < nchunks; k++)
-            s += part[k * out.n + j];
+        double s = CT_SFX(ct_chunk_total)(part + j, out.n, nchunks);
         ct_offsets(&out, j, &unused, &yo);
-        CT_SFX(ct_stw)(y, yo, wide, (float)s);
+        if (CT_LANE == 0)
+            CT_SFX(ct_stw)(y, yo, wide, (float)s);
     }
 }
 
@@ -568,19 +581,18 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const void *x, const void *dy, int w
     }
 }
 
-/* Then each column's chunks added in chunk order (the same bits every run). */
+/* Then each column's chunks added (ct_chunk_total), a warp a column. */
 CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, void *dw, void *db, int wide, long long D, long long nchunks)
 {
     const int ww = wide & CT_WIDE_W;
-    CT_LOOP(c, D)
+    CT_WARP_LOOP(c, D)
     {
-        double sw = 0, sb = 0;
-        for (long long k = 0; k < nchunks; k++) {
-            sw += part[2 * (k * D + c)];
-            sb += part[2 * (k * D + c) + 1];
+        double sw = CT_SFX(ct_chunk_total)(part + 2 * c, 2 * D, nchunks);
+        double sb = CT_SFX(ct_chunk_total)(part + 2 * c + 1, 2 * D, nchunks);
+        if (CT_LANE == 0) {
+            CT_SFX(ct_stw)(dw, c, ww, (float)sw);
+            CT_SFX(ct_stw)(db, c, ww, (float)sb);
         }
-        CT_SFX(ct_stw)(dw, c, ww, (float)sw);
-        CT_SFX(ct_stw)(db, c, ww, (float)sb);
     }
 }
 
@@ -757,13 +769,11 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, const double *fwd, i
     }
 }
 
-/* Sum j (of nsum) of channel c over the chunks, in chunk order. */
+/* Sum j (of nsum) of channel c over the chunks, by the warp of its channel
+ * (ct_chunk_total). */
 CT_DEVICE double CT_SFX(ct_bn_total)(const double *part, int nsum, int j, long long c, long long C, long long nchunks)
 {
-    double t = 0;
-    for (long long k = 0; k < nchunks; k++)
-        t += part[nsum * (k * C + c) + j];
-    return t;
+    return CT_SFX(ct_chunk_total)(part + nsum * c + j, nsum * C, nchunks);
 }
 
 /* The batch's mean and biased variance of channel c from its sums over
@@ -789,20 +799,22 @@ CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, lo
     return r;
 }
 
-/* Each channel's y = x * coef[2c] + coef[2c + 1]. Training: the batch's
- * statistics normalise and the running stats get PyTorch's update
- * (unbiased variance) in nrm and nrv (which may be rm and rv: a channel's
- * thread reads them before it writes; NULL: not written); else the
- * running stats. */
+/* Each channel's y = x * coef[2c] + coef[2c + 1], a warp a channel.
+ * Training: the batch's statistics normalise and the running stats get
+ * PyTorch's update (unbiased variance) in nrm and nrv (which may be rm and
+ * rv: every lane reads them before the lanes' sums meet, then lane 0
+ * writes; NULL: not written); else the running stats. */
 CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv,
                              CT_T *nrm, CT_T *nrv, double *coef, long long C, long long nchunks, long long count,
                              int training, float momentum, float eps)
 {
-    CT_LOOP(c, C)
+    CT_WARP_LOOP(c, C)
     {
         double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)count;
         if (training)
             CT_SFX(ct_bn_moments)(part, 2, c, C, nchunks, count, &mean, &var);
+        if (CT_LANE != 0)
+            continue;
         if (training && nrm) {
             nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
             nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
@@ -849,7 +861,7 @@ CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T 
                                   CT_T *db, double *coef, long long C, long long nchunks, long long count,
                                   int training, float eps)
 {
-    CT_LOOP(c, C)
+    CT_WARP_LOOP(c, C)
     {
         double M = (double)count, mean = CT_LD(rm[c]), var = CT_LD(rv[c]);
         if (training)
@@ -857,6 +869,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T 
         double sb = CT_SFX(ct_bn_total)(part, 4, 2, c, C, nchunks);
         double sxy = CT_SFX(ct_bn_total)(part, 4, 3, c, C, nchunks);
         double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
+        if (CT_LANE != 0)
+            continue;
         dw[c] = CT_ST((float)sw);
         db[c] = CT_ST((float)sb);
         coef[3 * c] = wc * inv;

@@ -373,7 +373,7 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
     a_index(l, red);
     a_i64(l, chunk);
     a_side(l, side, scale);
-    l = begin(b, "ct_reduce_sum_total", st, out.n);
+    l = begin(b, "ct_reduce_sum_total", st, out.n * CT_LIB_LANES);
     arg(l, LA_SCRATCH);
     a_val(l, n->out[0]);
     a_i32(l, wide & CT_WIDE_X);
@@ -483,7 +483,7 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     a_i64(l, D);
     a_i64(l, sx[dim]);
     a_i64(l, chunk);
-    l = begin(b, "ct_layer_norm_grad_w", t, D);
+    l = begin(b, "ct_layer_norm_grad_w", t, D * CT_LIB_LANES);
     arg(l, LA_SCRATCH)->i = (long long)part;
     a_val(l, n->out[1]);
     a_val(l, n->out[2]);
@@ -655,7 +655,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_i64(l, sx[1]);
         a_i64(l, chunk);
     }
-    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", val(b, n->in[1])->type.dtype, C);
+    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", val(b, n->in[1])->type.dtype, C * CT_LIB_LANES);
     a_scratch(l, base);
     for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
         a_val(l, n->in[k]);
