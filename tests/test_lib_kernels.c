@@ -46,6 +46,11 @@
 #define CT_ST(f) (f)
 #define CT_SFX(name) name##_f32
 #define CT_ACC double
+typedef struct {
+    unsigned int x, y, z, w;
+} ct_u4;
+#define CT_V16_LD(u, p) memcpy(&(u), (p), 16)
+#define CT_V16_ST(p, u) memcpy((p), &(u), 16)
 #include "codegen/cuda/lib_kernels.h"
 
 #define P(k) (mem[k])
@@ -120,7 +125,9 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_group_norm_grad_w_f32"))
         ct_group_norm_grad_w_f32(F(0), F(1), P(2), F(3), F(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_bn_sums_f32"))
-        ct_bn_sums_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), X(6), I(7), I(8), I(9));
+        ct_bn_sums_f32(F(0), P(1), X(2), I(3), I(4), I(5));
+    else if (!strcmp(k, "ct_bn_grad_sums_f32"))
+        ct_bn_grad_sums_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), X(6), I(7), I(8), I(9));
     else if (!strcmp(k, "ct_bn_coef_f32"))
         ct_bn_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), F(6), P(7), I(8), I(9), I(10), (int)I(11), R(12), R(13));
     else if (!strcmp(k, "ct_bn_apply_f32"))
@@ -535,27 +542,30 @@ static void test_rows(void)
     }
 }
 
+/* batch_norm and its gradient over 3 channels, and over 8, which in NHWC
+ * take 4 channels a work item (ct_bn_vec) */
 static void test_batch_norm(void)
 {
-    static const int64_t x4[] = {2, 3, 4, 5}, c1[] = {3};
-    for (int nhwc = 0; nhwc < 2; nhwc++)
-        for (int training = 0; training < 2; training++) {
-            Case c;
-            graph_init(&c.g);
-            ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
-            ValueId b = input(&c, "b", 1, c1, 0, CT_F32), rm = input(&c, "rm", 1, c1, 0, CT_F32);
-            ValueId rv = input(&c, "rv", 1, c1, 0, CT_F32);
-            if (!add_node(&c, CT_OP_batch_norm, 5, (ValueId[]){x, w, b, rm, rv}, (int64_t[]){training}, 1,
-                          (double[]){0.1, 1e-5}, 2, nhwc))
-                check_case(&c, training ? "batch_norm training" : "batch_norm eval");
-            graph_init(&c.g);
-            x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
-            rm = input(&c, "rm", 1, c1, 0, CT_F32), rv = input(&c, "rv", 1, c1, 0, CT_F32);
-            ValueId dy = input(&c, "dy", 4, x4, nhwc, CT_F32);
-            if (!add_node(&c, CT_OP_batch_norm_grad, 5, (ValueId[]){x, w, rm, rv, dy}, (int64_t[]){training}, 1,
-                          (double[]){1e-5}, 1, nhwc))
-                check_case(&c, training ? "batch_norm_grad training" : "batch_norm_grad eval");
-        }
+    for (int wide = 0; wide < 2; wide++)
+        for (int nhwc = 0; nhwc < 2; nhwc++)
+            for (int training = 0; training < 2; training++) {
+                const int64_t x4[] = {2, wide ? 8 : 3, 4, 5}, c1[] = {x4[1]};
+                Case c;
+                graph_init(&c.g);
+                ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+                ValueId b = input(&c, "b", 1, c1, 0, CT_F32), rm = input(&c, "rm", 1, c1, 0, CT_F32);
+                ValueId rv = input(&c, "rv", 1, c1, 0, CT_F32);
+                if (!add_node(&c, CT_OP_batch_norm, 5, (ValueId[]){x, w, b, rm, rv}, (int64_t[]){training}, 1,
+                              (double[]){0.1, 1e-5}, 2, nhwc))
+                    check_case(&c, training ? "batch_norm training" : "batch_norm eval");
+                graph_init(&c.g);
+                x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+                rm = input(&c, "rm", 1, c1, 0, CT_F32), rv = input(&c, "rv", 1, c1, 0, CT_F32);
+                ValueId dy = input(&c, "dy", 4, x4, nhwc, CT_F32);
+                if (!add_node(&c, CT_OP_batch_norm_grad, 5, (ValueId[]){x, w, rm, rv, dy}, (int64_t[]){training}, 1,
+                              (double[]){1e-5}, 1, nhwc))
+                    check_case(&c, training ? "batch_norm_grad training" : "batch_norm_grad eval");
+            }
 }
 
 /* group_norm and its gradient in NCHW and NHWC: groups of several

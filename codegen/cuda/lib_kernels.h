@@ -32,6 +32,9 @@
  *                    defined for the 16-bit types where their tensor cores'
  *                    mma.sync m16n8k16 (f32 += 16-bit x 16-bit) is wanted
  *   CT_INF           infinity as a double
+ *   ct_u4, CT_V16_LD(u, p), CT_V16_ST(p, u)
+ *                    16 bytes as four unsigned ints, and a 16-byte access
+ *                    between the union u (its member v) and address p
  *   CT_DYN_SHARED(T, s)
  *                    s: the launch's dynamic shared memory as T[] (on the
  *                    host, at least CT_ATT_SMEM_MOST floats)
@@ -61,6 +64,14 @@
  * their stores. Item u of the group at i is CT_ITEM(i, u). */
 #define CT_GROUP_LOOP(i, n) for (long long i = CT_FIRST; i < (n); i += CT_ELEMENTS * CT_STRIDE)
 #define CT_ITEM(i, u) ((i) + (u) * CT_STRIDE)
+
+/* Batch norm's passes over channels-last tensors take CT_VW channels of a
+ * row as a work item, in one 16-byte access of each operand (CtV16). */
+#define CT_VW (16 / (int)sizeof(CT_T))
+typedef union CT_SFX(CtV16) {
+    ct_u4 v;
+    CT_T e[16 / sizeof(CT_T)];
+} CT_SFX(CtV16);
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
  * input, the inner part of slice_grad and of pad. */
@@ -710,8 +721,9 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
  * channels (dy shares x's strides), syc between y's or dx's.
  *
  * First the sums of each chunk of `chunk` rows of each channel, in double:
- * x and x^2 into part[2 i], part[2 i + 1], and with dy also dy and dy x
- * (part[4 i ...]), i = chunk index * C + channel.
+ * x and x^2 into part[2 i], part[2 i + 1] (ct_bn_sums), and for the
+ * gradient also dy and dy x (part[4 i ...]: ct_bn_grad_sums), i = chunk
+ * index * C + channel.
  *
  * A batch_norm_grad whose dy is the act_grad of the batch norm's
  * activation, which only it reads (passes/fuse.h's
@@ -729,13 +741,88 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
     return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
 }
 
-CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx, double *part,
-                             CtIndex rows, long long C, long long sxc, long long chunk)
+/* Whether a pass over R rows of C channels (rows: the rows' offsets in two
+ * tensors, s0 and s1 their channel strides) can take CT_VW channels a work
+ * item: the channel the fastest dim of both, C and every row's offsets
+ * multiples of CT_VW, the buffers (a null one aside) 16-byte aligned. */
+CT_DEVICE int CT_SFX(ct_bn_vec)(const CtIndex *rows, long long C, long long s0, long long s1, const void *a,
+                                const void *b, const void *c)
 {
-    long long nchunks = (rows.n + chunk - 1) / chunk;
+    if (s0 != 1 || s1 != 1 || C % CT_VW || rows->base0 % CT_VW || rows->base1 % CT_VW)
+        return 0;
+    for (long long d = 0; d < rows->nd; d++)
+        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
+            return 0;
+    return ((unsigned long long)a % 16 | (unsigned long long)b % 16 | (unsigned long long)c % 16) == 0;
+}
+
+/* ct_bn_sums over CT_VW channels of each chunk a work item (ct_bn_vec),
+ * CT_BN_ROWS rows' loads at a time: each channel's sums in row order, as
+ * the pass a channel at a time adds them. */
+#define CT_BN_ROWS 4
+CT_DEVICE void CT_SFX(ct_bn_sums_vec)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                      double *part, const CtIndex *rows, long long C, long long chunk, int grad)
+{
+    long long nchunks = (rows->n + chunk - 1) / chunk, groups = C / CT_VW;
+    CT_LOOP(i, nchunks * groups)
+    {
+        long long g, k = ct_divmod(i, groups, &g), c0 = g * CT_VW, xo, o;
+        long long end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n;
+        double s[16 / sizeof(CT_T)] = {0}, q[16 / sizeof(CT_T)] = {0};
+        double gs[16 / sizeof(CT_T)] = {0}, gx[16 / sizeof(CT_T)] = {0};
+        for (long long r = k * chunk; r < end; r += CT_BN_ROWS) {
+            CT_SFX(CtV16) xv[CT_BN_ROWS], dv[CT_BN_ROWS];
+            CT_UNROLL
+            for (int t = 0; t < CT_BN_ROWS; t++)
+                if (r + t < end) {
+                    ct_offsets(rows, r + t, &xo, &o);
+                    CT_V16_LD(xv[t], x + xo + c0);
+                    if (grad)
+                        CT_V16_LD(dv[t], dy + xo + c0);
+                }
+            CT_UNROLL
+            for (int t = 0; t < CT_BN_ROWS; t++)
+                if (r + t < end) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++) {
+                        double v = CT_LD(xv[t].e[u]);
+                        s[u] += v;
+                        q[u] += v * v;
+                        if (grad) {
+                            double d = CT_SFX(ct_bn_dz)((float)v, CT_LD(dv[t].e[u]), fwd, c0 + u, act, approx);
+                            gs[u] += d;
+                            gx[u] += d * v;
+                        }
+                    }
+                }
+        }
+        CT_UNROLL
+        for (int u = 0; u < CT_VW; u++) {
+            double *p = part + (grad ? 4 : 2) * (k * C + c0 + u);
+            p[0] = s[u];
+            p[1] = q[u];
+            if (grad) {
+                p[2] = gs[u];
+                p[3] = gx[u];
+            }
+        }
+    }
+}
+
+/* The sums a channel a work item; grad a constant, which leaves the
+ * forward's kernel the registers of two sums, not four. */
+CT_DEVICE void CT_SFX(ct_bn_sums_of)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                     double *part, const CtIndex *rows, long long C, long long sxc, long long chunk,
+                                     int grad)
+{
+    long long nchunks = (rows->n + chunk - 1) / chunk;
+    if (CT_SFX(ct_bn_vec)(rows, C, sxc, sxc, x, dy, 0)) {
+        CT_SFX(ct_bn_sums_vec)(x, dy, fwd, act, approx, part, rows, C, chunk, grad);
+        return;
+    }
     CT_LOOP(i, nchunks * C)
     {
-        long long c, k = ct_divmod(i, C, &c), end = (k + 1) * chunk < rows.n ? (k + 1) * chunk : rows.n, xo, o;
+        long long c, k = ct_divmod(i, C, &c), end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n, xo, o;
         double s = 0, q = 0, g = 0, gx = 0;
         /* CT_ELEMENTS rows' loads at a time, then their sums in row order */
         for (long long r = k * chunk; r < end; r += CT_ELEMENTS) {
@@ -743,9 +830,9 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, const double *fwd, i
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (r + u < end) {
-                    ct_offsets(&rows, r + u, &xo, &o);
+                    ct_offsets(rows, r + u, &xo, &o);
                     xv[u] = CT_LD(x[xo + c * sxc]);
-                    dv[u] = dy ? CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c * sxc]), fwd, c, act, approx) : 0.0f;
+                    dv[u] = grad ? CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c * sxc]), fwd, c, act, approx) : 0.0f;
                 }
             CT_UNROLL
             for (int u = 0; u < CT_ELEMENTS; u++)
@@ -753,20 +840,31 @@ CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, const CT_T *dy, const double *fwd, i
                     double v = xv[u], d = dv[u];
                     s += v;
                     q += v * v;
-                    if (dy) {
+                    if (grad) {
                         g += d;
                         gx += d * v;
                     }
                 }
         }
-        double *p = part + (dy ? 4 : 2) * i;
+        double *p = part + (grad ? 4 : 2) * i;
         p[0] = s;
         p[1] = q;
-        if (dy) {
+        if (grad) {
             p[2] = g;
             p[3] = gx;
         }
     }
+}
+
+CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, double *part, CtIndex rows, long long C, long long sxc, long long chunk)
+{
+    CT_SFX(ct_bn_sums_of)(x, 0, 0, -1, 0, part, &rows, C, sxc, chunk, 0);
+}
+
+CT_GLOBAL CT_SFX(ct_bn_grad_sums)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                  double *part, CtIndex rows, long long C, long long sxc, long long chunk)
+{
+    CT_SFX(ct_bn_sums_of)(x, dy, fwd, act, approx, part, &rows, C, sxc, chunk, 1);
 }
 
 /* Sum j (of nsum) of channel c over the chunks, by the warp of its channel
@@ -831,6 +929,30 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, c
 CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
                               long long sxc, long long syc, int act, int approx)
 {
+    if (CT_SFX(ct_bn_vec)(&rows, C, sxc, syc, x, res, y)) {
+        long long groups = C / CT_VW;
+        CT_LOOP(i, rows.n * groups)
+        {
+            long long g, xo, yo;
+            ct_offsets(&rows, ct_divmod(i, groups, &g), &xo, &yo);
+            long long c0 = g * CT_VW;
+            CT_SFX(CtV16) xv, rv, yv;
+            CT_V16_LD(xv, x + xo + c0);
+            if (res)
+                CT_V16_LD(rv, res + yo + c0);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                float v = (float)(CT_LD(xv.e[u]) * coef[2 * (c0 + u)] + coef[2 * (c0 + u) + 1]);
+                if (res)
+                    v = CT_LD(CT_ST(v)) + CT_LD(rv.e[u]);
+                if (act >= 0)
+                    v = fx_act(act, approx, CT_LD(CT_ST(v)));
+                yv.e[u] = CT_ST(v);
+            }
+            CT_V16_ST(y + yo + c0, yv);
+        }
+        return;
+    }
     CT_GROUP_LOOP(i, rows.n * C)
     {
         long long c[CT_ELEMENTS], xo[CT_ELEMENTS], yo[CT_ELEMENTS];
@@ -883,6 +1005,28 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                                    const double *coef, CT_T *dx, CtIndex rows, long long C, long long sxc,
                                    long long sdc, int training)
 {
+    if (CT_SFX(ct_bn_vec)(&rows, C, sxc, sdc, x, dy, dx)) {
+        long long groups = C / CT_VW;
+        CT_LOOP(i, rows.n * groups)
+        {
+            long long g, xo, o;
+            ct_offsets(&rows, ct_divmod(i, groups, &g), &xo, &o);
+            long long c0 = g * CT_VW;
+            CT_SFX(CtV16) xv, dv, out;
+            if (training)
+                CT_V16_LD(xv, x + xo + c0);
+            CT_V16_LD(dv, dy + xo + c0);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                float xf = training ? CT_LD(xv.e[u]) : 0.0f;
+                double gr = CT_SFX(ct_bn_dz)(xf, CT_LD(dv.e[u]), fwd, c0 + u, act, approx);
+                long long k = 3 * (c0 + u);
+                out.e[u] = CT_ST((float)(training ? coef[k] * gr + coef[k + 1] * xf + coef[k + 2] : coef[k] * gr));
+            }
+            CT_V16_ST(dx + o + c0, out);
+        }
+        return;
+    }
     CT_GROUP_LOOP(i, rows.n * C)
     {
         long long c[CT_ELEMENTS], o[CT_ELEMENTS];

@@ -601,7 +601,7 @@ typedef struct BnAct {
 } BnAct;
 
 
-/* ct_bn_sums' and ct_bn_grad_apply's forward coefficients and activation. */
+/* ct_bn_grad_sums' and ct_bn_grad_apply's forward coefficients and activation. */
 static void a_fwd(LibLaunch *l, const BnAct *fa)
 {
     if (fa)
@@ -636,19 +636,24 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
-    int64_t chunk = sum_chunk(rows.n, C);
+    /* the sums' work items are 16 bytes of channels where the layout
+     * allows (lib_kernels.h's ct_bn_vec; the kernel checks the addresses),
+     * so the rows are cut finer to keep as many items */
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t), vec = sx[1] == 1 && sy[1] == 1 && C % vw == 0;
+    for (int d = 0; d < rows.nd; d++)
+        vec &= rows.st0[d] % vw == 0 && rows.st1[d] % vw == 0;
+    int64_t chunk = sum_chunk(rows.n, vec ? C / vw : C);
     int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
     size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
     LibLaunch *l;
     if (sums) {
-        l = begin(b, "ct_bn_sums", t, nchunks * C);
+        l = begin(b, grad ? "ct_bn_grad_sums" : "ct_bn_sums", t, nchunks * C);
         a_val(l, x);
-        if (grad)
+        if (grad) {
             a_val(l, dy);
-        else
-            arg(l, LA_NULL);
-        a_fwd(l, grad ? fa : NULL);
+            a_fwd(l, fa);
+        }
         a_scratch(l, base);
         a_index(l, rows);
         a_i64(l, C);

@@ -31,6 +31,8 @@ void lib_source(CtBuf *out)
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
                     "#define CT_GLOBAL16 CT_GLOBAL\n"
+                    "#define CT_V16_LD(u, p) ((u).v = CT_VEC(const ct_u4, (p)))\n"
+                    "#define CT_V16_ST(p, u) (CT_VEC(ct_u4, (p)) = (u).v)\n"
                     "#ifdef CT_SIMT\n#define CT_UNROLL\n#else\n#define CT_UNROLL _Pragma(\"unroll\")\n#endif\n"
                     "#ifndef CT_SIMT\n#define CT_DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n"
                     "#define CT_LANES 32LL\n#define CT_LANE ((long long)(threadIdx.x & 31))\n"
