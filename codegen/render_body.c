@@ -4,6 +4,7 @@
  * the host's vectorisable ones, CUDA's own). Text that is valid C and CUDA C.
  * And a graph's translation unit, in either language. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "codegen/render.h"
@@ -90,11 +91,33 @@ void render_view_offset(const KirView *v, int j, const char *name, const char *x
         buf_printf(out, "%sconst long long %s%d%s = 0;\n", indent, name, j, x);
         return;
     }
-    buf_printf(out, "%slong long %s%d%s = 0;\n%s{\n%s    long long r = %s;\n", indent, name, j, x, indent, indent, at);
-    for (int d = v->ndim - 1; d > 0; d--)
-        buf_printf(out, "%s    %s%d%s += (r %% %lldLL) * %lldLL;\n%s    r /= %lldLL;\n", indent, name, j, x,
-                   (long long)v->size[d], (long long)v->stride[d], indent, (long long)v->size[d]);
-    buf_printf(out, "%s    %s%d%s += r * %lldLL;\n%s}\n", indent, name, j, x, (long long)v->stride[0], indent);
+    /* the divisions by constants in 32 bits where the index fits: a few
+     * instructions each, where a 64-bit one takes several times as many */
+    int64_t numel = 1;
+    for (int d = 0; d < v->ndim; d++)
+        numel *= v->size[d];
+    const char *type = numel <= (int64_t)UINT32_MAX ? "unsigned" : "long long", *sfx = *type == 'u' ? "U" : "LL";
+    buf_printf(out, "%slong long %s%d%s = 0;\n%s{\n%s    %s r = (%s)(%s);\n", indent, name, j, x, indent, indent, type,
+               type, at);
+    /* each division waits for the next dim that reads its quotient, so a
+     * broadcast dim (stride 0) costs none of its own */
+    int64_t div = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->stride[d] == 0) {
+            div *= v->size[d];
+            continue;
+        }
+        if (div > 1)
+            buf_printf(out, "%s    r /= %lld%s;\n", indent, (long long)div, sfx);
+        if (d == 0) {
+            buf_printf(out, "%s    %s%d%s += (long long)r * %lldLL;\n", indent, name, j, x, (long long)v->stride[0]);
+            break;
+        }
+        buf_printf(out, "%s    %s%d%s += (long long)(r %% %lld%s) * %lldLL;\n", indent, name, j, x,
+                   (long long)v->size[d], sfx, (long long)v->stride[d]);
+        div = v->size[d];
+    }
+    buf_printf(out, "%s}\n", indent);
 }
 
 /* The offsets of the loop's views: o<j><x> for view j at element i<x>. */
