@@ -758,8 +758,11 @@ CT_DEVICE int CT_SFX(ct_bn_vec)(const CtIndex *rows, long long C, long long s0, 
 
 /* ct_bn_sums over CT_VW channels of each chunk a work item (ct_bn_vec),
  * CT_BN_ROWS rows' loads at a time: each channel's sums in row order, as
- * the pass a channel at a time adds them. */
-#define CT_BN_ROWS 4
+ * the pass a channel at a time adds them. Its items are few (a chunk of
+ * C / CT_VW each: 32768 at resnet50's first stage, some 250 an SM of an
+ * H200), so each keeps 8 x 16 bytes in flight, some 32 KiB an SM: what
+ * 4.8 TB/s at HBM's latency needs. */
+#define CT_BN_ROWS 8
 CT_DEVICE void CT_SFX(ct_bn_sums_vec)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
                                       double *part, const CtIndex *rows, long long C, long long chunk, int grad)
 {
@@ -930,26 +933,36 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
                               long long sxc, long long syc, int act, int approx)
 {
     if (CT_SFX(ct_bn_vec)(&rows, C, sxc, syc, x, res, y)) {
-        long long groups = C / CT_VW;
-        CT_LOOP(i, rows.n * groups)
+        long long groups = C / CT_VW, n = rows.n * groups;
+        CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {
-            long long g, xo, yo;
-            ct_offsets(&rows, ct_divmod(i, groups, &g), &xo, &yo);
-            long long c0 = g * CT_VW;
-            CT_SFX(CtV16) xv, rv, yv;
-            CT_V16_LD(xv, x + xo + c0);
-            if (res)
-                CT_V16_LD(rv, res + yo + c0);
+            long long c0[CT_ELEMENTS], yo[CT_ELEMENTS];
+            CT_SFX(CtV16) xv[CT_ELEMENTS], rv[CT_ELEMENTS], yv;
             CT_UNROLL
-            for (int u = 0; u < CT_VW; u++) {
-                float v = (float)(CT_LD(xv.e[u]) * coef[2 * (c0 + u)] + coef[2 * (c0 + u) + 1]);
-                if (res)
-                    v = CT_LD(CT_ST(v)) + CT_LD(rv.e[u]);
-                if (act >= 0)
-                    v = fx_act(act, approx, CT_LD(CT_ST(v)));
-                yv.e[u] = CT_ST(v);
-            }
-            CT_V16_ST(y + yo + c0, yv);
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < n) {
+                    long long g, xo;
+                    ct_offsets(&rows, ct_divmod(CT_ITEM(i, t), groups, &g), &xo, &yo[t]);
+                    c0[t] = g * CT_VW;
+                    CT_V16_LD(xv[t], x + xo + c0[t]);
+                    if (res)
+                        CT_V16_LD(rv[t], res + yo[t] + c0[t]);
+                }
+            CT_UNROLL
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < n) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++) {
+                        long long c = c0[t] + u;
+                        float v = (float)(CT_LD(xv[t].e[u]) * coef[2 * c] + coef[2 * c + 1]);
+                        if (res)
+                            v = CT_LD(CT_ST(v)) + CT_LD(rv[t].e[u]);
+                        if (act >= 0)
+                            v = fx_act(act, approx, CT_LD(CT_ST(v)));
+                        yv.e[u] = CT_ST(v);
+                    }
+                    CT_V16_ST(y + yo[t] + c0[t], yv);
+                }
         }
         return;
     }
@@ -1006,24 +1019,34 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                                    long long sdc, int training)
 {
     if (CT_SFX(ct_bn_vec)(&rows, C, sxc, sdc, x, dy, dx)) {
-        long long groups = C / CT_VW;
-        CT_LOOP(i, rows.n * groups)
+        long long groups = C / CT_VW, n = rows.n * groups;
+        CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {
-            long long g, xo, o;
-            ct_offsets(&rows, ct_divmod(i, groups, &g), &xo, &o);
-            long long c0 = g * CT_VW;
-            CT_SFX(CtV16) xv, dv, out;
-            if (training)
-                CT_V16_LD(xv, x + xo + c0);
-            CT_V16_LD(dv, dy + xo + c0);
+            long long c0[CT_ELEMENTS], o[CT_ELEMENTS];
+            CT_SFX(CtV16) xv[CT_ELEMENTS], dv[CT_ELEMENTS], out;
             CT_UNROLL
-            for (int u = 0; u < CT_VW; u++) {
-                float xf = training ? CT_LD(xv.e[u]) : 0.0f;
-                double gr = CT_SFX(ct_bn_dz)(xf, CT_LD(dv.e[u]), fwd, c0 + u, act, approx);
-                long long k = 3 * (c0 + u);
-                out.e[u] = CT_ST((float)(training ? coef[k] * gr + coef[k + 1] * xf + coef[k + 2] : coef[k] * gr));
-            }
-            CT_V16_ST(dx + o + c0, out);
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < n) {
+                    long long g, xo;
+                    ct_offsets(&rows, ct_divmod(CT_ITEM(i, t), groups, &g), &xo, &o[t]);
+                    c0[t] = g * CT_VW;
+                    if (training)
+                        CT_V16_LD(xv[t], x + xo + c0[t]);
+                    CT_V16_LD(dv[t], dy + xo + c0[t]);
+                }
+            CT_UNROLL
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < n) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++) {
+                        long long c = c0[t] + u, k = 3 * c;
+                        float xf = training ? CT_LD(xv[t].e[u]) : 0.0f;
+                        double gr = CT_SFX(ct_bn_dz)(xf, CT_LD(dv[t].e[u]), fwd, c, act, approx);
+                        out.e[u] =
+                            CT_ST((float)(training ? coef[k] * gr + coef[k + 1] * xf + coef[k + 2] : coef[k] * gr));
+                    }
+                    CT_V16_ST(dx + o[t] + c0[t], out);
+                }
         }
         return;
     }
