@@ -72,6 +72,10 @@ typedef union CT_SFX(CtV16) {
     ct_u4 v;
     CT_T e[16 / sizeof(CT_T)];
 } CT_SFX(CtV16);
+typedef union CT_SFX(CtF4) {
+    ct_u4 v;
+    float f[4];
+} CT_SFX(CtF4);
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
  * input, the inner part of slice_grad and of pad. */
@@ -156,6 +160,49 @@ CT_DEVICE void CT_SFX(ct_stw)(void *p, long long i, int wide, float f)
 
 /* f as an operand stored as CT_T, or as float where wide, would hold it. */
 CT_DEVICE float CT_SFX(ct_rndw)(float f, int wide) { return wide ? f : (float)CT_LD(CT_ST(f)); }
+
+/* CT_VW elements from element i of p (CT_T, or float where wide) as
+ * floats, in 16-byte accesses (i a multiple of CT_VW, p 16-byte aligned),
+ * and stored back. */
+CT_DEVICE void CT_SFX(ct_ldv)(const void *p, long long i, int wide, float *v)
+{
+    if (wide && sizeof(CT_T) != sizeof(float)) {
+        CT_UNROLL
+        for (int h = 0; h < CT_VW / 4; h++) {
+            CT_SFX(CtF4) u;
+            CT_V16_LD(u, (const float *)p + i + 4 * h);
+            CT_UNROLL
+            for (int k = 0; k < 4; k++)
+                v[4 * h + k] = u.f[k];
+        }
+        return;
+    }
+    CT_SFX(CtV16) u;
+    CT_V16_LD(u, (const CT_T *)p + i);
+    CT_UNROLL
+    for (int k = 0; k < CT_VW; k++)
+        v[k] = (float)CT_LD(u.e[k]);
+}
+
+CT_DEVICE void CT_SFX(ct_stv)(void *p, long long i, int wide, const float *v)
+{
+    if (wide && sizeof(CT_T) != sizeof(float)) {
+        CT_UNROLL
+        for (int h = 0; h < CT_VW / 4; h++) {
+            CT_SFX(CtF4) u;
+            CT_UNROLL
+            for (int k = 0; k < 4; k++)
+                u.f[k] = v[4 * h + k];
+            CT_V16_ST((float *)p + i + 4 * h, u);
+        }
+        return;
+    }
+    CT_SFX(CtV16) u;
+    CT_UNROLL
+    for (int k = 0; k < CT_VW; k++)
+        u.e[k] = CT_ST(v[k]);
+    CT_V16_ST((CT_T *)p + i, u);
+}
 
 /* The run of ix's indices from r (before end) that step only its innermost
  * dim: r's offset (ix's st0 strides) into *o, that dim's st0 stride into
@@ -476,6 +523,88 @@ CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo
     *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
 }
 
+/* Layer norm's rows in registers: where a row is contiguous in x and y (and
+ * the other operands), its length D a multiple of CT_VW and at most
+ * CT_LN_MOST, every row's offsets multiples of CT_VW and the buffers (the
+ * np of p, null ones aside) 16-byte aligned, a lane holds the row's groups
+ * of CT_VW elements lane, lane + CT_LANES, ... (at most CT_LN_GROUPS),
+ * read from memory once, in 16-byte accesses (two for an f32 operand of a
+ * 16-bit kernel). */
+#define CT_LN_MOST 1024
+#define CT_LN_GROUPS (CT_LN_MOST / CT_LANES / (16 / (int)sizeof(CT_T)))
+CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, long long sy, const void *const *p,
+                                int np)
+{
+    if (sx != 1 || sy != 1 || D % CT_VW || D > CT_LN_MOST || rows->base0 % CT_VW || rows->base1 % CT_VW)
+        return 0;
+    for (long long d = 0; d < rows->nd; d++)
+        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
+            return 0;
+    unsigned long long a = 0;
+    for (int k = 0; k < np; k++)
+        a |= (unsigned long long)p[k] % 16;
+    return a == 0;
+}
+
+/* ct_layer_norm on rows in registers (ct_ln_vec): the same sums, each
+ * lane's in its groups' order. */
+CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const void *b, void *y, int wide,
+                                         const void *res, void *sum, const CtIndex *rows, long long D, float eps)
+{
+    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
+    const long long ng = D / CT_VW;
+    CT_WARP_LOOP(r, rows->n)
+    {
+        long long xo, yo;
+        ct_offsets(rows, r, &xo, &yo);
+        float v[CT_LN_GROUPS][16 / sizeof(CT_T)];
+        double s = 0, q = 0;
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++) {
+            long long g = CT_LANE + k * CT_LANES;
+            if (g >= ng)
+                continue;
+            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[k]);
+            if (res) {
+                float rv[16 / sizeof(CT_T)];
+                CT_SFX(ct_ldv)(res, xo + g * CT_VW, wr, rv);
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    v[k][u] = CT_SFX(ct_rndw)(v[k][u] + rv[u], wx);
+            }
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++)
+                s += v[k][u];
+        }
+        double mean = CT_LANE_SUM(s) / (double)D;
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++)
+            if (CT_LANE + k * CT_LANES < ng) {
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++) {
+                    double d = v[k][u] - mean;
+                    q += d * d;
+                }
+            }
+        double inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++) {
+            long long g = CT_LANE + k * CT_LANES;
+            if (g >= ng)
+                continue;
+            float wv[16 / sizeof(CT_T)], bv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
+            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+            CT_SFX(ct_ldv)(b, g * CT_VW, ww, bv);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++)
+                out[u] = (float)((v[k][u] - mean) * inv * wv[u] + bv[u]);
+            if (sum)
+                CT_SFX(ct_stv)(sum, xo + g * CT_VW, wx, v[k]);
+            CT_SFX(ct_stv)(y, yo + g * CT_VW, wy, out);
+        }
+    }
+}
+
 /* With res (x's strides, stored as CT_T or as float where CT_WIDE_R; NULL:
  * none) the norm is of x + res, stored into sum (x's dtype and strides;
  * NULL: not stored): the residual add before a pre-norm block's norm. An
@@ -484,6 +613,11 @@ CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo
 CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, void *y, int wide, const void *res,
                                 void *sum, CtIndex rows, long long D, long long sx, long long sy, float eps)
 {
+    const void *ptrs[6] = {x, w, b, y, res, sum};
+    if (CT_SFX(ct_ln_vec)(&rows, D, sx, sy, ptrs, 6)) {
+        CT_SFX(ct_layer_norm_vec)(x, w, b, y, wide, res, sum, &rows, D, eps);
+        return;
+    }
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
     CT_WARP_LOOP(r, rows.n)
     {
@@ -512,6 +646,89 @@ CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, voi
     }
 }
 
+/* ct_layer_norm_grad_x on rows in registers (ct_ln_vec). */
+CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, const void *dy, void *dx, int wide,
+                                                const void *res, CT_T *low, float *stats, const CtIndex *rows,
+                                                long long D, float eps)
+{
+    const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
+    const long long ng = D / CT_VW;
+    CT_WARP_LOOP(r, rows->n)
+    {
+        long long xo, o;
+        ct_offsets(rows, r, &xo, &o);
+        float xv[CT_LN_GROUPS][16 / sizeof(CT_T)], gv[CT_LN_GROUPS][16 / sizeof(CT_T)];
+        double s = 0, q = 0, mg = 0, mgx = 0;
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++) {
+            long long g = CT_LANE + k * CT_LANES;
+            if (g >= ng)
+                continue;
+            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[k]);
+            CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[k]);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++)
+                s += xv[k][u];
+        }
+        double mean = CT_LANE_SUM(s) / (double)D;
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++)
+            if (CT_LANE + k * CT_LANES < ng) {
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++) {
+                    double d = xv[k][u] - mean;
+                    q += d * d;
+                }
+            }
+        double inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++) {
+            long long g = CT_LANE + k * CT_LANES;
+            if (g >= ng)
+                continue;
+            float wv[16 / sizeof(CT_T)];
+            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                double gi = (double)gv[k][u] * wv[u];
+                mg += gi;
+                mgx += gi * (xv[k][u] - mean) * inv;
+            }
+        }
+        mg = CT_LANE_SUM(mg) / (double)D;
+        mgx = CT_LANE_SUM(mgx) / (double)D;
+        CT_UNROLL
+        for (int k = 0; k < CT_LN_GROUPS; k++) {
+            long long g = CT_LANE + k * CT_LANES;
+            if (g >= ng)
+                continue;
+            float wv[16 / sizeof(CT_T)], rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
+            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+            if (res)
+                CT_SFX(ct_ldv)(res, o + g * CT_VW, wx, rv);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                double xhat = (xv[k][u] - mean) * inv;
+                out[u] = (float)(inv * ((double)gv[k][u] * wv[u] - mg - xhat * mgx));
+                if (res)
+                    out[u] = CT_SFX(ct_rndw)(out[u], wx) + rv[u];
+            }
+            CT_SFX(ct_stv)(dx, o + g * CT_VW, wx, out);
+            if (low) {
+                CT_SFX(CtV16) lv;
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    lv.e[u] = CT_ST(CT_SFX(ct_rndw)(out[u], wx));
+                CT_V16_ST(low + o + g * CT_VW, lv);
+            }
+        }
+        if (CT_LANE == 0) {
+            stats[2 * r] = (float)mean;
+            stats[2 * r + 1] = (float)inv;
+        }
+    }
+}
+
 /* layer_norm's dx; x and dy share strides. Each row's mean and 1/std go to
  * stats[2r], stats[2r+1] for the weight kernels. With res (dx's dtype and
  * strides; NULL: none) dx holds dx + res, the residual stream's gradient,
@@ -521,6 +738,11 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void 
                                        const void *res, CT_T *low, float *stats, CtIndex rows, long long D,
                                        long long sx, long long sd, float eps)
 {
+    const void *ptrs[6] = {x, w, dy, dx, res, low};
+    if (CT_SFX(ct_ln_vec)(&rows, D, sx, sd, ptrs, 6)) {
+        CT_SFX(ct_layer_norm_grad_x_vec)(x, w, dy, dx, wide, res, low, stats, &rows, D, eps);
+        return;
+    }
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
     CT_WARP_LOOP(r, rows.n)
     {
