@@ -483,15 +483,17 @@ static void test_data_movement(void)
             }
     }
     /* a bias gradient: [3, 70, 6] over its first two dims, 14 chunks; and a
-     * layer scale's, of a product */
-    for (int nin = 1; nin <= 2; nin++) {
-        Case c;
-        graph_init(&c.g);
-        ValueId xf[2] = {input(&c, "x", 3, (int64_t[]){3, 70, 6}, 0, CT_F32),
-                         input(&c, "f", 3, (int64_t[]){3, 70, 6}, 0, CT_F32)};
-        if (!add_node(&c, CT_OP_reduce_sum, nin, xf, (int64_t[]){0x3, 0}, 2, NULL, 0, 0))
-            check_case(&c, nin > 1 ? "reduce_sum of x * f over rows" : "reduce_sum over rows");
-    }
+     * layer scale's, of a product; with 8 outputs, 4 a work item
+     * (ct_sum_vec) */
+    for (int c8 = 0; c8 < 2; c8++)
+        for (int nin = 1; nin <= 2; nin++) {
+            Case c;
+            const int64_t d[3] = {3, 70, c8 ? 8 : 6};
+            graph_init(&c.g);
+            ValueId xf[2] = {input(&c, "x", 3, d, 0, CT_F32), input(&c, "f", 3, d, 0, CT_F32)};
+            if (!add_node(&c, CT_OP_reduce_sum, nin, xf, (int64_t[]){0x3, 0}, 2, NULL, 0, 0))
+                check_case(&c, nin > 1 ? "reduce_sum of x * f over rows" : "reduce_sum over rows");
+        }
 }
 
 static void test_rows(void)

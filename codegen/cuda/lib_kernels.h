@@ -268,6 +268,74 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
     }
 }
 
+/* Whether reduce_sum's first stage can take CT_VW outputs of a chunk a
+ * work item: the outputs one dim, contiguous in x and y (a bias or layer
+ * scale's gradient over the rows of [rows, C]), their count, first offsets
+ * and the reduced dims' strides multiples of CT_VW, the buffers (the np of
+ * p, null ones aside) 16-byte aligned. */
+CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const void *const *p, int np)
+{
+    if (out->nd != 1 || out->st0[0] != 1 || out->st1[0] != 1 || out->n % CT_VW || out->base0 % CT_VW ||
+        out->base1 % CT_VW || red->base0 % CT_VW)
+        return 0;
+    for (long long d = 0; d < red->nd; d++)
+        if (red->st0[d] % CT_VW)
+            return 0;
+    unsigned long long a = 0;
+    for (int k = 0; k < np; k++)
+        a |= (unsigned long long)p[k] % 16;
+    return a == 0;
+}
+
+/* ct_reduce_sum_part on CT_VW outputs a work item (ct_sum_vec),
+ * CT_SUM_ROWS reduced indices' loads at a time: each output's sum in index
+ * order, as ct_sum_range adds it. */
+#define CT_SUM_ROWS 4
+CT_DEVICE void CT_SFX(ct_reduce_sum_part_vec)(const void *x, const void *f, int wide, double *part, const CtIndex *out,
+                                              const CtIndex *red, long long chunk, void *side, const void *scale)
+{
+    const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
+    long long nchunks = (red->n + chunk - 1) / chunk, groups = out->n / CT_VW;
+    CT_LOOP(i, nchunks * groups)
+    {
+        long long g, k = ct_divmod(i, groups, &g), j0 = g * CT_VW, o[CT_SUM_ROWS], unused;
+        long long end = (k + 1) * chunk < red->n ? (k + 1) * chunk : red->n;
+        double s[16 / sizeof(CT_T)] = {0};
+        float sv[16 / sizeof(CT_T)];
+        if (side)
+            CT_SFX(ct_ldv)(scale, out->base1 + j0, wide & CT_WIDE_R, sv);
+        for (long long r = k * chunk; r < end; r += CT_SUM_ROWS) {
+            float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], fv[CT_SUM_ROWS][16 / sizeof(CT_T)];
+            CT_UNROLL
+            for (int t = 0; t < CT_SUM_ROWS; t++)
+                if (r + t < end) {
+                    ct_offsets(red, r + t, &o[t], &unused);
+                    o[t] += out->base0 + j0;
+                    CT_SFX(ct_ldv)(x, o[t], wx, xv[t]);
+                    if (f)
+                        CT_SFX(ct_ldv)(f, o[t], wf, fv[t]);
+                }
+            CT_UNROLL
+            for (int t = 0; t < CT_SUM_ROWS; t++)
+                if (r + t < end) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        s[u] += f ? (double)xv[t][u] * fv[t][u] : (double)xv[t][u];
+                    if (side) {
+                        float sd[16 / sizeof(CT_T)];
+                        CT_UNROLL
+                        for (int u = 0; u < CT_VW; u++)
+                            sd[u] = xv[t][u] * sv[u];
+                        CT_SFX(ct_stv)(side, o[t], ws, sd);
+                    }
+                }
+        }
+        CT_UNROLL
+        for (int u = 0; u < CT_VW; u++)
+            part[k * out->n + j0 + u] = s[u];
+    }
+}
+
 /* reduce_sum in two stages, where the reduction is long next to the
  * outputs (a bias gradient: [B*N, C] summed over its rows). First, work
  * items pair output j with chunk k of `chunk` reduced indices, j fastest
@@ -277,6 +345,11 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const void *x, const void *f, int wide, dou
                                      long long chunk, void *side, const void *scale)
 {
     long long nchunks = (red.n + chunk - 1) / chunk;
+    const void *ptrs[4] = {x, f, side, scale};
+    if (CT_SFX(ct_sum_vec)(&out, &red, ptrs, 4)) {
+        CT_SFX(ct_reduce_sum_part_vec)(x, f, wide, part, &out, &red, chunk, side, scale);
+        return;
+    }
     CT_LOOP(i, nchunks * out.n)
     {
         long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, yo;

@@ -346,11 +346,18 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
             yd++;
     }
     CtIndex out = collapsed(index_make(nk, kd, ks0, ks1)), red = collapsed(index_make(nr, rd, rs, NULL));
-    int64_t chunk = sum_chunk(red.n, out.n), nchunks = (red.n + chunk - 1) / chunk;
     /* x (and y, which has x's dtype), the factor, the side output, its scale */
     const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
     int wide;
     CtDType st = mixed_storage(b, v, &wide);
+    /* the first stage's work items are 16 bytes of outputs where the
+     * layout allows (lib_kernels.h's ct_sum_vec; the kernel checks the
+     * addresses), so the reduction is cut finer to keep as many items */
+    int64_t vw = 16 / (int64_t)ct_dtype_size(st), vec = out.nd == 1 && out.st0[0] == 1 && out.st1[0] == 1;
+    vec &= out.n % vw == 0;
+    for (int d = 0; d < red.nd; d++)
+        vec &= red.st0[d] % vw == 0;
+    int64_t chunk = sum_chunk(red.n, vec ? out.n / vw : out.n), nchunks = (red.n + chunk - 1) / chunk;
     LibLaunch *l;
     if (nchunks <= 1) {
         l = begin(b, "ct_reduce_sum", st, out.n);
