@@ -37,6 +37,7 @@
 #define CT_WIDE_Y 4
 #define CT_WIDE_R 8 /* layer_norm's residual */
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
+#define CT_LN_MOST 1024 /* layer norm's rows held in registers, at most this long (lib_kernels.h's ct_ln_vec) */
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's
  * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.

@@ -603,7 +603,6 @@ CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo
  * of CT_VW elements lane, lane + CT_LANES, ... (at most CT_LN_GROUPS),
  * read from memory once, in 16-byte accesses (two for an f32 operand of a
  * 16-bit kernel). */
-#define CT_LN_MOST 1024
 #define CT_LN_GROUPS (CT_LN_MOST / CT_LANES / (16 / (int)sizeof(CT_T)))
 CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, long long sy, const void *const *p,
                                 int np)
@@ -864,9 +863,57 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void 
  * chunk k of `chunk` rows, c fastest (neighbouring threads read
  * neighbouring columns of a row): each chunk's sums into part[2 i] (dw)
  * and part[2 i + 1] (db), i = k * D + c. */
+/* ct_layer_norm_grad_w_part on CT_VW columns of a chunk a work item, where
+ * the rows are in registers for ct_layer_norm_grad_x too (ct_ln_vec),
+ * CT_SUM_ROWS rows' loads at a time: each column's sums in row order. */
+CT_DEVICE void CT_SFX(ct_layer_norm_grad_w_vec)(const void *x, const void *dy, int wide, const float *stats,
+                                                double *part, const CtIndex *rows, long long D, long long chunk)
+{
+    const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
+    long long nchunks = (rows->n + chunk - 1) / chunk, groups = D / CT_VW;
+    CT_LOOP(i, nchunks * groups)
+    {
+        long long g, k = ct_divmod(i, groups, &g), c0 = g * CT_VW, unused;
+        long long end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n;
+        double sw[16 / sizeof(CT_T)] = {0}, sb[16 / sizeof(CT_T)] = {0};
+        for (long long r = k * chunk; r < end; r += CT_SUM_ROWS) {
+            float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], gv[CT_SUM_ROWS][16 / sizeof(CT_T)];
+            CT_UNROLL
+            for (int t = 0; t < CT_SUM_ROWS; t++)
+                if (r + t < end) {
+                    long long xo;
+                    ct_offsets(rows, r + t, &xo, &unused);
+                    CT_SFX(ct_ldv)(x, xo + c0, wx, xv[t]);
+                    CT_SFX(ct_ldv)(dy, xo + c0, wy, gv[t]);
+                }
+            CT_UNROLL
+            for (int t = 0; t < CT_SUM_ROWS; t++)
+                if (r + t < end) {
+                    float mean = stats[2 * (r + t)], inv = stats[2 * (r + t) + 1];
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++) {
+                        double gr = gv[t][u];
+                        sw[u] += gr * (xv[t][u] - mean) * inv;
+                        sb[u] += gr;
+                    }
+                }
+        }
+        CT_UNROLL
+        for (int u = 0; u < CT_VW; u++) {
+            part[2 * (k * D + c0 + u)] = sw[u];
+            part[2 * (k * D + c0 + u) + 1] = sb[u];
+        }
+    }
+}
+
 CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const void *x, const void *dy, int wide, const float *stats, double *part,
                                             CtIndex rows, long long D, long long sx, long long chunk)
 {
+    const void *ptrs[2] = {x, dy};
+    if (CT_SFX(ct_ln_vec)(&rows, D, sx, 1, ptrs, 2)) {
+        CT_SFX(ct_layer_norm_grad_w_vec)(x, dy, wide, stats, part, &rows, D, chunk);
+        return;
+    }
     const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
     long long nchunks = (rows.n + chunk - 1) / chunk;
     CT_LOOP(i, nchunks * D)

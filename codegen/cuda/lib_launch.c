@@ -477,7 +477,13 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     a_f32(l, n->fattr[0]);
     if (!grad)
         return 0;
-    int64_t chunk = sum_chunk(rows.n, D), nchunks = (rows.n + chunk - 1) / chunk;
+    /* the first stage's work items are 16 bytes of columns where the rows
+     * are in registers (lib_kernels.h's ct_ln_vec), so the rows are cut
+     * finer to keep as many items */
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t), vec = sx[dim] == 1 && sy[dim] == 1 && D % vw == 0 && D <= CT_LN_MOST;
+    for (int d = 0; d < rows.nd; d++)
+        vec &= rows.st0[d] % vw == 0 && rows.st1[d] % vw == 0;
+    int64_t chunk = sum_chunk(rows.n, vec ? D / vw : D), nchunks = (rows.n + chunk - 1) / chunk;
     size_t part = 2 * sizeof(float) * (size_t)rows.n;
     *scratch = part + 2 * sizeof(double) * (size_t)(nchunks * D);
     l = begin(b, "ct_layer_norm_grad_w_part", t, nchunks * D);
