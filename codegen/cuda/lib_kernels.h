@@ -108,6 +108,28 @@ CT_GLOBAL CT_SFX(ct_fill)(CT_T *y, long long n, float v)
  * does not compute): act its op kind, approx gelu's tanh form. */
 CT_GLOBAL CT_SFX(ct_act)(const CT_T *x, CT_T *y, long long n, int act, int approx)
 {
+    if (((unsigned long long)x | (unsigned long long)y) % 16 == 0) { /* 16 bytes an item, the tail one at a time */
+        long long nv = n / CT_VW;
+        CT_GROUP_LOOP(i, nv)
+        {
+            CT_SFX(CtV16) v[CT_ELEMENTS];
+            CT_UNROLL
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < nv)
+                    CT_V16_LD(v[t], x + CT_ITEM(i, t) * CT_VW);
+            CT_UNROLL
+            for (int t = 0; t < CT_ELEMENTS; t++)
+                if (CT_ITEM(i, t) < nv) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        v[t].e[u] = CT_ST(fx_act(act, approx, CT_LD(v[t].e[u])));
+                    CT_V16_ST(y + CT_ITEM(i, t) * CT_VW, v[t]);
+                }
+        }
+        CT_LOOP(i, n - nv * CT_VW)
+        y[nv * CT_VW + i] = CT_ST(fx_act(act, approx, CT_LD(x[nv * CT_VW + i])));
+        return;
+    }
     CT_GROUP_LOOP(i, n)
     {
         float v[CT_ELEMENTS];
