@@ -105,7 +105,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_reduce_sum_part_f32"))
         ct_reduce_sum_part_f32(F(0), F(1), (int)I(2), (double *)P(3), X(4), X(5), I(6), F(7), F(8));
     else if (!strcmp(k, "ct_reduce_sum_total_f32"))
-        ct_reduce_sum_total_f32((double *)P(0), F(1), (int)I(2), X(3), I(4));
+        ct_reduce_sum_total_f32((double *)P(0), F(1), (int)I(2), X(3), I(4), D(5));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))
@@ -738,20 +738,22 @@ static void test_loss(void)
 }
 
 /* A library step's epilogue left to kernels: each activation that can be
- * one (both forms of gelu), a bias add (broadcast over the channel) and a
- * residual add, NCHW and NHWC. */
+ * one (both forms of gelu; over 120 elements, 16 bytes at a time, and
+ * over 27, the last 3 one at a time), a bias add (broadcast over the
+ * channel) and a residual add, NCHW and NHWC. */
 static void test_epilogue(void)
 {
-    static const int64_t x4[] = {2, 3, 4, 5};
+    static const int64_t x4[] = {2, 3, 4, 5}, x27[] = {1, 3, 3, 3};
     for (int nhwc = 0; nhwc < 2; nhwc++) {
         Case c;
         for (int op = 0; op < CT_NOPS; op++)
-            for (int approx = 0; op_def((CtOp)op)->fusion == OP_ACTIVATION && approx <= (op == CT_OP_gelu); approx++) {
-                graph_init(&c.g);
-                ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
-                if (!add_node(&c, (CtOp)op, 1, &x, (int64_t[]){approx}, 1, NULL, 0, nhwc))
-                    check_case(&c, op_def((CtOp)op)->name);
-            }
+            for (int approx = 0; op_def((CtOp)op)->fusion == OP_ACTIVATION && approx <= (op == CT_OP_gelu); approx++)
+                for (int odd = 0; odd < 2; odd++) {
+                    graph_init(&c.g);
+                    ValueId x = input(&c, "x", 4, odd ? x27 : x4, nhwc, CT_F32);
+                    if (!add_node(&c, (CtOp)op, 1, &x, (int64_t[]){approx}, 1, NULL, 0, nhwc))
+                        check_case(&c, op_def((CtOp)op)->name);
+                }
         for (int bias = 0; bias < 2; bias++) {
             graph_init(&c.g);
             ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
@@ -806,6 +808,14 @@ static void test_pool(void)
                           0, nhwc))
                 check_case(&c, op_def(cases[i].grad)->name);
         }
+    /* a global average pool of 8 channels, 4 a work item in NHWC (ct_sum_vec) */
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        Case c;
+        graph_init(&c.g);
+        ValueId x = input(&c, "x", 4, (int64_t[]){2, 8, 7, 6}, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_adaptive_avg_pool2d, 1, &x, (int64_t[]){1, 1}, 2, NULL, 0, nhwc))
+            check_case(&c, "adaptive_avg_pool2d of 8 channels to 1x1");
+    }
 }
 
 /* Attention and its gradient, q [2, 3, N, D] over M keys: without a bias,

@@ -291,15 +291,20 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
 }
 
 /* Whether reduce_sum's first stage can take CT_VW outputs of a chunk a
- * work item: the outputs one dim, contiguous in x and y (a bias or layer
- * scale's gradient over the rows of [rows, C]), their count, first offsets
+ * work item: the outputs' innermost dim contiguous in x and y (a bias or
+ * layer scale's gradient over the rows of [rows, C], a global average pool
+ * of [N, H, W, C]), its length, the other dims' strides, the first offsets
  * and the reduced dims' strides multiples of CT_VW, the buffers (the np of
  * p, null ones aside) 16-byte aligned. */
 CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const void *const *p, int np)
 {
-    if (out->nd != 1 || out->st0[0] != 1 || out->st1[0] != 1 || out->n % CT_VW || out->base0 % CT_VW ||
-        out->base1 % CT_VW || red->base0 % CT_VW)
+    long long last = out->nd - 1;
+    if (out->nd < 1 || out->st0[last] != 1 || out->st1[last] != 1 || out->dim[last] % CT_VW ||
+        out->base0 % CT_VW || out->base1 % CT_VW || red->base0 % CT_VW)
         return 0;
+    for (long long d = 0; d < last; d++)
+        if (out->st0[d] % CT_VW || out->st1[d] % CT_VW)
+            return 0;
     for (long long d = 0; d < red->nd; d++)
         if (red->st0[d] % CT_VW)
             return 0;
@@ -320,19 +325,20 @@ CT_DEVICE void CT_SFX(ct_reduce_sum_part_vec)(const void *x, const void *f, int 
     long long nchunks = (red->n + chunk - 1) / chunk, groups = out->n / CT_VW;
     CT_LOOP(i, nchunks * groups)
     {
-        long long g, k = ct_divmod(i, groups, &g), j0 = g * CT_VW, o[CT_SUM_ROWS], unused;
+        long long g, k = ct_divmod(i, groups, &g), j0 = g * CT_VW, o[CT_SUM_ROWS], unused, xo0, yo0;
         long long end = (k + 1) * chunk < red->n ? (k + 1) * chunk : red->n;
         double s[16 / sizeof(CT_T)] = {0};
         float sv[16 / sizeof(CT_T)];
+        ct_offsets(out, j0, &xo0, &yo0);
         if (side)
-            CT_SFX(ct_ldv)(scale, out->base1 + j0, wide & CT_WIDE_R, sv);
+            CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
         for (long long r = k * chunk; r < end; r += CT_SUM_ROWS) {
             float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], fv[CT_SUM_ROWS][16 / sizeof(CT_T)];
             CT_UNROLL
             for (int t = 0; t < CT_SUM_ROWS; t++)
                 if (r + t < end) {
                     ct_offsets(red, r + t, &o[t], &unused);
-                    o[t] += out->base0 + j0;
+                    o[t] += xo0;
                     CT_SFX(ct_ldv)(x, o[t], wx, xv[t]);
                     if (f)
                         CT_SFX(ct_ldv)(f, o[t], wf, fv[t]);
@@ -395,9 +401,11 @@ CT_DEVICE double CT_SFX(ct_chunk_total)(const double *part, long long stride, lo
     return CT_LANE_SUM(s);
 }
 
-/* Then each output's chunks added (ct_chunk_total), a warp an output, y
- * stored as CT_T or as float where wide. */
-CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtIndex out, long long nchunks)
+/* Then each output's chunks added (ct_chunk_total), a warp an output, and
+ * divided by div (1 for a sum, the window's size for a global average
+ * pool), y stored as CT_T or as float where wide. */
+CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtIndex out, long long nchunks,
+                                      double div)
 {
     CT_WARP_LOOP(j, out.n)
     {
@@ -405,7 +413,7 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtI
         double s = CT_SFX(ct_chunk_total)(part + j, out.n, nchunks);
         ct_offsets(&out, j, &unused, &yo);
         if (CT_LANE == 0)
-            CT_SFX(ct_stw)(y, yo, wide, (float)s);
+            CT_SFX(ct_stw)(y, yo, wide, (float)(s / div));
     }
 }
 

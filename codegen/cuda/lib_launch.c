@@ -320,6 +320,50 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
     }
 }
 
+/* The chunk length of a two-stage sum of x over red into out (storage st):
+ * the first stage's work items are 16 bytes of outputs where the layout
+ * allows (lib_kernels.h's ct_sum_vec; the kernel checks the addresses), so
+ * the reduction is cut finer there to keep as many items. */
+static int64_t out_sum_chunk(const CtIndex *out, const CtIndex *red, CtDType st)
+{
+    int64_t vw = 16 / (int64_t)ct_dtype_size(st), last = out->nd - 1;
+    int vec = out->nd >= 1 && out->st0[last] == 1 && out->st1[last] == 1 && out->dim[last] % vw == 0;
+    for (int d = 0; d < last; d++)
+        vec &= out->st0[d] % vw == 0 && out->st1[d] % vw == 0;
+    for (int d = 0; d < red->nd; d++)
+        vec &= red->st0[d] % vw == 0;
+    return sum_chunk(red->n, vec ? out->n / vw : out->n);
+}
+
+/* The two stages: each chunk's sums of x (times f, unless f < 0; with the
+ * side output unless side < 0) into scratch, then each output's chunks
+ * added and divided by div, into y. */
+static void sum_stages(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDType st, CtIndex out, CtIndex red,
+                       int64_t chunk, ValueId side, ValueId scale, double div, size_t *scratch)
+{
+    int64_t nchunks = (red.n + chunk - 1) / chunk;
+    *scratch = sizeof(double) * (size_t)(nchunks * out.n);
+    LibLaunch *l = begin(b, "ct_reduce_sum_part", st, nchunks * out.n);
+    a_val(l, x);
+    if (f >= 0)
+        a_val(l, f);
+    else
+        arg(l, LA_NULL);
+    a_i32(l, wide);
+    arg(l, LA_SCRATCH);
+    a_index(l, out);
+    a_index(l, red);
+    a_i64(l, chunk);
+    a_side(l, side, scale);
+    l = begin(b, "ct_reduce_sum_total", st, out.n * CT_LIB_LANES);
+    arg(l, LA_SCRATCH);
+    a_val(l, y);
+    a_i32(l, wide & CT_WIDE_X);
+    a_index(l, out);
+    a_i64(l, nchunks);
+    a_f64(l, div);
+}
+
 /* reduce_sum: one stage (ct_reduce_sum, an output a work item) where one
  * chunk covers the reduction (the outputs alone fill the GPU, or the
  * reduction is short), else two with the chunks' sums in scratch. With a
@@ -350,17 +394,9 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
     const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
     int wide;
     CtDType st = mixed_storage(b, v, &wide);
-    /* the first stage's work items are 16 bytes of outputs where the
-     * layout allows (lib_kernels.h's ct_sum_vec; the kernel checks the
-     * addresses), so the reduction is cut finer to keep as many items */
-    int64_t vw = 16 / (int64_t)ct_dtype_size(st), vec = out.nd == 1 && out.st0[0] == 1 && out.st1[0] == 1;
-    vec &= out.n % vw == 0;
-    for (int d = 0; d < red.nd; d++)
-        vec &= red.st0[d] % vw == 0;
-    int64_t chunk = sum_chunk(red.n, vec ? out.n / vw : out.n), nchunks = (red.n + chunk - 1) / chunk;
-    LibLaunch *l;
-    if (nchunks <= 1) {
-        l = begin(b, "ct_reduce_sum", st, out.n);
+    int64_t chunk = out_sum_chunk(&out, &red, st);
+    if (chunk >= red.n) {
+        LibLaunch *l = begin(b, "ct_reduce_sum", st, out.n);
         a_val(l, n->in[0]);
         a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
         a_val(l, n->out[0]);
@@ -370,22 +406,7 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
         a_side(l, side, scale);
         return 0;
     }
-    *scratch = sizeof(double) * (size_t)(nchunks * out.n);
-    l = begin(b, "ct_reduce_sum_part", st, nchunks * out.n);
-    a_val(l, n->in[0]);
-    a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
-    a_i32(l, wide);
-    arg(l, LA_SCRATCH);
-    a_index(l, out);
-    a_index(l, red);
-    a_i64(l, chunk);
-    a_side(l, side, scale);
-    l = begin(b, "ct_reduce_sum_total", st, out.n * CT_LIB_LANES);
-    arg(l, LA_SCRATCH);
-    a_val(l, n->out[0]);
-    a_i32(l, wide & CT_WIDE_X);
-    a_index(l, out);
-    a_i64(l, nchunks);
+    sum_stages(b, n->in[0], n->nin > 1 ? n->in[1] : -1, n->out[0], wide, st, out, red, chunk, side, scale, 1, scratch);
     return 0;
 }
 
@@ -966,6 +987,16 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         o[1] = 2, o[2] = 3, o[3] = 1;
     if (max && grad && !same_strides(b, n->in[0], x))
         return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
+    if (adaptive && !grad && p.OH == 1 && p.OW == 1) { /* a global average: reduce_sum's stages where long */
+        int64_t kd[2] = {xs->d[0], xs->d[1]}, ks0[2] = {sx[0], sx[1]}, ks1[2] = {sy[0], sy[1]};
+        int64_t rd[2] = {p.H, p.W}, rs[2] = {sx[2], sx[3]};
+        CtIndex out = collapsed(index_make(2, kd, ks0, ks1)), red = collapsed(index_make(2, rd, rs, NULL));
+        int64_t chunk = out_sum_chunk(&out, &red, t);
+        if (chunk < red.n) {
+            sum_stages(b, x, -1, y, 0, t, out, red, chunk, -1, -1, (double)(p.H * p.W), scratch);
+            return 0;
+        }
+    }
     int argmax = grad && max && p.kh * p.kw <= 256;
     if (!grad || argmax) { /* the forward's walk over y */
         LibLaunch *l = begin(b, argmax ? "ct_pool_argmax" : "ct_pool", t, shape_numel(ys));
