@@ -131,8 +131,8 @@ static int vec_width(const KirKernel *k, const KirLoop *l)
         size_t s = ct_dtype_size(k->bufs[in->buf].dtype);
         if (s > 4)
             return 0;
-        const KirView *v = &l->views[in->view];
-        if ((in->op == KIR_STORE || v->ndim == 0 || v->stride[v->ndim - 1] == 1) && s > most)
+        const KirView *v = in->op == KIR_LOAD ? &l->views[in->view] : NULL;
+        if ((!v || v->ndim == 0 || v->stride[v->ndim - 1] == 1) && s > most)
             most = s;
     }
     return most == 0 ? 0 : most == 1 ? 8 : (int)(16 / most);

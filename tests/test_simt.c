@@ -584,6 +584,63 @@ static ValueId add(Graph *g, CtOp op, ValueId a, ValueId b, int64_t i, double f0
     return id < 0 ? -1 : g->nodes[id].out[0];
 }
 
+/* A graph's generated kernels (at most 8), lowered and rendered as the
+ * cuda target does, after the prelude in text. */
+typedef struct Generated {
+    FusePlan p;
+    KirKernel ks[8];
+    char names[8][48];
+    int nk;
+    CtBuf text;
+} Generated;
+
+static int generated_open(Graph *g, Generated *gen)
+{
+    CtErr err;
+    memset(gen, 0, sizeof *gen);
+    if (fuse_plan(g, &gen->p, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    render_cuda_prelude(&gen->text);
+    for (int l = 0; l < gen->p.kernels_after && gen->nk < 8; l++) {
+        if (!kir_lowerable(&gen->p, l))
+            continue;
+        if (kir_lower(g, &gen->p, l, (KirOptions){KIR_F32, 1}, &gen->ks[gen->nk], &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        render_cuda_kernel(&gen->ks[gen->nk], &gen->text);
+        snprintf(gen->names[gen->nk], 48, "ct_k%d", l);
+        gen->nk++;
+    }
+    return 0;
+}
+
+/* Each kernel on 3 blocks of 64, its buffers at mem[value]. */
+static void generated_launch(SimModule *m, Generated *gen, void **mem)
+{
+    CtErr err;
+    for (int k = 0; k < gen->nk; k++) {
+        void *ptr[16], *params[16];
+        CT_ASSERT(gen->ks[k].nbufs <= 16);
+        for (int b = 0; b < gen->ks[k].nbufs; b++) {
+            ptr[b] = mem[gen->ks[k].bufs[b].value];
+            params[b] = &ptr[b];
+        }
+        SimLaunch l = grid1(3, 64, (uint64_t)k + 1);
+        CHECKF(sim_launch(m, gen->names[k], &l, params, &err) == 0, "%s", err.msg);
+    }
+}
+
+static void generated_free(Generated *gen)
+{
+    for (int k = 0; k < gen->nk; k++)
+        kir_free(&gen->ks[k]);
+    buf_free(&gen->text);
+    fuse_free(&gen->p);
+}
+
 /* Elementwise work with broadcasts and f16/bf16 casts, lowered and
  * rendered as the cuda target does, launched on 3 blocks of 64. */
 static void test_generated(void)
@@ -592,7 +649,6 @@ static void test_generated(void)
     graph_init(&g);
     ValueId x = graph_add_value(&g, (CtType){shape_make(4, (int64_t[]){2, 3, 4, 5}), CT_F32}, CT_ROLE_INPUT, "x");
     ValueId y = graph_add_value(&g, (CtType){shape_make(3, (int64_t[]){3, 1, 5}), CT_F32}, CT_ROLE_INPUT, "y");
-    CtErr err;
     ValueId xy = add(&g, CT_OP_mul, x, y, 0, 0, 0);
     ValueId a = add(&g, CT_OP_add, add(&g, CT_OP_gelu, xy, -1, 0, 0, 0), x, 0, 0, 0);
     ValueId h = add(&g, CT_OP_scale_shift, add(&g, CT_OP_cast, x, -1, CT_F16, 0, 0), -1, 0, 3, 0.25);
@@ -602,41 +658,14 @@ static void test_generated(void)
     graph_mark_output(&g, a);
     graph_mark_output(&g, add(&g, CT_OP_cast, h, -1, CT_F32, 0, 0));
     graph_mark_output(&g, b);
-    FusePlan p;
-    if (fuse_plan(&g, &p, &err)) {
-        CHECKF(0, "%s", err.msg);
+    static Generated gen;
+    if (generated_open(&g, &gen))
         goto free_graph;
-    }
-    KirKernel ks[8] = {0};
-    static char names[8][48];
-    CtBuf text = {0};
-    render_cuda_prelude(&text);
-    int nk = 0;
-    for (int l = 0; l < p.kernels_after && nk < 8; l++) {
-        if (!kir_lowerable(&p, l))
-            continue;
-        if (kir_lower(&g, &p, l, (KirOptions){KIR_F32, 1}, &ks[nk], &err)) {
-            CHECKF(0, "%s", err.msg);
-            break;
-        }
-        render_cuda_kernel(&ks[nk], &text);
-        snprintf(names[nk], 48, "ct_k%d", l);
-        nk++;
-    }
-    SimModule *m = build("a small graph's generated kernels", text.s, names, nk);
+    SimModule *m = build("a small graph's generated kernels", gen.text.s, gen.names, gen.nk);
     CtTensor ref[3];
     void **mem = calloc((size_t)g.nvalues, sizeof *mem);
     if (m && run_ref(&g, ref, mem) == 0) {
-        for (int k = 0; k < nk; k++) {
-            void *ptr[16], *params[16];
-            CT_ASSERT(ks[k].nbufs <= 16);
-            for (int b = 0; b < ks[k].nbufs; b++) {
-                ptr[b] = mem[ks[k].bufs[b].value];
-                params[b] = &ptr[b];
-            }
-            SimLaunch l = grid1(3, 64, (uint64_t)k + 1);
-            CHECKF(sim_launch(m, names[k], &l, params, &err) == 0, "%s", err.msg);
-        }
+        generated_launch(m, &gen, mem);
         compare_outputs("generated kernels", &g, ref, mem, 1e-6);
         free_refs(&g, ref);
     }
@@ -644,10 +673,7 @@ static void test_generated(void)
     for (ValueId v = 0; v < g.nvalues; v++)
         free(mem[v]);
     free(mem);
-    for (int k = 0; k < nk; k++)
-        kir_free(&ks[k]);
-    buf_free(&text);
-    fuse_free(&p);
+    generated_free(&gen);
 free_graph:
     graph_free(&g);
 }
@@ -682,34 +708,16 @@ static void test_vector_parts(void)
     graph_mark_output(&g, out1);
     graph_mark_output(&g, out2);
     graph_mark_output(&g, out3);
-    FusePlan p;
-    CtErr err;
-    if (fuse_plan(&g, &p, &err)) {
-        CHECKF(0, "%s", err.msg);
+    static Generated gen;
+    if (generated_open(&g, &gen))
         goto free_graph;
-    }
-    KirKernel ks[8] = {0};
-    static char names[8][48];
-    CtBuf text = {0};
-    render_cuda_prelude(&text);
-    int nk = 0;
-    for (int l = 0; l < p.kernels_after && nk < 8; l++) {
-        if (!kir_lowerable(&p, l))
-            continue;
-        if (kir_lower(&g, &p, l, (KirOptions){KIR_F32, 1}, &ks[nk], &err)) {
-            CHECKF(0, "%s", err.msg);
-            break;
-        }
-        render_cuda_kernel(&ks[nk], &text);
-        snprintf(names[nk], 48, "ct_k%d", l);
-        nk++;
-    }
     /* each way of reading a chunk is there: in vectors, a channel stride
      * apart, once, and element by element */
-    CHECKF(strstr(text.s, "const ct_u4 w") && strstr(text.s, "CT_VEC(ct_u4, b") && strstr(text.s, " + 9216LL]") &&
-               strstr(text.s, "_1 = v") && strstr(text.s, "_1]);"),
-           "the vector parts lack a kind of read:\n%s", text.s);
-    SimModule *m = build("long loops' vector parts", text.s, names, nk);
+    const char *t = gen.text.s;
+    CHECKF(strstr(t, "const ct_u4 w") && strstr(t, "CT_VEC(ct_u4, b") && strstr(t, " + 9216LL]") &&
+               strstr(t, "_1 = v") && strstr(t, "_1]);"),
+           "the vector parts lack a kind of read:\n%s", t);
+    SimModule *m = build("long loops' vector parts", t, gen.names, gen.nk);
     CtTensor ref[3];
     void **mem = calloc((size_t)g.nvalues, sizeof *mem), **off = calloc((size_t)g.nvalues, sizeof *off);
     if (m && run_ref(&g, ref, mem) == 0) {
@@ -722,16 +730,7 @@ static void test_vector_parts(void)
                 memcpy(f + 1, mem[v], n * sizeof *f);
                 off[v] = f + 1;
             }
-            for (int k = 0; k < nk; k++) {
-                void *ptr[16], *params[16];
-                CT_ASSERT(ks[k].nbufs <= 16);
-                for (int b = 0; b < ks[k].nbufs; b++) {
-                    ptr[b] = at[ks[k].bufs[b].value];
-                    params[b] = &ptr[b];
-                }
-                SimLaunch l = grid1(3, 64, (uint64_t)k + 1);
-                CHECKF(sim_launch(m, names[k], &l, params, &err) == 0, "%s", err.msg);
-            }
+            generated_launch(m, &gen, at);
             compare_outputs(shifted ? "vector parts, misaligned" : "vector parts", &g, ref, at, 1e-6);
         }
         free_refs(&g, ref);
@@ -743,10 +742,7 @@ static void test_vector_parts(void)
     }
     free(mem);
     free(off);
-    for (int k = 0; k < nk; k++)
-        kir_free(&ks[k]);
-    buf_free(&text);
-    fuse_free(&p);
+    generated_free(&gen);
 free_graph:
     graph_free(&g);
 }

@@ -648,8 +648,34 @@ CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, 
     return a == 0;
 }
 
-/* ct_layer_norm on rows in registers (ct_ln_vec): the same sums, each
- * lane's in its groups' order. */
+/* The mean and 1/sqrt(biased variance + eps) of a row held in registers
+ * (v[k]: group lane + k * CT_LANES of the row's ng), two passes, each
+ * lane's terms in its groups' order. */
+CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], long long ng, long long D, float eps, double *mean,
+                                     double *inv)
+{
+    double s = 0, q = 0;
+    CT_UNROLL
+    for (int k = 0; k < CT_LN_GROUPS; k++)
+        if (CT_LANE + k * CT_LANES < ng) {
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++)
+                s += v[k][u];
+        }
+    *mean = CT_LANE_SUM(s) / (double)D;
+    CT_UNROLL
+    for (int k = 0; k < CT_LN_GROUPS; k++)
+        if (CT_LANE + k * CT_LANES < ng) {
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                double d = v[k][u] - *mean;
+                q += d * d;
+            }
+        }
+    *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+}
+
+/* ct_layer_norm on rows in registers (ct_ln_vec). */
 CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const void *b, void *y, int wide,
                                          const void *res, void *sum, const CtIndex *rows, long long D, float eps)
 {
@@ -660,7 +686,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
         long long xo, yo;
         ct_offsets(rows, r, &xo, &yo);
         float v[CT_LN_GROUPS][16 / sizeof(CT_T)];
-        double s = 0, q = 0;
+        double mean, inv;
         CT_UNROLL
         for (int k = 0; k < CT_LN_GROUPS; k++) {
             long long g = CT_LANE + k * CT_LANES;
@@ -674,21 +700,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
                 for (int u = 0; u < CT_VW; u++)
                     v[k][u] = CT_SFX(ct_rndw)(v[k][u] + rv[u], wx);
             }
-            CT_UNROLL
-            for (int u = 0; u < CT_VW; u++)
-                s += v[k][u];
         }
-        double mean = CT_LANE_SUM(s) / (double)D;
-        CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++)
-            if (CT_LANE + k * CT_LANES < ng) {
-                CT_UNROLL
-                for (int u = 0; u < CT_VW; u++) {
-                    double d = v[k][u] - mean;
-                    q += d * d;
-                }
-            }
-        double inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+        CT_SFX(ct_held_stats)(v, ng, D, eps, &mean, &inv);
         CT_UNROLL
         for (int k = 0; k < CT_LN_GROUPS; k++) {
             long long g = CT_LANE + k * CT_LANES;
@@ -760,7 +773,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
         long long xo, o;
         ct_offsets(rows, r, &xo, &o);
         float xv[CT_LN_GROUPS][16 / sizeof(CT_T)], gv[CT_LN_GROUPS][16 / sizeof(CT_T)];
-        double s = 0, q = 0, mg = 0, mgx = 0;
+        double mean, inv, mg = 0, mgx = 0;
         CT_UNROLL
         for (int k = 0; k < CT_LN_GROUPS; k++) {
             long long g = CT_LANE + k * CT_LANES;
@@ -768,21 +781,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
                 continue;
             CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[k]);
             CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[k]);
-            CT_UNROLL
-            for (int u = 0; u < CT_VW; u++)
-                s += xv[k][u];
         }
-        double mean = CT_LANE_SUM(s) / (double)D;
-        CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++)
-            if (CT_LANE + k * CT_LANES < ng) {
-                CT_UNROLL
-                for (int u = 0; u < CT_VW; u++) {
-                    double d = xv[k][u] - mean;
-                    q += d * d;
-                }
-            }
-        double inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+        CT_SFX(ct_held_stats)(xv, ng, D, eps, &mean, &inv);
         CT_UNROLL
         for (int k = 0; k < CT_LN_GROUPS; k++) {
             long long g = CT_LANE + k * CT_LANES;
