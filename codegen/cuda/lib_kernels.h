@@ -290,6 +290,26 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
     }
 }
 
+/* Whether a pass over rows of `len` elements (rows: the rows' offsets in
+ * two tensors, s0 and s1 the elements' strides along a row) can take CT_VW
+ * elements of a row a work item: the elements contiguous in both, len and
+ * every row's offsets multiples of CT_VW, the buffers (the np of p, null
+ * ones aside) 16-byte aligned. Batch norm's channels-last passes (a row a
+ * pixel), layer norm's rows. */
+CT_DEVICE int CT_SFX(ct_rows_vec)(const CtIndex *rows, long long len, long long s0, long long s1,
+                                  const void *const *p, int np)
+{
+    if (s0 != 1 || s1 != 1 || len % CT_VW || rows->base0 % CT_VW || rows->base1 % CT_VW)
+        return 0;
+    for (long long d = 0; d < rows->nd; d++)
+        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
+            return 0;
+    unsigned long long a = 0;
+    for (int k = 0; k < np; k++)
+        a |= (unsigned long long)p[k] % 16;
+    return a == 0;
+}
+
 /* Whether reduce_sum's first stage can take CT_VW outputs of a chunk a
  * work item: the outputs' innermost dim contiguous in x and y (a bias or
  * layer scale's gradient over the rows of [rows, C], a global average pool
@@ -637,15 +657,7 @@ CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo
 CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, long long sy, const void *const *p,
                                 int np)
 {
-    if (sx != 1 || sy != 1 || D % CT_VW || D > CT_LN_MOST || rows->base0 % CT_VW || rows->base1 % CT_VW)
-        return 0;
-    for (long long d = 0; d < rows->nd; d++)
-        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
-            return 0;
-    unsigned long long a = 0;
-    for (int k = 0; k < np; k++)
-        a |= (unsigned long long)p[k] % 16;
-    return a == 0;
+    return D <= CT_LN_MOST && CT_SFX(ct_rows_vec)(rows, D, sx, sy, p, np);
 }
 
 /* The mean and 1/sqrt(biased variance + eps) of a row held in registers
@@ -1113,22 +1125,7 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
     return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
 }
 
-/* Whether a pass over R rows of C channels (rows: the rows' offsets in two
- * tensors, s0 and s1 their channel strides) can take CT_VW channels a work
- * item: the channel the fastest dim of both, C and every row's offsets
- * multiples of CT_VW, the buffers (a null one aside) 16-byte aligned. */
-CT_DEVICE int CT_SFX(ct_bn_vec)(const CtIndex *rows, long long C, long long s0, long long s1, const void *a,
-                                const void *b, const void *c)
-{
-    if (s0 != 1 || s1 != 1 || C % CT_VW || rows->base0 % CT_VW || rows->base1 % CT_VW)
-        return 0;
-    for (long long d = 0; d < rows->nd; d++)
-        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
-            return 0;
-    return ((unsigned long long)a % 16 | (unsigned long long)b % 16 | (unsigned long long)c % 16) == 0;
-}
-
-/* ct_bn_sums over CT_VW channels of each chunk a work item (ct_bn_vec),
+/* ct_bn_sums over CT_VW channels of each chunk a work item (ct_rows_vec),
  * CT_BN_ROWS rows' loads at a time: each channel's sums in row order, as
  * the pass a channel at a time adds them. Its items are few (a chunk of
  * C / CT_VW each: 32768 at resnet50's first stage, some 250 an SM of an
@@ -1191,7 +1188,8 @@ CT_DEVICE void CT_SFX(ct_bn_sums_of)(const CT_T *x, const CT_T *dy, const double
                                      int grad)
 {
     long long nchunks = (rows->n + chunk - 1) / chunk;
-    if (CT_SFX(ct_bn_vec)(rows, C, sxc, sxc, x, dy, 0)) {
+    const void *ptrs[2] = {x, dy};
+    if (CT_SFX(ct_rows_vec)(rows, C, sxc, sxc, ptrs, 2)) {
         CT_SFX(ct_bn_sums_vec)(x, dy, fwd, act, approx, part, rows, C, chunk, grad);
         return;
     }
@@ -1304,7 +1302,8 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, c
 CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
                               long long sxc, long long syc, int act, int approx)
 {
-    if (CT_SFX(ct_bn_vec)(&rows, C, sxc, syc, x, res, y)) {
+    const void *ptrs[3] = {x, res, y};
+    if (CT_SFX(ct_rows_vec)(&rows, C, sxc, syc, ptrs, 3)) {
         long long groups = C / CT_VW, n = rows.n * groups;
         CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {
@@ -1390,7 +1389,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                                    const double *coef, CT_T *dx, CtIndex rows, long long C, long long sxc,
                                    long long sdc, int training)
 {
-    if (CT_SFX(ct_bn_vec)(&rows, C, sxc, sdc, x, dy, dx)) {
+    const void *ptrs[3] = {x, dy, dx};
+    if (CT_SFX(ct_rows_vec)(&rows, C, sxc, sdc, ptrs, 3)) {
         long long groups = C / CT_VW, n = rows.n * groups;
         CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {

@@ -320,6 +320,20 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
     }
 }
 
+/* The work items a row of `len` elements (s0, s1 their strides along it)
+ * makes in a kernel of storage t: 16 bytes of the row each where
+ * lib_kernels.h's ct_rows_vec takes them from the layout (the kernel then
+ * checks the addresses), else one element each. A two-stage sum cuts its
+ * rows finer where the items are vectors, to keep as many. */
+static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s1, CtDType t)
+{
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t);
+    int vec = s0 == 1 && s1 == 1 && len % vw == 0;
+    for (int d = 0; d < rows->nd; d++)
+        vec &= rows->st0[d] % vw == 0 && rows->st1[d] % vw == 0;
+    return vec ? len / vw : len;
+}
+
 /* The chunk length of a two-stage sum of x over red into out (storage st):
  * the first stage's work items are 16 bytes of outputs where the layout
  * allows (lib_kernels.h's ct_sum_vec; the kernel checks the addresses), so
@@ -498,13 +512,10 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     a_f32(l, n->fattr[0]);
     if (!grad)
         return 0;
-    /* the first stage's work items are 16 bytes of columns where the rows
-     * are in registers (lib_kernels.h's ct_ln_vec), so the rows are cut
-     * finer to keep as many items */
-    int64_t vw = 16 / (int64_t)ct_dtype_size(t), vec = sx[dim] == 1 && sy[dim] == 1 && D % vw == 0 && D <= CT_LN_MOST;
-    for (int d = 0; d < rows.nd; d++)
-        vec &= rows.st0[d] % vw == 0 && rows.st1[d] % vw == 0;
-    int64_t chunk = sum_chunk(rows.n, vec ? D / vw : D), nchunks = (rows.n + chunk - 1) / chunk;
+    /* the first stage's items are vectors where the rows are in registers
+     * (lib_kernels.h's ct_ln_vec) */
+    int64_t items = D <= CT_LN_MOST ? row_items(&rows, D, sx[dim], sy[dim], t) : D;
+    int64_t chunk = sum_chunk(rows.n, items), nchunks = (rows.n + chunk - 1) / chunk;
     size_t part = 2 * sizeof(float) * (size_t)rows.n;
     *scratch = part + 2 * sizeof(double) * (size_t)(nchunks * D);
     l = begin(b, "ct_layer_norm_grad_w_part", t, nchunks * D);
@@ -670,13 +681,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
-    /* the sums' work items are 16 bytes of channels where the layout
-     * allows (lib_kernels.h's ct_bn_vec; the kernel checks the addresses),
-     * so the rows are cut finer to keep as many items */
-    int64_t vw = 16 / (int64_t)ct_dtype_size(t), vec = sx[1] == 1 && sy[1] == 1 && C % vw == 0;
-    for (int d = 0; d < rows.nd; d++)
-        vec &= rows.st0[d] % vw == 0 && rows.st1[d] % vw == 0;
-    int64_t chunk = sum_chunk(rows.n, vec ? C / vw : C);
+    int64_t chunk = sum_chunk(rows.n, row_items(&rows, C, sx[1], sy[1], t));
     int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
     size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
