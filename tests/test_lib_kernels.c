@@ -40,6 +40,7 @@
 #define CT_LANE 0
 #define CT_LANES 1
 #define CT_LANE_SUM(v) (v)
+#define CT_SEG_SUM(v, lanes) (v)
 #define CT_DYN_SHARED(T, name) T name[CT_ATT_SMEM_MOST]
 #define CT_T float
 #define CT_LD(v) (v)
@@ -770,10 +771,10 @@ static void test_epilogue(void)
 
 /* Pooling and its gradients: 3x3 stride 2 pad 1 max (resnet's stem), 3x3
  * stride 2 ceil_mode average with and without the padding counted, 2x2
- * average, adaptive to 1x1 and to 3x2; NCHW and NHWC. */
-static void test_pool(void)
+ * average, adaptive to 1x1 and to 3x2; NCHW and NHWC, x [2, ch, 7, 6]. */
+static void test_pool_of(int64_t ch)
 {
-    static const int64_t x4[] = {2, 3, 7, 6};
+    const int64_t x4[] = {2, ch, 7, 6};
     static const struct {
         CtOp op, grad;
         int64_t a[8];
@@ -789,12 +790,14 @@ static void test_pool(void)
     for (int nhwc = 0; nhwc < 2; nhwc++)
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
             Case c;
+            char what[64];
             graph_init(&c.g);
             ValueId x = input(&c, "x", 4, x4, nhwc, CT_F32);
             if (add_node(&c, cases[i].op, 1, &x, cases[i].a, cases[i].na, NULL, 0, nhwc))
                 continue;
             CtShape ys = c.g.values[c.g.nodes[c.node].out[0]].type.shape;
-            check_case(&c, op_def(cases[i].op)->name);
+            snprintf(what, sizeof what, "%s of %lld channels", op_def(cases[i].op)->name, (long long)ch);
+            check_case(&c, what);
             graph_init(&c.g);
             int max = cases[i].op == CT_OP_max_pool2d;
             int64_t a[10];
@@ -804,11 +807,19 @@ static void test_pool(void)
                 a[na++] = x4[2], a[na++] = x4[3];
             ValueId gx = max ? input(&c, "x", 4, x4, nhwc, CT_F32) : -1;
             ValueId dy = input(&c, "dy", 4, ys.d, nhwc, CT_F32);
+            snprintf(what, sizeof what, "%s of %lld channels", op_def(cases[i].grad)->name, (long long)ch);
             if (!add_node(&c, cases[i].grad, max ? 2 : 1, max ? (ValueId[]){gx, dy} : (ValueId[]){dy}, a, na, NULL,
                           0, nhwc))
-                check_case(&c, op_def(cases[i].grad)->name);
+                check_case(&c, what);
         }
-    /* a global average pool of 8 channels, 4 a work item in NHWC (ct_sum_vec) */
+}
+
+/* test_pool_of 3 channels, and of 8 (4 a work item in NHWC: ct_pool_vec);
+ * a global average pool of 8 channels, 4 a work item in NHWC (ct_sum_vec). */
+static void test_pool(void)
+{
+    test_pool_of(3);
+    test_pool_of(8);
     for (int nhwc = 0; nhwc < 2; nhwc++) {
         Case c;
         graph_init(&c.g);

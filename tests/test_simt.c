@@ -749,8 +749,11 @@ free_graph:
 
 /* One node's library launches, their arguments stored as the executor
  * stores them, over 3 blocks of 64 threads; its outputs against ref's. */
-static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
+/* Runs node's launches on the cuda-sim against ref; the work items of its
+ * first launch, or -1. */
+static long long check_lib_node(SimModule *m, Graph *g, int node, const char *what)
 {
+    long long items = -1;
     CtTensor ref[CT_MAX_OUT];
     void **mem = calloc((size_t)g->nvalues, sizeof *mem);
     LibLaunch l[LIB_MAX_LAUNCHES];
@@ -792,12 +795,14 @@ static void check_lib_node(SimModule *m, Graph *g, int node, const char *what)
         compare_outputs(what, g, ref, mem, 1e-5);
         free_refs(g, ref);
         free(scratch);
+        items = l[0].items;
     } else {
         CHECKF(0, "%s: %s", what, err.msg);
     }
     for (ValueId v = 0; v < g->nvalues; v++)
         free(mem[v]);
     free(mem);
+    return items;
 }
 
 /* A graph of one node on an NHWC input x [2,3,4,5]. */
@@ -878,8 +883,11 @@ static void test_library(void)
     /* attention of q [1, 2, 40, 8] over 37 keys with a bias [1, 2, 40, 37]
      * (the gradient's dbias too): two query tiles of the tiled kernels, two
      * and three key tiles, the last ones partial; at head dim 80 (16-row
-     * tiles) without a bias; layer_norm of 37 rows of 40, a row a warp
-     * (eight lanes' shares longer than the others); the two-stage sums
+     * tiles) without a bias; layer_norm of 37 rows of 40 (10 groups of 4:
+     * 16 lanes a row, 8 rows a warp, the last warp's partial), of 37 rows
+     * of 160 (40 groups: two a lane, the second's past the row in 24
+     * lanes, 4 rows a warp) and of 70 rows of 8 (2 lanes a row, 64 rows a
+     * warp); the two-stage sums
      * (batch norm's, layer norm's weights', reduce_sum's) over 100 chunks
      * of 16 rows, which their second stages add a warp an output, each lane
      * four chunks or three */
@@ -887,6 +895,7 @@ static void test_library(void)
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
     const CtShape st = {3, {1, 2, 40}}, st80 = {3, {1, 1, 20}}; /* the forward's rows' logsumexp */
     const CtShape x = {3, {1, 37, 40}}, w = {1, {40}}, xl = {3, {1, 1600, 40}};
+    const CtShape x160 = {3, {1, 37, 160}}, w160 = {1, {160}}, x8 = {2, {70, 8}}, w8 = {1, {8}};
     const CtShape xb = {4, {4, 3, 20, 20}}, c3 = {1, {3}}, rows = {2, {1600, 3}};
     static const struct {
         CtOp op;
@@ -894,16 +903,21 @@ static void test_library(void)
         int64_t i;
         double f;
         const char *what;
-    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles"},
-                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles"},
-                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80"},
-                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80"},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm"},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad"},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks"},
-                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks"},
-                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks"},
-                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks"}};
+        long long items; /* the first launch's work items (0: any) */
+    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles", 0},
+                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles", 0},
+                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80", 0},
+                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 160", 320},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 8", 64},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 8", 64},
+                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks", 0},
+                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks", 0},
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},
                                  {q80, kv80, kv80},
@@ -911,6 +925,10 @@ static void test_library(void)
                                  {x, w, w},
                                  {x, w, x},
                                  {xl, w, xl},
+                                 {x160, w160, w160},
+                                 {x160, w160, x160},
+                                 {x8, w8, w8},
+                                 {x8, w8, x8},
                                  {xb, c3, c3, c3, c3},
                                  {xb, c3, c3, c3, xb},
                                  {rows}};
@@ -918,8 +936,9 @@ static void test_library(void)
     for (int i = 0; i < NCASES; i++) {
         Graph g;
         int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].i, cases[i].f);
-        if (id >= 0)
-            check_lib_node(m, &g, id, cases[i].what);
+        long long items = id >= 0 ? check_lib_node(m, &g, id, cases[i].what) : -1;
+        CHECKF(!cases[i].items || items == cases[i].items, "%s: %lld work items, not %lld", cases[i].what, items,
+               cases[i].items);
         graph_free(&g);
     }
     sim_module_free(m);

@@ -38,6 +38,32 @@
 #define CT_WIDE_R 8 /* layer_norm's residual */
 #define CT_MAX_HEAD 256 /* attention's head dim, at most (the fallback kernels' row accumulators) */
 #define CT_LN_MOST 1024 /* layer norm's rows held in registers, at most this long (lib_kernels.h's ct_ln_vec) */
+/* Layer norm's rows in registers (lib_kernels.h's ct_ln_vec): a row's ng
+ * groups of 16 bytes go to `lanes` lanes of a warp of `warp`, the fewest
+ * that cover them as a power of two (at most the warp), gpl groups a lane;
+ * a warp takes warp / lanes rows side by side, and each lane holds the
+ * groups of k of them (slots / gpl, at most CT_LN_ROWS: `slots` is a
+ * lane's registers for a row of CT_LN_MOST), all loaded before any row is
+ * reduced. At a row a warp, rows of 96 bf16 elements (ConvNeXt's first
+ * stage: 12 groups) kept 20 of a warp's 32 lanes idle and some 4 KiB an
+ * SM in flight (22 warps at 92 registers), where an H200 at HBM's latency
+ * needs some 25; now 24 lanes hold 8 rows, four loads a lane: some 24 KiB
+ * at 16 warps (126 registers). */
+#define CT_LN_ROWS 4
+typedef struct CtLnTile {
+    int lanes, gpl, k, rows; /* rows: a warp's, k * warp / lanes */
+} CtLnTile;
+
+CT_DEVICE CtLnTile ct_ln_tile(long long ng, int warp, int slots)
+{
+    CtLnTile t = {1, 0, 0, 0};
+    while (t.lanes < ng && t.lanes < warp)
+        t.lanes *= 2;
+    t.gpl = (int)((ng + t.lanes - 1) / t.lanes);
+    t.k = slots / t.gpl < CT_LN_ROWS ? slots / t.gpl : CT_LN_ROWS;
+    t.rows = warp / t.lanes * t.k;
+    return t;
+}
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's
  * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.
@@ -183,6 +209,30 @@ CT_DEVICE CtWindow ct_pool_item(const CtIndex *out, const CtPool *p, long long i
     ct_divmod(ct_divmod(ct_divmod(i, inner, &m), p->OW, &ow), p->OH, &oh);
     ct_offsets(out, i, xo, yo);
     return ct_window(p, oh, ow);
+}
+
+/* Input element i of pooling's gradient walk `in` (lib_kernels.h's
+ * ct_pool_grad): its image (c_last), else its image's plane, its channel
+ * (c_last; else 0), row and column, its offsets in dy and dx, and the
+ * output windows that can reach it (rows [oh0, oh1), columns [ow0, ow1)). */
+typedef struct CtPoolAt {
+    long long nc, c, h, w, yo, xo, oh0, oh1, ow0, ow1;
+} CtPoolAt;
+
+CT_DEVICE CtPoolAt ct_pool_at(const CtIndex *in, const CtPool *p, long long i)
+{
+    CtPoolAt a;
+    long long m, inner = p->c_last ? in->dim[3] : 1;
+    a.nc = ct_divmod(ct_divmod(ct_divmod(i, inner, &a.c), p->W, &a.w), p->H, &a.h);
+    ct_offsets(in, i, &a.yo, &a.xo);
+    a.oh0 = 0, a.oh1 = p->OH, a.ow0 = 0, a.ow1 = p->OW;
+    if (p->mode != 2) { /* only the windows that can reach (h, w); none starts below 0 */
+        long long h0 = a.h + p->ph - p->kh + p->sh, w0 = a.w + p->pw - p->kw + p->sw;
+        a.oh0 = h0 > 0 ? ct_divmod(h0, p->sh, &m) : 0, a.oh1 = ct_divmod(a.h + p->ph, p->sh, &m) + 1;
+        a.ow0 = w0 > 0 ? ct_divmod(w0, p->sw, &m) : 0, a.ow1 = ct_divmod(a.w + p->pw, p->sw, &m) + 1;
+        a.oh1 = a.oh1 > p->OH ? p->OH : a.oh1, a.ow1 = a.ow1 > p->OW ? p->OW : a.ow1;
+    }
+    return a;
 }
 
 #endif

@@ -20,7 +20,9 @@
  *                    each of n work items by a whole warp (CT_LANES threads,
  *                    or 1): a warp-stride loop, or a loop; inside it lane
  *                    CT_LANE takes its share, and CT_LANE_SUM(v) gives
- *                    every lane the sum of the warp's v (double)
+ *                    every lane the sum of the warp's v (double),
+ *                    CT_SEG_SUM(v, lanes) the sum over its aligned
+ *                    `lanes` lanes (a power of two)
  *   CT_T, CT_LD(v), CT_ST(f), CT_SFX(name), CT_ACC
  *                    the storage type, its load as float and store from
  *                    float, the name suffix (_f32, _f16, _bf16), and the
@@ -451,11 +453,103 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
     return best;
 }
 
+/* Whether a pooling walk ix over [N, H, W, C] (p.c_last) can take CT_VW
+ * channels a work item: the channels contiguous in both tensors, C, the
+ * other strides, the window's steps a and b and the first offsets
+ * multiples of CT_VW, the buffers (the np of ptr, null ones aside) 16-byte
+ * aligned. Its index math then serves CT_VW elements, in 16-byte accesses:
+ * a thread an element, resnet's max pool gradient took some 200
+ * instructions for each 2-byte store. */
+CT_DEVICE int CT_SFX(ct_pool_vec)(const CtIndex *ix, const CtPool *p, long long a, long long b, const void *const *ptr,
+                                  int np)
+{
+    if (!p->c_last || ix->nd != 4 || ix->dim[3] % CT_VW || ix->st0[3] != 1 || ix->st1[3] != 1 || a % CT_VW ||
+        b % CT_VW || ix->base0 % CT_VW || ix->base1 % CT_VW)
+        return 0;
+    for (int d = 0; d < 3; d++)
+        if (ix->st0[d] % CT_VW || ix->st1[d] % CT_VW)
+            return 0;
+    unsigned long long m = 0;
+    for (int k = 0; k < np; k++)
+        m |= (unsigned long long)ptr[k] % 16;
+    return m == 0;
+}
+
+/* ct_window_argmax for CT_VW channels at once: each channel's maximum as
+ * stored (best) and its position in the window (at: row * kw + column
+ * from the clipped corner). */
+CT_DEVICE void CT_SFX(ct_window_max_vec)(const CT_T *x, long long sh, long long sw, CtWindow r, long long kw,
+                                         CT_SFX(CtV16) * best, unsigned char *at)
+{
+    float bv[16 / sizeof(CT_T)];
+    CT_V16_LD(*best, x + r.h0 * sh + r.w0 * sw);
+    CT_UNROLL
+    for (int u = 0; u < CT_VW; u++) {
+        bv[u] = CT_LD(best->e[u]);
+        at[u] = 0;
+    }
+    for (long long h = r.h0; h < r.h1; h++)
+        for (long long w = r.w0; w < r.w1; w++) {
+            CT_SFX(CtV16) v;
+            CT_V16_LD(v, x + h * sh + w * sw);
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++) {
+                float f = CT_LD(v.e[u]);
+                if (f > bv[u] || f != f) {
+                    bv[u] = f, best->e[u] = v.e[u];
+                    at[u] = (unsigned char)((h - r.h0) * kw + w - r.w0);
+                }
+            }
+        }
+}
+
+/* ct_pool, or with am ct_pool_argmax's bytes, CT_VW channels a work item
+ * (ct_pool_vec). */
+CT_DEVICE void CT_SFX(ct_pool_vec_items)(const CT_T *x, CT_T *y, unsigned char *am, const CtIndex *out, long long sh,
+                                         long long sw, CtPool p)
+{
+    CT_LOOP(i, out->n / CT_VW)
+    {
+        long long xo, yo, e = i * CT_VW;
+        CtWindow r = ct_pool_item(out, &p, e, &xo, &yo);
+        CT_SFX(CtV16) v;
+        if (p.mode == 1) {
+            unsigned char at[16 / sizeof(CT_T)];
+            CT_SFX(ct_window_max_vec)(x + xo, sh, sw, r, p.kw, &v, at);
+            if (am) {
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    am[e + u] = at[u];
+            }
+        } else {
+            double acc[16 / sizeof(CT_T)] = {0};
+            for (long long h = r.h0; h < r.h1; h++)
+                for (long long w = r.w0; w < r.w1; w++) {
+                    CT_SFX(CtV16) t;
+                    CT_V16_LD(t, x + xo + h * sh + w * sw);
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        acc[u] += CT_LD(t.e[u]);
+                }
+            CT_UNROLL
+            for (int u = 0; u < CT_VW; u++)
+                v.e[u] = CT_ST((float)(acc[u] / r.divisor));
+        }
+        if (y)
+            CT_V16_ST(y + yo, v);
+    }
+}
+
 /* Pooling, one output element a work item: `out` walks [N, C, OH, OW] (or
  * [N, OH, OW, C]: p.c_last) with x's strides on N, C (0 on OH, OW) and y's
  * on all; sh, sw step x's rows and columns. */
 CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, long long sw, CtPool p)
 {
+    const void *ptrs[2] = {x, y};
+    if (CT_SFX(ct_pool_vec)(&out, &p, sh, sw, ptrs, 2)) {
+        CT_SFX(ct_pool_vec_items)(x, y, NULL, &out, sh, sw, p);
+        return;
+    }
     CT_LOOP(i, out.n)
     {
         long long xo, yo;
@@ -478,6 +572,11 @@ CT_GLOBAL CT_SFX(ct_pool)(const CT_T *x, CT_T *y, CtIndex out, long long sh, lon
  * am[i], so that the gradient finds it without searching the window again. */
 CT_GLOBAL CT_SFX(ct_pool_argmax)(const CT_T *x, unsigned char *am, CtIndex out, long long sh, long long sw, CtPool p)
 {
+    const void *ptrs[1] = {x};
+    if (CT_SFX(ct_pool_vec)(&out, &p, sh, sw, ptrs, 1)) {
+        CT_SFX(ct_pool_vec_items)(x, NULL, am, &out, sh, sw, p);
+        return;
+    }
     CT_LOOP(i, out.n)
     {
         long long xo, yo, m;
@@ -493,36 +592,66 @@ CT_GLOBAL CT_SFX(ct_pool_argmax)(const CT_T *x, unsigned char *am, CtIndex out, 
  * x (max only) shares dx's strides; dh, dw step dy, sh, sw step x and dx.
  * Max pooling takes each window's argmax from am (ct_pool_argmax's, in the
  * order dy's elements are walked there) where it is not NULL. */
+/* ct_pool_grad CT_VW channels a work item (ct_pool_vec), max pooling's
+ * from am alone. */
+CT_DEVICE void CT_SFX(ct_pool_grad_vec)(const unsigned char *am, const CT_T *dy, CT_T *dx, const CtIndex *in,
+                                        long long dh, long long dw, CtPool p)
+{
+    CT_LOOP(i, in->n / CT_VW)
+    {
+        CtPoolAt a = ct_pool_at(in, &p, i * CT_VW);
+        double acc[16 / sizeof(CT_T)] = {0};
+        for (long long oh = a.oh0; oh < a.oh1; oh++)
+            for (long long ow = a.ow0; ow < a.ow1; ow++) {
+                CtWindow r = ct_window(&p, oh, ow);
+                if (a.h < r.h0 || a.h >= r.h1 || a.w < r.w0 || a.w >= r.w1)
+                    continue;
+                CT_SFX(CtV16) g;
+                CT_V16_LD(g, dy + a.yo + oh * dh + ow * dw);
+                const unsigned char *at = am + ((a.nc * p.OH + oh) * p.OW + ow) * in->dim[3] + a.c;
+                long long k = (a.h - r.h0) * p.kw + a.w - r.w0;
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    if (p.mode != 1)
+                        acc[u] += CT_LD(g.e[u]) / r.divisor;
+                    else if (at[u] == k)
+                        acc[u] += CT_LD(g.e[u]);
+            }
+        CT_SFX(CtV16) v;
+        CT_UNROLL
+        for (int u = 0; u < CT_VW; u++)
+            v.e[u] = CT_ST((float)acc[u]);
+        CT_V16_ST(dx + a.xo, v);
+    }
+}
+
 CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_T *dy, CT_T *dx, CtIndex in,
                                long long dh, long long dw, long long sh, long long sw, CtPool p)
 {
+    const void *ptrs[2] = {dy, dx};
+    if ((p.mode != 1 || am) && CT_SFX(ct_pool_vec)(&in, &p, dh, dw, ptrs, 2)) {
+        CT_SFX(ct_pool_grad_vec)(am, dy, dx, &in, dh, dw, p);
+        return;
+    }
     long long inner = p.c_last ? in.dim[3] : 1;
     CT_LOOP(i, in.n)
     {
-        long long yo, xo, w, h, c, m, nc; /* nc: the image (c_last), else the image's plane */
-        nc = ct_divmod(ct_divmod(ct_divmod(i, inner, &c), p.W, &w), p.H, &h);
-        ct_offsets(&in, i, &yo, &xo);
-        long long plane = xo - h * sh - w * sw, oh0 = 0, oh1 = p.OH, ow0 = 0, ow1 = p.OW;
-        if (p.mode != 2) { /* only the windows that can reach (h, w); none starts below 0 */
-            long long h0 = h + p.ph - p.kh + p.sh, w0 = w + p.pw - p.kw + p.sw;
-            oh0 = h0 > 0 ? ct_divmod(h0, p.sh, &m) : 0, oh1 = ct_divmod(h + p.ph, p.sh, &m) + 1;
-            ow0 = w0 > 0 ? ct_divmod(w0, p.sw, &m) : 0, ow1 = ct_divmod(w + p.pw, p.sw, &m) + 1;
-            oh1 = oh1 > p.OH ? p.OH : oh1, ow1 = ow1 > p.OW ? p.OW : ow1;
-        }
+        CtPoolAt a = ct_pool_at(&in, &p, i);
+        long long plane = a.xo - a.h * sh - a.w * sw;
         double acc = 0;
-        for (long long oh = oh0; oh < oh1; oh++)
-            for (long long ow = ow0; ow < ow1; ow++) {
+        for (long long oh = a.oh0; oh < a.oh1; oh++)
+            for (long long ow = a.ow0; ow < a.ow1; ow++) {
                 CtWindow r = ct_window(&p, oh, ow);
-                if (h < r.h0 || h >= r.h1 || w < r.w0 || w >= r.w1)
+                if (a.h < r.h0 || a.h >= r.h1 || a.w < r.w0 || a.w >= r.w1)
                     continue;
-                float g = CT_LD(dy[yo + oh * dh + ow * dw]);
+                float g = CT_LD(dy[a.yo + oh * dh + ow * dw]);
                 if (p.mode != 1)
                     acc += g / r.divisor;
-                else if (am ? am[((nc * p.OH + oh) * p.OW + ow) * inner + c] == (h - r.h0) * p.kw + w - r.w0
-                            : CT_SFX(ct_window_argmax)(x + plane, sh, sw, r) == h * sh + w * sw)
+                else if (am ? am[((a.nc * p.OH + oh) * p.OW + ow) * inner + a.c] == (a.h - r.h0) * p.kw + a.w - r.w0
+                            : CT_SFX(ct_window_argmax)(x + plane, sh, sw, r) == a.h * sh + a.w * sw)
                     acc += g;
             }
-        dx[xo] = CT_ST((float)acc);
+        dx[a.xo] = CT_ST((float)acc);
     }
 }
 
@@ -649,10 +778,11 @@ CT_DEVICE void CT_SFX(ct_row_stats)(const void *x, const void *res, long long xo
 /* Layer norm's rows in registers: where a row is contiguous in x and y (and
  * the other operands), its length D a multiple of CT_VW and at most
  * CT_LN_MOST, every row's offsets multiples of CT_VW and the buffers (the
- * np of p, null ones aside) 16-byte aligned, a lane holds the row's groups
- * of CT_VW elements lane, lane + CT_LANES, ... (at most CT_LN_GROUPS),
- * read from memory once, in 16-byte accesses (two for an f32 operand of a
- * 16-bit kernel). */
+ * np of p, null ones aside) 16-byte aligned, a warp takes ct_ln_tile's
+ * rows at a time: slot j (of CT_LN_GROUPS) of a lane holds group
+ * CT_LANE % t.lanes + (j % t.gpl) * t.lanes of the lane's row j / t.gpl
+ * (ct_ln_row), read from memory once, in 16-byte accesses (two for an f32
+ * operand of a 16-bit kernel), all the slots' loads before any row's sums. */
 #define CT_LN_GROUPS (CT_LN_MOST / CT_LANES / (16 / (int)sizeof(CT_T)))
 CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, long long sy, const void *const *p,
                                 int np)
@@ -660,31 +790,41 @@ CT_DEVICE int CT_SFX(ct_ln_vec)(const CtIndex *rows, long long D, long long sx, 
     return D <= CT_LN_MOST && CT_SFX(ct_rows_vec)(rows, D, sx, sy, p, np);
 }
 
-/* The mean and 1/sqrt(biased variance + eps) of a row held in registers
- * (v[k]: group lane + k * CT_LANES of the row's ng), two passes, each
- * lane's terms in its groups' order. */
-CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], long long ng, long long D, float eps, double *mean,
-                                     double *inv)
+/* The row of warp item w's that the lane holds in the slots j of
+ * j / t.gpl == kr; the group of the row in slot j (ng or more: none). */
+CT_DEVICE long long CT_SFX(ct_ln_row)(CtLnTile t, long long w, int kr)
+{
+    return w * t.rows + (long long)kr * (CT_LANES / t.lanes) + CT_LANE / t.lanes;
+}
+CT_DEVICE long long CT_SFX(ct_ln_group)(CtLnTile t, int j) { return CT_LANE % t.lanes + (long long)(j % t.gpl) * t.lanes; }
+
+/* The mean and 1/sqrt(biased variance + eps) of the held row kr (v[j]:
+ * the slots of j / t.gpl == kr), two passes, each lane's terms in its
+ * groups' order, then the row's lanes' sums (CT_SEG_SUM); every lane of
+ * the warp takes part. The same bits as a row a warp: the lanes past a
+ * row's groups added zeros. */
+CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, int kr, long long ng, long long D,
+                                     float eps, double *mean, double *inv)
 {
     double s = 0, q = 0;
     CT_UNROLL
-    for (int k = 0; k < CT_LN_GROUPS; k++)
-        if (CT_LANE + k * CT_LANES < ng) {
+    for (int j = 0; j < CT_LN_GROUPS; j++)
+        if (j / t.gpl == kr && CT_SFX(ct_ln_group)(t, j) < ng) {
             CT_UNROLL
             for (int u = 0; u < CT_VW; u++)
-                s += v[k][u];
+                s += v[j][u];
         }
-    *mean = CT_LANE_SUM(s) / (double)D;
+    *mean = CT_SEG_SUM(s, t.lanes) / (double)D;
     CT_UNROLL
-    for (int k = 0; k < CT_LN_GROUPS; k++)
-        if (CT_LANE + k * CT_LANES < ng) {
+    for (int j = 0; j < CT_LN_GROUPS; j++)
+        if (j / t.gpl == kr && CT_SFX(ct_ln_group)(t, j) < ng) {
             CT_UNROLL
             for (int u = 0; u < CT_VW; u++) {
-                double d = v[k][u] - *mean;
+                double d = v[j][u] - *mean;
                 q += d * d;
             }
         }
-    *inv = 1 / sqrt(CT_LANE_SUM(q) / (double)D + eps);
+    *inv = 1 / sqrt(CT_SEG_SUM(q, t.lanes) / (double)D + eps);
 }
 
 /* ct_layer_norm on rows in registers (ct_ln_vec). */
@@ -693,41 +833,54 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
     const long long ng = D / CT_VW;
-    CT_WARP_LOOP(r, rows->n)
+    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
+    CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
-        long long xo, yo;
-        ct_offsets(rows, r, &xo, &yo);
         float v[CT_LN_GROUPS][16 / sizeof(CT_T)];
-        double mean, inv;
         CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++) {
-            long long g = CT_LANE + k * CT_LANES;
-            if (g >= ng)
+        for (int j = 0; j < CT_LN_GROUPS; j++) {
+            long long r = CT_SFX(ct_ln_row)(t, it, j / t.gpl), g = CT_SFX(ct_ln_group)(t, j), xo, yo;
+            if (j / t.gpl >= t.k || r >= rows->n || g >= ng) { /* a row past the last: its sums are not used */
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    v[j][u] = 0;
                 continue;
-            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[k]);
+            }
+            ct_offsets(rows, r, &xo, &yo);
+            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[j]);
             if (res) {
                 float rv[16 / sizeof(CT_T)];
                 CT_SFX(ct_ldv)(res, xo + g * CT_VW, wr, rv);
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
-                    v[k][u] = CT_SFX(ct_rndw)(v[k][u] + rv[u], wx);
+                    v[j][u] = CT_SFX(ct_rndw)(v[j][u] + rv[u], wx);
             }
         }
-        CT_SFX(ct_held_stats)(v, ng, D, eps, &mean, &inv);
         CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++) {
-            long long g = CT_LANE + k * CT_LANES;
-            if (g >= ng)
+        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+            if (kr >= t.k)
+                break;
+            long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, yo;
+            double mean, inv;
+            CT_SFX(ct_held_stats)(v, t, kr, ng, D, eps, &mean, &inv);
+            if (r >= rows->n)
                 continue;
-            float wv[16 / sizeof(CT_T)], bv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
-            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
-            CT_SFX(ct_ldv)(b, g * CT_VW, ww, bv);
+            ct_offsets(rows, r, &xo, &yo);
             CT_UNROLL
-            for (int u = 0; u < CT_VW; u++)
-                out[u] = (float)((v[k][u] - mean) * inv * wv[u] + bv[u]);
-            if (sum)
-                CT_SFX(ct_stv)(sum, xo + g * CT_VW, wx, v[k]);
-            CT_SFX(ct_stv)(y, yo + g * CT_VW, wy, out);
+            for (int j = 0; j < CT_LN_GROUPS; j++) {
+                long long g = CT_SFX(ct_ln_group)(t, j);
+                if (j / t.gpl != kr || g >= ng)
+                    continue;
+                float wv[16 / sizeof(CT_T)], bv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
+                CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+                CT_SFX(ct_ldv)(b, g * CT_VW, ww, bv);
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    out[u] = (float)((v[j][u] - mean) * inv * wv[u] + bv[u]);
+                if (sum)
+                    CT_SFX(ct_stv)(sum, xo + g * CT_VW, wx, v[j]);
+                CT_SFX(ct_stv)(y, yo + g * CT_VW, wy, out);
+            }
         }
     }
 }
@@ -780,65 +933,78 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
     const long long ng = D / CT_VW;
-    CT_WARP_LOOP(r, rows->n)
+    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
+    CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
-        long long xo, o;
-        ct_offsets(rows, r, &xo, &o);
         float xv[CT_LN_GROUPS][16 / sizeof(CT_T)], gv[CT_LN_GROUPS][16 / sizeof(CT_T)];
-        double mean, inv, mg = 0, mgx = 0;
         CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++) {
-            long long g = CT_LANE + k * CT_LANES;
-            if (g >= ng)
-                continue;
-            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[k]);
-            CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[k]);
-        }
-        CT_SFX(ct_held_stats)(xv, ng, D, eps, &mean, &inv);
-        CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++) {
-            long long g = CT_LANE + k * CT_LANES;
-            if (g >= ng)
-                continue;
-            float wv[16 / sizeof(CT_T)];
-            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
-            CT_UNROLL
-            for (int u = 0; u < CT_VW; u++) {
-                double gi = (double)gv[k][u] * wv[u];
-                mg += gi;
-                mgx += gi * (xv[k][u] - mean) * inv;
-            }
-        }
-        mg = CT_LANE_SUM(mg) / (double)D;
-        mgx = CT_LANE_SUM(mgx) / (double)D;
-        CT_UNROLL
-        for (int k = 0; k < CT_LN_GROUPS; k++) {
-            long long g = CT_LANE + k * CT_LANES;
-            if (g >= ng)
-                continue;
-            float wv[16 / sizeof(CT_T)], rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
-            CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
-            if (res)
-                CT_SFX(ct_ldv)(res, o + g * CT_VW, wx, rv);
-            CT_UNROLL
-            for (int u = 0; u < CT_VW; u++) {
-                double xhat = (xv[k][u] - mean) * inv;
-                out[u] = (float)(inv * ((double)gv[k][u] * wv[u] - mg - xhat * mgx));
-                if (res)
-                    out[u] = CT_SFX(ct_rndw)(out[u], wx) + rv[u];
-            }
-            CT_SFX(ct_stv)(dx, o + g * CT_VW, wx, out);
-            if (low) {
-                CT_SFX(CtV16) lv;
+        for (int j = 0; j < CT_LN_GROUPS; j++) {
+            long long r = CT_SFX(ct_ln_row)(t, it, j / t.gpl), g = CT_SFX(ct_ln_group)(t, j), xo, o;
+            if (j / t.gpl >= t.k || r >= rows->n || g >= ng) { /* a row past the last: its sums are not used */
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
-                    lv.e[u] = CT_ST(CT_SFX(ct_rndw)(out[u], wx));
-                CT_V16_ST(low + o + g * CT_VW, lv);
+                    xv[j][u] = gv[j][u] = 0;
+                continue;
             }
+            ct_offsets(rows, r, &xo, &o);
+            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[j]);
+            CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[j]);
         }
-        if (CT_LANE == 0) {
-            stats[2 * r] = (float)mean;
-            stats[2 * r + 1] = (float)inv;
+        CT_UNROLL
+        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+            if (kr >= t.k)
+                break;
+            long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, o;
+            double mean, inv, mg = 0, mgx = 0;
+            CT_SFX(ct_held_stats)(xv, t, kr, ng, D, eps, &mean, &inv);
+            CT_UNROLL
+            for (int j = 0; j < CT_LN_GROUPS; j++) {
+                long long g = CT_SFX(ct_ln_group)(t, j);
+                if (j / t.gpl != kr || g >= ng)
+                    continue;
+                float wv[16 / sizeof(CT_T)];
+                CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++) {
+                    double gi = (double)gv[j][u] * wv[u];
+                    mg += gi;
+                    mgx += gi * (xv[j][u] - mean) * inv;
+                }
+            }
+            mg = CT_SEG_SUM(mg, t.lanes) / (double)D;
+            mgx = CT_SEG_SUM(mgx, t.lanes) / (double)D;
+            if (r >= rows->n)
+                continue;
+            ct_offsets(rows, r, &xo, &o);
+            CT_UNROLL
+            for (int j = 0; j < CT_LN_GROUPS; j++) {
+                long long g = CT_SFX(ct_ln_group)(t, j);
+                if (j / t.gpl != kr || g >= ng)
+                    continue;
+                float wv[16 / sizeof(CT_T)], rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
+                CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+                if (res)
+                    CT_SFX(ct_ldv)(res, o + g * CT_VW, wx, rv);
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++) {
+                    double xhat = (xv[j][u] - mean) * inv;
+                    out[u] = (float)(inv * ((double)gv[j][u] * wv[u] - mg - xhat * mgx));
+                    if (res)
+                        out[u] = CT_SFX(ct_rndw)(out[u], wx) + rv[u];
+                }
+                CT_SFX(ct_stv)(dx, o + g * CT_VW, wx, out);
+                if (low) {
+                    CT_SFX(CtV16) lv;
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        lv.e[u] = CT_ST(CT_SFX(ct_rndw)(out[u], wx));
+                    CT_V16_ST(low + o + g * CT_VW, lv);
+                }
+            }
+            if (CT_LANE % t.lanes == 0) {
+                stats[2 * r] = (float)mean;
+                stats[2 * r + 1] = (float)inv;
+            }
         }
     }
 }

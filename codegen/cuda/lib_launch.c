@@ -492,7 +492,15 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     value_strides(val(b, y), sy);
     CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
     CtDType t = norm_storage(b, n, epi && !grad ? epi->res : -1, &wide);
-    LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, rows.n * CT_LIB_LANES);
+    /* a warp a row, or where the rows are in registers (lib_kernels.h's
+     * ct_ln_vec) ct_ln_tile's rows a warp */
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t), items = D <= CT_LN_MOST ? row_items(&rows, D, sx[dim], sy[dim], t) : D;
+    int64_t warps = rows.n;
+    if (items < D) {
+        CtLnTile tile = ct_ln_tile(items, CT_LIB_LANES, (int)(CT_LN_MOST / CT_LIB_LANES / vw));
+        warps = (rows.n + tile.rows - 1) / tile.rows;
+    }
+    LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, warps * CT_LIB_LANES);
     for (int k = 0; k < 3; k++) /* x (the prologue's), w, and b or dy */
         a_val(l, k == 0 && epi && !grad ? epi->x : n->in[k]);
     a_val(l, y);
@@ -512,9 +520,7 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     a_f32(l, n->fattr[0]);
     if (!grad)
         return 0;
-    /* the first stage's items are vectors where the rows are in registers
-     * (lib_kernels.h's ct_ln_vec) */
-    int64_t items = D <= CT_LN_MOST ? row_items(&rows, D, sx[dim], sy[dim], t) : D;
+    /* the first stage's items are vectors where the rows are in registers */
     int64_t chunk = sum_chunk(rows.n, items), nchunks = (rows.n + chunk - 1) / chunk;
     size_t part = 2 * sizeof(float) * (size_t)rows.n;
     *scratch = part + 2 * sizeof(double) * (size_t)(nchunks * D);
@@ -969,6 +975,20 @@ static void a_pool(LibLaunch *l, CtPool p)
  * gradient first finds each window's argmax (a byte an output element, in
  * scratch) where the window has at most 256 positions, so that each input
  * element reads a byte a window that holds it instead of searching it. */
+/* The work items of pooling's walk ix (storage t; a, b the window's
+ * steps): CT_VW channels each where lib_kernels.h's ct_pool_vec takes them
+ * from the layout (the kernel then checks the addresses), else an element
+ * each. */
+static int64_t pool_items(const CtIndex *ix, const CtPool *p, int64_t a, int64_t b, CtDType t)
+{
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t);
+    int vec = p->c_last && ix->nd == 4 && ix->dim[3] % vw == 0 && ix->st0[3] == 1 && ix->st1[3] == 1 && a % vw == 0 &&
+              b % vw == 0 && ix->base0 % vw == 0 && ix->base1 % vw == 0;
+    for (int d = 0; d < 3; d++)
+        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
+    return vec ? ix->n / vw : ix->n;
+}
+
 static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_avg_pool2d_grad || n->op == CT_OP_max_pool2d_grad ||
@@ -1004,16 +1024,17 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     }
     int argmax = grad && max && p.kh * p.kw <= 256;
     if (!grad || argmax) { /* the forward's walk over y */
-        LibLaunch *l = begin(b, argmax ? "ct_pool_argmax" : "ct_pool", t, shape_numel(ys));
+        int64_t st0[4] = {sx[0], sx[1], 0, 0}, d[4], s0[4], s1[4];
+        for (int k = 0; k < 4; k++)
+            d[k] = ys->d[o[k]], s0[k] = st0[o[k]], s1[k] = sy[o[k]];
+        CtIndex out = index_make(4, d, s0, s1);
+        LibLaunch *l = begin(b, argmax ? "ct_pool_argmax" : "ct_pool", t, pool_items(&out, &p, sx[2], sx[3], t));
         a_val(l, grad ? n->in[0] : x);
         if (argmax)
             arg(l, LA_SCRATCH);
         else
             a_val(l, y);
-        int64_t st0[4] = {sx[0], sx[1], 0, 0}, d[4], s0[4], s1[4];
-        for (int k = 0; k < 4; k++)
-            d[k] = ys->d[o[k]], s0[k] = st0[o[k]], s1[k] = sy[o[k]];
-        a_index(l, index_make(4, d, s0, s1));
+        a_index(l, out);
         a_i64(l, sx[2]);
         a_i64(l, sx[3]);
         a_pool(l, p);
@@ -1024,7 +1045,9 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     int64_t st0[4] = {sy[0], sy[1], 0, 0}, d[4], s0[4], s1[4];
     for (int k = 0; k < 4; k++)
         d[k] = xs->d[o[k]], s0[k] = st0[o[k]], s1[k] = sx[o[k]];
-    LibLaunch *l = begin(b, "ct_pool_grad", t, shape_numel(xs));
+    CtIndex in = index_make(4, d, s0, s1);
+    /* max pooling's gradient without the argmax bytes searches each window (an element a work item) */
+    LibLaunch *l = begin(b, "ct_pool_grad", t, max && !argmax ? in.n : pool_items(&in, &p, sy[2], sy[3], t));
     if (max)
         a_val(l, n->in[0]);
     else
@@ -1032,7 +1055,7 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     arg(l, argmax ? LA_SCRATCH : LA_NULL);
     a_val(l, y);
     a_val(l, x);
-    a_index(l, index_make(4, d, s0, s1));
+    a_index(l, in);
     a_i64(l, sy[2]);
     a_i64(l, sy[3]);
     a_i64(l, sx[2]);

@@ -42,6 +42,11 @@ void lib_source(CtBuf *out)
                     "#define CT_LANE_SUM(v) ct_lane_sum(v)\n"
                     "CT_DEVICE double ct_lane_sum(double v)\n{\n"
                     "    for (int m = 16; m > 0; m >>= 1)\n        v += __shfl_xor_sync(0xffffffffu, v, m);\n"
+                    "    return v;\n}\n"
+                    /* the same within `lanes` (a power of two) of aligned lanes */
+                    "#define CT_SEG_SUM(v, lanes) ct_seg_sum(v, lanes)\n"
+                    "CT_DEVICE double ct_seg_sum(double v, int lanes)\n{\n"
+                    "    for (int m = lanes >> 1; m > 0; m >>= 1)\n        v += __shfl_xor_sync(0xffffffffu, v, m);\n"
                     "    return v;\n}\n");
     buf_printf(out, "%s\n", ct_lib_common_text);
     /* the activations' formulas, over float as the generated kernels compute */
