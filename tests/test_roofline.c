@@ -3,12 +3,14 @@
  * pass's multiply-accumulates (attention counted as its matmuls), a
  * training step's to at least twice its forward's; and on small graphs the
  * bytes and floors are the ones counted by hand, a view moving none, a
- * bias gradient in its GEMM's epilogue reading dy once. */
+ * bias gradient in its GEMM's epilogue reading dy once; the cuda
+ * profile's floors beside its times. */
 #include <stdio.h>
 
 #include "check.h"
 #include "model_graphs.h"
 #include "codegen/cuda/roofline.h"
+#include "runtime/cuda/step_profile.h"
 #include "passes/stats.h"
 
 static double total_flops(const Graph *g, const RooflineDevice *d, int *ok)
@@ -176,6 +178,48 @@ static void test_view(const RooflineDevice *d)
     graph_free(&g);
 }
 
+/* The cuda profile's report (runtime/cuda/step_profile.h) of test_by_hand's
+ * two steps, measured (summed over two runs) at 3x the add's floor and
+ * 1.1x the GEMM's: the GEMM the slowest, the add the most time over its
+ * floor; without a device's roofline, times alone. And the roofline of a
+ * GPU by its name. */
+static void test_profile(const RooflineDevice *d)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    RooflineDevice found;
+    CHECK(roofline_device_of("NVIDIA H200", &found) == 0 && !strcmp(found.name, "h200"));
+    CHECK(roofline_device_of("NVIDIA H100 80GB HBM3", &found) == 0 && !strcmp(found.name, "h100"));
+    CHECK(roofline_device_of("NVIDIA A100-SXM4-80GB", &found) != 0);
+    graph_init(&g);
+    ValueId x = value(&g, 2, (int64_t[]){4, 8}), w = value(&g, 2, (int64_t[]){16, 8});
+    graph_mark_output(&g, node(&g, CT_OP_linear, node(&g, CT_OP_add, x, x), w));
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "%s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    double f0 = roofline_step(&lp, &g, 0, d, 0).floor_s * 1e3, f1 = roofline_step(&lp, &g, 1, d, 0).floor_s * 1e3;
+    double ms[3] = {2 * 3 * f0, 2 * 1.1 * f1, 0};
+    StepProfile sp = {.ms = ms, .nsteps = 2, .runs = 3, .counted = 2};
+    CtBuf out = {0}, bare = {0};
+    step_profile_report(&sp, &lp, &g, d, 0, &out);
+    step_profile_report(&sp, &lp, &g, NULL, 0, &bare);
+    const char *slow = out.s ? strstr(out.s, "the slowest steps:") : NULL;
+    const char *over = slow ? strstr(slow, "the most time over the floor:") : NULL;
+    CHECKF(slow && over && strstr(out.s, "their roofline floor on h200") && strstr(slow, "3.0x") &&
+               strstr(slow, "1.1x") && strstr(slow, "step 1:") < strstr(slow, "step 0:") &&
+               strstr(over, "step 0:") < strstr(over, "step 1:"),
+           "report:\n%s", out.s ? out.s : "");
+    CHECKF(bare.s && strstr(bare.s, "the slowest steps:") && !strstr(bare.s, "floor"), "report:\n%s",
+           bare.s ? bare.s : "");
+    buf_free(&out);
+    buf_free(&bare);
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
 int main(void)
 {
     RooflineDevice d;
@@ -188,5 +232,6 @@ int main(void)
     test_by_hand(&d);
     test_view(&d);
     test_bias_grad(&d);
+    test_profile(&d);
     return check_done("test_roofline");
 }

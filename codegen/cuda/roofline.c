@@ -3,6 +3,7 @@
  * bytes of the values it reads from memory and stores, each once. */
 #include "codegen/cuda/roofline.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,21 @@ int roofline_device(const char *name, RooflineDevice *d, CtErr *err)
             return 0;
         }
     return ct_fail(err, "no roofline for device '%s' (h200, h100)", name);
+}
+
+int roofline_device_of(const char *gpu, RooflineDevice *d)
+{
+    char low[256];
+    size_t n = 0;
+    for (; gpu[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)tolower((unsigned char)gpu[n]);
+    low[n] = 0;
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
+        if (strstr(low, devices[i].name)) {
+            *d = devices[i];
+            return 0;
+        }
+    return -1;
 }
 
 static const CtShape *shape(const Graph *g, ValueId v) { return &g->values[v].type.shape; }
@@ -148,6 +164,14 @@ RooflineStep roofline_step(const LaunchPlan *lp, const Graph *g, int s, const Ro
     RooflineStep r = step_of(lp, g, producer, s, d, allow_tf32);
     free(producer);
     return r;
+}
+
+void roofline_floors(const LaunchPlan *lp, const Graph *g, const RooflineDevice *d, int allow_tf32, double *floor_s)
+{
+    int *producer = producers(g);
+    for (int s = 0; s < lp->nsteps; s++)
+        floor_s[s] = step_of(lp, g, producer, s, d, allow_tf32).floor_s;
+    free(producer);
 }
 
 typedef struct Ranked {

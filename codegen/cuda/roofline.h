@@ -34,6 +34,9 @@ typedef struct RooflineDevice {
 
 /* The device named ("h200", "h100"); fails naming the known ones. */
 int roofline_device(const char *name, RooflineDevice *d, CtErr *err);
+/* The known device whose name a GPU's contains, case aside ("NVIDIA H200"
+ * is h200); -1 where none does. */
+int roofline_device_of(const char *gpu, RooflineDevice *d);
 
 typedef struct RooflineStep {
     double flops, bytes, floor_s;
@@ -42,6 +45,9 @@ typedef struct RooflineStep {
 
 /* Step s of plan lp over graph g (the graph the plan was made from). */
 RooflineStep roofline_step(const LaunchPlan *lp, const Graph *g, int s, const RooflineDevice *d, int allow_tf32);
+
+/* Every step's floor in seconds, into floor_s[lp->nsteps]. */
+void roofline_floors(const LaunchPlan *lp, const Graph *g, const RooflineDevice *d, int allow_tf32, double *floor_s);
 
 /* The multiply-accumulates of node n as the roofline counts them. */
 int64_t roofline_macs(const Graph *g, const Node *n);

@@ -409,7 +409,13 @@ void cuda_loaded_free(CudaLoaded *ld)
         return;
     CudaDriver *d = &ld->ex->drv;
     if (ld->have_prof) {
-        step_profile_report(&ld->prof, &ld->p->cuda, &ld->p->g);
+        RooflineDevice rd;
+        CtBuf report = {0};
+        int known = roofline_device_of(ld->ex->info.name, &rd) == 0;
+        step_profile_report(&ld->prof, ld->lp, &ld->p->g, known ? &rd : NULL, ld->ex->opt.allow_tf32, &report);
+        if (report.s)
+            fputs(report.s, stderr);
+        buf_free(&report);
         step_profile_close(&ld->prof);
     }
     if (ld->graph_exec)

@@ -45,7 +45,7 @@ int step_profile_collect(StepProfile *sp, CtErr *err)
 
 typedef struct Row {
     char *what;
-    double ms;
+    double ms, floor_ms;
     int steps, first;
 } Row;
 
@@ -55,21 +55,45 @@ static int by_time(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g)
+static int by_time_over(const void *a, const void *b)
+{
+    const Row *p = a, *q = b;
+    double x = p->ms - p->floor_ms, y = q->ms - q->floor_ms;
+    return (x < y) - (x > y);
+}
+
+/* A row's floor and its time over it, with a roofline. */
+static void floor_cols(CtBuf *out, const RooflineDevice *d, const Row *r)
+{
+    if (!d)
+        return;
+    buf_printf(out, "  floor %8.3f ms ", r->floor_ms);
+    if (r->floor_ms > 0)
+        buf_printf(out, "%7.1fx", r->ms / r->floor_ms);
+    else
+        buf_printf(out, "%8s", "-");
+}
+
+void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const RooflineDevice *d,
+                         int allow_tf32, CtBuf *out)
 {
     if (sp->counted == 0)
         return;
     int n = sp->nsteps, nkinds = 0;
     Row *kinds = calloc((size_t)n + 1, sizeof *kinds), *steps = calloc((size_t)n + 1, sizeof *steps);
-    CT_ASSERT(kinds && steps);
-    double total = 0;
+    double *floor_s = calloc((size_t)n + 1, sizeof *floor_s);
+    CT_ASSERT(kinds && steps && floor_s);
+    if (d)
+        roofline_floors(lp, g, d, allow_tf32, floor_s);
+    double total = 0, total_floor = 0;
     for (int s = 0; s < n; s++) {
         CtBuf kind = {0}, full = {0};
-        double ms = sp->ms[s] / sp->counted;
+        double ms = sp->ms[s] / sp->counted, fl = floor_s[s] * 1e3;
         total += ms;
-        lp_step_label(&c->lp, g, s, 1, &kind);
-        lp_step_label(&c->lp, g, s, 6, &full);
-        steps[s] = (Row){.what = full.s, .ms = ms, .steps = 1, .first = s};
+        total_floor += fl;
+        lp_step_label(lp, g, s, 1, &kind);
+        lp_step_label(lp, g, s, 6, &full);
+        steps[s] = (Row){.what = full.s, .ms = ms, .floor_ms = fl, .steps = 1, .first = s};
         int k = 0;
         while (k < nkinds && strcmp(kinds[k].what, kind.s))
             k++;
@@ -78,26 +102,45 @@ void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Grap
         else
             buf_free(&kind);
         kinds[k].ms += ms;
+        kinds[k].floor_ms += fl;
         kinds[k].steps++;
     }
     qsort(kinds, (size_t)nkinds, sizeof *kinds, by_time);
     qsort(steps, (size_t)n, sizeof *steps, by_time);
-    fprintf(stderr,
-            "ctimm: cuda profile, the mean of %d runs (eager, an event pair per step): %.3f ms in %d steps; by what "
-            "they run:\n",
-            sp->counted, total, n);
-    for (int k = 0; k < nkinds && k < 25; k++)
-        fprintf(stderr, "  %9.3f ms %5.1f%% %5d steps  %s\n", kinds[k].ms, 100 * kinds[k].ms / (total > 0 ? total : 1),
-                kinds[k].steps, kinds[k].what);
-    fprintf(stderr, "ctimm: cuda profile: the slowest steps:\n");
-    for (int s = 0; s < n && s < 12; s++)
-        fprintf(stderr, "  %9.3f ms  step %d: %s\n", steps[s].ms, steps[s].first, steps[s].what);
+    buf_printf(out, "ctimm: cuda profile, the mean of %d runs (eager, an event pair per step): %.3f ms in %d steps",
+               sp->counted, total, n);
+    if (d)
+        buf_printf(out, ", their roofline floor on %s %.3f ms (%.1f%% of the time)", d->name, total_floor,
+                   100 * total_floor / (total > 0 ? total : 1));
+    buf_printf(out, "; by what they run:\n");
+    for (int k = 0; k < nkinds && k < 25; k++) {
+        buf_printf(out, "  %9.3f ms %5.1f%% %5d steps", kinds[k].ms, 100 * kinds[k].ms / (total > 0 ? total : 1),
+                   kinds[k].steps);
+        floor_cols(out, d, &kinds[k]);
+        buf_printf(out, "  %s\n", kinds[k].what);
+    }
+    buf_printf(out, "ctimm: cuda profile: the slowest steps:\n");
+    for (int s = 0; s < n && s < 12; s++) {
+        buf_printf(out, "  %9.3f ms", steps[s].ms);
+        floor_cols(out, d, &steps[s]);
+        buf_printf(out, "  step %d: %s\n", steps[s].first, steps[s].what);
+    }
+    if (d) {
+        qsort(steps, (size_t)n, sizeof *steps, by_time_over);
+        buf_printf(out, "ctimm: cuda profile: the most time over the floor:\n");
+        for (int s = 0; s < n && s < 12; s++) {
+            buf_printf(out, "  %9.3f ms over", steps[s].ms - steps[s].floor_ms);
+            floor_cols(out, d, &steps[s]);
+            buf_printf(out, "  step %d: %s\n", steps[s].first, steps[s].what);
+        }
+    }
     for (int k = 0; k < nkinds; k++)
         free(kinds[k].what);
     for (int s = 0; s < n; s++)
         free(steps[s].what);
     free(kinds);
     free(steps);
+    free(floor_s);
 }
 
 void step_profile_close(StepProfile *sp)

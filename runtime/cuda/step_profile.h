@@ -6,14 +6,18 @@
  * gaps are summed over the runs after the first (which loads modules and
  * warms the libraries). The report, on stderr when the program is freed,
  * sums the steps by what they run (kind, library kernels, first op) and
- * lists the slowest single steps. Timing every step needs the steps
+ * lists the slowest single steps, each beside its roofline floor on the
+ * device (codegen/cuda/roofline.h: an H200 or H100) and its time over it,
+ * then the steps that lose the most time above their floors: where the
+ * kernels fall furthest short of the hardware, not only where the time
+ * goes. Timing every step needs the steps
  * enqueued one by one, so a profiled program is never captured as a
  * graph: the launch gaps are in the figures.
  */
 #ifndef CTIMM_STEP_PROFILE_H
 #define CTIMM_STEP_PROFILE_H
 
-#include "codegen/program.h"
+#include "codegen/cuda/roofline.h"
 #include "runtime/cuda/driver.h"
 
 typedef struct StepProfile {
@@ -28,7 +32,10 @@ int step_profile_open(StepProfile *sp, const CudaDriver *drv, int nsteps, CtErr 
 int step_profile_mark(StepProfile *sp, int s, CUstream stream, CtErr *err);
 /* After the run's stream has synchronised: its gaps added (from the second run on). */
 int step_profile_collect(StepProfile *sp, CtErr *err);
-void step_profile_report(const StepProfile *sp, const CudaProgram *c, const Graph *g);
+/* The report into out (nothing before a run was counted) of the steps of
+ * lp over g; d NULL: a device without a roofline, the times alone. */
+void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const RooflineDevice *d,
+                         int allow_tf32, CtBuf *out);
 void step_profile_close(StepProfile *sp);
 
 #endif
