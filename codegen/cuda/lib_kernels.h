@@ -458,8 +458,9 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
  * other strides, the window's steps a and b and the first offsets
  * multiples of CT_VW, the buffers (the np of ptr, null ones aside) 16-byte
  * aligned. Its index math then serves CT_VW elements, in 16-byte accesses:
- * a thread an element, resnet's max pool gradient took some 200
- * instructions for each 2-byte store. */
+ * an element a work item, resnet's max pool gradient did all of it (the
+ * position's divisions, the reaching windows', each window's bounds) for
+ * every 2-byte store. */
 CT_DEVICE int CT_SFX(ct_pool_vec)(const CtIndex *ix, const CtPool *p, long long a, long long b, const void *const *ptr,
                                   int np)
 {
