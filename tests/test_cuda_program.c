@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "model_graphs.h"
+#include "codegen/cuda/roofline.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/backend_cuda.h"
 
@@ -82,6 +83,17 @@ static void test_compile(void)
            p->cuda.nunits, p->cuda.lib.size);
     buf_free(&b);
     CHECKF(cuda_program_fits(p, 90, "NVIDIA H200 (sm_90, 132 SMs, 143 GiB)", &err) == 0, "%s", err.msg);
+    /* the profile's floors: the roofline's of each step, on the device the GPU's name gives */
+    double *floor_s = calloc((size_t)p->cuda.lp.nsteps, sizeof *floor_s);
+    RooflineDevice h100;
+    roofline_device("h100", &h100, &err);
+    const char *dev = cuda_program_floors(&p->cuda, &p->g, "NVIDIA H100 80GB HBM3", 0, floor_s);
+    int same = dev && !strcmp(dev, "h100");
+    for (int s = 0; same && s < p->cuda.lp.nsteps; s++)
+        same = floor_s[s] == roofline_step(&p->cuda.lp, &p->g, s, &h100, 0).floor_s;
+    CHECKF(same, "floors on %s", dev ? dev : "(no device)");
+    CHECK(cuda_program_floors(&p->cuda, &p->g, "Tesla T4", 0, floor_s) == NULL);
+    free(floor_s);
     program_free(p);
 }
 

@@ -200,12 +200,14 @@ static void test_profile(const RooflineDevice *d)
         graph_free(&g);
         return;
     }
-    double f0 = roofline_step(&lp, &g, 0, d, 0).floor_s * 1e3, f1 = roofline_step(&lp, &g, 1, d, 0).floor_s * 1e3;
-    double ms[3] = {2 * 3 * f0, 2 * 1.1 * f1, 0};
+    double floor_s[2];
+    roofline_floors(&lp, &g, d, 0, floor_s);
+    CHECK(floor_s[0] == roofline_step(&lp, &g, 0, d, 0).floor_s && floor_s[1] == roofline_step(&lp, &g, 1, d, 0).floor_s);
+    double ms[3] = {2 * 3 * floor_s[0] * 1e3, 2 * 1.1 * floor_s[1] * 1e3, 0};
     StepProfile sp = {.ms = ms, .nsteps = 2, .runs = 3, .counted = 2};
     CtBuf out = {0}, bare = {0};
-    step_profile_report(&sp, &lp, &g, d, 0, &out);
-    step_profile_report(&sp, &lp, &g, NULL, 0, &bare);
+    step_profile_report(&sp, &lp, &g, floor_s, d->name, &out);
+    step_profile_report(&sp, &lp, &g, NULL, NULL, &bare);
     const char *slow = out.s ? strstr(out.s, "the slowest steps:") : NULL;
     const char *over = slow ? strstr(slow, "the most time over the floor:") : NULL;
     CHECKF(slow && over && strstr(out.s, "their roofline floor on h200") && strstr(slow, "3.0x") &&

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/cuda/lib_source.h"
+#include "codegen/cuda/roofline.h"
 #include "codegen/units.h"
 #include "ir/ops.h"
 #ifdef CTIMM_HAVE_NVRTC
@@ -173,6 +174,16 @@ static void dump_image(const char *what, const CudaImage *img, CtBuf *out)
 {
     buf_printf(out, "image %s: %zu bytes, %s%s%s\n", what, img->size, img->is_source ? "" : img->arch,
                img->is_source ? "" : " ", img->is_source ? "CUDA C source" : img->is_ptx ? "PTX" : "cubin");
+}
+
+const char *cuda_program_floors(const CudaProgram *c, const Graph *g, const char *gpu, int allow_tf32,
+                                double *floor_s)
+{
+    RooflineDevice d;
+    if (roofline_device_of(gpu, &d))
+        return NULL;
+    roofline_floors(&c->lp, g, &d, allow_tf32, floor_s);
+    return d.name; /* a literal of roofline.c's table */
 }
 
 void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)

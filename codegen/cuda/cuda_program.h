@@ -49,6 +49,13 @@ typedef struct CudaProgram {
 int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned, CudaProgram *c, CtErr *err);
 void cuda_program_free(CudaProgram *c);
 
+/* Each step's roofline floor in seconds (codegen/cuda/roofline.h) on the
+ * known device whose name the GPU's contains ("NVIDIA H200": h200), into
+ * floor_s[c->lp.nsteps]; that device's short name, or NULL where none is
+ * known (floor_s untouched). g: the program's graph. */
+const char *cuda_program_floors(const CudaProgram *c, const Graph *g, const char *gpu, int allow_tf32,
+                                double *floor_s);
+
 /* --dump-program's lines: the plan's steps, then the images. */
 void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out);
 

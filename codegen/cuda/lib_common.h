@@ -45,10 +45,10 @@
  * groups of k of them (slots / gpl, at most CT_LN_ROWS: `slots` is a
  * lane's registers for a row of CT_LN_MOST), all loaded before any row is
  * reduced. At a row a warp, rows of 96 bf16 elements (ConvNeXt's first
- * stage: 12 groups) kept 20 of a warp's 32 lanes idle and some 4 KiB an
- * SM in flight (22 warps at 92 registers), where an H200 at HBM's latency
- * needs some 25; now 24 lanes hold 8 rows, four loads a lane: some 24 KiB
- * at 16 warps (126 registers). */
+ * stage: 12 groups) kept 20 of a warp's 32 lanes idle and 3 KiB an SM in
+ * flight (16 warps: two blocks of 256 threads at 92 registers), where an
+ * H200 at HBM's latency needs some 25; now 24 lanes hold 8 rows, four
+ * loads a lane: 24 KiB at the same 16 warps (126 registers). */
 #define CT_LN_ROWS 4
 typedef struct CtLnTile {
     int lanes, gpl, k, rows; /* rows: a warp's, k * warp / lanes */

@@ -409,13 +409,16 @@ void cuda_loaded_free(CudaLoaded *ld)
         return;
     CudaDriver *d = &ld->ex->drv;
     if (ld->have_prof) {
-        RooflineDevice rd;
+        double *floor_s = calloc((size_t)ld->lp->nsteps + 1, sizeof *floor_s);
+        CT_ASSERT(floor_s != NULL);
+        const char *device = cuda_program_floors(&ld->p->cuda, &ld->p->g, ld->ex->info.name, ld->ex->opt.allow_tf32,
+                                                 floor_s);
         CtBuf report = {0};
-        int known = roofline_device_of(ld->ex->info.name, &rd) == 0;
-        step_profile_report(&ld->prof, ld->lp, &ld->p->g, known ? &rd : NULL, ld->ex->opt.allow_tf32, &report);
+        step_profile_report(&ld->prof, ld->lp, &ld->p->g, device ? floor_s : NULL, device, &report);
         if (report.s)
             fputs(report.s, stderr);
         buf_free(&report);
+        free(floor_s);
         step_profile_close(&ld->prof);
     }
     if (ld->graph_exec)

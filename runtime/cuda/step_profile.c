@@ -62,10 +62,10 @@ static int by_time_over(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* A row's floor and its time over it, with a roofline. */
-static void floor_cols(CtBuf *out, const RooflineDevice *d, const Row *r)
+/* A row's floor and its time over it, with floors. */
+static void floor_cols(CtBuf *out, const double *floor_s, const Row *r)
 {
-    if (!d)
+    if (!floor_s)
         return;
     buf_printf(out, "  floor %8.3f ms ", r->floor_ms);
     if (r->floor_ms > 0)
@@ -74,21 +74,18 @@ static void floor_cols(CtBuf *out, const RooflineDevice *d, const Row *r)
         buf_printf(out, "%8s", "-");
 }
 
-void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const RooflineDevice *d,
-                         int allow_tf32, CtBuf *out)
+void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const double *floor_s,
+                         const char *device, CtBuf *out)
 {
     if (sp->counted == 0)
         return;
     int n = sp->nsteps, nkinds = 0;
     Row *kinds = calloc((size_t)n + 1, sizeof *kinds), *steps = calloc((size_t)n + 1, sizeof *steps);
-    double *floor_s = calloc((size_t)n + 1, sizeof *floor_s);
-    CT_ASSERT(kinds && steps && floor_s);
-    if (d)
-        roofline_floors(lp, g, d, allow_tf32, floor_s);
+    CT_ASSERT(kinds && steps);
     double total = 0, total_floor = 0;
     for (int s = 0; s < n; s++) {
         CtBuf kind = {0}, full = {0};
-        double ms = sp->ms[s] / sp->counted, fl = floor_s[s] * 1e3;
+        double ms = sp->ms[s] / sp->counted, fl = floor_s ? floor_s[s] * 1e3 : 0;
         total += ms;
         total_floor += fl;
         lp_step_label(lp, g, s, 1, &kind);
@@ -109,28 +106,28 @@ void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Grap
     qsort(steps, (size_t)n, sizeof *steps, by_time);
     buf_printf(out, "ctimm: cuda profile, the mean of %d runs (eager, an event pair per step): %.3f ms in %d steps",
                sp->counted, total, n);
-    if (d)
-        buf_printf(out, ", their roofline floor on %s %.3f ms (%.1f%% of the time)", d->name, total_floor,
+    if (floor_s)
+        buf_printf(out, ", their roofline floor on %s %.3f ms (%.1f%% of the time)", device, total_floor,
                    100 * total_floor / (total > 0 ? total : 1));
     buf_printf(out, "; by what they run:\n");
     for (int k = 0; k < nkinds && k < 25; k++) {
         buf_printf(out, "  %9.3f ms %5.1f%% %5d steps", kinds[k].ms, 100 * kinds[k].ms / (total > 0 ? total : 1),
                    kinds[k].steps);
-        floor_cols(out, d, &kinds[k]);
+        floor_cols(out, floor_s, &kinds[k]);
         buf_printf(out, "  %s\n", kinds[k].what);
     }
     buf_printf(out, "ctimm: cuda profile: the slowest steps:\n");
     for (int s = 0; s < n && s < 12; s++) {
         buf_printf(out, "  %9.3f ms", steps[s].ms);
-        floor_cols(out, d, &steps[s]);
+        floor_cols(out, floor_s, &steps[s]);
         buf_printf(out, "  step %d: %s\n", steps[s].first, steps[s].what);
     }
-    if (d) {
+    if (floor_s) {
         qsort(steps, (size_t)n, sizeof *steps, by_time_over);
         buf_printf(out, "ctimm: cuda profile: the most time over the floor:\n");
         for (int s = 0; s < n && s < 12; s++) {
             buf_printf(out, "  %9.3f ms over", steps[s].ms - steps[s].floor_ms);
-            floor_cols(out, d, &steps[s]);
+            floor_cols(out, floor_s, &steps[s]);
             buf_printf(out, "  step %d: %s\n", steps[s].first, steps[s].what);
         }
     }
@@ -140,7 +137,6 @@ void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Grap
         free(steps[s].what);
     free(kinds);
     free(steps);
-    free(floor_s);
 }
 
 void step_profile_close(StepProfile *sp)

@@ -7,7 +7,7 @@
  * warms the libraries). The report, on stderr when the program is freed,
  * sums the steps by what they run (kind, library kernels, first op) and
  * lists the slowest single steps, each beside its roofline floor on the
- * device (codegen/cuda/roofline.h: an H200 or H100) and its time over it,
+ * device (cuda_program_floors: an H200 or H100) and its time over it,
  * then the steps that lose the most time above their floors: where the
  * kernels fall furthest short of the hardware, not only where the time
  * goes. Timing every step needs the steps
@@ -17,7 +17,7 @@
 #ifndef CTIMM_STEP_PROFILE_H
 #define CTIMM_STEP_PROFILE_H
 
-#include "codegen/cuda/roofline.h"
+#include "codegen/program.h"
 #include "runtime/cuda/driver.h"
 
 typedef struct StepProfile {
@@ -33,9 +33,10 @@ int step_profile_mark(StepProfile *sp, int s, CUstream stream, CtErr *err);
 /* After the run's stream has synchronised: its gaps added (from the second run on). */
 int step_profile_collect(StepProfile *sp, CtErr *err);
 /* The report into out (nothing before a run was counted) of the steps of
- * lp over g; d NULL: a device without a roofline, the times alone. */
-void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const RooflineDevice *d,
-                         int allow_tf32, CtBuf *out);
+ * lp over g, beside their floors (floor_s, in seconds) on `device`; NULL
+ * floors: a device without a roofline, the times alone. */
+void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Graph *g, const double *floor_s,
+                         const char *device, CtBuf *out);
 void step_profile_close(StepProfile *sp);
 
 #endif
