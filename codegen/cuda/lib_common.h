@@ -120,6 +120,16 @@ CT_DEVICE CtAttHead ct_att_head(long long bh, long long N, long long M, long lon
     return a;
 }
 
+/* Whether the np buffers of p (null ones aside) are 16-byte aligned: the
+ * vector paths' check at launch (lib_kernels.h's ct_rows_vec and the like). */
+CT_DEVICE int ct_aligned16(const void *const *p, int np)
+{
+    unsigned long long a = 0;
+    for (int k = 0; k < np; k++)
+        a |= (unsigned long long)p[k] % 16;
+    return a == 0;
+}
+
 typedef struct CtIndex {
     long long n;
     long long nd;

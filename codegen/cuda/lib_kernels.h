@@ -292,6 +292,18 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
     }
 }
 
+/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
+ * of CT_VW in both tensors. */
+CT_DEVICE int CT_SFX(ct_steps_vec)(const CtIndex *ix, long long nd)
+{
+    if (ix->base0 % CT_VW || ix->base1 % CT_VW)
+        return 0;
+    for (long long d = 0; d < nd; d++)
+        if (ix->st0[d] % CT_VW || ix->st1[d] % CT_VW)
+            return 0;
+    return 1;
+}
+
 /* Whether a pass over rows of `len` elements (rows: the rows' offsets in
  * two tensors, s0 and s1 the elements' strides along a row) can take CT_VW
  * elements of a row a work item: the elements contiguous in both, len and
@@ -301,15 +313,7 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
 CT_DEVICE int CT_SFX(ct_rows_vec)(const CtIndex *rows, long long len, long long s0, long long s1,
                                   const void *const *p, int np)
 {
-    if (s0 != 1 || s1 != 1 || len % CT_VW || rows->base0 % CT_VW || rows->base1 % CT_VW)
-        return 0;
-    for (long long d = 0; d < rows->nd; d++)
-        if (rows->st0[d] % CT_VW || rows->st1[d] % CT_VW)
-            return 0;
-    unsigned long long a = 0;
-    for (int k = 0; k < np; k++)
-        a |= (unsigned long long)p[k] % 16;
-    return a == 0;
+    return s0 == 1 && s1 == 1 && len % CT_VW == 0 && CT_SFX(ct_steps_vec)(rows, rows->nd) && ct_aligned16(p, np);
 }
 
 /* Whether reduce_sum's first stage can take CT_VW outputs of a chunk a
@@ -322,18 +326,12 @@ CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const v
 {
     long long last = out->nd - 1;
     if (out->nd < 1 || out->st0[last] != 1 || out->st1[last] != 1 || out->dim[last] % CT_VW ||
-        out->base0 % CT_VW || out->base1 % CT_VW || red->base0 % CT_VW)
+        red->base0 % CT_VW || !CT_SFX(ct_steps_vec)(out, last))
         return 0;
-    for (long long d = 0; d < last; d++)
-        if (out->st0[d] % CT_VW || out->st1[d] % CT_VW)
-            return 0;
     for (long long d = 0; d < red->nd; d++)
         if (red->st0[d] % CT_VW)
             return 0;
-    unsigned long long a = 0;
-    for (int k = 0; k < np; k++)
-        a |= (unsigned long long)p[k] % 16;
-    return a == 0;
+    return ct_aligned16(p, np);
 }
 
 /* ct_reduce_sum_part on CT_VW outputs a work item (ct_sum_vec),
@@ -464,16 +462,8 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
 CT_DEVICE int CT_SFX(ct_pool_vec)(const CtIndex *ix, const CtPool *p, long long a, long long b, const void *const *ptr,
                                   int np)
 {
-    if (!p->c_last || ix->nd != 4 || ix->dim[3] % CT_VW || ix->st0[3] != 1 || ix->st1[3] != 1 || a % CT_VW ||
-        b % CT_VW || ix->base0 % CT_VW || ix->base1 % CT_VW)
-        return 0;
-    for (int d = 0; d < 3; d++)
-        if (ix->st0[d] % CT_VW || ix->st1[d] % CT_VW)
-            return 0;
-    unsigned long long m = 0;
-    for (int k = 0; k < np; k++)
-        m |= (unsigned long long)ptr[k] % 16;
-    return m == 0;
+    return p->c_last && ix->nd == 4 && ix->dim[3] % CT_VW == 0 && ix->st0[3] == 1 && ix->st1[3] == 1 &&
+           a % CT_VW == 0 && b % CT_VW == 0 && CT_SFX(ct_steps_vec)(ix, 3) && ct_aligned16(ptr, np);
 }
 
 /* ct_window_argmax for CT_VW channels at once: each channel's maximum as

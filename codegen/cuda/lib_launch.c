@@ -325,12 +325,20 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
  * lib_kernels.h's ct_rows_vec takes them from the layout (the kernel then
  * checks the addresses), else one element each. A two-stage sum cuts its
  * rows finer where the items are vectors, to keep as many. */
+/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
+ * of vw in both tensors (lib_kernels.h's ct_steps_vec). */
+static int steps_vec(const CtIndex *ix, int64_t nd, int64_t vw)
+{
+    int vec = ix->base0 % vw == 0 && ix->base1 % vw == 0;
+    for (int64_t d = 0; d < nd; d++)
+        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
+    return vec;
+}
+
 static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s1, CtDType t)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(t);
-    int vec = s0 == 1 && s1 == 1 && len % vw == 0;
-    for (int d = 0; d < rows->nd; d++)
-        vec &= rows->st0[d] % vw == 0 && rows->st1[d] % vw == 0;
+    int vec = s0 == 1 && s1 == 1 && len % vw == 0 && steps_vec(rows, rows->nd, vw);
     return vec ? len / vw : len;
 }
 
@@ -341,9 +349,8 @@ static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s
 static int64_t out_sum_chunk(const CtIndex *out, const CtIndex *red, CtDType st)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(st), last = out->nd - 1;
-    int vec = out->nd >= 1 && out->st0[last] == 1 && out->st1[last] == 1 && out->dim[last] % vw == 0;
-    for (int d = 0; d < last; d++)
-        vec &= out->st0[d] % vw == 0 && out->st1[d] % vw == 0;
+    int vec = out->nd >= 1 && out->st0[last] == 1 && out->st1[last] == 1 && out->dim[last] % vw == 0 &&
+              red->base0 % vw == 0 && steps_vec(out, last, vw);
     for (int d = 0; d < red->nd; d++)
         vec &= red->st0[d] % vw == 0;
     return sum_chunk(red->n, vec ? out->n / vw : out->n);
@@ -983,9 +990,7 @@ static int64_t pool_items(const CtIndex *ix, const CtPool *p, int64_t a, int64_t
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(t);
     int vec = p->c_last && ix->nd == 4 && ix->dim[3] % vw == 0 && ix->st0[3] == 1 && ix->st1[3] == 1 && a % vw == 0 &&
-              b % vw == 0 && ix->base0 % vw == 0 && ix->base1 % vw == 0;
-    for (int d = 0; d < 3; d++)
-        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
+              b % vw == 0 && steps_vec(ix, 3, vw);
     return vec ? ix->n / vw : ix->n;
 }
 
