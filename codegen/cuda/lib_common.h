@@ -48,7 +48,10 @@
  * stage: 12 groups) kept 20 of a warp's 32 lanes idle and 3 KiB an SM in
  * flight (16 warps: two blocks of 256 threads at 92 registers), where an
  * H200 at HBM's latency needs some 25; now 24 lanes hold 8 rows, four
- * loads a lane: 24 KiB at the same 16 warps (126 registers). */
+ * loads a lane: 24 KiB at the same 16 warps (126 registers). The
+ * gradient's dx kernel holds x and dy and needs 168 registers: one block,
+ * 8 warps an SM, 24 KiB at every width, where a row a warp had 16 warps
+ * (124 registers) and 6 KiB at 96 but 48 at 768. */
 #define CT_LN_ROWS 4
 typedef struct CtLnTile {
     int lanes, gpl, k, rows; /* rows: a warp's, k * warp / lanes */

@@ -788,6 +788,12 @@ CT_DEVICE long long CT_SFX(ct_ln_row)(CtLnTile t, long long w, int kr)
     return w * t.rows + (long long)kr * (CT_LANES / t.lanes) + CT_LANE / t.lanes;
 }
 CT_DEVICE long long CT_SFX(ct_ln_group)(CtLnTile t, int j) { return CT_LANE % t.lanes + (long long)(j % t.gpl) * t.lanes; }
+/* Slot j's group where it holds one of held row kr's ng, else -1. */
+CT_DEVICE long long CT_SFX(ct_ln_slot)(CtLnTile t, int j, int kr, long long ng)
+{
+    long long g = CT_SFX(ct_ln_group)(t, j);
+    return j / t.gpl == kr && g < ng ? g : -1;
+}
 
 /* The mean and 1/sqrt(biased variance + eps) of the held row kr (v[j]:
  * the slots of j / t.gpl == kr), two passes, each lane's terms in its
@@ -800,7 +806,7 @@ CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, i
     double s = 0, q = 0;
     CT_UNROLL
     for (int j = 0; j < CT_LN_GROUPS; j++)
-        if (j / t.gpl == kr && CT_SFX(ct_ln_group)(t, j) < ng) {
+        if (CT_SFX(ct_ln_slot)(t, j, kr, ng) >= 0) {
             CT_UNROLL
             for (int u = 0; u < CT_VW; u++)
                 s += v[j][u];
@@ -808,7 +814,7 @@ CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, i
     *mean = CT_SEG_SUM(s, t.lanes) / (double)D;
     CT_UNROLL
     for (int j = 0; j < CT_LN_GROUPS; j++)
-        if (j / t.gpl == kr && CT_SFX(ct_ln_group)(t, j) < ng) {
+        if (CT_SFX(ct_ln_slot)(t, j, kr, ng) >= 0) {
             CT_UNROLL
             for (int u = 0; u < CT_VW; u++) {
                 double d = v[j][u] - *mean;
@@ -827,24 +833,26 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
     const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
     CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
-        float v[CT_LN_GROUPS][16 / sizeof(CT_T)];
+        float v[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}}; /* a row past the last: its sums are not used */
         CT_UNROLL
-        for (int j = 0; j < CT_LN_GROUPS; j++) {
-            long long r = CT_SFX(ct_ln_row)(t, it, j / t.gpl), g = CT_SFX(ct_ln_group)(t, j), xo, yo;
-            if (j / t.gpl >= t.k || r >= rows->n || g >= ng) { /* a row past the last: its sums are not used */
-                CT_UNROLL
-                for (int u = 0; u < CT_VW; u++)
-                    v[j][u] = 0;
-                continue;
-            }
+        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+            long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, yo;
+            if (kr >= t.k || r >= rows->n)
+                break;
             ct_offsets(rows, r, &xo, &yo);
-            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[j]);
-            if (res) {
-                float rv[16 / sizeof(CT_T)];
-                CT_SFX(ct_ldv)(res, xo + g * CT_VW, wr, rv);
-                CT_UNROLL
-                for (int u = 0; u < CT_VW; u++)
-                    v[j][u] = CT_SFX(ct_rndw)(v[j][u] + rv[u], wx);
+            CT_UNROLL
+            for (int j = 0; j < CT_LN_GROUPS; j++) {
+                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                if (g < 0)
+                    continue;
+                CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[j]);
+                if (res) {
+                    float rv[16 / sizeof(CT_T)];
+                    CT_SFX(ct_ldv)(res, xo + g * CT_VW, wr, rv);
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        v[j][u] = CT_SFX(ct_rndw)(v[j][u] + rv[u], wx);
+                }
             }
         }
         CT_UNROLL
@@ -859,8 +867,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
             ct_offsets(rows, r, &xo, &yo);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_group)(t, j);
-                if (j / t.gpl != kr || g >= ng)
+                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                if (g < 0)
                     continue;
                 float wv[16 / sizeof(CT_T)], bv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
                 CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
@@ -927,19 +935,22 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
     const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
     CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
-        float xv[CT_LN_GROUPS][16 / sizeof(CT_T)], gv[CT_LN_GROUPS][16 / sizeof(CT_T)];
+        /* a row past the last: its sums are not used */
+        float xv[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}}, gv[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}};
         CT_UNROLL
-        for (int j = 0; j < CT_LN_GROUPS; j++) {
-            long long r = CT_SFX(ct_ln_row)(t, it, j / t.gpl), g = CT_SFX(ct_ln_group)(t, j), xo, o;
-            if (j / t.gpl >= t.k || r >= rows->n || g >= ng) { /* a row past the last: its sums are not used */
-                CT_UNROLL
-                for (int u = 0; u < CT_VW; u++)
-                    xv[j][u] = gv[j][u] = 0;
-                continue;
-            }
+        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+            long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, o;
+            if (kr >= t.k || r >= rows->n)
+                break;
             ct_offsets(rows, r, &xo, &o);
-            CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[j]);
-            CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[j]);
+            CT_UNROLL
+            for (int j = 0; j < CT_LN_GROUPS; j++) {
+                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                if (g < 0)
+                    continue;
+                CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[j]);
+                CT_SFX(ct_ldv)(dy, xo + g * CT_VW, wy, gv[j]);
+            }
         }
         CT_UNROLL
         for (int kr = 0; kr < CT_LN_ROWS; kr++) {
@@ -950,8 +961,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
             CT_SFX(ct_held_stats)(xv, t, kr, ng, D, eps, &mean, &inv);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_group)(t, j);
-                if (j / t.gpl != kr || g >= ng)
+                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                if (g < 0)
                     continue;
                 float wv[16 / sizeof(CT_T)];
                 CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
@@ -969,8 +980,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
             ct_offsets(rows, r, &xo, &o);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_group)(t, j);
-                if (j / t.gpl != kr || g >= ng)
+                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                if (g < 0)
                     continue;
                 float wv[16 / sizeof(CT_T)], rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
                 CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
