@@ -115,6 +115,9 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), X(7), I(8), I(9), I(10), R(11));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
         ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), R(12));
+    else if (!strcmp(k, "ct_layer_norm_grad_x_rows_f32"))
+        ct_layer_norm_grad_x_rows_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11),
+                                      R(12));
     else if (!strcmp(k, "ct_layer_norm_grad_w_part_f32"))
         ct_layer_norm_grad_w_part_f32(F(0), F(1), (int)I(2), F(3), (double *)P(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_layer_norm_grad_w_f32"))

@@ -751,7 +751,7 @@ free_graph:
  * stores them, over 3 blocks of 64 threads; its outputs against ref's. */
 /* Runs node's launches on the cuda-sim against ref; the work items of its
  * first launch, or -1. */
-static long long check_lib_node(SimModule *m, Graph *g, int node, const char *what)
+static long long check_lib_node(SimModule *m, Graph *g, int node, const char *what, char first[48])
 {
     long long items = -1;
     CtTensor ref[CT_MAX_OUT];
@@ -796,6 +796,8 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
         free_refs(g, ref);
         free(scratch);
         items = l[0].items;
+        if (first)
+            snprintf(first, 48, "%s", l[0].kernel);
     } else {
         CHECKF(0, "%s: %s", what, err.msg);
     }
@@ -871,13 +873,13 @@ static void test_library(void)
         Graph g;
         int id;
         if ((id = one_node(&g, CT_OP_permute, (int64_t[]){4, 0, 2, 3, 1}, 5, NULL, 0, nhwc)) >= 0)
-            check_lib_node(m, &g, id, "permute (ct_copy)");
+            check_lib_node(m, &g, id, "permute (ct_copy)", NULL);
         graph_free(&g);
         if ((id = one_node(&g, CT_OP_softmax, (int64_t[]){1}, 1, NULL, 0, nhwc)) >= 0)
-            check_lib_node(m, &g, id, "softmax over C");
+            check_lib_node(m, &g, id, "softmax over C", NULL);
         graph_free(&g);
         if ((id = one_node(&g, CT_OP_reduce_sum, (int64_t[]){0xd, 0}, 2, NULL, 0, nhwc)) >= 0)
-            check_lib_node(m, &g, id, "reduce_sum over N, H, W");
+            check_lib_node(m, &g, id, "reduce_sum over N, H, W", NULL);
         graph_free(&g);
     }
     /* attention of q [1, 2, 40, 8] over 37 keys with a bias [1, 2, 40, 37]
@@ -886,8 +888,9 @@ static void test_library(void)
      * tiles) without a bias; layer_norm of 37 rows of 40 (10 groups of 4:
      * 16 lanes a row, 8 rows a warp, the last warp's partial), of 37 rows
      * of 160 (40 groups: two a lane, the second's past the row in 24
-     * lanes, 4 rows a warp) and of 70 rows of 8 (2 lanes a row, 64 rows a
-     * warp); the two-stage sums
+     * lanes, 4 rows a warp), of 70 rows of 8 (2 lanes a row, 64 rows a
+     * warp) and of 37 rows of 640 (160 groups: five a lane, a row a warp:
+     * dx's kernel of a row a lane); the two-stage sums
      * (batch norm's, layer norm's weights', reduce_sum's) over 100 chunks
      * of 16 rows, which their second stages add a warp an output, each lane
      * four chunks or three */
@@ -896,6 +899,7 @@ static void test_library(void)
     const CtShape st = {3, {1, 2, 40}}, st80 = {3, {1, 1, 20}}; /* the forward's rows' logsumexp */
     const CtShape x = {3, {1, 37, 40}}, w = {1, {40}}, xl = {3, {1, 1600, 40}};
     const CtShape x160 = {3, {1, 37, 160}}, w160 = {1, {160}}, x8 = {2, {70, 8}}, w8 = {1, {8}};
+    const CtShape x640 = {2, {37, 640}}, w640 = {1, {640}};
     const CtShape xb = {4, {4, 3, 20, 20}}, c3 = {1, {3}}, rows = {2, {1600, 3}};
     static const struct {
         CtOp op;
@@ -903,21 +907,27 @@ static void test_library(void)
         int64_t i;
         double f;
         const char *what;
-        long long items; /* the first launch's work items (0: any) */
-    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles", 0},
-                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles", 0},
-                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80", 0},
-                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 160", 320},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 8", 64},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 8", 64},
-                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks", 0},
-                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks", 0},
-                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0}};
+        long long items;    /* the first launch's work items (0: any) */
+        const char *kernel; /* the first launch's kernel (NULL: any) */
+    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles", 0, NULL},
+                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles", 0, NULL},
+                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80", 0, NULL},
+                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0, NULL},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160, "ct_layer_norm_f32"},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160, "ct_layer_norm_grad_x_rows_f32"},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400, NULL},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320, NULL},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 160", 320,
+                  "ct_layer_norm_grad_x_rows_f32"},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 8", 64, NULL},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 8", 64,
+                  "ct_layer_norm_grad_x_rows_f32"},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 640", 37 * 32, "ct_layer_norm_f32"},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 640", 37 * 32,
+                  "ct_layer_norm_grad_x_f32"},
+                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks", 0, NULL},
+                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks", 0, NULL},
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},
                                  {q80, kv80, kv80},
@@ -929,6 +939,8 @@ static void test_library(void)
                                  {x160, w160, x160},
                                  {x8, w8, w8},
                                  {x8, w8, x8},
+                                 {x640, w640, w640},
+                                 {x640, w640, x640},
                                  {xb, c3, c3, c3, c3},
                                  {xb, c3, c3, c3, xb},
                                  {rows}};
@@ -936,9 +948,12 @@ static void test_library(void)
     for (int i = 0; i < NCASES; i++) {
         Graph g;
         int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].i, cases[i].f);
-        long long items = id >= 0 ? check_lib_node(m, &g, id, cases[i].what) : -1;
+        char first[48] = "";
+        long long items = id >= 0 ? check_lib_node(m, &g, id, cases[i].what, first) : -1;
         CHECKF(!cases[i].items || items == cases[i].items, "%s: %lld work items, not %lld", cases[i].what, items,
                cases[i].items);
+        CHECKF(!cases[i].kernel || !strcmp(first, cases[i].kernel), "%s: kernel %s, not %s", cases[i].what, first,
+               cases[i].kernel);
         graph_free(&g);
     }
     sim_module_free(m);

@@ -42,28 +42,31 @@
  * groups of 16 bytes go to `lanes` lanes of a warp of `warp`, the fewest
  * that cover them as a power of two (at most the warp), gpl groups a lane;
  * a warp takes warp / lanes rows side by side, and each lane holds the
- * groups of k of them (slots / gpl, at most CT_LN_ROWS: `slots` is a
- * lane's registers for a row of CT_LN_MOST), all loaded before any row is
- * reduced. At a row a warp, rows of 96 bf16 elements (ConvNeXt's first
- * stage: 12 groups) kept 20 of a warp's 32 lanes idle and 3 KiB an SM in
- * flight (16 warps: two blocks of 256 threads at 92 registers), where an
- * H200 at HBM's latency needs some 25; now 24 lanes hold 8 rows, four
- * loads a lane: 24 KiB at the same 16 warps (126 registers). The
- * gradient's dx kernel holds x and dy and needs 168 registers: one block,
- * 8 warps an SM, 24 KiB at every width, where a row a warp had 16 warps
- * (124 registers) and 6 KiB at 96 but 48 at 768. */
+ * groups of k of them (slots / gpl, at most `most`, itself at most
+ * CT_LN_ROWS: `slots` is a lane's registers for a row of CT_LN_MOST), all
+ * loaded before any row is reduced. At a row a warp, rows of 96 bf16
+ * elements (ConvNeXt's first stage: 12 groups) kept 20 of a warp's 32
+ * lanes idle and 3 KiB an SM in flight (16 warps: two blocks of 256
+ * threads at 92 registers), where an H200 at HBM's latency needs some 25;
+ * now 24 lanes hold 8 rows, four loads a lane: 24 KiB at the same 16 warps
+ * (120 registers). The gradient's dx holds x and dy: taking up to
+ * CT_LN_ROWS rows a lane it needs 142 registers (one block, 8 warps an SM,
+ * still 32 KiB or more in flight where k > 1), so rows that fill a lane's
+ * slots (k = 1: ViT's 768, ConvNeXt's last stage) go to a kernel of one
+ * row a lane at 128: 16 warps, 48 KiB at 768, where one kernel for both
+ * had 8 warps and 24 KiB. */
 #define CT_LN_ROWS 4
 typedef struct CtLnTile {
     int lanes, gpl, k, rows; /* rows: a warp's, k * warp / lanes */
 } CtLnTile;
 
-CT_DEVICE CtLnTile ct_ln_tile(long long ng, int warp, int slots)
+CT_DEVICE CtLnTile ct_ln_tile(long long ng, int warp, int slots, int most)
 {
     CtLnTile t = {1, 0, 0, 0};
     while (t.lanes < ng && t.lanes < warp)
         t.lanes *= 2;
     t.gpl = (int)((ng + t.lanes - 1) / t.lanes);
-    t.k = slots / t.gpl < CT_LN_ROWS ? slots / t.gpl : CT_LN_ROWS;
+    t.k = slots / t.gpl < most ? slots / t.gpl : most;
     t.rows = warp / t.lanes * t.k;
     return t;
 }

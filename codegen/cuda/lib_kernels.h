@@ -787,11 +787,11 @@ CT_DEVICE long long CT_SFX(ct_ln_row)(CtLnTile t, long long w, int kr)
 {
     return w * t.rows + (long long)kr * (CT_LANES / t.lanes) + CT_LANE / t.lanes;
 }
-CT_DEVICE long long CT_SFX(ct_ln_group)(CtLnTile t, int j) { return CT_LANE % t.lanes + (long long)(j % t.gpl) * t.lanes; }
+CT_DEVICE int CT_SFX(ct_ln_group)(CtLnTile t, int j) { return (int)CT_LANE % t.lanes + j % t.gpl * t.lanes; }
 /* Slot j's group where it holds one of held row kr's ng, else -1. */
-CT_DEVICE long long CT_SFX(ct_ln_slot)(CtLnTile t, int j, int kr, long long ng)
+CT_DEVICE int CT_SFX(ct_ln_slot)(CtLnTile t, int j, int kr, int ng)
 {
-    long long g = CT_SFX(ct_ln_group)(t, j);
+    int g = CT_SFX(ct_ln_group)(t, j);
     return j / t.gpl == kr && g < ng ? g : -1;
 }
 
@@ -800,7 +800,7 @@ CT_DEVICE long long CT_SFX(ct_ln_slot)(CtLnTile t, int j, int kr, long long ng)
  * groups' order, then the row's lanes' sums (CT_SEG_SUM); every lane of
  * the warp takes part. The same bits as a row a warp: the lanes past a
  * row's groups added zeros. */
-CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, int kr, long long ng, long long D,
+CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, int kr, int ng, long long D,
                                      float eps, double *mean, double *inv)
 {
     double s = 0, q = 0;
@@ -829,8 +829,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
                                          const void *res, void *sum, const CtIndex *rows, long long D, float eps)
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
-    const long long ng = D / CT_VW;
-    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
+    const int ng = (int)(D / CT_VW);
+    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS, CT_LN_ROWS);
     CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
         float v[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}}; /* a row past the last: its sums are not used */
@@ -842,7 +842,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
             ct_offsets(rows, r, &xo, &yo);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                int g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
                 if (g < 0)
                     continue;
                 CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, v[j]);
@@ -867,7 +867,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
             ct_offsets(rows, r, &xo, &yo);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                int g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
                 if (g < 0)
                     continue;
                 float wv[16 / sizeof(CT_T)], bv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
@@ -925,27 +925,30 @@ CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, voi
     }
 }
 
-/* ct_layer_norm_grad_x on rows in registers (ct_ln_vec). */
+/* ct_layer_norm_grad_x on rows in registers (ct_ln_vec), up to `most` rows
+ * a lane (a constant at each call: the registers the kernel takes). Once
+ * the row's sums have it, dy * w replaces dy in the registers, rounded to
+ * float: the last pass loads neither w nor dy again. */
 CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, const void *dy, void *dx, int wide,
                                                 const void *res, CT_T *low, float *stats, const CtIndex *rows,
-                                                long long D, float eps)
+                                                long long D, float eps, const int most)
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
-    const long long ng = D / CT_VW;
-    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS);
+    const int ng = (int)(D / CT_VW);
+    const CtLnTile t = ct_ln_tile(ng, (int)CT_LANES, CT_LN_GROUPS, most);
     CT_WARP_LOOP(it, (rows->n + t.rows - 1) / t.rows)
     {
         /* a row past the last: its sums are not used */
         float xv[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}}, gv[CT_LN_GROUPS][16 / sizeof(CT_T)] = {{0}};
         CT_UNROLL
-        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+        for (int kr = 0; kr < most; kr++) {
             long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, o;
             if (kr >= t.k || r >= rows->n)
                 break;
             ct_offsets(rows, r, &xo, &o);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                int g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
                 if (g < 0)
                     continue;
                 CT_SFX(ct_ldv)(x, xo + g * CT_VW, wx, xv[j]);
@@ -953,7 +956,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
             }
         }
         CT_UNROLL
-        for (int kr = 0; kr < CT_LN_ROWS; kr++) {
+        for (int kr = 0; kr < most; kr++) {
             if (kr >= t.k)
                 break;
             long long r = CT_SFX(ct_ln_row)(t, it, kr), xo, o;
@@ -961,7 +964,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
             CT_SFX(ct_held_stats)(xv, t, kr, ng, D, eps, &mean, &inv);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                int g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
                 if (g < 0)
                     continue;
                 float wv[16 / sizeof(CT_T)];
@@ -971,6 +974,7 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
                     double gi = (double)gv[j][u] * wv[u];
                     mg += gi;
                     mgx += gi * (xv[j][u] - mean) * inv;
+                    gv[j][u] = (float)gi;
                 }
             }
             mg = CT_SEG_SUM(mg, t.lanes) / (double)D;
@@ -980,17 +984,16 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
             ct_offsets(rows, r, &xo, &o);
             CT_UNROLL
             for (int j = 0; j < CT_LN_GROUPS; j++) {
-                long long g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
+                int g = CT_SFX(ct_ln_slot)(t, j, kr, ng);
                 if (g < 0)
                     continue;
-                float wv[16 / sizeof(CT_T)], rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
-                CT_SFX(ct_ldv)(w, g * CT_VW, ww, wv);
+                float rv[16 / sizeof(CT_T)], out[16 / sizeof(CT_T)];
                 if (res)
                     CT_SFX(ct_ldv)(res, o + g * CT_VW, wx, rv);
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++) {
                     double xhat = (xv[j][u] - mean) * inv;
-                    out[u] = (float)(inv * ((double)gv[j][u] * wv[u] - mg - xhat * mgx));
+                    out[u] = (float)(inv * (gv[j][u] - mg - xhat * mgx));
                     if (res)
                         out[u] = CT_SFX(ct_rndw)(out[u], wx) + rv[u];
                 }
@@ -1016,13 +1019,13 @@ CT_DEVICE void CT_SFX(ct_layer_norm_grad_x_vec)(const void *x, const void *w, co
  * strides; NULL: none) dx holds dx + res, the residual stream's gradient,
  * and with low (CT_T, dx's strides; NULL: none) that sum cast too, each
  * rounded as the nodes would store them. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide,
-                                       const void *res, CT_T *low, float *stats, CtIndex rows, long long D,
-                                       long long sx, long long sd, float eps)
+CT_DEVICE void CT_SFX(ct_ln_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide, const void *res,
+                                     CT_T *low, float *stats, CtIndex rows, long long D, long long sx, long long sd,
+                                     float eps, const int most)
 {
     const void *ptrs[6] = {x, w, dy, dx, res, low};
     if (CT_SFX(ct_ln_vec)(&rows, D, sx, sd, ptrs, 6)) {
-        CT_SFX(ct_layer_norm_grad_x_vec)(x, w, dy, dx, wide, res, low, stats, &rows, D, eps);
+        CT_SFX(ct_layer_norm_grad_x_vec)(x, w, dy, dx, wide, res, low, stats, &rows, D, eps, most);
         return;
     }
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y;
@@ -1066,6 +1069,22 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void 
             stats[2 * r + 1] = (float)inv;
         }
     }
+}
+
+/* Where ct_ln_tile gives rows in registers k > 1 rows a lane (lib_launch.c
+ * says which), ct_layer_norm_grad_x_rows takes them; the rest, one a lane
+ * at fewer registers. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide,
+                                       const void *res, CT_T *low, float *stats, CtIndex rows, long long D,
+                                       long long sx, long long sd, float eps)
+{
+    CT_SFX(ct_ln_grad_x)(x, w, dy, dx, wide, res, low, stats, rows, D, sx, sd, eps, 1);
+}
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_x_rows)(const void *x, const void *w, const void *dy, void *dx, int wide,
+                                            const void *res, CT_T *low, float *stats, CtIndex rows, long long D,
+                                            long long sx, long long sd, float eps)
+{
+    CT_SFX(ct_ln_grad_x)(x, w, dy, dx, wide, res, low, stats, rows, D, sx, sd, eps, CT_LN_ROWS);
 }
 
 /* layer_norm's dweight and dbias over all rows in two stages, from the

@@ -500,14 +500,18 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
     CtDType t = norm_storage(b, n, epi && !grad ? epi->res : -1, &wide);
     /* a warp a row, or where the rows are in registers (lib_kernels.h's
-     * ct_ln_vec) ct_ln_tile's rows a warp */
+     * ct_ln_vec) ct_ln_tile's rows a warp: dx's at k > 1 rows a lane from
+     * its own kernel (lib_common.h) */
     int64_t vw = 16 / (int64_t)ct_dtype_size(t), items = D <= CT_LN_MOST ? row_items(&rows, D, sx[dim], sy[dim], t) : D;
     int64_t warps = rows.n;
+    const char *kernel = grad ? "ct_layer_norm_grad_x" : "ct_layer_norm";
     if (items < D) {
-        CtLnTile tile = ct_ln_tile(items, CT_LIB_LANES, (int)(CT_LN_MOST / CT_LIB_LANES / vw));
+        CtLnTile tile = ct_ln_tile(items, CT_LIB_LANES, (int)(CT_LN_MOST / CT_LIB_LANES / vw), CT_LN_ROWS);
         warps = (rows.n + tile.rows - 1) / tile.rows;
+        if (grad && tile.k > 1)
+            kernel = "ct_layer_norm_grad_x_rows";
     }
-    LibLaunch *l = begin(b, grad ? "ct_layer_norm_grad_x" : "ct_layer_norm", t, warps * CT_LIB_LANES);
+    LibLaunch *l = begin(b, kernel, t, warps * CT_LIB_LANES);
     for (int k = 0; k < 3; k++) /* x (the prologue's), w, and b or dy */
         a_val(l, k == 0 && epi && !grad ? epi->x : n->in[k]);
     a_val(l, y);
