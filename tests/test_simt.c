@@ -448,20 +448,25 @@ static int kernel_names(const char *text, char names[][48], int cap)
     return n;
 }
 
+static SimModule *build_of(const char *what, const char *text, const char *const *names, int n)
+{
+    SimModule *m = NULL;
+    CtErr err;
+    double t0 = now();
+    if (sim_module_build(text, names, n, &m, &err))
+        CHECKF(0, "%s: %s", what, err.msg);
+    else
+        printf("test_simt: %s: %d kernels built in %.1f s\n", what, n, now() - t0);
+    return m;
+}
+
 static SimModule *build(const char *what, const char *text, char names[][48], int n)
 {
     const char *ptrs[256];
     CT_ASSERT(n <= 256);
     for (int i = 0; i < n; i++)
         ptrs[i] = names[i];
-    SimModule *m = NULL;
-    CtErr err;
-    double t0 = now();
-    if (sim_module_build(text, ptrs, n, &m, &err))
-        CHECKF(0, "%s: %s", what, err.msg);
-    else
-        printf("test_simt: %s: %d kernels built in %.1f s\n", what, n, now() - t0);
-    return m;
+    return build_of(what, text, ptrs, n);
 }
 
 /* A test model's generated kernels, bf16 AMP in channels_last, as
@@ -853,19 +858,15 @@ static void test_library(void)
 {
     CtBuf text = {0};
     lib_source(&text);
-    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16; CT_GLOBAL16: the last two */
-    static char lib[512][48];
-    static const char *const sfx[] = {"_f32", "_f16", "_bf16"};
-    static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
-    int nlib = 0;
-    for (int h = 0; h < 2; h++) {
-        size_t len = strlen(heads[h]);
-        for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p && nlib + 3 <= 512; p = strstr(p + 1, heads[h]))
-            for (int k = h; k < 3; k++)
-                snprintf(lib[nlib++], 48, "%.*s%s", (int)strcspn(p + len, ")"), p + len, sfx[k]);
-    }
-    CHECKF(nlib > 20, "%d library kernels found in lib_source's text", nlib);
-    SimModule *m = build("the library kernels", text.s, lib, nlib);
+    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16; CT_GLOBAL16: the last two. The
+     * module's build binds each name: a name of no kernel fails it. */
+    int nlib, globals = 0;
+    const char *const *lib = lib_kernel_names(&nlib);
+    for (const char *p = strstr(ct_lib_kernels_text, "CT_GLOBAL"); p; p = strstr(p + 1, "CT_GLOBAL"))
+        globals += !strncmp(p, "CT_GLOBAL CT_SFX(", 17) ? 3 : !strncmp(p, "CT_GLOBAL16 CT_SFX(", 19) ? 2 : 0;
+    CHECKF(nlib > 20 && nlib == globals, "%d library kernels named, %d defined in lib_source's text", nlib, globals);
+    CHECKF(lib_kernel_names(&nlib) == lib, "lib_kernel_names: a table of its own on a second call");
+    SimModule *m = build_of("the library kernels", text.s, lib, nlib);
     buf_free(&text);
     if (!m)
         return;

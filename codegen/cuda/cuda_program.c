@@ -115,6 +115,7 @@ int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned
     for (int s = 0; s < c->lp.nsteps; s++)
         if (c->lp.steps[s].kind == LP_UNSUPPORTED)
             return ct_fail(err, "the cuda backend has no kernel for %s yet", c->lp.steps[s].op);
+    c->lib_kernels = lib_kernel_names(&c->nlib_kernels);
     if (sources) {
         keep_sources(c);
         return 0;

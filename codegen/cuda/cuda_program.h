@@ -40,6 +40,8 @@ typedef struct CudaProgram {
     int nunits;
     int *unit, *fn;   /* per launch id: the unit holding its kernel ct_k<fn>, -1 where none */
     CudaImage lib;    /* the library kernels */
+    const char *const *lib_kernels; /* the names of all nlib_kernels of them (a static table) */
+    int nlib_kernels;
 } CudaProgram;
 
 /* The plan of g and its images for compute capability cc (90: sm_90) and

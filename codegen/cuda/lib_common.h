@@ -50,11 +50,11 @@
  * threads at 92 registers), where an H200 at HBM's latency needs some 25;
  * now 24 lanes hold 8 rows, four loads a lane: 24 KiB at the same 16 warps
  * (120 registers). The gradient's dx holds x and dy: taking up to
- * CT_LN_ROWS rows a lane it needs 142 registers (one block, 8 warps an SM,
- * still 32 KiB or more in flight where k > 1), so rows that fill a lane's
+ * CT_LN_ROWS rows a lane it needs 142 registers (one block, 8 warps an SM:
+ * 24 KiB in flight at the widths where k > 1), so rows that fill a lane's
  * slots (k = 1: ViT's 768, ConvNeXt's last stage) go to a kernel of one
- * row a lane at 128: 16 warps, 48 KiB at 768, where one kernel for both
- * had 8 warps and 24 KiB. */
+ * row a lane at 128 registers: 16 warps, 48 KiB at 768, where one kernel
+ * for both had 8 warps and 24 KiB. */
 #define CT_LN_ROWS 4
 typedef struct CtLnTile {
     int lanes, gpl, k, rows; /* rows: a warp's, k * warp / lanes */

@@ -2,8 +2,13 @@
  * for f32, f16 and bf16 storage. */
 #include "codegen/cuda/lib_source.h"
 
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "codegen/render.h"
 #include "ir/ops.h"
+#include "ir/status.h"
 
 /* made at build time from codegen/cuda/lib_common.h, lib_kernels.h, ir/formulas.h and ir/counter_rng.h */
 extern const char ct_lib_common_text[];
@@ -75,4 +80,36 @@ void lib_source(CtBuf *out)
         if (storage[k].mma)
             buf_printf(out, "#undef CT_MMA16\n#undef CT_MMA16816\n");
     }
+}
+
+/* Each kernel is `CT_GLOBAL CT_SFX(name)(` in lib_kernels.h, which
+ * lib_source pastes once a storage type; CT_GLOBAL16, the 16-bit two. */
+static struct {
+    pthread_once_t once;
+    char name[512][48];
+    const char *table[512];
+    int n;
+} lib_names = {.once = PTHREAD_ONCE_INIT};
+
+static void find_names(void)
+{
+    static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
+    static const char *const sfx[] = {"_f32", "_f16", "_bf16"};
+    for (int h = 0; h < 2; h++) {
+        size_t len = strlen(heads[h]);
+        for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p; p = strstr(p + 1, heads[h]))
+            for (int k = h; k < 3; k++) {
+                CT_ASSERT(lib_names.n < 512);
+                char *at = lib_names.name[lib_names.n];
+                snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(p + len, ")"), p + len, sfx[k]);
+                lib_names.table[lib_names.n++] = at;
+            }
+    }
+}
+
+const char *const *lib_kernel_names(int *n)
+{
+    pthread_once(&lib_names.once, find_names);
+    *n = lib_names.n;
+    return lib_names.table;
 }

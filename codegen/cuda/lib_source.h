@@ -14,4 +14,10 @@
 
 void lib_source(CtBuf *out);
 
+/* The name of every kernel lib_source defines ("ct_softmax_f32"; the
+ * CT_GLOBAL16 ones _f16 and _bf16 alone), *n of them: a table owned by
+ * this module, the same on every call. A loader that binds them all loads
+ * one module for every program (the cuda-sim's: one compile a cache). */
+const char *const *lib_kernel_names(int *n);
+
 #endif

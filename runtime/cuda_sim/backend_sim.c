@@ -80,7 +80,7 @@ static void sim_free(CtExec *e)
     free(e);
 }
 
-/* Names of the kernels the plan launches from unit `unit` (-1: the library). */
+/* Names of the kernels the plan launches from generated unit `unit`. */
 static int kernel_names(const CtProgram *p, int unit, const char ***names)
 {
     const CudaProgram *c = &p->cuda;
@@ -88,61 +88,53 @@ static int kernel_names(const CtProgram *p, int unit, const char ***names)
     int n = 0, cap = 16;
     const char **v = malloc(sizeof *v * (size_t)cap);
     CT_ASSERT(v != NULL);
-    static const char *const prefix = "ct_k";
-    char buf[32];
     for (int s = 0; s < lp->nsteps; s++) {
         const LpStep *st = &lp->steps[s];
-        const char *add[LIB_MAX_LAUNCHES + 2];
-        int na = 0;
-        if (unit >= 0 && st->kind == LP_KERNEL && c->unit[st->launch] == unit) {
-            snprintf(buf, sizeof buf, "%s%d", prefix, c->fn[st->launch]);
-            add[na++] = buf;
-        }
-        for (int j = 0; unit < 0 && j < st->nlib; j++)
-            add[na++] = st->lib[j].kernel;
-        if (unit < 0 && st->mirrored)
-            add[na++] = st->mirror.kernel;
-        for (int a = 0; a < na; a++) {
-            int seen = 0;
-            for (int k = 0; k < n && !seen; k++)
-                seen = !strcmp(v[k], add[a]);
-            if (seen)
-                continue;
-            if (n == cap)
-                v = realloc(v, sizeof *v * (size_t)(cap *= 2));
-            CT_ASSERT(v != NULL);
-            v[n] = add[a] == buf ? strdup(buf) : add[a];
-            CT_ASSERT(v[n] != NULL);
-            n++;
-        }
+        if (st->kind != LP_KERNEL || c->unit[st->launch] != unit)
+            continue;
+        char buf[32];
+        snprintf(buf, sizeof buf, "ct_k%d", c->fn[st->launch]);
+        int seen = 0;
+        for (int k = 0; k < n && !seen; k++)
+            seen = !strcmp(v[k], buf);
+        if (seen)
+            continue;
+        if (n == cap)
+            v = realloc(v, sizeof *v * (size_t)(cap *= 2));
+        CT_ASSERT(v != NULL);
+        v[n] = strdup(buf);
+        CT_ASSERT(v[n] != NULL);
+        n++;
     }
     *names = v;
     return n;
 }
 
-static void names_free(const char **v, int n, int owned)
+static void names_free(const char **v, int n)
 {
-    for (int k = 0; owned && k < n; k++)
+    for (int k = 0; k < n; k++)
         free((char *)v[k]);
     free(v);
 }
 
+/* The generated units' modules, then the library's with every kernel it
+ * defines: one module text for every program, compiled once a kernel cache
+ * (its entries for the launched kernels alone made one for each program). */
 static int load_modules(CtExec *e, CtErr *err)
 {
     const CudaProgram *c = &e->p->cuda;
     e->gen = calloc((size_t)c->nunits + 1, sizeof *e->gen);
     CT_ASSERT(e->gen != NULL);
-    for (int j = 0; j <= c->nunits; j++) {
-        int unit = j < c->nunits ? j : -1;
-        const CudaImage *img = unit >= 0 ? &c->units[j] : &c->lib;
+    for (int j = 0; j < c->nunits; j++) {
         const char **names;
-        int n = kernel_names(e->p, unit, &names);
-        int rc = sim_module_build(img->data, names, n, unit >= 0 ? &e->gen[j] : &e->lib, err);
-        names_free(names, n, unit >= 0);
+        int n = kernel_names(e->p, j, &names);
+        int rc = sim_module_build(c->units[j].data, names, n, &e->gen[j], err);
+        names_free(names, n);
         if (rc)
-            return ct_failctx(err, "the SIMT harness loading %s", unit >= 0 ? "a unit of generated kernels"
-                                                                            : "the library kernels");
+            return ct_failctx(err, "the SIMT harness loading a unit of generated kernels");
     }
+    if (sim_module_build(c->lib.data, c->lib_kernels, c->nlib_kernels, &e->lib, err))
+        return ct_failctx(err, "the SIMT harness loading the library kernels");
     return 0;
 }
 
