@@ -518,9 +518,10 @@ static void test_rows(void)
     /* layer_norm and its gradient, whose dweight and dbias sum 10 rows in
      * one chunk, then 69 in five (chunks of 16 that start inside the runs
      * of 23 rows along the second dim); rows of 8 are held in registers
-     * (ct_ln_vec), rows of 6 are not */
-    static const int64_t ln[][3] = {{2, 5, 8}, {3, 23, 8}, {2, 5, 6}};
-    for (int i = 0; i < 3; i++) {
+     * (ct_ln_vec), up to 4 a lane on the device (ct_layer_norm_grad_x_rows),
+     * rows of 640 one a lane (ct_layer_norm_grad_x), rows of 6 are not */
+    static const int64_t ln[][3] = {{2, 5, 8}, {3, 23, 8}, {2, 3, 640}, {2, 5, 6}};
+    for (int i = 0; i < 4; i++) {
         Case c;
         graph_init(&c.g);
         ValueId x = input(&c, "x", 3, ln[i], 0, CT_F32), w = input(&c, "w", 1, &ln[i][2], 0, CT_F32);
