@@ -427,6 +427,20 @@ static void check_case(Case *c, const char *what)
     graph_free(&c->g);
 }
 
+/* The work items of the case's first launch. */
+static long long first_items(Case *c)
+{
+    LibLaunch l[LIB_MAX_LAUNCHES];
+    int nl;
+    size_t scratch_bytes;
+    CtErr err;
+    if (lib_launches(&c->g, &c->g.nodes[c->node], l, &nl, &scratch_bytes, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    return l[0].items;
+}
+
 static void test_data_movement(void)
 {
     static const int64_t x4[] = {2, 3, 4, 5};
@@ -471,6 +485,33 @@ static void test_data_movement(void)
         x = input(&c, "x", 4, x4, nhwc, CT_F32);
         if (!add_node(&c, CT_OP_reshape, 1, &x, (int64_t[]){2, 2, 60}, 3, NULL, 0, 0))
             check_case(&c, "reshape");
+        /* ct_copy's 16-byte path (ct_copy_vec: 4 f32 elements a work item
+         * here) over [2, 6, 4, 8]: a slice along C (NCHW: runs of 96; NHWC:
+         * of 3 channels, element by element), along W from 4 (runs of 4, or
+         * NHWC of 24), along W from 1 (not a multiple of 4: element by
+         * element in both), and a concat along C (NHWC: runs of 6) */
+        static const int64_t x8[] = {2, 6, 4, 8};
+        static const struct {
+            int64_t a[4], items[2]; /* NCHW's, NHWC's */
+        } vslices[] = {{{1, 2, 5, 1}, {48, 192}}, {{3, 4, 8, 1}, {48, 48}}, {{3, 1, 5, 1}, {192, 192}}};
+        for (int i = 0; i < 3; i++) {
+            graph_init(&c.g);
+            x = input(&c, "x", 4, x8, nhwc, CT_F32);
+            if (!add_node(&c, CT_OP_slice, 1, &x, vslices[i].a, 4, NULL, 0, nhwc)) {
+                long long items = first_items(&c);
+                CHECKF(items == vslices[i].items[nhwc], "slice %d of [2,6,4,8]%s: %lld work items, not %lld", i,
+                       nhwc ? " NHWC" : "", items, (long long)vslices[i].items[nhwc]);
+                check_case(&c, "slice of [2,6,4,8]");
+            }
+        }
+        graph_init(&c.g);
+        x = input(&c, "x", 4, x8, nhwc, CT_F32);
+        y = input(&c, "y", 4, (int64_t[]){2, 2, 4, 8}, nhwc, CT_F32);
+        if (!add_node(&c, CT_OP_concat, 2, (ValueId[]){x, y}, (int64_t[]){1}, 1, NULL, 0, nhwc)) {
+            long long items = first_items(&c);
+            CHECKF(items == (nhwc ? 384 : 96), "concat along C%s: %lld work items", nhwc ? " NHWC" : "", items);
+            check_case(&c, "concat of [2,6,4,8] and [2,2,4,8]");
+        }
         /* one stage (60 outputs of 2 terms), two (3 of 40: chunks of 16
          * starting inside the runs of 5 along W); each also of a product
          * x * f (squeeze-excitation's scale's gradient over H, W) */

@@ -894,7 +894,8 @@ static void test_library(void)
      * dx's kernel of a row a lane); the two-stage sums
      * (batch norm's, layer norm's weights', reduce_sum's) over 100 chunks
      * of 16 rows, which their second stages add a warp an output, each lane
-     * four chunks or three */
+     * four chunks or three; a concat whose copies take 16 bytes a work item
+     * (ct_copy_vec) */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
     const CtShape st = {3, {1, 2, 40}}, st80 = {3, {1, 1, 20}}; /* the forward's rows' logsumexp */
@@ -928,7 +929,8 @@ static void test_library(void)
                   "ct_layer_norm_grad_x_f32"},
                  {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks", 0, NULL},
                  {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks", 0, NULL},
-                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL}};
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL},
+                 {CT_OP_concat, 2, 1, 0, "concat along C in 16-byte copies", 96, "ct_copy_f32"}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},
                                  {q80, kv80, kv80},
@@ -944,7 +946,8 @@ static void test_library(void)
                                  {x640, w640, x640},
                                  {xb, c3, c3, c3, c3},
                                  {xb, c3, c3, c3, xb},
-                                 {rows}};
+                                 {rows},
+                                 {{4, {2, 6, 4, 8}}, {4, {2, 2, 4, 8}}}};
     enum { NCASES = sizeof cases / sizeof *cases };
     for (int i = 0; i < NCASES; i++) {
         Graph g;

@@ -79,10 +79,46 @@ typedef union CT_SFX(CtF4) {
     float f[4];
 } CT_SFX(CtF4);
 
+/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
+ * of CT_VW in both tensors. */
+CT_DEVICE int CT_SFX(ct_steps_vec)(const CtIndex *ix, long long nd)
+{
+    if (ix->base0 % CT_VW || ix->base1 % CT_VW)
+        return 0;
+    for (long long d = 0; d < nd; d++)
+        if (ix->st0[d] % CT_VW || ix->st1[d] % CT_VW)
+            return 0;
+    return 1;
+}
+
+/* Whether ct_copy can take CT_VW elements a work item: ix's innermost dim
+ * contiguous in both tensors, its length, the other dims' strides and the
+ * first offsets multiples of CT_VW, x and y 16-byte aligned (a slice or a
+ * concat input along any but the last dim: ViT's class token). */
+CT_DEVICE int CT_SFX(ct_copy_vec)(const CtIndex *ix, const void *const *p)
+{
+    long long last = ix->nd - 1;
+    return ix->nd >= 1 && ix->st0[last] == 1 && ix->st1[last] == 1 && ix->dim[last] % CT_VW == 0 &&
+           CT_SFX(ct_steps_vec)(ix, last) && ct_aligned16(p, 2);
+}
+
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
- * input, the inner part of slice_grad and of pad. */
+ * input, the inner part of slice_grad and of pad; in 16-byte accesses
+ * where ct_copy_vec holds, one set of index divisions for CT_VW elements. */
 CT_GLOBAL CT_SFX(ct_copy)(const CT_T *x, CT_T *y, CtIndex ix)
 {
+    const void *ptrs[2] = {x, y};
+    if (CT_SFX(ct_copy_vec)(&ix, ptrs)) {
+        CT_LOOP(i, ix.n / CT_VW)
+        {
+            long long a, b;
+            CT_SFX(CtV16) v;
+            ct_offsets(&ix, i * CT_VW, &a, &b);
+            CT_V16_LD(v, x + a);
+            CT_V16_ST(y + b, v);
+        }
+        return;
+    }
     CT_GROUP_LOOP(i, ix.n)
     {
         long long a[CT_ELEMENTS], b[CT_ELEMENTS];
@@ -290,18 +326,6 @@ CT_GLOBAL CT_SFX(ct_reduce_sum)(const void *x, const void *f, void *y, int wide,
         float sv = CT_SFX(ct_side_scale)(side, scale, yo, wide);
         CT_SFX(ct_stw)(y, yo, wide & CT_WIDE_X, (float)CT_SFX(ct_sum_range)(x, f, xo, wide, &red, 0, red.n, side, sv));
     }
-}
-
-/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
- * of CT_VW in both tensors. */
-CT_DEVICE int CT_SFX(ct_steps_vec)(const CtIndex *ix, long long nd)
-{
-    if (ix->base0 % CT_VW || ix->base1 % CT_VW)
-        return 0;
-    for (long long d = 0; d < nd; d++)
-        if (ix->st0[d] % CT_VW || ix->st1[d] % CT_VW)
-            return 0;
-    return 1;
 }
 
 /* Whether a pass over rows of `len` elements (rows: the rows' offsets in

@@ -111,13 +111,43 @@ static int same_strides(const Builder *b, ValueId x, ValueId y)
     return val(b, x)->layout == val(b, y)->layout || val(b, x)->type.shape.ndim != 4;
 }
 
-/* y = x through the index `ix`: one copy launch. */
+/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
+ * of vw in both tensors (lib_kernels.h's ct_steps_vec). */
+static int steps_vec(const CtIndex *ix, int64_t nd, int64_t vw)
+{
+    int vec = ix->base0 % vw == 0 && ix->base1 % vw == 0;
+    for (int64_t d = 0; d < nd; d++)
+        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
+    return vec;
+}
+
+/* ix's dims in the order of its second tensor's memory (strides st1 from
+ * the largest; a stable sort): a copy writes y's bytes in order, and y's
+ * innermost run (a channels-last slice's channels) is the index's last dim. */
+static CtIndex dst_order(CtIndex ix)
+{
+    for (long long d = 1; d < ix.nd; d++)
+        for (long long k = d; k > 0 && ix.st1[k - 1] < ix.st1[k]; k--) {
+            long long dim = ix.dim[k], s0 = ix.st0[k], s1 = ix.st1[k];
+            ix.dim[k] = ix.dim[k - 1], ix.st0[k] = ix.st0[k - 1], ix.st1[k] = ix.st1[k - 1];
+            ix.dim[k - 1] = dim, ix.st0[k - 1] = s0, ix.st1[k - 1] = s1;
+        }
+    return ix;
+}
+
+/* y = x through the index `ix`: one copy launch, in y's memory order, of
+ * CT_VW elements a work item where the layout lets the kernel take them
+ * (lib_kernels.h's ct_copy_vec, which checks the addresses too). */
 static void copy(Builder *b, ValueId x, ValueId y, CtIndex ix)
 {
-    LibLaunch *l = begin(b, "ct_copy", val(b, y)->type.dtype, ix.n);
+    CtDType t = val(b, y)->type.dtype;
+    CtIndex c = collapsed(dst_order(ix));
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t), last = c.nd - 1;
+    int vec = c.nd >= 1 && c.st0[last] == 1 && c.st1[last] == 1 && c.dim[last] % vw == 0 && steps_vec(&c, last, vw);
+    LibLaunch *l = begin(b, "ct_copy", t, vec ? c.n / vw : c.n);
     a_val(l, x);
     a_val(l, y);
-    a_index(l, collapsed(ix));
+    a_index(l, c);
 }
 
 /* reshape: the flat row-major order is kept; one side must be row-major. */
@@ -325,16 +355,6 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
  * lib_kernels.h's ct_rows_vec takes them from the layout (the kernel then
  * checks the addresses), else one element each. A two-stage sum cuts its
  * rows finer where the items are vectors, to keep as many. */
-/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
- * of vw in both tensors (lib_kernels.h's ct_steps_vec). */
-static int steps_vec(const CtIndex *ix, int64_t nd, int64_t vw)
-{
-    int vec = ix->base0 % vw == 0 && ix->base1 % vw == 0;
-    for (int64_t d = 0; d < nd; d++)
-        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
-    return vec;
-}
-
 static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s1, CtDType t)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(t);

@@ -16,15 +16,17 @@ extern const char ct_lib_kernels_text[];
 extern const char ct_formulas_text[];
 extern const char ct_counter_rng_text[];
 
+/* The storage types the kernels are pasted for, in this order. */
+static const struct {
+    const char *type, *load, *store, *suffix, *acc, *mma; /* mma: the tensor cores' type, 16-bit only */
+} storage[] = {
+    {"float", "(v)", "(f)", "_f32", "double", NULL},
+    {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float", "f16"},
+    {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float", "bf16"},
+};
+
 void lib_source(CtBuf *out)
 {
-    static const struct {
-        const char *type, *load, *store, *suffix, *acc, *mma; /* mma: the tensor cores' type, 16-bit only */
-    } storage[] = {
-        {"float", "(v)", "(f)", "_f32", "double", NULL},
-        {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float", "f16"},
-        {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float", "bf16"},
-    };
     render_cuda_prelude(out);
     buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
                     "#define CT_GLOBAL extern \"C\" __global__ void\n"
@@ -83,7 +85,8 @@ void lib_source(CtBuf *out)
 }
 
 /* Each kernel is `CT_GLOBAL CT_SFX(name)(` in lib_kernels.h, which
- * lib_source pastes once a storage type; CT_GLOBAL16, the 16-bit two. */
+ * lib_source pastes once a storage type; CT_GLOBAL16 ones (under
+ * CT_MMA16) for the types with tensor cores alone. */
 static struct {
     pthread_once_t once;
     char name[512][48];
@@ -94,14 +97,16 @@ static struct {
 static void find_names(void)
 {
     static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
-    static const char *const sfx[] = {"_f32", "_f16", "_bf16"};
     for (int h = 0; h < 2; h++) {
         size_t len = strlen(heads[h]);
         for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p; p = strstr(p + 1, heads[h]))
-            for (int k = h; k < 3; k++) {
+            for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
+                if (h == 1 && !storage[k].mma)
+                    continue;
                 CT_ASSERT(lib_names.n < 512);
                 char *at = lib_names.name[lib_names.n];
-                snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(p + len, ")"), p + len, sfx[k]);
+                snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(p + len, ")"), p + len,
+                         storage[k].suffix);
                 lib_names.table[lib_names.n++] = at;
             }
     }
