@@ -91,15 +91,22 @@ CT_DEVICE int CT_SFX(ct_steps_vec)(const CtIndex *ix, long long nd)
     return 1;
 }
 
-/* Whether ct_copy can take CT_VW elements a work item: ix's innermost dim
- * contiguous in both tensors, its length, the other dims' strides and the
- * first offsets multiples of CT_VW, x and y 16-byte aligned (a slice or a
- * concat input along any but the last dim: ViT's class token). */
-CT_DEVICE int CT_SFX(ct_copy_vec)(const CtIndex *ix, const void *const *p)
+/* Whether ix's innermost dim is contiguous in both tensors and CT_VW
+ * elements of it can be a work item: its length, the other dims' strides
+ * and the first offsets multiples of CT_VW. */
+CT_DEVICE int CT_SFX(ct_last_vec)(const CtIndex *ix)
 {
     long long last = ix->nd - 1;
     return ix->nd >= 1 && ix->st0[last] == 1 && ix->st1[last] == 1 && ix->dim[last] % CT_VW == 0 &&
-           CT_SFX(ct_steps_vec)(ix, last) && ct_aligned16(p, 2);
+           CT_SFX(ct_steps_vec)(ix, last);
+}
+
+/* Whether ct_copy can take CT_VW elements a work item: ct_last_vec, x and
+ * y 16-byte aligned (a slice or a concat input along any but the last dim:
+ * ViT's class token). */
+CT_DEVICE int CT_SFX(ct_copy_vec)(const CtIndex *ix, const void *const *p)
+{
+    return CT_SFX(ct_last_vec)(ix) && ct_aligned16(p, 2);
 }
 
 /* y[o1(i)] = x[o0(i)] over ix: permute, to_layout, slice, expand, a concat
@@ -341,16 +348,13 @@ CT_DEVICE int CT_SFX(ct_rows_vec)(const CtIndex *rows, long long len, long long 
 }
 
 /* Whether reduce_sum's first stage can take CT_VW outputs of a chunk a
- * work item: the outputs' innermost dim contiguous in x and y (a bias or
- * layer scale's gradient over the rows of [rows, C], a global average pool
- * of [N, H, W, C]), its length, the other dims' strides, the first offsets
- * and the reduced dims' strides multiples of CT_VW, the buffers (the np of
- * p, null ones aside) 16-byte aligned. */
+ * work item: ct_last_vec of the outputs (a bias or layer scale's gradient
+ * over the rows of [rows, C], a global average pool of [N, H, W, C]), the
+ * reduced dims' first offset and strides multiples of CT_VW, the buffers
+ * (the np of p, null ones aside) 16-byte aligned. */
 CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const void *const *p, int np)
 {
-    long long last = out->nd - 1;
-    if (out->nd < 1 || out->st0[last] != 1 || out->st1[last] != 1 || out->dim[last] % CT_VW ||
-        red->base0 % CT_VW || !CT_SFX(ct_steps_vec)(out, last))
+    if (!CT_SFX(ct_last_vec)(out) || red->base0 % CT_VW)
         return 0;
     for (long long d = 0; d < red->nd; d++)
         if (red->st0[d] % CT_VW)
@@ -486,8 +490,8 @@ CT_DEVICE long long CT_SFX(ct_window_argmax)(const CT_T *x, long long sh, long l
 CT_DEVICE int CT_SFX(ct_pool_vec)(const CtIndex *ix, const CtPool *p, long long a, long long b, const void *const *ptr,
                                   int np)
 {
-    return p->c_last && ix->nd == 4 && ix->dim[3] % CT_VW == 0 && ix->st0[3] == 1 && ix->st1[3] == 1 &&
-           a % CT_VW == 0 && b % CT_VW == 0 && CT_SFX(ct_steps_vec)(ix, 3) && ct_aligned16(ptr, np);
+    return p->c_last && ix->nd == 4 && CT_SFX(ct_last_vec)(ix) && a % CT_VW == 0 && b % CT_VW == 0 &&
+           ct_aligned16(ptr, np);
 }
 
 /* ct_window_argmax for CT_VW channels at once: each channel's maximum as

@@ -121,6 +121,16 @@ static int steps_vec(const CtIndex *ix, int64_t nd, int64_t vw)
     return vec;
 }
 
+/* Whether ix's innermost dim is contiguous in both tensors, its length, the
+ * other dims' strides and the first offsets multiples of vw (lib_kernels.h's
+ * ct_last_vec). */
+static int last_vec(const CtIndex *ix, int64_t vw)
+{
+    int64_t last = ix->nd - 1;
+    return ix->nd >= 1 && ix->st0[last] == 1 && ix->st1[last] == 1 && ix->dim[last] % vw == 0 &&
+           steps_vec(ix, last, vw);
+}
+
 /* ix's dims in the order of its second tensor's memory (strides st1 from
  * the largest; a stable sort): a copy writes y's bytes in order, and y's
  * innermost run (a channels-last slice's channels) is the index's last dim. */
@@ -142,9 +152,8 @@ static void copy(Builder *b, ValueId x, ValueId y, CtIndex ix)
 {
     CtDType t = val(b, y)->type.dtype;
     CtIndex c = collapsed(dst_order(ix));
-    int64_t vw = 16 / (int64_t)ct_dtype_size(t), last = c.nd - 1;
-    int vec = c.nd >= 1 && c.st0[last] == 1 && c.st1[last] == 1 && c.dim[last] % vw == 0 && steps_vec(&c, last, vw);
-    LibLaunch *l = begin(b, "ct_copy", t, vec ? c.n / vw : c.n);
+    int64_t vw = 16 / (int64_t)ct_dtype_size(t);
+    LibLaunch *l = begin(b, "ct_copy", t, last_vec(&c, vw) ? c.n / vw : c.n);
     a_val(l, x);
     a_val(l, y);
     a_index(l, c);
@@ -368,9 +377,8 @@ static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s
  * the reduction is cut finer there to keep as many items. */
 static int64_t out_sum_chunk(const CtIndex *out, const CtIndex *red, CtDType st)
 {
-    int64_t vw = 16 / (int64_t)ct_dtype_size(st), last = out->nd - 1;
-    int vec = out->nd >= 1 && out->st0[last] == 1 && out->st1[last] == 1 && out->dim[last] % vw == 0 &&
-              red->base0 % vw == 0 && steps_vec(out, last, vw);
+    int64_t vw = 16 / (int64_t)ct_dtype_size(st);
+    int vec = last_vec(out, vw) && red->base0 % vw == 0;
     for (int d = 0; d < red->nd; d++)
         vec &= red->st0[d] % vw == 0;
     return sum_chunk(red->n, vec ? out->n / vw : out->n);
@@ -1013,8 +1021,7 @@ static void a_pool(LibLaunch *l, CtPool p)
 static int64_t pool_items(const CtIndex *ix, const CtPool *p, int64_t a, int64_t b, CtDType t)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(t);
-    int vec = p->c_last && ix->nd == 4 && ix->dim[3] % vw == 0 && ix->st0[3] == 1 && ix->st1[3] == 1 && a % vw == 0 &&
-              b % vw == 0 && steps_vec(ix, 3, vw);
+    int vec = p->c_last && ix->nd == 4 && last_vec(ix, vw) && a % vw == 0 && b % vw == 0;
     return vec ? ix->n / vw : ix->n;
 }
 
