@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,12 +211,18 @@ static ProgramOptions program_options = {.stop = &stop_signal, .cache_warned = &
  * a heap workspace while they run, and a signal frame pushed there
  * corrupts the heap (oneDNN issue #4845, fixed in 3.11). Before
  * cli_catch_interrupts, and at a second signal, the default action. */
+typedef struct {
+    sigset_t set;
+    sem_t running;
+} SignalThread;
+
 static void *signal_thread(void *arg)
 {
-    const sigset_t *set = arg;
+    SignalThread *st = arg;
+    sem_post(&st->running);
     for (;;) {
         int sig;
-        if (sigwait(set, &sig))
+        if (sigwait(&st->set, &sig))
             continue;
         if (!catching || stop_signal) {
             sigset_t one;
@@ -230,18 +237,28 @@ static void *signal_thread(void *arg)
     return NULL;
 }
 
+/* Returns once the thread runs: a tool that refuses its arguments exits at
+ * once, and a thread still starting then (its stack not yet known to
+ * LeakSanitizer) shows as a leak of the sanitizer's own pthread_getattr_np. */
 static void catch_stop_signals(void)
 {
-    static sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
+    static SignalThread st;
+    sigemptyset(&st.set);
+    sigaddset(&st.set, SIGINT);
+    sigaddset(&st.set, SIGTERM);
+    if (sem_init(&st.running, 0, 0))
+        return; /* no thread: the signals keep their default action */
     pthread_t th;
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 && pthread_create(&th, &at, signal_thread, &set) != 0)
-        pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* no thread: the signals keep their default action */
+    if (pthread_sigmask(SIG_BLOCK, &st.set, NULL) == 0) {
+        if (pthread_create(&th, &at, signal_thread, &st) != 0)
+            pthread_sigmask(SIG_UNBLOCK, &st.set, NULL);
+        else
+            while (sem_wait(&st.running) && errno == EINTR)
+                ;
+    }
     pthread_attr_destroy(&at);
 }
 
