@@ -3,11 +3,12 @@
  * can (an earlier step may never read a later one, so creation order is a
  * valid schedule), adjacent steps over the same elements that load the same
  * input merge, elementwise nodes read only in a later step sink into it,
- * then optimizer groups are batched into one launch and assigns are taken
- * over by the groups computing their sources. A value is written to memory
+ * then assigns are taken over by the groups computing their sources and
+ * optimizer groups are batched into few launches. A value is written to memory
  * iff it is read outside its step or is a graph output. */
 #include "passes/fuse.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,11 +200,12 @@ static int same_update(const Graph *g, const Node *a, const Node *c)
     return 1;
 }
 
-/* Whether step s may run at position `at` (>= its own): every node of
- * another step reading what s computes runs after `at`. */
-static int may_delay(const Builder *b, int s, int at)
+/* The first position at which another step reads what step s computes
+ * (INT_MAX when none does): s may run anywhere before it. */
+static int first_reader(const Builder *b, int s)
 {
     const Graph *g = b->g;
+    int first = INT_MAX;
     for (int i = 0; i < g->nnodes; i++) {
         if (b->step_of[i] != s)
             continue;
@@ -211,16 +213,28 @@ static int may_delay(const Builder *b, int s, int at)
             ValueId v = g->nodes[i].out[o];
             for (int r = 0; r < b->nreaders[v]; r++) {
                 int t = b->step_of[b->readers[v][r]];
-                if (t != s && b->pos[t] <= at)
-                    return 0;
+                if (t != s && b->pos[t] < first)
+                    first = b->pos[t];
             }
         }
     }
-    return 1;
+    return first;
+}
+
+/* Steps group[0..n) as one launch, at the position of the last of them. */
+static void close_batch(Builder *b, const int *group, int n, int *launch_of)
+{
+    for (int k = 0; n > 1 && k < n; k++) {
+        b->pos[group[k]] = b->pos[group[n - 1]];
+        launch_of[group[k]] = group[0];
+    }
 }
 
 /* Elementwise steps with the same kind of update run as one launch, at the
- * position of the last of them, when nothing in between reads them. */
+ * position of the last of them. Greedy in step order: a batch takes the
+ * next such step while what every step of it computes is read after that
+ * step only (an update whose parameter a later step still reads keeps its
+ * assign there, which ends the batch before it). */
 static void batch_updates(Builder *b, int *launch_of)
 {
     const Graph *g = b->g;
@@ -230,27 +244,28 @@ static void batch_updates(Builder *b, int *launch_of)
             b->update[s] = i;
     }
     char *done = calloc((size_t)b->nsteps + 1, 1);
-    CT_ASSERT(done != NULL);
+    int *group = malloc(sizeof *group * (size_t)(b->nsteps + 1));
+    CT_ASSERT(done && group);
     for (int s = 0; s < b->nsteps; s++) {
         if (b->update[s] < 0 || done[s])
             continue;
         const Node *u = &g->nodes[b->update[s]];
-        int last = s, count = 0, ok = 1;
-        for (int t = s; t < b->nsteps; t++)
-            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]]))
-                last = t, count++;
-        for (int t = s; t <= last && ok; t++)
-            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]]))
-                ok = may_delay(b, t, last);
-        for (int t = s; t <= last; t++)
-            if (b->update[t] >= 0 && !done[t] && same_update(g, u, &g->nodes[b->update[t]])) {
-                done[t] = 1;
-                if (ok && count > 1) {
-                    b->pos[t] = b->pos[last];
-                    launch_of[t] = s;
-                }
+        int n = 0, until = INT_MAX; /* the batch may run before `until` */
+        for (int t = s; t < b->nsteps; t++) {
+            if (b->update[t] < 0 || done[t] || !same_update(g, u, &g->nodes[b->update[t]]))
+                continue;
+            done[t] = 1;
+            if (b->pos[t] >= until) {
+                close_batch(b, group, n, launch_of);
+                n = 0, until = INT_MAX;
             }
+            int first = first_reader(b, t);
+            until = first < until ? first : until;
+            group[n++] = t;
+        }
+        close_batch(b, group, n, launch_of);
     }
+    free(group);
     free(done);
 }
 
@@ -533,8 +548,8 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     index_readers(&b);
     merge_siblings(&b);
     sink_single_readers(&b);
-    batch_updates(&b, launch_of);
     take_assigns(&b);
+    batch_updates(&b, launch_of);
     lay_out(&b, launch_of, p);
     p->kernels_before = g->nnodes;
     mark_materialised(g, p);

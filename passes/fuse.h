@@ -24,7 +24,8 @@
  *   FUSE_COPY         an assign that no group could take over.
  *
  * Elementwise groups holding optimizer updates of one op, attributes and
- * scalar inputs share a `launch` id: they run as one multi-tensor kernel.
+ * scalar inputs share a `launch` id, as many in a row as may wait for the
+ * last of them: they run as one multi-tensor kernel there.
  * An assign whose source is computed in an elementwise group (or is a
  * running statistic of the batch_norm that read it), when nothing after the
  * step reads the destination, joins that step: the step stores the source

@@ -15,6 +15,7 @@ typedef struct GraphSpec {
     int training;       /* with the training step */
     CtDType amp;        /* CT_F32: no cast */
     int channels_last;
+    int remat;          /* the cheap recomputation ctimm-train runs by default */
     const OptimSpec *opt; /* NULL: SGD with momentum 0.9 */
     const InputSpec *input; /* NULL: the f32 NCHW input as built */
 } GraphSpec;
@@ -29,6 +30,7 @@ static inline int model_graph(const char *model, const GraphSpec *s, Graph *g)
                   .loss = {.kind = CT_LOSS_CROSS_ENTROPY, .smoothing = 0.1, .bce_threshold = -1},
                   .opt = s->opt ? *s->opt : (OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9},
                   .amp = s->amp != CT_F32, .amp_dtype = s->amp, .channels_last = s->channels_last, .verify = 1};
+    p.remat.cheap = s->remat;
     if (s->input)
         p.input = *s->input;
     CtErr err = {{0}};

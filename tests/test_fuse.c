@@ -188,20 +188,23 @@ static void test_view_and_check(void)
     graph_free(&g);
 }
 
-/* Every model, eval and train (SGD, AdamW), f32 and amp: a valid plan with
- * fewer kernels than nodes; training updates in few launches, no copy left
- * for a parameter. */
+/* Every model, eval and train (SGD, AdamW), f32 and amp, channels last
+ * with and without the cheap recomputation: a valid plan with fewer
+ * kernels than nodes; training updates in few launches (recomputed nodes
+ * read some parameters late in the backward, whose updates then wait there
+ * with their assigns), no copy left for a parameter. */
 static void test_models(void)
 {
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++)
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < 6; mode++) {
             Graph g;
             FusePlan p;
             OptimSpec o = {.kind = mode == 2 ? CT_OPT_ADAMW : CT_OPT_SGD, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
                            .eps = 1e-8, .weight_decay = 0.05};
-            CtDType amp = mode < 3 ? CT_F32 : m & 1 ? CT_BF16 : CT_F16;
-            if (model_graph(models[m], &(GraphSpec){.training = mode > 0, .amp = amp, .opt = &o}, &g))
+            CtDType amp = mode < 3 ? CT_F32 : (m & 1) || mode == 5 ? CT_BF16 : CT_F16;
+            GraphSpec spec = {.training = mode > 0, .amp = amp, .channels_last = mode >= 4, .remat = mode == 5, .opt = &o};
+            if (model_graph(models[m], &spec, &g))
                 continue;
             if (plan_ok(&g, &p)) {
                 CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,
