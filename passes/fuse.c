@@ -230,19 +230,58 @@ static void close_batch(Builder *b, const int *group, int n, int *launch_of)
     }
 }
 
-/* Elementwise steps with the same kind of update run as one launch, at the
- * position of the last of them. Greedy in step order: a batch takes the
- * next such step while what every step of it computes is read after that
- * step only (an update whose parameter a later step still reads keeps its
- * assign there, which ends the batch before it). */
+/* Whether nodes a and c, each the one node of an elementwise step that
+ * only writes state, do the same to their state (in[0]): one op with the
+ * same attributes and other inputs (batch_norm's num_batches_tracked + 1). */
+static int same_write(const Graph *g, const Node *a, const Node *c)
+{
+    if (a->op != c->op || a->nin != c->nin || memcmp(a->iattr, c->iattr, sizeof a->iattr) ||
+        memcmp(a->fattr, c->fattr, sizeof a->fattr))
+        return 0;
+    for (int k = 1; k < a->nin; k++)
+        if (a->in[k] != c->in[k])
+            return 0;
+    return 1;
+}
+
+/* The node elementwise step s batches by: its first update, else its one
+ * other node when all the step computes goes into state (its assigns
+ * taken, nothing else reading it); -1 for none. */
+static int batch_node(const Builder *b, int s)
+{
+    const Graph *g = b->g;
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s])
+        return -1;
+    int node = -1, nodes = 0, writes = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (b->step_of[i] != s)
+            continue;
+        if (is_update(g->nodes[i].op))
+            return i;
+        if (g->nodes[i].op == CT_OP_assign)
+            writes = 1;
+        else if (nodes++ == 0)
+            node = i;
+    }
+    return nodes == 1 && writes && g->nodes[node].nin && first_reader(b, s) == INT_MAX ? node : -1;
+}
+
+static int same_batch(const Graph *g, const Node *a, const Node *c)
+{
+    return is_update(a->op) ? same_update(g, a, c) : !is_update(c->op) && same_write(g, a, c);
+}
+
+/* Elementwise steps with the same kind of update, or of write into state,
+ * run as one launch, at the position of the last of them. Greedy in step
+ * order: a batch takes the next such step while what every step of it
+ * computes is read after that step only (an update whose parameter a later
+ * step still reads keeps its assign there, which ends the batch before
+ * it). */
 static void batch_updates(Builder *b, int *launch_of)
 {
     const Graph *g = b->g;
-    for (int i = 0; i < g->nnodes; i++) {
-        int s = b->step_of[i];
-        if (is_update(g->nodes[i].op) && b->steps[s].kind == FUSE_ELEMENTWISE && b->update[s] < 0)
-            b->update[s] = i;
-    }
+    for (int s = 0; s < b->nsteps; s++)
+        b->update[s] = batch_node(b, s);
     char *done = calloc((size_t)b->nsteps + 1, 1);
     int *group = malloc(sizeof *group * (size_t)(b->nsteps + 1));
     CT_ASSERT(done && group);
@@ -252,7 +291,7 @@ static void batch_updates(Builder *b, int *launch_of)
         const Node *u = &g->nodes[b->update[s]];
         int n = 0, until = INT_MAX; /* the batch may run before `until` */
         for (int t = s; t < b->nsteps; t++) {
-            if (b->update[t] < 0 || done[t] || !same_update(g, u, &g->nodes[b->update[t]]))
+            if (b->update[t] < 0 || done[t] || !same_batch(g, u, &g->nodes[b->update[t]]))
                 continue;
             done[t] = 1;
             if (b->pos[t] >= until) {

@@ -192,7 +192,8 @@ static void test_view_and_check(void)
  * with and without the cheap recomputation: a valid plan with fewer
  * kernels than nodes; training updates in few launches (recomputed nodes
  * read some parameters late in the backward, whose updates then wait there
- * with their assigns), no copy left for a parameter. */
+ * with their assigns), every batch norm's num_batches_tracked + 1 in one,
+ * no copy left for a parameter. */
 static void test_models(void)
 {
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
@@ -209,10 +210,16 @@ static void test_models(void)
             if (plan_ok(&g, &p)) {
                 CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,
                        p.kernels_after, p.kernels_before);
-                int update_launch[2] = {-1, -1}, launches = 0, param_copies = 0;
+                int update_launch[2] = {-1, -1}, launches = 0, param_copies = 0, counters = 0, counter_launch = -1;
                 for (int s = 0; s < p.nsteps; s++)
                     for (int j = 0; j < p.steps[s].n; j++) {
                         const Node *n = &g.nodes[p.nodes[p.steps[s].first + j]];
+                        if (n->op == CT_OP_scale_shift && g.values[n->out[0]].type.dtype == CT_I64) {
+                            CHECKF(counter_launch < 0 || p.steps[s].launch == counter_launch,
+                                   "%s mode %d: batch norm's num_batches_tracked in several launches", models[m], mode);
+                            counter_launch = p.steps[s].launch;
+                            counters++;
+                        }
                         if (n->op == CT_OP_sgd_update || n->op == CT_OP_adamw_update) {
                             int l = p.steps[s].launch;
                             if (l != update_launch[0] && l != update_launch[1])
@@ -223,6 +230,8 @@ static void test_models(void)
                     }
                 CHECKF(launches <= 2 && param_copies == 0, "%s mode %d: updates in %d launches, %d param copies",
                        models[m], mode, launches, param_copies);
+                CHECKF(counters > 1 || (m & 1) || mode == 0, "%s mode %d: %d batch norm counters", models[m], mode,
+                       counters);
                 if (m == 0)
                     printf("%s mode %d: %d nodes -> %d kernels\n", models[m], mode, p.kernels_before, p.kernels_after);
                 fuse_free(&p);
