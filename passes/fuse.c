@@ -533,10 +533,12 @@ static void lay_out(Builder *b, const int *launch_of, FusePlan *p)
         at += p->steps[k].n;
         p->steps[k].n = 0;
     }
-    for (int i = 0; i < g->nnodes; i++) {
-        FuseStep *s = &p->steps[p->step_of[i]];
-        p->nodes[s->first + s->n++] = i;
-    }
+    for (int last = 0; last < 2; last++) /* the assigns a step took after its other nodes */
+        for (int i = 0; i < g->nnodes; i++)
+            if ((g->nodes[i].op == CT_OP_assign) == last) {
+                FuseStep *s = &p->steps[p->step_of[i]];
+                p->nodes[s->first + s->n++] = i;
+            }
     for (int s = 0; s < b->nsteps; s++)
         launch_id[s] = -1;
     for (int k = 0; k < n; k++) {

@@ -52,7 +52,7 @@ enum { FUSE_EPI_BIAS = 1, FUSE_EPI_RESIDUAL = 2, FUSE_EPI_ACT = 4, FUSE_EPI_CAST
 
 typedef struct FuseStep {
     FuseKind kind;
-    int first, n;  /* its nodes: FusePlan.nodes[first .. first + n), in graph order */
+    int first, n;  /* its nodes: FusePlan.nodes[first .. first + n), in graph order, the assigns last */
     int epilogue;  /* FUSE_LIBRARY: FUSE_EPI_* bits */
     int64_t numel; /* FUSE_ELEMENTWISE: elements in the iteration space */
     int view;      /* FUSE_ELEMENTWISE of reshapes only: no kernel */

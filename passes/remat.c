@@ -67,12 +67,14 @@ static int pure(const Node *n)
     return n->op != CT_OP_assign && n->op != CT_OP_allreduce_mean && !(n->op == CT_OP_batch_norm && n->iattr[1]);
 }
 
-/* A forward activation that may be recomputed. */
+/* A forward activation that may be recomputed: not a batch_norm's updated
+ * running statistics, a vector a channel, which its gradient reads. */
 static int eligible(const Halves *h, ValueId v)
 {
     const Value *val = &h->g->values[v];
-    return val->role == CT_ROLE_ACTIVATION && val->producer >= 0 && val->producer < h->bstart && !h->is_out[v] &&
-           pure(&h->g->nodes[val->producer]);
+    const Node *p = val->producer >= 0 ? &h->g->nodes[val->producer] : NULL;
+    return val->role == CT_ROLE_ACTIVATION && p && val->producer < h->bstart && !h->is_out[v] && pure(p) &&
+           (p->op != CT_OP_batch_norm || v == p->out[0]);
 }
 
 /* Cheapest to recompute first: elementwise and data movement, then norms,
@@ -149,6 +151,12 @@ static void materialize(Remat *m, ValueId v)
             materialize(m, p->in[k]);
         in[k] = m->dropped[p->in[k]] ? m->clone[p->in[k]] : rewrite_value(&m->r, p->in[k]);
     }
+    /* a training batch_norm run again reads, in place of the state, the
+     * running statistics the forward updated (unused, as batch_norm_vjp's):
+     * the state stays read by the forward only */
+    if (p->op == CT_OP_batch_norm && p->iattr[0])
+        for (int k = 3; k < 5; k++)
+            in[k] = rewrite_value(&m->r, p->out[k - 2]);
     m->r.e.scope = p->scope;
     if (emit(&m->r.e, p->op, p->nin, in, p->iattr, CT_MAX_IATTR, p->fattr, CT_MAX_FATTR, 0) < 0 && p->nout)
         return;

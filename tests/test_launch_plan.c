@@ -68,11 +68,19 @@ static void test_models(void)
                     const Value *from = &g.values[first->in[0]];
                     patch_views += same && from->producer >= 0 && g.nodes[from->producer].op == CT_OP_conv2d;
                 }
-                if (st->kind == LP_LIB && fs->kind == FUSE_LIBRARY && fs->n > 1 &&
+                int body = fs->n; /* the nodes before the assigns the step took */
+                while (body > 0 && g.nodes[lp.fuse.nodes[fs->first + body - 1]].op == CT_OP_assign)
+                    body--;
+                if (st->kind == LP_LIB && fs->kind == FUSE_LIBRARY && body > 1 &&
                     g.nodes[lp.fuse.nodes[fs->first]].op == CT_OP_batch_norm) { /* its epilogue in its apply pass */
                     const LibLaunch *apply = &st->lib[st->nlib - 1];
                     bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib <= 3 &&
-                                    apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + fs->n - 1]].out[0];
+                                    apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + body - 1]].out[0];
+                    /* a training batch norm writes its running statistics into the state */
+                    const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
+                    if (bn->iattr[0])
+                        CHECKF(body == fs->n - 2 && lp.alias[bn->out[1]] == bn->in[3] && lp.alias[bn->out[2]] == bn->in[4],
+                               "%s mode %d: step %d: batch norm's running statistics copied", models[m], mode, s);
                 }
                 if (st->kind == LP_GEMM && st->gemm.epi.bgrad >= 0) { /* dy's sum in dW's GEMM: BGRADB */
                     const Node *r = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step + 1].first]];

@@ -21,7 +21,9 @@
  *   bias 0 where absent). Without the affine, x [1, O, K] in O groups is
  *   F.batch_norm(x, training=True)'s standardisation (weight
  *   standardisation, frontend's nn_std_conv2d).
- * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy),
+ * Their gradients: batch_norm_grad(x, weight, running_mean, running_var, dy)
+ * (in training the batch's statistics, computed again, and the running
+ * ones unread: the vjp gives it the forward's updated ones),
  * layer_norm_grad(x, weight, dy) -> dx, dweight, dbias (dy in y's dtype, dx in
  * x's, dweight and dbias in weight's), and
  * group_norm_grad(x, weight, dy) -> dx, dweight, dbias or, for a group_norm
@@ -118,7 +120,11 @@ static void batch_norm_vjp(Emitter *e, const Node *n, const ValueId *dout, const
 {
     if (dout[0] < 0)
         return;
-    ValueId in[5] = {n->in[0], n->in[1], n->in[3], n->in[4], dout[0]};
+    /* in training the gradient takes the batch's statistics, not the
+     * running ones it is given: the node's updated ones, so that the state
+     * is read by the forward only, whose assigns then write it in place */
+    int training = (int)n->iattr[0];
+    ValueId in[5] = {n->in[0], n->in[1], training ? n->out[1] : n->in[3], training ? n->out[2] : n->in[4], dout[0]};
     if (emit(e, CT_OP_batch_norm_grad, 5, in, n->iattr, 2, &n->fattr[1], 1, 0) < 0)
         return;
     for (int k = 0; k < 3; k++)

@@ -183,25 +183,36 @@ static int conv_act(const CtExec *e, const FuseStep *st)
  * which the node-by-node order allows (x read whole before) but one pass
  * would overwrite channels it has yet to read. Every value in one stored
  * layout. */
+/* The nodes of step st before the assigns it took (batch_norm's running
+ * statistics written into the state). */
+static int step_body(const Graph *g, const FuseStep *st)
+{
+    int n = st->n;
+    while (n > 0 && g->nodes[st->first + n - 1].op == CT_OP_assign)
+        n--;
+    return n;
+}
+
 static int bn_epilogue(const CtExec *e, const FuseStep *st)
 {
     const Graph *g = &e->p->g;
     const FusePlan *fp = &e->p->cpu.p;
     const Node *n = &g->nodes[st->first];
-    if (st->kind != FUSE_LIBRARY || st->n < 2 || n->op != CT_OP_batch_norm ||
+    int body = step_body(g, st);
+    if (st->kind != FUSE_LIBRARY || body < 2 || n->op != CT_OP_batch_norm ||
         !(st->epilogue & (FUSE_EPI_RESIDUAL | FUSE_EPI_ACT)))
         return 0;
     int nhwc = cpu_stored_nhwc(g, n->in[0]);
     if (nhwc && !cpu_batch_norm_nhwc(g, n))
         return 0;
-    for (int j = 0; j < st->n; j++) {
-        if (!cpu_all_f32(g, &n[j]) || (j < st->n - 1 && fp->materialised[n[j].out[0]]))
+    for (int j = 0; j < body; j++) {
+        if (!cpu_all_f32(g, &n[j]) || (j < body - 1 && fp->materialised[n[j].out[0]]))
             return 0;
         for (int k = 0; k < n[j].nin && j; k++)
             if (cpu_stored_nhwc(g, n[j].in[k]) != nhwc)
                 return 0;
     }
-    return disjoint(e, n->in[0], n[st->n - 1].out[0]);
+    return disjoint(e, n->in[0], n[body - 1].out[0]);
 }
 
 /* The residual of bn_epilogue's step st (NULL: none) and its activation. */
@@ -211,7 +222,7 @@ static void bn_epilogue_parts(const CtExec *e, const FuseStep *st, const float *
     const Node *n = &g->nodes[st->first];
     *residual = NULL;
     *act = NULL;
-    for (int j = 1; j < st->n; j++) {
+    for (int j = 1; j < step_body(g, st); j++) {
         if (n[j].op == CT_OP_add)
             *residual = e->ptr[n[j].in[n[j].in[0] == n[j - 1].out[0] ? 1 : 0]];
         else
@@ -278,7 +289,11 @@ static void run_steps(const CtExec *e)
             for (int o = 0; o < n->nout; o++)
                 out[o] = ptr[n->out[o]];
             bn_epilogue_parts(e, st, &residual, &act);
-            cpu_batch_norm_epilogue(&p->g, n, in, out, p->opt.collective, residual, act, ptr[n[st->n - 1].out[0]]);
+            int body = step_body(&p->g, st);
+            cpu_batch_norm_epilogue(&p->g, n, in, out, p->opt.collective, residual, act, ptr[n[body - 1].out[0]]);
+            for (int j = body; j < st->n; j++)
+                cpu_run_node(&p->g, &n[j], (void *const[]){ptr[n[j].in[0]], ptr[n[j].in[1]]}, NULL,
+                             p->opt.collective);
             continue;
         }
         if (st->kind == FUSE_LIBRARY && conv_choices_run_step(&e->conv, &p->g, st->first, st->n, ptr))
