@@ -308,6 +308,60 @@ static void batch_updates(Builder *b, int *launch_of)
     free(done);
 }
 
+/* The bytes a batch of casts of state may hold early: its outputs, made at
+ * the first step of the batch instead of each before its reader. */
+#define SOURCE_BATCH_BYTES ((size_t)32 << 20)
+
+/* The bytes elementwise step s writes when it reads state only (a
+ * parameter cast to the AMP dtype before its convolution), else 0. The
+ * input batch is not state: its cast goes with its layout change. */
+static size_t source_bytes(const Builder *b, int s)
+{
+    const Graph *g = b->g;
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s] || b->update[s] >= 0)
+        return 0;
+    size_t bytes = 0;
+    int computes = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (b->step_of[i] != s)
+            continue;
+        const Node *n = &g->nodes[i];
+        if (n->op == CT_OP_assign || is_update(n->op))
+            return 0;
+        for (int k = 0; k < n->nin; k++) {
+            int from = producer_step(b, n->in[k]);
+            if (from >= 0 ? from != s : !role_is_state(g->values[n->in[k]].role))
+                return 0;
+        }
+        computes |= op_def(n->op)->fusion != OP_VIEW;
+        for (int o = 0; o < n->nout; o++)
+            bytes += value_bytes(&g->values[n->out[o]]);
+    }
+    return computes ? bytes : 0;
+}
+
+/* Elementwise steps that read only state run as one launch at the first
+ * of them, greedy in step order, a batch at most
+ * SOURCE_BATCH_BYTES of outputs: what they read is there from the start,
+ * and every write into the state comes after its readers. */
+static void batch_sources(Builder *b, int *launch_of)
+{
+    int first = -1;
+    size_t held = 0;
+    for (int s = 0; s < b->nsteps; s++) {
+        size_t bytes = launch_of[s] < 0 ? source_bytes(b, s) : 0;
+        if (!bytes)
+            continue;
+        if (first < 0 || held + bytes > SOURCE_BATCH_BYTES) {
+            first = s, held = 0;
+            continue;
+        }
+        held += bytes;
+        b->pos[s] = b->pos[first];
+        launch_of[first] = launch_of[s] = first;
+    }
+}
+
 /* Whether node r reads v element for element in its own iteration space. */
 static int reads_in_place(const Graph *g, const Node *r, ValueId v)
 {
@@ -591,6 +645,7 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     sink_single_readers(&b);
     take_assigns(&b);
     batch_updates(&b, launch_of);
+    batch_sources(&b, launch_of);
     lay_out(&b, launch_of, p);
     p->kernels_before = g->nnodes;
     mark_materialised(g, p);

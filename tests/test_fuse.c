@@ -193,6 +193,7 @@ static void test_view_and_check(void)
  * kernels than nodes; training updates in few launches (recomputed nodes
  * read some parameters late in the backward, whose updates then wait there
  * with their assigns), every batch norm's num_batches_tracked + 1 in one,
+ * under amp every parameter's cast in one (less than SOURCE_BATCH_BYTES),
  * no copy left for a parameter. */
 static void test_models(void)
 {
@@ -211,9 +212,13 @@ static void test_models(void)
                 CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,
                        p.kernels_after, p.kernels_before);
                 int update_launch[2] = {-1, -1}, launches = 0, param_copies = 0, counters = 0, counter_launch = -1;
+                int cast_launch[2] = {-1, -1}, cast_launches = 0;
                 for (int s = 0; s < p.nsteps; s++)
                     for (int j = 0; j < p.steps[s].n; j++) {
                         const Node *n = &g.nodes[p.nodes[p.steps[s].first + j]];
+                        if (n->op == CT_OP_cast && g.values[n->in[0]].role == CT_ROLE_PARAM &&
+                            p.steps[s].launch != cast_launch[0] && p.steps[s].launch != cast_launch[1])
+                            cast_launch[cast_launches++ & 1] = p.steps[s].launch;
                         if (n->op == CT_OP_scale_shift && g.values[n->out[0]].type.dtype == CT_I64) {
                             CHECKF(counter_launch < 0 || p.steps[s].launch == counter_launch,
                                    "%s mode %d: batch norm's num_batches_tracked in several launches", models[m], mode);
@@ -232,6 +237,8 @@ static void test_models(void)
                        models[m], mode, launches, param_copies);
                 CHECKF(counters > 1 || (m & 1) || mode == 0, "%s mode %d: %d batch norm counters", models[m], mode,
                        counters);
+                CHECKF(cast_launches <= 1 && (cast_launches == 1) == (amp != CT_F32),
+                       "%s mode %d: parameters cast in %d launches", models[m], mode, cast_launches);
                 if (m == 0)
                     printf("%s mode %d: %d nodes -> %d kernels\n", models[m], mode, p.kernels_before, p.kernels_after);
                 fuse_free(&p);
