@@ -4,8 +4,9 @@
  * valid schedule), adjacent steps over the same elements that load the same
  * input merge, elementwise nodes read only in a later step sink into it,
  * then assigns are taken over by the groups computing their sources and
- * optimizer groups are batched into few launches. A value is written to memory
- * iff it is read outside its step or is a graph output. */
+ * optimizer groups, writes into state and groups reading only state are
+ * batched into few launches. A value is written to memory iff it is read
+ * outside its step or is a graph output. */
 #include "passes/fuse.h"
 
 #include <limits.h>
@@ -341,9 +342,9 @@ static size_t source_bytes(const Builder *b, int s)
 }
 
 /* Elementwise steps that read only state run as one launch at the first
- * of them, greedy in step order, a batch at most
- * SOURCE_BATCH_BYTES of outputs: what they read is there from the start,
- * and every write into the state comes after its readers. */
+ * of them, greedy in step order, a batch at most SOURCE_BATCH_BYTES of
+ * outputs: what they read is there from the start, and every write into
+ * the state comes after its readers. */
 static void batch_sources(Builder *b, int *launch_of)
 {
     int first = -1;
@@ -353,7 +354,7 @@ static void batch_sources(Builder *b, int *launch_of)
         if (!bytes)
             continue;
         if (first < 0 || held + bytes > SOURCE_BATCH_BYTES) {
-            first = s, held = 0;
+            first = s, held = bytes;
             continue;
         }
         held += bytes;

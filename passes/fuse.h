@@ -25,7 +25,11 @@
  *
  * Elementwise groups holding optimizer updates of one op, attributes and
  * scalar inputs share a `launch` id, as many in a row as may wait for the
- * last of them: they run as one multi-tensor kernel there.
+ * last of them: they run as one multi-tensor kernel there; so do groups of
+ * one node whose output only goes into state, by op and attributes
+ * (batch_norm's num_batches_tracked + 1). Groups reading only state (a
+ * parameter's cast to the AMP dtype) share one with the ones after them, up
+ * to 32 MiB of outputs, and run at the first of them.
  * An assign whose source is computed in an elementwise group (or is a
  * running statistic of the batch_norm that read it), when nothing after the
  * step reads the destination, joins that step: the step stores the source
