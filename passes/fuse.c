@@ -4,8 +4,8 @@
  * valid schedule), adjacent steps over the same elements that load the same
  * input merge, elementwise nodes read only in a later step sink into it,
  * then assigns are taken over by the groups computing their sources and
- * optimizer groups, writes into state and groups reading only state are
- * batched into few launches. A value is written to memory iff it is read
+ * optimizer groups, writes into state, the groups feeding them and groups
+ * reading only state are batched into few launches. A value is written to memory iff it is read
  * outside its step or is a graph output. */
 #include "passes/fuse.h"
 
@@ -307,6 +307,113 @@ static void batch_updates(Builder *b, int *launch_of)
     }
     free(group);
     free(done);
+}
+
+/* Step s's nodes in graph order into at[], at most CT_MAX_STEP_NODES of
+ * them: their count, or -1 for more. */
+#define CT_MAX_STEP_NODES 8
+static int step_nodes(const Builder *b, int s, int *at)
+{
+    int n = 0;
+    for (int i = 0; i < b->g->nnodes; i++)
+        if (b->step_of[i] == s) {
+            if (n == CT_MAX_STEP_NODES)
+                return -1;
+            at[n++] = i;
+        }
+    return n;
+}
+
+/* Whether steps s and t compute the same thing of other tensors: node for
+ * node one op with the same attributes, an input made in the step made by
+ * the same node of each, one from another step free, one from state or the
+ * inputs the same (the loss scale an unscale divides by). */
+static int same_work(const Builder *b, int s, int t)
+{
+    const Graph *g = b->g;
+    int a[CT_MAX_STEP_NODES], c[CT_MAX_STEP_NODES], n = step_nodes(b, s, a);
+    if (n < 1 || step_nodes(b, t, c) != n)
+        return 0;
+    for (int j = 0; j < n; j++) {
+        const Node *x = &g->nodes[a[j]], *y = &g->nodes[c[j]];
+        if (x->op != y->op || x->nin != y->nin || memcmp(x->iattr, y->iattr, sizeof x->iattr) ||
+            memcmp(x->fattr, y->fattr, sizeof x->fattr))
+            return 0;
+        for (int k = 0; k < x->nin; k++) {
+            int px = g->values[x->in[k]].producer, py = g->values[y->in[k]].producer;
+            int ix = px >= 0 && b->step_of[px] == s, iy = py >= 0 && b->step_of[py] == t;
+            if (ix != iy || (px < 0) != (py < 0))
+                return 0;
+            int jx = 0, jy = 0;
+            while (ix && a[jx] != px)
+                jx++;
+            while (iy && c[jy] != py)
+                jy++;
+            if ((ix && jx != jy) || (px < 0 && x->in[k] != y->in[k]))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether elementwise step s feeds batched launches only: it computes
+ * something, takes no assign, and only steps of a batch (launch_of) read
+ * what it makes (the unscale of a channels-last weight's gradient, which
+ * the optimizer's batch reads in the parameter's layout). */
+static int feeds_batches(const Builder *b, const int *launch_of, int s)
+{
+    const Graph *g = b->g;
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s] || b->update[s] >= 0 || launch_of[s] >= 0)
+        return 0;
+    int reads = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (b->step_of[i] != s)
+            continue;
+        if (g->nodes[i].op == CT_OP_assign || op_def(g->nodes[i].op)->fusion == OP_VIEW)
+            return 0;
+        for (int o = 0; o < g->nodes[i].nout; o++)
+            for (int r = 0; r < b->nreaders[g->nodes[i].out[o]]; r++) {
+                int t = b->step_of[b->readers[g->nodes[i].out[o]][r]];
+                if (t != s && launch_of[t] < 0)
+                    return 0;
+                reads += t != s;
+            }
+    }
+    return reads > 0;
+}
+
+/* Steps feeding batches, the same work of other tensors, run as one launch
+ * too: greedy in step order as batch_updates, at the last of them, before
+ * the first step reading any of them. Each waits with its input instead of
+ * its output (a gradient in bf16 instead of its unscaled f32). */
+static void batch_feeders(Builder *b, int *launch_of)
+{
+    char *feeds = calloc((size_t)b->nsteps + 1, 1), *done = calloc((size_t)b->nsteps + 1, 1);
+    int *group = malloc(sizeof *group * (size_t)(b->nsteps + 1));
+    CT_ASSERT(feeds && done && group);
+    for (int s = 0; s < b->nsteps; s++)
+        feeds[s] = (char)feeds_batches(b, launch_of, s);
+    for (int s = 0; s < b->nsteps; s++) {
+        if (!feeds[s] || done[s])
+            continue;
+        int n = 0, until = INT_MAX;
+        for (int t = s; t < b->nsteps; t++) {
+            if (!feeds[t] || done[t] || !same_work(b, s, t))
+                continue;
+            done[t] = 1;
+            if (b->pos[t] >= until) {
+                close_batch(b, group, n, launch_of);
+                n = 0, until = INT_MAX;
+            }
+            int first = first_reader(b, t);
+            until = first < until ? first : until;
+            group[n++] = t;
+        }
+        close_batch(b, group, n, launch_of);
+    }
+    free(group);
+    free(done);
+    free(feeds);
 }
 
 /* The bytes a batch of casts of state may hold early: its outputs, made at
@@ -646,6 +753,7 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     sink_single_readers(&b);
     take_assigns(&b);
     batch_updates(&b, launch_of);
+    batch_feeders(&b, launch_of);
     batch_sources(&b, launch_of);
     lay_out(&b, launch_of, p);
     p->kernels_before = g->nnodes;

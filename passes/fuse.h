@@ -27,7 +27,10 @@
  * scalar inputs share a `launch` id, as many in a row as may wait for the
  * last of them: they run as one multi-tensor kernel there; so do groups of
  * one node whose output only goes into state, by op and attributes
- * (batch_norm's num_batches_tracked + 1). Groups reading only state (a
+ * (batch_norm's num_batches_tracked + 1), and groups read only by such
+ * launches doing the same work of other tensors (the unscale of a
+ * channels-last gradient the update reads in its parameter's layout), a
+ * launch before them. Groups reading only state (a
  * parameter's cast to the AMP dtype) share one with the ones after them, up
  * to 32 MiB of outputs, and run at the first of them.
  * An assign whose source is computed in an elementwise group (or is a

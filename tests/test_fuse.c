@@ -193,8 +193,9 @@ static void test_view_and_check(void)
  * kernels than nodes; training updates in few launches (recomputed nodes
  * read some parameters late in the backward, whose updates then wait there
  * with their assigns), every batch norm's num_batches_tracked + 1 in one,
- * under amp every parameter's cast in one (less than SOURCE_BATCH_BYTES),
- * no copy left for a parameter. */
+ * under amp every parameter's cast in one (less than SOURCE_BATCH_BYTES)
+ * and every unscale of a channels-last gradient the update reads in the
+ * parameter's layout in one, no copy left for a parameter. */
 static void test_models(void)
 {
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
@@ -212,8 +213,16 @@ static void test_models(void)
                 CHECKF(p.kernels_after < p.kernels_before, "%s mode %d: %d kernels after, %d before", models[m], mode,
                        p.kernels_after, p.kernels_before);
                 int update_launch[2] = {-1, -1}, launches = 0, param_copies = 0, counters = 0, counter_launch = -1;
-                int cast_launch[2] = {-1, -1}, cast_launches = 0;
-                for (int s = 0; s < p.nsteps; s++)
+                int cast_launch[2] = {-1, -1}, cast_launches = 0, unscale_launch = -1, unscales = 0;
+                for (int s = 0; s < p.nsteps; s++) {
+                    const Node *n0 = &g.nodes[p.nodes[p.steps[s].first]];
+                    if (p.steps[s].n == 2 && n0->op == CT_OP_cast && g.nodes[p.nodes[p.steps[s].first + 1]].op == CT_OP_div) {
+                        CHECKF(unscale_launch < 0 || p.steps[s].launch == unscale_launch,
+                               "%s mode %d: gradients unscaled apart from their updates in several launches",
+                               models[m], mode);
+                        unscale_launch = p.steps[s].launch;
+                        unscales++;
+                    }
                     for (int j = 0; j < p.steps[s].n; j++) {
                         const Node *n = &g.nodes[p.nodes[p.steps[s].first + j]];
                         if (n->op == CT_OP_cast && g.values[n->in[0]].role == CT_ROLE_PARAM &&
@@ -233,10 +242,13 @@ static void test_models(void)
                         param_copies += n->op == CT_OP_assign && p.steps[s].kind == FUSE_COPY &&
                                         g.values[n->in[0]].role == CT_ROLE_PARAM;
                     }
+                }
                 CHECKF(launches <= 2 && param_copies == 0, "%s mode %d: updates in %d launches, %d param copies",
                        models[m], mode, launches, param_copies);
                 CHECKF(counters > 1 || (m & 1) || mode == 0, "%s mode %d: %d batch norm counters", models[m], mode,
                        counters);
+                CHECKF(unscales > 1 || mode < 4 || m == 1, "%s mode %d: %d gradients unscaled apart", models[m], mode,
+                       unscales);
                 CHECKF(cast_launches <= 1 && (cast_launches == 1) == (amp != CT_F32),
                        "%s mode %d: parameters cast in %d launches", models[m], mode, cast_launches);
                 if (m == 0)
