@@ -272,27 +272,21 @@ static int same_batch(const Graph *g, const Node *a, const Node *c)
     return is_update(a->op) ? same_update(g, a, c) : !is_update(c->op) && same_write(g, a, c);
 }
 
-/* Elementwise steps with the same kind of update, or of write into state,
- * run as one launch, at the position of the last of them. Greedy in step
- * order: a batch takes the next such step while what every step of it
- * computes is read after that step only (an update whose parameter a later
- * step still reads keeps its assign there, which ends the batch before
- * it). */
-static void batch_updates(Builder *b, int *launch_of)
+/* The steps marked in `in` that `same` pairs with the first of them run as
+ * one launch, at the position of the last of them. Greedy in step order: a
+ * batch takes the next such step while what every step of it computes is
+ * read after that step only. */
+static void batch_greedy(Builder *b, const char *in, int (*same)(const Builder *, int, int), int *launch_of)
 {
-    const Graph *g = b->g;
-    for (int s = 0; s < b->nsteps; s++)
-        b->update[s] = batch_node(b, s);
     char *done = calloc((size_t)b->nsteps + 1, 1);
     int *group = malloc(sizeof *group * (size_t)(b->nsteps + 1));
     CT_ASSERT(done && group);
     for (int s = 0; s < b->nsteps; s++) {
-        if (b->update[s] < 0 || done[s])
+        if (!in[s] || done[s])
             continue;
-        const Node *u = &g->nodes[b->update[s]];
         int n = 0, until = INT_MAX; /* the batch may run before `until` */
         for (int t = s; t < b->nsteps; t++) {
-            if (b->update[t] < 0 || done[t] || !same_batch(g, u, &g->nodes[b->update[t]]))
+            if (!in[t] || done[t] || !same(b, s, t))
                 continue;
             done[t] = 1;
             if (b->pos[t] >= until) {
@@ -307,6 +301,24 @@ static void batch_updates(Builder *b, int *launch_of)
     }
     free(group);
     free(done);
+}
+
+static int same_batch_step(const Builder *b, int s, int t)
+{
+    return same_batch(b->g, &b->g->nodes[b->update[s]], &b->g->nodes[b->update[t]]);
+}
+
+/* Elementwise steps with the same kind of update, or of write into state,
+ * batch (batch_greedy): an update whose parameter a later step still reads
+ * keeps its assign there, which ends its batch before it. */
+static void batch_updates(Builder *b, int *launch_of)
+{
+    char *in = malloc((size_t)b->nsteps + 1);
+    CT_ASSERT(in != NULL);
+    for (int s = 0; s < b->nsteps; s++)
+        in[s] = (char)((b->update[s] = batch_node(b, s)) >= 0);
+    batch_greedy(b, in, same_batch_step, launch_of);
+    free(in);
 }
 
 /* Step s's nodes in graph order into at[], at most CT_MAX_STEP_NODES of
@@ -382,37 +394,17 @@ static int feeds_batches(const Builder *b, const int *launch_of, int s)
     return reads > 0;
 }
 
-/* Steps feeding batches, the same work of other tensors, run as one launch
- * too: greedy in step order as batch_updates, at the last of them, before
- * the first step reading any of them. Each waits with its input instead of
- * its output (a gradient in bf16 instead of its unscaled f32). */
+/* Steps feeding batches, the same work of other tensors, batch too
+ * (batch_greedy), before the first step reading any of them. Each waits
+ * with its input instead of its output (a gradient in bf16 instead of its
+ * unscaled f32). */
 static void batch_feeders(Builder *b, int *launch_of)
 {
-    char *feeds = calloc((size_t)b->nsteps + 1, 1), *done = calloc((size_t)b->nsteps + 1, 1);
-    int *group = malloc(sizeof *group * (size_t)(b->nsteps + 1));
-    CT_ASSERT(feeds && done && group);
+    char *feeds = malloc((size_t)b->nsteps + 1);
+    CT_ASSERT(feeds != NULL);
     for (int s = 0; s < b->nsteps; s++)
         feeds[s] = (char)feeds_batches(b, launch_of, s);
-    for (int s = 0; s < b->nsteps; s++) {
-        if (!feeds[s] || done[s])
-            continue;
-        int n = 0, until = INT_MAX;
-        for (int t = s; t < b->nsteps; t++) {
-            if (!feeds[t] || done[t] || !same_work(b, s, t))
-                continue;
-            done[t] = 1;
-            if (b->pos[t] >= until) {
-                close_batch(b, group, n, launch_of);
-                n = 0, until = INT_MAX;
-            }
-            int first = first_reader(b, t);
-            until = first < until ? first : until;
-            group[n++] = t;
-        }
-        close_batch(b, group, n, launch_of);
-    }
-    free(group);
-    free(done);
+    batch_greedy(b, feeds, same_work, launch_of);
     free(feeds);
 }
 
