@@ -52,7 +52,7 @@ typedef struct Builder {
     FuseStep *steps; /* in creation order; at most one per node */
     int nsteps;
     int *tip;        /* per step: the value a library epilogue continues from, -1 */
-    int *update;     /* per step: the first update node it holds, -1 */
+    int *batch;      /* per step: the node batch_updates batches it by (batch_node), -1 */
     int *pos;        /* per step: where it runs (steps sort by pos, then creation) */
     char *dead;      /* per step: emptied (an assign taken over) */
     int *step_of;    /* per node */
@@ -190,12 +190,14 @@ static void index_readers(Builder *b)
         }
 }
 
-static int same_update(const Graph *g, const Node *a, const Node *c)
+/* Whether nodes a and c are one op with the same attributes and the same
+ * inputs from input `from` on. */
+static int same_node(const Node *a, const Node *c, int from)
 {
     if (a->op != c->op || a->nin != c->nin || memcmp(a->iattr, c->iattr, sizeof a->iattr) ||
         memcmp(a->fattr, c->fattr, sizeof a->fattr))
         return 0;
-    for (int k = op_def(a->op)->batch_from; k < a->nin; k++)
+    for (int k = from; k < a->nin; k++)
         if (a->in[k] != c->in[k])
             return 0;
     return 1;
@@ -231,20 +233,6 @@ static void close_batch(Builder *b, const int *group, int n, int *launch_of)
     }
 }
 
-/* Whether nodes a and c, each the one node of an elementwise step that
- * only writes state, do the same to their state (in[0]): one op with the
- * same attributes and other inputs (batch_norm's num_batches_tracked + 1). */
-static int same_write(const Graph *g, const Node *a, const Node *c)
-{
-    if (a->op != c->op || a->nin != c->nin || memcmp(a->iattr, c->iattr, sizeof a->iattr) ||
-        memcmp(a->fattr, c->fattr, sizeof a->fattr))
-        return 0;
-    for (int k = 1; k < a->nin; k++)
-        if (a->in[k] != c->in[k])
-            return 0;
-    return 1;
-}
-
 /* The node elementwise step s batches by: its first update, else its one
  * other node when all the step computes goes into state (its assigns
  * taken, nothing else reading it); -1 for none. */
@@ -267,9 +255,12 @@ static int batch_node(const Builder *b, int s)
     return nodes == 1 && writes && g->nodes[node].nin && first_reader(b, s) == INT_MAX ? node : -1;
 }
 
-static int same_batch(const Graph *g, const Node *a, const Node *c)
+/* Whether batch nodes a and c batch together: updates of one kind (the
+ * inputs from OpDef.batch_from on shared), or the same write into their
+ * state (in[0]; batch_norm's num_batches_tracked + 1). */
+static int same_batch(const Node *a, const Node *c)
 {
-    return is_update(a->op) ? same_update(g, a, c) : !is_update(c->op) && same_write(g, a, c);
+    return is_update(a->op) ? same_node(a, c, op_def(a->op)->batch_from) : !is_update(c->op) && same_node(a, c, 1);
 }
 
 /* The steps marked in `in` that `same` pairs with the first of them run as
@@ -305,7 +296,7 @@ static void batch_greedy(Builder *b, const char *in, int (*same)(const Builder *
 
 static int same_batch_step(const Builder *b, int s, int t)
 {
-    return same_batch(b->g, &b->g->nodes[b->update[s]], &b->g->nodes[b->update[t]]);
+    return same_batch(&b->g->nodes[b->batch[s]], &b->g->nodes[b->batch[t]]);
 }
 
 /* Elementwise steps with the same kind of update, or of write into state,
@@ -316,20 +307,20 @@ static void batch_updates(Builder *b, int *launch_of)
     char *in = malloc((size_t)b->nsteps + 1);
     CT_ASSERT(in != NULL);
     for (int s = 0; s < b->nsteps; s++)
-        in[s] = (char)((b->update[s] = batch_node(b, s)) >= 0);
+        in[s] = (char)((b->batch[s] = batch_node(b, s)) >= 0);
     batch_greedy(b, in, same_batch_step, launch_of);
     free(in);
 }
 
-/* Step s's nodes in graph order into at[], at most CT_MAX_STEP_NODES of
+/* Step s's nodes in graph order into at[], at most STEP_NODES_MAX of
  * them: their count, or -1 for more. */
-#define CT_MAX_STEP_NODES 8
+#define STEP_NODES_MAX 8
 static int step_nodes(const Builder *b, int s, int *at)
 {
     int n = 0;
     for (int i = 0; i < b->g->nnodes; i++)
         if (b->step_of[i] == s) {
-            if (n == CT_MAX_STEP_NODES)
+            if (n == STEP_NODES_MAX)
                 return -1;
             at[n++] = i;
         }
@@ -343,13 +334,12 @@ static int step_nodes(const Builder *b, int s, int *at)
 static int same_work(const Builder *b, int s, int t)
 {
     const Graph *g = b->g;
-    int a[CT_MAX_STEP_NODES], c[CT_MAX_STEP_NODES], n = step_nodes(b, s, a);
+    int a[STEP_NODES_MAX], c[STEP_NODES_MAX], n = step_nodes(b, s, a);
     if (n < 1 || step_nodes(b, t, c) != n)
         return 0;
     for (int j = 0; j < n; j++) {
         const Node *x = &g->nodes[a[j]], *y = &g->nodes[c[j]];
-        if (x->op != y->op || x->nin != y->nin || memcmp(x->iattr, y->iattr, sizeof x->iattr) ||
-            memcmp(x->fattr, y->fattr, sizeof x->fattr))
+        if (!same_node(x, y, x->nin))
             return 0;
         for (int k = 0; k < x->nin; k++) {
             int px = g->values[x->in[k]].producer, py = g->values[y->in[k]].producer;
@@ -375,7 +365,7 @@ static int same_work(const Builder *b, int s, int t)
 static int feeds_batches(const Builder *b, const int *launch_of, int s)
 {
     const Graph *g = b->g;
-    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s] || b->update[s] >= 0 || launch_of[s] >= 0)
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s] || b->batch[s] >= 0 || launch_of[s] >= 0)
         return 0;
     int reads = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -418,7 +408,7 @@ static void batch_feeders(Builder *b, int *launch_of)
 static size_t source_bytes(const Builder *b, int s)
 {
     const Graph *g = b->g;
-    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s] || b->update[s] >= 0)
+    if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s])
         return 0;
     size_t bytes = 0;
     int computes = 0;
@@ -733,13 +723,13 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     for (int i = 0; i < g->nnodes; i++)
         place_node(&b, i);
     size_t ns = (size_t)b.nsteps + 1;
-    b.update = malloc(sizeof *b.update * ns);
+    b.batch = malloc(sizeof *b.batch * ns);
     b.pos = malloc(sizeof *b.pos * ns);
     b.dead = calloc(ns, 1);
     int *launch_of = malloc(sizeof *launch_of * ns);
-    CT_ASSERT(b.update && b.pos && b.dead && launch_of);
+    CT_ASSERT(b.batch && b.pos && b.dead && launch_of);
     for (int s = 0; s < b.nsteps; s++)
-        b.update[s] = launch_of[s] = -1, b.pos[s] = s;
+        b.batch[s] = launch_of[s] = -1, b.pos[s] = s;
     index_readers(&b);
     merge_siblings(&b);
     sink_single_readers(&b);
@@ -753,7 +743,7 @@ int fuse_plan(const Graph *g, FusePlan *p, CtErr *err)
     free(launch_of);
     free(b.dead);
     free(b.pos);
-    free(b.update);
+    free(b.batch);
     free(b.readers[0]);
     free(b.readers);
     free(b.nreaders);
