@@ -367,12 +367,19 @@ double cli_now(void)
 
 void cli_py_repr(char *buf, size_t n, double v, int f32)
 {
-    for (int p = 1; p <= 17; p++) {
+    int p = 1;
+    for (; p <= 17; p++) {
         snprintf(buf, n, "%.*g", p, v);
         double back = strtod(buf, NULL);
         if (f32 ? (float)back == (float)v : back == v)
             break;
     }
+    /* %g writes 50.0 as 5e+01 at one digit; repr writes exponents below
+     * -4 and from 16 only */
+    const char *e = strchr(buf, 'e');
+    int exp10 = e ? atoi(e + 1) : 0;
+    if (e && exp10 >= -4 && exp10 < 16)
+        snprintf(buf, n, "%.*f", p - 1 - exp10 > 0 ? p - 1 - exp10 : 0, v);
     if (!strpbrk(buf, ".eni"))
         strncat(buf, ".0", n - strlen(buf) - 1);
 }
