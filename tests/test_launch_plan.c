@@ -5,7 +5,8 @@
  * overlap of live values), kernel grids cover their loops, every op has a
  * kernel or a library call (launch_plan_supports says so too), and
  * test_resnet's batch norms take their residual adds and ReLUs into their
- * elementwise pass, every linear layer's bias gradient is summed by its
+ * elementwise pass (a training one's statistics in one launch before it,
+ * with the plan's counters), every linear layer's bias gradient is summed by its
  * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
  * take the residual adds before them, and its 16-bit attention runs on
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
@@ -74,13 +75,20 @@ static void test_models(void)
                 if (st->kind == LP_LIB && fs->kind == FUSE_LIBRARY && body > 1 &&
                     g.nodes[lp.fuse.nodes[fs->first]].op == CT_OP_batch_norm) { /* its epilogue in its apply pass */
                     const LibLaunch *apply = &st->lib[st->nlib - 1];
-                    bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib <= 3 &&
+                    bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib == 2 &&
                                     apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + body - 1]].out[0];
                     /* a training batch norm writes its running statistics into the state */
                     const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
-                    if (bn->iattr[0])
+                    if (bn->iattr[0]) {
                         CHECKF(body == fs->n - 2 && lp.alias[bn->out[1]] == bn->in[3] && lp.alias[bn->out[2]] == bn->in[4],
                                "%s mode %d: step %d: batch norm's running statistics copied", models[m], mode, s);
+                        /* its sums and coefficients in one launch, whose counters the plan holds */
+                        const LibLaunch *k = &st->lib[0];
+                        CHECKF(strstr(k->kernel, "ct_bn_stats_") && k->arg[2].kind == LA_COUNTERS &&
+                                   (size_t)k->arg[2].i == (size_t)g.values[bn->in[1]].type.shape.d[0] &&
+                                   lp.counters >= (size_t)k->arg[2].i,
+                               "%s mode %d: step %d: batch norm's statistics by %s", models[m], mode, s, k->kernel);
+                    }
                 }
                 if (st->kind == LP_GEMM && st->gemm.epi.bgrad >= 0) { /* dy's sum in dW's GEMM: BGRADB */
                     const Node *r = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step + 1].first]];

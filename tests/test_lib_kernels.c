@@ -36,6 +36,8 @@
 #define CT_NTHREADS 1
 #define CT_SYNC()
 #define CT_SHARED
+#define CT_FENCE()
+#define CT_ATOMIC_INC(p) ((*(p))++)
 #define CT_WARP_LOOP(i, n) for (long long i = 0; i < (n); i++)
 #define CT_LANE 0
 #define CT_LANES 1
@@ -128,16 +130,16 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_group_norm_grad_x_f32(F(0), F(1), F(2), F(3), P(4), X(5), X(6), I(7), R(8));
     else if (!strcmp(k, "ct_group_norm_grad_w_f32"))
         ct_group_norm_grad_w_f32(F(0), F(1), P(2), F(3), F(4), X(5), I(6), I(7), I(8));
-    else if (!strcmp(k, "ct_bn_sums_f32"))
-        ct_bn_sums_f32(F(0), P(1), X(2), I(3), I(4), I(5));
-    else if (!strcmp(k, "ct_bn_grad_sums_f32"))
-        ct_bn_grad_sums_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), X(6), I(7), I(8), I(9));
+    else if (!strcmp(k, "ct_bn_stats_f32"))
+        ct_bn_stats_f32(F(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8), (int)I(9), P(10), X(11), I(12), I(13),
+                        I(14), R(15), R(16));
+    else if (!strcmp(k, "ct_bn_grad_stats_f32"))
+        ct_bn_grad_stats_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), P(6), P(7), P(8), P(9), P(10), P(11),
+                             (int)I(12), P(13), X(14), I(15), I(16), I(17), (int)I(18), R(19));
     else if (!strcmp(k, "ct_bn_coef_f32"))
-        ct_bn_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), F(6), P(7), I(8), I(9), I(10), (int)I(11), R(12), R(13));
+        ct_bn_coef_f32(F(0), F(1), F(2), F(3), P(4), I(5), R(6));
     else if (!strcmp(k, "ct_bn_apply_f32"))
         ct_bn_apply_f32(F(0), P(1), F(2), F(3), X(4), I(5), I(6), I(7), (int)I(8), (int)I(9));
-    else if (!strcmp(k, "ct_bn_grad_coef_f32"))
-        ct_bn_grad_coef_f32(P(0), F(1), F(2), F(3), F(4), F(5), P(6), I(7), I(8), I(9), (int)I(10), R(11));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
         ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), F(6), X(7), I(8), I(9), I(10), (int)I(11));
     else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
@@ -381,6 +383,7 @@ static void check_case(Case *c, const char *what)
             tensor_free(&out[k]);
     } else {
         float *scratch = calloc(scratch_bytes / sizeof(float) + 1, sizeof(float));
+        unsigned counters[64] = {0};
         CT_ASSERT(scratch != NULL);
         ValueId stored[2] = {ln_res && ln_res->alias ? ln_res->sum : -1, ln_res ? n->out[0] : -1};
         ValueId over[2] = {ln_res ? ln_res->x : -1, ln_res ? ln_res->r : -1};
@@ -390,8 +393,11 @@ static void check_case(Case *c, const char *what)
                 ValueId v = l[j].arg[a].v;
                 for (int k = 0; ln_res && ln_res->alias && k < 2; k++)
                     v = l[j].arg[a].v == stored[k] ? over[k] : v;
-                args[a] = l[j].arg[a].kind == LA_VALUE ? mem[v]
-                          : l[j].arg[a].kind == LA_SCRATCH ? (void *)((char *)scratch + l[j].arg[a].i) : NULL;
+                CT_ASSERT(l[j].arg[a].kind != LA_COUNTERS || l[j].arg[a].i <= 64);
+                args[a] = l[j].arg[a].kind == LA_VALUE      ? mem[v]
+                          : l[j].arg[a].kind == LA_SCRATCH  ? (void *)((char *)scratch + l[j].arg[a].i)
+                          : l[j].arg[a].kind == LA_COUNTERS ? (void *)counters
+                                                            : NULL;
             }
             run_launch(&l[j], args);
         }

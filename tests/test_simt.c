@@ -767,6 +767,7 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
     CtErr err;
     if (run_ref(g, ref, mem) == 0 && lib_launches(g, &g->nodes[node], l, &nl, &scratch_bytes, &err) == 0) {
         void *scratch = calloc(scratch_bytes + 8, 1);
+        unsigned counters[4096] = {0}, used = 0;
         for (int j = 0; j < nl; j++) {
             union {
                 void *p;
@@ -784,6 +785,11 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
                 case LA_VALUE: store[a].p = mem[arg->v]; break;
                 case LA_SCRATCH: store[a].p = (char *)scratch + arg->i; break;
                 case LA_NULL: store[a].p = NULL; break;
+                case LA_COUNTERS:
+                    CT_ASSERT(arg->i <= 4096);
+                    store[a].p = counters;
+                    used = (unsigned)arg->i > used ? (unsigned)arg->i : used;
+                    break;
                 case LA_I64: store[a].i = arg->i; break;
                 case LA_I32: store[a].i32 = (int)arg->i; break;
                 case LA_F32: store[a].f = arg->f; break;
@@ -798,6 +804,10 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
             CHECKF(sim_launch(m, l[j].kernel, &sl, params, &err) == 0, "%s: %s", what, err.msg);
         }
         compare_outputs(what, g, ref, mem, 1e-5);
+        unsigned left = 0;
+        for (unsigned k = 0; k < used; k++)
+            left |= counters[k];
+        CHECKF(left == 0, "%s: the launches left their counters nonzero", what);
         free_refs(g, ref);
         free(scratch);
         items = l[0].items;
@@ -891,10 +901,13 @@ static void test_library(void)
      * of 160 (40 groups: two a lane, the second's past the row in 24
      * lanes, 4 rows a warp), of 70 rows of 8 (2 lanes a row, 64 rows a
      * warp) and of 37 rows of 640 (160 groups: five a lane, a row a warp:
-     * dx's kernel of a row a lane); the two-stage sums
-     * (batch norm's, layer norm's weights', reduce_sum's) over 100 chunks
-     * of 16 rows, which their second stages add a warp an output, each lane
-     * four chunks or three; a concat whose copies take 16 bytes a work item
+     * dx's kernel of a row a lane); the two-stage sums (layer norm's
+     * weights', reduce_sum's) over 100 chunks of 16 rows, which their
+     * second stages add a warp an output, each lane four chunks or three;
+     * batch norm's statistics in tiles whose last of each column adds the
+     * column's slices (NCHW: a channel a column, 7 slices; NHWC: 8 work
+     * items of 4 channels a column, 13 slices, the 64 threads a block here
+     * 8 lanes a work item); a concat whose copies take 16 bytes a work item
      * (ct_copy_vec) */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
@@ -903,6 +916,7 @@ static void test_library(void)
     const CtShape x160 = {3, {1, 37, 160}}, w160 = {1, {160}}, x8 = {2, {70, 8}}, w8 = {1, {8}};
     const CtShape x640 = {2, {37, 640}}, w640 = {1, {640}};
     const CtShape xb = {4, {4, 3, 20, 20}}, c3 = {1, {3}}, rows = {2, {1600, 3}};
+    const CtShape xn = {4, {4, 96, 10, 10}}, c96 = {1, {96}};
     static const struct {
         CtOp op;
         int nin;
@@ -911,26 +925,33 @@ static void test_library(void)
         const char *what;
         long long items;    /* the first launch's work items (0: any) */
         const char *kernel; /* the first launch's kernel (NULL: any) */
-    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles", 0, NULL},
-                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles", 0, NULL},
-                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80", 0, NULL},
-                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0, NULL},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160, "ct_layer_norm_f32"},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160, "ct_layer_norm_grad_x_rows_f32"},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400, NULL},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320, NULL},
+        int nhwc;           /* the 4-D values channels-last */
+    } cases[] = {{CT_OP_sdpa, 4, 0, 0.3, "sdpa in tiles", 0, NULL, 0},
+                 {CT_OP_sdpa_grad, 7, 1, 0.3, "sdpa_grad in tiles", 0, NULL, 0},
+                 {CT_OP_sdpa, 3, 0, 0.3, "sdpa at head dim 80", 0, NULL, 0},
+                 {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0, NULL, 0},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160, "ct_layer_norm_f32", 0},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160, "ct_layer_norm_grad_x_rows_f32", 0},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400, NULL, 0},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320, NULL, 0},
                  {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 160", 320,
-                  "ct_layer_norm_grad_x_rows_f32"},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 8", 64, NULL},
+                  "ct_layer_norm_grad_x_rows_f32", 0},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 8", 64, NULL, 0},
                  {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 8", 64,
-                  "ct_layer_norm_grad_x_rows_f32"},
-                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 640", 37 * 32, "ct_layer_norm_f32"},
+                  "ct_layer_norm_grad_x_rows_f32", 0},
+                 {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 640", 37 * 32, "ct_layer_norm_f32", 0},
                  {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 640", 37 * 32,
-                  "ct_layer_norm_grad_x_f32"},
-                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm over 100 chunks", 0, NULL},
-                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad over 100 chunks", 0, NULL},
-                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL},
-                 {CT_OP_concat, 2, 1, 0, "concat along C in 16-byte copies", 96, "ct_copy_f32"}};
+                  "ct_layer_norm_grad_x_f32", 0},
+                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm, NCHW in 3 columns of 7 slices", 21 * 256,
+                  "ct_bn_stats_f32", 0},
+                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad, NCHW in 3 columns of 7 slices", 21 * 256,
+                  "ct_bn_grad_stats_f32", 0},
+                 {CT_OP_batch_norm, 5, 1, 0.1, "batch_norm, NHWC in 3 columns of 13 slices", 39 * 256,
+                  "ct_bn_stats_f32", 1},
+                 {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad, NHWC in 3 columns of 13 slices", 39 * 256,
+                  "ct_bn_grad_stats_f32", 1},
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL, 0},
+                 {CT_OP_concat, 2, 1, 0, "concat along C in 16-byte copies", 96, "ct_copy_f32", 0}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},
                                  {q80, kv80, kv80},
@@ -946,12 +967,17 @@ static void test_library(void)
                                  {x640, w640, x640},
                                  {xb, c3, c3, c3, c3},
                                  {xb, c3, c3, c3, xb},
+                                 {xn, c96, c96, c96, c96},
+                                 {xn, c96, c96, c96, xn},
                                  {rows},
                                  {{4, {2, 6, 4, 8}}, {4, {2, 2, 4, 8}}}};
     enum { NCASES = sizeof cases / sizeof *cases };
     for (int i = 0; i < NCASES; i++) {
         Graph g;
         int id = node_on(&g, cases[i].op, cases[i].nin, shapes[i], cases[i].i, cases[i].f);
+        for (ValueId v = 0; cases[i].nhwc && v < g.nvalues; v++)
+            if (g.values[v].type.shape.ndim == 4)
+                g.values[v].layout = CT_LAYOUT_CHANNELS_LAST;
         char first[48] = "";
         long long items = id >= 0 ? check_lib_node(m, &g, id, cases[i].what, first) : -1;
         CHECKF(!cases[i].items || items == cases[i].items, "%s: %lld work items, not %lld", cases[i].what, items,

@@ -476,6 +476,15 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
             last_launch = fs->launch;
         }
     }
+    for (int s = 0; s < lp->nsteps; s++) {
+        const LpStep *st = &lp->steps[s];
+        for (int j = 0; j < st->nlib + st->nfallback; j++) {
+            const LibLaunch *l = j < st->nlib ? &st->lib[j] : &st->fallback[j - st->nlib];
+            for (int a = 0; a < l->nargs; a++)
+                if (l->arg[a].kind == LA_COUNTERS && (size_t)l->arg[a].i > lp->counters)
+                    lp->counters = (size_t)l->arg[a].i;
+        }
+    }
     free(bn_act);
     return 0;
 fail:

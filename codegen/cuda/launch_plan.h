@@ -97,6 +97,8 @@ typedef struct LaunchPlan {
     ValueId *alias;       /* per value: the state it is stored into in place (an assign its step took), or -1 */
     size_t device_bytes;  /* the arena, then the spill area */
     size_t scratch_bytes; /* the library kernels' scratch, the most any step needs */
+    size_t counters;      /* the library kernels' counters (LA_COUNTERS: unsigned ints, zeroed once at load),
+                           * the most any launch uses */
     int unsupported;      /* LP_UNSUPPORTED steps */
 } LaunchPlan;
 

@@ -16,6 +16,10 @@
  *                    CT_NTHREADS (0 of 1 on the host) takes its share,
  *                    CT_SYNC() is the block's barrier (or nothing) and
  *                    CT_SHARED makes a variable the block's (or a local)
+ *   CT_FENCE()       a store's visibility to the whole device before what
+ *                    follows (__threadfence(), or nothing)
+ *   CT_ATOMIC_INC(p) *p + 1 stored atomically, the old value returned
+ *                    (unsigned int)
  *   CT_WARP_LOOP(i, n)
  *                    each of n work items by a whole warp (CT_LANES threads,
  *                    or 1): a warp-stride loop, or a loop; inside it lane
@@ -50,8 +54,9 @@
  * more, so a block takes each, its sums in double reduced over the block
  * in a fixed order (the same bits on every run); a warp takes each of
  * layer_norm's rows. Long sums of few outputs (reduce_sum's,
- * batch_norm's, layer_norm's dweight) take two stages: partial sums of
- * chunks into scratch, then the chunks added in order. Attention runs in
+ * layer_norm's dweight) take two stages: partial sums of chunks into
+ * scratch, then the chunks added in order; batch norm's take one launch,
+ * whose last block of each column of channels adds its partial sums. Attention runs in
  * tiles through shared memory (FlashAttention's online softmax, float
  * sums) up to head dim CT_ATT_D. Every tensor is addressed through
  * strides, so either layout (NCHW or NHWC) works; a kernel over a
@@ -1312,26 +1317,27 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
     }
 }
 
-/* batch_norm and its gradient in three launches each, for either layout
- * but made for channels-last, where a channel's values are C apart: work
- * items pair a channel with rows (the other dims, walked by `rows`: x's
- * strides, then y's or dx's), the channel fastest, so that neighbouring
- * threads read neighbouring channels of one row. sxc steps between x's
- * channels (dy shares x's strides), syc between y's or dx's.
+/* batch_norm and its gradient in two launches each, for either layout but
+ * made for channels-last, where a channel's values are C apart: work items
+ * pair a channel with rows (the other dims, walked by `rows`: x's strides,
+ * then y's or dx's), the channel fastest, so that neighbouring threads
+ * read neighbouring channels of one row. sxc steps between x's channels
+ * (dy shares x's strides), syc between y's or dx's.
  *
- * First the sums of each chunk of `chunk` rows of each channel, in double:
- * x and x^2 into part[2 i], part[2 i + 1] (ct_bn_sums), and for the
- * gradient also dy and dy x (part[4 i ...]: ct_bn_grad_sums), i = chunk
- * index * C + channel.
+ * First the sums of each channel in double, with its coefficients after
+ * them in the same launch: x and x^2 (ct_bn_stats), for the gradient also
+ * dy and dy x (ct_bn_grad_stats). An eval forward has no sums: ct_bn_coef
+ * takes the running statistics. Then the elementwise pass (ct_bn_apply,
+ * ct_bn_grad_apply).
  *
  * A batch_norm_grad whose dy is the act_grad of the batch norm's
  * activation, which only it reads (passes/fuse.h's
- * fuse_bn_act_grad_steps), runs with it as one: the forward's sums and
- * ct_bn_coef again, then the gradient's kernels given the forward's
- * coefficients `fwd` and the activation: where they read dy they take
- * act'(z) dy, z = x * fwd[2c] + fwd[2c + 1], each rounded to the storage
- * type as the nodes would have stored them (ct_bn_dz); neither is written
- * (relu's gradient from z is its gradient from relu(z)). */
+ * fuse_bn_act_grad_steps), runs with it as one: the forward's statistics
+ * again, then the gradient's kernels given the forward's coefficients
+ * `fwd` and the activation: where they read dy they take act'(z) dy,
+ * z = x * fwd[2c] + fwd[2c + 1], each rounded to the storage type as the
+ * nodes would have stored them (ct_bn_dz); neither is written (relu's
+ * gradient from z is its gradient from relu(z)). */
 CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long c, int act, int approx)
 {
     if (!fwd)
@@ -1340,136 +1346,278 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
     return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
 }
 
-/* ct_bn_sums over CT_VW channels of each chunk a work item (ct_rows_vec),
- * CT_BN_ROWS rows' loads at a time: each channel's sums in row order, as
- * the pass a channel at a time adds them. Its items are few (a chunk of
- * C / CT_VW each: 32768 at resnet50's first stage, some 250 an SM of an
- * H200), so each keeps 8 x 16 bytes in flight, some 32 KiB an SM: what
- * 4.8 TB/s at HBM's latency needs. */
-#define CT_BN_ROWS 8
-CT_DEVICE void CT_SFX(ct_bn_sums_vec)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                      double *part, const CtIndex *rows, long long C, long long chunk, int grad)
+/* The statistics kernels work in tiles: a column of the channels (tx work
+ * items of a row, each 16 bytes of channels where ct_rows_vec holds, else
+ * one channel) by a slice of the rows, tile t being column t % cols of
+ * slice t / cols. A tile's threads are lanes row lanes of each of its work
+ * items, the seg lanes of a warp on one work item side by side (so that a
+ * warp reads tx x 16 bytes of each of seg rows); lane ry of slice s walks
+ * rows s * lanes + ry, slices * lanes apart. A column is tx = CT_BN_TX
+ * (lib_common.h) work items where the channels are x's fastest dim, else
+ * one channel (whose rows are then neighbours). */
+CT_DEVICE CtBnTile CT_SFX(ct_bn_tile)(long long C, long long sxc, int vec)
 {
-    long long nchunks = (rows->n + chunk - 1) / chunk, groups = C / CT_VW;
-    CT_LOOP(i, nchunks * groups)
-    {
-        long long g, k = ct_divmod(i, groups, &g), c0 = g * CT_VW, xo, o;
-        long long end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n;
-        double s[16 / sizeof(CT_T)] = {0}, q[16 / sizeof(CT_T)] = {0};
-        double gs[16 / sizeof(CT_T)] = {0}, gx[16 / sizeof(CT_T)] = {0};
-        for (long long r = k * chunk; r < end; r += CT_BN_ROWS) {
-            CT_SFX(CtV16) xv[CT_BN_ROWS], dv[CT_BN_ROWS];
-            CT_UNROLL
-            for (int t = 0; t < CT_BN_ROWS; t++)
-                if (r + t < end) {
-                    ct_offsets(rows, r + t, &xo, &o);
+    CtBnTile t;
+    t.w = vec ? CT_VW : 1;
+    t.items = C / t.w;
+    t.tx = vec || sxc == 1 ? (CT_LANES < CT_BN_TX ? CT_LANES : CT_BN_TX) : 1;
+    t.seg = CT_LANES / t.tx;
+    t.lanes = CT_NTHREADS / t.tx;
+    t.cols = (t.items + t.tx - 1) / t.tx;
+    return t;
+}
+
+/* Row lane ry's sums of work item c0 (its first channel) over the rows
+ * from r0, step apart, CT_BN_ROWS rows' loads at a time, each channel's
+ * sums in row order: acc[j * CT_VW + u] sum j of channel c0 + u (the
+ * first channel alone off the vector path). grad a constant, which leaves
+ * the forward's kernel the registers of two sums, not four. Each lane
+ * keeps 8 x 16 bytes in flight (16 x 16 for the gradient): the tiles are
+ * few, some 4 an SM of an H200, and what its 4.8 TB/s at HBM's latency
+ * needs is some 25 KiB an SM. */
+#define CT_BN_ROWS 8
+CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                  const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
+                                  long long step, int grad, double *acc)
+{
+    for (long long r = r0; r < rows->n; r += CT_BN_ROWS * step) {
+        CT_SFX(CtV16) xv[CT_BN_ROWS], dv[CT_BN_ROWS];
+        CT_UNROLL
+        for (int t = 0; t < CT_BN_ROWS; t++)
+            if (r + t * step < rows->n) {
+                long long xo, o;
+                ct_offsets(rows, r + t * step, &xo, &o);
+                if (vec) {
                     CT_V16_LD(xv[t], x + xo + c0);
                     if (grad)
                         CT_V16_LD(dv[t], dy + xo + c0);
+                } else {
+                    xv[t].e[0] = x[xo + c0 * sxc];
+                    if (grad)
+                        dv[t].e[0] = dy[xo + c0 * sxc];
                 }
-            CT_UNROLL
-            for (int t = 0; t < CT_BN_ROWS; t++)
-                if (r + t < end) {
-                    CT_UNROLL
-                    for (int u = 0; u < CT_VW; u++) {
+            }
+        CT_UNROLL
+        for (int t = 0; t < CT_BN_ROWS; t++)
+            if (r + t * step < rows->n) {
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    if (vec || u == 0) {
                         double v = CT_LD(xv[t].e[u]);
-                        s[u] += v;
-                        q[u] += v * v;
+                        acc[u] += v;
+                        acc[CT_VW + u] += v * v;
                         if (grad) {
                             double d = CT_SFX(ct_bn_dz)((float)v, CT_LD(dv[t].e[u]), fwd, c0 + u, act, approx);
-                            gs[u] += d;
-                            gx[u] += d * v;
+                            acc[2 * CT_VW + u] += d;
+                            acc[3 * CT_VW + u] += d * v;
                         }
                     }
-                }
+            }
+    }
+}
+
+/* The tile's sums over its row lanes, in a fixed order (the seg lanes of a
+ * warp, then the warps in order, through red), into part[(c * nsum + j) *
+ * slices + s] for slice s. */
+CT_DEVICE void CT_SFX(ct_bn_tile_sums)(const CtBnTile *t, const double *acc, int nsum, double *red, double *part,
+                                       long long col, long long s, long long slices, long long C)
+{
+    long long warp = CT_TID / CT_LANES, ix = CT_LANE / t->seg, nw = CT_NTHREADS / CT_LANES;
+    CT_UNROLL
+    for (int k = 0; k < 4 * CT_VW; k++)
+        if (k < nsum * CT_VW) {
+            double v = CT_SEG_SUM(acc[k], t->seg);
+            if (CT_LANE % t->seg == 0)
+                red[(warp * t->tx + ix) * 4 * CT_VW + k] = v;
         }
-        CT_UNROLL
-        for (int u = 0; u < CT_VW; u++) {
-            double *p = part + (grad ? 4 : 2) * (k * C + c0 + u);
-            p[0] = s[u];
-            p[1] = q[u];
-            if (grad) {
-                p[2] = gs[u];
-                p[3] = gx[u];
+    CT_SYNC();
+    for (long long k = CT_TID; k < t->tx * nsum * t->w; k += CT_NTHREADS) {
+        long long u, j = ct_divmod(k, t->w, &u), i = ct_divmod(j, nsum, &j), item = col * t->tx + i;
+        if (item >= t->items)
+            continue;
+        double v = 0;
+        for (long long wi = 0; wi < nw; wi++)
+            v += red[(wi * t->tx + i) * 4 * CT_VW + j * CT_VW + u];
+        part[((item * t->w + u) * nsum + j) * slices + s] = v;
+    }
+}
+
+/* Whether this tile is its column's last to finish: each thread's stores
+ * made visible to the device before the block counts the tile in
+ * cnt[col] (the program's counters, zero before the launch; the last tile
+ * leaves it zero again). */
+CT_DEVICE int CT_SFX(ct_bn_last)(unsigned *cnt, long long col, long long slices, int *flag)
+{
+    CT_FENCE();
+    CT_SYNC();
+    if (CT_TID == 0)
+        *flag = CT_ATOMIC_INC(cnt + col) == (unsigned)(slices - 1);
+    CT_SYNC();
+    if (*flag && CT_TID == 0)
+        cnt[col] = 0;
+    return *flag;
+}
+
+/* The last tile's totals of its column's channels (c0 the first, K of
+ * them, each nsum sums over the slices, read past the caches as other
+ * blocks wrote them): tot[k * nsum + j], P threads a total, each adding
+ * every P-th slice, CT_BN_ROWS loads at a time, then the P parts in order
+ * (through red). */
+CT_DEVICE void CT_SFX(ct_bn_totals)(const double *part, long long c0, long long K, int nsum, long long slices,
+                                    long long C, double *red, double *tot)
+{
+    long long n = K * nsum, P = CT_NTHREADS / n > 0 ? CT_NTHREADS / n : 1, sub = CT_TID % P;
+    for (long long p = CT_TID / P; p < n; p += CT_NTHREADS / P) {
+        const volatile double *src = part + (c0 * nsum + p) * slices;
+        double s = 0;
+        if (c0 + p / nsum < C)
+            for (long long k = sub; k < slices; k += CT_BN_ROWS * P) {
+                double v[CT_BN_ROWS];
+                CT_UNROLL
+                for (int t = 0; t < CT_BN_ROWS; t++)
+                    v[t] = k + t * P < slices ? src[k + t * P] : 0;
+                CT_UNROLL
+                for (int t = 0; t < CT_BN_ROWS; t++)
+                    s += v[t];
+            }
+        if (P == 1)
+            tot[p] = s;
+        else
+            red[CT_TID] = s;
+    }
+    CT_SYNC();
+    if (P > 1) {
+        if (sub == 0 && CT_TID / P < n) {
+            double s = 0;
+            for (long long k = 0; k < P; k++)
+                s += red[CT_TID + k];
+            tot[CT_TID / P] = s;
+        }
+        CT_SYNC();
+    }
+}
+
+/* The batch's mean and biased variance from sums s of x and x^2 over
+ * `count` values (E[x^2] - E[x]^2 in double, from inputs of at most f32). */
+CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *mean, double *var)
+{
+    *mean = s[0] / (double)count;
+    double v = s[1] / (double)count - *mean * *mean;
+    *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
+}
+
+/* The shared memory of a statistics kernel: each warp's sums of its work
+ * items, and the totals after them. */
+#define CT_BN_RED (CT_LIB_BLOCK / 32 * CT_BN_TX * 4 * CT_VW)
+
+/* Tile `tile` of a statistics kernel: its sums (nsum: 2, or 4 for the
+ * gradient, grad) into part; whether it was its column's last, the column
+ * in *col. */
+CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                     const CtIndex *rows, long long C, long long sxc, const CtBnTile *t,
+                                     long long tile, long long slices, double *part, unsigned *cnt, double *red,
+                                     int *flag, int grad, long long *col)
+{
+    long long s = ct_divmod(tile, t->cols, col), item = *col * t->tx + CT_LANE / t->seg;
+    double acc[4 * CT_VW] = {0};
+    if (item < t->items)
+        CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w,
+                           s * t->lanes + CT_TID / CT_LANES * t->seg + CT_LANE % t->seg, slices * t->lanes, grad,
+                           acc);
+    CT_SFX(ct_bn_tile_sums)(t, acc, grad ? 4 : 2, red, part, *col, s, slices, C);
+    return CT_SFX(ct_bn_last)(cnt, *col, slices, flag);
+}
+
+/* batch_norm's statistics in training, each column's coefficients by its
+ * last tile: y = x * coef[2c] + coef[2c + 1] normalises by the batch's
+ * statistics, and the running stats get PyTorch's update (unbiased
+ * variance) in nrm and nrv (which may be rm and rv: each read before its
+ * write; NULL: not written). The parameters and running stats are CT_T,
+ * or f32 where wide (under AMP); part (2 C slices doubles) and coef in
+ * scratch, cnt C counters. */
+CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const void *w, const void *b,
+                              const void *rm, const void *rv, void *nrm, void *nrv, int wide, double *coef,
+                              CtIndex rows, long long C, long long sxc, long long slices, float momentum, float eps)
+{
+    CT_SHARED double red[CT_BN_RED];
+    CT_SHARED int last;
+    const void *ptrs[1] = {x};
+    CtBnTile t = CT_SFX(ct_bn_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 1));
+    CT_BLOCK_LOOP(tile, t.cols * slices)
+    {
+        long long col;
+        if (CT_SFX(ct_bn_tile_run)(x, 0, 0, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0, &col)) {
+            long long K = t.tx * t.w, c0 = col * K;
+            double *tot = red + CT_LIB_BLOCK, n = (double)rows.n;
+            CT_SFX(ct_bn_totals)(part, c0, K, 2, slices, C, red, tot);
+            for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
+                long long c = c0 + k;
+                double mean, var;
+                CT_SFX(ct_bn_moments)(tot + 2 * k, rows.n, &mean, &var);
+                if (nrm) {
+                    double rmc = CT_SFX(ct_ldw)(rm, c, wide), rvc = CT_SFX(ct_ldw)(rv, c, wide);
+                    CT_SFX(ct_stw)(nrm, c, wide, (float)((1 - momentum) * rmc + momentum * mean));
+                    CT_SFX(ct_stw)(nrv, c, wide, (float)((1 - momentum) * rvc + momentum * var * n / (n - 1)));
+                }
+                double scale = CT_SFX(ct_ldw)(w, c, wide) / sqrt(var + eps);
+                coef[2 * c] = scale;
+                coef[2 * c + 1] = CT_SFX(ct_ldw)(b, c, wide) - mean * scale;
             }
         }
+        CT_SYNC();
     }
 }
 
-/* The sums a channel a work item; grad a constant, which leaves the
- * forward's kernel the registers of two sums, not four. */
-CT_DEVICE void CT_SFX(ct_bn_sums_of)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                     double *part, const CtIndex *rows, long long C, long long sxc, long long chunk,
-                                     int grad)
+/* An eval batch_norm's coefficients, from the running statistics, in the
+ * parameters' dtype. */
+CT_GLOBAL CT_SFX(ct_bn_coef)(const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv, double *coef, long long C,
+                             float eps)
 {
-    long long nchunks = (rows->n + chunk - 1) / chunk;
-    const void *ptrs[2] = {x, dy};
-    if (CT_SFX(ct_rows_vec)(rows, C, sxc, sxc, ptrs, 2)) {
-        CT_SFX(ct_bn_sums_vec)(x, dy, fwd, act, approx, part, rows, C, chunk, grad);
-        return;
-    }
-    CT_LOOP(i, nchunks * C)
+    CT_LOOP(c, C)
     {
-        long long c, k = ct_divmod(i, C, &c), end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n, xo, o;
-        double s = 0, q = 0, g = 0, gx = 0;
-        /* CT_ELEMENTS rows' loads at a time, then their sums in row order */
-        for (long long r = k * chunk; r < end; r += CT_ELEMENTS) {
-            float xv[CT_ELEMENTS], dv[CT_ELEMENTS];
-            CT_UNROLL
-            for (int u = 0; u < CT_ELEMENTS; u++)
-                if (r + u < end) {
-                    ct_offsets(rows, r + u, &xo, &o);
-                    xv[u] = CT_LD(x[xo + c * sxc]);
-                    dv[u] = grad ? CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c * sxc]), fwd, c, act, approx) : 0.0f;
-                }
-            CT_UNROLL
-            for (int u = 0; u < CT_ELEMENTS; u++)
-                if (r + u < end) {
-                    double v = xv[u], d = dv[u];
-                    s += v;
-                    q += v * v;
-                    if (grad) {
-                        g += d;
-                        gx += d * v;
-                    }
-                }
-        }
-        double *p = part + (grad ? 4 : 2) * i;
-        p[0] = s;
-        p[1] = q;
-        if (grad) {
-            p[2] = g;
-            p[3] = gx;
-        }
+        double scale = CT_LD(w[c]) / sqrt((double)CT_LD(rv[c]) + eps);
+        coef[2 * c] = scale;
+        coef[2 * c + 1] = CT_LD(b[c]) - CT_LD(rm[c]) * scale;
     }
 }
 
-CT_GLOBAL CT_SFX(ct_bn_sums)(const CT_T *x, double *part, CtIndex rows, long long C, long long sxc, long long chunk)
+/* batch_norm_grad's statistics, each column's by its last tile: dw, db and
+ * dx = coef[3c] dy + coef[3c + 1] x + coef[3c + 2], through the batch's
+ * statistics in training, else the running ones; as ct_bn_stats, part 4 C
+ * slices doubles. */
+CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                   double *part, unsigned *cnt, const void *w, const void *rm, const void *rv,
+                                   void *dw, void *db, int wide, double *coef, CtIndex rows, long long C,
+                                   long long sxc, long long slices, int training, float eps)
 {
-    CT_SFX(ct_bn_sums_of)(x, 0, 0, -1, 0, part, &rows, C, sxc, chunk, 0);
-}
-
-CT_GLOBAL CT_SFX(ct_bn_grad_sums)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                  double *part, CtIndex rows, long long C, long long sxc, long long chunk)
-{
-    CT_SFX(ct_bn_sums_of)(x, dy, fwd, act, approx, part, &rows, C, sxc, chunk, 1);
-}
-
-/* Sum j (of nsum) of channel c over the chunks, by the warp of its channel
- * (ct_chunk_total). */
-CT_DEVICE double CT_SFX(ct_bn_total)(const double *part, int nsum, int j, long long c, long long C, long long nchunks)
-{
-    return CT_SFX(ct_chunk_total)(part + nsum * c + j, nsum * C, nchunks);
-}
-
-/* The batch's mean and biased variance of channel c from its sums over
- * `count` values (E[x^2] - E[x]^2 in double, from inputs of at most f32). */
-CT_DEVICE void CT_SFX(ct_bn_moments)(const double *part, int nsum, long long c, long long C, long long nchunks,
-                                     long long count, double *mean, double *var)
-{
-    *mean = CT_SFX(ct_bn_total)(part, nsum, 0, c, C, nchunks) / (double)count;
-    double v = CT_SFX(ct_bn_total)(part, nsum, 1, c, C, nchunks) / (double)count - *mean * *mean;
-    *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
+    CT_SHARED double red[CT_BN_RED];
+    CT_SHARED int last;
+    const void *ptrs[2] = {x, dy};
+    CtBnTile t = CT_SFX(ct_bn_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 2));
+    CT_BLOCK_LOOP(tile, t.cols * slices)
+    {
+        long long col;
+        if (CT_SFX(ct_bn_tile_run)(x, dy, fwd, act, approx, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 1,
+                                   &col)) {
+            long long K = t.tx * t.w, c0 = col * K;
+            double *tot = red + CT_LIB_BLOCK, M = (double)rows.n;
+            CT_SFX(ct_bn_totals)(part, c0, K, 4, slices, C, red, tot);
+            for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
+                long long c = c0 + k;
+                double mean = CT_SFX(ct_ldw)(rm, c, wide), var = CT_SFX(ct_ldw)(rv, c, wide);
+                if (training)
+                    CT_SFX(ct_bn_moments)(tot + 4 * k, rows.n, &mean, &var);
+                double sb = tot[4 * k + 2], sxy = tot[4 * k + 3];
+                double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_SFX(ct_ldw)(w, c, wide);
+                CT_SFX(ct_stw)(dw, c, wide, (float)sw);
+                CT_SFX(ct_stw)(db, c, wide, (float)sb);
+                coef[3 * c] = wc * inv;
+                coef[3 * c + 1] = -wc * inv / M * sw * inv;
+                coef[3 * c + 2] = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
+            }
+        }
+        CT_SYNC();
+    }
 }
 
 /* Work item i of an elementwise pass over R rows of C channels: its row
@@ -1485,35 +1633,10 @@ CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, lo
     return r;
 }
 
-/* Each channel's y = x * coef[2c] + coef[2c + 1], a warp a channel.
- * Training: the batch's statistics normalise and the running stats get
- * PyTorch's update (unbiased variance) in nrm and nrv (which may be rm and
- * rv: every lane reads them before the lanes' sums meet, then lane 0
- * writes; NULL: not written); else the running stats. */
-CT_GLOBAL CT_SFX(ct_bn_coef)(const double *part, const CT_T *w, const CT_T *b, const CT_T *rm, const CT_T *rv,
-                             CT_T *nrm, CT_T *nrv, double *coef, long long C, long long nchunks, long long count,
-                             int training, float momentum, float eps)
-{
-    CT_WARP_LOOP(c, C)
-    {
-        double rmc = CT_LD(rm[c]), rvc = CT_LD(rv[c]), mean = rmc, var = rvc, cnt = (double)count;
-        if (training)
-            CT_SFX(ct_bn_moments)(part, 2, c, C, nchunks, count, &mean, &var);
-        if (CT_LANE != 0)
-            continue;
-        if (training && nrm) {
-            nrm[c] = CT_ST((float)((1 - momentum) * rmc + momentum * mean));
-            nrv[c] = CT_ST((float)((1 - momentum) * rvc + momentum * var * cnt / (cnt - 1)));
-        }
-        double scale = CT_LD(w[c]) / sqrt(var + eps);
-        coef[2 * c] = scale;
-        coef[2 * c + 1] = CT_LD(b[c]) - mean * scale;
-    }
-}
-
-/* Then res (NULL: none; y's strides) added and the activation act (an op,
- * -1: none) applied, each part's result rounded to the storage type as the
- * graph's own nodes would store it. */
+/* Each channel's y = x * coef[2c] + coef[2c + 1], then res (NULL: none;
+ * y's strides) added and the activation act (an op, -1: none) applied,
+ * each part's result rounded to the storage type as the graph's own nodes
+ * would store it. */
 CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
                               long long sxc, long long syc, int act, int approx)
 {
@@ -1576,30 +1699,7 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
     }
 }
 
-/* The gradient's per-channel part: dw, db and dx = coef[3c] dy +
- * coef[3c + 1] x + coef[3c + 2], through the batch statistics in training. */
-CT_GLOBAL CT_SFX(ct_bn_grad_coef)(const double *part, const CT_T *w, const CT_T *rm, const CT_T *rv, CT_T *dw,
-                                  CT_T *db, double *coef, long long C, long long nchunks, long long count,
-                                  int training, float eps)
-{
-    CT_WARP_LOOP(c, C)
-    {
-        double M = (double)count, mean = CT_LD(rm[c]), var = CT_LD(rv[c]);
-        if (training)
-            CT_SFX(ct_bn_moments)(part, 4, c, C, nchunks, count, &mean, &var);
-        double sb = CT_SFX(ct_bn_total)(part, 4, 2, c, C, nchunks);
-        double sxy = CT_SFX(ct_bn_total)(part, 4, 3, c, C, nchunks);
-        double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_LD(w[c]);
-        if (CT_LANE != 0)
-            continue;
-        dw[c] = CT_ST((float)sw);
-        db[c] = CT_ST((float)sb);
-        coef[3 * c] = wc * inv;
-        coef[3 * c + 1] = -wc * inv / M * sw * inv;
-        coef[3 * c + 2] = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
-    }
-}
-
+/* dx from the gradient's coefficients (ct_bn_grad_stats). */
 CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
                                    const double *coef, CT_T *dx, CtIndex rows, long long C, long long sxc,
                                    long long sdc, int training)

@@ -104,6 +104,7 @@ static void a_f32(LibLaunch *l, double f) { arg(l, LA_F32)->f = (float)f; }
 static void a_f64(LibLaunch *l, double d) { arg(l, LA_F64)->d = d; }
 static void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix; }
 static void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
+static void a_counters(LibLaunch *l, int64_t n) { arg(l, LA_COUNTERS)->i = n; }
 
 static const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
 static int same_strides(const Builder *b, ValueId x, ValueId y)
@@ -691,7 +692,7 @@ typedef struct BnAct {
 } BnAct;
 
 
-/* ct_bn_grad_sums' and ct_bn_grad_apply's forward coefficients and activation. */
+/* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and activation. */
 static void a_fwd(LibLaunch *l, const BnAct *fa)
 {
     if (fa)
@@ -702,20 +703,38 @@ static void a_fwd(LibLaunch *l, const BnAct *fa)
     a_i32(l, fa ? fa->approx : 0);
 }
 
-/* batch_norm and its gradient (lib_kernels.h): each chunk's sums of each
- * channel into scratch (not for an eval forward), their per-channel
- * coefficients after them, then the elementwise pass (with epi's parts,
- * NULL: none; for a gradient, fa's activation, NULL: none); chunks of rows
- * as sum_chunk cuts a reduction. The coefficients' kernel takes the
- * weights' dtype (f32 under amp), the others x's. *scratch gets the bytes
- * from fa's base. */
+/* The slices of the rows of a batch norm's statistics kernel
+ * (lib_kernels.h's ct_bn_stats) of `cols` columns, each of K channels with
+ * nsum sums, a block's `lanes` row lanes a tile: some BN_TILES tiles (4 a
+ * multiprocessor of an H200, each lane with 8 loads of 16 bytes in flight:
+ * some 60 KiB an SM, where its bandwidth at HBM's latency needs 25), at
+ * most a slice a lane's row, and at most BN_TAIL partial sums a column for
+ * the last tile to add alone (128 KiB: ~1 us on one SM). */
+enum { BN_TILES = 1024, BN_TAIL = 16384 };
+
+static int64_t bn_slices(int64_t rows, int64_t cols, int64_t lanes, int64_t K, int64_t nsum)
+{
+    int64_t s = (BN_TILES + cols - 1) / cols, most = (rows + lanes - 1) / lanes, tail = BN_TAIL / (K * nsum);
+    s = s < most ? s : most;
+    s = s < tail ? s : tail;
+    return s > 1 ? s : 1;
+}
+
+/* batch_norm and its gradient (lib_kernels.h): the statistics kernel (each
+ * tile's sums of each channel into scratch, then each column's
+ * coefficients by its last tile), or for an eval forward the coefficients
+ * from the running statistics; then the elementwise pass (with epi's
+ * parts, NULL: none; for a gradient, fa's activation, NULL: none). The
+ * eval coefficients' kernel takes the parameters' dtype, the others x's,
+ * reading the parameters as f32 where they are (under AMP). *scratch gets
+ * the bytes from fa's base. */
 static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, size_t *scratch,
                            CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
     ValueId x = n->in[0], y = n->out[0];
     const CtShape *xs = &val(b, x)->type.shape;
-    CtDType t = val(b, y)->type.dtype;
+    CtDType t = val(b, y)->type.dtype, pt = val(b, n->in[1])->type.dtype;
     int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], C = xs->d[1];
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
@@ -725,42 +744,52 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     if (training && n->iattr[1])
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
                        op_def(n->op)->name);
+    for (int k = 2; k < (grad ? 4 : 5); k++)
+        if (val(b, n->in[k])->type.dtype != pt || (pt != t && pt != CT_F32))
+            return ct_fail(err, "%s of %s values with %s parameters and statistics has no kernel",
+                           op_def(n->op)->name, ct_dtype_name(t), ct_dtype_name(val(b, n->in[k])->type.dtype));
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
-    int64_t chunk = sum_chunk(rows.n, row_items(&rows, C, sx[1], sy[1], t));
-    int64_t nchunks = (rows.n + chunk - 1) / chunk, nsum = grad ? 4 : 2, sums = grad || training;
-    size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * nchunks * C) : 0;
+    int64_t items = row_items(&rows, C, sx[1], sy[1], t), w = items == C ? 1 : C / items;
+    int64_t tx = w > 1 || sx[1] == 1 ? CT_BN_TX : 1, cols = (items + tx - 1) / tx, nsum = grad ? 4 : 2;
+    int64_t sums = grad || training, slices = bn_slices(rows.n, cols, CT_LIB_BLOCK / tx, tx * w, nsum);
+    size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
     LibLaunch *l;
     if (sums) {
-        l = begin(b, grad ? "ct_bn_grad_sums" : "ct_bn_sums", t, nchunks * C);
+        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cols * slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
             a_val(l, dy);
             a_fwd(l, fa);
         }
         a_scratch(l, base);
+        a_counters(l, C);
+        for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
+            a_val(l, n->in[k]);
+        for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
+            if (k < n->nout && (grad || !fa))
+                a_val(l, n->out[k]);
+            else
+                arg(l, LA_NULL);
+        a_i32(l, pt != t);
+        a_scratch(l, base + part);
         a_index(l, rows);
         a_i64(l, C);
         a_i64(l, sx[1]);
-        a_i64(l, chunk);
-    }
-    l = begin(b, grad ? "ct_bn_grad_coef" : "ct_bn_coef", val(b, n->in[1])->type.dtype, C * CT_LIB_LANES);
-    a_scratch(l, base);
-    for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
-        a_val(l, n->in[k]);
-    for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-        if (k < n->nout && (grad || !fa))
-            a_val(l, n->out[k]);
+        a_i64(l, slices);
+        if (grad)
+            a_i32(l, training);
         else
-            arg(l, LA_NULL);
-    a_scratch(l, base + part);
-    a_i64(l, C);
-    a_i64(l, sums ? nchunks : 0);
-    a_i64(l, rows.n);
-    a_i32(l, training);
-    if (!grad)
-        a_f32(l, n->fattr[0]);
-    a_f32(l, n->fattr[grad ? 0 : 1]);
+            a_f32(l, n->fattr[0]);
+        a_f32(l, n->fattr[grad ? 0 : 1]);
+    } else {
+        l = begin(b, "ct_bn_coef", pt, C);
+        for (int k = 1; k < 5; k++)
+            a_val(l, n->in[k]);
+        a_scratch(l, base);
+        a_i64(l, C);
+        a_f32(l, n->fattr[1]);
+    }
     l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
     a_val(l, x);
     if (grad) {
@@ -936,7 +965,7 @@ int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node 
     *count = 0;
     if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, &fwd_bytes, err))
         return -1;
-    b.n--; /* the forward's sums and coefficients, not its output */
+    b.n--; /* the forward's statistics, not its output */
     BnAct fa = {.base = fwd_bytes, .fwd = fwd_bytes - sizeof(double) * (size_t)(2 * C), .act = (int)act->iattr[0],
                 .approx = (int)act->iattr[1], .dy = act->in[1]};
     if (plan_batch_norm(&b, n, NULL, &fa, &grad_bytes, err))
@@ -1738,7 +1767,9 @@ void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *
     for (int a = 0; a < l->nargs; a++) {
         const LibArg *arg = &l->arg[a];
         switch (arg->kind) {
-        case LA_VALUE: case LA_SCRATCH: case LA_NULL: store[a].p = arg->kind == LA_NULL ? 0 : ptr[a]; break;
+        case LA_VALUE: case LA_SCRATCH: case LA_COUNTERS: case LA_NULL:
+            store[a].p = arg->kind == LA_NULL ? 0 : ptr[a];
+            break;
         case LA_I64: store[a].i = arg->i; break;
         case LA_I32: store[a].i32 = (int)arg->i; break;
         case LA_F32: store[a].f = arg->f; break;

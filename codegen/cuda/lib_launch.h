@@ -5,7 +5,8 @@
  * the host build of the kernels against the ref backend). The executor
  * turns each LibLaunch into one cuLaunchKernel: value arguments become the
  * device addresses of those values, scratch the executor's scratch buffer
- * (at least scratch_bytes), the rest are passed by value.
+ * (at least scratch_bytes), counters the program's zeroed counters (at
+ * least the launch plan's `counters`), the rest are passed by value.
  *
  * Activations and adds have launches too, for the epilogue nodes of a GEMM
  * or convolution step that cuBLASLt or cuDNN does not compute (an
@@ -24,12 +25,16 @@
 #include "ir/ir.h"
 #include "passes/fuse.h"
 
-typedef enum LibArgKind { LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL } LibArgKind;
+typedef enum LibArgKind {
+    LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL, LA_COUNTERS
+} LibArgKind;
 
 typedef struct LibArg {
     LibArgKind kind;
     ValueId v;   /* LA_VALUE */
-    long long i; /* LA_I64, LA_I32; LA_SCRATCH: its byte offset into the scratch buffer */
+    long long i; /* LA_I64, LA_I32; LA_SCRATCH: its byte offset into the scratch buffer; LA_COUNTERS: how many
+                  * of the program's counters the kernel uses (unsigned ints, zero before every launch, which
+                  * leaves them zero: batch norm's statistics count each column's finished blocks there) */
     float f;     /* LA_F32 */
     double d;    /* LA_F64: an attribute whose float rounding would show (bf16 rounding after it) */
     CtIndex ix;  /* LA_INDEX */
@@ -51,8 +56,8 @@ typedef struct LibLaunch {
 
 /* One launch's kernelParams (cuLaunchKernel's convention: params[k]
  * points at argument k) in store: scalars, indices and pooling windows by
- * value from l, each pointer argument (LA_VALUE, LA_SCRATCH, LA_NULL) the
- * address ptr[k] the caller placed it at (0 for LA_NULL). */
+ * value from l, each pointer argument (LA_VALUE, LA_SCRATCH, LA_COUNTERS,
+ * LA_NULL) the address ptr[k] the caller placed it at (0 for LA_NULL). */
 typedef union LibArgStore {
     unsigned long long p;
     long long i;

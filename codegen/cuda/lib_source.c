@@ -37,6 +37,7 @@ void lib_source(CtBuf *out)
                     "#define CT_BLOCK_LOOP(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)\n"
                     "#define CT_TID ((long long)threadIdx.x)\n#define CT_NTHREADS ((long long)blockDim.x)\n"
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
+                    "#define CT_FENCE() __threadfence()\n#define CT_ATOMIC_INC(p) atomicAdd((p), 1u)\n"
                     "#define CT_GLOBAL16 CT_GLOBAL\n"
                     "#define CT_V16_LD(u, p) ((u).v = CT_VEC(const ct_u4, (p)))\n"
                     "#define CT_V16_ST(p, u) (CT_VEC(ct_u4, (p)) = (u).v)\n"

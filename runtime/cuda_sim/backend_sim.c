@@ -33,7 +33,7 @@ struct CtExec {
     size_t *in_off, *st_off; /* per value, as the executor places them */
     size_t in_bytes, st_bytes;
     size_t device_bytes; /* the host memory standing in for device memory */
-    char *block, *inputs, *dstate, *scratch;
+    char *block, *inputs, *dstate, *scratch, *counters; /* counters: zero between launches */
     uint64_t seed;
     int runs, state_stale;
     size_t moved_in, moved_out, moved_state;
@@ -72,8 +72,8 @@ static void sim_free(CtExec *e)
         sim_module_free(e->gen[j]);
     free(e->gen);
     sim_module_free(e->lib);
-    char *mem[4] = {e->block, e->inputs, e->dstate, e->scratch};
-    for (int i = 0; i < 4; i++)
+    char *mem[5] = {e->block, e->inputs, e->dstate, e->scratch, e->counters};
+    for (int i = 0; i < 5; i++)
         free(mem[i]);
     free(e->in_off);
     free(e->st_off);
@@ -174,15 +174,16 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
         sim_free(e);
         return -1;
     }
-    size_t sizes[4] = {e->lp->device_bytes, e->in_bytes, e->st_bytes, e->lp->scratch_bytes};
-    char **where[4] = {&e->block, &e->inputs, &e->dstate, &e->scratch};
-    for (int i = 0; i < 4; i++) {
-        /* NaN bytes: what a kernel reads before anything wrote it shows */
+    size_t sizes[5] = {e->lp->device_bytes, e->in_bytes, e->st_bytes, e->lp->scratch_bytes,
+                       e->lp->counters * sizeof(unsigned)};
+    char **where[5] = {&e->block, &e->inputs, &e->dstate, &e->scratch, &e->counters};
+    for (int i = 0; i < 5; i++) {
         if (!(*where[i] = malloc(sizes[i] + 1))) {
             sim_free(e);
             return ct_fail(err, "out of memory: the plan needs %zu bytes of device memory", sizes[i]);
         }
-        memset(*where[i], 0xff, sizes[i] + 1);
+        /* NaN bytes: what a kernel reads before anything wrote it shows; the counters start at zero */
+        memset(*where[i], i == 4 ? 0 : 0xff, sizes[i] + 1);
         e->device_bytes += sizes[i]; /* what the device would hold: the guard byte is the harness's */
     }
     *out = e;
@@ -196,6 +197,7 @@ static void guard_all(CtExec *e)
     sim_guard(e->inputs, e->in_bytes + 1);
     sim_guard(e->dstate, e->st_bytes + 1);
     sim_guard(e->scratch, e->lp->scratch_bytes + 1);
+    sim_guard(e->counters, e->lp->counters * sizeof(unsigned) + 1);
 }
 
 static void allow_value(CtExec *e, ValueId v)
@@ -224,6 +226,9 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
         } else if (l->arg[a].kind == LA_SCRATCH) {
             ptr[a] = (uintptr_t)(e->scratch + l->arg[a].i);
             sim_allow(e->scratch, e->lp->scratch_bytes);
+        } else if (l->arg[a].kind == LA_COUNTERS) {
+            ptr[a] = (uintptr_t)e->counters;
+            sim_allow(e->counters, sizeof(unsigned) * (size_t)l->arg[a].i);
         }
     }
     lib_params(l, ptr, store, params);
@@ -293,6 +298,7 @@ static void allow_all(CtExec *e)
     sim_allow(e->inputs, e->in_bytes + 1);
     sim_allow(e->dstate, e->st_bytes + 1);
     sim_allow(e->scratch, e->lp->scratch_bytes + 1);
+    sim_allow(e->counters, e->lp->counters * sizeof(unsigned) + 1);
 }
 
 static int sim_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
