@@ -1461,8 +1461,10 @@ CT_DEVICE int CT_SFX(ct_bn_last)(unsigned *cnt, long long col, long long slices,
 /* The last tile's totals of its column's channels (c0 the first, K of
  * them, each nsum sums over the slices, read past the caches as other
  * blocks wrote them): tot[k * nsum + j], P threads a total, each adding
- * every P-th slice, CT_BN_ROWS loads at a time, then the P parts in order
- * (through red). */
+ * every P-th slice, CT_BN_TAIL loads at a time (a total can be hundreds of
+ * slices, each load L2's latency), then the P parts in order (through
+ * red). */
+#define CT_BN_TAIL 16
 CT_DEVICE void CT_SFX(ct_bn_totals)(const double *part, long long c0, long long K, int nsum, long long slices,
                                     long long C, double *red, double *tot)
 {
@@ -1471,13 +1473,13 @@ CT_DEVICE void CT_SFX(ct_bn_totals)(const double *part, long long c0, long long 
         const volatile double *src = part + (c0 * nsum + p) * slices;
         double s = 0;
         if (c0 + p / nsum < C)
-            for (long long k = sub; k < slices; k += CT_BN_ROWS * P) {
-                double v[CT_BN_ROWS];
+            for (long long k = sub; k < slices; k += CT_BN_TAIL * P) {
+                double v[CT_BN_TAIL];
                 CT_UNROLL
-                for (int t = 0; t < CT_BN_ROWS; t++)
+                for (int t = 0; t < CT_BN_TAIL; t++)
                     v[t] = k + t * P < slices ? src[k + t * P] : 0;
                 CT_UNROLL
-                for (int t = 0; t < CT_BN_ROWS; t++)
+                for (int t = 0; t < CT_BN_TAIL; t++)
                     s += v[t];
             }
         if (P == 1)

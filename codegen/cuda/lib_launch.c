@@ -705,18 +705,23 @@ static void a_fwd(LibLaunch *l, const BnAct *fa)
 
 /* The slices of the rows of a batch norm's statistics kernel
  * (lib_kernels.h's ct_bn_stats) of `cols` columns, each of K channels with
- * nsum sums, a block's `lanes` row lanes a tile: some BN_TILES tiles (4 a
- * multiprocessor of an H200, each lane with 8 loads of 16 bytes in flight:
- * some 60 KiB an SM, where its bandwidth at HBM's latency needs 25), at
- * most a slice a lane's row, and at most BN_TAIL partial sums a column for
- * the last tile to add alone (128 KiB: ~1 us on one SM). */
-enum { BN_TILES = 1024, BN_TAIL = 16384 };
+ * nsum sums, a block's `lanes` row lanes a tile: some BN_TILES tiles (8 a
+ * multiprocessor of an H200, each lane with 8 or 16 loads of 16 bytes in
+ * flight: 32-64 KiB an SM at one block an SM, where its bandwidth at HBM's
+ * latency needs some 25), at most a slice a lane's row, and at most
+ * BN_TAIL partial sums a column for its last tile to add alone (128 KiB:
+ * ~1-2 us on one SM) unless that leaves fewer than BN_FILL tiles (two an
+ * SM): a batch norm of 64 channels, one column, would otherwise stream its
+ * 400-800 MB (resnet50's first at batch 256) through 64 SMs. */
+enum { BN_TILES = 1024, BN_FILL = 264, BN_TAIL = 16384 };
 
 static int64_t bn_slices(int64_t rows, int64_t cols, int64_t lanes, int64_t K, int64_t nsum)
 {
     int64_t s = (BN_TILES + cols - 1) / cols, most = (rows + lanes - 1) / lanes, tail = BN_TAIL / (K * nsum);
-    s = s < most ? s : most;
+    int64_t fill = (BN_FILL + cols - 1) / cols;
+    tail = tail > fill ? tail : fill;
     s = s < tail ? s : tail;
+    s = s < most ? s : most;
     return s > 1 ? s : 1;
 }
 
