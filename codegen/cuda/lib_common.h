@@ -70,14 +70,15 @@ CT_DEVICE CtLnTile ct_ln_tile(long long ng, int warp, int slots, int most)
     t.rows = warp / t.lanes * t.k;
     return t;
 }
-/* Batch norm's statistics kernels (lib_kernels.h's ct_bn_stats): a tile is
- * CT_BN_TX work items of a row (16 bytes of channels each on the vector
- * path: 128 bytes, a warp's 32 lanes reading 4 rows of it at a time) by
- * the row lanes of a block; CtBnTile is its geometry. */
-#define CT_BN_TX 8
-typedef struct CtBnTile {
-    long long w, items, tx, seg, lanes, cols; /* w: channels a work item; items: work items a row */
-} CtBnTile;
+/* The column sums (lib_kernels.h's ct_col_tile: batch norm's statistics,
+ * layer norm's weight gradients, long reductions): a tile is CT_COL_TX
+ * work items of a row (16 bytes of outputs each on the vector path: 128
+ * bytes, a warp's 32 lanes reading 4 rows of it at a time) by the row
+ * lanes of a block; CtColTile is its geometry. */
+#define CT_COL_TX 8
+typedef struct CtColTile {
+    long long w, items, tx, seg, lanes, cols; /* w: outputs a work item; items: work items a row */
+} CtColTile;
 /* The tiled attention kernels: the largest head dim they take, and their
  * tiles at head dim D: query rows a tile and as many keys (the backward's
  * dk and dv take half as many keys at a time), 32 up to D = 64, else 16.

@@ -323,6 +323,131 @@ CT_DEVICE float CT_SFX(ct_side_scale)(const void *side, const void *scale, long 
     return side ? CT_SFX(ct_ldw)(scale, yo, wide & CT_WIDE_R) : 0.0f;
 }
 
+/* Sums of many terms for each of a few outputs (batch norm's statistics,
+ * layer norm's weight gradients, reduce_sum over long reductions) in one
+ * launch, in tiles: a column of the outputs (tx work items, each 16 bytes
+ * of outputs where the kernel's layout allows, else one output) by a slice
+ * of the reduction, tile t being column t % cols of slice t / cols (a
+ * slice's tiles side by side). A tile's threads are `lanes` row lanes of
+ * each of its work items, the seg lanes of a warp on one work item side by
+ * side (so that a warp reads tx x 16 bytes of each of seg rows); lane ry
+ * of slice s walks rows s * lanes + ry, slices * lanes apart. A column is
+ * tx = CT_COL_TX (lib_common.h) work items where neighbouring outputs are
+ * neighbours in memory (sxc, the step between them, 1), else one output
+ * (whose rows are then neighbours). Each tile's sums over its lanes, in a
+ * fixed order, go to part; the last tile of each column to finish (counted
+ * in the program's counters) adds the column's slices in order and
+ * finishes its outputs: each value the same bits on every run. */
+CT_DEVICE CtColTile CT_SFX(ct_col_tile)(long long outs, long long sxc, int vec)
+{
+    CtColTile t;
+    t.w = vec ? CT_VW : 1;
+    t.items = outs / t.w;
+    t.tx = vec || sxc == 1 ? (CT_LANES < CT_COL_TX ? CT_LANES : CT_COL_TX) : 1;
+    t.seg = CT_LANES / t.tx;
+    t.lanes = CT_NTHREADS / t.tx;
+    t.cols = (t.items + t.tx - 1) / t.tx;
+    return t;
+}
+
+/* This thread's work item in column col (-1: none), its row lane's first
+ * row in slice s, and the step between its rows. */
+CT_DEVICE long long CT_SFX(ct_col_item)(const CtColTile *t, long long col, long long s, long long slices,
+                                        long long *r0, long long *step)
+{
+    long long item = col * t->tx + CT_LANE / t->seg;
+    *r0 = s * t->lanes + CT_TID / CT_LANES * t->seg + CT_LANE % t->seg;
+    *step = slices * t->lanes;
+    return item < t->items ? item : -1;
+}
+
+/* The tile's sums over its row lanes, in a fixed order (the seg lanes of a
+ * warp, then the warps in order, through red), into part[(c * nsum + j) *
+ * slices + s] for slice s. */
+CT_DEVICE void CT_SFX(ct_col_sums)(const CtColTile *t, const double *acc, int nsum, double *red, double *part,
+                                       long long col, long long s, long long slices, long long C)
+{
+    long long warp = CT_TID / CT_LANES, ix = CT_LANE / t->seg, nw = CT_NTHREADS / CT_LANES;
+    CT_UNROLL
+    for (int k = 0; k < 4 * CT_VW; k++)
+        if (k < nsum * CT_VW) {
+            double v = CT_SEG_SUM(acc[k], t->seg);
+            if (CT_LANE % t->seg == 0)
+                red[(warp * t->tx + ix) * 4 * CT_VW + k] = v;
+        }
+    CT_SYNC();
+    for (long long k = CT_TID; k < t->tx * nsum * t->w; k += CT_NTHREADS) {
+        long long u, j = ct_divmod(k, t->w, &u), i = ct_divmod(j, nsum, &j), item = col * t->tx + i;
+        if (item >= t->items)
+            continue;
+        double v = 0;
+        for (long long wi = 0; wi < nw; wi++)
+            v += red[(wi * t->tx + i) * 4 * CT_VW + j * CT_VW + u];
+        part[((item * t->w + u) * nsum + j) * slices + s] = v;
+    }
+}
+
+/* Whether this tile is its column's last to finish: each thread's stores
+ * made visible to the device before the block counts the tile in
+ * cnt[col] (the program's counters, zero before the launch; the last tile
+ * leaves it zero again). */
+CT_DEVICE int CT_SFX(ct_col_last)(unsigned *cnt, long long col, long long slices, int *flag)
+{
+    CT_FENCE();
+    CT_SYNC();
+    if (CT_TID == 0)
+        *flag = CT_ATOMIC_INC(cnt + col) == (unsigned)(slices - 1);
+    CT_SYNC();
+    if (*flag && CT_TID == 0)
+        cnt[col] = 0;
+    return *flag;
+}
+
+/* The last tile's totals of its column's channels (c0 the first, K of
+ * them, each nsum sums over the slices, read past the caches as other
+ * blocks wrote them): tot[k * nsum + j], P threads a total, each adding
+ * every P-th slice, CT_COL_TAIL loads at a time (a total can be hundreds of
+ * slices, each load L2's latency), then the P parts in order (through
+ * red). */
+#define CT_COL_TAIL 16
+CT_DEVICE void CT_SFX(ct_col_totals)(const double *part, long long c0, long long K, int nsum, long long slices,
+                                    long long C, double *red, double *tot)
+{
+    long long n = K * nsum, P = CT_NTHREADS / n > 0 ? CT_NTHREADS / n : 1, sub = CT_TID % P;
+    for (long long p = CT_TID / P; p < n; p += CT_NTHREADS / P) {
+        const volatile double *src = part + (c0 * nsum + p) * slices;
+        double s = 0;
+        if (c0 + p / nsum < C)
+            for (long long k = sub; k < slices; k += CT_COL_TAIL * P) {
+                double v[CT_COL_TAIL];
+                CT_UNROLL
+                for (int t = 0; t < CT_COL_TAIL; t++)
+                    v[t] = k + t * P < slices ? src[k + t * P] : 0;
+                CT_UNROLL
+                for (int t = 0; t < CT_COL_TAIL; t++)
+                    s += v[t];
+            }
+        if (P == 1)
+            tot[p] = s;
+        else
+            red[CT_TID] = s;
+    }
+    CT_SYNC();
+    if (P > 1) {
+        if (sub == 0 && CT_TID / P < n) {
+            double s = 0;
+            for (long long k = 0; k < P; k++)
+                s += red[CT_TID + k];
+            tot[CT_TID / P] = s;
+        }
+        CT_SYNC();
+    }
+}
+
+/* The shared memory of a statistics kernel: each warp's sums of its work
+ * items, and the totals after them. */
+#define CT_COL_RED (CT_LIB_BLOCK / 32 * CT_COL_TX * 4 * CT_VW)
+
 /* y[o] = sum of x (times f unless it is NULL: reduce_sum's factor, of x's
  * layout) over the reduced dims: `out` walks the kept dims (x's and y's
  * strides), `red` the reduced ones (x's strides); y is stored as x is
@@ -1325,10 +1450,11 @@ CT_GLOBAL CT_SFX(ct_group_norm_grad_w)(const CT_T *x, const CT_T *dy, const doub
  * (dy shares x's strides), syc between y's or dx's.
  *
  * First the sums of each channel in double, with its coefficients after
- * them in the same launch: x and x^2 (ct_bn_stats), for the gradient also
- * dy and dy x (ct_bn_grad_stats). An eval forward has no sums: ct_bn_coef
- * takes the running statistics. Then the elementwise pass (ct_bn_apply,
- * ct_bn_grad_apply).
+ * them in the same launch (column sums, ct_col_tile: the channels are the
+ * outputs, the rows the reduction): x and x^2 (ct_bn_stats), for the
+ * gradient also dy and dy x (ct_bn_grad_stats). An eval forward has no
+ * sums: ct_bn_coef takes the running statistics. Then the elementwise pass
+ * (ct_bn_apply, ct_bn_grad_apply).
  *
  * A batch_norm_grad whose dy is the act_grad of the batch norm's
  * activation, which only it reads (passes/fuse.h's
@@ -1346,35 +1472,14 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
     return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
 }
 
-/* The statistics kernels work in tiles: a column of the channels (tx work
- * items of a row, each 16 bytes of channels where ct_rows_vec holds, else
- * one channel) by a slice of the rows, tile t being column t % cols of
- * slice t / cols. A tile's threads are lanes row lanes of each of its work
- * items, the seg lanes of a warp on one work item side by side (so that a
- * warp reads tx x 16 bytes of each of seg rows); lane ry of slice s walks
- * rows s * lanes + ry, slices * lanes apart. A column is tx = CT_BN_TX
- * (lib_common.h) work items where the channels are x's fastest dim, else
- * one channel (whose rows are then neighbours). */
-CT_DEVICE CtBnTile CT_SFX(ct_bn_tile)(long long C, long long sxc, int vec)
-{
-    CtBnTile t;
-    t.w = vec ? CT_VW : 1;
-    t.items = C / t.w;
-    t.tx = vec || sxc == 1 ? (CT_LANES < CT_BN_TX ? CT_LANES : CT_BN_TX) : 1;
-    t.seg = CT_LANES / t.tx;
-    t.lanes = CT_NTHREADS / t.tx;
-    t.cols = (t.items + t.tx - 1) / t.tx;
-    return t;
-}
-
 /* Row lane ry's sums of work item c0 (its first channel) over the rows
  * from r0, step apart, CT_BN_ROWS rows' loads at a time, each channel's
  * sums in row order: acc[j * CT_VW + u] sum j of channel c0 + u (the
  * first channel alone off the vector path). grad a constant, which leaves
  * the forward's kernel the registers of two sums, not four. Each lane
  * keeps 8 x 16 bytes in flight (16 x 16 for the gradient): the tiles are
- * few, some 4 an SM of an H200, and what its 4.8 TB/s at HBM's latency
- * needs is some 25 KiB an SM. */
+ * few, 2-8 an SM of an H200 (lib_launch.c's col_slices), and what its
+ * 4.8 TB/s at HBM's latency needs is some 25 KiB an SM. */
 #define CT_BN_ROWS 8
 CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
                                   const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
@@ -1416,89 +1521,6 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
     }
 }
 
-/* The tile's sums over its row lanes, in a fixed order (the seg lanes of a
- * warp, then the warps in order, through red), into part[(c * nsum + j) *
- * slices + s] for slice s. */
-CT_DEVICE void CT_SFX(ct_bn_tile_sums)(const CtBnTile *t, const double *acc, int nsum, double *red, double *part,
-                                       long long col, long long s, long long slices, long long C)
-{
-    long long warp = CT_TID / CT_LANES, ix = CT_LANE / t->seg, nw = CT_NTHREADS / CT_LANES;
-    CT_UNROLL
-    for (int k = 0; k < 4 * CT_VW; k++)
-        if (k < nsum * CT_VW) {
-            double v = CT_SEG_SUM(acc[k], t->seg);
-            if (CT_LANE % t->seg == 0)
-                red[(warp * t->tx + ix) * 4 * CT_VW + k] = v;
-        }
-    CT_SYNC();
-    for (long long k = CT_TID; k < t->tx * nsum * t->w; k += CT_NTHREADS) {
-        long long u, j = ct_divmod(k, t->w, &u), i = ct_divmod(j, nsum, &j), item = col * t->tx + i;
-        if (item >= t->items)
-            continue;
-        double v = 0;
-        for (long long wi = 0; wi < nw; wi++)
-            v += red[(wi * t->tx + i) * 4 * CT_VW + j * CT_VW + u];
-        part[((item * t->w + u) * nsum + j) * slices + s] = v;
-    }
-}
-
-/* Whether this tile is its column's last to finish: each thread's stores
- * made visible to the device before the block counts the tile in
- * cnt[col] (the program's counters, zero before the launch; the last tile
- * leaves it zero again). */
-CT_DEVICE int CT_SFX(ct_bn_last)(unsigned *cnt, long long col, long long slices, int *flag)
-{
-    CT_FENCE();
-    CT_SYNC();
-    if (CT_TID == 0)
-        *flag = CT_ATOMIC_INC(cnt + col) == (unsigned)(slices - 1);
-    CT_SYNC();
-    if (*flag && CT_TID == 0)
-        cnt[col] = 0;
-    return *flag;
-}
-
-/* The last tile's totals of its column's channels (c0 the first, K of
- * them, each nsum sums over the slices, read past the caches as other
- * blocks wrote them): tot[k * nsum + j], P threads a total, each adding
- * every P-th slice, CT_BN_TAIL loads at a time (a total can be hundreds of
- * slices, each load L2's latency), then the P parts in order (through
- * red). */
-#define CT_BN_TAIL 16
-CT_DEVICE void CT_SFX(ct_bn_totals)(const double *part, long long c0, long long K, int nsum, long long slices,
-                                    long long C, double *red, double *tot)
-{
-    long long n = K * nsum, P = CT_NTHREADS / n > 0 ? CT_NTHREADS / n : 1, sub = CT_TID % P;
-    for (long long p = CT_TID / P; p < n; p += CT_NTHREADS / P) {
-        const volatile double *src = part + (c0 * nsum + p) * slices;
-        double s = 0;
-        if (c0 + p / nsum < C)
-            for (long long k = sub; k < slices; k += CT_BN_TAIL * P) {
-                double v[CT_BN_TAIL];
-                CT_UNROLL
-                for (int t = 0; t < CT_BN_TAIL; t++)
-                    v[t] = k + t * P < slices ? src[k + t * P] : 0;
-                CT_UNROLL
-                for (int t = 0; t < CT_BN_TAIL; t++)
-                    s += v[t];
-            }
-        if (P == 1)
-            tot[p] = s;
-        else
-            red[CT_TID] = s;
-    }
-    CT_SYNC();
-    if (P > 1) {
-        if (sub == 0 && CT_TID / P < n) {
-            double s = 0;
-            for (long long k = 0; k < P; k++)
-                s += red[CT_TID + k];
-            tot[CT_TID / P] = s;
-        }
-        CT_SYNC();
-    }
-}
-
 /* The batch's mean and biased variance from sums s of x and x^2 over
  * `count` values (E[x^2] - E[x]^2 in double, from inputs of at most f32). */
 CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *mean, double *var)
@@ -1508,26 +1530,20 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *m
     *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
 }
 
-/* The shared memory of a statistics kernel: each warp's sums of its work
- * items, and the totals after them. */
-#define CT_BN_RED (CT_LIB_BLOCK / 32 * CT_BN_TX * 4 * CT_VW)
-
 /* Tile `tile` of a statistics kernel: its sums (nsum: 2, or 4 for the
  * gradient, grad) into part; whether it was its column's last, the column
  * in *col. */
 CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                     const CtIndex *rows, long long C, long long sxc, const CtBnTile *t,
+                                     const CtIndex *rows, long long C, long long sxc, const CtColTile *t,
                                      long long tile, long long slices, double *part, unsigned *cnt, double *red,
                                      int *flag, int grad, long long *col)
 {
-    long long s = ct_divmod(tile, t->cols, col), item = *col * t->tx + CT_LANE / t->seg;
+    long long r0, step, s = ct_divmod(tile, t->cols, col), item = CT_SFX(ct_col_item)(t, *col, s, slices, &r0, &step);
     double acc[4 * CT_VW] = {0};
-    if (item < t->items)
-        CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w,
-                           s * t->lanes + CT_TID / CT_LANES * t->seg + CT_LANE % t->seg, slices * t->lanes, grad,
-                           acc);
-    CT_SFX(ct_bn_tile_sums)(t, acc, grad ? 4 : 2, red, part, *col, s, slices, C);
-    return CT_SFX(ct_bn_last)(cnt, *col, slices, flag);
+    if (item >= 0)
+        CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, grad, acc);
+    CT_SFX(ct_col_sums)(t, acc, grad ? 4 : 2, red, part, *col, s, slices, C);
+    return CT_SFX(ct_col_last)(cnt, *col, slices, flag);
 }
 
 /* batch_norm's statistics in training, each column's coefficients by its
@@ -1536,22 +1552,22 @@ CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double
  * variance) in nrm and nrv (which may be rm and rv: each read before its
  * write; NULL: not written). The parameters and running stats are CT_T,
  * or f32 where wide (under AMP); part (2 C slices doubles) and coef in
- * scratch, cnt C counters. */
+ * scratch, cnt C counters (a column's at most). */
 CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const void *w, const void *b,
                               const void *rm, const void *rv, void *nrm, void *nrv, int wide, double *coef,
                               CtIndex rows, long long C, long long sxc, long long slices, float momentum, float eps)
 {
-    CT_SHARED double red[CT_BN_RED];
+    CT_SHARED double red[CT_COL_RED];
     CT_SHARED int last;
     const void *ptrs[1] = {x};
-    CtBnTile t = CT_SFX(ct_bn_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 1));
+    CtColTile t = CT_SFX(ct_col_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 1));
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
         long long col;
         if (CT_SFX(ct_bn_tile_run)(x, 0, 0, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0, &col)) {
             long long K = t.tx * t.w, c0 = col * K;
             double *tot = red + CT_LIB_BLOCK, n = (double)rows.n;
-            CT_SFX(ct_bn_totals)(part, c0, K, 2, slices, C, red, tot);
+            CT_SFX(ct_col_totals)(part, c0, K, 2, slices, C, red, tot);
             for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
                 long long c = c0 + k;
                 double mean, var;
@@ -1592,10 +1608,10 @@ CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *
                                    void *dw, void *db, int wide, double *coef, CtIndex rows, long long C,
                                    long long sxc, long long slices, int training, float eps)
 {
-    CT_SHARED double red[CT_BN_RED];
+    CT_SHARED double red[CT_COL_RED];
     CT_SHARED int last;
     const void *ptrs[2] = {x, dy};
-    CtBnTile t = CT_SFX(ct_bn_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 2));
+    CtColTile t = CT_SFX(ct_col_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 2));
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
         long long col;
@@ -1603,7 +1619,7 @@ CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *
                                    &col)) {
             long long K = t.tx * t.w, c0 = col * K;
             double *tot = red + CT_LIB_BLOCK, M = (double)rows.n;
-            CT_SFX(ct_bn_totals)(part, c0, K, 4, slices, C, red, tot);
+            CT_SFX(ct_col_totals)(part, c0, K, 4, slices, C, red, tot);
             for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
                 long long c = c0 + k;
                 double mean = CT_SFX(ct_ldw)(rm, c, wide), var = CT_SFX(ct_ldw)(rv, c, wide);

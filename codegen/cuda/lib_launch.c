@@ -318,6 +318,36 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
     }
 }
 
+/* Column sums (lib_kernels.h's ct_col_tile) of `outs` outputs, w of them
+ * a work item (where the kernel's vector path is expected), sxc between
+ * neighbouring outputs, nsum sums each, over `len` rows: its columns, and
+ * the slices of the rows, a block's row lanes a tile: some COL_TILES tiles
+ * (8 a multiprocessor of an H200, each lane with 8 or 16 loads of 16 bytes
+ * in flight: 32-64 KiB an SM at one block an SM, where its bandwidth at
+ * HBM's latency needs some 25), at most a slice a lane's row, and at most
+ * COL_TAIL partial sums a column for its last tile to add alone (128 KiB:
+ * ~1-2 us on one SM) unless that leaves fewer than COL_FILL tiles (two an
+ * SM): a batch norm of 64 channels, one column, would otherwise stream its
+ * 400-800 MB (resnet50's first at batch 256) through 64 SMs. The kernel's
+ * counters: outs at most (a column an output). */
+enum { COL_TILES = 1024, COL_FILL = 264, COL_TAIL = 16384 };
+typedef struct ColPlan {
+    int64_t cols, slices;
+} ColPlan;
+
+static ColPlan col_plan(int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum)
+{
+    int64_t tx = w > 1 || sxc == 1 ? CT_COL_TX : 1, lanes = CT_LIB_BLOCK / tx;
+    ColPlan c = {(outs / w + tx - 1) / tx, 0};
+    int64_t s = (COL_TILES + c.cols - 1) / c.cols, most = (len + lanes - 1) / lanes, tail = COL_TAIL / (tx * w * nsum);
+    int64_t fill = (COL_FILL + c.cols - 1) / c.cols;
+    tail = tail > fill ? tail : fill;
+    s = s < tail ? s : tail;
+    s = s < most ? s : most;
+    c.slices = s > 1 ? s : 1;
+    return c;
+}
+
 /* The chunk length of a two-stage sum (reduce_sum's, layer_norm's dweight
  * and dbias) of `len` terms for each of `outs` outputs, a work item a chunk
  * and output, then one an output adding its chunks: enough terms that
@@ -703,28 +733,6 @@ static void a_fwd(LibLaunch *l, const BnAct *fa)
     a_i32(l, fa ? fa->approx : 0);
 }
 
-/* The slices of the rows of a batch norm's statistics kernel
- * (lib_kernels.h's ct_bn_stats) of `cols` columns, each of K channels with
- * nsum sums, a block's `lanes` row lanes a tile: some BN_TILES tiles (8 a
- * multiprocessor of an H200, each lane with 8 or 16 loads of 16 bytes in
- * flight: 32-64 KiB an SM at one block an SM, where its bandwidth at HBM's
- * latency needs some 25), at most a slice a lane's row, and at most
- * BN_TAIL partial sums a column for its last tile to add alone (128 KiB:
- * ~1-2 us on one SM) unless that leaves fewer than BN_FILL tiles (two an
- * SM): a batch norm of 64 channels, one column, would otherwise stream its
- * 400-800 MB (resnet50's first at batch 256) through 64 SMs. */
-enum { BN_TILES = 1024, BN_FILL = 264, BN_TAIL = 16384 };
-
-static int64_t bn_slices(int64_t rows, int64_t cols, int64_t lanes, int64_t K, int64_t nsum)
-{
-    int64_t s = (BN_TILES + cols - 1) / cols, most = (rows + lanes - 1) / lanes, tail = BN_TAIL / (K * nsum);
-    int64_t fill = (BN_FILL + cols - 1) / cols;
-    tail = tail > fill ? tail : fill;
-    s = s < tail ? s : tail;
-    s = s < most ? s : most;
-    return s > 1 ? s : 1;
-}
-
 /* batch_norm and its gradient (lib_kernels.h): the statistics kernel (each
  * tile's sums of each channel into scratch, then each column's
  * coefficients by its last tile), or for an eval forward the coefficients
@@ -754,14 +762,14 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             return ct_fail(err, "%s of %s values with %s parameters and statistics has no kernel",
                            op_def(n->op)->name, ct_dtype_name(t), ct_dtype_name(val(b, n->in[k])->type.dtype));
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
-    int64_t items = row_items(&rows, C, sx[1], sy[1], t), w = items == C ? 1 : C / items;
-    int64_t tx = w > 1 || sx[1] == 1 ? CT_BN_TX : 1, cols = (items + tx - 1) / tx, nsum = grad ? 4 : 2;
-    int64_t sums = grad || training, slices = bn_slices(rows.n, cols, CT_LIB_BLOCK / tx, tx * w, nsum);
+    int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
+    ColPlan cp = col_plan(rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
+    int64_t slices = cp.slices;
     size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
     *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
     LibLaunch *l;
     if (sums) {
-        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cols * slices * CT_LIB_BLOCK);
+        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
             a_val(l, dy);
