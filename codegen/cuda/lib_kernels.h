@@ -1245,94 +1245,77 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x_rows)(const void *x, const void *w, const 
     CT_SFX(ct_ln_grad_x)(x, w, dy, dx, wide, res, low, stats, rows, D, sx, sd, eps, CT_LN_ROWS);
 }
 
-/* layer_norm's dweight and dbias over all rows in two stages, from the
- * stats ct_layer_norm_grad_x left. First, work items pair column c with
- * chunk k of `chunk` rows, c fastest (neighbouring threads read
- * neighbouring columns of a row): each chunk's sums into part[2 i] (dw)
- * and part[2 i + 1] (db), i = k * D + c. */
-/* ct_layer_norm_grad_w_part on CT_VW columns of a chunk a work item, where
- * the rows are in registers for ct_layer_norm_grad_x too (ct_ln_vec),
- * CT_SUM_ROWS rows' loads at a time: each column's sums in row order. */
-CT_DEVICE void CT_SFX(ct_layer_norm_grad_w_vec)(const void *x, const void *dy, int wide, const float *stats,
-                                                double *part, const CtIndex *rows, long long D, long long chunk)
+/* layer_norm's dweight and dbias over all rows, column sums (ct_col_tile:
+ * the columns the outputs, the rows the reduction) from the stats
+ * ct_layer_norm_grad_x left: dw = sum dy (x - mean) inv, db = sum dy.
+ * Row lane ry's sums of work item c0 (its first column) over the rows from
+ * r0, step apart, CT_SUM_ROWS rows' loads at a time, each column's sums in
+ * row order: acc[u] and acc[CT_VW + u] column c0 + u's (the first column
+ * alone off the vector path, where the rows are not in registers for
+ * ct_layer_norm_grad_x either: ct_ln_vec). */
+CT_DEVICE void CT_SFX(ct_ln_w_walk)(const void *x, const void *dy, int wide, const float *stats, const CtIndex *rows,
+                                    long long sx, int vec, long long c0, long long r0, long long step, double *acc)
 {
     const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
-    long long nchunks = (rows->n + chunk - 1) / chunk, groups = D / CT_VW;
-    CT_LOOP(i, nchunks * groups)
-    {
-        long long g, k = ct_divmod(i, groups, &g), c0 = g * CT_VW, unused;
-        long long end = (k + 1) * chunk < rows->n ? (k + 1) * chunk : rows->n;
-        double sw[16 / sizeof(CT_T)] = {0}, sb[16 / sizeof(CT_T)] = {0};
-        for (long long r = k * chunk; r < end; r += CT_SUM_ROWS) {
-            float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], gv[CT_SUM_ROWS][16 / sizeof(CT_T)];
-            CT_UNROLL
-            for (int t = 0; t < CT_SUM_ROWS; t++)
-                if (r + t < end) {
-                    long long xo;
-                    ct_offsets(rows, r + t, &xo, &unused);
+    for (long long r = r0; r < rows->n; r += CT_SUM_ROWS * step) {
+        float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], gv[CT_SUM_ROWS][16 / sizeof(CT_T)];
+        CT_UNROLL
+        for (int t = 0; t < CT_SUM_ROWS; t++)
+            if (r + t * step < rows->n) {
+                long long xo, unused;
+                ct_offsets(rows, r + t * step, &xo, &unused);
+                if (vec) {
                     CT_SFX(ct_ldv)(x, xo + c0, wx, xv[t]);
                     CT_SFX(ct_ldv)(dy, xo + c0, wy, gv[t]);
+                } else {
+                    xv[t][0] = CT_SFX(ct_ldw)(x, xo + c0 * sx, wx);
+                    gv[t][0] = CT_SFX(ct_ldw)(dy, xo + c0 * sx, wy);
                 }
-            CT_UNROLL
-            for (int t = 0; t < CT_SUM_ROWS; t++)
-                if (r + t < end) {
-                    float mean = stats[2 * (r + t)], inv = stats[2 * (r + t) + 1];
-                    CT_UNROLL
-                    for (int u = 0; u < CT_VW; u++) {
-                        double gr = gv[t][u];
-                        sw[u] += gr * (xv[t][u] - mean) * inv;
-                        sb[u] += gr;
-                    }
-                }
-        }
+            }
         CT_UNROLL
-        for (int u = 0; u < CT_VW; u++) {
-            part[2 * (k * D + c0 + u)] = sw[u];
-            part[2 * (k * D + c0 + u) + 1] = sb[u];
-        }
+        for (int t = 0; t < CT_SUM_ROWS; t++)
+            if (r + t * step < rows->n) {
+                float mean = stats[2 * (r + t * step)], inv = stats[2 * (r + t * step) + 1];
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    if (vec || u == 0) {
+                        double g = gv[t][u];
+                        acc[u] += g * (xv[t][u] - mean) * inv;
+                        acc[CT_VW + u] += g;
+                    }
+            }
     }
 }
 
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_w_part)(const void *x, const void *dy, int wide, const float *stats, double *part,
-                                            CtIndex rows, long long D, long long sx, long long chunk)
+/* In one launch: part (2 D slices doubles) in scratch, cnt D counters (a
+ * column's at most), dw and db stored as CT_T or as float where wide. */
+CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const void *x, const void *dy, int wide, const float *stats, double *part,
+                                       unsigned *cnt, void *dw, void *db, CtIndex rows, long long D, long long sx,
+                                       long long slices)
 {
+    CT_SHARED double red[CT_COL_RED];
+    CT_SHARED int last;
     const void *ptrs[2] = {x, dy};
-    if (CT_SFX(ct_ln_vec)(&rows, D, sx, 1, ptrs, 2)) {
-        CT_SFX(ct_layer_norm_grad_w_vec)(x, dy, wide, stats, part, &rows, D, chunk);
-        return;
-    }
-    const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
-    long long nchunks = (rows.n + chunk - 1) / chunk;
-    CT_LOOP(i, nchunks * D)
+    CtColTile t = CT_SFX(ct_col_tile)(D, sx, CT_SFX(ct_ln_vec)(&rows, D, sx, 1, ptrs, 2));
+    const int ww = wide & CT_WIDE_W;
+    CT_BLOCK_LOOP(tile, t.cols * slices)
     {
-        long long c = i % D, r = i / D * chunk, end = r + chunk < rows.n ? r + chunk : rows.n;
-        double sw = 0, sb = 0;
-        while (r < end) {
-            long long xo, st, n = CT_SFX(ct_run)(&rows, r, end, &xo, &st);
-            for (long long t = 0; t < n; t++, r++) {
-                long long a = xo + t * st + c * sx;
-                double g = CT_SFX(ct_ldw)(dy, a, wy);
-                sw += g * (CT_SFX(ct_ldw)(x, a, wx) - stats[2 * r]) * stats[2 * r + 1];
-                sb += g;
+        long long col, r0, step, s = ct_divmod(tile, t.cols, &col);
+        long long item = CT_SFX(ct_col_item)(&t, col, s, slices, &r0, &step);
+        double acc[4 * CT_VW] = {0};
+        if (item >= 0)
+            CT_SFX(ct_ln_w_walk)(x, dy, wide, stats, &rows, sx, t.w > 1, item * t.w, r0, step, acc);
+        CT_SFX(ct_col_sums)(&t, acc, 2, red, part, col, s, slices, D);
+        if (CT_SFX(ct_col_last)(cnt, col, slices, &last)) {
+            long long K = t.tx * t.w, c0 = col * K;
+            double *tot = red + CT_LIB_BLOCK;
+            CT_SFX(ct_col_totals)(part, c0, K, 2, slices, D, red, tot);
+            for (long long k = CT_TID; k < K && c0 + k < D; k += CT_NTHREADS) {
+                CT_SFX(ct_stw)(dw, c0 + k, ww, (float)tot[2 * k]);
+                CT_SFX(ct_stw)(db, c0 + k, ww, (float)tot[2 * k + 1]);
             }
         }
-        part[2 * i] = sw;
-        part[2 * i + 1] = sb;
-    }
-}
-
-/* Then each column's chunks added (ct_chunk_total), a warp a column. */
-CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const double *part, void *dw, void *db, int wide, long long D, long long nchunks)
-{
-    const int ww = wide & CT_WIDE_W;
-    CT_WARP_LOOP(c, D)
-    {
-        double sw = CT_SFX(ct_chunk_total)(part + 2 * c, 2 * D, nchunks);
-        double sb = CT_SFX(ct_chunk_total)(part + 2 * c + 1, 2 * D, nchunks);
-        if (CT_LANE == 0) {
-            CT_SFX(ct_stw)(dw, c, ww, (float)sw);
-            CT_SFX(ct_stw)(db, c, ww, (float)sb);
-        }
+        CT_SYNC();
     }
 }
 

@@ -590,27 +590,23 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     a_f32(l, n->fattr[0]);
     if (!grad)
         return 0;
-    /* the first stage's items are vectors where the rows are in registers */
-    int64_t chunk = sum_chunk(rows.n, items), nchunks = (rows.n + chunk - 1) / chunk;
-    size_t part = 2 * sizeof(float) * (size_t)rows.n;
-    *scratch = part + 2 * sizeof(double) * (size_t)(nchunks * D);
-    l = begin(b, "ct_layer_norm_grad_w_part", t, nchunks * D);
+    /* the weights' column sums take 16 bytes of a row a work item where the rows are in registers */
+    ColPlan cp = col_plan(rows.n, D, items == D ? 1 : D / items, sx[dim], 2);
+    size_t stats = 2 * sizeof(float) * (size_t)rows.n;
+    *scratch = stats + 2 * sizeof(double) * (size_t)(cp.slices * D);
+    l = begin(b, "ct_layer_norm_grad_w", t, cp.cols * cp.slices * CT_LIB_BLOCK);
     a_val(l, x);
     a_val(l, n->in[2]);
     a_i32(l, wide);
     arg(l, LA_SCRATCH);
-    arg(l, LA_SCRATCH)->i = (long long)part;
+    a_scratch(l, stats);
+    a_counters(l, D);
+    a_val(l, n->out[1]);
+    a_val(l, n->out[2]);
     a_index(l, rows);
     a_i64(l, D);
     a_i64(l, sx[dim]);
-    a_i64(l, chunk);
-    l = begin(b, "ct_layer_norm_grad_w", t, D * CT_LIB_LANES);
-    arg(l, LA_SCRATCH)->i = (long long)part;
-    a_val(l, n->out[1]);
-    a_val(l, n->out[2]);
-    a_i32(l, wide);
-    a_i64(l, D);
-    a_i64(l, nchunks);
+    a_i64(l, cp.slices);
     return 0;
 }
 
