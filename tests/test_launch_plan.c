@@ -111,7 +111,7 @@ static void test_models(void)
                     !strncmp(st->lib[0].kernel, "ct_reduce_sum", 13)) {
                     /* layer scale's backward: the sum of dy * x storing dy * gamma, the product's step spanned */
                     const LibLaunch *k = &st->lib[0];
-                    int one = !strncmp(k->kernel, "ct_reduce_sum_part", 18) ? 0 : 1, at = one ? 6 : 7;
+                    int at = !strncmp(k->kernel, "ct_reduce_sum_cols", 18) ? 9 : 6;
                     const Node *mul = &g.nodes[lp.fuse.nodes[fs->first]];
                     CHECKF(mul->op == CT_OP_mul && k->arg[at].kind == LA_VALUE && k->arg[at + 1].kind == LA_VALUE &&
                                (k->arg[at + 1].v == mul->in[0] || k->arg[at + 1].v == mul->in[1]),

@@ -105,10 +105,8 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_fill_f32(F(0), I(1), R(2));
     else if (!strcmp(k, "ct_reduce_sum_f32"))
         ct_reduce_sum_f32(F(0), F(1), F(2), (int)I(3), X(4), X(5), F(6), F(7));
-    else if (!strcmp(k, "ct_reduce_sum_part_f32"))
-        ct_reduce_sum_part_f32(F(0), F(1), (int)I(2), (double *)P(3), X(4), X(5), I(6), F(7), F(8));
-    else if (!strcmp(k, "ct_reduce_sum_total_f32"))
-        ct_reduce_sum_total_f32((double *)P(0), F(1), (int)I(2), X(3), I(4), D(5));
+    else if (!strcmp(k, "ct_reduce_sum_cols_f32"))
+        ct_reduce_sum_cols_f32(F(0), F(1), (int)I(2), (double *)P(3), P(4), F(5), X(6), X(7), I(8), F(9), F(10), D(11));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))
@@ -517,9 +515,10 @@ static void test_data_movement(void)
             CHECKF(items == (nhwc ? 384 : 96), "concat along C%s: %lld work items", nhwc ? " NHWC" : "", items);
             check_case(&c, "concat of [2,6,4,8] and [2,2,4,8]");
         }
-        /* one stage (60 outputs of 2 terms), two (3 of 40: chunks of 16
-         * starting inside the runs of 5 along W); each also of a product
-         * x * f (squeeze-excitation's scale's gradient over H, W) */
+        /* one stage (60 outputs of 2 terms), column sums (3 of 40: one
+         * slice in NCHW, two in NHWC, whose rows start inside the runs of 5
+         * along W); each also of a product x * f (squeeze-excitation's
+         * scale's gradient over H, W) */
         for (int mask = 0; mask < 2; mask++)
             for (int nin = 1; nin <= 2; nin++) {
                 char what[64];
@@ -532,9 +531,9 @@ static void test_data_movement(void)
                     check_case(&c, what);
             }
     }
-    /* a bias gradient: [3, 70, 6] over its first two dims, 14 chunks; and a
-     * layer scale's, of a product; with 8 outputs, 4 a work item
-     * (ct_sum_vec) */
+    /* a bias gradient: [3, 70, 6] over its first two dims, column sums in 7
+     * slices; and a layer scale's, of a product; with 8 outputs, 4 a work
+     * item (ct_sum_vec) */
     for (int c8 = 0; c8 < 2; c8++)
         for (int nin = 1; nin <= 2; nin++) {
             Case c;
@@ -562,8 +561,8 @@ static void test_rows(void)
                 check_case(&c, "softmax_grad");
         }
     /* layer_norm and its gradient, whose dweight and dbias sum 10 rows in
-     * one chunk, then 69 in five (chunks of 16 that start inside the runs
-     * of 23 rows along the second dim); rows of 8 are held in registers
+     * one slice, then 69 in three (whose rows cross the runs of 23 along
+     * the second dim); rows of 8 are held in registers
      * (ct_ln_vec), up to 4 a lane on the device (ct_layer_norm_grad_x_rows),
      * rows of 640 one a lane (ct_layer_norm_grad_x), rows of 6 are not */
     static const int64_t ln[][3] = {{2, 5, 8}, {3, 23, 8}, {2, 3, 640}, {2, 5, 6}};

@@ -14,7 +14,7 @@
 
 static const char *const kernels[] = {
     "ct_copy", "ct_copy_cast", "ct_fill", "ct_act", "ct_add", "ct_cast", "ct_pool", "ct_pool_argmax", "ct_pool_grad",
-    "ct_reduce_sum", "ct_reduce_sum_part", "ct_reduce_sum_total", "ct_softmax", "ct_softmax_grad", "ct_layer_norm",
+    "ct_reduce_sum", "ct_reduce_sum_cols", "ct_softmax", "ct_softmax_grad", "ct_layer_norm",
     "ct_layer_norm_grad_x", "ct_layer_norm_grad_x_rows", "ct_layer_norm_grad_w",
     "ct_group_norm", "ct_group_norm_grad_x", "ct_group_norm_grad_w", "ct_bn_stats", "ct_bn_grad_stats", "ct_bn_coef",
     "ct_bn_apply", "ct_bn_grad_apply", "ct_cross_entropy_rows", "ct_mean_loss",

@@ -901,13 +901,13 @@ static void test_library(void)
      * of 160 (40 groups: two a lane, the second's past the row in 24
      * lanes, 4 rows a warp), of 70 rows of 8 (2 lanes a row, 64 rows a
      * warp) and of 37 rows of 640 (160 groups: five a lane, a row a warp:
-     * dx's kernel of a row a lane); the two-stage sums (layer norm's
-     * weights', reduce_sum's) over 100 chunks of 16 rows, which their
-     * second stages add a warp an output, each lane four chunks or three;
-     * batch norm's statistics in tiles whose last of each column adds the
-     * column's slices (NCHW: a channel a column, 7 slices; NHWC: 8 work
-     * items of 4 channels a column, 13 slices, the 64 threads a block here
-     * 8 lanes a work item); a concat whose copies take 16 bytes a work item
+     * dx's kernel of a row a lane); column sums, in tiles whose last of
+     * each column adds the column's slices: layer norm's weights over 1600
+     * rows (2 columns of 8 work items of 4 columns, 50 slices), reduce_sum
+     * over 1600 rows (3 outputs, one column, 50 slices), batch norm's
+     * statistics (NCHW: a channel a column, 7 slices; NHWC: 8 work items of
+     * 4 channels a column, 13 slices; the 64 threads a block here 8 lanes a
+     * work item); a concat whose copies take 16 bytes a work item
      * (ct_copy_vec) */
     const CtShape q = {4, {1, 2, 40, 8}}, kv = {4, {1, 2, 37, 8}}, bias = {4, {1, 2, 40, 37}};
     const CtShape q80 = {4, {1, 1, 20, 80}}, kv80 = {4, {1, 1, 19, 80}};
@@ -932,7 +932,7 @@ static void test_library(void)
                  {CT_OP_sdpa_grad, 6, 0, 0.3, "sdpa_grad at head dim 80", 0, NULL, 0},
                  {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm", 160, "ct_layer_norm_f32", 0},
                  {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad", 160, "ct_layer_norm_grad_x_rows_f32", 0},
-                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad over 100 chunks", 6400, NULL, 0},
+                 {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of 1600 rows", 6400, NULL, 0},
                  {CT_OP_layer_norm, 3, 0, 1e-5, "layer_norm of rows of 160", 320, NULL, 0},
                  {CT_OP_layer_norm_grad, 3, 0, 1e-5, "layer_norm_grad of rows of 160", 320,
                   "ct_layer_norm_grad_x_rows_f32", 0},
@@ -950,7 +950,8 @@ static void test_library(void)
                   "ct_bn_stats_f32", 1},
                  {CT_OP_batch_norm_grad, 5, 1, 1e-5, "batch_norm_grad, NHWC in 3 columns of 13 slices", 39 * 256,
                   "ct_bn_grad_stats_f32", 1},
-                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum over 100 chunks", 0, NULL, 0},
+                 {CT_OP_reduce_sum, 1, 1, 0, "reduce_sum of 1600 rows in 50 slices", 50 * 256, "ct_reduce_sum_cols_f32",
+                  0},
                  {CT_OP_concat, 2, 1, 0, "concat along C in 16-byte copies", 96, "ct_copy_f32", 0}};
     const CtShape shapes[][7] = {{q, kv, kv, bias},
                                  {q, kv, kv, q, q, st, bias},

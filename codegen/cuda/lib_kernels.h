@@ -53,10 +53,10 @@
  * results agree closely). group_norm's groups hold a whole feature map or
  * more, so a block takes each, its sums in double reduced over the block
  * in a fixed order (the same bits on every run); a warp takes each of
- * layer_norm's rows. Long sums of few outputs (reduce_sum's,
- * layer_norm's dweight) take two stages: partial sums of chunks into
- * scratch, then the chunks added in order; batch norm's take one launch,
- * whose last block of each column of channels adds its partial sums. Attention runs in
+ * layer_norm's rows. Long sums of few outputs (reduce_sum's, batch
+ * norm's, layer_norm's dweight) are column sums (ct_col_tile): each block's
+ * partial sums into scratch, the last block of each column of outputs
+ * adding them in order, in one launch. Attention runs in
  * tiles through shared memory (FlashAttention's online softmax, float
  * sums) up to head dim CT_ATT_D. Every tensor is addressed through
  * strides, so either layout (NCHW or NHWC) works; a kernel over a
@@ -492,106 +492,96 @@ CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const v
     return ct_aligned16(p, np);
 }
 
-/* ct_reduce_sum_part on CT_VW outputs a work item (ct_sum_vec),
- * CT_SUM_ROWS reduced indices' loads at a time: each output's sum in index
- * order, as ct_sum_range adds it. */
+/* reduce_sum where the reduction is long next to the outputs (a bias
+ * gradient: [B*N, C] summed over its rows; a global average pool), column
+ * sums (ct_col_tile: `out` walks the outputs, `red` the reduction). Row
+ * lane ry's sum of work item j0 (its first output, at x's offset xo0, the
+ * side output's scale from y's yo0) over the reduced indices from r0, step
+ * apart, CT_SUM_ROWS indices' loads at a time, each output's sum in index
+ * order: acc[u] output j0 + u's (the first output alone off the vector
+ * path, ct_sum_vec). */
 #define CT_SUM_ROWS 4
-CT_DEVICE void CT_SFX(ct_reduce_sum_part_vec)(const void *x, const void *f, int wide, double *part, const CtIndex *out,
-                                              const CtIndex *red, long long chunk, void *side, const void *scale)
+CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const CtIndex *red, void *side,
+                                   const void *scale, int vec, long long xo0, long long yo0, long long r0,
+                                   long long step, double *acc)
 {
     const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
-    long long nchunks = (red->n + chunk - 1) / chunk, groups = out->n / CT_VW;
-    CT_LOOP(i, nchunks * groups)
-    {
-        long long g, k = ct_divmod(i, groups, &g), j0 = g * CT_VW, o[CT_SUM_ROWS], unused, xo0, yo0;
-        long long end = (k + 1) * chunk < red->n ? (k + 1) * chunk : red->n;
-        double s[16 / sizeof(CT_T)] = {0};
-        float sv[16 / sizeof(CT_T)];
-        ct_offsets(out, j0, &xo0, &yo0);
-        if (side)
-            CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
-        for (long long r = k * chunk; r < end; r += CT_SUM_ROWS) {
-            float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], fv[CT_SUM_ROWS][16 / sizeof(CT_T)];
-            CT_UNROLL
-            for (int t = 0; t < CT_SUM_ROWS; t++)
-                if (r + t < end) {
-                    ct_offsets(red, r + t, &o[t], &unused);
-                    o[t] += xo0;
+    float sv[16 / sizeof(CT_T)];
+    if (side && vec)
+        CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
+    else
+        sv[0] = CT_SFX(ct_side_scale)(side, scale, yo0, wide);
+    for (long long r = r0; r < red->n; r += CT_SUM_ROWS * step) {
+        float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], fv[CT_SUM_ROWS][16 / sizeof(CT_T)];
+        long long o[CT_SUM_ROWS];
+        CT_UNROLL
+        for (int t = 0; t < CT_SUM_ROWS; t++)
+            if (r + t * step < red->n) {
+                long long unused;
+                ct_offsets(red, r + t * step, &o[t], &unused);
+                o[t] += xo0;
+                if (vec) {
                     CT_SFX(ct_ldv)(x, o[t], wx, xv[t]);
                     if (f)
                         CT_SFX(ct_ldv)(f, o[t], wf, fv[t]);
+                } else {
+                    xv[t][0] = CT_SFX(ct_ldw)(x, o[t], wx);
+                    fv[t][0] = f ? CT_SFX(ct_ldw)(f, o[t], wf) : 0.0f;
                 }
-            CT_UNROLL
-            for (int t = 0; t < CT_SUM_ROWS; t++)
-                if (r + t < end) {
-                    CT_UNROLL
-                    for (int u = 0; u < CT_VW; u++)
-                        s[u] += f ? (double)xv[t][u] * fv[t][u] : (double)xv[t][u];
-                    if (side) {
-                        float sd[16 / sizeof(CT_T)];
-                        CT_UNROLL
-                        for (int u = 0; u < CT_VW; u++)
-                            sd[u] = xv[t][u] * sv[u];
-                        CT_SFX(ct_stv)(side, o[t], ws, sd);
-                    }
-                }
-        }
+            }
         CT_UNROLL
-        for (int u = 0; u < CT_VW; u++)
-            part[k * out->n + j0 + u] = s[u];
+        for (int t = 0; t < CT_SUM_ROWS; t++)
+            if (r + t * step < red->n) {
+                float sd[16 / sizeof(CT_T)];
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    if (vec || u == 0) {
+                        acc[u] += f ? (double)xv[t][u] * fv[t][u] : (double)xv[t][u];
+                        sd[u] = xv[t][u] * sv[u];
+                    }
+                if (side && vec)
+                    CT_SFX(ct_stv)(side, o[t], ws, sd);
+                else if (side)
+                    CT_SFX(ct_stw)(side, o[t], ws, sd[0]);
+            }
     }
 }
 
-/* reduce_sum in two stages, where the reduction is long next to the
- * outputs (a bias gradient: [B*N, C] summed over its rows). First, work
- * items pair output j with chunk k of `chunk` reduced indices, j fastest
- * (neighbouring threads read neighbouring memory where a kept dim is
- * innermost): each chunk's sum into part[k * out.n + j]. */
-CT_GLOBAL CT_SFX(ct_reduce_sum_part)(const void *x, const void *f, int wide, double *part, CtIndex out, CtIndex red,
-                                     long long chunk, void *side, const void *scale)
+/* In one launch: each output's sum of x (times f unless it is NULL, of x's
+ * strides; with side = x * scale stored as the walk passes unless side is
+ * NULL: lib_launch.c's lib_reduce_sum_side) divided by div (1 for a sum,
+ * the window's size for a global average pool), into y (CT_T, or float
+ * where wide & CT_WIDE_X). part (out.n slices doubles) in scratch, cnt
+ * out.n counters (a column's at most). */
+CT_GLOBAL CT_SFX(ct_reduce_sum_cols)(const void *x, const void *f, int wide, double *part, unsigned *cnt, void *y,
+                                     CtIndex out, CtIndex red, long long slices, void *side, const void *scale,
+                                     double div)
 {
-    long long nchunks = (red.n + chunk - 1) / chunk;
+    CT_SHARED double red_[CT_COL_RED];
+    CT_SHARED int last;
     const void *ptrs[4] = {x, f, side, scale};
-    if (CT_SFX(ct_sum_vec)(&out, &red, ptrs, 4)) {
-        CT_SFX(ct_reduce_sum_part_vec)(x, f, wide, part, &out, &red, chunk, side, scale);
-        return;
-    }
-    CT_LOOP(i, nchunks * out.n)
+    CtColTile t = CT_SFX(ct_col_tile)(out.n, out.nd ? out.st0[out.nd - 1] : 0, CT_SFX(ct_sum_vec)(&out, &red, ptrs, 4));
+    CT_BLOCK_LOOP(tile, t.cols * slices)
     {
-        long long k = i / out.n, end = (k + 1) * chunk < red.n ? (k + 1) * chunk : red.n, xo, yo;
-        ct_offsets(&out, i % out.n, &xo, &yo);
-        float sv = CT_SFX(ct_side_scale)(side, scale, yo, wide);
-        part[i] = CT_SFX(ct_sum_range)(x, f, xo, wide, &red, k * chunk, end, side, sv);
-    }
-}
-
-/* Sum of the nchunks terms part[k * stride] (k = 0, 1, ...) by a warp:
- * each lane adds every CT_LANES-th in order, then the lanes' sums are added
- * by CT_LANE_SUM (the same bits on every run, and in every lane). A
- * second stage's outputs can be as few as a batch norm's 64 channels over
- * thousands of chunks: a thread an output would walk them one dependent
- * add after another on a few warps of the whole GPU. */
-CT_DEVICE double CT_SFX(ct_chunk_total)(const double *part, long long stride, long long nchunks)
-{
-    double s = 0;
-    for (long long k = CT_LANE; k < nchunks; k += CT_LANES)
-        s += part[k * stride];
-    return CT_LANE_SUM(s);
-}
-
-/* Then each output's chunks added (ct_chunk_total), a warp an output, and
- * divided by div (1 for a sum, the window's size for a global average
- * pool), y stored as CT_T or as float where wide. */
-CT_GLOBAL CT_SFX(ct_reduce_sum_total)(const double *part, void *y, int wide, CtIndex out, long long nchunks,
-                                      double div)
-{
-    CT_WARP_LOOP(j, out.n)
-    {
-        long long unused, yo;
-        double s = CT_SFX(ct_chunk_total)(part + j, out.n, nchunks);
-        ct_offsets(&out, j, &unused, &yo);
-        if (CT_LANE == 0)
-            CT_SFX(ct_stw)(y, yo, wide, (float)(s / div));
+        long long col, r0, step, xo0, yo0, s = ct_divmod(tile, t.cols, &col);
+        long long item = CT_SFX(ct_col_item)(&t, col, s, slices, &r0, &step);
+        double acc[4 * CT_VW] = {0};
+        if (item >= 0) {
+            ct_offsets(&out, item * t.w, &xo0, &yo0);
+            CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, t.w > 1, xo0, yo0, r0, step, acc);
+        }
+        CT_SFX(ct_col_sums)(&t, acc, 1, red_, part, col, s, slices, out.n);
+        if (CT_SFX(ct_col_last)(cnt, col, slices, &last)) {
+            long long K = t.tx * t.w, c0 = col * K;
+            double *tot = red_ + CT_LIB_BLOCK;
+            CT_SFX(ct_col_totals)(part, c0, K, 1, slices, out.n, red_, tot);
+            for (long long k = CT_TID; k < K && c0 + k < out.n; k += CT_NTHREADS) {
+                long long unused, yo;
+                ct_offsets(&out, c0 + k, &unused, &yo);
+                CT_SFX(ct_stw)(y, yo, wide & CT_WIDE_X, (float)(tot[k] / div));
+            }
+        }
+        CT_SYNC();
     }
 }
 

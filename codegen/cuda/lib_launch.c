@@ -348,27 +348,6 @@ static ColPlan col_plan(int64_t len, int64_t outs, int64_t w, int64_t sxc, int64
     return c;
 }
 
-/* The chunk length of a two-stage sum (reduce_sum's, layer_norm's dweight
- * and dbias) of `len` terms for each of `outs` outputs, a work item a chunk
- * and output, then one an output adding its chunks: enough terms that
- * chunks x outputs stay near SUM_ITEMS work items, at least SUM_MIN_CHUNK,
- * and few enough chunks (SUM_MAX_CHUNKS) for the second stage's serial
- * adds where the outputs are few. */
-/* SUM_ITEMS: about the threads an H200 holds at once (132 SMs x 2048), so
- * that enough loads are in flight: at 65536 items, each a serial walk of
- * thousands of rows, resnet50's batch norms at batch 256 took up to 1.4 ms
- * (sums, coefficients and the pass applying them) where their bytes need
- * 0.26. */
-enum { SUM_ITEMS = 262144, SUM_MIN_CHUNK = 16, SUM_MAX_CHUNKS = 4096 };
-
-static int64_t sum_chunk(int64_t len, int64_t outs)
-{
-    int64_t per = outs > 0 && SUM_ITEMS / outs > 0 ? SUM_ITEMS / outs : 1, chunk = (len + per - 1) / per;
-    int64_t least = (len + SUM_MAX_CHUNKS - 1) / SUM_MAX_CHUNKS;
-    chunk = chunk > least ? chunk : least;
-    return chunk > SUM_MIN_CHUNK ? chunk : SUM_MIN_CHUNK;
-}
-
 /* Input i of node n, or NULL for i < 0. */
 static void a_in_or_null(LibLaunch *l, const Node *n, int i)
 {
@@ -393,8 +372,7 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
 /* The work items a row of `len` elements (s0, s1 their strides along it)
  * makes in a kernel of storage t: 16 bytes of the row each where
  * lib_kernels.h's ct_rows_vec takes them from the layout (the kernel then
- * checks the addresses), else one element each. A two-stage sum cuts its
- * rows finer where the items are vectors, to keep as many. */
+ * checks the addresses), else one element each. */
 static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s1, CtDType t)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(t);
@@ -402,28 +380,40 @@ static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s
     return vec ? len / vw : len;
 }
 
-/* The chunk length of a two-stage sum of x over red into out (storage st):
- * the first stage's work items are 16 bytes of outputs where the layout
- * allows (lib_kernels.h's ct_sum_vec; the kernel checks the addresses), so
- * the reduction is cut finer there to keep as many items. */
-static int64_t out_sum_chunk(const CtIndex *out, const CtIndex *red, CtDType st)
+/* The outputs a work item of a sum of x over red into out (storage st):
+ * 16 bytes of them where the layout allows (lib_kernels.h's ct_sum_vec;
+ * the kernel checks the addresses), else one. */
+static int64_t sum_vec_width(const CtIndex *out, const CtIndex *red, CtDType st)
 {
     int64_t vw = 16 / (int64_t)ct_dtype_size(st);
     int vec = last_vec(out, vw) && red->base0 % vw == 0;
     for (int d = 0; d < red->nd; d++)
         vec &= red->st0[d] % vw == 0;
-    return sum_chunk(red->n, vec ? out->n / vw : out->n);
+    return vec ? vw : 1;
 }
 
-/* The two stages: each chunk's sums of x (times f, unless f < 0; with the
- * side output unless side < 0) into scratch, then each output's chunks
- * added and divided by div, into y. */
-static void sum_stages(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDType st, CtIndex out, CtIndex red,
-                       int64_t chunk, ValueId side, ValueId scale, double div, size_t *scratch)
+/* Whether a sum of x over red into out takes one stage (ct_reduce_sum: an
+ * output a work item, each a serial walk of the reduction): where the
+ * reduction is short (SUM_SHORT terms), or the outputs' work items alone
+ * are more than half the threads an H200 holds (SUM_ITEMS: 132 SMs x
+ * 2048); else column sums (sum_cols). */
+enum { SUM_ITEMS = 262144, SUM_SHORT = 16 };
+
+static int sum_one_stage(const CtIndex *out, const CtIndex *red, CtDType st)
 {
-    int64_t nchunks = (red.n + chunk - 1) / chunk;
-    *scratch = sizeof(double) * (size_t)(nchunks * out.n);
-    LibLaunch *l = begin(b, "ct_reduce_sum_part", st, nchunks * out.n);
+    return red->n <= SUM_SHORT || out->n / sum_vec_width(out, red, st) > SUM_ITEMS / 2;
+}
+
+/* The column sums (ct_reduce_sum_cols) of x (times f, unless f < 0; with
+ * the side output unless side < 0) over red for each output of out,
+ * divided by div, into y, in one launch. */
+static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDType st, CtIndex out, CtIndex red,
+                     ValueId side, ValueId scale, double div, size_t *scratch)
+{
+    int64_t vw = sum_vec_width(&out, &red, st);
+    ColPlan cp = col_plan(red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
+    *scratch = sizeof(double) * (size_t)(cp.slices * out.n);
+    LibLaunch *l = begin(b, "ct_reduce_sum_cols", st, cp.cols * cp.slices * CT_LIB_BLOCK);
     a_val(l, x);
     if (f >= 0)
         a_val(l, f);
@@ -431,23 +421,17 @@ static void sum_stages(Builder *b, ValueId x, ValueId f, ValueId y, int wide, Ct
         arg(l, LA_NULL);
     a_i32(l, wide);
     arg(l, LA_SCRATCH);
+    a_counters(l, out.n);
+    a_val(l, y);
     a_index(l, out);
     a_index(l, red);
-    a_i64(l, chunk);
+    a_i64(l, cp.slices);
     a_side(l, side, scale);
-    l = begin(b, "ct_reduce_sum_total", st, out.n * CT_LIB_LANES);
-    arg(l, LA_SCRATCH);
-    a_val(l, y);
-    a_i32(l, wide & CT_WIDE_X);
-    a_index(l, out);
-    a_i64(l, nchunks);
     a_f64(l, div);
 }
 
-/* reduce_sum: one stage (ct_reduce_sum, an output a work item) where one
- * chunk covers the reduction (the outputs alone fill the GPU, or the
- * reduction is short), else two with the chunks' sums in scratch. With a
- * side output (side >= 0): side = x * scale stored as the sums walk x
+/* reduce_sum: one stage (ct_reduce_sum, an output a work item) where
+ * sum_one_stage says, else column sums (sum_cols). With a side output (side >= 0): side = x * scale stored as the sums walk x
  * (lib_reduce_sum_side). */
 static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err)
 {
@@ -474,8 +458,7 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
     const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
     int wide;
     CtDType st = mixed_storage(b, v, &wide);
-    int64_t chunk = out_sum_chunk(&out, &red, st);
-    if (chunk >= red.n) {
+    if (sum_one_stage(&out, &red, st)) {
         LibLaunch *l = begin(b, "ct_reduce_sum", st, out.n);
         a_val(l, n->in[0]);
         a_in_or_null(l, n, n->nin > 1 ? 1 : -1); /* the product's factor */
@@ -486,7 +469,7 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
         a_side(l, side, scale);
         return 0;
     }
-    sum_stages(b, n->in[0], n->nin > 1 ? n->in[1] : -1, n->out[0], wide, st, out, red, chunk, side, scale, 1, scratch);
+    sum_cols(b, n->in[0], n->nin > 1 ? n->in[1] : -1, n->out[0], wide, st, out, red, side, scale, 1, scratch);
     return 0;
 }
 
@@ -543,7 +526,7 @@ typedef struct LnEpi {
 /* layer_norm over the last dim, a row a warp (with the prologue's parts:
  * epi, NULL: none). Its gradient: dx a row a warp (with epi's parts),
  * each row's mean and 1/std (two floats) into scratch; then dweight and
- * dbias in two stages, their chunks' sums (two doubles a chunk and
+ * dbias as column sums, their slices' sums (two doubles a slice and
  * column) after the stats. */
 static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *scratch, CtErr *err)
 {
@@ -1086,13 +1069,12 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         o[1] = 2, o[2] = 3, o[3] = 1;
     if (max && grad && !same_strides(b, n->in[0], x))
         return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
-    if (adaptive && !grad && p.OH == 1 && p.OW == 1) { /* a global average: reduce_sum's stages where long */
+    if (adaptive && !grad && p.OH == 1 && p.OW == 1) { /* a global average: reduce_sum's column sums where long */
         int64_t kd[2] = {xs->d[0], xs->d[1]}, ks0[2] = {sx[0], sx[1]}, ks1[2] = {sy[0], sy[1]};
         int64_t rd[2] = {p.H, p.W}, rs[2] = {sx[2], sx[3]};
         CtIndex out = collapsed(index_make(2, kd, ks0, ks1)), red = collapsed(index_make(2, rd, rs, NULL));
-        int64_t chunk = out_sum_chunk(&out, &red, t);
-        if (chunk < red.n) {
-            sum_stages(b, x, -1, y, 0, t, out, red, chunk, -1, -1, (double)(p.H * p.W), scratch);
+        if (!sum_one_stage(&out, &red, t)) {
+            sum_cols(b, x, -1, y, 0, t, out, red, -1, -1, (double)(p.H * p.W), scratch);
             return 0;
         }
     }
