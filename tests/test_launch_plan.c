@@ -6,7 +6,8 @@
  * kernel or a library call (launch_plan_supports says so too), and
  * test_resnet's batch norms take their residual adds and ReLUs into their
  * elementwise pass (a training one's statistics in one launch before it,
- * with the plan's counters), every linear layer's bias gradient is summed by its
+ * with the plan's counters, and only in its forward: its recomputations
+ * and its gradient take the coefficients it kept), every linear layer's bias gradient is summed by its
  * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
  * take the residual adds before them, and its 16-bit attention runs on
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
@@ -22,13 +23,13 @@ static void test_models(void)
 {
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++)
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
             Graph g;
             LaunchPlan lp;
             CtErr err;
-            int training = mode > 0, amp_cl = mode == 2;
+            int training = mode > 0, amp_cl = mode >= 2;
             if (model_graph(models[m], &(GraphSpec){.training = training, .amp = amp_cl ? CT_F16 : CT_F32,
-                                                    .channels_last = amp_cl}, &g))
+                                                    .channels_last = amp_cl, .remat = mode == 3}, &g))
                 continue;
             if (launch_plan(&g, 132, &lp, &err)) {
                 CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
@@ -41,9 +42,12 @@ static void test_models(void)
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
             int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0;
-            int lone_products = 0, cast_copies = 0;
-            for (int i = 0; training && i < g.nnodes; i++)
-                linear_biases += g.nodes[i].op == CT_OP_linear && g.nodes[i].nin == 3;
+            int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0;
+            for (int i = 0; training && i < g.nnodes; i++) {
+                const Node *n = &g.nodes[i];
+                linear_biases += n->op == CT_OP_linear && n->nin == 3;
+                bn_forwards += n->op == CT_OP_batch_norm && n->iattr[0] && role_is_state(g.values[n->in[3]].role);
+            }
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -77,9 +81,15 @@ static void test_models(void)
                     const LibLaunch *apply = &st->lib[st->nlib - 1];
                     bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib == 2 &&
                                     apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + body - 1]].out[0];
-                    /* a training batch norm writes its running statistics into the state */
+                    /* a training batch norm writes its running statistics into the state; run again by
+                     * remat, it applies the coefficients its forward kept */
                     const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
-                    if (bn->iattr[0]) {
+                    if (bn->iattr[0] && !role_is_state(g.values[bn->in[3]].role)) {
+                        CHECKF(st->nlib == 1 && strstr(apply->kernel, "ct_bn_apply_") && apply->arg[1].kind == LA_KEPT &&
+                                   apply->arg[1].i == lp.bn_coef[lp.fuse.nodes[fs->first]].at,
+                               "%s mode %d: step %d: a batch norm run again by %s", models[m], mode, s,
+                               st->lib[0].kernel);
+                    } else if (bn->iattr[0]) {
                         CHECKF(body == fs->n - 2 && lp.alias[bn->out[1]] == bn->in[3] && lp.alias[bn->out[2]] == bn->in[4],
                                "%s mode %d: step %d: batch norm's running statistics copied", models[m], mode, s);
                         /* its sums and coefficients in one launch, whose counters the plan holds */
@@ -150,6 +160,11 @@ static void test_models(void)
                            "%s: the filter copy of step %d", models[m], s);
                     mirrored++;
                 }
+                for (int j = 0; j < st->nlib; j++) { /* the forward's coefficients kept for the backward */
+                    bn_stats += !strncmp(st->lib[j].kernel, "ct_bn_stats_", 12);
+                    bn_unkept += !strncmp(st->lib[j].kernel, "ct_bn_grad_stats_", 17) &&
+                                 st->lib[j].arg[2].kind == LA_SCRATCH;
+                }
                 if (st->kind == LP_UNSUPPORTED && !strstr(missing, st->op) &&
                     strlen(missing) + strlen(st->op) + 2 < sizeof missing)
                     strcat(strcat(missing, " "), st->op);
@@ -170,6 +185,11 @@ static void test_models(void)
             CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
+            /* a training batch norm's statistics once, in its forward: its recomputations and its gradient
+             * with its activation's take the coefficients it kept */
+            CHECKF(bn_stats == bn_forwards && bn_unkept == 0 && (bn_forwards > 0 || m != 0 || !training),
+                   "%s mode %d: %d batch norms' statistics for %d forwards, %d gradients summing them again",
+                   models[m], mode, bn_stats, bn_forwards, bn_unkept);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             /* under AMP the residual adds before test_vit's norms: at least each block's second norm's */
             CHECKF(norm_adds >= 6 || m != 1 || mode != 2, "%s mode %d: %d norms take the residual add before them",
@@ -186,7 +206,11 @@ static void test_models(void)
             }
             printf("test_launch_plan: %s %s: %d kernels, %d GEMM, %d conv (%d with an NHWC filter copy), "
                    "%d library, %d copies; %zu device bytes; no kernel yet:%s\n",
-                   models[m], mode == 0 ? "eval" : mode == 1 ? "train f32" : "train amp channels_last",
+                   models[m],
+                   mode == 0   ? "eval"
+                   : mode == 1 ? "train f32"
+                   : mode == 2 ? "train amp channels_last"
+                               : "train amp channels_last remat",
                    count[LP_KERNEL], count[LP_GEMM], count[LP_CONV], mirrored, count[LP_LIB], count[LP_COPY],
                    lp.device_bytes, lp.unsupported ? missing : " none");
             launch_plan_free(&lp);

@@ -790,6 +790,10 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
                     store[a].p = counters;
                     used = (unsigned)arg->i > used ? (unsigned)arg->i : used;
                     break;
+                case LA_KEPT: /* a node's own launches keep nothing from step to step */
+                    CHECKF(0, "%s: launch %d keeps a value", what, j);
+                    store[a].p = NULL;
+                    break;
                 case LA_I64: store[a].i = arg->i; break;
                 case LA_I32: store[a].i32 = (int)arg->i; break;
                 case LA_F32: store[a].f = arg->f; break;

@@ -238,7 +238,8 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     CT_ASSERT(st->lib != NULL);
     int rc;
     if (op == CT_OP_batch_norm) {
-        rc = lib_batch_norm_step(g, &lp->fuse, fs, st->lib, &st->nlib, &scratch, &tail, err);
+        LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
+        rc = lib_batch_norm_step(g, &lp->fuse, fs, kc, st->lib, &st->nlib, &scratch, &tail, err);
     } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
         const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
@@ -343,7 +344,8 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
             return 0;
     LpStep *st = span_step(lp, s, span);
     size_t scratch;
-    if (lib_bn_act_grad(g, &g->nodes[bn], act, n, st->lib, &st->nlib, &scratch, err))
+    LibBnCoef kc = {lp->bn_coef[bn].at, lp->bn_coef[bn].at >= 0}; /* the forward's step stored them */
+    if (lib_bn_act_grad(g, &g->nodes[bn], act, n, kc, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return span;
@@ -412,6 +414,29 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return 1;
 }
 
+/* Where each training batch norm keeps its coefficients: a place of its
+ * own in the kept region, or, run again by remat (its running mean input
+ * the updated one of a batch norm of the same weight and bias, which comes
+ * before it), that one's place, ready. */
+static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        lp->bn_coef[i] = (LibBnCoef){-1, 0};
+        if (n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
+            continue;
+        int p = g->values[n->in[3]].producer;
+        const Node *o = p >= 0 ? &g->nodes[p] : NULL;
+        if (o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2] &&
+            lp->bn_coef[p].at >= 0) {
+            lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1};
+        } else if (role_is_state(g->values[n->in[3]].role)) {
+            lp->bn_coef[i].at = (long long)lp->kept_bytes;
+            lp->kept_bytes += 2 * sizeof(double) * (size_t)g->values[n->in[0]].type.shape.d[1];
+        }
+    }
+}
+
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
     int *bn_act = NULL;
@@ -424,7 +449,9 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     lp->steps = calloc((size_t)lp->fuse.nsteps + 1, sizeof *lp->steps);
     lp->offset = calloc((size_t)g->nvalues + 1, sizeof *lp->offset);
     lp->alias = malloc(sizeof *lp->alias * (size_t)(g->nvalues + 1));
-    CT_ASSERT(lp->k && lp->steps && lp->offset && lp->alias);
+    lp->bn_coef = malloc(sizeof *lp->bn_coef * (size_t)(g->nnodes + 1));
+    CT_ASSERT(lp->k && lp->steps && lp->offset && lp->alias && lp->bn_coef);
+    keep_bn_coefs(g, lp);
     for (ValueId v = 0; v < g->nvalues; v++)
         lp->alias[v] = -1;
     if (plan_memory(&lp->og, &lp->mem, err))
@@ -505,6 +532,7 @@ void launch_plan_free(LaunchPlan *lp)
     free(lp->steps);
     free(lp->offset);
     free(lp->alias);
+    free(lp->bn_coef);
     plan_free(&lp->mem);
     graph_free(&lp->og);
     fuse_free(&lp->fuse);

@@ -33,6 +33,12 @@
  * A library step's assign (batch_norm's new running statistics) stores its
  * source straight into the destination: `alias`.
  *
+ * A training batch_norm keeps its coefficients (scale and shift a channel)
+ * in a region of its own from its forward to the steps that run it again:
+ * remat's recomputation of it (whose running mean input is the forward's
+ * updated one, passes/remat.c) and the fused gradient of it and its
+ * activation take them instead of summing x again (`bn_coef`).
+ *
  * A batch_norm_grad and the act_grad of its batch norm's activation it
  * reads (and the batch norm before them, where recomputed for them alone:
  * fuse_bn_act_grad_steps, where lib_bn_act_grad_fits) run as one LP_LIB
@@ -99,6 +105,8 @@ typedef struct LaunchPlan {
     size_t scratch_bytes; /* the library kernels' scratch, the most any step needs */
     size_t counters;      /* the library kernels' counters (LA_COUNTERS: unsigned ints, zeroed once at load),
                            * the most any launch uses */
+    LibBnCoef *bn_coef;   /* per node of g: where a training batch norm's coefficients are kept (LA_KEPT) */
+    size_t kept_bytes;    /* the kept region: each training batch norm's 2 C doubles */
     int unsupported;      /* LP_UNSUPPORTED steps */
 } LaunchPlan;
 

@@ -691,21 +691,30 @@ typedef struct BnEpi {
     int act, approx, tail;
 } BnEpi;
 
+/* Where a launch's pointer argument points: an offset into scratch
+ * (LA_SCRATCH) or into the program's kept region (LA_KEPT). */
+typedef struct Place {
+    LibArgKind kind;
+    size_t off;
+} Place;
+
+static void a_place(LibLaunch *l, Place p) { arg(l, p.kind)->i = (long long)p.off; }
+
 /* A batch_norm run again for lib_bn_act_grad (its running statistics not
  * written), or the batch_norm_grad it runs with the activation's gradient:
- * its scratch from byte `base`, the forward's coefficients at byte `fwd`. */
+ * its scratch from byte `base`, the forward's coefficients at `fwd`. */
 typedef struct BnAct {
-    size_t base, fwd;
+    size_t base;
+    Place fwd;
     int act, approx;
     ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
 } BnAct;
-
 
 /* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and activation. */
 static void a_fwd(LibLaunch *l, const BnAct *fa)
 {
     if (fa)
-        a_scratch(l, fa->fwd);
+        a_place(l, fa->fwd);
     else
         arg(l, LA_NULL);
     a_i32(l, fa ? fa->act : -1);
@@ -718,10 +727,13 @@ static void a_fwd(LibLaunch *l, const BnAct *fa)
  * from the running statistics; then the elementwise pass (with epi's
  * parts, NULL: none; for a gradient, fa's activation, NULL: none). The
  * eval coefficients' kernel takes the parameters' dtype, the others x's,
- * reading the parameters as f32 where they are (under AMP). *scratch gets
- * the bytes from fa's base. */
-static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, size_t *scratch,
-                           CtErr *err)
+ * reading the parameters as f32 where they are (under AMP). A training
+ * forward with kc (NULL, or kc->at < 0: none) keeps its coefficients in
+ * the kept region at kc->at, where kc->ready says they are already (the
+ * batch norm run again: no statistics). *scratch gets the bytes from fa's
+ * base. */
+static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, const LibBnCoef *kc,
+                           size_t *scratch, CtErr *err)
 {
     int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
     ValueId x = n->in[0], y = n->out[0];
@@ -744,10 +756,12 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
     ColPlan cp = col_plan(rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
     int64_t slices = cp.slices;
-    size_t base = fa ? fa->base : 0, part = sums ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
-    *scratch = part + sizeof(double) * (size_t)((grad ? 3 : 2) * C);
+    int keep = kc && kc->at >= 0 && training && !grad, ready = keep && kc->ready;
+    size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
+    Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
+    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C));
     LibLaunch *l;
-    if (sums) {
+    if (sums && !ready) {
         l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
@@ -764,7 +778,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             else
                 arg(l, LA_NULL);
         a_i32(l, pt != t);
-        a_scratch(l, base + part);
+        a_place(l, coef);
         a_index(l, rows);
         a_i64(l, C);
         a_i64(l, sx[1]);
@@ -774,7 +788,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         else
             a_f32(l, n->fattr[0]);
         a_f32(l, n->fattr[grad ? 0 : 1]);
-    } else {
+    } else if (!sums) {
         l = begin(b, "ct_bn_coef", pt, C);
         for (int k = 1; k < 5; k++)
             a_val(l, n->in[k]);
@@ -788,7 +802,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_val(l, dy);
         a_fwd(l, fa);
     }
-    a_scratch(l, base + part);
+    a_place(l, coef);
     if (!grad) {
         if (epi && epi->residual >= 0)
             a_val(l, epi->residual);
@@ -816,8 +830,8 @@ static int same_storage(const Builder *b, ValueId v, ValueId w)
     return shape_equal(&a->type.shape, &c->type.shape) && a->type.dtype == c->type.dtype && a->layout == c->layout;
 }
 
-int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
-                        size_t *scratch, int *tail, CtErr *err)
+int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
+                        int *count, size_t *scratch, int *tail, CtErr *err)
 {
     Builder b = {g, l, 0};
     const Node *bn = &g->nodes[p->nodes[st->first]];
@@ -840,7 +854,7 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
     *tail = e.tail;
     if (bn->op != CT_OP_batch_norm)
         return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
-    if (plan_batch_norm(&b, bn, &e, NULL, scratch, err))
+    if (plan_batch_norm(&b, bn, &e, NULL, &kc, scratch, err))
         return -1;
     *count = b.n;
     return 0;
@@ -948,19 +962,24 @@ int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
            same_strides(&b, bn->in[0], act->in[1]);
 }
 
-int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibLaunch *l, int *count,
-                    size_t *scratch, CtErr *err)
+int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibBnCoef kc, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err)
 {
     Builder b = {g, l, 0};
-    size_t fwd_bytes, grad_bytes;
+    size_t fwd_bytes = 0, grad_bytes;
     int64_t C = val(&b, bn->in[0])->type.shape.d[1];
+    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
     *count = 0;
-    if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, &fwd_bytes, err))
-        return -1;
-    b.n--; /* the forward's statistics, not its output */
-    BnAct fa = {.base = fwd_bytes, .fwd = fwd_bytes - sizeof(double) * (size_t)(2 * C), .act = (int)act->iattr[0],
-                .approx = (int)act->iattr[1], .dy = act->in[1]};
-    if (plan_batch_norm(&b, n, NULL, &fa, &grad_bytes, err))
+    if (kc.at >= 0 && kc.ready && bn->iattr[0]) { /* the forward's coefficients, kept */
+        fa.fwd = (Place){LA_KEPT, (size_t)kc.at};
+    } else {
+        if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, NULL, &fwd_bytes, err))
+            return -1;
+        b.n--; /* the forward's statistics, not its output */
+        fa.fwd = (Place){LA_SCRATCH, fwd_bytes - sizeof(double) * (size_t)(2 * C)};
+    }
+    fa.base = fwd_bytes;
+    if (plan_batch_norm(&b, n, NULL, &fa, NULL, &grad_bytes, err))
         return -1;
     *scratch = fwd_bytes + grad_bytes;
     *count = b.n;
@@ -1758,7 +1777,7 @@ void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *
     for (int a = 0; a < l->nargs; a++) {
         const LibArg *arg = &l->arg[a];
         switch (arg->kind) {
-        case LA_VALUE: case LA_SCRATCH: case LA_COUNTERS: case LA_NULL:
+        case LA_VALUE: case LA_SCRATCH: case LA_COUNTERS: case LA_KEPT: case LA_NULL:
             store[a].p = arg->kind == LA_NULL ? 0 : ptr[a];
             break;
         case LA_I64: store[a].i = arg->i; break;
@@ -1810,7 +1829,7 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_reduce_sum: rc = plan_reduce(&b, n, -1, -1, scratch, err); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, scratch, err); break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, NULL, scratch, err); break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:

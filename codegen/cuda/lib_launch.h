@@ -6,7 +6,8 @@
  * turns each LibLaunch into one cuLaunchKernel: value arguments become the
  * device addresses of those values, scratch the executor's scratch buffer
  * (at least scratch_bytes), counters the program's zeroed counters (at
- * least the launch plan's `counters`), the rest are passed by value.
+ * least the launch plan's `counters`), kept places the program's kept
+ * region (kept_bytes), the rest are passed by value.
  *
  * Activations and adds have launches too, for the epilogue nodes of a GEMM
  * or convolution step that cuBLASLt or cuDNN does not compute (an
@@ -26,7 +27,7 @@
 #include "passes/fuse.h"
 
 typedef enum LibArgKind {
-    LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL, LA_COUNTERS
+    LA_VALUE, LA_SCRATCH, LA_NULL, LA_I64, LA_I32, LA_F32, LA_F64, LA_INDEX, LA_POOL, LA_COUNTERS, LA_KEPT
 } LibArgKind;
 
 typedef struct LibArg {
@@ -34,7 +35,9 @@ typedef struct LibArg {
     ValueId v;   /* LA_VALUE */
     long long i; /* LA_I64, LA_I32; LA_SCRATCH: its byte offset into the scratch buffer; LA_COUNTERS: how many
                   * of the program's counters the kernel uses (unsigned ints, zero before every launch, which
-                  * leaves them zero: batch norm's statistics count each column's finished blocks there) */
+                  * leaves them zero: batch norm's statistics count each column's finished blocks there);
+                  * LA_KEPT: its byte offset into the program's kept region (a training batch norm's
+                  * coefficients, from its forward to the steps that run it again) */
     float f;     /* LA_F32 */
     double d;    /* LA_F64: an attribute whose float rounding would show (bf16 rounding after it) */
     CtIndex ix;  /* LA_INDEX */
@@ -57,7 +60,8 @@ typedef struct LibLaunch {
 /* One launch's kernelParams (cuLaunchKernel's convention: params[k]
  * points at argument k) in store: scalars, indices and pooling windows by
  * value from l, each pointer argument (LA_VALUE, LA_SCRATCH, LA_COUNTERS,
- * LA_NULL) the address ptr[k] the caller placed it at (0 for LA_NULL). */
+ * LA_KEPT, LA_NULL) the address ptr[k] the caller placed it at (0 for
+ * LA_NULL). */
 typedef union LibArgStore {
     unsigned long long p;
     long long i;
@@ -78,13 +82,25 @@ int lib_supports(CtOp op);
  * kernel does not take). */
 int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
+/* Where a training batch norm's coefficients are kept, from its forward
+ * to the steps that run it again (a recomputation, its gradient with its
+ * activation's): `at` a byte offset into the program's kept region (-1:
+ * not kept, the step's scratch holds them), `ready` whether a step before
+ * this one stored them there (the forward's own, the same x, weight and
+ * bias: the same coefficients), so that this one computes no statistics. */
+typedef struct LibBnCoef {
+    long long at;
+    int ready;
+} LibBnCoef;
+
 /* The launches of library step st, whose first node is a batch_norm, with
  * the parts of the step's epilogue its elementwise pass takes before the
  * store (a residual add of its output's shape, dtype and layout, then an
  * activation; none whose input the plan materialises), as lib_launches;
- * *tail gets the first node of the step left to their own launches. */
-int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibLaunch *l, int *count,
-                        size_t *scratch, int *tail, CtErr *err);
+ * *tail gets the first node of the step left to their own launches. The
+ * coefficients where kc says. */
+int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
+                        int *count, size_t *scratch, int *tail, CtErr *err);
 
 /* The launches of library step st, whose first node is a layer_norm_grad,
  * with at most `most` parts of its epilogue in the kernel (the residual
@@ -121,13 +137,14 @@ int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId sca
                         size_t *scratch, CtErr *err);
 
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
- * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's sums
- * and coefficients again (its running statistics not written), then the
- * gradient's kernels recomputing the activation's input and gradient from
- * x; neither is written. As lib_launches. Where lib_bn_act_grad_fits: the
- * act_grad's input and dy in x's dtype, dy in x's strides. */
+ * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's
+ * coefficients (kept, where kc says they are ready, else its statistics
+ * again, its running statistics not written), then the gradient's kernels
+ * recomputing the activation's input and gradient from x; neither is
+ * written. As lib_launches. Where lib_bn_act_grad_fits: the act_grad's
+ * input and dy in x's dtype, dy in x's strides. */
 int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act);
-int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibLaunch *l, int *count,
-                    size_t *scratch, CtErr *err);
+int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibBnCoef kc, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err);
 
 #endif

@@ -48,7 +48,7 @@ struct CudaLoaded {
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
     size_t in_bytes, st_bytes, workspace_bytes;
     size_t device_bytes; /* allocated on the device, all of it at load */
-    CUdeviceptr block, inputs, state, scratch, workspace, counters; /* counters: zero between launches */
+    CUdeviceptr block, inputs, state, scratch, workspace, counters, kept; /* counters: zero between launches */
     unsigned char *staging; /* pinned, in_bytes: the inputs on their way to the device */
     CUgraph graph;
     CUgraphExec graph_exec;
@@ -331,11 +331,14 @@ static int alloc_memory(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
     size_t free_bytes = 0, total = 0;
-    size_t sizes[6] = {ld->lp->device_bytes, ld->in_bytes,          ld->st_bytes,
-                       ld->lp->scratch_bytes, ld->workspace_bytes, ld->lp->counters * sizeof(unsigned)};
-    CUdeviceptr *where[6] = {&ld->block, &ld->inputs, &ld->state, &ld->scratch, &ld->workspace, &ld->counters};
+    size_t sizes[7] = {ld->lp->device_bytes,   ld->in_bytes,
+                       ld->st_bytes,           ld->lp->scratch_bytes,
+                       ld->workspace_bytes,    ld->lp->counters * sizeof(unsigned),
+                       ld->lp->kept_bytes};
+    CUdeviceptr *where[7] = {&ld->block,     &ld->inputs,   &ld->state, &ld->scratch,
+                             &ld->workspace, &ld->counters, &ld->kept};
     size_t need = 0;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         need += sizes[i];
     if (cu_check(ex, ex->drv.MemGetInfo(&free_bytes, &total), err, "cuMemGetInfo"))
         return -1;
@@ -344,7 +347,7 @@ static int alloc_memory(CudaLoaded *ld, CtErr *err)
                        "out of memory: the plan needs %zu bytes (activations %zu, inputs %zu, state %zu, scratch %zu, "
                        "workspace %zu) and %s has %zu free",
                        need, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], ex->info.name, free_bytes);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (cu_check(ex, ex->drv.MemAlloc(where[i], sizes[i] ? sizes[i] : 1), err, "cuMemAlloc of %zu bytes",
                      sizes[i]))
             return -1;
@@ -426,8 +429,8 @@ void cuda_loaded_free(CudaLoaded *ld)
         d->GraphExecDestroy(ld->graph_exec);
     if (ld->graph)
         d->GraphDestroy(ld->graph);
-    CUdeviceptr mem[6] = {ld->block, ld->inputs, ld->state, ld->scratch, ld->workspace, ld->counters};
-    for (int i = 0; i < 6; i++)
+    CUdeviceptr mem[7] = {ld->block, ld->inputs, ld->state, ld->scratch, ld->workspace, ld->counters, ld->kept};
+    for (int i = 0; i < 7; i++)
         if (mem[i])
             d->MemFree(mem[i]);
     if (ld->staging)
@@ -466,6 +469,7 @@ static int launch_lib(CudaLoaded *ld, CUfunction f, const LibLaunch *l, CtErr *e
         ptr[a] = l->arg[a].kind == LA_VALUE      ? addr(ld, l->arg[a].v)
                  : l->arg[a].kind == LA_SCRATCH  ? ld->scratch + (CUdeviceptr)l->arg[a].i
                  : l->arg[a].kind == LA_COUNTERS ? ld->counters
+                 : l->arg[a].kind == LA_KEPT     ? ld->kept + (CUdeviceptr)l->arg[a].i
                                                  : 0;
     lib_params(l, ptr, store, params);
     unsigned grid = lp_grid(l->items, ld->p->opt.cuda_sms); /* as the plan's kernels: the program's SMs */

@@ -33,7 +33,7 @@ struct CtExec {
     size_t *in_off, *st_off; /* per value, as the executor places them */
     size_t in_bytes, st_bytes;
     size_t device_bytes; /* the host memory standing in for device memory */
-    char *block, *inputs, *dstate, *scratch, *counters; /* counters: zero between launches */
+    char *block, *inputs, *dstate, *scratch, *counters, *kept; /* counters: zero between launches */
     uint64_t seed;
     int runs, state_stale;
     size_t moved_in, moved_out, moved_state;
@@ -72,8 +72,8 @@ static void sim_free(CtExec *e)
         sim_module_free(e->gen[j]);
     free(e->gen);
     sim_module_free(e->lib);
-    char *mem[5] = {e->block, e->inputs, e->dstate, e->scratch, e->counters};
-    for (int i = 0; i < 5; i++)
+    char *mem[6] = {e->block, e->inputs, e->dstate, e->scratch, e->counters, e->kept};
+    for (int i = 0; i < 6; i++)
         free(mem[i]);
     free(e->in_off);
     free(e->st_off);
@@ -174,10 +174,10 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
         sim_free(e);
         return -1;
     }
-    size_t sizes[5] = {e->lp->device_bytes, e->in_bytes, e->st_bytes, e->lp->scratch_bytes,
-                       e->lp->counters * sizeof(unsigned)};
-    char **where[5] = {&e->block, &e->inputs, &e->dstate, &e->scratch, &e->counters};
-    for (int i = 0; i < 5; i++) {
+    size_t sizes[6] = {e->lp->device_bytes, e->in_bytes, e->st_bytes, e->lp->scratch_bytes,
+                       e->lp->counters * sizeof(unsigned), e->lp->kept_bytes};
+    char **where[6] = {&e->block, &e->inputs, &e->dstate, &e->scratch, &e->counters, &e->kept};
+    for (int i = 0; i < 6; i++) {
         if (!(*where[i] = malloc(sizes[i] + 1))) {
             sim_free(e);
             return ct_fail(err, "out of memory: the plan needs %zu bytes of device memory", sizes[i]);
@@ -198,6 +198,7 @@ static void guard_all(CtExec *e)
     sim_guard(e->dstate, e->st_bytes + 1);
     sim_guard(e->scratch, e->lp->scratch_bytes + 1);
     sim_guard(e->counters, e->lp->counters * sizeof(unsigned) + 1);
+    sim_guard(e->kept, e->lp->kept_bytes + 1);
 }
 
 static void allow_value(CtExec *e, ValueId v)
@@ -229,6 +230,9 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
         } else if (l->arg[a].kind == LA_COUNTERS) {
             ptr[a] = (uintptr_t)e->counters;
             sim_allow(e->counters, sizeof(unsigned) * (size_t)l->arg[a].i);
+        } else if (l->arg[a].kind == LA_KEPT) {
+            ptr[a] = (uintptr_t)(e->kept + l->arg[a].i);
+            sim_allow(e->kept, e->lp->kept_bytes);
         }
     }
     lib_params(l, ptr, store, params);
@@ -299,6 +303,7 @@ static void allow_all(CtExec *e)
     sim_allow(e->dstate, e->st_bytes + 1);
     sim_allow(e->scratch, e->lp->scratch_bytes + 1);
     sim_allow(e->counters, e->lp->counters * sizeof(unsigned) + 1);
+    sim_allow(e->kept, e->lp->kept_bytes + 1);
 }
 
 static int sim_run(CtExec *e, const CtTensor *inputs, int ninputs, CtTensor *outputs, CtErr *err)
