@@ -85,7 +85,8 @@ static void test_models(void)
                      * remat, it applies the coefficients its forward kept */
                     const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
                     if (bn->iattr[0] && !role_is_state(g.values[bn->in[3]].role)) {
-                        CHECKF(st->nlib == 1 && strstr(apply->kernel, "ct_bn_apply_") && apply->arg[1].kind == LA_KEPT &&
+                        CHECKF(st->nlib == 1 && strstr(apply->kernel, "ct_bn_apply_") &&
+                                   apply->arg[1].kind == LA_KEPT &&
                                    apply->arg[1].i == lp.bn_coef[lp.fuse.nodes[fs->first]].at,
                                "%s mode %d: step %d: a batch norm run again by %s", models[m], mode, s,
                                st->lib[0].kernel);

@@ -431,7 +431,8 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
 }
 
 /* reduce_sum: one stage (ct_reduce_sum, an output a work item) where
- * sum_one_stage says, else column sums (sum_cols). With a side output (side >= 0): side = x * scale stored as the sums walk x
+ * sum_one_stage says, else column sums (sum_cols). With a side output
+ * (side >= 0): side = x * scale stored as the sums walk x
  * (lib_reduce_sum_side). */
 static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err)
 {
@@ -1829,7 +1830,9 @@ int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t
     case CT_OP_reduce_sum: rc = plan_reduce(&b, n, -1, -1, scratch, err); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
     case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad: rc = plan_batch_norm(&b, n, NULL, NULL, NULL, scratch, err); break;
+    case CT_OP_batch_norm: case CT_OP_batch_norm_grad:
+        rc = plan_batch_norm(&b, n, NULL, NULL, NULL, scratch, err);
+        break;
     case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
