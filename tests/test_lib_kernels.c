@@ -374,7 +374,7 @@ static void check_case(Case *c, const char *what)
     if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
     } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_res(g, n, ln_res->x, ln_res->r, ln_res->sum, l, &nl, &err))
-                      : lib_launches(g, n, l, &nl, &scratch_bytes, &err)) {
+                      : lib_launches(g, 132, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&out[k]);
@@ -437,7 +437,7 @@ static long long first_items(Case *c)
     int nl;
     size_t scratch_bytes;
     CtErr err;
-    if (lib_launches(&c->g, &c->g.nodes[c->node], l, &nl, &scratch_bytes, &err)) {
+    if (lib_launches(&c->g, 132, &c->g.nodes[c->node], l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s", err.msg);
         return -1;
     }
@@ -983,7 +983,7 @@ static void check_input_op(CtOp op, int64_t mode, int nhwc, int64_t c)
     if (backend_run_once(&ct_backend_ref, &g, &st, in, n.nin, &out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", op_def(op)->name, err.msg);
     } else {
-        if (lib_launches(&g, &g.nodes[at], l, &nl, &scratch, &err) == 0 && nl == 1) {
+        if (lib_launches(&g, 132, &g.nodes[at], l, &nl, &scratch, &err) == 0 && nl == 1) {
             void *args[LIB_MAX_ARGS] = {u8 ? (void *)img : (void *)xp, u8 ? (void *)yp : in[1].data, yp};
             run_launch(&l[0], args);
             int bad = 0;
@@ -1057,7 +1057,7 @@ static void test_refusals(void)
     ValueId x = input(&c, "x", 1, (int64_t[]){28}, 0, CT_F32);
     if (!add_node(&c, CT_OP_allreduce_mean, 1, &x, (int64_t[]){0}, 1, NULL, 0, 0)) {
         CHECK(!lib_supports(CT_OP_allreduce_mean));
-        CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 &&
+        CHECK(lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 &&
               strstr(err.msg, "allreduce_mean"));
     }
     graph_free(&c.g);
@@ -1065,7 +1065,7 @@ static void test_refusals(void)
     graph_init(&c.g);
     ValueId in[2] = {input(&c, "x", 4, (int64_t[]){2, 3, 4, 5}, 1, CT_F32), input(&c, "i", 1, (int64_t[]){2}, 0, CT_I32)};
     if (!add_node(&c, CT_OP_gather, 2, in, (int64_t[]){1}, 1, NULL, 0, 1))
-        CHECK(lib_launches(&c.g, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 && strstr(err.msg, "gather"));
+        CHECK(lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 && strstr(err.msg, "gather"));
     graph_free(&c.g);
 }
 

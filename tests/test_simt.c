@@ -765,7 +765,7 @@ static long long check_lib_node(SimModule *m, Graph *g, int node, const char *wh
     int nl;
     size_t scratch_bytes;
     CtErr err;
-    if (run_ref(g, ref, mem) == 0 && lib_launches(g, &g->nodes[node], l, &nl, &scratch_bytes, &err) == 0) {
+    if (run_ref(g, ref, mem) == 0 && lib_launches(g, 132, &g->nodes[node], l, &nl, &scratch_bytes, &err) == 0) {
         void *scratch = calloc(scratch_bytes + 8, 1);
         unsigned counters[4096] = {0}, used = 0;
         for (int j = 0; j < nl; j++) {

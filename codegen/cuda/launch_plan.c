@@ -167,7 +167,7 @@ static int add_launches(const Graph *g, LaunchPlan *lp, const FuseStep *fs, int 
         CT_ASSERT(s->lib != NULL);
         int count;
         size_t scratch;
-        if (lib_launches(g, n, s->lib + s->nlib, &count, &scratch, err))
+        if (lib_launches(g, lp->sms, n, s->lib + s->nlib, &count, &scratch, err))
             return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first + j], op_def(n->op)->name);
         s->nlib += count;
         lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
@@ -239,7 +239,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     int rc;
     if (op == CT_OP_batch_norm) {
         LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
-        rc = lib_batch_norm_step(g, &lp->fuse, fs, kc, st->lib, &st->nlib, &scratch, &tail, err);
+        rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, st->lib, &st->nlib, &scratch, &tail, err);
     } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
         const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
@@ -252,7 +252,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
             if (most && fs->n > 2)
                 most += clear_of(g, lp, g->nodes[lp->fuse.nodes[fs->first + 2]].out[0], reads, 4, -1);
         }
-        rc = lib_layer_norm_grad_step(g, &lp->fuse, fs, most, st->lib, &st->nlib, &scratch, &tail, err);
+        rc = lib_layer_norm_grad_step(g, lp->sms, &lp->fuse, fs, most, st->lib, &st->nlib, &scratch, &tail, err);
     }
     if (rc)
         return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
@@ -276,7 +276,7 @@ static int gemm_bias_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     size_t scratch;
     st->fallback = malloc(sizeof *st->fallback * LIB_MAX_LAUNCHES);
     CT_ASSERT(st->fallback != NULL);
-    if (lib_launches(g, &g->nodes[lp->fuse.nodes[next->first]], st->fallback, &st->nfallback, &scratch, err))
+    if (lib_launches(g, lp->sms, &g->nodes[lp->fuse.nodes[next->first]], st->fallback, &st->nfallback, &scratch, err))
         return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[next->first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     st->gemm.epi.bgrad = bg;
@@ -345,7 +345,7 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     LpStep *st = span_step(lp, s, span);
     size_t scratch;
     LibBnCoef kc = {lp->bn_coef[bn].at, lp->bn_coef[bn].at >= 0}; /* the forward's step stored them */
-    if (lib_bn_act_grad(g, &g->nodes[bn], act, n, kc, st->lib, &st->nlib, &scratch, err))
+    if (lib_bn_act_grad(g, lp->sms, &g->nodes[bn], act, n, kc, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return span;
@@ -378,7 +378,7 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return 0;
     LpStep *st = span_step(lp, s, 1);
     size_t scratch;
-    if (lib_reduce_sum_side(g, r, side, scale, st->lib, &st->nlib, &scratch, err))
+    if (lib_reduce_sum_side(g, lp->sms, r, side, scale, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[ns->first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return 1;
@@ -441,6 +441,7 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
     int *bn_act = NULL;
     memset(lp, 0, sizeof *lp);
+    lp->sms = sms;
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);

@@ -92,6 +92,7 @@ typedef struct LpStep {
 } LpStep;
 
 typedef struct LaunchPlan {
+    int sms;              /* the device's multiprocessors it was made for */
     FusePlan fuse;
     Graph og;             /* g's nodes in step order (owns its arrays; no names) */
     MemPlan mem;          /* over og */

@@ -77,6 +77,7 @@ typedef struct Builder {
     const Graph *g;
     LibLaunch *l;
     int n;
+    int sms; /* the device's multiprocessors, which column sums size their tiles to */
 } Builder;
 
 static LibLaunch *begin(Builder *b, const char *kernel, CtDType t, long long items)
@@ -225,7 +226,7 @@ static CtIndex relayout_index(const Builder *b, const Node *n, const int64_t *sx
 
 int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
 {
-    Builder b = {g, NULL, 0};
+    Builder b = {g, NULL, 0, 0};
     return cast->op == CT_OP_cast && (n->op == CT_OP_to_layout || n->op == CT_OP_permute) &&
            n->in[0] == cast->out[0] && one_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}) &&
            val(&b, cast->in[0])->type.shape.ndim <= CT_MAXD;
@@ -233,7 +234,7 @@ int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
 
 int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l, int *count, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, 0};
     int wide;
     CtDType st = mixed_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}, &wide);
     int64_t sx[CT_MAX_DIMS];
@@ -320,27 +321,27 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
 
 /* Column sums (lib_kernels.h's ct_col_tile) of `outs` outputs, w of them
  * a work item (where the kernel's vector path is expected), sxc between
- * neighbouring outputs, nsum sums each, over `len` rows: its columns, and
- * the slices of the rows, a block's row lanes a tile: some COL_TILES tiles
- * (8 a multiprocessor of an H200, each lane with 8 or 16 loads of 16 bytes
- * in flight: 32-64 KiB an SM at one block an SM, where its bandwidth at
+ * neighbouring outputs, nsum sums each, over `len` rows, on b's device:
+ * its columns, and the slices of the rows, a block's row lanes a tile:
+ * some COL_TILES tiles an SM (each lane with 8 or 16 loads of 16 bytes in
+ * flight: 32-64 KiB an SM at one block an SM, where an H200's bandwidth at
  * HBM's latency needs some 25), at most a slice a lane's row, and at most
  * COL_TAIL partial sums a column for its last tile to add alone (128 KiB:
- * ~1-2 us on one SM) unless that leaves fewer than COL_FILL tiles (two an
- * SM): a batch norm of 64 channels, one column, would otherwise stream its
+ * ~1-2 us on one SM) unless that leaves fewer than COL_FILL tiles an SM: a
+ * batch norm of 64 channels, one column, would otherwise stream its
  * 400-800 MB (resnet50's first at batch 256) through 64 SMs. The kernel's
  * counters: outs at most (a column an output). */
-enum { COL_TILES = 1024, COL_FILL = 264, COL_TAIL = 16384 };
+enum { COL_TILES = 8, COL_FILL = 2, COL_TAIL = 16384 }; /* tiles an SM; partial sums */
 typedef struct ColPlan {
     int64_t cols, slices;
 } ColPlan;
 
-static ColPlan col_plan(int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum)
+static ColPlan col_plan(const Builder *b, int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum)
 {
-    int64_t tx = w > 1 || sxc == 1 ? CT_COL_TX : 1, lanes = CT_LIB_BLOCK / tx;
+    int64_t tx = w > 1 || sxc == 1 ? CT_COL_TX : 1, lanes = CT_LIB_BLOCK / tx, sms = b->sms > 0 ? b->sms : 1;
     ColPlan c = {(outs / w + tx - 1) / tx, 0};
-    int64_t s = (COL_TILES + c.cols - 1) / c.cols, most = (len + lanes - 1) / lanes, tail = COL_TAIL / (tx * w * nsum);
-    int64_t fill = (COL_FILL + c.cols - 1) / c.cols;
+    int64_t s = (COL_TILES * sms + c.cols - 1) / c.cols, most = (len + lanes - 1) / lanes;
+    int64_t tail = COL_TAIL / (tx * w * nsum), fill = (COL_FILL * sms + c.cols - 1) / c.cols;
     tail = tail > fill ? tail : fill;
     s = s < tail ? s : tail;
     s = s < most ? s : most;
@@ -411,7 +412,7 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
                      ValueId side, ValueId scale, double div, size_t *scratch)
 {
     int64_t vw = sum_vec_width(&out, &red, st);
-    ColPlan cp = col_plan(red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
+    ColPlan cp = col_plan(b, red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
     *scratch = sizeof(double) * (size_t)(cp.slices * out.n);
     LibLaunch *l = begin(b, "ct_reduce_sum_cols", st, cp.cols * cp.slices * CT_LIB_BLOCK);
     a_val(l, x);
@@ -575,7 +576,7 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
     if (!grad)
         return 0;
     /* the weights' column sums take 16 bytes of a row a work item where the rows are in registers */
-    ColPlan cp = col_plan(rows.n, D, items == D ? 1 : D / items, sx[dim], 2);
+    ColPlan cp = col_plan(b, rows.n, D, items == D ? 1 : D / items, sx[dim], 2);
     size_t stats = 2 * sizeof(float) * (size_t)rows.n;
     *scratch = stats + 2 * sizeof(double) * (size_t)(cp.slices * D);
     l = begin(b, "ct_layer_norm_grad_w", t, cp.cols * cp.slices * CT_LIB_BLOCK);
@@ -755,7 +756,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
                            op_def(n->op)->name, ct_dtype_name(t), ct_dtype_name(val(b, n->in[k])->type.dtype));
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
     int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
-    ColPlan cp = col_plan(rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
+    ColPlan cp = col_plan(b, rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
     int64_t slices = cp.slices;
     int keep = kc && kc->at >= 0 && training && !grad, ready = keep && kc->ready;
     size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
@@ -831,10 +832,10 @@ static int same_storage(const Builder *b, ValueId v, ValueId w)
     return shape_equal(&a->type.shape, &c->type.shape) && a->type.dtype == c->type.dtype && a->layout == c->layout;
 }
 
-int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
+int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
                         int *count, size_t *scratch, int *tail, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, sms};
     const Node *bn = &g->nodes[p->nodes[st->first]];
     BnEpi e = {.residual = -1, .out = bn->out[0], .act = -1, .tail = 1};
     for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
@@ -861,10 +862,10 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
     return 0;
 }
 
-int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
+int lib_layer_norm_grad_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
                              int *count, size_t *scratch, int *tail, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, sms};
     const Node *n = &g->nodes[p->nodes[st->first]];
     LnEpi e = {.res = -1, .out = n->out[0], .low = -1, .x = -1};
     int wide;
@@ -897,7 +898,7 @@ int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *
 
 int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res)
 {
-    Builder b = {g, NULL, 0};
+    Builder b = {g, NULL, 0, 0};
     int wide;
     CtDType t = norm_storage(&b, ln, -1, &wide), r = val(&b, res)->type.dtype; /* one 16-bit dtype, if any */
     const CtShape *s = &val(&b, ln->in[0])->type.shape;
@@ -909,7 +910,7 @@ int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId r
 int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
                        CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, 0};
     LnEpi e = {.res = res, .out = sum, .low = -1, .x = x};
     *count = 0;
     if (plan_layer_norm(&b, ln, &e, NULL, err))
@@ -936,17 +937,17 @@ static int same_walk(const Builder *b, ValueId v, ValueId u)
 
 int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale)
 {
-    Builder b = {g, NULL, 0};
+    Builder b = {g, NULL, 0, 0};
     return r->op == CT_OP_reduce_sum && r->iattr[1] &&
            one_storage(&b, (ValueId[4]){r->in[0], r->nin > 1 ? r->in[1] : -1, side, scale}) &&
            same_walk(&b, side, r->in[0]) &&
            same_walk(&b, scale, r->out[0]) && (r->nin < 2 || same_strides(&b, r->in[0], r->in[1]));
 }
 
-int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
+int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
                         size_t *scratch, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, sms};
     *count = 0;
     *scratch = 0;
     if (plan_reduce(&b, r, side, scale, scratch, err))
@@ -957,16 +958,16 @@ int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId sca
 
 int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
 {
-    Builder b = {g, NULL, 0};
+    Builder b = {g, NULL, 0, 0};
     CtDType t = val(&b, bn->in[0])->type.dtype;
     return val(&b, bn->out[0])->type.dtype == t && val(&b, act->in[1])->type.dtype == t &&
            same_strides(&b, bn->in[0], act->in[1]);
 }
 
-int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibBnCoef kc, LibLaunch *l,
-                    int *count, size_t *scratch, CtErr *err)
+int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
+                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, sms};
     size_t fwd_bytes = 0, grad_bytes;
     int64_t C = val(&b, bn->in[0])->type.shape.d[1];
     BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
@@ -1815,9 +1816,9 @@ int lib_supports(CtOp op)
     }
 }
 
-int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
 {
-    Builder b = {g, l, 0};
+    Builder b = {g, l, 0, sms};
     *count = 0;
     *scratch = 0;
     if (!lib_supports(n->op))

@@ -76,11 +76,12 @@ void lib_params(const LibLaunch *l, const unsigned long long *ptr, LibArgStore *
 /* Whether op has library kernels here. */
 int lib_supports(CtOp op);
 
-/* The launches of node n, in order, into l[0..*count); *scratch gets the
- * scratch bytes they need. Fails naming the op for what is not supported
- * (an op without kernels, more dims than CtIndex holds, mixed layouts a
- * kernel does not take). */
-int lib_launches(const Graph *g, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+/* The launches of node n, in order, into l[0..*count), for a device of
+ * `sms` multiprocessors (long sums cut their rows into tiles enough for
+ * it); *scratch gets the scratch bytes they need. Fails naming the op for
+ * what is not supported (an op without kernels, more dims than CtIndex
+ * holds, mixed layouts a kernel does not take). */
+int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
 /* Where a training batch norm's coefficients are kept, from its forward
  * to the steps that run it again (a recomputation, its gradient with its
@@ -99,7 +100,7 @@ typedef struct LibBnCoef {
  * activation; none whose input the plan materialises), as lib_launches;
  * *tail gets the first node of the step left to their own launches. The
  * coefficients where kc says. */
-int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
+int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
                         int *count, size_t *scratch, int *tail, CtErr *err);
 
 /* The launches of library step st, whose first node is a layer_norm_grad,
@@ -108,7 +109,7 @@ int lib_batch_norm_step(const Graph *g, const FusePlan *p, const FuseStep *st, L
  * dx's shape and layout, dx f32 for the cast), as lib_batch_norm_step.
  * The caller's `most` keeps the stored values clear of x and dy, which the
  * weight's kernels read after. */
-int lib_layer_norm_grad_step(const Graph *g, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
+int lib_layer_norm_grad_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
                              int *count, size_t *scratch, int *tail, CtErr *err);
 
 /* The launch of layer_norm ln whose input is x + res, computed by the
@@ -133,7 +134,7 @@ int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l,
  * lib_launches. Where lib_reduce_sum_side_fits: side in x's strides, scale
  * in the output's, one 16-bit dtype among them at most. */
 int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale);
-int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
+int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
                         size_t *scratch, CtErr *err);
 
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
@@ -144,7 +145,7 @@ int lib_reduce_sum_side(const Graph *g, const Node *r, ValueId side, ValueId sca
  * written. As lib_launches. Where lib_bn_act_grad_fits: the act_grad's
  * input and dy in x's dtype, dy in x's strides. */
 int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act);
-int lib_bn_act_grad(const Graph *g, const Node *bn, const Node *act, const Node *n, LibBnCoef kc, LibLaunch *l,
-                    int *count, size_t *scratch, CtErr *err);
+int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
+                    LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
 #endif
