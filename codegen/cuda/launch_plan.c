@@ -344,8 +344,7 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
             return 0;
     LpStep *st = span_step(lp, s, span);
     size_t scratch;
-    LibBnCoef kc = {lp->bn_coef[bn].at, lp->bn_coef[bn].at >= 0}; /* the forward's step stored them */
-    if (lib_bn_act_grad(g, lp->sms, &g->nodes[bn], act, n, kc, st->lib, &st->nlib, &scratch, err))
+    if (lib_bn_act_grad(g, lp->sms, &g->nodes[bn], act, n, lp->bn_coef[bn], st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return span;

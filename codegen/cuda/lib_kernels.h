@@ -387,22 +387,6 @@ CT_DEVICE void CT_SFX(ct_col_sums)(const CtColTile *t, const double *acc, int ns
     }
 }
 
-/* Whether this tile is its column's last to finish: each thread's stores
- * made visible to the device before the block counts the tile in
- * cnt[col] (the program's counters, zero before the launch; the last tile
- * leaves it zero again). */
-CT_DEVICE int CT_SFX(ct_col_last)(unsigned *cnt, long long col, long long slices, int *flag)
-{
-    CT_FENCE();
-    CT_SYNC();
-    if (CT_TID == 0)
-        *flag = CT_ATOMIC_INC(cnt + col) == (unsigned)(slices - 1);
-    CT_SYNC();
-    if (*flag && CT_TID == 0)
-        cnt[col] = 0;
-    return *flag;
-}
-
 /* The last tile's totals of its column's channels (c0 the first, K of
  * them, each nsum sums over the slices, read past the caches as other
  * blocks wrote them): tot[k * nsum + j], P threads a total, each adding
@@ -442,6 +426,29 @@ CT_DEVICE void CT_SFX(ct_col_totals)(const double *part, long long c0, long long
         }
         CT_SYNC();
     }
+}
+
+/* A tile's end: its sums into part (ct_col_sums), each thread's stores
+ * made visible to the device before the block counts the tile in
+ * cnt[col] (the program's counters, zero before the launch; the last tile
+ * leaves it zero again); whether it was its column's last to finish, whose
+ * totals (ct_col_totals) are then at red + CT_LIB_BLOCK. */
+CT_DEVICE int CT_SFX(ct_col_end)(const CtColTile *t, const double *acc, int nsum, double *red, double *part,
+                                 unsigned *cnt, long long col, long long s, long long slices, long long outs,
+                                 int *flag)
+{
+    CT_SFX(ct_col_sums)(t, acc, nsum, red, part, col, s, slices, outs);
+    CT_FENCE();
+    CT_SYNC();
+    if (CT_TID == 0)
+        *flag = CT_ATOMIC_INC(cnt + col) == (unsigned)(slices - 1);
+    CT_SYNC();
+    if (!*flag)
+        return 0;
+    if (CT_TID == 0)
+        cnt[col] = 0;
+    CT_SFX(ct_col_totals)(part, col * t->tx * t->w, t->tx * t->w, nsum, slices, outs, red, red + CT_LIB_BLOCK);
+    return 1;
 }
 
 /* The shared memory of a statistics kernel: each warp's sums of its work
@@ -570,11 +577,9 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_cols)(const void *x, const void *f, int wide, dou
             ct_offsets(&out, item * t.w, &xo0, &yo0);
             CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, t.w > 1, xo0, yo0, r0, step, acc);
         }
-        CT_SFX(ct_col_sums)(&t, acc, 1, red_, part, col, s, slices, out.n);
-        if (CT_SFX(ct_col_last)(cnt, col, slices, &last)) {
+        if (CT_SFX(ct_col_end)(&t, acc, 1, red_, part, cnt, col, s, slices, out.n, &last)) {
             long long K = t.tx * t.w, c0 = col * K;
-            double *tot = red_ + CT_LIB_BLOCK;
-            CT_SFX(ct_col_totals)(part, c0, K, 1, slices, out.n, red_, tot);
+            const double *tot = red_ + CT_LIB_BLOCK;
             for (long long k = CT_TID; k < K && c0 + k < out.n; k += CT_NTHREADS) {
                 long long unused, yo;
                 ct_offsets(&out, c0 + k, &unused, &yo);
@@ -1295,11 +1300,9 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_w)(const void *x, const void *dy, int wide, 
         double acc[4 * CT_VW] = {0};
         if (item >= 0)
             CT_SFX(ct_ln_w_walk)(x, dy, wide, stats, &rows, sx, t.w > 1, item * t.w, r0, step, acc);
-        CT_SFX(ct_col_sums)(&t, acc, 2, red, part, col, s, slices, D);
-        if (CT_SFX(ct_col_last)(cnt, col, slices, &last)) {
+        if (CT_SFX(ct_col_end)(&t, acc, 2, red, part, cnt, col, s, slices, D, &last)) {
             long long K = t.tx * t.w, c0 = col * K;
-            double *tot = red + CT_LIB_BLOCK;
-            CT_SFX(ct_col_totals)(part, c0, K, 2, slices, D, red, tot);
+            const double *tot = red + CT_LIB_BLOCK;
             for (long long k = CT_TID; k < K && c0 + k < D; k += CT_NTHREADS) {
                 CT_SFX(ct_stw)(dw, c0 + k, ww, (float)tot[2 * k]);
                 CT_SFX(ct_stw)(db, c0 + k, ww, (float)tot[2 * k + 1]);
@@ -1503,9 +1506,9 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *m
     *var = v < 0 ? 0 : v; /* rounding can take it below 0; NaN stays NaN */
 }
 
-/* Tile `tile` of a statistics kernel: its sums (nsum: 2, or 4 for the
- * gradient, grad) into part; whether it was its column's last, the column
- * in *col. */
+/* Tile `tile` of a statistics kernel: its walk and its end (ct_col_end:
+ * nsum 2, or 4 for the gradient, grad); whether it was its column's last,
+ * the column in *col. */
 CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
                                      const CtIndex *rows, long long C, long long sxc, const CtColTile *t,
                                      long long tile, long long slices, double *part, unsigned *cnt, double *red,
@@ -1515,8 +1518,7 @@ CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double
     double acc[4 * CT_VW] = {0};
     if (item >= 0)
         CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, grad, acc);
-    CT_SFX(ct_col_sums)(t, acc, grad ? 4 : 2, red, part, *col, s, slices, C);
-    return CT_SFX(ct_col_last)(cnt, *col, slices, flag);
+    return CT_SFX(ct_col_end)(t, acc, grad ? 4 : 2, red, part, cnt, *col, s, slices, C, flag);
 }
 
 /* batch_norm's statistics in training, each column's coefficients by its
@@ -1539,8 +1541,8 @@ CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const 
         long long col;
         if (CT_SFX(ct_bn_tile_run)(x, 0, 0, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0, &col)) {
             long long K = t.tx * t.w, c0 = col * K;
-            double *tot = red + CT_LIB_BLOCK, n = (double)rows.n;
-            CT_SFX(ct_col_totals)(part, c0, K, 2, slices, C, red, tot);
+            const double *tot = red + CT_LIB_BLOCK;
+            double n = (double)rows.n;
             for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
                 long long c = c0 + k;
                 double mean, var;
@@ -1591,8 +1593,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *
         if (CT_SFX(ct_bn_tile_run)(x, dy, fwd, act, approx, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 1,
                                    &col)) {
             long long K = t.tx * t.w, c0 = col * K;
-            double *tot = red + CT_LIB_BLOCK, M = (double)rows.n;
-            CT_SFX(ct_col_totals)(part, c0, K, 4, slices, C, red, tot);
+            const double *tot = red + CT_LIB_BLOCK;
+            double M = (double)rows.n;
             for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
                 long long c = c0 + k;
                 double mean = CT_SFX(ct_ldw)(rm, c, wide), var = CT_SFX(ct_ldw)(rv, c, wide);

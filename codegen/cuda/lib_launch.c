@@ -757,14 +757,13 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
     int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
     ColPlan cp = col_plan(b, rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
-    int64_t slices = cp.slices;
-    int keep = kc && kc->at >= 0 && training && !grad, ready = keep && kc->ready;
-    size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * slices * C) : 0;
+    int keep = kc && kc->at >= 0, ready = keep && kc->ready;
+    size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
     Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
     *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C));
     LibLaunch *l;
     if (sums && !ready) {
-        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * slices * CT_LIB_BLOCK);
+        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
             a_val(l, dy);
@@ -784,7 +783,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_index(l, rows);
         a_i64(l, C);
         a_i64(l, sx[1]);
-        a_i64(l, slices);
+        a_i64(l, cp.slices);
         if (grad)
             a_i32(l, training);
         else
@@ -972,7 +971,7 @@ int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, co
     int64_t C = val(&b, bn->in[0])->type.shape.d[1];
     BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
     *count = 0;
-    if (kc.at >= 0 && kc.ready && bn->iattr[0]) { /* the forward's coefficients, kept */
+    if (kc.at >= 0) { /* the forward's coefficients, kept by its step, which ran before this one */
         fa.fwd = (Place){LA_KEPT, (size_t)kc.at};
     } else {
         if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, NULL, &fwd_bytes, err))

@@ -139,8 +139,9 @@ int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, Va
 
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
  * batch_norm bn's activation, as one (fuse_bn_act_grad_steps): bn's
- * coefficients (kept, where kc says they are ready, else its statistics
- * again, its running statistics not written), then the gradient's kernels
+ * coefficients (kept by its forward's step, which runs before, where kc
+ * has a place; else its statistics again, its running statistics not
+ * written), then the gradient's kernels
  * recomputing the activation's input and gradient from x; neither is
  * written. As lib_launches. Where lib_bn_act_grad_fits: the act_grad's
  * input and dy in x's dtype, dy in x's strides. */
