@@ -52,21 +52,29 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err);
  *     graph's planned peak (plan_memory's arena + params + state + inputs +
  *     outputs) fits in `budget` bytes; fails, with the least it can reach,
  *     where nothing does;
- *   cheap (the tools' default; --keep-activations turns it off): what costs
- *     memory and no lifetime: an activation whose recomputation is at most
- *     REMAT_CHEAP_NODES elementwise, norm or pooling nodes reading only
- *     values the backward keeps anyway (a GELU's output from the linear's
- *     output its gradient reads; a conv's batch norm + ReLU from the conv
- *     output the norm's gradient reads), kept only where that does not
- *     raise the planned peak. torch.compile's partitioner recomputes such
- *     fusible chains by default too.
+ *   cheap (the tools' default; --keep-activations turns it off): among the
+ *     activations whose recomputation is at most REMAT_CHEAP_NODES
+ *     elementwise, norm or pooling nodes reading only values the backward
+ *     keeps anyway (a GELU's output from the linear's output its gradient
+ *     reads; a conv's batch norm + ReLU from the conv output the norm's
+ *     gradient reads), every one that costs no bytes (fused into elementwise
+ *     readers), then the fewest bytes moved per byte saved first until the
+ *     planned peak is `share` of the graph's (0: REMAT_CHEAP_SHARE; all of
+ *     them where that is out of reach),
+ *     kept only where that does not raise the planned peak. torch.compile's
+ *     partitioner recomputes such fusible chains by default too.
  */
 #define REMAT_CHEAP_NODES 4
+/* 3/4 of keeping everything, which is about what torch's eager training
+ * holds (autograd keeps the same tensors): issue 22's peak of at most 0.8x
+ * eager's, with room for the libraries' workspace. */
+#define REMAT_CHEAP_SHARE 0.75
 typedef struct RematSpec {
     const char *const *units;
     int nunits;
     size_t budget;
     int cheap;
+    double share;
 } RematSpec;
 
 typedef struct RematReport {

@@ -415,14 +415,90 @@ static int cheap_chain(const Halves *h, const char *keep, const char *dropped, V
     return 1;
 }
 
-/* RematSpec.cheap: every activation the backward reads whose recomputation
- * is a short cheap chain from values it keeps anyway, in forward order (a
- * value recomputed is no longer a leaf for the ones after it). */
-static void drop_cheap(const Halves *h, const char *keep, char *dropped)
+/* A cheap candidate: the chain recomputing v (chain[0] == v) and what it
+ * costs a step per byte it saves. */
+typedef struct Cheap {
+    int first, len; /* its values in the candidates' flat list */
+    double ratio;   /* bytes moved again per byte saved; <= 0: none */
+    int64_t bytes;
+} Cheap;
+
+/* Whether every node of [from, to) that reads v, through reshapes, is
+ * elementwise: fusion then pulls v into its readers' kernels. */
+static int elementwise_readers(const Halves *h, ValueId v, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        const Node *n = &h->g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != v || n->op == CT_OP_assign)
+                continue;
+            OpFusion f = op_def(n->op)->fusion;
+            if (f == OP_VIEW ? !elementwise_readers(h, n->out[0], from, to) : f != OP_ELEMENTWISE && f != OP_ACTIVATION)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Bytes a step moves again, per byte v holds, to recompute v from `chain`
+ * rather than keep it: the chain's inputs read, and v written again where
+ * a backward reader is a kernel of its own (where all fuse the chain, they
+ * read its inputs in place of v); less v's write in the forward, which
+ * only keeping it costs where its forward readers would fuse it. */
+static double cheap_ratio(const Halves *h, const char *chain, ValueId v)
 {
     const Graph *g = h->g;
-    char *chain = calloc((size_t)g->nvalues + 1, 1);
-    CT_ASSERT(chain != NULL);
+    double moved = 0, held = (double)value_bytes(&g->values[v]);
+    for (ValueId u = 0; u < g->nvalues; u++) {
+        if (!chain[u])
+            continue;
+        const Node *p = &g->nodes[g->values[u].producer];
+        for (int k = 0; k < p->nin; k++)
+            if (!chain[p->in[k]])
+                moved += (double)value_bytes(&g->values[p->in[k]]);
+    }
+    moved += elementwise_readers(h, v, h->bstart, g->nnodes) ? -held : held;
+    if (elementwise_readers(h, v, 0, h->bstart))
+        moved -= held;
+    return moved / held;
+}
+
+static int by_ratio(const void *a, const void *b)
+{
+    const Cheap *x = a, *y = b;
+    if (x->ratio != y->ratio)
+        return x->ratio < y->ratio ? -1 : 1;
+    return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : x->first - y->first;
+}
+
+/* `base` with the chains of every free candidate and of the first k paid
+ * ones (the candidates sorted by ratio, the free first). */
+static void drops_of_cheap(const Halves *h, const Cheap *c, int nfree, int k, const ValueId *vals, const char *base,
+                           char *dropped)
+{
+    memcpy(dropped, base, (size_t)h->g->nvalues);
+    for (int j = 0; j < nfree + k; j++)
+        for (int i = 0; i < c[j].len; i++)
+            dropped[vals[c[j].first + i]] = 1;
+}
+
+/* RematSpec.cheap: the candidates are the activations the backward reads
+ * whose recomputation is a short cheap chain from values it keeps anyway,
+ * found in forward order (a value recomputed is no longer a leaf for the
+ * ones after it, so any subset of them stays valid). The free ones (fused
+ * into their readers, reading no more than they held) are all dropped; the
+ * others, fewest bytes moved per byte saved first, until the planned peak
+ * is `share` of the graph's without any (binary search, as
+ * drop_to_budget's), or all of them where that is out of reach. */
+static int drop_cheap(const Halves *h, const char *keep, char *dropped, size_t peak, double share, CtErr *err)
+{
+    const Graph *g = h->g;
+    char *chain = calloc((size_t)g->nvalues + 1, 1), *base = malloc((size_t)g->nvalues + 1);
+    Cheap *c = malloc(sizeof *c * (size_t)(g->nvalues + 1));
+    ValueId *vals = malloc(sizeof *vals * (size_t)(g->nvalues + 1));
+    CT_ASSERT(chain && base && c && vals);
+    memcpy(base, dropped, (size_t)g->nvalues);
+    int n = 0, nvals = 0, nfree = 0, rc = 0;
     for (ValueId v = 0; v < g->nvalues; v++) {
         if (!h->bwd_read[v] || dropped[v])
             continue;
@@ -430,10 +506,37 @@ static void drop_cheap(const Halves *h, const char *keep, char *dropped)
         int budget = REMAT_CHEAP_NODES;
         if (!cheap_chain(h, keep, dropped, v, chain, &budget))
             continue;
+        c[n] = (Cheap){nvals, 0, cheap_ratio(h, chain, v), (int64_t)value_bytes(&g->values[v])};
         for (ValueId u = 0; u < g->nvalues; u++)
-            dropped[u] |= chain[u];
+            if (chain[u]) {
+                dropped[u] = 1;
+                vals[nvals++] = u;
+                c[n].len++;
+            }
+        nfree += c[n++].ratio <= 0;
     }
+    qsort(c, (size_t)n, sizeof *c, by_ratio);
+    size_t target = (size_t)(share * (double)peak);
+    int lo = 0, hi = n - nfree; /* the fewest paid ones that fit: in [lo, hi], hi where none does */
+    while (lo < hi && !rc) {
+        int mid = lo + (hi - lo) / 2;
+        Graph t;
+        RematReport r = {0};
+        drops_of_cheap(h, c, nfree, mid, vals, base, dropped);
+        if ((rc = rebuild(h, dropped, &t, &r, err)) != 0)
+            break;
+        if (planned_peak(&t, err) <= target)
+            hi = mid;
+        else
+            lo = mid + 1;
+        graph_free(&t);
+    }
+    drops_of_cheap(h, c, nfree, hi, vals, base, dropped);
     free(chain);
+    free(base);
+    free(c);
+    free(vals);
+    return rc;
 }
 
 /* out from dropped, with the report's counts and peak. */
@@ -472,8 +575,8 @@ int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtEr
         before = malloc((size_t)g->nvalues + 1);
         CT_ASSERT(before != NULL);
         memcpy(before, dropped, (size_t)g->nvalues);
-        drop_cheap(&h, keep, dropped);
-        if (!memcmp(before, dropped, (size_t)g->nvalues)) {
+        rc = drop_cheap(&h, keep, dropped, rep->peak_before, s->share > 0 ? s->share : REMAT_CHEAP_SHARE, err);
+        if (!rc && !memcmp(before, dropped, (size_t)g->nvalues)) {
             free(before);
             before = NULL;
         }

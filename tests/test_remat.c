@@ -5,7 +5,8 @@
  * stats) bit for bit as without it, on the cpu backend (and one step on
  * ref and on cuda-sim): test_resnet (batch norm, relu, residual adds) and test_vit with drop
  * path (its masks drawn again in the recompute), channels-last too. The
- * cheap recomputation the tools run by default likewise. */
+ * cheap recomputation the tools run by default likewise, and its share: the
+ * fewest it takes to reach a planned peak, all where nothing reaches it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ typedef struct Case {
     int channels_last;
     double drop_path;
     int shrinks; /* checkpointing lowers the plain step's peak (test_resnet's is its stem's, which no block holds) */
+    int frees;   /* cheap candidates fused into elementwise readers (test_convnext's layer scale's reshape) */
 } Case;
 
 /* c's training graph under remat spec rs (NULL: none); the report in *rep. */
@@ -156,6 +158,43 @@ static void test_cheap(const Case *c, const Graph *plain, size_t p0, int with_re
     graph_free(&cheap);
 }
 
+/* RematSpec.share: a peak between the ones recomputing the free cheap
+ * candidates only (share 1: the graph's peak is reached without the others)
+ * and every one of them is reached by recomputing some of the others, not
+ * all, and the steps stay the same; a share nothing reaches recomputes all. */
+static void test_share(const Case *c, const char *what)
+{
+    Graph all, free_only, part, plain;
+    RematReport ra, rf, rp;
+    CtErr err = {{0}};
+    if (build(c, &(RematSpec){.cheap = 1, .share = 1e-6}, &all, &ra, &err) ||
+        build(c, &(RematSpec){.cheap = 1, .share = 1}, &free_only, &rf, &err)) {
+        CHECKF(0, "%s share: %s", what, err.msg);
+        return;
+    }
+    graph_free(&all);
+    graph_free(&free_only);
+    size_t p0 = ra.peak_before, mid = (rf.peak_after + ra.peak_after) / 2;
+    double share = (double)mid / (double)p0;
+    if (build(c, &(RematSpec){.cheap = 1, .share = share}, &part, &rp, &err)) {
+        CHECKF(0, "%s share %.3f: %s", what, share, err.msg);
+        return;
+    }
+    printf("%s: share %.3f: planned peak %.2f MiB, %d values recomputed (the free ones: %.2f MiB, %d; all: %.2f MiB, "
+           "%d)\n", what, share, rp.peak_after / 1048576.0, rp.values, rf.peak_after / 1048576.0, rf.values,
+           ra.peak_after / 1048576.0, ra.values);
+    CHECKF((rf.values > 0) == c->frees, "%s: %d free cheap candidates", what, rf.values);
+    CHECKF(rf.peak_after > ra.peak_after && rf.values < rp.values && rp.values < ra.values &&
+               rp.peak_after <= (size_t)(share * (double)p0),
+           "%s share %.3f: peak %zu (target %zu), %d values (free %d, all %d)", what, share, rp.peak_after, mid,
+           rp.values, rf.values, ra.values);
+    if (build(c, NULL, &plain, NULL, &err) == 0) {
+        same_steps(&plain, &part, &ct_backend_cpu, STEPS, what);
+        graph_free(&plain);
+    }
+    graph_free(&part);
+}
+
 static void test_case(const Case *c, int with_ref)
 {
     const char *units[8];
@@ -221,6 +260,7 @@ static void test_case(const Case *c, int with_ref)
     if (rc == 0)
         graph_free(&none);
     test_cheap(c, &plain, p0, with_ref, what);
+    test_share(c, what);
     graph_free(&plain);
     graph_free(&ckpt);
 }
@@ -233,7 +273,7 @@ static void test_no_units(void)
     RematReport rep;
     CtErr err = {{0}};
     const char *none[] = {"^no_such_block"};
-    Case c = {"test_resnet", 0, 0, 0};
+    Case c = {"test_resnet", 0, 0, 0, 0};
     CT_ASSERT(build(&c, NULL, &a, NULL, &err) == 0);
     CT_ASSERT(build(&c, &(RematSpec){.units = none, .nunits = 1}, &b, &rep, &err) == 0);
     CHECKF(rep.values == 0 && rep.nodes == 0 && a.nnodes == b.nnodes && rep.peak_after == rep.peak_before,
@@ -248,9 +288,9 @@ int main(void)
 {
     step_batch(images, sizeof images / sizeof *images, labels, B, CLASSES, 77, 3);
     test_no_units();
-    test_case(&(Case){"test_resnet", 0, 0, 0}, 1);
-    test_case(&(Case){"test_resnet", 1, 0, 0}, 0);
-    test_case(&(Case){"test_vit", 0, 0.1, 1}, 0);
-    test_case(&(Case){"test_convnext", 1, 0.1, 1}, 0);
+    test_case(&(Case){"test_resnet", 0, 0, 0, 0}, 1);
+    test_case(&(Case){"test_resnet", 1, 0, 0, 0}, 0);
+    test_case(&(Case){"test_vit", 0, 0.1, 1, 0}, 0);
+    test_case(&(Case){"test_convnext", 1, 0.1, 1, 1}, 0);
     return check_done("test_remat");
 }
