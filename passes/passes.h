@@ -46,12 +46,12 @@ int amp_cast(const Graph *g, CtDType low, Graph *out, CtErr *err);
  *     unit the matched text names (timm's "layer1.0", "blocks.3"); a unit's
  *     values that no node outside it reads are recomputed, so what a block
  *     keeps is what crosses its edges;
- *   budget > 0 (--memory-budget): the fewest of the cheapest (elementwise
- *     and data movement, then norms, pooling and reductions; the biggest
- *     first in each; never a contraction or attention) such that the
+ *   budget > 0 (--memory-budget): the fewest candidates such that the
  *     graph's planned peak (plan_memory's arena + params + state + inputs +
- *     outputs) fits in `budget` bytes; fails, with the least it can reach,
- *     where nothing does;
+ *     outputs) fits in `budget` bytes, taken in cheap's order (below), then
+ *     the other elementwise, data movement, norm, pooling and reduction
+ *     outputs (that class order, the biggest first; never a contraction or
+ *     attention); fails, with the least it can reach, where nothing does;
  *   cheap (the tools' default; --keep-activations turns it off): among the
  *     activations whose recomputation is at most REMAT_CHEAP_NODES
  *     elementwise, norm or pooling nodes reading only values the backward

@@ -1,6 +1,7 @@
 /* Contract: remat(g) returns g with some of the activations its backward
  * reads recomputed in the backward instead of kept from the forward (see
  * passes.h); every value keeps its bits, only its lifetime changes. */
+#include <math.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,95 +292,6 @@ static int drop_units(const Halves *h, const RematSpec *s, char *keep, char *dro
     return 0;
 }
 
-/* A candidate with its sort key. */
-typedef struct Cand {
-    int cls;
-    int64_t bytes;
-    ValueId v;
-} Cand;
-
-/* Cheapest class first, then the biggest (the most memory for the work). */
-static int by_cost(const void *a, const void *b)
-{
-    const Cand *x = a, *y = b;
-    if (x->cls != y->cls)
-        return x->cls - y->cls;
-    return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : x->v - y->v;
-}
-
-/* The drops of the first k candidates over `base` (the units' drops). */
-static void drops_of_prefix(const Halves *h, const ValueId *cand, int k, const char *base, const char *keep,
-                            char *dropped)
-{
-    memcpy(dropped, base, (size_t)h->g->nvalues);
-    for (int j = 0; j < k; j++)
-        dropped[cand[j]] = 1;
-    close_drops(h, keep, dropped);
-}
-
-/* --memory-budget: the shortest prefix of the candidates, cheapest first,
- * whose graph's planned peak fits; binary search, the peak falling (near
- * enough) as more is recomputed. Contractions and attention are never
- * candidates (AOTAutograd's partitioner bans them too): recomputing one
- * costs what the backward saves, and chains of them would recompute the
- * whole forward at the backward's start. */
-static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep, char *dropped, CtErr *err)
-{
-    const Graph *g = h->g;
-    ValueId *cand = malloc(sizeof *cand * (size_t)(g->nvalues + 1));
-    Cand *sorted = malloc(sizeof *sorted * (size_t)(g->nvalues + 1));
-    char *base = malloc((size_t)g->nvalues + 1);
-    CT_ASSERT(cand && sorted && base);
-    memcpy(base, dropped, (size_t)g->nvalues);
-    int n = 0, rc = 0;
-    for (ValueId v = 0; v < g->nvalues; v++)
-        if (h->bwd_read[v] && !keep[v] && !base[v] && eligible(h, v) &&
-            cost_class(&g->nodes[g->values[v].producer]) < 2) {
-            const Value *val = &g->values[v];
-            sorted[n++] = (Cand){cost_class(&g->nodes[val->producer]),
-                                 shape_numel(&val->type.shape) * ct_dtype_size(val->type.dtype), v};
-        }
-    qsort(sorted, (size_t)n, sizeof *sorted, by_cost);
-    for (int k = 0; k < n; k++)
-        cand[k] = sorted[k].v;
-    free(sorted);
-    size_t best = 0;
-    int lo = 0, hi = n + 1; /* the answer is in [lo, hi); hi = n + 1: none fits */
-    while (lo < hi && !rc) {
-        int mid = lo + (hi - lo) / 2;
-        if (mid > n) {
-            hi = mid;
-            break;
-        }
-        Graph t;
-        RematReport r = {0};
-        drops_of_prefix(h, cand, mid, base, keep, dropped);
-        if (rebuild(h, dropped, &t, &r, err)) {
-            rc = -1;
-            break;
-        }
-        size_t peak = planned_peak(&t, err);
-        graph_free(&t);
-        if (peak <= s->budget) {
-            hi = mid;
-            best = peak;
-        } else {
-            lo = mid + 1;
-            if (mid == n)
-                best = peak;
-        }
-    }
-    if (!rc && hi > n)
-        rc = ct_fail(err, "--memory-budget %.1f MiB: the step needs at least %.1f MiB, recomputing every elementwise, norm and "
-                     "pooling output it can (--grad-checkpointing recomputes whole blocks)",
-                     s->budget / 1048576.0, best / 1048576.0);
-    if (!rc)
-        drops_of_prefix(h, cand, hi, base, keep, dropped);
-    free(cand);
-    free(base);
-    return rc;
-}
-
 /* Whether node p reduces: its output a quarter of an activation it reads
  * or less (a global pool's), so that recomputing it reads more than
  * keeping it holds. */
@@ -414,14 +326,6 @@ static int cheap_chain(const Halves *h, const char *keep, const char *dropped, V
     }
     return 1;
 }
-
-/* A cheap candidate: the chain recomputing v (chain[0] == v) and what it
- * costs a step per byte it saves. */
-typedef struct Cheap {
-    int first, len; /* its values in the candidates' flat list */
-    double ratio;   /* bytes moved again per byte saved; <= 0: none */
-    int64_t bytes;
-} Cheap;
 
 /* Whether every node of [from, to) that reads v, through reshapes, is
  * elementwise: fusion then pulls v into its readers' kernels. */
@@ -463,79 +367,168 @@ static double cheap_ratio(const Halves *h, const char *chain, ValueId v)
     return moved / held;
 }
 
-static int by_ratio(const void *a, const void *b)
+/* Values to recompute, in the order they are taken: each a group dropped
+ * together (a cheap candidate's chain, or one value that close_drops
+ * closes). */
+typedef struct Cand {
+    int first, len; /* its values in Cands.vals */
+    double ratio;   /* bytes moved again per byte saved (a chain's; <= 0: none); INFINITY: not counted */
+    int cls;        /* cost_class of the value's producer */
+    int64_t bytes;
+} Cand;
+
+typedef struct Cands {
+    Cand *c;
+    ValueId *vals;
+    int n, nvals;
+} Cands;
+
+static int by_order(const void *a, const void *b)
 {
-    const Cheap *x = a, *y = b;
+    const Cand *x = a, *y = b;
     if (x->ratio != y->ratio)
         return x->ratio < y->ratio ? -1 : 1;
+    if (x->cls != y->cls)
+        return x->cls - y->cls;
     return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : x->first - y->first;
 }
 
-/* `base` with the chains of every free candidate and of the first k paid
- * ones (the candidates sorted by ratio, the free first). */
-static void drops_of_cheap(const Halves *h, const Cheap *c, int nfree, int k, const ValueId *vals, const char *base,
-                           char *dropped)
+static void cands_add(Cands *cs, const Graph *g, ValueId v, const char *chain, double ratio)
 {
-    memcpy(dropped, base, (size_t)h->g->nvalues);
-    for (int j = 0; j < nfree + k; j++)
-        for (int i = 0; i < c[j].len; i++)
-            dropped[vals[c[j].first + i]] = 1;
+    const Value *val = &g->values[v];
+    cs->c[cs->n] = (Cand){cs->nvals, 0, ratio, cost_class(&g->nodes[val->producer]), (int64_t)value_bytes(val)};
+    if (!chain)
+        cs->vals[cs->nvals++] = v;
+    for (ValueId u = 0; chain && u < g->nvalues; u++)
+        if (chain[u])
+            cs->vals[cs->nvals++] = u;
+    cs->c[cs->n].len = cs->nvals - cs->c[cs->n].first;
+    cs->n++;
 }
 
-/* RematSpec.cheap: the candidates are the activations the backward reads
- * whose recomputation is a short cheap chain from values it keeps anyway,
- * found in forward order (a value recomputed is no longer a leaf for the
- * ones after it, so any subset of them stays valid). The free ones (fused
- * into their readers, reading no more than they held) are all dropped; the
- * others, fewest bytes moved per byte saved first, until the planned peak
- * is `share` of the graph's without any (binary search, as
- * drop_to_budget's), or all of them where that is out of reach. */
-static int drop_cheap(const Halves *h, const char *keep, char *dropped, size_t peak, double share, CtErr *err)
+/* The cheap candidates: the activations the backward reads whose
+ * recomputation is a short cheap chain from values it keeps anyway, found
+ * in forward order (a value recomputed is no longer a leaf for the ones
+ * after it, so any subset of them stays valid); `taken` (dropped's copy)
+ * gets their chains. With `others`, then every other value --memory-budget
+ * may drop: eligible, no contraction or attention (AOTAutograd's
+ * partitioner bans them too: recomputing one costs what the backward
+ * saves, and chains of them would recompute the whole forward at the
+ * backward's start). Sorted: fewest bytes moved per byte saved, then the
+ * cheapest class, then the biggest. */
+static void cands_find(const Halves *h, const char *keep, const char *dropped, int others, Cands *cs)
 {
     const Graph *g = h->g;
-    char *chain = calloc((size_t)g->nvalues + 1, 1), *base = malloc((size_t)g->nvalues + 1);
-    Cheap *c = malloc(sizeof *c * (size_t)(g->nvalues + 1));
-    ValueId *vals = malloc(sizeof *vals * (size_t)(g->nvalues + 1));
-    CT_ASSERT(chain && base && c && vals);
-    memcpy(base, dropped, (size_t)g->nvalues);
-    int n = 0, nvals = 0, nfree = 0, rc = 0;
+    char *chain = calloc((size_t)g->nvalues + 1, 1), *taken = malloc((size_t)g->nvalues + 1);
+    cs->c = malloc(sizeof *cs->c * (size_t)(g->nvalues + 1));
+    /* a chain holds at most REMAT_CHEAP_NODES values, and chains may share one (not read by the backward) */
+    cs->vals = malloc(sizeof *cs->vals * (size_t)(REMAT_CHEAP_NODES + 1) * (size_t)(g->nvalues + 1));
+    CT_ASSERT(chain && taken && cs->c && cs->vals);
+    cs->n = cs->nvals = 0;
+    memcpy(taken, dropped, (size_t)g->nvalues);
     for (ValueId v = 0; v < g->nvalues; v++) {
-        if (!h->bwd_read[v] || dropped[v])
+        if (!h->bwd_read[v] || taken[v])
             continue;
         memset(chain, 0, (size_t)g->nvalues);
         int budget = REMAT_CHEAP_NODES;
-        if (!cheap_chain(h, keep, dropped, v, chain, &budget))
+        if (!cheap_chain(h, keep, taken, v, chain, &budget))
             continue;
-        c[n] = (Cheap){nvals, 0, cheap_ratio(h, chain, v), (int64_t)value_bytes(&g->values[v])};
+        cands_add(cs, g, v, chain, cheap_ratio(h, chain, v));
         for (ValueId u = 0; u < g->nvalues; u++)
-            if (chain[u]) {
-                dropped[u] = 1;
-                vals[nvals++] = u;
-                c[n].len++;
-            }
-        nfree += c[n++].ratio <= 0;
+            taken[u] |= chain[u];
     }
-    qsort(c, (size_t)n, sizeof *c, by_ratio);
-    size_t target = (size_t)(share * (double)peak);
-    int lo = 0, hi = n - nfree; /* the fewest paid ones that fit: in [lo, hi], hi where none does */
-    while (lo < hi && !rc) {
+    for (ValueId v = 0; v < g->nvalues && others; v++)
+        if (h->bwd_read[v] && !keep[v] && !taken[v] && eligible(h, v) &&
+            cost_class(&g->nodes[g->values[v].producer]) < 2)
+            cands_add(cs, g, v, NULL, INFINITY);
+    qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_order);
+    free(chain);
+    free(taken);
+}
+
+/* `base` with the first k candidates dropped, closed. */
+static void drops_of(const Halves *h, const Cands *cs, int k, const char *base, const char *keep, char *dropped)
+{
+    memcpy(dropped, base, (size_t)h->g->nvalues);
+    for (int j = 0; j < k; j++)
+        for (int i = 0; i < cs->c[j].len; i++)
+            dropped[cs->vals[cs->c[j].first + i]] = 1;
+    close_drops(h, keep, dropped);
+}
+
+/* The planned peak with the first k candidates dropped over base. */
+static int peak_with(const Halves *h, const Cands *cs, int k, const char *base, const char *keep, char *dropped,
+                     size_t *peak, CtErr *err)
+{
+    Graph t;
+    RematReport r = {0};
+    drops_of(h, cs, k, base, keep, dropped);
+    if (rebuild(h, dropped, &t, &r, err))
+        return -1;
+    *peak = planned_peak(&t, err);
+    graph_free(&t);
+    return 0;
+}
+
+/* The fewest candidates, at least lo, whose drops bring the planned peak
+ * to `target` (all where none do), into dropped, with the peak they
+ * reach: binary search, the peak falling (near enough) as more is
+ * recomputed. */
+static int fewest(const Halves *h, const Cands *cs, int lo, size_t target, const char *base, const char *keep,
+                  char *dropped, size_t *peak, CtErr *err)
+{
+    int hi = cs->n;
+    while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        Graph t;
-        RematReport r = {0};
-        drops_of_cheap(h, c, nfree, mid, vals, base, dropped);
-        if ((rc = rebuild(h, dropped, &t, &r, err)) != 0)
-            break;
-        if (planned_peak(&t, err) <= target)
+        if (peak_with(h, cs, mid, base, keep, dropped, peak, err))
+            return -1;
+        if (*peak <= target)
             hi = mid;
         else
             lo = mid + 1;
-        graph_free(&t);
     }
-    drops_of_cheap(h, c, nfree, hi, vals, base, dropped);
-    free(chain);
+    return peak_with(h, cs, hi, base, keep, dropped, peak, err);
+}
+
+/* --memory-budget: the fewest candidates whose graph's planned peak fits. */
+static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep, char *dropped, CtErr *err)
+{
+    Cands cs;
+    char *base = malloc((size_t)h->g->nvalues + 1);
+    CT_ASSERT(base != NULL);
+    memcpy(base, dropped, (size_t)h->g->nvalues);
+    cands_find(h, keep, base, 1, &cs);
+    size_t peak = 0;
+    int rc = fewest(h, &cs, 0, s->budget, base, keep, dropped, &peak, err);
+    if (!rc && peak > s->budget)
+        rc = ct_fail(err, "--memory-budget %.1f MiB: the step needs at least %.1f MiB, recomputing every elementwise, norm and "
+                     "pooling output it can (--grad-checkpointing recomputes whole blocks)",
+                     s->budget / 1048576.0, peak / 1048576.0);
+    free(cs.c);
+    free(cs.vals);
     free(base);
-    free(c);
-    free(vals);
+    return rc;
+}
+
+/* RematSpec.cheap: of the cheap candidates, the free ones (fused into
+ * their readers, reading no more than they held) all, then the others in
+ * order until the planned peak is `share` of `peak`, the graph's without
+ * any, or all of them where that is out of reach. */
+static int drop_cheap(const Halves *h, const char *keep, char *dropped, size_t peak, double share, CtErr *err)
+{
+    Cands cs;
+    char *base = malloc((size_t)h->g->nvalues + 1);
+    CT_ASSERT(base != NULL);
+    memcpy(base, dropped, (size_t)h->g->nvalues);
+    cands_find(h, keep, base, 0, &cs);
+    int nfree = 0;
+    while (nfree < cs.n && cs.c[nfree].ratio <= 0)
+        nfree++;
+    size_t reached; /* where the share is out of reach, what all of them reach */
+    int rc = fewest(h, &cs, nfree, (size_t)(share * (double)peak), base, keep, dropped, &reached, err);
+    free(cs.c);
+    free(cs.vals);
+    free(base);
     return rc;
 }
 
