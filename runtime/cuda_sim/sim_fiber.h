@@ -8,10 +8,14 @@
  * parked fiber the next thread, so a block of threads that never wait
  * needs one fiber, and one that waits at a barrier as many fibers as it
  * has threads. Entering a new stack the first time takes a ucontext
- * (makecontext, setcontext); every switch after that is a _setjmp /
- * _longjmp pair, which saves no signal mask (glibc's swapcontext makes a
- * sigprocmask system call per switch, too slow for a million threads).
- * Under AddressSanitizer every switch is announced to it
+ * (makecontext, setcontext); every switch after that is the compiler's
+ * __builtin_setjmp / __builtin_longjmp pair, which saves a frame and a
+ * stack pointer, no signal mask (glibc's swapcontext makes a sigprocmask
+ * system call per switch, too slow for a million threads) and, unlike
+ * libc's _longjmp, is not intercepted by AddressSanitizer (whose handler
+ * makes a sigaltstack system call and clears the shadow of the stack left,
+ * each switch: it made the sanitizer build's cuda-sim tests several times
+ * slower). Under AddressSanitizer every switch is announced to it
  * (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), so
  * it knows which stack is current and reports no false stack errors.
  *
@@ -20,14 +24,16 @@
 #ifndef CTIMM_SIM_FIBER_H
 #define CTIMM_SIM_FIBER_H
 
-#include <setjmp.h>
 #include <stddef.h>
 
 #include "ir/status.h"
 
 /* The scheduler's side: where a fiber that yields or finishes returns to. */
+/* __builtin_setjmp's buffer: the frame, the resume address, the stack pointer */
+typedef void *SimCtx[5];
+
 typedef struct SimSched {
-    jmp_buf ctx;
+    SimCtx ctx;
     void *asan_fake;         /* ASan's fake stack of the scheduler while a fiber runs */
     const void *asan_bottom; /* the scheduler's stack, as ASan reports it on each switch */
     size_t asan_size;

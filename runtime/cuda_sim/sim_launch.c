@@ -8,6 +8,7 @@
  * memory reads 0xFF bytes at the start of every block. */
 #define _GNU_SOURCE /* _setjmp, _longjmp */
 #include <limits.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
