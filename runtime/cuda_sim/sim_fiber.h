@@ -28,10 +28,10 @@
 
 #include "ir/status.h"
 
-/* The scheduler's side: where a fiber that yields or finishes returns to. */
 /* __builtin_setjmp's buffer: the frame, the resume address, the stack pointer */
 typedef void *SimCtx[5];
 
+/* The scheduler's side: where a fiber that yields or finishes returns to. */
 typedef struct SimSched {
     SimCtx ctx;
     void *asan_fake;         /* ASan's fake stack of the scheduler while a fiber runs */
