@@ -155,6 +155,12 @@ void value_strides(const Value *v, int64_t *st)
     }
 }
 
+int value_row_major(const Value *v)
+{
+    const CtShape *s = &v->type.shape;
+    return v->layout != CT_LAYOUT_CHANNELS_LAST || s->ndim != 4 || s->d[1] == 1 || s->d[2] * s->d[3] == 1;
+}
+
 int64_t graph_param_count(const Graph *g)
 {
     int64_t n = 0;

@@ -158,6 +158,10 @@ const char *ct_layout_name(CtLayout l);
  * layouts store it (cpu, cuda; not the ref backend): row-major, or N, H, W,
  * C for a channels-last 4-D value. */
 void value_strides(const Value *v, int64_t *st);
+/* Whether v's elements lie in memory in row-major order: not channels-last,
+ * or channels-last with one channel or one pixel (a [N,C,1,1] pooled or
+ * layer scale value), whose two orders are the same bytes. */
+int value_row_major(const Value *v);
 
 /* Checks SSA, order, shapes and dtypes (re-running every shape rule), roles
  * and dangling values. Every pass calls it; messages name the node. */

@@ -36,7 +36,7 @@ int fuse_is_elementwise(const Graph *g, const Node *n)
     case OP_ELEMENTWISE: case OP_ACTIVATION:
         return 1;
     case OP_VIEW: /* a view when both sides are row-major */
-        return order_of(g, n->in[0]) == CT_LAYOUT_CONTIG && order_of(g, n->out[0]) == CT_LAYOUT_CONTIG;
+        return value_row_major(&g->values[n->in[0]]) && value_row_major(&g->values[n->out[0]]);
     default:
         return 0;
     }

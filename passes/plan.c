@@ -77,10 +77,7 @@ static size_t free_take(FreeList *f, size_t size)
     return off;
 }
 
-static int row_major(const Graph *g, ValueId v)
-{
-    return g->values[v].type.shape.ndim != 4 || g->values[v].layout == CT_LAYOUT_CONTIG;
-}
+static int row_major(const Graph *g, ValueId v) { return value_row_major(&g->values[v]); }
 
 /* Whether permute node n only relabels memory: each dim of its output
  * longer than 1 at the stride its input dim has (ConvNeXt's permutes of

@@ -42,12 +42,15 @@ static void test_models(void)
                        op_def(g.nodes[i].op)->name);
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
             int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0;
-            int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0;
+            int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
+            int state_reshapes = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
                 bn_forwards += n->op == CT_OP_batch_norm && n->iattr[0] && role_is_state(g.values[n->in[3]].role);
             }
+            for (int i = 0; i < g.nnodes; i++)
+                state_reshapes += g.nodes[i].op == CT_OP_reshape && role_is_state(g.values[g.nodes[i].in[0]].role);
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -60,9 +63,11 @@ static void test_models(void)
                 }
                 if (st->kind == LP_LIB && lp.fuse.steps[st->fuse_step].view) { /* no copy where the plan made a view */
                     const Node *r = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step].first]];
-                    int same = lp.offset[r->in[0]] == lp.offset[r->out[0]];
-                    CHECKF(same == (st->nlib == 0), "%s: view step %d has %d launches", models[m], s, st->nlib);
+                    int same = lp.offset[r->in[0]] == lp.offset[r->out[0]], of_state = lp.alias[r->out[0]] == r->in[0];
+                    CHECKF((same || of_state) == (st->nlib == 0), "%s: view step %d has %d launches", models[m], s,
+                           st->nlib);
                     views += same;
+                    state_views += of_state;
                 }
                 const FuseStep *fs = &lp.fuse.steps[st->fuse_step];
                 const Node *first = &g.nodes[lp.fuse.nodes[fs->first]];
@@ -172,6 +177,10 @@ static void test_models(void)
             }
             CHECK(count[LP_UNSUPPORTED] == lp.unsupported && lp.device_bytes >= lp.mem.arena_bytes);
             CHECKF(views > 0 || m != 1, "%s mode %d: every reshape copies", models[m], mode);
+            /* convnext's layer scales, reshaped for the forward's multiply and the gradient's, are read
+             * before the optimizer updates them in place: the parameter's own memory, no copy */
+            CHECKF(state_views == state_reshapes || m != 3, "%s mode %d: %d of %d reshapes of state copy", models[m],
+                   mode, state_reshapes - state_views, state_reshapes);
             /* convnext's blocks permute NCHW to NHWC and back: in channels_last, the same bytes */
             CHECKF(free_permutes > 0 || m != 3 || !amp_cl, "%s mode %d: every permute copies", models[m], mode);
             /* convnext's layer scales: gamma's gradient and dy * gamma in one pass where the product stands alone */
@@ -254,6 +263,64 @@ static void test_attention_kernels(void)
     }
 }
 
+/* Appends op(in...) to g; returns its output 0. */
+static ValueId add(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf)
+{
+    Node n = {.op = op, .nin = nin};
+    memcpy(n.in, in, sizeof *in * (size_t)nin);
+    memcpy(n.iattr, a, sizeof *a * (size_t)na);
+    memcpy(n.fattr, f, sizeof *f * (size_t)nf);
+    CtErr err;
+    int i = graph_add_node(g, &n, "t", &err);
+    CHECKF(i >= 0, "%s", err.msg);
+    return i >= 0 ? g->nodes[i].out[0] : 0;
+}
+
+/* A reshape of a parameter is its memory only where nothing reads it
+ * after the optimizer updates the parameter in place: a hand-built step
+ * reading one reshape before the update and one after. */
+static void test_state_view_order(void)
+{
+    Graph g;
+    graph_init(&g);
+    CtType vec = {shape_make(1, (int64_t[]){4}), CT_F32}, mat = {shape_make(2, (int64_t[]){2, 4}), CT_F32};
+    ValueId p = graph_add_value(&g, vec, CT_ROLE_PARAM, "p"), buf = graph_add_value(&g, vec, CT_ROLE_STATE, "buf");
+    ValueId x = graph_add_value(&g, mat, CT_ROLE_INPUT, "x"), dp = graph_add_value(&g, vec, CT_ROLE_INPUT, "dp");
+    ValueId lr = graph_add_value(&g, (CtType){shape_make(0, NULL), CT_F32}, CT_ROLE_INPUT, "lr");
+    g.state = malloc(sizeof *g.state * 2); /* graph_free's */
+    CT_ASSERT(g.state != NULL);
+    g.state[g.nstate++] = p;
+    g.state[g.nstate++] = buf;
+    int64_t row[] = {2, 1, 4};
+    ValueId before = add(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0), after = add(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0);
+    graph_mark_output(&g, add(&g, CT_OP_mul, 2, (ValueId[]){x, before}, NULL, 0, NULL, 0));
+    ValueId np = add(&g, CT_OP_sgd_update, 4, (ValueId[]){p, dp, buf, lr}, (int64_t[]){0, 0, 0}, 3,
+                     (double[]){0.9, 0, 0}, 3);
+    ValueId nbuf = g.nodes[g.values[np].producer].out[1];
+    add(&g, CT_OP_assign, 2, (ValueId[]){p, np}, NULL, 0, NULL, 0);
+    add(&g, CT_OP_assign, 2, (ValueId[]){buf, nbuf}, NULL, 0, NULL, 0);
+    graph_mark_output(&g, add(&g, CT_OP_mul, 2, (ValueId[]){x, after}, NULL, 0, NULL, 0));
+    LaunchPlan lp;
+    CtErr err;
+    if (launch_plan(&g, 132, &lp, &err) == 0) {
+        int copies[2] = {0, 0};
+        for (int s = 0; s < lp.nsteps; s++)
+            for (int j = 0; j < lp.steps[s].nlib; j++) {
+                const LibLaunch *l = &lp.steps[s].lib[j]; /* ct_copy(x, y, ...) */
+                for (int k = 0; k < 2 && !strcmp(l->kernel, "ct_copy_f32"); k++)
+                    copies[k] += l->arg[1].kind == LA_VALUE && l->arg[1].v == (k ? after : before);
+            }
+        CHECKF(lp.alias[before] == p && !copies[0] && lp.alias[after] < 0 && copies[1] == 1,
+               "the reshape read before the update: alias %d, %d copies; after it: alias %d, %d copies",
+               lp.alias[before], copies[0], lp.alias[after], copies[1]);
+        CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s", err.msg);
+        launch_plan_free(&lp);
+    } else {
+        CHECKF(0, "%s", err.msg);
+    }
+    graph_free(&g);
+}
+
 /* Batch norm synchronised across ranks needs NCCL: refused, named. */
 static void test_sync_bn_refused(void)
 {
@@ -275,6 +342,7 @@ int main(void)
     CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
     test_models();
     test_attention_kernels();
+    test_state_view_order();
     test_sync_bn_refused();
     return check_done("test_launch_plan");
 }

@@ -3,6 +3,7 @@
  * touching a device; launch_plan_check verifies it independently. */
 #include "codegen/cuda/launch_plan.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,66 @@ static int same_address(const LaunchPlan *lp, const Graph *g, const FuseStep *fs
             return 0;
     }
     return 1;
+}
+
+/* Per fusion step, the plan step that runs it (a multi-tensor launch runs
+ * all of its steps at its first). */
+static int *runs_at(const LaunchPlan *lp)
+{
+    int *at = malloc(sizeof *at * (size_t)(lp->fuse.nsteps + 1));
+    CT_ASSERT(at != NULL);
+    for (int s = 0; s < lp->fuse.nsteps; s++)
+        at[s] = INT_MAX;
+    for (int i = 0; i < lp->nsteps; i++) {
+        const LpStep *st = &lp->steps[i];
+        for (int s = 0; s < lp->fuse.nsteps; s++) {
+            const FuseStep *fs = &lp->fuse.steps[s];
+            int mine = st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
+                                             : s >= st->fuse_step && s <= st->fuse_step + st->span;
+            if (mine && at[s] == INT_MAX)
+                at[s] = i;
+        }
+    }
+    return at;
+}
+
+/* A reshape of state copies nothing where every reader of it runs before
+ * the step of the state's assign, which writes it (the optimizer's update
+ * stored in place, or a copy): its readers take the state's address
+ * (`alias`). ConvNeXt's layer scale, a parameter reshaped for its multiply
+ * in the forward and in its gradient. */
+static void view_state(const Graph *g, LaunchPlan *lp)
+{
+    int *at = runs_at(lp);
+    for (int i = 0; i < lp->nsteps; i++) {
+        LpStep *st = &lp->steps[i];
+        const FuseStep *fs = &lp->fuse.steps[st->fuse_step];
+        const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
+        ValueId x = n->in[0], y = n->out[0];
+        if (st->kind != LP_LIB || !fs->view || fs->n != 1 || st->span || !st->nlib || n->op != CT_OP_reshape ||
+            !role_is_state(g->values[x].role) || g->values[x].type.dtype != g->values[y].type.dtype ||
+            !value_row_major(&g->values[x]) || !value_row_major(&g->values[y]))
+            continue;
+        int last_read = -1, first_write = INT_MAX;
+        for (int j = 0; j < g->nnodes; j++) {
+            const Node *m = &g->nodes[j];
+            int when = at[lp->fuse.step_of[j]]; /* INT_MAX where no step runs it: read last, written first */
+            for (int k = 0; k < m->nin; k++)
+                if (m->in[k] == y && when > last_read)
+                    last_read = when;
+            if (m->op == CT_OP_assign && m->in[0] == x)
+                first_write = when == INT_MAX ? -1 : when < first_write ? when : first_write;
+        }
+        for (int k = 0; k < g->noutputs; k++)
+            last_read = g->outputs[k] == y ? INT_MAX : last_read;
+        if (last_read < first_write) {
+            lp->alias[y] = x;
+            free(st->lib);
+            st->lib = NULL;
+            st->nlib = 0;
+        }
+    }
+    free(at);
 }
 
 static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
@@ -503,6 +564,7 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
             last_launch = fs->launch;
         }
     }
+    view_state(g, lp);
     for (int s = 0; s < lp->nsteps; s++) {
         const LpStep *st = &lp->steps[s];
         for (int j = 0; j < st->nlib + st->nfallback; j++) {
