@@ -268,8 +268,10 @@ static ValueId add(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t 
 {
     Node n = {.op = op, .nin = nin};
     memcpy(n.in, in, sizeof *in * (size_t)nin);
-    memcpy(n.iattr, a, sizeof *a * (size_t)na);
-    memcpy(n.fattr, f, sizeof *f * (size_t)nf);
+    if (na)
+        memcpy(n.iattr, a, sizeof *a * (size_t)na);
+    if (nf)
+        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
     CtErr err;
     int i = graph_add_node(g, &n, "t", &err);
     CHECKF(i >= 0, "%s", err.msg);
