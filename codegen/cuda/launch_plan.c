@@ -94,6 +94,15 @@ static int same_address(const LaunchPlan *lp, const Graph *g, const FuseStep *fs
     return 1;
 }
 
+/* Whether plan step st runs fusion step s: a kernel all the steps of its
+ * launch, a library step its step and those it spans. */
+static int runs(const LaunchPlan *lp, const LpStep *st, int s)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    return st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
+                                 : s >= st->fuse_step && s <= st->fuse_step + st->span;
+}
+
 /* Per fusion step, the plan step that runs it (a multi-tensor launch runs
  * all of its steps at its first). */
 static int *runs_at(const LaunchPlan *lp)
@@ -102,16 +111,10 @@ static int *runs_at(const LaunchPlan *lp)
     CT_ASSERT(at != NULL);
     for (int s = 0; s < lp->fuse.nsteps; s++)
         at[s] = INT_MAX;
-    for (int i = 0; i < lp->nsteps; i++) {
-        const LpStep *st = &lp->steps[i];
-        for (int s = 0; s < lp->fuse.nsteps; s++) {
-            const FuseStep *fs = &lp->fuse.steps[s];
-            int mine = st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
-                                             : s >= st->fuse_step && s <= st->fuse_step + st->span;
-            if (mine && at[s] == INT_MAX)
+    for (int i = 0; i < lp->nsteps; i++)
+        for (int s = 0; s < lp->fuse.nsteps; s++)
+            if (at[s] == INT_MAX && runs(lp, &lp->steps[i], s))
                 at[s] = i;
-        }
-    }
     return at;
 }
 
@@ -625,8 +628,7 @@ int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
         const LpStep *st = &lp->steps[i];
         for (int s = 0; s < lp->fuse.nsteps; s++) {
             const FuseStep *fs = &lp->fuse.steps[s];
-            int mine = st->kind == LP_KERNEL ? fs->launch == st->launch && fs->kind == FUSE_ELEMENTWISE && !fs->view
-                                             : s >= st->fuse_step && s <= st->fuse_step + st->span;
+            int mine = runs(lp, st, s);
             if (mine && st->kind == LP_KERNEL && !lp->k[st->launch].nloops) {
                 ct_fail(err, "step %d: kernel ct_k%d has no loops", i, st->launch);
                 goto done;
