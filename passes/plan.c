@@ -77,8 +77,6 @@ static size_t free_take(FreeList *f, size_t size)
     return off;
 }
 
-static int row_major(const Graph *g, ValueId v) { return value_row_major(&g->values[v]); }
-
 /* Whether permute node n only relabels memory: each dim of its output
  * longer than 1 at the stride its input dim has (ConvNeXt's permutes of
  * channels-last values to and from N, H, W, C). */
@@ -104,7 +102,7 @@ static int is_view(const Graph *g, const Node *n, const char *is_output)
         return 0;
     if (n->op == CT_OP_permute)
         return permute_in_place(g, n);
-    return n->op == CT_OP_reshape && row_major(g, n->in[0]) && row_major(g, n->out[0]);
+    return n->op == CT_OP_reshape && value_row_major(&g->values[n->in[0]]) && value_row_major(&g->values[n->out[0]]);
 }
 
 /* The input of node n whose space output 0 may take: an arena value of the

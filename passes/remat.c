@@ -470,65 +470,47 @@ static int peak_with(const Halves *h, const Cands *cs, int k, const char *base, 
     return 0;
 }
 
-/* The fewest candidates, at least lo, whose drops bring the planned peak
+/* The fewest candidates whose drops over `dropped` bring the planned peak
  * to `target` (all where none do), into dropped, with the peak they
  * reach: binary search, the peak falling (near enough) as more is
- * recomputed. */
-static int fewest(const Halves *h, const Cands *cs, int lo, size_t target, const char *base, const char *keep,
-                  char *dropped, size_t *peak, CtErr *err)
-{
-    int hi = cs->n;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (peak_with(h, cs, mid, base, keep, dropped, peak, err))
-            return -1;
-        if (*peak <= target)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return peak_with(h, cs, hi, base, keep, dropped, peak, err);
-}
-
-/* --memory-budget: the fewest candidates whose graph's planned peak fits. */
-static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep, char *dropped, CtErr *err)
+ * recomputed. For --memory-budget (budget) every candidate cands_find
+ * finds counts; for the cheap recomputation, the cheap ones, the free ones
+ * (fused into their readers, reading no more than they held) always. */
+static int drop_fewest(const Halves *h, const char *keep, char *dropped, int budget, size_t target, size_t *peak,
+                       CtErr *err)
 {
     Cands cs;
     char *base = malloc((size_t)h->g->nvalues + 1);
     CT_ASSERT(base != NULL);
     memcpy(base, dropped, (size_t)h->g->nvalues);
-    cands_find(h, keep, base, 1, &cs);
-    size_t peak = 0;
-    int rc = fewest(h, &cs, 0, s->budget, base, keep, dropped, &peak, err);
-    if (!rc && peak > s->budget)
-        rc = ct_fail(err, "--memory-budget %.1f MiB: the step needs at least %.1f MiB, recomputing every elementwise, norm and "
-                     "pooling output it can (--grad-checkpointing recomputes whole blocks)",
-                     s->budget / 1048576.0, peak / 1048576.0);
+    cands_find(h, keep, base, budget, &cs);
+    int lo = 0, hi = cs.n, rc = 0;
+    while (!budget && lo < cs.n && cs.c[lo].ratio <= 0)
+        lo++;
+    while (lo < hi && !rc) {
+        int mid = lo + (hi - lo) / 2;
+        if ((rc = peak_with(h, &cs, mid, base, keep, dropped, peak, err)) == 0 && *peak <= target)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (!rc)
+        rc = peak_with(h, &cs, hi, base, keep, dropped, peak, err);
     free(cs.c);
     free(cs.vals);
     free(base);
     return rc;
 }
 
-/* RematSpec.cheap: of the cheap candidates, the free ones (fused into
- * their readers, reading no more than they held) all, then the others in
- * order until the planned peak is `share` of `peak`, the graph's without
- * any, or all of them where that is out of reach. */
-static int drop_cheap(const Halves *h, const char *keep, char *dropped, size_t peak, double share, CtErr *err)
+/* --memory-budget: the fewest candidates whose graph's planned peak fits. */
+static int drop_to_budget(const Halves *h, const RematSpec *s, const char *keep, char *dropped, CtErr *err)
 {
-    Cands cs;
-    char *base = malloc((size_t)h->g->nvalues + 1);
-    CT_ASSERT(base != NULL);
-    memcpy(base, dropped, (size_t)h->g->nvalues);
-    cands_find(h, keep, base, 0, &cs);
-    int nfree = 0;
-    while (nfree < cs.n && cs.c[nfree].ratio <= 0)
-        nfree++;
-    size_t reached; /* where the share is out of reach, what all of them reach */
-    int rc = fewest(h, &cs, nfree, (size_t)(share * (double)peak), base, keep, dropped, &reached, err);
-    free(cs.c);
-    free(cs.vals);
-    free(base);
+    size_t peak = 0;
+    int rc = drop_fewest(h, keep, dropped, 1, s->budget, &peak, err);
+    if (!rc && peak > s->budget)
+        rc = ct_fail(err, "--memory-budget %.1f MiB: the step needs at least %.1f MiB, recomputing every elementwise, norm and "
+                     "pooling output it can (--grad-checkpointing recomputes whole blocks)",
+                     s->budget / 1048576.0, peak / 1048576.0);
     return rc;
 }
 
@@ -568,7 +550,9 @@ int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtEr
         before = malloc((size_t)g->nvalues + 1);
         CT_ASSERT(before != NULL);
         memcpy(before, dropped, (size_t)g->nvalues);
-        rc = drop_cheap(&h, keep, dropped, rep->peak_before, s->share > 0 ? s->share : REMAT_CHEAP_SHARE, err);
+        size_t reached; /* where the share is out of reach, what all the cheap ones reach */
+        double share = s->share > 0 ? s->share : REMAT_CHEAP_SHARE;
+        rc = drop_fewest(&h, keep, dropped, 0, (size_t)(share * (double)rep->peak_before), &reached, err);
         if (!rc && !memcmp(before, dropped, (size_t)g->nvalues)) {
             free(before);
             before = NULL;
