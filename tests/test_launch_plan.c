@@ -7,7 +7,9 @@
  * test_resnet's batch norms take their residual adds and ReLUs into their
  * elementwise pass (a training one's statistics in one launch before it,
  * with the plan's counters, and only in its forward: its recomputations
- * and its gradient take the coefficients it kept), every linear layer's bias gradient is summed by its
+ * and its gradient take the coefficients it kept; each residual block's
+ * gradient sum is computed by its batch norm gradient's statistics, which
+ * store it), every linear layer's bias gradient is summed by its
  * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
  * take the residual adds before them, and its 16-bit attention runs on
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
@@ -43,10 +45,18 @@ static void test_models(void)
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
             int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
-            int state_reshapes = 0;
+            int state_reshapes = 0, residual_sums = 0, sum_grads = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
+                if (n->op == CT_OP_batch_norm_grad) { /* dy a residual block's gradient sum (then its act_grad) */
+                    int p = g.values[n->in[4]].producer, first = 1;
+                    if (p >= 0 && g.nodes[p].op == CT_OP_act_grad)
+                        p = g.values[g.nodes[p].in[1]].producer;
+                    for (int j = 0; j < i; j++) /* a downsampling block's two batch norms read one */
+                        first &= g.nodes[j].op != CT_OP_batch_norm_grad || g.nodes[j].in[4] != n->in[4];
+                    residual_sums += first && p >= 0 && g.nodes[p].op == CT_OP_add;
+                }
                 bn_forwards += n->op == CT_OP_batch_norm && n->iattr[0] && role_is_state(g.values[n->in[3]].role);
             }
             for (int i = 0; i < g.nnodes; i++)
@@ -150,6 +160,20 @@ static void test_models(void)
                            "%s: step %d's converting copy", models[m], s);
                     cast_copies++;
                 }
+                if (st->kind == LP_LIB && st->span == 1 && first->op == CT_OP_add) {
+                    /* the sum (and its act_grad) computed and stored by the batch norm gradient's statistics,
+                     * dw and db by its apply pass */
+                    const Node *n = &g.nodes[lp.fuse.nodes[fs[1].first]];
+                    const LibLaunch *k = &st->lib[0], *a = &st->lib[st->nlib - 1];
+                    CHECKF(n->op == CT_OP_batch_norm_grad && st->nlib == 2 &&
+                               !strncmp(k->kernel, "ct_bn_grad_stats_", 17) && k->arg[1].v == n->in[4] &&
+                               k->arg[2].kind == LA_NULL && k->arg[5].kind == LA_VALUE &&
+                               k->arg[5].v == first->in[0] && k->arg[6].v == first->in[1] &&
+                               k->arg[13].kind == LA_NULL && a->arg[7].kind == LA_VALUE && a->arg[7].v == n->out[1] &&
+                               a->arg[8].v == n->out[2],
+                           "%s mode %d: step %d: a residual gradient's sum and its batch norm", models[m], mode, s);
+                    sum_grads++;
+                }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
                 if (st->mirrored) { /* weight [K,C,R,S] element (k,c,r,s) -> scratch (k,r,s,c) */
@@ -200,6 +224,11 @@ static void test_models(void)
             CHECKF(bn_stats == bn_forwards && bn_unkept == 0 && (bn_forwards > 0 || m != 0 || !training),
                    "%s mode %d: %d batch norms' statistics for %d forwards, %d gradients summing them again",
                    models[m], mode, bn_stats, bn_forwards, bn_unkept);
+            /* each of test_resnet's residual blocks' gradient sums computed by a batch norm gradient's
+             * statistics (efficientnet's sums are in larger kernels: SE's gradient) */
+            CHECKF(m != 0 || (sum_grads == residual_sums && (sum_grads > 0 || !training)),
+                   "%s mode %d: %d of %d residual sums in their batch norm gradients", models[m], mode, sum_grads,
+                   residual_sums);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             /* under AMP the residual adds before test_vit's norms: at least each block's second norm's */
             CHECKF(norm_adds >= 6 || m != 1 || mode != 2, "%s mode %d: %d norms take the residual add before them",

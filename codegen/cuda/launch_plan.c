@@ -414,6 +414,45 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     return span;
 }
 
+/* Fusion step s, an elementwise kernel of its own computing a residual
+ * block's gradient g = a + b (then act_grad of it, the sum read nowhere
+ * else), and step s + 1, a batch_norm_grad of dy = g, as one
+ * (lib_bn_sum_grad): the statistics kernel computes g and stores it for
+ * the gradient's apply pass and g's other readers, so that g is not read
+ * back for the statistics. 1 when they run so, 0 when not, -1 on failure. */
+static int bn_sum_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
+        ns->kind != FUSE_LIBRARY || ns->n != 1)
+        return 0;
+    const Node *add = &g->nodes[lp->fuse.nodes[fs->first]], *n = &g->nodes[lp->fuse.nodes[ns->first]];
+    const Node *act = fs->n == 2 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
+    if (add->op != CT_OP_add || n->op != CT_OP_batch_norm_grad || n->iattr[1] ||
+        n->in[4] != (act ? act->out[0] : add->out[0]))
+        return 0;
+    if (act && (act->op != CT_OP_act_grad || act->in[1] != add->out[0] || act->in[0] == add->out[0] ||
+                lp->fuse.materialised[add->out[0]]))
+        return 0;
+    if (!own_launch(lp, s) || !lib_bn_sum_grad_fits(g, n, add, act))
+        return 0;
+    /* the statistics kernel stores g while it reads the sum's operands
+     * (element for element: it may take one's place); dw and db, which may
+     * take theirs, the apply pass stores after it */
+    const ValueId reads[4] = {add->in[0], add->in[1], act ? act->in[0] : add->in[0], n->in[0]};
+    ValueId same = -1;
+    for (int k = 0; k < 3; k++)
+        same = lp->offset[reads[k]] == lp->offset[n->in[4]] ? reads[k] : same;
+    if (!clear_of(g, lp, n->in[4], reads, 4, same))
+        return 0;
+    LpStep *st = span_step(lp, s, 1);
+    size_t scratch;
+    if (lib_bn_sum_grad(g, lp->sms, n, add, act, st->lib, &st->nlib, &scratch, err))
+        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[ns->first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return 1;
+}
+
 /* Fusion step s, an elementwise kernel of its own computing
  * side = x * scale (then perhaps cast, the product read nowhere else), and
  * step s + 1, a reduce_sum of x alone whose output has scale's shape
@@ -528,6 +567,8 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
         int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+        if (span == 0)
+            span = bn_sum_grad_step(g, lp, s, err);
         if (span == 0)
             span = reduce_side_step(g, lp, s, err);
         if (span == 0)

@@ -1497,6 +1497,73 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
     }
 }
 
+/* The operands of a batch_norm_grad whose dy is a residual block's gradient
+ * sum, which other steps read too (launch_plan.c's bn_sum_grad_step):
+ * dy = act'(z) (a + b), the sum and the gradient each rounded to the
+ * storage type as the nodes would store them (act -1: the sum alone), is
+ * computed by the statistics kernel, which stores it for its apply pass and
+ * dy's other readers. a, b and z share x's strides. */
+typedef struct CT_SFX(CtBnSum) {
+    const CT_T *a, *b, *z;
+} CT_SFX(CtBnSum);
+
+/* ct_bn_walk's gradient sums where dy is computed from sm (into dy): two
+ * rows' loads at a time, 8 x 16 bytes a lane, half of ct_bn_walk's (four
+ * rows spill: 255 registers at bf16 on sm_90; two take 252, the same
+ * blocks an SM as ct_bn_walk's 212). */
+#define CT_BN_SUM_ROWS 2
+CT_DEVICE void CT_SFX(ct_bn_walk_sum)(const CT_T *x, CT_T *dy, const CT_SFX(CtBnSum) *sm, int act, int approx,
+                                      const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
+                                      long long step, double *acc)
+{
+    for (long long r = r0; r < rows->n; r += CT_BN_SUM_ROWS * step) {
+        CT_SFX(CtV16) xv[CT_BN_SUM_ROWS], av[CT_BN_SUM_ROWS], bv[CT_BN_SUM_ROWS], zv[CT_BN_SUM_ROWS];
+        long long at[CT_BN_SUM_ROWS];
+        CT_UNROLL
+        for (int t = 0; t < CT_BN_SUM_ROWS; t++)
+            if (r + t * step < rows->n) {
+                long long o;
+                ct_offsets(rows, r + t * step, &at[t], &o);
+                at[t] += vec ? c0 : c0 * sxc;
+                if (vec) {
+                    CT_V16_LD(xv[t], x + at[t]);
+                    CT_V16_LD(av[t], sm->a + at[t]);
+                    CT_V16_LD(bv[t], sm->b + at[t]);
+                    if (act >= 0)
+                        CT_V16_LD(zv[t], sm->z + at[t]);
+                } else {
+                    xv[t].e[0] = x[at[t]];
+                    av[t].e[0] = sm->a[at[t]];
+                    bv[t].e[0] = sm->b[at[t]];
+                    if (act >= 0)
+                        zv[t].e[0] = sm->z[at[t]];
+                }
+            }
+        CT_UNROLL
+        for (int t = 0; t < CT_BN_SUM_ROWS; t++)
+            if (r + t * step < rows->n) {
+                CT_SFX(CtV16) dv;
+                CT_UNROLL
+                for (int u = 0; u < CT_VW; u++)
+                    if (vec || u == 0) {
+                        float d = CT_LD(CT_ST(CT_LD(av[t].e[u]) + CT_LD(bv[t].e[u])));
+                        if (act >= 0)
+                            d = CT_LD(CT_ST(fx_act_grad(act, approx, CT_LD(zv[t].e[u]), d)));
+                        dv.e[u] = CT_ST(d);
+                        double v = CT_LD(xv[t].e[u]);
+                        acc[u] += v;
+                        acc[CT_VW + u] += v * v;
+                        acc[2 * CT_VW + u] += d;
+                        acc[3 * CT_VW + u] += d * v;
+                    }
+                if (vec)
+                    CT_V16_ST(dy + at[t], dv);
+                else
+                    dy[at[t]] = dv.e[0];
+            }
+    }
+}
+
 /* The batch's mean and biased variance from sums s of x and x^2 over
  * `count` values (E[x^2] - E[x]^2 in double, from inputs of at most f32). */
 CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *mean, double *var)
@@ -1509,14 +1576,16 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *m
 /* Tile `tile` of a statistics kernel: its walk and its end (ct_col_end:
  * nsum 2, or 4 for the gradient, grad); whether it was its column's last,
  * the column in *col. */
-CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                     const CtIndex *rows, long long C, long long sxc, const CtColTile *t,
-                                     long long tile, long long slices, double *part, unsigned *cnt, double *red,
-                                     int *flag, int grad, long long *col)
+CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, CT_T *dy, const double *fwd, const CT_SFX(CtBnSum) *sm,
+                                     int act, int approx, const CtIndex *rows, long long C, long long sxc,
+                                     const CtColTile *t, long long tile, long long slices, double *part,
+                                     unsigned *cnt, double *red, int *flag, int grad, long long *col)
 {
     long long r0, step, s = ct_divmod(tile, t->cols, col), item = CT_SFX(ct_col_item)(t, *col, s, slices, &r0, &step);
     double acc[4 * CT_VW] = {0};
-    if (item >= 0)
+    if (item >= 0 && sm->a)
+        CT_SFX(ct_bn_walk_sum)(x, dy, sm, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, acc);
+    else if (item >= 0)
         CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, grad, acc);
     return CT_SFX(ct_col_end)(t, acc, grad ? 4 : 2, red, part, cnt, *col, s, slices, C, flag);
 }
@@ -1539,7 +1608,9 @@ CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const 
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
         long long col;
-        if (CT_SFX(ct_bn_tile_run)(x, 0, 0, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0, &col)) {
+        CT_SFX(CtBnSum) none = {0, 0, 0};
+        if (CT_SFX(ct_bn_tile_run)(x, 0, 0, &none, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0,
+                                   &col)) {
             long long K = t.tx * t.w, c0 = col * K;
             const double *tot = red + CT_LIB_BLOCK;
             double n = (double)rows.n;
@@ -1577,21 +1648,26 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const CT_T *w, const CT_T *b, const CT_T *rm, const
 /* batch_norm_grad's statistics, each column's by its last tile: dw, db and
  * dx = coef[3c] dy + coef[3c + 1] x + coef[3c + 2], through the batch's
  * statistics in training, else the running ones; as ct_bn_stats, part 4 C
- * slices doubles. */
-CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                   double *part, unsigned *cnt, const void *w, const void *rm, const void *rv,
-                                   void *dw, void *db, int wide, double *coef, CtIndex rows, long long C,
-                                   long long sxc, long long slices, int training, float eps)
+ * slices doubles. Where sa: dy is stored here, act'(sz) (sa + sb)
+ * (CtBnSum; fwd NULL). dw NULL: dw and db after the coefficients, in
+ * coef[3C + 2c] and coef[3C + 2c + 1], for ct_bn_grad_apply to store
+ * (lib_bn_sum_grad: dw and db may take the place of sa, sb or sz, which
+ * other tiles read until the kernel's end). */
+CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, CT_T *dy, const double *fwd, int act, int approx, const CT_T *sa,
+                                   const CT_T *sb, const CT_T *sz, double *part, unsigned *cnt, const void *w,
+                                   const void *rm, const void *rv, void *dw, void *db, int wide, double *coef,
+                                   CtIndex rows, long long C, long long sxc, long long slices, int training, float eps)
 {
     CT_SHARED double red[CT_COL_RED];
     CT_SHARED int last;
-    const void *ptrs[2] = {x, dy};
-    CtColTile t = CT_SFX(ct_col_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 2));
+    const void *ptrs[5] = {x, dy, sa, sb, sz};
+    CT_SFX(CtBnSum) sm = {sa, sb, sz};
+    CtColTile t = CT_SFX(ct_col_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 5));
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
         long long col;
-        if (CT_SFX(ct_bn_tile_run)(x, dy, fwd, act, approx, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 1,
-                                   &col)) {
+        if (CT_SFX(ct_bn_tile_run)(x, dy, fwd, &sm, act, approx, &rows, C, sxc, &t, tile, slices, part, cnt, red,
+                                   &last, 1, &col)) {
             long long K = t.tx * t.w, c0 = col * K;
             const double *tot = red + CT_LIB_BLOCK;
             double M = (double)rows.n;
@@ -1602,8 +1678,13 @@ CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, const CT_T *dy, const double *
                     CT_SFX(ct_bn_moments)(tot + 4 * k, rows.n, &mean, &var);
                 double sb = tot[4 * k + 2], sxy = tot[4 * k + 3];
                 double inv = 1 / sqrt(var + eps), sw = (sxy - mean * sb) * inv, wc = CT_SFX(ct_ldw)(w, c, wide);
-                CT_SFX(ct_stw)(dw, c, wide, (float)sw);
-                CT_SFX(ct_stw)(db, c, wide, (float)sb);
+                if (dw) {
+                    CT_SFX(ct_stw)(dw, c, wide, (float)sw);
+                    CT_SFX(ct_stw)(db, c, wide, (float)sb);
+                } else {
+                    coef[3 * C + 2 * c] = sw;
+                    coef[3 * C + 2 * c + 1] = sb;
+                }
                 coef[3 * c] = wc * inv;
                 coef[3 * c + 1] = -wc * inv / M * sw * inv;
                 coef[3 * c + 2] = -wc * inv / M * sb + wc * inv / M * sw * inv * mean;
@@ -1692,11 +1773,18 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
     }
 }
 
-/* dx from the gradient's coefficients (ct_bn_grad_stats). */
+/* dx from the gradient's coefficients (ct_bn_grad_stats), and where dw:
+ * dw and db from where the statistics left them. */
 CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                   const double *coef, CT_T *dx, CtIndex rows, long long C, long long sxc,
-                                   long long sdc, int training)
+                                   const double *coef, CT_T *dx, void *dw, void *db, int wide, CtIndex rows,
+                                   long long C, long long sxc, long long sdc, int training)
 {
+    if (dw)
+        CT_LOOP(c, C)
+        {
+            CT_SFX(ct_stw)(dw, c, wide, (float)coef[3 * C + 2 * c]);
+            CT_SFX(ct_stw)(db, c, wide, (float)coef[3 * C + 2 * c + 1]);
+        }
     const void *ptrs[3] = {x, dy, dx};
     if (CT_SFX(ct_rows_vec)(&rows, C, sxc, sdc, ptrs, 3)) {
         long long groups = C / CT_VW, n = rows.n * groups;

@@ -710,17 +710,28 @@ typedef struct BnAct {
     Place fwd;
     int act, approx;
     ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
+    /* where sum: dy, the batch_norm_grad's, is act'(z) (a + b), stored by the
+     * statistics kernel (lib_kernels.h's CtBnSum; z -1: no activation) */
+    int sum;
+    ValueId a, b, z;
 } BnAct;
 
-/* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and activation. */
-static void a_fwd(LibLaunch *l, const BnAct *fa)
+/* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and
+ * activation, and for the statistics (stats) CtBnSum's a, b and z. */
+static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
 {
-    if (fa)
+    if (fa && !fa->sum)
         a_place(l, fa->fwd);
     else
         arg(l, LA_NULL);
     a_i32(l, fa ? fa->act : -1);
     a_i32(l, fa ? fa->approx : 0);
+    const ValueId sum[3] = {fa ? fa->a : -1, fa ? fa->b : -1, fa ? fa->z : -1};
+    for (int k = 0; stats && k < 3; k++)
+        if (fa && fa->sum && sum[k] >= 0)
+            a_val(l, sum[k]);
+        else
+            arg(l, LA_NULL);
 }
 
 /* batch_norm and its gradient (lib_kernels.h): the statistics kernel (each
@@ -760,21 +771,22 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     int keep = kc && kc->at >= 0, ready = keep && kc->ready;
     size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
     Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
-    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C));
+    /* a gradient's 3 coefficients a channel, then dw and db where the apply pass stores them */
+    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 5 : 2) * C));
     LibLaunch *l;
     if (sums && !ready) {
         l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
             a_val(l, dy);
-            a_fwd(l, fa);
+            a_fwd(l, fa, 1);
         }
         a_scratch(l, base);
         a_counters(l, C);
         for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
             a_val(l, n->in[k]);
         for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-            if (k < n->nout && (grad || !fa))
+            if (k < n->nout && (grad || !fa) && !(fa && fa->sum))
                 a_val(l, n->out[k]);
             else
                 arg(l, LA_NULL);
@@ -801,7 +813,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     a_val(l, x);
     if (grad) {
         a_val(l, dy);
-        a_fwd(l, fa);
+        a_fwd(l, fa, 0);
     }
     a_place(l, coef);
     if (!grad) {
@@ -811,6 +823,13 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             arg(l, LA_NULL);
     }
     a_val(l, epi ? epi->out : y);
+    for (int k = 1; grad && k < 3; k++) /* dw and db, where the statistics could not store them */
+        if (k < n->nout && fa && fa->sum)
+            a_val(l, n->out[k]);
+        else
+            arg(l, LA_NULL);
+    if (grad)
+        a_i32(l, pt != t);
     a_index(l, rows);
     a_i64(l, C);
     a_i64(l, sx[1]);
@@ -983,6 +1002,27 @@ int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, co
     if (plan_batch_norm(&b, n, NULL, &fa, NULL, &grad_bytes, err))
         return -1;
     *scratch = fwd_bytes + grad_bytes;
+    *count = b.n;
+    return 0;
+}
+
+int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act)
+{
+    Builder b = {g, NULL, 0, 0};
+    ValueId x = n->in[0];
+    return same_storage(&b, add->in[0], x) && same_storage(&b, add->in[1], x) && same_storage(&b, add->out[0], x) &&
+           same_storage(&b, n->in[4], x) && (!act || same_storage(&b, act->in[0], x));
+}
+
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err)
+{
+    Builder b = {g, l, 0, sms};
+    BnAct fa = {.act = act ? (int)act->iattr[0] : -1, .approx = act ? (int)act->iattr[1] : 0, .dy = n->in[4],
+                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
+    *count = 0;
+    if (plan_batch_norm(&b, n, NULL, &fa, NULL, scratch, err))
+        return -1;
     *count = b.n;
     return 0;
 }

@@ -44,7 +44,7 @@ typedef struct LibArg {
     CtPool pool; /* LA_POOL */
 } LibArg;
 
-#define LIB_MAX_ARGS 20
+#define LIB_MAX_ARGS 24
 /* muon_update's: 6 and 3 a Newton-Schulz iteration, for up to 10 */
 #define LIB_MAX_LAUNCHES 36
 
@@ -148,5 +148,15 @@ int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, Va
 int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act);
 int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
                     LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+
+/* The launches of a batch_norm_grad n whose dy is the sum of a residual
+ * block's gradients, add's output, then the act_grad act of the block's
+ * activation (NULL: none), computed and stored by its statistics kernel
+ * (launch_plan.c's bn_sum_grad_step), so that it is written once and not
+ * read back for the statistics. As lib_launches. Where
+ * lib_bn_sum_grad_fits: the operands stored as n's x. */
+int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act);
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err);
 
 #endif
