@@ -15,7 +15,8 @@
  * step as ctimm-train compiles it, from the uint8 batch (RGB and gray) with
  * random erasing and mixup in the graph; attention with a bias on the
  * scores; batch norms trained with remat, whose gradients the plan runs
- * with their activations' (lib_bn_act_grad); linear layers' bias
+ * with their activations' (lib_bn_act_grad), test_efficientnet's with its
+ * squeeze-excitation's gradient (lib_bn_excite_grad); linear layers' bias
  * gradients summed in their weight gradients' GEMMs (BGRADB), test_vit's
  * residual adds in the norms after them under AMP. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
@@ -136,7 +137,7 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
     run_free(g, &other);
 }
 
-static void check_model(const char *model, CtDType low, int channels_last, int training)
+static void check_model(const char *model, CtDType low, int channels_last, int training, int remat)
 {
     Vectors v;
     CtErr err;
@@ -146,7 +147,8 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     Pipeline p = {.training = training, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
                   .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
                           .no_weight_decay = v.m->no_weight_decay, .skip_nonfinite = low == CT_F16},
-                  .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+                  .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last,
+                  .remat = {.cheap = remat}, .verify = 1};
     Graph g;
     if (model_build(v.m, &spec, &g, &err) || pipeline_run(&p, &g, NULL, &err)) {
         CHECKF(0, "%s: %s", model, err.msg);
@@ -157,8 +159,9 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     char what[160];
     state_create(&init, &g);
     CHECKF(state_load(&init, &v.f, "state.", &err) == 0, "%s: %s", model, err.msg);
-    snprintf(what, sizeof what, "%s %s %s%s", model, training ? "sgd step" : "eval",
-             low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
+    snprintf(what, sizeof what, "%s %s %s%s%s", model, training ? "sgd step" : "eval",
+             low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "",
+             remat ? " remat" : "");
     check_graph(what, &g, &init, v.in, training ? 4 : 1, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
@@ -208,6 +211,19 @@ static ValueId bn_act_body(Builder *b, ValueId h, ValueId index)
     h = f_silu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
     h = f_relu(b, nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
     return f_gelu(b, nn_batch_norm(b, "bn3", nn_conv2d(b, "conv3", h, 8, 1, (ConvOpts){0}), (BNOpts){0}), 0);
+}
+
+/* EfficientNet's conv, batch norm and SiLU, then its squeeze-excitation
+ * (the mean over the map, 1x1 convs with biases, SiLU, sigmoid) scaling
+ * it, trained with remat: the excitation's gradient, read only by the
+ * SiLU's, runs in the batch norm gradient after it (lib_bn_excite_grad). */
+static ValueId excite_body(Builder *b, ValueId h, ValueId index)
+{
+    h = f_silu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 16, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
+    ValueId s = f_adaptive_avg_pool2d(b, h, 1, 1);
+    s = f_silu(b, nn_conv2d(b, "se_reduce", s, 4, 1, (ConvOpts){.bias = 1}));
+    s = f_sigmoid(b, nn_conv2d(b, "se_expand", s, 16, 1, (ConvOpts){.bias = 1}));
+    return nn_batch_norm(b, "bn2", nn_conv2d(b, "conv2", f_mul(b, h, s), 8, 1, (ConvOpts){0}), (BNOpts){0});
 }
 
 /* timm's pad_same: a stride-2 conv after padding 0,1,0,1 (8x8 -> 4x4), a
@@ -264,7 +280,7 @@ static ValueId packed_body(Builder *b, ValueId h, ValueId index)
  * the loss scale, bf16; group norm runs in f32). The norms' weights and
  * biases drawn away from 1 and 0, so a weight read for the wrong channel
  * shows. */
-static void check_net(const char *name, NetBody body, int gathers, int remat, CtDType low, int channels_last,
+static void check_net(const char *name, NetBody body, int gathers, const int *remat, CtDType low, int channels_last,
                       const char *opt)
 {
     enum { B = 2, S = 8, CLASSES = 5, N = 16 };
@@ -279,7 +295,7 @@ static void check_net(const char *name, NetBody body, int gathers, int remat, Ct
     if (h >= 0)
         graph_mark_output(&g, h);
     Pipeline p = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0}, .amp = low != CT_F32,
-                  .amp_dtype = low, .channels_last = channels_last, .remat = {.cheap = remat}, .verify = 1};
+                  .amp_dtype = low, .channels_last = channels_last, .remat = {.cheap = remat != NULL}, .verify = 1};
     CT_ASSERT(optim_defaults(opt, &p.opt) == 0);
     p.opt.skip_nonfinite = low == CT_F16;
     p.opt.weight_decay = strcmp(opt, "sgd") ? 0.01 : 0; /* LAMB's and LARS's trust ratios need it */
@@ -312,7 +328,7 @@ static void check_net(const char *name, NetBody body, int gathers, int remat, Ct
     snprintf(what, sizeof what, "%s %s step %s%s", name, opt,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
     LaunchPlan lp;
-    int spans[3] = {0}, bias_grads = 0;
+    int spans[4] = {0}, bias_grads = 0;
     if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
         for (int s = 0; s < lp.nsteps; s++) {
             bias_grads += lp.steps[s].kind == LP_GEMM && lp.steps[s].gemm.epi.bgrad >= 0;
@@ -322,9 +338,10 @@ static void check_net(const char *name, NetBody body, int gathers, int remat, Ct
         launch_plan_free(&lp);
     }
     CHECKF(bias_grads == 1, "%s: %d bias gradients in the GEMM epilogue (not fc's)", what, bias_grads);
-    CHECKF(!remat || (spans[2] == 2 && spans[1] == 1),
-           "%s: %d norms run again with their activations' gradients (not 2), %d norms' gradients with relu's (not 1)",
-           what, spans[2], spans[1]);
+    CHECKF(!remat || (spans[1] == remat[0] && spans[2] == remat[1] && spans[3] == remat[2]),
+           "%s: %d library steps spanning 1 more (not %d), %d spanning 2 (norms run again with their activations' "
+           "gradients; not %d), %d spanning 3 (and an excitation's gradient; not %d)",
+           what, spans[1], remat ? remat[0] : 0, spans[2], remat ? remat[1] : 0, spans[3], remat ? remat[2] : 0);
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
@@ -453,21 +470,24 @@ int main(void)
         NetBody body;
         int gathers;
         int conv; /* a conv net's f32 step in channels_last too (attention takes NCHW) */
-        int remat;
-    } nets[] = {{"group norm net", group_norm_body, 0, 1, 0},
-                {"pad net", pad_body, 0, 1, 0},
-                {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0, 0},
-                {"attention bias [B,1,N,M] net", mask_body, 0, 0, 0},
-                {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0},
-                {"batch norm net", batch_norm_body, 0, 1, 0},
-                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1}};
-    for (int i = 0; i < 7; i++) {
-        check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F32, 0, "sgd");
+        int remat;    /* trained with remat, */
+        int spans[3]; /* its plan's library steps spanning 1, 2 and 3 more */
+    } nets[] = {{"group norm net", group_norm_body, 0, 1, 0, {0}},
+                {"pad net", pad_body, 0, 1, 0, {0}},
+                {"gather and attention bias [1,H,N,M] net", gather_body, 1, 0, 0, {0}},
+                {"attention bias [B,1,N,M] net", mask_body, 0, 0, 0, {0}},
+                {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0, {0}},
+                {"batch norm net", batch_norm_body, 0, 1, 0, {0}},
+                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {1, 2, 0}},
+                {"squeeze-excitation net, remat", excite_body, 0, 1, 1, {0, 0, 1}}};
+    for (int i = 0; i < 8; i++) {
+        const int *remat = nets[i].remat ? nets[i].spans : NULL;
+        check_net(nets[i].name, nets[i].body, nets[i].gathers, remat, CT_F32, 0, "sgd");
         if (all) {
             if (nets[i].conv)
-                check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F32, 1, "sgd");
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_F16, 1, "sgd");
-            check_net(nets[i].name, nets[i].body, nets[i].gathers, nets[i].remat, CT_BF16, 0, "sgd");
+                check_net(nets[i].name, nets[i].body, nets[i].gathers, remat, CT_F32, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, remat, CT_F16, 1, "sgd");
+            check_net(nets[i].name, nets[i].body, nets[i].gathers, remat, CT_BF16, 0, "sgd");
         }
     }
     /* the library updates (whole-tensor norms, scalar state) in a whole
@@ -483,29 +503,33 @@ int main(void)
                                        "csgdw", "crmsproptf", "cadan"};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         if (all || i == 0)
-            check_net(nets[1].name, nets[1].body, 0, 0, CT_F32, 0, opts[i]);
+            check_net(nets[1].name, nets[1].body, 0, NULL, CT_F32, 0, opts[i]);
     if (all) {
-        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, opts[0]);
-        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, "cadamw");
-        check_net(nets[1].name, nets[1].body, 0, 0, CT_F16, 1, "cadan");
+        check_net(nets[1].name, nets[1].body, 0, NULL, CT_F16, 1, opts[0]);
+        check_net(nets[1].name, nets[1].body, 0, NULL, CT_F16, 1, "cadamw");
+        check_net(nets[1].name, nets[1].body, 0, NULL, CT_F16, 1, "cadan");
     }
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;
-        check_model(models[m], CT_F32, 0, 1);
+        check_model(models[m], CT_F32, 0, 1, 0);
         if (!all) {
             if (m == 0)
-                check_model(models[m], CT_F16, 1, 0);
+                check_model(models[m], CT_F16, 1, 0, 0);
         } else if (conv) {
-            check_model(models[m], CT_F32, 1, 1);
-            check_model(models[m], CT_F16, 1, 0);
+            check_model(models[m], CT_F32, 1, 1, 0);
+            check_model(models[m], CT_F16, 1, 0, 0);
             /* layer scale's gradient: the f32 gradient's product with the
              * bf16 activation, read as stored */
             if (!strcmp(models[m], "test_convnext"))
-                check_model(models[m], CT_BF16, 1, 1);
+                check_model(models[m], CT_BF16, 1, 1, 0);
+            /* with remat, squeeze-excitation's gradient in the batch norm
+             * gradient after it (lib_bn_excite_grad), channels-last */
+            if (!strcmp(models[m], "test_efficientnet"))
+                check_model(models[m], CT_F32, 1, 1, 1);
         } else {
-            check_model(models[m], CT_BF16, 0, 1);
-            check_model(models[m], CT_F16, 0, 1);
+            check_model(models[m], CT_BF16, 0, 1, 0);
+            check_model(models[m], CT_F16, 0, 1, 0);
         }
     }
     return check_done("test_cuda_sim");

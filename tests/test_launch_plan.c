@@ -45,10 +45,11 @@ static void test_models(void)
             int count[LP_UNSUPPORTED + 1] = {0}, mirrored = 0, views = 0, bn_epilogues = 0, free_permutes = 0;
             int bias_grads = 0, linear_biases = 0, tampered = -1, norm_adds = 0, patch_views = 0, side_sums = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
-            int state_reshapes = 0, residual_sums = 0, sum_grads = 0;
+            int state_reshapes = 0, residual_sums = 0, sum_grads = 0, excites = 0, pool_grads = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
+                pool_grads += n->op == CT_OP_global_avg_pool2d_grad;
                 if (n->op == CT_OP_batch_norm_grad) { /* dy a residual block's gradient sum (then its act_grad) */
                     int p = g.values[n->in[4]].producer, first = 1;
                     if (p >= 0 && g.nodes[p].op == CT_OP_act_grad)
@@ -161,18 +162,42 @@ static void test_models(void)
                     cast_copies++;
                 }
                 if (st->kind == LP_LIB && st->span == 1 && first->op == CT_OP_add) {
-                    /* the sum (and its act_grad) computed and stored by the batch norm gradient's statistics,
-                     * dw and db by its apply pass */
+                    /* the sum (and its act_grad) computed and stored by the batch norm gradient's statistics;
+                     * dw and db there, or by a launch of their own after the apply pass */
                     const Node *n = &g.nodes[lp.fuse.nodes[fs[1].first]];
-                    const LibLaunch *k = &st->lib[0], *a = &st->lib[st->nlib - 1];
-                    CHECKF(n->op == CT_OP_batch_norm_grad && st->nlib == 2 &&
-                               !strncmp(k->kernel, "ct_bn_grad_stats_", 17) && k->arg[1].v == n->in[4] &&
+                    const LibLaunch *k = &st->lib[0], *a = &st->lib[1], *wb = &st->lib[st->nlib - 1];
+                    int late = st->nlib == 3 && !strncmp(wb->kernel, "ct_bn_grad_wb_", 14) &&
+                               wb->arg[1].v == n->out[1] && wb->arg[2].v == n->out[2] && k->arg[14].kind == LA_NULL;
+                    CHECKF(n->op == CT_OP_batch_norm_grad && !strncmp(k->kernel, "ct_bn_grad_stats_", 17) &&
+                               !strncmp(a->kernel, "ct_bn_grad_apply_", 17) && k->arg[1].v == n->in[4] &&
                                k->arg[2].kind == LA_NULL && k->arg[5].kind == LA_VALUE &&
-                               k->arg[5].v == first->in[0] && k->arg[6].v == first->in[1] &&
-                               k->arg[13].kind == LA_NULL && a->arg[7].kind == LA_VALUE && a->arg[7].v == n->out[1] &&
-                               a->arg[8].v == n->out[2],
+                               k->arg[5].v == first->in[0] && k->arg[6].v == first->in[1] && k->arg[8].i == 0 &&
+                               a->arg[5].kind == LA_NULL &&
+                               (late || (st->nlib == 2 && k->arg[14].v == n->out[1] && k->arg[15].v == n->out[2])),
                            "%s mode %d: step %d: a residual gradient's sum and its batch norm", models[m], mode, s);
                     sum_grads++;
+                }
+                const Node *gap = fs->n == 3 ? &g.nodes[lp.fuse.nodes[fs->first + 1]] : first;
+                if (st->kind == LP_LIB && st->span >= 2 && gap->op == CT_OP_global_avg_pool2d_grad) {
+                    /* a squeeze-excitation's gradient (or a global pool's) computed by both passes of the
+                     * batch norm gradient after it, from dy, the scale and the pooled gradient */
+                    const Node *n = &g.nodes[lp.fuse.nodes[fs[st->span].first]];
+                    const Node *mul = fs->n == 3 ? first : NULL;
+                    int big = mul && g.values[mul->in[1]].type.shape.d[2] != 1, ok = n->op == CT_OP_batch_norm_grad;
+                    const CtShape *xs = &g.values[n->in[0]].type.shape;
+                    for (int j = 0; ok && j < st->nlib; j++) {
+                        const LibLaunch *k = &st->lib[j];
+                        int stats = !strncmp(k->kernel, "ct_bn_grad_stats_", 17);
+                        int hw = stats ? 8 : 7; /* CtBnDy's a, b, (z,) hw after act and approx */
+                        if (!stats && strncmp(k->kernel, "ct_bn_grad_apply_", 17))
+                            continue;
+                        ok = (mul ? k->arg[1].v == mul->in[big] && k->arg[5].v == mul->in[!big]
+                                  : k->arg[1].kind == LA_NULL && k->arg[5].kind == LA_NULL) &&
+                             k->arg[6].v == gap->in[0] && k->arg[hw].i == xs->d[2] * xs->d[3] &&
+                             k->arg[2].kind != LA_NULL;
+                    }
+                    CHECKF(ok, "%s mode %d: step %d: an excitation's gradient and its batch norm", models[m], mode, s);
+                    excites++;
                 }
                 if (st->kind == LP_CONV) /* cuDNN sees one format: NHWC convs get an NHWC filter */
                     CHECK(st->conv.w_nhwc == st->conv.x_nhwc && (m == 1 || st->conv.x_nhwc == amp_cl));
@@ -229,6 +254,10 @@ static void test_models(void)
             CHECKF(m != 0 || (sum_grads == residual_sums && (sum_grads > 0 || !training)),
                    "%s mode %d: %d of %d residual sums in their batch norm gradients", models[m], mode, sum_grads,
                    residual_sums);
+            /* with remat, test_efficientnet's excitation and pool gradients in the batch norm gradients
+             * after them, except where the memory plan put the gradient's dw or db where they were read */
+            CHECKF(m != 2 || mode != 3 || excites >= 1, "%s mode %d: %d of %d pool gradients in batch norm "
+                   "gradients", models[m], mode, excites, pool_grads);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             /* under AMP the residual adds before test_vit's norms: at least each block's second norm's */
             CHECKF(norm_adds >= 6 || m != 1 || mode != 2, "%s mode %d: %d norms take the residual add before them",

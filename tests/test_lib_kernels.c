@@ -131,15 +131,18 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_bn_stats_f32(F(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8), (int)I(9), P(10), X(11), I(12), I(13),
                         I(14), R(15), R(16));
     else if (!strcmp(k, "ct_bn_grad_stats_f32"))
-        ct_bn_grad_stats_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), F(7), P(8), P(9), P(10), P(11),
-                             P(12), P(13), P(14), (int)I(15), P(16), X(17), I(18), I(19), I(20), (int)I(21), R(22));
+        ct_bn_grad_stats_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), F(7), I(8), P(9), P(10), P(11),
+                             P(12), P(13), P(14), P(15), (int)I(16), P(17), X(18), I(19), I(20), I(21), (int)I(22),
+                             R(23));
     else if (!strcmp(k, "ct_bn_coef_f32"))
         ct_bn_coef_f32(F(0), F(1), F(2), F(3), P(4), I(5), R(6));
     else if (!strcmp(k, "ct_bn_apply_f32"))
         ct_bn_apply_f32(F(0), P(1), F(2), F(3), X(4), I(5), I(6), I(7), (int)I(8), (int)I(9));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
-        ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), P(5), F(6), P(7), P(8), (int)I(9), X(10), I(11),
+        ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), I(7), P(8), F(9), X(10), I(11),
                              I(12), I(13), (int)I(14));
+    else if (!strcmp(k, "ct_bn_grad_wb_f32"))
+        ct_bn_grad_wb_f32(P(0), P(1), P(2), (int)I(3), I(4));
     else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
         ct_cross_entropy_rows_f32(F(0), P(1), F(2), I(3), I(4), R(5));
     else if (!strcmp(k, "ct_mean_loss_f32"))

@@ -437,20 +437,76 @@ static int bn_sum_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     if (!own_launch(lp, s) || !lib_bn_sum_grad_fits(g, n, add, act))
         return 0;
     /* the statistics kernel stores g while it reads the sum's operands
-     * (element for element: it may take one's place); dw and db, which may
-     * take theirs, the apply pass stores after it */
+     * (element for element: it may take one's place); dw and db, where
+     * they take the place of one, a launch after it */
     const ValueId reads[4] = {add->in[0], add->in[1], act ? act->in[0] : add->in[0], n->in[0]};
     ValueId same = -1;
     for (int k = 0; k < 3; k++)
         same = lp->offset[reads[k]] == lp->offset[n->in[4]] ? reads[k] : same;
     if (!clear_of(g, lp, n->in[4], reads, 4, same))
         return 0;
+    int late_wb = 0;
+    for (int k = 1; k < n->nout; k++)
+        late_wb |= !clear_of(g, lp, n->out[k], reads, 4, -1);
     LpStep *st = span_step(lp, s, 1);
     size_t scratch;
-    if (lib_bn_sum_grad(g, lp->sms, n, add, act, st->lib, &st->nlib, &scratch, err))
+    if (lib_bn_sum_grad(g, lp->sms, n, add, act, late_wb, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[ns->first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return 1;
+}
+
+/* Fusion step s, an elementwise kernel of its own computing a
+ * squeeze-excitation's gradient dy s + global_avg_pool2d_grad(p) (mul,
+ * the pool's gradient, add; or the pool's gradient alone, a head's global
+ * pool), which only the act_grad of the steps after it that run as one
+ * (bn_act: lib_bn_act_grad) reads, as one with them (lib_bn_excite_grad):
+ * each pass computes dy where it read the act_grad's. The steps it spans
+ * (the step added), 0 when they do not fit it, -1 on failure. */
+static int bn_excite_grad_step(const Graph *g, LaunchPlan *lp, int s, const int *bn_act, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    if (s + 1 >= lp->fuse.nsteps || bn_act[s + 1] < 0 || fs->kind != FUSE_ELEMENTWISE || fs->view ||
+        (fs->n != 1 && fs->n != 3))
+        return 0;
+    int bn = bn_act[s + 1], span = lp->fuse.nodes[lp->fuse.steps[s + 1].first] == bn ? 3 : 2;
+    const Node *act = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span - 1].first]];
+    const Node *n = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span].first]];
+    const Node *mul = fs->n == 3 ? &g->nodes[lp->fuse.nodes[fs->first]] : NULL;
+    const Node *gap = &g->nodes[lp->fuse.nodes[fs->first + (mul != NULL)]];
+    const Node *add = mul ? &g->nodes[lp->fuse.nodes[fs->first + 2]] : NULL;
+    ValueId out = add ? add->out[0] : gap->out[0];
+    if (gap->op != CT_OP_global_avg_pool2d_grad || act->in[1] != out)
+        return 0;
+    if (mul && (mul->op != CT_OP_mul || add->op != CT_OP_add || lp->fuse.materialised[mul->out[0]] ||
+                lp->fuse.materialised[gap->out[0]] ||
+                !((add->in[0] == mul->out[0] && add->in[1] == gap->out[0]) ||
+                  (add->in[1] == mul->out[0] && add->in[0] == gap->out[0]))))
+        return 0;
+    int readers = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            readers += g->nodes[i].in[k] == out;
+    for (int k = 0; k < g->noutputs; k++)
+        readers += g->outputs[k] == out;
+    if (readers != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
+        return 0;
+    /* dx, stored by the apply pass while it reads what dy is computed
+     * from, may take the place of dy (element for element); dw and db,
+     * where they take the place of one, a launch after it */
+    const ValueId reads[4] = {n->in[0], gap->in[0], mul ? mul->in[0] : gap->in[0], mul ? mul->in[1] : gap->in[0]};
+    int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1, late_wb = 0;
+    if (!clear_of(g, lp, n->out[0], reads, 4, mul ? mul->in[big] : -1))
+        return 0;
+    for (int k = 1; k < n->nout; k++)
+        late_wb |= !clear_of(g, lp, n->out[k], reads, 4, -1);
+    LpStep *st = span_step(lp, s, span);
+    size_t scratch;
+    if (lib_bn_excite_grad(g, lp->sms, &g->nodes[bn], act, n, lp->bn_coef[bn], mul, gap, late_wb, st->lib, &st->nlib,
+                           &scratch, err))
+        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return span;
 }
 
 /* Fusion step s, an elementwise kernel of its own computing
@@ -567,6 +623,8 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
         int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+        if (span == 0)
+            span = bn_excite_grad_step(g, lp, s, bn_act, err);
         if (span == 0)
             span = bn_sum_grad_step(g, lp, s, err);
         if (span == 0)

@@ -1448,6 +1448,32 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
     return CT_LD(CT_ST(fx_act_grad(act, approx, z, dy)));
 }
 
+/* Where a batch_norm_grad's dy comes from when no node's output holds
+ * it, each part rounded to the storage type as the nodes would store it:
+ *   - hw 0, a set: a residual block's gradient sum, which other steps read
+ *     too (launch_plan.c's bn_sum_grad_step): dy = act'(z) (a + b) (act -1:
+ *     the sum alone; a, b and z in x's strides), computed by the
+ *     statistics kernel, which stores it for its apply pass and dy's other
+ *     readers;
+ *   - hw > 0: a squeeze-excitation's gradient, read by nothing else
+ *     (bn_excite_grad_step): dy s + p / hw, s = a and p = b per sample and
+ *     channel ([N, C]; a NULL: p / hw alone, a global pool's gradient),
+ *     recomputed by each pass where it reads dy (then act'(z), ct_bn_dz).
+ * Each pass's rows are the [N, hw] pixels in order. */
+typedef struct CT_SFX(CtBnDy) {
+    const CT_T *a, *b, *z;
+    long long hw;
+} CT_SFX(CtBnDy);
+
+/* An excitation's dy (e->hw > 0) at row `row`, channel c of C, from the
+ * loaded dy (unread where e->a is NULL). */
+CT_DEVICE float CT_SFX(ct_bn_excite)(const CT_SFX(CtBnDy) *e, float dy, long long row, long long C, long long c)
+{
+    long long nc = row / e->hw * C + c;
+    float p = CT_LD(CT_ST(CT_LD(e->b[nc]) / (float)e->hw));
+    return e->a ? CT_LD(CT_ST(CT_LD(CT_ST(dy * CT_LD(e->a[nc]))) + p)) : p;
+}
+
 /* Row lane ry's sums of work item c0 (its first channel) over the rows
  * from r0, step apart, CT_BN_ROWS rows' loads at a time, each channel's
  * sums in row order: acc[j * CT_VW + u] sum j of channel c0 + u (the
@@ -1457,9 +1483,9 @@ CT_DEVICE float CT_SFX(ct_bn_dz)(float x, float dy, const double *fwd, long long
  * few, 2-8 an SM of an H200 (lib_launch.c's col_slices), and what its
  * 4.8 TB/s at HBM's latency needs is some 25 KiB an SM. */
 #define CT_BN_ROWS 8
-CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                  const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
-                                  long long step, int grad, double *acc)
+CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, const CT_SFX(CtBnDy) *e,
+                                  int act, int approx, const CtIndex *rows, long long C, long long sxc, int vec,
+                                  long long c0, long long r0, long long step, int grad, double *acc)
 {
     for (long long r = r0; r < rows->n; r += CT_BN_ROWS * step) {
         CT_SFX(CtV16) xv[CT_BN_ROWS], dv[CT_BN_ROWS];
@@ -1470,11 +1496,11 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
                 ct_offsets(rows, r + t * step, &xo, &o);
                 if (vec) {
                     CT_V16_LD(xv[t], x + xo + c0);
-                    if (grad)
+                    if (grad && dy)
                         CT_V16_LD(dv[t], dy + xo + c0);
                 } else {
                     xv[t].e[0] = x[xo + c0 * sxc];
-                    if (grad)
+                    if (grad && dy)
                         dv[t].e[0] = dy[xo + c0 * sxc];
                 }
             }
@@ -1488,7 +1514,10 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
                         acc[u] += v;
                         acc[CT_VW + u] += v * v;
                         if (grad) {
-                            double d = CT_SFX(ct_bn_dz)((float)v, CT_LD(dv[t].e[u]), fwd, c0 + u, act, approx);
+                            float g = dy ? CT_LD(dv[t].e[u]) : 0.0f;
+                            if (e->hw)
+                                g = CT_SFX(ct_bn_excite)(e, g, r + t * step, C, c0 + u);
+                            double d = CT_SFX(ct_bn_dz)((float)v, g, fwd, c0 + u, act, approx);
                             acc[2 * CT_VW + u] += d;
                             acc[3 * CT_VW + u] += d * v;
                         }
@@ -1497,22 +1526,12 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
     }
 }
 
-/* The operands of a batch_norm_grad whose dy is a residual block's gradient
- * sum, which other steps read too (launch_plan.c's bn_sum_grad_step):
- * dy = act'(z) (a + b), the sum and the gradient each rounded to the
- * storage type as the nodes would store them (act -1: the sum alone), is
- * computed by the statistics kernel, which stores it for its apply pass and
- * dy's other readers. a, b and z share x's strides. */
-typedef struct CT_SFX(CtBnSum) {
-    const CT_T *a, *b, *z;
-} CT_SFX(CtBnSum);
-
-/* ct_bn_walk's gradient sums where dy is computed from sm (into dy): two
- * rows' loads at a time, 8 x 16 bytes a lane, half of ct_bn_walk's (four
- * rows spill: 255 registers at bf16 on sm_90; two take 252, the same
- * blocks an SM as ct_bn_walk's 212). */
+/* ct_bn_walk's gradient sums where dy is a sum computed from sm (into
+ * dy): two rows' loads at a time, 8 x 16 bytes a lane, half of
+ * ct_bn_walk's (with four, ct_bn_grad_stats spills at bf16 on sm_90;
+ * with two it takes 240 registers: one block an SM, as with 212 before). */
 #define CT_BN_SUM_ROWS 2
-CT_DEVICE void CT_SFX(ct_bn_walk_sum)(const CT_T *x, CT_T *dy, const CT_SFX(CtBnSum) *sm, int act, int approx,
+CT_DEVICE void CT_SFX(ct_bn_walk_sum)(const CT_T *x, CT_T *dy, const CT_SFX(CtBnDy) *sm, int act, int approx,
                                       const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
                                       long long step, double *acc)
 {
@@ -1576,17 +1595,17 @@ CT_DEVICE void CT_SFX(ct_bn_moments)(const double *s, long long count, double *m
 /* Tile `tile` of a statistics kernel: its walk and its end (ct_col_end:
  * nsum 2, or 4 for the gradient, grad); whether it was its column's last,
  * the column in *col. */
-CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, CT_T *dy, const double *fwd, const CT_SFX(CtBnSum) *sm,
+CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, CT_T *dy, const double *fwd, const CT_SFX(CtBnDy) *sm,
                                      int act, int approx, const CtIndex *rows, long long C, long long sxc,
                                      const CtColTile *t, long long tile, long long slices, double *part,
                                      unsigned *cnt, double *red, int *flag, int grad, long long *col)
 {
     long long r0, step, s = ct_divmod(tile, t->cols, col), item = CT_SFX(ct_col_item)(t, *col, s, slices, &r0, &step);
     double acc[4 * CT_VW] = {0};
-    if (item >= 0 && sm->a)
+    if (item >= 0 && sm->a && !sm->hw)
         CT_SFX(ct_bn_walk_sum)(x, dy, sm, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, acc);
     else if (item >= 0)
-        CT_SFX(ct_bn_walk)(x, dy, fwd, act, approx, rows, sxc, t->w > 1, item * t->w, r0, step, grad, acc);
+        CT_SFX(ct_bn_walk)(x, dy, fwd, sm, act, approx, rows, C, sxc, t->w > 1, item * t->w, r0, step, grad, acc);
     return CT_SFX(ct_col_end)(t, acc, grad ? 4 : 2, red, part, cnt, *col, s, slices, C, flag);
 }
 
@@ -1608,7 +1627,7 @@ CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const 
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
         long long col;
-        CT_SFX(CtBnSum) none = {0, 0, 0};
+        CT_SFX(CtBnDy) none = {0, 0, 0, 0};
         if (CT_SFX(ct_bn_tile_run)(x, 0, 0, &none, -1, 0, &rows, C, sxc, &t, tile, slices, part, cnt, red, &last, 0,
                                    &col)) {
             long long K = t.tx * t.w, c0 = col * K;
@@ -1648,20 +1667,21 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const CT_T *w, const CT_T *b, const CT_T *rm, const
 /* batch_norm_grad's statistics, each column's by its last tile: dw, db and
  * dx = coef[3c] dy + coef[3c + 1] x + coef[3c + 2], through the batch's
  * statistics in training, else the running ones; as ct_bn_stats, part 4 C
- * slices doubles. Where sa: dy is stored here, act'(sz) (sa + sb)
- * (CtBnSum; fwd NULL). dw NULL: dw and db after the coefficients, in
- * coef[3C + 2c] and coef[3C + 2c + 1], for ct_bn_grad_apply to store
- * (lib_bn_sum_grad: dw and db may take the place of sa, sb or sz, which
- * other tiles read until the kernel's end). */
+ * slices doubles. dy from sa, sb, sz and shw where they say (CtBnDy;
+ * a sum: stored here, fwd NULL). dw NULL: dw and db after the
+ * coefficients, in coef[3C + 2c] and coef[3C + 2c + 1], for ct_bn_grad_wb
+ * to store (where they may take the place of what this kernel or the
+ * apply pass reads). */
 CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, CT_T *dy, const double *fwd, int act, int approx, const CT_T *sa,
-                                   const CT_T *sb, const CT_T *sz, double *part, unsigned *cnt, const void *w,
-                                   const void *rm, const void *rv, void *dw, void *db, int wide, double *coef,
-                                   CtIndex rows, long long C, long long sxc, long long slices, int training, float eps)
+                                   const CT_T *sb, const CT_T *sz, long long shw, double *part, unsigned *cnt,
+                                   const void *w, const void *rm, const void *rv, void *dw, void *db, int wide,
+                                   double *coef, CtIndex rows, long long C, long long sxc, long long slices,
+                                   int training, float eps)
 {
     CT_SHARED double red[CT_COL_RED];
     CT_SHARED int last;
     const void *ptrs[5] = {x, dy, sa, sb, sz};
-    CT_SFX(CtBnSum) sm = {sa, sb, sz};
+    CT_SFX(CtBnDy) sm = {sa, sb, sz, shw};
     CtColTile t = CT_SFX(ct_col_tile)(C, sxc, CT_SFX(ct_rows_vec)(&rows, C, sxc, sxc, ptrs, 5));
     CT_BLOCK_LOOP(tile, t.cols * slices)
     {
@@ -1773,34 +1793,42 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
     }
 }
 
-/* dx from the gradient's coefficients (ct_bn_grad_stats), and where dw:
- * dw and db from where the statistics left them. */
-CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
-                                   const double *coef, CT_T *dx, void *dw, void *db, int wide, CtIndex rows,
-                                   long long C, long long sxc, long long sdc, int training)
+/* dw and db where ct_bn_grad_stats left them (its dw NULL), after the
+ * kernels that read what they may take the place of. */
+CT_GLOBAL CT_SFX(ct_bn_grad_wb)(const double *coef, void *dw, void *db, int wide, long long C)
 {
-    if (dw)
-        CT_LOOP(c, C)
-        {
-            CT_SFX(ct_stw)(dw, c, wide, (float)coef[3 * C + 2 * c]);
-            CT_SFX(ct_stw)(db, c, wide, (float)coef[3 * C + 2 * c + 1]);
-        }
+    CT_LOOP(c, C)
+    {
+        CT_SFX(ct_stw)(dw, c, wide, (float)coef[3 * C + 2 * c]);
+        CT_SFX(ct_stw)(db, c, wide, (float)coef[3 * C + 2 * c + 1]);
+    }
+}
+
+/* dx from the gradient's coefficients (ct_bn_grad_stats), dy from ea, eb
+ * and ehw where ehw > 0 (an excitation, CtBnDy). */
+CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
+                                   const CT_T *ea, const CT_T *eb, long long ehw, const double *coef, CT_T *dx,
+                                   CtIndex rows, long long C, long long sxc, long long sdc, int training)
+{
+    CT_SFX(CtBnDy) e = {ea, eb, 0, ehw};
     const void *ptrs[3] = {x, dy, dx};
     if (CT_SFX(ct_rows_vec)(&rows, C, sxc, sdc, ptrs, 3)) {
         long long groups = C / CT_VW, n = rows.n * groups;
         CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {
-            long long c0[CT_ELEMENTS], o[CT_ELEMENTS];
+            long long c0[CT_ELEMENTS], o[CT_ELEMENTS], row[CT_ELEMENTS];
             CT_SFX(CtV16) xv[CT_ELEMENTS], dv[CT_ELEMENTS], out;
             CT_UNROLL
             for (int t = 0; t < CT_ELEMENTS; t++)
                 if (CT_ITEM(i, t) < n) {
                     long long g, xo;
-                    ct_offsets(&rows, ct_divmod(CT_ITEM(i, t), groups, &g), &xo, &o[t]);
+                    row[t] = ct_divmod(CT_ITEM(i, t), groups, &g);
+                    ct_offsets(&rows, row[t], &xo, &o[t]);
                     c0[t] = g * CT_VW;
                     if (training)
                         CT_V16_LD(xv[t], x + xo + c0[t]);
-                    CT_V16_LD(dv[t], dy + xo + c0[t]);
+                    if (dy)
+                        CT_V16_LD(dv[t], dy + xo + c0[t]);
                 }
             CT_UNROLL
             for (int t = 0; t < CT_ELEMENTS; t++)
@@ -1808,8 +1836,10 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                     CT_UNROLL
                     for (int u = 0; u < CT_VW; u++) {
                         long long c = c0[t] + u, k = 3 * c;
-                        float xf = training ? CT_LD(xv[t].e[u]) : 0.0f;
-                        double gr = CT_SFX(ct_bn_dz)(xf, CT_LD(dv[t].e[u]), fwd, c, act, approx);
+                        float xf = training ? CT_LD(xv[t].e[u]) : 0.0f, gd = dy ? CT_LD(dv[t].e[u]) : 0.0f;
+                        if (ehw)
+                            gd = CT_SFX(ct_bn_excite)(&e, gd, row[t], C, c);
+                        double gr = CT_SFX(ct_bn_dz)(xf, gd, fwd, c, act, approx);
                         out.e[u] =
                             CT_ST((float)(training ? coef[k] * gr + coef[k + 1] * xf + coef[k + 2] : coef[k] * gr));
                     }
@@ -1825,10 +1855,13 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
         CT_UNROLL
         for (int u = 0; u < CT_ELEMENTS; u++)
             if (CT_ITEM(i, u) < rows.n * C) {
-                long long xo;
-                ct_offsets(&rows, CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]), &xo, &o[u]);
+                long long xo, row = CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]);
+                ct_offsets(&rows, row, &xo, &o[u]);
                 xv[u] = training ? CT_LD(x[xo + c[u] * sxc]) : 0.0f;
-                gv[u] = CT_SFX(ct_bn_dz)(xv[u], CT_LD(dy[xo + c[u] * sxc]), fwd, c[u], act, approx);
+                gv[u] = dy ? CT_LD(dy[xo + c[u] * sxc]) : 0.0f;
+                if (ehw)
+                    gv[u] = CT_SFX(ct_bn_excite)(&e, gv[u], row, C, c[u]);
+                gv[u] = CT_SFX(ct_bn_dz)(xv[u], gv[u], fwd, c[u], act, approx);
             }
         CT_UNROLL
         for (int u = 0; u < CT_ELEMENTS; u++)

@@ -710,14 +710,26 @@ typedef struct BnAct {
     Place fwd;
     int act, approx;
     ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
-    /* where sum: dy, the batch_norm_grad's, is act'(z) (a + b), stored by the
-     * statistics kernel (lib_kernels.h's CtBnSum; z -1: no activation) */
+    /* lib_kernels.h's CtBnDy (-1: none): where sum, dy (the batch_norm_grad's)
+     * is act'(z) (a + b), stored by the statistics kernel; where hw > 0, dy
+     * (perhaps -1) s + p / hw, s = a, p = b, computed by each pass */
     int sum;
     ValueId a, b, z;
+    long long hw;
+    int late_wb; /* dw and db stored by a launch of their own, after the apply pass (ct_bn_grad_wb) */
 } BnAct;
 
+static void a_val_or_null(LibLaunch *l, ValueId v)
+{
+    if (v >= 0)
+        a_val(l, v);
+    else
+        arg(l, LA_NULL);
+}
+
 /* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and
- * activation, and for the statistics (stats) CtBnSum's a, b and z. */
+ * activation, then CtBnDy's a, b, z (the statistics', stats) and hw:
+ * the apply pass's where an excitation's. */
 static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
 {
     if (fa && !fa->sum)
@@ -726,12 +738,11 @@ static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
         arg(l, LA_NULL);
     a_i32(l, fa ? fa->act : -1);
     a_i32(l, fa ? fa->approx : 0);
-    const ValueId sum[3] = {fa ? fa->a : -1, fa ? fa->b : -1, fa ? fa->z : -1};
-    for (int k = 0; stats && k < 3; k++)
-        if (fa && fa->sum && sum[k] >= 0)
-            a_val(l, sum[k]);
-        else
-            arg(l, LA_NULL);
+    int from = fa && (fa->hw || (fa->sum && stats));
+    const ValueId v[3] = {from ? fa->a : -1, from ? fa->b : -1, from ? fa->z : -1};
+    for (int k = 0; k < (stats ? 3 : 2); k++)
+        a_val_or_null(l, v[k]);
+    a_i64(l, from ? fa->hw : 0);
 }
 
 /* batch_norm and its gradient (lib_kernels.h): the statistics kernel (each
@@ -756,7 +767,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     value_strides(val(b, x), sx);
     value_strides(val(b, y), sy);
     ValueId dy = fa ? fa->dy : grad ? n->in[4] : -1;
-    if (grad && !same_strides(b, x, dy))
+    if (grad && dy >= 0 && !same_strides(b, x, dy))
         return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
     if (training && n->iattr[1])
         return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
@@ -778,7 +789,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
-            a_val(l, dy);
+            a_val_or_null(l, dy);
             a_fwd(l, fa, 1);
         }
         a_scratch(l, base);
@@ -786,7 +797,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
             a_val(l, n->in[k]);
         for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-            if (k < n->nout && (grad || !fa) && !(fa && fa->sum))
+            if (k < n->nout && (grad || !fa) && !(fa && fa->late_wb))
                 a_val(l, n->out[k]);
             else
                 arg(l, LA_NULL);
@@ -812,7 +823,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
     a_val(l, x);
     if (grad) {
-        a_val(l, dy);
+        a_val_or_null(l, dy);
         a_fwd(l, fa, 0);
     }
     a_place(l, coef);
@@ -823,13 +834,6 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             arg(l, LA_NULL);
     }
     a_val(l, epi ? epi->out : y);
-    for (int k = 1; grad && k < 3; k++) /* dw and db, where the statistics could not store them */
-        if (k < n->nout && fa && fa->sum)
-            a_val(l, n->out[k]);
-        else
-            arg(l, LA_NULL);
-    if (grad)
-        a_i32(l, pt != t);
     a_index(l, rows);
     a_i64(l, C);
     a_i64(l, sx[1]);
@@ -839,6 +843,14 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     } else {
         a_i32(l, epi ? epi->act : -1);
         a_i32(l, epi ? epi->approx : 0);
+    }
+    if (grad && fa && fa->late_wb && n->nout == 3) {
+        l = begin(b, "ct_bn_grad_wb", t, C);
+        a_place(l, coef);
+        a_val(l, n->out[1]);
+        a_val(l, n->out[2]);
+        a_i32(l, pt != t);
+        a_i64(l, C);
     }
     return 0;
 }
@@ -982,13 +994,13 @@ int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
            same_strides(&b, bn->in[0], act->in[1]);
 }
 
-int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+/* lib_bn_act_grad's launches with its dy from fa (fa.dy and its CtBnDy). */
+static int bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *n, LibBnCoef kc, BnAct fa, LibLaunch *l,
+                       int *count, size_t *scratch, CtErr *err)
 {
     Builder b = {g, l, 0, sms};
     size_t fwd_bytes = 0, grad_bytes;
     int64_t C = val(&b, bn->in[0])->type.shape.d[1];
-    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
     *count = 0;
     if (kc.at >= 0) { /* the forward's coefficients, kept by its step, which ran before this one */
         fa.fwd = (Place){LA_KEPT, (size_t)kc.at};
@@ -1006,6 +1018,46 @@ int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, co
     return 0;
 }
 
+int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
+                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+{
+    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
+    return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
+}
+
+/* Whether v is [N, C, 1, 1] of x's N, C and dtype, its elements in row-major order. */
+static int per_channel(const Builder *b, ValueId v, ValueId x)
+{
+    const Value *p = val(b, v), *q = val(b, x);
+    const CtShape *s = &p->type.shape, *xs = &q->type.shape;
+    return s->ndim == 4 && xs->ndim == 4 && s->d[0] == xs->d[0] && s->d[1] == xs->d[1] && s->d[2] == 1 &&
+           s->d[3] == 1 && p->type.dtype == q->type.dtype && value_row_major(p);
+}
+
+int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *mul, const Node *gap)
+{
+    Builder b = {g, NULL, 0, 0};
+    ValueId x = bn->in[0];
+    if (!lib_bn_act_grad_fits(g, bn, act) || !per_channel(&b, gap->in[0], x) ||
+        !same_storage(&b, gap->out[0], act->in[1]))
+        return 0;
+    return !mul || (same_storage(&b, mul->out[0], x) &&
+                    ((same_storage(&b, mul->in[0], x) && per_channel(&b, mul->in[1], x)) ||
+                     (same_storage(&b, mul->in[1], x) && per_channel(&b, mul->in[0], x))));
+}
+
+int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
+                       const Node *mul, const Node *gap, int late_wb, LibLaunch *l, int *count, size_t *scratch,
+                       CtErr *err)
+{
+    const CtShape *xs = &g->values[bn->in[0]].type.shape;
+    int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1;
+    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = mul ? mul->in[big] : -1,
+                .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3],
+                .late_wb = late_wb};
+    return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
+}
+
 int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act)
 {
     Builder b = {g, NULL, 0, 0};
@@ -1014,12 +1066,12 @@ int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const N
            same_storage(&b, n->in[4], x) && (!act || same_storage(&b, act->in[0], x));
 }
 
-int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
-                    int *count, size_t *scratch, CtErr *err)
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, int late_wb,
+                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
 {
     Builder b = {g, l, 0, sms};
     BnAct fa = {.act = act ? (int)act->iattr[0] : -1, .approx = act ? (int)act->iattr[1] : 0, .dy = n->in[4],
-                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
+                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1, .late_wb = late_wb};
     *count = 0;
     if (plan_batch_norm(&b, n, NULL, &fa, NULL, scratch, err))
         return -1;

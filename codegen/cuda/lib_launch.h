@@ -153,10 +153,27 @@ int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, co
  * block's gradients, add's output, then the act_grad act of the block's
  * activation (NULL: none), computed and stored by its statistics kernel
  * (launch_plan.c's bn_sum_grad_step), so that it is written once and not
- * read back for the statistics. As lib_launches. Where
- * lib_bn_sum_grad_fits: the operands stored as n's x. */
+ * read back for the statistics; late_wb: dw and db stored by a launch of
+ * their own after the others (where they take the place of a value those
+ * read). As lib_launches. Where lib_bn_sum_grad_fits: the operands stored
+ * as n's x. */
 int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act);
-int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
-                    int *count, size_t *scratch, CtErr *err);
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, int late_wb,
+                    LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+
+/* The launches of a batch_norm_grad n whose dy is the act_grad act of
+ * batch_norm bn's activation (as lib_bn_act_grad), act's dy a
+ * squeeze-excitation's gradient mul + gap, read by act alone: each pass
+ * computes it where it reads dy, from mul's [N, C, H, W] operand, its
+ * [N, C, 1, 1] scale and the pooled gradient gap reads (mul NULL: gap's
+ * output alone, a global pool's gradient; launch_plan.c's
+ * bn_excite_grad_step), so that it is never written; late_wb as
+ * lib_bn_sum_grad's. As lib_launches.
+ * Where lib_bn_excite_grad_fits: lib_bn_act_grad_fits, the scale and the
+ * pooled gradient in x's dtype, their elements in row-major order. */
+int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *mul, const Node *gap);
+int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
+                       const Node *mul, const Node *gap, int late_wb, LibLaunch *l, int *count, size_t *scratch,
+                       CtErr *err);
 
 #endif
