@@ -349,6 +349,34 @@ static int gemm_bias_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     return 1;
 }
 
+/* Whether fusion step s is an elementwise kernel (no view) of one or two
+ * nodes, *first and *second (NULL: one), and step s + 1 a library call of
+ * one node, *lib: the pairs a library step may run as one. */
+static int kernel_then_library(const Graph *g, const LaunchPlan *lp, int s, const Node **first, const Node **second,
+                               const Node **lib)
+{
+    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
+        ns->kind != FUSE_LIBRARY || ns->n != 1)
+        return 0;
+    *first = &g->nodes[lp->fuse.nodes[fs->first]];
+    *second = fs->n == 2 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
+    *lib = &g->nodes[lp->fuse.nodes[ns->first]];
+    return 1;
+}
+
+/* How many reads of value v the graph has (its outputs' reads counted). */
+static int value_readers(const Graph *g, ValueId v)
+{
+    int readers = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            readers += g->nodes[i].in[k] == v;
+    for (int k = 0; k < g->noutputs; k++)
+        readers += g->outputs[k] == v;
+    return readers;
+}
+
 /* Fusion step s, an elementwise kernel of its own adding two values (one
  * perhaps a cast's, read nowhere else), and step s + 1, a layer_norm of
  * that sum alone, as one (lib_layer_norm_res): 1 when they run so, 0 when
@@ -358,25 +386,26 @@ static int gemm_bias_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
  * (the memory plan may have freed either operand at the add). */
 static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
-    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
-    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
-        ns->kind != FUSE_LIBRARY || ns->n != 1)
+    const Node *cast, *add, *ln;
+    if (!kernel_then_library(g, lp, s, &cast, &add, &ln))
         return 0;
-    const Node *ln = &g->nodes[lp->fuse.nodes[ns->first]], *add = &g->nodes[lp->fuse.nodes[fs->first + fs->n - 1]];
+    if (!add) { /* the add alone */
+        add = cast;
+        cast = NULL;
+    }
     if (ln->op != CT_OP_layer_norm || add->op != CT_OP_add || add->out[0] != ln->in[0])
         return 0;
     if (!own_launch(lp, s))
         return 0;
     int c = 0; /* the add's operand the cast makes (1 or 2), or 0 */
-    if (fs->n == 2) {
-        const Node *cast = &g->nodes[lp->fuse.nodes[fs->first]];
+    if (cast) {
         if (cast->op != CT_OP_cast || lp->fuse.materialised[cast->out[0]])
             return 0;
         c = add->in[0] == cast->out[0] ? 1 : add->in[1] == cast->out[0] ? 2 : 0;
         if (!c)
             return 0;
     }
-    ValueId x = add->in[c == 1], res = c ? g->nodes[lp->fuse.nodes[fs->first]].in[0] : add->in[1];
+    ValueId x = add->in[c == 1], res = c ? cast->in[0] : add->in[1];
     ValueId sum = lp->fuse.materialised[add->out[0]] ? add->out[0] : -1, y = ln->out[0];
     if (!lib_layer_norm_res_fits(g, ln, x, res))
         return 0;
@@ -387,7 +416,7 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
         return 0;
     LpStep *st = span_step(lp, s, 1);
     if (lib_layer_norm_res(g, ln, x, res, sum, st->lib, &st->nlib, err))
-        return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[ns->first]);
+        return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[lp->fuse.steps[s + 1].first]);
     return 1;
 }
 
@@ -422,12 +451,9 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
  * back for the statistics. 1 when they run so, 0 when not, -1 on failure. */
 static int bn_sum_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
-    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
-    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
-        ns->kind != FUSE_LIBRARY || ns->n != 1)
+    const Node *add, *act, *n;
+    if (!kernel_then_library(g, lp, s, &add, &act, &n))
         return 0;
-    const Node *add = &g->nodes[lp->fuse.nodes[fs->first]], *n = &g->nodes[lp->fuse.nodes[ns->first]];
-    const Node *act = fs->n == 2 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
     if (add->op != CT_OP_add || n->op != CT_OP_batch_norm_grad || n->iattr[1] ||
         n->in[4] != (act ? act->out[0] : add->out[0]))
         return 0;
@@ -451,7 +477,7 @@ static int bn_sum_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     LpStep *st = span_step(lp, s, 1);
     size_t scratch;
     if (lib_bn_sum_grad(g, lp->sms, n, add, act, late_wb, st->lib, &st->nlib, &scratch, err))
-        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[ns->first]);
+        return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + 1].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return 1;
 }
@@ -483,13 +509,7 @@ static int bn_excite_grad_step(const Graph *g, LaunchPlan *lp, int s, const int 
                 !((add->in[0] == mul->out[0] && add->in[1] == gap->out[0]) ||
                   (add->in[1] == mul->out[0] && add->in[0] == gap->out[0]))))
         return 0;
-    int readers = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            readers += g->nodes[i].in[k] == out;
-    for (int k = 0; k < g->noutputs; k++)
-        readers += g->outputs[k] == out;
-    if (readers != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
+    if (value_readers(g, out) != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
         return 0;
     /* dx, stored by the apply pass while it reads what dy is computed
      * from, may take the place of dy (element for element); dw and db,
@@ -517,12 +537,9 @@ static int bn_excite_grad_step(const Graph *g, LaunchPlan *lp, int s, const int 
  * run so, 0 when not, -1 on failure. */
 static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
-    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
-    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n > 2 ||
-        ns->kind != FUSE_LIBRARY || ns->n != 1)
+    const Node *m, *c, *r;
+    if (!kernel_then_library(g, lp, s, &m, &c, &r))
         return 0;
-    const Node *m = &g->nodes[lp->fuse.nodes[fs->first]], *r = &g->nodes[lp->fuse.nodes[ns->first]];
-    const Node *c = fs->n == 2 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
     if (r->op != CT_OP_reduce_sum || m->op != CT_OP_mul || (m->in[0] != r->in[0]) == (m->in[1] != r->in[0]))
         return 0;
     if (c && (c->op != CT_OP_cast || c->in[0] != m->out[0] || lp->fuse.materialised[m->out[0]]))
@@ -537,7 +554,7 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     LpStep *st = span_step(lp, s, 1);
     size_t scratch;
     if (lib_reduce_sum_side(g, lp->sms, r, side, scale, st->lib, &st->nlib, &scratch, err))
-        return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[ns->first]);
+        return ct_failctx(err, "node %d (reduce_sum)", lp->fuse.nodes[lp->fuse.steps[s + 1].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return 1;
 }
@@ -549,26 +566,18 @@ static int reduce_side_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
  * so, 0 when not, -1 on failure. */
 static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
-    const FuseStep *fs = &lp->fuse.steps[s], *ns = fs + 1;
-    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_ELEMENTWISE || fs->view || fs->n != 1 ||
-        ns->kind != FUSE_LIBRARY || ns->n != 1)
+    const Node *c, *second, *n;
+    if (!kernel_then_library(g, lp, s, &c, &second, &n) || second)
         return 0;
-    const Node *c = &g->nodes[lp->fuse.nodes[fs->first]], *n = &g->nodes[lp->fuse.nodes[ns->first]];
-    if (!lib_cast_copy_fits(g, c, n) || (n->op == CT_OP_permute && same_address(lp, g, ns)))
+    if (!lib_cast_copy_fits(g, c, n) || (n->op == CT_OP_permute && same_address(lp, g, &lp->fuse.steps[s + 1])))
         return 0;
     if (!own_launch(lp, s))
         return 0;
-    int readers = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            readers += g->nodes[i].in[k] == c->out[0];
-    for (int k = 0; k < g->noutputs; k++)
-        readers += g->outputs[k] == c->out[0];
-    if (readers != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
+    if (value_readers(g, c->out[0]) != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
         return 0;
     LpStep *st = span_step(lp, s, 1);
     if (lib_cast_copy(g, c, n, st->lib, &st->nlib, err))
-        return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[ns->first], op_def(n->op)->name);
+        return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[lp->fuse.steps[s + 1].first], op_def(n->op)->name);
     return 1;
 }
 
