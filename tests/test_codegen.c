@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "graph_nodes.h"
 #include "codegen/host_compile.h"
 #include "codegen/render.h"
 #include "ir/formulas.h"
@@ -28,21 +29,6 @@ static int covered[CT_NOPS]; /* per op: some case compiled and ran it */
 static ValueId input(Graph *g, const char *name, CtDType dt, int ndim, const int64_t *d)
 {
     return graph_add_value(g, (CtType){shape_make(ndim, d), dt}, CT_ROLE_INPUT, name);
-}
-
-static ValueId node(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf,
-                    int out)
-{
-    Node n = {.op = op, .nin = nin};
-    memcpy(n.in, in, sizeof *in * (size_t)nin);
-    if (na)
-        memcpy(n.iattr, a, sizeof *a * (size_t)na);
-    if (nf)
-        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
-    CtErr err;
-    int i = graph_add_node(g, &n, "t", &err);
-    CHECKF(i >= 0, "%s: %s", op_def(op)->name, err.msg);
-    return i >= 0 ? g->nodes[i].out[out] : 0;
 }
 
 /* The inputs every case draws from: x [2,3,4,5] in (-4, 4), pos alike in
@@ -234,7 +220,7 @@ static void build_act(Graph *g, const Ins *in, int variant)
 {
     CtOp op = acts[variant / 2];
     ValueId x = op == CT_OP_rsqrt || op == CT_OP_sqrt ? in->pos : in->x;
-    graph_mark_output(g, node(g, op, 1, &x, (int64_t[]){variant & 1}, op == CT_OP_gelu, NULL, 0, 0));
+    graph_mark_output(g, test_node(g, op, 1, &x, (int64_t[]){variant & 1}, op == CT_OP_gelu, NULL, 0));
 }
 
 static void build_act_grad(Graph *g, const Ins *in, int variant)
@@ -242,7 +228,7 @@ static void build_act_grad(Graph *g, const Ins *in, int variant)
     CtOp op = acts[variant / 2];
     ValueId x = op == CT_OP_rsqrt || op == CT_OP_sqrt ? in->pos : in->x;
     int64_t a[2] = {op, op == CT_OP_gelu ? variant & 1 : 0};
-    graph_mark_output(g, node(g, CT_OP_act_grad, 2, (ValueId[]){x, in->pos}, a, 2, NULL, 0, 0));
+    graph_mark_output(g, test_node(g, CT_OP_act_grad, 2, (ValueId[]){x, in->pos}, a, 2, NULL, 0));
 }
 
 /* add, mul, div with broadcasts both ways, scale_shift, clamp, clip_coef,
@@ -252,30 +238,30 @@ static void build_misc(Graph *g, const Ins *in, int variant)
 {
     ValueId y;
     switch (variant) {
-    case 0: y = node(g, CT_OP_add, 2, (ValueId[]){in->x, in->y}, NULL, 0, NULL, 0, 0); break;
-    case 1: y = node(g, CT_OP_mul, 2, (ValueId[]){in->y, in->x}, NULL, 0, NULL, 0, 0); break;
-    case 2: y = node(g, CT_OP_div, 2, (ValueId[]){in->x, in->ypos}, NULL, 0, NULL, 0, 0); break;
-    case 3: y = node(g, CT_OP_div, 2, (ValueId[]){in->s, in->pos}, NULL, 0, NULL, 0, 0); break;
-    case 4: y = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){-0.75, 0.5}, 2, 0); break;
-    case 5: y = node(g, CT_OP_clamp, 1, &in->x, NULL, 0, (double[]){-1, 2.5}, 2, 0); break;
-    case 6: y = node(g, CT_OP_clip_coef, 1, &in->pos, NULL, 0, (double[]){1.5, 0, 1e-6, 0}, 4, 0); break;
+    case 0: y = test_node(g, CT_OP_add, 2, (ValueId[]){in->x, in->y}, NULL, 0, NULL, 0); break;
+    case 1: y = test_node(g, CT_OP_mul, 2, (ValueId[]){in->y, in->x}, NULL, 0, NULL, 0); break;
+    case 2: y = test_node(g, CT_OP_div, 2, (ValueId[]){in->x, in->ypos}, NULL, 0, NULL, 0); break;
+    case 3: y = test_node(g, CT_OP_div, 2, (ValueId[]){in->s, in->pos}, NULL, 0, NULL, 0); break;
+    case 4: y = test_node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){-0.75, 0.5}, 2); break;
+    case 5: y = test_node(g, CT_OP_clamp, 1, &in->x, NULL, 0, (double[]){-1, 2.5}, 2); break;
+    case 6: y = test_node(g, CT_OP_clip_coef, 1, &in->pos, NULL, 0, (double[]){1.5, 0, 1e-6, 0}, 4); break;
     case 7: {
-        ValueId sq = node(g, CT_OP_mul, 2, (ValueId[]){in->x, in->x}, NULL, 0, NULL, 0, 0);
-        y = node(g, CT_OP_clip_coef, 2, (ValueId[]){in->pos, sq}, NULL, 0, (double[]){0.3, 1e-3, 0, 1e-6}, 4, 0);
+        ValueId sq = test_node(g, CT_OP_mul, 2, (ValueId[]){in->x, in->x}, NULL, 0, NULL, 0);
+        y = test_node(g, CT_OP_clip_coef, 2, (ValueId[]){in->pos, sq}, NULL, 0, (double[]){0.3, 1e-3, 0, 1e-6}, 4);
         break;
     }
-    case 8: y = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0); break;
-    case 11: y = node(g, CT_OP_clamp_grad, 2, (ValueId[]){in->x, in->pos}, NULL, 0, (double[]){-1, 2.5}, 2, 0); break;
+    case 8: y = test_node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0); break;
+    case 11: y = test_node(g, CT_OP_clamp_grad, 2, (ValueId[]){in->x, in->pos}, NULL, 0, (double[]){-1, 2.5}, 2); break;
     case 12: { /* a global pool's gradient, broadcast in the add that reads it */
         ValueId d = input(g, "dy", CT_F32, 4, (int64_t[]){2, 3, 1, 1});
-        ValueId b = node(g, CT_OP_global_avg_pool2d_grad, 1, &d, (int64_t[]){4, 5}, 2, NULL, 0, 0);
-        y = node(g, CT_OP_add, 2, (ValueId[]){in->x, b}, NULL, 0, NULL, 0, 0);
+        ValueId b = test_node(g, CT_OP_global_avg_pool2d_grad, 1, &d, (int64_t[]){4, 5}, 2, NULL, 0);
+        y = test_node(g, CT_OP_add, 2, (ValueId[]){in->x, b}, NULL, 0, NULL, 0);
         break;
     }
     default: {
-        ValueId h = node(g, CT_OP_cast, 1, &in->x, (int64_t[]){variant == 9 ? CT_F16 : CT_BF16}, 1, NULL, 0, 0);
-        ValueId t = node(g, CT_OP_scale_shift, 1, &h, NULL, 0, (double[]){3, 0.25}, 2, 0);
-        y = node(g, CT_OP_cast, 1, &t, (int64_t[]){CT_F32}, 1, NULL, 0, 0);
+        ValueId h = test_node(g, CT_OP_cast, 1, &in->x, (int64_t[]){variant == 9 ? CT_F16 : CT_BF16}, 1, NULL, 0);
+        ValueId t = test_node(g, CT_OP_scale_shift, 1, &h, NULL, 0, (double[]){3, 0.25}, 2);
+        y = test_node(g, CT_OP_cast, 1, &t, (int64_t[]){CT_F32}, 1, NULL, 0);
         break;
     }
     }
@@ -294,52 +280,53 @@ static void build_update(Graph *g, const Ins *in, int variant)
 {
     ValueId lr = in->s;
     if (variant == 15) {
-        ValueId one = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, 1}, 2, 0);
-        ValueId m = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
-        node(g, CT_OP_lion_update, 5, (ValueId[]){in->pos, in->x, m, lr, one}, NULL, 0,
-             (double[]){0.9, 0.99, 0.05}, 3, 0);
+        ValueId one = test_node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, 1}, 2);
+        ValueId m = test_node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0);
+        test_node(g, CT_OP_lion_update, 5, (ValueId[]){in->pos, in->x, m, lr, one}, NULL, 0,
+                  (double[]){0.9, 0.99, 0.05}, 3);
     } else if ((variant >= 16 && variant <= 19) || variant == 24) {
-        ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
-        ValueId avg = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0.5, 0}, 2, 0);
-        node(g, CT_OP_adamx_update, variant == 24 ? 7 : 6, (ValueId[]){in->pos, in->x, m, in->pos, lr, in->step, avg},
-             (int64_t[]){variant == 24 ? 4 : variant - 16, 0}, 2, (double[]){0.9, 0.999, 1e-8, 0.05, 0.333}, 5, 0);
+        ValueId m = test_node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2);
+        ValueId avg = test_node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0.5, 0}, 2);
+        test_node(g, CT_OP_adamx_update, variant == 24 ? 7 : 6,
+                  (ValueId[]){in->pos, in->x, m, in->pos, lr, in->step, avg},
+                  (int64_t[]){variant == 24 ? 4 : variant - 16, 0}, 2, (double[]){0.9, 0.999, 1e-8, 0.05, 0.333}, 5);
     } else if (variant == 20 || variant == 21) {
-        ValueId sum = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.5, 0}, 2, 0);
-        node(g, CT_OP_madgrad_update, 7, (ValueId[]){in->pos, in->x, in->pos, sum, in->pos, lr, in->step},
-             (int64_t[]){variant == 21}, 1, (double[]){variant == 20 ? 0.9 : 0, 0.01, 1e-6}, 3, 0);
+        ValueId sum = test_node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.5, 0}, 2);
+        test_node(g, CT_OP_madgrad_update, 7, (ValueId[]){in->pos, in->x, in->pos, sum, in->pos, lr, in->step},
+                  (int64_t[]){variant == 21}, 1, (double[]){variant == 20 ? 0.9 : 0, 0.01, 1e-6}, 3);
     } else if (variant >= 22 && variant <= 23) {
-        ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
-        node(g, CT_OP_adan_update, 8, (ValueId[]){in->pos, in->x, m, m, in->pos, in->pos, lr, in->step},
-             (int64_t[]){variant == 23}, 1, (double[]){0.98, 0.92, 0.99, 1e-8, 0.02}, 5, 0);
+        ValueId m = test_node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2);
+        test_node(g, CT_OP_adan_update, 8, (ValueId[]){in->pos, in->x, m, m, in->pos, in->pos, lr, in->step},
+                  (int64_t[]){variant == 23}, 1, (double[]){0.98, 0.92, 0.99, 1e-8, 0.02}, 5);
     } else if (variant < 4) {
-        ValueId buf = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
+        ValueId buf = test_node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0);
         ValueId ins[5] = {in->pos, in->x, buf, lr, lr};
         int nin = 4;
         if (variant >= 2) { /* apply: the scalar 0 or 1 */
-            ins[4] = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 2}, 2, 0);
+            ins[4] = test_node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 2}, 2);
             nin = 5;
         }
-        node(g, CT_OP_sgd_update, nin, ins, (int64_t[]){variant & 1}, 1, (double[]){0.9, 1e-2}, 2, 0);
+        test_node(g, CT_OP_sgd_update, nin, ins, (int64_t[]){variant & 1}, 1, (double[]){0.9, 1e-2}, 2);
     } else if (variant >= 9 && variant <= 11) {
-        ValueId sq = node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){0.5, 0.1}, 2, 0);
-        ValueId buf = node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0, 0);
+        ValueId sq = test_node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){0.5, 0.1}, 2);
+        ValueId buf = test_node(g, CT_OP_expand, 1, &in->y, (int64_t[]){4, 2, 3, 4, 5}, 5, NULL, 0);
         ValueId ins[6] = {in->pos, in->x, sq, buf, lr, lr};
         if (variant > 9)
-            ins[5] = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant == 10}, 2, 0);
-        node(g, CT_OP_rmsprop_update, variant > 9 ? 6 : 5, ins, (int64_t[]){variant == 10}, 1,
-             (double[]){0.9, 1e-8, 0.01, variant == 9 ? 0 : 0.9}, 4, 0);
+            ins[5] = test_node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant == 10}, 2);
+        test_node(g, CT_OP_rmsprop_update, variant > 9 ? 6 : 5, ins, (int64_t[]){variant == 10}, 1,
+                  (double[]){0.9, 1e-8, 0.01, variant == 9 ? 0 : 0.9}, 4);
     } else if (variant >= 13 && variant <= 14) {
-        ValueId up = node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 13}, 2, 0);
-        node(g, CT_OP_grad_accumulate, 3, (ValueId[]){in->pos, in->x, up}, NULL, 0, NULL, 0, 0);
+        ValueId up = test_node(g, CT_OP_scale_shift, 1, &in->s, NULL, 0, (double[]){0, variant - 13}, 2);
+        test_node(g, CT_OP_grad_accumulate, 3, (ValueId[]){in->pos, in->x, up}, NULL, 0, NULL, 0);
     } else if (variant == 12) {
-        ValueId sum = node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){2, 0}, 2, 0);
-        node(g, CT_OP_adagrad_update, 4, (ValueId[]){in->pos, in->x, sum, lr}, NULL, 0, (double[]){1e-10, 0.01}, 2,
-             0);
+        ValueId sum = test_node(g, CT_OP_scale_shift, 1, &in->pos, NULL, 0, (double[]){2, 0}, 2);
+        test_node(g, CT_OP_adagrad_update, 4, (ValueId[]){in->pos, in->x, sum, lr}, NULL, 0,
+                  (double[]){1e-10, 0.01}, 2);
     } else {
         int64_t rule = variant == 4 ? 0 : variant == 5 ? 1 : variant == 6 ? 3 : 2;
-        ValueId m = node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2, 0);
+        ValueId m = test_node(g, CT_OP_scale_shift, 1, &in->x, NULL, 0, (double[]){0.1, 0}, 2);
         ValueId ins[6] = {in->pos, in->x, m, in->pos, lr, variant == 8 ? in->late : in->step};
-        node(g, CT_OP_adamw_update, 6, ins, &rule, 1, (double[]){0.9, 0.999, 1e-8, 0.05}, 4, 0);
+        test_node(g, CT_OP_adamw_update, 6, ins, &rule, 1, (double[]){0.9, 0.999, 1e-8, 0.05}, 4);
     }
     const Node *n = &g->nodes[g->nnodes - 1];
     for (int o = 0; o < n->nout; o++)
@@ -352,20 +339,20 @@ static void build_update(Graph *g, const Ins *in, int variant)
 static void build_chain(Graph *g, const Ins *in, int variant)
 {
     if (variant == 0) {
-        ValueId a = node(g, CT_OP_add, 2, (ValueId[]){in->x, in->y}, NULL, 0, NULL, 0, 0);
-        ValueId r = node(g, CT_OP_relu, 1, &a, NULL, 0, NULL, 0, 0);
-        ValueId m = node(g, CT_OP_mul, 2, (ValueId[]){r, in->s}, NULL, 0, NULL, 0, 0);
-        graph_mark_output(g, node(g, CT_OP_gelu, 1, &m, (int64_t[]){0}, 1, NULL, 0, 0));
+        ValueId a = test_node(g, CT_OP_add, 2, (ValueId[]){in->x, in->y}, NULL, 0, NULL, 0);
+        ValueId r = test_node(g, CT_OP_relu, 1, &a, NULL, 0, NULL, 0);
+        ValueId m = test_node(g, CT_OP_mul, 2, (ValueId[]){r, in->s}, NULL, 0, NULL, 0);
+        graph_mark_output(g, test_node(g, CT_OP_gelu, 1, &m, (int64_t[]){0}, 1, NULL, 0));
         graph_mark_output(g, r);
     } else if (variant == 1) {
-        ValueId d = node(g, CT_OP_add, 2, (ValueId[]){in->pos, in->x}, NULL, 0, NULL, 0, 0);
-        ValueId ag = node(g, CT_OP_act_grad, 2, (ValueId[]){in->x, d}, (int64_t[]){CT_OP_silu, 0}, 2, NULL, 0, 0);
-        graph_mark_output(g, node(g, CT_OP_div, 2, (ValueId[]){ag, in->ypos}, NULL, 0, NULL, 0, 0));
+        ValueId d = test_node(g, CT_OP_add, 2, (ValueId[]){in->pos, in->x}, NULL, 0, NULL, 0);
+        ValueId ag = test_node(g, CT_OP_act_grad, 2, (ValueId[]){in->x, d}, (int64_t[]){CT_OP_silu, 0}, 2, NULL, 0);
+        graph_mark_output(g, test_node(g, CT_OP_div, 2, (ValueId[]){ag, in->ypos}, NULL, 0, NULL, 0));
     } else {
-        ValueId r = node(g, CT_OP_hard_swish, 1, &in->x, NULL, 0, NULL, 0, 0);
-        ValueId v = node(g, CT_OP_reshape, 1, &r, (int64_t[]){2, 6, 20}, 3, NULL, 0, 0);
-        ValueId m = node(g, CT_OP_mul, 2, (ValueId[]){v, in->s}, NULL, 0, NULL, 0, 0);
-        graph_mark_output(g, node(g, CT_OP_scale_shift, 1, &m, NULL, 0, (double[]){2, -1}, 2, 0));
+        ValueId r = test_node(g, CT_OP_hard_swish, 1, &in->x, NULL, 0, NULL, 0);
+        ValueId v = test_node(g, CT_OP_reshape, 1, &r, (int64_t[]){2, 6, 20}, 3, NULL, 0);
+        ValueId m = test_node(g, CT_OP_mul, 2, (ValueId[]){v, in->s}, NULL, 0, NULL, 0);
+        graph_mark_output(g, test_node(g, CT_OP_scale_shift, 1, &m, NULL, 0, (double[]){2, -1}, 2));
     }
 }
 
@@ -386,8 +373,8 @@ static void test_channels_last(KernelCache *cache)
     int nin;
     graph_init(&g);
     ValueId x = input(&g, "x", CT_F32, 4, (int64_t[]){N, C, H, W}), b = input(&g, "y", CT_F32, 3, (int64_t[]){C, 1, 1});
-    ValueId a = node(&g, CT_OP_add, 2, (ValueId[]){x, b}, NULL, 0, NULL, 0, 0);
-    ValueId r = node(&g, CT_OP_relu, 1, &a, NULL, 0, NULL, 0, 0);
+    ValueId a = test_node(&g, CT_OP_add, 2, (ValueId[]){x, b}, NULL, 0, NULL, 0);
+    ValueId r = test_node(&g, CT_OP_relu, 1, &a, NULL, 0, NULL, 0);
     g.values[x].layout = g.values[a].layout = g.values[r].layout = CT_LAYOUT_CHANNELS_LAST;
     graph_mark_output(&g, r);
     graph_mark_output(&g, a);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph_nodes.h"
 #include "codegen/kir.h"
 #include "ir/buf.h"
 #include "model_graphs.h"
@@ -17,25 +18,10 @@ static ValueId input(Graph *g, const char *name, int ndim, const int64_t *d)
     return graph_add_value(g, (CtType){shape_make(ndim, d), CT_F32}, CT_ROLE_INPUT, name);
 }
 
-/* Appends op(in...) with attributes; returns its output 0. */
-static ValueId node(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf)
-{
-    Node n = {.op = op, .nin = nin};
-    memcpy(n.in, in, sizeof *in * (size_t)nin);
-    if (na)
-        memcpy(n.iattr, a, sizeof *a * (size_t)na);
-    if (nf)
-        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
-    CtErr err;
-    int i = graph_add_node(g, &n, "t", &err);
-    CHECKF(i >= 0, "%s", err.msg);
-    return i >= 0 ? g->nodes[i].out[0] : 0;
-}
-
-static ValueId unary(Graph *g, CtOp op, ValueId x) { return node(g, op, 1, &x, NULL, 0, NULL, 0); }
+static ValueId unary(Graph *g, CtOp op, ValueId x) { return test_node(g, op, 1, &x, NULL, 0, NULL, 0); }
 static ValueId binary(Graph *g, CtOp op, ValueId x, ValueId y)
 {
-    return node(g, op, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0);
+    return test_node(g, op, 2, (ValueId[]){x, y}, NULL, 0, NULL, 0);
 }
 
 static int plan_ok(const Graph *g, FusePlan *p)
@@ -61,7 +47,7 @@ static void test_chain(void)
         graph_init(&g);
         ValueId x = input(&g, "x", 4, (int64_t[]){2, 3, 4, 4}), b = input(&g, "b", 3, (int64_t[]){3, 1, 1});
         ValueId a = binary(&g, CT_OP_add, x, b), r = unary(&g, CT_OP_relu, a);
-        ValueId y = node(&g, CT_OP_scale_shift, 1, &r, NULL, 0, (double[]){2, 1}, 2);
+        ValueId y = test_node(&g, CT_OP_scale_shift, 1, &r, NULL, 0, (double[]){2, 1}, 2);
         graph_mark_output(&g, y);
         if (relu_out)
             graph_mark_output(&g, r);
@@ -94,7 +80,7 @@ static void test_epilogue(void)
         ValueId x = input(&g, "x", 2, (int64_t[]){4, 8}), w = input(&g, "w", 2, (int64_t[]){8, 6});
         ValueId bias = input(&g, "bias", 1, (int64_t[]){6});
         ValueId m = binary(&g, CT_OP_matmul, x, w), a = binary(&g, CT_OP_add, m, bias);
-        ValueId y = node(&g, CT_OP_gelu, 1, &a, (int64_t[]){0}, 1, NULL, 0);
+        ValueId y = test_node(&g, CT_OP_gelu, 1, &a, (int64_t[]){0}, 1, NULL, 0);
         graph_mark_output(&g, y);
         ValueId z = aux ? binary(&g, CT_OP_mul, a, y) : -1;
         if (aux)
@@ -125,7 +111,7 @@ static void test_bn_epilogue(void)
         ValueId in[5] = {x};
         for (int k = 1; k < 5; k++)
             in[k] = input(&g, "c", 1, (int64_t[]){4});
-        ValueId y = node(&g, CT_OP_batch_norm, 5, in, (int64_t[]){0, 0}, 2, (double[]){0.1, 1e-5}, 2);
+        ValueId y = test_node(&g, CT_OP_batch_norm, 5, in, (int64_t[]){0, 0}, 2, (double[]){0.1, 1e-5}, 2);
         ValueId a = binary(&g, CT_OP_add, y, r), z = unary(&g, CT_OP_relu, a);
         graph_mark_output(&g, z);
         if (plan_ok(&g, &p)) {
@@ -151,7 +137,7 @@ static void test_no_cycle(void)
     FusePlan p;
     graph_init(&g);
     ValueId x = input(&g, "x", 2, (int64_t[]){4, 8});
-    ValueId a = unary(&g, CT_OP_relu, x), s = node(&g, CT_OP_softmax, 1, &a, (int64_t[]){1}, 1, NULL, 0);
+    ValueId a = unary(&g, CT_OP_relu, x), s = test_node(&g, CT_OP_softmax, 1, &a, (int64_t[]){1}, 1, NULL, 0);
     ValueId y = binary(&g, CT_OP_mul, a, s);
     graph_mark_output(&g, y);
     if (plan_ok(&g, &p)) {
@@ -172,9 +158,9 @@ static void test_view_and_check(void)
     CtErr err;
     graph_init(&g);
     ValueId x = input(&g, "x", 2, (int64_t[]){4, 8});
-    ValueId s = node(&g, CT_OP_softmax, 1, &x, (int64_t[]){1}, 1, NULL, 0);
-    ValueId r = node(&g, CT_OP_reshape, 1, &s, (int64_t[]){1, 32}, 2, NULL, 0);
-    ValueId t = node(&g, CT_OP_softmax, 1, &r, (int64_t[]){0}, 1, NULL, 0);
+    ValueId s = test_node(&g, CT_OP_softmax, 1, &x, (int64_t[]){1}, 1, NULL, 0);
+    ValueId r = test_node(&g, CT_OP_reshape, 1, &s, (int64_t[]){1, 32}, 2, NULL, 0);
+    ValueId t = test_node(&g, CT_OP_softmax, 1, &r, (int64_t[]){0}, 1, NULL, 0);
     graph_mark_output(&g, t);
     if (plan_ok(&g, &p)) {
         CHECK(p.nsteps == 3 && p.kernels_after == 2 && p.steps[1].view && p.steps[1].launch == -1);
@@ -271,14 +257,15 @@ static void test_siblings(void)
         graph_init(&g);
         ValueId x = input(&g, "x", 2, (int64_t[]){6, 8}), dy = input(&g, "dy", 2, (int64_t[]){6, 8});
         ValueId w = input(&g, "w", 2, (int64_t[]){8, 8}), b = input(&g, "b", 1, (int64_t[]){8});
-        ValueId first = c == 2   ? node(&g, CT_OP_reshape, 1, &x, (int64_t[]){2, 8, 6}, 3, NULL, 0)
+        ValueId first = c == 2   ? test_node(&g, CT_OP_reshape, 1, &x, (int64_t[]){2, 8, 6}, 3, NULL, 0)
                         : c == 3 ? unary(&g, CT_OP_exp, b)
-                                 : node(&g, CT_OP_act_grad, 2, (ValueId[]){x, dy}, (int64_t[]){CT_OP_gelu, 0}, 2,
-                                        NULL, 0);
+                                 : test_node(&g, CT_OP_act_grad, 2, (ValueId[]){x, dy}, (int64_t[]){CT_OP_gelu, 0}, 2,
+                                             NULL, 0);
         graph_mark_output(&g, first);
         if (c == 1) /* a library step between them */
             graph_mark_output(&g, binary(&g, CT_OP_matmul, dy, w));
-        ValueId second = c == 3 ? binary(&g, CT_OP_add, x, b) : node(&g, CT_OP_gelu, 1, &x, (int64_t[]){0}, 1, NULL, 0);
+        ValueId second =
+            c == 3 ? binary(&g, CT_OP_add, x, b) : test_node(&g, CT_OP_gelu, 1, &x, (int64_t[]){0}, 1, NULL, 0);
         graph_mark_output(&g, second);
         if (!plan_ok(&g, &p)) {
             graph_free(&g);
@@ -314,8 +301,8 @@ static void test_sink(void)
         const int64_t full[] = {2, 4, 3, 3}, per_channel[] = {2, 4, 1, 1};
         ValueId x = input(&g, "x", 4, full), dy = input(&g, "dy", 4, full), s = input(&g, "s", 4, per_channel);
         ValueId y = binary(&g, c == 2 ? CT_OP_add : CT_OP_mul, dy, c == 2 ? x : s);
-        ValueId r = node(&g, CT_OP_reduce_sum, 1, (ValueId[]){binary(&g, CT_OP_mul, dy, x)}, (int64_t[]){12, 1}, 2,
-                         NULL, 0);
+        ValueId r = test_node(&g, CT_OP_reduce_sum, 1, (ValueId[]){binary(&g, CT_OP_mul, dy, x)}, (int64_t[]){12, 1}, 2,
+                              NULL, 0);
         ValueId w = binary(&g, CT_OP_add, y, r);
         graph_mark_output(&g, w);
         if (c == 1)

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph_nodes.h"
 #include "model_graphs.h"
 #include "codegen/cuda/launch_plan.h"
 
@@ -321,21 +322,6 @@ static void test_attention_kernels(void)
     }
 }
 
-/* Appends op(in...) to g; returns its output 0. */
-static ValueId add(Graph *g, CtOp op, int nin, const ValueId *in, const int64_t *a, int na, const double *f, int nf)
-{
-    Node n = {.op = op, .nin = nin};
-    memcpy(n.in, in, sizeof *in * (size_t)nin);
-    if (na)
-        memcpy(n.iattr, a, sizeof *a * (size_t)na);
-    if (nf)
-        memcpy(n.fattr, f, sizeof *f * (size_t)nf);
-    CtErr err;
-    int i = graph_add_node(g, &n, "t", &err);
-    CHECKF(i >= 0, "%s", err.msg);
-    return i >= 0 ? g->nodes[i].out[0] : 0;
-}
-
 /* A reshape of a parameter is its memory only where nothing reads it
  * after the optimizer updates the parameter in place: a hand-built step
  * reading one reshape before the update and one after. */
@@ -352,14 +338,15 @@ static void test_state_view_order(void)
     g.state[g.nstate++] = p;
     g.state[g.nstate++] = buf;
     int64_t row[] = {2, 1, 4};
-    ValueId before = add(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0), after = add(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0);
-    graph_mark_output(&g, add(&g, CT_OP_mul, 2, (ValueId[]){x, before}, NULL, 0, NULL, 0));
-    ValueId np = add(&g, CT_OP_sgd_update, 4, (ValueId[]){p, dp, buf, lr}, (int64_t[]){0, 0, 0}, 3,
-                     (double[]){0.9, 0, 0}, 3);
+    ValueId before = test_node(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0);
+    ValueId after = test_node(&g, CT_OP_reshape, 1, &p, row, 3, NULL, 0);
+    graph_mark_output(&g, test_node(&g, CT_OP_mul, 2, (ValueId[]){x, before}, NULL, 0, NULL, 0));
+    ValueId np = test_node(&g, CT_OP_sgd_update, 4, (ValueId[]){p, dp, buf, lr}, (int64_t[]){0, 0, 0}, 3,
+                           (double[]){0.9, 0, 0}, 3);
     ValueId nbuf = g.nodes[g.values[np].producer].out[1];
-    add(&g, CT_OP_assign, 2, (ValueId[]){p, np}, NULL, 0, NULL, 0);
-    add(&g, CT_OP_assign, 2, (ValueId[]){buf, nbuf}, NULL, 0, NULL, 0);
-    graph_mark_output(&g, add(&g, CT_OP_mul, 2, (ValueId[]){x, after}, NULL, 0, NULL, 0));
+    test_node(&g, CT_OP_assign, 2, (ValueId[]){p, np}, NULL, 0, NULL, 0);
+    test_node(&g, CT_OP_assign, 2, (ValueId[]){buf, nbuf}, NULL, 0, NULL, 0);
+    graph_mark_output(&g, test_node(&g, CT_OP_mul, 2, (ValueId[]){x, after}, NULL, 0, NULL, 0));
     LaunchPlan lp;
     CtErr err;
     if (launch_plan(&g, 132, &lp, &err) == 0) {
