@@ -2,6 +2,7 @@
  * gradients without changing g; plan_check verifies any plan independently. */
 #include "passes/plan.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,7 +112,7 @@ static int is_view(const Graph *g, const Node *n, const char *is_output)
 static int inplace_input(const Graph *g, const MemPlan *p, int i, const char *is_output)
 {
     const Node *n = &g->nodes[i];
-    if (!op_def(n->op)->inplace || n->nout != 1 || is_view(g, n, is_output))
+    if (!op_def(n->op)->inplace || n->nout != 1 || is_view(g, n, is_output) || p->first[n->out[0]] != i)
         return -1;
     size_t want = aligned_bytes(&g->values[n->out[0]]);
     for (int k = 0; k < n->nin; k++) {
@@ -212,7 +213,35 @@ static void repack(const Graph *g, MemPlan *p, const char *is_output)
     free(live);
 }
 
-int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
+int plan_memory(const Graph *g, MemPlan *p, CtErr *err) { return plan_memory_hinted(g, NULL, p, err); }
+
+/* The arena values (view group roots) born before their producer, by
+ * birth: {birth, value} pairs, ended by {INT_MAX, -1}. */
+typedef struct Birth {
+    int node;
+    ValueId v;
+} Birth;
+
+static int by_birth(const void *a, const void *b)
+{
+    const Birth *x = a, *y = b;
+    return x->node != y->node ? (x->node > y->node) - (x->node < y->node) : (x->v > y->v) - (x->v < y->v);
+}
+
+static Birth *born_early(const Graph *g, const MemPlan *p, const char *is_output)
+{
+    Birth *early = malloc(sizeof *early * (size_t)(g->nvalues + 1));
+    CT_ASSERT(early != NULL);
+    int n = 0;
+    for (ValueId v = 0; v < g->nvalues; v++)
+        if (p->view_of[v] == v && p->first[v] < g->values[v].producer && in_arena(g, v, is_output))
+            early[n++] = (Birth){p->first[v], v};
+    qsort(early, (size_t)n, sizeof *early, by_birth);
+    early[n] = (Birth){INT_MAX, -1};
+    return early;
+}
+
+int plan_memory_hinted(const Graph *g, const PlanHints *h, MemPlan *p, CtErr *err)
 {
     memset(p, 0, sizeof *p);
     int nv = g->nvalues;
@@ -252,6 +281,13 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
         if (is_view(g, &g->nodes[i], is_output))
             p->view_of[g->nodes[i].out[0]] = p->view_of[g->nodes[i].in[0]];
     }
+    for (ValueId v = 0; h && v < nv; v++) {
+        ValueId r = p->view_of[v];
+        if (h->until[v] > p->last[v])
+            p->last[v] = h->until[v];
+        if (h->born[v] >= 0 && h->born[v] < p->first[r])
+            p->first[r] = h->born[v];
+    }
     /* a view group lives from its first value's birth to its last read */
     for (ValueId v = 0; v < nv; v++)
         if (p->last[v] > p->last[p->view_of[v]])
@@ -262,12 +298,15 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     }
 
     FreeList fl = {0};
+    Birth *early = born_early(g, p, is_output), *next = early;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         int alias = inplace_input(g, p, i, is_output);
+        for (; next->node == i; next++)
+            p->offset[next->v] = free_take(&fl, aligned_bytes(&g->values[next->v]));
         for (int k = 0; k < n->nout; k++) {
             ValueId v = n->out[k];
-            if (!in_arena(g, v, is_output))
+            if (!in_arena(g, v, is_output) || (p->view_of[v] == v && p->first[v] < i))
                 continue;
             if (p->view_of[v] != v) {
                 p->offset[v] = p->offset[p->view_of[v]];
@@ -293,6 +332,7 @@ int plan_memory(const Graph *g, MemPlan *p, CtErr *err)
     }
     free(fl.off);
     free(fl.size);
+    free(early);
     repack(g, p, is_output);
     free(is_output);
     free(freed);

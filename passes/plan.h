@@ -33,6 +33,17 @@ typedef struct MemPlan {
 } MemPlan;
 
 int plan_memory(const Graph *g, MemPlan *plan, CtErr *err);
+/* Lifetimes asked for beyond the graph's own, per value (-1: none): live
+ * from node born[v] (before its producer), or until node until[v] (after
+ * its last reader). A backend whose fused kernels store a value while they
+ * still read others the graph reads for the last time before it asks for
+ * the two to be live together, so that they do not share bytes
+ * (codegen/cuda/launch_plan.c). A value born early takes no input's space
+ * in place. */
+typedef struct PlanHints {
+    int *born, *until;
+} PlanHints;
+int plan_memory_hinted(const Graph *g, const PlanHints *hints, MemPlan *plan, CtErr *err);
 /* The step's planned peak: the arena, the state, the inputs and outputs. */
 static inline size_t plan_peak_bytes(const MemPlan *p)
 {

@@ -202,8 +202,9 @@ static ValueId batch_norm_body(Builder *b, ValueId h, ValueId index)
  * and ReLU, then a 1x1 conv, batch norm and GELU, trained with the cheap
  * activations recomputed (remat), as ctimm-train does: each norm with its
  * activation recomputed in the backward, whose act_grad only its
- * batch_norm_grad reads, so that the launch plan runs the SiLU's and the
- * GELU's three steps as one (lib_bn_act_grad), and the ReLU's act_grad and
+ * batch_norm_grad reads, so that the launch plan runs the SiLU's three
+ * steps as one (lib_bn_act_grad), the GELU's with the head's pool gradient
+ * before them (lib_bn_excite_grad), and the ReLU's act_grad and
  * batch_norm_grad (its output, which the act_grad reads, is conv3's input
  * too). */
 static ValueId bn_act_body(Builder *b, ValueId h, ValueId index)
@@ -478,7 +479,7 @@ int main(void)
                 {"attention bias [B,1,N,M] net", mask_body, 0, 0, 0, {0}},
                 {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0, {0}},
                 {"batch norm net", batch_norm_body, 0, 1, 0, {0}},
-                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {1, 2, 0}},
+                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {1, 1, 1}},
                 {"squeeze-excitation net, remat", excite_body, 0, 1, 1, {0, 0, 1}}};
     for (int i = 0; i < 8; i++) {
         const int *remat = nets[i].remat ? nets[i].spans : NULL;

@@ -112,7 +112,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_softmax_grad_f32"))
         ct_softmax_grad_f32(F(0), F(1), F(2), X(3), I(4), I(5), I(6));
     else if (!strcmp(k, "ct_layer_norm_f32"))
-        ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), X(7), I(8), I(9), I(10), R(11));
+        ct_layer_norm_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), R(12));
     else if (!strcmp(k, "ct_layer_norm_grad_x_f32"))
         ct_layer_norm_grad_x_f32(F(0), F(1), F(2), F(3), (int)I(4), F(5), F(6), F(7), X(8), I(9), I(10), I(11), R(12));
     else if (!strcmp(k, "ct_layer_norm_grad_x_rows_f32"))
@@ -141,8 +141,6 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
         ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), I(7), P(8), F(9), X(10), I(11),
                              I(12), I(13), (int)I(14));
-    else if (!strcmp(k, "ct_bn_grad_wb_f32"))
-        ct_bn_grad_wb_f32(P(0), P(1), P(2), (int)I(3), I(4));
     else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
         ct_cross_entropy_rows_f32(F(0), P(1), F(2), I(3), I(4), R(5));
     else if (!strcmp(k, "ct_mean_loss_f32"))

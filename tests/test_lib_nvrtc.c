@@ -17,7 +17,7 @@ static const char *const kernels[] = {
     "ct_reduce_sum", "ct_reduce_sum_cols", "ct_softmax", "ct_softmax_grad", "ct_layer_norm",
     "ct_layer_norm_grad_x", "ct_layer_norm_grad_x_rows", "ct_layer_norm_grad_w",
     "ct_group_norm", "ct_group_norm_grad_x", "ct_group_norm_grad_w", "ct_bn_stats", "ct_bn_grad_stats", "ct_bn_coef",
-    "ct_bn_apply", "ct_bn_grad_apply", "ct_bn_grad_wb", "ct_cross_entropy_rows", "ct_mean_loss",
+    "ct_bn_apply", "ct_bn_grad_apply", "ct_cross_entropy_rows", "ct_mean_loss",
     "ct_cross_entropy_grad", "ct_sdpa", "ct_sdpa_grad_q", "ct_sdpa_grad_kv", "ct_attn", "ct_attn_delta",
     "ct_attn_grad_q", "ct_attn_grad_kv", "ct_gather", "ct_gather_grad"};
 /* the kernels of the 16-bit types alone (CT_GLOBAL16) */

@@ -3,6 +3,7 @@
  * ConvNeXt's permutes) are views, it
  * catches a corrupted plan, outputs nothing reads have their space, and
  * resnet50's training step at batch 256 fits in well under the naive sum. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -125,6 +126,82 @@ static void test_unread_outputs(void)
     graph_free(&g);
 }
 
+/* Lifetimes asked for (PlanHints): a chain of ReLUs, each computed in the
+ * space of its input, keeps its first value apart from the later ones when
+ * that is asked to live until the chain's last node, and its last value
+ * apart from the others when that is born at the first, in two blocks
+ * either way (then a sum needs one more: the space the chain leaves is
+ * given back); the checker accepts the plan of a training graph with many
+ * values asked to live longer, and each lives as long as asked. */
+static void test_hints(void)
+{
+    Graph g;
+    MemPlan p;
+    CtErr err = {{0}};
+    graph_init(&g);
+    ValueId v[4] = {graph_add_value(&g, (CtType){{1, {64}}, CT_F32}, CT_ROLE_INPUT, NULL)};
+    for (int k = 1; k < 4; k++) {
+        Node relu = {.op = CT_OP_relu, .nin = 1, .in = {v[k - 1]}};
+        int i = graph_add_node(&g, &relu, "relu", &err);
+        CHECKF(i >= 0, "%s", err.msg);
+        v[k] = i >= 0 ? g.nodes[i].out[0] : 0;
+    }
+    Node add = {.op = CT_OP_add, .nin = 2, .in = {v[3], v[0]}};
+    int i = graph_add_node(&g, &add, "add", &err);
+    CHECKF(i >= 0, "%s", err.msg);
+    add.in[0] = i >= 0 ? g.nodes[i].out[0] : 0;
+    add.in[1] = v[3];
+    CHECKF(graph_add_node(&g, &add, "add", &err) >= 0, "%s", err.msg);
+    int born[8], until[8];
+    for (int hint = 0; hint < 3; hint++) {
+        for (int k = 0; k < g.nvalues; k++)
+            born[k] = until[k] = -1;
+        if (hint == 1)
+            until[v[1]] = 2;
+        if (hint == 2)
+            born[v[3]] = 0;
+        CHECK(plan_memory_hinted(&g, &(PlanHints){born, until}, &p, &err) == 0);
+        CHECKF(plan_check(&g, &p, &err) == 0, "hint %d: %s", hint, err.msg);
+        int apart = hint == 1 ? v[1] : v[3], others = 0;
+        for (int k = 1; k < 4; k++)
+            others += v[k] != apart && p.offset[v[k]] == p.offset[apart];
+        CHECKF(hint ? others == 0 && p.alias_of[apart] < 0 : p.alias_of[v[2]] == v[1] && p.alias_of[v[3]] == v[2],
+               "hint %d: %%%d shares its place with %d others", hint, apart, others);
+        CHECKF(hint != 2 || p.first[v[3]] == 0, "born at %d", p.first[v[3]]);
+        CHECKF(p.arena_bytes == 2 * PLAN_ALIGN, "hint %d: arena %zu bytes", hint, p.arena_bytes);
+        plan_free(&p);
+    }
+    graph_free(&g);
+
+    if (model_graph("test_resnet", &(GraphSpec){.batch = 4, .training = 1}, &g))
+        return;
+    int *b = malloc(sizeof *b * (size_t)g.nvalues), *u = malloc(sizeof *u * (size_t)g.nvalues);
+    CHECK(plan_memory(&g, &p, &err) == 0);
+    for (ValueId k = 0; k < g.nvalues; k++) {
+        int producer = g.values[k].producer;
+        b[k] = producer > 2 && k % 5 == 0 ? producer - 3 : -1;
+        u[k] = producer >= 0 && k % 7 == 0 && p.last[k] + 4 < g.nnodes ? p.last[k] + 4 : -1;
+    }
+    MemPlan h;
+    CHECK(plan_memory_hinted(&g, &(PlanHints){b, u}, &h, &err) == 0);
+    CHECKF(plan_check(&g, &h, &err) == 0, "test_resnet with hints: %s", err.msg);
+    int kept = 0, placed = 0;
+    for (ValueId k = 0; k < g.nvalues; k++) {
+        kept += (b[k] >= 0 && h.first[k] <= b[k]) + (u[k] >= 0 && h.last[k] >= u[k]);
+        placed += (p.offset[k] != PLAN_NONE) == (h.offset[k] != PLAN_NONE);
+    }
+    int asked = 0;
+    for (ValueId k = 0; k < g.nvalues; k++)
+        asked += (b[k] >= 0) + (u[k] >= 0);
+    CHECKF(kept == asked && asked > 0 && placed == g.nvalues, "test_resnet: %d of %d lifetimes, %d of %d placed", kept,
+           asked, placed, g.nvalues);
+    free(b);
+    free(u);
+    plan_free(&h);
+    plan_free(&p);
+    graph_free(&g);
+}
+
 static void test_resnet50_batch256(void)
 {
     Graph g;
@@ -186,6 +263,7 @@ int main(void)
     test_permute_views();
     test_checker_catches_overlap();
     test_unread_outputs();
+    test_hints();
     test_resnet50_batch256();
     return check_done("test_plan");
 }

@@ -195,16 +195,49 @@ static int overlap(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
     return overlap_at(g, lp->offset, a, b);
 }
 
+/* The lifetimes launch_plan's rounds ask of the memory plan, and how
+ * many this round has asked. */
+typedef struct LpAsks {
+    PlanHints h;
+    int n;
+} LpAsks;
+
+/* Asks the memory plan to keep values a and b apart, where the plan has
+ * one dead before the other is born: the smaller lives longer, born when
+ * the other is last read or read until the other is born. 0 where they are
+ * live together (apart already, unless one took the other's place in
+ * place) or either is outside the arena. */
+static int ask_apart(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
+{
+    const MemPlan *m = &lp->mem;
+    ValueId early = m->last[a] < m->first[b] ? a : m->last[b] < m->first[a] ? b : -1, late = early == a ? b : a;
+    if (early < 0 || m->offset[a] == PLAN_NONE || m->offset[b] == PLAN_NONE)
+        return 0;
+    PlanHints *h = &lp->asks->h;
+    if (value_bytes(&g->values[late]) <= value_bytes(&g->values[early]))
+        h->born[late] = h->born[late] < 0 || m->last[early] < h->born[late] ? m->last[early] : h->born[late];
+    else
+        h->until[early] = m->first[late] > h->until[early] ? m->first[late] : h->until[early];
+    lp->asks->n++;
+    return 1;
+}
+
 /* What a fused step's kernels store in place of the nodes' own must not
  * be where they read later, which the memory plan allows (it frees a value
  * after its last reader node): a stored value of `out` may only take a
- * read value's place exactly, element for element (`same`, or -1). */
+ * read value's place exactly, element for element (`same`, or -1). Where
+ * launch_plan's round may ask, a stored value over another read is asked
+ * apart (ask_apart), and clear for that round. */
 static int clear_of(const Graph *g, const LaunchPlan *lp, ValueId out, const ValueId *reads, int n, ValueId same)
 {
-    for (int k = 0; k < n; k++)
-        if (overlap(g, lp, out, reads[k]) && !(reads[k] == same && lp->offset[out] == lp->offset[same]))
-            return 0;
-    return 1;
+    int clear = 1;
+    for (int k = 0; k < n; k++) {
+        if (reads[k] == same && lp->offset[out] == lp->offset[same])
+            continue;
+        if (overlap(g, lp, out, reads[k]))
+            clear &= reads[k] != same && lp->asks && ask_apart(g, lp, out, reads[k]);
+    }
+    return clear;
 }
 
 /* The launches of nodes [from, st.n) of fuse step fs into step s (their
@@ -420,6 +453,46 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     return 1;
 }
 
+/* Fusion step s, a layer_norm alone whose output is f32 (autocast's),
+ * the steps after it that view its output (a permute of channels-last:
+ * the same bytes), then an elementwise kernel of its own casting the view
+ * in its layout, as one (lib_layer_norm_low): the norm stores its output
+ * and the cast's, the cast reading nothing. The steps it spans (the step
+ * added), 0 when they do not fit it, -1 on failure. */
+static int layer_norm_low_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    const Node *ln = &g->nodes[lp->fuse.nodes[fs->first]];
+    if (fs->kind != FUSE_LIBRARY || fs->n != 1 || ln->op != CT_OP_layer_norm)
+        return 0;
+    ValueId y = ln->out[0];
+    int span = 1;
+    for (; s + span < lp->fuse.nsteps; span++) { /* reshapes (views), permutes (library steps) */
+        const FuseStep *vs = &lp->fuse.steps[s + span];
+        const Node *v = &g->nodes[lp->fuse.nodes[vs->first]];
+        if (vs->n != 1 || v->in[0] != y || (!vs->view && v->op != CT_OP_permute) || !same_address(lp, g, vs))
+            break;
+        y = v->out[0];
+    }
+    if (s + span >= lp->fuse.nsteps)
+        return 0;
+    const FuseStep *cs = &lp->fuse.steps[s + span];
+    const Node *cast = &g->nodes[lp->fuse.nodes[cs->first]];
+    if (cs->kind != FUSE_ELEMENTWISE || cs->n != 1 || cast->op != CT_OP_cast ||
+        cast->in[0] != y || g->values[cast->out[0]].layout != g->values[y].layout || !own_launch(lp, s + span))
+        return 0;
+    /* the cast's output, stored where the norm reads x, may take x's place only element for element */
+    ValueId low = cast->out[0], x = ln->in[0];
+    int x_sized = value_bytes(&g->values[x]) == value_bytes(&g->values[low]) &&
+                  g->values[x].layout == g->values[ln->out[0]].layout;
+    if (!lib_layer_norm_low_fits(g, ln, low) || !clear_of(g, lp, low, &x, 1, x_sized ? x : -1))
+        return 0;
+    LpStep *st = span_step(lp, s, span);
+    if (lib_layer_norm_low(g, ln, low, st->lib, &st->nlib, err))
+        return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[fs->first]);
+    return span;
+}
+
 /* Fusion step s and the one or two after it as one (lib_bn_act_grad),
  * batch_norm node bn's forward run again: the steps it spans (the step
  * added), 0 when they do not fit it (they run as they are), -1 on failure. */
@@ -462,21 +535,18 @@ static int bn_sum_grad_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return 0;
     if (!own_launch(lp, s) || !lib_bn_sum_grad_fits(g, n, add, act))
         return 0;
-    /* the statistics kernel stores g while it reads the sum's operands
-     * (element for element: it may take one's place); dw and db, where
-     * they take the place of one, a launch after it */
+    /* the statistics kernel stores g, then dw and db, while it reads the
+     * sum's operands (g element for element: it may take one's place) */
     const ValueId reads[4] = {add->in[0], add->in[1], act ? act->in[0] : add->in[0], n->in[0]};
     ValueId same = -1;
     for (int k = 0; k < 3; k++)
         same = lp->offset[reads[k]] == lp->offset[n->in[4]] ? reads[k] : same;
-    if (!clear_of(g, lp, n->in[4], reads, 4, same))
-        return 0;
-    int late_wb = 0;
-    for (int k = 1; k < n->nout; k++)
-        late_wb |= !clear_of(g, lp, n->out[k], reads, 4, -1);
+    for (int k = 0; k < n->nout; k++)
+        if (!clear_of(g, lp, k ? n->out[k] : n->in[4], reads, 4, k ? -1 : same))
+            return 0;
     LpStep *st = span_step(lp, s, 1);
     size_t scratch;
-    if (lib_bn_sum_grad(g, lp->sms, n, add, act, late_wb, st->lib, &st->nlib, &scratch, err))
+    if (lib_bn_sum_grad(g, lp->sms, n, add, act, st->lib, &st->nlib, &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + 1].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return 1;
@@ -511,18 +581,17 @@ static int bn_excite_grad_step(const Graph *g, LaunchPlan *lp, int s, const int 
         return 0;
     if (value_readers(g, out) != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
         return 0;
-    /* dx, stored by the apply pass while it reads what dy is computed
-     * from, may take the place of dy (element for element); dw and db,
-     * where they take the place of one, a launch after it */
+    /* dw and db, stored by the statistics, and dx, by the apply pass,
+     * while they read what dy is computed from (dx may take the place of
+     * dy, element for element) */
     const ValueId reads[4] = {n->in[0], gap->in[0], mul ? mul->in[0] : gap->in[0], mul ? mul->in[1] : gap->in[0]};
-    int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1, late_wb = 0;
-    if (!clear_of(g, lp, n->out[0], reads, 4, mul ? mul->in[big] : -1))
-        return 0;
-    for (int k = 1; k < n->nout; k++)
-        late_wb |= !clear_of(g, lp, n->out[k], reads, 4, -1);
+    int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1;
+    for (int k = 0; k < n->nout; k++)
+        if (!clear_of(g, lp, n->out[k], reads, 4, mul && !k ? mul->in[big] : -1))
+            return 0;
     LpStep *st = span_step(lp, s, span);
     size_t scratch;
-    if (lib_bn_excite_grad(g, lp->sms, &g->nodes[bn], act, n, lp->bn_coef[bn], mul, gap, late_wb, st->lib, &st->nlib,
+    if (lib_bn_excite_grad(g, lp->sms, &g->nodes[bn], act, n, lp->bn_coef[bn], mul, gap, st->lib, &st->nlib,
                            &scratch, err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
@@ -604,11 +673,14 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
     }
 }
 
-int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
+/* One round of launch_plan: its memory plan given the lifetimes asked
+ * before, asking for more where `asks` is not NULL. */
+static int plan_round(const Graph *g, int sms, const PlanHints *given, LpAsks *asks, LaunchPlan *lp, CtErr *err)
 {
     int *bn_act = NULL;
     memset(lp, 0, sizeof *lp);
     lp->sms = sms;
+    lp->asks = asks;
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);
@@ -622,7 +694,7 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     keep_bn_coefs(g, lp);
     for (ValueId v = 0; v < g->nvalues; v++)
         lp->alias[v] = -1;
-    if (plan_memory(&lp->og, &lp->mem, err))
+    if (plan_memory_hinted(&lp->og, given, &lp->mem, err))
         goto fail;
     for (int l = 0; l < lp->nk; l++)
         if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
@@ -640,6 +712,8 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
             span = reduce_side_step(g, lp, s, err);
         if (span == 0)
             span = cast_copy_step(g, lp, s, err);
+        if (span == 0)
+            span = layer_norm_low_step(g, lp, s, err);
         if (span < 0)
             goto fail;
         if (span) {
@@ -686,11 +760,34 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
         }
     }
     free(bn_act);
+    lp->asks = NULL;
     return 0;
 fail:
     free(bn_act);
     launch_plan_free(lp);
     return -1;
+}
+
+/* Rounds while the fused steps ask for lifetimes (a stored value the
+ * memory plan put over one the step still reads, which would split the
+ * step), each planned with all asked before; a last one asks nothing. */
+int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
+{
+    LpAsks asks = {{malloc(sizeof(int) * (size_t)(g->nvalues + 1)), malloc(sizeof(int) * (size_t)(g->nvalues + 1))}, 0};
+    CT_ASSERT(asks.h.born && asks.h.until);
+    for (ValueId v = 0; v < g->nvalues; v++)
+        asks.h.born[v] = asks.h.until[v] = -1;
+    int rc = 0;
+    for (int round = 0; round < LP_ROUNDS; round++) {
+        asks.n = 0;
+        rc = plan_round(g, sms, round ? &asks.h : NULL, round < LP_ROUNDS - 1 ? &asks : NULL, lp, err);
+        if (rc || !asks.n)
+            break;
+        launch_plan_free(lp);
+    }
+    free(asks.h.born);
+    free(asks.h.until);
+    return rc;
 }
 
 void launch_plan_free(LaunchPlan *lp)

@@ -29,6 +29,12 @@
  * in step order), then a spill area for what the arena does not hold
  * (graph outputs, values nothing reads, and a kernel's stored value that
  * the arena put over memory the same kernel reads at other elements).
+ * The memory plan frees a value after its last reader node, but a library
+ * step spanning several fusion steps still reads it while it stores what
+ * the later nodes make: where the plan put the two in one place, the step
+ * asks for the smaller to live longer (passes/plan.h's PlanHints) and the
+ * plan is made again with all asked so far, up to LP_ROUNDS plans; a step
+ * whose values are still in one place in the last runs as its parts.
  *
  * A library step's assign (batch_norm's new running statistics) stores its
  * source straight into the destination: `alias`.
@@ -67,6 +73,7 @@
 
 #define LP_BLOCK CT_LIB_BLOCK /* codegen/cuda/lib_common.h */
 #define LP_BLOCKS_PER_SM 32
+#define LP_ROUNDS 8 /* launch_plan's memory plans at most, the last asking nothing */
 
 typedef enum LpKind { LP_KERNEL, LP_GEMM, LP_CONV, LP_LIB, LP_COPY, LP_UNSUPPORTED } LpKind;
 
@@ -109,6 +116,8 @@ typedef struct LaunchPlan {
     LibBnCoef *bn_coef;   /* per node of g: where a training batch norm's coefficients are kept (LA_KEPT) */
     size_t kept_bytes;    /* the kept region: each training batch norm's 2 C doubles */
     int unsupported;      /* LP_UNSUPPORTED steps */
+    struct LpAsks *asks;  /* while launch_plan plans, the lifetimes its fused steps ask of the memory plan
+                           * for its next round; NULL in the plan it returns */
 } LaunchPlan;
 
 /* Whether the plan has a kernel or library call for node n: the cuda

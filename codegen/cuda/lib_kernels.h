@@ -979,7 +979,8 @@ CT_DEVICE void CT_SFX(ct_held_stats)(float v[][16 / sizeof(CT_T)], CtLnTile t, i
 
 /* ct_layer_norm on rows in registers (ct_ln_vec). */
 CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const void *b, void *y, int wide,
-                                         const void *res, void *sum, const CtIndex *rows, long long D, float eps)
+                                         const void *res, void *sum, CT_T *low, const CtIndex *rows, long long D,
+                                         float eps)
 {
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
     const int ng = (int)(D / CT_VW);
@@ -1032,6 +1033,8 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
                 if (sum)
                     CT_SFX(ct_stv)(sum, xo + g * CT_VW, wx, v[j]);
                 CT_SFX(ct_stv)(y, yo + g * CT_VW, wy, out);
+                if (low)
+                    CT_SFX(ct_stv)(low, yo + g * CT_VW, 0, out);
             }
         }
     }
@@ -1041,13 +1044,15 @@ CT_DEVICE void CT_SFX(ct_layer_norm_vec)(const void *x, const void *w, const voi
  * none) the norm is of x + res, stored into sum (x's dtype and strides;
  * NULL: not stored): the residual add before a pre-norm block's norm. An
  * element is stored after its lane loaded it, so sum may be x and y res,
- * element for element. */
+ * element for element. y again as CT_T into low (y's strides; NULL: not
+ * stored): a float y (autocast's) and its cast for a 16-bit reader, low
+ * perhaps x, element for element. */
 CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, void *y, int wide, const void *res,
-                                void *sum, CtIndex rows, long long D, long long sx, long long sy, float eps)
+                                void *sum, CT_T *low, CtIndex rows, long long D, long long sx, long long sy, float eps)
 {
-    const void *ptrs[6] = {x, w, b, y, res, sum};
-    if (CT_SFX(ct_ln_vec)(&rows, D, sx, sy, ptrs, 6)) {
-        CT_SFX(ct_layer_norm_vec)(x, w, b, y, wide, res, sum, &rows, D, eps);
+    const void *ptrs[7] = {x, w, b, y, res, sum, low};
+    if (CT_SFX(ct_ln_vec)(&rows, D, sx, sy, ptrs, 7)) {
+        CT_SFX(ct_layer_norm_vec)(x, w, b, y, wide, res, sum, low, &rows, D, eps);
         return;
     }
     const int wx = wide & CT_WIDE_X, ww = wide & CT_WIDE_W, wy = wide & CT_WIDE_Y, wr = wide & CT_WIDE_R;
@@ -1070,9 +1075,12 @@ CT_GLOBAL CT_SFX(ct_layer_norm)(const void *x, const void *w, const void *b, voi
             for (int u = 0; u < CT_ELEMENTS; u++)
                 if (i + u * CT_LANES < D) {
                     long long c = i + u * CT_LANES;
+                    float out = (float)((xv[u] - mean) * inv * wv[u] + bv[u]);
                     if (sum)
                         CT_SFX(ct_stw)(sum, xo + c * sx, wx, xv[u]);
-                    CT_SFX(ct_stw)(y, yo + c * sy, wy, (float)((xv[u] - mean) * inv * wv[u] + bv[u]));
+                    CT_SFX(ct_stw)(y, yo + c * sy, wy, out);
+                    if (low)
+                        CT_SFX(ct_stw)(low, yo + c * sy, 0, out);
                 }
         }
     }
@@ -1668,10 +1676,7 @@ CT_GLOBAL CT_SFX(ct_bn_coef)(const CT_T *w, const CT_T *b, const CT_T *rm, const
  * dx = coef[3c] dy + coef[3c + 1] x + coef[3c + 2], through the batch's
  * statistics in training, else the running ones; as ct_bn_stats, part 4 C
  * slices doubles. dy from sa, sb, sz and shw where they say (CtBnDy;
- * a sum: stored here, fwd NULL). dw NULL: dw and db after the
- * coefficients, in coef[3C + 2c] and coef[3C + 2c + 1], for ct_bn_grad_wb
- * to store (where they may take the place of what this kernel or the
- * apply pass reads). */
+ * a sum: stored here, fwd NULL); dw and db where not NULL. */
 CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, CT_T *dy, const double *fwd, int act, int approx, const CT_T *sa,
                                    const CT_T *sb, const CT_T *sz, long long shw, double *part, unsigned *cnt,
                                    const void *w, const void *rm, const void *rv, void *dw, void *db, int wide,
@@ -1701,9 +1706,6 @@ CT_GLOBAL CT_SFX(ct_bn_grad_stats)(const CT_T *x, CT_T *dy, const double *fwd, i
                 if (dw) {
                     CT_SFX(ct_stw)(dw, c, wide, (float)sw);
                     CT_SFX(ct_stw)(db, c, wide, (float)sb);
-                } else {
-                    coef[3 * C + 2 * c] = sw;
-                    coef[3 * C + 2 * c + 1] = sb;
                 }
                 coef[3 * c] = wc * inv;
                 coef[3 * c + 1] = -wc * inv / M * sw * inv;
@@ -1790,17 +1792,6 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
                     v = fx_act(act, approx, CT_LD(CT_ST(v)));
                 y[yo[u] + c[u] * syc] = CT_ST(v);
             }
-    }
-}
-
-/* dw and db where ct_bn_grad_stats left them (its dw NULL), after the
- * kernels that read what they may take the place of. */
-CT_GLOBAL CT_SFX(ct_bn_grad_wb)(const double *coef, void *dw, void *db, int wide, long long C)
-{
-    CT_LOOP(c, C)
-    {
-        CT_SFX(ct_stw)(dw, c, wide, (float)coef[3 * C + 2 * c]);
-        CT_SFX(ct_stw)(db, c, wide, (float)coef[3 * C + 2 * c + 1]);
     }
 }
 

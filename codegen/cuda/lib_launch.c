@@ -520,7 +520,8 @@ static CtDType norm_storage(Builder *b, const Node *n, ValueId res, int *wide)
 /* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
  * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none).
  * A layer_norm's prologue (lib_layer_norm_res): its input the sum of x and
- * res, stored into `out` (-1: not stored). */
+ * res (-1: none), stored into `out` (-1: not stored); its output cast into
+ * `low` (lib_layer_norm_low; -1: none). */
 typedef struct LnEpi {
     ValueId res, out, low, x;
 } LnEpi;
@@ -560,8 +561,8 @@ static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *
         a_val(l, k == 0 && epi && !grad ? epi->x : n->in[k]);
     a_val(l, y);
     a_i32(l, wide);
-    ValueId ptrs[2] = {epi ? epi->res : -1, epi ? (grad ? epi->low : epi->out) : -1};
-    for (int k = 0; k < 2; k++) /* res, and low or sum */
+    ValueId ptrs[3] = {epi ? epi->res : -1, epi ? (grad ? epi->low : epi->out) : -1, epi ? epi->low : -1};
+    for (int k = 0; k < 3 - grad; k++) /* res, and low or sum, then the forward's low */
         if (ptrs[k] >= 0)
             a_val(l, ptrs[k]);
         else
@@ -716,7 +717,6 @@ typedef struct BnAct {
     int sum;
     ValueId a, b, z;
     long long hw;
-    int late_wb; /* dw and db stored by a launch of their own, after the apply pass (ct_bn_grad_wb) */
 } BnAct;
 
 static void a_val_or_null(LibLaunch *l, ValueId v)
@@ -782,8 +782,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     int keep = kc && kc->at >= 0, ready = keep && kc->ready;
     size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
     Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
-    /* a gradient's 3 coefficients a channel, then dw and db where the apply pass stores them */
-    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 5 : 2) * C));
+    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C)); /* the coefficients */
     LibLaunch *l;
     if (sums && !ready) {
         l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
@@ -797,7 +796,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
             a_val(l, n->in[k]);
         for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-            if (k < n->nout && (grad || !fa) && !(fa && fa->late_wb))
+            if (k < n->nout && (grad || !fa))
                 a_val(l, n->out[k]);
             else
                 arg(l, LA_NULL);
@@ -843,14 +842,6 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     } else {
         a_i32(l, epi ? epi->act : -1);
         a_i32(l, epi ? epi->approx : 0);
-    }
-    if (grad && fa && fa->late_wb && n->nout == 3) {
-        l = begin(b, "ct_bn_grad_wb", t, C);
-        a_place(l, coef);
-        a_val(l, n->out[1]);
-        a_val(l, n->out[2]);
-        a_i32(l, pt != t);
-        a_i64(l, C);
     }
     return 0;
 }
@@ -942,6 +933,27 @@ int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, V
 {
     Builder b = {g, l, 0, 0};
     LnEpi e = {.res = res, .out = sum, .low = -1, .x = x};
+    *count = 0;
+    if (plan_layer_norm(&b, ln, &e, NULL, err))
+        return -1;
+    *count = b.n;
+    return 0;
+}
+
+int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low)
+{
+    Builder b = {g, NULL, 0, 0};
+    int wide;
+    CtDType t = norm_storage(&b, ln, -1, &wide);
+    const Value *y = val(&b, ln->out[0]), *l = val(&b, low);
+    return t != CT_F32 && y->type.dtype == CT_F32 && l->type.dtype == t &&
+           shape_numel(&y->type.shape) == shape_numel(&l->type.shape);
+}
+
+int lib_layer_norm_low(const Graph *g, const Node *ln, ValueId low, LibLaunch *l, int *count, CtErr *err)
+{
+    Builder b = {g, l, 0, 0};
+    LnEpi e = {.res = -1, .out = -1, .low = low, .x = ln->in[0]};
     *count = 0;
     if (plan_layer_norm(&b, ln, &e, NULL, err))
         return -1;
@@ -1047,14 +1059,12 @@ int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, con
 }
 
 int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                       const Node *mul, const Node *gap, int late_wb, LibLaunch *l, int *count, size_t *scratch,
-                       CtErr *err)
+                       const Node *mul, const Node *gap, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
 {
     const CtShape *xs = &g->values[bn->in[0]].type.shape;
     int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1;
     BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = mul ? mul->in[big] : -1,
-                .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3],
-                .late_wb = late_wb};
+                .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3]};
     return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
 }
 
@@ -1066,12 +1076,12 @@ int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const N
            same_storage(&b, n->in[4], x) && (!act || same_storage(&b, act->in[0], x));
 }
 
-int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, int late_wb,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err)
 {
     Builder b = {g, l, 0, sms};
     BnAct fa = {.act = act ? (int)act->iattr[0] : -1, .approx = act ? (int)act->iattr[1] : 0, .dy = n->in[4],
-                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1, .late_wb = late_wb};
+                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
     *count = 0;
     if (plan_batch_norm(&b, n, NULL, &fa, NULL, scratch, err))
         return -1;

@@ -119,6 +119,13 @@ int lib_layer_norm_grad_step(const Graph *g, int sms, const FusePlan *p, const F
  * of the norm's operands (if any) or f32, both of the sum's shape and
  * strides. */
 int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res);
+/* The launch of layer_norm ln that stores its output again, cast to its
+ * 16-bit operands' dtype, into low, in the output's element order (the
+ * caller's to see), as lib_launches: autocast's f32 norm and the cast a
+ * 16-bit reader of it takes. Where lib_layer_norm_low_fits: the norm's
+ * operands 16-bit, its output f32, low of their dtype and its size. */
+int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low);
+int lib_layer_norm_low(const Graph *g, const Node *ln, ValueId low, LibLaunch *l, int *count, CtErr *err);
 int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
                        CtErr *err);
 
@@ -153,13 +160,11 @@ int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, co
  * block's gradients, add's output, then the act_grad act of the block's
  * activation (NULL: none), computed and stored by its statistics kernel
  * (launch_plan.c's bn_sum_grad_step), so that it is written once and not
- * read back for the statistics; late_wb: dw and db stored by a launch of
- * their own after the others (where they take the place of a value those
- * read). As lib_launches. Where lib_bn_sum_grad_fits: the operands stored
- * as n's x. */
+ * read back for the statistics. As lib_launches. Where
+ * lib_bn_sum_grad_fits: the operands stored as n's x. */
 int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act);
-int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, int late_wb,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
+                    int *count, size_t *scratch, CtErr *err);
 
 /* The launches of a batch_norm_grad n whose dy is the act_grad act of
  * batch_norm bn's activation (as lib_bn_act_grad), act's dy a
@@ -167,13 +172,11 @@ int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, con
  * computes it where it reads dy, from mul's [N, C, H, W] operand, its
  * [N, C, 1, 1] scale and the pooled gradient gap reads (mul NULL: gap's
  * output alone, a global pool's gradient; launch_plan.c's
- * bn_excite_grad_step), so that it is never written; late_wb as
- * lib_bn_sum_grad's. As lib_launches.
+ * bn_excite_grad_step), so that it is never written. As lib_launches.
  * Where lib_bn_excite_grad_fits: lib_bn_act_grad_fits, the scale and the
  * pooled gradient in x's dtype, their elements in row-major order. */
 int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *mul, const Node *gap);
 int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                       const Node *mul, const Node *gap, int late_wb, LibLaunch *l, int *count, size_t *scratch,
-                       CtErr *err);
+                       const Node *mul, const Node *gap, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
 #endif
