@@ -64,12 +64,15 @@ static void print_failure(const char *source, const char *log)
 
 static int compile_nvrtc(void *ctx, const CacheKeyParts *parts, void **blob, size_t *n, CtErr *err)
 {
-    const char *opts[1] = {parts->options};
-    int ptx = strstr(parts->options, "compute_") != NULL, rc = -1;
+    char words[sizeof ((NvrtcImage *)0)->options], *opts[4], *save;
+    int nopts = 0, ptx = strstr(parts->options, "compute_") != NULL, rc = -1;
+    snprintf(words, sizeof words, "%s", parts->options); /* NVRTC takes an option a string */
+    for (char *w = strtok_r(words, " ", &save); w && nopts < 4; w = strtok_r(NULL, " ", &save))
+        opts[nopts++] = w;
     nvrtcProgram prog;
     if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
         return ct_fail(err, "NVRTC could not create a program");
-    nvrtcResult res = nvrtcCompileProgram(prog, 1, opts);
+    nvrtcResult res = nvrtcCompileProgram(prog, nopts, (const char *const *)opts);
     size_t log_size = 0, size = 0;
     nvrtcGetProgramLogSize(prog, &log_size);
     char *log = calloc(log_size + 1, 1);
@@ -99,19 +102,30 @@ free_log:
     return rc;
 }
 
-int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, NvrtcImage *img,
-                  CtErr *err)
+/* A compile of its own (split) runs NVRTC's optimizer on every core
+ * (--split-compile=0): the library kernels' unit took nvcc 13.0 107 s on
+ * one thread of a 2-core host and 56 s split, every kernel with the same
+ * registers and spills; the units' pool compiles one unit a core instead. */
+static int compile_image(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, int split,
+                         NvrtcImage *img, CtErr *err)
 {
     memset(img, 0, sizeof *img);
     int arch = pick_arch(sm, &img->is_ptx);
     if (arch < 0)
         return ct_fail(err, "NVRTC %s supports no architecture at or below sm_%d", nc->version, sm);
-    snprintf(img->options, sizeof img->options, "--gpu-architecture=%s_%d", img->is_ptx ? "compute" : "sm", arch);
+    snprintf(img->options, sizeof img->options, "--gpu-architecture=%s_%d%s", img->is_ptx ? "compute" : "sm", arch,
+             split ? " --split-compile=0" : "");
     char target[16];
     snprintf(target, sizeof target, "sm_%d", sm);
     CacheKeyParts parts = {.source = source, .target = target, .compiler = "nvrtc", .compiler_version = nc->version,
                            .options = img->options};
     return cache_get(cache, &parts, compile_nvrtc, NULL, &img->data, &img->size, err);
+}
+
+int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, NvrtcImage *img,
+                  CtErr *err)
+{
+    return compile_image(nc, cache, source, sm, 1, img, err);
 }
 
 /* The pool's context: where each unit's image goes. */
@@ -125,7 +139,7 @@ typedef struct UnitsCtx {
 static int compile_unit(void *ctx, int unit, const char *source, CtErr *err)
 {
     UnitsCtx *c = ctx;
-    return nvrtc_compile(c->nc, c->cache, source, c->sm, &c->imgs[unit], err);
+    return compile_image(c->nc, c->cache, source, c->sm, 0, &c->imgs[unit], err);
 }
 
 int nvrtc_compile_units(const NvrtcCompiler *nc, KernelCache *cache, const KernelUnits *u, int sm, NvrtcImage *imgs,

@@ -26,9 +26,10 @@ typedef struct NvrtcImage {
 } NvrtcImage;
 
 int nvrtc_init(NvrtcCompiler *nc, CtErr *err);
-/* Compiles (or finds in the cache) source for sm_<sm> (90 for sm_90). On a
- * compile error the message holds the start of NVRTC's log, and the source
- * with line numbers and the whole log go to stderr. */
+/* Compiles (or finds in the cache) source for sm_<sm> (90 for sm_90), NVRTC
+ * optimizing on every core. On a compile error the message holds the start
+ * of NVRTC's log, and the source with line numbers and the whole log go to
+ * stderr. */
 int nvrtc_compile(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, NvrtcImage *img,
                   CtErr *err);
 /* Every unit of u compiled (or found in the cache) into imgs[unit], the

@@ -9,7 +9,6 @@
  * once however many graphs have it (the graphs share most), two units at a
  * time; an architecture past NVRTC's gets PTX; a broken source fails with
  * NVRTC's log in the message. */
-#include <pthread.h>
 #include <string.h>
 
 #include "check.h"
@@ -17,30 +16,6 @@
 #include "codegen/render.h"
 #include "codegen/units.h"
 #include "model_graphs.h"
-
-/* One translation unit of a graph and what compiling it gave. */
-typedef struct Job {
-    char name[96];
-    CtBuf src;
-    int rc;
-    NvrtcImage img;
-    CtErr err;
-} Job;
-
-typedef struct Worker {
-    const NvrtcCompiler *nc;
-    KernelCache *cache;
-    Job *jobs;
-    int njobs, first; /* jobs first, first + 2, ... */
-} Worker;
-
-static void *compile_jobs(void *arg)
-{
-    Worker *w = arg;
-    for (int j = w->first; j < w->njobs; j += 2)
-        w->jobs[j].rc = nvrtc_compile(w->nc, w->cache, w->jobs[j].src.s, 90, &w->jobs[j].img, &w->jobs[j].err);
-    return NULL;
-}
 
 typedef struct Case {
     const char *model;
@@ -88,8 +63,8 @@ static int add_kernels(const Case *c, KirKernel **all, int *nall, int *cap)
     return rc;
 }
 
-/* The graphs are rendered here, then their units compiled on two threads
- * (the cache is thread-safe), one per core. */
+/* The graphs are rendered here, then their units compiled as the backend
+ * compiles them (nvrtc_compile_units: in parallel, the cache shared). */
 static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
 {
     enum { NCASES = 48 };
@@ -146,37 +121,24 @@ static void test_models(const NvrtcCompiler *nc, KernelCache *cache)
     }
     CHECKF(graphs == nall, "%d of %d graphs rendered", graphs, nall);
     KernelUnits u;
+    CtErr err = {{0}};
     units_make(all, nall_k, UNIT_LOOPS, 1, &u);
-    int njobs = u.n;
-    Job *jobs = calloc((size_t)njobs + 1, sizeof *jobs);
-    CT_ASSERT(jobs != NULL);
-    for (int i = 0; i < u.n; i++) {
-        snprintf(jobs[i].name, sizeof jobs[i].name, "unit %d of %d", i + 1, u.n);
-        buf_printf(&jobs[i].src, "%s", u.src[i].s);
-    }
-    int nkernels = u.nkernels, ndistinct = u.ndistinct;
-    units_free(&u);
     for (int l = 0; l < nall_k; l++)
         kir_free(&all[l]);
     free(all);
-    pthread_t th[2];
-    Worker w[2];
-    for (int t = 0; t < 2; t++) {
-        w[t] = (Worker){nc, cache, jobs, njobs, t};
-        CT_ASSERT(pthread_create(&th[t], NULL, compile_jobs, &w[t]) == 0);
+    NvrtcImage *imgs = calloc((size_t)u.n + 1, sizeof *imgs);
+    CT_ASSERT(imgs != NULL);
+    CHECKF(nvrtc_compile_units(nc, cache, &u, 90, imgs, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < u.n; k++) {
+        const NvrtcImage *img = &imgs[k];
+        CHECKF(!img->is_ptx && img->size > 4 && !memcmp(img->data, "\177ELF", 4), "unit %d of %d", k + 1, u.n);
+        printf("unit %d of %d: %zu-byte %s (%s)\n", k + 1, u.n, img->size, img->is_ptx ? "PTX" : "cubin",
+               img->options);
     }
-    for (int t = 0; t < 2; t++)
-        pthread_join(th[t], NULL);
-    for (int k = 0; k < njobs; k++) {
-        Job *j = &jobs[k];
-        CHECKF(j->rc == 0, "%s: %s", j->name, j->err.msg);
-        CHECK(j->rc || (!j->img.is_ptx && j->img.size > 4 && !memcmp(j->img.data, "\177ELF", 4)));
-        printf("%s: %zu-byte %s (%s)\n", j->name, j->rc ? 0 : j->img.size, j->img.is_ptx ? "PTX" : "cubin",
-               j->rc ? "-" : j->img.options);
-        buf_free(&j->src);
-    }
+    int nkernels = u.nkernels, ndistinct = u.ndistinct, njobs = u.n;
+    units_free(&u);
+    free(imgs);
     printf("%d graphs: %d kernels, %d distinct, in %d translation units\n", graphs, nkernels, ndistinct, njobs);
-    free(jobs);
 }
 
 /* An architecture newer than NVRTC knows: PTX of the newest it does. */

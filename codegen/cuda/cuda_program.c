@@ -23,7 +23,8 @@ static void keep_image(const NvrtcImage *img, CudaImage *out)
     memcpy(out->data, img->data, img->size);
     out->size = img->size;
     out->is_ptx = img->is_ptx;
-    snprintf(out->arch, sizeof out->arch, "%.15s", arch ? arch + 1 : img->options);
+    arch = arch ? arch + 1 : img->options;
+    snprintf(out->arch, sizeof out->arch, "%.*s", (int)strcspn(arch, " "), arch);
 }
 
 /* The generated kernels' translation units, compiled in parallel, and the
