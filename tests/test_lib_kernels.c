@@ -301,7 +301,7 @@ typedef struct Poison {
 static const Poison *poison;
 static int npoison;
 
-/* A case of layer_norm's prologue (lib_layer_norm_res): the norm's input
+/* A case of layer_norm's prologue (lib_layer_norm_fused): the norm's input
  * the sum x + r; `alias`: the sum stored over x and the norm's output over
  * r, as the memory plan may place them. */
 typedef struct LnRes {
@@ -375,7 +375,7 @@ static void check_case(Case *c, const char *what)
     size_t scratch_bytes;
     if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
-    } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_res(g, n, ln_res->x, ln_res->r, ln_res->sum, l, &nl, &err))
+    } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_fused(g, n, ln_res->x, ln_res->r, ln_res->sum, -1, l, &nl, &err))
                       : lib_launches(g, 132, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)

@@ -412,7 +412,7 @@ static int value_readers(const Graph *g, ValueId v)
 
 /* Fusion step s, an elementwise kernel of its own adding two values (one
  * perhaps a cast's, read nowhere else), and step s + 1, a layer_norm of
- * that sum alone, as one (lib_layer_norm_res): 1 when they run so, 0 when
+ * that sum alone, as one (lib_layer_norm_fused): 1 when they run so, 0 when
  * not, -1 on failure. The kernel stores the sum where it is read
  * elsewhere, and the norm's output, after it loaded the element: a stored
  * value may take the place of the operand of its own element size only
@@ -448,7 +448,7 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     if ((sum >= 0 && !clear_of(g, lp, sum, reads, 2, x)) || !clear_of(g, lp, y, reads, 2, res_sized ? res : -1))
         return 0;
     LpStep *st = span_step(lp, s, 1);
-    if (lib_layer_norm_res(g, ln, x, res, sum, st->lib, &st->nlib, err))
+    if (lib_layer_norm_fused(g, ln, x, res, sum, -1, st->lib, &st->nlib, err))
         return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[lp->fuse.steps[s + 1].first]);
     return 1;
 }
@@ -456,7 +456,7 @@ static int layer_norm_res_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
 /* Fusion step s, a layer_norm alone whose output is f32 (autocast's),
  * the steps after it that view its output (a permute of channels-last:
  * the same bytes), then an elementwise kernel of its own casting the view
- * in its layout, as one (lib_layer_norm_low): the norm stores its output
+ * in its layout, as one (lib_layer_norm_fused): the norm stores its output
  * and the cast's, the cast reading nothing. The steps it spans (the step
  * added), 0 when they do not fit it, -1 on failure. */
 static int layer_norm_low_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
@@ -488,7 +488,7 @@ static int layer_norm_low_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
     if (!lib_layer_norm_low_fits(g, ln, low) || !clear_of(g, lp, low, &x, 1, x_sized ? x : -1))
         return 0;
     LpStep *st = span_step(lp, s, span);
-    if (lib_layer_norm_low(g, ln, low, st->lib, &st->nlib, err))
+    if (lib_layer_norm_fused(g, ln, x, -1, -1, low, st->lib, &st->nlib, err))
         return ct_failctx(err, "node %d (layer_norm)", lp->fuse.nodes[fs->first]);
     return span;
 }
@@ -673,34 +673,62 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
     }
 }
 
-/* One round of launch_plan: its memory plan given the lifetimes asked
- * before, asking for more where `asks` is not NULL. */
-static int plan_round(const Graph *g, int sms, const PlanHints *given, LpAsks *asks, LaunchPlan *lp, CtErr *err)
+/* What launch_plan's rounds share: the fusion plan, the graph in its
+ * step order, each launch's kernel, where each batch norm keeps its
+ * coefficients. */
+static int plan_kernels(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
-    int *bn_act = NULL;
     memset(lp, 0, sizeof *lp);
     lp->sms = sms;
-    lp->asks = asks;
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);
     lp->nk = lp->fuse.kernels_after;
     lp->k = calloc((size_t)lp->nk + 1, sizeof *lp->k);
+    lp->bn_coef = malloc(sizeof *lp->bn_coef * (size_t)(g->nnodes + 1));
+    CT_ASSERT(lp->k && lp->bn_coef);
+    keep_bn_coefs(g, lp);
+    for (int l = 0; l < lp->nk; l++)
+        if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
+            return -1;
+    return 0;
+}
+
+/* What a round of launch_plan makes: the memory plan, where each value
+ * lives, the steps. */
+static void free_round(LaunchPlan *lp)
+{
+    for (int s = 0; s < lp->nsteps; s++) {
+        free(lp->steps[s].lib);
+        free(lp->steps[s].fallback);
+    }
+    free(lp->steps);
+    free(lp->offset);
+    free(lp->alias);
+    plan_free(&lp->mem);
+    lp->steps = NULL;
+    lp->offset = NULL;
+    lp->alias = NULL;
+    lp->nsteps = lp->unsupported = 0;
+    lp->device_bytes = lp->scratch_bytes = lp->counters = 0;
+}
+
+/* One round of launch_plan over plan_kernels' lp (bn_act: the fusion
+ * plan's fuse_bn_act_grad_steps): its memory plan given the lifetimes
+ * asked before, asking for more where `asks` is not NULL. */
+static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given, LpAsks *asks, LaunchPlan *lp,
+                      CtErr *err)
+{
+    lp->asks = asks;
     lp->steps = calloc((size_t)lp->fuse.nsteps + 1, sizeof *lp->steps);
     lp->offset = calloc((size_t)g->nvalues + 1, sizeof *lp->offset);
     lp->alias = malloc(sizeof *lp->alias * (size_t)(g->nvalues + 1));
-    lp->bn_coef = malloc(sizeof *lp->bn_coef * (size_t)(g->nnodes + 1));
-    CT_ASSERT(lp->k && lp->steps && lp->offset && lp->alias && lp->bn_coef);
-    keep_bn_coefs(g, lp);
+    CT_ASSERT(lp->steps && lp->offset && lp->alias);
     for (ValueId v = 0; v < g->nvalues; v++)
         lp->alias[v] = -1;
     if (plan_memory_hinted(&lp->og, given, &lp->mem, err))
         goto fail;
-    for (int l = 0; l < lp->nk; l++)
-        if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
-            goto fail;
     place_values(g, lp);
-    bn_act = fuse_bn_act_grad_steps(g, &lp->fuse, 0);
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
         int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
@@ -745,7 +773,7 @@ static int plan_round(const Graph *g, int sms, const PlanHints *given, LpAsks *a
                 most = k->loops[j].numel > most ? k->loops[j].numel : most;
             st->launch = fs->launch;
             st->block = LP_BLOCK;
-            st->grid = lp_grid(most, sms);
+            st->grid = lp_grid(most, lp->sms);
             last_launch = fs->launch;
         }
     }
@@ -759,12 +787,10 @@ static int plan_round(const Graph *g, int sms, const PlanHints *given, LpAsks *a
                     lp->counters = (size_t)l->arg[a].i;
         }
     }
-    free(bn_act);
     lp->asks = NULL;
     return 0;
 fail:
-    free(bn_act);
-    launch_plan_free(lp);
+    lp->asks = NULL;
     return -1;
 }
 
@@ -777,14 +803,18 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     CT_ASSERT(asks.h.born && asks.h.until);
     for (ValueId v = 0; v < g->nvalues; v++)
         asks.h.born[v] = asks.h.until[v] = -1;
-    int rc = 0;
-    for (int round = 0; round < LP_ROUNDS; round++) {
+    int rc = plan_kernels(g, sms, lp, err), *bn_act = rc ? NULL : fuse_bn_act_grad_steps(g, &lp->fuse, 0);
+    for (int round = 0; rc == 0 && round < LP_ROUNDS; round++) {
+        if (round)
+            free_round(lp);
         asks.n = 0;
-        rc = plan_round(g, sms, round ? &asks.h : NULL, round < LP_ROUNDS - 1 ? &asks : NULL, lp, err);
-        if (rc || !asks.n)
+        rc = plan_round(g, bn_act, round ? &asks.h : NULL, round < LP_ROUNDS - 1 ? &asks : NULL, lp, err);
+        if (!asks.n)
             break;
-        launch_plan_free(lp);
     }
+    if (rc)
+        launch_plan_free(lp);
+    free(bn_act);
     free(asks.h.born);
     free(asks.h.until);
     return rc;
@@ -792,18 +822,11 @@ int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 
 void launch_plan_free(LaunchPlan *lp)
 {
+    free_round(lp);
     for (int l = 0; l < lp->nk; l++)
         kir_free(&lp->k[l]);
-    for (int s = 0; s < lp->nsteps; s++) {
-        free(lp->steps[s].lib);
-        free(lp->steps[s].fallback);
-    }
     free(lp->k);
-    free(lp->steps);
-    free(lp->offset);
-    free(lp->alias);
     free(lp->bn_coef);
-    plan_free(&lp->mem);
     graph_free(&lp->og);
     fuse_free(&lp->fuse);
     memset(lp, 0, sizeof *lp);

@@ -52,7 +52,7 @@
  *
  * A residual add (an elementwise kernel of its own: x + r, r perhaps cast)
  * and the layer_norm of its sum after it run as one LP_LIB step spanning
- * both (lib_layer_norm_res), where what it stores is clear of x and r.
+ * both (lib_layer_norm_fused), where what it stores is clear of x and r.
  *
  * A weight gradient's GEMM whose next fusion step is the bias gradient
  * (gemm_bias_grad) computes it in its epilogue and spans that step; the

@@ -519,9 +519,9 @@ static CtDType norm_storage(Builder *b, const Node *n, ValueId res, int *wide)
 
 /* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
  * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none).
- * A layer_norm's prologue (lib_layer_norm_res): its input the sum of x and
+ * A layer_norm's prologue (lib_layer_norm_fused): its input the sum of x and
  * res (-1: none), stored into `out` (-1: not stored); its output cast into
- * `low` (lib_layer_norm_low; -1: none). */
+ * `low` (-1: none): lib_layer_norm_fused. */
 typedef struct LnEpi {
     ValueId res, out, low, x;
 } LnEpi;
@@ -928,11 +928,11 @@ int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId r
            same_strides(&b, x, ln->in[0]) && same_strides(&b, res, ln->in[0]);
 }
 
-int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
-                       CtErr *err)
+int lib_layer_norm_fused(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, ValueId low,
+                         LibLaunch *l, int *count, CtErr *err)
 {
     Builder b = {g, l, 0, 0};
-    LnEpi e = {.res = res, .out = sum, .low = -1, .x = x};
+    LnEpi e = {.res = res, .out = sum, .low = low, .x = x};
     *count = 0;
     if (plan_layer_norm(&b, ln, &e, NULL, err))
         return -1;
@@ -948,17 +948,6 @@ int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low)
     const Value *y = val(&b, ln->out[0]), *l = val(&b, low);
     return t != CT_F32 && y->type.dtype == CT_F32 && l->type.dtype == t &&
            shape_numel(&y->type.shape) == shape_numel(&l->type.shape);
-}
-
-int lib_layer_norm_low(const Graph *g, const Node *ln, ValueId low, LibLaunch *l, int *count, CtErr *err)
-{
-    Builder b = {g, l, 0, 0};
-    LnEpi e = {.res = -1, .out = -1, .low = low, .x = ln->in[0]};
-    *count = 0;
-    if (plan_layer_norm(&b, ln, &e, NULL, err))
-        return -1;
-    *count = b.n;
-    return 0;
 }
 
 /* v's strides over its dims longer than 1 are u's (a [1, C, 1, 1] value is

@@ -112,22 +112,21 @@ int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseSt
 int lib_layer_norm_grad_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
                              int *count, size_t *scratch, int *tail, CtErr *err);
 
-/* The launch of layer_norm ln whose input is x + res, computed by the
- * kernel and stored into sum (-1: not stored), as lib_launches: the
- * residual stream's add before a pre-norm block's norm. Where
- * lib_layer_norm_res_fits: x in the sum's dtype, res in the 16-bit dtype
- * of the norm's operands (if any) or f32, both of the sum's shape and
- * strides. */
+/* The launch of layer_norm ln with its prologue and epilogue, as
+ * lib_launches: its input x + res, computed by the kernel (res -1: x
+ * alone, ln's), stored into sum (-1: not stored), the residual stream's
+ * add before a pre-norm block's norm; its output stored again into low
+ * (-1: not), cast to its 16-bit operands' dtype, in the output's element
+ * order (the caller's to see), autocast's f32 norm and the cast a 16-bit
+ * reader takes.
+ * Where lib_layer_norm_res_fits: x in the sum's dtype, res in the 16-bit
+ * dtype of the norm's operands (if any) or f32, both of the sum's shape
+ * and strides. Where lib_layer_norm_low_fits: the norm's operands 16-bit,
+ * its output f32, low of their dtype and its size. */
 int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res);
-/* The launch of layer_norm ln that stores its output again, cast to its
- * 16-bit operands' dtype, into low, in the output's element order (the
- * caller's to see), as lib_launches: autocast's f32 norm and the cast a
- * 16-bit reader of it takes. Where lib_layer_norm_low_fits: the norm's
- * operands 16-bit, its output f32, low of their dtype and its size. */
 int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low);
-int lib_layer_norm_low(const Graph *g, const Node *ln, ValueId low, LibLaunch *l, int *count, CtErr *err);
-int lib_layer_norm_res(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, LibLaunch *l, int *count,
-                       CtErr *err);
+int lib_layer_norm_fused(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, ValueId low,
+                         LibLaunch *l, int *count, CtErr *err);
 
 /* The launch of to_layout or permute n of cast's output, the cast done in
  * the same pass (ct_copy_cast): n's output converted from cast's input.
