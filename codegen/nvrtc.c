@@ -73,6 +73,15 @@ static int compile_nvrtc(void *ctx, const CacheKeyParts *parts, void **blob, siz
     if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
         return ct_fail(err, "NVRTC could not create a program");
     nvrtcResult res = nvrtcCompileProgram(prog, nopts, (const char *const *)opts);
+    if (res == NVRTC_ERROR_INVALID_OPTION && nopts > 1) {
+        /* the options after the architecture only speed the compile up
+         * (--split-compile): an NVRTC that does not know them compiles the
+         * same image without */
+        nvrtcDestroyProgram(&prog);
+        if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+            return ct_fail(err, "NVRTC could not create a program");
+        res = nvrtcCompileProgram(prog, 1, (const char *const *)opts);
+    }
     size_t log_size = 0, size = 0;
     nvrtcGetProgramLogSize(prog, &log_size);
     char *log = calloc(log_size + 1, 1);

@@ -136,6 +136,12 @@ foreach(model test_resnet test_vit test_efficientnet test_convnext)
     "${RUN} --model ${model} --backend cuda-sim --vectors ${DATA}/${model}.safetensors --out ${model}.sim.out.safetensors && \
      ${RUN} --compare ${model}.sim.out.safetensors ${DATA}/${model}.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
 endforeach()
+# CTIMM_CUDA_STEPS=plain (codegen/cuda/launch_plan.c): what bench/gpu_check.sh
+# falls back to where a device fails the fused steps must itself be right.
+add_test(NAME parity_cuda_sim_test_efficientnet_plain COMMAND sh -c
+  "${RUN} --model test_efficientnet --backend cuda-sim --vectors ${DATA}/test_efficientnet.safetensors --out eff.sim.plain.safetensors && \
+   ${RUN} --compare eff.sim.plain.safetensors ${DATA}/test_efficientnet.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+set_property(TEST parity_cuda_sim_test_efficientnet_plain PROPERTY ENVIRONMENT CTIMM_CUDA_STEPS=plain)
 add_test(NAME parity_cuda_sim_test_convnext_channels_last COMMAND sh -c
   "${RUN} --model test_convnext --backend cuda-sim --channels-last --vectors ${DATA}/test_convnext.safetensors --out cnx.sim.cl.safetensors && \
    ${RUN} --compare cnx.sim.cl.safetensors ${DATA}/test_convnext.safetensors --tol 1e-4 --tol-for adamw. 1e-3")

@@ -12,7 +12,8 @@
  * store it), every linear layer's bias gradient is summed by its
  * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
  * take the residual adds before them, and its 16-bit attention runs on
- * the tensor cores' kernels unless CTIMM_ATTENTION=simt. */
+ * the tensor cores' kernels unless CTIMM_ATTENTION=simt; with
+ * CTIMM_CUDA_STEPS=plain no library step spans another. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +336,49 @@ static void test_attention_kernels(void)
     }
 }
 
+/* CTIMM_CUDA_STEPS=plain: the four test models' AMP channels_last remat
+ * training steps, planned again with no library step spanning fusion
+ * steps and no batch norm keeping its coefficients, pass the check; the
+ * default plans of the same graphs have such steps (resnet's, efficientnet's
+ * batch norm gradients, convnext's and vit's norms). */
+static void test_plain_steps(void)
+{
+    static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 4; m++) {
+        Graph g;
+        if (model_graph(models[m], &(GraphSpec){.training = 1, .amp = CT_F16, .channels_last = 1, .remat = 1}, &g))
+            continue;
+        int spans[2] = {0}, kept[2] = {0}, steps[2] = {0};
+        for (int plain = 0; plain < 2; plain++) {
+            LaunchPlan lp;
+            CtErr err;
+            if (plain)
+                setenv("CTIMM_CUDA_STEPS", "plain", 1);
+            int rc = launch_plan(&g, 132, &lp, &err);
+            unsetenv("CTIMM_CUDA_STEPS");
+            if (rc) {
+                CHECKF(0, "%s plain %d: %s", models[m], plain, err.msg);
+                continue;
+            }
+            CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s plain %d: %s", models[m], plain, err.msg);
+            steps[plain] = lp.nsteps;
+            kept[plain] = (int)lp.kept_bytes;
+            for (int s = 0; s < lp.nsteps; s++) {
+                spans[plain] += lp.steps[s].span > 0;
+                for (int j = 0; j < lp.steps[s].nlib; j++)
+                    for (int a = 0; a < lp.steps[s].lib[j].nargs; a++)
+                        kept[plain] += lp.steps[s].lib[j].arg[a].kind == LA_KEPT;
+            }
+            launch_plan_free(&lp);
+        }
+        CHECKF(spans[0] > 0 && spans[1] == 0 && kept[1] == 0 && steps[1] > steps[0],
+               "%s: steps spanning others %d, plain %d; kept coefficients %d, plain %d; steps %d, plain %d", models[m],
+               spans[0], spans[1], kept[0], kept[1], steps[0], steps[1]);
+        CHECKF(kept[0] > 0 || m % 2, "%s: batch norms keep no coefficients", models[m]); /* vit, convnext: none */
+        graph_free(&g);
+    }
+}
+
 /* A reshape of a parameter is its memory only where nothing reads it
  * after the optimizer updates the parameter in place: a hand-built step
  * reading one reshape before the update and one after. */
@@ -402,6 +446,7 @@ int main(void)
     CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
     test_models();
     test_attention_kernels();
+    test_plain_steps();
     test_state_view_order();
     test_sync_bn_refused();
     return check_done("test_launch_plan");

@@ -30,6 +30,18 @@ unsigned lp_grid(long long items, int sms)
     return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
+/* CTIMM_CUDA_STEPS=plain: no library step runs another fusion step's
+ * nodes or an epilogue the fusion plan left to other kernels, and no
+ * batch norm keeps its coefficients; each of those fusions is checked on
+ * the host by the cuda-sim, but a parity test failing on a device is then
+ * told apart from the kernels themselves without a rebuild
+ * (bench/gpu_check.sh does so). */
+static int plain_steps(void)
+{
+    const char *s = getenv("CTIMM_CUDA_STEPS");
+    return s && strcmp(s, "plain") == 0;
+}
+
 /* Whether values a and b, placed at `offset` (PLAN_NONE: elsewhere), share a byte. */
 static int overlap_at(const Graph *g, const size_t *offset, ValueId a, ValueId b)
 {
@@ -341,7 +353,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
         int most = 0;
-        if (fs->n > 1) {
+        if (fs->n > 1 && !plain_steps()) {
             const Node *add = &g->nodes[lp->fuse.nodes[fs->first + 1]];
             reads[2] = add->in[0] == n->out[0] ? add->in[1] : add->in[0];
             reads[3] = add->out[0];
@@ -656,10 +668,11 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
  * before it), that one's place, ready. */
 static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
 {
+    int plain = plain_steps();
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         lp->bn_coef[i] = (LibBnCoef){-1, 0};
-        if (n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
+        if (plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
             continue;
         int p = g->values[n->in[3]].producer;
         const Node *o = p >= 0 ? &g->nodes[p] : NULL;
@@ -671,6 +684,24 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
             lp->kept_bytes += 2 * sizeof(double) * (size_t)g->values[n->in[0]].type.shape.d[1];
         }
     }
+}
+
+/* A library step from fusion step s taking the steps after it, where
+ * one fits: how many it spans (0: none fits, -1: failed). */
+static int spanning_step(const Graph *g, LaunchPlan *lp, int s, const int *bn_act, CtErr *err)
+{
+    int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+    if (span == 0)
+        span = bn_excite_grad_step(g, lp, s, bn_act, err);
+    if (span == 0)
+        span = bn_sum_grad_step(g, lp, s, err);
+    if (span == 0)
+        span = reduce_side_step(g, lp, s, err);
+    if (span == 0)
+        span = cast_copy_step(g, lp, s, err);
+    if (span == 0)
+        span = layer_norm_low_step(g, lp, s, err);
+    return span;
 }
 
 /* What launch_plan's rounds share: the fusion plan, the graph in its
@@ -729,19 +760,10 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
     if (plan_memory_hinted(&lp->og, given, &lp->mem, err))
         goto fail;
     place_values(g, lp);
+    int plain = plain_steps();
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
-        int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
-        if (span == 0)
-            span = bn_excite_grad_step(g, lp, s, bn_act, err);
-        if (span == 0)
-            span = bn_sum_grad_step(g, lp, s, err);
-        if (span == 0)
-            span = reduce_side_step(g, lp, s, err);
-        if (span == 0)
-            span = cast_copy_step(g, lp, s, err);
-        if (span == 0)
-            span = layer_norm_low_step(g, lp, s, err);
+        int span = plain ? 0 : spanning_step(g, lp, s, bn_act, err);
         if (span < 0)
             goto fail;
         if (span) {
@@ -754,7 +776,7 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
             st->copy_dst = n->in[0];
             st->copy_src = n->in[1];
         } else if (fs->kind == FUSE_LIBRARY) {
-            if (library_step(g, lp, s, err) || (span = gemm_bias_grad_step(g, lp, s, err)) < 0)
+            if (library_step(g, lp, s, err) || (span = plain ? 0 : gemm_bias_grad_step(g, lp, s, err)) < 0)
                 goto fail;
             s += span;
         } else if (fs->view) { /* a copy, unless the memory plan gave it its input's address */

@@ -59,6 +59,11 @@
  * reduction's own launches are kept as `fallback`, for a cuBLASLt with no
  * algorithm for that epilogue.
  *
+ * With CTIMM_CUDA_STEPS=plain in the environment no library step spans
+ * another or takes a layer norm gradient's adds, and no batch norm keeps
+ * its coefficients: each node runs as it would alone (a device's failing
+ * parity test told apart from the fusions, bench/gpu_check.sh).
+ *
  * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
  * the backend refuses such graphs before running (the CLIs fall back).
  */
