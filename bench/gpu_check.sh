@@ -9,8 +9,11 @@
 #             cuBLASLt and cuDNN; MPI optional
 #   build     the GPU tests, the probe, ctimm-train and ctimm-bench
 #   probe     ctimm-gpu-probe: one PASS/FAIL line per primitive
-#   parity    ctest -L gpu -j8: cuda against ref, one test per configuration
-#   train     the README's main job with --device cuda (and, with TRAIN_CPU=1, then on the cpu)
+#   parity    ctest -L gpu -j8: cuda against ref, one test per configuration; the
+#             failed ones again with CTIMM_ATTENTION=simt (the ViTs' 16-bit) and
+#             CTIMM_CUDA_STEPS=plain, the later stages run so where that passes
+#   train     the README's main job with --device cuda, then under AMP channels-last
+#             (and, with TRAIN_CPU=1, then on the cpu)
 #   steps     one training step's device time per step (CTIMM_CUDA_PROFILE), and
 #             the roofline floors of its plan (ctimm-compile --roofline h200), of
 #             test_resnet, resnet50 and vit_base_patch16_224 at batch 64 (STEPS_BATCH)
@@ -258,9 +261,12 @@ fall_back() {
     printf '; the later stages run %s' "$2"
 }
 
-# The README's main job on the GPU, then (TRAIN_CPU=1) on the cpu backend:
-# the top-1 of the last epoch of each. Not side by side: two processes'
-# OpenMP pools on the same cores starve each other.
+# The README's main job on the GPU, then the same under AMP (the bench's
+# --amp-dtype, channels-last: the fused 16-bit batch norm gradients, which
+# the parity stage compares in eval only, trained end to end), then
+# (TRAIN_CPU=1) on the cpu backend: the top-1 of the last epoch of each.
+# Not side by side: two processes' OpenMP pools on the same cores starve
+# each other.
 st_train() {
     STAGE_NAME=train
     if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
@@ -268,10 +274,13 @@ st_train() {
     (cd "$WORK" && $t --device cuda --output "$WORK/train-cuda")
     rc=$?
     top1() { grep -o 'Acc@1: [0-9.]*' "$1" | tail -1; }
-    note "last epoch's top-1: cuda $(top1 "$WORK/logs/train.log")"
+    (cd "$WORK" && $t --device cuda --amp --amp-dtype "${AMP_DTYPE:-float16}" --channels-last \
+        --output "$WORK/train-cuda-amp" >"$WORK/logs/train_amp.log" 2>&1) || rc=$?
+    local got="cuda $(top1 "$WORK/logs/train.log"), cuda amp ${AMP_DTYPE:-float16} channels-last $(top1 "$WORK/logs/train_amp.log")"
+    note "last epoch's top-1: $got"
     if [ "${TRAIN_CPU:-0}" = 1 ]; then
         (cd "$WORK" && $t --device cpu --output "$WORK/train-cpu" >"$WORK/logs/train_cpu.log" 2>&1)
-        note "last epoch's top-1: cuda $(top1 "$WORK/logs/train.log"), cpu $(top1 "$WORK/logs/train_cpu.log")"
+        note "last epoch's top-1: $got, cpu $(top1 "$WORK/logs/train_cpu.log")"
     fi
     return $rc
 }
