@@ -1,6 +1,6 @@
 /* The cuda backend's library kernels (codegen/cuda/lib_kernels.h), built
  * here as host C from the same text NVRTC compiles, run with the launches
- * codegen/cuda/lib_launch.c derives from each node: every supported op on
+ * codegen/cuda/lib_launch*.c derive from each node: every supported op on
  * small shapes, its tensors in NCHW and NHWC (channels_last) memory, equals
  * the ref backend within 1e-5 relative (f32 storage, sums in double); and
  * again with a NaN or infinities in the first or the last float input,

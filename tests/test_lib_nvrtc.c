@@ -1,6 +1,6 @@
 /* The library kernels' CUDA C unit (codegen/cuda/lib_source.c) compiles
  * with NVRTC for sm_90 (no GPU needed; built with the CUDA toolkit), and
- * the cubin defines every kernel lib_launch.c names, for f32, f16 and bf16
+ * the cubin defines every kernel lib_launch*.c name, for f32, f16 and bf16
  * storage (the tensor cores' for the 16-bit two). The compile takes ~75 s on 2 cores (NVRTC's
  * optimizer split over them), and NVRTC is not instrumented, so the sanitizer build checks the
  * source only. */

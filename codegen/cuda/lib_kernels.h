@@ -1232,7 +1232,7 @@ CT_DEVICE void CT_SFX(ct_ln_grad_x)(const void *x, const void *w, const void *dy
     }
 }
 
-/* Where ct_ln_tile gives rows in registers k > 1 rows a lane (lib_launch.c
+/* Where ct_ln_tile gives rows in registers k > 1 rows a lane (lib_launch_norm.c
  * says which), ct_layer_norm_grad_x_rows takes them; the rest, one a lane
  * at fewer registers. */
 CT_GLOBAL CT_SFX(ct_layer_norm_grad_x)(const void *x, const void *w, const void *dy, void *dx, int wide,
@@ -1488,7 +1488,7 @@ CT_DEVICE float CT_SFX(ct_bn_excite)(const CT_SFX(CtBnDy) *e, float dy, long lon
  * first channel alone off the vector path). grad a constant, which leaves
  * the forward's kernel the registers of two sums, not four. Each lane
  * keeps 8 x 16 bytes in flight (16 x 16 for the gradient): the tiles are
- * few, 2-8 an SM of an H200 (lib_launch.c's col_slices), and what its
+ * few, 2-8 an SM of an H200 (lib_build.h's lib_col_plan), and what its
  * 4.8 TB/s at HBM's latency needs is some 25 KiB an SM. */
 #define CT_BN_ROWS 8
 CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, const CT_SFX(CtBnDy) *e,

@@ -1,7 +1,10 @@
 /* Contract: lib_launches(n) gives the library kernel launches that compute
  * node n's outputs from its inputs, with physical strides, or fails naming
- * what is not supported. */
-#include "codegen/cuda/lib_launch.h"
+ * what is not supported. This file builds those of data movement,
+ * reductions, softmax, losses, pooling, attention and the inputs' ops, and
+ * dispatches the norms (lib_launch_norm.c) and the optimizers' updates
+ * (lib_launch_optim.c). */
+#include "codegen/cuda/lib_build.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,109 +21,6 @@ static void dense_strides(int nd, const int64_t *d, int64_t *st)
         st[i] = k;
         k *= d[i];
     }
-}
-
-static CtIndex index_make(int nd, const int64_t *dim, const int64_t *st0, const int64_t *st1)
-{
-    CtIndex ix;
-    memset(&ix, 0, sizeof ix);
-    ix.n = 1;
-    ix.nd = nd;
-    for (int i = 0; i < nd; i++) {
-        ix.dim[i] = dim[i];
-        ix.st0[i] = st0[i];
-        ix.st1[i] = st1 ? st1[i] : 0;
-        ix.n *= dim[i];
-    }
-    return ix;
-}
-
-/* The index over every dim of shape s but `skip` (-1: none), with strides
- * a and b of those dims. */
-static CtIndex index_without(const CtShape *s, int skip, const int64_t *a, const int64_t *b)
-{
-    int64_t dim[CT_MAX_DIMS], sa[CT_MAX_DIMS], sb[CT_MAX_DIMS];
-    int nd = 0;
-    for (int i = 0; i < s->ndim; i++)
-        if (i != skip)
-            dim[nd] = s->d[i], sa[nd] = a[i], sb[nd] = b ? b[i] : 0, nd++;
-    return index_make(nd, dim, sa, sb);
-}
-
-/* ix with its dims of size 1 dropped and each pair of neighbouring dims
- * that both tensors step through contiguously (a dim's stride the next
- * one's times its size) merged into one: the same offsets for every index,
- * with fewer divisions a work item (none for one dim). Only for the
- * kernels that read no dim of their index but through ct_offsets. */
-static CtIndex collapsed(CtIndex ix)
-{
-    CtIndex c = ix;
-    c.nd = 0;
-    for (long long d = 0; d < ix.nd; d++) {
-        if (ix.dim[d] == 1 && ix.nd > 1)
-            continue;
-        long long k = c.nd - 1;
-        if (k >= 0 && c.st0[k] == ix.st0[d] * ix.dim[d] && c.st1[k] == ix.st1[d] * ix.dim[d]) {
-            c.dim[k] *= ix.dim[d];
-            c.st0[k] = ix.st0[d], c.st1[k] = ix.st1[d];
-            continue;
-        }
-        c.dim[c.nd] = ix.dim[d], c.st0[c.nd] = ix.st0[d], c.st1[c.nd] = ix.st1[d];
-        c.nd++;
-    }
-    if (c.nd == 0) /* every dim of size 1 */
-        c.nd = 1, c.dim[0] = 1, c.st0[0] = c.st1[0] = 0;
-    return c;
-}
-
-typedef struct Builder {
-    const Graph *g;
-    LibLaunch *l;
-    int n;
-    int sms; /* the device's multiprocessors, which column sums size their tiles to */
-} Builder;
-
-static LibLaunch *begin(Builder *b, const char *kernel, CtDType t, long long items)
-{
-    LibLaunch *l = &b->l[b->n++];
-    CT_ASSERT(b->n <= LIB_MAX_LAUNCHES);
-    memset(l, 0, sizeof *l);
-    snprintf(l->kernel, sizeof l->kernel, "%s_%s", kernel, ct_dtype_name(t));
-    l->items = items;
-    return l;
-}
-
-static LibArg *arg(LibLaunch *l, LibArgKind kind)
-{
-    CT_ASSERT(l->nargs < LIB_MAX_ARGS);
-    LibArg *a = &l->arg[l->nargs++];
-    a->kind = kind;
-    return a;
-}
-
-static void a_val(LibLaunch *l, ValueId v) { arg(l, LA_VALUE)->v = v; }
-static void a_i64(LibLaunch *l, long long i) { arg(l, LA_I64)->i = i; }
-static void a_i32(LibLaunch *l, int i) { arg(l, LA_I32)->i = i; }
-static void a_f32(LibLaunch *l, double f) { arg(l, LA_F32)->f = (float)f; }
-static void a_f64(LibLaunch *l, double d) { arg(l, LA_F64)->d = d; }
-static void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix; }
-static void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
-static void a_counters(LibLaunch *l, int64_t n) { arg(l, LA_COUNTERS)->i = n; }
-
-static const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
-static int same_strides(const Builder *b, ValueId x, ValueId y)
-{
-    return val(b, x)->layout == val(b, y)->layout || val(b, x)->type.shape.ndim != 4;
-}
-
-/* Whether ix's first offsets and its dims [0, nd)'s strides are multiples
- * of vw in both tensors (lib_kernels.h's ct_steps_vec). */
-static int steps_vec(const CtIndex *ix, int64_t nd, int64_t vw)
-{
-    int vec = ix->base0 % vw == 0 && ix->base1 % vw == 0;
-    for (int64_t d = 0; d < nd; d++)
-        vec &= ix->st0[d] % vw == 0 && ix->st1[d] % vw == 0;
-    return vec;
 }
 
 /* Whether ix's innermost dim is contiguous in both tensors, its length, the
@@ -183,7 +83,7 @@ static int plan_reshape(Builder *b, const Node *n, CtErr *err)
 /* The storage a kernel of operands v (-1: none; CT_WIDE_X, _W, _Y and _R in
  * order) is instantiated for: their 16-bit dtype, if any, else f32; the
  * f32 ones' bits into *wide. */
-static CtDType mixed_storage(const Builder *b, const ValueId v[4], int *wide)
+CtDType lib_mixed_storage(const Builder *b, const ValueId v[4], int *wide)
 {
     static const int bit[4] = {CT_WIDE_X, CT_WIDE_W, CT_WIDE_Y, CT_WIDE_R};
     CtDType t = CT_F32;
@@ -199,7 +99,7 @@ static CtDType mixed_storage(const Builder *b, const ValueId v[4], int *wide)
 
 /* Whether operands v (-1: none) fit one mixed_storage: each f32, f16 or
  * bf16, the 16-bit ones of one dtype. */
-static int one_storage(const Builder *b, const ValueId v[4])
+int lib_one_storage(const Builder *b, const ValueId v[4])
 {
     CtDType low = CT_F32;
     for (int k = 0; k < 4; k++) {
@@ -228,7 +128,7 @@ int lib_cast_copy_fits(const Graph *g, const Node *cast, const Node *n)
 {
     Builder b = {g, NULL, 0, 0};
     return cast->op == CT_OP_cast && (n->op == CT_OP_to_layout || n->op == CT_OP_permute) &&
-           n->in[0] == cast->out[0] && one_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}) &&
+           n->in[0] == cast->out[0] && lib_one_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}) &&
            val(&b, cast->in[0])->type.shape.ndim <= CT_MAXD;
 }
 
@@ -236,7 +136,7 @@ int lib_cast_copy(const Graph *g, const Node *cast, const Node *n, LibLaunch *l,
 {
     Builder b = {g, l, 0, 0};
     int wide;
-    CtDType st = mixed_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}, &wide);
+    CtDType st = lib_mixed_storage(&b, (ValueId[4]){cast->in[0], -1, n->out[0], -1}, &wide);
     int64_t sx[CT_MAX_DIMS];
     value_strides(val(&b, cast->in[0]), sx);
     LibLaunch *k = begin(&b, "ct_copy_cast", st, shape_numel(&val(&b, n->out[0])->type.shape));
@@ -332,11 +232,7 @@ static int plan_data(Builder *b, const Node *n, CtErr *err)
  * 400-800 MB (resnet50's first at batch 256) through 64 SMs. The kernel's
  * counters: outs at most (a column an output). */
 enum { COL_TILES = 8, COL_FILL = 2, COL_TAIL = 16384 }; /* tiles an SM; partial sums */
-typedef struct ColPlan {
-    int64_t cols, slices;
-} ColPlan;
-
-static ColPlan col_plan(const Builder *b, int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum)
+ColPlan lib_col_plan(const Builder *b, int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum)
 {
     int64_t tx = w > 1 || sxc == 1 ? CT_COL_TX : 1, lanes = CT_LIB_BLOCK / tx, sms = b->sms > 0 ? b->sms : 1;
     ColPlan c = {(outs / w + tx - 1) / tx, 0};
@@ -370,16 +266,6 @@ static void a_side(LibLaunch *l, ValueId side, ValueId scale)
     }
 }
 
-/* The work items a row of `len` elements (s0, s1 their strides along it)
- * makes in a kernel of storage t: 16 bytes of the row each where
- * lib_kernels.h's ct_rows_vec takes them from the layout (the kernel then
- * checks the addresses), else one element each. */
-static int64_t row_items(const CtIndex *rows, int64_t len, int64_t s0, int64_t s1, CtDType t)
-{
-    int64_t vw = 16 / (int64_t)ct_dtype_size(t);
-    int vec = s0 == 1 && s1 == 1 && len % vw == 0 && steps_vec(rows, rows->nd, vw);
-    return vec ? len / vw : len;
-}
 
 /* The outputs a work item of a sum of x over red into out (storage st):
  * 16 bytes of them where the layout allows (lib_kernels.h's ct_sum_vec;
@@ -412,7 +298,7 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
                      ValueId side, ValueId scale, double div, size_t *scratch)
 {
     int64_t vw = sum_vec_width(&out, &red, st);
-    ColPlan cp = col_plan(b, red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
+    ColPlan cp = lib_col_plan(b, red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
     *scratch = sizeof(double) * (size_t)(cp.slices * out.n);
     LibLaunch *l = begin(b, "ct_reduce_sum_cols", st, cp.cols * cp.slices * CT_LIB_BLOCK);
     a_val(l, x);
@@ -435,7 +321,7 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
  * sum_one_stage says, else column sums (sum_cols). With a side output
  * (side >= 0): side = x * scale stored as the sums walk x
  * (lib_reduce_sum_side). */
-static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err)
+int lib_plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err)
 {
     const Value *x = val(b, n->in[0]), *y = val(b, n->out[0]);
     if (n->nin > 1 && !same_strides(b, n->in[0], n->in[1]))
@@ -459,7 +345,7 @@ static int plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, s
     /* x (and y, which has x's dtype), the factor, the side output, its scale */
     const ValueId v[4] = {n->in[0], n->nin > 1 ? n->in[1] : -1, side, scale};
     int wide;
-    CtDType st = mixed_storage(b, v, &wide);
+    CtDType st = lib_mixed_storage(b, v, &wide);
     if (sum_one_stage(&out, &red, st)) {
         LibLaunch *l = begin(b, "ct_reduce_sum", st, out.n);
         a_val(l, n->in[0]);
@@ -507,150 +393,40 @@ static int plan_rows(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-/* layer_norm's kernels: the storage they are instantiated for (the 16-bit
- * dtype among x, w, y or dy, and the prologue's residual `res` (-1: none),
- * else f32) and the CT_WIDE_* bits of the operands stored as f32 beside it. */
-static CtDType norm_storage(Builder *b, const Node *n, ValueId res, int *wide)
+/* v's strides over its dims longer than 1 are u's (a [1, C, 1, 1] value is
+ * the same memory in either layout). */
+static int same_walk(const Builder *b, ValueId v, ValueId u)
 {
-    int grad = n->op == CT_OP_layer_norm_grad;
-    const ValueId v[4] = {n->in[0], n->in[1], grad ? n->in[2] : n->out[0], res};
-    return mixed_storage(b, v, wide);
+    const CtShape *s = &val(b, v)->type.shape;
+    int64_t sv[CT_MAX_DIMS], su[CT_MAX_DIMS];
+    if (!shape_equal(s, &val(b, u)->type.shape))
+        return 0;
+    value_strides(val(b, v), sv);
+    value_strides(val(b, u), su);
+    for (int i = 0; i < s->ndim; i++)
+        if (s->d[i] > 1 && sv[i] != su[i])
+            return 0;
+    return 1;
 }
 
-/* A layer_norm_grad's epilogue (lib_layer_norm_grad_step): the residual
- * added to dx (-1: none) into `out`, that sum cast into `low` (-1: none).
- * A layer_norm's prologue (lib_layer_norm_fused): its input the sum of x and
- * res (-1: none), stored into `out` (-1: not stored); its output cast into
- * `low` (-1: none): lib_layer_norm_fused. */
-typedef struct LnEpi {
-    ValueId res, out, low, x;
-} LnEpi;
-
-/* layer_norm over the last dim, a row a warp (with the prologue's parts:
- * epi, NULL: none). Its gradient: dx a row a warp (with epi's parts),
- * each row's mean and 1/std (two floats) into scratch; then dweight and
- * dbias as column sums, their slices' sums (two doubles a slice and
- * column) after the stats. */
-static int plan_layer_norm(Builder *b, const Node *n, const LnEpi *epi, size_t *scratch, CtErr *err)
+int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale)
 {
-    int grad = n->op == CT_OP_layer_norm_grad, wide;
-    ValueId x = n->in[0], y = epi && grad ? epi->out : n->out[0];
-    const CtShape *xs = &val(b, x)->type.shape;
-    int dim = xs->ndim - 1;
-    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], D = xs->d[dim];
-    if (grad && !same_strides(b, x, n->in[2]))
-        return ct_fail(err, "layer_norm_grad of x and dy in two layouts has no kernel");
-    value_strides(val(b, x), sx);
-    value_strides(val(b, y), sy);
-    CtIndex rows = collapsed(index_without(xs, dim, sx, sy));
-    CtDType t = norm_storage(b, n, epi && !grad ? epi->res : -1, &wide);
-    /* a warp a row, or where the rows are in registers (lib_kernels.h's
-     * ct_ln_vec) ct_ln_tile's rows a warp: dx's at k > 1 rows a lane from
-     * its own kernel (lib_common.h) */
-    int64_t vw = 16 / (int64_t)ct_dtype_size(t), items = D <= CT_LN_MOST ? row_items(&rows, D, sx[dim], sy[dim], t) : D;
-    int64_t warps = rows.n;
-    const char *kernel = grad ? "ct_layer_norm_grad_x" : "ct_layer_norm";
-    if (items < D) {
-        CtLnTile tile = ct_ln_tile(items, CT_LIB_LANES, (int)(CT_LN_MOST / CT_LIB_LANES / vw), CT_LN_ROWS);
-        warps = (rows.n + tile.rows - 1) / tile.rows;
-        if (grad && tile.k > 1)
-            kernel = "ct_layer_norm_grad_x_rows";
-    }
-    LibLaunch *l = begin(b, kernel, t, warps * CT_LIB_LANES);
-    for (int k = 0; k < 3; k++) /* x (the prologue's), w, and b or dy */
-        a_val(l, k == 0 && epi && !grad ? epi->x : n->in[k]);
-    a_val(l, y);
-    a_i32(l, wide);
-    ValueId ptrs[3] = {epi ? epi->res : -1, epi ? (grad ? epi->low : epi->out) : -1, epi ? epi->low : -1};
-    for (int k = 0; k < 3 - grad; k++) /* res, and low or sum, then the forward's low */
-        if (ptrs[k] >= 0)
-            a_val(l, ptrs[k]);
-        else
-            arg(l, LA_NULL);
-    if (grad)
-        arg(l, LA_SCRATCH);
-    a_index(l, rows);
-    a_i64(l, D);
-    a_i64(l, sx[dim]);
-    a_i64(l, sy[dim]);
-    a_f32(l, n->fattr[0]);
-    if (!grad)
-        return 0;
-    /* the weights' column sums take 16 bytes of a row a work item where the rows are in registers */
-    ColPlan cp = col_plan(b, rows.n, D, items == D ? 1 : D / items, sx[dim], 2);
-    size_t stats = 2 * sizeof(float) * (size_t)rows.n;
-    *scratch = stats + 2 * sizeof(double) * (size_t)(cp.slices * D);
-    l = begin(b, "ct_layer_norm_grad_w", t, cp.cols * cp.slices * CT_LIB_BLOCK);
-    a_val(l, x);
-    a_val(l, n->in[2]);
-    a_i32(l, wide);
-    arg(l, LA_SCRATCH);
-    a_scratch(l, stats);
-    a_counters(l, D);
-    a_val(l, n->out[1]);
-    a_val(l, n->out[2]);
-    a_index(l, rows);
-    a_i64(l, D);
-    a_i64(l, sx[dim]);
-    a_i64(l, cp.slices);
-    return 0;
+    Builder b = {g, NULL, 0, 0};
+    return r->op == CT_OP_reduce_sum && r->iattr[1] &&
+           lib_one_storage(&b, (ValueId[4]){r->in[0], r->nin > 1 ? r->in[1] : -1, side, scale}) &&
+           same_walk(&b, side, r->in[0]) &&
+           same_walk(&b, scale, r->out[0]) && (r->nin < 2 || same_strides(&b, r->in[0], r->in[1]));
 }
 
-/* group_norm and its gradient: a block a group (ct_group_norm, and
- * ct_group_norm_grad_x leaving each group's statistics in scratch), then,
- * with a weight, a block a channel (ct_group_norm_grad_w). An absent weight
- * or bias is a null pointer. */
-static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *err)
+int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
+                        size_t *scratch, CtErr *err)
 {
-    int grad = n->op == CT_OP_group_norm_grad, weight = grad ? n->nin == 3 : n->nin > 1;
-    ValueId x = n->in[0], y = n->out[0], dy = grad ? n->in[n->nin - 1] : -1;
-    const CtShape *xs = &val(b, x)->type.shape;
-    CtDType t = val(b, y)->type.dtype;
-    if (weight && val(b, n->in[1])->type.dtype != t)
-        return ct_fail(err, "%s of x and weight in two dtypes has no kernel", op_def(n->op)->name);
-    if (grad && !same_strides(b, x, dy))
-        return ct_fail(err, "group_norm_grad of x and dy in two layouts has no kernel");
-    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], G = n->iattr[0], cg = xs->d[1] / G;
-    value_strides(val(b, x), sx);
-    value_strides(val(b, y), sy);
-    CtShape group = *xs; /* a sample's group: [cg, S...] after its N dim */
-    group.d[1] = cg;
-    CtIndex rows = index_make(2, (int64_t[]){xs->d[0], G}, (int64_t[]){sx[0], cg * sx[1]},
-                              (int64_t[]){sy[0], cg * sy[1]});
-    LibLaunch *l = begin(b, grad ? "ct_group_norm_grad_x" : "ct_group_norm", t, rows.n * CT_LIB_BLOCK);
-    a_val(l, x);
-    if (weight)
-        a_val(l, n->in[1]);
-    else
-        arg(l, LA_NULL);
-    if (grad)
-        a_val(l, dy);
-    else if (n->nin > 2)
-        a_val(l, n->in[2]);
-    else
-        arg(l, LA_NULL);
-    a_val(l, y);
-    if (grad)
-        arg(l, LA_SCRATCH);
-    a_index(l, rows);
-    a_index(l, index_without(&group, 0, sx, sy));
-    a_i64(l, cg);
-    a_f32(l, n->fattr[0]);
-    if (!grad)
-        return 0;
-    *scratch = 2 * sizeof(double) * (size_t)rows.n;
-    if (!weight)
-        return 0;
-    l = begin(b, "ct_group_norm_grad_w", t, xs->d[1] * CT_LIB_BLOCK);
-    a_val(l, x);
-    a_val(l, dy);
-    arg(l, LA_SCRATCH);
-    a_val(l, n->out[1]);
-    a_val(l, n->out[2]);
-    a_index(l, index_without(xs, 1, sx, NULL));
-    a_i64(l, xs->d[1]);
-    a_i64(l, sx[1]);
-    a_i64(l, cg);
+    Builder b = {g, l, 0, sms};
+    *count = 0;
+    *scratch = 0;
+    if (lib_plan_reduce(&b, r, side, scale, scratch, err))
+        return -1;
+    *count = b.n;
     return 0;
 }
 
@@ -683,398 +459,6 @@ static int plan_gather(Builder *b, const Node *n, CtErr *err)
     a_i64(l, xs->d[dim]);
     a_i64(l, K);
     a_i64(l, I);
-    return 0;
-}
-
-/* The parts of a batch norm's epilogue its apply pass computes before the
- * store: a residual add (-1: none) and an activation (an op, -1: none),
- * the value it stores (out) and the step's first node it leaves (tail). */
-typedef struct BnEpi {
-    ValueId residual, out;
-    int act, approx, tail;
-} BnEpi;
-
-/* Where a launch's pointer argument points: an offset into scratch
- * (LA_SCRATCH) or into the program's kept region (LA_KEPT). */
-typedef struct Place {
-    LibArgKind kind;
-    size_t off;
-} Place;
-
-static void a_place(LibLaunch *l, Place p) { arg(l, p.kind)->i = (long long)p.off; }
-
-/* A batch_norm run again for lib_bn_act_grad (its running statistics not
- * written), or the batch_norm_grad it runs with the activation's gradient:
- * its scratch from byte `base`, the forward's coefficients at `fwd`. */
-typedef struct BnAct {
-    size_t base;
-    Place fwd;
-    int act, approx;
-    ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
-    /* lib_kernels.h's CtBnDy (-1: none): where sum, dy (the batch_norm_grad's)
-     * is act'(z) (a + b), stored by the statistics kernel; where hw > 0, dy
-     * (perhaps -1) s + p / hw, s = a, p = b, computed by each pass */
-    int sum;
-    ValueId a, b, z;
-    long long hw;
-} BnAct;
-
-static void a_val_or_null(LibLaunch *l, ValueId v)
-{
-    if (v >= 0)
-        a_val(l, v);
-    else
-        arg(l, LA_NULL);
-}
-
-/* ct_bn_grad_stats' and ct_bn_grad_apply's forward coefficients and
- * activation, then CtBnDy's a, b, z (the statistics', stats) and hw:
- * the apply pass's where an excitation's. */
-static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
-{
-    if (fa && !fa->sum)
-        a_place(l, fa->fwd);
-    else
-        arg(l, LA_NULL);
-    a_i32(l, fa ? fa->act : -1);
-    a_i32(l, fa ? fa->approx : 0);
-    int from = fa && (fa->hw || (fa->sum && stats));
-    const ValueId v[3] = {from ? fa->a : -1, from ? fa->b : -1, from ? fa->z : -1};
-    for (int k = 0; k < (stats ? 3 : 2); k++)
-        a_val_or_null(l, v[k]);
-    a_i64(l, from ? fa->hw : 0);
-}
-
-/* batch_norm and its gradient (lib_kernels.h): the statistics kernel (each
- * tile's sums of each channel into scratch, then each column's
- * coefficients by its last tile), or for an eval forward the coefficients
- * from the running statistics; then the elementwise pass (with epi's
- * parts, NULL: none; for a gradient, fa's activation, NULL: none). The
- * eval coefficients' kernel takes the parameters' dtype, the others x's,
- * reading the parameters as f32 where they are (under AMP). A training
- * forward with kc (NULL, or kc->at < 0: none) keeps its coefficients in
- * the kept region at kc->at, where kc->ready says they are already (the
- * batch norm run again: no statistics). *scratch gets the bytes from fa's
- * base. */
-static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, const LibBnCoef *kc,
-                           size_t *scratch, CtErr *err)
-{
-    int grad = n->op == CT_OP_batch_norm_grad, training = (int)n->iattr[0];
-    ValueId x = n->in[0], y = n->out[0];
-    const CtShape *xs = &val(b, x)->type.shape;
-    CtDType t = val(b, y)->type.dtype, pt = val(b, n->in[1])->type.dtype;
-    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS], C = xs->d[1];
-    value_strides(val(b, x), sx);
-    value_strides(val(b, y), sy);
-    ValueId dy = fa ? fa->dy : grad ? n->in[4] : -1;
-    if (grad && dy >= 0 && !same_strides(b, x, dy))
-        return ct_fail(err, "batch_norm_grad of x and dy in two layouts has no kernel");
-    if (training && n->iattr[1])
-        return ct_fail(err, "%s synchronised across ranks (--sync-bn) needs NCCL, which the cuda backend has not yet",
-                       op_def(n->op)->name);
-    for (int k = 2; k < (grad ? 4 : 5); k++)
-        if (val(b, n->in[k])->type.dtype != pt || (pt != t && pt != CT_F32))
-            return ct_fail(err, "%s of %s values with %s parameters and statistics has no kernel",
-                           op_def(n->op)->name, ct_dtype_name(t), ct_dtype_name(val(b, n->in[k])->type.dtype));
-    CtIndex rows = collapsed(index_without(xs, 1, sx, sy));
-    int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
-    ColPlan cp = col_plan(b, rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
-    int keep = kc && kc->at >= 0, ready = keep && kc->ready;
-    size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
-    Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
-    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C)); /* the coefficients */
-    LibLaunch *l;
-    if (sums && !ready) {
-        l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
-        a_val(l, x);
-        if (grad) {
-            a_val_or_null(l, dy);
-            a_fwd(l, fa, 1);
-        }
-        a_scratch(l, base);
-        a_counters(l, C);
-        for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
-            a_val(l, n->in[k]);
-        for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-            if (k < n->nout && (grad || !fa))
-                a_val(l, n->out[k]);
-            else
-                arg(l, LA_NULL);
-        a_i32(l, pt != t);
-        a_place(l, coef);
-        a_index(l, rows);
-        a_i64(l, C);
-        a_i64(l, sx[1]);
-        a_i64(l, cp.slices);
-        if (grad)
-            a_i32(l, training);
-        else
-            a_f32(l, n->fattr[0]);
-        a_f32(l, n->fattr[grad ? 0 : 1]);
-    } else if (!sums) {
-        l = begin(b, "ct_bn_coef", pt, C);
-        for (int k = 1; k < 5; k++)
-            a_val(l, n->in[k]);
-        a_scratch(l, base);
-        a_i64(l, C);
-        a_f32(l, n->fattr[1]);
-    }
-    l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
-    a_val(l, x);
-    if (grad) {
-        a_val_or_null(l, dy);
-        a_fwd(l, fa, 0);
-    }
-    a_place(l, coef);
-    if (!grad) {
-        if (epi && epi->residual >= 0)
-            a_val(l, epi->residual);
-        else
-            arg(l, LA_NULL);
-    }
-    a_val(l, epi ? epi->out : y);
-    a_index(l, rows);
-    a_i64(l, C);
-    a_i64(l, sx[1]);
-    a_i64(l, sy[1]);
-    if (grad) {
-        a_i32(l, training);
-    } else {
-        a_i32(l, epi ? epi->act : -1);
-        a_i32(l, epi ? epi->approx : 0);
-    }
-    return 0;
-}
-
-/* Whether values v and w have one shape, dtype and layout. */
-static int same_storage(const Builder *b, ValueId v, ValueId w)
-{
-    const Value *a = val(b, v), *c = val(b, w);
-    return shape_equal(&a->type.shape, &c->type.shape) && a->type.dtype == c->type.dtype && a->layout == c->layout;
-}
-
-int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
-                        int *count, size_t *scratch, int *tail, CtErr *err)
-{
-    Builder b = {g, l, 0, sms};
-    const Node *bn = &g->nodes[p->nodes[st->first]];
-    BnEpi e = {.residual = -1, .out = bn->out[0], .act = -1, .tail = 1};
-    for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
-        const Node *n = &g->nodes[p->nodes[st->first + e.tail]];
-        if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(&b, n->out[0], e.out)) {
-            e.act = n->op;
-            e.approx = n->op == CT_OP_gelu && n->iattr[0];
-        } else if (n->op == CT_OP_add && e.residual < 0 && (n->in[0] == e.out) != (n->in[1] == e.out) &&
-                   same_storage(&b, n->in[0], n->in[1]) && same_storage(&b, n->out[0], e.out)) {
-            e.residual = n->in[0] == e.out ? n->in[1] : n->in[0];
-        } else {
-            break;
-        }
-        e.out = n->out[0];
-    }
-    *count = 0;
-    *scratch = 0;
-    *tail = e.tail;
-    if (bn->op != CT_OP_batch_norm)
-        return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
-    if (plan_batch_norm(&b, bn, &e, NULL, &kc, scratch, err))
-        return -1;
-    *count = b.n;
-    return 0;
-}
-
-int lib_layer_norm_grad_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, int most, LibLaunch *l,
-                             int *count, size_t *scratch, int *tail, CtErr *err)
-{
-    Builder b = {g, l, 0, sms};
-    const Node *n = &g->nodes[p->nodes[st->first]];
-    LnEpi e = {.res = -1, .out = n->out[0], .low = -1, .x = -1};
-    int wide;
-    CtDType t = norm_storage(&b, n, -1, &wide);
-    *tail = 1;
-    if (most > 0 && st->n > 1 && !p->materialised[e.out]) {
-        const Node *add = &g->nodes[p->nodes[st->first + 1]];
-        ValueId res = add->in[0] == e.out ? add->in[1] : add->in[0];
-        if (add->op == CT_OP_add && same_storage(&b, res, e.out) && same_storage(&b, add->out[0], e.out)) {
-            e.res = res;
-            e.out = add->out[0];
-            *tail = 2;
-        }
-    }
-    if (*tail == 2 && most > 1 && st->n > 2) { /* the sum cast to the kernel's 16-bit storage */
-        const Node *cast = &g->nodes[p->nodes[st->first + 2]];
-        const Value *c = val(&b, cast->out[0]);
-        if (cast->op == CT_OP_cast && c->type.dtype == t && val(&b, e.out)->type.dtype == CT_F32 && t != CT_F32 &&
-            c->layout == val(&b, e.out)->layout) {
-            e.low = cast->out[0];
-            *tail = 3;
-        }
-    }
-    *count = 0;
-    if (plan_layer_norm(&b, n, &e, scratch, err))
-        return -1;
-    *count = b.n;
-    return 0;
-}
-
-int lib_layer_norm_res_fits(const Graph *g, const Node *ln, ValueId x, ValueId res)
-{
-    Builder b = {g, NULL, 0, 0};
-    int wide;
-    CtDType t = norm_storage(&b, ln, -1, &wide), r = val(&b, res)->type.dtype; /* one 16-bit dtype, if any */
-    const CtShape *s = &val(&b, ln->in[0])->type.shape;
-    return (r == t || r == CT_F32 || t == CT_F32) && val(&b, x)->type.dtype == val(&b, ln->in[0])->type.dtype &&
-           shape_equal(&val(&b, x)->type.shape, s) && shape_equal(&val(&b, res)->type.shape, s) &&
-           same_strides(&b, x, ln->in[0]) && same_strides(&b, res, ln->in[0]);
-}
-
-int lib_layer_norm_fused(const Graph *g, const Node *ln, ValueId x, ValueId res, ValueId sum, ValueId low,
-                         LibLaunch *l, int *count, CtErr *err)
-{
-    Builder b = {g, l, 0, 0};
-    LnEpi e = {.res = res, .out = sum, .low = low, .x = x};
-    *count = 0;
-    if (plan_layer_norm(&b, ln, &e, NULL, err))
-        return -1;
-    *count = b.n;
-    return 0;
-}
-
-int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low)
-{
-    Builder b = {g, NULL, 0, 0};
-    int wide;
-    CtDType t = norm_storage(&b, ln, -1, &wide);
-    const Value *y = val(&b, ln->out[0]), *l = val(&b, low);
-    return t != CT_F32 && y->type.dtype == CT_F32 && l->type.dtype == t &&
-           shape_numel(&y->type.shape) == shape_numel(&l->type.shape);
-}
-
-/* v's strides over its dims longer than 1 are u's (a [1, C, 1, 1] value is
- * the same memory in either layout). */
-static int same_walk(const Builder *b, ValueId v, ValueId u)
-{
-    const CtShape *s = &val(b, v)->type.shape;
-    int64_t sv[CT_MAX_DIMS], su[CT_MAX_DIMS];
-    if (!shape_equal(s, &val(b, u)->type.shape))
-        return 0;
-    value_strides(val(b, v), sv);
-    value_strides(val(b, u), su);
-    for (int i = 0; i < s->ndim; i++)
-        if (s->d[i] > 1 && sv[i] != su[i])
-            return 0;
-    return 1;
-}
-
-int lib_reduce_sum_side_fits(const Graph *g, const Node *r, ValueId side, ValueId scale)
-{
-    Builder b = {g, NULL, 0, 0};
-    return r->op == CT_OP_reduce_sum && r->iattr[1] &&
-           one_storage(&b, (ValueId[4]){r->in[0], r->nin > 1 ? r->in[1] : -1, side, scale}) &&
-           same_walk(&b, side, r->in[0]) &&
-           same_walk(&b, scale, r->out[0]) && (r->nin < 2 || same_strides(&b, r->in[0], r->in[1]));
-}
-
-int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, ValueId scale, LibLaunch *l, int *count,
-                        size_t *scratch, CtErr *err)
-{
-    Builder b = {g, l, 0, sms};
-    *count = 0;
-    *scratch = 0;
-    if (plan_reduce(&b, r, side, scale, scratch, err))
-        return -1;
-    *count = b.n;
-    return 0;
-}
-
-int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
-{
-    Builder b = {g, NULL, 0, 0};
-    CtDType t = val(&b, bn->in[0])->type.dtype;
-    return val(&b, bn->out[0])->type.dtype == t && val(&b, act->in[1])->type.dtype == t &&
-           same_strides(&b, bn->in[0], act->in[1]);
-}
-
-/* lib_bn_act_grad's launches with its dy from fa (fa.dy and its CtBnDy). */
-static int bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *n, LibBnCoef kc, BnAct fa, LibLaunch *l,
-                       int *count, size_t *scratch, CtErr *err)
-{
-    Builder b = {g, l, 0, sms};
-    size_t fwd_bytes = 0, grad_bytes;
-    int64_t C = val(&b, bn->in[0])->type.shape.d[1];
-    *count = 0;
-    if (kc.at >= 0) { /* the forward's coefficients, kept by its step, which ran before this one */
-        fa.fwd = (Place){LA_KEPT, (size_t)kc.at};
-    } else {
-        if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, NULL, &fwd_bytes, err))
-            return -1;
-        b.n--; /* the forward's statistics, not its output */
-        fa.fwd = (Place){LA_SCRATCH, fwd_bytes - sizeof(double) * (size_t)(2 * C)};
-    }
-    fa.base = fwd_bytes;
-    if (plan_batch_norm(&b, n, NULL, &fa, NULL, &grad_bytes, err))
-        return -1;
-    *scratch = fwd_bytes + grad_bytes;
-    *count = b.n;
-    return 0;
-}
-
-int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
-{
-    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
-    return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
-}
-
-/* Whether v is [N, C, 1, 1] of x's N, C and dtype, its elements in row-major order. */
-static int per_channel(const Builder *b, ValueId v, ValueId x)
-{
-    const Value *p = val(b, v), *q = val(b, x);
-    const CtShape *s = &p->type.shape, *xs = &q->type.shape;
-    return s->ndim == 4 && xs->ndim == 4 && s->d[0] == xs->d[0] && s->d[1] == xs->d[1] && s->d[2] == 1 &&
-           s->d[3] == 1 && p->type.dtype == q->type.dtype && value_row_major(p);
-}
-
-int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *mul, const Node *gap)
-{
-    Builder b = {g, NULL, 0, 0};
-    ValueId x = bn->in[0];
-    if (!lib_bn_act_grad_fits(g, bn, act) || !per_channel(&b, gap->in[0], x) ||
-        !same_storage(&b, gap->out[0], act->in[1]))
-        return 0;
-    return !mul || (same_storage(&b, mul->out[0], x) &&
-                    ((same_storage(&b, mul->in[0], x) && per_channel(&b, mul->in[1], x)) ||
-                     (same_storage(&b, mul->in[1], x) && per_channel(&b, mul->in[0], x))));
-}
-
-int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                       const Node *mul, const Node *gap, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
-{
-    const CtShape *xs = &g->values[bn->in[0]].type.shape;
-    int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1;
-    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = mul ? mul->in[big] : -1,
-                .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3]};
-    return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
-}
-
-int lib_bn_sum_grad_fits(const Graph *g, const Node *n, const Node *add, const Node *act)
-{
-    Builder b = {g, NULL, 0, 0};
-    ValueId x = n->in[0];
-    return same_storage(&b, add->in[0], x) && same_storage(&b, add->in[1], x) && same_storage(&b, add->out[0], x) &&
-           same_storage(&b, n->in[4], x) && (!act || same_storage(&b, act->in[0], x));
-}
-
-int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, const Node *act, LibLaunch *l,
-                    int *count, size_t *scratch, CtErr *err)
-{
-    Builder b = {g, l, 0, sms};
-    BnAct fa = {.act = act ? (int)act->iattr[0] : -1, .approx = act ? (int)act->iattr[1] : 0, .dy = n->in[4],
-                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
-    *count = 0;
-    if (plan_batch_norm(&b, n, NULL, &fa, NULL, scratch, err))
-        return -1;
-    *count = b.n;
     return 0;
 }
 
@@ -1449,406 +833,6 @@ static int plan_dropout(Builder *b, const Node *n, CtErr *err)
     return 0;
 }
 
-/* The optimizer updates with whole-tensor norms or scalar state
- * (lib_kernels.h): their inputs (p, g, state..., [mu_product], lr, [step],
- * [clip_sq], [apply]) in the op's order, with scratch for the partial sums
- * (chunks of UPD_CHUNK elements), the trust ratio and LAMB's update. */
-#define UPD_CHUNK 4096
-
-static void a_opt(LibLaunch *l, const Node *n, int k, int present)
-{
-    if (present)
-        a_val(l, n->in[k]);
-    else
-        arg(l, LA_NULL);
-}
-
-/* ct_sq_partials over count elements in chunks of UPD_CHUNK into scratch
- * at part: of a (decayed by 1 - lr wd where lr >= 0) and of the value bt, or
- * else of the update at scratch offset 0 in float (SQ_F32) or double (SQ_F64). */
-enum { SQ_NONE, SQ_F32, SQ_F64 };
-
-static void sq_partials(Builder *b, CtDType t, ValueId a, ValueId lr, double wd, double max_lr, ValueId bt,
-                        int scratch_b, size_t part, long long count)
-{
-    LibLaunch *l = begin(b, "ct_sq_partials", t, (count + UPD_CHUNK - 1) / UPD_CHUNK);
-    a_val(l, a);
-    if (lr >= 0)
-        a_val(l, lr);
-    else
-        arg(l, LA_NULL);
-    a_f32(l, wd);
-    a_f64(l, max_lr);
-    if (bt >= 0)
-        a_val(l, bt);
-    else
-        arg(l, LA_NULL);
-    for (int k = SQ_F32; k <= SQ_F64; k++)
-        if (scratch_b == k)
-            a_scratch(l, 0);
-        else
-            arg(l, LA_NULL);
-    a_scratch(l, part);
-    a_i64(l, count);
-    a_i64(l, UPD_CHUNK);
-    a_i64(l, (count + UPD_CHUNK - 1) / UPD_CHUNK);
-}
-
-/* sgdp_update (p g buf lr [apply]) and adamp_update (p g m v lr step
- * [apply]): the moments and update u, each row's sums of the channel view
- * [d0, -1] (a tensor of fewer than 2 dims: one row, not projected), the
- * view timm's projection takes, the update; scratch: u, the row sums, the
- * decision. */
-static int plan_projected(Builder *b, const Node *n, long long count, size_t *scratch)
-{
-    const CtShape *s = &val(b, n->in[0])->type.shape;
-    int sgdp = n->op == CT_OP_sgdp_update, apply = n->nin == (sgdp ? 5 : 7);
-    long long rows = s->ndim >= 2 ? s->d[0] : 1, len = rows ? count / rows : 0;
-    size_t st = ((size_t)count * sizeof(float) + 7) / 8 * 8, d = st + 4 * (size_t)rows * sizeof(double);
-    *scratch = d + 3 * sizeof(double);
-    CtDType t = val(b, n->in[0])->type.dtype;
-    LibLaunch *l = begin(b, sgdp ? "ct_sgdp_moments" : "ct_adamp_moments", t, count);
-    a_val(l, n->in[1]);
-    for (int k = 2; k < (sgdp ? 3 : 4); k++)
-        a_val(l, n->in[k]);
-    if (!sgdp)
-        a_val(l, n->in[5]);
-    a_opt(l, n, n->nin - 1, apply);
-    for (int k = 1; k < n->nout; k++)
-        a_val(l, n->out[k]);
-    a_scratch(l, 0);
-    a_i64(l, count);
-    if (sgdp)
-        a_f32(l, n->fattr[0]);
-    else
-        for (int f = 0; f < 3; f++)
-            a_f32(l, n->fattr[f]);
-    a_i64(l, n->iattr[0]);
-    l = begin(b, "ct_proj_rows", t, rows);
-    a_val(l, n->in[0]);
-    a_val(l, n->in[1]);
-    a_scratch(l, 0);
-    a_scratch(l, st);
-    a_i64(l, rows);
-    a_i64(l, len);
-    double delta = n->fattr[sgdp ? 2 : 4], ratio = n->fattr[sgdp ? 3 : 5], eps = n->fattr[sgdp ? 4 : 2];
-    l = begin(b, "ct_proj_decide", t, 1);
-    a_scratch(l, st);
-    a_i64(l, rows);
-    a_i64(l, len);
-    a_i64(l, s->ndim >= 2);
-    a_scratch(l, d);
-    a_f32(l, delta);
-    a_f32(l, eps);
-    l = begin(b, sgdp ? "ct_sgdp_apply" : "ct_adamp_apply", t, count);
-    a_val(l, n->in[0]);
-    a_scratch(l, 0);
-    a_scratch(l, st);
-    a_scratch(l, d);
-    a_val(l, n->in[sgdp ? 3 : 4]);
-    if (!sgdp)
-        a_val(l, n->in[5]);
-    a_opt(l, n, n->nin - 1, apply);
-    a_val(l, n->out[0]);
-    a_i64(l, count);
-    a_i64(l, len);
-    a_f32(l, n->fattr[0]);
-    a_f32(l, n->fattr[sgdp ? 1 : 3]);
-    a_f32(l, ratio);
-    a_f32(l, eps);
-    return 0;
-}
-
-static long long inner_of(const CtShape *s, int d)
-{
-    long long inner = 1;
-    for (int k = d + 1; k < s->ndim; k++)
-        inner *= s->d[k];
-    return inner;
-}
-
-/* adafactor_update and adafactorbv_update: (p g, second moments (row and
- * column, or one), [m], lr step [apply]) -> (p', the states'); scratch: the
- * update u (in double: bf16 momentum rounds it), the RMS partial sums, the step's coefficients, the new row and
- * column states and the rows' column mean in double. */
-static int plan_adafactor(Builder *b, const Node *n, long long count, size_t *scratch)
-{
-    const CtShape *s = &val(b, n->in[0])->type.shape;
-    int bv = n->op == CT_OP_adafactorbv_update, factored = n->iattr[0] >= 0, has_m = n->iattr[2] != 0;
-    int nst = (factored ? 2 : 1) + has_m, lr = 2 + nst, apply = n->nin == lr + 3, dc = (int)n->iattr[0];
-    int dr = (int)n->iattr[1];
-    long long chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK, Dr = factored ? s->d[dr] : 1, Dc = factored ? s->d[dc] : 1;
-    long long nr = count / Dr, nc = count / Dc, nrc = nr / Dc;
-    CtShape rs = *s;
-    if (factored)
-        rs.d[dr] = 1;
-    size_t part = (size_t)count * sizeof(double), coef = part + 2 * (size_t)chunks * sizeof(double);
-    size_t wr = coef + 2 * sizeof(double), wc = wr + (size_t)nr * sizeof(double), rc = wc + (size_t)nc * sizeof(double);
-    *scratch = factored ? rc + (size_t)nrc * sizeof(double) : wr;
-    CtDType t = val(b, n->in[0])->type.dtype;
-    LibLaunch *l = begin(b, "ct_af_coef", t, 1);
-    a_val(l, n->in[lr + 1]);
-    a_scratch(l, coef);
-    a_f32(l, n->fattr[2]);
-    a_f32(l, bv ? n->fattr[5] : 0);
-    a_i64(l, bv ? n->iattr[5] : 0);
-    a_i64(l, bv);
-    if (!factored) {
-        l = begin(b, "ct_af_full", t, count);
-        a_val(l, n->in[1]);
-        a_val(l, n->in[2]);
-        a_scratch(l, coef);
-        a_opt(l, n, n->nin - 1, apply);
-        a_val(l, n->out[1]);
-        a_scratch(l, 0);
-        a_i64(l, count);
-        a_f32(l, n->fattr[0]);
-    } else {
-        for (int k = 0; k < 2; k++) { /* the row state (dim dr reduced), then the column state */
-            l = begin(b, "ct_af_mean", t, k ? nc : nr);
-            a_val(l, n->in[1]);
-            a_val(l, n->in[2 + k]);
-            a_scratch(l, coef);
-            a_opt(l, n, n->nin - 1, apply);
-            a_val(l, n->out[1 + k]);
-            a_scratch(l, k ? wc : wr);
-            a_i64(l, k ? nc : nr);
-            a_i64(l, k ? Dc : Dr);
-            a_i64(l, inner_of(s, k ? dc : dr));
-            a_f32(l, n->fattr[0]);
-        }
-        l = begin(b, "ct_af_rowcol", t, nrc);
-        a_scratch(l, wr);
-        a_scratch(l, rc);
-        a_i64(l, nrc);
-        a_i64(l, Dc);
-        a_i64(l, inner_of(&rs, dc));
-        l = begin(b, "ct_af_factored", t, count);
-        a_val(l, n->in[1]);
-        a_scratch(l, wr);
-        a_scratch(l, wc);
-        a_scratch(l, rc);
-        a_opt(l, n, n->nin - 1, apply);
-        a_scratch(l, 0);
-        a_i64(l, count);
-        a_i64(l, Dr);
-        a_i64(l, inner_of(s, dr));
-        a_i64(l, Dc);
-        a_i64(l, inner_of(s, dc));
-        a_i64(l, inner_of(&rs, dc));
-    }
-    sq_partials(b, t, n->in[0], -1, 0, 0, -1, SQ_F64, part, count);
-    l = begin(b, "ct_af_clip", t, 1);
-    a_scratch(l, part);
-    a_i64(l, chunks);
-    a_i64(l, count);
-    a_scratch(l, coef);
-    a_f32(l, n->fattr[1]);
-    l = begin(b, "ct_af_apply", t, count);
-    a_val(l, n->in[0]);
-    a_scratch(l, 0);
-    a_scratch(l, coef);
-    a_opt(l, n, 1 + nst, has_m);
-    a_val(l, n->in[lr]);
-    a_opt(l, n, n->nin - 1, apply);
-    a_val(l, n->out[0]);
-    if (has_m)
-        a_val(l, n->out[nst]);
-    else
-        arg(l, LA_NULL);
-    a_i64(l, count);
-    a_f64(l, n->fattr[3]);
-    a_f32(l, n->fattr[4]);
-    a_i64(l, bv);
-    a_i64(l, bv && n->iattr[3]);
-    a_i64(l, bv && n->iattr[4]);
-    a_f64(l, bv ? n->fattr[6] : 0);
-    return 0;
-}
-
-/* muon_update (p g buf lr [apply]): the momentum and X, its norm, X scaled,
- * three products a Newton-Schulz iteration, the update; scratch: X and its
- * next, A and B [m, m], the norm's partial sums, the norm. */
-#define MUON_MAX_STEPS ((LIB_MAX_LAUNCHES - 6) / 3)
-
-static int plan_muon(Builder *b, const Node *n, long long count, size_t *scratch, CtErr *err)
-{
-    const CtShape *s = &val(b, n->in[0])->type.shape;
-    int steps = (int)n->iattr[1], apply = n->nin == 5;
-    if (steps > MUON_MAX_STEPS)
-        return ct_fail(err, "muon_update: %d Newton-Schulz steps; the cuda plan takes at most %d", steps,
-                       MUON_MAX_STEPS);
-    long long rows = s->d[0], cols = count / rows, m = rows < cols ? rows : cols, nn = count / m;
-    long long chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK;
-    size_t xb = (size_t)count * sizeof(double), A = 2 * xb, B = A + (size_t)(m * m) * sizeof(double);
-    size_t part = B + (size_t)(m * m) * sizeof(double), nrm = part + 2 * (size_t)chunks * sizeof(double);
-    *scratch = nrm + sizeof(double);
-    CtDType t = val(b, n->in[0])->type.dtype;
-    LibLaunch *l = begin(b, "ct_muon_moments", t, count);
-    a_val(l, n->in[1]);
-    a_val(l, n->in[2]);
-    a_opt(l, n, 4, apply);
-    a_val(l, n->out[1]);
-    a_scratch(l, 0);
-    a_i64(l, rows);
-    a_i64(l, cols);
-    a_f64(l, n->fattr[0]);
-    a_i64(l, n->iattr[0]);
-    sq_partials(b, t, n->in[0], -1, 0, 0, -1, SQ_F64, part, count);
-    l = begin(b, "ct_muon_norm", t, 1);
-    a_scratch(l, part);
-    a_i64(l, chunks);
-    a_scratch(l, nrm);
-    a_f64(l, n->fattr[2]);
-    a_f64(l, n->fattr[3]);
-    l = begin(b, "ct_muon_scale", t, count);
-    a_scratch(l, 0);
-    a_scratch(l, nrm);
-    a_i64(l, count);
-    size_t x = 0, y = xb;
-    for (int k = 0; k < steps; k++) {
-        double abc[3];
-        op_muon_coefficients((int)n->iattr[2], k, abc);
-        /* A = X X^T; B = b A + c A A; Y = a X + B X */
-        const struct {
-            size_t a, b, c, out;
-            long long M, N, K, bt;
-            double alpha, beta;
-        } g3[3] = {{x, x, 0, A, m, m, nn, 1, 1, 0}, {A, A, A, B, m, m, m, 0, abc[2], abc[1]},
-                   {B, x, x, y, m, nn, m, 0, 1, abc[0]}};
-        for (int j = 0; j < 3; j++) {
-            l = begin(b, "ct_muon_gemm", t, g3[j].M * g3[j].N);
-            a_scratch(l, g3[j].a);
-            a_scratch(l, g3[j].b);
-            if (j)
-                a_scratch(l, g3[j].c);
-            else
-                arg(l, LA_NULL);
-            a_scratch(l, g3[j].out);
-            a_i64(l, g3[j].M);
-            a_i64(l, g3[j].N);
-            a_i64(l, g3[j].K);
-            a_i64(l, g3[j].bt);
-            a_f64(l, g3[j].alpha);
-            a_f64(l, g3[j].beta);
-        }
-        size_t tmp = x;
-        x = y, y = tmp;
-    }
-    l = begin(b, "ct_muon_apply", t, count);
-    a_val(l, n->in[0]);
-    a_scratch(l, x);
-    a_val(l, n->in[3]);
-    a_opt(l, n, 4, apply);
-    a_val(l, n->out[0]);
-    a_i64(l, rows);
-    a_i64(l, cols);
-    a_f64(l, n->fattr[4]);
-    a_f32(l, n->fattr[1]);
-    return 0;
-}
-
-static int plan_update(Builder *b, const Node *n, size_t *scratch, CtErr *err)
-{
-    for (int k = 1; k < n->nin + n->nout; k++) {
-        ValueId v = k < n->nin ? n->in[k] : n->out[k - n->nin];
-        if (val(b, v)->type.shape.ndim == val(b, n->in[0])->type.shape.ndim && !same_strides(b, n->in[0], v))
-            return ct_fail(err, "%s: a state in another layout than its param has no kernel", op_def(n->op)->name);
-    }
-    CtDType t = val(b, n->in[0])->type.dtype;
-    long long count = shape_numel(&val(b, n->in[0])->type.shape), chunks = (count + UPD_CHUNK - 1) / UPD_CHUNK;
-    size_t u_bytes = n->op == CT_OP_lamb_update ? ((size_t)count * sizeof(float) + 7) / 8 * 8 : 0;
-    size_t part = u_bytes, ratio = part + 2 * (size_t)chunks * sizeof(double);
-    LibLaunch *l;
-    if (n->op == CT_OP_nadam_update) { /* p g m v mu lr step [apply] */
-        int apply = n->nin == 8;
-        l = begin(b, "ct_nadam_update", t, count);
-        for (int k = 0; k < 7; k++)
-            a_val(l, n->in[k]);
-        a_opt(l, n, 7, apply);
-        for (int k = 0; k < 3; k++)
-            a_val(l, n->out[k]);
-        a_i64(l, count);
-        for (int f = 0; f < 4; f++)
-            a_f32(l, n->fattr[f]);
-        a_i64(l, n->iattr[0]);
-        l = begin(b, "ct_nadam_product", t, 1);
-        a_val(l, n->in[4]);
-        a_val(l, n->in[6]);
-        a_opt(l, n, 7, apply);
-        a_val(l, n->out[3]);
-        a_f32(l, n->fattr[0]);
-        a_i64(l, n->iattr[0]);
-        return 0;
-    }
-    if (n->op == CT_OP_sgdp_update || n->op == CT_OP_adamp_update)
-        return plan_projected(b, n, count, scratch);
-    if (n->op == CT_OP_adafactor_update || n->op == CT_OP_adafactorbv_update)
-        return plan_adafactor(b, n, count, scratch);
-    if (n->op == CT_OP_muon_update)
-        return plan_muon(b, n, count, scratch, err);
-    *scratch = ratio + sizeof(double);
-    if (n->op == CT_OP_lamb_update) { /* p g m v lr step [clip] [apply] */
-        int clip = n->iattr[2] != 0, apply = n->nin == 7 + clip;
-        l = begin(b, "ct_lamb_moments", t, count);
-        for (int k = 0; k < 6; k++)
-            a_val(l, n->in[k]);
-        a_opt(l, n, 6, clip);
-        a_opt(l, n, n->nin - 1, apply);
-        a_val(l, n->out[1]);
-        a_val(l, n->out[2]);
-        a_scratch(l, 0);
-        a_i64(l, count);
-        for (int f = 0; f < 4; f++)
-            a_f32(l, n->fattr[f]);
-        a_i64(l, n->iattr[3]);
-        sq_partials(b, t, n->in[0], n->iattr[3] ? n->in[4] : -1, n->fattr[3], n->fattr[4], -1, SQ_F32, part, count);
-        l = begin(b, "ct_lamb_ratio", t, 1);
-        a_scratch(l, part);
-        a_i64(l, chunks);
-        a_scratch(l, ratio);
-        a_f32(l, n->fattr[3]);
-        a_i64(l, n->iattr[0]);
-        a_i64(l, n->iattr[1]);
-        l = begin(b, "ct_lamb_apply", t, count);
-        a_val(l, n->in[0]);
-        a_scratch(l, 0);
-        a_scratch(l, ratio);
-        a_val(l, n->in[4]);
-        a_opt(l, n, n->nin - 1, apply);
-        a_val(l, n->out[0]);
-        a_i64(l, count);
-        a_f32(l, n->fattr[3]);
-        a_i64(l, n->iattr[3]);
-        a_f64(l, n->fattr[4]);
-        return 0;
-    }
-    int apply = n->nin == 5; /* lars: p g buf lr [apply] */
-    sq_partials(b, t, n->in[0], -1, 0, 0, n->in[1], SQ_NONE, part, count);
-    l = begin(b, "ct_lars_ratio", t, 1);
-    a_scratch(l, part);
-    a_i64(l, chunks);
-    a_val(l, n->in[3]);
-    a_scratch(l, ratio);
-    a_f32(l, n->fattr[1]);
-    a_f32(l, n->fattr[2]);
-    a_f32(l, n->fattr[3]);
-    a_i64(l, n->iattr[1]);
-    a_i64(l, n->iattr[2]);
-    l = begin(b, "ct_lars_apply", t, count);
-    for (int k = 0; k < 4; k++)
-        a_val(l, n->in[k]);
-    a_opt(l, n, 4, apply);
-    a_scratch(l, ratio);
-    a_val(l, n->out[0]);
-    a_val(l, n->out[1]);
-    a_i64(l, count);
-    a_f32(l, n->fattr[0]);
-    a_f32(l, n->fattr[1]);
-    a_i64(l, n->iattr[0]);
-    return 0;
-}
-
 /* all_finite: 1, then 0 written where an element is not finite. */
 static int plan_all_finite(Builder *b, const Node *n)
 {
@@ -1918,13 +902,12 @@ int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *coun
             return ct_fail(err, "%s: more than %d dims", op_def(n->op)->name, CT_MAXD);
     int rc;
     switch (n->op) {
-    case CT_OP_reduce_sum: rc = plan_reduce(&b, n, -1, -1, scratch, err); break;
+    case CT_OP_reduce_sum: rc = lib_plan_reduce(&b, n, -1, -1, scratch, err); break;
     case CT_OP_softmax: case CT_OP_softmax_grad: rc = plan_rows(&b, n, err); break;
-    case CT_OP_layer_norm: case CT_OP_layer_norm_grad: rc = plan_layer_norm(&b, n, NULL, scratch, err); break;
-    case CT_OP_batch_norm: case CT_OP_batch_norm_grad:
-        rc = plan_batch_norm(&b, n, NULL, NULL, NULL, scratch, err);
+    case CT_OP_layer_norm: case CT_OP_layer_norm_grad: case CT_OP_batch_norm: case CT_OP_batch_norm_grad:
+    case CT_OP_group_norm: case CT_OP_group_norm_grad:
+        rc = lib_plan_norm(&b, n, scratch, err);
         break;
-    case CT_OP_group_norm: case CT_OP_group_norm_grad: rc = plan_group_norm(&b, n, scratch, err); break;
     case CT_OP_cross_entropy: case CT_OP_cross_entropy_grad: case CT_OP_soft_target_cross_entropy:
     case CT_OP_soft_target_cross_entropy_grad: case CT_OP_binary_cross_entropy: case CT_OP_binary_cross_entropy_grad:
     case CT_OP_jsd_cross_entropy: case CT_OP_jsd_cross_entropy_grad:
@@ -1938,7 +921,7 @@ int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *coun
     case CT_OP_all_finite: rc = plan_all_finite(&b, n); break;
     case CT_OP_lamb_update: case CT_OP_lars_update: case CT_OP_nadam_update: case CT_OP_sgdp_update:
     case CT_OP_adamp_update: case CT_OP_adafactor_update: case CT_OP_adafactorbv_update: case CT_OP_muon_update:
-        rc = plan_update(&b, n, scratch, err);
+        rc = lib_plan_update(&b, n, scratch, err);
         break;
     case CT_OP_gather: case CT_OP_gather_grad: rc = plan_gather(&b, n, err); break;
     case CT_OP_dropout: case CT_OP_drop_path: rc = plan_dropout(&b, n, err); break;
