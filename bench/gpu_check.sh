@@ -15,7 +15,7 @@
 #   train     the README's main job with --device cuda, then under AMP channels-last
 #             (and, with TRAIN_CPU=1, then on the cpu)
 #   steps     one training step's device time per step (CTIMM_CUDA_PROFILE), and
-#             the roofline floors of its plan (ctimm-compile --roofline h200), of
+#             the roofline floors of its plan (ctimm-compile --roofline h200, or h100 on one), of
 #             test_resnet, resnet50 and vit_base_patch16_224 at batch 64 (STEPS_BATCH)
 #   bench     timm's benchmark.py eager, ctimm-bench --device cuda, then (COMPILE=1)
 #             timm's --torchcompile, on $BENCH_SET (default bench/gpu_first.csv;
@@ -290,8 +290,9 @@ st_train() {
 st_steps() {
     STAGE_NAME=steps
     if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
-    local m img
+    local m img roof=h200
     local bs=${STEPS_BATCH:-64}
+    case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in *H100*) roof=h100 ;; esac
     for m in ${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}; do
         img=${m#*:} m=${m%:*}
         echo "== $m train, batch $bs, --amp --channels-last"
@@ -300,7 +301,7 @@ st_steps() {
             || echo "$m: rc $?"
         # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
         "$BUILD/ctimm-compile" --model "$m" --train --batch-size "$bs" --img-size "$img" --amp \
-            --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline h200 | sed -n '/^total:/,$p'
+            --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline "$roof" | sed -n '/^total:/,$p'
     done
     note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
 }
