@@ -118,7 +118,7 @@ note() { echo "$*" >>"$WORK/logs/${STAGE_NAME:-x}.note"; }
 export -f note
 
 st_env() {
-    STAGE_NAME=env
+    STAGE_NAME='env'
     echo "uname: $(uname -srm)"; echo "glibc: $(ldd --version 2>&1 | head -1)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
     echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
@@ -276,7 +276,8 @@ st_train() {
     top1() { grep -o 'Acc@1: [0-9.]*' "$1" | tail -1; }
     (cd "$WORK" && $t --device cuda --amp --amp-dtype "${AMP_DTYPE:-float16}" --channels-last \
         --output "$WORK/train-cuda-amp" >"$WORK/logs/train_amp.log" 2>&1) || rc=$?
-    local got="cuda $(top1 "$WORK/logs/train.log"), cuda amp ${AMP_DTYPE:-float16} channels-last $(top1 "$WORK/logs/train_amp.log")"
+    local got
+    got="cuda $(top1 "$WORK/logs/train.log"), cuda amp ${AMP_DTYPE:-float16} channels-last $(top1 "$WORK/logs/train_amp.log")"
     note "last epoch's top-1: $got"
     if [ "${TRAIN_CPU:-0}" = 1 ]; then
         (cd "$WORK" && $t --device cpu --output "$WORK/train-cpu" >"$WORK/logs/train_cpu.log" 2>&1)
