@@ -402,10 +402,17 @@ static void batch_feeders(Builder *b, int *launch_of)
  * the first step of the batch instead of each before its reader. */
 #define SOURCE_BATCH_BYTES ((size_t)32 << 20)
 
-/* The bytes elementwise step s writes when it reads state only (a
- * parameter cast to the AMP dtype before its convolution), else 0. The
- * input batch is not state: its cast goes with its layout change. */
-static size_t source_bytes(const Builder *b, int s)
+/* Levels of steps made from state alone that batch_sources batches. */
+#define SOURCE_LEVELS 4
+
+/* The bytes elementwise step s writes when it reads only state (a
+ * parameter cast to the AMP dtype before its convolution) or what such
+ * steps made of it (level: per step, how many such steps its inputs came
+ * through, -1: not one; a batch norm's scale folded into the filter
+ * before it, in eval), else 0; *lvl: s's level, *latest: the last batch
+ * (src_first: per step, the first of its batch) s reads from, -1: none.
+ * The input batch is not state: its cast goes with its layout change. */
+static size_t source_bytes(const Builder *b, const int *level, const int *src_first, int s, int *lvl, int *latest)
 {
     const Graph *g = b->g;
     if (b->steps[s].kind != FUSE_ELEMENTWISE || b->dead[s])
@@ -420,8 +427,12 @@ static size_t source_bytes(const Builder *b, int s)
             return 0;
         for (int k = 0; k < n->nin; k++) {
             int from = producer_step(b, n->in[k]);
-            if (from >= 0 ? from != s : !role_is_state(g->values[n->in[k]].role))
+            if (from < 0 ? !role_is_state(g->values[n->in[k]].role) : from != s && level[from] < 0)
                 return 0;
+            if (from >= 0 && from != s) {
+                *lvl = level[from] + 1 > *lvl ? level[from] + 1 : *lvl;
+                *latest = src_first[from] > *latest ? src_first[from] : *latest;
+            }
         }
         computes |= op_def(n->op)->fusion != OP_VIEW;
         for (int o = 0; o < n->nout; o++)
@@ -430,26 +441,38 @@ static size_t source_bytes(const Builder *b, int s)
     return computes ? bytes : 0;
 }
 
-/* Elementwise steps that read only state run as one launch at the first
- * of them, greedy in step order, a batch at most SOURCE_BATCH_BYTES of
- * outputs: what they read is there from the start, and every write into
- * the state comes after its readers. */
+/* Elementwise steps that read only state, and those of one level
+ * (source_bytes) reading what the ones before made of it, run as one
+ * launch at the first of them, greedy in step order, a batch at most
+ * SOURCE_BATCH_BYTES of outputs: what they read is there from the start,
+ * or from batches that run before the first (a step reading a later one
+ * opens a batch of its own), and every write into the state comes after
+ * its readers. */
 static void batch_sources(Builder *b, int *launch_of)
 {
-    int first = -1;
-    size_t held = 0;
+    int first[SOURCE_LEVELS] = {-1, -1, -1, -1};
+    size_t held[SOURCE_LEVELS] = {0};
+    int *level = malloc(sizeof *level * ((size_t)b->nsteps + 1)), *src_first = malloc(sizeof *src_first * ((size_t)b->nsteps + 1));
+    CT_ASSERT(level && src_first);
     for (int s = 0; s < b->nsteps; s++) {
-        size_t bytes = launch_of[s] < 0 ? source_bytes(b, s) : 0;
-        if (!bytes)
+        int lvl = 0, latest = -1;
+        level[s] = src_first[s] = -1;
+        size_t bytes = launch_of[s] < 0 ? source_bytes(b, level, src_first, s, &lvl, &latest) : 0;
+        if (!bytes || lvl >= SOURCE_LEVELS)
             continue;
-        if (first < 0 || held + bytes > SOURCE_BATCH_BYTES) {
-            first = s, held = bytes;
+        level[s] = lvl;
+        int *f = &first[lvl];
+        if (*f < 0 || latest >= *f || held[lvl] + bytes > SOURCE_BATCH_BYTES) {
+            *f = src_first[s] = s, held[lvl] = bytes;
             continue;
         }
-        held += bytes;
-        b->pos[s] = b->pos[first];
-        launch_of[first] = launch_of[s] = first;
+        held[lvl] += bytes;
+        src_first[s] = *f;
+        b->pos[s] = b->pos[*f];
+        launch_of[*f] = launch_of[s] = *f;
     }
+    free(level);
+    free(src_first);
 }
 
 /* Whether node r reads v element for element in its own iteration space. */

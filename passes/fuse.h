@@ -32,7 +32,10 @@
  * channels-last gradient the update reads in its parameter's layout), a
  * launch before them. Groups reading only state (a
  * parameter's cast to the AMP dtype) share one with the ones after them, up
- * to 32 MiB of outputs, and run at the first of them.
+ * to 32 MiB of outputs, and run at the first of them; so, a level at a
+ * time, do groups reading only state and what such groups made of it (in
+ * eval, each batch norm's scale folded into its convolution's filter), each
+ * batch after the batches it reads.
  * An assign whose source is computed in an elementwise group (or is a
  * running statistic of the batch_norm that read it), when nothing after the
  * step reads the destination, joins that step: the step stores the source

@@ -16,6 +16,7 @@ typedef struct GraphSpec {
     CtDType amp;        /* CT_F32: no cast */
     int channels_last;
     int remat;          /* the cheap recomputation ctimm-train runs by default */
+    int bn_fold;        /* eval: batch norms folded into their convolutions, as ctimm-compile does */
     const OptimSpec *opt; /* NULL: SGD with momentum 0.9 */
     const InputSpec *input; /* NULL: the f32 NCHW input as built */
 } GraphSpec;
@@ -31,6 +32,7 @@ static inline int model_graph(const char *model, const GraphSpec *s, Graph *g)
                   .opt = s->opt ? *s->opt : (OptimSpec){.kind = CT_OPT_SGD, .momentum = 0.9},
                   .amp = s->amp != CT_F32, .amp_dtype = s->amp, .channels_last = s->channels_last, .verify = 1};
     p.remat.cheap = s->remat;
+    p.bn_fold = s->bn_fold;
     if (s->input)
         p.input = *s->input;
     CtErr err = {{0}};

@@ -245,6 +245,46 @@ static void test_models(void)
         }
 }
 
+/* test_resnet's and test_efficientnet's eval graphs with their batch
+ * norms folded: every filter times its batch norm's scale in one launch
+ * (less than SOURCE_BATCH_BYTES of filters), at the first of those steps,
+ * after every step making a scale (their own launch, from state alone). */
+static void test_folds(void)
+{
+    static const char *const models[] = {"test_resnet", "test_efficientnet"};
+    for (int m = 0; m < 2; m++) {
+        Graph g;
+        FusePlan p;
+        if (model_graph(models[m], &(GraphSpec){.bn_fold = 1}, &g))
+            continue;
+        if (plan_ok(&g, &p)) {
+            int launch = -1, launches = 0, folds = 0, first = -1, last_scale = -1;
+            for (int s = 0; s < p.nsteps; s++)
+                for (int j = 0; j < p.steps[s].n; j++) {
+                    const Node *n = &g.nodes[p.nodes[p.steps[s].first + j]];
+                    if (n->op != CT_OP_mul || g.values[n->in[0]].role != CT_ROLE_PARAM ||
+                        g.values[n->in[0]].type.shape.ndim != 4 || g.values[n->in[1]].producer < 0)
+                        continue;
+                    launches += p.steps[s].launch != launch;
+                    launch = p.steps[s].launch;
+                    folds++;
+                    first = first < 0 ? s : first;
+                    int scale = p.step_of[g.values[n->in[1]].producer];
+                    last_scale = scale > last_scale ? scale : last_scale;
+                    CHECKF(p.steps[scale].launch != launch, "%s: a filter folded in the launch making its scale",
+                           models[m]);
+                }
+            CHECKF(folds > 10 && launches == 1 && last_scale < first,
+                   "%s: %d filters folded in %d launches, the first at step %d, a scale made at step %d", models[m],
+                   folds, launches, first, last_scale);
+            printf("%s eval, batch norms folded: %d filters folded in %d launch, %d kernels\n", models[m], folds,
+                   launches, p.kernels_after);
+            fuse_free(&p);
+        }
+        graph_free(&g);
+    }
+}
+
 /* Adjacent steps over the same elements loading the same input merge: an
  * activation's recomputation beside its gradient is one kernel computing
  * their erf once. Not across another step, not a step of views only, not
@@ -330,5 +370,6 @@ int main(void)
     test_siblings();
     test_sink();
     test_models();
+    test_folds();
     return check_done("test_fuse");
 }
