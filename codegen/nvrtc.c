@@ -70,17 +70,16 @@ static int compile_nvrtc(void *ctx, const CacheKeyParts *parts, void **blob, siz
     for (char *w = strtok_r(words, " ", &save); w && nopts < 4; w = strtok_r(NULL, " ", &save))
         opts[nopts++] = w;
     nvrtcProgram prog;
-    if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
-        return ct_fail(err, "NVRTC could not create a program");
-    nvrtcResult res = nvrtcCompileProgram(prog, nopts, (const char *const *)opts);
-    if (res == NVRTC_ERROR_INVALID_OPTION && nopts > 1) {
-        /* the options after the architecture only speed the compile up
-         * (--split-compile): an NVRTC that does not know them compiles the
-         * same image without */
-        nvrtcDestroyProgram(&prog);
+    nvrtcResult res;
+    /* the options after the architecture only speed the compile up
+     * (--split-compile): an NVRTC that does not know them compiles the
+     * same image without */
+    for (;; nvrtcDestroyProgram(&prog), nopts = 1) {
         if (nvrtcCreateProgram(&prog, parts->source, "ctimm_kernels.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
             return ct_fail(err, "NVRTC could not create a program");
-        res = nvrtcCompileProgram(prog, 1, (const char *const *)opts);
+        res = nvrtcCompileProgram(prog, nopts, (const char *const *)opts);
+        if (res != NVRTC_ERROR_INVALID_OPTION || nopts == 1)
+            break;
     }
     size_t log_size = 0, size = 0;
     nvrtcGetProgramLogSize(prog, &log_size);

@@ -450,9 +450,12 @@ static size_t source_bytes(const Builder *b, const int *level, const int *src_fi
  * its readers. */
 static void batch_sources(Builder *b, int *launch_of)
 {
-    int first[SOURCE_LEVELS] = {-1, -1, -1, -1};
+    int first[SOURCE_LEVELS];
     size_t held[SOURCE_LEVELS] = {0};
-    int *level = malloc(sizeof *level * ((size_t)b->nsteps + 1)), *src_first = malloc(sizeof *src_first * ((size_t)b->nsteps + 1));
+    for (int l = 0; l < SOURCE_LEVELS; l++)
+        first[l] = -1;
+    size_t ns = (size_t)b->nsteps + 1;
+    int *level = malloc(sizeof *level * ns), *src_first = malloc(sizeof *src_first * ns);
     CT_ASSERT(level && src_first);
     for (int s = 0; s < b->nsteps; s++) {
         int lvl = 0, latest = -1;

@@ -353,7 +353,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
         int most = 0;
-        if (fs->n > 1 && !plain_steps()) {
+        if (fs->n > 1 && !lp->plain) {
             const Node *add = &g->nodes[lp->fuse.nodes[fs->first + 1]];
             reads[2] = add->in[0] == n->out[0] ? add->in[1] : add->in[0];
             reads[3] = add->out[0];
@@ -668,11 +668,10 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
  * before it), that one's place, ready. */
 static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
 {
-    int plain = plain_steps();
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         lp->bn_coef[i] = (LibBnCoef){-1, 0};
-        if (plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
+        if (lp->plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
             continue;
         int p = g->values[n->in[3]].producer;
         const Node *o = p >= 0 ? &g->nodes[p] : NULL;
@@ -711,6 +710,7 @@ static int plan_kernels(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
 {
     memset(lp, 0, sizeof *lp);
     lp->sms = sms;
+    lp->plain = plain_steps();
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);
@@ -760,10 +760,9 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
     if (plan_memory_hinted(&lp->og, given, &lp->mem, err))
         goto fail;
     place_values(g, lp);
-    int plain = plain_steps();
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
-        int span = plain ? 0 : spanning_step(g, lp, s, bn_act, err);
+        int span = lp->plain ? 0 : spanning_step(g, lp, s, bn_act, err);
         if (span < 0)
             goto fail;
         if (span) {
@@ -776,7 +775,7 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
             st->copy_dst = n->in[0];
             st->copy_src = n->in[1];
         } else if (fs->kind == FUSE_LIBRARY) {
-            if (library_step(g, lp, s, err) || (span = plain ? 0 : gemm_bias_grad_step(g, lp, s, err)) < 0)
+            if (library_step(g, lp, s, err) || (span = lp->plain ? 0 : gemm_bias_grad_step(g, lp, s, err)) < 0)
                 goto fail;
             s += span;
         } else if (fs->view) { /* a copy, unless the memory plan gave it its input's address */

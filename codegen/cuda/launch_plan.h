@@ -105,6 +105,7 @@ typedef struct LpStep {
 
 typedef struct LaunchPlan {
     int sms;              /* the device's multiprocessors it was made for */
+    int plain;            /* made with CTIMM_CUDA_STEPS=plain: no step spanning others, no kept coefficients */
     FusePlan fuse;
     Graph og;             /* g's nodes in step order (owns its arrays; no names) */
     MemPlan mem;          /* over og */
