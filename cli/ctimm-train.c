@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -648,6 +649,14 @@ static int run_ranks(int argc, char **argv, const TrainArgs *a)
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         dist_abort(dist, 2);
     }
+    /* A rank killed mid-collective leaves its sockets closed, and Open MPI's
+     * TCP transport writes to them with writev: SIGPIPE's default action
+     * would end this rank at once, silently, before the watchdog or a failed
+     * collective could say why. Ignored, the write fails with EPIPE and the
+     * rank ends with its line. Host compiles give their children the
+     * default back. */
+    if (dist_world_size(dist) > 1)
+        signal(SIGPIPE, SIG_IGN);
     static char rank_prog[64];
     if (dist_rank(dist) > 0) { /* timm: the primary rank alone logs */
         snprintf(rank_prog, sizeof rank_prog, "ctimm-train (rank %d)", dist_rank(dist));

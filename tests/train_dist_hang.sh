@@ -4,7 +4,8 @@
 # its line on stderr and a non-zero status:
 #   torchrun  a torchrun-style world (no launcher to end the others) whose
 #             rank 1 is killed (SIGKILL): rank 0 is left in a collective (or
-#             Open MPI fails it, which ends the rank as well);
+#             Open MPI fails it, which ends the rank as well; a write to the
+#             dead rank's socket must not end it silently with SIGPIPE);
 #   mpirun    an mpirun world whose rank 1 is stopped (SIGSTOP, a hung rank):
 #             rank 0's watchdog ends it, and mpirun then the stopped rank.
 set -e
@@ -33,6 +34,12 @@ else
 fi
 . "$(dirname "$0")/dist_helpers.sh"
 wait_for_file hang-out-$mode/last.safetensors 1200 || fail "no checkpoint after 120 s"
+# rank 0 ignores SIGPIPE: a write to the dead rank's socket would otherwise
+# end it silently (under load, now and then), with no line to check below
+rank0=$main
+[ "$mode" = torchrun ] || rank0=$(rank_pid $main 0)
+ignored=$(awk '/^SigIgn:/ { print $2 }' "/proc/$rank0/status" 2>/dev/null)
+[ -n "$ignored" ] && [ $(((0x$ignored >> 12) & 1)) -eq 1 ] || fail "rank 0 does not ignore SIGPIPE (SigIgn: $ignored)"
 if [ "$mode" = torchrun ]; then
     kill -9 $victim
     wait $victim 2>/dev/null || true
