@@ -16,7 +16,8 @@
  * random erasing and mixup in the graph; attention with a bias on the
  * scores; batch norms trained with remat, whose gradients the plan runs
  * with their activations' (lib_bn_act_grad), test_efficientnet's with its
- * squeeze-excitation's gradient (lib_bn_excite_grad); linear layers' bias
+ * squeeze-excitation's gradient (lib_bn_excite_grad) and its squeeze's
+ * pool in the batch norm's pass (lib_bn_pool_fits); linear layers' bias
  * gradients summed in their weight gradients' GEMMs (BGRADB), test_vit's
  * residual adds in the norms after them under AMP. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
@@ -480,7 +481,8 @@ int main(void)
                 {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0, {0}},
                 {"batch norm net", batch_norm_body, 0, 1, 0, {0}},
                 {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {1, 1, 1}},
-                {"squeeze-excitation net, remat", excite_body, 0, 1, 1, {0, 0, 1}}};
+                /* bn1 and the squeeze's pool in one pass, bn1's gradient with the excitation's */
+                {"squeeze-excitation net, remat", excite_body, 0, 1, 1, {1, 0, 1}}};
     for (int i = 0; i < 8; i++) {
         const int *remat = nets[i].remat ? nets[i].spans : NULL;
         check_net(nets[i].name, nets[i].body, nets[i].gathers, remat, CT_F32, 0, "sgd");

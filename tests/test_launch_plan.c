@@ -49,6 +49,7 @@ static void test_models(void)
             int norm_lows = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
             int state_reshapes = 0, residual_sums = 0, sum_grads = 0, excites = 0, pool_grads = 0;
+            int squeezes = 0, bn_pools = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
@@ -63,8 +64,13 @@ static void test_models(void)
                 }
                 bn_forwards += n->op == CT_OP_batch_norm && n->iattr[0] && role_is_state(g.values[n->in[3]].role);
             }
-            for (int i = 0; i < g.nnodes; i++)
+            for (int i = 0; i < g.nnodes; i++) {
                 state_reshapes += g.nodes[i].op == CT_OP_reshape && role_is_state(g.values[g.nodes[i].in[0]].role);
+                /* a squeeze-excitation's pool: of a batch norm's activation */
+                int p = g.nodes[i].op == CT_OP_adaptive_avg_pool2d ? g.values[g.nodes[i].in[0]].producer : -1;
+                p = p >= 0 && g.nodes[p].op == CT_OP_silu ? g.values[g.nodes[p].in[0]].producer : -1;
+                squeezes += p >= 0 && g.nodes[p].op == CT_OP_batch_norm;
+            }
             char missing[256] = "";
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
@@ -188,6 +194,18 @@ static void test_models(void)
                            "%s mode %d: step %d: a residual gradient's sum and its batch norm", models[m], mode, s);
                     sum_grads++;
                 }
+                if (st->kind == LP_LIB && st->span == 1 && first->op == CT_OP_batch_norm) {
+                    /* the squeeze's pool in the batch norm's pass: the column sums of the norm's activation,
+                     * computed from x and stored as they are summed */
+                    const Node *pool = &g.nodes[lp.fuse.nodes[fs[1].first]], *act = &g.nodes[lp.fuse.nodes[fs->first + 1]];
+                    const LibLaunch *k = &st->lib[st->nlib - 1];
+                    CHECKF(pool->op == CT_OP_adaptive_avg_pool2d && act->op == CT_OP_silu && pool->in[0] == act->out[0] &&
+                               !strncmp(k->kernel, "ct_reduce_sum_cols_", 19) && k->arg[0].v == first->in[0] &&
+                               k->arg[5].v == pool->out[0] && k->arg[9].v == act->out[0] &&
+                               k->arg[12].kind != LA_NULL && k->arg[14].i == CT_OP_silu,
+                           "%s mode %d: step %d: a batch norm and its activation's pool", models[m], mode, s);
+                    bn_pools++;
+                }
                 const Node *gap = fs->n == 3 ? &g.nodes[lp.fuse.nodes[fs->first + 1]] : first;
                 if (st->kind == LP_LIB && st->span >= 2 && gap->op == CT_OP_global_avg_pool2d_grad) {
                     /* a squeeze-excitation's gradient (or a global pool's) computed by both passes of the
@@ -270,6 +288,13 @@ static void test_models(void)
              * gradient after it: the memory plan keeps what its passes store apart from what they read */
             CHECKF(m != 2 || mode != 3 || (excites == pool_grads && excites > 0), "%s mode %d: %d of %d pool gradients in batch norm "
                    "gradients", models[m], mode, excites, pool_grads);
+            /* test_efficientnet's global pools of a batch norm's activation (its two squeezes and its head's) in
+             * the norm's pass, where the activation is in that pass (not where the norm's output is kept for
+             * the backward: then the activation is a launch of its own): in eval, and in remat's training step
+             * the squeezes (the head's pool is not the step after its norm's) */
+            int want = m != 2 || mode == 1 || mode == 2 ? 0 : mode == 0 ? 3 : 2;
+            CHECKF(bn_pools == want && (squeezes == 3 || m != 2), "%s mode %d: %d of %d global pools in their batch "
+                   "norms' passes (not %d)", models[m], mode, bn_pools, squeezes, want);
             CHECKF(lp.unsupported == 0, "%s mode %d: ops without kernels:%s", models[m], mode, missing);
             /* under AMP the residual adds before test_vit's norms: at least each block's second norm's */
             /* convnext's stem norm (f32 under AMP: the residual stream's) and the block's conv's cast of it */

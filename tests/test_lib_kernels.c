@@ -106,7 +106,8 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_reduce_sum_f32"))
         ct_reduce_sum_f32(F(0), F(1), F(2), (int)I(3), X(4), X(5), F(6), F(7));
     else if (!strcmp(k, "ct_reduce_sum_cols_f32"))
-        ct_reduce_sum_cols_f32(F(0), F(1), (int)I(2), (double *)P(3), P(4), F(5), X(6), X(7), I(8), F(9), F(10), D(11));
+        ct_reduce_sum_cols_f32(F(0), F(1), (int)I(2), (double *)P(3), P(4), F(5), X(6), X(7), I(8), F(9), F(10), D(11),
+                               (double *)P(12), I(13), (int)I(14), (int)I(15));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))

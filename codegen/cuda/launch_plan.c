@@ -348,7 +348,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     int rc;
     if (op == CT_OP_batch_norm) {
         LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
-        rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, st->lib, &st->nlib, &scratch, &tail, err);
+        rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, NULL, st->lib, &st->nlib, &scratch, &tail, err);
     } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
         const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
@@ -662,6 +662,34 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     return 1;
 }
 
+/* Fusion step s, a batch norm and its activation, and step s + 1, a
+ * global average pool of the norm's output (a squeeze-excitation's), as
+ * one (lib_bn_pool_fits): the elementwise pass stores the output and sums
+ * it, so that the pool does not read it back. 1 when they run so, 0 when
+ * not, -1 on failure. */
+static int bn_pool_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    if (s + 1 >= lp->fuse.nsteps || fs->kind != FUSE_LIBRARY || fs[1].kind != FUSE_LIBRARY || fs[1].n != 1)
+        return 0;
+    const Node *gap = &g->nodes[lp->fuse.nodes[fs[1].first]];
+    int bn = lp->fuse.nodes[fs->first];
+    if (!lib_bn_pool_fits(g, &lp->fuse, fs, gap))
+        return 0;
+    /* the pool's means are stored while the pass still reads x (the output
+     * may take x's place, element for element, as in the pass alone) */
+    if (!clear_of(g, lp, gap->out[0], &g->nodes[bn].in[0], 1, -1))
+        return 0;
+    LpStep *st = span_step(lp, s, 1);
+    int tail;
+    size_t scratch;
+    if (lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, lp->bn_coef[bn], gap, st->lib, &st->nlib, &scratch, &tail,
+                            err))
+        return ct_failctx(err, "node %d (batch_norm)", bn);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    return add_launches(g, lp, fs, tail, st, err) ? -1 : 1;
+}
+
 /* Where each training batch norm keeps its coefficients: a place of its
  * own in the kept region, or, run again by remat (its running mean input
  * the updated one of a batch norm of the same weight and bias, which comes
@@ -690,6 +718,8 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
 static int spanning_step(const Graph *g, LaunchPlan *lp, int s, const int *bn_act, CtErr *err)
 {
     int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+    if (span == 0)
+        span = bn_pool_step(g, lp, s, err);
     if (span == 0)
         span = bn_excite_grad_step(g, lp, s, bn_act, err);
     if (span == 0)

@@ -50,6 +50,11 @@
  * fuse_bn_act_grad_steps, where lib_bn_act_grad_fits) run as one LP_LIB
  * step (lib_bn_act_grad) that spans those fusion steps.
  *
+ * A batch norm and its activation whose output a global average pool
+ * takes in the next step (a squeeze-excitation's squeeze) run with the
+ * pool as one LP_LIB step (lib_bn_pool_fits): the norm's elementwise pass
+ * is the pool's column sums, storing the activation as it sums it.
+ *
  * A residual add (an elementwise kernel of its own: x + r, r perhaps cast)
  * and the layer_norm of its sum after it run as one LP_LIB step spanning
  * both (lib_layer_norm_fused), where what it stores is clear of x and r.

@@ -139,6 +139,20 @@ CtDType lib_mixed_storage(const Builder *b, const ValueId v[4], int *wide);
 int lib_one_storage(const Builder *b, const ValueId v[4]);
 /* The tiles of a column sum of `outs` outputs over `len` (lib_launch.c). */
 ColPlan lib_col_plan(const Builder *b, int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum);
+/* The batch norm whose output a column sum takes from its input
+ * (lib_kernels.h's CtBnMap): its coefficients at byte `coef` of scratch
+ * or the kept region (coef_kind), C channels, its activation. */
+typedef struct LibBnMap {
+    LibArgKind coef_kind;
+    size_t coef;
+    int64_t C;
+    int act, approx;
+} LibBnMap;
+/* A global average pool of y, the output of batch norm map (from x), in
+ * the column sums' pass that stores y (lib_launch.c): 1 where it takes
+ * column sums (the launch added where map is not NULL, its partial sums
+ * in scratch from byte `at`, *scratch where they end), else 0. */
+int lib_bn_pool_cols(Builder *b, ValueId x, ValueId y, ValueId pool, const LibBnMap *map, size_t at, size_t *scratch);
 /* reduce_sum n, its result times `scale` into `side` where given (lib_launch.c). */
 int lib_plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size_t *scratch, CtErr *err);
 /* layer_norm, group_norm, batch_norm and their gradients alone (lib_launch_norm.c). */

@@ -499,22 +499,54 @@ CT_DEVICE int CT_SFX(ct_sum_vec)(const CtIndex *out, const CtIndex *red, const v
     return ct_aligned16(p, np);
 }
 
+/* batch_norm's output from x in channel c: x * coef[2c] + coef[2c + 1],
+ * then res added where res is not NULL (r its element) and the
+ * activation act (an op, -1: none) applied, each part but the last
+ * rounded to the storage type as the graph's own nodes would store it
+ * (the caller stores the last). */
+CT_DEVICE float CT_SFX(ct_bn_y)(float x, const double *coef, long long c, const void *res, float r, int act,
+                                int approx)
+{
+    float v = (float)(x * coef[2 * c] + coef[2 * c + 1]);
+    if (res)
+        v = CT_LD(CT_ST(v)) + r;
+    if (act >= 0)
+        v = fx_act(act, approx, CT_LD(CT_ST(v)));
+    return v;
+}
+
+/* A column sum's map (coef NULL: none): each x loaded becomes batch
+ * norm's stored output, y = act(x * coef[2c] + coef[2c + 1]) rounded to
+ * CT_T, the walk's first output being channel c0 (each next one the
+ * next channel), and the walk sums y and stores it as its side output: a
+ * squeeze-excitation's batch norm and its global average pool in one pass
+ * (lib_launch_norm.c's lib_bn_pool). */
+typedef struct CT_SFX(CtBnMap) {
+    const double *coef;
+    long long c0;
+    int act, approx;
+} CT_SFX(CtBnMap);
+
 /* reduce_sum where the reduction is long next to the outputs (a bias
  * gradient: [B*N, C] summed over its rows; a global average pool), column
  * sums (ct_col_tile: `out` walks the outputs, `red` the reduction). Row
  * lane ry's sum of work item j0 (its first output, at x's offset xo0, the
- * side output's scale from y's yo0) over the reduced indices from r0, step
- * apart, CT_SUM_ROWS indices' loads at a time, each output's sum in index
- * order: acc[u] output j0 + u's (the first output alone off the vector
- * path, ct_sum_vec). */
+ * side output's scale from y's yo0; the loads mapped by m) over the reduced
+ * indices from r0, step apart, CT_SUM_ROWS indices' loads at a time, each
+ * output's sum in index order: acc[u] output j0 + u's (the first output
+ * alone off the vector path, ct_sum_vec). */
 #define CT_SUM_ROWS 4
 CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const CtIndex *red, void *side,
-                                   const void *scale, int vec, long long xo0, long long yo0, long long r0,
-                                   long long step, double *acc)
+                                   const void *scale, const CT_SFX(CtBnMap) *m, int vec, long long xo0, long long yo0,
+                                   long long r0, long long step, double *acc)
 {
     const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
     float sv[16 / sizeof(CT_T)];
-    if (side && vec)
+    if (m->coef) {
+        CT_UNROLL
+        for (int u = 0; u < CT_VW; u++)
+            sv[u] = 1.0f;
+    } else if (side && vec)
         CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
     else
         sv[0] = CT_SFX(ct_side_scale)(side, scale, yo0, wide);
@@ -534,6 +566,13 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
                 } else {
                     xv[t][0] = CT_SFX(ct_ldw)(x, o[t], wx);
                     fv[t][0] = f ? CT_SFX(ct_ldw)(f, o[t], wf) : 0.0f;
+                }
+                if (m->coef) {
+                    CT_UNROLL
+                    for (int u = 0; u < CT_VW; u++)
+                        if (vec || u == 0)
+                            xv[t][u] = CT_LD(CT_ST(CT_SFX(ct_bn_y)(xv[t][u], m->coef, m->c0 + u, NULL, 0.0f, m->act,
+                                                                   m->approx)));
                 }
             }
         CT_UNROLL
@@ -559,10 +598,13 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
  * NULL: lib_launch.c's lib_reduce_sum_side) divided by div (1 for a sum,
  * the window's size for a global average pool), into y (CT_T, or float
  * where wide & CT_WIDE_X). part (out.n slices doubles) in scratch, cnt
- * out.n counters (a column's at most). */
+ * out.n counters (a column's at most). Where coef is not NULL, x is a
+ * batch norm's input, whose output (CtBnMap: coef, act and approx; the
+ * outputs of `out` are [N, C], C channels) is the side output (x's
+ * strides) and what is summed. */
 CT_GLOBAL CT_SFX(ct_reduce_sum_cols)(const void *x, const void *f, int wide, double *part, unsigned *cnt, void *y,
                                      CtIndex out, CtIndex red, long long slices, void *side, const void *scale,
-                                     double div)
+                                     double div, const double *coef, long long C, int act, int approx)
 {
     CT_SHARED double red_[CT_COL_RED];
     CT_SHARED int last;
@@ -574,8 +616,9 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_cols)(const void *x, const void *f, int wide, dou
         long long item = CT_SFX(ct_col_item)(&t, col, s, slices, &r0, &step);
         double acc[4 * CT_VW] = {0};
         if (item >= 0) {
+            CT_SFX(CtBnMap) m = {coef, coef ? item * t.w % C : 0, act, approx};
             ct_offsets(&out, item * t.w, &xo0, &yo0);
-            CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, t.w > 1, xo0, yo0, r0, step, acc);
+            CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, &m, t.w > 1, xo0, yo0, r0, step, acc);
         }
         if (CT_SFX(ct_col_end)(&t, acc, 1, red_, part, cnt, col, s, slices, out.n, &last)) {
             long long K = t.tx * t.w, c0 = col * K;
@@ -1757,15 +1800,9 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
             for (int t = 0; t < CT_ELEMENTS; t++)
                 if (CT_ITEM(i, t) < n) {
                     CT_UNROLL
-                    for (int u = 0; u < CT_VW; u++) {
-                        long long c = c0[t] + u;
-                        float v = (float)(CT_LD(xv[t].e[u]) * coef[2 * c] + coef[2 * c + 1]);
-                        if (res)
-                            v = CT_LD(CT_ST(v)) + CT_LD(rv[t].e[u]);
-                        if (act >= 0)
-                            v = fx_act(act, approx, CT_LD(CT_ST(v)));
-                        yv.e[u] = CT_ST(v);
-                    }
+                    for (int u = 0; u < CT_VW; u++)
+                        yv.e[u] = CT_ST(CT_SFX(ct_bn_y)(CT_LD(xv[t].e[u]), coef, c0[t] + u, res,
+                                                        res ? CT_LD(rv[t].e[u]) : 0.0f, act, approx));
                     CT_V16_ST(y + yo[t] + c0[t], yv);
                 }
         }
@@ -1784,14 +1821,8 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
             }
         CT_UNROLL
         for (int u = 0; u < CT_ELEMENTS; u++)
-            if (CT_ITEM(i, u) < rows.n * C) {
-                float v = (float)(xv[u] * coef[2 * c[u]] + coef[2 * c[u] + 1]);
-                if (res)
-                    v = CT_LD(CT_ST(v)) + rv[u];
-                if (act >= 0)
-                    v = fx_act(act, approx, CT_LD(CT_ST(v)));
-                y[yo[u] + c[u] * syc] = CT_ST(v);
-            }
+            if (CT_ITEM(i, u) < rows.n * C)
+                y[yo[u] + c[u] * syc] = CT_ST(CT_SFX(ct_bn_y)(xv[u], coef, c[u], res, rv[u], act, approx));
     }
 }
 

@@ -293,13 +293,16 @@ static int sum_one_stage(const CtIndex *out, const CtIndex *red, CtDType st)
 
 /* The column sums (ct_reduce_sum_cols) of x (times f, unless f < 0; with
  * the side output unless side < 0) over red for each output of out,
- * divided by div, into y, in one launch. */
+ * divided by div, into y, in one launch, its partial sums in scratch from
+ * byte `at` (*scratch: where they end). With map (NULL: none), x is a
+ * batch norm's input and side its output, which is summed
+ * (lib_bn_pool_cols). */
 static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDType st, CtIndex out, CtIndex red,
-                     ValueId side, ValueId scale, double div, size_t *scratch)
+                     ValueId side, ValueId scale, double div, const LibBnMap *map, size_t at, size_t *scratch)
 {
     int64_t vw = sum_vec_width(&out, &red, st);
     ColPlan cp = lib_col_plan(b, red.n, out.n, vw, out.nd ? out.st0[out.nd - 1] : 0, 1);
-    *scratch = sizeof(double) * (size_t)(cp.slices * out.n);
+    *scratch = at + sizeof(double) * (size_t)(cp.slices * out.n);
     LibLaunch *l = begin(b, "ct_reduce_sum_cols", st, cp.cols * cp.slices * CT_LIB_BLOCK);
     a_val(l, x);
     if (f >= 0)
@@ -307,14 +310,55 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
     else
         arg(l, LA_NULL);
     a_i32(l, wide);
-    arg(l, LA_SCRATCH);
+    a_scratch(l, at);
     a_counters(l, out.n);
     a_val(l, y);
     a_index(l, out);
     a_index(l, red);
     a_i64(l, cp.slices);
-    a_side(l, side, scale);
+    if (map) {
+        a_val(l, side);
+        arg(l, LA_NULL);
+    } else {
+        a_side(l, side, scale);
+    }
     a_f64(l, div);
+    if (map)
+        arg(l, map->coef_kind)->i = (long long)map->coef;
+    else
+        arg(l, LA_NULL);
+    a_i64(l, map ? map->C : 0);
+    a_i32(l, map ? map->act : -1);
+    a_i32(l, map ? map->approx : 0);
+}
+
+/* A global average pool of x ([N, C, H, W]) into y ([N, C, 1, 1]) as a
+ * sum over the pixels for each sample and channel: `out` walks [N, C] (x's
+ * and y's strides), `red` [H, W] (x's); whether it takes column sums
+ * (sum_one_stage: not when the pixels are few, or the outputs many). */
+static int global_pool_cols(const Builder *b, ValueId x, ValueId y, CtIndex *out, CtIndex *red)
+{
+    const CtShape *xs = &val(b, x)->type.shape;
+    int64_t sx[CT_MAX_DIMS], sy[CT_MAX_DIMS];
+    value_strides(val(b, x), sx);
+    value_strides(val(b, y), sy);
+    int64_t kd[2] = {xs->d[0], xs->d[1]}, ks0[2] = {sx[0], sx[1]}, ks1[2] = {sy[0], sy[1]};
+    int64_t rd[2] = {xs->d[2], xs->d[3]}, rs[2] = {sx[2], sx[3]};
+    *out = collapsed(index_make(2, kd, ks0, ks1));
+    *red = collapsed(index_make(2, rd, rs, NULL));
+    return !sum_one_stage(out, red, val(b, y)->type.dtype);
+}
+
+int lib_bn_pool_cols(Builder *b, ValueId x, ValueId y, ValueId pool, const LibBnMap *map, size_t at, size_t *scratch)
+{
+    CtIndex out, red;
+    const CtShape *ps = &val(b, pool)->type.shape;
+    if (ps->ndim != 4 || ps->d[2] != 1 || ps->d[3] != 1 || !global_pool_cols(b, y, pool, &out, &red))
+        return 0;
+    if (map)
+        sum_cols(b, x, -1, pool, 0, val(b, pool)->type.dtype, out, red, y, -1,
+                 (double)(val(b, y)->type.shape.d[2] * val(b, y)->type.shape.d[3]), map, at, scratch);
+    return 1;
 }
 
 /* reduce_sum: one stage (ct_reduce_sum, an output a work item) where
@@ -357,7 +401,7 @@ int lib_plan_reduce(Builder *b, const Node *n, ValueId side, ValueId scale, size
         a_side(l, side, scale);
         return 0;
     }
-    sum_cols(b, n->in[0], n->nin > 1 ? n->in[1] : -1, n->out[0], wide, st, out, red, side, scale, 1, scratch);
+    sum_cols(b, n->in[0], n->nin > 1 ? n->in[1] : -1, n->out[0], wide, st, out, red, side, scale, 1, NULL, 0, scratch);
     return 0;
 }
 
@@ -564,14 +608,10 @@ static int plan_pool(Builder *b, const Node *n, size_t *scratch, CtErr *err)
         o[1] = 2, o[2] = 3, o[3] = 1;
     if (max && grad && !same_strides(b, n->in[0], x))
         return ct_fail(err, "max_pool2d_grad with x and dx in two layouts has no kernel");
-    if (adaptive && !grad && p.OH == 1 && p.OW == 1) { /* a global average: reduce_sum's column sums where long */
-        int64_t kd[2] = {xs->d[0], xs->d[1]}, ks0[2] = {sx[0], sx[1]}, ks1[2] = {sy[0], sy[1]};
-        int64_t rd[2] = {p.H, p.W}, rs[2] = {sx[2], sx[3]};
-        CtIndex out = collapsed(index_make(2, kd, ks0, ks1)), red = collapsed(index_make(2, rd, rs, NULL));
-        if (!sum_one_stage(&out, &red, t)) {
-            sum_cols(b, x, -1, y, 0, t, out, red, -1, -1, (double)(p.H * p.W), scratch);
-            return 0;
-        }
+    CtIndex out, red;
+    if (adaptive && !grad && p.OH == 1 && p.OW == 1 && global_pool_cols(b, x, y, &out, &red)) {
+        sum_cols(b, x, -1, y, 0, t, out, red, -1, -1, (double)(p.H * p.W), NULL, 0, scratch);
+        return 0;
     }
     int argmax = grad && max && p.kh * p.kw <= 256;
     if (!grad || argmax) { /* the forward's walk over y */

@@ -99,9 +99,17 @@ typedef struct LibBnCoef {
  * store (a residual add of its output's shape, dtype and layout, then an
  * activation; none whose input the plan materialises), as lib_launches;
  * *tail gets the first node of the step left to their own launches. The
- * coefficients where kc says. */
-int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
-                        int *count, size_t *scratch, int *tail, CtErr *err);
+ * coefficients where kc says. Where gap is not NULL (lib_bn_pool_fits),
+ * the elementwise pass is also gap's global average pool of the output. */
+int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,
+                        const Node *gap, LibLaunch *l, int *count, size_t *scratch, int *tail, CtErr *err);
+/* Whether library step st, a batch_norm forward and its epilogue (no
+ * residual add), can take adaptive_avg_pool2d gap, a global average pool
+ * of the epilogue's output, into its elementwise pass: the norm's output
+ * of its input's dtype and layout, as is the pool's, whose sums take
+ * column sums (a squeeze-excitation's pool at batch 256: its [N, C] means
+ * over up to 12544 pixels, which then read the output back no more). */
+int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *gap);
 
 /* The launches of library step st, whose first node is a layer_norm_grad,
  * with at most `most` parts of its epilogue in the kernel (the residual

@@ -168,7 +168,7 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
  * store: a residual add (-1: none) and an activation (an op, -1: none),
  * the value it stores (out) and the step's first node it leaves (tail). */
 typedef struct BnEpi {
-    ValueId residual, out;
+    ValueId residual, out, pool; /* pool: a global average pool of out (-1: none) */
     int act, approx, tail;
 } BnEpi;
 
@@ -297,6 +297,14 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_i64(l, C);
         a_f32(l, n->fattr[1]);
     }
+    if (epi && epi->pool >= 0) {
+        LibBnMap map = {coef.kind, coef.off, C, epi->act, epi->approx};
+        size_t end;
+        if (!lib_bn_pool_cols(b, x, epi->out, epi->pool, &map, base + *scratch, &end))
+            return ct_fail(err, "batch_norm's global average pool takes no column sums here");
+        *scratch = end - base;
+        return 0;
+    }
     l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
     a_val(l, x);
     if (grad) {
@@ -331,30 +339,55 @@ static int same_storage(const Builder *b, ValueId v, ValueId w)
     return shape_equal(&a->type.shape, &c->type.shape) && a->type.dtype == c->type.dtype && a->layout == c->layout;
 }
 
-int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc, LibLaunch *l,
-                        int *count, size_t *scratch, int *tail, CtErr *err)
+/* The parts of library step st's epilogue that its batch norm's
+ * elementwise pass takes (lib_batch_norm_step). */
+static BnEpi bn_epi(const Builder *b, const FusePlan *p, const FuseStep *st)
 {
-    Builder b = {g, l, 0, sms};
-    const Node *bn = &g->nodes[p->nodes[st->first]];
-    BnEpi e = {.residual = -1, .out = bn->out[0], .act = -1, .tail = 1};
+    const Node *bn = &b->g->nodes[p->nodes[st->first]];
+    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1};
     for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
-        const Node *n = &g->nodes[p->nodes[st->first + e.tail]];
-        if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(&b, n->out[0], e.out)) {
+        const Node *n = &b->g->nodes[p->nodes[st->first + e.tail]];
+        if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(b, n->out[0], e.out)) {
             e.act = n->op;
             e.approx = n->op == CT_OP_gelu && n->iattr[0];
         } else if (n->op == CT_OP_add && e.residual < 0 && (n->in[0] == e.out) != (n->in[1] == e.out) &&
-                   same_storage(&b, n->in[0], n->in[1]) && same_storage(&b, n->out[0], e.out)) {
+                   same_storage(b, n->in[0], n->in[1]) && same_storage(b, n->out[0], e.out)) {
             e.residual = n->in[0] == e.out ? n->in[1] : n->in[0];
         } else {
             break;
         }
         e.out = n->out[0];
     }
+    return e;
+}
+
+int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *gap)
+{
+    Builder b = {g, NULL, 0, 0};
+    const Node *bn = &g->nodes[p->nodes[st->first]];
+    if (bn->op != CT_OP_batch_norm || gap->op != CT_OP_adaptive_avg_pool2d)
+        return 0;
+    BnEpi e = bn_epi(&b, p, st);
+    ValueId x = bn->in[0], pool = gap->out[0];
+    return e.residual < 0 && gap->in[0] == e.out && same_storage(&b, x, e.out) &&
+           val(&b, pool)->type.dtype == val(&b, x)->type.dtype && val(&b, pool)->layout == val(&b, x)->layout &&
+           lib_bn_pool_cols(&b, x, e.out, pool, NULL, 0, NULL);
+}
+
+int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,
+                        const Node *gap, LibLaunch *l, int *count, size_t *scratch, int *tail, CtErr *err)
+{
+    Builder b = {g, l, 0, sms};
+    const Node *bn = &g->nodes[p->nodes[st->first]];
+    BnEpi e = bn_epi(&b, p, st);
     *count = 0;
     *scratch = 0;
     *tail = e.tail;
     if (bn->op != CT_OP_batch_norm)
         return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
+    if (gap && !lib_bn_pool_fits(g, p, st, gap))
+        return ct_fail(err, "a batch norm step cannot take this global average pool (lib_bn_pool_fits)");
+    e.pool = gap ? gap->out[0] : -1;
     if (plan_batch_norm(&b, bn, &e, NULL, &kc, scratch, err))
         return -1;
     *count = b.n;
