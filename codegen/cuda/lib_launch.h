@@ -106,7 +106,7 @@ int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseSt
 /* Whether library step st, a batch_norm forward and its epilogue (no
  * residual add), can take adaptive_avg_pool2d gap, a global average pool
  * of the epilogue's output, into its elementwise pass: the norm's output
- * of its input's dtype and layout, as is the pool's, whose sums take
+ * of its input's dtype and layout, the pool's of its dtype, whose sums take
  * column sums (a squeeze-excitation's pool at batch 256: its [N, C] means
  * over up to 12544 pixels, which then read the output back no more). */
 int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *gap);

@@ -370,8 +370,7 @@ int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, cons
     BnEpi e = bn_epi(&b, p, st);
     ValueId x = bn->in[0], pool = gap->out[0];
     return e.residual < 0 && gap->in[0] == e.out && same_storage(&b, x, e.out) &&
-           val(&b, pool)->type.dtype == val(&b, x)->type.dtype && val(&b, pool)->layout == val(&b, x)->layout &&
-           lib_bn_pool_cols(&b, x, e.out, pool, NULL, 0, NULL);
+           val(&b, pool)->type.dtype == val(&b, x)->type.dtype && lib_bn_pool_cols(&b, x, e.out, pool, NULL, 0, NULL);
 }
 
 int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,
