@@ -55,12 +55,16 @@
  * float32 error in tolerance units): mobilenetv4_conv_small's batch norms
  * over 8 values of its expanded 1x1 convs (torch 34x, ctimm 40x),
  * poolformer_s12's GroupNorm1 weights deep in stage 2 (torch 7.5x, ctimm
- * 5.4x) and resnetv2_50x1_bit's weight-standardised stage-1 convs (torch
- * 502x); their float64 steps equal timm's. */
+ * 5.4x), resnetv2_50x1_bit's weight-standardised stage-1 convs (torch
+ * 502x) and seresnext26t_32x4d's stem, upstream of a ReLU input nearer
+ * zero than float32's error (torch 20x; ctimm's float32 step lands on
+ * either side by the machine's convolution kernels: 20.6x with oneDNN's on
+ * an AMD EPYC of AVX2, with CTIMM_CONV=auto on an Intel Xeon, within 0.22
+ * elsewhere); their float64 steps equal timm's. */
 static const struct {
     const char *name;
     int cpu;
-} models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 1},     {"regnety_016", 1}, {"convnext_nano", 1},
+} models[] = {{"mixnet_s", 1},      {"seresnext26t_32x4d", 0},     {"regnety_016", 1}, {"convnext_nano", 1},
               {"test_nfnet", 1},    {"test_byobnet", 1},           {"mobilenetv4_conv_small", 0},
               {"poolformer_s12", 0}, {"resnetv2_50x1_bit", 0}, {"eva02_tiny_patch14_224", 1},
               {"swin_tiny_patch4_window7_224", 0}, {"levit_128s", 0}, {"test_maxvit", 0},
