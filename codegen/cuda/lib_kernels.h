@@ -520,7 +520,7 @@ CT_DEVICE float CT_SFX(ct_bn_y)(float x, const double *coef, long long c, const 
  * CT_T, the walk's first output being channel c0 (each next one the
  * next channel), and the walk sums y and stores it as its side output: a
  * squeeze-excitation's batch norm and its global average pool in one pass
- * (lib_launch_norm.c's lib_bn_pool). */
+ * (lib_launch.c's lib_bn_pool_cols). */
 typedef struct CT_SFX(CtBnMap) {
     const double *coef;
     long long c0;
@@ -542,10 +542,15 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
 {
     const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
     float sv[16 / sizeof(CT_T)];
+    double mc[2 * (16 / sizeof(CT_T))]; /* the map's coefficients of the item's channels, read once */
     if (m->coef) {
         CT_UNROLL
         for (int u = 0; u < CT_VW; u++)
-            sv[u] = 1.0f;
+            if (vec || u == 0) {
+                sv[u] = 1.0f;
+                mc[2 * u] = m->coef[2 * (m->c0 + u)];
+                mc[2 * u + 1] = m->coef[2 * (m->c0 + u) + 1];
+            }
     } else if (side && vec)
         CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
     else
@@ -571,8 +576,7 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
                     CT_UNROLL
                     for (int u = 0; u < CT_VW; u++)
                         if (vec || u == 0)
-                            xv[t][u] = CT_LD(CT_ST(CT_SFX(ct_bn_y)(xv[t][u], m->coef, m->c0 + u, NULL, 0.0f, m->act,
-                                                                   m->approx)));
+                            xv[t][u] = CT_LD(CT_ST(CT_SFX(ct_bn_y)(xv[t][u], mc, u, NULL, 0.0f, m->act, m->approx)));
                 }
             }
         CT_UNROLL
