@@ -109,6 +109,15 @@ static inline void a_index(LibLaunch *l, CtIndex ix) { arg(l, LA_INDEX)->ix = ix
 static inline void a_scratch(LibLaunch *l, size_t off) { arg(l, LA_SCRATCH)->i = (long long)off; }
 static inline void a_counters(LibLaunch *l, int64_t n) { arg(l, LA_COUNTERS)->i = n; }
 
+/* Where a launch's pointer argument points: an offset into scratch
+ * (LA_SCRATCH) or into the program's kept region (LA_KEPT). */
+typedef struct Place {
+    LibArgKind kind;
+    size_t off;
+} Place;
+
+static inline void a_place(LibLaunch *l, Place p) { arg(l, p.kind)->i = (long long)p.off; }
+
 static inline const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
 /* Whether x and y have the same strides (one layout, or not 4-d). */
 static inline int same_strides(const Builder *b, ValueId x, ValueId y)
@@ -140,11 +149,10 @@ int lib_one_storage(const Builder *b, const ValueId v[4]);
 /* The tiles of a column sum of `outs` outputs over `len` (lib_launch.c). */
 ColPlan lib_col_plan(const Builder *b, int64_t len, int64_t outs, int64_t w, int64_t sxc, int64_t nsum);
 /* The batch norm whose output a column sum takes from its input
- * (lib_kernels.h's CtBnMap): its coefficients at byte `coef` of scratch
- * or the kept region (coef_kind), C channels, its activation. */
+ * (lib_kernels.h's CtBnMap): where its coefficients are, C channels, its
+ * activation. */
 typedef struct LibBnMap {
-    LibArgKind coef_kind;
-    size_t coef;
+    Place coef;
     int64_t C;
     int act, approx;
 } LibBnMap;

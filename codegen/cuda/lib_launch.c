@@ -324,7 +324,7 @@ static void sum_cols(Builder *b, ValueId x, ValueId f, ValueId y, int wide, CtDT
     }
     a_f64(l, div);
     if (map)
-        arg(l, map->coef_kind)->i = (long long)map->coef;
+        a_place(l, map->coef);
     else
         arg(l, LA_NULL);
     a_i64(l, map ? map->C : 0);

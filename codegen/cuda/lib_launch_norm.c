@@ -172,14 +172,6 @@ typedef struct BnEpi {
     int act, approx, tail;
 } BnEpi;
 
-/* Where a launch's pointer argument points: an offset into scratch
- * (LA_SCRATCH) or into the program's kept region (LA_KEPT). */
-typedef struct Place {
-    LibArgKind kind;
-    size_t off;
-} Place;
-
-static void a_place(LibLaunch *l, Place p) { arg(l, p.kind)->i = (long long)p.off; }
 
 /* A batch_norm run again for lib_bn_act_grad (its running statistics not
  * written), or the batch_norm_grad it runs with the activation's gradient:
@@ -298,7 +290,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_f32(l, n->fattr[1]);
     }
     if (epi && epi->pool >= 0) {
-        LibBnMap map = {coef.kind, coef.off, C, epi->act, epi->approx};
+        LibBnMap map = {coef, C, epi->act, epi->approx};
         size_t end;
         if (!lib_bn_pool_cols(b, x, epi->out, epi->pool, &map, base + *scratch, &end))
             return ct_fail(err, "batch_norm's global average pool takes no column sums here");
