@@ -1,7 +1,7 @@
 /* ctimm-gpu-probe: one line per primitive the cuda backend uses, PASS or
  * FAIL with the library's own error text, so that the first minutes on a
  * GPU say which layer is broken before a whole model is run on it: the
- * driver, NVRTC (a small kernel and the library kernels' module), async
+ * driver, NVRTC (a small kernel and the f16 library kernels' module), async
  * copies (pinned and pageable), each cuBLASLt GEMM dtype x epilogue (on
  * the candidate timed fastest, and that choice stored and read back;
  * with CTIMM_LIB_CHOICE=heuristic on the heuristic's first, untimed) and
@@ -194,7 +194,7 @@ static int probe_lib_module(Probe *p, char *msg, size_t len, CtErr *err)
     NvrtcImage img;
     CUmodule m = NULL;
     CUfunction f;
-    lib_source(&src);
+    lib_source(LIB_F16, &src);
     int rc = nvrtc_compile(&p->nc, &p->cache, src.s, p->info.major * 10 + p->info.minor, &img, err) ||
              cu(p, p->drv.ModuleLoadData(&m, img.data), err, "cuModuleLoadData") ||
              cu(p, p->drv.ModuleGetFunction(&f, m, "ct_copy_f16"), err, "ct_copy_f16");
@@ -549,7 +549,7 @@ static void run_all(Probe *p)
         report(p, label, rc_, rc_ ? err.msg : msg);                                                            \
     } while (0)
     PROBE("NVRTC kernel: compile, load, launch", probe_nvrtc_kernel(p, msg, sizeof msg, &err));
-    PROBE("NVRTC library kernels' module", probe_lib_module(p, msg, sizeof msg, &err));
+    PROBE("NVRTC f16 library kernels' module", probe_lib_module(p, msg, sizeof msg, &err));
     PROBE("async copies", probe_copies(p, msg, sizeof msg, &err));
     if (blaslt_open(&p->lt, &err) == 0)
         p->have_lt = 1;

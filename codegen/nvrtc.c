@@ -111,9 +111,10 @@ free_log:
 }
 
 /* A compile of its own (split) runs NVRTC's optimizer on every core
- * (--split-compile=0): the library kernels' unit took nvcc 13.0 107 s on
- * one thread of a 2-core host and 56 s split, every kernel with the same
- * registers and spills; the units' pool compiles one unit a core instead. */
+ * (--split-compile=0): the library kernels (then one unit of all three
+ * storage types) took nvcc 13.0 107 s on one thread of a 2-core host and
+ * 56 s split, every kernel with the same registers and spills; the units'
+ * pool compiles one unit a core instead. */
 static int compile_image(const NvrtcCompiler *nc, KernelCache *cache, const char *source, int sm, int split,
                          NvrtcImage *img, CtErr *err)
 {

@@ -1031,7 +1031,7 @@ if(CUDAToolkit_FOUND)
   # The cuda Program: its launch plan and an image per translation unit and of the library kernels.
   add_test(NAME compile_dump_program_cuda COMMAND ${COMPILE} --model test_vit --train --dump-program cuda --sm 80)
   set_tests_properties(compile_dump_program_cuda PROPERTIES ENVIRONMENT "CTIMM_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/kc-cuda"
-    PASS_REGULAR_EXPRESSION "program: target cuda, .*\ntarget: sm_80, 132 SMs\nsteps: [0-9]+ .*\nstep 0: .*cuBLASLt GEMM.*\nimage unit 0: [0-9]+ bytes, sm_80 cubin\n.*image library: [0-9]+ bytes, sm_80 cubin\n.*: device \\+")
+    PASS_REGULAR_EXPRESSION "program: target cuda, .*\ntarget: sm_80, 132 SMs\nsteps: [0-9]+ .*\nstep 0: .*cuBLASLt GEMM.*\nimage unit 0: [0-9]+ bytes, sm_80 cubin\n.*image library f32: [0-9]+ bytes, sm_80 cubin\n.*: device \\+")
 endif()
 # The roofline of the cuda launch plan (no toolkit needed: nothing is
 # compiled): a line a step, the totals, the ten highest floors.

@@ -2,8 +2,10 @@
  * codegen/cuda/cuda_program.h; no GPU needed): test_resnet's training step
  * for sm_90 holds a launch plan that passes launch_plan_check over the
  * program's own graph (the source graph freed), an image for every
- * translation unit and for the library kernels, each a cubin for sm_90
- * that defines every kernel the plan launches from it, and
+ * translation unit and for the library units of the storage types it
+ * launches (f32's alone for an f32 step, f32's and bf16's for bf16 AMP),
+ * each a cubin for sm_90 that defines every kernel the plan launches from
+ * it, and
  * --dump-program's lines. The prepare check (cuda_program_fits) refuses a
  * program compiled for sm_80 on an sm_90 device, naming both, and accepts
  * one whose SM count differs. The training step as ctimm-train compiles
@@ -32,13 +34,19 @@ static int has_symbol(const CudaImage *img, const char *name)
     return 0;
 }
 
-/* Every kernel the plan launches is in the image it is looked up in. */
-static void check_images(const CudaProgram *c)
+/* Every kernel the plan launches is in the image it is looked up in; the
+ * library images are the units of the storage types `types` (a bit per
+ * LibType), no other. */
+static void check_images(const CudaProgram *c, unsigned types)
 {
-    CHECK(c->nunits > 0 && c->lib.size > 0 && !c->lib.is_ptx && !strcmp(c->lib.arch, "sm_90"));
+    CHECK(c->nunits > 0);
     for (int j = 0; j < c->nunits; j++)
         CHECKF(c->units[j].size > 0 && !c->units[j].is_ptx && !strcmp(c->units[j].arch, "sm_90"),
                "unit %d: %zu bytes, %s", j, c->units[j].size, c->units[j].arch);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        CHECKF((types >> t & 1) ? c->lib[t].size > 0 && !c->lib[t].is_ptx && !strcmp(c->lib[t].arch, "sm_90")
+                                : c->lib[t].size == 0 && c->lib[t].data == NULL,
+               "library image %d: %zu bytes, %s", t, c->lib[t].size, c->lib[t].arch);
     int kernels = 0;
     for (int s = 0; s < c->lp.nsteps; s++) {
         const LpStep *st = &c->lp.steps[s];
@@ -49,10 +57,11 @@ static void check_images(const CudaProgram *c)
             CHECKF(u >= 0 && u < c->nunits && has_symbol(&c->units[u], name), "step %d: %s in unit %d", s, name, u);
             kernels++;
         }
-        for (int j = 0; j < st->nlib; j++)
-            CHECKF(has_symbol(&c->lib, st->lib[j].kernel), "step %d: %s", s, st->lib[j].kernel);
-        if (st->mirrored)
-            CHECKF(has_symbol(&c->lib, st->mirror.kernel), "step %d: %s", s, st->mirror.kernel);
+        for (int j = 0; j < st->nlib + (st->mirrored ? 1 : 0); j++) {
+            const char *kernel = j < st->nlib ? st->lib[j].kernel : st->mirror.kernel;
+            int t = cuda_program_lib_image(kernel);
+            CHECKF(t >= 0 && has_symbol(&c->lib[t], kernel), "step %d: %s", s, kernel);
+        }
     }
     CHECK(kernels > 0);
 }
@@ -71,16 +80,16 @@ static void test_compile(void)
         return;
     CHECK(p->opt.cuda_cc == 90 && p->opt.cuda_sms == PROGRAM_CUDA_SMS);
     CHECKF(launch_plan_check(&p->g, &p->cuda.lp, &err) == 0, "%s", err.msg);
-    check_images(&p->cuda);
+    check_images(&p->cuda, 1u << LIB_F32); /* an f32 step: the f32 unit alone */
     CtBuf b = {0};
     program_dump(p, &b);
     CHECKF(b.s && strstr(b.s, "program: target cuda") && strstr(b.s, "target: sm_90, 132 SMs") &&
                strstr(b.s, "step 0: ") && strstr(b.s, "kernel ct_k") && strstr(b.s, "cuDNN convolution") &&
-               strstr(b.s, "image unit 0: ") && strstr(b.s, "image library: ") && strstr(b.s, "sm_90 cubin") &&
+               strstr(b.s, "image unit 0: ") && strstr(b.s, "image library f32: ") && strstr(b.s, "sm_90 cubin") &&
                strstr(b.s, ": device +") && strstr(b.s, ": state '"),
            "%s", b.s ? b.s : "(nothing)");
-    printf("test_cuda_program: test_resnet train: %d steps, %d units, library image %zu bytes\n", p->cuda.lp.nsteps,
-           p->cuda.nunits, p->cuda.lib.size);
+    printf("test_cuda_program: test_resnet train: %d steps, %d units, f32 library image %zu bytes\n",
+           p->cuda.lp.nsteps, p->cuda.nunits, p->cuda.lib[LIB_F32].size);
     buf_free(&b);
     CHECKF(cuda_program_fits(p, 90, "NVIDIA H200 (sm_90, 132 SMs, 143 GiB)", &err) == 0, "%s", err.msg);
     /* the profile's floors: the roofline's of each step, on the device the GPU's name gives */
@@ -115,6 +124,8 @@ static void test_step_traffic(void)
     CHECKF(rc == 0, "%s", err.msg);
     if (rc)
         return;
+    /* bf16 activations, f32 parameters and loss: the f16 unit is not compiled */
+    check_images(&p->cuda, 1u << LIB_F32 | 1u << LIB_BF16);
     size_t image = 0, rest = 0, state_inputs = 0, unplaced = 0;
     int ninputs = 0;
     for (ValueId v = 0; v < p->g.nvalues; v++) {

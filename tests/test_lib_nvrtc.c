@@ -1,9 +1,10 @@
-/* The library kernels' CUDA C unit (codegen/cuda/lib_source.c) compiles
- * with NVRTC for sm_90 (no GPU needed; built with the CUDA toolkit), and
- * the cubin defines every kernel lib_launch*.c name, for f32, f16 and bf16
- * storage (the tensor cores' for the 16-bit two). The compile takes ~75 s on 2 cores (NVRTC's
- * optimizer split over them), and NVRTC is not instrumented, so the sanitizer build checks the
- * source only. */
+/* The library kernels' CUDA C units (codegen/cuda/lib_source.c), one a
+ * storage type, compile with NVRTC for sm_90 (no GPU needed; built with
+ * the CUDA toolkit), and each cubin defines every kernel lib_launch*.c
+ * names, for its type alone (the tensor cores' in the 16-bit two). The
+ * compiles take ~110 s of CPU (NVRTC's optimizer split over the cores), and
+ * NVRTC is not instrumented, so the sanitizer build checks the sources
+ * only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -37,38 +38,49 @@ static int has_symbol(const unsigned char *img, size_t n, const char *name)
 
 int main(void)
 {
-    CtBuf src = {0};
-    lib_source(&src);
-    CHECK(src.s && strstr(src.s, "ct_bn_grad_apply") && strstr(src.s, "CT_SFX(name) name##_bf16"));
+    static const char *const suffix[LIB_NTYPES] = {"f32", "f16", "bf16"};
+    CtBuf src[LIB_NTYPES] = {{0}};
+    for (int t = 0; t < LIB_NTYPES; t++) {
+        lib_source((LibType)t, &src[t]);
+        CHECK(src[t].s && strstr(src[t].s, "ct_bn_grad_apply"));
+    }
+    CHECK(strstr(src[LIB_F32].s, "CT_SFX(name) name##_f32") && !strstr(src[LIB_F32].s, "name##_bf16") &&
+          strstr(src[LIB_BF16].s, "CT_SFX(name) name##_bf16") && !strstr(src[LIB_BF16].s, "name##_f32"));
 #ifdef COMPILE
     NvrtcCompiler nc;
     KernelCache cache;
-    NvrtcImage img;
     CtErr err;
     CacheOptions opt = {.no_cache = 1};
     CHECKF(nvrtc_init(&nc, &err) == 0, "%s", err.msg);
     CHECKF(cache_open(&cache, &opt, &err) == 0, "%s", err.msg);
-    int rc = nvrtc_compile(&nc, &cache, src.s, 90, &img, &err);
-    CHECKF(rc == 0 && !img.is_ptx, "%s", rc ? err.msg : "PTX where a cubin was asked for");
-    if (rc == 0)
+    for (int t = 0; t < LIB_NTYPES; t++) {
+        NvrtcImage img;
+        int rc = nvrtc_compile(&nc, &cache, src[t].s, 90, &img, &err);
+        CHECKF(rc == 0 && !img.is_ptx, "%s: %s", suffix[t], rc ? err.msg : "PTX where a cubin was asked for");
+        if (rc)
+            continue;
+        /* its own type's kernels, no other's */
         for (size_t k = 0; k < sizeof kernels / sizeof *kernels; k++)
-            for (int t = 0; t < 3; t++) {
+            for (int u = 0; u < LIB_NTYPES; u++) {
                 char name[64];
-                snprintf(name, sizeof name, "%s_%s", kernels[k], t == 0 ? "f32" : t == 1 ? "f16" : "bf16");
-                CHECKF(has_symbol(img.data, img.size, name), "%s not in the cubin", name);
+                snprintf(name, sizeof name, "%s_%s", kernels[k], suffix[u]);
+                CHECKF(has_symbol(img.data, img.size, name) == (u == t), "%s %s in the %s cubin", name,
+                       u == t ? "not" : "also", suffix[t]);
             }
-    for (size_t k = 0; rc == 0 && k < sizeof kernels16 / sizeof *kernels16; k++) /* the tensor cores' */
-        for (int t = 1; t < 3; t++) {
+        for (size_t k = 0; k < sizeof kernels16 / sizeof *kernels16; k++) { /* the tensor cores' */
             char name[64];
-            snprintf(name, sizeof name, "%s_%s", kernels16[k], t == 1 ? "f16" : "bf16");
-            CHECKF(has_symbol(img.data, img.size, name), "%s not in the cubin", name);
+            snprintf(name, sizeof name, "%s_%s", kernels16[k], suffix[t]);
+            CHECKF(has_symbol(img.data, img.size, name) == (t != LIB_F32), "%s %s in the %s cubin", name,
+                   t != LIB_F32 ? "not" : "also", suffix[t]);
         }
-    if (rc == 0)
-        printf("test_lib_nvrtc: %zu-byte cubin for sm_90 from %zu bytes of CUDA C\n", img.size, src.len);
+        printf("test_lib_nvrtc: %zu-byte %s cubin for sm_90 from %zu bytes of CUDA C\n", img.size, suffix[t],
+               src[t].len);
+    }
     cache_close(&cache);
 #else
-    printf("test_lib_nvrtc: built without NVRTC or with the sanitizers; the source is not compiled\n");
+    printf("test_lib_nvrtc: built without NVRTC or with the sanitizers; the sources are not compiled\n");
 #endif
-    buf_free(&src);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        buf_free(&src[t]);
     return check_done("test_lib_nvrtc");
 }

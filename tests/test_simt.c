@@ -870,17 +870,33 @@ extern const char ct_lib_kernels_text[];
 
 static void test_library(void)
 {
+    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16, a unit each; CT_GLOBAL16: the
+     * last two. Each name's unit is the one lib_kernel_type gives. The f32 unit's module is built
+     * (its build binds each name: a name of no kernel fails it); the cases below are f32's. */
+    int globals = 0, globals16 = 0;
+    for (const char *p = strstr(ct_lib_kernels_text, "CT_GLOBAL"); p; p = strstr(p + 1, "CT_GLOBAL")) {
+        globals += !strncmp(p, "CT_GLOBAL CT_SFX(", 17);
+        globals16 += !strncmp(p, "CT_GLOBAL16 CT_SFX(", 19);
+    }
+    static const char *const suffix[LIB_NTYPES] = {"_f32", "_f16", "_bf16"};
+    for (int t = 0; t < LIB_NTYPES; t++) {
+        int n, want = globals + (t == LIB_F32 ? 0 : globals16), named = 0;
+        const char *const *names = lib_kernel_names((LibType)t, &n);
+        for (int k = 0; k < n; k++) {
+            size_t len = strlen(names[k]), sl = strlen(suffix[t]);
+            named += lib_kernel_type(names[k]) == t && len > sl && !strcmp(names[k] + len - sl, suffix[t]);
+        }
+        CHECKF(n > 20 && n == want && named == n, "unit %s: %d library kernels named (%d of them its own), %d defined",
+               suffix[t], n, named, want);
+        CHECKF(lib_kernel_names((LibType)t, &n) == names, "lib_kernel_names: a table of its own on a second call");
+    }
+    CHECK(lib_kernel_type("ct_k3") == -1 && lib_kernel_type("ct_copy_f64") == -1 &&
+          lib_kernel_type("ct_attn_tc_f32") == -1 && lib_kernel_type("ct_attn_tc_bf16") == LIB_BF16);
     CtBuf text = {0};
-    lib_source(&text);
-    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16; CT_GLOBAL16: the last two. The
-     * module's build binds each name: a name of no kernel fails it. */
-    int nlib, globals = 0;
-    const char *const *lib = lib_kernel_names(&nlib);
-    for (const char *p = strstr(ct_lib_kernels_text, "CT_GLOBAL"); p; p = strstr(p + 1, "CT_GLOBAL"))
-        globals += !strncmp(p, "CT_GLOBAL CT_SFX(", 17) ? 3 : !strncmp(p, "CT_GLOBAL16 CT_SFX(", 19) ? 2 : 0;
-    CHECKF(nlib > 20 && nlib == globals, "%d library kernels named, %d defined in lib_source's text", nlib, globals);
-    CHECKF(lib_kernel_names(&nlib) == lib, "lib_kernel_names: a table of its own on a second call");
-    SimModule *m = build_of("the library kernels", text.s, lib, nlib);
+    lib_source(LIB_F32, &text);
+    int nlib;
+    const char *const *lib = lib_kernel_names(LIB_F32, &nlib);
+    SimModule *m = build_of("the f32 library kernels", text.s, lib, nlib);
     buf_free(&text);
     if (!m)
         return;

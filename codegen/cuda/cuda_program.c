@@ -11,6 +11,26 @@
 #include "codegen/cuda/roofline.h"
 #include "codegen/units.h"
 #include "ir/ops.h"
+/* The library units (a bit per LibType) that the plan's launches use. */
+static unsigned lib_types_used(const LaunchPlan *lp)
+{
+    unsigned used = 0;
+    for (int s = 0; s < lp->nsteps; s++) {
+        const LpStep *st = &lp->steps[s];
+        for (int j = 0; j < st->nlib + st->nfallback; j++) {
+            int t = lib_kernel_type(j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel);
+            CT_ASSERT(t >= 0);
+            used |= 1u << t;
+        }
+        if (st->mirrored) {
+            int t = lib_kernel_type(st->mirror.kernel);
+            CT_ASSERT(t >= 0);
+            used |= 1u << t;
+        }
+    }
+    return used;
+}
+
 #ifdef CTIMM_HAVE_NVRTC
 #include "codegen/nvrtc.h"
 
@@ -28,23 +48,30 @@ static void keep_image(const NvrtcImage *img, CudaImage *out)
 }
 
 /* The generated kernels' translation units, compiled in parallel, and the
- * library kernels, for sm_<cc>. */
+ * library units the plan uses, for sm_<cc>. */
 static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
 {
     NvrtcCompiler nc;
     KernelCache cache;
     KernelUnits units;
-    NvrtcImage lib;
-    CtBuf src = {0};
     if (nvrtc_init(&nc, err) || cache_open(&cache, &(CacheOptions){.memory_fallback = 1}, err))
         return -1;
     units_make(c->lp.k, c->lp.nk, UNIT_LOOPS, 1, &units);
     NvrtcImage *imgs = calloc((size_t)units.n + 1, sizeof *imgs);
     CT_ASSERT(imgs != NULL);
-    lib_source(&src);
     int rc = nvrtc_compile_units(&nc, &cache, &units, cc, imgs, err);
-    if (rc == 0)
+    unsigned used = lib_types_used(&c->lp);
+    for (int t = 0; rc == 0 && t < LIB_NTYPES; t++) {
+        if (!(used >> t & 1))
+            continue;
+        CtBuf src = {0};
+        NvrtcImage lib;
+        lib_source((LibType)t, &src);
         rc = nvrtc_compile(&nc, &cache, src.s, cc, &lib, err);
+        if (rc == 0)
+            keep_image(&lib, &c->lib[t]);
+        buf_free(&src);
+    }
     if (rc == 0) {
         c->nunits = units.n;
         c->units = calloc((size_t)units.n + 1, sizeof *c->units);
@@ -53,7 +80,6 @@ static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
         CT_ASSERT(c->units && c->unit && c->fn);
         for (int j = 0; j < units.n; j++)
             keep_image(&imgs[j], &c->units[j]);
-        keep_image(&lib, &c->lib);
         if (c->lp.nk) {
             memcpy(c->unit, units.unit, sizeof *c->unit * (size_t)c->lp.nk);
             memcpy(c->fn, units.fn, sizeof *c->fn * (size_t)c->lp.nk);
@@ -62,7 +88,6 @@ static int compile_images(CudaProgram *c, int cc, int *cache_warned, CtErr *err)
     int said = 0;
     cache_warn_disk(&cache, cache_warned ? cache_warned : &said, stderr);
     cache_close(&cache);
-    buf_free(&src);
     free(imgs);
     units_free(&units);
     return rc;
@@ -85,11 +110,10 @@ static void keep_source(const char *text, CudaImage *out)
     snprintf(out->arch, sizeof out->arch, "source");
 }
 
-/* The images as the units' and the library's sources. */
+/* The images as the units' and the used library units' sources. */
 static void keep_sources(CudaProgram *c)
 {
     KernelUnits units;
-    CtBuf src = {0};
     units_make(c->lp.k, c->lp.nk, UNIT_LOOPS, 1, &units);
     c->nunits = units.n;
     c->units = calloc((size_t)units.n + 1, sizeof *c->units);
@@ -102,9 +126,14 @@ static void keep_sources(CudaProgram *c)
         memcpy(c->unit, units.unit, sizeof *c->unit * (size_t)c->lp.nk);
         memcpy(c->fn, units.fn, sizeof *c->fn * (size_t)c->lp.nk);
     }
-    lib_source(&src);
-    keep_source(src.s, &c->lib);
-    buf_free(&src);
+    unsigned used = lib_types_used(&c->lp);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        if (used >> t & 1) {
+            CtBuf src = {0};
+            lib_source((LibType)t, &src);
+            keep_source(src.s, &c->lib[t]);
+            buf_free(&src);
+        }
     units_free(&units);
 }
 
@@ -116,7 +145,8 @@ int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned
     for (int s = 0; s < c->lp.nsteps; s++)
         if (c->lp.steps[s].kind == LP_UNSUPPORTED)
             return ct_fail(err, "the cuda backend has no kernel for %s yet", c->lp.steps[s].op);
-    c->lib_kernels = lib_kernel_names(&c->nlib_kernels);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        c->lib_kernels[t] = lib_kernel_names((LibType)t, &c->nlib_kernels[t]);
     if (sources) {
         keep_sources(c);
         return 0;
@@ -131,7 +161,8 @@ void cuda_program_free(CudaProgram *c)
     free(c->units);
     free(c->unit);
     free(c->fn);
-    free(c->lib.data);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        free(c->lib[t].data);
     launch_plan_free(&c->lp);
     memset(c, 0, sizeof *c);
 }
@@ -209,5 +240,10 @@ void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)
         snprintf(what, sizeof what, "unit %d", j);
         dump_image(what, &c->units[j], out);
     }
-    dump_image("library", &c->lib, out);
+    static const char *const types[LIB_NTYPES] = {"library f32", "library f16", "library bf16"};
+    for (int t = 0; t < LIB_NTYPES; t++)
+        if (c->lib[t].size)
+            dump_image(types[t], &c->lib[t], out);
 }
+
+int cuda_program_lib_image(const char *name) { return lib_kernel_type(name); }

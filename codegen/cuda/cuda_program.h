@@ -6,8 +6,9 @@
  * modules, prepares the library calls and runs.
  *
  * Images: one per translation unit of the generated kernels
- * (codegen/units.h: launch l runs ct_k<fn[l]> of unit unit[l]) and one of
- * the library kernels (codegen/cuda/lib_source.h), each NVRTC's output
+ * (codegen/units.h: launch l runs ct_k<fn[l]> of unit unit[l]) and one per
+ * storage type of the library kernels the plan launches
+ * (codegen/cuda/lib_source.h: f32, f16, bf16), each NVRTC's output
  * through the kernel cache (codegen/nvrtc.h: keyed by the source, the
  * target, the options and NVRTC's version), copied here because the
  * program outlives the cache. An image is a cubin for the target, or PTX
@@ -24,6 +25,7 @@
 #define CTIMM_CUDA_PROGRAM_H
 
 #include "codegen/cuda/launch_plan.h"
+#include "codegen/cuda/lib_source.h"
 #include "ir/buf.h"
 
 typedef struct CudaImage {
@@ -39,9 +41,11 @@ typedef struct CudaProgram {
     CudaImage *units; /* the generated kernels, per translation unit */
     int nunits;
     int *unit, *fn;   /* per launch id: the unit holding its kernel ct_k<fn>, -1 where none */
-    CudaImage lib;    /* the library kernels */
-    const char *const *lib_kernels; /* the names of all nlib_kernels of them (a static table) */
-    int nlib_kernels;
+    /* per LibType, the library kernels of that storage type where the plan
+     * launches one of them, else size 0 */
+    CudaImage lib[LIB_NTYPES];
+    const char *const *lib_kernels[LIB_NTYPES]; /* the names each defines, nlib_kernels[t] (a static table) */
+    int nlib_kernels[LIB_NTYPES];
 } CudaProgram;
 
 /* The plan of g and its images for compute capability cc (90: sm_90) and
@@ -50,6 +54,8 @@ typedef struct CudaProgram {
  * with NVRTC's log. *cache_warned as ProgramOptions.cache_warned. */
 int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned, CudaProgram *c, CtErr *err);
 void cuda_program_free(CudaProgram *c);
+/* The library image (its LibType) that defines kernel `name`, or -1. */
+int cuda_program_lib_image(const char *name);
 
 /* Each step's roofline floor in seconds (codegen/cuda/roofline.h) on the
  * known device whose name the GPU's contains ("NVIDIA H200": h200), into

@@ -1,5 +1,5 @@
-/* Contract: lib_source gives one CUDA C unit defining every library kernel
- * for f32, f16 and bf16 storage. */
+/* Contract: lib_source(t) gives the CUDA C unit defining every library
+ * kernel for storage type t, lib_kernel_names(t) their names. */
 #include "codegen/cuda/lib_source.h"
 
 #include <pthread.h>
@@ -16,17 +16,18 @@ extern const char ct_lib_kernels_text[];
 extern const char ct_formulas_text[];
 extern const char ct_counter_rng_text[];
 
-/* The storage types the kernels are pasted for, in this order. */
+/* The storage types the kernels are pasted for, by LibType. */
 static const struct {
     const char *type, *load, *store, *suffix, *acc, *mma; /* mma: the tensor cores' type, 16-bit only */
-} storage[] = {
+} storage[LIB_NTYPES] = {
     {"float", "(v)", "(f)", "_f32", "double", NULL},
     {"unsigned short", "ct_h2f(v)", "ct_f2h(f)", "_f16", "float", "f16"},
     {"unsigned short", "ct_bf2f(v)", "ct_f2bf(f)", "_bf16", "float", "bf16"},
 };
 
-void lib_source(CtBuf *out)
+void lib_source(LibType t, CtBuf *out)
 {
+    CT_ASSERT(t >= 0 && t < LIB_NTYPES);
     render_cuda_prelude(out);
     buf_printf(out, "#define CT_DEVICE static __device__ __forceinline__\n"
                     "#define CT_GLOBAL extern \"C\" __global__ void\n"
@@ -65,57 +66,64 @@ void lib_source(CtBuf *out)
                     "#define FX_ERF ct_erff\n#define FX_TANH ct_tanhf\n#define FX_POW powf\n%s\n",
                ct_formulas_text);
     buf_printf(out, "#define CRNG_FN CT_DEVICE\n%s\n", ct_counter_rng_text);
-    for (int k = 0; k < 3; k++) {
+    buf_printf(out,
+               "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n"
+               "#define CT_ACC %s\n",
+               storage[t].type, storage[t].load, storage[t].store, storage[t].suffix, storage[t].acc);
+    if (storage[t].mma)
         buf_printf(out,
-                   "#define CT_T %s\n#define CT_LD(v) %s\n#define CT_ST(f) %s\n#define CT_SFX(name) name##%s\n"
-                   "#define CT_ACC %s\n",
-                   storage[k].type, storage[k].load, storage[k].store, storage[k].suffix, storage[k].acc);
-        if (storage[k].mma)
-            buf_printf(out,
-                       "#define CT_MMA16 1\n#define CT_MMA16816(d, a, b) asm volatile("
-                       "\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 "
-                       "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\" "
-                       ": \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"r\"(a[0]), \"r\"(a[1]), "
-                       "\"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]))\n",
-                       storage[k].mma, storage[k].mma);
-        buf_printf(out, "%s\n#undef CT_T\n#undef CT_LD\n#undef CT_ST\n#undef CT_SFX\n#undef CT_ACC\n",
-                   ct_lib_kernels_text);
-        if (storage[k].mma)
-            buf_printf(out, "#undef CT_MMA16\n#undef CT_MMA16816\n");
-    }
+                   "#define CT_MMA16 1\n#define CT_MMA16816(d, a, b) asm volatile("
+                   "\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 "
+                   "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\" "
+                   ": \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"r\"(a[0]), \"r\"(a[1]), "
+                   "\"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]))\n",
+                   storage[t].mma, storage[t].mma);
+    buf_printf(out, "%s\n", ct_lib_kernels_text);
 }
 
 /* Each kernel is `CT_GLOBAL CT_SFX(name)(` in lib_kernels.h, which
- * lib_source pastes once a storage type; CT_GLOBAL16 ones (under
+ * lib_source pastes for one storage type; CT_GLOBAL16 ones (under
  * CT_MMA16) for the types with tensor cores alone. */
 static struct {
     pthread_once_t once;
     char name[512][48];
-    const char *table[512];
-    int n;
+    const char *table[LIB_NTYPES][512];
+    int n[LIB_NTYPES];
 } lib_names = {.once = PTHREAD_ONCE_INIT};
 
 static void find_names(void)
 {
     static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
-    for (int h = 0; h < 2; h++) {
-        size_t len = strlen(heads[h]);
-        for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p; p = strstr(p + 1, heads[h]))
-            for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
-                if (h == 1 && !storage[k].mma)
-                    continue;
-                CT_ASSERT(lib_names.n < 512);
-                char *at = lib_names.name[lib_names.n];
+    int used = 0;
+    for (int t = 0; t < LIB_NTYPES; t++)
+        for (int h = 0; h < 2; h++) {
+            size_t len = strlen(heads[h]);
+            if (h == 1 && !storage[t].mma)
+                continue;
+            for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p; p = strstr(p + 1, heads[h])) {
+                CT_ASSERT(used < 512);
+                char *at = lib_names.name[used++];
                 snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(p + len, ")"), p + len,
-                         storage[k].suffix);
-                lib_names.table[lib_names.n++] = at;
+                         storage[t].suffix);
+                lib_names.table[t][lib_names.n[t]++] = at;
             }
-    }
+        }
 }
 
-const char *const *lib_kernel_names(int *n)
+const char *const *lib_kernel_names(LibType t, int *n)
+{
+    CT_ASSERT(t >= 0 && t < LIB_NTYPES);
+    pthread_once(&lib_names.once, find_names);
+    *n = lib_names.n[t];
+    return lib_names.table[t];
+}
+
+int lib_kernel_type(const char *name)
 {
     pthread_once(&lib_names.once, find_names);
-    *n = lib_names.n;
-    return lib_names.table;
+    for (int t = 0; t < LIB_NTYPES; t++)
+        for (int k = 0; k < lib_names.n[t]; k++)
+            if (!strcmp(lib_names.table[t][k], name))
+                return t;
+    return -1;
 }

@@ -37,7 +37,7 @@ struct CudaLoaded {
     const LaunchPlan *lp; /* p's */
     CUmodule *gen;       /* the generated kernels: per translation unit (codegen/units.h) */
     int ngen;            /* of them loaded */
-    CUmodule lib;
+    CUmodule lib[LIB_NTYPES]; /* the library units the program has, by LibType; NULL where none */
     CUfunction *kfn;     /* per launch id */
     CUfunction **libfn;  /* per step: one per LibLaunch, then one per fallback launch */
     CUfunction *mirrorfn; /* per step: its filter copy's kernel, where mirrored */
@@ -150,6 +150,15 @@ static int load_image(CudaExec *ex, const CudaImage *img, CUmodule *mod, CtErr *
                     img->is_ptx ? "PTX module" : "cubin", img->arch);
 }
 
+/* Library kernel `kernel` from the module of its storage type. */
+static int lib_function(CudaLoaded *ld, const char *kernel, CUfunction *fn, CtErr *err)
+{
+    int t = cuda_program_lib_image(kernel);
+    if (t < 0 || !ld->lib[t])
+        return ct_fail(err, "library kernel %s: the program has no library image defining it", kernel);
+    return cu_check(ld->ex, ld->ex->drv.ModuleGetFunction(fn, ld->lib[t], kernel), err, "library kernel %s", kernel);
+}
+
 /* One module per image of the program, loaded on the thread whose context
  * is current, and every launch's and library step's function from its
  * module. */
@@ -170,20 +179,18 @@ static int load_modules(CudaLoaded *ld, CtErr *err)
             rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->kfn[l], ld->gen[c->unit[l]], name), err, "kernel %s",
                           name);
     }
-    if (!rc)
-        rc = load_image(ex, &c->lib, &ld->lib, err);
+    for (int t = 0; !rc && t < LIB_NTYPES; t++)
+        if (c->lib[t].size)
+            rc = load_image(ex, &c->lib[t], &ld->lib[t], err);
     for (int s = 0; !rc && s < ld->lp->nsteps; s++) {
         const LpStep *st = &ld->lp->steps[s];
         ld->libfn[s] = calloc((size_t)(st->nlib + st->nfallback) + 1, sizeof **ld->libfn);
         CT_ASSERT(ld->libfn[s] != NULL);
-        for (int j = 0; !rc && j < st->nlib + st->nfallback; j++) {
-            const char *kernel = j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel;
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->libfn[s][j], ld->lib, kernel), err, "library kernel %s",
-                          kernel);
-        }
+        for (int j = 0; !rc && j < st->nlib + st->nfallback; j++)
+            rc = lib_function(ld, j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel,
+                              &ld->libfn[s][j], err);
         if (!rc && st->mirrored)
-            rc = cu_check(ex, ex->drv.ModuleGetFunction(&ld->mirrorfn[s], ld->lib, st->mirror.kernel), err,
-                          "library kernel %s", st->mirror.kernel);
+            rc = lib_function(ld, st->mirror.kernel, &ld->mirrorfn[s], err);
     }
     return rc;
 }
@@ -445,8 +452,9 @@ void cuda_loaded_free(CudaLoaded *ld)
     for (int j = 0; j < ld->ngen; j++)
         d->ModuleUnload(ld->gen[j]);
     free(ld->gen);
-    if (ld->lib)
-        d->ModuleUnload(ld->lib);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        if (ld->lib[t])
+            d->ModuleUnload(ld->lib[t]);
     free(ld->kfn);
     free(ld->libfn);
     free(ld->mirrorfn);

@@ -29,7 +29,7 @@ struct CtExec {
     const LaunchPlan *lp;
     CtState *state;
     SimModule **gen; /* per translation unit */
-    SimModule *lib;
+    SimModule *lib[LIB_NTYPES]; /* the library units the program has, by LibType */
     size_t *in_off, *st_off; /* per value, as the executor places them */
     size_t in_bytes, st_bytes;
     size_t device_bytes; /* the host memory standing in for device memory */
@@ -71,7 +71,8 @@ static void sim_free(CtExec *e)
     for (int j = 0; e->gen && j < e->p->cuda.nunits; j++)
         sim_module_free(e->gen[j]);
     free(e->gen);
-    sim_module_free(e->lib);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        sim_module_free(e->lib[t]);
     char *mem[6] = {e->block, e->inputs, e->dstate, e->scratch, e->counters, e->kept};
     for (int i = 0; i < 6; i++)
         free(mem[i]);
@@ -117,9 +118,10 @@ static void names_free(const char **v, int n)
     free(v);
 }
 
-/* The generated units' modules, then the library's with every kernel it
- * defines: one module text for every program, compiled once a kernel cache
- * (its entries for the launched kernels alone made one for each program). */
+/* The generated units' modules, then the library units' the program has,
+ * each with every kernel it defines: one module text a storage type for
+ * every program, compiled once a kernel cache (its entries for the
+ * launched kernels alone made one for each program). */
 static int load_modules(CtExec *e, CtErr *err)
 {
     const CudaProgram *c = &e->p->cuda;
@@ -133,8 +135,9 @@ static int load_modules(CtExec *e, CtErr *err)
         if (rc)
             return ct_failctx(err, "the SIMT harness loading a unit of generated kernels");
     }
-    if (sim_module_build(c->lib.data, c->lib_kernels, c->nlib_kernels, &e->lib, err))
-        return ct_failctx(err, "the SIMT harness loading the library kernels");
+    for (int t = 0; t < LIB_NTYPES; t++)
+        if (c->lib[t].size && sim_module_build(c->lib[t].data, c->lib_kernels[t], c->nlib_kernels[t], &e->lib[t], err))
+            return ct_failctx(err, "the SIMT harness loading the library kernels");
     return 0;
 }
 
@@ -236,7 +239,10 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
         }
     }
     lib_params(l, ptr, store, params);
-    return launch(e, e->lib, l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, l->shared, params, salt,
+    int t = cuda_program_lib_image(l->kernel);
+    if (t < 0 || !e->lib[t])
+        return ct_fail(err, "library kernel %s: the program has no library image defining it", l->kernel);
+    return launch(e, e->lib[t], l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, l->shared, params, salt,
                   err);
 }
 
