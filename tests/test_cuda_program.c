@@ -3,9 +3,11 @@
  * for sm_90 holds a launch plan that passes launch_plan_check over the
  * program's own graph (the source graph freed), an image for every
  * translation unit and for the library units of the storage types it
- * launches (f32's alone for an f32 step, f32's and bf16's for bf16 AMP),
- * each a cubin for sm_90 that defines every kernel the plan launches from
- * it, and
+ * launches (f32's alone for an f32 step, f32's and bf16's for bf16 AMP,
+ * f32's and f16's for test_vit's f16 AMP step), each a cubin for sm_90
+ * that defines every kernel the plan launches from it (a library unit:
+ * every kernel of its type, lib_kernel_names', and none of another's:
+ * between them the three programs compile all three units), and
  * --dump-program's lines. The prepare check (cuda_program_fits) refuses a
  * program compiled for sm_80 on an sm_90 device, naming both, and accepts
  * one whose SM count differs. The training step as ctimm-train compiles
@@ -43,10 +45,19 @@ static void check_images(const CudaProgram *c, unsigned types)
     for (int j = 0; j < c->nunits; j++)
         CHECKF(c->units[j].size > 0 && !c->units[j].is_ptx && !strcmp(c->units[j].arch, "sm_90"),
                "unit %d: %zu bytes, %s", j, c->units[j].size, c->units[j].arch);
-    for (int t = 0; t < LIB_NTYPES; t++)
+    for (int t = 0; t < LIB_NTYPES; t++) {
         CHECKF((types >> t & 1) ? c->lib[t].size > 0 && !c->lib[t].is_ptx && !strcmp(c->lib[t].arch, "sm_90")
                                 : c->lib[t].size == 0 && c->lib[t].data == NULL,
                "library image %d: %zu bytes, %s", t, c->lib[t].size, c->lib[t].arch);
+        /* a library image defines every kernel of its storage type, and no other type's */
+        for (int u = 0; c->lib[t].size && u < LIB_NTYPES; u++) {
+            int n, found = 0;
+            const char *const *names = lib_kernel_names((LibType)u, &n);
+            for (int k = 0; k < n; k++)
+                found += has_symbol(&c->lib[t], names[k]);
+            CHECKF(found == (u == t ? n : 0), "library image %d: %d of the %d kernels of type %d", t, found, n, u);
+        }
+    }
     int kernels = 0;
     for (int s = 0; s < c->lp.nsteps; s++) {
         const LpStep *st = &c->lp.steps[s];
@@ -151,6 +162,25 @@ static void test_step_traffic(void)
     printf("test_cuda_program: test_resnet train step in: %zu bytes of uint8 batch, %zu beside it\n", image, rest);
     program_free(p);
 }
+
+/* test_vit's f16 AMP training step: the f16 unit beside the f32 one (the
+ * tensor cores' attention kernels in f16). */
+static void test_f16(void)
+{
+    Graph g;
+    if (model_graph("test_vit", &(GraphSpec){.training = 1, .amp = CT_F16}, &g))
+        return;
+    CtProgram *p;
+    CtErr err;
+    int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
+    graph_free(&g);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    check_images(&p->cuda, 1u << LIB_F32 | 1u << LIB_F16);
+    printf("test_cuda_program: test_vit f16 train: f16 library image %zu bytes\n", p->cuda.lib[LIB_F16].size);
+    program_free(p);
+}
 #else
 static void test_compile(void)
 {
@@ -186,6 +216,7 @@ int main(void)
     test_compile();
 #ifdef CTIMM_HAVE_NVRTC
     test_step_traffic();
+    test_f16();
 #endif
     test_fits();
     return check_done("test_cuda_program");
