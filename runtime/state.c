@@ -101,19 +101,74 @@ static double draw(const CtInit *init, uint64_t *rng)
     }
 }
 
+/* The uniforms one element draws where that is fixed (0 where none), so
+ * that element j's draws start 2j or j steps into the tensor's stream and
+ * a chunk of it can be drawn apart; -1 where rejection makes it vary. */
+static int draws_per_element(CtInitKind kind)
+{
+    switch (kind) {
+    case CT_INIT_NORMAL: return 2;
+    case CT_INIT_UNIFORM: return 1;
+    case CT_INIT_TRUNC_NORMAL:
+    case CT_INIT_TRUNC_NORMAL_TF: return -1;
+    default: return 0;
+    }
+}
+
+enum { INIT_CHUNK = 1 << 16 };
+
+/* Elements [j0, j1) of entry e (its data at p) from its stream at rng. */
+static void init_range(const StateEntry *e, void *p, uint64_t rng, int64_t j0, int64_t j1)
+{
+    double buf[1024];
+    size_t es = ct_dtype_size(e->type.dtype);
+    for (int64_t j = j0; j < j1; j += 1024) {
+        int64_t m = j1 - j < 1024 ? j1 - j : 1024;
+        for (int64_t k = 0; k < m; k++)
+            buf[k] = draw(&e->init, &rng);
+        elems_from_double(buf, e->type.dtype, m, (unsigned char *)p + (size_t)j * es);
+    }
+}
+
+/* Work items of INIT_CHUNK elements where an element's draws are fixed
+ * (splitmix64 skips ahead by adding), a whole tensor where they are not:
+ * the same values as drawing each tensor in order, on every core. */
 void state_init(CtState *s, uint64_t seed)
 {
+    int64_t nitems = 0;
+    int64_t *first = malloc(sizeof *first * (size_t)(s->n + 1));
+    CT_ASSERT(first != NULL);
     for (int i = 0; i < s->n; i++) {
-        StateEntry *e = &s->e[i];
-        if (e->init.kind == CT_INIT_DATA)
-            continue; /* filled when the state was made */
+        const StateEntry *e = &s->e[i];
+        first[i] = nitems;
+        if (e->init.kind != CT_INIT_DATA) /* filled when the state was made */
+            nitems += draws_per_element(e->init.kind) < 0 ? 1
+                                                          : (shape_numel(&e->type.shape) + INIT_CHUNK - 1) / INIT_CHUNK;
+    }
+    first[s->n] = nitems;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < nitems; item++) {
+        /* the entry holding item, the last whose first <= item (an entry of no
+         * items shares its first with the next) */
+        int lo = 0, hi = s->n;
+        while (hi - lo > 1) {
+            int mid = (lo + hi) / 2;
+            if (first[mid] <= item)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const StateEntry *e = &s->e[lo];
+        int64_t n = shape_numel(&e->type.shape), per = draws_per_element(e->init.kind);
         uint64_t rng = name_hash(e->name, seed);
-        int64_t n = shape_numel(&e->type.shape);
-        for (int64_t j = 0; j < n; j++) {
-            double v = draw(&e->init, &rng);
-            elems_from_double(&v, e->type.dtype, 1, (unsigned char *)state_data(s, i) + j * ct_dtype_size(e->type.dtype));
+        if (per < 0) {
+            init_range(e, state_data(s, lo), rng, 0, n);
+        } else {
+            int64_t j0 = (item - first[lo]) * INIT_CHUNK, j1 = j0 + INIT_CHUNK < n ? j0 + INIT_CHUNK : n;
+            init_range(e, state_data(s, lo), rng + (uint64_t)j0 * (uint64_t)per * 0x9E3779B97F4A7C15ull, j0, j1);
         }
     }
+    free(first);
 }
 
 /* Which entries a load or save covers: the model (params and buffers), or

@@ -33,7 +33,9 @@ static inline void *state_data(const CtState *s, int i) { return s->data + s->e[
 
 /* timm's initialisation scheme per tensor (each value's CtInit), from one
  * seed; each tensor draws from its own stream keyed by its name, so the
- * result does not depend on the order tensors are created in. */
+ * result does not depend on the order tensors are created in, nor on the
+ * OpenMP threads that draw them (in chunks of a tensor where each element
+ * takes a fixed number of draws). */
 void state_init(CtState *s, uint64_t seed);
 
 /* Loads every param and buffer from tensors named prefix+name (optimizer

@@ -103,6 +103,88 @@ static void test_vit_init(void)
     graph_free(&g);
 }
 
+/* splitmix64 and the draws as runtime/state.c makes them (one stream a
+ * tensor, from FNV-1a of its name with the seed in the offset basis), drawn
+ * in order: state_init,
+ * which draws tensors in parallel chunks (skipping ahead in the stream),
+ * gives the same values, across chunk edges and for a tensor whose draws
+ * vary (rejection), in f32 and in f16 storage. */
+static uint64_t sm_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double sm_uniform(uint64_t *x) { return ((double)(sm_next(x) >> 11) + 0.5) * 0x1.0p-53; }
+
+static double sm_normal(uint64_t *x)
+{
+    double u = sm_uniform(x), v = sm_uniform(x);
+    return sqrt(-2 * log(u)) * cos(2 * 3.14159265358979323846 * v);
+}
+
+static void test_init_streams(void)
+{
+    enum { N = 3 * 65536 + 7 };
+    static const CtInit inits[] = {{.kind = CT_INIT_NORMAL, .a = 0.5}, {.kind = CT_INIT_UNIFORM, .a = 2},
+                                   {.kind = CT_INIT_TRUNC_NORMAL, .a = 1.5}, {.kind = CT_INIT_CONSTANT, .a = 3}};
+    static const char *const names[] = {"normal", "uniform", "trunc", "constant"};
+    Graph g;
+    Builder b;
+    graph_init(&g);
+    b_init(&b, &g, 0);
+    ValueId x = b_input(&b, "x", shape_make(1, (int64_t[]){N}), CT_F32), y = x;
+    for (int k = 0; k < 4; k++)
+        y = f_add(&b, y, b_param(&b, names[k], shape_make(1, (int64_t[]){N}), inits[k]));
+    graph_mark_output(&g, y);
+    graph_mark_output(&g, b_buffer(&b, "half", shape_make(1, (int64_t[]){N}), CT_F16, init_normal(1)));
+    CtErr err;
+    CHECKF(b_finish(&b, &err) == 0, "%s", err.msg);
+    CtState s;
+    state_create(&s, &g);
+    state_init(&s, 99);
+    double *want = malloc(sizeof *want * N);
+    float *got = malloc(sizeof *got * N);
+    CT_ASSERT(want && got);
+    for (int k = 0; k < 5; k++) {
+        const char *name = k < 4 ? names[k] : "half";
+        int i = state_find(&s, name);
+        CHECKF(i >= 0, "no %s", name);
+        if (i < 0)
+            continue;
+        uint64_t x = 1469598103934665603ull ^ 99;
+        for (const char *c = name; *c; c++)
+            x = (x ^ (unsigned char)*c) * 1099511628211ull;
+        for (int64_t j = 0; j < N; j++) {
+            double v;
+            switch (k) {
+            case 0: v = 0.5 * sm_normal(&x); break;
+            case 1: v = 2 * (2 * sm_uniform(&x) - 1); break;
+            case 2:
+                do
+                    v = 1.5 * sm_normal(&x);
+                while (v < -2 || v > 2); /* about 18% of draws rejected */
+                break;
+            case 3: v = 3; break;
+            default: v = sm_normal(&x);
+            }
+            want[j] = v;
+        }
+        elems_round(want, s.e[i].type.dtype, N);
+        elems_to_f32(state_data(&s, i), s.e[i].type.dtype, N, got);
+        int64_t bad = 0;
+        for (int64_t j = 0; j < N; j++)
+            bad += got[j] != (float)want[j];
+        CHECKF(bad == 0, "%s: %lld of %d values not the stream's", name, (long long)bad, N);
+    }
+    free(want);
+    free(got);
+    state_free(&s);
+    graph_free(&g);
+}
+
 static void expect_load_fails(CtState *s, StTensor *t, int n, const char *needle)
 {
     StFile f = {.tensors = t, .ntensors = n};
@@ -226,6 +308,7 @@ int main(void)
     test_consts();
     test_resnet_init();
     test_vit_init();
+    test_init_streams();
     test_load_errors();
     return check_done("test_state");
 }
