@@ -26,14 +26,31 @@
 #include "runtime/cuda/backend_cuda.h"
 
 #ifdef CTIMM_HAVE_NVRTC
-/* Whether the image holds `name` followed by a NUL (a symbol name). */
-static int has_symbol(const CudaImage *img, const char *name)
+/* An image's names: its strings that begin "ct_" after a NUL and end at
+ * one (the string tables' symbol names), sorted; looked up by bsearch,
+ * since a scan of a 4 MB cubin per name took 30 s under ASan. */
+typedef struct Names {
+    const char **v;
+    size_t n;
+} Names;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static Names image_names(const CudaImage *img)
 {
-    size_t len = strlen(name) + 1;
-    for (size_t i = 0; i + len <= img->size; i++)
-        if (!memcmp((const char *)img->data + i, name, len))
-            return 1;
-    return 0;
+    const char *d = img->data;
+    Names s = {malloc(sizeof *s.v * (img->size / 4 + 1)), 0};
+    CT_ASSERT(s.v != NULL);
+    for (size_t i = 1; i + 3 < img->size; i++)
+        if (d[i - 1] == 0 && !memcmp(d + i, "ct_", 3) && memchr(d + i, 0, img->size - i))
+            s.v[s.n++] = d + i;
+    qsort(s.v, s.n, sizeof *s.v, cmp_str);
+    return s;
+}
+
+static int has_name(const Names *s, const char *name)
+{
+    return bsearch(&name, s->v, s->n, sizeof *s->v, cmp_str) != NULL;
 }
 
 /* Every kernel the plan launches is in the image it is looked up in; the
@@ -42,19 +59,24 @@ static int has_symbol(const CudaImage *img, const char *name)
 static void check_images(const CudaProgram *c, unsigned types)
 {
     CHECK(c->nunits > 0);
-    for (int j = 0; j < c->nunits; j++)
+    Names *unit = calloc((size_t)c->nunits, sizeof *unit), lib[LIB_NTYPES] = {{0}};
+    CT_ASSERT(unit != NULL);
+    for (int j = 0; j < c->nunits; j++) {
         CHECKF(c->units[j].size > 0 && !c->units[j].is_ptx && !strcmp(c->units[j].arch, "sm_90"),
                "unit %d: %zu bytes, %s", j, c->units[j].size, c->units[j].arch);
+        unit[j] = image_names(&c->units[j]);
+    }
     for (int t = 0; t < LIB_NTYPES; t++) {
         CHECKF((types >> t & 1) ? c->lib[t].size > 0 && !c->lib[t].is_ptx && !strcmp(c->lib[t].arch, "sm_90")
                                 : c->lib[t].size == 0 && c->lib[t].data == NULL,
                "library image %d: %zu bytes, %s", t, c->lib[t].size, c->lib[t].arch);
+        lib[t] = image_names(&c->lib[t]);
         /* a library image defines every kernel of its storage type, and no other type's */
         for (int u = 0; c->lib[t].size && u < LIB_NTYPES; u++) {
             int n, found = 0;
             const char *const *names = lib_kernel_names((LibType)u, &n);
             for (int k = 0; k < n; k++)
-                found += has_symbol(&c->lib[t], names[k]);
+                found += has_name(&lib[t], names[k]);
             CHECKF(found == (u == t ? n : 0), "library image %d: %d of the %d kernels of type %d", t, found, n, u);
         }
     }
@@ -65,15 +87,20 @@ static void check_images(const CudaProgram *c, unsigned types)
         if (st->kind == LP_KERNEL) {
             snprintf(name, sizeof name, "ct_k%d", c->fn[st->launch]);
             int u = c->unit[st->launch];
-            CHECKF(u >= 0 && u < c->nunits && has_symbol(&c->units[u], name), "step %d: %s in unit %d", s, name, u);
+            CHECKF(u >= 0 && u < c->nunits && has_name(&unit[u], name), "step %d: %s in unit %d", s, name, u);
             kernels++;
         }
         for (int j = 0; j < st->nlib + (st->mirrored ? 1 : 0); j++) {
             const char *kernel = j < st->nlib ? st->lib[j].kernel : st->mirror.kernel;
             int t = cuda_program_lib_image(kernel);
-            CHECKF(t >= 0 && has_symbol(&c->lib[t], kernel), "step %d: %s", s, kernel);
+            CHECKF(t >= 0 && has_name(&lib[t], kernel), "step %d: %s", s, kernel);
         }
     }
+    for (int j = 0; j < c->nunits; j++)
+        free(unit[j].v);
+    free(unit);
+    for (int t = 0; t < LIB_NTYPES; t++)
+        free(lib[t].v);
     CHECK(kernels > 0);
 }
 
