@@ -104,17 +104,26 @@ static void check_images(const CudaProgram *c, unsigned types)
     CHECK(kernels > 0);
 }
 
-static void test_compile(void)
+/* model's graph as gs says, compiled for sm_90 (the graph freed: the
+ * program keeps nothing of it), or NULL with a failed check. */
+static CtProgram *compile_sm90(const char *model, const GraphSpec *gs)
 {
     Graph g;
-    if (model_graph("test_resnet", &(GraphSpec){.training = 1}, &g))
-        return;
+    if (model_graph(model, gs, &g))
+        return NULL;
     CtProgram *p;
     CtErr err;
     int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
-    graph_free(&g); /* the program keeps nothing of it */
-    CHECKF(rc == 0, "%s", err.msg);
-    if (rc)
+    graph_free(&g);
+    CHECKF(rc == 0, "%s: %s", model, err.msg);
+    return rc ? NULL : p;
+}
+
+static void test_compile(void)
+{
+    CtProgram *p = compile_sm90("test_resnet", &(GraphSpec){.training = 1});
+    CtErr err;
+    if (!p)
         return;
     CHECK(p->opt.cuda_cc == 90 && p->opt.cuda_sms == PROGRAM_CUDA_SMS);
     CHECKF(launch_plan_check(&p->g, &p->cuda.lp, &err) == 0, "%s", err.msg);
@@ -150,17 +159,9 @@ static void test_step_traffic(void)
     InputSpec in = {.u8 = 1, .mean = {0.485, 0.456, 0.406}, .std = {0.229, 0.224, 0.225}, .erase_boxes = K,
                     .erase_mode = 2, .mix = 1};
     OptimSpec adamw = {.kind = CT_OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
-    Graph g;
-    if (model_graph("test_resnet", &(GraphSpec){.batch = B, .training = 1, .amp = CT_BF16, .channels_last = 1,
-                                                .opt = &adamw, .input = &in},
-                    &g))
-        return;
-    CtProgram *p;
-    CtErr err;
-    int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
-    graph_free(&g);
-    CHECKF(rc == 0, "%s", err.msg);
-    if (rc)
+    CtProgram *p = compile_sm90("test_resnet", &(GraphSpec){.batch = B, .training = 1, .amp = CT_BF16,
+                                                           .channels_last = 1, .opt = &adamw, .input = &in});
+    if (!p)
         return;
     /* bf16 activations, f32 parameters and loss: the f16 unit is not compiled */
     check_images(&p->cuda, 1u << LIB_F32 | 1u << LIB_BF16);
@@ -194,15 +195,8 @@ static void test_step_traffic(void)
  * tensor cores' attention kernels in f16). */
 static void test_f16(void)
 {
-    Graph g;
-    if (model_graph("test_vit", &(GraphSpec){.training = 1, .amp = CT_F16}, &g))
-        return;
-    CtProgram *p;
-    CtErr err;
-    int rc = program_compile(&g, CT_TARGET_CUDA, &(ProgramOptions){.cuda_cc = 90}, &p, &err);
-    graph_free(&g);
-    CHECKF(rc == 0, "%s", err.msg);
-    if (rc)
+    CtProgram *p = compile_sm90("test_vit", &(GraphSpec){.training = 1, .amp = CT_F16});
+    if (!p)
         return;
     check_images(&p->cuda, 1u << LIB_F32 | 1u << LIB_F16);
     printf("test_cuda_program: test_vit f16 train: f16 library image %zu bytes\n", p->cuda.lib[LIB_F16].size);
