@@ -135,40 +135,36 @@ static void init_range(const StateEntry *e, void *p, uint64_t rng, int64_t j0, i
  * the same values as drawing each tensor in order, on every core. */
 void state_init(CtState *s, uint64_t seed)
 {
-    int64_t nitems = 0;
-    int64_t *first = malloc(sizeof *first * (size_t)(s->n + 1));
-    CT_ASSERT(first != NULL);
+    int64_t nitems = 0, cap = s->n + 1;
+    struct {
+        int entry;
+        int64_t j0; /* its first element; -1: the whole tensor, drawn in order */
+    } *items = malloc(sizeof *items * (size_t)cap);
+    CT_ASSERT(items != NULL);
     for (int i = 0; i < s->n; i++) {
         const StateEntry *e = &s->e[i];
-        first[i] = nitems;
-        if (e->init.kind != CT_INIT_DATA) /* filled when the state was made */
-            nitems += draws_per_element(e->init.kind) < 0 ? 1
-                                                          : (shape_numel(&e->type.shape) + INIT_CHUNK - 1) / INIT_CHUNK;
+        if (e->init.kind == CT_INIT_DATA) /* filled when the state was made */
+            continue;
+        int64_t n = shape_numel(&e->type.shape);
+        for (int64_t j0 = draws_per_element(e->init.kind) < 0 ? -1 : 0; j0 < n; j0 = j0 < 0 ? n : j0 + INIT_CHUNK) {
+            if (nitems == cap) {
+                cap *= 2;
+                items = realloc(items, sizeof *items * (size_t)cap);
+                CT_ASSERT(items != NULL);
+            }
+            items[nitems].entry = i;
+            items[nitems++].j0 = j0;
+        }
     }
-    first[s->n] = nitems;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t item = 0; item < nitems; item++) {
-        /* the entry holding item, the last whose first <= item (an entry of no
-         * items shares its first with the next) */
-        int lo = 0, hi = s->n;
-        while (hi - lo > 1) {
-            int mid = (lo + hi) / 2;
-            if (first[mid] <= item)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        const StateEntry *e = &s->e[lo];
-        int64_t n = shape_numel(&e->type.shape), per = draws_per_element(e->init.kind);
-        uint64_t rng = name_hash(e->name, seed);
-        if (per < 0) {
-            init_range(e, state_data(s, lo), rng, 0, n);
-        } else {
-            int64_t j0 = (item - first[lo]) * INIT_CHUNK, j1 = j0 + INIT_CHUNK < n ? j0 + INIT_CHUNK : n;
-            init_range(e, state_data(s, lo), rng + (uint64_t)j0 * (uint64_t)per * 0x9E3779B97F4A7C15ull, j0, j1);
-        }
+    for (int64_t k = 0; k < nitems; k++) {
+        const StateEntry *e = &s->e[items[k].entry];
+        int64_t n = shape_numel(&e->type.shape), j0 = items[k].j0 < 0 ? 0 : items[k].j0;
+        int64_t j1 = items[k].j0 < 0 || j0 + INIT_CHUNK > n ? n : j0 + INIT_CHUNK;
+        uint64_t skip = (uint64_t)j0 * (uint64_t)draws_per_element(e->init.kind) * 0x9E3779B97F4A7C15ull;
+        init_range(e, state_data(s, items[k].entry), name_hash(e->name, seed) + skip, j0, j1);
     }
-    free(first);
+    free(items);
 }
 
 /* Which entries a load or save covers: the model (params and buffers), or

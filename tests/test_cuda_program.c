@@ -92,7 +92,7 @@ static void check_images(const CudaProgram *c, unsigned types)
         }
         for (int j = 0; j < st->nlib + (st->mirrored ? 1 : 0); j++) {
             const char *kernel = j < st->nlib ? st->lib[j].kernel : st->mirror.kernel;
-            int t = cuda_program_lib_image(kernel);
+            int t = lib_kernel_type(kernel);
             CHECKF(t >= 0 && has_name(&lib[t], kernel), "step %d: %s", s, kernel);
         }
     }

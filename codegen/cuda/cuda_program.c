@@ -145,8 +145,6 @@ int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned
     for (int s = 0; s < c->lp.nsteps; s++)
         if (c->lp.steps[s].kind == LP_UNSUPPORTED)
             return ct_fail(err, "the cuda backend has no kernel for %s yet", c->lp.steps[s].op);
-    for (int t = 0; t < LIB_NTYPES; t++)
-        c->lib_kernels[t] = lib_kernel_names((LibType)t, &c->nlib_kernels[t]);
     if (sources) {
         keep_sources(c);
         return 0;
@@ -245,5 +243,3 @@ void cuda_program_dump(const CudaProgram *c, const Graph *g, CtBuf *out)
         if (c->lib[t].size)
             dump_image(types[t], &c->lib[t], out);
 }
-
-int cuda_program_lib_image(const char *name) { return lib_kernel_type(name); }

@@ -43,9 +43,7 @@ typedef struct CudaProgram {
     int *unit, *fn;   /* per launch id: the unit holding its kernel ct_k<fn>, -1 where none */
     /* per LibType, the library kernels of that storage type where the plan
      * launches one of them, else size 0 */
-    CudaImage lib[LIB_NTYPES];
-    const char *const *lib_kernels[LIB_NTYPES]; /* the names each defines, nlib_kernels[t] (a static table) */
-    int nlib_kernels[LIB_NTYPES];
+    CudaImage lib[LIB_NTYPES]; /* its kernels: lib_kernel_names(t); a kernel's unit: lib_kernel_type */
 } CudaProgram;
 
 /* The plan of g and its images for compute capability cc (90: sm_90) and
@@ -54,8 +52,6 @@ typedef struct CudaProgram {
  * with NVRTC's log. *cache_warned as ProgramOptions.cache_warned. */
 int cuda_compile(const Graph *g, int cc, int sms, int sources, int *cache_warned, CudaProgram *c, CtErr *err);
 void cuda_program_free(CudaProgram *c);
-/* The library image (its LibType) that defines kernel `name`, or -1. */
-int cuda_program_lib_image(const char *name);
 
 /* Each step's roofline floor in seconds (codegen/cuda/roofline.h) on the
  * known device whose name the GPU's contains ("NVIDIA H200": h200), into

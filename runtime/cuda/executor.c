@@ -153,7 +153,7 @@ static int load_image(CudaExec *ex, const CudaImage *img, CUmodule *mod, CtErr *
 /* Library kernel `kernel` from the module of its storage type. */
 static int lib_function(CudaLoaded *ld, const char *kernel, CUfunction *fn, CtErr *err)
 {
-    int t = cuda_program_lib_image(kernel);
+    int t = lib_kernel_type(kernel);
     if (t < 0 || !ld->lib[t])
         return ct_fail(err, "library kernel %s: the program has no library image defining it", kernel);
     return cu_check(ld->ex, ld->ex->drv.ModuleGetFunction(fn, ld->lib[t], kernel), err, "library kernel %s", kernel);

@@ -135,9 +135,12 @@ static int load_modules(CtExec *e, CtErr *err)
         if (rc)
             return ct_failctx(err, "the SIMT harness loading a unit of generated kernels");
     }
-    for (int t = 0; t < LIB_NTYPES; t++)
-        if (c->lib[t].size && sim_module_build(c->lib[t].data, c->lib_kernels[t], c->nlib_kernels[t], &e->lib[t], err))
+    for (int t = 0; t < LIB_NTYPES; t++) {
+        int n;
+        const char *const *names = lib_kernel_names((LibType)t, &n);
+        if (c->lib[t].size && sim_module_build(c->lib[t].data, names, n, &e->lib[t], err))
             return ct_failctx(err, "the SIMT harness loading the library kernels");
+    }
     return 0;
 }
 
@@ -239,7 +242,7 @@ static int launch_lib(CtExec *e, const LibLaunch *l, uint64_t salt, CtErr *err)
         }
     }
     lib_params(l, ptr, store, params);
-    int t = cuda_program_lib_image(l->kernel);
+    int t = lib_kernel_type(l->kernel);
     if (t < 0 || !e->lib[t])
         return ct_fail(err, "library kernel %s: the program has no library image defining it", l->kernel);
     return launch(e, e->lib[t], l->kernel, lp_grid(l->items, e->p->opt.cuda_sms), LP_BLOCK, l->shared, params, salt,
