@@ -37,7 +37,8 @@
 # CI runs it (ctest gpu_check_dry_run) against its own build (--build-dir).
 # Environment: OUT (default /tmp/gpu_check_out), TRAIN_CPU=1 (the train
 # stage also on the cpu backend), STEPS_MODELS (the steps stage's
-# "model:img_size" list), BENCH_SET and COMPILE=1 (the bench stage's set,
+# "model:img_size[:VAR=value]" list: a setting of the product's for that
+# run and its roofline, as CTIMM_DWCONV=cudnn), BENCH_SET and COMPILE=1 (the bench stage's set,
 # and timm with torch.compile too), BENCH_CTIMM_S (ctimm's share of the
 # bench stage, default 100 s; torch.compile gets what is left of BENCH_CAP,
 # default 200), STEPS_BATCH and STEPS_CAP (the steps stage's batch, default 64, and
@@ -294,13 +295,14 @@ st_steps() {
     local bs=${STEPS_BATCH:-64}
     case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in *H100*) roof=h100 ;; esac
     for m in ${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}; do
-        img=${m#*:} m=${m%:*}
-        echo "== $m train, batch $bs, --amp --channels-last"
-        CTIMM_CUDA_PROFILE=1 timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench train -b "$bs" --img-size "$img" --amp \
+        set -- ${m//:/ }
+        m=$1 img=$2
+        echo "== $m train, batch $bs, --amp --channels-last${3:+, $3}"
+        env ${3:+"$3"} CTIMM_CUDA_PROFILE=1 timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench train -b "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
             || echo "$m: rc $?"
         # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
-        "$BUILD/ctimm-compile" --model "$m" --train --batch-size "$bs" --img-size "$img" --amp \
+        env ${3:+"$3"} "$BUILD/ctimm-compile" --model "$m" --train --batch-size "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline "$roof" | sed -n '/^total:/,$p'
     done
     note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"

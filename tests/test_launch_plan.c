@@ -13,7 +13,9 @@
  * weight gradient's GEMM (cuBLASLt's BGRADB), test_vit's norms under AMP
  * take the residual adds before them, and its 16-bit attention runs on
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt; with
- * CTIMM_CUDA_STEPS=plain no library step spans another. */
+ * CTIMM_CUDA_STEPS=plain no library step spans another; depthwise
+ * convolutions over channels-last values run the library's kernels (not
+ * over NCHW ones, not with CTIMM_DWCONV=cudnn). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,6 +363,82 @@ static void test_attention_kernels(void)
     }
 }
 
+/* test_efficientnet's and test_convnext's training steps: in AMP
+ * channels_last, every depthwise convolution (groups = channels) and its
+ * two gradients run the library's kernels, the forward and the input
+ * gradient one ct_dw_conv launch each after the copy of the filter's taps
+ * (the forward given its bias where it has one), the filter gradient its
+ * two stages, and none calls cuDNN; with CTIMM_DWCONV=cudnn, or in f32
+ * NCHW, they all call cuDNN. */
+static void test_dw_convs(void)
+{
+    static const char *const models[] = {"test_efficientnet", "test_convnext"};
+    for (int m = 0; m < 2; m++)
+        for (int mode = 0; mode < 3; mode++) {
+            Graph g;
+            int cl = mode < 2;
+            if (model_graph(models[m], &(GraphSpec){.training = 1, .amp = cl ? CT_F16 : CT_F32, .channels_last = cl,
+                                                    .remat = 1}, &g))
+                continue;
+            int dw = 0, biased = 0;
+            for (int i = 0; i < g.nnodes; i++) {
+                const Node *n = &g.nodes[i];
+                int conv = n->op == CT_OP_conv2d || n->op == CT_OP_conv2d_grad_input ||
+                           n->op == CT_OP_conv2d_grad_weight;
+                const Value *x = &g.values[n->op == CT_OP_conv2d_grad_input ? n->out[0] : n->in[0]];
+                if (conv && n->iattr[6] > 1 && n->iattr[6] == x->type.shape.d[1]) {
+                    dw++;
+                    biased += n->op == CT_OP_conv2d && n->nin == 3;
+                }
+            }
+            LaunchPlan lp;
+            CtErr err;
+            if (mode == 1)
+                setenv("CTIMM_DWCONV", "cudnn", 1);
+            int rc = launch_plan(&g, 132, &lp, &err);
+            unsetenv("CTIMM_DWCONV");
+            if (rc) {
+                CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
+                graph_free(&g);
+                continue;
+            }
+            CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
+            int convs = 0, stages = 0, taps = 0, dw_steps = 0, with_bias = 0;
+            for (int s = 0; s < lp.nsteps; s++) {
+                const LpStep *st = &lp.steps[s];
+                const Node *n = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step].first]];
+                if (st->kind != LP_LIB || (n->op != CT_OP_conv2d && n->op != CT_OP_conv2d_grad_input &&
+                                           n->op != CT_OP_conv2d_grad_weight))
+                    continue;
+                dw_steps++;
+                const LibLaunch *l = st->lib;
+                if (n->op == CT_OP_conv2d_grad_weight) {
+                    stages += st->nlib >= 2 && !strncmp(l[0].kernel, "ct_dw_conv_grad_w_", 18) &&
+                              !strncmp(l[1].kernel, "ct_dw_conv_grad_w_sum_", 22) && l[0].arg[2].kind == LA_SCRATCH &&
+                              l[1].arg[0].kind == LA_SCRATCH && l[1].arg[1].v == n->out[0];
+                    continue;
+                }
+                taps += st->nlib >= 2 && !strncmp(l[0].kernel, "ct_copy_", 8) && l[0].arg[0].v == n->in[1] &&
+                        l[0].arg[1].kind == LA_SCRATCH;
+                convs += st->nlib >= 2 && !strncmp(l[1].kernel, "ct_dw_conv_", 11) && l[1].arg[0].v == n->in[0] &&
+                         l[1].arg[1].kind == LA_SCRATCH && l[1].arg[3].v == n->out[0];
+                with_bias += n->op == CT_OP_conv2d && n->nin == 3 && l[1].arg[2].kind == LA_VALUE &&
+                             l[1].arg[2].v == n->in[2];
+            }
+            CHECKF(dw > 0, "%s: depthwise convolutions in its graph", models[m]);
+            if (mode == 0)
+                CHECKF(dw_steps == dw && stages + convs == dw && taps == convs && with_bias == biased,
+                       "%s: %d depthwise convolutions (%d with a bias), %d library steps: %d two-stage filter "
+                       "gradients, %d ct_dw_conv after %d tap copies, %d given the bias",
+                       models[m], dw, biased, dw_steps, stages, convs, taps, with_bias);
+            else
+                CHECKF(dw_steps == 0, "%s mode %d: %d depthwise convolutions on the library", models[m], mode,
+                       dw_steps);
+            launch_plan_free(&lp);
+            graph_free(&g);
+        }
+}
+
 /* CTIMM_CUDA_STEPS=plain: the four test models' AMP channels_last remat
  * training steps, planned again with no library step spanning fusion
  * steps and no batch norm keeping its coefficients, pass the check; the
@@ -475,6 +553,7 @@ int main(void)
     test_models();
     test_attention_kernels();
     test_plain_steps();
+    test_dw_convs();
     test_state_view_order();
     test_sync_bn_refused();
     return check_done("test_launch_plan");

@@ -108,6 +108,16 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_reduce_sum_cols_f32"))
         ct_reduce_sum_cols_f32(F(0), F(1), (int)I(2), (double *)P(3), P(4), F(5), X(6), X(7), I(8), F(9), F(10), D(11),
                                (double *)P(12), I(13), (int)I(14), (int)I(15));
+    else if (!strcmp(k, "ct_dw_conv_f32"))
+        ct_dw_conv_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), (int)I(8), (int)I(9),
+                       (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15), (int)I(16), (int)I(17),
+                       (int)I(18), (int)I(19));
+    else if (!strcmp(k, "ct_dw_conv_grad_w_f32"))
+        ct_dw_conv_grad_w_f32(F(0), F(1), F(2), (int)I(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7),
+                              (int)I(8), (int)I(9), (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14),
+                              (int)I(15), (int)I(16), (int)I(17), (int)I(18));
+    else if (!strcmp(k, "ct_dw_conv_grad_w_sum_f32"))
+        ct_dw_conv_grad_w_sum_f32(F(0), F(1), (int)I(2), (int)I(3), (int)I(4), (int)I(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))
@@ -312,6 +322,10 @@ typedef struct LnRes {
 
 static const LnRes *ln_res;
 
+/* The multiprocessors the launches are made for (fewer make fewer,
+ * longer partial sums). */
+static int case_sms = 132;
+
 /* Element i of value val, input k of the case (its last float input: last_float). */
 static float input_value(const Value *val, int64_t i, int k, int last_float)
 {
@@ -377,7 +391,7 @@ static void check_case(Case *c, const char *what)
     if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
     } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_fused(g, n, ln_res->x, ln_res->r, ln_res->sum, -1, l, &nl, &err))
-                      : lib_launches(g, 132, n, l, &nl, &scratch_bytes, &err)) {
+                      : lib_launches(g, case_sms, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&out[k]);
@@ -881,6 +895,76 @@ static void test_pool(void)
     }
 }
 
+/* A depthwise convolution over channels-last values (ct_dw_conv*: C
+ * channels, filter R x S) and its two gradients: with and without a
+ * bias, strides 1 and 2, symmetric and uneven padding, dilation, a filter
+ * of one row, the widest taken (7); every output width a partial last
+ * work item of CT_DW_QT outputs somewhere. With `sms` 1 and 64 channels the
+ * filter gradient's first stage sums several rows a work item, the last
+ * of them short. NCHW values are refused (cuDNN's). */
+static void test_dw_conv_of(int64_t C, int sms)
+{
+    static const struct {
+        int64_t r, s, a[7];
+        int bias;
+    } cases[] = {
+        {3, 3, {1, 1, 1, 1, 1, 1, 0}, 1}, {5, 5, {2, 2, 2, 2, 1, 1, 0}, 0}, {7, 7, {1, 1, 3, 3, 1, 1, 0}, 1},
+        {3, 3, {2, 1, 2, 2, 2, 2, 0}, 0}, {3, 5, {1, 2, 1, 2, 1, 1, 0}, 1}, {1, 7, {1, 1, 0, 3, 1, 1, 0}, 0},
+        {3, 3, {2, 2, 0, 0, 1, 1, 0}, 1},
+    };
+    const int64_t xs[] = {2, C, 9, 11};
+    case_sms = sms;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t a[9], ws[] = {C, 1, cases[i].r, cases[i].s};
+        memcpy(a, cases[i].a, sizeof cases[i].a);
+        a[6] = C;
+        char what[96];
+        snprintf(what, sizeof what, "depthwise %lldx%lld conv2d, %lld channels, case %zu", (long long)ws[2],
+                 (long long)ws[3], (long long)C, i);
+        Case c;
+        graph_init(&c.g);
+        ValueId in[3] = {input(&c, "x", 4, xs, 1, CT_F32), input(&c, "w", 4, ws, 0, CT_F32),
+                         input(&c, "b", 1, (int64_t[]){C}, 0, CT_F32)};
+        if (add_node(&c, CT_OP_conv2d, cases[i].bias ? 3 : 2, in, a, 7, NULL, 0, 1))
+            continue;
+        CtShape ys = c.g.values[c.g.nodes[c.node].out[0]].type.shape;
+        check_case(&c, what);
+        a[7] = xs[2], a[8] = xs[3];
+        graph_init(&c.g);
+        ValueId gi[2] = {input(&c, "dy", 4, ys.d, 1, CT_F32), input(&c, "w", 4, ws, 0, CT_F32)};
+        snprintf(what, sizeof what, "depthwise %lldx%lld conv2d_grad_input, case %zu", (long long)ws[2],
+                 (long long)ws[3], i);
+        if (!add_node(&c, CT_OP_conv2d_grad_input, 2, gi, a, 9, NULL, 0, 1))
+            check_case(&c, what);
+        a[7] = ws[2], a[8] = ws[3];
+        graph_init(&c.g);
+        ValueId gw[2] = {input(&c, "x", 4, xs, 1, CT_F32), input(&c, "dy", 4, ys.d, 1, CT_F32)};
+        snprintf(what, sizeof what, "depthwise %lldx%lld conv2d_grad_weight, case %zu", (long long)ws[2],
+                 (long long)ws[3], i);
+        if (!add_node(&c, CT_OP_conv2d_grad_weight, 2, gw, a, 9, NULL, 0, 0))
+            check_case(&c, what);
+    }
+    case_sms = 132;
+}
+
+static void test_dw_conv(void)
+{
+    test_dw_conv_of(5, 132);
+    test_dw_conv_of(64, 1);
+    Case c;
+    CtErr err;
+    LibLaunch l[LIB_MAX_LAUNCHES];
+    int nl;
+    size_t scratch;
+    graph_init(&c.g);
+    ValueId in[2] = {input(&c, "x", 4, (int64_t[]){2, 4, 5, 5}, 0, CT_F32),
+                     input(&c, "w", 4, (int64_t[]){4, 1, 3, 3}, 0, CT_F32)};
+    if (!add_node(&c, CT_OP_conv2d, 2, in, (int64_t[]){1, 1, 1, 1, 1, 1, 4}, 7, NULL, 0, 0))
+        CHECK(!lib_dw_conv_fits(&c.g, &c.g.nodes[c.node]) &&
+              lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0);
+    graph_free(&c.g);
+}
+
 /* Attention and its gradient, q [2, 3, N, D] over M keys: without a bias,
  * with one [1, H, N, M] (the gradient giving dbias), [B, 1, N, M]
  * (without) and [B, H, N, M]; in one tile of the tiled kernels, in several
@@ -1092,6 +1176,7 @@ int main(void)
         test_loss();
         test_epilogue();
         test_pool();
+        test_dw_conv();
         test_sdpa();
         test_gather();
     }

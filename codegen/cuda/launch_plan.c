@@ -42,6 +42,15 @@ static int plain_steps(void)
     return s && strcmp(s, "plain") == 0;
 }
 
+/* CTIMM_DWCONV=cudnn: depthwise convolutions over channels-last values
+ * call cuDNN, as every other convolution, instead of the library's
+ * kernels (lib_dw_conv): the two compared on a device without a rebuild. */
+static int dw_cudnn(void)
+{
+    const char *s = getenv("CTIMM_DWCONV");
+    return s && strcmp(s, "cudnn") == 0;
+}
+
 /* Whether values a and b, placed at `offset` (PLAN_NONE: elsewhere), share a byte. */
 static int overlap_at(const Graph *g, const size_t *offset, ValueId a, ValueId b)
 {
@@ -325,6 +334,17 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     if (op == CT_OP_linear || op == CT_OP_matmul) {
         LpStep *st = add_step(lp, LP_GEMM, s);
         return gemm_desc(g, &lp->fuse, fs, &st->gemm, err) || add_launches(g, lp, fs, st->gemm.epi.tail, st, err);
+    }
+    if ((op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight) && !lp->dw_cudnn &&
+        lib_dw_conv_fits(g, &g->nodes[lp->fuse.nodes[fs->first]])) {
+        LpStep *st = add_step(lp, LP_LIB, s);
+        size_t scratch;
+        st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
+        CT_ASSERT(st->lib != NULL);
+        if (lib_dw_conv(g, lp->sms, &g->nodes[lp->fuse.nodes[fs->first]], st->lib, &st->nlib, &scratch, err))
+            return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
+        lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+        return add_launches(g, lp, fs, 1, st, err);
     }
     if (op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight) {
         LpStep *st = add_step(lp, LP_CONV, s);
@@ -741,6 +761,7 @@ static int plan_kernels(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     memset(lp, 0, sizeof *lp);
     lp->sms = sms;
     lp->plain = plain_steps();
+    lp->dw_cudnn = dw_cudnn();
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);

@@ -23,6 +23,12 @@
  * A GEMM or convolution step's epilogue nodes that the library does not
  * compute follow as LP_LIB launches in the same LpStep (`lib`).
  *
+ * A depthwise convolution over channels-last values (lib_dw_conv_fits:
+ * groups = channels, taps at most 7 wide) runs the library's kernels, its
+ * filter gradient in two deterministic stages, where cuDNN's deterministic
+ * algorithms for it were the slowest steps measured (bench/NOTES.md,
+ * session 21); CTIMM_DWCONV=cudnn gives it to cuDNN as the rest.
+ *
  * Memory: graph inputs and persistent state live in their own device
  * blocks; every other value has an offset in one device block of
  * `device_bytes`: the memory plan's arena (passes/plan.h, over the graph
@@ -111,6 +117,7 @@ typedef struct LpStep {
 typedef struct LaunchPlan {
     int sms;              /* the device's multiprocessors it was made for */
     int plain;            /* made with CTIMM_CUDA_STEPS=plain: no step spanning others, no kept coefficients */
+    int dw_cudnn;         /* made with CTIMM_DWCONV=cudnn: depthwise convolutions on cuDNN too */
     FusePlan fuse;
     Graph og;             /* g's nodes in step order (owns its arrays; no names) */
     MemPlan mem;          /* over og */

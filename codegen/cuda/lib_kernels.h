@@ -1,6 +1,7 @@
 /*
  * The library kernels: the non-elementwise ops that are neither GEMM nor
- * convolution (data movement, reductions, softmax, norms, the loss), as
+ * convolution (data movement, reductions, softmax, norms, the loss) and
+ * depthwise convolutions over channels-last values, as
  * text that is valid C and CUDA C. NVRTC compiles it for the cuda backend
  * (codegen/cuda/lib_source.c: embedded at build time, once per storage
  * type); tests/test_lib_kernels.c includes it as host C and compares every
@@ -843,6 +844,178 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
                     acc += g;
             }
         dx[a.xo] = CT_ST((float)acc);
+    }
+}
+
+/* Depthwise convolution over channels-last values (groups = channels, a
+ * filter [C, 1, R, S]), the forward and the input gradient by one kernel:
+ * output [N, P, Q, C] from input [N, H, W, C] and the taps wt [R, S, C]
+ * (the filter laid out so in scratch, so that neighbouring threads read
+ * neighbouring channels of a tap). Tap (r, s) of output (p, q) reads input
+ * row (p * ah + oh + r * th) / bh and column (q * aw + ow + s * tw) / bw,
+ * where those divide and fall inside: the forward's a = stride, b = 1,
+ * o = -pad, t = dilation; the input gradient's (from dy, into dx) a = 1,
+ * b = stride, o = pad, t = -dilation. A work item is CT_DW_QT neighbouring
+ * outputs of a row in one channel; sums in CT_ACC, from the bias (C
+ * values, or NULL), over r then s. Sizes fit an int (lib_dw_conv_fits).
+ *
+ * Where the columns step by one (a = b = 1, t = +-1: the stride-1
+ * forward and input gradient, ConvNeXt's and most of EfficientNet's), a
+ * filter row's S weights and the CT_DW_QT + S - 1 columns under the
+ * item's outputs are each loaded once into registers and every product
+ * taken from them (unrolled to CT_DW_MAXS, so the indices are constants):
+ * a load a product became a load for about two. Elsewhere each product
+ * loads its column, divided only where b is not 1. */
+#define CT_DW_QT 4
+#define CT_DW_MAXS 7
+CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W, int C,
+                             int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw)
+{
+    const int QB = (Q + CT_DW_QT - 1) / CT_DW_QT, slide = aw == 1 && bw == 1 && (tw == 1 || tw == -1);
+    CT_LOOP(i, (long long)N * P * QB * C)
+    {
+        unsigned e = (unsigned)i;
+        const int c = (int)(e % (unsigned)C);
+        e /= (unsigned)C;
+        const int q0 = (int)(e % (unsigned)QB) * CT_DW_QT;
+        e /= (unsigned)QB;
+        const int p = (int)(e % (unsigned)P), n = (int)(e / (unsigned)P);
+        CT_ACC acc[CT_DW_QT];
+        CT_UNROLL
+        for (int j = 0; j < CT_DW_QT; j++)
+            acc[j] = bias ? (CT_ACC)CT_LD(bias[c]) : (CT_ACC)0;
+        for (int r = 0; r < R; r++) {
+            int hi = p * ah + oh + r * th;
+            if (hi < 0 || (bh != 1 && hi % bh))
+                continue;
+            hi = bh == 1 ? hi : hi / bh;
+            if (hi >= H)
+                continue;
+            const CT_T *xr = x + ((long long)n * H + hi) * W * C + c, *wr = wt + r * S * C + c;
+            if (slide) { /* output j, tap s: column w0 + u, u = j + s (t = 1) or j + S - 1 - s (t = -1) */
+                const int w0 = q0 + ow - (tw > 0 ? 0 : S - 1);
+                CT_ACC wv[CT_DW_MAXS];
+                CT_UNROLL
+                for (int u = 0; u < CT_DW_MAXS; u++)
+                    wv[u] = u < S ? (CT_ACC)CT_LD(wr[(tw > 0 ? u : S - 1 - u) * C]) : (CT_ACC)0;
+                CT_UNROLL
+                for (int u = 0; u < CT_DW_QT + CT_DW_MAXS - 1; u++) {
+                    const int wi = w0 + u, in = u < CT_DW_QT + S - 1 && wi >= 0 && wi < W;
+                    const CT_ACC xv = in ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
+                    CT_UNROLL
+                    for (int j = 0; j < CT_DW_QT; j++)
+                        if (u - j >= 0 && u - j < CT_DW_MAXS && in && u - j < S)
+                            acc[j] += xv * wv[u - j];
+                }
+                continue;
+            }
+            for (int s = 0; s < S; s++) {
+                const CT_ACC wv = (CT_ACC)CT_LD(wr[s * C]);
+                CT_UNROLL
+                for (int j = 0; j < CT_DW_QT; j++) {
+                    int wi = (q0 + j) * aw + ow + s * tw;
+                    if (q0 + j >= Q || wi < 0 || (bw != 1 && wi % bw))
+                        continue;
+                    wi = bw == 1 ? wi : wi / bw;
+                    if (wi < W)
+                        acc[j] += (CT_ACC)CT_LD(xr[(long long)wi * C]) * wv;
+                }
+            }
+        }
+        CT_T *yr = y + (((long long)n * P + p) * Q + q0) * C + c;
+        CT_UNROLL
+        for (int j = 0; j < CT_DW_QT; j++)
+            if (q0 + j < Q)
+                yr[(long long)j * C] = CT_ST((float)acc[j]);
+    }
+}
+
+/* Its filter gradient, the first of two stages: work item (k, r, c) sums,
+ * over output rows [k * rows, (k + 1) * rows) of the N * P and all their
+ * columns, dy[n, p, q, c] times the input under each tap s of filter row r
+ * (the forward's rows and columns: p * sh - ph + r * dh, q * sw - pw + s *
+ * dw), in CT_ACC, into part[((k * R + r) * S + s) * C + c] as float (half
+ * the bytes of double: the partial sums of a late stage, many channels
+ * over few rows, are some 40% of what the stage reads); S at most
+ * CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
+ * 1), the S inputs under a column's taps stay in registers from one
+ * column to the next, which loads the one new input. */
+CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, int N, int H, int W, int C, int P,
+                                    int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw, int chunks,
+                                    int rows)
+{
+    const int slide = sw == 1 && dw == 1;
+    CT_LOOP(i, (long long)chunks * R * C)
+    {
+        unsigned e = (unsigned)i;
+        const int c = (int)(e % (unsigned)C);
+        e /= (unsigned)C;
+        const int r = (int)(e % (unsigned)R), k = (int)(e / (unsigned)R);
+        const int row1 = (k + 1) * rows < N * P ? (k + 1) * rows : N * P;
+        CT_ACC acc[CT_DW_MAXS];
+        CT_UNROLL
+        for (int s = 0; s < CT_DW_MAXS; s++)
+            acc[s] = 0;
+        for (int row = k * rows; row < row1; row++) {
+            const int n = row / P, hi = (row - n * P) * sh - ph + r * dh;
+            if (hi < 0 || hi >= H)
+                continue;
+            const CT_T *xr = x + ((long long)n * H + hi) * W * C + c, *gr = dy + (long long)row * Q * C + c;
+            if (slide) { /* win[s]: the input under tap s of column q, column q - pw + s */
+                CT_ACC win[CT_DW_MAXS];
+                CT_UNROLL
+                for (int s = 0; s < CT_DW_MAXS; s++) {
+                    const int wi = s - pw - 1; /* column -1's taps: the first column shifts them in place */
+                    win[s] = s > 0 && s < S && wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
+                }
+                for (int q = 0; q < Q; q++) {
+                    const int wi = q - pw + S - 1;
+                    CT_UNROLL
+                    for (int s = 0; s + 1 < CT_DW_MAXS; s++)
+                        win[s] = win[s + 1];
+                    CT_UNROLL
+                    for (int s = 0; s < CT_DW_MAXS; s++)
+                        if (s == S - 1)
+                            win[s] = wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
+                    const CT_ACC g = (CT_ACC)CT_LD(gr[(long long)q * C]);
+                    CT_UNROLL
+                    for (int s = 0; s < CT_DW_MAXS; s++) {
+                        const int ws = q - pw + s;
+                        if (s < S && ws >= 0 && ws < W)
+                            acc[s] += win[s] * g;
+                    }
+                }
+                continue;
+            }
+            for (int q = 0; q < Q; q++) {
+                const CT_ACC g = (CT_ACC)CT_LD(gr[(long long)q * C]);
+                CT_UNROLL
+                for (int s = 0; s < CT_DW_MAXS; s++) {
+                    int wi = q * sw - pw + s * dw;
+                    if (s < S && wi >= 0 && wi < W)
+                        acc[s] += (CT_ACC)CT_LD(xr[(long long)wi * C]) * g;
+                }
+            }
+        }
+        CT_UNROLL
+        for (int s = 0; s < CT_DW_MAXS; s++)
+            if (s < S)
+                part[(((long long)k * R + r) * S + s) * C + c] = (float)acc[s];
+    }
+}
+
+/* The second stage: dw[c, 0, r, s] (the filter's strides s0, s2, s3) from
+ * the chunks' sums, added in order in double (the same bits on every run). */
+CT_GLOBAL CT_SFX(ct_dw_conv_grad_w_sum)(const float *part, CT_T *dw, int C, int R, int S, int chunks, long long s0,
+                                        long long s2, long long s3)
+{
+    CT_LOOP(i, (long long)C * R * S)
+    {
+        const int c = (int)(i % C), t = (int)(i / C), r = t / S, s = t - r * S;
+        double sum = 0;
+        for (int k = 0; k < chunks; k++)
+            sum += part[((long long)k * R * S + t) * C + c];
+        dw[c * s0 + r * s2 + s * s3] = CT_ST((float)sum);
     }
 }
 

@@ -186,4 +186,14 @@ int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, con
 int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
                        const Node *mul, const Node *gap, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
+/* The launches of a depthwise convolution n (conv2d, conv2d_grad_input or
+ * conv2d_grad_weight; groups = channels) over channels-last activations,
+ * as lib_launches: the filter's taps copied into scratch as [R, S, C],
+ * then ct_dw_conv (the forward with its own bias, or the input gradient);
+ * the filter gradient's partial sums in scratch, then their sum in order.
+ * Where lib_dw_conv_fits: one storage type for all its operands, the
+ * filter at most 7 taps wide, every size within an int. */
+int lib_dw_conv_fits(const Graph *g, const Node *n);
+int lib_dw_conv(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+
 #endif
