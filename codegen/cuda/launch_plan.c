@@ -330,23 +330,24 @@ static void mirror_filter(const Graph *g, LaunchPlan *lp, LpStep *st)
 static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
     const FuseStep *fs = &lp->fuse.steps[s];
-    CtOp op = g->nodes[lp->fuse.nodes[fs->first]].op;
+    const Node *first = &g->nodes[lp->fuse.nodes[fs->first]];
+    CtOp op = first->op;
     if (op == CT_OP_linear || op == CT_OP_matmul) {
         LpStep *st = add_step(lp, LP_GEMM, s);
         return gemm_desc(g, &lp->fuse, fs, &st->gemm, err) || add_launches(g, lp, fs, st->gemm.epi.tail, st, err);
     }
-    if ((op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight) && !lp->dw_cudnn &&
-        lib_dw_conv_fits(g, &g->nodes[lp->fuse.nodes[fs->first]])) {
+    int conv = op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight;
+    if (conv && !lp->dw_cudnn && lib_dw_conv_fits(g, first)) { /* the epilogue's nodes after it, as a GEMM's */
         LpStep *st = add_step(lp, LP_LIB, s);
         size_t scratch;
         st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
         CT_ASSERT(st->lib != NULL);
-        if (lib_dw_conv(g, lp->sms, &g->nodes[lp->fuse.nodes[fs->first]], st->lib, &st->nlib, &scratch, err))
+        if (lib_dw_conv(g, lp->sms, first, st->lib, &st->nlib, &scratch, err))
             return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
         lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
         return add_launches(g, lp, fs, 1, st, err);
     }
-    if (op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight) {
+    if (conv) {
         LpStep *st = add_step(lp, LP_CONV, s);
         if (conv_desc(g, &lp->fuse, fs, &st->conv, err))
             return -1;
@@ -370,7 +371,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
         rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, NULL, st->lib, &st->nlib, &scratch, &tail, err);
     } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
-        const Node *n = &g->nodes[lp->fuse.nodes[fs->first]];
+        const Node *n = first;
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
         int most = 0;
         if (fs->n > 1 && !lp->plain) {
