@@ -15,7 +15,8 @@
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt; with
  * CTIMM_CUDA_STEPS=plain no library step spans another; depthwise
  * convolutions over channels-last values run the library's kernels (not
- * over NCHW ones, not with CTIMM_DWCONV=cudnn). */
+ * over NCHW ones, not with CTIMM_DWCONV=cudnn), in inference with their
+ * activation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,7 +370,41 @@ static void test_attention_kernels(void)
  * gradient one ct_dw_conv launch each after the copy of the filter's taps
  * (the forward given its bias where it has one), the filter gradient its
  * two stages, and none calls cuDNN; with CTIMM_DWCONV=cudnn, or in f32
- * NCHW, they all call cuDNN. */
+ * NCHW, they all call cuDNN. In test_efficientnet's AMP channels_last
+ * inference (its batch norms folded into the convolutions' biases) each
+ * depthwise forward applies its SiLU as it stores, storing SiLU's output
+ * alone, with no launch after it. */
+static void test_dw_conv_act(void)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    if (model_graph("test_efficientnet", &(GraphSpec){.amp = CT_F16, .channels_last = 1, .bn_fold = 1}, &g))
+        return;
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "test_efficientnet eval: %s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    int dw = 0, fused = 0;
+    for (int s = 0; s < lp.nsteps; s++) {
+        const LpStep *st = &lp.steps[s];
+        const FuseStep *fs = &lp.fuse.steps[st->fuse_step];
+        const Node *n = &g.nodes[lp.fuse.nodes[fs->first]];
+        if (st->kind != LP_LIB || n->op != CT_OP_conv2d)
+            continue;
+        const Node *act = fs->n == 2 ? &g.nodes[lp.fuse.nodes[fs->first + 1]] : NULL;
+        dw++;
+        fused += act && act->op == CT_OP_silu && st->nlib == 2 && !strncmp(st->lib[1].kernel, "ct_dw_conv_", 11) &&
+                 st->lib[1].arg[3].v == act->out[0] && st->lib[1].arg[20].i == CT_OP_silu;
+    }
+    CHECKF(dw > 0 && fused == dw, "test_efficientnet eval: %d of %d depthwise convolutions store their SiLU", fused,
+           dw);
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
+/* The training steps of the comment above test_dw_conv_act. */
 static void test_dw_convs(void)
 {
     static const char *const models[] = {"test_efficientnet", "test_convnext"};
@@ -554,6 +589,7 @@ int main(void)
     test_attention_kernels();
     test_plain_steps();
     test_dw_convs();
+    test_dw_conv_act();
     test_state_view_order();
     test_sync_bn_refused();
     return check_done("test_launch_plan");

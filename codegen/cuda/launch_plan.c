@@ -338,14 +338,19 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     }
     int conv = op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight;
     if (conv && !lp->dw_cudnn && lib_dw_conv_fits(g, first)) { /* the epilogue's nodes after it, as a GEMM's */
+        /* its activation in its store, which the memory plan may have put over x, read to the end */
+        const Node *act = fs->n > 1 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
+        if (act && (lp->plain || lp->fuse.materialised[first->out[0]] || !lib_dw_conv_act_fits(g, first, act) ||
+                    !clear_of(g, lp, act->out[0], first->in, 1, -1)))
+            act = NULL;
         LpStep *st = add_step(lp, LP_LIB, s);
         size_t scratch;
         st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
         CT_ASSERT(st->lib != NULL);
-        if (lib_dw_conv(g, lp->sms, first, st->lib, &st->nlib, &scratch, err))
+        if (lib_dw_conv(g, lp->sms, first, act, st->lib, &st->nlib, &scratch, err))
             return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
         lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
-        return add_launches(g, lp, fs, 1, st, err);
+        return add_launches(g, lp, fs, act ? 2 : 1, st, err);
     }
     if (conv) {
         LpStep *st = add_step(lp, LP_CONV, s);

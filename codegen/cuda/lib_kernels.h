@@ -857,7 +857,10 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
  * o = -pad, t = dilation; the input gradient's (from dy, into dx) a = 1,
  * b = stride, o = pad, t = -dilation. A work item is CT_DW_QT neighbouring
  * outputs of a row in one channel; sums in CT_ACC, from the bias (C
- * values, or NULL), over r then s. Sizes fit an int (lib_dw_conv_fits).
+ * values, or NULL), over r then s; then activation `act` (an op kind, -1
+ * none: inference's convolution with its batch norm folded in, then SiLU)
+ * of each sum as stored, so the same bits as its own pass would store.
+ * Sizes fit an int (lib_dw_conv_fits).
  *
  * Where the columns step by one (a = b = 1, t = +-1: the stride-1
  * forward and input gradient, ConvNeXt's and most of EfficientNet's), a
@@ -869,7 +872,8 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
 #define CT_DW_QT 4
 #define CT_DW_MAXS 7
 CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W, int C,
-                             int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw)
+                             int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw,
+                             int act, int approx)
 {
     const int QB = (Q + CT_DW_QT - 1) / CT_DW_QT, slide = aw == 1 && bw == 1 && (tw == 1 || tw == -1);
     CT_LOOP(i, (long long)N * P * QB * C)
@@ -926,7 +930,8 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
         CT_UNROLL
         for (int j = 0; j < CT_DW_QT; j++)
             if (q0 + j < Q)
-                yr[(long long)j * C] = CT_ST((float)acc[j]);
+                yr[(long long)j * C] =
+                    act < 0 ? CT_ST((float)acc[j]) : CT_ST(fx_act(act, approx, CT_LD(CT_ST((float)acc[j]))));
     }
 }
 
@@ -935,8 +940,9 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
  * columns, dy[n, p, q, c] times the input under each tap s of filter row r
  * (the forward's rows and columns: p * sh - ph + r * dh, q * sw - pw + s *
  * dw), in CT_ACC, into part[((k * R + r) * S + s) * C + c] as float (half
- * the bytes of double: the partial sums of a late stage, many channels
- * over few rows, are some 40% of what the stage reads); S at most
+ * the bytes of double: one wave of work items' partial sums is as large
+ * at every stage, and at a late one, many channels over few rows, 40% of
+ * what the stage reads); S at most
  * CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
  * 1), the S inputs under a column's taps stay in registers from one
  * column to the next, which loads the one new input. */

@@ -936,7 +936,7 @@ int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *coun
     *count = 0;
     *scratch = 0;
     if (lib_dw_conv_fits(g, n))
-        return lib_dw_conv(g, sms, n, l, count, scratch, err);
+        return lib_dw_conv(g, sms, n, NULL, l, count, scratch, err);
     if (!lib_supports(n->op))
         return ct_fail(err, "no library kernel for %s", op_def(n->op)->name);
     for (int k = 0; k < n->nin; k++)

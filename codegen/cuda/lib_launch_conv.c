@@ -65,7 +65,16 @@ static void taps_copy(Builder *b, ValueId filter)
     a_index(l, index_make(3, dim, from, to));
 }
 
-int lib_dw_conv(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+int lib_dw_conv_act_fits(const Graph *g, const Node *n, const Node *act)
+{
+    const Value *y = &g->values[n->out[0]], *z = &g->values[act->out[0]];
+    return n->op == CT_OP_conv2d && op_def(act->op)->fusion == OP_ACTIVATION && act->nin == 1 &&
+           act->in[0] == n->out[0] && z->type.dtype == y->type.dtype && z->layout == y->layout &&
+           shape_equal(&z->type.shape, &y->type.shape);
+}
+
+int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaunch *l, int *count, size_t *scratch,
+                CtErr *err)
 {
     Builder b = {g, l, 0, sms};
     DwOperands o;
@@ -73,6 +82,8 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count
     *scratch = 0;
     if (!lib_dw_conv_fits(g, n) || !dw_operands(n, &o))
         return ct_fail(err, "%s: not a depthwise convolution over channels-last values", op_def(n->op)->name);
+    if (act && !lib_dw_conv_act_fits(g, n, act))
+        return ct_fail(err, "conv2d: %s is not an activation of its output alone", op_def(act->op)->name);
     const int64_t *a = n->iattr;
     const CtShape *x = &g->values[n->op == CT_OP_conv2d_grad_input ? o.out : o.in].type.shape;
     const CtShape *y = &g->values[n->op == CT_OP_conv2d_grad_input ? o.in : o.out].type.shape;
@@ -121,13 +132,15 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, LibLaunch *l, int *count
         a_val(k, n->in[2]);
     else
         arg(k, LA_NULL);
-    a_val(k, o.out);
+    a_val(k, act ? act->out[0] : o.out);
     int sh = (int)a[STRIDE_H], sw = (int)a[STRIDE_W], ph = (int)a[PAD_H], pw = (int)a[PAD_W];
     int dh = (int)a[DIL_H], dw = (int)a[DIL_W];
     const int sizes[] = {N, in_h, in_w, C, out_h, out_w, R, S, grad ? 1 : sh, grad ? 1 : sw, grad ? sh : 1,
                          grad ? sw : 1, grad ? ph : -ph, grad ? pw : -pw, grad ? -dh : dh, grad ? -dw : dw};
     for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++)
         a_i32(k, sizes[j]);
+    a_i32(k, act ? (int)act->op : -1);
+    a_i32(k, act && act->op == CT_OP_gelu && act->iattr[0]);
     *scratch = (size_t)shape_numel(f) * ct_dtype_size(t);
     *count = b.n;
     return 0;
