@@ -30,6 +30,11 @@
  * keeps, at 2048 threads an SM and 2-byte elements, 4 KiB an SM in flight,
  * where an H200's bandwidth at HBM's latency needs some 25 KiB. */
 #define CT_ELEMENTS 4
+/* Depthwise convolution (lib_kernels.h's ct_dw_conv*): the outputs of a
+ * row a work item takes, and the widest filter the kernels hold a row of
+ * in registers (lib_dw_conv_fits refuses wider ones). */
+#define CT_DW_QT 4
+#define CT_DW_MAXS 7
 /* layer_norm's kernels and ct_cast: the bits of their `wide` argument, the
  * operands stored as f32 in a kernel of 16-bit storage (lib_kernels.h). */
 #define CT_WIDE_X 1

@@ -869,8 +869,6 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
  * taken from them (unrolled to CT_DW_MAXS, so the indices are constants):
  * a load a product became a load for about two. Elsewhere each product
  * loads its column, divided only where b is not 1. */
-#define CT_DW_QT 4
-#define CT_DW_MAXS 7
 CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W, int C,
                              int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw,
                              int act, int approx)

@@ -8,8 +8,9 @@
 
 enum { STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, GROUPS };
 
-/* The lib_kernels.h constants the launches size by. */
-enum { DW_QT = 4, DW_MAXS = 7 };
+/* The threads an SM holds: the filter gradient's first stage is sized to
+ * one wave of them. */
+enum { SM_THREADS = 2048 };
 
 /* The convolution's input and output activations (the forward's x and y;
  * dy and dx for the input gradient; x and dy for the filter's) and its
@@ -45,7 +46,7 @@ int lib_dw_conv_fits(const Graph *g, const Node *n)
     int same = g->values[o.out].type.dtype == t && g->values[o.filter].type.dtype == t &&
                (n->op != CT_OP_conv2d || n->nin < 3 || g->values[n->in[2]].type.dtype == t);
     int64_t C = f->d[0];
-    return same && n->iattr[GROUPS] == C && f->d[1] == 1 && a->d[1] == C && b->d[1] == C && f->d[3] <= DW_MAXS &&
+    return same && n->iattr[GROUPS] == C && f->d[1] == 1 && a->d[1] == C && b->d[1] == C && f->d[3] <= CT_DW_MAXS &&
            shape_numel(a) < INT_MAX && shape_numel(b) < INT_MAX && n->iattr[DIL_H] * f->d[2] < INT_MAX / 4 &&
            n->iattr[DIL_W] * f->d[3] < INT_MAX / 4;
 }
@@ -92,7 +93,7 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
     int N = (int)x->d[0], C = (int)x->d[1], H = (int)x->d[2], W = (int)x->d[3], P = (int)y->d[2], Q = (int)y->d[3];
     int R = (int)f->d[2], S = (int)f->d[3];
     if (n->op == CT_OP_conv2d_grad_weight) {
-        int64_t want = (int64_t)(sms > 0 ? sms : 1) * 2048, per = (int64_t)R * C;
+        int64_t want = (int64_t)(sms > 0 ? sms : 1) * SM_THREADS, per = (int64_t)R * C;
         int64_t chunks = (want + per - 1) / per, rows = (int64_t)N * P;
         chunks = chunks < rows ? chunks : rows;
         int64_t len = (rows + chunks - 1) / chunks;
@@ -124,7 +125,7 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
     int grad = n->op == CT_OP_conv2d_grad_input;
     /* the kernel's input is dy [N, P, Q, C] for the gradient, its output dx [N, H, W, C] */
     int in_h = grad ? P : H, in_w = grad ? Q : W, out_h = grad ? H : P, out_w = grad ? W : Q;
-    int QB = (out_w + DW_QT - 1) / DW_QT;
+    int QB = (out_w + CT_DW_QT - 1) / CT_DW_QT;
     LibLaunch *k = begin(&b, "ct_dw_conv", t, (int64_t)N * out_h * QB * C);
     a_val(k, o.in);
     a_scratch(k, 0);
