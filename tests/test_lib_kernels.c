@@ -901,7 +901,7 @@ static void test_pool(void)
  * of one row, the widest taken (7); every output width a partial last
  * work item of CT_DW_QT outputs somewhere. With `sms` 1 and 64 channels the
  * filter gradient's first stage sums several rows a work item, the last
- * of them short. NCHW values are refused (cuDNN's). */
+ * of them short. (NCHW values are refused: test_refusals.) */
 static void test_dw_conv_of(int64_t C, int sms)
 {
     static const struct {
@@ -951,18 +951,6 @@ static void test_dw_conv(void)
 {
     test_dw_conv_of(5, 132);
     test_dw_conv_of(64, 1);
-    Case c;
-    CtErr err;
-    LibLaunch l[LIB_MAX_LAUNCHES];
-    int nl;
-    size_t scratch;
-    graph_init(&c.g);
-    ValueId in[2] = {input(&c, "x", 4, (int64_t[]){2, 4, 5, 5}, 0, CT_F32),
-                     input(&c, "w", 4, (int64_t[]){4, 1, 3, 3}, 0, CT_F32)};
-    if (!add_node(&c, CT_OP_conv2d, 2, in, (int64_t[]){1, 1, 1, 1, 1, 1, 4}, 7, NULL, 0, 0))
-        CHECK(!lib_dw_conv_fits(&c.g, &c.g.nodes[c.node]) &&
-              lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0);
-    graph_free(&c.g);
 }
 
 /* Attention and its gradient, q [2, 3, N, D] over M keys: without a bias,
@@ -1153,6 +1141,14 @@ static void test_refusals(void)
     ValueId in[2] = {input(&c, "x", 4, (int64_t[]){2, 3, 4, 5}, 1, CT_F32), input(&c, "i", 1, (int64_t[]){2}, 0, CT_I32)};
     if (!add_node(&c, CT_OP_gather, 2, in, (int64_t[]){1}, 1, NULL, 0, 1))
         CHECK(lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 && strstr(err.msg, "gather"));
+    graph_free(&c.g);
+    /* a depthwise convolution over NCHW values is cuDNN's */
+    graph_init(&c.g);
+    ValueId dw[2] = {input(&c, "x", 4, (int64_t[]){2, 4, 5, 5}, 0, CT_F32),
+                     input(&c, "w", 4, (int64_t[]){4, 1, 3, 3}, 0, CT_F32)};
+    if (!add_node(&c, CT_OP_conv2d, 2, dw, (int64_t[]){1, 1, 1, 1, 1, 1, 4}, 7, NULL, 0, 0))
+        CHECK(!lib_dw_conv_fits(&c.g, &c.g.nodes[c.node]) &&
+              lib_launches(&c.g, 132, &c.g.nodes[c.node], l, &nl, &scratch, &err) != 0 && strstr(err.msg, "conv2d"));
     graph_free(&c.g);
 }
 
