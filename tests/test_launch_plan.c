@@ -369,7 +369,8 @@ static void test_attention_kernels(void)
  * two gradients run the library's kernels, the forward and the input
  * gradient one ct_dw_conv launch each after the copy of the filter's taps
  * (the forward given its bias where it has one), the filter gradient its
- * two stages, and none calls cuDNN; with CTIMM_DWCONV=cudnn, or in f32
+ * two stages (which sum the bias gradient too where there is one, the
+ * step after it spanned), and none calls cuDNN; with CTIMM_DWCONV=cudnn, or in f32
  * NCHW, they all call cuDNN. In test_efficientnet's AMP channels_last
  * inference (its batch norms folded into the convolutions' biases) each
  * depthwise forward applies its SiLU as it stores, storing SiLU's output
@@ -438,7 +439,7 @@ static void test_dw_convs(void)
                 continue;
             }
             CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
-            int convs = 0, stages = 0, taps = 0, dw_steps = 0, with_bias = 0;
+            int convs = 0, stages = 0, taps = 0, dw_steps = 0, with_bias = 0, bias_sums = 0;
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
                 const Node *n = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step].first]];
@@ -451,6 +452,11 @@ static void test_dw_convs(void)
                     stages += st->nlib >= 2 && !strncmp(l[0].kernel, "ct_dw_conv_grad_w_", 18) &&
                               !strncmp(l[1].kernel, "ct_dw_conv_grad_w_sum_", 22) && l[0].arg[2].kind == LA_SCRATCH &&
                               l[1].arg[0].kind == LA_SCRATCH && l[1].arg[1].v == n->out[0];
+                    const FuseStep *ns = &lp.fuse.steps[st->fuse_step + 1];
+                    const Node *r = st->span == 1 ? &g.nodes[lp.fuse.nodes[ns->first]] : NULL;
+                    bias_sums += r && r->op == CT_OP_reduce_sum && r->in[0] == n->in[1] &&
+                                 l[0].arg[3].kind == LA_SCRATCH && l[1].arg[2].kind == LA_SCRATCH &&
+                                 l[1].arg[3].kind == LA_VALUE && l[1].arg[3].v == r->out[0];
                     continue;
                 }
                 taps += st->nlib >= 2 && !strncmp(l[0].kernel, "ct_copy_", 8) && l[0].arg[0].v == n->in[1] &&
@@ -462,10 +468,11 @@ static void test_dw_convs(void)
             }
             CHECKF(dw > 0, "%s: depthwise convolutions in its graph", models[m]);
             if (mode == 0)
-                CHECKF(dw_steps == dw && stages + convs == dw && taps == convs && with_bias == biased,
+                CHECKF(dw_steps == dw && stages + convs == dw && taps == convs && with_bias == biased &&
+                           bias_sums == biased,
                        "%s: %d depthwise convolutions (%d with a bias), %d library steps: %d two-stage filter "
-                       "gradients, %d ct_dw_conv after %d tap copies, %d given the bias",
-                       models[m], dw, biased, dw_steps, stages, convs, taps, with_bias);
+                       "gradients (%d summing the bias's), %d ct_dw_conv after %d tap copies, %d given the bias",
+                       models[m], dw, biased, dw_steps, stages, bias_sums, convs, taps, with_bias);
             else
                 CHECKF(dw_steps == 0, "%s mode %d: %d depthwise convolutions on the library", models[m], mode,
                        dw_steps);

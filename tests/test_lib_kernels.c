@@ -113,11 +113,12 @@ static void run_launch(const LibLaunch *l, void **mem)
                        (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15), (int)I(16), (int)I(17),
                        (int)I(18), (int)I(19), (int)I(20), (int)I(21));
     else if (!strcmp(k, "ct_dw_conv_grad_w_f32"))
-        ct_dw_conv_grad_w_f32(F(0), F(1), F(2), (int)I(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7),
-                              (int)I(8), (int)I(9), (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14),
-                              (int)I(15), (int)I(16), (int)I(17), (int)I(18));
+        ct_dw_conv_grad_w_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), (int)I(8),
+                              (int)I(9), (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15),
+                              (int)I(16), (int)I(17), (int)I(18), (int)I(19));
     else if (!strcmp(k, "ct_dw_conv_grad_w_sum_f32"))
-        ct_dw_conv_grad_w_sum_f32(F(0), F(1), (int)I(2), (int)I(3), (int)I(4), (int)I(5), I(6), I(7), I(8));
+        ct_dw_conv_grad_w_sum_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), I(8), I(9),
+                                  I(10));
     else if (!strcmp(k, "ct_softmax_f32"))
         ct_softmax_f32(F(0), F(1), X(2), I(3), I(4), I(5));
     else if (!strcmp(k, "ct_softmax_grad_f32"))
@@ -326,6 +327,10 @@ static const LnRes *ln_res;
  * longer partial sums). */
 static int case_sms = 132;
 
+/* A case whose last node the depthwise convolution dw_first computes too
+ * (lib_dw_conv's `next`), or -1. */
+static int dw_first = -1;
+
 /* Element i of value val, input k of the case (its last float input: last_float). */
 static float input_value(const Value *val, int64_t i, int k, int last_float)
 {
@@ -391,7 +396,8 @@ static void check_case(Case *c, const char *what)
     if (backend_run_once(&ct_backend_ref, g, &st, in, nin, out, NULL, &err)) {
         CHECKF(0, "%s: ref: %s", what, err.msg);
     } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_fused(g, n, ln_res->x, ln_res->r, ln_res->sum, -1, l, &nl, &err))
-                      : lib_launches(g, case_sms, n, l, &nl, &scratch_bytes, &err)) {
+               : dw_first >= 0 ? lib_dw_conv(g, case_sms, &g->nodes[dw_first], n, l, &nl, &scratch_bytes, &err)
+                               : lib_launches(g, case_sms, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&out[k]);
@@ -943,6 +949,32 @@ static void test_dw_conv_of(int64_t C, int sms)
                  (long long)ws[3], i);
         if (!add_node(&c, CT_OP_conv2d_grad_weight, 2, gw, a, 9, NULL, 0, 0))
             check_case(&c, what);
+        /* the bias gradient in the filter gradient's passes; the forward's SiLU in its store */
+        graph_init(&c.g);
+        ValueId bw[2] = {input(&c, "x", 4, xs, 1, CT_F32), input(&c, "dy", 4, ys.d, 1, CT_F32)};
+        snprintf(what, sizeof what, "depthwise %lldx%lld conv2d_grad_weight and the bias's, case %zu",
+                 (long long)ws[2], (long long)ws[3], i);
+        if (!add_node(&c, CT_OP_conv2d_grad_weight, 2, bw, a, 9, NULL, 0, 0)) {
+            dw_first = c.node;
+            if (!add_node(&c, CT_OP_reduce_sum, 1, &bw[1], (int64_t[]){0xd, 0}, 2, NULL, 0, 0))
+                check_case(&c, what);
+            dw_first = -1;
+        }
+        graph_init(&c.g);
+        ValueId fw[3] = {input(&c, "x", 4, xs, 1, CT_F32), input(&c, "w", 4, ws, 0, CT_F32),
+                         input(&c, "b", 1, (int64_t[]){C}, 0, CT_F32)};
+        snprintf(what, sizeof what, "depthwise %lldx%lld conv2d and SiLU, case %zu", (long long)ws[2],
+                 (long long)ws[3], i);
+        if (!add_node(&c, CT_OP_conv2d, cases[i].bias ? 3 : 2, fw, a, 7, NULL, 0, 1)) {
+            dw_first = c.node;
+            ValueId y = c.g.nodes[c.node].out[0];
+            if (!add_node(&c, CT_OP_silu, 1, &y, NULL, 0, NULL, 0, 1)) {
+                c.g.outputs[0] = c.g.outputs[1]; /* SiLU's alone is stored */
+                c.g.noutputs = 1;
+                check_case(&c, what);
+            }
+            dw_first = -1;
+        }
     }
     case_sms = 132;
 }

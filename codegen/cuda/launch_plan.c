@@ -337,19 +337,25 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return gemm_desc(g, &lp->fuse, fs, &st->gemm, err) || add_launches(g, lp, fs, st->gemm.epi.tail, st, err);
     }
     int conv = op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight;
-    if (conv && !lp->dw_cudnn && lib_dw_conv_fits(g, first)) { /* the epilogue's nodes after it, as a GEMM's */
-        /* its activation in its store, which the memory plan may have put over x, read to the end */
+    if (conv && !lp->dw_cudnn && lib_dw_conv_fits(g, first)) {
+        /* a forward's activation in its store, which the memory plan may have put over x, read to the end; a
+         * filter gradient's bias gradient, the next step (dy's sum), in its passes over dy: that step spanned */
+        const FuseStep *ns = s + 1 < lp->fuse.nsteps ? fs + 1 : NULL;
         const Node *act = fs->n > 1 ? &g->nodes[lp->fuse.nodes[fs->first + 1]] : NULL;
-        if (act && (lp->plain || lp->fuse.materialised[first->out[0]] || !lib_dw_conv_act_fits(g, first, act) ||
+        const Node *db = ns && ns->kind == FUSE_LIBRARY && ns->n == 1 ? &g->nodes[lp->fuse.nodes[ns->first]] : NULL;
+        if (act && (lp->plain || lp->fuse.materialised[first->out[0]] || !lib_dw_conv_next_fits(g, first, act) ||
                     !clear_of(g, lp, act->out[0], first->in, 1, -1)))
             act = NULL;
+        if (db && (lp->plain || op != CT_OP_conv2d_grad_weight || !lib_dw_conv_next_fits(g, first, db)))
+            db = NULL;
         LpStep *st = add_step(lp, LP_LIB, s);
         size_t scratch;
         st->lib = malloc(sizeof *st->lib * LIB_MAX_LAUNCHES);
         CT_ASSERT(st->lib != NULL);
-        if (lib_dw_conv(g, lp->sms, first, act, st->lib, &st->nlib, &scratch, err))
+        if (lib_dw_conv(g, lp->sms, first, act ? act : db, st->lib, &st->nlib, &scratch, err))
             return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
         lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+        st->span = db != NULL;
         return add_launches(g, lp, fs, act ? 2 : 1, st, err);
     }
     if (conv) {
@@ -832,9 +838,9 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
             st->copy_dst = n->in[0];
             st->copy_src = n->in[1];
         } else if (fs->kind == FUSE_LIBRARY) {
-            if (library_step(g, lp, s, err) || (span = lp->plain ? 0 : gemm_bias_grad_step(g, lp, s, err)) < 0)
+            if (library_step(g, lp, s, err) || (lp->plain ? 0 : gemm_bias_grad_step(g, lp, s, err)) < 0)
                 goto fail;
-            s += span;
+            s += lp->steps[lp->nsteps - 1].span;
         } else if (fs->view) { /* a copy, unless the memory plan gave it its input's address */
             LpStep *st = add_step(lp, LP_LIB, s);
             if (!same_address(lp, g, fs) && add_launches(g, lp, fs, 0, st, err))

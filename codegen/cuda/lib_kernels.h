@@ -943,10 +943,12 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
  * what the stage reads); S at most
  * CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
  * 1), the S inputs under a column's taps stay in registers from one
- * column to the next, which loads the one new input. */
-CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, int N, int H, int W, int C, int P,
-                                    int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw, int chunks,
-                                    int rows)
+ * column to the next, which loads the one new input. Where bpart is not
+ * NULL, the items of filter row 0 also sum their rows of dy, every row
+ * (the bias gradient's partial sums), into bpart[k * C + c]. */
+CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W,
+                                    int C, int P, int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw,
+                                    int chunks, int rows)
 {
     const int slide = sw == 1 && dw == 1;
     CT_LOOP(i, (long long)chunks * R * C)
@@ -956,15 +958,19 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, 
         e /= (unsigned)C;
         const int r = (int)(e % (unsigned)R), k = (int)(e / (unsigned)R);
         const int row1 = (k + 1) * rows < N * P ? (k + 1) * rows : N * P;
-        CT_ACC acc[CT_DW_MAXS];
+        CT_ACC acc[CT_DW_MAXS], gs = 0;
         CT_UNROLL
         for (int s = 0; s < CT_DW_MAXS; s++)
             acc[s] = 0;
         for (int row = k * rows; row < row1; row++) {
             const int n = row / P, hi = (row - n * P) * sh - ph + r * dh;
+            const CT_T *gr = dy + (long long)row * Q * C + c;
+            if (bpart && r == 0)
+                for (int q = 0; q < Q; q++)
+                    gs += (CT_ACC)CT_LD(gr[(long long)q * C]);
             if (hi < 0 || hi >= H)
                 continue;
-            const CT_T *xr = x + ((long long)n * H + hi) * W * C + c, *gr = dy + (long long)row * Q * C + c;
+            const CT_T *xr = x + ((long long)n * H + hi) * W * C + c;
             if (slide) { /* win[s]: the input under tap s of column q, column q - pw + s */
                 CT_ACC win[CT_DW_MAXS];
                 CT_UNROLL
@@ -1005,13 +1011,16 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, 
         for (int s = 0; s < CT_DW_MAXS; s++)
             if (s < S)
                 part[(((long long)k * R + r) * S + s) * C + c] = (float)acc[s];
+        if (bpart && r == 0)
+            bpart[(long long)k * C + c] = (float)gs;
     }
 }
 
 /* The second stage: dw[c, 0, r, s] (the filter's strides s0, s2, s3) from
- * the chunks' sums, added in order in double (the same bits on every run). */
-CT_GLOBAL CT_SFX(ct_dw_conv_grad_w_sum)(const float *part, CT_T *dw, int C, int R, int S, int chunks, long long s0,
-                                        long long s2, long long s3)
+ * the chunks' sums, added in order in double (the same bits on every run);
+ * where db is not NULL, db[c] from bpart's likewise. */
+CT_GLOBAL CT_SFX(ct_dw_conv_grad_w_sum)(const float *part, CT_T *dw, const float *bpart, CT_T *db, int C, int R,
+                                        int S, int chunks, long long s0, long long s2, long long s3)
 {
     CT_LOOP(i, (long long)C * R * S)
     {
@@ -1020,6 +1029,12 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w_sum)(const float *part, CT_T *dw, int C, int 
         for (int k = 0; k < chunks; k++)
             sum += part[((long long)k * R * S + t) * C + c];
         dw[c * s0 + r * s2 + s * s3] = CT_ST((float)sum);
+        if (db && t == 0) {
+            double b = 0;
+            for (int k = 0; k < chunks; k++)
+                b += bpart[(long long)k * C + c];
+            db[c] = CT_ST((float)b);
+        }
     }
 }
 

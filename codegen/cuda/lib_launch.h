@@ -189,16 +189,19 @@ int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act,
 /* The launches of a depthwise convolution n (conv2d, conv2d_grad_input or
  * conv2d_grad_weight; groups = channels) over channels-last activations,
  * as lib_launches: the filter's taps copied into scratch as [R, S, C],
- * then ct_dw_conv (the forward with its own bias and, where act is not
- * NULL, that activation of its output, which then stores act's output
- * alone; or the input gradient); the filter gradient's partial sums in
- * scratch, then their sum in order. Where lib_dw_conv_fits: one storage
- * type for all its operands, the filter at most 7 taps wide, every size
- * within an int; lib_dw_conv_act_fits: a forward, act an activation of
- * its output alone, of its dtype, shape and layout. */
+ * then ct_dw_conv (the forward with its own bias; or the input gradient);
+ * the filter gradient's partial sums in scratch, then their sum in order.
+ * `next` (NULL: none), the node after n its kernels also compute: the
+ * forward's activation (its output then stored alone), or the filter
+ * gradient's bias gradient (dy's sum, in the same passes). Where
+ * lib_dw_conv_fits: one storage type for all its operands, the filter at
+ * most 7 taps wide, every size within an int; lib_dw_conv_next_fits: a
+ * forward and an activation of its output alone, of its dtype, shape and
+ * layout, or a filter gradient and reduce_sum of its dy over N, H and W
+ * in dy's dtype. */
 int lib_dw_conv_fits(const Graph *g, const Node *n);
-int lib_dw_conv_act_fits(const Graph *g, const Node *n, const Node *act);
-int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaunch *l, int *count, size_t *scratch,
+int lib_dw_conv_next_fits(const Graph *g, const Node *n, const Node *next);
+int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *next, LibLaunch *l, int *count, size_t *scratch,
                 CtErr *err);
 
 #endif

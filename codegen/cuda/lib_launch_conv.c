@@ -66,15 +66,21 @@ static void taps_copy(Builder *b, ValueId filter)
     a_index(l, index_make(3, dim, from, to));
 }
 
-int lib_dw_conv_act_fits(const Graph *g, const Node *n, const Node *act)
+int lib_dw_conv_next_fits(const Graph *g, const Node *n, const Node *next)
 {
-    const Value *y = &g->values[n->out[0]], *z = &g->values[act->out[0]];
-    return n->op == CT_OP_conv2d && op_def(act->op)->fusion == OP_ACTIVATION && act->nin == 1 &&
-           act->in[0] == n->out[0] && z->type.dtype == y->type.dtype && z->layout == y->layout &&
-           shape_equal(&z->type.shape, &y->type.shape);
+    const Value *y = &g->values[next->out[0]];
+    if (n->op == CT_OP_conv2d_grad_weight) { /* dy summed over N, H, W: [C] (or [1, C, 1, 1]) */
+        const Value *dy = &g->values[n->in[1]];
+        return next->op == CT_OP_reduce_sum && next->nin == 1 && next->in[0] == n->in[1] && next->iattr[0] == 0xd &&
+               y->type.dtype == dy->type.dtype && shape_numel(&y->type.shape) == dy->type.shape.d[1];
+    }
+    const Value *c = &g->values[n->out[0]];
+    return n->op == CT_OP_conv2d && op_def(next->op)->fusion == OP_ACTIVATION && next->nin == 1 &&
+           next->in[0] == n->out[0] && y->type.dtype == c->type.dtype && y->layout == c->layout &&
+           shape_equal(&y->type.shape, &c->type.shape);
 }
 
-int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaunch *l, int *count, size_t *scratch,
+int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *next, LibLaunch *l, int *count, size_t *scratch,
                 CtErr *err)
 {
     Builder b = {g, l, 0, sms};
@@ -83,8 +89,9 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
     *scratch = 0;
     if (!lib_dw_conv_fits(g, n) || !dw_operands(n, &o))
         return ct_fail(err, "%s: not a depthwise convolution over channels-last values", op_def(n->op)->name);
-    if (act && !lib_dw_conv_act_fits(g, n, act))
-        return ct_fail(err, "conv2d: %s is not an activation of its output alone", op_def(act->op)->name);
+    if (next && !lib_dw_conv_next_fits(g, n, next))
+        return ct_fail(err, "%s: %s is not an activation of its output alone or the sum of its dy", op_def(n->op)->name,
+                       op_def(next->op)->name);
     const int64_t *a = n->iattr;
     const CtShape *x = &g->values[n->op == CT_OP_conv2d_grad_input ? o.out : o.in].type.shape;
     const CtShape *y = &g->values[n->op == CT_OP_conv2d_grad_input ? o.in : o.out].type.shape;
@@ -98,10 +105,16 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
         chunks = chunks < rows ? chunks : rows;
         int64_t len = (rows + chunks - 1) / chunks;
         chunks = (rows + len - 1) / len;
+        /* the partial sums, then the bias gradient's */
+        size_t part = (size_t)(chunks * per * S) * sizeof(float), bpart = (size_t)(chunks * C) * sizeof(float);
         LibLaunch *s1 = begin(&b, "ct_dw_conv_grad_w", t, chunks * per);
         a_val(s1, o.in);
         a_val(s1, o.out);
         a_scratch(s1, 0);
+        if (next)
+            a_scratch(s1, part);
+        else
+            arg(s1, LA_NULL);
         const int sizes[] = {N, H, W, C, P, Q, R, S, (int)a[STRIDE_H], (int)a[STRIDE_W], (int)a[PAD_H], (int)a[PAD_W],
                              (int)a[DIL_H], (int)a[DIL_W], (int)chunks, (int)len};
         for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
@@ -111,13 +124,20 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
         LibLaunch *s2 = begin(&b, "ct_dw_conv_grad_w_sum", t, (int64_t)C * R * S);
         a_scratch(s2, 0);
         a_val(s2, o.filter);
+        if (next) {
+            a_scratch(s2, part);
+            a_val(s2, next->out[0]);
+        } else {
+            arg(s2, LA_NULL);
+            arg(s2, LA_NULL);
+        }
         const int dims[] = {C, R, S, (int)chunks};
         for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
             a_i32(s2, dims[k]);
         a_i64(s2, st[0]);
         a_i64(s2, st[2]);
         a_i64(s2, st[3]);
-        *scratch = (size_t)(chunks * per * S) * sizeof(float);
+        *scratch = part + (next ? bpart : 0);
         *count = b.n;
         return 0;
     }
@@ -133,15 +153,15 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *act, LibLaun
         a_val(k, n->in[2]);
     else
         arg(k, LA_NULL);
-    a_val(k, act ? act->out[0] : o.out);
+    a_val(k, next ? next->out[0] : o.out);
     int sh = (int)a[STRIDE_H], sw = (int)a[STRIDE_W], ph = (int)a[PAD_H], pw = (int)a[PAD_W];
     int dh = (int)a[DIL_H], dw = (int)a[DIL_W];
     const int sizes[] = {N, in_h, in_w, C, out_h, out_w, R, S, grad ? 1 : sh, grad ? 1 : sw, grad ? sh : 1,
                          grad ? sw : 1, grad ? ph : -ph, grad ? pw : -pw, grad ? -dh : dh, grad ? -dw : dw};
     for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++)
         a_i32(k, sizes[j]);
-    a_i32(k, act ? (int)act->op : -1);
-    a_i32(k, act && act->op == CT_OP_gelu && act->iattr[0]);
+    a_i32(k, next ? (int)next->op : -1);
+    a_i32(k, next && next->op == CT_OP_gelu && next->iattr[0]);
     *scratch = (size_t)shape_numel(f) * ct_dtype_size(t);
     *count = b.n;
     return 0;
