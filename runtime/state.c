@@ -135,29 +135,24 @@ static void init_range(const StateEntry *e, void *p, uint64_t rng, int64_t j0, i
  * the same values as drawing each tensor in order, on every core. */
 void state_init(CtState *s, uint64_t seed)
 {
-    int64_t nitems = 0, cap = s->n + 1;
+    int nitems = 0, cap = 0;
     struct {
         int entry;
         int64_t j0; /* its first element; -1: the whole tensor, drawn in order */
-    } *items = malloc(sizeof *items * (size_t)cap);
-    CT_ASSERT(items != NULL);
+    } *items = NULL;
     for (int i = 0; i < s->n; i++) {
         const StateEntry *e = &s->e[i];
         if (e->init.kind == CT_INIT_DATA) /* filled when the state was made */
             continue;
         int64_t n = shape_numel(&e->type.shape);
         for (int64_t j0 = draws_per_element(e->init.kind) < 0 ? -1 : 0; j0 < n; j0 = j0 < 0 ? n : j0 + INIT_CHUNK) {
-            if (nitems == cap) {
-                cap *= 2;
-                items = realloc(items, sizeof *items * (size_t)cap);
-                CT_ASSERT(items != NULL);
-            }
+            items = ct_grow(items, &cap, nitems + 1, sizeof *items);
             items[nitems].entry = i;
             items[nitems++].j0 = j0;
         }
     }
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t k = 0; k < nitems; k++) {
+    for (int k = 0; k < nitems; k++) {
         const StateEntry *e = &s->e[items[k].entry];
         int64_t n = shape_numel(&e->type.shape), j0 = items[k].j0 < 0 ? 0 : items[k].j0;
         int64_t j1 = items[k].j0 < 0 || j0 + INIT_CHUNK > n ? n : j0 + INIT_CHUNK;

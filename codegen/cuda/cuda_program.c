@@ -11,22 +11,24 @@
 #include "codegen/cuda/roofline.h"
 #include "codegen/units.h"
 #include "ir/ops.h"
+/* The bit of the library unit (LibType) defining `kernel`. */
+static unsigned lib_bit(const char *kernel)
+{
+    int t = lib_kernel_type(kernel);
+    CT_ASSERT(t >= 0);
+    return 1u << t;
+}
+
 /* The library units (a bit per LibType) that the plan's launches use. */
 static unsigned lib_types_used(const LaunchPlan *lp)
 {
     unsigned used = 0;
     for (int s = 0; s < lp->nsteps; s++) {
         const LpStep *st = &lp->steps[s];
-        for (int j = 0; j < st->nlib + st->nfallback; j++) {
-            int t = lib_kernel_type(j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel);
-            CT_ASSERT(t >= 0);
-            used |= 1u << t;
-        }
-        if (st->mirrored) {
-            int t = lib_kernel_type(st->mirror.kernel);
-            CT_ASSERT(t >= 0);
-            used |= 1u << t;
-        }
+        for (int j = 0; j < st->nlib + st->nfallback; j++)
+            used |= lib_bit(j < st->nlib ? st->lib[j].kernel : st->fallback[j - st->nlib].kernel);
+        if (st->mirrored)
+            used |= lib_bit(st->mirror.kernel);
     }
     return used;
 }
