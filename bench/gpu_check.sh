@@ -38,7 +38,7 @@
 # Environment: OUT (default /tmp/gpu_check_out), TRAIN_CPU=1 (the train
 # stage also on the cpu backend), STEPS_MODELS (the steps stage's
 # "model:img_size[:VAR=value]" list: a setting of the product's for that
-# run and its roofline, as CTIMM_DWCONV=cudnn), BENCH_SET and COMPILE=1 (the bench stage's set,
+# run and its roofline, as CTIMM_DWCONV=lib or cudnn), BENCH_SET and COMPILE=1 (the bench stage's set,
 # and timm with torch.compile too), BENCH_CTIMM_S (ctimm's share of the
 # bench stage, default 100 s; torch.compile gets what is left of BENCH_CAP,
 # default 200), STEPS_BATCH and STEPS_CAP (the steps stage's batch, default 64, and

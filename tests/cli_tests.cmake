@@ -145,6 +145,13 @@ set_property(TEST parity_cuda_sim_test_efficientnet_plain PROPERTY ENVIRONMENT C
 add_test(NAME parity_cuda_sim_test_convnext_channels_last COMMAND sh -c
   "${RUN} --model test_convnext --backend cuda-sim --channels-last --vectors ${DATA}/test_convnext.safetensors --out cnx.sim.cl.safetensors && \
    ${RUN} --compare cnx.sim.cl.safetensors ${DATA}/test_convnext.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+# CTIMM_DWCONV=cudnn: the depthwise convolutions' cuDNN twins (the call and
+# the launches after it, the bias gradient's among them) in place of the
+# library's kernels, as a device runs them where they timed faster.
+add_test(NAME parity_cuda_sim_test_convnext_channels_last_twins COMMAND sh -c
+  "${RUN} --model test_convnext --backend cuda-sim --channels-last --vectors ${DATA}/test_convnext.safetensors --out cnx.sim.twins.safetensors && \
+   ${RUN} --compare cnx.sim.twins.safetensors ${DATA}/test_convnext.safetensors --tol 1e-4 --tol-for adamw. 1e-3")
+set_property(TEST parity_cuda_sim_test_convnext_channels_last_twins PROPERTY ENVIRONMENT CTIMM_DWCONV=cudnn)
 
 # ctimm-train: a short run on the embedded shapes dataset (generated into the
 # build tree), and its refusals.

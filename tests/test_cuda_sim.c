@@ -19,7 +19,9 @@
  * scores; batch norms trained with remat, whose gradients the plan runs
  * with their activations' (lib_bn_act_grad), test_efficientnet's with its
  * squeeze-excitation's gradient (lib_bn_excite_grad) and its squeeze's
- * pool in the batch norm's pass (lib_bn_pool_fits); linear layers' bias
+ * pool in the batch norm's pass (lib_bn_pool_fits); the depthwise
+ * convolutions of test_efficientnet's and test_convnext's channels-last
+ * f32 steps again as their cuDNN twins (CTIMM_DWCONV=cudnn); linear layers' bias
  * gradients summed in their weight gradients' GEMMs (BGRADB), test_vit's
  * residual adds in the norms after them under AMP. (ctimm-run
  * --backend cuda-sim against timm's own numbers: tests/cli_tests.cmake.) */
@@ -141,7 +143,34 @@ static void check_graph(const char *what, const Graph *g, const CtState *init, c
     run_free(g, &other);
 }
 
-static void check_model(const char *model, CtDType low, int channels_last, int training, int remat, int fold)
+/* g's depthwise convolutions run as their cuDNN twins (CTIMM_DWCONV=cudnn):
+ * within tol of ref, and not the library kernels' bits (their sums are
+ * float, the twin's call double: a harness that ran the kernels instead
+ * would give the same bits). */
+static void check_twins(const char *what, const Graph *g, const CtState *init, const CtTensor *in, int nin,
+                        double tol)
+{
+    Run ref, lib, twin;
+    run(&ct_backend_ref, what, g, init, in, nin, 0, 0, &ref);
+    run(&ct_backend_cuda_sim, what, g, init, in, nin, 1, 0, &lib);
+    setenv("CTIMM_DWCONV", "cudnn", 1);
+    run(&ct_backend_cuda_sim, what, g, init, in, nin, 1, 0, &twin);
+    unsetenv("CTIMM_DWCONV");
+    if (ref.ok && lib.ok && twin.ok) {
+        double e = compare(what, g, &twin, &ref, tol, 0);
+        int same = !memcmp(lib.s.data, twin.s.data, lib.s.nbytes);
+        for (int k = 0; k < g->noutputs; k++)
+            same &= !memcmp(lib.out[k].data, twin.out[k].data, value_bytes(&g->values[g->outputs[k]]));
+        CHECKF(!same, "%s: the twins gave the library kernels' bits", what);
+        printf("%s, depthwise convolutions on their cuDNN twins: cuda-sim vs ref %.2e\n", what, e);
+    }
+    run_free(g, &ref);
+    run_free(g, &lib);
+    run_free(g, &twin);
+}
+
+static void check_model(const char *model, CtDType low, int channels_last, int training, int remat, int fold,
+                        int twins)
 {
     Vectors v;
     CtErr err;
@@ -167,6 +196,8 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "",
              remat ? " remat" : "", fold ? " batch norms folded" : "");
     check_graph(what, &g, &init, v.in, training ? 4 : 1, low == CT_F32 ? 1e-4 : 2e-2);
+    if (twins)
+        check_twins(what, &g, &init, v.in, training ? 4 : 1, low == CT_F32 ? 1e-4 : 2e-2);
     state_free(&init);
     graph_free(&g);
     st_free(&v.f);
@@ -518,28 +549,28 @@ int main(void)
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;
-        check_model(models[m], CT_F32, 0, 1, 0, 0);
+        check_model(models[m], CT_F32, 0, 1, 0, 0, 0);
         if (!all) {
             if (m == 0)
-                check_model(models[m], CT_F16, 1, 0, 0, 0);
+                check_model(models[m], CT_F16, 1, 0, 0, 0, 0);
         } else if (conv) {
-            check_model(models[m], CT_F32, 1, 1, 0, 0);
-            check_model(models[m], CT_F16, 1, 0, 0, 0);
+            check_model(models[m], CT_F32, 1, 1, 0, 0, m >= 2);
+            check_model(models[m], CT_F16, 1, 0, 0, 0, 0);
             /* layer scale's gradient: the f32 gradient's product with the
              * bf16 activation, read as stored */
             if (!strcmp(models[m], "test_convnext"))
-                check_model(models[m], CT_BF16, 1, 1, 0, 0);
+                check_model(models[m], CT_BF16, 1, 1, 0, 0, 0);
             /* with remat, squeeze-excitation's gradient in the batch norm
              * gradient after it (lib_bn_excite_grad), channels-last */
             /* inference as ctimm-compile makes it: each depthwise convolution
              * with its folded batch norm's bias and its SiLU in one pass */
             if (!strcmp(models[m], "test_efficientnet")) {
-                check_model(models[m], CT_F32, 1, 1, 1, 0);
-                check_model(models[m], CT_F16, 1, 0, 0, 1);
+                check_model(models[m], CT_F32, 1, 1, 1, 0, 0);
+                check_model(models[m], CT_F16, 1, 0, 0, 1, 0);
             }
         } else {
-            check_model(models[m], CT_BF16, 0, 1, 0, 0);
-            check_model(models[m], CT_F16, 0, 1, 0, 0);
+            check_model(models[m], CT_BF16, 0, 1, 0, 0, 0);
+            check_model(models[m], CT_F16, 0, 1, 0, 0, 0);
         }
     }
     return check_done("test_cuda_sim");

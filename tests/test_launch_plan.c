@@ -15,8 +15,8 @@
  * the tensor cores' kernels unless CTIMM_ATTENTION=simt; with
  * CTIMM_CUDA_STEPS=plain no library step spans another; depthwise
  * convolutions over channels-last values run the library's kernels (not
- * over NCHW ones, not with CTIMM_DWCONV=cudnn), in inference with their
- * activation. */
+ * over NCHW ones), each with its cuDNN twin, in inference with their
+ * activation (and no twin); CTIMM_DWCONV is read and checked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,11 +370,14 @@ static void test_attention_kernels(void)
  * gradient one ct_dw_conv launch each after the copy of the filter's taps
  * (the forward given its bias where it has one), the filter gradient its
  * two stages (which sum the bias gradient too where there is one, the
- * step after it spanned), and none calls cuDNN; with CTIMM_DWCONV=cudnn, or in f32
- * NCHW, they all call cuDNN. In test_efficientnet's AMP channels_last
+ * step after it spanned), and none calls cuDNN; in f32 NCHW they all do.
+ * Each of those steps has its cuDNN twin: the call of the step's own
+ * direction and values, depthwise, then launches for the rest (the
+ * spanned bias gradient's, the last storing it), the plan's check holds
+ * with them, and a profile names what ran either way. In test_efficientnet's AMP channels_last
  * inference (its batch norms folded into the convolutions' biases) each
  * depthwise forward applies its SiLU as it stores, storing SiLU's output
- * alone, with no launch after it. */
+ * alone, with no launch after it, and has no twin. */
 static void test_dw_conv_act(void)
 {
     Graph g;
@@ -397,7 +400,7 @@ static void test_dw_conv_act(void)
         const Node *act = fs->n == 2 ? &g.nodes[lp.fuse.nodes[fs->first + 1]] : NULL;
         dw++;
         fused += act && act->op == CT_OP_silu && st->nlib == 2 && !strncmp(st->lib[1].kernel, "ct_dw_conv_", 11) &&
-                 st->lib[1].arg[3].v == act->out[0] && st->lib[1].arg[20].i == CT_OP_silu;
+                 st->lib[1].arg[3].v == act->out[0] && st->lib[1].arg[20].i == CT_OP_silu && !st->twin;
     }
     CHECKF(dw > 0 && fused == dw, "test_efficientnet eval: %d of %d depthwise convolutions store their SiLU", fused,
            dw);
@@ -405,14 +408,46 @@ static void test_dw_conv_act(void)
     graph_free(&g);
 }
 
+/* The cuDNN twin of library step st, whose first node is depthwise n. */
+static int dw_twin_ok(const Graph *g, const LaunchPlan *lp, const LpStep *st, const Node *n)
+{
+    const ConvDesc *c = &st->conv;
+    ConvDir dir = n->op == CT_OP_conv2d ? CONV_FWD : n->op == CT_OP_conv2d_grad_input ? CONV_BWD_DATA : CONV_BWD_FILTER;
+    ValueId x = dir == CONV_BWD_DATA ? n->out[0] : n->in[0];
+    ValueId y = dir == CONV_FWD ? n->out[0] : dir == CONV_BWD_DATA ? n->in[0] : n->in[1];
+    ValueId w = dir == CONV_BWD_FILTER ? n->out[0] : n->in[1];
+    if (!st->twin || c->dir != dir || c->groups != c->c || c->x != x || c->y != y || c->wt != w ||
+        (dir == CONV_FWD && c->epi.bias != (n->nin == 3 ? n->in[2] : -1)))
+        return 0;
+    if (!st->span)
+        return 1;
+    const Node *r = &g->nodes[lp->fuse.nodes[lp->fuse.steps[st->fuse_step + 1].first]];
+    const LibLaunch *last = st->nfallback ? &st->fallback[st->nfallback - 1] : NULL;
+    int stores = 0;
+    for (int a = 0; last && a < last->nargs; a++)
+        stores += last->arg[a].kind == LA_VALUE && last->arg[a].v == r->out[0];
+    return stores == 1;
+}
+
 /* The training steps of the comment above test_dw_conv_act. */
 static void test_dw_convs(void)
 {
     static const char *const models[] = {"test_efficientnet", "test_convnext"};
+    LpDwMode mode_of;
+    CtErr bad;
+    setenv("CTIMM_DWCONV", "cuDNN", 1);
+    CHECKF(lp_dw_mode(&mode_of, &bad) != 0 && strstr(bad.msg, "CTIMM_DWCONV=cuDNN: use auto, lib or cudnn"),
+           "CTIMM_DWCONV=cuDNN accepted");
+    setenv("CTIMM_DWCONV", "lib", 1);
+    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_LIB);
+    setenv("CTIMM_DWCONV", "cudnn", 1);
+    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_CUDNN);
+    unsetenv("CTIMM_DWCONV");
+    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_AUTO);
     for (int m = 0; m < 2; m++)
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 2; mode++) {
             Graph g;
-            int cl = mode < 2;
+            int cl = mode == 0;
             if (model_graph(models[m], &(GraphSpec){.training = 1, .amp = cl ? CT_F16 : CT_F32, .channels_last = cl,
                                                     .remat = 1}, &g))
                 continue;
@@ -429,17 +464,13 @@ static void test_dw_convs(void)
             }
             LaunchPlan lp;
             CtErr err;
-            if (mode == 1)
-                setenv("CTIMM_DWCONV", "cudnn", 1);
-            int rc = launch_plan(&g, 132, &lp, &err);
-            unsetenv("CTIMM_DWCONV");
-            if (rc) {
+            if (launch_plan(&g, 132, &lp, &err)) {
                 CHECKF(0, "%s mode %d: %s", models[m], mode, err.msg);
                 graph_free(&g);
                 continue;
             }
             CHECKF(launch_plan_check(&g, &lp, &err) == 0, "%s mode %d: %s", models[m], mode, err.msg);
-            int convs = 0, stages = 0, taps = 0, dw_steps = 0, with_bias = 0, bias_sums = 0;
+            int convs = 0, stages = 0, taps = 0, dw_steps = 0, with_bias = 0, bias_sums = 0, twins = 0;
             for (int s = 0; s < lp.nsteps; s++) {
                 const LpStep *st = &lp.steps[s];
                 const Node *n = &g.nodes[lp.fuse.nodes[lp.fuse.steps[st->fuse_step].first]];
@@ -447,6 +478,18 @@ static void test_dw_convs(void)
                                            n->op != CT_OP_conv2d_grad_weight))
                     continue;
                 dw_steps++;
+                twins += dw_twin_ok(&g, &lp, st, n);
+                if (st->span && n->op == CT_OP_conv2d_grad_weight) { /* a profile's names of the two ways */
+                    CtBuf way[2] = {{0}, {0}};
+                    lp_step_label(&lp, &g, s, 2, 0, &way[0]);
+                    lp_step_label(&lp, &g, s, 2, 1, &way[1]);
+                    CHECKF(!strncmp(way[0].s, "library ct_dw_conv_grad_w_", 26) &&
+                               !strncmp(way[1].s, "cuDNN conv bwd-filter twin ct_reduce_sum", 40) &&
+                               strstr(way[1].s, "(conv2d_grad_weight reduce_sum)"),
+                           "%s: step %d as '%s' and '%s'", models[m], s, way[0].s, way[1].s);
+                    buf_free(&way[0]);
+                    buf_free(&way[1]);
+                }
                 const LibLaunch *l = st->lib;
                 if (n->op == CT_OP_conv2d_grad_weight) {
                     stages += st->nlib >= 2 && !strncmp(l[0].kernel, "ct_dw_conv_grad_w_", 18) &&
@@ -469,10 +512,11 @@ static void test_dw_convs(void)
             CHECKF(dw > 0, "%s: depthwise convolutions in its graph", models[m]);
             if (mode == 0)
                 CHECKF(dw_steps == dw && stages + convs == dw && taps == convs && with_bias == biased &&
-                           bias_sums == biased,
+                           bias_sums == biased && twins == dw,
                        "%s: %d depthwise convolutions (%d with a bias), %d library steps: %d two-stage filter "
-                       "gradients (%d summing the bias's), %d ct_dw_conv after %d tap copies, %d given the bias",
-                       models[m], dw, biased, dw_steps, stages, bias_sums, convs, taps, with_bias);
+                       "gradients (%d summing the bias's), %d ct_dw_conv after %d tap copies, %d given the bias, "
+                       "%d with their cuDNN twin",
+                       models[m], dw, biased, dw_steps, stages, bias_sums, convs, taps, with_bias, twins);
             else
                 CHECKF(dw_steps == 0, "%s mode %d: %d depthwise convolutions on the library", models[m], mode,
                        dw_steps);

@@ -181,8 +181,9 @@ static void test_view(const RooflineDevice *d)
 /* The cuda profile's report (runtime/cuda/step_profile.h) of test_by_hand's
  * two steps, measured (summed over two runs) at 3x the add's floor and
  * 1.1x the GEMM's: the GEMM the slowest, the add the most time over its
- * floor; without a device's roofline, times alone. And the roofline of a
- * GPU by its name. */
+ * floor; without a device's roofline, times alone; with a step's two
+ * ways timed at load, each way's time and the one that runs. And the
+ * roofline of a GPU by its name. */
 static void test_profile(const RooflineDevice *d)
 {
     Graph g;
@@ -214,10 +215,23 @@ static void test_profile(const RooflineDevice *d)
                strstr(slow, "1.1x") && strstr(slow, "step 1:") < strstr(slow, "step 0:") &&
                strstr(over, "step 0:") < strstr(over, "step 1:"),
            "report:\n%s", out.s ? out.s : "");
-    CHECKF(bare.s && strstr(bare.s, "the slowest steps:") && !strstr(bare.s, "floor"), "report:\n%s",
-           bare.s ? bare.s : "");
+    CHECKF(bare.s && strstr(bare.s, "the slowest steps:") && !strstr(bare.s, "floor") &&
+               !strstr(out.s, "timed both ways"),
+           "report:\n%s", bare.s ? bare.s : "");
+    /* the first step as if a depthwise one timed both ways at load, its twin the faster */
+    float twin_ms[4] = {0.5f, 0.25f, 0, 0};
+    unsigned char twin[2] = {1, 0};
+    sp.twin = twin;
+    sp.twin_ms = twin_ms;
+    CtBuf both = {0};
+    step_profile_report(&sp, &lp, &g, NULL, NULL, &both);
+    const char *timed = both.s ? strstr(both.s, "depthwise steps timed both ways at load (ms a run):\n") : NULL;
+    CHECKF(timed && strstr(timed, "  library    0.500  cuDNN twin    0.250  runs the twin    step 0: ") &&
+               !strstr(timed, "step 1:"),
+           "report:\n%s", both.s ? both.s : "");
     buf_free(&out);
     buf_free(&bare);
+    buf_free(&both);
     launch_plan_free(&lp);
     graph_free(&g);
 }

@@ -196,6 +196,10 @@ static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, Ct
     }
     for (int j = 0; j < st->nlib; j++)
         buf_printf(out, "%s%s", j ? " " : st->kind == LP_LIB ? " " : ", then ", st->lib[j].kernel);
+    if (st->twin)
+        buf_printf(out, "; cuDNN twin: convolution %s%s", dirs[st->conv.dir], st->nfallback ? ", then" : "");
+    for (int j = 0; st->twin && j < st->nfallback; j++)
+        buf_printf(out, " %s", st->fallback[j].kernel);
     for (int k = 0; k <= st->span; k++)
         for (int j = 0; j < fs[k].n; j++)
             buf_printf(out, "%s%s", k || j ? " " : " (", op_def(g->nodes[c->lp.fuse.nodes[fs[k].first + j]].op)->name);

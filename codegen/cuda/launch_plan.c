@@ -42,13 +42,13 @@ static int plain_steps(void)
     return s && strcmp(s, "plain") == 0;
 }
 
-/* CTIMM_DWCONV=cudnn: depthwise convolutions over channels-last values
- * call cuDNN, as every other convolution, instead of the library's
- * kernels (lib_dw_conv): the two compared on a device without a rebuild. */
-static int dw_cudnn(void)
+int lp_dw_mode(LpDwMode *mode, CtErr *err)
 {
     const char *s = getenv("CTIMM_DWCONV");
-    return s && strcmp(s, "cudnn") == 0;
+    *mode = !s || !*s || !strcmp(s, "auto") ? LP_DW_AUTO : !strcmp(s, "lib") ? LP_DW_LIB : LP_DW_CUDNN;
+    if (*mode == LP_DW_CUDNN && strcmp(s, "cudnn"))
+        return ct_fail(err, "CTIMM_DWCONV=%s: use auto, lib or cudnn", s);
+    return 0;
 }
 
 /* Whether values a and b, placed at `offset` (PLAN_NONE: elsewhere), share a byte. */
@@ -326,6 +326,43 @@ static void mirror_filter(const Graph *g, LaunchPlan *lp, LpStep *st)
     lp->scratch_bytes = bytes > lp->scratch_bytes ? bytes : lp->scratch_bytes;
 }
 
+/* The cuDNN twin of depthwise step st, made from fusion step s (and the
+ * bias gradient's step after it where st spans that): the call the step
+ * is without the library's kernels, with its filter copy, then in
+ * `fallback` the launches of its epilogue's rest and of the spanned step.
+ * In node order, so the memory plan made for st holds for it too. */
+static int dw_twin(const Graph *g, LaunchPlan *lp, int s, LpStep *st, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    if (conv_desc(g, &lp->fuse, fs, &st->conv, err))
+        return -1;
+    if (st->conv.x_nhwc && !st->conv.w_nhwc)
+        mirror_filter(g, lp, st);
+    LpStep rest = {.kind = LP_LIB};
+    if (add_launches(g, lp, fs, st->conv.epi.tail, &rest, err)) {
+        free(rest.lib);
+        return -1;
+    }
+    CT_ASSERT(rest.kind == LP_LIB); /* the library step ran these nodes and more */
+    if (st->span) {
+        const Node *db = &g->nodes[lp->fuse.nodes[fs[1].first]];
+        int count;
+        size_t scratch;
+        rest.lib = realloc(rest.lib, sizeof *rest.lib * (size_t)(rest.nlib + LIB_MAX_LAUNCHES));
+        CT_ASSERT(rest.lib != NULL);
+        if (lib_launches(g, lp->sms, db, rest.lib + rest.nlib, &count, &scratch, err)) {
+            free(rest.lib);
+            return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs[1].first], op_def(db->op)->name);
+        }
+        rest.nlib += count;
+        lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    }
+    st->fallback = rest.lib;
+    st->nfallback = rest.nlib;
+    st->twin = 1;
+    return 0;
+}
+
 /* A library step: GEMM, convolution, or library kernels. */
 static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
 {
@@ -337,7 +374,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return gemm_desc(g, &lp->fuse, fs, &st->gemm, err) || add_launches(g, lp, fs, st->gemm.epi.tail, st, err);
     }
     int conv = op == CT_OP_conv2d || op == CT_OP_conv2d_grad_input || op == CT_OP_conv2d_grad_weight;
-    if (conv && !lp->dw_cudnn && lib_dw_conv_fits(g, first)) {
+    if (conv && lib_dw_conv_fits(g, first)) {
         /* a forward's activation in its store, which the memory plan may have put over x, read to the end; a
          * filter gradient's bias gradient, the next step (dy's sum), in its passes over dy: that step spanned */
         const FuseStep *ns = s + 1 < lp->fuse.nsteps ? fs + 1 : NULL;
@@ -356,7 +393,9 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
             return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs->first], op_def(op)->name);
         lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
         st->span = db != NULL;
-        return add_launches(g, lp, fs, act ? 2 : 1, st, err);
+        if (add_launches(g, lp, fs, act ? 2 : 1, st, err))
+            return -1;
+        return act || st->kind != LP_LIB ? 0 : dw_twin(g, lp, s, st, err);
     }
     if (conv) {
         LpStep *st = add_step(lp, LP_CONV, s);
@@ -773,7 +812,6 @@ static int plan_kernels(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     memset(lp, 0, sizeof *lp);
     lp->sms = sms;
     lp->plain = plain_steps();
-    lp->dw_cudnn = dw_cudnn();
     if (fuse_plan(g, &lp->fuse, err))
         return -1;
     fuse_ordered_graph(g, &lp->fuse, &lp->og);
@@ -954,6 +992,11 @@ int launch_plan_check(const Graph *g, const LaunchPlan *lp, CtErr *err)
             ct_fail(err, "step %d: %d epilogue nodes but %d launches", i, fs->n - tail, st->nlib);
             goto done;
         }
+        if (st->twin && (st->kind != LP_LIB || st->conv.groups != st->conv.c || st->span > 1 ||
+                         st->nfallback < fs->n - st->conv.epi.tail + st->span)) {
+            ct_fail(err, "step %d: its twin is not a depthwise convolution's call with a launch per node after it", i);
+            goto done;
+        }
         if (st->span && st->kind == LP_GEMM &&
             (st->span != 1 || st->gemm.epi.bgrad < 0 || st->nfallback < 1 ||
              st->gemm.epi.bgrad != g->nodes[lp->fuse.nodes[lp->fuse.steps[st->fuse_step + 1].first]].out[0])) {
@@ -1006,21 +1049,23 @@ done:
     return rc;
 }
 
-void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, CtBuf *out)
+void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, int twin, CtBuf *out)
 {
     static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
     const LpStep *st = &lp->steps[s];
     const FuseStep *fs = &lp->fuse.steps[st->fuse_step];
-    switch (st->kind) {
+    twin = twin && st->twin;
+    switch (twin ? LP_CONV : st->kind) {
     case LP_KERNEL: buf_printf(out, "kernel"); break;
     case LP_GEMM: buf_printf(out, "cuBLASLt GEMM"); break;
-    case LP_CONV: buf_printf(out, "cuDNN conv %s", dirs[st->conv.dir]); break;
+    case LP_CONV: buf_printf(out, "cuDNN conv %s%s", dirs[st->conv.dir], twin ? " twin" : ""); break;
     case LP_LIB: buf_printf(out, "library"); break;
     case LP_COPY: buf_printf(out, "copy"); break;
     case LP_UNSUPPORTED: buf_printf(out, "unsupported"); break;
     }
-    for (int j = 0; j < st->nlib; j++)
-        buf_printf(out, " %s", st->lib[j].kernel);
+    const LibLaunch *l = twin ? st->fallback : st->lib;
+    for (int j = 0; j < (twin ? st->nfallback : st->nlib); j++)
+        buf_printf(out, " %s", l[j].kernel);
     buf_printf(out, " (");
     int shown = 0, ops = 0;
     for (int k = 0; k <= st->span; k++)

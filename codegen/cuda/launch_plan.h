@@ -24,10 +24,16 @@
  * compute follow as LP_LIB launches in the same LpStep (`lib`).
  *
  * A depthwise convolution over channels-last values (lib_dw_conv_fits:
- * groups = channels, taps at most 7 wide) runs the library's kernels, its
- * filter gradient in two deterministic stages, where cuDNN's deterministic
- * algorithms for it were the slowest steps measured (bench/NOTES.md,
- * session 21); CTIMM_DWCONV=cudnn gives it to cuDNN as the rest.
+ * groups = channels, taps at most 7 wide) is a library step of the
+ * library's kernels, its filter gradient in two deterministic stages,
+ * where cuDNN's deterministic algorithms for it were the slowest steps
+ * measured (bench/NOTES.md, session 21). The step also carries its cuDNN
+ * `twin`, the same work as a cuDNN call and launches after it, and the
+ * executor runs whichever CTIMM_DWCONV says (lp_dw_mode): by default the
+ * one that timed faster on the device, once per shape, the winner kept
+ * with the libraries' algorithm choices. A depthwise forward storing its
+ * activation (inference's folded SiLU) has no twin: cuDNN's output would
+ * need a place the plan did not give it.
  *
  * Memory: graph inputs and persistent state live in their own device
  * blocks; every other value has an offset in one device block of
@@ -108,8 +114,11 @@ typedef struct LpStep {
     LibLaunch *lib;         /* LP_LIB, and the epilogue left by LP_GEMM/LP_CONV */
     int nlib;
     LibLaunch *fallback;    /* LP_GEMM with gemm.epi.bgrad: the spanned reduction's launches, run after the
-                             * call in its place where the library refuses that epilogue */
+                             * call in its place where the library refuses that epilogue; a twin's launches
+                             * after its call */
     int nfallback;
+    int twin;               /* LP_LIB: a depthwise convolution whose `lib` may instead run as the cuDNN call
+                             * `conv` (with `mirror` where `mirrored`) and then `fallback` */
     ValueId copy_src, copy_dst; /* LP_COPY */
     const char *op;         /* LP_UNSUPPORTED: the op without a kernel */
 } LpStep;
@@ -117,7 +126,6 @@ typedef struct LpStep {
 typedef struct LaunchPlan {
     int sms;              /* the device's multiprocessors it was made for */
     int plain;            /* made with CTIMM_CUDA_STEPS=plain: no step spanning others, no kept coefficients */
-    int dw_cudnn;         /* made with CTIMM_DWCONV=cudnn: depthwise convolutions on cuDNN too */
     FusePlan fuse;
     Graph og;             /* g's nodes in step order (owns its arrays; no names) */
     MemPlan mem;          /* over og */
@@ -142,13 +150,22 @@ typedef struct LaunchPlan {
  * backend's supports() (runtime/backend.h). */
 int launch_plan_supports(const Graph *g, const Node *n);
 
+/* Which way a depthwise step with a twin runs, from CTIMM_DWCONV: "auto"
+ * (or unset) the faster as timed on the device (where the libraries'
+ * choices are timed, lib_choice_timed; else, and on the cuda-sim, the
+ * library's kernels), "lib" the library's kernels, "cudnn" the twin.
+ * Fails naming another value. */
+typedef enum LpDwMode { LP_DW_AUTO, LP_DW_LIB, LP_DW_CUDNN } LpDwMode;
+int lp_dw_mode(LpDwMode *mode, CtErr *err);
+
 /* The plan of graph g for a device of `sms` multiprocessors. */
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err);
 void launch_plan_free(LaunchPlan *lp);
 
-/* What step s runs, for reports: its kind and library kernels, then the
- * first `nops` of its fused ops ("cuDNN conv fwd (conv2d)"). */
-void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, CtBuf *out);
+/* What step s runs, for reports: its kind and library kernels (a twin's
+ * call and launches where `twin`), then the first `nops` of its fused ops
+ * ("cuDNN conv fwd (conv2d)"). */
+void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, int twin, CtBuf *out);
 
 /* Blocks of LP_BLOCK threads for `items` work items of a grid-stride loop. */
 unsigned lp_grid(long long items, int sms);

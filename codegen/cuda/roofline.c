@@ -199,7 +199,7 @@ void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice 
     for (int s = 0; s < lp->nsteps; s++) {
         RooflineStep r = step_of(lp, g, producer, s, d, allow_tf32);
         CtBuf what = {0};
-        lp_step_label(lp, g, s, 4, &what);
+        lp_step_label(lp, g, s, 4, 0, &what);
         buf_printf(out, "%4d %9.2f  %-7s %7.3f %7.2f  %s\n", s, r.floor_s * 1e6, r.compute_bound ? "compute" : "memory",
                    r.flops / 1e9, r.bytes / 1e6, what.s);
         buf_free(&what);
@@ -215,7 +215,7 @@ void roofline_report(const LaunchPlan *lp, const Graph *g, const RooflineDevice 
     buf_printf(out, "the ten steps of the highest floor:\n");
     for (int i = 0; i < lp->nsteps && i < 10; i++) {
         CtBuf what = {0};
-        lp_step_label(lp, g, rank[i].step, 6, &what);
+        lp_step_label(lp, g, rank[i].step, 6, 0, &what);
         buf_printf(out, "  step %d: %.2f us, %s\n", rank[i].step, rank[i].floor_s * 1e6, what.s);
         buf_free(&what);
     }

@@ -7,15 +7,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "runtime/cuda/blaslt.h"
 #include "runtime/cuda/dnn.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/step_profile.h"
+#include "runtime/cuda/twin_choice.h"
 
 enum { STREAM_NON_BLOCKING = 1, CAPTURE_THREAD_LOCAL = 1 };
 #define GEMM_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's advice for Hopper */
 #define CONV_WORKSPACE ((size_t)256 << 20)
+#define TWIN_RUNS 5 /* a depthwise step's way timed over these runs, after one to warm up */
 
 struct CudaExec {
     CudaExecOptions opt;
@@ -43,7 +46,11 @@ struct CudaLoaded {
     CUfunction *mirrorfn; /* per step: its filter copy's kernel, where mirrored */
     BlasLtCall *gemm;    /* per step */
     char *unfused;       /* per step: cuBLASLt refused its bias gradient's epilogue; the fallback runs */
-    DnnCall *conv;       /* per step */
+    DnnCall *conv;       /* per step: LP_CONV's call, and a twin's where it may run (twin_wanted) */
+    unsigned char *twin_on; /* per step: its twin runs instead of its library kernels */
+    float *twin_ms;      /* per step, two: each way's time as timed (TwinChoice.ms), for the profile */
+    LpDwMode dw_mode;    /* CTIMM_DWCONV */
+    int timed;           /* the libraries' choices timed (lib_choice_timed) */
     size_t *in_off;      /* per value: offset in the input block, or PLAN_NONE */
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
     size_t in_bytes, st_bytes, workspace_bytes;
@@ -238,6 +245,13 @@ static void free_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
 
 static size_t most(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Whether step st's twin is prepared: it is to run (CTIMM_DWCONV=cudnn),
+ * or to be timed against the library's kernels. */
+static int twin_wanted(const CudaLoaded *ld, const LpStep *st)
+{
+    return st->twin && (ld->dw_mode == LP_DW_CUDNN || (ld->dw_mode == LP_DW_AUTO && ld->timed));
+}
+
 /* Device buffers to time cuDNN's candidates on (cudnnFind*Ex, as torch's
  * cudnn.benchmark) and cuBLASLt's (blaslt_choose), as large as the
  * program's largest convolution and GEMM need, freed once every choice is
@@ -250,7 +264,7 @@ static int alloc_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
     size_t bx = 0, bw = 0, by = 0, baux = 0, bbias = 0;
     for (int s = 0; s < ld->lp->nsteps; s++) {
         const LpStep *st = &ld->lp->steps[s];
-        if (st->kind == LP_CONV) {
+        if (st->kind == LP_CONV || twin_wanted(ld, st)) {
             const ConvDesc *c = &st->conv;
             bx = most(bx, (size_t)(c->n * c->c * c->h * c->w) * ct_dtype_size(c->x_type));
             bw = most(bw, (size_t)(c->k * (c->c / c->groups) * c->r * c->s) * ct_dtype_size(c->w_type));
@@ -290,10 +304,9 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
     ChoiceScratch sc = {0};
-    int timed;
-    if (lib_choice_timed(&timed, err))
+    if (lib_choice_timed(&ld->timed, err) || lp_dw_mode(&ld->dw_mode, err))
         return -1;
-    timed = timed && alloc_choice_scratch(ld, &sc);
+    int timed = ld->timed && alloc_choice_scratch(ld, &sc);
     int rc = 0;
     for (int s = 0; s < ld->lp->nsteps && !rc; s++) {
         const LpStep *st = &ld->lp->steps[s];
@@ -320,9 +333,14 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
             }
             if (ld->gemm[s].workspace > ld->workspace_bytes)
                 ld->workspace_bytes = ld->gemm[s].workspace;
-        } else if (st->kind == LP_CONV) {
+        } else if (st->kind == LP_CONV || twin_wanted(ld, st)) {
             if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device,
                             timed ? &sc.dnn : NULL, &ld->conv[s], err)) {
+                if (st->kind == LP_LIB && ld->dw_mode == LP_DW_AUTO) { /* no twin to time: the library's kernels */
+                    if (err)
+                        err->msg[0] = '\0';
+                    continue;
+                }
                 rc = ct_failctx(err, "step %d (convolution)", s);
                 break;
             }
@@ -380,6 +398,8 @@ static int alloc_staging(CudaLoaded *ld, CtErr *err)
     return 0;
 }
 
+static int choose_twins(CudaLoaded *ld, CtErr *err);
+
 int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded **out, CtErr *err)
 {
     CudaLoaded *ld = calloc(1, sizeof *ld);
@@ -394,18 +414,22 @@ int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded
     ld->gemm = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->gemm);
     ld->unfused = calloc((size_t)ld->lp->nsteps + 1, 1);
     ld->conv = calloc((size_t)ld->lp->nsteps + 1, sizeof *ld->conv);
+    ld->twin_on = calloc((size_t)ld->lp->nsteps + 1, 1);
+    ld->twin_ms = calloc(2 * (size_t)ld->lp->nsteps + 1, sizeof *ld->twin_ms);
     ld->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->in_off);
     ld->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *ld->st_off);
-    CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->unfused && ld->conv && ld->in_off &&
-              ld->st_off);
+    CT_ASSERT(ld->kfn && ld->libfn && ld->mirrorfn && ld->gemm && ld->unfused && ld->conv && ld->twin_on &&
+              ld->twin_ms && ld->in_off && ld->st_off);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
         place_blocks(ld, &p->g, state, err) || load_modules(ld, err) || prepare_calls(ld, err) ||
-        alloc_memory(ld, err) || alloc_staging(ld, err))
+        alloc_memory(ld, err) || alloc_staging(ld, err) || choose_twins(ld, err))
         goto fail;
     if (ex->opt.profile) {
         ld->have_prof = 1; /* closed by cuda_loaded_free, also after a failed open */
         if (step_profile_open(&ld->prof, &ex->drv, ld->lp->nsteps, err))
             goto fail;
+        ld->prof.twin = ld->twin_on;
+        ld->prof.twin_ms = ld->twin_ms;
     }
     *out = ld;
     return 0;
@@ -461,6 +485,8 @@ void cuda_loaded_free(CudaLoaded *ld)
     free(ld->gemm);
     free(ld->unfused);
     free(ld->conv);
+    free(ld->twin_on);
+    free(ld->twin_ms);
     free(ld->in_off);
     free(ld->st_off);
     free(ld);
@@ -489,7 +515,7 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
 {
     CudaExec *ex = ld->ex;
     const LpStep *st = &ld->lp->steps[s];
-    int rc = 0;
+    int rc = 0, twin = ld->twin_on[s];
     if (st->kind == LP_KERNEL) {
         const KirKernel *k = &ld->lp->k[st->launch];
         CUdeviceptr *ptr = malloc(sizeof *ptr * (size_t)(k->nbufs + 1));
@@ -509,7 +535,7 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
         GemmPtrs p = {addr(ld, d->a), addr(ld, d->b), addr(ld, d->epi.d), addr(ld, d->epi.residual),
                       addr(ld, ld->unfused[s] || d->epi.bgrad < 0 ? d->epi.bias : d->epi.bgrad), addr(ld, d->epi.aux)};
         rc = blaslt_run(&ex->lt, &ld->gemm[s], &p, ld->workspace, ex->stream, err);
-    } else if (st->kind == LP_CONV) {
+    } else if (st->kind == LP_CONV || twin) {
         const ConvDesc *c = &st->conv;
         int back = c->dir == CONV_BWD_FILTER;
         ConvPtrs p = {addr(ld, c->x), st->mirrored ? ld->scratch : addr(ld, c->wt),
@@ -527,13 +553,102 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
                                               value_bytes(&ld->lp->og.values[st->copy_src]), ex->stream),
                       err, "copy of %%%d into %%%d", st->copy_src, st->copy_dst);
     }
-    for (int j = 0; !rc && j < st->nlib; j++)
+    for (int j = 0; !rc && !twin && j < st->nlib; j++)
         rc = launch_lib(ld, ld->libfn[s][j], &st->lib[j], err);
-    for (int j = 0; !rc && ld->unfused[s] && j < st->nfallback; j++)
+    for (int j = 0; !rc && (ld->unfused[s] || twin) && j < st->nfallback; j++)
         rc = launch_lib(ld, ld->libfn[s][st->nlib + j], &st->fallback[j], err);
     if (!rc && ex->opt.sync_each)
         rc = cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "running step %d", s);
     return rc ? ct_failctx(err, "step %d of %d", s, ld->lp->nsteps) : 0;
+}
+
+typedef struct TwinTime {
+    CudaLoaded *ld;
+    int s;
+} TwinTime;
+
+/* Step s run `way` (twin_choice.h): one run to warm up, then TWIN_RUNS
+ * between two events. */
+static int time_way(void *vctx, int way, float *ms, CtErr *err)
+{
+    const TwinTime *k = vctx;
+    CudaLoaded *ld = k->ld;
+    const CudaDriver *d = &ld->ex->drv;
+    CUevent ev[2] = {0};
+    ld->twin_on[k->s] = (unsigned char)way;
+    int rc = cu_check(ld->ex, d->EventCreate(&ev[0], 0), err, "cuEventCreate") ||
+             cu_check(ld->ex, d->EventCreate(&ev[1], 0), err, "cuEventCreate") || run_step(ld, k->s, err) ||
+             cu_check(ld->ex, d->EventRecord(ev[0], ld->ex->stream), err, "cuEventRecord");
+    for (int t = 0; !rc && t < TWIN_RUNS; t++)
+        rc = run_step(ld, k->s, err);
+    rc = rc || cu_check(ld->ex, d->EventRecord(ev[1], ld->ex->stream), err, "cuEventRecord") ||
+         cu_check(ld->ex, d->EventSynchronize(ev[1]), err, "running step %d", k->s) ||
+         cu_check(ld->ex, d->EventElapsedTime(ms, ev[0], ev[1]), err, "cuEventElapsedTime");
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            d->EventDestroy(ev[i]);
+    ld->twin_on[k->s] = 0;
+    *ms /= TWIN_RUNS;
+    return rc ? -1 : 0;
+}
+
+/* What a depthwise step's choice depends on: its convolution, the
+ * launches of both ways, cuDNN's algorithm for the twin, the library's
+ * image (its bytes' hash) and the device. */
+static void twin_key_parts(const CudaLoaded *ld, int s, char *key, size_t nkey, char *version, size_t nversion,
+                           char *options, size_t noptions)
+{
+    const LpStep *st = &ld->lp->steps[s];
+    conv_desc_key(&st->conv, key, nkey);
+    size_t at = strlen(key);
+    for (int j = 0; j < st->nlib + st->nfallback && at < nkey; j++) {
+        const LibLaunch *l = j < st->nlib ? &st->lib[j] : &st->fallback[j - st->nlib];
+        at += (size_t)snprintf(key + at, nkey - at, "%s%s:%lld", j == st->nlib ? " | " : " ", l->kernel, l->items);
+    }
+    const CudaImage *img = &ld->p->cuda.lib[lib_kernel_type(st->lib[0].kernel)];
+    snprintf(version, nversion, "cudnn %zu library %016llx", ld->ex->dnn.version,
+             (unsigned long long)XXH3_64bits(img->data, img->size));
+    snprintf(options, noptions, "runs=%d tf32=%d algo=%d math=%d fused=%d", TWIN_RUNS, ld->ex->opt.allow_tf32,
+             (int)ld->conv[s].algo.algo, (int)ld->conv[s].algo.math, ld->conv[s].fused);
+}
+
+/* Which way each depthwise step with a twin runs (lp_dw_mode). "auto"
+ * with the choices timed: both ways on the program's own buffers, before
+ * its first run (which fills them: zeroed first, so that no garbage's
+ * NaN path is timed), the faster kept for later processes; where cuDNN
+ * had no algorithm for the twin, the library's kernels. */
+static int choose_twins(CudaLoaded *ld, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    int zeroed = 0;
+    char device[192];
+    snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
+        if (!twin_wanted(ld, st) || !ld->conv[s].conv)
+            continue;
+        if (ld->dw_mode == LP_DW_CUDNN) {
+            ld->twin_on[s] = 1;
+            continue;
+        }
+        CUdeviceptr mem[4] = {ld->block, ld->inputs, ld->state, ld->scratch};
+        size_t bytes[4] = {ld->lp->device_bytes, ld->in_bytes, ld->st_bytes, ld->lp->scratch_bytes};
+        for (int i = 0; i < 4 && !zeroed; i++)
+            if (bytes[i] && cu_check(ex, ex->drv.MemsetD8Async(mem[i], 0, bytes[i], ex->stream), err,
+                                     "zeroing device memory to time the depthwise convolutions on"))
+                return -1;
+        zeroed = 1;
+        char key[1024], version[96], options[128];
+        twin_key_parts(ld, s, key, sizeof key, version, sizeof version, options, sizeof options);
+        CacheKeyParts parts = {.source = key, .target = device, .compiler = "ctimm library kernels or cudnn twin",
+                               .compiler_version = version, .options = options};
+        TwinChoice c;
+        if (twin_choose(&ex->choices, &parts, time_way, &(TwinTime){ld, s}, &c, err))
+            return ct_failctx(err, "step %d (a depthwise convolution's two ways timed)", s);
+        ld->twin_on[s] = (unsigned char)c.twin;
+        memcpy(&ld->twin_ms[2 * s], c.ms, sizeof c.ms);
+    }
+    return 0;
 }
 
 static int enqueue(CudaLoaded *ld, CtErr *err)

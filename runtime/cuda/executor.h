@@ -7,14 +7,17 @@
  *
  * CudaExec is the device: the primary context (shared with cuBLASLt and
  * cuDNN), one stream, the library handles and the store of cuDNN's and
- * cuBLASLt's algorithm choices (runtime/cuda/dnn.h, blaslt.h). CudaLoaded is one program loaded
+ * cuBLASLt's algorithm choices (runtime/cuda/dnn.h, blaslt.h) and of the
+ * ways depthwise steps run (twin_choice.h). CudaLoaded is one program loaded
  * on it: one module per image (cuModuleLoadData), the cuBLASLt and cuDNN
  * calls prepared once from the plan's descriptors, and device memory: one
  * block for the activations (the plan's arena and spill), one for the
  * graph inputs, one for the persistent state, the library kernels' scratch
  * and the libraries' workspace, and pinned host memory the inputs pass
  * through; out of memory says what the plan needs against what the device
- * has free, before anything is allocated.
+ * has free, before anything is allocated. Last, each depthwise step with a
+ * cuDNN twin (launch_plan.h) is given its way (CTIMM_DWCONV): timed both
+ * ways on that memory before the first run where the choices are timed.
  *
  * The state is uploaded before the first run and after
  * cuda_loaded_state_changed, downloaded only by cuda_loaded_state_to_host:

@@ -88,8 +88,9 @@ void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Grap
         double ms = sp->ms[s] / sp->counted, fl = floor_s ? floor_s[s] * 1e3 : 0;
         total += ms;
         total_floor += fl;
-        lp_step_label(lp, g, s, 1, &kind);
-        lp_step_label(lp, g, s, 6, &full);
+        int twin = sp->twin && sp->twin[s];
+        lp_step_label(lp, g, s, 1, twin, &kind);
+        lp_step_label(lp, g, s, 6, twin, &full);
         steps[s] = (Row){.what = full.s, .ms = ms, .floor_ms = fl, .steps = 1, .first = s};
         int k = 0;
         while (k < nkinds && strcmp(kinds[k].what, kind.s))
@@ -130,6 +131,17 @@ void step_profile_report(const StepProfile *sp, const LaunchPlan *lp, const Grap
             floor_cols(out, floor_s, &steps[s]);
             buf_printf(out, "  step %d: %s\n", steps[s].first, steps[s].what);
         }
+    }
+    for (int s = 0, said = 0; sp->twin_ms && s < n; s++) {
+        if (sp->twin_ms[2 * s] <= 0)
+            continue;
+        if (!said++)
+            buf_printf(out, "ctimm: cuda profile: depthwise steps timed both ways at load (ms a run):\n");
+        CtBuf what = {0};
+        lp_step_label(lp, g, s, 2, 0, &what);
+        buf_printf(out, "  library %8.3f  cuDNN twin %8.3f  runs the %-7s step %d: %s\n", sp->twin_ms[2 * s],
+                   sp->twin_ms[2 * s + 1], sp->twin && sp->twin[s] ? "twin" : "library", s, what.s);
+        buf_free(&what);
     }
     for (int k = 0; k < nkinds; k++)
         free(kinds[k].what);

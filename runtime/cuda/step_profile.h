@@ -10,7 +10,8 @@
  * device (cuda_program_floors: an H200 or H100) and its time over it,
  * then the steps that lose the most time above their floors: where the
  * kernels fall furthest short of the hardware, not only where the time
- * goes. Timing every step needs the steps
+ * goes. Last, the depthwise steps timed both ways at load, each way's time
+ * and which runs. Timing every step needs the steps
  * enqueued one by one, so a profiled program is never captured as a
  * graph: the launch gaps are in the figures.
  */
@@ -24,6 +25,9 @@ typedef struct StepProfile {
     const CudaDriver *drv;
     CUevent *ev; /* nsteps + 1 */
     double *ms;  /* per step, summed over the counted runs */
+    const unsigned char *twin; /* per step, 1 where it ran its cuDNN twin (launch_plan.h); NULL: none did */
+    const float *twin_ms;      /* per step, two: its library kernels' and its twin's time a run as timed at
+                                * load (twin_choice.h), 0 where not timed; NULL: none was */
     int nsteps, runs, counted;
 } StepProfile;
 

@@ -5,7 +5,10 @@
  * grids and arguments, in stream order, the state resident between syncs
  * and the bytes each run moves counted; kernels through the SIMT harness
  * (runtime/cuda_sim/simt.h), the library calls from their descriptors
- * (runtime/cuda_sim/calls.h). Device memory is host memory; under
+ * (runtime/cuda_sim/calls.h). A depthwise step runs its cuDNN twin with
+ * CTIMM_DWCONV=cudnn, else its library kernels: the harness times
+ * nothing, so "auto" runs what the executor runs untimed. Device memory
+ * is host memory; under
  * AddressSanitizer everything but the buffers of the step running is
  * poisoned, so a kernel or descriptor that reaches past its values stops
  * there. */
@@ -35,6 +38,7 @@ struct CtExec {
     size_t device_bytes; /* the host memory standing in for device memory */
     char *block, *inputs, *dstate, *scratch, *counters, *kept; /* counters: zero between launches */
     uint64_t seed;
+    LpDwMode dw_mode;
     int runs, state_stale;
     size_t moved_in, moved_out, moved_state;
 };
@@ -176,7 +180,7 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
     e->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->in_off);
     e->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->st_off);
     CT_ASSERT(e->in_off && e->st_off);
-    if (place_blocks(e, state, err) || load_modules(e, err)) {
+    if (lp_dw_mode(&e->dw_mode, err) || place_blocks(e, state, err) || load_modules(e, err)) {
         sim_free(e);
         return -1;
     }
@@ -254,7 +258,7 @@ static int run_step(CtExec *e, int s, CtErr *err)
     const LpStep *st = &e->lp->steps[s];
     const CudaProgram *c = &e->p->cuda;
     uint64_t salt = (uint64_t)e->runs << 32 | (uint64_t)s << 8;
-    int rc = 0;
+    int rc = 0, twin = st->twin && e->dw_mode == LP_DW_CUDNN;
     guard_all(e);
     if (st->kind == LP_KERNEL) {
         const KirKernel *k = &e->lp->k[st->launch];
@@ -278,7 +282,7 @@ static int run_step(CtExec *e, int s, CtErr *err)
             allow_value(e, vs[i]);
         sim_gemm(d, addr(e, d->a), addr(e, d->b), addr(e, d->epi.d), addr(e, d->epi.residual), addr(e, bias),
                  addr(e, d->epi.aux));
-    } else if (st->kind == LP_CONV) {
+    } else if (st->kind == LP_CONV || twin) {
         const ConvDesc *cd = &st->conv;
         int back = cd->dir == CONV_BWD_FILTER;
         ValueId out = cd->dir == CONV_FWD ? cd->epi.d : cd->y;
@@ -299,8 +303,10 @@ static int run_step(CtExec *e, int s, CtErr *err)
         allow_value(e, st->copy_dst);
         memmove(addr(e, st->copy_dst), addr(e, st->copy_src), value_bytes(&e->lp->og.values[st->copy_src]));
     }
-    for (int j = 0; !rc && j < st->nlib; j++)
+    for (int j = 0; !rc && !twin && j < st->nlib; j++)
         rc = launch_lib(e, &st->lib[j], salt | (uint64_t)(j + 3), err);
+    for (int j = 0; !rc && twin && j < st->nfallback; j++)
+        rc = launch_lib(e, &st->fallback[j], salt | (uint64_t)(j + 3), err);
     return rc ? ct_failctx(err, "step %d of %d", s, e->lp->nsteps) : 0;
 }
 

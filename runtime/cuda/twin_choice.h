@@ -1,0 +1,35 @@
+/*
+ * The faster of a step's two ways, timed once per shape and kept: a
+ * depthwise convolution's library kernels against its cuDNN twin
+ * (codegen/cuda/launch_plan.h). The executor times each way on the
+ * device; this keeps the winner in the store of measurements it keeps the
+ * libraries' algorithm choices in (ir/cache.h, opened first_wins), so a
+ * later process on the same device, cuDNN and library image times nothing
+ * and every process runs what the first one chose. No CUDA here: the
+ * store and the rule are tested on the host (tests/test_twin_choice.c).
+ */
+#ifndef CTIMM_TWIN_CHOICE_H
+#define CTIMM_TWIN_CHOICE_H
+
+#include <stdint.h>
+
+#include "ir/cache.h"
+
+/* As stored: which way won and what each took (ms a run, the means the
+ * timer gave). */
+typedef struct TwinChoice {
+    int32_t twin; /* 1: the twin, 0: the library's kernels */
+    float ms[2];  /* the library's kernels, the twin */
+} TwinChoice;
+
+/* Way 0 (the library's kernels) or 1 (the twin) timed: its mean time a run into *ms. */
+typedef int (*TwinTimeFn)(void *ctx, int way, float *ms, CtErr *err);
+
+/* The choice stored under `parts` in c, else both ways timed by `time`
+ * (library first) and the faster stored: the twin only where strictly
+ * faster. Fails with the timer's error, or on a stored entry of another
+ * size. */
+int twin_choose(KernelCache *c, const CacheKeyParts *parts, TwinTimeFn time, void *ctx, TwinChoice *out,
+                CtErr *err);
+
+#endif
