@@ -399,6 +399,7 @@ static int alloc_staging(CudaLoaded *ld, CtErr *err)
 }
 
 static int choose_twins(CudaLoaded *ld, CtErr *err);
+static int fit_workspace(CudaLoaded *ld, CtErr *err);
 
 int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded **out, CtErr *err)
 {
@@ -422,7 +423,8 @@ int cuda_load(CudaExec *ex, const CtProgram *p, const CtState *state, CudaLoaded
               ld->twin_ms && ld->in_off && ld->st_off);
     if (cu_check(ex, ex->drv.CtxSetCurrent(ex->ctx), err, "cuCtxSetCurrent") ||
         place_blocks(ld, &p->g, state, err) || load_modules(ld, err) || prepare_calls(ld, err) ||
-        alloc_memory(ld, err) || alloc_staging(ld, err) || choose_twins(ld, err))
+        alloc_memory(ld, err) || alloc_staging(ld, err) || choose_twins(ld, err) ||
+        fit_workspace(ld, err))
         goto fail;
     if (ex->opt.profile) {
         ld->have_prof = 1; /* closed by cuda_loaded_free, also after a failed open */
@@ -648,6 +650,33 @@ static int choose_twins(CudaLoaded *ld, CtErr *err)
         ld->twin_on[s] = (unsigned char)c.twin;
         memcpy(&ld->twin_ms[2 * s], c.ms, sizeof c.ms);
     }
+    return 0;
+}
+
+/* The libraries' workspace cut to what the calls that run need: a twin
+ * timed and not chosen may have needed more than any of them. */
+static int fit_workspace(CudaLoaded *ld, CtErr *err)
+{
+    CudaExec *ex = ld->ex;
+    size_t need = 0;
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
+        if (st->kind == LP_GEMM)
+            need = most(need, ld->gemm[s].workspace);
+        else if (st->kind == LP_CONV || ld->twin_on[s])
+            need = most(need, ld->conv[s].algo.workspace);
+    }
+    if (need >= ld->workspace_bytes)
+        return 0;
+    if (cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "timing the depthwise convolutions") ||
+        cu_check(ex, ex->drv.MemFree(ld->workspace), err, "cuMemFree of the workspace"))
+        return -1;
+    ld->device_bytes -= ld->workspace_bytes ? ld->workspace_bytes : 1;
+    ld->workspace = 0;
+    ld->workspace_bytes = need;
+    if (cu_check(ex, ex->drv.MemAlloc(&ld->workspace, need ? need : 1), err, "cuMemAlloc of %zu bytes", need))
+        return -1;
+    ld->device_bytes += need ? need : 1;
     return 0;
 }
 
