@@ -980,13 +980,11 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, 
                 }
                 for (int q = 0; q < Q; q++) {
                     const int wi = q - pw + S - 1;
-                    CT_UNROLL
-                    for (int s = 0; s + 1 < CT_DW_MAXS; s++)
-                        win[s] = win[s + 1];
+                    const CT_ACC in = wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
+                    /* a select per register, not a store at S - 1, which compilers index (local memory) */
                     CT_UNROLL
                     for (int s = 0; s < CT_DW_MAXS; s++)
-                        if (s == S - 1)
-                            win[s] = wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
+                        win[s] = s + 1 < CT_DW_MAXS && s + 1 < S ? win[s + 1 < CT_DW_MAXS ? s + 1 : s] : in;
                     const CT_ACC g = (CT_ACC)CT_LD(gr[(long long)q * C]);
                     CT_UNROLL
                     for (int s = 0; s < CT_DW_MAXS; s++) {
