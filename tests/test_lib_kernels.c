@@ -111,7 +111,11 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_dw_conv_f32"))
         ct_dw_conv_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), (int)I(8), (int)I(9),
                        (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15), (int)I(16), (int)I(17),
-                       (int)I(18), (int)I(19), (int)I(20), (int)I(21));
+                       (int)I(18), (int)I(19));
+    else if (!strcmp(k, "ct_dw_conv_act_f32"))
+        ct_dw_conv_act_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), (int)I(8), (int)I(9),
+                           (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15), (int)I(16),
+                           (int)I(17), (int)I(18), (int)I(19), (int)I(20), (int)I(21));
     else if (!strcmp(k, "ct_dw_conv_grad_w_f32"))
         ct_dw_conv_grad_w_f32(F(0), F(1), F(2), F(3), (int)I(4), (int)I(5), (int)I(6), (int)I(7), (int)I(8),
                               (int)I(9), (int)I(10), (int)I(11), (int)I(12), (int)I(13), (int)I(14), (int)I(15),

@@ -868,10 +868,15 @@ CT_GLOBAL CT_SFX(ct_pool_grad)(const CT_T *x, const unsigned char *am, const CT_
  * item's outputs are each loaded once into registers and every product
  * taken from them (unrolled to CT_DW_MAXS, so the indices are constants):
  * a load a product became a load for about two. Elsewhere each product
- * loads its column, divided only where b is not 1. */
-CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W, int C,
-                             int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw,
-                             int act, int approx)
+ * loads its column, divided only where b is not 1.
+ *
+ * The body of two kernels: ct_dw_conv (no activation: training's) and
+ * ct_dw_conv_act, so that the activation's registers (bf16 on sm_90: 84
+ * against 48, 3 blocks a multiprocessor against 5) are not the plain
+ * convolution's. */
+CT_DEVICE void CT_SFX(ct_dw_conv_body)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W,
+                                       int C, int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh,
+                                       int ow, int th, int tw, int act, int approx)
 {
     const int QB = (Q + CT_DW_QT - 1) / CT_DW_QT, slide = aw == 1 && bw == 1 && (tw == 1 || tw == -1);
     CT_LOOP(i, (long long)N * P * QB * C)
@@ -931,6 +936,19 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
                 yr[(long long)j * C] =
                     act < 0 ? CT_ST((float)acc[j]) : CT_ST(fx_act(act, approx, CT_LD(CT_ST((float)acc[j]))));
     }
+}
+
+CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W, int C,
+                             int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow, int th, int tw)
+{
+    CT_SFX(ct_dw_conv_body)(x, wt, bias, y, N, H, W, C, P, Q, R, S, ah, aw, bh, bw, oh, ow, th, tw, -1, 0);
+}
+
+CT_GLOBAL CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W,
+                                 int C, int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow,
+                                 int th, int tw, int act, int approx)
+{
+    CT_SFX(ct_dw_conv_body)(x, wt, bias, y, N, H, W, C, P, Q, R, S, ah, aw, bh, bw, oh, ow, th, tw, act, approx);
 }
 
 /* Its filter gradient, the first of two stages: work item (k, r, c) sums,

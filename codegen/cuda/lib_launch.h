@@ -189,7 +189,8 @@ int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act,
 /* The launches of a depthwise convolution n (conv2d, conv2d_grad_input or
  * conv2d_grad_weight; groups = channels) over channels-last activations,
  * as lib_launches: the filter's taps copied into scratch as [R, S, C],
- * then ct_dw_conv (the forward with its own bias; or the input gradient);
+ * then ct_dw_conv (the forward with its own bias; or the input gradient;
+ * ct_dw_conv_act where it stores the activation);
  * the filter gradient's partial sums in scratch, then their sum in order.
  * `next` (NULL: none), the node after n its kernels also compute: the
  * forward's activation (its output then stored alone), or the filter

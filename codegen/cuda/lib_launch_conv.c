@@ -146,7 +146,7 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *next, LibLau
     /* the kernel's input is dy [N, P, Q, C] for the gradient, its output dx [N, H, W, C] */
     int in_h = grad ? P : H, in_w = grad ? Q : W, out_h = grad ? H : P, out_w = grad ? W : Q;
     int QB = (out_w + CT_DW_QT - 1) / CT_DW_QT;
-    LibLaunch *k = begin(&b, "ct_dw_conv", t, (int64_t)N * out_h * QB * C);
+    LibLaunch *k = begin(&b, next ? "ct_dw_conv_act" : "ct_dw_conv", t, (int64_t)N * out_h * QB * C);
     a_val(k, o.in);
     a_scratch(k, 0);
     if (!grad && n->nin == 3)
@@ -160,8 +160,10 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *next, LibLau
                          grad ? sw : 1, grad ? ph : -ph, grad ? pw : -pw, grad ? -dh : dh, grad ? -dw : dw};
     for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++)
         a_i32(k, sizes[j]);
-    a_i32(k, next ? (int)next->op : -1);
-    a_i32(k, next && next->op == CT_OP_gelu && next->iattr[0]);
+    if (next) {
+        a_i32(k, (int)next->op);
+        a_i32(k, next->op == CT_OP_gelu && next->iattr[0]);
+    }
     *scratch = (size_t)shape_numel(f) * ct_dtype_size(t);
     *count = b.n;
     return 0;
