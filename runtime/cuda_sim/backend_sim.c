@@ -8,10 +8,9 @@
  * (runtime/cuda_sim/calls.h). A depthwise step runs its cuDNN twin with
  * CTIMM_DWCONV=cudnn, else its library kernels: the harness times
  * nothing, so "auto" runs what the executor runs untimed. Device memory
- * is host memory; under
- * AddressSanitizer everything but the buffers of the step running is
- * poisoned, so a kernel or descriptor that reaches past its values stops
- * there. */
+ * is host memory; under AddressSanitizer everything but the buffers of
+ * the step running is poisoned, so a kernel or descriptor that reaches
+ * past its values stops there. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
