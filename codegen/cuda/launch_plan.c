@@ -326,39 +326,35 @@ static void mirror_filter(const Graph *g, LaunchPlan *lp, LpStep *st)
     lp->scratch_bytes = bytes > lp->scratch_bytes ? bytes : lp->scratch_bytes;
 }
 
-/* The cuDNN twin of depthwise step st, made from fusion step s (and the
- * bias gradient's step after it where st spans that): the call the step
- * is without the library's kernels, with its filter copy, then in
- * `fallback` the launches of its epilogue's rest and of the spanned step.
- * In node order, so the memory plan made for st holds for it too. */
-static int dw_twin(const Graph *g, LaunchPlan *lp, int s, LpStep *st, CtErr *err)
+/* Convolution step st (LP_CONV) of fusion step fs: cuDNN's call, the
+ * filter's NHWC copy where it needs one, the epilogue's rest as launches. */
+static int conv_step(const Graph *g, LaunchPlan *lp, const FuseStep *fs, LpStep *st, CtErr *err)
 {
-    const FuseStep *fs = &lp->fuse.steps[s];
     if (conv_desc(g, &lp->fuse, fs, &st->conv, err))
         return -1;
     if (st->conv.x_nhwc && !st->conv.w_nhwc)
         mirror_filter(g, lp, st);
-    LpStep rest = {.kind = LP_LIB};
-    if (add_launches(g, lp, fs, st->conv.epi.tail, &rest, err)) {
-        free(rest.lib);
+    return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
+}
+
+/* The cuDNN twin of depthwise step st, made from fusion step s (and the
+ * bias gradient's step after it where st spans that): the step conv_step
+ * makes of s, its launches then the spanned step's in `fallback`. In node
+ * order, so the memory plan made for st holds for it too. */
+static int dw_twin(const Graph *g, LaunchPlan *lp, int s, LpStep *st, CtErr *err)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    LpStep call = {.kind = LP_CONV};
+    if (conv_step(g, lp, fs, &call, err) || (st->span && add_launches(g, lp, fs + 1, 0, &call, err))) {
+        free(call.lib);
         return -1;
     }
-    CT_ASSERT(rest.kind == LP_LIB); /* the library step ran these nodes and more */
-    if (st->span) {
-        const Node *db = &g->nodes[lp->fuse.nodes[fs[1].first]];
-        int count;
-        size_t scratch;
-        rest.lib = realloc(rest.lib, sizeof *rest.lib * (size_t)(rest.nlib + LIB_MAX_LAUNCHES));
-        CT_ASSERT(rest.lib != NULL);
-        if (lib_launches(g, lp->sms, db, rest.lib + rest.nlib, &count, &scratch, err)) {
-            free(rest.lib);
-            return ct_failctx(err, "node %d (%s)", lp->fuse.nodes[fs[1].first], op_def(db->op)->name);
-        }
-        rest.nlib += count;
-        lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
-    }
-    st->fallback = rest.lib;
-    st->nfallback = rest.nlib;
+    CT_ASSERT(call.kind == LP_CONV); /* the library step ran these nodes and more */
+    st->conv = call.conv;
+    st->mirrored = call.mirrored;
+    st->mirror = call.mirror;
+    st->fallback = call.lib;
+    st->nfallback = call.nlib;
     st->twin = 1;
     return 0;
 }
@@ -397,14 +393,8 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
             return -1;
         return act || st->kind != LP_LIB ? 0 : dw_twin(g, lp, s, st, err);
     }
-    if (conv) {
-        LpStep *st = add_step(lp, LP_CONV, s);
-        if (conv_desc(g, &lp->fuse, fs, &st->conv, err))
-            return -1;
-        if (st->conv.x_nhwc && !st->conv.w_nhwc)
-            mirror_filter(g, lp, st);
-        return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
-    }
+    if (conv)
+        return conv_step(g, lp, fs, add_step(lp, LP_CONV, s), err);
     LpStep *st = add_step(lp, LP_LIB, s);
     /* a permute that only relabels memory, to which the memory plan gave
      * its input's address (passes/plan.c's views): nothing to move */
