@@ -16,7 +16,7 @@
  * CTIMM_CUDA_STEPS=plain no library step spans another; depthwise
  * convolutions over channels-last values run the library's kernels (not
  * over NCHW ones), each with its cuDNN twin, in inference with their
- * activation (and no twin); CTIMM_DWCONV is read and checked. */
+ * activation (and no twin). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -433,17 +433,6 @@ static int dw_twin_ok(const Graph *g, const LaunchPlan *lp, const LpStep *st, co
 static void test_dw_convs(void)
 {
     static const char *const models[] = {"test_efficientnet", "test_convnext"};
-    LpDwMode mode_of;
-    CtErr bad;
-    setenv("CTIMM_DWCONV", "cuDNN", 1);
-    CHECKF(lp_dw_mode(&mode_of, &bad) != 0 && strstr(bad.msg, "CTIMM_DWCONV=cuDNN: use auto, lib or cudnn"),
-           "CTIMM_DWCONV=cuDNN accepted");
-    setenv("CTIMM_DWCONV", "lib", 1);
-    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_LIB);
-    setenv("CTIMM_DWCONV", "cudnn", 1);
-    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_CUDNN);
-    unsetenv("CTIMM_DWCONV");
-    CHECK(lp_dw_mode(&mode_of, &bad) == 0 && mode_of == LP_DW_AUTO);
     for (int m = 0; m < 2; m++)
         for (int mode = 0; mode < 2; mode++) {
             Graph g;

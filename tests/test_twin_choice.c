@@ -4,7 +4,8 @@
  * in a later process's cache (compiles forbidden), from disk, with no
  * timing; another key (device) is timed again; a timer's failure is
  * returned and nothing is kept; an entry of another size under the key is
- * refused. Works in a mkdtemp directory under /tmp, removed at the end. */
+ * refused; CTIMM_DWCONV's three values read, another refused naming it.
+ * Works in a mkdtemp directory under /tmp, removed at the end. */
 #include "runtime/cuda/twin_choice.h"
 
 #include <stdlib.h>
@@ -86,6 +87,18 @@ int main(void)
            "from disk: twin %d (%g, %g ms), timed %d times", got.twin, got.ms[0], got.ms[1], t.calls[0] + t.calls[1]);
     CHECK(twin_choose(&c, &h100, fake_time, &t, &got, &err) == 0 && got.twin == 0);
     cache_close(&c);
+
+    TwinMode mode_of;
+    CtErr bad;
+    setenv("CTIMM_DWCONV", "cuDNN", 1);
+    CHECKF(twin_mode(&mode_of, &bad) != 0 && strstr(bad.msg, "CTIMM_DWCONV=cuDNN: use auto, lib or cudnn"),
+           "CTIMM_DWCONV=cuDNN accepted");
+    setenv("CTIMM_DWCONV", "lib", 1);
+    CHECK(twin_mode(&mode_of, &bad) == 0 && mode_of == TWIN_LIB);
+    setenv("CTIMM_DWCONV", "cudnn", 1);
+    CHECK(twin_mode(&mode_of, &bad) == 0 && mode_of == TWIN_CUDNN);
+    unsetenv("CTIMM_DWCONV");
+    CHECK(twin_mode(&mode_of, &bad) == 0 && mode_of == TWIN_AUTO);
 
     CacheKeyParts odd = parts("sm_80 NVIDIA A100");
     const void *blob;

@@ -42,15 +42,6 @@ static int plain_steps(void)
     return s && strcmp(s, "plain") == 0;
 }
 
-int lp_dw_mode(LpDwMode *mode, CtErr *err)
-{
-    const char *s = getenv("CTIMM_DWCONV");
-    *mode = !s || !*s || !strcmp(s, "auto") ? LP_DW_AUTO : !strcmp(s, "lib") ? LP_DW_LIB : LP_DW_CUDNN;
-    if (*mode == LP_DW_CUDNN && strcmp(s, "cudnn"))
-        return ct_fail(err, "CTIMM_DWCONV=%s: use auto, lib or cudnn", s);
-    return 0;
-}
-
 /* Whether values a and b, placed at `offset` (PLAN_NONE: elsewhere), share a byte. */
 static int overlap_at(const Graph *g, const size_t *offset, ValueId a, ValueId b)
 {

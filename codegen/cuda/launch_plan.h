@@ -29,7 +29,7 @@
  * where cuDNN's deterministic algorithms for it were the slowest steps
  * measured (bench/NOTES.md, session 21). The step also carries its cuDNN
  * `twin`, the same work as a cuDNN call and launches after it, and the
- * executor runs whichever CTIMM_DWCONV says (lp_dw_mode): by default the
+ * executor runs whichever CTIMM_DWCONV says (runtime/cuda/twin_choice.h): by default the
  * one that timed faster on the device, once per shape, the winner kept
  * with the libraries' algorithm choices. A depthwise forward storing its
  * activation (inference's folded SiLU) has no twin: cuDNN's output would
@@ -149,14 +149,6 @@ typedef struct LaunchPlan {
 /* Whether the plan has a kernel or library call for node n: the cuda
  * backend's supports() (runtime/backend.h). */
 int launch_plan_supports(const Graph *g, const Node *n);
-
-/* Which way a depthwise step with a twin runs, from CTIMM_DWCONV: "auto"
- * (or unset) the faster as timed on the device (where the libraries'
- * choices are timed, lib_choice_timed; else, and on the cuda-sim, the
- * library's kernels), "lib" the library's kernels, "cudnn" the twin.
- * Fails naming another value. */
-typedef enum LpDwMode { LP_DW_AUTO, LP_DW_LIB, LP_DW_CUDNN } LpDwMode;
-int lp_dw_mode(LpDwMode *mode, CtErr *err);
 
 /* The plan of graph g for a device of `sms` multiprocessors. */
 int launch_plan(const Graph *g, int sms, LaunchPlan *lp, CtErr *err);

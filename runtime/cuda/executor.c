@@ -49,7 +49,7 @@ struct CudaLoaded {
     DnnCall *conv;       /* per step: LP_CONV's call, and a twin's where it may run (twin_wanted) */
     unsigned char *twin_on; /* per step: its twin runs instead of its library kernels */
     float *twin_ms;      /* per step, two: each way's time as timed (TwinChoice.ms), for the profile */
-    LpDwMode dw_mode;    /* CTIMM_DWCONV */
+    TwinMode dw_mode;    /* CTIMM_DWCONV */
     int timed;           /* the libraries' choices timed (lib_choice_timed) */
     size_t *in_off;      /* per value: offset in the input block, or PLAN_NONE */
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
@@ -249,7 +249,7 @@ static size_t most(size_t a, size_t b) { return a > b ? a : b; }
  * or to be timed against the library's kernels. */
 static int twin_wanted(const CudaLoaded *ld, const LpStep *st)
 {
-    return st->twin && (ld->dw_mode == LP_DW_CUDNN || (ld->dw_mode == LP_DW_AUTO && ld->timed));
+    return st->twin && (ld->dw_mode == TWIN_CUDNN || (ld->dw_mode == TWIN_AUTO && ld->timed));
 }
 
 /* Device buffers to time cuDNN's candidates on (cudnnFind*Ex, as torch's
@@ -304,7 +304,7 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     char device[192];
     snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
     ChoiceScratch sc = {0};
-    if (lib_choice_timed(&ld->timed, err) || lp_dw_mode(&ld->dw_mode, err))
+    if (lib_choice_timed(&ld->timed, err) || twin_mode(&ld->dw_mode, err))
         return -1;
     int timed = ld->timed && alloc_choice_scratch(ld, &sc);
     int rc = 0;
@@ -336,7 +336,7 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
         } else if (st->kind == LP_CONV || twin_wanted(ld, st)) {
             if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device,
                             timed ? &sc.dnn : NULL, &ld->conv[s], err)) {
-                if (st->kind == LP_LIB && ld->dw_mode == LP_DW_AUTO) { /* no twin to time: the library's kernels */
+                if (st->kind == LP_LIB && ld->dw_mode == TWIN_AUTO) { /* no twin to time: the library's kernels */
                     if (err)
                         err->msg[0] = '\0';
                     continue;
@@ -614,7 +614,7 @@ static void twin_key_parts(const CudaLoaded *ld, int s, char *key, size_t nkey, 
              (int)ld->conv[s].algo.algo, (int)ld->conv[s].algo.math, ld->conv[s].fused);
 }
 
-/* Which way each depthwise step with a twin runs (lp_dw_mode). "auto"
+/* Which way each depthwise step with a twin runs (twin_mode). "auto"
  * with the choices timed: both ways on the program's own buffers, before
  * its first run (which fills them: zeroed first, so that no garbage's
  * NaN path is timed), the faster kept for later processes; where cuDNN
@@ -629,7 +629,7 @@ static int choose_twins(CudaLoaded *ld, CtErr *err)
         const LpStep *st = &ld->lp->steps[s];
         if (!twin_wanted(ld, st) || !ld->conv[s].conv)
             continue;
-        if (ld->dw_mode == LP_DW_CUDNN) {
+        if (ld->dw_mode == TWIN_CUDNN) {
             ld->twin_on[s] = 1;
             continue;
         }

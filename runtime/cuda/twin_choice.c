@@ -3,6 +3,15 @@
 
 #include "runtime/cuda/twin_choice.h"
 
+int twin_mode(TwinMode *mode, CtErr *err)
+{
+    const char *s = getenv("CTIMM_DWCONV");
+    *mode = !s || !*s || !strcmp(s, "auto") ? TWIN_AUTO : !strcmp(s, "lib") ? TWIN_LIB : TWIN_CUDNN;
+    if (*mode == TWIN_CUDNN && strcmp(s, "cudnn"))
+        return ct_fail(err, "CTIMM_DWCONV=%s: use auto, lib or cudnn", s);
+    return 0;
+}
+
 typedef struct TimeCtx {
     TwinTimeFn time;
     void *ctx;

@@ -15,6 +15,14 @@
 
 #include "ir/cache.h"
 
+/* Which way a depthwise step with a twin runs, from CTIMM_DWCONV: "auto"
+ * (or unset) the faster as timed on the device (where the libraries'
+ * choices are timed, lib_choice_timed; else, and on the cuda-sim, the
+ * library's kernels), "lib" the library's kernels, "cudnn" the twin.
+ * Fails naming another value. */
+typedef enum TwinMode { TWIN_AUTO, TWIN_LIB, TWIN_CUDNN } TwinMode;
+int twin_mode(TwinMode *mode, CtErr *err);
+
 /* As stored: which way won and what each took (ms a run, the means the
  * timer gave). */
 typedef struct TwinChoice {

@@ -18,6 +18,7 @@
 #include "runtime/cuda_sim/backend_sim.h"
 
 #include "runtime/backend.h"
+#include "runtime/cuda/twin_choice.h"
 #include "runtime/cuda_sim/calls.h"
 #include "runtime/cuda_sim/simt.h"
 
@@ -37,7 +38,7 @@ struct CtExec {
     size_t device_bytes; /* the host memory standing in for device memory */
     char *block, *inputs, *dstate, *scratch, *counters, *kept; /* counters: zero between launches */
     uint64_t seed;
-    LpDwMode dw_mode;
+    TwinMode dw_mode;
     int runs, state_stale;
     size_t moved_in, moved_out, moved_state;
 };
@@ -179,7 +180,7 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
     e->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->in_off);
     e->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->st_off);
     CT_ASSERT(e->in_off && e->st_off);
-    if (lp_dw_mode(&e->dw_mode, err) || place_blocks(e, state, err) || load_modules(e, err)) {
+    if (twin_mode(&e->dw_mode, err) || place_blocks(e, state, err) || load_modules(e, err)) {
         sim_free(e);
         return -1;
     }
@@ -257,7 +258,7 @@ static int run_step(CtExec *e, int s, CtErr *err)
     const LpStep *st = &e->lp->steps[s];
     const CudaProgram *c = &e->p->cuda;
     uint64_t salt = (uint64_t)e->runs << 32 | (uint64_t)s << 8;
-    int rc = 0, twin = st->twin && e->dw_mode == LP_DW_CUDNN;
+    int rc = 0, twin = st->twin && e->dw_mode == TWIN_CUDNN;
     guard_all(e);
     if (st->kind == LP_KERNEL) {
         const KirKernel *k = &e->lp->k[st->launch];
