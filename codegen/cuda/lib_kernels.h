@@ -958,8 +958,7 @@ CT_GLOBAL CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias
  * dw), in CT_ACC, into part[((k * R + r) * S + s) * C + c] as float (half
  * the bytes of double: one wave of work items' partial sums is as large
  * at every stage, and at a late one, many channels over few rows, 40% of
- * what the stage reads); S at most
- * CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
+ * what the stage reads); S at most CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
  * 1), the S inputs under a column's taps stay in registers from one
  * column to the next, which loads the one new input. Where bpart is not
  * NULL, the items of filter row 0 also sum their rows of dy, every row
