@@ -482,7 +482,10 @@ static int run_compile(KernelCache *c, const CacheKeyParts *parts, const char *h
     *n = 0;
     int rc = compile(ctx, parts, blob, n, err);
     if (rc) {
-        ct_failctx(err, "compiling kernel %s", hex);
+        if (c->first_wins) /* a measurement (runtime/cuda's choices), not a compile */
+            ct_failctx(err, "timing %s's candidates (entry %s)", parts->compiler ? parts->compiler : "the", hex);
+        else
+            ct_failctx(err, "compiling kernel %s", hex);
         return rc == CT_INTERRUPTED ? rc : -1;
     }
     if (!*blob || !*n) {

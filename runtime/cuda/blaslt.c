@@ -30,13 +30,21 @@ static int lt_fail(const BlasLt *b, CtErr *err, const char *what, cublasStatus_t
     return ct_fail(err, "cuBLASLt %s: %s (%d)", what, fns(b)->cublasLtGetStatusName(s), (int)s);
 }
 
-/* The library CMake found (CTIMM_CUBLASLT_PATH), else its file name on the
- * loader's search path. Never unloaded (RTLD_NODELETE): a C++ library's
- * static state (libstdc++'s exception pool, cuBLAS's own allocations) does
- * not come back when it is, and LeakSanitizer then reports it lost. */
+/* $CTIMM_LIBCUBLASLT where set (as $CTIMM_LIBCUDA for the driver: another
+ * cuBLAS than the build's, or tests/fake_gpu), else the library CMake found
+ * (CTIMM_CUBLASLT_PATH), else its file name on the loader's search path.
+ * Never unloaded (RTLD_NODELETE): a C++ library's static state
+ * (libstdc++'s exception pool, cuBLAS's own allocations) does not come back
+ * when it is, and LeakSanitizer then reports it lost. */
+static const char *lib_path(void)
+{
+    const char *env = getenv("CTIMM_LIBCUBLASLT");
+    return env && *env ? env : CTIMM_CUBLASLT_PATH;
+}
+
 static void *open_lib(CtErr *err)
 {
-    const char *path = CTIMM_CUBLASLT_PATH, *base = strrchr(path, '/');
+    const char *path = lib_path(), *base = strrchr(path, '/');
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!lib && base)
         lib = dlopen(base + 1, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -58,7 +66,7 @@ int blaslt_open(BlasLt *b, CtErr *err)
 #define X(name)                                                                                                  \
     if (!(*(void **)&f->name = dlsym(b->lib, #name))) {                                                          \
         blaslt_close(b);                                                                                         \
-        return ct_fail(err, "cuBLASLt: %s lacks %s (too old a cuBLAS?)", CTIMM_CUBLASLT_PATH, #name);            \
+        return ct_fail(err, "cuBLASLt: %s lacks %s (too old a cuBLAS?)", lib_path(), #name);                     \
     }
     LT_ENTRIES(X)
 #undef X

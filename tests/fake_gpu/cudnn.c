@@ -1,0 +1,481 @@
+/* Contract: the cuDNN entry points runtime/cuda/dnn.c calls, with cuDNN's
+ * own types (cudnn.h), over the fake driver's memory: descriptors are kept
+ * and checked against each other and the pointers against them; the
+ * convolutions compute nothing. Algorithms: every one of a direction is a
+ * candidate, each deterministic; an algorithm's workspace is
+ * fake_gpu_set_depthwise_workspace's for a depthwise convolution, else 4
+ * KiB per algorithm number. The fused forward takes an identity
+ * activation with IMPLICIT_PRECOMP_GEMM alone, as cuDNN does. */
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/fake_gpu/fake_internal.h"
+
+struct cudnnContext {
+    CUstream stream;
+};
+struct cudnnTensorStruct {
+    int set, nhwc, n, c, h, w;
+    cudnnDataType_t type;
+};
+struct cudnnFilterStruct {
+    int set, nhwc, k, c, r, s;
+    cudnnDataType_t type;
+};
+struct cudnnConvolutionStruct {
+    int set, pad_h, pad_w, u, v, dil_h, dil_w, groups;
+    cudnnMathType_t math;
+};
+struct cudnnActivationStruct {
+    int set;
+    cudnnActivationMode_t mode;
+};
+
+static size_t dw_workspace;
+void fake_gpu_set_depthwise_workspace(size_t bytes) { dw_workspace = bytes; }
+
+static cudnnStatus_t bad(const char *fmt, const char *what)
+{
+    fg_violation(fmt, what);
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+size_t cudnnGetVersion(void) { return 91400; }
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "refused by the fake cuDNN (its message is above)";
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    if (!(*h = calloc(1, sizeof **h)))
+        abort();
+    fg_count.dnn_handles++;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
+{
+    free(h);
+    fg_count.dnn_handles--;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    h->stream = (CUstream)s;
+    return fg_stream_ok(h->stream, "cudnnSetStream") ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+
+#define DESCRIPTOR(Type, Struct)                                                                                 \
+    cudnnStatus_t cudnnCreate##Type##Descriptor(cudnn##Type##Descriptor_t *d)                                   \
+    {                                                                                                            \
+        if (!(*d = calloc(1, sizeof(struct Struct))))                                                            \
+            abort();                                                                                             \
+        fg_count.dnn_descriptors++;                                                                              \
+        return CUDNN_STATUS_SUCCESS;                                                                             \
+    }                                                                                                            \
+    cudnnStatus_t cudnnDestroy##Type##Descriptor(cudnn##Type##Descriptor_t d)                                   \
+    {                                                                                                            \
+        free(d);                                                                                                 \
+        fg_count.dnn_descriptors--;                                                                              \
+        return CUDNN_STATUS_SUCCESS;                                                                             \
+    }
+DESCRIPTOR(Tensor, cudnnTensorStruct)
+DESCRIPTOR(Filter, cudnnFilterStruct)
+DESCRIPTOR(Convolution, cudnnConvolutionStruct)
+DESCRIPTOR(Activation, cudnnActivationStruct)
+
+static size_t type_size(cudnnDataType_t t)
+{
+    return t == CUDNN_DATA_HALF || t == CUDNN_DATA_BFLOAT16 ? 2 : t == CUDNN_DATA_DOUBLE ? 8 : 4;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n,
+                                         int c, int h, int w)
+{
+    if (n < 1 || c < 1 || h < 1 || w < 1 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC))
+        return bad("cudnnSetTensor4dDescriptor: %s", "a dimension below 1 or an unknown format");
+    *d = (struct cudnnTensorStruct){1, f == CUDNN_TENSOR_NHWC, n, c, h, w, t};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k,
+                                         int c, int r, int s)
+{
+    if (k < 1 || c < 1 || r < 1 || s < 1 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC))
+        return bad("cudnnSetFilter4dDescriptor: %s", "a dimension below 1 or an unknown format");
+    *d = (struct cudnnFilterStruct){1, f == CUDNN_TENSOR_NHWC, k, c, r, s, t};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v,
+                                              int dil_h, int dil_w, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute)
+{
+    if (pad_h < 0 || pad_w < 0 || u < 1 || v < 1 || dil_h < 1 || dil_w < 1 || compute != CUDNN_DATA_FLOAT ||
+        mode != CUDNN_CROSS_CORRELATION)
+        return bad("cudnnSetConvolution2dDescriptor: %s", "a negative pad, a stride or dilation below 1, or not "
+                                                          "cross-correlation in float");
+    *d = (struct cudnnConvolutionStruct){1, pad_h, pad_w, u, v, dil_h, dil_w, 1, CUDNN_DEFAULT_MATH};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groups)
+{
+    if (groups < 1)
+        return bad("%s: fewer than one group", "cudnnSetConvolutionGroupCount");
+    d->groups = groups;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
+{
+    d->math = m;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, cudnnActivationMode_t mode,
+                                           cudnnNanPropagation_t nan, double coef)
+{
+    d->set = 1;
+    d->mode = mode;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static size_t tensor_bytes(const struct cudnnTensorStruct *t)
+{
+    return (size_t)t->n * t->c * t->h * t->w * type_size(t->type);
+}
+
+static size_t filter_bytes(const struct cudnnFilterStruct *f)
+{
+    return (size_t)f->k * f->c * f->r * f->s * type_size(f->type);
+}
+
+/* The four descriptors of one convolution agree: channels and groups, the
+ * output's shape from the input's, the filter's and the convolution's. */
+static cudnnStatus_t conv_ok(const char *call, const struct cudnnTensorStruct *x, const struct cudnnFilterStruct *w,
+                             const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y)
+{
+    char why[256] = "";
+    if (!x->set || !w->set || !cv->set || !y->set)
+        snprintf(why, sizeof why, "a descriptor never set");
+    else if (x->c != w->c * cv->groups || w->k % cv->groups || y->c != w->k || x->n != y->n)
+        snprintf(why, sizeof why, "x %dx%d, filter %dx%d in %d groups, y %dx%d", x->n, x->c, w->k, w->c, cv->groups,
+                 y->n, y->c);
+    else {
+        int p = (x->h + 2 * cv->pad_h - cv->dil_h * (w->r - 1) - 1) / cv->u + 1;
+        int q = (x->w + 2 * cv->pad_w - cv->dil_w * (w->s - 1) - 1) / cv->v + 1;
+        if (p != y->h || q != y->w)
+            snprintf(why, sizeof why, "the output is %dx%d, y's descriptor says %dx%d", p, q, y->h, y->w);
+        else if (x->type != y->type || x->type != w->type)
+            snprintf(why, sizeof why, "x, the filter and y of different data types");
+    }
+    if (!why[0])
+        return CUDNN_STATUS_SUCCESS;
+    fg_violation("%s: %s", call, why);
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+static size_t workspace(const struct cudnnTensorStruct *x, const struct cudnnConvolutionStruct *cv, int algo)
+{
+    return cv->groups > 1 && cv->groups == x->c ? dw_workspace : (size_t)algo * 4096;
+}
+
+/* Each operand's bytes in one live allocation, and the workspace as large as the algorithm asks. */
+static cudnnStatus_t operands_ok(const char *call, const struct cudnnTensorStruct *x, const void *xp,
+                                 const struct cudnnFilterStruct *w, const void *wp, const struct cudnnTensorStruct *y,
+                                 const void *yp, const struct cudnnConvolutionStruct *cv, int algo, const void *ws,
+                                 size_t wsb)
+{
+    char what[128];
+    snprintf(what, sizeof what, "%s's x", call);
+    if (!fg_host((CUdeviceptr)(uintptr_t)xp, tensor_bytes(x), what))
+        return CUDNN_STATUS_BAD_PARAM;
+    snprintf(what, sizeof what, "%s's filter", call);
+    if (!fg_host((CUdeviceptr)(uintptr_t)wp, filter_bytes(w), what))
+        return CUDNN_STATUS_BAD_PARAM;
+    snprintf(what, sizeof what, "%s's y", call);
+    if (!fg_host((CUdeviceptr)(uintptr_t)yp, tensor_bytes(y), what))
+        return CUDNN_STATUS_BAD_PARAM;
+    size_t need = workspace(x, cv, algo);
+    if (wsb < need) {
+        fg_violation("%s: algorithm %d given %zu bytes of workspace, needs %zu", call, algo, wsb, need);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    snprintf(what, sizeof what, "%s's workspace", call);
+    if (wsb && !fg_host((CUdeviceptr)(uintptr_t)ws, wsb, what))
+        return CUDNN_STATUS_BAD_PARAM;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t run(cudnnHandle_t h, const char *call)
+{
+    if (!fg_stream_ok(h->stream, call))
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    fg_count.dnn_calls++;
+    FgOp op = fg_nop(call);
+    fg_enqueue(h->stream, &op);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* Every algorithm of the direction, in order, into perf; through a macro
+ * since the three directions' perf structs are three types. */
+#define RANK(perf, requested, returned, count, x, cv, math)                                                \
+    do {                                                                                                         \
+        int n_ = (count) < (requested) ? (count) : (requested);                                                  \
+        for (int a_ = 0; a_ < n_; a_++) {                                                                        \
+            memset(&(perf)[a_], 0, sizeof(perf)[a_]);                                                            \
+            (perf)[a_].algo = a_;                                                                                \
+            (perf)[a_].status = CUDNN_STATUS_SUCCESS;                                                            \
+            (perf)[a_].time = 1.0f + (float)a_;                                                                  \
+            (perf)[a_].memory = workspace((x), (cv), a_);                                                        \
+            (perf)[a_].determinism = CUDNN_DETERMINISTIC;                                                        \
+            (perf)[a_].mathType = (math);                                                                        \
+        }                                                                                                        \
+        *(returned) = n_;                                                                                        \
+    } while (0)
+
+/* A search that runs the candidates: on the stream's device, never inside a capture. */
+static cudnnStatus_t find_ok(cudnnHandle_t h, const char *call)
+{
+    if (fg_capturing()) {
+        fg_invalidate_capture(call);
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    }
+    if (!fg_stream_ok(h->stream, call))
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    fg_count.dnn_finds++;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                     const cudnnFilterDescriptor_t w,
+                                                     const cudnnConvolutionDescriptor_t cv,
+                                                     const cudnnTensorDescriptor_t y, const int requested, int *returned,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perf)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionForwardAlgorithm_v7", x, w, cv, y);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, x, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+                                                          const cudnnTensorDescriptor_t dy,
+                                                          const cudnnConvolutionDescriptor_t cv,
+                                                          const cudnnTensorDescriptor_t dx, const int requested,
+                                                          int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionBackwardDataAlgorithm_v7", dx, w, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, dx, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                            const cudnnTensorDescriptor_t dy,
+                                                            const cudnnConvolutionDescriptor_t cv,
+                                                            const cudnnFilterDescriptor_t dw, const int requested,
+                                                            int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionBackwardFilterAlgorithm_v7", x, dw, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, x, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t x, const void *xp,
+                                                     const cudnnFilterDescriptor_t w, const void *wp,
+                                                     const cudnnConvolutionDescriptor_t cv,
+                                                     const cudnnTensorDescriptor_t y, void *yp, const int requested,
+                                                     int *returned, cudnnConvolutionFwdAlgoPerf_t *perf, void *ws,
+                                                     size_t wsb)
+{
+    const char *call = "cudnnFindConvolutionForwardAlgorithmEx";
+    cudnnStatus_t s = find_ok(h, call);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = conv_ok(call, x, w, cv, y);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, x, xp, w, wp, y, yp, cv, 0, ws, wsb);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, x, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+                                                          const void *wp, const cudnnTensorDescriptor_t dy,
+                                                          const void *dyp, const cudnnConvolutionDescriptor_t cv,
+                                                          const cudnnTensorDescriptor_t dx, void *dxp,
+                                                          const int requested, int *returned,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t *perf, void *ws,
+                                                          size_t wsb)
+{
+    const char *call = "cudnnFindConvolutionBackwardDataAlgorithmEx";
+    cudnnStatus_t s = find_ok(h, call);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = conv_ok(call, dx, w, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, dx, dxp, w, wp, dy, dyp, cv, 0, ws, wsb);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, dx, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                            const void *xp, const cudnnTensorDescriptor_t dy,
+                                                            const void *dyp, const cudnnConvolutionDescriptor_t cv,
+                                                            const cudnnFilterDescriptor_t dw, void *dwp,
+                                                            const int requested, int *returned,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t *perf, void *ws,
+                                                            size_t wsb)
+{
+    const char *call = "cudnnFindConvolutionBackwardFilterAlgorithmEx";
+    cudnnStatus_t s = find_ok(h, call);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = conv_ok(call, x, dw, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, x, xp, dw, dwp, dy, dyp, cv, 0, ws, wsb);
+    if (s == CUDNN_STATUS_SUCCESS)
+        RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, x, cv, cv->math);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                      const cudnnFilterDescriptor_t w,
+                                                      const cudnnConvolutionDescriptor_t cv,
+                                                      const cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *bytes)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionForwardWorkspaceSize", x, w, cv, y);
+    *bytes = workspace(x, cv, (int)algo);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+                                                           const cudnnTensorDescriptor_t dy,
+                                                           const cudnnConvolutionDescriptor_t cv,
+                                                           const cudnnTensorDescriptor_t dx,
+                                                           cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionBackwardDataWorkspaceSize", dx, w, cv, dy);
+    *bytes = workspace(dx, cv, (int)algo);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                             const cudnnTensorDescriptor_t dy,
+                                                             const cudnnConvolutionDescriptor_t cv,
+                                                             const cudnnFilterDescriptor_t dw,
+                                                             cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes)
+{
+    cudnnStatus_t s = conv_ok("cudnnGetConvolutionBackwardFilterWorkspaceSize", x, dw, cv, dy);
+    *bytes = workspace(x, cv, (int)algo);
+    return s;
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t x,
+                                      const void *xp, const cudnnFilterDescriptor_t w, const void *wp,
+                                      const cudnnConvolutionDescriptor_t cv, cudnnConvolutionFwdAlgo_t algo, void *ws,
+                                      size_t wsb, const void *beta, const cudnnTensorDescriptor_t y, void *yp)
+{
+    const char *call = "cudnnConvolutionForward";
+    cudnnStatus_t s = conv_ok(call, x, w, cv, y);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, x, xp, w, wp, y, yp, cv, (int)algo, ws, wsb);
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+}
+
+/* The bias a 1 x K x 1 x 1 tensor of y's K channels, in one allocation. */
+static cudnnStatus_t bias_ok(const char *call, const struct cudnnTensorStruct *b, const void *bp,
+                             const struct cudnnTensorStruct *y)
+{
+    if (!b->set || b->n != 1 || b->c != y->c || b->h != 1 || b->w != 1) {
+        fg_violation("%s: the bias is not 1 x %d x 1 x 1", call, y->c);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s's bias", call);
+    return fg_host((CUdeviceptr)(uintptr_t)bp, tensor_bytes(b), what) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+
+cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t h, const void *alpha1,
+                                                    const cudnnTensorDescriptor_t x, const void *xp,
+                                                    const cudnnFilterDescriptor_t w, const void *wp,
+                                                    const cudnnConvolutionDescriptor_t cv,
+                                                    cudnnConvolutionFwdAlgo_t algo, void *ws, size_t wsb,
+                                                    const void *alpha2, const cudnnTensorDescriptor_t z,
+                                                    const void *zp, const cudnnTensorDescriptor_t b, const void *bp,
+                                                    const cudnnActivationDescriptor_t act,
+                                                    const cudnnTensorDescriptor_t y, void *yp)
+{
+    const char *call = "cudnnConvolutionBiasActivationForward";
+    if (!act->set || (act->mode != CUDNN_ACTIVATION_RELU && act->mode != CUDNN_ACTIVATION_IDENTITY))
+        return bad("%s: the activation is neither ReLU nor identity", call);
+    if (act->mode == CUDNN_ACTIVATION_IDENTITY && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnStatus_t s = conv_ok(call, x, w, cv, y);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, x, xp, w, wp, y, yp, cv, (int)algo, ws, wsb);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = bias_ok(call, b, bp, y);
+    if (s == CUDNN_STATUS_SUCCESS && (z->n != y->n || z->c != y->c || z->h != y->h || z->w != y->w ||
+                                      !fg_host((CUdeviceptr)(uintptr_t)zp, tensor_bytes(z), "the fused call's z")))
+        s = bad("%s: z is not shaped as y, or not in one allocation", call);
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t w,
+                                           const void *wp, const cudnnTensorDescriptor_t dy, const void *dyp,
+                                           const cudnnConvolutionDescriptor_t cv, cudnnConvolutionBwdDataAlgo_t algo,
+                                           void *ws, size_t wsb, const void *beta, const cudnnTensorDescriptor_t dx,
+                                           void *dxp)
+{
+    const char *call = "cudnnConvolutionBackwardData";
+    cudnnStatus_t s = conv_ok(call, dx, w, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, dx, dxp, w, wp, dy, dyp, cv, (int)algo, ws, wsb);
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t x,
+                                             const void *xp, const cudnnTensorDescriptor_t dy, const void *dyp,
+                                             const cudnnConvolutionDescriptor_t cv,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void *ws, size_t wsb,
+                                             const void *beta, const cudnnFilterDescriptor_t dw, void *dwp)
+{
+    const char *call = "cudnnConvolutionBackwardFilter";
+    cudnnStatus_t s = conv_ok(call, x, dw, cv, dy);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = operands_ok(call, x, xp, dw, dwp, dy, dyp, cv, (int)algo, ws, wsb);
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+}
+
+/* C += A, A as C or a per-channel bias. */
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t a, const void *ap,
+                             const void *beta, const cudnnTensorDescriptor_t c, void *cp)
+{
+    const char *call = "cudnnAddTensor";
+    int same = a->n == c->n && a->c == c->c && a->h == c->h && a->w == c->w;
+    cudnnStatus_t s = same ? CUDNN_STATUS_SUCCESS : bias_ok(call, a, ap, c);
+    if (s == CUDNN_STATUS_SUCCESS && ((same && !fg_host((CUdeviceptr)(uintptr_t)ap, tensor_bytes(a), "cudnnAddTensor's A")) ||
+                                      !fg_host((CUdeviceptr)(uintptr_t)cp, tensor_bytes(c), "cudnnAddTensor's C")))
+        s = CUDNN_STATUS_BAD_PARAM;
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+}
+
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_t act, const void *alpha,
+                                     const cudnnTensorDescriptor_t x, const void *xp, const void *beta,
+                                     const cudnnTensorDescriptor_t y, void *yp)
+{
+    const char *call = "cudnnActivationForward";
+    if (!act->set || tensor_bytes(x) != tensor_bytes(y) ||
+        !fg_host((CUdeviceptr)(uintptr_t)xp, tensor_bytes(x), "cudnnActivationForward's x") ||
+        !fg_host((CUdeviceptr)(uintptr_t)yp, tensor_bytes(y), "cudnnActivationForward's y"))
+        return bad("%s: an activation never set, x and y of different sizes, or outside memory", call);
+    return run(h, call);
+}

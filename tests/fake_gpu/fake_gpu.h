@@ -1,0 +1,58 @@
+/*
+ * A GPU that is not there, for running the cuda executor (runtime/cuda/)
+ * on a machine without one: one shared library that is the CUDA driver
+ * ($CTIMM_LIBCUDA), cuBLASLt ($CTIMM_LIBCUBLASLT) and, linked into the test
+ * before the real library, cuDNN. Device memory is host memory at
+ * addresses of its own (from 2^44), so a stray pointer never lands in it.
+ * Kernels and library calls compute nothing: the SIMT harness
+ * (runtime/cuda_sim/) and the ref backend check what they compute. What
+ * this checks is everything around them that only a device would
+ * otherwise check, each breach a call that fails as the driver's would and
+ * a message kept for the test:
+ * - every pointer a kernel, a copy or a library call is given lies in a
+ *   live allocation (a kernel's 8-byte arguments, their sizes read off the
+ *   module's PTX, are pointers when they fall in the device's range), and
+ *   a library operand with its whole extent (dimensions, strides, batch);
+ * - cuDNN's and cuBLASLt's descriptors agree with each other (a
+ *   convolution's output shape, a GEMM's m, n and k), workspaces are as
+ *   large as the algorithm asked, epilogue vectors as long as D's side;
+ * - calls go to the stream made for them, with the context current;
+ *   nothing captured into a graph allocates, frees or waits;
+ * - launches fit the device's limits (1024 threads a block, a grid's y and
+ *   z below 65536, 48 KiB of dynamic shared memory, which is all a kernel
+ *   gets without cuFuncSetAttribute);
+ * - at the end nothing is left: fake_gpu_live counts what is open.
+ * Time passes only as the test says: each operation costs what
+ * fake_gpu_set_cost gives names starting like it (1 us otherwise), and
+ * events read that clock, so a test decides which of two timed ways wins.
+ */
+#ifndef CTIMM_FAKE_GPU_H
+#define CTIMM_FAKE_GPU_H
+
+#include <stddef.h>
+
+/* The device it plays: sm_91, which no NVRTC has, so images are PTX
+ * (compute_90), whose kernel parameters are plain text. */
+#define FAKE_GPU_CC 91
+
+/* Names starting with prefix (kernels' names, "cudnnConvolutionForward",
+ * "cublasLtMatmul", "memcpy", "memset") cost us microseconds a call; the
+ * longest prefix set wins. */
+void fake_gpu_set_cost(const char *prefix, double us);
+/* The workspace cuDNN's algorithms ask for a depthwise convolution (groups
+ * equal to channels); other convolutions ask for 4 KiB per algorithm number. */
+void fake_gpu_set_depthwise_workspace(size_t bytes);
+
+typedef struct FakeGpuCounts {
+    long allocations, host_allocations, modules, streams, events, graphs, graph_execs, contexts;
+    long dnn_handles, dnn_descriptors, lt_handles, lt_descriptors;
+    long launches, dnn_calls, dnn_finds, lt_matmuls, captures; /* so far */
+    size_t device_bytes;                                       /* live */
+} FakeGpuCounts;
+
+void fake_gpu_counts(FakeGpuCounts *c);
+/* The first breach seen, or NULL; fake_gpu_reset_violation forgets it. */
+const char *fake_gpu_violation(void);
+void fake_gpu_reset_violation(void);
+
+#endif

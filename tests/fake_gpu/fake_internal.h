@@ -1,0 +1,55 @@
+/* What the fake driver (driver.c) shares with the fake libraries
+ * (cudnn.c, cublaslt.c): device memory, streams, capture and the clock. */
+#ifndef CTIMM_FAKE_INTERNAL_H
+#define CTIMM_FAKE_INTERNAL_H
+
+#include <stddef.h>
+
+#include "runtime/cuda/driver.h"
+#include "tests/fake_gpu/fake_gpu.h"
+
+enum {
+    FG_ERROR_INVALID_VALUE = 1,
+    FG_ERROR_OUT_OF_MEMORY = 2,
+    FG_ERROR_INVALID_PTX = 218,
+    FG_ERROR_INVALID_CONTEXT = 201,
+    FG_ERROR_INVALID_HANDLE = 400,
+    FG_ERROR_NOT_FOUND = 500,
+    FG_ERROR_CAPTURE_UNSUPPORTED = 900,
+    FG_ERROR_CAPTURE_INVALIDATED = 901,
+};
+
+/* A breach: kept (the first one) and said on stderr. */
+void fg_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The host memory behind device bytes [p, p + bytes) of one live
+ * allocation; NULL, a breach naming `what`, where they are not. */
+void *fg_host(CUdeviceptr p, size_t bytes, const char *what);
+/* Whether p is in the device's address range (a pointer, not a number). */
+int fg_is_device(unsigned long long p);
+
+/* s is a live stream and the calling thread has the context current. */
+int fg_stream_ok(CUstream s, const char *what);
+/* The calling thread is capturing into a graph (calls that allocate,
+ * free or wait are refused, and end the capture's hope). */
+int fg_capturing(void);
+void fg_invalidate_capture(const char *why);
+
+/* One operation on stream s: run now (time passes), or recorded into the
+ * graph being captured. A copy or a fill moves real bytes. */
+typedef struct FgOp {
+    enum { FG_NOP, FG_COPY, FG_FILL, FG_EVENT } kind;
+    char name[48];
+    void *dst;
+    const void *src;
+    size_t bytes;
+    unsigned char value;
+    CUevent event;
+} FgOp;
+void fg_enqueue(CUstream s, const FgOp *op);
+FgOp fg_nop(const char *name);
+
+/* Counters the libraries keep. */
+extern FakeGpuCounts fg_count;
+
+#endif

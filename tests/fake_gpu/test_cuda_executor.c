@@ -1,0 +1,275 @@
+/* The cuda backend as it runs on a device (runtime/cuda: the executor, its
+ * cuDNN and cuBLASLt calls, the step profile), here on the fake GPU
+ * (tests/fake_gpu/fake_gpu.h), whose checks fail a call as the device
+ * would: every pointer in an allocation with its extent, descriptors that
+ * agree, workspaces as large as asked, nothing that waits or allocates in a
+ * captured graph, and nothing left open when closed. What the kernels
+ * compute is the SIMT harness's test (test_cuda_sim); this is the rest.
+ * test_convnext's channels-last f32 SGD step, whose depthwise convolutions
+ * have cuDNN twins: with cuDNN made slow, the library's kernels win the
+ * timing and the workspace the twins needed is given back; made fast, the
+ * twins win, run, and keep theirs; a later process with the same kernel
+ * cache times nothing and chooses the same; CTIMM_DWCONV=cudnn with
+ * cuDNN's heuristics runs every twin untimed; the step profile's events.
+ * Then steps as the benchmark's: test_vit's bf16 AMP step (cuBLASLt's
+ * epilogues: bias, GELU with its aux, bias gradients; attention),
+ * test_resnet's and test_efficientnet's bf16 and test_convnext's f16 in
+ * channels-last (cuDNN's fused forwards, the twins in low precision). Each loaded program runs three
+ * steps: eagerly, captured as a graph, replayed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/builder.h"
+#include "passes/pipeline.h"
+#include "runtime/backend.h"
+#include "tests/fake_gpu/fake_gpu.h"
+#include "tests/model_vectors.h"
+
+#define DW_WORKSPACE ((size_t)96 << 20)
+
+static char cache_root[256], *compile_cache;
+
+/* A kernel cache of its own for the libraries' choices of one scenario;
+ * the programs compile into the one the environment names, as every
+ * test's. */
+static void choices_in(const char *name)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", cache_root, name);
+    setenv("CTIMM_CACHE_DIR", dir, 1);
+}
+
+static void compile_in_default_cache(void)
+{
+    if (compile_cache)
+        setenv("CTIMM_CACHE_DIR", compile_cache, 1);
+    else
+        unsetenv("CTIMM_CACHE_DIR");
+}
+
+static void check_clean(const char *what)
+{
+    const char *v = fake_gpu_violation();
+    CHECKF(v == NULL, "%s: the fake GPU refused a call: %s", what, v);
+    fake_gpu_reset_violation();
+}
+
+static void check_nothing_open(const char *what)
+{
+    FakeGpuCounts c;
+    fake_gpu_counts(&c);
+    CHECKF(!c.allocations && !c.host_allocations && !c.modules && !c.streams && !c.events && !c.graphs &&
+               !c.graph_execs && !c.contexts && !c.dnn_handles && !c.dnn_descriptors && !c.lt_handles &&
+               !c.lt_descriptors && !c.device_bytes,
+           "%s: left open: %ld allocations (%zu bytes), %ld pinned, %ld modules, %ld streams, %ld events, %ld graphs, "
+           "%ld executable graphs, %ld context retains, %ld cuDNN handles, %ld cuDNN descriptors, %ld cuBLASLt "
+           "handles, %ld cuBLASLt descriptors",
+           what, c.allocations, c.device_bytes, c.host_allocations, c.modules, c.streams, c.events, c.graphs,
+           c.graph_execs, c.contexts, c.dnn_handles, c.dnn_descriptors, c.lt_handles, c.lt_descriptors);
+}
+
+typedef struct Loaded {
+    size_t device_bytes;
+    long finds, dnn_calls_a_step, launches_to_load;
+} Loaded;
+
+/* Program p loaded over init's copy and run three times (eager, captured,
+ * replayed), the state downloaded, closed; what it did into *out. */
+static void load_and_run(const char *what, const CtProgram *p, const Graph *g, const CtState *init,
+                         const CtTensor *in, int nin, Loaded *out)
+{
+    CtErr err;
+    CtState s;
+    CtExec *e = NULL;
+    FakeGpuCounts before, loaded, ran;
+    state_create(&s, g);
+    memcpy(s.data, init->data, init->nbytes);
+    fake_gpu_counts(&before);
+    int rc = ct_backend_cuda.prepare(p, &s, &e, &err);
+    CHECKF(rc == 0, "%s: loading: %s", what, err.msg);
+    fake_gpu_counts(&loaded);
+    memset(out, 0, sizeof *out);
+    if (rc == 0) {
+        out->device_bytes = ct_backend_cuda.device_bytes(e);
+        out->finds = loaded.dnn_finds - before.dnn_finds;
+        out->launches_to_load = loaded.launches - before.launches;
+        CHECKF(out->device_bytes == loaded.device_bytes - before.device_bytes,
+               "%s: the executor counts %zu device bytes, it allocated %zu", what, out->device_bytes,
+               (size_t)(loaded.device_bytes - before.device_bytes));
+        CtTensor *o = calloc((size_t)g->noutputs + 1, sizeof *o);
+        CT_ASSERT(o != NULL);
+        for (int step = 0; step < 3 && rc == 0; step++) {
+            FakeGpuCounts a, b;
+            fake_gpu_counts(&a);
+            rc = ct_backend_cuda.run(e, in, nin, o, &err);
+            CHECKF(rc == 0, "%s: step %d: %s", what, step, err.msg);
+            fake_gpu_counts(&b);
+            if (step == 0)
+                out->dnn_calls_a_step = b.dnn_calls - a.dnn_calls;
+            for (int k = 0; rc == 0 && k < g->noutputs; k++)
+                tensor_free(&o[k]);
+        }
+        free(o);
+        fake_gpu_counts(&ran);
+        if (rc == 0)
+            CHECKF(ran.captures - loaded.captures == (getenv("CTIMM_CUDA_PROFILE") ? 0 : 1),
+                   "%s: %ld captures in three steps", what, ran.captures - loaded.captures);
+        if (rc == 0)
+            CHECKF(ct_backend_cuda.state_to_host(e, &err) == 0, "%s: the state back: %s", what, err.msg);
+        ct_backend_cuda.free(e);
+    }
+    state_free(&s);
+    check_clean(what);
+    check_nothing_open(what);
+}
+
+typedef struct Model {
+    Vectors v;
+    Graph g;
+    CtState init;
+    CtProgram *p;
+} Model;
+
+static void model_close(Model *m)
+{
+    if (m->p)
+        program_free(m->p);
+    state_free(&m->init);
+    graph_free(&m->g);
+    st_free(&m->v.f);
+}
+
+/* The model's SGD step (f32 channels-last, or AMP in low), compiled for
+ * the device the cuda backend finds: the fake GPU. */
+static int model_open(Model *m, const char *name, CtDType low, int channels_last)
+{
+    CtErr err;
+    memset(m, 0, sizeof *m);
+    if (vectors_open(&m->v, name, 1))
+        return -1;
+    ModelSpec spec = {.batch_size = m->v.batch, .training = 1, .args = m->v.args};
+    Pipeline pl = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+                   .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
+                           .no_weight_decay = m->v.m->no_weight_decay},
+                   .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    if (model_build(m->v.m, &spec, &m->g, &err) || pipeline_run(&pl, &m->g, NULL, &err)) {
+        CHECKF(0, "%s: %s", name, err.msg);
+        st_free(&m->v.f);
+        return -1;
+    }
+    state_create(&m->init, &m->g);
+    CHECKF(state_load(&m->init, &m->v.f, "state.", &err) == 0, "%s: %s", name, err.msg);
+    ProgramOptions o = {0};
+    compile_in_default_cache();
+    int rc = ct_backend_cuda.target_options(&o, &err) || program_compile(&m->g, CT_TARGET_CUDA, &o, &m->p, &err);
+    CHECKF(rc == 0, "%s: compiling for the fake GPU: %s", name, err.msg);
+    CHECKF(rc || o.cuda_cc == FAKE_GPU_CC, "%s: compiled for sm_%d", name, o.cuda_cc);
+    check_clean(name);
+    if (rc)
+        model_close(m);
+    return rc ? -1 : 0;
+}
+
+static int twins(const CtProgram *p)
+{
+    int n = 0;
+    for (int s = 0; s < p->cuda.lp.nsteps; s++)
+        n += p->cuda.lp.steps[s].twin;
+    return n;
+}
+
+static void convnext(void)
+{
+    Model m;
+    if (model_open(&m, "test_convnext", CT_F32, 1))
+        return;
+    const CtProgram *p = m.p;
+    CHECKF(twins(p) > 0, "test_convnext channels-last f32: no depthwise step has a cuDNN twin");
+    fake_gpu_set_depthwise_workspace(DW_WORKSPACE);
+    Loaded lib, twin, again, forced;
+
+    fake_gpu_set_cost("cudnn", 1000);
+    choices_in("library-wins");
+    load_and_run("test_convnext, the library's kernels faster", p, &m.g, &m.init, m.v.in, 4, &lib);
+    CHECKF(lib.finds > 0 && lib.launches_to_load > 0, "the choices were not timed (%ld searches, %ld launches)",
+           lib.finds, lib.launches_to_load);
+
+    fake_gpu_set_cost("cudnn", 0.001);
+    fake_gpu_set_cost("ct_dw", 1000);
+    choices_in("twins-win");
+    load_and_run("test_convnext, the twins faster", p, &m.g, &m.init, m.v.in, 4, &twin);
+    CHECKF(twin.dnn_calls_a_step >= lib.dnn_calls_a_step + twins(p),
+           "the twins won their timing but a step made %ld cuDNN calls, %ld with the library's kernels (%d twins)",
+           twin.dnn_calls_a_step, lib.dnn_calls_a_step, twins(p));
+    CHECKF(twin.device_bytes >= lib.device_bytes + DW_WORKSPACE / 2,
+           "the twins' workspace: %zu device bytes with them, %zu without (the twins ask %zu)", twin.device_bytes,
+           lib.device_bytes, DW_WORKSPACE);
+
+    fake_gpu_set_cost("cudnn", 1000); /* a later process reads the choices: the costs no longer matter */
+    fake_gpu_set_cost("ct_dw", 1);
+    load_and_run("test_convnext, the twins' choices from the cache", p, &m.g, &m.init, m.v.in, 4, &again);
+    CHECKF(again.finds == 0 && again.launches_to_load == 0,
+           "the cached choices were timed again (%ld searches, %ld launches before the first step)", again.finds,
+           again.launches_to_load);
+    CHECKF(again.dnn_calls_a_step == twin.dnn_calls_a_step && again.device_bytes == twin.device_bytes,
+           "from the cache: %ld cuDNN calls a step and %zu bytes, as timed %ld and %zu", again.dnn_calls_a_step,
+           again.device_bytes, twin.dnn_calls_a_step, twin.device_bytes);
+
+    setenv("CTIMM_DWCONV", "cudnn", 1);
+    setenv("CTIMM_LIB_CHOICE", "heuristic", 1);
+    choices_in("heuristic");
+    load_and_run("test_convnext, CTIMM_DWCONV=cudnn with cuDNN's heuristics", p, &m.g, &m.init, m.v.in, 4, &forced);
+    CHECKF(forced.finds == 0 && forced.launches_to_load == 0, "heuristics: %ld searches, %ld launches", forced.finds,
+           forced.launches_to_load);
+    CHECKF(forced.dnn_calls_a_step == twin.dnn_calls_a_step, "CTIMM_DWCONV=cudnn: %ld cuDNN calls a step, not %ld",
+           forced.dnn_calls_a_step, twin.dnn_calls_a_step);
+    unsetenv("CTIMM_DWCONV");
+    unsetenv("CTIMM_LIB_CHOICE");
+
+    setenv("CTIMM_CUDA_PROFILE", "1", 1);
+    choices_in("profile");
+    load_and_run("test_convnext, profiled", p, &m.g, &m.init, m.v.in, 4, &forced);
+    unsetenv("CTIMM_CUDA_PROFILE");
+    printf("test_convnext channels-last f32 on the fake GPU: %d twins; %zu device bytes with the library's kernels, "
+           "%zu with the twins; %ld cuDNN calls a step, %ld with the twins\n",
+           twins(p), lib.device_bytes, twin.device_bytes, lib.dnn_calls_a_step, twin.dnn_calls_a_step);
+    model_close(&m);
+}
+
+/* A model's step as the benchmark's runs it, the choices timed. */
+static void bench_like(const char *name, CtDType low, int channels_last)
+{
+    Model m;
+    if (model_open(&m, name, low, channels_last))
+        return;
+    fake_gpu_set_cost("cudnn", 1); /* even: a twin's tie goes to the library's kernels */
+    fake_gpu_set_cost("ct_dw", 1);
+    Loaded l;
+    char what[128];
+    snprintf(what, sizeof what, "%s amp %s%s", name, low == CT_BF16 ? "bf16" : "f16",
+             channels_last ? " channels-last" : "");
+    choices_in(name);
+    load_and_run(what, m.p, &m.g, &m.init, m.v.in, 4, &l);
+    printf("%s on the fake GPU: %zu device bytes, %d twins, %ld cuDNN calls a step\n", what, l.device_bytes,
+           twins(m.p), l.dnn_calls_a_step);
+    model_close(&m);
+}
+
+int main(void)
+{
+    setenv("CTIMM_LIBCUDA", FAKE_GPU_LIB, 1);
+    setenv("CTIMM_LIBCUBLASLT", FAKE_GPU_LIB, 1);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(cache_root, sizeof cache_root, "%s/ctimm-test-executor-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CT_ASSERT(mkdtemp(cache_root) != NULL);
+    const char *env = getenv("CTIMM_CACHE_DIR");
+    compile_cache = env && *env ? strdup(env) : NULL;
+    convnext();
+    bench_like("test_vit", CT_BF16, 0);
+    bench_like("test_resnet", CT_BF16, 1);
+    bench_like("test_efficientnet", CT_BF16, 1);
+    bench_like("test_convnext", CT_F16, 1);
+    test_rm_tree(cache_root);
+    free(compile_cache);
+    return check_done("test_cuda_executor");
+}
