@@ -33,8 +33,13 @@
 # --budget: the whole run's seconds (default 420: a 15-minute device lease
 # then leaves room for a second call). --dry-run: on a machine without a GPU,
 # every stage that needs none runs (configure into a scratch folder, the
-# probe's and the tests' no-GPU paths, timm_gpu_bench.py's argument checks);
-# CI runs it (ctest gpu_check_dry_run) against its own build (--build-dir).
+# probe's and the tests' no-GPU paths, timm_gpu_bench.py's argument checks),
+# and ctimm's side of the steps and bench stages runs on the fake GPU
+# (tests/fake_gpu, where the build has it: every model compiled, loaded and
+# stepped as on the device, every call checked as a device checks it; its
+# times are not measurements, and the steps stage takes test_resnet alone
+# unless STEPS_MODELS says); CI runs it (ctest gpu_check_dry_run) against
+# its own build (--build-dir).
 # Environment: OUT (default /tmp/gpu_check_out), TRAIN_CPU=1 (the train
 # stage also on the cpu backend), STEPS_MODELS (the steps stage's
 # "model:img_size[:VAR=value]" list: a setting of the product's for that
@@ -73,10 +78,13 @@ DEPS=$ROOT/.gpu-deps
 mkdir -p "$OUT" "$WORK/logs"
 rm -f "$OUT/summary.csv" "$OUT/summary.txt" "$WORK"/logs/*
 echo "stage,rc,seconds,note" >"$OUT/summary.csv"
-# what every stage's shell starts from: the kernel cache shared, the paths found by env and deps
+# what every stage's shell starts from: the kernel cache shared (the dry
+# run's, the caller's: CI's two builds compile the fake GPU's kernels once),
+# the paths found by env and deps
 ENVSH=$WORK/env.sh
 {
-    echo "export XDG_CACHE_HOME=$WORK/cache PYTHONUNBUFFERED=1"
+    [ "$DRY" = 1 ] || echo "export XDG_CACHE_HOME=$WORK/cache"
+    echo "export PYTHONUNBUFFERED=1"
     echo "export PATH=\$PATH:/usr/local/cuda/bin"
 } >"$ENVSH"
 export ROOT WORK BUILD PREFIX DEPS DRY ENVSH OUT
@@ -261,6 +269,16 @@ fall_back() {
     printf '; the later stages run %s' "$2"
 }
 
+# The dry run's device: the fake GPU, for ctimm's commands alone (prefixed
+# with $ON_FAKE: cuDNN, linked into them, comes from the fake by
+# LD_PRELOAD; a sanitised build's fake brings its sanitiser's runtime,
+# which is then not the first library); 1 where the build has none.
+fake_gpu() {
+    local lib=$BUILD/tests/fake_gpu/libctimm_fake_gpu.so
+    [ -f "$lib" ] || { note "dry run: needs a GPU (no fake GPU in $BUILD)"; return 1; }
+    ON_FAKE="env CTIMM_LIBCUDA=$lib CTIMM_LIBCUBLASLT=$lib LD_PRELOAD=$lib ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+}
+
 # The README's main job on the GPU, then the same under AMP (the bench's
 # --amp-dtype, channels-last: the fused 16-bit batch norm gradients, which
 # the parity stage compares in eval only, trained end to end), then
@@ -290,48 +308,59 @@ st_train() {
 # test_resnet and the two batch-64 models: where the time goes.
 st_steps() {
     STAGE_NAME=steps
-    if [ "$DRY" = 1 ]; then note "dry run: needs a GPU"; return 0; fi
-    local m img roof=h200
+    local m img roof=h200 ON_FAKE="" models=${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}
+    if [ "$DRY" = 1 ]; then
+        fake_gpu || return 0
+        models=${STEPS_MODELS:-test_resnet:160}
+    fi
     local bs=${STEPS_BATCH:-64}
     case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in *H100*) roof=h100 ;; esac
-    for m in ${STEPS_MODELS:-test_resnet:160 resnet50:224 vit_base_patch16_224:224}; do
+    for m in $models; do
         set -- ${m//:/ }
         m=$1 img=$2
         echo "== $m train, batch $bs, --amp --channels-last${3:+, $3}"
-        env ${3:+"$3"} CTIMM_CUDA_PROFILE=1 timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench train -b "$bs" --img-size "$img" --amp \
+        env ${3:+"$3"} CTIMM_CUDA_PROFILE=1 timeout 60 $ON_FAKE "$BUILD/ctimm-bench" -m "$m" --bench train -b "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --device cuda --num-warm-iter 1 --num-bench-iter 2 </dev/null 2>&1 | grep -v '^Benchmark\|^Train \[' \
             || echo "$m: rc $?"
         # the floors of the same model's plan as ctimm-compile makes it (codegen/cuda/roofline.h)
         env ${3:+"$3"} "$BUILD/ctimm-compile" --model "$m" --train --batch-size "$bs" --img-size "$img" --amp \
             --amp-dtype "${AMP_DTYPE:-float16}" --channels-last --roofline "$roof" | sed -n '/^total:/,$p'
     done
-    note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log"
+    note "$(grep -c 'cuda profile, the mean' "$WORK/logs/steps.log") profiles in steps.log${ON_FAKE:+, on the fake GPU}"
+    [ -z "$ON_FAKE" ] || ! grep -q '^fake GPU: ' "$WORK/logs/steps.log"
 }
 
 # timm's benchmark.py eager, then ctimm-bench --device cuda, on bench/gpu_first.csv
 # (--amp --channels-last both); the side-by-side table is made at the end.
 st_bench() {
     STAGE_NAME=bench
-    local set=${BENCH_SET:-$ROOT/bench/gpu_first.csv} bpy=$DEPS/benchmark.py
+    local set=${BENCH_SET:-$ROOT/bench/gpu_first.csv} bpy=$DEPS/benchmark.py ON_FAKE=""
     if [ "$DRY" = 1 ]; then
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --dry-run \
             --amp-dtype "${AMP_DTYPE:-float16}" --out "$WORK/logs/eager.csv" || return 1
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "${bpy}" --set "$set" --iters 10 --torchcompile \
             --amp-dtype "${AMP_DTYPE:-float16}" --dry-run --out "$WORK/logs/compiled.csv" || return 1
         note "dry run: timm_gpu_bench.py's arguments checked"
-        return 0
+        fake_gpu || return 0
     fi
-    [ -f "$bpy" ] && python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
+    [ "$DRY" = 0 ] && [ -f "$bpy" ] && python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
         --amp-dtype "${AMP_DTYPE:-float16}" --deadline $(($(date +%s) + 80)) --est 8 --out "$WORK/logs/eager.csv"
     echo "model,bench,samples_per_sec,step_time_ms,batch_size,img_size,error,peak_alloc_mib" >"$WORK/logs/ctimm.csv"
-    local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100}))
+    # a row starts only where it can end (its timeout) before the stage's own
+    # deadline: a row cut off would take the stage and its table with it; the
+    # dry run's rows compile the kernels on a CI host's loaded cores
+    local stop=$(($(date +%s) + ${BENCH_CTIMM_S:-100})) row_s=60
+    [ -n "$ON_FAKE" ] && row_s=100
     grep -v '^#' "$set" | while IFS=, read -r m img tbs ibs; do
         for b in train inference; do
             local bs=$tbs one=$WORK/one.csv
             [ $b = inference ] && bs=$ibs
-            if [ "$(date +%s)" -ge $stop ]; then echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/logs/ctimm.csv"; continue; fi
+            if [ "$(date +%s)" -ge $stop ] || [ $(($(date +%s) + row_s)) -gt $((STAGE_DEADLINE - 5)) ]; then
+                echo "$m,$b,,,$bs,$img,skipped: budget" >>"$WORK/logs/ctimm.csv"
+                continue
+            fi
             rm -f "$one"
-            timeout 60 "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp \
+            timeout $row_s $ON_FAKE "$BUILD/ctimm-bench" -m "$m" --bench $b -b "$bs" --img-size "$img" --amp \
                 --amp-dtype "${AMP_DTYPE:-float16}" --channels-last \
                 --device cuda --num-warm-iter 2 --num-bench-iter 5 --results-file "$one" </dev/null \
                 >>"$WORK/logs/ctimm.log" 2>"$WORK/one.err"
@@ -348,13 +377,21 @@ st_bench() {
         done
     done
     # torch.compile last, with what the stage has left: its compiles are the slowest runs here
-    if [ -f "$bpy" ] && [ "${COMPILE:-0}" = 1 ]; then
+    if [ "$DRY" = 0 ] && [ -f "$bpy" ] && [ "${COMPILE:-0}" = 1 ]; then
         python3 "$ROOT/bench/timm_gpu_bench.py" --benchmark-py "$bpy" --set "$set" --iters 10 --warm 3 \
             --amp-dtype "${AMP_DTYPE:-float16}" --torchcompile --deadline $((STAGE_DEADLINE - 5)) --est 40 --out "$WORK/logs/compiled.csv"
     fi
+    if [ -n "$ON_FAKE" ]; then # a row that failed, or a call the fake refused, fails the dry run
+        note "dry run: timm_gpu_bench.py's arguments checked; ctimm on the fake GPU:" \
+            "$(awk -F, 'NR > 1 && $7 == ""' "$WORK/logs/ctimm.csv" | wc -l) rows ran," \
+            "$(grep -c ',skipped: budget' "$WORK/logs/ctimm.csv") skipped for the budget"
+        ! grep -q '^fake GPU: ' "$WORK/logs/ctimm.log" &&
+            ! awk -F, 'NR > 1 && $7 != "" && $7 != "skipped: budget"' "$WORK/logs/ctimm.csv" | grep -q .
+        return
+    fi
     note "timm eager $(($(grep -c . "$WORK/logs/eager.csv" 2>/dev/null || echo 1) - 1)) rows, ctimm $(($(grep -c . "$WORK/logs/ctimm.csv") - 1)) rows, compiled $(($(grep -c . "$WORK/logs/compiled.csv" 2>/dev/null || echo 1) - 1)) rows"
 }
-export -f st_env st_deps st_configure st_build st_probe st_parity st_train st_steps st_bench fall_back
+export -f st_env st_deps st_configure st_build st_probe st_parity st_train st_steps st_bench fall_back fake_gpu
 export GPU_TARGETS
 
 stage env 30

@@ -1,17 +1,19 @@
 /* Contract: the CUDA driver entry points runtime/cuda/driver.h loads, over
  * host memory, checking what fake_gpu.h lists; the shared state of
  * fake_internal.h. */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and MAP_NORESERVE */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tests/fake_gpu/fake_internal.h"
 
 #define DEVICE_BASE (1ull << 44)
 #define DEVICE_END (1ull << 45)
-#define DEVICE_BYTES (16ull << 30)
+#define DEVICE_GIB 80 /* an H100's, unless $FAKE_GPU_MEMORY_GIB says */
 #define MAX_DYNAMIC_SHARED (48u << 10) /* without cuFuncSetAttribute, which the executor never calls */
 
 FakeGpuCounts fg_count;
@@ -175,7 +177,6 @@ static void run_op(const FgOp *op)
 {
     switch (op->kind) {
     case FG_COPY: memmove(op->dst, op->src, op->bytes); break;
-    case FG_FILL: memset(op->dst, op->value, op->bytes); break;
     case FG_EVENT: op->event->recorded = 1, op->event->at_us = now_us; return;
     case FG_NOP: break;
     }
@@ -246,7 +247,14 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     return d ? FG_ERROR_INVALID_VALUE : CU_SUCCESS;
 }
 
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) { return *bytes = DEVICE_BYTES, d ? FG_ERROR_INVALID_VALUE : 0; }
+static size_t device_bytes(void)
+{
+    const char *s = getenv("FAKE_GPU_MEMORY_GIB");
+    long gib = s && *s ? strtol(s, NULL, 10) : DEVICE_GIB;
+    return (size_t)(gib > 0 ? gib : DEVICE_GIB) << 30;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) { return *bytes = device_bytes(), d ? FG_ERROR_INVALID_VALUE : 0; }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
@@ -280,8 +288,8 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     if (!ctx_ok("cuMemGetInfo"))
         return FG_ERROR_INVALID_CONTEXT;
-    *total = DEVICE_BYTES;
-    *free_bytes = DEVICE_BYTES - fg_count.device_bytes;
+    *total = device_bytes();
+    *free_bytes = *total - fg_count.device_bytes;
     return CU_SUCCESS;
 }
 
@@ -290,7 +298,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     CUresult r = not_in_capture("cuMemAlloc");
     if (r || !ctx_ok("cuMemAlloc"))
         return r ? r : FG_ERROR_INVALID_CONTEXT;
-    if (!bytes || bytes > DEVICE_BYTES - fg_count.device_bytes)
+    if (!bytes || bytes > device_bytes() - fg_count.device_bytes)
         return bytes ? FG_ERROR_OUT_OF_MEMORY : FG_ERROR_INVALID_VALUE;
     if (nallocs == cap_allocs) {
         cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
@@ -298,10 +306,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
         if (!allocs)
             abort();
     }
-    unsigned char *host = malloc(bytes);
-    if (!host)
+    /* reserved, not committed: a benchmark-sized plan's tens of GiB cost
+     * only the pages a copy touches */
+    void *host = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (host == MAP_FAILED)
         return FG_ERROR_OUT_OF_MEMORY;
-    /* untouched: the timing scratch and workspaces are hundreds of MiB that no fake kernel writes */
     /* a gap of unmapped addresses after each: one past the end is no other allocation */
     allocs[nallocs++] = (Alloc){next_base, bytes, host, 1};
     *p = next_base;
@@ -322,7 +331,7 @@ CUresult cuMemFree_v2(CUdeviceptr p)
                      !a ? "no allocation" : !a->live ? "freed already" : "not an allocation's start");
         return FG_ERROR_INVALID_VALUE;
     }
-    free(a->host);
+    munmap(a->host, a->bytes);
     a->host = NULL;
     a->live = 0;
     fg_count.allocations--;
@@ -386,8 +395,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
         return FG_ERROR_INVALID_HANDLE;
     if (!p)
         return FG_ERROR_INVALID_VALUE;
-    FgOp op = {.kind = FG_FILL, .dst = p, .bytes = n, .value = v};
-    snprintf(op.name, sizeof op.name, "memset");
+    FgOp op = fg_nop("memset");
     fg_enqueue(s, &op);
     return CU_SUCCESS;
 }

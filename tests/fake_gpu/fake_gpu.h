@@ -3,7 +3,9 @@
  * on a machine without one: one shared library that is the CUDA driver
  * ($CTIMM_LIBCUDA), cuBLASLt ($CTIMM_LIBCUBLASLT) and, linked into the test
  * before the real library, cuDNN. Device memory is host memory at
- * addresses of its own (from 2^44), so a stray pointer never lands in it.
+ * addresses of its own (from 2^44), so a stray pointer never lands in it,
+ * reserved and not committed, so a benchmark-sized plan fits
+ * ($FAKE_GPU_MEMORY_GIB, default 80) and costs the pages copies touch.
  * Kernels and library calls compute nothing: the SIMT harness
  * (runtime/cuda_sim/) and the ref backend check what they compute. What
  * this checks is everything around them that only a device would

@@ -36,14 +36,15 @@ int fg_capturing(void);
 void fg_invalidate_capture(const char *why);
 
 /* One operation on stream s: run now (time passes), or recorded into the
- * graph being captured. A copy or a fill moves real bytes. */
+ * graph being captured. A copy moves real bytes; a fill is checked, not
+ * done (a fill of the whole activation block, as the twins' timing makes,
+ * would commit every page of it). */
 typedef struct FgOp {
-    enum { FG_NOP, FG_COPY, FG_FILL, FG_EVENT } kind;
+    enum { FG_NOP, FG_COPY, FG_EVENT } kind;
     char name[48];
     void *dst;
     const void *src;
     size_t bytes;
-    unsigned char value;
     CUevent event;
 } FgOp;
 void fg_enqueue(CUstream s, const FgOp *op);
