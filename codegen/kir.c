@@ -293,7 +293,7 @@ static int clash(const Graph *g, const MemPlan *plan, ValueId u, ValueId w, int 
     return !(ou == ow && identity && ct_dtype_size(g->values[u].type.dtype) == ct_dtype_size(g->values[w].type.dtype));
 }
 
-void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, char *mark)
+void kir_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, KirClashFn fn, void *ctx)
 {
     for (int j = 0; j < k->nloops; j++)
         for (int js = concurrent ? 0 : j; js < (concurrent ? k->nloops : j + 1); js++) {
@@ -303,6 +303,13 @@ void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, i
                     if (s->ins[b].op == KIR_STORE &&
                         clash(g, plan, k->bufs[l->ins[a].buf].value, k->bufs[s->ins[b].buf].value,
                               js == j && l->views[l->ins[a].view].ndim == 0))
-                        mark[k->bufs[s->ins[b].buf].value] = 1;
+                        fn(ctx, k->bufs[l->ins[a].buf].value, k->bufs[s->ins[b].buf].value);
         }
+}
+
+static void mark_store(void *mark, ValueId load, ValueId store) { ((char *)mark)[store] = 1; }
+
+void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, char *mark)
+{
+    kir_clashes(g, plan, k, concurrent, mark_store, mark);
 }

@@ -98,8 +98,11 @@ void kir_free(KirKernel *k);
  * same element size): mark[w] = 1, for the executor to place them apart.
  * With `concurrent` k's loops run at once (one CUDA grid, a batched
  * update's), not one after the other as the plan orders them: a store of
- * one loop over any value another loop loads clashes too. */
+ * one loop over any value another loop loads clashes too. kir_clashes
+ * gives each such pair, the loaded value and the stored one, to fn. */
 void kir_mark_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, char *mark);
+typedef void (*KirClashFn)(void *ctx, ValueId load, ValueId store);
+void kir_clashes(const Graph *g, const MemPlan *plan, const KirKernel *k, int concurrent, KirClashFn fn, void *ctx);
 /* Whether launch `launch` of p is elementwise work kir_lower takes. */
 int kir_lowerable(const FusePlan *p, int launch);
 

@@ -50,6 +50,54 @@ static int overlap_at(const Graph *g, const size_t *offset, ValueId a, ValueId b
            ob < oa + value_bytes(&g->values[a]);
 }
 
+/* The lifetimes launch_plan's rounds ask of the memory plan, and how
+ * many this round has asked. */
+typedef struct LpAsks {
+    PlanHints h;
+    int n;
+} LpAsks;
+
+/* Asks the memory plan to keep values a and b apart, where the plan has
+ * one dead before the other is born: the smaller lives longer, born when
+ * the other is last read or read until the other is born. 0 where they are
+ * live together (apart already, unless one took the other's place in
+ * place) or either is outside the arena. */
+static int ask_apart(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
+{
+    const MemPlan *m = &lp->mem;
+    ValueId early = m->last[a] < m->first[b] ? a : m->last[b] < m->first[a] ? b : -1, late = early == a ? b : a;
+    if (early < 0 || m->offset[a] == PLAN_NONE || m->offset[b] == PLAN_NONE)
+        return 0;
+    PlanHints *h = &lp->asks->h;
+    if (value_bytes(&g->values[late]) <= value_bytes(&g->values[early]))
+        h->born[late] = h->born[late] < 0 || m->last[early] < h->born[late] ? m->last[early] : h->born[late];
+    else
+        h->until[early] = m->first[late] > h->until[early] ? m->first[late] : h->until[early];
+    lp->asks->n++;
+    return 1;
+}
+
+typedef struct Clashes {
+    const Graph *g;
+    const LaunchPlan *lp;
+    char *spill;
+} Clashes;
+
+/* A generated kernel stores `store` over memory the memory plan gives to
+ * `load`, which the kernel reads at other elements: spilled in this
+ * round (a place of its own after the arena), and, where the round may
+ * ask, the two asked apart, so that the next round's plan keeps both in
+ * the arena, where space is reused. (Where the plan has them live
+ * together, the store took the load's place in place: spilled in every
+ * round; no model here does that.) */
+static void on_clash(void *vctx, ValueId load, ValueId store)
+{
+    const Clashes *c = vctx;
+    c->spill[store] = 1;
+    if (c->lp->asks)
+        ask_apart(c->g, c->lp, store, load);
+}
+
 /* A weight gradient's GEMM stores its bias gradient (gemm_bias_grad_step)
  * at the reduction's step, after the GEMM node, where the memory plan may
  * have put it over what the GEMM reads, freed after it: such a gradient
@@ -74,8 +122,9 @@ static int place_values(const Graph *g, LaunchPlan *lp)
 {
     char *spill = calloc((size_t)g->nvalues + 1, 1);
     CT_ASSERT(spill != NULL);
+    Clashes c = {g, lp, spill};
     for (int l = 0; l < lp->nk; l++)
-        kir_mark_clashes(g, &lp->mem, &lp->k[l], 1, spill);
+        kir_clashes(g, &lp->mem, &lp->k[l], 1, on_clash, &c);
     spill_bias_grads(g, lp, spill);
     size_t end = lp->mem.arena_bytes;
     for (ValueId v = 0; v < g->nvalues; v++) {
@@ -205,33 +254,6 @@ static int own_launch(const LaunchPlan *lp, int s)
 static int overlap(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
 {
     return overlap_at(g, lp->offset, a, b);
-}
-
-/* The lifetimes launch_plan's rounds ask of the memory plan, and how
- * many this round has asked. */
-typedef struct LpAsks {
-    PlanHints h;
-    int n;
-} LpAsks;
-
-/* Asks the memory plan to keep values a and b apart, where the plan has
- * one dead before the other is born: the smaller lives longer, born when
- * the other is last read or read until the other is born. 0 where they are
- * live together (apart already, unless one took the other's place in
- * place) or either is outside the arena. */
-static int ask_apart(const Graph *g, const LaunchPlan *lp, ValueId a, ValueId b)
-{
-    const MemPlan *m = &lp->mem;
-    ValueId early = m->last[a] < m->first[b] ? a : m->last[b] < m->first[a] ? b : -1, late = early == a ? b : a;
-    if (early < 0 || m->offset[a] == PLAN_NONE || m->offset[b] == PLAN_NONE)
-        return 0;
-    PlanHints *h = &lp->asks->h;
-    if (value_bytes(&g->values[late]) <= value_bytes(&g->values[early]))
-        h->born[late] = h->born[late] < 0 || m->last[early] < h->born[late] ? m->last[early] : h->born[late];
-    else
-        h->until[early] = m->first[late] > h->until[early] ? m->first[late] : h->until[early];
-    lp->asks->n++;
-    return 1;
 }
 
 /* What a fused step's kernels store in place of the nodes' own must not
