@@ -253,6 +253,16 @@ static cudnnStatus_t find_ok(cudnnHandle_t h, const char *call)
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* One convolution's descriptors and operands, as every call that runs one checks them. */
+static cudnnStatus_t conv_checked(const char *call, const struct cudnnTensorStruct *x, const void *xp,
+                                  const struct cudnnFilterStruct *w, const void *wp,
+                                  const struct cudnnConvolutionStruct *cv, int algo,
+                                  const struct cudnnTensorStruct *y, const void *yp, const void *ws, size_t wsb)
+{
+    cudnnStatus_t s = conv_ok(call, x, w, cv, y);
+    return s == CUDNN_STATUS_SUCCESS ? operands_ok(call, x, xp, w, wp, y, yp, cv, algo, ws, wsb) : s;
+}
+
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
                                                      const cudnnFilterDescriptor_t w,
                                                      const cudnnConvolutionDescriptor_t cv,
@@ -299,9 +309,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
     const char *call = "cudnnFindConvolutionForwardAlgorithmEx";
     cudnnStatus_t s = find_ok(h, call);
     if (s == CUDNN_STATUS_SUCCESS)
-        s = conv_ok(call, x, w, cv, y);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, x, xp, w, wp, y, yp, cv, 0, ws, wsb);
+        s = conv_checked(call, x, xp, w, wp, cv, 0, y, yp, ws, wsb);
     if (s == CUDNN_STATUS_SUCCESS)
         RANK(perf, requested, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, x, cv, cv->math);
     return s;
@@ -318,9 +326,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
     const char *call = "cudnnFindConvolutionBackwardDataAlgorithmEx";
     cudnnStatus_t s = find_ok(h, call);
     if (s == CUDNN_STATUS_SUCCESS)
-        s = conv_ok(call, dx, w, cv, dy);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, dx, dxp, w, wp, dy, dyp, cv, 0, ws, wsb);
+        s = conv_checked(call, dx, dxp, w, wp, cv, 0, dy, dyp, ws, wsb);
     if (s == CUDNN_STATUS_SUCCESS)
         RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, dx, cv, cv->math);
     return s;
@@ -337,9 +343,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
     const char *call = "cudnnFindConvolutionBackwardFilterAlgorithmEx";
     cudnnStatus_t s = find_ok(h, call);
     if (s == CUDNN_STATUS_SUCCESS)
-        s = conv_ok(call, x, dw, cv, dy);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, x, xp, dw, dwp, dy, dyp, cv, 0, ws, wsb);
+        s = conv_checked(call, x, xp, dw, dwp, cv, 0, dy, dyp, ws, wsb);
     if (s == CUDNN_STATUS_SUCCESS)
         RANK(perf, requested, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, x, cv, cv->math);
     return s;
@@ -384,9 +388,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
                                       size_t wsb, const void *beta, const cudnnTensorDescriptor_t y, void *yp)
 {
     const char *call = "cudnnConvolutionForward";
-    cudnnStatus_t s = conv_ok(call, x, w, cv, y);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, x, xp, w, wp, y, yp, cv, (int)algo, ws, wsb);
+    cudnnStatus_t s = conv_checked(call, x, xp, w, wp, cv, (int)algo, y, yp, ws, wsb);
     return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
 }
 
@@ -418,9 +420,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t h, const void 
         return bad("%s: the activation is neither ReLU nor identity", call);
     if (act->mode == CUDNN_ACTIVATION_IDENTITY && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         return CUDNN_STATUS_NOT_SUPPORTED;
-    cudnnStatus_t s = conv_ok(call, x, w, cv, y);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, x, xp, w, wp, y, yp, cv, (int)algo, ws, wsb);
+    cudnnStatus_t s = conv_checked(call, x, xp, w, wp, cv, (int)algo, y, yp, ws, wsb);
     if (s == CUDNN_STATUS_SUCCESS)
         s = bias_ok(call, b, bp, y);
     if (s == CUDNN_STATUS_SUCCESS && (z->n != y->n || z->c != y->c || z->h != y->h || z->w != y->w ||
@@ -436,9 +436,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            void *dxp)
 {
     const char *call = "cudnnConvolutionBackwardData";
-    cudnnStatus_t s = conv_ok(call, dx, w, cv, dy);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, dx, dxp, w, wp, dy, dyp, cv, (int)algo, ws, wsb);
+    cudnnStatus_t s = conv_checked(call, dx, dxp, w, wp, cv, (int)algo, dy, dyp, ws, wsb);
     return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
 }
 
@@ -449,9 +447,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              const void *beta, const cudnnFilterDescriptor_t dw, void *dwp)
 {
     const char *call = "cudnnConvolutionBackwardFilter";
-    cudnnStatus_t s = conv_ok(call, x, dw, cv, dy);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = operands_ok(call, x, xp, dw, dwp, dy, dyp, cv, (int)algo, ws, wsb);
+    cudnnStatus_t s = conv_checked(call, x, xp, dw, dwp, cv, (int)algo, dy, dyp, ws, wsb);
     return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
 }
 
