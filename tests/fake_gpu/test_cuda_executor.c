@@ -14,8 +14,9 @@
  * Then steps as the benchmark's: test_vit's bf16 AMP step (cuBLASLt's
  * epilogues: bias, GELU with its aux, bias gradients; attention),
  * test_resnet's and test_efficientnet's bf16 and test_convnext's f16 in
- * channels-last (cuDNN's fused forwards, the twins in low precision). Each loaded program runs three
- * steps: eagerly, captured as a graph, replayed. */
+ * channels-last (cuDNN's fused forwards, the twins in low precision).
+ * Each loaded program runs three steps: eagerly, captured as a graph,
+ * replayed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,7 +191,7 @@ static void convnext(void)
     const CtProgram *p = m.p;
     CHECKF(twins(p) > 0, "test_convnext channels-last f32: no depthwise step has a cuDNN twin");
     fake_gpu_set_depthwise_workspace(DW_WORKSPACE);
-    Loaded lib, twin, again, forced;
+    Loaded lib, twin, again, forced, profiled;
 
     fake_gpu_set_cost("cudnn", 1000);
     choices_in("library-wins");
@@ -232,7 +233,7 @@ static void convnext(void)
 
     setenv("CTIMM_CUDA_PROFILE", "1", 1);
     choices_in("profile");
-    load_and_run("test_convnext, profiled", p, &m.g, &m.init, m.v.in, 4, &forced);
+    load_and_run("test_convnext, profiled", p, &m.g, &m.init, m.v.in, 4, &profiled);
     unsetenv("CTIMM_CUDA_PROFILE");
     printf("test_convnext channels-last f32 on the fake GPU: %d twins; %zu device bytes with the library's kernels, "
            "%zu with the twins; %ld cuDNN calls a step, %ld with the twins\n",
@@ -248,7 +249,7 @@ static void bench_like(const char *name, CtDType low, int channels_last)
     Model m;
     if (model_open(&m, name, low, channels_last, 1))
         return;
-    fake_gpu_set_cost("cudnn", 1); /* even: a twin's tie goes to the library's kernels */
+    fake_gpu_set_cost("cudnn", 1); /* every call alike: each way of a twin costs its number of calls */
     fake_gpu_set_cost("ct_dw", 1);
     Loaded l;
     char what[128];
