@@ -49,7 +49,9 @@ size_t cublasLtGetVersion(void) { return 130000; }
 
 const char *cublasLtGetStatusName(cublasStatus_t s)
 {
-    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "refused by the fake cuBLASLt (its message is above)";
+    return s == CUBLAS_STATUS_SUCCESS         ? "CUBLAS_STATUS_SUCCESS"
+           : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
+                                              : "refused by the fake cuBLASLt (its message is above)";
 }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
@@ -233,6 +235,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (s != CUBLAS_STATUS_SUCCESS)
         return s;
     *returned = 0;
+    if (((const Desc *)md)->epi == CUBLASLT_EPILOGUE_BGRADB && fg_refused("BGRADB"))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     for (int i = 1; i <= ALGOS && *returned < requested; i++) {
         size_t ws = (size_t)i << 20;
         if (ws > ((const Pref *)pref)->max_workspace)

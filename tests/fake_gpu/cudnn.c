@@ -46,7 +46,9 @@ size_t cudnnGetVersion(void) { return 91400; }
 
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
-    return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "refused by the fake cuDNN (its message is above)";
+    return s == CUDNN_STATUS_SUCCESS         ? "CUDNN_STATUS_SUCCESS"
+           : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED"
+                                             : "refused by the fake cuDNN (its message is above)";
 }
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
@@ -418,7 +420,8 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t h, const void 
     const char *call = "cudnnConvolutionBiasActivationForward";
     if (!act->set || (act->mode != CUDNN_ACTIVATION_RELU && act->mode != CUDNN_ACTIVATION_IDENTITY))
         return bad("%s: the activation is neither ReLU nor identity", call);
-    if (act->mode == CUDNN_ACTIVATION_IDENTITY && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
+    if ((act->mode == CUDNN_ACTIVATION_IDENTITY && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) ||
+        fg_refused(call))
         return CUDNN_STATUS_NOT_SUPPORTED;
     cudnnStatus_t s = conv_checked(call, x, xp, w, wp, cv, (int)algo, y, yp, ws, wsb);
     if (s == CUDNN_STATUS_SUCCESS)

@@ -69,6 +69,28 @@ static double cost(const char *name)
     return us;
 }
 
+static char refused[4][48];
+
+void fake_gpu_refuse(const char *what, int refuse)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(refused[i], what))
+            refused[i][0] = '\0';
+    for (int i = 0; refuse && i < 4; i++)
+        if (!refused[i][0]) {
+            snprintf(refused[i], sizeof refused[i], "%s", what);
+            return;
+        }
+}
+
+int fg_refused(const char *what)
+{
+    for (int i = 0; i < 4; i++)
+        if (refused[i][0] && !strcmp(refused[i], what))
+            return 1;
+    return 0;
+}
+
 /* ---- memory ---- */
 
 typedef struct Alloc {

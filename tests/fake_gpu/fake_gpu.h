@@ -45,6 +45,12 @@ void fake_gpu_set_cost(const char *prefix, double us);
  * equal to channels); other convolutions ask for 4 KiB per algorithm number. */
 void fake_gpu_set_depthwise_workspace(size_t bytes);
 
+/* The libraries refuse their fused forms, as they do for some shapes on a
+ * device: "cudnnConvolutionBiasActivationForward" (CUDNN_STATUS_NOT_SUPPORTED
+ * when run) and "BGRADB" (cuBLASLt's heuristic has no algorithm for that
+ * epilogue); 0 stops refusing. */
+void fake_gpu_refuse(const char *what, int refuse);
+
 typedef struct FakeGpuCounts {
     long allocations, host_allocations, modules, streams, events, graphs, graph_execs, contexts;
     long dnn_handles, dnn_descriptors, lt_handles, lt_descriptors;

@@ -50,6 +50,9 @@ typedef struct FgOp {
 void fg_enqueue(CUstream s, const FgOp *op);
 FgOp fg_nop(const char *name);
 
+/* Whether the test asked that `what` be refused (fake_gpu_refuse). */
+int fg_refused(const char *what);
+
 /* Counters the libraries keep. */
 extern FakeGpuCounts fg_count;
 

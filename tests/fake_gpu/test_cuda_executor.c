@@ -14,9 +14,11 @@
  * Then steps as the benchmark's: test_vit's bf16 AMP step (cuBLASLt's
  * epilogues: bias, GELU with its aux, bias gradients; attention),
  * test_resnet's and test_efficientnet's bf16 and test_convnext's f16 in
- * channels-last (cuDNN's fused forwards, the twins in low precision).
- * Each loaded program runs three steps: eagerly, captured as a graph,
- * replayed. */
+ * channels-last (the twins in low precision). Last, test_resnet's folded
+ * bf16 inference (cuDNN's fused forward with bias, residual and ReLU) and
+ * test_vit's bf16 step (BGRADB) with the libraries refusing those fused
+ * forms: the executor's fallbacks. Each loaded program runs three steps:
+ * eagerly, captured as a graph, replayed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,7 +74,7 @@ static void check_nothing_open(const char *what)
 
 typedef struct Loaded {
     size_t device_bytes;
-    long finds, dnn_calls_a_step, launches_to_load;
+    long finds, dnn_calls_a_step, launches_a_step, launches_to_load;
     size_t moved[3]; /* by the last step: inputs, outputs, state */
 } Loaded;
 
@@ -107,8 +109,10 @@ static void load_and_run(const char *what, const CtProgram *p, const Graph *g, c
             rc = ct_backend_cuda.run(e, in, nin, o, &err);
             CHECKF(rc == 0, "%s: step %d: %s", what, step, err.msg);
             fake_gpu_counts(&b);
-            if (step == 0)
+            if (step == 0) {
                 out->dnn_calls_a_step = b.dnn_calls - a.dnn_calls;
+                out->launches_a_step = b.launches - a.launches;
+            }
             for (int k = 0; rc == 0 && k < g->noutputs; k++)
                 tensor_free(&o[k]);
         }
@@ -144,19 +148,27 @@ static void model_close(Model *m)
     st_free(&m->v.f);
 }
 
-/* The model's SGD step (f32 channels-last, or AMP in low), compiled for
- * the device the cuda backend finds: the fake GPU. */
-static int model_open(Model *m, const char *name, CtDType low, int channels_last, int bench)
+typedef struct Variant {
+    CtDType low; /* CT_F32: no AMP */
+    int channels_last;
+    int bench; /* as ctimm-bench runs it: inputs uploaded once, outputs left on the device */
+    int eval;  /* inference, batch norms folded into their convolutions (ctimm-compile's) */
+} Variant;
+
+/* The model's SGD step, or its inference, compiled for the device the
+ * cuda backend finds: the fake GPU. */
+static int model_open(Model *m, const char *name, Variant va)
 {
     CtErr err;
     memset(m, 0, sizeof *m);
     if (vectors_open(&m->v, name, 1))
         return -1;
-    ModelSpec spec = {.batch_size = m->v.batch, .training = 1, .args = m->v.args};
-    Pipeline pl = {.training = 1, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+    ModelSpec spec = {.batch_size = m->v.batch, .training = !va.eval, .args = m->v.args};
+    Pipeline pl = {.training = !va.eval, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
                    .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
                            .no_weight_decay = m->v.m->no_weight_decay},
-                   .amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+                   .amp = va.low != CT_F32, .amp_dtype = va.low, .channels_last = va.channels_last,
+                   .bn_fold = va.eval, .verify = 1};
     if (model_build(m->v.m, &spec, &m->g, &err) || pipeline_run(&pl, &m->g, NULL, &err)) {
         CHECKF(0, "%s: %s", name, err.msg);
         st_free(&m->v.f);
@@ -164,7 +176,7 @@ static int model_open(Model *m, const char *name, CtDType low, int channels_last
     }
     state_create(&m->init, &m->g);
     CHECKF(state_load(&m->init, &m->v.f, "state.", &err) == 0, "%s: %s", name, err.msg);
-    ProgramOptions o = {.outputs_on_device = bench, .inputs_fixed = bench};
+    ProgramOptions o = {.outputs_on_device = va.bench, .inputs_fixed = va.bench};
     compile_in_default_cache();
     int rc = ct_backend_cuda.target_options(&o, &err) || program_compile(&m->g, CT_TARGET_CUDA, &o, &m->p, &err);
     CHECKF(rc == 0, "%s: compiling for the fake GPU: %s", name, err.msg);
@@ -186,7 +198,7 @@ static int twins(const CtProgram *p)
 static void convnext(void)
 {
     Model m;
-    if (model_open(&m, "test_convnext", CT_F32, 1, 0))
+    if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1}))
         return;
     const CtProgram *p = m.p;
     CHECKF(twins(p) > 0, "test_convnext channels-last f32: no depthwise step has a cuDNN twin");
@@ -247,7 +259,7 @@ static void convnext(void)
 static void bench_like(const char *name, CtDType low, int channels_last)
 {
     Model m;
-    if (model_open(&m, name, low, channels_last, 1))
+    if (model_open(&m, name, (Variant){.low = low, .channels_last = channels_last, .bench = 1}))
         return;
     fake_gpu_set_cost("cudnn", 1); /* every call alike: each way of a twin costs its number of calls */
     fake_gpu_set_cost("ct_dw", 1);
@@ -261,6 +273,38 @@ static void bench_like(const char *name, CtDType low, int channels_last)
            l.moved[0], l.moved[1], l.moved[2]);
     printf("%s on the fake GPU: %zu device bytes, %d twins, %ld cuDNN calls a step\n", what, l.device_bytes,
            twins(m.p), l.dnn_calls_a_step);
+    model_close(&m);
+}
+
+/* Inference with the batch norms folded (convolutions with a bias, a
+ * residual and ReLU: cuDNN's fused forward) and test_vit's training step
+ * (its linear layers' bias gradients in cuBLASLt's BGRADB epilogue), each
+ * run as the libraries take them, then with the libraries refusing those
+ * fused forms, as they may for a shape on a device: the executor's
+ * fallbacks (cuDNN's plain forward and its epilogue calls after it; the
+ * bias gradient's own reduction) run, and make more calls a step. */
+static void refused(const char *name, Variant va, const char *what)
+{
+    Model m;
+    if (model_open(&m, name, va))
+        return;
+    char label[160];
+    Loaded taken, fallback;
+    int nin = va.eval ? 1 : 4;
+    snprintf(label, sizeof label, "%s, %s taken", name, what);
+    choices_in(label + strlen(name) + 2);
+    load_and_run(label, m.p, &m.g, &m.init, m.v.in, nin, &taken);
+    fake_gpu_refuse(what, 1);
+    snprintf(label, sizeof label, "%s, %s refused", name, what);
+    choices_in(label + strlen(name) + 2);
+    load_and_run(label, m.p, &m.g, &m.init, m.v.in, nin, &fallback);
+    fake_gpu_refuse(what, 0);
+    long more = va.eval ? fallback.dnn_calls_a_step - taken.dnn_calls_a_step
+                        : fallback.launches_a_step - taken.launches_a_step;
+    CHECKF(more > 0, "%s: the fallback for %s made no more calls a step (%ld cuDNN calls and %ld launches, taken: %ld "
+           "and %ld)", name, what, fallback.dnn_calls_a_step, fallback.launches_a_step, taken.dnn_calls_a_step,
+           taken.launches_a_step);
+    printf("%s with %s refused: %ld more %s a step\n", name, what, more, va.eval ? "cuDNN calls" : "launches");
     model_close(&m);
 }
 
@@ -278,6 +322,9 @@ int main(void)
     bench_like("test_resnet", CT_BF16, 1);
     bench_like("test_efficientnet", CT_BF16, 1);
     bench_like("test_convnext", CT_F16, 1);
+    refused("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1},
+            "cudnnConvolutionBiasActivationForward");
+    refused("test_vit", (Variant){.low = CT_BF16}, "BGRADB");
     test_rm_tree(cache_root);
     free(compile_cache);
     return check_done("test_cuda_executor");
