@@ -352,6 +352,32 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
     return rc;
 }
 
+/* The libraries' workspace the prepared calls need: every GEMM's and
+ * convolution step's, and the twins' where `twins` says (all zero before
+ * the choice: none). */
+static size_t calls_workspace(const CudaLoaded *ld, const unsigned char *twins)
+{
+    size_t need = 0;
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
+        if (st->kind == LP_GEMM)
+            need = most(need, ld->gemm[s].workspace);
+        else if (st->kind == LP_CONV || twins[s])
+            need = most(need, ld->conv[s].algo.workspace);
+    }
+    return need;
+}
+
+/* The depthwise steps' twins no longer prepared: their steps run the
+ * library's kernels, untimed. */
+static void drop_twins(CudaLoaded *ld)
+{
+    for (int s = 0; s < ld->lp->nsteps; s++)
+        if (ld->lp->steps[s].kind == LP_LIB && ld->conv[s].conv)
+            dnn_call_free(&ld->conv[s]);
+    ld->workspace_bytes = calls_workspace(ld, ld->twin_on);
+}
+
 static int alloc_memory(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
@@ -367,6 +393,14 @@ static int alloc_memory(CudaLoaded *ld, CtErr *err)
         need += sizes[i];
     if (cu_check(ex, ex->drv.MemGetInfo(&free_bytes, &total), err, "cuMemGetInfo"))
         return -1;
+    /* a twin's workspace serves only its timing: where it is what the
+     * device lacks, the twins go (CTIMM_DWCONV=cudnn asked for them: kept) */
+    size_t without_twins = calls_workspace(ld, ld->twin_on);
+    if (need > free_bytes && need - sizes[4] + without_twins <= free_bytes && ld->dw_mode == TWIN_AUTO) {
+        drop_twins(ld);
+        need -= sizes[4] - without_twins;
+        sizes[4] = without_twins;
+    }
     if (need > free_bytes)
         return ct_fail(err,
                        "out of memory: the plan needs %zu bytes (activations %zu, inputs %zu, state %zu, scratch %zu, "
@@ -658,14 +692,7 @@ static int choose_twins(CudaLoaded *ld, CtErr *err)
 static int fit_workspace(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
-    size_t need = 0;
-    for (int s = 0; s < ld->lp->nsteps; s++) {
-        const LpStep *st = &ld->lp->steps[s];
-        if (st->kind == LP_GEMM)
-            need = most(need, ld->gemm[s].workspace);
-        else if (st->kind == LP_CONV || ld->twin_on[s])
-            need = most(need, ld->conv[s].algo.workspace);
-    }
+    size_t need = calls_workspace(ld, ld->twin_on);
     if (need >= ld->workspace_bytes)
         return 0;
     if (cu_check(ex, ex->drv.StreamSynchronize(ex->stream), err, "timing the depthwise convolutions") ||

@@ -15,7 +15,9 @@
  * graph inputs, one for the persistent state, the library kernels' scratch
  * and the libraries' workspace, and pinned host memory the inputs pass
  * through; out of memory says what the plan needs against what the device
- * has free, before anything is allocated. Last, each depthwise step with a
+ * has free, before anything is allocated (where the depthwise twins'
+ * workspace is what does not fit, the twins go instead: their steps run
+ * the library's kernels). Last, each depthwise step with a
  * cuDNN twin (launch_plan.h) is given its way (CTIMM_DWCONV): timed both
  * ways on that memory before the first run where the choices are timed.
  *

@@ -266,6 +266,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t md, const
         return s;
     if (!algo || algo->data[0] < 1 || algo->data[0] > ALGOS)
         return invalid("%s: an algorithm the heuristic never gave", call);
+    if (algo->data[0] == 1 && fg_refused("cublasLtMatmul algo 1"))
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* launched nothing: the next candidate may run */
     size_t need = (size_t)algo->data[0] << 20;
     if (wsb < need) {
         fg_violation("cublasLtMatmul: algorithm %d given %zu bytes of workspace, needs %zu", (int)algo->data[0], wsb,

@@ -46,9 +46,10 @@ size_t cudnnGetVersion(void) { return 91400; }
 
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
-    return s == CUDNN_STATUS_SUCCESS         ? "CUDNN_STATUS_SUCCESS"
-           : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED"
-                                             : "refused by the fake cuDNN (its message is above)";
+    return s == CUDNN_STATUS_SUCCESS            ? "CUDNN_STATUS_SUCCESS"
+           : s == CUDNN_STATUS_NOT_SUPPORTED    ? "CUDNN_STATUS_NOT_SUPPORTED"
+           : s == CUDNN_STATUS_EXECUTION_FAILED ? "CUDNN_STATUS_EXECUTION_FAILED"
+                                                : "refused by the fake cuDNN (its message is above)";
 }
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
@@ -219,6 +220,10 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call)
 {
     if (!fg_stream_ok(h->stream, call))
         return CUDNN_STATUS_EXECUTION_FAILED;
+    if (fg_capturing() && fg_refused("capture")) { /* as a call that is not capture-safe fails */
+        fg_invalidate_capture(call, 0);
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    }
     fg_count.dnn_calls++;
     FgOp op = fg_nop(call);
     fg_enqueue(h->stream, &op);
@@ -246,7 +251,7 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call)
 static cudnnStatus_t find_ok(cudnnHandle_t h, const char *call)
 {
     if (fg_capturing()) {
-        fg_invalidate_capture(call);
+        fg_invalidate_capture(call, 1);
         return CUDNN_STATUS_EXECUTION_FAILED;
     }
     if (!fg_stream_ok(h->stream, call))

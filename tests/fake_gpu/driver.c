@@ -149,11 +149,12 @@ static _Thread_local CUstream capturing_stream;
 
 int fg_capturing(void) { return capturing_stream != NULL; }
 
-void fg_invalidate_capture(const char *why)
+void fg_invalidate_capture(const char *why, int breach)
 {
     if (capturing_stream && !capturing_stream->invalid) {
         capturing_stream->invalid = 1;
-        fg_violation("a capture into a graph %s", why);
+        if (breach)
+            fg_violation("a capture into a graph %s", why);
     }
 }
 
@@ -178,7 +179,7 @@ static CUresult not_in_capture(const char *what)
         return CU_SUCCESS;
     char why[128];
     snprintf(why, sizeof why, "met %s", what);
-    fg_invalidate_capture(why);
+    fg_invalidate_capture(why, 1);
     return FG_ERROR_CAPTURE_UNSUPPORTED;
 }
 
@@ -269,11 +270,15 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     return d ? FG_ERROR_INVALID_VALUE : CU_SUCCESS;
 }
 
+static size_t memory_set;
+
+void fake_gpu_set_memory(size_t bytes) { memory_set = bytes; }
+
 static size_t device_bytes(void)
 {
     const char *s = getenv("FAKE_GPU_MEMORY_GIB");
     long gib = s && *s ? strtol(s, NULL, 10) : DEVICE_GIB;
-    return (size_t)(gib > 0 ? gib : DEVICE_GIB) << 30;
+    return memory_set ? memory_set : (size_t)(gib > 0 ? gib : DEVICE_GIB) << 30;
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) { return *bytes = device_bytes(), d ? FG_ERROR_INVALID_VALUE : 0; }
@@ -682,6 +687,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
     const Graph *g = (const Graph *)e;
     for (int i = 0; i < g->nops; i++)
         fg_enqueue(s, &g->ops[i]);
+    fg_count.graph_launches++;
     return CU_SUCCESS;
 }
 

@@ -45,16 +45,20 @@ void fake_gpu_set_cost(const char *prefix, double us);
  * equal to channels); other convolutions ask for 4 KiB per algorithm number. */
 void fake_gpu_set_depthwise_workspace(size_t bytes);
 
-/* The libraries refuse their fused forms, as they do for some shapes on a
- * device: "cudnnConvolutionBiasActivationForward" (CUDNN_STATUS_NOT_SUPPORTED
- * when run) and "BGRADB" (cuBLASLt's heuristic has no algorithm for that
- * epilogue); 0 stops refusing. */
+/* What a device's libraries may refuse for a shape, refused:
+ * "cudnnConvolutionBiasActivationForward" (CUDNN_STATUS_NOT_SUPPORTED when
+ * run), "BGRADB" (cuBLASLt's heuristic has no algorithm for that
+ * epilogue), "cublasLtMatmul algo 1" (the first candidate refused when
+ * run), "capture" (a cuDNN call inside a capture fails and invalidates it,
+ * as a call that is not capture-safe does); 0 stops refusing. */
 void fake_gpu_refuse(const char *what, int refuse);
+/* The device's memory (0: $FAKE_GPU_MEMORY_GIB's, or 80 GiB). */
+void fake_gpu_set_memory(size_t bytes);
 
 typedef struct FakeGpuCounts {
     long allocations, host_allocations, modules, streams, events, graphs, graph_execs, contexts;
     long dnn_handles, dnn_descriptors, lt_handles, lt_descriptors;
-    long launches, dnn_calls, dnn_finds, lt_matmuls, captures; /* so far */
+    long launches, dnn_calls, dnn_finds, lt_matmuls, captures, graph_launches; /* so far */
     size_t device_bytes;                                       /* live */
 } FakeGpuCounts;
 

@@ -33,7 +33,10 @@ int fg_stream_ok(CUstream s, const char *what);
 /* The calling thread is capturing into a graph (calls that allocate,
  * free or wait are refused, and end the capture's hope). */
 int fg_capturing(void);
-void fg_invalidate_capture(const char *why);
+/* The capture fails at its end; a breach (the executor's fault) is kept
+ * as the violation, a refusal the test asked for (fake_gpu_refuse's
+ * "capture") is not. */
+void fg_invalidate_capture(const char *why, int breach);
 
 /* One operation on stream s: run now (time passes), or recorded into the
  * graph being captured. A copy moves real bytes; a fill is checked, not

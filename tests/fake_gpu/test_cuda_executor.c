@@ -17,8 +17,10 @@
  * channels-last (the twins in low precision). Last, test_resnet's folded
  * bf16 inference (cuDNN's fused forward with bias, residual and ReLU) and
  * test_vit's bf16 step (BGRADB) with the libraries refusing those fused
- * forms: the executor's fallbacks. Each loaded program runs three steps:
- * eagerly, captured as a graph, replayed. */
+ * forms: the executor's fallbacks; a capture a library call invalidates,
+ * cuBLASLt's first candidate refused, devices too small for the timing
+ * or for the plan, a step synchronised after every step. Each loaded
+ * program runs three steps: eagerly, captured as a graph, replayed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,7 +76,7 @@ static void check_nothing_open(const char *what)
 
 typedef struct Loaded {
     size_t device_bytes;
-    long finds, dnn_calls_a_step, launches_a_step, launches_to_load;
+    long finds, dnn_calls_a_step, launches_a_step, launches_to_load, lt_matmuls_a_step, graph_launches;
     size_t moved[3]; /* by the last step: inputs, outputs, state */
 } Loaded;
 
@@ -112,6 +114,7 @@ static void load_and_run(const char *what, const CtProgram *p, const Graph *g, c
             if (step == 0) {
                 out->dnn_calls_a_step = b.dnn_calls - a.dnn_calls;
                 out->launches_a_step = b.launches - a.launches;
+                out->lt_matmuls_a_step = b.lt_matmuls - a.lt_matmuls;
             }
             for (int k = 0; rc == 0 && k < g->noutputs; k++)
                 tensor_free(&o[k]);
@@ -120,8 +123,9 @@ static void load_and_run(const char *what, const CtProgram *p, const Graph *g, c
         if (rc == 0)
             cuda_backend_moved(e, &out->moved[0], &out->moved[1], &out->moved[2]);
         fake_gpu_counts(&ran);
+        out->graph_launches = ran.graph_launches - loaded.graph_launches;
         if (rc == 0)
-            CHECKF(ran.captures - loaded.captures == (getenv("CTIMM_CUDA_PROFILE") ? 0 : 1),
+            CHECKF(ran.captures - loaded.captures == (getenv("CTIMM_CUDA_PROFILE") || p->opt.sync_each ? 0 : 1),
                    "%s: %ld captures in three steps", what, ran.captures - loaded.captures);
         if (rc == 0)
             CHECKF(ct_backend_cuda.state_to_host(e, &err) == 0, "%s: the state back: %s", what, err.msg);
@@ -151,8 +155,9 @@ static void model_close(Model *m)
 typedef struct Variant {
     CtDType low; /* CT_F32: no AMP */
     int channels_last;
-    int bench; /* as ctimm-bench runs it: inputs uploaded once, outputs left on the device */
-    int eval;  /* inference, batch norms folded into their convolutions (ctimm-compile's) */
+    int bench;     /* as ctimm-bench runs it: inputs uploaded once, outputs left on the device */
+    int eval;      /* inference, batch norms folded into their convolutions (ctimm-compile's) */
+    int sync_each; /* a synchronisation after every step, no graph (ProgramOptions.sync_each) */
 } Variant;
 
 /* The model's SGD step, or its inference, compiled for the device the
@@ -176,7 +181,7 @@ static int model_open(Model *m, const char *name, Variant va)
     }
     state_create(&m->init, &m->g);
     CHECKF(state_load(&m->init, &m->v.f, "state.", &err) == 0, "%s: %s", name, err.msg);
-    ProgramOptions o = {.outputs_on_device = va.bench, .inputs_fixed = va.bench};
+    ProgramOptions o = {.outputs_on_device = va.bench, .inputs_fixed = va.bench, .sync_each = va.sync_each};
     compile_in_default_cache();
     int rc = ct_backend_cuda.target_options(&o, &err) || program_compile(&m->g, CT_TARGET_CUDA, &o, &m->p, &err);
     CHECKF(rc == 0, "%s: compiling for the fake GPU: %s", name, err.msg);
@@ -308,6 +313,88 @@ static void refused(const char *name, Variant va, const char *what)
     model_close(&m);
 }
 
+/* A library call that invalidates the capture (one not capture-safe): the
+ * step runs eagerly, that run and every later one, nothing replayed. */
+static void capture_refused(void)
+{
+    Model m;
+    if (model_open(&m, "test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1}))
+        return;
+    Loaded l;
+    fake_gpu_refuse("capture", 1);
+    choices_in("capture-refused");
+    load_and_run("test_resnet, its capture invalidated by a cuDNN call", m.p, &m.g, &m.init, m.v.in, 1, &l);
+    fake_gpu_refuse("capture", 0);
+    CHECKF(l.graph_launches == 0, "a capture invalidated, yet %ld graph launches", l.graph_launches);
+    model_close(&m);
+}
+
+/* cuBLASLt's first candidate refused when run, on the heuristics' order
+ * (untimed, so the refused one is first): each GEMM runs on the next. */
+static void candidate_refused(void)
+{
+    Model m;
+    if (model_open(&m, "test_vit", (Variant){.low = CT_BF16}))
+        return;
+    Loaded taken, next;
+    setenv("CTIMM_LIB_CHOICE", "heuristic", 1);
+    choices_in("candidate-taken");
+    load_and_run("test_vit, cuBLASLt's heuristics", m.p, &m.g, &m.init, m.v.in, 4, &taken);
+    fake_gpu_refuse("cublasLtMatmul algo 1", 1);
+    choices_in("candidate-refused");
+    load_and_run("test_vit, cuBLASLt's first candidate refused", m.p, &m.g, &m.init, m.v.in, 4, &next);
+    fake_gpu_refuse("cublasLtMatmul algo 1", 0);
+    unsetenv("CTIMM_LIB_CHOICE");
+    CHECKF(next.lt_matmuls_a_step == taken.lt_matmuls_a_step && taken.lt_matmuls_a_step > 0,
+           "%ld GEMMs a step on the next candidates, %ld on the first", next.lt_matmuls_a_step,
+           taken.lt_matmuls_a_step);
+    model_close(&m);
+}
+
+/* Small devices. With room for the plan but not for the 256 MiB the
+ * libraries' candidates are timed on, nor for the twins' workspace: the
+ * heuristics' choices, the twins dropped (the library's kernels, untimed),
+ * the step runs. With no room for the plan: out of memory, saying what the
+ * plan needs against what the device has. Then a program synchronised
+ * after every step. */
+static void small_devices(void)
+{
+    Model m;
+    CtErr err;
+    if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1}))
+        return;
+    Loaded l;
+    fake_gpu_set_depthwise_workspace(DW_WORKSPACE);
+    fake_gpu_set_memory((size_t)64 << 20);
+    choices_in("small-device");
+    load_and_run("test_convnext on a 64 MiB device", m.p, &m.g, &m.init, m.v.in, 4, &l);
+    CHECKF(l.finds == 0 && l.launches_to_load == 0 && l.device_bytes < DW_WORKSPACE,
+           "64 MiB: %ld searches, %ld launches timing the twins, %zu device bytes", l.finds, l.launches_to_load,
+           l.device_bytes);
+    fake_gpu_set_memory((size_t)4 << 20);
+    CtState s;
+    CtExec *e = NULL;
+    state_create(&s, &m.g);
+    memcpy(s.data, m.init.data, m.init.nbytes);
+    int rc = ct_backend_cuda.prepare(m.p, &s, &e, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "out of memory: the plan needs") && strstr(err.msg, "ctimm fake GPU has"),
+           "4 MiB: %s", rc ? err.msg : "loaded");
+    if (rc == 0)
+        ct_backend_cuda.free(e);
+    state_free(&s);
+    fake_gpu_set_memory(0);
+    check_clean("test_convnext on a 4 MiB device");
+    check_nothing_open("test_convnext on a 4 MiB device");
+    model_close(&m);
+
+    if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1, .sync_each = 1}))
+        return;
+    choices_in("sync-each");
+    load_and_run("test_convnext synchronised after every step", m.p, &m.g, &m.init, m.v.in, 4, &l);
+    CHECKF(l.graph_launches == 0, "sync_each: %ld graph launches", l.graph_launches);
+    model_close(&m);
+}
+
 int main(void)
 {
     setenv("CTIMM_LIBCUDA", FAKE_GPU_LIB, 1);
@@ -325,6 +412,9 @@ int main(void)
     refused("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1},
             "cudnnConvolutionBiasActivationForward");
     refused("test_vit", (Variant){.low = CT_BF16}, "BGRADB");
+    capture_refused();
+    candidate_refused();
+    small_devices();
     test_rm_tree(cache_root);
     free(compile_cache);
     return check_done("test_cuda_executor");
