@@ -276,6 +276,8 @@ static void bench_like(const char *name, CtDType low, int channels_last)
     load_and_run(what, m.p, &m.g, &m.init, m.v.in, 4, &l);
     CHECKF(!l.moved[0] && !l.moved[1] && !l.moved[2], "%s: the third step moved %zu, %zu and %zu bytes", what,
            l.moved[0], l.moved[1], l.moved[2]);
+    CHECKF(l.graph_launches == 2, "%s: %ld graph launches in three steps (the second's capture and the third)",
+           what, l.graph_launches);
     printf("%s on the fake GPU: %zu device bytes, %d twins, %ld cuDNN calls a step\n", what, l.device_bytes,
            twins(m.p), l.dnn_calls_a_step);
     model_close(&m);
