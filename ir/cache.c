@@ -482,8 +482,9 @@ static int run_compile(KernelCache *c, const CacheKeyParts *parts, const char *h
     *n = 0;
     int rc = compile(ctx, parts, blob, n, err);
     if (rc) {
-        if (c->first_wins) /* a measurement (runtime/cuda's choices), not a compile */
-            ct_failctx(err, "timing %s's candidates (entry %s)", parts->compiler ? parts->compiler : "the", hex);
+        if (c->first_wins) /* a choice (runtime/cuda's: timed, or the heuristics'), not a compile */
+            ct_failctx(err, "choosing among %s's candidates (entry %s)", parts->compiler ? parts->compiler : "the",
+                       hex);
         else
             ct_failctx(err, "compiling kernel %s", hex);
         return rc == CT_INTERRUPTED ? rc : -1;

@@ -73,7 +73,7 @@ int main(void)
     t = (Timer){.fail = 1};
     CacheKeyParts other = parts("sm_100 NVIDIA B200");
     CHECKF(twin_choose(&c, &other, fake_time, &t, &got, &err) != 0 && strstr(err.msg, "fake timer: launch failed") &&
-               strstr(err.msg, "timing ctimm library kernels or cudnn twin's candidates") &&
+               strstr(err.msg, "choosing among ctimm library kernels or cudnn twin's candidates") &&
                !strstr(err.msg, "compiling"),
            "a failed timing reads: %s", err.msg);
     t = (Timer){.ms = {1.0f, 3.0f}};

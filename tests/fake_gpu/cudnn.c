@@ -230,6 +230,13 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call)
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* A depthwise convolution, where the test asked cuDNN to have no
+ * algorithm for one (fake_gpu_refuse's "depthwise"). */
+static int dw_refused(const struct cudnnTensorStruct *x, const struct cudnnConvolutionStruct *cv)
+{
+    return cv->groups > 1 && cv->groups == x->c && fg_refused("depthwise");
+}
+
 /* Every algorithm of the direction, in order, into perf; through a macro
  * since the three directions' perf structs are three types. */
 #define RANK(perf, requested, returned, count, x, cv, math)                                                \
@@ -238,7 +245,7 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call)
         for (int a_ = 0; a_ < n_; a_++) {                                                                        \
             memset(&(perf)[a_], 0, sizeof(perf)[a_]);                                                            \
             (perf)[a_].algo = a_;                                                                                \
-            (perf)[a_].status = CUDNN_STATUS_SUCCESS;                                                            \
+            (perf)[a_].status = dw_refused((x), (cv)) ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;        \
             (perf)[a_].time = 1.0f + (float)a_;                                                                  \
             (perf)[a_].memory = workspace((x), (cv), a_);                                                        \
             (perf)[a_].determinism = CUDNN_DETERMINISTIC;                                                        \

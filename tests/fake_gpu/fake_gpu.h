@@ -50,7 +50,8 @@ void fake_gpu_set_depthwise_workspace(size_t bytes);
  * run), "BGRADB" (cuBLASLt's heuristic has no algorithm for that
  * epilogue), "cublasLtMatmul algo 1" (the first candidate refused when
  * run), "capture" (a cuDNN call inside a capture fails and invalidates it,
- * as a call that is not capture-safe does); 0 stops refusing. */
+ * as a call that is not capture-safe does), "depthwise" (cuDNN has no
+ * algorithm for a depthwise convolution); 0 stops refusing. */
 void fake_gpu_refuse(const char *what, int refuse);
 /* The device's memory (0: $FAKE_GPU_MEMORY_GIB's, or 80 GiB). */
 void fake_gpu_set_memory(size_t bytes);

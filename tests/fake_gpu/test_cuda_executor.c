@@ -18,7 +18,8 @@
  * bf16 inference (cuDNN's fused forward with bias, residual and ReLU) and
  * test_vit's bf16 step (BGRADB) with the libraries refusing those fused
  * forms: the executor's fallbacks; a capture a library call invalidates,
- * cuBLASLt's first candidate refused, devices too small for the timing
+ * cuBLASLt's first candidate refused, cuDNN without depthwise algorithms
+ * (no twins), devices too small for the timing
  * or for the plan, a step synchronised after every step. Each loaded
  * program runs three steps: eagerly, captured as a graph, replayed. */
 #include <stdlib.h>
@@ -353,6 +354,40 @@ static void candidate_refused(void)
     model_close(&m);
 }
 
+/* cuDNN with no algorithm for the depthwise convolutions: the twins are
+ * not timed and the library's kernels run; CTIMM_DWCONV=cudnn, which asks
+ * for the twins, fails naming the step. */
+static void no_twins(void)
+{
+    Model m;
+    CtErr err;
+    if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1}))
+        return;
+    Loaded l;
+    fake_gpu_refuse("depthwise", 1);
+    choices_in("no-twins");
+    load_and_run("test_convnext, cuDNN without depthwise algorithms", m.p, &m.g, &m.init, m.v.in, 4, &l);
+    CHECKF(l.launches_to_load == 0 && l.finds > 0, "no twins to time: %ld launches, %ld searches",
+           l.launches_to_load, l.finds);
+    setenv("CTIMM_DWCONV", "cudnn", 1);
+    choices_in("no-twins-forced");
+    CtState s;
+    CtExec *e = NULL;
+    state_create(&s, &m.g);
+    memcpy(s.data, m.init.data, m.init.nbytes);
+    int rc = ct_backend_cuda.prepare(m.p, &s, &e, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "(convolution)") && strstr(err.msg, "cuDNN has no algorithm"),
+           "CTIMM_DWCONV=cudnn without depthwise algorithms: %s", rc ? err.msg : "loaded");
+    if (rc == 0)
+        ct_backend_cuda.free(e);
+    state_free(&s);
+    unsetenv("CTIMM_DWCONV");
+    fake_gpu_refuse("depthwise", 0);
+    check_clean("CTIMM_DWCONV=cudnn without depthwise algorithms");
+    check_nothing_open("CTIMM_DWCONV=cudnn without depthwise algorithms");
+    model_close(&m);
+}
+
 /* Small devices. With room for the plan but not for the 256 MiB the
  * libraries' candidates are timed on, nor for the twins' workspace: the
  * heuristics' choices, the twins dropped (the library's kernels, untimed),
@@ -416,6 +451,7 @@ int main(void)
     refused("test_vit", (Variant){.low = CT_BF16}, "BGRADB");
     capture_refused();
     candidate_refused();
+    no_twins();
     small_devices();
     test_rm_tree(cache_root);
     free(compile_cache);
