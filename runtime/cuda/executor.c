@@ -32,6 +32,7 @@ struct CudaExec {
     KernelCache choices; /* cuDNN's and cuBLASLt's algorithm choices (runtime/cuda/dnn.h, blaslt.h) */
     int have_choices, have_lt, have_dnn;
     char name[192];
+    char target[192]; /* "sm_90 NVIDIA H200": the device in the choices' keys */
 };
 
 struct CudaLoaded {
@@ -107,6 +108,7 @@ int cuda_exec_open(const CudaExecOptions *opt, CudaExec **out, CtErr *err)
     ex->have_choices = 1;
     snprintf(ex->name, sizeof ex->name, "%s (sm_%d%d, %d SMs, %zu GiB)", ex->info.name, ex->info.major,
              ex->info.minor, ex->info.sms, ex->info.total_bytes >> 30);
+    snprintf(ex->target, sizeof ex->target, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
     *out = ex;
     return 0;
 fail:
@@ -298,11 +300,25 @@ static int alloc_choice_scratch(CudaLoaded *ld, ChoiceScratch *sc)
     return 1;
 }
 
+/* The libraries' workspace the prepared calls need: every GEMM's and
+ * convolution step's, and the twins' where `twins` says (all zero before
+ * the choice: none; NULL: every twin prepared). */
+static size_t calls_workspace(const CudaLoaded *ld, const unsigned char *twins)
+{
+    size_t need = 0;
+    for (int s = 0; s < ld->lp->nsteps; s++) {
+        const LpStep *st = &ld->lp->steps[s];
+        if (st->kind == LP_GEMM)
+            need = most(need, ld->gemm[s].workspace);
+        else if (st->kind == LP_CONV || (twins ? twins[s] : ld->conv[s].conv != NULL))
+            need = most(need, ld->conv[s].algo.workspace);
+    }
+    return need;
+}
+
 static int prepare_calls(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
-    char device[192];
-    snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
     ChoiceScratch sc = {0};
     if (lib_choice_timed(&ld->timed, err) || twin_mode(&ld->dw_mode, err))
         return -1;
@@ -326,15 +342,13 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
             if (ld->unfused[s] && err)
                 err->msg[0] = '\0'; /* the refusal the fallback answered */
             if (timed && blaslt_choose(&ex->lt, &ld->gemm[s], ld->unfused[s] ? &plain : &st->gemm, &ex->drv,
-                                       ex->stream, &sc.gemm, &ex->choices, device, err)) {
+                                       ex->stream, &sc.gemm, &ex->choices, ex->target, err)) {
                 rc = ct_failctx(err, "step %d (GEMM %lldx%lldx%lld)", s, (long long)st->gemm.m,
                                 (long long)st->gemm.n, (long long)st->gemm.k);
                 break;
             }
-            if (ld->gemm[s].workspace > ld->workspace_bytes)
-                ld->workspace_bytes = ld->gemm[s].workspace;
         } else if (st->kind == LP_CONV || twin_wanted(ld, st)) {
-            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, device,
+            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, ex->target,
                             timed ? &sc.dnn : NULL, &ld->conv[s], err)) {
                 if (st->kind == LP_LIB && ld->dw_mode == TWIN_AUTO) { /* no twin to time: the library's kernels */
                     if (err)
@@ -344,28 +358,11 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
                 rc = ct_failctx(err, "step %d (convolution)", s);
                 break;
             }
-            if (ld->conv[s].algo.workspace > ld->workspace_bytes)
-                ld->workspace_bytes = ld->conv[s].algo.workspace;
         }
     }
     free_choice_scratch(ld, &sc);
+    ld->workspace_bytes = calls_workspace(ld, NULL);
     return rc;
-}
-
-/* The libraries' workspace the prepared calls need: every GEMM's and
- * convolution step's, and the twins' where `twins` says (all zero before
- * the choice: none). */
-static size_t calls_workspace(const CudaLoaded *ld, const unsigned char *twins)
-{
-    size_t need = 0;
-    for (int s = 0; s < ld->lp->nsteps; s++) {
-        const LpStep *st = &ld->lp->steps[s];
-        if (st->kind == LP_GEMM)
-            need = most(need, ld->gemm[s].workspace);
-        else if (st->kind == LP_CONV || twins[s])
-            need = most(need, ld->conv[s].algo.workspace);
-    }
-    return need;
 }
 
 /* The depthwise steps' twins no longer prepared: their steps run the
@@ -375,7 +372,7 @@ static void drop_twins(CudaLoaded *ld)
     for (int s = 0; s < ld->lp->nsteps; s++)
         if (ld->lp->steps[s].kind == LP_LIB && ld->conv[s].conv)
             dnn_call_free(&ld->conv[s]);
-    ld->workspace_bytes = calls_workspace(ld, ld->twin_on);
+    ld->workspace_bytes = calls_workspace(ld, NULL);
 }
 
 static int alloc_memory(CudaLoaded *ld, CtErr *err)
@@ -657,8 +654,6 @@ static int choose_twins(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
     int zeroed = 0;
-    char device[192];
-    snprintf(device, sizeof device, "sm_%d%d %s", ex->info.major, ex->info.minor, ex->info.name);
     for (int s = 0; s < ld->lp->nsteps; s++) {
         const LpStep *st = &ld->lp->steps[s];
         if (!twin_wanted(ld, st) || !ld->conv[s].conv)
@@ -676,7 +671,7 @@ static int choose_twins(CudaLoaded *ld, CtErr *err)
         zeroed = 1;
         char key[1024], version[96], options[128];
         twin_key_parts(ld, s, key, sizeof key, version, sizeof version, options, sizeof options);
-        CacheKeyParts parts = {.source = key, .target = device, .compiler = "ctimm library kernels or cudnn twin",
+        CacheKeyParts parts = {.source = key, .target = ex->target, .compiler = "ctimm library kernels or cudnn twin",
                                .compiler_version = version, .options = options};
         TwinChoice c;
         if (twin_choose(&ex->choices, &parts, time_way, &(TwinTime){ld, s}, &c, err))

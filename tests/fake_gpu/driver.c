@@ -136,7 +136,6 @@ typedef struct Graph {
 } Graph;
 
 struct CUstream_st {
-    int live;
     int capturing, invalid;
     Graph *capture;
 };
@@ -164,8 +163,8 @@ int fg_stream_ok(CUstream s, const char *what)
         fg_violation("%s without the device's context current on the calling thread", what);
         return 0;
     }
-    if (!s || !s->live) {
-        fg_violation("%s on %s", what, s ? "a destroyed stream" : "the legacy default stream, which no capture sees");
+    if (!s) {
+        fg_violation("%s on the legacy default stream, which no capture sees", what);
         return 0;
     }
     return 1;
@@ -438,7 +437,6 @@ typedef struct CUfunc_st {
 struct CUmod_st {
     Func *fn;
     int nfn;
-    int live;
 };
 
 static size_t type_size(const char *t)
@@ -527,7 +525,6 @@ CUresult cuModuleLoadData(CUmodule *m, const void *image)
         }
         memcpy(f->name, name, (size_t)(paren - name));
     }
-    mod->live = 1;
     fg_count.modules++;
     *m = mod;
     return CU_SUCCESS;
@@ -538,7 +535,7 @@ CUresult cuModuleUnload(CUmodule m)
     CUresult r = not_in_capture("cuModuleUnload");
     if (r)
         return r;
-    if (!m || !m->live)
+    if (!m)
         return FG_ERROR_INVALID_HANDLE;
     module_free(m);
     fg_count.modules--;
@@ -547,7 +544,7 @@ CUresult cuModuleUnload(CUmodule m)
 
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
-    if (!m || !m->live)
+    if (!m)
         return FG_ERROR_INVALID_HANDLE;
     for (int i = 0; i < m->nfn; i++)
         if (!strcmp(m->fn[i].name, name)) {
@@ -599,14 +596,13 @@ CUresult cuStreamCreate(CUstream *s, unsigned flags)
     *s = calloc(1, sizeof **s);
     if (!*s)
         abort();
-    (*s)->live = 1;
     fg_count.streams++;
     return CU_SUCCESS;
 }
 
 CUresult cuStreamDestroy_v2(CUstream s)
 {
-    if (!s || !s->live)
+    if (!s)
         return FG_ERROR_INVALID_HANDLE;
     if (s->capturing) {
         fg_violation("a stream destroyed while capturing");

@@ -354,13 +354,31 @@ static void candidate_refused(void)
     model_close(&m);
 }
 
+/* Program p refused at load, with a message holding both `says`; nothing
+ * left open. */
+static void load_refused(const char *what, const CtProgram *p, const Graph *g, const CtState *init, const char *says,
+                         const char *says_too)
+{
+    CtErr err;
+    CtState s;
+    CtExec *e = NULL;
+    state_create(&s, g);
+    memcpy(s.data, init->data, init->nbytes);
+    int rc = ct_backend_cuda.prepare(p, &s, &e, &err);
+    CHECKF(rc != 0 && strstr(err.msg, says) && strstr(err.msg, says_too), "%s: %s", what, rc ? err.msg : "loaded");
+    if (rc == 0)
+        ct_backend_cuda.free(e);
+    state_free(&s);
+    check_clean(what);
+    check_nothing_open(what);
+}
+
 /* cuDNN with no algorithm for the depthwise convolutions: the twins are
  * not timed and the library's kernels run; CTIMM_DWCONV=cudnn, which asks
  * for the twins, fails naming the step. */
 static void no_twins(void)
 {
     Model m;
-    CtErr err;
     if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1}))
         return;
     Loaded l;
@@ -371,20 +389,10 @@ static void no_twins(void)
            l.launches_to_load, l.finds);
     setenv("CTIMM_DWCONV", "cudnn", 1);
     choices_in("no-twins-forced");
-    CtState s;
-    CtExec *e = NULL;
-    state_create(&s, &m.g);
-    memcpy(s.data, m.init.data, m.init.nbytes);
-    int rc = ct_backend_cuda.prepare(m.p, &s, &e, &err);
-    CHECKF(rc != 0 && strstr(err.msg, "(convolution)") && strstr(err.msg, "cuDNN has no algorithm"),
-           "CTIMM_DWCONV=cudnn without depthwise algorithms: %s", rc ? err.msg : "loaded");
-    if (rc == 0)
-        ct_backend_cuda.free(e);
-    state_free(&s);
+    load_refused("CTIMM_DWCONV=cudnn without depthwise algorithms", m.p, &m.g, &m.init, "(convolution)",
+                 "cuDNN has no algorithm");
     unsetenv("CTIMM_DWCONV");
     fake_gpu_refuse("depthwise", 0);
-    check_clean("CTIMM_DWCONV=cudnn without depthwise algorithms");
-    check_nothing_open("CTIMM_DWCONV=cudnn without depthwise algorithms");
     model_close(&m);
 }
 
@@ -397,7 +405,6 @@ static void no_twins(void)
 static void small_devices(void)
 {
     Model m;
-    CtErr err;
     if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1}))
         return;
     Loaded l;
@@ -409,19 +416,9 @@ static void small_devices(void)
            "64 MiB: %ld searches, %ld launches timing the twins, %zu device bytes", l.finds, l.launches_to_load,
            l.device_bytes);
     fake_gpu_set_memory((size_t)4 << 20);
-    CtState s;
-    CtExec *e = NULL;
-    state_create(&s, &m.g);
-    memcpy(s.data, m.init.data, m.init.nbytes);
-    int rc = ct_backend_cuda.prepare(m.p, &s, &e, &err);
-    CHECKF(rc != 0 && strstr(err.msg, "out of memory: the plan needs") && strstr(err.msg, "ctimm fake GPU has"),
-           "4 MiB: %s", rc ? err.msg : "loaded");
-    if (rc == 0)
-        ct_backend_cuda.free(e);
-    state_free(&s);
+    load_refused("test_convnext on a 4 MiB device", m.p, &m.g, &m.init, "out of memory: the plan needs",
+                 "ctimm fake GPU has");
     fake_gpu_set_memory(0);
-    check_clean("test_convnext on a 4 MiB device");
-    check_nothing_open("test_convnext on a 4 MiB device");
     model_close(&m);
 
     if (model_open(&m, "test_convnext", (Variant){.low = CT_F32, .channels_last = 1, .sync_each = 1}))
