@@ -4,9 +4,13 @@
  * whole extent (leading dimension, batch stride) lies in one allocation,
  * epilogue vectors are D's rows long (a bias) or columns long (BGRADB's),
  * an auxiliary matrix D-shaped at its own leading dimension; attributes
- * come in their documented sizes. Algorithms: four, numbered 1 to 4 in
+ * come in their documented sizes. While the fake computes
+ * (fake_gpu_compute), a matmul computes D and its epilogue from the
+ * layouts as run_matmul says. Algorithms: four, numbered 1 to 4 in
  * their first word, algorithm i asking i MiB of workspace. */
 #include <cublasLt.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +255,99 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return *returned ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+/* ---- computing (fake_gpu_compute) ---- */
+
+typedef struct MatmulArgs {
+    Desc d;
+    Layout a, b, c, dd;
+    float alpha, beta;
+    CUdeviceptr A, B, C, D, bias, aux;
+} MatmulArgs;
+
+static FgType element(int t) { return t == CUDA_R_16F ? FG_F16 : t == CUDA_R_16BF ? FG_BF16 : FG_F32; }
+
+/* Element (row, col) of batch item i of l's matrix at p. */
+static size_t at(const Layout *l, int64_t i, uint64_t row, uint64_t col)
+{
+    return (size_t)(i * l->stride + (int64_t)row + (int64_t)col * l->ld);
+}
+
+static double op_elem(const void *p, const Layout *l, cublasOperation_t t, int64_t i, uint64_t row, uint64_t col)
+{
+    return t == CUBLAS_OP_N ? fg_load(p, element(l->type), at(l, i, row, col))
+                            : fg_load(p, element(l->type), at(l, i, col, row));
+}
+
+static void *operand(CUdeviceptr p, const Layout *l, const char *what)
+{
+    return fg_host(p, extent(l->rows, l->cols, l->ld, l->stride, l->batch, l->type), what);
+}
+
+/* D = alpha op(A) op(B) + beta C, then the epilogue: bias (per row), the
+ * aux copy of that, ReLU or GELU (tanh's form, cuBLASLt's); BGRADB
+ * writes op(B)'s column sums over k as the bias gradient. */
+static void run_matmul(const void *arg)
+{
+    const MatmulArgs *m = arg;
+    const Desc *d = &m->d;
+    const void *A = operand(m->A, &m->a, "cublasLtMatmul's A"), *B = operand(m->B, &m->b, "cublasLtMatmul's B");
+    const void *C = operand(m->C, &m->c, "cublasLtMatmul's C");
+    void *D = operand(m->D, &m->dd, "cublasLtMatmul's D");
+    uint64_t rows = m->dd.rows, cols = m->dd.cols, k = d->ta == CUBLAS_OP_N ? m->a.cols : m->a.rows;
+    int bgrad = d->epi == CUBLASLT_EPILOGUE_BGRADB, bias_on = has_bias(d->epi) && !bgrad, aux_on = has_aux(d->epi);
+    FgType bt = element(d->bias_type >= 0 ? d->bias_type : (int)m->dd.type), dt = element(m->dd.type);
+    void *bias = bgrad || bias_on ? fg_host(m->bias, (bgrad ? cols : rows) * fg_type_size(bt), "the bias vector")
+                                  : NULL;
+    Layout aux_l = {m->dd.type, rows, cols, d->aux_ld, d->aux_stride, m->dd.batch};
+    void *aux = aux_on ? operand(m->aux, &aux_l, "the aux matrix") : NULL;
+    if (!A || !B || !C || !D || ((bgrad || bias_on) && !bias) || (aux_on && !aux))
+        return;
+    int relu = d->epi == CUBLASLT_EPILOGUE_RELU || d->epi == CUBLASLT_EPILOGUE_RELU_BIAS ||
+               d->epi == CUBLASLT_EPILOGUE_RELU_AUX || d->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    int gelu = d->epi == CUBLASLT_EPILOGUE_GELU || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
+               d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    for (int64_t i = 0; i < m->dd.batch; i++)
+        for (uint64_t col = 0; col < cols; col++)
+            for (uint64_t row = 0; row < rows; row++) {
+                double acc = 0;
+                for (uint64_t j = 0; j < k; j++)
+                    acc += op_elem(A, &m->a, d->ta, i, row, j) * op_elem(B, &m->b, d->tb, i, j, col);
+                double x = m->alpha * acc;
+                if (m->beta != 0)
+                    x += m->beta * fg_load(C, element(m->c.type), at(&m->c, i, row, col));
+                if (bias_on)
+                    x += fg_load(bias, bt, row);
+                if (aux_on)
+                    fg_store(aux, dt, at(&aux_l, i, row, col), x);
+                if (relu && x < 0)
+                    x = 0;
+                if (gelu)
+                    x = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                fg_store(D, dt, at(&m->dd, i, row, col), x);
+            }
+    for (uint64_t col = 0; bgrad && col < cols; col++) {
+        double sum = 0;
+        for (uint64_t j = 0; j < k; j++)
+            sum += op_elem(B, &m->b, d->tb, 0, j, col);
+        fg_store(bias, bt, col, sum);
+    }
+}
+
+static void matmul_op(FgOp *op, const Desc *d, const Layout *a, const Layout *b, const Layout *c, const Layout *dd,
+                      const void *alpha, const void *beta, const void *A, const void *B, const void *C, void *D)
+{
+    MatmulArgs *m = malloc(sizeof *m);
+    if (!m)
+        abort();
+    *m = (MatmulArgs){*d, *a, *b, *c, *dd, *(const float *)alpha, *(const float *)beta, (CUdeviceptr)(uintptr_t)A,
+                      (CUdeviceptr)(uintptr_t)B, (CUdeviceptr)(uintptr_t)C, (CUdeviceptr)(uintptr_t)D,
+                      (CUdeviceptr)(uintptr_t)d->bias, (CUdeviceptr)(uintptr_t)d->aux};
+    op->kind = FG_CALL;
+    op->call = run_matmul;
+    op->arg = m;
+    op->arg_bytes = sizeof *m;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t md, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t al, const void *B, cublasLtMatrixLayout_t bl, const void *beta,
                               const void *C, cublasLtMatrixLayout_t cl, void *D, cublasLtMatrixLayout_t dl,
@@ -294,6 +391,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t md, const
     }
     fg_count.lt_matmuls++;
     FgOp op = fg_nop(call);
+    if (fg_computing())
+        matmul_op(&op, d, a, b, c, dd, alpha, beta, A, B, C, D);
     fg_enqueue((CUstream)stream, &op);
     return CUBLAS_STATUS_SUCCESS;
 }

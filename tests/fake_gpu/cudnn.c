@@ -1,12 +1,16 @@
 /* Contract: the cuDNN entry points runtime/cuda/dnn.c calls, with cuDNN's
  * own types (cudnn.h), over the fake driver's memory: descriptors are kept
- * and checked against each other and the pointers against them; the
- * convolutions compute nothing. Algorithms: every one of a direction is a
+ * and checked against each other and the pointers against them; while
+ * the fake computes (fake_gpu_compute), each call computes its result in
+ * double from the descriptors (each tensor in its format, the filter in
+ * its own, groups, padding, strides, dilation, alpha and beta) and stores
+ * it rounded once. Algorithms: every one of a direction is a
  * candidate, each deterministic; an algorithm's workspace is
  * fake_gpu_set_depthwise_workspace's for a depthwise convolution, else 4
  * KiB per algorithm number. The fused forward takes an identity
  * activation with IMPLICIT_PRECOMP_GEMM alone, as cuDNN does. */
 #include <cudnn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,7 +220,185 @@ static cudnnStatus_t operands_ok(const char *call, const struct cudnnTensorStruc
     return CUDNN_STATUS_SUCCESS;
 }
 
-static cudnnStatus_t run(cudnnHandle_t h, const char *call)
+/* ---- computing (fake_gpu_compute) ---- */
+
+typedef enum { DNN_FWD, DNN_FUSED, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_ADD, DNN_ACT } DnnOp;
+
+/* One call's descriptors and pointers; ADD: C = alpha A + beta C is
+ * y = alpha x + beta y, ACT: y = alpha act(x) + beta y. An operand scaled
+ * by zero is not read (cuDNN's rule for beta; here for alpha2 too). */
+typedef struct DnnArgs {
+    DnnOp op;
+    struct cudnnTensorStruct x, y, z, b;
+    struct cudnnFilterStruct w;
+    struct cudnnConvolutionStruct cv;
+    cudnnActivationMode_t act;
+    float alpha, beta; /* FUSED: alpha1, alpha2 */
+    CUdeviceptr xp, wp, yp, zp, bp;
+} DnnArgs;
+
+static FgType element(cudnnDataType_t t)
+{
+    return t == CUDNN_DATA_HALF ? FG_F16 : t == CUDNN_DATA_BFLOAT16 ? FG_BF16 : FG_F32;
+}
+
+/* Where element (n, c, h, w) of t lies, in its format; a dimension of 1
+ * broadcasts (a bias's n, h and w). */
+static size_t tensor_at(const struct cudnnTensorStruct *t, int n, int c, int h, int w)
+{
+    n = t->n == 1 ? 0 : n, c = t->c == 1 ? 0 : c, h = t->h == 1 ? 0 : h, w = t->w == 1 ? 0 : w;
+    return t->nhwc ? (((size_t)n * t->h + h) * t->w + w) * t->c + c : (((size_t)n * t->c + c) * t->h + h) * t->w + w;
+}
+
+static size_t filter_at(const struct cudnnFilterStruct *f, int k, int c, int r, int s)
+{
+    return f->nhwc ? (((size_t)k * f->r + r) * f->s + s) * f->c + c : (((size_t)k * f->c + c) * f->r + r) * f->s + s;
+}
+
+static double activate(cudnnActivationMode_t m, double v) { return m == CUDNN_ACTIVATION_RELU && v < 0 ? 0 : v; }
+
+/* t's elements as doubles in (n, c, h, w) order; and back, rounded to
+ * t's type once: alpha v + beta (what t held). */
+static double *tensor_in(const struct cudnnTensorStruct *t, const void *p)
+{
+    double *v = malloc(sizeof *v * ((size_t)t->n * t->c * t->h * t->w + 1)), *d = v;
+    if (!v)
+        abort();
+    for (int n = 0; n < t->n; n++)
+        for (int c = 0; c < t->c; c++)
+            for (int h = 0; h < t->h; h++)
+                for (int w = 0; w < t->w; w++)
+                    *d++ = fg_load(p, element(t->type), tensor_at(t, n, c, h, w));
+    return v;
+}
+
+static void tensor_out(const struct cudnnTensorStruct *t, void *p, const double *v, float alpha, float beta)
+{
+    for (int n = 0; n < t->n; n++)
+        for (int c = 0; c < t->c; c++)
+            for (int h = 0; h < t->h; h++)
+                for (int w = 0; w < t->w; w++) {
+                    size_t i = tensor_at(t, n, c, h, w);
+                    double x = alpha * *v++;
+                    fg_store(p, element(t->type), i, beta != 0 ? x + beta * fg_load(p, element(t->type), i) : x);
+                }
+}
+
+/* The filter's elements as doubles in (k, c, r, s) order, and back. */
+static double *filter_in(const struct cudnnFilterStruct *f, const void *p)
+{
+    double *v = malloc(sizeof *v * ((size_t)f->k * f->c * f->r * f->s + 1)), *d = v;
+    if (!v)
+        abort();
+    for (int k = 0; k < f->k; k++)
+        for (int c = 0; c < f->c; c++)
+            for (int r = 0; r < f->r; r++)
+                for (int s = 0; s < f->s; s++)
+                    *d++ = fg_load(p, element(f->type), filter_at(f, k, c, r, s));
+    return v;
+}
+
+static void filter_out(const struct cudnnFilterStruct *f, void *p, const double *v, float alpha, float beta)
+{
+    for (int k = 0; k < f->k; k++)
+        for (int c = 0; c < f->c; c++)
+            for (int r = 0; r < f->r; r++)
+                for (int s = 0; s < f->s; s++) {
+                    size_t i = filter_at(f, k, c, r, s);
+                    double x = alpha * *v++;
+                    fg_store(p, element(f->type), i, beta != 0 ? x + beta * fg_load(p, element(f->type), i) : x);
+                }
+}
+
+/* The convolution's sums, every operand in its logical order: the forward
+ * into y, the data gradient into x, the filter gradient into w (each
+ * zeroed first). */
+static void conv_sums(const DnnArgs *a, double *x, double *w, double *y)
+{
+    const struct cudnnFilterStruct *f = &a->w;
+    const struct cudnnConvolutionStruct *cv = &a->cv;
+    int H = a->x.h, W = a->x.w, P = a->y.h, Q = a->y.w, per_group = f->k / cv->groups;
+    for (int n = 0; n < a->y.n; n++)
+        for (int k = 0; k < f->k; k++)
+            for (int c = 0; c < f->c; c++) {
+                double *xc = x + ((size_t)n * a->x.c + (size_t)(k / per_group * f->c + c)) * H * W;
+                double *wk = w + ((size_t)k * f->c + c) * f->r * f->s, *yk = y + ((size_t)n * f->k + k) * P * Q;
+                for (int p = 0; p < P; p++)
+                    for (int r = 0; r < f->r; r++) {
+                        int h = p * cv->u - cv->pad_h + r * cv->dil_h;
+                        if (h < 0 || h >= H)
+                            continue;
+                        for (int q = 0; q < Q; q++)
+                            for (int s = 0; s < f->s; s++) {
+                                int wi = q * cv->v - cv->pad_w + s * cv->dil_w;
+                                if (wi < 0 || wi >= W)
+                                    continue;
+                                double *xv = &xc[h * W + wi], *wv = &wk[r * f->s + s], *yv = &yk[p * Q + q];
+                                if (a->op == DNN_BWD_DATA)
+                                    *xv += *yv * *wv;
+                                else if (a->op == DNN_BWD_FILTER)
+                                    *wv += *xv * *yv;
+                                else
+                                    *yv += *xv * *wv;
+                            }
+                    }
+            }
+}
+
+static void run_dnn(const void *arg)
+{
+    const DnnArgs *a = arg;
+    void *x = fg_host(a->xp, tensor_bytes(&a->x), "cuDNN's x"), *y = fg_host(a->yp, tensor_bytes(&a->y), "cuDNN's y");
+    if (!x || !y)
+        return;
+    if (a->op == DNN_ADD || a->op == DNN_ACT) {
+        for (int n = 0; n < a->y.n; n++)
+            for (int c = 0; c < a->y.c; c++)
+                for (int h = 0; h < a->y.h; h++)
+                    for (int w = 0; w < a->y.w; w++) {
+                        size_t yi = tensor_at(&a->y, n, c, h, w);
+                        double v = fg_load(x, element(a->x.type), tensor_at(&a->x, n, c, h, w));
+                        v = a->alpha * (a->op == DNN_ACT ? activate(a->act, v) : v);
+                        if (a->beta != 0)
+                            v += a->beta * fg_load(y, element(a->y.type), yi);
+                        fg_store(y, element(a->y.type), yi, v);
+                    }
+        return;
+    }
+    void *w = fg_host(a->wp, filter_bytes(&a->w), "cuDNN's filter");
+    const void *z = a->op == DNN_FUSED ? fg_host(a->zp, tensor_bytes(&a->z), "cuDNN's z") : NULL;
+    const void *b = a->op == DNN_FUSED ? fg_host(a->bp, tensor_bytes(&a->b), "cuDNN's bias") : NULL;
+    if (!w || (a->op == DNN_FUSED && (!z || !b)))
+        return;
+    double *xv = tensor_in(&a->x, x), *wv = filter_in(&a->w, w), *yv = tensor_in(&a->y, y);
+    double *out = a->op == DNN_BWD_DATA ? xv : a->op == DNN_BWD_FILTER ? wv : yv;
+    size_t nout = a->op == DNN_BWD_DATA   ? (size_t)a->x.n * a->x.c * a->x.h * a->x.w
+                  : a->op == DNN_BWD_FILTER ? (size_t)a->w.k * a->w.c * a->w.r * a->w.s
+                                            : (size_t)a->y.n * a->y.c * a->y.h * a->y.w;
+    memset(out, 0, sizeof *out * nout);
+    conv_sums(a, xv, wv, yv);
+    if (a->op == DNN_FUSED) { /* act(alpha1 conv + alpha2 z + bias) */
+        double *zv = tensor_in(&a->z, z), *bv = tensor_in(&a->b, b);
+        size_t hw = (size_t)a->y.h * a->y.w;
+        for (size_t i = 0; i < nout; i++)
+            yv[i] = activate(a->act, a->alpha * yv[i] + (a->beta != 0 ? a->beta * zv[i] : 0) +
+                                         bv[i / hw % (size_t)a->y.c]);
+        tensor_out(&a->y, y, yv, 1, 0);
+        free(zv);
+        free(bv);
+    } else if (a->op == DNN_BWD_DATA) {
+        tensor_out(&a->x, x, xv, a->alpha, a->beta);
+    } else if (a->op == DNN_BWD_FILTER) {
+        filter_out(&a->w, w, wv, a->alpha, a->beta);
+    } else {
+        tensor_out(&a->y, y, yv, a->alpha, a->beta);
+    }
+    free(xv);
+    free(wv);
+    free(yv);
+}
+
+static cudnnStatus_t run(cudnnHandle_t h, const char *call, const DnnArgs *args)
 {
     if (!fg_stream_ok(h->stream, call))
         return CUDNN_STATUS_EXECUTION_FAILED;
@@ -226,9 +408,20 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call)
     }
     fg_count.dnn_calls++;
     FgOp op = fg_nop(call);
+    if (fg_computing()) {
+        if (!(op.arg = malloc(sizeof *args)))
+            abort();
+        memcpy(op.arg, args, sizeof *args);
+        op.arg_bytes = sizeof *args;
+        op.kind = FG_CALL;
+        op.call = run_dnn;
+    }
     fg_enqueue(h->stream, &op);
     return CUDNN_STATUS_SUCCESS;
 }
+
+static CUdeviceptr dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
+static float scalar(const void *p) { return *(const float *)p; }
 
 /* A depthwise convolution, where the test asked cuDNN to have no
  * algorithm for one (fake_gpu_refuse's "depthwise"). */
@@ -403,7 +596,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
 {
     const char *call = "cudnnConvolutionForward";
     cudnnStatus_t s = conv_checked(call, x, xp, w, wp, cv, (int)algo, y, yp, ws, wsb);
-    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+    DnnArgs a = {.op = DNN_FWD, .x = *x, .y = *y, .w = *w, .cv = *cv, .alpha = scalar(alpha), .beta = scalar(beta),
+                 .xp = dptr(xp), .wp = dptr(wp), .yp = dptr(yp)};
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call, &a) : s;
 }
 
 /* The bias a 1 x K x 1 x 1 tensor of y's K channels, in one allocation. */
@@ -441,7 +636,12 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t h, const void 
     if (s == CUDNN_STATUS_SUCCESS && (z->n != y->n || z->c != y->c || z->h != y->h || z->w != y->w ||
                                       !fg_host((CUdeviceptr)(uintptr_t)zp, tensor_bytes(z), "the fused call's z")))
         s = bad("%s: z is not shaped as y, or not in one allocation", call);
-    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+    else if (s == CUDNN_STATUS_SUCCESS && (z->nhwc != y->nhwc || z->type != y->type))
+        s = bad("%s: z is not in y's format and type", call);
+    DnnArgs a = {.op = DNN_FUSED, .x = *x, .y = *y, .z = *z, .b = *b, .w = *w, .cv = *cv, .act = act->mode,
+                 .alpha = scalar(alpha1), .beta = scalar(alpha2), .xp = dptr(xp), .wp = dptr(wp), .yp = dptr(yp),
+                 .zp = dptr(zp), .bp = dptr(bp)};
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call, &a) : s;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t w,
@@ -452,7 +652,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
 {
     const char *call = "cudnnConvolutionBackwardData";
     cudnnStatus_t s = conv_checked(call, dx, dxp, w, wp, cv, (int)algo, dy, dyp, ws, wsb);
-    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+    DnnArgs a = {.op = DNN_BWD_DATA, .x = *dx, .y = *dy, .w = *w, .cv = *cv, .alpha = scalar(alpha),
+                 .beta = scalar(beta), .xp = dptr(dxp), .wp = dptr(wp), .yp = dptr(dyp)};
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call, &a) : s;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t x,
@@ -463,7 +665,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
 {
     const char *call = "cudnnConvolutionBackwardFilter";
     cudnnStatus_t s = conv_checked(call, x, xp, dw, dwp, cv, (int)algo, dy, dyp, ws, wsb);
-    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+    DnnArgs a = {.op = DNN_BWD_FILTER, .x = *x, .y = *dy, .w = *dw, .cv = *cv, .alpha = scalar(alpha),
+                 .beta = scalar(beta), .xp = dptr(xp), .wp = dptr(dwp), .yp = dptr(dyp)};
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call, &a) : s;
 }
 
 /* C += A, A as C or a per-channel bias. */
@@ -476,7 +680,9 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTens
     if (s == CUDNN_STATUS_SUCCESS && ((same && !fg_host((CUdeviceptr)(uintptr_t)ap, tensor_bytes(a), "cudnnAddTensor's A")) ||
                                       !fg_host((CUdeviceptr)(uintptr_t)cp, tensor_bytes(c), "cudnnAddTensor's C")))
         s = CUDNN_STATUS_BAD_PARAM;
-    return s == CUDNN_STATUS_SUCCESS ? run(h, call) : s;
+    DnnArgs args = {.op = DNN_ADD, .x = *a, .y = *c, .alpha = scalar(alpha), .beta = scalar(beta), .xp = dptr(ap),
+                    .yp = dptr(cp)};
+    return s == CUDNN_STATUS_SUCCESS ? run(h, call, &args) : s;
 }
 
 cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_t act, const void *alpha,
@@ -488,5 +694,7 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_
         !fg_host((CUdeviceptr)(uintptr_t)xp, tensor_bytes(x), "cudnnActivationForward's x") ||
         !fg_host((CUdeviceptr)(uintptr_t)yp, tensor_bytes(y), "cudnnActivationForward's y"))
         return bad("%s: an activation never set, x and y of different sizes, or outside memory", call);
-    return run(h, call);
+    DnnArgs a = {.op = DNN_ACT, .x = *x, .y = *y, .act = act->mode, .alpha = scalar(alpha), .beta = scalar(beta),
+                 .xp = dptr(xp), .yp = dptr(yp)};
+    return run(h, call, &a);
 }

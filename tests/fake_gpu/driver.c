@@ -3,11 +3,14 @@
  * fake_internal.h. */
 #define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and MAP_NORESERVE */
 #include <ctype.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "tests/fake_gpu/fake_internal.h"
 
@@ -97,6 +100,8 @@ typedef struct Alloc {
     CUdeviceptr base;
     size_t bytes;
     unsigned char *host;
+    unsigned char *map; /* the mapping behind host, map_bytes long, its last page a guard */
+    size_t map_bytes;
     int live;
 } Alloc;
 static Alloc *allocs;
@@ -199,10 +204,19 @@ static void run_op(const FgOp *op)
 {
     switch (op->kind) {
     case FG_COPY: memmove(op->dst, op->src, op->bytes); break;
+    case FG_FILL: memset(op->dst, op->value, op->bytes); break;
+    case FG_CALL: op->call(op->arg); break;
     case FG_EVENT: op->event->recorded = 1, op->event->at_us = now_us; return;
     case FG_NOP: break;
     }
     now_us += cost(op->name);
+}
+
+static void ops_free(FgOp *ops, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(ops[i].arg);
+    free(ops);
 }
 
 FgOp fg_nop(const char *name)
@@ -216,6 +230,7 @@ void fg_enqueue(CUstream s, const FgOp *op)
 {
     if (!s->capturing) {
         run_op(op);
+        free(op->arg);
         return;
     }
     Graph *g = s->capture;
@@ -333,12 +348,20 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
             abort();
     }
     /* reserved, not committed: a benchmark-sized plan's tens of GiB cost
-     * only the pages a copy touches */
-    void *host = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (host == MAP_FAILED)
+     * only the pages a copy touches. The host bytes end where a page no
+     * access may touch begins (but for the rounding that keeps them 256-byte
+     * aligned, as cuMemAlloc's): a kernel or a computed library call that
+     * runs past the allocation's end faults there. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + 255) / 256 * 256;
+    size_t pages = (span + page - 1) / page * page;
+    unsigned char *map = mmap(NULL, pages + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                              -1, 0);
+    if (map == MAP_FAILED)
         return FG_ERROR_OUT_OF_MEMORY;
-    /* a gap of unmapped addresses after each: one past the end is no other allocation */
-    allocs[nallocs++] = (Alloc){next_base, bytes, host, 1};
+    if (mprotect(map + pages, page, PROT_NONE))
+        abort();
+    /* a gap of unmapped device addresses after each: one past the end is no other allocation */
+    allocs[nallocs++] = (Alloc){next_base, bytes, map + pages - span, map, pages + page, 1};
     *p = next_base;
     next_base += (bytes + (2u << 20) - 1) / (1u << 20) * (1u << 20);
     fg_count.allocations++;
@@ -357,8 +380,8 @@ CUresult cuMemFree_v2(CUdeviceptr p)
                      !a ? "no allocation" : !a->live ? "freed already" : "not an allocation's start");
         return FG_ERROR_INVALID_VALUE;
     }
-    munmap(a->host, a->bytes);
-    a->host = NULL;
+    munmap(a->map, a->map_bytes);
+    a->host = a->map = NULL;
     a->live = 0;
     fg_count.allocations--;
     fg_count.device_bytes -= a->bytes;
@@ -422,6 +445,12 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
     if (!p)
         return FG_ERROR_INVALID_VALUE;
     FgOp op = fg_nop("memset");
+    if (fg_computing()) {
+        op.kind = FG_FILL;
+        op.dst = p;
+        op.value = v;
+        op.bytes = n;
+    }
     fg_enqueue(s, &op);
     return CU_SUCCESS;
 }
@@ -554,6 +583,105 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     return FG_ERROR_NOT_FOUND;
 }
 
+/* ---- launches, run through the test's runner while it computes ---- */
+
+static const FakeGpuRunner *runner;
+
+static void on_fault(int sig)
+{
+    static const char msg[] = "fake GPU: a fault while computing: a kernel or a library call ran past the end of an "
+                              "allocation (into its guard page) or outside the device's memory\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing more to say */
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void fake_gpu_compute(const FakeGpuRunner *r)
+{
+    struct sigaction old;
+    runner = r;
+    /* said, where no one else (a sanitizer) reports faults already */
+    if (r && sigaction(SIGSEGV, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+        signal(SIGSEGV, on_fault);
+}
+int fg_computing(void) { return runner != NULL; }
+
+#define PARAM_ALIGN 16
+
+/* A launch as a call's arguments: this header, each parameter's size, then
+ * the parameters' bytes, each at a multiple of PARAM_ALIGN. */
+typedef struct LaunchArgs {
+    char name[64];
+    unsigned grid[3], block[3], shared;
+    int nparams;
+    size_t bytes;
+} LaunchArgs;
+
+static size_t param_span(size_t bytes) { return (bytes + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN; }
+
+static void run_launch(const void *arg)
+{
+    const LaunchArgs *a = arg;
+    const size_t *size = (const size_t *)(a + 1);
+    const unsigned char *given = (const unsigned char *)(size + a->nparams);
+    unsigned char *bytes = aligned_alloc(PARAM_ALIGN, param_span(a->bytes + 1));
+    void **params = malloc(sizeof *params * (size_t)(a->nparams + 1));
+    if (!bytes || !params)
+        abort();
+    memcpy(bytes, given, a->bytes);
+    int ok = 1;
+    size_t off = 0;
+    for (int i = 0; ok && i < a->nparams; off += param_span(size[i]), i++) {
+        params[i] = bytes + off;
+        for (size_t at = 0; ok && at + 8 <= size[i]; at += 8) {
+            unsigned long long v;
+            memcpy(&v, bytes + off + at, 8);
+            if (!fg_is_device(v))
+                continue;
+            void *host = fg_host((CUdeviceptr)v, 1, a->name);
+            v = (unsigned long long)(uintptr_t)host;
+            memcpy(bytes + off + at, &v, 8);
+            ok = host != NULL;
+        }
+    }
+    char why[512] = "";
+    if (ok && runner && runner->launch(runner->ctx, a->name, a->grid, a->block, a->shared, params, why, sizeof why))
+        fg_violation("running %s: %s", a->name, why);
+    free(params);
+    free(bytes);
+}
+
+/* op made the launch of f with params, run when op runs. */
+static void launch_op(FgOp *op, const Func *f, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                      void **params)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < f->nparams; i++)
+        bytes += param_span(f->size[i]);
+    size_t head = sizeof(LaunchArgs) + sizeof(size_t) * (size_t)f->nparams;
+    LaunchArgs *a = calloc(1, head + bytes + 1);
+    if (!a)
+        abort();
+    snprintf(a->name, sizeof a->name, "%s", f->name);
+    memcpy(a->grid, grid, sizeof a->grid);
+    memcpy(a->block, block, sizeof a->block);
+    a->shared = shared;
+    a->nparams = f->nparams;
+    a->bytes = bytes;
+    size_t *size = (size_t *)(a + 1);
+    unsigned char *dst = (unsigned char *)(size + f->nparams);
+    for (int i = 0; i < f->nparams; i++) {
+        size[i] = f->size[i];
+        memcpy(dst, params[i], f->size[i]);
+        dst += param_span(f->size[i]);
+    }
+    op->kind = FG_CALL;
+    op->call = run_launch;
+    op->arg = a;
+    op->arg_bytes = head + bytes + 1;
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra)
 {
@@ -583,6 +711,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     }
     fg_count.launches++;
     FgOp op = fg_nop(f->name);
+    if (fg_computing())
+        launch_op(&op, f, (unsigned[3]){gx, gy, gz}, (unsigned[3]){bx, by, bz}, shared, params);
     fg_enqueue(s, &op);
     return CU_SUCCESS;
 }
@@ -650,7 +780,7 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
     s->capture = NULL;
     capturing_stream = NULL;
     if (s->invalid) {
-        free(graph->ops);
+        ops_free(graph->ops, graph->nops);
         free(graph);
         *g = NULL;
         return FG_ERROR_CAPTURE_INVALIDATED;
@@ -670,6 +800,12 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long lo
         abort();
     if (src->nops)
         memcpy(copy->ops, src->ops, sizeof *copy->ops * (size_t)src->nops);
+    for (int i = 0; i < src->nops; i++)
+        if (src->ops[i].arg) {
+            if (!(copy->ops[i].arg = malloc(src->ops[i].arg_bytes)))
+                abort();
+            memcpy(copy->ops[i].arg, src->ops[i].arg, src->ops[i].arg_bytes);
+        }
     copy->nops = copy->cap = src->nops;
     fg_count.graph_execs++;
     *e = (CUgraphExec)copy;
@@ -681,15 +817,19 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
     if (!e || !fg_stream_ok(s, "cuGraphLaunch"))
         return FG_ERROR_INVALID_HANDLE;
     const Graph *g = (const Graph *)e;
+    if (s->capturing) {
+        fg_violation("cuGraphLaunch into a capture");
+        return FG_ERROR_CAPTURE_UNSUPPORTED;
+    }
     for (int i = 0; i < g->nops; i++)
-        fg_enqueue(s, &g->ops[i]);
+        run_op(&g->ops[i]); /* the graph keeps its ops */
     fg_count.graph_launches++;
     return CU_SUCCESS;
 }
 
 static void graph_free(void *g)
 {
-    free(((Graph *)g)->ops);
+    ops_free(((Graph *)g)->ops, ((Graph *)g)->nops);
     free(g);
 }
 

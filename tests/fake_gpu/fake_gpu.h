@@ -5,12 +5,16 @@
  * before the real library, cuDNN. Device memory is host memory at
  * addresses of its own (from 2^44), so a stray pointer never lands in it,
  * reserved and not committed, so a benchmark-sized plan fits
- * ($FAKE_GPU_MEMORY_GIB, default 80) and costs the pages copies touch.
- * Kernels and library calls compute nothing: the SIMT harness
- * (runtime/cuda_sim/) and the ref backend check what they compute. What
- * this checks is everything around them that only a device would
- * otherwise check, each breach a call that fails as the driver's would and
- * a message kept for the test:
+ * ($FAKE_GPU_MEMORY_GIB, default 80) and costs the pages copies touch;
+ * each allocation's host bytes end (256-byte aligned) at a page no access
+ * may touch, so a computed call that runs past the end faults, said.
+ * Kernels and library calls compute nothing, unless the test gives a
+ * runner (fake_gpu_compute): then launches run through it and the
+ * libraries compute each call from their own descriptors, so the
+ * executor's values can be compared with the SIMT harness's (whose
+ * kernels the runner runs). Either way, what this checks is everything
+ * around them that only a device would otherwise check, each breach a
+ * call that fails as the driver's would and a message kept for the test:
  * - every pointer a kernel, a copy or a library call is given lies in a
  *   live allocation (a kernel's 8-byte arguments, their sizes read off the
  *   module's PTX, are pointers when they fall in the device's range), and
@@ -55,6 +59,26 @@ void fake_gpu_set_depthwise_workspace(size_t bytes);
 void fake_gpu_refuse(const char *what, int refuse);
 /* The device's memory (0: $FAKE_GPU_MEMORY_GIB's, or 80 GiB). */
 void fake_gpu_set_memory(size_t bytes);
+
+/* What runs a kernel the fake launches: `kernel` its name, params as
+ * cuLaunchKernel's, every device pointer in them (an 8-byte word in the
+ * device's range, also inside a struct argument) made the host address
+ * of its bytes. 0, or -1 with why[] said. */
+typedef struct FakeGpuRunner {
+    void *ctx;
+    int (*launch)(void *ctx, const char *kernel, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                  void **params, char *why, size_t nwhy);
+} FakeGpuRunner;
+
+/* From now on (NULL: no longer) launches run through r, fills fill, and
+ * cuBLASLt's matmuls and cuDNN's convolutions, tensor additions and
+ * activations compute their results, in double and rounded once when
+ * stored, from their descriptors as the libraries document them (a
+ * cuBLASLt operand column-major at its leading dimension and batch stride,
+ * op() its transpose where asked; a cuDNN tensor in its format; alpha and
+ * beta read). Kept by the caller while set. A runner's failure is a
+ * breach. */
+void fake_gpu_compute(const FakeGpuRunner *r);
 
 typedef struct FakeGpuCounts {
     long allocations, host_allocations, modules, streams, events, graphs, graph_execs, contexts;

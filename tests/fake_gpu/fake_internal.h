@@ -39,19 +39,36 @@ int fg_capturing(void);
 void fg_invalidate_capture(const char *why, int breach);
 
 /* One operation on stream s: run now (time passes), or recorded into the
- * graph being captured. A copy moves real bytes; a fill is checked, not
- * done (a fill of the whole activation block, as the twins' timing makes,
- * would commit every page of it). */
+ * graph being captured, which then owns it. A copy moves real bytes. A
+ * fill is checked, and done only while the fake computes (a fill of the
+ * whole activation block, as the twins' timing makes, would commit every
+ * page of a benchmark-sized plan). A call runs `call` on its own copy of
+ * the arguments (`arg`, arg_bytes, malloc'ed: the op owns it), read when
+ * it runs, as a device reads a launch's arguments as captured. */
 typedef struct FgOp {
-    enum { FG_NOP, FG_COPY, FG_EVENT } kind;
+    enum { FG_NOP, FG_COPY, FG_FILL, FG_EVENT, FG_CALL } kind;
     char name[48];
     void *dst;
     const void *src;
     size_t bytes;
+    unsigned char value; /* FG_FILL */
     CUevent event;
+    void (*call)(const void *arg);
+    void *arg;
+    size_t arg_bytes;
 } FgOp;
 void fg_enqueue(CUstream s, const FgOp *op);
 FgOp fg_nop(const char *name);
+
+/* A runner is set (fake_gpu_compute): kernels and library calls compute. */
+int fg_computing(void);
+
+/* The element types the libraries store, each element read as a double
+ * and stored rounded to nearest even once. */
+typedef enum { FG_F32, FG_F16, FG_BF16 } FgType;
+double fg_load(const void *p, FgType t, size_t i);
+void fg_store(void *p, FgType t, size_t i, double v);
+size_t fg_type_size(FgType t);
 
 /* Whether the test asked that `what` be refused (fake_gpu_refuse). */
 int fg_refused(const char *what);

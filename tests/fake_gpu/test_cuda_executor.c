@@ -4,7 +4,8 @@
  * would: every pointer in an allocation with its extent, descriptors that
  * agree, workspaces as large as asked, nothing that waits or allocates in a
  * captured graph, and nothing left open when closed. What the kernels
- * compute is the SIMT harness's test (test_cuda_sim); this is the rest.
+ * compute is the SIMT harness's test (test_cuda_sim), and what the
+ * executor's steps compute test_executor_values'; this is the rest.
  * test_convnext's channels-last f32 SGD step, whose depthwise convolutions
  * have cuDNN twins: with cuDNN made slow, the library's kernels win the
  * timing and the workspace the twins needed is given back; made fast, the
@@ -22,44 +23,10 @@
  * (no twins), devices too small for the timing
  * or for the plan, a step synchronised after every step. Each loaded
  * program runs three steps: eagerly, captured as a graph, replayed. */
-#include <stdlib.h>
-#include <string.h>
-
-#include "frontend/builder.h"
-#include "passes/pipeline.h"
-#include "runtime/backend.h"
 #include "runtime/cuda/backend_cuda.h"
-#include "tests/fake_gpu/fake_gpu.h"
-#include "tests/model_vectors.h"
+#include "tests/fake_gpu/fake_models.h"
 
 #define DW_WORKSPACE ((size_t)96 << 20)
-
-static char cache_root[256], *compile_cache;
-
-/* A kernel cache of its own for the libraries' choices of one scenario;
- * the programs compile into the one the environment names, as every
- * test's. */
-static void choices_in(const char *name)
-{
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache_root, name);
-    setenv("CTIMM_CACHE_DIR", dir, 1);
-}
-
-static void compile_in_default_cache(void)
-{
-    if (compile_cache)
-        setenv("CTIMM_CACHE_DIR", compile_cache, 1);
-    else
-        unsetenv("CTIMM_CACHE_DIR");
-}
-
-static void check_clean(const char *what)
-{
-    const char *v = fake_gpu_violation();
-    CHECKF(v == NULL, "%s: the fake GPU refused a call: %s", what, v);
-    fake_gpu_reset_violation();
-}
 
 static void check_nothing_open(const char *what)
 {
@@ -135,62 +102,6 @@ static void load_and_run(const char *what, const CtProgram *p, const Graph *g, c
     state_free(&s);
     check_clean(what);
     check_nothing_open(what);
-}
-
-typedef struct Model {
-    Vectors v;
-    Graph g;
-    CtState init;
-    CtProgram *p;
-} Model;
-
-static void model_close(Model *m)
-{
-    if (m->p)
-        program_free(m->p);
-    state_free(&m->init);
-    graph_free(&m->g);
-    st_free(&m->v.f);
-}
-
-typedef struct Variant {
-    CtDType low; /* CT_F32: no AMP */
-    int channels_last;
-    int bench;     /* as ctimm-bench runs it: inputs uploaded once, outputs left on the device */
-    int eval;      /* inference, batch norms folded into their convolutions (ctimm-compile's) */
-    int sync_each; /* a synchronisation after every step, no graph (ProgramOptions.sync_each) */
-} Variant;
-
-/* The model's SGD step, or its inference, compiled for the device the
- * cuda backend finds: the fake GPU. */
-static int model_open(Model *m, const char *name, Variant va)
-{
-    CtErr err;
-    memset(m, 0, sizeof *m);
-    if (vectors_open(&m->v, name, 1))
-        return -1;
-    ModelSpec spec = {.batch_size = m->v.batch, .training = !va.eval, .args = m->v.args};
-    Pipeline pl = {.training = !va.eval, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
-                   .opt = {.kind = CT_OPT_SGD, .momentum = 0.9, .weight_decay = 1e-4,
-                           .no_weight_decay = m->v.m->no_weight_decay},
-                   .amp = va.low != CT_F32, .amp_dtype = va.low, .channels_last = va.channels_last,
-                   .bn_fold = va.eval, .verify = 1};
-    if (model_build(m->v.m, &spec, &m->g, &err) || pipeline_run(&pl, &m->g, NULL, &err)) {
-        CHECKF(0, "%s: %s", name, err.msg);
-        st_free(&m->v.f);
-        return -1;
-    }
-    state_create(&m->init, &m->g);
-    CHECKF(state_load(&m->init, &m->v.f, "state.", &err) == 0, "%s: %s", name, err.msg);
-    ProgramOptions o = {.outputs_on_device = va.bench, .inputs_fixed = va.bench, .sync_each = va.sync_each};
-    compile_in_default_cache();
-    int rc = ct_backend_cuda.target_options(&o, &err) || program_compile(&m->g, CT_TARGET_CUDA, &o, &m->p, &err);
-    CHECKF(rc == 0, "%s: compiling for the fake GPU: %s", name, err.msg);
-    CHECKF(rc || o.cuda_cc == FAKE_GPU_CC, "%s: compiled for sm_%d", name, o.cuda_cc);
-    check_clean(name);
-    if (rc)
-        model_close(m);
-    return rc ? -1 : 0;
 }
 
 static int twins(const CtProgram *p)
@@ -431,13 +342,7 @@ static void small_devices(void)
 
 int main(void)
 {
-    setenv("CTIMM_LIBCUDA", FAKE_GPU_LIB, 1);
-    setenv("CTIMM_LIBCUBLASLT", FAKE_GPU_LIB, 1);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(cache_root, sizeof cache_root, "%s/ctimm-test-executor-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    CT_ASSERT(mkdtemp(cache_root) != NULL);
-    const char *env = getenv("CTIMM_CACHE_DIR");
-    compile_cache = env && *env ? strdup(env) : NULL;
+    fake_tests_begin("test-executor");
     convnext();
     bench_like("test_vit", CT_BF16, 0);
     bench_like("test_resnet", CT_BF16, 1);
@@ -450,7 +355,6 @@ int main(void)
     candidate_refused();
     no_twins();
     small_devices();
-    test_rm_tree(cache_root);
-    free(compile_cache);
+    fake_tests_end();
     return check_done("test_cuda_executor");
 }
