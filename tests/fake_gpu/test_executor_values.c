@@ -16,7 +16,8 @@
  * test_vit in bf16 (with BGRADB too: the bias gradients' own launches),
  * test_efficientnet in bf16 channels-last (its depthwise steps on the
  * library's kernels, then on their cuDNN twins, each way winning the
- * executor's timing) and test_convnext in f32 channels-last (the twins);
+ * executor's timing) and test_convnext in f32 and f16 channels-last (the
+ * twins), test_vit in f32 too;
  * test_resnet's folded bf16 inference with cuDNN's fused forward, then
  * with its fallback; a step with a device-to-device copy and a batched
  * GEMM. The timing of the twins runs steps on the program's buffers
@@ -330,6 +331,9 @@ int main(void)
            "test_efficientnet bf16 channels-last, the cuDNN twins", TOL_LOW);
     values("test_convnext", (Variant){.low = CT_F32, .channels_last = 1}, DW_TWIN, NULL,
            "test_convnext f32 channels-last, the cuDNN twins", TOL_F32);
+    values("test_convnext", (Variant){.low = CT_F16, .channels_last = 1}, DW_TWIN, NULL,
+           "test_convnext f16 channels-last, the cuDNN twins", TOL_LOW);
+    values("test_vit", (Variant){.low = CT_F32}, DW_LIB, NULL, "test_vit f32", TOL_F32);
     copy_and_batched_gemm();
     fake_tests_end();
     return check_done("test_executor_values");
