@@ -250,64 +250,39 @@ static size_t tensor_at(const struct cudnnTensorStruct *t, int n, int c, int h, 
     return t->nhwc ? (((size_t)n * t->h + h) * t->w + w) * t->c + c : (((size_t)n * t->c + c) * t->h + h) * t->w + w;
 }
 
-static size_t filter_at(const struct cudnnFilterStruct *f, int k, int c, int r, int s)
+/* A filter is a tensor of K images: KCRS is NCHW's order, KRSC NHWC's. */
+static struct cudnnTensorStruct as_tensor(const struct cudnnFilterStruct *f)
 {
-    return f->nhwc ? (((size_t)k * f->r + r) * f->s + s) * f->c + c : (((size_t)k * f->c + c) * f->r + r) * f->s + s;
+    return (struct cudnnTensorStruct){1, f->nhwc, f->k, f->c, f->r, f->s, f->type};
 }
 
 static double activate(cudnnActivationMode_t m, double v) { return m == CUDNN_ACTIVATION_RELU && v < 0 ? 0 : v; }
 
-/* t's elements as doubles in (n, c, h, w) order; and back, rounded to
- * t's type once: alpha v + beta (what t held). */
+/* Between t's elements at p and v, doubles in (n, c, h, w) order: read
+ * into v, or (out) stored from v rounded to t's type once as alpha v +
+ * beta (what t held; unread at beta 0). */
+static void tensor_move(const struct cudnnTensorStruct *t, void *p, double *v, int out, float alpha, float beta)
+{
+    for (int n = 0; n < t->n; n++)
+        for (int c = 0; c < t->c; c++)
+            for (int h = 0; h < t->h; h++)
+                for (int w = 0; w < t->w; w++, v++) {
+                    size_t i = tensor_at(t, n, c, h, w);
+                    if (!out)
+                        *v = fg_load(p, element(t->type), i);
+                    else
+                        fg_store(p, element(t->type), i,
+                                 alpha * *v + (beta != 0 ? beta * fg_load(p, element(t->type), i) : 0));
+                }
+}
+
 static double *tensor_in(const struct cudnnTensorStruct *t, const void *p)
 {
-    double *v = malloc(sizeof *v * ((size_t)t->n * t->c * t->h * t->w + 1)), *d = v;
+    double *v = malloc(sizeof *v * ((size_t)t->n * t->c * t->h * t->w + 1));
     if (!v)
         abort();
-    for (int n = 0; n < t->n; n++)
-        for (int c = 0; c < t->c; c++)
-            for (int h = 0; h < t->h; h++)
-                for (int w = 0; w < t->w; w++)
-                    *d++ = fg_load(p, element(t->type), tensor_at(t, n, c, h, w));
+    tensor_move(t, (void *)p, v, 0, 1, 0);
     return v;
-}
-
-static void tensor_out(const struct cudnnTensorStruct *t, void *p, const double *v, float alpha, float beta)
-{
-    for (int n = 0; n < t->n; n++)
-        for (int c = 0; c < t->c; c++)
-            for (int h = 0; h < t->h; h++)
-                for (int w = 0; w < t->w; w++) {
-                    size_t i = tensor_at(t, n, c, h, w);
-                    double x = alpha * *v++;
-                    fg_store(p, element(t->type), i, beta != 0 ? x + beta * fg_load(p, element(t->type), i) : x);
-                }
-}
-
-/* The filter's elements as doubles in (k, c, r, s) order, and back. */
-static double *filter_in(const struct cudnnFilterStruct *f, const void *p)
-{
-    double *v = malloc(sizeof *v * ((size_t)f->k * f->c * f->r * f->s + 1)), *d = v;
-    if (!v)
-        abort();
-    for (int k = 0; k < f->k; k++)
-        for (int c = 0; c < f->c; c++)
-            for (int r = 0; r < f->r; r++)
-                for (int s = 0; s < f->s; s++)
-                    *d++ = fg_load(p, element(f->type), filter_at(f, k, c, r, s));
-    return v;
-}
-
-static void filter_out(const struct cudnnFilterStruct *f, void *p, const double *v, float alpha, float beta)
-{
-    for (int k = 0; k < f->k; k++)
-        for (int c = 0; c < f->c; c++)
-            for (int r = 0; r < f->r; r++)
-                for (int s = 0; s < f->s; s++) {
-                    size_t i = filter_at(f, k, c, r, s);
-                    double x = alpha * *v++;
-                    fg_store(p, element(f->type), i, beta != 0 ? x + beta * fg_load(p, element(f->type), i) : x);
-                }
 }
 
 /* The convolution's sums, every operand in its logical order: the forward
@@ -370,7 +345,8 @@ static void run_dnn(const void *arg)
     const void *b = a->op == DNN_FUSED ? fg_host(a->bp, tensor_bytes(&a->b), "cuDNN's bias") : NULL;
     if (!w || (a->op == DNN_FUSED && (!z || !b)))
         return;
-    double *xv = tensor_in(&a->x, x), *wv = filter_in(&a->w, w), *yv = tensor_in(&a->y, y);
+    struct cudnnTensorStruct wt = as_tensor(&a->w);
+    double *xv = tensor_in(&a->x, x), *wv = tensor_in(&wt, w), *yv = tensor_in(&a->y, y);
     double *out = a->op == DNN_BWD_DATA ? xv : a->op == DNN_BWD_FILTER ? wv : yv;
     size_t nout = a->op == DNN_BWD_DATA   ? (size_t)a->x.n * a->x.c * a->x.h * a->x.w
                   : a->op == DNN_BWD_FILTER ? (size_t)a->w.k * a->w.c * a->w.r * a->w.s
@@ -383,15 +359,15 @@ static void run_dnn(const void *arg)
         for (size_t i = 0; i < nout; i++)
             yv[i] = activate(a->act, a->alpha * yv[i] + (a->beta != 0 ? a->beta * zv[i] : 0) +
                                          bv[i / hw % (size_t)a->y.c]);
-        tensor_out(&a->y, y, yv, 1, 0);
+        tensor_move(&a->y, y, yv, 1, 1, 0);
         free(zv);
         free(bv);
     } else if (a->op == DNN_BWD_DATA) {
-        tensor_out(&a->x, x, xv, a->alpha, a->beta);
+        tensor_move(&a->x, x, xv, 1, a->alpha, a->beta);
     } else if (a->op == DNN_BWD_FILTER) {
-        filter_out(&a->w, w, wv, a->alpha, a->beta);
+        tensor_move(&wt, w, wv, 1, a->alpha, a->beta);
     } else {
-        tensor_out(&a->y, y, yv, a->alpha, a->beta);
+        tensor_move(&a->y, y, yv, 1, a->alpha, a->beta);
     }
     free(xv);
     free(wv);
