@@ -27,7 +27,7 @@
  * - launches fit the device's limits (1024 threads a block, a grid's y and
  *   z below 65536, 48 KiB of dynamic shared memory, which is all a kernel
  *   gets without cuFuncSetAttribute);
- * - at the end nothing is left: fake_gpu_live counts what is open.
+ * - at the end nothing is left: fake_gpu_counts says what is open.
  * Time passes only as the test says: each operation costs what
  * fake_gpu_set_cost gives names starting like it (1 us otherwise), and
  * events read that clock, so a test decides which of two timed ways wins.

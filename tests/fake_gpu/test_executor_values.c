@@ -20,8 +20,11 @@
  * twins), test_vit in f32 too;
  * test_resnet's folded bf16 inference with cuDNN's fused forward, then
  * with its fallback; a step with a device-to-device copy and a batched
- * GEMM. The timing of the twins runs steps on the program's buffers
- * before the first run: the values after it say it left nothing behind. */
+ * GEMM; test_resnet's bf16 channels-last step and eval graph in the
+ * trainer's order (two steps, the eval graph loaded over the training
+ * state, a step, the eval graph told of the new state). The timing of the
+ * twins runs steps on the program's buffers before the first run: the
+ * values after it say it left nothing behind. */
 #include "codegen/cuda/lib_source.h"
 #include "runtime/cuda/backend_cuda.h"
 #include "runtime/cuda_sim/simt.h"
@@ -171,23 +174,35 @@ static double diff(const void *a, const void *b, CtDType dt, int64_t n)
 
 /* Executor's steps against the harness's: the largest difference of any
  * output of any step, and of any state tensor after the last. */
+static double tensor_diff(const CtTensor *a, const CtTensor *b)
+{
+    return diff(a->data, b->data, b->type.dtype, shape_numel(&b->type.shape));
+}
+
+/* The largest difference of a state tensor of dev's from sim's, and its name. */
+static double state_diff(const CtState *dev, const CtState *sim, const char **where)
+{
+    double worst = 0;
+    *where = "";
+    for (int i = 0; i < sim->n; i++) {
+        const StateEntry *e = &sim->e[i];
+        double d = diff(state_data(dev, i), state_data(sim, i), e->type.dtype, shape_numel(&e->type.shape));
+        if (d > worst || d != d)
+            worst = d, *where = e->name;
+    }
+    return worst;
+}
+
 static void compare(const char *what, const Steps *dev, const Steps *sim, double tol)
 {
-    double worst_out = 0, worst_state = 0;
-    const char *where = "";
+    double worst_out = 0;
+    const char *where;
     for (int s = 0; s < STEPS; s++)
         for (int k = 0; k < dev->nout; k++) {
-            const CtTensor *a = &dev->out[s][k], *b = &sim->out[s][k];
-            double d = diff(a->data, b->data, b->type.dtype, shape_numel(&b->type.shape));
+            double d = tensor_diff(&dev->out[s][k], &sim->out[s][k]);
             worst_out = d > worst_out ? d : worst_out;
         }
-    for (int i = 0; i < sim->state.n; i++) {
-        const StateEntry *e = &sim->state.e[i];
-        double d = diff(state_data(&dev->state, i), state_data(&sim->state, i), e->type.dtype,
-                        shape_numel(&e->type.shape));
-        if (d > worst_state || d != d)
-            worst_state = d, where = e->name;
-    }
+    double worst_state = state_diff(&dev->state, &sim->state, &where);
     CHECKF(worst_out <= tol && worst_state <= tol,
            "%s: the executor's values against the harness's: outputs %.3g, state %.3g (%s), tolerance %.1g", what,
            worst_out, worst_state, where, tol);
@@ -265,6 +280,124 @@ static void values(const char *name, Variant va, DwWay dw, const char *refuse, c
     model_close(&m);
 }
 
+/* The trainer's order of runs on one side: the SGD step twice, the state
+ * down, the eval graph loaded over that training state (its tensors bound
+ * where the larger state has them) and run, one more step, the state down,
+ * the eval graph told of it and run again. With runners (the executor's
+ * side), each program's kernels run through its own. */
+typedef struct Sequence {
+    CtState state;
+    CtTensor logits[2];
+} Sequence;
+
+static int sequence(const CtBackend *b, const CtProgram *tr, const CtProgram *ev, const Graph *g,
+                    const CtState *init, const CtTensor *in, const FakeGpuRunner *rt, const FakeGpuRunner *re,
+                    Sequence *q, const char *what)
+{
+    CtErr err;
+    CtExec *et = NULL, *ee = NULL;
+    CtTensor out[8];
+    CT_ASSERT(g->noutputs <= 8);
+    memset(q, 0, sizeof *q);
+    state_create(&q->state, g);
+    memcpy(q->state.data, init->data, init->nbytes);
+    if (rt)
+        fake_gpu_compute(rt);
+    int rc = b->prepare(tr, &q->state, &et, &err);
+    for (int step = 0; rc == 0 && step < 3; step++) {
+        if (step == 2) {
+            if (re)
+                fake_gpu_compute(re);
+            rc = b->state_to_host(et, &err) || b->prepare(ev, &q->state, &ee, &err) ||
+                 b->run(ee, in, 1, &q->logits[0], &err);
+            if (rt)
+                fake_gpu_compute(rt);
+        }
+        if (rc == 0 && (rc = b->run(et, in, 4, out, &err)) == 0)
+            for (int k = 0; k < g->noutputs; k++)
+                tensor_free(&out[k]);
+    }
+    if (rc == 0 && (rc = b->state_to_host(et, &err)) == 0) {
+        if (re)
+            fake_gpu_compute(re);
+        rc = b->state_from_host(ee, &err) || b->run(ee, in, 1, &q->logits[1], &err);
+    }
+    fake_gpu_compute(NULL);
+    CHECKF(rc == 0, "%s on %s: %s", what, b->name, err.msg);
+    if (ee)
+        b->free(ee);
+    if (et)
+        b->free(et);
+    return rc;
+}
+
+static void sequence_free(Sequence *q)
+{
+    tensor_free(&q->logits[0]);
+    tensor_free(&q->logits[1]);
+    state_free(&q->state);
+}
+
+/* Model `name`'s training step and its eval graph (batch norms on their
+ * running statistics, as validation's), in the trainer's order, on the
+ * executor and on the harness: both evals' logits and the state after. */
+static void train_then_eval(const char *name, CtDType low, int channels_last, double tol)
+{
+    char label[128];
+    snprintf(label, sizeof label, "%s %s%s, trained then evaluated", name, low == CT_F32 ? "f32" : "bf16",
+             channels_last ? " channels-last" : "");
+    Model m;
+    if (model_open(&m, name, (Variant){.low = low, .channels_last = channels_last}))
+        return;
+    CtErr err;
+    Graph ev;
+    ModelSpec spec = {.batch_size = m.v.batch, .args = m.v.args};
+    Pipeline pl = {.amp = low != CT_F32, .amp_dtype = low, .channels_last = channels_last, .verify = 1};
+    CtProgram *dev_ev = NULL, *sim_tr = NULL, *sim_ev = NULL;
+    ProgramOptions od = {.cuda_cc = m.p->opt.cuda_cc, .cuda_sms = m.p->opt.cuda_sms}, os = od;
+    os.cuda_sim = 1;
+    compile_in_default_cache();
+    int built = model_build(m.v.m, &spec, &ev, &err) == 0;
+    int rc = !built || pipeline_run(&pl, &ev, NULL, &err) || program_compile(&ev, CT_TARGET_CUDA, &od, &dev_ev, &err) ||
+             program_compile(&m.g, CT_TARGET_CUDA, &os, &sim_tr, &err) ||
+             program_compile(&ev, CT_TARGET_CUDA, &os, &sim_ev, &err);
+    CHECKF(rc == 0, "%s: %s", label, err.msg);
+    Runner rt, re;
+    if (rc == 0 && runner_open(&rt, sim_tr) == 0) {
+        if (runner_open(&re, sim_ev) == 0) {
+            FakeGpuRunner frt = {&rt, run_kernel}, fre = {&re, run_kernel};
+            Sequence on_dev, ref;
+            choices_in(label);
+            int ok = sequence(&ct_backend_cuda, m.p, dev_ev, &m.g, &m.init, m.v.in, &frt, &fre, &on_dev, label) == 0;
+            check_clean(label);
+            ok = sequence(&ct_backend_cuda_sim, sim_tr, sim_ev, &m.g, &m.init, m.v.in, NULL, NULL, &ref, label) == 0 &&
+                 ok;
+            if (ok) {
+                const char *where;
+                double d0 = tensor_diff(&on_dev.logits[0], &ref.logits[0]);
+                double d1 = tensor_diff(&on_dev.logits[1], &ref.logits[1]);
+                double ds = state_diff(&on_dev.state, &ref.state, &where);
+                CHECKF(d0 <= tol && d1 <= tol && ds <= tol,
+                       "%s: the executor's against the harness's: logits %.3g and %.3g, state %.3g (%s), tolerance "
+                       "%.1g", label, d0, d1, ds, where, tol);
+                printf("%s: executor against harness, logits %.3g and %.3g, state %.3g (%s)\n", label, d0, d1, ds,
+                       where);
+            }
+            CHECKF(re.launches > 0, "%s: the eval graph's kernels never ran through its runner", label);
+            sequence_free(&on_dev);
+            sequence_free(&ref);
+            runner_free(&re);
+        }
+        runner_free(&rt);
+    }
+    program_free(sim_ev);
+    program_free(sim_tr);
+    program_free(dev_ev);
+    if (built)
+        graph_free(&ev);
+    model_close(&m);
+}
+
 /* A step no model's plan has: a batched GEMM (two batches of 3x8 by 8x5,
  * each its own B) whose product a state tensor takes by a device-to-device
  * copy (an assign no kernel took), beside its output. */
@@ -316,25 +449,34 @@ static void copy_and_batched_gemm(void)
 int main(void)
 {
     fake_tests_begin("test-executor-values");
-    values("test_resnet", (Variant){.low = CT_F32}, DW_LIB, NULL, "test_resnet f32", TOL_F32);
-    values("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1}, DW_LIB, NULL,
-           "test_resnet bf16 channels-last inference", TOL_LOW);
+    /* Under the sanitizers (the harness's kernels instrumented, 3x slower),
+     * the programs whose paths no other takes: the libraries' fallbacks,
+     * the twins, the trainer's order, the copy and the batched GEMM. */
+    int all = !sim_checks_bounds();
+    if (all) {
+        values("test_resnet", (Variant){.low = CT_F32}, DW_LIB, NULL, "test_resnet f32", TOL_F32);
+        values("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1}, DW_LIB, NULL,
+               "test_resnet bf16 channels-last inference", TOL_LOW);
+        values("test_vit", (Variant){.low = CT_BF16}, DW_LIB, NULL, "test_vit bf16", TOL_LOW);
+        values("test_vit", (Variant){.low = CT_F32}, DW_LIB, NULL, "test_vit f32", TOL_F32);
+        values("test_efficientnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_LIB, NULL,
+               "test_efficientnet bf16 channels-last, the library's depthwise kernels", TOL_LOW);
+        values("test_convnext", (Variant){.low = CT_F32, .channels_last = 1}, DW_TWIN, NULL,
+               "test_convnext f32 channels-last, the cuDNN twins", TOL_F32);
+        values("test_convnext", (Variant){.low = CT_F16, .channels_last = 1}, DW_TWIN, NULL,
+               "test_convnext f16 channels-last, the cuDNN twins", TOL_LOW);
+    }
     /* the fallback rounds to bf16 after the convolution, and again after the bias: a rounding of bf16's more */
     values("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1, .eval = 1}, DW_LIB,
            "cudnnConvolutionBiasActivationForward",
            "test_resnet bf16 channels-last inference, cuDNN's fused forward refused", 2e-2);
-    values("test_vit", (Variant){.low = CT_BF16}, DW_LIB, NULL, "test_vit bf16", TOL_LOW);
     values("test_vit", (Variant){.low = CT_BF16}, DW_LIB, "BGRADB", "test_vit bf16, BGRADB refused", TOL_LOW);
-    values("test_efficientnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_LIB, NULL,
-           "test_efficientnet bf16 channels-last, the library's depthwise kernels", TOL_LOW);
     values("test_efficientnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_TWIN, NULL,
            "test_efficientnet bf16 channels-last, the cuDNN twins", TOL_LOW);
-    values("test_convnext", (Variant){.low = CT_F32, .channels_last = 1}, DW_TWIN, NULL,
-           "test_convnext f32 channels-last, the cuDNN twins", TOL_F32);
-    values("test_convnext", (Variant){.low = CT_F16, .channels_last = 1}, DW_TWIN, NULL,
-           "test_convnext f16 channels-last, the cuDNN twins", TOL_LOW);
-    values("test_vit", (Variant){.low = CT_F32}, DW_LIB, NULL, "test_vit f32", TOL_F32);
+    train_then_eval("test_resnet", CT_BF16, 1, TOL_LOW);
     copy_and_batched_gemm();
+    if (!all)
+        printf("test_executor_values: under the sanitizers, 7 programs left to the plain build\n");
     fake_tests_end();
     return check_done("test_executor_values");
 }
