@@ -264,7 +264,7 @@ typedef struct MatmulArgs {
     CUdeviceptr A, B, C, D, bias, aux;
 } MatmulArgs;
 
-static FgType element(int t) { return t == CUDA_R_16F ? FG_F16 : t == CUDA_R_16BF ? FG_BF16 : FG_F32; }
+static CtDType element(int t) { return t == CUDA_R_16F ? CT_F16 : t == CUDA_R_16BF ? CT_BF16 : CT_F32; }
 
 /* Element (row, col) of batch item i of l's matrix at p. */
 static size_t at(const Layout *l, int64_t i, uint64_t row, uint64_t col)
@@ -295,8 +295,8 @@ static void run_matmul(const void *arg)
     void *D = operand(m->D, &m->dd, "cublasLtMatmul's D");
     uint64_t rows = m->dd.rows, cols = m->dd.cols, k = d->ta == CUBLAS_OP_N ? m->a.cols : m->a.rows;
     int bgrad = d->epi == CUBLASLT_EPILOGUE_BGRADB, bias_on = has_bias(d->epi) && !bgrad, aux_on = has_aux(d->epi);
-    FgType bt = element(d->bias_type >= 0 ? d->bias_type : (int)m->dd.type), dt = element(m->dd.type);
-    void *bias = bgrad || bias_on ? fg_host(m->bias, (bgrad ? cols : rows) * fg_type_size(bt), "the bias vector")
+    CtDType bt = element(d->bias_type >= 0 ? d->bias_type : (int)m->dd.type), dt = element(m->dd.type);
+    void *bias = bgrad || bias_on ? fg_host(m->bias, (bgrad ? cols : rows) * ct_dtype_size(bt), "the bias vector")
                                   : NULL;
     Layout aux_l = {m->dd.type, rows, cols, d->aux_ld, d->aux_stride, m->dd.batch};
     void *aux = aux_on ? operand(m->aux, &aux_l, "the aux matrix") : NULL;

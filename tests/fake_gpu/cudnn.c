@@ -237,9 +237,9 @@ typedef struct DnnArgs {
     CUdeviceptr xp, wp, yp, zp, bp;
 } DnnArgs;
 
-static FgType element(cudnnDataType_t t)
+static CtDType element(cudnnDataType_t t)
 {
-    return t == CUDNN_DATA_HALF ? FG_F16 : t == CUDNN_DATA_BFLOAT16 ? FG_BF16 : FG_F32;
+    return t == CUDNN_DATA_HALF ? CT_F16 : t == CUDNN_DATA_BFLOAT16 ? CT_BF16 : CT_F32;
 }
 
 /* Where element (n, c, h, w) of t lies, in its format; a dimension of 1

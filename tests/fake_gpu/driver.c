@@ -135,14 +135,14 @@ void *fg_host(CUdeviceptr p, size_t bytes, const char *what)
 
 /* ---- contexts, streams, capture ---- */
 
-typedef struct Graph {
+typedef struct Captured {
     FgOp *ops;
     int nops, cap;
-} Graph;
+} Captured;
 
 struct CUstream_st {
     int capturing, invalid;
-    Graph *capture;
+    Captured *capture;
 };
 struct CUctx_st {
     int retained;
@@ -233,7 +233,7 @@ void fg_enqueue(CUstream s, const FgOp *op)
         free(op->arg);
         return;
     }
-    Graph *g = s->capture;
+    Captured *g = s->capture;
     if (g->nops == g->cap) {
         g->cap = g->cap ? 2 * g->cap : 64;
         g->ops = realloc(g->ops, sizeof *g->ops * (size_t)g->cap);
@@ -775,7 +775,7 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
         fg_violation("cuStreamEndCapture on a stream not capturing on this thread");
         return FG_ERROR_INVALID_VALUE;
     }
-    Graph *graph = s->capture;
+    Captured *graph = s->capture;
     s->capturing = 0;
     s->capture = NULL;
     capturing_stream = NULL;
@@ -794,8 +794,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long lo
 {
     if (!g || flags)
         return FG_ERROR_INVALID_VALUE;
-    const Graph *src = (const Graph *)g;
-    Graph *copy = calloc(1, sizeof *copy);
+    const Captured *src = (const Captured *)g;
+    Captured *copy = calloc(1, sizeof *copy);
     if (!copy || (src->nops && !(copy->ops = malloc(sizeof *copy->ops * (size_t)src->nops))))
         abort();
     if (src->nops)
@@ -816,7 +816,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
 {
     if (!e || !fg_stream_ok(s, "cuGraphLaunch"))
         return FG_ERROR_INVALID_HANDLE;
-    const Graph *g = (const Graph *)e;
+    const Captured *g = (const Captured *)e;
     if (s->capturing) {
         fg_violation("cuGraphLaunch into a capture");
         return FG_ERROR_CAPTURE_UNSUPPORTED;
@@ -827,9 +827,9 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
     return CU_SUCCESS;
 }
 
-static void graph_free(void *g)
+static void captured_free(void *g)
 {
-    ops_free(((Graph *)g)->ops, ((Graph *)g)->nops);
+    ops_free(((Captured *)g)->ops, ((Captured *)g)->nops);
     free(g);
 }
 
@@ -837,7 +837,7 @@ CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!e)
         return FG_ERROR_INVALID_HANDLE;
-    graph_free(e);
+    captured_free(e);
     fg_count.graph_execs--;
     return CU_SUCCESS;
 }
@@ -846,7 +846,7 @@ CUresult cuGraphDestroy(CUgraph g)
 {
     if (!g)
         return FG_ERROR_INVALID_HANDLE;
-    graph_free(g);
+    captured_free(g);
     fg_count.graphs--;
     return CU_SUCCESS;
 }

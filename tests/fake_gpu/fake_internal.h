@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "runtime/cuda/driver.h"
+#include "runtime/tensor.h"
 #include "tests/fake_gpu/fake_gpu.h"
 
 enum {
@@ -63,12 +64,20 @@ FgOp fg_nop(const char *name);
 /* A runner is set (fake_gpu_compute): kernels and library calls compute. */
 int fg_computing(void);
 
-/* The element types the libraries store, each element read as a double
- * and stored rounded to nearest even once. */
-typedef enum { FG_F32, FG_F16, FG_BF16 } FgType;
-double fg_load(const void *p, FgType t, size_t i);
-void fg_store(void *p, FgType t, size_t i, double v);
-size_t fg_type_size(FgType t);
+/* Element i of an array of dt (f32, f16, bf16) read as a double, and
+ * stored rounded to nearest even once: the project's own conversions
+ * (runtime/tensor.h), compiled into the fake. */
+static inline double fg_load(const void *p, CtDType dt, size_t i)
+{
+    double v;
+    elems_to_double((const char *)p + i * ct_dtype_size(dt), dt, 1, &v);
+    return v;
+}
+
+static inline void fg_store(void *p, CtDType dt, size_t i, double v)
+{
+    elems_from_double(&v, dt, 1, (char *)p + i * ct_dtype_size(dt));
+}
 
 /* Whether the test asked that `what` be refused (fake_gpu_refuse). */
 int fg_refused(const char *what);
