@@ -349,10 +349,12 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     }
     /* reserved, not committed: a benchmark-sized plan's tens of GiB cost
      * only the pages a copy touches. The host bytes end where a page no
-     * access may touch begins (but for the rounding that keeps them 256-byte
-     * aligned, as cuMemAlloc's): a kernel or a computed library call that
-     * runs past the allocation's end faults there. */
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + 255) / 256 * 256;
+     * access may touch begins, but for the rounding that keeps them 16-byte
+     * aligned (the widest load any kernel makes, and the alignment the
+     * kernels' vector paths test): a kernel or a computed library call that
+     * runs past the allocation's end faults there. The device address stays
+     * 256-byte aligned, as cuMemAlloc's. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + 15) / 16 * 16;
     size_t pages = (span + page - 1) / page * page;
     unsigned char *map = mmap(NULL, pages + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                               -1, 0);

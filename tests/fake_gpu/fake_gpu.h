@@ -6,7 +6,7 @@
  * addresses of its own (from 2^44), so a stray pointer never lands in it,
  * reserved and not committed, so a benchmark-sized plan fits
  * ($FAKE_GPU_MEMORY_GIB, default 80) and costs the pages copies touch;
- * each allocation's host bytes end (256-byte aligned) at a page no access
+ * each allocation's host bytes end (rounded to 16 bytes) at a page no access
  * may touch, so a computed call that runs past the end faults, said.
  * Kernels and library calls compute nothing, unless the test gives a
  * runner (fake_gpu_compute): then launches run through it and the
