@@ -27,6 +27,7 @@
 #include "ir/counter_rng.h"
 #define CT_INF ((double)INFINITY)
 #define CT_GLOBAL static void
+#define CT_BOUNDS(blocks)
 #define CT_LOOP(i, n) for (long long i = 0; i < (n); i++)
 #define CT_FIRST 0LL
 #define CT_STRIDE 1LL

@@ -870,14 +870,17 @@ extern const char ct_lib_kernels_text[];
 
 static void test_library(void)
 {
-    /* CT_GLOBAL CT_SFX(name)(...): name_f32, name_f16, name_bf16, a unit each; CT_GLOBAL16: the
-     * last two. Each name's unit is the one lib_kernel_type gives. The f32 unit's module is built
-     * (its build binds each name: a name of no kernel fails it); the cases below are f32's. */
-    int globals = 0, globals16 = 0;
+    /* CT_GLOBAL [CT_BOUNDS(b)] CT_SFX(name)(...): name_f32, name_f16, name_bf16, a unit each;
+     * CT_GLOBAL16: the last two. Each name's unit is the one lib_kernel_type gives. The f32 unit's
+     * module is built (its build binds each name: a name of no kernel fails it); the cases below
+     * are f32's. */
+    int globals = 0, globals16 = 0, bounded = 0;
     for (const char *p = strstr(ct_lib_kernels_text, "CT_GLOBAL"); p; p = strstr(p + 1, "CT_GLOBAL")) {
-        globals += !strncmp(p, "CT_GLOBAL CT_SFX(", 17);
+        globals += !strncmp(p, "CT_GLOBAL CT_SFX(", 17) || !strncmp(p, "CT_GLOBAL CT_BOUNDS(", 20);
         globals16 += !strncmp(p, "CT_GLOBAL16 CT_SFX(", 19);
+        bounded += !strncmp(p, "CT_GLOBAL CT_BOUNDS(", 20);
     }
+    CHECKF(bounded > 0, "%d library kernels bounded (CT_BOUNDS)", bounded);
     static const char *const suffix[LIB_NTYPES] = {"_f32", "_f16", "_bf16"};
     for (int t = 0; t < LIB_NTYPES; t++) {
         int n, want = globals + (t == LIB_F32 ? 0 : globals16), named = 0;

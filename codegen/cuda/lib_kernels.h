@@ -34,6 +34,9 @@
  *                    type of the attention gradient's dO . v sums (double
  *                    for f32, float for the 16-bit types)
  *   CT_GLOBAL16      CT_GLOBAL, for the kernels of the 16-bit types alone
+ *   CT_BOUNDS(b)     between CT_GLOBAL and the name: the kernel's registers
+ *                    held to what b blocks of CT_LIB_BLOCK threads an SM
+ *                    leave each (__launch_bounds__), or nothing
  *   CT_UNROLL        before a loop of fixed count to unroll (nothing on the host)
  *   CT_MMA16, CT_MMA16816(d, a, b)
  *                    defined for the 16-bit types where their tensor cores'
@@ -944,7 +947,8 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
     CT_SFX(ct_dw_conv_body)(x, wt, bias, y, N, H, W, C, P, Q, R, S, ah, aw, bh, bw, oh, ow, th, tw, -1, 0);
 }
 
-CT_GLOBAL CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W,
+/* Bounded: sm_90 ptxas gives 55 registers at 16 bits (84 unbounded), 62 at f32 (94), no spill. */
+CT_GLOBAL CT_BOUNDS(4) CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W,
                                  int C, int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow,
                                  int th, int tw, int act, int approx)
 {
@@ -960,10 +964,16 @@ CT_GLOBAL CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias
  * at every stage, and at a late one, many channels over few rows, 40% of
  * what the stage reads); S at most CT_DW_MAXS, each a register. Where the columns step by one (sw = dw =
  * 1), the S inputs under a column's taps stay in registers from one
- * column to the next, which loads the one new input. Where bpart is not
- * NULL, the items of filter row 0 also sum their rows of dy, every row
- * (the bias gradient's partial sums), into bpart[k * C + c]. */
-CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W,
+ * column to the next, which loads the one new input, CT_ELEMENTS columns'
+ * loads at a time (with one column's two 2-byte loads in flight a thread,
+ * an SM kept some 4 KiB in flight). Where bpart is not NULL, the items of
+ * filter row 0 also sum their rows of dy, every row (the bias gradient's
+ * partial sums), into bpart[k * C + c]: from the loads the taps' sums
+ * make where they make them. Bounded to four blocks an SM (two full waves
+ * of the launch's SM_THREADS) where the sums are float, three where
+ * double: sm_90's ptxas gives 63 and 78 registers, no spill, against 72
+ * and 94 (three blocks and two) unbounded. */
+CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4) CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W,
                                     int C, int P, int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw,
                                     int chunks, int rows)
 {
@@ -980,12 +990,12 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, 
         for (int s = 0; s < CT_DW_MAXS; s++)
             acc[s] = 0;
         for (int row = k * rows; row < row1; row++) {
-            const int n = row / P, hi = (row - n * P) * sh - ph + r * dh;
+            const int n = row / P, hi = (row - n * P) * sh - ph + r * dh, in_h = hi >= 0 && hi < H;
             const CT_T *gr = dy + (long long)row * Q * C + c;
-            if (bpart && r == 0)
+            if (bpart && r == 0 && !(slide && in_h))
                 for (int q = 0; q < Q; q++)
                     gs += (CT_ACC)CT_LD(gr[(long long)q * C]);
-            if (hi < 0 || hi >= H)
+            if (!in_h)
                 continue;
             const CT_T *xr = x + ((long long)n * H + hi) * W * C + c;
             if (slide) { /* win[s]: the input under tap s of column q, column q - pw + s */
@@ -995,19 +1005,32 @@ CT_GLOBAL CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, 
                     const int wi = s - pw - 1; /* column -1's taps: the first column shifts them in place */
                     win[s] = s > 0 && s < S && wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
                 }
-                for (int q = 0; q < Q; q++) {
-                    const int wi = q - pw + S - 1;
-                    const CT_ACC in = wi >= 0 && wi < W ? (CT_ACC)CT_LD(xr[(long long)wi * C]) : (CT_ACC)0;
-                    /* a select per register, not a store at S - 1, which compilers index (local memory) */
+                for (int q0 = 0; q0 < Q; q0 += CT_ELEMENTS) {
+                    CT_T in[CT_ELEMENTS], gq[CT_ELEMENTS]; /* as stored: f32's half the registers of CT_ACC */
                     CT_UNROLL
-                    for (int s = 0; s < CT_DW_MAXS; s++)
-                        win[s] = s + 1 < CT_DW_MAXS && s + 1 < S ? win[s + 1 < CT_DW_MAXS ? s + 1 : s] : in;
-                    const CT_ACC g = (CT_ACC)CT_LD(gr[(long long)q * C]);
+                    for (int j = 0; j < CT_ELEMENTS; j++) {
+                        const int q = q0 + j, wi = q - pw + S - 1;
+                        in[j] = q < Q && wi >= 0 && wi < W ? xr[(long long)wi * C] : CT_ST(0.0f);
+                        gq[j] = q < Q ? gr[(long long)q * C] : CT_ST(0.0f);
+                    }
                     CT_UNROLL
-                    for (int s = 0; s < CT_DW_MAXS; s++) {
-                        const int ws = q - pw + s;
-                        if (s < S && ws >= 0 && ws < W)
-                            acc[s] += win[s] * g;
+                    for (int j = 0; j < CT_ELEMENTS; j++) {
+                        const int q = q0 + j;
+                        if (q >= Q)
+                            break;
+                        /* a select per register, not a store at S - 1, which compilers index (local memory) */
+                        const CT_ACC xin = (CT_ACC)CT_LD(in[j]), g = (CT_ACC)CT_LD(gq[j]);
+                        CT_UNROLL
+                        for (int s = 0; s < CT_DW_MAXS; s++)
+                            win[s] = s + 1 < CT_DW_MAXS && s + 1 < S ? win[s + 1 < CT_DW_MAXS ? s + 1 : s] : xin;
+                        CT_UNROLL
+                        for (int s = 0; s < CT_DW_MAXS; s++) {
+                            const int ws = q - pw + s;
+                            if (s < S && ws >= 0 && ws < W)
+                                acc[s] += win[s] * g;
+                        }
+                        if (bpart && r == 0)
+                            gs += g;
                     }
                 }
                 continue;

@@ -40,6 +40,7 @@ void lib_source(LibType t, CtBuf *out)
                     "#define CT_SYNC() __syncthreads()\n#define CT_SHARED __shared__\n"
                     "#define CT_FENCE() __threadfence()\n#define CT_ATOMIC_INC(p) atomicAdd((p), 1u)\n"
                     "#define CT_GLOBAL16 CT_GLOBAL\n"
+                    "#define CT_BOUNDS(blocks) __launch_bounds__(CT_LIB_BLOCK, blocks)\n"
                     "#define CT_V16_LD(u, p) ((u).v = CT_VEC(const ct_u4, (p)))\n"
                     "#define CT_V16_ST(p, u) (CT_VEC(ct_u4, (p)) = (u).v)\n"
                     "#ifdef CT_SIMT\n#define CT_UNROLL\n#else\n#define CT_UNROLL _Pragma(\"unroll\")\n#endif\n"
@@ -81,9 +82,10 @@ void lib_source(LibType t, CtBuf *out)
     buf_printf(out, "%s\n", ct_lib_kernels_text);
 }
 
-/* Each kernel is `CT_GLOBAL CT_SFX(name)(` in lib_kernels.h, which
- * lib_source pastes for one storage type; CT_GLOBAL16 ones (under
- * CT_MMA16) for the types with tensor cores alone. */
+/* Each kernel is a line `CT_GLOBAL CT_SFX(name)(` in lib_kernels.h (or
+ * `CT_GLOBAL CT_BOUNDS(b) CT_SFX(name)(`), which lib_source pastes for one
+ * storage type; CT_GLOBAL16 ones (under CT_MMA16) for the types with
+ * tensor cores alone. */
 static struct {
     pthread_once_t once;
     char name[512][48];
@@ -93,18 +95,17 @@ static struct {
 
 static void find_names(void)
 {
-    static const char *const heads[] = {"CT_GLOBAL CT_SFX(", "CT_GLOBAL16 CT_SFX("};
+    static const char *const heads[] = {"\nCT_GLOBAL ", "\nCT_GLOBAL16 "};
     int used = 0;
     for (int t = 0; t < LIB_NTYPES; t++)
         for (int h = 0; h < 2; h++) {
-            size_t len = strlen(heads[h]);
             if (h == 1 && !storage[t].mma)
                 continue;
             for (const char *p = strstr(ct_lib_kernels_text, heads[h]); p; p = strstr(p + 1, heads[h])) {
+                const char *name = strstr(p, "CT_SFX(") + strlen("CT_SFX(");
                 CT_ASSERT(used < 512);
                 char *at = lib_names.name[used++];
-                snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(p + len, ")"), p + len,
-                         storage[t].suffix);
+                snprintf(at, sizeof lib_names.name[0], "%.*s%s", (int)strcspn(name, ")"), name, storage[t].suffix);
                 lib_names.table[t][lib_names.n[t]++] = at;
             }
         }

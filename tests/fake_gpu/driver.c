@@ -462,7 +462,8 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
 typedef struct CUfunc_st {
     char name[64];
     int nparams;
-    size_t *size; /* per parameter, in bytes */
+    size_t *size;         /* per parameter, in bytes */
+    unsigned max_threads; /* its .maxntid's product (__launch_bounds__), or 0 */
 } Func;
 
 struct CUmod_st {
@@ -555,6 +556,18 @@ CUresult cuModuleLoadData(CUmodule *m, const void *image)
             return FG_ERROR_INVALID_PTX;
         }
         memcpy(f->name, name, (size_t)(paren - name));
+        /* between the parameters and the body: ".maxntid X, Y, Z" where bounded */
+        const char *close = strchr(paren, ')'), *body = close ? strchr(close, '{') : NULL;
+        const char *bound = close ? strstr(close, ".maxntid") : NULL;
+        if (bound && body && bound < body) {
+            unsigned d[3] = {1, 1, 1};
+            if (sscanf(bound, ".maxntid %u , %u , %u", &d[0], &d[1], &d[2]) < 1) {
+                fg_violation("cuModuleLoadData: a bound the fake cannot read at \"%.40s\"", bound);
+                module_free(mod);
+                return FG_ERROR_INVALID_PTX;
+            }
+            f->max_threads = d[0] * d[1] * d[2];
+        }
     }
     fg_count.modules++;
     *m = mod;
@@ -699,6 +712,11 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         fg_violation("launching %s: a grid of %u x %u x %u blocks of %u x %u x %u threads with %u bytes of dynamic "
                      "shared memory",
                      f->name, gx, gy, gz, bx, by, bz, shared);
+        return FG_ERROR_INVALID_VALUE;
+    }
+    if (f->max_threads && (unsigned long long)bx * by * bz > f->max_threads) {
+        fg_violation("launching %s: blocks of %u x %u x %u threads, over the %u its bounds allow", f->name, bx, by, bz,
+                     f->max_threads);
         return FG_ERROR_INVALID_VALUE;
     }
     for (int i = 0; i < f->nparams; i++) {

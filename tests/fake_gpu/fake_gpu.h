@@ -24,9 +24,10 @@
  *   large as the algorithm asked, epilogue vectors as long as D's side;
  * - calls go to the stream made for them, with the context current;
  *   nothing captured into a graph allocates, frees or waits;
- * - launches fit the device's limits (1024 threads a block, a grid's y and
- *   z below 65536, 48 KiB of dynamic shared memory, which is all a kernel
- *   gets without cuFuncSetAttribute);
+ * - launches fit the device's limits (1024 threads a block, or the fewer
+ *   a kernel's bounds allow, its PTX's .maxntid; a grid's y and z below
+ *   65536, 48 KiB of dynamic shared memory, which is all a kernel gets
+ *   without cuFuncSetAttribute);
  * - at the end nothing is left: fake_gpu_counts says what is open.
  * Time passes only as the test says: each operation costs what
  * fake_gpu_set_cost gives names starting like it (1 us otherwise), and
