@@ -4,7 +4,8 @@
 #   env       the machine: GPU, driver, glibc, toolkit, cmake, python, torch, timm,
 #             the pip wheels' NVIDIA libraries, which pkg-config modules exist
 #   deps      the carried Debian packages (.gpu-deps/*.deb, tools/prepare_gpu_check.sh)
-#             unpacked into a prefix, for the modules the machine lacks
+#             unpacked into a prefix, for the modules the machine lacks; the carried
+#             kernel images (.gpu-deps/kernel-cache.tar.gz) into the kernel cache
 #   configure cmake against the machine's toolkit, else the pip wheels' NVRTC,
 #             cuBLASLt and cuDNN; MPI optional
 #   build     the GPU tests, the probe, ctimm-train and ctimm-bench
@@ -158,12 +159,18 @@ st_env() {
 
 st_deps() {
     STAGE_NAME=deps
-    local missing="" m
+    local missing="" m carried=""
+    # the library kernels compiled for sm_90 here (tools/prepare_gpu_check.sh): cache entries,
+    # each checked byte for byte against what the lease asks, so a different NVRTC only misses
+    if [ "$DRY" != 1 ] && [ -f "$DEPS/kernel-cache.tar.gz" ]; then
+        mkdir -p "$WORK/cache" && tar -xzf "$DEPS/kernel-cache.tar.gz" -C "$WORK/cache" &&
+            carried="; $(tar -tzf "$DEPS/kernel-cache.tar.gz" | grep -c '[0-9a-f]$') kernel images carried"
+    fi
     for m in libcjson libturbojpeg libjpeg libpng libxxhash yaml-0.1; do
         pkg-config --exists $m 2>/dev/null || missing="$missing $m"
     done
     if ! ls "$DEPS"/*.deb >/dev/null 2>&1; then
-        note "no carried .debs; the machine lacks:${missing:- nothing}"
+        note "no carried .debs; the machine lacks:${missing:- nothing}$carried"
         [ -z "$missing" ]
         return
     fi
@@ -177,7 +184,7 @@ st_deps() {
         echo "export OPENBLAS_FLAGS='-DOPENBLAS_LIB=$lib/openblas-openmp/libopenblas.so -DOPENBLAS_INCLUDE=$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp'"
         command -v pkg-config >/dev/null || echo "export PKG_CONFIG=$PREFIX/usr/bin/pkg-config"
     } >>"$ENVSH"
-    note "$(ls "$DEPS"/*.deb | wc -l) packages unpacked; the machine lacked:${missing:- nothing}"
+    note "$(ls "$DEPS"/*.deb | wc -l) packages unpacked; the machine lacked:${missing:- nothing}$carried"
 }
 
 st_configure() {
