@@ -948,9 +948,9 @@ CT_GLOBAL CT_SFX(ct_dw_conv)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT
 }
 
 /* Bounded: sm_90 ptxas gives 55 registers at 16 bits (84 unbounded), 62 at f32 (94), no spill. */
-CT_GLOBAL CT_BOUNDS(4) CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N, int H, int W,
-                                 int C, int P, int Q, int R, int S, int ah, int aw, int bh, int bw, int oh, int ow,
-                                 int th, int tw, int act, int approx)
+CT_GLOBAL CT_BOUNDS(4) CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, const CT_T *bias, CT_T *y, int N,
+                                              int H, int W, int C, int P, int Q, int R, int S, int ah, int aw, int bh,
+                                              int bw, int oh, int ow, int th, int tw, int act, int approx)
 {
     CT_SFX(ct_dw_conv_body)(x, wt, bias, y, N, H, W, C, P, Q, R, S, ah, aw, bh, bw, oh, ow, th, tw, act, approx);
 }
@@ -973,9 +973,10 @@ CT_GLOBAL CT_BOUNDS(4) CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, con
  * of the launch's SM_THREADS) where the sums are float, three where
  * double: sm_90's ptxas gives 63 and 78 registers, no spill, against 72
  * and 94 (three blocks and two) unbounded. */
-CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4) CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W,
-                                    int C, int P, int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw,
-                                    int chunks, int rows)
+CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
+    CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W, int C,
+                              int P, int Q, int R, int S, int sh, int sw, int ph, int pw, int dh, int dw, int chunks,
+                              int rows)
 {
     const int slide = sw == 1 && dw == 1;
     CT_LOOP(i, (long long)chunks * R * C)
@@ -1018,8 +1019,8 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4) CT_SFX(ct_dw_conv_grad_w)(const
                         const int q = q0 + j;
                         if (q >= Q)
                             break;
-                        /* a select per register, not a store at S - 1, which compilers index (local memory) */
                         const CT_ACC xin = (CT_ACC)CT_LD(in[j]), g = (CT_ACC)CT_LD(gq[j]);
+                        /* a select per register, not a store at S - 1, which compilers index (local memory) */
                         CT_UNROLL
                         for (int s = 0; s < CT_DW_MAXS; s++)
                             win[s] = s + 1 < CT_DW_MAXS && s + 1 < S ? win[s + 1 < CT_DW_MAXS ? s + 1 : s] : xin;
