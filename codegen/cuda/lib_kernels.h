@@ -1056,23 +1056,34 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
 }
 
 /* The second stage: dw[c, 0, r, s] (the filter's strides s0, s2, s3) from
- * the chunks' sums, added in order in double (the same bits on every run);
- * where db is not NULL, db[c] from bpart's likewise. */
+ * the chunks' sums, a warp an output: lane l adds chunks l, l + CT_LANES,
+ * ... in order in double, then the lanes' sums meet in CT_LANE_SUM's fixed
+ * order (the same bits on every run); where db is not NULL, db[c] from
+ * bpart's likewise, by the warps of tap 0. A thread an output, as before,
+ * summed its chunks a load at a time on a few warps where the channels are
+ * few and the chunks many (efficientnet_b0's first filter gradient at b256
+ * on 132 SMs: 288 outputs of 2607 chunks each, some 9 warps on the whole
+ * device); the lanes' loads hit 32 sectors for 128 bytes, of sums that
+ * the first stage has just left in L2 (at most some 7.5 MB). */
 CT_GLOBAL CT_SFX(ct_dw_conv_grad_w_sum)(const float *part, CT_T *dw, const float *bpart, CT_T *db, int C, int R,
                                         int S, int chunks, long long s0, long long s2, long long s3)
 {
-    CT_LOOP(i, (long long)C * R * S)
+    CT_WARP_LOOP(i, (long long)C * R * S)
     {
         const int c = (int)(i % C), t = (int)(i / C), r = t / S, s = t - r * S;
         double sum = 0;
-        for (int k = 0; k < chunks; k++)
+        for (int k = (int)CT_LANE; k < chunks; k += (int)CT_LANES)
             sum += part[((long long)k * R * S + t) * C + c];
-        dw[c * s0 + r * s2 + s * s3] = CT_ST((float)sum);
+        sum = CT_LANE_SUM(sum);
+        if (CT_LANE == 0)
+            dw[c * s0 + r * s2 + s * s3] = CT_ST((float)sum);
         if (db && t == 0) {
             double b = 0;
-            for (int k = 0; k < chunks; k++)
+            for (int k = (int)CT_LANE; k < chunks; k += (int)CT_LANES)
                 b += bpart[(long long)k * C + c];
-            db[c] = CT_ST((float)b);
+            b = CT_LANE_SUM(b);
+            if (CT_LANE == 0)
+                db[c] = CT_ST((float)b);
         }
     }
 }

@@ -121,7 +121,7 @@ int lib_dw_conv(const Graph *g, int sms, const Node *n, const Node *next, LibLau
             a_i32(s1, sizes[k]);
         int64_t st[4];
         value_strides(&g->values[o.filter], st);
-        LibLaunch *s2 = begin(&b, "ct_dw_conv_grad_w_sum", t, (int64_t)C * R * S);
+        LibLaunch *s2 = begin(&b, "ct_dw_conv_grad_w_sum", t, (int64_t)C * R * S * CT_LIB_LANES); /* a warp each */
         a_scratch(s2, 0);
         a_val(s2, o.filter);
         if (next) {
