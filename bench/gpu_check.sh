@@ -163,8 +163,8 @@ st_deps() {
     # the library kernels compiled for sm_90 here (tools/prepare_gpu_check.sh): cache entries,
     # each checked byte for byte against what the lease asks, so a different NVRTC only misses
     if [ "$DRY" != 1 ] && [ -f "$DEPS/kernel-cache.tar.gz" ]; then
-        mkdir -p "$WORK/cache" && tar -xzf "$DEPS/kernel-cache.tar.gz" -C "$WORK/cache" &&
-            carried="; $(tar -tzf "$DEPS/kernel-cache.tar.gz" | grep -c '[0-9a-f]$') kernel images carried"
+        mkdir -p "$WORK/cache" &&
+            carried="; $(tar -xzvf "$DEPS/kernel-cache.tar.gz" -C "$WORK/cache" | grep -c '[0-9a-f]$') kernel images carried"
     fi
     for m in libcjson libturbojpeg libjpeg libpng libxxhash yaml-0.1; do
         pkg-config --exists $m 2>/dev/null || missing="$missing $m"

@@ -971,7 +971,7 @@ CT_GLOBAL CT_BOUNDS(4) CT_SFX(ct_dw_conv_act)(const CT_T *x, const CT_T *wt, con
  * partial sums), into bpart[k * C + c]: from the loads the taps' sums
  * make where they make them. Bounded to four blocks an SM (two full waves
  * of the launch's SM_THREADS) where the sums are float, three where
- * double: sm_90's ptxas gives 63 and 78 registers, no spill, against 72
+ * double: sm_90's ptxas gives 63 and 76 registers, no spill, against 72
  * and 94 (three blocks and two) unbounded. */
 CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
     CT_SFX(ct_dw_conv_grad_w)(const CT_T *x, const CT_T *dy, float *part, float *bpart, int N, int H, int W, int C,
@@ -984,7 +984,7 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
         unsigned e = (unsigned)i;
         const int c = (int)(e % (unsigned)C);
         e /= (unsigned)C;
-        const int r = (int)(e % (unsigned)R), k = (int)(e / (unsigned)R);
+        const int r = (int)(e % (unsigned)R), k = (int)(e / (unsigned)R), bsum = bpart && r == 0;
         const int row1 = (k + 1) * rows < N * P ? (k + 1) * rows : N * P;
         CT_ACC acc[CT_DW_MAXS], gs = 0;
         CT_UNROLL
@@ -993,7 +993,7 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
         for (int row = k * rows; row < row1; row++) {
             const int n = row / P, hi = (row - n * P) * sh - ph + r * dh, in_h = hi >= 0 && hi < H;
             const CT_T *gr = dy + (long long)row * Q * C + c;
-            if (bpart && r == 0 && !(slide && in_h))
+            if (bsum && !(slide && in_h))
                 for (int q = 0; q < Q; q++)
                     gs += (CT_ACC)CT_LD(gr[(long long)q * C]);
             if (!in_h)
@@ -1030,7 +1030,7 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
                             if (s < S && ws >= 0 && ws < W)
                                 acc[s] += win[s] * g;
                         }
-                        if (bpart && r == 0)
+                        if (bsum)
                             gs += g;
                     }
                 }
@@ -1050,7 +1050,7 @@ CT_GLOBAL CT_BOUNDS(sizeof(CT_ACC) == 8 ? 3 : 4)
         for (int s = 0; s < CT_DW_MAXS; s++)
             if (s < S)
                 part[(((long long)k * R + r) * S + s) * C + c] = (float)acc[s];
-        if (bpart && r == 0)
+        if (bsum)
             bpart[(long long)k * C + c] = (float)gs;
     }
 }

@@ -172,8 +172,6 @@ static double diff(const void *a, const void *b, CtDType dt, int64_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Executor's steps against the harness's: the largest difference of any
- * output of any step, and of any state tensor after the last. */
 static double tensor_diff(const CtTensor *a, const CtTensor *b)
 {
     return diff(a->data, b->data, b->type.dtype, shape_numel(&b->type.shape));
@@ -193,6 +191,8 @@ static double state_diff(const CtState *dev, const CtState *sim, const char **wh
     return worst;
 }
 
+/* Executor's steps against the harness's: the largest difference of any
+ * output of any step, and of any state tensor after the last. */
 static void compare(const char *what, const Steps *dev, const Steps *sim, double tol)
 {
     double worst_out = 0;
