@@ -1540,22 +1540,24 @@ CT_GLOBAL CT_SFX(ct_layer_norm_grad_x_rows)(const void *x, const void *w, const 
 /* layer_norm's dweight and dbias over all rows, column sums (ct_col_tile:
  * the columns the outputs, the rows the reduction) from the stats
  * ct_layer_norm_grad_x left: dw = sum dy (x - mean) inv, db = sum dy.
- * Row lane ry's sums of work item c0 (its first column) over the rows from
- * r0, step apart, CT_SUM_ROWS rows' loads at a time, each column's sums in
- * row order: acc[u] and acc[CT_VW + u] column c0 + u's (the first column
- * alone off the vector path, where the rows are not in registers for
- * ct_layer_norm_grad_x either: ct_ln_vec). */
+ * Row lane ry's sums of work item c0 (its first column) over row n - 1 -
+ * r0 and every step-th before it, last to first (ct_bn_walk's order, for
+ * the L2: ct_layer_norm_grad_x has just read the last rows), CT_SUM_ROWS
+ * rows' loads at a time, each column's sums in that order: acc[u] and
+ * acc[CT_VW + u] column c0 + u's (the first column alone off the vector
+ * path, where the rows are not in registers for ct_layer_norm_grad_x
+ * either: ct_ln_vec). */
 CT_DEVICE void CT_SFX(ct_ln_w_walk)(const void *x, const void *dy, int wide, const float *stats, const CtIndex *rows,
                                     long long sx, int vec, long long c0, long long r0, long long step, double *acc)
 {
     const int wx = wide & CT_WIDE_X, wy = wide & CT_WIDE_Y;
-    for (long long r = r0; r < rows->n; r += CT_SUM_ROWS * step) {
+    for (long long r = rows->n - 1 - r0; r >= 0; r -= CT_SUM_ROWS * step) {
         float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], gv[CT_SUM_ROWS][16 / sizeof(CT_T)];
         CT_UNROLL
         for (int t = 0; t < CT_SUM_ROWS; t++)
-            if (r + t * step < rows->n) {
+            if (r - t * step >= 0) {
                 long long xo, unused;
-                ct_offsets(rows, r + t * step, &xo, &unused);
+                ct_offsets(rows, r - t * step, &xo, &unused);
                 if (vec) {
                     CT_SFX(ct_ldv)(x, xo + c0, wx, xv[t]);
                     CT_SFX(ct_ldv)(dy, xo + c0, wy, gv[t]);
@@ -1566,8 +1568,8 @@ CT_DEVICE void CT_SFX(ct_ln_w_walk)(const void *x, const void *dy, int wide, con
             }
         CT_UNROLL
         for (int t = 0; t < CT_SUM_ROWS; t++)
-            if (r + t * step < rows->n) {
-                float mean = stats[2 * (r + t * step)], inv = stats[2 * (r + t * step) + 1];
+            if (r - t * step >= 0) {
+                float mean = stats[2 * (r - t * step)], inv = stats[2 * (r - t * step) + 1];
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
                     if (vec || u == 0) {
@@ -1771,26 +1773,33 @@ CT_DEVICE float CT_SFX(ct_bn_excite)(const CT_SFX(CtBnDy) *e, float dy, long lon
     return e->a ? CT_LD(CT_ST(CT_LD(CT_ST(dy * CT_LD(e->a[nc]))) + p)) : p;
 }
 
-/* Row lane ry's sums of work item c0 (its first channel) over the rows
- * from r0, step apart, CT_BN_ROWS rows' loads at a time, each channel's
- * sums in row order: acc[j * CT_VW + u] sum j of channel c0 + u (the
- * first channel alone off the vector path). grad a constant, which leaves
- * the forward's kernel the registers of two sums, not four. Each lane
- * keeps 8 x 16 bytes in flight (16 x 16 for the gradient): the tiles are
- * few, 2-8 an SM of an H200 (lib_build.h's lib_col_plan), and what its
- * 4.8 TB/s at HBM's latency needs is some 25 KiB an SM. */
+/* Row lane ry's sums of work item c0 (its first channel) over row n - 1 -
+ * r0 and every step-th before it, last to first, CT_BN_ROWS rows' loads
+ * at a time, each channel's sums in that order:
+ * acc[j * CT_VW + u] sum j of channel c0 + u (the first channel alone off
+ * the vector path). grad a constant, which leaves the forward's kernel
+ * the registers of two sums, not four. Each lane keeps 8 x 16 bytes in
+ * flight (16 x 16 for the gradient): the tiles are few, 2-8 an SM of an
+ * H200 (lib_build.h's lib_col_plan), and what its 4.8 TB/s at HBM's
+ * latency needs is some 25 KiB an SM.
+ *
+ * Backwards because of the L2 (50 MB on an H200): the elementwise pass
+ * after this one reads first row to last, so the rows this one reads last
+ * are what it finds in the cache; and a step before that wrote x (or dy)
+ * first row to last left its last rows there. Read forwards, a tensor
+ * over the cache's size comes from memory whole both times. */
 #define CT_BN_ROWS 8
 CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *fwd, const CT_SFX(CtBnDy) *e,
                                   int act, int approx, const CtIndex *rows, long long C, long long sxc, int vec,
                                   long long c0, long long r0, long long step, int grad, double *acc)
 {
-    for (long long r = r0; r < rows->n; r += CT_BN_ROWS * step) {
+    for (long long r = rows->n - 1 - r0; r >= 0; r -= CT_BN_ROWS * step) {
         CT_SFX(CtV16) xv[CT_BN_ROWS], dv[CT_BN_ROWS];
         CT_UNROLL
         for (int t = 0; t < CT_BN_ROWS; t++)
-            if (r + t * step < rows->n) {
+            if (r - t * step >= 0) {
                 long long xo, o;
-                ct_offsets(rows, r + t * step, &xo, &o);
+                ct_offsets(rows, r - t * step, &xo, &o);
                 if (vec) {
                     CT_V16_LD(xv[t], x + xo + c0);
                     if (grad && dy)
@@ -1803,7 +1812,7 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
             }
         CT_UNROLL
         for (int t = 0; t < CT_BN_ROWS; t++)
-            if (r + t * step < rows->n) {
+            if (r - t * step >= 0) {
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
                     if (vec || u == 0) {
@@ -1813,7 +1822,7 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
                         if (grad) {
                             float g = dy ? CT_LD(dv[t].e[u]) : 0.0f;
                             if (e->hw)
-                                g = CT_SFX(ct_bn_excite)(e, g, r + t * step, C, c0 + u);
+                                g = CT_SFX(ct_bn_excite)(e, g, r - t * step, C, c0 + u);
                             double d = CT_SFX(ct_bn_dz)((float)v, g, fwd, c0 + u, act, approx);
                             acc[2 * CT_VW + u] += d;
                             acc[3 * CT_VW + u] += d * v;
@@ -1824,7 +1833,7 @@ CT_DEVICE void CT_SFX(ct_bn_walk)(const CT_T *x, const CT_T *dy, const double *f
 }
 
 /* ct_bn_walk's gradient sums where dy is a sum computed from sm (into
- * dy): two rows' loads at a time, 8 x 16 bytes a lane, half of
+ * dy), backwards as it: two rows' loads at a time, 8 x 16 bytes a lane, half of
  * ct_bn_walk's (with four, ct_bn_grad_stats spills at bf16 on sm_90;
  * with two it takes 240 registers: one block an SM, as with 212 before). */
 #define CT_BN_SUM_ROWS 2
@@ -1832,14 +1841,14 @@ CT_DEVICE void CT_SFX(ct_bn_walk_sum)(const CT_T *x, CT_T *dy, const CT_SFX(CtBn
                                       const CtIndex *rows, long long sxc, int vec, long long c0, long long r0,
                                       long long step, double *acc)
 {
-    for (long long r = r0; r < rows->n; r += CT_BN_SUM_ROWS * step) {
+    for (long long r = rows->n - 1 - r0; r >= 0; r -= CT_BN_SUM_ROWS * step) {
         CT_SFX(CtV16) xv[CT_BN_SUM_ROWS], av[CT_BN_SUM_ROWS], bv[CT_BN_SUM_ROWS], zv[CT_BN_SUM_ROWS];
         long long at[CT_BN_SUM_ROWS];
         CT_UNROLL
         for (int t = 0; t < CT_BN_SUM_ROWS; t++)
-            if (r + t * step < rows->n) {
+            if (r - t * step >= 0) {
                 long long o;
-                ct_offsets(rows, r + t * step, &at[t], &o);
+                ct_offsets(rows, r - t * step, &at[t], &o);
                 at[t] += vec ? c0 : c0 * sxc;
                 if (vec) {
                     CT_V16_LD(xv[t], x + at[t]);
@@ -1857,7 +1866,7 @@ CT_DEVICE void CT_SFX(ct_bn_walk_sum)(const CT_T *x, CT_T *dy, const CT_SFX(CtBn
             }
         CT_UNROLL
         for (int t = 0; t < CT_BN_SUM_ROWS; t++)
-            if (r + t * step < rows->n) {
+            if (r - t * step >= 0) {
                 CT_SFX(CtV16) dv;
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
