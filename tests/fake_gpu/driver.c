@@ -118,6 +118,26 @@ static Alloc *find_alloc(CUdeviceptr p)
     return NULL;
 }
 
+/* What the bytes between an allocation's end and its guard page hold: all
+ * ones is a NaN in f32, f16 and bf16, so a read of them shows in the
+ * values, and a write shows here. */
+#define TAIL 0xff
+
+static void tail_check(const char *name)
+{
+    for (int i = 0; i < nallocs; i++) {
+        Alloc *a = &allocs[i];
+        size_t span = (a->bytes + 15) / 16 * 16;
+        for (size_t at = a->bytes; a->live && at < span; at++)
+            if (a->host[at] != TAIL) {
+                fg_violation("%s wrote byte %zu past the end of a %zu-byte allocation (in its 16-byte rounding)",
+                             name, at - a->bytes, a->bytes);
+                memset(a->host + a->bytes, TAIL, span - a->bytes);
+                break;
+            }
+    }
+}
+
 void *fg_host(CUdeviceptr p, size_t bytes, const char *what)
 {
     Alloc *a = find_alloc(p);
@@ -200,6 +220,8 @@ struct CUevent_st {
     double at_us;
 };
 
+static void tail_check(const char *name);
+
 static void run_op(const FgOp *op)
 {
     switch (op->kind) {
@@ -209,6 +231,7 @@ static void run_op(const FgOp *op)
     case FG_EVENT: op->event->recorded = 1, op->event->at_us = now_us; return;
     case FG_NOP: break;
     }
+    tail_check(op->name);
     now_us += cost(op->name);
 }
 
@@ -352,8 +375,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
      * access may touch begins, but for the rounding that keeps them 16-byte
      * aligned (the widest load any kernel makes, and the alignment the
      * kernels' vector paths test): a kernel or a computed library call that
-     * runs past the allocation's end faults there. The device address stays
-     * 256-byte aligned, as cuMemAlloc's. */
+     * runs past the allocation's end faults there; the rounding's bytes are
+     * TAIL, checked after every operation (tail_check). The device address
+     * stays 256-byte aligned, as cuMemAlloc's. */
     size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + 15) / 16 * 16;
     size_t pages = (span + page - 1) / page * page;
     unsigned char *map = mmap(NULL, pages + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -364,6 +388,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
         abort();
     /* a gap of unmapped device addresses after each: one past the end is no other allocation */
     allocs[nallocs++] = (Alloc){next_base, bytes, map + pages - span, map, pages + page, 1};
+    memset(map + pages - span + bytes, TAIL, span - bytes);
     *p = next_base;
     next_base += (bytes + (2u << 20) - 1) / (1u << 20) * (1u << 20);
     fg_count.allocations++;

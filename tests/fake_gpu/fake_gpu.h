@@ -7,7 +7,9 @@
  * reserved and not committed, so a benchmark-sized plan fits
  * ($FAKE_GPU_MEMORY_GIB, default 80) and costs the pages copies touch;
  * each allocation's host bytes end (rounded to 16 bytes) at a page no access
- * may touch, so a computed call that runs past the end faults, said.
+ * may touch, so a computed call that runs past the end faults, said; the
+ * rounding's bytes are all ones (a NaN to a float read of them), and one
+ * written is a breach of the operation that wrote it.
  * Kernels and library calls compute nothing, unless the test gives a
  * runner (fake_gpu_compute): then launches run through it and the
  * libraries compute each call from their own descriptors, so the

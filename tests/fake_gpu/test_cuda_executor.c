@@ -22,8 +22,10 @@
  * cuBLASLt's first candidate refused, cuDNN without depthwise algorithms
  * (no twins), devices too small for the timing
  * or for the plan, a step synchronised after every step. Each loaded
- * program runs three steps: eagerly, captured as a graph, replayed. */
+ * program runs three steps: eagerly, captured as a graph, replayed. And
+ * the fake's own guard of the bytes past an allocation's end. */
 #include "runtime/cuda/backend_cuda.h"
+#include "runtime/cuda/driver.h"
 #include "tests/fake_gpu/fake_models.h"
 
 #define DW_WORKSPACE ((size_t)96 << 20)
@@ -340,9 +342,56 @@ static void small_devices(void)
     model_close(&m);
 }
 
+/* The fake's own guard (fake_gpu.h): a kernel's write one byte past an
+ * allocation's end, inside the rounding to 16 bytes before its guard page,
+ * is a breach; one into its last byte is not. */
+static int poke(void *ctx, const char *kernel, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                void **params, char *why, size_t nwhy)
+{
+    (void)kernel, (void)grid, (void)block, (void)shared, (void)why, (void)nwhy;
+    (*(unsigned char **)params[0])[*(const int *)ctx] = 1;
+    return 0;
+}
+
+static void tail_written(void)
+{
+    static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                              ".visible .entry poke(\n.param .u64 poke_param_0\n)\n{\nret;\n}\n";
+    CudaDriver d;
+    CtErr err;
+    CUcontext c;
+    CUstream s;
+    CUmodule m;
+    CUfunction f;
+    CUdeviceptr p;
+    if (cuda_driver_open(&d, &err)) {
+        CHECKF(0, "the fake driver: %s", err.msg);
+        return;
+    }
+    CHECK(!d.DevicePrimaryCtxRetain(&c, 0) && !d.CtxSetCurrent(c) && !d.StreamCreate(&s, 1) &&
+          !d.ModuleLoadData(&m, ptx) && !d.ModuleGetFunction(&f, m, "poke") && !d.MemAlloc(&p, 13));
+    int at = 12;
+    FakeGpuRunner r = {&at, poke};
+    void *args[] = {&p};
+    fake_gpu_compute(&r);
+    CHECK(!d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL) && !d.StreamSynchronize(s));
+    CHECKF(!fake_gpu_violation(), "a write into the last byte: %s", fake_gpu_violation());
+    at = 13;
+    d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+    const char *v = fake_gpu_violation();
+    CHECKF(v && strstr(v, "poke wrote byte 0 past the end of a 13-byte allocation"), "a write past the end: %s",
+           v ? v : "no breach");
+    fake_gpu_reset_violation();
+    fake_gpu_compute(NULL);
+    CHECK(!d.MemFree(p) && !d.ModuleUnload(m) && !d.StreamDestroy(s) && !d.DevicePrimaryCtxRelease(0));
+    cuda_driver_close(&d);
+    check_nothing_open("the guard's test");
+}
+
 int main(void)
 {
     fake_tests_begin("test-executor");
+    tail_written();
     convnext();
     bench_like("test_vit", CT_BF16, 0);
     bench_like("test_resnet", CT_BF16, 1);
