@@ -368,17 +368,22 @@ static void tail_written(void)
         CHECKF(0, "the fake driver: %s", err.msg);
         return;
     }
-    CHECK(!d.DevicePrimaryCtxRetain(&c, 0) && !d.CtxSetCurrent(c) && !d.StreamCreate(&s, 1) &&
-          !d.ModuleLoadData(&m, ptx) && !d.ModuleGetFunction(&f, m, "poke") && !d.MemAlloc(&p, 13));
+    if (d.DevicePrimaryCtxRetain(&c, 0) || d.CtxSetCurrent(c) || d.StreamCreate(&s, 1) ||
+        d.ModuleLoadData(&m, ptx) || d.ModuleGetFunction(&f, m, "poke") || d.MemAlloc(&p, 13)) {
+        const char *v = fake_gpu_violation();
+        CHECKF(0, "the guard's test: setting up failed (%s)", v ? v : "no breach");
+        return;
+    }
     int at = 12;
     FakeGpuRunner r = {&at, poke};
     void *args[] = {&p};
     fake_gpu_compute(&r);
     CHECK(!d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL) && !d.StreamSynchronize(s));
-    CHECKF(!fake_gpu_violation(), "a write into the last byte: %s", fake_gpu_violation());
+    const char *v = fake_gpu_violation();
+    CHECKF(!v, "a write into the last byte: %s", v);
     at = 13;
     d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
-    const char *v = fake_gpu_violation();
+    v = fake_gpu_violation();
     CHECKF(v && strstr(v, "poke wrote byte 0 past the end of a 13-byte allocation"), "a write past the end: %s",
            v ? v : "no breach");
     fake_gpu_reset_violation();
