@@ -536,13 +536,24 @@ typedef struct CT_SFX(CtBnMap) {
  * sums (ct_col_tile: `out` walks the outputs, `red` the reduction). Row
  * lane ry's sum of work item j0 (its first output, at x's offset xo0, the
  * side output's scale from y's yo0; the loads mapped by m) over the reduced
- * indices from r0, step apart, CT_SUM_ROWS indices' loads at a time, each
- * output's sum in index order: acc[u] output j0 + u's (the first output
- * alone off the vector path, ct_sum_vec). */
+ * indices from r0, step apart, `rows` indices' loads at a time (a
+ * constant: CT_SUM_ROWS where f is given, CT_SUM_ROWS_X where it is NULL),
+ * each output's sum in index order: acc[u] output j0 + u's (the first
+ * output alone off the vector path, ct_sum_vec).
+ *
+ * The loads in flight: at one block an SM (the kernel's registers: over
+ * 200 at 16 bits on sm_90) the ~25 KiB an H200 wants (ct_bn_walk's count)
+ * are 100 bytes a lane. With f, 4 rows of x and f are 128; x alone at 4
+ * rows was 64, so the sums of x alone (bias gradients, pools, the
+ * squeeze's pool through its batch norm) take 6 rows, 96 bytes: what the
+ * registers allow beside f's walk in the same kernel (ptxas: 236 at 16
+ * bits; 7 rows 248, 8 spill). The rows of a lane are summed in order
+ * however many are loaded at a time: the same bits. */
 #define CT_SUM_ROWS 4
+#define CT_SUM_ROWS_X 6
 CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const CtIndex *red, void *side,
                                    const void *scale, const CT_SFX(CtBnMap) *m, int vec, long long xo0, long long yo0,
-                                   long long r0, long long step, double *acc)
+                                   long long r0, long long step, int rows, double *acc)
 {
     const int wx = wide & CT_WIDE_X, wf = wide & CT_WIDE_W, ws = wide & CT_WIDE_Y;
     float sv[16 / sizeof(CT_T)];
@@ -559,12 +570,12 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
         CT_SFX(ct_ldv)(scale, yo0, wide & CT_WIDE_R, sv);
     else
         sv[0] = CT_SFX(ct_side_scale)(side, scale, yo0, wide);
-    for (long long r = r0; r < red->n; r += CT_SUM_ROWS * step) {
-        float xv[CT_SUM_ROWS][16 / sizeof(CT_T)], fv[CT_SUM_ROWS][16 / sizeof(CT_T)];
-        long long o[CT_SUM_ROWS];
+    for (long long r = r0; r < red->n; r += rows * step) {
+        float xv[CT_SUM_ROWS_X][16 / sizeof(CT_T)], fv[CT_SUM_ROWS_X][16 / sizeof(CT_T)];
+        long long o[CT_SUM_ROWS_X];
         CT_UNROLL
-        for (int t = 0; t < CT_SUM_ROWS; t++)
-            if (r + t * step < red->n) {
+        for (int t = 0; t < CT_SUM_ROWS_X; t++)
+            if (t < rows && r + t * step < red->n) {
                 long long unused;
                 ct_offsets(red, r + t * step, &o[t], &unused);
                 o[t] += xo0;
@@ -584,8 +595,8 @@ CT_DEVICE void CT_SFX(ct_sum_walk)(const void *x, const void *f, int wide, const
                 }
             }
         CT_UNROLL
-        for (int t = 0; t < CT_SUM_ROWS; t++)
-            if (r + t * step < red->n) {
+        for (int t = 0; t < CT_SUM_ROWS_X; t++)
+            if (t < rows && r + t * step < red->n) {
                 float sd[16 / sizeof(CT_T)];
                 CT_UNROLL
                 for (int u = 0; u < CT_VW; u++)
@@ -626,7 +637,11 @@ CT_GLOBAL CT_SFX(ct_reduce_sum_cols)(const void *x, const void *f, int wide, dou
         if (item >= 0) {
             CT_SFX(CtBnMap) m = {coef, coef ? item * t.w % C : 0, act, approx};
             ct_offsets(&out, item * t.w, &xo0, &yo0);
-            CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, &m, t.w > 1, xo0, yo0, r0, step, acc);
+            if (f)
+                CT_SFX(ct_sum_walk)(x, f, wide, &red, side, scale, &m, t.w > 1, xo0, yo0, r0, step, CT_SUM_ROWS, acc);
+            else
+                CT_SFX(ct_sum_walk)(x, 0, wide, &red, side, scale, &m, t.w > 1, xo0, yo0, r0, step, CT_SUM_ROWS_X,
+                                    acc);
         }
         if (CT_SFX(ct_col_end)(&t, acc, 1, red_, part, cnt, col, s, slices, out.n, &last)) {
             long long K = t.tx * t.w, c0 = col * K;
