@@ -123,11 +123,15 @@ static Alloc *find_alloc(CUdeviceptr p)
  * values, and a write shows here. */
 #define TAIL 0xff
 
+/* An allocation's host bytes, rounded to 16 (the widest access, and the
+ * alignment the kernels' vector paths test). */
+static size_t host_span(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
 static void tail_check(const char *name)
 {
     for (int i = 0; i < nallocs; i++) {
         Alloc *a = &allocs[i];
-        size_t span = (a->bytes + 15) / 16 * 16;
+        size_t span = host_span(a->bytes);
         for (size_t at = a->bytes; a->live && at < span; at++)
             if (a->host[at] != TAIL) {
                 fg_violation("%s wrote byte %zu past the end of a %zu-byte allocation (in its 16-byte rounding)",
@@ -378,7 +382,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
      * runs past the allocation's end faults there; the rounding's bytes are
      * TAIL, checked after every operation (tail_check). The device address
      * stays 256-byte aligned, as cuMemAlloc's. */
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + 15) / 16 * 16;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = host_span(bytes);
     size_t pages = (span + page - 1) / page * page;
     unsigned char *map = mmap(NULL, pages + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                               -1, 0);
