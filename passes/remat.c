@@ -207,8 +207,10 @@ static int rebuild(const Halves *h, const char *dropped, Graph *out, RematReport
     for (int i = 0; i < g->nnodes && !m.r.e.failed; i++)
         if (g->nodes[i].op == CT_OP_assign)
             rewrite_copy(&m.r, i);
-    if (!m.r.e.failed)
+    if (!m.r.e.failed) {
+        schedule_bn_reruns(out);
         schedule_assigns(out);
+    }
     free(m.clone);
     return rewrite_end(&m.r, err);
 }

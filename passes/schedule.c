@@ -4,6 +4,7 @@
 #include "passes/schedule.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Node j joins the end of list `at` (head, tail, next: lists of nodes). */
 static void append(int *head, int *tail, int *next, int at, int j)
@@ -134,4 +135,109 @@ void schedule_hoist(Graph *g, int from, int floor)
     free(next);
     free(order);
     schedule_assigns(g);
+}
+
+/* Whether batch_norm n is one that remat runs again in the backward: its
+ * running mean the update of a batch norm of the same weight and bias (the
+ * forward's), as remat wires it. */
+static int bn_rerun(const Graph *g, const Node *n)
+{
+    if (n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
+        return 0;
+    int p = g->values[n->in[3]].producer;
+    const Node *o = p >= 0 ? &g->nodes[p] : NULL;
+    return o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2];
+}
+
+/* How many times the nodes and outputs of g read v. */
+static int reads_of(const Graph *g, ValueId v)
+{
+    int r = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            r += g->nodes[i].in[k] == v;
+    for (int k = 0; k < g->noutputs; k++)
+        r += 2 * (g->outputs[k] == v);
+    return r;
+}
+
+/* Whether node n reads an output of a node marked in `moved`. */
+static int reads_moved(const Graph *g, const Node *n, const char *moved)
+{
+    for (int k = 0; k < n->nin; k++) {
+        int p = g->values[n->in[k]].producer;
+        if (p >= 0 && moved[p])
+            return 1;
+    }
+    return 0;
+}
+
+/* The rerun batch norm at node i and its relu, moved to right before the
+ * act_grad of that relu that feeds its batch_norm_grad, and the nodes
+ * between that read the relu's output (and theirs), after the gradient:
+ * 1 when g was reordered so, 0 when the nodes do not fit or are in place. */
+static int bn_rerun_by_grad(Graph *g, int i, Node *order, char *moved)
+{
+    const Node *bn = &g->nodes[i];
+    ValueId z = bn->out[0];
+    int r = -1, j = -1;
+    for (int k = i + 1; k < g->nnodes && r < 0; k++)
+        if (g->nodes[k].op == CT_OP_relu && g->nodes[k].in[0] == z)
+            r = k;
+    if (r < 0 || reads_of(g, z) != 1 || reads_of(g, bn->out[1]) || reads_of(g, bn->out[2]))
+        return 0;
+    ValueId a = g->nodes[r].out[0];
+    for (int k = r + 1; k < g->nnodes && j < 0; k++)
+        if (g->nodes[k].op == CT_OP_act_grad && g->nodes[k].iattr[0] == CT_OP_relu && g->nodes[k].in[0] == a)
+            j = k;
+    if (j < 0 || j + 1 >= g->nnodes)
+        return 0;
+    const Node *ag = &g->nodes[j], *gr = &g->nodes[j + 1];
+    if (gr->op != CT_OP_batch_norm_grad || !gr->iattr[0] || gr->iattr[1] || gr->in[0] != bn->in[0] ||
+        gr->in[1] != bn->in[1] || gr->in[4] != ag->out[0] || reads_of(g, ag->out[0]) != 1)
+        return 0;
+    memset(moved, 0, (size_t)g->nnodes);
+    int nmoved = 0;
+    for (int k = r + 1; k < j; k++) {
+        const Node *w = &g->nodes[k];
+        int reads_a = 0;
+        for (int q = 0; q < w->nin; q++)
+            reads_a |= w->in[q] == a;
+        if (reads_a || reads_moved(g, w, moved)) {
+            if (w->op == CT_OP_assign)
+                return 0;
+            moved[k] = 1;
+            nmoved++;
+        }
+    }
+    if ((!nmoved && i + 1 == r && r + 1 == j) || reads_moved(g, ag, moved) || reads_moved(g, gr, moved))
+        return 0;
+    int n = 0;
+    for (int k = 0; k < j; k++)
+        if (k != i && k != r && !moved[k])
+            order[n++] = g->nodes[k];
+    order[n++] = g->nodes[i];
+    order[n++] = g->nodes[r];
+    order[n++] = g->nodes[j];
+    order[n++] = g->nodes[j + 1];
+    for (int k = r + 1; k < j; k++)
+        if (moved[k])
+            order[n++] = g->nodes[k];
+    for (int k = j + 2; k < g->nnodes; k++)
+        order[n++] = g->nodes[k];
+    CT_ASSERT(n == g->nnodes);
+    apply_order(g, order);
+    return 1;
+}
+
+void schedule_bn_reruns(Graph *g)
+{
+    Node *order = malloc(sizeof *order * (size_t)(g->nnodes + 1));
+    char *moved = malloc((size_t)g->nnodes + 1);
+    CT_ASSERT(order && moved);
+    for (int i = 0; i < g->nnodes; i++)
+        if (bn_rerun(g, &g->nodes[i]) && bn_rerun_by_grad(g, i, order, moved))
+            i--; /* another node is at i now */
+    free(order);
+    free(moved);
 }

@@ -31,4 +31,13 @@ void schedule_assigns(Graph *g);
  * AMP's skip of a non-finite step). Then schedule_assigns. */
 void schedule_hoist(Graph *g, int from, int floor);
 
+/* Moves each batch norm that remat runs again in the backward, with its
+ * relu, to right before the act_grad of that relu which feeds the norm's
+ * batch_norm_grad, and the nodes between that read the relu's output (a
+ * convolution's weight gradient, its optimizer update) to right after the
+ * gradient: the cuda backend's gradient pass then stores the relu's output
+ * where it reads x anyway (launch_plan.c's bn_act_grad_step), so the rerun
+ * is no pass of its own. Reorders only, before the assigns are placed. */
+void schedule_bn_reruns(Graph *g);
+
 #endif

@@ -239,9 +239,10 @@ static ValueId batch_norm_body(Builder *b, ValueId h, ValueId index)
  * activation recomputed in the backward, whose act_grad only its
  * batch_norm_grad reads, so that the launch plan runs the SiLU's three
  * steps as one (lib_bn_act_grad), the GELU's with the head's pool gradient
- * before them (lib_bn_excite_grad), and the ReLU's act_grad and
- * batch_norm_grad (its output, which the act_grad reads, is conv3's input
- * too). */
+ * before them (lib_bn_excite_grad), and the ReLU's three too: its output
+ * is conv3's input, whose weight gradient comes after them
+ * (passes/schedule.h's schedule_bn_reruns), so that the gradient's pass
+ * stores it. */
 static ValueId bn_act_body(Builder *b, ValueId h, ValueId index)
 {
     h = f_silu(b, nn_batch_norm(b, "bn1", nn_conv2d(b, "conv1", h, 8, 3, (ConvOpts){.padding = 1}), (BNOpts){0}));
@@ -514,7 +515,7 @@ int main(void)
                 {"attention bias [B,1,N,M] net", mask_body, 0, 0, 0, {0}},
                 {"packed attention bias [B,1,N,N] net", packed_body, 0, 0, 0, {0}},
                 {"batch norm net", batch_norm_body, 0, 1, 0, {0}},
-                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {1, 1, 1}},
+                {"batch norm and activation net, remat", bn_act_body, 0, 1, 1, {0, 2, 1}},
                 /* bn1 and the squeeze's pool in one pass, bn1's gradient with the excitation's */
                 {"squeeze-excitation net, remat", excite_body, 0, 1, 1, {1, 0, 1}}};
     for (int i = 0; i < 8; i++) {

@@ -54,7 +54,7 @@ static void test_models(void)
             int norm_lows = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
             int state_reshapes = 0, residual_sums = 0, sum_grads = 0, excites = 0, pool_grads = 0;
-            int squeezes = 0, bn_pools = 0;
+            int squeezes = 0, bn_pools = 0, reruns_stored = 0, reruns_alone = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
@@ -114,12 +114,31 @@ static void test_models(void)
                     /* a training batch norm writes its running statistics into the state; run again by
                      * remat, it applies the coefficients its forward kept */
                     const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
-                    if (bn->iattr[0] && !role_is_state(g.values[bn->in[3]].role)) {
+                    if (bn->iattr[0] && !role_is_state(g.values[bn->in[3]].role) && st->span) {
+                        /* with its relu, where its gradient reads x: that pass stores the relu's output */
+                        const Node *relu = &g.nodes[lp.fuse.nodes[fs->first + 1]];
+                        const Node *n = &g.nodes[lp.fuse.nodes[fs[st->span].first]];
+                        CHECKF(st->span == 2 && body == 2 && relu->op == CT_OP_relu && st->nlib == 2 &&
+                                   n->op == CT_OP_batch_norm_grad && n->in[0] == bn->in[0] &&
+                                   strstr(apply->kernel, "ct_bn_grad_apply_") && apply->arg[10].kind == LA_VALUE &&
+                                   apply->arg[10].v == relu->out[0] && apply->arg[9].v == n->out[0] &&
+                                   apply->arg[2].kind == LA_KEPT &&
+                                   apply->arg[2].i == lp.bn_coef[lp.fuse.nodes[fs->first]].at,
+                               "%s mode %d: step %d: a batch norm run again in its gradient's pass", models[m], mode,
+                               s);
+                        reruns_stored++;
+                    } else if (bn->iattr[0] && !role_is_state(g.values[bn->in[3]].role)) {
                         CHECKF(st->nlib == 1 && strstr(apply->kernel, "ct_bn_apply_") &&
                                    apply->arg[1].kind == LA_KEPT &&
                                    apply->arg[1].i == lp.bn_coef[lp.fuse.nodes[fs->first]].at,
                                "%s mode %d: step %d: a batch norm run again by %s", models[m], mode, s,
                                st->lib[0].kernel);
+                        /* but the stem's, whose output the max pool's gradient reads to make its dy */
+                        ValueId a = g.nodes[lp.fuse.nodes[fs->first + 1]].out[0];
+                        int pooled = 0;
+                        for (int i = 0; i < g.nnodes; i++)
+                            pooled |= g.nodes[i].op == CT_OP_max_pool2d_grad && g.nodes[i].in[0] == a;
+                        reruns_alone += body == 2 && g.nodes[lp.fuse.nodes[fs->first + 1]].op == CT_OP_relu && !pooled;
                     } else if (bn->iattr[0]) {
                         CHECKF(body == fs->n - 2 && lp.alias[bn->out[1]] == bn->in[3] && lp.alias[bn->out[2]] == bn->in[4],
                                "%s mode %d: step %d: batch norm's running statistics copied", models[m], mode, s);
@@ -286,6 +305,11 @@ static void test_models(void)
             CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
+            /* test_resnet's batch norms that remat runs again with their relu for a convolution's weight
+             * gradient: each in its gradient's pass (passes/schedule.h's schedule_bn_reruns) */
+            CHECKF(m != 0 || mode != 3 || (reruns_stored > 0 && reruns_alone == 0),
+                   "%s mode %d: %d batch norms run again in their gradients' pass, %d alone", models[m], mode,
+                   reruns_stored, reruns_alone);
             /* a training batch norm's statistics once, in its forward: its recomputations and its gradient
              * with its activation's take the coefficients it kept */
             CHECKF(bn_stats == bn_forwards && bn_unkept == 0 && (bn_forwards > 0 || m != 0 || !training),

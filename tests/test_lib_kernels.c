@@ -156,8 +156,8 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bn_apply_f32"))
         ct_bn_apply_f32(F(0), P(1), F(2), F(3), X(4), I(5), I(6), I(7), (int)I(8), (int)I(9));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
-        ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), I(7), P(8), F(9), X(10), I(11),
-                             I(12), I(13), (int)I(14));
+        ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), I(7), P(8), F(9), F(10), X(11),
+                             I(12), I(13), I(14), (int)I(15));
     else if (!strcmp(k, "ct_cross_entropy_rows_f32"))
         ct_cross_entropy_rows_f32(F(0), P(1), F(2), I(3), I(4), R(5));
     else if (!strcmp(k, "ct_mean_loss_f32"))

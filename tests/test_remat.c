@@ -6,7 +6,9 @@
  * ref and on cuda-sim): test_resnet (batch norm, relu, residual adds) and test_vit with drop
  * path (its masks drawn again in the recompute), channels-last too. The
  * cheap recomputation the tools run by default likewise, and its share: the
- * fewest it takes to reach a planned peak, all where nothing reaches it. */
+ * fewest it takes to reach a planned peak, all where nothing reaches it;
+ * the batch norms it runs again with their relu placed where their
+ * gradients are (passes/schedule.h's schedule_bn_reruns). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +134,49 @@ static int contractions(const Graph *g)
     return n;
 }
 
+/* The batch norms run again with their relu in g (their running mean a
+ * forward batch norm's update), each where its gradient is
+ * (schedule_bn_reruns): the norm, the relu, the relu's act_grad, the
+ * norm's batch_norm_grad in a row and the relu's other readers after them;
+ * *apart gets those that are not so (but where the relu's output makes
+ * the gradient's dy, through a max pool's gradient: ResNet's stem). */
+static int reruns_by_grad(const Graph *g, int *apart)
+{
+    int n = 0;
+    *apart = 0;
+    for (int i = 0; i + 1 < g->nnodes; i++) {
+        const Node *bn = &g->nodes[i], *relu = &g->nodes[i + 1];
+        int p = bn->op == CT_OP_batch_norm ? g->values[bn->in[3]].producer : -1;
+        if (p < 0 || g->nodes[p].op != CT_OP_batch_norm)
+            continue;
+        int r = -1, pooled = 0, last = -1;
+        for (int j = i + 1; j < g->nnodes && r < 0; j++)
+            r = g->nodes[j].op == CT_OP_relu && g->nodes[j].in[0] == bn->out[0] ? j : -1;
+        if (r < 0)
+            continue;
+        ValueId a = g->nodes[r].out[0];
+        for (int j = 0; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j].nin; k++)
+                if (g->nodes[j].in[k] == a && g->nodes[j].op != CT_OP_act_grad) {
+                    pooled |= g->nodes[j].op == CT_OP_max_pool2d_grad;
+                    last = j > last ? j : last;
+                }
+        const Node *ag = i + 2 < g->nnodes ? &g->nodes[i + 2] : NULL, *gr = i + 3 < g->nnodes ? &g->nodes[i + 3] : NULL;
+        int by_grad = r == i + 1 && relu->out[0] == a && gr && ag->op == CT_OP_act_grad && ag->in[0] == a &&
+                      gr->op == CT_OP_batch_norm_grad && gr->in[0] == bn->in[0] && gr->in[4] == ag->out[0];
+        int after = 1;
+        for (int j = 0; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j].nin; k++)
+                after &= g->nodes[j].in[k] != a || j == i + 2 || j > i + 3;
+        n += by_grad && after;
+        *apart += !(by_grad && after) && !pooled;
+    }
+    return n;
+}
+
 /* RematSpec.cheap (the tools' default): some activations recomputed, no
- * contraction run twice, the peak lower, the steps the same. */
+ * contraction run twice, the peak lower, the steps the same; test_resnet's
+ * batch norms run again with their relu where their gradients are. */
 static void test_cheap(const Case *c, const Graph *plain, size_t p0, int with_ref, const char *what)
 {
     Graph cheap;
@@ -150,6 +193,9 @@ static void test_cheap(const Case *c, const Graph *plain, size_t p0, int with_re
            rep.values, pc, p0);
     CHECKF(contractions(&cheap) == contractions(plain), "%s cheap: %d contractions, %d without", what,
            contractions(&cheap), contractions(plain));
+    int apart, by_grad = reruns_by_grad(&cheap, &apart);
+    CHECKF(apart == 0 && (by_grad > 0 || strcmp(c->model, "test_resnet")),
+           "%s cheap: %d batch norms run again where their gradients are, %d apart", what, by_grad, apart);
     same_steps(plain, &cheap, &ct_backend_cpu, STEPS, what);
     if (with_ref) {
         same_steps(plain, &cheap, &ct_backend_ref, 1, what);

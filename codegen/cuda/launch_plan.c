@@ -581,25 +581,51 @@ static int layer_norm_low_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err
 
 /* Fusion step s and the one or two after it as one (lib_bn_act_grad),
  * batch_norm node bn's forward run again: the steps it spans (the step
- * added), 0 when they do not fit it (they run as they are), -1 on failure. */
+ * added), 0 when they do not fit it (they run as they are), -1 on failure.
+ * Where step s is bn run again with its relu (remat's, which
+ * schedule_bn_reruns puts here) and the relu's output is read elsewhere
+ * (a convolution's weight gradient, after), the apply pass stores it. */
 static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr *err)
 {
-    int span = lp->fuse.nodes[lp->fuse.steps[s].first] == bn ? 2 : 1;
+    const FuseStep *fs = &lp->fuse.steps[s];
+    int span = lp->fuse.nodes[fs->first] == bn ? 2 : 1;
     const Node *act = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span - 1].first]];
     const Node *n = &g->nodes[lp->fuse.nodes[lp->fuse.steps[s + span].first]];
-    if (!lib_bn_act_grad_fits(g, &g->nodes[bn], act))
+    ValueId store = -1;
+    if (span == 2 && fs->n == 2) {
+        const Node *relu = &g->nodes[lp->fuse.nodes[fs->first + 1]];
+        if (fs->kind != FUSE_LIBRARY || relu->op != CT_OP_relu || act->in[0] != relu->out[0])
+            return 0;
+        store = relu->out[0];
+    }
+    if (!lib_bn_act_grad_fits(g, &g->nodes[bn], act, n, store))
         return 0;
-    /* the gradient's outputs come after dy's last reader, the act_grad */
+    /* the gradient's outputs and the stored activation come after dy's
+     * last reader, the act_grad, and x's, while the apply pass reads both */
     const ValueId reads[2] = {n->in[0], act->in[1]};
     for (int k = 0; k < n->nout; k++)
         if (!clear_of(g, lp, n->out[k], reads, 2, k == 0 ? act->in[1] : -1))
             return 0;
+    if (store >= 0 && (!clear_of(g, lp, store, reads, 2, -1) || overlap(g, lp, store, n->out[0])))
+        return 0;
     LpStep *st = span_step(lp, s, span);
     size_t scratch;
-    if (lib_bn_act_grad(g, lp->sms, &g->nodes[bn], act, n, lp->bn_coef[bn], st->lib, &st->nlib, &scratch, err))
+    if (lib_bn_act_grad(g, lp->sms, &g->nodes[bn], act, n, store, lp->bn_coef[bn], st->lib, &st->nlib, &scratch,
+                        err))
         return ct_failctx(err, "node %d (batch_norm_grad)", lp->fuse.nodes[lp->fuse.steps[s + span].first]);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return span;
+}
+
+/* The batch norm that fusion step s runs again with its relu, where the
+ * act_grad and batch_norm_grad after it run as one with it (bn_act's
+ * step s + 1 naming it), else -1. */
+static int bn_rerun_of(const LaunchPlan *lp, int s, const int *bn_act)
+{
+    const FuseStep *fs = &lp->fuse.steps[s];
+    return s + 1 < lp->fuse.nsteps && bn_act[s + 1] >= 0 && fs->n == 2 && lp->fuse.nodes[fs->first] == bn_act[s + 1]
+               ? bn_act[s + 1]
+               : -1;
 }
 
 /* Fusion step s, an elementwise kernel of its own computing a residual
@@ -791,7 +817,10 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
  * one fits: how many it spans (0: none fits, -1: failed). */
 static int spanning_step(const Graph *g, LaunchPlan *lp, int s, const int *bn_act, CtErr *err)
 {
-    int span = bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err) : layer_norm_res_step(g, lp, s, err);
+    int rerun = bn_rerun_of(lp, s, bn_act);
+    int span = rerun >= 0      ? bn_act_grad_step(g, lp, s, rerun, err)
+               : bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err)
+                                : layer_norm_res_step(g, lp, s, err);
     if (span == 0)
         span = bn_pool_step(g, lp, s, err);
     if (span == 0)

@@ -2097,14 +2097,17 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
 }
 
 /* dx from the gradient's coefficients (ct_bn_grad_stats), dy from ea, eb
- * and ehw where ehw > 0 (an excitation, CtBnDy). */
+ * and ehw where ehw > 0 (an excitation, CtBnDy). Where za is not NULL
+ * (fwd and act given), the activation's output act(z) too, in dx's
+ * strides: the batch norm run again for another reader (a convolution's
+ * weight gradient), stored where x is read anyway. */
 CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *fwd, int act, int approx,
                                    const CT_T *ea, const CT_T *eb, long long ehw, const double *coef, CT_T *dx,
-                                   CtIndex rows, long long C, long long sxc, long long sdc, int training)
+                                   CT_T *za, CtIndex rows, long long C, long long sxc, long long sdc, int training)
 {
     CT_SFX(CtBnDy) e = {ea, eb, 0, ehw};
-    const void *ptrs[3] = {x, dy, dx};
-    if (CT_SFX(ct_rows_vec)(&rows, C, sxc, sdc, ptrs, 3)) {
+    const void *ptrs[4] = {x, dy, dx, za};
+    if (CT_SFX(ct_rows_vec)(&rows, C, sxc, sdc, ptrs, 4)) {
         long long groups = C / CT_VW, n = rows.n * groups;
         CT_GROUP_LOOP(i, n) /* CT_ELEMENTS items' loads, then their stores */
         {
@@ -2125,6 +2128,7 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
             CT_UNROLL
             for (int t = 0; t < CT_ELEMENTS; t++)
                 if (CT_ITEM(i, t) < n) {
+                    CT_SFX(CtV16) zo;
                     CT_UNROLL
                     for (int u = 0; u < CT_VW; u++) {
                         long long c = c0[t] + u, k = 3 * c;
@@ -2134,8 +2138,12 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                         double gr = CT_SFX(ct_bn_dz)(xf, gd, fwd, c, act, approx);
                         out.e[u] =
                             CT_ST((float)(training ? coef[k] * gr + coef[k + 1] * xf + coef[k + 2] : coef[k] * gr));
+                        if (za)
+                            zo.e[u] = CT_ST(CT_SFX(ct_bn_y)(xf, fwd, c, NULL, 0.0f, act, approx));
                     }
                     CT_V16_ST(dx + o[t] + c0[t], out);
+                    if (za)
+                        CT_V16_ST(za + o[t] + c0[t], zo);
                 }
         }
         return;
@@ -2163,6 +2171,8 @@ CT_GLOBAL CT_SFX(ct_bn_grad_apply)(const CT_T *x, const CT_T *dy, const double *
                 /* eval leaves x out: 0 * x is NaN where x is not finite */
                 dx[o[u] + c[u] * sdc] =
                     CT_ST((float)(training ? coef[k] * g + coef[k + 1] * xv[u] + coef[k + 2] : coef[k] * g));
+                if (za)
+                    za[o[u] + c[u] * sdc] = CT_ST(CT_SFX(ct_bn_y)(xv[u], fwd, c[u], NULL, 0.0f, act, approx));
             }
     }
 }

@@ -157,11 +157,14 @@ int lib_reduce_sum_side(const Graph *g, int sms, const Node *r, ValueId side, Va
  * has a place; else its statistics again, its running statistics not
  * written), then the gradient's kernels
  * recomputing the activation's input and gradient from x; neither is
- * written. As lib_launches. Where lib_bn_act_grad_fits: the act_grad's
- * input and dy in x's dtype, dy in x's strides. */
-int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act);
-int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err);
+ * written, but the activation's output where store is not -1 (bn run
+ * again, its activation's output read by others: launch_plan.c's
+ * bn_act_grad_step). As lib_launches. Where lib_bn_act_grad_fits: the
+ * act_grad's input and dy in x's dtype, dy in x's strides, store (-1:
+ * none) in x's dtype and the gradient dx's strides. */
+int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *n, ValueId store);
+int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, ValueId store,
+                    LibBnCoef kc, LibLaunch *l, int *count, size_t *scratch, CtErr *err);
 
 /* The launches of a batch_norm_grad n whose dy is the sum of a residual
  * block's gradients, add's output, then the act_grad act of the block's

@@ -180,7 +180,8 @@ typedef struct BnAct {
     size_t base;
     Place fwd;
     int act, approx;
-    ValueId dy; /* the act_grad's dy, read in place of the batch_norm_grad's */
+    ValueId dy;    /* the act_grad's dy, read in place of the batch_norm_grad's */
+    ValueId store; /* the activation's output, stored by the apply pass too (-1: none) */
     /* lib_kernels.h's CtBnDy (-1: none): where sum, dy (the batch_norm_grad's)
      * is act'(z) (a + b), stored by the statistics kernel; where hw > 0, dy
      * (perhaps -1) s + p / hw, s = a, p = b, computed by each pass */
@@ -311,6 +312,8 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             arg(l, LA_NULL);
     }
     a_val(l, epi ? epi->out : y);
+    if (grad)
+        a_val_or_null(l, fa ? fa->store : -1);
     a_index(l, rows);
     a_i64(l, C);
     a_i64(l, sx[1]);
@@ -452,12 +455,13 @@ int lib_layer_norm_low_fits(const Graph *g, const Node *ln, ValueId low)
            shape_numel(&y->type.shape) == shape_numel(&l->type.shape);
 }
 
-int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act)
+int lib_bn_act_grad_fits(const Graph *g, const Node *bn, const Node *act, const Node *n, ValueId store)
 {
     Builder b = {g, NULL, 0, 0};
     CtDType t = val(&b, bn->in[0])->type.dtype;
     return val(&b, bn->out[0])->type.dtype == t && val(&b, act->in[1])->type.dtype == t &&
-           same_strides(&b, bn->in[0], act->in[1]);
+           same_strides(&b, bn->in[0], act->in[1]) &&
+           (store < 0 || (val(&b, store)->type.dtype == t && same_strides(&b, n->out[0], store)));
 }
 
 /* lib_bn_act_grad's launches with its dy from fa (fa.dy and its CtBnDy). */
@@ -471,7 +475,7 @@ static int bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *n, L
     if (kc.at >= 0) { /* the forward's coefficients, kept by its step, which ran before this one */
         fa.fwd = (Place){LA_KEPT, (size_t)kc.at};
     } else {
-        if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1}, NULL, &fwd_bytes, err))
+        if (plan_batch_norm(&b, bn, NULL, &(BnAct){.act = -1, .store = -1}, NULL, &fwd_bytes, err))
             return -1;
         b.n--; /* the forward's statistics, not its output */
         fa.fwd = (Place){LA_SCRATCH, fwd_bytes - sizeof(double) * (size_t)(2 * C)};
@@ -484,10 +488,10 @@ static int bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *n, L
     return 0;
 }
 
-int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, LibBnCoef kc,
-                    LibLaunch *l, int *count, size_t *scratch, CtErr *err)
+int lib_bn_act_grad(const Graph *g, int sms, const Node *bn, const Node *act, const Node *n, ValueId store,
+                    LibBnCoef kc, LibLaunch *l, int *count, size_t *scratch, CtErr *err)
 {
-    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1]};
+    BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = act->in[1], .store = store};
     return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
 }
 
@@ -504,7 +508,7 @@ int lib_bn_excite_grad_fits(const Graph *g, const Node *bn, const Node *act, con
 {
     Builder b = {g, NULL, 0, 0};
     ValueId x = bn->in[0];
-    if (!lib_bn_act_grad_fits(g, bn, act) || !per_channel(&b, gap->in[0], x) ||
+    if (!lib_bn_act_grad_fits(g, bn, act, NULL, -1) || !per_channel(&b, gap->in[0], x) ||
         !same_storage(&b, gap->out[0], act->in[1]))
         return 0;
     return !mul || (same_storage(&b, mul->out[0], x) &&
@@ -518,7 +522,7 @@ int lib_bn_excite_grad(const Graph *g, int sms, const Node *bn, const Node *act,
     const CtShape *xs = &g->values[bn->in[0]].type.shape;
     int big = mul && g->values[mul->in[1]].type.shape.d[2] != 1;
     BnAct fa = {.act = (int)act->iattr[0], .approx = (int)act->iattr[1], .dy = mul ? mul->in[big] : -1,
-                .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3]};
+                .store = -1, .a = mul ? mul->in[!big] : -1, .b = gap->in[0], .z = -1, .hw = xs->d[2] * xs->d[3]};
     return bn_act_grad(g, sms, bn, n, kc, fa, l, count, scratch, err);
 }
 
@@ -535,7 +539,7 @@ int lib_bn_sum_grad(const Graph *g, int sms, const Node *n, const Node *add, con
 {
     Builder b = {g, l, 0, sms};
     BnAct fa = {.act = act ? (int)act->iattr[0] : -1, .approx = act ? (int)act->iattr[1] : 0, .dy = n->in[4],
-                .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
+                .store = -1, .sum = 1, .a = add->in[0], .b = add->in[1], .z = act ? act->in[0] : -1};
     *count = 0;
     if (plan_batch_norm(&b, n, NULL, &fa, NULL, scratch, err))
         return -1;
