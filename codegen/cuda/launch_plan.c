@@ -617,15 +617,15 @@ static int bn_act_grad_step(const Graph *g, LaunchPlan *lp, int s, int bn, CtErr
     return span;
 }
 
-/* The batch norm that fusion step s runs again with its relu, where the
- * act_grad and batch_norm_grad after it run as one with it (bn_act's
- * step s + 1 naming it), else -1. */
+/* The batch norm that fusion step s runs again with its relu (its
+ * forward's coefficients kept, ready), where the act_grad and
+ * batch_norm_grad after it run as one with it (bn_act's step s + 1 naming
+ * it), else -1. */
 static int bn_rerun_of(const LaunchPlan *lp, int s, const int *bn_act)
 {
     const FuseStep *fs = &lp->fuse.steps[s];
-    return s + 1 < lp->fuse.nsteps && bn_act[s + 1] >= 0 && fs->n == 2 && lp->fuse.nodes[fs->first] == bn_act[s + 1]
-               ? bn_act[s + 1]
-               : -1;
+    int bn = s + 1 < lp->fuse.nsteps ? bn_act[s + 1] : -1;
+    return bn >= 0 && fs->n == 2 && lp->fuse.nodes[fs->first] == bn && lp->bn_coef[bn].ready ? bn : -1;
 }
 
 /* Fusion step s, an elementwise kernel of its own computing a residual
