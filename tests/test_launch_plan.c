@@ -54,7 +54,7 @@ static void test_models(void)
             int norm_lows = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
             int state_reshapes = 0, residual_sums = 0, sum_grads = 0, excites = 0, pool_grads = 0;
-            int squeezes = 0, bn_pools = 0, reruns_stored = 0, reruns_alone = 0;
+            int squeezes = 0, bn_pools = 0, reruns_stored = 0, reruns_alone = 0, res_norms = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
@@ -110,7 +110,23 @@ static void test_models(void)
                     g.nodes[lp.fuse.nodes[fs->first]].op == CT_OP_batch_norm) { /* its epilogue in its apply pass */
                     const LibLaunch *apply = &st->lib[st->nlib - 1];
                     bn_epilogues += strstr(apply->kernel, "ct_bn_apply") && st->nlib == 2 &&
-                                    apply->arg[3].v == g.nodes[lp.fuse.nodes[fs->first + body - 1]].out[0];
+                                    apply->arg[4].v == g.nodes[lp.fuse.nodes[fs->first + body - 1]].out[0];
+                    if (strstr(apply->kernel, "ct_bn_apply") && apply->arg[3].kind == LA_KEPT) {
+                        /* a residual that is a downsampling shortcut's batch norm output, from that norm's x
+                         * and kept coefficients; its own step computes the statistics alone, or nothing */
+                        const Node *add = &g.nodes[lp.fuse.nodes[fs->first + 1]];
+                        int k = g.values[add->in[0]].producer == lp.fuse.nodes[fs->first] ? 1 : 0;
+                        int a = g.values[add->in[k]].producer, other = -1;
+                        for (int q = 0; q < lp.nsteps; q++)
+                            other = lp.fuse.nodes[lp.fuse.steps[lp.steps[q].fuse_step].first] == a ? q : other;
+                        const LpStep *os = other >= 0 ? &lp.steps[other] : NULL;
+                        CHECKF(add->op == CT_OP_add && g.nodes[a].op == CT_OP_batch_norm &&
+                                   apply->arg[2].v == g.nodes[a].in[0] && apply->arg[3].i == lp.bn_coef[a].at &&
+                                   os && other < s && (os->nlib == 0 || (os->nlib == 1 &&
+                                   !strncmp(os->lib[0].kernel, "ct_bn_stats_", 12))),
+                               "%s mode %d: step %d: a batch norm's residual from another's x", models[m], mode, s);
+                        res_norms++;
+                    }
                     /* a training batch norm writes its running statistics into the state; run again by
                      * remat, it applies the coefficients its forward kept */
                     const Node *bn = &g.nodes[lp.fuse.nodes[fs->first]];
@@ -305,6 +321,10 @@ static void test_models(void)
             CHECKF(patch_views == 1 || m != 1 || !amp_cl, "%s mode %d: the patch embedding copies", models[m], mode);
             CHECKF(bn_epilogues > 0 || m != 0, "%s mode %d: no batch norm's epilogue in its apply pass", models[m],
                    mode);
+            /* test_resnet's downsampling blocks (stages 2-4): the shortcut's batch norm output never stored,
+             * its block's last norm computing it, in the forward and where remat runs both again */
+            CHECKF(m != 0 || !training || res_norms == (mode == 3 ? 6 : 3),
+                   "%s mode %d: %d shortcut norms in their block's pass", models[m], mode, res_norms);
             /* test_resnet's batch norms that remat runs again with their relu for a convolution's weight
              * gradient: each in its gradient's pass (passes/schedule.h's schedule_bn_reruns) */
             CHECKF(m != 0 || mode != 3 || (reruns_stored > 0 && reruns_alone == 0),

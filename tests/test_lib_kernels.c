@@ -154,7 +154,7 @@ static void run_launch(const LibLaunch *l, void **mem)
     else if (!strcmp(k, "ct_bn_coef_f32"))
         ct_bn_coef_f32(F(0), F(1), F(2), F(3), P(4), I(5), R(6));
     else if (!strcmp(k, "ct_bn_apply_f32"))
-        ct_bn_apply_f32(F(0), P(1), F(2), F(3), X(4), I(5), I(6), I(7), (int)I(8), (int)I(9));
+        ct_bn_apply_f32(F(0), P(1), F(2), P(3), F(4), X(5), I(6), I(7), I(8), (int)I(9), (int)I(10));
     else if (!strcmp(k, "ct_bn_grad_apply_f32"))
         ct_bn_grad_apply_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), I(7), P(8), F(9), F(10), X(11),
                              I(12), I(13), I(14), (int)I(15));

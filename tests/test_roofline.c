@@ -3,7 +3,8 @@
  * pass's multiply-accumulates (attention counted as its matmuls), a
  * training step's to at least twice its forward's; and on small graphs the
  * bytes and floors are the ones counted by hand, a view moving none, a
- * bias gradient in its GEMM's epilogue reading dy once; the cuda
+ * bias gradient in its GEMM's epilogue reading dy once, a batch norm
+ * output another step computes from its x counted as no store; the cuda
  * profile's floors beside its times. */
 #include <stdio.h>
 
@@ -178,6 +179,39 @@ static void test_view(const RooflineDevice *d)
     graph_free(&g);
 }
 
+/* test_resnet's training step: a downsampling shortcut's batch norm
+ * whose output its block's last norm computes from its x (launch_plan.h's
+ * bn_res) stores no output: its step moves x and the small vectors (its
+ * parameters and statistics), not x and y. */
+static void test_shortcut_norm(const RooflineDevice *d)
+{
+    Graph g;
+    LaunchPlan lp;
+    CtErr err;
+    if (model_graph("test_resnet", &(GraphSpec){.training = 1}, &g))
+        return;
+    if (launch_plan(&g, 132, &lp, &err)) {
+        CHECKF(0, "%s", err.msg);
+        graph_free(&g);
+        return;
+    }
+    int shortcuts = 0;
+    for (int s = 0; s < lp.nsteps; s++) {
+        const LpStep *st = &lp.steps[s];
+        if (st->unstored < 0)
+            continue;
+        const Node *bn = &g.nodes[g.values[st->unstored].producer];
+        double x = (double)value_bytes(&g.values[bn->in[0]]), y = (double)value_bytes(&g.values[bn->out[0]]);
+        RooflineStep t = roofline_step(&lp, &g, s, d, 0);
+        CHECKF(bn->op == CT_OP_batch_norm && t.bytes >= x && t.bytes < x + y, "step %d: %g bytes (x %g, y %g)", s,
+               t.bytes, x, y);
+        shortcuts++;
+    }
+    CHECKF(shortcuts == 3, "%d shortcut norms' outputs unstored (test_resnet has 3)", shortcuts);
+    launch_plan_free(&lp);
+    graph_free(&g);
+}
+
 /* The cuda profile's report (runtime/cuda/step_profile.h) of test_by_hand's
  * two steps, measured (summed over two runs) at 3x the add's floor and
  * 1.1x the GEMM's: the GEMM the slowest, the add the most time over its
@@ -248,6 +282,7 @@ int main(void)
     test_by_hand(&d);
     test_view(&d);
     test_bias_grad(&d);
+    test_shortcut_norm(&d);
     test_profile(&d);
     return check_done("test_roofline");
 }

@@ -225,7 +225,7 @@ static LpStep *add_step(LaunchPlan *lp, LpKind kind, int s)
     st->kind = kind;
     st->fuse_step = s;
     st->launch = -1;
-    st->copy_src = st->copy_dst = -1;
+    st->copy_src = st->copy_dst = st->unstored = -1;
     return st;
 }
 
@@ -422,7 +422,16 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     int rc;
     if (op == CT_OP_batch_norm) {
         LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
-        rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, NULL, st->lib, &st->nlib, &scratch, &tail, err);
+        int from = lp->bn_res ? lp->bn_res[s] : -1;
+        LibBnRes res = {-1, -1};
+        if (from >= 0) {
+            int a = lp->fuse.nodes[lp->fuse.steps[from].first];
+            res = (LibBnRes){g->nodes[a].in[0], lp->bn_coef[a].at};
+        }
+        rc = lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, kc, NULL, res, from == -2, st->lib, &st->nlib, &scratch,
+                                 &tail, err);
+        if (from == -2)
+            st->unstored = first->out[0];
     } else { /* the sum and its cast are stored before the weight's kernels read x and dy */
         const Node *n = first;
         ValueId reads[4] = {n->in[0], n->in[2], -1, -1};
@@ -783,8 +792,8 @@ static int bn_pool_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     LpStep *st = span_step(lp, s, 1);
     int tail;
     size_t scratch;
-    if (lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, lp->bn_coef[bn], gap, st->lib, &st->nlib, &scratch, &tail,
-                            err))
+    if (lib_batch_norm_step(g, lp->sms, &lp->fuse, fs, lp->bn_coef[bn], gap, (LibBnRes){-1, -1}, 0, st->lib,
+                            &st->nlib, &scratch, &tail, err))
         return ct_failctx(err, "node %d (batch_norm)", bn);
     lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
     return add_launches(g, lp, fs, tail, st, err) ? -1 : 1;
@@ -813,10 +822,58 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
     }
 }
 
+/* lp->bn_res (launch_plan.h) for this round's memory plan: library step
+ * t, a batch norm whose step adds the output of a training batch norm
+ * alone in an earlier library step s (but its assigns), read nowhere
+ * else, whose coefficients are kept (a downsampling shortcut's, in a
+ * residual block's last norm; and the two run again by remat), takes that
+ * output from the other norm's x where lib_bn_res_fits and x outlives
+ * step t (the memory plan's: nothing stored meanwhile lies over it);
+ * step s then computes its statistics alone, or nothing where they are
+ * kept already, and its output is never stored. */
+static void bn_res_steps(const Graph *g, LaunchPlan *lp)
+{
+    const FusePlan *p = &lp->fuse;
+    int *step_of = malloc(sizeof *step_of * (size_t)(g->nnodes + 1));
+    CT_ASSERT(step_of != NULL);
+    for (int t = 0; t < p->nsteps; t++) {
+        lp->bn_res[t] = -1;
+        for (int j = 0; j < p->steps[t].n; j++)
+            step_of[p->nodes[p->steps[t].first + j]] = t;
+    }
+    for (int t = 0; t < p->nsteps && !lp->plain; t++) {
+        const FuseStep *ft = &p->steps[t];
+        if (ft->kind != FUSE_LIBRARY || g->nodes[p->nodes[ft->first]].op != CT_OP_batch_norm)
+            continue;
+        for (int j = 1; j < ft->n; j++) {
+            const Node *add = &g->nodes[p->nodes[ft->first + j]];
+            for (int k = 0; add->op == CT_OP_add && k < 2; k++) {
+                int a = g->values[add->in[k]].producer, s = a >= 0 ? step_of[a] : -1;
+                if (s < 0 || s >= t || lp->bn_res[s] != -1 || p->nodes[p->steps[s].first] != a ||
+                    p->steps[s].kind != FUSE_LIBRARY || value_readers(g, add->in[k]) != 1 ||
+                    !lib_bn_res_fits(g, p, ft, &g->nodes[a], lp->bn_coef[a]))
+                    continue;
+                int body = 1;
+                while (body < p->steps[s].n && g->nodes[p->nodes[p->steps[s].first + body]].op == CT_OP_assign)
+                    body++;
+                ValueId x = g->nodes[a].in[0];
+                if (body != p->steps[s].n || lp->mem.offset[x] == PLAN_NONE ||
+                    lp->mem.last[x] < ft->first + ft->n)
+                    continue;
+                lp->bn_res[t] = s;
+                lp->bn_res[s] = -2;
+            }
+        }
+    }
+    free(step_of);
+}
+
 /* A library step from fusion step s taking the steps after it, where
  * one fits: how many it spans (0: none fits, -1: failed). */
 static int spanning_step(const Graph *g, LaunchPlan *lp, int s, const int *bn_act, CtErr *err)
 {
+    if (lp->bn_res[s] != -1) /* a pair of batch norms' steps (bn_res_steps) */
+        return 0;
     int rerun = bn_rerun_of(lp, s, bn_act);
     int span = rerun >= 0      ? bn_act_grad_step(g, lp, s, rerun, err)
                : bn_act[s] >= 0 ? bn_act_grad_step(g, lp, s, bn_act[s], err)
@@ -893,6 +950,9 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
     if (plan_memory_hinted(&lp->og, given, &lp->mem, err))
         goto fail;
     place_values(g, lp);
+    lp->bn_res = malloc(sizeof *lp->bn_res * (size_t)(lp->fuse.nsteps + 1));
+    CT_ASSERT(lp->bn_res != NULL);
+    bn_res_steps(g, lp);
     for (int s = 0, last_launch = -1; s < lp->fuse.nsteps; s++) {
         const FuseStep *fs = &lp->fuse.steps[s];
         int span = lp->plain ? 0 : spanning_step(g, lp, s, bn_act, err);
@@ -942,9 +1002,13 @@ static int plan_round(const Graph *g, const int *bn_act, const PlanHints *given,
         }
     }
     lp->asks = NULL;
+    free(lp->bn_res);
+    lp->bn_res = NULL;
     return 0;
 fail:
     lp->asks = NULL;
+    free(lp->bn_res);
+    lp->bn_res = NULL;
     return -1;
 }
 

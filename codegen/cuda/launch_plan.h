@@ -125,6 +125,8 @@ typedef struct LpStep {
     int twin;               /* LP_LIB: a depthwise convolution whose `lib` may instead run as the cuDNN call
                              * `conv` (with `mirror` where `mirrored`) and then `fallback` */
     ValueId copy_src, copy_dst; /* LP_COPY */
+    ValueId unstored;       /* LP_LIB: a batch norm's output it leaves unstored, computed from the norm's x
+                             * by the step whose residual it is (launch_plan.h's bn_res), or -1 */
     const char *op;         /* LP_UNSUPPORTED: the op without a kernel */
 } LpStep;
 
@@ -149,6 +151,9 @@ typedef struct LaunchPlan {
     int unsupported;      /* LP_UNSUPPORTED steps */
     struct LpAsks *asks;  /* while launch_plan plans, the lifetimes its fused steps ask of the memory plan
                            * for its next round; NULL in the plan it returns */
+    int *bn_res;          /* while launch_plan plans, per fusion step: the step whose batch norm's output
+                           * is this step's batch norm's residual, computed by its apply pass; -2: the step
+                           * whose output that is, its statistics alone; -1: neither. NULL after */
 } LaunchPlan;
 
 /* Whether the plan has a kernel or library call for node n: the cuda

@@ -2045,9 +2045,16 @@ CT_DEVICE long long CT_SFX(ct_bn_item)(long long i, long long R, long long C, lo
 /* Each channel's y = x * coef[2c] + coef[2c + 1], then res (NULL: none;
  * y's strides) added and the activation act (an op, -1: none) applied,
  * each part's result rounded to the storage type as the graph's own nodes
- * would store it. */
-CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, CT_T *y, CtIndex rows, long long C,
-                              long long sxc, long long syc, int act, int approx)
+ * would store it. Where rcoef is not NULL, res is another batch norm's x
+ * and the residual its output, res * rcoef[2c] + rcoef[2c + 1] (a
+ * downsampling shortcut's, never stored). */
+CT_DEVICE float CT_SFX(ct_bn_res)(float r, const double *rcoef, long long c)
+{
+    return rcoef ? CT_LD(CT_ST((float)(r * rcoef[2 * c] + rcoef[2 * c + 1]))) : r;
+}
+
+CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res, const double *rcoef, CT_T *y,
+                              CtIndex rows, long long C, long long sxc, long long syc, int act, int approx)
 {
     const void *ptrs[3] = {x, res, y};
     if (CT_SFX(ct_rows_vec)(&rows, C, sxc, syc, ptrs, 3)) {
@@ -2071,8 +2078,9 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
                 if (CT_ITEM(i, t) < n) {
                     CT_UNROLL
                     for (int u = 0; u < CT_VW; u++)
-                        yv.e[u] = CT_ST(CT_SFX(ct_bn_y)(CT_LD(xv[t].e[u]), coef, c0[t] + u, res,
-                                                        res ? CT_LD(rv[t].e[u]) : 0.0f, act, approx));
+                        yv.e[u] = CT_ST(CT_SFX(ct_bn_y)(
+                            CT_LD(xv[t].e[u]), coef, c0[t] + u, res,
+                            res ? CT_SFX(ct_bn_res)(CT_LD(rv[t].e[u]), rcoef, c0[t] + u) : 0.0f, act, approx));
                     CT_V16_ST(y + yo[t] + c0[t], yv);
                 }
         }
@@ -2087,7 +2095,7 @@ CT_GLOBAL CT_SFX(ct_bn_apply)(const CT_T *x, const double *coef, const CT_T *res
             if (CT_ITEM(i, u) < rows.n * C) {
                 ct_offsets(&rows, CT_SFX(ct_bn_item)(CT_ITEM(i, u), rows.n, C, sxc, &c[u]), &xo[u], &yo[u]);
                 xv[u] = CT_LD(x[xo[u] + c[u] * sxc]);
-                rv[u] = res ? CT_LD(res[yo[u] + c[u] * syc]) : 0.0f;
+                rv[u] = res ? CT_SFX(ct_bn_res)(CT_LD(res[yo[u] + c[u] * syc]), rcoef, c[u]) : 0.0f;
             }
         CT_UNROLL
         for (int u = 0; u < CT_ELEMENTS; u++)

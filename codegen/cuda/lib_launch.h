@@ -94,15 +94,34 @@ typedef struct LibBnCoef {
     int ready;
 } LibBnCoef;
 
+/* A residual that is another training batch norm's output, computed in
+ * the apply pass from that norm's x (-1: none) and the coefficients its
+ * forward kept at `at` in the kept region. */
+typedef struct LibBnRes {
+    ValueId x;
+    long long at;
+} LibBnRes;
+
 /* The launches of library step st, whose first node is a batch_norm, with
  * the parts of the step's epilogue its elementwise pass takes before the
  * store (a residual add of its output's shape, dtype and layout, then an
  * activation; none whose input the plan materialises), as lib_launches;
  * *tail gets the first node of the step left to their own launches. The
  * coefficients where kc says. Where gap is not NULL (lib_bn_pool_fits),
- * the elementwise pass is also gap's global average pool of the output. */
+ * the elementwise pass is also gap's global average pool of the output.
+ * Where res.x is not -1 (lib_bn_res_fits), the residual is computed from
+ * it; where stats_only, the norm (alone in its step) computes its
+ * statistics and coefficients and leaves its output to the pass of the
+ * step whose residual it is. */
 int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,
-                        const Node *gap, LibLaunch *l, int *count, size_t *scratch, int *tail, CtErr *err);
+                        const Node *gap, LibBnRes res, int stats_only, LibLaunch *l, int *count, size_t *scratch,
+                        int *tail, CtErr *err);
+/* Whether library step st, a batch_norm and its epilogue, can take the
+ * output of training batch norm rbn, its residual, from rbn's x through
+ * the coefficients rbn's forward keeps where rkc says (a downsampling
+ * shortcut's: rbn's x in its output's dtype and layout), so that rbn's
+ * output is never stored. */
+int lib_bn_res_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *rbn, LibBnCoef rkc);
 /* Whether library step st, a batch_norm forward and its epilogue (no
  * residual add), can take adaptive_avg_pool2d gap, a global average pool
  * of the epilogue's output, into its elementwise pass: the norm's output

@@ -170,6 +170,8 @@ static int plan_group_norm(Builder *b, const Node *n, size_t *scratch, CtErr *er
 typedef struct BnEpi {
     ValueId residual, out, pool; /* pool: a global average pool of out (-1: none) */
     int act, approx, tail;
+    LibBnRes res; /* the residual another batch norm's output, computed here (res.x -1: none) */
+    int stats_only; /* the apply pass left to another step's (lib_bn_res_fits) */
 } BnEpi;
 
 
@@ -298,6 +300,8 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         *scratch = end - base;
         return 0;
     }
+    if (epi && epi->stats_only)
+        return 0;
     l = begin(b, grad ? "ct_bn_grad_apply" : "ct_bn_apply", t, rows.n * C);
     a_val(l, x);
     if (grad) {
@@ -306,8 +310,14 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     }
     a_place(l, coef);
     if (!grad) {
-        if (epi && epi->residual >= 0)
+        if (epi && epi->res.x >= 0)
+            a_val(l, epi->res.x);
+        else if (epi && epi->residual >= 0)
             a_val(l, epi->residual);
+        else
+            arg(l, LA_NULL);
+        if (epi && epi->res.x >= 0)
+            a_place(l, (Place){LA_KEPT, (size_t)epi->res.at});
         else
             arg(l, LA_NULL);
     }
@@ -339,7 +349,7 @@ static int same_storage(const Builder *b, ValueId v, ValueId w)
 static BnEpi bn_epi(const Builder *b, const FusePlan *p, const FuseStep *st)
 {
     const Node *bn = &b->g->nodes[p->nodes[st->first]];
-    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1};
+    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1, .res = {-1, -1}};
     for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
         const Node *n = &b->g->nodes[p->nodes[st->first + e.tail]];
         if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(b, n->out[0], e.out)) {
@@ -368,8 +378,19 @@ int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, cons
            val(&b, pool)->type.dtype == val(&b, x)->type.dtype && lib_bn_pool_cols(&b, x, e.out, pool, NULL, 0, NULL);
 }
 
+int lib_bn_res_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *rbn, LibBnCoef rkc)
+{
+    Builder b = {g, NULL, 0, 0};
+    const Node *bn = &g->nodes[p->nodes[st->first]];
+    if (bn->op != CT_OP_batch_norm || rbn->op != CT_OP_batch_norm || !rbn->iattr[0] || rbn->iattr[1] || rkc.at < 0)
+        return 0;
+    BnEpi e = bn_epi(&b, p, st);
+    return e.residual == rbn->out[0] && e.pool < 0 && same_storage(&b, rbn->in[0], rbn->out[0]);
+}
+
 int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,
-                        const Node *gap, LibLaunch *l, int *count, size_t *scratch, int *tail, CtErr *err)
+                        const Node *gap, LibBnRes res, int stats_only, LibLaunch *l, int *count, size_t *scratch,
+                        int *tail, CtErr *err)
 {
     Builder b = {g, l, 0, sms};
     const Node *bn = &g->nodes[p->nodes[st->first]];
@@ -381,7 +402,11 @@ int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseSt
         return ct_fail(err, "a step of %s is not batch norm's", op_def(bn->op)->name);
     if (gap && !lib_bn_pool_fits(g, p, st, gap))
         return ct_fail(err, "a batch norm step cannot take this global average pool (lib_bn_pool_fits)");
+    if (stats_only && (e.out != bn->out[0] || gap || res.x >= 0))
+        return ct_fail(err, "a batch norm's apply pass left to another step, but its step has an epilogue");
     e.pool = gap ? gap->out[0] : -1;
+    e.res = res;
+    e.stats_only = stats_only;
     if (plan_batch_norm(&b, bn, &e, NULL, &kc, scratch, err))
         return -1;
     *count = b.n;

@@ -118,7 +118,11 @@ static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *pro
     if (st->kind == LP_LIB && !st->nlib && !st->mirrored) /* a view at its input's address */
         return r;
     char *mine = calloc((size_t)g->nnodes + 1, 1), *seen = calloc((size_t)g->nvalues + 1, 1);
-    CT_ASSERT(mine && seen);
+    char *unstored = calloc((size_t)g->nvalues + 1, 1);
+    CT_ASSERT(mine && seen && unstored);
+    for (int k = 0; k < lp->nsteps; k++)
+        if (lp->steps[k].unstored >= 0)
+            unstored[lp->steps[k].unstored] = 1;
     for (int k = 0; k < lp->fuse.nsteps; k++)
         for (int j = 0; covers(lp, st, k) && j < lp->fuse.steps[k].n; j++)
             mine[lp->fuse.nodes[lp->fuse.steps[k].first + j]] = 1;
@@ -127,7 +131,7 @@ static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *pro
         const Node *n = &g->nodes[i];
         if (!mine[i]) {
             for (int j = 0; j < n->nin; j++) /* a value this step made and another reads is stored */
-                if (n->in[j] >= 0 && producer[n->in[j]] >= 0 && mine[producer[n->in[j]]])
+                if (n->in[j] >= 0 && producer[n->in[j]] >= 0 && mine[producer[n->in[j]]] && !unstored[n->in[j]])
                     seen[n->in[j]] |= 2;
             continue;
         }
@@ -136,6 +140,8 @@ static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *pro
             attention = n;
         for (int j = 0; j < n->nin; j++) {
             ValueId v = n->in[j];
+            if (v >= 0 && unstored[v] && !mine[producer[v]])
+                v = g->nodes[producer[v]].in[0]; /* a batch norm's output computed from its x here */
             if (v >= 0 && !(seen[v] & 1) && (producer[v] < 0 || !mine[producer[v]])) {
                 seen[v] |= 1;
                 r.bytes += bytes(g, v);
@@ -155,6 +161,7 @@ static RooflineStep step_of(const LaunchPlan *lp, const Graph *g, const int *pro
     r.floor_s = r.compute_bound ? compute : memory;
     free(mine);
     free(seen);
+    free(unstored);
     return r;
 }
 
