@@ -72,6 +72,17 @@ void graph_mark_output(Graph *g, ValueId v)
     g->outputs[g->noutputs++] = v;
 }
 
+int graph_reads(const Graph *g, ValueId v)
+{
+    int reads = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            reads += g->nodes[i].in[k] == v;
+    for (int k = 0; k < g->noutputs; k++)
+        reads += g->outputs[k] == v;
+    return reads;
+}
+
 int shape_equal(const CtShape *a, const CtShape *b)
 {
     if (a->ndim != b->ndim)

@@ -126,6 +126,8 @@ ValueId graph_add_value(Graph *g, CtType type, CtRole role, const char *name);
  * rejects the inputs or attributes. */
 int graph_add_node(Graph *g, const Node *proto, const char *scope, CtErr *err);
 void graph_mark_output(Graph *g, ValueId v);
+/* How many reads of v g has: its nodes' inputs and its outputs, each once. */
+int graph_reads(const Graph *g, ValueId v);
 
 static inline const Value *graph_value(const Graph *g, ValueId v) { return &g->values[v]; }
 static inline int64_t shape_numel(const CtShape *s)

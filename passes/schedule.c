@@ -149,18 +149,6 @@ static int bn_rerun(const Graph *g, const Node *n)
     return o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2];
 }
 
-/* How many times the nodes and outputs of g read v. */
-static int reads_of(const Graph *g, ValueId v)
-{
-    int r = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            r += g->nodes[i].in[k] == v;
-    for (int k = 0; k < g->noutputs; k++)
-        r += 2 * (g->outputs[k] == v);
-    return r;
-}
-
 /* Whether node n reads an output of a node marked in `moved`. */
 static int reads_moved(const Graph *g, const Node *n, const char *moved)
 {
@@ -184,7 +172,7 @@ static int bn_rerun_by_grad(Graph *g, int i, Node *order, char *moved)
     for (int k = i + 1; k < g->nnodes && r < 0; k++)
         if (g->nodes[k].op == CT_OP_relu && g->nodes[k].in[0] == z)
             r = k;
-    if (r < 0 || reads_of(g, z) != 1 || reads_of(g, bn->out[1]) || reads_of(g, bn->out[2]))
+    if (r < 0 || graph_reads(g, z) != 1 || graph_reads(g, bn->out[1]) || graph_reads(g, bn->out[2]))
         return 0;
     ValueId a = g->nodes[r].out[0];
     for (int k = r + 1; k < g->nnodes && j < 0; k++)
@@ -194,7 +182,7 @@ static int bn_rerun_by_grad(Graph *g, int i, Node *order, char *moved)
         return 0;
     const Node *ag = &g->nodes[j], *gr = &g->nodes[j + 1];
     if (gr->op != CT_OP_batch_norm_grad || !gr->iattr[0] || gr->iattr[1] || gr->in[0] != bn->in[0] ||
-        gr->in[1] != bn->in[1] || gr->in[4] != ag->out[0] || reads_of(g, ag->out[0]) != 1)
+        gr->in[1] != bn->in[1] || gr->in[4] != ag->out[0] || graph_reads(g, ag->out[0]) != 1)
         return 0;
     memset(moved, 0, (size_t)g->nnodes);
     int nmoved = 0;

@@ -493,18 +493,6 @@ static int kernel_then_library(const Graph *g, const LaunchPlan *lp, int s, cons
     return 1;
 }
 
-/* How many reads of value v the graph has (its outputs' reads counted). */
-static int value_readers(const Graph *g, ValueId v)
-{
-    int readers = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            readers += g->nodes[i].in[k] == v;
-    for (int k = 0; k < g->noutputs; k++)
-        readers += g->outputs[k] == v;
-    return readers;
-}
-
 /* Fusion step s, an elementwise kernel of its own adding two values (one
  * perhaps a cast's, read nowhere else), and step s + 1, a layer_norm of
  * that sum alone, as one (lib_layer_norm_fused): 1 when they run so, 0 when
@@ -700,7 +688,7 @@ static int bn_excite_grad_step(const Graph *g, LaunchPlan *lp, int s, const int 
                 !((add->in[0] == mul->out[0] && add->in[1] == gap->out[0]) ||
                   (add->in[1] == mul->out[0] && add->in[0] == gap->out[0]))))
         return 0;
-    if (value_readers(g, out) != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
+    if (graph_reads(g, out) != 1 || !own_launch(lp, s) || !lib_bn_excite_grad_fits(g, &g->nodes[bn], act, mul, gap))
         return 0;
     /* dw and db, stored by the statistics, and dx, by the apply pass,
      * while they read what dy is computed from (dx may take the place of
@@ -763,7 +751,7 @@ static int cast_copy_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return 0;
     if (!own_launch(lp, s))
         return 0;
-    if (value_readers(g, c->out[0]) != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
+    if (graph_reads(g, c->out[0]) != 1 || !clear_of(g, lp, n->out[0], &c->in[0], 1, -1))
         return 0;
     LpStep *st = span_step(lp, s, 1);
     if (lib_cast_copy(g, c, n, st->lib, &st->nlib, err))
@@ -850,7 +838,7 @@ static void bn_res_steps(const Graph *g, LaunchPlan *lp)
             for (int k = 0; add->op == CT_OP_add && k < 2; k++) {
                 int a = g->values[add->in[k]].producer, s = a >= 0 ? step_of[a] : -1;
                 if (s < 0 || s >= t || lp->bn_res[s] != -1 || p->nodes[p->steps[s].first] != a ||
-                    p->steps[s].kind != FUSE_LIBRARY || value_readers(g, add->in[k]) != 1 ||
+                    p->steps[s].kind != FUSE_LIBRARY || graph_reads(g, add->in[k]) != 1 ||
                     !lib_bn_res_fits(g, p, ft, &g->nodes[a], lp->bn_coef[a]))
                     continue;
                 int body = 1;
