@@ -203,6 +203,46 @@ static void check_model(const char *model, CtDType low, int channels_last, int t
     st_free(&v.f);
 }
 
+/* A registry model with no reference vectors, from its seeded init and a
+ * drawn batch: test_maxvit in channels-last, whose attention operands of
+ * one head ([B, 1, N, D], the same bytes in either layout) keep the
+ * channels-last flag the layout pass left them. */
+static void check_seeded(const char *model, CtDType low, int channels_last, int training)
+{
+    enum { B = 2 };
+    CtErr err;
+    const ModelEntry *m = model_find(model);
+    ModelArgs args = model_args_default();
+    args.num_classes = 5;
+    ModelSpec spec = {.batch_size = B, .training = training, .args = args};
+    Pipeline p = {.training = training, .loss = {CT_LOSS_CROSS_ENTROPY, 0.1, -1, 0},
+                  .opt = {.kind = CT_OPT_SGD, .momentum = 0.9}, .amp = low != CT_F32, .amp_dtype = low,
+                  .channels_last = channels_last, .verify = 1};
+    Graph g;
+    if (!m || model_build(m, &spec, &g, &err) || pipeline_run(&p, &g, NULL, &err)) {
+        CHECKF(0, "%s: %s", model, m ? err.msg : "not in the registry");
+        return;
+    }
+    const Value *x = &g.values[0];
+    int64_t n = shape_numel(&x->type.shape);
+    float *img = malloc(sizeof(float) * (size_t)n), lr = 0.1f, scale = 1;
+    static int64_t target[B] = {1, 3};
+    CT_ASSERT(img != NULL);
+    for (int64_t i = 0; i < n; i++)
+        img[i] = (float)sin(0.37 * (double)i);
+    CtTensor in[4] = {{x->type, img}, {{{1, {B}}, CT_I64}, target}, {{{0}, CT_F32}, &lr}, {{{0}, CT_F32}, &scale}};
+    CtState init;
+    state_create(&init, &g);
+    state_init(&init, 3);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s %s%s (seeded)", model, training ? "sgd step" : "eval",
+             low == CT_F32 ? "f32" : "amp", channels_last ? " channels_last" : "");
+    check_graph(what, &g, &init, in, training ? 4 : 1, low == CT_F32 ? 1e-4 : 2e-2);
+    state_free(&init);
+    graph_free(&g);
+    free(img);
+}
+
 /* A small net's body, from the input [2, 3, 8, 8] to 8 channels; index:
  * the i32 [16, 16] graph input of the nets that gather (-1 in the others). */
 typedef ValueId (*NetBody)(Builder *b, ValueId x, ValueId index);
@@ -547,6 +587,7 @@ int main(void)
         check_net(nets[1].name, nets[1].body, 0, NULL, CT_F16, 1, "cadamw");
         check_net(nets[1].name, nets[1].body, 0, NULL, CT_F16, 1, "cadan");
     }
+    check_seeded("test_maxvit", CT_F32, 1, 1);
     static const char *const models[] = {"test_resnet", "test_vit", "test_efficientnet", "test_convnext"};
     for (int m = 0; m < 4; m++) {
         int conv = strcmp(models[m], "test_vit") != 0;

@@ -704,6 +704,33 @@ static void test_kernel_clashes(void)
     }
 }
 
+/* Channels-last zoo models whose values include 4-d ones of one pixel or
+ * one channel, both layouts the same bytes, so the layout pass leaves
+ * their flag as it came: hgnetv2_b0's head (a reduce_sum of the product of
+ * its [N, C, 1, 1] gradient, row-major, and the activation, channels-last)
+ * and test_maxvit's attention of one head ([B, 1, N, D] operands) plan. */
+static void test_either_layout(void)
+{
+    static const struct { const char *model; int training; } cases[] = {
+        {"hgnetv2_b0", 1}, {"test_maxvit", 1}, {"test_maxvit", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Graph g;
+        LaunchPlan lp;
+        CtErr err;
+        if (model_graph(cases[i].model, &(GraphSpec){.training = cases[i].training, .amp = CT_BF16,
+                                                     .channels_last = 1}, &g))
+            continue;
+        int rc = launch_plan(&g, 132, &lp, &err);
+        CHECKF(rc == 0, "%s %s channels-last: %s", cases[i].model, cases[i].training ? "training" : "eval",
+               rc ? err.msg : "");
+        if (rc == 0) {
+            CHECKF(launch_plan_check(&g, &lp, &err) == 0 && lp.unsupported == 0, "%s: %s", cases[i].model, err.msg);
+            launch_plan_free(&lp);
+        }
+        graph_free(&g);
+    }
+}
+
 int main(void)
 {
     CHECK(lp_grid(1, 132) == 1 && lp_grid(257, 132) == 2 && lp_grid(1LL << 40, 132) == 132 * LP_BLOCKS_PER_SM);
@@ -715,5 +742,6 @@ int main(void)
     test_dw_conv_act();
     test_state_view_order();
     test_sync_bn_refused();
+    test_either_layout();
     return check_done("test_launch_plan");
 }

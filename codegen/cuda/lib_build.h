@@ -119,10 +119,22 @@ typedef struct Place {
 static inline void a_place(LibLaunch *l, Place p) { arg(l, p.kind)->i = (long long)p.off; }
 
 static inline const Value *val(const Builder *b, ValueId v) { return &b->g->values[v]; }
-/* Whether x and y have the same strides (one layout, or not 4-d). */
+/* Whether 4-d value v is stored as its row-major (NCHW) form would be:
+ * either layout, or one whose two layouts are the same bytes (H = W = 1,
+ * or C = 1: the layout pass leaves such a value's flag as it came). */
+static inline int row_major_bytes(const Value *v)
+{
+    const CtShape *s = &v->type.shape;
+    return v->layout == CT_LAYOUT_CONTIG || s->ndim != 4 || s->d[2] * s->d[3] == 1 || s->d[1] == 1;
+}
+
+/* Whether x and y have the same strides (one layout, or not 4-d), or
+ * address their elements alike (one shape, both row_major_bytes). */
 static inline int same_strides(const Builder *b, ValueId x, ValueId y)
 {
-    return val(b, x)->layout == val(b, y)->layout || val(b, x)->type.shape.ndim != 4;
+    const Value *a = val(b, x), *c = val(b, y);
+    return a->layout == c->layout || a->type.shape.ndim != 4 ||
+           (shape_equal(&a->type.shape, &c->type.shape) && row_major_bytes(a) && row_major_bytes(c));
 }
 
 /* Whether ix's first offsets and its dims [0, nd)'s strides are multiples

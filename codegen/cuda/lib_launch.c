@@ -711,7 +711,7 @@ static int plan_sdpa(Builder *b, const Node *n, size_t *scratch, CtErr *err)
     attn_geom(b->g, n, &g);
     long long BH = g.B * g.H, N = g.N, M = g.M, D = g.D;
     for (int i = 0; i < n->nin; i++)
-        if (val(b, n->in[i])->layout != CT_LAYOUT_CONTIG)
+        if (!row_major_bytes(val(b, n->in[i])))
             return ct_fail(err, "%s of channels_last operands has no kernel", op_def(n->op)->name);
     if (D > CT_MAX_HEAD)
         return ct_fail(err, "%s: head dim %lld over the fallback kernels' %d", op_def(n->op)->name, D, CT_MAX_HEAD);
