@@ -85,5 +85,9 @@ typedef struct RematReport {
 } RematReport;
 
 int remat(const Graph *g, const RematSpec *s, Graph *out, RematReport *rep, CtErr *err);
+/* The forward batch norm that training batch_norm node n runs again, as
+ * remat wires a rerun (its running mean input that norm's update, the same
+ * weight and bias), or -1 where n is no rerun. */
+int remat_bn_forward(const Graph *g, const Node *n);
 
 #endif

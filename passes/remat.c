@@ -215,6 +215,17 @@ static int rebuild(const Halves *h, const char *dropped, Graph *out, RematReport
     return rewrite_end(&m.r, err);
 }
 
+int remat_bn_forward(const Graph *g, const Node *n)
+{
+    if (n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nin < 5)
+        return -1;
+    int p = g->values[n->in[3]].producer;
+    const Node *o = p >= 0 ? &g->nodes[p] : NULL;
+    return o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2]
+               ? p
+               : -1;
+}
+
 static size_t planned_peak(const Graph *g, CtErr *err)
 {
     MemPlan p;

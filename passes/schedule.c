@@ -1,10 +1,12 @@
-/* Contract: schedule_assigns_last(g), schedule_assigns(g) and
- * schedule_hoist(g) reorder nodes only; a verified graph stays verified,
- * with no value read after its assign. */
+/* Contract: schedule_assigns_last(g), schedule_assigns(g),
+ * schedule_hoist(g) and schedule_bn_reruns(g) reorder nodes only; a
+ * verified graph stays verified, with no value read after its assign. */
 #include "passes/schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "passes/passes.h"
 
 /* Node j joins the end of list `at` (head, tail, next: lists of nodes). */
 static void append(int *head, int *tail, int *next, int at, int j)
@@ -137,18 +139,6 @@ void schedule_hoist(Graph *g, int from, int floor)
     schedule_assigns(g);
 }
 
-/* Whether batch_norm n is one that remat runs again in the backward: its
- * running mean the update of a batch norm of the same weight and bias (the
- * forward's), as remat wires it. */
-static int bn_rerun(const Graph *g, const Node *n)
-{
-    if (n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
-        return 0;
-    int p = g->values[n->in[3]].producer;
-    const Node *o = p >= 0 ? &g->nodes[p] : NULL;
-    return o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2];
-}
-
 /* Whether node n reads an output of a node marked in `moved`. */
 static int reads_moved(const Graph *g, const Node *n, const char *moved)
 {
@@ -224,7 +214,7 @@ void schedule_bn_reruns(Graph *g)
     char *moved = malloc((size_t)g->nnodes + 1);
     CT_ASSERT(order && moved);
     for (int i = 0; i < g->nnodes; i++)
-        if (bn_rerun(g, &g->nodes[i]) && bn_rerun_by_grad(g, i, order, moved))
+        if (remat_bn_forward(g, &g->nodes[i]) >= 0 && bn_rerun_by_grad(g, i, order, moved))
             i--; /* another node is at i now */
     free(order);
     free(moved);

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "ir/ops.h"
 #include "models/registry.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "passes/plan.h"
 #include "runtime/backend.h"
@@ -146,8 +147,7 @@ static int reruns_by_grad(const Graph *g, int *apart)
     *apart = 0;
     for (int i = 0; i + 1 < g->nnodes; i++) {
         const Node *bn = &g->nodes[i], *relu = &g->nodes[i + 1];
-        int p = bn->op == CT_OP_batch_norm ? g->values[bn->in[3]].producer : -1;
-        if (p < 0 || g->nodes[p].op != CT_OP_batch_norm)
+        if (remat_bn_forward(g, bn) < 0)
             continue;
         int r = -1, pooled = 0, last = -1;
         for (int j = i + 1; j < g->nnodes && r < 0; j++)

@@ -10,6 +10,7 @@
 
 #include "ir/buf.h"
 #include "ir/ops.h"
+#include "passes/passes.h"
 
 
 
@@ -422,7 +423,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
     int rc;
     if (op == CT_OP_batch_norm) {
         LibBnCoef kc = lp->bn_coef[lp->fuse.nodes[fs->first]];
-        int from = lp->bn_res ? lp->bn_res[s] : -1;
+        int from = lp->bn_res[s];
         LibBnRes res = {-1, -1};
         if (from >= 0) {
             int a = lp->fuse.nodes[lp->fuse.steps[from].first];
@@ -798,10 +799,8 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
         lp->bn_coef[i] = (LibBnCoef){-1, 0};
         if (lp->plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
             continue;
-        int p = g->values[n->in[3]].producer;
-        const Node *o = p >= 0 ? &g->nodes[p] : NULL;
-        if (o && o->op == CT_OP_batch_norm && o->out[1] == n->in[3] && o->in[1] == n->in[1] && o->in[2] == n->in[2] &&
-            lp->bn_coef[p].at >= 0) {
+        int p = remat_bn_forward(g, n);
+        if (p >= 0 && lp->bn_coef[p].at >= 0) {
             lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1};
         } else if (role_is_state(g->values[n->in[3]].role)) {
             lp->bn_coef[i].at = (long long)lp->kept_bytes;
