@@ -381,8 +381,9 @@ static int probe_gemm_choice(Probe *p, CtDType dt, char *msg, size_t len, CtErr 
 
 /* ---- cuDNN ---- */
 
-typedef enum { C_PLAIN, C_BIAS_RELU, C_BIAS_RESIDUAL, C_DEPTHWISE } ConvCase;
-static const char *const conv_case_name[] = {"", " +bias+relu", " +bias+residual", " depthwise"};
+typedef enum { C_PLAIN, C_BIAS_RELU, C_BIAS_RESIDUAL, C_DEPTHWISE, C_STATS } ConvCase;
+static const char *const conv_case_name[] = {"", " +bias+relu", " +bias+residual", " depthwise",
+                                             " +batch norm sums"};
 
 static ConvDesc conv_case(ConvDir dir, ConvCase k, int nhwc, CtDType dt)
 {
@@ -398,6 +399,10 @@ static ConvDesc conv_case(ConvDir dir, ConvCase k, int nhwc, CtDType dt)
         c.epi.act = GEMM_ACT_RELU;
     if (k == C_BIAS_RESIDUAL)
         c.epi.residual = 4;
+    if (k == C_STATS)
+        c.stats = 0;
+    else
+        c.stats = -1;
     if (dir != CONV_FWD)
         c.epi.d = dir == CONV_BWD_DATA ? c.x : c.wt;
     c.p = (c.h + 2 * c.pad_h - c.r) / c.stride_h + 1;
@@ -418,10 +423,13 @@ static int run_conv(Probe *p, const ConvDesc *c, void *const host[5], void *out,
     *ptrs = (ConvPtrs){upload(p, b, host[0], nx * e, err), upload(p, b, host[1], nw * e, err),
                        upload(p, b, host[2], ny * e, err),
                        c->epi.bias >= 0 ? upload(p, b, host[3], (size_t)c->k * ct_dtype_size(c->bias_type), err) : 0,
-                       c->epi.residual >= 0 ? upload(p, b, host[4], ny * e, err) : 0};
+                       c->epi.residual >= 0 ? upload(p, b, host[4], ny * e, err) : 0,
+                       c->stats >= 0 ? upload(p, b, NULL, 2 * sizeof(float) * (size_t)c->k, err) : 0};
     CUdeviceptr o = c->dir == CONV_FWD ? ptrs->y : c->dir == CONV_BWD_DATA ? ptrs->x : ptrs->w;
     size_t no = c->dir == CONV_FWD ? ny : c->dir == CONV_BWD_DATA ? nx : nw;
     if (err->msg[0] || dnn_run(&p->dnn, call, c, ptrs, ws, err) || download(p, out, o, no * e, err))
+        return -1;
+    if (call->stats_plan && download(p, (char *)out + no * e, ptrs->sums, 2 * sizeof(float) * (size_t)c->k, err))
         return -1;
     return 0;
 }
@@ -433,8 +441,9 @@ static int probe_conv(Probe *p, ConvDir dir, ConvCase k, int nhwc, CtDType dt, c
     void *host[5] = {random_elems(dt, nx, 21), random_elems(dt, nw, 22), random_elems(dt, ny, 23),
                      random_elems(dt, c.k, 24), random_elems(dt, ny, 25)};
     int64_t no = dir == CONV_FWD ? ny : dir == CONV_BWD_DATA ? nx : nw;
-    void *got = malloc(ct_dtype_size(dt) * (size_t)no);
-    CT_ASSERT(got);
+    void *got = malloc(ct_dtype_size(dt) * (size_t)no + 2 * sizeof(float) * (size_t)c.k);
+    float *sums = malloc(2 * sizeof(float) * (size_t)c.k);
+    CT_ASSERT(got && sums);
     Bufs b = {0};
     ConvPtrs ptrs;
     DnnCall call = {0};
@@ -442,14 +451,22 @@ static int probe_conv(Probe *p, ConvDir dir, ConvCase k, int nhwc, CtDType dt, c
     if (!rc) {
         /* sim_conv writes the direction's output over its own operand */
         sim_conv(&c, host[0], host[1], host[2], c.epi.bias >= 0 ? host[3] : NULL,
-                 c.epi.residual >= 0 ? host[4] : NULL);
+                 c.epi.residual >= 0 ? host[4] : NULL, c.stats >= 0 ? sums : NULL);
         void *want = dir == CONV_FWD ? host[2] : dir == CONV_BWD_DATA ? host[0] : host[1];
+        char more[160] = "";
         if ((rc = compare(got, want, dt, no, tolerance(dt, p->allow_tf32), msg, len)))
             ct_fail(err, "%s", msg);
+        else if (call.stats_plan && (rc = compare((char *)got + ct_dtype_size(dt) * (size_t)no, sums, CT_F32,
+                                                  2 * c.k, tolerance(dt, p->allow_tf32), more, sizeof more)))
+            ct_fail(err, "the sums: %s", more);
         else
-            snprintf(msg + strlen(msg), len - strlen(msg), ", algo %d%s", (int)call.algo.algo,
-                     call.fused ? " fused" : "");
+            snprintf(msg + strlen(msg), len - strlen(msg), ", algo %d%s%s", (int)call.algo.algo,
+                     call.fused ? " fused" : "",
+                     c.stats < 0        ? ""
+                     : call.stats_plan ? "; graph plan, sums within tolerance"
+                                       : "; no graph engine (the statistics pass runs)");
     }
+    free(sums);
     if (call.conv)
         dnn_call_free(&call);
     bufs_free(p, &b);
@@ -572,7 +589,9 @@ static void run_all(Probe *p)
                 snprintf(name, sizeof name, "cuDNN %s %s %s", dname(dts[t]), nhwc ? "NHWC" : "NCHW", dir_name[d]);
                 PROBE(name, probe_conv(p, d, C_PLAIN, nhwc, dts[t], msg, sizeof msg, &err));
             }
-            for (ConvCase k = C_BIAS_RELU; k <= C_DEPTHWISE; k++) {
+            for (ConvCase k = C_BIAS_RELU; k <= C_STATS; k++) {
+                if (k == C_STATS && (!nhwc || dts[t] == CT_F32)) /* the launch plan asks it of these only */
+                    continue;
                 snprintf(name, sizeof name, "cuDNN %s %s fwd%s", dname(dts[t]), nhwc ? "NHWC" : "NCHW",
                          conv_case_name[k]);
                 PROBE(name, probe_conv(p, CONV_FWD, k, nhwc, dts[t], msg, sizeof msg, &err));

@@ -405,10 +405,11 @@ static void check_net(const char *name, NetBody body, int gathers, const int *re
     snprintf(what, sizeof what, "%s %s step %s%s", name, opt,
              low == CT_F32 ? "f32" : low == CT_F16 ? "amp f16" : "amp bf16", channels_last ? " channels_last" : "");
     LaunchPlan lp;
-    int spans[4] = {0}, bias_grads = 0;
+    int spans[4] = {0}, bias_grads = 0, stats_convs = 0;
     if (launch_plan(&g, PROGRAM_CUDA_SMS, &lp, &err) == 0) {
         for (int s = 0; s < lp.nsteps; s++) {
             bias_grads += lp.steps[s].kind == LP_GEMM && lp.steps[s].gemm.epi.bgrad >= 0;
+            stats_convs += lp.steps[s].kind == LP_CONV && lp.steps[s].conv.stats >= 0;
             const LpStep *st = &lp.steps[s]; /* the input's cast and layout change aside */
             spans[st->span] += st->kind == LP_LIB && !(st->nlib && !strncmp(st->lib[0].kernel, "ct_copy_cast", 12));
         }
@@ -419,7 +420,20 @@ static void check_net(const char *name, NetBody body, int gathers, const int *re
            "%s: %d library steps spanning 1 more (not %d), %d spanning 2 (norms run again with their activations' "
            "gradients; not %d), %d spanning 3 (and an excitation's gradient; not %d)",
            what, spans[1], remat ? remat[0] : 0, spans[2], remat ? remat[1] : 0, spans[3], remat ? remat[2] : 0);
+    /* a batch norm after its convolution in 16-bit channels-last: its statistics from the sums the
+     * convolution's step makes, by the call (the cuda-sim's cuDNN makes GenStats' outputs) and, with
+     * CTIMM_CONV_STATS=kernel, by the statistics pass after it */
+    int bn_net = body == batch_norm_body || body == bn_act_body || body == excite_body;
+    CHECKF((stats_convs > 0) == (bn_net && low != CT_F32 && channels_last), "%s: %d convolutions making sums", what,
+           stats_convs);
     check_graph(what, &g, &init, in, gathers ? 5 : 4, low == CT_F32 ? 1e-4 : 2e-2);
+    if (stats_convs) {
+        char pass[128];
+        snprintf(pass, sizeof pass, "%s, sums by the statistics pass", what);
+        setenv("CTIMM_CONV_STATS", "kernel", 1);
+        check_graph(pass, &g, &init, in, gathers ? 5 : 4, 2e-2);
+        unsetenv("CTIMM_CONV_STATS");
+    }
     state_free(&init);
     graph_free(&g);
 }

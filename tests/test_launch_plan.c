@@ -54,7 +54,7 @@ static void test_models(void)
             int norm_lows = 0;
             int lone_products = 0, cast_copies = 0, bn_forwards = 0, bn_stats = 0, bn_unkept = 0, state_views = 0;
             int state_reshapes = 0, residual_sums = 0, sum_grads = 0, excites = 0, pool_grads = 0;
-            int squeezes = 0, bn_pools = 0, reruns_stored = 0, reruns_alone = 0, res_norms = 0;
+            int squeezes = 0, bn_pools = 0, reruns_stored = 0, reruns_alone = 0, res_norms = 0, conv_sums = 0;
             for (int i = 0; training && i < g.nnodes; i++) {
                 const Node *n = &g.nodes[i];
                 linear_biases += n->op == CT_OP_linear && n->nin == 3;
@@ -123,7 +123,8 @@ static void test_models(void)
                         CHECKF(add->op == CT_OP_add && g.nodes[a].op == CT_OP_batch_norm &&
                                    apply->arg[2].v == g.nodes[a].in[0] && apply->arg[3].i == lp.bn_coef[a].at &&
                                    os && other < s && (os->nlib == 0 || (os->nlib == 1 &&
-                                   !strncmp(os->lib[0].kernel, "ct_bn_stats_", 12))),
+                                   (!strncmp(os->lib[0].kernel, "ct_bn_stats_", 12) ||
+                                    !strncmp(os->lib[0].kernel, "ct_bn_coef_sums_", 16)))),
                                "%s mode %d: step %d: a batch norm's residual from another's x", models[m], mode, s);
                         res_norms++;
                     }
@@ -158,12 +159,32 @@ static void test_models(void)
                     } else if (bn->iattr[0]) {
                         CHECKF(body == fs->n - 2 && lp.alias[bn->out[1]] == bn->in[3] && lp.alias[bn->out[2]] == bn->in[4],
                                "%s mode %d: step %d: batch norm's running statistics copied", models[m], mode, s);
-                        /* its sums and coefficients in one launch, whose counters the plan holds */
+                        /* its sums and coefficients in one launch, whose counters the plan holds; or its
+                         * coefficients from the sums its convolution's step made (cuDNN's call, or the
+                         * statistics pass after it, writing them where this launch reads them) */
                         const LibLaunch *k = &st->lib[0];
-                        CHECKF(strstr(k->kernel, "ct_bn_stats_") && k->arg[2].kind == LA_COUNTERS &&
-                                   (size_t)k->arg[2].i == (size_t)g.values[bn->in[1]].type.shape.d[0] &&
-                                   lp.counters >= (size_t)k->arg[2].i,
-                               "%s mode %d: step %d: batch norm's statistics by %s", models[m], mode, s, k->kernel);
+                        long long C = g.values[bn->in[1]].type.shape.d[0];
+                        const LpStep *cs = s > 0 ? &lp.steps[s - 1] : NULL;
+                        if (strstr(k->kernel, "ct_bn_coef_sums_")) {
+                            const LibLaunch *f = cs && cs->nfallback == 1 ? &cs->fallback[0] : NULL;
+                            LibBnCoef kc = lp.bn_coef[lp.fuse.nodes[fs->first]];
+                            CHECKF(kc.summed && k->arg[0].kind == LA_KEPT && k->arg[0].i == kc.sums &&
+                                       k->arg[8].kind == LA_KEPT && k->arg[8].i == kc.at && cs->kind == LP_CONV &&
+                                       cs->conv.stats == kc.sums && cs->conv.dir == CONV_FWD &&
+                                       cs->conv.epi.d == bn->in[0] && f && strstr(f->kernel, "ct_bn_stats_") &&
+                                       f->arg[0].v == bn->in[0] && f->arg[f->nargs - 1].kind == LA_KEPT &&
+                                       f->arg[f->nargs - 1].i == kc.sums && f->arg[10].kind == LA_NULL &&
+                                       k->arg[9].kind == LA_I64 &&
+                                       k->arg[9].i == shape_numel(&g.values[bn->in[0]].type.shape) / C,
+                                   "%s mode %d: step %d: batch norm's coefficients from its convolution's sums",
+                                   models[m], mode, s);
+                        } else {
+                            CHECKF(strstr(k->kernel, "ct_bn_stats_") && k->arg[2].kind == LA_COUNTERS &&
+                                       (size_t)k->arg[2].i == (size_t)C && lp.counters >= (size_t)k->arg[2].i &&
+                                       k->arg[k->nargs - 1].kind == LA_NULL,
+                                   "%s mode %d: step %d: batch norm's statistics by %s", models[m], mode, s,
+                                   k->kernel);
+                        }
                     }
                 }
                 if (st->kind == LP_GEMM && st->gemm.epi.bgrad >= 0) { /* dy's sum in dW's GEMM: BGRADB */
@@ -286,7 +307,9 @@ static void test_models(void)
                     mirrored++;
                 }
                 for (int j = 0; j < st->nlib; j++) { /* the forward's coefficients kept for the backward */
-                    bn_stats += !strncmp(st->lib[j].kernel, "ct_bn_stats_", 12);
+                    bn_stats += !strncmp(st->lib[j].kernel, "ct_bn_stats_", 12) ||
+                                !strncmp(st->lib[j].kernel, "ct_bn_coef_sums_", 16);
+                    conv_sums += !strncmp(st->lib[j].kernel, "ct_bn_coef_sums_", 16);
                     bn_unkept += !strncmp(st->lib[j].kernel, "ct_bn_grad_stats_", 17) &&
                                  st->lib[j].arg[2].kind == LA_SCRATCH;
                 }
@@ -330,6 +353,11 @@ static void test_models(void)
             CHECKF(m != 0 || mode != 3 || (reruns_stored > 0 && reruns_alone == 0),
                    "%s mode %d: %d batch norms run again in their gradients' pass, %d alone", models[m], mode,
                    reruns_stored, reruns_alone);
+            /* every forward batch norm of test_resnet's 16-bit channels-last training made from the sums
+             * its convolution's step makes; none in f32, which cuDNN's GenStats does not take */
+            CHECKF(m != 0 || !training || conv_sums == (amp_cl ? bn_forwards : 0),
+                   "%s mode %d: %d of %d batch norms' statistics from their convolutions' steps", models[m], mode,
+                   conv_sums, bn_forwards);
             /* a training batch norm's statistics once, in its forward: its recomputations and its gradient
              * with its activation's take the coefficients it kept */
             CHECKF(bn_stats == bn_forwards && bn_unkept == 0 && (bn_forwards > 0 || m != 0 || !training),

@@ -146,7 +146,9 @@ static void run_launch(const LibLaunch *l, void **mem)
         ct_group_norm_grad_w_f32(F(0), F(1), P(2), F(3), F(4), X(5), I(6), I(7), I(8));
     else if (!strcmp(k, "ct_bn_stats_f32"))
         ct_bn_stats_f32(F(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8), (int)I(9), P(10), X(11), I(12), I(13),
-                        I(14), R(15), R(16));
+                        I(14), R(15), R(16), F(17));
+    else if (!strcmp(k, "ct_bn_coef_sums_f32"))
+        ct_bn_coef_sums_f32(F(0), P(1), P(2), P(3), P(4), P(5), P(6), (int)I(7), P(8), I(9), I(10), R(11), R(12));
     else if (!strcmp(k, "ct_bn_grad_stats_f32"))
         ct_bn_grad_stats_f32(F(0), F(1), P(2), (int)I(3), (int)I(4), F(5), F(6), F(7), I(8), P(9), P(10), P(11),
                              P(12), P(13), P(14), P(15), (int)I(16), P(17), X(18), I(19), I(20), I(21), (int)I(22),
@@ -336,6 +338,28 @@ static int case_sms = 132;
  * (lib_dw_conv's `next`), or -1. */
 static int dw_first = -1;
 
+/* A training batch_norm case run as the launch plan runs one whose
+ * convolution's step makes its sums: lib_bn_conv_sums' pass (sums at kept
+ * byte 0), then its step's launches from those sums. */
+static int bn_summed;
+
+static int summed_launches(const Graph *g, const Node *n, LibLaunch *l, int *nl, size_t *scratch, CtErr *err)
+{
+    LibBnCoef kc = {.at = -1, .summed = 1, .sums = 0};
+    int node = (int)(n - g->nodes), a, b, tail;
+    size_t s0, s1;
+    FuseStep st = {.kind = FUSE_LIBRARY, .first = 0, .n = 1};
+    FusePlan p = {.steps = &st, .nsteps = 1, .nodes = &node};
+    if (lib_bn_conv_sums(g, case_sms, n, kc, l, &a, &s0, err) ||
+        lib_batch_norm_step(g, case_sms, &p, &st, kc, NULL, (LibBnRes){-1, -1}, 0, l + a, &b, &s1, &tail, err))
+        return -1;
+    CHECKF(a == 1 && b == 2 && !strcmp(l[1].kernel, "ct_bn_coef_sums_f32") && l[0].arg[l[0].nargs - 1].kind == LA_KEPT,
+           "%s then %s: not a statistics pass's sums, then coefficients from them", l[0].kernel, l[1].kernel);
+    *nl = a + b;
+    *scratch = s0 > s1 ? s0 : s1;
+    return 0;
+}
+
 /* Element i of value val, input k of the case (its last float input: last_float). */
 static float input_value(const Value *val, int64_t i, int k, int last_float)
 {
@@ -402,12 +426,14 @@ static void check_case(Case *c, const char *what)
         CHECKF(0, "%s: ref: %s", what, err.msg);
     } else if (ln_res ? (scratch_bytes = 0, lib_layer_norm_fused(g, n, ln_res->x, ln_res->r, ln_res->sum, -1, l, &nl, &err))
                : dw_first >= 0 ? lib_dw_conv(g, case_sms, &g->nodes[dw_first], n, l, &nl, &scratch_bytes, &err)
+               : bn_summed     ? summed_launches(g, n, l, &nl, &scratch_bytes, &err)
                                : lib_launches(g, case_sms, n, l, &nl, &scratch_bytes, &err)) {
         CHECKF(0, "%s: %s", what, err.msg);
         for (int k = 0; k < g->noutputs; k++)
             tensor_free(&out[k]);
     } else {
         float *scratch = calloc(scratch_bytes / sizeof(float) + 1, sizeof(float));
+        float kept[2 * 64] = {0}; /* a summed batch norm's sums */
         unsigned counters[4096] = {0};
         CT_ASSERT(scratch != NULL);
         ValueId stored[2] = {ln_res && ln_res->alias ? ln_res->sum : -1, ln_res ? n->out[0] : -1};
@@ -422,6 +448,7 @@ static void check_case(Case *c, const char *what)
                 args[a] = l[j].arg[a].kind == LA_VALUE      ? mem[v]
                           : l[j].arg[a].kind == LA_SCRATCH  ? (void *)((char *)scratch + l[j].arg[a].i)
                           : l[j].arg[a].kind == LA_COUNTERS ? (void *)counters
+                          : l[j].arg[a].kind == LA_KEPT     ? (void *)((char *)kept + l[j].arg[a].i)
                                                             : NULL;
             }
             run_launch(&l[j], args);
@@ -639,6 +666,18 @@ static void test_batch_norm(void)
                 if (!add_node(&c, CT_OP_batch_norm, 5, (ValueId[]){x, w, b, rm, rv}, (int64_t[]){training}, 1,
                               (double[]){0.1, 1e-5}, 2, nhwc))
                     check_case(&c, training ? "batch_norm training" : "batch_norm eval");
+                /* its statistics from the sums a convolution's step makes (here the pass it falls back on) */
+                graph_init(&c.g);
+                x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
+                b = input(&c, "b", 1, c1, 0, CT_F32), rm = input(&c, "rm", 1, c1, 0, CT_F32);
+                rv = input(&c, "rv", 1, c1, 0, CT_F32);
+                bn_summed = training;
+                if (training && !add_node(&c, CT_OP_batch_norm, 5, (ValueId[]){x, w, b, rm, rv},
+                                          (int64_t[]){training}, 1, (double[]){0.1, 1e-5}, 2, nhwc))
+                    check_case(&c, "batch_norm training from its convolution's sums");
+                else
+                    graph_free(&c.g);
+                bn_summed = 0;
                 graph_init(&c.g);
                 x = input(&c, "x", 4, x4, nhwc, CT_F32), w = input(&c, "w", 1, c1, 0, CT_F32);
                 rm = input(&c, "rm", 1, c1, 0, CT_F32), rv = input(&c, "rv", 1, c1, 0, CT_F32);

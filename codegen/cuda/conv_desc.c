@@ -22,6 +22,7 @@ static int is_nhwc(const Value *v, int act)
 int conv_desc(const Graph *g, const FusePlan *p, const FuseStep *st, ConvDesc *d, CtErr *err)
 {
     memset(d, 0, sizeof *d);
+    d->stats = -1;
     const Node *n = &g->nodes[p->nodes[st->first]];
     switch (n->op) {
     case CT_OP_conv2d: d->dir = CONV_FWD; d->x = n->in[0]; d->wt = n->in[1]; d->y = n->out[0]; break;
@@ -60,11 +61,12 @@ void conv_desc_key(const ConvDesc *d, char *buf, size_t n)
     static const char *const dir[] = {"fwd", "bwd_data", "bwd_filter"};
     snprintf(buf, n,
              "conv %s x %lldx%lldx%lldx%lld %s %s w %lldx%lldx%lldx%lld %s %s y %lldx%lld %s %s pad %lld,%lld "
-             "stride %lld,%lld dil %lld,%lld groups %lld epi %d%d%d",
+             "stride %lld,%lld dil %lld,%lld groups %lld epi %d%d%d%s",
              dir[d->dir], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
              d->x_nhwc ? "nhwc" : "nchw", ct_dtype_name(d->x_type), (long long)d->k, (long long)(d->c / d->groups),
              (long long)d->r, (long long)d->s, d->w_nhwc ? "nhwc" : "nchw", ct_dtype_name(d->w_type), (long long)d->p,
              (long long)d->q, d->y_nhwc ? "nhwc" : "nchw", ct_dtype_name(d->y_type), (long long)d->pad_h,
              (long long)d->pad_w, (long long)d->stride_h, (long long)d->stride_w, (long long)d->dil_h,
-             (long long)d->dil_w, (long long)d->groups, d->epi.bias >= 0, d->epi.residual >= 0, (int)d->epi.act);
+             (long long)d->dil_w, (long long)d->groups, d->epi.bias >= 0, d->epi.residual >= 0, (int)d->epi.act,
+             d->stats >= 0 ? " stats" : "");
 }

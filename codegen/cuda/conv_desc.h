@@ -13,7 +13,9 @@
  * whose two layouts are the same bytes (c == 1, or h == w == 1; so a 1x1
  * filter) takes the step's activation format. The forward epilogue is the prefix of the
  * step's parts cudnnConvolutionBiasActivationForward computes: bias (k
- * values), residual (its z input) and ReLU.
+ * values), residual (its z input) and ReLU; or, where the launch plan asks
+ * (`stats`), the statistics of the batch norm that reads y, which a
+ * forward without those parts makes through cuDNN's graph API.
  */
 #ifndef CTIMM_CONV_DESC_H
 #define CTIMM_CONV_DESC_H
@@ -30,6 +32,8 @@ typedef struct ConvDesc {
     CtDType x_type, w_type, y_type, bias_type; /* bias_type: the epilogue's bias, else y_type */
     ValueId x, wt, y; /* the values in the forward's roles (see above) */
     EpiDesc epi;      /* CONV_FWD: epi.d is what the call writes; else epi.d = the output, no parts */
+    long long stats;  /* CONV_FWD: the call also sums y's channels and their squares (cuDNN's GenStats), f32
+                       * into the program's kept region from this byte, C then C; -1: not */
 } ConvDesc;
 
 int conv_desc(const Graph *g, const FusePlan *p, const FuseStep *st, ConvDesc *d, CtErr *err);

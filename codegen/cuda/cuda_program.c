@@ -182,7 +182,8 @@ static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, Ct
                    (long long)st->gemm.k, (long long)st->gemm.batch);
         break;
     case LP_CONV:
-        buf_printf(out, "cuDNN convolution %s%s", dirs[st->conv.dir], st->mirrored ? ", NHWC filter copy" : "");
+        buf_printf(out, "cuDNN convolution %s%s%s", dirs[st->conv.dir], st->mirrored ? ", NHWC filter copy" : "",
+                   st->conv.stats >= 0 ? ", its batch norm's sums" : "");
         break;
     case LP_LIB:
         buf_printf(out, "library");
@@ -198,7 +199,9 @@ static void dump_step(const CudaProgram *c, const Graph *g, const LpStep *st, Ct
         buf_printf(out, "%s%s", j ? " " : st->kind == LP_LIB ? " " : ", then ", st->lib[j].kernel);
     if (st->twin)
         buf_printf(out, "; cuDNN twin: convolution %s%s", dirs[st->conv.dir], st->nfallback ? ", then" : "");
-    for (int j = 0; st->twin && j < st->nfallback; j++)
+    if (st->kind == LP_CONV && st->nfallback)
+        buf_printf(out, "; without them from the call:");
+    for (int j = 0; (st->twin || st->kind == LP_CONV) && j < st->nfallback; j++)
         buf_printf(out, " %s", st->fallback[j].kernel);
     for (int k = 0; k <= st->span; k++)
         for (int j = 0; j < fs[k].n; j++)

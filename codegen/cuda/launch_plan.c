@@ -351,6 +351,60 @@ static int conv_step(const Graph *g, LaunchPlan *lp, const FuseStep *fs, LpStep 
     return add_launches(g, lp, fs, st->conv.epi.tail, st, err);
 }
 
+/* The training batch norm whose statistics the convolution of fusion
+ * step s makes in its step (lib_bn_conv_sums_fits), or -1: a forward
+ * convolution alone in its step, not depthwise, whose output is x of the
+ * batch norm first in the next step, which keeps its coefficients and
+ * would compute its statistics there. */
+static int conv_stats_bn(const Graph *g, const LaunchPlan *lp, int s)
+{
+    const FusePlan *p = &lp->fuse;
+    if (lp->plain || s + 1 >= p->nsteps || p->steps[s].kind != FUSE_LIBRARY || p->steps[s].n != 1 ||
+        p->steps[s + 1].kind != FUSE_LIBRARY)
+        return -1;
+    const Node *conv = &g->nodes[p->nodes[p->steps[s].first]];
+    int bn = p->nodes[p->steps[s + 1].first];
+    const Node *n = &g->nodes[bn];
+    if (conv->op != CT_OP_conv2d || lib_dw_conv_fits(g, conv) || n->op != CT_OP_batch_norm ||
+        n->in[0] != conv->out[0] || !lib_bn_conv_sums_fits(g, n) || lp->bn_coef[bn].at < 0 || lp->bn_coef[bn].ready)
+        return -1;
+    return bn;
+}
+
+/* Each batch norm's sums that its convolution's step makes, a place in
+ * the kept region (2 C floats) from that step to the norm's. */
+static void keep_bn_sums(const Graph *g, LaunchPlan *lp)
+{
+    for (int s = 0; s < lp->fuse.nsteps; s++) {
+        int bn = conv_stats_bn(g, lp, s);
+        if (bn < 0)
+            continue;
+        lp->bn_coef[bn].summed = 1;
+        lp->bn_coef[bn].sums = (long long)lp->kept_bytes;
+        lp->kept_bytes += 2 * sizeof(float) * (size_t)g->values[g->nodes[bn].in[0]].type.shape.d[1];
+    }
+}
+
+/* The convolution step just added for fusion step s making its batch
+ * norm's sums where keep_bn_sums placed them: cuDNN's call where it can
+ * (conv.stats), else the statistics pass after the plain call (the
+ * step's fallback launches, which the executor then runs). */
+static int conv_stats(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
+{
+    int bn = conv_stats_bn(g, lp, s);
+    if (bn < 0)
+        return 0;
+    LpStep *st = &lp->steps[lp->nsteps - 1];
+    size_t scratch;
+    st->fallback = malloc(sizeof *st->fallback * LIB_MAX_LAUNCHES);
+    CT_ASSERT(st->fallback != NULL);
+    if (lib_bn_conv_sums(g, lp->sms, &g->nodes[bn], lp->bn_coef[bn], st->fallback, &st->nfallback, &scratch, err))
+        return ct_failctx(err, "node %d (batch_norm)", bn);
+    lp->scratch_bytes = scratch > lp->scratch_bytes ? scratch : lp->scratch_bytes;
+    st->conv.stats = lp->bn_coef[bn].sums;
+    return 0;
+}
+
 /* The cuDNN twin of depthwise step st, made from fusion step s (and the
  * bias gradient's step after it where st spans that): the step conv_step
  * makes of s, its launches then the spanned step's in `fallback`. In node
@@ -408,7 +462,7 @@ static int library_step(const Graph *g, LaunchPlan *lp, int s, CtErr *err)
         return act || st->kind != LP_LIB ? 0 : dw_twin(g, lp, s, st, err);
     }
     if (conv)
-        return conv_step(g, lp, fs, add_step(lp, LP_CONV, s), err);
+        return conv_step(g, lp, fs, add_step(lp, LP_CONV, s), err) || conv_stats(g, lp, s, err);
     LpStep *st = add_step(lp, LP_LIB, s);
     /* a permute that only relabels memory, to which the memory plan gave
      * its input's address (passes/plan.c's views): nothing to move */
@@ -796,12 +850,12 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
 {
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        lp->bn_coef[i] = (LibBnCoef){-1, 0};
+        lp->bn_coef[i] = (LibBnCoef){-1, 0, 0, -1};
         if (lp->plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
             continue;
         int p = remat_bn_forward(g, n);
         if (p >= 0 && lp->bn_coef[p].at >= 0) {
-            lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1};
+            lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1, 0, -1};
         } else if (role_is_state(g->values[n->in[3]].role)) {
             lp->bn_coef[i].at = (long long)lp->kept_bytes;
             lp->kept_bytes += 2 * sizeof(double) * (size_t)g->values[n->in[0]].type.shape.d[1];
@@ -896,6 +950,7 @@ static int plan_kernels(const Graph *g, int sms, LaunchPlan *lp, CtErr *err)
     lp->bn_coef = malloc(sizeof *lp->bn_coef * (size_t)(g->nnodes + 1));
     CT_ASSERT(lp->k && lp->bn_coef);
     keep_bn_coefs(g, lp);
+    keep_bn_sums(g, lp);
     for (int l = 0; l < lp->nk; l++)
         if (kir_lowerable(&lp->fuse, l) && kir_lower(g, &lp->fuse, l, (KirOptions){KIR_F32, 1}, &lp->k[l], err))
             return -1;
@@ -1141,7 +1196,10 @@ void lp_step_label(const LaunchPlan *lp, const Graph *g, int s, int nops, int tw
     switch (twin ? LP_CONV : st->kind) {
     case LP_KERNEL: buf_printf(out, "kernel"); break;
     case LP_GEMM: buf_printf(out, "cuBLASLt GEMM"); break;
-    case LP_CONV: buf_printf(out, "cuDNN conv %s%s", dirs[st->conv.dir], twin ? " twin" : ""); break;
+    case LP_CONV:
+        buf_printf(out, "cuDNN conv %s%s%s", dirs[st->conv.dir], st->conv.stats >= 0 ? "+stats" : "",
+                   twin ? " twin" : "");
+        break;
     case LP_LIB: buf_printf(out, "library"); break;
     case LP_COPY: buf_printf(out, "copy"); break;
     case LP_UNSUPPORTED: buf_printf(out, "unsupported"); break;

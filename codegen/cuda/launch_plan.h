@@ -62,6 +62,16 @@
  * updated one, passes/remat.c) and the fused gradient of it and its
  * activation take them instead of summing x again (`bn_coef`).
  *
+ * A training batch_norm in f16/bf16 channels-last whose x is the output of
+ * the forward convolution alone in the step before it (not depthwise)
+ * takes its statistics from that step (keep_bn_sums, conv_stats): the
+ * call sums y's channels and their squares into a place of the kept
+ * region (conv.stats: cuDNN's graph API, a convolution with GenStats), or,
+ * where cuDNN has no engine for that (or CTIMM_CONV_STATS=kernel), the
+ * step's `fallback`, the statistics pass, does after the plain call; the
+ * norm's step then computes its coefficients from the sums
+ * (ct_bn_coef_sums) and its apply pass is the only read of x left.
+ *
  * A batch_norm_grad and the act_grad of its batch norm's activation it
  * reads (and the batch norm before them, where recomputed for them alone:
  * fuse_bn_act_grad_steps, where lib_bn_act_grad_fits) run as one LP_LIB
@@ -83,7 +93,8 @@
  *
  * With CTIMM_CUDA_STEPS=plain in the environment no library step spans
  * another or takes a layer norm gradient's adds, and no batch norm keeps
- * its coefficients: each node runs as it would alone (a device's failing
+ * its coefficients or takes its convolution's sums: each node runs as it
+ * would alone (a device's failing
  * parity test told apart from the fusions, bench/gpu_check.sh).
  *
  * A step whose node has no kernel yet is LP_UNSUPPORTED, naming the op:
@@ -120,7 +131,8 @@ typedef struct LpStep {
     int nlib;
     LibLaunch *fallback;    /* LP_GEMM with gemm.epi.bgrad: the spanned reduction's launches, run after the
                              * call in its place where the library refuses that epilogue; a twin's launches
-                             * after its call */
+                             * after its call; LP_CONV with conv.stats: the statistics pass, after a call
+                             * that does not make them */
     int nfallback;
     int twin;               /* LP_LIB: a depthwise convolution whose `lib` may instead run as the cuDNN call
                              * `conv` (with `mirror` where `mirrored`) and then `fallback` */
@@ -147,7 +159,8 @@ typedef struct LaunchPlan {
     size_t counters;      /* the library kernels' counters (LA_COUNTERS: unsigned ints, zeroed once at load),
                            * the most any launch uses */
     LibBnCoef *bn_coef;   /* per node of g: where a training batch norm's coefficients are kept (LA_KEPT) */
-    size_t kept_bytes;    /* the kept region: each training batch norm's 2 C doubles */
+    size_t kept_bytes;    /* the kept region: each training batch norm's 2 C doubles, and 2 C floats of
+                           * each whose convolution's step sums its x */
     int unsupported;      /* LP_UNSUPPORTED steps */
     struct LpAsks *asks;  /* while launch_plan plans, the lifetimes its fused steps ask of the memory plan
                            * for its next round; NULL in the plan it returns */

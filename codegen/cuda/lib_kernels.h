@@ -1930,16 +1930,39 @@ CT_DEVICE int CT_SFX(ct_bn_tile_run)(const CT_T *x, CT_T *dy, const double *fwd,
     return CT_SFX(ct_col_end)(t, acc, grad ? 4 : 2, red, part, cnt, *col, s, slices, C, flag);
 }
 
+/* Channel c's coefficients from its sums s (x, x^2) over n values: y = x *
+ * coef[2c] + coef[2c + 1] normalises by the batch's statistics, and the
+ * running stats get PyTorch's update (unbiased variance) in nrm and nrv
+ * (which may be rm and rv: each read before its write; NULL: not
+ * written). The parameters and running stats are CT_T, or f32 where wide
+ * (under AMP). */
+CT_DEVICE void CT_SFX(ct_bn_finish)(const double *s, long long n, long long c, const void *w, const void *b,
+                                    const void *rm, const void *rv, void *nrm, void *nrv, int wide, double *coef,
+                                    float momentum, float eps)
+{
+    double mean, var;
+    CT_SFX(ct_bn_moments)(s, n, &mean, &var);
+    if (nrm) {
+        double rmc = CT_SFX(ct_ldw)(rm, c, wide), rvc = CT_SFX(ct_ldw)(rv, c, wide);
+        CT_SFX(ct_stw)(nrm, c, wide, (float)((1 - momentum) * rmc + momentum * mean));
+        CT_SFX(ct_stw)(nrv, c, wide, (float)((1 - momentum) * rvc + momentum * var * (double)n / (double)(n - 1)));
+    }
+    double scale = CT_SFX(ct_ldw)(w, c, wide) / sqrt(var + eps);
+    coef[2 * c] = scale;
+    coef[2 * c + 1] = CT_SFX(ct_ldw)(b, c, wide) - mean * scale;
+}
+
 /* batch_norm's statistics in training, each column's coefficients by its
- * last tile: y = x * coef[2c] + coef[2c + 1] normalises by the batch's
- * statistics, and the running stats get PyTorch's update (unbiased
- * variance) in nrm and nrv (which may be rm and rv: each read before its
- * write; NULL: not written). The parameters and running stats are CT_T,
- * or f32 where wide (under AMP); part (2 C slices doubles) and coef in
- * scratch, cnt C counters (a column's at most). */
+ * last tile (ct_bn_finish); part (2 C slices doubles) and coef in scratch,
+ * cnt C counters (a column's at most). Where sums is not NULL, the sums
+ * alone instead, as f32 (x's in sums[c], x^2's in sums[C + c]: cuDNN's
+ * GenStats outputs, which ct_bn_coef_sums takes): a convolution's
+ * statistics where cuDNN does not make them in its epilogue (w, b, the
+ * running stats and coef unread). */
 CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const void *w, const void *b,
                               const void *rm, const void *rv, void *nrm, void *nrv, int wide, double *coef,
-                              CtIndex rows, long long C, long long sxc, long long slices, float momentum, float eps)
+                              CtIndex rows, long long C, long long sxc, long long slices, float momentum, float eps,
+                              float *sums)
 {
     CT_SHARED double red[CT_COL_RED];
     CT_SHARED int last;
@@ -1953,22 +1976,30 @@ CT_GLOBAL CT_SFX(ct_bn_stats)(const CT_T *x, double *part, unsigned *cnt, const 
                                    &col)) {
             long long K = t.tx * t.w, c0 = col * K;
             const double *tot = red + CT_LIB_BLOCK;
-            double n = (double)rows.n;
-            for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS) {
-                long long c = c0 + k;
-                double mean, var;
-                CT_SFX(ct_bn_moments)(tot + 2 * k, rows.n, &mean, &var);
-                if (nrm) {
-                    double rmc = CT_SFX(ct_ldw)(rm, c, wide), rvc = CT_SFX(ct_ldw)(rv, c, wide);
-                    CT_SFX(ct_stw)(nrm, c, wide, (float)((1 - momentum) * rmc + momentum * mean));
-                    CT_SFX(ct_stw)(nrv, c, wide, (float)((1 - momentum) * rvc + momentum * var * n / (n - 1)));
+            for (long long k = CT_TID; k < K && c0 + k < C; k += CT_NTHREADS)
+                if (sums) {
+                    sums[c0 + k] = (float)tot[2 * k];
+                    sums[C + c0 + k] = (float)tot[2 * k + 1];
+                } else {
+                    CT_SFX(ct_bn_finish)(tot + 2 * k, rows.n, c0 + k, w, b, rm, rv, nrm, nrv, wide, coef, momentum,
+                                         eps);
                 }
-                double scale = CT_SFX(ct_ldw)(w, c, wide) / sqrt(var + eps);
-                coef[2 * c] = scale;
-                coef[2 * c + 1] = CT_SFX(ct_ldw)(b, c, wide) - mean * scale;
-            }
         }
         CT_SYNC();
+    }
+}
+
+/* A training batch_norm's coefficients (ct_bn_finish) from its sums over
+ * `count` values, made by its convolution's step (ct_bn_stats' f32 sums,
+ * or cuDNN's GenStats): a thread a channel. */
+CT_GLOBAL CT_SFX(ct_bn_coef_sums)(const float *sums, const void *w, const void *b, const void *rm, const void *rv,
+                                  void *nrm, void *nrv, int wide, double *coef, long long count, long long C,
+                                  float momentum, float eps)
+{
+    CT_LOOP(c, C)
+    {
+        double s[2] = {sums[c], sums[C + c]};
+        CT_SFX(ct_bn_finish)(s, count, c, w, b, rm, rv, nrm, nrv, wide, coef, momentum, eps);
     }
 }
 

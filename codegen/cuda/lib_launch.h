@@ -88,10 +88,14 @@ int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *coun
  * activation's): `at` a byte offset into the program's kept region (-1:
  * not kept, the step's scratch holds them), `ready` whether a step before
  * this one stored them there (the forward's own, the same x, weight and
- * bias: the same coefficients), so that this one computes no statistics. */
+ * bias: the same coefficients), so that this one computes no statistics.
+ * Where `summed`, the step of the convolution that makes x stores x's
+ * sums (lib_bn_conv_sums) at byte `sums` of the kept region, and the
+ * norm's coefficients come from them. */
 typedef struct LibBnCoef {
     long long at;
-    int ready;
+    int ready, summed;
+    long long sums;
 } LibBnCoef;
 
 /* A residual that is another training batch norm's output, computed in
@@ -129,6 +133,18 @@ int lib_bn_res_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const
  * column sums (a squeeze-excitation's pool at batch 256: its [N, C] means
  * over up to 12544 pixels, which then read the output back no more). */
 int lib_bn_pool_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const Node *gap);
+
+/* Whether training batch norm bn's statistics can come from the step of
+ * the convolution that makes its x (cuDNN's GenStats in the call's
+ * epilogue, else lib_bn_conv_sums' launch after it): x in f16 or bf16,
+ * channels-last, of at least two rows. */
+int lib_bn_conv_sums_fits(const Graph *g, const Node *bn);
+/* The launch that makes training batch norm bn's sums where cuDNN's call
+ * does not: x's channels' sums and sums of squares, f32, at kept byte
+ * kc.sums (C then C), as lib_launches (any dtype and layout; the launch
+ * plan asks it where lib_bn_conv_sums_fits). */
+int lib_bn_conv_sums(const Graph *g, int sms, const Node *bn, LibBnCoef kc, LibLaunch *l, int *count,
+                     size_t *scratch, CtErr *err);
 
 /* The launches of library step st, whose first node is a layer_norm_grad,
  * with at most `most` parts of its epilogue in the kernel (the residual

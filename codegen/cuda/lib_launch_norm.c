@@ -172,6 +172,7 @@ typedef struct BnEpi {
     int act, approx, tail;
     LibBnRes res; /* the residual another batch norm's output, computed here (res.x -1: none) */
     int stats_only; /* the apply pass left to another step's (lib_bn_res_fits) */
+    long long sums; /* stats_only's sums alone, f32, at this kept byte, for lib_bn_conv_sums (-1: not) */
 } BnEpi;
 
 
@@ -227,8 +228,8 @@ static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
  * reading the parameters as f32 where they are (under AMP). A training
  * forward with kc (NULL, or kc->at < 0: none) keeps its coefficients in
  * the kept region at kc->at, where kc->ready says they are already (the
- * batch norm run again: no statistics). *scratch gets the bytes from fa's
- * base. */
+ * batch norm run again: no statistics), or from the sums its convolution's
+ * step made where kc->summed. *scratch gets the bytes from fa's base. */
 static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, const LibBnCoef *kc,
                            size_t *scratch, CtErr *err)
 {
@@ -253,11 +254,29 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
     ColPlan cp = lib_col_plan(b, rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
     int keep = kc && kc->at >= 0, ready = keep && kc->ready;
-    size_t base = fa ? fa->base : 0, part = sums && !ready ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
+    int summed = kc && kc->summed && !ready && !grad && training, sums_out = epi && epi->sums >= 0;
+    size_t base = fa ? fa->base : 0;
+    size_t part = sums && !ready && !summed ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
     Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
-    *scratch = part + (keep ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C)); /* the coefficients */
+    *scratch = part + (keep || sums_out ? 0 : sizeof(double) * (size_t)((grad ? 3 : 2) * C)); /* the coefficients */
     LibLaunch *l;
-    if (sums && !ready) {
+    if (summed) {
+        l = begin(b, "ct_bn_coef_sums", t, C);
+        a_place(l, (Place){LA_KEPT, (size_t)kc->sums});
+        for (int k = 1; k < 5; k++)
+            a_val(l, n->in[k]);
+        for (int k = 1; k < 3; k++)
+            if (k < n->nout)
+                a_val(l, n->out[k]);
+            else
+                arg(l, LA_NULL);
+        a_i32(l, pt != t);
+        a_place(l, coef);
+        a_i64(l, rows.n);
+        a_i64(l, C);
+        a_f32(l, n->fattr[0]);
+        a_f32(l, n->fattr[1]);
+    } else if (sums && !ready) {
         l = begin(b, grad ? "ct_bn_grad_stats" : "ct_bn_stats", t, cp.cols * cp.slices * CT_LIB_BLOCK);
         a_val(l, x);
         if (grad) {
@@ -274,7 +293,10 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
             else
                 arg(l, LA_NULL);
         a_i32(l, pt != t);
-        a_place(l, coef);
+        if (sums_out)
+            arg(l, LA_NULL);
+        else
+            a_place(l, coef);
         a_index(l, rows);
         a_i64(l, C);
         a_i64(l, sx[1]);
@@ -284,6 +306,10 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         else
             a_f32(l, n->fattr[0]);
         a_f32(l, n->fattr[grad ? 0 : 1]);
+        if (sums_out)
+            a_place(l, (Place){LA_KEPT, (size_t)epi->sums});
+        else if (!grad)
+            arg(l, LA_NULL);
     } else if (!sums) {
         l = begin(b, "ct_bn_coef", pt, C);
         for (int k = 1; k < 5; k++)
@@ -349,7 +375,7 @@ static int same_storage(const Builder *b, ValueId v, ValueId w)
 static BnEpi bn_epi(const Builder *b, const FusePlan *p, const FuseStep *st)
 {
     const Node *bn = &b->g->nodes[p->nodes[st->first]];
-    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1, .res = {-1, -1}};
+    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1, .res = {-1, -1}, .sums = -1};
     for (; e.tail < st->n && !p->materialised[e.out] && e.act < 0; e.tail++) {
         const Node *n = &b->g->nodes[p->nodes[st->first + e.tail]];
         if (op_def(n->op)->fusion == OP_ACTIVATION && n->in[0] == e.out && same_storage(b, n->out[0], e.out)) {
@@ -386,6 +412,31 @@ int lib_bn_res_fits(const Graph *g, const FusePlan *p, const FuseStep *st, const
         return 0;
     BnEpi e = bn_epi(&b, p, st);
     return e.residual == rbn->out[0] && e.pool < 0 && same_storage(&b, rbn->in[0], rbn->out[0]);
+}
+
+int lib_bn_conv_sums_fits(const Graph *g, const Node *bn)
+{
+    Builder b = {g, NULL, 0, 0};
+    const Value *x = val(&b, bn->in[0]);
+    CtDType t = x->type.dtype;
+    return bn->op == CT_OP_batch_norm && bn->iattr[0] && !bn->iattr[1] && (t == CT_F16 || t == CT_BF16) &&
+           x->type.shape.ndim == 4 && x->layout == CT_LAYOUT_CHANNELS_LAST &&
+           same_storage(&b, bn->in[0], bn->out[0]) && shape_numel(&x->type.shape) / x->type.shape.d[1] > 1;
+}
+
+int lib_bn_conv_sums(const Graph *g, int sms, const Node *bn, LibBnCoef kc, LibLaunch *l, int *count,
+                     size_t *scratch, CtErr *err)
+{
+    Builder b = {g, l, 0, sms};
+    BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1, .res = {-1, -1},
+               .stats_only = 1, .sums = kc.sums};
+    *count = 0;
+    if (!kc.summed || bn->op != CT_OP_batch_norm || !bn->iattr[0])
+        return ct_fail(err, "sums asked of a convolution's step, but not for a training batch norm's statistics");
+    if (plan_batch_norm(&b, bn, &e, NULL, NULL, scratch, err))
+        return -1;
+    *count = b.n;
+    return 0;
 }
 
 int lib_batch_norm_step(const Graph *g, int sms, const FusePlan *p, const FuseStep *st, LibBnCoef kc,

@@ -304,6 +304,9 @@ int dnn_prepare(const Dnn *d, const ConvDesc *c, int allow_tf32, size_t max_work
         dnn_call_free(call);
         return dnn_fail(err, "math type", s);
     }
+    dnn_stats_prepare(d, c, max_workspace, call);
+    if (call->stats_plan && call->stats_workspace > call->algo.workspace)
+        call->algo.workspace = call->stats_workspace; /* what the step's workspace must hold either way */
     return 0;
 }
 
@@ -349,6 +352,12 @@ int dnn_run(const Dnn *d, DnnCall *call, const ConvDesc *c, const ConvPtrs *p, C
     void *ws = dev(workspace);
     size_t wsb = call->algo.workspace;
     cudnnStatus_t s = CUDNN_STATUS_NOT_SUPPORTED;
+    if (c->dir == CONV_FWD && call->stats_plan) {
+        s = dnn_stats_run(d, call, p, workspace, c->k);
+        if (s != CUDNN_STATUS_NOT_SUPPORTED && s != CUDNN_STATUS_BAD_PARAM)
+            return s == CUDNN_STATUS_SUCCESS ? 0 : dnn_fail(err, "forward convolution with its statistics", s);
+        dnn_stats_free(call); /* refused, nothing launched: the plain call, the caller's pass after it */
+    }
     if (c->dir == CONV_FWD && call->fused) {
         s = fused_forward(h, call, p, ws);
         if (s == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_BAD_PARAM) /* refused, nothing launched */
@@ -372,6 +381,7 @@ int dnn_run(const Dnn *d, DnnCall *call, const ConvDesc *c, const ConvPtrs *p, C
 
 void dnn_call_free(DnnCall *call)
 {
+    dnn_stats_free(call);
     if (call->x)
         cudnnDestroyTensorDescriptor(call->x);
     if (call->y)

@@ -50,6 +50,9 @@ typedef struct DnnCall {
     int fused;  /* the epilogue in cudnnConvolutionBiasActivationForward, as chosen, until cuDNN refuses
                  * it at run time; else, a forward with one runs the plain call and then the epilogue */
     DnnAlgo algo;
+    void *stats_plan;       /* a forward with `stats`: the graph API's plan making y and its sums, where
+                             * cuDNN has an engine for it (dnn_stats.c); NULL: the plain call */
+    size_t stats_workspace; /* that plan's */
 } DnnCall;
 
 /* For timing the candidates: device buffers of the convolution's three
@@ -66,11 +69,26 @@ int dnn_prepare(const Dnn *d, const ConvDesc *c, int allow_tf32, size_t max_work
 
 typedef struct ConvPtrs {
     CUdeviceptr x, w, y, bias, residual; /* the forward's roles; bias and residual 0 where none */
+    CUdeviceptr sums;                    /* a forward with `stats`: y's channel sums, then their squares' */
 } ConvPtrs;
 
 /* A fused forward that cuDNN refuses (not supported) runs, from then on,
- * as the plain call and the epilogue after it, with the same algorithm. */
+ * as the plain call and the epilogue after it, with the same algorithm.
+ * A forward with a stats plan runs it (sums written); without one, or
+ * where cuDNN refuses it when run (the plan then freed), the plain call
+ * (the caller then makes the sums). */
 int dnn_run(const Dnn *d, DnnCall *call, const ConvDesc *c, const ConvPtrs *p, CUdeviceptr workspace, CtErr *err);
 void dnn_call_free(DnnCall *call);
+
+/* A forward convolution with `stats` (conv_desc.h) and no epilogue, in
+ * f16 or bf16: the graph API's plan for the convolution and GenStats over
+ * its y (sum and sum of squares a channel, f32), the first of cuDNN's
+ * heuristic choices that builds within max_workspace, deterministic first,
+ * into call->stats_plan; NULL where cuDNN has none (no error: the launch
+ * plan's statistics pass answers). dnn_prepare calls it; dnn_stats_run
+ * (its status, a cudnnStatus_t) runs it, the sums k floats then k. */
+void dnn_stats_prepare(const Dnn *d, const ConvDesc *c, size_t max_workspace, DnnCall *call);
+int dnn_stats_run(const Dnn *d, const DnnCall *call, const ConvPtrs *p, CUdeviceptr workspace, int64_t k);
+void dnn_stats_free(DnnCall *call);
 
 #endif

@@ -46,11 +46,13 @@ struct CudaLoaded {
     CUfunction **libfn;  /* per step: one per LibLaunch, then one per fallback launch */
     CUfunction *mirrorfn; /* per step: its filter copy's kernel, where mirrored */
     BlasLtCall *gemm;    /* per step */
-    char *unfused;       /* per step: cuBLASLt refused its bias gradient's epilogue; the fallback runs */
+    char *unfused;       /* per step: cuBLASLt refused its bias gradient's epilogue, or a convolution's call
+                          * makes no statistics (no graph plan, or CTIMM_CONV_STATS=kernel); the fallback runs */
     DnnCall *conv;       /* per step: LP_CONV's call, and a twin's where it may run (twin_wanted) */
     unsigned char *twin_on; /* per step: its twin runs instead of its library kernels */
     float *twin_ms;      /* per step, two: each way's time as timed (TwinChoice.ms), for the profile */
     TwinMode dw_mode;    /* CTIMM_DWCONV */
+    ConvStatsMode stats_mode; /* CTIMM_CONV_STATS */
     int timed;           /* the libraries' choices timed (lib_choice_timed) */
     size_t *in_off;      /* per value: offset in the input block, or PLAN_NONE */
     size_t *st_off;      /* per value: offset in the state block (the CtState's layout), or PLAN_NONE */
@@ -320,7 +322,7 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
 {
     CudaExec *ex = ld->ex;
     ChoiceScratch sc = {0};
-    if (lib_choice_timed(&ld->timed, err) || twin_mode(&ld->dw_mode, err))
+    if (lib_choice_timed(&ld->timed, err) || twin_mode(&ld->dw_mode, err) || conv_stats_mode(&ld->stats_mode, err))
         return -1;
     int timed = ld->timed && alloc_choice_scratch(ld, &sc);
     int rc = 0;
@@ -348,7 +350,10 @@ static int prepare_calls(CudaLoaded *ld, CtErr *err)
                 break;
             }
         } else if (st->kind == LP_CONV || twin_wanted(ld, st)) {
-            if (dnn_prepare(&ex->dnn, &st->conv, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, ex->target,
+            ConvDesc c = st->conv;
+            if (ld->stats_mode == STATS_KERNEL)
+                c.stats = -1;
+            if (dnn_prepare(&ex->dnn, &c, ex->opt.allow_tf32, CONV_WORKSPACE, &ex->choices, ex->target,
                             timed ? &sc.dnn : NULL, &ld->conv[s], err)) {
                 if (st->kind == LP_LIB && ld->dw_mode == TWIN_AUTO) { /* no twin to time: the library's kernels */
                     if (err)
@@ -573,11 +578,13 @@ static int run_step(CudaLoaded *ld, int s, CtErr *err)
         int back = c->dir == CONV_BWD_FILTER;
         ConvPtrs p = {addr(ld, c->x), st->mirrored ? ld->scratch : addr(ld, c->wt),
                       addr(ld, c->dir == CONV_FWD ? c->epi.d : c->y), addr(ld, c->epi.bias),
-                      addr(ld, c->epi.residual)};
+                      addr(ld, c->epi.residual), c->stats >= 0 ? ld->kept + (CUdeviceptr)c->stats : 0};
         if (st->mirrored && !back)
             rc = launch_lib(ld, ld->mirrorfn[s], &st->mirror, err);
         if (!rc)
             rc = dnn_run(&ex->dnn, &ld->conv[s], c, &p, ld->workspace, err);
+        if (st->kind == LP_CONV && c->stats >= 0 && !ld->conv[s].stats_plan) /* no plan, or refused when run */
+            ld->unfused[s] = 1;
         if (!rc && st->mirrored && back)
             rc = launch_lib(ld, ld->mirrorfn[s], &st->mirror, err);
     } else if (st->kind == LP_COPY) {

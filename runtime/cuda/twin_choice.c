@@ -12,6 +12,15 @@ int twin_mode(TwinMode *mode, CtErr *err)
     return 0;
 }
 
+int conv_stats_mode(ConvStatsMode *mode, CtErr *err)
+{
+    const char *s = getenv("CTIMM_CONV_STATS");
+    *mode = s && !strcmp(s, "kernel") ? STATS_KERNEL : STATS_CUDNN;
+    if (s && *s && strcmp(s, "kernel") && strcmp(s, "cudnn"))
+        return ct_fail(err, "CTIMM_CONV_STATS=%s: use cudnn or kernel", s);
+    return 0;
+}
+
 typedef struct TimeCtx {
     TwinTimeFn time;
     void *ctx;

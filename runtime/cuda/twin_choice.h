@@ -1,6 +1,6 @@
 /*
- * The faster of a step's two ways, timed once per shape and kept: a
- * depthwise convolution's library kernels against its cuDNN twin
+ * Which of a step's two ways runs. The faster, timed once per shape and
+ * kept: a depthwise convolution's library kernels against its cuDNN twin
  * (codegen/cuda/launch_plan.h). The executor times each way on the
  * device; this keeps the winner in the store of measurements it keeps the
  * libraries' algorithm choices in (ir/cache.h, opened first_wins), so a
@@ -22,6 +22,15 @@
  * Fails naming another value. */
 typedef enum TwinMode { TWIN_AUTO, TWIN_LIB, TWIN_CUDNN } TwinMode;
 int twin_mode(TwinMode *mode, CtErr *err);
+
+/* Where the statistics a forward convolution's step makes for its batch
+ * norm (conv_desc.h's `stats`) come from, from CTIMM_CONV_STATS: "cudnn"
+ * (or unset) the call itself, through cuDNN's graph API, where cuDNN has
+ * an engine for it (the cuda-sim's calls always do); "kernel" the
+ * library's statistics pass after the plain call. Fails naming another
+ * value. */
+typedef enum ConvStatsMode { STATS_CUDNN, STATS_KERNEL } ConvStatsMode;
+int conv_stats_mode(ConvStatsMode *mode, CtErr *err);
 
 /* As stored: which way won and what each took (ms a run, the means the
  * timer gave). */

@@ -39,6 +39,7 @@ struct CtExec {
     char *block, *inputs, *dstate, *scratch, *counters, *kept; /* counters: zero between launches */
     uint64_t seed;
     TwinMode dw_mode;
+    ConvStatsMode stats_mode;
     int runs, state_stale;
     size_t moved_in, moved_out, moved_state;
 };
@@ -180,7 +181,8 @@ static int sim_prepare(const CtProgram *p, CtState *state, CtExec **out, CtErr *
     e->in_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->in_off);
     e->st_off = calloc((size_t)p->g.nvalues + 1, sizeof *e->st_off);
     CT_ASSERT(e->in_off && e->st_off);
-    if (twin_mode(&e->dw_mode, err) || place_blocks(e, state, err) || load_modules(e, err)) {
+    if (twin_mode(&e->dw_mode, err) || conv_stats_mode(&e->stats_mode, err) || place_blocks(e, state, err) ||
+        load_modules(e, err)) {
         sim_free(e);
         return -1;
     }
@@ -259,6 +261,9 @@ static int run_step(CtExec *e, int s, CtErr *err)
     const CudaProgram *c = &e->p->cuda;
     uint64_t salt = (uint64_t)e->runs << 32 | (uint64_t)s << 8;
     int rc = 0, twin = st->twin && e->dw_mode == TWIN_CUDNN;
+    /* a convolution's statistics made by the call, else by the launch plan's pass after it */
+    int stats_call = st->kind == LP_CONV && st->conv.stats >= 0 && e->stats_mode == STATS_CUDNN;
+    int fallback = twin || (st->kind == LP_CONV && st->conv.stats >= 0 && !stats_call);
     guard_all(e);
     if (st->kind == LP_KERNEL) {
         const KirKernel *k = &e->lp->k[st->launch];
@@ -291,11 +296,14 @@ static int run_step(CtExec *e, int s, CtErr *err)
             allow_value(e, vs[i]);
         if (st->mirrored)
             sim_allow(e->scratch, e->lp->scratch_bytes);
+        if (stats_call)
+            sim_allow(e->kept, e->lp->kept_bytes);
         if (st->mirrored && !back)
             rc = launch_lib(e, &st->mirror, salt | 1, err);
         if (!rc)
             sim_conv(cd, addr(e, cd->x), st->mirrored ? (void *)e->scratch : addr(e, cd->wt), addr(e, out),
-                     addr(e, cd->epi.bias), addr(e, cd->epi.residual));
+                     addr(e, cd->epi.bias), addr(e, cd->epi.residual),
+                     stats_call ? (float *)(void *)(e->kept + cd->stats) : NULL);
         if (!rc && st->mirrored && back)
             rc = launch_lib(e, &st->mirror, salt | 2, err);
     } else if (st->kind == LP_COPY) {
@@ -305,7 +313,7 @@ static int run_step(CtExec *e, int s, CtErr *err)
     }
     for (int j = 0; !rc && !twin && j < st->nlib; j++)
         rc = launch_lib(e, &st->lib[j], salt | (uint64_t)(j + 3), err);
-    for (int j = 0; !rc && twin && j < st->nfallback; j++)
+    for (int j = 0; !rc && fallback && j < st->nfallback; j++)
         rc = launch_lib(e, &st->fallback[j], salt | (uint64_t)(j + 3), err);
     return rc ? ct_failctx(err, "step %d of %d", s, e->lp->nsteps) : 0;
 }

@@ -86,7 +86,7 @@ static int64_t at4(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t
     return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
 }
 
-void sim_conv(const ConvDesc *c, void *x, void *w, void *y, const void *bias, const void *residual)
+void sim_conv(const ConvDesc *c, void *x, void *w, void *y, const void *bias, const void *residual, float *sums)
 {
     int64_t cg = c->c / c->groups, kg = c->k / c->groups;
     int64_t nx = c->n * c->c * c->h * c->w, nw = c->k * cg * c->r * c->s, ny = c->n * c->k * c->p * c->q;
@@ -132,6 +132,16 @@ void sim_conv(const ConvDesc *c, void *x, void *w, void *y, const void *bias, co
     CtDType t = fwd ? c->y_type : c->dir == CONV_BWD_DATA ? c->x_type : c->w_type;
     elems_round(acc, t, nacc);
     elems_from_double(acc, t, nacc, fwd ? y : c->dir == CONV_BWD_DATA ? x : w);
+    for (int64_t k = 0; fwd && sums && k < c->k; k++) {
+        double s = 0, sq = 0;
+        for (int64_t i = 0; i < c->n * c->p * c->q; i++) {
+            double v = Y[c->y_nhwc ? i * c->k + k : (i / (c->p * c->q) * c->k + k) * c->p * c->q + i % (c->p * c->q)];
+            s += v;
+            sq += v * v;
+        }
+        sums[k] = (float)s;
+        sums[c->k + k] = (float)sq;
+    }
     free(X);
     free(Wt);
     free(Y);

@@ -22,7 +22,9 @@ void sim_gemm(const GemmDesc *d, const void *a, const void *b, void *dst, const 
 
 /* CONV_FWD: y = act(conv(x, w) + z + bias) into y; CONV_BWD_DATA: x = the
  * gradient of x from y (dy) and w; CONV_BWD_FILTER: w = the gradient of w
- * from x and y (dy). Overwrites its output, as cuDNN with beta 0. */
-void sim_conv(const ConvDesc *c, void *x, void *w, void *y, const void *bias, const void *residual);
+ * from x and y (dy). Overwrites its output, as cuDNN with beta 0. Where
+ * sums is not NULL (a forward with `stats`), also GenStats' outputs: each
+ * channel's sum of y as stored, then its sum of squares, f32. */
+void sim_conv(const ConvDesc *c, void *x, void *w, void *y, const void *bias, const void *residual, float *sums);
 
 #endif

@@ -222,7 +222,7 @@ static cudnnStatus_t operands_ok(const char *call, const struct cudnnTensorStruc
 
 /* ---- computing (fake_gpu_compute) ---- */
 
-typedef enum { DNN_FWD, DNN_FUSED, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_ADD, DNN_ACT } DnnOp;
+typedef enum { DNN_FWD, DNN_FUSED, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_ADD, DNN_ACT, DNN_FWD_STATS } DnnOp;
 
 /* One call's descriptors and pointers; ADD: C = alpha A + beta C is
  * y = alpha x + beta y, ACT: y = alpha act(x) + beta y. An operand scaled
@@ -235,6 +235,7 @@ typedef struct DnnArgs {
     cudnnActivationMode_t act;
     float alpha, beta; /* FUSED: alpha1, alpha2 */
     CUdeviceptr xp, wp, yp, zp, bp;
+    CUdeviceptr sp, qp; /* FWD_STATS: y's channel sums and sums of squares, f32 */
 } DnnArgs;
 
 static CtDType element(cudnnDataType_t t)
@@ -369,6 +370,24 @@ static void run_dnn(const void *arg)
     } else {
         tensor_move(&a->y, y, yv, 1, a->alpha, a->beta);
     }
+    if (a->op == DNN_FWD_STATS) { /* GenStats over y as stored */
+        float *sum = fg_host(a->sp, sizeof(float) * (size_t)a->y.c, "GenStats' sums");
+        float *sq = fg_host(a->qp, sizeof(float) * (size_t)a->y.c, "GenStats' sums of squares");
+        double *st = tensor_in(&a->y, y);
+        size_t hw = (size_t)a->y.h * a->y.w;
+        for (int c = 0; sum && sq && c < a->y.c; c++) {
+            double s = 0, q = 0;
+            for (int n = 0; n < a->y.n; n++)
+                for (size_t i = 0; i < hw; i++) {
+                    double v = st[((size_t)n * a->y.c + (size_t)c) * hw + i];
+                    s += v;
+                    q += v * v;
+                }
+            sum[c] = (float)s;
+            sq[c] = (float)q;
+        }
+        free(st);
+    }
     free(xv);
     free(wv);
     free(yv);
@@ -394,6 +413,23 @@ static cudnnStatus_t run(cudnnHandle_t h, const char *call, const DnnArgs *args)
     }
     fg_enqueue(h->stream, &op);
     return CUDNN_STATUS_SUCCESS;
+}
+
+int fg_dnn_conv_stats(void *h, const FgConvStats *c)
+{
+    cudnnDataType_t t[3];
+    const CtDType ct[3] = {c->x_type, c->w_type, c->y_type};
+    for (int k = 0; k < 3; k++)
+        t[k] = ct[k] == CT_F16 ? CUDNN_DATA_HALF : ct[k] == CT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    int p = (c->h + 2 * c->pad_h - c->dil_h * (c->r - 1) - 1) / c->u + 1;
+    int q = (c->w + 2 * c->pad_w - c->dil_w * (c->s - 1) - 1) / c->v + 1;
+    DnnArgs a = {.op = DNN_FWD_STATS,
+                 .x = {1, c->x_nhwc, c->n, c->c, c->h, c->w, t[0]},
+                 .y = {1, c->y_nhwc, c->n, c->k, p, q, t[2]},
+                 .w = {1, c->w_nhwc, c->k, c->c / c->groups, c->r, c->s, t[1]},
+                 .cv = {1, c->pad_h, c->pad_w, c->u, c->v, c->dil_h, c->dil_w, c->groups, CUDNN_DEFAULT_MATH},
+                 .alpha = 1, .beta = 0, .xp = c->xp, .wp = c->wp, .yp = c->yp, .sp = c->sump, .qp = c->sqp};
+    return run(h, "cudnnBackendExecute", &a) == CUDNN_STATUS_SUCCESS ? 0 : -1;
 }
 
 static CUdeviceptr dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }

@@ -58,7 +58,10 @@ void fake_gpu_set_depthwise_workspace(size_t bytes);
  * epilogue), "cublasLtMatmul algo 1" (the first candidate refused when
  * run), "capture" (a cuDNN call inside a capture fails and invalidates it,
  * as a call that is not capture-safe does), "depthwise" (cuDNN has no
- * algorithm for a depthwise convolution); 0 stops refusing. */
+ * algorithm for a depthwise convolution), "graph" (no engine for the
+ * graph API's convolution with GenStats: its plan does not finalize),
+ * "graph run" (that plan builds, but running it is refused); 0 stops
+ * refusing. */
 void fake_gpu_refuse(const char *what, int refuse);
 /* The device's memory (0: $FAKE_GPU_MEMORY_GIB's, or 80 GiB). */
 void fake_gpu_set_memory(size_t bytes);
@@ -87,6 +90,7 @@ typedef struct FakeGpuCounts {
     long allocations, host_allocations, modules, streams, events, graphs, graph_execs, contexts;
     long dnn_handles, dnn_descriptors, lt_handles, lt_descriptors;
     long launches, dnn_calls, dnn_finds, lt_matmuls, captures, graph_launches; /* so far */
+    long dnn_graph_runs;                                       /* so far: cudnnBackendExecute's */
     size_t device_bytes;                                       /* live */
 } FakeGpuCounts;
 

@@ -82,6 +82,18 @@ static inline void fg_store(void *p, CtDType dt, size_t i, double v)
 /* Whether the test asked that `what` be refused (fake_gpu_refuse). */
 int fg_refused(const char *what);
 
+/* A forward convolution and its output's channel sums and sums of
+ * squares (f32), as the graph API's plan (cudnn_graph.c) describes it:
+ * run on handle h's stream by the fake cuDNN's convolution (cudnn.c). 0,
+ * or -1 where the handle's stream is not usable. */
+typedef struct FgConvStats {
+    int n, c, h, w, k, r, s, pad_h, pad_w, u, v, dil_h, dil_w, groups;
+    int x_nhwc, w_nhwc, y_nhwc;
+    CtDType x_type, w_type, y_type;
+    CUdeviceptr xp, wp, yp, sump, sqp;
+} FgConvStats;
+int fg_dnn_conv_stats(void *h, const FgConvStats *c);
+
 /* Counters the libraries keep. */
 extern FakeGpuCounts fg_count;
 

@@ -250,9 +250,19 @@ static void check_program(const char *label, const CtProgram *dev, const Graph *
     fake_gpu_set_cost("ct_dw", dw == DW_LIB ? 0.001 : 1000);
     if (refuse)
         fake_gpu_refuse(refuse, 1);
+    FakeGpuCounts before, after;
+    fake_gpu_counts(&before);
     fake_gpu_compute(&fr);
     int ok = run_steps(&ct_backend_cuda, dev, g, init, in, nin, &on_dev, label) == 0;
     fake_gpu_compute(NULL);
+    fake_gpu_counts(&after);
+    /* the convolutions that make their batch norms' sums: by the graph API's plan, unless refused */
+    int stats = 0;
+    for (int s = 0; s < dev->cuda.lp.nsteps; s++)
+        stats += dev->cuda.lp.steps[s].kind == LP_CONV && dev->cuda.lp.steps[s].conv.stats >= 0;
+    long graph_runs = after.dnn_graph_runs - before.dnn_graph_runs;
+    CHECKF((graph_runs > 0) == (stats > 0 && !(refuse && !strncmp(refuse, "graph", 5))),
+           "%s: %ld runs of cuDNN's graph plans for %d convolutions making sums", label, graph_runs, stats);
     if (refuse)
         fake_gpu_refuse(refuse, 0);
     fake_gpu_set_cost("cudnn", 1);
@@ -471,6 +481,12 @@ int main(void)
            "cudnnConvolutionBiasActivationForward",
            "test_resnet bf16 channels-last inference, cuDNN's fused forward refused", 2e-2);
     values("test_vit", (Variant){.low = CT_BF16}, DW_LIB, "BGRADB", "test_vit bf16, BGRADB refused", TOL_LOW);
+    /* no graph engine for a convolution with its batch norm's sums: the statistics pass after the plain
+     * call, against the harness's call making them (the trainer's order below has the engine) */
+    values("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_LIB, "graph",
+           "test_resnet bf16 channels-last, cuDNN's convolution with statistics refused", TOL_LOW);
+    values("test_resnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_LIB, "graph run",
+           "test_resnet bf16 channels-last, cuDNN's convolution with statistics refused when run", TOL_LOW);
     values("test_efficientnet", (Variant){.low = CT_BF16, .channels_last = 1}, DW_TWIN, NULL,
            "test_efficientnet bf16 channels-last, the cuDNN twins", TOL_LOW);
     train_then_eval("test_resnet", CT_BF16, 1, TOL_LOW);
