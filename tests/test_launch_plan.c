@@ -168,7 +168,7 @@ static void test_models(void)
                         if (strstr(k->kernel, "ct_bn_coef_sums_")) {
                             const LibLaunch *f = cs && cs->nfallback == 1 ? &cs->fallback[0] : NULL;
                             LibBnCoef kc = lp.bn_coef[lp.fuse.nodes[fs->first]];
-                            CHECKF(kc.summed && k->arg[0].kind == LA_KEPT && k->arg[0].i == kc.sums &&
+                            CHECKF(kc.sums >= 0 && k->arg[0].kind == LA_KEPT && k->arg[0].i == kc.sums &&
                                        k->arg[8].kind == LA_KEPT && k->arg[8].i == kc.at && cs->kind == LP_CONV &&
                                        cs->conv.stats == kc.sums && cs->conv.dir == CONV_FWD &&
                                        cs->conv.epi.d == bn->in[0] && f && strstr(f->kernel, "ct_bn_stats_") &&

@@ -345,7 +345,7 @@ static int bn_summed;
 
 static int summed_launches(const Graph *g, const Node *n, LibLaunch *l, int *nl, size_t *scratch, CtErr *err)
 {
-    LibBnCoef kc = {.at = -1, .summed = 1, .sums = 0};
+    LibBnCoef kc = {.at = -1, .sums = 0};
     int node = (int)(n - g->nodes), a, b, tail;
     size_t s0, s1;
     FuseStep st = {.kind = FUSE_LIBRARY, .first = 0, .n = 1};

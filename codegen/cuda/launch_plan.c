@@ -379,7 +379,6 @@ static void keep_bn_sums(const Graph *g, LaunchPlan *lp)
         int bn = conv_stats_bn(g, lp, s);
         if (bn < 0)
             continue;
-        lp->bn_coef[bn].summed = 1;
         lp->bn_coef[bn].sums = (long long)lp->kept_bytes;
         lp->kept_bytes += 2 * sizeof(float) * (size_t)g->values[g->nodes[bn].in[0]].type.shape.d[1];
     }
@@ -850,12 +849,12 @@ static void keep_bn_coefs(const Graph *g, LaunchPlan *lp)
 {
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        lp->bn_coef[i] = (LibBnCoef){-1, 0, 0, -1};
+        lp->bn_coef[i] = (LibBnCoef){-1, 0, -1};
         if (lp->plain || n->op != CT_OP_batch_norm || !n->iattr[0] || n->iattr[1] || n->nout < 3)
             continue;
         int p = remat_bn_forward(g, n);
         if (p >= 0 && lp->bn_coef[p].at >= 0) {
-            lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1, 0, -1};
+            lp->bn_coef[i] = (LibBnCoef){lp->bn_coef[p].at, 1, -1};
         } else if (role_is_state(g->values[n->in[3]].role)) {
             lp->bn_coef[i].at = (long long)lp->kept_bytes;
             lp->kept_bytes += 2 * sizeof(double) * (size_t)g->values[n->in[0]].type.shape.d[1];

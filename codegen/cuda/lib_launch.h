@@ -89,12 +89,12 @@ int lib_launches(const Graph *g, int sms, const Node *n, LibLaunch *l, int *coun
  * not kept, the step's scratch holds them), `ready` whether a step before
  * this one stored them there (the forward's own, the same x, weight and
  * bias: the same coefficients), so that this one computes no statistics.
- * Where `summed`, the step of the convolution that makes x stores x's
- * sums (lib_bn_conv_sums) at byte `sums` of the kept region, and the
- * norm's coefficients come from them. */
+ * `sums` (-1: none): the byte of the kept region where the step of the
+ * convolution that makes x stores x's sums (lib_bn_conv_sums), from which
+ * the norm's coefficients come. */
 typedef struct LibBnCoef {
     long long at;
-    int ready, summed;
+    int ready;
     long long sums;
 } LibBnCoef;
 

@@ -229,7 +229,7 @@ static void a_fwd(LibLaunch *l, const BnAct *fa, int stats)
  * forward with kc (NULL, or kc->at < 0: none) keeps its coefficients in
  * the kept region at kc->at, where kc->ready says they are already (the
  * batch norm run again: no statistics), or from the sums its convolution's
- * step made where kc->summed. *scratch gets the bytes from fa's base. */
+ * step made where kc->sums is not -1. *scratch gets the bytes from fa's base. */
 static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const BnAct *fa, const LibBnCoef *kc,
                            size_t *scratch, CtErr *err)
 {
@@ -254,7 +254,7 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
     int64_t items = row_items(&rows, C, sx[1], sy[1], t), nsum = grad ? 4 : 2, sums = grad || training;
     ColPlan cp = lib_col_plan(b, rows.n, C, items == C ? 1 : C / items, sx[1], nsum);
     int keep = kc && kc->at >= 0, ready = keep && kc->ready;
-    int summed = kc && kc->summed && !ready && !grad && training, sums_out = epi && epi->sums >= 0;
+    int summed = kc && kc->sums >= 0 && !ready && !grad && training, sums_out = epi && epi->sums >= 0;
     size_t base = fa ? fa->base : 0;
     size_t part = sums && !ready && !summed ? sizeof(double) * (size_t)(nsum * cp.slices * C) : 0;
     Place coef = keep ? (Place){LA_KEPT, (size_t)kc->at} : (Place){LA_SCRATCH, base + part};
@@ -287,8 +287,9 @@ static int plan_batch_norm(Builder *b, const Node *n, const BnEpi *epi, const Bn
         a_counters(l, C);
         for (int k = 1; k < (grad ? 4 : 5); k++) /* w, b, rm, rv; the gradient's w, rm, rv */
             a_val(l, n->in[k]);
-        for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again), or dw and db */
-            if (k < n->nout && (grad || !fa))
+        for (int k = 1; k < 3; k++) /* the running stats' updates (not for a forward run again, nor with the
+                                     * sums alone), or dw and db */
+            if (k < n->nout && (grad || (!fa && !sums_out)))
                 a_val(l, n->out[k]);
             else
                 arg(l, LA_NULL);
@@ -431,7 +432,7 @@ int lib_bn_conv_sums(const Graph *g, int sms, const Node *bn, LibBnCoef kc, LibL
     BnEpi e = {.residual = -1, .out = bn->out[0], .pool = -1, .act = -1, .tail = 1, .res = {-1, -1},
                .stats_only = 1, .sums = kc.sums};
     *count = 0;
-    if (!kc.summed || bn->op != CT_OP_batch_norm || !bn->iattr[0])
+    if (kc.sums < 0 || bn->op != CT_OP_batch_norm || !bn->iattr[0])
         return ct_fail(err, "sums asked of a convolution's step, but not for a training batch norm's statistics");
     if (plan_batch_norm(&b, bn, &e, NULL, NULL, scratch, err))
         return -1;

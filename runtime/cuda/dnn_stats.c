@@ -152,9 +152,8 @@ static int deterministic(Desc cfg)
 /* The plan of the first of cuDNN's ranked configurations (heuristics mode
  * A) that finalizes within the workspace limit, deterministic ones first
  * (a step replayed gives what it gave eagerly), or NULL. */
-static Desc first_plan(Parts *pp, cudnnHandle_t h, Desc graph, size_t max_workspace, size_t *workspace)
+static Desc first_plan(Parts *p, cudnnHandle_t h, Desc graph, size_t max_workspace, size_t *workspace)
 {
-    Parts *p = pp;
     Desc heur = make(p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     set(p, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
